@@ -1,0 +1,1 @@
+"""tinykube apiserver process."""

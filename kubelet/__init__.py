@@ -1,0 +1,1 @@
+"""tinykube kubelet process."""

@@ -1,0 +1,1 @@
+"""tinykube scheduler process."""

@@ -1,0 +1,1 @@
+"""tinykube: a small, real, multi-process Kubernetes-style control plane."""

@@ -1,0 +1,163 @@
+"""The one error hierarchy of tinykube, and its two mappings to and from gRPC status codes.
+
+Servers raise these and convert them in one place (`abort_with`); clients convert a failed RPC
+back with `from_rpc_error` and raise the result `from` the original error, so the cause chain
+keeps the wire-level detail. Expected outcomes inside a process (a filter rejecting a node) use
+typed statuses, not exceptions; these are for failures that cross an API boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, NoReturn
+
+import grpc
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One invalid field: its path in Kubernetes JSON spelling and what is wrong with it."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+class TinykubeError(Exception):
+    """Base of every error that crosses an API boundary."""
+
+    code: ClassVar[grpc.StatusCode] = grpc.StatusCode.UNKNOWN
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidError(TinykubeError):
+    """The request is malformed: INVALID_ARGUMENT, naming every bad field."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+    def __init__(self, message: str, causes: list[FieldError] | None = None) -> None:
+        super().__init__(message)
+        self.causes: list[FieldError] = list(causes or [])
+
+    @classmethod
+    def for_object(cls, kind: str, name: str, causes: list[FieldError]) -> InvalidError:
+        """Kubernetes' message shape: `Pod "web" is invalid: spec.containers: Required value`."""
+        detail = "; ".join(str(c) for c in causes) if causes else "invalid"
+        shown = f'"{name}"' if name else '""'
+        return cls(f"{kind} {shown} is invalid: {detail}", causes)
+
+
+class NotFoundError(TinykubeError):
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExistsError(TinykubeError):
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class ConflictError(TinykubeError):
+    """Optimistic concurrency failed: the object changed since it was read."""
+
+    code = grpc.StatusCode.ABORTED
+
+
+class PreconditionFailedError(TinykubeError):
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class ResourceExpiredError(TinykubeError):
+    """The requested resourceVersion was compacted away: the client must relist."""
+
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
+class UnavailableError(TinykubeError):
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class DeadlineExceededError(TinykubeError):
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class ResourceExhaustedError(TinykubeError):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class UnimplementedError(TinykubeError):
+    code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class CancelledError(TinykubeError):
+    code = grpc.StatusCode.CANCELLED
+
+
+class InternalError(TinykubeError):
+    code = grpc.StatusCode.INTERNAL
+
+
+_BY_CODE: dict[grpc.StatusCode, type[TinykubeError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidError,
+        NotFoundError,
+        AlreadyExistsError,
+        ConflictError,
+        PreconditionFailedError,
+        ResourceExpiredError,
+        UnavailableError,
+        DeadlineExceededError,
+        ResourceExhaustedError,
+        UnimplementedError,
+        CancelledError,
+        InternalError,
+    )
+}
+
+# Retried by clients: the request may not have been applied, and sending it again is safe for
+# reads and for writes guarded by resourceVersion or uid.
+RETRYABLE_CODES: frozenset[grpc.StatusCode] = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+)
+
+
+async def abort_with(context: grpc.aio.ServicerContext[object, object], exc: Exception) -> NoReturn:
+    """Server side: end the RPC with the status that `exc` stands for.
+
+    Unknown exceptions become INTERNAL with their type and text, never a bare traceback.
+    """
+    if isinstance(exc, TinykubeError):
+        await context.abort(exc.code, exc.message)
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def to_status(exc: Exception) -> tuple[grpc.StatusCode, str]:
+    """The (code, message) pair `abort_with` would send, for code that builds statuses itself."""
+    if isinstance(exc, TinykubeError):
+        return exc.code, exc.message
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+
+
+def from_rpc_error(exc: grpc.RpcError) -> TinykubeError:
+    """Client side: the TinykubeError for a failed RPC. Raise it `from exc`."""
+    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    message = details or (code.name if isinstance(code, grpc.StatusCode) else "unknown error")
+    cls = _BY_CODE.get(code, TinykubeError)
+    err = cls(message)
+    if cls is TinykubeError:
+        err.message = f"{getattr(code, 'name', code)}: {message}"
+    return err
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """True for the failures a client retries: UNAVAILABLE and DEADLINE_EXCEEDED only."""
+    if isinstance(exc, TinykubeError):
+        return exc.code in RETRYABLE_CODES
+    if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
+        return exc.code() in RETRYABLE_CODES
+    return False

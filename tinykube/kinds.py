@@ -1,0 +1,144 @@
+"""The registry of API kinds: one row per kind tying together its name, messages and service.
+
+The apiserver, the typed client and the CLI all read this table, so adding a kind means adding a
+.proto file and one row here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.message import Message
+
+from tinykube.v1 import (
+    event_pb2,
+    event_pb2_grpc,
+    lease_pb2,
+    lease_pb2_grpc,
+    node_pb2,
+    node_pb2_grpc,
+    pod_pb2,
+    pod_pb2_grpc,
+    replicaset_pb2,
+    replicaset_pb2_grpc,
+)
+
+API_VERSION = "v1"
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    """Everything generic code needs to know about one kind."""
+
+    kind: str  # "Pod"
+    plural: str  # "pods": the etcd key segment and the CLI resource name
+    namespaced: bool
+    message: type[Message]
+    list_message: type[Message]
+    watch_event: type[Message]
+    create_request: type[Message]
+    update_request: type[Message]
+    # Name of the object field in Create/Update requests: {"pod": {...}}.
+    request_field: str
+    service: str  # full gRPC service name, "tinykube.v1.Pods"
+    stub: type[Any]
+    add_servicer: Any  # the generated add_XServicer_to_server function
+    has_status: bool  # whether UpdateStatus exists (status is a subresource)
+    short_names: tuple[str, ...] = ()
+
+
+POD = KindInfo(
+    kind="Pod",
+    plural="pods",
+    namespaced=True,
+    message=pod_pb2.Pod,
+    list_message=pod_pb2.PodList,
+    watch_event=pod_pb2.PodWatchEvent,
+    create_request=pod_pb2.CreatePodRequest,
+    update_request=pod_pb2.UpdatePodRequest,
+    request_field="pod",
+    service="tinykube.v1.Pods",
+    stub=pod_pb2_grpc.PodsStub,
+    add_servicer=pod_pb2_grpc.add_PodsServicer_to_server,
+    has_status=True,
+    short_names=("po", "pod"),
+)
+NODE = KindInfo(
+    kind="Node",
+    plural="nodes",
+    namespaced=False,
+    message=node_pb2.Node,
+    list_message=node_pb2.NodeList,
+    watch_event=node_pb2.NodeWatchEvent,
+    create_request=node_pb2.CreateNodeRequest,
+    update_request=node_pb2.UpdateNodeRequest,
+    request_field="node",
+    service="tinykube.v1.Nodes",
+    stub=node_pb2_grpc.NodesStub,
+    add_servicer=node_pb2_grpc.add_NodesServicer_to_server,
+    has_status=True,
+    short_names=("no", "node"),
+)
+REPLICA_SET = KindInfo(
+    kind="ReplicaSet",
+    plural="replicasets",
+    namespaced=True,
+    message=replicaset_pb2.ReplicaSet,
+    list_message=replicaset_pb2.ReplicaSetList,
+    watch_event=replicaset_pb2.ReplicaSetWatchEvent,
+    create_request=replicaset_pb2.CreateReplicaSetRequest,
+    update_request=replicaset_pb2.UpdateReplicaSetRequest,
+    request_field="replica_set",
+    service="tinykube.v1.ReplicaSets",
+    stub=replicaset_pb2_grpc.ReplicaSetsStub,
+    add_servicer=replicaset_pb2_grpc.add_ReplicaSetsServicer_to_server,
+    has_status=True,
+    short_names=("rs", "replicaset"),
+)
+EVENT = KindInfo(
+    kind="Event",
+    plural="events",
+    namespaced=True,
+    message=event_pb2.Event,
+    list_message=event_pb2.EventList,
+    watch_event=event_pb2.EventWatchEvent,
+    create_request=event_pb2.CreateEventRequest,
+    update_request=event_pb2.UpdateEventRequest,
+    request_field="event",
+    service="tinykube.v1.Events",
+    stub=event_pb2_grpc.EventsStub,
+    add_servicer=event_pb2_grpc.add_EventsServicer_to_server,
+    has_status=False,
+    short_names=("ev", "event"),
+)
+LEASE = KindInfo(
+    kind="Lease",
+    plural="leases",
+    namespaced=True,
+    message=lease_pb2.Lease,
+    list_message=lease_pb2.LeaseList,
+    watch_event=lease_pb2.LeaseWatchEvent,
+    create_request=lease_pb2.CreateLeaseRequest,
+    update_request=lease_pb2.UpdateLeaseRequest,
+    request_field="lease",
+    service="tinykube.v1.Leases",
+    stub=lease_pb2_grpc.LeasesStub,
+    add_servicer=lease_pb2_grpc.add_LeasesServicer_to_server,
+    has_status=False,
+    short_names=("lease",),
+)
+
+ALL_KINDS: tuple[KindInfo, ...] = (POD, NODE, REPLICA_SET, EVENT, LEASE)
+BY_KIND: dict[str, KindInfo] = {k.kind: k for k in ALL_KINDS}
+BY_PLURAL: dict[str, KindInfo] = {k.plural: k for k in ALL_KINDS}
+
+
+def lookup(resource: str) -> KindInfo:
+    """Find a kind by plural, singular, short name or Kind, case-insensitively ("po", "Pod")."""
+    wanted = resource.lower()
+    for info in ALL_KINDS:
+        if wanted in (info.plural, info.kind.lower(), *info.short_names):
+            return info
+    known = ", ".join(k.plural for k in ALL_KINDS)
+    raise KeyError(f'the server doesn\'t have a resource type "{resource}" (known: {known})')

@@ -1,0 +1,86 @@
+"""Kubernetes resource quantities ("500m", "1.5Gi", "2e3"), parsed strictly and exactly.
+
+A quantity is a signed decimal number followed by one suffix: a binary SI suffix (Ki, Mi, Gi,
+Ti, Pi, Ei), a decimal SI suffix (n, u, m, "", k, M, G, T, P, E) or a decimal exponent (e3,
+E-2). Anything else ("1 Gi", "1gi", "1KB", "1.2.3", "") is rejected with a message saying what
+is accepted. Values are exact fractions; `milli_value` and `value` round up, as Kubernetes does,
+so a request can never be under-counted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+_NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+_SUFFIX = r"(?:Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?"
+_QUANTITY_RE = re.compile(rf"^({_NUMBER})({_SUFFIX})$")
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 10**3),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+}
+
+FORMAT_HINT = (
+    "quantities must match the regular expression "
+    "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (e.g. 500m, 1.5Gi, 2, 1e3)"
+)
+
+
+class QuantityError(ValueError):
+    """A string that is not a Kubernetes quantity."""
+
+
+def parse_quantity(text: str) -> Fraction:
+    """The exact value of a quantity string; raises QuantityError when it is not one."""
+    if not isinstance(text, str) or not text:
+        raise QuantityError(f"quantity {text!r} is empty; {FORMAT_HINT}")
+    match = _QUANTITY_RE.match(text)
+    if match is None:
+        raise QuantityError(f"quantity {text!r} is malformed; {FORMAT_HINT}")
+    number, suffix = match.groups()
+    if number in {"+", "-", "+.", "-.", "."}:
+        raise QuantityError(f"quantity {text!r} has no digits; {FORMAT_HINT}")
+    value = Fraction(number)
+    if suffix in _BINARY:
+        return value * _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return value * _DECIMAL[suffix]
+    exponent = int(suffix[1:])
+    if abs(exponent) > 64:
+        raise QuantityError(f"quantity {text!r} has an exponent out of range")
+    return value * Fraction(10) ** exponent
+
+
+def milli_value(text: str) -> int:
+    """The quantity in thousandths, rounded up: "250m" -> 250, "1" -> 1000, "0.1m" -> 1."""
+    return math.ceil(parse_quantity(text) * 1000)
+
+
+def value(text: str) -> int:
+    """The quantity in whole units, rounded up: "1Ki" -> 1024, "500m" -> 1."""
+    return math.ceil(parse_quantity(text))
+
+
+def format_milli(millis: int) -> str:
+    """Render thousandths the way Kubernetes prints cpu: 1500 -> "1500m", 2000 -> "2"."""
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def format_bytes(n: int) -> str:
+    """Render a byte count with the largest exact binary suffix: 1048576 -> "1Mi"."""
+    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+        unit = _BINARY[suffix]
+        if n and n % unit == 0:
+            return f"{n // unit}{suffix}"
+    return str(n)
