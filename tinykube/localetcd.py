@@ -116,10 +116,9 @@ class EtcdServer:
                 raise RuntimeError(
                     f"etcd exited with {self.process.returncode}; see {self.log_file}"
                 )
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(url, timeout=1) as resp:
-                    if b'"health":"true"' in resp.read():
-                        return
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as resp:
+                if b'"health":"true"' in resp.read():
+                    return
             time.sleep(0.05)
         raise TimeoutError(f"etcd at {self.endpoint} not healthy after {timeout}s")
 
