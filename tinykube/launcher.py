@@ -1,0 +1,478 @@
+"""Run a whole tinykube cluster on this machine: etcd plus every component as its own OS process.
+
+`LocalCluster` is what `tinykube up` and the e2e tests use. It starts a real etcd
+(`tinykube.localetcd.EtcdServer`), then `python -m apiserver`, `python -m scheduler`,
+`python -m controller` and one `python -m kubelet --node-name X` per node, each in its own
+process group with stdout and stderr in `work_dir/logs/<name>.log`, and waits on each one's
+`grpc.health.v1` RPC. A component whose package has no `__main__.py` yet is skipped with a note.
+
+Component names: "etcd", "apiserver", "scheduler", "controller", and "kubelet-<node>" per kubelet
+(the bare node name is accepted as an alias). `start_component("scheduler-2")` starts one more
+instance of a known component on a free port (e.g. a second, leader-elected scheduler).
+
+Flags every component gets (DESIGN.md, "ports"): `--bind-address 127.0.0.1:PORT` and
+`--apiserver 127.0.0.1:APIPORT`; the apiserver gets `--etcd-servers` and `--bind-address`;
+kubelets `--node-name` and `--runtime`. `extra_args[name]` is appended to a component's command.
+
+Concurrency model: plain blocking code (subprocess + a synchronous gRPC health probe), so it can
+be driven from a CLI, from a synchronous test, or from inside a running event loop. Nothing here
+is thread-safe; one owner drives a cluster.
+
+Orphans: `stop` sends SIGTERM to each process group, then SIGKILL after a grace period. Before
+signalling, it records every descendant of each component (kubelet containers may live in their
+own sessions) and kills the survivors afterwards, also for components earlier killed with
+`kill(name, SIGKILL)` whose children were re-parented. A failed `start` stops what it started,
+and an `atexit` hook stops a cluster its owner forgot.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from tinykube.health import wait_healthy
+from tinykube.localetcd import EtcdServer, free_port
+
+log = logging.getLogger(__name__)
+
+# Default ports of `tinykube up` (DESIGN.md); tests pass 0 for free ports.
+DEFAULT_ETCD_PORT = 2379
+DEFAULT_APISERVER_PORT = 6443
+DEFAULT_SCHEDULER_PORT = 10259
+DEFAULT_CONTROLLER_PORT = 10257
+DEFAULT_KUBELET_PORT = 10250
+
+HOST = "127.0.0.1"
+LOG_TAIL_LINES = 40
+
+
+@dataclass
+class Component:
+    """One component process: how to start it and where it serves."""
+
+    name: str
+    module: str  # the package run with `python -m`
+    port: int
+    args: list[str] = field(default_factory=list)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+class ComponentError(RuntimeError):
+    """A component failed to start or to become healthy; the message holds its log's tail."""
+
+
+def has_main(package: str) -> bool:
+    """Whether `python -m package` can run (the package and its `__main__` exist)."""
+    try:
+        return importlib.util.find_spec(f"{package}.__main__") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+
+def _proc_start_time(pid: int) -> str | None:
+    """Field 22 of /proc/PID/stat (start time in clock ticks): tells a pid from its reuse."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces; fields after it are plain.
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every live descendant of `pid` mapped to its start time (empty where /proc is absent)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return {}
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found: dict[int, str] = {}
+    stack = list(children.get(pid, []))
+    while stack:
+        child = stack.pop()
+        start = _proc_start_time(child)
+        if start is not None:
+            found[child] = start
+        stack.extend(children.get(child, []))
+    return found
+
+
+class LocalCluster:
+    """etcd + apiserver + scheduler + controller manager + kubelets as local OS processes."""
+
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str],
+        *,
+        apiserver_port: int = 0,
+        scheduler: bool = True,
+        controller: bool = True,
+        kubelets: Iterable[str] = ("node-1", "node-2"),
+        kubelet_runtime: str = "process",
+        extra_args: Mapping[str, list[str]] | None = None,
+        etcd_port: int = 0,
+        scheduler_port: int = 0,
+        controller_port: int = 0,
+        kubelet_port: int = 0,
+        start_timeout: float = 60.0,
+        stop_grace: float = 10.0,
+        etcd_endpoint: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Ports 0 pick free ports. `kubelet_port` is the first kubelet's; the i-th gets +i.
+
+        `etcd_endpoint` reuses a running etcd instead of starting one (tests that share a
+        session etcd should also pass a distinct `--etcd-prefix` in extra_args["apiserver"]).
+        """
+        self.work_dir = Path(work_dir).resolve()
+        self.logs_dir = self.work_dir / "logs"
+        self.extra_args: dict[str, list[str]] = {k: list(v) for k, v in (extra_args or {}).items()}
+        self.kubelet_runtime = kubelet_runtime
+        self.start_timeout = start_timeout
+        self.stop_grace = stop_grace
+        self.env = dict(env or {})
+        self.skipped: list[str] = []  # notes on components that could not be started
+        self._external_etcd = etcd_endpoint
+        self._etcd_port = etcd_port
+        self.etcd: EtcdServer | None = None
+        self._orphans: dict[int, str] = {}  # pid -> start time, killed at stop
+        self._started = False
+        self._atexit_registered = False
+
+        api_port = apiserver_port or free_port(HOST)
+        self.api_address = f"{HOST}:{api_port}"
+        self.components: dict[str, Component] = {}
+        self.components["apiserver"] = Component("apiserver", "apiserver", api_port)
+        if scheduler:
+            self.components["scheduler"] = Component(
+                "scheduler", "scheduler", scheduler_port or free_port(HOST)
+            )
+        if controller:
+            self.components["controller"] = Component(
+                "controller", "controller", controller_port or free_port(HOST)
+            )
+        for i, node in enumerate(kubelets):
+            port = kubelet_port + i if kubelet_port else free_port(HOST)
+            self.components[f"kubelet-{node}"] = Component(
+                f"kubelet-{node}", "kubelet", port, ["--node-name", node]
+            )
+
+    # ---- addresses and processes -------------------------------------------------------
+
+    @property
+    def etcd_endpoint(self) -> str:
+        if self._external_etcd:
+            return self._external_etcd
+        if self.etcd is None:
+            raise RuntimeError("etcd is not started")
+        return self.etcd.endpoint
+
+    @property
+    def processes(self) -> dict[str, subprocess.Popen[bytes]]:
+        """Running and exited processes by component name, etcd included."""
+        found: dict[str, subprocess.Popen[bytes]] = {}
+        if self.etcd is not None and self.etcd.process is not None:
+            found["etcd"] = self.etcd.process
+        for name, comp in self.components.items():
+            if comp.process is not None:
+                found[name] = comp.process
+        return found
+
+    @property
+    def addresses(self) -> dict[str, str]:
+        """gRPC address of every component that was started (etcd's client URL host:port)."""
+        found = {name: c.address for name, c in self.components.items() if c.process}
+        if self.etcd is not None or self._external_etcd:
+            found["etcd"] = self.etcd_endpoint
+        return found
+
+    def address(self, name: str) -> str:
+        return self._component(name).address
+
+    def log_path(self, name: str) -> Path:
+        return self.logs_dir / f"{self._resolve(name)}.log"
+
+    def _resolve(self, name: str) -> str:
+        if name == "etcd" or name in self.components:
+            return name
+        if f"kubelet-{name}" in self.components:
+            return f"kubelet-{name}"
+        raise KeyError(f"no component {name!r}; known: etcd, {', '.join(self.components)}")
+
+    def _component(self, name: str) -> Component:
+        resolved = self._resolve(name)
+        if resolved == "etcd":
+            raise KeyError("etcd is not a tinykube component; use .etcd")
+        return self.components[resolved]
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start etcd, then the apiserver, then everything else; wait until all are SERVING.
+
+        On any failure, stops whatever was started and raises ComponentError.
+        """
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self._started = True
+        if not self._atexit_registered:
+            atexit.register(self.stop)
+            self._atexit_registered = True
+        try:
+            if not self._external_etcd:
+                self._start_etcd()
+            self._spawn(self.components["apiserver"])
+            self._wait(self.components["apiserver"])
+            rest = [c for c in self.components.values() if c.name != "apiserver"]
+            # Start all the others at once, then wait: their start-up (imports, informer sync)
+            # overlaps instead of adding up.
+            started = [c for c in rest if self._spawn(c)]
+            for comp in started:
+                self._wait(comp)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_etcd(self) -> None:
+        self.etcd = EtcdServer(
+            data_dir=str(self.work_dir / "etcd"),
+            client_port=self._etcd_port,
+            log_file=str(self.logs_dir / "etcd.log"),
+        )
+        try:
+            self.etcd.start(timeout=self.start_timeout)
+        except Exception as exc:
+            self.etcd.stop()
+            raise ComponentError(
+                f"etcd failed to start: {exc}\n--- tail of {self.etcd.log_file} ---\n"
+                f"{log_tail(Path(self.etcd.log_file))}"
+            ) from exc
+
+    def command(self, comp: Component) -> list[str]:
+        """The full command line of a component."""
+        base = [sys.executable, "-m", comp.module]
+        if comp.module == "apiserver":
+            base += ["--etcd-servers", self.etcd_endpoint, "--bind-address", comp.address]
+        else:
+            base += ["--apiserver", self.api_address, "--bind-address", comp.address]
+        if comp.module == "kubelet":
+            base += ["--runtime", self.kubelet_runtime]
+        # extra_args keyed by module ("kubelet") apply to every instance of it, keyed by
+        # component name ("kubelet-node-1", "scheduler-2") to that one only.
+        extra = list(self.extra_args.get(comp.module, []))
+        if comp.name != comp.module:
+            extra += self.extra_args.get(comp.name, [])
+        return [*base, *comp.args, *extra]
+
+    def _spawn(self, comp: Component) -> bool:
+        """Start one component's process (not waiting); False if its package cannot run yet."""
+        if not has_main(comp.module):
+            note = f"{comp.name}: skipped, {comp.module}/__main__.py does not exist yet"
+            if note not in self.skipped:
+                self.skipped.append(note)
+            log.warning("%s", note)
+            return False
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        log_file = self.logs_dir / f"{comp.name}.log"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        with open(log_file, "ab") as out:
+            out.write(f"--- {time.strftime('%H:%M:%S')} starting {comp.name}\n".encode())
+            out.flush()
+            comp.process = subprocess.Popen(
+                self.command(comp),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.work_dir,
+                env=env,
+                # Its own process group (and session): a Ctrl-C in our terminal reaches only
+                # us, and stop() can signal the component together with its children.
+                start_new_session=True,
+            )
+        log.info("started %s (pid %d) on %s", comp.name, comp.process.pid, comp.address)
+        return True
+
+    def _wait(self, comp: Component) -> None:
+        proc = comp.process
+        assert proc is not None
+        try:
+            wait_healthy(comp.address, self.start_timeout, alive=lambda: proc.poll() is None)
+        except (TimeoutError, RuntimeError) as exc:
+            status = proc.poll()
+            why = f"exited with code {status}" if status is not None else str(exc)
+            raise ComponentError(
+                f"{comp.name} did not become healthy on {comp.address}: {why}\n"
+                f"--- tail of {self.logs_dir / (comp.name + '.log')} ---\n"
+                f"{log_tail(self.logs_dir / (comp.name + '.log'))}"
+            ) from exc
+
+    def start_component(self, name: str, extra_args: list[str] | None = None) -> None:
+        """Start (or start again) one component and wait until it is SERVING.
+
+        A name not yet known is a new instance of the component its prefix names:
+        "scheduler-2" runs `python -m scheduler` on a free port; "kubelet-n3" a kubelet for
+        node n3. `extra_args` are appended to its command line (and remembered).
+        """
+        if name == "etcd":
+            self._restart_etcd()
+            return
+        try:
+            comp = self._component(name)
+        except KeyError:
+            comp = self._new_component(name)
+            self.components[name] = comp
+        if comp.running():
+            raise RuntimeError(f"{comp.name} is already running (pid {comp.process.pid})")  # type: ignore[union-attr]
+        if extra_args:
+            comp.args = [*comp.args, *extra_args]
+        if not self._spawn(comp):
+            raise ComponentError(self.skipped[-1])
+        try:
+            self._wait(comp)
+        except BaseException:
+            self._terminate([comp])
+            raise
+
+    def _new_component(self, name: str) -> Component:
+        for module in ("apiserver", "scheduler", "controller"):
+            if name.startswith(module):
+                return Component(name, module, free_port(HOST))
+        if name.startswith("kubelet-"):
+            node = name.removeprefix("kubelet-")
+            return Component(name, "kubelet", free_port(HOST), ["--node-name", node])
+        raise KeyError(f"cannot tell which component {name!r} is; name it scheduler-2, ...")
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send `sig` to a component's process group (as a crash or an operator would).
+
+        For SIGKILL and SIGTERM this waits until the process is gone. Children that outlive it
+        (a kubelet's containers) are remembered and killed by `stop`.
+        """
+        resolved = self._resolve(name)
+        if resolved == "etcd":
+            if self.etcd is None:
+                raise RuntimeError("etcd is external or not started")
+            proc = self.etcd.process
+        else:
+            proc = self.components[resolved].process
+        if proc is None or proc.poll() is not None:
+            return
+        self._orphans.update(descendants(proc.pid))
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            try:
+                proc.wait(self.stop_grace if sig == signal.SIGTERM else 10.0)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+    def restart(self, name: str) -> None:
+        """Stop a component (SIGTERM, then SIGKILL) if it runs, start it again, wait healthy."""
+        resolved = self._resolve(name)
+        if resolved == "etcd":
+            self._restart_etcd()
+            return
+        comp = self.components[resolved]
+        if comp.running():
+            self._terminate([comp])
+        self.start_component(resolved)
+
+    def _restart_etcd(self) -> None:
+        if self.etcd is None:
+            raise RuntimeError("etcd is external or not started")
+        self.etcd.stop()
+        self.etcd.start(timeout=self.start_timeout)
+
+    def _terminate(self, comps: list[Component]) -> None:
+        """SIGTERM each running component's group, SIGKILL whatever outlives the grace."""
+        live = [c for c in comps if c.running()]
+        for comp in live:
+            assert comp.process is not None
+            self._orphans.update(descendants(comp.process.pid))
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(comp.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_grace
+        for comp in live:
+            assert comp.process is not None
+            try:
+                comp.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s ignored SIGTERM for %gs; killing it", comp.name, self.stop_grace)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(comp.process.pid, signal.SIGKILL)
+                comp.process.wait()
+            # The group may still hold children that ignored SIGTERM.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(comp.process.pid, signal.SIGKILL)
+
+    def _kill_orphans(self) -> None:
+        for pid, started in list(self._orphans.items()):
+            if _proc_start_time(pid) == started:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        self._orphans.clear()
+
+    def stop(self) -> None:
+        """Stop every component (reverse start order), then etcd; idempotent."""
+        if not self._started:
+            return
+        comps = list(self.components.values())
+        others = [c for c in comps if c.name != "apiserver"]
+        # Clients first, so they do not spend their shutdown retrying a vanished apiserver.
+        self._terminate(others)
+        self._terminate([c for c in comps if c.name == "apiserver"])
+        self._kill_orphans()
+        if self.etcd is not None:
+            self.etcd.stop()
+        self._started = False
+        if self._atexit_registered:
+            atexit.unregister(self.stop)
+            self._atexit_registered = False
