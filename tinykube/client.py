@@ -1,0 +1,263 @@
+"""The typed async client every tinykube component uses to talk to the apiserver.
+
+`Client` owns one grpc.aio channel (keepalive options from `tinykube.serving`) and exposes one
+`ResourceClient` per kind (`client.pods`, `client.nodes`, ...), all built from the `tinykube.kinds`
+table by one generic implementation. Every unary call carries a deadline and is retried with
+jittered exponential backoff on UNAVAILABLE/DEADLINE_EXCEEDED only; every failure is raised as a
+`tinykube.errors` type chained `from` the gRPC error. Watches have no deadline and are not
+retried here: a dropped stream raises `UnavailableError`, a compacted resourceVersion raises
+`ResourceExpiredError`, and the informer decides whether to resume or relist.
+
+Concurrency: a Client belongs to the event loop it was created on; any number of tasks may call
+it at once (gRPC multiplexes calls over the one HTTP/2 connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import TracebackType
+from typing import Any, Generic, Self, cast
+
+import grpc
+from google.protobuf.message import Message
+from typing_extensions import TypeVar
+
+from tinykube import kinds
+from tinykube.errors import DeadlineExceededError, TinykubeError, from_rpc_error
+from tinykube.kinds import KindInfo
+from tinykube.retry import call_with_retries
+from tinykube.serving import CHANNEL_OPTIONS
+from tinykube.v1 import (
+    event_pb2,
+    lease_pb2,
+    meta_pb2,
+    node_pb2,
+    pod_pb2,
+    replicaset_pb2,
+)
+
+# T is the object type; L and E (its List and WatchEvent) default to Any so that
+# `ResourceClient[pod_pb2.Pod]` is a valid annotation too.
+T = TypeVar("T", bound=Message)
+L = TypeVar("L", bound=Message, default=Any)
+E = TypeVar("E", bound=Message, default=Any)
+R = TypeVar("R")
+
+
+def _mapped(exc: grpc.RpcError) -> TinykubeError:
+    return from_rpc_error(exc)
+
+
+class ResourceClient(Generic[T, L, E]):
+    """CRUD + watch for one kind. One implementation, parameterised by a `KindInfo` row."""
+
+    def __init__(self, info: KindInfo, channel: grpc.aio.Channel, owner: Client) -> None:
+        self.info = info
+        self._stub: Any = info.stub(channel)
+        self._owner = owner
+
+    async def _call(self, method: str, request: Message) -> Any:
+        rpc = getattr(self._stub, method)
+        return await self._owner._unary(rpc, request, f"{self.info.service}/{method}")
+
+    def _wrap(self, obj: T) -> Message:
+        return self.info.create_request(**{self.info.request_field: obj})
+
+    async def create(self, obj: T) -> T:
+        return cast(T, await self._call("Create", self._wrap(obj)))
+
+    async def get(self, name: str, namespace: str = "") -> T:
+        request = meta_pb2.GetRequest(namespace=namespace, name=name)
+        return cast(T, await self._call("Get", request))
+
+    async def list(
+        self,
+        namespace: str = "",
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        limit: int = 0,
+        continue_token: str = "",
+        resource_version: str = "",
+    ) -> L:
+        request = meta_pb2.ListRequest(
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            limit=limit,
+            continue_token=continue_token,
+            resource_version=resource_version,
+        )
+        return cast(L, await self._call("List", request))
+
+    async def list_all(
+        self,
+        namespace: str = "",
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        page_size: int = 0,
+    ) -> tuple[builtins.list[T], str]:
+        """Every matching object, following continue tokens; returns (items, resourceVersion).
+
+        The resourceVersion is the first page's, as in Kubernetes: a watch from it misses nothing.
+        """
+        items: builtins.list[T] = []
+        token = ""
+        rv = ""
+        while True:
+            page: Any = await self.list(
+                namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                limit=page_size,
+                continue_token=token,
+            )
+            items.extend(page.items)
+            rv = rv or page.metadata.resource_version
+            token = page.metadata.continue_token
+            if not token or page_size <= 0:
+                return items, rv
+
+    async def update(self, obj: T) -> T:
+        return cast(
+            T,
+            await self._call("Update", self.info.update_request(**{self.info.request_field: obj})),
+        )
+
+    async def update_status(self, obj: T) -> T:
+        if not self.info.has_status:
+            raise TypeError(f"{self.info.kind} has no status subresource")
+        request = self.info.update_request(**{self.info.request_field: obj})
+        return cast(T, await self._call("UpdateStatus", request))
+
+    async def delete(
+        self,
+        name: str,
+        namespace: str = "",
+        *,
+        grace_period_seconds: int | None = None,
+        uid: str = "",
+        resource_version: str = "",
+    ) -> T:
+        request = meta_pb2.DeleteRequest(namespace=namespace, name=name)
+        if grace_period_seconds is not None:
+            request.grace_period_seconds = grace_period_seconds
+        if uid or resource_version:
+            request.preconditions.uid = uid
+            request.preconditions.resource_version = resource_version
+        return cast(T, await self._call("Delete", request))
+
+    async def watch(
+        self,
+        namespace: str = "",
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        resource_version: str = "",
+        allow_bookmarks: bool = False,
+    ) -> AsyncIterator[E]:
+        """Stream `<Kind>WatchEvent`s after `resource_version` until cancelled or the stream ends.
+
+        No deadline (a watch lives as long as its consumer) and no retries; keepalive on the
+        channel turns a cut link into UnavailableError within seconds.
+        """
+        request = meta_pb2.WatchRequest(
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            resource_version=resource_version,
+            allow_watch_bookmarks=allow_bookmarks,
+        )
+        call = self._stub.Watch(request)
+        try:
+            async for event in call:
+                yield cast(E, event)
+        except grpc.RpcError as exc:
+            raise _mapped(exc) from exc
+        finally:
+            call.cancel()
+
+
+class Client:
+    """A connection to the apiserver: `async with Client("127.0.0.1:6443") as c: ...`."""
+
+    pods: ResourceClient[pod_pb2.Pod, pod_pb2.PodList, pod_pb2.PodWatchEvent]
+    nodes: ResourceClient[node_pb2.Node, node_pb2.NodeList, node_pb2.NodeWatchEvent]
+    replica_sets: ResourceClient[
+        replicaset_pb2.ReplicaSet,
+        replicaset_pb2.ReplicaSetList,
+        replicaset_pb2.ReplicaSetWatchEvent,
+    ]
+    events: ResourceClient[event_pb2.Event, event_pb2.EventList, event_pb2.EventWatchEvent]
+    leases: ResourceClient[lease_pb2.Lease, lease_pb2.LeaseList, lease_pb2.LeaseWatchEvent]
+
+    def __init__(self, target: str, *, timeout: float = 10.0, retries: int = 5) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.retries = retries
+        self.channel = grpc.aio.insecure_channel(target, options=list(CHANNEL_OPTIONS))
+        self.pods = ResourceClient(kinds.POD, self.channel, self)
+        self.nodes = ResourceClient(kinds.NODE, self.channel, self)
+        self.replica_sets = ResourceClient(kinds.REPLICA_SET, self.channel, self)
+        self.events = ResourceClient(kinds.EVENT, self.channel, self)
+        self.leases = ResourceClient(kinds.LEASE, self.channel, self)
+        self._by_kind: dict[str, ResourceClient[Any, Any, Any]] = {
+            r.info.kind: r
+            for r in (self.pods, self.nodes, self.replica_sets, self.events, self.leases)
+        }
+
+    def resource(self, kind: str | KindInfo) -> ResourceClient[Any, Any, Any]:
+        """The untyped ResourceClient for a kind given as KindInfo, Kind, plural or short name."""
+        info = kind if isinstance(kind, KindInfo) else kinds.lookup(kind)
+        return self._by_kind[info.kind]
+
+    async def _unary(self, rpc: Callable[..., Awaitable[R]], request: Message, what: str = "") -> R:
+        async def attempt() -> R:
+            try:
+                return await rpc(request, timeout=self.timeout)
+            except grpc.RpcError as exc:
+                raise _mapped(exc) from exc
+
+        return await call_with_retries(attempt, retries=self.retries)
+
+    async def bind(self, namespace: str, name: str, node_name: str, uid: str = "") -> str:
+        """Bind a pod to a node (a compare-and-swap on the server); returns the new resourceVersion.
+
+        ALREADY_EXISTS means another binder won; FAILED_PRECONDITION means the pod is being
+        deleted or its uid changed; NOT_FOUND means the pod or node is gone.
+        """
+        binding = pod_pb2.Binding(
+            metadata=meta_pb2.ObjectMeta(name=name, namespace=namespace, uid=uid),
+            target=meta_pb2.ObjectReference(kind="Node", name=node_name),
+        )
+        stub: Any = self.pods._stub
+        response: pod_pb2.BindResponse = await self._unary(
+            stub.Bind, pod_pb2.BindRequest(binding=binding), "tinykube.v1.Pods/Bind"
+        )
+        return response.resource_version
+
+    async def wait_ready(self, timeout: float) -> None:  # noqa: ASYNC109 (the contract's API)
+        """Wait until the channel is connected; DeadlineExceededError after `timeout` seconds."""
+        try:
+            await asyncio.wait_for(self.channel.channel_ready(), timeout)
+        except TimeoutError as exc:
+            raise DeadlineExceededError(
+                f"apiserver at {self.target} not reachable within {timeout:g}s"
+            ) from exc
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,84 @@
+"""Retry policy shared by every client call, and a small backoff helper for long-running loops.
+
+`call_with_retries` runs one unary RPC attempt function under tenacity: only failures that
+`tinykube.errors.is_retryable` accepts (UNAVAILABLE, DEADLINE_EXCEEDED) are retried, with
+jittered exponential backoff, so a conflict or a validation error reaches the caller at once.
+`Backoff` is the same shape of delay for loops that never give up (informer watches, leases);
+it sleeps on an injected clock so tests drive it by hand. Everything runs on the caller's task.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from tinykube.clock import Clock
+from tinykube.errors import is_retryable
+
+R = TypeVar("R")
+
+# First retry after ~100 ms, doubling, capped at 2 s: an apiserver restart (a second or two)
+# is ridden out by the default 5 retries without hammering a server that is down.
+INITIAL_BACKOFF = 0.1
+MAX_BACKOFF = 2.0
+
+
+async def call_with_retries(
+    attempt: Callable[[], Awaitable[R]],
+    *,
+    retries: int,
+    initial: float = INITIAL_BACKOFF,
+    maximum: float = MAX_BACKOFF,
+) -> R:
+    """Run `attempt` until it succeeds, fails with a non-retryable error, or retries run out.
+
+    The last error is re-raised as is (not wrapped in tenacity's RetryError).
+    """
+    retrying = AsyncRetrying(
+        retry=retry_if_exception(is_retryable),
+        stop=stop_after_attempt(max(1, retries + 1)),
+        wait=wait_exponential_jitter(initial=initial, max=maximum, jitter=initial),
+        reraise=True,
+    )
+    return await retrying(attempt)
+
+
+class Backoff:
+    """Jittered exponential delays for retry loops: `await backoff.wait()`, `backoff.reset()`."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        initial: float = 0.2,
+        maximum: float = 30.0,
+        factor: float = 2.0,
+        jitter: float = 0.2,
+    ) -> None:
+        self._clock = clock
+        self.initial = initial
+        self.maximum = maximum
+        self.factor = factor
+        self.jitter = jitter
+        self.failures = 0
+
+    def next_delay(self) -> float:
+        """The delay for the next failure (advances the failure count)."""
+        base = min(self.maximum, self.initial * self.factor**self.failures)
+        self.failures += 1
+        # Jitter spreads reconnects of many clients after a shared outage.
+        return base * (1.0 + self.jitter * random.random())
+
+    async def wait(self) -> None:
+        await self._clock.sleep(self.next_delay())
+
+    def reset(self) -> None:
+        self.failures = 0
