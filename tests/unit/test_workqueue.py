@@ -1,8 +1,9 @@
-"""WorkQueue: dedup, never-twice-at-once, re-add after done, delays and rate limits on a FakeClock."""
+"""WorkQueue: dedup, one worker per key, re-add after done, delays and rate limits (FakeClock)."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -138,7 +139,7 @@ def test_item_backoff_doubles_to_cap_and_forget_resets() -> None:
     delays = [limiter.when("k") for _ in range(20)]
     assert delays[:4] == [0.005, 0.01, 0.02, 0.04]
     assert delays[-1] == 1000.0
-    assert all(b >= a for a, b in zip(delays, delays[1:], strict=False))
+    assert all(b >= a for a, b in itertools.pairwise(delays))
     assert limiter.num_requeues("k") == 20
     assert limiter.when("other") == 0.005  # per key
     limiter.forget("k")
