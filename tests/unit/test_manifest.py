@@ -1,0 +1,171 @@
+"""Manifests: Kubernetes-shaped YAML/JSON to protobuf and back, strictly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tinykube.manifest import ManifestError, load_manifests, parse_object, to_dict, to_json, to_yaml
+from tinykube.v1 import lease_pb2, node_pb2, pod_pb2, replicaset_pb2
+
+MULTI = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  namespace: prod
+  labels: {app: web}
+  creationTimestamp: 2024-01-01T00:00:00Z
+spec:
+  containers:
+  - name: c
+    image: nginx
+    command: [sleep, "30"]
+    resources:
+      requests: {cpu: 1, memory: 128Mi}
+      limits: {cpu: 1.5}
+  tolerations:
+  - {key: dedicated, operator: Equal, value: gpu, effect: NoSchedule, tolerationSeconds: 30}
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: rs}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: c, image: x}]}
+---
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: l, namespace: kube-node-lease}
+spec: {holderIdentity: node-1, leaseDurationSeconds: 40}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n1}
+status:
+  capacity: {cpu: 4, pods: 110}
+---
+"""
+
+
+def test_multi_document_yaml_becomes_typed_objects() -> None:
+    objs = load_manifests(MULTI)
+    assert [o.info.kind for o in objs] == ["Pod", "ReplicaSet", "Lease", "Node"]
+    assert [o.index for o in objs] == [1, 2, 3, 4]
+
+    pod = objs[0].obj
+    assert isinstance(pod, pod_pb2.Pod)
+    assert (objs[0].name, objs[0].namespace) == ("web", "prod")
+    assert pod.metadata.labels == {"app": "web"}
+    assert pod.metadata.creation_timestamp.seconds == 1704067200
+    container = pod.spec.containers[0]
+    assert list(container.command) == ["sleep", "30"]
+    # YAML numbers in quantity maps are quantities, as Kubernetes accepts them.
+    assert dict(container.resources.requests) == {"cpu": "1", "memory": "128Mi"}
+    assert dict(container.resources.limits) == {"cpu": "1.5"}
+    assert pod.spec.tolerations[0].toleration_seconds == 30
+
+    rs = objs[1].obj
+    assert isinstance(rs, replicaset_pb2.ReplicaSet)
+    # Stored with tinykube's apiVersion, whatever upstream group the manifest named.
+    assert rs.api_version == "v1"
+    assert rs.spec.replicas == 3
+    assert rs.spec.template.spec.containers[0].image == "x"
+
+    lease = objs[2].obj
+    assert isinstance(lease, lease_pb2.Lease)
+    assert lease.spec.holder_identity == "node-1"
+
+    node = objs[3].obj
+    assert isinstance(node, node_pb2.Node)
+    assert dict(node.status.capacity) == {"cpu": "4", "pods": "110"}
+
+
+def test_json_input_and_kind_list() -> None:
+    text = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"}},
+                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "b"}},
+            ],
+        }
+    )
+    assert [o.name for o in load_manifests(text)] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        (
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containrs: []}",
+            'error in document 2 of f.yaml: unknown field "spec.containrs"',
+        ),
+        (
+            "apiVersion: v1\nkind: Pod\nspec: {containers: [{name: c, imag: x}]}",
+            'unknown field "spec.containers[0].imag"',
+        ),
+        (
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: x, lables: {}}",
+            'unknown field "metadata.lables"',
+        ),
+        ("apiVersion: v1\nkind: Pod\nspec: {priority: high}", "spec.priority: "),
+        ("apiVersion: v1\nkind: Pod\nspec: {containers: {}}", "spec.containers: expected a list"),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {labels: {a: 1}}", "metadata.labels: "),
+        ("kind: Pod", "Object 'apiVersion' is missing"),
+        ("apiVersion: v1", "Object 'Kind' is missing"),
+        ("apiVersion: v1\nkind: Deployment", 'no matches for kind "Deployment"'),
+        ("apiVersion: apps/v1\nkind: Pod", 'no matches for kind "Pod" in version "apps/v1"'),
+        ("- a\n- b", "expected an object, got list"),
+    ],
+)
+def test_bad_documents_name_document_and_field(doc: str, message: str) -> None:
+    text = "apiVersion: v1\nkind: Node\nmetadata: {name: ok}\n---\n" + doc
+    with pytest.raises(ManifestError) as info:
+        load_manifests(text, "f.yaml")
+    assert message in str(info.value)
+    assert "document 2" in str(info.value)
+
+
+def test_yaml_syntax_error_is_a_manifest_error() -> None:
+    with pytest.raises(ManifestError, match=r"error parsing f\.yaml"):
+        load_manifests("a: [", "f.yaml")
+
+
+def test_empty_documents_are_skipped() -> None:
+    assert load_manifests("---\n---\n") == []
+
+
+def test_output_omits_empty_fields_and_prints_int64_as_numbers() -> None:
+    pod = pod_pb2.Pod(api_version="v1", kind="Pod")
+    pod.metadata.name = "web"
+    pod.metadata.generation = 2
+    pod.metadata.labels["b"] = "2"
+    pod.metadata.labels["a"] = "1"
+    pod.spec.termination_grace_period_seconds = 30
+    data = to_dict(pod)
+    assert data == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "generation": 2, "labels": {"a": "1", "b": "2"}},
+        "spec": {"terminationGracePeriodSeconds": 30},
+    }
+    assert list(data["metadata"]["labels"]) == ["a", "b"]
+
+
+def test_round_trip_through_yaml_and_json() -> None:
+    objs = [o.obj for o in load_manifests(MULTI)]
+    single = yaml.safe_load(to_yaml(objs[0]))
+    assert parse_object(single).obj == objs[0]
+    listed = yaml.safe_load(to_yaml(objs, resource_version="42"))
+    assert listed["kind"] == "List"
+    assert listed["metadata"] == {"resourceVersion": "42"}
+    assert [parse_object(d).obj for d in listed["items"]] == objs
+    as_json = json.loads(to_json(objs))
+    assert [parse_object(d).obj for d in as_json["items"]] == objs

@@ -1,0 +1,286 @@
+"""Kubernetes-shaped YAML/JSON manifests to and from tinykube's protobuf objects.
+
+`load_manifests` reads a multi-document YAML (or JSON) text, one object per document (a
+`kind: List` document contributes its items), and returns typed protobuf messages. Parsing is
+strict, like `kubectl apply`'s strict decoding: an unknown field is an error naming the
+document and the field's full path (`document 2: unknown field "spec.containrs"`). Quantities
+may be written as YAML numbers (`cpu: 1`) as Kubernetes allows; everything else must have its
+JSON type. `to_dict`, `to_yaml` and `to_json` print objects the way `kubectl get -o yaml|json`
+does: empty fields omitted, int64 fields as numbers, and several objects as a `kind: List`.
+
+Accepted apiVersions: `v1` for every kind, also `apps/v1` for ReplicaSet and
+`coordination.k8s.io/v1` for Lease (so upstream manifests apply unchanged). Objects are stored
+with tinykube's own apiVersion, `v1`. Pure functions, no I/O beyond the text given.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+from tinykube.kinds import API_VERSION, BY_KIND, KindInfo
+
+# apiVersions accepted per kind besides "v1" (the upstream group of that kind).
+EXTRA_API_VERSIONS: dict[str, tuple[str, ...]] = {
+    "ReplicaSet": ("apps/v1",),
+    "Lease": ("coordination.k8s.io/v1",),
+}
+
+# map<string,string> fields holding quantities: a YAML number there is a quantity ("cpu: 1").
+QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
+
+_INT64_TYPES = frozenset(
+    {
+        FieldDescriptor.CPPTYPE_INT64,
+        FieldDescriptor.CPPTYPE_UINT64,
+    }
+)
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot become an object; the message names the document and field."""
+
+
+@dataclass(frozen=True)
+class ManifestObject:
+    """One object read from a manifest, with the kind it is and where it came from."""
+
+    info: KindInfo
+    obj: Message
+    index: int  # 1-based document number in the source text
+
+    @property
+    def name(self) -> str:
+        return str(self.obj.metadata.name)  # type: ignore[attr-defined]
+
+    @property
+    def namespace(self) -> str:
+        return str(self.obj.metadata.namespace)  # type: ignore[attr-defined]
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that keeps timestamps as strings: protobuf parses RFC 3339 itself."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def load_manifests(text: str, source: str = "") -> list[ManifestObject]:
+    """Every object in a (multi-document) YAML or JSON text, in order."""
+    where = f" of {source}" if source else ""
+    try:
+        documents = list(yaml.load_all(text, Loader=_Loader))
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"error parsing {source or 'manifest'}: {exc}") from exc
+    objects: list[ManifestObject] = []
+    for index, doc in enumerate(documents, start=1):
+        if doc is None:  # an empty document, e.g. after a trailing "---"
+            continue
+        try:
+            if isinstance(doc, dict) and doc.get("kind") == "List":
+                for j, item in enumerate(doc.get("items") or []):
+                    try:
+                        objects.append(parse_object(item, index))
+                    except ManifestError as exc:
+                        raise ManifestError(f"items[{j}]: {exc}") from exc
+            else:
+                objects.append(parse_object(doc, index))
+        except ManifestError as exc:
+            raise ManifestError(f"error in document {index}{where}: {exc}") from exc
+    return objects
+
+
+def kind_of(doc: dict[str, Any]) -> KindInfo:
+    """The kind a document declares, checking its apiVersion."""
+    kind = doc.get("kind")
+    api_version = doc.get("apiVersion")
+    if not kind:
+        raise ManifestError("Object 'Kind' is missing")
+    if not api_version:
+        raise ManifestError("Object 'apiVersion' is missing")
+    info = BY_KIND.get(str(kind))
+    if info is None:
+        known = ", ".join(sorted(BY_KIND))
+        raise ManifestError(f'no matches for kind "{kind}" (known kinds: {known})')
+    accepted = (API_VERSION, *EXTRA_API_VERSIONS.get(info.kind, ()))
+    if api_version not in accepted:
+        raise ManifestError(
+            f'no matches for kind "{kind}" in version "{api_version}" '
+            f"(accepted: {', '.join(accepted)})"
+        )
+    return info
+
+
+def parse_object(doc: Any, index: int = 1) -> ManifestObject:
+    """One document (a dict in Kubernetes JSON shape) as a typed object."""
+    if not isinstance(doc, dict):
+        raise ManifestError(f"expected an object, got {type(doc).__name__}")
+    info = kind_of(doc)
+    body = copy.deepcopy(doc)
+    body["apiVersion"] = API_VERSION
+    errors: list[str] = []
+    _check_fields(info.message.DESCRIPTOR, body, "", errors)
+    if errors:
+        raise ManifestError("; ".join(errors))
+    obj = info.message()
+    try:
+        json_format.ParseDict(body, obj, ignore_unknown_fields=False)
+    except json_format.ParseError as exc:
+        raise ManifestError(_clean_parse_error(str(exc))) from exc
+    return ManifestObject(info, obj, index)
+
+
+# Descriptors are typed Any: protobuf 7 hands out upb descriptors its stubs do not describe.
+def _field_map(desc: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for f in desc.fields:
+        fields[f.name] = f
+        fields[f.json_name] = f
+    return fields
+
+
+def _is_map(f: Any) -> bool:
+    return (
+        f.type == FieldDescriptor.TYPE_MESSAGE
+        and f.message_type is not None
+        and f.message_type.GetOptions().map_entry
+    )
+
+
+def _is_repeated(f: Any) -> bool:
+    return bool(f.is_repeated)
+
+
+def _is_plain_message(f: Any) -> bool:
+    # Well-known types (Timestamp, ...) have their own JSON forms; ParseDict checks those.
+    return (
+        f.type == FieldDescriptor.TYPE_MESSAGE
+        and f.message_type is not None
+        and not f.message_type.full_name.startswith("google.protobuf.")
+    )
+
+
+def _check_fields(desc: Any, value: dict[str, Any], path: str, errors: list[str]) -> None:
+    """Collect unknown fields with full paths; turn YAML numbers in quantity maps into strings."""
+    fields = _field_map(desc)
+    for key, item in value.items():
+        here = f"{path}.{key}" if path else str(key)
+        f = fields.get(str(key))
+        if f is None:
+            errors.append(f'unknown field "{here}"')
+            continue
+        if item is None:
+            continue
+        if _is_map(f):
+            if not isinstance(item, dict):
+                errors.append(f"{here}: expected an object, got {type(item).__name__}")
+                continue
+            value_field = f.message_type.fields_by_name["value"]
+            for map_key, map_value in list(item.items()):
+                if _is_plain_message(value_field) and isinstance(map_value, dict):
+                    _check_fields(value_field.message_type, map_value, f"{here}.{map_key}", errors)
+                elif (
+                    f.name in QUANTITY_MAPS
+                    and value_field.type == FieldDescriptor.TYPE_STRING
+                    and isinstance(map_value, int | float)
+                    and not isinstance(map_value, bool)
+                ):
+                    item[map_key] = str(map_value)
+        elif _is_repeated(f):
+            if not isinstance(item, list):
+                errors.append(f"{here}: expected a list, got {type(item).__name__}")
+                continue
+            if _is_plain_message(f):
+                for i, element in enumerate(item):
+                    if isinstance(element, dict):
+                        _check_fields(f.message_type, element, f"{here}[{i}]", errors)
+                    else:
+                        errors.append(f"{here}[{i}]: expected an object")
+        elif _is_plain_message(f):
+            if not isinstance(item, dict):
+                errors.append(f"{here}: expected an object, got {type(item).__name__}")
+                continue
+            _check_fields(f.message_type, item, here, errors)
+
+
+_PARSE_PREFIX = re.compile(r"Failed to parse (\w+) field: ")
+
+
+def _clean_parse_error(message: str) -> str:
+    """protobuf's nested "Failed to parse spec field: Failed to parse x field: why" as
+    "spec.x: why"."""
+    path: list[str] = []
+    rest = message
+    while True:
+        match = _PARSE_PREFIX.match(rest)
+        if not match:
+            break
+        path.append(match.group(1))
+        rest = rest[match.end() :]
+    rest = rest.split("\n", 1)[0].rstrip(".") or "invalid value"
+    return f"{'.'.join(path)}: {rest}" if path else rest
+
+
+# ---- output -------------------------------------------------------------------------------
+
+
+def to_dict(obj: Message) -> dict[str, Any]:
+    """The object as Kubernetes JSON: lowerCamel names, empty fields omitted, int64 as numbers,
+    map keys sorted."""
+    data: dict[str, Any] = json_format.MessageToDict(obj)
+    _normalise_output(obj.DESCRIPTOR, data)
+    return data
+
+
+def _normalise_output(desc: Any, data: dict[str, Any]) -> None:
+    # proto3 JSON writes int64 as strings (for JavaScript); kubectl users expect numbers.
+    by_json = {f.json_name: f for f in desc.fields}
+    for key, value in data.items():
+        f = by_json.get(key)
+        if f is None:
+            continue
+        if _is_map(f):
+            # Maps come out of protobuf in hash order; kubectl prints keys sorted.
+            data[key] = value = dict(sorted(value.items()))
+            value_field = f.message_type.fields_by_name["value"]
+            if _is_plain_message(value_field):
+                for v in value.values():
+                    _normalise_output(value_field.message_type, v)
+        elif _is_plain_message(f):
+            for element in value if _is_repeated(f) else [value]:
+                _normalise_output(f.message_type, element)
+        elif f.cpp_type in _INT64_TYPES:
+            data[key] = [int(v) for v in value] if _is_repeated(f) else int(value)
+
+
+def _list_dict(objs: Sequence[Message], resource_version: str = "") -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "items": [to_dict(o) for o in objs],
+        "kind": "List",
+        "metadata": {"resourceVersion": resource_version},
+    }
+
+
+def to_yaml(objs: Message | Iterable[Message], *, resource_version: str = "") -> str:
+    """One object as a YAML document, several as a `kind: List` (as `kubectl get -o yaml`)."""
+    data = to_dict(objs) if isinstance(objs, Message) else _list_dict(list(objs), resource_version)
+    return str(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+
+
+def to_json(objs: Message | Iterable[Message], *, resource_version: str = "") -> str:
+    """One object, or several as a `kind: List`, as indented JSON (as `kubectl get -o json`)."""
+    data = to_dict(objs) if isinstance(objs, Message) else _list_dict(list(objs), resource_version)
+    return json.dumps(data, indent=4) + "\n"
