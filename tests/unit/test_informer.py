@@ -1,0 +1,311 @@
+"""Informer logic against a fake list/watch source: sync, handlers, indexes, resume, relist."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from tinykube.clock import FakeClock
+from tinykube.errors import ResourceExpiredError, UnavailableError
+from tinykube.informer import Informer, Store, meta_namespace_key
+from tinykube.v1 import meta_pb2, pod_pb2
+
+
+def pod(name: str, node: str = "", namespace: str = "default", rv: int = 0) -> pod_pb2.Pod:
+    p = pod_pb2.Pod(metadata=meta_pb2.ObjectMeta(name=name, namespace=namespace))
+    p.spec.node_name = node
+    p.metadata.resource_version = str(rv)
+    return p
+
+
+class FakeSource:
+    """An in-memory apiserver for one kind: revisions, an event log, drops and compaction."""
+
+    def __init__(self) -> None:
+        self.rev = 100
+        self.objects: dict[str, pod_pb2.Pod] = {}
+        self.log: list[pod_pb2.PodWatchEvent] = []
+        self.compacted = 0  # watches from a revision below this get OUT_OF_RANGE
+        self.changed = asyncio.Event()
+        self.drop_streams = 0  # bumped to fail every open stream with UNAVAILABLE
+        self.open_streams = 0
+        self.watch_from: list[str] = []
+        self.fail_lists = 0
+
+    def _emit(self, kind: str, obj: pod_pb2.Pod) -> None:
+        self.log.append(pod_pb2.PodWatchEvent(type=kind, object=obj))
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    def put(self, p: pod_pb2.Pod) -> pod_pb2.Pod:
+        self.rev += 1
+        p = pod_pb2.Pod(metadata=p.metadata, spec=p.spec)
+        p.metadata.resource_version = str(self.rev)
+        key = meta_namespace_key(p)
+        kind = "MODIFIED" if key in self.objects else "ADDED"
+        self.objects[key] = p
+        self._emit(kind, p)
+        return p
+
+    def delete(self, key: str) -> None:
+        self.rev += 1
+        old = self.objects.pop(key)
+        gone = pod_pb2.Pod()
+        gone.CopyFrom(old)
+        gone.metadata.resource_version = str(self.rev)
+        self._emit("DELETED", gone)
+
+    def bookmark(self) -> None:
+        self.rev += 1
+        mark = pod_pb2.Pod(metadata=meta_pb2.ObjectMeta(resource_version=str(self.rev)))
+        self._emit("BOOKMARK", mark)
+
+    def compact(self) -> None:
+        self.compacted = self.rev
+
+    def drop(self) -> None:
+        self.drop_streams += 1
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    async def list(self) -> pod_pb2.PodList:
+        if self.fail_lists:
+            self.fail_lists -= 1
+            raise UnavailableError("apiserver is down")
+        result = pod_pb2.PodList(items=list(self.objects.values()))
+        result.metadata.resource_version = str(self.rev)
+        return result
+
+    async def watch(self, rv: str) -> AsyncIterator[pod_pb2.PodWatchEvent]:
+        self.watch_from.append(rv)
+        start = int(rv or 0)
+        if start < self.compacted:
+            raise ResourceExpiredError(f"too old resource version: {start} ({self.compacted})")
+        generation = self.drop_streams
+        self.open_streams += 1
+        try:
+            while True:
+                for event in list(self.log):
+                    if int(event.object.metadata.resource_version) > start:
+                        start = int(event.object.metadata.resource_version)
+                        yield event
+                if self.drop_streams != generation:
+                    raise UnavailableError("stream dropped")
+                await self.changed.wait()
+        finally:
+            self.open_streams -= 1
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+
+    def add(self, p: pod_pb2.Pod) -> None:
+        self.seen.append(("add", meta_namespace_key(p), p.metadata.resource_version))
+
+    def update(self, old: pod_pb2.Pod, new: pod_pb2.Pod) -> None:
+        self.seen.append(("update", meta_namespace_key(new), new.metadata.resource_version))
+
+    def delete(self, p: pod_pb2.Pod) -> None:
+        self.seen.append(("delete", meta_namespace_key(p), p.metadata.resource_version))
+
+
+async def until(cond: Callable[[], bool], clock: FakeClock, steps: int = 400) -> None:
+    for _ in range(steps):
+        if cond():
+            return
+        await asyncio.sleep(0)
+        clock.advance(0.05)
+    raise AssertionError("condition not reached")
+
+
+def make(source: FakeSource) -> tuple[Informer[pod_pb2.Pod], Recorder, FakeClock]:
+    clock = FakeClock()
+    informer: Informer[pod_pb2.Pod] = Informer(source.list, source.watch, clock=clock, name="pods")
+    rec = Recorder()
+    informer.add_handler(rec.add, rec.update, rec.delete)
+    return informer, rec, clock
+
+
+def snapshot(informer: Informer[pod_pb2.Pod]) -> dict[str, str]:
+    return {k: informer.store.get(k).metadata.resource_version for k in informer.store}  # type: ignore[union-attr]
+
+
+def truth(source: FakeSource) -> dict[str, str]:
+    return {k: p.metadata.resource_version for k, p in source.objects.items()}
+
+
+@pytest.fixture
+async def running() -> AsyncIterator[tuple[FakeSource, Informer[pod_pb2.Pod], Recorder, FakeClock]]:
+    source = FakeSource()
+    source.put(pod("a", "n1"))
+    source.put(pod("b", "n2"))
+    informer, rec, clock = make(source)
+    informer.add_index("node", lambda p: p.spec.node_name or None)
+    task = informer.start()
+    await until(informer.has_synced, clock)
+    yield source, informer, rec, clock
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_initial_list_syncs_store_and_handlers(running: Any) -> None:
+    source, informer, rec, clock = running
+    assert informer.has_synced()
+    await asyncio.wait_for(informer.wait_synced(), 1)
+    assert sorted(rec.seen) == [("add", "default/a", "101"), ("add", "default/b", "102")]
+    assert snapshot(informer) == truth(source)
+    assert informer.last_resource_version == "102"
+    assert [p.metadata.name for p in informer.store.by_index("node", "n1")] == ["a"]
+    await until(lambda: source.open_streams == 1, clock)
+    assert source.watch_from == ["102"]
+
+
+async def test_watch_events_reach_store_index_and_handlers(running: Any) -> None:
+    source, informer, rec, clock = running
+    rec.seen.clear()
+    source.put(pod("c"))  # unassigned: in no node bucket
+    source.put(pod("a", "n2"))  # moves to n2
+    source.delete("default/b")
+    await until(lambda: len(rec.seen) == 3, clock)
+    assert rec.seen == [
+        ("add", "default/c", "103"),
+        ("update", "default/a", "104"),
+        ("delete", "default/b", "105"),
+    ]
+    assert snapshot(informer) == truth(source)
+    assert informer.store.by_index("node", "n1") == []
+    assert [p.metadata.name for p in informer.store.by_index("node", "n2")] == ["a"]
+    assert informer.store.index_values("node") == ["n2"]
+    assert informer.last_resource_version == "105"
+
+
+async def test_dropped_stream_resumes_without_relist_or_lost_events(running: Any) -> None:
+    source, informer, rec, clock = running
+    await until(lambda: source.open_streams == 1, clock)
+    rec.seen.clear()
+    source.put(pod("c"))
+    await until(lambda: len(rec.seen) == 1, clock)
+    source.drop()
+    # Changes made while no stream is open must arrive exactly once after the resume.
+    await until(lambda: source.open_streams == 0, clock)
+    source.put(pod("d"))
+    source.put(pod("c", "n1"))
+    source.delete("default/a")
+    await until(lambda: len(rec.seen) == 4, clock)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert rec.seen == [
+        ("add", "default/c", "103"),
+        ("add", "default/d", "104"),
+        ("update", "default/c", "105"),
+        ("delete", "default/a", "106"),
+    ]
+    assert informer.lists == 1
+    assert source.watch_from == ["102", "103"]
+    assert snapshot(informer) == truth(source)
+
+
+async def test_out_of_range_relists_and_emits_the_difference(running: Any) -> None:
+    source, informer, rec, clock = running
+    await until(lambda: source.open_streams == 1, clock)
+    source.drop()
+    await until(lambda: source.open_streams == 0, clock)
+    rec.seen.clear()
+    source.put(pod("c", "n1"))  # created meanwhile
+    source.put(pod("a", "n3"))  # updated meanwhile
+    source.delete("default/b")  # deleted meanwhile
+    source.compact()
+    await until(lambda: informer.lists == 2 and source.open_streams == 1, clock)
+    assert sorted(rec.seen) == [
+        ("add", "default/c", "103"),
+        ("delete", "default/b", "102"),
+        ("update", "default/a", "104"),
+    ]
+    assert snapshot(informer) == truth(source)
+    assert [p.metadata.name for p in informer.store.by_index("node", "n3")] == ["a"]
+    assert informer.store.by_index("node", "n2") == []
+    assert source.watch_from[-1] == "105"
+    source.put(pod("e"))
+    await until(lambda: "default/e" in informer.store, clock)
+
+
+async def test_relist_skips_unchanged_objects(running: Any) -> None:
+    source, informer, rec, _ = running
+    rec.seen.clear()
+    informer.replace(list(source.objects.values()), str(source.rev))
+    assert rec.seen == []
+
+
+async def test_bookmark_only_advances_resource_version(running: Any) -> None:
+    source, informer, rec, clock = running
+    rec.seen.clear()
+    before = snapshot(informer)
+    source.bookmark()
+    await until(lambda: informer.last_resource_version == "103", clock)
+    assert rec.seen == []
+    assert snapshot(informer) == before
+
+
+async def test_handler_exception_is_logged_and_informer_continues(
+    running: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    source, informer, rec, clock = running
+
+    def boom(p: pod_pb2.Pod) -> None:
+        raise RuntimeError("handler bug")
+
+    informer.add_handler(on_add=boom)
+    source.put(pod("c"))
+    source.put(pod("d"))
+    await until(lambda: "default/d" in informer.store, clock)
+    assert ("add", "default/d", "104") in rec.seen
+    assert "handler bug" in caplog.text
+
+
+async def test_handler_added_after_sync_gets_existing_objects(running: Any) -> None:
+    _, informer, _, _ = running
+    late = Recorder()
+    informer.add_handler(late.add)
+    assert sorted(k for _, k, _ in late.seen) == ["default/a", "default/b"]
+
+
+async def test_list_failure_backs_off_then_syncs() -> None:
+    source = FakeSource()
+    source.put(pod("a"))
+    source.fail_lists = 2
+    informer, rec, clock = make(source)
+    task = informer.start()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not informer.has_synced()
+    await until(informer.has_synced, clock)
+    assert rec.seen == [("add", "default/a", "101")]
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def test_store_indexes_accept_str_iterable_or_none() -> None:
+    store: Store[pod_pb2.Pod] = Store()
+    store._put("default/a", pod("a", "n1"))
+    store.add_index("node", lambda p: p.spec.node_name)
+    store.add_index("both", lambda p: [p.spec.node_name, p.metadata.namespace])
+    store.add_index("none", lambda p: None)
+    assert [p.metadata.name for p in store.by_index("node", "n1")] == ["a"]
+    assert store.by_index("node", "n") == []  # a str is one value, not its letters
+    assert [p.metadata.name for p in store.by_index("both", "default")] == ["a"]
+    assert store.index_values("none") == []
+    store._put("default/a", pod("a", "n2"))
+    assert store.index_keys("node", "n2") == ["default/a"]
+    assert store.index_keys("both", "n1") == []
+    store._remove("default/a")
+    assert store.index_values("both") == []
+    with pytest.raises(ValueError):
+        store.add_index("node", lambda p: None)
+    assert store.get_by_name("a", "default") is None
+    assert meta_namespace_key(pod("x", namespace="")) == "x"

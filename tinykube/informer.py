@@ -1,0 +1,387 @@
+"""Informers: a local, indexed, always-converging copy of one kind, fed by list + watch.
+
+Modelled on client-go's reflector + indexer + shared informer, collapsed into one class:
+`run()` lists, replaces the store (emitting the difference to handlers), then watches from the
+list's resourceVersion. A dropped stream (UNAVAILABLE, keepalive timeout, server restart) is
+resumed from the last resourceVersion seen, with jittered backoff and no relist; OUT_OF_RANGE
+("too old resource version": the window was compacted) relists, and the relist emits adds,
+updates and deletes for whatever changed meanwhile, so the store and every handler converge on
+the server's state. BOOKMARK events only advance the resourceVersion.
+
+Handlers are plain synchronous callables run inline on the informer's task, in event order; a
+handler that raises is logged and the informer carries on. They should be quick (enqueue a key,
+update a cache): the store is read by reference, never deep-copied or re-serialized, so handlers
+and readers must treat objects as immutable.
+
+Concurrency: one asyncio task runs `run()`; store reads from other tasks are safe because there
+are no threads and the store is only changed between awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Generic
+
+from google.protobuf.message import Message
+from typing_extensions import TypeVar
+
+from tinykube.clock import Clock
+from tinykube.errors import ResourceExpiredError, TinykubeError
+from tinykube.retry import Backoff
+
+if TYPE_CHECKING:
+    from tinykube.client import ResourceClient
+
+T = TypeVar("T", bound=Message, default=Any)
+
+log = logging.getLogger(__name__)
+
+ListFn = Callable[[], Awaitable[Any]]  # returns a <Kind>List (has .items and .metadata)
+WatchFn = Callable[[str], AsyncIterator[Any]]  # resourceVersion -> <Kind>WatchEvent stream
+
+ADDED = "ADDED"
+MODIFIED = "MODIFIED"
+DELETED = "DELETED"
+BOOKMARK = "BOOKMARK"
+
+
+def meta_namespace_key(obj: Any) -> str:
+    """client-go's key: "namespace/name", or "name" for cluster-scoped objects."""
+    meta = obj.metadata
+    namespace: str = meta.namespace
+    name: str = meta.name
+    return f"{namespace}/{name}" if namespace else name
+
+
+def _index_values(result: str | Iterable[str] | None) -> tuple[str, ...]:
+    if result is None:
+        return ()
+    if isinstance(result, str):
+        return (result,)
+    return tuple(result)
+
+
+class Store(Generic[T]):
+    """Objects by key, plus named secondary indexes (e.g. pods by spec.nodeName)."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, T] = {}
+        self._index_fns: dict[str, Callable[[T], str | Iterable[str] | None]] = {}
+        # index name -> index value -> keys
+        self._indices: dict[str, dict[str, set[str]]] = {}
+
+    def get(self, key: str) -> T | None:
+        return self._items.get(key)
+
+    def get_by_name(self, name: str, namespace: str = "") -> T | None:
+        return self._items.get(f"{namespace}/{name}" if namespace else name)
+
+    def list(self) -> builtins.list[T]:
+        return list(self._items.values())
+
+    def keys(self) -> builtins.list[str]:
+        return list(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        """Iterates keys (a snapshot, so handlers may change the store meanwhile)."""
+        return iter(builtins.list(self._items))
+
+    def add_index(self, name: str, fn: Callable[[T], str | Iterable[str] | None]) -> None:
+        """Maintain index `name`: fn(obj) gives the value(s) under which obj is found."""
+        if name in self._index_fns:
+            raise ValueError(f"index {name!r} already exists")
+        self._index_fns[name] = fn
+        index: dict[str, set[str]] = {}
+        for key, obj in self._items.items():
+            for value in _index_values(fn(obj)):
+                index.setdefault(value, set()).add(key)
+        self._indices[name] = index
+
+    def by_index(self, index_name: str, value: str) -> builtins.list[T]:
+        """The objects whose index function yields `value` (KeyError for an unknown index)."""
+        keys = self._indices[index_name].get(value)
+        if not keys:
+            return []
+        items = self._items
+        return [items[k] for k in keys]
+
+    def index_keys(self, index_name: str, value: str) -> builtins.list[str]:
+        return list(self._indices[index_name].get(value, ()))
+
+    def index_values(self, index_name: str) -> builtins.list[str]:
+        """Every value the index currently holds (e.g. every node name that has pods)."""
+        return list(self._indices[index_name])
+
+    # Mutations are the informer's; consumers only read.
+
+    def _put(self, key: str, obj: T) -> T | None:
+        old = self._items.get(key)
+        self._items[key] = obj
+        if self._index_fns:
+            self._reindex(key, old, obj)
+        return old
+
+    def _remove(self, key: str) -> T | None:
+        old = self._items.pop(key, None)
+        if old is not None and self._index_fns:
+            self._reindex(key, old, None)
+        return old
+
+    def _reindex(self, key: str, old: T | None, new: T | None) -> None:
+        for name, fn in self._index_fns.items():
+            old_values = _index_values(fn(old)) if old is not None else ()
+            new_values = _index_values(fn(new)) if new is not None else ()
+            if old_values == new_values:
+                continue
+            index = self._indices[name]
+            for value in old_values:
+                bucket = index.get(value)
+                if bucket is not None:
+                    bucket.discard(key)
+                    if not bucket:
+                        del index[value]
+            for value in new_values:
+                index.setdefault(value, set()).add(key)
+
+
+class _Handler(Generic[T]):
+    __slots__ = ("on_add", "on_delete", "on_update")
+
+    def __init__(
+        self,
+        on_add: Callable[[T], object] | None,
+        on_update: Callable[[T, T], object] | None,
+        on_delete: Callable[[T], object] | None,
+    ) -> None:
+        self.on_add = on_add
+        self.on_update = on_update
+        self.on_delete = on_delete
+
+
+class Informer(Generic[T]):
+    """List + watch one kind into a `Store`, calling handlers for every change."""
+
+    def __init__(
+        self,
+        list_fn: ListFn,
+        watch_fn: WatchFn,
+        *,
+        key_fn: Callable[[T], str] = meta_namespace_key,
+        clock: Clock | None = None,
+        name: str = "informer",
+        min_backoff: float = 0.2,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self._list_fn = list_fn
+        self._watch_fn = watch_fn
+        self._key_fn = key_fn
+        self.clock = clock or Clock()
+        self.name = name
+        self.store: Store[T] = Store()
+        self._handlers: list[_Handler[T]] = []
+        self._synced = asyncio.Event()
+        self._rv = ""
+        self._backoff = Backoff(self.clock, initial=min_backoff, maximum=max_backoff)
+        # Counters for tests and metrics.
+        self.lists = 0
+        self.watches = 0
+
+    @classmethod
+    def for_resource(
+        cls,
+        resource: ResourceClient[T, Any, Any],
+        namespace: str = "",
+        label_selector: str = "",
+        field_selector: str = "",
+        **kwargs: Any,
+    ) -> Informer[T]:
+        """An informer over `client.pods` (or any ResourceClient), with server-side selectors."""
+
+        async def list_fn() -> Any:
+            return await resource.list(
+                namespace, label_selector=label_selector, field_selector=field_selector
+            )
+
+        def watch_fn(resource_version: str) -> AsyncIterator[Any]:
+            return resource.watch(
+                namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                resource_version=resource_version,
+                allow_bookmarks=True,
+            )
+
+        kwargs.setdefault("name", resource.info.plural)
+        return cls(list_fn, watch_fn, **kwargs)
+
+    # -- consumer API -----------------------------------------------------------------------
+
+    def add_handler(
+        self,
+        on_add: Callable[[T], object] | None = None,
+        on_update: Callable[[T, T], object] | None = None,
+        on_delete: Callable[[T], object] | None = None,
+    ) -> None:
+        """Register handlers. Added after sync, on_add is called at once for every object."""
+        handler = _Handler(on_add, on_update, on_delete)
+        self._handlers.append(handler)
+        if on_add is not None and self._synced.is_set():
+            for obj in self.store.list():
+                self._call(on_add, obj)
+
+    def add_index(self, name: str, fn: Callable[[T], str | Iterable[str] | None]) -> None:
+        self.store.add_index(name, fn)
+
+    def has_synced(self) -> bool:
+        """True once the first list has been delivered to the store and the handlers."""
+        return self._synced.is_set()
+
+    async def wait_synced(self) -> None:
+        await self._synced.wait()
+
+    @property
+    def last_resource_version(self) -> str:
+        return self._rv
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """List, then watch forever (resume or relist as needed) until cancelled."""
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self._list_and_replace()
+                    need_list = False
+                delivered = await self._watch_once()
+                if delivered:
+                    self._backoff.reset()
+                    continue  # the stream ended cleanly after progress: resume at once
+                log.debug("%s: watch from %s ended without events", self.name, self._rv)
+            except asyncio.CancelledError:
+                raise
+            except ResourceExpiredError as exc:
+                # The window moved past our resourceVersion: only a relist can catch us up.
+                log.info("%s: %s; relisting", self.name, exc.message)
+                need_list = True
+                if self._backoff.failures == 0:
+                    self._backoff.failures = 1  # relist at once, but back off if it repeats
+                    continue
+            except TinykubeError as exc:
+                log.warning(
+                    "%s: %s at resourceVersion %r failed: %s: %s",
+                    self.name,
+                    "list" if need_list else "watch",
+                    self._rv,
+                    type(exc).__name__,
+                    exc.message,
+                )
+            except Exception:
+                log.exception("%s: unexpected failure; retrying", self.name)
+            await self._backoff.wait()
+
+    def start(self) -> asyncio.Task[None]:
+        """Run in a new task (cancel it to stop)."""
+        return asyncio.get_running_loop().create_task(self.run(), name=f"informer-{self.name}")
+
+    async def _list_and_replace(self) -> None:
+        result = await self._list_fn()
+        self.lists += 1
+        self.replace(result.items, result.metadata.resource_version)
+
+    def replace(self, items: Iterable[T], resource_version: str) -> None:
+        """Make the store equal to `items`, emitting deletes, then adds and updates."""
+        key_fn = self._key_fn
+        fresh = {key_fn(obj): obj for obj in items}
+        store = self.store
+        for key in [k for k in store._items if k not in fresh]:
+            old = store._remove(key)
+            if old is not None:
+                self._dispatch_delete(old)
+        for key, obj in fresh.items():
+            old = store.get(key)
+            if old is None:
+                store._put(key, obj)
+                self._dispatch_add(obj)
+            elif old.metadata.resource_version != obj.metadata.resource_version:  # type: ignore[attr-defined]
+                store._put(key, obj)
+                self._dispatch_update(old, obj)
+        self._rv = resource_version
+        if not self._synced.is_set():
+            log.info("%s: synced %d objects at resourceVersion %s", self.name, len(store), self._rv)
+        self._synced.set()
+
+    async def _watch_once(self) -> bool:
+        """Consume one watch stream; returns whether any event arrived before it ended."""
+        self.watches += 1
+        delivered = False
+        stream = self._watch_fn(self._rv)
+        try:
+            async for event in stream:
+                delivered = True
+                self.apply(event)
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        return delivered
+
+    def apply(self, event: Any) -> None:
+        """Apply one watch event to the store and handlers."""
+        kind = event.type
+        obj = event.object
+        rv = obj.metadata.resource_version
+        if kind == BOOKMARK:
+            self._rv = rv
+            return
+        key = self._key_fn(obj)
+        store = self.store
+        if kind == DELETED:
+            old = store._remove(key)
+            if old is not None:
+                self._dispatch_delete(obj)
+        elif kind in (ADDED, MODIFIED):
+            old = store._put(key, obj)
+            if old is None:
+                self._dispatch_add(obj)
+            else:
+                self._dispatch_update(old, obj)
+        else:
+            log.warning("%s: ignoring watch event of type %r", self.name, kind)
+        if rv:
+            self._rv = rv
+
+    # -- handler dispatch -------------------------------------------------------------------
+
+    def _dispatch_add(self, obj: T) -> None:
+        for h in self._handlers:
+            if h.on_add is not None:
+                self._call(h.on_add, obj)
+
+    def _dispatch_update(self, old: T, new: T) -> None:
+        for h in self._handlers:
+            if h.on_update is not None:
+                try:
+                    h.on_update(old, new)
+                except Exception:
+                    log.exception("%s: update handler failed", self.name)
+
+    def _dispatch_delete(self, obj: T) -> None:
+        for h in self._handlers:
+            if h.on_delete is not None:
+                self._call(h.on_delete, obj)
+
+    def _call(self, fn: Callable[[T], object], obj: T) -> None:
+        try:
+            fn(obj)
+        except Exception:
+            log.exception("%s: handler %s failed", self.name, getattr(fn, "__name__", fn))
