@@ -1,0 +1,197 @@
+"""The controller manager process: leader election, informers, work queues, controllers.
+
+`ControllerManager.start()` serves gRPC health on the bind address and starts `run()`, which
+campaigns for the Lease kube-system/tinykube-controller-manager. While leading it runs one
+informer per kind (pods, replicasets, nodes, node leases) shared by every controller, one work
+queue per queue-driven controller with N worker tasks each (never the same key twice at once:
+the WorkQueue guarantees it), and the node lifecycle monitor loop. Workers start only after
+every informer has synced, so nothing acts on a partial picture. Leadership lost: everything
+is cancelled and the manager campaigns again with fresh caches (in-memory expectations must not
+survive a term in which another leader acted).
+
+Concurrency: a single asyncio event loop; controllers share the informers' stores by reference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from controller.api import NullRecorder, Recorder
+from controller.garbagecollector import GarbageCollector
+from controller.nodelifecycle import NODE_LEASE_NAMESPACE, NodeLifecycleController
+from controller.replicaset import ReplicaSetController
+from controller.settings import Settings
+from tinykube.client import Client
+from tinykube.clock import Clock
+from tinykube.informer import Informer
+from tinykube.leaderelection import LeaderElector
+from tinykube.serving import GrpcServer, start_metrics_server
+from tinykube.workqueue import ShutDown, WorkQueue
+
+log = logging.getLogger(__name__)
+
+
+def make_recorder(client: Client, component: str) -> Recorder:
+    """The shared EventRecorder; events are best effort, so none if it is unavailable."""
+    try:
+        from tinykube.events import (  # type: ignore[import-not-found, unused-ignore]
+            EventRecorder,
+        )
+    except ImportError:
+        return NullRecorder()
+    recorder: Recorder = EventRecorder(client, component, host=socket.gethostname())
+    return recorder
+
+
+async def run_worker(
+    name: str, queue: WorkQueue[str], sync: Callable[[str], Awaitable[None]]
+) -> None:
+    """client-go's processNextWorkItem loop: success forgets the key, failure requeues it."""
+    while True:
+        try:
+            key = await queue.get()
+        except ShutDown:
+            return
+        try:
+            await sync(key)
+            queue.forget(key)
+        except asyncio.CancelledError:
+            queue.done(key)
+            raise
+        except Exception as exc:
+            log.warning("%s: sync %s failed (requeued): %s: %s", name, key, type(exc).__name__, exc)
+            queue.add_rate_limited(key)
+        queue.done(key)
+
+
+class ControllerManager:
+    def __init__(self, settings: Settings, *, clock: Clock | None = None) -> None:
+        self.settings = settings
+        self.clock = clock or Clock()
+        self.server = GrpcServer(settings.bind_address, [])
+        self.port = 0
+        self._task: asyncio.Task[None] | None = None
+        self.leading = asyncio.Event()
+
+    async def start(self) -> int:
+        self.port = await self.server.start()
+        start_metrics_server(self.settings.metrics_port)
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="controller-manager")
+        return self.port
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.server.stop(1.0)
+
+    async def run(self) -> None:
+        s = self.settings
+        async with Client(s.apiserver) as client:
+            if not s.leader_elect:
+                await self._lead(client)
+                return
+            while True:
+                elector = LeaderElector(
+                    client,
+                    namespace=s.lease_namespace,
+                    name=s.lease_name,
+                    identity=s.identity,
+                    lease_duration=s.lease_duration,
+                    renew_deadline=s.renew_deadline,
+                    retry_period=s.retry_period,
+                    clock=self.clock,
+                )
+                try:
+                    await elector.run(lambda: self._lead(client))
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning("leader election: %s: %s", type(exc).__name__, exc)
+                self.leading.clear()
+                log.warning("leadership lost; campaigning again")
+                await self.clock.sleep(s.retry_period)
+
+    async def _lead(self, client: Client) -> None:
+        s = self.settings
+        log.info("%s: leading; starting controllers %s", s.identity, ",".join(s.controllers))
+        recorder = make_recorder(client, "controller-manager")
+        pods: Informer[Any] = Informer.for_resource(client.pods, clock=self.clock)
+        rss: Informer[Any] = Informer.for_resource(client.replica_sets, clock=self.clock)
+        nodes: Informer[Any] = Informer.for_resource(client.nodes, clock=self.clock)
+        leases: Informer[Any] = Informer.for_resource(
+            client.leases, namespace=NODE_LEASE_NAMESPACE, clock=self.clock
+        )
+        informers = [pods, rss, nodes, leases]
+        queues: list[WorkQueue[str]] = []
+        workers: list[tuple[str, WorkQueue[str], Callable[[str], Awaitable[None]], int]] = []
+        loops: list[Callable[[], Coroutine[Any, Any, None]]] = []
+
+        if "replicaset" in s.controllers:
+            rs_queue: WorkQueue[str] = WorkQueue(self.clock, name="replicaset")
+            rsc = ReplicaSetController(
+                client, rss.store, pods.store, rs_queue, clock=self.clock, recorder=recorder
+            )
+            rss.add_handler(rsc.on_rs_add, rsc.on_rs_update, rsc.on_rs_delete)
+            pods.add_handler(rsc.on_pod_add, rsc.on_pod_update, rsc.on_pod_delete)
+            queues.append(rs_queue)
+            workers.append(("replicaset", rs_queue, rsc.sync, s.concurrent_replicaset_syncs))
+
+        if "garbagecollector" in s.controllers:
+            gc_queue: WorkQueue[str] = WorkQueue(self.clock, name="garbagecollector")
+            gc = GarbageCollector(
+                client, {"Pod": pods.store, "ReplicaSet": rss.store, "Node": nodes.store}, gc_queue
+            )
+            pods.add_handler(*gc.handlers_for_dependent("Pod"))
+            rss.add_handler(*gc.handlers_for_dependent("ReplicaSet"))
+            rss.add_handler(*gc.handlers_for_owner("ReplicaSet"))
+            nodes.add_handler(*gc.handlers_for_owner("Node"))
+            queues.append(gc_queue)
+            workers.append(("garbagecollector", gc_queue, gc.sync, s.concurrent_gc_syncs))
+
+        if "nodelifecycle" in s.controllers:
+            nlc = NodeLifecycleController(
+                client,
+                nodes.store,
+                leases.store,
+                pods.store,
+                clock=self.clock,
+                recorder=recorder,
+                grace_period=s.node_monitor_grace_period,
+                default_unreachable_toleration=s.default_unreachable_toleration_seconds,
+                default_not_ready_toleration=s.default_not_ready_toleration_seconds,
+            )
+
+            async def monitor_loop() -> None:
+                while True:
+                    try:
+                        await nlc.monitor()
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:
+                        log.exception("node lifecycle monitor failed")
+                    await self.clock.sleep(s.node_monitor_period)
+
+            loops.append(monitor_loop)
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for inf in informers:
+                    tg.create_task(inf.run(), name=f"informer-{inf.name}")
+                await asyncio.gather(*(inf.wait_synced() for inf in informers))
+                log.info("caches synced; starting workers")
+                self.leading.set()
+                for name, queue, sync, n in workers:
+                    for i in range(n):
+                        tg.create_task(run_worker(name, queue, sync), name=f"{name}-{i}")
+                for loop in loops:
+                    tg.create_task(loop(), name=loop.__name__)
+        finally:
+            for q in queues:
+                q.shutdown()

@@ -1,0 +1,110 @@
+"""Settings of the controller manager, built once in __main__ from flags and passed in."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+_DURATION = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from "40s", "1m", "500ms" or a bare number of seconds (Kubernetes flag style)."""
+    match = _DURATION.match(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (use e.g. 40s, 1m, 500ms)")
+    return float(match["num"]) * _UNITS[match["unit"]]
+
+
+def listen_address(bind_address: str, port: int) -> str:
+    """`--bind-address` may carry a port ("0.0.0.0:10257") or not ("0.0.0.0" + `--port`)."""
+    if bind_address.count(":") == 1 or bind_address.startswith("["):
+        return bind_address
+    return f"{bind_address}:{port}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    apiserver: str = "127.0.0.1:6443"
+    bind_address: str = "0.0.0.0:10257"
+    metrics_port: int = 0
+    leader_elect: bool = True
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    lease_namespace: str = "kube-system"
+    lease_name: str = "tinykube-controller-manager"
+    identity: str = ""
+    node_monitor_grace_period: float = 40.0
+    node_monitor_period: float = 5.0
+    default_unreachable_toleration_seconds: float = 300.0
+    default_not_ready_toleration_seconds: float = 300.0
+    concurrent_replicaset_syncs: int = 5
+    concurrent_gc_syncs: int = 20
+    controllers: tuple[str, ...] = ("replicaset", "nodelifecycle", "garbagecollector")
+
+    @classmethod
+    def from_args(cls, argv: Sequence[str] | None = None) -> Settings:
+        p = argparse.ArgumentParser(prog="python -m controller", description=__doc__)
+        p.add_argument("--apiserver", default=os.environ.get("TINYKUBE_APISERVER", cls.apiserver))
+        p.add_argument("--bind-address", default="0.0.0.0")
+        p.add_argument("--port", type=int, default=10257)
+        p.add_argument("--metrics-port", type=int, default=0)
+        p.add_argument(
+            "--leader-elect",
+            default="true",
+            choices=("true", "false"),
+            help="run leader election on a Lease (default true)",
+        )
+        p.add_argument("--leader-elect-lease-duration", type=parse_duration, default=15.0)
+        p.add_argument("--leader-elect-renew-deadline", type=parse_duration, default=10.0)
+        p.add_argument("--leader-elect-retry-period", type=parse_duration, default=2.0)
+        p.add_argument("--leader-elect-resource-namespace", default=cls.lease_namespace)
+        p.add_argument("--leader-elect-resource-name", default=cls.lease_name)
+        p.add_argument("--identity", default="")
+        p.add_argument("--node-monitor-grace-period", type=parse_duration, default=40.0)
+        p.add_argument("--node-monitor-period", type=parse_duration, default=5.0)
+        p.add_argument("--default-unreachable-toleration-seconds", type=float, default=300.0)
+        p.add_argument("--default-not-ready-toleration-seconds", type=float, default=300.0)
+        p.add_argument("--concurrent-replicaset-syncs", type=int, default=5)
+        p.add_argument("--concurrent-gc-syncs", type=int, default=20)
+        p.add_argument(
+            "--controllers",
+            default="*",
+            help="comma-separated controllers to run: replicaset,nodelifecycle,garbagecollector",
+        )
+        a = p.parse_args(argv)
+        wanted = (
+            cls.controllers
+            if a.controllers == "*"
+            else tuple(c.strip() for c in a.controllers.split(",") if c.strip())
+        )
+        unknown = set(wanted) - set(cls.controllers)
+        if unknown:
+            p.error(f"unknown controllers: {', '.join(sorted(unknown))}")
+        identity = a.identity or f"{socket.gethostname()}_{uuid.uuid4()}"
+        return cls(
+            apiserver=a.apiserver,
+            bind_address=listen_address(a.bind_address, a.port),
+            metrics_port=a.metrics_port,
+            leader_elect=a.leader_elect == "true",
+            lease_duration=a.leader_elect_lease_duration,
+            renew_deadline=a.leader_elect_renew_deadline,
+            retry_period=a.leader_elect_retry_period,
+            lease_namespace=a.leader_elect_resource_namespace,
+            lease_name=a.leader_elect_resource_name,
+            identity=identity,
+            node_monitor_grace_period=a.node_monitor_grace_period,
+            node_monitor_period=a.node_monitor_period,
+            default_unreachable_toleration_seconds=a.default_unreachable_toleration_seconds,
+            default_not_ready_toleration_seconds=a.default_not_ready_toleration_seconds,
+            concurrent_replicaset_syncs=a.concurrent_replicaset_syncs,
+            concurrent_gc_syncs=a.concurrent_gc_syncs,
+            controllers=wanted,
+        )

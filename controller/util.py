@@ -1,0 +1,123 @@
+"""Small helpers every controller shares: keys, label selectors, owner references, pod state.
+
+Pure functions over the generated protobuf messages; no I/O, no clock of their own.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Protocol, TypeVar
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from tinykube.v1 import meta_pb2, pod_pb2
+
+# Kubernetes' generateName alphabet: no vowels (no words) and no easily confused characters.
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+class HasMeta(Protocol):
+    @property
+    def metadata(self) -> meta_pb2.ObjectMeta: ...
+
+
+T = TypeVar("T")
+
+
+def key_of(obj: HasMeta) -> str:
+    """The informer key: "namespace/name", or "name" for cluster-scoped objects."""
+    meta = obj.metadata
+    return f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """("namespace", "name") from an informer key; namespace is "" when cluster-scoped."""
+    if "/" in key:
+        namespace, name = key.split("/", 1)
+        return namespace, name
+    return "", key
+
+
+def random_suffix(rng: random.Random | None = None, length: int = 5) -> str:
+    chooser = rng or random
+    return "".join(chooser.choice(_NAME_ALPHABET) for _ in range(length))
+
+
+def _requirement_matches(req: meta_pb2.LabelSelectorRequirement, labels: Mapping[str, str]) -> bool:
+    present = req.key in labels
+    if req.operator == "In":
+        return present and labels[req.key] in req.values
+    if req.operator == "NotIn":
+        return not present or labels[req.key] not in req.values
+    if req.operator == "Exists":
+        return present
+    if req.operator == "DoesNotExist":
+        return not present
+    return False  # an unknown operator selects nothing, as Kubernetes' conversion would reject it
+
+
+def selector_matches(selector: meta_pb2.LabelSelector, labels: Mapping[str, str]) -> bool:
+    """Whether `labels` satisfy a metav1.LabelSelector (matchLabels AND matchExpressions)."""
+    for k, v in selector.match_labels.items():
+        if labels.get(k) != v:
+            return False
+    return all(_requirement_matches(r, labels) for r in selector.match_expressions)
+
+
+def selector_is_empty(selector: meta_pb2.LabelSelector) -> bool:
+    """An empty selector; a ReplicaSet with one would select every pod, so it selects none."""
+    return not selector.match_labels and not selector.match_expressions
+
+
+def controller_ref(meta: meta_pb2.ObjectMeta) -> meta_pb2.OwnerReference | None:
+    """The owner reference with controller=true, if any."""
+    for ref in meta.owner_references:
+        if ref.controller:
+            return ref
+    return None
+
+
+def is_terminating(obj: HasMeta) -> bool:
+    return obj.metadata.HasField("deletion_timestamp")
+
+
+def is_pod_active(pod: pod_pb2.Pod) -> bool:
+    """Kubernetes' FilterActivePods: not finished and not being deleted."""
+    return pod.status.phase not in ("Succeeded", "Failed") and not is_terminating(pod)
+
+
+def pod_condition(pod: pod_pb2.Pod, type_: str) -> pod_pb2.PodCondition | None:
+    for cond in pod.status.conditions:
+        if cond.type == type_:
+            return cond
+    return None
+
+
+def is_pod_ready(pod: pod_pb2.Pod) -> bool:
+    cond = pod_condition(pod, "Ready")
+    return cond is not None and cond.status == "True"
+
+
+def ts_to_datetime(ts: Timestamp) -> datetime:
+    return datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=UTC)
+
+
+def datetime_to_ts(when: datetime) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(when.astimezone(UTC).replace(tzinfo=None))
+    return ts
+
+
+def is_pod_available(pod: pod_pb2.Pod, min_ready_seconds: int, now: datetime) -> bool:
+    """Ready for at least minReadySeconds, judged from the Ready condition's transition time."""
+    cond = pod_condition(pod, "Ready")
+    if cond is None or cond.status != "True":
+        return False
+    if min_ready_seconds <= 0:
+        return True
+    if not cond.HasField("last_transition_time"):
+        return False
+    ready_for = (now - ts_to_datetime(cond.last_transition_time)).total_seconds()
+    return ready_for >= min_ready_seconds

@@ -1,0 +1,168 @@
+"""In-memory fakes of the client and informer caches for controller unit tests.
+
+`FakeClient` keeps objects per kind in dicts, assigns uid/resourceVersion/creationTimestamp,
+checks resourceVersion on update and uid preconditions on delete like the apiserver, and
+records every write. `FakeStore` reads the same dicts, so a test sees its writes at once (an
+informer with an instant watch); `lag()` freezes a store to model a slow watch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from typing import Any, Generic, TypeVar
+
+from google.protobuf.message import Message
+
+from tinykube.clock import FakeClock
+from tinykube.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    NotFoundError,
+    PreconditionFailedError,
+)
+from tinykube.v1 import lease_pb2, node_pb2, pod_pb2, replicaset_pb2
+
+M = TypeVar("M", bound=Message)
+
+
+def _key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}" if namespace else name
+
+
+class FakeResource(Generic[M]):
+    def __init__(self, kind: str, cls: type[M], clock: FakeClock, rv: itertools.count[int]) -> None:
+        self.kind = kind
+        self.cls = cls
+        self.clock = clock
+        self._rv = rv
+        self.objects: dict[str, M] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.fail_creates: Exception | None = None
+
+    def _copy(self, obj: M) -> M:
+        out = self.cls()
+        out.CopyFrom(obj)
+        return out
+
+    async def create(self, obj: M) -> M:
+        if self.fail_creates is not None:
+            raise self.fail_creates
+        meta: Any = obj.metadata  # type: ignore[attr-defined]
+        key = _key(meta.namespace, meta.name)
+        if key in self.objects:
+            raise AlreadyExistsError(f'{self.kind.lower()}s "{meta.name}" already exists')
+        stored = self._copy(obj)
+        smeta: Any = stored.metadata  # type: ignore[attr-defined]
+        smeta.uid = str(uuid.uuid4())
+        smeta.resource_version = str(next(self._rv))
+        smeta.generation = 1
+        smeta.creation_timestamp.FromDatetime(self.clock.now().replace(tzinfo=None))
+        self.objects[key] = stored
+        self.calls.append(("create", key))
+        return self._copy(stored)
+
+    async def get(self, name: str, namespace: str = "") -> M:
+        key = _key(namespace, name)
+        if key not in self.objects:
+            raise NotFoundError(f'{self.kind.lower()}s "{name}" not found')
+        return self._copy(self.objects[key])
+
+    async def _write(self, obj: M, verb: str) -> M:
+        meta: Any = obj.metadata  # type: ignore[attr-defined]
+        key = _key(meta.namespace, meta.name)
+        cur = self.objects.get(key)
+        if cur is None:
+            raise NotFoundError(f'{self.kind.lower()}s "{meta.name}" not found')
+        cmeta: Any = cur.metadata  # type: ignore[attr-defined]
+        if meta.resource_version and meta.resource_version != cmeta.resource_version:
+            raise ConflictError("the object has been modified")
+        new = self._copy(obj)
+        nmeta: Any = new.metadata  # type: ignore[attr-defined]
+        if verb == "update_status":
+            new_status = self._copy(obj).status  # type: ignore[attr-defined]
+            new = self._copy(cur)
+            new.status.CopyFrom(new_status)  # type: ignore[attr-defined]
+            nmeta = new.metadata  # type: ignore[attr-defined]
+        nmeta.resource_version = str(next(self._rv))
+        self.objects[key] = new
+        self.calls.append((verb, key))
+        return self._copy(new)
+
+    async def update(self, obj: M) -> M:
+        return await self._write(obj, "update")
+
+    async def update_status(self, obj: M) -> M:
+        return await self._write(obj, "update_status")
+
+    async def delete(
+        self,
+        name: str,
+        namespace: str = "",
+        *,
+        grace_period_seconds: int | None = None,
+        uid: str = "",
+        resource_version: str = "",
+    ) -> M:
+        key = _key(namespace, name)
+        cur = self.objects.get(key)
+        if cur is None:
+            raise NotFoundError(f'{self.kind.lower()}s "{name}" not found')
+        if uid and cur.metadata.uid != uid:  # type: ignore[attr-defined]
+            raise PreconditionFailedError("uid precondition failed")
+        self.calls.append(
+            ("delete" if grace_period_seconds is None else f"delete/{grace_period_seconds}", key)
+        )
+        return self.objects.pop(key)
+
+
+class FakeClient:
+    def __init__(self, clock: FakeClock) -> None:
+        rv = itertools.count(1)
+        self.pods = FakeResource("Pod", pod_pb2.Pod, clock, rv)
+        self.nodes = FakeResource("Node", node_pb2.Node, clock, rv)
+        self.replica_sets = FakeResource("ReplicaSet", replicaset_pb2.ReplicaSet, clock, rv)
+        self.leases = FakeResource("Lease", lease_pb2.Lease, clock, rv)
+
+
+class FakeStore(Generic[M]):
+    """An informer cache over a FakeResource; `lag()` freezes it to a snapshot."""
+
+    def __init__(self, resource: FakeResource[M]) -> None:
+        self.resource = resource
+        self._frozen: dict[str, M] | None = None
+
+    def lag(self) -> None:
+        self._frozen = dict(self.resource.objects)
+
+    def catch_up(self) -> None:
+        self._frozen = None
+
+    def _objects(self) -> dict[str, M]:
+        return self._frozen if self._frozen is not None else self.resource.objects
+
+    def get(self, key: str) -> M | None:
+        return self._objects().get(key)
+
+    def list(self) -> list[M]:
+        return list(self._objects().values())
+
+
+class FakeQueue:
+    def __init__(self) -> None:
+        self.added: list[str] = []
+        self.delayed: list[tuple[str, float]] = []
+
+    def add(self, key: str) -> None:
+        self.added.append(key)
+
+    def add_after(self, key: str, seconds: float) -> None:
+        self.delayed.append((key, seconds))
+
+
+class FakeRecorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    async def record(self, obj: Any, type: str, reason: str, message: str) -> None:
+        self.events.append((type, reason, message))
