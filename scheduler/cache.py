@@ -1,0 +1,460 @@
+"""The scheduler's view of the cluster, kept columnar so filters and scores are vector ops.
+
+`NodeTable` holds one row ("slot") per node in numpy columns: allocatable and requested cpu
+(milli), memory (bytes), pod counts and extended resources (milli), the non-zero requests used
+for scoring, an unschedulable mask, a column of value ids per label key, a taint-set id per
+node (distinct taint sets are few, so taint logic runs once per set, not per node), host ports
+and images. Deleted nodes leave a free slot that the next node reuses; `valid` masks them out.
+
+`SchedulerCache` adds the pods: every pod with spec.nodeName (bound by anyone) counts against
+its node; a pod the scheduler assumed counts from `assume` until the informer confirms the bind,
+or until it expires `assumed_ttl` seconds after its binding finished without confirmation. Pods
+on a node the cache does not know yet are parked and applied when the node appears.
+
+`node_generation` changes whenever node-static data (labels, taints, unschedulable, images,
+allocatable) changes; plugins whose result depends only on that data may be cached against it.
+
+Not thread-safe: owned by the scheduler's event loop (informer handlers and the serial
+scheduling cycle run on the same loop, never concurrently).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler.podinfo import CPU, MEMORY, PODS, HostPort, PodInfo, normalize_image
+from tinykube.clock import Clock
+from tinykube.quantity import QuantityError, milli_value, value
+from tinykube.v1 import node_pb2
+
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+BOOL = npt.NDArray[np.bool_]
+
+_INTEGER = re.compile(r"^[+-]?[0-9]+$")
+
+NO_SCHEDULE = "NoSchedule"
+NO_EXECUTE = "NoExecute"
+PREFER_NO_SCHEDULE = "PreferNoSchedule"
+
+
+class EventKind(StrEnum):
+    """Cluster events that can make an unschedulable pod schedulable."""
+
+    NODE_ADD = "NodeAdd"
+    NODE_ALLOCATABLE = "NodeAllocatableChange"
+    NODE_LABEL = "NodeLabelChange"
+    NODE_TAINT = "NodeTaintChange"  # includes spec.unschedulable, as kube-scheduler does
+    NODE_IMAGES = "NodeImagesChange"
+    POD_DELETE = "AssignedPodDelete"
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass
+class LabelColumn:
+    """Value ids of one label key across slots (-1: the node lacks the key)."""
+
+    ids: I32
+    values: list[str] = field(default_factory=list)
+    value_ids: dict[str, int] = field(default_factory=dict)
+    _numeric: npt.NDArray[np.float64] | None = None
+
+    def id_of(self, v: str) -> int:
+        i = self.value_ids.get(v)
+        if i is None:
+            i = len(self.values)
+            self.values.append(v)
+            self.value_ids[v] = i
+            self._numeric = None
+        return i
+
+    def numeric(self) -> npt.NDArray[np.float64]:
+        """Per value id its integer value, NaN where the value is not an integer."""
+        if self._numeric is None or len(self._numeric) != len(self.values):
+            out = np.full(len(self.values) + 1, np.nan)
+            for i, v in enumerate(self.values):
+                # strconv.ParseInt semantics: optional sign and digits only (no "1_0", " 1")
+                if _INTEGER.match(v):
+                    out[i] = int(v)
+            self._numeric = out  # last entry (index -1) is the "missing" value: NaN
+        return self._numeric
+
+
+@dataclass
+class ExtColumn:
+    alloc: I64
+    req: I64
+
+
+def _quantity(name: str, text: str) -> int:
+    try:
+        if name == MEMORY:
+            return value(text)
+        if name == PODS:
+            return value(text)
+        return milli_value(text)
+    except QuantityError:
+        return 0
+
+
+class NodeTable:
+    """Columns over node slots; `n` is the high-water mark of slots ever used."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = capacity
+        self.n = 0
+        self.count = 0
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+        self.free: list[int] = []
+        self.nodes: list[node_pb2.Node | None] = []
+        self.valid = np.zeros(capacity, bool)
+        self.unschedulable = np.zeros(capacity, bool)
+        self.alloc_cpu = np.zeros(capacity, np.int64)
+        self.alloc_mem = np.zeros(capacity, np.int64)
+        self.alloc_pods = np.zeros(capacity, np.int64)
+        self.req_cpu = np.zeros(capacity, np.int64)
+        self.req_mem = np.zeros(capacity, np.int64)
+        self.req_pods = np.zeros(capacity, np.int64)
+        self.nz_cpu = np.zeros(capacity, np.int64)
+        self.nz_mem = np.zeros(capacity, np.int64)
+        self.ext: dict[str, ExtColumn] = {}
+        self.labels: dict[str, LabelColumn] = {}
+        self.node_labels: list[dict[str, str]] = []
+        # taint sets: id 0 is "no taints"
+        self.taint_set = np.zeros(capacity, np.int32)
+        self.taint_sets: list[tuple[Taint, ...]] = [()]
+        self.taint_set_ids: dict[tuple[Taint, ...], int] = {(): 0}
+        # host ports in use: port -> slot -> list of HostPort (one per pod using it)
+        self.ports: dict[int, dict[int, list[HostPort]]] = {}
+        # images: normalized name -> slot -> size in bytes
+        self.images: dict[str, dict[int, int]] = {}
+        self.node_images: list[dict[str, int]] = []
+        self.node_generation = 0
+
+    # ----- growth and slots -------------------------------------------------------------
+    def _grow(self) -> None:
+        new = self.capacity * 2
+
+        def g(a: npt.NDArray[np.generic], fill: object = 0) -> npt.NDArray[np.generic]:
+            b = np.full(new, fill, a.dtype)
+            b[: self.capacity] = a
+            return b
+
+        self.valid = g(self.valid)
+        self.unschedulable = g(self.unschedulable)
+        for attr in (
+            "alloc_cpu",
+            "alloc_mem",
+            "alloc_pods",
+            "req_cpu",
+            "req_mem",
+            "req_pods",
+            "nz_cpu",
+            "nz_mem",
+        ):
+            setattr(self, attr, g(getattr(self, attr)))
+        self.taint_set = g(self.taint_set)  # type: ignore[assignment]
+        for col in self.ext.values():
+            col.alloc = g(col.alloc)  # type: ignore[assignment]
+            col.req = g(col.req)  # type: ignore[assignment]
+        for lc in self.labels.values():
+            lc.ids = g(lc.ids, -1)  # type: ignore[assignment]
+        self.capacity = new
+
+    def _new_slot(self) -> int:
+        if self.free:
+            return self.free.pop()
+        if self.n == self.capacity:
+            self._grow()
+        slot = self.n
+        self.n += 1
+        self.names.append("")
+        self.nodes.append(None)
+        self.node_labels.append({})
+        self.node_images.append({})
+        return slot
+
+    def ext_column(self, name: str) -> ExtColumn:
+        col = self.ext.get(name)
+        if col is None:
+            col = ExtColumn(np.zeros(self.capacity, np.int64), np.zeros(self.capacity, np.int64))
+            self.ext[name] = col
+        return col
+
+    def label_column(self, key: str) -> LabelColumn | None:
+        return self.labels.get(key)
+
+    # ----- node rows --------------------------------------------------------------------
+    def set_node(self, node: node_pb2.Node) -> tuple[int, set[EventKind]]:
+        """Add or update a node's static columns; returns its slot and what changed."""
+        name = node.metadata.name
+        slot = self.index.get(name)
+        changes: set[EventKind] = set()
+        if slot is None:
+            slot = self._new_slot()
+            self.index[name] = slot
+            self.names[slot] = name
+            self.valid[slot] = True
+            self.count += 1
+            changes.add(EventKind.NODE_ADD)
+        old = self.nodes[slot]
+        self.nodes[slot] = node
+        if old is None or dict(old.status.allocatable) != dict(node.status.allocatable):
+            self._set_allocatable(slot, node)
+            changes.add(EventKind.NODE_ALLOCATABLE)
+        if old is None or dict(old.metadata.labels) != dict(node.metadata.labels):
+            self._set_labels(slot, dict(node.metadata.labels))
+            changes.add(EventKind.NODE_LABEL)
+        if (
+            old is None
+            or old.spec.unschedulable != node.spec.unschedulable
+            or list(old.spec.taints) != list(node.spec.taints)
+        ):
+            self.unschedulable[slot] = node.spec.unschedulable
+            taints = tuple(Taint(t.key, t.value, t.effect) for t in node.spec.taints)
+            tid = self.taint_set_ids.get(taints)
+            if tid is None:
+                tid = len(self.taint_sets)
+                self.taint_sets.append(taints)
+                self.taint_set_ids[taints] = tid
+            self.taint_set[slot] = tid
+            changes.add(EventKind.NODE_TAINT)
+        if old is None or list(old.status.images) != list(node.status.images):
+            self._set_images(slot, node)
+            changes.add(EventKind.NODE_IMAGES)
+        if changes:
+            self.node_generation += 1
+        return slot, changes
+
+    def _set_allocatable(self, slot: int, node: node_pb2.Node) -> None:
+        alloc = node.status.allocatable
+        self.alloc_cpu[slot] = _quantity(CPU, alloc[CPU]) if CPU in alloc else 0
+        self.alloc_mem[slot] = _quantity(MEMORY, alloc[MEMORY]) if MEMORY in alloc else 0
+        self.alloc_pods[slot] = _quantity(PODS, alloc[PODS]) if PODS in alloc else 0
+        for name, col in self.ext.items():
+            if name not in alloc:
+                col.alloc[slot] = 0
+        for name, q in alloc.items():
+            if name in (CPU, MEMORY, PODS):
+                continue
+            self.ext_column(name).alloc[slot] = _quantity(name, q)
+
+    def _set_labels(self, slot: int, labels: dict[str, str]) -> None:
+        old = self.node_labels[slot]
+        for k in old:
+            if k not in labels:
+                self.labels[k].ids[slot] = -1
+        for k, v in labels.items():
+            lc = self.labels.get(k)
+            if lc is None:
+                lc = LabelColumn(np.full(self.capacity, -1, np.int32))
+                self.labels[k] = lc
+            lc.ids[slot] = lc.id_of(v)
+        self.node_labels[slot] = labels
+
+    def _set_images(self, slot: int, node: node_pb2.Node | None) -> None:
+        for im in self.node_images[slot]:
+            holders = self.images.get(im)
+            if holders is not None:
+                holders.pop(slot, None)
+                if not holders:
+                    del self.images[im]
+        new: dict[str, int] = {}
+        if node is not None:
+            for image in node.status.images:
+                for nm in image.names:
+                    new[normalize_image(nm)] = image.size_bytes
+        for im, size in new.items():
+            self.images.setdefault(im, {})[slot] = size
+        self.node_images[slot] = new
+
+    def remove_node(self, name: str) -> int | None:
+        slot = self.index.pop(name, None)
+        if slot is None:
+            return None
+        self.valid[slot] = False
+        self.count -= 1
+        self.nodes[slot] = None
+        self.names[slot] = ""
+        self._set_labels(slot, {})
+        self._set_images(slot, None)
+        self.unschedulable[slot] = False
+        self.taint_set[slot] = 0
+        for arr in (
+            self.alloc_cpu,
+            self.alloc_mem,
+            self.alloc_pods,
+            self.req_cpu,
+            self.req_mem,
+            self.req_pods,
+            self.nz_cpu,
+            self.nz_mem,
+        ):
+            arr[slot] = 0
+        for col in self.ext.values():
+            col.alloc[slot] = 0
+            col.req[slot] = 0
+        for users in self.ports.values():
+            users.pop(slot, None)
+        self.free.append(slot)
+        self.node_generation += 1
+        return slot
+
+    # ----- pod accounting ---------------------------------------------------------------
+    def add_pod(self, slot: int, p: PodInfo, sign: int = 1) -> None:
+        self.req_cpu[slot] += sign * p.cpu
+        self.req_mem[slot] += sign * p.memory
+        self.req_pods[slot] += sign
+        self.nz_cpu[slot] += sign * p.nz_cpu
+        self.nz_mem[slot] += sign * p.nz_memory
+        for name, amount in p.extended.items():
+            self.ext_column(name).req[slot] += sign * amount
+        for hp in p.host_ports:
+            users = self.ports.setdefault(hp.port, {})
+            lst = users.setdefault(slot, [])
+            if sign > 0:
+                lst.append(hp)
+            else:
+                if hp in lst:
+                    lst.remove(hp)
+                if not lst:
+                    del users[slot]
+                    if not users:
+                        del self.ports[hp.port]
+
+    def remove_pod(self, slot: int, p: PodInfo) -> None:
+        self.add_pod(slot, p, -1)
+
+
+@dataclass
+class PodState:
+    info: PodInfo
+    node: str
+    assumed: bool = False
+    binding_finished: bool = False
+    deadline: float | None = None
+
+
+class SchedulerCache:
+    """Nodes plus the pods that use them, including the scheduler's assumed pods."""
+
+    def __init__(self, clock: Clock | None = None, assumed_ttl: float = 30.0) -> None:
+        self.clock = clock or Clock()
+        self.assumed_ttl = assumed_ttl
+        self.nodes = NodeTable()
+        self.pods: dict[str, PodState] = {}
+        self.parked: dict[str, set[str]] = {}  # node name -> pod keys waiting for the node
+
+    # ----- nodes ------------------------------------------------------------------------
+    def add_node(self, node: node_pb2.Node) -> set[EventKind]:
+        is_new = node.metadata.name not in self.nodes.index
+        slot, changes = self.nodes.set_node(node)
+        if is_new:
+            for key in self.parked.pop(node.metadata.name, set()):
+                self.nodes.add_pod(slot, self.pods[key].info)
+        return changes
+
+    update_node = add_node
+
+    def remove_node(self, name: str) -> None:
+        keys = [k for k, s in self.pods.items() if s.node == name]
+        if self.nodes.remove_node(name) is not None and keys:
+            self.parked.setdefault(name, set()).update(keys)
+
+    def node_names(self) -> list[str]:
+        return list(self.nodes.index)
+
+    # ----- pods -------------------------------------------------------------------------
+    def _place(self, key: str, info: PodInfo, node: str) -> None:
+        slot = self.nodes.index.get(node)
+        if slot is None:
+            self.parked.setdefault(node, set()).add(key)
+        else:
+            self.nodes.add_pod(slot, info)
+
+    def _unplace(self, key: str, state: PodState) -> None:
+        slot = self.nodes.index.get(state.node)
+        if slot is None:
+            parked = self.parked.get(state.node)
+            if parked is not None:
+                parked.discard(key)
+                if not parked:
+                    del self.parked[state.node]
+        else:
+            self.nodes.remove_pod(slot, state.info)
+
+    def add_pod(self, info: PodInfo) -> None:
+        """An assigned pod seen by the informer (confirms an assumption, or a new pod)."""
+        state = self.pods.get(info.key)
+        if state is not None:
+            if state.node == info.node_name and state.info.uid == info.uid:
+                # confirmation of our assumption, or a plain update: swap in the new requests
+                self._unplace(info.key, state)
+                self._place(info.key, info, info.node_name)
+                state.info = info
+                state.assumed = False
+                state.deadline = None
+                return
+            self._unplace(info.key, state)
+        self.pods[info.key] = PodState(info, info.node_name)
+        self._place(info.key, info, info.node_name)
+
+    update_pod = add_pod
+
+    def remove_pod(self, key: str) -> bool:
+        """Forget a pod (deleted, or terminated); True when it used a node."""
+        state = self.pods.pop(key, None)
+        if state is None:
+            return False
+        self._unplace(key, state)
+        return True
+
+    def assume(self, info: PodInfo, node: str) -> None:
+        if info.key in self.pods:
+            self.remove_pod(info.key)
+        self.pods[info.key] = PodState(info, node, assumed=True)
+        self._place(info.key, info, node)
+
+    def finish_binding(self, key: str) -> None:
+        state = self.pods.get(key)
+        if state is not None and state.assumed:
+            state.binding_finished = True
+            state.deadline = self.clock.monotonic() + self.assumed_ttl
+
+    def forget(self, key: str) -> None:
+        state = self.pods.get(key)
+        if state is not None and state.assumed:
+            self.remove_pod(key)
+
+    def is_assumed(self, key: str) -> bool:
+        state = self.pods.get(key)
+        return state is not None and state.assumed
+
+    def cleanup_expired(self) -> list[str]:
+        now = self.clock.monotonic()
+        expired = [
+            k
+            for k, s in self.pods.items()
+            if s.assumed and s.deadline is not None and s.deadline <= now
+        ]
+        for k in expired:
+            self.remove_pod(k)
+        return expired
+
+    def pods_on(self, node: str) -> Iterator[PodInfo]:
+        for s in self.pods.values():
+            if s.node == node:
+                yield s.info

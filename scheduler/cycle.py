@@ -1,0 +1,259 @@
+"""The scheduler loop: informer events in, a serial scheduling cycle, concurrent binding cycles.
+
+`Scheduler` owns the cache, the queue and the algorithm. Informer handlers (`on_pod_*`,
+`on_node_*`) keep the cache and queue current. `run` pops one pod at a time and runs its
+scheduling cycle synchronously (PreFilter..Score, Reserve, Permit); the pod is then assumed in
+the cache and its binding cycle (PreBind, Bind, PostBind) runs as a separate task, at most
+`max_binds` at once, so the next pod's cycle starts while earlier binds are in flight. A failed
+bind un-reserves, forgets the assumption and requeues with backoff; a bind that failed because
+the pod is already bound (ALREADY_EXISTS) is not retried.
+
+The outside world is reached only through the `Reporter` callbacks (status updates, events,
+metrics) and the profile's Bind plugin, so the loop runs in-process with fakes in tests.
+Single event loop; no locks needed because handlers and the cycle never interleave mid-step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from scheduler.cache import EventKind, SchedulerCache
+from scheduler.core import Algorithm, Profile, ScheduleResult
+from scheduler.framework import Code, CycleState, Status
+from scheduler.plugins import bind_already_exists
+from scheduler.podinfo import PodInfo
+from scheduler.queue import QueuedPod, SchedulingQueue, ShutDown
+from tinykube.clock import Clock
+from tinykube.v1 import node_pb2, pod_pb2
+
+log = logging.getLogger(__name__)
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+async def _noop_unschedulable(pod: PodInfo, message: str) -> None:
+    return None
+
+
+async def _noop_scheduled(pod: PodInfo, node: str) -> None:
+    return None
+
+
+def _noop_result(result: str, seconds: float) -> None:
+    return None
+
+
+@dataclass
+class Reporter:
+    """Side effects of a cycle, injected so the core stays testable."""
+
+    unschedulable: Callable[[PodInfo, str], Awaitable[None]] = _noop_unschedulable
+    scheduled: Callable[[PodInfo, str], Awaitable[None]] = _noop_scheduled
+    attempt: Callable[[str, float], None] = _noop_result  # result, e2e seconds
+
+
+class Scheduler:
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        clock: Clock | None = None,
+        percentage_of_nodes_to_score: int = 0,
+        initial_backoff: float = 1.0,
+        max_backoff: float = 10.0,
+        max_binds: int = 32,
+        assumed_ttl: float = 30.0,
+        reporter: Reporter | None = None,
+    ) -> None:
+        self.clock = clock or Clock()
+        self.profile = profile
+        self.cache = SchedulerCache(self.clock, assumed_ttl)
+        self.queue = SchedulingQueue(
+            self.clock,
+            initial_backoff=initial_backoff,
+            max_backoff=max_backoff,
+            plugin_events=profile.plugins_for_events(),
+        )
+        self.algorithm = Algorithm(
+            self.cache, profile, percentage_of_nodes_to_score=percentage_of_nodes_to_score
+        )
+        self.reporter = reporter or Reporter()
+        self._bind_slots = asyncio.Semaphore(max_binds)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.binding: dict[str, str] = {}  # pod key -> node, binds in flight
+
+    # ----- informer handlers ------------------------------------------------------------
+    def _responsible(self, pod: pod_pb2.Pod) -> bool:
+        name = pod.spec.scheduler_name or "tinykube"
+        return name == self.profile.scheduler_name
+
+    def on_pod_add(self, pod: pod_pb2.Pod) -> None:
+        key = f"{pod.metadata.namespace}/{pod.metadata.name}"
+        if pod.spec.node_name:
+            self.queue.delete(key)
+            if pod.status.phase in TERMINAL_PHASES:
+                if self.cache.remove_pod(key):
+                    self.queue.move_on_event(EventKind.POD_DELETE)
+            else:
+                self.cache.add_pod(PodInfo.from_pod(pod))
+            return
+        if pod.metadata.HasField("deletion_timestamp"):
+            self.queue.delete(key)
+            return
+        if not self._responsible(pod) or self.cache.is_assumed(key):
+            return
+        self.queue.update(PodInfo.from_pod(pod))
+
+    def on_pod_update(self, old: pod_pb2.Pod, new: pod_pb2.Pod) -> None:
+        self.on_pod_add(new)
+
+    def on_pod_delete(self, pod: pod_pb2.Pod) -> None:
+        key = f"{pod.metadata.namespace}/{pod.metadata.name}"
+        self.queue.delete(key)
+        self.algorithm.forget_attempt(key)
+        if self.cache.remove_pod(key):
+            self.queue.move_on_event(EventKind.POD_DELETE)
+
+    def on_node_add(self, node: node_pb2.Node) -> None:
+        for ev in sorted(self.cache.add_node(node), key=lambda e: e.value):
+            self.queue.move_on_event(ev)
+
+    def on_node_update(self, old: node_pb2.Node, new: node_pb2.Node) -> None:
+        self.on_node_add(new)
+
+    def on_node_delete(self, node: node_pb2.Node) -> None:
+        self.cache.remove_node(node.metadata.name)
+
+    # ----- the loop ---------------------------------------------------------------------
+    async def run(self) -> None:
+        flusher = asyncio.create_task(self.queue.run_flusher())
+        try:
+            while True:
+                try:
+                    qp = await self.queue.pop()
+                except ShutDown:
+                    return
+                await self.schedule_one(qp)
+                self.cache.cleanup_expired()
+        finally:
+            flusher.cancel()
+            self.queue.close()
+
+    async def schedule_one(self, qp: QueuedPod) -> ScheduleResult:
+        pod = qp.info
+        start = self.clock.monotonic()
+        try:
+            result = self.algorithm.schedule(pod)
+        except Exception:
+            log.exception("scheduling %s failed", pod.key)
+            self.queue.add_backoff(qp)
+            self.reporter.attempt("error", self.clock.monotonic() - start)
+            return ScheduleResult(None, Status.error("internal error"))
+        if result.node is None:
+            if result.status.code == Code.ERROR:
+                self.queue.add_backoff(qp)
+                self.reporter.attempt("error", self.clock.monotonic() - start)
+            else:
+                self.queue.add_unschedulable(qp, result.unschedulable_plugins)
+                self.reporter.attempt("unschedulable", self.clock.monotonic() - start)
+                self._spawn(self.reporter.unschedulable(pod, result.message))
+            return result
+        node = result.node
+        state = result.state
+        st = self._reserve(state, pod, node)
+        if st.ok:
+            for p in self.profile.permits:
+                st = p.permit(state, pod, node)
+                if not st.ok:
+                    break
+        if not st.ok:
+            self._unreserve(state, pod, node)
+            self.queue.add_backoff(qp)
+            self.reporter.attempt("error", self.clock.monotonic() - start)
+            return result
+        self.cache.assume(pod, node)
+        self.binding[pod.key] = node
+        await self._bind_slots.acquire()
+        self._spawn(self._binding_cycle(qp, node, state, start))
+        return result
+
+    def _reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        for p in self.profile.reservers:
+            st: Status = p.reserve(state, pod, node)
+            if not st.ok:
+                return st
+        return Status()
+
+    def _unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        for p in reversed(self.profile.reservers):
+            p.unreserve(state, pod, node)
+
+    async def _binding_cycle(
+        self, qp: QueuedPod, node: str, state: CycleState, start: float
+    ) -> None:
+        pod = qp.info
+        try:
+            st = Status()
+            for p in self.profile.pre_binds:
+                st = await p.pre_bind(state, pod, node)
+                if not st.ok:
+                    break
+            if st.ok:
+                st = Status(Code.SKIP)
+                for p in self.profile.binders:
+                    st = await p.bind(state, pod, node)
+                    if st.code != Code.SKIP:
+                        break
+            if not st.ok:
+                self._unreserve(state, pod, node)
+                self.cache.forget(pod.key)
+                if bind_already_exists(state):
+                    # someone else bound it: the informer will tell us where; never retry
+                    self.queue.done(pod.key)
+                    self.reporter.attempt("error", self.clock.monotonic() - start)
+                else:
+                    log.warning("binding %s to %s failed: %s", pod.key, node, st.message())
+                    self.queue.add_backoff(qp)
+                    self.reporter.attempt("error", self.clock.monotonic() - start)
+                return
+            self.cache.finish_binding(pod.key)
+            self.queue.done(pod.key)
+            for p in self.profile.post_binds:
+                p.post_bind(state, pod, node)
+            self.reporter.attempt("scheduled", self.clock.monotonic() - qp.initial)
+            await self.reporter.scheduled(pod, node)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("binding cycle of %s failed", pod.key)
+            self.cache.forget(pod.key)
+            self.queue.add_backoff(qp)
+        finally:
+            self.binding.pop(pod.key, None)
+            self._bind_slots.release()
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        async def wrap() -> None:
+            try:
+                await coro
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("background task failed")
+
+        task = asyncio.create_task(wrap())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        """Wait for in-flight binds and reports (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def cancel_tasks(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)

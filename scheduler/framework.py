@@ -1,0 +1,227 @@
+"""The scheduling framework: typed statuses, one small protocol per extension point, a registry.
+
+Modelled on kube-scheduler's framework, with one deliberate difference: Filter and Score
+plugins see every node at once. `Filter` returns a `FilterResult` (a reason code per node slot,
+0 = fits) and `Score` returns an array of scores, so a pod costs a few numpy operations per
+plugin instead of a Python call per node. Expected outcomes (a node does not fit) are statuses,
+never exceptions.
+
+Plugins marked `node_static = True` read only the pod's signature and node-static columns; the
+framework caches their results per (pod signature, node generation), which is how identical
+pods share a cycle's work.
+
+Everything here is synchronous and pure except `BindPlugin.bind` (async, talks to the API).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler.cache import EventKind, NodeTable
+from scheduler.podinfo import PodInfo
+
+MAX_NODE_SCORE = 100
+
+
+class Code(IntEnum):
+    SUCCESS = 0
+    ERROR = 1
+    UNSCHEDULABLE = 2
+    UNSCHEDULABLE_AND_UNRESOLVABLE = 3
+    WAIT = 4
+    SKIP = 5
+
+
+@dataclass(frozen=True)
+class Status:
+    code: Code = Code.SUCCESS
+    reasons: tuple[str, ...] = ()
+    plugin: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code == Code.SUCCESS
+
+    @property
+    def rejected(self) -> bool:
+        return self.code in (Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+
+    def message(self) -> str:
+        return ", ".join(self.reasons)
+
+    @classmethod
+    def unschedulable(cls, *reasons: str, plugin: str = "") -> Status:
+        return cls(Code.UNSCHEDULABLE, reasons, plugin)
+
+    @classmethod
+    def unresolvable(cls, *reasons: str, plugin: str = "") -> Status:
+        return cls(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reasons, plugin)
+
+    @classmethod
+    def error(cls, *reasons: str, plugin: str = "") -> Status:
+        return cls(Code.ERROR, reasons, plugin)
+
+
+SUCCESS = Status()
+SKIP = Status(Code.SKIP)
+
+
+@dataclass(frozen=True)
+class FilterResult:
+    """A reason code per node slot: 0 fits.
+
+    With `bitmask`, a code is an OR of bits and bit i means `reasons[i]` (a node can fail for
+    several reasons, e.g. Insufficient cpu and memory); otherwise code c means `reasons[c-1]`.
+    """
+
+    codes: npt.NDArray[np.int32]
+    reasons: Sequence[str]
+    bitmask: bool = False
+    code: Code = Code.UNSCHEDULABLE
+
+    def explain(self, code: int) -> tuple[str, ...]:
+        if code == 0:
+            return ()
+        if self.bitmask:
+            return tuple(r for i, r in enumerate(self.reasons) if code & (1 << i))
+        return (self.reasons[code - 1],)
+
+
+class CycleState:
+    """Per-attempt scratch space shared by a pod's plugins (PreFilter writes, Filter reads)."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, Any] = {}
+        self.skip_filter: set[str] = set()
+        self.skip_score: set[str] = set()
+
+    def write(self, key: str, val: Any) -> None:
+        self._data[key] = val
+
+    def read(self, key: str) -> Any:
+        return self._data.get(key)
+
+
+# ----- plugin protocols (one per extension point) ----------------------------------------
+class Plugin(Protocol):
+    name: ClassVar[str]
+    # events that may make a pod this plugin rejected schedulable again
+    events: ClassVar[frozenset[EventKind]]
+    node_static: ClassVar[bool]
+
+
+@runtime_checkable
+class PreFilterPlugin(Protocol):
+    def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> Status: ...
+
+
+@runtime_checkable
+class FilterPlugin(Protocol):
+    def filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> FilterResult | None:
+        """None means every node passes."""
+        ...
+
+
+@runtime_checkable
+class PostFilterPlugin(Protocol):
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, nodes: NodeTable, failed: Mapping[str, Status]
+    ) -> tuple[str | None, Status]:
+        """May nominate a node (preemption); returns (nominated node, status)."""
+        ...
+
+
+@runtime_checkable
+class PreScorePlugin(Protocol):
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> Status: ...
+
+
+@runtime_checkable
+class ScorePlugin(Protocol):
+    def score(
+        self, state: CycleState, pod: PodInfo, nodes: NodeTable, idx: npt.NDArray[np.intp] | None
+    ) -> npt.NDArray[np.int64]:
+        """Scores for slots `idx` (None: all slots, for node-static plugins)."""
+        ...
+
+
+@runtime_checkable
+class NormalizeScorePlugin(Protocol):
+    def normalize(
+        self, state: CycleState, pod: PodInfo, scores: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]: ...
+
+
+@runtime_checkable
+class ReservePlugin(Protocol):
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None: ...
+
+
+@runtime_checkable
+class PermitPlugin(Protocol):
+    def permit(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
+
+
+@runtime_checkable
+class PreBindPlugin(Protocol):
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
+
+
+@runtime_checkable
+class BindPlugin(Protocol):
+    async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
+
+
+@runtime_checkable
+class PostBindPlugin(Protocol):
+    def post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None: ...
+
+
+def default_normalize(scores: npt.NDArray[np.int64], reverse: bool) -> npt.NDArray[np.int64]:
+    """kube-scheduler's DefaultNormalizeScore: scale to 0..100 by the max, optionally reversed."""
+    if len(scores) == 0:
+        return scores
+    top = int(scores.max())
+    if top == 0:
+        if reverse:
+            return np.full(len(scores), MAX_NODE_SCORE, np.int64)
+        return scores
+    out = scores * MAX_NODE_SCORE // top
+    if reverse:
+        out = MAX_NODE_SCORE - out
+    return out
+
+
+# ----- registry -------------------------------------------------------------------------
+@dataclass
+class Handle:
+    """What plugins may use from the outside world (the binder's API call)."""
+
+    bind: Callable[[PodInfo, str], Awaitable[None]] | None = None
+
+
+PluginFactory = Callable[[Mapping[str, Any], Handle], Any]
+
+
+@dataclass
+class Registry:
+    factories: dict[str, PluginFactory] = field(default_factory=dict)
+
+    def register(self, name: str, factory: PluginFactory) -> None:
+        if name in self.factories:
+            raise ValueError(f"plugin {name!r} registered twice")
+        self.factories[name] = factory
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.factories
+
+    def create(self, name: str, args: Mapping[str, Any], handle: Handle) -> Any:
+        return self.factories[name](args, handle)

@@ -1,0 +1,173 @@
+"""What the scheduler needs to know about a pod, computed once per pod version.
+
+`PodInfo.from_pod` parses every quantity of a pod once (the scheduling cycle must not parse
+strings), applying kube-scheduler's request rules:
+- a container with only limits requests its limits;
+- a pod requests max(largest init container, sum of app containers) per resource;
+- for scoring, a container without a cpu/memory request counts as 100m / 200Mi ("non-zero"
+  requests), while fitting still uses the real (possibly zero) request.
+`signature` identifies the parts of a pod that node-static plugins read (selectors, affinity,
+tolerations, images, nodeName) so identical pods can share those plugins' results.
+
+Pure data, no I/O; safe to share between tasks because it is never mutated after creation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from tinykube.quantity import milli_value, value
+from tinykube.v1 import pod_pb2
+
+# kube-scheduler's defaults for containers without a request, used only for scoring.
+DEFAULT_MILLI_CPU = 100
+DEFAULT_MEMORY = 200 * 1024 * 1024
+
+CPU = "cpu"
+MEMORY = "memory"
+PODS = "pods"
+
+DEFAULT_SCHEDULER_NAME = "tinykube"
+
+
+@dataclass(frozen=True)
+class HostPort:
+    ip: str  # "0.0.0.0" when unset
+    protocol: str  # "TCP" when unset
+    port: int
+
+    def conflicts(self, other: HostPort) -> bool:
+        """Same port and protocol, and either IP is the wildcard or both are equal."""
+        if self.port != other.port or self.protocol != other.protocol:
+            return False
+        return self.ip == "0.0.0.0" or other.ip == "0.0.0.0" or self.ip == other.ip
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    key: str  # "namespace/name"
+    namespace: str
+    name: str
+    uid: str
+    pod: pod_pb2.Pod
+    priority: int
+    created: float  # creation timestamp, seconds since the epoch (queue order)
+    node_name: str
+    scheduler_name: str
+    cpu: int  # milli
+    memory: int  # bytes
+    extended: Mapping[str, int]  # milli units, only non-zero requests
+    nz_cpu: int
+    nz_memory: int
+    host_ports: tuple[HostPort, ...]
+    images: tuple[str, ...]
+    signature: bytes = field(repr=False)
+
+    @property
+    def zero_request(self) -> bool:
+        return self.cpu == 0 and self.memory == 0 and not self.extended
+
+    @classmethod
+    def from_pod(cls, pod: pod_pb2.Pod) -> PodInfo:
+        spec = pod.spec
+        meta = pod.metadata
+        cpu, memory, extended, nz_cpu, nz_memory = _pod_requests(spec)
+        ports = tuple(
+            HostPort(p.host_ip or "0.0.0.0", p.protocol or "TCP", p.host_port)
+            for c in spec.containers
+            for p in c.ports
+            if p.host_port > 0
+        )
+        images = tuple(normalize_image(c.image) for c in spec.containers if c.image)
+        sig = hashlib.blake2b(digest_size=16)
+        for k in sorted(spec.node_selector):
+            sig.update(f"s{k}={spec.node_selector[k]}\0".encode())
+        sig.update(b"a" + spec.affinity.SerializeToString(deterministic=True))
+        for t in spec.tolerations:
+            sig.update(b"t" + t.SerializeToString(deterministic=True))
+        sig.update(f"n{spec.node_name}\0".encode())
+        for im in images:
+            sig.update(f"i{im}\0".encode())
+        created = 0.0
+        if meta.HasField("creation_timestamp"):
+            created = meta.creation_timestamp.seconds + meta.creation_timestamp.nanos / 1e9
+        return cls(
+            key=f"{meta.namespace}/{meta.name}",
+            namespace=meta.namespace,
+            name=meta.name,
+            uid=meta.uid,
+            pod=pod,
+            priority=spec.priority if spec.HasField("priority") else 0,
+            created=created,
+            node_name=spec.node_name,
+            scheduler_name=spec.scheduler_name or DEFAULT_SCHEDULER_NAME,
+            cpu=cpu,
+            memory=memory,
+            extended=extended,
+            nz_cpu=nz_cpu,
+            nz_memory=nz_memory,
+            host_ports=ports,
+            images=images,
+            signature=sig.digest(),
+        )
+
+
+def normalize_image(name: str) -> str:
+    """ "nginx" and "nginx:latest" are the same image; a digest or tag is kept as given."""
+    if "@" in name:
+        return name
+    last = name.rsplit("/", 1)[-1]
+    return name if ":" in last else f"{name}:latest"
+
+
+def _container_requests(c: pod_pb2.Container) -> dict[str, int]:
+    """Requests in milli units; a resource with only a limit requests the limit."""
+    out: dict[str, int] = {}
+    res = c.resources
+    for name, q in res.limits.items():
+        if name not in res.requests:
+            out[name] = _amount(name, q)
+    for name, q in res.requests.items():
+        out[name] = _amount(name, q)
+    return out
+
+
+def _amount(name: str, q: str) -> int:
+    # memory in bytes (rounded up), everything else in thousandths (cpu millis, GPUs 1000/unit)
+    return value(q) if name == MEMORY else milli_value(q)
+
+
+def _combine(app: Iterable[dict[str, int]], init: Iterable[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for r in app:
+        for k, v in r.items():
+            total[k] = total.get(k, 0) + v
+    for r in init:
+        for k, v in r.items():
+            if v > total.get(k, 0):
+                total[k] = v
+    return total
+
+
+def _pod_requests(spec: pod_pb2.PodSpec) -> tuple[int, int, dict[str, int], int, int]:
+    app = [_container_requests(c) for c in spec.containers]
+    init = [_container_requests(c) for c in spec.init_containers]
+    total = _combine(app, init)
+
+    def nonzero(reqs: dict[str, int]) -> dict[str, int]:
+        return {
+            CPU: reqs.get(CPU, DEFAULT_MILLI_CPU),
+            MEMORY: reqs.get(MEMORY, DEFAULT_MEMORY),
+        }
+
+    nz = _combine([nonzero(r) for r in app], [nonzero(r) for r in init])
+    extended = {k: v for k, v in total.items() if k not in (CPU, MEMORY, PODS) and v > 0}
+    return (
+        total.get(CPU, 0),
+        total.get(MEMORY, 0),
+        extended,
+        nz.get(CPU, 0),
+        nz.get(MEMORY, 0),
+    )

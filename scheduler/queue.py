@@ -1,0 +1,268 @@
+"""The scheduling queue: activeQ, backoffQ and the unschedulable set, as kube-scheduler's.
+
+- activeQ: a heap by priority (higher first), then creation time (older first).
+- backoffQ: pods whose last attempt failed wait 1 s, doubling per attempt up to 10 s.
+- unschedulable: pods rejected by filters wait until a cluster event that one of the
+  rejecting plugins registered for (node added, node allocatable/labels/taints changed, an
+  assigned pod deleted) moves them, or until they have waited 5 minutes. A pod that hit an
+  event while it was being scheduled goes to backoffQ instead, so the event is not lost.
+- a pod deleted while queued (or while in flight) leaves the queue and is never returned.
+
+Pure and single-threaded (the scheduler's event loop); time comes from an injectable clock.
+`pop` awaits an asyncio.Event; `flush` (called periodically by the owner, or by tests with a
+FakeClock) moves pods whose backoff has completed or whose unschedulable wait is over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from scheduler.cache import EventKind
+from scheduler.podinfo import PodInfo
+from tinykube.clock import Clock
+
+UNSCHEDULABLE_MAX_WAIT = 300.0
+
+
+@dataclass
+class QueuedPod:
+    info: PodInfo
+    added: float  # monotonic time of the last (re)queue
+    initial: float  # monotonic time the pod first entered the queue (e2e latency)
+    attempts: int = 0
+    unschedulable_plugins: frozenset[str] = frozenset()
+    cycle: int = 0  # scheduling cycle in which the pod was last popped
+    version: int = field(default=0)
+
+
+class ShutDown(Exception):
+    pass
+
+
+class SchedulingQueue:
+    def __init__(
+        self,
+        clock: Clock | None = None,
+        *,
+        initial_backoff: float = 1.0,
+        max_backoff: float = 10.0,
+        plugin_events: Mapping[str, frozenset[EventKind]] | None = None,
+        unschedulable_max_wait: float = UNSCHEDULABLE_MAX_WAIT,
+    ) -> None:
+        self.clock = clock or Clock()
+        self.initial_backoff = initial_backoff
+        self.max_backoff = max_backoff
+        self.plugin_events = dict(plugin_events or {})
+        self.unschedulable_max_wait = unschedulable_max_wait
+        self._seq = itertools.count()
+        self._active: list[tuple[int, float, int, str, int]] = []
+        self._backoff: list[tuple[float, int, str, int]] = []
+        # key -> (queue name, QueuedPod); queue name is "active", "backoff" or "unschedulable"
+        self._where: dict[str, tuple[str, QueuedPod]] = {}
+        self._in_flight: dict[str, QueuedPod] = {}
+        self._deleted_in_flight: set[str] = set()
+        self.scheduling_cycle = 0
+        self.move_request_cycle = -1
+        self._wakeup = asyncio.Event()
+        self._closed = False
+        self._last_leftover_scan = float("-inf")
+
+    # ----- sizes ------------------------------------------------------------------------
+    def lengths(self) -> dict[str, int]:
+        out = {"active": 0, "backoff": 0, "unschedulable": 0}
+        for q, _ in self._where.values():
+            out[q] += 1
+        return out
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._where or key in self._in_flight
+
+    def where(self, key: str) -> str | None:
+        if key in self._in_flight:
+            return "in-flight"
+        w = self._where.get(key)
+        return w[0] if w else None
+
+    # ----- internal moves ---------------------------------------------------------------
+    def _push_active(self, qp: QueuedPod) -> None:
+        qp.version += 1
+        self._where[qp.info.key] = ("active", qp)
+        heapq.heappush(
+            self._active,
+            (-qp.info.priority, qp.info.created, next(self._seq), qp.info.key, qp.version),
+        )
+        self._wakeup.set()
+
+    def backoff_duration(self, attempts: int) -> float:
+        d = self.initial_backoff
+        for _ in range(1, attempts):
+            d *= 2
+            if d >= self.max_backoff:
+                return self.max_backoff
+        return min(d, self.max_backoff)
+
+    def _backoff_expiry(self, qp: QueuedPod) -> float:
+        return qp.added + self.backoff_duration(max(qp.attempts, 1))
+
+    def _push_backoff(self, qp: QueuedPod) -> None:
+        qp.version += 1
+        self._where[qp.info.key] = ("backoff", qp)
+        heapq.heappush(
+            self._backoff, (self._backoff_expiry(qp), next(self._seq), qp.info.key, qp.version)
+        )
+
+    def _push_unschedulable(self, qp: QueuedPod) -> None:
+        qp.version += 1
+        self._where[qp.info.key] = ("unschedulable", qp)
+
+    def _is_backing_off(self, qp: QueuedPod) -> bool:
+        return qp.attempts > 0 and self._backoff_expiry(qp) > self.clock.monotonic()
+
+    def _move_from_unschedulable(self, qp: QueuedPod) -> None:
+        if self._is_backing_off(qp):
+            self._push_backoff(qp)
+        else:
+            self._push_active(qp)
+
+    # ----- informer-facing --------------------------------------------------------------
+    def add(self, info: PodInfo) -> None:
+        """A new pending pod (or one seen again after a relist)."""
+        key = info.key
+        if key in self._in_flight:
+            self._in_flight[key].info = info
+            return
+        cur = self._where.get(key)
+        if cur is not None:
+            self.update(info)
+            return
+        now = self.clock.monotonic()
+        self._push_active(QueuedPod(info, now, now))
+
+    def update(self, info: PodInfo) -> None:
+        key = info.key
+        if key in self._in_flight:
+            self._in_flight[key].info = info
+            return
+        cur = self._where.get(key)
+        if cur is None:
+            self.add(info)
+            return
+        qname, qp = cur
+        changed = qp.info.pod.spec != info.pod.spec or (
+            qp.info.pod.metadata.labels != info.pod.metadata.labels
+        )
+        qp.info = info
+        if qname == "unschedulable" and changed:
+            self._move_from_unschedulable(qp)
+        elif qname == "active":
+            self._push_active(qp)  # priority may have changed; old heap entry goes stale
+        elif qname == "backoff":
+            self._push_backoff(qp)
+
+    def delete(self, key: str) -> None:
+        if key in self._in_flight:
+            self._deleted_in_flight.add(key)
+        self._where.pop(key, None)  # heap entries become stale and are skipped
+
+    # ----- scheduler-facing -------------------------------------------------------------
+    def pop_nowait(self) -> QueuedPod | None:
+        while self._active:
+            _, _, _, key, version = heapq.heappop(self._active)
+            cur = self._where.get(key)
+            if cur is None or cur[0] != "active" or cur[1].version != version:
+                continue
+            qp = cur[1]
+            del self._where[key]
+            self.scheduling_cycle += 1
+            qp.cycle = self.scheduling_cycle
+            qp.attempts += 1
+            self._in_flight[key] = qp
+            return qp
+        return None
+
+    async def pop(self) -> QueuedPod:
+        while True:
+            if self._closed:
+                raise ShutDown()
+            qp = self.pop_nowait()
+            if qp is not None:
+                return qp
+            self._wakeup.clear()
+            await self._wakeup.wait()
+
+    def close(self) -> None:
+        self._closed = True
+        self._wakeup.set()
+
+    def done(self, key: str) -> None:
+        """The pod's cycle ended and it was bound or dropped (not requeued)."""
+        self._in_flight.pop(key, None)
+        self._deleted_in_flight.discard(key)
+
+    def _finish(self, qp: QueuedPod) -> bool:
+        key = qp.info.key
+        self._in_flight.pop(key, None)
+        if key in self._deleted_in_flight:
+            self._deleted_in_flight.discard(key)
+            return False
+        return key not in self._where
+
+    def add_unschedulable(self, qp: QueuedPod, plugins: frozenset[str]) -> None:
+        """The pod failed its cycle because no node fits."""
+        if not self._finish(qp):
+            return
+        qp.unschedulable_plugins = plugins
+        qp.added = self.clock.monotonic()
+        if self.move_request_cycle >= qp.cycle:
+            self._push_backoff(qp)  # an event arrived during its cycle: retry after backoff
+        else:
+            self._push_unschedulable(qp)
+
+    def add_backoff(self, qp: QueuedPod) -> None:
+        """The pod's cycle or bind failed with an error: retry after its backoff."""
+        if not self._finish(qp):
+            return
+        qp.added = self.clock.monotonic()
+        self._push_backoff(qp)
+
+    def move_on_event(self, event: EventKind) -> int:
+        """Move unschedulable pods that one of their rejecting plugins would reconsider."""
+        self.move_request_cycle = self.scheduling_cycle
+        moved = 0
+        for qname, qp in list(self._where.values()):
+            if qname != "unschedulable":
+                continue
+            plugins = qp.unschedulable_plugins
+            if not plugins or any(event in self.plugin_events.get(p, ()) for p in plugins):
+                self._move_from_unschedulable(qp)
+                moved += 1
+        return moved
+
+    def flush(self) -> None:
+        """Backoff-completed pods to activeQ; unschedulable pods waiting too long move on."""
+        now = self.clock.monotonic()
+        while self._backoff and self._backoff[0][0] <= now:
+            _, _, key, version = heapq.heappop(self._backoff)
+            cur = self._where.get(key)
+            if cur is None or cur[0] != "backoff" or cur[1].version != version:
+                continue
+            self._push_active(cur[1])
+        # the leftover scan is O(queue); once a second is plenty for a 5-minute limit
+        if now - self._last_leftover_scan >= 1.0:
+            self._last_leftover_scan = now
+            for _key, (qname, qp) in list(self._where.items()):
+                if qname == "unschedulable" and now - qp.added >= self.unschedulable_max_wait:
+                    self._move_from_unschedulable(qp)
+
+    def next_backoff_expiry(self) -> float | None:
+        return self._backoff[0][0] if self._backoff else None
+
+    async def run_flusher(self, interval: float = 0.2) -> None:
+        """Flush periodically until cancelled (kube-scheduler flushes backoffQ every second)."""
+        while not self._closed:
+            self.flush()
+            await self.clock.sleep(interval)

@@ -1,0 +1,164 @@
+"""The scheduler loop in-process: cache, queue, binds and reports with fakes."""
+
+from __future__ import annotations
+
+import asyncio
+
+from scheduler.config import ProfileConfig
+from scheduler.core import Profile
+from scheduler.cycle import Reporter, Scheduler
+from scheduler.framework import Handle
+from scheduler.podinfo import PodInfo
+from tests.unit.scheduler.builders import NodeBuilder, PodBuilder
+from tinykube.clock import FakeClock
+from tinykube.errors import AlreadyExistsError, UnavailableError
+
+
+class FakeAPI:
+    def __init__(self) -> None:
+        self.bound: dict[str, str] = {}
+        self.fail: dict[str, Exception] = {}
+        self.unschedulable: list[tuple[str, str]] = []
+        self.scheduled: list[tuple[str, str]] = []
+
+    async def bind(self, pod: PodInfo, node: str) -> None:
+        exc = self.fail.pop(pod.key, None)
+        if exc is not None:
+            raise exc
+        assert pod.key not in self.bound
+        self.bound[pod.key] = node
+
+    async def report_unschedulable(self, pod: PodInfo, msg: str) -> None:
+        self.unschedulable.append((pod.key, msg))
+
+    async def report_scheduled(self, pod: PodInfo, node: str) -> None:
+        self.scheduled.append((pod.key, node))
+
+
+def make() -> tuple[Scheduler, FakeAPI, FakeClock]:
+    api = FakeAPI()
+    clock = FakeClock()
+    prof = Profile(ProfileConfig(), Handle(bind=api.bind))
+    rep = Reporter(api.report_unschedulable, api.report_scheduled)
+    return Scheduler(prof, clock=clock, reporter=rep), api, clock
+
+
+async def run_queue(s: Scheduler) -> None:
+    while (qp := s.queue.pop_nowait()) is not None:
+        await s.schedule_one(qp)
+    await s.drain()
+
+
+async def test_binds_and_accounts() -> None:
+    s, api, _ = make()
+    s.on_node_add(NodeBuilder("n1").alloc(cpu="2", memory="4Gi", pods="10").obj())
+    for i in range(3):
+        s.on_pod_add(PodBuilder(f"p{i}").req(cpu="1").obj())
+    await run_queue(s)
+    assert sorted(api.bound) == ["default/p0", "default/p1"]
+    assert api.unschedulable == [("default/p2", "0/1 nodes are available: 1 Insufficient cpu.")]
+    assert s.queue.where("default/p2") == "unschedulable"
+    # the informer confirms a bind; deleting that pod frees room and moves p2
+    confirmed = PodBuilder("p0").req(cpu="1").node_name("n1").obj()
+    s.on_pod_update(confirmed, confirmed)
+    assert not s.cache.is_assumed("default/p0")
+    s.on_pod_delete(confirmed)
+    assert s.queue.where("default/p2") in ("active", "backoff")
+
+
+async def test_node_added_later_schedules_pending_pod() -> None:
+    s, api, clock = make()
+    s.on_pod_add(PodBuilder("p").req(cpu="8").obj())
+    await run_queue(s)
+    assert api.unschedulable[0][1] == "no nodes available to schedule pods"
+    s.on_node_add(NodeBuilder("big").alloc(cpu="16", memory="4Gi", pods="10").obj())
+    clock.advance(1)
+    s.queue.flush()
+    await run_queue(s)
+    assert api.bound == {"default/p": "big"}
+    assert api.scheduled == [("default/p", "big")]
+
+
+async def test_failed_bind_forgets_and_backs_off() -> None:
+    s, api, clock = make()
+    s.on_node_add(NodeBuilder("n1").obj())
+    api.fail["default/p"] = UnavailableError("apiserver down")
+    s.on_pod_add(PodBuilder("p").req(cpu="1").obj())
+    await run_queue(s)
+    assert not s.cache.pods
+    assert s.queue.where("default/p") == "backoff"
+    clock.advance(1)
+    s.queue.flush()
+    await run_queue(s)
+    assert api.bound == {"default/p": "n1"}
+
+
+async def test_already_bound_is_not_retried() -> None:
+    s, api, clock = make()
+    s.on_node_add(NodeBuilder("n1").obj())
+    api.fail["default/p"] = AlreadyExistsError("pod default/p is already assigned to node n2")
+    s.on_pod_add(PodBuilder("p").req(cpu="1").obj())
+    await run_queue(s)
+    assert "default/p" not in s.queue
+    assert not s.cache.pods
+    clock.advance(20)
+    s.queue.flush()
+    assert s.queue.pop_nowait() is None
+
+
+async def test_pod_deleted_while_queued_is_never_bound() -> None:
+    s, api, _ = make()
+    s.on_node_add(NodeBuilder("n1").obj())
+    pod = PodBuilder("p").obj()
+    s.on_pod_add(pod)
+    s.on_pod_delete(pod)
+    await run_queue(s)
+    assert api.bound == {}
+
+
+async def test_other_scheduler_names_and_bound_pods_are_not_queued() -> None:
+    s, _, _ = make()
+    other = PodBuilder("o").obj()
+    other.spec.scheduler_name = "default-scheduler"
+    s.on_pod_add(other)
+    s.on_pod_add(PodBuilder("b").node_name("n1").obj())
+    assert s.queue.lengths() == {"active": 0, "backoff": 0, "unschedulable": 0}
+    assert "default/b" in s.cache.pods  # counts against n1 (parked until n1 appears)
+
+
+async def test_parked_pod_counts_when_node_appears() -> None:
+    s, api, _ = make()
+    s.on_pod_add(PodBuilder("b").node_name("n1").req(cpu="2").obj())
+    s.on_node_add(NodeBuilder("n1").alloc(cpu="2", memory="1Gi", pods="10").obj())
+    s.on_pod_add(PodBuilder("p").req(cpu="1").obj())
+    await run_queue(s)
+    assert api.bound == {}
+
+
+async def test_run_loop_schedules_concurrently_added_pods() -> None:
+    s, api, _ = make()
+    s.on_node_add(NodeBuilder("n1").obj())
+    task = asyncio.create_task(s.run())
+    for i in range(5):
+        s.on_pod_add(PodBuilder(f"p{i}").obj())
+    for _ in range(100):
+        await asyncio.sleep(0)
+        if len(api.bound) == 5:
+            break
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert len(api.bound) == 5
+
+
+def test_assumed_pod_expires_after_ttl() -> None:
+    clock = FakeClock()
+    s = Scheduler(Profile(), clock=clock, assumed_ttl=30)
+    s.on_node_add(NodeBuilder("n1").obj())
+    info = PodBuilder("p").req(cpu="1").info()
+    s.cache.assume(info, "n1")
+    s.cache.finish_binding(info.key)
+    clock.advance(29)
+    assert s.cache.cleanup_expired() == []
+    clock.advance(1)
+    assert s.cache.cleanup_expired() == ["default/p"]
+    assert int(s.cache.nodes.req_cpu[0]) == 0

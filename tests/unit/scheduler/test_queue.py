@@ -1,0 +1,172 @@
+"""The scheduling queue's ordering, backoff and event-driven moves, on a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.cache import EventKind
+from scheduler.plugins import NodeAffinity, NodeResourcesFit, TaintToleration
+from scheduler.queue import SchedulingQueue
+from tests.unit.scheduler.builders import PodBuilder
+from tinykube.clock import FakeClock
+
+EVENTS = {p.name: p.events for p in (NodeResourcesFit, TaintToleration, NodeAffinity)}
+
+
+def make() -> tuple[SchedulingQueue, FakeClock]:
+    clock = FakeClock()
+    return SchedulingQueue(clock, plugin_events=EVENTS), clock
+
+
+def pop_key(q: SchedulingQueue) -> str | None:
+    qp = q.pop_nowait()
+    return qp.info.key if qp else None
+
+
+def test_priority_then_age() -> None:
+    q, _ = make()
+    q.add(PodBuilder("old-low").created(1).info())
+    q.add(PodBuilder("new-high").priority(10).created(5).info())
+    q.add(PodBuilder("older-low").created(0).info())
+    assert [pop_key(q) for _ in range(4)] == [
+        "default/new-high",
+        "default/older-low",
+        "default/old-low",
+        None,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("attempts", "seconds"), [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 10.0), (9, 10.0)]
+)
+def test_backoff_doubles_to_ten_seconds(attempts: int, seconds: float) -> None:
+    q, _ = make()
+    assert q.backoff_duration(attempts) == seconds
+
+
+def test_error_goes_to_backoff_and_returns_after_it() -> None:
+    q, clock = make()
+    q.add(PodBuilder("a").info())
+    qp = q.pop_nowait()
+    assert qp is not None
+    q.add_backoff(qp)
+    assert q.where("default/a") == "backoff"
+    clock.advance(0.9)
+    q.flush()
+    assert pop_key(q) is None
+    clock.advance(0.1)
+    q.flush()
+    qp = q.pop_nowait()
+    assert qp is not None and qp.attempts == 2
+    q.add_backoff(qp)
+    clock.advance(1.9)
+    q.flush()
+    assert pop_key(q) is None
+    clock.advance(0.1)
+    q.flush()
+    assert pop_key(q) == "default/a"
+
+
+def test_unschedulable_moves_only_on_registered_event() -> None:
+    q, clock = make()
+    q.add(PodBuilder("a").info())
+    qp = q.pop_nowait()
+    assert qp is not None
+    q.add_unschedulable(qp, frozenset({"NodeResourcesFit"}))
+    assert q.where("default/a") == "unschedulable"
+    q.move_on_event(EventKind.NODE_LABEL)  # NodeResourcesFit does not care about labels
+    assert q.where("default/a") == "unschedulable"
+    clock.advance(60)
+    q.flush()
+    assert q.where("default/a") == "unschedulable"
+    q.move_on_event(EventKind.POD_DELETE)
+    # backoff (1 s from the failure) is over: straight to activeQ
+    assert q.where("default/a") == "active"
+
+
+def test_moved_pod_still_backing_off_goes_to_backoff() -> None:
+    q, clock = make()
+    q.add(PodBuilder("a").info())
+    qp = q.pop_nowait()
+    assert qp is not None
+    q.add_unschedulable(qp, frozenset({"TaintToleration"}))
+    clock.advance(0.5)
+    q.move_on_event(EventKind.NODE_ADD)
+    assert q.where("default/a") == "backoff"
+    clock.advance(0.5)
+    q.flush()
+    assert q.where("default/a") == "active"
+
+
+def test_unschedulable_leftover_after_five_minutes() -> None:
+    q, clock = make()
+    q.add(PodBuilder("a").info())
+    qp = q.pop_nowait()
+    assert qp is not None
+    q.add_unschedulable(qp, frozenset({"NodeAffinity"}))
+    clock.advance(299)
+    q.flush()
+    assert q.where("default/a") == "unschedulable"
+    clock.advance(1)
+    q.flush()
+    assert q.where("default/a") == "active"
+
+
+def test_event_during_cycle_sends_pod_to_backoff() -> None:
+    q, _ = make()
+    q.add(PodBuilder("a").info())
+    qp = q.pop_nowait()
+    assert qp is not None
+    q.move_on_event(EventKind.NODE_ADD)  # arrives while the pod is being scheduled
+    q.add_unschedulable(qp, frozenset({"NodeResourcesFit"}))
+    assert q.where("default/a") == "backoff"
+
+
+def test_delete_while_queued_and_in_flight() -> None:
+    q, _ = make()
+    q.add(PodBuilder("a").info())
+    q.add(PodBuilder("b").info())
+    q.delete("default/a")
+    assert pop_key(q) == "default/b"
+    assert pop_key(q) is None
+    q.add(PodBuilder("c").info())
+    qp = q.pop_nowait()
+    assert qp is not None
+    q.delete("default/c")
+    q.add_unschedulable(qp, frozenset())
+    assert "default/c" not in q
+    assert q.lengths() == {"active": 0, "backoff": 0, "unschedulable": 0}
+
+
+def test_update_of_unschedulable_pod_moves_it() -> None:
+    q, clock = make()
+    q.add(PodBuilder("a").info())
+    qp = q.pop_nowait()
+    assert qp is not None
+    q.add_unschedulable(qp, frozenset({"NodeAffinity"}))
+    clock.advance(2)
+    q.update(PodBuilder("a").toleration(operator="Exists").info())
+    assert q.where("default/a") == "active"
+
+
+def test_empty_plugin_set_moves_on_any_event() -> None:
+    q, clock = make()
+    q.add(PodBuilder("a").info())
+    qp = q.pop_nowait()
+    assert qp is not None
+    q.add_unschedulable(qp, frozenset())
+    clock.advance(2)
+    q.move_on_event(EventKind.NODE_IMAGES)
+    assert q.where("default/a") == "active"
+
+
+async def test_pop_waits_for_add() -> None:
+    import asyncio
+
+    q, _ = make()
+    task = asyncio.create_task(q.pop())
+    await asyncio.sleep(0)
+    assert not task.done()
+    q.add(PodBuilder("a").info())
+    qp = await asyncio.wait_for(task, 1)
+    assert qp.info.key == "default/a"
