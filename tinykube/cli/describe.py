@@ -1,0 +1,323 @@
+"""`tinykube describe pod|node NAME`: an object's fields, conditions and the Events about it.
+
+Pods print like `kubectl describe pod` (containers with state, restarts and resources,
+conditions, node selectors, tolerations, events); nodes like `kubectl describe node` (taints,
+conditions, addresses, capacity, the pods on it, events). Other kinds print their YAML followed
+by their events. Events are listed in the object's namespace and matched on involvedObject here,
+because the apiserver's field selectors cover only a few pod fields.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from tinykube import kinds
+from tinykube.cli import printers
+from tinykube.cli.common import CLIError, Context
+from tinykube.cli.get import resolve_kind
+from tinykube.client import Client
+from tinykube.kinds import KindInfo
+from tinykube.manifest import to_yaml
+
+KEY_WIDTH = 18
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "describe",
+        help="show details of an object and its events",
+        description="Show an object's details, conditions and recent events.",
+    )
+    parser.add_argument("resource", help="pod|node|replicaset|event|lease")
+    parser.add_argument("names", nargs="+", metavar="NAME")
+    parser.set_defaults(func=run)
+
+
+class Writer:
+    """Indented `Key:  value` lines, as kubectl's describe prefix writer makes them."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def line(self, level: int, key: str, value: object = "", width: int = KEY_WIDTH) -> None:
+        indent = "  " * level
+        text = "" if value is None else str(value)
+        if text:
+            # Values line up within a section; a long key still gets two spaces.
+            self.lines.append(f"{indent}{(key + ':').ljust(max(width, len(key) + 3))}{text}")
+        else:
+            self.lines.append(f"{indent}{key}:")
+
+    def raw(self, level: int, text: str) -> None:
+        self.lines.append("  " * level + text)
+
+    def table(self, level: int, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+        dashes = ["-" * len(h) for h in header]
+        for text in printers.render(header, [dashes, *rows]).splitlines():
+            self.raw(level, text)
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def fmt_time(ts: Timestamp) -> str:
+    if not printers.is_set(ts):
+        return "<unset>"
+    return ts.ToDatetime(tzinfo=UTC).strftime("%a, %d %b %Y %H:%M:%S %z")
+
+
+def fmt_map(values: Iterable[tuple[str, str]], sep: str = "=") -> list[str]:
+    return [f"{k}{sep}{v}" for k, v in sorted(values)] or [printers.NONE]
+
+
+def multi(w: Writer, level: int, key: str, values: list[str], width: int = KEY_WIDTH) -> None:
+    """First value on the key's line, the rest aligned under it."""
+    w.line(level, key, values[0], width)
+    for value in values[1:]:
+        w.raw(0, " " * width + value)
+
+
+def toleration_text(t: Any) -> str:
+    """kubectl's form: `key[=value][:effect] [op=Exists] [for Ns]`."""
+    text = t.key
+    if t.value:
+        text += f"={t.value}"
+    if t.effect:
+        text += f":{t.effect}"
+    if t.operator == "Exists":
+        text = f"{text} op=Exists" if text else "op=Exists"
+    if t.HasField("toleration_seconds"):
+        text += f" for {t.toleration_seconds}s"
+    return str(text)
+
+
+def container_state(w: Writer, level: int, key: str, state: Any) -> None:
+    if state.HasField("running"):
+        w.line(level, key, "Running")
+        w.line(level + 1, "Started", fmt_time(state.running.started_at))
+    elif state.HasField("terminated"):
+        term = state.terminated
+        w.line(level, key, "Terminated")
+        w.line(level + 1, "Reason", term.reason or printers.NONE)
+        w.line(level + 1, "Exit Code", str(term.exit_code))
+        if term.signal:
+            w.line(level + 1, "Signal", str(term.signal))
+        w.line(level + 1, "Started", fmt_time(term.started_at))
+        w.line(level + 1, "Finished", fmt_time(term.finished_at))
+    elif state.HasField("waiting"):
+        w.line(level, key, "Waiting")
+        w.line(level + 1, "Reason", state.waiting.reason or printers.NONE)
+        if state.waiting.message:
+            w.line(level + 1, "Message", state.waiting.message)
+
+
+def describe_containers(w: Writer, title: str, containers: Any, statuses: Any) -> None:
+    if not containers:
+        return
+    w.line(0, title)
+    by_name = {cs.name: cs for cs in statuses}
+    for c in containers:
+        w.line(1, c.name)
+        w.line(2, "Image", c.image or printers.NONE)
+        for key, values in (("Command", c.command), ("Args", c.args)):
+            if values:
+                w.line(2, key)
+                for v in values:
+                    w.raw(3, v)
+        for port in c.ports:
+            w.line(2, "Port", f"{port.container_port}/{port.protocol or 'TCP'}")
+            if port.host_port:
+                w.line(2, "Host Port", f"{port.host_port}/{port.protocol or 'TCP'}")
+        cs = by_name.get(c.name)
+        if cs is not None:
+            container_state(w, 2, "State", cs.state)
+            if cs.last_state.ListFields():
+                container_state(w, 2, "Last State", cs.last_state)
+            w.line(2, "Ready", str(cs.ready))
+            w.line(2, "Restart Count", str(cs.restart_count))
+        for key, values in (("Limits", c.resources.limits), ("Requests", c.resources.requests)):
+            if values:
+                w.line(2, key)
+                for name, qty in sorted(values.items()):
+                    w.line(3, name, qty, width=10)
+        if c.env:
+            w.line(2, "Environment")
+            for env in c.env:
+                w.line(3, env.name, env.value or '""', width=10)
+        else:
+            w.line(2, "Environment", printers.NONE)
+
+
+def describe_pod(pod: Any, events: list[Any], now: datetime) -> str:
+    w = Writer()
+    meta, spec, status = pod.metadata, pod.spec, pod.status
+    w.line(0, "Name", meta.name)
+    w.line(0, "Namespace", meta.namespace)
+    w.line(0, "Priority", str(spec.priority) if spec.HasField("priority") else "0")
+    w.line(0, "Scheduler", spec.scheduler_name or printers.NONE)
+    node = spec.node_name
+    if node and status.host_ip:
+        node = f"{node}/{status.host_ip}"
+    w.line(0, "Node", node or printers.NONE)
+    w.line(0, "Start Time", fmt_time(status.start_time))
+    multi(w, 0, "Labels", fmt_map(meta.labels.items()))
+    multi(w, 0, "Annotations", fmt_map(meta.annotations.items(), ": "))
+    w.line(0, "Status", printers.pod_status(pod))
+    if printers.is_set(meta.deletion_timestamp):
+        grace = meta.deletion_grace_period_seconds
+        w.line(0, "Termination Grace Period", f"{grace}s", width=len("Termination Grace Period:"))
+    if status.reason:
+        w.line(0, "Reason", status.reason)
+    if status.message:
+        w.line(0, "Message", status.message)
+    w.line(0, "IP", status.pod_ip or "")
+    for ref in meta.owner_references:
+        if ref.controller:
+            w.line(0, "Controlled By", f"{ref.kind}/{ref.name}")
+    if status.nominated_node_name:
+        w.line(0, "NominatedNodeName", status.nominated_node_name)
+    describe_containers(w, "Init Containers", spec.init_containers, status.init_container_statuses)
+    describe_containers(w, "Containers", spec.containers, status.container_statuses)
+    if status.conditions:
+        w.line(0, "Conditions")
+        w.table(1, ["Type", "Status"], [[c.type, c.status] for c in status.conditions])
+        unhappy = [c for c in status.conditions if c.status != "True" and c.message]
+        for c in unhappy:
+            w.raw(1, f"{c.type}: {c.reason}: {c.message}" if c.reason else f"{c.type}: {c.message}")
+    width = len("Node-Selectors:  ")
+    multi(w, 0, "Node-Selectors", fmt_map(spec.node_selector.items()), width)
+    tolerations = [toleration_text(t) for t in spec.tolerations] or [printers.NONE]
+    multi(w, 0, "Tolerations", tolerations, width)
+    describe_events(w, events, now)
+    return w.text()
+
+
+def describe_node(node: Any, pods: list[Any], events: list[Any], now: datetime) -> str:
+    w = Writer()
+    meta, spec, status = node.metadata, node.spec, node.status
+    w.line(0, "Name", meta.name)
+    w.line(0, "Roles", printers.node_roles(node))
+    multi(w, 0, "Labels", fmt_map(meta.labels.items()))
+    multi(w, 0, "Annotations", fmt_map(meta.annotations.items(), ": "))
+    w.line(0, "CreationTimestamp", fmt_time(meta.creation_timestamp))
+    taints = [
+        f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in spec.taints
+    ] or [printers.NONE]
+    multi(w, 0, "Taints", taints)
+    w.line(0, "Unschedulable", str(spec.unschedulable).lower())
+    if status.conditions:
+        w.line(0, "Conditions")
+        w.table(
+            1,
+            ["Type", "Status", "LastHeartbeatTime", "Reason", "Message"],
+            [
+                [c.type, c.status, fmt_time(c.last_heartbeat_time), c.reason, c.message]
+                for c in status.conditions
+            ],
+        )
+    if status.addresses:
+        w.line(0, "Addresses")
+        for addr in status.addresses:
+            w.line(1, addr.type, addr.address)
+    for key, values in (("Capacity", status.capacity), ("Allocatable", status.allocatable)):
+        if values:
+            w.line(0, key)
+            for name, qty in sorted(values.items()):
+                w.line(1, name, qty)
+    info = status.node_info
+    if info.ListFields():
+        w.line(0, "System Info")
+        for key, value in (
+            ("Kernel Version", info.kernel_version),
+            ("OS Image", info.os_image),
+            ("Operating System", info.operating_system),
+            ("Architecture", info.architecture),
+            ("Kubelet Version", info.kubelet_version),
+        ):
+            w.line(1, key, value or "", width=26)
+    live = [p for p in pods if p.status.phase not in ("Succeeded", "Failed")]
+    w.line(0, "Non-terminated Pods", f"({len(live)} in total)", width=len("Non-terminated Pods:  "))
+    if live:
+        rows = []
+        for p in live:
+            requests: dict[str, str] = {}
+            limits: dict[str, str] = {}
+            for c in p.spec.containers:
+                requests.update(c.resources.requests)
+                limits.update(c.resources.limits)
+            rows.append(
+                [
+                    p.metadata.namespace,
+                    p.metadata.name,
+                    requests.get("cpu", "0"),
+                    limits.get("cpu", "0"),
+                    requests.get("memory", "0"),
+                    limits.get("memory", "0"),
+                    printers.age(p.metadata.creation_timestamp, now),
+                ]
+            )
+        header = ["Namespace", "Name", "CPU Requests", "CPU Limits"]
+        header += ["Memory Requests", "Memory Limits", "Age"]
+        w.table(1, header, rows)
+    describe_events(w, events, now)
+    return w.text()
+
+
+def describe_events(w: Writer, events: list[Any], now: datetime) -> None:
+    if not events:
+        w.line(0, "Events", printers.NONE)
+        return
+    w.line(0, "Events")
+    rows = []
+    for e in events:
+        seen = printers.age(printers.event_last_seen(e), now)
+        if e.count > 1:
+            first = printers.age(e.first_timestamp, now)
+            seen = f"{seen} (x{e.count} over {first})"
+        source = e.source.component or e.reporting_component or ""
+        rows.append([e.type or "Normal", e.reason, seen, source, e.message.replace("\n", " ")])
+    w.table(1, ["Type", "Reason", "Age", "From", "Message"], rows)
+
+
+async def events_for(client: Client, info: KindInfo, obj: Any) -> list[Any]:
+    """Events whose involvedObject is `obj` (by kind and name, and uid when both have one)."""
+    listed = await client.events.list(obj.metadata.namespace if info.namespaced else "")
+    found = []
+    for e in listed.items:
+        ref = e.involved_object
+        if ref.kind != info.kind or ref.name != obj.metadata.name:
+            continue
+        if info.namespaced and ref.namespace and ref.namespace != obj.metadata.namespace:
+            continue
+        if ref.uid and obj.metadata.uid and ref.uid != obj.metadata.uid:
+            continue
+        found.append(e)
+    return printers.sort_for_display(kinds.EVENT, found)
+
+
+async def run(args: argparse.Namespace, ctx: Context) -> int:
+    info = resolve_kind(args.resource)
+    if ctx.all_namespaces and info.namespaced:
+        raise CLIError("describe needs a namespace, not --all-namespaces")
+    namespace = ctx.namespace_for(info)
+    async with ctx.client() as client:
+        outputs = []
+        for name in args.names:
+            obj = await client.resource(info).get(name, namespace)
+            events = await events_for(client, info, obj)
+            if info.kind == "Pod":
+                outputs.append(describe_pod(obj, events, ctx.now()))
+            elif info.kind == "Node":
+                pods = await client.pods.list(field_selector=f"spec.nodeName={name}")
+                outputs.append(describe_node(obj, list(pods.items), events, ctx.now()))
+            else:
+                w = Writer()
+                describe_events(w, events, ctx.now())
+                outputs.append(to_yaml(obj) + w.text())
+        ctx.print("\n\n".join(o.rstrip("\n") for o in outputs))
+    return 0

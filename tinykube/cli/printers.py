@@ -1,0 +1,341 @@
+"""kubectl's table columns for each kind, and its human-readable ages.
+
+Pure functions of (object, now): `columns(info, wide)` names the columns, `row(info, obj, now,
+wide)` computes one row, `render(header, rows)` pads them the way kubectl's tabwriter does
+(three spaces between columns). Values follow kubectl's printers: a pod's STATUS is its phase
+unless a container is waiting or terminated with a reason or the pod is being deleted
+("Terminating"); a node's STATUS is Ready/NotReady/Unknown plus ",SchedulingDisabled".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from tinykube import kinds
+from tinykube.kinds import KindInfo
+
+NONE = "<none>"
+
+
+def human_duration(seconds: float) -> str:
+    """Kubernetes' duration.HumanDuration: 45s, 3m20s, 15m, 2h30m, 20h, 3d4h, 40d, 2y30d."""
+    if seconds < -1:
+        return "<invalid>"
+    secs = max(0, int(seconds))
+    if secs < 60 * 2:
+        return f"{secs}s"
+    minutes = secs // 60
+    if minutes < 10:
+        rest = secs % 60
+        return f"{minutes}m" if rest == 0 else f"{minutes}m{rest}s"
+    if minutes < 60 * 3:
+        return f"{minutes}m"
+    hours = minutes // 60
+    if hours < 8:
+        rest = minutes % 60
+        return f"{hours}h" if rest == 0 else f"{hours}h{rest}m"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        rest = hours % 24
+        return f"{hours // 24}d" if rest == 0 else f"{hours // 24}d{rest}h"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        days = hours // 24
+        rest = days % 365
+        return f"{days // 365}y" if rest == 0 else f"{days // 365}y{rest}d"
+    return f"{hours // 24 // 365}y"
+
+
+def is_set(ts: Timestamp) -> bool:
+    return bool(ts.seconds or ts.nanos)
+
+
+def age(ts: Timestamp, now: datetime) -> str:
+    """AGE column: time since `ts`, or <unknown> when unset."""
+    if not is_set(ts):
+        return "<unknown>"
+    then = ts.ToDatetime(tzinfo=UTC)
+    return human_duration((now - then).total_seconds())
+
+
+def render(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns separated by three spaces, as kubectl prints them."""
+    table = [list(header), *[list(r) for r in rows]]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    lines = []
+    for r in table:
+        cells = [cell.ljust(widths[i]) for i, cell in enumerate(r)]
+        lines.append("   ".join(cells).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+# ---- pods -----------------------------------------------------------------------------------
+
+
+def pod_status(pod: Any) -> str:
+    """kubectl's STATUS for a pod (printPod): reason > container state > phase."""
+    reason = pod.status.reason or pod.status.phase or "Pending"
+    initializing = False
+    for i, cs in enumerate(pod.status.init_container_statuses):
+        state = cs.state
+        if state.HasField("terminated") and state.terminated.exit_code == 0:
+            continue
+        if state.HasField("terminated"):
+            reason = (
+                f"Init:{state.terminated.reason}"
+                if state.terminated.reason
+                else f"Init:ExitCode:{state.terminated.exit_code}"
+            )
+        elif state.HasField("waiting") and state.waiting.reason not in ("", "PodInitializing"):
+            reason = f"Init:{state.waiting.reason}"
+        else:
+            reason = f"Init:{i}/{len(pod.spec.init_containers)}"
+        initializing = True
+        break
+    if not initializing:
+        has_running = False
+        for cs in reversed(pod.status.container_statuses):
+            state = cs.state
+            if state.HasField("waiting") and state.waiting.reason:
+                reason = state.waiting.reason
+            elif state.HasField("terminated") and state.terminated.reason:
+                reason = state.terminated.reason
+            elif state.HasField("terminated"):
+                if state.terminated.signal:
+                    reason = f"Signal:{state.terminated.signal}"
+                else:
+                    reason = f"ExitCode:{state.terminated.exit_code}"
+            elif state.HasField("running") and cs.ready:
+                has_running = True
+        if reason == "Completed" and has_running:
+            reason = "Running"
+    if is_set(pod.metadata.deletion_timestamp):
+        reason = "Terminating"
+    return str(reason)
+
+
+def _pod_row(pod: Any, now: datetime, wide: bool) -> list[str]:
+    total = len(pod.spec.containers)
+    ready = sum(1 for cs in pod.status.container_statuses if cs.ready)
+    restarts = sum(cs.restart_count for cs in pod.status.container_statuses)
+    row = [
+        pod.metadata.name,
+        f"{ready}/{total}",
+        pod_status(pod),
+        str(restarts),
+        age(pod.metadata.creation_timestamp, now),
+    ]
+    if wide:
+        row += [
+            pod.status.pod_ip or NONE,
+            pod.spec.node_name or NONE,
+            pod.status.nominated_node_name or NONE,
+        ]
+    return row
+
+
+# ---- nodes ----------------------------------------------------------------------------------
+
+ROLE_PREFIX = "node-role.kubernetes.io/"
+
+
+def node_status(node: Any) -> str:
+    """Ready / NotReady / Unknown, plus ",SchedulingDisabled" when cordoned."""
+    status = "Unknown"
+    for cond in node.status.conditions:
+        if cond.type == "Ready":
+            status = "Ready" if cond.status == "True" else "NotReady"
+    if node.spec.unschedulable:
+        status += ",SchedulingDisabled"
+    return status
+
+
+def node_roles(node: Any) -> str:
+    roles = sorted(
+        key.removeprefix(ROLE_PREFIX)
+        for key in node.metadata.labels
+        if key.startswith(ROLE_PREFIX) and key != ROLE_PREFIX
+    )
+    if node.metadata.labels.get("kubernetes.io/role"):
+        roles.append(node.metadata.labels["kubernetes.io/role"])
+    return ",".join(roles) or NONE
+
+
+def _address(node: Any, kind: str) -> str:
+    for addr in node.status.addresses:
+        if addr.type == kind:
+            return str(addr.address)
+    return NONE
+
+
+def _node_row(node: Any, now: datetime, wide: bool) -> list[str]:
+    row = [
+        node.metadata.name,
+        node_status(node),
+        node_roles(node),
+        age(node.metadata.creation_timestamp, now),
+        node.status.node_info.kubelet_version or NONE,
+    ]
+    if wide:
+        info = node.status.node_info
+        row += [
+            _address(node, "InternalIP"),
+            _address(node, "ExternalIP"),
+            info.os_image or "<unknown>",
+            info.kernel_version or "<unknown>",
+            info.container_runtime_version or "<unknown>",
+        ]
+    return row
+
+
+# ---- replica sets ---------------------------------------------------------------------------
+
+
+def format_label_selector(selector: Any) -> str:
+    parts = [f"{k}={v}" for k, v in sorted(selector.match_labels.items())]
+    for req in selector.match_expressions:
+        values = ",".join(req.values)
+        if req.operator == "In":
+            parts.append(f"{req.key} in ({values})")
+        elif req.operator == "NotIn":
+            parts.append(f"{req.key} notin ({values})")
+        elif req.operator == "Exists":
+            parts.append(req.key)
+        elif req.operator == "DoesNotExist":
+            parts.append(f"!{req.key}")
+    return ",".join(parts) or NONE
+
+
+def _replicaset_row(rs: Any, now: datetime, wide: bool) -> list[str]:
+    desired = rs.spec.replicas if rs.spec.HasField("replicas") else 1
+    row = [
+        rs.metadata.name,
+        str(desired),
+        str(rs.status.replicas),
+        str(rs.status.ready_replicas),
+        age(rs.metadata.creation_timestamp, now),
+    ]
+    if wide:
+        containers = rs.spec.template.spec.containers
+        row += [
+            ",".join(c.name for c in containers) or NONE,
+            ",".join(c.image for c in containers) or NONE,
+            format_label_selector(rs.spec.selector),
+        ]
+    return row
+
+
+# ---- events ---------------------------------------------------------------------------------
+
+
+def event_last_seen(event: Any) -> Timestamp:
+    for ts in (event.last_timestamp, event.first_timestamp, event.metadata.creation_timestamp):
+        if is_set(ts):
+            return ts  # type: ignore[no-any-return]
+    return Timestamp()
+
+
+def involved(event: Any) -> str:
+    ref = event.involved_object
+    return f"{ref.kind.lower()}/{ref.name}"
+
+
+def _event_row(event: Any, now: datetime, wide: bool) -> list[str]:
+    row = [
+        age(event_last_seen(event), now),
+        event.type or "Normal",
+        event.reason,
+        involved(event),
+    ]
+    if wide:
+        row += [
+            event.source.component or event.reporting_component or "",
+            str(event.count or 1),
+        ]
+    return [*row, event.message.replace("\n", " ")]
+
+
+# ---- leases ---------------------------------------------------------------------------------
+
+
+def _lease_row(lease: Any, now: datetime, wide: bool) -> list[str]:
+    return [
+        lease.metadata.name,
+        lease.spec.holder_identity or NONE,
+        age(lease.metadata.creation_timestamp, now),
+    ]
+
+
+_COLUMNS: dict[str, tuple[list[str], list[str]]] = {
+    "Pod": (
+        ["NAME", "READY", "STATUS", "RESTARTS", "AGE"],
+        ["IP", "NODE", "NOMINATED NODE"],
+    ),
+    "Node": (
+        ["NAME", "STATUS", "ROLES", "AGE", "VERSION"],
+        ["INTERNAL-IP", "EXTERNAL-IP", "OS-IMAGE", "KERNEL-VERSION", "CONTAINER-RUNTIME"],
+    ),
+    "ReplicaSet": (
+        ["NAME", "DESIRED", "CURRENT", "READY", "AGE"],
+        ["CONTAINERS", "IMAGES", "SELECTOR"],
+    ),
+    "Event": (["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], ["SOURCE", "COUNT"]),
+    "Lease": (["NAME", "HOLDER", "AGE"], []),
+}
+
+_ROWS = {
+    "Pod": _pod_row,
+    "Node": _node_row,
+    "ReplicaSet": _replicaset_row,
+    "Event": _event_row,
+    "Lease": _lease_row,
+}
+
+
+def columns(info: KindInfo, *, wide: bool = False, with_namespace: bool = False) -> list[str]:
+    base, extra = _COLUMNS[info.kind]
+    header = [*base, *extra] if wide else list(base)
+    if info.kind == "Event" and wide:
+        # kubectl keeps MESSAGE last.
+        header = [*base[:-1], *extra, base[-1]]
+    if with_namespace and info.namespaced:
+        header = ["NAMESPACE", *header]
+    return header
+
+
+def row(
+    info: KindInfo, obj: Any, now: datetime, *, wide: bool = False, with_namespace: bool = False
+) -> list[str]:
+    cells = _ROWS[info.kind](obj, now, wide)
+    if with_namespace and info.namespaced:
+        cells = [obj.metadata.namespace, *cells]
+    return cells
+
+
+def table(
+    info: KindInfo,
+    objs: Sequence[Any],
+    now: datetime,
+    *,
+    wide: bool = False,
+    with_namespace: bool = False,
+) -> str:
+    """A full `kubectl get` table for `objs` of kind `info`."""
+    return render(
+        columns(info, wide=wide, with_namespace=with_namespace),
+        [row(info, o, now, wide=wide, with_namespace=with_namespace) for o in objs],
+    )
+
+
+def sort_for_display(info: KindInfo, objs: Sequence[Any]) -> list[Any]:
+    """Events by when they were last seen (oldest first, as `kubectl events`); others by
+    namespace and name."""
+    if info is kinds.EVENT:
+        return sorted(objs, key=lambda e: event_last_seen(e).ToNanoseconds())
+    return sorted(objs, key=lambda o: (o.metadata.namespace, o.metadata.name))

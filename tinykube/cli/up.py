@@ -1,0 +1,132 @@
+"""`tinykube up`: run a whole local cluster in the foreground until Ctrl-C.
+
+Starts `tinykube.launcher.LocalCluster` with the default ports (etcd 2379, apiserver 6443,
+scheduler 10259, controller manager 10257, kubelets 10250, 10251, ...) or free ones
+(`--free-ports`, or a port flag set to 0), prints every endpoint, writes them to
+`DATA_DIR/endpoints.json`, and waits. A component that dies meanwhile is reported with its log
+file, not restarted. Ctrl-C or SIGTERM stops every process (SIGTERM, then SIGKILL after a grace)
+and exits 0. The data directory (etcd's data and the logs) survives restarts of `up`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+from tinykube import launcher
+from tinykube.cli.common import Context
+
+POLL_SECONDS = 1.0
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "up",
+        help="run a local cluster (etcd, apiserver, scheduler, controller, kubelets)",
+        description="Start a local tinykube cluster in the foreground; Ctrl-C stops it.",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=".tinykube",
+        help="etcd data and component logs (default ./.tinykube)",
+    )
+    parser.add_argument(
+        "--kubelets", type=int, default=2, help="number of kubelets, node-1..node-N (default 2)"
+    )
+    parser.add_argument(
+        "--kubelet-runtime", default="process", choices=("process", "fake"), help="pod runtime"
+    )
+    parser.add_argument("--no-scheduler", action="store_true", help="do not start the scheduler")
+    parser.add_argument(
+        "--no-controller", action="store_true", help="do not start the controller manager"
+    )
+    parser.add_argument("--etcd-port", type=int, default=launcher.DEFAULT_ETCD_PORT)
+    parser.add_argument("--apiserver-port", type=int, default=launcher.DEFAULT_APISERVER_PORT)
+    parser.add_argument("--scheduler-port", type=int, default=launcher.DEFAULT_SCHEDULER_PORT)
+    parser.add_argument("--controller-port", type=int, default=launcher.DEFAULT_CONTROLLER_PORT)
+    parser.add_argument(
+        "--kubelet-port",
+        type=int,
+        default=launcher.DEFAULT_KUBELET_PORT,
+        help="first kubelet's port; the i-th kubelet gets +i",
+    )
+    parser.add_argument(
+        "--free-ports", action="store_true", help="pick free ports for everything (tests)"
+    )
+    parser.add_argument(
+        "--start-timeout", type=float, default=60.0, help="seconds each component gets to start"
+    )
+    parser.set_defaults(func=run)
+
+
+def build_cluster(args: argparse.Namespace) -> launcher.LocalCluster:
+    def port(value: int) -> int:
+        return 0 if args.free_ports else value
+
+    return launcher.LocalCluster(
+        args.data_dir,
+        apiserver_port=port(args.apiserver_port),
+        scheduler=not args.no_scheduler,
+        controller=not args.no_controller,
+        kubelets=[f"node-{i}" for i in range(1, args.kubelets + 1)],
+        kubelet_runtime=args.kubelet_runtime,
+        etcd_port=port(args.etcd_port),
+        scheduler_port=port(args.scheduler_port),
+        controller_port=port(args.controller_port),
+        kubelet_port=port(args.kubelet_port),
+        start_timeout=args.start_timeout,
+    )
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    cluster = build_cluster(args)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    # SIGTERM (docker stop, kill) means the same as Ctrl-C. During start, Ctrl-C still raises
+    # KeyboardInterrupt, and LocalCluster.start stops what it started.
+    previous = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        ctx.print(f"starting tinykube in {cluster.work_dir} ...")
+        cluster.start()
+        signal.signal(signal.SIGINT, on_signal)
+        endpoints = cluster.addresses
+        width = max(len(n) for n in endpoints) + 2
+        ctx.print("tinykube is up:")
+        for name, address in endpoints.items():
+            ctx.print(f"  {name.ljust(width)}{address}")
+        for note in cluster.skipped:
+            ctx.print(f"  ({note})")
+        ctx.print(f"logs: {cluster.logs_dir}/<component>.log")
+        ctx.print(f"try:  tinykube --server {cluster.api_address} get nodes")
+        ctx.print(f"      grpcurl -plaintext {cluster.api_address} list")
+        (Path(cluster.work_dir) / "endpoints.json").write_text(json.dumps(endpoints, indent=2))
+        ctx.print("Press Ctrl-C to stop.")
+        watch_components(cluster, stop, ctx)
+        ctx.print("stopping ...")
+    finally:
+        cluster.stop()
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    ctx.print("stopped.")
+    return 0
+
+
+def watch_components(cluster: launcher.LocalCluster, stop: threading.Event, ctx: Context) -> None:
+    """Until `stop` is set, report components that exit on their own."""
+    reported: set[str] = set()
+    while not stop.wait(POLL_SECONDS):
+        for name, proc in cluster.processes.items():
+            code = proc.poll()
+            if code is not None and name not in reported:
+                reported.add(name)
+                ctx.eprint(
+                    f"warning: {name} exited with code {code}; see "
+                    f"{cluster.logs_dir / (name + '.log')}"
+                )
