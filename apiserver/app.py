@@ -1,0 +1,173 @@
+"""The apiserver process object: wires storage, watch caches and services, and runs them.
+
+`APIServer(settings).start()` connects to etcd (lazily, retried by gRPC), starts one watch
+cache task per kind, serves every kind plus health and reflection, and returns the bound port
+once the caches have synced (or after a bounded wait if etcd is down: health then reports
+NOT_SERVING until it is reachable). Background tasks on the same event loop: the caches, a
+health monitor (SERVING iff etcd answers and every cache is synced and watching) and the
+periodic etcd compaction. `stop()` drains in-flight RPCs and cancels the tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from apiserver.metrics import Metrics
+from apiserver.registry import INDEX_FIELD, Strategy, fields_of
+from apiserver.server import MetricsInterceptor, ResourceService
+from apiserver.settings import Settings
+from apiserver.storage import Storage
+from apiserver.watchcache import Codec, WatchCache
+from tinykube.clock import Clock
+from tinykube.errors import TinykubeError
+from tinykube.kinds import ALL_KINDS, NODE
+from tinykube.serving import GrpcServer
+
+log = logging.getLogger(__name__)
+
+
+class APIServer:
+    def __init__(
+        self, settings: Settings, *, clock: Clock | None = None, metrics: Metrics | None = None
+    ) -> None:
+        self.settings = settings
+        self.clock = clock or Clock()
+        self.metrics = metrics or Metrics()
+        self.storage = Storage(
+            settings.endpoints,
+            timeout=settings.etcd_request_timeout_seconds,
+            metrics=self.metrics,
+        )
+        self.caches: dict[str, WatchCache] = {}
+        self.services: dict[str, ResourceService] = {}
+        prefix = settings.prefix
+        for info in ALL_KINDS:
+            key_prefix = f"{prefix}/{info.plural}/".encode()
+            codec = Codec(info.message, info.namespaced, fields_of(info.kind))
+            cache = WatchCache(
+                kind=info.kind,
+                prefix=key_prefix,
+                codec=codec,
+                storage=self.storage,
+                metrics=self.metrics,
+                window_size=settings.watch_cache_size,
+                watcher_queue_size=settings.watcher_queue_size,
+                bookmark_interval=settings.bookmark_interval_seconds,
+                wait_timeout=settings.cache_wait_seconds,
+                index_field=INDEX_FIELD.get(info.kind),
+                clock=self.clock,
+            )
+            self.caches[info.kind] = cache
+            self.services[info.kind] = ResourceService(
+                info,
+                storage=self.storage,
+                cache=cache,
+                codec=codec,
+                strategy=Strategy(
+                    info, default_grace_seconds=settings.default_termination_grace_seconds
+                ),
+                settings=settings,
+                clock=self.clock,
+                key_prefix=key_prefix,
+                node_prefix=f"{prefix}/{NODE.plural}/".encode(),
+            )
+        self.grpc = GrpcServer(
+            settings.bind_address,
+            [info.service for info in ALL_KINDS],
+            interceptors=[MetricsInterceptor(self.metrics)],
+        )
+        handlers = tuple(service.handler() for service in self.services.values())
+        self.grpc.add(lambda s: s.add_generic_rpc_handlers(handlers))
+        self._tasks: list[asyncio.Task[None]] = []
+        self.port = 0
+        self._serving: bool | None = None
+
+    @property
+    def address(self) -> str:
+        host = self.settings.bind_address.rsplit(":", 1)[0]
+        if host in ("0.0.0.0", "", "[::]"):
+            host = "127.0.0.1"
+        return f"{host}:{self.port}"
+
+    def etcd_watch_count(self) -> int:
+        """etcd watch streams open right now (one per kind when healthy)."""
+        return sum(1 for c in self.caches.values() if c._etcd_watch is not None)
+
+    def etcd_watches_opened(self) -> int:
+        return sum(c.etcd_watches_opened for c in self.caches.values())
+
+    async def start(self, sync_timeout: float = 10.0) -> int:
+        self.storage.connect()
+        for cache in self.caches.values():
+            self._tasks.append(asyncio.create_task(cache.run(), name=f"watchcache-{cache.kind}"))
+        self.port = await self.grpc.start()
+        await self._set_serving(False)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                asyncio.gather(*(c.synced.wait() for c in self.caches.values())), sync_timeout
+            )
+        await self._update_health()
+        self._tasks.append(asyncio.create_task(self._health_loop(), name="health"))
+        if self.settings.compaction_interval_seconds > 0:
+            self._tasks.append(asyncio.create_task(self._compaction_loop(), name="compaction"))
+        log.info("apiserver serving on %s (etcd %s)", self.address, self.storage.target)
+        return self.port
+
+    async def stop(self) -> None:
+        await self.grpc.stop(self.settings.shutdown_grace_seconds)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        await self.storage.close()
+
+    async def _set_serving(self, serving: bool) -> None:
+        if serving != self._serving:
+            self._serving = serving
+            await self.grpc.set_serving(serving)
+
+    async def _update_health(self) -> bool:
+        try:
+            await self.storage.current_revision()
+            ok = all(c.synced.is_set() and c.healthy for c in self.caches.values())
+        except TinykubeError:
+            ok = False
+        await self._set_serving(ok)
+        return ok
+
+    async def _health_loop(self) -> None:
+        while True:
+            await self.clock.sleep(1.0)
+            await self._update_health()
+
+    async def compact(self, revision: int | None = None) -> int:
+        """Compact etcd at `revision` (default: now) and trim every cache window below it."""
+        if revision is None:
+            revision = await self.storage.current_revision()
+        try:
+            await self.storage.compact(revision)
+        except TinykubeError as exc:
+            if "compacted" not in exc.message:
+                self.metrics.compactions.labels("error").inc()
+                raise
+        self.metrics.compactions.labels("ok").inc()
+        for cache in self.caches.values():
+            cache.trim_below(revision)
+        return revision
+
+    async def _compaction_loop(self) -> None:
+        # Compact to the revision seen one interval ago: clients get a full interval of history.
+        previous = 0
+        while True:
+            await self.clock.sleep(self.settings.compaction_interval_seconds)
+            try:
+                current = await self.storage.current_revision()
+                if previous:
+                    await self.compact(previous)
+                previous = current
+            except TinykubeError as exc:
+                log.warning("etcd compaction failed: %s", exc)

@@ -1,0 +1,94 @@
+"""Prometheus metrics of one apiserver, in its own registry.
+
+Each `APIServer` owns a `Metrics` (several run in one test process, so nothing is registered in
+the global default registry); `__main__` serves `metrics.registry` over HTTP.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "apiserver_request_total",
+            "gRPC requests by method and status code.",
+            ["method", "code"],
+            registry=r,
+        )
+        self.request_duration = Histogram(
+            "apiserver_request_duration_seconds",
+            "gRPC request latency by method (for Watch: until the stream is set up).",
+            ["method"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.watchers = Gauge(
+            "apiserver_registered_watchers",
+            "Client watch streams currently open, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.watchers_terminated = Counter(
+            "apiserver_terminated_watchers_total",
+            "Client watch streams cut off by the server, by kind and reason.",
+            ["kind", "reason"],
+            registry=r,
+        )
+        self.etcd_requests = Counter(
+            "apiserver_etcd_requests_total",
+            "Requests sent to etcd by operation and result.",
+            ["operation", "result"],
+            registry=r,
+        )
+        self.etcd_request_duration = Histogram(
+            "apiserver_etcd_request_duration_seconds",
+            "etcd request latency by operation.",
+            ["operation"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.etcd_watches_opened = Counter(
+            "apiserver_etcd_watches_opened_total",
+            "etcd watch streams opened by the watch cache, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.etcd_watches_open = Gauge(
+            "apiserver_etcd_watches_open",
+            "etcd watch streams open right now, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.watch_cache_events = Counter(
+            "apiserver_watch_cache_events_total",
+            "Events received from etcd by the watch cache, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.compactions = Counter(
+            "apiserver_etcd_compactions_total",
+            "etcd compactions run by this apiserver, by result.",
+            ["result"],
+            registry=r,
+        )

@@ -1,0 +1,249 @@
+"""Per-kind strategies: defaults on create, what Update and UpdateStatus may change, validation.
+
+Mirrors the Kubernetes registry strategies (PrepareForCreate / PrepareForUpdate / Validate /
+ValidateUpdate, with status as a subresource): `Update` keeps the stored status and
+`UpdateStatus` keeps the stored spec and metadata, each ignoring the other part. Pure functions
+over protobuf messages; the server calls them between its etcd read and its compare-and-swap
+write, so they run once per attempt.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from google.protobuf.message import Message
+
+from apiserver import validation
+from tinykube.errors import FieldError
+from tinykube.kinds import API_VERSION, EVENT, LEASE, NODE, POD, REPLICA_SET, KindInfo
+from tinykube.v1 import pod_pb2
+
+# Fields every kind supports in field selectors.
+_META_FIELDS = ("metadata.name", "metadata.namespace")
+
+SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
+    POD.kind: (
+        *_META_FIELDS,
+        "spec.nodeName",
+        "spec.schedulerName",
+        "spec.restartPolicy",
+        "status.phase",
+        "status.nominatedNodeName",
+    ),
+    NODE.kind: (*_META_FIELDS, "spec.unschedulable"),
+    REPLICA_SET.kind: (*_META_FIELDS, "status.replicas"),
+    EVENT.kind: (
+        *_META_FIELDS,
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "reason",
+        "type",
+        "source",
+    ),
+    LEASE.kind: _META_FIELDS,
+}
+
+# The field selector term the watch cache indexes watchers by (kubelets watch their node's pods).
+INDEX_FIELD: dict[str, str] = {POD.kind: "spec.nodeName"}
+
+
+def fields_of(kind: str) -> Callable[[Message], dict[str, str]]:
+    """A function giving the selectable field values of an object of `kind`."""
+    if kind == POD.kind:
+
+        def pod_fields(obj: Message) -> dict[str, str]:
+            p: pod_pb2.Pod = obj  # type: ignore[assignment]
+            return {
+                "metadata.name": p.metadata.name,
+                "metadata.namespace": p.metadata.namespace,
+                "spec.nodeName": p.spec.node_name,
+                "spec.schedulerName": p.spec.scheduler_name,
+                "spec.restartPolicy": p.spec.restart_policy,
+                "status.phase": p.status.phase,
+                "status.nominatedNodeName": p.status.nominated_node_name,
+            }
+
+        return pod_fields
+    if kind == NODE.kind:
+
+        def node_fields(obj: Message) -> dict[str, str]:
+            return {
+                "metadata.name": obj.metadata.name,  # type: ignore[attr-defined]
+                "metadata.namespace": "",
+                "spec.unschedulable": "true" if obj.spec.unschedulable else "false",  # type: ignore[attr-defined]
+            }
+
+        return node_fields
+    if kind == REPLICA_SET.kind:
+
+        def rs_fields(obj: Message) -> dict[str, str]:
+            return {
+                "metadata.name": obj.metadata.name,  # type: ignore[attr-defined]
+                "metadata.namespace": obj.metadata.namespace,  # type: ignore[attr-defined]
+                "status.replicas": str(obj.status.replicas),  # type: ignore[attr-defined]
+            }
+
+        return rs_fields
+    if kind == EVENT.kind:
+
+        def event_fields(obj: Message) -> dict[str, str]:
+            e = obj
+            ref = e.involved_object  # type: ignore[attr-defined]
+            return {
+                "metadata.name": e.metadata.name,  # type: ignore[attr-defined]
+                "metadata.namespace": e.metadata.namespace,  # type: ignore[attr-defined]
+                "involvedObject.kind": ref.kind,
+                "involvedObject.namespace": ref.namespace,
+                "involvedObject.name": ref.name,
+                "involvedObject.uid": ref.uid,
+                "reason": e.reason,  # type: ignore[attr-defined]
+                "type": e.type,  # type: ignore[attr-defined]
+                "source": e.source.component,  # type: ignore[attr-defined]
+            }
+
+        return event_fields
+
+    def meta_fields(obj: Message) -> dict[str, str]:
+        return {
+            "metadata.name": obj.metadata.name,  # type: ignore[attr-defined]
+            "metadata.namespace": obj.metadata.namespace,  # type: ignore[attr-defined]
+        }
+
+    return meta_fields
+
+
+_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def generate_name(base: str) -> str:
+    """generateName + 5 random characters, as Kubernetes' name generator does."""
+    base = base[: 63 - 5]
+    return base + "".join(secrets.choice(_GENERATE_ALPHABET) for _ in range(5))
+
+
+def _has_spec(info: KindInfo) -> bool:
+    return info.kind in (POD.kind, NODE.kind, REPLICA_SET.kind, LEASE.kind)
+
+
+class Strategy:
+    """Create/update rules of one kind."""
+
+    def __init__(self, info: KindInfo, *, default_grace_seconds: int = 30) -> None:
+        self.info = info
+        self.default_grace_seconds = default_grace_seconds
+
+    # ---- create ----------------------------------------------------------------------------
+
+    def prepare_for_create(self, obj: Message, now: datetime) -> None:
+        """Fill server-owned metadata and defaults in place."""
+        meta = obj.metadata  # type: ignore[attr-defined]
+        obj.api_version = API_VERSION  # type: ignore[attr-defined]
+        obj.kind = self.info.kind  # type: ignore[attr-defined]
+        meta.uid = str(uuid.uuid4())
+        meta.resource_version = ""
+        meta.generation = 1
+        meta.creation_timestamp.FromDatetime(now)
+        meta.ClearField("deletion_timestamp")
+        meta.ClearField("deletion_grace_period_seconds")
+        if not self.info.namespaced:
+            meta.namespace = ""
+        kind = self.info.kind
+        if kind == POD.kind:
+            pod: pod_pb2.Pod = obj  # type: ignore[assignment]
+            # As Kubernetes: a new pod's status is the server's, not the client's.
+            pod.ClearField("status")
+            pod.status.phase = "Pending"
+            self._default_pod_spec(pod.spec)
+        elif kind == REPLICA_SET.kind:
+            obj.ClearField("status")
+            spec = obj.spec  # type: ignore[attr-defined]
+            if not spec.HasField("replicas"):
+                spec.replicas = 1
+            self._default_pod_spec(spec.template.spec)
+        elif kind == EVENT.kind:
+            if obj.count == 0:  # type: ignore[attr-defined]
+                obj.count = 1  # type: ignore[attr-defined]
+            if not obj.type:  # type: ignore[attr-defined]
+                obj.type = "Normal"  # type: ignore[attr-defined]
+
+    def _default_pod_spec(self, spec: pod_pb2.PodSpec) -> None:
+        if not spec.scheduler_name:
+            spec.scheduler_name = "tinykube"
+        if not spec.restart_policy:
+            spec.restart_policy = "Always"
+        if not spec.HasField("termination_grace_period_seconds"):
+            spec.termination_grace_period_seconds = self.default_grace_seconds
+        for c in (*spec.init_containers, *spec.containers):
+            for port in c.ports:
+                if not port.protocol:
+                    port.protocol = "TCP"
+            if not c.image_pull_policy:
+                tag = c.image.rsplit("/", 1)[-1]
+                c.image_pull_policy = (
+                    "Always" if ":" not in tag or tag.endswith(":latest") else "IfNotPresent"
+                )
+        for t in spec.tolerations:
+            if not t.operator:
+                t.operator = "Equal"
+
+    def validate_create(self, obj: Message) -> list[FieldError]:
+        return validation.validate(self.info, obj)
+
+    # ---- update ----------------------------------------------------------------------------
+
+    def prepare_for_update(self, new: Message, old: Message) -> None:
+        """Update: keep server-owned metadata and the stored status; a spec change bumps
+        metadata.generation."""
+        self._keep_server_metadata(new, old)
+        target: Any = new
+        if self.info.has_status:
+            target.ClearField("status")
+            target.status.CopyFrom(old.status)  # type: ignore[attr-defined]
+        if self.info.kind == POD.kind:
+            self._default_pod_spec(target.spec)
+        elif self.info.kind == REPLICA_SET.kind:
+            if not target.spec.HasField("replicas"):
+                target.spec.replicas = 1
+            self._default_pod_spec(target.spec.template.spec)
+        if _has_spec(self.info) and target.spec != old.spec:  # type: ignore[attr-defined]
+            target.metadata.generation = old.metadata.generation + 1  # type: ignore[attr-defined]
+
+    def prepare_for_status_update(self, new: Message, old: Message) -> Message:
+        """UpdateStatus: the stored object with only the status replaced."""
+        merged = type(old)()
+        merged.CopyFrom(old)
+        merged.status.CopyFrom(new.status)  # type: ignore[attr-defined]
+        return merged
+
+    def _keep_server_metadata(self, new: Message, old: Message) -> None:
+        nm = new.metadata  # type: ignore[attr-defined]
+        om = old.metadata  # type: ignore[attr-defined]
+        new.api_version = API_VERSION  # type: ignore[attr-defined]
+        new.kind = self.info.kind  # type: ignore[attr-defined]
+        nm.uid = om.uid
+        nm.creation_timestamp.CopyFrom(om.creation_timestamp)
+        nm.generation = om.generation
+        nm.generate_name = om.generate_name
+        # Deletion is driven by Delete, never by an Update.
+        if om.HasField("deletion_timestamp"):
+            nm.deletion_timestamp.CopyFrom(om.deletion_timestamp)
+        else:
+            nm.ClearField("deletion_timestamp")
+        if om.HasField("deletion_grace_period_seconds"):
+            nm.deletion_grace_period_seconds = om.deletion_grace_period_seconds
+        else:
+            nm.ClearField("deletion_grace_period_seconds")
+        if not self.info.namespaced:
+            nm.namespace = ""
+
+    def validate_update(self, new: Message, old: Message) -> list[FieldError]:
+        return validation.validate(self.info, new) + validation.validate_update(self.info, new, old)
+
+    def validate_status_update(self, new: Message, old: Message) -> list[FieldError]:
+        return validation.validate(self.info, new) + validation.validate_update(self.info, new, old)

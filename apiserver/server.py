@@ -1,0 +1,618 @@
+"""The gRPC services: one generic implementation serving every kind in `tinykube.kinds`.
+
+`ResourceService` implements Create/Get/List/Update/UpdateStatus/Delete/Watch (and Pods/Bind)
+over `Storage` (writes and point reads go to etcd) and the kind's `WatchCache` (unpaged lists and
+watches). Handlers are registered with `grpc.method_handlers_generic_handler` rather than the
+generated `add_*Servicer_to_server`, so List and Watch can return pre-encoded bytes (the response
+serializer passes bytes through); the generated descriptors still drive reflection, so grpcurl
+sees the same services. Handlers raise `TinykubeError`s; `MetricsInterceptor` counts, times and
+turns them into statuses in one place. Everything runs on the event loop; a request's etcd
+round trips are its only awaits, and writes are compare-and-swap so concurrent handlers are safe.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import grpc
+from google.protobuf.message import Message
+
+from apiserver.metrics import Metrics
+from apiserver.registry import SELECTABLE_FIELDS, Strategy, generate_name
+from apiserver.settings import Settings
+from apiserver.storage import KV, Storage
+from apiserver.watchcache import CachedObject, Codec, WatchCache, encode_list
+from tinykube.clock import Clock
+from tinykube.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    InvalidError,
+    NotFoundError,
+    PreconditionFailedError,
+    ResourceExpiredError,
+    TinykubeError,
+    UnavailableError,
+    abort_with,
+)
+from tinykube.kinds import NODE, POD, KindInfo
+from tinykube.selectors import (
+    FieldSelector,
+    LabelSelector,
+    SelectorError,
+    check_fields,
+    parse_field_selector,
+    parse_label_selector,
+)
+from tinykube.v1 import meta_pb2, pod_pb2
+
+log = logging.getLogger(__name__)
+
+_CAS_ATTEMPTS = 8
+
+
+def _serialize(response: bytes | Message) -> bytes:
+    if isinstance(response, bytes):
+        return response
+    return response.SerializeToString()
+
+
+class MetricsInterceptor(grpc.aio.ServerInterceptor):
+    """Counts and times every tinykube RPC and maps raised errors to statuses (the one place)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Any:
+        handler: Any = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or not method.startswith("/tinykube."):
+            return handler
+        short = method[len("/tinykube.v1.") :]
+        metrics = self.metrics
+        requests = metrics.requests
+        duration = metrics.request_duration.labels(short)
+        if handler.unary_unary is not None:
+            inner: Any = handler.unary_unary
+
+            async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+                start = time.perf_counter()
+                try:
+                    response = await inner(request, context)
+                except TinykubeError as exc:
+                    requests.labels(short, exc.code.name).inc()
+                    duration.observe(time.perf_counter() - start)
+                    await abort_with(context, exc)
+                except Exception as exc:
+                    if isinstance(exc, grpc.aio.AbortError):
+                        raise
+                    log.exception("%s failed", method)
+                    requests.labels(short, "INTERNAL").inc()
+                    await abort_with(context, exc)
+                requests.labels(short, "OK").inc()
+                duration.observe(time.perf_counter() - start)
+                return response
+
+            return handler._replace(unary_unary=unary)
+        if handler.unary_stream is not None:
+            inner_stream: Any = handler.unary_stream
+
+            async def stream(
+                request: Any, context: grpc.aio.ServicerContext[Any, Any]
+            ) -> AsyncIterator[Any]:
+                start = time.perf_counter()
+                code = "OK"
+                try:
+                    async for item in inner_stream(request, context):
+                        if start:
+                            duration.observe(time.perf_counter() - start)
+                            start = 0.0
+                        yield item
+                except TinykubeError as exc:
+                    code = exc.code.name
+                    if start:
+                        duration.observe(time.perf_counter() - start)
+                    await abort_with(context, exc)
+                except Exception as exc:
+                    if isinstance(exc, grpc.aio.AbortError):
+                        raise
+                    log.exception("%s failed", method)
+                    code = "INTERNAL"
+                    await abort_with(context, exc)
+                finally:
+                    requests.labels(short, code).inc()
+
+            return handler._replace(unary_stream=stream)
+        return handler
+
+
+def _parse_rv(text: str, what: str = "resourceVersion") -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidError(f'invalid {what} "{text}": must be an integer etcd revision') from None
+    if value < 0:
+        raise InvalidError(f'invalid {what} "{text}": must not be negative')
+    return value
+
+
+def _encode_continue(revision: int, next_key: bytes, prefix: bytes) -> str:
+    payload = {"v": 1, "rv": revision, "start": next_key[len(prefix) :].decode("utf-8", "replace")}
+    return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode()
+
+
+def _decode_continue(token: str, prefix: bytes) -> tuple[int, bytes]:
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(token.encode()))
+        revision = int(payload["rv"])
+        start = prefix + str(payload["start"]).encode()
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise InvalidError(
+            f'invalid continue token "{token}": not one this server issued'
+        ) from None
+    return revision, start
+
+
+class ResourceService:
+    """Create/Get/List/Update/UpdateStatus/Delete/Watch of one kind."""
+
+    def __init__(
+        self,
+        info: KindInfo,
+        *,
+        storage: Storage,
+        cache: WatchCache,
+        codec: Codec,
+        strategy: Strategy,
+        settings: Settings,
+        clock: Clock,
+        key_prefix: bytes,
+        node_prefix: bytes,
+    ) -> None:
+        self.info = info
+        self.storage = storage
+        self.cache = cache
+        self.codec = codec
+        self.strategy = strategy
+        self.settings = settings
+        self.clock = clock
+        self.prefix = key_prefix  # b"/registry/pods/"
+        self.node_prefix = node_prefix  # b"/registry/nodes/" (Bind checks the node)
+        self.plural = info.plural
+        self.supported_fields = SELECTABLE_FIELDS[info.kind]
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _namespace(self, namespace: str) -> str:
+        if not self.info.namespaced:
+            return ""
+        return namespace or "default"
+
+    def key(self, namespace: str, name: str) -> bytes:
+        if self.info.namespaced:
+            return self.prefix + f"{namespace}/{name}".encode()
+        return self.prefix + name.encode()
+
+    def _list_prefix(self, namespace: str) -> bytes:
+        if self.info.namespaced and namespace:
+            return self.prefix + f"{namespace}/".encode()
+        return self.prefix
+
+    def _decode(self, kv: KV) -> Message:
+        obj = self.info.message.FromString(kv.value)
+        obj.metadata.resource_version = str(kv.mod_revision)  # type: ignore[attr-defined]
+        return obj
+
+    def _not_found(self, name: str) -> NotFoundError:
+        return NotFoundError(f'{self.plural} "{name}" not found')
+
+    def _conflict(self, name: str, detail: str = "") -> ConflictError:
+        return ConflictError(
+            f'Operation cannot be fulfilled on {self.plural} "{name}": '
+            + (
+                detail
+                or "the object has been modified; please apply your changes to the latest "
+                "version and try again"
+            )
+        )
+
+    def _check_size(self, request: Message, name: str) -> None:
+        size = request.ByteSize()
+        limit = self.settings.max_request_bytes
+        if size > limit:
+            raise InvalidError(
+                f'{self.info.kind} "{name}" is invalid: request is too large: {size} bytes, '
+                f"the limit is {limit} bytes (max_request_bytes)"
+            )
+
+    def _selectors(self, label_text: str, field_text: str) -> tuple[LabelSelector, FieldSelector]:
+        try:
+            labels = parse_label_selector(label_text)
+            fields = parse_field_selector(field_text)
+            check_fields(fields, self.supported_fields, self.plural)
+        except SelectorError as exc:
+            raise InvalidError(str(exc)) from None
+        return labels, fields
+
+    def _stored_value(self, obj: Message) -> bytes:
+        meta = obj.metadata  # type: ignore[attr-defined]
+        rv = meta.resource_version
+        meta.resource_version = ""
+        data = obj.SerializeToString()
+        meta.resource_version = rv
+        return data
+
+    # ---- Create ----------------------------------------------------------------------------
+
+    async def create(self, request: Message, context: Any) -> Message:
+        obj: Message = getattr(request, self.info.request_field)
+        meta = obj.metadata  # type: ignore[attr-defined]
+        self._check_size(request, meta.name or meta.generate_name)
+        meta.namespace = self._namespace(meta.namespace)
+        generated = not meta.name and bool(meta.generate_name)
+        self.strategy.prepare_for_create(obj, self.clock.now())
+        for _attempt in range(3):
+            if generated:
+                meta.name = generate_name(meta.generate_name)
+            errors = self.strategy.validate_create(obj)
+            if errors:
+                raise InvalidError.for_object(self.info.kind, meta.name, errors)
+            result = await self.storage.create(
+                self.key(meta.namespace, meta.name), self._stored_value(obj)
+            )
+            if result.succeeded:
+                meta.resource_version = str(result.revision)
+                return obj
+            if not generated:
+                break
+        raise AlreadyExistsError(f'{self.plural} "{meta.name}" already exists')
+
+    # ---- Get -------------------------------------------------------------------------------
+
+    async def get(self, request: meta_pb2.GetRequest, context: Any) -> Message:
+        if not request.name:
+            raise InvalidError(f"{self.info.kind} name is required")
+        kv = await self.storage.get(self.key(self._namespace(request.namespace), request.name))
+        if kv is None:
+            raise self._not_found(request.name)
+        return self._decode(kv)
+
+    # ---- List ------------------------------------------------------------------------------
+
+    async def list(self, request: meta_pb2.ListRequest, context: Any) -> bytes:
+        labels, fields = self._selectors(request.label_selector, request.field_selector)
+        namespace = self._namespace(request.namespace) if request.namespace else ""
+        if request.limit < 0:
+            raise InvalidError(f"invalid limit {request.limit}: must not be negative")
+        if request.limit > 0 or request.continue_token:
+            return await self._list_paged(request, namespace, labels, fields)
+        rv = request.resource_version
+        cache = self.cache
+        if rv == "0":
+            if not cache.synced.is_set():
+                return await self._list_paged(request, namespace, labels, fields)
+        elif rv == "":
+            if not await cache.wait_fresh():
+                # The cache lags (etcd progress not confirmed): read etcd directly.
+                return await self._list_paged(request, namespace, labels, fields)
+        else:
+            wanted = _parse_rv(rv)
+            if not await cache.wait_for_revision(wanted):
+                return await self._list_paged(request, namespace, labels, fields)
+        items = cache.snapshot(namespace, labels, fields)
+        return encode_list(str(cache.revision), [o.data for o in items])
+
+    async def _list_paged(
+        self,
+        request: meta_pb2.ListRequest,
+        namespace: str,
+        labels: LabelSelector,
+        fields: FieldSelector,
+    ) -> bytes:
+        prefix = self._list_prefix(namespace)
+        limit = request.limit
+        revision = 0
+        start = b""
+        if request.continue_token:
+            revision, start = _decode_continue(request.continue_token, prefix)
+        collected: list[CachedObject] = []
+        next_key = b""
+        decode = self.codec.decode
+        while True:
+            want = (limit - len(collected)) if limit else 0
+            try:
+                result = await self.storage.list_prefix(
+                    prefix, revision=revision, limit=max(want, 0), start=start
+                )
+            except ResourceExpiredError:
+                if request.continue_token:
+                    raise ResourceExpiredError(
+                        "The provided continue parameter is too old to display a consistent "
+                        "list result. You can start a new list without the continue parameter."
+                    ) from None
+                raise
+            if revision == 0:
+                revision = result.revision
+            kvs = result.kvs
+            for i, kv in enumerate(kvs):
+                obj = decode(kv.key, kv.value, kv.mod_revision)
+                if (
+                    (not namespace or obj.namespace == namespace)
+                    and labels.matches(obj.labels)
+                    and fields.matches(obj.fields)
+                ):
+                    collected.append(obj)
+                    if limit and len(collected) >= limit:
+                        if i + 1 < len(kvs) or result.more:
+                            next_key = kv.key + b"\x00"
+                        break
+            else:
+                if result.more and kvs:
+                    start = kvs[-1].key + b"\x00"
+                    continue
+            break
+        token = _encode_continue(revision, next_key, prefix) if next_key else ""
+        return encode_list(str(revision), [o.data for o in collected], token)
+
+    # ---- Update / UpdateStatus -------------------------------------------------------------
+
+    async def update(self, request: Message, context: Any) -> Message:
+        return await self._update(request, status=False)
+
+    async def update_status(self, request: Message, context: Any) -> Message:
+        return await self._update(request, status=True)
+
+    async def _update(self, request: Message, *, status: bool) -> Message:
+        obj: Message = getattr(request, self.info.request_field)
+        meta = obj.metadata  # type: ignore[attr-defined]
+        if not meta.name:
+            raise InvalidError.for_object(self.info.kind, "", [_field_required("metadata.name")])
+        self._check_size(request, meta.name)
+        meta.namespace = self._namespace(meta.namespace)
+        key = self.key(meta.namespace, meta.name)
+        expected = _parse_rv(meta.resource_version) if meta.resource_version else 0
+        for _attempt in range(_CAS_ATTEMPTS):
+            kv = await self.storage.get(key)
+            if kv is None:
+                raise self._not_found(meta.name)
+            if expected and expected != kv.mod_revision:
+                raise self._conflict(meta.name)
+            old = self._decode(kv)
+            if status:
+                new = self.strategy.prepare_for_status_update(obj, old)
+                errors = self.strategy.validate_status_update(new, old)
+            else:
+                new = type(obj)()
+                new.CopyFrom(obj)
+                self.strategy.prepare_for_update(new, old)
+                errors = self.strategy.validate_update(new, old)
+            if errors:
+                raise InvalidError.for_object(self.info.kind, meta.name, errors)
+            new.metadata.resource_version = old.metadata.resource_version  # type: ignore[attr-defined]
+            if new == old:
+                return old  # a no-op write keeps the resourceVersion, as Kubernetes does
+            nmeta = new.metadata  # type: ignore[attr-defined]
+            if (
+                nmeta.HasField("deletion_timestamp")
+                and not nmeta.finalizers
+                and nmeta.deletion_grace_period_seconds == 0
+            ):
+                # The last finalizer is gone from an object being deleted: remove it.
+                result = await self.storage.delete(key, kv.mod_revision)
+                if result.succeeded:
+                    return new
+            else:
+                result = await self.storage.update(key, self._stored_value(new), kv.mod_revision)
+                if result.succeeded:
+                    nmeta.resource_version = str(result.revision)
+                    return new
+            if expected:
+                raise self._conflict(meta.name)
+            # Unconditional update lost a race: re-read and apply again.
+        raise self._conflict(meta.name)
+
+    # ---- Delete ----------------------------------------------------------------------------
+
+    async def delete(self, request: meta_pb2.DeleteRequest, context: Any) -> Message:
+        if not request.name:
+            raise InvalidError(f"{self.info.kind} name is required")
+        namespace = self._namespace(request.namespace)
+        key = self.key(namespace, request.name)
+        has_grace = request.HasField("grace_period_seconds")
+        if has_grace and request.grace_period_seconds < 0:
+            raise InvalidError(
+                f"invalid gracePeriodSeconds {request.grace_period_seconds}: must not be negative"
+            )
+        pre = request.preconditions
+        for _attempt in range(_CAS_ATTEMPTS):
+            kv = await self.storage.get(key)
+            if kv is None:
+                raise self._not_found(request.name)
+            obj = self._decode(kv)
+            meta = obj.metadata  # type: ignore[attr-defined]
+            if pre.uid and pre.uid != meta.uid:
+                raise self._conflict(
+                    request.name,
+                    f"Precondition failed: UID in precondition: {pre.uid}, UID in object meta: "
+                    f"{meta.uid}",
+                )
+            if pre.resource_version and pre.resource_version != meta.resource_version:
+                raise self._conflict(
+                    request.name,
+                    "Precondition failed: ResourceVersion in precondition: "
+                    f"{pre.resource_version}, ResourceVersion in object meta: "
+                    f"{meta.resource_version}",
+                )
+            grace = 0
+            if self.info.kind == POD.kind:
+                pod: pod_pb2.Pod = obj  # type: ignore[assignment]
+                grace = (
+                    request.grace_period_seconds
+                    if has_grace
+                    else pod.spec.termination_grace_period_seconds
+                )
+                if not pod.spec.node_name:
+                    grace = 0  # never ran anywhere: nothing to stop
+            if grace > 0 or meta.finalizers:
+                # Graceful (a kubelet must stop the containers) or blocked by finalizers:
+                # mark the object; a second delete may only shorten the grace period.
+                if (
+                    meta.HasField("deletion_timestamp")
+                    and meta.deletion_grace_period_seconds <= grace
+                ):
+                    return obj
+                new = type(obj)()
+                new.CopyFrom(obj)
+                nmeta = new.metadata  # type: ignore[attr-defined]
+                nmeta.deletion_timestamp.FromDatetime(self.clock.now() + timedelta(seconds=grace))
+                nmeta.deletion_grace_period_seconds = grace
+                result = await self.storage.update(key, self._stored_value(new), kv.mod_revision)
+                if result.succeeded:
+                    nmeta.resource_version = str(result.revision)
+                    return new
+                continue
+            result = await self.storage.delete(key, kv.mod_revision)
+            if result.succeeded:
+                return obj
+        raise self._conflict(request.name)
+
+    # ---- Watch -----------------------------------------------------------------------------
+
+    async def watch(self, request: meta_pb2.WatchRequest, context: Any) -> AsyncIterator[bytes]:
+        labels, fields = self._selectors(request.label_selector, request.field_selector)
+        rv_text = request.resource_version
+        rv = None if rv_text in ("", "0") else _parse_rv(rv_text)
+        namespace = self._namespace(request.namespace) if request.namespace else ""
+        watcher, initial = await self.cache.watch(
+            namespace=namespace,
+            labels=labels,
+            fields=fields,
+            resource_version=rv,
+            bookmarks=request.allow_watch_bookmarks,
+        )
+        try:
+            async for data in watcher.stream(initial):
+                yield data
+        finally:
+            self.cache.unregister(watcher)
+
+    # ---- Bind ------------------------------------------------------------------------------
+
+    async def bind(self, request: pod_pb2.BindRequest, context: Any) -> pod_pb2.BindResponse:
+        binding = request.binding
+        name = binding.metadata.name
+        namespace = self._namespace(binding.metadata.namespace)
+        target = binding.target
+        problems = []
+        if not name:
+            problems.append(_field_required("metadata.name"))
+        if target.kind not in ("", "Node"):
+            problems.append(_field_invalid("target.kind", target.kind, 'must be "Node"'))
+        if not target.name:
+            problems.append(_field_required("target.name"))
+        if problems:
+            raise InvalidError.for_object("Binding", name, problems)
+        key = self.key(namespace, name)
+        node_key = self.node_prefix + target.name.encode()
+        for _attempt in range(_CAS_ATTEMPTS):
+            kv = await self.storage.get(key)
+            if kv is None:
+                raise self._not_found(name)
+            pod: pod_pb2.Pod = self._decode(kv)  # type: ignore[assignment]
+            if binding.metadata.uid and binding.metadata.uid != pod.metadata.uid:
+                raise PreconditionFailedError(
+                    f"Precondition failed: UID in precondition: {binding.metadata.uid}, "
+                    f"UID in object meta: {pod.metadata.uid}"
+                )
+            if pod.metadata.HasField("deletion_timestamp"):
+                raise PreconditionFailedError(
+                    f"pod {namespace}/{name} is being deleted, cannot be assigned to a host"
+                )
+            if pod.spec.node_name:
+                raise AlreadyExistsError(
+                    f"pod {namespace}/{name} is already assigned to node {pod.spec.node_name}"
+                )
+            pod.spec.node_name = target.name
+            _set_scheduled(pod, self.clock)
+            result = await self.storage.update(
+                key, self._stored_value(pod), kv.mod_revision, require=(node_key,)
+            )
+            if result.succeeded:
+                return pod_pb2.BindResponse(resource_version=str(result.revision))
+            if result.missing:
+                raise NotFoundError(f'{NODE.plural} "{target.name}" not found')
+            # The pod changed under us (a status update, say): read it again and retry.
+        raise self._conflict(name)
+
+    # ---- registration ----------------------------------------------------------------------
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        info = self.info
+        methods: dict[str, Any] = {
+            "Create": grpc.unary_unary_rpc_method_handler(
+                self.create, info.create_request.FromString, _serialize
+            ),
+            "Get": grpc.unary_unary_rpc_method_handler(
+                self.get, meta_pb2.GetRequest.FromString, _serialize
+            ),
+            "List": grpc.unary_unary_rpc_method_handler(
+                self.list, meta_pb2.ListRequest.FromString, _serialize
+            ),
+            "Update": grpc.unary_unary_rpc_method_handler(
+                self.update, info.update_request.FromString, _serialize
+            ),
+            "Delete": grpc.unary_unary_rpc_method_handler(
+                self.delete, meta_pb2.DeleteRequest.FromString, _serialize
+            ),
+            "Watch": grpc.unary_stream_rpc_method_handler(
+                self.watch, meta_pb2.WatchRequest.FromString, _serialize
+            ),
+        }
+        if info.has_status:
+            methods["UpdateStatus"] = grpc.unary_unary_rpc_method_handler(
+                self.update_status, info.update_request.FromString, _serialize
+            )
+        if info.kind == POD.kind:
+            methods["Bind"] = grpc.unary_unary_rpc_method_handler(
+                self.bind, pod_pb2.BindRequest.FromString, _serialize
+            )
+        return grpc.method_handlers_generic_handler(info.service, methods)
+
+
+def _field_required(path: str) -> Any:
+    from tinykube.errors import FieldError
+
+    return FieldError(path, "Required value")
+
+
+def _field_invalid(path: str, value: str, detail: str) -> Any:
+    from tinykube.errors import FieldError
+
+    return FieldError(path, f'Invalid value: "{value}": {detail}')
+
+
+def _set_scheduled(pod: pod_pb2.Pod, clock: Clock) -> None:
+    now = clock.now()
+    for cond in pod.status.conditions:
+        if cond.type == "PodScheduled":
+            if cond.status != "True":
+                cond.status = "True"
+                cond.last_transition_time.FromDatetime(now)
+            cond.reason = ""
+            cond.message = ""
+            return
+    cond = pod.status.conditions.add(type="PodScheduled", status="True")
+    cond.last_transition_time.FromDatetime(now)
+
+
+__all__ = ["MetricsInterceptor", "ResourceService", "UnavailableError"]

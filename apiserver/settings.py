@@ -1,0 +1,44 @@
+"""The apiserver's settings: one immutable dataclass built in `__main__` and passed everywhere."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    # "host:port[,host:port]": etcd client endpoints.
+    etcd_endpoints: str = "127.0.0.1:2379"
+    # Every key lives under this prefix; tests give each apiserver its own.
+    etcd_prefix: str = "/registry"
+    bind_address: str = "0.0.0.0:6443"
+    # Prometheus /metrics over HTTP; 0 disables it.
+    metrics_port: int = 0
+    # Events kept per kind in the watch cache's window; a watch from an older
+    # resourceVersion gets OUT_OF_RANGE and the client relists.
+    watch_cache_size: int = 10_000
+    # Events a single watcher may have queued before it is cut off as too slow.
+    watcher_queue_size: int = 10_000
+    # How often etcd is compacted; the previous interval's revisions are kept. 0 disables.
+    compaction_interval_seconds: float = 300.0
+    # Like etcd's request limit: larger requests are rejected before reaching etcd.
+    max_request_bytes: int = 3 * 1024 * 1024
+    # Deadline of each etcd request; a dead etcd shows as UNAVAILABLE after this long.
+    etcd_request_timeout_seconds: float = 5.0
+    # Interval of BOOKMARK events on watches that ask for them.
+    bookmark_interval_seconds: float = 5.0
+    # How long a consistent List or a watch from a future revision waits for the cache.
+    cache_wait_seconds: float = 3.0
+    # Seconds the graceful shutdown lets in-flight RPCs finish.
+    shutdown_grace_seconds: float = 5.0
+    # Default grace period of pods that do not set terminationGracePeriodSeconds.
+    default_termination_grace_seconds: int = 30
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [e.strip() for e in self.etcd_endpoints.split(",") if e.strip()]
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix without a trailing slash ("/registry")."""
+        return "/" + self.etcd_prefix.strip("/") if self.etcd_prefix.strip("/") else ""

@@ -1,0 +1,558 @@
+"""Validation of API objects, naming every bad field in Kubernetes' JSON spelling and wording.
+
+`validate(info, obj)` checks an object as it would be stored (after defaulting);
+`validate_update(info, new, old)` adds the rules about what may change. Both return a list of
+`FieldError`s (empty: valid) that the server turns into one INVALID_ARGUMENT
+(`InvalidError.for_object`). Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from google.protobuf.message import Message
+
+from tinykube.errors import FieldError
+from tinykube.kinds import EVENT, LEASE, NODE, POD, REPLICA_SET, KindInfo
+from tinykube.quantity import QuantityError, parse_quantity
+from tinykube.selectors import (
+    DNS1123_SUBDOMAIN_MSG,
+    SelectorError,
+    from_proto,
+    label_selector_problems,
+    validate_label_key,
+    validate_label_value,
+)
+from tinykube.v1 import meta_pb2, node_pb2, pod_pb2, replicaset_pb2
+
+_DNS1123_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN_RE = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+_C_IDENTIFIER_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+
+DNS1123_LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+    "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
+    "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+
+RESTART_POLICIES = ("Always", "OnFailure", "Never")
+POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+CONDITION_STATUSES = ("True", "False", "Unknown")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+TOLERATION_OPERATORS = ("Equal", "Exists")
+NODE_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+EVENT_TYPES = ("Normal", "Warning")
+
+
+def _q(value: object) -> str:
+    """Go's %q for the strings we show: a double-quoted value."""
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
+
+
+def required(path: str, detail: str = "") -> FieldError:
+    return FieldError(path, "Required value" + (f": {detail}" if detail else ""))
+
+
+def invalid(path: str, value: object, detail: str) -> FieldError:
+    shown = _q(value) if isinstance(value, str) else str(value)
+    return FieldError(path, f"Invalid value: {shown}: {detail}")
+
+
+def unsupported(path: str, value: str, supported: Iterable[str]) -> FieldError:
+    allowed = ", ".join(_q(s) for s in supported)
+    return FieldError(path, f"Unsupported value: {_q(value)}: supported values: {allowed}")
+
+
+def forbidden(path: str, detail: str) -> FieldError:
+    return FieldError(path, f"Forbidden: {detail}")
+
+
+def duplicate(path: str, value: str) -> FieldError:
+    return FieldError(path, f"Duplicate value: {_q(value)}")
+
+
+def too_long(path: str, value: str, limit: int) -> FieldError:
+    return FieldError(path, f"Too long: may not be more than {limit} bytes")
+
+
+def dns1123_subdomain(path: str, value: str) -> list[FieldError]:
+    errs = []
+    if len(value) > 253:
+        errs.append(invalid(path, value, "must be no more than 253 characters"))
+    if not _DNS1123_SUBDOMAIN_RE.match(value):
+        errs.append(invalid(path, value, DNS1123_SUBDOMAIN_MSG))
+    return errs
+
+
+def dns1123_label(path: str, value: str) -> list[FieldError]:
+    errs = []
+    if len(value) > 63:
+        errs.append(invalid(path, value, "must be no more than 63 characters"))
+    if not _DNS1123_LABEL_RE.match(value):
+        errs.append(invalid(path, value, DNS1123_LABEL_MSG))
+    return errs
+
+
+def _labels(path: str, labels: Mapping[str, str]) -> list[FieldError]:
+    errs: list[FieldError] = []
+    for key in sorted(labels):
+        for p in validate_label_key(key):
+            errs.append(invalid(path, key, p))
+        for p in validate_label_value(labels[key]):
+            errs.append(invalid(f"{path}[{key}]", labels[key], p))
+    return errs
+
+
+def validate_metadata(info: KindInfo, meta: meta_pb2.ObjectMeta) -> list[FieldError]:
+    errs: list[FieldError] = []
+    if not meta.name:
+        errs.append(required("metadata.name", "name or generateName is required"))
+    elif info.kind == LEASE.kind or info.kind == EVENT.kind:
+        errs.extend(dns1123_subdomain("metadata.name", meta.name))
+    else:
+        errs.extend(dns1123_subdomain("metadata.name", meta.name))
+    if info.namespaced:
+        if not meta.namespace:
+            errs.append(required("metadata.namespace"))
+        else:
+            errs.extend(dns1123_label("metadata.namespace", meta.namespace))
+    elif meta.namespace:
+        errs.append(forbidden("metadata.namespace", "not allowed on this type"))
+    errs.extend(_labels("metadata.labels", meta.labels))
+    for key in sorted(meta.annotations):
+        for p in validate_label_key(key):
+            errs.append(invalid("metadata.annotations", key, p))
+    total = sum(len(k) + len(v) for k, v in meta.annotations.items())
+    if total > 256 * 1024:
+        errs.append(too_long("metadata.annotations", "", 256 * 1024))
+    seen: set[str] = set()
+    for i, fin in enumerate(meta.finalizers):
+        path = f"metadata.finalizers[{i}]"
+        for p in validate_label_key(fin):
+            errs.append(invalid(path, fin, p))
+        if fin in seen:
+            errs.append(duplicate(path, fin))
+        seen.add(fin)
+    for i, ref in enumerate(meta.owner_references):
+        path = f"metadata.ownerReferences[{i}]"
+        if not ref.kind:
+            errs.append(required(f"{path}.kind"))
+        if not ref.name:
+            errs.append(required(f"{path}.name"))
+        if not ref.uid:
+            errs.append(required(f"{path}.uid"))
+    if sum(1 for r in meta.owner_references if r.controller) > 1:
+        errs.append(
+            invalid(
+                "metadata.ownerReferences",
+                "",
+                "Only one reference can have Controller set to true",
+            )
+        )
+    if meta.generation < 0:
+        errs.append(
+            invalid("metadata.generation", meta.generation, "must be greater than or equal to 0")
+        )
+    return errs
+
+
+def _quantity_map(
+    path: str, resources: Mapping[str, str]
+) -> tuple[list[FieldError], dict[str, object]]:
+    errs: list[FieldError] = []
+    values: dict[str, object] = {}
+    for name in sorted(resources):
+        text = resources[name]
+        where = f"{path}[{name}]"
+        for p in validate_label_key(name):
+            errs.append(invalid(path, name, p))
+        try:
+            q = parse_quantity(text)
+        except QuantityError:
+            errs.append(
+                invalid(
+                    where,
+                    text,
+                    "quantities must match the regular expression "
+                    "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+                )
+            )
+            continue
+        if q < 0:
+            errs.append(invalid(where, text, "must be greater than or equal to 0"))
+            continue
+        values[name] = q
+    return errs, values
+
+
+def validate_container(path: str, c: pod_pb2.Container) -> list[FieldError]:
+    errs: list[FieldError] = []
+    if not c.name:
+        errs.append(required(f"{path}.name"))
+    else:
+        errs.extend(dns1123_label(f"{path}.name", c.name))
+    if not c.image:
+        errs.append(required(f"{path}.image"))
+    if c.image_pull_policy and c.image_pull_policy not in PULL_POLICIES:
+        errs.append(unsupported(f"{path}.imagePullPolicy", c.image_pull_policy, PULL_POLICIES))
+    port_names: set[str] = set()
+    for i, port in enumerate(c.ports):
+        pp = f"{path}.ports[{i}]"
+        if not 1 <= port.container_port <= 65535:
+            errs.append(
+                invalid(
+                    f"{pp}.containerPort",
+                    port.container_port,
+                    "must be between 1 and 65535, inclusive",
+                )
+            )
+        if port.host_port and not 1 <= port.host_port <= 65535:
+            errs.append(
+                invalid(f"{pp}.hostPort", port.host_port, "must be between 1 and 65535, inclusive")
+            )
+        if port.protocol not in PROTOCOLS:
+            errs.append(unsupported(f"{pp}.protocol", port.protocol, PROTOCOLS))
+        if port.name:
+            if port.name in port_names:
+                errs.append(duplicate(f"{pp}.name", port.name))
+            port_names.add(port.name)
+    env_seen: set[str] = set()
+    for i, env in enumerate(c.env):
+        if not env.name:
+            errs.append(required(f"{path}.env[{i}].name"))
+        elif not _C_IDENTIFIER_RE.match(env.name):
+            errs.append(
+                invalid(
+                    f"{path}.env[{i}].name",
+                    env.name,
+                    "a valid environment variable name must consist of alphabetic characters, "
+                    "digits, '_', '-', or '.', and must not start with a digit",
+                )
+            )
+        env_seen.add(env.name)
+    rpath = f"{path}.resources"
+    lim_errs, limits = _quantity_map(f"{rpath}.limits", c.resources.limits)
+    req_errs, requests = _quantity_map(f"{rpath}.requests", c.resources.requests)
+    errs.extend(lim_errs)
+    errs.extend(req_errs)
+    for name in sorted(requests):
+        if name in limits and requests[name] > limits[name]:  # type: ignore[operator]
+            errs.append(
+                invalid(
+                    f"{rpath}.requests",
+                    c.resources.requests[name],
+                    f"must be less than or equal to {name} limit of {c.resources.limits[name]}",
+                )
+            )
+    return errs
+
+
+def _node_selector_requirement(path: str, req: pod_pb2.NodeSelectorRequirement) -> list[FieldError]:
+    errs: list[FieldError] = []
+    for p in validate_label_key(req.key):
+        errs.append(invalid(f"{path}.key", req.key, p))
+    if req.operator not in NODE_SELECTOR_OPERATORS:
+        errs.append(unsupported(f"{path}.operator", req.operator, NODE_SELECTOR_OPERATORS))
+    elif req.operator in ("In", "NotIn") and not req.values:
+        errs.append(
+            required(f"{path}.values", "must be specified when `operator` is 'In' or 'NotIn'")
+        )
+    elif req.operator in ("Exists", "DoesNotExist") and req.values:
+        errs.append(
+            forbidden(
+                f"{path}.values",
+                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            )
+        )
+    elif req.operator in ("Gt", "Lt"):
+        if len(req.values) != 1:
+            errs.append(
+                required(
+                    f"{path}.values",
+                    "must be specified single value when `operator` is 'Lt' or 'Gt'",
+                )
+            )
+        else:
+            try:
+                int(req.values[0])
+            except ValueError:
+                errs.append(invalid(f"{path}.values[0]", req.values[0], "must be an integer"))
+    return errs
+
+
+def _node_selector_term(path: str, term: pod_pb2.NodeSelectorTerm) -> list[FieldError]:
+    errs: list[FieldError] = []
+    for i, req in enumerate(term.match_expressions):
+        errs.extend(_node_selector_requirement(f"{path}.matchExpressions[{i}]", req))
+    for i, req in enumerate(term.match_fields):
+        fp = f"{path}.matchFields[{i}]"
+        if req.key != "metadata.name":
+            errs.append(invalid(f"{fp}.key", req.key, "not a valid field selector key"))
+        if req.operator not in ("In", "NotIn"):
+            errs.append(unsupported(f"{fp}.operator", req.operator, ("In", "NotIn")))
+        elif len(req.values) != 1:
+            errs.append(
+                required(
+                    f"{fp}.values",
+                    "must be only one value when `operator` is 'In' or 'NotIn' for node "
+                    "field selector",
+                )
+            )
+    return errs
+
+
+def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
+    errs: list[FieldError] = []
+    if not spec.containers:
+        errs.append(required(f"{path}.containers"))
+    names: set[str] = set()
+    for group, containers in (
+        ("initContainers", spec.init_containers),
+        ("containers", spec.containers),
+    ):
+        for i, c in enumerate(containers):
+            cp = f"{path}.{group}[{i}]"
+            errs.extend(validate_container(cp, c))
+            if c.name:
+                if c.name in names:
+                    errs.append(duplicate(f"{cp}.name", c.name))
+                names.add(c.name)
+    if spec.restart_policy not in RESTART_POLICIES:
+        errs.append(unsupported(f"{path}.restartPolicy", spec.restart_policy, RESTART_POLICIES))
+    if (
+        spec.HasField("termination_grace_period_seconds")
+        and spec.termination_grace_period_seconds < 0
+    ):
+        errs.append(
+            invalid(
+                f"{path}.terminationGracePeriodSeconds",
+                spec.termination_grace_period_seconds,
+                "must be greater than or equal to 0",
+            )
+        )
+    if spec.node_name:
+        errs.extend(dns1123_subdomain(f"{path}.nodeName", spec.node_name))
+    errs.extend(_labels(f"{path}.nodeSelector", spec.node_selector))
+    na = spec.affinity.node_affinity
+    req = na.required_during_scheduling_ignored_during_execution
+    ap = f"{path}.affinity.nodeAffinity"
+    if na.HasField("required_during_scheduling_ignored_during_execution"):
+        rp = f"{ap}.requiredDuringSchedulingIgnoredDuringExecution"
+        if not req.node_selector_terms:
+            errs.append(
+                required(f"{rp}.nodeSelectorTerms", "must have at least one node selector term")
+            )
+        for i, term in enumerate(req.node_selector_terms):
+            errs.extend(_node_selector_term(f"{rp}.nodeSelectorTerms[{i}]", term))
+    for i, pref in enumerate(na.preferred_during_scheduling_ignored_during_execution):
+        pp = f"{ap}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+        if not 1 <= pref.weight <= 100:
+            errs.append(invalid(f"{pp}.weight", pref.weight, "must be in the range 1-100"))
+        errs.extend(_node_selector_term(f"{pp}.preference", pref.preference))
+    for i, t in enumerate(spec.tolerations):
+        tp = f"{path}.tolerations[{i}]"
+        if t.key:
+            for p in validate_label_key(t.key):
+                errs.append(invalid(f"{tp}.key", t.key, p))
+        if t.operator not in TOLERATION_OPERATORS:
+            errs.append(unsupported(f"{tp}.operator", t.operator, TOLERATION_OPERATORS))
+        elif t.operator == "Exists" and t.value:
+            errs.append(
+                invalid(
+                    f"{tp}.operator", t.value, "value must be empty when `operator` is 'Exists'"
+                )
+            )
+        elif t.operator == "Equal" and not t.key:
+            errs.append(
+                invalid(
+                    f"{tp}.operator",
+                    t.operator,
+                    "operator must be Exists when `key` is empty, which means "
+                    '"match all values and all keys"',
+                )
+            )
+        if t.effect and t.effect not in TAINT_EFFECTS:
+            errs.append(unsupported(f"{tp}.effect", t.effect, TAINT_EFFECTS))
+        if t.HasField("toleration_seconds") and t.effect != "NoExecute":
+            errs.append(
+                invalid(
+                    f"{tp}.effect",
+                    t.effect,
+                    "effect must be 'NoExecute' when `tolerationSeconds` is set",
+                )
+            )
+    if spec.scheduler_name:
+        errs.extend(dns1123_subdomain(f"{path}.schedulerName", spec.scheduler_name))
+    return errs
+
+
+def _conditions(path: str, conditions: Iterable[Message]) -> list[FieldError]:
+    errs: list[FieldError] = []
+    for i, cond in enumerate(conditions):
+        cp = f"{path}[{i}]"
+        if not cond.type:  # type: ignore[attr-defined]
+            errs.append(required(f"{cp}.type"))
+        if cond.status not in CONDITION_STATUSES:  # type: ignore[attr-defined]
+            errs.append(unsupported(f"{cp}.status", cond.status, CONDITION_STATUSES))  # type: ignore[attr-defined]
+    return errs
+
+
+def validate_pod(pod: pod_pb2.Pod) -> list[FieldError]:
+    errs = validate_pod_spec("spec", pod.spec)
+    if pod.status.phase not in POD_PHASES:
+        errs.append(unsupported("status.phase", pod.status.phase, POD_PHASES))
+    errs.extend(_conditions("status.conditions", pod.status.conditions))
+    return errs
+
+
+def validate_node(node: node_pb2.Node) -> list[FieldError]:
+    errs: list[FieldError] = []
+    seen: set[tuple[str, str]] = set()
+    for i, t in enumerate(node.spec.taints):
+        tp = f"spec.taints[{i}]"
+        if not t.key:
+            errs.append(required(f"{tp}.key"))
+        else:
+            for p in validate_label_key(t.key):
+                errs.append(invalid(f"{tp}.key", t.key, p))
+        for p in validate_label_value(t.value):
+            errs.append(invalid(f"{tp}.value", t.value, p))
+        if t.effect not in TAINT_EFFECTS:
+            errs.append(unsupported(f"{tp}.effect", t.effect, TAINT_EFFECTS))
+        if (t.key, t.effect) in seen:
+            errs.append(duplicate(f"{tp}", f"{t.key}:{t.effect}"))
+        seen.add((t.key, t.effect))
+    for field_name, resources in (
+        ("capacity", node.status.capacity),
+        ("allocatable", node.status.allocatable),
+    ):
+        qerrs, _ = _quantity_map(f"status.{field_name}", resources)
+        errs.extend(qerrs)
+    errs.extend(_conditions("status.conditions", node.status.conditions))
+    return errs
+
+
+def validate_replica_set(rs: replicaset_pb2.ReplicaSet) -> list[FieldError]:
+    errs: list[FieldError] = []
+    spec = rs.spec
+    if spec.replicas < 0:
+        errs.append(invalid("spec.replicas", spec.replicas, "must be greater than or equal to 0"))
+    if spec.min_ready_seconds < 0:
+        errs.append(
+            invalid(
+                "spec.minReadySeconds", spec.min_ready_seconds, "must be greater than or equal to 0"
+            )
+        )
+    sel = spec.selector
+    if not sel.match_labels and not sel.match_expressions:
+        errs.append(required("spec.selector"))
+    else:
+        for f, m in label_selector_problems(sel, "spec.selector"):
+            errs.append(FieldError(f, m))
+    errs.extend(_labels("spec.template.metadata.labels", spec.template.metadata.labels))
+    if sel.match_labels or sel.match_expressions:
+        try:
+            selector = from_proto(sel)
+        except SelectorError:
+            selector = None
+        if selector is not None and not selector.matches(spec.template.metadata.labels):
+            errs.append(
+                invalid(
+                    "spec.template.metadata.labels",
+                    ",".join(f"{k}={v}" for k, v in sorted(spec.template.metadata.labels.items())),
+                    "`selector` does not match template `labels`",
+                )
+            )
+    errs.extend(validate_pod_spec("spec.template.spec", spec.template.spec))
+    for name, value in (
+        ("replicas", rs.status.replicas),
+        ("readyReplicas", rs.status.ready_replicas),
+        ("availableReplicas", rs.status.available_replicas),
+        ("fullyLabeledReplicas", rs.status.fully_labeled_replicas),
+    ):
+        if value < 0:
+            errs.append(invalid(f"status.{name}", value, "must be greater than or equal to 0"))
+    return errs
+
+
+def validate_event(event: Message) -> list[FieldError]:
+    errs: list[FieldError] = []
+    if event.type and event.type not in EVENT_TYPES:  # type: ignore[attr-defined]
+        errs.append(unsupported("type", event.type, EVENT_TYPES))  # type: ignore[attr-defined]
+    if event.count < 0:  # type: ignore[attr-defined]
+        errs.append(invalid("count", event.count, "must be greater than or equal to 0"))  # type: ignore[attr-defined]
+    return errs
+
+
+def validate_lease(lease: Message) -> list[FieldError]:
+    errs: list[FieldError] = []
+    spec = lease.spec  # type: ignore[attr-defined]
+    if spec.HasField("lease_duration_seconds") and spec.lease_duration_seconds <= 0:
+        errs.append(
+            invalid(
+                "spec.leaseDurationSeconds", spec.lease_duration_seconds, "must be greater than 0"
+            )
+        )
+    if spec.lease_transitions < 0:
+        errs.append(
+            invalid(
+                "spec.leaseTransitions",
+                spec.lease_transitions,
+                "must be greater than or equal to 0",
+            )
+        )
+    return errs
+
+
+def validate(info: KindInfo, obj: Message) -> list[FieldError]:
+    """Every problem with `obj` as it would be stored."""
+    errs = validate_metadata(info, obj.metadata)  # type: ignore[attr-defined]
+    if info.kind == POD.kind:
+        errs.extend(validate_pod(obj))  # type: ignore[arg-type]
+    elif info.kind == NODE.kind:
+        errs.extend(validate_node(obj))  # type: ignore[arg-type]
+    elif info.kind == REPLICA_SET.kind:
+        errs.extend(validate_replica_set(obj))  # type: ignore[arg-type]
+    elif info.kind == EVENT.kind:
+        errs.extend(validate_event(obj))
+    elif info.kind == LEASE.kind:
+        errs.extend(validate_lease(obj))
+    return errs
+
+
+def validate_update(info: KindInfo, new: Message, old: Message) -> list[FieldError]:
+    """What may not change between `old` and `new`."""
+    errs: list[FieldError] = []
+    nm, om = new.metadata, old.metadata  # type: ignore[attr-defined]
+    if nm.name != om.name:
+        errs.append(invalid("metadata.name", nm.name, "field is immutable"))
+    if nm.namespace != om.namespace:
+        errs.append(invalid("metadata.namespace", nm.namespace, "field is immutable"))
+    if info.kind == POD.kind:
+        ns, os_ = new.spec, old.spec  # type: ignore[attr-defined]
+        if list(ns.containers) != list(os_.containers) or list(ns.init_containers) != list(
+            os_.init_containers
+        ):
+            errs.append(
+                forbidden(
+                    "spec",
+                    "pod updates may not change fields other than `spec.activeDeadlineSeconds`, "
+                    "`spec.tolerations` (only additions to existing tolerations) or "
+                    "`spec.terminationGracePeriodSeconds`; containers are immutable",
+                )
+            )
+        if ns.node_name != os_.node_name:
+            errs.append(forbidden("spec.nodeName", "may only be set through Bind, and only once"))
+        if ns.restart_policy != os_.restart_policy:
+            errs.append(invalid("spec.restartPolicy", ns.restart_policy, "field is immutable"))
+    if (
+        info.kind == REPLICA_SET.kind and new.spec.selector != old.spec.selector  # type: ignore[attr-defined]
+    ):
+        errs.append(invalid("spec.selector", "", "field is immutable"))
+    return errs

@@ -1,0 +1,620 @@
+"""The watch cache: one etcd watch per kind, fanned out to every client watch from memory.
+
+Modelled on the Kubernetes apiserver's cacher. Per kind, `WatchCache.run` lists the kind's prefix,
+then watches it from the list revision + 1. Each etcd event is decoded once into a `CachedObject`
+(message, serialized bytes with resourceVersion set, labels, selectable fields), applied to the
+current-state map and appended to a bounded window of recent events. Every `<Kind>WatchEvent` is
+encoded once per variant by concatenating protobuf wire bytes, so N watchers cost N queue pushes,
+not N serializations.
+
+Watchers register synchronously on the event loop (no await between taking the snapshot or the
+window replay and joining the fan-out set), which is why nothing is lost or repeated. A watch
+from resourceVersion R replays window events newer than R; R older than the window is
+OUT_OF_RANGE. Label/field filters run here, with Kubernetes' transitions (an object that leaves
+a watcher's filter is DELETED for it, one that enters is ADDED). Watchers whose field selector
+pins an indexed field (pods: spec.nodeName) are indexed by its value, so a thousand kubelets do
+not mean a thousand filter checks per event. A watcher's queue is bounded; one that falls behind
+is cut off with RESOURCE_EXHAUSTED rather than slowing the others.
+
+If the etcd watch breaks, it resumes from the last revision + 1; if that revision was compacted,
+the cache relists, resets its window and ends every watcher with OUT_OF_RANGE so clients relist.
+Consistent reads wait until the cache has seen etcd's current revision, using etcd progress
+notifications to learn that no event below it is still in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+
+from google.protobuf.message import Message
+
+from apiserver.metrics import Metrics
+from apiserver.storage import EVENT_DELETE, CompactedError, EtcdWatch, Storage
+from tinykube.clock import Clock
+from tinykube.errors import (
+    DeadlineExceededError,
+    ResourceExhaustedError,
+    ResourceExpiredError,
+    TinykubeError,
+    UnavailableError,
+)
+from tinykube.selectors import EVERYTHING, FIELD_EVERYTHING, FieldSelector, LabelSelector
+
+log = logging.getLogger(__name__)
+
+ADDED = "ADDED"
+MODIFIED = "MODIFIED"
+DELETED = "DELETED"
+BOOKMARK = "BOOKMARK"
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+_TYPE_FIELD = {
+    t: b"\x0a" + _varint(len(t)) + t.encode() for t in (ADDED, MODIFIED, DELETED, BOOKMARK)
+}
+
+
+def encode_event(event_type: str, data: bytes) -> bytes:
+    """Wire bytes of `<Kind>WatchEvent{type, object}` from the object's serialized bytes."""
+    return _TYPE_FIELD[event_type] + b"\x12" + _varint(len(data)) + data
+
+
+def encode_list(resource_version: str, items: list[bytes], continue_token: str = "") -> bytes:
+    """Wire bytes of `<Kind>List{metadata{resourceVersion, continue}, items}`."""
+    meta = b"\x0a" + _varint(len(resource_version.encode())) + resource_version.encode()
+    if continue_token:
+        tok = continue_token.encode()
+        meta += b"\x12" + _varint(len(tok)) + tok
+    parts = [b"\x0a", _varint(len(meta)), meta]
+    for data in items:
+        parts.append(b"\x12")
+        parts.append(_varint(len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+@dataclass(slots=True)
+class CachedObject:
+    """One decoded object version. Never mutate `obj`: it is shared by every reader."""
+
+    key: bytes
+    namespace: str
+    obj: Message
+    data: bytes  # serialized obj, resourceVersion set
+    revision: int
+    labels: Mapping[str, str]
+    fields: Mapping[str, str]
+    _added: bytes | None = None
+
+    def added_event(self) -> bytes:
+        if self._added is None:
+            self._added = encode_event(ADDED, self.data)
+        return self._added
+
+
+class Codec:
+    """How one kind's objects are decoded from etcd and described for filtering."""
+
+    def __init__(
+        self,
+        message: type[Message],
+        namespaced: bool,
+        fields_of: Callable[[Message], dict[str, str]],
+    ) -> None:
+        self.message = message
+        self.namespaced = namespaced
+        self.fields_of = fields_of
+
+    def decode(self, key: bytes, value: bytes, revision: int) -> CachedObject:
+        obj = self.message.FromString(value)
+        meta = obj.metadata  # type: ignore[attr-defined]
+        meta.resource_version = str(revision)
+        return CachedObject(
+            key=key,
+            namespace=meta.namespace,
+            obj=obj,
+            data=obj.SerializeToString(),
+            revision=revision,
+            labels=dict(meta.labels),
+            fields=self.fields_of(obj),
+        )
+
+    def with_revision(self, cached: CachedObject, revision: int) -> CachedObject:
+        """A copy of `cached` stamped with another resourceVersion (deletion events)."""
+        obj = self.message()
+        obj.CopyFrom(cached.obj)
+        obj.metadata.resource_version = str(revision)  # type: ignore[attr-defined]
+        return CachedObject(
+            key=cached.key,
+            namespace=cached.namespace,
+            obj=obj,
+            data=obj.SerializeToString(),
+            revision=revision,
+            labels=cached.labels,
+            fields=cached.fields,
+        )
+
+    def bookmark(self, revision: int) -> bytes:
+        obj = self.message()
+        obj.metadata.resource_version = str(revision)  # type: ignore[attr-defined]
+        return encode_event(BOOKMARK, obj.SerializeToString())
+
+
+@dataclass(slots=True)
+class CacheEvent:
+    type: str
+    revision: int
+    cur: CachedObject  # for DELETED: the last state, stamped with the deletion revision
+    prev: CachedObject | None
+    _main: bytes | None = None
+    _added: bytes | None = None
+    _deleted_prev: bytes | None = None
+
+    def main_bytes(self) -> bytes:
+        if self._main is None:
+            self._main = encode_event(self.type, self.cur.data)
+        return self._main
+
+    def added_bytes(self) -> bytes:
+        if self._added is None:
+            self._added = encode_event(ADDED, self.cur.data)
+        return self._added
+
+
+@dataclass(eq=False)
+class Watcher:
+    """One client watch: its filter and its bounded queue of encoded events."""
+
+    namespace: str
+    labels: LabelSelector
+    fields: FieldSelector
+    bookmarks: bool
+    max_queue: int
+    index_value: str | None = None
+    last_revision: int = 0
+    _queue: collections.deque[bytes] = field(default_factory=collections.deque)
+    _wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    error: TinykubeError | None = None
+    closed: bool = False
+
+    @property
+    def everything(self) -> bool:
+        return not self.namespace and self.labels.empty and self.fields.empty
+
+    def matches(self, obj: CachedObject) -> bool:
+        if self.namespace and obj.namespace != self.namespace:
+            return False
+        return self.labels.matches(obj.labels) and self.fields.matches(obj.fields)
+
+    def push(self, data: bytes, revision: int) -> None:
+        if self.closed:
+            return
+        if len(self._queue) >= self.max_queue:
+            self.close(
+                ResourceExhaustedError(
+                    f"watch closed: the client is too slow to keep up ({self.max_queue} events "
+                    "queued); restart the watch from the last resourceVersion received"
+                )
+            )
+            return
+        self._queue.append(data)
+        self.last_revision = revision
+        self._wakeup.set()
+
+    def close(self, error: TinykubeError | None = None) -> None:
+        if not self.closed:
+            self.closed = True
+            self.error = error
+            self._wakeup.set()
+
+    async def stream(self, initial: list[bytes]) -> AsyncIterator[bytes]:
+        """The encoded events for this watcher: `initial` first, then live ones."""
+        for data in initial:
+            yield data
+        queue = self._queue
+        while True:
+            while queue:
+                yield queue.popleft()
+            if self.closed:
+                if self.error is not None:
+                    raise self.error
+                return
+            self._wakeup.clear()
+            if not queue and not self.closed:
+                await self._wakeup.wait()
+
+
+class WatchCache:
+    """The cache of one kind. `run()` keeps it in sync with etcd until cancelled."""
+
+    def __init__(
+        self,
+        *,
+        kind: str,
+        prefix: bytes,
+        codec: Codec,
+        storage: Storage,
+        metrics: Metrics,
+        window_size: int,
+        watcher_queue_size: int,
+        bookmark_interval: float,
+        wait_timeout: float,
+        index_field: str | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.kind = kind
+        self.prefix = prefix
+        self.codec = codec
+        self.storage = storage
+        self.metrics = metrics
+        self.window_size = window_size
+        self.watcher_queue_size = watcher_queue_size
+        self.bookmark_interval = bookmark_interval
+        self.wait_timeout = wait_timeout
+        self.index_field = index_field
+        self.clock = clock or Clock()
+        self.state: dict[bytes, CachedObject] = {}
+        self.window: collections.deque[CacheEvent] = collections.deque()
+        # Every event with a revision above window_start is in the window.
+        self.window_start = 0
+        self.revision = 0
+        self.synced = asyncio.Event()
+        self.healthy = False
+        self._unindexed: set[Watcher] = set()
+        self._indexed: dict[str, set[Watcher]] = {}
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._etcd_watch: EtcdWatch | None = None
+        self.etcd_watches_opened = 0
+
+    # ---- keeping in sync -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        need_list = True
+        backoff = 0.1
+        bookmarks = asyncio.create_task(self._bookmark_loop())
+        try:
+            while True:
+                try:
+                    if need_list:
+                        await self._relist()
+                        need_list = False
+                    await self._watch_once()
+                except CompactedError as exc:
+                    log.warning(
+                        "%s watch cache: revision %d compacted (oldest %d); relisting",
+                        self.kind,
+                        self.revision + 1,
+                        exc.compact_revision,
+                    )
+                    need_list = True
+                    backoff = 0.1
+                except TinykubeError as exc:
+                    self.healthy = False
+                    log.warning("%s watch cache: %s; retrying in %.1fs", self.kind, exc, backoff)
+                    await self.clock.sleep(backoff)
+                    backoff = min(backoff * 2, 2.0)
+                else:
+                    backoff = 0.1
+        finally:
+            bookmarks.cancel()
+            for w in self.watchers():
+                w.close(UnavailableError("watch closed: the apiserver is shutting down"))
+
+    async def _relist(self) -> None:
+        result = await self.storage.list_prefix(self.prefix)
+        decode = self.codec.decode
+        state = {kv.key: decode(kv.key, kv.value, kv.mod_revision) for kv in result.kvs}
+        had_watchers = bool(self.watchers())
+        self.state = state
+        self.window.clear()
+        self.window_start = result.revision
+        self._advance(result.revision)
+        if had_watchers:
+            # Events between the lost revision and now are gone: watchers must relist.
+            self.terminate_all(
+                ResourceExpiredError(
+                    f"too old resource version: the watch cache of {self.kind} was reset at "
+                    f"revision {result.revision} after etcd compaction; relist"
+                ),
+                "reset",
+            )
+        self.healthy = True
+        self.synced.set()
+
+    async def _watch_once(self) -> None:
+        watch = self.storage.watch(self.prefix, self.revision + 1)
+        self._etcd_watch = watch
+        self.etcd_watches_opened += 1
+        self.metrics.etcd_watches_opened.labels(self.kind).inc()
+        gauge = self.metrics.etcd_watches_open.labels(self.kind)
+        gauge.inc()
+        try:
+            async for events, header_revision in watch.batches():
+                self.healthy = True
+                if events:
+                    self._apply(events)
+                else:
+                    # A progress notification: nothing up to header_revision is pending.
+                    self._advance(header_revision)
+        finally:
+            gauge.dec()
+            self._etcd_watch = None
+            watch.cancel()
+
+    def _apply(self, events: list) -> None:  # type: ignore[type-arg]
+        decode = self.codec.decode
+        self.metrics.watch_cache_events.labels(self.kind).inc(len(events))
+        for ev in events:
+            prev = self.state.get(ev.key)
+            if ev.type == EVENT_DELETE:
+                if prev is None:
+                    self._advance(ev.revision)
+                    continue
+                del self.state[ev.key]
+                cur = self.codec.with_revision(prev, ev.revision)
+                cevent = CacheEvent(DELETED, ev.revision, cur, prev)
+            else:
+                cur = decode(ev.key, ev.value, ev.revision)
+                self.state[ev.key] = cur
+                cevent = CacheEvent(MODIFIED if prev else ADDED, ev.revision, cur, prev)
+            self._append(cevent)
+            self._dispatch(cevent)
+            self._advance(ev.revision)
+
+    def _append(self, event: CacheEvent) -> None:
+        if len(self.window) >= self.window_size:
+            oldest = self.window.popleft()
+            self.window_start = oldest.revision
+        self.window.append(event)
+
+    def _advance(self, revision: int) -> None:
+        if revision <= self.revision:
+            return
+        self.revision = revision
+        if self._waiters:
+            keep = []
+            for rev, fut in self._waiters:
+                if rev <= revision:
+                    if not fut.done():
+                        fut.set_result(None)
+                else:
+                    keep.append((rev, fut))
+            self._waiters = keep
+
+    def trim_below(self, revision: int) -> None:
+        """Forget window events at or below `revision` (etcd was compacted there)."""
+        while self.window and self.window[0].revision <= revision:
+            self.window.popleft()
+        self.window_start = max(self.window_start, revision)
+
+    # ---- fan-out ---------------------------------------------------------------------------
+
+    def watchers(self) -> list[Watcher]:
+        out = list(self._unindexed)
+        for ws in self._indexed.values():
+            out.extend(ws)
+        return out
+
+    def _targets(self, event: CacheEvent) -> list[Watcher] | set[Watcher]:
+        if not self._indexed:
+            return self._unindexed
+        field_name = self.index_field
+        assert field_name is not None
+        targets = list(self._unindexed)
+        seen = event.cur.fields.get(field_name, "")
+        ws = self._indexed.get(seen)
+        if ws:
+            targets.extend(ws)
+        if event.prev is not None:
+            old = event.prev.fields.get(field_name, "")
+            if old != seen:
+                ws = self._indexed.get(old)
+                if ws:
+                    targets.extend(ws)
+        return targets
+
+    def _dispatch(self, event: CacheEvent) -> None:
+        targets = self._targets(event)
+        if not targets:
+            return
+        revision = event.revision
+        for w in list(targets):
+            if w.everything:
+                w.push(event.main_bytes(), revision)
+                continue
+            data = self._filtered(w, event)
+            if data is not None:
+                w.push(data, revision)
+
+    def _filtered(self, w: Watcher, event: CacheEvent) -> bytes | None:
+        """What `w` should see of `event`, with Kubernetes' in/out-of-filter transitions."""
+        if event.type == ADDED:
+            return event.added_bytes() if w.matches(event.cur) else None
+        if event.type == DELETED:
+            return event.main_bytes() if w.matches(event.cur) else None
+        cur_ok = w.matches(event.cur)
+        prev_ok = event.prev is not None and w.matches(event.prev)
+        if cur_ok and prev_ok:
+            return event.main_bytes()
+        if cur_ok:
+            return event.added_bytes()
+        if prev_ok:
+            if event._deleted_prev is None:
+                assert event.prev is not None
+                gone = self.codec.with_revision(event.prev, event.revision)
+                event._deleted_prev = encode_event(DELETED, gone.data)
+            return event._deleted_prev
+        return None
+
+    def watcher_count(self) -> int:
+        return len(self._unindexed) + sum(len(ws) for ws in self._indexed.values())
+
+    def terminate_all(self, error: TinykubeError, reason: str) -> None:
+        for w in self.watchers():
+            w.close(error)
+            self.metrics.watchers_terminated.labels(self.kind, reason).inc()
+
+    async def _bookmark_loop(self) -> None:
+        while True:
+            await self.clock.sleep(self.bookmark_interval)
+            with contextlib.suppress(Exception):
+                if self._etcd_watch is not None:
+                    self._etcd_watch.request_progress()
+            # Let the progress notification arrive before stamping bookmarks.
+            await self.clock.sleep(min(0.2, self.bookmark_interval / 4))
+            rev = self.revision
+            data: bytes | None = None
+            for w in self.watchers():
+                if w.bookmarks and not w.closed and rev > w.last_revision:
+                    if data is None:
+                        data = self.codec.bookmark(rev)
+                    w.push(data, rev)
+
+    # ---- consistency -----------------------------------------------------------------------
+
+    async def wait_for_revision(self, revision: int) -> bool:
+        """Wait until the cache has seen `revision`; False if it did not in `wait_timeout`."""
+        if self.revision >= revision:
+            return True
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((revision, fut))
+        if self._etcd_watch is not None:
+            self._etcd_watch.request_progress()
+        try:
+            await asyncio.wait_for(fut, self.wait_timeout)
+        except TimeoutError:
+            return self.revision >= revision
+        return True
+
+    async def wait_fresh(self) -> bool:
+        """Wait until the cache holds everything etcd had when this was called."""
+        if not self.synced.is_set():
+            try:
+                await asyncio.wait_for(self.synced.wait(), self.wait_timeout)
+            except TimeoutError:
+                return False
+        current = await self.storage.current_revision()
+        return await self.wait_for_revision(current)
+
+    # ---- reads and watches -----------------------------------------------------------------
+
+    def snapshot(
+        self, namespace: str, labels: LabelSelector, fields: FieldSelector
+    ) -> list[CachedObject]:
+        """Current objects matching the filter, sorted by key (as etcd would return them)."""
+        items = self.state.values()
+        if namespace:
+            ns = namespace
+            out = [o for o in items if o.namespace == ns]
+        else:
+            out = list(items)
+        if not labels.empty:
+            out = [o for o in out if labels.matches(o.labels)]
+        if not fields.empty:
+            out = [o for o in out if fields.matches(o.fields)]
+        out.sort(key=lambda o: o.key)
+        return out
+
+    async def watch(
+        self,
+        *,
+        namespace: str = "",
+        labels: LabelSelector = EVERYTHING,
+        fields: FieldSelector = FIELD_EVERYTHING,
+        resource_version: int | None,
+        bookmarks: bool = False,
+    ) -> tuple[Watcher, list[bytes]]:
+        """Register a watcher; returns it and the events to send before live ones.
+
+        `resource_version` None means "current state first" (synthetic ADDED events).
+        """
+        if not self.synced.is_set():
+            try:
+                await asyncio.wait_for(self.synced.wait(), self.wait_timeout)
+            except TimeoutError as exc:
+                raise UnavailableError(
+                    f"the watch cache of {self.kind} is not ready yet (etcd unreachable?)"
+                ) from exc
+        if resource_version is not None and resource_version > self.revision:
+            # A revision from the future (another apiserver, or a write we have not seen yet).
+            ok = await self.wait_for_revision(resource_version)
+            if not ok:
+                raise DeadlineExceededError(
+                    f"Too large resource version: {resource_version}, current: {self.revision}"
+                )
+        w = Watcher(
+            namespace=namespace,
+            labels=labels,
+            fields=fields,
+            bookmarks=bookmarks,
+            max_queue=self.watcher_queue_size,
+        )
+        # No await from here on: the replay and the registration see the same cache state.
+        initial: list[bytes] = []
+        if resource_version is None:
+            for obj in self.snapshot(namespace, labels, fields):
+                initial.append(obj.added_event())
+            w.last_revision = self.revision
+        else:
+            if resource_version < self.window_start:
+                raise ResourceExpiredError(
+                    f"too old resource version: {resource_version} ({self.window_start})"
+                )
+            for event in self._events_after(resource_version):
+                data = event.main_bytes() if w.everything else self._filtered(w, event)
+                if data is not None:
+                    initial.append(data)
+            w.last_revision = max(resource_version, self.revision)
+        self._register(w)
+        return w, initial
+
+    def _events_after(self, revision: int) -> list[CacheEvent]:
+        window = self.window
+        if not window or window[-1].revision <= revision:
+            return []
+        # Binary search over the deque's revisions (they increase strictly).
+        lo, hi = 0, len(window)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if window[mid].revision <= revision:
+                lo = mid + 1
+            else:
+                hi = mid
+        return [window[i] for i in range(lo, len(window))]
+
+    def _register(self, w: Watcher) -> None:
+        value = w.fields.equality_value(self.index_field) if self.index_field else None
+        if value is not None:
+            w.index_value = value
+            self._indexed.setdefault(value, set()).add(w)
+        else:
+            self._unindexed.add(w)
+        self.metrics.watchers.labels(self.kind).set(self.watcher_count())
+
+    def unregister(self, w: Watcher) -> None:
+        w.close()
+        if w.index_value is not None:
+            ws = self._indexed.get(w.index_value)
+            if ws is not None:
+                ws.discard(w)
+                if not ws:
+                    del self._indexed[w.index_value]
+        else:
+            self._unindexed.discard(w)
+        self.metrics.watchers.labels(self.kind).set(self.watcher_count())
