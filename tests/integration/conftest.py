@@ -80,14 +80,18 @@ async def module_apiserver(etcd_server: EtcdServer) -> AsyncIterator[RunningAPIS
 
 @dataclass
 class Stubs:
-    pods: pod_pb2_grpc.PodsStub
-    nodes: node_pb2_grpc.NodesStub
-    replica_sets: replicaset_pb2_grpc.ReplicaSetsStub
-    events: event_pb2_grpc.EventsStub
-    leases: lease_pb2_grpc.LeasesStub
+    """The generated stubs on an aio channel (typed as their *AsyncStub twins)."""
+
+    pods: pod_pb2_grpc.PodsAsyncStub
+    nodes: node_pb2_grpc.NodesAsyncStub
+    replica_sets: replicaset_pb2_grpc.ReplicaSetsAsyncStub
+    events: event_pb2_grpc.EventsAsyncStub
+    leases: lease_pb2_grpc.LeasesAsyncStub
 
 
 def make_stubs(channel: grpc.aio.Channel) -> Stubs:
+    # The *AsyncStub classes exist only in the .pyi files; at run time the plain stubs on an
+    # aio channel are the async ones.
     return Stubs(
         pods=pod_pb2_grpc.PodsStub(channel),
         nodes=node_pb2_grpc.NodesStub(channel),
