@@ -10,9 +10,10 @@ Component names: "etcd", "apiserver", "scheduler", "controller", and "kubelet-<n
 (the bare node name is accepted as an alias). `start_component("scheduler-2")` starts one more
 instance of a known component on a free port (e.g. a second, leader-elected scheduler).
 
-Flags every component gets (DESIGN.md, "ports"): `--bind-address 127.0.0.1:PORT` and
-`--apiserver 127.0.0.1:APIPORT`; the apiserver gets `--etcd-servers` and `--bind-address`;
-kubelets `--node-name` and `--runtime`. `extra_args[name]` is appended to a component's command.
+Flags (DESIGN.md, "ports"): the apiserver gets `--etcd-servers` and `--bind-address
+127.0.0.1:PORT`; every other component `--apiserver 127.0.0.1:APIPORT --bind-address 127.0.0.1
+--port PORT`, kubelets also `--node-name` and `--runtime`. Components run with `work_dir` as
+their working directory. `extra_args[module or name]` is appended to a component's command.
 
 Concurrency model: plain blocking code (subprocess + a synchronous gRPC health probe), so it can
 be driven from a CLI, from a synchronous test, or from inside a running event loop. Nothing here
@@ -300,7 +301,9 @@ class LocalCluster:
         if comp.module == "apiserver":
             base += ["--etcd-servers", self.etcd_endpoint, "--bind-address", comp.address]
         else:
-            base += ["--apiserver", self.api_address, "--bind-address", comp.address]
+            # The other processes take the host and the port as separate flags.
+            base += ["--apiserver", self.api_address, "--bind-address", HOST]
+            base += ["--port", str(comp.port)]
         if comp.module == "kubelet":
             base += ["--runtime", self.kubelet_runtime]
         # extra_args keyed by module ("kubelet") apply to every instance of it, keyed by
