@@ -1,0 +1,136 @@
+"""`python -m apiserver`: flags (with TINYKUBE_* environment fallbacks) -> Settings -> APIServer.
+
+Runs until SIGINT/SIGTERM, then stops gracefully: health goes NOT_SERVING, in-flight RPCs get
+`--shutdown-grace` seconds, watches end, and the etcd connection is closed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from apiserver.app import APIServer
+from apiserver.settings import Settings
+from tinykube.serving import run_until_signalled
+
+_DEFAULTS = Settings()
+
+
+def _env(name: str, default: object) -> str:
+    return os.environ.get(f"TINYKUBE_{name}", str(default))
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
+    p = argparse.ArgumentParser(
+        prog="python -m apiserver",
+        description="tinykube apiserver: a typed gRPC API over etcd.",
+    )
+    p.add_argument(
+        "--etcd-servers",
+        default=_env("ETCD_SERVERS", _DEFAULTS.etcd_endpoints),
+        help="etcd endpoints, host:port[,host:port] (env TINYKUBE_ETCD_SERVERS)",
+    )
+    p.add_argument(
+        "--etcd-prefix",
+        default=_env("ETCD_PREFIX", _DEFAULTS.etcd_prefix),
+        help="key prefix of every object in etcd (env TINYKUBE_ETCD_PREFIX)",
+    )
+    p.add_argument(
+        "--bind-address",
+        default=_env("BIND_ADDRESS", _DEFAULTS.bind_address),
+        help="gRPC listen address host:port (env TINYKUBE_BIND_ADDRESS)",
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="shorthand for --bind-address 0.0.0.0:PORT",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(_env("METRICS_PORT", _DEFAULTS.metrics_port)),
+        help="Prometheus /metrics HTTP port, 0 disables (env TINYKUBE_METRICS_PORT)",
+    )
+    p.add_argument(
+        "--watch-cache-size",
+        type=int,
+        default=int(_env("WATCH_CACHE_SIZE", _DEFAULTS.watch_cache_size)),
+        help="events kept per kind for watch resumption (env TINYKUBE_WATCH_CACHE_SIZE)",
+    )
+    p.add_argument(
+        "--watcher-queue-size",
+        type=int,
+        default=int(_env("WATCHER_QUEUE_SIZE", _DEFAULTS.watcher_queue_size)),
+        help="events one watcher may lag behind before it is cut off",
+    )
+    p.add_argument(
+        "--compaction-interval",
+        type=float,
+        default=float(_env("COMPACTION_INTERVAL", _DEFAULTS.compaction_interval_seconds)),
+        help="seconds between etcd compactions, 0 disables (env TINYKUBE_COMPACTION_INTERVAL)",
+    )
+    p.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=int(_env("MAX_REQUEST_BYTES", _DEFAULTS.max_request_bytes)),
+        help="largest accepted request (env TINYKUBE_MAX_REQUEST_BYTES)",
+    )
+    p.add_argument(
+        "--etcd-timeout",
+        type=float,
+        default=float(_env("ETCD_TIMEOUT", _DEFAULTS.etcd_request_timeout_seconds)),
+        help="deadline of each etcd request in seconds",
+    )
+    p.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=float(_env("SHUTDOWN_GRACE", _DEFAULTS.shutdown_grace_seconds)),
+        help="seconds in-flight requests get on SIGTERM",
+    )
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    args = p.parse_args(argv)
+    bind = args.bind_address if args.port is None else f"0.0.0.0:{args.port}"
+    settings = Settings(
+        etcd_endpoints=args.etcd_servers,
+        etcd_prefix=args.etcd_prefix,
+        bind_address=bind,
+        metrics_port=args.metrics_port,
+        watch_cache_size=args.watch_cache_size,
+        watcher_queue_size=args.watcher_queue_size,
+        compaction_interval_seconds=args.compaction_interval,
+        max_request_bytes=args.max_request_bytes,
+        etcd_request_timeout_seconds=args.etcd_timeout,
+        shutdown_grace_seconds=args.shutdown_grace,
+    )
+    return settings, str(args.log_level)
+
+
+async def run(settings: Settings) -> None:
+    server = APIServer(settings)
+    if settings.metrics_port > 0:
+        from prometheus_client import start_http_server
+
+        start_http_server(settings.metrics_port, registry=server.metrics.registry)
+    await server.start()
+    print(f"apiserver listening on {server.address}", flush=True)
+    await run_until_signalled(server.stop)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings, level = parse_args(argv)
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    asyncio.run(run(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
