@@ -45,7 +45,7 @@ async def call_with_retries(
     retrying = AsyncRetrying(
         retry=retry_if_exception(is_retryable),
         stop=stop_after_attempt(max(1, retries + 1)),
-        wait=wait_exponential_jitter(initial=initial, max=maximum, jitter=initial),
+        wait=wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial),
         reraise=True,
     )
     return await retrying(attempt)
