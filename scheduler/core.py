@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +87,13 @@ class Profile:
         self.pre_binds: list[Any] = [p for p in ps if isinstance(p, PreBindPlugin)]
         self.binders: list[Any] = [p for p in ps if isinstance(p, BindPlugin)]
         self.post_binds: list[Any] = [p for p in ps if isinstance(p, PostBindPlugin)]
+        self.filter_names = [p.name for p in self.filters]
+        # leading node-static filters are evaluated together and cached per pod signature
+        self.static_prefix = 0
+        while (
+            self.static_prefix < len(self.filters) and self.filters[self.static_prefix].node_static
+        ):
+            self.static_prefix += 1
 
     def plugins_for_events(self) -> dict[str, frozenset[Any]]:
         return {p.name: p.events for p in self.plugins}
@@ -95,18 +101,61 @@ class Profile:
 
 @dataclass
 class Attempt:
-    """The last scheduling attempt of a pod, for Explain (the first N nodes only)."""
+    """The last scheduling attempt of a pod, kept raw (references, no copies) for Explain.
+
+    `names` is the slot -> node name snapshot of the attempt (shared between attempts while
+    nodes do not change); `view` turns it into per-node verdicts and scores on demand.
+    """
 
     pod_key: str
     timestamp: float
-    node_names: list[str]
-    filters: list[tuple[str, FilterResult | None]]  # codes restricted to node_names' slots
-    scores: list[tuple[str, int, dict[str, int]]]  # plugin, weight, node -> normalized score
-    totals: dict[str, int]
+    names: tuple[str, ...]
+    filter_names: list[str]
+    results: list[FilterResult | None]
+    ran: int  # filters [0, ran) ran; later ones were not needed (every node had failed)
+    candidates: npt.NDArray[np.intp]
+    scores: list[tuple[str, int, npt.NDArray[np.int64]]]
+    totals: npt.NDArray[np.int64] | None
     feasible: int
     evaluated: int
     selected: str | None
     message: str
+
+    def view(self, max_nodes: int) -> AttemptView:
+        slots = [i for i, nm in enumerate(self.names) if nm][:max_nodes]
+        filters: dict[str, list[str | None]] = {}
+        for i, name in enumerate(self.filter_names):
+            if i >= self.ran:
+                filters[name] = [None] * len(slots)
+                continue
+            res = self.results[i]
+            if res is None:
+                filters[name] = [""] * len(slots)
+            else:
+                filters[name] = [", ".join(res.explain(int(res.codes[s]))) for s in slots]
+        pos = {int(c): k for k, c in enumerate(self.candidates.tolist())}
+        scores: dict[str, tuple[int, list[int | None]]] = {}
+        for name, weight, arr in self.scores:
+            scores[name] = (
+                weight,
+                [int(arr[pos[s]]) if s in pos else None for s in slots],
+            )
+        totals: list[int | None] = [
+            int(self.totals[pos[s]]) if self.totals is not None and s in pos else None
+            for s in slots
+        ]
+        return AttemptView(
+            [self.names[s] for s in slots], filters, scores, totals, [s in pos for s in slots]
+        )
+
+
+@dataclass
+class AttemptView:
+    nodes: list[str]
+    filters: dict[str, list[str | None]]  # plugin -> per node: "" passed, reasons, None not run
+    scores: dict[str, tuple[int, list[int | None]]]  # plugin -> (weight, normalized per node)
+    totals: list[int | None]
+    candidate: list[bool]  # feasible and among the nodes scored
 
 
 @dataclass
@@ -138,7 +187,7 @@ class Algorithm:
         *,
         percentage_of_nodes_to_score: int = 0,
         explain_nodes: int = 100,
-        explain_pods: int = 1000,
+        explain_pods: int = 500,
     ) -> None:
         self.cache = cache
         self.profile = profile
@@ -148,6 +197,7 @@ class Algorithm:
         self.explain_pods = explain_pods
         self.attempts: OrderedDict[str, Attempt] = OrderedDict()
         self._static: dict[tuple[str, bytes], tuple[int, Any]] = {}
+        self._names: tuple[int, tuple[str, ...]] = (-1, ())
 
     # ----- node-static result reuse ------------------------------------------------------
     def _static_result(self, kind: str, plugin: Any, pod: PodInfo, compute: Any) -> Any:
@@ -156,7 +206,7 @@ class Algorithm:
         hit = self._static.get(key)
         if hit is not None and hit[0] == gen:
             return hit[1]
-        if len(self._static) > 4096:
+        if len(self._static) > 512:
             self._static.clear()
         out = compute()
         self._static[key] = (gen, out)
@@ -185,27 +235,23 @@ class Algorithm:
                 return ScheduleResult(None, st, st.message(), state=state)
 
         n = nodes.n
-        alive = nodes.valid[:n].copy()
-        fail_plugin = np.full(n, -1, np.int64)
-        fail_code = np.zeros(n, np.int64)
-        results: list[FilterResult | None] = []
-        for i, p in enumerate(prof.filters):
+        filters = prof.filters
+        results: list[FilterResult | None] = [None] * len(filters)
+        alive = self._static_prefix(state, pod, results)
+        ran = len(filters)
+        for i in range(prof.static_prefix, len(filters)):
+            p = filters[i]
             if p.name in state.skip_filter:
-                results.append(None)
                 continue
             if p.node_static:
                 res = self._static_result("f", p, pod, lambda p=p: p.filter(state, pod, nodes))
             else:
                 res = p.filter(state, pod, nodes)
-            results.append(res)
-            if res is None:
-                continue
-            bad = alive & (res.codes != 0)
-            if bad.any():
-                fail_plugin[bad] = i
-                fail_code[bad] = res.codes[bad]
-                alive &= ~bad
+            results[i] = res
+            if res is not None:
+                alive = alive & (res.codes == 0)
                 if not alive.any():
+                    ran = i + 1
                     break
 
         feasible_slots = np.flatnonzero(alive)
@@ -227,7 +273,7 @@ class Algorithm:
         totals: npt.NDArray[np.int64] | None = None
         score_parts: list[tuple[str, int, npt.NDArray[np.int64]]] = []
         if len(candidates) == 0:
-            msg, plugins = self._fit_error(total_nodes, fail_plugin, fail_code, results)
+            msg, plugins = self._fit_error(total_nodes, results)
             for pf in prof.post_filters:
                 pf.post_filter(state, pod, nodes, {})
             result = ScheduleResult(
@@ -262,8 +308,7 @@ class Algorithm:
                     s = p.normalize(state, pod, s)
                 w = prof.weights.get(p.name, 1)
                 totals += s * w
-                if record:
-                    score_parts.append((p.name, w, s))
+                score_parts.append((p.name, w, s))
             best = int(np.argmax(totals))
             result = ScheduleResult(
                 nodes.names[int(candidates[best])],
@@ -274,94 +319,96 @@ class Algorithm:
                 state=state,
             )
         if record:
-            self._record(pod, results, candidates, totals, score_parts, result)
+            self._record(pod, results, ran, candidates, totals, score_parts, result)
         return result
 
-    def _fit_error(
-        self,
-        total: int,
-        fail_plugin: npt.NDArray[np.int64],
-        fail_code: npt.NDArray[np.int64],
-        results: list[FilterResult | None],
-    ) -> tuple[str, set[str]]:
-        failed = fail_plugin >= 0
-        keys = (fail_plugin[failed] << 32) | fail_code[failed]
-        uniq, counts = np.unique(keys, return_counts=True)
+    def _static_prefix(
+        self, state: CycleState, pod: PodInfo, results: list[FilterResult | None]
+    ) -> npt.NDArray[np.bool_]:
+        """The leading node-static filters, run once per pod signature and node generation;
+        returns the nodes they let through and fills their results."""
+        prof = self.profile
+        nodes = self.cache.nodes
+        k = prof.static_prefix
+        skipped = tuple(p.name for p in prof.filters[:k] if p.name in state.skip_filter)
+        key = ("prefix" + "|".join(skipped), pod.signature)
+        gen = nodes.node_generation
+        hit = self._static.get(key)
+        if hit is not None and hit[0] == gen:
+            alive, prefix = hit[1]
+            results[:k] = prefix
+            return alive  # type: ignore[no-any-return]
+        alive = nodes.valid[: nodes.n].copy()
+        prefix_results: list[FilterResult | None] = []
+        for p in prof.filters[:k]:
+            res = None if p.name in skipped else p.filter(state, pod, nodes)
+            prefix_results.append(res)
+            if res is not None:
+                alive &= res.codes == 0
+        if len(self._static) > 512:
+            self._static.clear()
+        self._static[key] = (gen, (alive, prefix_results))
+        results[:k] = prefix_results
+        return alive
+
+    def _fit_error(self, total: int, results: list[FilterResult | None]) -> tuple[str, set[str]]:
+        """kube-scheduler's FitError message: each node's first failing filter's reasons,
+        counted and sorted as strings."""
+        nodes = self.cache.nodes
+        remaining = nodes.valid[: nodes.n].copy()
         reasons: Counter[str] = Counter()
         plugins: set[str] = set()
-        for u, c in zip(uniq.tolist(), counts.tolist(), strict=True):
-            i, code = u >> 32, u & 0xFFFFFFFF
-            res = results[i]
-            assert res is not None
+        for i, res in enumerate(results):
+            if res is None:
+                continue
+            bad = remaining & (res.codes != 0)
+            if not bad.any():
+                continue
+            remaining &= ~bad
             plugins.add(self.profile.filters[i].name)
-            for r in res.explain(code):
-                reasons[r] += c
+            codes, counts = np.unique(res.codes[bad], return_counts=True)
+            for code, c in zip(codes.tolist(), counts.tolist(), strict=True):
+                for r in res.explain(code):
+                    reasons[r] += c
         parts = sorted(f"{c} {r}" for r, c in reasons.items())
         return f"0/{total} nodes are available: {', '.join(parts)}.", plugins
+
+    def _names_snapshot(self) -> tuple[str, ...]:
+        nodes = self.cache.nodes
+        if self._names[0] != nodes.node_generation:
+            self._names = (nodes.node_generation, tuple(nodes.names))
+        return self._names[1]
 
     def _record(
         self,
         pod: PodInfo,
         results: list[FilterResult | None],
+        ran: int,
         candidates: npt.NDArray[np.intp],
         totals: npt.NDArray[np.int64] | None,
         score_parts: list[tuple[str, int, npt.NDArray[np.int64]]],
         result: ScheduleResult,
     ) -> None:
-        nodes = self.cache.nodes
-        slots = np.flatnonzero(nodes.valid[: nodes.n])[: self.explain_nodes]
-        names = [nodes.names[s] for s in slots.tolist()]
-        filters: list[tuple[str, FilterResult | None]] = []
-        for i, p in enumerate(self.profile.filters):
-            if i >= len(results):
-                filters.append((p.name, None))  # not run: every node had failed already
-                continue
-            res = results[i]
-            if res is None:
-                filters.append((p.name, FilterResult(np.zeros(len(slots), np.int32), ())))
-            else:
-                filters.append(
-                    (
-                        p.name,
-                        FilterResult(res.codes[slots], list(res.reasons), res.bitmask, res.code),
-                    )
-                )
-        scores: list[tuple[str, int, dict[str, int]]] = []
-        tot: dict[str, int] = {}
-        if score_parts or totals is not None:
-            sel = np.isin(candidates, slots)
-            cand_names = [nodes.names[s] for s in candidates[sel].tolist()]
-            for name, w, s in score_parts:
-                scores.append((name, w, dict(zip(cand_names, s[sel].tolist(), strict=True))))
-            if totals is not None:
-                tot = dict(zip(cand_names, totals[sel].tolist(), strict=True))
         att = Attempt(
             pod.key,
             time.time(),
-            names,
-            filters,
-            scores,
-            tot,
+            self._names_snapshot(),
+            self.profile.filter_names,
+            results,
+            ran,
+            candidates,
+            score_parts,
+            totals,
             result.feasible,
             result.evaluated,
             result.node,
             result.message,
         )
-        self.attempts[pod.key] = att
-        self.attempts.move_to_end(pod.key)
-        while len(self.attempts) > self.explain_pods:
-            self.attempts.popitem(last=False)
+        attempts = self.attempts
+        attempts[pod.key] = att
+        attempts.move_to_end(pod.key)
+        if len(attempts) > self.explain_pods:
+            attempts.popitem(last=False)
 
     def forget_attempt(self, key: str) -> None:
         self.attempts.pop(key, None)
-
-
-def verdicts(att: Attempt) -> Mapping[str, list[str]]:
-    """Per filter plugin, a verdict string per node of the attempt ("" = passed)."""
-    out: dict[str, list[str]] = {}
-    for name, res in att.filters:
-        if res is None:
-            out[name] = ["not run"] * len(att.node_names)
-        else:
-            out[name] = [", ".join(res.explain(int(c))) for c in res.codes.tolist()]
-    return out

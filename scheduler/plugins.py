@@ -395,21 +395,21 @@ class ImageLocality:
 
     def score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, idx: IDX) -> I64:
         n = nodes.n
-        total = np.zeros(n, np.float64)
+        size = n if idx is None else len(idx)
+        held = [(im, nodes.images[im]) for im in pod.images if nodes.images.get(im)]
+        if not held:
+            return np.zeros(size, np.int64)  # the common case: no node has the images
+        total = np.zeros(n, np.int64)
         count = max(nodes.count, 1)
-        for im in pod.images:
-            holders = nodes.images.get(im)
-            if not holders:
-                continue
-            spread = len(holders) / count
+        for _im, holders in held:
+            # scaledImageScore: size weighted by the fraction of nodes holding the image
             slots = np.fromiter(holders.keys(), np.intp, len(holders))
-            sizes = np.fromiter(holders.values(), np.float64, len(holders))
-            total[slots] += np.floor(sizes * spread)
+            sizes = np.fromiter(holders.values(), np.int64, len(holders))
+            total[slots] += sizes * len(holders) // count
         n_containers = max(len(pod.pod.spec.containers), 1)
         hi = IMAGE_MAX_CONTAINER_THRESHOLD * n_containers
-        clipped = np.clip(total, IMAGE_MIN_THRESHOLD, hi)
-        scores = MAX_NODE_SCORE * (clipped - IMAGE_MIN_THRESHOLD) // (hi - IMAGE_MIN_THRESHOLD)
-        out = scores.astype(np.int64)
+        clipped = np.minimum(np.maximum(total, IMAGE_MIN_THRESHOLD), hi)
+        out: I64 = MAX_NODE_SCORE * (clipped - IMAGE_MIN_THRESHOLD) // (hi - IMAGE_MIN_THRESHOLD)
         return out if idx is None else out[idx]
 
 

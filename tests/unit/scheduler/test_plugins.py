@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from scheduler.config import ProfileConfig
@@ -24,16 +23,17 @@ MI = 1024**2
 
 
 def feasible(pod: PodBuilder, *nodes: NodeBuilder, pods: tuple[PodInfo, ...] = ()) -> list[str]:
-    """Names of the nodes that pass every filter."""
+    """Names of the nodes that pass every filter (from the Explain view of the attempt)."""
     cache = make_cache(*nodes, pods=pods)
     algo = Algorithm(cache, Profile())
     algo.schedule(pod.info())
-    att = algo.attempts[pod.info().key]
-    ok = np.ones(len(att.node_names), bool)
-    for _, res in att.filters:
-        if res is not None:  # None: not run because every node had already failed
-            ok &= res.codes == 0
-    return [n for n, good in zip(att.node_names, ok.tolist(), strict=True) if good]
+    view = algo.attempts[pod.info().key].view(100)
+    ok = [True] * len(view.nodes)
+    for verdicts in view.filters.values():
+        for i, v in enumerate(verdicts):
+            if v or v is None:  # a reason (None: not run because every node had already failed)
+                ok[i] = False
+    return [nm for nm, good in zip(view.nodes, ok, strict=True) if good]
 
 
 def message(pod: PodBuilder, *nodes: NodeBuilder, pods: tuple[PodInfo, ...] = ()) -> str:
