@@ -22,9 +22,9 @@ import statistics
 import time
 from pathlib import Path
 
+from scheduler.cache import SchedulerCache
 from scheduler.core import Algorithm, Profile
 from scheduler.podinfo import PodInfo
-from scheduler.cache import SchedulerCache
 from tinykube.v1 import node_pb2, pod_pb2
 
 BEGIN = "<!-- scheduler_cycle:begin -->"
