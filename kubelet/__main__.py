@@ -1,0 +1,37 @@
+"""`python -m kubelet --node-name n1`: the tinykube node agent (see kubelet/app.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+from kubelet.app import Kubelet
+from kubelet.settings import Settings
+from tinykube.serving import run_until_signalled
+
+
+async def _main(settings: Settings) -> None:
+    kubelet = Kubelet(settings)
+    port = await kubelet.start()
+    logging.getLogger("kubelet").info(
+        "kubelet for %s (%s runtime) serving on port %d, apiserver %s",
+        settings.node_name if not settings.fake_nodes else f"{settings.fake_nodes} fake nodes",
+        settings.runtime,
+        port,
+        settings.apiserver,
+    )
+    await run_until_signalled(kubelet.stop)
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    asyncio.run(_main(Settings.from_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

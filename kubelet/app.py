@@ -1,0 +1,144 @@
+"""The kubelet process: node agents, the pod informer, pod workers and the Kubelet gRPC service.
+
+`Kubelet.start()` binds the gRPC server (health, reflection, `tinykube.v1.Kubelet`) and then
+runs, on one event loop: the runtime's restore from disk, a Node informer and a Pod informer,
+a `NodeAgent` per hosted node (registration, status loop, lease loop) and the `PodManager`.
+With the process runtime the informers watch only this node (field selectors
+`metadata.name=<node>` and `spec.nodeName=<node>`); with `--fake-nodes N` one informer each
+covers every node and pod and events are filtered locally, so N nodes cost two watches.
+
+Stopping leaves containers running, as the kubelet does: a restarted kubelet adopts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from kubelet.fake import FakeRuntime
+from kubelet.logs import KubeletService
+from kubelet.node import NodeAgent, NodeConfig
+from kubelet.pods import PodManager
+from kubelet.process import ProcessRuntime
+from kubelet.runtime import Runtime
+from kubelet.settings import Settings
+from tinykube.client import Client
+from tinykube.clock import Clock
+from tinykube.informer import Informer
+from tinykube.serving import GrpcServer, start_metrics_server
+from tinykube.v1 import kubelet_pb2_grpc, pod_pb2
+
+log = logging.getLogger(__name__)
+
+REGISTER_CONCURRENCY = 50
+
+
+class Kubelet:
+    def __init__(self, settings: Settings, *, clock: Clock | None = None) -> None:
+        self.settings = settings
+        self.clock = clock or Clock()
+        self.node_names = set(settings.node_names)
+        self.runtime: Runtime
+        if settings.runtime == "process":
+            self.runtime = ProcessRuntime(
+                settings.root_dir,
+                clock=self.clock,
+                backoff_initial=settings.backoff_initial,
+                backoff_max=settings.backoff_max,
+                poll_interval=settings.poll_interval,
+            )
+        else:
+            self.runtime = FakeRuntime(self.clock)
+        self.pods: Informer[Any] | None = None
+        self.server = GrpcServer(settings.bind_address, ["tinykube.v1.Kubelet"])
+        service = KubeletService(self._get_pod, self.runtime, clock=self.clock)
+        self.server.add(lambda s: kubelet_pb2_grpc.add_KubeletServicer_to_server(service, s))
+        self.port = 0
+        self.manager: PodManager | None = None
+        self.ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def _get_pod(self, namespace: str, name: str) -> pod_pb2.Pod | None:
+        if self.pods is None:
+            return None
+        pod: pod_pb2.Pod | None = self.pods.store.get(f"{namespace}/{name}")
+        if pod is None or pod.spec.node_name not in self.node_names:
+            return None
+        return pod
+
+    async def start(self) -> int:
+        self.port = await self.server.start()
+        start_metrics_server(self.settings.metrics_port)
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="kubelet")
+        return self.port
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.server.stop(1.0)
+
+    async def run(self) -> None:
+        s = self.settings
+        restored = self.runtime.load()
+        if restored:
+            log.info("restored %d pod(s) from %s", len(restored), s.root_dir)
+        async with Client(s.apiserver) as client:
+            single = s.fake_nodes == 0
+            node_selector = f"metadata.name={s.node_name}" if single else ""
+            pod_selector = f"spec.nodeName={s.node_name}" if single else ""
+            nodes: Informer[Any] = Informer.for_resource(
+                client.nodes, field_selector=node_selector, clock=self.clock
+            )
+            self.pods = Informer.for_resource(
+                client.pods, field_selector=pod_selector, clock=self.clock
+            )
+            manager = PodManager(
+                client, self.runtime, self.node_names, lambda _node: s.node_ip, clock=self.clock
+            )
+            self.manager = manager
+            self.pods.add_handler(manager.on_add, manager.on_update, manager.on_delete)
+            agents = [
+                NodeAgent(
+                    client,
+                    NodeConfig(
+                        name=name,
+                        node_ip=s.node_ip,
+                        kubelet_port=self.port,
+                        capacity=dict(s.capacity),
+                        labels=dict(s.labels),
+                        taints=list(s.taints),
+                        runtime=s.runtime,
+                        lease_duration_seconds=s.node_lease_duration_seconds,
+                        status_update_frequency=s.node_status_update_frequency,
+                        status_report_frequency=s.node_status_report_frequency,
+                    ),
+                    lambda name=name: nodes.store.get(name),  # type: ignore[misc]
+                    clock=self.clock,
+                )
+                for name in s.node_names
+            ]
+            limit = asyncio.Semaphore(REGISTER_CONCURRENCY)
+
+            async def register(agent: NodeAgent) -> None:
+                async with limit:
+                    await agent.register()
+
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(nodes.run(), name="informer-nodes")
+                    await asyncio.gather(*(register(a) for a in agents))
+                    log.info("registered node(s): %s", ", ".join(sorted(self.node_names)[:5]))
+                    for agent in agents:
+                        tg.create_task(agent.lease_loop(), name=f"lease-{agent.cfg.name}")
+                        tg.create_task(agent.status_loop(), name=f"status-{agent.cfg.name}")
+                    tg.create_task(self.pods.run(), name="informer-pods")
+                    await self.pods.wait_synced()
+                    live = {p.metadata.uid for p in self.pods.store.list()}
+                    await manager.cleanup_orphans(live)
+                    self.ready.set()
+            finally:
+                await manager.stop()

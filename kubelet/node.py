@@ -1,0 +1,245 @@
+"""The node side of a kubelet: register the Node, keep its status, renew its Lease.
+
+`NodeAgent` owns one node. `register()` creates the Node (or, when it exists from an earlier
+run, merges our labels into it and refreshes its status). `lease_loop()` renews
+kube-node-lease/<node> every quarter of the lease duration, retrying a failed renewal with
+backoff from 200 ms doubling to 7 s (as the kubelet does). `status_loop()` re-posts node status
+when it differs from what the node should say (Ready=True, capacity, addresses, ...) or has not
+been reported for `report_frequency`; that is how Ready returns to True after the node lifecycle
+controller marked it Unknown. The current Node is read from an informer's store (a callable), so
+many fake nodes in one process share one watch.
+
+Concurrency: the loops are tasks on the kubelet's event loop; they share nothing but the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import platform
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from kubelet.api import KubeletAPI
+from tinykube.clock import Clock
+from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError, TinykubeError
+from tinykube.v1 import lease_pb2, node_pb2
+
+log = logging.getLogger(__name__)
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+KUBELET_VERSION = "tinykube-v0.1.0"
+LEASE_BACKOFF_INITIAL = 0.2
+LEASE_BACKOFF_MAX = 7.0
+
+
+def ts(when: datetime) -> Timestamp:
+    out = Timestamp()
+    out.FromDatetime(when.replace(tzinfo=None) if when.tzinfo else when)
+    return out
+
+
+@dataclass
+class NodeConfig:
+    name: str
+    node_ip: str
+    kubelet_port: int
+    capacity: dict[str, str]
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[tuple[str, str, str]] = field(default_factory=list)
+    runtime: str = "process"
+    lease_duration_seconds: int = 40
+    status_update_frequency: float = 10.0
+    status_report_frequency: float = 300.0
+
+
+def desired_status(cfg: NodeConfig, hostname: str) -> node_pb2.NodeStatus:
+    """Everything in NodeStatus the kubelet owns, except condition timestamps."""
+    status = node_pb2.NodeStatus()
+    status.capacity.update(cfg.capacity)
+    status.allocatable.update(cfg.capacity)
+    status.addresses.add(type="InternalIP", address=cfg.node_ip)
+    status.addresses.add(type="Hostname", address=hostname)
+    info = status.node_info
+    info.machine_id = cfg.name
+    info.kernel_version = platform.release()
+    info.os_image = platform.platform()
+    info.operating_system = platform.system().lower()
+    info.architecture = {"x86_64": "amd64", "aarch64": "arm64"}.get(
+        platform.machine(), platform.machine()
+    )
+    info.kubelet_version = KUBELET_VERSION
+    info.container_runtime_version = f"{cfg.runtime}://tinykube"
+    status.daemon_endpoints.kubelet_endpoint.port = cfg.kubelet_port
+    return status
+
+
+class NodeAgent:
+    def __init__(
+        self,
+        client: KubeletAPI,
+        cfg: NodeConfig,
+        get_node: Callable[[], node_pb2.Node | None],
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self.client = client
+        self.cfg = cfg
+        self.get_node = get_node
+        self.clock = clock or Clock()
+        self.hostname = socket.gethostname() if cfg.runtime == "process" else cfg.name
+        self._last_report = -1e18
+        self._lease: lease_pb2.Lease | None = None
+        self.registered = asyncio.Event()
+
+    def _ready_condition(self, previous: node_pb2.NodeCondition | None) -> node_pb2.NodeCondition:
+        now = ts(self.clock.now())
+        cond = node_pb2.NodeCondition(
+            type="Ready",
+            status="True",
+            reason="KubeletReady",
+            message="kubelet is posting ready status",
+            last_heartbeat_time=now,
+        )
+        if previous is not None and previous.status == "True":
+            cond.last_transition_time.CopyFrom(previous.last_transition_time)
+        else:
+            cond.last_transition_time.CopyFrom(now)
+        return cond
+
+    def _with_status(self, node: node_pb2.Node) -> node_pb2.Node:
+        updated = node_pb2.Node()
+        updated.CopyFrom(node)
+        want = desired_status(self.cfg, self.hostname)
+        previous = next((c for c in node.status.conditions if c.type == "Ready"), None)
+        updated.status.CopyFrom(want)
+        # Ready is the only condition this kubelet reports (no pressure detection).
+        updated.status.conditions.append(self._ready_condition(previous))
+        return updated
+
+    def needs_update(self, node: node_pb2.Node) -> bool:
+        want = desired_status(self.cfg, self.hostname)
+        ready = next((c for c in node.status.conditions if c.type == "Ready"), None)
+        if ready is None or ready.status != "True":
+            return True
+        if any(c.status == "Unknown" for c in node.status.conditions):
+            return True
+        have = node_pb2.NodeStatus()
+        have.CopyFrom(node.status)
+        del have.conditions[:]
+        if have != want:
+            return True
+        return self.clock.monotonic() - self._last_report >= self.cfg.status_report_frequency
+
+    async def register(self) -> None:
+        """Create or adopt our Node object; retries until the apiserver answers."""
+        delay = LEASE_BACKOFF_INITIAL
+        while True:
+            try:
+                await self._register_once()
+                self.registered.set()
+                return
+            except TinykubeError as exc:
+                log.warning("node %s: registration failed: %s", self.cfg.name, exc)
+                await self.clock.sleep(delay)
+                delay = min(delay * 2, LEASE_BACKOFF_MAX)
+
+    async def _register_once(self) -> None:
+        node = node_pb2.Node(api_version="v1", kind="Node")
+        node.metadata.name = self.cfg.name
+        node.metadata.labels.update(
+            {
+                "kubernetes.io/hostname": self.cfg.name,
+                "kubernetes.io/os": platform.system().lower(),
+                **self.cfg.labels,
+            }
+        )
+        for key, value, effect in self.cfg.taints:
+            node.spec.taints.add(key=key, value=value, effect=effect)
+        try:
+            created = await self.client.nodes.create(node)
+            log.info("node %s: registered", self.cfg.name)
+        except AlreadyExistsError:
+            created = await self.client.nodes.get(self.cfg.name)
+            wanted = dict(node.metadata.labels)
+            if any(created.metadata.labels.get(k) != v for k, v in wanted.items()):
+                created.metadata.labels.update(wanted)
+                created = await self.client.nodes.update(created)
+            log.info("node %s: already registered; refreshing its status", self.cfg.name)
+        await self._post_status(created)
+
+    async def _post_status(self, node: node_pb2.Node) -> None:
+        for _ in range(5):
+            try:
+                await self.client.nodes.update_status(self._with_status(node))
+                self._last_report = self.clock.monotonic()
+                return
+            except ConflictError:
+                node = await self.client.nodes.get(self.cfg.name)
+
+    async def sync_status(self) -> None:
+        node = self.get_node()
+        if node is None:
+            # Deleted under us (or not in the cache yet): register again, as the kubelet does.
+            try:
+                node = await self.client.nodes.get(self.cfg.name)
+            except NotFoundError:
+                await self._register_once()
+                return
+        if self.needs_update(node):
+            await self._post_status(node)
+
+    async def status_loop(self) -> None:
+        await self.registered.wait()
+        while True:
+            await self.clock.sleep(self.cfg.status_update_frequency)
+            try:
+                await self.sync_status()
+            except TinykubeError as exc:
+                log.warning("node %s: status update failed: %s", self.cfg.name, exc)
+
+    async def renew_lease(self) -> None:
+        now = ts(self.clock.now())
+        if self._lease is None:
+            try:
+                self._lease = await self.client.leases.get(self.cfg.name, NODE_LEASE_NAMESPACE)
+            except NotFoundError:
+                lease = lease_pb2.Lease(api_version="v1", kind="Lease")
+                lease.metadata.name = self.cfg.name
+                lease.metadata.namespace = NODE_LEASE_NAMESPACE
+                lease.spec.holder_identity = self.cfg.name
+                lease.spec.lease_duration_seconds = self.cfg.lease_duration_seconds
+                lease.spec.renew_time.CopyFrom(now)
+                try:
+                    self._lease = await self.client.leases.create(lease)
+                    return
+                except AlreadyExistsError:
+                    self._lease = await self.client.leases.get(self.cfg.name, NODE_LEASE_NAMESPACE)
+        assert self._lease is not None
+        lease = lease_pb2.Lease()
+        lease.CopyFrom(self._lease)
+        lease.spec.holder_identity = self.cfg.name
+        lease.spec.lease_duration_seconds = self.cfg.lease_duration_seconds
+        lease.spec.renew_time.CopyFrom(now)
+        try:
+            self._lease = await self.client.leases.update(lease)
+        except (ConflictError, NotFoundError):
+            self._lease = None  # re-read (or re-create) on the next attempt
+            raise
+
+    async def lease_loop(self) -> None:
+        interval = self.cfg.lease_duration_seconds / 4.0
+        delay = LEASE_BACKOFF_INITIAL
+        while True:
+            try:
+                await self.renew_lease()
+                delay = LEASE_BACKOFF_INITIAL
+                await self.clock.sleep(interval)
+            except TinykubeError as exc:
+                log.warning("node %s: lease renewal failed: %s", self.cfg.name, exc)
+                await self.clock.sleep(delay)
+                delay = min(delay * 2, LEASE_BACKOFF_MAX)

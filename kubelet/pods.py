@@ -1,0 +1,224 @@
+"""Pod workers: one asyncio task per pod drives it to its desired state through the runtime.
+
+`PodManager` receives the pod informer's events (only pods bound to a node this process hosts;
+anything else is ignored, so a kubelet never runs another node's pod) and keeps one
+`PodWorker` per pod uid. A worker loops: if the pod is being deleted, it stops the containers
+(SIGTERM, SIGKILL after the grace period) and then deletes the pod object with grace 0 and a uid
+precondition, confirming the deletion as the kubelet does; if the pod vanished from the API
+(force-deleted), it kills the containers at once; otherwise it calls `runtime.sync_pod`, turns
+the record into a PodStatus and writes it with UpdateStatus when it changed (retrying on
+conflict with a fresh read). It then sleeps until the pod changes or the runtime's poll
+interval passes.
+
+`cleanup_orphans` (after the informer's first sync) kills pods the runtime still knows from a
+previous run whose objects are gone.
+
+Concurrency: single event loop; a worker is the only writer of its pod's runtime record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from kubelet.api import KubeletAPI
+from kubelet.runtime import Runtime, build_pod_status
+from tinykube.clock import Clock
+from tinykube.errors import ConflictError, NotFoundError, PreconditionFailedError, TinykubeError
+from tinykube.v1 import pod_pb2
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GRACE_SECONDS = 30
+
+
+def grace_seconds(pod: pod_pb2.Pod) -> float:
+    if pod.metadata.HasField("deletion_grace_period_seconds"):
+        return float(pod.metadata.deletion_grace_period_seconds)
+    if pod.spec.HasField("termination_grace_period_seconds"):
+        return float(pod.spec.termination_grace_period_seconds)
+    return float(DEFAULT_GRACE_SECONDS)
+
+
+class PodWorker:
+    def __init__(self, manager: PodManager, pod: pod_pb2.Pod) -> None:
+        self.manager = manager
+        self.uid = pod.metadata.uid
+        self.latest = pod
+        self.gone = False
+        self.wake = asyncio.Event()
+        self.last_posted: pod_pb2.PodStatus | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def update(self, pod: pod_pb2.Pod) -> None:
+        self.latest = pod
+        self.wake.set()
+
+    def vanish(self, pod: pod_pb2.Pod) -> None:
+        self.latest = pod
+        self.gone = True
+        self.wake.set()
+
+    async def run(self) -> None:
+        m = self.manager
+        key = f"{self.latest.metadata.namespace}/{self.latest.metadata.name}"
+        failures = 0
+        while True:
+            self.wake.clear()
+            pod = self.latest
+            try:
+                if self.gone:
+                    grace = 0.0 if pod.metadata.HasField("deletion_timestamp") else 2.0
+                    await m.runtime.kill_pod(self.uid, min(grace, grace_seconds(pod)))
+                    m.runtime.forget(self.uid)
+                    log.info("pod %s (%s) is gone from the API; stopped", key, self.uid)
+                    return
+                if pod.metadata.HasField("deletion_timestamp"):
+                    await m.runtime.kill_pod(self.uid, grace_seconds(pod))
+                    await self._confirm_deletion(pod)
+                    m.runtime.forget(self.uid)
+                    return
+                rec = await m.runtime.sync_pod(pod)
+                previous = self.last_posted or pod.status
+                status = build_pod_status(
+                    pod,
+                    rec,
+                    m.host_ip(pod.spec.node_name),
+                    previous,
+                    m.clock.now().timestamp(),
+                )
+                if status != self.last_posted and not self.gone:
+                    await self._post_status(pod, status)
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except TinykubeError as exc:
+                failures += 1
+                log.warning("pod %s: %s: %s", key, type(exc).__name__, exc)
+                await m.clock.sleep(min(0.2 * 2**failures, 5.0))
+                continue
+            except Exception:
+                failures += 1
+                log.exception("pod %s: worker failed", key)
+                await m.clock.sleep(min(0.2 * 2**failures, 5.0))
+                continue
+            poll = m.runtime.poll_interval
+            if poll is None:
+                await self.wake.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), poll)
+
+    async def _confirm_deletion(self, pod: pod_pb2.Pod) -> None:
+        try:
+            await self.manager.client.pods.delete(
+                pod.metadata.name,
+                pod.metadata.namespace,
+                grace_period_seconds=0,
+                uid=pod.metadata.uid,
+            )
+            log.info(
+                "pod %s/%s: containers stopped; deleted", pod.metadata.namespace, pod.metadata.name
+            )
+        except (NotFoundError, PreconditionFailedError):
+            pass  # already gone (or a new pod of the same name, which is not ours to delete)
+
+    async def _post_status(self, pod: pod_pb2.Pod, status: pod_pb2.PodStatus) -> None:
+        current = pod
+        for attempt in range(5):
+            updated = pod_pb2.Pod()
+            updated.CopyFrom(current)
+            updated.status.CopyFrom(status)
+            try:
+                await self.manager.client.pods.update_status(updated)
+                self.last_posted = status
+                return
+            except NotFoundError:
+                return  # deleted: the watch will tell the worker
+            except ConflictError:
+                if attempt == 4:
+                    raise
+                current = await self.manager.client.pods.get(
+                    pod.metadata.name, pod.metadata.namespace
+                )
+                if current.metadata.uid != self.uid:
+                    return
+
+
+class PodManager:
+    def __init__(
+        self,
+        client: KubeletAPI,
+        runtime: Runtime,
+        node_names: set[str],
+        host_ip: Callable[[str], str],
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self.client = client
+        self.runtime = runtime
+        self.node_names = node_names
+        self.host_ip = host_ip
+        self.clock = clock or Clock()
+        self.workers: dict[str, PodWorker] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _mine(self, pod: pod_pb2.Pod) -> bool:
+        return pod.spec.node_name in self.node_names
+
+    def on_add(self, pod: pod_pb2.Pod) -> None:
+        if not self._mine(pod):
+            return
+        worker = self.workers.get(pod.metadata.uid)
+        if worker is not None:
+            worker.update(pod)
+            return
+        worker = PodWorker(self, pod)
+        self.workers[pod.metadata.uid] = worker
+        task = asyncio.get_running_loop().create_task(
+            self._run(worker), name=f"pod-{pod.metadata.namespace}/{pod.metadata.name}"
+        )
+        worker.task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, worker: PodWorker) -> None:
+        try:
+            await worker.run()
+        finally:
+            if self.workers.get(worker.uid) is worker:
+                del self.workers[worker.uid]
+
+    def on_update(self, old: pod_pb2.Pod, new: pod_pb2.Pod) -> None:
+        self.on_add(new)
+
+    def on_delete(self, pod: pod_pb2.Pod) -> None:
+        worker = self.workers.get(pod.metadata.uid)
+        if worker is not None:
+            worker.vanish(pod)
+        elif pod.metadata.uid in self.runtime.known_pods():
+            self.on_add(pod)
+            worker = self.workers.get(pod.metadata.uid)
+            if worker is not None:
+                worker.vanish(pod)
+
+    async def cleanup_orphans(self, live_uids: set[str]) -> None:
+        """Kill what a previous run of this kubelet started for pods that no longer exist."""
+        for uid in self.runtime.known_pods():
+            if uid in live_uids or uid in self.workers:
+                continue
+            rec = self.runtime.record(uid)
+            name = f"{rec.namespace}/{rec.name}" if rec else uid
+            log.info("pod %s (%s) no longer exists; killing what is left of it", name, uid)
+            await self.runtime.kill_pod(uid, 0)
+            self.runtime.forget(uid)
+
+    async def stop(self) -> None:
+        """Stop the workers, leaving the containers running (a restart adopts them)."""
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,341 @@
+"""The `process` runtime: every container is a real local process.
+
+Each container runs `command + args` (env from the spec plus PATH and HOSTNAME; working
+directory `workingDir` or the pod's own directory) in its own session, so its process group can
+be signalled as a whole. stdout and stderr go to `<root>/pods/<uid>/<container>.log`, appended
+across restarts. Exits are noticed by polling (`Popen.poll` for our children, /proc for
+processes adopted after a kubelet restart) every `poll_interval` seconds.
+
+restartPolicy Always/OnFailure/Never decides whether an exited container starts again; restarts
+wait a crash-loop back-off (10 s doubling to 300 s by default, reset after a container ran for
+twice the maximum), shown as waiting reason CrashLoopBackOff. A command that cannot start is
+waiting reason RunContainerError with the OS error, retried with the same back-off.
+
+Every change is written to `<root>/pods/<uid>/state.json` (pids with their /proc start times,
+restart counts, last terminations), so a restarted kubelet adopts the processes still running
+instead of starting duplicates, and keeps restart counts. The exit code of an adopted process
+that exits cannot be known (it is no longer our child): it is reported as Kubernetes does for a
+container the runtime lost, reason ContainerStatusUnknown, exit code 137.
+
+Concurrency: one event loop; process starts and signals are quick syscalls made inline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+from kubelet.runtime import (
+    RUNNING,
+    TERMINATED,
+    WAITING,
+    ContainerRecord,
+    PodRecord,
+    Termination,
+    pod_phase,
+)
+from tinykube.clock import Clock
+from tinykube.v1 import pod_pb2
+
+log = logging.getLogger(__name__)
+
+
+def proc_start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot, or None if it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after the last ")".
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if not fields or fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
+
+
+class ProcessRuntime:
+    def __init__(
+        self,
+        root_dir: Path,
+        *,
+        clock: Clock | None = None,
+        backoff_initial: float = 10.0,
+        backoff_max: float = 300.0,
+        poll_interval: float = 0.5,
+    ) -> None:
+        self.root = root_dir / "pods"
+        self.clock = clock or Clock()
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.poll_interval: float | None = poll_interval
+        self._pods: dict[str, PodRecord] = {}
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    # ---- persistence ----
+
+    def _pod_dir(self, uid: str) -> Path:
+        return self.root / uid
+
+    def _save(self, rec: PodRecord) -> None:
+        directory = self._pod_dir(rec.uid)
+        directory.mkdir(parents=True, exist_ok=True)
+        data = {
+            "uid": rec.uid,
+            "namespace": rec.namespace,
+            "name": rec.name,
+            "start_time": rec.start_time,
+            "final_phase": rec.final_phase,
+            "containers": {n: c.to_json() for n, c in rec.containers.items()},
+        }
+        tmp = directory / "state.json.tmp"
+        tmp.write_text(json.dumps(data))
+        tmp.replace(directory / "state.json")
+
+    def load(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        for state in sorted(self.root.glob("*/state.json")):
+            try:
+                data = json.loads(state.read_text())
+                rec = PodRecord(
+                    uid=data["uid"],
+                    namespace=data["namespace"],
+                    name=data["name"],
+                    start_time=data["start_time"],
+                    final_phase=data.get("final_phase", ""),
+                    containers={
+                        n: ContainerRecord.from_json(c) for n, c in data["containers"].items()
+                    },
+                )
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("ignoring unreadable state %s: %s", state, exc)
+                continue
+            self._pods[rec.uid] = rec
+            adopted = [
+                c.name
+                for c in rec.containers.values()
+                if c.state == RUNNING and proc_start_time(c.pid) == c.proc_start
+            ]
+            log.info(
+                "restored pod %s/%s (%s); adopted running containers: %s",
+                rec.namespace,
+                rec.name,
+                rec.uid,
+                ", ".join(adopted) or "none",
+            )
+        return list(self._pods)
+
+    def known_pods(self) -> list[str]:
+        return list(self._pods)
+
+    def record(self, uid: str) -> PodRecord | None:
+        return self._pods.get(uid)
+
+    def log_path(self, uid: str, container: str) -> Path | None:
+        return self._pod_dir(uid) / f"{container}.log"
+
+    # ---- the lifecycle ----
+
+    def _now(self) -> float:
+        return self.clock.now().timestamp()
+
+    def _exit_status(self, crec: ContainerRecord) -> Termination | None:
+        """The container's termination if its process has exited, else None."""
+        child = self._children.get(crec.pid)
+        if child is not None:
+            code = child.poll()
+            if code is None:
+                return None
+            del self._children[crec.pid]
+            sig = -code if code < 0 else 0
+            exit_code = 128 + sig if sig else code
+            return Termination(
+                exit_code=exit_code,
+                signal=sig,
+                reason="Completed" if exit_code == 0 else "Error",
+                started_at=crec.started_at,
+                finished_at=self._now(),
+                container_id=f"process://{crec.pid}",
+            )
+        if proc_start_time(crec.pid) == crec.proc_start:
+            return None
+        return Termination(
+            exit_code=137,
+            reason="ContainerStatusUnknown",
+            message="The container could not be located when the pod was terminated",
+            started_at=crec.started_at,
+            finished_at=self._now(),
+            container_id=f"process://{crec.pid}",
+        )
+
+    def _backoff(self, crec: ContainerRecord) -> float:
+        delay = min(self.backoff_initial * (2**crec.backoff_exp), self.backoff_max)
+        crec.backoff_exp += 1
+        return float(delay)
+
+    def _observe_exits(self, pod: pod_pb2.Pod, rec: PodRecord) -> bool:
+        changed = False
+        policy = pod.spec.restart_policy or "Always"
+        for crec in rec.containers.values():
+            if crec.state != RUNNING:
+                continue
+            term = self._exit_status(crec)
+            if term is None:
+                continue
+            changed = True
+            log.info(
+                "pod %s/%s container %s exited with %d",
+                rec.namespace,
+                rec.name,
+                crec.name,
+                term.exit_code,
+            )
+            if term.finished_at - crec.started_at >= 2 * self.backoff_max:
+                crec.backoff_exp = 0  # it ran long enough to forget earlier crashes
+            restart = policy == "Always" or (policy == "OnFailure" and term.exit_code != 0)
+            if restart:
+                crec.last = term
+                crec.terminated = None
+                delay = self._backoff(crec)
+                crec.next_start = term.finished_at + delay
+                crec.state = WAITING
+                crec.waiting_reason = "CrashLoopBackOff"
+                crec.waiting_message = (
+                    f"back-off {delay:g}s restarting failed container={crec.name} "
+                    f"pod={rec.name}_{rec.namespace}({rec.uid})"
+                )
+            else:
+                crec.state = TERMINATED
+                crec.terminated = term
+        return changed
+
+    def _start(self, pod: pod_pb2.Pod, rec: PodRecord, container: pod_pb2.Container) -> None:
+        crec = rec.containers[container.name]
+        argv = [*container.command, *container.args]
+        env = {"PATH": os.environ.get("PATH", os.defpath), "HOSTNAME": pod.metadata.name}
+        env.update({e.name: e.value for e in container.env})
+        pod_dir = self._pod_dir(rec.uid)
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        cwd = container.working_dir or str(pod_dir)
+        error = ""
+        if not argv:
+            error = "no command given: the process runtime runs spec.containers[].command"
+        elif "/" not in argv[0] and shutil.which(argv[0], path=env["PATH"]) is None:
+            error = f'exec: "{argv[0]}": executable file not found in $PATH'
+        if not error:
+            try:
+                with open(pod_dir / f"{container.name}.log", "ab") as out:
+                    child = subprocess.Popen(
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        cwd=cwd,
+                        env=env,
+                        start_new_session=True,
+                        close_fds=True,
+                    )
+            except OSError as exc:
+                error = f"failed to start container process: {exc}"
+        now = self._now()
+        if error:
+            delay = self._backoff(crec)
+            crec.state = WAITING
+            crec.waiting_reason = "RunContainerError"
+            crec.waiting_message = error
+            crec.next_start = now + delay
+            log.warning("pod %s/%s container %s: %s", rec.namespace, rec.name, crec.name, error)
+            return
+        self._children[child.pid] = child
+        if crec.last is not None:
+            crec.restart_count += 1
+        crec.pid = child.pid
+        crec.proc_start = proc_start_time(child.pid) or ""
+        crec.started_at = now
+        crec.state = RUNNING
+        crec.waiting_reason = crec.waiting_message = ""
+        crec.terminated = None
+        log.info(
+            "pod %s/%s container %s started: pid %d", rec.namespace, rec.name, crec.name, child.pid
+        )
+
+    async def sync_pod(self, pod: pod_pb2.Pod) -> PodRecord:
+        uid = pod.metadata.uid
+        rec = self._pods.get(uid)
+        changed = False
+        if rec is None:
+            rec = PodRecord(uid, pod.metadata.namespace, pod.metadata.name, self._now())
+            self._pods[uid] = rec
+            changed = True
+        if rec.final_phase:
+            return rec
+        changed |= self._observe_exits(pod, rec)
+        now = self._now()
+        for container in pod.spec.containers:
+            crec = rec.containers.get(container.name)
+            if crec is None:
+                crec = rec.containers[container.name] = ContainerRecord(container.name)
+                changed = True
+            if crec.state != WAITING or now < crec.next_start:
+                continue
+            self._start(pod, rec, container)
+            changed = True
+        phase = pod_phase(pod, rec)
+        if phase in ("Succeeded", "Failed"):
+            rec.final_phase = phase
+            changed = True
+        if changed:
+            self._save(rec)
+        return rec
+
+    def _signal(self, crec: ContainerRecord, sig: signal.Signals) -> None:
+        if crec.pid <= 0:
+            return
+        if crec.pid not in self._children and proc_start_time(crec.pid) != crec.proc_start:
+            return  # an adopted process that is gone; its pid may belong to someone else now
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(crec.pid, sig)
+
+    def _alive(self, crec: ContainerRecord) -> bool:
+        child = self._children.get(crec.pid)
+        if child is not None:
+            return child.poll() is None
+        return proc_start_time(crec.pid) == crec.proc_start
+
+    async def kill_pod(self, uid: str, grace_seconds: float) -> None:
+        rec = self._pods.get(uid)
+        if rec is None:
+            return
+        running = [c for c in rec.containers.values() if c.state == RUNNING and c.pid > 0]
+        for crec in running:
+            self._signal(crec, signal.SIGTERM)
+        deadline = self.clock.monotonic() + max(0.0, grace_seconds)
+        while any(self._alive(c) for c in running) and self.clock.monotonic() < deadline:
+            await self.clock.sleep(0.1)
+        for crec in running:
+            # The whole group: children the container started die with it.
+            self._signal(crec, signal.SIGKILL)
+            child = self._children.pop(crec.pid, None)
+            if child is not None:
+                await asyncio.to_thread(child.wait)
+            crec.state = TERMINATED
+            crec.terminated = Termination(
+                exit_code=137 if grace_seconds <= 0 else 143,
+                reason="Error",
+                started_at=crec.started_at,
+                finished_at=self._now(),
+            )
+        if running:
+            self._save(rec)
+
+    def forget(self, uid: str) -> None:
+        self._pods.pop(uid, None)
+        shutil.rmtree(self._pod_dir(uid), ignore_errors=True)

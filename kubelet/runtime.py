@@ -1,0 +1,223 @@
+"""What a container runtime is to the kubelet, and how runtime state becomes PodStatus.
+
+A runtime keeps a `PodRecord` per pod uid: one `ContainerRecord` per container with its
+process, state (waiting/running/terminated), restart count and last termination. The pod
+workers (kubelet/pods.py) call `sync_pod` to move a pod towards its spec and turn the record
+into a Kubernetes PodStatus with `build_pod_status`, a pure function. Times in records are wall
+seconds (epoch) so they survive a kubelet restart through the process runtime's state file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from tinykube.v1 import pod_pb2
+
+WAITING, RUNNING, TERMINATED = "waiting", "running", "terminated"
+
+
+def epoch_ts(seconds: float) -> Timestamp:
+    out = Timestamp()
+    out.FromDatetime(datetime.fromtimestamp(seconds, tz=UTC).replace(tzinfo=None))
+    return out
+
+
+@dataclass
+class Termination:
+    exit_code: int
+    reason: str
+    started_at: float
+    finished_at: float
+    signal: int = 0
+    message: str = ""
+    container_id: str = ""
+
+
+@dataclass
+class ContainerRecord:
+    name: str
+    state: str = WAITING
+    waiting_reason: str = "ContainerCreating"
+    waiting_message: str = ""
+    pid: int = 0
+    # /proc/<pid>/stat start time: tells our process from a later one that reused its pid.
+    proc_start: str = ""
+    started_at: float = 0.0
+    restart_count: int = 0
+    # Set while state == TERMINATED (not restarting); `last` is the previous termination.
+    terminated: Termination | None = None
+    last: Termination | None = None
+    # No (re)start before this wall time: crash-loop back-off.
+    next_start: float = 0.0
+    backoff_exp: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ContainerRecord:
+        data = dict(data)
+        for k in ("terminated", "last"):
+            if data.get(k) is not None:
+                data[k] = Termination(**data[k])
+        return cls(**data)
+
+
+@dataclass
+class PodRecord:
+    uid: str
+    namespace: str
+    name: str
+    start_time: float
+    containers: dict[str, ContainerRecord] = field(default_factory=dict)
+    # Succeeded or Failed: the kubelet starts nothing for it any more.
+    final_phase: str = ""
+
+
+class Runtime(Protocol):
+    """A container runtime. Single event loop; methods are not called concurrently per pod."""
+
+    # Seconds between polls of a running pod (process exits), or None: nothing to poll.
+    poll_interval: float | None
+
+    def load(self) -> list[str]:
+        """Restore state from disk after a restart; the uids of pods it knows."""
+        ...
+
+    def known_pods(self) -> list[str]: ...
+
+    async def sync_pod(self, pod: pod_pb2.Pod) -> PodRecord:
+        """Start or restart containers as the spec and restartPolicy say; return the record."""
+        ...
+
+    async def kill_pod(self, uid: str, grace_seconds: float) -> None:
+        """SIGTERM every container, SIGKILL what is left after the grace period."""
+        ...
+
+    def forget(self, uid: str) -> None:
+        """Drop a killed pod's record and files."""
+        ...
+
+    def log_path(self, uid: str, container: str) -> Path | None: ...
+
+    def record(self, uid: str) -> PodRecord | None: ...
+
+
+def pod_phase(pod: pod_pb2.Pod, rec: PodRecord) -> str:
+    """Kubernetes' getPhase, for containers without init containers."""
+    if rec.final_phase:
+        return rec.final_phase
+    records = [rec.containers.get(c.name) for c in pod.spec.containers]
+    if not records or any(r is None for r in records):
+        return "Pending"
+    recs = [r for r in records if r is not None]
+    if any(r.state == WAITING and r.last is None and r.restart_count == 0 for r in recs):
+        return "Pending"  # something has never run yet
+    if all(r.state == TERMINATED for r in recs):
+        failed = any(r.terminated is not None and r.terminated.exit_code != 0 for r in recs)
+        return "Failed" if failed else "Succeeded"
+    return "Running"
+
+
+def _state(rec: ContainerRecord) -> pod_pb2.ContainerState:
+    state = pod_pb2.ContainerState()
+    if rec.state == RUNNING:
+        state.running.started_at.CopyFrom(epoch_ts(rec.started_at))
+    elif rec.state == TERMINATED and rec.terminated is not None:
+        _fill_terminated(state, rec.terminated)
+    else:
+        state.waiting.reason = rec.waiting_reason
+        state.waiting.message = rec.waiting_message
+    return state
+
+
+def _fill_terminated(state: pod_pb2.ContainerState, t: Termination) -> None:
+    term = state.terminated
+    term.exit_code = t.exit_code
+    term.signal = t.signal
+    term.reason = t.reason
+    term.message = t.message
+    if t.started_at:
+        term.started_at.CopyFrom(epoch_ts(t.started_at))
+    term.finished_at.CopyFrom(epoch_ts(t.finished_at))
+
+
+def _condition(
+    type_: str,
+    ok: bool,
+    previous: pod_pb2.PodStatus,
+    now: Timestamp,
+    reason: str = "",
+    message: str = "",
+) -> pod_pb2.PodCondition:
+    cond = pod_pb2.PodCondition(type=type_, status="True" if ok else "False")
+    if not ok:
+        cond.reason, cond.message = reason, message
+    old = next((c for c in previous.conditions if c.type == type_), None)
+    if old is not None and old.status == cond.status and old.HasField("last_transition_time"):
+        cond.last_transition_time.CopyFrom(old.last_transition_time)
+    else:
+        cond.last_transition_time.CopyFrom(now)
+    return cond
+
+
+OWN_CONDITIONS = ("Initialized", "ContainersReady", "Ready")
+
+
+def build_pod_status(
+    pod: pod_pb2.Pod,
+    rec: PodRecord,
+    host_ip: str,
+    previous: pod_pb2.PodStatus,
+    now: float,
+    container_id_prefix: str = "process://",
+) -> pod_pb2.PodStatus:
+    """The PodStatus the kubelet reports for `pod`, given its runtime record.
+
+    Conditions the kubelet does not own (PodScheduled) are kept from `previous`; transition
+    times of ours are kept while their status does not change.
+    """
+    now_ts = epoch_ts(now)
+    status = pod_pb2.PodStatus()
+    status.phase = pod_phase(pod, rec)
+    status.host_ip = host_ip
+    status.pod_ip = host_ip  # the process runtime shares the node's network
+    status.start_time.CopyFrom(epoch_ts(rec.start_time))
+    status.qos_class = previous.qos_class
+    not_ready: list[str] = []
+    for container in pod.spec.containers:
+        crec = rec.containers.get(container.name) or ContainerRecord(container.name)
+        cs = status.container_statuses.add()
+        cs.name = container.name
+        cs.image = container.image
+        cs.restart_count = crec.restart_count
+        cs.ready = crec.state == RUNNING
+        cs.started = crec.state == RUNNING
+        if crec.pid:
+            cs.container_id = f"{container_id_prefix}{crec.pid}"
+        cs.state.CopyFrom(_state(crec))
+        if crec.last is not None:
+            _fill_terminated(cs.last_state, crec.last)
+        if not cs.ready:
+            not_ready.append(container.name)
+    for cond in previous.conditions:
+        if cond.type not in OWN_CONDITIONS:
+            status.conditions.append(cond)
+    terminal = status.phase in ("Succeeded", "Failed")
+    if terminal:
+        reason, message = "PodCompleted", ""
+    else:
+        reason = "ContainersNotReady"
+        message = f"containers with unready status: [{' '.join(not_ready)}]"
+    ready = not not_ready and not terminal
+    status.conditions.append(_condition("Initialized", True, previous, now_ts))
+    status.conditions.append(
+        _condition("ContainersReady", ready, previous, now_ts, reason, message)
+    )
+    status.conditions.append(_condition("Ready", ready, previous, now_ts, reason, message))
+    return status

@@ -1,0 +1,179 @@
+"""Settings of a kubelet process, built once in __main__ from flags and passed in."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tinykube.quantity import QuantityError, parse_quantity
+
+_DURATION = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_TAINT = re.compile(
+    r"^(?P<key>[^=:]+)(=(?P<value>[^:]*))?:(?P<effect>NoSchedule|PreferNoSchedule|NoExecute)$"
+)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from "10s", "1m", "500ms" or a bare number of seconds."""
+    match = _DURATION.match(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (use e.g. 10s, 1m, 500ms)")
+    return float(match["num"]) * _UNITS[match["unit"]]
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """`k=v,k2=v2` as kubelet's --node-labels."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if "=" not in part:
+            raise argparse.ArgumentTypeError(f"invalid label {part!r}: want key=value")
+        k, v = part.split("=", 1)
+        out[k] = v
+    return out
+
+
+def parse_taints(text: str) -> list[tuple[str, str, str]]:
+    """`k=v:NoSchedule,k2:NoExecute` as kubelet's --register-with-taints."""
+    out: list[tuple[str, str, str]] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        match = _TAINT.match(part)
+        if match is None:
+            raise argparse.ArgumentTypeError(
+                f"invalid taint {part!r}: want key[=value]:NoSchedule|PreferNoSchedule|NoExecute"
+            )
+        out.append((match["key"], match["value"] or "", match["effect"]))
+    return out
+
+
+def parse_resources(text: str) -> dict[str, str]:
+    """`cpu=4,memory=8Gi,pods=110` with every amount a valid quantity."""
+    out = parse_labels(text)
+    for name, amount in out.items():
+        try:
+            parse_quantity(amount)
+        except QuantityError as exc:
+            raise argparse.ArgumentTypeError(f"invalid quantity for {name}: {exc}") from exc
+    return out
+
+
+def machine_memory_kib() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 4 * 1024 * 1024
+
+
+def listen_address(bind_address: str, port: int) -> str:
+    """`--bind-address` may carry a port ("0.0.0.0:10250") or not ("0.0.0.0" + `--port`)."""
+    if bind_address.count(":") == 1 or bind_address.startswith("["):
+        return bind_address
+    return f"{bind_address}:{port}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    node_name: str
+    apiserver: str = "127.0.0.1:6443"
+    bind_address: str = "0.0.0.0:10250"
+    # The address other processes use to reach this kubelet (Node InternalIP / pod hostIP).
+    node_ip: str = "127.0.0.1"
+    metrics_port: int = 0
+    runtime: str = "process"
+    root_dir: Path = Path("kubelet-data")
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[tuple[str, str, str]] = field(default_factory=list)
+    capacity: dict[str, str] = field(default_factory=dict)
+    node_lease_duration_seconds: int = 40
+    node_status_update_frequency: float = 10.0
+    node_status_report_frequency: float = 300.0
+    backoff_initial: float = 10.0
+    backoff_max: float = 300.0
+    poll_interval: float = 0.5
+    fake_nodes: int = 0
+    node_name_prefix: str = "hollow-"
+
+    @property
+    def lease_renew_interval(self) -> float:
+        """As the kubelet: a quarter of the lease duration (10 s for the default 40 s)."""
+        return self.node_lease_duration_seconds / 4.0
+
+    @property
+    def node_names(self) -> list[str]:
+        if self.fake_nodes > 0:
+            return [f"{self.node_name_prefix}{i}" for i in range(self.fake_nodes)]
+        return [self.node_name]
+
+    @classmethod
+    def from_args(cls, argv: Sequence[str] | None = None) -> Settings:
+        p = argparse.ArgumentParser(prog="python -m kubelet", description="tinykube node agent")
+        p.add_argument("--node-name", default=os.environ.get("NODE_NAME", socket.gethostname()))
+        p.add_argument("--apiserver", default=os.environ.get("TINYKUBE_APISERVER", cls.apiserver))
+        p.add_argument("--bind-address", default="0.0.0.0")
+        p.add_argument("--port", type=int, default=10250)
+        p.add_argument("--node-ip", default="127.0.0.1")
+        p.add_argument("--metrics-port", type=int, default=0)
+        p.add_argument("--runtime", choices=("process", "fake"), default="process")
+        p.add_argument(
+            "--root-dir", default="", help="state and logs (default ./kubelet-data/NODE)"
+        )
+        p.add_argument("--node-labels", type=parse_labels, default={})
+        p.add_argument("--register-with-taints", type=parse_taints, default=[])
+        p.add_argument(
+            "--capacity",
+            type=parse_resources,
+            default={},
+            help="cpu=4,memory=8Gi,pods=110 (default: this machine's cores and memory, 110 pods)",
+        )
+        p.add_argument("--node-lease-duration-seconds", type=int, default=40)
+        p.add_argument("--node-status-update-frequency", type=parse_duration, default=10.0)
+        p.add_argument("--node-status-report-frequency", type=parse_duration, default=300.0)
+        p.add_argument(
+            "--crash-loop-backoff",
+            type=parse_duration,
+            default=10.0,
+            help="first restart back-off of a crashed container, doubling (default 10s)",
+        )
+        p.add_argument("--crash-loop-backoff-max", type=parse_duration, default=300.0)
+        p.add_argument("--poll-interval", type=parse_duration, default=0.5)
+        p.add_argument("--fake-nodes", type=int, default=0, help="fake runtime: host N nodes")
+        p.add_argument("--node-name-prefix", default="hollow-")
+        a = p.parse_args(argv)
+        if a.fake_nodes and a.runtime != "fake":
+            p.error("--fake-nodes needs --runtime fake")
+        capacity = {
+            "cpu": str(os.cpu_count() or 1),
+            "memory": f"{machine_memory_kib()}Ki",
+            "pods": "110",
+            **a.capacity,
+        }
+        root = Path(a.root_dir) if a.root_dir else Path("kubelet-data") / a.node_name
+        return cls(
+            node_name=a.node_name,
+            apiserver=a.apiserver,
+            bind_address=listen_address(a.bind_address, a.port),
+            node_ip=a.node_ip,
+            metrics_port=a.metrics_port,
+            runtime=a.runtime,
+            root_dir=root.absolute(),
+            labels=a.node_labels,
+            taints=a.register_with_taints,
+            capacity=capacity,
+            node_lease_duration_seconds=a.node_lease_duration_seconds,
+            node_status_update_frequency=a.node_status_update_frequency,
+            node_status_report_frequency=a.node_status_report_frequency,
+            backoff_initial=a.crash_loop_backoff,
+            backoff_max=a.crash_loop_backoff_max,
+            poll_interval=a.poll_interval,
+            fake_nodes=a.fake_nodes,
+            node_name_prefix=a.node_name_prefix,
+        )
