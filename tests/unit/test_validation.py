@@ -1,0 +1,309 @@
+"""Apiserver validation and defaulting: messages in Kubernetes' wording, naming every field."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+
+from apiserver.registry import Strategy, generate_name
+from apiserver.validation import validate, validate_update
+from tinykube.errors import FieldError, InvalidError
+from tinykube.kinds import EVENT, LEASE, NODE, POD, REPLICA_SET
+from tinykube.v1 import lease_pb2, meta_pb2, node_pb2, pod_pb2, replicaset_pb2
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def make_pod(**changes: object) -> pod_pb2.Pod:
+    pod = pod_pb2.Pod(
+        metadata=meta_pb2.ObjectMeta(name="web", namespace="default", labels={"app": "web"}),
+        spec=pod_pb2.PodSpec(
+            containers=[
+                pod_pb2.Container(
+                    name="c",
+                    image="busybox",
+                    resources=pod_pb2.ResourceRequirements(
+                        requests={"cpu": "100m", "memory": "64Mi"},
+                        limits={"cpu": "1", "memory": "128Mi"},
+                    ),
+                )
+            ]
+        ),
+    )
+    Strategy(POD).prepare_for_create(pod, NOW)
+    return pod
+
+
+def messages(errors: list[FieldError]) -> list[str]:
+    return [str(e) for e in errors]
+
+
+def test_valid_pod_has_no_errors_and_gets_defaults() -> None:
+    pod = make_pod()
+    assert validate(POD, pod) == []
+    assert pod.api_version == "v1" and pod.kind == "Pod"
+    assert pod.metadata.uid and pod.metadata.generation == 1
+    assert pod.metadata.creation_timestamp.ToDatetime(tzinfo=UTC) == NOW
+    assert pod.spec.scheduler_name == "tinykube"
+    assert pod.spec.restart_policy == "Always"
+    assert pod.spec.termination_grace_period_seconds == 30
+    assert pod.status.phase == "Pending"
+
+
+def test_defaults_ports_tolerations_and_client_status_is_dropped() -> None:
+    pod = pod_pb2.Pod(
+        metadata=meta_pb2.ObjectMeta(name="web", namespace="default"),
+        spec=pod_pb2.PodSpec(
+            containers=[
+                pod_pb2.Container(
+                    name="c", image="nginx", ports=[pod_pb2.ContainerPort(container_port=80)]
+                )
+            ],
+            tolerations=[pod_pb2.Toleration(key="k", value="v", effect="NoSchedule")],
+        ),
+        status=pod_pb2.PodStatus(phase="Running"),
+    )
+    Strategy(POD).prepare_for_create(pod, NOW)
+    assert pod.spec.containers[0].ports[0].protocol == "TCP"
+    assert pod.spec.tolerations[0].operator == "Equal"
+    assert pod.status.phase == "Pending"
+    assert validate(POD, pod) == []
+
+
+def _set(path: str, value: object) -> Callable[[pod_pb2.Pod], None]:
+    def apply(pod: pod_pb2.Pod) -> None:
+        target: object = pod
+        parts = path.split(".")
+        for part in parts[:-1]:
+            target = getattr(target, part)
+        setattr(target, parts[-1], value)
+
+    return apply
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (
+            _set("metadata.name", "Web_1"),
+            'metadata.name: Invalid value: "Web_1": a lowercase RFC 1123 subdomain must consist '
+            "of lower case alphanumeric characters, '-' or '.', and must start and end with an "
+            "alphanumeric character (e.g. 'example.com', regex used for validation is "
+            "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+        ),
+        (
+            _set("metadata.namespace", "My.NS"),
+            'metadata.namespace: Invalid value: "My.NS": a lowercase RFC 1123 label must',
+        ),
+        (
+            lambda p: p.spec.containers[0].resources.requests.__setitem__("cpu", "1x"),
+            'spec.containers[0].resources.requests[cpu]: Invalid value: "1x": quantities must '
+            "match the regular expression",
+        ),
+        (
+            lambda p: p.spec.containers[0].resources.requests.__setitem__("memory", "-1Mi"),
+            'spec.containers[0].resources.requests[memory]: Invalid value: "-1Mi": must be '
+            "greater than or equal to 0",
+        ),
+        (
+            lambda p: p.spec.containers[0].resources.requests.__setitem__("cpu", "2"),
+            'spec.containers[0].resources.requests: Invalid value: "2": must be less than or '
+            "equal to cpu limit of 1",
+        ),
+        (
+            _set("spec.restart_policy", "Sometimes"),
+            'spec.restartPolicy: Unsupported value: "Sometimes": supported values: "Always", '
+            '"OnFailure", "Never"',
+        ),
+        (
+            _set("status.phase", "Sleeping"),
+            'status.phase: Unsupported value: "Sleeping": supported values: "Pending", '
+            '"Running", "Succeeded", "Failed", "Unknown"',
+        ),
+        (
+            lambda p: p.status.conditions.add(type="Ready", status="Maybe"),
+            'status.conditions[0].status: Unsupported value: "Maybe": supported values: "True", '
+            '"False", "Unknown"',
+        ),
+        (
+            lambda p: p.spec.tolerations.add(key="k", operator="Like"),
+            'spec.tolerations[0].operator: Unsupported value: "Like": supported values: '
+            '"Equal", "Exists"',
+        ),
+        (
+            lambda p: p.spec.tolerations.add(key="k", operator="Equal", effect="Never"),
+            'spec.tolerations[0].effect: Unsupported value: "Never": supported values: '
+            '"NoSchedule", "PreferNoSchedule", "NoExecute"',
+        ),
+        (
+            lambda p: p.spec.containers[0].ports.add(container_port=80, protocol="HTTP"),
+            'spec.containers[0].ports[0].protocol: Unsupported value: "HTTP": supported values: '
+            '"TCP", "UDP", "SCTP"',
+        ),
+        (
+            lambda p: p.spec.containers.add(name="c", image="x"),
+            'spec.containers[1].name: Duplicate value: "c"',
+        ),
+        (lambda p: p.spec.ClearField("containers"), "spec.containers: Required value"),
+        (
+            lambda p: p.metadata.labels.__setitem__("bad key", "v"),
+            'metadata.labels: Invalid value: "bad key": name part must consist of',
+        ),
+        (
+            lambda p: p.metadata.labels.__setitem__("app", "-web"),
+            'metadata.labels[app]: Invalid value: "-web": a valid label must be an empty string',
+        ),
+        (
+            lambda p: (
+                p.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms.add().match_expressions.add(
+                    key="zone", operator="Near"
+                )
+            ),
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+            'nodeSelectorTerms[0].matchExpressions[0].operator: Unsupported value: "Near"',
+        ),
+        (
+            lambda p: p.spec.containers[0].ClearField("image"),
+            "spec.containers[0].image: Required value",
+        ),
+    ],
+)
+def test_pod_validation_messages(mutate: Callable[[pod_pb2.Pod], None], expected: str) -> None:
+    pod = make_pod()
+    mutate(pod)
+    errors = messages(validate(POD, pod))
+    assert any(e.startswith(expected) for e in errors), errors
+
+
+def test_every_bad_field_is_named_in_one_error() -> None:
+    pod = make_pod()
+    pod.metadata.name = "Web_1"
+    pod.spec.restart_policy = "Sometimes"
+    pod.spec.containers[0].resources.requests["cpu"] = "1x"
+    err = InvalidError.for_object("Pod", pod.metadata.name, validate(POD, pod))
+    assert err.message.startswith('Pod "Web_1" is invalid: metadata.name: Invalid value: "Web_1"')
+    assert "spec.containers[0].resources.requests[cpu]" in err.message
+    assert "spec.restartPolicy" in err.message
+    assert len(err.causes) == 3
+
+
+def test_node_validation() -> None:
+    node = node_pb2.Node(
+        metadata=meta_pb2.ObjectMeta(name="n1", namespace="oops"),
+        spec=node_pb2.NodeSpec(taints=[node_pb2.Taint(key="k", effect="Sometimes")]),
+        status=node_pb2.NodeStatus(capacity={"cpu": "four"}),
+    )
+    errors = messages(validate(NODE, node))
+    assert "metadata.namespace: Forbidden: not allowed on this type" in errors
+    assert any(
+        e.startswith('spec.taints[0].effect: Unsupported value: "Sometimes"') for e in errors
+    )
+    assert any(e.startswith('status.capacity[cpu]: Invalid value: "four"') for e in errors)
+
+
+def make_rs(replicas: int = 2, selector: dict[str, str] | None = None) -> replicaset_pb2.ReplicaSet:
+    rs = replicaset_pb2.ReplicaSet(
+        metadata=meta_pb2.ObjectMeta(name="web", namespace="default"),
+        spec=replicaset_pb2.ReplicaSetSpec(
+            replicas=replicas,
+            selector=meta_pb2.LabelSelector(match_labels=selector or {"app": "web"}),
+            template=replicaset_pb2.PodTemplateSpec(
+                metadata=meta_pb2.ObjectMeta(labels={"app": "web"}),
+                spec=pod_pb2.PodSpec(containers=[pod_pb2.Container(name="c", image="x")]),
+            ),
+        ),
+    )
+    Strategy(REPLICA_SET).prepare_for_create(rs, NOW)
+    return rs
+
+
+def test_replica_set_validation() -> None:
+    assert validate(REPLICA_SET, make_rs()) == []
+    errors = messages(validate(REPLICA_SET, make_rs(replicas=-1, selector={"app": "db"})))
+    assert "spec.replicas: Invalid value: -1: must be greater than or equal to 0" in errors
+    assert (
+        'spec.template.metadata.labels: Invalid value: "app=web": `selector` does not match '
+        "template `labels`" in errors
+    )
+    rs = make_rs()
+    rs.spec.ClearField("selector")
+    assert "spec.selector: Required value" in messages(validate(REPLICA_SET, rs))
+
+
+def test_replica_set_replicas_default_to_one() -> None:
+    rs = replicaset_pb2.ReplicaSet(metadata=meta_pb2.ObjectMeta(name="a", namespace="default"))
+    Strategy(REPLICA_SET).prepare_for_create(rs, NOW)
+    assert rs.spec.replicas == 1
+
+
+def test_lease_and_event() -> None:
+    lease = lease_pb2.Lease(
+        metadata=meta_pb2.ObjectMeta(name="n1", namespace="kube-node-lease"),
+        spec=lease_pb2.LeaseSpec(lease_duration_seconds=0),
+    )
+    assert any("spec.leaseDurationSeconds" in m for m in messages(validate(LEASE, lease)))
+    from tinykube.v1 import event_pb2
+
+    ev = event_pb2.Event(metadata=meta_pb2.ObjectMeta(name="e1", namespace="default"), type="Bad")
+    assert any(
+        m.startswith('type: Unsupported value: "Bad"') for m in messages(validate(EVENT, ev))
+    )
+
+
+def test_update_keeps_status_and_bumps_generation_on_spec_change() -> None:
+    strategy = Strategy(POD)
+    old = make_pod()
+    old.status.phase = "Running"
+    new = pod_pb2.Pod()
+    new.CopyFrom(old)
+    new.status.phase = "Failed"  # ignored by Update
+    new.metadata.labels["extra"] = "1"
+    new.metadata.uid = "forged"  # server-owned
+    strategy.prepare_for_update(new, old)
+    assert new.status.phase == "Running"
+    assert new.metadata.uid == old.metadata.uid
+    assert new.metadata.generation == 1  # metadata-only change
+    new.spec.tolerations.add(key="k", operator="Exists")
+    strategy.prepare_for_update(new, old)
+    assert new.metadata.generation == 2
+
+
+def test_status_update_keeps_spec_and_metadata() -> None:
+    strategy = Strategy(POD)
+    old = make_pod()
+    new = pod_pb2.Pod()
+    new.CopyFrom(old)
+    new.status.phase = "Running"
+    new.metadata.labels["sneaky"] = "1"
+    new.spec.containers[0].image = "other"
+    merged = strategy.prepare_for_status_update(new, old)
+    assert isinstance(merged, pod_pb2.Pod)
+    assert merged.status.phase == "Running"
+    assert "sneaky" not in merged.metadata.labels
+    assert merged.spec.containers[0].image == "busybox"
+
+
+def test_immutable_fields_on_update() -> None:
+    old = make_pod()
+    new = pod_pb2.Pod()
+    new.CopyFrom(old)
+    new.spec.containers[0].image = "other"
+    new.spec.node_name = "n1"
+    errors = messages(validate_update(POD, new, old))
+    assert any(e.startswith("spec: Forbidden: pod updates may not change") for e in errors)
+    assert "spec.nodeName: Forbidden: may only be set through Bind, and only once" in errors
+    rs_old = make_rs()
+    rs_new = make_rs(selector={"app": "db"})
+    assert 'spec.selector: Invalid value: "": field is immutable' in messages(
+        validate_update(REPLICA_SET, rs_new, rs_old)
+    )
+
+
+def test_generate_name() -> None:
+    name = generate_name("web-")
+    assert name.startswith("web-") and len(name) == 9
+    assert len({generate_name("web-") for _ in range(20)}) > 1
+    assert set(name[4:]) <= set("bcdfghjklmnpqrstvwxz2456789")
+    assert len(generate_name("x" * 100)) == 63
