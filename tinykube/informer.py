@@ -327,7 +327,10 @@ class Informer(Generic[T]):
         stream = self._watch_fn(self._rv)
         try:
             async for event in stream:
-                delivered = True
+                if not delivered:
+                    delivered = True
+                    # The stream works: a later drop is a fresh failure, not a repeated one.
+                    self._backoff.reset()
                 self.apply(event)
         finally:
             aclose = getattr(stream, "aclose", None)
