@@ -11,8 +11,9 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import grpc
 import pytest
@@ -24,7 +25,10 @@ from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import (
     event_pb2_grpc,
     lease_pb2_grpc,
+    meta_pb2,
+    node_pb2,
     node_pb2_grpc,
+    pod_pb2,
     pod_pb2_grpc,
     replicaset_pb2_grpc,
 )
@@ -113,3 +117,42 @@ async def channel(apiserver: RunningAPIServer) -> AsyncIterator[grpc.aio.Channel
 @pytest.fixture
 def stubs(channel: grpc.aio.Channel) -> Stubs:
     return make_stubs(channel)
+
+
+# ---- builders and assertions shared by the apiserver tests ---------------------------------
+
+
+def make_pod(name: str, namespace: str = "default", **labels: str) -> pod_pb2.Pod:
+    return pod_pb2.Pod(
+        metadata=meta_pb2.ObjectMeta(name=name, namespace=namespace, labels=labels),
+        spec=pod_pb2.PodSpec(containers=[pod_pb2.Container(name="c", image="busybox")]),
+    )
+
+
+def make_node(name: str, **labels: str) -> node_pb2.Node:
+    return node_pb2.Node(
+        metadata=meta_pb2.ObjectMeta(name=name, labels=labels),
+        status=node_pb2.NodeStatus(allocatable={"cpu": "4", "memory": "8Gi", "pods": "110"}),
+    )
+
+
+def bind_request(name: str, node: str, namespace: str = "default", uid: str = "") -> Any:
+    return pod_pb2.BindRequest(
+        binding=pod_pb2.Binding(
+            metadata=meta_pb2.ObjectMeta(name=name, namespace=namespace, uid=uid),
+            target=meta_pb2.ObjectReference(kind="Node", name=node),
+        )
+    )
+
+
+async def expect_error(
+    call: Awaitable[object], code: grpc.StatusCode, message: str | None = None
+) -> str:
+    """Await `call`, assert it fails with `code` (and exactly `message`); return the details."""
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    assert info.value.code() == code, f"{info.value.code()}: {info.value.details()}"
+    details = info.value.details() or ""
+    if message is not None:
+        assert details == message
+    return details

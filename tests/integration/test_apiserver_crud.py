@@ -1,0 +1,566 @@
+"""Apiserver CRUD, Bind, deletion and List semantics against a real etcd, through raw stubs.
+
+Every status code the API promises, with Kubernetes' exact messages; races between writers and
+between binders; graceful pod deletion; finalizers; paging; selectors; validation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.integration.conftest import (
+    RunningAPIServer,
+    Stubs,
+    bind_request,
+    expect_error,
+    make_node,
+    make_pod,
+    make_settings,
+    make_stubs,
+    start_apiserver,
+)
+from tinykube.localetcd import EtcdServer
+from tinykube.serving import CHANNEL_OPTIONS
+from tinykube.v1 import meta_pb2, node_pb2, pod_pb2, replicaset_pb2
+
+pytestmark = pytest.mark.integration
+
+CONFLICT = (
+    'Operation cannot be fulfilled on pods "web": the object has been modified; please apply '
+    "your changes to the latest version and try again"
+)
+
+
+async def create_pod(stubs: Stubs, name: str = "web", **labels: str) -> pod_pb2.Pod:
+    return await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod(name, **labels)))
+
+
+async def get_pod(stubs: Stubs, name: str = "web") -> pod_pb2.Pod:
+    return await stubs.pods.Get(meta_pb2.GetRequest(namespace="default", name=name))
+
+
+async def test_create_fills_defaults_and_get_returns_it(stubs: Stubs) -> None:
+    created = await create_pod(stubs)
+    meta = created.metadata
+    assert meta.uid and meta.resource_version and meta.generation == 1
+    assert meta.namespace == "default"
+    assert meta.HasField("creation_timestamp")
+    assert (created.api_version, created.kind) == ("v1", "Pod")
+    assert created.spec.scheduler_name == "tinykube"
+    assert created.spec.restart_policy == "Always"
+    assert created.spec.termination_grace_period_seconds == 30
+    assert created.status.phase == "Pending"
+    assert await get_pod(stubs) == created
+
+
+async def test_generate_name(stubs: Stubs) -> None:
+    pod = make_pod("")
+    pod.metadata.generate_name = "web-"
+    a = await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=pod))
+    b = await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=pod))
+    assert a.metadata.name.startswith("web-") and len(a.metadata.name) == 9
+    assert a.metadata.name != b.metadata.name
+
+
+async def test_status_codes_and_messages(stubs: Stubs) -> None:
+    await create_pod(stubs)
+    await expect_error(
+        stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("web"))),
+        grpc.StatusCode.ALREADY_EXISTS,
+        'pods "web" already exists',
+    )
+    await expect_error(
+        stubs.pods.Get(meta_pb2.GetRequest(namespace="default", name="nope")),
+        grpc.StatusCode.NOT_FOUND,
+        'pods "nope" not found',
+    )
+    await expect_error(
+        stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=make_pod("nope"))),
+        grpc.StatusCode.NOT_FOUND,
+        'pods "nope" not found',
+    )
+    await expect_error(
+        stubs.pods.Delete(meta_pb2.DeleteRequest(namespace="default", name="nope")),
+        grpc.StatusCode.NOT_FOUND,
+        'pods "nope" not found',
+    )
+    await expect_error(
+        stubs.nodes.Get(meta_pb2.GetRequest(name="n9")),
+        grpc.StatusCode.NOT_FOUND,
+        'nodes "n9" not found',
+    )
+    await expect_error(
+        stubs.pods.List(meta_pb2.ListRequest(label_selector="app in (")),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    details = await expect_error(
+        stubs.pods.List(meta_pb2.ListRequest(field_selector="spec.foo=bar")),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    assert '"spec.foo" is not a known field selector' in details
+
+
+async def test_stale_update_is_aborted_and_empty_rv_is_unconditional(stubs: Stubs) -> None:
+    created = await create_pod(stubs)
+    first = pod_pb2.Pod()
+    first.CopyFrom(created)
+    first.metadata.labels["v"] = "1"
+    updated = await stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=first))
+    assert int(updated.metadata.resource_version) > int(created.metadata.resource_version)
+    stale = pod_pb2.Pod()
+    stale.CopyFrom(created)
+    stale.metadata.labels["v"] = "2"
+    await expect_error(
+        stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=stale)), grpc.StatusCode.ABORTED, CONFLICT
+    )
+    stale.metadata.resource_version = ""
+    forced = await stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=stale))
+    assert forced.metadata.labels["v"] == "2"
+    assert forced.metadata.uid == created.metadata.uid
+
+
+async def test_two_writers_racing_exactly_one_wins(stubs: Stubs) -> None:
+    created = await create_pod(stubs)
+
+    async def write(value: str) -> pod_pb2.Pod | grpc.aio.AioRpcError:
+        pod = pod_pb2.Pod()
+        pod.CopyFrom(created)
+        pod.metadata.labels["writer"] = value
+        try:
+            return await stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=pod))
+        except grpc.aio.AioRpcError as exc:
+            return exc
+
+    for _round in range(5):
+        created = await get_pod(stubs)
+        results = await asyncio.gather(*(write(f"r{_round}w{i}") for i in range(4)))
+        wins = [r for r in results if isinstance(r, pod_pb2.Pod)]
+        losses = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
+        assert len(wins) == 1
+        assert all(e.code() == grpc.StatusCode.ABORTED for e in losses)
+        assert (await get_pod(stubs)).metadata.labels["writer"] == wins[0].metadata.labels["writer"]
+
+
+async def test_update_ignores_status_and_update_status_ignores_spec(stubs: Stubs) -> None:
+    created = await create_pod(stubs)
+    pod = pod_pb2.Pod()
+    pod.CopyFrom(created)
+    pod.status.phase = "Running"
+    pod.metadata.labels["tier"] = "web"
+    updated = await stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=pod))
+    assert updated.status.phase == "Pending"
+    assert updated.metadata.labels["tier"] == "web"
+    assert updated.metadata.generation == 1  # labels are not spec
+    pod.CopyFrom(updated)
+    pod.status.phase = "Running"
+    pod.metadata.labels["tier"] = "db"
+    pod.spec.node_name = "n1"
+    status_updated = await stubs.pods.UpdateStatus(pod_pb2.UpdatePodRequest(pod=pod))
+    assert status_updated.status.phase == "Running"
+    assert status_updated.metadata.labels["tier"] == "web"
+    assert status_updated.spec.node_name == ""
+    assert await get_pod(stubs) == status_updated
+
+
+async def test_noop_update_keeps_resource_version(stubs: Stubs) -> None:
+    created = await create_pod(stubs)
+    again = await stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=created))
+    assert again.metadata.resource_version == created.metadata.resource_version
+
+
+async def test_generation_bumps_on_spec_change(stubs: Stubs) -> None:
+    node = await stubs.nodes.Create(node_pb2.CreateNodeRequest(node=make_node("n1")))
+    node.spec.unschedulable = True
+    updated = await stubs.nodes.Update(node_pb2.UpdateNodeRequest(node=node))
+    assert updated.metadata.generation == 2
+
+
+async def test_immutable_pod_fields(stubs: Stubs) -> None:
+    created = await create_pod(stubs)
+    pod = pod_pb2.Pod()
+    pod.CopyFrom(created)
+    pod.spec.node_name = "n1"
+    details = await expect_error(
+        stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=pod)), grpc.StatusCode.INVALID_ARGUMENT
+    )
+    assert details.startswith('Pod "web" is invalid: ')
+    assert "spec.nodeName: Forbidden: may only be set through Bind" in details
+
+
+async def test_validation_message(stubs: Stubs) -> None:
+    bad = pod_pb2.Pod(
+        metadata=meta_pb2.ObjectMeta(name="Web_1"),
+        spec=pod_pb2.PodSpec(
+            restart_policy="Sometimes",
+            containers=[
+                pod_pb2.Container(
+                    name="c",
+                    image="x",
+                    resources=pod_pb2.ResourceRequirements(requests={"cpu": "1x"}),
+                )
+            ],
+        ),
+    )
+    details = await expect_error(
+        stubs.pods.Create(pod_pb2.CreatePodRequest(pod=bad)), grpc.StatusCode.INVALID_ARGUMENT
+    )
+    assert details.startswith(
+        'Pod "Web_1" is invalid: metadata.name: Invalid value: "Web_1": a lowercase RFC 1123 '
+        "subdomain must consist of lower case alphanumeric characters"
+    )
+    assert 'spec.containers[0].resources.requests[cpu]: Invalid value: "1x": ' in details
+    assert (
+        'spec.restartPolicy: Unsupported value: "Sometimes": supported values: "Always", '
+        '"OnFailure", "Never"' in details
+    )
+    # Bad input never reached etcd.
+    await expect_error(
+        stubs.pods.Get(meta_pb2.GetRequest(namespace="default", name="Web_1")),
+        grpc.StatusCode.NOT_FOUND,
+    )
+
+
+async def test_request_size_limit(etcd_server: EtcdServer) -> None:
+    running = await start_apiserver(make_settings(etcd_server.endpoint, max_request_bytes=4096))
+    ch = grpc.aio.insecure_channel(running.address, options=list(CHANNEL_OPTIONS))
+    try:
+        stubs = make_stubs(ch)
+        pod = make_pod("big")
+        pod.metadata.annotations["blob"] = "x" * 5000
+        details = await expect_error(
+            stubs.pods.Create(pod_pb2.CreatePodRequest(pod=pod)), grpc.StatusCode.INVALID_ARGUMENT
+        )
+        assert "request is too large" in details and "limit is 4096 bytes" in details
+        await expect_error(
+            stubs.pods.Get(meta_pb2.GetRequest(namespace="default", name="big")),
+            grpc.StatusCode.NOT_FOUND,
+        )
+    finally:
+        await ch.close()
+        await running.server.stop()
+
+
+# ---- Bind -----------------------------------------------------------------------------------
+
+
+async def test_bind_sets_node_and_condition_in_one_write(stubs: Stubs) -> None:
+    await stubs.nodes.Create(node_pb2.CreateNodeRequest(node=make_node("n1")))
+    created = await create_pod(stubs)
+    resp = await stubs.pods.Bind(bind_request("web", "n1", uid=created.metadata.uid))
+    pod = await get_pod(stubs)
+    assert pod.metadata.resource_version == resp.resource_version
+    assert int(resp.resource_version) == int(created.metadata.resource_version) + 1
+    assert pod.spec.node_name == "n1"
+    cond = [c for c in pod.status.conditions if c.type == "PodScheduled"]
+    assert len(cond) == 1 and cond[0].status == "True"
+    assert cond[0].HasField("last_transition_time")
+
+
+async def test_bind_errors(stubs: Stubs) -> None:
+    await stubs.nodes.Create(node_pb2.CreateNodeRequest(node=make_node("n1")))
+    await create_pod(stubs)
+    await expect_error(
+        stubs.pods.Bind(bind_request("nope", "n1")),
+        grpc.StatusCode.NOT_FOUND,
+        'pods "nope" not found',
+    )
+    await expect_error(
+        stubs.pods.Bind(bind_request("web", "n9")),
+        grpc.StatusCode.NOT_FOUND,
+        'nodes "n9" not found',
+    )
+    assert (await get_pod(stubs)).spec.node_name == ""
+    await expect_error(
+        stubs.pods.Bind(bind_request("web", "n1", uid="not-the-uid")),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+    await stubs.pods.Bind(bind_request("web", "n1"))
+    await expect_error(
+        stubs.pods.Bind(bind_request("web", "n1")),
+        grpc.StatusCode.ALREADY_EXISTS,
+        "pod default/web is already assigned to node n1",
+    )
+    # A pod being deleted cannot be bound.
+    await create_pod(stubs, "doomed")
+    doomed = await get_pod(stubs, "doomed")
+    doomed.metadata.finalizers.append("example.com/hold")
+    await stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=doomed))
+    await stubs.pods.Delete(meta_pb2.DeleteRequest(namespace="default", name="doomed"))
+    details = await expect_error(
+        stubs.pods.Bind(bind_request("doomed", "n1")), grpc.StatusCode.FAILED_PRECONDITION
+    )
+    assert "being deleted" in details
+
+
+async def test_bind_race_exactly_one_wins(apiserver: RunningAPIServer) -> None:
+    channels = [
+        grpc.aio.insecure_channel(apiserver.address, options=list(CHANNEL_OPTIONS))
+        for _ in range(2)
+    ]
+    try:
+        a, b = (make_stubs(ch) for ch in channels)
+        for n in ("n1", "n2"):
+            await a.nodes.Create(node_pb2.CreateNodeRequest(node=make_node(n)))
+        for i in range(10):
+            await create_pod(a, f"p{i}")
+
+        async def bind(stubs: Stubs, name: str, node: str) -> str:
+            try:
+                await stubs.pods.Bind(bind_request(name, node))
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() == grpc.StatusCode.ALREADY_EXISTS, exc.details()
+                return "lost"
+            return node
+
+        for i in range(10):
+            results = await asyncio.gather(bind(a, f"p{i}", "n1"), bind(b, f"p{i}", "n2"))
+            winners = [r for r in results if r != "lost"]
+            assert len(winners) == 1
+            assert (await get_pod(a, f"p{i}")).spec.node_name == winners[0]
+    finally:
+        for ch in channels:
+            await ch.close()
+
+
+async def test_bind_retries_when_pod_changes_concurrently(stubs: Stubs) -> None:
+    await stubs.nodes.Create(node_pb2.CreateNodeRequest(node=make_node("n1")))
+    await create_pod(stubs)
+
+    async def churn() -> None:
+        for i in range(10):
+            pod = await get_pod(stubs)
+            pod.status.message = f"churn {i}"
+            pod.metadata.resource_version = ""
+            await stubs.pods.UpdateStatus(pod_pb2.UpdatePodRequest(pod=pod))
+
+    await asyncio.gather(churn(), stubs.pods.Bind(bind_request("web", "n1")))
+    assert (await get_pod(stubs)).spec.node_name == "n1"
+
+
+# ---- deletion -------------------------------------------------------------------------------
+
+
+async def test_unbound_pod_is_deleted_at_once(stubs: Stubs) -> None:
+    await create_pod(stubs)
+    deleted = await stubs.pods.Delete(meta_pb2.DeleteRequest(namespace="default", name="web"))
+    assert deleted.metadata.name == "web"
+    await expect_error(get_pod(stubs), grpc.StatusCode.NOT_FOUND)
+
+
+async def test_bound_pod_is_deleted_gracefully(stubs: Stubs) -> None:
+    await stubs.nodes.Create(node_pb2.CreateNodeRequest(node=make_node("n1")))
+    await create_pod(stubs)
+    await stubs.pods.Bind(bind_request("web", "n1"))
+    marked = await stubs.pods.Delete(meta_pb2.DeleteRequest(namespace="default", name="web"))
+    assert marked.metadata.HasField("deletion_timestamp")
+    assert marked.metadata.deletion_grace_period_seconds == 30
+    still = await get_pod(stubs)
+    assert still.metadata.deletion_timestamp == marked.metadata.deletion_timestamp
+    # A second delete with a longer grace does not extend it; a shorter one shortens it.
+    again = await stubs.pods.Delete(
+        meta_pb2.DeleteRequest(namespace="default", name="web", grace_period_seconds=60)
+    )
+    assert again.metadata.deletion_grace_period_seconds == 30
+    shorter = await stubs.pods.Delete(
+        meta_pb2.DeleteRequest(namespace="default", name="web", grace_period_seconds=5)
+    )
+    assert shorter.metadata.deletion_grace_period_seconds == 5
+    # The kubelet confirms with grace 0: the pod is gone.
+    await stubs.pods.Delete(
+        meta_pb2.DeleteRequest(namespace="default", name="web", grace_period_seconds=0)
+    )
+    await expect_error(get_pod(stubs), grpc.StatusCode.NOT_FOUND)
+
+
+async def test_delete_preconditions(stubs: Stubs) -> None:
+    created = await create_pod(stubs)
+    details = await expect_error(
+        stubs.pods.Delete(
+            meta_pb2.DeleteRequest(
+                namespace="default",
+                name="web",
+                preconditions=meta_pb2.Preconditions(uid="other"),
+            )
+        ),
+        grpc.StatusCode.ABORTED,
+    )
+    assert details == (
+        'Operation cannot be fulfilled on pods "web": Precondition failed: UID in '
+        f"precondition: other, UID in object meta: {created.metadata.uid}"
+    )
+    await expect_error(
+        stubs.pods.Delete(
+            meta_pb2.DeleteRequest(
+                namespace="default",
+                name="web",
+                preconditions=meta_pb2.Preconditions(resource_version="1"),
+            )
+        ),
+        grpc.StatusCode.ABORTED,
+    )
+    await stubs.pods.Delete(
+        meta_pb2.DeleteRequest(
+            namespace="default",
+            name="web",
+            preconditions=meta_pb2.Preconditions(
+                uid=created.metadata.uid, resource_version=created.metadata.resource_version
+            ),
+        )
+    )
+    await expect_error(get_pod(stubs), grpc.StatusCode.NOT_FOUND)
+
+
+async def test_finalizers_block_removal_until_emptied(stubs: Stubs) -> None:
+    rs = replicaset_pb2.ReplicaSet(
+        metadata=meta_pb2.ObjectMeta(
+            name="web", namespace="default", finalizers=["example.com/cleanup"]
+        ),
+        spec=replicaset_pb2.ReplicaSetSpec(
+            replicas=1,
+            selector=meta_pb2.LabelSelector(match_labels={"app": "web"}),
+            template=replicaset_pb2.PodTemplateSpec(
+                metadata=meta_pb2.ObjectMeta(labels={"app": "web"}),
+                spec=pod_pb2.PodSpec(containers=[pod_pb2.Container(name="c", image="x")]),
+            ),
+        ),
+    )
+    await stubs.replica_sets.Create(replicaset_pb2.CreateReplicaSetRequest(replica_set=rs))
+    get = meta_pb2.GetRequest(namespace="default", name="web")
+    marked = await stubs.replica_sets.Delete(
+        meta_pb2.DeleteRequest(namespace="default", name="web")
+    )
+    assert marked.metadata.HasField("deletion_timestamp")
+    current = await stubs.replica_sets.Get(get)
+    assert list(current.metadata.finalizers) == ["example.com/cleanup"]
+    # Another update keeps the object (and its deletionTimestamp) while a finalizer remains.
+    current.metadata.labels["x"] = "y"
+    current = await stubs.replica_sets.Update(
+        replicaset_pb2.UpdateReplicaSetRequest(replica_set=current)
+    )
+    assert current.metadata.deletion_timestamp == marked.metadata.deletion_timestamp
+    del current.metadata.finalizers[:]
+    await stubs.replica_sets.Update(replicaset_pb2.UpdateReplicaSetRequest(replica_set=current))
+    await expect_error(stubs.replica_sets.Get(get), grpc.StatusCode.NOT_FOUND)
+
+
+# ---- List -----------------------------------------------------------------------------------
+
+
+async def test_list_is_consistent_right_after_writes(stubs: Stubs) -> None:
+    for i in range(5):
+        await create_pod(stubs, f"p{i}")
+        listed = await stubs.pods.List(meta_pb2.ListRequest(namespace="default"))
+        assert [p.metadata.name for p in listed.items] == [f"p{j}" for j in range(i + 1)]
+        # A kind with no recent events is still current (etcd progress notifications).
+        nodes = await stubs.nodes.List(meta_pb2.ListRequest())
+        assert int(nodes.metadata.resource_version) >= int(listed.metadata.resource_version)
+
+
+async def test_paging_with_pinned_revision(stubs: Stubs) -> None:
+    for i in range(7):
+        await create_pod(stubs, f"p{i}", app="web" if i % 2 == 0 else "db")
+    page = await stubs.pods.List(meta_pb2.ListRequest(namespace="default", limit=3))
+    names = [p.metadata.name for p in page.items]
+    assert names == ["p0", "p1", "p2"]
+    assert page.metadata.continue_token
+    rv = page.metadata.resource_version
+    await create_pod(stubs, "p00")  # sorts inside the first page's range, after the pin
+    await create_pod(stubs, "p9")  # after the pin: must not show up
+    while page.metadata.continue_token:
+        page = await stubs.pods.List(
+            meta_pb2.ListRequest(
+                namespace="default", limit=3, continue_token=page.metadata.continue_token
+            )
+        )
+        assert page.metadata.resource_version == rv
+        names.extend(p.metadata.name for p in page.items)
+    assert names == [f"p{i}" for i in range(7)]
+    # Paging with a label selector fills pages with matching items only.
+    page = await stubs.pods.List(meta_pb2.ListRequest(label_selector="app=web", limit=2))
+    got = [p.metadata.name for p in page.items]
+    while page.metadata.continue_token:
+        page = await stubs.pods.List(
+            meta_pb2.ListRequest(
+                label_selector="app=web", limit=2, continue_token=page.metadata.continue_token
+            )
+        )
+        got.extend(p.metadata.name for p in page.items)
+    assert got == ["p0", "p2", "p4", "p6"]
+    await expect_error(
+        stubs.pods.List(meta_pb2.ListRequest(limit=2, continue_token="garbage!")),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+
+
+async def test_list_with_label_and_field_selectors(stubs: Stubs) -> None:
+    await stubs.nodes.Create(node_pb2.CreateNodeRequest(node=make_node("n1")))
+    for i in range(4):
+        await create_pod(stubs, f"p{i}", app="web" if i < 2 else "db")
+    await stubs.pods.Bind(bind_request("p0", "n1"))
+    await stubs.pods.Bind(bind_request("p2", "n1"))
+    other = make_pod("q0", namespace="other", app="web")
+    await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=other))
+
+    async def names(**kw: object) -> list[str]:
+        resp = await stubs.pods.List(meta_pb2.ListRequest(**kw))  # type: ignore[arg-type]
+        return [f"{p.metadata.namespace}/{p.metadata.name}" for p in resp.items]
+
+    assert await names(label_selector="app=web") == ["default/p0", "default/p1", "other/q0"]
+    assert await names(namespace="default", label_selector="app=web") == [
+        "default/p0",
+        "default/p1",
+    ]
+    assert await names(field_selector="spec.nodeName=n1") == ["default/p0", "default/p2"]
+    assert await names(field_selector="spec.nodeName=") == [
+        "default/p1",
+        "default/p3",
+        "other/q0",
+    ]
+    assert await names(field_selector="spec.nodeName=n1", label_selector="app!=web") == [
+        "default/p2"
+    ]
+    assert await names(field_selector="status.phase=Pending,metadata.namespace=other") == [
+        "other/q0"
+    ]
+    assert await names(label_selector="app notin (web,db)") == []
+
+
+async def test_list_resource_version_semantics(stubs: Stubs) -> None:
+    created = await create_pod(stubs)
+    any_rv = await stubs.pods.List(meta_pb2.ListRequest(resource_version="0"))
+    assert int(any_rv.metadata.resource_version) > 0
+    at_least = await stubs.pods.List(
+        meta_pb2.ListRequest(resource_version=created.metadata.resource_version)
+    )
+    assert [p.metadata.name for p in at_least.items] == ["web"]
+    await expect_error(
+        stubs.pods.List(meta_pb2.ListRequest(resource_version="abc")),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+
+
+async def test_cluster_scoped_kinds_ignore_namespace(stubs: Stubs) -> None:
+    node = make_node("n1")
+    node.metadata.namespace = "ignored"
+    created = await stubs.nodes.Create(node_pb2.CreateNodeRequest(node=node))
+    assert created.metadata.namespace == ""
+    got = await stubs.nodes.Get(meta_pb2.GetRequest(namespace="whatever", name="n1"))
+    assert got == created
+    # Namespaced kinds default to "default" and keep namespaces apart.
+    await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("web", namespace="a")))
+    await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("web", namespace="b")))
+    await expect_error(get_pod(stubs), grpc.StatusCode.NOT_FOUND)
+    listed = await stubs.pods.List(meta_pb2.ListRequest(namespace="a"))
+    assert [p.metadata.namespace for p in listed.items] == ["a"]
+
+
+async def test_health_is_serving(apiserver: RunningAPIServer, channel: grpc.aio.Channel) -> None:
+    stub = health_pb2_grpc.HealthStub(channel)
+    resp = await stub.Check(health_pb2.HealthCheckRequest(service=""))
+    assert resp.status == health_pb2.HealthCheckResponse.SERVING
+    assert apiserver.address.startswith("127.0.0.1:")
+    assert apiserver.server.etcd_watch_count() == 5
