@@ -1,4 +1,4 @@
-"""Leader election between two electors on the real apiserver (2 s lease, 1.5 s deadline, 0.2 s retry)."""
+"""Two electors on the real apiserver (2 s lease, 1.5 s deadline, 0.2 s retry)."""
 
 from __future__ import annotations
 
