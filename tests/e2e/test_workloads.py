@@ -1,0 +1,447 @@
+"""Workloads across real processes: etcd, apiserver, scheduler, controller manager, 2 kubelets.
+
+ReplicaSets of real `sleep` processes are created, scaled, deleted and healed; a kubelet and
+the controller manager are killed with SIGKILL; a crashing container restarts with back-off;
+`tinykube logs` prints a container's output. Timings are shortened through flags (lease
+durations and grace periods of seconds) and every wait polls for a condition.
+
+If the scheduler package cannot run yet, a small binder in this module assigns pending pods
+round-robin to Ready, untainted nodes instead (see `binder`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tinykube.client import Client
+from tinykube.errors import NotFoundError, TinykubeError
+from tinykube.launcher import LocalCluster, has_main
+from tinykube.v1 import node_pb2, pod_pb2, replicaset_pb2
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
+
+NS = "default"
+KUBELET_ARGS = [
+    "--node-lease-duration-seconds", "4",
+    "--node-status-update-frequency", "1s",
+    "--crash-loop-backoff", "1s",
+    "--crash-loop-backoff-max", "4s",
+    "--poll-interval", "200ms",
+]  # fmt: skip
+CONTROLLER_ARGS = [
+    "--node-monitor-grace-period", "5s",
+    "--node-monitor-period", "1s",
+    "--default-unreachable-toleration-seconds", "3",
+    "--leader-elect-lease-duration", "4s",
+    "--leader-elect-renew-deadline", "3s",
+    "--leader-elect-retry-period", "1s",
+]  # fmt: skip
+
+
+async def eventually(
+    check: Callable[[], Awaitable[Any]], limit: float = 60.0, what: str = "condition"
+) -> Any:
+    """Poll `check` until it returns something truthy; fail with its last value."""
+    deadline = asyncio.get_running_loop().time() + limit
+    last: Any = None
+    while True:
+        try:
+            last = await check()
+        except TinykubeError as exc:
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"timed out waiting for {what}; last: {last!r}")
+        await asyncio.sleep(0.2)
+
+
+def processes_running(argv: list[str]) -> list[int]:
+    """Pids in the process table whose command line is exactly `argv` (zombies excluded)."""
+    wanted = "\0".join(argv).encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "cmdline").read_bytes() != wanted:
+                continue
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rfind(")") + 2 :].split()[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def schedulable(node: node_pb2.Node) -> bool:
+    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+    blocked = any(t.effect in ("NoSchedule", "NoExecute") for t in node.spec.taints)
+    return ready and not blocked and not node.spec.unschedulable
+
+
+async def binder(client: Client) -> None:
+    """Stand-in for the scheduler: bind pending pods round-robin to schedulable nodes."""
+    turn = 0
+    while True:
+        try:
+            nodes = sorted(
+                n.metadata.name for n in (await client.nodes.list()).items if schedulable(n)
+            )
+            pending = (await client.pods.list("", field_selector="spec.nodeName=")).items
+            for pod in pending:
+                if not nodes or pod.metadata.HasField("deletion_timestamp"):
+                    continue
+                node = nodes[turn % len(nodes)]
+                turn += 1
+                with contextlib.suppress(TinykubeError):
+                    await client.bind(
+                        pod.metadata.namespace, pod.metadata.name, node, pod.metadata.uid
+                    )
+        except TinykubeError:
+            pass
+        await asyncio.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalCluster]:
+    work = tmp_path_factory.mktemp("workloads")
+    use_scheduler = has_main("scheduler")
+    cl = LocalCluster(
+        work,
+        scheduler=use_scheduler,
+        kubelets=("node-1", "node-2"),
+        extra_args={"kubelet": KUBELET_ARGS, "controller": CONTROLLER_ARGS},
+    )
+    await asyncio.to_thread(cl.start)
+    bind_task = None
+    try:
+        async with Client(cl.api_address) as client:
+            if not use_scheduler:
+                bind_task = asyncio.create_task(binder(client))
+            await eventually(lambda: nodes_ready(client, 2), what="two Ready nodes")
+            yield cl
+    finally:
+        if bind_task is not None:
+            bind_task.cancel()
+        await asyncio.to_thread(cl.stop)
+
+
+@pytest.fixture
+async def client(cluster: LocalCluster) -> AsyncIterator[Client]:
+    async with Client(cluster.api_address) as c:
+        yield c
+
+
+async def nodes_ready(client: Client, count: int) -> bool:
+    nodes = (await client.nodes.list()).items
+    return sum(1 for n in nodes if schedulable(n)) >= count
+
+
+def sleeper_rs(name: str, replicas: int, token: str) -> replicaset_pb2.ReplicaSet:
+    rs = replicaset_pb2.ReplicaSet(api_version="v1", kind="ReplicaSet")
+    rs.metadata.name = name
+    rs.metadata.namespace = NS
+    rs.spec.replicas = replicas
+    rs.spec.selector.match_labels["app"] = name
+    rs.spec.template.metadata.labels["app"] = name
+    container = rs.spec.template.spec.containers.add(name="sleep", image="busybox")
+    container.command.extend(["sleep", token])
+    rs.spec.template.spec.termination_grace_period_seconds = 2
+    return rs
+
+
+async def rs_pods(client: Client, name: str) -> list[pod_pb2.Pod]:
+    return [
+        p
+        for p in (await client.pods.list(NS, label_selector=f"app={name}")).items
+        if not p.metadata.HasField("deletion_timestamp")
+    ]
+
+
+async def running(client: Client, name: str, count: int, argv: list[str]) -> bool:
+    """Exactly `count` live pods, all Running and Ready, and exactly that many processes."""
+    pods = await rs_pods(client, name)
+    ready = [
+        p
+        for p in pods
+        if p.status.phase == "Running"
+        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions)
+    ]
+    all_pods = (await client.pods.list(NS, label_selector=f"app={name}")).items
+    return len(all_pods) == count and len(ready) == count and len(processes_running(argv)) == count
+
+
+async def scale(client: Client, name: str, replicas: int) -> None:
+    for _ in range(5):
+        rs = await client.replica_sets.get(name, NS)
+        rs.spec.replicas = replicas
+        try:
+            await client.replica_sets.update(rs)
+            return
+        except TinykubeError:
+            continue
+
+
+def token() -> str:
+    # A unique, valid `sleep` argument so the test can find its own processes.
+    return f"{3000 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
+
+
+async def test_replicaset_runs_scales_and_is_deleted(client: Client) -> None:
+    tok = token()
+    argv = ["sleep", tok]
+    await client.replica_sets.create(sleeper_rs("sleepers", 6, tok))
+    await eventually(lambda: running(client, "sleepers", 6, argv), what="6 running sleepers")
+    pods = await rs_pods(client, "sleepers")
+    assert {p.spec.node_name for p in pods} == {"node-1", "node-2"}
+    for pod in pods:
+        assert pod.metadata.owner_references[0].kind == "ReplicaSet"
+        assert pod.status.host_ip == "127.0.0.1"
+        assert pod.status.container_statuses[0].state.HasField("running")
+    rs = await client.replica_sets.get("sleepers", NS)
+    assert (rs.status.replicas, rs.status.ready_replicas) == (6, 6)
+
+    await scale(client, "sleepers", 2)
+    await eventually(lambda: running(client, "sleepers", 2, argv), what="scaled down to 2")
+    await scale(client, "sleepers", 6)
+    await eventually(lambda: running(client, "sleepers", 6, argv), what="scaled back to 6")
+
+    await client.replica_sets.delete("sleepers", NS)
+
+    async def all_gone() -> bool:
+        pods = (await client.pods.list(NS, label_selector="app=sleepers")).items
+        return not pods and not processes_running(argv)
+
+    await eventually(all_gone, what="pods and processes of the deleted ReplicaSet to go")
+
+
+async def test_crashing_container_restarts_with_backoff(client: Client) -> None:
+    pod = pod_pb2.Pod(api_version="v1", kind="Pod")
+    pod.metadata.name = "crasher"
+    pod.metadata.namespace = NS
+    c = pod.spec.containers.add(name="main", image="busybox")
+    c.command.extend(["sh", "-c", "echo about to fail; exit 3"])
+    await client.pods.create(pod)
+
+    async def restarted() -> pod_pb2.ContainerStatus | None:
+        p = await client.pods.get("crasher", NS)
+        cs = p.status.container_statuses
+        return cs[0] if cs and cs[0].restart_count >= 2 else None
+
+    status = await eventually(restarted, what="two restarts")
+    assert status.last_state.terminated.exit_code == 3
+    assert status.last_state.terminated.reason == "Error"
+    p = await client.pods.get("crasher", NS)
+    assert p.status.phase == "Running"
+    # Between attempts the container waits out its back-off.
+    waits = await eventually(lambda: crash_loop_waiting(client), limit=30, what="CrashLoopBackOff")
+    assert "back-off" in waits.message
+    await client.pods.delete("crasher", NS, grace_period_seconds=0)
+
+
+async def crash_loop_waiting(client: Client) -> pod_pb2.ContainerStateWaiting | None:
+    p = await client.pods.get("crasher", NS)
+    cs = p.status.container_statuses
+    if cs and cs[0].state.waiting.reason == "CrashLoopBackOff":
+        return cs[0].state.waiting
+    return None
+
+
+async def test_command_that_cannot_start_is_reported(client: Client) -> None:
+    pod = pod_pb2.Pod(api_version="v1", kind="Pod")
+    pod.metadata.name = "nocommand"
+    pod.metadata.namespace = NS
+    pod.spec.containers.add(name="main", image="x", command=["/no/such/binary-tinykube"])
+    await client.pods.create(pod)
+
+    async def waiting() -> pod_pb2.ContainerStateWaiting | None:
+        p = await client.pods.get("nocommand", NS)
+        cs = p.status.container_statuses
+        return cs[0].state.waiting if cs and cs[0].state.waiting.reason else None
+
+    state = await eventually(waiting, what="a waiting reason")
+    assert state.reason == "RunContainerError"
+    assert "No such file or directory" in state.message
+    assert (await client.pods.get("nocommand", NS)).status.phase == "Pending"
+    await client.pods.delete("nocommand", NS, grace_period_seconds=0)
+
+
+async def test_tinykube_logs_prints_container_output(client: Client, cluster: LocalCluster) -> None:
+    pod = pod_pb2.Pod(api_version="v1", kind="Pod")
+    pod.metadata.name = "talker"
+    pod.metadata.namespace = NS
+    c = pod.spec.containers.add(name="main", image="busybox")
+    c.command.extend(["sh", "-c", 'echo "hello from $HOSTNAME"; echo line two; sleep 600'])
+    pod.spec.termination_grace_period_seconds = 1
+    await client.pods.create(pod)
+
+    async def is_running() -> bool:
+        p = await client.pods.get("talker", NS)
+        return p.status.phase == "Running"
+
+    await eventually(is_running, what="talker running")
+
+    def logs(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tinykube.cli.main", "--server", cluster.api_address,
+             "logs", "talker", *extra],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+
+    async def printed() -> subprocess.CompletedProcess[str] | None:
+        out = await asyncio.to_thread(logs)
+        return out if "line two" in out.stdout else None
+
+    result = await eventually(printed, what="tinykube logs output")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "hello from talker\nline two\n"
+    tail = await asyncio.to_thread(logs, "--tail", "1")
+    assert tail.stdout == "line two\n"
+    missing = await asyncio.to_thread(logs, "-c", "nope")
+    assert missing.returncode == 1
+    assert "container nope is not valid for pod talker" in missing.stderr
+    await client.pods.delete("talker", NS)
+
+    async def gone() -> bool:
+        try:
+            await client.pods.get("talker", NS)
+        except NotFoundError:
+            return True
+        return False
+
+    await eventually(gone, what="graceful deletion confirmed by the kubelet")
+
+
+async def test_dead_kubelet_pods_are_replaced_on_the_other_node(
+    client: Client, cluster: LocalCluster
+) -> None:
+    tok = token()
+    argv = ["sleep", tok]
+    await client.replica_sets.create(sleeper_rs("survivors", 4, tok))
+    await eventually(lambda: running(client, "survivors", 4, argv), what="4 running pods")
+    on_node_2 = {
+        p.metadata.name for p in await rs_pods(client, "survivors") if p.spec.node_name == "node-2"
+    }
+    assert on_node_2, "expected some pods on node-2"
+
+    await asyncio.to_thread(cluster.kill, "kubelet-node-2", signal.SIGKILL)
+
+    async def node_2_unreachable() -> bool:
+        node = await client.nodes.get("node-2")
+        ready = next(c for c in node.status.conditions if c.type == "Ready")
+        tainted = any(t.key == "node.kubernetes.io/unreachable" for t in node.spec.taints)
+        return ready.status == "Unknown" and ready.reason == "NodeStatusUnknown" and tainted
+
+    await eventually(node_2_unreachable, what="node-2 Ready=Unknown and tainted")
+
+    async def healed() -> bool:
+        pods = await rs_pods(client, "survivors")
+        names = {p.metadata.name for p in pods}
+        all_pods = (await client.pods.list(NS, label_selector="app=survivors")).items
+        return (
+            len(all_pods) == 4
+            and not names & on_node_2
+            and all(p.spec.node_name == "node-1" and p.status.phase == "Running" for p in pods)
+        )
+
+    await eventually(healed, what="replacements Running on node-1")
+
+    # The kubelet comes back: the node is Ready again and untainted, and the processes of the
+    # pods that were deleted while it was away are killed.
+    await asyncio.to_thread(cluster.start_component, "kubelet-node-2")
+
+    async def node_2_back() -> bool:
+        node = await client.nodes.get("node-2")
+        ready = next(c for c in node.status.conditions if c.type == "Ready")
+        return ready.status == "True" and not node.spec.taints
+
+    await eventually(node_2_back, what="node-2 Ready again")
+    await eventually(
+        lambda: asyncio.sleep(0, len(processes_running(argv)) == 4),
+        what="orphaned processes killed",
+    )
+    await client.replica_sets.delete("survivors", NS)
+    await eventually(
+        lambda: asyncio.sleep(0, not processes_running(argv)), what="survivors cleaned up"
+    )
+
+
+async def test_controller_manager_killed_during_scale_up_never_overshoots(
+    client: Client, cluster: LocalCluster
+) -> None:
+    tok = token()
+    desired = 30
+    await client.replica_sets.create(sleeper_rs("burst", 0, tok))
+    controller = cluster.processes["controller"]
+    created: set[str] = set()
+    at_kill: list[int] = []
+
+    async def watch_creations() -> None:
+        # Every pod ever created for the ReplicaSet: none is deleted in this test, so the
+        # number of distinct names is exactly the number of creations.
+        async for event in client.pods.watch(NS, label_selector="app=burst"):
+            if event.type != "ADDED":
+                continue
+            created.add(event.object.metadata.name)
+            if not at_kill:
+                # Kill the controller manager the moment its first pod appears: mid slow start.
+                os.killpg(controller.pid, signal.SIGKILL)
+                at_kill.append(len(created))
+
+    watcher = asyncio.create_task(watch_creations())
+    try:
+        await asyncio.sleep(0.5)  # the watch is established
+        await scale(client, "burst", desired)
+        await eventually(lambda: asyncio.sleep(0, bool(at_kill)), what="the first pod")
+        await asyncio.to_thread(cluster.kill, "controller", signal.SIGKILL)
+        killed_with = len((await client.pods.list(NS, label_selector="app=burst")).items)
+        await asyncio.to_thread(cluster.start_component, "controller")
+        await eventually(
+            lambda: running(client, "burst", desired, ["sleep", tok]),
+            limit=120,
+            what=f"{desired} pods after the restart",
+        )
+        await asyncio.sleep(2)  # and it stays exact
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    assert killed_with < desired, "the controller manager finished before it was killed"
+    assert len(created) == desired, f"{len(created)} pods created for {desired} replicas"
+    assert len(await rs_pods(client, "burst")) == desired
+    await client.replica_sets.delete("burst", NS)
+    await eventually(
+        lambda: asyncio.sleep(0, not processes_running(["sleep", tok])), what="burst cleaned up"
+    )
+
+
+async def test_kubelet_restart_adopts_running_containers(
+    client: Client, cluster: LocalCluster
+) -> None:
+    tok = token()
+    argv = ["sleep", tok]
+    await client.replica_sets.create(sleeper_rs("steady", 2, tok))
+    await eventually(lambda: running(client, "steady", 2, argv), what="2 running pods")
+    before = sorted(processes_running(argv))
+    await asyncio.to_thread(cluster.restart, "kubelet-node-1")
+    await asyncio.to_thread(cluster.restart, "kubelet-node-2")
+    await eventually(lambda: nodes_ready(client, 2), what="nodes Ready after restart")
+    await asyncio.sleep(2)  # give a wrongly restarting kubelet the chance to duplicate
+    assert sorted(processes_running(argv)) == before
+    await eventually(lambda: running(client, "steady", 2, argv), what="still running")
+    await client.replica_sets.delete("steady", NS)
+    await eventually(
+        lambda: asyncio.sleep(0, not processes_running(argv)), what="steady cleaned up"
+    )

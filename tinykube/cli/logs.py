@@ -1,0 +1,65 @@
+"""`tinykube logs POD [-c CONTAINER] [-f] [--tail N]`: print a container's output.
+
+As kubectl does, the CLI asks the apiserver for the pod, then the pod's node for its kubelet
+address (the node's InternalIP and `status.daemonEndpoints.kubeletEndpoint.Port`) and streams
+the `tinykube.v1.Kubelet/Logs` RPC from that kubelet directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import grpc
+
+from tinykube.cli.common import CLIError, Context
+from tinykube.errors import from_rpc_error
+from tinykube.serving import CHANNEL_OPTIONS
+from tinykube.v1 import kubelet_pb2, kubelet_pb2_grpc, node_pb2
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "logs",
+        help="print the logs of a container in a pod",
+        description="Print a container's stdout and stderr, streamed from its node's kubelet.",
+    )
+    parser.add_argument("pod", help="pod name")
+    parser.add_argument("-c", "--container", default="", help="container (if the pod has many)")
+    parser.add_argument("-f", "--follow", action="store_true", help="stream new output")
+    parser.add_argument("--tail", type=int, default=-1, help="only the last N lines")
+    parser.set_defaults(func=run)
+
+
+def kubelet_address(node: node_pb2.Node) -> str:
+    port = node.status.daemon_endpoints.kubelet_endpoint.port
+    addresses = {a.type: a.address for a in node.status.addresses}
+    host = addresses.get("InternalIP") or addresses.get("Hostname") or ""
+    if not host or not port:
+        raise CLIError(f"node {node.metadata.name} does not report a kubelet endpoint")
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def run(args: argparse.Namespace, ctx: Context) -> int:
+    async with ctx.client() as client:
+        pod = await client.pods.get(args.pod, ctx.namespace)
+        if not pod.spec.node_name:
+            raise CLIError(f"pod {args.pod} is not scheduled to a node yet; it has no logs")
+        node = await client.nodes.get(pod.spec.node_name)
+    request = kubelet_pb2.LogsRequest(
+        namespace=ctx.namespace, name=args.pod, container=args.container, follow=args.follow
+    )
+    if args.tail >= 0:
+        request.tail_lines = args.tail
+    async with grpc.aio.insecure_channel(
+        kubelet_address(node), options=list(CHANNEL_OPTIONS)
+    ) as channel:
+        stub = kubelet_pb2_grpc.KubeletStub(channel)
+        try:
+            async for chunk in stub.Logs(request, timeout=None if args.follow else 30.0):
+                text = chunk.data.decode("utf-8", errors="replace")
+                ctx.print(text, end="")
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from exc
+    return 0
