@@ -217,9 +217,10 @@ class LocalCluster:
     @property
     def addresses(self) -> dict[str, str]:
         """gRPC address of every component that was started (etcd's client URL host:port)."""
-        found = {name: c.address for name, c in self.components.items() if c.process}
+        found: dict[str, str] = {}
         if self.etcd is not None or self._external_etcd:
             found["etcd"] = self.etcd_endpoint
+        found.update({name: c.address for name, c in self.components.items() if c.process})
         return found
 
     def address(self, name: str) -> str:
@@ -319,7 +320,7 @@ class LocalCluster:
             note = f"{comp.name}: skipped, {comp.module}/__main__.py does not exist yet"
             if note not in self.skipped:
                 self.skipped.append(note)
-            log.warning("%s", note)
+            log.info("%s", note)
             return False
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         log_file = self.logs_dir / f"{comp.name}.log"

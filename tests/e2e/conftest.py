@@ -1,0 +1,141 @@
+"""e2e fixtures: `tinykube up` as a real subprocess, and helpers to run the CLI against it.
+
+`tinykube_up` starts the console script on free ports with a temporary data directory, waits
+until it prints that the cluster is up (the launcher has health-checked every component by
+then), and at teardown sends SIGINT as Ctrl-C would and checks that the cluster stopped cleanly
+and left no process behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+READY_LINE = "Press Ctrl-C to stop."
+START_TIMEOUT = 180.0
+STOP_TIMEOUT = 60.0
+
+
+def venv_bin() -> Path:
+    """The directory holding this interpreter's console scripts (tinykube, grpcurl, etcd)."""
+    return Path(sys.executable).parent
+
+
+def tinykube_command() -> list[str]:
+    script = venv_bin() / "tinykube"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tinykube.cli.main"]
+
+
+@dataclass
+class UpCluster:
+    """A running `tinykube up`: its process, endpoints and everything it printed."""
+
+    process: subprocess.Popen[str]
+    data_dir: Path
+    endpoints: dict[str, str]
+    output: list[str] = field(default_factory=list)
+
+    @property
+    def api(self) -> str:
+        return self.endpoints["apiserver"]
+
+    def has(self, component: str) -> bool:
+        return any(name == component or name.startswith(component) for name in self.endpoints)
+
+    def cli(self, *args: str, stdin: str | None = None, timeout: float = 60.0) -> CLIResult:
+        """Run `tinykube --server <api> ARGS...`."""
+        done = subprocess.run(
+            [*tinykube_command(), "--server", self.api, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        return CLIResult(done.returncode, done.stdout, done.stderr)
+
+
+@dataclass
+class CLIResult:
+    code: int
+    out: str
+    err: str
+
+
+def processes_in(directory: Path) -> list[int]:
+    """Live processes working in or under `directory`: every component works in the data
+    directory, and a kubelet's containers under it."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and Path(cwd).is_relative_to(directory):
+            found.append(int(entry))
+    return found
+
+
+def _pump(stream: object, lines: queue.Queue[str | None]) -> None:
+    for line in stream:  # type: ignore[attr-defined]
+        lines.put(line.rstrip("\n"))
+    lines.put(None)
+
+
+@pytest.fixture(scope="module")
+def tinykube_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpCluster]:
+    data_dir = tmp_path_factory.mktemp("up").resolve()
+    process = subprocess.Popen(
+        [*tinykube_command(), "up", "--free-ports", "--data-dir", str(data_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        # Not in our process group: a Ctrl-C on pytest must not race the fixture's own stop.
+        start_new_session=True,
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True).start()
+    output: list[str] = []
+    deadline = time.monotonic() + START_TIMEOUT
+    try:
+        while True:
+            try:
+                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"tinykube up not ready after {START_TIMEOUT}s:\n" + "\n".join(output))
+            if line is None:
+                pytest.fail(f"tinykube up exited with {process.wait()}:\n" + "\n".join(output))
+            output.append(line)
+            if line == READY_LINE:
+                break
+        endpoints = json.loads((data_dir / "endpoints.json").read_text())
+        cluster = UpCluster(process, data_dir, endpoints, output)
+        yield cluster
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                pytest.fail("tinykube up did not stop within a minute of Ctrl-C")
+        while (line := lines.get(timeout=5)) is not None:
+            output.append(line)
+    assert process.returncode == 0, "\n".join(output)
+    assert output[-1] == "stopped.", "\n".join(output)
+    assert processes_in(data_dir) == [], "tinykube up left processes behind"
