@@ -27,7 +27,7 @@ from typing_extensions import TypeVar
 from tinykube import kinds
 from tinykube.errors import DeadlineExceededError, TinykubeError, from_rpc_error
 from tinykube.kinds import KindInfo
-from tinykube.retry import call_with_retries
+from tinykube.retry import INITIAL_BACKOFF, MAX_BACKOFF, call_with_retries
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import (
     event_pb2,
@@ -194,10 +194,20 @@ class Client:
     events: ResourceClient[event_pb2.Event, event_pb2.EventList, event_pb2.EventWatchEvent]
     leases: ResourceClient[lease_pb2.Lease, lease_pb2.LeaseList, lease_pb2.LeaseWatchEvent]
 
-    def __init__(self, target: str, *, timeout: float = 10.0, retries: int = 5) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout: float = 10.0,
+        retries: int = 5,
+        backoff_initial: float = INITIAL_BACKOFF,
+        backoff_max: float = MAX_BACKOFF,
+    ) -> None:
         self.target = target
         self.timeout = timeout
         self.retries = retries
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
         self.channel = grpc.aio.insecure_channel(target, options=list(CHANNEL_OPTIONS))
         self.pods = ResourceClient(kinds.POD, self.channel, self)
         self.nodes = ResourceClient(kinds.NODE, self.channel, self)
@@ -221,7 +231,9 @@ class Client:
             except grpc.RpcError as exc:
                 raise _mapped(exc) from exc
 
-        return await call_with_retries(attempt, retries=self.retries)
+        return await call_with_retries(
+            attempt, retries=self.retries, initial=self.backoff_initial, maximum=self.backoff_max
+        )
 
     async def bind(self, namespace: str, name: str, node_name: str, uid: str = "") -> str:
         """Bind a pod to a node (a compare-and-swap on the server); returns the new resourceVersion.
