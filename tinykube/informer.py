@@ -3,10 +3,11 @@
 Modelled on client-go's reflector + indexer + shared informer, collapsed into one class:
 `run()` lists, replaces the store (emitting the difference to handlers), then watches from the
 list's resourceVersion. A dropped stream (UNAVAILABLE, keepalive timeout, server restart) is
-resumed from the last resourceVersion seen, with jittered backoff and no relist; OUT_OF_RANGE
-("too old resource version": the window was compacted) relists, and the relist emits adds,
-updates and deletes for whatever changed meanwhile, so the store and every handler converge on
-the server's state. BOOKMARK events only advance the resourceVersion.
+resumed from the last resourceVersion seen, with jittered backoff (0.2 s doubling to 5 s: shorter
+than client-go's 30 s cap, so a toy cluster recovers quickly from an apiserver restart) and no
+relist; OUT_OF_RANGE ("too old resource version": the window was compacted) relists, and the
+relist emits adds, updates and deletes for whatever changed meanwhile, so the store and every
+handler converge on the server's state. BOOKMARK events only advance the resourceVersion.
 
 Handlers are plain synchronous callables run inline on the informer's task, in event order; a
 handler that raises is logged and the informer carries on. They should be quick (enqueue a key,
@@ -179,7 +180,7 @@ class Informer(Generic[T]):
         clock: Clock | None = None,
         name: str = "informer",
         min_backoff: float = 0.2,
-        max_backoff: float = 30.0,
+        max_backoff: float = 5.0,
     ) -> None:
         self._list_fn = list_fn
         self._watch_fn = watch_fn
