@@ -1,0 +1,331 @@
+"""Watch semantics of the apiserver's watch cache against a real etcd, through raw stubs.
+
+Resume without loss or repeats, OUT_OF_RANGE for revisions outside the window or compacted,
+fan-out to many watchers over a single etcd watch per kind, server-side filtering with
+Kubernetes' in/out-of-filter transitions, bookmarks, and slow watchers being cut off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.integration.conftest import (
+    RunningAPIServer,
+    Stubs,
+    bind_request,
+    expect_error,
+    make_node,
+    make_pod,
+    make_settings,
+    make_stubs,
+    start_apiserver,
+)
+from tinykube.localetcd import EtcdServer
+from tinykube.serving import CHANNEL_OPTIONS
+from tinykube.v1 import meta_pb2, node_pb2, pod_pb2
+
+pytestmark = pytest.mark.integration
+
+Event = tuple[str, str, str]  # (type, name, resourceVersion)
+
+
+async def read_events(call: Any, n: int, wait: float = 10.0) -> list[pod_pb2.PodWatchEvent]:
+    """The next `n` events of a watch stream (fails if they do not come in time)."""
+    out: list[pod_pb2.PodWatchEvent] = []
+    while len(out) < n:
+        msg = await asyncio.wait_for(call.read(), wait)
+        assert msg is not grpc.aio.EOF, f"stream ended after {len(out)} events"
+        if msg.type != "BOOKMARK":
+            out.append(msg)
+    return out
+
+
+def summary(events: list[pod_pb2.PodWatchEvent]) -> list[Event]:
+    return [(e.type, e.object.metadata.name, e.object.metadata.resource_version) for e in events]
+
+
+async def create(stubs: Stubs, name: str, **labels: str) -> pod_pb2.Pod:
+    return await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod(name, **labels)))
+
+
+async def relabel(stubs: Stubs, name: str, **labels: str) -> pod_pb2.Pod:
+    pod = await stubs.pods.Get(meta_pb2.GetRequest(namespace="default", name=name))
+    pod.metadata.labels.clear()
+    pod.metadata.labels.update(labels)
+    return await stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=pod))
+
+
+async def delete(stubs: Stubs, name: str) -> None:
+    await stubs.pods.Delete(
+        meta_pb2.DeleteRequest(namespace="default", name=name, grace_period_seconds=0)
+    )
+
+
+async def test_watch_from_list_revision_streams_every_change(stubs: Stubs) -> None:
+    await create(stubs, "before")
+    listed = await stubs.pods.List(meta_pb2.ListRequest())
+    call = stubs.pods.Watch(
+        meta_pb2.WatchRequest(resource_version=listed.metadata.resource_version)
+    )
+    p1 = await create(stubs, "p1")
+    p1b = await relabel(stubs, "p1", v="2")
+    await delete(stubs, "p1")
+    events = await read_events(call, 3)
+    assert [(e.type, e.object.metadata.name) for e in events] == [
+        ("ADDED", "p1"),
+        ("MODIFIED", "p1"),
+        ("DELETED", "p1"),
+    ]
+    assert events[0].object == p1
+    assert events[1].object == p1b
+    revs = [int(e.object.metadata.resource_version) for e in events]
+    assert revs == sorted(revs) and len(set(revs)) == 3
+    # The DELETED event carries the last state, stamped with the deletion revision.
+    assert events[2].object.metadata.labels["v"] == "2"
+    call.cancel()
+
+
+async def test_watch_without_revision_starts_with_current_state(stubs: Stubs) -> None:
+    for i in range(3):
+        await create(stubs, f"p{i}")
+    for rv in ("", "0"):
+        call = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=rv))
+        initial = await read_events(call, 3)
+        assert [(e.type, e.object.metadata.name) for e in initial] == [
+            ("ADDED", "p0"),
+            ("ADDED", "p1"),
+            ("ADDED", "p2"),
+        ]
+        call.cancel()
+    call = stubs.pods.Watch(meta_pb2.WatchRequest())
+    await read_events(call, 3)
+    await create(stubs, "p3")
+    (live,) = await read_events(call, 1)
+    assert (live.type, live.object.metadata.name) == ("ADDED", "p3")
+    call.cancel()
+
+
+async def test_watch_resume_after_dropped_stream_loses_and_repeats_nothing(stubs: Stubs) -> None:
+    start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resource_version
+    witness = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=start))
+    call = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=start))
+    for i in range(5):
+        await create(stubs, f"p{i}")
+    seen = await read_events(call, 5)
+    call.cancel()  # the stream drops
+    for i in range(5):
+        await relabel(stubs, f"p{i}", round="2")
+    await delete(stubs, "p0")
+    await create(stubs, "p5")
+    resumed = stubs.pods.Watch(
+        meta_pb2.WatchRequest(resource_version=seen[-1].object.metadata.resource_version)
+    )
+    seen += await read_events(resumed, 7)
+    everything = await read_events(witness, 12)
+    assert summary(seen) == summary(everything)
+    assert len(set(summary(seen))) == 12
+    # Nothing more is pending on the resumed stream.
+    with pytest.raises(TimeoutError):
+        await read_events(resumed, 1, wait=0.5)
+    resumed.cancel()
+    witness.cancel()
+
+
+async def test_watch_older_than_window_is_out_of_range(etcd_server: EtcdServer) -> None:
+    running = await start_apiserver(make_settings(etcd_server.endpoint, watch_cache_size=5))
+    ch = grpc.aio.insecure_channel(running.address, options=list(CHANNEL_OPTIONS))
+    try:
+        stubs = make_stubs(ch)
+        first = await create(stubs, "p0")
+        for i in range(1, 10):
+            await create(stubs, f"p{i}")
+        await stubs.pods.List(meta_pb2.ListRequest())  # the cache has caught up
+        window_start = running.server.caches["Pod"].window_start
+        rv = first.metadata.resource_version
+        call = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=rv))
+        await expect_error(
+            call.read(),
+            grpc.StatusCode.OUT_OF_RANGE,
+            f"too old resource version: {rv} ({window_start})",
+        )
+        # The most recent revisions are still served.
+        recent = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=str(window_start)))
+        events = await read_events(recent, 5)
+        assert [e.object.metadata.name for e in events] == [f"p{i}" for i in range(5, 10)]
+        recent.cancel()
+    finally:
+        await ch.close()
+        await running.server.stop()
+
+
+async def test_watch_from_compacted_revision_is_out_of_range(
+    apiserver: RunningAPIServer, stubs: Stubs
+) -> None:
+    old = await create(stubs, "p0")
+    await create(stubs, "p1")
+    compacted_at = await apiserver.server.compact()
+    call = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=old.metadata.resource_version))
+    details = await expect_error(call.read(), grpc.StatusCode.OUT_OF_RANGE)
+    assert details.startswith(f"too old resource version: {old.metadata.resource_version} (")
+    # A client that relists can watch again from the new list's revision.
+    listed = await stubs.pods.List(meta_pb2.ListRequest())
+    assert int(listed.metadata.resource_version) >= compacted_at
+    call = stubs.pods.Watch(
+        meta_pb2.WatchRequest(resource_version=listed.metadata.resource_version)
+    )
+    await create(stubs, "p2")
+    (ev,) = await read_events(call, 1)
+    assert ev.object.metadata.name == "p2"
+    call.cancel()
+
+
+async def test_200_watchers_see_the_same_ordered_events_over_one_etcd_watch(
+    apiserver: RunningAPIServer, stubs: Stubs
+) -> None:
+    opened_before = apiserver.server.etcd_watches_opened()
+    start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resource_version
+    channels = [
+        grpc.aio.insecure_channel(apiserver.address, options=list(CHANNEL_OPTIONS))
+        for _ in range(4)
+    ]
+    try:
+        calls = [
+            make_stubs(channels[i % 4]).pods.Watch(meta_pb2.WatchRequest(resource_version=start))
+            for i in range(200)
+        ]
+        readers = [asyncio.create_task(read_events(c, 30, wait=30)) for c in calls]
+        for i in range(10):
+            await create(stubs, f"p{i}")
+            await relabel(stubs, f"p{i}", v="1")
+            await delete(stubs, f"p{i}")
+        results = [summary(r) for r in await asyncio.gather(*readers)]
+        assert len(results) == 200
+        assert all(r == results[0] for r in results)
+        assert [t for t, _, _ in results[0]] == ["ADDED", "MODIFIED", "DELETED"] * 10
+        assert apiserver.server.caches["Pod"].watcher_count() == 200
+        # One etcd watch per kind, opened once, whatever the number of client watches.
+        assert apiserver.server.etcd_watch_count() == 5
+        assert apiserver.server.etcd_watches_opened() == opened_before
+        for c in calls:
+            c.cancel()
+    finally:
+        for ch in channels:
+            await ch.close()
+
+
+async def test_field_selector_watch_sees_pods_enter_and_leave(stubs: Stubs) -> None:
+    await stubs.nodes.Create(node_pb2.CreateNodeRequest(node=make_node("n1")))
+    start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resource_version
+    on_n1 = stubs.pods.Watch(
+        meta_pb2.WatchRequest(resource_version=start, field_selector="spec.nodeName=n1")
+    )
+    unassigned = stubs.pods.Watch(
+        meta_pb2.WatchRequest(resource_version=start, field_selector="spec.nodeName=")
+    )
+    await create(stubs, "web")
+    await create(stubs, "other")
+    await stubs.pods.Bind(bind_request("web", "n1"))
+    await delete(stubs, "web")
+    got = summary(await read_events(on_n1, 2))
+    assert [(t, n) for t, n, _ in got] == [("ADDED", "web"), ("DELETED", "web")]
+    got = summary(await read_events(unassigned, 3))
+    # Bound away from "unassigned": a DELETED event for that watcher.
+    assert [(t, n) for t, n, _ in got] == [("ADDED", "web"), ("ADDED", "other"), ("DELETED", "web")]
+    on_n1.cancel()
+    unassigned.cancel()
+
+
+async def test_label_selector_watch_transitions(stubs: Stubs) -> None:
+    start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resource_version
+    call = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=start, label_selector="app=web"))
+    await create(stubs, "p", app="web")
+    await relabel(stubs, "p", app="web", extra="1")
+    moved_out = await relabel(stubs, "p", app="db")
+    await relabel(stubs, "p", app="db", extra="2")  # invisible to this watcher
+    moved_in = await relabel(stubs, "p", app="web")
+    events = await read_events(call, 4)
+    assert [e.type for e in events] == ["ADDED", "MODIFIED", "DELETED", "ADDED"]
+    # Leaving the filter: the last state the watcher could see, at the new revision.
+    assert events[2].object.metadata.labels["app"] == "web"
+    assert events[2].object.metadata.resource_version == moved_out.metadata.resource_version
+    assert events[3].object == moved_in
+    call.cancel()
+
+
+async def test_bookmarks_only_when_asked(stubs: Stubs) -> None:
+    created = await create(stubs, "p")
+    with_bm = stubs.pods.Watch(
+        meta_pb2.WatchRequest(
+            resource_version=created.metadata.resource_version, allow_watch_bookmarks=True
+        )
+    )
+    without = stubs.pods.Watch(
+        meta_pb2.WatchRequest(resource_version=created.metadata.resource_version)
+    )
+    await stubs.nodes.Create(node_pb2.CreateNodeRequest(node=make_node("n1")))
+    msg = await asyncio.wait_for(with_bm.read(), 10)
+    assert isinstance(msg, pod_pb2.PodWatchEvent)
+    assert msg.type == "BOOKMARK"
+    assert int(msg.object.metadata.resource_version) > int(created.metadata.resource_version)
+    only_rv = pod_pb2.Pod(
+        metadata=meta_pb2.ObjectMeta(resource_version=msg.object.metadata.resource_version)
+    )
+    assert msg.object == only_rv
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(without.read(), 2.5)
+    with_bm.cancel()
+    without.cancel()
+
+
+async def test_slow_watcher_is_cut_off_without_blocking_others(etcd_server: EtcdServer) -> None:
+    running = await start_apiserver(make_settings(etcd_server.endpoint, watcher_queue_size=5))
+    ch_fast = grpc.aio.insecure_channel(running.address, options=list(CHANNEL_OPTIONS))
+    # Without BDP probing the slow client's receive window stays at 64 KiB.
+    ch_slow = grpc.aio.insecure_channel(
+        running.address, options=[*CHANNEL_OPTIONS, ("grpc.http2.bdp_probe", 0)]
+    )
+    try:
+        stubs = make_stubs(ch_fast)
+        start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resource_version
+        slow = make_stubs(ch_slow).pods.Watch(meta_pb2.WatchRequest(resource_version=start))
+        fast = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=start))
+        fast_reader = asyncio.create_task(read_events(fast, 60, wait=30))
+        for i in range(60):
+            pod = make_pod(f"p{i}")
+            # Big objects fill the HTTP/2 flow-control window of the stream nobody reads.
+            pod.metadata.annotations["blob"] = "x" * 50_000
+            await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=pod))
+        assert len(await fast_reader) == 60
+        received = 0
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            while True:
+                msg = await asyncio.wait_for(slow.read(), 10)
+                assert msg is not grpc.aio.EOF
+                received += 1
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "too slow" in (info.value.details() or "")
+        assert received < 60
+        fast.cancel()
+    finally:
+        await ch_fast.close()
+        await ch_slow.close()
+        await running.server.stop()
+
+
+async def test_watch_argument_errors(stubs: Stubs) -> None:
+    await expect_error(
+        stubs.pods.Watch(meta_pb2.WatchRequest(resource_version="abc")).read(),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    await expect_error(
+        stubs.pods.Watch(meta_pb2.WatchRequest(label_selector="a in (")).read(),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    await expect_error(
+        stubs.nodes.Watch(meta_pb2.WatchRequest(field_selector="spec.nodeName=x")).read(),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
