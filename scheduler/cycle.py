@@ -46,13 +46,18 @@ def _noop_result(result: str, seconds: float) -> None:
     return None
 
 
+def _noop_e2e(seconds: float) -> None:
+    return None
+
+
 @dataclass
 class Reporter:
     """Side effects of a cycle, injected so the core stays testable."""
 
     unschedulable: Callable[[PodInfo, str], Awaitable[None]] = _noop_unschedulable
     scheduled: Callable[[PodInfo, str], Awaitable[None]] = _noop_scheduled
-    attempt: Callable[[str, float], None] = _noop_result  # result, e2e seconds
+    attempt: Callable[[str, float], None] = _noop_result  # result, attempt seconds
+    e2e: Callable[[float], None] = _noop_e2e  # first queued -> bound, seconds
 
 
 class Scheduler:
@@ -223,7 +228,9 @@ class Scheduler:
             self.queue.done(pod.key)
             for p in self.profile.post_binds:
                 p.post_bind(state, pod, node)
-            self.reporter.attempt("scheduled", self.clock.monotonic() - qp.initial)
+            now = self.clock.monotonic()
+            self.reporter.attempt("scheduled", now - start)
+            self.reporter.e2e(now - qp.initial)
             await self.reporter.scheduled(pod, node)
         except asyncio.CancelledError:
             raise

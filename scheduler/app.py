@@ -1,0 +1,225 @@
+"""The scheduler process: gRPC server, leader election, informers feeding the scheduling loop.
+
+`SchedulerApp.start()` serves health, reflection and `tinykube.v1.Scheduler` at once (a standby
+replica is healthy too), then campaigns for the Lease kube-system/tinykube-scheduler (unless
+leader election is disabled). While leading it runs a pod informer (every pod: pending pods
+with our schedulerName are queued, assigned ones are counted in the cache) and a node informer,
+waits for both to sync, and runs the serial scheduling loop. Losing the lease ends the process's
+work (`done` completes with an error), as kube-scheduler exits on lost leadership: a fresh
+process starts with a fresh cache, so no state of an old term can leak into a new one.
+
+Unschedulable pods get condition PodScheduled=False/Unschedulable with the message (written
+only when it changes) and a FailedScheduling Event (the recorder counts repeats); bound pods
+get a Scheduled Event. One event loop; informer handlers, the cycle and RPCs interleave only
+at awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from scheduler.config import SchedulerConfig, load_config
+from scheduler.core import Profile
+from scheduler.cycle import Reporter, Scheduler
+from scheduler.framework import Handle
+from scheduler.metrics import Metrics
+from scheduler.podinfo import PodInfo
+from scheduler.service import SchedulerService
+from scheduler.settings import Settings
+from tinykube.client import Client
+from tinykube.clock import Clock
+from tinykube.errors import ConflictError, NotFoundError, TinykubeError
+from tinykube.events import NORMAL, WARNING, EventRecorder
+from tinykube.informer import Informer
+from tinykube.leaderelection import LeaderElector
+from tinykube.serving import GrpcServer
+from tinykube.v1 import node_pb2, pod_pb2, scheduler_pb2, scheduler_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name
+COMPONENT = "tinykube-scheduler"
+
+
+class SchedulerApp:
+    def __init__(
+        self,
+        settings: Settings,
+        config: SchedulerConfig | None = None,
+        clock: Clock | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.config = config or load_config(settings.config_file)
+        self.clock = clock or Clock()
+        self.metrics = metrics or Metrics()
+        self.client = Client(settings.apiserver, timeout=settings.request_timeout)
+        self.recorder = EventRecorder(self.client, COMPONENT, settings.identity)
+        self.server = GrpcServer(settings.listen, [SERVICE_NAME])
+        self.scheduler: Scheduler | None = None
+        self.elector: LeaderElector | None = None
+        self.pod_informer: Informer[pod_pb2.Pod] | None = None
+        self._main: asyncio.Task[None] | None = None
+        self.port = 0
+
+    # ----- lifecycle --------------------------------------------------------------------
+    async def start(self) -> int:
+        service = SchedulerService(lambda: self.scheduler, self._leader)
+        self.server.add(lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(service, s))
+        self.port = await self.server.start()
+        self.metrics.serve(self.settings.metrics_port)
+        self._main = asyncio.create_task(self._run(), name="scheduler-main")
+        log.info("scheduler serving on port %d (apiserver %s)", self.port, self.settings.apiserver)
+        return self.port
+
+    @property
+    def done(self) -> asyncio.Task[None]:
+        assert self._main is not None
+        return self._main
+
+    async def stop(self) -> None:
+        if self._main is not None:
+            self._main.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._main
+        await self.server.stop(1.0)
+        await self.recorder.close()
+        await self.client.close()
+
+    def _leader(self) -> str:
+        return self.elector.leader_identity if self.elector is not None else ""
+
+    async def _run(self) -> None:
+        s = self.settings
+        if not s.leader_elect:
+            await self._lead()
+            return
+        self.elector = LeaderElector(
+            self.client,
+            namespace=s.lease_namespace,
+            name=s.lease_name,
+            identity=s.identity,
+            lease_duration=s.lease_duration,
+            renew_deadline=s.renew_deadline,
+            retry_period=s.retry_period,
+            clock=self.clock,
+        )
+        await self.elector.run(self._lead)
+
+    # ----- while leading ----------------------------------------------------------------
+    async def _lead(self) -> None:
+        cfg = self.config
+        profile = Profile(cfg.profile, Handle(bind=self._bind))
+        sched = Scheduler(
+            profile,
+            clock=self.clock,
+            percentage_of_nodes_to_score=cfg.percentage_of_nodes_to_score,
+            initial_backoff=cfg.pod_initial_backoff_seconds,
+            max_backoff=cfg.pod_max_backoff_seconds,
+            max_binds=self.settings.max_binds,
+            reporter=Reporter(
+                self._report_unschedulable,
+                self._report_scheduled,
+                self.metrics.observe_attempt,
+                self.metrics.observe_e2e,
+            ),
+        )
+        self.metrics.track_queue(sched.queue.lengths)
+        nodes: Informer[node_pb2.Node] = Informer.for_resource(self.client.nodes, clock=self.clock)
+        pods: Informer[pod_pb2.Pod] = Informer.for_resource(self.client.pods, clock=self.clock)
+        nodes.add_handler(sched.on_node_add, sched.on_node_update, sched.on_node_delete)
+        pods.add_handler(sched.on_pod_add, sched.on_pod_update, sched.on_pod_delete)
+        self.pod_informer = pods
+        tasks = [nodes.start(), pods.start()]
+        try:
+            await nodes.wait_synced()
+            await pods.wait_synced()
+            log.info(
+                "caches synced: %d nodes, %d pods; scheduling as %r",
+                len(nodes.store),
+                len(pods.store),
+                profile.scheduler_name,
+            )
+            self.scheduler = sched
+            await sched.run()
+        finally:
+            self.scheduler = None
+            for t in tasks:
+                t.cancel()
+            await sched.cancel_tasks()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ----- the outside world ------------------------------------------------------------
+    async def _bind(self, pod: PodInfo, node: str) -> None:
+        await self.client.bind(pod.namespace, pod.name, node, uid=pod.uid)
+
+    async def _report_scheduled(self, pod: PodInfo, node: str) -> None:
+        self.recorder.emit(
+            pod.pod, NORMAL, "Scheduled", f"Successfully assigned {pod.key} to {node}"
+        )
+
+    async def _report_unschedulable(self, pod: PodInfo, message: str) -> None:
+        self.recorder.emit(pod.pod, WARNING, "FailedScheduling", message)
+        await self._set_unschedulable_condition(pod, message)
+
+    async def _set_unschedulable_condition(self, info: PodInfo, message: str) -> None:
+        current: Any = None
+        if self.pod_informer is not None:
+            current = self.pod_informer.store.get(info.key)
+        for _ in range(3):
+            if current is None:
+                try:
+                    current = await self.client.pods.get(info.name, info.namespace)
+                except NotFoundError:
+                    return
+            if current.spec.node_name or current.metadata.uid != info.uid:
+                return  # bound meanwhile, or a different pod with the same name
+            pod = pod_pb2.Pod()
+            pod.CopyFrom(current)  # informer objects are shared: never mutate them
+            if not _set_condition(pod, self.clock, message):
+                return
+            try:
+                await self.client.pods.update_status(pod)
+                return
+            except ConflictError:
+                current = None  # re-read and try again
+            except NotFoundError:
+                return
+            except TinykubeError as exc:
+                log.warning("could not update status of %s: %s", info.key, exc)
+                return
+
+
+def _set_condition(pod: pod_pb2.Pod, clock: Clock, message: str) -> bool:
+    """Set PodScheduled=False/Unschedulable; False when it already says exactly that."""
+    now = Timestamp()
+    now.FromDatetime(clock.now())
+    for cond in pod.status.conditions:
+        if cond.type == "PodScheduled":
+            if (
+                cond.status == "False"
+                and cond.reason == "Unschedulable"
+                and cond.message == message
+            ):
+                return False
+            if cond.status != "False":
+                cond.last_transition_time.CopyFrom(now)
+            cond.status, cond.reason, cond.message = "False", "Unschedulable", message
+            cond.last_probe_time.CopyFrom(now)
+            return True
+    pod.status.conditions.add(
+        type="PodScheduled",
+        status="False",
+        reason="Unschedulable",
+        message=message,
+        last_probe_time=now,
+        last_transition_time=now,
+    )
+    if not pod.status.phase:
+        pod.status.phase = "Pending"
+    return True

@@ -1,0 +1,60 @@
+"""Prometheus metrics of the scheduler, named after kube-scheduler's.
+
+Held in one object with its own registry (no module globals), served by `serve`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.attempts = Counter(
+            "scheduler_schedule_attempts",
+            "Scheduling attempts by result (scheduled, unschedulable, error).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.attempt_duration = Histogram(
+            "scheduler_scheduling_attempt_duration_seconds",
+            "Scheduling attempt latency (the algorithm plus, for scheduled pods, the bind).",
+            ["result"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.e2e = Histogram(
+            "scheduler_pod_scheduling_duration_seconds",
+            "End-to-end scheduling latency: first queued to bound.",
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.pending = Gauge(
+            "scheduler_pending_pods",
+            "Pods in the scheduling queue by queue (active, backoff, unschedulable).",
+            ["queue"],
+            registry=self.registry,
+        )
+
+    def observe_attempt(self, result: str, seconds: float) -> None:
+        self.attempts.labels(result=result).inc()
+        self.attempt_duration.labels(result=result).observe(seconds)
+
+    def observe_e2e(self, seconds: float) -> None:
+        self.e2e.observe(seconds)
+
+    def track_queue(self, lengths: Callable[[], dict[str, int]]) -> None:
+        def reader(q: str) -> Callable[[], float]:
+            return lambda: float(lengths()[q])
+
+        for q in ("active", "backoff", "unschedulable"):
+            self.pending.labels(queue=q).set_function(reader(q))
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> None:
+        if port > 0:
+            start_http_server(port, addr=host, registry=self.registry)

@@ -1,0 +1,33 @@
+"""The scheduler process's settings, built once in `__main__` from flags and environment."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+
+
+def _default_identity() -> str:
+    return f"{socket.gethostname()}_{os.getpid()}"
+
+
+@dataclass
+class Settings:
+    apiserver: str = "127.0.0.1:6443"
+    bind_address: str = "0.0.0.0"
+    port: int = 10259
+    metrics_port: int = 0
+    config_file: str = ""
+    leader_elect: bool = True
+    lease_namespace: str = "kube-system"
+    lease_name: str = "tinykube-scheduler"
+    identity: str = field(default_factory=_default_identity)
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    max_binds: int = 32
+    request_timeout: float = 10.0
+
+    @property
+    def listen(self) -> str:
+        return f"{self.bind_address}:{self.port}"
