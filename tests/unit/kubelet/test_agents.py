@@ -1,0 +1,166 @@
+"""Node registration/lease/status and pod workers, against an in-memory fake client."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kubelet.fake import FakeRuntime
+from kubelet.node import NODE_LEASE_NAMESPACE, NodeAgent, NodeConfig
+from kubelet.pods import PodManager
+from tests.unit.controller.fakes import FakeClient
+from tinykube.clock import FakeClock
+from tinykube.v1 import node_pb2, pod_pb2
+
+
+def config(**kw: object) -> NodeConfig:
+    base: dict[str, object] = {
+        "name": "n1",
+        "node_ip": "10.0.0.5",
+        "kubelet_port": 10250,
+        "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+        "labels": {"zone": "a"},
+        "taints": [("dedicated", "gpu", "NoSchedule")],
+        "runtime": "fake",
+    }
+    base.update(kw)
+    return NodeConfig(**base)  # type: ignore[arg-type]
+
+
+async def test_register_creates_the_node_with_status_and_endpoint() -> None:
+    clock = FakeClock()
+    client = FakeClient(clock)
+    agent = NodeAgent(client, config(), lambda: client.nodes.objects.get("n1"), clock=clock)
+    await agent.register()
+    node = client.nodes.objects["n1"]
+    assert node.metadata.labels["zone"] == "a"
+    assert node.metadata.labels["kubernetes.io/hostname"] == "n1"
+    assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [
+        ("dedicated", "gpu", "NoSchedule")
+    ]
+    assert dict(node.status.allocatable) == {"cpu": "4", "memory": "8Gi", "pods": "110"}
+    assert {a.type: a.address for a in node.status.addresses}["InternalIP"] == "10.0.0.5"
+    assert node.status.daemon_endpoints.kubelet_endpoint.port == 10250
+    (ready,) = node.status.conditions
+    assert (ready.type, ready.status, ready.reason) == ("Ready", "True", "KubeletReady")
+
+
+async def test_reregistration_keeps_the_node_and_restores_ready() -> None:
+    clock = FakeClock()
+    client = FakeClient(clock)
+    agent = NodeAgent(client, config(), lambda: client.nodes.objects.get("n1"), clock=clock)
+    await agent.register()
+    node = client.nodes.objects["n1"]
+    uid = node.metadata.uid
+    node.status.conditions[0].status = "Unknown"  # the node lifecycle controller's verdict
+    assert agent.needs_update(node)
+    await agent.sync_status()
+    assert client.nodes.objects["n1"].status.conditions[0].status == "True"
+    again = NodeAgent(client, config(), lambda: client.nodes.objects.get("n1"), clock=clock)
+    await again.register()
+    assert client.nodes.objects["n1"].metadata.uid == uid
+    assert not again.needs_update(client.nodes.objects["n1"])
+
+
+async def test_lease_is_created_then_renewed() -> None:
+    clock = FakeClock()
+    client = FakeClient(clock)
+    agent = NodeAgent(client, config(lease_duration_seconds=40), lambda: None, clock=clock)
+    await agent.renew_lease()
+    lease = client.leases.objects[f"{NODE_LEASE_NAMESPACE}/n1"]
+    assert (lease.spec.holder_identity, lease.spec.lease_duration_seconds) == ("n1", 40)
+    first = lease.spec.renew_time.seconds
+    clock.advance(10)
+    await agent.renew_lease()
+    assert client.leases.objects[f"{NODE_LEASE_NAMESPACE}/n1"].spec.renew_time.seconds == (
+        first + 10
+    )
+
+
+async def test_lease_loop_backs_off_on_failure() -> None:
+    clock = FakeClock()
+    client = FakeClient(clock)
+    agent = NodeAgent(client, config(), lambda: None, clock=clock)
+    from tinykube.errors import UnavailableError
+
+    client.leases.fail_creates = UnavailableError("apiserver down")
+    task = asyncio.create_task(agent.lease_loop())
+    await clock.step(0)
+    await clock.step(0.2)
+    await clock.step(0.4)
+    assert f"{NODE_LEASE_NAMESPACE}/n1" not in client.leases.objects
+    client.leases.fail_creates = None
+    await clock.step(0.8)
+    assert f"{NODE_LEASE_NAMESPACE}/n1" in client.leases.objects
+    task.cancel()
+
+
+def bound_pod(name: str, node: str) -> pod_pb2.Pod:
+    pod = pod_pb2.Pod()
+    pod.metadata.name = name
+    pod.metadata.namespace = "default"
+    pod.spec.node_name = node
+    pod.spec.containers.add(name="c", image="img")
+    pod.status.conditions.add(type="PodScheduled", status="True")
+    return pod
+
+
+async def wait_for(pred: object, clock: FakeClock) -> None:
+    for _ in range(100):
+        if pred():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never held")
+
+
+async def test_pod_worker_reports_running_and_confirms_deletion() -> None:
+    clock = FakeClock()
+    client = FakeClient(clock)
+    manager = PodManager(client, FakeRuntime(clock), {"n1"}, lambda _n: "10.0.0.5", clock=clock)
+    mine = await client.pods.create(bound_pod("mine", "n1"))
+    other = await client.pods.create(bound_pod("other", "n2"))
+    manager.on_add(mine)
+    manager.on_add(other)
+    assert list(manager.workers) == [mine.metadata.uid], "took another node's pod"
+
+    def running() -> bool:
+        return client.pods.objects["default/mine"].status.phase == "Running"
+
+    await wait_for(running, clock)
+    status = client.pods.objects["default/mine"].status
+    assert status.host_ip == "10.0.0.5"
+    assert {c.type: c.status for c in status.conditions} == {
+        "PodScheduled": "True",
+        "Initialized": "True",
+        "ContainersReady": "True",
+        "Ready": "True",
+    }
+    assert client.pods.objects["default/other"].status.phase == ""
+
+    terminating = pod_pb2.Pod()
+    terminating.CopyFrom(client.pods.objects["default/mine"])
+    terminating.metadata.deletion_timestamp.seconds = 1
+    terminating.metadata.deletion_grace_period_seconds = 0
+    manager.on_update(mine, terminating)
+    await wait_for(lambda: "default/mine" not in client.pods.objects, clock)
+    assert ("delete/0", "default/mine") in client.pods.calls
+    await wait_for(lambda: not manager.workers, clock)
+    await manager.stop()
+
+
+async def test_orphans_from_a_previous_run_are_cleaned_up() -> None:
+    clock = FakeClock()
+    client = FakeClient(clock)
+    runtime = FakeRuntime(clock)
+    await runtime.sync_pod(bound_pod("stale", "n1"))
+    manager = PodManager(client, runtime, {"n1"}, lambda _n: "h", clock=clock)
+    await manager.cleanup_orphans(set())
+    assert runtime.known_pods() == []
+
+
+def test_node_helpers_build_a_kubernetes_shaped_status() -> None:
+    from kubelet.node import desired_status
+
+    status = desired_status(config(), "host-a")
+    assert isinstance(status, node_pb2.NodeStatus)
+    assert status.node_info.kubelet_version.startswith("tinykube")
+    assert {a.type for a in status.addresses} == {"InternalIP", "Hostname"}

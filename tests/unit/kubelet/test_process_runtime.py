@@ -1,0 +1,161 @@
+"""The process runtime against real short-lived local processes (no sockets; fake clock for
+back-off, real time only for process exits)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from kubelet.process import ProcessRuntime, proc_start_time
+from kubelet.runtime import RUNNING, TERMINATED, WAITING, PodRecord, build_pod_status
+from tinykube.clock import Clock, FakeClock
+from tinykube.v1 import pod_pb2
+
+
+def make_pod(uid: str, *command: str, policy: str = "Always", name: str = "p") -> pod_pb2.Pod:
+    pod = pod_pb2.Pod()
+    pod.metadata.name = name
+    pod.metadata.namespace = "default"
+    pod.metadata.uid = uid
+    pod.spec.restart_policy = policy
+    pod.spec.containers.add(name="c", image="x", command=list(command))
+    return pod
+
+
+async def settle(rt: ProcessRuntime, pod: pod_pb2.Pod, until: str) -> PodRecord:
+    """sync_pod until the container reaches state `until` (real time: a process must exit)."""
+    for _ in range(200):
+        rec = await rt.sync_pod(pod)
+        if rec.containers["c"].state == until:
+            return rec
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"container never reached {until}: {rec.containers['c']}")
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def runtime(tmp_path: Path, clock: Clock) -> ProcessRuntime:
+    return ProcessRuntime(tmp_path, clock=clock, backoff_initial=10, backoff_max=40)
+
+
+async def test_exit_code_and_log_with_restart_policy_never(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    rt = runtime(tmp_path, clock)
+    pod = make_pod("u1", "sh", "-c", "echo out; echo err >&2; exit 3", policy="Never")
+    rec = await settle(rt, pod, TERMINATED)
+    term = rec.containers["c"].terminated
+    assert term is not None and (term.exit_code, term.reason) == (3, "Error")
+    assert rec.final_phase == "Failed"
+    log_path = rt.log_path("u1", "c")
+    assert log_path is not None and log_path.read_text() == "out\nerr\n"
+    status = build_pod_status(pod, rec, "10.0.0.1", pod_pb2.PodStatus(), 0.0)
+    assert status.phase == "Failed"
+    assert status.container_statuses[0].state.terminated.exit_code == 3
+    ready = next(c for c in status.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "PodCompleted")
+
+
+async def test_on_failure_success_completes_the_pod(tmp_path: Path, clock: FakeClock) -> None:
+    rt = runtime(tmp_path, clock)
+    rec = await settle(rt, make_pod("u2", "true", policy="OnFailure"), TERMINATED)
+    assert rec.final_phase == "Succeeded"
+    assert rec.containers["c"].restart_count == 0
+
+
+async def test_crash_loop_backs_off_and_doubles(tmp_path: Path, clock: FakeClock) -> None:
+    rt = runtime(tmp_path, clock)
+    pod = make_pod("u3", "sh", "-c", "exit 2")
+    rec = await settle(rt, pod, WAITING)
+    c = rec.containers["c"]
+    assert c.waiting_reason == "CrashLoopBackOff"
+    assert c.waiting_message == "back-off 10s restarting failed container=c pod=p_default(u3)"
+    assert c.last is not None and c.last.exit_code == 2
+    # Not before the back-off has passed.
+    clock.advance(9)
+    assert (await rt.sync_pod(pod)).containers["c"].state == WAITING
+    clock.advance(1.5)
+    rec = await rt.sync_pod(pod)
+    assert rec.containers["c"].restart_count == 1
+    rec = await settle(rt, pod, WAITING)
+    assert "back-off 20s" in rec.containers["c"].waiting_message
+    status = build_pod_status(pod, rec, "h", pod_pb2.PodStatus(), 0.0)
+    assert status.phase == "Running"
+    assert status.container_statuses[0].restart_count == 1
+    assert status.container_statuses[0].last_state.terminated.exit_code == 2
+
+
+async def test_command_that_cannot_start_is_a_waiting_reason(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    rt = runtime(tmp_path, clock)
+    pod = make_pod("u4", "definitely-not-a-command-tinykube")
+    rec = await rt.sync_pod(pod)
+    c = rec.containers["c"]
+    assert (c.state, c.waiting_reason) == (WAITING, "RunContainerError")
+    assert 'exec: "definitely-not-a-command-tinykube": executable file not found' in (
+        c.waiting_message
+    )
+    pod2 = make_pod("u5", "/nonexistent/bin")
+    c2 = (await rt.sync_pod(pod2)).containers["c"]
+    assert "No such file or directory" in c2.waiting_message
+    status = build_pod_status(pod, rec, "h", pod_pb2.PodStatus(), 0.0)
+    assert status.phase == "Pending"
+    assert status.container_statuses[0].state.waiting.reason == "RunContainerError"
+
+
+async def test_restarted_runtime_adopts_running_processes(tmp_path: Path) -> None:
+    first = ProcessRuntime(tmp_path, clock=Clock())
+    pod = make_pod("u6", "sleep", "30")
+    rec = await first.sync_pod(pod)
+    pid = rec.containers["c"].pid
+    assert rec.containers["c"].state == RUNNING and proc_start_time(pid)
+
+    second = ProcessRuntime(tmp_path, clock=Clock())
+    assert second.load() == ["u6"]
+    rec2 = await second.sync_pod(pod)
+    assert rec2.containers["c"].pid == pid, "a duplicate process was started"
+    assert rec2.containers["c"].state == RUNNING
+
+    await second.kill_pod("u6", 1.0)
+    assert proc_start_time(pid) is None
+    first._children.pop(pid).wait()  # reap: it was the first runtime's child
+    second.forget("u6")
+    assert not (tmp_path / "pods" / "u6").exists()
+
+
+async def test_kill_escalates_to_sigkill_after_the_grace_period(tmp_path: Path) -> None:
+    rt = ProcessRuntime(tmp_path, clock=Clock())
+    pod = make_pod("u7", "sh", "-c", "trap '' TERM; echo ready; while true; do sleep 0.05; done")
+    rec = await rt.sync_pod(pod)
+    pid = rec.containers["c"].pid
+    log_path = rt.log_path("u7", "c")
+    assert log_path is not None
+    for _ in range(100):
+        if log_path.exists() and log_path.read_text():
+            break
+        await asyncio.sleep(0.02)
+    await rt.kill_pod("u7", 0.3)
+    assert proc_start_time(pid) is None
+    assert not live_group_members(pid), "a process of the container survived"
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """Pids of non-zombie processes in process group `pgid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
