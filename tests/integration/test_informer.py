@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
 
@@ -169,3 +170,35 @@ async def test_index_tracks_binding(apiserver: RunningAPIServer) -> None:
             await writer.bind("default", "a", "n1")
             await eventually(lambda: len(informer.store.by_index("node", "n1")) == 1)
             assert informer.store.by_index("node", "n1")[0].spec.node_name == "n1"
+
+
+async def test_converges_across_an_apiserver_restart(etcd_server: EtcdServer) -> None:
+    settings = make_settings(etcd_server.endpoint)
+    first = await start_apiserver(settings)
+    port = first.address.rsplit(":", 1)[1]
+    pinned = replace(settings, bind_address=f"127.0.0.1:{port}")
+    second: RunningAPIServer | None = None
+    try:
+        async with Client(first.address) as writer:
+            for i in range(3):
+                await writer.pods.create(make_pod(f"r-{i}"))
+            async with proxied_informer(first.address) as (_, informer, seen):
+                await first.server.stop()
+                await eventually(lambda: informer.watches >= 2, what="the informer to notice")
+                second = await start_apiserver(pinned)
+                await writer.pods.delete("r-0", "default", grace_period_seconds=0)
+                await writer.pods.create(make_pod("r-new"))
+                await eventually(
+                    lambda: (
+                        "default/r-new" in informer.store and "default/r-0" not in informer.store
+                    ),
+                    within=15,
+                    what="the informer to converge after the restart",
+                )
+                assert store_state(informer) == await server_state(writer)
+                assert ("delete", "r-0") in seen.events and ("add", "r-new") in seen.events
+    finally:
+        for running in (first, second):
+            if running is not None:
+                with contextlib.suppress(Exception):
+                    await running.server.stop()
