@@ -94,7 +94,7 @@ async def test_etcd_down_is_unavailable_and_the_apiserver_recovers(own_etcd: Etc
         # The open watch resumed: later changes arrive, in order, none repeated.
         await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("p1")))
         await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("p2")))
-        names = []
+        names: list[tuple[str, str]] = []
         while len(names) < 2:
             msg = await asyncio.wait_for(watch.read(), 20)
             assert isinstance(msg, pod_pb2.PodWatchEvent)
