@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import UpCluster, venv_bin
+from tests.e2e.conftest import UpCluster, tinykube_command, venv_bin
 
 pytestmark = pytest.mark.e2e
 
@@ -229,3 +230,27 @@ def test_health_command(tinykube_up: UpCluster) -> None:
     # Nothing listens there: the probe fails and says how.
     result = tinykube_up.cli("health", "127.0.0.1:1", "--timeout", "1")
     assert (result.code, result.out) == (1, "UNAVAILABLE\n")
+
+
+def test_get_watch_prints_changes(tinykube_up: UpCluster) -> None:
+    """`get pods -w` prints the current table, then a row per change, until interrupted."""
+    watch = subprocess.Popen(
+        [*tinykube_command(), "--server", tinykube_up.api, "get", "pods", "-w", "-l", "app=w"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert watch.stdout is not None
+        header = watch.stdout.readline()
+        assert header.split()[:2] == ["NAME", "READY"]
+        pod = MANIFEST.replace("e2e-hello", "watched").replace("app: e2e", "app: w")
+        created = tinykube_up.cli("apply", "-f", "-", stdin=pod)
+        assert created.out == "pod/watched created\n", created.err
+        row = watch.stdout.readline()
+        assert row.split()[0] == "watched"
+    finally:
+        watch.send_signal(signal.SIGINT)
+        watch.wait(10)
+        tinykube_up.cli("delete", "pod", "watched", "--grace-period", "0", "--ignore-not-found")
+    assert watch.returncode == 130
