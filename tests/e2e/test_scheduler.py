@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+import sys
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -213,6 +215,18 @@ async def test_fifty_pods_on_five_nodes_then_unschedulable_then_fits(cluster: Cl
 
     evs = await eventually(failed_events, what="FailedScheduling event")
     assert len(evs) == 1 and evs[0].message == want and evs[0].type == "Warning"
+
+    # `tinykube explain pod huge` asks the scheduler process for that attempt
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "tinykube.cli.main", "-s", cluster.lc.api_address, "explain",
+         "pod", "huge", "--scheduler", cluster.lc.address("scheduler")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith(f"Pod default/huge: unschedulable: {want}")
+    assert sum(1 for ln in lines if ln.startswith("n") and "Insufficient cpu" in ln) == 5
 
     # add a node that fits: bound within seconds
     await client.nodes.create(make_node("big", cpu="16", memory="32Gi"))

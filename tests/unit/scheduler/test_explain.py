@@ -1,0 +1,120 @@
+"""Explain/Simulate responses and the `tinykube explain` table, from real attempts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+
+from scheduler.core import Profile
+from scheduler.cycle import Scheduler
+from scheduler.service import SchedulerService, to_response
+from tests.unit.scheduler.builders import NodeBuilder, PodBuilder
+from tinykube.cli.explain import render
+from tinykube.v1 import scheduler_pb2
+
+
+def sched(*nodes: NodeBuilder) -> Scheduler:
+    s = Scheduler(Profile())
+    for n in nodes:
+        s.on_node_add(n.obj())
+    return s
+
+
+def test_explain_unschedulable_pod() -> None:
+    s = sched(
+        NodeBuilder("n1").alloc(cpu="1", memory="1Gi", pods="9"), NodeBuilder("n2").taint("k", "v")
+    )
+    info = PodBuilder("web").req(cpu="2").info()
+    s.algorithm.schedule(info)
+    resp = to_response(s.algorithm.attempts[info.key], "default", "web", 10)
+    assert resp.selected_node == ""
+    assert resp.message == (
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {k: v}."
+    )
+    by_node = {n.node: n for n in resp.nodes}
+    n1 = {f.plugin: f for f in by_node["n1"].filters}
+    assert n1["TaintToleration"].verdict == "PASSED"
+    assert n1["NodeResourcesFit"].verdict == "FAILED"
+    assert list(n1["NodeResourcesFit"].reasons) == ["Insufficient cpu"]
+    n2 = {f.plugin: f for f in by_node["n2"].filters}
+    assert list(n2["TaintToleration"].reasons) == ["node(s) had untolerated taint {k: v}"]
+    assert not by_node["n1"].feasible and not by_node["n2"].feasible
+    text = render(resp)
+    assert text.startswith("Pod default/web: unschedulable: 0/2 nodes are available")
+    assert "Insufficient cpu" in text and "Scores" not in text
+
+
+def test_explain_scored_pod_and_table() -> None:
+    s = sched(NodeBuilder("a"), NodeBuilder("b"), NodeBuilder("c").taint("k", "v"))
+    s.cache.add_pod(PodBuilder("x").req(cpu="3").node_name("a").info())
+    info = PodBuilder("web").req(cpu="500m").info()
+    result = s.algorithm.schedule(info)
+    assert result.node == "b"
+    resp = to_response(s.algorithm.attempts[info.key], "default", "web", 10)
+    assert resp.selected_node == "b" and resp.feasible_nodes == 2 and resp.total_nodes == 3
+    by_node = {n.node: n for n in resp.nodes}
+    assert by_node["a"].scored and by_node["b"].scored and not by_node["c"].scored
+    assert by_node["b"].total_score > by_node["a"].total_score
+    weights = {sc.plugin: sc.weight for sc in by_node["a"].scores}
+    assert weights["TaintToleration"] == 3 and weights["NodeResourcesFit"] == 1
+    assert sum(sc.weighted for sc in by_node["b"].scores) == by_node["b"].total_score
+    text = render(resp)
+    assert "scheduled to b; 2/3 nodes feasible" in text
+    assert "TOTAL" in text and f"{by_node['b'].total_score} <" in text
+
+
+def test_explain_max_nodes_limits_rows() -> None:
+    s = sched(*(NodeBuilder(f"n{i}") for i in range(30)))
+    info = PodBuilder("web").info()
+    s.algorithm.schedule(info)
+    resp = to_response(s.algorithm.attempts[info.key], "default", "web", 5)
+    assert [n.node for n in resp.nodes] == ["n0", "n1", "n2", "n3", "n4"]
+    assert "(first 5 of 30)" in render(resp)
+
+
+class Aborted(Exception):
+    pass
+
+
+class FakeContext:
+    async def abort(self, code: grpc.StatusCode, message: str) -> None:
+        raise Aborted(code, message)
+
+
+async def test_simulate_does_not_bind_or_perturb() -> None:
+    s = sched(NodeBuilder("a"), NodeBuilder("b").taint("dedicated", "gpu"))
+    svc = SchedulerService(lambda: s, lambda: "")
+    pod = PodBuilder("what-if").req(cpu="1").toleration("dedicated", "Exists").obj()
+    start = s.algorithm.next_start
+    ctx: Any = FakeContext()
+    resp = await svc.Simulate(scheduler_pb2.SimulateRequest(pod=pod), ctx)
+    assert resp.selected_node in ("a", "b") and resp.feasible_nodes == 2
+    assert s.algorithm.next_start == start
+    assert not s.cache.pods and not s.algorithm.attempts
+
+
+async def test_explain_unknown_pod_and_standby() -> None:
+    s = sched(NodeBuilder("a"))
+    ctx: Any = FakeContext()
+    svc = SchedulerService(lambda: s, lambda: "")
+    with pytest.raises(Aborted) as err:
+        await svc.Explain(scheduler_pb2.ExplainRequest(namespace="default", name="nope"), ctx)
+    assert err.value.args[0] == grpc.StatusCode.NOT_FOUND
+    standby = SchedulerService(lambda: None, lambda: "host_42")
+    with pytest.raises(Aborted) as err:
+        await standby.Explain(scheduler_pb2.ExplainRequest(name="x"), ctx)
+    assert err.value.args[0] == grpc.StatusCode.UNAVAILABLE
+    assert "host_42" in err.value.args[1]
+
+
+async def test_simulate_rejects_bad_quantity() -> None:
+    s = sched(NodeBuilder("a"))
+    ctx: Any = FakeContext()
+    pod = PodBuilder("bad").req(cpu="lots").obj()
+    with pytest.raises(Aborted) as err:
+        await SchedulerService(lambda: s, lambda: "").Simulate(
+            scheduler_pb2.SimulateRequest(pod=pod), ctx
+        )
+    assert err.value.args[0] == grpc.StatusCode.INVALID_ARGUMENT
