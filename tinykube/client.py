@@ -25,7 +25,7 @@ from google.protobuf.message import Message
 from typing_extensions import TypeVar
 
 from tinykube import kinds
-from tinykube.errors import DeadlineExceededError, TinykubeError, from_rpc_error
+from tinykube.errors import DeadlineExceededError, from_rpc_error
 from tinykube.kinds import KindInfo
 from tinykube.retry import INITIAL_BACKOFF, MAX_BACKOFF, call_with_retries
 from tinykube.serving import CHANNEL_OPTIONS
@@ -44,10 +44,6 @@ T = TypeVar("T", bound=Message)
 L = TypeVar("L", bound=Message, default=Any)
 E = TypeVar("E", bound=Message, default=Any)
 R = TypeVar("R")
-
-
-def _mapped(exc: grpc.RpcError) -> TinykubeError:
-    return from_rpc_error(exc)
 
 
 class ResourceClient(Generic[T, L, E]):
@@ -176,7 +172,7 @@ class ResourceClient(Generic[T, L, E]):
             async for event in call:
                 yield cast(E, event)
         except grpc.RpcError as exc:
-            raise _mapped(exc) from exc
+            raise from_rpc_error(exc) from exc
         finally:
             call.cancel()
 
@@ -229,10 +225,14 @@ class Client:
             try:
                 return await rpc(request, timeout=self.timeout)
             except grpc.RpcError as exc:
-                raise _mapped(exc) from exc
+                raise from_rpc_error(exc) from exc
 
         return await call_with_retries(
-            attempt, retries=self.retries, initial=self.backoff_initial, maximum=self.backoff_max
+            attempt,
+            retries=self.retries,
+            initial=self.backoff_initial,
+            maximum=self.backoff_max,
+            what=what,
         )
 
     async def bind(self, namespace: str, name: str, node_name: str, uid: str = "") -> str:

@@ -9,12 +9,14 @@ it sleeps on an injected clock so tests drive it by hand. Everything runs on the
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from tenacity import (
     AsyncRetrying,
+    RetryCallState,
     retry_if_exception,
     stop_after_attempt,
     wait_exponential_jitter,
@@ -24,6 +26,8 @@ from tinykube.clock import Clock
 from tinykube.errors import is_retryable
 
 R = TypeVar("R")
+
+log = logging.getLogger(__name__)
 
 # First retry after ~100 ms, doubling, capped at 2 s: an apiserver restart (a second or two)
 # is ridden out by the default 5 retries without hammering a server that is down.
@@ -37,15 +41,30 @@ async def call_with_retries(
     retries: int,
     initial: float = INITIAL_BACKOFF,
     maximum: float = MAX_BACKOFF,
+    what: str = "",
 ) -> R:
     """Run `attempt` until it succeeds, fails with a non-retryable error, or retries run out.
 
     The last error is re-raised as is (not wrapped in tenacity's RetryError).
     """
+
+    def note(state: RetryCallState) -> None:
+        outcome = state.outcome
+        error = outcome.exception() if outcome is not None else None
+        delay = state.next_action.sleep if state.next_action is not None else 0.0
+        log.info(
+            "%s attempt %d failed (%s); retrying in %.2fs",
+            what or "call",
+            state.attempt_number,
+            error,
+            delay,
+        )
+
     retrying = AsyncRetrying(
         retry=retry_if_exception(is_retryable),
         stop=stop_after_attempt(max(1, retries + 1)),
         wait=wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial),
+        before_sleep=note,
         reraise=True,
     )
     return await retrying(attempt)
