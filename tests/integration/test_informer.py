@@ -202,3 +202,34 @@ async def test_converges_across_an_apiserver_restart(etcd_server: EtcdServer) ->
             if running is not None:
                 with contextlib.suppress(Exception):
                     await running.server.stop()
+
+
+async def test_field_selected_informer_sees_pods_enter_and_leave(
+    apiserver: RunningAPIServer,
+) -> None:
+    """The kubelet's view: only pods bound to its node, added on bind and deleted on delete."""
+    async with Client(apiserver.address) as client:
+        await client.nodes.create(make_node("n1"))
+        await client.nodes.create(make_node("n2"))
+        informer = Informer.for_resource(
+            client.pods, field_selector="spec.nodeName=n1", min_backoff=0.05
+        )
+        seen = Seen()
+        informer.add_handler(seen.add, seen.update, seen.delete)
+        task = informer.start()
+        try:
+            await asyncio.wait_for(informer.wait_synced(), 10)
+            for name in ("mine", "theirs", "unbound"):
+                await client.pods.create(make_pod(name))
+            await client.bind("default", "mine", "n1")
+            await client.bind("default", "theirs", "n2")
+            await eventually(lambda: informer.store.keys() == ["default/mine"])
+            await client.pods.delete("mine", "default", grace_period_seconds=0)
+            await eventually(lambda: len(informer.store) == 0)
+            assert [kind for kind, name in seen.events if name == "mine"][0] == "add"
+            assert [kind for kind, name in seen.events if name == "mine"][-1] == "delete"
+            assert {name for _, name in seen.events} == {"mine"}
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
