@@ -226,8 +226,8 @@ async def test_field_selected_informer_sees_pods_enter_and_leave(
             await eventually(lambda: informer.store.keys() == ["default/mine"])
             await client.pods.delete("mine", "default", grace_period_seconds=0)
             await eventually(lambda: len(informer.store) == 0)
-            assert [kind for kind, name in seen.events if name == "mine"][0] == "add"
-            assert [kind for kind, name in seen.events if name == "mine"][-1] == "delete"
+            mine = [kind for kind, name in seen.events if name == "mine"]
+            assert mine[0] == "add" and mine[-1] == "delete"
             assert {name for _, name in seen.events} == {"mine"}
         finally:
             task.cancel()
