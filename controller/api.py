@@ -7,7 +7,8 @@ without sockets.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
 from tinykube.v1 import lease_pb2, node_pb2, pod_pb2, replicaset_pb2
@@ -79,3 +80,73 @@ class NullRecorder:
 
 
 Handler = Callable[..., None]
+
+
+class IndexedStore(Store[T], Protocol[T]):
+    """An informer store with secondary indexes (tinykube.informer.Store)."""
+
+    def add_index(self, name: str, fn: Callable[[T], str | Iterable[str] | None]) -> None: ...
+
+    def by_index(self, index_name: str, value: str) -> list[T]: ...
+
+
+CONTROLLER_UID_INDEX = "controller-uid"
+ORPHAN_NAMESPACE_INDEX = "orphan-namespace"
+OWNER_UID_INDEX = "owner-uid"
+
+
+def _controller_uid(obj: Any) -> str | None:
+    for ref in obj.metadata.owner_references:
+        if ref.controller:
+            return str(ref.uid)
+    return None
+
+
+def _orphan_namespace(obj: Any) -> str | None:
+    return None if _controller_uid(obj) is not None else str(obj.metadata.namespace)
+
+
+def _owner_uids(obj: Any) -> list[str]:
+    return [str(ref.uid) for ref in obj.metadata.owner_references]
+
+
+class PodIndex:
+    """Pods by controller uid, orphans by namespace, dependents by owner uid.
+
+    With an indexed informer store the lookups cost O(result); a plain store (unit tests) is
+    scanned. Syncing a ReplicaSet thus never walks every pod in the cluster.
+    """
+
+    def __init__(self, store: Store[Any]) -> None:
+        self.store = store
+        self.indexed = hasattr(store, "add_index") and hasattr(store, "by_index")
+        if self.indexed:
+            indexed: Any = store
+            for name, fn in (
+                (CONTROLLER_UID_INDEX, _controller_uid),
+                (ORPHAN_NAMESPACE_INDEX, _orphan_namespace),
+                (OWNER_UID_INDEX, _owner_uids),
+            ):
+                # Controllers sharing one informer share its indexes.
+                with contextlib.suppress(ValueError):
+                    indexed.add_index(name, fn)
+
+    def _lookup(self, index: str, value: str, fn: Callable[[Any], Any]) -> list[Any]:
+        if self.indexed:
+            indexed: Any = self.store
+            return list(indexed.by_index(index, value))
+        out = []
+        for obj in self.store.list():
+            got = fn(obj)
+            if got == value or (isinstance(got, list) and value in got):
+                out.append(obj)
+        return out
+
+    def controlled_by(self, uid: str) -> list[Any]:
+        return self._lookup(CONTROLLER_UID_INDEX, uid, _controller_uid)
+
+    def orphans(self, namespace: str) -> list[Any]:
+        return self._lookup(ORPHAN_NAMESPACE_INDEX, namespace, _orphan_namespace)
+
+    def dependents_of(self, uid: str) -> list[Any]:
+        return self._lookup(OWNER_UID_INDEX, uid, _owner_uids)

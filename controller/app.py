@@ -21,31 +21,19 @@ import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from controller.api import NullRecorder, Recorder
 from controller.garbagecollector import GarbageCollector
 from controller.nodelifecycle import NODE_LEASE_NAMESPACE, NodeLifecycleController
 from controller.replicaset import ReplicaSetController
 from controller.settings import Settings
 from tinykube.client import Client
 from tinykube.clock import Clock
+from tinykube.events import EventRecorder
 from tinykube.informer import Informer
 from tinykube.leaderelection import LeaderElector
 from tinykube.serving import GrpcServer, start_metrics_server
 from tinykube.workqueue import ShutDown, WorkQueue
 
 log = logging.getLogger(__name__)
-
-
-def make_recorder(client: Client, component: str) -> Recorder:
-    """The shared EventRecorder; events are best effort, so none if it is unavailable."""
-    try:
-        from tinykube.events import (  # type: ignore[import-not-found, unused-ignore]
-            EventRecorder,
-        )
-    except ImportError:
-        return NullRecorder()
-    recorder: Recorder = EventRecorder(client, component, host=socket.gethostname())
-    return recorder
 
 
 async def run_worker(
@@ -121,7 +109,7 @@ class ControllerManager:
     async def _lead(self, client: Client) -> None:
         s = self.settings
         log.info("%s: leading; starting controllers %s", s.identity, ",".join(s.controllers))
-        recorder = make_recorder(client, "controller-manager")
+        recorder = EventRecorder(client, "controller-manager", host=socket.gethostname())
         pods: Informer[Any] = Informer.for_resource(client.pods, clock=self.clock)
         rss: Informer[Any] = Informer.for_resource(client.replica_sets, clock=self.clock)
         nodes: Informer[Any] = Informer.for_resource(client.nodes, clock=self.clock)

@@ -17,7 +17,7 @@ import contextlib
 import logging
 from typing import Any
 
-from controller.api import ClientAPI, Queue, ResourceAPI, Store
+from controller.api import ClientAPI, PodIndex, Queue, ResourceAPI, Store
 from controller.util import is_terminating, key_of, split_key
 from tinykube.errors import ConflictError, NotFoundError, PreconditionFailedError
 
@@ -38,6 +38,9 @@ class GarbageCollector:
         self.stores = stores
         self.queue = queue
         self.dependent_kinds = ("Pod", "ReplicaSet")
+        self.indexes = {
+            kind: PodIndex(store) for kind, store in stores.items() if kind in self.dependent_kinds
+        }
 
     def _api(self, kind: str) -> ResourceAPI[Any] | None:
         apis: dict[str, ResourceAPI[Any]] = {
@@ -55,13 +58,9 @@ class GarbageCollector:
 
     def on_owner_delete(self, kind: str, owner: Any) -> None:
         uid = owner.metadata.uid
-        for dep_kind in self.dependent_kinds:
-            store = self.stores.get(dep_kind)
-            if store is None:
-                continue
-            for obj in store.list():
-                if any(r.uid == uid for r in obj.metadata.owner_references):
-                    self.queue.add(f"{dep_kind}:{key_of(obj)}")
+        for dep_kind, index in self.indexes.items():
+            for obj in index.dependents_of(uid):
+                self.queue.add(f"{dep_kind}:{key_of(obj)}")
 
     def handlers_for_dependent(self, kind: str) -> tuple[Any, Any, Any]:
         return (

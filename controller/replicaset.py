@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
-from controller.api import ClientAPI, NullRecorder, Queue, Recorder, Store
+from controller.api import ClientAPI, NullRecorder, PodIndex, Queue, Recorder, Store
 from controller.expectations import Expectations
 from controller.util import (
     controller_ref,
@@ -158,6 +158,7 @@ class ReplicaSetController:
         self.recorder = recorder or NullRecorder()
         self.burst_replicas = burst_replicas
         self.expectations = Expectations(self.clock)
+        self.pod_index = PodIndex(pod_store)
 
     # ---- informer handlers: cheap, synchronous, only enqueue and count ----
 
@@ -252,7 +253,11 @@ class ReplicaSetController:
             return
         namespace, _ = split_key(key)
         needs_sync = self.expectations.satisfied(key)
-        all_pods = [p for p in self.pod_store.list() if p.metadata.namespace == namespace]
+        # Ours, plus orphans we might adopt: the only pods a sync can care about.
+        candidates = self.pod_index.controlled_by(rs.metadata.uid) + [
+            p for p in self.pod_index.orphans(namespace) if p.metadata.namespace == namespace
+        ]
+        all_pods = [p for p in candidates if p.metadata.namespace == namespace]
         active = [p for p in all_pods if is_pod_active(p)]
         owned = await self._claim_pods(rs, active)
 
