@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 
 from tinykube import launcher
-from tinykube.cli.common import Context
+from tinykube.cli.common import Context, default_server
 
 POLL_SECONDS = 1.0
 
@@ -104,7 +104,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         for note in cluster.skipped:
             ctx.print(f"  ({note})")
         ctx.print(f"logs: {cluster.logs_dir}/<component>.log")
-        ctx.print(f"try:  tinykube --server {cluster.api_address} get nodes")
+        server = (
+            "" if cluster.api_address == default_server() else f"--server {cluster.api_address} "
+        )
+        ctx.print(f"try:  tinykube {server}get nodes")
         ctx.print(f"      grpcurl -plaintext {cluster.api_address} list")
         (Path(cluster.work_dir) / "endpoints.json").write_text(json.dumps(endpoints, indent=2))
         ctx.print("Press Ctrl-C to stop.")
