@@ -20,6 +20,7 @@ scheduling cycle run on the same loop, never concurrently).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -98,6 +99,7 @@ class ExtColumn:
     req: I64
 
 
+@functools.lru_cache(maxsize=4096)
 def _quantity(name: str, text: str) -> int:
     try:
         if name == MEMORY:
@@ -356,6 +358,7 @@ class SchedulerCache:
         self.assumed_ttl = assumed_ttl
         self.nodes = NodeTable()
         self.pods: dict[str, PodState] = {}
+        self.assumed: set[str] = set()  # keys of assumed pods, so expiry is not O(pods)
         self.parked: dict[str, set[str]] = {}  # node name -> pod keys waiting for the node
 
     # ----- nodes ------------------------------------------------------------------------
@@ -407,8 +410,10 @@ class SchedulerCache:
                 state.info = info
                 state.assumed = False
                 state.deadline = None
+                self.assumed.discard(info.key)
                 return
             self._unplace(info.key, state)
+            self.assumed.discard(info.key)
         self.pods[info.key] = PodState(info, info.node_name)
         self._place(info.key, info, info.node_name)
 
@@ -419,6 +424,7 @@ class SchedulerCache:
         state = self.pods.pop(key, None)
         if state is None:
             return False
+        self.assumed.discard(key)
         self._unplace(key, state)
         return True
 
@@ -426,6 +432,7 @@ class SchedulerCache:
         if info.key in self.pods:
             self.remove_pod(info.key)
         self.pods[info.key] = PodState(info, node, assumed=True)
+        self.assumed.add(info.key)
         self._place(info.key, info, node)
 
     def finish_binding(self, key: str) -> None:
@@ -440,16 +447,22 @@ class SchedulerCache:
             self.remove_pod(key)
 
     def is_assumed(self, key: str) -> bool:
+        return key in self.assumed
+
+    def is_confirmed(self, key: str, uid: str, node: str) -> bool:
+        """The pod is cached as bound to `node` (not merely assumed)."""
         state = self.pods.get(key)
-        return state is not None and state.assumed
+        return (
+            state is not None and not state.assumed and state.node == node and state.info.uid == uid
+        )
 
     def cleanup_expired(self) -> list[str]:
         now = self.clock.monotonic()
-        expired = [
-            k
-            for k, s in self.pods.items()
-            if s.assumed and s.deadline is not None and s.deadline <= now
-        ]
+        expired = []
+        for k in self.assumed:
+            s = self.pods[k]
+            if s.deadline is not None and s.deadline <= now:
+                expired.append(k)
         for k in expired:
             self.remove_pod(k)
         return expired

@@ -206,7 +206,7 @@ class Algorithm:
         hit = self._static.get(key)
         if hit is not None and hit[0] == gen:
             return hit[1]
-        if len(self._static) > 512:
+        if len(self._static) > 256:
             self._static.clear()
         out = compute()
         self._static[key] = (gen, out)
@@ -345,7 +345,7 @@ class Algorithm:
             prefix_results.append(res)
             if res is not None:
                 alive &= res.codes == 0
-        if len(self._static) > 512:
+        if len(self._static) > 256:
             self._static.clear()
         self._static[key] = (gen, (alive, prefix_results))
         results[:k] = prefix_results

@@ -89,6 +89,7 @@ class Scheduler:
         self._bind_slots = asyncio.Semaphore(max_binds)
         self._tasks: set[asyncio.Task[None]] = set()
         self.binding: dict[str, str] = {}  # pod key -> node, binds in flight
+        self._last_cleanup = self.clock.monotonic()
 
     # ----- informer handlers ------------------------------------------------------------
     def _responsible(self, pod: pod_pb2.Pod) -> bool:
@@ -102,7 +103,9 @@ class Scheduler:
             if pod.status.phase in TERMINAL_PHASES:
                 if self.cache.remove_pod(key):
                     self.queue.move_on_event(EventKind.POD_DELETE)
-            else:
+            elif not self.cache.is_confirmed(key, pod.metadata.uid, pod.spec.node_name):
+                # a pod's resources and ports are immutable once bound, so status updates
+                # of a known bound pod (the kubelet's) need no re-parsing
                 self.cache.add_pod(PodInfo.from_pod(pod))
             return
         if pod.metadata.HasField("deletion_timestamp"):
@@ -142,7 +145,10 @@ class Scheduler:
                 except ShutDown:
                     return
                 await self.schedule_one(qp)
-                self.cache.cleanup_expired()
+                now = self.clock.monotonic()
+                if now - self._last_cleanup >= 1.0:
+                    self._last_cleanup = now
+                    self.cache.cleanup_expired()
         finally:
             flusher.cancel()
             self.queue.close()

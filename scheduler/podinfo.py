@@ -14,6 +14,7 @@ Pure data, no I/O; safe to share between tasks because it is never mutated after
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -134,6 +135,8 @@ def _container_requests(c: pod_pb2.Container) -> dict[str, int]:
     return out
 
 
+# Pure and hot (every pod of a ReplicaSet repeats the same strings): memoised.
+@functools.lru_cache(maxsize=4096)
 def _amount(name: str, q: str) -> int:
     # memory in bytes (rounded up), everything else in thousandths (cpu millis, GPUs 1000/unit)
     return value(q) if name == MEMORY else milli_value(q)

@@ -63,6 +63,7 @@ class SchedulingQueue:
         self._backoff: list[tuple[float, int, str, int]] = []
         # key -> (queue name, QueuedPod); queue name is "active", "backoff" or "unschedulable"
         self._where: dict[str, tuple[str, QueuedPod]] = {}
+        self._unschedulable: dict[str, QueuedPod] = {}  # subset of _where, for event moves
         self._in_flight: dict[str, QueuedPod] = {}
         self._deleted_in_flight: set[str] = set()
         self.scheduling_cycle = 0
@@ -88,9 +89,21 @@ class SchedulingQueue:
         return w[0] if w else None
 
     # ----- internal moves ---------------------------------------------------------------
-    def _push_active(self, qp: QueuedPod) -> None:
+    def _set(self, qname: str, qp: QueuedPod) -> None:
         qp.version += 1
-        self._where[qp.info.key] = ("active", qp)
+        key = qp.info.key
+        self._where[key] = (qname, qp)
+        if qname == "unschedulable":
+            self._unschedulable[key] = qp
+        else:
+            self._unschedulable.pop(key, None)
+
+    def _drop(self, key: str) -> None:
+        self._where.pop(key, None)
+        self._unschedulable.pop(key, None)
+
+    def _push_active(self, qp: QueuedPod) -> None:
+        self._set("active", qp)
         heapq.heappush(
             self._active,
             (-qp.info.priority, qp.info.created, next(self._seq), qp.info.key, qp.version),
@@ -109,15 +122,13 @@ class SchedulingQueue:
         return qp.added + self.backoff_duration(max(qp.attempts, 1))
 
     def _push_backoff(self, qp: QueuedPod) -> None:
-        qp.version += 1
-        self._where[qp.info.key] = ("backoff", qp)
+        self._set("backoff", qp)
         heapq.heappush(
             self._backoff, (self._backoff_expiry(qp), next(self._seq), qp.info.key, qp.version)
         )
 
     def _push_unschedulable(self, qp: QueuedPod) -> None:
-        qp.version += 1
-        self._where[qp.info.key] = ("unschedulable", qp)
+        self._set("unschedulable", qp)
 
     def _is_backing_off(self, qp: QueuedPod) -> bool:
         return qp.attempts > 0 and self._backoff_expiry(qp) > self.clock.monotonic()
@@ -166,7 +177,7 @@ class SchedulingQueue:
     def delete(self, key: str) -> None:
         if key in self._in_flight:
             self._deleted_in_flight.add(key)
-        self._where.pop(key, None)  # heap entries become stale and are skipped
+        self._drop(key)  # heap entries become stale and are skipped
 
     # ----- scheduler-facing -------------------------------------------------------------
     def pop_nowait(self) -> QueuedPod | None:
@@ -176,7 +187,7 @@ class SchedulingQueue:
             if cur is None or cur[0] != "active" or cur[1].version != version:
                 continue
             qp = cur[1]
-            del self._where[key]
+            self._drop(key)
             self.scheduling_cycle += 1
             qp.cycle = self.scheduling_cycle
             qp.attempts += 1
@@ -233,9 +244,7 @@ class SchedulingQueue:
         """Move unschedulable pods that one of their rejecting plugins would reconsider."""
         self.move_request_cycle = self.scheduling_cycle
         moved = 0
-        for qname, qp in list(self._where.values()):
-            if qname != "unschedulable":
-                continue
+        for qp in list(self._unschedulable.values()):
             plugins = qp.unschedulable_plugins
             if not plugins or any(event in self.plugin_events.get(p, ()) for p in plugins):
                 self._move_from_unschedulable(qp)
@@ -254,8 +263,8 @@ class SchedulingQueue:
         # the leftover scan is O(queue); once a second is plenty for a 5-minute limit
         if now - self._last_leftover_scan >= 1.0:
             self._last_leftover_scan = now
-            for _key, (qname, qp) in list(self._where.items()):
-                if qname == "unschedulable" and now - qp.added >= self.unschedulable_max_wait:
+            for qp in list(self._unschedulable.values()):
+                if now - qp.added >= self.unschedulable_max_wait:
                     self._move_from_unschedulable(qp)
 
     def next_backoff_expiry(self) -> float | None:

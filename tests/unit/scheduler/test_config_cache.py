@@ -128,3 +128,14 @@ def test_removed_node_keeps_its_pods_for_its_return() -> None:
     c.remove_node("a")
     c.add_node(NodeBuilder("a").obj())
     assert int(c.nodes.req_cpu[c.nodes.index["a"]]) == 1000
+
+
+def test_assumed_pod_bound_elsewhere_is_moved() -> None:
+    c = SchedulerCache()
+    c.add_node(NodeBuilder("a").obj())
+    c.add_node(NodeBuilder("b").obj())
+    c.assume(PodBuilder("p").req(cpu="1").info(), "a")
+    c.add_pod(PodBuilder("p").req(cpu="1").node_name("b").info())  # another binder won
+    assert not c.is_assumed("default/p")
+    assert [int(x) for x in c.nodes.req_cpu[:2]] == [0, 1000]
+    assert c.is_confirmed("default/p", "uid-p", "b")
