@@ -145,6 +145,9 @@ class Scheduler:
                 except ShutDown:
                     return
                 await self.schedule_one(qp)
+                # pop and a free bind slot do not suspend: yield so informer events, binds
+                # and RPCs are not starved while the active queue is long
+                await asyncio.sleep(0)
                 now = self.clock.monotonic()
                 if now - self._last_cleanup >= 1.0:
                     self._last_cleanup = now
