@@ -1,0 +1,143 @@
+"""LocalCluster's command lines, names and ports, and `tinykube up`'s flags (no processes)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tinykube.cli.main import build_parser
+from tinykube.cli.up import build_cluster
+from tinykube.launcher import LocalCluster, log_tail
+
+
+def cluster(tmp_path: Path, **kwargs: object) -> LocalCluster:
+    ports: dict[str, object] = {
+        "apiserver_port": 6443,
+        "scheduler_port": 10259,
+        "controller_port": 10257,
+        "kubelet_port": 10250,
+        "etcd_endpoint": "127.0.0.1:2379",
+    }
+    ports.update(kwargs)
+    return LocalCluster(tmp_path, **ports)  # type: ignore[arg-type]
+
+
+def test_components_ports_and_names(tmp_path: Path) -> None:
+    c = cluster(tmp_path, kubelets=["a", "b", "c"])
+    assert list(c.components) == [
+        "apiserver",
+        "scheduler",
+        "controller",
+        "kubelet-a",
+        "kubelet-b",
+        "kubelet-c",
+    ]
+    assert [c.address(f"kubelet-{n}") for n in "abc"] == [
+        "127.0.0.1:10250",
+        "127.0.0.1:10251",
+        "127.0.0.1:10252",
+    ]
+    assert c.api_address == "127.0.0.1:6443"
+    # The bare node name is an alias of its kubelet.
+    assert c.address("b") == "127.0.0.1:10251"
+    assert c.log_path("b") == tmp_path.resolve() / "logs" / "kubelet-b.log"
+    with pytest.raises(KeyError, match="no component 'nope'"):
+        c.address("nope")
+
+
+def test_optional_components_can_be_left_out(tmp_path: Path) -> None:
+    c = cluster(tmp_path, scheduler=False, controller=False, kubelets=[])
+    assert list(c.components) == ["apiserver"]
+
+
+def test_command_lines(tmp_path: Path) -> None:
+    c = cluster(
+        tmp_path,
+        kubelets=["n1", "n2"],
+        kubelet_runtime="fake",
+        extra_args={"kubelet": ["--poll-interval", "1s"], "kubelet-n2": ["--node-ip", "10.0.0.2"]},
+    )
+    py = sys.executable
+    assert c.command(c.components["apiserver"]) == [
+        py,
+        "-m",
+        "apiserver",
+        "--etcd-servers",
+        "127.0.0.1:2379",
+        "--bind-address",
+        "127.0.0.1:6443",
+    ]
+    assert c.command(c.components["scheduler"]) == [
+        py,
+        "-m",
+        "scheduler",
+        "--apiserver",
+        "127.0.0.1:6443",
+        "--bind-address",
+        "127.0.0.1",
+        "--port",
+        "10259",
+    ]
+    n1 = c.command(c.components["kubelet-n1"])
+    assert n1[2:] == [
+        "kubelet",
+        "--apiserver",
+        "127.0.0.1:6443",
+        "--bind-address",
+        "127.0.0.1",
+        "--port",
+        "10250",
+        "--runtime",
+        "fake",
+        "--node-name",
+        "n1",
+        "--poll-interval",
+        "1s",
+    ]
+    # Per-module extra args apply to every instance, per-name ones to that one only.
+    n2 = c.command(c.components["kubelet-n2"])
+    assert n2[-4:] == ["--poll-interval", "1s", "--node-ip", "10.0.0.2"]
+
+
+def test_new_instances_are_named_after_their_component(tmp_path: Path) -> None:
+    c = cluster(tmp_path)
+    second = c._new_component("scheduler-2")
+    assert (second.module, second.name) == ("scheduler", "scheduler-2")
+    kubelet = c._new_component("kubelet-n9")
+    assert (kubelet.module, kubelet.args) == ("kubelet", ["--node-name", "n9"])
+    with pytest.raises(KeyError):
+        c._new_component("mystery")
+
+
+def test_stop_before_start_is_a_no_op(tmp_path: Path) -> None:
+    c = cluster(tmp_path)
+    c.stop()
+    assert c.processes == {}
+
+
+def test_log_tail(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    assert log_tail(log) == "(no log)"
+    log.write_text("".join(f"line {i}\n" for i in range(100)))
+    tail = log_tail(log, lines=3)
+    assert tail == "line 97\nline 98\nline 99"
+
+
+def test_up_flags_map_to_the_cluster(tmp_path: Path) -> None:
+    args = build_parser().parse_args(
+        ["up", "--data-dir", str(tmp_path), "--kubelets", "3", "--no-controller"]
+    )
+    c = build_cluster(args)
+    assert c.work_dir == tmp_path.resolve()
+    assert list(c.components) == [
+        "apiserver",
+        "scheduler",
+        "kubelet-node-1",
+        "kubelet-node-2",
+        "kubelet-node-3",
+    ]
+    assert c.api_address == "127.0.0.1:6443"
+    assert c.address("node-3") == "127.0.0.1:10252"
+    assert c.address("scheduler") == "127.0.0.1:10259"
