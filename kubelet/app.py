@@ -26,6 +26,7 @@ from kubelet.runtime import Runtime
 from kubelet.settings import Settings
 from tinykube.client import Client
 from tinykube.clock import Clock
+from tinykube.events import EventRecorder
 from tinykube.informer import Informer
 from tinykube.serving import GrpcServer, start_metrics_server
 from tinykube.v1 import kubelet_pb2_grpc, pod_pb2
@@ -96,8 +97,14 @@ class Kubelet:
             self.pods = Informer.for_resource(
                 client.pods, field_selector=pod_selector, clock=self.clock
             )
+            events = EventRecorder(client, "kubelet", host=s.node_name, clock=self.clock)
             manager = PodManager(
-                client, self.runtime, self.node_names, lambda _node: s.node_ip, clock=self.clock
+                client,
+                self.runtime,
+                self.node_names,
+                lambda _node: s.node_ip,
+                clock=self.clock,
+                events=events,
             )
             self.manager = manager
             self.pods.add_handler(manager.on_add, manager.on_update, manager.on_delete)

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from typing import Any, Protocol
 
 from kubelet.api import KubeletAPI
 from kubelet.runtime import Runtime, build_pod_status
@@ -40,6 +41,17 @@ def grace_seconds(pod: pod_pb2.Pod) -> float:
     if pod.spec.HasField("termination_grace_period_seconds"):
         return float(pod.spec.termination_grace_period_seconds)
     return float(DEFAULT_GRACE_SECONDS)
+
+
+class Emitter(Protocol):
+    """Records Events in the background (tinykube.events.EventRecorder.emit)."""
+
+    def emit(self, obj: Any, type: str, reason: str, message: str) -> None: ...
+
+
+class NullEmitter:
+    def emit(self, obj: Any, type: str, reason: str, message: str) -> None:
+        return None
 
 
 class PodWorker:
@@ -77,10 +89,12 @@ class PodWorker:
                     return
                 if pod.metadata.HasField("deletion_timestamp"):
                     await m.runtime.kill_pod(self.uid, grace_seconds(pod))
+                    m.flush_events(pod)
                     await self._confirm_deletion(pod)
                     m.runtime.forget(self.uid)
                     return
                 rec = await m.runtime.sync_pod(pod)
+                m.flush_events(pod)
                 previous = self.last_posted or pod.status
                 status = build_pod_status(
                     pod,
@@ -156,8 +170,10 @@ class PodManager:
         host_ip: Callable[[str], str],
         *,
         clock: Clock | None = None,
+        events: Emitter | None = None,
     ) -> None:
         self.client = client
+        self.events: Emitter = events or NullEmitter()
         self.runtime = runtime
         self.node_names = node_names
         self.host_ip = host_ip
@@ -203,6 +219,14 @@ class PodManager:
             worker = self.workers.get(pod.metadata.uid)
             if worker is not None:
                 worker.vanish(pod)
+
+    def flush_events(self, pod: pod_pb2.Pod) -> None:
+        rec = self.runtime.record(pod.metadata.uid)
+        if rec is None or not rec.events:
+            return
+        for type_, reason, message in rec.events:
+            self.events.emit(pod, type_, reason, message)
+        rec.events.clear()
 
     async def cleanup_orphans(self, live_uids: set[str]) -> None:
         """Kill what a previous run of this kubelet started for pods that no longer exist."""

@@ -202,6 +202,14 @@ class ProcessRuntime:
                 crec.backoff_exp = 0  # it ran long enough to forget earlier crashes
             restart = policy == "Always" or (policy == "OnFailure" and term.exit_code != 0)
             if restart:
+                rec.events.append(
+                    (
+                        "Warning",
+                        "BackOff",
+                        f"Back-off restarting failed container {crec.name} in pod "
+                        f"{rec.name}_{rec.namespace}({rec.uid})",
+                    )
+                )
                 crec.last = term
                 crec.terminated = None
                 delay = self._backoff(crec)
@@ -253,6 +261,7 @@ class ProcessRuntime:
             crec.waiting_message = error
             crec.next_start = now + delay
             log.warning("pod %s/%s container %s: %s", rec.namespace, rec.name, crec.name, error)
+            rec.events.append(("Warning", "Failed", f"Error: {error}"))
             return
         self._children[child.pid] = child
         if crec.last is not None:
@@ -263,6 +272,7 @@ class ProcessRuntime:
         crec.state = RUNNING
         crec.waiting_reason = crec.waiting_message = ""
         crec.terminated = None
+        rec.events.append(("Normal", "Started", f"Started container {crec.name}"))
         log.info(
             "pod %s/%s container %s started: pid %d", rec.namespace, rec.name, crec.name, child.pid
         )
@@ -316,6 +326,7 @@ class ProcessRuntime:
             return
         running = [c for c in rec.containers.values() if c.state == RUNNING and c.pid > 0]
         for crec in running:
+            rec.events.append(("Normal", "Killing", f"Stopping container {crec.name}"))
             self._signal(crec, signal.SIGTERM)
         deadline = self.clock.monotonic() + max(0.0, grace_seconds)
         while any(self._alive(c) for c in running) and self.clock.monotonic() < deadline:

@@ -77,6 +77,8 @@ class PodRecord:
     containers: dict[str, ContainerRecord] = field(default_factory=dict)
     # Succeeded or Failed: the kubelet starts nothing for it any more.
     final_phase: str = ""
+    # (type, reason, message) of Events to record; drained by the pod worker, never persisted.
+    events: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 class Runtime(Protocol):

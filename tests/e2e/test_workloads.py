@@ -248,6 +248,14 @@ async def test_crashing_container_restarts_with_backoff(client: Client) -> None:
     # Between attempts the container waits out its back-off.
     waits = await eventually(lambda: crash_loop_waiting(client), limit=30, what="CrashLoopBackOff")
     assert "back-off" in waits.message
+    events = [
+        e
+        for e in (await client.events.list(NS)).items
+        if e.involved_object.name == "crasher" and e.source.component == "kubelet"
+    ]
+    reasons = {e.reason: e for e in events}
+    assert {"Started", "BackOff"} <= set(reasons), sorted(reasons)
+    assert reasons["BackOff"].type == "Warning"
     await client.pods.delete("crasher", NS, grace_period_seconds=0)
 
 
