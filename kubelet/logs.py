@@ -1,9 +1,10 @@
 """The kubelet's gRPC service `tinykube.v1.Kubelet`: container logs.
 
 `Logs` streams a container's log file in chunks: everything (or the last `tail_lines` lines),
-then, with `follow`, new output as it is written until the pod is gone from this kubelet or the
-client cancels. Pods are found in the kubelet's own pod informer (only its node's pods), so asking
-the wrong kubelet is NOT_FOUND, as it would be for kubectl talking to the wrong node.
+then, with `follow`, new output as it is written until the pod is gone from this kubelet, has
+finished, or the client cancels. Pods are found in the kubelet's own pod informer (only its
+node's pods), so asking the wrong kubelet is NOT_FOUND, as it would be for kubectl talking to
+the wrong node.
 
 Concurrency: each call is a coroutine on the server's event loop; file reads are small and
 non-blocking enough (local files) to be done inline.
@@ -108,3 +109,5 @@ class KubeletService(kubelet_pb2_grpc.KubeletServicer):
             current = self.get_pod(namespace, request.name)
             if current is None or current.metadata.uid != pod.metadata.uid:
                 return
+            if current.status.phase in ("Succeeded", "Failed"):
+                return  # nothing more will be written, as `kubectl logs -f` of a finished pod
