@@ -261,6 +261,8 @@ class LocalCluster:
 
         On any failure, stops whatever was started and raises ComponentError.
         """
+        if self._started:
+            raise RuntimeError("this LocalCluster is already started; stop() it first")
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self._started = True
         if not self._atexit_registered:
