@@ -111,7 +111,15 @@ def test_readme_walkthrough_parses() -> None:
     assert any("tinykube.v1.Pods/Bind" in c for c in commands)
     assert any("tinykube.v1.Pods/Watch" in c and "$RV" in c for c in commands)
     assert sum(s.expects_error for s in steps) >= 3  # watch end, AlreadyExists, Aborted
-    assert all(c.startswith(("grpcurl ", "RV=", "NODE_RV=")) for c in commands)
+    assert all(c.startswith(("grpcurl ", "RV=", "LEASE_RV=")) for c in commands)
+
+
+def test_output_matching_masks_volatile_values_and_keeps_order() -> None:
+    shown = ['  "uid": "aaa",', "...", '"name": "web"', '"phase": "Pending"']
+    actual = ["{", '"uid": "bbb",', '"x": 1', '"name": "web"', '"phase": "Pending"', "}"]
+    assert missing_line(shown, actual) is None
+    assert missing_line(list(reversed(shown)), actual) == '"name": "web"'
+    assert missing_line(['"name": "db"'], actual) == '"name": "db"'
 
 
 def test_grpcurl_walkthrough_from_readme(tinykube_up: UpCluster) -> None:
