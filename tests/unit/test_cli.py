@@ -550,3 +550,34 @@ def test_subcommands_are_discovered_from_modules() -> None:
 )
 def test_errors_print_like_kubectl(exc: Exception, line: str) -> None:
     assert common.describe_error(exc, "h:1") == line
+
+
+def test_describe_replicaset_counts_its_pods_and_describe_all(server: FakeServer) -> None:
+    from tinykube.v1 import replicaset_pb2
+
+    rs = replicaset_pb2.ReplicaSet(api_version="v1", kind="ReplicaSet")
+    rs.metadata.name = "web"
+    rs.metadata.namespace = "default"
+    rs.spec.replicas = 3
+    rs.spec.selector.match_labels["app"] = "web"
+    rs.spec.template.metadata.labels["app"] = "web"
+    rs.spec.template.spec.containers.add(name="c", image="nginx")
+    rs.status.replicas = 2
+    seed(server, rs)
+    uid = server.resources["ReplicaSet"].objects[("default", "web")].metadata.uid
+    running, pending, orphan = make_pod("web-1"), make_pod("web-2", phase="Pending"), make_pod("x")
+    for pod in (running, pending):
+        pod.metadata.owner_references.add(kind="ReplicaSet", name="web", uid=uid, controller=True)
+    seed(server, running, pending, orphan)
+    code, out, _ = run_cli("describe", "rs", "web")
+    assert code == 0
+    lines = out.splitlines()
+    assert "Selector:         app=web" in lines
+    assert "Replicas:         2 current / 3 desired" in lines
+    assert "Pods Status:      1 Running / 1 Waiting / 0 Succeeded / 0 Failed" in lines
+
+    _, out, _ = run_cli("describe", "pods")
+    names = [line.split()[1] for line in out.splitlines() if line.startswith("Name:")]
+    assert names == ["web-1", "web-2", "x"]
+    _, out, _ = run_cli("describe", "pod", "web-1")
+    assert "Controlled By:    ReplicaSet/web" in out.splitlines()

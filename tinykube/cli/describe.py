@@ -1,10 +1,11 @@
-"""`tinykube describe pod|node NAME`: an object's fields, conditions and the Events about it.
+"""`tinykube describe pod|node|rs [NAME...]`: an object's fields, conditions and its Events.
 
 Pods print like `kubectl describe pod` (containers with state, restarts and resources,
 conditions, node selectors, tolerations, events); nodes like `kubectl describe node` (taints,
-conditions, addresses, capacity, the pods on it, events). Other kinds print their YAML followed
-by their events. Events are listed in the object's namespace and matched on involvedObject here,
-because the apiserver's field selectors cover only a few pod fields.
+conditions, addresses, capacity, the pods on it, events); ReplicaSets with their pods' phases and
+template. Without NAME, every object of the kind (or those `-l` selects). Other kinds print their
+YAML, then their events. Events are listed in the object's namespace and matched on
+involvedObject here, because the apiserver's field selectors cover only a few pod fields.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Show an object's details, conditions and recent events.",
     )
     parser.add_argument("resource", help="pod|node|replicaset|event|lease")
-    parser.add_argument("names", nargs="+", metavar="NAME")
+    parser.add_argument("names", nargs="*", metavar="NAME", help="default: every object")
+    parser.add_argument("-l", "--selector", default="", help="label selector (without NAME)")
     parser.set_defaults(func=run)
 
 
@@ -268,6 +270,37 @@ def describe_node(node: Any, pods: list[Any], events: list[Any], now: datetime) 
     return w.text()
 
 
+def owned_by(pod: Any, owner: Any) -> bool:
+    return any(ref.uid == owner.metadata.uid for ref in pod.metadata.owner_references)
+
+
+def describe_replicaset(rs: Any, pods: list[Any], events: list[Any], now: datetime) -> str:
+    """As `kubectl describe rs`: selector, replicas, pods by phase, the template, events."""
+    w = Writer()
+    meta, spec, status = rs.metadata, rs.spec, rs.status
+    w.line(0, "Name", meta.name)
+    w.line(0, "Namespace", meta.namespace)
+    w.line(0, "Selector", printers.format_label_selector(spec.selector))
+    multi(w, 0, "Labels", fmt_map(meta.labels.items()))
+    multi(w, 0, "Annotations", fmt_map(meta.annotations.items(), ": "))
+    desired = spec.replicas if spec.HasField("replicas") else 1
+    w.line(0, "Replicas", f"{status.replicas} current / {desired} desired")
+    mine = [p for p in pods if owned_by(p, rs)]
+    phases = [p.status.phase or "Pending" for p in mine]
+    running, waiting = phases.count("Running"), phases.count("Pending")
+    done, failed = phases.count("Succeeded"), phases.count("Failed")
+    w.line(
+        0,
+        "Pods Status",
+        f"{running} Running / {waiting} Waiting / {done} Succeeded / {failed} Failed",
+    )
+    w.line(0, "Pod Template")
+    multi(w, 1, "Labels", fmt_map(spec.template.metadata.labels.items()))
+    describe_containers(w, "  Containers", spec.template.spec.containers, [])
+    describe_events(w, events, now)
+    return w.text()
+
+
 def describe_events(w: Writer, events: list[Any], now: datetime) -> None:
     if not events:
         w.line(0, "Events", printers.NONE)
@@ -306,18 +339,28 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
         raise CLIError("describe needs a namespace, not --all-namespaces")
     namespace = ctx.namespace_for(info)
     async with ctx.client() as client:
+        resource = client.resource(info)
+        if args.names:
+            objs = [await resource.get(name, namespace) for name in args.names]
+        else:
+            listed = await resource.list(namespace, label_selector=args.selector)
+            objs = printers.sort_for_display(info, listed.items)
         outputs = []
-        for name in args.names:
-            obj = await client.resource(info).get(name, namespace)
+        for obj in objs:
             events = await events_for(client, info, obj)
             if info.kind == "Pod":
                 outputs.append(describe_pod(obj, events, ctx.now()))
             elif info.kind == "Node":
-                pods = await client.pods.list(field_selector=f"spec.nodeName={name}")
+                on_node = f"spec.nodeName={obj.metadata.name}"
+                pods = await client.pods.list(field_selector=on_node)
                 outputs.append(describe_node(obj, list(pods.items), events, ctx.now()))
+            elif info.kind == "ReplicaSet":
+                pods = await client.pods.list(obj.metadata.namespace)
+                outputs.append(describe_replicaset(obj, list(pods.items), events, ctx.now()))
             else:
                 w = Writer()
                 describe_events(w, events, ctx.now())
                 outputs.append(to_yaml(obj) + w.text())
-        ctx.print("\n\n".join(o.rstrip("\n") for o in outputs))
+        if outputs:
+            ctx.print("\n\n".join(o.rstrip("\n") for o in outputs))
     return 0
