@@ -21,7 +21,7 @@ from apiserver.settings import Settings
 from apiserver.storage import Storage
 from apiserver.watchcache import Codec, WatchCache
 from tinykube.clock import Clock
-from tinykube.errors import TinykubeError
+from tinykube.errors import TinykubeError, UnavailableError
 from tinykube.kinds import ALL_KINDS, NODE
 from tinykube.serving import GrpcServer
 
@@ -30,12 +30,17 @@ log = logging.getLogger(__name__)
 
 class APIServer:
     def __init__(
-        self, settings: Settings, *, clock: Clock | None = None, metrics: Metrics | None = None
+        self,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        metrics: Metrics | None = None,
+        storage: Storage | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock or Clock()
         self.metrics = metrics or Metrics()
-        self.storage = Storage(
+        self.storage = storage or Storage(
             settings.endpoints,
             timeout=settings.etcd_request_timeout_seconds,
             metrics=self.metrics,
@@ -116,6 +121,12 @@ class APIServer:
         return self.port
 
     async def stop(self) -> None:
+        """Graceful: NOT_SERVING, end every watch (clients re-watch elsewhere), drain, close."""
+        await self._set_serving(False)
+        for cache in self.caches.values():
+            cache.terminate_all(
+                UnavailableError("watch closed: the apiserver is shutting down"), "shutdown"
+            )
         await self.grpc.stop(self.settings.shutdown_grace_seconds)
         for task in self._tasks:
             task.cancel()

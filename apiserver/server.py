@@ -18,6 +18,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -27,7 +28,7 @@ from google.protobuf.message import Message
 from apiserver.metrics import Metrics
 from apiserver.registry import SELECTABLE_FIELDS, Strategy, generate_name
 from apiserver.settings import Settings
-from apiserver.storage import KV, Storage
+from apiserver.storage import KV, Storage, WriteResult
 from apiserver.watchcache import CachedObject, Codec, WatchCache, encode_list
 from tinykube.clock import Clock
 from tinykube.errors import (
@@ -57,6 +58,13 @@ log = logging.getLogger(__name__)
 _CAS_ATTEMPTS = 8
 
 
+@dataclass(slots=True)
+class _Current:
+    obj: Message  # a private copy, free to mutate
+    revision: int  # its etcd mod_revision
+    authoritative: bool  # read from etcd (or proven by the client's resourceVersion)
+
+
 def _serialize(response: bytes | Message) -> bytes:
     if isinstance(response, bytes):
         return response
@@ -68,6 +76,21 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
+        # Label lookups take a lock and hash a tuple; do them once per (method, code).
+        self._counters: dict[tuple[str, str], Any] = {}
+        self._histograms: dict[str, Any] = {}
+
+    def _counter(self, method: str, code: str) -> None:
+        child = self._counters.get((method, code))
+        if child is None:
+            child = self._counters[(method, code)] = self.metrics.requests.labels(method, code)
+        child.inc()
+
+    def _histogram(self, method: str) -> Any:
+        child = self._histograms.get(method)
+        if child is None:
+            child = self._histograms[method] = self.metrics.request_duration.labels(method)
+        return child
 
     async def intercept_service(
         self,
@@ -79,9 +102,8 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or not method.startswith("/tinykube."):
             return handler
         short = method[len("/tinykube.v1.") :]
-        metrics = self.metrics
-        requests = metrics.requests
-        duration = metrics.request_duration.labels(short)
+        count = self._counter
+        duration = self._histogram(short)
         if handler.unary_unary is not None:
             inner: Any = handler.unary_unary
 
@@ -90,16 +112,16 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                 try:
                     response = await inner(request, context)
                 except TinykubeError as exc:
-                    requests.labels(short, exc.code.name).inc()
+                    count(short, exc.code.name)
                     duration.observe(time.perf_counter() - start)
                     await abort_with(context, exc)
                 except Exception as exc:
                     if isinstance(exc, grpc.aio.AbortError):
                         raise
                     log.exception("%s failed", method)
-                    requests.labels(short, "INTERNAL").inc()
+                    count(short, "INTERNAL")
                     await abort_with(context, exc)
-                requests.labels(short, "OK").inc()
+                count(short, "OK")
                 duration.observe(time.perf_counter() - start)
                 return response
 
@@ -130,7 +152,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                     code = "INTERNAL"
                     await abort_with(context, exc)
                 finally:
-                    requests.labels(short, code).inc()
+                    count(short, code)
 
             return handler._replace(unary_stream=stream)
         return handler
@@ -212,6 +234,30 @@ class ResourceService:
         obj = self.info.message.FromString(kv.value)
         obj.metadata.resource_version = str(kv.mod_revision)  # type: ignore[attr-defined]
         return obj
+
+    async def _current(
+        self, key: bytes, *, revision: int = 0, cached: bool = True
+    ) -> _Current | None:
+        """The object at `key` as a private copy, or None if it does not exist.
+
+        Writes use the watch cache's copy as their first guess when it is at the revision the
+        client names (or any revision for unconditional writes): the compare-and-swap proves
+        it current, and a failed one returns the real value. That saves an etcd read per write.
+        Only etcd's answer (`authoritative`) may justify an error.
+        """
+        if cached:
+            hit = self.cache.state.get(key)
+            if hit is not None and (revision == 0 or hit.revision == revision):
+                return _Current(self.info.message.FromString(hit.data), hit.revision, revision != 0)
+        kv = await self.storage.get(key)
+        if kv is None:
+            return None
+        return _Current(self._decode(kv), kv.mod_revision, True)
+
+    def _after_failure(self, result: WriteResult) -> _Current | None:
+        if result.current is None:
+            return None
+        return _Current(self._decode(result.current), result.current.mod_revision, True)
 
     def _not_found(self, name: str) -> NotFoundError:
         return NotFoundError(f'{self.plural} "{name}" not found')
@@ -381,13 +427,16 @@ class ResourceService:
         meta.namespace = self._namespace(meta.namespace)
         key = self.key(meta.namespace, meta.name)
         expected = _parse_rv(meta.resource_version) if meta.resource_version else 0
+        cur = await self._current(key, revision=expected)
         for _attempt in range(_CAS_ATTEMPTS):
-            kv = await self.storage.get(key)
-            if kv is None:
+            if cur is None:
                 raise self._not_found(meta.name)
-            if expected and expected != kv.mod_revision:
-                raise self._conflict(meta.name)
-            old = self._decode(kv)
+            if expected and expected != cur.revision:
+                if cur.authoritative:
+                    raise self._conflict(meta.name)
+                cur = await self._current(key, cached=False)
+                continue
+            old = cur.obj
             if status:
                 new = self.strategy.prepare_for_status_update(obj, old)
                 errors = self.strategy.validate_status_update(new, old)
@@ -396,10 +445,13 @@ class ResourceService:
                 new.CopyFrom(obj)
                 self.strategy.prepare_for_update(new, old)
                 errors = self.strategy.validate_update(new, old)
-            if errors:
-                raise InvalidError.for_object(self.info.kind, meta.name, errors)
             new.metadata.resource_version = old.metadata.resource_version  # type: ignore[attr-defined]
-            if new == old:
+            if errors or new == old:
+                if not cur.authoritative:
+                    cur = await self._current(key, cached=False)
+                    continue
+                if errors:
+                    raise InvalidError.for_object(self.info.kind, meta.name, errors)
                 return old  # a no-op write keeps the resourceVersion, as Kubernetes does
             nmeta = new.metadata  # type: ignore[attr-defined]
             if (
@@ -408,17 +460,18 @@ class ResourceService:
                 and nmeta.deletion_grace_period_seconds == 0
             ):
                 # The last finalizer is gone from an object being deleted: remove it.
-                result = await self.storage.delete(key, kv.mod_revision)
+                result = await self.storage.delete(key, cur.revision)
                 if result.succeeded:
                     return new
             else:
-                result = await self.storage.update(key, self._stored_value(new), kv.mod_revision)
+                result = await self.storage.update(key, self._stored_value(new), cur.revision)
                 if result.succeeded:
                     nmeta.resource_version = str(result.revision)
                     return new
             if expected:
                 raise self._conflict(meta.name)
-            # Unconditional update lost a race: re-read and apply again.
+            # An unconditional update lost a race: apply it again to the current value.
+            cur = self._after_failure(result)
         raise self._conflict(meta.name)
 
     # ---- Delete ----------------------------------------------------------------------------
@@ -434,20 +487,21 @@ class ResourceService:
                 f"invalid gracePeriodSeconds {request.grace_period_seconds}: must not be negative"
             )
         pre = request.preconditions
+        cur = await self._current(key)
         for _attempt in range(_CAS_ATTEMPTS):
-            kv = await self.storage.get(key)
-            if kv is None:
+            if cur is None:
                 raise self._not_found(request.name)
-            obj = self._decode(kv)
+            obj = cur.obj
             meta = obj.metadata  # type: ignore[attr-defined]
+            problem: ConflictError | None = None
             if pre.uid and pre.uid != meta.uid:
-                raise self._conflict(
+                problem = self._conflict(
                     request.name,
                     f"Precondition failed: UID in precondition: {pre.uid}, UID in object meta: "
                     f"{meta.uid}",
                 )
-            if pre.resource_version and pre.resource_version != meta.resource_version:
-                raise self._conflict(
+            elif pre.resource_version and pre.resource_version != meta.resource_version:
+                problem = self._conflict(
                     request.name,
                     "Precondition failed: ResourceVersion in precondition: "
                     f"{pre.resource_version}, ResourceVersion in object meta: "
@@ -463,27 +517,33 @@ class ResourceService:
                 )
                 if not pod.spec.node_name:
                     grace = 0  # never ran anywhere: nothing to stop
+            marked = meta.HasField("deletion_timestamp")
+            settled = (
+                (grace > 0 or meta.finalizers)
+                and marked
+                and (meta.deletion_grace_period_seconds <= grace)
+            )
+            if (problem is not None or settled) and not cur.authoritative:
+                cur = await self._current(key, cached=False)
+                continue
+            if problem is not None:
+                raise problem
+            if settled:
+                return obj  # already terminating; a longer grace period never extends it
             if grace > 0 or meta.finalizers:
-                # Graceful (a kubelet must stop the containers) or blocked by finalizers:
-                # mark the object; a second delete may only shorten the grace period.
-                if (
-                    meta.HasField("deletion_timestamp")
-                    and meta.deletion_grace_period_seconds <= grace
-                ):
-                    return obj
-                new = type(obj)()
-                new.CopyFrom(obj)
-                nmeta = new.metadata  # type: ignore[attr-defined]
+                # Graceful (a kubelet must stop the containers) or held by finalizers: mark it.
+                nmeta = meta
                 nmeta.deletion_timestamp.FromDatetime(self.clock.now() + timedelta(seconds=grace))
                 nmeta.deletion_grace_period_seconds = grace
-                result = await self.storage.update(key, self._stored_value(new), kv.mod_revision)
+                result = await self.storage.update(key, self._stored_value(obj), cur.revision)
                 if result.succeeded:
                     nmeta.resource_version = str(result.revision)
-                    return new
-                continue
-            result = await self.storage.delete(key, kv.mod_revision)
-            if result.succeeded:
-                return obj
+                    return obj
+            else:
+                result = await self.storage.delete(key, cur.revision)
+                if result.succeeded:
+                    return obj
+            cur = self._after_failure(result)
         raise self._conflict(request.name)
 
     # ---- Watch -----------------------------------------------------------------------------
@@ -524,34 +584,41 @@ class ResourceService:
             raise InvalidError.for_object("Binding", name, problems)
         key = self.key(namespace, name)
         node_key = self.node_prefix + target.name.encode()
+        cur = await self._current(key)
         for _attempt in range(_CAS_ATTEMPTS):
-            kv = await self.storage.get(key)
-            if kv is None:
+            if cur is None:
                 raise self._not_found(name)
-            pod: pod_pb2.Pod = self._decode(kv)  # type: ignore[assignment]
+            pod: pod_pb2.Pod = cur.obj  # type: ignore[assignment]
+            problem: TinykubeError | None = None
             if binding.metadata.uid and binding.metadata.uid != pod.metadata.uid:
-                raise PreconditionFailedError(
+                problem = PreconditionFailedError(
                     f"Precondition failed: UID in precondition: {binding.metadata.uid}, "
                     f"UID in object meta: {pod.metadata.uid}"
                 )
-            if pod.metadata.HasField("deletion_timestamp"):
-                raise PreconditionFailedError(
+            elif pod.metadata.HasField("deletion_timestamp"):
+                problem = PreconditionFailedError(
                     f"pod {namespace}/{name} is being deleted, cannot be assigned to a host"
                 )
-            if pod.spec.node_name:
-                raise AlreadyExistsError(
+            elif pod.spec.node_name:
+                problem = AlreadyExistsError(
                     f"pod {namespace}/{name} is already assigned to node {pod.spec.node_name}"
                 )
+            if problem is not None:
+                if not cur.authoritative:
+                    cur = await self._current(key, cached=False)
+                    continue
+                raise problem
             pod.spec.node_name = target.name
             _set_scheduled(pod, self.clock)
             result = await self.storage.update(
-                key, self._stored_value(pod), kv.mod_revision, require=(node_key,)
+                key, self._stored_value(pod), cur.revision, require=(node_key,)
             )
             if result.succeeded:
                 return pod_pb2.BindResponse(resource_version=str(result.revision))
             if result.missing:
                 raise NotFoundError(f'{NODE.plural} "{target.name}" not found')
-            # The pod changed under us (a status update, say): read it again and retry.
+            # The pod changed under us (a status update, say): retry on its current value.
+            cur = self._after_failure(result)
         raise self._conflict(name)
 
     # ---- registration ----------------------------------------------------------------------

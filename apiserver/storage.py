@@ -139,6 +139,7 @@ class Storage:
         self.target = endpoints[0] if len(endpoints) == 1 else "ipv4:" + ",".join(endpoints)
         self.timeout = timeout
         self.metrics = metrics
+        self._children: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._channel: grpc.aio.Channel | None = None
         self._kv: Any = None
         self._watch: Any = None
@@ -155,6 +156,17 @@ class Storage:
             await self._channel.close()
             self._channel = None
 
+    def _metric(self, operation: str, result: str) -> tuple[Any, Any]:
+        # prometheus_client label lookups are slow-ish; memoize the children per operation.
+        children = self._children.get((operation, result))
+        if children is None:
+            children = (
+                self.metrics.etcd_requests.labels(operation, result),
+                self.metrics.etcd_request_duration.labels(operation),
+            )
+            self._children[(operation, result)] = children
+        return children
+
     async def _call(self, operation: str, fn: Callable[[], Awaitable[T]]) -> T:
         start = time.perf_counter()
         try:
@@ -162,10 +174,11 @@ class Storage:
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
                 raise
-            self.metrics.etcd_requests.labels(operation, "error").inc()
+            self._metric(operation, "error")[0].inc()
             raise map_etcd_error(exc) from exc
-        self.metrics.etcd_requests.labels(operation, "ok").inc()
-        self.metrics.etcd_request_duration.labels(operation).observe(time.perf_counter() - start)
+        counter, histogram = self._metric(operation, "ok")
+        counter.inc()
+        histogram.observe(time.perf_counter() - start)
         return result
 
     # ---- reads -----------------------------------------------------------------------------
@@ -292,6 +305,7 @@ class EtcdWatch:
         )
         self._requests.put_nowait(rpc.WatchRequest(create_request=create))
         self._call: Any = None
+        self._cancelled = False
 
     async def _request_iter(self) -> AsyncIterator[Any]:
         while True:
@@ -304,6 +318,10 @@ class EtcdWatch:
         self._requests.put_nowait(rpc.WatchRequest(progress_request=rpc.WatchProgressRequest()))
 
     def cancel(self) -> None:
+        """Close the stream; a reader in `batches` gets UnavailableError."""
+        if self._cancelled:
+            return
+        self._cancelled = True
         self._requests.put_nowait(None)
         if self._call is not None:
             self._call.cancel()
@@ -334,6 +352,12 @@ class EtcdWatch:
                 yield events, int(resp.header.revision)
         except grpc.aio.AioRpcError as exc:
             raise map_etcd_error(exc) from exc
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._cancelled and task is not None and not task.cancelling():
+                # We closed the stream ourselves (not a cancellation of our task).
+                raise UnavailableError("etcd watch stream closed; resuming") from None
+            raise
         finally:
             self.cancel()
         raise UnavailableError("etcd is unavailable: watch stream ended")

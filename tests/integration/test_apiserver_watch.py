@@ -8,11 +8,15 @@ Kubernetes' in/out-of-filter transitions, bookmarks, and slow watchers being cut
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 import pytest
 
+from apiserver.app import APIServer
+from apiserver.metrics import Metrics
+from apiserver.storage import EtcdWatch, Storage
 from tests.integration.conftest import (
     RunningAPIServer,
     Stubs,
@@ -329,3 +333,78 @@ async def test_watch_argument_errors(stubs: Stubs) -> None:
         stubs.nodes.Watch(meta_pb2.WatchRequest(field_selector="spec.nodeName=x")).read(),
         grpc.StatusCode.INVALID_ARGUMENT,
     )
+
+
+class GatedStorage(Storage):
+    """Storage whose new etcd watch streams wait for `gate`: lets a test make the cache miss
+    events (and etcd compact them) between a broken watch and its resumption."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__([endpoint], timeout=5.0, metrics=Metrics())
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    def watch(self, prefix: bytes, start_revision: int) -> EtcdWatch:
+        inner = super().watch(prefix, start_revision)
+        gate = self.gate
+        original = inner.batches
+
+        async def gated() -> AsyncIterator[tuple[list[Any], int]]:
+            await gate.wait()
+            async for batch in original():
+                yield batch
+
+        inner.batches = gated  # type: ignore[method-assign]
+        return inner
+
+
+async def test_compacted_resume_relists_and_ends_watchers_with_out_of_range(
+    etcd_server: EtcdServer,
+) -> None:
+    settings = make_settings(etcd_server.endpoint)
+    storage = GatedStorage(etcd_server.endpoint)
+    server = APIServer(settings, storage=storage)
+    await server.start()
+    ch = grpc.aio.insecure_channel(server.address, options=list(CHANNEL_OPTIONS))
+    try:
+        stubs = make_stubs(ch)
+        await create(stubs, "p0")
+        start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resource_version
+        call = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=start))
+        cache = server.caches["Pod"]
+        # Break the etcd watch and hold its resumption while etcd moves on and compacts.
+        storage.gate.clear()
+        assert cache._etcd_watch is not None
+        cache._etcd_watch.cancel()
+        for i in range(1, 4):
+            await create(stubs, f"p{i}")
+        await storage.compact(await storage.current_revision())
+        storage.gate.set()
+        details = await expect_error(call.read(), grpc.StatusCode.OUT_OF_RANGE)
+        assert details.startswith("too old resource version")
+        # Never skipped: the relisted cache has every object, and watches work again.
+        listed = await stubs.pods.List(meta_pb2.ListRequest())
+        assert [p.metadata.name for p in listed.items] == ["p0", "p1", "p2", "p3"]
+        again = stubs.pods.Watch(
+            meta_pb2.WatchRequest(resource_version=listed.metadata.resource_version)
+        )
+        await create(stubs, "p4")
+        (ev,) = await read_events(again, 1)
+        assert (ev.type, ev.object.metadata.name) == ("ADDED", "p4")
+        again.cancel()
+    finally:
+        await ch.close()
+        await server.stop()
+
+
+async def test_stop_ends_watches_with_unavailable(etcd_server: EtcdServer) -> None:
+    running = await start_apiserver(make_settings(etcd_server.endpoint, shutdown_grace_seconds=30))
+    ch = grpc.aio.insecure_channel(running.address, options=list(CHANNEL_OPTIONS))
+    try:
+        call = make_stubs(ch).pods.Watch(meta_pb2.WatchRequest())
+        await asyncio.sleep(0.2)
+        await asyncio.wait_for(running.server.stop(), 10)  # does not wait out the 30 s grace
+        details = await expect_error(call.read(), grpc.StatusCode.UNAVAILABLE)
+        assert "shutting down" in details
+    finally:
+        await ch.close()
