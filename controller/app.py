@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from controller.garbagecollector import GarbageCollector
+from controller.metrics import Metrics
 from controller.nodelifecycle import NODE_LEASE_NAMESPACE, NodeLifecycleController
 from controller.replicaset import ReplicaSetController
 from controller.settings import Settings
@@ -30,24 +31,31 @@ from tinykube.clock import Clock
 from tinykube.events import EventRecorder
 from tinykube.informer import Informer
 from tinykube.leaderelection import LeaderElector
-from tinykube.serving import GrpcServer, start_metrics_server
+from tinykube.serving import GrpcServer
 from tinykube.workqueue import ShutDown, WorkQueue
 
 log = logging.getLogger(__name__)
 
 
 async def run_worker(
-    name: str, queue: WorkQueue[str], sync: Callable[[str], Awaitable[None]]
+    name: str,
+    queue: WorkQueue[str],
+    sync: Callable[[str], Awaitable[None]],
+    metrics: Metrics | None = None,
 ) -> None:
     """client-go's processNextWorkItem loop: success forgets the key, failure requeues it."""
+    loop = asyncio.get_running_loop()
     while True:
         try:
             key = await queue.get()
         except ShutDown:
             return
+        started = loop.time()
+        ok = False
         try:
             await sync(key)
             queue.forget(key)
+            ok = True
         except asyncio.CancelledError:
             queue.done(key)
             raise
@@ -55,6 +63,8 @@ async def run_worker(
             log.warning("%s: sync %s failed (requeued): %s: %s", name, key, type(exc).__name__, exc)
             queue.add_rate_limited(key)
         queue.done(key)
+        if metrics is not None:
+            metrics.observe_sync(name, ok, loop.time() - started)
 
 
 class ControllerManager:
@@ -62,13 +72,14 @@ class ControllerManager:
         self.settings = settings
         self.clock = clock or Clock()
         self.server = GrpcServer(settings.bind_address, [])
+        self.metrics = Metrics()
         self.port = 0
         self._task: asyncio.Task[None] | None = None
         self.leading = asyncio.Event()
 
     async def start(self) -> int:
         self.port = await self.server.start()
-        start_metrics_server(self.settings.metrics_port)
+        self.metrics.serve(self.settings.metrics_port)
         self._task = asyncio.get_running_loop().create_task(self.run(), name="controller-manager")
         return self.port
 
@@ -103,6 +114,7 @@ class ControllerManager:
                 except Exception as exc:
                     log.warning("leader election: %s: %s", type(exc).__name__, exc)
                 self.leading.clear()
+                self.metrics.leader.labels(name=s.lease_name).set(0)
                 log.warning("leadership lost; campaigning again")
                 await self.clock.sleep(s.retry_period)
 
@@ -129,6 +141,7 @@ class ControllerManager:
             rss.add_handler(rsc.on_rs_add, rsc.on_rs_update, rsc.on_rs_delete)
             pods.add_handler(rsc.on_pod_add, rsc.on_pod_update, rsc.on_pod_delete)
             queues.append(rs_queue)
+            self.metrics.track_queue("replicaset", rs_queue.__len__)
             workers.append(("replicaset", rs_queue, rsc.sync, s.concurrent_replicaset_syncs))
 
         if "garbagecollector" in s.controllers:
@@ -141,6 +154,7 @@ class ControllerManager:
             rss.add_handler(*gc.handlers_for_owner("ReplicaSet"))
             nodes.add_handler(*gc.handlers_for_owner("Node"))
             queues.append(gc_queue)
+            self.metrics.track_queue("garbagecollector", gc_queue.__len__)
             workers.append(("garbagecollector", gc_queue, gc.sync, s.concurrent_gc_syncs))
 
         if "nodelifecycle" in s.controllers:
@@ -154,6 +168,7 @@ class ControllerManager:
                 grace_period=s.node_monitor_grace_period,
                 default_unreachable_toleration=s.default_unreachable_toleration_seconds,
                 default_not_ready_toleration=s.default_not_ready_toleration_seconds,
+                on_eviction=self.metrics.evictions.inc,
             )
 
             async def monitor_loop() -> None:
@@ -175,9 +190,12 @@ class ControllerManager:
                 await asyncio.gather(*(inf.wait_synced() for inf in informers))
                 log.info("caches synced; starting workers")
                 self.leading.set()
+                self.metrics.leader.labels(name=s.lease_name).set(1)
                 for name, queue, sync, n in workers:
                     for i in range(n):
-                        tg.create_task(run_worker(name, queue, sync), name=f"{name}-{i}")
+                        tg.create_task(
+                            run_worker(name, queue, sync, self.metrics), name=f"{name}-{i}"
+                        )
                 for loop in loops:
                     tg.create_task(loop(), name=loop.__name__)
         finally:

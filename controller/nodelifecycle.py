@@ -22,6 +22,7 @@ One task runs the loop; it only reads informer caches and writes through the cli
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -93,7 +94,9 @@ class NodeLifecycleController:
         grace_period: float = 40.0,
         default_unreachable_toleration: float = 300.0,
         default_not_ready_toleration: float = 300.0,
+        on_eviction: Callable[[], object] = lambda: None,
     ) -> None:
+        self.on_eviction = on_eviction
         self.client = client
         self.node_store = node_store
         self.lease_store = lease_store
@@ -247,6 +250,7 @@ class NodeLifecycleController:
                     await self.client.pods.delete(
                         pod.metadata.name, pod.metadata.namespace, uid=pod.metadata.uid
                     )
+                    self.on_eviction()
                 except NotFoundError:
                     pass
                 except TinykubeError as exc:
@@ -272,6 +276,7 @@ class NodeLifecycleController:
                 uid=pod.metadata.uid,
             )
             self._force_deleted.add(key_of(pod))
+            self.on_eviction()
         except NotFoundError:
             pass
         except TinykubeError as exc:

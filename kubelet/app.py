@@ -19,6 +19,7 @@ from typing import Any
 
 from kubelet.fake import FakeRuntime
 from kubelet.logs import KubeletService
+from kubelet.metrics import Metrics
 from kubelet.node import NodeAgent, NodeConfig
 from kubelet.pods import PodManager
 from kubelet.process import ProcessRuntime
@@ -28,7 +29,7 @@ from tinykube.client import Client
 from tinykube.clock import Clock
 from tinykube.events import EventRecorder
 from tinykube.informer import Informer
-from tinykube.serving import GrpcServer, start_metrics_server
+from tinykube.serving import GrpcServer
 from tinykube.v1 import kubelet_pb2_grpc, pod_pb2
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class Kubelet:
         service = KubeletService(self._get_pod, self.runtime, clock=self.clock)
         self.server.add(lambda s: kubelet_pb2_grpc.add_KubeletServicer_to_server(service, s))
         self.port = 0
+        self.metrics = Metrics()
         self.manager: PodManager | None = None
         self.ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -71,7 +73,7 @@ class Kubelet:
 
     async def start(self) -> int:
         self.port = await self.server.start()
-        start_metrics_server(self.settings.metrics_port)
+        self.metrics.serve(self.settings.metrics_port)
         self._task = asyncio.get_running_loop().create_task(self.run(), name="kubelet")
         return self.port
 
@@ -105,7 +107,9 @@ class Kubelet:
                 lambda _node: s.node_ip,
                 clock=self.clock,
                 events=events,
+                on_event=lambda reason: self.metrics.container_events.labels(reason=reason).inc(),
             )
+            self.metrics.track_pods(lambda: len(manager.workers))
             self.manager = manager
             self.pods.add_handler(manager.on_add, manager.on_update, manager.on_delete)
             agents = [
@@ -125,6 +129,9 @@ class Kubelet:
                     ),
                     lambda name=name: nodes.store.get(name),  # type: ignore[misc]
                     clock=self.clock,
+                    on_renewal=lambda ok: self.metrics.lease_renewals.labels(
+                        result="success" if ok else "error"
+                    ).inc(),
                 )
                 for name in s.node_names
             ]

@@ -86,7 +86,9 @@ class NodeAgent:
         get_node: Callable[[], node_pb2.Node | None],
         *,
         clock: Clock | None = None,
+        on_renewal: Callable[[bool], object] = lambda ok: None,
     ) -> None:
+        self.on_renewal = on_renewal
         self.client = client
         self.cfg = cfg
         self.get_node = get_node
@@ -237,9 +239,11 @@ class NodeAgent:
         while True:
             try:
                 await self.renew_lease()
+                self.on_renewal(True)
                 delay = LEASE_BACKOFF_INITIAL
                 await self.clock.sleep(interval)
             except TinykubeError as exc:
+                self.on_renewal(False)
                 log.warning("node %s: lease renewal failed: %s", self.cfg.name, exc)
                 await self.clock.sleep(delay)
                 delay = min(delay * 2, LEASE_BACKOFF_MAX)

@@ -171,7 +171,9 @@ class PodManager:
         *,
         clock: Clock | None = None,
         events: Emitter | None = None,
+        on_event: Callable[[str], object] = lambda reason: None,
     ) -> None:
+        self.on_event = on_event
         self.client = client
         self.events: Emitter = events or NullEmitter()
         self.runtime = runtime
@@ -226,6 +228,7 @@ class PodManager:
             return
         for type_, reason, message in rec.events:
             self.events.emit(pod, type_, reason, message)
+            self.on_event(reason)
         rec.events.clear()
 
     async def cleanup_orphans(self, live_uids: set[str]) -> None:
