@@ -1,1 +1,17 @@
-"""tinykube scheduler process."""
+"""tinykube's scheduler (`python -m scheduler`, port 10259), modelled on kube-scheduler.
+
+Layout, pure core first:
+- podinfo.py   a pod's requests/ports/images parsed once (kube-scheduler's request rules)
+- cache.py     columnar node table (numpy) + pods on nodes, assumed pods with TTL
+- queue.py     activeQ / backoffQ / unschedulable set, moved by cluster events
+- framework.py Status, FilterResult, one protocol per extension point, registry
+- plugins.py   the default plugins, vectorised over node slots
+- config.py    the YAML profile (plugins, weights, args) with field-named validation errors
+- core.py      Profile + Algorithm: filter, percentageOfNodesToScore, score, select, records
+- cycle.py     Scheduler: informer handlers, serial cycle, concurrent binding cycles
+- app.py, service.py, metrics.py, settings.py, __main__.py: the process (leader election,
+  informers, Bind RPCs, status/events, Explain/Simulate gRPC, Prometheus metrics)
+
+Not implemented: PodTopologySpread and InterPodAffinity (no API for them yet), and preemption
+(DefaultPreemption is a PostFilter that never nominates a node).
+"""
