@@ -581,3 +581,9 @@ def test_describe_replicaset_counts_its_pods_and_describe_all(server: FakeServer
     assert names == ["web-1", "web-2", "x"]
     _, out, _ = run_cli("describe", "pod", "web-1")
     assert "Controlled By:    ReplicaSet/web" in out.splitlines()
+
+
+def test_apply_missing_file(server: FakeServer, tmp_path: Path) -> None:
+    code, _, err = run_cli("apply", "-f", str(tmp_path / "nope.yaml"))
+    assert code == 1
+    assert err == f'error: the path "{tmp_path / "nope.yaml"}" does not exist\n'

@@ -64,8 +64,11 @@ def read_manifests(files: list[str], ctx: Context) -> list[ManifestObject]:
         if name == "-":
             text, source = sys.stdin.read(), "STDIN"
         else:
-            with open(name, encoding="utf-8") as fh:
-                text, source = fh.read(), name
+            try:
+                with open(name, encoding="utf-8") as fh:
+                    text, source = fh.read(), name
+            except FileNotFoundError as exc:
+                raise CLIError(f'the path "{name}" does not exist') from exc
         objects.extend(load_manifests(text, source))
     for item in objects:
         meta = item.obj.metadata  # type: ignore[attr-defined]
