@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kubelet.runtime import RUNNING, ContainerRecord, PodRecord
+from kubelet.runtime import RUNNING, TERMINATED, ContainerRecord, PodRecord, Termination
 from tinykube.clock import Clock
 from tinykube.v1 import pod_pb2
 
@@ -37,6 +37,11 @@ class FakeRuntime:
         if rec is None:
             now = self.clock.now().timestamp()
             rec = PodRecord(pod.metadata.uid, pod.metadata.namespace, pod.metadata.name, now)
+            for c in pod.spec.init_containers:
+                done = Termination(exit_code=0, reason="Completed", started_at=now, finished_at=now)
+                rec.init_containers[c.name] = ContainerRecord(
+                    c.name, state=TERMINATED, terminated=done
+                )
             for c in pod.spec.containers:
                 rec.containers[c.name] = ContainerRecord(c.name, state=RUNNING, started_at=now)
             self._pods[pod.metadata.uid] = rec

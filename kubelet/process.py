@@ -39,6 +39,7 @@ from kubelet.runtime import (
     ContainerRecord,
     PodRecord,
     Termination,
+    initialized,
     pod_phase,
 )
 from tinykube.clock import Clock
@@ -94,6 +95,7 @@ class ProcessRuntime:
             "start_time": rec.start_time,
             "final_phase": rec.final_phase,
             "containers": {n: c.to_json() for n, c in rec.containers.items()},
+            "init_containers": {n: c.to_json() for n, c in rec.init_containers.items()},
         }
         tmp = directory / "state.json.tmp"
         tmp.write_text(json.dumps(data))
@@ -114,6 +116,10 @@ class ProcessRuntime:
                     containers={
                         n: ContainerRecord.from_json(c) for n, c in data["containers"].items()
                     },
+                    init_containers={
+                        n: ContainerRecord.from_json(c)
+                        for n, c in data.get("init_containers", {}).items()
+                    },
                 )
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 log.warning("ignoring unreadable state %s: %s", state, exc)
@@ -121,7 +127,7 @@ class ProcessRuntime:
             self._pods[rec.uid] = rec
             adopted = [
                 c.name
-                for c in rec.containers.values()
+                for c in (*rec.init_containers.values(), *rec.containers.values())
                 if c.state == RUNNING and proc_start_time(c.pid) == c.proc_start
             ]
             log.info(
@@ -181,10 +187,12 @@ class ProcessRuntime:
         crec.backoff_exp += 1
         return float(delay)
 
-    def _observe_exits(self, pod: pod_pb2.Pod, rec: PodRecord) -> bool:
+    def _observe_exits(
+        self, pod: pod_pb2.Pod, rec: PodRecord, records: dict[str, ContainerRecord], init: bool
+    ) -> bool:
         changed = False
         policy = pod.spec.restart_policy or "Always"
-        for crec in rec.containers.values():
+        for crec in records.values():
             if crec.state != RUNNING:
                 continue
             term = self._exit_status(crec)
@@ -200,7 +208,12 @@ class ProcessRuntime:
             )
             if term.finished_at - crec.started_at >= 2 * self.backoff_max:
                 crec.backoff_exp = 0  # it ran long enough to forget earlier crashes
-            restart = policy == "Always" or (policy == "OnFailure" and term.exit_code != 0)
+            if init:
+                # An init container that succeeded is done; one that failed is retried unless
+                # the pod's restartPolicy is Never.
+                restart = term.exit_code != 0 and policy != "Never"
+            else:
+                restart = policy == "Always" or (policy == "OnFailure" and term.exit_code != 0)
             if restart:
                 rec.events.append(
                     (
@@ -225,8 +238,9 @@ class ProcessRuntime:
                 crec.terminated = term
         return changed
 
-    def _start(self, pod: pod_pb2.Pod, rec: PodRecord, container: pod_pb2.Container) -> None:
-        crec = rec.containers[container.name]
+    def _start(
+        self, pod: pod_pb2.Pod, rec: PodRecord, container: pod_pb2.Container, crec: ContainerRecord
+    ) -> None:
         argv = [*container.command, *container.args]
         env = {"PATH": os.environ.get("PATH", os.defpath), "HOSTNAME": pod.metadata.name}
         env.update({e.name: e.value for e in container.env})
@@ -287,17 +301,32 @@ class ProcessRuntime:
             changed = True
         if rec.final_phase:
             return rec
-        changed |= self._observe_exits(pod, rec)
+        changed |= self._observe_exits(pod, rec, rec.init_containers, init=True)
+        changed |= self._observe_exits(pod, rec, rec.containers, init=False)
         now = self._now()
-        for container in pod.spec.containers:
-            crec = rec.containers.get(container.name)
-            if crec is None:
-                crec = rec.containers[container.name] = ContainerRecord(container.name)
+        if not initialized(pod, rec):
+            # Init containers run one at a time, in order, each to success.
+            for container in pod.spec.init_containers:
+                crec = rec.init_containers.get(container.name)
+                if crec is None:
+                    crec = rec.init_containers[container.name] = ContainerRecord(container.name)
+                    changed = True
+                if crec.state == TERMINATED and crec.terminated and crec.terminated.exit_code == 0:
+                    continue
+                if crec.state == WAITING and now >= crec.next_start:
+                    self._start(pod, rec, container, crec)
+                    changed = True
+                break
+        else:
+            for container in pod.spec.containers:
+                crec = rec.containers.get(container.name)
+                if crec is None:
+                    crec = rec.containers[container.name] = ContainerRecord(container.name)
+                    changed = True
+                if crec.state != WAITING or now < crec.next_start:
+                    continue
+                self._start(pod, rec, container, crec)
                 changed = True
-            if crec.state != WAITING or now < crec.next_start:
-                continue
-            self._start(pod, rec, container)
-            changed = True
         phase = pod_phase(pod, rec)
         if phase in ("Succeeded", "Failed"):
             rec.final_phase = phase
@@ -324,7 +353,11 @@ class ProcessRuntime:
         rec = self._pods.get(uid)
         if rec is None:
             return
-        running = [c for c in rec.containers.values() if c.state == RUNNING and c.pid > 0]
+        running = [
+            c
+            for c in (*rec.init_containers.values(), *rec.containers.values())
+            if c.state == RUNNING and c.pid > 0
+        ]
         for crec in running:
             rec.events.append(("Normal", "Killing", f"Stopping container {crec.name}"))
             self._signal(crec, signal.SIGTERM)

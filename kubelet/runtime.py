@@ -75,6 +75,7 @@ class PodRecord:
     name: str
     start_time: float
     containers: dict[str, ContainerRecord] = field(default_factory=dict)
+    init_containers: dict[str, ContainerRecord] = field(default_factory=dict)
     # Succeeded or Failed: the kubelet starts nothing for it any more.
     final_phase: str = ""
     # (type, reason, message) of Events to record; drained by the pod worker, never persisted.
@@ -110,10 +111,30 @@ class Runtime(Protocol):
     def record(self, uid: str) -> PodRecord | None: ...
 
 
+def _succeeded(rec: ContainerRecord | None) -> bool:
+    return (
+        rec is not None
+        and rec.state == TERMINATED
+        and rec.terminated is not None
+        and rec.terminated.exit_code == 0
+    )
+
+
+def initialized(pod: pod_pb2.Pod, rec: PodRecord) -> bool:
+    """Every init container has run to success."""
+    return all(_succeeded(rec.init_containers.get(c.name)) for c in pod.spec.init_containers)
+
+
 def pod_phase(pod: pod_pb2.Pod, rec: PodRecord) -> str:
-    """Kubernetes' getPhase, for containers without init containers."""
+    """Kubernetes' getPhase: Pending until initialized and every container has started."""
     if rec.final_phase:
         return rec.final_phase
+    if not initialized(pod, rec):
+        for c in pod.spec.init_containers:
+            crec = rec.init_containers.get(c.name)
+            if crec is not None and crec.state == TERMINATED and not _succeeded(crec):
+                return "Failed"  # failed with restartPolicy Never
+        return "Pending"
     records = [rec.containers.get(c.name) for c in pod.spec.containers]
     if not records or any(r is None for r in records):
         return "Pending"
@@ -171,6 +192,21 @@ def _condition(
 OWN_CONDITIONS = ("Initialized", "ContainersReady", "Ready")
 
 
+def _fill_status(
+    cs: pod_pb2.ContainerStatus, container: pod_pb2.Container, crec: ContainerRecord, prefix: str
+) -> None:
+    cs.name = container.name
+    cs.image = container.image
+    cs.restart_count = crec.restart_count
+    cs.ready = _succeeded(crec)
+    cs.started = crec.state == RUNNING
+    if crec.pid:
+        cs.container_id = f"{prefix}{crec.pid}"
+    cs.state.CopyFrom(_state(crec))
+    if crec.last is not None:
+        _fill_terminated(cs.last_state, crec.last)
+
+
 def build_pod_status(
     pod: pod_pb2.Pod,
     rec: PodRecord,
@@ -191,9 +227,19 @@ def build_pod_status(
     status.pod_ip = host_ip  # the process runtime shares the node's network
     status.start_time.CopyFrom(epoch_ts(rec.start_time))
     status.qos_class = previous.qos_class
+    is_initialized = initialized(pod, rec)
+    incomplete: list[str] = []
+    for container in pod.spec.init_containers:
+        crec = rec.init_containers.get(container.name) or ContainerRecord(container.name)
+        _fill_status(status.init_container_statuses.add(), container, crec, container_id_prefix)
+        if not _succeeded(crec):
+            incomplete.append(container.name)
     not_ready: list[str] = []
     for container in pod.spec.containers:
-        crec = rec.containers.get(container.name) or ContainerRecord(container.name)
+        crec = rec.containers.get(container.name) or ContainerRecord(
+            container.name,
+            waiting_reason="ContainerCreating" if is_initialized else "PodInitializing",
+        )
         cs = status.container_statuses.add()
         cs.name = container.name
         cs.image = container.image
@@ -217,7 +263,16 @@ def build_pod_status(
         reason = "ContainersNotReady"
         message = f"containers with unready status: [{' '.join(not_ready)}]"
     ready = not not_ready and not terminal
-    status.conditions.append(_condition("Initialized", True, previous, now_ts))
+    status.conditions.append(
+        _condition(
+            "Initialized",
+            is_initialized,
+            previous,
+            now_ts,
+            "ContainersNotInitialized",
+            f"containers with incomplete status: [{' '.join(incomplete)}]",
+        )
+    )
     status.conditions.append(
         _condition("ContainersReady", ready, previous, now_ts, reason, message)
     )

@@ -28,7 +28,7 @@ async def settle(rt: ProcessRuntime, pod: pod_pb2.Pod, until: str) -> PodRecord:
     """sync_pod until the container reaches state `until` (real time: a process must exit)."""
     for _ in range(200):
         rec = await rt.sync_pod(pod)
-        if rec.containers["c"].state == until:
+        if "c" in rec.containers and rec.containers["c"].state == until:
             return rec
         await asyncio.sleep(0.02)
     raise AssertionError(f"container never reached {until}: {rec.containers['c']}")
@@ -161,3 +161,60 @@ def live_group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
             found.append(int(entry.name))
     return found
+
+
+def with_init(uid: str, init_cmd: list[str], policy: str = "Always") -> pod_pb2.Pod:
+    pod = make_pod(uid, "sleep", "30", policy=policy)
+    pod.spec.init_containers.add(name="init", image="x", command=init_cmd)
+    return pod
+
+
+async def test_init_containers_run_to_success_before_the_app(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    rt = runtime(tmp_path, clock)
+    pod = with_init("i1", ["sh", "-c", "echo prepared > ready.txt"])
+    rec = await rt.sync_pod(pod)
+    assert rec.containers == {}, "app container started before its init container finished"
+    status = build_pod_status(pod, rec, "h", pod_pb2.PodStatus(), 0.0)
+    assert status.phase == "Pending"
+    init = next(c for c in status.conditions if c.type == "Initialized")
+    assert (init.status, init.reason) == ("False", "ContainersNotInitialized")
+    assert status.container_statuses[0].state.waiting.reason == "PodInitializing"
+    rec = await settle(rt, pod, RUNNING)
+    assert (tmp_path / "pods" / "i1" / "ready.txt").read_text() == "prepared\n"
+    status = build_pod_status(pod, rec, "h", status, 1.0)
+    assert status.phase == "Running"
+    assert status.init_container_statuses[0].state.terminated.reason == "Completed"
+    assert {c.type: c.status for c in status.conditions}["Initialized"] == "True"
+    await rt.kill_pod("i1", 0)
+
+
+async def test_failing_init_container_fails_the_pod_under_never(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    rt = runtime(tmp_path, clock)
+    pod = with_init("i2", ["sh", "-c", "exit 1"], policy="Never")
+    for _ in range(200):
+        rec = await rt.sync_pod(pod)
+        if rec.final_phase:
+            break
+        await asyncio.sleep(0.02)
+    assert rec.final_phase == "Failed"
+    assert rec.containers == {}
+
+
+async def test_failing_init_container_is_retried_with_backoff(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    rt = runtime(tmp_path, clock)
+    pod = with_init("i3", ["sh", "-c", "exit 1"])
+    for _ in range(200):
+        rec = await rt.sync_pod(pod)
+        if rec.init_containers["init"].waiting_reason == "CrashLoopBackOff":
+            break
+        await asyncio.sleep(0.02)
+    status = build_pod_status(pod, rec, "h", pod_pb2.PodStatus(), 0.0)
+    assert status.phase == "Pending"
+    assert status.init_container_statuses[0].last_state.terminated.exit_code == 1
+    assert rec.containers == {}
