@@ -291,10 +291,12 @@ class Storage:
 class EtcdWatch:
     """One etcd watch stream on a prefix.
 
-    Iterate it for batches `(events, header_revision)`; an empty batch is a progress
-    notification: every event up to `header_revision` has been delivered. `request_progress`
-    asks etcd for one. Raises CompactedError if the start revision is gone, or the mapped
-    UnavailableError when the stream breaks; the caller resumes from its last revision + 1.
+    Iterate it for batches `(events, header_revision, created)`. The first has `created` set
+    and the revision etcd was at when the watch was created; after that, an empty batch is a
+    progress notification: every event up to `header_revision` has been delivered.
+    `request_progress` asks etcd for one. Raises CompactedError if the start revision is gone,
+    or the mapped UnavailableError when the stream breaks; the caller resumes from its last
+    revision + 1.
     """
 
     def __init__(self, stub: Any, prefix: bytes, start_revision: int) -> None:
@@ -326,7 +328,7 @@ class EtcdWatch:
         if self._call is not None:
             self._call.cancel()
 
-    async def batches(self) -> AsyncIterator[tuple[list[WatchEvent], int]]:
+    async def batches(self) -> AsyncIterator[tuple[list[WatchEvent], int, bool]]:
         self._call = self._stub.Watch(self._request_iter())
         try:
             async for resp in self._call:
@@ -337,8 +339,8 @@ class EtcdWatch:
                         f"etcd is unavailable: watch canceled: {resp.cancel_reason or 'no reason'}"
                     )
                 if resp.created and not resp.events:
-                    # Header revision 0: the stream is up, but it proves no progress yet.
-                    yield [], 0
+                    # The stream is up; history up to this revision is still to come.
+                    yield [], int(resp.header.revision), True
                     continue
                 events = [
                     WatchEvent(
@@ -349,7 +351,7 @@ class EtcdWatch:
                     )
                     for ev in resp.events
                 ]
-                yield events, int(resp.header.revision)
+                yield events, int(resp.header.revision), False
         except grpc.aio.AioRpcError as exc:
             raise map_etcd_error(exc) from exc
         except asyncio.CancelledError:

@@ -345,12 +345,25 @@ class WatchCache:
         gauge = self.metrics.etcd_watches_open.labels(self.kind)
         gauge.inc()
         try:
-            async for events, header_revision in watch.batches():
+            catch_up = 0
+            trust_after = 0.0
+            async for events, header_revision, created in watch.batches():
                 self.healthy = True
-                if events:
+                if created:
+                    if header_revision > self.revision:
+                        # etcd will first replay (revision, header_revision] from history. Older
+                        # etcd (< 3.5.8) may answer a progress request before that replay is
+                        # sent, so progress is not trusted until the replay is seen through or
+                        # etcd's 100 ms history sync has had ample time to run.
+                        catch_up = header_revision
+                        trust_after = self.clock.monotonic() + 1.0
+                elif events:
                     self._apply(events)
-                else:
+                    if catch_up and self.revision >= catch_up:
+                        catch_up = 0
+                elif not catch_up or self.clock.monotonic() >= trust_after:
                     # A progress notification: nothing up to header_revision is pending.
+                    catch_up = 0
                     self._advance(header_revision)
         finally:
             gauge.dec()
@@ -494,13 +507,20 @@ class WatchCache:
             return True
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((revision, fut))
-        if self._etcd_watch is not None:
-            self._etcd_watch.request_progress()
-        try:
-            await asyncio.wait_for(fut, self.wait_timeout)
-        except TimeoutError:
-            return self.revision >= revision
-        return True
+        deadline = self.clock.monotonic() + self.wait_timeout
+        # Ask etcd for progress now and then: a kind nobody writes only moves by progress.
+        while not fut.done():
+            if self._etcd_watch is not None:
+                self._etcd_watch.request_progress()
+            remaining = deadline - self.clock.monotonic()
+            if remaining <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(fut), min(0.25, remaining))
+        if not fut.done():
+            fut.cancel()
+            self._waiters = [(r, f) for r, f in self._waiters if f is not fut]
+        return self.revision >= revision
 
     async def wait_fresh(self) -> bool:
         """Wait until the cache holds everything etcd had when this was called."""
