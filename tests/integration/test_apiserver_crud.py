@@ -564,3 +564,57 @@ async def test_health_is_serving(apiserver: RunningAPIServer, channel: grpc.aio.
     assert resp.status == health_pb2.HealthCheckResponse.SERVING
     assert apiserver.address.startswith("127.0.0.1:")
     assert apiserver.server.etcd_watch_count() == 5
+
+
+async def test_metrics_count_requests_by_method_and_code(
+    apiserver: RunningAPIServer, stubs: Stubs
+) -> None:
+    from prometheus_client import generate_latest
+
+    await create_pod(stubs)
+    await expect_error(create_pod(stubs), grpc.StatusCode.ALREADY_EXISTS)
+    text = generate_latest(apiserver.server.metrics.registry).decode()
+    assert 'apiserver_request_total{code="OK",method="Pods/Create"} 1.0' in text
+    assert 'apiserver_request_total{code="ALREADY_EXISTS",method="Pods/Create"} 1.0' in text
+    assert 'apiserver_request_duration_seconds_count{method="Pods/Create"} 2.0' in text
+    assert 'apiserver_etcd_requests_total{operation="create",result="ok"}' in text
+    assert 'apiserver_etcd_watches_open{kind="Pod"} 1.0' in text
+
+
+async def test_periodic_compaction_keeps_one_interval(etcd_server: EtcdServer) -> None:
+    running = await start_apiserver(
+        make_settings(etcd_server.endpoint, compaction_interval_seconds=0.5)
+    )
+    ch = grpc.aio.insecure_channel(running.address, options=list(CHANNEL_OPTIONS))
+    try:
+        stubs = make_stubs(ch)
+        old = await create_pod(stubs, "old")
+        deadline = asyncio.get_running_loop().time() + 15
+        # Two intervals later the revision of "old" has been compacted away.
+        while True:
+            call = stubs.pods.Watch(
+                meta_pb2.WatchRequest(resource_version=old.metadata.resource_version)
+            )
+            try:
+                await asyncio.wait_for(call.read(), 0.3)
+            except TimeoutError:
+                pass
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() == grpc.StatusCode.OUT_OF_RANGE
+                break
+            call.cancel()
+            assert asyncio.get_running_loop().time() < deadline, "never compacted"
+            await create_pod(stubs, f"p{int(asyncio.get_running_loop().time() * 1000)}")
+        # The latest revision is always kept.
+        latest = await stubs.pods.List(meta_pb2.ListRequest())
+        call = stubs.pods.Watch(
+            meta_pb2.WatchRequest(resource_version=latest.metadata.resource_version)
+        )
+        await create_pod(stubs, "new")
+        msg = await asyncio.wait_for(call.read(), 10)
+        assert isinstance(msg, pod_pb2.PodWatchEvent)
+        assert msg.object.metadata.name == "new"
+        call.cancel()
+    finally:
+        await ch.close()
+        await running.server.stop()
