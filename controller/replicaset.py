@@ -28,7 +28,6 @@ from controller.util import (
     is_terminating,
     key_of,
     pod_condition,
-    random_suffix,
     selector_is_empty,
     selector_matches,
     split_key,
@@ -64,11 +63,13 @@ def new_controller_ref(rs: ReplicaSet) -> meta_pb2.OwnerReference:
     )
 
 
-def pod_from_template(rs: ReplicaSet, name_suffix: str) -> Pod:
-    """A new pod for `rs`: the template's labels, annotations and spec, owned by `rs`."""
+def pod_from_template(rs: ReplicaSet) -> Pod:
+    """A new pod for `rs`: the template's labels, annotations and spec, owned by `rs`.
+
+    Named by the apiserver from generateName "<rs>-" plus 5 random characters.
+    """
     tmpl = rs.spec.template
     pod = Pod(api_version="v1", kind="Pod")
-    pod.metadata.name = f"{rs.metadata.name}-{name_suffix}"
     pod.metadata.generate_name = f"{rs.metadata.name}-"
     pod.metadata.namespace = rs.metadata.namespace
     pod.metadata.labels.update(tmpl.metadata.labels)
@@ -360,17 +361,17 @@ class ReplicaSetController:
         return None
 
     async def _create_pod(self, rs: ReplicaSet) -> None:
-        for _ in range(5):
-            pod = pod_from_template(rs, random_suffix())
+        for attempt in range(3):
             try:
-                created = await self.client.pods.create(pod)
+                created = await self.client.pods.create(pod_from_template(rs))
             except AlreadyExistsError:
-                continue  # the random name was taken: draw another
+                if attempt == 2:
+                    raise
+                continue  # every generated name the apiserver tried was taken: try again
             await self._event(
                 rs, "Normal", "SuccessfulCreate", f"Created pod: {created.metadata.name}"
             )
             return
-        raise AlreadyExistsError(f"could not find a free pod name for {rs.metadata.name}")
 
     async def _delete_pod(self, rs: ReplicaSet, pod: Pod) -> None:
         try:

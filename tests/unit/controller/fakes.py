@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from google.protobuf.message import Message
 
+from controller.util import random_suffix
 from tinykube.clock import FakeClock
 from tinykube.errors import (
     AlreadyExistsError,
@@ -49,6 +50,10 @@ class FakeResource(Generic[M]):
         if self.fail_creates is not None:
             raise self.fail_creates
         meta: Any = obj.metadata  # type: ignore[attr-defined]
+        if not meta.name and meta.generate_name:
+            obj = self._copy(obj)
+            meta = obj.metadata  # type: ignore[attr-defined]
+            meta.name = meta.generate_name + random_suffix()
         key = _key(meta.namespace, meta.name)
         if key in self.objects:
             raise AlreadyExistsError(f'{self.kind.lower()}s "{meta.name}" already exists')
