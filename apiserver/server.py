@@ -29,6 +29,7 @@ from apiserver.metrics import Metrics
 from apiserver.registry import SELECTABLE_FIELDS, Strategy, generate_name
 from apiserver.settings import Settings
 from apiserver.storage import KV, Storage, WriteResult
+from apiserver.validation import invalid, required
 from apiserver.watchcache import CachedObject, Codec, WatchCache, encode_list
 from tinykube.clock import Clock
 from tinykube.errors import (
@@ -39,7 +40,6 @@ from tinykube.errors import (
     PreconditionFailedError,
     ResourceExpiredError,
     TinykubeError,
-    UnavailableError,
     abort_with,
 )
 from tinykube.kinds import NODE, POD, KindInfo
@@ -422,7 +422,7 @@ class ResourceService:
         obj: Message = getattr(request, self.info.request_field)
         meta = obj.metadata  # type: ignore[attr-defined]
         if not meta.name:
-            raise InvalidError.for_object(self.info.kind, "", [_field_required("metadata.name")])
+            raise InvalidError.for_object(self.info.kind, "", [required("metadata.name")])
         self._check_size(request, meta.name)
         meta.namespace = self._namespace(meta.namespace)
         key = self.key(meta.namespace, meta.name)
@@ -575,11 +575,11 @@ class ResourceService:
         target = binding.target
         problems = []
         if not name:
-            problems.append(_field_required("metadata.name"))
+            problems.append(required("metadata.name"))
         if target.kind not in ("", "Node"):
-            problems.append(_field_invalid("target.kind", target.kind, 'must be "Node"'))
+            problems.append(invalid("target.kind", target.kind, 'must be "Node"'))
         if not target.name:
-            problems.append(_field_required("target.name"))
+            problems.append(required("target.name"))
         if problems:
             raise InvalidError.for_object("Binding", name, problems)
         key = self.key(namespace, name)
@@ -656,18 +656,6 @@ class ResourceService:
         return grpc.method_handlers_generic_handler(info.service, methods)
 
 
-def _field_required(path: str) -> Any:
-    from tinykube.errors import FieldError
-
-    return FieldError(path, "Required value")
-
-
-def _field_invalid(path: str, value: str, detail: str) -> Any:
-    from tinykube.errors import FieldError
-
-    return FieldError(path, f'Invalid value: "{value}": {detail}')
-
-
 def _set_scheduled(pod: pod_pb2.Pod, clock: Clock) -> None:
     now = clock.now()
     for cond in pod.status.conditions:
@@ -680,6 +668,3 @@ def _set_scheduled(pod: pod_pb2.Pod, clock: Clock) -> None:
             return
     cond = pod.status.conditions.add(type="PodScheduled", status="True")
     cond.last_transition_time.FromDatetime(now)
-
-
-__all__ = ["MetricsInterceptor", "ResourceService", "UnavailableError"]

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from google.protobuf.message import Message
 
 from apiserver.metrics import Metrics
-from apiserver.storage import EVENT_DELETE, CompactedError, EtcdWatch, Storage
+from apiserver.storage import EVENT_DELETE, CompactedError, EtcdWatch, Storage, WatchEvent
 from tinykube.clock import Clock
 from tinykube.errors import (
     DeadlineExceededError,
@@ -370,7 +370,7 @@ class WatchCache:
             self._etcd_watch = None
             watch.cancel()
 
-    def _apply(self, events: list) -> None:  # type: ignore[type-arg]
+    def _apply(self, events: list[WatchEvent]) -> None:
         decode = self.codec.decode
         self.metrics.watch_cache_events.labels(self.kind).inc(len(events))
         for ev in events:
