@@ -453,3 +453,34 @@ async def test_kubelet_restart_adopts_running_containers(
     await eventually(
         lambda: asyncio.sleep(0, not processes_running(argv)), what="steady cleaned up"
     )
+
+
+async def test_second_controller_manager_takes_over_when_the_leader_dies(
+    client: Client, cluster: LocalCluster
+) -> None:
+    await asyncio.to_thread(cluster.start_component, "controller-2", ["--identity", "standby"])
+
+    async def holder() -> str:
+        lease = await client.leases.get("tinykube-controller-manager", "kube-system")
+        return lease.spec.holder_identity
+
+    assert await eventually(holder, what="a leader") != "standby"
+    tok = token()
+    await client.replica_sets.create(sleeper_rs("handover", 1, tok))
+    await eventually(
+        lambda: running(client, "handover", 1, ["sleep", tok]), what="1 pod from the leader"
+    )
+    await asyncio.to_thread(cluster.kill, "controller", signal.SIGKILL)
+
+    async def standby_leads() -> bool:
+        return await holder() == "standby"
+
+    await eventually(standby_leads, what="the standby to take the lease")
+    await scale(client, "handover", 3)
+    await eventually(
+        lambda: running(client, "handover", 3, ["sleep", tok]), what="3 pods from the new leader"
+    )
+    await client.replica_sets.delete("handover", NS)
+    await eventually(
+        lambda: asyncio.sleep(0, not processes_running(["sleep", tok])), what="handover cleaned"
+    )
