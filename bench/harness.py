@@ -1,0 +1,977 @@
+"""Scale benchmark of the whole tinykube control plane, after Kubernetes' scheduler_perf.
+
+    python bench/harness.py bench/workloads/scheduling_basic.yaml --workload 500Nodes --runs 3
+
+Each run starts a fresh cluster of real OS processes through `tinykube.launcher.LocalCluster`:
+etcd, `python -m apiserver --metrics-port`, `python -m scheduler` (and `python -m controller`
+when the workload needs it), then one or more `python -m kubelet --runtime fake --fake-nodes N`
+processes that register the nodes (hollow nodes, as kubemark and KWOK). It then plays the
+workload's ops in order, as scheduler_perf does:
+
+- createNodes: start fake kubelets hosting `count` nodes (labels, capacity) and wait until Ready;
+- createPods: run `bench/podcreator.py` processes (`--creators`, each with `--concurrency`
+  Creates in flight) and, unless `skipWaitToCompletion`, wait until every pod is bound;
+- createReplicaSets: create ReplicaSets whose pods the controller manager makes;
+- churn: in the background during the next measured op, create and delete nodes and pods
+  every `intervalMs` (scheduler_perf's churn op, mode recreate).
+
+The op with `collectMetrics: true` is measured. A watch on every pod, in this process, records
+when each pod was first seen bound and first seen Running; a pod's start is its
+creationTimestamp (set by the apiserver, as the Kubernetes pod-startup SLO counts it).
+Figures: SchedulingThroughput (pods bound in each 1 s interval, average/p50/p90/p99 as
+scheduler_perf), scheduling latency (create to bound) and pod startup latency (create to
+Running) p50/p90/p99, CPU seconds and peak RSS of every process (from /proc), apiserver request
+rates by method (its /metrics) and etcd's (grpc_server_handled_total on etcd's /metrics), the
+creators' rate. Then, in the same cluster, the ceilings: apiserver Create alone (pods for a
+scheduler nobody runs, same creators and concurrency) and etcd's own write throughput (a
+create-if-absent Txn, as the apiserver writes a new object, at the same total concurrency, from
+this process through etcd's gRPC API). `--profile scheduler,apiserver` runs `py-spy record`
+on those processes during the measured op and summarises the collapsed stacks.
+
+It also checks that every measured pod was bound exactly once (one unbound-to-bound transition
+on the watch, never moved) and that the apiserver counted as many successful Binds as pods.
+
+Output: bench/results/<case>-<workload>-<stamp>-runK.json and .png per run, and with --runs > 1
+a -summary.json with the medians and a Markdown row for bench/RESULTS.md.
+
+Concurrency model: one asyncio loop drives the cluster (blocking launcher calls go through
+`asyncio.to_thread`), the pod watch, a 1 s /proc sampler and the ops; the creators are separate
+processes so creating pods does not slow the watch that times them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import yaml
+from google.protobuf import json_format
+
+from tinykube.client import Client
+from tinykube.launcher import LocalCluster
+from tinykube.localetcd import free_port
+from tinykube.v1 import node_pb2, pod_pb2, replicaset_pb2
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# bench/ is a folder of scripts, not a package: its helpers import by path.
+import plot
+import sysmetrics
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_DIR = BENCH_DIR / "results"
+CREATOR = BENCH_DIR / "podcreator.py"
+
+# scheduler_perf's node-default.yaml and pod-default.yaml.
+DEFAULT_CAPACITY = "cpu=4,memory=32Gi,pods=110"
+DEFAULT_POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"labels": {"bench": "pod"}},
+    "spec": {
+        "containers": [
+            {
+                "name": "pause",
+                "image": "registry.k8s.io/pause:3.9",
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "500Mi"},
+                    "limits": {"cpu": "100m", "memory": "500Mi"},
+                },
+            }
+        ]
+    },
+}
+NODES_PER_KUBELET = 2500  # hollow nodes per fake kubelet process unless the op says otherwise
+NO_SCHEDULER = "bench-no-scheduler"  # pods for nobody: the apiserver-alone ceiling
+
+
+@dataclass
+class Options:
+    creators: int = 1
+    concurrency: int = 32
+    timeout: float = 0.0  # per waiting op; 0: derived from the pod count
+    profile: tuple[str, ...] = ()
+    ceilings: bool = True
+    ceiling_count: int = 2000
+    keep: bool = False
+    out_dir: Path = RESULTS_DIR
+    verbose: bool = False
+
+
+# ---- the workload files ---------------------------------------------------------------------
+
+
+def load_test_cases(path: Path) -> list[dict[str, Any]]:
+    """A workload file holds one test case or a list of them (scheduler_perf's shape)."""
+    data = yaml.safe_load(path.read_text())
+    return data if isinstance(data, list) else [data]
+
+
+def resolve(value: Any, params: dict[str, Any]) -> Any:
+    """`$name` is the workload's parameter `name` (scheduler_perf's countParam)."""
+    if isinstance(value, str) and value.startswith("$"):
+        if value[1:] not in params:
+            raise KeyError(f"parameter {value} is not set by the workload")
+        return params[value[1:]]
+    return value
+
+
+def op_count(op: dict[str, Any], params: dict[str, Any]) -> int:
+    return int(resolve(op.get("countParam", op.get("count", 0)), params))
+
+
+def pod_template(case: dict[str, Any], name: str | None) -> dict[str, Any]:
+    templates: dict[str, Any] = case.get("podTemplates", {})
+    if name is None:
+        return dict(templates.get("default", DEFAULT_POD))
+    if name not in templates:
+        raise KeyError(f"pod template {name!r} is not in podTemplates")
+    return dict(templates[name])
+
+
+# ---- watching every pod ---------------------------------------------------------------------
+
+
+@dataclass
+class PodTrack:
+    namespace: str
+    created: float  # creationTimestamp, seconds since the epoch
+    bound: float | None = None  # when the watch first showed spec.nodeName
+    running: float | None = None  # when the watch first showed phase Running
+    node: str = ""
+    binds: int = 0  # unbound -> bound transitions seen
+    moves: int = 0  # nodeName changed from one node to another (must never happen)
+    deleted: bool = False
+
+
+@dataclass
+class PodRecorder:
+    """Follows every pod through list + watch (relisting if the watch breaks)."""
+
+    client: Client
+    pods: dict[str, PodTrack] = field(default_factory=dict)  # by uid
+    bound_in: dict[str, int] = field(default_factory=dict)  # namespace -> pods bound
+    running_in: dict[str, int] = field(default_factory=dict)
+    events: int = 0
+    relists: int = 0
+
+    def observe(self, pod: pod_pb2.Pod, event_type: str, now: float) -> None:
+        uid = pod.metadata.uid
+        track = self.pods.get(uid)
+        if track is None:
+            ts = pod.metadata.creation_timestamp
+            track = PodTrack(pod.metadata.namespace, ts.seconds + ts.nanos / 1e9)
+            self.pods[uid] = track
+        if event_type == "DELETED":
+            track.deleted = True
+            return
+        node = pod.spec.node_name
+        if node and not track.node:
+            track.node, track.bound, track.binds = node, now, track.binds + 1
+            self.bound_in[track.namespace] = self.bound_in.get(track.namespace, 0) + 1
+        elif node and node != track.node:
+            track.moves += 1
+            track.node = node
+        if pod.status.phase == "Running" and track.running is None:
+            track.running = now
+            self.running_in[track.namespace] = self.running_in.get(track.namespace, 0) + 1
+
+    async def run(self, ready: asyncio.Event) -> None:
+        while True:
+            try:
+                items, rv = await self.client.pods.list_all(page_size=5000)
+                now = time.time()
+                for pod in items:
+                    self.observe(pod, "ADDED", now)
+                ready.set()
+                async for ev in self.client.pods.watch(resource_version=rv):
+                    if ev.type == "BOOKMARK":
+                        continue
+                    self.events += 1
+                    self.observe(ev.object, ev.type, time.time())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a broken watch: relist, as an informer would
+                print(f"  pod watch broke ({type(exc).__name__}: {exc}); relisting", flush=True)
+            self.relists += 1
+            await asyncio.sleep(0.2)
+
+
+async def wait_until(pred: Callable[[], bool], limit: float, what: str) -> None:
+    deadline = time.monotonic() + limit
+    while not pred():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {limit:.0f}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+# ---- process accounting ---------------------------------------------------------------------
+
+
+@dataclass
+class Sampler:
+    """Samples CPU and RSS of named processes once a second."""
+
+    pids: dict[str, int] = field(default_factory=dict)
+    last: dict[str, sysmetrics.ProcSample] = field(default_factory=dict)
+    peak_rss: dict[str, int] = field(default_factory=dict)
+    timeline: dict[str, list[float]] = field(default_factory=dict)  # % of a core per second
+    recording: bool = False
+
+    def sample(self) -> dict[str, sysmetrics.ProcSample]:
+        now: dict[str, sysmetrics.ProcSample] = {}
+        for name, pid in list(self.pids.items()):
+            s = sysmetrics.proc_sample(pid)
+            if s is None:
+                continue
+            now[name] = s
+            self.peak_rss[name] = max(self.peak_rss.get(name, 0), s.peak_rss_bytes, s.rss_bytes)
+        return now
+
+    async def run(self) -> None:
+        prev, prev_t = self.sample(), time.monotonic()
+        while True:
+            await asyncio.sleep(1.0)
+            cur, t = self.sample(), time.monotonic()
+            if self.recording:
+                for name, s in cur.items():
+                    base = prev.get(name)
+                    used = s.cpu_seconds - (base.cpu_seconds if base else 0.0)
+                    self.timeline.setdefault(name, []).append(round(100 * used / (t - prev_t), 1))
+            self.last = cur
+            prev, prev_t = cur, t
+
+
+# ---- one run --------------------------------------------------------------------------------
+
+
+def percentiles(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"count": 0}
+    arr = np.array(values)
+    return {
+        "count": len(values),
+        "p50": round(float(np.percentile(arr, 50)), 4),
+        "p90": round(float(np.percentile(arr, 90)), 4),
+        "p99": round(float(np.percentile(arr, 99)), 4),
+        "max": round(float(arr.max()), 4),
+        # 101 points (every percent) are enough to draw the CDF without every sample.
+        "cdf": [round(float(x), 4) for x in np.percentile(arr, np.linspace(0, 100, 101))],
+    }
+
+
+def throughput_summary(bound_times: list[float], start: float) -> dict[str, Any]:
+    """scheduler_perf's SchedulingThroughput: pods bound in each 1 s interval.
+
+    Intervals run from the start of the measured op; leading intervals before the first bind
+    are skipped (scheduler_perf starts counting once pods are scheduled), and the last partial
+    interval counts at its real length when it is at least half a second.
+    """
+    if not bound_times:
+        return {"samples": [], "average": 0.0}
+    ts = sorted(bound_times)
+    last = ts[-1] - start
+    n_full = int(last)
+    counts = np.histogram([t - start for t in ts], bins=np.arange(0, n_full + 2, 1.0))[0]
+    samples = [float(c) for c in counts[:n_full]]
+    tail = last - n_full
+    if tail >= 0.5:
+        samples.append(float(counts[n_full]) / tail)
+    elif samples:
+        samples[-1] += float(counts[n_full])  # fold the few stragglers into the last second
+    first = int(ts[0] - start)
+    samples = samples[first:] or [float(len(ts))]
+    arr = np.array(samples)
+    return {
+        "samples": [round(s, 1) for s in samples],
+        "average": round(float(arr.mean()), 1),
+        "p50": round(float(np.percentile(arr, 50)), 1),
+        "p90": round(float(np.percentile(arr, 90)), 1),
+        "p99": round(float(np.percentile(arr, 99)), 1),
+        "overall": round(len(ts) / max(1e-9, ts[-1] - start), 1),
+        "seconds": round(ts[-1] - start, 2),
+    }
+
+
+class Run:
+    """One fresh cluster playing one workload once."""
+
+    def __init__(
+        self, case: dict[str, Any], workload: dict[str, Any], opts: Options, run_no: int
+    ) -> None:
+        self.case = case
+        self.workload = workload
+        self.params: dict[str, Any] = dict(workload.get("params", {}))
+        self.opts = opts
+        self.run_no = run_no
+        self.ops: list[dict[str, Any]] = case["workloadTemplate"]
+        self.needs_controller = any(op["opcode"] == "createReplicaSets" for op in self.ops)
+        self.work = Path(tempfile.mkdtemp(prefix="tinykube-bench-"))
+        self.api_metrics_port = free_port()
+        self.sched_metrics_port = free_port()
+        self.cluster = LocalCluster(
+            self.work,
+            kubelets=(),
+            kubelet_runtime="fake",
+            controller=self.needs_controller,
+            extra_args={
+                "apiserver": ["--metrics-port", str(self.api_metrics_port)],
+                "scheduler": [
+                    "--leader-elect",
+                    "false",
+                    "--metrics-port",
+                    str(self.sched_metrics_port),
+                ],
+                "controller": ["--leader-elect", "false"],
+            },
+            start_timeout=120.0,
+        )
+        self.sampler = Sampler()
+        self.kubelet_groups = 0
+        self.result: dict[str, Any] = {}
+        self.creator_stats: list[dict[str, Any]] = []
+        self.churn_task: asyncio.Task[dict[str, int]] | None = None
+        self.pending_churn: dict[str, Any] | None = None
+        self.measured = False
+
+    def log(self, msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    def timeout_for(self, pods: int) -> float:
+        return self.opts.timeout or max(120.0, pods / 20.0)
+
+    # ---- ops --------------------------------------------------------------------------------
+
+    async def create_nodes(self, op: dict[str, Any], client: Client) -> None:
+        count = op_count(op, self.params)
+        per = int(op.get("nodesPerKubelet", NODES_PER_KUBELET))
+        procs = max(1, math.ceil(count / per))
+        labels = ",".join(f"{k}={v}" for k, v in op.get("labels", {}).items())
+        group = self.kubelet_groups
+        self.kubelet_groups += 1
+        prefixes = []
+        for k in range(procs):
+            n = count // procs + (1 if k < count % procs else 0)
+            prefix = f"hollow-{group}-{k}-"
+            prefixes.append(prefix)
+            args = ["--fake-nodes", str(n), "--node-name-prefix", prefix]
+            args += ["--capacity", str(op.get("capacity", DEFAULT_CAPACITY))]
+            args += list(op.get("kubeletArgs", []))
+            if labels:
+                args += ["--node-labels", labels]
+            name = f"kubelet-hollow-{group}-{k}"
+            await asyncio.to_thread(self.cluster.start_component, name, args)
+            self.sampler.pids[name] = self.cluster.processes[name].pid
+        self.log(f"createNodes: {procs} fake kubelet(s) for {count} nodes; waiting until Ready")
+        began = time.monotonic()
+
+        async def ready() -> int:
+            items, _ = await client.nodes.list_all(page_size=5000)
+            return sum(
+                1
+                for n in items
+                if n.metadata.name.startswith(tuple(prefixes))
+                and any(c.type == "Ready" and c.status == "True" for c in n.status.conditions)
+            )
+
+        deadline = time.monotonic() + max(120.0, count / 10.0)
+        while (got := await ready()) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {got}/{count} nodes Ready")
+            await asyncio.sleep(1.0)
+        self.log(f"createNodes: {count} nodes Ready in {time.monotonic() - began:.1f}s")
+
+    async def run_creators(
+        self, template: dict[str, Any], namespace: str, count: int, scheduler_name: str = ""
+    ) -> dict[str, Any]:
+        """Create `count` pods through `--creators` podcreator processes; their merged summary."""
+        tpl_file = self.work / f"template-{namespace}.json"
+        tpl_file.write_text(json.dumps(template))
+        n = max(1, min(self.opts.creators, count))
+        procs = []
+        start = 0
+        for k in range(n):
+            share = count // n + (1 if k < count % n else 0)
+            cmd = [sys.executable, str(CREATOR), "--apiserver", self.cluster.api_address]
+            cmd += ["--template", str(tpl_file), "--namespace", namespace, "--prefix", "pod"]
+            cmd += ["--count", str(share), "--start", str(start)]
+            cmd += ["--concurrency", str(self.opts.concurrency)]
+            if scheduler_name:
+                cmd += ["--scheduler-name", scheduler_name]
+            start += share
+            proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
+            self.sampler.pids[f"creator-{k}"] = proc.pid
+            procs.append(proc)
+        outs = await asyncio.gather(*(p.communicate() for p in procs))
+        stats = [json.loads(out.decode().strip().splitlines()[-1]) for out, _ in outs]
+        for k in range(n):
+            self.sampler.pids.pop(f"creator-{k}", None)
+        seconds = max(s["seconds"] for s in stats)
+        created = sum(s["created"] for s in stats)
+        merged = {
+            "namespace": namespace,
+            "created": created,
+            "errors": sum(s["errors"] for s in stats),
+            "first_error": next((s["first_error"] for s in stats if s["first_error"]), ""),
+            "seconds": seconds,
+            "per_second": round(created / seconds, 1) if seconds else 0.0,
+            "creators": n,
+            "concurrency_each": self.opts.concurrency,
+            "creator_cpu_seconds": round(sum(s.get("cpu_seconds", 0.0) for s in stats), 2),
+        }
+        if merged["errors"]:
+            self.log(f"  {merged['errors']} creates failed, first: {merged['first_error']}")
+        return merged
+
+    async def create_replica_sets(
+        self, op: dict[str, Any], client: Client, namespace: str, count: int
+    ) -> dict[str, Any]:
+        """`count` pods as ReplicaSets of `replicasPerSet` replicas each (the controller makes
+        them); returns the creation summary (the RS creates, not the pods)."""
+        per = int(resolve(op.get("replicasPerSet", 100), self.params))
+        template = pod_template(self.case, op.get("podTemplate"))
+        sets = math.ceil(count / per)
+        began = time.perf_counter()
+        for i in range(sets):
+            rs = replicaset_pb2.ReplicaSet(api_version="apps/v1", kind="ReplicaSet")
+            rs.metadata.name = f"rs-{i:04d}"
+            rs.metadata.namespace = namespace
+            rs.spec.replicas = min(per, count - i * per)
+            rs.spec.selector.match_labels["rs"] = rs.metadata.name
+            json_format.ParseDict(
+                {"metadata": template.get("metadata", {}), "spec": template["spec"]},
+                rs.spec.template,
+            )
+            rs.spec.template.metadata.labels["rs"] = rs.metadata.name
+            await client.replica_sets.create(rs)
+        seconds = time.perf_counter() - began
+        return {"namespace": namespace, "replica_sets": sets, "replicas_each": per,
+                "seconds": round(seconds, 3)}  # fmt: skip
+
+    async def churn(
+        self, op: dict[str, Any], client: Client, stop: asyncio.Event
+    ) -> dict[str, int]:
+        """scheduler_perf's churn in recreate mode: each interval, delete what the previous one
+        made and make `number` nodes and pods anew (nodes through the API, no kubelet)."""
+        interval = float(op.get("intervalMs", 500)) / 1000.0
+        number = int(op.get("number", 1))
+        template = json_format.ParseDict(
+            pod_template(self.case, op.get("podTemplate")), pod_pb2.Pod()
+        )
+        made: list[tuple[str, str]] = []
+        counts = {"nodes_created": 0, "pods_created": 0, "deleted": 0, "errors": 0}
+        i = 0
+        while not stop.is_set():
+            for kind, name in made:
+                try:
+                    if kind == "node":
+                        await client.nodes.delete(name)
+                    else:
+                        await client.pods.delete(name, "churn", grace_period_seconds=0)
+                    counts["deleted"] += 1
+                except Exception:
+                    counts["errors"] += 1
+            made = []
+            for _ in range(number):
+                i += 1
+                node = node_pb2.Node(api_version="v1", kind="Node")
+                node.metadata.name = f"churn-node-{i}"
+                for key, val in (("cpu", "4"), ("memory", "32Gi"), ("pods", "110")):
+                    node.status.capacity[key] = val
+                    node.status.allocatable[key] = val
+                pod = pod_pb2.Pod()
+                pod.CopyFrom(template)
+                pod.metadata.name = f"churn-pod-{i}"
+                pod.metadata.namespace = "churn"
+                try:
+                    await client.nodes.create(node)
+                    made.append(("node", node.metadata.name))
+                    counts["nodes_created"] += 1
+                    await client.pods.create(pod)
+                    made.append(("pod", pod.metadata.name))
+                    counts["pods_created"] += 1
+                except Exception:
+                    counts["errors"] += 1
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+        return counts
+
+    # ---- measuring --------------------------------------------------------------------------
+
+    async def measured_op(
+        self,
+        op: dict[str, Any],
+        client: Client,
+        recorder: PodRecorder,
+        namespace: str,
+        count: int,
+    ) -> None:
+        self.log(f"measuring {op['opcode']} of {count} pods in {namespace}")
+        api_url = f"http://127.0.0.1:{self.api_metrics_port}/metrics"
+        etcd_url = f"http://{self.cluster.etcd_endpoint}/metrics"
+        api_before, etcd_before = sysmetrics.scrape(api_url), sysmetrics.scrape(etcd_url)
+        cpu_before = self.sampler.sample()
+        load_before = sysmetrics.load_average()
+        profilers = await self.start_pyspy(f"{namespace}")
+        stop_churn = asyncio.Event()
+        if self.pending_churn is not None:
+            self.churn_task = asyncio.create_task(
+                self.churn(self.pending_churn, client, stop_churn)
+            )
+        self.sampler.recording = True
+        start = time.time()
+        t0 = time.monotonic()
+        if op["opcode"] == "createReplicaSets":
+            creation = await self.create_replica_sets(op, client, namespace, count)
+        else:
+            template = pod_template(self.case, op.get("podTemplate"))
+            creation = await self.run_creators(template, namespace, count)
+        self.log(f"  created {creation.get('created', count)} in {creation['seconds']}s")
+        await wait_until(
+            lambda: recorder.bound_in.get(namespace, 0) >= count,
+            self.timeout_for(count),
+            f"{count} pods bound in {namespace}",
+        )
+        bound_wall = time.monotonic() - t0
+        self.log(f"  all {count} bound after {bound_wall:.1f}s; waiting for Running")
+        try:
+            await wait_until(
+                lambda: recorder.running_in.get(namespace, 0) >= count,
+                max(60.0, count / 50),
+                f"{count} pods Running in {namespace}",
+            )
+        except TimeoutError as exc:
+            self.log(f"  {exc}")
+        seconds = time.monotonic() - t0
+        self.sampler.recording = False
+        stop_churn.set()
+        cpu_after = self.sampler.sample()
+        api_after, etcd_after = sysmetrics.scrape(api_url), sysmetrics.scrape(etcd_url)
+        profiles = await self.stop_pyspy(profilers)
+        churned = await self.churn_task if self.churn_task else None
+
+        tracks = [t for t in recorder.pods.values() if t.namespace == namespace]
+        bound = [t.bound for t in tracks if t.bound is not None]
+        sched_lat = [t.bound - t.created for t in tracks if t.bound is not None]
+        start_lat = [t.running - t.created for t in tracks if t.running is not None]
+        processes = {}
+        for name, after in cpu_after.items():
+            before = cpu_before.get(name)
+            processes[name] = {
+                "cpu_seconds": round(after.cpu_seconds - (before.cpu_seconds if before else 0), 2),
+                "peak_rss_mib": round(self.sampler.peak_rss.get(name, 0) / 2**20, 1),
+            }
+        if "creator_cpu_seconds" in creation:
+            processes["creators"] = {"cpu_seconds": creation["creator_cpu_seconds"]}
+        api_rates = sysmetrics.counter_rates(
+            api_before, api_after, "apiserver_request_total", ("method", "code"), seconds
+        )
+        api_ok_binds = sum(
+            v - api_before.get(k, 0.0)
+            for k, v in api_after.items()
+            if k[0] == "apiserver_request_total"
+            and dict(k[1]).get("method", "").endswith("Bind")
+            and dict(k[1]).get("code") == "OK"
+        )
+        self.result.update(
+            {
+                "measured_pods": count,
+                "namespace": namespace,
+                "creation": creation,
+                "throughput": throughput_summary(bound, start),
+                "latency": {
+                    "scheduling": percentiles(sched_lat),
+                    "startup": percentiles(start_lat),
+                },
+                "seconds_to_all_bound": round(bound_wall, 2),
+                "seconds_measured": round(seconds, 2),
+                "processes": processes,
+                "cpu_timeline": self.sampler.timeline,
+                "apiserver_requests_per_second": api_rates,
+                "etcd_requests_per_second": sysmetrics.counter_rates(
+                    etcd_before,
+                    etcd_after,
+                    "grpc_server_handled_total",
+                    ("grpc_method",),
+                    seconds,
+                ),
+                "bind_check": {
+                    "pods": len(tracks),
+                    "bound": len(bound),
+                    "bound_exactly_once": sum(1 for t in tracks if t.binds == 1 and t.moves == 0),
+                    "moved": sum(t.moves for t in tracks),
+                    "apiserver_ok_binds_in_window": int(api_ok_binds),
+                },
+                "load_average_before": load_before,
+                "load_average_after": sysmetrics.load_average(),
+                "profiles": profiles,
+                "churn": churned,
+            }
+        )
+
+    async def start_pyspy(self, tag: str) -> list[tuple[str, asyncio.subprocess.Process, Path]]:
+        started = []
+        for name in self.opts.profile:
+            pid = self.sampler.pids.get(name)
+            if pid is None:
+                self.log(f"  no process {name!r} to profile (have {', '.join(self.sampler.pids)})")
+                continue
+            out = self.work / f"pyspy-{name}.txt"
+            spy = str(Path(sys.executable).parent / "py-spy")
+            proc = await asyncio.create_subprocess_exec(
+                spy, "record", "--pid", str(pid), "--rate", "100", "--format", "raw",
+                "--nonblocking", "-o", str(out),
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            started.append((name, proc, out))
+        return started
+
+    async def stop_pyspy(
+        self, started: list[tuple[str, asyncio.subprocess.Process, Path]]
+    ) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for name, proc, out in started:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except TimeoutError:
+                proc.kill()
+            summary = sysmetrics.pyspy_top(out)
+            keep = self.opts.out_dir / f"{self.stem()}-pyspy-{name}.txt"
+            with contextlib.suppress(OSError):
+                keep.write_bytes(out.read_bytes())
+                summary["collapsed_stacks"] = keep.name
+            found[name] = summary
+        return found
+
+    # ---- ceilings ---------------------------------------------------------------------------
+
+    async def ceilings(self) -> dict[str, Any]:
+        count = min(self.opts.ceiling_count, int(self.result.get("measured_pods", 500)))
+        template = pod_template(self.case, None)
+        self.log(f"ceiling: apiserver Create alone, {count} pods")
+        api = await self.run_creators(template, "ceiling", count, NO_SCHEDULER)
+        self.log(f"  {api['per_second']} creates/s")
+        concurrency = self.opts.concurrency * max(1, self.opts.creators)
+        pod = json_format.ParseDict(template, pod_pb2.Pod())
+        value = pod.SerializeToString()
+        self.log(f"ceiling: etcd create-if-absent Txn, {count} keys at concurrency {concurrency}")
+        etcd = await etcd_write_ceiling(self.cluster.etcd_endpoint, value, count, concurrency)
+        self.log(f"  {etcd['per_second']} txns/s")
+        return {"apiserver_create_alone": api, "etcd_txn_put": etcd}
+
+    # ---- the run ----------------------------------------------------------------------------
+
+    def stem(self) -> str:
+        return f"{self.case['name']}-{self.workload['name']}-{STAMP}-run{self.run_no}"
+
+    async def execute(self) -> dict[str, Any]:
+        self.log(f"run {self.run_no}: {self.case['name']}/{self.workload['name']} {self.params}")
+        load_start = sysmetrics.load_average()
+        await asyncio.to_thread(self.cluster.start)
+        sampler_task = asyncio.create_task(self.sampler.run())
+        recorder_task: asyncio.Task[None] | None = None
+        try:
+            self.sampler.pids.update({n: p.pid for n, p in self.cluster.processes.items()})
+            self.sampler.pids["harness"] = os.getpid()
+            async with Client(self.cluster.api_address, timeout=60.0) as client:
+                recorder = PodRecorder(client)
+                ready = asyncio.Event()
+                recorder_task = asyncio.create_task(recorder.run(ready))
+                await asyncio.wait_for(ready.wait(), 60)
+                for i, op in enumerate(self.ops):
+                    await self.play(op, i, client, recorder)
+                if self.opts.ceilings:
+                    self.result["ceilings"] = await self.ceilings()
+                self.result["watch"] = {"events": recorder.events, "relists": recorder.relists}
+        finally:
+            if recorder_task is not None:
+                recorder_task.cancel()
+            sampler_task.cancel()
+            await asyncio.to_thread(self.cluster.stop)
+        self.result.update(
+            {
+                "test_case": self.case["name"],
+                "workload": self.workload["name"],
+                "params": self.params,
+                "run": self.run_no,
+                "machine": {"nproc": os.cpu_count(), "load_average_at_start": load_start},
+                "options": {"creators": self.opts.creators, "concurrency": self.opts.concurrency},
+                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+        )
+        self.add_ratios()
+        if not self.opts.keep:
+            import shutil
+
+            shutil.rmtree(self.work, ignore_errors=True)
+        return self.result
+
+    def add_ratios(self) -> None:
+        ceil = self.result.get("ceilings")
+        tp = self.result.get("throughput", {}).get("average")
+        if not ceil or not tp:
+            return
+        api = ceil["apiserver_create_alone"]["per_second"]
+        etcd = ceil["etcd_txn_put"]["per_second"]
+        self.result["ratios"] = {
+            "throughput_over_apiserver_create_alone": round(tp / api, 3) if api else None,
+            "throughput_over_etcd_txn_put": round(tp / etcd, 3) if etcd else None,
+            "creation_rate_over_apiserver_create_alone": (
+                round(self.result["creation"].get("per_second", 0) / api, 3) if api else None
+            ),
+        }
+
+    async def play(self, op: dict[str, Any], i: int, client: Client, rec: PodRecorder) -> None:
+        code = op["opcode"]
+        if code == "createNodes":
+            await self.create_nodes(op, client)
+            return
+        if code == "churn":
+            self.pending_churn = op
+            return
+        count = op_count(op, self.params)
+        namespace = op.get("namespace") or ("measure" if op.get("collectMetrics") else f"init-{i}")
+        if count <= 0:
+            return
+        if op.get("collectMetrics"):
+            if self.measured:
+                raise ValueError("only one op may collect metrics")
+            self.measured = True
+            await self.measured_op(op, client, rec, namespace, count)
+            return
+        self.log(f"{code}: {count} pods in {namespace}")
+        if code == "createReplicaSets":
+            await self.create_replica_sets(op, client, namespace, count)
+        elif code == "createPods":
+            template = pod_template(self.case, op.get("podTemplate"))
+            stats = await self.run_creators(template, namespace, count)
+            self.creator_stats.append(stats)
+            self.log(f"  created at {stats['per_second']} pods/s")
+        else:
+            raise ValueError(f"unknown opcode {code!r}")
+        if op.get("skipWaitToCompletion"):
+            return
+        await wait_until(
+            lambda: rec.bound_in.get(namespace, 0) >= count,
+            self.timeout_for(count),
+            f"{count} pods bound in {namespace}",
+        )
+        self.log(f"  all {count} bound")
+
+
+async def etcd_write_ceiling(
+    endpoint: str, value: bytes, count: int, concurrency: int
+) -> dict[str, Any]:
+    """Create-if-absent Txns (what the apiserver sends for a Create) at `concurrency` in flight."""
+    from aetcd import rpc  # bench/ may talk to etcd; only the processes may not
+
+    prefix = f"/bench-ceiling/{time.time_ns()}/".encode()
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        kv = rpc.KVStub(channel)
+        keys = iter(range(count))
+
+        async def worker() -> None:
+            for i in keys:
+                key = prefix + b"%06d" % i
+                cmp = rpc.Compare(
+                    key=key,
+                    result=rpc.Compare.CompareResult.EQUAL,
+                    target=rpc.Compare.CompareTarget.CREATE,
+                    create_revision=0,
+                )
+                put = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))
+                await kv.Txn(rpc.TxnRequest(compare=[cmp], success=[put]), timeout=30)
+
+        began = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        seconds = time.perf_counter() - began
+        await kv.DeleteRange(rpc.DeleteRangeRequest(key=prefix, range_end=prefix[:-1] + b"0"))
+    return {
+        "writes": count,
+        "concurrency": concurrency,
+        "value_bytes": len(value),
+        "seconds": round(seconds, 3),
+        "per_second": round(count / seconds, 1),
+    }
+
+
+# ---- many runs ------------------------------------------------------------------------------
+
+STAMP = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+
+
+def median_of(results: list[dict[str, Any]], path: str) -> float | None:
+    values = []
+    for r in results:
+        v: Any = r
+        for part in path.split("."):
+            v = v.get(part) if isinstance(v, dict) else None
+        if isinstance(v, int | float):
+            values.append(float(v))
+    return round(statistics.median(values), 3) if values else None
+
+
+SUMMARY_FIELDS = {
+    "throughput_avg": "throughput.average",
+    "throughput_p50": "throughput.p50",
+    "throughput_p90": "throughput.p90",
+    "throughput_p99": "throughput.p99",
+    "creation_per_second": "creation.per_second",
+    "sched_p50": "latency.scheduling.p50",
+    "sched_p90": "latency.scheduling.p90",
+    "sched_p99": "latency.scheduling.p99",
+    "startup_p50": "latency.startup.p50",
+    "startup_p90": "latency.startup.p90",
+    "startup_p99": "latency.startup.p99",
+    "api_create_alone": "ceilings.apiserver_create_alone.per_second",
+    "etcd_txn_put": "ceilings.etcd_txn_put.per_second",
+    "ratio_api": "ratios.throughput_over_apiserver_create_alone",
+    "ratio_etcd": "ratios.throughput_over_etcd_txn_put",
+    "cpu_scheduler": "processes.scheduler.cpu_seconds",
+    "cpu_apiserver": "processes.apiserver.cpu_seconds",
+    "cpu_etcd": "processes.etcd.cpu_seconds",
+    "rss_scheduler_mib": "processes.scheduler.peak_rss_mib",
+    "rss_apiserver_mib": "processes.apiserver.peak_rss_mib",
+    "load1_before": "load_average_before.0",
+}
+
+
+def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {k: median_of(results, p) for k, p in SUMMARY_FIELDS.items()}
+    for r in results:
+        r.setdefault("load_average_before", [None])
+    loads = [r.get("load_average_before", [None])[0] for r in results]
+    out["load1_before_each_run"] = loads
+    out["runs"] = len(results)
+    return out
+
+
+def markdown_row(case: str, workload: str, s: dict[str, Any], nproc: int) -> str:
+    def f(key: str, fmt: str = "{:.0f}") -> str:
+        v = s.get(key)
+        return "-" if v is None else fmt.format(v)
+
+    loads = "/".join("?" if x is None else f"{x:.1f}" for x in s["load1_before_each_run"])
+    return (
+        f"| {case}/{workload} | {nproc} | {s['runs']} | {f('throughput_avg')} "
+        f"({f('throughput_p50')}/{f('throughput_p90')}/{f('throughput_p99')}) | "
+        f"{f('creation_per_second')} | {f('api_create_alone')} | {f('etcd_txn_put')} | "
+        f"{f('ratio_api', '{:.2f}')} | {f('sched_p50', '{:.2f}')}/{f('sched_p99', '{:.2f}')} | "
+        f"{f('startup_p50', '{:.2f}')}/{f('startup_p99', '{:.2f}')} | "
+        f"{f('cpu_scheduler', '{:.1f}')}/{f('cpu_apiserver', '{:.1f}')}/{f('cpu_etcd', '{:.1f}')}"
+        f" | {f('rss_scheduler_mib')}/{f('rss_apiserver_mib')} | {loads} |"
+    )
+
+
+MARKDOWN_HEADER = (
+    "| workload | cores | runs | throughput avg (p50/p90/p99) pods/s | created/s | "
+    "api Create alone/s | etcd txn/s | tp ÷ api alone | sched lat p50/p99 s | "
+    "startup p50/p99 s | CPU s sched/api/etcd | peak RSS MiB sched/api | load1 before |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+async def run_workloads(
+    path: Path, names: list[str], runs: int, opts: Options
+) -> list[dict[str, Any]]:
+    opts.out_dir.mkdir(parents=True, exist_ok=True)
+    summaries = []
+    for case in load_test_cases(path):
+        for workload in case["workloads"]:
+            if names and workload["name"] not in names:
+                continue
+            results = []
+            for k in range(1, runs + 1):
+                run = Run(case, workload, opts, k)
+                result = await run.execute()
+                out = opts.out_dir / f"{run.stem()}.json"
+                out.write_text(json.dumps(result, indent=1))
+                with contextlib.suppress(Exception):
+                    plot.plot_run(result, out.with_suffix(".png"))
+                print_result(result)
+                results.append(result)
+            summary = summarise(results)
+            row = markdown_row(case["name"], workload["name"], summary, os.cpu_count() or 0)
+            summary["markdown_row"] = row
+            summaries.append(summary)
+            if runs > 1:
+                out = opts.out_dir / f"{case['name']}-{workload['name']}-{STAMP}-summary.json"
+                out.write_text(json.dumps(summary, indent=1))
+            print(MARKDOWN_HEADER)
+            print(row, flush=True)
+    return summaries
+
+
+def print_result(r: dict[str, Any]) -> None:
+    tp, lat, bc = r.get("throughput", {}), r.get("latency", {}), r.get("bind_check", {})
+    print(
+        f"== {r['test_case']}/{r['workload']} run {r['run']}: throughput avg {tp.get('average')} "
+        f"p50 {tp.get('p50')} p90 {tp.get('p90')} p99 {tp.get('p99')} pods/s; "
+        f"created {r.get('creation', {}).get('per_second')}/s; "
+        f"sched p50/p99 {lat.get('scheduling', {}).get('p50')}/"
+        f"{lat.get('scheduling', {}).get('p99')}s; startup p50/p99 "
+        f"{lat.get('startup', {}).get('p50')}/{lat.get('startup', {}).get('p99')}s; "
+        f"bound once {bc.get('bound_exactly_once')}/{bc.get('pods')}",
+        flush=True,
+    )
+    print(f"   processes: {json.dumps(r.get('processes'))}", flush=True)
+    print(f"   ceilings: {json.dumps(r.get('ratios'))}", flush=True)
+    for name, prof in (r.get("profiles") or {}).items():
+        print(f"   py-spy {name} ({prof['samples']} samples), top self:", flush=True)
+        for fn, pct in prof["self"][:8]:
+            print(f"     {pct:5.1f}%  {fn}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="tinykube scale benchmark (after scheduler_perf)")
+    p.add_argument("workload_file", type=Path, nargs="+")
+    p.add_argument("--workload", action="append", default=[], help="only these workload names")
+    p.add_argument("--runs", type=int, default=1)
+    p.add_argument("--creators", type=int, default=1, help="pod creator processes")
+    p.add_argument("--concurrency", type=int, default=32, help="Creates in flight per creator")
+    p.add_argument("--timeout", type=float, default=0.0, help="seconds per waiting op")
+    p.add_argument("--profile", default="", help="py-spy these processes: scheduler,apiserver")
+    p.add_argument("--no-ceilings", action="store_true")
+    p.add_argument("--ceiling-count", type=int, default=2000, help="writes per ceiling")
+    p.add_argument("--keep", action="store_true", help="keep the cluster's work dir (logs)")
+    p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    a = p.parse_args(argv)
+    opts = Options(
+        creators=a.creators,
+        concurrency=a.concurrency,
+        timeout=a.timeout,
+        profile=tuple(x for x in a.profile.split(",") if x),
+        ceilings=not a.no_ceilings,
+        ceiling_count=a.ceiling_count,
+        keep=a.keep,
+        out_dir=a.out_dir,
+    )
+
+    async def everything() -> list[dict[str, Any]]:
+        out = []
+        for path in a.workload_file:
+            out += await run_workloads(path, a.workload, a.runs, opts)
+        return out
+
+    summaries = asyncio.run(everything())
+    return 0 if summaries else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
