@@ -71,11 +71,21 @@ test: $(STAMP) proto-check
 	$(BIN)/pytest -q -ra tests/unit tests/integration tests/e2e
 
 # Measurements, not tests: each script prints its figures and writes bench/results/*.json.
+# bench/harness.py: whole-cluster scale runs after scheduler_perf (3 runs each, medians).
 bench: $(STAMP)
 	$(BIN)/python bench/api_latency.py
 	@if [ -f bench/scheduler_cycle.py ]; then $(BIN)/python bench/scheduler_cycle.py; fi
+	$(BIN)/python bench/harness.py bench/workloads/scheduling_basic.yaml --runs 3 \
+		--workload 500Nodes --workload 5000Nodes
+	$(BIN)/python bench/harness.py --runs 3 --workload 5000Nodes \
+		bench/workloads/scheduling_node_affinity.yaml
+	$(BIN)/python bench/harness.py --workload 500Nodes --workload 1000Nodes \
+		bench/workloads/scheduling_unschedulable.yaml bench/workloads/scheduling_with_churn.yaml \
+		bench/workloads/replicaset.yaml
 
+# The smallest scale workload (100 hollow nodes, 500 pods; well under two minutes).
 bench-smoke: $(STAMP)
+	$(BIN)/python bench/harness.py bench/workloads/scheduling_basic.yaml --workload smoke
 	$(BIN)/python bench/api_latency.py --quick
 
 clean:
