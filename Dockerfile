@@ -1,0 +1,31 @@
+# One image for every tinykube component; docker-compose.yml picks the command.
+# Build stage: the project and its runtime dependencies (no dev extras) in a virtualenv.
+# Final stage: that virtualenv on a clean slim base, run as a non-root user.
+FROM python:3.12-slim-bookworm AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/tinykube && /opt/tinykube/bin/pip install --upgrade pip
+WORKDIR /src
+# Dependencies first, in their own layer: editing the source does not reinstall grpcio & co.
+COPY pyproject.toml README.md ./
+RUN python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' > requirements.txt \
+ && /opt/tinykube/bin/pip install -r requirements.txt
+COPY tinykube ./tinykube
+COPY apiserver ./apiserver
+COPY scheduler ./scheduler
+COPY controller ./controller
+COPY kubelet ./kubelet
+RUN /opt/tinykube/bin/pip install --no-deps . \
+ && /opt/tinykube/bin/python -m apiserver --help >/dev/null \
+ && /opt/tinykube/bin/tinykube --help >/dev/null
+
+FROM python:3.12-slim-bookworm
+RUN groupadd --system --gid 10001 tinykube \
+ && useradd --system --uid 10001 --gid tinykube --home-dir /var/lib/tinykube --create-home tinykube
+COPY --from=build /opt/tinykube /opt/tinykube
+ENV PATH=/opt/tinykube/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+USER tinykube
+# Kubelets keep their state and their pods' logs under ./kubelet-data/<node>.
+WORKDIR /var/lib/tinykube
+EXPOSE 6443 10250 10257 10259
+# The apiserver by default; every service in docker-compose.yml sets its own command.
+CMD ["python", "-m", "apiserver", "--etcd-servers", "etcd:2379", "--bind-address", "0.0.0.0:6443"]

@@ -1,0 +1,375 @@
+"""Run docker-compose.yml without Docker: one Linux network namespace per service.
+
+`ComposeProject.load` reads the compose file (PyYAML, anchors and merge keys resolved) into
+the parts that matter here: each service's command (entrypoint + command), environment,
+healthcheck, depends_on, volumes and its address on the project network. `ComposeHosts` then
+plays the Docker engine's part as closely as a machine without one allows:
+
+- a bridge stands for the compose network; its host side gets the network's gateway address, so
+  the host reaches services the way `docker compose` users on Linux reach container IPs;
+- every service gets a network namespace with `lo` up and a veth on the bridge at its compose
+  address, and a hosts file (`/etc/netns/<ns>/hosts`, which `ip netns exec` bind-mounts over
+  /etc/hosts) that maps every service name to its address, as Docker's embedded DNS would;
+- each service runs its exact command and environment from the file under `ip netns exec`, in
+  a working directory of its own; only the image's executables are mapped to local ones
+  (`python`, `/usr/local/bin/etcd`, ...) and volume paths to temporary directories;
+- services start in `depends_on` order, waiting for `service_healthy` dependencies by running
+  the service's own healthcheck command inside its namespace;
+- stopping a service sends SIGTERM to its main process, as `docker stop` does, and SIGKILL to
+  whatever is left in its namespace (a kubelet's pods included) after a grace period.
+
+Everything it creates is named with `PREFIX`, and `cleanup_leftovers()` removes anything with
+that prefix, so a run killed half-way never breaks the next one. Not thread-safe: one fixture
+drives it from one thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import ipaddress
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PREFIX = "tkc-"
+BRIDGE = f"{PREFIX}br"
+NETNS_ETC = Path("/etc/netns")
+STOP_GRACE = 10.0
+# A container's PATH: the image puts its virtualenv first (see Dockerfile).
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class ComposeError(Exception):
+    """The compose file asks for something this stand-in cannot do faithfully."""
+
+
+@dataclass
+class Service:
+    name: str
+    argv: list[str]
+    environment: dict[str, str]
+    healthcheck: list[str] | None
+    depends_on: dict[str, str]  # service -> condition
+    volumes: list[tuple[str, str]]  # (source, path in the container)
+    ip: str
+
+
+@dataclass
+class ComposeProject:
+    services: dict[str, Service]
+    network: str
+    subnet: ipaddress.IPv4Network
+
+    @property
+    def gateway(self) -> str:
+        return str(next(self.subnet.hosts()))
+
+    @classmethod
+    def load(cls, path: Path) -> ComposeProject:
+        doc = yaml.safe_load(path.read_text())
+        networks = doc.get("networks") or {}
+        if len(networks) != 1:
+            raise ComposeError("expected exactly one network in the compose file")
+        (network, net_spec), *_ = networks.items()
+        subnet = ipaddress.ip_network(net_spec["ipam"]["config"][0]["subnet"])
+        assert isinstance(subnet, ipaddress.IPv4Network)
+        services = {name: _service(name, spec, network) for name, spec in doc["services"].items()}
+        return cls(services, network, subnet)
+
+    def start_order(self) -> list[str]:
+        """Services with their dependencies first (compose's order), file order otherwise."""
+        order: list[str] = []
+
+        def visit(name: str, path: tuple[str, ...]) -> None:
+            if name in order:
+                return
+            if name in path:
+                raise ComposeError(f"dependency cycle: {' -> '.join((*path, name))}")
+            for dep in self.services[name].depends_on:
+                visit(dep, (*path, name))
+            order.append(name)
+
+        for name in self.services:
+            visit(name, ())
+        return order
+
+
+def _as_argv(value: Any, what: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        raise ComposeError(f"{what}: use the exec (list) form, the etcd image has no shell")
+    return [str(v) for v in value]
+
+
+def _service(name: str, spec: Mapping[str, Any], network: str) -> Service:
+    argv = _as_argv(spec.get("entrypoint"), f"{name}.entrypoint") + _as_argv(
+        spec.get("command"), f"{name}.command"
+    )
+    if not argv:
+        raise ComposeError(f"{name}: no command; the image default is not known here")
+    env_spec = spec.get("environment") or {}
+    if isinstance(env_spec, list):
+        env_spec = dict(item.split("=", 1) for item in env_spec)
+    environment = {str(k): str(v) for k, v in env_spec.items()}
+    healthcheck = None
+    if "healthcheck" in spec:
+        test = _as_argv(spec["healthcheck"].get("test"), f"{name}.healthcheck.test")
+        if not test or test[0] != "CMD":
+            raise ComposeError(f"{name}.healthcheck.test: expected the exec form [CMD, ...]")
+        healthcheck = test[1:]
+    deps = spec.get("depends_on") or {}
+    if isinstance(deps, list):
+        deps = {d: {"condition": "service_started"} for d in deps}
+    depends_on = {str(d): str(c.get("condition", "service_started")) for d, c in deps.items()}
+    volumes = []
+    for volume in spec.get("volumes") or []:
+        source, target = str(volume).split(":")[:2]
+        volumes.append((source, target))
+    try:
+        ip = str(spec["networks"][network]["ipv4_address"])
+    except (KeyError, TypeError) as exc:
+        raise ComposeError(f"{name}: no ipv4_address on network {network}") from exc
+    return Service(name, argv, environment, healthcheck, depends_on, volumes, ip)
+
+
+def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+def our_links() -> list[str]:
+    names = []
+    for line in ip("-o", "link", "show").stdout.splitlines():
+        name = line.split(":", 2)[1].strip().split("@", 1)[0]
+        if name.startswith(PREFIX):
+            names.append(name)
+    return names
+
+
+def our_namespaces() -> list[str]:
+    return [
+        line.split()[0]
+        for line in ip("netns", "list").stdout.splitlines()
+        if line.split() and line.split()[0].startswith(PREFIX)
+    ]
+
+
+def namespace_pids(ns: str) -> list[int]:
+    return [int(p) for p in ip("netns", "pids", ns, check=False).stdout.split()]
+
+
+def kill_namespace_processes(ns: str, timeout: float = 5.0) -> None:
+    """SIGKILL everything in `ns` and wait until it is gone."""
+    deadline = time.monotonic() + timeout
+    while pids := namespace_pids(ns):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"processes {pids} in {ns} survive SIGKILL")
+        time.sleep(0.05)
+
+
+def cleanup_leftovers() -> None:
+    """Remove every namespace (and its processes), link and hosts directory named PREFIX*."""
+    for ns in our_namespaces():
+        kill_namespace_processes(ns)
+        ip("netns", "delete", ns, check=False)
+    for link in our_links():
+        ip("link", "delete", link, check=False)
+    if NETNS_ETC.is_dir():
+        for entry in NETNS_ETC.glob(f"{PREFIX}*"):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+@dataclass
+class Running:
+    service: Service
+    process: subprocess.Popen[bytes]
+    ns: str
+    log: Path
+
+
+@dataclass
+class ComposeHosts:
+    """The compose project's services, each in its own network namespace (see module doc)."""
+
+    project: ComposeProject
+    work_dir: Path
+    executables: Mapping[str, str]
+    running: dict[str, Running] = field(default_factory=dict)
+    host_links: dict[str, str] = field(default_factory=dict)
+
+    def namespace(self, service: str) -> str:
+        return f"{PREFIX}{service}"
+
+    def ip_of(self, service: str) -> str:
+        return self.project.services[service].ip
+
+    # -- network -------------------------------------------------------------------------------
+
+    def create_network(self) -> None:
+        prefix_len = self.project.subnet.prefixlen
+        ip("link", "add", BRIDGE, "type", "bridge")
+        # Bridged frames must not meet the host's iptables (br_netfilter, a Docker-style FORWARD
+        # DROP): the compose network is a plain L2 segment.
+        ip("link", "set", BRIDGE, "type", "bridge", "nf_call_iptables", "0", check=False)
+        ip("addr", "add", f"{self.project.gateway}/{prefix_len}", "dev", BRIDGE)
+        ip("link", "set", BRIDGE, "up")
+        hosts = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+        hosts += [f"{s.ip}\t{s.name}" for s in self.project.services.values()]
+        for i, service in enumerate(self.project.services.values()):
+            ns = self.namespace(service.name)
+            host_end, ns_end = f"{PREFIX}v{i}", f"{PREFIX}p{i}"
+            ip("netns", "add", ns)
+            ip("-n", ns, "link", "set", "lo", "up")
+            ip("link", "add", host_end, "type", "veth", "peer", "name", ns_end)
+            ip("link", "set", ns_end, "netns", ns)
+            ip("-n", ns, "link", "set", ns_end, "name", "eth0")
+            ip("-n", ns, "addr", "add", f"{service.ip}/{prefix_len}", "dev", "eth0")
+            ip("-n", ns, "link", "set", "eth0", "up")
+            ip("link", "set", host_end, "master", BRIDGE)
+            ip("link", "set", host_end, "up")
+            self.host_links[service.name] = host_end
+            etc = NETNS_ETC / ns
+            etc.mkdir(parents=True, exist_ok=True)
+            (etc / "hosts").write_text("\n".join(hosts) + "\n")
+
+    def set_link(self, service: str, up: bool) -> None:
+        """Plug or unplug the service's cable at the switch (its veth's bridge end)."""
+        ip("link", "set", self.host_links[service], "up" if up else "down")
+
+    # -- processes -----------------------------------------------------------------------------
+
+    def _map(self, service: Service, argv: list[str]) -> list[str]:
+        exe = argv[0]
+        if exe not in self.executables:
+            raise ComposeError(f"{service.name}: no local stand-in for the image's {exe!r}")
+        volume_dirs = {
+            target: self.volume_dir(service, source) for source, target in service.volumes
+        }
+
+        def local(arg: str) -> str:
+            for target, directory in volume_dirs.items():
+                arg = re.sub(rf"(?<![\w/.-]){re.escape(target)}(?=$|/)", str(directory), arg)
+            return arg
+
+        return [self.executables[exe], *(local(a) for a in argv[1:])]
+
+    def volume_dir(self, service: Service, source: str) -> Path:
+        name = source.replace("/", "_").strip("._") or "volume"
+        directory = self.work_dir / "volumes" / name
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
+
+    def _env(self, service: Service) -> dict[str, str]:
+        env = {
+            "PATH": f"{Path(self.executables['python']).parent}:{BASE_PATH}",
+            "HOME": str(self.service_dir(service.name)),
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        env.update(service.environment)
+        return env
+
+    def service_dir(self, name: str) -> Path:
+        directory = self.work_dir / "services" / name
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
+
+    def start(self, name: str) -> None:
+        service = self.project.services[name]
+        ns = self.namespace(name)
+        log = self.work_dir / "logs" / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            process = subprocess.Popen(
+                ["ip", "netns", "exec", ns, *self._map(service, service.argv)],
+                cwd=self.service_dir(name),
+                env=self._env(service),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.running[name] = Running(service, process, ns, log)
+
+    def healthy(self, name: str) -> bool:
+        """Run the service's own healthcheck command inside its namespace, as Docker would."""
+        service = self.project.services[name]
+        if service.healthcheck is None:
+            raise ComposeError(f"{name} has no healthcheck")
+        done = subprocess.run(
+            ["ip", "netns", "exec", self.namespace(name), *self._map(service, service.healthcheck)],
+            cwd=self.service_dir(name),
+            env=self._env(service),
+            capture_output=True,
+            timeout=30,
+        )
+        return done.returncode == 0
+
+    def wait(self, what: str, ok: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not ok():
+            for name, run in self.running.items():
+                if run.process.poll() is not None:
+                    raise RuntimeError(
+                        f"{name} exited with {run.process.returncode} while waiting for {what}:\n"
+                        + self.log_tail(name)
+                    )
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} not reached after {timeout}s")
+            time.sleep(0.25)
+
+    def up(self, timeout: float = 120.0) -> None:
+        """`docker compose up --wait`: start in dependency order, then wait for every health."""
+        for name in self.project.start_order():
+            for dep, condition in self.project.services[name].depends_on.items():
+                if condition == "service_healthy":
+                    self.wait(f"{dep} healthy", functools.partial(self.healthy, dep), timeout)
+                elif condition != "service_started":
+                    raise ComposeError(f"{name}: depends_on condition {condition} not supported")
+            self.start(name)
+        for name, service in self.project.services.items():
+            if service.healthcheck is not None:
+                self.wait(f"{name} healthy", functools.partial(self.healthy, name), timeout)
+
+    def stop(self, name: str) -> None:
+        run = self.running.pop(name, None)
+        if run is not None and run.process.poll() is None:
+            run.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                run.process.wait(STOP_GRACE)
+        kill_namespace_processes(self.namespace(name))
+        if run is not None and run.process.poll() is None:
+            run.process.kill()
+        if run is not None:
+            run.process.wait()
+
+    def down(self) -> None:
+        """Stop services (dependents first), then remove namespaces, links and hosts files."""
+        errors: list[BaseException] = []
+        for name in reversed(self.project.start_order()):
+            try:
+                self.stop(name)
+            except Exception as exc:
+                errors.append(exc)
+        cleanup_leftovers()
+        if errors:
+            raise errors[0]
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        log = self.work_dir / "logs" / f"{name}.log"
+        if not log.exists():
+            return "(no log)"
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])

@@ -1,0 +1,319 @@
+"""docker-compose.yml, proven without Docker: every service on its own "host".
+
+The fixture reads docker-compose.yml and runs each service's exact command and environment in
+its own network namespace at its compose address, on a bridge standing for the compose network,
+with service names resolving through per-namespace hosts files (see composehosts.py). From the
+host, as a user of `docker compose up` would, the test then follows docs/compose.md: apply the
+examples, see every schedulable pod run, the tainted node take only the pod that tolerates it,
+the pod that fits nowhere stay Pending with the scheduler's message; then it unplugs one
+kubelet's link (its node goes NotReady and its ReplicaSet pods are replaced on other nodes) and
+plugs it back (the node is Ready again and the kubelet stops its evicted pods).
+
+Runs as root (as CI does) with iproute2; skipped otherwise. Everything it creates is named
+`tkc-*` (10.231.0.0/24, bridge tkc-br), so it never meets the loopback clusters of the other
+e2e tests; leftovers of a killed run are removed first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.composehosts import (
+    ComposeHosts,
+    ComposeProject,
+    cleanup_leftovers,
+    namespace_pids,
+    our_links,
+    our_namespaces,
+)
+from tinykube.localetcd import find_etcd
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = REPO / "docker-compose.yml"
+EXAMPLES = REPO / "examples"
+VENV_BIN = Path(sys.executable).parent
+TINYKUBE_SERVICES = ("apiserver", "scheduler", "controller-manager")
+EXAMPLE_FILES = ("pod.yaml", "replicaset.yaml", "gpu-pod.yaml", "too-big.yaml")
+
+
+def _skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root: creates network namespaces, veths and a bridge"
+    if shutil.which("ip") is None:
+        return "needs iproute2's `ip`"
+    return None
+
+
+needs_root = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
+
+
+def executables() -> dict[str, str]:
+    """The image's executables, as found on this machine."""
+    etcd = Path(find_etcd())
+    return {
+        "python": sys.executable,
+        "/usr/local/bin/etcd": str(etcd),
+        "/usr/local/bin/etcdctl": str(etcd.parent / "etcdctl"),
+        "tinykube": str(VENV_BIN / "tinykube"),
+    }
+
+
+def flag(argv: list[str], name: str) -> str:
+    """The value of `--name=value` or `--name value` in argv."""
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"{name}="):
+            return arg.split("=", 1)[1]
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+    raise KeyError(name)
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float, hosts: ComposeHosts) -> Any:
+    """Poll `check` until it returns something truthy; fail with the last value seen."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        for name, run in hosts.running.items():
+            assert run.process.poll() is None, f"{name} died:\n{hosts.log_tail(name)}"
+        time.sleep(0.5)
+    pytest.fail(f"{what}: not reached after {timeout}s; last seen: {last!r}")
+
+
+class Cluster:
+    """The CLI and grpcurl on the host, against the apiserver's compose address."""
+
+    def __init__(self, hosts: ComposeHosts) -> None:
+        self.hosts = hosts
+        self.server = f"{hosts.ip_of('apiserver')}:6443"
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(VENV_BIN / "tinykube"), "--server", self.server, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if check:
+            assert done.returncode == 0, f"tinykube {' '.join(args)}:\n{done.stdout}{done.stderr}"
+        return done
+
+    def items(self, resource: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = json.loads(self.run("get", resource, "-o", "json").stdout)[
+            "items"
+        ]
+        return items
+
+    def pods(self) -> dict[str, dict[str, Any]]:
+        return {p["metadata"]["name"]: p for p in self.items("pods")}
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        return {n["metadata"]["name"]: n for n in self.items("nodes")}
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    for cond in obj.get("status", {}).get("conditions", []):
+        if cond["type"] == kind:
+            return dict(cond)
+    return {}
+
+
+def phase(pod: dict[str, Any]) -> str:
+    return str(pod.get("status", {}).get("phase", ""))
+
+
+def node_of(pod: dict[str, Any]) -> str:
+    return str(pod.get("spec", {}).get("nodeName", ""))
+
+
+def web_pods(pods: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {n: p for n, p in pods.items() if p["metadata"].get("labels", {}).get("app") == "web"}
+
+
+@pytest.fixture(scope="module")
+def compose(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeHosts]:
+    cleanup_leftovers()
+    project = ComposeProject.load(COMPOSE_FILE)
+    hosts = ComposeHosts(project, tmp_path_factory.mktemp("compose"), executables())
+    try:
+        hosts.create_network()
+        hosts.up()
+        yield hosts
+    finally:
+        hosts.down()
+        assert our_namespaces() == [], "network namespaces left behind"
+        assert our_links() == [], "links left behind"
+        assert not list(Path("/etc/netns").glob("tkc-*")), "hosts files left behind"
+
+
+def test_compose_file_shape() -> None:
+    """What the multi-host run cannot see: restart policies, the published port, the pins."""
+    doc = yaml.safe_load(COMPOSE_FILE.read_text())
+    services = doc["services"]
+    assert services["etcd"]["image"] == "gcr.io/etcd-development/etcd:v3.5.27"
+    assert "127.0.0.1:6443:6443" in services["apiserver"]["ports"]
+    assert services["apiserver"]["depends_on"]["etcd"]["condition"] == "service_healthy"
+    kubelets = [s for name, s in services.items() if name.startswith("kubelet-")]
+    assert len(kubelets) == 3
+    for name, service in services.items():
+        assert service["restart"] in ("always", "unless-stopped", "on-failure"), name
+        assert service["healthcheck"]["test"][0] == "CMD", name
+        if name == "etcd":
+            continue
+        argv = [str(a) for a in service["command"]]
+        assert service["image"] == "tinykube:dev" and service["build"] == ".", name
+        if name != "apiserver":
+            assert flag(argv, "--apiserver") == "apiserver:6443", name
+            assert flag(argv, "--bind-address").startswith("0.0.0.0"), name
+    for kubelet in kubelets:
+        assert flag([str(a) for a in kubelet["command"]], "--runtime") == "process"
+
+
+@needs_root
+def test_compose_cluster_walkthrough_and_link_cut(compose: ComposeHosts) -> None:
+    cluster = Cluster(compose)
+    services = compose.project.services
+    node_service = {
+        flag(s.argv, "--node-name"): name for name, s in services.items() if "kubelet" in s.argv
+    }
+    tainted = [
+        n
+        for n, svc in node_service.items()
+        if "--register-with-taints" in " ".join(services[svc].argv)
+    ]
+    assert len(node_service) == 3 and len(tainted) == 1
+    gpu_node = tainted[0]
+
+    # Every component listens on all interfaces: its health answers on its compose address.
+    for name in (*TINYKUBE_SERVICES, *node_service.values()):
+        healthcheck = services[name].healthcheck
+        assert healthcheck is not None, name
+        port = healthcheck[-1].rsplit(":", 1)[1]
+        probe = cluster.run("health", f"{compose.ip_of(name)}:{port}", check=False)
+        assert probe.stdout.strip() == "SERVING", f"{name}: {probe.stdout}{probe.stderr}"
+
+    # grpcurl against the published apiserver, as docs/compose.md shows.
+    listed = subprocess.run(
+        [str(VENV_BIN / "grpcurl"), "-plaintext", cluster.server, "list"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert "tinykube.v1.Pods" in listed.stdout.split(), listed.stdout + listed.stderr
+
+    nodes = wait_for(
+        "three Ready nodes",
+        lambda: (
+            (ns := cluster.nodes())
+            and len(ns) == 3
+            and all(condition(n, "Ready").get("status") == "True" for n in ns.values())
+            and ns
+        ),
+        60,
+        compose,
+    )
+    assert set(nodes) == set(node_service)
+    taints = nodes[gpu_node]["spec"]["taints"]
+    assert {(t["key"], t.get("value"), t["effect"]) for t in taints} == {
+        ("dedicated", "gpu", "NoSchedule")
+    }
+
+    for example in EXAMPLE_FILES:
+        applied = cluster.run("apply", "-f", str(EXAMPLES / example))
+        assert " created" in applied.stdout, applied.stdout
+
+    def settled() -> dict[str, dict[str, Any]] | None:
+        pods = cluster.pods()
+        runnable = [p for name, p in pods.items() if name != "too-big"]
+        if len(runnable) != 5 or any(phase(p) != "Running" for p in runnable):
+            return None
+        if condition(pods.get("too-big", {}), "PodScheduled").get("status") != "False":
+            return None
+        return pods
+
+    pods = wait_for("every schedulable pod Running", settled, 90, compose)
+    on_gpu_node = {name for name, p in pods.items() if node_of(p) == gpu_node}
+    assert on_gpu_node == {"gpu-job"}
+    assert len(web_pods(pods)) == 3
+
+    too_big = pods["too-big"]
+    assert phase(too_big) == "Pending" and not node_of(too_big)
+    message = condition(too_big, "PodScheduled")["message"]
+    assert message.startswith("0/3 nodes are available: "), message
+    assert "2 Insufficient cpu" in message, message
+    assert "1 node(s) had untolerated taint {dedicated: gpu}" in message, message
+
+    # Logs come from the kubelet at its node's InternalIP (the compose address).
+    logs = cluster.run("logs", "hello")
+    assert "hello from tinykube" in logs.stdout
+
+    # Unplug the kubelet that runs the most web replicas.
+    by_node: dict[str, list[str]] = {}
+    for name, pod in web_pods(pods).items():
+        by_node.setdefault(node_of(pod), []).append(name)
+    victim = max((n for n in by_node if n != gpu_node), key=lambda n: len(by_node[n]))
+    lost = set(by_node[victim])
+    victim_service = node_service[victim]
+    kubelet_pid = compose.running[victim_service].process.pid
+    assert len(namespace_pids(compose.namespace(victim_service))) > 1, "its pods run there"
+    compose.set_link(victim_service, up=False)
+
+    wait_for(
+        f"{victim} Ready=Unknown",
+        lambda: condition(cluster.nodes()[victim], "Ready").get("status") == "Unknown",
+        90,
+        compose,
+    )
+
+    def replaced() -> dict[str, dict[str, Any]] | None:
+        web = web_pods(cluster.pods())
+        if set(web) & lost or len(web) != 3:
+            return None
+        if any(phase(p) != "Running" or node_of(p) in ("", victim) for p in web.values()):
+            return None
+        return web
+
+    replacements = wait_for(f"web pods of {victim} replaced elsewhere", replaced, 90, compose)
+    assert gpu_node not in {node_of(p) for p in replacements.values()}
+    unreachable = {t["key"] for t in cluster.nodes()[victim]["spec"].get("taints", [])}
+    assert "node.kubernetes.io/unreachable" in unreachable
+    pods = cluster.pods()
+    assert node_of(pods["gpu-job"]) == gpu_node and phase(pods["gpu-job"]) == "Running"
+    assert phase(pods["too-big"]) == "Pending"
+
+    # Plug it back: Ready again, the taint goes, and the kubelet stops the pods it lost.
+    compose.set_link(victim_service, up=True)
+
+    def recovered() -> bool:
+        node = cluster.nodes()[victim]
+        keys = {t["key"] for t in node["spec"].get("taints", [])}
+        return (
+            condition(node, "Ready").get("status") == "True"
+            and "node.kubernetes.io/unreachable" not in keys
+        )
+
+    wait_for(f"{victim} Ready again", recovered, 90, compose)
+    # Every pod it ran was evicted and nothing else is bound there, so only the kubelet is left.
+    assert not [n for n, p in cluster.pods().items() if node_of(p) == victim]
+    ns = compose.namespace(victim_service)
+    wait_for(
+        f"the evicted pods' processes on {victim} stopped",
+        lambda: namespace_pids(ns) == [kubelet_pid],
+        60,
+        compose,
+    )
