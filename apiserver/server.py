@@ -12,12 +12,13 @@ round trips are its only awaits, and writes are compare-and-swap so concurrent h
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -129,24 +130,19 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         if handler.unary_stream is not None:
             inner_stream: Any = handler.unary_stream
 
-            async def stream(
-                request: Any, context: grpc.aio.ServicerContext[Any, Any]
-            ) -> AsyncIterator[Any]:
-                start = time.perf_counter()
+            # Streams write with context.write (a coroutine handler, not an async generator),
+            # so wrapping them costs nothing per message. Their duration is not observed: a
+            # watch lives as long as its client wants.
+            async def stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
                 code = "OK"
                 try:
-                    async for item in inner_stream(request, context):
-                        if start:
-                            duration.observe(time.perf_counter() - start)
-                            start = 0.0
-                        yield item
+                    await inner_stream(request, context)
                 except TinykubeError as exc:
                     code = exc.code.name
-                    if start:
-                        duration.observe(time.perf_counter() - start)
                     await abort_with(context, exc)
                 except Exception as exc:
-                    if isinstance(exc, grpc.aio.AbortError):
+                    if isinstance(exc, (grpc.aio.AbortError, asyncio.CancelledError)):
+                        code = "CANCELLED"
                         raise
                     log.exception("%s failed", method)
                     code = "INTERNAL"
@@ -548,7 +544,7 @@ class ResourceService:
 
     # ---- Watch -----------------------------------------------------------------------------
 
-    async def watch(self, request: meta_pb2.WatchRequest, context: Any) -> AsyncIterator[bytes]:
+    async def watch(self, request: meta_pb2.WatchRequest, context: Any) -> None:
         labels, fields = self._selectors(request.label_selector, request.field_selector)
         rv_text = request.resource_version
         rv = None if rv_text in ("", "0") else _parse_rv(rv_text)
@@ -560,9 +556,17 @@ class ResourceService:
             resource_version=rv,
             bookmarks=request.allow_watch_bookmarks,
         )
+        write = context.write
         try:
-            async for data in watcher.stream(initial):
-                yield data
+            for data in initial:
+                await write(data)
+            del initial
+            while True:
+                batch = await watcher.drain()
+                if not batch:
+                    return
+                for data in batch:
+                    await write(data)
         finally:
             self.cache.unregister(watcher)
 

@@ -28,7 +28,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
@@ -223,21 +223,23 @@ class Watcher:
             self.error = error
             self._wakeup.set()
 
-    async def stream(self, initial: list[bytes]) -> AsyncIterator[bytes]:
-        """The encoded events for this watcher: `initial` first, then live ones."""
-        for data in initial:
-            yield data
+    async def drain(self) -> list[bytes]:
+        """Wait for queued events and take them all; [] once closed cleanly.
+
+        Events queued before a close are still delivered; the close error comes after them.
+        """
         queue = self._queue
         while True:
-            while queue:
-                yield queue.popleft()
+            if queue:
+                items = list(queue)
+                queue.clear()
+                return items
             if self.closed:
                 if self.error is not None:
                     raise self.error
-                return
+                return []
             self._wakeup.clear()
-            if not queue and not self.closed:
-                await self._wakeup.wait()
+            await self._wakeup.wait()
 
 
 class WatchCache:
