@@ -132,6 +132,10 @@ class NodeTable:
         self.req_pods = np.zeros(capacity, np.int64)
         self.nz_cpu = np.zeros(capacity, np.int64)
         self.nz_mem = np.zeros(capacity, np.int64)
+        # allocatable - requested, kept current so the fit filter is one comparison per resource
+        self.free_cpu = np.zeros(capacity, np.int64)
+        self.free_mem = np.zeros(capacity, np.int64)
+        self.free_pods = np.zeros(capacity, np.int64)
         self.ext: dict[str, ExtColumn] = {}
         self.labels: dict[str, LabelColumn] = {}
         self.node_labels: list[dict[str, str]] = []
@@ -166,6 +170,9 @@ class NodeTable:
             "req_pods",
             "nz_cpu",
             "nz_mem",
+            "free_cpu",
+            "free_mem",
+            "free_pods",
         ):
             setattr(self, attr, g(getattr(self, attr)))
         self.taint_set = g(self.taint_set)  # type: ignore[assignment]
@@ -253,6 +260,12 @@ class NodeTable:
             if name in (CPU, MEMORY, PODS):
                 continue
             self.ext_column(name).alloc[slot] = _quantity(name, q)
+        self._refresh_free(slot)
+
+    def _refresh_free(self, slot: int) -> None:
+        self.free_cpu[slot] = self.alloc_cpu[slot] - self.req_cpu[slot]
+        self.free_mem[slot] = self.alloc_mem[slot] - self.req_mem[slot]
+        self.free_pods[slot] = self.alloc_pods[slot] - self.req_pods[slot]
 
     def _set_labels(self, slot: int, labels: dict[str, str]) -> None:
         old = self.node_labels[slot]
@@ -304,6 +317,9 @@ class NodeTable:
             self.req_pods,
             self.nz_cpu,
             self.nz_mem,
+            self.free_cpu,
+            self.free_mem,
+            self.free_pods,
         ):
             arr[slot] = 0
         for col in self.ext.values():
@@ -322,6 +338,9 @@ class NodeTable:
         self.req_pods[slot] += sign
         self.nz_cpu[slot] += sign * p.nz_cpu
         self.nz_mem[slot] += sign * p.nz_memory
+        self.free_cpu[slot] -= sign * p.cpu
+        self.free_mem[slot] -= sign * p.memory
+        self.free_pods[slot] -= sign
         for name, amount in p.extended.items():
             self.ext_column(name).req[slot] += sign * amount
         for hp in p.host_ports:

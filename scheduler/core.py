@@ -258,16 +258,18 @@ class Algorithm:
         n_feasible = len(feasible_slots)
         to_find = num_feasible_nodes_to_find(total_nodes, self.percentage)
         start = self.next_start if self.next_start < n else 0
-        if start:
-            cut = int(np.searchsorted(feasible_slots, start))
-            rotated = np.concatenate((feasible_slots[cut:], feasible_slots[:cut]))
-        else:
-            rotated = feasible_slots
+        cut = int(np.searchsorted(feasible_slots, start)) if start else 0
         if n_feasible > to_find:
-            candidates = rotated[:to_find]
+            # the first to_find feasible nodes from the rotating start, wrapping around
+            candidates = feasible_slots[cut : cut + to_find]
+            if len(candidates) < to_find:
+                rest = feasible_slots[: to_find - len(candidates)]
+                candidates = np.concatenate((candidates, rest))
             self.next_start = (int(candidates[-1]) + 1) % n
+        elif cut:
+            candidates = np.concatenate((feasible_slots[cut:], feasible_slots[:cut]))
         else:
-            candidates = rotated
+            candidates = feasible_slots
 
         result: ScheduleResult
         totals: npt.NDArray[np.int64] | None = None

@@ -316,40 +316,60 @@ class NodeResourcesFit:
 
     def filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> FilterResult | None:
         n = nodes.n
-        codes = (nodes.req_pods[:n] + 1 > nodes.alloc_pods[:n]).astype(np.int32)
         reasons = [ERR_TOO_MANY_PODS, "Insufficient cpu", "Insufficient memory"]
+        # bit 0: pods, 1: cpu, 2: memory, 3+: extended resources in sorted order
+        wide = len(pod.extended) > 5
+        codes: npt.NDArray[Any] = np.less(nodes.free_pods[:n], 1).view(np.uint8)
+        if wide:
+            codes = codes.astype(np.int32)
         if not pod.zero_request:
             if pod.cpu > 0:
-                codes |= (pod.cpu > nodes.alloc_cpu[:n] - nodes.req_cpu[:n]).astype(np.int32) << 1
+                codes = codes | (np.less(nodes.free_cpu[:n], pod.cpu).view(np.uint8) << 1)
             if pod.memory > 0:
-                codes |= (pod.memory > nodes.alloc_mem[:n] - nodes.req_mem[:n]).astype(
-                    np.int32
-                ) << 2
+                codes = codes | (np.less(nodes.free_mem[:n], pod.memory).view(np.uint8) << 2)
             for name, amount in sorted(pod.extended.items()):
                 bit = len(reasons)
                 reasons.append(f"Insufficient {name}")
                 col = nodes.ext.get(name)
                 if col is None:
-                    codes |= 1 << bit
+                    codes = codes | (1 << bit)
                 else:
-                    codes |= (amount > col.alloc[:n] - col.req[:n]).astype(np.int32) << bit
+                    short = np.less(col.alloc[:n] - col.req[:n], amount).astype(codes.dtype)
+                    codes = codes | (short << bit)
         return FilterResult(codes, reasons, bitmask=True)
 
     def score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, idx: IDX) -> I64:
         size = nodes.n if idx is None else len(idx)
-        num = np.zeros(size, np.int64)
-        den = np.zeros(size, np.int64)
+        num: I64 = np.zeros(size, np.int64)
+        den = 0
+        den_arr: I64 | None = None
+        least = self.strategy == "LeastAllocated"
         for name, weight in self.resources:
             req, alloc = _resource_arrays(nodes, pod, name, idx, nonzero=True)
+            if len(alloc) and alloc.min() > 0:
+                # fast path (every node has the resource): kube's integer formulas, unmasked
+                if least:
+                    s = np.maximum((alloc - req) * MAX_NODE_SCORE // alloc, 0)
+                else:
+                    s = np.minimum(req, alloc) * MAX_NODE_SCORE // alloc
+                num += s * weight
+                den += weight
+                continue
+            # nodes without the resource leave it out of their weighted mean
             has = alloc > 0
             safe = np.where(has, alloc, 1)
-            if self.strategy == "LeastAllocated":
+            if least:
                 s = np.where(req > alloc, 0, (alloc - req) * MAX_NODE_SCORE // safe)
             else:
                 s = np.minimum(req, alloc) * MAX_NODE_SCORE // safe
             num += np.where(has, s * weight, 0)
-            den += np.where(has, weight, 0)
-        return np.where(den > 0, num // np.where(den > 0, den, 1), 0)
+            part = np.where(has, weight, 0)
+            den_arr = part if den_arr is None else den_arr + part
+        if den_arr is None:
+            return num // den if den else num * 0
+        total_den = den_arr + den
+        out: I64 = np.where(total_den > 0, num // np.maximum(total_den, 1), 0)
+        return out
 
 
 class NodeResourcesBalancedAllocation:
@@ -363,10 +383,17 @@ class NodeResourcesBalancedAllocation:
         self.resources = [str(r["name"]) for r in resources]
 
     def score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, idx: IDX) -> I64:
+        cols = [_resource_arrays(nodes, pod, name, idx, nonzero=False) for name in self.resources]
+        if len(cols) == 2 and all(len(a) and a.min() > 0 for _, a in cols):
+            # fast path: two resources every node has; std of two fractions is |f1 - f2| / 2
+            (r1, a1), (r2, a2) = cols
+            f1 = np.minimum(r1 / a1, 1.0)
+            f2 = np.minimum(r2 / a2, 1.0)
+            fast: I64 = ((1.0 - np.abs(f1 - f2) / 2) * MAX_NODE_SCORE).astype(np.int64)
+            return fast
         fractions = []
         present = []
-        for name in self.resources:
-            req, alloc = _resource_arrays(nodes, pod, name, idx, nonzero=False)
+        for req, alloc in cols:
             has = alloc > 0
             f = np.minimum(req / np.where(has, alloc, 1), 1.0)
             fractions.append(np.where(has, f, 0.0))
@@ -379,8 +406,9 @@ class NodeResourcesBalancedAllocation:
         else:
             mean = fr.sum(axis=0) / np.maximum(cnt, 1)
             var = (((fr - mean) ** 2) * pr).sum(axis=0) / np.maximum(cnt, 1)
-            std = np.where(cnt > 2, np.sqrt(var), np.where(cnt == 2, np.sqrt(var), 0.0))
-        return ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
+            std = np.where(cnt >= 2, np.sqrt(var), 0.0)
+        out: I64 = ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
+        return out
 
 
 MB = 1024 * 1024
