@@ -467,3 +467,28 @@ def test_profile_weights_from_config() -> None:
     prof = Profile(cfg)
     assert [p.name for p in prof.filters] == ["NodeResourcesFit"]
     assert prof.weights == {"NodeResourcesFit": 5}
+
+
+def test_many_extended_resources_keep_every_reason() -> None:
+    names = [f"example.com/r{i}" for i in range(7)]
+    node = n("a")
+    for nm in names[:3]:
+        node.alloc_extra(nm, "1")
+    pod = PodBuilder().container({nm: "2" for nm in names})
+    assert (
+        message(pod, node)
+        == "0/1 nodes are available: " + ", ".join(f"1 Insufficient {nm}" for nm in names) + "."
+    )
+
+
+def test_least_allocated_node_without_memory_uses_cpu_only() -> None:
+    nodes = [n("a").alloc(cpu="4", pods="10"), n("b").alloc(cpu="4", memory="8Gi", pods="10")]
+    # a: only cpu counts: 75; b: (75 + 97) // 2 = 86
+    assert score_of(NodeResourcesFit(), PodBuilder().req(cpu="1"), *nodes) == [75, 86]
+
+
+def test_balanced_allocation_over_capacity_caps_fractions() -> None:
+    nodes = [n("a").alloc(cpu="1", memory="1Gi", pods="10")]
+    pod = PodBuilder().req(cpu="4", memory="512Mi")
+    # cpu fraction capped at 1, memory 0.5 -> std 0.25 -> 75
+    assert score_of(NodeResourcesBalancedAllocation(), pod, *nodes) == [75]
