@@ -320,7 +320,21 @@ async def test_tinykube_logs_prints_container_output(client: Client, cluster: Lo
     missing = await asyncio.to_thread(logs, "-c", "nope")
     assert missing.returncode == 1
     assert "container nope is not valid for pod talker" in missing.stderr
+
+    # -f streams until the pod is gone.
+    follow = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tinykube.cli.main", "--server", cluster.api_address,
+        "logs", "talker", "-f",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert follow.stdout is not None
+    first = await asyncio.wait_for(follow.stdout.readline(), 30)
+    assert first == b"hello from talker\n"
+    await asyncio.sleep(0.5)
+    assert follow.returncode is None, "logs -f ended while the pod was running"
     await client.pods.delete("talker", NS)
+    rest, _ = await asyncio.wait_for(follow.communicate(), 30)
+    assert rest == b"line two\n" and follow.returncode == 0
 
     async def gone() -> bool:
         try:
@@ -427,6 +441,7 @@ async def test_controller_manager_killed_during_scale_up_never_overshoots(
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
+    print(f"controller manager killed with {killed_with}/{desired} pods created")
     assert killed_with < desired, "the controller manager finished before it was killed"
     assert len(created) == desired, f"{len(created)} pods created for {desired} replicas"
     assert len(await rs_pods(client, "burst")) == desired

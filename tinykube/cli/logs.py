@@ -30,10 +30,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.set_defaults(func=run)
 
 
-def kubelet_address(node: node_pb2.Node) -> str:
+def kubelet_address(node: node_pb2.Node, host_ip: str = "") -> str:
+    """host:port of a node's kubelet: the pod's hostIP (or the node's InternalIP) and the
+    port the kubelet registered in daemonEndpoints."""
     port = node.status.daemon_endpoints.kubelet_endpoint.port
     addresses = {a.type: a.address for a in node.status.addresses}
-    host = addresses.get("InternalIP") or addresses.get("Hostname") or ""
+    host = host_ip or addresses.get("InternalIP") or addresses.get("Hostname") or ""
     if not host or not port:
         raise CLIError(f"node {node.metadata.name} does not report a kubelet endpoint")
     if host in ("0.0.0.0", "::"):
@@ -53,7 +55,7 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
     if args.tail >= 0:
         request.tail_lines = args.tail
     async with grpc.aio.insecure_channel(
-        kubelet_address(node), options=list(CHANNEL_OPTIONS)
+        kubelet_address(node, pod.status.host_ip), options=list(CHANNEL_OPTIONS)
     ) as channel:
         stub = kubelet_pb2_grpc.KubeletStub(channel)
         try:
