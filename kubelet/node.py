@@ -97,6 +97,8 @@ class NodeAgent:
         self._last_report = -1e18
         self._lease: lease_pb2.Lease | None = None
         self.registered = asyncio.Event()
+        # Computed once: platform probes are slow and a fake kubelet may host thousands of nodes.
+        self.desired = desired_status(cfg, self.hostname)
 
     def _ready_condition(self, previous: node_pb2.NodeCondition | None) -> node_pb2.NodeCondition:
         now = ts(self.clock.now())
@@ -116,7 +118,7 @@ class NodeAgent:
     def _with_status(self, node: node_pb2.Node) -> node_pb2.Node:
         updated = node_pb2.Node()
         updated.CopyFrom(node)
-        want = desired_status(self.cfg, self.hostname)
+        want = self.desired
         previous = next((c for c in node.status.conditions if c.type == "Ready"), None)
         updated.status.CopyFrom(want)
         # Ready is the only condition this kubelet reports (no pressure detection).
@@ -124,7 +126,7 @@ class NodeAgent:
         return updated
 
     def needs_update(self, node: node_pb2.Node) -> bool:
-        want = desired_status(self.cfg, self.hostname)
+        want = self.desired
         ready = next((c for c in node.status.conditions if c.type == "Ready"), None)
         if ready is None or ready.status != "True":
             return True
