@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.conftest import tinykube_command
 from tinykube.client import Client
 from tinykube.health import check_sync
 from tinykube.launcher import ComponentError, LocalCluster, descendants, has_main
@@ -86,3 +89,23 @@ def test_failed_start_reports_the_log_and_stops_everything(tmp_path: Path) -> No
     assert etcd.poll() is not None, "etcd must be stopped when start fails"
     assert not alive(etcd.pid)
     assert os.listdir(tmp_path / "logs")
+
+
+def test_up_reports_a_busy_port_and_exits_1(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        flags = ["--free-ports", "--apiserver-port", str(port), "--data-dir", str(tmp_path)]
+        done = subprocess.run(
+            [*tinykube_command(), "up", *flags, "--kubelets", "0", "--start-timeout", "30"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 1
+    assert done.stderr.startswith(
+        f"error: apiserver did not become healthy on 127.0.0.1:{port}: exited with code"
+    )
+    assert "Failed to bind to address" in done.stderr  # the tail of the apiserver's log
+    assert "Traceback" not in done.stderr.split("---", 1)[0]

@@ -2,10 +2,11 @@
 
 Starts `tinykube.launcher.LocalCluster` with the default ports (etcd 2379, apiserver 6443,
 scheduler 10259, controller manager 10257, kubelets 10250, 10251, ...) or free ones
-(`--free-ports`, or a port flag set to 0), prints every endpoint, writes them to
-`DATA_DIR/endpoints.json`, and waits. A component that dies meanwhile is reported with its log
-file, not restarted. Ctrl-C or SIGTERM stops every process (SIGTERM, then SIGKILL after a grace)
-and exits 0. The data directory (etcd's data and the logs) survives restarts of `up`.
+(`--free-ports` for every port no flag sets, or a port flag set to 0), prints every endpoint,
+writes them to `DATA_DIR/endpoints.json`, and waits. A component that dies meanwhile is
+reported with its log file, not restarted. Ctrl-C or SIGTERM stops every process (SIGTERM, then
+SIGKILL after a grace) and exits 0. The data directory (etcd's data and the logs) survives
+restarts of `up`. A component that fails to start is reported with its log's tail (exit 1).
 """
 
 from __future__ import annotations
@@ -44,18 +45,24 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument(
         "--no-controller", action="store_true", help="do not start the controller manager"
     )
-    parser.add_argument("--etcd-port", type=int, default=launcher.DEFAULT_ETCD_PORT)
-    parser.add_argument("--apiserver-port", type=int, default=launcher.DEFAULT_APISERVER_PORT)
-    parser.add_argument("--scheduler-port", type=int, default=launcher.DEFAULT_SCHEDULER_PORT)
-    parser.add_argument("--controller-port", type=int, default=launcher.DEFAULT_CONTROLLER_PORT)
+    defaults = (
+        ("etcd", launcher.DEFAULT_ETCD_PORT),
+        ("apiserver", launcher.DEFAULT_APISERVER_PORT),
+        ("scheduler", launcher.DEFAULT_SCHEDULER_PORT),
+        ("controller", launcher.DEFAULT_CONTROLLER_PORT),
+    )
+    for name, port in defaults:
+        parser.add_argument(f"--{name}-port", type=int, default=None, help=f"default {port}")
     parser.add_argument(
         "--kubelet-port",
         type=int,
-        default=launcher.DEFAULT_KUBELET_PORT,
-        help="first kubelet's port; the i-th kubelet gets +i",
+        default=None,
+        help=f"first kubelet's port (default {launcher.DEFAULT_KUBELET_PORT}); the i-th gets +i",
     )
     parser.add_argument(
-        "--free-ports", action="store_true", help="pick free ports for everything (tests)"
+        "--free-ports",
+        action="store_true",
+        help="free ports for every port not given by a flag (tests; see endpoints.json)",
     )
     parser.add_argument(
         "--start-timeout", type=float, default=60.0, help="seconds each component gets to start"
@@ -64,20 +71,22 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def build_cluster(args: argparse.Namespace) -> launcher.LocalCluster:
-    def port(value: int) -> int:
-        return 0 if args.free_ports else value
+    def port(value: int | None, default: int) -> int:
+        if value is not None:
+            return value
+        return 0 if args.free_ports else default
 
     return launcher.LocalCluster(
         args.data_dir,
-        apiserver_port=port(args.apiserver_port),
+        apiserver_port=port(args.apiserver_port, launcher.DEFAULT_APISERVER_PORT),
         scheduler=not args.no_scheduler,
         controller=not args.no_controller,
         kubelets=[f"node-{i}" for i in range(1, args.kubelets + 1)],
         kubelet_runtime=args.kubelet_runtime,
-        etcd_port=port(args.etcd_port),
-        scheduler_port=port(args.scheduler_port),
-        controller_port=port(args.controller_port),
-        kubelet_port=port(args.kubelet_port),
+        etcd_port=port(args.etcd_port, launcher.DEFAULT_ETCD_PORT),
+        scheduler_port=port(args.scheduler_port, launcher.DEFAULT_SCHEDULER_PORT),
+        controller_port=port(args.controller_port, launcher.DEFAULT_CONTROLLER_PORT),
+        kubelet_port=port(args.kubelet_port, launcher.DEFAULT_KUBELET_PORT),
         start_timeout=args.start_timeout,
     )
 
@@ -94,7 +103,11 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     previous = signal.signal(signal.SIGTERM, on_signal)
     try:
         ctx.print(f"starting tinykube in {cluster.work_dir} ...")
-        cluster.start()
+        try:
+            cluster.start()
+        except launcher.ComponentError as exc:
+            ctx.eprint(f"error: {exc}")
+            return 1
         signal.signal(signal.SIGINT, on_signal)
         endpoints = cluster.addresses
         width = max(len(n) for n in endpoints) + 2
