@@ -433,6 +433,17 @@ class ResourceService:
                 cur = await self._current(key, cached=False)
                 continue
             old = cur.obj
+            old_uid = old.metadata.uid  # type: ignore[attr-defined]
+            if meta.uid and meta.uid != old_uid:
+                # The client's object is an earlier incarnation of this name.
+                if not cur.authoritative:
+                    cur = await self._current(key, cached=False)
+                    continue
+                raise self._conflict(
+                    meta.name,
+                    f"Precondition failed: UID in precondition: {meta.uid}, UID in object meta: "
+                    f"{old_uid}",
+                )
             if status:
                 new = self.strategy.prepare_for_status_update(obj, old)
                 errors = self.strategy.validate_status_update(new, old)

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import grpc
 from aetcd import rpc
+from aetcd.exceptions import RevisionCompactedError
 
 from apiserver.metrics import Metrics
 from tinykube.errors import (
@@ -83,11 +84,11 @@ class WatchEvent:
     revision: int  # mod_revision of the put, or the revision of the delete
 
 
-class CompactedError(Exception):
-    """An etcd watch or read asked for a revision that was compacted away."""
+class CompactedError(RevisionCompactedError):  # type: ignore[misc]
+    """An etcd watch asked for a revision that was compacted away (aetcd's error, typed)."""
 
     def __init__(self, compact_revision: int) -> None:
-        super().__init__(f"revision compacted; oldest available is {compact_revision}")
+        super().__init__(compact_revision)
         self.compact_revision = compact_revision
 
 

@@ -618,3 +618,18 @@ async def test_periodic_compaction_keeps_one_interval(etcd_server: EtcdServer) -
     finally:
         await ch.close()
         await running.server.stop()
+
+
+async def test_update_of_a_recreated_object_is_rejected(stubs: Stubs) -> None:
+    old = await create_pod(stubs)
+    await stubs.pods.Delete(meta_pb2.DeleteRequest(namespace="default", name="web"))
+    new = await create_pod(stubs)
+    old.metadata.resource_version = ""
+    old.metadata.labels["stale"] = "1"
+    details = await expect_error(
+        stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=old)), grpc.StatusCode.ABORTED
+    )
+    assert details == (
+        'Operation cannot be fulfilled on pods "web": Precondition failed: UID in precondition: '
+        f"{old.metadata.uid}, UID in object meta: {new.metadata.uid}"
+    )
