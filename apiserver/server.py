@@ -217,11 +217,16 @@ class ResourceService:
         return namespace or "default"
 
     def key(self, namespace: str, name: str) -> bytes:
+        if "/" in name or "/" in namespace:
+            # No valid name holds a "/"; refusing here keeps requests inside their own key.
+            raise self._not_found(name)
         if self.info.namespaced:
             return self.prefix + f"{namespace}/{name}".encode()
         return self.prefix + name.encode()
 
     def _list_prefix(self, namespace: str) -> bytes:
+        if "/" in namespace:
+            raise InvalidError(f'invalid namespace "{namespace}"')
         if self.info.namespaced and namespace:
             return self.prefix + f"{namespace}/".encode()
         return self.prefix

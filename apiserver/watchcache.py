@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from apiserver.metrics import Metrics
 from apiserver.storage import EVENT_DELETE, CompactedError, EtcdWatch, Storage, WatchEvent
@@ -311,6 +311,13 @@ class WatchCache:
                     log.warning("%s watch cache: %s; retrying in %.1fs", self.kind, exc, backoff)
                     await self.clock.sleep(backoff)
                     backoff = min(backoff * 2, 2.0)
+                except Exception:
+                    # A bug must not leave the kind without a cache forever: start over.
+                    log.exception("%s watch cache failed; relisting", self.kind)
+                    self.healthy = False
+                    need_list = True
+                    await self.clock.sleep(backoff)
+                    backoff = min(backoff * 2, 2.0)
                 else:
                     backoff = 0.1
         finally:
@@ -321,7 +328,12 @@ class WatchCache:
     async def _relist(self) -> None:
         result = await self.storage.list_prefix(self.prefix)
         decode = self.codec.decode
-        state = {kv.key: decode(kv.key, kv.value, kv.mod_revision) for kv in result.kvs}
+        state = {}
+        for kv in result.kvs:
+            try:
+                state[kv.key] = decode(kv.key, kv.value, kv.mod_revision)
+            except DecodeError as exc:
+                log.error("%s watch cache: cannot decode %r: %s", self.kind, kv.key, exc)
         had_watchers = bool(self.watchers())
         self.state = state
         self.window.clear()
@@ -385,7 +397,14 @@ class WatchCache:
                 cur = self.codec.with_revision(prev, ev.revision)
                 cevent = CacheEvent(DELETED, ev.revision, cur, prev)
             else:
-                cur = decode(ev.key, ev.value, ev.revision)
+                try:
+                    cur = decode(ev.key, ev.value, ev.revision)
+                except DecodeError as exc:
+                    # Not one of our objects (someone wrote under our prefix): it cannot be
+                    # served, so it is left out, loudly.
+                    log.error("%s watch cache: cannot decode %r: %s", self.kind, ev.key, exc)
+                    self._advance(ev.revision)
+                    continue
                 self.state[ev.key] = cur
                 cevent = CacheEvent(MODIFIED if prev else ADDED, ev.revision, cur, prev)
             self._append(cevent)
