@@ -51,29 +51,83 @@ class Settings:
 
     @classmethod
     def from_args(cls, argv: Sequence[str] | None = None) -> Settings:
-        p = argparse.ArgumentParser(prog="python -m controller", description=__doc__)
-        p.add_argument("--apiserver", default=os.environ.get("TINYKUBE_APISERVER", cls.apiserver))
-        p.add_argument("--bind-address", default="0.0.0.0")
-        p.add_argument("--port", type=int, default=10257)
-        p.add_argument("--metrics-port", type=int, default=0)
+        p = argparse.ArgumentParser(
+            prog="python -m controller",
+            description="tinykube controller manager: ReplicaSet, node lifecycle, GC",
+        )
+        p.add_argument(
+            "--apiserver",
+            default=os.environ.get("TINYKUBE_APISERVER", cls.apiserver),
+            help="apiserver host:port (default: $TINYKUBE_APISERVER or 127.0.0.1:6443)",
+        )
+        p.add_argument(
+            "--bind-address",
+            default="0.0.0.0",
+            help="listen address of the health server (host, or host:port)",
+        )
+        p.add_argument("--port", type=int, default=10257, help="health port (default 10257)")
+        p.add_argument(
+            "--metrics-port",
+            type=int,
+            default=0,
+            help="serve Prometheus metrics on this port (0: off)",
+        )
         p.add_argument(
             "--leader-elect",
             default="true",
             choices=("true", "false"),
             help="run leader election on a Lease (default true)",
         )
-        p.add_argument("--leader-elect-lease-duration", type=parse_duration, default=15.0)
-        p.add_argument("--leader-elect-renew-deadline", type=parse_duration, default=10.0)
-        p.add_argument("--leader-elect-retry-period", type=parse_duration, default=2.0)
+        p.add_argument(
+            "--leader-elect-lease-duration", type=parse_duration, default=15.0, help="default 15s"
+        )
+        p.add_argument(
+            "--leader-elect-renew-deadline", type=parse_duration, default=10.0, help="default 10s"
+        )
+        p.add_argument(
+            "--leader-elect-retry-period", type=parse_duration, default=2.0, help="default 2s"
+        )
         p.add_argument("--leader-elect-resource-namespace", default=cls.lease_namespace)
         p.add_argument("--leader-elect-resource-name", default=cls.lease_name)
-        p.add_argument("--identity", default="")
-        p.add_argument("--node-monitor-grace-period", type=parse_duration, default=40.0)
-        p.add_argument("--node-monitor-period", type=parse_duration, default=5.0)
-        p.add_argument("--default-unreachable-toleration-seconds", type=float, default=300.0)
-        p.add_argument("--default-not-ready-toleration-seconds", type=float, default=300.0)
-        p.add_argument("--concurrent-replicaset-syncs", type=int, default=5)
-        p.add_argument("--concurrent-gc-syncs", type=int, default=20)
+        p.add_argument(
+            "--identity", default="", help="leader election identity (default: hostname_uuid)"
+        )
+        p.add_argument(
+            "--node-monitor-grace-period",
+            type=parse_duration,
+            default=40.0,
+            help="a node whose Lease is not renewed this long becomes Ready=Unknown (default 40s)",
+        )
+        p.add_argument(
+            "--node-monitor-period",
+            type=parse_duration,
+            default=5.0,
+            help="how often nodes are checked (default 5s)",
+        )
+        p.add_argument(
+            "--default-unreachable-toleration-seconds",
+            type=float,
+            default=300.0,
+            help="seconds pods without a toleration stay on an unreachable node (default 300)",
+        )
+        p.add_argument(
+            "--default-not-ready-toleration-seconds",
+            type=float,
+            default=300.0,
+            help="the same for a NotReady node (default 300)",
+        )
+        p.add_argument(
+            "--concurrent-replicaset-syncs",
+            type=int,
+            default=5,
+            help="ReplicaSets reconciled at once (default 5)",
+        )
+        p.add_argument(
+            "--concurrent-gc-syncs",
+            type=int,
+            default=20,
+            help="garbage collector workers (default 20)",
+        )
         p.add_argument(
             "--controllers",
             default="*",

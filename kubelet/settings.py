@@ -116,37 +116,107 @@ class Settings:
     @classmethod
     def from_args(cls, argv: Sequence[str] | None = None) -> Settings:
         p = argparse.ArgumentParser(prog="python -m kubelet", description="tinykube node agent")
-        p.add_argument("--node-name", default=os.environ.get("NODE_NAME", socket.gethostname()))
-        p.add_argument("--apiserver", default=os.environ.get("TINYKUBE_APISERVER", cls.apiserver))
-        p.add_argument("--bind-address", default="0.0.0.0")
-        p.add_argument("--port", type=int, default=10250)
-        p.add_argument("--node-ip", default="127.0.0.1")
-        p.add_argument("--metrics-port", type=int, default=0)
-        p.add_argument("--runtime", choices=("process", "fake"), default="process")
+        p.add_argument(
+            "--node-name",
+            default=os.environ.get("NODE_NAME", socket.gethostname()),
+            help="the Node this kubelet registers (default: $NODE_NAME or the hostname)",
+        )
+        p.add_argument(
+            "--apiserver",
+            default=os.environ.get("TINYKUBE_APISERVER", cls.apiserver),
+            help="apiserver host:port (default: $TINYKUBE_APISERVER or 127.0.0.1:6443)",
+        )
+        p.add_argument(
+            "--bind-address",
+            default="0.0.0.0",
+            help="listen address of the gRPC server (host, or host:port)",
+        )
+        p.add_argument(
+            "--port",
+            type=int,
+            default=10250,
+            help="gRPC port (Kubelet.Logs, health); 0 picks a free one",
+        )
+        p.add_argument(
+            "--node-ip",
+            default="127.0.0.1",
+            help="the node's InternalIP, also the pods' hostIP (how others reach it)",
+        )
+        p.add_argument(
+            "--metrics-port",
+            type=int,
+            default=0,
+            help="serve Prometheus metrics on this port (0: off)",
+        )
+        p.add_argument(
+            "--runtime",
+            choices=("process", "fake"),
+            default="process",
+            help="process: containers are local processes; fake: pods Running at once",
+        )
         p.add_argument(
             "--root-dir", default="", help="state and logs (default ./kubelet-data/NODE)"
         )
-        p.add_argument("--node-labels", type=parse_labels, default={})
-        p.add_argument("--register-with-taints", type=parse_taints, default=[])
+        p.add_argument(
+            "--node-labels",
+            type=parse_labels,
+            default={},
+            help="labels to register the node with: k=v,k2=v2",
+        )
+        p.add_argument(
+            "--register-with-taints",
+            type=parse_taints,
+            default=[],
+            help="taints to register the node with: k=v:NoSchedule,...",
+        )
         p.add_argument(
             "--capacity",
             type=parse_resources,
             default={},
             help="cpu=4,memory=8Gi,pods=110 (default: this machine's cores and memory, 110 pods)",
         )
-        p.add_argument("--node-lease-duration-seconds", type=int, default=40)
-        p.add_argument("--node-status-update-frequency", type=parse_duration, default=10.0)
-        p.add_argument("--node-status-report-frequency", type=parse_duration, default=300.0)
+        p.add_argument(
+            "--node-lease-duration-seconds",
+            type=int,
+            default=40,
+            help="Lease duration; renewed every quarter of it (default 40)",
+        )
+        p.add_argument(
+            "--node-status-update-frequency",
+            type=parse_duration,
+            default=10.0,
+            help="how often node status is checked and posted if changed (default 10s)",
+        )
+        p.add_argument(
+            "--node-status-report-frequency",
+            type=parse_duration,
+            default=300.0,
+            help="post node status at least this often even if unchanged (default 5m)",
+        )
         p.add_argument(
             "--crash-loop-backoff",
             type=parse_duration,
             default=10.0,
             help="first restart back-off of a crashed container, doubling (default 10s)",
         )
-        p.add_argument("--crash-loop-backoff-max", type=parse_duration, default=300.0)
-        p.add_argument("--poll-interval", type=parse_duration, default=0.5)
+        p.add_argument(
+            "--crash-loop-backoff-max",
+            type=parse_duration,
+            default=300.0,
+            help="longest restart back-off (default 300s)",
+        )
+        p.add_argument(
+            "--poll-interval",
+            type=parse_duration,
+            default=0.5,
+            help="how often running containers are checked for exits (default 500ms)",
+        )
         p.add_argument("--fake-nodes", type=int, default=0, help="fake runtime: host N nodes")
-        p.add_argument("--node-name-prefix", default="hollow-")
+        p.add_argument(
+            "--node-name-prefix",
+            default="hollow-",
+            help="fake runtime: names of the hosted nodes are PREFIX0, PREFIX1, ...",
+        )
         a = p.parse_args(argv)
         if a.fake_nodes and a.runtime != "fake":
             p.error("--fake-nodes needs --runtime fake")
