@@ -6,12 +6,13 @@ Layout, pure core first:
 - queue.py     activeQ / backoffQ / unschedulable set, moved by cluster events
 - framework.py Status, FilterResult, one protocol per extension point, registry
 - plugins.py   the default plugins, vectorised over node slots
+- preemption.py DefaultPreemption (PostFilter): minimal lower-priority victims on one node
 - config.py    the YAML profile (plugins, weights, args) with field-named validation errors
 - core.py      Profile + Algorithm: filter, percentageOfNodesToScore, score, select, records
 - cycle.py     Scheduler: informer handlers, serial cycle, concurrent binding cycles
 - app.py, service.py, metrics.py, settings.py, __main__.py: the process (leader election,
   informers, Bind RPCs, status/events, Explain/Simulate gRPC, Prometheus metrics)
 
-Not implemented: PodTopologySpread and InterPodAffinity (no API for them yet), and preemption
-(DefaultPreemption is a PostFilter that never nominates a node).
+Not implemented: PodTopologySpread and InterPodAffinity (no API for them yet); preemption
+ignores PodDisruptionBudgets and does not reserve the nominated node's room.
 """

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -127,6 +128,7 @@ class SchedulerApp:
                 self._report_scheduled,
                 self.metrics.observe_attempt,
                 self.metrics.observe_e2e,
+                self._preempt,
             ),
         )
         self.metrics.track_queue(sched.queue.lengths)
@@ -168,10 +170,43 @@ class SchedulerApp:
         await self._set_unschedulable_condition(pod, message)
 
     async def _set_unschedulable_condition(self, info: PodInfo, message: str) -> None:
+        await self._update_status(info, lambda pod: _set_condition(pod, self.clock, message))
+
+    async def _preempt(self, pod: PodInfo, node: str, victims: list[PodInfo]) -> None:
+        """Evict the victims (with their grace periods) and nominate the node for `pod`."""
+        for v in victims:
+            self.recorder.emit(
+                v.pod, NORMAL, "Preempted", f"Preempted by pod {pod.uid} on node {node}"
+            )
+            spec = v.pod.spec
+            grace = (
+                spec.termination_grace_period_seconds
+                if spec.HasField("termination_grace_period_seconds")
+                else 30
+            )
+            try:
+                await self.client.pods.delete(
+                    v.name, v.namespace, grace_period_seconds=grace, uid=v.uid
+                )
+            except NotFoundError:
+                pass
+            except TinykubeError as exc:
+                log.warning("could not preempt %s: %s", v.key, exc)
+
+        def nominate(p: pod_pb2.Pod) -> bool:
+            if p.status.nominated_node_name == node:
+                return False
+            p.status.nominated_node_name = node
+            return True
+
+        await self._update_status(pod, nominate)
+
+    async def _update_status(self, info: PodInfo, mutate: Callable[[pod_pb2.Pod], bool]) -> None:
+        """Apply `mutate` to the pending pod's status and write it, re-reading on conflict."""
         current: Any = None
         if self.pod_informer is not None:
             current = self.pod_informer.store.get(info.key)
-        for _ in range(3):
+        for _ in range(5):
             if current is None:
                 try:
                     current = await self.client.pods.get(info.name, info.namespace)
@@ -181,7 +216,7 @@ class SchedulerApp:
                 return  # bound meanwhile, or a different pod with the same name
             pod = pod_pb2.Pod()
             pod.CopyFrom(current)  # informer objects are shared: never mutate them
-            if not _set_condition(pod, self.clock, message):
+            if not mutate(pod):
                 return
             try:
                 await self.client.pods.update_status(pod)

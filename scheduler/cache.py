@@ -378,6 +378,8 @@ class SchedulerCache:
         self.nodes = NodeTable()
         self.pods: dict[str, PodState] = {}
         self.assumed: set[str] = set()  # keys of assumed pods, so expiry is not O(pods)
+        self.by_node: dict[str, set[str]] = {}  # node name -> keys of pods on it
+        self.priorities: dict[int, int] = {}  # priority -> pods placed with it (preemption)
         self.parked: dict[str, set[str]] = {}  # node name -> pod keys waiting for the node
 
     # ----- nodes ------------------------------------------------------------------------
@@ -392,7 +394,7 @@ class SchedulerCache:
     update_node = add_node
 
     def remove_node(self, name: str) -> None:
-        keys = [k for k, s in self.pods.items() if s.node == name]
+        keys = list(self.by_node.get(name, ()))
         if self.nodes.remove_node(name) is not None and keys:
             self.parked.setdefault(name, set()).update(keys)
 
@@ -401,6 +403,8 @@ class SchedulerCache:
 
     # ----- pods -------------------------------------------------------------------------
     def _place(self, key: str, info: PodInfo, node: str) -> None:
+        self.by_node.setdefault(node, set()).add(key)
+        self.priorities[info.priority] = self.priorities.get(info.priority, 0) + 1
         slot = self.nodes.index.get(node)
         if slot is None:
             self.parked.setdefault(node, set()).add(key)
@@ -408,6 +412,16 @@ class SchedulerCache:
             self.nodes.add_pod(slot, info)
 
     def _unplace(self, key: str, state: PodState) -> None:
+        left = self.priorities.get(state.info.priority, 0) - 1
+        if left > 0:
+            self.priorities[state.info.priority] = left
+        else:
+            self.priorities.pop(state.info.priority, None)
+        on = self.by_node.get(state.node)
+        if on is not None:
+            on.discard(key)
+            if not on:
+                del self.by_node[state.node]
         slot = self.nodes.index.get(state.node)
         if slot is None:
             parked = self.parked.get(state.node)
@@ -487,6 +501,5 @@ class SchedulerCache:
         return expired
 
     def pods_on(self, node: str) -> Iterator[PodInfo]:
-        for s in self.pods.values():
-            if s.node == node:
-                yield s.info
+        for key in self.by_node.get(node, ()):
+            yield self.pods[key].info

@@ -167,6 +167,7 @@ class ScheduleResult:
     evaluated: int = 0
     unschedulable_plugins: frozenset[str] = frozenset()
     state: CycleState = field(default_factory=CycleState)
+    nominated_node: str | None = None  # set by preemption: victims are in the state
 
 
 def num_feasible_nodes_to_find(num_all: int, percentage: int) -> int:
@@ -275,9 +276,12 @@ class Algorithm:
         totals: npt.NDArray[np.int64] | None = None
         score_parts: list[tuple[str, int, npt.NDArray[np.int64]]] = []
         if len(candidates) == 0:
-            msg, plugins = self._fit_error(total_nodes, results)
+            msg, plugins, resolvable = self._fit_error(total_nodes, results)
+            nominated = None
             for pf in prof.post_filters:
-                pf.post_filter(state, pod, nodes, {})
+                nominated, st = pf.post_filter(state, pod, nodes, resolvable)
+                if nominated is not None:
+                    break
             result = ScheduleResult(
                 None,
                 Status.unschedulable(msg),
@@ -286,6 +290,7 @@ class Algorithm:
                 total_nodes,
                 frozenset(plugins),
                 state,
+                nominated_node=nominated,
             )
         elif len(candidates) == 1:
             result = ScheduleResult(
@@ -353,11 +358,14 @@ class Algorithm:
         results[:k] = prefix_results
         return alive
 
-    def _fit_error(self, total: int, results: list[FilterResult | None]) -> tuple[str, set[str]]:
+    def _fit_error(
+        self, total: int, results: list[FilterResult | None]
+    ) -> tuple[str, set[str], npt.NDArray[np.bool_]]:
         """kube-scheduler's FitError message: each node's first failing filter's reasons,
-        counted and sorted as strings."""
+        counted and sorted as strings; also which nodes failed only resolvably."""
         nodes = self.cache.nodes
         remaining = nodes.valid[: nodes.n].copy()
+        resolvable = np.zeros(nodes.n, bool)
         reasons: Counter[str] = Counter()
         plugins: set[str] = set()
         for i, res in enumerate(results):
@@ -367,13 +375,15 @@ class Algorithm:
             if not bad.any():
                 continue
             remaining &= ~bad
+            if res.code == Code.UNSCHEDULABLE:
+                resolvable |= bad
             plugins.add(self.profile.filters[i].name)
             codes, counts = np.unique(res.codes[bad], return_counts=True)
             for code, c in zip(codes.tolist(), counts.tolist(), strict=True):
                 for r in res.explain(code):
                     reasons[r] += c
         parts = sorted(f"{c} {r}" for r, c in reasons.items())
-        return f"0/{total} nodes are available: {', '.join(parts)}.", plugins
+        return f"0/{total} nodes are available: {', '.join(parts)}.", plugins, resolvable
 
     def _names_snapshot(self) -> tuple[str, ...]:
         nodes = self.cache.nodes

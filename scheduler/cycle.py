@@ -25,6 +25,7 @@ from scheduler.core import Algorithm, Profile, ScheduleResult
 from scheduler.framework import Code, CycleState, Status
 from scheduler.plugins import bind_already_exists
 from scheduler.podinfo import PodInfo
+from scheduler.preemption import victims
 from scheduler.queue import QueuedPod, SchedulingQueue, ShutDown
 from tinykube.clock import Clock
 from tinykube.v1 import node_pb2, pod_pb2
@@ -50,6 +51,10 @@ def _noop_e2e(seconds: float) -> None:
     return None
 
 
+async def _noop_preempt(pod: PodInfo, node: str, victims: list[PodInfo]) -> None:
+    return None
+
+
 @dataclass
 class Reporter:
     """Side effects of a cycle, injected so the core stays testable."""
@@ -58,6 +63,8 @@ class Reporter:
     scheduled: Callable[[PodInfo, str], Awaitable[None]] = _noop_scheduled
     attempt: Callable[[str, float], None] = _noop_result  # result, attempt seconds
     e2e: Callable[[float], None] = _noop_e2e  # first queued -> bound, seconds
+    # delete the victims and set the preemptor's status.nominatedNodeName
+    preempt: Callable[[PodInfo, str, list[PodInfo]], Awaitable[None]] = _noop_preempt
 
 
 class Scheduler:
@@ -82,6 +89,7 @@ class Scheduler:
             max_backoff=max_backoff,
             plugin_events=profile.plugins_for_events(),
         )
+        profile.handle.cache = self.cache  # for PostFilter (preemption)
         self.algorithm = Algorithm(
             self.cache, profile, percentage_of_nodes_to_score=percentage_of_nodes_to_score
         )
@@ -174,6 +182,15 @@ class Scheduler:
                 self.queue.add_unschedulable(qp, result.unschedulable_plugins)
                 self.reporter.attempt("unschedulable", self.clock.monotonic() - start)
                 self._spawn(self.reporter.unschedulable(pod, result.message))
+                if result.nominated_node is not None:
+                    chosen = victims(result.state)
+                    log.info(
+                        "preempting %s on %s for %s",
+                        ", ".join(v.key for v in chosen),
+                        result.nominated_node,
+                        pod.key,
+                    )
+                    self._spawn(self.reporter.preempt(pod, result.nominated_node, chosen))
             return result
         node = result.node
         state = result.state

@@ -131,9 +131,13 @@ class FilterPlugin(Protocol):
 @runtime_checkable
 class PostFilterPlugin(Protocol):
     def post_filter(
-        self, state: CycleState, pod: PodInfo, nodes: NodeTable, failed: Mapping[str, Status]
+        self, state: CycleState, pod: PodInfo, nodes: NodeTable, resolvable: npt.NDArray[np.bool_]
     ) -> tuple[str | None, Status]:
-        """May nominate a node (preemption); returns (nominated node, status)."""
+        """Runs when no node fits; may nominate a node (preemption).
+
+        `resolvable` marks the nodes whose first failing filter said Unschedulable (not
+        UnschedulableAndUnresolvable): removing pods could make the pod fit there.
+        """
         ...
 
 
@@ -206,6 +210,8 @@ class Handle:
     """What plugins may use from the outside world (the binder's API call)."""
 
     bind: Callable[[PodInfo, str], Awaitable[None]] | None = None
+    # the scheduler cache (pods on nodes), for PostFilter plugins such as preemption
+    cache: Any = None
 
 
 PluginFactory = Callable[[Mapping[str, Any], Handle], Any]

@@ -36,6 +36,7 @@ from scheduler.framework import (
     default_normalize,
 )
 from scheduler.podinfo import CPU, MEMORY, PodInfo
+from scheduler.preemption import DefaultPreemption
 from tinykube.errors import AlreadyExistsError, TinykubeError
 from tinykube.v1 import pod_pb2
 
@@ -441,19 +442,6 @@ class ImageLocality:
         return out if idx is None else out[idx]
 
 
-class DefaultPreemption:
-    """Preemption is not implemented: a PostFilter that never nominates a node."""
-
-    name: ClassVar[str] = "DefaultPreemption"
-    events: ClassVar[frozenset[EventKind]] = frozenset()
-    node_static: ClassVar[bool] = False
-
-    def post_filter(
-        self, state: CycleState, pod: PodInfo, nodes: NodeTable, failed: Mapping[str, Status]
-    ) -> tuple[str | None, Status]:
-        return None, Status.unschedulable(plugin=self.name)
-
-
 class DefaultBinder:
     name: ClassVar[str] = "DefaultBinder"
     events: ClassVar[frozenset[EventKind]] = frozenset()
@@ -503,6 +491,6 @@ def default_registry() -> Registry:
     r.register("NodeResourcesFit", lambda a, h: NodeResourcesFit(a))
     r.register("NodeResourcesBalancedAllocation", lambda a, h: NodeResourcesBalancedAllocation(a))
     r.register("ImageLocality", lambda a, h: ImageLocality())
-    r.register("DefaultPreemption", lambda a, h: DefaultPreemption())
+    r.register("DefaultPreemption", lambda a, h: DefaultPreemption(h))
     r.register("DefaultBinder", lambda a, h: DefaultBinder(h))
     return r

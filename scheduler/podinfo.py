@@ -65,6 +65,8 @@ class PodInfo:
     host_ports: tuple[HostPort, ...]
     images: tuple[str, ...]
     signature: bytes = field(repr=False)
+    terminating: bool = False  # deletionTimestamp set
+    preemption_policy: str = "PreemptLowerPriority"
 
     @property
     def zero_request(self) -> bool:
@@ -112,6 +114,7 @@ class PodInfo:
             host_ports=ports,
             images=images,
             signature=sig.digest(),
+            terminating=meta.HasField("deletion_timestamp"),
         )
 
 

@@ -335,3 +335,31 @@ async def test_two_schedulers_leader_election_no_double_binding(cluster: Cluster
     assert_not_overcommitted(nodes, items)
     assert len(watcher.binds) == 80
     assert all(len(v) == 1 for v in watcher.binds.values())
+
+
+async def test_preemption_evicts_lower_priority_pod(cluster: Cluster) -> None:
+    client = cluster.client
+    await client.nodes.create(make_node("only", cpu="2"))
+    for name in ("low-a", "low-b"):
+        low = make_pod(name, cpu="1")
+        low.spec.termination_grace_period_seconds = 0  # no kubelet here to confirm deletion
+        await client.pods.create(low)
+    await eventually(lambda: all_bound(client, 2), what="low-priority pods bound")
+    high = make_pod("high", cpu="1")
+    high.spec.priority = 1000
+    await client.pods.create(high)
+
+    async def high_bound() -> str:
+        return (await client.pods.get("high", NS)).spec.node_name
+
+    assert await eventually(high_bound, what="high-priority pod bound") == "only"
+    left = {p.metadata.name for p in await pods(client)}
+    assert left in ({"high", "low-a"}, {"high", "low-b"})  # exactly one victim
+
+    async def preempted_event() -> bool:
+        return any(
+            e.reason == "Preempted" and e.involved_object.name.startswith("low-")
+            for e in (await client.events.list(NS)).items
+        )
+
+    await eventually(preempted_event, what="Preempted event")
