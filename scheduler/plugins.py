@@ -3,7 +3,7 @@
 Each plugin keeps kube-scheduler's name, default weight, failure reasons (the strings users
 see in "0/5 nodes are available: ..."), and semantics, including the easy-to-miss ones
 listed in DESIGN.md. PodTopologySpread and InterPodAffinity are not implemented (tinykube has
-no topology or pod-affinity API yet); DefaultPreemption is a documented no-op PostFilter.
+no topology or pod-affinity API yet); DefaultPreemption lives in preemption.py.
 
 Pure and synchronous except DefaultBinder, which awaits the handle's bind call.
 """
