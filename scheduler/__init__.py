@@ -14,5 +14,5 @@ Layout, pure core first:
   informers, Bind RPCs, status/events, Explain/Simulate gRPC, Prometheus metrics)
 
 Not implemented: PodTopologySpread and InterPodAffinity (no API for them yet); preemption
-ignores PodDisruptionBudgets and does not reserve the nominated node's room.
+ignores PodDisruptionBudgets.
 """

@@ -380,6 +380,8 @@ class SchedulerCache:
         self.assumed: set[str] = set()  # keys of assumed pods, so expiry is not O(pods)
         self.by_node: dict[str, set[str]] = {}  # node name -> keys of pods on it
         self.priorities: dict[int, int] = {}  # priority -> pods placed with it (preemption)
+        # pending pods nominated to a node by preemption: pod key -> (node, info)
+        self.nominated: dict[str, tuple[str, PodInfo]] = {}
         self.parked: dict[str, set[str]] = {}  # node name -> pod keys waiting for the node
 
     # ----- nodes ------------------------------------------------------------------------
@@ -434,6 +436,7 @@ class SchedulerCache:
 
     def add_pod(self, info: PodInfo) -> None:
         """An assigned pod seen by the informer (confirms an assumption, or a new pod)."""
+        self.nominated.pop(info.key, None)
         state = self.pods.get(info.key)
         if state is not None:
             if state.node == info.node_name and state.info.uid == info.uid:
@@ -454,6 +457,7 @@ class SchedulerCache:
 
     def remove_pod(self, key: str) -> bool:
         """Forget a pod (deleted, or terminated); True when it used a node."""
+        self.nominated.pop(key, None)
         state = self.pods.pop(key, None)
         if state is None:
             return False
@@ -462,11 +466,39 @@ class SchedulerCache:
         return True
 
     def assume(self, info: PodInfo, node: str) -> None:
+        self.nominated.pop(info.key, None)
         if info.key in self.pods:
             self.remove_pod(info.key)
         self.pods[info.key] = PodState(info, node, assumed=True)
         self.assumed.add(info.key)
         self._place(info.key, info, node)
+
+    # ----- nominated pods (preemption) ---------------------------------------------------
+    def nominate(self, info: PodInfo, node: str) -> None:
+        self.nominated[info.key] = (node, info)
+
+    def clear_nomination(self, key: str) -> None:
+        self.nominated.pop(key, None)
+
+    def reserve_nominated(self, pod: PodInfo) -> list[tuple[int, PodInfo]]:
+        """Count pods nominated by preemption (of at least `pod`'s priority) on their nodes
+        for the duration of one cycle, so the room a preemption freed is not taken by a less
+        important pod before the preemptor's retry. Undo with `release_nominated`."""
+        if not self.nominated:
+            return []
+        added = []
+        for key, (node, info) in self.nominated.items():
+            if key == pod.key or info.priority < pod.priority or key in self.pods:
+                continue
+            slot = self.nodes.index.get(node)
+            if slot is not None:
+                self.nodes.add_pod(slot, info)
+                added.append((slot, info))
+        return added
+
+    def release_nominated(self, added: list[tuple[int, PodInfo]]) -> None:
+        for slot, info in added:
+            self.nodes.remove_pod(slot, info)
 
     def finish_binding(self, key: str) -> None:
         state = self.pods.get(key)

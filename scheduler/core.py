@@ -215,6 +215,13 @@ class Algorithm:
 
     # ----- the cycle ---------------------------------------------------------------------
     def schedule(self, pod: PodInfo, *, record: bool = True) -> ScheduleResult:
+        reserved = self.cache.reserve_nominated(pod)
+        try:
+            return self._schedule(pod, record)
+        finally:
+            self.cache.release_nominated(reserved)
+
+    def _schedule(self, pod: PodInfo, record: bool) -> ScheduleResult:
         nodes = self.cache.nodes
         prof = self.profile
         state = CycleState()

@@ -118,10 +118,16 @@ class Scheduler:
             return
         if pod.metadata.HasField("deletion_timestamp"):
             self.queue.delete(key)
+            self.cache.clear_nomination(key)
             return
         if not self._responsible(pod) or self.cache.is_assumed(key):
             return
-        self.queue.update(PodInfo.from_pod(pod))
+        info = PodInfo.from_pod(pod)
+        if pod.status.nominated_node_name:
+            self.cache.nominate(info, pod.status.nominated_node_name)
+        else:
+            self.cache.clear_nomination(key)
+        self.queue.update(info)
 
     def on_pod_update(self, old: pod_pb2.Pod, new: pod_pb2.Pod) -> None:
         self.on_pod_add(new)
@@ -183,6 +189,7 @@ class Scheduler:
                 self.reporter.attempt("unschedulable", self.clock.monotonic() - start)
                 self._spawn(self.reporter.unschedulable(pod, result.message))
                 if result.nominated_node is not None:
+                    self.cache.nominate(pod, result.nominated_node)
                     chosen = victims(result.state)
                     log.info(
                         "preempting %s on %s for %s",

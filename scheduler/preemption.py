@@ -10,8 +10,9 @@ Follows kube-scheduler's algorithm, simplified:
 - among candidates: the lowest highest-victim priority, then the lowest sum of victim
   priorities, then the fewest victims, then the first node in the scheduler's order.
 The plugin only decides; the scheduler deletes the victims and sets status.nominatedNodeName.
-Not modelled: PodDisruptionBudgets, and reserving the nominated node's freed room against
-lower-priority pods scheduled before the preemptor's retry.
+The preemptor is nominated to the node (status.nominatedNodeName, and at once in the cache);
+while nominated, its requests count on that node for pods of lower priority, so the freed
+room waits for it. Not modelled: PodDisruptionBudgets.
 
 Runs in the scheduling cycle, only for pods that fit nowhere; a Python loop over candidate
 nodes and their pods (bounded by `max_candidates`) is acceptable on this failure path.

@@ -127,3 +127,16 @@ async def test_loop_preempts_then_binds_after_victims_go() -> None:
     await s.schedule_one(qp)
     await s.drain()
     assert bound == {"default/hi": "a"}
+
+
+def test_nominated_room_is_not_taken_by_lower_priority_pod() -> None:
+    s = setup(small("a"))
+    hi = PodBuilder("hi").req(cpu="2").priority(10).info()
+    s.cache.nominate(hi, "a")
+    assert s.algorithm.schedule(PodBuilder("low").req(cpu="1").priority(1).info()).node is None
+    # an equally important or more important pod is not held back, nor is the nominee itself
+    assert s.algorithm.schedule(PodBuilder("peer").req(cpu="1").priority(20).info()).node == "a"
+    assert s.algorithm.schedule(hi).node == "a"
+    assert int(s.cache.nodes.req_cpu[0]) == 0  # the reservation lasts one cycle only
+    s.cache.assume(hi, "a")
+    assert not s.cache.nominated
