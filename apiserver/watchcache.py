@@ -28,7 +28,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError, Message
@@ -282,6 +282,7 @@ class WatchCache:
         self._indexed: dict[str, set[Watcher]] = {}
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._etcd_watch: EtcdWatch | None = None
+        self._by_value: dict[str, dict[bytes, CachedObject]] = {}
         self.etcd_watches_opened = 0
 
     # ---- keeping in sync -------------------------------------------------------------------
@@ -336,6 +337,7 @@ class WatchCache:
                 log.error("%s watch cache: cannot decode %r: %s", self.kind, kv.key, exc)
         had_watchers = bool(self.watchers())
         self.state = state
+        self._reindex()
         self.window.clear()
         self.window_start = result.revision
         self._advance(result.revision)
@@ -394,6 +396,7 @@ class WatchCache:
                     self._advance(ev.revision)
                     continue
                 del self.state[ev.key]
+                self._unindex(prev)
                 cur = self.codec.with_revision(prev, ev.revision)
                 cevent = CacheEvent(DELETED, ev.revision, cur, prev)
             else:
@@ -406,10 +409,35 @@ class WatchCache:
                     self._advance(ev.revision)
                     continue
                 self.state[ev.key] = cur
+                if prev is not None:
+                    self._unindex(prev)
+                self._index(cur)
                 cevent = CacheEvent(MODIFIED if prev else ADDED, ev.revision, cur, prev)
             self._append(cevent)
             self._dispatch(cevent)
             self._advance(ev.revision)
+
+    # The current objects by the value of the index field (pods by spec.nodeName), so a
+    # kubelet's List of its own pods does not scan every pod.
+
+    def _reindex(self) -> None:
+        self._by_value = {}
+        for obj in self.state.values():
+            self._index(obj)
+
+    def _index(self, obj: CachedObject) -> None:
+        if self.index_field is not None:
+            value = obj.fields.get(self.index_field, "")
+            self._by_value.setdefault(value, {})[obj.key] = obj
+
+    def _unindex(self, obj: CachedObject) -> None:
+        if self.index_field is not None:
+            value = obj.fields.get(self.index_field, "")
+            bucket = self._by_value.get(value)
+            if bucket is not None:
+                bucket.pop(obj.key, None)
+                if not bucket:
+                    del self._by_value[value]
 
     def _append(self, event: CacheEvent) -> None:
         if len(self.window) >= self.window_size:
@@ -559,7 +587,12 @@ class WatchCache:
         self, namespace: str, labels: LabelSelector, fields: FieldSelector
     ) -> list[CachedObject]:
         """Current objects matching the filter, sorted by key (as etcd would return them)."""
-        items = self.state.values()
+        pinned = fields.equality_value(self.index_field) if self.index_field else None
+        items: Iterable[CachedObject]
+        if pinned is not None:
+            items = self._by_value.get(pinned, {}).values()
+        else:
+            items = self.state.values()
         if namespace:
             ns = namespace
             out = [o for o in items if o.namespace == ns]
