@@ -267,6 +267,38 @@ async def crash_loop_waiting(client: Client) -> pod_pb2.ContainerStateWaiting | 
     return None
 
 
+@pytest.mark.parametrize(
+    ("policy", "script", "phase", "code"),
+    [("Never", "exit 0", "Succeeded", 0), ("Never", "exit 7", "Failed", 7),
+     ("OnFailure", "test -f done || { touch done; exit 1; }", "Succeeded", 0)],
+)  # fmt: skip
+async def test_run_to_completion_pods_finish_with_their_exit_code(
+    client: Client, policy: str, script: str, phase: str, code: int
+) -> None:
+    name = f"job-{policy.lower()}-{code}-{uuid.uuid4().hex[:5]}"
+    pod = pod_pb2.Pod(api_version="v1", kind="Pod")
+    pod.metadata.name = name
+    pod.metadata.namespace = NS
+    pod.spec.restart_policy = policy
+    c = pod.spec.containers.add(name="main", image="busybox")
+    c.command.extend(["sh", "-c", script])
+
+    async def finished() -> pod_pb2.Pod | None:
+        p = await client.pods.get(name, NS)
+        return p if p.status.phase in ("Succeeded", "Failed") else None
+
+    await client.pods.create(pod)
+    done = await eventually(finished, what=f"{name} to finish")
+    assert done.status.phase == phase
+    (cs,) = done.status.container_statuses
+    assert cs.state.terminated.exit_code == code
+    assert cs.state.terminated.reason == ("Completed" if code == 0 else "Error")
+    assert cs.restart_count == (1 if policy == "OnFailure" else 0)
+    ready = next(c for c in done.status.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "PodCompleted")
+    await client.pods.delete(name, NS, grace_period_seconds=0)
+
+
 async def test_command_that_cannot_start_is_reported(client: Client) -> None:
     pod = pod_pb2.Pod(api_version="v1", kind="Pod")
     pod.metadata.name = "nocommand"
