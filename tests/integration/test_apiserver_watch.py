@@ -349,7 +349,7 @@ class GatedStorage(Storage):
         gate = self.gate
         original = inner.batches
 
-        async def gated() -> AsyncIterator[tuple[list[Any], int]]:
+        async def gated() -> AsyncIterator[tuple[list[Any], int, bool]]:
             await gate.wait()
             async for batch in original():
                 yield batch
