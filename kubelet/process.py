@@ -1,6 +1,6 @@
 """The `process` runtime: every container is a real local process.
 
-Each container runs `command + args` (env from the spec plus PATH and HOSTNAME; working
+Each container runs `command + args` (env from the spec plus PATH, HOME and HOSTNAME; working
 directory `workingDir` or the pod's own directory) in its own session, so its process group can
 be signalled as a whole. stdout and stderr go to `<root>/pods/<uid>/<container>.log`, appended
 across restarts. Exits are noticed by polling (`Popen.poll` for our children, /proc for
@@ -242,10 +242,16 @@ class ProcessRuntime:
         self, pod: pod_pb2.Pod, rec: PodRecord, container: pod_pb2.Container, crec: ContainerRecord
     ) -> None:
         argv = [*container.command, *container.args]
-        env = {"PATH": os.environ.get("PATH", os.defpath), "HOSTNAME": pod.metadata.name}
-        env.update({e.name: e.value for e in container.env})
         pod_dir = self._pod_dir(rec.uid)
         pod_dir.mkdir(parents=True, exist_ok=True)
+        # A container sees only its own environment, as in Kubernetes, plus what a process
+        # needs to find programs and a home.
+        env = {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "HOME": str(pod_dir),
+            "HOSTNAME": pod.metadata.name,
+        }
+        env.update({e.name: e.value for e in container.env})
         cwd = container.working_dir or str(pod_dir)
         error = ""
         if not argv:
