@@ -218,3 +218,15 @@ async def test_failing_init_container_is_retried_with_backoff(
     assert status.phase == "Pending"
     assert status.init_container_statuses[0].last_state.terminated.exit_code == 1
     assert rec.containers == {}
+
+
+async def test_environment_and_working_directory(tmp_path: Path, clock: FakeClock) -> None:
+    rt = runtime(tmp_path, clock)
+    pod = make_pod("e1", "sh", "-c", 'echo "$GREETING $HOSTNAME $PWD" "${SECRET:-unset}"')
+    pod.spec.restart_policy = "Never"
+    pod.spec.containers[0].env.add(name="GREETING", value="hi")
+    await settle(rt, pod, TERMINATED)
+    log_path = rt.log_path("e1", "c")
+    assert log_path is not None
+    # The kubelet's own environment does not leak into containers.
+    assert log_path.read_text() == f"hi p {tmp_path / 'pods' / 'e1'} unset\n"
