@@ -532,3 +532,21 @@ async def test_second_controller_manager_takes_over_when_the_leader_dies(
     await eventually(
         lambda: asyncio.sleep(0, not processes_running(["sleep", tok])), what="handover cleaned"
     )
+
+
+async def test_components_carry_on_after_an_apiserver_restart(
+    client: Client, cluster: LocalCluster
+) -> None:
+    tok = token()
+    argv = ["sleep", tok]
+    await client.replica_sets.create(sleeper_rs("resilient", 2, tok))
+    await eventually(lambda: running(client, "resilient", 2, argv), what="2 running pods")
+    await asyncio.to_thread(cluster.restart, "apiserver")
+    # The controller manager's and kubelets' watches resume against the new apiserver.
+    await scale(client, "resilient", 4)
+    await eventually(lambda: running(client, "resilient", 4, argv), what="4 after the restart")
+    assert await nodes_ready(client, 2)
+    await client.replica_sets.delete("resilient", NS)
+    await eventually(
+        lambda: asyncio.sleep(0, not processes_running(argv)), what="resilient cleaned up"
+    )
