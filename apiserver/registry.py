@@ -49,8 +49,10 @@ SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
     LEASE.kind: _META_FIELDS,
 }
 
-# The field selector term the watch cache indexes watchers by (kubelets watch their node's pods).
-INDEX_FIELD: dict[str, str] = {POD.kind: "spec.nodeName"}
+# The field selector term the watch cache indexes watchers and objects by: every kubelet watches
+# its node's pods (spec.nodeName=<node>) and its own Node (metadata.name=<node>), so an event
+# reaches the one interested kubelet without being tested against a thousand filters.
+INDEX_FIELD: dict[str, str] = {POD.kind: "spec.nodeName", NODE.kind: "metadata.name"}
 
 
 def fields_of(kind: str) -> Callable[[Message], dict[str, str]]:

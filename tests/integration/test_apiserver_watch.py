@@ -408,3 +408,24 @@ async def test_stop_ends_watches_with_unavailable(etcd_server: EtcdServer) -> No
         assert "shutting down" in details
     finally:
         await ch.close()
+
+
+async def test_node_watch_by_name_is_indexed(apiserver: RunningAPIServer, stubs: Stubs) -> None:
+    start = (await stubs.nodes.List(meta_pb2.ListRequest())).metadata.resource_version
+    call = stubs.nodes.Watch(
+        meta_pb2.WatchRequest(resource_version=start, field_selector="metadata.name=n1")
+    )
+    await asyncio.sleep(0.1)
+    assert set(apiserver.server.caches["Node"]._indexed) == {"n1"}
+    await stubs.nodes.Create(node_pb2.CreateNodeRequest(node=make_node("n2")))
+    n1 = await stubs.nodes.Create(node_pb2.CreateNodeRequest(node=make_node("n1")))
+    n1.spec.unschedulable = True
+    await stubs.nodes.Update(node_pb2.UpdateNodeRequest(node=n1))
+    events = await read_events(call, 2)
+    assert [(e.type, e.object.metadata.name) for e in events] == [
+        ("ADDED", "n1"),
+        ("MODIFIED", "n1"),
+    ]
+    listed = await stubs.nodes.List(meta_pb2.ListRequest(field_selector="metadata.name=n2"))
+    assert [n.metadata.name for n in listed.items] == ["n2"]
+    call.cancel()
