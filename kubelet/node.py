@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import platform
+import random
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -200,7 +201,7 @@ class NodeAgent:
     async def status_loop(self) -> None:
         await self.registered.wait()
         while True:
-            await self.clock.sleep(self.cfg.status_update_frequency)
+            await self.clock.sleep(self.cfg.status_update_frequency * random.uniform(0.9, 1.1))
             try:
                 await self.sync_status()
             except TinykubeError as exc:
@@ -238,12 +239,16 @@ class NodeAgent:
     async def lease_loop(self) -> None:
         interval = self.cfg.lease_duration_seconds / 4.0
         delay = LEASE_BACKOFF_INITIAL
+        # Nodes hosted by one process start together; spreading their renewals keeps them
+        # from hitting the apiserver as one burst every interval.
+        spread = random.uniform(0.5, 1.0)
         while True:
             try:
                 await self.renew_lease()
                 self.on_renewal(True)
                 delay = LEASE_BACKOFF_INITIAL
-                await self.clock.sleep(interval)
+                await self.clock.sleep(interval * spread)
+                spread = random.uniform(0.96, 1.04)
             except TinykubeError as exc:
                 self.on_renewal(False)
                 log.warning("node %s: lease renewal failed: %s", self.cfg.name, exc)
