@@ -372,7 +372,7 @@ class WatchCache:
                         # sent, so progress is not trusted until the replay is seen through or
                         # etcd's 100 ms history sync has had ample time to run.
                         catch_up = header_revision
-                        trust_after = self.clock.monotonic() + 1.0
+                        trust_after = self.clock.monotonic() + 0.5
                 elif events:
                     self._apply(events)
                     if catch_up and self.revision >= catch_up:
