@@ -20,6 +20,7 @@ import pytest
 
 from tinykube.client import Client
 from tinykube.errors import NotFoundError, TinykubeError
+from tinykube.informer import Informer
 from tinykube.launcher import LocalCluster
 from tinykube.quantity import milli_value, value
 from tinykube.v1 import node_pb2, pod_pb2
@@ -109,42 +110,42 @@ def condition(pod: pod_pb2.Pod, type_: str) -> pod_pb2.PodCondition | None:
 
 
 class BindWatcher:
-    """Watches every pod and records each transition of spec.nodeName from empty to set."""
+    """Records each transition of a pod's spec.nodeName from empty to set, through an
+    Informer (which resumes a dropped watch and relists, so no transition is missed)."""
 
     def __init__(self, client: Client) -> None:
-        self.client = client
         self.binds: dict[str, list[str]] = defaultdict(list)
-        self.last: dict[str, str] = {}
+        self.informer: Informer[pod_pb2.Pod] = Informer.for_resource(client.pods, namespace=NS)
+        self.informer.add_handler(self._add, self._update)
         self.task: asyncio.Task[None] | None = None
-        self.ready = asyncio.Event()
 
-    async def _run(self) -> None:
-        listed = await self.client.pods.list(NS)
-        for p in listed.items:
-            self.last[p.metadata.name] = p.spec.node_name
-            if p.spec.node_name:
-                self.binds[p.metadata.name].append(p.spec.node_name)
-        self.ready.set()
-        async for ev in self.client.pods.watch(
-            NS, resource_version=listed.metadata.resource_version
-        ):
-            name, node = ev.object.metadata.name, ev.object.spec.node_name
-            if ev.type == "DELETED":
-                self.last.pop(name, None)
-                continue
-            if node and not self.last.get(name):
-                self.binds[name].append(node)
-            self.last[name] = node
+    def _add(self, pod: pod_pb2.Pod) -> None:
+        if pod.spec.node_name:
+            self.binds[pod.metadata.name].append(pod.spec.node_name)
+
+    def _update(self, old: pod_pb2.Pod, new: pod_pb2.Pod) -> None:
+        if new.spec.node_name and not old.spec.node_name:
+            self.binds[new.metadata.name].append(new.spec.node_name)
+        elif old.spec.node_name and new.spec.node_name != old.spec.node_name:
+            self.binds[new.metadata.name].append(f"moved to {new.spec.node_name!r}")
 
     async def __aenter__(self) -> BindWatcher:
-        self.task = asyncio.create_task(self._run())
-        await asyncio.wait_for(self.ready.wait(), 30)
+        self.task = self.informer.start()
+        await asyncio.wait_for(self.informer.wait_synced(), 30)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         assert self.task is not None
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
+
+    async def settle(self, count: int) -> None:
+        """Wait until the watch has delivered `count` bound pods."""
+
+        async def seen() -> bool:
+            return sum(1 for p in self.informer.store.list() if p.spec.node_name) >= count
+
+        await eventually(seen, what=f"the watch to show {count} bound pods")
 
 
 def assert_not_overcommitted(nodes: list[node_pb2.Node], items: list[pod_pb2.Pod]) -> None:
@@ -168,12 +169,14 @@ async def test_fifty_pods_on_five_nodes_then_unschedulable_then_fits(cluster: Cl
             *(client.pods.create(make_pod(f"p{i:02d}", "150m", "256Mi")) for i in range(50))
         )
         items = await eventually(lambda: all_bound(client, 50), what="50 pods bound")
+        await watcher.settle(50)
     assert_not_overcommitted(nodes, items)
     per_node: dict[str, int] = defaultdict(int)
     for p in items:
         per_node[p.spec.node_name] += 150
     assert sum(per_node.values()) == 50 * 150
     assert set(per_node) == {f"n{i}" for i in range(1, 6)}  # LeastAllocated spreads them
+    assert len(watcher.binds) == 50
     assert all(len(v) == 1 for v in watcher.binds.values())
     bound = await client.pods.get("p00", NS)
     cond = condition(bound, "PodScheduled")
@@ -279,6 +282,7 @@ async def test_taints_and_deleted_while_queued(cluster: Cluster) -> None:
         await client.nodes.create(make_node("roomy", cpu="8"))
         await asyncio.sleep(0)  # the deleted pod must not be bound to the new node either
         items = await eventually(lambda: all_bound(client, 5), what="5 pods bound")
+        await watcher.settle(5)
     assert "needs-gpu-node" not in watcher.binds
     assert {p.metadata.name for p in items} == {"plain0", "plain1", "plain2", "plain3", "tolerant"}
     log = cluster.lc.log_path("scheduler").read_text()
@@ -304,6 +308,7 @@ async def test_kill9_mid_run_every_pod_bound_once(cluster: Cluster) -> None:
         await creator
         await asyncio.to_thread(cluster.lc.start_component, "scheduler")
         items = await eventually(lambda: all_bound(client, 120), limit=90, what="120 pods bound")
+        await watcher.settle(120)
     assert_not_overcommitted(nodes, items)
     assert len(watcher.binds) == 120
     assert all(len(v) == 1 for v in watcher.binds.values()), {
@@ -332,6 +337,7 @@ async def test_two_schedulers_leader_election_no_double_binding(cluster: Cluster
         await asyncio.gather(*(client.pods.create(make_pod(f"b{i:02d}")) for i in range(40)))
         items = await eventually(lambda: all_bound(client, 80), limit=60, what="80 pods bound")
         assert await holder() != leader
+        await watcher.settle(80)
     assert_not_overcommitted(nodes, items)
     assert len(watcher.binds) == 80
     assert all(len(v) == 1 for v in watcher.binds.values())
