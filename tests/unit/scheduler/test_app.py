@@ -35,3 +35,36 @@ def test_unschedulable_condition_written_once_per_message() -> None:
     (cond,) = pod.status.conditions
     assert cond.message == "0/2 nodes are available: 2 Insufficient cpu."
     assert cond.last_transition_time.ToDatetime() == first  # still False: no transition
+
+
+def test_metrics_exposition() -> None:
+    from prometheus_client import generate_latest
+
+    from scheduler.metrics import Metrics
+
+    m = Metrics()
+    m.observe_attempt("scheduled", 0.002)
+    m.observe_attempt("unschedulable", 0.001)
+    m.observe_e2e(0.5)
+    m.track_queue(lambda: {"active": 3, "backoff": 1, "unschedulable": 2})
+    text = generate_latest(m.registry).decode()
+    assert 'scheduler_schedule_attempts_total{result="scheduled"} 1.0' in text
+    assert 'scheduler_pending_pods{queue="active"} 3.0' in text
+    assert "scheduler_pod_scheduling_duration_seconds_count 1.0" in text
+
+
+def test_load_config_file(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from scheduler.config import load_config
+
+    path = Path(str(tmp_path)) / "sched.yaml"
+    path.write_text(
+        "profiles:\n"
+        "  - pluginConfig:\n"
+        "      - name: NodeResourcesFit\n"
+        "        args: {scoringStrategy: {type: MostAllocated}}\n"
+    )
+    cfg = load_config(path)
+    assert cfg.profile.args["NodeResourcesFit"] == {"scoringStrategy": {"type": "MostAllocated"}}
+    assert load_config("").profile.plugins == load_config(None).profile.plugins
