@@ -93,6 +93,7 @@ class PodInfo:
         sig.update(f"n{spec.node_name}\0".encode())
         for im in images:
             sig.update(f"i{im}\0".encode())
+        sig.update(f"c{len(spec.containers)}\0".encode())  # ImageLocality's threshold
         created = 0.0
         if meta.HasField("creation_timestamp"):
             created = meta.creation_timestamp.seconds + meta.creation_timestamp.nanos / 1e9
