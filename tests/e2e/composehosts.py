@@ -304,6 +304,18 @@ class ComposeHosts:
             )
         self.running[name] = Running(service, process, ns, log)
 
+    def exec(self, name: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        """`docker compose exec NAME ARGV...`: run in the service's namespace and environment."""
+        service = self.project.services[name]
+        return subprocess.run(
+            ["ip", "netns", "exec", self.namespace(name), *self._map(service, argv)],
+            cwd=self.service_dir(name),
+            env=self._env(service),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
     def healthy(self, name: str) -> bool:
         """Run the service's own healthcheck command inside its namespace, as Docker would."""
         service = self.project.services[name]

@@ -300,6 +300,13 @@ def test_compose_cluster_walkthrough_and_link_cut(compose: ComposeHosts) -> None
     logs = cluster.run("logs", "hello")
     assert "hello from tinykube" in logs.stdout
 
+    # `docker compose exec apiserver tinykube ...`: inside the network, TINYKUBE_SERVER (from the
+    # compose file) names the apiserver by service name, and kubelets answer at their addresses.
+    inside = compose.exec("apiserver", ["tinykube", "get", "pods", "gpu-job", "-o", "wide"])
+    assert inside.returncode == 0 and gpu_node in inside.stdout, inside.stdout + inside.stderr
+    inside = compose.exec("scheduler", ["tinykube", "logs", "gpu-job"])
+    assert "training on the gpu node" in inside.stdout, inside.stdout + inside.stderr
+
     # Unplug the kubelet that runs the most web replicas.
     by_node: dict[str, list[str]] = {}
     for name, pod in web_pods(pods).items():
