@@ -514,6 +514,18 @@ class SchedulerCache:
     def is_assumed(self, key: str) -> bool:
         return key in self.assumed
 
+    def confirm(self, key: str, uid: str, node: str) -> bool:
+        """The informer shows the pod bound to `node`: if the cache already has it there
+        (assumed by us, or seen before), mark it confirmed and return True; nothing to parse."""
+        state = self.pods.get(key)
+        if state is None or state.node != node or state.info.uid != uid:
+            return False
+        if state.assumed:
+            state.assumed = False
+            state.deadline = None
+            self.assumed.discard(key)
+        return True
+
     def is_confirmed(self, key: str, uid: str, node: str) -> bool:
         """The pod is cached as bound to `node` (not merely assumed)."""
         state = self.pods.get(key)

@@ -111,9 +111,9 @@ class Scheduler:
             if pod.status.phase in TERMINAL_PHASES:
                 if self.cache.remove_pod(key):
                     self.queue.move_on_event(EventKind.POD_DELETE)
-            elif not self.cache.is_confirmed(key, pod.metadata.uid, pod.spec.node_name):
-                # a pod's resources and ports are immutable once bound, so status updates
-                # of a known bound pod (the kubelet's) need no re-parsing
+            elif not self.cache.confirm(key, pod.metadata.uid, pod.spec.node_name):
+                # a pod's resources and ports are immutable once bound, so the confirmation of
+                # our own bind and later status updates (the kubelet's) need no re-parsing
                 self.cache.add_pod(PodInfo.from_pod(pod))
             return
         if pod.metadata.HasField("deletion_timestamp"):
