@@ -315,7 +315,10 @@ class Run:
     ) -> None:
         self.case = case
         self.workload = workload
-        self.params: dict[str, Any] = dict(workload.get("params", {}))
+        self.params: dict[str, Any] = {
+            **case.get("defaultParams", {}),
+            **workload.get("params", {}),
+        }
         self.opts = opts
         self.run_no = run_no
         self.ops: list[dict[str, Any]] = case["workloadTemplate"]
@@ -370,7 +373,7 @@ class Run:
             prefixes.append(prefix)
             args = ["--fake-nodes", str(n), "--node-name-prefix", prefix]
             args += ["--capacity", str(op.get("capacity", DEFAULT_CAPACITY))]
-            args += list(op.get("kubeletArgs", []))
+            args += [str(x) for x in resolve(op.get("kubeletArgs", []), self.params)]
             if labels:
                 args += ["--node-labels", labels]
             name = f"kubelet-hollow-{group}-{k}"
@@ -541,20 +544,28 @@ class Run:
             template = pod_template(self.case, op.get("podTemplate"))
             creation = await self.run_creators(template, namespace, count)
         self.log(f"  created {creation.get('created', count)} in {creation['seconds']}s")
-        await wait_until(
-            lambda: recorder.bound_in.get(namespace, 0) >= count,
-            self.timeout_for(count),
-            f"{count} pods bound in {namespace}",
-        )
-        bound_wall = time.monotonic() - t0
-        self.log(f"  all {count} bound after {bound_wall:.1f}s; waiting for Running")
+        # Creates that failed for good made no pod: wait for the pods that exist.
+        expect = int(creation.get("created", count))
+        incomplete = ""
         try:
             await wait_until(
-                lambda: recorder.running_in.get(namespace, 0) >= count,
+                lambda: recorder.bound_in.get(namespace, 0) >= expect,
+                self.timeout_for(count),
+                f"{expect} pods bound in {namespace}",
+            )
+        except TimeoutError as exc:  # report what was measured, marked incomplete
+            incomplete = str(exc)
+            self.log(f"  {exc}")
+        bound_wall = time.monotonic() - t0
+        self.log(f"  {recorder.bound_in.get(namespace, 0)} bound after {bound_wall:.1f}s")
+        try:
+            await wait_until(
+                lambda: recorder.running_in.get(namespace, 0) >= expect,
                 max(60.0, count / 50),
-                f"{count} pods Running in {namespace}",
+                f"{expect} pods Running in {namespace}",
             )
         except TimeoutError as exc:
+            incomplete = incomplete or str(exc)
             self.log(f"  {exc}")
         seconds = time.monotonic() - t0
         self.sampler.recording = False
@@ -590,6 +601,7 @@ class Run:
         self.result.update(
             {
                 "measured_pods": count,
+                "incomplete": incomplete,
                 "namespace": namespace,
                 "creation": creation,
                 "throughput": throughput_summary(bound, start),
@@ -711,6 +723,7 @@ class Run:
                 "params": self.params,
                 "run": self.run_no,
                 "machine": {"nproc": os.cpu_count(), "load_average_at_start": load_start},
+                "commit": git_commit(),
                 "options": {"creators": self.opts.creators, "concurrency": self.opts.concurrency},
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }
@@ -763,6 +776,7 @@ class Run:
             stats = await self.run_creators(template, namespace, count)
             self.creator_stats.append(stats)
             self.log(f"  created at {stats['per_second']} pods/s")
+            count = int(stats["created"])
         else:
             raise ValueError(f"unknown opcode {code!r}")
         if op.get("skipWaitToCompletion"):
@@ -773,6 +787,19 @@ class Run:
             f"{count} pods bound in {namespace}",
         )
         self.log(f"  all {count} bound")
+
+
+def git_commit() -> str:
+    """The commit measured (with "+dirty" when the work tree has changes)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=BENCH_DIR, capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD")
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 async def etcd_write_ceiling(
@@ -935,6 +962,9 @@ def print_result(r: dict[str, Any]) -> None:
     for name, prof in (r.get("profiles") or {}).items():
         print(f"   py-spy {name} ({prof['samples']} samples), top self:", flush=True)
         for fn, pct in prof["self"][:8]:
+            print(f"     {pct:5.1f}%  {fn}", flush=True)
+        print("     top inclusive (our code and the libraries it calls):", flush=True)
+        for fn, pct in prof["inclusive"][:12]:
             print(f"     {pct:5.1f}%  {fn}", flush=True)
 
 

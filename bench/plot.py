@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after matplotlib.use
+from matplotlib import ticker
 
 
 def plot_run(result: dict[str, Any], path: Path) -> None:
@@ -36,6 +37,8 @@ def plot_run(result: dict[str, Any], path: Path) -> None:
         if cdf:
             ax_cdf.plot(cdf, [i / (len(cdf) - 1) for i in range(len(cdf))], label=label)
     ax_cdf.set_xscale("log")
+    ax_cdf.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    ax_cdf.xaxis.set_minor_formatter(ticker.NullFormatter())
     ax_cdf.set_xlabel("seconds")
     ax_cdf.set_ylabel("fraction of pods")
     ax_cdf.set_title("latency CDF")

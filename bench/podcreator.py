@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+import grpc
 from google.protobuf import json_format
 
 from tinykube.client import Client
@@ -59,7 +60,15 @@ async def create_pods(
                     created += 1
                 except Exception as exc:  # counted and reported, the run goes on
                     errors += 1
-                    first_error = first_error or f"{type(exc).__name__}: {exc}"
+                    if not first_error:
+                        # gRPC's debug string says which side ended the call and why.
+                        cause = exc.__cause__
+                        debug = (
+                            cause.debug_error_string()
+                            if isinstance(cause, grpc.aio.AioRpcError)
+                            else ""
+                        )
+                        first_error = f"{type(exc).__name__}: {exc} {debug}".strip()
 
         began = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
