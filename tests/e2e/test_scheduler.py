@@ -269,6 +269,24 @@ async def test_taints_and_deleted_while_queued(cluster: Cluster) -> None:
         with pytest.raises(NotFoundError):
             await client.pods.get("needs-gpu-node", NS)
 
+        # a dry run first: `tinykube explain -f` asks the scheduler's Simulate
+        manifest = cluster.lc.work_dir / "tolerant.yaml"
+        manifest.write_text(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: tolerant}\nspec:\n"
+            "  containers: [{name: app, image: busybox, resources: {requests: {cpu: '2'}}}]\n"
+            "  tolerations: [{key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}]\n"
+        )
+        out = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "tinykube.cli.main", "-s", cluster.lc.api_address, "explain",
+             "-f", str(manifest), "--scheduler", cluster.lc.address("scheduler")],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith("Pod default/tolerant: would be scheduled to gpu; 1/2")
+        with pytest.raises(NotFoundError):
+            await client.pods.get("tolerant", NS)  # nothing was created
+
         tolerant = make_pod("tolerant", cpu="2")
         tolerant.spec.tolerations.add(
             key="dedicated", operator="Equal", value="gpu", effect="NoSchedule"

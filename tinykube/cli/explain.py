@@ -66,7 +66,7 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
             resp = await getattr(stub, method)(request, timeout=ctx.request_timeout)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
-    ctx.print(render(resp), end="")
+    ctx.print(render(resp, simulated=method == "Simulate"), end="")
     return 0
 
 
@@ -89,19 +89,21 @@ def _verdict(v: scheduler_pb2.FilterVerdict) -> str:
     return ", ".join(v.reasons)
 
 
-def render(resp: scheduler_pb2.ExplainResponse) -> str:
+def render(resp: scheduler_pb2.ExplainResponse, *, simulated: bool = False) -> str:
     out: list[str] = []
     who = f"Pod {resp.namespace}/{resp.name}"
+    placed = "would be scheduled to" if simulated else "scheduled to"
     when = ""
     if resp.HasField("attempted_at"):
         when = f" (attempt at {resp.attempted_at.ToDatetime(UTC):%Y-%m-%d %H:%M:%S}Z)"
     if resp.selected_node:
         out.append(
-            f"{who}: scheduled to {resp.selected_node}; {resp.feasible_nodes}/{resp.total_nodes} "
+            f"{who}: {placed} {resp.selected_node}; {resp.feasible_nodes}/{resp.total_nodes} "
             f"nodes feasible{when}"
         )
     else:
-        out.append(f"{who}: unschedulable: {resp.message}{when}")
+        verdict = "would be unschedulable" if simulated else "unschedulable"
+        out.append(f"{who}: {verdict}: {resp.message}{when}")
     nodes = list(resp.nodes)
     if not nodes:
         return "\n".join(out) + "\n"
