@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -74,6 +74,8 @@ class WriteResult:
     revision: int
     current: KV | None = None
     missing: tuple[bytes, ...] = ()
+    # Claim keys (see `create`) that already existed.
+    taken: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,21 +216,54 @@ class Storage:
         compares: list[Any],
         success: list[Any],
         require: tuple[bytes, ...] = (),
+        claims: Sequence[tuple[bytes, bytes]] = (),
+        release: Sequence[bytes] = (),
     ) -> WriteResult:
-        failure = [rpc.RequestOp(request_range=rpc.RangeRequest(key=k)) for k in (key, *require)]
+        """`claims`: (key, value) pairs created in the same transaction, each only if absent
+        (allocations: a Service's cluster IP and nodePorts); `release`: keys deleted with it."""
+        claim_keys = tuple(k for k, _ in claims)
+        compares = list(compares)
+        success = list(success)
+        for ck, cv in claims:
+            compares.append(
+                rpc.Compare(
+                    key=ck,
+                    result=rpc.Compare.CompareResult.EQUAL,
+                    target=rpc.Compare.CompareTarget.CREATE,
+                    create_revision=0,
+                )
+            )
+            success.append(rpc.RequestOp(request_put=rpc.PutRequest(key=ck, value=cv)))
+        for rk in release:
+            success.append(rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=rk)))
+        failure = [
+            rpc.RequestOp(request_range=rpc.RangeRequest(key=k))
+            for k in (key, *require, *claim_keys)
+        ]
         req = rpc.TxnRequest(compare=compares, success=success, failure=failure)
         resp = await self._call(operation, lambda: self._kv.Txn(req, timeout=self.timeout))
         revision = int(resp.header.revision)
         if resp.succeeded:
             return WriteResult(True, revision)
         kvs = resp.responses[0].response_range.kvs
+        rest = resp.responses[1:]
         missing = tuple(
-            k for k, r in zip(require, resp.responses[1:], strict=True) if not r.response_range.kvs
+            k
+            for k, r in zip(require, rest[: len(require)], strict=True)
+            if not r.response_range.kvs
         )
-        return WriteResult(False, revision, _kv(kvs[0]) if kvs else None, missing)
+        taken = tuple(
+            k for k, r in zip(claim_keys, rest[len(require) :], strict=True) if r.response_range.kvs
+        )
+        return WriteResult(False, revision, _kv(kvs[0]) if kvs else None, missing, taken)
 
-    async def create(self, key: bytes, value: bytes) -> WriteResult:
-        """Put `key` only if it does not exist. The new revision, or the existing value."""
+    async def create(
+        self, key: bytes, value: bytes, *, claims: Sequence[tuple[bytes, bytes]] = ()
+    ) -> WriteResult:
+        """Put `key` only if it does not exist. The new revision, or the existing value.
+
+        `claims` are created in the same transaction, each only if absent (`taken` on failure).
+        """
         compare = rpc.Compare(
             key=key,
             result=rpc.Compare.CompareResult.EQUAL,
@@ -236,10 +271,17 @@ class Storage:
             create_revision=0,
         )
         put = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))
-        return await self._txn("create", key, [compare], [put])
+        return await self._txn("create", key, [compare], [put], claims=claims)
 
     async def update(
-        self, key: bytes, value: bytes, mod_revision: int, *, require: tuple[bytes, ...] = ()
+        self,
+        key: bytes,
+        value: bytes,
+        mod_revision: int,
+        *,
+        require: tuple[bytes, ...] = (),
+        claims: Sequence[tuple[bytes, bytes]] = (),
+        release: Sequence[bytes] = (),
     ) -> WriteResult:
         """Put `key` only if it was last written at `mod_revision` (guaranteed update).
 
@@ -264,10 +306,14 @@ class Storage:
                 )
             )
         put = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))
-        return await self._txn("update", key, compares, [put], require)
+        return await self._txn(
+            "update", key, compares, [put], require, claims=claims, release=release
+        )
 
-    async def delete(self, key: bytes, mod_revision: int) -> WriteResult:
-        """Delete `key` only if it was last written at `mod_revision`."""
+    async def delete(
+        self, key: bytes, mod_revision: int, *, release: Sequence[bytes] = ()
+    ) -> WriteResult:
+        """Delete `key` only if it was last written at `mod_revision` (and `release` with it)."""
         compare = rpc.Compare(
             key=key,
             result=rpc.Compare.CompareResult.EQUAL,
@@ -275,7 +321,7 @@ class Storage:
             mod_revision=mod_revision,
         )
         op = rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))
-        return await self._txn("delete", key, [compare], [op])
+        return await self._txn("delete", key, [compare], [op], release=release)
 
     async def compact(self, revision: int) -> None:
         req = rpc.CompactionRequest(revision=revision)
