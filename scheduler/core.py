@@ -20,7 +20,6 @@ Synchronous and CPU-only; runs on the event loop between awaits (the cycle is se
 
 from __future__ import annotations
 
-import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -410,7 +409,7 @@ class Algorithm:
     ) -> None:
         att = Attempt(
             pod.key,
-            time.time(),
+            self.cache.clock.now().timestamp(),
             self._names_snapshot(),
             self.profile.filter_names,
             results,
