@@ -111,9 +111,13 @@ class Scheduler:
             if pod.status.phase in TERMINAL_PHASES:
                 if self.cache.remove_pod(key):
                     self.queue.move_on_event(EventKind.POD_DELETE)
-            elif not self.cache.confirm(key, pod.metadata.uid, pod.spec.node_name):
+            elif not self.cache.confirm(key, pod.metadata.uid, pod.spec.node_name) or (
+                pod.metadata.HasField("deletion_timestamp")
+                and not self.cache.pods[key].info.terminating
+            ):
                 # a pod's resources and ports are immutable once bound, so the confirmation of
-                # our own bind and later status updates (the kubelet's) need no re-parsing
+                # our own bind and later status updates (the kubelet's) need no re-parsing;
+                # only a graceful deletion (preemption must know) refreshes the cached pod
                 self.cache.add_pod(PodInfo.from_pod(pod))
             return
         if pod.metadata.HasField("deletion_timestamp"):

@@ -140,3 +140,16 @@ def test_nominated_room_is_not_taken_by_lower_priority_pod() -> None:
     assert int(s.cache.nodes.req_cpu[0]) == 0  # the reservation lasts one cycle only
     s.cache.assume(hi, "a")
     assert not s.cache.nominated
+
+
+def test_graceful_deletion_of_bound_pod_is_seen_by_preemption() -> None:
+    s = setup(small("a"))
+    victim = PodBuilder("x").req(cpu="2").node_name("a").obj()
+    s.on_pod_add(victim)
+    dying = PodBuilder("x").req(cpu="2").node_name("a").obj()
+    dying.metadata.deletion_timestamp.seconds = 1
+    s.on_pod_update(victim, dying)
+    assert s.cache.pods["default/x"].info.terminating
+    assert int(s.cache.nodes.req_cpu[0]) == 2000  # still counted until it is gone
+    # nothing left to evict: the terminating pod is not a victim
+    assert preempt(s, PodBuilder("hi").req(cpu="1").priority(5).info()) == (None, [])
