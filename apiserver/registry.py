@@ -19,25 +19,25 @@ from google.protobuf.message import Message
 
 from apiserver import validation
 from tinykube.errors import FieldError
-from tinykube.kinds import API_VERSION, EVENT, LEASE, NODE, POD, REPLICA_SET, KindInfo
-from tinykube.v1 import pod_pb2
+from tinykube.kinds import API_VERSION, EVENT, LEASE, NODE, POD, REPLICA_SET, SERVICE, KindInfo
+from tinykube.v1 import pod_pb2, service_pb2
 
 # Fields every kind supports in field selectors.
-_META_FIELDS = ("metadata.name", "metadata.namespace")
+META_FIELDS = ("metadata.name", "metadata.namespace")
 
 SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
     POD.kind: (
-        *_META_FIELDS,
+        *META_FIELDS,
         "spec.nodeName",
         "spec.schedulerName",
         "spec.restartPolicy",
         "status.phase",
         "status.nominatedNodeName",
     ),
-    NODE.kind: (*_META_FIELDS, "spec.unschedulable"),
-    REPLICA_SET.kind: (*_META_FIELDS, "status.replicas"),
+    NODE.kind: (*META_FIELDS, "spec.unschedulable"),
+    REPLICA_SET.kind: (*META_FIELDS, "status.replicas"),
     EVENT.kind: (
-        *_META_FIELDS,
+        *META_FIELDS,
         "involvedObject.kind",
         "involvedObject.namespace",
         "involvedObject.name",
@@ -46,7 +46,7 @@ SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
         "type",
         "source",
     ),
-    LEASE.kind: _META_FIELDS,
+    LEASE.kind: META_FIELDS,
 }
 
 # The field selector term the watch cache indexes watchers and objects by: every kubelet watches
@@ -130,7 +130,32 @@ def generate_name(base: str) -> str:
 
 
 def _has_spec(info: KindInfo) -> bool:
-    return info.kind in (POD.kind, NODE.kind, REPLICA_SET.kind, LEASE.kind)
+    return "spec" in info.message.DESCRIPTOR.fields_by_name
+
+
+def default_service_spec(spec: service_pb2.ServiceSpec) -> None:
+    """Kubernetes' Service defaults: type ClusterIP, protocol TCP, targetPort = port."""
+    if not spec.type:
+        spec.type = "ClusterIP"
+    for port in spec.ports:
+        if not port.protocol:
+            port.protocol = "TCP"
+        if not port.target_port or port.target_port == "0":
+            port.target_port = str(port.port)
+
+
+def keep_service_allocations(new: service_pb2.ServiceSpec, old: service_pb2.ServiceSpec) -> None:
+    """An Update that leaves clusterIP or a nodePort out keeps the allocated one (applying the
+    original manifest again must not change or free them)."""
+    if not new.cluster_ip:
+        new.cluster_ip = old.cluster_ip
+    if new.type != "NodePort" or old.type != "NodePort":
+        return
+    by_name = {(p.name, p.port): p.node_port for p in old.ports}
+    by_port = {p.port: p.node_port for p in old.ports}
+    for p in new.ports:
+        if p.node_port == 0:
+            p.node_port = by_name.get((p.name, p.port)) or by_port.get(p.port, 0)
 
 
 class Strategy:
@@ -168,6 +193,9 @@ class Strategy:
             if not spec.HasField("replicas"):
                 spec.replicas = 1
             self._default_pod_spec(spec.template.spec)
+        elif kind == SERVICE.kind:
+            obj.ClearField("status")
+            default_service_spec(obj.spec)  # type: ignore[attr-defined]
         elif kind == EVENT.kind:
             if obj.count == 0:  # type: ignore[attr-defined]
                 obj.count = 1  # type: ignore[attr-defined]
@@ -213,6 +241,9 @@ class Strategy:
             if not target.spec.HasField("replicas"):
                 target.spec.replicas = 1
             self._default_pod_spec(target.spec.template.spec)
+        elif self.info.kind == SERVICE.kind:
+            default_service_spec(target.spec)
+            keep_service_allocations(target.spec, old.spec)  # type: ignore[attr-defined]
         if _has_spec(self.info) and target.spec != old.spec:  # type: ignore[attr-defined]
             target.metadata.generation = old.metadata.generation + 1  # type: ignore[attr-defined]
 

@@ -27,7 +27,7 @@ import grpc
 from google.protobuf.message import Message
 
 from apiserver.metrics import Metrics
-from apiserver.registry import SELECTABLE_FIELDS, Strategy, generate_name
+from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy, generate_name
 from apiserver.settings import Settings
 from apiserver.storage import KV, Storage, WriteResult
 from apiserver.validation import invalid, required
@@ -207,7 +207,8 @@ class ResourceService:
         self.prefix = key_prefix  # b"/registry/pods/"
         self.node_prefix = node_prefix  # b"/registry/nodes/" (Bind checks the node)
         self.plural = info.plural
-        self.supported_fields = SELECTABLE_FIELDS[info.kind]
+        # Kinds without their own entry (new rows in tinykube.kinds) select by metadata only.
+        self.supported_fields = SELECTABLE_FIELDS.get(info.kind, META_FIELDS)
 
     # ---- helpers ---------------------------------------------------------------------------
 

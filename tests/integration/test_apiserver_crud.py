@@ -23,6 +23,7 @@ from tests.integration.conftest import (
     make_stubs,
     start_apiserver,
 )
+from tinykube.kinds import ALL_KINDS
 from tinykube.localetcd import EtcdServer
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import meta_pb2, node_pb2, pod_pb2, replicaset_pb2
@@ -563,7 +564,7 @@ async def test_health_is_serving(apiserver: RunningAPIServer, channel: grpc.aio.
     resp = await stub.Check(health_pb2.HealthCheckRequest(service=""))
     assert resp.status == health_pb2.HealthCheckResponse.SERVING
     assert apiserver.address.startswith("127.0.0.1:")
-    assert apiserver.server.etcd_watch_count() == 5
+    assert apiserver.server.etcd_watch_count() == len(ALL_KINDS)
 
 
 async def test_metrics_count_requests_by_method_and_code(

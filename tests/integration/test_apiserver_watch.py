@@ -28,6 +28,7 @@ from tests.integration.conftest import (
     make_stubs,
     start_apiserver,
 )
+from tinykube.kinds import ALL_KINDS
 from tinykube.localetcd import EtcdServer
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import meta_pb2, node_pb2, pod_pb2
@@ -212,7 +213,7 @@ async def test_200_watchers_see_the_same_ordered_events_over_one_etcd_watch(
         assert [t for t, _, _ in results[0]] == ["ADDED", "MODIFIED", "DELETED"] * 10
         assert apiserver.server.caches["Pod"].watcher_count() == 200
         # One etcd watch per kind, opened once, whatever the number of client watches.
-        assert apiserver.server.etcd_watch_count() == 5
+        assert apiserver.server.etcd_watch_count() == len(ALL_KINDS)
         assert apiserver.server.etcd_watches_opened() == opened_before
         for c in calls:
             c.cancel()
