@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from apiserver.allocator import parse_ip_range, parse_port_range
 from apiserver.app import APIServer
 from apiserver.settings import Settings
 from tinykube.serving import run_until_signalled
@@ -92,8 +93,23 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         default=float(_env("SHUTDOWN_GRACE", _DEFAULTS.shutdown_grace_seconds)),
         help="seconds in-flight requests get on SIGTERM",
     )
+    p.add_argument(
+        "--service-cluster-ip-range",
+        default=_env("SERVICE_CLUSTER_IP_RANGE", _DEFAULTS.service_cluster_ip_range),
+        help="CIDR inside 127.0.0.0/8 that Services' cluster IPs come from",
+    )
+    p.add_argument(
+        "--service-node-port-range",
+        default=_env("SERVICE_NODE_PORT_RANGE", _DEFAULTS.service_node_port_range),
+        help="LOW-HIGH range NodePort services' node ports come from",
+    )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
     args = p.parse_args(argv)
+    try:
+        parse_ip_range(args.service_cluster_ip_range)
+        parse_port_range(args.service_node_port_range)
+    except ValueError as exc:
+        p.error(str(exc))
     bind = args.bind_address if args.port is None else f"0.0.0.0:{args.port}"
     settings = Settings(
         etcd_endpoints=args.etcd_servers,
@@ -106,6 +122,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         max_request_bytes=args.max_request_bytes,
         etcd_request_timeout_seconds=args.etcd_timeout,
         shutdown_grace_seconds=args.shutdown_grace,
+        service_cluster_ip_range=args.service_cluster_ip_range,
+        service_node_port_range=args.service_node_port_range,
     )
     return settings, str(args.log_level)
 

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 
+from apiserver.allocator import ServiceAllocator
 from apiserver.metrics import Metrics
 from apiserver.registry import INDEX_FIELD, Strategy, fields_of
 from apiserver.server import MetricsInterceptor, ResourceService
@@ -22,7 +23,7 @@ from apiserver.storage import Storage
 from apiserver.watchcache import Codec, WatchCache
 from tinykube.clock import Clock
 from tinykube.errors import TinykubeError, UnavailableError
-from tinykube.kinds import ALL_KINDS, NODE
+from tinykube.kinds import ALL_KINDS, NODE, SERVICE
 from tinykube.serving import GrpcServer
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,12 @@ class APIServer:
         self.caches: dict[str, WatchCache] = {}
         self.services: dict[str, ResourceService] = {}
         prefix = settings.prefix
+        self.allocator = ServiceAllocator(
+            self.storage,
+            prefix=prefix,
+            cluster_ip_range=settings.service_cluster_ip_range,
+            node_port_range=settings.service_node_port_range,
+        )
         for info in ALL_KINDS:
             key_prefix = f"{prefix}/{info.plural}/".encode()
             codec = Codec(info.message, info.namespaced, fields_of(info.kind))
@@ -77,6 +84,7 @@ class APIServer:
                 clock=self.clock,
                 key_prefix=key_prefix,
                 node_prefix=f"{prefix}/{NODE.plural}/".encode(),
+                allocator=self.allocator if info.kind == SERVICE.kind else None,
             )
         self.grpc = GrpcServer(
             settings.bind_address,

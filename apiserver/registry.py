@@ -153,9 +153,11 @@ def keep_service_allocations(new: service_pb2.ServiceSpec, old: service_pb2.Serv
         return
     by_name = {(p.name, p.port): p.node_port for p in old.ports}
     by_port = {p.port: p.node_port for p in old.ports}
-    for p in new.ports:
+    for i, p in enumerate(new.ports):
         if p.node_port == 0:
             p.node_port = by_name.get((p.name, p.port)) or by_port.get(p.port, 0)
+        if p.node_port == 0 and i < len(old.ports) and old.ports[i].name == p.name:
+            p.node_port = old.ports[i].node_port  # the same port entry, renumbered
 
 
 class Strategy:

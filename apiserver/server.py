@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import json
 import logging
 import time
@@ -26,6 +27,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
+from apiserver.allocator import Claims, ServiceAllocator
 from apiserver.metrics import Metrics
 from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy, generate_name
 from apiserver.settings import Settings
@@ -196,6 +198,7 @@ class ResourceService:
         clock: Clock,
         key_prefix: bytes,
         node_prefix: bytes,
+        allocator: ServiceAllocator | None = None,
     ) -> None:
         self.info = info
         self.storage = storage
@@ -206,6 +209,8 @@ class ResourceService:
         self.clock = clock
         self.prefix = key_prefix  # b"/registry/pods/"
         self.node_prefix = node_prefix  # b"/registry/nodes/" (Bind checks the node)
+        # Services only: cluster IPs and nodePorts claimed in the same txn as each write.
+        self.allocator = allocator
         self.plural = info.plural
         # Kinds without their own entry (new rows in tinykube.kinds) select by metadata only.
         self.supported_fields = SELECTABLE_FIELDS.get(info.kind, META_FIELDS)
@@ -300,6 +305,62 @@ class ResourceService:
         meta.resource_version = rv
         return data
 
+    # ---- Service allocations -----------------------------------------------------------
+
+    def _held(self, obj: Message) -> list[bytes]:
+        """Allocation keys a stored object holds, released in the txn that deletes it."""
+        if self.allocator is None:
+            return []
+        return self.allocator.keys_of(obj.spec)  # type: ignore[attr-defined]
+
+    async def _create_allocated(self, namespace: str, name: str, obj: Message) -> WriteResult:
+        assert self.allocator is not None
+        key = self.key(namespace, name)
+
+        async def attempt(claims: Claims) -> WriteResult:
+            result = await self.storage.create(key, self._stored_value(obj), claims=claims.claims)
+            if not result.succeeded and result.current is not None:
+                return dataclasses.replace(result, taken=())  # the name exists: not a claim
+            return result
+
+        spec = obj.spec  # type: ignore[attr-defined]
+        result = await self.allocator.write(
+            self.info.kind, name, f"{namespace}/{name}", spec, None, attempt
+        )
+        assert result is not None
+        return result
+
+    async def _update_allocated(
+        self, key: bytes, new: Message, old: Message, revision: int
+    ) -> WriteResult:
+        assert self.allocator is not None
+        meta = new.metadata  # type: ignore[attr-defined]
+
+        async def attempt(claims: Claims) -> WriteResult:
+            result = await self.storage.update(
+                key,
+                self._stored_value(new),
+                revision,
+                claims=claims.claims,
+                release=claims.release,
+            )
+            if not result.succeeded and (
+                result.current is None or result.current.mod_revision != revision
+            ):
+                return dataclasses.replace(result, taken=())  # the object changed: retry it
+            return result
+
+        result = await self.allocator.write(
+            self.info.kind,
+            meta.name,
+            f"{meta.namespace}/{meta.name}",
+            new.spec,  # type: ignore[attr-defined]
+            old.spec,  # type: ignore[attr-defined]
+            attempt,
+        )
+        assert result is not None
+        return result
+
     # ---- Create ----------------------------------------------------------------------------
 
     async def create(self, request: Message, context: Any) -> Message:
@@ -313,11 +374,16 @@ class ResourceService:
             if generated:
                 meta.name = generate_name(meta.generate_name)
             errors = self.strategy.validate_create(obj)
+            if self.allocator is not None:
+                errors += self.allocator.validate(obj.spec)  # type: ignore[attr-defined]
             if errors:
                 raise InvalidError.for_object(self.info.kind, meta.name, errors)
-            result = await self.storage.create(
-                self.key(meta.namespace, meta.name), self._stored_value(obj)
-            )
+            if self.allocator is not None:
+                result = await self._create_allocated(meta.namespace, meta.name, obj)
+            else:
+                result = await self.storage.create(
+                    self.key(meta.namespace, meta.name), self._stored_value(obj)
+                )
             if result.succeeded:
                 meta.resource_version = str(result.revision)
                 return obj
@@ -458,6 +524,8 @@ class ResourceService:
                 new.CopyFrom(obj)
                 self.strategy.prepare_for_update(new, old)
                 errors = self.strategy.validate_update(new, old)
+                if self.allocator is not None:
+                    errors += self.allocator.validate(new.spec)  # type: ignore[attr-defined]
             new.metadata.resource_version = old.metadata.resource_version  # type: ignore[attr-defined]
             if errors or new == old:
                 if not cur.authoritative:
@@ -473,11 +541,14 @@ class ResourceService:
                 and nmeta.deletion_grace_period_seconds == 0
             ):
                 # The last finalizer is gone from an object being deleted: remove it.
-                result = await self.storage.delete(key, cur.revision)
+                result = await self.storage.delete(key, cur.revision, release=self._held(old))
                 if result.succeeded:
                     return new
             else:
-                result = await self.storage.update(key, self._stored_value(new), cur.revision)
+                if self.allocator is not None and not status:
+                    result = await self._update_allocated(key, new, old, cur.revision)
+                else:
+                    result = await self.storage.update(key, self._stored_value(new), cur.revision)
                 if result.succeeded:
                     nmeta.resource_version = str(result.revision)
                     return new
@@ -553,7 +624,7 @@ class ResourceService:
                     nmeta.resource_version = str(result.revision)
                     return obj
             else:
-                result = await self.storage.delete(key, cur.revision)
+                result = await self.storage.delete(key, cur.revision, release=self._held(obj))
                 if result.succeeded:
                     return obj
             cur = self._after_failure(result)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from google.protobuf.message import Message
 
 from tinykube.errors import FieldError
-from tinykube.kinds import EVENT, LEASE, NODE, POD, REPLICA_SET, KindInfo
+from tinykube.kinds import ENDPOINTS, EVENT, LEASE, NODE, POD, REPLICA_SET, SERVICE, KindInfo
 from tinykube.quantity import QuantityError, parse_quantity
 from tinykube.selectors import (
     DNS1123_SUBDOMAIN_MSG,
@@ -24,7 +24,7 @@ from tinykube.selectors import (
     validate_label_key,
     validate_label_value,
 )
-from tinykube.v1 import meta_pb2, node_pb2, pod_pb2, replicaset_pb2
+from tinykube.v1 import endpoints_pb2, meta_pb2, node_pb2, pod_pb2, replicaset_pb2, service_pb2
 
 _DNS1123_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN_RE = re.compile(
@@ -510,6 +510,79 @@ def validate_lease(lease: Message) -> list[FieldError]:
     return errs
 
 
+SERVICE_TYPES = ("ClusterIP", "NodePort")
+SERVICE_PROTOCOLS = ("TCP",)
+_IANA_SVC_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+
+
+def _port_number(path: str, value: int) -> list[FieldError]:
+    if not 1 <= value <= 65535:
+        return [invalid(path, value, "must be between 1 and 65535, inclusive")]
+    return []
+
+
+def validate_service(svc: service_pb2.Service) -> list[FieldError]:
+    """Shape only; the apiserver's allocator checks clusterIP and nodePort against its ranges."""
+    errs: list[FieldError] = []
+    spec = svc.spec
+    errs.extend(dns1123_label("metadata.name", svc.metadata.name) if svc.metadata.name else [])
+    if spec.type not in SERVICE_TYPES:
+        errs.append(unsupported("spec.type", spec.type, SERVICE_TYPES))
+    if not spec.ports:
+        errs.append(required("spec.ports"))
+    names: set[str] = set()
+    ports: set[tuple[int, str]] = set()
+    for i, p in enumerate(spec.ports):
+        pp = f"spec.ports[{i}]"
+        if len(spec.ports) > 1 and not p.name:
+            errs.append(required(f"{pp}.name"))
+        elif p.name:
+            errs.extend(dns1123_label(f"{pp}.name", p.name))
+            if p.name in names:
+                errs.append(duplicate(f"{pp}.name", p.name))
+            names.add(p.name)
+        if p.protocol not in SERVICE_PROTOCOLS:
+            errs.append(unsupported(f"{pp}.protocol", p.protocol, SERVICE_PROTOCOLS))
+        errs.extend(_port_number(f"{pp}.port", p.port))
+        if (p.port, p.protocol) in ports:
+            errs.append(duplicate(pp, f"{p.port}/{p.protocol}"))
+        ports.add((p.port, p.protocol))
+        target = p.target_port
+        if target.isdigit():
+            errs.extend(_port_number(f"{pp}.targetPort", int(target)))
+        elif len(target) > 15 or not _IANA_SVC_NAME_RE.match(target) or target.isdigit():
+            errs.append(
+                invalid(
+                    f"{pp}.targetPort",
+                    target,
+                    "must be a port number (1-65535) or an IANA_SVC_NAME (at most 15 lower case "
+                    "alphanumeric characters or '-')",
+                )
+            )
+        if p.node_port and not 1 <= p.node_port <= 65535:
+            errs.extend(_port_number(f"{pp}.nodePort", p.node_port))
+    errs.extend(_labels("spec.selector", spec.selector))
+    return errs
+
+
+def validate_endpoints(ep: endpoints_pb2.ServiceEndpoints) -> list[FieldError]:
+    errs: list[FieldError] = []
+    for i, subset in enumerate(ep.subsets):
+        sp = f"subsets[{i}]"
+        for group, addresses in (
+            ("addresses", subset.addresses),
+            ("notReadyAddresses", subset.not_ready_addresses),
+        ):
+            for j, a in enumerate(addresses):
+                if not a.ip:
+                    errs.append(required(f"{sp}.{group}[{j}].ip"))
+        for j, port in enumerate(subset.ports):
+            errs.extend(_port_number(f"{sp}.ports[{j}].port", port.port))
+            if port.protocol and port.protocol not in PROTOCOLS:
+                errs.append(unsupported(f"{sp}.ports[{j}].protocol", port.protocol, PROTOCOLS))
+    return errs
+
+
 def validate(info: KindInfo, obj: Message) -> list[FieldError]:
     """Every problem with `obj` as it would be stored."""
     errs = validate_metadata(info, obj.metadata)  # type: ignore[attr-defined]
@@ -523,6 +596,10 @@ def validate(info: KindInfo, obj: Message) -> list[FieldError]:
         errs.extend(validate_event(obj))
     elif info.kind == LEASE.kind:
         errs.extend(validate_lease(obj))
+    elif info.kind == SERVICE.kind:
+        errs.extend(validate_service(obj))  # type: ignore[arg-type]
+    elif info.kind == ENDPOINTS.kind:
+        errs.extend(validate_endpoints(obj))  # type: ignore[arg-type]
     return errs
 
 
@@ -555,4 +632,8 @@ def validate_update(info: KindInfo, new: Message, old: Message) -> list[FieldErr
         info.kind == REPLICA_SET.kind and new.spec.selector != old.spec.selector  # type: ignore[attr-defined]
     ):
         errs.append(invalid("spec.selector", "", "field is immutable"))
+    if info.kind == SERVICE.kind:
+        nip, oip = new.spec.cluster_ip, old.spec.cluster_ip  # type: ignore[attr-defined]
+        if nip != oip:
+            errs.append(invalid("spec.clusterIP", nip, "field is immutable"))
     return errs

@@ -30,12 +30,14 @@ from tinykube.kinds import KindInfo
 from tinykube.retry import INITIAL_BACKOFF, MAX_BACKOFF, call_with_retries
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import (
+    endpoints_pb2,
     event_pb2,
     lease_pb2,
     meta_pb2,
     node_pb2,
     pod_pb2,
     replicaset_pb2,
+    service_pb2,
 )
 
 # T is the object type; L and E (its List and WatchEvent) default to Any so that
@@ -189,6 +191,14 @@ class Client:
     ]
     events: ResourceClient[event_pb2.Event, event_pb2.EventList, event_pb2.EventWatchEvent]
     leases: ResourceClient[lease_pb2.Lease, lease_pb2.LeaseList, lease_pb2.LeaseWatchEvent]
+    services: ResourceClient[
+        service_pb2.Service, service_pb2.ServiceList, service_pb2.ServiceWatchEvent
+    ]
+    endpoints: ResourceClient[
+        endpoints_pb2.ServiceEndpoints,
+        endpoints_pb2.EndpointsList,
+        endpoints_pb2.EndpointsWatchEvent,
+    ]
 
     def __init__(
         self,
@@ -210,9 +220,19 @@ class Client:
         self.replica_sets = ResourceClient(kinds.REPLICA_SET, self.channel, self)
         self.events = ResourceClient(kinds.EVENT, self.channel, self)
         self.leases = ResourceClient(kinds.LEASE, self.channel, self)
+        self.services = ResourceClient(kinds.SERVICE, self.channel, self)
+        self.endpoints = ResourceClient(kinds.ENDPOINTS, self.channel, self)
         self._by_kind: dict[str, ResourceClient[Any, Any, Any]] = {
             r.info.kind: r
-            for r in (self.pods, self.nodes, self.replica_sets, self.events, self.leases)
+            for r in (
+                self.pods,
+                self.nodes,
+                self.replica_sets,
+                self.events,
+                self.leases,
+                self.services,
+                self.endpoints,
+            )
         }
 
     def resource(self, kind: str | KindInfo) -> ResourceClient[Any, Any, Any]:

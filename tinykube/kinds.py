@@ -12,6 +12,8 @@ from typing import Any
 from google.protobuf.message import Message
 
 from tinykube.v1 import (
+    endpoints_pb2,
+    endpoints_pb2_grpc,
     event_pb2,
     event_pb2_grpc,
     lease_pb2,
@@ -22,6 +24,8 @@ from tinykube.v1 import (
     pod_pb2_grpc,
     replicaset_pb2,
     replicaset_pb2_grpc,
+    service_pb2,
+    service_pb2_grpc,
 )
 
 API_VERSION = "v1"
@@ -129,7 +133,41 @@ LEASE = KindInfo(
     short_names=("lease",),
 )
 
-ALL_KINDS: tuple[KindInfo, ...] = (POD, NODE, REPLICA_SET, EVENT, LEASE)
+SERVICE = KindInfo(
+    kind="Service",
+    plural="services",
+    namespaced=True,
+    message=service_pb2.Service,
+    list_message=service_pb2.ServiceList,
+    watch_event=service_pb2.ServiceWatchEvent,
+    create_request=service_pb2.CreateServiceRequest,
+    update_request=service_pb2.UpdateServiceRequest,
+    request_field="service",
+    service="tinykube.v1.Services",
+    stub=service_pb2_grpc.ServicesStub,
+    add_servicer=service_pb2_grpc.add_ServicesServicer_to_server,
+    has_status=True,
+    short_names=("svc", "service"),
+)
+# The message is ServiceEndpoints: protobuf gives the service tinykube.v1.Endpoints that name.
+ENDPOINTS = KindInfo(
+    kind="Endpoints",
+    plural="endpoints",
+    namespaced=True,
+    message=endpoints_pb2.ServiceEndpoints,
+    list_message=endpoints_pb2.EndpointsList,
+    watch_event=endpoints_pb2.EndpointsWatchEvent,
+    create_request=endpoints_pb2.CreateEndpointsRequest,
+    update_request=endpoints_pb2.UpdateEndpointsRequest,
+    request_field="endpoints",
+    service="tinykube.v1.Endpoints",
+    stub=endpoints_pb2_grpc.EndpointsStub,
+    add_servicer=endpoints_pb2_grpc.add_EndpointsServicer_to_server,
+    has_status=False,
+    short_names=("ep",),
+)
+
+ALL_KINDS: tuple[KindInfo, ...] = (POD, NODE, REPLICA_SET, EVENT, LEASE, SERVICE, ENDPOINTS)
 BY_KIND: dict[str, KindInfo] = {k.kind: k for k in ALL_KINDS}
 BY_PLURAL: dict[str, KindInfo] = {k.plural: k for k in ALL_KINDS}
 
