@@ -19,8 +19,8 @@ from google.protobuf.message import Message
 
 from apiserver import validation
 from tinykube.errors import FieldError
-from tinykube.kinds import API_VERSION, EVENT, LEASE, NODE, POD, REPLICA_SET, KindInfo
-from tinykube.v1 import pod_pb2
+from tinykube.kinds import API_VERSION, EVENT, LEASE, NODE, POD, REPLICA_SET, SERVICE, KindInfo
+from tinykube.v1 import pod_pb2, service_pb2
 
 # Fields every kind supports in field selectors.
 META_FIELDS = ("metadata.name", "metadata.namespace")
@@ -133,6 +133,33 @@ def _has_spec(info: KindInfo) -> bool:
     return "spec" in info.message.DESCRIPTOR.fields_by_name
 
 
+def default_service_spec(spec: service_pb2.ServiceSpec) -> None:
+    """Kubernetes' Service defaults: type ClusterIP, protocol TCP, targetPort = port."""
+    if not spec.type:
+        spec.type = "ClusterIP"
+    for port in spec.ports:
+        if not port.protocol:
+            port.protocol = "TCP"
+        if not port.target_port or port.target_port == "0":
+            port.target_port = str(port.port)
+
+
+def keep_service_allocations(new: service_pb2.ServiceSpec, old: service_pb2.ServiceSpec) -> None:
+    """An Update that leaves clusterIP or a nodePort out keeps the allocated one (applying the
+    original manifest again must not change or free them)."""
+    if not new.cluster_ip:
+        new.cluster_ip = old.cluster_ip
+    if new.type != "NodePort" or old.type != "NodePort":
+        return
+    by_name = {(p.name, p.port): p.node_port for p in old.ports}
+    by_port = {p.port: p.node_port for p in old.ports}
+    for i, p in enumerate(new.ports):
+        if p.node_port == 0:
+            p.node_port = by_name.get((p.name, p.port)) or by_port.get(p.port, 0)
+        if p.node_port == 0 and i < len(old.ports) and old.ports[i].name == p.name:
+            p.node_port = old.ports[i].node_port  # the same port entry, renumbered
+
+
 class Strategy:
     """Create/update rules of one kind."""
 
@@ -168,6 +195,9 @@ class Strategy:
             if not spec.HasField("replicas"):
                 spec.replicas = 1
             self._default_pod_spec(spec.template.spec)
+        elif kind == SERVICE.kind:
+            obj.ClearField("status")
+            default_service_spec(obj.spec)  # type: ignore[attr-defined]
         elif kind == EVENT.kind:
             if obj.count == 0:  # type: ignore[attr-defined]
                 obj.count = 1  # type: ignore[attr-defined]
@@ -213,6 +243,9 @@ class Strategy:
             if not target.spec.HasField("replicas"):
                 target.spec.replicas = 1
             self._default_pod_spec(target.spec.template.spec)
+        elif self.info.kind == SERVICE.kind:
+            default_service_spec(target.spec)
+            keep_service_allocations(target.spec, old.spec)  # type: ignore[attr-defined]
         if _has_spec(self.info) and target.spec != old.spec:  # type: ignore[attr-defined]
             target.metadata.generation = old.metadata.generation + 1  # type: ignore[attr-defined]
 
