@@ -2,7 +2,8 @@
 
 `ControllerManager.start()` serves gRPC health on the bind address and starts `run()`, which
 campaigns for the Lease kube-system/tinykube-controller-manager. While leading it runs one
-informer per kind (pods, replicasets, nodes, node leases) shared by every controller, one work
+informer per kind (pods, replicasets, nodes, node leases, services, endpoints) shared by
+every controller, one work
 queue per queue-driven controller with N worker tasks each (never the same key twice at once:
 the WorkQueue guarantees it), and the node lifecycle monitor loop. Workers start only after
 every informer has synced, so nothing acts on a partial picture. Leadership lost: everything
@@ -21,6 +22,7 @@ import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from controller.endpoints import EndpointsController
 from controller.garbagecollector import GarbageCollector
 from controller.metrics import Metrics
 from controller.nodelifecycle import NODE_LEASE_NAMESPACE, NodeLifecycleController
@@ -156,6 +158,20 @@ class ControllerManager:
             queues.append(gc_queue)
             self.metrics.track_queue("garbagecollector", gc_queue.__len__)
             workers.append(("garbagecollector", gc_queue, gc.sync, s.concurrent_gc_syncs))
+
+        if "endpoints" in s.controllers:
+            services: Informer[Any] = Informer.for_resource(client.services, clock=self.clock)
+            endpoints: Informer[Any] = Informer.for_resource(client.endpoints, clock=self.clock)
+            informers += [services, endpoints]
+            ep_queue: WorkQueue[str] = WorkQueue(self.clock, name="endpoints")
+            epc = EndpointsController(
+                client.endpoints, services.store, pods.store, endpoints.store, ep_queue
+            )
+            services.add_handler(epc.on_service_add, epc.on_service_update, epc.on_service_delete)
+            pods.add_handler(epc.on_pod_add, epc.on_pod_update, epc.on_pod_delete)
+            queues.append(ep_queue)
+            self.metrics.track_queue("endpoints", ep_queue.__len__)
+            workers.append(("endpoints", ep_queue, epc.sync, s.concurrent_endpoint_syncs))
 
         if "nodelifecycle" in s.controllers:
             nlc = NodeLifecycleController(

@@ -47,13 +47,14 @@ class Settings:
     default_not_ready_toleration_seconds: float = 300.0
     concurrent_replicaset_syncs: int = 5
     concurrent_gc_syncs: int = 20
-    controllers: tuple[str, ...] = ("replicaset", "nodelifecycle", "garbagecollector")
+    concurrent_endpoint_syncs: int = 5
+    controllers: tuple[str, ...] = ("replicaset", "nodelifecycle", "garbagecollector", "endpoints")
 
     @classmethod
     def from_args(cls, argv: Sequence[str] | None = None) -> Settings:
         p = argparse.ArgumentParser(
             prog="python -m controller",
-            description="tinykube controller manager: ReplicaSet, node lifecycle, GC",
+            description="tinykube controller manager: ReplicaSet, node lifecycle, GC, endpoints",
         )
         p.add_argument(
             "--apiserver",
@@ -131,7 +132,8 @@ class Settings:
         p.add_argument(
             "--controllers",
             default="*",
-            help="comma-separated controllers to run: replicaset,nodelifecycle,garbagecollector",
+            help="comma-separated controllers to run: "
+            "replicaset,nodelifecycle,garbagecollector,endpoints",
         )
         a = p.parse_args(argv)
         wanted = (
