@@ -330,7 +330,9 @@ class WatchCache:
         result = await self.storage.list_prefix(self.prefix)
         decode = self.codec.decode
         state = {}
-        for kv in result.kvs:
+        for i, kv in enumerate(result.kvs):
+            if i and i % 500 == 0:
+                await asyncio.sleep(0)  # a big relist must not stall every other request
             try:
                 state[kv.key] = decode(kv.key, kv.value, kv.mod_revision)
             except DecodeError as exc:
