@@ -50,6 +50,7 @@ class Kubelet:
                 backoff_initial=settings.backoff_initial,
                 backoff_max=settings.backoff_max,
                 poll_interval=settings.poll_interval,
+                node_ip=settings.node_ip,
             )
         else:
             self.runtime = FakeRuntime(self.clock)

@@ -1,7 +1,8 @@
 """The `process` runtime: every container is a real local process.
 
-Each container runs `command + args` (env from the spec plus PATH, HOME and HOSTNAME; working
-directory `workingDir` or the pod's own directory) in its own session, so its process group can
+Each container runs `command + args` (env from the spec plus PATH, HOME, HOSTNAME, and HOST_IP and
+POD_IP, the node's IP: containers share the node's network; working directory `workingDir` or
+the pod's own directory) in its own session, so its process group can
 be signalled as a whole. stdout and stderr go to `<root>/pods/<uid>/<container>.log`, appended
 across restarts. Exits are noticed by polling (`Popen.poll` for our children, /proc for
 processes adopted after a kubelet restart) every `poll_interval` seconds.
@@ -71,8 +72,11 @@ class ProcessRuntime:
         backoff_initial: float = 10.0,
         backoff_max: float = 300.0,
         poll_interval: float = 0.5,
+        node_ip: str = "127.0.0.1",
     ) -> None:
         self.root = root_dir / "pods"
+        # Containers share the node's network: HOST_IP/POD_IP tell them the address to bind.
+        self.node_ip = node_ip
         self.clock = clock or Clock()
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
@@ -250,6 +254,8 @@ class ProcessRuntime:
             "PATH": os.environ.get("PATH", os.defpath),
             "HOME": str(pod_dir),
             "HOSTNAME": pod.metadata.name,
+            "HOST_IP": self.node_ip,
+            "POD_IP": self.node_ip,
         }
         env.update({e.name: e.value for e in container.env})
         cwd = container.working_dir or str(pod_dir)
