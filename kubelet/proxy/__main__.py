@@ -1,0 +1,36 @@
+"""`python -m kubelet.proxy --node-name n1`: the tinykube proxy of one node (see app.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+from kubelet.proxy.app import Proxy
+from kubelet.proxy.settings import Settings
+from tinykube.serving import run_until_signalled
+
+
+async def _main(settings: Settings) -> None:
+    proxy = Proxy(settings)
+    port = await proxy.start()
+    logging.getLogger("kubelet.proxy").info(
+        "proxy for %s serving health on port %d, apiserver %s",
+        settings.node_name,
+        port,
+        settings.apiserver,
+    )
+    await run_until_signalled(proxy.stop)
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    asyncio.run(_main(Settings.from_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""The proxy process: informers over Services and Endpoints driving a `Proxier`.
+
+`Proxy.start()` serves gRPC health (NOT_SERVING until the first sync) and starts `run()`: it
+learns the node's IP (flag, or the Node's InternalIP from the API), runs one informer per kind,
+and re-syncs the proxier's listeners whenever either informer reports a change (handlers only
+set an event, so bursts of changes coalesce into one sync) and every `sync_period` seconds
+(which retries listeners that failed to bind). Concurrency: one asyncio event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from kubelet.proxy.metrics import Metrics
+from kubelet.proxy.proxier import Connector, Proxier, open_tcp
+from kubelet.proxy.settings import Settings
+from tinykube.client import Client
+from tinykube.clock import Clock
+from tinykube.errors import NotFoundError, TinykubeError
+from tinykube.informer import Informer
+from tinykube.serving import GrpcServer
+
+log = logging.getLogger(__name__)
+
+
+class Proxy:
+    def __init__(
+        self, settings: Settings, *, clock: Clock | None = None, connect: Connector = open_tcp
+    ) -> None:
+        self.settings = settings
+        self.clock = clock or Clock()
+        self.metrics = Metrics()
+        self.proxier = Proxier(
+            self.metrics,
+            connect=connect,
+            connect_timeout=settings.connect_timeout,
+            buffer_size=settings.buffer_size,
+        )
+        self.server = GrpcServer(settings.bind_address, [])
+        self.node_ip = settings.node_ip
+        self.port = 0
+        self.synced = asyncio.Event()
+        self._dirty = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> int:
+        self.port = await self.server.start()
+        await self.server.set_serving(False)
+        self.metrics.serve(self.settings.metrics_port)
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="proxy")
+        return self.port
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.proxier.close()
+        await self.server.stop(1.0)
+
+    def _changed(self, *_: Any) -> None:
+        self._dirty.set()
+
+    async def _node_ip(self, client: Client) -> str:
+        """The Node's InternalIP; waits for the kubelet to register the Node."""
+        warned = False
+        while True:
+            try:
+                node = await client.nodes.get(self.settings.node_name)
+                for address in node.status.addresses:
+                    if address.type == "InternalIP" and address.address:
+                        return str(address.address)
+            except NotFoundError:
+                pass
+            except TinykubeError as exc:
+                log.warning("reading node %s: %s", self.settings.node_name, exc)
+            if not warned:
+                log.info("waiting for node %s to report an InternalIP", self.settings.node_name)
+                warned = True
+            await self.clock.sleep(0.5)
+
+    async def run(self) -> None:
+        s = self.settings
+        async with Client(s.apiserver) as client:
+            if not self.node_ip:
+                self.node_ip = await self._node_ip(client)
+            log.info("proxy for node %s: nodePorts on %s", s.node_name, self.node_ip)
+            services: Informer[Any] = Informer.for_resource(client.services, clock=self.clock)
+            endpoints: Informer[Any] = Informer.for_resource(client.endpoints, clock=self.clock)
+            for inf in (services, endpoints):
+                inf.add_handler(self._changed, self._changed, self._changed)
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(services.run(), name="informer-services")
+                tg.create_task(endpoints.run(), name="informer-endpoints")
+                await services.wait_synced()
+                await endpoints.wait_synced()
+                while True:
+                    self._dirty.clear()
+                    eps = {
+                        f"{e.metadata.namespace}/{e.metadata.name}": e
+                        for e in endpoints.store.list()
+                    }
+                    await self.proxier.sync(services.store.list(), eps, self.node_ip)
+                    if not self.synced.is_set():
+                        self.synced.set()
+                        await self.server.set_serving(True)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._dirty.wait(), s.sync_period)

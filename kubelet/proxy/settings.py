@@ -1,0 +1,80 @@
+"""Settings of a proxy process, built once in __main__ from flags and passed in."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+DEFAULT_PORT = 10256
+
+
+def listen_address(bind_address: str, port: int) -> str:
+    """`--bind-address` may carry a port ("0.0.0.0:10256") or not ("0.0.0.0" + `--port`)."""
+    if bind_address.count(":") == 1 or bind_address.startswith("["):
+        return bind_address
+    return f"{bind_address}:{port}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    node_name: str = ""
+    apiserver: str = "127.0.0.1:6443"
+    # gRPC health and reflection (kube-proxy's healthz port).
+    bind_address: str = f"0.0.0.0:{DEFAULT_PORT}"
+    # Where this node's nodePorts listen; "" means the Node's InternalIP, read from the API.
+    node_ip: str = ""
+    metrics_port: int = 0
+    # Seconds to wait for a backend to accept before trying the next endpoint.
+    connect_timeout: float = 2.0
+    # Full resync of listeners (retries a listener that failed to bind) at least this often.
+    sync_period: float = 5.0
+    # Bytes read per chunk when copying a connection.
+    buffer_size: int = 64 * 1024
+
+    @classmethod
+    def from_args(cls, argv: Sequence[str] | None = None) -> Settings:
+        p = argparse.ArgumentParser(
+            prog="python -m kubelet.proxy",
+            description="tinykube proxy: forwards Services' cluster IPs and nodePorts to pods",
+        )
+        p.add_argument(
+            "--node-name",
+            default=os.environ.get("TINYKUBE_NODE_NAME", ""),
+            help="the node this proxy runs on (env TINYKUBE_NODE_NAME)",
+        )
+        p.add_argument(
+            "--apiserver",
+            default=os.environ.get("TINYKUBE_APISERVER", cls.apiserver),
+            help="apiserver address host:port (env TINYKUBE_APISERVER)",
+        )
+        p.add_argument(
+            "--bind-address",
+            default=os.environ.get("TINYKUBE_BIND_ADDRESS", "0.0.0.0"),
+            help="listen address of the gRPC health server (host, or host:port)",
+        )
+        p.add_argument("--port", type=int, default=DEFAULT_PORT, help="gRPC health port")
+        p.add_argument(
+            "--node-ip",
+            default=os.environ.get("TINYKUBE_NODE_IP", ""),
+            help="address nodePorts listen on (default: the Node's InternalIP)",
+        )
+        p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port, 0: off")
+        p.add_argument(
+            "--connect-timeout",
+            type=float,
+            default=cls.connect_timeout,
+            help="seconds a backend has to accept before the next endpoint is tried",
+        )
+        a = p.parse_args(argv)
+        if not a.node_name:
+            p.error("--node-name is required")
+        return cls(
+            node_name=a.node_name,
+            apiserver=a.apiserver,
+            bind_address=listen_address(a.bind_address, a.port),
+            node_ip=a.node_ip,
+            metrics_port=a.metrics_port,
+            connect_timeout=a.connect_timeout,
+        )
