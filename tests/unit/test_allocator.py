@@ -1,0 +1,160 @@
+"""Service cluster IP / nodePort allocation over an in-memory store with etcd's txn semantics."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from apiserver.allocator import Claims, ServiceAllocator, parse_ip_range, parse_port_range
+from apiserver.storage import KV, ListResult, WriteResult
+from tinykube.errors import AlreadyExistsError, ResourceExhaustedError
+from tinykube.v1 import service_pb2
+
+
+class MemStore:
+    """Keys and revisions like etcd; every await yields so concurrent writers interleave."""
+
+    def __init__(self) -> None:
+        self.data: dict[bytes, bytes] = {}
+        self.revision = 0
+
+    async def list_prefix(
+        self, prefix: bytes, *, revision: int = 0, limit: int = 0, start: bytes = b""
+    ) -> ListResult:
+        await asyncio.sleep(0)
+        kvs = [
+            KV(k, v, 1, 1)
+            for k, v in sorted(self.data.items())
+            if k.startswith(prefix) and k >= start
+        ]
+        return ListResult(kvs, self.revision, False)
+
+    async def create(
+        self, key: bytes, value: bytes, *, claims: Sequence[tuple[bytes, bytes]] = ()
+    ) -> WriteResult:
+        await asyncio.sleep(0)
+        taken = tuple(k for k, _ in claims if k in self.data)
+        if key in self.data or taken:
+            current = KV(key, self.data[key], 1, 1) if key in self.data else None
+            return WriteResult(False, self.revision, current, (), taken)
+        self.revision += 1
+        self.data[key] = value
+        self.data.update(claims)
+        return WriteResult(True, self.revision)
+
+    async def delete(self, key: bytes, release: Sequence[bytes]) -> None:
+        self.data.pop(key)
+        for k in release:
+            self.data.pop(k)
+
+
+def spec(
+    node_port: bool = False, ip: str = "", ports: Sequence[int] = (0,)
+) -> service_pb2.ServiceSpec:
+    s = service_pb2.ServiceSpec(type="NodePort" if node_port else "ClusterIP", cluster_ip=ip)
+    for i, np in enumerate(ports):
+        s.ports.add(name=f"p{i}", port=80 + i, protocol="TCP", node_port=np)
+    return s
+
+
+async def create(
+    alloc: ServiceAllocator, store: MemStore, name: str, s: service_pb2.ServiceSpec
+) -> service_pb2.ServiceSpec:
+    key = f"/registry/services/default/{name}".encode()
+
+    async def attempt(claims: Claims) -> WriteResult:
+        return await store.create(key, s.SerializeToString(), claims=claims.claims)
+
+    result = await alloc.write("Service", name, f"default/{name}", s, None, attempt)
+    assert result is not None and result.succeeded
+    return s
+
+
+def allocator(
+    store: MemStore, ips: str = "127.100.0.0/29", ports: str = "30000-30004"
+) -> ServiceAllocator:
+    return ServiceAllocator(
+        store, cluster_ip_range=ips, node_port_range=ports, rng=random.Random(7)
+    )
+
+
+async def test_exhaustion_is_a_clear_error_and_release_makes_room() -> None:
+    store = MemStore()
+    alloc = allocator(store)  # a /29: 6 usable addresses
+    got = [(await create(alloc, store, f"s{i}", spec())).cluster_ip for i in range(6)]
+    assert len(set(got)) == 6
+    net = ipaddress.ip_network("127.100.0.0/29")
+    assert all(ipaddress.ip_address(ip) in net for ip in got)
+    assert "127.100.0.0" not in got and "127.100.0.7" not in got  # network, broadcast
+    with pytest.raises(ResourceExhaustedError, match="range is full"):
+        await create(alloc, store, "extra", spec())
+    # Deleting a Service releases its address in the same transaction.
+    svc_key = b"/registry/services/default/s3"
+    await store.delete(svc_key, alloc.keys_of(spec(ip=got[3])))
+    again = await create(alloc, store, "extra", spec())
+    assert again.cluster_ip == got[3]
+
+
+async def test_node_ports_exhaust_and_requested_ones_are_checked() -> None:
+    store = MemStore()
+    alloc = allocator(store)  # 5 node ports
+    first = await create(alloc, store, "a", spec(node_port=True, ports=(0, 0, 30002)))
+    nps = [p.node_port for p in first.ports]
+    assert nps[2] == 30002 and len(set(nps)) == 3
+    assert all(30000 <= n <= 30004 for n in nps)
+    with pytest.raises(AlreadyExistsError, match="provided port is already allocated"):
+        await create(alloc, store, "b", spec(node_port=True, ports=(30002,)))
+    with pytest.raises(AlreadyExistsError, match="provided IP is already allocated"):
+        await create(alloc, store, "c", spec(ip=first.cluster_ip))
+    await create(alloc, store, "d", spec(node_port=True, ports=(0, 0)))
+    with pytest.raises(ResourceExhaustedError, match="nodePort: range is full"):
+        await create(alloc, store, "e", spec(node_port=True))
+
+
+def test_requested_values_outside_the_range_are_invalid() -> None:
+    alloc = allocator(MemStore())
+    errs = alloc.validate(spec(ip="10.0.0.1"))
+    assert [str(e) for e in errs] == [
+        'spec.clusterIP: Invalid value: "10.0.0.1": provided IP is not in the valid range. '
+        "The range of valid IPs is 127.100.0.0/29"
+    ]
+    assert "must be a valid IP" in str(alloc.validate(spec(ip="nope"))[0])
+    assert "not in the valid range" in str(alloc.validate(spec(ip="127.100.0.7"))[0])
+    errs = alloc.validate(spec(node_port=True, ports=(40000,)))
+    assert (
+        "spec.ports[0].nodePort: Invalid value: 40000: provided port is not in the valid range"
+        in str(errs[0])
+    )
+    assert "Forbidden" in str(alloc.validate(spec(node_port=False, ports=(30001,)))[0])
+    assert alloc.validate(spec(ip="127.100.0.3", node_port=True, ports=(30001,))) == []
+
+
+async def test_no_duplicates_under_concurrency() -> None:
+    store = MemStore()
+    # Two "apiservers" (separate allocators, same store) with the same random sequence: every
+    # first choice collides, so the claims' compare-and-swap must sort them out.
+    one = allocator(store, "127.100.0.0/26", "30000-30099")
+    two = allocator(store, "127.100.0.0/26", "30000-30099")
+    specs = await asyncio.gather(
+        *(create(one if i % 2 else two, store, f"s{i}", spec(node_port=True)) for i in range(40))
+    )
+    ips = [s.cluster_ip for s in specs]
+    ports = [s.ports[0].node_port for s in specs]
+    assert len(set(ips)) == 40 and len(set(ports)) == 40
+    claimed = [k for k in store.data if b"/ranges/" in k]
+    assert len(claimed) == 80
+
+
+def test_range_flags_are_checked() -> None:
+    assert str(parse_ip_range("127.100.0.0/16")) == "127.100.0.0/16"
+    for bad in ("10.0.0.0/16", "127.100.0.1/16", "nope", "127.0.0.0/31"):
+        with pytest.raises(ValueError):
+            parse_ip_range(bad)
+    assert parse_port_range("30000-32767") == (30000, 32767)
+    for bad in ("1-0", "x", "0-5", "30000-70000"):
+        with pytest.raises(ValueError):
+            parse_port_range(bad)
