@@ -38,6 +38,10 @@ EXTRA_API_VERSIONS: dict[str, tuple[str, ...]] = {
 # map<string,string> fields holding quantities: a YAML number there is a quantity ("cpu: 1").
 QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
 
+# Kubernetes IntOrString fields, stored as strings: a YAML number there is read as its digits
+# and printed back as a number.
+INT_OR_STRING = frozenset({"target_port"})
+
 _INT64_TYPES = frozenset(
     {
         FieldDescriptor.CPPTYPE_INT64,
@@ -183,6 +187,9 @@ def _check_fields(desc: Any, value: dict[str, Any], path: str, errors: list[str]
             continue
         if item is None:
             continue
+        if f.name in INT_OR_STRING and isinstance(item, int) and not isinstance(item, bool):
+            value[key] = str(item)
+            continue
         if _is_map(f):
             if not isinstance(item, dict):
                 errors.append(f"{here}: expected an object, got {type(item).__name__}")
@@ -263,6 +270,8 @@ def _normalise_output(desc: Any, data: dict[str, Any]) -> None:
                 _normalise_output(f.message_type, element)
         elif f.cpp_type in _INT64_TYPES:
             data[key] = [int(v) for v in value] if _is_repeated(f) else int(value)
+        elif f.name in INT_OR_STRING and isinstance(value, str) and value.isdigit():
+            data[key] = int(value)
 
 
 def _list_dict(objs: Sequence[Message], resource_version: str = "") -> dict[str, Any]:

@@ -272,6 +272,48 @@ def _lease_row(lease: Any, now: datetime, wide: bool) -> list[str]:
     ]
 
 
+# ---- services and endpoints ------------------------------------------------------------------
+
+
+def service_ports(svc: Any) -> str:
+    """kubectl's PORT(S): "80/TCP", "80:30080/TCP" for a nodePort."""
+    parts = []
+    for p in svc.spec.ports:
+        node = f":{p.node_port}" if p.node_port else ""
+        parts.append(f"{p.port}{node}/{p.protocol or 'TCP'}")
+    return ",".join(parts) or NONE
+
+
+def _service_row(svc: Any, now: datetime, wide: bool) -> list[str]:
+    row = [
+        svc.metadata.name,
+        svc.spec.type or "ClusterIP",
+        svc.spec.cluster_ip or NONE,
+        NONE,
+        service_ports(svc),
+        age(svc.metadata.creation_timestamp, now),
+    ]
+    if wide:
+        selector = ",".join(f"{k}={v}" for k, v in sorted(svc.spec.selector.items()))
+        row.append(selector or NONE)
+    return row
+
+
+def endpoint_addresses(ep: Any, limit: int = 3) -> str:
+    """kubectl's ENDPOINTS: ready ip:port pairs, the first three then "+ N more..."."""
+    pairs = [
+        f"{a.ip}:{p.port}" for subset in ep.subsets for p in subset.ports for a in subset.addresses
+    ]
+    if not pairs:
+        return NONE
+    shown = ",".join(pairs[:limit])
+    return shown + (f" + {len(pairs) - limit} more..." if len(pairs) > limit else "")
+
+
+def _endpoints_row(ep: Any, now: datetime, wide: bool) -> list[str]:
+    return [ep.metadata.name, endpoint_addresses(ep), age(ep.metadata.creation_timestamp, now)]
+
+
 _COLUMNS: dict[str, tuple[list[str], list[str]]] = {
     "Pod": (
         ["NAME", "READY", "STATUS", "RESTARTS", "AGE"],
@@ -287,6 +329,8 @@ _COLUMNS: dict[str, tuple[list[str], list[str]]] = {
     ),
     "Event": (["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], ["SOURCE", "COUNT"]),
     "Lease": (["NAME", "HOLDER", "AGE"], []),
+    "Service": (["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"], ["SELECTOR"]),
+    "Endpoints": (["NAME", "ENDPOINTS", "AGE"], []),
 }
 
 _ROWS = {
@@ -295,6 +339,8 @@ _ROWS = {
     "ReplicaSet": _replicaset_row,
     "Event": _event_row,
     "Lease": _lease_row,
+    "Service": _service_row,
+    "Endpoints": _endpoints_row,
 }
 
 
