@@ -576,6 +576,12 @@ class Run:
         churned = await self.churn_task if self.churn_task else None
 
         tracks = [t for t in recorder.pods.values() if t.namespace == namespace]
+        created_at = sorted(t.created for t in tracks)
+        if len(created_at) > 1 and created_at[-1] > created_at[0]:
+            # From the apiserver's timestamps: also right when the controller made the pods.
+            span = created_at[-1] - created_at[0]
+            creation["pods_per_second_by_timestamp"] = round((len(created_at) - 1) / span, 1)
+            creation.setdefault("per_second", creation["pods_per_second_by_timestamp"])
         bound = [t.bound for t in tracks if t.bound is not None]
         sched_lat = [t.bound - t.created for t in tracks if t.bound is not None]
         start_lat = [t.running - t.created for t in tracks if t.running is not None]
@@ -711,6 +717,14 @@ class Run:
                 if self.opts.ceilings:
                     self.result["ceilings"] = await self.ceilings()
                 self.result["watch"] = {"events": recorder.events, "relists": recorder.relists}
+                # Every namespace's end state, e.g. the unschedulable pods still unbound.
+                namespaces: dict[str, dict[str, int]] = {}
+                for t in recorder.pods.values():
+                    ns = namespaces.setdefault(t.namespace, {"pods": 0, "bound": 0, "running": 0})
+                    ns["pods"] += 1
+                    ns["bound"] += t.bound is not None
+                    ns["running"] += t.running is not None
+                self.result["namespaces"] = namespaces
         finally:
             if recorder_task is not None:
                 recorder_task.cancel()
