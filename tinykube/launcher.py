@@ -7,8 +7,11 @@ process group with stdout and stderr in `work_dir/logs/<name>.log`, and waits on
 `grpc.health.v1` RPC. A component whose package has no `__main__.py` yet is skipped with a note.
 
 Component names: "etcd", "apiserver", "scheduler", "controller", and "kubelet-<node>" per kubelet
-(the bare node name is accepted as an alias). `start_component("scheduler-2")` starts one more
-instance of a known component on a free port (e.g. a second, leader-elected scheduler).
+(the bare node name is accepted as an alias), and with `proxies=True` "proxy-<node>" beside each
+kubelet (`python -m kubelet.proxy --node-name <node>`; its nodePorts listen on the Node's
+InternalIP, its cluster IPs are shared by every proxy through SO_REUSEPORT).
+`start_component("scheduler-2")` starts one more instance of a known component on a free port
+(e.g. a second, leader-elected scheduler).
 
 Flags (DESIGN.md, "ports"): the apiserver gets `--etcd-servers` and `--bind-address
 127.0.0.1:PORT`; every other component `--apiserver 127.0.0.1:APIPORT --bind-address 127.0.0.1
@@ -53,6 +56,7 @@ DEFAULT_APISERVER_PORT = 6443
 DEFAULT_SCHEDULER_PORT = 10259
 DEFAULT_CONTROLLER_PORT = 10257
 DEFAULT_KUBELET_PORT = 10250
+DEFAULT_PROXY_PORT = 10256
 
 HOST = "127.0.0.1"
 LOG_TAIL_LINES = 40
@@ -154,6 +158,8 @@ class LocalCluster:
         stop_grace: float = 10.0,
         etcd_endpoint: str | None = None,
         env: Mapping[str, str] | None = None,
+        proxies: bool = False,
+        proxy_port: int = 0,
     ) -> None:
         """Ports 0 pick free ports. `kubelet_port` is the first kubelet's; the i-th gets +i.
 
@@ -192,6 +198,12 @@ class LocalCluster:
             self.components[f"kubelet-{node}"] = Component(
                 f"kubelet-{node}", "kubelet", port, ["--node-name", node]
             )
+            if proxies:
+                # Only the first proxy gets the default port: 10256 + 1 is the controller's.
+                pport = proxy_port if proxy_port and i == 0 else free_port(HOST)
+                self.components[f"proxy-{node}"] = Component(
+                    f"proxy-{node}", "kubelet.proxy", pport, ["--node-name", node]
+                )
 
     # ---- addresses and processes -------------------------------------------------------
 
@@ -392,6 +404,9 @@ class LocalCluster:
         if name.startswith("kubelet-"):
             node = name.removeprefix("kubelet-")
             return Component(name, "kubelet", free_port(HOST), ["--node-name", node])
+        if name.startswith("proxy-"):
+            node = name.removeprefix("proxy-")
+            return Component(name, "kubelet.proxy", free_port(HOST), ["--node-name", node])
         raise KeyError(f"cannot tell which component {name!r} is; name it scheduler-2, ...")
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:

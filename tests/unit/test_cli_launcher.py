@@ -135,9 +135,19 @@ def test_up_flags_map_to_the_cluster(tmp_path: Path) -> None:
         "apiserver",
         "scheduler",
         "kubelet-node-1",
+        "proxy-node-1",
         "kubelet-node-2",
+        "proxy-node-2",
         "kubelet-node-3",
+        "proxy-node-3",
     ]
     assert c.api_address == "127.0.0.1:6443"
     assert c.address("node-3") == "127.0.0.1:10252"
+    assert c.address("proxy-node-1") == "127.0.0.1:10256"
+    assert c.command(c.components["proxy-node-2"])[1:3] == ["-m", "kubelet.proxy"]
+    assert c.command(c.components["proxy-node-2"])[-2:] == ["--node-name", "node-2"]
+    no_proxy = build_cluster(
+        build_parser().parse_args(["up", "--data-dir", str(tmp_path), "--no-proxy"])
+    )
+    assert not any(name.startswith("proxy-") for name in no_proxy.components)
     assert c.address("scheduler") == "127.0.0.1:10259"

@@ -45,6 +45,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument(
         "--no-controller", action="store_true", help="do not start the controller manager"
     )
+    parser.add_argument(
+        "--no-proxy", action="store_true", help="do not start a proxy beside each kubelet"
+    )
     defaults = (
         ("etcd", launcher.DEFAULT_ETCD_PORT),
         ("apiserver", launcher.DEFAULT_APISERVER_PORT),
@@ -88,6 +91,8 @@ def build_cluster(args: argparse.Namespace) -> launcher.LocalCluster:
         controller_port=port(args.controller_port, launcher.DEFAULT_CONTROLLER_PORT),
         kubelet_port=port(args.kubelet_port, launcher.DEFAULT_KUBELET_PORT),
         start_timeout=args.start_timeout,
+        proxies=not args.no_proxy,
+        proxy_port=port(None, launcher.DEFAULT_PROXY_PORT),
     )
 
 
