@@ -1,0 +1,277 @@
+"""Services across real processes: a ReplicaSet of two `python -m http.server` pods on two nodes
+behind a NodePort Service, reached through each node's proxy.
+
+The kubelets get distinct loopback node IPs (127.0.1.1, 127.0.1.2); each pod binds its node's
+IP ($POD_IP) and declares hostPort 8080, so the scheduler's NodePorts filter puts one pod on each
+node. Requests go from this test process to the Service's cluster IP and to each node's nodePort,
+through the userspace proxies (`python -m kubelet.proxy`). Every wait polls a condition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import socket
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from tinykube.client import Client
+from tinykube.errors import AlreadyExistsError, NotFoundError, TinykubeError
+from tinykube.launcher import LocalCluster, has_main
+from tinykube.v1 import endpoints_pb2, pod_pb2, replicaset_pb2, service_pb2
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
+
+NS = "default"
+NODE_IPS = {"node-1": "127.0.1.1", "node-2": "127.0.1.2"}
+PORT = 8080
+BIG = 10 * 1024 * 1024
+LINE = b"0123456789abcdef\n"
+KUBELET_ARGS = ["--node-status-update-frequency", "1s", "--poll-interval", "200ms"]
+
+
+def expected_big() -> bytes:
+    return (LINE * (BIG // len(LINE) + 1))[:BIG]
+
+
+async def eventually(
+    check: Callable[[], Awaitable[Any]], limit: float = 60.0, what: str = "condition"
+) -> Any:
+    deadline = asyncio.get_running_loop().time() + limit
+    last: Any = None
+    while True:
+        try:
+            last = await check()
+        except (TinykubeError, OSError, http.client.HTTPException) as exc:
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"timed out waiting for {what}; last: {last!r}")
+        await asyncio.sleep(0.2)
+
+
+def http_get(host: str, port: int, path: str, timeout: float = 10.0) -> bytes:
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        body = response.read()
+        if response.status != 200:
+            raise http.client.HTTPException(f"GET {path}: HTTP {response.status}")
+        return body
+    finally:
+        conn.close()
+
+
+async def get(host: str, port: int, path: str) -> bytes:
+    return await asyncio.to_thread(http_get, host, port, path)
+
+
+def replica_set(replicas: int) -> replicaset_pb2.ReplicaSet:
+    rs = replicaset_pb2.ReplicaSet()
+    rs.metadata.name = "web"
+    rs.metadata.namespace = NS
+    rs.spec.replicas = replicas
+    rs.spec.selector.match_labels["app"] = "web"
+    rs.spec.template.metadata.labels["app"] = "web"
+    script = (
+        f"yes {LINE.decode().strip()} | head -c {BIG} > big.bin; "
+        'echo "$HOSTNAME" > name.txt; '
+        f'exec {sys.executable} -m http.server {PORT} --bind "$POD_IP"'
+    )
+    c = rs.spec.template.spec.containers.add(
+        name="web", image="python", command=["sh", "-c", script]
+    )
+    # The pod takes port 8080 on its node: hostPort makes the scheduler keep the two apart.
+    c.ports.add(name="http", container_port=PORT, host_port=PORT)
+    rs.spec.template.spec.termination_grace_period_seconds = 2
+    return rs
+
+
+def service() -> service_pb2.Service:
+    svc = service_pb2.Service()
+    svc.metadata.name = "web"
+    svc.metadata.namespace = NS
+    svc.spec.type = "NodePort"
+    svc.spec.selector["app"] = "web"
+    svc.spec.ports.add(port=PORT, target_port="http")
+    return svc
+
+
+def ready_ips(ep: endpoints_pb2.ServiceEndpoints) -> list[str]:
+    return sorted(a.ip for s in ep.subsets for a in s.addresses)
+
+
+@pytest.fixture(scope="module")
+async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalCluster]:
+    if not has_main("scheduler"):
+        pytest.skip("needs the scheduler")
+    extra: dict[str, list[str]] = {"kubelet": KUBELET_ARGS}
+    for node, ip in NODE_IPS.items():
+        extra[f"kubelet-{node}"] = ["--node-ip", ip]
+    cl = LocalCluster(
+        tmp_path_factory.mktemp("services"),
+        kubelets=tuple(NODE_IPS),
+        proxies=True,
+        extra_args=extra,
+    )
+    await asyncio.to_thread(cl.start)
+    try:
+        yield cl
+    finally:
+        await asyncio.to_thread(cl.stop)
+
+
+@pytest.fixture(scope="module")
+async def web(cluster: LocalCluster) -> AsyncIterator[service_pb2.Service]:
+    """The Service with two ready pods behind it, answering through its cluster IP."""
+    async with Client(cluster.api_address) as client:
+        svc = await client.services.create(service())
+        await client.replica_sets.create(replica_set(2))
+
+        async def two_ready() -> bool:
+            ep = await client.endpoints.get("web", NS)
+            return ready_ips(ep) == sorted(NODE_IPS.values())
+
+        await eventually(two_ready, what="two ready endpoints on the two nodes")
+        yield svc
+
+
+async def test_service_gets_a_cluster_ip_and_node_port(web: service_pb2.Service) -> None:
+    assert web.spec.cluster_ip.startswith("127.100.")
+    assert 30000 <= web.spec.ports[0].node_port <= 32767
+    assert web.spec.ports[0].target_port == "http"
+
+
+async def pod_names(client: Client) -> set[str]:
+    pods = await client.pods.list(NS, label_selector="app=web")
+    return {p.metadata.name for p in pods.items if not p.metadata.HasField("deletion_timestamp")}
+
+
+async def test_cluster_ip_balances_over_both_pods(
+    cluster: LocalCluster, web: service_pb2.Service
+) -> None:
+    ip = web.spec.cluster_ip
+    # The pods are Ready as soon as their process runs; wait until http.server answers.
+    await eventually(lambda: get(ip, PORT, "/name.txt"), what="the service to answer")
+    answers = [(await get(ip, PORT, "/name.txt")).decode().strip() for _ in range(50)]
+    async with Client(cluster.api_address) as client:
+        assert set(answers) == await pod_names(client)
+    assert len(set(answers)) == 2
+
+
+async def test_node_port_on_each_node(web: service_pb2.Service) -> None:
+    node_port = web.spec.ports[0].node_port
+    for node_ip in NODE_IPS.values():
+        answers = {(await get(node_ip, node_port, "/name.txt")).strip() for _ in range(20)}
+        assert len(answers) == 2, node_ip
+
+
+async def test_ten_megabytes_pass_intact(web: service_pb2.Service) -> None:
+    body = await get(web.spec.cluster_ip, PORT, "/big.bin")
+    assert len(body) == BIG
+    assert body == expected_big()
+    body = await get(NODE_IPS["node-2"], web.spec.ports[0].node_port, "/big.bin")
+    assert body == expected_big()
+
+
+async def test_deleted_pod_leaves_the_endpoints_and_no_request_fails(
+    cluster: LocalCluster, web: service_pb2.Service
+) -> None:
+    async with Client(cluster.api_address) as client:
+        pods = await client.pods.list(NS, label_selector="app=web")
+        victim: pod_pb2.Pod = pods.items[0]
+        victim_ip = victim.status.pod_ip
+        await client.pods.delete(victim.metadata.name, NS)
+
+        async def gone_from_endpoints() -> bool:
+            ep = await client.endpoints.get("web", NS)
+            return victim_ip not in ready_ips(ep)
+
+        await eventually(gone_from_endpoints, what="the deleted pod to leave the endpoints")
+        for _ in range(50):
+            await get(web.spec.cluster_ip, PORT, "/name.txt")
+
+        # The ReplicaSet's replacement lands on the freed node and joins the Service.
+        async def healed() -> bool:
+            ep = await client.endpoints.get("web", NS)
+            return ready_ips(ep) == sorted(NODE_IPS.values())
+
+        await eventually(healed, what="the replacement pod in the endpoints")
+
+
+def connect(host: str, port: int) -> str:
+    """'refused', 'reset' (accepted then closed at once) or 'open'."""
+    with socket.create_connection((host, port), timeout=2.0) as sock:
+        sock.settimeout(2.0)
+        try:
+            sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            data = sock.recv(1)
+        except ConnectionResetError:
+            return "reset"
+        return "open" if data else "reset"
+
+
+async def probe(host: str, port: int) -> str:
+    try:
+        return await asyncio.to_thread(connect, host, port)
+    except ConnectionRefusedError:
+        return "refused"
+
+
+async def test_scale_to_zero_refuses_connections_at_once(
+    cluster: LocalCluster, web: service_pb2.Service
+) -> None:
+    async with Client(cluster.api_address) as client:
+        rs = await client.replica_sets.get("web", NS)
+        rs.spec.replicas = 0
+        await client.replica_sets.update(rs)
+
+        async def empty() -> bool:
+            return ready_ips(await client.endpoints.get("web", NS)) == []
+
+        await eventually(empty, what="no ready endpoints")
+    targets = [(web.spec.cluster_ip, PORT)] + [
+        (ip, web.spec.ports[0].node_port) for ip in NODE_IPS.values()
+    ]
+    for host, port in targets:
+
+        async def refused(host: str = host, port: int = port) -> bool:
+            return await probe(host, port) == "refused"
+
+        await eventually(refused, limit=15, what=f"{host}:{port} to refuse connections")
+        # Refused every time, at once (each probe would otherwise wait its 2 s timeout).
+        for _ in range(5):
+            assert await probe(host, port) == "refused"
+
+
+async def test_deleting_the_service_releases_its_endpoints_and_addresses(
+    cluster: LocalCluster, web: service_pb2.Service
+) -> None:
+    async with Client(cluster.api_address) as client:
+        again = service()
+        again.metadata.name = "web-2"
+        again.spec.cluster_ip = web.spec.cluster_ip
+        with pytest.raises(AlreadyExistsError, match="provided IP is already allocated"):
+            await client.services.create(again)
+        await client.services.delete("web", NS)
+
+        async def endpoints_gone() -> bool:
+            with contextlib.suppress(NotFoundError):
+                await client.endpoints.get("web", NS)
+                return False
+            return True
+
+        await eventually(endpoints_gone, what="the endpoints to be deleted with the service")
+        # The cluster IP and nodePort are free again: asking for them explicitly succeeds.
+        again.spec.ports[0].node_port = web.spec.ports[0].node_port
+        svc = await client.services.create(again)
+        assert (svc.spec.cluster_ip, svc.spec.ports[0].node_port) == (
+            web.spec.cluster_ip,
+            web.spec.ports[0].node_port,
+        )
