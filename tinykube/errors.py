@@ -146,6 +146,12 @@ def from_rpc_error(exc: grpc.RpcError) -> TinykubeError:
     """Client side: the TinykubeError for a failed RPC. Raise it `from exc`."""
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     details = exc.details() if hasattr(exc, "details") else str(exc)
+    return from_status(code, details)
+
+
+def from_status(code: grpc.StatusCode, details: str | None) -> TinykubeError:
+    """Client side: the TinykubeError for a (code, message) pair carried in a response body
+    (a BindBatch item), mapped exactly as `from_rpc_error` maps a failed RPC."""
     message = details or (code.name if isinstance(code, grpc.StatusCode) else "unknown error")
     cls = _BY_CODE.get(code, TinykubeError)
     err = cls(message)
