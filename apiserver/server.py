@@ -1,13 +1,14 @@
 """The gRPC services: one generic implementation serving every kind in `tinykube.kinds`.
 
-`ResourceService` implements Create/Get/List/Update/UpdateStatus/Delete/Watch (and Pods/Bind)
-over `Storage` (writes and point reads go to etcd) and the kind's `WatchCache` (unpaged lists and
-watches). Handlers are registered with `grpc.method_handlers_generic_handler` rather than the
-generated `add_*Servicer_to_server`, so List and Watch can return pre-encoded bytes (the response
-serializer passes bytes through); the generated descriptors still drive reflection, so grpcurl
-sees the same services. Handlers raise `TinykubeError`s; `MetricsInterceptor` counts, times and
-turns them into statuses in one place. Everything runs on the event loop; a request's etcd
-round trips are its only awaits, and writes are compare-and-swap so concurrent handlers are safe.
+`ResourceService` implements Create/Get/List/Update/UpdateStatus/Delete/Watch (and Pods/Bind
+and Pods/BindBatch) over `Storage` (writes and point reads go to etcd) and the kind's
+`WatchCache` (unpaged lists and watches). Handlers are registered with
+`grpc.method_handlers_generic_handler` rather than the generated `add_*Servicer_to_server`, so
+List and Watch can return pre-encoded bytes (the response serializer passes bytes through); the
+generated descriptors still drive reflection, so grpcurl sees the same services. Handlers raise
+`TinykubeError`s; `MetricsInterceptor` counts, times and turns them into statuses in one place.
+Everything runs on the event loop; a request's etcd round trips are its only awaits, and writes
+are compare-and-swap so concurrent handlers are safe.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from tinykube.errors import (
     ResourceExpiredError,
     TinykubeError,
     abort_with,
+    to_status,
 )
 from tinykube.kinds import NODE, POD, KindInfo
 from tinykube.selectors import (
@@ -59,6 +61,8 @@ from tinykube.v1 import meta_pb2, pod_pb2
 log = logging.getLogger(__name__)
 
 _CAS_ATTEMPTS = 8
+# Bindings per BindBatch: each is its own txn, all in flight at once.
+MAX_BIND_BATCH = 1000
 
 
 @dataclass(slots=True)
@@ -661,7 +665,38 @@ class ResourceService:
     # ---- Bind ------------------------------------------------------------------------------
 
     async def bind(self, request: pod_pb2.BindRequest, context: Any) -> pod_pb2.BindResponse:
-        binding = request.binding
+        rv = await self._bind(request.binding)
+        return pod_pb2.BindResponse(resource_version=rv)
+
+    async def bind_batch(
+        self, request: pod_pb2.BindBatchRequest, context: Any
+    ) -> pod_pb2.BindBatchResponse:
+        """Each binding exactly as Bind (its own compare-and-swap txn, its own status), all
+        concurrently: one RPC's overhead for many binds, and never several keys in one txn."""
+        if len(request.bindings) > MAX_BIND_BATCH:
+            raise InvalidError(
+                f"BindBatch: at most {MAX_BIND_BATCH} bindings per request, "
+                f"got {len(request.bindings)}"
+            )
+
+        async def one(binding: pod_pb2.Binding) -> pod_pb2.BindResult:
+            result = pod_pb2.BindResult(
+                name=binding.metadata.name,
+                namespace=self._namespace(binding.metadata.namespace),
+            )
+            try:
+                result.resource_version = await self._bind(binding)
+            except Exception as exc:
+                if not isinstance(exc, TinykubeError):
+                    log.exception("BindBatch item %s failed", binding.metadata.name)
+                code, result.message = to_status(exc)
+                result.code = code.value[0]
+            return result
+
+        results = await asyncio.gather(*(one(b) for b in request.bindings))
+        return pod_pb2.BindBatchResponse(results=results)
+
+    async def _bind(self, binding: pod_pb2.Binding) -> str:
         name = binding.metadata.name
         namespace = self._namespace(binding.metadata.namespace)
         target = binding.target
@@ -706,7 +741,7 @@ class ResourceService:
                 key, self._stored_value(pod), cur.revision, require=(node_key,)
             )
             if result.succeeded:
-                return pod_pb2.BindResponse(resource_version=str(result.revision))
+                return str(result.revision)
             if result.missing:
                 raise NotFoundError(f'{NODE.plural} "{target.name}" not found')
             # The pod changed under us (a status update, say): retry on its current value.
@@ -744,6 +779,9 @@ class ResourceService:
         if info.kind == POD.kind:
             methods["Bind"] = grpc.unary_unary_rpc_method_handler(
                 self.bind, pod_pb2.BindRequest.FromString, _serialize
+            )
+            methods["BindBatch"] = grpc.unary_unary_rpc_method_handler(
+                self.bind_batch, pod_pb2.BindBatchRequest.FromString, _serialize
             )
         return grpc.method_handlers_generic_handler(info.service, methods)
 

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import Any, Generic, Self, cast
+from typing import Any, Generic, NamedTuple, Self, cast
 
 import grpc
 from google.protobuf.message import Message
 from typing_extensions import TypeVar
 
 from tinykube import kinds
-from tinykube.errors import DeadlineExceededError, from_rpc_error
+from tinykube.errors import DeadlineExceededError, TinykubeError, from_rpc_error, from_status
 from tinykube.kinds import KindInfo
 from tinykube.retry import INITIAL_BACKOFF, MAX_BACKOFF, call_with_retries
 from tinykube.serving import CHANNEL_OPTIONS
@@ -46,6 +46,17 @@ T = TypeVar("T", bound=Message)
 L = TypeVar("L", bound=Message, default=Any)
 E = TypeVar("E", bound=Message, default=Any)
 R = TypeVar("R")
+
+_STATUS_BY_NUMBER: dict[int, grpc.StatusCode] = {c.value[0]: c for c in grpc.StatusCode}
+
+
+class BindItem(NamedTuple):
+    """One binding of `Client.bind_batch`: the pod (and its uid, a precondition) and the node."""
+
+    namespace: str
+    name: str
+    node_name: str
+    uid: str = ""
 
 
 class ResourceClient(Generic[T, L, E]):
@@ -270,6 +281,41 @@ class Client:
             stub.Bind, pod_pb2.BindRequest(binding=binding), "tinykube.v1.Pods/Bind"
         )
         return response.resource_version
+
+    async def bind_batch(self, items: Sequence[BindItem]) -> list[str | TinykubeError]:
+        """Bind several pods in one RPC (Pods/BindBatch); each binding is its own
+        compare-and-swap on the server, exactly as `bind`.
+
+        Returns one entry per item, in order: the pod's new resourceVersion, or the error the
+        same `bind` would have raised (AlreadyExistsError, PreconditionFailedError, ...). Only a
+        failure of the whole RPC raises; like every call it is retried on UNAVAILABLE and
+        DEADLINE_EXCEEDED (a bind applied before a retry then reports ALREADY_EXISTS).
+        """
+        request = pod_pb2.BindBatchRequest(
+            bindings=[
+                pod_pb2.Binding(
+                    metadata=meta_pb2.ObjectMeta(name=i.name, namespace=i.namespace, uid=i.uid),
+                    target=meta_pb2.ObjectReference(kind="Node", name=i.node_name),
+                )
+                for i in items
+            ]
+        )
+        stub: Any = self.pods._stub
+        response: pod_pb2.BindBatchResponse = await self._unary(
+            stub.BindBatch, request, "tinykube.v1.Pods/BindBatch"
+        )
+        if len(response.results) != len(items):
+            raise TinykubeError(
+                f"BindBatch answered {len(response.results)} results for {len(items)} bindings"
+            )
+        out: list[str | TinykubeError] = []
+        for r in response.results:
+            if r.code == 0:
+                out.append(r.resource_version)
+            else:
+                code = _STATUS_BY_NUMBER.get(r.code, grpc.StatusCode.UNKNOWN)
+                out.append(from_status(code, r.message))
+        return out
 
     async def wait_ready(self, timeout: float) -> None:  # noqa: ASYNC109 (the contract's API)
         """Wait until the channel is connected; DeadlineExceededError after `timeout` seconds."""

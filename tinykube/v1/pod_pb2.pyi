@@ -878,3 +878,86 @@ class BindResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BindResponse: _TypeAlias = BindResponse  # noqa: Y015
+
+@_typing.final
+class BindBatchRequest(_message.Message):
+    """BindBatch: several Bindings in one RPC (the scheduler groups the binds that are ready at the
+    same moment). Each binding is its own compare-and-swap, exactly as Bind; one failing does not
+    affect the others.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BINDINGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def bindings(self) -> _containers.RepeatedCompositeFieldContainer[Global___Binding]: ...
+    def __init__(
+        self,
+        *,
+        bindings: _abc.Iterable[Global___Binding] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bindings", b"bindings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BindBatchRequest: _TypeAlias = BindBatchRequest  # noqa: Y015
+
+@_typing.final
+class BindResult(_message.Message):
+    """The outcome of one binding of a BindBatch. `code` is the gRPC status code number the same
+    Bind would have returned (0 OK, 5 NOT_FOUND, 6 ALREADY_EXISTS, 9 FAILED_PRECONDITION, ...),
+    with its message; on success `resource_version` is the pod's new resourceVersion.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    RESOURCE_VERSION_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    namespace: _builtins.str
+    resource_version: _builtins.str
+    code: _builtins.int
+    message: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        resource_version: _builtins.str = ...,
+        code: _builtins.int = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message", "name", b"name", "namespace", b"namespace", "resource_version", b"resource_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BindResult: _TypeAlias = BindResult  # noqa: Y015
+
+@_typing.final
+class BindBatchResponse(_message.Message):
+    """One result per binding, in the request's order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___BindResult]: ...
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___BindResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BindBatchResponse: _TypeAlias = BindBatchResponse  # noqa: Y015

@@ -75,6 +75,11 @@ class PodsStub:
                 request_serializer=tinykube_dot_v1_dot_pod__pb2.BindRequest.SerializeToString,
                 response_deserializer=tinykube_dot_v1_dot_pod__pb2.BindResponse.FromString,
                 _registered_method=True)
+        self.BindBatch = channel.unary_unary(
+                '/tinykube.v1.Pods/BindBatch',
+                request_serializer=tinykube_dot_v1_dot_pod__pb2.BindBatchRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_pod__pb2.BindBatchResponse.FromString,
+                _registered_method=True)
 
 
 class PodsServicer:
@@ -129,6 +134,12 @@ class PodsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BindBatch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PodsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -171,6 +182,11 @@ def add_PodsServicer_to_server(servicer, server):
                     servicer.Bind,
                     request_deserializer=tinykube_dot_v1_dot_pod__pb2.BindRequest.FromString,
                     response_serializer=tinykube_dot_v1_dot_pod__pb2.BindResponse.SerializeToString,
+            ),
+            'BindBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.BindBatch,
+                    request_deserializer=tinykube_dot_v1_dot_pod__pb2.BindBatchRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_pod__pb2.BindBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -389,6 +405,33 @@ class Pods:
             '/tinykube.v1.Pods/Bind',
             tinykube_dot_v1_dot_pod__pb2.BindRequest.SerializeToString,
             tinykube_dot_v1_dot_pod__pb2.BindResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BindBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.Pods/BindBatch',
+            tinykube_dot_v1_dot_pod__pb2.BindBatchRequest.SerializeToString,
+            tinykube_dot_v1_dot_pod__pb2.BindBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,6 +41,7 @@ class PodsStub:
     Watch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _pod_pb2.PodWatchEvent]
     Bind: _grpc.UnaryUnaryMultiCallable[_pod_pb2.BindRequest, _pod_pb2.BindResponse]
     """Sets spec.nodeName and condition PodScheduled=True in one compare-and-swap."""
+    BindBatch: _grpc.UnaryUnaryMultiCallable[_pod_pb2.BindBatchRequest, _pod_pb2.BindBatchResponse]
 
 @_typing.type_check_only
 class PodsAsyncStub(PodsStub):
@@ -54,6 +55,7 @@ class PodsAsyncStub(PodsStub):
     Watch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _pod_pb2.PodWatchEvent]  # type: ignore[assignment]
     Bind: _aio.UnaryUnaryMultiCallable[_pod_pb2.BindRequest, _pod_pb2.BindResponse]  # type: ignore[assignment]
     """Sets spec.nodeName and condition PodScheduled=True in one compare-and-swap."""
+    BindBatch: _aio.UnaryUnaryMultiCallable[_pod_pb2.BindBatchRequest, _pod_pb2.BindBatchResponse]  # type: ignore[assignment]
 
 class PodsServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -112,5 +114,12 @@ class PodsServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_pod_pb2.BindResponse, _abc.Awaitable[_pod_pb2.BindResponse]]:
         """Sets spec.nodeName and condition PodScheduled=True in one compare-and-swap."""
+
+    @_abc_1.abstractmethod
+    def BindBatch(
+        self,
+        request: _pod_pb2.BindBatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pod_pb2.BindBatchResponse, _abc.Awaitable[_pod_pb2.BindBatchResponse]]: ...
 
 def add_PodsServicer_to_server(servicer: PodsServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
