@@ -9,7 +9,10 @@ process group with stdout and stderr in `work_dir/logs/<name>.log`, and waits on
 Component names: "etcd", "apiserver", "scheduler", "controller", and "kubelet-<node>" per kubelet
 (the bare node name is accepted as an alias), and with `proxies=True` "proxy-<node>" beside each
 kubelet (`python -m kubelet.proxy --node-name <node>`; its nodePorts listen on the Node's
-InternalIP, its cluster IPs are shared by every proxy through SO_REUSEPORT).
+InternalIP, its cluster IPs are shared by every proxy through SO_REUSEPORT). With
+`node_ips=True` the i-th kubelet gets its own loopback address 127.0.1.i (`--node-ip`, and it
+listens there): pods share their node's network in the process runtime, so two nodes' pods can
+then both bind port 8080 (on $POD_IP), and each node's nodePorts are its own.
 `start_component("scheduler-2")` starts one more instance of a known component on a free port
 (e.g. a second, leader-elected scheduler).
 
@@ -71,10 +74,11 @@ class Component:
     port: int
     args: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
+    host: str = HOST
 
     @property
     def address(self) -> str:
-        return f"{HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -160,6 +164,7 @@ class LocalCluster:
         env: Mapping[str, str] | None = None,
         proxies: bool = False,
         proxy_port: int = 0,
+        node_ips: bool = False,
     ) -> None:
         """Ports 0 pick free ports. `kubelet_port` is the first kubelet's; the i-th gets +i.
 
@@ -194,9 +199,14 @@ class LocalCluster:
                 "controller", "controller", controller_port or free_port(HOST)
             )
         for i, node in enumerate(kubelets):
-            port = kubelet_port + i if kubelet_port else free_port(HOST)
+            host = f"127.0.1.{i + 1}" if node_ips else HOST
+            port = kubelet_port + i if kubelet_port else free_port(host)
             self.components[f"kubelet-{node}"] = Component(
-                f"kubelet-{node}", "kubelet", port, ["--node-name", node]
+                f"kubelet-{node}",
+                "kubelet",
+                port,
+                ["--node-name", node, *(["--node-ip", host] if node_ips else [])],
+                host=host,
             )
             if proxies:
                 # Only the first proxy gets the default port: 10256 + 1 is the controller's.
@@ -317,7 +327,7 @@ class LocalCluster:
             base += ["--etcd-servers", self.etcd_endpoint, "--bind-address", comp.address]
         else:
             # The other processes take the host and the port as separate flags.
-            base += ["--apiserver", self.api_address, "--bind-address", HOST]
+            base += ["--apiserver", self.api_address, "--bind-address", comp.host]
             base += ["--port", str(comp.port)]
         if comp.module == "kubelet":
             base += ["--runtime", self.kubelet_runtime]

@@ -1,10 +1,10 @@
 """Services across real processes: a ReplicaSet of two `python -m http.server` pods on two nodes
 behind a NodePort Service, reached through each node's proxy.
 
-The kubelets get distinct loopback node IPs (127.0.1.1, 127.0.1.2); each pod binds its node's
-IP ($POD_IP) and declares hostPort 8080, so the scheduler's NodePorts filter puts one pod on each
-node. Requests go from this test process to the Service's cluster IP and to each node's nodePort,
-through the userspace proxies (`python -m kubelet.proxy`). Every wait polls a condition.
+The kubelets get distinct loopback node IPs (127.0.1.1, 127.0.1.2: `node_ips=True`); each pod
+binds its node's IP ($POD_IP) and declares hostPort 8080, so the scheduler's NodePorts filter puts
+one pod on each node. Requests go from this test process to the Service's cluster IP and to each
+node's nodePort, through the userspace proxies (`python -m kubelet.proxy`). Every wait polls.
 """
 
 from __future__ import annotations
@@ -111,14 +111,12 @@ def ready_ips(ep: endpoints_pb2.ServiceEndpoints) -> list[str]:
 async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalCluster]:
     if not has_main("scheduler"):
         pytest.skip("needs the scheduler")
-    extra: dict[str, list[str]] = {"kubelet": KUBELET_ARGS}
-    for node, ip in NODE_IPS.items():
-        extra[f"kubelet-{node}"] = ["--node-ip", ip]
     cl = LocalCluster(
         tmp_path_factory.mktemp("services"),
         kubelets=tuple(NODE_IPS),
         proxies=True,
-        extra_args=extra,
+        node_ips=True,  # kubelet i on 127.0.1.i, as NODE_IPS says
+        extra_args={"kubelet": KUBELET_ARGS},
     )
     await asyncio.to_thread(cl.start)
     try:

@@ -142,7 +142,9 @@ def test_up_flags_map_to_the_cluster(tmp_path: Path) -> None:
         "proxy-node-3",
     ]
     assert c.api_address == "127.0.0.1:6443"
-    assert c.address("node-3") == "127.0.0.1:10252"
+    # With proxies each node has its own loopback address (pods bind $POD_IP).
+    assert c.address("node-3") == "127.0.1.3:10252"
+    assert c.command(c.components["kubelet-node-3"])[-2:] == ["--node-ip", "127.0.1.3"]
     assert c.address("proxy-node-1") == "127.0.0.1:10256"
     assert c.command(c.components["proxy-node-2"])[1:3] == ["-m", "kubelet.proxy"]
     assert c.command(c.components["proxy-node-2"])[-2:] == ["--node-name", "node-2"]
@@ -150,4 +152,5 @@ def test_up_flags_map_to_the_cluster(tmp_path: Path) -> None:
         build_parser().parse_args(["up", "--data-dir", str(tmp_path), "--no-proxy"])
     )
     assert not any(name.startswith("proxy-") for name in no_proxy.components)
+    assert no_proxy.address("node-1") == "127.0.0.1:10250"
     assert c.address("scheduler") == "127.0.0.1:10259"

@@ -46,7 +46,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--no-controller", action="store_true", help="do not start the controller manager"
     )
     parser.add_argument(
-        "--no-proxy", action="store_true", help="do not start a proxy beside each kubelet"
+        "--no-proxy",
+        action="store_true",
+        help="no proxy beside each kubelet, and kubelets share 127.0.0.1 instead of 127.0.1.N",
     )
     defaults = (
         ("etcd", launcher.DEFAULT_ETCD_PORT),
@@ -92,6 +94,7 @@ def build_cluster(args: argparse.Namespace) -> launcher.LocalCluster:
         kubelet_port=port(args.kubelet_port, launcher.DEFAULT_KUBELET_PORT),
         start_timeout=args.start_timeout,
         proxies=not args.no_proxy,
+        node_ips=not args.no_proxy,
         proxy_port=port(None, launcher.DEFAULT_PROXY_PORT),
     )
 
