@@ -399,7 +399,12 @@ class Run:
         self.log(f"createNodes: {count} nodes Ready in {time.monotonic() - began:.1f}s")
 
     async def run_creators(
-        self, template: dict[str, Any], namespace: str, count: int, scheduler_name: str = ""
+        self,
+        template: dict[str, Any],
+        namespace: str,
+        count: int,
+        scheduler_name: str = "",
+        qps: float = 0.0,
     ) -> dict[str, Any]:
         """Create `count` pods through `--creators` podcreator processes; their merged summary."""
         tpl_file = self.work / f"template-{namespace}.json"
@@ -415,6 +420,8 @@ class Run:
             cmd += ["--concurrency", str(self.opts.concurrency)]
             if scheduler_name:
                 cmd += ["--scheduler-name", scheduler_name]
+            if qps > 0:
+                cmd += ["--qps", str(qps * share / count)]
             start += share
             proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
             self.sampler.pids[f"creator-{k}"] = proc.pid
@@ -542,7 +549,9 @@ class Run:
             creation = await self.create_replica_sets(op, client, namespace, count)
         else:
             template = pod_template(self.case, op.get("podTemplate"))
-            creation = await self.run_creators(template, namespace, count)
+            qps = float(resolve(op.get("qps", 0), self.params))
+            creation = await self.run_creators(template, namespace, count, qps=qps)
+            creation["offered_qps"] = qps
         self.log(f"  created {creation.get('created', count)} in {creation['seconds']}s")
         # Creates that failed for good made no pod: wait for the pods that exist.
         expect = int(creation.get("created", count))

@@ -39,18 +39,28 @@ async def create_pods(
     count: int,
     start: int = 0,
     concurrency: int = 32,
+    qps: float = 0.0,
 ) -> dict[str, object]:
-    """Create `count` pods with `concurrency` Creates in flight; the summary as a dict."""
+    """Create `count` pods with `concurrency` Creates in flight; the summary as a dict.
+
+    With `qps` > 0 the k-th Create is not sent before k/qps seconds after the start (an offered
+    load, as the Kubernetes latency SLOs are stated), still with at most `concurrency` in flight.
+    """
     errors = 0
     first_error = ""
     indexes = iter(range(start, start + count))
     created = 0
 
     async with Client(apiserver, timeout=60.0) as client:
+        began = time.perf_counter()
 
         async def worker() -> None:
             nonlocal errors, first_error, created
             for i in indexes:
+                if qps > 0:
+                    due = began + (i - start) / qps
+                    if (wait := due - time.perf_counter()) > 0:
+                        await asyncio.sleep(wait)
                 pod = pod_pb2.Pod()
                 pod.CopyFrom(template)
                 pod.metadata.name = f"{prefix}-{i:06d}"
@@ -70,7 +80,6 @@ async def create_pods(
                         )
                         first_error = f"{type(exc).__name__}: {exc} {debug}".strip()
 
-        began = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
         seconds = time.perf_counter() - began
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -96,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start", type=int, default=0)
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--scheduler-name", default="")
+    p.add_argument("--qps", type=float, default=0.0, help="offered Creates per second (0: max)")
     a = p.parse_args(argv)
     template = json_format.ParseDict(json.loads(Path(a.template).read_text()), pod_pb2.Pod())
     if a.scheduler_name:
@@ -109,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             count=a.count,
             start=a.start,
             concurrency=a.concurrency,
+            qps=a.qps,
         )
     )
     print(json.dumps(summary), flush=True)
