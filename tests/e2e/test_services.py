@@ -13,12 +13,15 @@ import asyncio
 import contextlib
 import http.client
 import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.e2e.conftest import tinykube_command
 from tinykube.client import Client
 from tinykube.errors import AlreadyExistsError, NotFoundError, TinykubeError
 from tinykube.launcher import LocalCluster, has_main
@@ -31,6 +34,7 @@ NODE_IPS = {"node-1": "127.0.1.1", "node-2": "127.0.1.2"}
 PORT = 8080
 BIG = 10 * 1024 * 1024
 LINE = b"0123456789abcdef\n"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "service.yaml"
 KUBELET_ARGS = ["--node-status-update-frequency", "1s", "--poll-interval", "200ms"]
 
 
@@ -273,3 +277,44 @@ async def test_deleting_the_service_releases_its_endpoints_and_addresses(
             web.spec.cluster_ip,
             web.spec.ports[0].node_port,
         )
+
+
+def cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*tinykube_command(), "--server", cluster.api_address, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def test_example_applies_and_answers_through_the_cli(cluster: LocalCluster) -> None:
+    example = EXAMPLE
+    done = await asyncio.to_thread(cli, cluster, "apply", "-f", str(example))
+    assert done.returncode == 0, done.stderr
+    assert "service/hello created" in done.stdout
+    async with Client(cluster.api_address) as client:
+
+        async def two_ready() -> bool:
+            return len(ready_ips(await client.endpoints.get("hello", NS))) == 2
+
+        await eventually(two_ready, what="the example's two ready endpoints")
+        svc = await client.services.get("hello", NS)
+    answer = await eventually(
+        lambda: get(svc.spec.cluster_ip, 8080, "/"), what="the example to answer"
+    )
+    assert answer.startswith(b"hello from hello-")
+    table = (await asyncio.to_thread(cli, cluster, "get", "services")).stdout.splitlines()
+    assert table[0].split() == ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"]
+    row = next(line.split() for line in table if line.startswith("hello "))
+    node_port = svc.spec.ports[0].node_port
+    assert row[1:5] == ["NodePort", svc.spec.cluster_ip, "<none>", f"8080:{node_port}/TCP"]
+    table = (await asyncio.to_thread(cli, cluster, "get", "endpoints")).stdout.splitlines()
+    row = next(line.split() for line in table if line.startswith("hello "))
+    assert row[1] == "127.0.1.1:8080,127.0.1.2:8080"
+    # Re-applying the manifest (no clusterIP or nodePort in it) keeps both.
+    done = await asyncio.to_thread(cli, cluster, "apply", "-f", str(example))
+    assert done.returncode == 0, done.stderr
+    async with Client(cluster.api_address) as client:
+        again = await client.services.get("hello", NS)
+    assert again.spec == svc.spec
