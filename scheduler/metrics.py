@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 _BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -41,6 +43,20 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.bind_batch = Histogram(
+            "scheduler_bind_batch_size",
+            "Bindings per Pods/BindBatch RPC (binds ready at the same moment share one).",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+            registry=self.registry,
+        )
+
+    def observe_bind_batch(self, size: int) -> None:
+        self.bind_batch.observe(size)
+
+    def track_events(self, dropped: Callable[[], int]) -> None:
+        """Export the event recorder's drop count (events beyond its bounded backlog)."""
+        self.registry.register(_EventsDropped(dropped))
+
     def observe_attempt(self, result: str, seconds: float) -> None:
         self.attempts.labels(result=result).inc()
         self.attempt_duration.labels(result=result).observe(seconds)
@@ -58,3 +74,18 @@ class Metrics:
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         if port > 0:
             start_http_server(port, addr=host, registry=self.registry)
+
+
+class _EventsDropped(Collector):
+    def __init__(self, dropped: Callable[[], int]) -> None:
+        self._dropped = dropped
+
+    def collect(self) -> list[CounterMetricFamily]:
+        return [
+            CounterMetricFamily(
+                "scheduler_events_dropped",
+                "Events not written because the recorder's backlog was full (scheduling never "
+                "waits for an Event).",
+                value=self._dropped(),
+            )
+        ]
