@@ -19,13 +19,14 @@ plays the Docker engine's part as closely as a machine without one allows:
   whatever is left in its namespace (a kubelet's pods included) after a grace period.
 
 Everything it creates is named with `PREFIX`, and `cleanup_leftovers()` removes anything with
-that prefix, so a run killed half-way never breaks the next one. Not thread-safe: one fixture
-drives it from one thread.
+that prefix, so a run killed half-way never breaks the next one; `exclusive()` makes concurrent
+runs on one machine take turns. Not thread-safe: one fixture drives it from one thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import ipaddress
 import os
@@ -34,7 +35,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ import yaml
 PREFIX = "tkc-"
 BRIDGE = f"{PREFIX}br"
 NETNS_ETC = Path("/etc/netns")
+LOCK_FILE = Path("/tmp/tinykube-compose-e2e.lock")
 STOP_GRACE = 10.0
 # A container's PATH: the image puts its virtualenv first (see Dockerfile).
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -178,6 +180,27 @@ def kill_namespace_processes(ns: str, timeout: float = 5.0) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"processes {pids} in {ns} survive SIGKILL")
         time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def exclusive(timeout: float = 600.0) -> Iterator[None]:
+    """Hold the machine-wide lock of the PREFIX names: the compose file fixes the addresses, so
+    two runs (several people share a machine) must take turns, and a run may remove leftovers
+    only while it holds the lock. flock is released by the kernel if its holder dies."""
+    with open(LOCK_FILE, "a") as lock:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{LOCK_FILE} held by another run for {timeout}s") from None
+                time.sleep(1.0)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def cleanup_leftovers() -> None:

@@ -11,7 +11,8 @@ plugs it back (the node is Ready again and the kubelet stops its evicted pods).
 
 Runs as root (as CI does) with iproute2; skipped otherwise. Everything it creates is named
 `tkc-*` (10.231.0.0/24, bridge tkc-br), so it never meets the loopback clusters of the other
-e2e tests; leftovers of a killed run are removed first.
+e2e tests; leftovers of a killed run are removed first, and concurrent runs on one machine take
+turns (a lock file), since the addresses come from the compose file.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from tests.e2e.composehosts import (
     ComposeHosts,
     ComposeProject,
     cleanup_leftovers,
+    exclusive,
     namespace_pids,
     our_links,
     our_namespaces,
@@ -147,18 +149,19 @@ def web_pods(pods: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def compose(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeHosts]:
-    cleanup_leftovers()
     project = ComposeProject.load(COMPOSE_FILE)
-    hosts = ComposeHosts(project, tmp_path_factory.mktemp("compose"), executables())
-    try:
-        hosts.create_network()
-        hosts.up()
-        yield hosts
-    finally:
-        hosts.down()
-        assert our_namespaces() == [], "network namespaces left behind"
-        assert our_links() == [], "links left behind"
-        assert not list(Path("/etc/netns").glob("tkc-*")), "hosts files left behind"
+    with exclusive():
+        cleanup_leftovers()
+        hosts = ComposeHosts(project, tmp_path_factory.mktemp("compose"), executables())
+        try:
+            hosts.create_network()
+            hosts.up()
+            yield hosts
+        finally:
+            hosts.down()
+            assert our_namespaces() == [], "network namespaces left behind"
+            assert our_links() == [], "links left behind"
+            assert not list(Path("/etc/netns").glob("tkc-*")), "hosts files left behind"
 
 
 def test_compose_file_shape() -> None:
