@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -264,6 +266,8 @@ class ProcessRuntime:
             error = "no command given: the process runtime runs spec.containers[].command"
         elif "/" not in argv[0] and shutil.which(argv[0], path=env["PATH"]) is None:
             error = f'exec: "{argv[0]}": executable file not found in $PATH'
+        else:
+            error = self._ports_taken(container)
         if not error:
             try:
                 with open(pod_dir / f"{container.name}.log", "ab") as out:
@@ -302,6 +306,27 @@ class ProcessRuntime:
         log.info(
             "pod %s/%s container %s started: pid %d", rec.namespace, rec.name, crec.name, child.pid
         )
+
+    def _ports_taken(self, container: pod_pb2.Container) -> str:
+        """Pods share the node's network, so a declared port must be free on the node's IP."""
+        for port in container.ports:
+            if (port.protocol or "TCP") != "TCP":
+                continue
+            number = port.host_port or port.container_port
+            host = port.host_ip if port.host_ip not in ("", "0.0.0.0") else self.node_ip
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                # SO_REUSEADDR: a port whose last user is in TIME_WAIT is free to listen on.
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind((host, number))
+                except OSError as exc:
+                    if exc.errno != errno.EADDRINUSE:
+                        continue  # e.g. an address not on this machine: not ours to judge
+                    return (
+                        f"port {number}/TCP on the node ({host}) is already in use: {exc.strerror}"
+                        " (pods share their node's network in the process runtime)"
+                    )
+        return ""
 
     async def sync_pod(self, pod: pod_pb2.Pod) -> PodRecord:
         uid = pod.metadata.uid

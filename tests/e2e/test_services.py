@@ -318,3 +318,36 @@ async def test_example_applies_and_answers_through_the_cli(cluster: LocalCluster
     async with Client(cluster.api_address) as client:
         again = await client.services.get("hello", NS)
     assert again.spec == svc.spec
+
+
+async def test_kubelet_refuses_to_start_a_container_whose_port_is_taken(
+    cluster: LocalCluster,
+) -> None:
+    # Something on node-1 already listens on the port the pod declares.
+    busy = socket.socket()
+    busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    busy.bind((NODE_IPS["node-1"], 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    try:
+        pod = pod_pb2.Pod()
+        pod.metadata.name = "port-taken"
+        pod.metadata.namespace = NS
+        pod.spec.node_name = "node-1"
+        c = pod.spec.containers.add(name="web", image="python", command=["sleep", "60"])
+        c.ports.add(container_port=port)
+        async with Client(cluster.api_address) as client:
+            await client.pods.create(pod)
+
+            async def waiting_reason() -> str:
+                got = await client.pods.get("port-taken", NS)
+                for cs in got.status.container_statuses:
+                    if cs.state.waiting.message:
+                        return f"{cs.state.waiting.reason}: {cs.state.waiting.message}"
+                return ""
+
+            reason = await eventually(waiting_reason, what="the container to wait on its port")
+            assert f"port {port}/TCP on the node (127.0.1.1) is already in use" in reason
+            await client.pods.delete("port-taken", NS, grace_period_seconds=0)
+    finally:
+        busy.close()
