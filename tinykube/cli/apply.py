@@ -124,14 +124,20 @@ async def apply_object(resource: Any, item: ManifestObject) -> str:
     name, namespace = obj.metadata.name, obj.metadata.namespace
     if not name:
         raise CLIError(f"error in document {item.index}: metadata.name is required for apply")
+    refused: errors.AlreadyExistsError | None = None
     for attempt in range(CONFLICT_RETRIES + 1):
         try:
             live = await resource.get(name, namespace)
         except errors.NotFoundError:
+            if refused is not None:
+                # Still absent: the create clashed with something else (a Service's requested
+                # clusterIP or nodePort is taken), not with a concurrent create of this name.
+                raise refused from None
             try:
                 await resource.create(obj)
                 return "created"
-            except errors.AlreadyExistsError:
+            except errors.AlreadyExistsError as exc:
+                refused = exc
                 continue  # created concurrently: update it instead
         update = merged_object(live, obj)
         if update == live:
