@@ -84,6 +84,34 @@ def counter_rates(
     return {k: round(v / seconds, 1) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
 
 
+def histogram_means(
+    before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+    after: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+    name: str,
+    by: tuple[str, ...],
+    seconds: bool = True,
+) -> dict[str, dict[str, float]]:
+    """Count and mean of histogram `name` between two scrapes (Δ_sum / Δ_count), by labels.
+
+    A histogram of seconds is reported in milliseconds ("mean_ms"); any other as "mean".
+    """
+    sums: dict[str, float] = collections.defaultdict(float)
+    counts: dict[str, float] = collections.defaultdict(float)
+    for (metric, labels), value in after.items():
+        if metric not in (f"{name}_sum", f"{name}_count"):
+            continue
+        delta = value - before.get((metric, labels), 0.0)
+        d = dict(labels)
+        key = "/".join(d.get(k, "") for k in by)
+        (sums if metric.endswith("_sum") else counts)[key] += delta
+    scale, key = (1000.0, "mean_ms") if seconds else (1.0, "mean")
+    return {
+        k: {"count": int(c), key: round(scale * sums[k] / c, 2)}
+        for k, c in sorted(counts.items(), key=lambda kv: -kv[1])
+        if c > 0
+    }
+
+
 def pyspy_top(raw_path: Path, top: int = 25) -> dict[str, object]:
     """Summarise a `py-spy record --format raw` file (collapsed stacks, `a;b;c COUNT` per line).
 
