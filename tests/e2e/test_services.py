@@ -351,3 +351,32 @@ async def test_kubelet_refuses_to_start_a_container_whose_port_is_taken(
             await client.pods.delete("port-taken", NS, grace_period_seconds=0)
     finally:
         busy.close()
+
+
+async def test_type_changes_allocate_and_release_node_ports(cluster: LocalCluster) -> None:
+    async with Client(cluster.api_address) as client:
+        svc = service()
+        svc.metadata.name = "flip"
+        svc.spec.type = "ClusterIP"
+        created = await client.services.create(svc)
+        assert created.spec.ports[0].node_port == 0
+        created.spec.type = "NodePort"
+        as_node_port = await client.services.update(created)
+        node_port = as_node_port.spec.ports[0].node_port
+        assert 30000 <= node_port <= 32767
+        assert as_node_port.spec.cluster_ip == created.spec.cluster_ip
+
+        # Taken while "flip" holds it.
+        other = service()
+        other.metadata.name = "other"
+        other.spec.ports[0].node_port = node_port
+        with pytest.raises(AlreadyExistsError, match="provided port is already allocated"):
+            await client.services.create(other)
+
+        as_node_port.spec.type = "ClusterIP"
+        as_node_port.spec.ports[0].node_port = 0
+        back = await client.services.update(as_node_port)
+        assert back.spec.ports[0].node_port == 0
+        # Released by that update: now it can be had.
+        got = await client.services.create(other)
+        assert got.spec.ports[0].node_port == node_port
