@@ -83,6 +83,18 @@ class Proxy:
             await self.clock.sleep(0.5)
 
     async def run(self) -> None:
+        """`_run` until cancelled; an unexpected failure is logged and the loop starts over
+        (listeners stay up meanwhile, serving the last known endpoints)."""
+        while True:
+            try:
+                await self._run()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("proxy loop failed; restarting it")
+            await self.clock.sleep(1.0)
+
+    async def _run(self) -> None:
         s = self.settings
         async with Client(s.apiserver) as client:
             if not self.node_ip:
