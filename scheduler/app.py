@@ -63,7 +63,12 @@ class SchedulerApp:
         self.clock = clock or Clock()
         self.metrics = metrics or Metrics()
         self.client = Client(settings.apiserver, timeout=settings.request_timeout)
-        self.recorder = EventRecorder(self.client, COMPONENT, settings.identity)
+        # client-go's broadcaster: a queue of at most 1,000 events (the rest dropped, counted)
+        # written one at a time, so a burst of binds never has Event writes competing with it
+        # at the apiserver; they catch up when scheduling quiets down
+        self.recorder = EventRecorder(
+            self.client, COMPONENT, settings.identity, max_concurrency=1, max_pending=1000
+        )
         self.metrics.track_events(lambda: self.recorder.dropped)
         self.binder = BindBatcher(
             self.client.bind_batch,
