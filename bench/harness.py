@@ -22,11 +22,12 @@ Figures: SchedulingThroughput (pods bound in each 1 s interval, average/p50/p90/
 scheduler_perf), scheduling latency (create to bound) and pod startup latency (create to
 Running) p50/p90/p99, CPU seconds and peak RSS of every process (from /proc), apiserver request
 rates by method (its /metrics) and etcd's (grpc_server_handled_total on etcd's /metrics), the
-creators' rate. Then, in the same cluster, the ceilings: apiserver Create alone (pods for a
-scheduler nobody runs, same creators and concurrency) and etcd's own write throughput (a
-create-if-absent Txn, as the apiserver writes a new object, at the same total concurrency, from
-this process through etcd's gRPC API). `--profile scheduler,apiserver` runs `py-spy record`
-on those processes during the measured op and summarises the collapsed stacks.
+creators' rate. Then, in the same cluster, the ceilings: apiserver Create alone (the other
+components stopped; pods for a scheduler nobody runs, same creators and concurrency) and
+etcd's own write throughput (a create-if-absent Txn, as the apiserver writes a new object, at
+the same total concurrency, from this process through etcd's gRPC API). `--profile
+scheduler,apiserver` runs `py-spy record` on those processes during the measured op and
+summarises the collapsed stacks.
 
 It also checks that every measured pod was bound exactly once (one unbound-to-bound transition
 on the watch, never moved) and that the apiserver counted as many successful Binds as pods.
@@ -721,6 +722,11 @@ class Run:
     # ---- ceilings ---------------------------------------------------------------------------
 
     async def ceilings(self) -> dict[str, Any]:
+        # "Alone": stop the scheduler, controller and kubelets (their Lease renewals and status
+        # updates would otherwise share the apiserver); etcd and the apiserver keep their data.
+        for name in list(self.cluster.components):
+            if name != "apiserver" and self.cluster.components[name].running():
+                await asyncio.to_thread(self.cluster.kill, name, signal.SIGTERM)
         count = min(self.opts.ceiling_count, int(self.result.get("measured_pods", 500)))
         template = pod_template(self.case, None)
         self.log(f"ceiling: apiserver Create alone, {count} pods")
