@@ -17,12 +17,14 @@ turns (a lock file), since the addresses come from the compose file.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -95,6 +97,15 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, hosts: Compose
             assert run.process.poll() is None, f"{name} died:\n{hosts.log_tail(name)}"
         time.sleep(0.5)
     pytest.fail(f"{what}: not reached after {timeout}s; last seen: {last!r}")
+
+
+def http_get(url: str) -> str:
+    """The body, or "" while nothing answers yet."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
+    except OSError:
+        return ""
 
 
 class Cluster:
@@ -300,7 +311,7 @@ def test_compose_cluster_walkthrough_and_link_cut(compose: ComposeHosts) -> None
     assert "1 node(s) had untolerated taint {dedicated: gpu}" in message, message
 
     # Logs come from the kubelet at its node's InternalIP (the compose address).
-    logs = cluster.run("logs", "hello")
+    logs = cluster.run("logs", "greeter")
     assert "hello from tinykube" in logs.stdout
 
     # `docker compose exec apiserver tinykube ...`: inside the network, TINYKUBE_SERVER (from the
@@ -365,3 +376,13 @@ def test_compose_cluster_walkthrough_and_link_cut(compose: ComposeHosts) -> None
         60,
         compose,
     )
+
+    # Services: a NodePort answers on every node's proxy address, from the host.
+    proxies = [name for name, s in services.items() if "kubelet.proxy" in s.argv]
+    assert cluster.run("apply", "-f", str(EXAMPLES / "service.yaml")).returncode == 0
+    service = json.loads(cluster.run("get", "services", "hello", "-o", "json").stdout)
+    node_port = service["spec"]["ports"][0]["nodePort"]
+    for proxy in proxies:
+        url = f"http://{compose.ip_of(proxy)}:{node_port}/"
+        body = wait_for(f"{url} answers", functools.partial(http_get, url), 90, compose)
+        assert body.startswith("hello from"), body
