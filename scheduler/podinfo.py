@@ -77,11 +77,14 @@ class PodInfo:
         spec = pod.spec
         meta = pod.metadata
         cpu, memory, extended, nz_cpu, nz_memory = _pod_requests(spec)
+        # Unlike kube-scheduler, a bare containerPort counts too: in tinykube's process runtime
+        # pods share their node's network, so the port a container listens on is taken on the
+        # node (the kubelet checks the same number: hostPort if set, else containerPort).
         ports = tuple(
-            HostPort(p.host_ip or "0.0.0.0", p.protocol or "TCP", p.host_port)
+            HostPort(p.host_ip or "0.0.0.0", p.protocol or "TCP", p.host_port or p.container_port)
             for c in spec.containers
             for p in c.ports
-            if p.host_port > 0
+            if (p.host_port or p.container_port) > 0
         )
         images = tuple(normalize_image(c.image) for c in spec.containers if c.image)
         sig = hashlib.blake2b(digest_size=16)

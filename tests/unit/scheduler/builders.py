@@ -44,6 +44,13 @@ class PodBuilder:
         p.protocol = protocol
         return self
 
+    def container_port(self, port: int) -> Self:
+        """A declared containerPort without a hostPort."""
+        if not self.pod.spec.containers:
+            self.container()
+        self.pod.spec.containers[0].ports.add(container_port=port)
+        return self
+
     def node_selector(self, **labels: str) -> Self:
         self.pod.spec.node_selector.update(labels)
         return self

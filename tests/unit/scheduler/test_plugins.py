@@ -281,6 +281,15 @@ def test_host_ports(used: tuple[str, str, int], wanted: tuple[str, str, int], fi
     assert feasible(pod, n("a"), pods=(existing,)) == (["a"] if fits else [])
 
 
+def test_container_port_is_taken_on_the_node() -> None:
+    # Pods share their node's network in the process runtime, so two pods declaring the same
+    # containerPort (no hostPort) cannot share a node; a different port can.
+    existing = PodBuilder("x").node_name("a").container_port(8080).info()
+    assert feasible(PodBuilder().container_port(8080), n("a"), pods=(existing,)) == []
+    assert feasible(PodBuilder().host_port(8080), n("a"), pods=(existing,)) == []
+    assert feasible(PodBuilder().container_port(8081), n("a"), pods=(existing,)) == ["a"]
+
+
 def test_host_port_released_when_pod_removed() -> None:
     existing = PodBuilder("x").node_name("a").host_port(80).info()
     cache = make_cache(n("a"), pods=(existing,))
