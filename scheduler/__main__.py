@@ -85,7 +85,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         "--max-binds",
         type=int,
         default=_D.max_binds,
-        help="binding cycles in flight at once (default 32)",
+        help="binding cycles in flight at once (default 256; they share BindBatch RPCs)",
     )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
     a = p.parse_args(argv)

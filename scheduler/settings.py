@@ -25,7 +25,7 @@ class Settings:
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
-    max_binds: int = 32
+    max_binds: int = 256
     request_timeout: float = 10.0
 
     @property
