@@ -53,7 +53,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,7 @@ import yaml
 from google.protobuf import json_format
 
 from tinykube.client import Client
+from tinykube.errors import TinykubeError
 from tinykube.launcher import LocalCluster
 from tinykube.localetcd import free_port
 from tinykube.v1 import node_pb2, pod_pb2, replicaset_pb2
@@ -210,6 +211,20 @@ class PodRecorder:
                 print(f"  pod watch broke ({type(exc).__name__}: {exc}); relisting", flush=True)
             self.relists += 1
             await asyncio.sleep(0.2)
+
+
+async def retry_list(
+    fn: Callable[[], Awaitable[tuple[list[pod_pb2.Pod], str]]], attempts: int = 10
+) -> list[pod_pb2.Pod]:
+    """A List the harness needs, retried on any API error (a busy apiserver sheds calls)."""
+    for i in range(attempts):
+        try:
+            return (await fn())[0]
+        except TinykubeError:
+            if i == attempts - 1:
+                raise
+            await asyncio.sleep(1.0)
+    raise AssertionError("unreachable")
 
 
 async def wait_until(pred: Callable[[], bool], limit: float, what: str) -> None:
@@ -393,7 +408,14 @@ class Run:
             )
 
         deadline = time.monotonic() + max(120.0, count / 10.0)
-        while (got := await ready()) < count:
+        got = 0
+        while True:
+            try:
+                got = await ready()
+            except TinykubeError as exc:  # a busy apiserver may fail a List; poll again
+                self.log(f"  listing nodes failed ({type(exc).__name__}: {exc}); retrying")
+            if got >= count:
+                break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"only {got}/{count} nodes Ready")
             await asyncio.sleep(1.0)
@@ -611,7 +633,7 @@ class Run:
             api_before, api_after, "apiserver_request_total", ("method", "code"), seconds
         )
         # A second bind that the watch missed would show in a fresh List as another node.
-        listed, _ = await client.pods.list_all(namespace, page_size=5000)
+        listed = await retry_list(lambda: client.pods.list_all(namespace, page_size=5000))
         by_uid = {p.metadata.uid: p.spec.node_name for p in listed}
         disagree = sum(
             1
