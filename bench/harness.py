@@ -937,7 +937,10 @@ def median_of(results: list[dict[str, Any]], path: str) -> float | None:
     for r in results:
         v: Any = r
         for part in path.split("."):
-            v = v.get(part) if isinstance(v, dict) else None
+            if isinstance(v, list) and part.isdigit() and int(part) < len(v):
+                v = v[int(part)]
+            else:
+                v = v.get(part) if isinstance(v, dict) else None
         if isinstance(v, int | float):
             values.append(float(v))
     return round(statistics.median(values), 3) if values else None
