@@ -1,4 +1,5 @@
-"""BindBatcher: groups concurrent binds, per-item results to the right caller, no idle delay."""
+"""BindBatcher: groups concurrent binds, per-item results to the right caller, no idle delay;
+the bind-batch and dropped-event metrics."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
+from prometheus_client import generate_latest
 
 from scheduler.binder import BindBatcher
+from scheduler.metrics import Metrics
 from tinykube.client import BindItem
 from tinykube.errors import (
     AlreadyExistsError,
@@ -146,3 +149,17 @@ async def test_cancelled_caller_does_not_break_the_batch() -> None:
         await gone
     assert api.batches == [["a"], ["kept"]]
     await b.close()
+
+
+async def test_batch_sizes_and_event_drops_are_exported() -> None:
+    metrics = Metrics()
+    dropped = [0]
+    metrics.track_events(lambda: dropped[0])
+    api = FakeAPI()
+    b = BindBatcher(api.send_batch, api.send_one, on_batch=metrics.observe_bind_batch)
+    await asyncio.gather(*(b.bind(item(f"m{i}")) for i in range(3)))
+    dropped[0] = 7
+    text = generate_latest(metrics.registry).decode()
+    assert "scheduler_bind_batch_size_count 1.0" in text
+    assert "scheduler_bind_batch_size_sum 3.0" in text
+    assert "scheduler_events_dropped_total 7.0" in text
