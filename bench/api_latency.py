@@ -238,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             requests=50, concurrency=cfg.concurrency, watchers=(10,), watch_events=20, runs=1
         )
 
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="tinykube-bench-") as work_dir:
         cluster = LocalCluster(work_dir, scheduler=False, controller=False, kubelets=())
         with cluster:
@@ -249,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
             "nproc": os.cpu_count(),
             "python": platform.python_version(),
             "platform": platform.platform(),
+            # The 1-minute load average before and after: other work on the machine shows here.
+            "loadavg_1m_before": round(load_before, 2),
+            "loadavg_1m_after": round(os.getloadavg()[0], 2),
         },
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **result,
@@ -325,7 +329,9 @@ def results_section(result: dict[str, Any], json_name: str) -> str:
             "## apiserver: request latency and watch fan-out (`bench/api_latency.py`)",
             "",
             f"Measured {result['time']} on a machine with nproc={machine['nproc']} "
-            f"(Python {machine['python']}), shared with other work; median of "
+            f"(Python {machine['python']}), shared with other work (1-minute load average "
+            f"{machine['loadavg_1m_before']} before, {machine['loadavg_1m_after']} after); "
+            "median of "
             f"{cfg['runs']} runs. etcd and the apiserver are separate processes; the client "
             f"is tinykube's typed async client. {cfg['requests']} requests per figure; "
             f"concurrency {cfg['concurrency']} means that many requests in flight on one channel. "
