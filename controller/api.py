@@ -11,31 +11,10 @@ import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
+from tinykube.protocols import ResourceAPI, StatusResourceAPI
 from tinykube.v1 import lease_pb2, node_pb2, pod_pb2, replicaset_pb2
 
 T = TypeVar("T")
-
-
-class ResourceAPI(Protocol[T]):
-    async def create(self, obj: T) -> T: ...
-
-    async def get(self, name: str, namespace: str = "") -> T: ...
-
-    async def update(self, obj: T) -> T: ...
-
-    async def delete(
-        self,
-        name: str,
-        namespace: str = "",
-        *,
-        grace_period_seconds: int | None = None,
-        uid: str = "",
-        resource_version: str = "",
-    ) -> T: ...
-
-
-class StatusResourceAPI(ResourceAPI[T], Protocol[T]):
-    async def update_status(self, obj: T) -> T: ...
 
 
 class ClientAPI(Protocol):

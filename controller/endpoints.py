@@ -18,11 +18,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from controller.api import Queue, Store
 from controller.util import is_terminating, key_of, pod_condition, split_key
 from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError
+from tinykube.protocols import ResourceAPI
 from tinykube.v1 import endpoints_pb2, meta_pb2, pod_pb2, service_pb2
 
 log = logging.getLogger(__name__)
@@ -34,22 +35,6 @@ Endpoints = endpoints_pb2.ServiceEndpoints
 NAMESPACE_INDEX = "namespace"
 # Kubernetes sets this on Endpoints so readers can tell when the controller last wrote them.
 LAST_CHANGE_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
-
-
-class EndpointsAPI(Protocol):
-    async def create(self, obj: Endpoints) -> Endpoints: ...
-
-    async def update(self, obj: Endpoints) -> Endpoints: ...
-
-    async def delete(
-        self,
-        name: str,
-        namespace: str = "",
-        *,
-        grace_period_seconds: int | None = None,
-        uid: str = "",
-        resource_version: str = "",
-    ) -> Endpoints: ...
 
 
 def selects(svc: Service, pod: Pod) -> bool:
@@ -137,7 +122,7 @@ def compute_subsets(svc: Service, pods: Iterable[Pod]) -> list[endpoints_pb2.End
 class EndpointsController:
     def __init__(
         self,
-        endpoints_api: EndpointsAPI,
+        endpoints_api: ResourceAPI[Endpoints],
         services: Store[Service],
         pods: Store[Pod],
         endpoints: Store[Endpoints],

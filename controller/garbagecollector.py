@@ -17,9 +17,10 @@ import contextlib
 import logging
 from typing import Any
 
-from controller.api import ClientAPI, PodIndex, Queue, ResourceAPI, Store
+from controller.api import ClientAPI, PodIndex, Queue, Store
 from controller.util import is_terminating, key_of, split_key
 from tinykube.errors import ConflictError, NotFoundError, PreconditionFailedError
+from tinykube.protocols import ResourceAPI
 
 log = logging.getLogger(__name__)
 
