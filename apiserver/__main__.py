@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -16,7 +15,7 @@ from collections.abc import Sequence
 from apiserver.allocator import parse_ip_range, parse_port_range
 from apiserver.app import APIServer
 from apiserver.settings import Settings
-from tinykube.serving import run_until_signalled
+from tinykube.serving import configure_logging, run_until_signalled
 
 _DEFAULTS = Settings()
 
@@ -141,11 +140,7 @@ async def run(settings: Settings) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings, level = parse_args(argv)
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(level)
     asyncio.run(run(settings))
     return 0
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 
 from kubelet.app import Kubelet
 from kubelet.settings import Settings
-from tinykube.serving import run_until_signalled
+from tinykube.serving import configure_logging, run_until_signalled
 
 
 async def _main(settings: Settings) -> None:
@@ -25,11 +24,7 @@ async def _main(settings: Settings) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(logging.INFO)
     asyncio.run(_main(Settings.from_args(argv)))
 
 

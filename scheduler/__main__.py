@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from scheduler.app import SchedulerApp
 from scheduler.config import ConfigError, load_config
 from scheduler.settings import Settings
+from tinykube.serving import configure_logging
 
 _D = Settings()
 
@@ -89,10 +90,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
     )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
     a = p.parse_args(argv)
-    logging.basicConfig(
-        level=a.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(a.log_level)
     return Settings(
         apiserver=a.apiserver,
         bind_address=a.bind_address,

@@ -10,7 +10,9 @@ SIGINT/SIGTERM into a graceful stop.
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -89,6 +91,18 @@ class GrpcServer:
         """Report NOT_SERVING, let in-flight RPCs finish for `grace` seconds, then stop."""
         await self.set_serving(False)
         await self.server.stop(grace)
+
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging(level: str | int = "INFO") -> None:
+    """The log format every tinykube process writes to stderr."""
+    logging.basicConfig(
+        level=level.upper() if isinstance(level, str) else level,
+        format=LOG_FORMAT,
+        stream=sys.stderr,
+    )
 
 
 def start_metrics_server(port: int, host: str = "0.0.0.0") -> None:
