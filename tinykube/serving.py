@@ -30,6 +30,17 @@ SERVER_OPTIONS: Sequence[tuple[str, Any]] = (
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 256 * 1024 * 1024),
     ("grpc.so_reuseport", 0),
+    # grpc.aio accepts calls one at a time per method, each needing a turn of the event loop;
+    # while the loop is busy, arrived calls wait unaccepted in gRPC core. Core drops such calls
+    # silently with status CANCELLED (the handler never runs, no interceptor sees them) when
+    # more than `max_pending_requests` wait (random early drop up to the hard limit, defaults
+    # 1000/3000) or one waited `server_max_unrequested_time_in_server` (default 30 s). Under
+    # load that lost 1-3 % of Creates, Binds and Lease renewals: clients do not retry CANCELLED,
+    # which means "the caller gave up". Every tinykube unary call carries a deadline, so let
+    # the deadline bound the wait instead: it ends as DEADLINE_EXCEEDED, which is retried.
+    ("grpc.server.max_pending_requests", 50_000),
+    ("grpc.server.max_pending_requests_hard_limit", 100_000),
+    ("grpc.server_max_unrequested_time_in_server", 24 * 3600),
 )
 
 CHANNEL_OPTIONS: Sequence[tuple[str, Any]] = (
