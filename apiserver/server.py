@@ -78,6 +78,28 @@ def _serialize(response: bytes | Message) -> bytes:
     return response.SerializeToString()
 
 
+# time_remaining() compares the deadline with the wall clock; allow for the skew between that
+# and core's monotonic timer when deciding that a cancellation was the deadline passing.
+_DEADLINE_SLACK = 0.1
+
+
+def _cancellation_code(method: str, context: Any, start: float) -> str:
+    """Log a handler cancelled by gRPC; the metric code: DEADLINE_EXCEEDED or CANCELLED."""
+    remaining = context.time_remaining()
+    elapsed = time.perf_counter() - start
+    if remaining is not None and remaining <= _DEADLINE_SLACK:
+        # The client's deadline passed: it already has DEADLINE_EXCEEDED and retries.
+        log.debug("%s: deadline exceeded after %.3fs", method, elapsed)
+        return "DEADLINE_EXCEEDED"
+    log.warning(
+        "%s cancelled after %.3fs with %s left (client cancel or stream reset)",
+        method,
+        elapsed,
+        "no deadline" if remaining is None else f"{remaining:.3f}s",
+    )
+    return "CANCELLED"
+
+
 class MetricsInterceptor(grpc.aio.ServerInterceptor):
     """Counts and times every tinykube RPC and maps raised errors to statuses (the one place)."""
 
@@ -122,6 +144,13 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                     count(short, exc.code.name)
                     duration.observe(time.perf_counter() - start)
                     await abort_with(context, exc)
+                except asyncio.CancelledError:
+                    # Not an Exception: without this branch a cancelled handler was neither
+                    # counted nor logged. gRPC cancels the handler when the client cancels, its
+                    # deadline passes or the stream is reset; the client already has a status.
+                    count(short, _cancellation_code(method, context, start))
+                    duration.observe(time.perf_counter() - start)
+                    raise
                 except Exception as exc:
                     if isinstance(exc, grpc.aio.AbortError):
                         raise
