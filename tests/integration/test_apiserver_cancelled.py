@@ -163,3 +163,27 @@ async def test_a_handler_cancelled_by_the_client_is_counted(
             break
         await asyncio.sleep(0.05)
     assert _count(apiserver, "Pods/List", "CANCELLED") == before + 1
+
+
+async def test_a_watch_ended_by_the_client_is_counted_cancelled(
+    apiserver: RunningAPIServer,
+) -> None:
+    before_cancelled = _count(apiserver, "Pods/Watch", "CANCELLED")
+    before_ok = _count(apiserver, "Pods/Watch", "OK")
+    async with grpc.aio.insecure_channel(apiserver.address, options=list(CHANNEL_OPTIONS)) as ch:
+        stub = pod_pb2_grpc.PodsStub(ch)
+        cache = apiserver.server.caches["Pod"]
+        watchers = cache.watcher_count()
+        call = stub.Watch(meta_pb2.WatchRequest(namespace="default"), timeout=30)
+        for _ in range(500):
+            if cache.watcher_count() > watchers:
+                break
+            await asyncio.sleep(0.01)
+        assert cache.watcher_count() > watchers, "the watch never reached the watch cache"
+        call.cancel()
+    for _ in range(200):
+        if _count(apiserver, "Pods/Watch", "CANCELLED") > before_cancelled:
+            break
+        await asyncio.sleep(0.05)
+    assert _count(apiserver, "Pods/Watch", "CANCELLED") == before_cancelled + 1
+    assert _count(apiserver, "Pods/Watch", "OK") == before_ok
