@@ -10,21 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tinykube.flags import listen_address, parse_duration
 from tinykube.quantity import QuantityError, parse_quantity
 
-_DURATION = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h)?$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _TAINT = re.compile(
     r"^(?P<key>[^=:]+)(=(?P<value>[^:]*))?:(?P<effect>NoSchedule|PreferNoSchedule|NoExecute)$"
 )
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from "10s", "1m", "500ms" or a bare number of seconds."""
-    match = _DURATION.match(text.strip())
-    if match is None:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (use e.g. 10s, 1m, 500ms)")
-    return float(match["num"]) * _UNITS[match["unit"]]
 
 
 def parse_labels(text: str) -> dict[str, str]:
@@ -71,13 +62,6 @@ def machine_memory_kib() -> int:
     except OSError:
         pass
     return 4 * 1024 * 1024
-
-
-def listen_address(bind_address: str, port: int) -> str:
-    """`--bind-address` may carry a port ("0.0.0.0:10250") or not ("0.0.0.0" + `--port`)."""
-    if bind_address.count(":") == 1 or bind_address.startswith("["):
-        return bind_address
-    return f"{bind_address}:{port}"
 
 
 @dataclass(frozen=True)

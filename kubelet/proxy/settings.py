@@ -7,14 +7,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tinykube.flags import listen_address
+
 DEFAULT_PORT = 10256
-
-
-def listen_address(bind_address: str, port: int) -> str:
-    """`--bind-address` may carry a port ("0.0.0.0:10256") or not ("0.0.0.0" + `--port`)."""
-    if bind_address.count(":") == 1 or bind_address.startswith("["):
-        return bind_address
-    return f"{bind_address}:{port}"
 
 
 @dataclass(frozen=True)

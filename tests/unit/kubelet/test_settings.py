@@ -6,7 +6,8 @@ import argparse
 
 import pytest
 
-from kubelet.settings import Settings, parse_duration, parse_labels, parse_taints
+from kubelet.settings import Settings, parse_labels, parse_taints
+from tinykube.flags import parse_duration
 
 
 @pytest.mark.parametrize(

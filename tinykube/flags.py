@@ -1,0 +1,24 @@
+"""Command-line flag helpers shared by every process's `__main__`/settings module."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+_DURATION = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from "40s", "1m", "500ms" or a bare number of seconds (Kubernetes flag style)."""
+    match = _DURATION.match(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (use e.g. 40s, 1m, 500ms)")
+    return float(match["num"]) * _UNITS[match["unit"]]
+
+
+def listen_address(bind_address: str, port: int) -> str:
+    """`--bind-address` may carry a port ("0.0.0.0:10250") or not ("0.0.0.0" + `--port`)."""
+    if bind_address.count(":") == 1 or bind_address.startswith("["):
+        return bind_address
+    return f"{bind_address}:{port}"
