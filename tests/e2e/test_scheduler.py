@@ -12,14 +12,15 @@ import signal
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.e2e.waiting import eventually
 from tinykube.client import Client
-from tinykube.errors import NotFoundError, TinykubeError
+from tinykube.errors import NotFoundError
 from tinykube.informer import Informer
 from tinykube.launcher import LocalCluster
 from tinykube.quantity import milli_value, value
@@ -29,23 +30,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 NS = "default"
 SCHED_ARGS = ["--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1"]
-
-
-async def eventually(
-    check: Callable[[], Awaitable[Any]], limit: float = 60.0, what: str = "condition"
-) -> Any:
-    deadline = asyncio.get_running_loop().time() + limit
-    last: Any = None
-    while True:
-        try:
-            last = await check()
-        except TinykubeError as exc:
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"timed out waiting for {what}; last: {last!r}")
-        await asyncio.sleep(0.2)
 
 
 def make_node(

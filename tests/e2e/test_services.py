@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e import waiting
 from tests.e2e.conftest import tinykube_command
 from tinykube.client import Client
 from tinykube.errors import AlreadyExistsError, NotFoundError, TinykubeError
@@ -45,18 +46,10 @@ def expected_big() -> bytes:
 async def eventually(
     check: Callable[[], Awaitable[Any]], limit: float = 60.0, what: str = "condition"
 ) -> Any:
-    deadline = asyncio.get_running_loop().time() + limit
-    last: Any = None
-    while True:
-        try:
-            last = await check()
-        except (TinykubeError, OSError, http.client.HTTPException) as exc:
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"timed out waiting for {what}; last: {last!r}")
-        await asyncio.sleep(0.2)
+    """Also waits out connection errors: a proxy listener comes up after the endpoints."""
+    return await waiting.eventually(
+        check, limit, what, tolerate=(TinykubeError, OSError, http.client.HTTPException)
+    )
 
 
 def http_get(host: str, port: int, path: str, timeout: float = 10.0) -> bytes:

@@ -18,12 +18,12 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.e2e.waiting import eventually
 from tinykube.client import Client
 from tinykube.errors import NotFoundError, TinykubeError
 from tinykube.launcher import LocalCluster, has_main
@@ -47,24 +47,6 @@ CONTROLLER_ARGS = [
     "--leader-elect-renew-deadline", "3s",
     "--leader-elect-retry-period", "1s",
 ]  # fmt: skip
-
-
-async def eventually(
-    check: Callable[[], Awaitable[Any]], limit: float = 60.0, what: str = "condition"
-) -> Any:
-    """Poll `check` until it returns something truthy; fail with its last value."""
-    deadline = asyncio.get_running_loop().time() + limit
-    last: Any = None
-    while True:
-        try:
-            last = await check()
-        except TinykubeError as exc:
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"timed out waiting for {what}; last: {last!r}")
-        await asyncio.sleep(0.2)
 
 
 def processes_running(argv: list[str]) -> list[int]:

@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.e2e.test_workloads import binder, eventually, schedulable, sleeper_rs
+from tests.e2e.test_workloads import binder, schedulable, sleeper_rs
+from tests.e2e.waiting import eventually
 from tinykube.client import Client
 from tinykube.launcher import LocalCluster, has_main
 
