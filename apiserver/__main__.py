@@ -7,7 +7,6 @@ Runs until SIGINT/SIGTERM, then stops gracefully: health goes NOT_SERVING, in-fl
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Sequence
@@ -15,6 +14,7 @@ from collections.abc import Sequence
 from apiserver.allocator import parse_ip_range, parse_port_range
 from apiserver.app import APIServer
 from apiserver.settings import Settings
+from tinykube import aio
 from tinykube.serving import configure_logging, run_until_signalled
 
 _DEFAULTS = Settings()
@@ -141,7 +141,7 @@ async def run(settings: Settings) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     settings, level = parse_args(argv)
     configure_logging(level)
-    asyncio.run(run(settings))
+    aio.run(run(settings))
     return 0
 
 

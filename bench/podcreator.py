@@ -26,6 +26,7 @@ from pathlib import Path
 import grpc
 from google.protobuf import json_format
 
+from tinykube import aio
 from tinykube.client import Client
 from tinykube.v1 import pod_pb2
 
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     template = json_format.ParseDict(json.loads(Path(a.template).read_text()), pod_pb2.Pod())
     if a.scheduler_name:
         template.spec.scheduler_name = a.scheduler_name
-    summary = asyncio.run(
+    summary = aio.run(
         create_pods(
             a.apiserver,
             template,

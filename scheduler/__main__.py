@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from scheduler.app import SchedulerApp
 from scheduler.config import ConfigError, load_config
 from scheduler.settings import Settings
+from tinykube import aio
 from tinykube.serving import configure_logging
 
 _D = Settings()
@@ -133,7 +134,7 @@ async def amain(settings: Settings) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return asyncio.run(amain(parse_args(argv)))
+    return aio.run(amain(parse_args(argv)))
 
 
 if __name__ == "__main__":

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from kubelet.proxy.app import Proxy
 from kubelet.proxy.settings import Settings
+from tinykube import aio
 from tinykube.serving import configure_logging, run_until_signalled
 
 
@@ -24,7 +24,7 @@ async def _main(settings: Settings) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     configure_logging(logging.INFO)
-    asyncio.run(_main(Settings.from_args(argv)))
+    aio.run(_main(Settings.from_args(argv)))
 
 
 if __name__ == "__main__":
