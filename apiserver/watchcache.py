@@ -75,6 +75,35 @@ def encode_event(event_type: str, data: bytes) -> bytes:
     return _TYPE_FIELD[event_type] + b"\x12" + _varint(len(data)) + data
 
 
+# A WatchBatch message stays well under every client's receive limit (the initial replay of a
+# big cache is split); events are never split, and one revision is one event here.
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+
+
+def batch_messages(events: list[bytes]) -> list[bytes]:
+    """Wire bytes of `<Kind>WatchEventBatch{events}` messages carrying `events` in order.
+
+    `repeated <Kind>WatchEvent events = 1` is each event's bytes behind a tag and a length, so
+    batching pre-encoded events is concatenation. Every event of one etcd revision lands in
+    the same message: each write is its own transaction, so a revision holds one event.
+    """
+    out: list[bytes] = []
+    parts: list[bytes] = []
+    size = 0
+    for data in events:
+        if size and size + len(data) > MAX_BATCH_BYTES:
+            out.append(b"".join(parts))
+            parts = []
+            size = 0
+        head = b"\x0a" + _varint(len(data))
+        parts.append(head)
+        parts.append(data)
+        size += len(head) + len(data)
+    if parts:
+        out.append(b"".join(parts))
+    return out
+
+
 def encode_list(resource_version: str, items: list[bytes], continue_token: str = "") -> bytes:
     """Wire bytes of `<Kind>List{metadata{resourceVersion, continue}, items}`."""
     meta = b"\x0a" + _varint(len(resource_version.encode())) + resource_version.encode()

@@ -167,11 +167,15 @@ class ResourceClient(Generic[T, L, E]):
         field_selector: str = "",
         resource_version: str = "",
         allow_bookmarks: bool = False,
+        batched: bool = True,
     ) -> AsyncIterator[E]:
         """Stream `<Kind>WatchEvent`s after `resource_version` until cancelled or the stream ends.
 
         No deadline (a watch lives as long as its consumer) and no retries; keepalive on the
-        channel turns a cut link into UnavailableError within seconds.
+        channel turns a cut link into UnavailableError within seconds. The events arrive
+        through WatchBatch (several per gRPC message when they come fast) unless `batched` is
+        False or the apiserver does not have it (UNIMPLEMENTED: an older apiserver), then
+        through Watch; either way they are yielded one by one, in order.
         """
         request = meta_pb2.WatchRequest(
             namespace=namespace,
@@ -180,6 +184,22 @@ class ResourceClient(Generic[T, L, E]):
             resource_version=resource_version,
             allow_watch_bookmarks=allow_bookmarks,
         )
+        if batched and not self._owner._no_watch_batch:
+            call = self._stub.WatchBatch(request)
+            received = False
+            try:
+                async for batch in call:
+                    received = True
+                    for event in batch.events:
+                        yield cast(E, event)
+            except grpc.RpcError as exc:
+                if received or exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise from_rpc_error(exc) from exc
+                self._owner._no_watch_batch = True
+            else:
+                return
+            finally:
+                call.cancel()
         call = self._stub.Watch(request)
         try:
             async for event in call:
@@ -226,6 +246,8 @@ class Client:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.channel = grpc.aio.insecure_channel(target, options=list(CHANNEL_OPTIONS))
+        # Set once the apiserver answered WatchBatch with UNIMPLEMENTED (it predates it).
+        self._no_watch_batch = False
         self.pods = ResourceClient(kinds.POD, self.channel, self)
         self.nodes = ResourceClient(kinds.NODE, self.channel, self)
         self.replica_sets = ResourceClient(kinds.REPLICA_SET, self.channel, self)

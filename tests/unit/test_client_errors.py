@@ -85,32 +85,109 @@ async def test_transient_failure_then_success(client: Client) -> None:
     assert stub.calls == 3
 
 
-async def test_watch_maps_stream_errors() -> None:
+class Stream:
+    """A fake server stream: yields `items`, then raises `error` (if any)."""
+
+    def __init__(self, items: list[Any], error: grpc.aio.AioRpcError | None = None) -> None:
+        self.items = list(items)
+        self.error = error
+        self.cancelled = False
+
+    def __aiter__(self) -> Stream:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self.items:
+            return self.items.pop(0)
+        if self.error is not None:
+            raise self.error
+        raise StopAsyncIteration
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class WatchStub:
+    """Records which watch methods were called; WatchBatch is UNIMPLEMENTED if `batch` is None."""
+
+    def __init__(self, batch: Stream | None, plain: Stream | None = None) -> None:
+        self.batch = batch
+        self.plain = plain
+        self.calls: list[str] = []
+
+    def WatchBatch(self, request: Any) -> Stream:
+        self.calls.append("WatchBatch")
+        assert request.resource_version == "1"
+        assert request.allow_watch_bookmarks
+        if self.batch is None:
+            return Stream([], rpc_error(grpc.StatusCode.UNIMPLEMENTED, "Method not found!"))
+        return self.batch
+
+    def Watch(self, request: Any) -> Stream:
+        self.calls.append("Watch")
+        assert self.plain is not None
+        return self.plain
+
+
+def _event(name: str, kind: str = "ADDED") -> pod_pb2.PodWatchEvent:
+    event = pod_pb2.PodWatchEvent(type=kind)
+    event.object.metadata.name = name
+    return event
+
+
+@pytest.mark.parametrize("batched", [True, False])
+async def test_watch_maps_stream_errors(batched: bool) -> None:
     async with Client("127.0.0.1:9") as c:
-
-        class Stream:
-            def __init__(self) -> None:
-                self.cancelled = False
-
-            def __aiter__(self) -> Stream:
-                return self
-
-            async def __anext__(self) -> pod_pb2.PodWatchEvent:
-                raise rpc_error(grpc.StatusCode.OUT_OF_RANGE, "too old resource version: 1 (5)")
-
-            def cancel(self) -> None:
-                self.cancelled = True
-
-        stream = Stream()
-
-        class WatchStub:
-            def Watch(self, request: Any) -> Stream:
-                assert request.resource_version == "1"
-                assert request.allow_watch_bookmarks
-                return stream
-
-        c.pods._stub = WatchStub()
+        too_old = rpc_error(grpc.StatusCode.OUT_OF_RANGE, "too old resource version: 1 (5)")
+        stream = Stream([], too_old)
+        stub = WatchStub(stream if batched else None, stream)
+        c.pods._stub = stub
         with pytest.raises(errors.ResourceExpiredError, match="too old"):
             async for _ in c.pods.watch(resource_version="1", allow_bookmarks=True):
                 pass
         assert stream.cancelled
+        assert stub.calls == (["WatchBatch"] if batched else ["WatchBatch", "Watch"])
+
+
+async def test_watch_yields_the_events_of_each_batch_in_order() -> None:
+    async with Client("127.0.0.1:9") as c:
+        batches = [
+            pod_pb2.PodWatchEventBatch(events=[_event("a"), _event("b")]),
+            pod_pb2.PodWatchEventBatch(events=[_event("a", "MODIFIED")]),
+        ]
+        c.pods._stub = WatchStub(Stream(batches))
+        seen = [
+            (e.type, e.object.metadata.name)
+            async for e in c.pods.watch(resource_version="1", allow_bookmarks=True)
+        ]
+        assert seen == [("ADDED", "a"), ("ADDED", "b"), ("MODIFIED", "a")]
+
+
+async def test_watch_falls_back_to_watch_once_watchbatch_is_unimplemented() -> None:
+    async with Client("127.0.0.1:9") as c:
+        stub = WatchStub(None, Stream([_event("a")]))
+        c.pods._stub = stub
+        seen = [
+            e.object.metadata.name
+            async for e in c.pods.watch("", resource_version="1", allow_bookmarks=True)
+        ]
+        assert seen == ["a"]
+        # Remembered for the channel: the next watch goes straight to Watch.
+        stub.plain = Stream([_event("b")])
+        seen = [
+            e.object.metadata.name
+            async for e in c.pods.watch("", resource_version="1", allow_bookmarks=True)
+        ]
+        assert seen == ["b"]
+        assert stub.calls == ["WatchBatch", "Watch", "Watch"]
+
+
+async def test_watch_error_after_a_batch_is_not_taken_for_an_old_server() -> None:
+    async with Client("127.0.0.1:9") as c:
+        broken = rpc_error(grpc.StatusCode.UNIMPLEMENTED, "some other failure")
+        stub = WatchStub(Stream([pod_pb2.PodWatchEventBatch(events=[_event("a")])], broken))
+        c.pods._stub = stub
+        with pytest.raises(errors.UnimplementedError):
+            async for _ in c.pods.watch(resource_version="1", allow_bookmarks=True):
+                pass
+        assert stub.calls == ["WatchBatch"]

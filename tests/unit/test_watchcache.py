@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
+from apiserver import watchcache
 from apiserver.metrics import Metrics
 from apiserver.registry import INDEX_FIELD, fields_of
 from apiserver.storage import EVENT_DELETE, EVENT_PUT, WatchEvent
-from apiserver.watchcache import Codec, WatchCache, encode_event, encode_list
+from apiserver.watchcache import Codec, WatchCache, batch_messages, encode_event, encode_list
 from tinykube.errors import ResourceExhaustedError, ResourceExpiredError
 from tinykube.selectors import parse_field_selector, parse_label_selector
 from tinykube.v1 import meta_pb2, pod_pb2
@@ -182,3 +183,33 @@ def test_wire_encoding_matches_protobuf() -> None:
     assert listed.metadata.resource_version == "42"
     assert listed.metadata.continue_token == "tok"
     assert list(listed.items) == [pod, pod]
+
+
+def test_batch_messages_decode_as_the_kinds_event_batch_and_split_between_events(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events = []
+    for i in range(10):
+        pod = pod_pb2.Pod()
+        pod.metadata.name = f"p{i}"
+        pod.metadata.annotations["pad"] = "x" * (100 + 37 * i)  # sizes across a varint byte
+        pod.metadata.resource_version = str(100 + i)
+        events.append(encode_event("ADDED", pod.SerializeToString()))
+    assert batch_messages([]) == []
+    (one,) = batch_messages(events)
+    decoded = pod_pb2.PodWatchEventBatch.FromString(one)
+    assert [e.object.metadata.name for e in decoded.events] == [f"p{i}" for i in range(10)]
+    assert [e.SerializeToString() for e in decoded.events] == events
+    # Over the size limit a new message starts; no event is ever cut in two.
+    monkeypatch.setattr(watchcache, "MAX_BATCH_BYTES", 1000)
+    messages = batch_messages(events)
+    assert len(messages) > 1
+    names = [
+        e.object.metadata.name
+        for m in messages
+        for e in pod_pb2.PodWatchEventBatch.FromString(m).events
+    ]
+    assert names == [f"p{i}" for i in range(10)]
+    for m in messages:
+        batch = pod_pb2.PodWatchEventBatch.FromString(m)
+        assert len(m) <= 1000 or len(batch.events) == 1

@@ -65,6 +65,11 @@ class EndpointsStub:
                 request_serializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
                 response_deserializer=tinykube_dot_v1_dot_endpoints__pb2.EndpointsWatchEvent.FromString,
                 _registered_method=True)
+        self.WatchBatch = channel.unary_stream(
+                '/tinykube.v1.Endpoints/WatchBatch',
+                request_serializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_endpoints__pb2.EndpointsWatchEventBatch.FromString,
+                _registered_method=True)
 
 
 class EndpointsServicer:
@@ -106,6 +111,13 @@ class EndpointsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchBatch(self, request, context):
+        """Watch with events grouped per message (what tinykube's own clients use).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EndpointsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -138,6 +150,11 @@ def add_EndpointsServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.FromString,
                     response_serializer=tinykube_dot_v1_dot_endpoints__pb2.EndpointsWatchEvent.SerializeToString,
+            ),
+            'WatchBatch': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchBatch,
+                    request_deserializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_endpoints__pb2.EndpointsWatchEventBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -302,6 +319,33 @@ class Endpoints:
             '/tinykube.v1.Endpoints/Watch',
             tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
             tinykube_dot_v1_dot_endpoints__pb2.EndpointsWatchEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tinykube.v1.Endpoints/WatchBatch',
+            tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
+            tinykube_dot_v1_dot_endpoints__pb2.EndpointsWatchEventBatch.FromString,
             options,
             channel_credentials,
             insecure,

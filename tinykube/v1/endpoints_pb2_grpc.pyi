@@ -40,6 +40,8 @@ class EndpointsStub:
     Update: _grpc.UnaryUnaryMultiCallable[_endpoints_pb2.UpdateEndpointsRequest, _endpoints_pb2.ServiceEndpoints]
     Delete: _grpc.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _endpoints_pb2.ServiceEndpoints]
     Watch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _endpoints_pb2.EndpointsWatchEvent]
+    WatchBatch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _endpoints_pb2.EndpointsWatchEventBatch]
+    """Watch with events grouped per message (what tinykube's own clients use)."""
 
 @_typing.type_check_only
 class EndpointsAsyncStub(EndpointsStub):
@@ -50,6 +52,8 @@ class EndpointsAsyncStub(EndpointsStub):
     Update: _aio.UnaryUnaryMultiCallable[_endpoints_pb2.UpdateEndpointsRequest, _endpoints_pb2.ServiceEndpoints]  # type: ignore[assignment]
     Delete: _aio.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _endpoints_pb2.ServiceEndpoints]  # type: ignore[assignment]
     Watch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _endpoints_pb2.EndpointsWatchEvent]  # type: ignore[assignment]
+    WatchBatch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _endpoints_pb2.EndpointsWatchEventBatch]  # type: ignore[assignment]
+    """Watch with events grouped per message (what tinykube's own clients use)."""
 
 class EndpointsServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -93,5 +97,13 @@ class EndpointsServicer(metaclass=_abc_1.ABCMeta):
         request: _meta_pb2.WatchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_endpoints_pb2.EndpointsWatchEvent], _abc.AsyncIterator[_endpoints_pb2.EndpointsWatchEvent]]: ...
+
+    @_abc_1.abstractmethod
+    def WatchBatch(
+        self,
+        request: _meta_pb2.WatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_endpoints_pb2.EndpointsWatchEventBatch], _abc.AsyncIterator[_endpoints_pb2.EndpointsWatchEventBatch]]:
+        """Watch with events grouped per message (what tinykube's own clients use)."""
 
 def add_EndpointsServicer_to_server(servicer: EndpointsServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -38,6 +38,8 @@ class EventsStub:
     Update: _grpc.UnaryUnaryMultiCallable[_event_pb2.UpdateEventRequest, _event_pb2.Event]
     Delete: _grpc.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _event_pb2.Event]
     Watch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _event_pb2.EventWatchEvent]
+    WatchBatch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _event_pb2.EventWatchEventBatch]
+    """Watch with events grouped per message (what tinykube's own clients use)."""
 
 @_typing.type_check_only
 class EventsAsyncStub(EventsStub):
@@ -48,6 +50,8 @@ class EventsAsyncStub(EventsStub):
     Update: _aio.UnaryUnaryMultiCallable[_event_pb2.UpdateEventRequest, _event_pb2.Event]  # type: ignore[assignment]
     Delete: _aio.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _event_pb2.Event]  # type: ignore[assignment]
     Watch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _event_pb2.EventWatchEvent]  # type: ignore[assignment]
+    WatchBatch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _event_pb2.EventWatchEventBatch]  # type: ignore[assignment]
+    """Watch with events grouped per message (what tinykube's own clients use)."""
 
 class EventsServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -91,5 +95,13 @@ class EventsServicer(metaclass=_abc_1.ABCMeta):
         request: _meta_pb2.WatchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_event_pb2.EventWatchEvent], _abc.AsyncIterator[_event_pb2.EventWatchEvent]]: ...
+
+    @_abc_1.abstractmethod
+    def WatchBatch(
+        self,
+        request: _meta_pb2.WatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_event_pb2.EventWatchEventBatch], _abc.AsyncIterator[_event_pb2.EventWatchEventBatch]]:
+        """Watch with events grouped per message (what tinykube's own clients use)."""
 
 def add_EventsServicer_to_server(servicer: EventsServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -38,6 +38,8 @@ class LeasesStub:
     Update: _grpc.UnaryUnaryMultiCallable[_lease_pb2.UpdateLeaseRequest, _lease_pb2.Lease]
     Delete: _grpc.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _lease_pb2.Lease]
     Watch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _lease_pb2.LeaseWatchEvent]
+    WatchBatch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _lease_pb2.LeaseWatchEventBatch]
+    """Watch with events grouped per message (what tinykube's own clients use)."""
 
 @_typing.type_check_only
 class LeasesAsyncStub(LeasesStub):
@@ -48,6 +50,8 @@ class LeasesAsyncStub(LeasesStub):
     Update: _aio.UnaryUnaryMultiCallable[_lease_pb2.UpdateLeaseRequest, _lease_pb2.Lease]  # type: ignore[assignment]
     Delete: _aio.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _lease_pb2.Lease]  # type: ignore[assignment]
     Watch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _lease_pb2.LeaseWatchEvent]  # type: ignore[assignment]
+    WatchBatch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _lease_pb2.LeaseWatchEventBatch]  # type: ignore[assignment]
+    """Watch with events grouped per message (what tinykube's own clients use)."""
 
 class LeasesServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -91,5 +95,13 @@ class LeasesServicer(metaclass=_abc_1.ABCMeta):
         request: _meta_pb2.WatchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_lease_pb2.LeaseWatchEvent], _abc.AsyncIterator[_lease_pb2.LeaseWatchEvent]]: ...
+
+    @_abc_1.abstractmethod
+    def WatchBatch(
+        self,
+        request: _meta_pb2.WatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_lease_pb2.LeaseWatchEventBatch], _abc.AsyncIterator[_lease_pb2.LeaseWatchEventBatch]]:
+        """Watch with events grouped per message (what tinykube's own clients use)."""
 
 def add_LeasesServicer_to_server(servicer: LeasesServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -70,6 +70,11 @@ class NodesStub:
                 request_serializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
                 response_deserializer=tinykube_dot_v1_dot_node__pb2.NodeWatchEvent.FromString,
                 _registered_method=True)
+        self.WatchBatch = channel.unary_stream(
+                '/tinykube.v1.Nodes/WatchBatch',
+                request_serializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_node__pb2.NodeWatchEventBatch.FromString,
+                _registered_method=True)
 
 
 class NodesServicer:
@@ -117,6 +122,13 @@ class NodesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchBatch(self, request, context):
+        """Watch with events grouped per message (what tinykube's own clients use).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodesServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -154,6 +166,11 @@ def add_NodesServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.FromString,
                     response_serializer=tinykube_dot_v1_dot_node__pb2.NodeWatchEvent.SerializeToString,
+            ),
+            'WatchBatch': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchBatch,
+                    request_deserializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_node__pb2.NodeWatchEventBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -345,6 +362,33 @@ class Nodes:
             '/tinykube.v1.Nodes/Watch',
             tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
             tinykube_dot_v1_dot_node__pb2.NodeWatchEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tinykube.v1.Nodes/WatchBatch',
+            tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
+            tinykube_dot_v1_dot_node__pb2.NodeWatchEventBatch.FromString,
             options,
             channel_credentials,
             insecure,

@@ -39,6 +39,8 @@ class NodesStub:
     UpdateStatus: _grpc.UnaryUnaryMultiCallable[_node_pb2.UpdateNodeRequest, _node_pb2.Node]
     Delete: _grpc.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _node_pb2.Node]
     Watch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _node_pb2.NodeWatchEvent]
+    WatchBatch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _node_pb2.NodeWatchEventBatch]
+    """Watch with events grouped per message (what tinykube's own clients use)."""
 
 @_typing.type_check_only
 class NodesAsyncStub(NodesStub):
@@ -50,6 +52,8 @@ class NodesAsyncStub(NodesStub):
     UpdateStatus: _aio.UnaryUnaryMultiCallable[_node_pb2.UpdateNodeRequest, _node_pb2.Node]  # type: ignore[assignment]
     Delete: _aio.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _node_pb2.Node]  # type: ignore[assignment]
     Watch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _node_pb2.NodeWatchEvent]  # type: ignore[assignment]
+    WatchBatch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _node_pb2.NodeWatchEventBatch]  # type: ignore[assignment]
+    """Watch with events grouped per message (what tinykube's own clients use)."""
 
 class NodesServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -100,5 +104,13 @@ class NodesServicer(metaclass=_abc_1.ABCMeta):
         request: _meta_pb2.WatchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_node_pb2.NodeWatchEvent], _abc.AsyncIterator[_node_pb2.NodeWatchEvent]]: ...
+
+    @_abc_1.abstractmethod
+    def WatchBatch(
+        self,
+        request: _meta_pb2.WatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_node_pb2.NodeWatchEventBatch], _abc.AsyncIterator[_node_pb2.NodeWatchEventBatch]]:
+        """Watch with events grouped per message (what tinykube's own clients use)."""
 
 def add_NodesServicer_to_server(servicer: NodesServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -70,6 +70,11 @@ class PodsStub:
                 request_serializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
                 response_deserializer=tinykube_dot_v1_dot_pod__pb2.PodWatchEvent.FromString,
                 _registered_method=True)
+        self.WatchBatch = channel.unary_stream(
+                '/tinykube.v1.Pods/WatchBatch',
+                request_serializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_pod__pb2.PodWatchEventBatch.FromString,
+                _registered_method=True)
         self.Bind = channel.unary_unary(
                 '/tinykube.v1.Pods/Bind',
                 request_serializer=tinykube_dot_v1_dot_pod__pb2.BindRequest.SerializeToString,
@@ -127,6 +132,13 @@ class PodsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchBatch(self, request, context):
+        """Watch with events grouped per message (what tinykube's own clients use).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Bind(self, request, context):
         """Sets spec.nodeName and condition PodScheduled=True in one compare-and-swap.
         """
@@ -177,6 +189,11 @@ def add_PodsServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.FromString,
                     response_serializer=tinykube_dot_v1_dot_pod__pb2.PodWatchEvent.SerializeToString,
+            ),
+            'WatchBatch': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchBatch,
+                    request_deserializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_pod__pb2.PodWatchEventBatch.SerializeToString,
             ),
             'Bind': grpc.unary_unary_rpc_method_handler(
                     servicer.Bind,
@@ -378,6 +395,33 @@ class Pods:
             '/tinykube.v1.Pods/Watch',
             tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
             tinykube_dot_v1_dot_pod__pb2.PodWatchEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tinykube.v1.Pods/WatchBatch',
+            tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
+            tinykube_dot_v1_dot_pod__pb2.PodWatchEventBatch.FromString,
             options,
             channel_credentials,
             insecure,

@@ -39,6 +39,8 @@ class PodsStub:
     UpdateStatus: _grpc.UnaryUnaryMultiCallable[_pod_pb2.UpdatePodRequest, _pod_pb2.Pod]
     Delete: _grpc.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _pod_pb2.Pod]
     Watch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _pod_pb2.PodWatchEvent]
+    WatchBatch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _pod_pb2.PodWatchEventBatch]
+    """Watch with events grouped per message (what tinykube's own clients use)."""
     Bind: _grpc.UnaryUnaryMultiCallable[_pod_pb2.BindRequest, _pod_pb2.BindResponse]
     """Sets spec.nodeName and condition PodScheduled=True in one compare-and-swap."""
     BindBatch: _grpc.UnaryUnaryMultiCallable[_pod_pb2.BindBatchRequest, _pod_pb2.BindBatchResponse]
@@ -53,6 +55,8 @@ class PodsAsyncStub(PodsStub):
     UpdateStatus: _aio.UnaryUnaryMultiCallable[_pod_pb2.UpdatePodRequest, _pod_pb2.Pod]  # type: ignore[assignment]
     Delete: _aio.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _pod_pb2.Pod]  # type: ignore[assignment]
     Watch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _pod_pb2.PodWatchEvent]  # type: ignore[assignment]
+    WatchBatch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _pod_pb2.PodWatchEventBatch]  # type: ignore[assignment]
+    """Watch with events grouped per message (what tinykube's own clients use)."""
     Bind: _aio.UnaryUnaryMultiCallable[_pod_pb2.BindRequest, _pod_pb2.BindResponse]  # type: ignore[assignment]
     """Sets spec.nodeName and condition PodScheduled=True in one compare-and-swap."""
     BindBatch: _aio.UnaryUnaryMultiCallable[_pod_pb2.BindBatchRequest, _pod_pb2.BindBatchResponse]  # type: ignore[assignment]
@@ -106,6 +110,14 @@ class PodsServicer(metaclass=_abc_1.ABCMeta):
         request: _meta_pb2.WatchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_pod_pb2.PodWatchEvent], _abc.AsyncIterator[_pod_pb2.PodWatchEvent]]: ...
+
+    @_abc_1.abstractmethod
+    def WatchBatch(
+        self,
+        request: _meta_pb2.WatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_pod_pb2.PodWatchEventBatch], _abc.AsyncIterator[_pod_pb2.PodWatchEventBatch]]:
+        """Watch with events grouped per message (what tinykube's own clients use)."""
 
     @_abc_1.abstractmethod
     def Bind(

@@ -39,6 +39,8 @@ class ReplicaSetsStub:
     UpdateStatus: _grpc.UnaryUnaryMultiCallable[_replicaset_pb2.UpdateReplicaSetRequest, _replicaset_pb2.ReplicaSet]
     Delete: _grpc.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _replicaset_pb2.ReplicaSet]
     Watch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _replicaset_pb2.ReplicaSetWatchEvent]
+    WatchBatch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _replicaset_pb2.ReplicaSetWatchEventBatch]
+    """Watch with events grouped per message (what tinykube's own clients use)."""
 
 @_typing.type_check_only
 class ReplicaSetsAsyncStub(ReplicaSetsStub):
@@ -50,6 +52,8 @@ class ReplicaSetsAsyncStub(ReplicaSetsStub):
     UpdateStatus: _aio.UnaryUnaryMultiCallable[_replicaset_pb2.UpdateReplicaSetRequest, _replicaset_pb2.ReplicaSet]  # type: ignore[assignment]
     Delete: _aio.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _replicaset_pb2.ReplicaSet]  # type: ignore[assignment]
     Watch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _replicaset_pb2.ReplicaSetWatchEvent]  # type: ignore[assignment]
+    WatchBatch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _replicaset_pb2.ReplicaSetWatchEventBatch]  # type: ignore[assignment]
+    """Watch with events grouped per message (what tinykube's own clients use)."""
 
 class ReplicaSetsServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -100,5 +104,13 @@ class ReplicaSetsServicer(metaclass=_abc_1.ABCMeta):
         request: _meta_pb2.WatchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_replicaset_pb2.ReplicaSetWatchEvent], _abc.AsyncIterator[_replicaset_pb2.ReplicaSetWatchEvent]]: ...
+
+    @_abc_1.abstractmethod
+    def WatchBatch(
+        self,
+        request: _meta_pb2.WatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_replicaset_pb2.ReplicaSetWatchEventBatch], _abc.AsyncIterator[_replicaset_pb2.ReplicaSetWatchEventBatch]]:
+        """Watch with events grouped per message (what tinykube's own clients use)."""
 
 def add_ReplicaSetsServicer_to_server(servicer: ReplicaSetsServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

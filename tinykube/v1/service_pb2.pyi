@@ -234,6 +234,31 @@ class ServiceWatchEvent(_message.Message):
 Global___ServiceWatchEvent: _TypeAlias = ServiceWatchEvent  # noqa: Y015
 
 @_typing.final
+class ServiceWatchEventBatch(_message.Message):
+    """WatchBatch's message: the events that were ready together, in order. Every event of one
+    resourceVersion is in the same message, so a stream cut between messages loses nothing a
+    resume from the last resourceVersion received does not replay.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___ServiceWatchEvent]: ...
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___ServiceWatchEvent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ServiceWatchEventBatch: _TypeAlias = ServiceWatchEventBatch  # noqa: Y015
+
+@_typing.final
 class CreateServiceRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -70,6 +70,11 @@ class ServicesStub:
                 request_serializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
                 response_deserializer=tinykube_dot_v1_dot_service__pb2.ServiceWatchEvent.FromString,
                 _registered_method=True)
+        self.WatchBatch = channel.unary_stream(
+                '/tinykube.v1.Services/WatchBatch',
+                request_serializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_service__pb2.ServiceWatchEventBatch.FromString,
+                _registered_method=True)
 
 
 class ServicesServicer:
@@ -119,6 +124,13 @@ class ServicesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchBatch(self, request, context):
+        """Watch with events grouped per message (what tinykube's own clients use).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ServicesServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -156,6 +168,11 @@ def add_ServicesServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.FromString,
                     response_serializer=tinykube_dot_v1_dot_service__pb2.ServiceWatchEvent.SerializeToString,
+            ),
+            'WatchBatch': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchBatch,
+                    request_deserializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_service__pb2.ServiceWatchEventBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -347,6 +364,33 @@ class Services:
             '/tinykube.v1.Services/Watch',
             tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
             tinykube_dot_v1_dot_service__pb2.ServiceWatchEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tinykube.v1.Services/WatchBatch',
+            tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
+            tinykube_dot_v1_dot_service__pb2.ServiceWatchEventBatch.FromString,
             options,
             channel_credentials,
             insecure,

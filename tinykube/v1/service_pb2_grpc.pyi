@@ -41,6 +41,8 @@ class ServicesStub:
     Delete: _grpc.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _service_pb2.Service]
     """Releases the cluster IP and nodePorts in the same transaction as the delete."""
     Watch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _service_pb2.ServiceWatchEvent]
+    WatchBatch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _service_pb2.ServiceWatchEventBatch]
+    """Watch with events grouped per message (what tinykube's own clients use)."""
 
 @_typing.type_check_only
 class ServicesAsyncStub(ServicesStub):
@@ -54,6 +56,8 @@ class ServicesAsyncStub(ServicesStub):
     Delete: _aio.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _service_pb2.Service]  # type: ignore[assignment]
     """Releases the cluster IP and nodePorts in the same transaction as the delete."""
     Watch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _service_pb2.ServiceWatchEvent]  # type: ignore[assignment]
+    WatchBatch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _service_pb2.ServiceWatchEventBatch]  # type: ignore[assignment]
+    """Watch with events grouped per message (what tinykube's own clients use)."""
 
 class ServicesServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -106,5 +110,13 @@ class ServicesServicer(metaclass=_abc_1.ABCMeta):
         request: _meta_pb2.WatchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_service_pb2.ServiceWatchEvent], _abc.AsyncIterator[_service_pb2.ServiceWatchEvent]]: ...
+
+    @_abc_1.abstractmethod
+    def WatchBatch(
+        self,
+        request: _meta_pb2.WatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_service_pb2.ServiceWatchEventBatch], _abc.AsyncIterator[_service_pb2.ServiceWatchEventBatch]]:
+        """Watch with events grouped per message (what tinykube's own clients use)."""
 
 def add_ServicesServicer_to_server(servicer: ServicesServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
