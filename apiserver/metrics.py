@@ -86,6 +86,19 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.watch_events_sent = Counter(
+            "apiserver_watch_events_sent_total",
+            "Events written to client watch streams, by kind and method (Watch, WatchBatch).",
+            ["kind", "method"],
+            registry=r,
+        )
+        self.watch_messages_sent = Counter(
+            "apiserver_watch_messages_sent_total",
+            "gRPC messages written to client watch streams, by kind and method; "
+            "events / messages is WatchBatch's average batch size.",
+            ["kind", "method"],
+            registry=r,
+        )
         self.compactions = Counter(
             "apiserver_etcd_compactions_total",
             "etcd compactions run by this apiserver, by result.",

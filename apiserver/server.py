@@ -712,24 +712,21 @@ class ResourceService:
             resource_version=rv,
             bookmarks=request.allow_watch_bookmarks,
         )
+        method = "WatchBatch" if batched else "Watch"
+        events_sent = self.cache.metrics.watch_events_sent.labels(self.info.kind, method)
+        messages_sent = self.cache.metrics.watch_messages_sent.labels(self.info.kind, method)
         try:
-            if batched:
-                for message in batch_messages(initial):
-                    await write(message)
-            else:
-                for data in initial:
-                    await write(data)
+            batch = initial
             del initial
             while True:
+                messages = batch_messages(batch) if batched else batch
+                for message in messages:
+                    await write(message)
+                events_sent.inc(len(batch))
+                messages_sent.inc(len(messages))
                 batch = await watcher.drain()
                 if not batch:
                     return
-                if batched:
-                    for message in batch_messages(batch):
-                        await write(message)
-                else:
-                    for data in batch:
-                        await write(data)
         finally:
             self.cache.unregister(watcher)
 

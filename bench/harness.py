@@ -663,6 +663,21 @@ class Run:
                     ("grpc_method",),
                     seconds,
                 ),
+                # Watch fan-out: events and gRPC messages written per second (kind, method).
+                "apiserver_watch_events_per_second": sysmetrics.counter_rates(
+                    api_before,
+                    api_after,
+                    "apiserver_watch_events_sent_total",
+                    ("kind", "method"),
+                    seconds,
+                ),
+                "apiserver_watch_messages_per_second": sysmetrics.counter_rates(
+                    api_before,
+                    api_after,
+                    "apiserver_watch_messages_sent_total",
+                    ("kind", "method"),
+                    seconds,
+                ),
                 "apiserver_request_latency": sysmetrics.histogram_means(
                     api_before, api_after, "apiserver_request_duration_seconds", ("method",)
                 ),

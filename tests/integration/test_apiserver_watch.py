@@ -454,7 +454,7 @@ async def test_watch_batch_carries_exactly_what_watch_does(stubs: Stubs) -> None
     await asyncio.gather(*(relabel(stubs, f"p{i}", app="db") for i in range(0, 60, 2)))
     await delete(stubs, "p1")
     expected = summary(await read_events(plain, 91))
-    got, messages = await read_batched(batched, 91)
+    got, _messages = await read_batched(batched, 91)
     assert summary(got) == expected
     # Every event once, in resourceVersion order.
     assert len(set(expected)) == 91
