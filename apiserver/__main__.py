@@ -87,6 +87,13 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         help="deadline of each etcd request in seconds",
     )
     p.add_argument(
+        "--watch-batch-window",
+        type=float,
+        default=float(_env("WATCH_BATCH_WINDOW", _DEFAULTS.watch_batch_window_seconds)),
+        help="seconds: WatchBatch sends a busy watcher at most one message per window "
+        "(an idle watcher's event goes out at once); 0: no waiting",
+    )
+    p.add_argument(
         "--shutdown-grace",
         type=float,
         default=float(_env("SHUTDOWN_GRACE", _DEFAULTS.shutdown_grace_seconds)),
@@ -121,6 +128,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         max_request_bytes=args.max_request_bytes,
         etcd_request_timeout_seconds=args.etcd_timeout,
         shutdown_grace_seconds=args.shutdown_grace,
+        watch_batch_window_seconds=args.watch_batch_window,
         service_cluster_ip_range=args.service_cluster_ip_range,
         service_node_port_range=args.service_node_port_range,
     )

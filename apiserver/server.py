@@ -715,6 +715,9 @@ class ResourceService:
         method = "WatchBatch" if batched else "Watch"
         events_sent = self.cache.metrics.watch_events_sent.labels(self.info.kind, method)
         messages_sent = self.cache.metrics.watch_messages_sent.labels(self.info.kind, method)
+        window = self.settings.watch_batch_window_seconds if batched else 0.0
+        monotonic = self.clock.monotonic
+        last_sent = -window
         try:
             batch = initial
             del initial
@@ -724,9 +727,18 @@ class ResourceService:
                     await write(message)
                 events_sent.inc(len(batch))
                 messages_sent.inc(len(messages))
+                if messages:
+                    last_sent = monotonic()
                 batch = await watcher.drain()
                 if not batch:
                     return
+                if window > 0:
+                    # Busy (the last message went out less than a window ago): let the
+                    # events of the rest of the window join this message.
+                    wait = last_sent + window - monotonic()
+                    if wait > 0:
+                        await self.clock.sleep(wait)
+                        batch.extend(watcher.take())
         finally:
             self.cache.unregister(watcher)
 

@@ -25,6 +25,10 @@ class Settings:
     max_request_bytes: int = 3 * 1024 * 1024
     # Deadline of each etcd request; a dead etcd shows as UNAVAILABLE after this long.
     etcd_request_timeout_seconds: float = 5.0
+    # WatchBatch sends at most one message per window to a watcher: an event for an idle
+    # watcher goes out at once, and while events keep coming the ones of the next window
+    # share a message. 0 sends whatever is queued as soon as the previous write completes.
+    watch_batch_window_seconds: float = 0.01
     # Interval of BOOKMARK events on watches that ask for them.
     bookmark_interval_seconds: float = 5.0
     # How long a consistent List or a watch from a future revision waits for the cache.

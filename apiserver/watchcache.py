@@ -252,6 +252,14 @@ class Watcher:
             self.error = error
             self._wakeup.set()
 
+    def take(self) -> list[bytes]:
+        """Whatever is queued now, without waiting (a close error waits for `drain`)."""
+        if not self._queue:
+            return []
+        items = list(self._queue)
+        self._queue.clear()
+        return items
+
     async def drain(self) -> list[bytes]:
         """Wait for queued events and take them all; [] once closed cleanly.
 

@@ -506,3 +506,40 @@ async def test_watch_batch_errors_like_watch(stubs: Stubs) -> None:
         await call.read()
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "spec.bogus" in (info.value.details() or "")
+
+
+async def test_watch_batch_window_groups_a_burst_and_sends_an_idle_event_at_once(
+    etcd_server: EtcdServer,
+) -> None:
+    window = 2.0
+    running = await start_apiserver(
+        make_settings(etcd_server.endpoint, watch_batch_window_seconds=window)
+    )
+    ch = grpc.aio.insecure_channel(running.address, options=list(CHANNEL_OPTIONS))
+    loop = asyncio.get_running_loop()
+    try:
+        stubs = make_stubs(ch)
+        call = stubs.pods.WatchBatch(meta_pb2.WatchRequest())
+        await create(stubs, "first")
+        (first,), _ = await read_batched(call, 1)  # an idle watcher's event: at once
+        assert first.object.metadata.name == "first"
+        began = loop.time()
+        await asyncio.gather(*(create(stubs, f"burst-{i}") for i in range(30)))
+        burst_took = loop.time() - began
+        burst, messages = await read_batched(call, 30)
+        assert sorted(e.object.metadata.name for e in burst) == sorted(
+            f"burst-{i}" for i in range(30)
+        )
+        # At most one message per window while busy: 30 events, a handful of messages.
+        assert messages <= 2 + int(burst_took / window), (messages, burst_took)
+        # Idle again (more than a window since the last message): no wait at all.
+        await asyncio.sleep(window * 1.2)
+        sent = loop.time()
+        await create(stubs, "later")
+        (later,), _ = await read_batched(call, 1)
+        assert later.object.metadata.name == "later"
+        assert loop.time() - sent < window / 2
+        call.cancel()
+    finally:
+        await ch.close()
+        await running.server.stop()
