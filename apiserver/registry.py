@@ -281,4 +281,6 @@ class Strategy:
         return validation.validate(self.info, new) + validation.validate_update(self.info, new, old)
 
     def validate_status_update(self, new: Message, old: Message) -> list[FieldError]:
-        return validation.validate(self.info, new) + validation.validate_update(self.info, new, old)
+        # `new` is `old` with its status replaced (prepare_for_status_update): nothing but the
+        # status can be invalid, and nothing immutable can have changed.
+        return validation.validate_status(self.info, new)

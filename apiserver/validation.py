@@ -404,7 +404,11 @@ def _conditions(path: str, conditions: Iterable[Message]) -> list[FieldError]:
 
 
 def validate_pod(pod: pod_pb2.Pod) -> list[FieldError]:
-    errs = validate_pod_spec("spec", pod.spec)
+    return validate_pod_spec("spec", pod.spec) + validate_pod_status(pod)
+
+
+def validate_pod_status(pod: pod_pb2.Pod) -> list[FieldError]:
+    errs: list[FieldError] = []
     if pod.status.phase not in POD_PHASES:
         errs.append(unsupported("status.phase", pod.status.phase, POD_PHASES))
     errs.extend(_conditions("status.conditions", pod.status.conditions))
@@ -412,6 +416,10 @@ def validate_pod(pod: pod_pb2.Pod) -> list[FieldError]:
 
 
 def validate_node(node: node_pb2.Node) -> list[FieldError]:
+    return validate_node_spec(node) + validate_node_status(node)
+
+
+def validate_node_spec(node: node_pb2.Node) -> list[FieldError]:
     errs: list[FieldError] = []
     seen: set[tuple[str, str]] = set()
     for i, t in enumerate(node.spec.taints):
@@ -428,6 +436,11 @@ def validate_node(node: node_pb2.Node) -> list[FieldError]:
         if (t.key, t.effect) in seen:
             errs.append(duplicate(f"{tp}", f"{t.key}:{t.effect}"))
         seen.add((t.key, t.effect))
+    return errs
+
+
+def validate_node_status(node: node_pb2.Node) -> list[FieldError]:
+    errs: list[FieldError] = []
     for field_name, resources in (
         ("capacity", node.status.capacity),
         ("allocatable", node.status.allocatable),
@@ -601,6 +614,21 @@ def validate(info: KindInfo, obj: Message) -> list[FieldError]:
     elif info.kind == ENDPOINTS.kind:
         errs.extend(validate_endpoints(obj))  # type: ignore[arg-type]
     return errs
+
+
+def validate_status(info: KindInfo, obj: Message) -> list[FieldError]:
+    """Every problem with `obj` after an UpdateStatus.
+
+    UpdateStatus stores the stored object with only its status replaced, so metadata and spec
+    are what passed validation when they were written: for pods and nodes (the kinds whose
+    status is written often, by kubelets) only the status is checked, as Kubernetes'
+    ValidatePodStatusUpdate does. Other kinds are checked whole.
+    """
+    if info.kind == POD.kind:
+        return validate_pod_status(obj)  # type: ignore[arg-type]
+    if info.kind == NODE.kind:
+        return validate_node_status(obj)  # type: ignore[arg-type]
+    return validate(info, obj)
 
 
 def validate_update(info: KindInfo, new: Message, old: Message) -> list[FieldError]:

@@ -9,6 +9,7 @@ so a request can never be under-counted.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -41,6 +42,10 @@ class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity."""
 
 
+# A cluster uses a handful of distinct quantity strings ("100m", "500Mi", a node's capacity)
+# millions of times: validation of every pod and every informer event of the scheduler parse
+# them. Fractions are immutable, so one parsed value is shared; errors are not cached.
+@functools.lru_cache(maxsize=4096)
 def parse_quantity(text: str) -> Fraction:
     """The exact value of a quantity string; raises QuantityError when it is not one."""
     if not isinstance(text, str) or not text:

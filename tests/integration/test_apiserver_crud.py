@@ -167,6 +167,30 @@ async def test_update_ignores_status_and_update_status_ignores_spec(stubs: Stubs
     assert await get_pod(stubs) == status_updated
 
 
+async def test_update_status_validates_the_status_and_writes_nothing_when_invalid(
+    stubs: Stubs,
+) -> None:
+    created = await create_pod(stubs)
+    pod = pod_pb2.Pod()
+    pod.CopyFrom(created)
+    pod.status.phase = "Sleeping"
+    pod.status.conditions.add(type="Ready", status="Maybe")
+    details = await expect_error(
+        stubs.pods.UpdateStatus(pod_pb2.UpdatePodRequest(pod=pod)), grpc.StatusCode.INVALID_ARGUMENT
+    )
+    assert 'status.phase: Unsupported value: "Sleeping"' in details
+    assert 'status.conditions[0].status: Unsupported value: "Maybe"' in details
+    assert await get_pod(stubs) == created
+    # The node's status is checked too (its quantities are parsed strictly).
+    node = await stubs.nodes.Create(node_pb2.CreateNodeRequest(node=make_node("n-status")))
+    node.status.allocatable["cpu"] = "four"
+    details = await expect_error(
+        stubs.nodes.UpdateStatus(node_pb2.UpdateNodeRequest(node=node)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    assert "status.allocatable[cpu]" in details
+
+
 async def test_noop_update_keeps_resource_version(stubs: Stubs) -> None:
     created = await create_pod(stubs)
     again = await stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=created))
