@@ -61,7 +61,7 @@ from tinykube.v1 import meta_pb2, pod_pb2
 log = logging.getLogger(__name__)
 
 _CAS_ATTEMPTS = 8
-# Bindings per BindBatch: each is its own txn, all in flight at once.
+# Bindings per BindBatch: each is its own compare-and-swap, all in flight at once.
 MAX_BIND_BATCH = 1000
 
 
@@ -711,6 +711,7 @@ class ResourceService:
             fields=fields,
             resource_version=rv,
             bookmarks=request.allow_watch_bookmarks,
+            batched=batched,
         )
         method = "WatchBatch" if batched else "Watch"
         events_sent = self.cache.metrics.watch_events_sent.labels(self.info.kind, method)
@@ -722,14 +723,14 @@ class ResourceService:
             batch = initial
             del initial
             while True:
-                messages = batch_messages(batch) if batched else batch
+                messages = batch_messages(batch) if batched else [data for data, _ in batch]
                 for message in messages:
                     await write(message)
                 events_sent.inc(len(batch))
                 messages_sent.inc(len(messages))
                 if messages:
                     last_sent = monotonic()
-                batch = await watcher.drain()
+                batch = await watcher.drain_events()
                 if not batch:
                     return
                 if window > 0:
@@ -738,7 +739,7 @@ class ResourceService:
                     wait = last_sent + window - monotonic()
                     if wait > 0:
                         await self.clock.sleep(wait)
-                        batch.extend(watcher.take())
+                        batch.extend(watcher.take_events())
         finally:
             self.cache.unregister(watcher)
 
@@ -751,8 +752,9 @@ class ResourceService:
     async def bind_batch(
         self, request: pod_pb2.BindBatchRequest, context: Any
     ) -> pod_pb2.BindBatchResponse:
-        """Each binding exactly as Bind (its own compare-and-swap txn, its own status), all
-        concurrently: one RPC's overhead for many binds, and never several keys in one txn."""
+        """Each binding exactly as Bind (its own compare-and-swap, its own status), all
+        concurrently: one RPC's overhead for many binds. The storage layer may commit several
+        of them in one etcd txn; one failing compare never fails another binding."""
         if len(request.bindings) > MAX_BIND_BATCH:
             raise InvalidError(
                 f"BindBatch: at most {MAX_BIND_BATCH} bindings per request, "

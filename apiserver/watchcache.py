@@ -76,22 +76,28 @@ def encode_event(event_type: str, data: bytes) -> bytes:
 
 
 # A WatchBatch message stays well under every client's receive limit (the initial replay of a
-# big cache is split); events are never split, and one revision is one event here.
+# big cache is split), but never between two events of one revision.
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 
+# An encoded watch event and the etcd revision it belongs to.
+Queued = tuple[bytes, int]
 
-def batch_messages(events: list[bytes]) -> list[bytes]:
+
+def batch_messages(events: list[Queued]) -> list[bytes]:
     """Wire bytes of `<Kind>WatchEventBatch{events}` messages carrying `events` in order.
 
     `repeated <Kind>WatchEvent events = 1` is each event's bytes behind a tag and a length, so
-    batching pre-encoded events is concatenation. Every event of one etcd revision lands in
-    the same message: each write is its own transaction, so a revision holds one event.
+    batching pre-encoded events is concatenation. A message is only ever split where the
+    revision changes: the apiserver writes concurrent changes in one etcd transaction, so
+    several objects may share a revision, and a client resuming from the last resourceVersion
+    it received must have received every event of that revision.
     """
     out: list[bytes] = []
     parts: list[bytes] = []
     size = 0
-    for data in events:
-        if size and size + len(data) > MAX_BATCH_BYTES:
+    last = None
+    for data, revision in events:
+        if size and size + len(data) > MAX_BATCH_BYTES and revision != last:
             out.append(b"".join(parts))
             parts = []
             size = 0
@@ -99,6 +105,7 @@ def batch_messages(events: list[bytes]) -> list[bytes]:
         parts.append(head)
         parts.append(data)
         size += len(head) + len(data)
+        last = revision
     if parts:
         out.append(b"".join(parts))
     return out
@@ -215,12 +222,15 @@ class Watcher:
     fields: FieldSelector
     bookmarks: bool
     max_queue: int
+    # False for a plain Watch (one event per message): see TxnBatcher.exclusive.
+    batched: bool = True
     index_value: str | None = None
     last_revision: int = 0
-    _queue: collections.deque[bytes] = field(default_factory=collections.deque)
+    _queue: collections.deque[Queued] = field(default_factory=collections.deque)
     _wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     error: TinykubeError | None = None
     closed: bool = False
+    unregistered: bool = False
 
     @property
     def everything(self) -> bool:
@@ -234,7 +244,12 @@ class Watcher:
     def push(self, data: bytes, revision: int) -> None:
         if self.closed:
             return
-        if len(self._queue) >= self.max_queue:
+        queue = self._queue
+        if len(queue) >= self.max_queue:
+            # The client will resume from the last resourceVersion it received, so it must
+            # not receive part of a revision: what is queued of this one goes too.
+            while queue and queue[-1][1] == revision:
+                queue.pop()
             self.close(
                 ResourceExhaustedError(
                     f"watch closed: the client is too slow to keep up ({self.max_queue} events "
@@ -242,7 +257,7 @@ class Watcher:
                 )
             )
             return
-        self._queue.append(data)
+        queue.append((data, revision))
         self.last_revision = revision
         self._wakeup.set()
 
@@ -252,7 +267,7 @@ class Watcher:
             self.error = error
             self._wakeup.set()
 
-    def take(self) -> list[bytes]:
+    def take_events(self) -> list[Queued]:
         """Whatever is queued now, without waiting (a close error waits for `drain`)."""
         if not self._queue:
             return []
@@ -260,11 +275,10 @@ class Watcher:
         self._queue.clear()
         return items
 
-    async def drain(self) -> list[bytes]:
-        """Wait for queued events and take them all; [] once closed cleanly.
-
-        Events queued before a close are still delivered; the close error comes after them.
-        """
+    async def drain_events(self) -> list[Queued]:
+        """Wait for queued events and take them all, with their revisions; [] once closed
+        cleanly. Events queued before a close are still delivered; the close error comes
+        after them."""
         queue = self._queue
         while True:
             if queue:
@@ -277,6 +291,10 @@ class Watcher:
                 return []
             self._wakeup.clear()
             await self._wakeup.wait()
+
+    async def drain(self) -> list[bytes]:
+        """`drain_events` without the revisions."""
+        return [data for data, _ in await self.drain_events()]
 
 
 class WatchCache:
@@ -321,6 +339,8 @@ class WatchCache:
         self._etcd_watch: EtcdWatch | None = None
         self._by_value: dict[str, dict[bytes, CachedObject]] = {}
         self.etcd_watches_opened = 0
+        # Registered watchers that get one event per message (plain Watch).
+        self.plain_watchers = 0
 
     # ---- keeping in sync -------------------------------------------------------------------
 
@@ -652,7 +672,8 @@ class WatchCache:
         fields: FieldSelector = FIELD_EVERYTHING,
         resource_version: int | None,
         bookmarks: bool = False,
-    ) -> tuple[Watcher, list[bytes]]:
+        batched: bool = True,
+    ) -> tuple[Watcher, list[Queued]]:
         """Register a watcher; returns it and the events to send before live ones.
 
         `resource_version` None means "current state first" (synthetic ADDED events).
@@ -677,12 +698,13 @@ class WatchCache:
             fields=fields,
             bookmarks=bookmarks,
             max_queue=self.watcher_queue_size,
+            batched=batched,
         )
         # No await from here on: the replay and the registration see the same cache state.
-        initial: list[bytes] = []
+        initial: list[Queued] = []
         if resource_version is None:
             for obj in self.snapshot(namespace, labels, fields):
-                initial.append(obj.added_event())
+                initial.append((obj.added_event(), obj.revision))
             w.last_revision = self.revision
         else:
             if resource_version < self.window_start:
@@ -692,7 +714,7 @@ class WatchCache:
             for event in self._events_after(resource_version):
                 data = event.main_bytes() if w.everything else self._filtered(w, event)
                 if data is not None:
-                    initial.append(data)
+                    initial.append((data, event.revision))
             w.last_revision = max(resource_version, self.revision)
         self._register(w)
         return w, initial
@@ -712,6 +734,8 @@ class WatchCache:
         return [window[i] for i in range(lo, len(window))]
 
     def _register(self, w: Watcher) -> None:
+        if not w.batched:
+            self.plain_watchers += 1
         value = w.fields.equality_value(self.index_field) if self.index_field else None
         if value is not None:
             w.index_value = value
@@ -722,6 +746,9 @@ class WatchCache:
 
     def unregister(self, w: Watcher) -> None:
         w.close()
+        if not w.batched and not w.unregistered:
+            self.plain_watchers -= 1
+        w.unregistered = True
         if w.index_value is not None:
             ws = self._indexed.get(w.index_value)
             if ws is not None:

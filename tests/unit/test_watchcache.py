@@ -15,7 +15,14 @@ from apiserver import watchcache
 from apiserver.metrics import Metrics
 from apiserver.registry import INDEX_FIELD, fields_of
 from apiserver.storage import EVENT_DELETE, EVENT_PUT, WatchEvent
-from apiserver.watchcache import Codec, WatchCache, batch_messages, encode_event, encode_list
+from apiserver.watchcache import (
+    Codec,
+    WatchCache,
+    Watcher,
+    batch_messages,
+    encode_event,
+    encode_list,
+)
 from tinykube.errors import ResourceExhaustedError, ResourceExpiredError
 from tinykube.selectors import parse_field_selector, parse_label_selector
 from tinykube.v1 import meta_pb2, pod_pb2
@@ -54,9 +61,9 @@ def delete(name: str, revision: int) -> WatchEvent:
     return WatchEvent(EVENT_DELETE, PREFIX + f"default/{name}".encode(), b"", revision)
 
 
-def decode(data: list[bytes]) -> list[tuple[str, str, str]]:
+def decode(data: list[tuple[bytes, int]]) -> list[tuple[str, str, str]]:
     out = []
-    for raw in data:
+    for raw, _revision in data:
         ev = pod_pb2.PodWatchEvent.FromString(raw)
         out.append((ev.type, ev.object.metadata.name, ev.object.metadata.resource_version))
     return out
@@ -117,7 +124,7 @@ async def test_label_filter_transitions() -> None:
         ("DELETED", "p", "15"),
     ]
     # Leaving the filter shows the last state the watcher could see.
-    left = pod_pb2.PodWatchEvent.FromString(events[2])
+    left = pod_pb2.PodWatchEvent.FromString(events[2][0])
     assert left.object.metadata.labels["app"] == "web"
 
 
@@ -164,7 +171,7 @@ async def test_slow_watcher_is_closed_with_resource_exhausted() -> None:
 async def test_drain_waits_for_events() -> None:
     cache = make_cache()
     w, _ = await cache.watch(resource_version=0)
-    task = asyncio.create_task(w.drain())
+    task = asyncio.create_task(w.drain_events())
     await asyncio.sleep(0)
     assert not task.done()
     cache._apply([put("a", 10)])
@@ -196,13 +203,14 @@ def test_batch_messages_decode_as_the_kinds_event_batch_and_split_between_events
         pod.metadata.resource_version = str(100 + i)
         events.append(encode_event("ADDED", pod.SerializeToString()))
     assert batch_messages([]) == []
-    (one,) = batch_messages(events)
+    queued = [(e, 100 + i) for i, e in enumerate(events)]
+    (one,) = batch_messages(queued)
     decoded = pod_pb2.PodWatchEventBatch.FromString(one)
     assert [e.object.metadata.name for e in decoded.events] == [f"p{i}" for i in range(10)]
     assert [e.SerializeToString() for e in decoded.events] == events
     # Over the size limit a new message starts; no event is ever cut in two.
     monkeypatch.setattr(watchcache, "MAX_BATCH_BYTES", 1000)
-    messages = batch_messages(events)
+    messages = batch_messages(queued)
     assert len(messages) > 1
     names = [
         e.object.metadata.name
@@ -213,3 +221,32 @@ def test_batch_messages_decode_as_the_kinds_event_batch_and_split_between_events
     for m in messages:
         batch = pod_pb2.PodWatchEventBatch.FromString(m)
         assert len(m) <= 1000 or len(batch.events) == 1
+
+
+def test_batch_messages_never_split_one_revision(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(watchcache, "MAX_BATCH_BYTES", 300)
+    # Three objects written in one etcd txn (revision 7), then one at 8.
+    pod = pod_pb2.Pod()
+    pod.metadata.annotations["pad"] = "x" * 200
+    queued = [(encode_event("ADDED", pod.SerializeToString()), rev) for rev in (7, 7, 7, 8)]
+    messages = batch_messages(queued)
+    sizes = [len(pod_pb2.PodWatchEventBatch.FromString(m).events) for m in messages]
+    assert sizes == [3, 1]
+
+
+def test_overflow_never_leaves_part_of_a_revision_queued() -> None:
+    cache = make_cache(queue=4)
+    w = Watcher(
+        namespace="",
+        labels=parse_label_selector(""),
+        fields=parse_field_selector(""),
+        bookmarks=False,
+        max_queue=4,
+    )
+    cache._register(w)
+    cache._apply([put("a", 5), put("b", 6)])
+    # One etcd transaction wrote three objects at revision 7: the queue overflows at the third.
+    cache._apply([put("c", 7), put("d", 7), put("e", 7)])
+    assert w.closed and isinstance(w.error, ResourceExhaustedError)
+    # What the client still gets ends at revision 6; it resumes from 6 and sees all of 7.
+    assert [rev for _, rev in w._queue] == [5, 6]
