@@ -87,6 +87,12 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         help="deadline of each etcd request in seconds",
     )
     p.add_argument(
+        "--etcd-batch-writes",
+        choices=("true", "false"),
+        default=_env("ETCD_BATCH_WRITES", str(_DEFAULTS.etcd_batch_writes).lower()),
+        help="concurrent single-key writes share one etcd txn (false: one txn per write)",
+    )
+    p.add_argument(
         "--watch-batch-window",
         type=float,
         default=float(_env("WATCH_BATCH_WINDOW", _DEFAULTS.watch_batch_window_seconds)),
@@ -129,6 +135,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         etcd_request_timeout_seconds=args.etcd_timeout,
         shutdown_grace_seconds=args.shutdown_grace,
         watch_batch_window_seconds=args.watch_batch_window,
+        etcd_batch_writes=args.etcd_batch_writes.lower() == "true",
         service_cluster_ip_range=args.service_cluster_ip_range,
         service_node_port_range=args.service_node_port_range,
     )

@@ -45,6 +45,7 @@ class APIServer:
             settings.endpoints,
             timeout=settings.etcd_request_timeout_seconds,
             metrics=self.metrics,
+            batch_writes=settings.etcd_batch_writes,
         )
         self.caches: dict[str, WatchCache] = {}
         self.services: dict[str, ResourceService] = {}
@@ -86,6 +87,7 @@ class APIServer:
                 node_prefix=f"{prefix}/{NODE.plural}/".encode(),
                 allocator=self.allocator if info.kind == SERVICE.kind else None,
             )
+        self.storage.set_exclusive(self._plainly_watched_kind)
         self.grpc = GrpcServer(
             settings.bind_address,
             [info.service for info in ALL_KINDS],
@@ -103,6 +105,14 @@ class APIServer:
         if host in ("0.0.0.0", "", "[::]"):
             host = "127.0.0.1"
         return f"{host}:{self.port}"
+
+    def _plainly_watched_kind(self, key: bytes) -> bytes | None:
+        """The key prefix of `key`'s kind while a plain Watch of that kind is open (its writes
+        then never share an etcd txn, see apiserver/txnbatch.py), else None."""
+        for cache in self.caches.values():
+            if cache.plain_watchers and key.startswith(cache.prefix):
+                return cache.prefix
+        return None
 
     def etcd_watch_count(self) -> int:
         """etcd watch streams open right now (one per kind when healthy)."""

@@ -99,6 +99,12 @@ class Metrics:
             ["kind", "method"],
             registry=r,
         )
+        self.etcd_txn_batch_size = Histogram(
+            "apiserver_etcd_txn_batch_size",
+            "Writes per etcd Txn (concurrent single-key writes share one; see txnbatch.py).",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+            registry=r,
+        )
         self.compactions = Counter(
             "apiserver_etcd_compactions_total",
             "etcd compactions run by this apiserver, by result.",

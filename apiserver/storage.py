@@ -1,9 +1,12 @@
 """The tiny revision-based storage interface over etcd (modelled on etcd's kubernetes interface).
 
 Keys are bytes under the apiserver's prefix (`<prefix>/<plural>/<namespace>/<name>`, cluster-scoped
-kinds without the namespace); values are opaque bytes. Every write is one etcd transaction whose
-compare is on the key's create or mod revision, so optimistic concurrency is etcd's own. Callers
-get revisions back and turn failed compares into API errors themselves.
+kinds without the namespace); values are opaque bytes. Every write is a guarded etcd transaction
+whose compare is on the key's create or mod revision, so optimistic concurrency is etcd's own.
+Single-key writes in flight at the same time are sent together as one transaction by
+`TxnBatcher` (apiserver/txnbatch.py): each keeps its own compare and its own outcome, and the
+objects written together share that transaction's revision. Callers get revisions back and
+turn failed compares into API errors themselves.
 
 We talk to etcd through the generated stubs shipped with `aetcd` (`aetcd.rpc`) on our own grpc.aio
 channel: that gives multi-op transactions, per-call deadlines, keepalive, watch progress requests
@@ -26,6 +29,7 @@ from aetcd import rpc
 from aetcd.exceptions import RevisionCompactedError
 
 from apiserver.metrics import Metrics
+from apiserver.txnbatch import BatchedResult, TxnBatcher
 from tinykube.errors import (
     InternalError,
     ResourceExpiredError,
@@ -135,7 +139,14 @@ def map_etcd_error(exc: BaseException) -> TinykubeError:
 class Storage:
     """Revision-based get/list/create/update/delete/watch over one etcd cluster."""
 
-    def __init__(self, endpoints: list[str], *, timeout: float, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        endpoints: list[str],
+        *,
+        timeout: float,
+        metrics: Metrics,
+        batch_writes: bool = True,
+    ) -> None:
         if not endpoints:
             raise ValueError("no etcd endpoints given")
         # gRPC's ipv4/dns resolvers take several addresses and fail over between them.
@@ -146,6 +157,22 @@ class Storage:
         self._channel: grpc.aio.Channel | None = None
         self._kv: Any = None
         self._watch: Any = None
+        # Concurrent single-key writes share etcd txns (apiserver/txnbatch.py); Service
+        # allocations, which write several keys, always go alone.
+        self._batcher = (
+            TxnBatcher(
+                lambda req: self._send_txn(req, "batch"),
+                self._send_txn,
+                on_batch=metrics.etcd_txn_batch_size.observe,
+            )
+            if batch_writes
+            else None
+        )
+
+    def set_exclusive(self, exclusive: Callable[[bytes], bytes | None]) -> None:
+        """Keys for which `exclusive` names a group: at most one write of a group per txn."""
+        if self._batcher is not None:
+            self._batcher.exclusive = exclusive
 
     def connect(self) -> None:
         """Create the channel; connection happens lazily and is retried by gRPC forever."""
@@ -241,7 +268,12 @@ class Storage:
             for k in (key, *require, *claim_keys)
         ]
         req = rpc.TxnRequest(compare=compares, success=success, failure=failure)
-        resp = await self._call(operation, lambda: self._kv.Txn(req, timeout=self.timeout))
+        if self._batcher is not None and not claims and not release:
+            resp = await self._batcher.submit(key, req, operation)
+            if isinstance(resp, BatchedResult):
+                return WriteResult(True, resp.revision)
+        else:
+            resp = await self._send_txn(req, operation)
         revision = int(resp.header.revision)
         if resp.succeeded:
             return WriteResult(True, revision)
@@ -256,6 +288,9 @@ class Storage:
             k for k, r in zip(claim_keys, rest[len(require) :], strict=True) if r.response_range.kvs
         )
         return WriteResult(False, revision, _kv(kvs[0]) if kvs else None, missing, taken)
+
+    def _send_txn(self, req: Any, operation: str) -> Awaitable[Any]:
+        return self._call(operation, lambda: self._kv.Txn(req, timeout=self.timeout))
 
     async def create(
         self, key: bytes, value: bytes, *, claims: Sequence[tuple[bytes, bytes]] = ()

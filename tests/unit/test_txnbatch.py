@@ -1,0 +1,157 @@
+"""TxnBatcher: concurrent single-key txns grouped into one etcd Txn, with fake senders (no etcd).
+
+The fake etcd applies a combined txn only if every compare holds (compares here are plain
+"key must be at this version" checks on a dict), as etcd does, and answers one revision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from aetcd import rpc
+
+from apiserver.txnbatch import MAX_TXN_OPS, BatchedResult, TxnBatcher
+from tinykube.errors import UnavailableError
+
+
+def txn(key: bytes, expect: int, value: bytes = b"v") -> Any:
+    """A guarded put: `key` must be at version `expect` (0: absent)."""
+    return rpc.TxnRequest(
+        compare=[
+            rpc.Compare(
+                key=key,
+                result=rpc.Compare.CompareResult.EQUAL,
+                target=rpc.Compare.CompareTarget.VERSION,
+                version=expect,
+            )
+        ],
+        success=[rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))],
+        failure=[rpc.RequestOp(request_range=rpc.RangeRequest(key=key))],
+    )
+
+
+class FakeEtcd:
+    def __init__(self) -> None:
+        self.versions: dict[bytes, int] = {}
+        self.revision = 1
+        self.batches: list[list[bytes]] = []  # keys of each combined txn sent
+        self.alone: list[bytes] = []  # keys of each single txn sent
+        self.fail_with: Exception | None = None
+
+    def _apply(self, req: Any) -> Any:
+        ok = all(self.versions.get(c.key, 0) == c.version for c in req.compare)
+        resp = rpc.TxnResponse(succeeded=ok)
+        if ok:
+            self.revision += 1
+            for op in req.success:
+                key = op.request_put.key
+                self.versions[key] = self.versions.get(key, 0) + 1
+        resp.header.revision = self.revision
+        return resp
+
+    async def send_batch(self, req: Any) -> Any:
+        await asyncio.sleep(0)
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.batches.append([op.request_put.key for op in req.success])
+        return self._apply(req)
+
+    async def send_one(self, req: Any, operation: str) -> Any:
+        await asyncio.sleep(0)
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.alone.append(req.success[0].request_put.key)
+        return self._apply(req)
+
+
+def make() -> tuple[FakeEtcd, TxnBatcher, list[int]]:
+    etcd = FakeEtcd()
+    sizes: list[int] = []
+    return etcd, TxnBatcher(etcd.send_batch, etcd.send_one, on_batch=sizes.append), sizes
+
+
+async def test_an_idle_write_goes_alone_and_gets_its_own_response() -> None:
+    etcd, batcher, sizes = make()
+    resp = await batcher.submit(b"a", txn(b"a", 0), "create")
+    assert not isinstance(resp, BatchedResult) and resp.succeeded
+    assert etcd.alone == [b"a"] and etcd.batches == [] and sizes == [1]
+
+
+async def test_writes_of_one_loop_turn_share_one_txn_and_revision() -> None:
+    etcd, batcher, sizes = make()
+    keys = [f"k{i}".encode() for i in range(10)]
+    results = await asyncio.gather(*(batcher.submit(k, txn(k, 0), "create") for k in keys))
+    assert etcd.batches == [keys]
+    assert all(isinstance(r, BatchedResult) and r.succeeded for r in results)
+    assert {r.revision for r in results} == {etcd.revision}
+    assert sizes == [10]
+    assert all(etcd.versions[k] == 1 for k in keys)
+
+
+async def test_a_failed_compare_resends_each_write_alone_for_its_own_answer() -> None:
+    etcd, batcher, _ = make()
+    etcd.versions[b"taken"] = 1
+    keys = [b"a", b"taken", b"b"]
+    results = await asyncio.gather(*(batcher.submit(k, txn(k, 0), "create") for k in keys))
+    assert etcd.batches == [keys]  # tried together, nothing written
+    assert sorted(etcd.alone) == sorted(keys)
+    ok = {k: r.succeeded for k, r in zip(keys, results, strict=True)}
+    assert ok == {b"a": True, b"taken": False, b"b": True}
+    assert etcd.versions == {b"a": 1, b"taken": 1, b"b": 1}  # each written once
+
+
+async def test_the_same_key_never_shares_a_txn() -> None:
+    etcd, batcher, _ = make()
+    first = batcher.submit(b"a", txn(b"a", 0), "create")
+    second = batcher.submit(b"a", txn(b"a", 1), "update")
+    other = batcher.submit(b"b", txn(b"b", 0), "create")
+    r1, r2, r3 = await asyncio.gather(first, second, other)
+    assert r1.succeeded and r2.succeeded and r3.succeeded
+    assert etcd.versions[b"a"] == 2
+    sent = etcd.batches + [[k] for k in etcd.alone]
+    assert not any(batch.count(b"a") > 1 for batch in sent)
+
+
+async def test_an_exclusive_group_has_at_most_one_write_per_txn() -> None:
+    etcd, batcher, _ = make()
+    batcher.exclusive = lambda key: b"/pods/" if key.startswith(b"/pods/") else None
+    keys = [b"/pods/a", b"/pods/b", b"/leases/x", b"/leases/y"]
+    results = await asyncio.gather(*(batcher.submit(k, txn(k, 0), "create") for k in keys))
+    assert all(r.succeeded for r in results)
+    sent = etcd.batches + [[k] for k in etcd.alone]
+    for batch in sent:
+        assert sum(k.startswith(b"/pods/") for k in batch) <= 1
+    assert sorted(k for batch in sent for k in batch) == sorted(keys)
+
+
+async def test_a_failed_call_fails_every_write_in_it() -> None:
+    etcd, batcher, _ = make()
+    etcd.fail_with = UnavailableError("etcd is unavailable: UNAVAILABLE")
+    keys = [b"a", b"b", b"c"]
+    results = await asyncio.gather(
+        *(batcher.submit(k, txn(k, 0), "create") for k in keys), return_exceptions=True
+    )
+    assert all(isinstance(r, UnavailableError) for r in results)
+    assert etcd.versions == {}
+
+
+async def test_a_batch_stays_within_etcds_op_limit() -> None:
+    etcd, batcher, sizes = make()
+    keys = [f"k{i}".encode() for i in range(MAX_TXN_OPS * 2 + 5)]
+    results = await asyncio.gather(*(batcher.submit(k, txn(k, 0), "create") for k in keys))
+    assert all(r.succeeded for r in results)
+    assert max(sizes) <= MAX_TXN_OPS
+    assert sum(sizes) == len(keys) == len(etcd.versions)
+
+
+async def test_a_cancelled_caller_is_left_out() -> None:
+    etcd, batcher, _ = make()
+    task = asyncio.ensure_future(batcher.submit(b"gone", txn(b"gone", 0), "create"))
+    kept = asyncio.ensure_future(batcher.submit(b"kept", txn(b"kept", 0), "create"))
+    task.cancel()
+    assert (await kept).succeeded
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert b"gone" not in etcd.versions
