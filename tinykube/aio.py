@@ -9,9 +9,8 @@
   ~175 to ~149 us. `TINYKUBE_EVENT_LOOP=asyncio` forces the standard loop (to compare, or where
   uvloop misbehaves).
 - The cyclic GC's youngest generation is collected every 50,000 net allocations instead of
-  700. A control plane allocates short-lived messages, futures and tasks by the hundred per
-  request, and each young collection also walks what survived; long-lived caches are moved out
-  of the collector's way with `freeze()` once they are built (see `freeze`).
+  700. A control plane allocates short-lived futures, tasks and dataclasses by the dozen per
+  request, and each young collection also walks what survived it.
 
 Nothing here changes behaviour, only speed; the choice made is logged once at start.
 """
@@ -55,13 +54,3 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         return result
     return asyncio.run(main)
 
-
-def freeze() -> None:
-    """Move every object alive now to the GC's permanent generation.
-
-    Called once a process has built its caches (the apiserver's watch caches, the scheduler's
-    informers): a full collection then no longer walks hundreds of thousands of objects that
-    will live as long as the process. Objects made later are collected as usual.
-    """
-    gc.collect()
-    gc.freeze()
