@@ -53,4 +53,3 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         result: T = uvloop.run(main)
         return result
     return asyncio.run(main)
-

@@ -1,0 +1,84 @@
+"""Micro-batching: requests that are ready at the same moment leave together.
+
+`MicroBatcher` holds the queue and the flow control shared by the scheduler's bind batcher and
+the apiserver's etcd txn batcher. A request waits only while `max_in_flight` batches are out:
+with none in flight it leaves on the next turn of the event loop (no timer, so nothing is added
+to an idle request's latency; requests made in the same turn join it), and while batches are
+out new requests queue and leave together as soon as one returns. Subclasses say how a batch
+is cut from the queue (`take_batch`) and how it is sent (`send`); every waiter's future is
+settled by `send`, or failed if `send` leaves it unsettled.
+
+Concurrency: one event loop; `enqueue` may be called from any number of tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Generic, TypeVar
+
+T = TypeVar("T")  # what a queued request carries
+R = TypeVar("R")  # what its caller gets back
+
+
+class MicroBatcher(Generic[T, R]):
+    def __init__(self, *, max_in_flight: int = 2) -> None:
+        self.max_in_flight = max_in_flight
+        self.pending: list[tuple[T, asyncio.Future[R]]] = []
+        self._in_flight = 0
+        self._scheduled = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def enqueue(self, item: T) -> R:
+        """Queue `item` and wait for its result (or its error)."""
+        fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self.pending.append((item, fut))
+        self._kick()
+        return await fut
+
+    def take_batch(self) -> list[tuple[T, asyncio.Future[R]]]:
+        """Remove and return the next batch from `pending` (waiters whose future is done, i.e.
+        cancelled callers, are to be dropped). The default takes everything still waiting."""
+        batch = [(i, f) for i, f in self.pending if not f.done()]
+        self.pending = []
+        return batch
+
+    async def send(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+        """Send one batch and settle its futures."""
+        raise NotImplementedError
+
+    def abandoned(self) -> Exception:
+        """The error of a waiter whose batch ended without settling it (a cancelled send)."""
+        return RuntimeError("batch abandoned")
+
+    def _kick(self) -> None:
+        if self._scheduled or not self.pending or self._in_flight >= self.max_in_flight:
+            return
+        self._scheduled = True
+        asyncio.get_running_loop().call_soon(self._launch)
+
+    def _launch(self) -> None:
+        self._scheduled = False
+        while self.pending and self._in_flight < self.max_in_flight:
+            batch = self.take_batch()
+            if not batch:
+                continue
+            self._in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._run(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+        try:
+            await self.send(batch)
+        finally:
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(self.abandoned())
+            self._in_flight -= 1
+            self._kick()
+
+    async def close(self) -> None:
+        """Cancel the batches in flight (their waiters fail with `abandoned()`)."""
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
