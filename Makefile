@@ -83,6 +83,9 @@ bench: $(STAMP)
 	@if [ -f bench/scheduler_cycle.py ]; then $(BIN)/python bench/scheduler_cycle.py; fi
 	$(BIN)/python bench/harness.py bench/workloads/scheduling_basic.yaml --runs 3 \
 		--workload 500Nodes --workload 5000Nodes
+	$(BIN)/python bench/harness.py bench/workloads/scheduling_basic.yaml --runs 3 --no-ceilings \
+		--workload 100Nodes-backlog --workload 5000Nodes-backlog --workload 5000Nodes-slowLeases \
+		--workload 500Nodes-100qps --workload 500Nodes-500qps
 	$(BIN)/python bench/harness.py --runs 3 --workload 5000Nodes \
 		bench/workloads/scheduling_node_affinity.yaml
 	$(BIN)/python bench/harness.py --workload 500Nodes --workload 1000Nodes \
