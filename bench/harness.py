@@ -361,6 +361,7 @@ class Run:
         )
         self.sampler = Sampler()
         self.kubelet_groups = 0
+        self.bare_nodes = 0  # nodes with no kubelet: their pods are bound but never run
         self.result: dict[str, Any] = {}
         self.creator_stats: list[dict[str, Any]] = []
         self.churn_task: asyncio.Task[dict[str, int]] | None = None
@@ -377,6 +378,9 @@ class Run:
 
     async def create_nodes(self, op: dict[str, Any], client: Client) -> None:
         count = op_count(op, self.params)
+        if not resolve(op.get("kubelets", True), self.params):
+            await self.create_bare_nodes(op, client, count)
+            return
         per = int(op.get("nodesPerKubelet", NODES_PER_KUBELET))
         procs = max(1, math.ceil(count / per))
         labels = ",".join(f"{k}={v}" for k, v in op.get("labels", {}).items())
@@ -420,6 +424,33 @@ class Run:
                 raise TimeoutError(f"only {got}/{count} nodes Ready")
             await asyncio.sleep(1.0)
         self.log(f"createNodes: {count} nodes Ready in {time.monotonic() - began:.1f}s")
+
+    async def create_bare_nodes(self, op: dict[str, Any], client: Client, count: int) -> None:
+        """scheduler_perf's createNodes: Node objects written through the API, Ready, with no
+        kubelet behind them (no Leases, no status updates, pods never run)."""
+        group = self.kubelet_groups
+        self.kubelet_groups += 1
+        capacity = dict(
+            kv.split("=", 1) for kv in str(op.get("capacity", DEFAULT_CAPACITY)).split(",")
+        )
+        labels = {str(k): str(v) for k, v in op.get("labels", {}).items()}
+        names = iter(f"bare-{group}-{i:05d}" for i in range(count))
+        self.bare_nodes += count
+        began = time.monotonic()
+
+        async def worker() -> None:
+            for name in names:
+                node = node_pb2.Node(api_version="v1", kind="Node")
+                node.metadata.name = name
+                node.metadata.labels.update({"kubernetes.io/hostname": name, **labels})
+                node.status.capacity.update(capacity)
+                node.status.allocatable.update(capacity)
+                ready = node.status.conditions.add(type="Ready", status="True")
+                ready.reason = "KubeletReady"
+                await client.nodes.create(node)
+
+        await asyncio.gather(*(worker() for _ in range(32)))
+        self.log(f"createNodes: {count} nodes without kubelets in {time.monotonic() - began:.1f}s")
 
     async def run_creators(
         self,
@@ -610,11 +641,12 @@ class Run:
         bound_wall = time.monotonic() - t0
         self.log(f"  {recorder.bound_in.get(namespace, 0)} bound after {bound_wall:.1f}s")
         try:
-            await wait_until(
-                lambda: recorder.running_in.get(namespace, 0) >= expect,
-                max(60.0, count / 50),
-                f"{expect} pods Running in {namespace}",
-            )
+            if not self.bare_nodes:
+                await wait_until(
+                    lambda: recorder.running_in.get(namespace, 0) >= expect,
+                    max(60.0, count / 50),
+                    f"{expect} pods Running in {namespace}",
+                )
         except TimeoutError as exc:
             incomplete = incomplete or str(exc)
             self.log(f"  {exc}")
