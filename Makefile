@@ -82,7 +82,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/api_latency.py
 	@if [ -f bench/scheduler_cycle.py ]; then $(BIN)/python bench/scheduler_cycle.py; fi
 	$(BIN)/python bench/harness.py bench/workloads/scheduling_basic.yaml --runs 3 \
-		--workload 500Nodes --workload 5000Nodes
+		--workload 500Nodes --workload 5000Nodes --workload 500Nodes-noKubelets \
+		--workload 5000Nodes-noKubelets
 	$(BIN)/python bench/harness.py bench/workloads/scheduling_basic.yaml --runs 3 --no-ceilings \
 		--workload 100Nodes-backlog --workload 5000Nodes-backlog --workload 5000Nodes-slowLeases \
 		--workload 500Nodes-100qps --workload 500Nodes-500qps
