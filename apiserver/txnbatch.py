@@ -30,6 +30,7 @@ Runs on the apiserver's event loop; `submit` may be called from any number of ta
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,9 @@ from typing import Any
 from aetcd import rpc
 
 from tinykube.batching import MicroBatcher
+from tinykube.errors import DeadlineExceededError, UnavailableError
+
+log = logging.getLogger(__name__)
 
 # etcd's --max-txn-ops default is 128 (for compares and for ops each); --max-request-bytes 1.5 MiB.
 MAX_TXN_OPS = 128
@@ -136,12 +140,18 @@ class TxnBatcher(MicroBatcher[TxnItem, Any]):
             resp = await self._send_batch(combined)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
-            # etcd failed the whole call (unavailable, timed out): as each write alone
-            # would have, every one of them fails with that error.
+        except (UnavailableError, DeadlineExceededError) as exc:
+            # etcd is unreachable or timed out: as each write alone would have, every one of
+            # them fails with that error (clients retry these).
             for _, fut in batch:
                 if not fut.done():
                     fut.set_exception(exc)
+            return
+        except Exception:
+            # etcd refused the combination itself (an etcd started with a smaller
+            # --max-txn-ops or --max-request-bytes, say): each write alone gets its own answer.
+            log.warning("etcd refused a txn of %d writes; sending them one by one", len(batch))
+            await asyncio.gather(*(self._alone(waiter) for waiter in batch))
             return
         if resp.succeeded:
             result = BatchedResult(int(resp.header.revision))

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import uuid
 from typing import Any
 
 import grpc
 import pytest
 
+from apiserver.metrics import Metrics
+from apiserver.storage import Storage
+from apiserver.txnbatch import MAX_TXN_OPS
 from tests.integration.conftest import (
     RunningAPIServer,
     Stubs,
@@ -155,3 +159,52 @@ async def test_a_plain_watch_never_sees_two_events_at_one_revision(
     finally:
         await ch.close()
         await running.server.stop()
+
+
+async def test_the_largest_batches_stay_within_etcds_limits(etcd_server: EtcdServer) -> None:
+    # 300 writes submitted in one turn of the event loop fill batches to the 128-op limit; a
+    # larger txn would be refused by etcd ("too many operations in txn request") and fail every
+    # write in it. Storage directly, so nothing spreads the writes over several turns.
+    metrics = Metrics()
+    storage = Storage([etcd_server.endpoint], timeout=10.0, metrics=metrics)
+    storage.connect()
+    prefix = f"/tinykube-test-txnbatch-{uuid.uuid4().hex[:8]}/".encode()
+    try:
+        results = await asyncio.gather(
+            *(storage.create(prefix + b"k%03d" % i, b"v") for i in range(300))
+        )
+        assert all(r.succeeded for r in results)
+        by_revision = collections.Counter(r.revision for r in results)
+        assert max(by_revision.values()) == MAX_TXN_OPS
+        listed = await storage.list_prefix(prefix)
+        assert len(listed.kvs) == 300
+        # Every key written exactly once, each at the revision its write reported.
+        assert {kv.key: kv.mod_revision for kv in listed.kvs} == {
+            prefix + b"k%03d" % i: r.revision for i, r in enumerate(results)
+        }
+    finally:
+        await storage.close()
+
+
+class SmallTxnEtcd(EtcdServer):
+    """A real etcd that takes at most 16 ops per txn."""
+
+    def command(self) -> list[str]:
+        return [*super().command(), "--max-txn-ops", "16"]
+
+
+async def test_an_etcd_with_a_smaller_txn_limit_still_gets_every_write() -> None:
+    etcd = SmallTxnEtcd()
+    await asyncio.to_thread(etcd.start)
+    storage = Storage([etcd.endpoint], timeout=10.0, metrics=Metrics())
+    storage.connect()
+    try:
+        results = await asyncio.gather(
+            *(storage.create(b"/small/k%03d" % i, b"v") for i in range(300))
+        )
+        assert all(r.succeeded for r in results)
+        assert len((await storage.list_prefix(b"/small/")).kvs) == 300
+    finally:
+        await storage.close()
+        await asyncio.to_thread(etcd.stop)
+        etcd.cleanup()

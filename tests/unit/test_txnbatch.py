@@ -13,7 +13,7 @@ import pytest
 from aetcd import rpc
 
 from apiserver.txnbatch import MAX_TXN_OPS, BatchedResult, TxnBatcher
-from tinykube.errors import UnavailableError
+from tinykube.errors import InternalError, UnavailableError
 
 
 def txn(key: bytes, expect: int, value: bytes = b"v") -> Any:
@@ -155,3 +155,17 @@ async def test_a_cancelled_caller_is_left_out() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert b"gone" not in etcd.versions
+
+
+async def test_a_combination_etcd_refuses_is_sent_one_by_one() -> None:
+    etcd, batcher, _ = make()
+    refused = InternalError("etcd error: INVALID_ARGUMENT: too many operations in txn request")
+
+    async def refuse(req: Any) -> Any:
+        raise refused
+
+    batcher._send_batch = refuse
+    keys = [b"a", b"b", b"c"]
+    results = await asyncio.gather(*(batcher.submit(k, txn(k, 0), "create") for k in keys))
+    assert all(r.succeeded for r in results)
+    assert sorted(etcd.alone) == keys
