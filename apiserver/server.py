@@ -1,7 +1,7 @@
 """The gRPC services: one generic implementation serving every kind in `tinykube.kinds`.
 
-`ResourceService` implements Create/Get/List/Update/UpdateStatus/Delete/Watch (and Pods/Bind
-and Pods/BindBatch) over `Storage` (writes and point reads go to etcd) and the kind's
+`ResourceService` implements Create/Get/List/Update/UpdateStatus/Delete/Watch/WatchBatch (and
+Pods/Bind and Pods/BindBatch) over `Storage` (writes and point reads go to etcd) and the kind's
 `WatchCache` (unpaged lists and watches). Handlers are registered with
 `grpc.method_handlers_generic_handler` rather than the generated `add_*Servicer_to_server`, so
 List and Watch can return pre-encoded bytes (the response serializer passes bytes through); the

@@ -8,7 +8,10 @@ encoded once per variant by concatenating protobuf wire bytes, so N watchers cos
 not N serializations.
 
 Watchers register synchronously on the event loop (no await between taking the snapshot or the
-window replay and joining the fan-out set), which is why nothing is lost or repeated. A watch
+window replay and joining the fan-out set), which is why nothing is lost or repeated. Several
+objects may share one revision (the apiserver commits concurrent writes in one etcd txn), so
+every queued event keeps its revision: WatchBatch messages are cut only between revisions, and
+a watcher cut off for falling behind never keeps part of one. A watch
 from resourceVersion R replays window events newer than R; R older than the window is
 OUT_OF_RANGE. Label/field filters run here, with Kubernetes' transitions (an object that leaves
 a watcher's filter is DELETED for it, one that enters is ADDED). Watchers whose field selector
