@@ -24,10 +24,10 @@ class Settings:
     # Like etcd's request limit: larger requests are rejected before reaching etcd.
     max_request_bytes: int = 3 * 1024 * 1024
     # Deadline of each etcd request; a dead etcd shows as UNAVAILABLE after this long.
+    etcd_request_timeout_seconds: float = 5.0
     # Concurrent single-key writes share one etcd txn (apiserver/txnbatch.py); False sends
     # every write as its own txn.
     etcd_batch_writes: bool = True
-    etcd_request_timeout_seconds: float = 5.0
     # WatchBatch sends at most one message per window to a watcher: an event for an idle
     # watcher goes out at once, and while events keep coming the ones of the next window
     # share a message. 0 sends whatever is queued as soon as the previous write completes.

@@ -10,14 +10,14 @@ not N serializations.
 Watchers register synchronously on the event loop (no await between taking the snapshot or the
 window replay and joining the fan-out set), which is why nothing is lost or repeated. Several
 objects may share one revision (the apiserver commits concurrent writes in one etcd txn), so
-every queued event keeps its revision: WatchBatch messages are cut only between revisions, and
-a watcher cut off for falling behind never keeps part of one. A watch
-from resourceVersion R replays window events newer than R; R older than the window is
-OUT_OF_RANGE. Label/field filters run here, with Kubernetes' transitions (an object that leaves
-a watcher's filter is DELETED for it, one that enters is ADDED). Watchers whose field selector
-pins an indexed field (pods: spec.nodeName) are indexed by its value, so a thousand kubelets do
-not mean a thousand filter checks per event. A watcher's queue is bounded; one that falls behind
-is cut off with RESOURCE_EXHAUSTED rather than slowing the others.
+every queued event keeps its revision: WatchBatch messages are cut only between revisions, and a
+watcher cut off for falling behind never keeps part of one. A watch from resourceVersion R
+replays window events newer than R; R older than the window is OUT_OF_RANGE. Label/field filters
+run here, with Kubernetes' transitions (an object that leaves a watcher's filter is DELETED for
+it, one that enters is ADDED). Watchers whose field selector pins an indexed field (pods:
+spec.nodeName) are indexed by its value, so a thousand kubelets do not mean a thousand filter
+checks per event. A watcher's queue is bounded; one that falls behind is cut off with
+RESOURCE_EXHAUSTED rather than slowing the others.
 
 If the etcd watch breaks, it resumes from the last revision + 1; if that revision was compacted,
 the cache relists, resets its window and ends every watcher with OUT_OF_RANGE so clients relist.
@@ -282,12 +282,9 @@ class Watcher:
         """Wait for queued events and take them all, with their revisions; [] once closed
         cleanly. Events queued before a close are still delivered; the close error comes
         after them."""
-        queue = self._queue
         while True:
-            if queue:
-                items = list(queue)
-                queue.clear()
-                return items
+            if self._queue:
+                return self.take_events()
             if self.closed:
                 if self.error is not None:
                     raise self.error
