@@ -63,6 +63,7 @@ import numpy as np
 import yaml
 from google.protobuf import json_format
 
+from kubelet.settings import parse_resources
 from tinykube.client import Client
 from tinykube.errors import TinykubeError
 from tinykube.launcher import LocalCluster
@@ -430,9 +431,8 @@ class Run:
         kubelet behind them (no Leases, no status updates, pods never run)."""
         group = self.kubelet_groups
         self.kubelet_groups += 1
-        capacity = dict(
-            kv.split("=", 1) for kv in str(op.get("capacity", DEFAULT_CAPACITY)).split(",")
-        )
+        # The same string a fake kubelet gets as --capacity, read by the kubelet's own parser.
+        capacity = parse_resources(str(op.get("capacity", DEFAULT_CAPACITY)))
         labels = {str(k): str(v) for k, v in op.get("labels", {}).items()}
         names = iter(f"bare-{group}-{i:05d}" for i in range(count))
         self.bare_nodes += count
