@@ -46,7 +46,7 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     """Run `main` to completion on a new event loop (uvloop's when available)."""
     gc.set_threshold(*GC_THRESHOLDS)
     name = loop_name()
-    log.debug("event loop: %s", name)
+    log.info("event loop: %s", name)
     if name == "uvloop":
         import uvloop
 
