@@ -28,6 +28,7 @@ from tinykube.v1 import (
     service_pb2_grpc,
 )
 
+# The core group's version: Pods, Nodes, Events, Services and Endpoints are "v1" objects.
 API_VERSION = "v1"
 
 
@@ -50,6 +51,14 @@ class KindInfo:
     add_servicer: Any  # the generated add_XServicer_to_server function
     has_status: bool  # whether UpdateStatus exists (status is a subresource)
     short_names: tuple[str, ...] = ()
+    # Kubernetes' API group ("" is the core group) and version: REST paths and apiVersion.
+    group: str = ""
+    version: str = "v1"
+
+    @property
+    def api_version(self) -> str:
+        """The object's apiVersion, as Kubernetes writes it: "v1", "apps/v1"."""
+        return f"{self.group}/{self.version}" if self.group else self.version
 
 
 POD = KindInfo(
@@ -99,6 +108,7 @@ REPLICA_SET = KindInfo(
     add_servicer=replicaset_pb2_grpc.add_ReplicaSetsServicer_to_server,
     has_status=True,
     short_names=("rs", "replicaset"),
+    group="apps",
 )
 EVENT = KindInfo(
     kind="Event",
@@ -131,6 +141,7 @@ LEASE = KindInfo(
     add_servicer=lease_pb2_grpc.add_LeasesServicer_to_server,
     has_status=False,
     short_names=("lease",),
+    group="coordination.k8s.io",
 )
 
 SERVICE = KindInfo(
