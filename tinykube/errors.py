@@ -52,6 +52,12 @@ class InvalidError(TinykubeError):
         return cls(f"{kind} {shown} is invalid: {detail}", causes)
 
 
+class BadRequestError(InvalidError):
+    """A request that cannot be read at all (malformed JSON, YAML or patch, a bad query
+    parameter): INVALID_ARGUMENT over gRPC, 400 BadRequest over REST, where InvalidError is
+    422 Invalid with one cause per bad field."""
+
+
 class NotFoundError(TinykubeError):
     code = grpc.StatusCode.NOT_FOUND
 
