@@ -114,8 +114,8 @@ class ServiceAllocator:
 
     def keys_of(self, spec: service_pb2.ServiceSpec) -> list[bytes]:
         """Every claim key a stored Service holds (released when it is deleted)."""
-        keys = [self.ip_key(spec.cluster_ip)] if spec.cluster_ip else []
-        keys += [self.port_key(p.node_port) for p in spec.ports if p.node_port]
+        keys = [self.ip_key(spec.clusterIP)] if spec.clusterIP else []
+        keys += [self.port_key(p.nodePort) for p in spec.ports if p.nodePort]
         return keys
 
     # ---- validation ------------------------------------------------------------------------
@@ -123,12 +123,12 @@ class ServiceAllocator:
     def validate(self, spec: service_pb2.ServiceSpec) -> list[FieldError]:
         """Requested values outside the configured ranges (format errors included)."""
         errs: list[FieldError] = []
-        if spec.cluster_ip:
+        if spec.clusterIP:
             try:
-                ip = ipaddress.ip_address(spec.cluster_ip)
+                ip = ipaddress.ip_address(spec.clusterIP)
             except ValueError:
                 errs.append(
-                    _invalid("spec.clusterIP", spec.cluster_ip, "must be a valid IP address")
+                    _invalid("spec.clusterIP", spec.clusterIP, "must be a valid IP address")
                 )
             else:
                 if ip not in self.ip_range or int(ip) in (
@@ -138,7 +138,7 @@ class ServiceAllocator:
                     errs.append(
                         _invalid(
                             "spec.clusterIP",
-                            spec.cluster_ip,
+                            spec.clusterIP,
                             "provided IP is not in the valid range. The range of valid IPs is "
                             f"{self.ip_range}",
                         )
@@ -146,25 +146,25 @@ class ServiceAllocator:
         low, high = self.port_range
         seen: set[int] = set()
         for i, p in enumerate(spec.ports):
-            if not p.node_port:
+            if not p.nodePort:
                 continue
             path = f"spec.ports[{i}].nodePort"
             if spec.type != "NodePort":
                 errs.append(
                     FieldError(path, "Forbidden: may not be used when `type` is 'ClusterIP'")
                 )
-            elif not low <= p.node_port <= high:
+            elif not low <= p.nodePort <= high:
                 errs.append(
                     _invalid(
                         path,
-                        p.node_port,
+                        p.nodePort,
                         "provided port is not in the valid range. The range of valid ports is "
                         f"{low}-{high}",
                     )
                 )
-            elif p.node_port in seen:
-                errs.append(FieldError(path, f'Duplicate value: "{p.node_port}"'))
-            seen.add(p.node_port)
+            elif p.nodePort in seen:
+                errs.append(FieldError(path, f'Duplicate value: "{p.nodePort}"'))
+            seen.add(p.nodePort)
         return errs
 
     # ---- planning --------------------------------------------------------------------------
@@ -180,13 +180,13 @@ class ServiceAllocator:
         for key in wanted:
             if key not in held:
                 out.claims.append((key, owner.encode()))
-        if new.cluster_ip:
-            out.requested[self.ip_key(new.cluster_ip)] = ("spec.clusterIP", new.cluster_ip)
+        if new.clusterIP:
+            out.requested[self.ip_key(new.clusterIP)] = ("spec.clusterIP", new.clusterIP)
         for i, p in enumerate(new.ports):
-            if p.node_port:
-                out.requested[self.port_key(p.node_port)] = (
+            if p.nodePort:
+                out.requested[self.port_key(p.nodePort)] = (
                     f"spec.ports[{i}].nodePort",
-                    str(p.node_port),
+                    str(p.nodePort),
                 )
         out.release = [k for k in held if k not in set(wanted)]
         return out
@@ -240,20 +240,20 @@ class ServiceAllocator:
     async def fill(self, spec: service_pb2.ServiceSpec, avoid: set[bytes]) -> None:
         """Give `spec` a cluster IP and nodePorts (NodePort services) where unset, avoiding
         keys that lost a race on an earlier attempt."""
-        if not spec.cluster_ip:
+        if not spec.clusterIP:
             avoid_ips = {
                 k[len(self.ip_prefix) :].decode() for k in avoid if k.startswith(self.ip_prefix)
             }
-            spec.cluster_ip = await self._pick_ip(avoid_ips)
+            spec.clusterIP = await self._pick_ip(avoid_ips)
         if spec.type == "NodePort":
-            taken_here = {p.node_port for p in spec.ports if p.node_port}
+            taken_here = {p.nodePort for p in spec.ports if p.nodePort}
             avoid_ports = {
                 int(k[len(self.port_prefix) :]) for k in avoid if k.startswith(self.port_prefix)
             }
             for p in spec.ports:
-                if not p.node_port:
-                    p.node_port = await self._pick_port(avoid_ports | taken_here)
-                    taken_here.add(p.node_port)
+                if not p.nodePort:
+                    p.nodePort = await self._pick_port(avoid_ports | taken_here)
+                    taken_here.add(p.nodePort)
 
     # ---- the write loop --------------------------------------------------------------------
 
@@ -278,11 +278,11 @@ class ServiceAllocator:
         for _ in range(_ATTEMPTS):
             # Reset the values chosen by an earlier attempt that lost a race.
             if auto:
-                if self.ip_key(spec.cluster_ip) in auto:
-                    spec.cluster_ip = ""
+                if self.ip_key(spec.clusterIP) in auto:
+                    spec.clusterIP = ""
                 for p in spec.ports:
-                    if self.port_key(p.node_port) in auto:
-                        p.node_port = 0
+                    if self.port_key(p.nodePort) in auto:
+                        p.nodePort = 0
             await self.fill(spec, avoid)
             claims = self.plan(owner, spec, old)
             auto = [k for k, _ in claims.claims if k not in requested_before]

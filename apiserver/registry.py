@@ -19,7 +19,8 @@ from google.protobuf.message import Message
 
 from apiserver import validation
 from tinykube.errors import FieldError
-from tinykube.kinds import API_VERSION, EVENT, LEASE, NODE, POD, REPLICA_SET, SERVICE, KindInfo
+from tinykube.kinds import EVENT, LEASE, NODE, POD, REPLICA_SET, SERVICE, KindInfo
+from tinykube.meta import int_or_string, int_or_string_problem, set_int_or_string, set_timestamp
 from tinykube.v1 import pod_pb2, service_pb2
 
 # Fields every kind supports in field selectors.
@@ -64,11 +65,11 @@ def fields_of(kind: str) -> Callable[[Message], dict[str, str]]:
             return {
                 "metadata.name": p.metadata.name,
                 "metadata.namespace": p.metadata.namespace,
-                "spec.nodeName": p.spec.node_name,
-                "spec.schedulerName": p.spec.scheduler_name,
-                "spec.restartPolicy": p.spec.restart_policy,
+                "spec.nodeName": p.spec.nodeName,
+                "spec.schedulerName": p.spec.schedulerName,
+                "spec.restartPolicy": p.spec.restartPolicy,
                 "status.phase": p.status.phase,
-                "status.nominatedNodeName": p.status.nominated_node_name,
+                "status.nominatedNodeName": p.status.nominatedNodeName,
             }
 
         return pod_fields
@@ -96,7 +97,7 @@ def fields_of(kind: str) -> Callable[[Message], dict[str, str]]:
 
         def event_fields(obj: Message) -> dict[str, str]:
             e = obj
-            ref = e.involved_object  # type: ignore[attr-defined]
+            ref = e.involvedObject  # type: ignore[attr-defined]
             return {
                 "metadata.name": e.metadata.name,  # type: ignore[attr-defined]
                 "metadata.namespace": e.metadata.namespace,  # type: ignore[attr-defined]
@@ -140,24 +141,26 @@ def default_service_spec(spec: service_pb2.ServiceSpec) -> None:
     for port in spec.ports:
         if not port.protocol:
             port.protocol = "TCP"
-        if not port.target_port or port.target_port == "0":
-            port.target_port = str(port.port)
+        if int_or_string(port.targetPort) in (None, 0, "") and not int_or_string_problem(
+            port.targetPort
+        ):
+            set_int_or_string(port.targetPort, port.port)
 
 
 def keep_service_allocations(new: service_pb2.ServiceSpec, old: service_pb2.ServiceSpec) -> None:
     """An Update that leaves clusterIP or a nodePort out keeps the allocated one (applying the
     original manifest again must not change or free them)."""
-    if not new.cluster_ip:
-        new.cluster_ip = old.cluster_ip
+    if not new.clusterIP:
+        new.clusterIP = old.clusterIP
     if new.type != "NodePort" or old.type != "NodePort":
         return
-    by_name = {(p.name, p.port): p.node_port for p in old.ports}
-    by_port = {p.port: p.node_port for p in old.ports}
+    by_name = {(p.name, p.port): p.nodePort for p in old.ports}
+    by_port = {p.port: p.nodePort for p in old.ports}
     for i, p in enumerate(new.ports):
-        if p.node_port == 0:
-            p.node_port = by_name.get((p.name, p.port)) or by_port.get(p.port, 0)
-        if p.node_port == 0 and i < len(old.ports) and old.ports[i].name == p.name:
-            p.node_port = old.ports[i].node_port  # the same port entry, renumbered
+        if p.nodePort == 0:
+            p.nodePort = by_name.get((p.name, p.port)) or by_port.get(p.port, 0)
+        if p.nodePort == 0 and i < len(old.ports) and old.ports[i].name == p.name:
+            p.nodePort = old.ports[i].nodePort  # the same port entry, renumbered
 
 
 class Strategy:
@@ -172,14 +175,14 @@ class Strategy:
     def prepare_for_create(self, obj: Message, now: datetime) -> None:
         """Fill server-owned metadata and defaults in place."""
         meta = obj.metadata  # type: ignore[attr-defined]
-        obj.api_version = API_VERSION  # type: ignore[attr-defined]
+        obj.apiVersion = self.info.api_version  # type: ignore[attr-defined]
         obj.kind = self.info.kind  # type: ignore[attr-defined]
         meta.uid = str(uuid.uuid4())
-        meta.resource_version = ""
+        meta.resourceVersion = ""
         meta.generation = 1
-        meta.creation_timestamp.FromDatetime(now)
-        meta.ClearField("deletion_timestamp")
-        meta.ClearField("deletion_grace_period_seconds")
+        set_timestamp(meta.creationTimestamp, now)
+        meta.ClearField("deletionTimestamp")
+        meta.ClearField("deletionGracePeriodSeconds")
         if not self.info.namespaced:
             meta.namespace = ""
         kind = self.info.kind
@@ -205,19 +208,19 @@ class Strategy:
                 obj.type = "Normal"  # type: ignore[attr-defined]
 
     def _default_pod_spec(self, spec: pod_pb2.PodSpec) -> None:
-        if not spec.scheduler_name:
-            spec.scheduler_name = "tinykube"
-        if not spec.restart_policy:
-            spec.restart_policy = "Always"
-        if not spec.HasField("termination_grace_period_seconds"):
-            spec.termination_grace_period_seconds = self.default_grace_seconds
-        for c in (*spec.init_containers, *spec.containers):
+        if not spec.schedulerName:
+            spec.schedulerName = "tinykube"
+        if not spec.restartPolicy:
+            spec.restartPolicy = "Always"
+        if not spec.HasField("terminationGracePeriodSeconds"):
+            spec.terminationGracePeriodSeconds = self.default_grace_seconds
+        for c in (*spec.initContainers, *spec.containers):
             for port in c.ports:
                 if not port.protocol:
                     port.protocol = "TCP"
-            if not c.image_pull_policy:
+            if not c.imagePullPolicy:
                 tag = c.image.rsplit("/", 1)[-1]
-                c.image_pull_policy = (
+                c.imagePullPolicy = (
                     "Always" if ":" not in tag or tag.endswith(":latest") else "IfNotPresent"
                 )
         for t in spec.tolerations:
@@ -259,21 +262,21 @@ class Strategy:
     def _keep_server_metadata(self, new: Message, old: Message) -> None:
         nm = new.metadata  # type: ignore[attr-defined]
         om = old.metadata  # type: ignore[attr-defined]
-        new.api_version = API_VERSION  # type: ignore[attr-defined]
+        new.apiVersion = self.info.api_version  # type: ignore[attr-defined]
         new.kind = self.info.kind  # type: ignore[attr-defined]
         nm.uid = om.uid
-        nm.creation_timestamp.CopyFrom(om.creation_timestamp)
+        nm.creationTimestamp.CopyFrom(om.creationTimestamp)
         nm.generation = om.generation
-        nm.generate_name = om.generate_name
+        nm.generateName = om.generateName
         # Deletion is driven by Delete, never by an Update.
-        if om.HasField("deletion_timestamp"):
-            nm.deletion_timestamp.CopyFrom(om.deletion_timestamp)
+        if om.HasField("deletionTimestamp"):
+            nm.deletionTimestamp.CopyFrom(om.deletionTimestamp)
         else:
-            nm.ClearField("deletion_timestamp")
-        if om.HasField("deletion_grace_period_seconds"):
-            nm.deletion_grace_period_seconds = om.deletion_grace_period_seconds
+            nm.ClearField("deletionTimestamp")
+        if om.HasField("deletionGracePeriodSeconds"):
+            nm.deletionGracePeriodSeconds = om.deletionGracePeriodSeconds
         else:
-            nm.ClearField("deletion_grace_period_seconds")
+            nm.ClearField("deletionGracePeriodSeconds")
         if not self.info.namespaced:
             nm.namespace = ""
 

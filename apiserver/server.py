@@ -48,6 +48,7 @@ from tinykube.errors import (
     to_status,
 )
 from tinykube.kinds import NODE, POD, KindInfo
+from tinykube.meta import get_continue, set_timestamp
 from tinykube.selectors import (
     FieldSelector,
     LabelSelector,
@@ -287,7 +288,7 @@ class ResourceService:
 
     def _decode(self, kv: KV) -> Message:
         obj = self.info.message.FromString(kv.value)
-        obj.metadata.resource_version = str(kv.mod_revision)  # type: ignore[attr-defined]
+        obj.metadata.resourceVersion = str(kv.mod_revision)  # type: ignore[attr-defined]
         return obj
 
     async def _current(
@@ -347,10 +348,10 @@ class ResourceService:
 
     def _stored_value(self, obj: Message) -> bytes:
         meta = obj.metadata  # type: ignore[attr-defined]
-        rv = meta.resource_version
-        meta.resource_version = ""
+        rv = meta.resourceVersion
+        meta.resourceVersion = ""
         data = obj.SerializeToString()
-        meta.resource_version = rv
+        meta.resourceVersion = rv
         return data
 
     # ---- Service allocations -----------------------------------------------------------
@@ -414,13 +415,13 @@ class ResourceService:
     async def create(self, request: Message, context: Any) -> Message:
         obj: Message = getattr(request, self.info.request_field)
         meta = obj.metadata  # type: ignore[attr-defined]
-        self._check_size(request, meta.name or meta.generate_name)
+        self._check_size(request, meta.name or meta.generateName)
         meta.namespace = self._namespace(meta.namespace)
-        generated = not meta.name and bool(meta.generate_name)
+        generated = not meta.name and bool(meta.generateName)
         self.strategy.prepare_for_create(obj, self.clock.now())
         for _attempt in range(3):
             if generated:
-                meta.name = generate_name(meta.generate_name)
+                meta.name = generate_name(meta.generateName)
             errors = self.strategy.validate_create(obj)
             if self.allocator is not None:
                 errors += self.allocator.validate(obj.spec)  # type: ignore[attr-defined]
@@ -433,7 +434,7 @@ class ResourceService:
                     self.key(meta.namespace, meta.name), self._stored_value(obj)
                 )
             if result.succeeded:
-                meta.resource_version = str(result.revision)
+                meta.resourceVersion = str(result.revision)
                 return obj
             if not generated:
                 break
@@ -452,13 +453,13 @@ class ResourceService:
     # ---- List ------------------------------------------------------------------------------
 
     async def list(self, request: meta_pb2.ListRequest, context: Any) -> bytes:
-        labels, fields = self._selectors(request.label_selector, request.field_selector)
+        labels, fields = self._selectors(request.labelSelector, request.fieldSelector)
         namespace = self._namespace(request.namespace) if request.namespace else ""
         if request.limit < 0:
             raise InvalidError(f"invalid limit {request.limit}: must not be negative")
-        if request.limit > 0 or request.continue_token:
+        if request.limit > 0 or get_continue(request):
             return await self._list_paged(request, namespace, labels, fields)
-        rv = request.resource_version
+        rv = request.resourceVersion
         cache = self.cache
         if rv == "0":
             if not cache.synced.is_set():
@@ -485,8 +486,8 @@ class ResourceService:
         limit = request.limit
         revision = 0
         start = b""
-        if request.continue_token:
-            revision, start = _decode_continue(request.continue_token, prefix)
+        if get_continue(request):
+            revision, start = _decode_continue(get_continue(request), prefix)
         collected: list[CachedObject] = []
         next_key = b""
         decode = self.codec.decode
@@ -497,7 +498,7 @@ class ResourceService:
                     prefix, revision=revision, limit=max(want, 0), start=start
                 )
             except ResourceExpiredError:
-                if request.continue_token:
+                if get_continue(request):
                     raise ResourceExpiredError(
                         "The provided continue parameter is too old to display a consistent "
                         "list result. You can start a new list without the continue parameter."
@@ -542,7 +543,7 @@ class ResourceService:
         self._check_size(request, meta.name)
         meta.namespace = self._namespace(meta.namespace)
         key = self.key(meta.namespace, meta.name)
-        expected = _parse_rv(meta.resource_version) if meta.resource_version else 0
+        expected = _parse_rv(meta.resourceVersion) if meta.resourceVersion else 0
         cur = await self._current(key, revision=expected)
         for _attempt in range(_CAS_ATTEMPTS):
             if cur is None:
@@ -574,7 +575,7 @@ class ResourceService:
                 errors = self.strategy.validate_update(new, old)
                 if self.allocator is not None:
                     errors += self.allocator.validate(new.spec)  # type: ignore[attr-defined]
-            new.metadata.resource_version = old.metadata.resource_version  # type: ignore[attr-defined]
+            new.metadata.resourceVersion = old.metadata.resourceVersion  # type: ignore[attr-defined]
             if errors or new == old:
                 if not cur.authoritative:
                     cur = await self._current(key, cached=False)
@@ -584,9 +585,9 @@ class ResourceService:
                 return old  # a no-op write keeps the resourceVersion, as Kubernetes does
             nmeta = new.metadata  # type: ignore[attr-defined]
             if (
-                nmeta.HasField("deletion_timestamp")
+                nmeta.HasField("deletionTimestamp")
                 and not nmeta.finalizers
-                and nmeta.deletion_grace_period_seconds == 0
+                and nmeta.deletionGracePeriodSeconds == 0
             ):
                 # The last finalizer is gone from an object being deleted: remove it.
                 result = await self.storage.delete(key, cur.revision, release=self._held(old))
@@ -598,7 +599,7 @@ class ResourceService:
                 else:
                     result = await self.storage.update(key, self._stored_value(new), cur.revision)
                 if result.succeeded:
-                    nmeta.resource_version = str(result.revision)
+                    nmeta.resourceVersion = str(result.revision)
                     return new
             if expected:
                 raise self._conflict(meta.name)
@@ -613,10 +614,10 @@ class ResourceService:
             raise InvalidError(f"{self.info.kind} name is required")
         namespace = self._namespace(request.namespace)
         key = self.key(namespace, request.name)
-        has_grace = request.HasField("grace_period_seconds")
-        if has_grace and request.grace_period_seconds < 0:
+        has_grace = request.HasField("gracePeriodSeconds")
+        if has_grace and request.gracePeriodSeconds < 0:
             raise InvalidError(
-                f"invalid gracePeriodSeconds {request.grace_period_seconds}: must not be negative"
+                f"invalid gracePeriodSeconds {request.gracePeriodSeconds}: must not be negative"
             )
         pre = request.preconditions
         cur = await self._current(key)
@@ -632,28 +633,28 @@ class ResourceService:
                     f"Precondition failed: UID in precondition: {pre.uid}, UID in object meta: "
                     f"{meta.uid}",
                 )
-            elif pre.resource_version and pre.resource_version != meta.resource_version:
+            elif pre.resourceVersion and pre.resourceVersion != meta.resourceVersion:
                 problem = self._conflict(
                     request.name,
                     "Precondition failed: ResourceVersion in precondition: "
-                    f"{pre.resource_version}, ResourceVersion in object meta: "
-                    f"{meta.resource_version}",
+                    f"{pre.resourceVersion}, ResourceVersion in object meta: "
+                    f"{meta.resourceVersion}",
                 )
             grace = 0
             if self.info.kind == POD.kind:
                 pod: pod_pb2.Pod = obj  # type: ignore[assignment]
                 grace = (
-                    request.grace_period_seconds
+                    request.gracePeriodSeconds
                     if has_grace
-                    else pod.spec.termination_grace_period_seconds
+                    else pod.spec.terminationGracePeriodSeconds
                 )
-                if not pod.spec.node_name:
+                if not pod.spec.nodeName:
                     grace = 0  # never ran anywhere: nothing to stop
-            marked = meta.HasField("deletion_timestamp")
+            marked = meta.HasField("deletionTimestamp")
             settled = (
                 (grace > 0 or meta.finalizers)
                 and marked
-                and (meta.deletion_grace_period_seconds <= grace)
+                and (meta.deletionGracePeriodSeconds <= grace)
             )
             if (problem is not None or settled) and not cur.authoritative:
                 cur = await self._current(key, cached=False)
@@ -665,11 +666,11 @@ class ResourceService:
             if grace > 0 or meta.finalizers:
                 # Graceful (a kubelet must stop the containers) or held by finalizers: mark it.
                 nmeta = meta
-                nmeta.deletion_timestamp.FromDatetime(self.clock.now() + timedelta(seconds=grace))
-                nmeta.deletion_grace_period_seconds = grace
+                set_timestamp(nmeta.deletionTimestamp, self.clock.now() + timedelta(seconds=grace))
+                nmeta.deletionGracePeriodSeconds = grace
                 result = await self.storage.update(key, self._stored_value(obj), cur.revision)
                 if result.succeeded:
-                    nmeta.resource_version = str(result.revision)
+                    nmeta.resourceVersion = str(result.revision)
                     return obj
             else:
                 result = await self.storage.delete(key, cur.revision, release=self._held(obj))
@@ -701,8 +702,8 @@ class ResourceService:
         *,
         batched: bool,
     ) -> None:
-        labels, fields = self._selectors(request.label_selector, request.field_selector)
-        rv_text = request.resource_version
+        labels, fields = self._selectors(request.labelSelector, request.fieldSelector)
+        rv_text = request.resourceVersion
         rv = None if rv_text in ("", "0") else _parse_rv(rv_text)
         namespace = self._namespace(request.namespace) if request.namespace else ""
         watcher, initial = await self.cache.watch(
@@ -710,7 +711,7 @@ class ResourceService:
             labels=labels,
             fields=fields,
             resource_version=rv,
-            bookmarks=request.allow_watch_bookmarks,
+            bookmarks=request.allowWatchBookmarks,
             batched=batched,
         )
         method = "WatchBatch" if batched else "Watch"
@@ -747,7 +748,7 @@ class ResourceService:
 
     async def bind(self, request: pod_pb2.BindRequest, context: Any) -> pod_pb2.BindResponse:
         rv = await self._bind(request.binding)
-        return pod_pb2.BindResponse(resource_version=rv)
+        return pod_pb2.BindResponse(resourceVersion=rv)
 
     async def bind_batch(
         self, request: pod_pb2.BindBatchRequest, context: Any
@@ -767,7 +768,7 @@ class ResourceService:
                 namespace=self._namespace(binding.metadata.namespace),
             )
             try:
-                result.resource_version = await self._bind(binding)
+                result.resourceVersion = await self._bind(binding)
             except Exception as exc:
                 if not isinstance(exc, TinykubeError):
                     log.exception("BindBatch item %s failed", binding.metadata.name)
@@ -804,20 +805,20 @@ class ResourceService:
                     f"Precondition failed: UID in precondition: {binding.metadata.uid}, "
                     f"UID in object meta: {pod.metadata.uid}"
                 )
-            elif pod.metadata.HasField("deletion_timestamp"):
+            elif pod.metadata.HasField("deletionTimestamp"):
                 problem = PreconditionFailedError(
                     f"pod {namespace}/{name} is being deleted, cannot be assigned to a host"
                 )
-            elif pod.spec.node_name:
+            elif pod.spec.nodeName:
                 problem = AlreadyExistsError(
-                    f"pod {namespace}/{name} is already assigned to node {pod.spec.node_name}"
+                    f"pod {namespace}/{name} is already assigned to node {pod.spec.nodeName}"
                 )
             if problem is not None:
                 if not cur.authoritative:
                     cur = await self._current(key, cached=False)
                     continue
                 raise problem
-            pod.spec.node_name = target.name
+            pod.spec.nodeName = target.name
             _set_scheduled(pod, self.clock)
             result = await self.storage.update(
                 key, self._stored_value(pod), cur.revision, require=(node_key,)
@@ -877,9 +878,9 @@ def _set_scheduled(pod: pod_pb2.Pod, clock: Clock) -> None:
         if cond.type == "PodScheduled":
             if cond.status != "True":
                 cond.status = "True"
-                cond.last_transition_time.FromDatetime(now)
+                set_timestamp(cond.lastTransitionTime, now)
             cond.reason = ""
             cond.message = ""
             return
     cond = pod.status.conditions.add(type="PodScheduled", status="True")
-    cond.last_transition_time.FromDatetime(now)
+    set_timestamp(cond.lastTransitionTime, now)

@@ -11,10 +11,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from google.protobuf import json_format
 from google.protobuf.message import Message
+from google.protobuf.struct_pb2 import Value
 
 from tinykube.errors import FieldError
 from tinykube.kinds import ENDPOINTS, EVENT, LEASE, NODE, POD, REPLICA_SET, SERVICE, KindInfo
+from tinykube.meta import int_or_string, int_or_string_problem
 from tinykube.quantity import QuantityError, parse_quantity
 from tinykube.selectors import (
     DNS1123_SUBDOMAIN_MSG,
@@ -53,6 +56,13 @@ def _q(value: object) -> str:
     """Go's %q for the strings we show: a double-quoted value."""
     text = str(value).replace("\\", "\\\\").replace('"', '\\"')
     return f'"{text}"'
+
+
+def _value_text(value: Value) -> float | str:
+    """A google.protobuf.Value as its JSON text, for messages about a bad IntOrString."""
+    if value.WhichOneof("kind") == "number_value":
+        return value.number_value
+    return json_format.MessageToJson(value, indent=None)
 
 
 def required(path: str, detail: str = "") -> FieldError:
@@ -139,7 +149,7 @@ def validate_metadata(info: KindInfo, meta: meta_pb2.ObjectMeta) -> list[FieldEr
         if fin in seen:
             errs.append(duplicate(path, fin))
         seen.add(fin)
-    for i, ref in enumerate(meta.owner_references):
+    for i, ref in enumerate(meta.ownerReferences):
         path = f"metadata.ownerReferences[{i}]"
         if not ref.kind:
             errs.append(required(f"{path}.kind"))
@@ -147,7 +157,7 @@ def validate_metadata(info: KindInfo, meta: meta_pb2.ObjectMeta) -> list[FieldEr
             errs.append(required(f"{path}.name"))
         if not ref.uid:
             errs.append(required(f"{path}.uid"))
-    if sum(1 for r in meta.owner_references if r.controller) > 1:
+    if sum(1 for r in meta.ownerReferences if r.controller) > 1:
         errs.append(
             invalid(
                 "metadata.ownerReferences",
@@ -199,22 +209,22 @@ def validate_container(path: str, c: pod_pb2.Container) -> list[FieldError]:
         errs.extend(dns1123_label(f"{path}.name", c.name))
     if not c.image:
         errs.append(required(f"{path}.image"))
-    if c.image_pull_policy and c.image_pull_policy not in PULL_POLICIES:
-        errs.append(unsupported(f"{path}.imagePullPolicy", c.image_pull_policy, PULL_POLICIES))
+    if c.imagePullPolicy and c.imagePullPolicy not in PULL_POLICIES:
+        errs.append(unsupported(f"{path}.imagePullPolicy", c.imagePullPolicy, PULL_POLICIES))
     port_names: set[str] = set()
     for i, port in enumerate(c.ports):
         pp = f"{path}.ports[{i}]"
-        if not 1 <= port.container_port <= 65535:
+        if not 1 <= port.containerPort <= 65535:
             errs.append(
                 invalid(
                     f"{pp}.containerPort",
-                    port.container_port,
+                    port.containerPort,
                     "must be between 1 and 65535, inclusive",
                 )
             )
-        if port.host_port and not 1 <= port.host_port <= 65535:
+        if port.hostPort and not 1 <= port.hostPort <= 65535:
             errs.append(
-                invalid(f"{pp}.hostPort", port.host_port, "must be between 1 and 65535, inclusive")
+                invalid(f"{pp}.hostPort", port.hostPort, "must be between 1 and 65535, inclusive")
             )
         if port.protocol not in PROTOCOLS:
             errs.append(unsupported(f"{pp}.protocol", port.protocol, PROTOCOLS))
@@ -288,9 +298,9 @@ def _node_selector_requirement(path: str, req: pod_pb2.NodeSelectorRequirement) 
 
 def _node_selector_term(path: str, term: pod_pb2.NodeSelectorTerm) -> list[FieldError]:
     errs: list[FieldError] = []
-    for i, req in enumerate(term.match_expressions):
+    for i, req in enumerate(term.matchExpressions):
         errs.extend(_node_selector_requirement(f"{path}.matchExpressions[{i}]", req))
-    for i, req in enumerate(term.match_fields):
+    for i, req in enumerate(term.matchFields):
         fp = f"{path}.matchFields[{i}]"
         if req.key != "metadata.name":
             errs.append(invalid(f"{fp}.key", req.key, "not a valid field selector key"))
@@ -313,7 +323,7 @@ def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
         errs.append(required(f"{path}.containers"))
     names: set[str] = set()
     for group, containers in (
-        ("initContainers", spec.init_containers),
+        ("initContainers", spec.initContainers),
         ("containers", spec.containers),
     ):
         for i, c in enumerate(containers):
@@ -323,34 +333,31 @@ def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
                 if c.name in names:
                     errs.append(duplicate(f"{cp}.name", c.name))
                 names.add(c.name)
-    if spec.restart_policy not in RESTART_POLICIES:
-        errs.append(unsupported(f"{path}.restartPolicy", spec.restart_policy, RESTART_POLICIES))
-    if (
-        spec.HasField("termination_grace_period_seconds")
-        and spec.termination_grace_period_seconds < 0
-    ):
+    if spec.restartPolicy not in RESTART_POLICIES:
+        errs.append(unsupported(f"{path}.restartPolicy", spec.restartPolicy, RESTART_POLICIES))
+    if spec.HasField("terminationGracePeriodSeconds") and spec.terminationGracePeriodSeconds < 0:
         errs.append(
             invalid(
                 f"{path}.terminationGracePeriodSeconds",
-                spec.termination_grace_period_seconds,
+                spec.terminationGracePeriodSeconds,
                 "must be greater than or equal to 0",
             )
         )
-    if spec.node_name:
-        errs.extend(dns1123_subdomain(f"{path}.nodeName", spec.node_name))
-    errs.extend(_labels(f"{path}.nodeSelector", spec.node_selector))
-    na = spec.affinity.node_affinity
-    req = na.required_during_scheduling_ignored_during_execution
+    if spec.nodeName:
+        errs.extend(dns1123_subdomain(f"{path}.nodeName", spec.nodeName))
+    errs.extend(_labels(f"{path}.nodeSelector", spec.nodeSelector))
+    na = spec.affinity.nodeAffinity
+    req = na.requiredDuringSchedulingIgnoredDuringExecution
     ap = f"{path}.affinity.nodeAffinity"
-    if na.HasField("required_during_scheduling_ignored_during_execution"):
+    if na.HasField("requiredDuringSchedulingIgnoredDuringExecution"):
         rp = f"{ap}.requiredDuringSchedulingIgnoredDuringExecution"
-        if not req.node_selector_terms:
+        if not req.nodeSelectorTerms:
             errs.append(
                 required(f"{rp}.nodeSelectorTerms", "must have at least one node selector term")
             )
-        for i, term in enumerate(req.node_selector_terms):
+        for i, term in enumerate(req.nodeSelectorTerms):
             errs.extend(_node_selector_term(f"{rp}.nodeSelectorTerms[{i}]", term))
-    for i, pref in enumerate(na.preferred_during_scheduling_ignored_during_execution):
+    for i, pref in enumerate(na.preferredDuringSchedulingIgnoredDuringExecution):
         pp = f"{ap}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
         if not 1 <= pref.weight <= 100:
             errs.append(invalid(f"{pp}.weight", pref.weight, "must be in the range 1-100"))
@@ -379,7 +386,7 @@ def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
             )
         if t.effect and t.effect not in TAINT_EFFECTS:
             errs.append(unsupported(f"{tp}.effect", t.effect, TAINT_EFFECTS))
-        if t.HasField("toleration_seconds") and t.effect != "NoExecute":
+        if t.HasField("tolerationSeconds") and t.effect != "NoExecute":
             errs.append(
                 invalid(
                     f"{tp}.effect",
@@ -387,8 +394,8 @@ def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
                     "effect must be 'NoExecute' when `tolerationSeconds` is set",
                 )
             )
-    if spec.scheduler_name:
-        errs.extend(dns1123_subdomain(f"{path}.schedulerName", spec.scheduler_name))
+    if spec.schedulerName:
+        errs.extend(dns1123_subdomain(f"{path}.schedulerName", spec.schedulerName))
     return errs
 
 
@@ -456,20 +463,20 @@ def validate_replica_set(rs: replicaset_pb2.ReplicaSet) -> list[FieldError]:
     spec = rs.spec
     if spec.replicas < 0:
         errs.append(invalid("spec.replicas", spec.replicas, "must be greater than or equal to 0"))
-    if spec.min_ready_seconds < 0:
+    if spec.minReadySeconds < 0:
         errs.append(
             invalid(
-                "spec.minReadySeconds", spec.min_ready_seconds, "must be greater than or equal to 0"
+                "spec.minReadySeconds", spec.minReadySeconds, "must be greater than or equal to 0"
             )
         )
     sel = spec.selector
-    if not sel.match_labels and not sel.match_expressions:
+    if not sel.matchLabels and not sel.matchExpressions:
         errs.append(required("spec.selector"))
     else:
         for f, m in label_selector_problems(sel, "spec.selector"):
             errs.append(FieldError(f, m))
     errs.extend(_labels("spec.template.metadata.labels", spec.template.metadata.labels))
-    if sel.match_labels or sel.match_expressions:
+    if sel.matchLabels or sel.matchExpressions:
         try:
             selector = from_proto(sel)
         except SelectorError:
@@ -485,9 +492,9 @@ def validate_replica_set(rs: replicaset_pb2.ReplicaSet) -> list[FieldError]:
     errs.extend(validate_pod_spec("spec.template.spec", spec.template.spec))
     for name, value in (
         ("replicas", rs.status.replicas),
-        ("readyReplicas", rs.status.ready_replicas),
-        ("availableReplicas", rs.status.available_replicas),
-        ("fullyLabeledReplicas", rs.status.fully_labeled_replicas),
+        ("readyReplicas", rs.status.readyReplicas),
+        ("availableReplicas", rs.status.availableReplicas),
+        ("fullyLabeledReplicas", rs.status.fullyLabeledReplicas),
     ):
         if value < 0:
             errs.append(invalid(f"status.{name}", value, "must be greater than or equal to 0"))
@@ -506,17 +513,17 @@ def validate_event(event: Message) -> list[FieldError]:
 def validate_lease(lease: Message) -> list[FieldError]:
     errs: list[FieldError] = []
     spec = lease.spec  # type: ignore[attr-defined]
-    if spec.HasField("lease_duration_seconds") and spec.lease_duration_seconds <= 0:
+    if spec.HasField("leaseDurationSeconds") and spec.leaseDurationSeconds <= 0:
         errs.append(
             invalid(
-                "spec.leaseDurationSeconds", spec.lease_duration_seconds, "must be greater than 0"
+                "spec.leaseDurationSeconds", spec.leaseDurationSeconds, "must be greater than 0"
             )
         )
-    if spec.lease_transitions < 0:
+    if spec.leaseTransitions < 0:
         errs.append(
             invalid(
                 "spec.leaseTransitions",
-                spec.lease_transitions,
+                spec.leaseTransitions,
                 "must be greater than or equal to 0",
             )
         )
@@ -560,10 +567,13 @@ def validate_service(svc: service_pb2.Service) -> list[FieldError]:
         if (p.port, p.protocol) in ports:
             errs.append(duplicate(pp, f"{p.port}/{p.protocol}"))
         ports.add((p.port, p.protocol))
-        target = p.target_port
-        if target.isdigit():
-            errs.extend(_port_number(f"{pp}.targetPort", int(target)))
-        elif len(target) > 15 or not _IANA_SVC_NAME_RE.match(target) or target.isdigit():
+        target = int_or_string(p.targetPort)
+        problem = int_or_string_problem(p.targetPort)
+        if problem:
+            errs.append(invalid(f"{pp}.targetPort", _value_text(p.targetPort), problem))
+        elif isinstance(target, int):
+            errs.extend(_port_number(f"{pp}.targetPort", target))
+        elif target is not None and (len(target) > 15 or not _IANA_SVC_NAME_RE.match(target)):
             errs.append(
                 invalid(
                     f"{pp}.targetPort",
@@ -572,8 +582,8 @@ def validate_service(svc: service_pb2.Service) -> list[FieldError]:
                     "alphanumeric characters or '-')",
                 )
             )
-        if p.node_port and not 1 <= p.node_port <= 65535:
-            errs.extend(_port_number(f"{pp}.nodePort", p.node_port))
+        if p.nodePort and not 1 <= p.nodePort <= 65535:
+            errs.extend(_port_number(f"{pp}.nodePort", p.nodePort))
     errs.extend(_labels("spec.selector", spec.selector))
     return errs
 
@@ -584,7 +594,7 @@ def validate_endpoints(ep: endpoints_pb2.ServiceEndpoints) -> list[FieldError]:
         sp = f"subsets[{i}]"
         for group, addresses in (
             ("addresses", subset.addresses),
-            ("notReadyAddresses", subset.not_ready_addresses),
+            ("notReadyAddresses", subset.notReadyAddresses),
         ):
             for j, a in enumerate(addresses):
                 if not a.ip:
@@ -641,8 +651,8 @@ def validate_update(info: KindInfo, new: Message, old: Message) -> list[FieldErr
         errs.append(invalid("metadata.namespace", nm.namespace, "field is immutable"))
     if info.kind == POD.kind:
         ns, os_ = new.spec, old.spec  # type: ignore[attr-defined]
-        if list(ns.containers) != list(os_.containers) or list(ns.init_containers) != list(
-            os_.init_containers
+        if list(ns.containers) != list(os_.containers) or list(ns.initContainers) != list(
+            os_.initContainers
         ):
             errs.append(
                 forbidden(
@@ -652,16 +662,16 @@ def validate_update(info: KindInfo, new: Message, old: Message) -> list[FieldErr
                     "`spec.terminationGracePeriodSeconds`; containers are immutable",
                 )
             )
-        if ns.node_name != os_.node_name:
+        if ns.nodeName != os_.nodeName:
             errs.append(forbidden("spec.nodeName", "may only be set through Bind, and only once"))
-        if ns.restart_policy != os_.restart_policy:
-            errs.append(invalid("spec.restartPolicy", ns.restart_policy, "field is immutable"))
+        if ns.restartPolicy != os_.restartPolicy:
+            errs.append(invalid("spec.restartPolicy", ns.restartPolicy, "field is immutable"))
     if (
         info.kind == REPLICA_SET.kind and new.spec.selector != old.spec.selector  # type: ignore[attr-defined]
     ):
         errs.append(invalid("spec.selector", "", "field is immutable"))
     if info.kind == SERVICE.kind:
-        nip, oip = new.spec.cluster_ip, old.spec.cluster_ip  # type: ignore[attr-defined]
+        nip, oip = new.spec.clusterIP, old.spec.clusterIP  # type: ignore[attr-defined]
         if nip != oip:
             errs.append(invalid("spec.clusterIP", nip, "field is immutable"))
     return errs

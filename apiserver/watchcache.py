@@ -163,7 +163,7 @@ class Codec:
     def decode(self, key: bytes, value: bytes, revision: int) -> CachedObject:
         obj = self.message.FromString(value)
         meta = obj.metadata  # type: ignore[attr-defined]
-        meta.resource_version = str(revision)
+        meta.resourceVersion = str(revision)
         return CachedObject(
             key=key,
             namespace=meta.namespace,
@@ -178,7 +178,7 @@ class Codec:
         """A copy of `cached` stamped with another resourceVersion (deletion events)."""
         obj = self.message()
         obj.CopyFrom(cached.obj)
-        obj.metadata.resource_version = str(revision)  # type: ignore[attr-defined]
+        obj.metadata.resourceVersion = str(revision)  # type: ignore[attr-defined]
         return CachedObject(
             key=cached.key,
             namespace=cached.namespace,
@@ -191,7 +191,7 @@ class Codec:
 
     def bookmark(self, revision: int) -> bytes:
         obj = self.message()
-        obj.metadata.resource_version = str(revision)  # type: ignore[attr-defined]
+        obj.metadata.resourceVersion = str(revision)  # type: ignore[attr-defined]
         return encode_event(BOOKMARK, obj.SerializeToString())
 
 

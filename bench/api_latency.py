@@ -52,7 +52,7 @@ class Config:
 
 
 def make_pod(name: str, namespace: str) -> pod_pb2.Pod:
-    pod = pod_pb2.Pod(api_version="v1", kind="Pod")
+    pod = pod_pb2.Pod(apiVersion="v1", kind="Pod")
     pod.metadata.name = name
     pod.metadata.namespace = namespace
     pod.metadata.labels["app"] = "bench"
@@ -60,7 +60,7 @@ def make_pod(name: str, namespace: str) -> pod_pb2.Pod:
     container.command.extend(["sleep", "3600"])
     container.resources.requests["cpu"] = "100m"
     container.resources.requests["memory"] = "64Mi"
-    pod.spec.scheduler_name = "bench"  # no scheduler runs; keep it honest anyway
+    pod.spec.schedulerName = "bench"  # no scheduler runs; keep it honest anyway
     return pod
 
 
@@ -115,7 +115,7 @@ async def measure_latency(client: Client, run: int, cfg: Config) -> dict[str, An
 async def measure_fanout(client: Client, run: int, watchers: int, cfg: Config) -> dict[str, Any]:
     ns = f"fanout-{run}-{watchers}"
     listed = await client.pods.list(ns)
-    rv = listed.metadata.resource_version
+    rv = listed.metadata.resourceVersion
     received = [0] * watchers
     first_seen: list[list[float]] = [[] for _ in range(watchers)]
     all_done = asyncio.Event()

@@ -176,13 +176,13 @@ class PodRecorder:
         uid = pod.metadata.uid
         track = self.pods.get(uid)
         if track is None:
-            ts = pod.metadata.creation_timestamp
+            ts = pod.metadata.creationTimestamp
             track = PodTrack(pod.metadata.namespace, ts.seconds + ts.nanos / 1e9)
             self.pods[uid] = track
         if event_type == "DELETED":
             track.deleted = True
             return
-        node = pod.spec.node_name
+        node = pod.spec.nodeName
         if node and not track.node:
             track.node, track.bound, track.binds = node, now, track.binds + 1
             self.bound_in[track.namespace] = self.bound_in.get(track.namespace, 0) + 1
@@ -440,7 +440,7 @@ class Run:
 
         async def worker() -> None:
             for name in names:
-                node = node_pb2.Node(api_version="v1", kind="Node")
+                node = node_pb2.Node(apiVersion="v1", kind="Node")
                 node.metadata.name = name
                 node.metadata.labels.update({"kubernetes.io/hostname": name, **labels})
                 node.status.capacity.update(capacity)
@@ -511,11 +511,11 @@ class Run:
         sets = math.ceil(count / per)
         began = time.perf_counter()
         for i in range(sets):
-            rs = replicaset_pb2.ReplicaSet(api_version="apps/v1", kind="ReplicaSet")
+            rs = replicaset_pb2.ReplicaSet(apiVersion="apps/v1", kind="ReplicaSet")
             rs.metadata.name = f"rs-{i:04d}"
             rs.metadata.namespace = namespace
             rs.spec.replicas = min(per, count - i * per)
-            rs.spec.selector.match_labels["rs"] = rs.metadata.name
+            rs.spec.selector.matchLabels["rs"] = rs.metadata.name
             json_format.ParseDict(
                 {"metadata": template.get("metadata", {}), "spec": template["spec"]},
                 rs.spec.template,
@@ -552,7 +552,7 @@ class Run:
             made = []
             for _ in range(number):
                 i += 1
-                node = node_pb2.Node(api_version="v1", kind="Node")
+                node = node_pb2.Node(apiVersion="v1", kind="Node")
                 node.metadata.name = f"churn-node-{i}"
                 for key, val in (("cpu", "4"), ("memory", "32Gi"), ("pods", "110")):
                     node.status.capacity[key] = val
@@ -683,7 +683,7 @@ class Run:
         )
         # A second bind that the watch missed would show in a fresh List as another node.
         listed = await retry_list(lambda: client.pods.list_all(namespace, page_size=5000))
-        by_uid = {p.metadata.uid: p.spec.node_name for p in listed}
+        by_uid = {p.metadata.uid: p.spec.nodeName for p in listed}
         disagree = sum(
             1
             for uid, t in recorder.pods.items()

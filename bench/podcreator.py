@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     template = json_format.ParseDict(json.loads(Path(a.template).read_text()), pod_pb2.Pod())
     if a.scheduler_name:
-        template.spec.scheduler_name = a.scheduler_name
+        template.spec.schedulerName = a.scheduler_name
     summary = aio.run(
         create_pods(
             a.apiserver,

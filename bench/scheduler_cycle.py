@@ -60,15 +60,13 @@ def make_pod(i: int, workload: str) -> PodInfo:
     c.image = "registry.example/app:1"
     c.resources.requests.update({"cpu": "100m", "memory": "128Mi"})
     if workload == "affinity":
-        term = p.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
-        expr = term.node_selector_terms.add().match_expressions.add()
+        term = p.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+        expr = term.nodeSelectorTerms.add().matchExpressions.add()
         expr.key, expr.operator = "topology.kubernetes.io/zone", "In"
         expr.values.extend([f"zone-{i % 4}", f"zone-{(i + 1) % 4}"])
-        pref = (
-            p.spec.affinity.node_affinity.preferred_during_scheduling_ignored_during_execution.add()
-        )
+        pref = p.spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution.add()
         pref.weight = 1 + i % 100
-        e2 = pref.preference.match_expressions.add()
+        e2 = pref.preference.matchExpressions.add()
         e2.key, e2.operator, e2.values[:] = "node.kubernetes.io/instance-type", "In", ["large"]
         tol = p.spec.tolerations.add()
         tol.key, tol.operator, tol.value = "dedicated", "Equal", f"v{i}"

@@ -75,7 +75,7 @@ OWNER_UID_INDEX = "owner-uid"
 
 
 def _controller_uid(obj: Any) -> str | None:
-    for ref in obj.metadata.owner_references:
+    for ref in obj.metadata.ownerReferences:
         if ref.controller:
             return str(ref.uid)
     return None
@@ -86,7 +86,7 @@ def _orphan_namespace(obj: Any) -> str | None:
 
 
 def _owner_uids(obj: Any) -> list[str]:
-    return [str(ref.uid) for ref in obj.metadata.owner_references]
+    return [str(ref.uid) for ref in obj.metadata.ownerReferences]
 
 
 class PodIndex:

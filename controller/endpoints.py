@@ -23,6 +23,7 @@ from typing import Any
 from controller.api import Queue, Store
 from controller.util import is_terminating, key_of, pod_condition, split_key
 from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError
+from tinykube.meta import int_or_string
 from tinykube.protocols import ResourceAPI
 from tinykube.v1 import endpoints_pb2, meta_pb2, pod_pb2, service_pb2
 
@@ -49,14 +50,16 @@ def selects(svc: Service, pod: Pod) -> bool:
 def resolve_target_port(port: service_pb2.ServicePort, pod: Pod) -> int | None:
     """The pod's port for a service port: a number as is, a name looked up among the pod's
     containerPorts (same protocol). None: the pod has no such named port."""
-    target = port.target_port or str(port.port)
-    if target.isdigit():
-        return int(target)
+    target = int_or_string(port.targetPort)
+    if target is None or target in (0, ""):
+        return int(port.port)
+    if isinstance(target, int):
+        return target
     protocol = port.protocol or "TCP"
     for c in pod.spec.containers:
         for cp in c.ports:
             if cp.name == target and (cp.protocol or "TCP") == protocol:
-                return int(cp.container_port)
+                return int(cp.containerPort)
     return None
 
 
@@ -67,16 +70,16 @@ def _is_ready(pod: Pod) -> bool:
 
 def _address(pod: Pod) -> endpoints_pb2.EndpointAddress:
     addr = endpoints_pb2.EndpointAddress(
-        ip=pod.status.pod_ip,
-        target_ref=meta_pb2.ObjectReference(
+        ip=pod.status.podIP,
+        targetRef=meta_pb2.ObjectReference(
             kind="Pod",
             namespace=pod.metadata.namespace,
             name=pod.metadata.name,
             uid=pod.metadata.uid,
         ),
     )
-    if pod.spec.node_name:
-        addr.node_name = pod.spec.node_name
+    if pod.spec.nodeName:
+        addr.nodeName = pod.spec.nodeName
     return addr
 
 
@@ -87,7 +90,7 @@ def compute_subsets(svc: Service, pods: Iterable[Pod]) -> list[endpoints_pb2.End
         tuple[list[endpoints_pb2.EndpointAddress], list[endpoints_pb2.EndpointAddress]],
     ] = {}
     for pod in pods:
-        if not selects(svc, pod) or not pod.status.pod_ip:
+        if not selects(svc, pod) or not pod.status.podIP:
             continue
         if is_terminating(pod) or pod.status.phase in ("Succeeded", "Failed"):
             continue
@@ -105,11 +108,11 @@ def compute_subsets(svc: Service, pods: Iterable[Pod]) -> list[endpoints_pb2.End
         ready, not_ready = groups[ports_key]
 
         def order(a: endpoints_pb2.EndpointAddress) -> tuple[str, str]:
-            return (a.ip, a.target_ref.name)
+            return (a.ip, a.targetRef.name)
 
         subset = endpoints_pb2.EndpointSubset(
             addresses=sorted(ready, key=order),
-            not_ready_addresses=sorted(not_ready, key=order),
+            notReadyAddresses=sorted(not_ready, key=order),
             ports=[
                 endpoints_pb2.EndpointPort(name=name, port=number, protocol=protocol)
                 for name, number, protocol in ports_key
@@ -159,7 +162,7 @@ class EndpointsController:
             self.queue.add(key)
 
     def on_pod_update(self, old: Pod, new: Pod) -> None:
-        if old.metadata.resource_version == new.metadata.resource_version:
+        if old.metadata.resourceVersion == new.metadata.resourceVersion:
             return  # a resync: nothing changed
         for key in {*self._services_for(old), *self._services_for(new)}:
             self.queue.add(key)
@@ -194,7 +197,7 @@ class EndpointsController:
             and dict(current.metadata.labels) == dict(svc.metadata.labels)
         ):
             return
-        desired = Endpoints(api_version="v1", kind="Endpoints")
+        desired = Endpoints(apiVersion="v1", kind="Endpoints")
         if current is not None:
             desired.metadata.CopyFrom(current.metadata)
         else:

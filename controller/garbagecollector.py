@@ -54,7 +54,7 @@ class GarbageCollector:
     # ---- handlers ----
 
     def on_dependent_change(self, kind: str, obj: Any) -> None:
-        if obj.metadata.owner_references:
+        if obj.metadata.ownerReferences:
             self.queue.add(f"{kind}:{key_of(obj)}")
 
     def on_owner_delete(self, kind: str, owner: Any) -> None:
@@ -101,16 +101,16 @@ class GarbageCollector:
         if store is None or api is None:
             return
         obj = store.get(key)
-        if obj is None or is_terminating(obj) or not obj.metadata.owner_references:
+        if obj is None or is_terminating(obj) or not obj.metadata.ownerReferences:
             return
         namespace, name = split_key(key)
         dangling = []
-        for ref in obj.metadata.owner_references:
+        for ref in obj.metadata.ownerReferences:
             if not await self._owner_exists(ref.kind, namespace, ref.name, ref.uid):
                 dangling.append(ref.uid)
         if not dangling:
             return
-        if len(dangling) == len(obj.metadata.owner_references):
+        if len(dangling) == len(obj.metadata.ownerReferences):
             log.info("deleting %s %s: its owner is gone", kind, key)
             # Already gone, or replaced by a new object of the same name: nothing to do.
             with contextlib.suppress(NotFoundError, PreconditionFailedError, ConflictError):
@@ -118,9 +118,9 @@ class GarbageCollector:
             return
         updated = type(obj)()
         updated.CopyFrom(obj)
-        keep = [r for r in updated.metadata.owner_references if r.uid not in dangling]
-        del updated.metadata.owner_references[:]
-        updated.metadata.owner_references.extend(keep)
+        keep = [r for r in updated.metadata.ownerReferences if r.uid not in dangling]
+        del updated.metadata.ownerReferences[:]
+        updated.metadata.ownerReferences.extend(keep)
         try:
             await api.update(updated)
         except (NotFoundError, ConflictError):

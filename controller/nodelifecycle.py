@@ -73,7 +73,7 @@ def toleration_seconds(pod: Pod, taint: node_pb2.Taint, defaults: dict[str, floa
     matching = [t for t in pod.spec.tolerations if toleration_matches(t, taint)]
     if not matching:
         return defaults.get(taint.key, 0.0)
-    limits = [float(t.toleration_seconds) for t in matching if t.HasField("toleration_seconds")]
+    limits = [float(t.tolerationSeconds) for t in matching if t.HasField("tolerationSeconds")]
     if len(limits) < len(matching):
         return None  # one toleration without a limit tolerates forever
     return max(0.0, min(limits))
@@ -134,9 +134,9 @@ class NodeLifecycleController:
         name = node.metadata.name
         now = self.clock.monotonic()
         lease = self.lease_store.get(f"{NODE_LEASE_NAMESPACE}/{name}")
-        renew = _ts_str(lease.spec.renew_time) if lease is not None else ""
+        renew = _ts_str(lease.spec.renewTime) if lease is not None else ""
         ready = self._ready(node)
-        heartbeat = _ts_str(ready.last_heartbeat_time) if ready is not None else ""
+        heartbeat = _ts_str(ready.lastHeartbeatTime) if ready is not None else ""
         health = self._health.get(name)
         if health is None:
             # First sight (or our own restart): give the node a full grace period.
@@ -162,7 +162,7 @@ class NodeLifecycleController:
             cond.message = "Kubelet stopped posting node status."
             if cond.status != "Unknown":
                 cond.status = "Unknown"
-                cond.last_transition_time.CopyFrom(now_ts)
+                cond.lastTransitionTime.CopyFrom(now_ts)
         if not ready_seen:
             updated.status.conditions.append(
                 node_pb2.NodeCondition(
@@ -170,7 +170,7 @@ class NodeLifecycleController:
                     status="Unknown",
                     reason="NodeStatusNeverUpdated",
                     message="Kubelet never posted node status.",
-                    last_transition_time=now_ts,
+                    lastTransitionTime=now_ts,
                 )
             )
         log.info(
@@ -198,7 +198,7 @@ class NodeLifecycleController:
         if want is not None:
             updated.spec.taints.append(
                 node_pb2.Taint(
-                    key=want, effect=NO_EXECUTE, time_added=datetime_to_ts(self.clock.now())
+                    key=want, effect=NO_EXECUTE, timeAdded=datetime_to_ts(self.clock.now())
                 )
             )
         log.info("node %s: NoExecute taints now %s", node.metadata.name, want or "none")
@@ -212,7 +212,7 @@ class NodeLifecycleController:
         pods = self.pod_store.list()
         self._force_deleted &= {key_of(p) for p in pods}
         for pod in pods:
-            node_name = pod.spec.node_name
+            node_name = pod.spec.nodeName
             if not node_name:
                 continue
             pod_key = key_of(pod)
@@ -234,7 +234,7 @@ class NodeLifecycleController:
                 secs = toleration_seconds(pod, taint, self.default_tolerations)
                 if secs is None:
                     continue
-                added = ts_to_datetime(taint.time_added) if taint.HasField("time_added") else now
+                added = ts_to_datetime(taint.timeAdded) if taint.HasField("timeAdded") else now
                 taint_deadline = added + timedelta(seconds=secs)
                 if deadline is None or taint_deadline < deadline:
                     deadline = taint_deadline

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 BURST_REPLICAS = 500
 SLOW_START_INITIAL_BATCH = 1
 KIND = "ReplicaSet"
-API_VERSION = "v1"
+API_VERSION = "apps/v1"
 
 Pod = pod_pb2.Pod
 ReplicaSet = replicaset_pb2.ReplicaSet
@@ -54,12 +54,12 @@ def desired_replicas(rs: ReplicaSet) -> int:
 
 def new_controller_ref(rs: ReplicaSet) -> meta_pb2.OwnerReference:
     return meta_pb2.OwnerReference(
-        api_version=API_VERSION,
+        apiVersion=API_VERSION,
         kind=KIND,
         name=rs.metadata.name,
         uid=rs.metadata.uid,
         controller=True,
-        block_owner_deletion=True,
+        blockOwnerDeletion=True,
     )
 
 
@@ -69,13 +69,13 @@ def pod_from_template(rs: ReplicaSet) -> Pod:
     Named by the apiserver from generateName "<rs>-" plus 5 random characters.
     """
     tmpl = rs.spec.template
-    pod = Pod(api_version="v1", kind="Pod")
-    pod.metadata.generate_name = f"{rs.metadata.name}-"
+    pod = Pod(apiVersion="v1", kind="Pod")
+    pod.metadata.generateName = f"{rs.metadata.name}-"
     pod.metadata.namespace = rs.metadata.namespace
     pod.metadata.labels.update(tmpl.metadata.labels)
     pod.metadata.annotations.update(tmpl.metadata.annotations)
     pod.metadata.finalizers.extend(tmpl.metadata.finalizers)
-    pod.metadata.owner_references.append(new_controller_ref(rs))
+    pod.metadata.ownerReferences.append(new_controller_ref(rs))
     pod.spec.CopyFrom(tmpl.spec)
     return pod
 
@@ -87,26 +87,26 @@ def pods_to_delete(pods: list[Pod], related: list[Pod], count: int) -> list[Pod]
     pods on nodes crowded with related pods first, ready for less time first, more restarts
     first, newer first.
     """
-    on_node = Counter(p.spec.node_name for p in related if p.spec.node_name and is_pod_active(p))
+    on_node = Counter(p.spec.nodeName for p in related if p.spec.nodeName and is_pod_active(p))
     phase_rank = {"Pending": 0, "Unknown": 1, "Running": 2}
 
     def sort_key(p: Pod) -> tuple[int, int, int, int, float, int, float]:
         ready = is_pod_ready(p)
         ready_since = 0.0
         cond = pod_condition(p, "Ready")
-        if ready and cond is not None and cond.HasField("last_transition_time"):
-            ready_since = ts_to_datetime(cond.last_transition_time).timestamp()
-        restarts = sum(cs.restart_count for cs in p.status.container_statuses)
+        if ready and cond is not None and cond.HasField("lastTransitionTime"):
+            ready_since = ts_to_datetime(cond.lastTransitionTime).timestamp()
+        restarts = sum(cs.restartCount for cs in p.status.containerStatuses)
         created = (
-            ts_to_datetime(p.metadata.creation_timestamp).timestamp()
-            if p.metadata.HasField("creation_timestamp")
+            ts_to_datetime(p.metadata.creationTimestamp).timestamp()
+            if p.metadata.HasField("creationTimestamp")
             else 0.0
         )
         return (
-            1 if p.spec.node_name else 0,
+            1 if p.spec.nodeName else 0,
             phase_rank.get(p.status.phase, 0),
             1 if ready else 0,
-            -on_node.get(p.spec.node_name, 0),
+            -on_node.get(p.spec.nodeName, 0),
             -ready_since,  # more recently ready (less time ready) first
             -restarts,
             -created,  # newer first
@@ -209,7 +209,7 @@ class ReplicaSetController:
                 self.queue.add(key_of(match))
 
     def on_pod_update(self, old: Pod, new: Pod) -> None:
-        if old.metadata.resource_version == new.metadata.resource_version:
+        if old.metadata.resourceVersion == new.metadata.resourceVersion:
             return  # a resync: nothing changed
         if is_terminating(new):
             self.on_pod_delete(new)
@@ -225,7 +225,7 @@ class ReplicaSetController:
         if rs is not None:
             rs_key = key_of(rs)
             self.queue.add(rs_key)
-            min_ready = rs.spec.min_ready_seconds
+            min_ready = rs.spec.minReadySeconds
             if min_ready > 0 and not is_pod_ready(old) and is_pod_ready(new):
                 # Available only after minReadySeconds: look again then.
                 self.queue.add_after(rs_key, float(min_ready) + 1.0)
@@ -269,7 +269,7 @@ class ReplicaSetController:
         await self._update_status(rs, owned, manage_error)
         if manage_error is not None:
             raise manage_error
-        min_ready = rs.spec.min_ready_seconds
+        min_ready = rs.spec.minReadySeconds
         if min_ready > 0:
             now = self.clock.now()
             ready = sum(1 for p in owned if is_pod_ready(p))
@@ -314,7 +314,7 @@ class ReplicaSetController:
     async def _adopt(self, rs: ReplicaSet, pod: Pod) -> bool:
         updated = Pod()
         updated.CopyFrom(pod)
-        updated.metadata.owner_references.append(new_controller_ref(rs))
+        updated.metadata.ownerReferences.append(new_controller_ref(rs))
         try:
             await self.client.pods.update(updated)
         except (ConflictError, NotFoundError):
@@ -324,9 +324,9 @@ class ReplicaSetController:
     async def _release(self, rs: ReplicaSet, pod: Pod) -> None:
         updated = Pod()
         updated.CopyFrom(pod)
-        keep = [r for r in updated.metadata.owner_references if r.uid != rs.metadata.uid]
-        del updated.metadata.owner_references[:]
-        updated.metadata.owner_references.extend(keep)
+        keep = [r for r in updated.metadata.ownerReferences if r.uid != rs.metadata.uid]
+        del updated.metadata.ownerReferences[:]
+        updated.metadata.ownerReferences.extend(keep)
         with contextlib.suppress(ConflictError, NotFoundError):
             await self.client.pods.update(updated)
 
@@ -399,16 +399,16 @@ class ReplicaSetController:
         template_labels = dict(rs.spec.template.metadata.labels)
         status = replicaset_pb2.ReplicaSetStatus()
         status.replicas = len(owned)
-        status.fully_labeled_replicas = sum(
+        status.fullyLabeledReplicas = sum(
             1
             for p in owned
             if all(p.metadata.labels.get(k) == v for k, v in template_labels.items())
         )
-        status.ready_replicas = sum(1 for p in owned if is_pod_ready(p))
-        status.available_replicas = sum(
-            1 for p in owned if is_pod_available(p, rs.spec.min_ready_seconds, now)
+        status.readyReplicas = sum(1 for p in owned if is_pod_ready(p))
+        status.availableReplicas = sum(
+            1 for p in owned if is_pod_available(p, rs.spec.minReadySeconds, now)
         )
-        status.observed_generation = rs.metadata.generation
+        status.observedGeneration = rs.metadata.generation
         old_failure = next((c for c in rs.status.conditions if c.type == "ReplicaFailure"), None)
         for cond in rs.status.conditions:
             if cond.type != "ReplicaFailure":
@@ -420,9 +420,9 @@ class ReplicaSetController:
                 type="ReplicaFailure", status="True", reason=reason, message=str(manage_error)
             )
             if old_failure is not None and old_failure.reason == reason:
-                cond.last_transition_time.CopyFrom(old_failure.last_transition_time)
+                cond.lastTransitionTime.CopyFrom(old_failure.lastTransitionTime)
             else:
-                cond.last_transition_time.CopyFrom(datetime_to_ts(now))
+                cond.lastTransitionTime.CopyFrom(datetime_to_ts(now))
             status.conditions.append(cond)
         return status
 
@@ -448,6 +448,6 @@ class ReplicaSetController:
                 current = await self.client.replica_sets.get(
                     rs.metadata.name, rs.metadata.namespace
                 )
-                status.observed_generation = min(
-                    status.observed_generation, current.metadata.generation
+                status.observedGeneration = min(
+                    status.observedGeneration, current.metadata.generation
                 )

@@ -12,6 +12,7 @@ from typing import Protocol, TypeVar
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from tinykube.meta import timestamp
 from tinykube.v1 import meta_pb2, pod_pb2
 
 # Kubernetes' generateName alphabet: no vowels (no words) and no easily confused characters.
@@ -60,27 +61,27 @@ def _requirement_matches(req: meta_pb2.LabelSelectorRequirement, labels: Mapping
 
 def selector_matches(selector: meta_pb2.LabelSelector, labels: Mapping[str, str]) -> bool:
     """Whether `labels` satisfy a metav1.LabelSelector (matchLabels AND matchExpressions)."""
-    for k, v in selector.match_labels.items():
+    for k, v in selector.matchLabels.items():
         if labels.get(k) != v:
             return False
-    return all(_requirement_matches(r, labels) for r in selector.match_expressions)
+    return all(_requirement_matches(r, labels) for r in selector.matchExpressions)
 
 
 def selector_is_empty(selector: meta_pb2.LabelSelector) -> bool:
     """An empty selector; a ReplicaSet with one would select every pod, so it selects none."""
-    return not selector.match_labels and not selector.match_expressions
+    return not selector.matchLabels and not selector.matchExpressions
 
 
 def controller_ref(meta: meta_pb2.ObjectMeta) -> meta_pb2.OwnerReference | None:
     """The owner reference with controller=true, if any."""
-    for ref in meta.owner_references:
+    for ref in meta.ownerReferences:
         if ref.controller:
             return ref
     return None
 
 
 def is_terminating(obj: HasMeta) -> bool:
-    return obj.metadata.HasField("deletion_timestamp")
+    return obj.metadata.HasField("deletionTimestamp")
 
 
 def is_pod_active(pod: pod_pb2.Pod) -> bool:
@@ -105,9 +106,8 @@ def ts_to_datetime(ts: Timestamp) -> datetime:
 
 
 def datetime_to_ts(when: datetime) -> Timestamp:
-    ts = Timestamp()
-    ts.FromDatetime(when.astimezone(UTC).replace(tzinfo=None))
-    return ts
+    """A metav1.Time: whole seconds, as Kubernetes prints them."""
+    return timestamp(when)
 
 
 def is_pod_available(pod: pod_pb2.Pod, min_ready_seconds: int, now: datetime) -> bool:
@@ -117,7 +117,7 @@ def is_pod_available(pod: pod_pb2.Pod, min_ready_seconds: int, now: datetime) ->
         return False
     if min_ready_seconds <= 0:
         return True
-    if not cond.HasField("last_transition_time"):
+    if not cond.HasField("lastTransitionTime"):
         return False
-    ready_for = (now - ts_to_datetime(cond.last_transition_time)).total_seconds()
+    ready_for = (now - ts_to_datetime(cond.lastTransitionTime)).total_seconds()
     return ready_for >= min_ready_seconds

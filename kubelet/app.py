@@ -68,7 +68,7 @@ class Kubelet:
         if self.pods is None:
             return None
         pod: pod_pb2.Pod | None = self.pods.store.get(f"{namespace}/{name}")
-        if pod is None or pod.spec.node_name not in self.node_names:
+        if pod is None or pod.spec.nodeName not in self.node_names:
             return None
         return pod
 
@@ -76,6 +76,7 @@ class Kubelet:
         self.port = await self.server.start()
         self.metrics.serve(self.settings.metrics_port)
         self._task = asyncio.get_running_loop().create_task(self.run(), name="kubelet")
+        self._task.add_done_callback(_report_crash)
         return self.port
 
     async def stop(self) -> None:
@@ -157,3 +158,12 @@ class Kubelet:
                     self.ready.set()
             finally:
                 await manager.stop()
+
+
+def _report_crash(task: asyncio.Task[None]) -> None:
+    """A kubelet whose main loop died must say so: it stays up (health, logs), doing nothing."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.critical("kubelet main loop failed; pods are no longer managed", exc_info=exc)

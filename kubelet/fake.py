@@ -37,7 +37,7 @@ class FakeRuntime:
         if rec is None:
             now = self.clock.now().timestamp()
             rec = PodRecord(pod.metadata.uid, pod.metadata.namespace, pod.metadata.name, now)
-            for c in pod.spec.init_containers:
+            for c in pod.spec.initContainers:
                 done = Termination(exit_code=0, reason="Completed", started_at=now, finished_at=now)
                 rec.init_containers[c.name] = ContainerRecord(
                     c.name, state=TERMINATED, terminated=done

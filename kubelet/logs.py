@@ -87,8 +87,8 @@ class KubeletService(kubelet_pb2_grpc.KubeletServicer):
         except FileNotFoundError:
             data = b""
         offset = len(data)
-        if request.HasField("tail_lines"):
-            data = tail(data, request.tail_lines)
+        if request.HasField("tailLines"):
+            data = tail(data, request.tailLines)
         for start in range(0, len(data), CHUNK):
             yield kubelet_pb2.LogChunk(data=data[start : start + CHUNK])
         if not request.follow:

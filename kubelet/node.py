@@ -28,6 +28,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from kubelet.api import KubeletAPI
 from tinykube.clock import Clock
 from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError, TinykubeError
+from tinykube.meta import timestamp
 from tinykube.v1 import lease_pb2, node_pb2
 
 log = logging.getLogger(__name__)
@@ -65,17 +66,17 @@ def desired_status(cfg: NodeConfig, hostname: str) -> node_pb2.NodeStatus:
     status.allocatable.update(cfg.capacity)
     status.addresses.add(type="InternalIP", address=cfg.node_ip)
     status.addresses.add(type="Hostname", address=hostname)
-    info = status.node_info
-    info.machine_id = cfg.name
-    info.kernel_version = platform.release()
-    info.os_image = platform.platform()
-    info.operating_system = platform.system().lower()
+    info = status.nodeInfo
+    info.machineID = cfg.name
+    info.kernelVersion = platform.release()
+    info.osImage = platform.platform()
+    info.operatingSystem = platform.system().lower()
     info.architecture = {"x86_64": "amd64", "aarch64": "arm64"}.get(
         platform.machine(), platform.machine()
     )
-    info.kubelet_version = KUBELET_VERSION
-    info.container_runtime_version = f"{cfg.runtime}://tinykube"
-    status.daemon_endpoints.kubelet_endpoint.port = cfg.kubelet_port
+    info.kubeletVersion = KUBELET_VERSION
+    info.containerRuntimeVersion = f"{cfg.runtime}://tinykube"
+    status.daemonEndpoints.kubeletEndpoint.Port = cfg.kubelet_port
     return status
 
 
@@ -102,18 +103,18 @@ class NodeAgent:
         self.desired = desired_status(cfg, self.hostname)
 
     def _ready_condition(self, previous: node_pb2.NodeCondition | None) -> node_pb2.NodeCondition:
-        now = ts(self.clock.now())
+        now = timestamp(self.clock.now())
         cond = node_pb2.NodeCondition(
             type="Ready",
             status="True",
             reason="KubeletReady",
             message="kubelet is posting ready status",
-            last_heartbeat_time=now,
+            lastHeartbeatTime=now,
         )
         if previous is not None and previous.status == "True":
-            cond.last_transition_time.CopyFrom(previous.last_transition_time)
+            cond.lastTransitionTime.CopyFrom(previous.lastTransitionTime)
         else:
-            cond.last_transition_time.CopyFrom(now)
+            cond.lastTransitionTime.CopyFrom(now)
         return cond
 
     def _with_status(self, node: node_pb2.Node) -> node_pb2.Node:
@@ -154,7 +155,7 @@ class NodeAgent:
                 delay = min(delay * 2, LEASE_BACKOFF_MAX)
 
     async def _register_once(self) -> None:
-        node = node_pb2.Node(api_version="v1", kind="Node")
+        node = node_pb2.Node(apiVersion="v1", kind="Node")
         node.metadata.name = self.cfg.name
         node.metadata.labels.update(
             {
@@ -208,17 +209,17 @@ class NodeAgent:
                 log.warning("node %s: status update failed: %s", self.cfg.name, exc)
 
     async def renew_lease(self) -> None:
-        now = ts(self.clock.now())
+        now = timestamp(self.clock.now())
         if self._lease is None:
             try:
                 self._lease = await self.client.leases.get(self.cfg.name, NODE_LEASE_NAMESPACE)
             except NotFoundError:
-                lease = lease_pb2.Lease(api_version="v1", kind="Lease")
+                lease = lease_pb2.Lease(apiVersion="v1", kind="Lease")
                 lease.metadata.name = self.cfg.name
                 lease.metadata.namespace = NODE_LEASE_NAMESPACE
-                lease.spec.holder_identity = self.cfg.name
-                lease.spec.lease_duration_seconds = self.cfg.lease_duration_seconds
-                lease.spec.renew_time.CopyFrom(now)
+                lease.spec.holderIdentity = self.cfg.name
+                lease.spec.leaseDurationSeconds = self.cfg.lease_duration_seconds
+                lease.spec.renewTime.CopyFrom(now)
                 try:
                     self._lease = await self.client.leases.create(lease)
                     return
@@ -227,9 +228,9 @@ class NodeAgent:
         assert self._lease is not None
         lease = lease_pb2.Lease()
         lease.CopyFrom(self._lease)
-        lease.spec.holder_identity = self.cfg.name
-        lease.spec.lease_duration_seconds = self.cfg.lease_duration_seconds
-        lease.spec.renew_time.CopyFrom(now)
+        lease.spec.holderIdentity = self.cfg.name
+        lease.spec.leaseDurationSeconds = self.cfg.lease_duration_seconds
+        lease.spec.renewTime.CopyFrom(now)
         try:
             self._lease = await self.client.leases.update(lease)
         except (ConflictError, NotFoundError):

@@ -36,10 +36,10 @@ DEFAULT_GRACE_SECONDS = 30
 
 
 def grace_seconds(pod: pod_pb2.Pod) -> float:
-    if pod.metadata.HasField("deletion_grace_period_seconds"):
-        return float(pod.metadata.deletion_grace_period_seconds)
-    if pod.spec.HasField("termination_grace_period_seconds"):
-        return float(pod.spec.termination_grace_period_seconds)
+    if pod.metadata.HasField("deletionGracePeriodSeconds"):
+        return float(pod.metadata.deletionGracePeriodSeconds)
+    if pod.spec.HasField("terminationGracePeriodSeconds"):
+        return float(pod.spec.terminationGracePeriodSeconds)
     return float(DEFAULT_GRACE_SECONDS)
 
 
@@ -82,12 +82,12 @@ class PodWorker:
             pod = self.latest
             try:
                 if self.gone:
-                    grace = 0.0 if pod.metadata.HasField("deletion_timestamp") else 2.0
+                    grace = 0.0 if pod.metadata.HasField("deletionTimestamp") else 2.0
                     await m.runtime.kill_pod(self.uid, min(grace, grace_seconds(pod)))
                     m.runtime.forget(self.uid)
                     log.info("pod %s (%s) is gone from the API; stopped", key, self.uid)
                     return
-                if pod.metadata.HasField("deletion_timestamp"):
+                if pod.metadata.HasField("deletionTimestamp"):
                     await m.runtime.kill_pod(self.uid, grace_seconds(pod))
                     m.flush_events(pod)
                     await self._confirm_deletion(pod)
@@ -99,7 +99,7 @@ class PodWorker:
                 status = build_pod_status(
                     pod,
                     rec,
-                    m.host_ip(pod.spec.node_name),
+                    m.host_ip(pod.spec.nodeName),
                     previous,
                     m.clock.now().timestamp(),
                 )
@@ -184,7 +184,7 @@ class PodManager:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def _mine(self, pod: pod_pb2.Pod) -> bool:
-        return pod.spec.node_name in self.node_names
+        return pod.spec.nodeName in self.node_names
 
     def on_add(self, pod: pod_pb2.Pod) -> None:
         if not self._mine(pod):

@@ -197,7 +197,7 @@ class ProcessRuntime:
         self, pod: pod_pb2.Pod, rec: PodRecord, records: dict[str, ContainerRecord], init: bool
     ) -> bool:
         changed = False
-        policy = pod.spec.restart_policy or "Always"
+        policy = pod.spec.restartPolicy or "Always"
         for crec in records.values():
             if crec.state != RUNNING:
                 continue
@@ -260,7 +260,7 @@ class ProcessRuntime:
             "POD_IP": self.node_ip,
         }
         env.update({e.name: e.value for e in container.env})
-        cwd = container.working_dir or str(pod_dir)
+        cwd = container.workingDir or str(pod_dir)
         error = ""
         if not argv:
             error = "no command given: the process runtime runs spec.containers[].command"
@@ -312,8 +312,8 @@ class ProcessRuntime:
         for port in container.ports:
             if (port.protocol or "TCP") != "TCP":
                 continue
-            number = port.host_port or port.container_port
-            host = port.host_ip if port.host_ip not in ("", "0.0.0.0") else self.node_ip
+            number = port.hostPort or port.containerPort
+            host = port.hostIP if port.hostIP not in ("", "0.0.0.0") else self.node_ip
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
                 # SO_REUSEADDR: a port whose last user is in TIME_WAIT is free to listen on.
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -343,7 +343,7 @@ class ProcessRuntime:
         now = self._now()
         if not initialized(pod, rec):
             # Init containers run one at a time, in order, each to success.
-            for container in pod.spec.init_containers:
+            for container in pod.spec.initContainers:
                 crec = rec.init_containers.get(container.name)
                 if crec is None:
                     crec = rec.init_containers[container.name] = ContainerRecord(container.name)

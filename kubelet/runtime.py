@@ -16,15 +16,15 @@ from typing import Any, Protocol
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from tinykube.meta import timestamp
 from tinykube.v1 import pod_pb2
 
 WAITING, RUNNING, TERMINATED = "waiting", "running", "terminated"
 
 
 def epoch_ts(seconds: float) -> Timestamp:
-    out = Timestamp()
-    out.FromDatetime(datetime.fromtimestamp(seconds, tz=UTC).replace(tzinfo=None))
-    return out
+    """A metav1.Time (whole seconds) of a Unix time."""
+    return timestamp(datetime.fromtimestamp(seconds, tz=UTC))
 
 
 @dataclass
@@ -122,7 +122,7 @@ def _succeeded(rec: ContainerRecord | None) -> bool:
 
 def initialized(pod: pod_pb2.Pod, rec: PodRecord) -> bool:
     """Every init container has run to success."""
-    return all(_succeeded(rec.init_containers.get(c.name)) for c in pod.spec.init_containers)
+    return all(_succeeded(rec.init_containers.get(c.name)) for c in pod.spec.initContainers)
 
 
 def pod_phase(pod: pod_pb2.Pod, rec: PodRecord) -> str:
@@ -130,7 +130,7 @@ def pod_phase(pod: pod_pb2.Pod, rec: PodRecord) -> str:
     if rec.final_phase:
         return rec.final_phase
     if not initialized(pod, rec):
-        for c in pod.spec.init_containers:
+        for c in pod.spec.initContainers:
             crec = rec.init_containers.get(c.name)
             if crec is not None and crec.state == TERMINATED and not _succeeded(crec):
                 return "Failed"  # failed with restartPolicy Never
@@ -150,7 +150,7 @@ def pod_phase(pod: pod_pb2.Pod, rec: PodRecord) -> str:
 def _state(rec: ContainerRecord) -> pod_pb2.ContainerState:
     state = pod_pb2.ContainerState()
     if rec.state == RUNNING:
-        state.running.started_at.CopyFrom(epoch_ts(rec.started_at))
+        state.running.startedAt.CopyFrom(epoch_ts(rec.started_at))
     elif rec.state == TERMINATED and rec.terminated is not None:
         _fill_terminated(state, rec.terminated)
     else:
@@ -161,13 +161,13 @@ def _state(rec: ContainerRecord) -> pod_pb2.ContainerState:
 
 def _fill_terminated(state: pod_pb2.ContainerState, t: Termination) -> None:
     term = state.terminated
-    term.exit_code = t.exit_code
+    term.exitCode = t.exit_code
     term.signal = t.signal
     term.reason = t.reason
     term.message = t.message
     if t.started_at:
-        term.started_at.CopyFrom(epoch_ts(t.started_at))
-    term.finished_at.CopyFrom(epoch_ts(t.finished_at))
+        term.startedAt.CopyFrom(epoch_ts(t.started_at))
+    term.finishedAt.CopyFrom(epoch_ts(t.finished_at))
 
 
 def _condition(
@@ -182,10 +182,10 @@ def _condition(
     if not ok:
         cond.reason, cond.message = reason, message
     old = next((c for c in previous.conditions if c.type == type_), None)
-    if old is not None and old.status == cond.status and old.HasField("last_transition_time"):
-        cond.last_transition_time.CopyFrom(old.last_transition_time)
+    if old is not None and old.status == cond.status and old.HasField("lastTransitionTime"):
+        cond.lastTransitionTime.CopyFrom(old.lastTransitionTime)
     else:
-        cond.last_transition_time.CopyFrom(now)
+        cond.lastTransitionTime.CopyFrom(now)
     return cond
 
 
@@ -197,14 +197,14 @@ def _fill_status(
 ) -> None:
     cs.name = container.name
     cs.image = container.image
-    cs.restart_count = crec.restart_count
+    cs.restartCount = crec.restart_count
     cs.ready = _succeeded(crec)
     cs.started = crec.state == RUNNING
     if crec.pid:
-        cs.container_id = f"{prefix}{crec.pid}"
+        cs.containerID = f"{prefix}{crec.pid}"
     cs.state.CopyFrom(_state(crec))
     if crec.last is not None:
-        _fill_terminated(cs.last_state, crec.last)
+        _fill_terminated(cs.lastState, crec.last)
 
 
 def build_pod_status(
@@ -223,15 +223,15 @@ def build_pod_status(
     now_ts = epoch_ts(now)
     status = pod_pb2.PodStatus()
     status.phase = pod_phase(pod, rec)
-    status.host_ip = host_ip
-    status.pod_ip = host_ip  # the process runtime shares the node's network
-    status.start_time.CopyFrom(epoch_ts(rec.start_time))
-    status.qos_class = previous.qos_class
+    status.hostIP = host_ip
+    status.podIP = host_ip  # the process runtime shares the node's network
+    status.startTime.CopyFrom(epoch_ts(rec.start_time))
+    status.qosClass = previous.qosClass
     is_initialized = initialized(pod, rec)
     incomplete: list[str] = []
-    for container in pod.spec.init_containers:
+    for container in pod.spec.initContainers:
         crec = rec.init_containers.get(container.name) or ContainerRecord(container.name)
-        _fill_status(status.init_container_statuses.add(), container, crec, container_id_prefix)
+        _fill_status(status.initContainerStatuses.add(), container, crec, container_id_prefix)
         if not _succeeded(crec):
             incomplete.append(container.name)
     not_ready: list[str] = []
@@ -240,17 +240,17 @@ def build_pod_status(
             container.name,
             waiting_reason="ContainerCreating" if is_initialized else "PodInitializing",
         )
-        cs = status.container_statuses.add()
+        cs = status.containerStatuses.add()
         cs.name = container.name
         cs.image = container.image
-        cs.restart_count = crec.restart_count
+        cs.restartCount = crec.restart_count
         cs.ready = crec.state == RUNNING
         cs.started = crec.state == RUNNING
         if crec.pid:
-            cs.container_id = f"{container_id_prefix}{crec.pid}"
+            cs.containerID = f"{container_id_prefix}{crec.pid}"
         cs.state.CopyFrom(_state(crec))
         if crec.last is not None:
-            _fill_terminated(cs.last_state, crec.last)
+            _fill_terminated(cs.lastState, crec.last)
         if not cs.ready:
             not_ready.append(container.name)
     for cond in previous.conditions:

@@ -24,8 +24,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
 from scheduler.binder import BindBatcher
 from scheduler.config import SchedulerConfig, load_config
 from scheduler.core import Profile
@@ -41,6 +39,7 @@ from tinykube.errors import ConflictError, NotFoundError, TinykubeError
 from tinykube.events import NORMAL, WARNING, EventRecorder
 from tinykube.informer import Informer
 from tinykube.leaderelection import LeaderElector
+from tinykube.meta import timestamp
 from tinykube.serving import GrpcServer
 from tinykube.v1 import node_pb2, pod_pb2, scheduler_pb2, scheduler_pb2_grpc
 
@@ -196,8 +195,8 @@ class SchedulerApp:
             )
             spec = v.pod.spec
             grace = (
-                spec.termination_grace_period_seconds
-                if spec.HasField("termination_grace_period_seconds")
+                spec.terminationGracePeriodSeconds
+                if spec.HasField("terminationGracePeriodSeconds")
                 else 30
             )
             try:
@@ -210,9 +209,9 @@ class SchedulerApp:
                 log.warning("could not preempt %s: %s", v.key, exc)
 
         def nominate(p: pod_pb2.Pod) -> bool:
-            if p.status.nominated_node_name == node:
+            if p.status.nominatedNodeName == node:
                 return False
-            p.status.nominated_node_name = node
+            p.status.nominatedNodeName = node
             return True
 
         await self._update_status(pod, nominate)
@@ -228,7 +227,7 @@ class SchedulerApp:
                     current = await self.client.pods.get(info.name, info.namespace)
                 except NotFoundError:
                     return
-            if current.spec.node_name or current.metadata.uid != info.uid:
+            if current.spec.nodeName or current.metadata.uid != info.uid:
                 return  # bound meanwhile, or a different pod with the same name
             pod = pod_pb2.Pod()
             pod.CopyFrom(current)  # informer objects are shared: never mutate them
@@ -248,8 +247,7 @@ class SchedulerApp:
 
 def _set_condition(pod: pod_pb2.Pod, clock: Clock, message: str) -> bool:
     """Set PodScheduled=False/Unschedulable; False when it already says exactly that."""
-    now = Timestamp()
-    now.FromDatetime(clock.now())
+    now = timestamp(clock.now())
     for cond in pod.status.conditions:
         if cond.type == "PodScheduled":
             if (
@@ -259,17 +257,17 @@ def _set_condition(pod: pod_pb2.Pod, clock: Clock, message: str) -> bool:
             ):
                 return False
             if cond.status != "False":
-                cond.last_transition_time.CopyFrom(now)
+                cond.lastTransitionTime.CopyFrom(now)
             cond.status, cond.reason, cond.message = "False", "Unschedulable", message
-            cond.last_probe_time.CopyFrom(now)
+            cond.lastProbeTime.CopyFrom(now)
             return True
     pod.status.conditions.add(
         type="PodScheduled",
         status="False",
         reason="Unschedulable",
         message=message,
-        last_probe_time=now,
-        last_transition_time=now,
+        lastProbeTime=now,
+        lastTransitionTime=now,
     )
     if not pod.status.phase:
         pod.status.phase = "Pending"

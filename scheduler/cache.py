@@ -291,7 +291,7 @@ class NodeTable:
         if node is not None:
             for image in node.status.images:
                 for nm in image.names:
-                    new[normalize_image(nm)] = image.size_bytes
+                    new[normalize_image(nm)] = image.sizeBytes
         for im, size in new.items():
             self.images.setdefault(im, {})[slot] = size
         self.node_images[slot] = new

@@ -101,18 +101,18 @@ class Scheduler:
 
     # ----- informer handlers ------------------------------------------------------------
     def _responsible(self, pod: pod_pb2.Pod) -> bool:
-        name = pod.spec.scheduler_name or "tinykube"
+        name = pod.spec.schedulerName or "tinykube"
         return name == self.profile.scheduler_name
 
     def on_pod_add(self, pod: pod_pb2.Pod) -> None:
         key = f"{pod.metadata.namespace}/{pod.metadata.name}"
-        if pod.spec.node_name:
+        if pod.spec.nodeName:
             self.queue.delete(key)
             if pod.status.phase in TERMINAL_PHASES:
                 if self.cache.remove_pod(key):
                     self.queue.move_on_event(EventKind.POD_DELETE)
-            elif not self.cache.confirm(key, pod.metadata.uid, pod.spec.node_name) or (
-                pod.metadata.HasField("deletion_timestamp")
+            elif not self.cache.confirm(key, pod.metadata.uid, pod.spec.nodeName) or (
+                pod.metadata.HasField("deletionTimestamp")
                 and not self.cache.pods[key].info.terminating
             ):
                 # a pod's resources and ports are immutable once bound, so the confirmation of
@@ -120,15 +120,15 @@ class Scheduler:
                 # only a graceful deletion (preemption must know) refreshes the cached pod
                 self.cache.add_pod(PodInfo.from_pod(pod))
             return
-        if pod.metadata.HasField("deletion_timestamp"):
+        if pod.metadata.HasField("deletionTimestamp"):
             self.queue.delete(key)
             self.cache.clear_nomination(key)
             return
         if not self._responsible(pod) or self.cache.is_assumed(key):
             return
         info = PodInfo.from_pod(pod)
-        if pod.status.nominated_node_name:
-            self.cache.nominate(info, pod.status.nominated_node_name)
+        if pod.status.nominatedNodeName:
+            self.cache.nominate(info, pod.status.nominatedNodeName)
         else:
             self.cache.clear_nomination(key)
         self.queue.update(info)

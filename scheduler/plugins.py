@@ -194,12 +194,12 @@ def _field_mask(
 
 def term_mask(nodes: NodeTable, term: pod_pb2.NodeSelectorTerm, n: int) -> npt.NDArray[np.bool_]:
     """A term ANDs its requirements; an empty term matches no node."""
-    if not term.match_expressions and not term.match_fields:
+    if not term.matchExpressions and not term.matchFields:
         return np.zeros(n, bool)
     mask = np.ones(n, bool)
-    for r in term.match_expressions:
+    for r in term.matchExpressions:
         mask &= _requirement_mask(nodes, r, n)
-    for r in term.match_fields:
+    for r in term.matchFields:
         mask &= _field_mask(nodes, r, n)
     return mask
 
@@ -211,13 +211,13 @@ class NodeAffinity:
 
     def filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> FilterResult | None:
         spec = pod.pod.spec
-        required = spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
-        terms = required.node_selector_terms
-        if not spec.node_selector and not terms:
+        required = spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+        terms = required.nodeSelectorTerms
+        if not spec.nodeSelector and not terms:
             return None
         n = nodes.n
         mask = np.ones(n, bool)
-        for k, v in spec.node_selector.items():
+        for k, v in spec.nodeSelector.items():
             lc = nodes.labels.get(k)
             if lc is None or v not in lc.value_ids:
                 mask[:] = False
@@ -233,17 +233,17 @@ class NodeAffinity:
         )
 
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> Status:
-        na = pod.pod.spec.affinity.node_affinity
-        if not na.preferred_during_scheduling_ignored_during_execution:
+        na = pod.pod.spec.affinity.nodeAffinity
+        if not na.preferredDuringSchedulingIgnoredDuringExecution:
             return SKIP
         return SUCCESS
 
     def score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, idx: IDX) -> I64:
         n = nodes.n
         total = np.zeros(n, np.int64)
-        for pref in (
-            pod.pod.spec.affinity.node_affinity.preferred_during_scheduling_ignored_during_execution
-        ):
+        for (
+            pref
+        ) in pod.pod.spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution:
             if pref.weight == 0:
                 continue
             total += term_mask(nodes, pref.preference, n) * pref.weight

@@ -81,25 +81,25 @@ class PodInfo:
         # pods share their node's network, so the port a container listens on is taken on the
         # node (the kubelet checks the same number: hostPort if set, else containerPort).
         ports = tuple(
-            HostPort(p.host_ip or "0.0.0.0", p.protocol or "TCP", p.host_port or p.container_port)
+            HostPort(p.hostIP or "0.0.0.0", p.protocol or "TCP", p.hostPort or p.containerPort)
             for c in spec.containers
             for p in c.ports
-            if (p.host_port or p.container_port) > 0
+            if (p.hostPort or p.containerPort) > 0
         )
         images = tuple(normalize_image(c.image) for c in spec.containers if c.image)
         sig = hashlib.blake2b(digest_size=16)
-        for k in sorted(spec.node_selector):
-            sig.update(f"s{k}={spec.node_selector[k]}\0".encode())
+        for k in sorted(spec.nodeSelector):
+            sig.update(f"s{k}={spec.nodeSelector[k]}\0".encode())
         sig.update(b"a" + spec.affinity.SerializeToString(deterministic=True))
         for t in spec.tolerations:
             sig.update(b"t" + t.SerializeToString(deterministic=True))
-        sig.update(f"n{spec.node_name}\0".encode())
+        sig.update(f"n{spec.nodeName}\0".encode())
         for im in images:
             sig.update(f"i{im}\0".encode())
         sig.update(f"c{len(spec.containers)}\0".encode())  # ImageLocality's threshold
         created = 0.0
-        if meta.HasField("creation_timestamp"):
-            created = meta.creation_timestamp.seconds + meta.creation_timestamp.nanos / 1e9
+        if meta.HasField("creationTimestamp"):
+            created = meta.creationTimestamp.seconds + meta.creationTimestamp.nanos / 1e9
         return cls(
             key=f"{meta.namespace}/{meta.name}",
             namespace=meta.namespace,
@@ -108,8 +108,8 @@ class PodInfo:
             pod=pod,
             priority=spec.priority if spec.HasField("priority") else 0,
             created=created,
-            node_name=spec.node_name,
-            scheduler_name=spec.scheduler_name or DEFAULT_SCHEDULER_NAME,
+            node_name=spec.nodeName,
+            scheduler_name=spec.schedulerName or DEFAULT_SCHEDULER_NAME,
             cpu=cpu,
             memory=memory,
             extended=extended,
@@ -118,7 +118,7 @@ class PodInfo:
             host_ports=ports,
             images=images,
             signature=sig.digest(),
-            terminating=meta.HasField("deletion_timestamp"),
+            terminating=meta.HasField("deletionTimestamp"),
         )
 
 
@@ -163,7 +163,7 @@ def _combine(app: Iterable[dict[str, int]], init: Iterable[dict[str, int]]) -> d
 
 def _pod_requests(spec: pod_pb2.PodSpec) -> tuple[int, int, dict[str, int], int, int]:
     app = [_container_requests(c) for c in spec.containers]
-    init = [_container_requests(c) for c in spec.init_containers]
+    init = [_container_requests(c) for c in spec.initContainers]
     total = _combine(app, init)
 
     def nonzero(reqs: dict[str, int]) -> dict[str, int]:

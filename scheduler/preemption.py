@@ -84,7 +84,7 @@ class DefaultPreemption:
             )
         if getattr(pod.pod.spec, "preemption_policy", "") == "Never":
             return None, Status.unresolvable("not eligible due to preemptionPolicy=Never.")
-        nominated = pod.pod.status.nominated_node_name
+        nominated = pod.pod.status.nominatedNodeName
         if nominated and any(
             p.terminating and p.priority < pod.priority for p in cache.pods_on(nominated)
         ):

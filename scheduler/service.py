@@ -33,11 +33,11 @@ def to_response(
     resp = scheduler_pb2.ExplainResponse(
         namespace=namespace,
         name=name,
-        attempted_at=ts,
-        selected_node=att.selected or "",
+        attemptedAt=ts,
+        selectedNode=att.selected or "",
         message=att.message,
-        total_nodes=att.evaluated,
-        feasible_nodes=att.feasible,
+        totalNodes=att.evaluated,
+        feasibleNodes=att.feasible,
     )
     for i, node in enumerate(view.nodes):
         ne = resp.nodes.add(node=node, scored=view.candidate[i])
@@ -59,7 +59,7 @@ def to_response(
                 ne.scores.add(plugin=plugin, score=sc, weight=weight, weighted=sc * weight)
         total = view.totals[i]
         if total is not None:
-            ne.total_score = total
+            ne.totalScore = total
     return resp
 
 
@@ -94,7 +94,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                     f"no scheduling attempt of pod {key} is known to this scheduler "
                     "(it keeps the last attempts since it started; try Simulate)"
                 )
-            return to_response(att, ns, request.name, request.max_nodes)
+            return to_response(att, ns, request.name, request.maxNodes)
         except Exception as exc:
             await abort_with(context, exc)
 
@@ -123,6 +123,6 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 att = algo.attempts.pop(sim_key)
             finally:
                 algo.next_start = saved
-            return to_response(att, pod.metadata.namespace, pod.metadata.name, request.max_nodes)
+            return to_response(att, pod.metadata.namespace, pod.metadata.name, request.maxNodes)
         except Exception as exc:
             await abort_with(context, exc)

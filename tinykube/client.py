@@ -27,6 +27,7 @@ from typing_extensions import TypeVar
 from tinykube import kinds
 from tinykube.errors import DeadlineExceededError, TinykubeError, from_rpc_error, from_status
 from tinykube.kinds import KindInfo
+from tinykube.meta import get_continue, list_request
 from tinykube.retry import INITIAL_BACKOFF, MAX_BACKOFF, call_with_retries
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import (
@@ -91,7 +92,7 @@ class ResourceClient(Generic[T, L, E]):
         continue_token: str = "",
         resource_version: str = "",
     ) -> L:
-        request = meta_pb2.ListRequest(
+        request = list_request(
             namespace=namespace,
             label_selector=label_selector,
             field_selector=field_selector,
@@ -125,8 +126,8 @@ class ResourceClient(Generic[T, L, E]):
                 continue_token=token,
             )
             items.extend(page.items)
-            rv = rv or page.metadata.resource_version
-            token = page.metadata.continue_token
+            rv = rv or page.metadata.resourceVersion
+            token = get_continue(page.metadata)
             if not token or page_size <= 0:
                 return items, rv
 
@@ -153,10 +154,10 @@ class ResourceClient(Generic[T, L, E]):
     ) -> T:
         request = meta_pb2.DeleteRequest(namespace=namespace, name=name)
         if grace_period_seconds is not None:
-            request.grace_period_seconds = grace_period_seconds
+            request.gracePeriodSeconds = grace_period_seconds
         if uid or resource_version:
             request.preconditions.uid = uid
-            request.preconditions.resource_version = resource_version
+            request.preconditions.resourceVersion = resource_version
         return cast(T, await self._call("Delete", request))
 
     async def watch(
@@ -179,10 +180,10 @@ class ResourceClient(Generic[T, L, E]):
         """
         request = meta_pb2.WatchRequest(
             namespace=namespace,
-            label_selector=label_selector,
-            field_selector=field_selector,
-            resource_version=resource_version,
-            allow_watch_bookmarks=allow_bookmarks,
+            labelSelector=label_selector,
+            fieldSelector=field_selector,
+            resourceVersion=resource_version,
+            allowWatchBookmarks=allow_bookmarks,
         )
         if batched and not self._owner._no_watch_batch:
             call = self._stub.WatchBatch(request)
@@ -302,7 +303,7 @@ class Client:
         response: pod_pb2.BindResponse = await self._unary(
             stub.Bind, pod_pb2.BindRequest(binding=binding), "tinykube.v1.Pods/Bind"
         )
-        return response.resource_version
+        return response.resourceVersion
 
     async def bind_batch(self, items: Sequence[BindItem]) -> list[str | TinykubeError]:
         """Bind several pods in one RPC (Pods/BindBatch); each binding is its own
@@ -333,7 +334,7 @@ class Client:
         out: list[str | TinykubeError] = []
         for r in response.results:
             if r.code == 0:
-                out.append(r.resource_version)
+                out.append(r.resourceVersion)
             else:
                 code = _STATUS_BY_NUMBER.get(r.code, grpc.StatusCode.UNKNOWN)
                 out.append(from_status(code, r.message))

@@ -24,6 +24,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from tinykube.clock import Clock
 from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError
+from tinykube.meta import timestamp
 from tinykube.v1 import event_pb2, meta_pb2
 
 log = logging.getLogger(__name__)
@@ -129,9 +130,7 @@ class EventRecorder:
         await self.flush()
 
     def _now(self) -> Timestamp:
-        ts = Timestamp()
-        ts.FromDatetime(self.clock.now())
-        return ts
+        return timestamp(self.clock.now())
 
     async def _record(self, obj: Any, type_: str, reason: str, message: str) -> None:
         name = event_name(obj, self.component, type_, reason, message)
@@ -162,26 +161,26 @@ class EventRecorder:
         now = self._now()
         meta = obj.metadata
         event = event_pb2.Event(
-            api_version="v1",
+            apiVersion="v1",
             kind="Event",
             metadata=meta_pb2.ObjectMeta(name=name, namespace=namespace),
-            involved_object=meta_pb2.ObjectReference(
+            involvedObject=meta_pb2.ObjectReference(
                 kind=_kind_of(obj),
                 namespace=meta.namespace,
                 name=meta.name,
                 uid=meta.uid,
-                api_version=getattr(obj, "api_version", "") or "v1",
-                resource_version=meta.resource_version,
+                apiVersion=getattr(obj, "apiVersion", "") or "v1",
+                resourceVersion=meta.resourceVersion,
             ),
             reason=reason,
             message=message,
             type=type_,
             source=event_pb2.EventSource(component=self.component, host=self.host),
-            first_timestamp=now,
-            last_timestamp=now,
+            firstTimestamp=now,
+            lastTimestamp=now,
             count=1,
-            reporting_component=self.component,
-            reporting_instance=self.host,
+            reportingComponent=self.component,
+            reportingInstance=self.host,
         )
         for _ in range(3):
             try:
@@ -204,7 +203,7 @@ class EventRecorder:
         bumped = event_pb2.Event()
         bumped.CopyFrom(existing)
         bumped.count = max(1, existing.count) + 1
-        bumped.last_timestamp.CopyFrom(self._now())
+        bumped.lastTimestamp.CopyFrom(self._now())
         return bumped
 
     def _remember(self, event: event_pb2.Event) -> None:

@@ -297,7 +297,7 @@ class Informer(Generic[T]):
     async def _list_and_replace(self) -> None:
         result = await self._list_fn()
         self.lists += 1
-        self.replace(result.items, result.metadata.resource_version)
+        self.replace(result.items, result.metadata.resourceVersion)
 
     def replace(self, items: Iterable[T], resource_version: str) -> None:
         """Make the store equal to `items`, emitting deletes, then adds and updates."""
@@ -313,7 +313,7 @@ class Informer(Generic[T]):
             if old is None:
                 store._put(key, obj)
                 self._dispatch_add(obj)
-            elif old.metadata.resource_version != obj.metadata.resource_version:  # type: ignore[attr-defined]
+            elif old.metadata.resourceVersion != obj.metadata.resourceVersion:  # type: ignore[attr-defined]
                 store._put(key, obj)
                 self._dispatch_update(old, obj)
         self._rv = resource_version
@@ -343,7 +343,7 @@ class Informer(Generic[T]):
         """Apply one watch event to the store and handlers."""
         kind = event.type
         obj = event.object
-        rv = obj.metadata.resource_version
+        rv = obj.metadata.resourceVersion
         if kind == BOOKMARK:
             self._rv = rv
             return

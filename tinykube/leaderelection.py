@@ -100,7 +100,7 @@ class LeaderElector:
     @property
     def leader_identity(self) -> str:
         """The holder as last observed ("" if none or not yet known)."""
-        return self._observed.spec.holder_identity if self._observed is not None else ""
+        return self._observed.spec.holderIdentity if self._observed is not None else ""
 
     async def run(self, on_started_leading: Callable[[], Awaitable[None]]) -> None:
         """Acquire, run `on_started_leading()` while leading, then clean up.
@@ -156,8 +156,8 @@ class LeaderElector:
             # Fast path for the leader: update what we last wrote, no read first.
             renewed = lease_pb2.Lease()
             renewed.CopyFrom(self._observed)
-            renewed.spec.renew_time.CopyFrom(now)
-            renewed.spec.lease_duration_seconds = duration
+            renewed.spec.renewTime.CopyFrom(now)
+            renewed.spec.leaseDurationSeconds = duration
             try:
                 self._observe(await self._leases.update(renewed))
                 return True
@@ -167,15 +167,15 @@ class LeaderElector:
             current = await self._leases.get(self.name, self.namespace)
         except NotFoundError:
             fresh = lease_pb2.Lease(
-                api_version="v1",
+                apiVersion="v1",
                 kind="Lease",
                 metadata=meta_pb2.ObjectMeta(name=self.name, namespace=self.namespace),
                 spec=lease_pb2.LeaseSpec(
-                    holder_identity=self.identity,
-                    lease_duration_seconds=duration,
-                    acquire_time=now,
-                    renew_time=now,
-                    lease_transitions=0,
+                    holderIdentity=self.identity,
+                    leaseDurationSeconds=duration,
+                    acquireTime=now,
+                    renewTime=now,
+                    leaseTransitions=0,
                 ),
             )
             try:
@@ -184,7 +184,7 @@ class LeaderElector:
                 return False
             return True
         self._observe(current)
-        holder = current.spec.holder_identity
+        holder = current.spec.holderIdentity
         held_by_us = holder == self.identity
         expired = self.clock.monotonic() >= self._observed_at + self.lease_duration
         if holder and not held_by_us and not expired:
@@ -193,11 +193,11 @@ class LeaderElector:
         wanted.CopyFrom(current)
         spec = wanted.spec
         if not held_by_us:
-            spec.holder_identity = self.identity
-            spec.acquire_time.CopyFrom(now)
-            spec.lease_transitions = current.spec.lease_transitions + 1
-        spec.renew_time.CopyFrom(now)
-        spec.lease_duration_seconds = duration
+            spec.holderIdentity = self.identity
+            spec.acquireTime.CopyFrom(now)
+            spec.leaseTransitions = current.spec.leaseTransitions + 1
+        spec.renewTime.CopyFrom(now)
+        spec.leaseDurationSeconds = duration
         try:
             self._observe(await self._leases.update(wanted))
         except (ConflictError, NotFoundError):
@@ -259,15 +259,15 @@ class LeaderElector:
 
     async def _release(self) -> None:
         """Clear holderIdentity so a successor need not wait for the lease to expire."""
-        if self._observed is None or self._observed.spec.holder_identity != self.identity:
+        if self._observed is None or self._observed.spec.holderIdentity != self.identity:
             return
         released = lease_pb2.Lease()
         released.CopyFrom(self._observed)
         now = self._now()
-        released.spec.holder_identity = ""
-        released.spec.lease_duration_seconds = 1
-        released.spec.renew_time.CopyFrom(now)
-        released.spec.acquire_time.CopyFrom(now)
+        released.spec.holderIdentity = ""
+        released.spec.leaseDurationSeconds = 1
+        released.spec.renewTime.CopyFrom(now)
+        released.spec.acquireTime.CopyFrom(now)
         try:
             async with asyncio.timeout(self.renew_deadline):
                 self._observe(await self._leases.update(released))

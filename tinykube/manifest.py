@@ -8,9 +8,10 @@ may be written as YAML numbers (`cpu: 1`) as Kubernetes allows; everything else 
 JSON type. `to_dict`, `to_yaml` and `to_json` print objects the way `kubectl get -o yaml|json`
 does: empty fields omitted, int64 fields as numbers, and several objects as a `kind: List`.
 
-Accepted apiVersions: `v1` for every kind, also `apps/v1` for ReplicaSet and
-`coordination.k8s.io/v1` for Lease (so upstream manifests apply unchanged). Objects are stored
-with tinykube's own apiVersion, `v1`. Pure functions, no I/O beyond the text given.
+Accepted apiVersions: each kind's Kubernetes apiVersion (`v1`, `apps/v1` for ReplicaSet,
+`coordination.k8s.io/v1` for Lease), and `v1` for every kind, which manifests written for
+tinykube before it had API groups use. Objects are stored with their Kubernetes apiVersion.
+Pure functions, no I/O beyond the text given.
 """
 
 from __future__ import annotations
@@ -29,18 +30,12 @@ from google.protobuf.message import Message
 
 from tinykube.kinds import API_VERSION, BY_KIND, KindInfo
 
-# apiVersions accepted per kind besides "v1" (the upstream group of that kind).
-EXTRA_API_VERSIONS: dict[str, tuple[str, ...]] = {
-    "ReplicaSet": ("apps/v1",),
-    "Lease": ("coordination.k8s.io/v1",),
-}
-
 # map<string,string> fields holding quantities: a YAML number there is a quantity ("cpu: 1").
 QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
 
-# Kubernetes IntOrString fields, stored as strings: a YAML number there is read as its digits
-# and printed back as a number.
-INT_OR_STRING = frozenset({"target_port"})
+# Kubernetes IntOrString fields are google.protobuf.Values (a JSON number or string); protobuf
+# prints a number as a float (8080.0), Kubernetes as an integer.
+_VALUE = "google.protobuf.Value"
 
 _INT64_TYPES = frozenset(
     {
@@ -118,7 +113,7 @@ def kind_of(doc: dict[str, Any]) -> KindInfo:
     if info is None:
         known = ", ".join(sorted(BY_KIND))
         raise ManifestError(f'no matches for kind "{kind}" (known kinds: {known})')
-    accepted = (API_VERSION, *EXTRA_API_VERSIONS.get(info.kind, ()))
+    accepted = tuple(dict.fromkeys((info.api_version, API_VERSION)))
     if api_version not in accepted:
         raise ManifestError(
             f'no matches for kind "{kind}" in version "{api_version}" '
@@ -133,7 +128,7 @@ def parse_object(doc: Any, index: int = 1) -> ManifestObject:
         raise ManifestError(f"expected an object, got {type(doc).__name__}")
     info = kind_of(doc)
     body = copy.deepcopy(doc)
-    body["apiVersion"] = API_VERSION
+    body["apiVersion"] = info.api_version
     errors: list[str] = []
     _check_fields(info.message.DESCRIPTOR, body, "", errors)
     if errors:
@@ -186,9 +181,6 @@ def _check_fields(desc: Any, value: dict[str, Any], path: str, errors: list[str]
             errors.append(f'unknown field "{here}"')
             continue
         if item is None:
-            continue
-        if f.name in INT_OR_STRING and isinstance(item, int) and not isinstance(item, bool):
-            value[key] = str(item)
             continue
         if _is_map(f):
             if not isinstance(item, dict):
@@ -270,7 +262,12 @@ def _normalise_output(desc: Any, data: dict[str, Any]) -> None:
                 _normalise_output(f.message_type, element)
         elif f.cpp_type in _INT64_TYPES:
             data[key] = [int(v) for v in value] if _is_repeated(f) else int(value)
-        elif f.name in INT_OR_STRING and isinstance(value, str) and value.isdigit():
+        elif (
+            f.message_type is not None
+            and f.message_type.full_name == _VALUE
+            and isinstance(value, float)
+            and value.is_integer()
+        ):
             data[key] = int(value)
 
 

@@ -284,12 +284,12 @@ _PROTO_OPERATORS = {"In": IN, "NotIn": NOT_IN, "Exists": EXISTS, "DoesNotExist":
 def label_selector_problems(selector: meta_pb2.LabelSelector, path: str) -> list[tuple[str, str]]:
     """(field, message) pairs for every problem in a LabelSelector message."""
     problems: list[tuple[str, str]] = []
-    for key, value in sorted(selector.match_labels.items()):
+    for key, value in sorted(selector.matchLabels.items()):
         for p in validate_label_key(key):
             problems.append((f"{path}.matchLabels", f'Invalid value: "{key}": {p}'))
         for p in validate_label_value(value):
             problems.append((f"{path}.matchLabels", f'Invalid value: "{value}": {p}'))
-    for i, expr in enumerate(selector.match_expressions):
+    for i, expr in enumerate(selector.matchExpressions):
         where = f"{path}.matchExpressions[{i}]"
         for p in validate_label_key(expr.key):
             problems.append((f"{where}.key", f'Invalid value: "{expr.key}": {p}'))
@@ -329,10 +329,8 @@ def from_proto(selector: meta_pb2.LabelSelector) -> LabelSelector:
     problems = label_selector_problems(selector, "selector")
     if problems:
         raise SelectorError("; ".join(f"{f}: {m}" for f, m in problems))
-    reqs = [
-        Requirement(k, EQUALS, frozenset({v})) for k, v in sorted(selector.match_labels.items())
-    ]
-    for expr in selector.match_expressions:
+    reqs = [Requirement(k, EQUALS, frozenset({v})) for k, v in sorted(selector.matchLabels.items())]
+    for expr in selector.matchExpressions:
         reqs.append(Requirement(expr.key, _PROTO_OPERATORS[expr.operator], frozenset(expr.values)))
     return LabelSelector(tuple(reqs))
 

@@ -96,10 +96,10 @@ def desired_state(
             backends[spn] = eps
             if not eps:
                 continue
-            if svc.spec.cluster_ip:
-                routes[Listener(svc.spec.cluster_ip, int(sp.port))] = spn
-            if svc.spec.type == "NodePort" and sp.node_port and node_ip:
-                routes[Listener(node_ip, int(sp.node_port))] = spn
+            if svc.spec.clusterIP:
+                routes[Listener(svc.spec.clusterIP, int(sp.port))] = spn
+            if svc.spec.type == "NodePort" and sp.nodePort and node_ip:
+                routes[Listener(node_ip, int(sp.nodePort))] = spn
     return routes, backends
 
 

@@ -95,8 +95,8 @@ async def test_etcd_killed_mid_burst_loses_no_pod_and_binds_each_once(tmp_path: 
 
         def saw(p: pod_pb2.Pod) -> None:
             seen = nodes_seen[p.metadata.name]
-            if not seen or seen[-1] != p.spec.node_name:
-                seen.append(p.spec.node_name)
+            if not seen or seen[-1] != p.spec.nodeName:
+                seen.append(p.spec.nodeName)
 
         async def record() -> None:
             # An informer's loop in miniature: list, then watch, resuming from the last
@@ -108,9 +108,9 @@ async def test_etcd_killed_mid_burst_loses_no_pod_and_binds_each_once(tmp_path: 
                         listed = await client.pods.list("default")
                         for p in listed.items:
                             saw(p)
-                        rv = listed.metadata.resource_version
+                        rv = listed.metadata.resourceVersion
                     async for ev in client.pods.watch("default", resource_version=rv):
-                        rv = ev.object.metadata.resource_version
+                        rv = ev.object.metadata.resourceVersion
                         if ev.type in ("ADDED", "MODIFIED"):
                             saw(ev.object)
                 except ResourceExpiredError:
@@ -151,7 +151,7 @@ async def test_etcd_killed_mid_burst_loses_no_pod_and_binds_each_once(tmp_path: 
         ), "a pod was lost or made twice"
         for p in listed:
             seen = [n for n in nodes_seen[p.metadata.name] if n]
-            assert seen == [p.spec.node_name], f"{p.metadata.name} was bound {seen}"
+            assert seen == [p.spec.nodeName], f"{p.metadata.name} was bound {seen}"
     finally:
         if watch_task is not None:
             watch_task.cancel()

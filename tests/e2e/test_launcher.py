@@ -29,10 +29,10 @@ def alive(pid: int) -> bool:
 
 
 async def run_bound_pod(address: str, node: str) -> None:
-    pod = pod_pb2.Pod(api_version="v1", kind="Pod")
+    pod = pod_pb2.Pod(apiVersion="v1", kind="Pod")
     pod.metadata.name = "sleeper"
     pod.metadata.namespace = "default"
-    pod.spec.node_name = node
+    pod.spec.nodeName = node
     pod.spec.containers.add(name="c", image="busybox", command=["sleep", "300"])
     async with Client(address) as client:
         await client.pods.create(pod)

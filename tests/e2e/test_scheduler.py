@@ -82,7 +82,7 @@ async def pods(client: Client) -> list[pod_pb2.Pod]:
 
 async def all_bound(client: Client, count: int) -> list[pod_pb2.Pod] | None:
     items = await pods(client)
-    bound = [p for p in items if p.spec.node_name]
+    bound = [p for p in items if p.spec.nodeName]
     return items if len(items) == count and len(bound) == count else None
 
 
@@ -104,14 +104,14 @@ class BindWatcher:
         self.task: asyncio.Task[None] | None = None
 
     def _add(self, pod: pod_pb2.Pod) -> None:
-        if pod.spec.node_name:
-            self.binds[pod.metadata.name].append(pod.spec.node_name)
+        if pod.spec.nodeName:
+            self.binds[pod.metadata.name].append(pod.spec.nodeName)
 
     def _update(self, old: pod_pb2.Pod, new: pod_pb2.Pod) -> None:
-        if new.spec.node_name and not old.spec.node_name:
-            self.binds[new.metadata.name].append(new.spec.node_name)
-        elif old.spec.node_name and new.spec.node_name != old.spec.node_name:
-            self.binds[new.metadata.name].append(f"moved to {new.spec.node_name!r}")
+        if new.spec.nodeName and not old.spec.nodeName:
+            self.binds[new.metadata.name].append(new.spec.nodeName)
+        elif old.spec.nodeName and new.spec.nodeName != old.spec.nodeName:
+            self.binds[new.metadata.name].append(f"moved to {new.spec.nodeName!r}")
 
     async def __aenter__(self) -> BindWatcher:
         self.task = self.informer.start()
@@ -127,7 +127,7 @@ class BindWatcher:
         """Wait until the watch has delivered `count` bound pods."""
 
         async def seen() -> bool:
-            return sum(1 for p in self.informer.store.list() if p.spec.node_name) >= count
+            return sum(1 for p in self.informer.store.list() if p.spec.nodeName) >= count
 
         await eventually(seen, what=f"the watch to show {count} bound pods")
 
@@ -137,8 +137,8 @@ def assert_not_overcommitted(nodes: list[node_pb2.Node], items: list[pod_pb2.Pod
     used_mem: dict[str, int] = defaultdict(int)
     for p in items:
         for c in p.spec.containers:
-            used_cpu[p.spec.node_name] += milli_value(c.resources.requests.get("cpu", "0"))
-            used_mem[p.spec.node_name] += value(c.resources.requests.get("memory", "0"))
+            used_cpu[p.spec.nodeName] += milli_value(c.resources.requests.get("cpu", "0"))
+            used_mem[p.spec.nodeName] += value(c.resources.requests.get("memory", "0"))
     for n in nodes:
         name = n.metadata.name
         assert used_cpu[name] <= milli_value(n.status.allocatable["cpu"]), name
@@ -157,7 +157,7 @@ async def test_fifty_pods_on_five_nodes_then_unschedulable_then_fits(cluster: Cl
     assert_not_overcommitted(nodes, items)
     per_node: dict[str, int] = defaultdict(int)
     for p in items:
-        per_node[p.spec.node_name] += 150
+        per_node[p.spec.nodeName] += 150
     assert sum(per_node.values()) == 50 * 150
     assert set(per_node) == {f"n{i}" for i in range(1, 6)}  # LeastAllocated spreads them
     assert len(watcher.binds) == 50
@@ -171,8 +171,8 @@ async def test_fifty_pods_on_five_nodes_then_unschedulable_then_fits(cluster: Cl
         evs = (await client.events.list(NS)).items
         return any(
             e.reason == "Scheduled"
-            and e.involved_object.name == "p00"
-            and e.message == f"Successfully assigned default/p00 to {bound.spec.node_name}"
+            and e.involvedObject.name == "p00"
+            and e.message == f"Successfully assigned default/p00 to {bound.spec.nodeName}"
             for e in evs
         )
 
@@ -197,7 +197,7 @@ async def test_fifty_pods_on_five_nodes_then_unschedulable_then_fits(cluster: Cl
         return [
             e
             for e in (await client.events.list(NS)).items
-            if e.reason == "FailedScheduling" and e.involved_object.name == "huge"
+            if e.reason == "FailedScheduling" and e.involvedObject.name == "huge"
         ]
 
     evs = await eventually(failed_events, what="FailedScheduling event")
@@ -219,7 +219,7 @@ async def test_fifty_pods_on_five_nodes_then_unschedulable_then_fits(cluster: Cl
     await client.nodes.create(make_node("big", cpu="16", memory="32Gi"))
 
     async def huge_bound() -> str:
-        return (await client.pods.get("huge", NS)).spec.node_name
+        return (await client.pods.get("huge", NS)).spec.nodeName
 
     assert await eventually(huge_bound, limit=15, what="huge bound after node added") == "big"
 
@@ -234,7 +234,7 @@ async def test_taints_and_deleted_while_queued(cluster: Cluster) -> None:
         for i in range(4):
             await client.pods.create(make_pod(f"plain{i}", cpu="200m"))
         items = await eventually(lambda: all_bound(client, 4), what="plain pods bound")
-        assert {p.spec.node_name for p in items} == {"small"}
+        assert {p.spec.nodeName for p in items} == {"small"}
 
         # too big for "small", not tolerating "gpu"
         await client.pods.create(make_pod("needs-gpu-node", cpu="2"))
@@ -278,7 +278,7 @@ async def test_taints_and_deleted_while_queued(cluster: Cluster) -> None:
         await client.pods.create(tolerant)
 
         async def tolerant_bound() -> str:
-            return (await client.pods.get("tolerant", NS)).spec.node_name
+            return (await client.pods.get("tolerant", NS)).spec.nodeName
 
         assert await eventually(tolerant_bound, what="tolerant pod bound") == "gpu"
         await client.nodes.create(make_node("roomy", cpu="8"))
@@ -326,7 +326,7 @@ async def test_two_schedulers_leader_election_no_double_binding(cluster: Cluster
 
     async def holder() -> str:
         lease = await client.leases.get("tinykube-scheduler", "kube-system")
-        return lease.spec.holder_identity
+        return lease.spec.holderIdentity
 
     async with BindWatcher(client) as watcher:
         await asyncio.gather(*(client.pods.create(make_pod(f"a{i:02d}")) for i in range(40)))
@@ -350,7 +350,7 @@ async def test_preemption_evicts_lower_priority_pod(cluster: Cluster) -> None:
     await client.nodes.create(make_node("only", cpu="2"))
     for name in ("low-a", "low-b"):
         low = make_pod(name, cpu="1")
-        low.spec.termination_grace_period_seconds = 0  # no kubelet here to confirm deletion
+        low.spec.terminationGracePeriodSeconds = 0  # no kubelet here to confirm deletion
         await client.pods.create(low)
     await eventually(lambda: all_bound(client, 2), what="low-priority pods bound")
     high = make_pod("high", cpu="1")
@@ -358,7 +358,7 @@ async def test_preemption_evicts_lower_priority_pod(cluster: Cluster) -> None:
     await client.pods.create(high)
 
     async def high_bound() -> str:
-        return (await client.pods.get("high", NS)).spec.node_name
+        return (await client.pods.get("high", NS)).spec.nodeName
 
     assert await eventually(high_bound, what="high-priority pod bound") == "only"
     left = {p.metadata.name for p in await pods(client)}
@@ -366,7 +366,7 @@ async def test_preemption_evicts_lower_priority_pod(cluster: Cluster) -> None:
 
     async def preempted_event() -> bool:
         return any(
-            e.reason == "Preempted" and e.involved_object.name.startswith("low-")
+            e.reason == "Preempted" and e.involvedObject.name.startswith("low-")
             for e in (await client.events.list(NS)).items
         )
 

@@ -26,6 +26,7 @@ from tests.e2e.conftest import tinykube_command
 from tinykube.client import Client
 from tinykube.errors import AlreadyExistsError, NotFoundError, TinykubeError
 from tinykube.launcher import LocalCluster, has_main
+from tinykube.meta import int_or_string, int_or_string_value
 from tinykube.v1 import endpoints_pb2, pod_pb2, replicaset_pb2, service_pb2
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -74,7 +75,7 @@ def replica_set(replicas: int) -> replicaset_pb2.ReplicaSet:
     rs.metadata.name = "web"
     rs.metadata.namespace = NS
     rs.spec.replicas = replicas
-    rs.spec.selector.match_labels["app"] = "web"
+    rs.spec.selector.matchLabels["app"] = "web"
     rs.spec.template.metadata.labels["app"] = "web"
     script = (
         f"yes {LINE.decode().strip()} | head -c {BIG} > big.bin; "
@@ -85,8 +86,8 @@ def replica_set(replicas: int) -> replicaset_pb2.ReplicaSet:
         name="web", image="python", command=["sh", "-c", script]
     )
     # The pod takes port 8080 on its node: hostPort makes the scheduler keep the two apart.
-    c.ports.add(name="http", container_port=PORT, host_port=PORT)
-    rs.spec.template.spec.termination_grace_period_seconds = 2
+    c.ports.add(name="http", containerPort=PORT, hostPort=PORT)
+    rs.spec.template.spec.terminationGracePeriodSeconds = 2
     return rs
 
 
@@ -96,7 +97,7 @@ def service() -> service_pb2.Service:
     svc.metadata.namespace = NS
     svc.spec.type = "NodePort"
     svc.spec.selector["app"] = "web"
-    svc.spec.ports.add(port=PORT, target_port="http")
+    svc.spec.ports.add(port=PORT, targetPort=int_or_string_value("http"))
     return svc
 
 
@@ -138,20 +139,20 @@ async def web(cluster: LocalCluster) -> AsyncIterator[service_pb2.Service]:
 
 
 async def test_service_gets_a_cluster_ip_and_node_port(web: service_pb2.Service) -> None:
-    assert web.spec.cluster_ip.startswith("127.100.")
-    assert 30000 <= web.spec.ports[0].node_port <= 32767
-    assert web.spec.ports[0].target_port == "http"
+    assert web.spec.clusterIP.startswith("127.100.")
+    assert 30000 <= web.spec.ports[0].nodePort <= 32767
+    assert int_or_string(web.spec.ports[0].targetPort) == "http"
 
 
 async def pod_names(client: Client) -> set[str]:
     pods = await client.pods.list(NS, label_selector="app=web")
-    return {p.metadata.name for p in pods.items if not p.metadata.HasField("deletion_timestamp")}
+    return {p.metadata.name for p in pods.items if not p.metadata.HasField("deletionTimestamp")}
 
 
 async def test_cluster_ip_balances_over_both_pods(
     cluster: LocalCluster, web: service_pb2.Service
 ) -> None:
-    ip = web.spec.cluster_ip
+    ip = web.spec.clusterIP
     # The pods are Ready as soon as their process runs; wait until http.server answers.
     await eventually(lambda: get(ip, PORT, "/name.txt"), what="the service to answer")
     answers = [(await get(ip, PORT, "/name.txt")).decode().strip() for _ in range(50)]
@@ -161,17 +162,17 @@ async def test_cluster_ip_balances_over_both_pods(
 
 
 async def test_node_port_on_each_node(web: service_pb2.Service) -> None:
-    node_port = web.spec.ports[0].node_port
+    node_port = web.spec.ports[0].nodePort
     for node_ip in NODE_IPS.values():
         answers = {(await get(node_ip, node_port, "/name.txt")).strip() for _ in range(20)}
         assert len(answers) == 2, node_ip
 
 
 async def test_ten_megabytes_pass_intact(web: service_pb2.Service) -> None:
-    body = await get(web.spec.cluster_ip, PORT, "/big.bin")
+    body = await get(web.spec.clusterIP, PORT, "/big.bin")
     assert len(body) == BIG
     assert body == expected_big()
-    body = await get(NODE_IPS["node-2"], web.spec.ports[0].node_port, "/big.bin")
+    body = await get(NODE_IPS["node-2"], web.spec.ports[0].nodePort, "/big.bin")
     assert body == expected_big()
 
 
@@ -181,7 +182,7 @@ async def test_deleted_pod_leaves_the_endpoints_and_no_request_fails(
     async with Client(cluster.api_address) as client:
         pods = await client.pods.list(NS, label_selector="app=web")
         victim: pod_pb2.Pod = pods.items[0]
-        victim_ip = victim.status.pod_ip
+        victim_ip = victim.status.podIP
         await client.pods.delete(victim.metadata.name, NS)
 
         async def gone_from_endpoints() -> bool:
@@ -190,7 +191,7 @@ async def test_deleted_pod_leaves_the_endpoints_and_no_request_fails(
 
         await eventually(gone_from_endpoints, what="the deleted pod to leave the endpoints")
         for _ in range(50):
-            await get(web.spec.cluster_ip, PORT, "/name.txt")
+            await get(web.spec.clusterIP, PORT, "/name.txt")
 
         # The ReplicaSet's replacement lands on the freed node and joins the Service.
         async def healed() -> bool:
@@ -231,8 +232,8 @@ async def test_scale_to_zero_refuses_connections_at_once(
             return ready_ips(await client.endpoints.get("web", NS)) == []
 
         await eventually(empty, what="no ready endpoints")
-    targets = [(web.spec.cluster_ip, PORT)] + [
-        (ip, web.spec.ports[0].node_port) for ip in NODE_IPS.values()
+    targets = [(web.spec.clusterIP, PORT)] + [
+        (ip, web.spec.ports[0].nodePort) for ip in NODE_IPS.values()
     ]
     for host, port in targets:
 
@@ -251,7 +252,7 @@ async def test_deleting_the_service_releases_its_endpoints_and_addresses(
     async with Client(cluster.api_address) as client:
         again = service()
         again.metadata.name = "web-2"
-        again.spec.cluster_ip = web.spec.cluster_ip
+        again.spec.clusterIP = web.spec.clusterIP
         with pytest.raises(AlreadyExistsError, match="provided IP is already allocated"):
             await client.services.create(again)
         await client.services.delete("web", NS)
@@ -264,11 +265,11 @@ async def test_deleting_the_service_releases_its_endpoints_and_addresses(
 
         await eventually(endpoints_gone, what="the endpoints to be deleted with the service")
         # The cluster IP and nodePort are free again: asking for them explicitly succeeds.
-        again.spec.ports[0].node_port = web.spec.ports[0].node_port
+        again.spec.ports[0].nodePort = web.spec.ports[0].nodePort
         svc = await client.services.create(again)
-        assert (svc.spec.cluster_ip, svc.spec.ports[0].node_port) == (
-            web.spec.cluster_ip,
-            web.spec.ports[0].node_port,
+        assert (svc.spec.clusterIP, svc.spec.ports[0].nodePort) == (
+            web.spec.clusterIP,
+            web.spec.ports[0].nodePort,
         )
 
 
@@ -294,14 +295,14 @@ async def test_example_applies_and_answers_through_the_cli(cluster: LocalCluster
         await eventually(two_ready, what="the example's two ready endpoints")
         svc = await client.services.get("hello", NS)
     answer = await eventually(
-        lambda: get(svc.spec.cluster_ip, 8080, "/"), what="the example to answer"
+        lambda: get(svc.spec.clusterIP, 8080, "/"), what="the example to answer"
     )
     assert answer.startswith(b"hello from hello-")
     table = (await asyncio.to_thread(cli, cluster, "get", "services")).stdout.splitlines()
     assert table[0].split() == ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"]
     row = next(line.split() for line in table if line.startswith("hello "))
-    node_port = svc.spec.ports[0].node_port
-    assert row[1:5] == ["NodePort", svc.spec.cluster_ip, "<none>", f"8080:{node_port}/TCP"]
+    node_port = svc.spec.ports[0].nodePort
+    assert row[1:5] == ["NodePort", svc.spec.clusterIP, "<none>", f"8080:{node_port}/TCP"]
     table = (await asyncio.to_thread(cli, cluster, "get", "endpoints")).stdout.splitlines()
     row = next(line.split() for line in table if line.startswith("hello "))
     assert row[1] == "127.0.1.1:8080,127.0.1.2:8080"
@@ -326,15 +327,15 @@ async def test_kubelet_refuses_to_start_a_container_whose_port_is_taken(
         pod = pod_pb2.Pod()
         pod.metadata.name = "port-taken"
         pod.metadata.namespace = NS
-        pod.spec.node_name = "node-1"
+        pod.spec.nodeName = "node-1"
         c = pod.spec.containers.add(name="web", image="python", command=["sleep", "60"])
-        c.ports.add(container_port=port)
+        c.ports.add(containerPort=port)
         async with Client(cluster.api_address) as client:
             await client.pods.create(pod)
 
             async def waiting_reason() -> str:
                 got = await client.pods.get("port-taken", NS)
-                for cs in got.status.container_statuses:
+                for cs in got.status.containerStatuses:
                     if cs.state.waiting.message:
                         return f"{cs.state.waiting.reason}: {cs.state.waiting.message}"
                 return ""
@@ -352,24 +353,24 @@ async def test_type_changes_allocate_and_release_node_ports(cluster: LocalCluste
         svc.metadata.name = "flip"
         svc.spec.type = "ClusterIP"
         created = await client.services.create(svc)
-        assert created.spec.ports[0].node_port == 0
+        assert created.spec.ports[0].nodePort == 0
         created.spec.type = "NodePort"
         as_node_port = await client.services.update(created)
-        node_port = as_node_port.spec.ports[0].node_port
+        node_port = as_node_port.spec.ports[0].nodePort
         assert 30000 <= node_port <= 32767
-        assert as_node_port.spec.cluster_ip == created.spec.cluster_ip
+        assert as_node_port.spec.clusterIP == created.spec.clusterIP
 
         # Taken while "flip" holds it.
         other = service()
         other.metadata.name = "other"
-        other.spec.ports[0].node_port = node_port
+        other.spec.ports[0].nodePort = node_port
         with pytest.raises(AlreadyExistsError, match="provided port is already allocated"):
             await client.services.create(other)
 
         as_node_port.spec.type = "ClusterIP"
-        as_node_port.spec.ports[0].node_port = 0
+        as_node_port.spec.ports[0].nodePort = 0
         back = await client.services.update(as_node_port)
-        assert back.spec.ports[0].node_port == 0
+        assert back.spec.ports[0].nodePort == 0
         # Released by that update: now it can be had.
         got = await client.services.create(other)
-        assert got.spec.ports[0].node_port == node_port
+        assert got.spec.ports[0].nodePort == node_port

@@ -83,7 +83,7 @@ async def binder(client: Client) -> None:
             )
             pending = (await client.pods.list("", field_selector="spec.nodeName=")).items
             for pod in pending:
-                if not nodes or pod.metadata.HasField("deletion_timestamp"):
+                if not nodes or pod.metadata.HasField("deletionTimestamp"):
                     continue
                 node = nodes[turn % len(nodes)]
                 turn += 1
@@ -132,15 +132,15 @@ async def nodes_ready(client: Client, count: int) -> bool:
 
 
 def sleeper_rs(name: str, replicas: int, token: str) -> replicaset_pb2.ReplicaSet:
-    rs = replicaset_pb2.ReplicaSet(api_version="v1", kind="ReplicaSet")
+    rs = replicaset_pb2.ReplicaSet(apiVersion="v1", kind="ReplicaSet")
     rs.metadata.name = name
     rs.metadata.namespace = NS
     rs.spec.replicas = replicas
-    rs.spec.selector.match_labels["app"] = name
+    rs.spec.selector.matchLabels["app"] = name
     rs.spec.template.metadata.labels["app"] = name
     container = rs.spec.template.spec.containers.add(name="sleep", image="busybox")
     container.command.extend(["sleep", token])
-    rs.spec.template.spec.termination_grace_period_seconds = 2
+    rs.spec.template.spec.terminationGracePeriodSeconds = 2
     return rs
 
 
@@ -148,7 +148,7 @@ async def rs_pods(client: Client, name: str) -> list[pod_pb2.Pod]:
     return [
         p
         for p in (await client.pods.list(NS, label_selector=f"app={name}")).items
-        if not p.metadata.HasField("deletion_timestamp")
+        if not p.metadata.HasField("deletionTimestamp")
     ]
 
 
@@ -187,13 +187,13 @@ async def test_replicaset_runs_scales_and_is_deleted(client: Client) -> None:
     await client.replica_sets.create(sleeper_rs("sleepers", 6, tok))
     await eventually(lambda: running(client, "sleepers", 6, argv), what="6 running sleepers")
     pods = await rs_pods(client, "sleepers")
-    assert {p.spec.node_name for p in pods} == {"node-1", "node-2"}
+    assert {p.spec.nodeName for p in pods} == {"node-1", "node-2"}
     for pod in pods:
-        assert pod.metadata.owner_references[0].kind == "ReplicaSet"
-        assert pod.status.host_ip == "127.0.0.1"
-        assert pod.status.container_statuses[0].state.HasField("running")
+        assert pod.metadata.ownerReferences[0].kind == "ReplicaSet"
+        assert pod.status.hostIP == "127.0.0.1"
+        assert pod.status.containerStatuses[0].state.HasField("running")
     rs = await client.replica_sets.get("sleepers", NS)
-    assert (rs.status.replicas, rs.status.ready_replicas) == (6, 6)
+    assert (rs.status.replicas, rs.status.readyReplicas) == (6, 6)
 
     await scale(client, "sleepers", 2)
     await eventually(lambda: running(client, "sleepers", 2, argv), what="scaled down to 2")
@@ -210,7 +210,7 @@ async def test_replicaset_runs_scales_and_is_deleted(client: Client) -> None:
 
 
 async def test_crashing_container_restarts_with_backoff(client: Client) -> None:
-    pod = pod_pb2.Pod(api_version="v1", kind="Pod")
+    pod = pod_pb2.Pod(apiVersion="v1", kind="Pod")
     pod.metadata.name = "crasher"
     pod.metadata.namespace = NS
     c = pod.spec.containers.add(name="main", image="busybox")
@@ -219,12 +219,12 @@ async def test_crashing_container_restarts_with_backoff(client: Client) -> None:
 
     async def restarted() -> pod_pb2.ContainerStatus | None:
         p = await client.pods.get("crasher", NS)
-        cs = p.status.container_statuses
-        return cs[0] if cs and cs[0].restart_count >= 2 else None
+        cs = p.status.containerStatuses
+        return cs[0] if cs and cs[0].restartCount >= 2 else None
 
     status = await eventually(restarted, what="two restarts")
-    assert status.last_state.terminated.exit_code == 3
-    assert status.last_state.terminated.reason == "Error"
+    assert status.lastState.terminated.exitCode == 3
+    assert status.lastState.terminated.reason == "Error"
     p = await client.pods.get("crasher", NS)
     assert p.status.phase == "Running"
     # Between attempts the container waits out its back-off.
@@ -233,7 +233,7 @@ async def test_crashing_container_restarts_with_backoff(client: Client) -> None:
     events = [
         e
         for e in (await client.events.list(NS)).items
-        if e.involved_object.name == "crasher" and e.source.component == "kubelet"
+        if e.involvedObject.name == "crasher" and e.source.component == "kubelet"
     ]
     reasons = {e.reason: e for e in events}
     assert {"Started", "BackOff"} <= set(reasons), sorted(reasons)
@@ -243,7 +243,7 @@ async def test_crashing_container_restarts_with_backoff(client: Client) -> None:
 
 async def crash_loop_waiting(client: Client) -> pod_pb2.ContainerStateWaiting | None:
     p = await client.pods.get("crasher", NS)
-    cs = p.status.container_statuses
+    cs = p.status.containerStatuses
     if cs and cs[0].state.waiting.reason == "CrashLoopBackOff":
         return cs[0].state.waiting
     return None
@@ -258,10 +258,10 @@ async def test_run_to_completion_pods_finish_with_their_exit_code(
     client: Client, policy: str, script: str, phase: str, code: int
 ) -> None:
     name = f"job-{policy.lower()}-{code}-{uuid.uuid4().hex[:5]}"
-    pod = pod_pb2.Pod(api_version="v1", kind="Pod")
+    pod = pod_pb2.Pod(apiVersion="v1", kind="Pod")
     pod.metadata.name = name
     pod.metadata.namespace = NS
-    pod.spec.restart_policy = policy
+    pod.spec.restartPolicy = policy
     c = pod.spec.containers.add(name="main", image="busybox")
     c.command.extend(["sh", "-c", script])
 
@@ -272,17 +272,17 @@ async def test_run_to_completion_pods_finish_with_their_exit_code(
     await client.pods.create(pod)
     done = await eventually(finished, what=f"{name} to finish")
     assert done.status.phase == phase
-    (cs,) = done.status.container_statuses
-    assert cs.state.terminated.exit_code == code
+    (cs,) = done.status.containerStatuses
+    assert cs.state.terminated.exitCode == code
     assert cs.state.terminated.reason == ("Completed" if code == 0 else "Error")
-    assert cs.restart_count == (1 if policy == "OnFailure" else 0)
+    assert cs.restartCount == (1 if policy == "OnFailure" else 0)
     ready = next(c for c in done.status.conditions if c.type == "Ready")
     assert (ready.status, ready.reason) == ("False", "PodCompleted")
     await client.pods.delete(name, NS, grace_period_seconds=0)
 
 
 async def test_command_that_cannot_start_is_reported(client: Client) -> None:
-    pod = pod_pb2.Pod(api_version="v1", kind="Pod")
+    pod = pod_pb2.Pod(apiVersion="v1", kind="Pod")
     pod.metadata.name = "nocommand"
     pod.metadata.namespace = NS
     pod.spec.containers.add(name="main", image="x", command=["/no/such/binary-tinykube"])
@@ -290,7 +290,7 @@ async def test_command_that_cannot_start_is_reported(client: Client) -> None:
 
     async def waiting() -> pod_pb2.ContainerStateWaiting | None:
         p = await client.pods.get("nocommand", NS)
-        cs = p.status.container_statuses
+        cs = p.status.containerStatuses
         return cs[0].state.waiting if cs and cs[0].state.waiting.reason else None
 
     state = await eventually(waiting, what="a waiting reason")
@@ -301,12 +301,12 @@ async def test_command_that_cannot_start_is_reported(client: Client) -> None:
 
 
 async def test_tinykube_logs_prints_container_output(client: Client, cluster: LocalCluster) -> None:
-    pod = pod_pb2.Pod(api_version="v1", kind="Pod")
+    pod = pod_pb2.Pod(apiVersion="v1", kind="Pod")
     pod.metadata.name = "talker"
     pod.metadata.namespace = NS
     c = pod.spec.containers.add(name="main", image="busybox")
     c.command.extend(["sh", "-c", 'echo "hello from $HOSTNAME"; echo line two; sleep 600'])
-    pod.spec.termination_grace_period_seconds = 1
+    pod.spec.terminationGracePeriodSeconds = 1
     await client.pods.create(pod)
 
     async def is_running() -> bool:
@@ -369,9 +369,9 @@ async def test_dead_kubelet_pods_are_replaced_on_the_other_node(
     await eventually(lambda: running(client, "survivors", 4, argv), what="4 running pods")
     pods = await rs_pods(client, "survivors")
     # Kill the kubelet of a node that runs some of the pods; the other one must take them.
-    victim = pods[0].spec.node_name
+    victim = pods[0].spec.nodeName
     survivor = "node-1" if victim == "node-2" else "node-2"
-    on_victim = {p.metadata.name for p in pods if p.spec.node_name == victim}
+    on_victim = {p.metadata.name for p in pods if p.spec.nodeName == victim}
 
     await asyncio.to_thread(cluster.kill, f"kubelet-{victim}", signal.SIGKILL)
 
@@ -390,7 +390,7 @@ async def test_dead_kubelet_pods_are_replaced_on_the_other_node(
         return (
             len(all_pods) == 4
             and not names & on_victim
-            and all(p.spec.node_name == survivor and p.status.phase == "Running" for p in pods)
+            and all(p.spec.nodeName == survivor and p.status.phase == "Running" for p in pods)
         )
 
     await eventually(healed, what=f"replacements Running on {survivor}")
@@ -492,7 +492,7 @@ async def test_second_controller_manager_takes_over_when_the_leader_dies(
 
     async def holder() -> str:
         lease = await client.leases.get("tinykube-controller-manager", "kube-system")
-        return lease.spec.holder_identity
+        return lease.spec.holderIdentity
 
     assert await eventually(holder, what="a leader") != "standby"
     tok = token()

@@ -56,7 +56,7 @@ async def test_hollow_nodes_register_and_run_pods(fake_cluster: LocalCluster) ->
 
         await eventually(all_ready, what=f"{NODES} Ready hollow nodes")
         leases = (await client.leases.list("kube-node-lease")).items
-        assert {lease.spec.holder_identity for lease in leases} >= {
+        assert {lease.spec.holderIdentity for lease in leases} >= {
             f"hollow-{i}" for i in range(NODES)
         }
 
@@ -65,12 +65,12 @@ async def test_hollow_nodes_register_and_run_pods(fake_cluster: LocalCluster) ->
         async def all_running() -> bool:
             pods = (await client.pods.list("default", label_selector="app=hollow-web")).items
             return len(pods) == 20 and all(
-                p.status.phase == "Running" and p.spec.node_name.startswith("hollow-") for p in pods
+                p.status.phase == "Running" and p.spec.nodeName.startswith("hollow-") for p in pods
             )
 
         await eventually(all_running, what="20 Running pods on hollow nodes")
         pods = (await client.pods.list("default", label_selector="app=hollow-web")).items
-        assert len({p.spec.node_name for p in pods}) > 1
+        assert len({p.spec.nodeName for p in pods}) > 1
         await client.replica_sets.delete("hollow-web", "default")
 
         async def gone() -> bool:

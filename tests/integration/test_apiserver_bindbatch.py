@@ -96,14 +96,14 @@ async def test_bind_batch_mixed_results(stubs: Stubs) -> None:
 
     # successes are real binds with their own resourceVersions; failures left pods untouched
     pod = await get_pod(stubs, "ok")
-    assert pod.spec.node_name == "n1"
-    assert pod.metadata.resource_version == resp.results[0].resource_version
+    assert pod.spec.nodeName == "n1"
+    assert pod.metadata.resourceVersion == resp.results[0].resourceVersion
     assert [c.status for c in pod.status.conditions if c.type == "PodScheduled"] == ["True"]
-    assert (await get_pod(stubs, "ok2")).spec.node_name == "n1"
-    assert resp.results[0].resource_version != resp.results[6].resource_version
+    assert (await get_pod(stubs, "ok2")).spec.nodeName == "n1"
+    assert resp.results[0].resourceVersion != resp.results[6].resourceVersion
     for name in ("nonode", "wronguid"):
-        assert (await get_pod(stubs, name)).spec.node_name == ""
-    assert all(not r.resource_version for r in resp.results[1:6])
+        assert (await get_pod(stubs, name)).spec.nodeName == ""
+    assert all(not r.resourceVersion for r in resp.results[1:6])
 
 
 async def test_bind_batch_empty_and_too_large(stubs: Stubs) -> None:
@@ -152,7 +152,7 @@ async def test_bind_batch_races_single_bind_exactly_one_wins(apiserver: RunningA
             single_won = singles[i] == "n2"
             assert batch_won != single_won, name  # exactly one binder wins each pod
             pod = await get_pod(a, name)
-            assert pod.spec.node_name == ("n1" if batch_won else "n2")
+            assert pod.spec.nodeName == ("n1" if batch_won else "n2")
             if not batch_won:
                 assert r.message == f"pod default/{name} is already assigned to node n2"
     finally:
@@ -174,7 +174,7 @@ async def test_client_bind_batch_maps_item_errors(apiserver: RunningAPIServer) -
                 BindItem("default", "c1", "n1", "other-uid"),
             ]
         )
-        assert out[0] == (await client.pods.get("c1", "default")).metadata.resource_version
+        assert out[0] == (await client.pods.get("c1", "default")).metadata.resourceVersion
         assert isinstance(out[1], AlreadyExistsError)
         assert str(out[1]) == "pod default/c2 is already assigned to node n1"
         assert isinstance(out[2], NotFoundError)

@@ -131,7 +131,7 @@ async def test_a_handler_cancelled_by_its_deadline_is_counted(
         # A resourceVersion from the future makes List wait for the cache (cache_wait_seconds,
         # 3 s) inside the handler; the client's deadline ends it first.
         with pytest.raises(grpc.aio.AioRpcError) as info:
-            await stub.List(meta_pb2.ListRequest(resource_version=future_rv), timeout=0.5)
+            await stub.List(meta_pb2.ListRequest(resourceVersion=future_rv), timeout=0.5)
     assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     for _ in range(200):
         if _count(apiserver, "Pods/List", "DEADLINE_EXCEEDED") > before:
@@ -148,7 +148,7 @@ async def test_a_handler_cancelled_by_the_client_is_counted(
     before = _count(apiserver, "Pods/List", "CANCELLED")
     async with grpc.aio.insecure_channel(apiserver.address, options=list(CHANNEL_OPTIONS)) as ch:
         stub = pod_pb2_grpc.PodsStub(ch)
-        call = stub.List(meta_pb2.ListRequest(resource_version=future_rv), timeout=30)
+        call = stub.List(meta_pb2.ListRequest(resourceVersion=future_rv), timeout=30)
         # Cancel only once the handler is waiting inside the watch cache.
         for _ in range(200):
             if cache._waiters:

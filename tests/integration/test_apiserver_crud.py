@@ -25,6 +25,7 @@ from tests.integration.conftest import (
 )
 from tinykube.kinds import ALL_KINDS
 from tinykube.localetcd import EtcdServer
+from tinykube.meta import get_continue, list_request
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import meta_pb2, node_pb2, pod_pb2, replicaset_pb2
 
@@ -47,20 +48,20 @@ async def get_pod(stubs: Stubs, name: str = "web") -> pod_pb2.Pod:
 async def test_create_fills_defaults_and_get_returns_it(stubs: Stubs) -> None:
     created = await create_pod(stubs)
     meta = created.metadata
-    assert meta.uid and meta.resource_version and meta.generation == 1
+    assert meta.uid and meta.resourceVersion and meta.generation == 1
     assert meta.namespace == "default"
-    assert meta.HasField("creation_timestamp")
-    assert (created.api_version, created.kind) == ("v1", "Pod")
-    assert created.spec.scheduler_name == "tinykube"
-    assert created.spec.restart_policy == "Always"
-    assert created.spec.termination_grace_period_seconds == 30
+    assert meta.HasField("creationTimestamp")
+    assert (created.apiVersion, created.kind) == ("v1", "Pod")
+    assert created.spec.schedulerName == "tinykube"
+    assert created.spec.restartPolicy == "Always"
+    assert created.spec.terminationGracePeriodSeconds == 30
     assert created.status.phase == "Pending"
     assert await get_pod(stubs) == created
 
 
 async def test_generate_name(stubs: Stubs) -> None:
     pod = make_pod("")
-    pod.metadata.generate_name = "web-"
+    pod.metadata.generateName = "web-"
     a = await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=pod))
     b = await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=pod))
     assert a.metadata.name.startswith("web-") and len(a.metadata.name) == 9
@@ -95,11 +96,11 @@ async def test_status_codes_and_messages(stubs: Stubs) -> None:
         'nodes "n9" not found',
     )
     await expect_error(
-        stubs.pods.List(meta_pb2.ListRequest(label_selector="app in (")),
+        stubs.pods.List(meta_pb2.ListRequest(labelSelector="app in (")),
         grpc.StatusCode.INVALID_ARGUMENT,
     )
     details = await expect_error(
-        stubs.pods.List(meta_pb2.ListRequest(field_selector="spec.foo=bar")),
+        stubs.pods.List(meta_pb2.ListRequest(fieldSelector="spec.foo=bar")),
         grpc.StatusCode.INVALID_ARGUMENT,
     )
     assert '"spec.foo" is not a known field selector' in details
@@ -111,14 +112,14 @@ async def test_stale_update_is_aborted_and_empty_rv_is_unconditional(stubs: Stub
     first.CopyFrom(created)
     first.metadata.labels["v"] = "1"
     updated = await stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=first))
-    assert int(updated.metadata.resource_version) > int(created.metadata.resource_version)
+    assert int(updated.metadata.resourceVersion) > int(created.metadata.resourceVersion)
     stale = pod_pb2.Pod()
     stale.CopyFrom(created)
     stale.metadata.labels["v"] = "2"
     await expect_error(
         stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=stale)), grpc.StatusCode.ABORTED, CONFLICT
     )
-    stale.metadata.resource_version = ""
+    stale.metadata.resourceVersion = ""
     forced = await stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=stale))
     assert forced.metadata.labels["v"] == "2"
     assert forced.metadata.uid == created.metadata.uid
@@ -159,11 +160,11 @@ async def test_update_ignores_status_and_update_status_ignores_spec(stubs: Stubs
     pod.CopyFrom(updated)
     pod.status.phase = "Running"
     pod.metadata.labels["tier"] = "db"
-    pod.spec.node_name = "n1"
+    pod.spec.nodeName = "n1"
     status_updated = await stubs.pods.UpdateStatus(pod_pb2.UpdatePodRequest(pod=pod))
     assert status_updated.status.phase == "Running"
     assert status_updated.metadata.labels["tier"] == "web"
-    assert status_updated.spec.node_name == ""
+    assert status_updated.spec.nodeName == ""
     assert await get_pod(stubs) == status_updated
 
 
@@ -194,7 +195,7 @@ async def test_update_status_validates_the_status_and_writes_nothing_when_invali
 async def test_noop_update_keeps_resource_version(stubs: Stubs) -> None:
     created = await create_pod(stubs)
     again = await stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=created))
-    assert again.metadata.resource_version == created.metadata.resource_version
+    assert again.metadata.resourceVersion == created.metadata.resourceVersion
 
 
 async def test_generation_bumps_on_spec_change(stubs: Stubs) -> None:
@@ -208,7 +209,7 @@ async def test_immutable_pod_fields(stubs: Stubs) -> None:
     created = await create_pod(stubs)
     pod = pod_pb2.Pod()
     pod.CopyFrom(created)
-    pod.spec.node_name = "n1"
+    pod.spec.nodeName = "n1"
     details = await expect_error(
         stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=pod)), grpc.StatusCode.INVALID_ARGUMENT
     )
@@ -220,7 +221,7 @@ async def test_validation_message(stubs: Stubs) -> None:
     bad = pod_pb2.Pod(
         metadata=meta_pb2.ObjectMeta(name="Web_1"),
         spec=pod_pb2.PodSpec(
-            restart_policy="Sometimes",
+            restartPolicy="Sometimes",
             containers=[
                 pod_pb2.Container(
                     name="c",
@@ -277,12 +278,12 @@ async def test_bind_sets_node_and_condition_in_one_write(stubs: Stubs) -> None:
     created = await create_pod(stubs)
     resp = await stubs.pods.Bind(bind_request("web", "n1", uid=created.metadata.uid))
     pod = await get_pod(stubs)
-    assert pod.metadata.resource_version == resp.resource_version
-    assert int(resp.resource_version) == int(created.metadata.resource_version) + 1
-    assert pod.spec.node_name == "n1"
+    assert pod.metadata.resourceVersion == resp.resourceVersion
+    assert int(resp.resourceVersion) == int(created.metadata.resourceVersion) + 1
+    assert pod.spec.nodeName == "n1"
     cond = [c for c in pod.status.conditions if c.type == "PodScheduled"]
     assert len(cond) == 1 and cond[0].status == "True"
-    assert cond[0].HasField("last_transition_time")
+    assert cond[0].HasField("lastTransitionTime")
 
 
 async def test_bind_errors(stubs: Stubs) -> None:
@@ -298,7 +299,7 @@ async def test_bind_errors(stubs: Stubs) -> None:
         grpc.StatusCode.NOT_FOUND,
         'nodes "n9" not found',
     )
-    assert (await get_pod(stubs)).spec.node_name == ""
+    assert (await get_pod(stubs)).spec.nodeName == ""
     await expect_error(
         stubs.pods.Bind(bind_request("web", "n1", uid="not-the-uid")),
         grpc.StatusCode.FAILED_PRECONDITION,
@@ -345,7 +346,7 @@ async def test_bind_race_exactly_one_wins(apiserver: RunningAPIServer) -> None:
             results = await asyncio.gather(bind(a, f"p{i}", "n1"), bind(b, f"p{i}", "n2"))
             winners = [r for r in results if r != "lost"]
             assert len(winners) == 1
-            assert (await get_pod(a, f"p{i}")).spec.node_name == winners[0]
+            assert (await get_pod(a, f"p{i}")).spec.nodeName == winners[0]
     finally:
         for ch in channels:
             await ch.close()
@@ -359,11 +360,11 @@ async def test_bind_retries_when_pod_changes_concurrently(stubs: Stubs) -> None:
         for i in range(10):
             pod = await get_pod(stubs)
             pod.status.message = f"churn {i}"
-            pod.metadata.resource_version = ""
+            pod.metadata.resourceVersion = ""
             await stubs.pods.UpdateStatus(pod_pb2.UpdatePodRequest(pod=pod))
 
     await asyncio.gather(churn(), stubs.pods.Bind(bind_request("web", "n1")))
-    assert (await get_pod(stubs)).spec.node_name == "n1"
+    assert (await get_pod(stubs)).spec.nodeName == "n1"
 
 
 # ---- deletion -------------------------------------------------------------------------------
@@ -381,22 +382,22 @@ async def test_bound_pod_is_deleted_gracefully(stubs: Stubs) -> None:
     await create_pod(stubs)
     await stubs.pods.Bind(bind_request("web", "n1"))
     marked = await stubs.pods.Delete(meta_pb2.DeleteRequest(namespace="default", name="web"))
-    assert marked.metadata.HasField("deletion_timestamp")
-    assert marked.metadata.deletion_grace_period_seconds == 30
+    assert marked.metadata.HasField("deletionTimestamp")
+    assert marked.metadata.deletionGracePeriodSeconds == 30
     still = await get_pod(stubs)
-    assert still.metadata.deletion_timestamp == marked.metadata.deletion_timestamp
+    assert still.metadata.deletionTimestamp == marked.metadata.deletionTimestamp
     # A second delete with a longer grace does not extend it; a shorter one shortens it.
     again = await stubs.pods.Delete(
-        meta_pb2.DeleteRequest(namespace="default", name="web", grace_period_seconds=60)
+        meta_pb2.DeleteRequest(namespace="default", name="web", gracePeriodSeconds=60)
     )
-    assert again.metadata.deletion_grace_period_seconds == 30
+    assert again.metadata.deletionGracePeriodSeconds == 30
     shorter = await stubs.pods.Delete(
-        meta_pb2.DeleteRequest(namespace="default", name="web", grace_period_seconds=5)
+        meta_pb2.DeleteRequest(namespace="default", name="web", gracePeriodSeconds=5)
     )
-    assert shorter.metadata.deletion_grace_period_seconds == 5
+    assert shorter.metadata.deletionGracePeriodSeconds == 5
     # The kubelet confirms with grace 0: the pod is gone.
     await stubs.pods.Delete(
-        meta_pb2.DeleteRequest(namespace="default", name="web", grace_period_seconds=0)
+        meta_pb2.DeleteRequest(namespace="default", name="web", gracePeriodSeconds=0)
     )
     await expect_error(get_pod(stubs), grpc.StatusCode.NOT_FOUND)
 
@@ -422,7 +423,7 @@ async def test_delete_preconditions(stubs: Stubs) -> None:
             meta_pb2.DeleteRequest(
                 namespace="default",
                 name="web",
-                preconditions=meta_pb2.Preconditions(resource_version="1"),
+                preconditions=meta_pb2.Preconditions(resourceVersion="1"),
             )
         ),
         grpc.StatusCode.ABORTED,
@@ -432,7 +433,7 @@ async def test_delete_preconditions(stubs: Stubs) -> None:
             namespace="default",
             name="web",
             preconditions=meta_pb2.Preconditions(
-                uid=created.metadata.uid, resource_version=created.metadata.resource_version
+                uid=created.metadata.uid, resourceVersion=created.metadata.resourceVersion
             ),
         )
     )
@@ -446,29 +447,29 @@ async def test_finalizers_block_removal_until_emptied(stubs: Stubs) -> None:
         ),
         spec=replicaset_pb2.ReplicaSetSpec(
             replicas=1,
-            selector=meta_pb2.LabelSelector(match_labels={"app": "web"}),
+            selector=meta_pb2.LabelSelector(matchLabels={"app": "web"}),
             template=replicaset_pb2.PodTemplateSpec(
                 metadata=meta_pb2.ObjectMeta(labels={"app": "web"}),
                 spec=pod_pb2.PodSpec(containers=[pod_pb2.Container(name="c", image="x")]),
             ),
         ),
     )
-    await stubs.replica_sets.Create(replicaset_pb2.CreateReplicaSetRequest(replica_set=rs))
+    await stubs.replica_sets.Create(replicaset_pb2.CreateReplicaSetRequest(replicaSet=rs))
     get = meta_pb2.GetRequest(namespace="default", name="web")
     marked = await stubs.replica_sets.Delete(
         meta_pb2.DeleteRequest(namespace="default", name="web")
     )
-    assert marked.metadata.HasField("deletion_timestamp")
+    assert marked.metadata.HasField("deletionTimestamp")
     current = await stubs.replica_sets.Get(get)
     assert list(current.metadata.finalizers) == ["example.com/cleanup"]
     # Another update keeps the object (and its deletionTimestamp) while a finalizer remains.
     current.metadata.labels["x"] = "y"
     current = await stubs.replica_sets.Update(
-        replicaset_pb2.UpdateReplicaSetRequest(replica_set=current)
+        replicaset_pb2.UpdateReplicaSetRequest(replicaSet=current)
     )
-    assert current.metadata.deletion_timestamp == marked.metadata.deletion_timestamp
+    assert current.metadata.deletionTimestamp == marked.metadata.deletionTimestamp
     del current.metadata.finalizers[:]
-    await stubs.replica_sets.Update(replicaset_pb2.UpdateReplicaSetRequest(replica_set=current))
+    await stubs.replica_sets.Update(replicaset_pb2.UpdateReplicaSetRequest(replicaSet=current))
     await expect_error(stubs.replica_sets.Get(get), grpc.StatusCode.NOT_FOUND)
 
 
@@ -482,7 +483,7 @@ async def test_list_is_consistent_right_after_writes(stubs: Stubs) -> None:
         assert [p.metadata.name for p in listed.items] == [f"p{j}" for j in range(i + 1)]
         # A kind with no recent events is still current (etcd progress notifications).
         nodes = await stubs.nodes.List(meta_pb2.ListRequest())
-        assert int(nodes.metadata.resource_version) >= int(listed.metadata.resource_version)
+        assert int(nodes.metadata.resourceVersion) >= int(listed.metadata.resourceVersion)
 
 
 async def test_paging_with_pinned_revision(stubs: Stubs) -> None:
@@ -491,32 +492,30 @@ async def test_paging_with_pinned_revision(stubs: Stubs) -> None:
     page = await stubs.pods.List(meta_pb2.ListRequest(namespace="default", limit=3))
     names = [p.metadata.name for p in page.items]
     assert names == ["p0", "p1", "p2"]
-    assert page.metadata.continue_token
-    rv = page.metadata.resource_version
+    assert get_continue(page.metadata)
+    rv = page.metadata.resourceVersion
     await create_pod(stubs, "p00")  # sorts inside the first page's range, after the pin
     await create_pod(stubs, "p9")  # after the pin: must not show up
-    while page.metadata.continue_token:
+    while get_continue(page.metadata):
         page = await stubs.pods.List(
-            meta_pb2.ListRequest(
-                namespace="default", limit=3, continue_token=page.metadata.continue_token
-            )
+            list_request(namespace="default", limit=3, continue_token=get_continue(page.metadata))
         )
-        assert page.metadata.resource_version == rv
+        assert page.metadata.resourceVersion == rv
         names.extend(p.metadata.name for p in page.items)
     assert names == [f"p{i}" for i in range(7)]
     # Paging with a label selector fills pages with matching items only.
-    page = await stubs.pods.List(meta_pb2.ListRequest(label_selector="app=web", limit=2))
+    page = await stubs.pods.List(meta_pb2.ListRequest(labelSelector="app=web", limit=2))
     got = [p.metadata.name for p in page.items]
-    while page.metadata.continue_token:
+    while get_continue(page.metadata):
         page = await stubs.pods.List(
-            meta_pb2.ListRequest(
-                label_selector="app=web", limit=2, continue_token=page.metadata.continue_token
+            list_request(
+                label_selector="app=web", limit=2, continue_token=get_continue(page.metadata)
             )
         )
         got.extend(p.metadata.name for p in page.items)
     assert got == ["p0", "p2", "p4", "p6"]
     await expect_error(
-        stubs.pods.List(meta_pb2.ListRequest(limit=2, continue_token="garbage!")),
+        stubs.pods.List(list_request(limit=2, continue_token="garbage!")),
         grpc.StatusCode.INVALID_ARGUMENT,
     )
 
@@ -534,36 +533,34 @@ async def test_list_with_label_and_field_selectors(stubs: Stubs) -> None:
         resp = await stubs.pods.List(meta_pb2.ListRequest(**kw))  # type: ignore[arg-type]
         return [f"{p.metadata.namespace}/{p.metadata.name}" for p in resp.items]
 
-    assert await names(label_selector="app=web") == ["default/p0", "default/p1", "other/q0"]
-    assert await names(namespace="default", label_selector="app=web") == [
+    assert await names(labelSelector="app=web") == ["default/p0", "default/p1", "other/q0"]
+    assert await names(namespace="default", labelSelector="app=web") == [
         "default/p0",
         "default/p1",
     ]
-    assert await names(field_selector="spec.nodeName=n1") == ["default/p0", "default/p2"]
-    assert await names(field_selector="spec.nodeName=") == [
+    assert await names(fieldSelector="spec.nodeName=n1") == ["default/p0", "default/p2"]
+    assert await names(fieldSelector="spec.nodeName=") == [
         "default/p1",
         "default/p3",
         "other/q0",
     ]
-    assert await names(field_selector="spec.nodeName=n1", label_selector="app!=web") == [
-        "default/p2"
-    ]
-    assert await names(field_selector="status.phase=Pending,metadata.namespace=other") == [
+    assert await names(fieldSelector="spec.nodeName=n1", labelSelector="app!=web") == ["default/p2"]
+    assert await names(fieldSelector="status.phase=Pending,metadata.namespace=other") == [
         "other/q0"
     ]
-    assert await names(label_selector="app notin (web,db)") == []
+    assert await names(labelSelector="app notin (web,db)") == []
 
 
 async def test_list_resource_version_semantics(stubs: Stubs) -> None:
     created = await create_pod(stubs)
-    any_rv = await stubs.pods.List(meta_pb2.ListRequest(resource_version="0"))
-    assert int(any_rv.metadata.resource_version) > 0
+    any_rv = await stubs.pods.List(meta_pb2.ListRequest(resourceVersion="0"))
+    assert int(any_rv.metadata.resourceVersion) > 0
     at_least = await stubs.pods.List(
-        meta_pb2.ListRequest(resource_version=created.metadata.resource_version)
+        meta_pb2.ListRequest(resourceVersion=created.metadata.resourceVersion)
     )
     assert [p.metadata.name for p in at_least.items] == ["web"]
     await expect_error(
-        stubs.pods.List(meta_pb2.ListRequest(resource_version="abc")),
+        stubs.pods.List(meta_pb2.ListRequest(resourceVersion="abc")),
         grpc.StatusCode.INVALID_ARGUMENT,
     )
 
@@ -618,7 +615,7 @@ async def test_periodic_compaction_keeps_one_interval(etcd_server: EtcdServer) -
         # Two intervals later the revision of "old" has been compacted away.
         while True:
             call = stubs.pods.Watch(
-                meta_pb2.WatchRequest(resource_version=old.metadata.resource_version)
+                meta_pb2.WatchRequest(resourceVersion=old.metadata.resourceVersion)
             )
             try:
                 await asyncio.wait_for(call.read(), 0.3)
@@ -633,7 +630,7 @@ async def test_periodic_compaction_keeps_one_interval(etcd_server: EtcdServer) -
         # The latest revision is always kept.
         latest = await stubs.pods.List(meta_pb2.ListRequest())
         call = stubs.pods.Watch(
-            meta_pb2.WatchRequest(resource_version=latest.metadata.resource_version)
+            meta_pb2.WatchRequest(resourceVersion=latest.metadata.resourceVersion)
         )
         await create_pod(stubs, "new")
         msg = await asyncio.wait_for(call.read(), 10)
@@ -649,7 +646,7 @@ async def test_update_of_a_recreated_object_is_rejected(stubs: Stubs) -> None:
     old = await create_pod(stubs)
     await stubs.pods.Delete(meta_pb2.DeleteRequest(namespace="default", name="web"))
     new = await create_pod(stubs)
-    old.metadata.resource_version = ""
+    old.metadata.resourceVersion = ""
     old.metadata.labels["stale"] = "1"
     details = await expect_error(
         stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=old)), grpc.StatusCode.ABORTED

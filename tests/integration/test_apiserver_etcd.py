@@ -66,7 +66,7 @@ async def test_etcd_down_is_unavailable_and_the_apiserver_recovers(own_etcd: Etc
         assert await serving()
         first = await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("p0")))
         watch = stubs.pods.Watch(
-            meta_pb2.WatchRequest(resource_version=first.metadata.resource_version)
+            meta_pb2.WatchRequest(resourceVersion=first.metadata.resourceVersion)
         )
 
         await asyncio.to_thread(own_etcd.kill)

@@ -59,8 +59,8 @@ async def read_batches(call: Any, n: int, wait: float = 10.0) -> list[pod_pb2.Po
 async def test_concurrent_creates_share_txns_and_each_is_seen_once(
     apiserver: RunningAPIServer, stubs: Stubs
 ) -> None:
-    start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resource_version
-    watch = stubs.pods.WatchBatch(meta_pb2.WatchRequest(resource_version=start))
+    start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resourceVersion
+    watch = stubs.pods.WatchBatch(meta_pb2.WatchRequest(resourceVersion=start))
     writes_before, txns_before = batch_sizes(apiserver)
     created = await asyncio.gather(
         *(stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod(f"p{i}"))) for i in range(80))
@@ -69,7 +69,7 @@ async def test_concurrent_creates_share_txns_and_each_is_seen_once(
     assert writes - writes_before == 80
     assert txns - txns_before < 80, "no two of 80 concurrent creates shared a txn"
     # Objects written together share a resourceVersion; each is its own key and revision.
-    by_rv = collections.Counter(p.metadata.resource_version for p in created)
+    by_rv = collections.Counter(p.metadata.resourceVersion for p in created)
     assert max(by_rv.values()) > 1
     events = await read_batches(watch, 80)
     assert sorted(e.object.metadata.name for e in events) == sorted(f"p{i}" for i in range(80))
@@ -145,7 +145,7 @@ async def test_a_plain_watch_never_sees_two_events_at_one_revision(
         seen: list[int] = []
         while len(seen) < 60:
             ev: Any = await asyncio.wait_for(plain.read(), 10)
-            seen.append(int(ev.object.metadata.resource_version))
+            seen.append(int(ev.object.metadata.resourceVersion))
         assert len(set(seen)) == 60, "two pod events shared a revision on a plain Watch"
         assert seen == sorted(seen)
         plain.cancel()
@@ -155,7 +155,7 @@ async def test_a_plain_watch_never_sees_two_events_at_one_revision(
         created = await asyncio.gather(
             *(stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod(f"r{i}"))) for i in range(60))
         )
-        assert len({p.metadata.resource_version for p in created}) < 60
+        assert len({p.metadata.resourceVersion for p in created}) < 60
     finally:
         await ch.close()
         await running.server.stop()

@@ -50,7 +50,7 @@ async def read_events(call: Any, n: int, wait: float = 10.0) -> list[pod_pb2.Pod
 
 
 def summary(events: list[pod_pb2.PodWatchEvent]) -> list[Event]:
-    return [(e.type, e.object.metadata.name, e.object.metadata.resource_version) for e in events]
+    return [(e.type, e.object.metadata.name, e.object.metadata.resourceVersion) for e in events]
 
 
 async def create(stubs: Stubs, name: str, **labels: str) -> pod_pb2.Pod:
@@ -66,16 +66,14 @@ async def relabel(stubs: Stubs, name: str, **labels: str) -> pod_pb2.Pod:
 
 async def delete(stubs: Stubs, name: str) -> None:
     await stubs.pods.Delete(
-        meta_pb2.DeleteRequest(namespace="default", name=name, grace_period_seconds=0)
+        meta_pb2.DeleteRequest(namespace="default", name=name, gracePeriodSeconds=0)
     )
 
 
 async def test_watch_from_list_revision_streams_every_change(stubs: Stubs) -> None:
     await create(stubs, "before")
     listed = await stubs.pods.List(meta_pb2.ListRequest())
-    call = stubs.pods.Watch(
-        meta_pb2.WatchRequest(resource_version=listed.metadata.resource_version)
-    )
+    call = stubs.pods.Watch(meta_pb2.WatchRequest(resourceVersion=listed.metadata.resourceVersion))
     p1 = await create(stubs, "p1")
     p1b = await relabel(stubs, "p1", v="2")
     await delete(stubs, "p1")
@@ -87,7 +85,7 @@ async def test_watch_from_list_revision_streams_every_change(stubs: Stubs) -> No
     ]
     assert events[0].object == p1
     assert events[1].object == p1b
-    revs = [int(e.object.metadata.resource_version) for e in events]
+    revs = [int(e.object.metadata.resourceVersion) for e in events]
     assert revs == sorted(revs) and len(set(revs)) == 3
     # The DELETED event carries the last state, stamped with the deletion revision.
     assert events[2].object.metadata.labels["v"] == "2"
@@ -98,7 +96,7 @@ async def test_watch_without_revision_starts_with_current_state(stubs: Stubs) ->
     for i in range(3):
         await create(stubs, f"p{i}")
     for rv in ("", "0"):
-        call = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=rv))
+        call = stubs.pods.Watch(meta_pb2.WatchRequest(resourceVersion=rv))
         initial = await read_events(call, 3)
         assert [(e.type, e.object.metadata.name) for e in initial] == [
             ("ADDED", "p0"),
@@ -115,9 +113,9 @@ async def test_watch_without_revision_starts_with_current_state(stubs: Stubs) ->
 
 
 async def test_watch_resume_after_dropped_stream_loses_and_repeats_nothing(stubs: Stubs) -> None:
-    start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resource_version
-    witness = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=start))
-    call = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=start))
+    start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resourceVersion
+    witness = stubs.pods.Watch(meta_pb2.WatchRequest(resourceVersion=start))
+    call = stubs.pods.Watch(meta_pb2.WatchRequest(resourceVersion=start))
     for i in range(5):
         await create(stubs, f"p{i}")
     seen = await read_events(call, 5)
@@ -127,7 +125,7 @@ async def test_watch_resume_after_dropped_stream_loses_and_repeats_nothing(stubs
     await delete(stubs, "p0")
     await create(stubs, "p5")
     resumed = stubs.pods.Watch(
-        meta_pb2.WatchRequest(resource_version=seen[-1].object.metadata.resource_version)
+        meta_pb2.WatchRequest(resourceVersion=seen[-1].object.metadata.resourceVersion)
     )
     seen += await read_events(resumed, 7)
     everything = await read_events(witness, 12)
@@ -150,15 +148,15 @@ async def test_watch_older_than_window_is_out_of_range(etcd_server: EtcdServer) 
             await create(stubs, f"p{i}")
         await stubs.pods.List(meta_pb2.ListRequest())  # the cache has caught up
         window_start = running.server.caches["Pod"].window_start
-        rv = first.metadata.resource_version
-        call = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=rv))
+        rv = first.metadata.resourceVersion
+        call = stubs.pods.Watch(meta_pb2.WatchRequest(resourceVersion=rv))
         await expect_error(
             call.read(),
             grpc.StatusCode.OUT_OF_RANGE,
             f"too old resource version: {rv} ({window_start})",
         )
         # The most recent revisions are still served.
-        recent = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=str(window_start)))
+        recent = stubs.pods.Watch(meta_pb2.WatchRequest(resourceVersion=str(window_start)))
         events = await read_events(recent, 5)
         assert [e.object.metadata.name for e in events] == [f"p{i}" for i in range(5, 10)]
         recent.cancel()
@@ -173,15 +171,13 @@ async def test_watch_from_compacted_revision_is_out_of_range(
     old = await create(stubs, "p0")
     await create(stubs, "p1")
     compacted_at = await apiserver.server.compact()
-    call = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=old.metadata.resource_version))
+    call = stubs.pods.Watch(meta_pb2.WatchRequest(resourceVersion=old.metadata.resourceVersion))
     details = await expect_error(call.read(), grpc.StatusCode.OUT_OF_RANGE)
-    assert details.startswith(f"too old resource version: {old.metadata.resource_version} (")
+    assert details.startswith(f"too old resource version: {old.metadata.resourceVersion} (")
     # A client that relists can watch again from the new list's revision.
     listed = await stubs.pods.List(meta_pb2.ListRequest())
-    assert int(listed.metadata.resource_version) >= compacted_at
-    call = stubs.pods.Watch(
-        meta_pb2.WatchRequest(resource_version=listed.metadata.resource_version)
-    )
+    assert int(listed.metadata.resourceVersion) >= compacted_at
+    call = stubs.pods.Watch(meta_pb2.WatchRequest(resourceVersion=listed.metadata.resourceVersion))
     await create(stubs, "p2")
     (ev,) = await read_events(call, 1)
     assert ev.object.metadata.name == "p2"
@@ -192,14 +188,14 @@ async def test_200_watchers_see_the_same_ordered_events_over_one_etcd_watch(
     apiserver: RunningAPIServer, stubs: Stubs
 ) -> None:
     opened_before = apiserver.server.etcd_watches_opened()
-    start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resource_version
+    start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resourceVersion
     channels = [
         grpc.aio.insecure_channel(apiserver.address, options=list(CHANNEL_OPTIONS))
         for _ in range(4)
     ]
     try:
         calls = [
-            make_stubs(channels[i % 4]).pods.Watch(meta_pb2.WatchRequest(resource_version=start))
+            make_stubs(channels[i % 4]).pods.Watch(meta_pb2.WatchRequest(resourceVersion=start))
             for i in range(200)
         ]
         readers = [asyncio.create_task(read_events(c, 30, wait=30)) for c in calls]
@@ -224,12 +220,12 @@ async def test_200_watchers_see_the_same_ordered_events_over_one_etcd_watch(
 
 async def test_field_selector_watch_sees_pods_enter_and_leave(stubs: Stubs) -> None:
     await stubs.nodes.Create(node_pb2.CreateNodeRequest(node=make_node("n1")))
-    start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resource_version
+    start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resourceVersion
     on_n1 = stubs.pods.Watch(
-        meta_pb2.WatchRequest(resource_version=start, field_selector="spec.nodeName=n1")
+        meta_pb2.WatchRequest(resourceVersion=start, fieldSelector="spec.nodeName=n1")
     )
     unassigned = stubs.pods.Watch(
-        meta_pb2.WatchRequest(resource_version=start, field_selector="spec.nodeName=")
+        meta_pb2.WatchRequest(resourceVersion=start, fieldSelector="spec.nodeName=")
     )
     await create(stubs, "web")
     await create(stubs, "other")
@@ -245,8 +241,8 @@ async def test_field_selector_watch_sees_pods_enter_and_leave(stubs: Stubs) -> N
 
 
 async def test_label_selector_watch_transitions(stubs: Stubs) -> None:
-    start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resource_version
-    call = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=start, label_selector="app=web"))
+    start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resourceVersion
+    call = stubs.pods.Watch(meta_pb2.WatchRequest(resourceVersion=start, labelSelector="app=web"))
     await create(stubs, "p", app="web")
     await relabel(stubs, "p", app="web", extra="1")
     moved_out = await relabel(stubs, "p", app="db")
@@ -256,7 +252,7 @@ async def test_label_selector_watch_transitions(stubs: Stubs) -> None:
     assert [e.type for e in events] == ["ADDED", "MODIFIED", "DELETED", "ADDED"]
     # Leaving the filter: the last state the watcher could see, at the new revision.
     assert events[2].object.metadata.labels["app"] == "web"
-    assert events[2].object.metadata.resource_version == moved_out.metadata.resource_version
+    assert events[2].object.metadata.resourceVersion == moved_out.metadata.resourceVersion
     assert events[3].object == moved_in
     call.cancel()
 
@@ -265,19 +261,19 @@ async def test_bookmarks_only_when_asked(stubs: Stubs) -> None:
     created = await create(stubs, "p")
     with_bm = stubs.pods.Watch(
         meta_pb2.WatchRequest(
-            resource_version=created.metadata.resource_version, allow_watch_bookmarks=True
+            resourceVersion=created.metadata.resourceVersion, allowWatchBookmarks=True
         )
     )
     without = stubs.pods.Watch(
-        meta_pb2.WatchRequest(resource_version=created.metadata.resource_version)
+        meta_pb2.WatchRequest(resourceVersion=created.metadata.resourceVersion)
     )
     await stubs.nodes.Create(node_pb2.CreateNodeRequest(node=make_node("n1")))
     msg = await asyncio.wait_for(with_bm.read(), 10)
     assert isinstance(msg, pod_pb2.PodWatchEvent)
     assert msg.type == "BOOKMARK"
-    assert int(msg.object.metadata.resource_version) > int(created.metadata.resource_version)
+    assert int(msg.object.metadata.resourceVersion) > int(created.metadata.resourceVersion)
     only_rv = pod_pb2.Pod(
-        metadata=meta_pb2.ObjectMeta(resource_version=msg.object.metadata.resource_version)
+        metadata=meta_pb2.ObjectMeta(resourceVersion=msg.object.metadata.resourceVersion)
     )
     assert msg.object == only_rv
     with pytest.raises(TimeoutError):
@@ -295,9 +291,9 @@ async def test_slow_watcher_is_cut_off_without_blocking_others(etcd_server: Etcd
     )
     try:
         stubs = make_stubs(ch_fast)
-        start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resource_version
-        slow = make_stubs(ch_slow).pods.Watch(meta_pb2.WatchRequest(resource_version=start))
-        fast = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=start))
+        start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resourceVersion
+        slow = make_stubs(ch_slow).pods.Watch(meta_pb2.WatchRequest(resourceVersion=start))
+        fast = stubs.pods.Watch(meta_pb2.WatchRequest(resourceVersion=start))
         fast_reader = asyncio.create_task(read_events(fast, 60, wait=30))
         for i in range(60):
             pod = make_pod(f"p{i}")
@@ -323,15 +319,15 @@ async def test_slow_watcher_is_cut_off_without_blocking_others(etcd_server: Etcd
 
 async def test_watch_argument_errors(stubs: Stubs) -> None:
     await expect_error(
-        stubs.pods.Watch(meta_pb2.WatchRequest(resource_version="abc")).read(),
+        stubs.pods.Watch(meta_pb2.WatchRequest(resourceVersion="abc")).read(),
         grpc.StatusCode.INVALID_ARGUMENT,
     )
     await expect_error(
-        stubs.pods.Watch(meta_pb2.WatchRequest(label_selector="a in (")).read(),
+        stubs.pods.Watch(meta_pb2.WatchRequest(labelSelector="a in (")).read(),
         grpc.StatusCode.INVALID_ARGUMENT,
     )
     await expect_error(
-        stubs.nodes.Watch(meta_pb2.WatchRequest(field_selector="spec.nodeName=x")).read(),
+        stubs.nodes.Watch(meta_pb2.WatchRequest(fieldSelector="spec.nodeName=x")).read(),
         grpc.StatusCode.INVALID_ARGUMENT,
     )
 
@@ -370,8 +366,8 @@ async def test_compacted_resume_relists_and_ends_watchers_with_out_of_range(
     try:
         stubs = make_stubs(ch)
         await create(stubs, "p0")
-        start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resource_version
-        call = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=start))
+        start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resourceVersion
+        call = stubs.pods.Watch(meta_pb2.WatchRequest(resourceVersion=start))
         cache = server.caches["Pod"]
         # Break the etcd watch and hold its resumption while etcd moves on and compacts.
         storage.gate.clear()
@@ -387,7 +383,7 @@ async def test_compacted_resume_relists_and_ends_watchers_with_out_of_range(
         listed = await stubs.pods.List(meta_pb2.ListRequest())
         assert [p.metadata.name for p in listed.items] == ["p0", "p1", "p2", "p3"]
         again = stubs.pods.Watch(
-            meta_pb2.WatchRequest(resource_version=listed.metadata.resource_version)
+            meta_pb2.WatchRequest(resourceVersion=listed.metadata.resourceVersion)
         )
         await create(stubs, "p4")
         (ev,) = await read_events(again, 1)
@@ -412,9 +408,9 @@ async def test_stop_ends_watches_with_unavailable(etcd_server: EtcdServer) -> No
 
 
 async def test_node_watch_by_name_is_indexed(apiserver: RunningAPIServer, stubs: Stubs) -> None:
-    start = (await stubs.nodes.List(meta_pb2.ListRequest())).metadata.resource_version
+    start = (await stubs.nodes.List(meta_pb2.ListRequest())).metadata.resourceVersion
     call = stubs.nodes.Watch(
-        meta_pb2.WatchRequest(resource_version=start, field_selector="metadata.name=n1")
+        meta_pb2.WatchRequest(resourceVersion=start, fieldSelector="metadata.name=n1")
     )
     await asyncio.sleep(0.1)
     assert set(apiserver.server.caches["Node"]._indexed) == {"n1"}
@@ -427,7 +423,7 @@ async def test_node_watch_by_name_is_indexed(apiserver: RunningAPIServer, stubs:
         ("ADDED", "n1"),
         ("MODIFIED", "n1"),
     ]
-    listed = await stubs.nodes.List(meta_pb2.ListRequest(field_selector="metadata.name=n2"))
+    listed = await stubs.nodes.List(meta_pb2.ListRequest(fieldSelector="metadata.name=n2"))
     assert [n.metadata.name for n in listed.items] == ["n2"]
     call.cancel()
 
@@ -446,9 +442,9 @@ async def read_batched(call: Any, n: int, wait: float = 10.0) -> tuple[list[Any]
 
 
 async def test_watch_batch_carries_exactly_what_watch_does(stubs: Stubs) -> None:
-    start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resource_version
-    plain = stubs.pods.Watch(meta_pb2.WatchRequest(resource_version=start))
-    batched = stubs.pods.WatchBatch(meta_pb2.WatchRequest(resource_version=start))
+    start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resourceVersion
+    plain = stubs.pods.Watch(meta_pb2.WatchRequest(resourceVersion=start))
+    batched = stubs.pods.WatchBatch(meta_pb2.WatchRequest(resourceVersion=start))
     # 60 writes in flight at once: they reach the watch cache faster than one message is sent.
     await asyncio.gather(*(create(stubs, f"p{i}", app="web") for i in range(60)))
     await asyncio.gather(*(relabel(stubs, f"p{i}", app="db") for i in range(0, 60, 2)))
@@ -462,7 +458,7 @@ async def test_watch_batch_carries_exactly_what_watch_does(stubs: Stubs) -> None
     assert revs == sorted(revs)
     # Events that are already there when the watch starts (a replay of the window) go out
     # together: here all 91 in one message, byte for byte the objects Watch sends.
-    replay = stubs.pods.WatchBatch(meta_pb2.WatchRequest(resource_version=start))
+    replay = stubs.pods.WatchBatch(meta_pb2.WatchRequest(resourceVersion=start))
     again, replay_messages = await read_batched(replay, 91)
     assert replay_messages == 1
     assert [e.object for e in again] == [e.object for e in got]
@@ -473,7 +469,7 @@ async def test_watch_batch_carries_exactly_what_watch_does(stubs: Stubs) -> None
 async def test_watch_batch_initial_state_filters_and_resume(stubs: Stubs) -> None:
     for i in range(5):
         await create(stubs, f"p{i}", app="web" if i % 2 == 0 else "db")
-    call = stubs.pods.WatchBatch(meta_pb2.WatchRequest(label_selector="app=web"))
+    call = stubs.pods.WatchBatch(meta_pb2.WatchRequest(labelSelector="app=web"))
     initial, messages = await read_batched(call, 3)
     assert [(e.type, e.object.metadata.name) for e in initial] == [
         ("ADDED", "p0"),
@@ -490,7 +486,7 @@ async def test_watch_batch_initial_state_filters_and_resume(stubs: Stubs) -> Non
     await relabel(stubs, "p4", app="web", v="2")
     resumed = stubs.pods.WatchBatch(
         meta_pb2.WatchRequest(
-            label_selector="app=web", resource_version=live[-1].object.metadata.resource_version
+            labelSelector="app=web", resourceVersion=live[-1].object.metadata.resourceVersion
         )
     )
     (again,), _ = await read_batched(resumed, 1)
@@ -501,7 +497,7 @@ async def test_watch_batch_initial_state_filters_and_resume(stubs: Stubs) -> Non
 
 
 async def test_watch_batch_errors_like_watch(stubs: Stubs) -> None:
-    call = stubs.pods.WatchBatch(meta_pb2.WatchRequest(field_selector="spec.bogus=x"))
+    call = stubs.pods.WatchBatch(meta_pb2.WatchRequest(fieldSelector="spec.bogus=x"))
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await call.read()
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -47,15 +47,15 @@ class CountingStub:
 async def test_crud_roundtrip_is_typed_and_versioned(client: Client) -> None:
     created = await client.pods.create(make_pod("web", app="web"))
     assert isinstance(created, pod_pb2.Pod)
-    assert created.metadata.uid and created.metadata.resource_version
+    assert created.metadata.uid and created.metadata.resourceVersion
     got = await client.pods.get("web", "default")
     assert got.metadata.uid == created.metadata.uid
     got.metadata.labels["tier"] = "front"
     updated = await client.pods.update(got)
-    assert int(updated.metadata.resource_version) > int(created.metadata.resource_version)
+    assert int(updated.metadata.resourceVersion) > int(created.metadata.resourceVersion)
     listed = await client.pods.list("default", label_selector="tier=front")
     assert [p.metadata.name for p in listed.items] == ["web"]
-    assert listed.metadata.resource_version
+    assert listed.metadata.resourceVersion
     items, rv = await client.pods.list_all("default", page_size=1)
     assert [p.metadata.name for p in items] == ["web"] and rv
     updated.status.phase = "Running"
@@ -72,8 +72,8 @@ async def test_bind_sets_node_and_second_bind_is_already_exists(client: Client) 
     await client.nodes.create(make_node("n1"))
     pod = await client.pods.create(make_pod("bindme"))
     rv = await client.bind("default", "bindme", "n1", uid=pod.metadata.uid)
-    assert int(rv) > int(pod.metadata.resource_version)
-    assert (await client.pods.get("bindme", "default")).spec.node_name == "n1"
+    assert int(rv) > int(pod.metadata.resourceVersion)
+    assert (await client.pods.get("bindme", "default")).spec.nodeName == "n1"
     with pytest.raises(errors.AlreadyExistsError, match="already assigned"):
         await client.bind("default", "bindme", "n1")
     await client.pods.create(make_pod("nowhere"))
@@ -129,7 +129,7 @@ async def test_each_status_code_maps_to_its_error(client: Client) -> None:
 
 async def test_watch_streams_typed_events_in_order(client: Client) -> None:
     start = await client.pods.list("default")
-    rv0 = start.metadata.resource_version
+    rv0 = start.metadata.resourceVersion
     seen: list[tuple[str, str]] = []
 
     async def consume() -> None:
@@ -159,7 +159,7 @@ async def test_watch_from_too_old_revision_is_resource_expired(
             for i in range(1, 8):
                 await c.pods.create(make_pod(f"p{i}"))
             with pytest.raises(errors.ResourceExpiredError, match="too old resource version"):
-                async for _ in c.pods.watch(resource_version=first.metadata.resource_version):
+                async for _ in c.pods.watch(resource_version=first.metadata.resourceVersion):
                     pass
     finally:
         await running.server.stop()

@@ -41,15 +41,17 @@ async def test_recorder_dedupes_and_counts(apiserver: RunningAPIServer) -> None:
         assert failed.count == 6
         assert failed.type == "Warning"
         assert failed.message == message
-        assert failed.involved_object.kind == "Pod"
-        assert failed.involved_object.name == "web"
-        assert failed.involved_object.uid == pod.metadata.uid
+        assert failed.involvedObject.kind == "Pod"
+        assert failed.involvedObject.name == "web"
+        assert failed.involvedObject.uid == pod.metadata.uid
         assert failed.source.component == "tinykube-scheduler"
         assert failed.source.host == "host-a"
         assert failed.metadata.name.startswith("web.")
-        assert failed.last_timestamp.ToDatetime() > failed.first_timestamp.ToDatetime()
+        # Event times are whole seconds (metav1.Time), so the six recordings may share one.
+        assert failed.lastTimestamp.ToDatetime() >= failed.firstTimestamp.ToDatetime()
+        assert failed.lastTimestamp.nanos == failed.firstTimestamp.nanos == 0
         assert by_reason["Scheduled"].count == 1
-        assert by_reason["NodeReady"].involved_object.kind == "Node"
+        assert by_reason["NodeReady"].involvedObject.kind == "Node"
 
 
 async def test_recorder_never_raises_when_the_apiserver_is_gone() -> None:

@@ -86,7 +86,7 @@ class TcpProxy:
 
 def make_pod(name: str, namespace: str = "default", **labels: str) -> pod_pb2.Pod:
     p = pod_pb2.Pod(
-        api_version="v1",
+        apiVersion="v1",
         kind="Pod",
         metadata=meta_pb2.ObjectMeta(name=name, namespace=namespace, labels=labels),
     )
@@ -95,7 +95,7 @@ def make_pod(name: str, namespace: str = "default", **labels: str) -> pod_pb2.Po
 
 
 def make_node(name: str) -> node_pb2.Node:
-    return node_pb2.Node(api_version="v1", kind="Node", metadata=meta_pb2.ObjectMeta(name=name))
+    return node_pb2.Node(apiVersion="v1", kind="Node", metadata=meta_pb2.ObjectMeta(name=name))
 
 
 async def eventually(

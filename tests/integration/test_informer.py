@@ -28,7 +28,7 @@ class Seen:
 
     def _note(self, kind: str, p: pod_pb2.Pod) -> None:
         self.events.append((kind, p.metadata.name))
-        self.rvs.append(int(p.metadata.resource_version))
+        self.rvs.append(int(p.metadata.resourceVersion))
 
     def add(self, p: pod_pb2.Pod) -> None:
         self._note("add", p)
@@ -48,7 +48,7 @@ async def proxied_informer(
     proxy = await TcpProxy(address).start()
     client = Client(proxy.address, timeout=3.0, retries=2)
     informer = Informer.for_resource(client.pods, namespace="default", min_backoff=0.05)
-    informer.add_index("node", lambda p: p.spec.node_name or None)
+    informer.add_index("node", lambda p: p.spec.nodeName or None)
     seen = Seen()
     informer.add_handler(seen.add, seen.update, seen.delete)
     task = informer.start()
@@ -65,11 +65,11 @@ async def proxied_informer(
 
 async def server_state(client: Client) -> dict[str, str]:
     listed = await client.pods.list("default")
-    return {p.metadata.name: p.metadata.resource_version for p in listed.items}
+    return {p.metadata.name: p.metadata.resourceVersion for p in listed.items}
 
 
 def store_state(informer: Informer[pod_pb2.Pod]) -> dict[str, str]:
-    return {p.metadata.name: p.metadata.resource_version for p in informer.store.list()}
+    return {p.metadata.name: p.metadata.resourceVersion for p in informer.store.list()}
 
 
 async def test_dropped_streams_resume_with_no_event_lost_or_repeated(
@@ -93,11 +93,11 @@ async def test_dropped_streams_resume_with_no_event_lost_or_repeated(
                 created.metadata.labels["step"] = "2"
                 updated = await writer.pods.update(created)
                 expected.append(("update", name))
-                last_rv = int(updated.metadata.resource_version)
+                last_rv = int(updated.metadata.resourceVersion)
                 if n % 3 == 0:
                     await writer.pods.delete(name, "default", grace_period_seconds=0)
                     expected.append(("delete", name))
-                    last_rv = int((await writer.pods.list("default")).metadata.resource_version)
+                    last_rv = int((await writer.pods.list("default")).metadata.resourceVersion)
 
             connections_before = proxy.connections
             cuts = 0
@@ -169,7 +169,7 @@ async def test_index_tracks_binding(apiserver: RunningAPIServer) -> None:
             assert informer.store.by_index("node", "n1") == []
             await writer.bind("default", "a", "n1")
             await eventually(lambda: len(informer.store.by_index("node", "n1")) == 1)
-            assert informer.store.by_index("node", "n1")[0].spec.node_name == "n1"
+            assert informer.store.by_index("node", "n1")[0].spec.nodeName == "n1"
 
 
 async def test_converges_across_an_apiserver_restart(etcd_server: EtcdServer) -> None:

@@ -105,9 +105,9 @@ async def test_one_leads_and_the_other_takes_over_when_renewals_stop(
     assert b.elector.leader_identity == "alpha"
     async with Client(apiserver.address) as observer:
         lease = await observer.leases.get(NAME, NS)
-        assert lease.spec.holder_identity == "alpha"
-        assert lease.spec.lease_duration_seconds == 2
-        transitions = lease.spec.lease_transitions
+        assert lease.spec.holderIdentity == "alpha"
+        assert lease.spec.leaseDurationSeconds == 2
+        transitions = lease.spec.leaseTransitions
 
         # Cut alpha off from the apiserver: it can no longer renew.
         a.proxy.refusing = True
@@ -125,8 +125,8 @@ async def test_one_leads_and_the_other_takes_over_when_renewals_stop(
         assert stepped_down <= DEADLINE + RETRY + 0.5
         assert LEASE - RETRY * 2.2 - 0.1 <= took_over <= LEASE + 2 * RETRY * 2.2 + 0.5
         lease = await observer.leases.get(NAME, NS)
-        assert lease.spec.holder_identity == "beta"
-        assert lease.spec.lease_transitions == transitions + 1
+        assert lease.spec.holderIdentity == "beta"
+        assert lease.spec.leaseTransitions == transitions + 1
     await watch.close()
     assert watch.overlaps == 0
 
@@ -144,7 +144,7 @@ async def test_graceful_stop_releases_for_an_immediate_successor(
     stopped_at = time.monotonic()
     await a.stop()
     async with Client(apiserver.address) as observer:
-        assert (await observer.leases.get(NAME, NS)).spec.holder_identity in ("", "beta")
+        assert (await observer.leases.get(NAME, NS)).spec.holderIdentity in ("", "beta")
     await eventually(lambda: b.working, within=5, what="beta to take over")
     # Released: no wait for expiry, only beta's next (jittered) retry.
     assert time.monotonic() - stopped_at < RETRY * 2.2 + 0.5

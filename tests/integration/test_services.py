@@ -46,16 +46,16 @@ async def test_two_apiservers_never_hand_out_a_value_twice(etcd_server: EtcdServ
             created = await asyncio.gather(
                 *((c1 if i % 2 else c2).services.create(service(f"s{i}")) for i in range(30))
             )
-            ips = {s.spec.cluster_ip for s in created}
-            ports = {s.spec.ports[0].node_port for s in created}
+            ips = {s.spec.clusterIP for s in created}
+            ports = {s.spec.ports[0].nodePort for s in created}
             assert len(ips) == 30 and len(ports) == 30
             with pytest.raises(ResourceExhaustedError, match="range is full"):
                 await c1.services.create(service("extra"))
             # Deletes through either apiserver release the values for both.
             await c2.services.delete("s3", "default")
             again = await c1.services.create(service("extra"))
-            assert again.spec.cluster_ip == created[3].spec.cluster_ip
-            assert again.spec.ports[0].node_port not in ports - {created[3].spec.ports[0].node_port}
+            assert again.spec.clusterIP == created[3].spec.clusterIP
+            assert again.spec.ports[0].nodePort not in ports - {created[3].spec.ports[0].nodePort}
     finally:
         await one.server.stop()
         await two.server.stop()
@@ -80,7 +80,7 @@ async def proxied(handler: object) -> AsyncIterator[tuple[Proxier, int]]:
     proxier = Proxier(Metrics(CollectorRegistry()))
     port = free_port("127.0.0.1")
     svc = service("echo", node_port=False)
-    svc.spec.cluster_ip = "127.0.0.1"
+    svc.spec.clusterIP = "127.0.0.1"
     svc.spec.ports[0].port = port
     ep = endpoints_pb2.ServiceEndpoints()
     subset = ep.subsets.add()

@@ -55,9 +55,9 @@ class MemStore:
 def spec(
     node_port: bool = False, ip: str = "", ports: Sequence[int] = (0,)
 ) -> service_pb2.ServiceSpec:
-    s = service_pb2.ServiceSpec(type="NodePort" if node_port else "ClusterIP", cluster_ip=ip)
+    s = service_pb2.ServiceSpec(type="NodePort" if node_port else "ClusterIP", clusterIP=ip)
     for i, np in enumerate(ports):
-        s.ports.add(name=f"p{i}", port=80 + i, protocol="TCP", node_port=np)
+        s.ports.add(name=f"p{i}", port=80 + i, protocol="TCP", nodePort=np)
     return s
 
 
@@ -85,7 +85,7 @@ def allocator(
 async def test_exhaustion_is_a_clear_error_and_release_makes_room() -> None:
     store = MemStore()
     alloc = allocator(store)  # a /29: 6 usable addresses
-    got = [(await create(alloc, store, f"s{i}", spec())).cluster_ip for i in range(6)]
+    got = [(await create(alloc, store, f"s{i}", spec())).clusterIP for i in range(6)]
     assert len(set(got)) == 6
     net = ipaddress.ip_network("127.100.0.0/29")
     assert all(ipaddress.ip_address(ip) in net for ip in got)
@@ -96,20 +96,20 @@ async def test_exhaustion_is_a_clear_error_and_release_makes_room() -> None:
     svc_key = b"/registry/services/default/s3"
     await store.delete(svc_key, alloc.keys_of(spec(ip=got[3])))
     again = await create(alloc, store, "extra", spec())
-    assert again.cluster_ip == got[3]
+    assert again.clusterIP == got[3]
 
 
 async def test_node_ports_exhaust_and_requested_ones_are_checked() -> None:
     store = MemStore()
     alloc = allocator(store)  # 5 node ports
     first = await create(alloc, store, "a", spec(node_port=True, ports=(0, 0, 30002)))
-    nps = [p.node_port for p in first.ports]
+    nps = [p.nodePort for p in first.ports]
     assert nps[2] == 30002 and len(set(nps)) == 3
     assert all(30000 <= n <= 30004 for n in nps)
     with pytest.raises(AlreadyExistsError, match="provided port is already allocated"):
         await create(alloc, store, "b", spec(node_port=True, ports=(30002,)))
     with pytest.raises(AlreadyExistsError, match="provided IP is already allocated"):
-        await create(alloc, store, "c", spec(ip=first.cluster_ip))
+        await create(alloc, store, "c", spec(ip=first.clusterIP))
     await create(alloc, store, "d", spec(node_port=True, ports=(0, 0)))
     with pytest.raises(ResourceExhaustedError, match="nodePort: range is full"):
         await create(alloc, store, "e", spec(node_port=True))
@@ -142,8 +142,8 @@ async def test_no_duplicates_under_concurrency() -> None:
     specs = await asyncio.gather(
         *(create(one if i % 2 else two, store, f"s{i}", spec(node_port=True)) for i in range(40))
     )
-    ips = [s.cluster_ip for s in specs]
-    ports = [s.ports[0].node_port for s in specs]
+    ips = [s.clusterIP for s in specs]
+    ports = [s.ports[0].nodePort for s in specs]
     assert len(set(ips)) == 40 and len(set(ports)) == 40
     claimed = [k for k in store.data if b"/ranges/" in k]
     assert len(claimed) == 80

@@ -67,7 +67,7 @@ class FakeResource:
                 if obj.metadata.labels.get(key) != value:
                     continue
             result.items.append(obj)  # type: ignore[attr-defined]
-        result.metadata.resource_version = str(self.server.revision)  # type: ignore[attr-defined]
+        result.metadata.resourceVersion = str(self.server.revision)  # type: ignore[attr-defined]
         return result
 
     async def create(self, obj: Any) -> Any:
@@ -79,9 +79,9 @@ class FakeResource:
         stored = type(obj)()
         stored.CopyFrom(obj)
         self.server.revision += 1
-        stored.metadata.resource_version = str(self.server.revision)
+        stored.metadata.resourceVersion = str(self.server.revision)
         stored.metadata.uid = f"uid-{obj.metadata.name}"
-        stored.metadata.creation_timestamp.CopyFrom(ts(timedelta(seconds=5)))
+        stored.metadata.creationTimestamp.CopyFrom(ts(timedelta(seconds=5)))
         self.objects[key] = stored
         self.server.calls.append(("create", obj.metadata.name))
         return stored
@@ -91,12 +91,12 @@ class FakeResource:
         live = self.objects.get(key)
         if live is None:
             raise self._missing(obj.metadata.name)
-        if obj.metadata.resource_version != live.metadata.resource_version:
+        if obj.metadata.resourceVersion != live.metadata.resourceVersion:
             raise errors.ConflictError("the object has been modified")
         stored = type(obj)()
         stored.CopyFrom(obj)
         self.server.revision += 1
-        stored.metadata.resource_version = str(self.server.revision)
+        stored.metadata.resourceVersion = str(self.server.revision)
         self.objects[key] = stored
         self.server.calls.append(("update", obj.metadata.name))
         return stored
@@ -162,18 +162,18 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
 
 
 def make_pod(name: str, node: str = "", phase: str = "Running", namespace: str = "default") -> Any:
-    pod = pod_pb2.Pod(api_version="v1", kind="Pod")
+    pod = pod_pb2.Pod(apiVersion="v1", kind="Pod")
     pod.metadata.name = name
     pod.metadata.namespace = namespace
-    pod.metadata.creation_timestamp.CopyFrom(ts(timedelta(minutes=3, seconds=20)))
+    pod.metadata.creationTimestamp.CopyFrom(ts(timedelta(minutes=3, seconds=20)))
     pod.spec.containers.add(name="c", image="busybox")
     pod.spec.containers.add(name="d", image="busybox")
-    pod.spec.node_name = node
+    pod.spec.nodeName = node
     pod.status.phase = phase
-    pod.status.pod_ip = "10.0.0.7" if node else ""
-    cs = pod.status.container_statuses.add(name="c", ready=True, restart_count=2)
-    cs.state.running.started_at.CopyFrom(ts(timedelta(minutes=1)))
-    pod.status.container_statuses.add(name="d", ready=False, restart_count=1)
+    pod.status.podIP = "10.0.0.7" if node else ""
+    cs = pod.status.containerStatuses.add(name="c", ready=True, restartCount=2)
+    cs.state.running.startedAt.CopyFrom(ts(timedelta(minutes=1)))
+    pod.status.containerStatuses.add(name="d", ready=False, restartCount=1)
     return pod
 
 
@@ -206,12 +206,12 @@ def test_human_duration_matches_kubernetes(seconds: int, text: str) -> None:
 def test_pod_status_follows_kubectl() -> None:
     pod = make_pod("p")
     assert printers.pod_status(pod) == "Running"
-    pod.status.container_statuses[1].state.waiting.reason = "CrashLoopBackOff"
+    pod.status.containerStatuses[1].state.waiting.reason = "CrashLoopBackOff"
     assert printers.pod_status(pod) == "CrashLoopBackOff"
-    pod.status.container_statuses[1].state.ClearField("waiting")
-    pod.status.container_statuses[1].state.terminated.exit_code = 3
+    pod.status.containerStatuses[1].state.ClearField("waiting")
+    pod.status.containerStatuses[1].state.terminated.exitCode = 3
     assert printers.pod_status(pod) == "ExitCode:3"
-    pod.metadata.deletion_timestamp.CopyFrom(ts(timedelta()))
+    pod.metadata.deletionTimestamp.CopyFrom(ts(timedelta()))
     assert printers.pod_status(pod) == "Terminating"
     assert printers.pod_status(pod_pb2.Pod()) == "Pending"
 
@@ -245,7 +245,7 @@ def seed(server: FakeServer, *objs: Any) -> None:
 
 def test_get_pods_table_and_wide(server: FakeServer) -> None:
     seed(server, make_pod("web", node="node-1"), make_pod("db"))
-    server.pods.objects[("default", "web")].metadata.creation_timestamp.CopyFrom(
+    server.pods.objects[("default", "web")].metadata.creationTimestamp.CopyFrom(
         ts(timedelta(minutes=3, seconds=20))
     )
     code, out, _ = run_cli("get", "pods")
@@ -313,13 +313,13 @@ def test_get_label_selector_is_passed_to_the_server(server: FakeServer) -> None:
 
 def test_get_events_sorted_by_last_seen(server: FakeServer) -> None:
     for name, minutes in (("e1", 1), ("e2", 5)):
-        event = event_pb2.Event(api_version="v1", kind="Event", reason="Scheduled", type="Normal")
+        event = event_pb2.Event(apiVersion="v1", kind="Event", reason="Scheduled", type="Normal")
         event.metadata.name = name
         event.metadata.namespace = "default"
-        event.involved_object.kind = "Pod"
-        event.involved_object.name = "web"
+        event.involvedObject.kind = "Pod"
+        event.involvedObject.name = "web"
         event.message = f"message {name}"
-        event.last_timestamp.CopyFrom(ts(timedelta(minutes=minutes)))
+        event.lastTimestamp.CopyFrom(ts(timedelta(minutes=minutes)))
         seed(server, event)
     _, out, _ = run_cli("get", "events")
     lines = out.splitlines()
@@ -357,7 +357,7 @@ def test_apply_creates_then_is_unchanged_then_configures(
     assert ("", "n1") in server.resources["Node"].objects
 
     # Fields the server set (nodeName by the scheduler) survive a re-apply.
-    server.pods.objects[("default", "web")].spec.node_name = "node-1"
+    server.pods.objects[("default", "web")].spec.nodeName = "node-1"
     code, out, _ = run_cli("apply", "-f", str(manifest))
     assert out == "pod/web unchanged\nnode/n1 unchanged\n"
     assert [c for c in server.calls if c[0] == "update"] == []
@@ -367,7 +367,7 @@ def test_apply_creates_then_is_unchanged_then_configures(
     assert out.splitlines()[0] == "pod/web configured"
     live = server.pods.objects[("default", "web")]
     assert live.spec.containers[0].image == "nginx:2"
-    assert live.spec.node_name == "node-1"
+    assert live.spec.nodeName == "node-1"
     assert live.metadata.uid == "uid-web"
 
 
@@ -404,7 +404,7 @@ async def test_apply_retries_on_conflict() -> None:
         live = await real_get(name, namespace)
         if gets == 1:
             server.revision += 1
-            resource.objects[("", "web")].metadata.resource_version = str(server.revision)
+            resource.objects[("", "web")].metadata.resourceVersion = str(server.revision)
         return live
 
     resource.get = racing_get  # type: ignore[method-assign]
@@ -462,19 +462,19 @@ def test_describe_pod_shows_conditions_and_its_events(server: FakeServer) -> Non
     pod.spec.containers[0].resources.requests["cpu"] = "100m"
     pod.status.conditions.add(type="PodScheduled", status="True")
     pod.spec.tolerations.add(key="k", operator="Exists", effect="NoSchedule")
-    other = event_pb2.Event(api_version="v1", kind="Event", reason="Other")
+    other = event_pb2.Event(apiVersion="v1", kind="Event", reason="Other")
     other.metadata.name = "x"
     other.metadata.namespace = "default"
-    other.involved_object.kind = "Pod"
-    other.involved_object.name = "db"
-    mine = event_pb2.Event(api_version="v1", kind="Event", reason="Scheduled", type="Normal")
+    other.involvedObject.kind = "Pod"
+    other.involvedObject.name = "db"
+    mine = event_pb2.Event(apiVersion="v1", kind="Event", reason="Scheduled", type="Normal")
     mine.metadata.name = "y"
     mine.metadata.namespace = "default"
-    mine.involved_object.kind = "Pod"
-    mine.involved_object.name = "web"
+    mine.involvedObject.kind = "Pod"
+    mine.involvedObject.name = "web"
     mine.source.component = "tinykube-scheduler"
     mine.message = "Successfully assigned default/web to node-1"
-    mine.last_timestamp.CopyFrom(ts(timedelta(seconds=30)))
+    mine.lastTimestamp.CopyFrom(ts(timedelta(seconds=30)))
     seed(server, pod, other, mine)
     code, out, _ = run_cli("describe", "pod", "web")
     assert code == 0
@@ -555,11 +555,11 @@ def test_errors_print_like_kubectl(exc: Exception, line: str) -> None:
 def test_describe_replicaset_counts_its_pods_and_describe_all(server: FakeServer) -> None:
     from tinykube.v1 import replicaset_pb2
 
-    rs = replicaset_pb2.ReplicaSet(api_version="v1", kind="ReplicaSet")
+    rs = replicaset_pb2.ReplicaSet(apiVersion="v1", kind="ReplicaSet")
     rs.metadata.name = "web"
     rs.metadata.namespace = "default"
     rs.spec.replicas = 3
-    rs.spec.selector.match_labels["app"] = "web"
+    rs.spec.selector.matchLabels["app"] = "web"
     rs.spec.template.metadata.labels["app"] = "web"
     rs.spec.template.spec.containers.add(name="c", image="nginx")
     rs.status.replicas = 2
@@ -567,7 +567,7 @@ def test_describe_replicaset_counts_its_pods_and_describe_all(server: FakeServer
     uid = server.resources["ReplicaSet"].objects[("default", "web")].metadata.uid
     running, pending, orphan = make_pod("web-1"), make_pod("web-2", phase="Pending"), make_pod("x")
     for pod in (running, pending):
-        pod.metadata.owner_references.add(kind="ReplicaSet", name="web", uid=uid, controller=True)
+        pod.metadata.ownerReferences.add(kind="ReplicaSet", name="web", uid=uid, controller=True)
     seed(server, running, pending, orphan)
     code, out, _ = run_cli("describe", "rs", "web")
     assert code == 0

@@ -117,8 +117,8 @@ class WatchStub:
 
     def WatchBatch(self, request: Any) -> Stream:
         self.calls.append("WatchBatch")
-        assert request.resource_version == "1"
-        assert request.allow_watch_bookmarks
+        assert request.resourceVersion == "1"
+        assert request.allowWatchBookmarks
         if self.batch is None:
             return Stream([], rpc_error(grpc.StatusCode.UNIMPLEMENTED, "Method not found!"))
         return self.batch

@@ -24,7 +24,7 @@ class FakeEvents:
         self.rev += 1
         stored = event_pb2.Event()
         stored.CopyFrom(ev)
-        stored.metadata.resource_version = str(self.rev)
+        stored.metadata.resourceVersion = str(self.rev)
         self.items[f"{ev.metadata.namespace}/{ev.metadata.name}"] = stored
         out = event_pb2.Event()
         out.CopyFrom(stored)
@@ -57,7 +57,7 @@ class FakeEvents:
         key = f"{obj.metadata.namespace}/{obj.metadata.name}"
         if key not in self.items:
             raise NotFoundError("not found")
-        if self.items[key].metadata.resource_version != obj.metadata.resource_version:
+        if self.items[key].metadata.resourceVersion != obj.metadata.resourceVersion:
             raise ConflictError("modified")
         return self._stamp(obj)
 
@@ -84,11 +84,11 @@ async def test_same_event_is_counted_not_duplicated() -> None:
     failed = next(e for e in client.events.items.values() if e.reason == "FailedScheduling")
     assert failed.count == 2
     assert failed.metadata.name.startswith("web.")
-    assert failed.last_timestamp.ToDatetime() - failed.first_timestamp.ToDatetime() == timedelta(
+    assert failed.lastTimestamp.ToDatetime() - failed.firstTimestamp.ToDatetime() == timedelta(
         seconds=30
     )
-    assert failed.involved_object.kind == "Pod"
-    assert failed.involved_object.uid == "u1"
+    assert failed.involvedObject.kind == "Pod"
+    assert failed.involvedObject.uid == "u1"
     assert failed.source.component == "tinykube-scheduler"
     assert failed.source.host == "host-1"
     assert failed.type == "Warning"
@@ -127,7 +127,7 @@ async def test_cluster_scoped_objects_get_events_in_default() -> None:
     await rec.record(node, "Normal", "NodeReady", "Node n1 status is now: NodeReady")
     (event,) = client.events.items.values()
     assert event.metadata.namespace == "default"
-    assert event.involved_object.kind == "Node"  # from the message type when kind is unset
+    assert event.involvedObject.kind == "Node"  # from the message type when kind is unset
 
 
 async def test_emit_runs_in_background_and_flush_waits() -> None:

@@ -16,8 +16,8 @@ from tinykube.v1 import meta_pb2, pod_pb2
 
 def pod(name: str, node: str = "", namespace: str = "default", rv: int = 0) -> pod_pb2.Pod:
     p = pod_pb2.Pod(metadata=meta_pb2.ObjectMeta(name=name, namespace=namespace))
-    p.spec.node_name = node
-    p.metadata.resource_version = str(rv)
+    p.spec.nodeName = node
+    p.metadata.resourceVersion = str(rv)
     return p
 
 
@@ -43,7 +43,7 @@ class FakeSource:
     def put(self, p: pod_pb2.Pod) -> pod_pb2.Pod:
         self.rev += 1
         p = pod_pb2.Pod(metadata=p.metadata, spec=p.spec)
-        p.metadata.resource_version = str(self.rev)
+        p.metadata.resourceVersion = str(self.rev)
         key = meta_namespace_key(p)
         kind = "MODIFIED" if key in self.objects else "ADDED"
         self.objects[key] = p
@@ -55,12 +55,12 @@ class FakeSource:
         old = self.objects.pop(key)
         gone = pod_pb2.Pod()
         gone.CopyFrom(old)
-        gone.metadata.resource_version = str(self.rev)
+        gone.metadata.resourceVersion = str(self.rev)
         self._emit("DELETED", gone)
 
     def bookmark(self) -> None:
         self.rev += 1
-        mark = pod_pb2.Pod(metadata=meta_pb2.ObjectMeta(resource_version=str(self.rev)))
+        mark = pod_pb2.Pod(metadata=meta_pb2.ObjectMeta(resourceVersion=str(self.rev)))
         self._emit("BOOKMARK", mark)
 
     def compact(self) -> None:
@@ -76,7 +76,7 @@ class FakeSource:
             self.fail_lists -= 1
             raise UnavailableError("apiserver is down")
         result = pod_pb2.PodList(items=list(self.objects.values()))
-        result.metadata.resource_version = str(self.rev)
+        result.metadata.resourceVersion = str(self.rev)
         return result
 
     async def watch(self, rv: str) -> AsyncIterator[pod_pb2.PodWatchEvent]:
@@ -89,8 +89,8 @@ class FakeSource:
         try:
             while True:
                 for event in list(self.log):
-                    if int(event.object.metadata.resource_version) > start:
-                        start = int(event.object.metadata.resource_version)
+                    if int(event.object.metadata.resourceVersion) > start:
+                        start = int(event.object.metadata.resourceVersion)
                         yield event
                 if self.drop_streams != generation:
                     raise UnavailableError("stream dropped")
@@ -104,13 +104,13 @@ class Recorder:
         self.seen: list[tuple[str, str, str]] = []
 
     def add(self, p: pod_pb2.Pod) -> None:
-        self.seen.append(("add", meta_namespace_key(p), p.metadata.resource_version))
+        self.seen.append(("add", meta_namespace_key(p), p.metadata.resourceVersion))
 
     def update(self, old: pod_pb2.Pod, new: pod_pb2.Pod) -> None:
-        self.seen.append(("update", meta_namespace_key(new), new.metadata.resource_version))
+        self.seen.append(("update", meta_namespace_key(new), new.metadata.resourceVersion))
 
     def delete(self, p: pod_pb2.Pod) -> None:
-        self.seen.append(("delete", meta_namespace_key(p), p.metadata.resource_version))
+        self.seen.append(("delete", meta_namespace_key(p), p.metadata.resourceVersion))
 
 
 async def until(cond: Callable[[], bool], clock: FakeClock, steps: int = 400) -> None:
@@ -131,11 +131,11 @@ def make(source: FakeSource) -> tuple[Informer[pod_pb2.Pod], Recorder, FakeClock
 
 
 def snapshot(informer: Informer[pod_pb2.Pod]) -> dict[str, str]:
-    return {k: informer.store.get(k).metadata.resource_version for k in informer.store}  # type: ignore[union-attr]
+    return {k: informer.store.get(k).metadata.resourceVersion for k in informer.store}  # type: ignore[union-attr]
 
 
 def truth(source: FakeSource) -> dict[str, str]:
-    return {k: p.metadata.resource_version for k, p in source.objects.items()}
+    return {k: p.metadata.resourceVersion for k, p in source.objects.items()}
 
 
 @pytest.fixture
@@ -144,7 +144,7 @@ async def running() -> AsyncIterator[tuple[FakeSource, Informer[pod_pb2.Pod], Re
     source.put(pod("a", "n1"))
     source.put(pod("b", "n2"))
     informer, rec, clock = make(source)
-    informer.add_index("node", lambda p: p.spec.node_name or None)
+    informer.add_index("node", lambda p: p.spec.nodeName or None)
     task = informer.start()
     await until(informer.has_synced, clock)
     yield source, informer, rec, clock
@@ -293,8 +293,8 @@ async def test_list_failure_backs_off_then_syncs() -> None:
 def test_store_indexes_accept_str_iterable_or_none() -> None:
     store: Store[pod_pb2.Pod] = Store()
     store._put("default/a", pod("a", "n1"))
-    store.add_index("node", lambda p: p.spec.node_name)
-    store.add_index("both", lambda p: [p.spec.node_name, p.metadata.namespace])
+    store.add_index("node", lambda p: p.spec.nodeName)
+    store.add_index("both", lambda p: [p.spec.nodeName, p.metadata.namespace])
     store.add_index("none", lambda p: None)
     assert [p.metadata.name for p in store.by_index("node", "n1")] == ["a"]
     assert store.by_index("node", "n") == []  # a str is one value, not its letters

@@ -31,7 +31,7 @@ class LeaseStore:
         self.writes += 1
         stored = lease_pb2.Lease()
         stored.CopyFrom(lease)
-        stored.metadata.resource_version = str(self.rev)
+        stored.metadata.resourceVersion = str(self.rev)
         self.leases[self._key(lease.metadata.namespace, lease.metadata.name)] = stored
         out = lease_pb2.Lease()
         out.CopyFrom(stored)
@@ -76,7 +76,7 @@ class FakeLeases:
         stored = self.store.leases.get(key)
         if stored is None:
             raise NotFoundError("gone")
-        if stored.metadata.resource_version != obj.metadata.resource_version:
+        if stored.metadata.resourceVersion != obj.metadata.resourceVersion:
             raise ConflictError("the object has been modified")
         return self.store._stamp(obj)
 
@@ -142,18 +142,18 @@ async def test_acquires_free_lease_renews_and_releases_on_stop() -> None:
     await advance(clock, 0.5)
     assert a.elector.is_leader and a.working
     lease = store.current()
-    assert lease.spec.holder_identity == "a"
-    assert lease.spec.lease_duration_seconds == 15
-    assert lease.spec.lease_transitions == 0
-    first_renew = lease.spec.renew_time.ToDatetime()
+    assert lease.spec.holderIdentity == "a"
+    assert lease.spec.leaseDurationSeconds == 15
+    assert lease.spec.leaseTransitions == 0
+    first_renew = lease.spec.renewTime.ToDatetime()
     writes = store.writes
     await advance(clock, 6.1)
     assert store.writes - writes == 3  # a renewal every retry_period
-    assert store.current().spec.renew_time.ToDatetime() > first_renew
-    assert store.current().spec.acquire_time == lease.spec.acquire_time
+    assert store.current().spec.renewTime.ToDatetime() > first_renew
+    assert store.current().spec.acquireTime == lease.spec.acquireTime
     await stop(a)
     assert not a.working and not a.elector.is_leader
-    assert store.current().spec.holder_identity == ""
+    assert store.current().spec.holderIdentity == ""
 
 
 async def test_second_candidate_waits_while_leader_renews() -> None:
@@ -197,8 +197,8 @@ async def test_takeover_after_leader_stops_renewing() -> None:
     jittered = 2.0 * (1 + JITTER_FACTOR)
     assert 13.0 <= took <= 15.0 + 2 * jittered + 0.2
     lease = store.current()
-    assert lease.spec.holder_identity == "b"
-    assert lease.spec.lease_transitions == 1
+    assert lease.spec.holderIdentity == "b"
+    assert lease.spec.leaseTransitions == 1
     await stop(b)
 
 
@@ -220,9 +220,9 @@ async def test_expiry_ignores_remote_timestamps() -> None:
     store, clock = LeaseStore(), FakeClock()
     old = lease_pb2.Lease(
         metadata=meta_pb2.ObjectMeta(name=NAME, namespace=NS),
-        spec=lease_pb2.LeaseSpec(holder_identity="elsewhere", lease_duration_seconds=15),
+        spec=lease_pb2.LeaseSpec(holderIdentity="elsewhere", leaseDurationSeconds=15),
     )
-    old.spec.renew_time.FromDatetime(datetime(2020, 1, 1, tzinfo=UTC))
+    old.spec.renewTime.FromDatetime(datetime(2020, 1, 1, tzinfo=UTC))
     store._stamp(old)
     b = Candidate(store, clock, "b")
     b.start()
@@ -230,7 +230,7 @@ async def test_expiry_ignores_remote_timestamps() -> None:
     assert not b.working
     await advance(clock, 1.0 + 2 * 2.2 + 0.2)
     assert b.working
-    assert store.current().spec.lease_transitions == 1
+    assert store.current().spec.leaseTransitions == 1
     await stop(b)
 
 
@@ -255,7 +255,7 @@ async def test_work_failure_propagates_and_releases() -> None:
 
     with pytest.raises(RuntimeError, match="controller crashed"):
         await asyncio.wait_for(elector.run(failing), 1)
-    assert store.current().spec.holder_identity == ""
+    assert store.current().spec.holderIdentity == ""
     assert not elector.is_leader
 
 

@@ -62,24 +62,24 @@ def test_multi_document_yaml_becomes_typed_objects() -> None:
     assert isinstance(pod, pod_pb2.Pod)
     assert (objs[0].name, objs[0].namespace) == ("web", "prod")
     assert pod.metadata.labels == {"app": "web"}
-    assert pod.metadata.creation_timestamp.seconds == 1704067200
+    assert pod.metadata.creationTimestamp.seconds == 1704067200
     container = pod.spec.containers[0]
     assert list(container.command) == ["sleep", "30"]
     # YAML numbers in quantity maps are quantities, as Kubernetes accepts them.
     assert dict(container.resources.requests) == {"cpu": "1", "memory": "128Mi"}
     assert dict(container.resources.limits) == {"cpu": "1.5"}
-    assert pod.spec.tolerations[0].toleration_seconds == 30
+    assert pod.spec.tolerations[0].tolerationSeconds == 30
 
     rs = objs[1].obj
     assert isinstance(rs, replicaset_pb2.ReplicaSet)
-    # Stored with tinykube's apiVersion, whatever upstream group the manifest named.
-    assert rs.api_version == "v1"
+    # A ReplicaSet is an apps/v1 object, as in Kubernetes.
+    assert rs.apiVersion == "apps/v1"
     assert rs.spec.replicas == 3
     assert rs.spec.template.spec.containers[0].image == "x"
 
     lease = objs[2].obj
     assert isinstance(lease, lease_pb2.Lease)
-    assert lease.spec.holder_identity == "node-1"
+    assert lease.spec.holderIdentity == "node-1"
 
     node = objs[3].obj
     assert isinstance(node, node_pb2.Node)
@@ -143,12 +143,12 @@ def test_empty_documents_are_skipped() -> None:
 
 
 def test_output_omits_empty_fields_and_prints_int64_as_numbers() -> None:
-    pod = pod_pb2.Pod(api_version="v1", kind="Pod")
+    pod = pod_pb2.Pod(apiVersion="v1", kind="Pod")
     pod.metadata.name = "web"
     pod.metadata.generation = 2
     pod.metadata.labels["b"] = "2"
     pod.metadata.labels["a"] = "1"
-    pod.spec.termination_grace_period_seconds = 30
+    pod.spec.terminationGracePeriodSeconds = 30
     data = to_dict(pod)
     assert data == {
         "apiVersion": "v1",

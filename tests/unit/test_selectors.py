@@ -115,8 +115,8 @@ def test_empty_selector_is_empty_and_round_trips() -> None:
 
 def test_from_proto_match_labels_and_expressions() -> None:
     msg = meta_pb2.LabelSelector(
-        match_labels={"app": "web"},
-        match_expressions=[
+        matchLabels={"app": "web"},
+        matchExpressions=[
             meta_pb2.LabelSelectorRequirement(key="env", operator="In", values=["prod", "dev"]),
             meta_pb2.LabelSelectorRequirement(key="tier", operator="NotIn", values=["db"]),
             meta_pb2.LabelSelectorRequirement(key="app", operator="Exists"),
@@ -143,7 +143,7 @@ def test_from_proto_rejects_bad_expressions(
     expr: meta_pb2.LabelSelectorRequirement, fragment: str
 ) -> None:
     with pytest.raises(SelectorError) as info:
-        from_proto(meta_pb2.LabelSelector(match_expressions=[expr]))
+        from_proto(meta_pb2.LabelSelector(matchExpressions=[expr]))
     assert fragment in str(info.value)
     assert "selector.matchExpressions[0]" in str(info.value)
 

@@ -43,12 +43,12 @@ def messages(errors: list[FieldError]) -> list[str]:
 def test_valid_pod_has_no_errors_and_gets_defaults() -> None:
     pod = make_pod()
     assert validate(POD, pod) == []
-    assert pod.api_version == "v1" and pod.kind == "Pod"
+    assert pod.apiVersion == "v1" and pod.kind == "Pod"
     assert pod.metadata.uid and pod.metadata.generation == 1
-    assert pod.metadata.creation_timestamp.ToDatetime(tzinfo=UTC) == NOW
-    assert pod.spec.scheduler_name == "tinykube"
-    assert pod.spec.restart_policy == "Always"
-    assert pod.spec.termination_grace_period_seconds == 30
+    assert pod.metadata.creationTimestamp.ToDatetime(tzinfo=UTC) == NOW
+    assert pod.spec.schedulerName == "tinykube"
+    assert pod.spec.restartPolicy == "Always"
+    assert pod.spec.terminationGracePeriodSeconds == 30
     assert pod.status.phase == "Pending"
 
 
@@ -58,7 +58,7 @@ def test_defaults_ports_tolerations_and_client_status_is_dropped() -> None:
         spec=pod_pb2.PodSpec(
             containers=[
                 pod_pb2.Container(
-                    name="c", image="nginx", ports=[pod_pb2.ContainerPort(container_port=80)]
+                    name="c", image="nginx", ports=[pod_pb2.ContainerPort(containerPort=80)]
                 )
             ],
             tolerations=[pod_pb2.Toleration(key="k", value="v", effect="NoSchedule")],
@@ -113,7 +113,7 @@ def _set(path: str, value: object) -> Callable[[pod_pb2.Pod], None]:
             "equal to cpu limit of 1",
         ),
         (
-            _set("spec.restart_policy", "Sometimes"),
+            _set("spec.restartPolicy", "Sometimes"),
             'spec.restartPolicy: Unsupported value: "Sometimes": supported values: "Always", '
             '"OnFailure", "Never"',
         ),
@@ -138,7 +138,7 @@ def _set(path: str, value: object) -> Callable[[pod_pb2.Pod], None]:
             '"NoSchedule", "PreferNoSchedule", "NoExecute"',
         ),
         (
-            lambda p: p.spec.containers[0].ports.add(container_port=80, protocol="HTTP"),
+            lambda p: p.spec.containers[0].ports.add(containerPort=80, protocol="HTTP"),
             'spec.containers[0].ports[0].protocol: Unsupported value: "HTTP": supported values: '
             '"TCP", "UDP", "SCTP"',
         ),
@@ -157,7 +157,7 @@ def _set(path: str, value: object) -> Callable[[pod_pb2.Pod], None]:
         ),
         (
             lambda p: (
-                p.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms.add().match_expressions.add(
+                p.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms.add().matchExpressions.add(
                     key="zone", operator="Near"
                 )
             ),
@@ -180,7 +180,7 @@ def test_pod_validation_messages(mutate: Callable[[pod_pb2.Pod], None], expected
 def test_every_bad_field_is_named_in_one_error() -> None:
     pod = make_pod()
     pod.metadata.name = "Web_1"
-    pod.spec.restart_policy = "Sometimes"
+    pod.spec.restartPolicy = "Sometimes"
     pod.spec.containers[0].resources.requests["cpu"] = "1x"
     err = InvalidError.for_object("Pod", pod.metadata.name, validate(POD, pod))
     assert err.message.startswith('Pod "Web_1" is invalid: metadata.name: Invalid value: "Web_1"')
@@ -208,7 +208,7 @@ def make_rs(replicas: int = 2, selector: dict[str, str] | None = None) -> replic
         metadata=meta_pb2.ObjectMeta(name="web", namespace="default"),
         spec=replicaset_pb2.ReplicaSetSpec(
             replicas=replicas,
-            selector=meta_pb2.LabelSelector(match_labels=selector or {"app": "web"}),
+            selector=meta_pb2.LabelSelector(matchLabels=selector or {"app": "web"}),
             template=replicaset_pb2.PodTemplateSpec(
                 metadata=meta_pb2.ObjectMeta(labels={"app": "web"}),
                 spec=pod_pb2.PodSpec(containers=[pod_pb2.Container(name="c", image="x")]),
@@ -241,7 +241,7 @@ def test_replica_set_replicas_default_to_one() -> None:
 def test_lease_and_event() -> None:
     lease = lease_pb2.Lease(
         metadata=meta_pb2.ObjectMeta(name="n1", namespace="kube-node-lease"),
-        spec=lease_pb2.LeaseSpec(lease_duration_seconds=0),
+        spec=lease_pb2.LeaseSpec(leaseDurationSeconds=0),
     )
     assert any("spec.leaseDurationSeconds" in m for m in messages(validate(LEASE, lease)))
     from tinykube.v1 import event_pb2
@@ -290,7 +290,7 @@ def test_immutable_fields_on_update() -> None:
     new = pod_pb2.Pod()
     new.CopyFrom(old)
     new.spec.containers[0].image = "other"
-    new.spec.node_name = "n1"
+    new.spec.nodeName = "n1"
     errors = messages(validate_update(POD, new, old))
     assert any(e.startswith("spec: Forbidden: pod updates may not change") for e in errors)
     assert "spec.nodeName: Forbidden: may only be set through Bind, and only once" in errors

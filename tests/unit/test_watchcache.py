@@ -24,6 +24,7 @@ from apiserver.watchcache import (
     encode_list,
 )
 from tinykube.errors import ResourceExhaustedError, ResourceExpiredError
+from tinykube.meta import get_continue
 from tinykube.selectors import parse_field_selector, parse_label_selector
 from tinykube.v1 import meta_pb2, pod_pb2
 
@@ -50,7 +51,7 @@ def make_cache(window: int = 100, queue: int = 100) -> WatchCache:
 def put(name: str, revision: int, node: str = "", **labels: str) -> WatchEvent:
     pod = pod_pb2.Pod(
         metadata=meta_pb2.ObjectMeta(name=name, namespace="default", labels=labels),
-        spec=pod_pb2.PodSpec(node_name=node),
+        spec=pod_pb2.PodSpec(nodeName=node),
     )
     return WatchEvent(
         EVENT_PUT, PREFIX + f"default/{name}".encode(), pod.SerializeToString(), revision
@@ -65,7 +66,7 @@ def decode(data: list[tuple[bytes, int]]) -> list[tuple[str, str, str]]:
     out = []
     for raw, _revision in data:
         ev = pod_pb2.PodWatchEvent.FromString(raw)
-        out.append((ev.type, ev.object.metadata.name, ev.object.metadata.resource_version))
+        out.append((ev.type, ev.object.metadata.name, ev.object.metadata.resourceVersion))
     return out
 
 
@@ -181,14 +182,14 @@ async def test_drain_waits_for_events() -> None:
 
 
 def test_wire_encoding_matches_protobuf() -> None:
-    pod = pod_pb2.Pod(metadata=meta_pb2.ObjectMeta(name="a" * 300, resource_version="7"))
+    pod = pod_pb2.Pod(metadata=meta_pb2.ObjectMeta(name="a" * 300, resourceVersion="7"))
     data = pod.SerializeToString()
     assert encode_event("MODIFIED", data) == (
         pod_pb2.PodWatchEvent(type="MODIFIED", object=pod).SerializeToString()
     )
     listed = pod_pb2.PodList.FromString(encode_list("42", [data, data], "tok"))
-    assert listed.metadata.resource_version == "42"
-    assert listed.metadata.continue_token == "tok"
+    assert listed.metadata.resourceVersion == "42"
+    assert get_continue(listed.metadata) == "tok"
     assert list(listed.items) == [pod, pod]
 
 
@@ -200,7 +201,7 @@ def test_batch_messages_decode_as_the_kinds_event_batch_and_split_between_events
         pod = pod_pb2.Pod()
         pod.metadata.name = f"p{i}"
         pod.metadata.annotations["pad"] = "x" * (100 + 37 * i)  # sizes across a varint byte
-        pod.metadata.resource_version = str(100 + i)
+        pod.metadata.resourceVersion = str(100 + i)
         events.append(encode_event("ADDED", pod.SerializeToString()))
     assert batch_messages([]) == []
     queued = [(e, 100 + i) for i, e in enumerate(events)]

@@ -93,24 +93,24 @@ def toleration_text(t: Any) -> str:
         text += f":{t.effect}"
     if t.operator == "Exists":
         text = f"{text} op=Exists" if text else "op=Exists"
-    if t.HasField("toleration_seconds"):
-        text += f" for {t.toleration_seconds}s"
+    if t.HasField("tolerationSeconds"):
+        text += f" for {t.tolerationSeconds}s"
     return str(text)
 
 
 def container_state(w: Writer, level: int, key: str, state: Any) -> None:
     if state.HasField("running"):
         w.line(level, key, "Running")
-        w.line(level + 1, "Started", fmt_time(state.running.started_at))
+        w.line(level + 1, "Started", fmt_time(state.running.startedAt))
     elif state.HasField("terminated"):
         term = state.terminated
         w.line(level, key, "Terminated")
         w.line(level + 1, "Reason", term.reason or printers.NONE)
-        w.line(level + 1, "Exit Code", str(term.exit_code))
+        w.line(level + 1, "Exit Code", str(term.exitCode))
         if term.signal:
             w.line(level + 1, "Signal", str(term.signal))
-        w.line(level + 1, "Started", fmt_time(term.started_at))
-        w.line(level + 1, "Finished", fmt_time(term.finished_at))
+        w.line(level + 1, "Started", fmt_time(term.startedAt))
+        w.line(level + 1, "Finished", fmt_time(term.finishedAt))
     elif state.HasField("waiting"):
         w.line(level, key, "Waiting")
         w.line(level + 1, "Reason", state.waiting.reason or printers.NONE)
@@ -132,16 +132,16 @@ def describe_containers(w: Writer, title: str, containers: Any, statuses: Any) -
                 for v in values:
                     w.raw(3, v)
         for port in c.ports:
-            w.line(2, "Port", f"{port.container_port}/{port.protocol or 'TCP'}")
-            if port.host_port:
-                w.line(2, "Host Port", f"{port.host_port}/{port.protocol or 'TCP'}")
+            w.line(2, "Port", f"{port.containerPort}/{port.protocol or 'TCP'}")
+            if port.hostPort:
+                w.line(2, "Host Port", f"{port.hostPort}/{port.protocol or 'TCP'}")
         cs = by_name.get(c.name)
         if cs is not None:
             container_state(w, 2, "State", cs.state)
-            if cs.last_state.ListFields():
-                container_state(w, 2, "Last State", cs.last_state)
+            if cs.lastState.ListFields():
+                container_state(w, 2, "Last State", cs.lastState)
             w.line(2, "Ready", str(cs.ready))
-            w.line(2, "Restart Count", str(cs.restart_count))
+            w.line(2, "Restart Count", str(cs.restartCount))
         for key, values in (("Limits", c.resources.limits), ("Requests", c.resources.requests)):
             if values:
                 w.line(2, key)
@@ -161,30 +161,30 @@ def describe_pod(pod: Any, events: list[Any], now: datetime) -> str:
     w.line(0, "Name", meta.name)
     w.line(0, "Namespace", meta.namespace)
     w.line(0, "Priority", str(spec.priority) if spec.HasField("priority") else "0")
-    w.line(0, "Scheduler", spec.scheduler_name or printers.NONE)
-    node = spec.node_name
-    if node and status.host_ip:
-        node = f"{node}/{status.host_ip}"
+    w.line(0, "Scheduler", spec.schedulerName or printers.NONE)
+    node = spec.nodeName
+    if node and status.hostIP:
+        node = f"{node}/{status.hostIP}"
     w.line(0, "Node", node or printers.NONE)
-    w.line(0, "Start Time", fmt_time(status.start_time))
+    w.line(0, "Start Time", fmt_time(status.startTime))
     multi(w, 0, "Labels", fmt_map(meta.labels.items()))
     multi(w, 0, "Annotations", fmt_map(meta.annotations.items(), ": "))
     w.line(0, "Status", printers.pod_status(pod))
-    if printers.is_set(meta.deletion_timestamp):
-        grace = meta.deletion_grace_period_seconds
+    if printers.is_set(meta.deletionTimestamp):
+        grace = meta.deletionGracePeriodSeconds
         w.line(0, "Termination Grace Period", f"{grace}s", width=len("Termination Grace Period:"))
     if status.reason:
         w.line(0, "Reason", status.reason)
     if status.message:
         w.line(0, "Message", status.message)
-    w.line(0, "IP", status.pod_ip or "")
-    for ref in meta.owner_references:
+    w.line(0, "IP", status.podIP or "")
+    for ref in meta.ownerReferences:
         if ref.controller:
             w.line(0, "Controlled By", f"{ref.kind}/{ref.name}")
-    if status.nominated_node_name:
-        w.line(0, "NominatedNodeName", status.nominated_node_name)
-    describe_containers(w, "Init Containers", spec.init_containers, status.init_container_statuses)
-    describe_containers(w, "Containers", spec.containers, status.container_statuses)
+    if status.nominatedNodeName:
+        w.line(0, "NominatedNodeName", status.nominatedNodeName)
+    describe_containers(w, "Init Containers", spec.initContainers, status.initContainerStatuses)
+    describe_containers(w, "Containers", spec.containers, status.containerStatuses)
     if status.conditions:
         w.line(0, "Conditions")
         w.table(1, ["Type", "Status"], [[c.type, c.status] for c in status.conditions])
@@ -192,7 +192,7 @@ def describe_pod(pod: Any, events: list[Any], now: datetime) -> str:
         for c in unhappy:
             w.raw(1, f"{c.type}: {c.reason}: {c.message}" if c.reason else f"{c.type}: {c.message}")
     width = len("Node-Selectors:  ")
-    multi(w, 0, "Node-Selectors", fmt_map(spec.node_selector.items()), width)
+    multi(w, 0, "Node-Selectors", fmt_map(spec.nodeSelector.items()), width)
     tolerations = [toleration_text(t) for t in spec.tolerations] or [printers.NONE]
     multi(w, 0, "Tolerations", tolerations, width)
     describe_events(w, events, now)
@@ -206,7 +206,7 @@ def describe_node(node: Any, pods: list[Any], events: list[Any], now: datetime) 
     w.line(0, "Roles", printers.node_roles(node))
     multi(w, 0, "Labels", fmt_map(meta.labels.items()))
     multi(w, 0, "Annotations", fmt_map(meta.annotations.items(), ": "))
-    w.line(0, "CreationTimestamp", fmt_time(meta.creation_timestamp))
+    w.line(0, "CreationTimestamp", fmt_time(meta.creationTimestamp))
     taints = [
         f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in spec.taints
     ] or [printers.NONE]
@@ -218,7 +218,7 @@ def describe_node(node: Any, pods: list[Any], events: list[Any], now: datetime) 
             1,
             ["Type", "Status", "LastHeartbeatTime", "Reason", "Message"],
             [
-                [c.type, c.status, fmt_time(c.last_heartbeat_time), c.reason, c.message]
+                [c.type, c.status, fmt_time(c.lastHeartbeatTime), c.reason, c.message]
                 for c in status.conditions
             ],
         )
@@ -231,15 +231,15 @@ def describe_node(node: Any, pods: list[Any], events: list[Any], now: datetime) 
             w.line(0, key)
             for name, qty in sorted(values.items()):
                 w.line(1, name, qty)
-    info = status.node_info
+    info = status.nodeInfo
     if info.ListFields():
         w.line(0, "System Info")
         for key, value in (
-            ("Kernel Version", info.kernel_version),
-            ("OS Image", info.os_image),
-            ("Operating System", info.operating_system),
+            ("Kernel Version", info.kernelVersion),
+            ("OS Image", info.osImage),
+            ("Operating System", info.operatingSystem),
             ("Architecture", info.architecture),
-            ("Kubelet Version", info.kubelet_version),
+            ("Kubelet Version", info.kubeletVersion),
         ):
             w.line(1, key, value or "", width=26)
     live = [p for p in pods if p.status.phase not in ("Succeeded", "Failed")]
@@ -260,7 +260,7 @@ def describe_node(node: Any, pods: list[Any], events: list[Any], now: datetime) 
                     limits.get("cpu", "0"),
                     requests.get("memory", "0"),
                     limits.get("memory", "0"),
-                    printers.age(p.metadata.creation_timestamp, now),
+                    printers.age(p.metadata.creationTimestamp, now),
                 ]
             )
         header = ["Namespace", "Name", "CPU Requests", "CPU Limits"]
@@ -271,7 +271,7 @@ def describe_node(node: Any, pods: list[Any], events: list[Any], now: datetime) 
 
 
 def owned_by(pod: Any, owner: Any) -> bool:
-    return any(ref.uid == owner.metadata.uid for ref in pod.metadata.owner_references)
+    return any(ref.uid == owner.metadata.uid for ref in pod.metadata.ownerReferences)
 
 
 def describe_replicaset(rs: Any, pods: list[Any], events: list[Any], now: datetime) -> str:
@@ -310,9 +310,9 @@ def describe_events(w: Writer, events: list[Any], now: datetime) -> None:
     for e in events:
         seen = printers.age(printers.event_last_seen(e), now)
         if e.count > 1:
-            first = printers.age(e.first_timestamp, now)
+            first = printers.age(e.firstTimestamp, now)
             seen = f"{seen} (x{e.count} over {first})"
-        source = e.source.component or e.reporting_component or ""
+        source = e.source.component or e.reportingComponent or ""
         rows.append([e.type or "Normal", e.reason, seen, source, e.message.replace("\n", " ")])
     w.table(1, ["Type", "Reason", "Age", "From", "Message"], rows)
 
@@ -322,7 +322,7 @@ async def events_for(client: Client, info: KindInfo, obj: Any) -> list[Any]:
     listed = await client.events.list(obj.metadata.namespace if info.namespaced else "")
     found = []
     for e in listed.items:
-        ref = e.involved_object
+        ref = e.involvedObject
         if ref.kind != info.kind or ref.name != obj.metadata.name:
             continue
         if info.namespaced and ref.namespace and ref.namespace != obj.metadata.namespace:

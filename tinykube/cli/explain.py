@@ -50,14 +50,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 async def run(args: argparse.Namespace, ctx: Context) -> int:
     if args.filename:
         request: object = scheduler_pb2.SimulateRequest(
-            pod=_load_pod(args.filename, ctx.namespace), max_nodes=args.nodes
+            pod=_load_pod(args.filename, ctx.namespace), maxNodes=args.nodes
         )
         method = "Simulate"
     else:
         if args.resource not in ("pod", "pods", "po") or not args.name:
             raise CLIError("usage: tinykube explain pod NAME  (or: tinykube explain -f pod.yaml)")
         request = scheduler_pb2.ExplainRequest(
-            namespace=ctx.namespace, name=args.name, max_nodes=args.nodes
+            namespace=ctx.namespace, name=args.name, maxNodes=args.nodes
         )
         method = "Explain"
     async with grpc.aio.insecure_channel(args.scheduler, options=list(CHANNEL_OPTIONS)) as ch:
@@ -94,11 +94,11 @@ def render(resp: scheduler_pb2.ExplainResponse, *, simulated: bool = False) -> s
     who = f"Pod {resp.namespace}/{resp.name}"
     placed = "would be scheduled to" if simulated else "scheduled to"
     when = ""
-    if resp.HasField("attempted_at"):
-        when = f" (attempt at {resp.attempted_at.ToDatetime(UTC):%Y-%m-%d %H:%M:%S}Z)"
-    if resp.selected_node:
+    if resp.HasField("attemptedAt"):
+        when = f" (attempt at {resp.attemptedAt.ToDatetime(UTC):%Y-%m-%d %H:%M:%S}Z)"
+    if resp.selectedNode:
         out.append(
-            f"{who}: {placed} {resp.selected_node}; {resp.feasible_nodes}/{resp.total_nodes} "
+            f"{who}: {placed} {resp.selectedNode}; {resp.feasibleNodes}/{resp.totalNodes} "
             f"nodes feasible{when}"
         )
     else:
@@ -107,7 +107,7 @@ def render(resp: scheduler_pb2.ExplainResponse, *, simulated: bool = False) -> s
     nodes = list(resp.nodes)
     if not nodes:
         return "\n".join(out) + "\n"
-    shown = "" if len(nodes) >= resp.total_nodes else f" (first {len(nodes)} of {resp.total_nodes})"
+    shown = "" if len(nodes) >= resp.totalNodes else f" (first {len(nodes)} of {resp.totalNodes})"
     out += ["", f"Filters{shown}:"]
     plugins = [f.plugin for f in nodes[0].filters]
     rows: list[Sequence[str]] = []
@@ -123,11 +123,11 @@ def render(resp: scheduler_pb2.ExplainResponse, *, simulated: bool = False) -> s
             cells = [
                 f"{by[p].score}x{w}={by[p].weighted}" if p in by else "-" for p, w in score_plugins
             ]
-            mark = " <" if n.node == resp.selected_node else ""
-            rows.append([n.node, *cells, f"{n.total_score}{mark}"])
+            mark = " <" if n.node == resp.selectedNode else ""
+            rows.append([n.node, *cells, f"{n.totalScore}{mark}"])
         header = ["NODE", *(f"{p}" for p, _ in score_plugins), "TOTAL"]
         out += ["", "Scores (normalized score x weight):"]
         out.append(printers.render(header, rows).rstrip("\n"))
-    elif resp.selected_node:
+    elif resp.selectedNode:
         out += ["", "Not scored: only one node was feasible."]
     return "\n".join(out) + "\n"

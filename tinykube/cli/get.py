@@ -93,7 +93,7 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
                 namespace, label_selector=args.selector, field_selector=args.field_selector
             )
             objs = printers.sort_for_display(info, listed.items)
-            resource_version = listed.metadata.resource_version
+            resource_version = listed.metadata.resourceVersion
         if objs or (args.output in ("yaml", "json") and not args.names):
             show(
                 ctx,

@@ -33,7 +33,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def kubelet_address(node: node_pb2.Node, host_ip: str = "") -> str:
     """host:port of a node's kubelet: the pod's hostIP (or the node's InternalIP) and the
     port the kubelet registered in daemonEndpoints."""
-    port = node.status.daemon_endpoints.kubelet_endpoint.port
+    port = node.status.daemonEndpoints.kubeletEndpoint.Port
     addresses = {a.type: a.address for a in node.status.addresses}
     host = host_ip or addresses.get("InternalIP") or addresses.get("Hostname") or ""
     if not host or not port:
@@ -46,16 +46,16 @@ def kubelet_address(node: node_pb2.Node, host_ip: str = "") -> str:
 async def run(args: argparse.Namespace, ctx: Context) -> int:
     async with ctx.client() as client:
         pod = await client.pods.get(args.pod, ctx.namespace)
-        if not pod.spec.node_name:
+        if not pod.spec.nodeName:
             raise CLIError(f"pod {args.pod} is not scheduled to a node yet; it has no logs")
-        node = await client.nodes.get(pod.spec.node_name)
+        node = await client.nodes.get(pod.spec.nodeName)
     request = kubelet_pb2.LogsRequest(
         namespace=ctx.namespace, name=args.pod, container=args.container, follow=args.follow
     )
     if args.tail >= 0:
-        request.tail_lines = args.tail
+        request.tailLines = args.tail
     async with grpc.aio.insecure_channel(
-        kubelet_address(node, pod.status.host_ip), options=list(CHANNEL_OPTIONS)
+        kubelet_address(node, pod.status.hostIP), options=list(CHANNEL_OPTIONS)
     ) as channel:
         stub = kubelet_pb2_grpc.KubeletStub(channel)
         try:

@@ -82,25 +82,25 @@ def pod_status(pod: Any) -> str:
     """kubectl's STATUS for a pod (printPod): reason > container state > phase."""
     reason = pod.status.reason or pod.status.phase or "Pending"
     initializing = False
-    for i, cs in enumerate(pod.status.init_container_statuses):
+    for i, cs in enumerate(pod.status.initContainerStatuses):
         state = cs.state
-        if state.HasField("terminated") and state.terminated.exit_code == 0:
+        if state.HasField("terminated") and state.terminated.exitCode == 0:
             continue
         if state.HasField("terminated"):
             reason = (
                 f"Init:{state.terminated.reason}"
                 if state.terminated.reason
-                else f"Init:ExitCode:{state.terminated.exit_code}"
+                else f"Init:ExitCode:{state.terminated.exitCode}"
             )
         elif state.HasField("waiting") and state.waiting.reason not in ("", "PodInitializing"):
             reason = f"Init:{state.waiting.reason}"
         else:
-            reason = f"Init:{i}/{len(pod.spec.init_containers)}"
+            reason = f"Init:{i}/{len(pod.spec.initContainers)}"
         initializing = True
         break
     if not initializing:
         has_running = False
-        for cs in reversed(pod.status.container_statuses):
+        for cs in reversed(pod.status.containerStatuses):
             state = cs.state
             if state.HasField("waiting") and state.waiting.reason:
                 reason = state.waiting.reason
@@ -110,32 +110,32 @@ def pod_status(pod: Any) -> str:
                 if state.terminated.signal:
                     reason = f"Signal:{state.terminated.signal}"
                 else:
-                    reason = f"ExitCode:{state.terminated.exit_code}"
+                    reason = f"ExitCode:{state.terminated.exitCode}"
             elif state.HasField("running") and cs.ready:
                 has_running = True
         if reason == "Completed" and has_running:
             reason = "Running"
-    if is_set(pod.metadata.deletion_timestamp):
+    if is_set(pod.metadata.deletionTimestamp):
         reason = "Terminating"
     return str(reason)
 
 
 def _pod_row(pod: Any, now: datetime, wide: bool) -> list[str]:
     total = len(pod.spec.containers)
-    ready = sum(1 for cs in pod.status.container_statuses if cs.ready)
-    restarts = sum(cs.restart_count for cs in pod.status.container_statuses)
+    ready = sum(1 for cs in pod.status.containerStatuses if cs.ready)
+    restarts = sum(cs.restartCount for cs in pod.status.containerStatuses)
     row = [
         pod.metadata.name,
         f"{ready}/{total}",
         pod_status(pod),
         str(restarts),
-        age(pod.metadata.creation_timestamp, now),
+        age(pod.metadata.creationTimestamp, now),
     ]
     if wide:
         row += [
-            pod.status.pod_ip or NONE,
-            pod.spec.node_name or NONE,
-            pod.status.nominated_node_name or NONE,
+            pod.status.podIP or NONE,
+            pod.spec.nodeName or NONE,
+            pod.status.nominatedNodeName or NONE,
         ]
     return row
 
@@ -179,17 +179,17 @@ def _node_row(node: Any, now: datetime, wide: bool) -> list[str]:
         node.metadata.name,
         node_status(node),
         node_roles(node),
-        age(node.metadata.creation_timestamp, now),
-        node.status.node_info.kubelet_version or NONE,
+        age(node.metadata.creationTimestamp, now),
+        node.status.nodeInfo.kubeletVersion or NONE,
     ]
     if wide:
-        info = node.status.node_info
+        info = node.status.nodeInfo
         row += [
             _address(node, "InternalIP"),
             _address(node, "ExternalIP"),
-            info.os_image or "<unknown>",
-            info.kernel_version or "<unknown>",
-            info.container_runtime_version or "<unknown>",
+            info.osImage or "<unknown>",
+            info.kernelVersion or "<unknown>",
+            info.containerRuntimeVersion or "<unknown>",
         ]
     return row
 
@@ -198,8 +198,8 @@ def _node_row(node: Any, now: datetime, wide: bool) -> list[str]:
 
 
 def format_label_selector(selector: Any) -> str:
-    parts = [f"{k}={v}" for k, v in sorted(selector.match_labels.items())]
-    for req in selector.match_expressions:
+    parts = [f"{k}={v}" for k, v in sorted(selector.matchLabels.items())]
+    for req in selector.matchExpressions:
         values = ",".join(req.values)
         if req.operator == "In":
             parts.append(f"{req.key} in ({values})")
@@ -218,8 +218,8 @@ def _replicaset_row(rs: Any, now: datetime, wide: bool) -> list[str]:
         rs.metadata.name,
         str(desired),
         str(rs.status.replicas),
-        str(rs.status.ready_replicas),
-        age(rs.metadata.creation_timestamp, now),
+        str(rs.status.readyReplicas),
+        age(rs.metadata.creationTimestamp, now),
     ]
     if wide:
         containers = rs.spec.template.spec.containers
@@ -235,14 +235,14 @@ def _replicaset_row(rs: Any, now: datetime, wide: bool) -> list[str]:
 
 
 def event_last_seen(event: Any) -> Timestamp:
-    for ts in (event.last_timestamp, event.first_timestamp, event.metadata.creation_timestamp):
+    for ts in (event.lastTimestamp, event.firstTimestamp, event.metadata.creationTimestamp):
         if is_set(ts):
             return ts  # type: ignore[no-any-return]
     return Timestamp()
 
 
 def involved(event: Any) -> str:
-    ref = event.involved_object
+    ref = event.involvedObject
     return f"{ref.kind.lower()}/{ref.name}"
 
 
@@ -255,7 +255,7 @@ def _event_row(event: Any, now: datetime, wide: bool) -> list[str]:
     ]
     if wide:
         row += [
-            event.source.component or event.reporting_component or "",
+            event.source.component or event.reportingComponent or "",
             str(event.count or 1),
         ]
     return [*row, event.message.replace("\n", " ")]
@@ -267,8 +267,8 @@ def _event_row(event: Any, now: datetime, wide: bool) -> list[str]:
 def _lease_row(lease: Any, now: datetime, wide: bool) -> list[str]:
     return [
         lease.metadata.name,
-        lease.spec.holder_identity or NONE,
-        age(lease.metadata.creation_timestamp, now),
+        lease.spec.holderIdentity or NONE,
+        age(lease.metadata.creationTimestamp, now),
     ]
 
 
@@ -279,7 +279,7 @@ def service_ports(svc: Any) -> str:
     """kubectl's PORT(S): "80/TCP", "80:30080/TCP" for a nodePort."""
     parts = []
     for p in svc.spec.ports:
-        node = f":{p.node_port}" if p.node_port else ""
+        node = f":{p.nodePort}" if p.nodePort else ""
         parts.append(f"{p.port}{node}/{p.protocol or 'TCP'}")
     return ",".join(parts) or NONE
 
@@ -288,10 +288,10 @@ def _service_row(svc: Any, now: datetime, wide: bool) -> list[str]:
     row = [
         svc.metadata.name,
         svc.spec.type or "ClusterIP",
-        svc.spec.cluster_ip or NONE,
+        svc.spec.clusterIP or NONE,
         NONE,
         service_ports(svc),
-        age(svc.metadata.creation_timestamp, now),
+        age(svc.metadata.creationTimestamp, now),
     ]
     if wide:
         selector = ",".join(f"{k}={v}" for k, v in sorted(svc.spec.selector.items()))
@@ -311,7 +311,7 @@ def endpoint_addresses(ep: Any, limit: int = 3) -> str:
 
 
 def _endpoints_row(ep: Any, now: datetime, wide: bool) -> list[str]:
-    return [ep.metadata.name, endpoint_addresses(ep), age(ep.metadata.creation_timestamp, now)]
+    return [ep.metadata.name, endpoint_addresses(ep), age(ep.metadata.creationTimestamp, now)]
 
 
 _COLUMNS: dict[str, tuple[list[str], list[str]]] = {

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from tinykube.v1 import meta_pb2 as tinykube_dot_v1_dot_meta__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1btinykube/v1/endpoints.proto\x12\x0btinykube.v1\x1a\x16tinykube/v1/meta.proto\"\x87\x01\n\x0f\x45ndpointAddress\x12\n\n\x02ip\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x16\n\tnode_name\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x30\n\ntarget_ref\x18\x04 \x01(\x0b\x32\x1c.tinykube.v1.ObjectReferenceB\x0c\n\n_node_name\"<\n\x0c\x45ndpointPort\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\x05\x12\x10\n\x08protocol\x18\x03 \x01(\t\"\xa6\x01\n\x0e\x45ndpointSubset\x12/\n\taddresses\x18\x01 \x03(\x0b\x32\x1c.tinykube.v1.EndpointAddress\x12\x39\n\x13not_ready_addresses\x18\x02 \x03(\x0b\x32\x1c.tinykube.v1.EndpointAddress\x12(\n\x05ports\x18\x03 \x03(\x0b\x32\x19.tinykube.v1.EndpointPort\"\x8e\x01\n\x10ServiceEndpoints\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.tinykube.v1.ObjectMeta\x12,\n\x07subsets\x18\x04 \x03(\x0b\x32\x1b.tinykube.v1.EndpointSubset\"f\n\rEndpointsList\x12\'\n\x08metadata\x18\x01 \x01(\x0b\x32\x15.tinykube.v1.ListMeta\x12,\n\x05items\x18\x02 \x03(\x0b\x32\x1d.tinykube.v1.ServiceEndpoints\"R\n\x13\x45ndpointsWatchEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12-\n\x06object\x18\x02 \x01(\x0b\x32\x1d.tinykube.v1.ServiceEndpoints\"L\n\x18\x45ndpointsWatchEventBatch\x12\x30\n\x06\x65vents\x18\x01 \x03(\x0b\x32 .tinykube.v1.EndpointsWatchEvent\"J\n\x16\x43reateEndpointsRequest\x12\x30\n\tendpoints\x18\x01 \x01(\x0b\x32\x1d.tinykube.v1.ServiceEndpoints\"J\n\x16UpdateEndpointsRequest\x12\x30\n\tendpoints\x18\x01 \x01(\x0b\x32\x1d.tinykube.v1.ServiceEndpoints2\x83\x04\n\tEndpoints\x12L\n\x06\x43reate\x12#.tinykube.v1.CreateEndpointsRequest\x1a\x1d.tinykube.v1.ServiceEndpoints\x12=\n\x03Get\x12\x17.tinykube.v1.GetRequest\x1a\x1d.tinykube.v1.ServiceEndpoints\x12<\n\x04List\x12\x18.tinykube.v1.ListRequest\x1a\x1a.tinykube.v1.EndpointsList\x12L\n\x06Update\x12#.tinykube.v1.UpdateEndpointsRequest\x1a\x1d.tinykube.v1.ServiceEndpoints\x12\x43\n\x06\x44\x65lete\x12\x1a.tinykube.v1.DeleteRequest\x1a\x1d.tinykube.v1.ServiceEndpoints\x12\x46\n\x05Watch\x12\x19.tinykube.v1.WatchRequest\x1a .tinykube.v1.EndpointsWatchEvent0\x01\x12P\n\nWatchBatch\x12\x19.tinykube.v1.WatchRequest\x1a%.tinykube.v1.EndpointsWatchEventBatch0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1btinykube/v1/endpoints.proto\x12\x0btinykube.v1\x1a\x16tinykube/v1/meta.proto\"\x84\x01\n\x0f\x45ndpointAddress\x12\n\n\x02ip\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x15\n\x08nodeName\x18\x03 \x01(\tH\x00\x88\x01\x01\x12/\n\ttargetRef\x18\x04 \x01(\x0b\x32\x1c.tinykube.v1.ObjectReferenceB\x0b\n\t_nodeName\"<\n\x0c\x45ndpointPort\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\x05\x12\x10\n\x08protocol\x18\x03 \x01(\t\"\xa4\x01\n\x0e\x45ndpointSubset\x12/\n\taddresses\x18\x01 \x03(\x0b\x32\x1c.tinykube.v1.EndpointAddress\x12\x37\n\x11notReadyAddresses\x18\x02 \x03(\x0b\x32\x1c.tinykube.v1.EndpointAddress\x12(\n\x05ports\x18\x03 \x03(\x0b\x32\x19.tinykube.v1.EndpointPort\"\x8d\x01\n\x10ServiceEndpoints\x12\x12\n\napiVersion\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.tinykube.v1.ObjectMeta\x12,\n\x07subsets\x18\x04 \x03(\x0b\x32\x1b.tinykube.v1.EndpointSubset\"f\n\rEndpointsList\x12\'\n\x08metadata\x18\x01 \x01(\x0b\x32\x15.tinykube.v1.ListMeta\x12,\n\x05items\x18\x02 \x03(\x0b\x32\x1d.tinykube.v1.ServiceEndpoints\"R\n\x13\x45ndpointsWatchEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12-\n\x06object\x18\x02 \x01(\x0b\x32\x1d.tinykube.v1.ServiceEndpoints\"L\n\x18\x45ndpointsWatchEventBatch\x12\x30\n\x06\x65vents\x18\x01 \x03(\x0b\x32 .tinykube.v1.EndpointsWatchEvent\"J\n\x16\x43reateEndpointsRequest\x12\x30\n\tendpoints\x18\x01 \x01(\x0b\x32\x1d.tinykube.v1.ServiceEndpoints\"J\n\x16UpdateEndpointsRequest\x12\x30\n\tendpoints\x18\x01 \x01(\x0b\x32\x1d.tinykube.v1.ServiceEndpoints2\x83\x04\n\tEndpoints\x12L\n\x06\x43reate\x12#.tinykube.v1.CreateEndpointsRequest\x1a\x1d.tinykube.v1.ServiceEndpoints\x12=\n\x03Get\x12\x17.tinykube.v1.GetRequest\x1a\x1d.tinykube.v1.ServiceEndpoints\x12<\n\x04List\x12\x18.tinykube.v1.ListRequest\x1a\x1a.tinykube.v1.EndpointsList\x12L\n\x06Update\x12#.tinykube.v1.UpdateEndpointsRequest\x1a\x1d.tinykube.v1.ServiceEndpoints\x12\x43\n\x06\x44\x65lete\x12\x1a.tinykube.v1.DeleteRequest\x1a\x1d.tinykube.v1.ServiceEndpoints\x12\x46\n\x05Watch\x12\x19.tinykube.v1.WatchRequest\x1a .tinykube.v1.EndpointsWatchEvent0\x01\x12P\n\nWatchBatch\x12\x19.tinykube.v1.WatchRequest\x1a%.tinykube.v1.EndpointsWatchEventBatch0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,23 +33,23 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tinykube.v1.endpoints_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ENDPOINTADDRESS']._serialized_start=69
-  _globals['_ENDPOINTADDRESS']._serialized_end=204
-  _globals['_ENDPOINTPORT']._serialized_start=206
-  _globals['_ENDPOINTPORT']._serialized_end=266
-  _globals['_ENDPOINTSUBSET']._serialized_start=269
-  _globals['_ENDPOINTSUBSET']._serialized_end=435
-  _globals['_SERVICEENDPOINTS']._serialized_start=438
-  _globals['_SERVICEENDPOINTS']._serialized_end=580
-  _globals['_ENDPOINTSLIST']._serialized_start=582
-  _globals['_ENDPOINTSLIST']._serialized_end=684
-  _globals['_ENDPOINTSWATCHEVENT']._serialized_start=686
-  _globals['_ENDPOINTSWATCHEVENT']._serialized_end=768
-  _globals['_ENDPOINTSWATCHEVENTBATCH']._serialized_start=770
-  _globals['_ENDPOINTSWATCHEVENTBATCH']._serialized_end=846
-  _globals['_CREATEENDPOINTSREQUEST']._serialized_start=848
-  _globals['_CREATEENDPOINTSREQUEST']._serialized_end=922
-  _globals['_UPDATEENDPOINTSREQUEST']._serialized_start=924
-  _globals['_UPDATEENDPOINTSREQUEST']._serialized_end=998
-  _globals['_ENDPOINTS']._serialized_start=1001
-  _globals['_ENDPOINTS']._serialized_end=1516
+  _globals['_ENDPOINTADDRESS']._serialized_end=201
+  _globals['_ENDPOINTPORT']._serialized_start=203
+  _globals['_ENDPOINTPORT']._serialized_end=263
+  _globals['_ENDPOINTSUBSET']._serialized_start=266
+  _globals['_ENDPOINTSUBSET']._serialized_end=430
+  _globals['_SERVICEENDPOINTS']._serialized_start=433
+  _globals['_SERVICEENDPOINTS']._serialized_end=574
+  _globals['_ENDPOINTSLIST']._serialized_start=576
+  _globals['_ENDPOINTSLIST']._serialized_end=678
+  _globals['_ENDPOINTSWATCHEVENT']._serialized_start=680
+  _globals['_ENDPOINTSWATCHEVENT']._serialized_end=762
+  _globals['_ENDPOINTSWATCHEVENTBATCH']._serialized_start=764
+  _globals['_ENDPOINTSWATCHEVENTBATCH']._serialized_end=840
+  _globals['_CREATEENDPOINTSREQUEST']._serialized_start=842
+  _globals['_CREATEENDPOINTSREQUEST']._serialized_end=916
+  _globals['_UPDATEENDPOINTSREQUEST']._serialized_start=918
+  _globals['_UPDATEENDPOINTSREQUEST']._serialized_end=992
+  _globals['_ENDPOINTS']._serialized_start=995
+  _globals['_ENDPOINTS']._serialized_end=1510
 # @@protoc_insertion_point(module_scope)

@@ -27,14 +27,14 @@ class EndpointAddress(_message.Message):
 
     IP_FIELD_NUMBER: _builtins.int
     HOSTNAME_FIELD_NUMBER: _builtins.int
-    NODE_NAME_FIELD_NUMBER: _builtins.int
-    TARGET_REF_FIELD_NUMBER: _builtins.int
+    NODENAME_FIELD_NUMBER: _builtins.int
+    TARGETREF_FIELD_NUMBER: _builtins.int
     ip: _builtins.str
     hostname: _builtins.str
-    node_name: _builtins.str
+    nodeName: _builtins.str
     """The node the pod runs on."""
     @_builtins.property
-    def target_ref(self) -> _meta_pb2.ObjectReference:
+    def targetRef(self) -> _meta_pb2.ObjectReference:
         """The pod behind this address."""
 
     def __init__(
@@ -42,16 +42,16 @@ class EndpointAddress(_message.Message):
         *,
         ip: _builtins.str = ...,
         hostname: _builtins.str = ...,
-        node_name: _builtins.str | None = ...,
-        target_ref: _meta_pb2.ObjectReference | None = ...,
+        nodeName: _builtins.str | None = ...,
+        targetRef: _meta_pb2.ObjectReference | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_node_name", b"_node_name", "node_name", b"node_name", "target_ref", b"target_ref"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_nodeName", b"_nodeName", "nodeName", b"nodeName", "targetRef", b"targetRef"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_node_name", b"_node_name", "hostname", b"hostname", "ip", b"ip", "node_name", b"node_name", "target_ref", b"target_ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_nodeName", b"_nodeName", "hostname", b"hostname", "ip", b"ip", "nodeName", b"nodeName", "targetRef", b"targetRef"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__node_name: _TypeAlias = _typing.Literal["node_name"]  # noqa: Y015
-    _WhichOneofArgType__node_name: _TypeAlias = _typing.Literal["_node_name", b"_node_name"]  # noqa: Y015
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__node_name) -> _WhichOneofReturnType__node_name | None: ...
+    _WhichOneofReturnType__nodeName: _TypeAlias = _typing.Literal["nodeName"]  # noqa: Y015
+    _WhichOneofArgType__nodeName: _TypeAlias = _typing.Literal["_nodeName", b"_nodeName"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__nodeName) -> _WhichOneofReturnType__nodeName | None: ...
 
 Global___EndpointAddress: _TypeAlias = EndpointAddress  # noqa: Y015
 
@@ -88,12 +88,12 @@ class EndpointSubset(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ADDRESSES_FIELD_NUMBER: _builtins.int
-    NOT_READY_ADDRESSES_FIELD_NUMBER: _builtins.int
+    NOTREADYADDRESSES_FIELD_NUMBER: _builtins.int
     PORTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def addresses(self) -> _containers.RepeatedCompositeFieldContainer[Global___EndpointAddress]: ...
     @_builtins.property
-    def not_ready_addresses(self) -> _containers.RepeatedCompositeFieldContainer[Global___EndpointAddress]:
+    def notReadyAddresses(self) -> _containers.RepeatedCompositeFieldContainer[Global___EndpointAddress]:
         """Selected pods that are not ready (yet): the proxy does not send traffic to them."""
 
     @_builtins.property
@@ -102,12 +102,12 @@ class EndpointSubset(_message.Message):
         self,
         *,
         addresses: _abc.Iterable[Global___EndpointAddress] | None = ...,
-        not_ready_addresses: _abc.Iterable[Global___EndpointAddress] | None = ...,
+        notReadyAddresses: _abc.Iterable[Global___EndpointAddress] | None = ...,
         ports: _abc.Iterable[Global___EndpointPort] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["addresses", b"addresses", "not_ready_addresses", b"not_ready_addresses", "ports", b"ports"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["addresses", b"addresses", "notReadyAddresses", b"notReadyAddresses", "ports", b"ports"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -121,11 +121,11 @@ class ServiceEndpoints(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    API_VERSION_FIELD_NUMBER: _builtins.int
+    APIVERSION_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
     SUBSETS_FIELD_NUMBER: _builtins.int
-    api_version: _builtins.str
+    apiVersion: _builtins.str
     kind: _builtins.str
     @_builtins.property
     def metadata(self) -> _meta_pb2.ObjectMeta: ...
@@ -134,14 +134,14 @@ class ServiceEndpoints(_message.Message):
     def __init__(
         self,
         *,
-        api_version: _builtins.str = ...,
+        apiVersion: _builtins.str = ...,
         kind: _builtins.str = ...,
         metadata: _meta_pb2.ObjectMeta | None = ...,
         subsets: _abc.Iterable[Global___EndpointSubset] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_version", b"api_version", "kind", b"kind", "metadata", b"metadata", "subsets", b"subsets"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apiVersion", b"apiVersion", "kind", b"kind", "metadata", b"metadata", "subsets", b"subsets"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -46,58 +46,58 @@ Global___EventSource: _TypeAlias = EventSource  # noqa: Y015
 class Event(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    API_VERSION_FIELD_NUMBER: _builtins.int
+    APIVERSION_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
-    INVOLVED_OBJECT_FIELD_NUMBER: _builtins.int
+    INVOLVEDOBJECT_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
-    FIRST_TIMESTAMP_FIELD_NUMBER: _builtins.int
-    LAST_TIMESTAMP_FIELD_NUMBER: _builtins.int
+    FIRSTTIMESTAMP_FIELD_NUMBER: _builtins.int
+    LASTTIMESTAMP_FIELD_NUMBER: _builtins.int
     COUNT_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
-    REPORTING_COMPONENT_FIELD_NUMBER: _builtins.int
-    REPORTING_INSTANCE_FIELD_NUMBER: _builtins.int
-    api_version: _builtins.str
+    REPORTINGCOMPONENT_FIELD_NUMBER: _builtins.int
+    REPORTINGINSTANCE_FIELD_NUMBER: _builtins.int
+    apiVersion: _builtins.str
     kind: _builtins.str
     reason: _builtins.str
     message: _builtins.str
     count: _builtins.int
     type: _builtins.str
     """Normal or Warning."""
-    reporting_component: _builtins.str
-    reporting_instance: _builtins.str
+    reportingComponent: _builtins.str
+    reportingInstance: _builtins.str
     @_builtins.property
     def metadata(self) -> _meta_pb2.ObjectMeta: ...
     @_builtins.property
-    def involved_object(self) -> _meta_pb2.ObjectReference: ...
+    def involvedObject(self) -> _meta_pb2.ObjectReference: ...
     @_builtins.property
     def source(self) -> Global___EventSource: ...
     @_builtins.property
-    def first_timestamp(self) -> _timestamp_pb2.Timestamp: ...
+    def firstTimestamp(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
-    def last_timestamp(self) -> _timestamp_pb2.Timestamp: ...
+    def lastTimestamp(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
-        api_version: _builtins.str = ...,
+        apiVersion: _builtins.str = ...,
         kind: _builtins.str = ...,
         metadata: _meta_pb2.ObjectMeta | None = ...,
-        involved_object: _meta_pb2.ObjectReference | None = ...,
+        involvedObject: _meta_pb2.ObjectReference | None = ...,
         reason: _builtins.str = ...,
         message: _builtins.str = ...,
         source: Global___EventSource | None = ...,
-        first_timestamp: _timestamp_pb2.Timestamp | None = ...,
-        last_timestamp: _timestamp_pb2.Timestamp | None = ...,
+        firstTimestamp: _timestamp_pb2.Timestamp | None = ...,
+        lastTimestamp: _timestamp_pb2.Timestamp | None = ...,
         count: _builtins.int = ...,
         type: _builtins.str = ...,
-        reporting_component: _builtins.str = ...,
-        reporting_instance: _builtins.str = ...,
+        reportingComponent: _builtins.str = ...,
+        reportingInstance: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["first_timestamp", b"first_timestamp", "involved_object", b"involved_object", "last_timestamp", b"last_timestamp", "metadata", b"metadata", "source", b"source"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["firstTimestamp", b"firstTimestamp", "involvedObject", b"involvedObject", "lastTimestamp", b"lastTimestamp", "metadata", b"metadata", "source", b"source"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_version", b"api_version", "count", b"count", "first_timestamp", b"first_timestamp", "involved_object", b"involved_object", "kind", b"kind", "last_timestamp", b"last_timestamp", "message", b"message", "metadata", b"metadata", "reason", b"reason", "reporting_component", b"reporting_component", "reporting_instance", b"reporting_instance", "source", b"source", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apiVersion", b"apiVersion", "count", b"count", "firstTimestamp", b"firstTimestamp", "involvedObject", b"involvedObject", "kind", b"kind", "lastTimestamp", b"lastTimestamp", "message", b"message", "metadata", b"metadata", "reason", b"reason", "reportingComponent", b"reportingComponent", "reportingInstance", b"reportingInstance", "source", b"source", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tinykube/v1/kubelet.proto\x12\x0btinykube.v1\"y\n\x0bLogsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tcontainer\x18\x03 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x04 \x01(\x08\x12\x17\n\ntail_lines\x18\x05 \x01(\x03H\x00\x88\x01\x01\x42\r\n\x0b_tail_lines\"\x18\n\x08LogChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x32\x44\n\x07Kubelet\x12\x39\n\x04Logs\x12\x18.tinykube.v1.LogsRequest\x1a\x15.tinykube.v1.LogChunk0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tinykube/v1/kubelet.proto\x12\x0btinykube.v1\"w\n\x0bLogsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tcontainer\x18\x03 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x04 \x01(\x08\x12\x16\n\ttailLines\x18\x05 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_tailLines\"\x18\n\x08LogChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x32\x44\n\x07Kubelet\x12\x39\n\x04Logs\x12\x18.tinykube.v1.LogsRequest\x1a\x15.tinykube.v1.LogChunk0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,9 +32,9 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tinykube.v1.kubelet_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LOGSREQUEST']._serialized_start=42
-  _globals['_LOGSREQUEST']._serialized_end=163
-  _globals['_LOGCHUNK']._serialized_start=165
-  _globals['_LOGCHUNK']._serialized_end=189
-  _globals['_KUBELET']._serialized_start=191
-  _globals['_KUBELET']._serialized_end=259
+  _globals['_LOGSREQUEST']._serialized_end=161
+  _globals['_LOGCHUNK']._serialized_start=163
+  _globals['_LOGCHUNK']._serialized_end=187
+  _globals['_KUBELET']._serialized_start=189
+  _globals['_KUBELET']._serialized_end=257
 # @@protoc_insertion_point(module_scope)

@@ -24,14 +24,14 @@ class LogsRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     CONTAINER_FIELD_NUMBER: _builtins.int
     FOLLOW_FIELD_NUMBER: _builtins.int
-    TAIL_LINES_FIELD_NUMBER: _builtins.int
+    TAILLINES_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     name: _builtins.str
     container: _builtins.str
     """May be empty when the pod has exactly one container."""
     follow: _builtins.bool
     """Keep streaming new output until the pod is gone or the client cancels."""
-    tail_lines: _builtins.int
+    tailLines: _builtins.int
     """Only the last N lines; unset means the whole log."""
     def __init__(
         self,
@@ -40,15 +40,15 @@ class LogsRequest(_message.Message):
         name: _builtins.str = ...,
         container: _builtins.str = ...,
         follow: _builtins.bool = ...,
-        tail_lines: _builtins.int | None = ...,
+        tailLines: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_tail_lines", b"_tail_lines", "tail_lines", b"tail_lines"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_tailLines", b"_tailLines", "tailLines", b"tailLines"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_tail_lines", b"_tail_lines", "container", b"container", "follow", b"follow", "name", b"name", "namespace", b"namespace", "tail_lines", b"tail_lines"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_tailLines", b"_tailLines", "container", b"container", "follow", b"follow", "name", b"name", "namespace", b"namespace", "tailLines", b"tailLines"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__tail_lines: _TypeAlias = _typing.Literal["tail_lines"]  # noqa: Y015
-    _WhichOneofArgType__tail_lines: _TypeAlias = _typing.Literal["_tail_lines", b"_tail_lines"]  # noqa: Y015
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__tail_lines) -> _WhichOneofReturnType__tail_lines | None: ...
+    _WhichOneofReturnType__tailLines: _TypeAlias = _typing.Literal["tailLines"]  # noqa: Y015
+    _WhichOneofArgType__tailLines: _TypeAlias = _typing.Literal["_tailLines", b"_tailLines"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__tailLines) -> _WhichOneofReturnType__tailLines | None: ...
 
 Global___LogsRequest: _TypeAlias = LogsRequest  # noqa: Y015
 

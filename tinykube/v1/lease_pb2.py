@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from tinykube.v1 import meta_pb2 as tinykube_dot_v1_dot_meta__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tinykube/v1/lease.proto\x12\x0btinykube.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16tinykube/v1/meta.proto\"\xe1\x01\n\tLeaseSpec\x12\x17\n\x0fholder_identity\x18\x01 \x01(\t\x12#\n\x16lease_duration_seconds\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x30\n\x0c\x61\x63quire_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nrenew_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x11lease_transitions\x18\x05 \x01(\x05\x42\x19\n\x17_lease_duration_seconds\"{\n\x05Lease\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.tinykube.v1.ObjectMeta\x12$\n\x04spec\x18\x04 \x01(\x0b\x32\x16.tinykube.v1.LeaseSpec\"W\n\tLeaseList\x12\'\n\x08metadata\x18\x01 \x01(\x0b\x32\x15.tinykube.v1.ListMeta\x12!\n\x05items\x18\x02 \x03(\x0b\x32\x12.tinykube.v1.Lease\"C\n\x0fLeaseWatchEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\"\n\x06object\x18\x02 \x01(\x0b\x32\x12.tinykube.v1.Lease\"D\n\x14LeaseWatchEventBatch\x12,\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1c.tinykube.v1.LeaseWatchEvent\"7\n\x12\x43reateLeaseRequest\x12!\n\x05lease\x18\x01 \x01(\x0b\x32\x12.tinykube.v1.Lease\"7\n\x12UpdateLeaseRequest\x12!\n\x05lease\x18\x01 \x01(\x0b\x32\x12.tinykube.v1.Lease2\xc0\x03\n\x06Leases\x12=\n\x06\x43reate\x12\x1f.tinykube.v1.CreateLeaseRequest\x1a\x12.tinykube.v1.Lease\x12\x32\n\x03Get\x12\x17.tinykube.v1.GetRequest\x1a\x12.tinykube.v1.Lease\x12\x38\n\x04List\x12\x18.tinykube.v1.ListRequest\x1a\x16.tinykube.v1.LeaseList\x12=\n\x06Update\x12\x1f.tinykube.v1.UpdateLeaseRequest\x1a\x12.tinykube.v1.Lease\x12\x38\n\x06\x44\x65lete\x12\x1a.tinykube.v1.DeleteRequest\x1a\x12.tinykube.v1.Lease\x12\x42\n\x05Watch\x12\x19.tinykube.v1.WatchRequest\x1a\x1c.tinykube.v1.LeaseWatchEvent0\x01\x12L\n\nWatchBatch\x12\x19.tinykube.v1.WatchRequest\x1a!.tinykube.v1.LeaseWatchEventBatch0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tinykube/v1/lease.proto\x12\x0btinykube.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16tinykube/v1/meta.proto\"\xd9\x01\n\tLeaseSpec\x12\x16\n\x0eholderIdentity\x18\x01 \x01(\t\x12!\n\x14leaseDurationSeconds\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12/\n\x0b\x61\x63quireTime\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\trenewTime\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10leaseTransitions\x18\x05 \x01(\x05\x42\x17\n\x15_leaseDurationSeconds\"z\n\x05Lease\x12\x12\n\napiVersion\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.tinykube.v1.ObjectMeta\x12$\n\x04spec\x18\x04 \x01(\x0b\x32\x16.tinykube.v1.LeaseSpec\"W\n\tLeaseList\x12\'\n\x08metadata\x18\x01 \x01(\x0b\x32\x15.tinykube.v1.ListMeta\x12!\n\x05items\x18\x02 \x03(\x0b\x32\x12.tinykube.v1.Lease\"C\n\x0fLeaseWatchEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\"\n\x06object\x18\x02 \x01(\x0b\x32\x12.tinykube.v1.Lease\"D\n\x14LeaseWatchEventBatch\x12,\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1c.tinykube.v1.LeaseWatchEvent\"7\n\x12\x43reateLeaseRequest\x12!\n\x05lease\x18\x01 \x01(\x0b\x32\x12.tinykube.v1.Lease\"7\n\x12UpdateLeaseRequest\x12!\n\x05lease\x18\x01 \x01(\x0b\x32\x12.tinykube.v1.Lease2\xc0\x03\n\x06Leases\x12=\n\x06\x43reate\x12\x1f.tinykube.v1.CreateLeaseRequest\x1a\x12.tinykube.v1.Lease\x12\x32\n\x03Get\x12\x17.tinykube.v1.GetRequest\x1a\x12.tinykube.v1.Lease\x12\x38\n\x04List\x12\x18.tinykube.v1.ListRequest\x1a\x16.tinykube.v1.LeaseList\x12=\n\x06Update\x12\x1f.tinykube.v1.UpdateLeaseRequest\x1a\x12.tinykube.v1.Lease\x12\x38\n\x06\x44\x65lete\x12\x1a.tinykube.v1.DeleteRequest\x1a\x12.tinykube.v1.Lease\x12\x42\n\x05Watch\x12\x19.tinykube.v1.WatchRequest\x1a\x1c.tinykube.v1.LeaseWatchEvent0\x01\x12L\n\nWatchBatch\x12\x19.tinykube.v1.WatchRequest\x1a!.tinykube.v1.LeaseWatchEventBatch0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,19 +34,19 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tinykube.v1.lease_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LEASESPEC']._serialized_start=98
-  _globals['_LEASESPEC']._serialized_end=323
-  _globals['_LEASE']._serialized_start=325
-  _globals['_LEASE']._serialized_end=448
-  _globals['_LEASELIST']._serialized_start=450
-  _globals['_LEASELIST']._serialized_end=537
-  _globals['_LEASEWATCHEVENT']._serialized_start=539
-  _globals['_LEASEWATCHEVENT']._serialized_end=606
-  _globals['_LEASEWATCHEVENTBATCH']._serialized_start=608
-  _globals['_LEASEWATCHEVENTBATCH']._serialized_end=676
-  _globals['_CREATELEASEREQUEST']._serialized_start=678
-  _globals['_CREATELEASEREQUEST']._serialized_end=733
-  _globals['_UPDATELEASEREQUEST']._serialized_start=735
-  _globals['_UPDATELEASEREQUEST']._serialized_end=790
-  _globals['_LEASES']._serialized_start=793
-  _globals['_LEASES']._serialized_end=1241
+  _globals['_LEASESPEC']._serialized_end=315
+  _globals['_LEASE']._serialized_start=317
+  _globals['_LEASE']._serialized_end=439
+  _globals['_LEASELIST']._serialized_start=441
+  _globals['_LEASELIST']._serialized_end=528
+  _globals['_LEASEWATCHEVENT']._serialized_start=530
+  _globals['_LEASEWATCHEVENT']._serialized_end=597
+  _globals['_LEASEWATCHEVENTBATCH']._serialized_start=599
+  _globals['_LEASEWATCHEVENTBATCH']._serialized_end=667
+  _globals['_CREATELEASEREQUEST']._serialized_start=669
+  _globals['_CREATELEASEREQUEST']._serialized_end=724
+  _globals['_UPDATELEASEREQUEST']._serialized_start=726
+  _globals['_UPDATELEASEREQUEST']._serialized_end=781
+  _globals['_LEASES']._serialized_start=784
+  _globals['_LEASES']._serialized_end=1232
 # @@protoc_insertion_point(module_scope)

@@ -24,34 +24,34 @@ DESCRIPTOR: _descriptor.FileDescriptor
 class LeaseSpec(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    HOLDER_IDENTITY_FIELD_NUMBER: _builtins.int
-    LEASE_DURATION_SECONDS_FIELD_NUMBER: _builtins.int
-    ACQUIRE_TIME_FIELD_NUMBER: _builtins.int
-    RENEW_TIME_FIELD_NUMBER: _builtins.int
-    LEASE_TRANSITIONS_FIELD_NUMBER: _builtins.int
-    holder_identity: _builtins.str
-    lease_duration_seconds: _builtins.int
-    lease_transitions: _builtins.int
+    HOLDERIDENTITY_FIELD_NUMBER: _builtins.int
+    LEASEDURATIONSECONDS_FIELD_NUMBER: _builtins.int
+    ACQUIRETIME_FIELD_NUMBER: _builtins.int
+    RENEWTIME_FIELD_NUMBER: _builtins.int
+    LEASETRANSITIONS_FIELD_NUMBER: _builtins.int
+    holderIdentity: _builtins.str
+    leaseDurationSeconds: _builtins.int
+    leaseTransitions: _builtins.int
     @_builtins.property
-    def acquire_time(self) -> _timestamp_pb2.Timestamp: ...
+    def acquireTime(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
-    def renew_time(self) -> _timestamp_pb2.Timestamp: ...
+    def renewTime(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
-        holder_identity: _builtins.str = ...,
-        lease_duration_seconds: _builtins.int | None = ...,
-        acquire_time: _timestamp_pb2.Timestamp | None = ...,
-        renew_time: _timestamp_pb2.Timestamp | None = ...,
-        lease_transitions: _builtins.int = ...,
+        holderIdentity: _builtins.str = ...,
+        leaseDurationSeconds: _builtins.int | None = ...,
+        acquireTime: _timestamp_pb2.Timestamp | None = ...,
+        renewTime: _timestamp_pb2.Timestamp | None = ...,
+        leaseTransitions: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_lease_duration_seconds", b"_lease_duration_seconds", "acquire_time", b"acquire_time", "lease_duration_seconds", b"lease_duration_seconds", "renew_time", b"renew_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_leaseDurationSeconds", b"_leaseDurationSeconds", "acquireTime", b"acquireTime", "leaseDurationSeconds", b"leaseDurationSeconds", "renewTime", b"renewTime"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lease_duration_seconds", b"_lease_duration_seconds", "acquire_time", b"acquire_time", "holder_identity", b"holder_identity", "lease_duration_seconds", b"lease_duration_seconds", "lease_transitions", b"lease_transitions", "renew_time", b"renew_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_leaseDurationSeconds", b"_leaseDurationSeconds", "acquireTime", b"acquireTime", "holderIdentity", b"holderIdentity", "leaseDurationSeconds", b"leaseDurationSeconds", "leaseTransitions", b"leaseTransitions", "renewTime", b"renewTime"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__lease_duration_seconds: _TypeAlias = _typing.Literal["lease_duration_seconds"]  # noqa: Y015
-    _WhichOneofArgType__lease_duration_seconds: _TypeAlias = _typing.Literal["_lease_duration_seconds", b"_lease_duration_seconds"]  # noqa: Y015
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__lease_duration_seconds) -> _WhichOneofReturnType__lease_duration_seconds | None: ...
+    _WhichOneofReturnType__leaseDurationSeconds: _TypeAlias = _typing.Literal["leaseDurationSeconds"]  # noqa: Y015
+    _WhichOneofArgType__leaseDurationSeconds: _TypeAlias = _typing.Literal["_leaseDurationSeconds", b"_leaseDurationSeconds"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__leaseDurationSeconds) -> _WhichOneofReturnType__leaseDurationSeconds | None: ...
 
 Global___LeaseSpec: _TypeAlias = LeaseSpec  # noqa: Y015
 
@@ -59,11 +59,11 @@ Global___LeaseSpec: _TypeAlias = LeaseSpec  # noqa: Y015
 class Lease(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    API_VERSION_FIELD_NUMBER: _builtins.int
+    APIVERSION_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
     SPEC_FIELD_NUMBER: _builtins.int
-    api_version: _builtins.str
+    apiVersion: _builtins.str
     kind: _builtins.str
     @_builtins.property
     def metadata(self) -> _meta_pb2.ObjectMeta: ...
@@ -72,14 +72,14 @@ class Lease(_message.Message):
     def __init__(
         self,
         *,
-        api_version: _builtins.str = ...,
+        apiVersion: _builtins.str = ...,
         kind: _builtins.str = ...,
         metadata: _meta_pb2.ObjectMeta | None = ...,
         spec: Global___LeaseSpec | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_version", b"api_version", "kind", b"kind", "metadata", b"metadata", "spec", b"spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apiVersion", b"apiVersion", "kind", b"kind", "metadata", b"metadata", "spec", b"spec"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

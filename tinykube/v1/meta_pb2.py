@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tinykube/v1/meta.proto\x12\x0btinykube.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x80\x01\n\x0eOwnerReference\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0b\n\x03uid\x18\x04 \x01(\t\x12\x12\n\ncontroller\x18\x05 \x01(\x08\x12\x1c\n\x14\x62lock_owner_deletion\x18\x06 \x01(\x08\"\xdf\x04\n\nObjectMeta\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rgenerate_name\x18\x02 \x01(\t\x12\x11\n\tnamespace\x18\x03 \x01(\t\x12\x0b\n\x03uid\x18\x04 \x01(\t\x12\x18\n\x10resource_version\x18\x05 \x01(\t\x12\x12\n\ngeneration\x18\x06 \x01(\x03\x12\x36\n\x12\x63reation_timestamp\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x36\n\x12\x64\x65letion_timestamp\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x1d\x64\x65letion_grace_period_seconds\x18\t \x01(\x03H\x00\x88\x01\x01\x12\x33\n\x06labels\x18\n \x03(\x0b\x32#.tinykube.v1.ObjectMeta.LabelsEntry\x12=\n\x0b\x61nnotations\x18\x0b \x03(\x0b\x32(.tinykube.v1.ObjectMeta.AnnotationsEntry\x12\x35\n\x10owner_references\x18\x0c \x03(\x0b\x32\x1b.tinykube.v1.OwnerReference\x12\x12\n\nfinalizers\x18\r \x03(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42 \n\x1e_deletion_grace_period_seconds\"\x82\x01\n\x08ListMeta\x12\x18\n\x10resource_version\x18\x01 \x01(\t\x12 \n\x0e\x63ontinue_token\x18\x02 \x01(\tR\x08\x63ontinue\x12!\n\x14remaining_item_count\x18\x03 \x01(\x03H\x00\x88\x01\x01\x42\x17\n\x15_remaining_item_count\"\x90\x01\n\x0fObjectReference\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0b\n\x03uid\x18\x04 \x01(\t\x12\x13\n\x0b\x61pi_version\x18\x05 \x01(\t\x12\x18\n\x10resource_version\x18\x06 \x01(\t\x12\x12\n\nfield_path\x18\x07 \x01(\t\"I\n\x18LabelSelectorRequirement\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\x0e\n\x06values\x18\x03 \x03(\t\"\xc8\x01\n\rLabelSelector\x12\x41\n\x0cmatch_labels\x18\x01 \x03(\x0b\x32+.tinykube.v1.LabelSelector.MatchLabelsEntry\x12@\n\x11match_expressions\x18\x02 \x03(\x0b\x32%.tinykube.v1.LabelSelectorRequirement\x1a\x32\n\x10MatchLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"-\n\nGetRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\x9b\x01\n\x0bListRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x16\n\x0elabel_selector\x18\x02 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x03 \x01(\t\x12\r\n\x05limit\x18\x04 \x01(\x03\x12 \n\x0e\x63ontinue_token\x18\x05 \x01(\tR\x08\x63ontinue\x12\x18\n\x10resource_version\x18\x06 \x01(\t\"\x8a\x01\n\x0cWatchRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x16\n\x0elabel_selector\x18\x02 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x03 \x01(\t\x12\x18\n\x10resource_version\x18\x04 \x01(\t\x12\x1d\n\x15\x61llow_watch_bookmarks\x18\x05 \x01(\x08\"6\n\rPreconditions\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x18\n\x10resource_version\x18\x02 \x01(\t\"\x9f\x01\n\rDeleteRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12!\n\x14grace_period_seconds\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x31\n\rpreconditions\x18\x04 \x01(\x0b\x32\x1a.tinykube.v1.PreconditionsB\x17\n\x15_grace_period_seconds\"=\n\x0bStatusCause\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\"U\n\rStatusDetails\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12(\n\x06\x63\x61uses\x18\x03 \x03(\x0b\x32\x18.tinykube.v1.StatusCauseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tinykube/v1/meta.proto\x12\x0btinykube.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"}\n\x0eOwnerReference\x12\x12\n\napiVersion\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0b\n\x03uid\x18\x04 \x01(\t\x12\x12\n\ncontroller\x18\x05 \x01(\x08\x12\x1a\n\x12\x62lockOwnerDeletion\x18\x06 \x01(\x08\"\xd4\x04\n\nObjectMeta\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cgenerateName\x18\x02 \x01(\t\x12\x11\n\tnamespace\x18\x03 \x01(\t\x12\x0b\n\x03uid\x18\x04 \x01(\t\x12\x17\n\x0fresourceVersion\x18\x05 \x01(\t\x12\x12\n\ngeneration\x18\x06 \x01(\x05\x12\x35\n\x11\x63reationTimestamp\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11\x64\x65letionTimestamp\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x1a\x64\x65letionGracePeriodSeconds\x18\t \x01(\x05H\x00\x88\x01\x01\x12\x33\n\x06labels\x18\n \x03(\x0b\x32#.tinykube.v1.ObjectMeta.LabelsEntry\x12=\n\x0b\x61nnotations\x18\x0b \x03(\x0b\x32(.tinykube.v1.ObjectMeta.AnnotationsEntry\x12\x34\n\x0fownerReferences\x18\x0c \x03(\x0b\x32\x1b.tinykube.v1.OwnerReference\x12\x12\n\nfinalizers\x18\r \x03(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x1d\n\x1b_deletionGracePeriodSeconds\"m\n\x08ListMeta\x12\x17\n\x0fresourceVersion\x18\x01 \x01(\t\x12\x10\n\x08\x63ontinue\x18\x02 \x01(\t\x12\x1f\n\x12remainingItemCount\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\x15\n\x13_remainingItemCount\"\x8d\x01\n\x0fObjectReference\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0b\n\x03uid\x18\x04 \x01(\t\x12\x12\n\napiVersion\x18\x05 \x01(\t\x12\x17\n\x0fresourceVersion\x18\x06 \x01(\t\x12\x11\n\tfieldPath\x18\x07 \x01(\t\"I\n\x18LabelSelectorRequirement\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\x0e\n\x06values\x18\x03 \x03(\t\"\xc6\x01\n\rLabelSelector\x12@\n\x0bmatchLabels\x18\x01 \x03(\x0b\x32+.tinykube.v1.LabelSelector.MatchLabelsEntry\x12?\n\x10matchExpressions\x18\x02 \x03(\x0b\x32%.tinykube.v1.LabelSelectorRequirement\x1a\x32\n\x10MatchLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"-\n\nGetRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\x88\x01\n\x0bListRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x15\n\rlabelSelector\x18\x02 \x01(\t\x12\x15\n\rfieldSelector\x18\x03 \x01(\t\x12\r\n\x05limit\x18\x04 \x01(\x05\x12\x10\n\x08\x63ontinue\x18\x05 \x01(\t\x12\x17\n\x0fresourceVersion\x18\x06 \x01(\t\"\x85\x01\n\x0cWatchRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x15\n\rlabelSelector\x18\x02 \x01(\t\x12\x15\n\rfieldSelector\x18\x03 \x01(\t\x12\x17\n\x0fresourceVersion\x18\x04 \x01(\t\x12\x1b\n\x13\x61llowWatchBookmarks\x18\x05 \x01(\x08\"5\n\rPreconditions\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x17\n\x0fresourceVersion\x18\x02 \x01(\t\"\x9b\x01\n\rDeleteRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x1f\n\x12gracePeriodSeconds\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x31\n\rpreconditions\x18\x04 \x01(\x0b\x32\x1a.tinykube.v1.PreconditionsB\x15\n\x13_gracePeriodSeconds\"=\n\x0bStatusCause\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\"U\n\rStatusDetails\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12(\n\x06\x63\x61uses\x18\x03 \x03(\x0b\x32\x18.tinykube.v1.StatusCauseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,36 +38,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OBJECTMETA_ANNOTATIONSENTRY']._serialized_options = b'8\001'
   _globals['_LABELSELECTOR_MATCHLABELSENTRY']._loaded_options = None
   _globals['_LABELSELECTOR_MATCHLABELSENTRY']._serialized_options = b'8\001'
-  _globals['_OWNERREFERENCE']._serialized_start=73
-  _globals['_OWNERREFERENCE']._serialized_end=201
-  _globals['_OBJECTMETA']._serialized_start=204
-  _globals['_OBJECTMETA']._serialized_end=811
-  _globals['_OBJECTMETA_LABELSENTRY']._serialized_start=680
-  _globals['_OBJECTMETA_LABELSENTRY']._serialized_end=725
-  _globals['_OBJECTMETA_ANNOTATIONSENTRY']._serialized_start=727
-  _globals['_OBJECTMETA_ANNOTATIONSENTRY']._serialized_end=777
-  _globals['_LISTMETA']._serialized_start=814
-  _globals['_LISTMETA']._serialized_end=944
-  _globals['_OBJECTREFERENCE']._serialized_start=947
-  _globals['_OBJECTREFERENCE']._serialized_end=1091
-  _globals['_LABELSELECTORREQUIREMENT']._serialized_start=1093
-  _globals['_LABELSELECTORREQUIREMENT']._serialized_end=1166
-  _globals['_LABELSELECTOR']._serialized_start=1169
-  _globals['_LABELSELECTOR']._serialized_end=1369
-  _globals['_LABELSELECTOR_MATCHLABELSENTRY']._serialized_start=1319
-  _globals['_LABELSELECTOR_MATCHLABELSENTRY']._serialized_end=1369
-  _globals['_GETREQUEST']._serialized_start=1371
-  _globals['_GETREQUEST']._serialized_end=1416
-  _globals['_LISTREQUEST']._serialized_start=1419
-  _globals['_LISTREQUEST']._serialized_end=1574
-  _globals['_WATCHREQUEST']._serialized_start=1577
-  _globals['_WATCHREQUEST']._serialized_end=1715
-  _globals['_PRECONDITIONS']._serialized_start=1717
-  _globals['_PRECONDITIONS']._serialized_end=1771
-  _globals['_DELETEREQUEST']._serialized_start=1774
-  _globals['_DELETEREQUEST']._serialized_end=1933
-  _globals['_STATUSCAUSE']._serialized_start=1935
-  _globals['_STATUSCAUSE']._serialized_end=1996
-  _globals['_STATUSDETAILS']._serialized_start=1998
-  _globals['_STATUSDETAILS']._serialized_end=2083
+  _globals['_OWNERREFERENCE']._serialized_start=72
+  _globals['_OWNERREFERENCE']._serialized_end=197
+  _globals['_OBJECTMETA']._serialized_start=200
+  _globals['_OBJECTMETA']._serialized_end=796
+  _globals['_OBJECTMETA_LABELSENTRY']._serialized_start=668
+  _globals['_OBJECTMETA_LABELSENTRY']._serialized_end=713
+  _globals['_OBJECTMETA_ANNOTATIONSENTRY']._serialized_start=715
+  _globals['_OBJECTMETA_ANNOTATIONSENTRY']._serialized_end=765
+  _globals['_LISTMETA']._serialized_start=798
+  _globals['_LISTMETA']._serialized_end=907
+  _globals['_OBJECTREFERENCE']._serialized_start=910
+  _globals['_OBJECTREFERENCE']._serialized_end=1051
+  _globals['_LABELSELECTORREQUIREMENT']._serialized_start=1053
+  _globals['_LABELSELECTORREQUIREMENT']._serialized_end=1126
+  _globals['_LABELSELECTOR']._serialized_start=1129
+  _globals['_LABELSELECTOR']._serialized_end=1327
+  _globals['_LABELSELECTOR_MATCHLABELSENTRY']._serialized_start=1277
+  _globals['_LABELSELECTOR_MATCHLABELSENTRY']._serialized_end=1327
+  _globals['_GETREQUEST']._serialized_start=1329
+  _globals['_GETREQUEST']._serialized_end=1374
+  _globals['_LISTREQUEST']._serialized_start=1377
+  _globals['_LISTREQUEST']._serialized_end=1513
+  _globals['_WATCHREQUEST']._serialized_start=1516
+  _globals['_WATCHREQUEST']._serialized_end=1649
+  _globals['_PRECONDITIONS']._serialized_start=1651
+  _globals['_PRECONDITIONS']._serialized_end=1704
+  _globals['_DELETEREQUEST']._serialized_start=1707
+  _globals['_DELETEREQUEST']._serialized_end=1862
+  _globals['_STATUSCAUSE']._serialized_start=1864
+  _globals['_STATUSCAUSE']._serialized_end=1925
+  _globals['_STATUSDETAILS']._serialized_start=1927
+  _globals['_STATUSDETAILS']._serialized_end=2012
 # @@protoc_insertion_point(module_scope)

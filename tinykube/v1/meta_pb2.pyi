@@ -27,31 +27,31 @@ class OwnerReference(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    API_VERSION_FIELD_NUMBER: _builtins.int
+    APIVERSION_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     UID_FIELD_NUMBER: _builtins.int
     CONTROLLER_FIELD_NUMBER: _builtins.int
-    BLOCK_OWNER_DELETION_FIELD_NUMBER: _builtins.int
-    api_version: _builtins.str
+    BLOCKOWNERDELETION_FIELD_NUMBER: _builtins.int
+    apiVersion: _builtins.str
     kind: _builtins.str
     name: _builtins.str
     uid: _builtins.str
     controller: _builtins.bool
-    block_owner_deletion: _builtins.bool
+    blockOwnerDeletion: _builtins.bool
     def __init__(
         self,
         *,
-        api_version: _builtins.str = ...,
+        apiVersion: _builtins.str = ...,
         kind: _builtins.str = ...,
         name: _builtins.str = ...,
         uid: _builtins.str = ...,
         controller: _builtins.bool = ...,
-        block_owner_deletion: _builtins.bool = ...,
+        blockOwnerDeletion: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_version", b"api_version", "block_owner_deletion", b"block_owner_deletion", "controller", b"controller", "kind", b"kind", "name", b"name", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apiVersion", b"apiVersion", "blockOwnerDeletion", b"blockOwnerDeletion", "controller", b"controller", "kind", b"kind", "name", b"name", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -59,7 +59,13 @@ Global___OwnerReference: _TypeAlias = OwnerReference  # noqa: Y015
 
 @_typing.final
 class ObjectMeta(_message.Message):
-    """ObjectMeta is the metadata every persisted object carries, as in Kubernetes."""
+    """ObjectMeta is the metadata every persisted object carries, as in Kubernetes.
+
+    Integer fields that Kubernetes declares int64 but whose values never leave int32's range
+    (generations, grace periods, counts) are int32 here: proto3 JSON writes int64 as a string
+    ("generation": "1"), Kubernetes' JSON as a number, and grpcurl should print Kubernetes JSON.
+    Both are varints on the wire, so stored objects read the same.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -104,62 +110,62 @@ class ObjectMeta(_message.Message):
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     NAME_FIELD_NUMBER: _builtins.int
-    GENERATE_NAME_FIELD_NUMBER: _builtins.int
+    GENERATENAME_FIELD_NUMBER: _builtins.int
     NAMESPACE_FIELD_NUMBER: _builtins.int
     UID_FIELD_NUMBER: _builtins.int
-    RESOURCE_VERSION_FIELD_NUMBER: _builtins.int
+    RESOURCEVERSION_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
-    CREATION_TIMESTAMP_FIELD_NUMBER: _builtins.int
-    DELETION_TIMESTAMP_FIELD_NUMBER: _builtins.int
-    DELETION_GRACE_PERIOD_SECONDS_FIELD_NUMBER: _builtins.int
+    CREATIONTIMESTAMP_FIELD_NUMBER: _builtins.int
+    DELETIONTIMESTAMP_FIELD_NUMBER: _builtins.int
+    DELETIONGRACEPERIODSECONDS_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
     ANNOTATIONS_FIELD_NUMBER: _builtins.int
-    OWNER_REFERENCES_FIELD_NUMBER: _builtins.int
+    OWNERREFERENCES_FIELD_NUMBER: _builtins.int
     FINALIZERS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
-    generate_name: _builtins.str
+    generateName: _builtins.str
     namespace: _builtins.str
     uid: _builtins.str
-    resource_version: _builtins.str
+    resourceVersion: _builtins.str
     """The etcd revision at which the object was last written. Opaque to clients."""
     generation: _builtins.int
-    deletion_grace_period_seconds: _builtins.int
+    deletionGracePeriodSeconds: _builtins.int
     @_builtins.property
-    def creation_timestamp(self) -> _timestamp_pb2.Timestamp: ...
+    def creationTimestamp(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
-    def deletion_timestamp(self) -> _timestamp_pb2.Timestamp: ...
+    def deletionTimestamp(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
     def annotations(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
-    def owner_references(self) -> _containers.RepeatedCompositeFieldContainer[Global___OwnerReference]: ...
+    def ownerReferences(self) -> _containers.RepeatedCompositeFieldContainer[Global___OwnerReference]: ...
     @_builtins.property
     def finalizers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
-        generate_name: _builtins.str = ...,
+        generateName: _builtins.str = ...,
         namespace: _builtins.str = ...,
         uid: _builtins.str = ...,
-        resource_version: _builtins.str = ...,
+        resourceVersion: _builtins.str = ...,
         generation: _builtins.int = ...,
-        creation_timestamp: _timestamp_pb2.Timestamp | None = ...,
-        deletion_timestamp: _timestamp_pb2.Timestamp | None = ...,
-        deletion_grace_period_seconds: _builtins.int | None = ...,
+        creationTimestamp: _timestamp_pb2.Timestamp | None = ...,
+        deletionTimestamp: _timestamp_pb2.Timestamp | None = ...,
+        deletionGracePeriodSeconds: _builtins.int | None = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         annotations: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
-        owner_references: _abc.Iterable[Global___OwnerReference] | None = ...,
+        ownerReferences: _abc.Iterable[Global___OwnerReference] | None = ...,
         finalizers: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_deletion_grace_period_seconds", b"_deletion_grace_period_seconds", "creation_timestamp", b"creation_timestamp", "deletion_grace_period_seconds", b"deletion_grace_period_seconds", "deletion_timestamp", b"deletion_timestamp"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_deletionGracePeriodSeconds", b"_deletionGracePeriodSeconds", "creationTimestamp", b"creationTimestamp", "deletionGracePeriodSeconds", b"deletionGracePeriodSeconds", "deletionTimestamp", b"deletionTimestamp"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deletion_grace_period_seconds", b"_deletion_grace_period_seconds", "annotations", b"annotations", "creation_timestamp", b"creation_timestamp", "deletion_grace_period_seconds", b"deletion_grace_period_seconds", "deletion_timestamp", b"deletion_timestamp", "finalizers", b"finalizers", "generate_name", b"generate_name", "generation", b"generation", "labels", b"labels", "name", b"name", "namespace", b"namespace", "owner_references", b"owner_references", "resource_version", b"resource_version", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deletionGracePeriodSeconds", b"_deletionGracePeriodSeconds", "annotations", b"annotations", "creationTimestamp", b"creationTimestamp", "deletionGracePeriodSeconds", b"deletionGracePeriodSeconds", "deletionTimestamp", b"deletionTimestamp", "finalizers", b"finalizers", "generateName", b"generateName", "generation", b"generation", "labels", b"labels", "name", b"name", "namespace", b"namespace", "ownerReferences", b"ownerReferences", "resourceVersion", b"resourceVersion", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__deletion_grace_period_seconds: _TypeAlias = _typing.Literal["deletion_grace_period_seconds"]  # noqa: Y015
-    _WhichOneofArgType__deletion_grace_period_seconds: _TypeAlias = _typing.Literal["_deletion_grace_period_seconds", b"_deletion_grace_period_seconds"]  # noqa: Y015
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__deletion_grace_period_seconds) -> _WhichOneofReturnType__deletion_grace_period_seconds | None: ...
+    _WhichOneofReturnType__deletionGracePeriodSeconds: _TypeAlias = _typing.Literal["deletionGracePeriodSeconds"]  # noqa: Y015
+    _WhichOneofArgType__deletionGracePeriodSeconds: _TypeAlias = _typing.Literal["_deletionGracePeriodSeconds", b"_deletionGracePeriodSeconds"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__deletionGracePeriodSeconds) -> _WhichOneofReturnType__deletionGracePeriodSeconds | None: ...
 
 Global___ObjectMeta: _TypeAlias = ObjectMeta  # noqa: Y015
 
@@ -167,26 +173,24 @@ Global___ObjectMeta: _TypeAlias = ObjectMeta  # noqa: Y015
 class ListMeta(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    RESOURCE_VERSION_FIELD_NUMBER: _builtins.int
-    CONTINUE_TOKEN_FIELD_NUMBER: _builtins.int
-    REMAINING_ITEM_COUNT_FIELD_NUMBER: _builtins.int
-    resource_version: _builtins.str
-    continue_token: _builtins.str
-    remaining_item_count: _builtins.int
+    RESOURCEVERSION_FIELD_NUMBER: _builtins.int
+    CONTINUE_FIELD_NUMBER: _builtins.int
+    REMAININGITEMCOUNT_FIELD_NUMBER: _builtins.int
+    resourceVersion: _builtins.str
+    remainingItemCount: _builtins.int
     def __init__(
         self,
         *,
-        resource_version: _builtins.str = ...,
-        continue_token: _builtins.str = ...,
-        remaining_item_count: _builtins.int | None = ...,
+        resourceVersion: _builtins.str = ...,
+        remainingItemCount: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_remaining_item_count", b"_remaining_item_count", "remaining_item_count", b"remaining_item_count"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_remainingItemCount", b"_remainingItemCount", "remainingItemCount", b"remainingItemCount"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_remaining_item_count", b"_remaining_item_count", "continue_token", b"continue_token", "remaining_item_count", b"remaining_item_count", "resource_version", b"resource_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_remainingItemCount", b"_remainingItemCount", "continue", b"continue", "remainingItemCount", b"remainingItemCount", "resourceVersion", b"resourceVersion"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__remaining_item_count: _TypeAlias = _typing.Literal["remaining_item_count"]  # noqa: Y015
-    _WhichOneofArgType__remaining_item_count: _TypeAlias = _typing.Literal["_remaining_item_count", b"_remaining_item_count"]  # noqa: Y015
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__remaining_item_count) -> _WhichOneofReturnType__remaining_item_count | None: ...
+    _WhichOneofReturnType__remainingItemCount: _TypeAlias = _typing.Literal["remainingItemCount"]  # noqa: Y015
+    _WhichOneofArgType__remainingItemCount: _TypeAlias = _typing.Literal["_remainingItemCount", b"_remainingItemCount"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__remainingItemCount) -> _WhichOneofReturnType__remainingItemCount | None: ...
 
 Global___ListMeta: _TypeAlias = ListMeta  # noqa: Y015
 
@@ -200,16 +204,16 @@ class ObjectReference(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     UID_FIELD_NUMBER: _builtins.int
-    API_VERSION_FIELD_NUMBER: _builtins.int
-    RESOURCE_VERSION_FIELD_NUMBER: _builtins.int
-    FIELD_PATH_FIELD_NUMBER: _builtins.int
+    APIVERSION_FIELD_NUMBER: _builtins.int
+    RESOURCEVERSION_FIELD_NUMBER: _builtins.int
+    FIELDPATH_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
     namespace: _builtins.str
     name: _builtins.str
     uid: _builtins.str
-    api_version: _builtins.str
-    resource_version: _builtins.str
-    field_path: _builtins.str
+    apiVersion: _builtins.str
+    resourceVersion: _builtins.str
+    fieldPath: _builtins.str
     def __init__(
         self,
         *,
@@ -217,13 +221,13 @@ class ObjectReference(_message.Message):
         namespace: _builtins.str = ...,
         name: _builtins.str = ...,
         uid: _builtins.str = ...,
-        api_version: _builtins.str = ...,
-        resource_version: _builtins.str = ...,
-        field_path: _builtins.str = ...,
+        apiVersion: _builtins.str = ...,
+        resourceVersion: _builtins.str = ...,
+        fieldPath: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_version", b"api_version", "field_path", b"field_path", "kind", b"kind", "name", b"name", "namespace", b"namespace", "resource_version", b"resource_version", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apiVersion", b"apiVersion", "fieldPath", b"fieldPath", "kind", b"kind", "name", b"name", "namespace", b"namespace", "resourceVersion", b"resourceVersion", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -280,21 +284,21 @@ class LabelSelector(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-    MATCH_LABELS_FIELD_NUMBER: _builtins.int
-    MATCH_EXPRESSIONS_FIELD_NUMBER: _builtins.int
+    MATCHLABELS_FIELD_NUMBER: _builtins.int
+    MATCHEXPRESSIONS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def match_labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def matchLabels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
-    def match_expressions(self) -> _containers.RepeatedCompositeFieldContainer[Global___LabelSelectorRequirement]: ...
+    def matchExpressions(self) -> _containers.RepeatedCompositeFieldContainer[Global___LabelSelectorRequirement]: ...
     def __init__(
         self,
         *,
-        match_labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
-        match_expressions: _abc.Iterable[Global___LabelSelectorRequirement] | None = ...,
+        matchLabels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        matchExpressions: _abc.Iterable[Global___LabelSelectorRequirement] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["match_expressions", b"match_expressions", "match_labels", b"match_labels"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["matchExpressions", b"matchExpressions", "matchLabels", b"matchLabels"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -327,35 +331,33 @@ class ListRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
-    LABEL_SELECTOR_FIELD_NUMBER: _builtins.int
-    FIELD_SELECTOR_FIELD_NUMBER: _builtins.int
+    LABELSELECTOR_FIELD_NUMBER: _builtins.int
+    FIELDSELECTOR_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
-    CONTINUE_TOKEN_FIELD_NUMBER: _builtins.int
-    RESOURCE_VERSION_FIELD_NUMBER: _builtins.int
+    CONTINUE_FIELD_NUMBER: _builtins.int
+    RESOURCEVERSION_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
-    label_selector: _builtins.str
+    labelSelector: _builtins.str
     """Kubernetes label selector syntax: "app=web,tier!=db,env in (a,b),!legacy"."""
-    field_selector: _builtins.str
+    fieldSelector: _builtins.str
     """Supported fields: metadata.name, metadata.namespace, spec.nodeName (pods),
     status.phase (pods), spec.schedulerName (pods).
     """
     limit: _builtins.int
-    continue_token: _builtins.str
-    resource_version: _builtins.str
+    resourceVersion: _builtins.str
     """"" means the latest data; otherwise served at least as fresh as this revision."""
     def __init__(
         self,
         *,
         namespace: _builtins.str = ...,
-        label_selector: _builtins.str = ...,
-        field_selector: _builtins.str = ...,
+        labelSelector: _builtins.str = ...,
+        fieldSelector: _builtins.str = ...,
         limit: _builtins.int = ...,
-        continue_token: _builtins.str = ...,
-        resource_version: _builtins.str = ...,
+        resourceVersion: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["continue_token", b"continue_token", "field_selector", b"field_selector", "label_selector", b"label_selector", "limit", b"limit", "namespace", b"namespace", "resource_version", b"resource_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["continue", b"continue", "fieldSelector", b"fieldSelector", "labelSelector", b"labelSelector", "limit", b"limit", "namespace", b"namespace", "resourceVersion", b"resourceVersion"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -366,30 +368,30 @@ class WatchRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
-    LABEL_SELECTOR_FIELD_NUMBER: _builtins.int
-    FIELD_SELECTOR_FIELD_NUMBER: _builtins.int
-    RESOURCE_VERSION_FIELD_NUMBER: _builtins.int
-    ALLOW_WATCH_BOOKMARKS_FIELD_NUMBER: _builtins.int
+    LABELSELECTOR_FIELD_NUMBER: _builtins.int
+    FIELDSELECTOR_FIELD_NUMBER: _builtins.int
+    RESOURCEVERSION_FIELD_NUMBER: _builtins.int
+    ALLOWWATCHBOOKMARKS_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
-    label_selector: _builtins.str
-    field_selector: _builtins.str
-    resource_version: _builtins.str
+    labelSelector: _builtins.str
+    fieldSelector: _builtins.str
+    resourceVersion: _builtins.str
     """Stream changes after this revision. "" or "0": first an ADDED event for
     every existing object, then changes.
     """
-    allow_watch_bookmarks: _builtins.bool
+    allowWatchBookmarks: _builtins.bool
     def __init__(
         self,
         *,
         namespace: _builtins.str = ...,
-        label_selector: _builtins.str = ...,
-        field_selector: _builtins.str = ...,
-        resource_version: _builtins.str = ...,
-        allow_watch_bookmarks: _builtins.bool = ...,
+        labelSelector: _builtins.str = ...,
+        fieldSelector: _builtins.str = ...,
+        resourceVersion: _builtins.str = ...,
+        allowWatchBookmarks: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_watch_bookmarks", b"allow_watch_bookmarks", "field_selector", b"field_selector", "label_selector", b"label_selector", "namespace", b"namespace", "resource_version", b"resource_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowWatchBookmarks", b"allowWatchBookmarks", "fieldSelector", b"fieldSelector", "labelSelector", b"labelSelector", "namespace", b"namespace", "resourceVersion", b"resourceVersion"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -400,18 +402,18 @@ class Preconditions(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     UID_FIELD_NUMBER: _builtins.int
-    RESOURCE_VERSION_FIELD_NUMBER: _builtins.int
+    RESOURCEVERSION_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
-    resource_version: _builtins.str
+    resourceVersion: _builtins.str
     def __init__(
         self,
         *,
         uid: _builtins.str = ...,
-        resource_version: _builtins.str = ...,
+        resourceVersion: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["resource_version", b"resource_version", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["resourceVersion", b"resourceVersion", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -423,11 +425,11 @@ class DeleteRequest(_message.Message):
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
-    GRACE_PERIOD_SECONDS_FIELD_NUMBER: _builtins.int
+    GRACEPERIODSECONDS_FIELD_NUMBER: _builtins.int
     PRECONDITIONS_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     name: _builtins.str
-    grace_period_seconds: _builtins.int
+    gracePeriodSeconds: _builtins.int
     """Pods only: seconds the kubelet gives the containers to stop. 0 deletes at once."""
     @_builtins.property
     def preconditions(self) -> Global___Preconditions: ...
@@ -436,16 +438,16 @@ class DeleteRequest(_message.Message):
         *,
         namespace: _builtins.str = ...,
         name: _builtins.str = ...,
-        grace_period_seconds: _builtins.int | None = ...,
+        gracePeriodSeconds: _builtins.int | None = ...,
         preconditions: Global___Preconditions | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_grace_period_seconds", b"_grace_period_seconds", "grace_period_seconds", b"grace_period_seconds", "preconditions", b"preconditions"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_gracePeriodSeconds", b"_gracePeriodSeconds", "gracePeriodSeconds", b"gracePeriodSeconds", "preconditions", b"preconditions"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_grace_period_seconds", b"_grace_period_seconds", "grace_period_seconds", b"grace_period_seconds", "name", b"name", "namespace", b"namespace", "preconditions", b"preconditions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gracePeriodSeconds", b"_gracePeriodSeconds", "gracePeriodSeconds", b"gracePeriodSeconds", "name", b"name", "namespace", b"namespace", "preconditions", b"preconditions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__grace_period_seconds: _TypeAlias = _typing.Literal["grace_period_seconds"]  # noqa: Y015
-    _WhichOneofArgType__grace_period_seconds: _TypeAlias = _typing.Literal["_grace_period_seconds", b"_grace_period_seconds"]  # noqa: Y015
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__grace_period_seconds) -> _WhichOneofReturnType__grace_period_seconds | None: ...
+    _WhichOneofReturnType__gracePeriodSeconds: _TypeAlias = _typing.Literal["gracePeriodSeconds"]  # noqa: Y015
+    _WhichOneofArgType__gracePeriodSeconds: _TypeAlias = _typing.Literal["_gracePeriodSeconds", b"_gracePeriodSeconds"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__gracePeriodSeconds) -> _WhichOneofReturnType__gracePeriodSeconds | None: ...
 
 Global___DeleteRequest: _TypeAlias = DeleteRequest  # noqa: Y015
 

@@ -27,24 +27,24 @@ class Taint(_message.Message):
     KEY_FIELD_NUMBER: _builtins.int
     VALUE_FIELD_NUMBER: _builtins.int
     EFFECT_FIELD_NUMBER: _builtins.int
-    TIME_ADDED_FIELD_NUMBER: _builtins.int
+    TIMEADDED_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     value: _builtins.str
     effect: _builtins.str
     """NoSchedule, PreferNoSchedule, NoExecute."""
     @_builtins.property
-    def time_added(self) -> _timestamp_pb2.Timestamp: ...
+    def timeAdded(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
         key: _builtins.str = ...,
         value: _builtins.str = ...,
         effect: _builtins.str = ...,
-        time_added: _timestamp_pb2.Timestamp | None = ...,
+        timeAdded: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["time_added", b"time_added"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["timeAdded", b"timeAdded"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["effect", b"effect", "key", b"key", "time_added", b"time_added", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["effect", b"effect", "key", b"key", "timeAdded", b"timeAdded", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -56,11 +56,11 @@ class NodeSpec(_message.Message):
 
     UNSCHEDULABLE_FIELD_NUMBER: _builtins.int
     TAINTS_FIELD_NUMBER: _builtins.int
-    POD_CIDR_FIELD_NUMBER: _builtins.int
-    PROVIDER_ID_FIELD_NUMBER: _builtins.int
+    PODCIDR_FIELD_NUMBER: _builtins.int
+    PROVIDERID_FIELD_NUMBER: _builtins.int
     unschedulable: _builtins.bool
-    pod_cidr: _builtins.str
-    provider_id: _builtins.str
+    podCIDR: _builtins.str
+    providerID: _builtins.str
     @_builtins.property
     def taints(self) -> _containers.RepeatedCompositeFieldContainer[Global___Taint]: ...
     def __init__(
@@ -68,12 +68,12 @@ class NodeSpec(_message.Message):
         *,
         unschedulable: _builtins.bool = ...,
         taints: _abc.Iterable[Global___Taint] | None = ...,
-        pod_cidr: _builtins.str = ...,
-        provider_id: _builtins.str = ...,
+        podCIDR: _builtins.str = ...,
+        providerID: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["pod_cidr", b"pod_cidr", "provider_id", b"provider_id", "taints", b"taints", "unschedulable", b"unschedulable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["podCIDR", b"podCIDR", "providerID", b"providerID", "taints", b"taints", "unschedulable", b"unschedulable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -85,8 +85,8 @@ class NodeCondition(_message.Message):
 
     TYPE_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
-    LAST_HEARTBEAT_TIME_FIELD_NUMBER: _builtins.int
-    LAST_TRANSITION_TIME_FIELD_NUMBER: _builtins.int
+    LASTHEARTBEATTIME_FIELD_NUMBER: _builtins.int
+    LASTTRANSITIONTIME_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     type: _builtins.str
@@ -96,22 +96,22 @@ class NodeCondition(_message.Message):
     reason: _builtins.str
     message: _builtins.str
     @_builtins.property
-    def last_heartbeat_time(self) -> _timestamp_pb2.Timestamp: ...
+    def lastHeartbeatTime(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
-    def last_transition_time(self) -> _timestamp_pb2.Timestamp: ...
+    def lastTransitionTime(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
         type: _builtins.str = ...,
         status: _builtins.str = ...,
-        last_heartbeat_time: _timestamp_pb2.Timestamp | None = ...,
-        last_transition_time: _timestamp_pb2.Timestamp | None = ...,
+        lastHeartbeatTime: _timestamp_pb2.Timestamp | None = ...,
+        lastTransitionTime: _timestamp_pb2.Timestamp | None = ...,
         reason: _builtins.str = ...,
         message: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["last_heartbeat_time", b"last_heartbeat_time", "last_transition_time", b"last_transition_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lastHeartbeatTime", b"lastHeartbeatTime", "lastTransitionTime", b"lastTransitionTime"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_heartbeat_time", b"last_heartbeat_time", "last_transition_time", b"last_transition_time", "message", b"message", "reason", b"reason", "status", b"status", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lastHeartbeatTime", b"lastHeartbeatTime", "lastTransitionTime", b"lastTransitionTime", "message", b"message", "reason", b"reason", "status", b"status", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -144,37 +144,37 @@ Global___NodeAddress: _TypeAlias = NodeAddress  # noqa: Y015
 class NodeSystemInfo(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    MACHINE_ID_FIELD_NUMBER: _builtins.int
-    BOOT_ID_FIELD_NUMBER: _builtins.int
-    KERNEL_VERSION_FIELD_NUMBER: _builtins.int
-    OS_IMAGE_FIELD_NUMBER: _builtins.int
-    OPERATING_SYSTEM_FIELD_NUMBER: _builtins.int
+    MACHINEID_FIELD_NUMBER: _builtins.int
+    BOOTID_FIELD_NUMBER: _builtins.int
+    KERNELVERSION_FIELD_NUMBER: _builtins.int
+    OSIMAGE_FIELD_NUMBER: _builtins.int
+    OPERATINGSYSTEM_FIELD_NUMBER: _builtins.int
     ARCHITECTURE_FIELD_NUMBER: _builtins.int
-    KUBELET_VERSION_FIELD_NUMBER: _builtins.int
-    CONTAINER_RUNTIME_VERSION_FIELD_NUMBER: _builtins.int
-    machine_id: _builtins.str
-    boot_id: _builtins.str
-    kernel_version: _builtins.str
-    os_image: _builtins.str
-    operating_system: _builtins.str
+    KUBELETVERSION_FIELD_NUMBER: _builtins.int
+    CONTAINERRUNTIMEVERSION_FIELD_NUMBER: _builtins.int
+    machineID: _builtins.str
+    bootID: _builtins.str
+    kernelVersion: _builtins.str
+    osImage: _builtins.str
+    operatingSystem: _builtins.str
     architecture: _builtins.str
-    kubelet_version: _builtins.str
-    container_runtime_version: _builtins.str
+    kubeletVersion: _builtins.str
+    containerRuntimeVersion: _builtins.str
     def __init__(
         self,
         *,
-        machine_id: _builtins.str = ...,
-        boot_id: _builtins.str = ...,
-        kernel_version: _builtins.str = ...,
-        os_image: _builtins.str = ...,
-        operating_system: _builtins.str = ...,
+        machineID: _builtins.str = ...,
+        bootID: _builtins.str = ...,
+        kernelVersion: _builtins.str = ...,
+        osImage: _builtins.str = ...,
+        operatingSystem: _builtins.str = ...,
         architecture: _builtins.str = ...,
-        kubelet_version: _builtins.str = ...,
-        container_runtime_version: _builtins.str = ...,
+        kubeletVersion: _builtins.str = ...,
+        containerRuntimeVersion: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["architecture", b"architecture", "boot_id", b"boot_id", "container_runtime_version", b"container_runtime_version", "kernel_version", b"kernel_version", "kubelet_version", b"kubelet_version", "machine_id", b"machine_id", "operating_system", b"operating_system", "os_image", b"os_image"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["architecture", b"architecture", "bootID", b"bootID", "containerRuntimeVersion", b"containerRuntimeVersion", "kernelVersion", b"kernelVersion", "kubeletVersion", b"kubeletVersion", "machineID", b"machineID", "operatingSystem", b"operatingSystem", "osImage", b"osImage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -185,15 +185,15 @@ class DaemonEndpoint(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PORT_FIELD_NUMBER: _builtins.int
-    port: _builtins.int
+    Port: _builtins.int
     def __init__(
         self,
         *,
-        port: _builtins.int = ...,
+        Port: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["port", b"port"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["Port", b"Port"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -203,17 +203,17 @@ Global___DaemonEndpoint: _TypeAlias = DaemonEndpoint  # noqa: Y015
 class NodeDaemonEndpoints(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    KUBELET_ENDPOINT_FIELD_NUMBER: _builtins.int
+    KUBELETENDPOINT_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def kubelet_endpoint(self) -> Global___DaemonEndpoint: ...
+    def kubeletEndpoint(self) -> Global___DaemonEndpoint: ...
     def __init__(
         self,
         *,
-        kubelet_endpoint: Global___DaemonEndpoint | None = ...,
+        kubeletEndpoint: Global___DaemonEndpoint | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["kubelet_endpoint", b"kubelet_endpoint"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["kubeletEndpoint", b"kubeletEndpoint"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kubelet_endpoint", b"kubelet_endpoint"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kubeletEndpoint", b"kubeletEndpoint"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -224,19 +224,19 @@ class ContainerImage(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMES_FIELD_NUMBER: _builtins.int
-    SIZE_BYTES_FIELD_NUMBER: _builtins.int
-    size_bytes: _builtins.int
+    SIZEBYTES_FIELD_NUMBER: _builtins.int
+    sizeBytes: _builtins.int
     @_builtins.property
     def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
         names: _abc.Iterable[_builtins.str] | None = ...,
-        size_bytes: _builtins.int = ...,
+        sizeBytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["names", b"names", "size_bytes", b"size_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["names", b"names", "sizeBytes", b"sizeBytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -290,8 +290,8 @@ class NodeStatus(_message.Message):
     ALLOCATABLE_FIELD_NUMBER: _builtins.int
     CONDITIONS_FIELD_NUMBER: _builtins.int
     ADDRESSES_FIELD_NUMBER: _builtins.int
-    NODE_INFO_FIELD_NUMBER: _builtins.int
-    DAEMON_ENDPOINTS_FIELD_NUMBER: _builtins.int
+    NODEINFO_FIELD_NUMBER: _builtins.int
+    DAEMONENDPOINTS_FIELD_NUMBER: _builtins.int
     IMAGES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def capacity(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
@@ -302,9 +302,9 @@ class NodeStatus(_message.Message):
     @_builtins.property
     def addresses(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeAddress]: ...
     @_builtins.property
-    def node_info(self) -> Global___NodeSystemInfo: ...
+    def nodeInfo(self) -> Global___NodeSystemInfo: ...
     @_builtins.property
-    def daemon_endpoints(self) -> Global___NodeDaemonEndpoints: ...
+    def daemonEndpoints(self) -> Global___NodeDaemonEndpoints: ...
     @_builtins.property
     def images(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerImage]: ...
     def __init__(
@@ -314,13 +314,13 @@ class NodeStatus(_message.Message):
         allocatable: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         conditions: _abc.Iterable[Global___NodeCondition] | None = ...,
         addresses: _abc.Iterable[Global___NodeAddress] | None = ...,
-        node_info: Global___NodeSystemInfo | None = ...,
-        daemon_endpoints: Global___NodeDaemonEndpoints | None = ...,
+        nodeInfo: Global___NodeSystemInfo | None = ...,
+        daemonEndpoints: Global___NodeDaemonEndpoints | None = ...,
         images: _abc.Iterable[Global___ContainerImage] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["daemon_endpoints", b"daemon_endpoints", "node_info", b"node_info"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["daemonEndpoints", b"daemonEndpoints", "nodeInfo", b"nodeInfo"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["addresses", b"addresses", "allocatable", b"allocatable", "capacity", b"capacity", "conditions", b"conditions", "daemon_endpoints", b"daemon_endpoints", "images", b"images", "node_info", b"node_info"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["addresses", b"addresses", "allocatable", b"allocatable", "capacity", b"capacity", "conditions", b"conditions", "daemonEndpoints", b"daemonEndpoints", "images", b"images", "nodeInfo", b"nodeInfo"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -330,12 +330,12 @@ Global___NodeStatus: _TypeAlias = NodeStatus  # noqa: Y015
 class Node(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    API_VERSION_FIELD_NUMBER: _builtins.int
+    APIVERSION_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
     SPEC_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
-    api_version: _builtins.str
+    apiVersion: _builtins.str
     kind: _builtins.str
     @_builtins.property
     def metadata(self) -> _meta_pb2.ObjectMeta: ...
@@ -346,7 +346,7 @@ class Node(_message.Message):
     def __init__(
         self,
         *,
-        api_version: _builtins.str = ...,
+        apiVersion: _builtins.str = ...,
         kind: _builtins.str = ...,
         metadata: _meta_pb2.ObjectMeta | None = ...,
         spec: Global___NodeSpec | None = ...,
@@ -354,7 +354,7 @@ class Node(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata", "spec", b"spec", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_version", b"api_version", "kind", b"kind", "metadata", b"metadata", "spec", b"spec", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apiVersion", b"apiVersion", "kind", b"kind", "metadata", b"metadata", "spec", b"spec", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -47,28 +47,28 @@ class ContainerPort(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
-    HOST_PORT_FIELD_NUMBER: _builtins.int
-    CONTAINER_PORT_FIELD_NUMBER: _builtins.int
+    HOSTPORT_FIELD_NUMBER: _builtins.int
+    CONTAINERPORT_FIELD_NUMBER: _builtins.int
     PROTOCOL_FIELD_NUMBER: _builtins.int
-    HOST_IP_FIELD_NUMBER: _builtins.int
+    HOSTIP_FIELD_NUMBER: _builtins.int
     name: _builtins.str
-    host_port: _builtins.int
-    container_port: _builtins.int
+    hostPort: _builtins.int
+    containerPort: _builtins.int
     protocol: _builtins.str
     """TCP (default), UDP or SCTP."""
-    host_ip: _builtins.str
+    hostIP: _builtins.str
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
-        host_port: _builtins.int = ...,
-        container_port: _builtins.int = ...,
+        hostPort: _builtins.int = ...,
+        containerPort: _builtins.int = ...,
         protocol: _builtins.str = ...,
-        host_ip: _builtins.str = ...,
+        hostIP: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["container_port", b"container_port", "host_ip", b"host_ip", "host_port", b"host_port", "name", b"name", "protocol", b"protocol"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["containerPort", b"containerPort", "hostIP", b"hostIP", "hostPort", b"hostPort", "name", b"name", "protocol", b"protocol"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -148,15 +148,15 @@ class Container(_message.Message):
     IMAGE_FIELD_NUMBER: _builtins.int
     COMMAND_FIELD_NUMBER: _builtins.int
     ARGS_FIELD_NUMBER: _builtins.int
-    WORKING_DIR_FIELD_NUMBER: _builtins.int
+    WORKINGDIR_FIELD_NUMBER: _builtins.int
     PORTS_FIELD_NUMBER: _builtins.int
     ENV_FIELD_NUMBER: _builtins.int
     RESOURCES_FIELD_NUMBER: _builtins.int
-    IMAGE_PULL_POLICY_FIELD_NUMBER: _builtins.int
+    IMAGEPULLPOLICY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     image: _builtins.str
-    working_dir: _builtins.str
-    image_pull_policy: _builtins.str
+    workingDir: _builtins.str
+    imagePullPolicy: _builtins.str
     """Always, IfNotPresent, Never."""
     @_builtins.property
     def command(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
@@ -175,15 +175,15 @@ class Container(_message.Message):
         image: _builtins.str = ...,
         command: _abc.Iterable[_builtins.str] | None = ...,
         args: _abc.Iterable[_builtins.str] | None = ...,
-        working_dir: _builtins.str = ...,
+        workingDir: _builtins.str = ...,
         ports: _abc.Iterable[Global___ContainerPort] | None = ...,
         env: _abc.Iterable[Global___EnvVar] | None = ...,
         resources: Global___ResourceRequirements | None = ...,
-        image_pull_policy: _builtins.str = ...,
+        imagePullPolicy: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "env", b"env", "image", b"image", "image_pull_policy", b"image_pull_policy", "name", b"name", "ports", b"ports", "resources", b"resources", "working_dir", b"working_dir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "env", b"env", "image", b"image", "imagePullPolicy", b"imagePullPolicy", "name", b"name", "ports", b"ports", "resources", b"resources", "workingDir", b"workingDir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -220,21 +220,21 @@ Global___NodeSelectorRequirement: _TypeAlias = NodeSelectorRequirement  # noqa: 
 class NodeSelectorTerm(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    MATCH_EXPRESSIONS_FIELD_NUMBER: _builtins.int
-    MATCH_FIELDS_FIELD_NUMBER: _builtins.int
+    MATCHEXPRESSIONS_FIELD_NUMBER: _builtins.int
+    MATCHFIELDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def match_expressions(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeSelectorRequirement]: ...
+    def matchExpressions(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeSelectorRequirement]: ...
     @_builtins.property
-    def match_fields(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeSelectorRequirement]: ...
+    def matchFields(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeSelectorRequirement]: ...
     def __init__(
         self,
         *,
-        match_expressions: _abc.Iterable[Global___NodeSelectorRequirement] | None = ...,
-        match_fields: _abc.Iterable[Global___NodeSelectorRequirement] | None = ...,
+        matchExpressions: _abc.Iterable[Global___NodeSelectorRequirement] | None = ...,
+        matchFields: _abc.Iterable[Global___NodeSelectorRequirement] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["match_expressions", b"match_expressions", "match_fields", b"match_fields"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["matchExpressions", b"matchExpressions", "matchFields", b"matchFields"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -244,17 +244,17 @@ Global___NodeSelectorTerm: _TypeAlias = NodeSelectorTerm  # noqa: Y015
 class NodeSelector(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    NODE_SELECTOR_TERMS_FIELD_NUMBER: _builtins.int
+    NODESELECTORTERMS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def node_selector_terms(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeSelectorTerm]: ...
+    def nodeSelectorTerms(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeSelectorTerm]: ...
     def __init__(
         self,
         *,
-        node_selector_terms: _abc.Iterable[Global___NodeSelectorTerm] | None = ...,
+        nodeSelectorTerms: _abc.Iterable[Global___NodeSelectorTerm] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_selector_terms", b"node_selector_terms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["nodeSelectorTerms", b"nodeSelectorTerms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -287,21 +287,21 @@ Global___PreferredSchedulingTerm: _TypeAlias = PreferredSchedulingTerm  # noqa: 
 class NodeAffinity(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    REQUIRED_DURING_SCHEDULING_IGNORED_DURING_EXECUTION_FIELD_NUMBER: _builtins.int
-    PREFERRED_DURING_SCHEDULING_IGNORED_DURING_EXECUTION_FIELD_NUMBER: _builtins.int
+    REQUIREDDURINGSCHEDULINGIGNOREDDURINGEXECUTION_FIELD_NUMBER: _builtins.int
+    PREFERREDDURINGSCHEDULINGIGNOREDDURINGEXECUTION_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def required_during_scheduling_ignored_during_execution(self) -> Global___NodeSelector: ...
+    def requiredDuringSchedulingIgnoredDuringExecution(self) -> Global___NodeSelector: ...
     @_builtins.property
-    def preferred_during_scheduling_ignored_during_execution(self) -> _containers.RepeatedCompositeFieldContainer[Global___PreferredSchedulingTerm]: ...
+    def preferredDuringSchedulingIgnoredDuringExecution(self) -> _containers.RepeatedCompositeFieldContainer[Global___PreferredSchedulingTerm]: ...
     def __init__(
         self,
         *,
-        required_during_scheduling_ignored_during_execution: Global___NodeSelector | None = ...,
-        preferred_during_scheduling_ignored_during_execution: _abc.Iterable[Global___PreferredSchedulingTerm] | None = ...,
+        requiredDuringSchedulingIgnoredDuringExecution: Global___NodeSelector | None = ...,
+        preferredDuringSchedulingIgnoredDuringExecution: _abc.Iterable[Global___PreferredSchedulingTerm] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["required_during_scheduling_ignored_during_execution", b"required_during_scheduling_ignored_during_execution"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["requiredDuringSchedulingIgnoredDuringExecution", b"requiredDuringSchedulingIgnoredDuringExecution"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["preferred_during_scheduling_ignored_during_execution", b"preferred_during_scheduling_ignored_during_execution", "required_during_scheduling_ignored_during_execution", b"required_during_scheduling_ignored_during_execution"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["preferredDuringSchedulingIgnoredDuringExecution", b"preferredDuringSchedulingIgnoredDuringExecution", "requiredDuringSchedulingIgnoredDuringExecution", b"requiredDuringSchedulingIgnoredDuringExecution"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -311,17 +311,17 @@ Global___NodeAffinity: _TypeAlias = NodeAffinity  # noqa: Y015
 class Affinity(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    NODE_AFFINITY_FIELD_NUMBER: _builtins.int
+    NODEAFFINITY_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def node_affinity(self) -> Global___NodeAffinity: ...
+    def nodeAffinity(self) -> Global___NodeAffinity: ...
     def __init__(
         self,
         *,
-        node_affinity: Global___NodeAffinity | None = ...,
+        nodeAffinity: Global___NodeAffinity | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["node_affinity", b"node_affinity"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["nodeAffinity", b"nodeAffinity"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_affinity", b"node_affinity"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["nodeAffinity", b"nodeAffinity"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -335,14 +335,14 @@ class Toleration(_message.Message):
     OPERATOR_FIELD_NUMBER: _builtins.int
     VALUE_FIELD_NUMBER: _builtins.int
     EFFECT_FIELD_NUMBER: _builtins.int
-    TOLERATION_SECONDS_FIELD_NUMBER: _builtins.int
+    TOLERATIONSECONDS_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     operator: _builtins.str
     """Equal (default) or Exists."""
     value: _builtins.str
     effect: _builtins.str
     """NoSchedule, PreferNoSchedule, NoExecute, or empty for all effects."""
-    toleration_seconds: _builtins.int
+    tolerationSeconds: _builtins.int
     def __init__(
         self,
         *,
@@ -350,15 +350,15 @@ class Toleration(_message.Message):
         operator: _builtins.str = ...,
         value: _builtins.str = ...,
         effect: _builtins.str = ...,
-        toleration_seconds: _builtins.int | None = ...,
+        tolerationSeconds: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_toleration_seconds", b"_toleration_seconds", "toleration_seconds", b"toleration_seconds"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_tolerationSeconds", b"_tolerationSeconds", "tolerationSeconds", b"tolerationSeconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_toleration_seconds", b"_toleration_seconds", "effect", b"effect", "key", b"key", "operator", b"operator", "toleration_seconds", b"toleration_seconds", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_tolerationSeconds", b"_tolerationSeconds", "effect", b"effect", "key", b"key", "operator", b"operator", "tolerationSeconds", b"tolerationSeconds", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__toleration_seconds: _TypeAlias = _typing.Literal["toleration_seconds"]  # noqa: Y015
-    _WhichOneofArgType__toleration_seconds: _TypeAlias = _typing.Literal["_toleration_seconds", b"_toleration_seconds"]  # noqa: Y015
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__toleration_seconds) -> _WhichOneofReturnType__toleration_seconds | None: ...
+    _WhichOneofReturnType__tolerationSeconds: _TypeAlias = _typing.Literal["tolerationSeconds"]  # noqa: Y015
+    _WhichOneofArgType__tolerationSeconds: _TypeAlias = _typing.Literal["_tolerationSeconds", b"_tolerationSeconds"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__tolerationSeconds) -> _WhichOneofReturnType__tolerationSeconds | None: ...
 
 Global___Toleration: _TypeAlias = Toleration  # noqa: Y015
 
@@ -386,32 +386,32 @@ class PodSpec(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-    INIT_CONTAINERS_FIELD_NUMBER: _builtins.int
+    INITCONTAINERS_FIELD_NUMBER: _builtins.int
     CONTAINERS_FIELD_NUMBER: _builtins.int
-    RESTART_POLICY_FIELD_NUMBER: _builtins.int
-    TERMINATION_GRACE_PERIOD_SECONDS_FIELD_NUMBER: _builtins.int
-    NODE_SELECTOR_FIELD_NUMBER: _builtins.int
-    NODE_NAME_FIELD_NUMBER: _builtins.int
+    RESTARTPOLICY_FIELD_NUMBER: _builtins.int
+    TERMINATIONGRACEPERIODSECONDS_FIELD_NUMBER: _builtins.int
+    NODESELECTOR_FIELD_NUMBER: _builtins.int
+    NODENAME_FIELD_NUMBER: _builtins.int
     AFFINITY_FIELD_NUMBER: _builtins.int
     TOLERATIONS_FIELD_NUMBER: _builtins.int
-    SCHEDULER_NAME_FIELD_NUMBER: _builtins.int
-    PRIORITY_CLASS_NAME_FIELD_NUMBER: _builtins.int
+    SCHEDULERNAME_FIELD_NUMBER: _builtins.int
+    PRIORITYCLASSNAME_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
     HOSTNAME_FIELD_NUMBER: _builtins.int
-    restart_policy: _builtins.str
+    restartPolicy: _builtins.str
     """Always (default), OnFailure, Never."""
-    termination_grace_period_seconds: _builtins.int
-    node_name: _builtins.str
-    scheduler_name: _builtins.str
-    priority_class_name: _builtins.str
+    terminationGracePeriodSeconds: _builtins.int
+    nodeName: _builtins.str
+    schedulerName: _builtins.str
+    priorityClassName: _builtins.str
     priority: _builtins.int
     hostname: _builtins.str
     @_builtins.property
-    def init_containers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Container]: ...
+    def initContainers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Container]: ...
     @_builtins.property
     def containers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Container]: ...
     @_builtins.property
-    def node_selector(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def nodeSelector(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
     def affinity(self) -> Global___Affinity: ...
     @_builtins.property
@@ -419,31 +419,31 @@ class PodSpec(_message.Message):
     def __init__(
         self,
         *,
-        init_containers: _abc.Iterable[Global___Container] | None = ...,
+        initContainers: _abc.Iterable[Global___Container] | None = ...,
         containers: _abc.Iterable[Global___Container] | None = ...,
-        restart_policy: _builtins.str = ...,
-        termination_grace_period_seconds: _builtins.int | None = ...,
-        node_selector: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
-        node_name: _builtins.str = ...,
+        restartPolicy: _builtins.str = ...,
+        terminationGracePeriodSeconds: _builtins.int | None = ...,
+        nodeSelector: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        nodeName: _builtins.str = ...,
         affinity: Global___Affinity | None = ...,
         tolerations: _abc.Iterable[Global___Toleration] | None = ...,
-        scheduler_name: _builtins.str = ...,
-        priority_class_name: _builtins.str = ...,
+        schedulerName: _builtins.str = ...,
+        priorityClassName: _builtins.str = ...,
         priority: _builtins.int | None = ...,
         hostname: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "_termination_grace_period_seconds", b"_termination_grace_period_seconds", "affinity", b"affinity", "priority", b"priority", "termination_grace_period_seconds", b"termination_grace_period_seconds"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "affinity", b"affinity", "priority", b"priority", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "_termination_grace_period_seconds", b"_termination_grace_period_seconds", "affinity", b"affinity", "containers", b"containers", "hostname", b"hostname", "init_containers", b"init_containers", "node_name", b"node_name", "node_selector", b"node_selector", "priority", b"priority", "priority_class_name", b"priority_class_name", "restart_policy", b"restart_policy", "scheduler_name", b"scheduler_name", "termination_grace_period_seconds", b"termination_grace_period_seconds", "tolerations", b"tolerations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "affinity", b"affinity", "containers", b"containers", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
-    _WhichOneofReturnType__termination_grace_period_seconds: _TypeAlias = _typing.Literal["termination_grace_period_seconds"]  # noqa: Y015
-    _WhichOneofArgType__termination_grace_period_seconds: _TypeAlias = _typing.Literal["_termination_grace_period_seconds", b"_termination_grace_period_seconds"]  # noqa: Y015
+    _WhichOneofReturnType__terminationGracePeriodSeconds: _TypeAlias = _typing.Literal["terminationGracePeriodSeconds"]  # noqa: Y015
+    _WhichOneofArgType__terminationGracePeriodSeconds: _TypeAlias = _typing.Literal["_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
     @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__termination_grace_period_seconds) -> _WhichOneofReturnType__termination_grace_period_seconds | None: ...
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__terminationGracePeriodSeconds) -> _WhichOneofReturnType__terminationGracePeriodSeconds | None: ...
 
 Global___PodSpec: _TypeAlias = PodSpec  # noqa: Y015
 
@@ -453,8 +453,8 @@ class PodCondition(_message.Message):
 
     TYPE_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
-    LAST_PROBE_TIME_FIELD_NUMBER: _builtins.int
-    LAST_TRANSITION_TIME_FIELD_NUMBER: _builtins.int
+    LASTPROBETIME_FIELD_NUMBER: _builtins.int
+    LASTTRANSITIONTIME_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     type: _builtins.str
@@ -464,22 +464,22 @@ class PodCondition(_message.Message):
     reason: _builtins.str
     message: _builtins.str
     @_builtins.property
-    def last_probe_time(self) -> _timestamp_pb2.Timestamp: ...
+    def lastProbeTime(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
-    def last_transition_time(self) -> _timestamp_pb2.Timestamp: ...
+    def lastTransitionTime(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
         type: _builtins.str = ...,
         status: _builtins.str = ...,
-        last_probe_time: _timestamp_pb2.Timestamp | None = ...,
-        last_transition_time: _timestamp_pb2.Timestamp | None = ...,
+        lastProbeTime: _timestamp_pb2.Timestamp | None = ...,
+        lastTransitionTime: _timestamp_pb2.Timestamp | None = ...,
         reason: _builtins.str = ...,
         message: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["last_probe_time", b"last_probe_time", "last_transition_time", b"last_transition_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lastProbeTime", b"lastProbeTime", "lastTransitionTime", b"lastTransitionTime"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_probe_time", b"last_probe_time", "last_transition_time", b"last_transition_time", "message", b"message", "reason", b"reason", "status", b"status", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lastProbeTime", b"lastProbeTime", "lastTransitionTime", b"lastTransitionTime", "message", b"message", "reason", b"reason", "status", b"status", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -511,17 +511,17 @@ Global___ContainerStateWaiting: _TypeAlias = ContainerStateWaiting  # noqa: Y015
 class ContainerStateRunning(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    STARTED_AT_FIELD_NUMBER: _builtins.int
+    STARTEDAT_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def started_at(self) -> _timestamp_pb2.Timestamp: ...
+    def startedAt(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
-        started_at: _timestamp_pb2.Timestamp | None = ...,
+        startedAt: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["started_at", b"started_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["startedAt", b"startedAt"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["started_at", b"started_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["startedAt", b"startedAt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -531,33 +531,33 @@ Global___ContainerStateRunning: _TypeAlias = ContainerStateRunning  # noqa: Y015
 class ContainerStateTerminated(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    EXIT_CODE_FIELD_NUMBER: _builtins.int
+    EXITCODE_FIELD_NUMBER: _builtins.int
     SIGNAL_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
-    STARTED_AT_FIELD_NUMBER: _builtins.int
-    FINISHED_AT_FIELD_NUMBER: _builtins.int
-    exit_code: _builtins.int
+    STARTEDAT_FIELD_NUMBER: _builtins.int
+    FINISHEDAT_FIELD_NUMBER: _builtins.int
+    exitCode: _builtins.int
     signal: _builtins.int
     reason: _builtins.str
     message: _builtins.str
     @_builtins.property
-    def started_at(self) -> _timestamp_pb2.Timestamp: ...
+    def startedAt(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
-    def finished_at(self) -> _timestamp_pb2.Timestamp: ...
+    def finishedAt(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
-        exit_code: _builtins.int = ...,
+        exitCode: _builtins.int = ...,
         signal: _builtins.int = ...,
         reason: _builtins.str = ...,
         message: _builtins.str = ...,
-        started_at: _timestamp_pb2.Timestamp | None = ...,
-        finished_at: _timestamp_pb2.Timestamp | None = ...,
+        startedAt: _timestamp_pb2.Timestamp | None = ...,
+        finishedAt: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "started_at", b"started_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finishedAt", b"finishedAt", "startedAt", b"startedAt"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["exit_code", b"exit_code", "finished_at", b"finished_at", "message", b"message", "reason", b"reason", "signal", b"signal", "started_at", b"started_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exitCode", b"exitCode", "finishedAt", b"finishedAt", "message", b"message", "reason", b"reason", "signal", b"signal", "startedAt", b"startedAt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -599,37 +599,37 @@ class ContainerStatus(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
-    LAST_STATE_FIELD_NUMBER: _builtins.int
+    LASTSTATE_FIELD_NUMBER: _builtins.int
     READY_FIELD_NUMBER: _builtins.int
-    RESTART_COUNT_FIELD_NUMBER: _builtins.int
+    RESTARTCOUNT_FIELD_NUMBER: _builtins.int
     IMAGE_FIELD_NUMBER: _builtins.int
-    CONTAINER_ID_FIELD_NUMBER: _builtins.int
+    CONTAINERID_FIELD_NUMBER: _builtins.int
     STARTED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     ready: _builtins.bool
-    restart_count: _builtins.int
+    restartCount: _builtins.int
     image: _builtins.str
-    container_id: _builtins.str
+    containerID: _builtins.str
     started: _builtins.bool
     @_builtins.property
     def state(self) -> Global___ContainerState: ...
     @_builtins.property
-    def last_state(self) -> Global___ContainerState: ...
+    def lastState(self) -> Global___ContainerState: ...
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         state: Global___ContainerState | None = ...,
-        last_state: Global___ContainerState | None = ...,
+        lastState: Global___ContainerState | None = ...,
         ready: _builtins.bool = ...,
-        restart_count: _builtins.int = ...,
+        restartCount: _builtins.int = ...,
         image: _builtins.str = ...,
-        container_id: _builtins.str = ...,
+        containerID: _builtins.str = ...,
         started: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_started", b"_started", "last_state", b"last_state", "started", b"started", "state", b"state"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_started", b"_started", "lastState", b"lastState", "started", b"started", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_started", b"_started", "container_id", b"container_id", "image", b"image", "last_state", b"last_state", "name", b"name", "ready", b"ready", "restart_count", b"restart_count", "started", b"started", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_started", b"_started", "containerID", b"containerID", "image", b"image", "lastState", b"lastState", "name", b"name", "ready", b"ready", "restartCount", b"restartCount", "started", b"started", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__started: _TypeAlias = _typing.Literal["started"]  # noqa: Y015
     _WhichOneofArgType__started: _TypeAlias = _typing.Literal["_started", b"_started"]  # noqa: Y015
@@ -645,29 +645,29 @@ class PodStatus(_message.Message):
     CONDITIONS_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
-    NOMINATED_NODE_NAME_FIELD_NUMBER: _builtins.int
-    HOST_IP_FIELD_NUMBER: _builtins.int
-    POD_IP_FIELD_NUMBER: _builtins.int
-    START_TIME_FIELD_NUMBER: _builtins.int
-    INIT_CONTAINER_STATUSES_FIELD_NUMBER: _builtins.int
-    CONTAINER_STATUSES_FIELD_NUMBER: _builtins.int
-    QOS_CLASS_FIELD_NUMBER: _builtins.int
+    NOMINATEDNODENAME_FIELD_NUMBER: _builtins.int
+    HOSTIP_FIELD_NUMBER: _builtins.int
+    PODIP_FIELD_NUMBER: _builtins.int
+    STARTTIME_FIELD_NUMBER: _builtins.int
+    INITCONTAINERSTATUSES_FIELD_NUMBER: _builtins.int
+    CONTAINERSTATUSES_FIELD_NUMBER: _builtins.int
+    QOSCLASS_FIELD_NUMBER: _builtins.int
     phase: _builtins.str
     """Pending, Running, Succeeded, Failed, Unknown."""
     message: _builtins.str
     reason: _builtins.str
-    nominated_node_name: _builtins.str
-    host_ip: _builtins.str
-    pod_ip: _builtins.str
-    qos_class: _builtins.str
+    nominatedNodeName: _builtins.str
+    hostIP: _builtins.str
+    podIP: _builtins.str
+    qosClass: _builtins.str
     @_builtins.property
     def conditions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodCondition]: ...
     @_builtins.property
-    def start_time(self) -> _timestamp_pb2.Timestamp: ...
+    def startTime(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
-    def init_container_statuses(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerStatus]: ...
+    def initContainerStatuses(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerStatus]: ...
     @_builtins.property
-    def container_statuses(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerStatus]: ...
+    def containerStatuses(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerStatus]: ...
     def __init__(
         self,
         *,
@@ -675,17 +675,17 @@ class PodStatus(_message.Message):
         conditions: _abc.Iterable[Global___PodCondition] | None = ...,
         message: _builtins.str = ...,
         reason: _builtins.str = ...,
-        nominated_node_name: _builtins.str = ...,
-        host_ip: _builtins.str = ...,
-        pod_ip: _builtins.str = ...,
-        start_time: _timestamp_pb2.Timestamp | None = ...,
-        init_container_statuses: _abc.Iterable[Global___ContainerStatus] | None = ...,
-        container_statuses: _abc.Iterable[Global___ContainerStatus] | None = ...,
-        qos_class: _builtins.str = ...,
+        nominatedNodeName: _builtins.str = ...,
+        hostIP: _builtins.str = ...,
+        podIP: _builtins.str = ...,
+        startTime: _timestamp_pb2.Timestamp | None = ...,
+        initContainerStatuses: _abc.Iterable[Global___ContainerStatus] | None = ...,
+        containerStatuses: _abc.Iterable[Global___ContainerStatus] | None = ...,
+        qosClass: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["start_time", b"start_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["startTime", b"startTime"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["conditions", b"conditions", "container_statuses", b"container_statuses", "host_ip", b"host_ip", "init_container_statuses", b"init_container_statuses", "message", b"message", "nominated_node_name", b"nominated_node_name", "phase", b"phase", "pod_ip", b"pod_ip", "qos_class", b"qos_class", "reason", b"reason", "start_time", b"start_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conditions", b"conditions", "containerStatuses", b"containerStatuses", "hostIP", b"hostIP", "initContainerStatuses", b"initContainerStatuses", "message", b"message", "nominatedNodeName", b"nominatedNodeName", "phase", b"phase", "podIP", b"podIP", "qosClass", b"qosClass", "reason", b"reason", "startTime", b"startTime"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -695,12 +695,12 @@ Global___PodStatus: _TypeAlias = PodStatus  # noqa: Y015
 class Pod(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    API_VERSION_FIELD_NUMBER: _builtins.int
+    APIVERSION_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
     SPEC_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
-    api_version: _builtins.str
+    apiVersion: _builtins.str
     kind: _builtins.str
     @_builtins.property
     def metadata(self) -> _meta_pb2.ObjectMeta: ...
@@ -711,7 +711,7 @@ class Pod(_message.Message):
     def __init__(
         self,
         *,
-        api_version: _builtins.str = ...,
+        apiVersion: _builtins.str = ...,
         kind: _builtins.str = ...,
         metadata: _meta_pb2.ObjectMeta | None = ...,
         spec: Global___PodSpec | None = ...,
@@ -719,7 +719,7 @@ class Pod(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata", "spec", b"spec", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_version", b"api_version", "kind", b"kind", "metadata", b"metadata", "spec", b"spec", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apiVersion", b"apiVersion", "kind", b"kind", "metadata", b"metadata", "spec", b"spec", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -888,17 +888,17 @@ Global___BindRequest: _TypeAlias = BindRequest  # noqa: Y015
 class BindResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    RESOURCE_VERSION_FIELD_NUMBER: _builtins.int
-    resource_version: _builtins.str
+    RESOURCEVERSION_FIELD_NUMBER: _builtins.int
+    resourceVersion: _builtins.str
     """The pod's resourceVersion after the bind."""
     def __init__(
         self,
         *,
-        resource_version: _builtins.str = ...,
+        resourceVersion: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["resource_version", b"resource_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["resourceVersion", b"resourceVersion"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -940,12 +940,12 @@ class BindResult(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     NAMESPACE_FIELD_NUMBER: _builtins.int
-    RESOURCE_VERSION_FIELD_NUMBER: _builtins.int
+    RESOURCEVERSION_FIELD_NUMBER: _builtins.int
     CODE_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     namespace: _builtins.str
-    resource_version: _builtins.str
+    resourceVersion: _builtins.str
     code: _builtins.int
     message: _builtins.str
     def __init__(
@@ -953,13 +953,13 @@ class BindResult(_message.Message):
         *,
         name: _builtins.str = ...,
         namespace: _builtins.str = ...,
-        resource_version: _builtins.str = ...,
+        resourceVersion: _builtins.str = ...,
         code: _builtins.int = ...,
         message: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message", "name", b"name", "namespace", b"namespace", "resource_version", b"resource_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message", "name", b"name", "namespace", b"namespace", "resourceVersion", b"resourceVersion"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

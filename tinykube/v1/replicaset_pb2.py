@@ -27,7 +27,7 @@ from tinykube.v1 import meta_pb2 as tinykube_dot_v1_dot_meta__pb2
 from tinykube.v1 import pod_pb2 as tinykube_dot_v1_dot_pod__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ctinykube/v1/replicaset.proto\x12\x0btinykube.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16tinykube/v1/meta.proto\x1a\x15tinykube/v1/pod.proto\"`\n\x0fPodTemplateSpec\x12)\n\x08metadata\x18\x01 \x01(\x0b\x32\x17.tinykube.v1.ObjectMeta\x12\"\n\x04spec\x18\x02 \x01(\x0b\x32\x14.tinykube.v1.PodSpec\"\xad\x01\n\x0eReplicaSetSpec\x12\x15\n\x08replicas\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x19\n\x11min_ready_seconds\x18\x02 \x01(\x05\x12,\n\x08selector\x18\x03 \x01(\x0b\x32\x1a.tinykube.v1.LabelSelector\x12.\n\x08template\x18\x04 \x01(\x0b\x32\x1c.tinykube.v1.PodTemplateSpecB\x0b\n\t_replicas\"\x8e\x01\n\x13ReplicaSetCondition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x38\n\x14last_transition_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\"\xcb\x01\n\x10ReplicaSetStatus\x12\x10\n\x08replicas\x18\x01 \x01(\x05\x12\x1e\n\x16\x66ully_labeled_replicas\x18\x02 \x01(\x05\x12\x16\n\x0eready_replicas\x18\x03 \x01(\x05\x12\x1a\n\x12\x61vailable_replicas\x18\x04 \x01(\x05\x12\x1b\n\x13observed_generation\x18\x05 \x01(\x03\x12\x34\n\nconditions\x18\x06 \x03(\x0b\x32 .tinykube.v1.ReplicaSetCondition\"\xb4\x01\n\nReplicaSet\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.tinykube.v1.ObjectMeta\x12)\n\x04spec\x18\x04 \x01(\x0b\x32\x1b.tinykube.v1.ReplicaSetSpec\x12-\n\x06status\x18\x05 \x01(\x0b\x32\x1d.tinykube.v1.ReplicaSetStatus\"a\n\x0eReplicaSetList\x12\'\n\x08metadata\x18\x01 \x01(\x0b\x32\x15.tinykube.v1.ListMeta\x12&\n\x05items\x18\x02 \x03(\x0b\x32\x17.tinykube.v1.ReplicaSet\"M\n\x14ReplicaSetWatchEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\'\n\x06object\x18\x02 \x01(\x0b\x32\x17.tinykube.v1.ReplicaSet\"N\n\x19ReplicaSetWatchEventBatch\x12\x31\n\x06\x65vents\x18\x01 \x03(\x0b\x32!.tinykube.v1.ReplicaSetWatchEvent\"S\n\x17\x43reateReplicaSetRequest\x12\x38\n\x0breplica_set\x18\x01 \x01(\x0b\x32\x17.tinykube.v1.ReplicaSetR\nreplicaSet\"S\n\x17UpdateReplicaSetRequest\x12\x38\n\x0breplica_set\x18\x01 \x01(\x0b\x32\x17.tinykube.v1.ReplicaSetR\nreplicaSet2\xc1\x04\n\x0bReplicaSets\x12G\n\x06\x43reate\x12$.tinykube.v1.CreateReplicaSetRequest\x1a\x17.tinykube.v1.ReplicaSet\x12\x37\n\x03Get\x12\x17.tinykube.v1.GetRequest\x1a\x17.tinykube.v1.ReplicaSet\x12=\n\x04List\x12\x18.tinykube.v1.ListRequest\x1a\x1b.tinykube.v1.ReplicaSetList\x12G\n\x06Update\x12$.tinykube.v1.UpdateReplicaSetRequest\x1a\x17.tinykube.v1.ReplicaSet\x12M\n\x0cUpdateStatus\x12$.tinykube.v1.UpdateReplicaSetRequest\x1a\x17.tinykube.v1.ReplicaSet\x12=\n\x06\x44\x65lete\x12\x1a.tinykube.v1.DeleteRequest\x1a\x17.tinykube.v1.ReplicaSet\x12G\n\x05Watch\x12\x19.tinykube.v1.WatchRequest\x1a!.tinykube.v1.ReplicaSetWatchEvent0\x01\x12Q\n\nWatchBatch\x12\x19.tinykube.v1.WatchRequest\x1a&.tinykube.v1.ReplicaSetWatchEventBatch0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ctinykube/v1/replicaset.proto\x12\x0btinykube.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16tinykube/v1/meta.proto\x1a\x15tinykube/v1/pod.proto\"`\n\x0fPodTemplateSpec\x12)\n\x08metadata\x18\x01 \x01(\x0b\x32\x17.tinykube.v1.ObjectMeta\x12\"\n\x04spec\x18\x02 \x01(\x0b\x32\x14.tinykube.v1.PodSpec\"\xab\x01\n\x0eReplicaSetSpec\x12\x15\n\x08replicas\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x17\n\x0fminReadySeconds\x18\x02 \x01(\x05\x12,\n\x08selector\x18\x03 \x01(\x0b\x32\x1a.tinykube.v1.LabelSelector\x12.\n\x08template\x18\x04 \x01(\x0b\x32\x1c.tinykube.v1.PodTemplateSpecB\x0b\n\t_replicas\"\x8c\x01\n\x13ReplicaSetCondition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x36\n\x12lastTransitionTime\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\"\xc6\x01\n\x10ReplicaSetStatus\x12\x10\n\x08replicas\x18\x01 \x01(\x05\x12\x1c\n\x14\x66ullyLabeledReplicas\x18\x02 \x01(\x05\x12\x15\n\rreadyReplicas\x18\x03 \x01(\x05\x12\x19\n\x11\x61vailableReplicas\x18\x04 \x01(\x05\x12\x1a\n\x12observedGeneration\x18\x05 \x01(\x05\x12\x34\n\nconditions\x18\x06 \x03(\x0b\x32 .tinykube.v1.ReplicaSetCondition\"\xb3\x01\n\nReplicaSet\x12\x12\n\napiVersion\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.tinykube.v1.ObjectMeta\x12)\n\x04spec\x18\x04 \x01(\x0b\x32\x1b.tinykube.v1.ReplicaSetSpec\x12-\n\x06status\x18\x05 \x01(\x0b\x32\x1d.tinykube.v1.ReplicaSetStatus\"a\n\x0eReplicaSetList\x12\'\n\x08metadata\x18\x01 \x01(\x0b\x32\x15.tinykube.v1.ListMeta\x12&\n\x05items\x18\x02 \x03(\x0b\x32\x17.tinykube.v1.ReplicaSet\"M\n\x14ReplicaSetWatchEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\'\n\x06object\x18\x02 \x01(\x0b\x32\x17.tinykube.v1.ReplicaSet\"N\n\x19ReplicaSetWatchEventBatch\x12\x31\n\x06\x65vents\x18\x01 \x03(\x0b\x32!.tinykube.v1.ReplicaSetWatchEvent\"F\n\x17\x43reateReplicaSetRequest\x12+\n\nreplicaSet\x18\x01 \x01(\x0b\x32\x17.tinykube.v1.ReplicaSet\"F\n\x17UpdateReplicaSetRequest\x12+\n\nreplicaSet\x18\x01 \x01(\x0b\x32\x17.tinykube.v1.ReplicaSet2\xc1\x04\n\x0bReplicaSets\x12G\n\x06\x43reate\x12$.tinykube.v1.CreateReplicaSetRequest\x1a\x17.tinykube.v1.ReplicaSet\x12\x37\n\x03Get\x12\x17.tinykube.v1.GetRequest\x1a\x17.tinykube.v1.ReplicaSet\x12=\n\x04List\x12\x18.tinykube.v1.ListRequest\x1a\x1b.tinykube.v1.ReplicaSetList\x12G\n\x06Update\x12$.tinykube.v1.UpdateReplicaSetRequest\x1a\x17.tinykube.v1.ReplicaSet\x12M\n\x0cUpdateStatus\x12$.tinykube.v1.UpdateReplicaSetRequest\x1a\x17.tinykube.v1.ReplicaSet\x12=\n\x06\x44\x65lete\x12\x1a.tinykube.v1.DeleteRequest\x1a\x17.tinykube.v1.ReplicaSet\x12G\n\x05Watch\x12\x19.tinykube.v1.WatchRequest\x1a!.tinykube.v1.ReplicaSetWatchEvent0\x01\x12Q\n\nWatchBatch\x12\x19.tinykube.v1.WatchRequest\x1a&.tinykube.v1.ReplicaSetWatchEventBatch0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,23 +37,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PODTEMPLATESPEC']._serialized_start=125
   _globals['_PODTEMPLATESPEC']._serialized_end=221
   _globals['_REPLICASETSPEC']._serialized_start=224
-  _globals['_REPLICASETSPEC']._serialized_end=397
-  _globals['_REPLICASETCONDITION']._serialized_start=400
-  _globals['_REPLICASETCONDITION']._serialized_end=542
-  _globals['_REPLICASETSTATUS']._serialized_start=545
-  _globals['_REPLICASETSTATUS']._serialized_end=748
-  _globals['_REPLICASET']._serialized_start=751
-  _globals['_REPLICASET']._serialized_end=931
-  _globals['_REPLICASETLIST']._serialized_start=933
-  _globals['_REPLICASETLIST']._serialized_end=1030
-  _globals['_REPLICASETWATCHEVENT']._serialized_start=1032
-  _globals['_REPLICASETWATCHEVENT']._serialized_end=1109
-  _globals['_REPLICASETWATCHEVENTBATCH']._serialized_start=1111
-  _globals['_REPLICASETWATCHEVENTBATCH']._serialized_end=1189
-  _globals['_CREATEREPLICASETREQUEST']._serialized_start=1191
-  _globals['_CREATEREPLICASETREQUEST']._serialized_end=1274
-  _globals['_UPDATEREPLICASETREQUEST']._serialized_start=1276
-  _globals['_UPDATEREPLICASETREQUEST']._serialized_end=1359
-  _globals['_REPLICASETS']._serialized_start=1362
-  _globals['_REPLICASETS']._serialized_end=1939
+  _globals['_REPLICASETSPEC']._serialized_end=395
+  _globals['_REPLICASETCONDITION']._serialized_start=398
+  _globals['_REPLICASETCONDITION']._serialized_end=538
+  _globals['_REPLICASETSTATUS']._serialized_start=541
+  _globals['_REPLICASETSTATUS']._serialized_end=739
+  _globals['_REPLICASET']._serialized_start=742
+  _globals['_REPLICASET']._serialized_end=921
+  _globals['_REPLICASETLIST']._serialized_start=923
+  _globals['_REPLICASETLIST']._serialized_end=1020
+  _globals['_REPLICASETWATCHEVENT']._serialized_start=1022
+  _globals['_REPLICASETWATCHEVENT']._serialized_end=1099
+  _globals['_REPLICASETWATCHEVENTBATCH']._serialized_start=1101
+  _globals['_REPLICASETWATCHEVENTBATCH']._serialized_end=1179
+  _globals['_CREATEREPLICASETREQUEST']._serialized_start=1181
+  _globals['_CREATEREPLICASETREQUEST']._serialized_end=1251
+  _globals['_UPDATEREPLICASETREQUEST']._serialized_start=1253
+  _globals['_UPDATEREPLICASETREQUEST']._serialized_end=1323
+  _globals['_REPLICASETS']._serialized_start=1326
+  _globals['_REPLICASETS']._serialized_end=1903
 # @@protoc_insertion_point(module_scope)

@@ -50,12 +50,12 @@ class ReplicaSetSpec(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REPLICAS_FIELD_NUMBER: _builtins.int
-    MIN_READY_SECONDS_FIELD_NUMBER: _builtins.int
+    MINREADYSECONDS_FIELD_NUMBER: _builtins.int
     SELECTOR_FIELD_NUMBER: _builtins.int
     TEMPLATE_FIELD_NUMBER: _builtins.int
     replicas: _builtins.int
     """Defaults to 1 when unset."""
-    min_ready_seconds: _builtins.int
+    minReadySeconds: _builtins.int
     @_builtins.property
     def selector(self) -> _meta_pb2.LabelSelector: ...
     @_builtins.property
@@ -64,13 +64,13 @@ class ReplicaSetSpec(_message.Message):
         self,
         *,
         replicas: _builtins.int | None = ...,
-        min_ready_seconds: _builtins.int = ...,
+        minReadySeconds: _builtins.int = ...,
         selector: _meta_pb2.LabelSelector | None = ...,
         template: Global___PodTemplateSpec | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_replicas", b"_replicas", "replicas", b"replicas", "selector", b"selector", "template", b"template"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_replicas", b"_replicas", "min_ready_seconds", b"min_ready_seconds", "replicas", b"replicas", "selector", b"selector", "template", b"template"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_replicas", b"_replicas", "minReadySeconds", b"minReadySeconds", "replicas", b"replicas", "selector", b"selector", "template", b"template"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__replicas: _TypeAlias = _typing.Literal["replicas"]  # noqa: Y015
     _WhichOneofArgType__replicas: _TypeAlias = _typing.Literal["_replicas", b"_replicas"]  # noqa: Y015
@@ -84,7 +84,7 @@ class ReplicaSetCondition(_message.Message):
 
     TYPE_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
-    LAST_TRANSITION_TIME_FIELD_NUMBER: _builtins.int
+    LASTTRANSITIONTIME_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     type: _builtins.str
@@ -92,19 +92,19 @@ class ReplicaSetCondition(_message.Message):
     reason: _builtins.str
     message: _builtins.str
     @_builtins.property
-    def last_transition_time(self) -> _timestamp_pb2.Timestamp: ...
+    def lastTransitionTime(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
         type: _builtins.str = ...,
         status: _builtins.str = ...,
-        last_transition_time: _timestamp_pb2.Timestamp | None = ...,
+        lastTransitionTime: _timestamp_pb2.Timestamp | None = ...,
         reason: _builtins.str = ...,
         message: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["last_transition_time", b"last_transition_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lastTransitionTime", b"lastTransitionTime"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_transition_time", b"last_transition_time", "message", b"message", "reason", b"reason", "status", b"status", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lastTransitionTime", b"lastTransitionTime", "message", b"message", "reason", b"reason", "status", b"status", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -115,31 +115,31 @@ class ReplicaSetStatus(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REPLICAS_FIELD_NUMBER: _builtins.int
-    FULLY_LABELED_REPLICAS_FIELD_NUMBER: _builtins.int
-    READY_REPLICAS_FIELD_NUMBER: _builtins.int
-    AVAILABLE_REPLICAS_FIELD_NUMBER: _builtins.int
-    OBSERVED_GENERATION_FIELD_NUMBER: _builtins.int
+    FULLYLABELEDREPLICAS_FIELD_NUMBER: _builtins.int
+    READYREPLICAS_FIELD_NUMBER: _builtins.int
+    AVAILABLEREPLICAS_FIELD_NUMBER: _builtins.int
+    OBSERVEDGENERATION_FIELD_NUMBER: _builtins.int
     CONDITIONS_FIELD_NUMBER: _builtins.int
     replicas: _builtins.int
-    fully_labeled_replicas: _builtins.int
-    ready_replicas: _builtins.int
-    available_replicas: _builtins.int
-    observed_generation: _builtins.int
+    fullyLabeledReplicas: _builtins.int
+    readyReplicas: _builtins.int
+    availableReplicas: _builtins.int
+    observedGeneration: _builtins.int
     @_builtins.property
     def conditions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaSetCondition]: ...
     def __init__(
         self,
         *,
         replicas: _builtins.int = ...,
-        fully_labeled_replicas: _builtins.int = ...,
-        ready_replicas: _builtins.int = ...,
-        available_replicas: _builtins.int = ...,
-        observed_generation: _builtins.int = ...,
+        fullyLabeledReplicas: _builtins.int = ...,
+        readyReplicas: _builtins.int = ...,
+        availableReplicas: _builtins.int = ...,
+        observedGeneration: _builtins.int = ...,
         conditions: _abc.Iterable[Global___ReplicaSetCondition] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["available_replicas", b"available_replicas", "conditions", b"conditions", "fully_labeled_replicas", b"fully_labeled_replicas", "observed_generation", b"observed_generation", "ready_replicas", b"ready_replicas", "replicas", b"replicas"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["availableReplicas", b"availableReplicas", "conditions", b"conditions", "fullyLabeledReplicas", b"fullyLabeledReplicas", "observedGeneration", b"observedGeneration", "readyReplicas", b"readyReplicas", "replicas", b"replicas"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -149,12 +149,12 @@ Global___ReplicaSetStatus: _TypeAlias = ReplicaSetStatus  # noqa: Y015
 class ReplicaSet(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    API_VERSION_FIELD_NUMBER: _builtins.int
+    APIVERSION_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
     SPEC_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
-    api_version: _builtins.str
+    apiVersion: _builtins.str
     kind: _builtins.str
     @_builtins.property
     def metadata(self) -> _meta_pb2.ObjectMeta: ...
@@ -165,7 +165,7 @@ class ReplicaSet(_message.Message):
     def __init__(
         self,
         *,
-        api_version: _builtins.str = ...,
+        apiVersion: _builtins.str = ...,
         kind: _builtins.str = ...,
         metadata: _meta_pb2.ObjectMeta | None = ...,
         spec: Global___ReplicaSetSpec | None = ...,
@@ -173,7 +173,7 @@ class ReplicaSet(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata", "spec", b"spec", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_version", b"api_version", "kind", b"kind", "metadata", b"metadata", "spec", b"spec", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apiVersion", b"apiVersion", "kind", b"kind", "metadata", b"metadata", "spec", b"spec", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -255,17 +255,17 @@ Global___ReplicaSetWatchEventBatch: _TypeAlias = ReplicaSetWatchEventBatch  # no
 class CreateReplicaSetRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    REPLICA_SET_FIELD_NUMBER: _builtins.int
+    REPLICASET_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def replica_set(self) -> Global___ReplicaSet: ...
+    def replicaSet(self) -> Global___ReplicaSet: ...
     def __init__(
         self,
         *,
-        replica_set: Global___ReplicaSet | None = ...,
+        replicaSet: Global___ReplicaSet | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["replica_set", b"replica_set"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["replicaSet", b"replicaSet"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["replica_set", b"replica_set"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["replicaSet", b"replicaSet"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -275,17 +275,17 @@ Global___CreateReplicaSetRequest: _TypeAlias = CreateReplicaSetRequest  # noqa: 
 class UpdateReplicaSetRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    REPLICA_SET_FIELD_NUMBER: _builtins.int
+    REPLICASET_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def replica_set(self) -> Global___ReplicaSet: ...
+    def replicaSet(self) -> Global___ReplicaSet: ...
     def __init__(
         self,
         *,
-        replica_set: Global___ReplicaSet | None = ...,
+        replicaSet: Global___ReplicaSet | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["replica_set", b"replica_set"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["replicaSet", b"replicaSet"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["replica_set", b"replica_set"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["replicaSet", b"replicaSet"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

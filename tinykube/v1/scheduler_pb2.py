@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from tinykube.v1 import pod_pb2 as tinykube_dot_v1_dot_pod__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1btinykube/v1/scheduler.proto\x12\x0btinykube.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15tinykube/v1/pod.proto\"D\n\x0e\x45xplainRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tmax_nodes\x18\x03 \x01(\x05\"C\n\x0fSimulateRequest\x12\x1d\n\x03pod\x18\x01 \x01(\x0b\x32\x10.tinykube.v1.Pod\x12\x11\n\tmax_nodes\x18\x02 \x01(\x05\"A\n\rFilterVerdict\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0f\n\x07verdict\x18\x02 \x01(\t\x12\x0f\n\x07reasons\x18\x03 \x03(\t\"N\n\x0bPluginScore\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x03\x12\x0e\n\x06weight\x18\x03 \x01(\x05\x12\x10\n\x08weighted\x18\x04 \x01(\x03\"\xad\x01\n\x0fNodeExplanation\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x10\n\x08\x66\x65\x61sible\x18\x02 \x01(\x08\x12\x0e\n\x06scored\x18\x03 \x01(\x08\x12+\n\x07\x66ilters\x18\x04 \x03(\x0b\x32\x1a.tinykube.v1.FilterVerdict\x12(\n\x06scores\x18\x05 \x03(\x0b\x32\x18.tinykube.v1.PluginScore\x12\x13\n\x0btotal_score\x18\x06 \x01(\x03\"\xe6\x01\n\x0f\x45xplainResponse\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x30\n\x0c\x61ttempted_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rselected_node\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x13\n\x0btotal_nodes\x18\x06 \x01(\x05\x12\x16\n\x0e\x66\x65\x61sible_nodes\x18\x07 \x01(\x05\x12+\n\x05nodes\x18\x08 \x03(\x0b\x32\x1c.tinykube.v1.NodeExplanation2\x99\x01\n\tScheduler\x12\x44\n\x07\x45xplain\x12\x1b.tinykube.v1.ExplainRequest\x1a\x1c.tinykube.v1.ExplainResponse\x12\x46\n\x08Simulate\x12\x1c.tinykube.v1.SimulateRequest\x1a\x1c.tinykube.v1.ExplainResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1btinykube/v1/scheduler.proto\x12\x0btinykube.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15tinykube/v1/pod.proto\"C\n\x0e\x45xplainRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08maxNodes\x18\x03 \x01(\x05\"B\n\x0fSimulateRequest\x12\x1d\n\x03pod\x18\x01 \x01(\x0b\x32\x10.tinykube.v1.Pod\x12\x10\n\x08maxNodes\x18\x02 \x01(\x05\"A\n\rFilterVerdict\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0f\n\x07verdict\x18\x02 \x01(\t\x12\x0f\n\x07reasons\x18\x03 \x03(\t\"N\n\x0bPluginScore\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x03\x12\x0e\n\x06weight\x18\x03 \x01(\x05\x12\x10\n\x08weighted\x18\x04 \x01(\x03\"\xac\x01\n\x0fNodeExplanation\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x10\n\x08\x66\x65\x61sible\x18\x02 \x01(\x08\x12\x0e\n\x06scored\x18\x03 \x01(\x08\x12+\n\x07\x66ilters\x18\x04 \x03(\x0b\x32\x1a.tinykube.v1.FilterVerdict\x12(\n\x06scores\x18\x05 \x03(\x0b\x32\x18.tinykube.v1.PluginScore\x12\x12\n\ntotalScore\x18\x06 \x01(\x03\"\xe2\x01\n\x0f\x45xplainResponse\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12/\n\x0b\x61ttemptedAt\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cselectedNode\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x12\n\ntotalNodes\x18\x06 \x01(\x05\x12\x15\n\rfeasibleNodes\x18\x07 \x01(\x05\x12+\n\x05nodes\x18\x08 \x03(\x0b\x32\x1c.tinykube.v1.NodeExplanation2\x99\x01\n\tScheduler\x12\x44\n\x07\x45xplain\x12\x1b.tinykube.v1.ExplainRequest\x1a\x1c.tinykube.v1.ExplainResponse\x12\x46\n\x08Simulate\x12\x1c.tinykube.v1.SimulateRequest\x1a\x1c.tinykube.v1.ExplainResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,17 +34,17 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tinykube.v1.scheduler_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_EXPLAINREQUEST']._serialized_start=100
-  _globals['_EXPLAINREQUEST']._serialized_end=168
-  _globals['_SIMULATEREQUEST']._serialized_start=170
-  _globals['_SIMULATEREQUEST']._serialized_end=237
-  _globals['_FILTERVERDICT']._serialized_start=239
-  _globals['_FILTERVERDICT']._serialized_end=304
-  _globals['_PLUGINSCORE']._serialized_start=306
-  _globals['_PLUGINSCORE']._serialized_end=384
-  _globals['_NODEEXPLANATION']._serialized_start=387
-  _globals['_NODEEXPLANATION']._serialized_end=560
-  _globals['_EXPLAINRESPONSE']._serialized_start=563
-  _globals['_EXPLAINRESPONSE']._serialized_end=793
-  _globals['_SCHEDULER']._serialized_start=796
-  _globals['_SCHEDULER']._serialized_end=949
+  _globals['_EXPLAINREQUEST']._serialized_end=167
+  _globals['_SIMULATEREQUEST']._serialized_start=169
+  _globals['_SIMULATEREQUEST']._serialized_end=235
+  _globals['_FILTERVERDICT']._serialized_start=237
+  _globals['_FILTERVERDICT']._serialized_end=302
+  _globals['_PLUGINSCORE']._serialized_start=304
+  _globals['_PLUGINSCORE']._serialized_end=382
+  _globals['_NODEEXPLANATION']._serialized_start=385
+  _globals['_NODEEXPLANATION']._serialized_end=557
+  _globals['_EXPLAINRESPONSE']._serialized_start=560
+  _globals['_EXPLAINRESPONSE']._serialized_end=786
+  _globals['_SCHEDULER']._serialized_start=789
+  _globals['_SCHEDULER']._serialized_end=942
 # @@protoc_insertion_point(module_scope)

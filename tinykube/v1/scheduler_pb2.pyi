@@ -26,21 +26,21 @@ class ExplainRequest(_message.Message):
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
-    MAX_NODES_FIELD_NUMBER: _builtins.int
+    MAXNODES_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     name: _builtins.str
-    max_nodes: _builtins.int
+    maxNodes: _builtins.int
     """How many nodes to show (in the scheduler's node order); 0 means 20."""
     def __init__(
         self,
         *,
         namespace: _builtins.str = ...,
         name: _builtins.str = ...,
-        max_nodes: _builtins.int = ...,
+        maxNodes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_nodes", b"max_nodes", "name", b"name", "namespace", b"namespace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["maxNodes", b"maxNodes", "name", b"name", "namespace", b"namespace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -51,8 +51,8 @@ class SimulateRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     POD_FIELD_NUMBER: _builtins.int
-    MAX_NODES_FIELD_NUMBER: _builtins.int
-    max_nodes: _builtins.int
+    MAXNODES_FIELD_NUMBER: _builtins.int
+    maxNodes: _builtins.int
     @_builtins.property
     def pod(self) -> _pod_pb2.Pod:
         """A pod as it would be created; it is not stored and not bound."""
@@ -61,11 +61,11 @@ class SimulateRequest(_message.Message):
         self,
         *,
         pod: _pod_pb2.Pod | None = ...,
-        max_nodes: _builtins.int = ...,
+        maxNodes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_nodes", b"max_nodes", "pod", b"pod"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["maxNodes", b"maxNodes", "pod", b"pod"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -141,13 +141,13 @@ class NodeExplanation(_message.Message):
     SCORED_FIELD_NUMBER: _builtins.int
     FILTERS_FIELD_NUMBER: _builtins.int
     SCORES_FIELD_NUMBER: _builtins.int
-    TOTAL_SCORE_FIELD_NUMBER: _builtins.int
+    TOTALSCORE_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     feasible: _builtins.bool
     """Passed every filter."""
     scored: _builtins.bool
     """Among the nodes scored (percentageOfNodesToScore may leave feasible nodes unscored)."""
-    total_score: _builtins.int
+    totalScore: _builtins.int
     @_builtins.property
     def filters(self) -> _containers.RepeatedCompositeFieldContainer[Global___FilterVerdict]: ...
     @_builtins.property
@@ -160,11 +160,11 @@ class NodeExplanation(_message.Message):
         scored: _builtins.bool = ...,
         filters: _abc.Iterable[Global___FilterVerdict] | None = ...,
         scores: _abc.Iterable[Global___PluginScore] | None = ...,
-        total_score: _builtins.int = ...,
+        totalScore: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["feasible", b"feasible", "filters", b"filters", "node", b"node", "scored", b"scored", "scores", b"scores", "total_score", b"total_score"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["feasible", b"feasible", "filters", b"filters", "node", b"node", "scored", b"scored", "scores", b"scores", "totalScore", b"totalScore"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -176,22 +176,22 @@ class ExplainResponse(_message.Message):
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
-    ATTEMPTED_AT_FIELD_NUMBER: _builtins.int
-    SELECTED_NODE_FIELD_NUMBER: _builtins.int
+    ATTEMPTEDAT_FIELD_NUMBER: _builtins.int
+    SELECTEDNODE_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
-    TOTAL_NODES_FIELD_NUMBER: _builtins.int
-    FEASIBLE_NODES_FIELD_NUMBER: _builtins.int
+    TOTALNODES_FIELD_NUMBER: _builtins.int
+    FEASIBLENODES_FIELD_NUMBER: _builtins.int
     NODES_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     name: _builtins.str
-    selected_node: _builtins.str
+    selectedNode: _builtins.str
     """The chosen node; empty when the pod did not fit anywhere."""
     message: _builtins.str
     """The unschedulable message ("0/5 nodes are available: ...") when no node fit."""
-    total_nodes: _builtins.int
-    feasible_nodes: _builtins.int
+    totalNodes: _builtins.int
+    feasibleNodes: _builtins.int
     @_builtins.property
-    def attempted_at(self) -> _timestamp_pb2.Timestamp: ...
+    def attemptedAt(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeExplanation]: ...
     def __init__(
@@ -199,16 +199,16 @@ class ExplainResponse(_message.Message):
         *,
         namespace: _builtins.str = ...,
         name: _builtins.str = ...,
-        attempted_at: _timestamp_pb2.Timestamp | None = ...,
-        selected_node: _builtins.str = ...,
+        attemptedAt: _timestamp_pb2.Timestamp | None = ...,
+        selectedNode: _builtins.str = ...,
         message: _builtins.str = ...,
-        total_nodes: _builtins.int = ...,
-        feasible_nodes: _builtins.int = ...,
+        totalNodes: _builtins.int = ...,
+        feasibleNodes: _builtins.int = ...,
         nodes: _abc.Iterable[Global___NodeExplanation] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["attempted_at", b"attempted_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attemptedAt", b"attemptedAt"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempted_at", b"attempted_at", "feasible_nodes", b"feasible_nodes", "message", b"message", "name", b"name", "namespace", b"namespace", "nodes", b"nodes", "selected_node", b"selected_node", "total_nodes", b"total_nodes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attemptedAt", b"attemptedAt", "feasibleNodes", b"feasibleNodes", "message", b"message", "name", b"name", "namespace", b"namespace", "nodes", b"nodes", "selectedNode", b"selectedNode", "totalNodes", b"totalNodes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -6,6 +6,7 @@ Services: a stable virtual address (cluster IP and ports) in front of the pods a
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
 from tinykube.v1 import meta_pb2 as _meta_pb2
 import builtins as _builtins
@@ -26,33 +27,36 @@ class ServicePort(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     PROTOCOL_FIELD_NUMBER: _builtins.int
     PORT_FIELD_NUMBER: _builtins.int
-    TARGET_PORT_FIELD_NUMBER: _builtins.int
-    NODE_PORT_FIELD_NUMBER: _builtins.int
+    TARGETPORT_FIELD_NUMBER: _builtins.int
+    NODEPORT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Required when the service has more than one port; a DNS-1123 label."""
     protocol: _builtins.str
     """TCP (the default and the only protocol the proxy forwards)."""
     port: _builtins.int
     """The port the service listens on at its cluster IP."""
-    target_port: _builtins.str
-    """Kubernetes' IntOrString as a string: a number ("8080") is a container port, anything
-    else names a containerPort of the selected pods ("http"). Defaults to `port`.
-    Manifests may write it as a YAML number.
-    """
-    node_port: _builtins.int
+    nodePort: _builtins.int
     """NodePort services only: the port on every node (30000-32767 by default); 0 allocates one."""
+    @_builtins.property
+    def targetPort(self) -> _struct_pb2.Value:
+        """Kubernetes' IntOrString: a number (8080) is a container port, a string ("http") names a
+        containerPort of the selected pods. Unset defaults to `port`. A google.protobuf.Value so
+        that JSON (grpcurl, manifests) carries it as given; anything but a whole number in
+        1-65535 or a non-empty string is refused naming the field. (Field 4 was a string.)
+        """
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         protocol: _builtins.str = ...,
         port: _builtins.int = ...,
-        target_port: _builtins.str = ...,
-        node_port: _builtins.int = ...,
+        targetPort: _struct_pb2.Value | None = ...,
+        nodePort: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["targetPort", b"targetPort"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "node_port", b"node_port", "port", b"port", "protocol", b"protocol", "target_port", b"target_port"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "nodePort", b"nodePort", "port", b"port", "protocol", b"protocol", "targetPort", b"targetPort"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -84,9 +88,9 @@ class ServiceSpec(_message.Message):
 
     PORTS_FIELD_NUMBER: _builtins.int
     SELECTOR_FIELD_NUMBER: _builtins.int
-    CLUSTER_IP_FIELD_NUMBER: _builtins.int
+    CLUSTERIP_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
-    cluster_ip: _builtins.str
+    clusterIP: _builtins.str
     """Allocated by the apiserver from --service-cluster-ip-range unless given; immutable."""
     type: _builtins.str
     """ClusterIP (default) or NodePort."""
@@ -101,12 +105,12 @@ class ServiceSpec(_message.Message):
         *,
         ports: _abc.Iterable[Global___ServicePort] | None = ...,
         selector: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
-        cluster_ip: _builtins.str = ...,
+        clusterIP: _builtins.str = ...,
         type: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_ip", b"cluster_ip", "ports", b"ports", "selector", b"selector", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clusterIP", b"clusterIP", "ports", b"ports", "selector", b"selector", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -136,17 +140,17 @@ Global___LoadBalancerStatus: _TypeAlias = LoadBalancerStatus  # noqa: Y015
 class ServiceStatus(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    LOAD_BALANCER_FIELD_NUMBER: _builtins.int
+    LOADBALANCER_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def load_balancer(self) -> Global___LoadBalancerStatus: ...
+    def loadBalancer(self) -> Global___LoadBalancerStatus: ...
     def __init__(
         self,
         *,
-        load_balancer: Global___LoadBalancerStatus | None = ...,
+        loadBalancer: Global___LoadBalancerStatus | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["load_balancer", b"load_balancer"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["loadBalancer", b"loadBalancer"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["load_balancer", b"load_balancer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["loadBalancer", b"loadBalancer"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -156,12 +160,12 @@ Global___ServiceStatus: _TypeAlias = ServiceStatus  # noqa: Y015
 class Service(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    API_VERSION_FIELD_NUMBER: _builtins.int
+    APIVERSION_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
     SPEC_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
-    api_version: _builtins.str
+    apiVersion: _builtins.str
     kind: _builtins.str
     @_builtins.property
     def metadata(self) -> _meta_pb2.ObjectMeta: ...
@@ -172,7 +176,7 @@ class Service(_message.Message):
     def __init__(
         self,
         *,
-        api_version: _builtins.str = ...,
+        apiVersion: _builtins.str = ...,
         kind: _builtins.str = ...,
         metadata: _meta_pb2.ObjectMeta | None = ...,
         spec: Global___ServiceSpec | None = ...,
@@ -180,7 +184,7 @@ class Service(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata", "spec", b"spec", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_version", b"api_version", "kind", b"kind", "metadata", b"metadata", "spec", b"spec", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apiVersion", b"apiVersion", "kind", b"kind", "metadata", b"metadata", "spec", b"spec", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

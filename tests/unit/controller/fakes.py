@@ -50,19 +50,19 @@ class FakeResource(Generic[M]):
         if self.fail_creates is not None:
             raise self.fail_creates
         meta: Any = obj.metadata  # type: ignore[attr-defined]
-        if not meta.name and meta.generate_name:
+        if not meta.name and meta.generateName:
             obj = self._copy(obj)
             meta = obj.metadata  # type: ignore[attr-defined]
-            meta.name = meta.generate_name + random_suffix()
+            meta.name = meta.generateName + random_suffix()
         key = _key(meta.namespace, meta.name)
         if key in self.objects:
             raise AlreadyExistsError(f'{self.kind.lower()}s "{meta.name}" already exists')
         stored = self._copy(obj)
         smeta: Any = stored.metadata  # type: ignore[attr-defined]
         smeta.uid = str(uuid.uuid4())
-        smeta.resource_version = str(next(self._rv))
+        smeta.resourceVersion = str(next(self._rv))
         smeta.generation = 1
-        smeta.creation_timestamp.FromDatetime(self.clock.now().replace(tzinfo=None))
+        smeta.creationTimestamp.FromDatetime(self.clock.now().replace(tzinfo=None))
         self.objects[key] = stored
         self.calls.append(("create", key))
         return self._copy(stored)
@@ -80,7 +80,7 @@ class FakeResource(Generic[M]):
         if cur is None:
             raise NotFoundError(f'{self.kind.lower()}s "{meta.name}" not found')
         cmeta: Any = cur.metadata  # type: ignore[attr-defined]
-        if meta.resource_version and meta.resource_version != cmeta.resource_version:
+        if meta.resourceVersion and meta.resourceVersion != cmeta.resourceVersion:
             raise ConflictError("the object has been modified")
         new = self._copy(obj)
         nmeta: Any = new.metadata  # type: ignore[attr-defined]
@@ -89,7 +89,7 @@ class FakeResource(Generic[M]):
             new = self._copy(cur)
             new.status.CopyFrom(new_status)  # type: ignore[attr-defined]
             nmeta = new.metadata  # type: ignore[attr-defined]
-        nmeta.resource_version = str(next(self._rv))
+        nmeta.resourceVersion = str(next(self._rv))
         self.objects[key] = new
         self.calls.append((verb, key))
         return self._copy(new)

@@ -9,20 +9,23 @@ import pytest
 from controller.endpoints import EndpointsController, compute_subsets, resolve_target_port
 from tests.unit.controller.fakes import FakeQueue, FakeResource, FakeStore
 from tinykube.clock import FakeClock
+from tinykube.meta import int_or_string_value
 from tinykube.v1 import endpoints_pb2, pod_pb2, service_pb2
 
 
 def service(
     name: str = "web",
     selector: dict[str, str] | None = None,
-    ports: list[tuple[str, int, str]] | None = None,
+    ports: list[tuple[str, int, int | str]] | None = None,
 ) -> service_pb2.Service:
     svc = service_pb2.Service()
     svc.metadata.name = name
     svc.metadata.namespace = "default"
     svc.spec.selector.update({"app": "web"} if selector is None else selector)
-    for pname, port, target in ports or [("", 80, "8080")]:
-        svc.spec.ports.add(name=pname, port=port, target_port=target, protocol="TCP")
+    for pname, port, target in ports or [("", 80, 8080)]:
+        svc.spec.ports.add(
+            name=pname, port=port, targetPort=int_or_string_value(target), protocol="TCP"
+        )
     return svc
 
 
@@ -42,16 +45,16 @@ def pod(
     p.metadata.namespace = "default"
     p.metadata.uid = f"uid-{name}"
     p.metadata.labels.update({"app": "web"} if labels is None else labels)
-    p.spec.node_name = node
+    p.spec.nodeName = node
     c = p.spec.containers.add(name="c", image="python")
     for pname, number in (named_ports or {}).items():
-        c.ports.add(name=pname, container_port=number, protocol="TCP")
+        c.ports.add(name=pname, containerPort=number, protocol="TCP")
     p.status.phase = phase
-    p.status.pod_ip = ip
-    p.status.host_ip = ip
+    p.status.podIP = ip
+    p.status.hostIP = ip
     p.status.conditions.add(type="Ready", status="True" if ready else "False")
     if terminating:
-        p.metadata.deletion_timestamp.GetCurrentTime()
+        p.metadata.deletionTimestamp.GetCurrentTime()
     return p
 
 
@@ -71,10 +74,10 @@ def test_ready_pods_are_addresses_others_not_ready_and_excluded_pods_left_out() 
     ]
     [subset] = compute_subsets(service(), pods)
     assert ips(subset) == ["127.0.1.1", "127.0.1.2"]
-    assert [a.ip for a in subset.not_ready_addresses] == ["127.0.1.3"]
+    assert [a.ip for a in subset.notReadyAddresses] == ["127.0.1.3"]
     assert [(p.name, p.port, p.protocol) for p in subset.ports] == [("", 8080, "TCP")]
     a = subset.addresses[0]
-    assert (a.node_name, a.target_ref.kind, a.target_ref.name, a.target_ref.uid) == (
+    assert (a.nodeName, a.targetRef.kind, a.targetRef.name, a.targetRef.uid) == (
         "n1",
         "Pod",
         "a",
@@ -135,12 +138,12 @@ async def test_sync_creates_updates_only_on_change_and_deletes(world) -> None:  
 
     # A pod turning unready moves to notReadyAddresses.
     unready = pod("a", "127.0.1.1", ready=False)
-    unready.metadata.resource_version = pods.objects["default/a"].metadata.resource_version
+    unready.metadata.resourceVersion = pods.objects["default/a"].metadata.resourceVersion
     await pods.update(unready)
     await ctrl.sync("default/web")
     [subset] = eps.objects["default/web"].subsets
     assert ips(subset) == ["127.0.1.2"]
-    assert [a.ip for a in subset.not_ready_addresses] == ["127.0.1.1"]
+    assert [a.ip for a in subset.notReadyAddresses] == ["127.0.1.1"]
 
     # Every pod gone: the Endpoints stay, empty (connections are refused, not hung).
     await pods.delete("a", "default")
@@ -159,7 +162,7 @@ async def test_pod_events_enqueue_only_matching_services(world) -> None:  # type
     await services.create(service("db", selector={"app": "db"}))
     old = pod("a", labels={"app": "web"})
     new = pod("a", labels={"app": "db"})
-    new.metadata.resource_version = "2"
+    new.metadata.resourceVersion = "2"
     ctrl.on_pod_update(old, new)
     assert sorted(queue.added) == ["default/db", "default/web"]
     queue.added.clear()

@@ -37,7 +37,7 @@ class Env:
         pod.metadata.name = name
         pod.metadata.namespace = "default"
         for o in owners:
-            pod.metadata.owner_references.append(new_controller_ref(o))
+            pod.metadata.ownerReferences.append(new_controller_ref(o))
         return await self.client.pods.create(pod)
 
 
@@ -81,14 +81,14 @@ async def test_only_dangling_references_are_removed_when_another_owner_lives() -
     pod = pod_pb2.Pod()
     pod.metadata.name = "a"
     pod.metadata.namespace = "default"
-    pod.metadata.owner_references.append(new_controller_ref(gone))
-    pod.metadata.owner_references.append(
+    pod.metadata.ownerReferences.append(new_controller_ref(gone))
+    pod.metadata.ownerReferences.append(
         meta_pb2.OwnerReference(kind="ReplicaSet", name="alive", uid=alive.metadata.uid)
     )
     await env.client.pods.create(pod)
     del env.client.replica_sets.objects["default/gone"]
     await env.gc.sync("Pod:default/a")
-    refs = env.client.pods.objects["default/a"].metadata.owner_references
+    refs = env.client.pods.objects["default/a"].metadata.ownerReferences
     assert [r.name for r in refs] == ["alive"]
 
 
@@ -97,7 +97,7 @@ async def test_unknown_owner_kinds_never_cause_deletion() -> None:
     pod = pod_pb2.Pod()
     pod.metadata.name = "a"
     pod.metadata.namespace = "default"
-    pod.metadata.owner_references.add(kind="Deployment", name="d", uid="u")
+    pod.metadata.ownerReferences.add(kind="Deployment", name="d", uid="u")
     await env.client.pods.create(pod)
     await env.gc.sync("Pod:default/a")
     assert "default/a" in env.client.pods.objects

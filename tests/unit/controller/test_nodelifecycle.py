@@ -31,20 +31,20 @@ class Env:
         )
 
     async def add_node(self, name: str) -> None:
-        node = node_pb2.Node(api_version="v1", kind="Node")
+        node = node_pb2.Node(apiVersion="v1", kind="Node")
         node.metadata.name = name
         node.status.conditions.add(type="Ready", status="True", reason="KubeletReady")
         await self.client.nodes.create(node)
         lease = lease_pb2.Lease()
         lease.metadata.name = name
         lease.metadata.namespace = "kube-node-lease"
-        lease.spec.holder_identity = name
-        lease.spec.renew_time.CopyFrom(datetime_to_ts(self.clock.now()))
+        lease.spec.holderIdentity = name
+        lease.spec.renewTime.CopyFrom(datetime_to_ts(self.clock.now()))
         await self.client.leases.create(lease)
 
     async def renew(self, name: str) -> None:
         lease = await self.client.leases.get(name, "kube-node-lease")
-        lease.spec.renew_time.CopyFrom(datetime_to_ts(self.clock.now()))
+        lease.spec.renewTime.CopyFrom(datetime_to_ts(self.clock.now()))
         await self.client.leases.update(lease)
 
     async def add_pod(
@@ -53,7 +53,7 @@ class Env:
         pod = pod_pb2.Pod()
         pod.metadata.name = name
         pod.metadata.namespace = "default"
-        pod.spec.node_name = node
+        pod.spec.nodeName = node
         pod.spec.tolerations.extend(tolerations)
         pod.status.phase = "Running"
         await self.client.pods.create(pod)
@@ -113,7 +113,7 @@ async def test_pods_on_unreachable_node_are_force_deleted_after_their_toleration
         "n1",
         [
             pod_pb2.Toleration(
-                key=TAINT_UNREACHABLE, operator="Exists", effect="NoExecute", toleration_seconds=1
+                key=TAINT_UNREACHABLE, operator="Exists", effect="NoExecute", tolerationSeconds=1
             )
         ],
     )
@@ -153,12 +153,12 @@ def test_toleration_seconds_rules() -> None:
     pod = pod_pb2.Pod()
     assert toleration_seconds(pod, taint, defaults) == 300.0
     assert toleration_seconds(pod, node_pb2.Taint(key="x", effect="NoExecute"), defaults) == 0.0
-    pod.spec.tolerations.add(key=TAINT_UNREACHABLE, operator="Exists", toleration_seconds=7)
+    pod.spec.tolerations.add(key=TAINT_UNREACHABLE, operator="Exists", tolerationSeconds=7)
     assert toleration_seconds(pod, taint, defaults) == 7.0
     pod.spec.tolerations.add(key=TAINT_UNREACHABLE, operator="Exists")
     assert toleration_seconds(pod, taint, defaults) is None
     other = pod_pb2.Pod()
     other.spec.tolerations.add(
-        key=TAINT_UNREACHABLE, operator="Equal", value="v", toleration_seconds=1
+        key=TAINT_UNREACHABLE, operator="Equal", value="v", tolerationSeconds=1
     )
     assert toleration_seconds(other, taint, defaults) == 300.0  # value mismatch: not matching

@@ -14,9 +14,7 @@ def pod(name: str, namespace: str, *owners: tuple[str, bool]) -> pod_pb2.Pod:
     p.metadata.name = name
     p.metadata.namespace = namespace
     for uid, controller in owners:
-        p.metadata.owner_references.add(
-            kind="ReplicaSet", name="rs", uid=uid, controller=controller
-        )
+        p.metadata.ownerReferences.add(kind="ReplicaSet", name="rs", uid=uid, controller=controller)
     return p
 
 

@@ -23,11 +23,11 @@ def make_rs(
     name: str = "web", replicas: int = 3, labels: dict[str, str] | None = None
 ) -> replicaset_pb2.ReplicaSet:
     labels = labels or {"app": name}
-    rs = replicaset_pb2.ReplicaSet(api_version="v1", kind="ReplicaSet")
+    rs = replicaset_pb2.ReplicaSet(apiVersion="v1", kind="ReplicaSet")
     rs.metadata.name = name
     rs.metadata.namespace = "default"
     rs.spec.replicas = replicas
-    rs.spec.selector.match_labels.update(labels)
+    rs.spec.selector.matchLabels.update(labels)
     rs.spec.template.metadata.labels.update(labels)
     rs.spec.template.spec.containers.add(name="c", image="sleep", command=["sleep", "100"])
     return rs
@@ -42,13 +42,13 @@ def make_pod(
     phase: str = "Pending",
     ready: bool = False,
 ) -> pod_pb2.Pod:
-    pod = pod_pb2.Pod(api_version="v1", kind="Pod")
+    pod = pod_pb2.Pod(apiVersion="v1", kind="Pod")
     pod.metadata.name = name
     pod.metadata.namespace = "default"
     pod.metadata.labels.update(labels)
     if owner is not None:
-        pod.metadata.owner_references.append(new_controller_ref(owner))
-    pod.spec.node_name = node
+        pod.metadata.ownerReferences.append(new_controller_ref(owner))
+    pod.spec.nodeName = node
     pod.status.phase = phase
     if ready:
         pod.status.conditions.add(type="Ready", status="True")
@@ -87,9 +87,9 @@ async def test_creates_missing_pods_owned_by_the_replicaset() -> None:
     assert len(pods) == 6
     for pod in pods:
         assert pod.metadata.name.startswith("web-") and len(pod.metadata.name) == len("web-") + 5
-        assert pod.metadata.generate_name == "web-"
+        assert pod.metadata.generateName == "web-"
         assert dict(pod.metadata.labels) == {"app": "web"}
-        (ref,) = pod.metadata.owner_references
+        (ref,) = pod.metadata.ownerReferences
         assert (ref.kind, ref.name, ref.uid, ref.controller) == (
             "ReplicaSet",
             "web",
@@ -99,12 +99,12 @@ async def test_creates_missing_pods_owned_by_the_replicaset() -> None:
         assert list(pod.spec.containers[0].command) == ["sleep", "100"]
     # Status reflects what the caches held at the start of the sync, as in Kubernetes; the
     # watch events of the new pods trigger the sync that counts them.
-    assert env.client.replica_sets.objects["default/web"].status.observed_generation == 1
+    assert env.client.replica_sets.objects["default/web"].status.observedGeneration == 1
     for pod in pods:
         env.ctrl.on_pod_add(pod)
     await env.ctrl.sync("default/web")
     status = env.client.replica_sets.objects["default/web"].status
-    assert status.replicas == 6 and status.ready_replicas == 0 and status.observed_generation == 1
+    assert status.replicas == 6 and status.readyReplicas == 0 and status.observedGeneration == 1
     assert len(env.pods()) == 6
     assert [e[1] for e in env.recorder.events].count("SuccessfulCreate") == 6
 
@@ -200,8 +200,8 @@ async def test_deletion_expectations_count_each_pod_once() -> None:
     assert env.ctrl.expectations.pending("default/web") == (0, 1)
     terminating = pod_pb2.Pod()
     terminating.CopyFrom(pod)
-    terminating.metadata.deletion_timestamp.FromDatetime(env.clock.now().replace(tzinfo=None))
-    terminating.metadata.resource_version = "999"
+    terminating.metadata.deletionTimestamp.FromDatetime(env.clock.now().replace(tzinfo=None))
+    terminating.metadata.resourceVersion = "999"
     env.ctrl.on_pod_update(pod, terminating)
     env.ctrl.on_pod_delete(terminating)
     assert env.ctrl.expectations.pending("default/web") == (0, 0)
@@ -213,7 +213,7 @@ def test_pods_to_delete_prefers_crowded_nodes_and_newer_pods() -> None:
     b = make_pod("b", labels, node="n1", phase="Running", ready=True)
     c = make_pod("c", labels, node="n2", phase="Running", ready=True)
     for i, p in enumerate((a, b, c)):
-        p.metadata.creation_timestamp.seconds = 1000 + i
+        p.metadata.creationTimestamp.seconds = 1000 + i
     assert [p.metadata.name for p in pods_to_delete([a, b, c], [a, b, c], 1)] == ["b"]
 
 
@@ -223,7 +223,7 @@ async def test_terminating_and_finished_pods_do_not_count() -> None:
     labels = {"app": "web"}
     done = make_pod("done", labels, owner=rs, node="n1", phase="Succeeded")
     going = make_pod("going", labels, owner=rs, node="n1", phase="Running")
-    going.metadata.deletion_timestamp.seconds = 5
+    going.metadata.deletionTimestamp.seconds = 5
     for p in (done, going):
         await env.client.pods.create(p)
     await env.ctrl.sync("default/web")
@@ -245,12 +245,12 @@ async def test_adopts_matching_orphans_but_not_pods_owned_by_others() -> None:
     await env.client.pods.create(make_pod("stranger", {"app": "db"}))
     await env.ctrl.sync("default/web")
     orphan = env.client.pods.objects["default/orphan"]
-    assert [r.uid for r in orphan.metadata.owner_references] == [rs.metadata.uid]
+    assert [r.uid for r in orphan.metadata.ownerReferences] == [rs.metadata.uid]
     assert (
-        env.client.pods.objects["default/owned"].metadata.owner_references[0].uid
+        env.client.pods.objects["default/owned"].metadata.ownerReferences[0].uid
         == other.metadata.uid
     )
-    assert not env.client.pods.objects["default/stranger"].metadata.owner_references
+    assert not env.client.pods.objects["default/stranger"].metadata.ownerReferences
     assert len(env.pods()) == 4  # orphan adopted + one new pod (+ owned + stranger)
 
 
@@ -259,27 +259,27 @@ async def test_releases_owned_pods_that_no_longer_match() -> None:
     rs = await env.create_rs(make_rs(replicas=1))
     await env.client.pods.create(make_pod("relabelled", {"app": "other"}, owner=rs))
     await env.ctrl.sync("default/web")
-    assert not env.client.pods.objects["default/relabelled"].metadata.owner_references
+    assert not env.client.pods.objects["default/relabelled"].metadata.ownerReferences
     assert len(env.pods()) == 2
 
 
 async def test_status_counts_ready_and_available_with_min_ready_seconds() -> None:
     env = Env()
     spec = make_rs(replicas=2)
-    spec.spec.min_ready_seconds = 10
+    spec.spec.minReadySeconds = 10
     rs = await env.create_rs(spec)
     labels = {"app": "web"}
     old = make_pod("old", labels, owner=rs, node="n1", phase="Running", ready=True)
     new = make_pod("new", labels, owner=rs, node="n1", phase="Running", ready=True)
-    old.status.conditions[0].last_transition_time.CopyFrom(
+    old.status.conditions[0].lastTransitionTime.CopyFrom(
         datetime_to_ts(env.clock.now() - timedelta(seconds=60))
     )
-    new.status.conditions[0].last_transition_time.CopyFrom(datetime_to_ts(env.clock.now()))
+    new.status.conditions[0].lastTransitionTime.CopyFrom(datetime_to_ts(env.clock.now()))
     for p in (old, new):
         await env.client.pods.create(p)
     await env.ctrl.sync("default/web")
     status = env.client.replica_sets.objects["default/web"].status
-    assert (status.replicas, status.ready_replicas, status.available_replicas) == (2, 2, 1)
+    assert (status.replicas, status.readyReplicas, status.availableReplicas) == (2, 2, 1)
     assert ("default/web", 10.0) in env.queue.delayed
 
 
@@ -311,10 +311,10 @@ def test_owner_reference_shape() -> None:
     rs.metadata.uid = "u1"
     ref = new_controller_ref(rs)
     assert ref == meta_pb2.OwnerReference(
-        api_version="v1",
+        apiVersion="apps/v1",
         kind="ReplicaSet",
         name="web",
         uid="u1",
         controller=True,
-        block_owner_deletion=True,
+        blockOwnerDeletion=True,
     )

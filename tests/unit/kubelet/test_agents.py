@@ -39,7 +39,7 @@ async def test_register_creates_the_node_with_status_and_endpoint() -> None:
     ]
     assert dict(node.status.allocatable) == {"cpu": "4", "memory": "8Gi", "pods": "110"}
     assert {a.type: a.address for a in node.status.addresses}["InternalIP"] == "10.0.0.5"
-    assert node.status.daemon_endpoints.kubelet_endpoint.port == 10250
+    assert node.status.daemonEndpoints.kubeletEndpoint.Port == 10250
     (ready,) = node.status.conditions
     assert (ready.type, ready.status, ready.reason) == ("Ready", "True", "KubeletReady")
 
@@ -67,11 +67,11 @@ async def test_lease_is_created_then_renewed() -> None:
     agent = NodeAgent(client, config(lease_duration_seconds=40), lambda: None, clock=clock)
     await agent.renew_lease()
     lease = client.leases.objects[f"{NODE_LEASE_NAMESPACE}/n1"]
-    assert (lease.spec.holder_identity, lease.spec.lease_duration_seconds) == ("n1", 40)
-    first = lease.spec.renew_time.seconds
+    assert (lease.spec.holderIdentity, lease.spec.leaseDurationSeconds) == ("n1", 40)
+    first = lease.spec.renewTime.seconds
     clock.advance(10)
     await agent.renew_lease()
-    assert client.leases.objects[f"{NODE_LEASE_NAMESPACE}/n1"].spec.renew_time.seconds == (
+    assert client.leases.objects[f"{NODE_LEASE_NAMESPACE}/n1"].spec.renewTime.seconds == (
         first + 10
     )
 
@@ -98,7 +98,7 @@ def bound_pod(name: str, node: str) -> pod_pb2.Pod:
     pod = pod_pb2.Pod()
     pod.metadata.name = name
     pod.metadata.namespace = "default"
-    pod.spec.node_name = node
+    pod.spec.nodeName = node
     pod.spec.containers.add(name="c", image="img")
     pod.status.conditions.add(type="PodScheduled", status="True")
     return pod
@@ -127,7 +127,7 @@ async def test_pod_worker_reports_running_and_confirms_deletion() -> None:
 
     await wait_for(running, clock)
     status = client.pods.objects["default/mine"].status
-    assert status.host_ip == "10.0.0.5"
+    assert status.hostIP == "10.0.0.5"
     assert {c.type: c.status for c in status.conditions} == {
         "PodScheduled": "True",
         "Initialized": "True",
@@ -138,8 +138,8 @@ async def test_pod_worker_reports_running_and_confirms_deletion() -> None:
 
     terminating = pod_pb2.Pod()
     terminating.CopyFrom(client.pods.objects["default/mine"])
-    terminating.metadata.deletion_timestamp.seconds = 1
-    terminating.metadata.deletion_grace_period_seconds = 0
+    terminating.metadata.deletionTimestamp.seconds = 1
+    terminating.metadata.deletionGracePeriodSeconds = 0
     manager.on_update(mine, terminating)
     await wait_for(lambda: "default/mine" not in client.pods.objects, clock)
     assert ("delete/0", "default/mine") in client.pods.calls
@@ -162,5 +162,5 @@ def test_node_helpers_build_a_kubernetes_shaped_status() -> None:
 
     status = desired_status(config(), "host-a")
     assert isinstance(status, node_pb2.NodeStatus)
-    assert status.node_info.kubelet_version.startswith("tinykube")
+    assert status.nodeInfo.kubeletVersion.startswith("tinykube")
     assert {a.type for a in status.addresses} == {"InternalIP", "Hostname"}

@@ -69,7 +69,7 @@ async def test_whole_log_tail_and_errors(tmp_path: Path) -> None:
     out, _ = await collect(service, kubelet_pb2.LogsRequest(namespace="default", name="web"))
     assert out == b"one\ntwo\nthree\n"
     out, _ = await collect(
-        service, kubelet_pb2.LogsRequest(namespace="default", name="web", tail_lines=1)
+        service, kubelet_pb2.LogsRequest(namespace="default", name="web", tailLines=1)
     )
     assert out == b"three\n"
     _, ctx = await collect(service, kubelet_pb2.LogsRequest(namespace="default", name="nope"))

@@ -19,7 +19,7 @@ def make_pod(uid: str, *command: str, policy: str = "Always", name: str = "p") -
     pod.metadata.name = name
     pod.metadata.namespace = "default"
     pod.metadata.uid = uid
-    pod.spec.restart_policy = policy
+    pod.spec.restartPolicy = policy
     pod.spec.containers.add(name="c", image="x", command=list(command))
     return pod
 
@@ -56,7 +56,7 @@ async def test_exit_code_and_log_with_restart_policy_never(
     assert log_path is not None and log_path.read_text() == "out\nerr\n"
     status = build_pod_status(pod, rec, "10.0.0.1", pod_pb2.PodStatus(), 0.0)
     assert status.phase == "Failed"
-    assert status.container_statuses[0].state.terminated.exit_code == 3
+    assert status.containerStatuses[0].state.terminated.exitCode == 3
     ready = next(c for c in status.conditions if c.type == "Ready")
     assert (ready.status, ready.reason) == ("False", "PodCompleted")
 
@@ -88,8 +88,8 @@ async def test_crash_loop_backs_off_and_doubles(tmp_path: Path, clock: FakeClock
     assert "back-off 20s" in rec.containers["c"].waiting_message
     status = build_pod_status(pod, rec, "h", pod_pb2.PodStatus(), 0.0)
     assert status.phase == "Running"
-    assert status.container_statuses[0].restart_count == 1
-    assert status.container_statuses[0].last_state.terminated.exit_code == 2
+    assert status.containerStatuses[0].restartCount == 1
+    assert status.containerStatuses[0].lastState.terminated.exitCode == 2
 
 
 async def test_command_that_cannot_start_is_a_waiting_reason(
@@ -108,7 +108,7 @@ async def test_command_that_cannot_start_is_a_waiting_reason(
     assert "No such file or directory" in c2.waiting_message
     status = build_pod_status(pod, rec, "h", pod_pb2.PodStatus(), 0.0)
     assert status.phase == "Pending"
-    assert status.container_statuses[0].state.waiting.reason == "RunContainerError"
+    assert status.containerStatuses[0].state.waiting.reason == "RunContainerError"
 
 
 async def test_restarted_runtime_adopts_running_processes(tmp_path: Path) -> None:
@@ -165,7 +165,7 @@ def live_group_members(pgid: int) -> list[int]:
 
 def with_init(uid: str, init_cmd: list[str], policy: str = "Always") -> pod_pb2.Pod:
     pod = make_pod(uid, "sleep", "30", policy=policy)
-    pod.spec.init_containers.add(name="init", image="x", command=init_cmd)
+    pod.spec.initContainers.add(name="init", image="x", command=init_cmd)
     return pod
 
 
@@ -180,12 +180,12 @@ async def test_init_containers_run_to_success_before_the_app(
     assert status.phase == "Pending"
     init = next(c for c in status.conditions if c.type == "Initialized")
     assert (init.status, init.reason) == ("False", "ContainersNotInitialized")
-    assert status.container_statuses[0].state.waiting.reason == "PodInitializing"
+    assert status.containerStatuses[0].state.waiting.reason == "PodInitializing"
     rec = await settle(rt, pod, RUNNING)
     assert (tmp_path / "pods" / "i1" / "ready.txt").read_text() == "prepared\n"
     status = build_pod_status(pod, rec, "h", status, 1.0)
     assert status.phase == "Running"
-    assert status.init_container_statuses[0].state.terminated.reason == "Completed"
+    assert status.initContainerStatuses[0].state.terminated.reason == "Completed"
     assert {c.type: c.status for c in status.conditions}["Initialized"] == "True"
     await rt.kill_pod("i1", 0)
 
@@ -216,14 +216,14 @@ async def test_failing_init_container_is_retried_with_backoff(
         await asyncio.sleep(0.02)
     status = build_pod_status(pod, rec, "h", pod_pb2.PodStatus(), 0.0)
     assert status.phase == "Pending"
-    assert status.init_container_statuses[0].last_state.terminated.exit_code == 1
+    assert status.initContainerStatuses[0].lastState.terminated.exitCode == 1
     assert rec.containers == {}
 
 
 async def test_environment_and_working_directory(tmp_path: Path, clock: FakeClock) -> None:
     rt = runtime(tmp_path, clock)
     pod = make_pod("e1", "sh", "-c", 'echo "$GREETING $HOSTNAME $PWD" "${SECRET:-unset}"')
-    pod.spec.restart_policy = "Never"
+    pod.spec.restartPolicy = "Never"
     pod.spec.containers[0].env.add(name="GREETING", value="hi")
     await settle(rt, pod, TERMINATED)
     log_path = rt.log_path("e1", "c")

@@ -18,6 +18,7 @@ from kubelet.proxy.proxier import (
     ready_endpoints,
 )
 from kubelet.proxy.settings import Settings
+from tinykube.meta import int_or_string_value
 from tinykube.v1 import endpoints_pb2, service_pb2
 
 WEB = ServicePortName("default", "web", "")
@@ -27,9 +28,11 @@ def service(type_: str = "ClusterIP", node_port: int = 0) -> service_pb2.Service
     svc = service_pb2.Service()
     svc.metadata.name = "web"
     svc.metadata.namespace = "default"
-    svc.spec.cluster_ip = "127.100.0.7"
+    svc.spec.clusterIP = "127.100.0.7"
     svc.spec.type = type_
-    svc.spec.ports.add(port=80, target_port="8080", protocol="TCP", node_port=node_port)
+    svc.spec.ports.add(
+        port=80, targetPort=int_or_string_value(8080), protocol="TCP", nodePort=node_port
+    )
     return svc
 
 
@@ -40,7 +43,7 @@ def endpoints(*ips: str, not_ready: tuple[str, ...] = ()) -> endpoints_pb2.Servi
     if ips or not_ready:
         subset = ep.subsets.add()
         subset.addresses.extend(endpoints_pb2.EndpointAddress(ip=ip) for ip in ips)
-        subset.not_ready_addresses.extend(endpoints_pb2.EndpointAddress(ip=ip) for ip in not_ready)
+        subset.notReadyAddresses.extend(endpoints_pb2.EndpointAddress(ip=ip) for ip in not_ready)
         subset.ports.add(name="", port=8080, protocol="TCP")
     return ep
 

@@ -59,9 +59,9 @@ def test_ready_conditions_and_kept_transition_times() -> None:
         "ContainersReady": "True",
         "Ready": "True",
     }
-    assert s1.host_ip == "10.1.1.1" and s1.phase == "Running"
-    assert s1.container_statuses[0].container_id == "process://42"
-    assert s1.container_statuses[0].ready
+    assert s1.hostIP == "10.1.1.1" and s1.phase == "Running"
+    assert s1.containerStatuses[0].containerID == "process://42"
+    assert s1.containerStatuses[0].ready
     # The same state later: nothing changes, so the kubelet writes nothing.
     s2 = build_pod_status(p, r, "10.1.1.1", s1, now=2000.0)
     assert s2 == s1
@@ -72,6 +72,6 @@ def test_ready_conditions_and_kept_transition_times() -> None:
     ready = next(c for c in s3.conditions if c.type == "Ready")
     assert (ready.status, ready.reason) == ("False", "ContainersNotReady")
     assert ready.message == "containers with unready status: [a]"
-    assert ready.last_transition_time.seconds == 3000
+    assert ready.lastTransitionTime.seconds == 3000
     init = next(c for c in s3.conditions if c.type == "Initialized")
-    assert init.last_transition_time.seconds == 1000
+    assert init.lastTransitionTime.seconds == 1000

@@ -23,8 +23,8 @@ class PodBuilder:
         image: str = "",
         init: bool = False,
     ) -> Self:
-        c = (self.pod.spec.init_containers if init else self.pod.spec.containers).add()
-        c.name = f"c{len(self.pod.spec.containers) + len(self.pod.spec.init_containers)}"
+        c = (self.pod.spec.initContainers if init else self.pod.spec.containers).add()
+        c.name = f"c{len(self.pod.spec.containers) + len(self.pod.spec.initContainers)}"
         c.image = image
         c.resources.requests.update(requests or {})
         c.resources.limits.update(limits or {})
@@ -38,9 +38,9 @@ class PodBuilder:
         if not self.pod.spec.containers:
             self.container()
         p = self.pod.spec.containers[0].ports.add()
-        p.host_port = port
-        p.container_port = port
-        p.host_ip = ip
+        p.hostPort = port
+        p.containerPort = port
+        p.hostIP = ip
         p.protocol = protocol
         return self
 
@@ -48,31 +48,29 @@ class PodBuilder:
         """A declared containerPort without a hostPort."""
         if not self.pod.spec.containers:
             self.container()
-        self.pod.spec.containers[0].ports.add(container_port=port)
+        self.pod.spec.containers[0].ports.add(containerPort=port)
         return self
 
     def node_selector(self, **labels: str) -> Self:
-        self.pod.spec.node_selector.update(labels)
+        self.pod.spec.nodeSelector.update(labels)
         return self
 
     def required(self, *terms: list[tuple[str, str, list[str]]]) -> Self:
-        sel = (
-            self.pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
-        )
+        sel = self.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
         for term in terms:
-            t = sel.node_selector_terms.add()
+            t = sel.nodeSelectorTerms.add()
             for key, op, values in term:
-                r = t.match_expressions.add()
+                r = t.matchExpressions.add()
                 r.key, r.operator = key, op
                 r.values.extend(values)
         return self
 
     def preferred(self, weight: int, *exprs: tuple[str, str, list[str]]) -> Self:
-        na = self.pod.spec.affinity.node_affinity
-        pt = na.preferred_during_scheduling_ignored_during_execution.add()
+        na = self.pod.spec.affinity.nodeAffinity
+        pt = na.preferredDuringSchedulingIgnoredDuringExecution.add()
         pt.weight = weight
         for key, op, values in exprs:
-            r = pt.preference.match_expressions.add()
+            r = pt.preference.matchExpressions.add()
             r.key, r.operator = key, op
             r.values.extend(values)
         return self
@@ -85,7 +83,7 @@ class PodBuilder:
         return self
 
     def node_name(self, name: str) -> Self:
-        self.pod.spec.node_name = name
+        self.pod.spec.nodeName = name
         return self
 
     def priority(self, p: int) -> Self:
@@ -93,7 +91,7 @@ class PodBuilder:
         return self
 
     def created(self, seconds: int) -> Self:
-        self.pod.metadata.creation_timestamp.seconds = seconds
+        self.pod.metadata.creationTimestamp.seconds = seconds
         return self
 
     def obj(self) -> pod_pb2.Pod:
@@ -138,7 +136,7 @@ class NodeBuilder:
     def image(self, name: str, size: int) -> Self:
         im = self.node.status.images.add()
         im.names.append(name)
-        im.size_bytes = size
+        im.sizeBytes = size
         return self
 
     def obj(self) -> node_pb2.Node:

@@ -28,13 +28,13 @@ def test_unschedulable_condition_written_once_per_message() -> None:
     (cond,) = pod.status.conditions
     assert (cond.type, cond.status, cond.reason) == ("PodScheduled", "False", "Unschedulable")
     assert pod.status.phase == "Pending"
-    first = cond.last_transition_time.ToDatetime()
+    first = cond.lastTransitionTime.ToDatetime()
     assert not _set_condition(pod, clock, "0/1 nodes are available: 1 Insufficient cpu.")
     clock.advance(5)
     assert _set_condition(pod, clock, "0/2 nodes are available: 2 Insufficient cpu.")
     (cond,) = pod.status.conditions
     assert cond.message == "0/2 nodes are available: 2 Insufficient cpu."
-    assert cond.last_transition_time.ToDatetime() == first  # still False: no transition
+    assert cond.lastTransitionTime.ToDatetime() == first  # still False: no transition
 
 
 def test_metrics_exposition() -> None:

@@ -119,7 +119,7 @@ async def test_pod_deleted_while_queued_is_never_bound() -> None:
 async def test_other_scheduler_names_and_bound_pods_are_not_queued() -> None:
     s, _, _ = make()
     other = PodBuilder("o").obj()
-    other.spec.scheduler_name = "default-scheduler"
+    other.spec.schedulerName = "default-scheduler"
     s.on_pod_add(other)
     s.on_pod_add(PodBuilder("b").node_name("n1").obj())
     assert s.queue.lengths() == {"active": 0, "backoff": 0, "unschedulable": 0}

@@ -29,7 +29,7 @@ def test_explain_unschedulable_pod() -> None:
     info = PodBuilder("web").req(cpu="2").info()
     s.algorithm.schedule(info)
     resp = to_response(s.algorithm.attempts[info.key], "default", "web", 10)
-    assert resp.selected_node == ""
+    assert resp.selectedNode == ""
     assert resp.message == (
         "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {k: v}."
     )
@@ -53,16 +53,16 @@ def test_explain_scored_pod_and_table() -> None:
     result = s.algorithm.schedule(info)
     assert result.node == "b"
     resp = to_response(s.algorithm.attempts[info.key], "default", "web", 10)
-    assert resp.selected_node == "b" and resp.feasible_nodes == 2 and resp.total_nodes == 3
+    assert resp.selectedNode == "b" and resp.feasibleNodes == 2 and resp.totalNodes == 3
     by_node = {n.node: n for n in resp.nodes}
     assert by_node["a"].scored and by_node["b"].scored and not by_node["c"].scored
-    assert by_node["b"].total_score > by_node["a"].total_score
+    assert by_node["b"].totalScore > by_node["a"].totalScore
     weights = {sc.plugin: sc.weight for sc in by_node["a"].scores}
     assert weights["TaintToleration"] == 3 and weights["NodeResourcesFit"] == 1
-    assert sum(sc.weighted for sc in by_node["b"].scores) == by_node["b"].total_score
+    assert sum(sc.weighted for sc in by_node["b"].scores) == by_node["b"].totalScore
     text = render(resp)
     assert "scheduled to b; 2/3 nodes feasible" in text
-    assert "TOTAL" in text and f"{by_node['b'].total_score} <" in text
+    assert "TOTAL" in text and f"{by_node['b'].totalScore} <" in text
 
 
 def test_explain_max_nodes_limits_rows() -> None:
@@ -90,7 +90,7 @@ async def test_simulate_does_not_bind_or_perturb() -> None:
     start = s.algorithm.next_start
     ctx: Any = FakeContext()
     resp = await svc.Simulate(scheduler_pb2.SimulateRequest(pod=pod), ctx)
-    assert resp.selected_node in ("a", "b") and resp.feasible_nodes == 2
+    assert resp.selectedNode in ("a", "b") and resp.feasibleNodes == 2
     assert s.algorithm.next_start == start
     assert not s.cache.pods and not s.algorithm.attempts
 

@@ -86,9 +86,9 @@ def test_host_port_conflict_preempted() -> None:
 
 def test_terminating_victims_are_waited_for() -> None:
     pod = PodBuilder("hi").req(cpu="1").priority(10).obj()
-    pod.status.nominated_node_name = "a"
+    pod.status.nominatedNodeName = "a"
     dying = PodBuilder("x").req(cpu="2").node_name("a").obj()
-    dying.metadata.deletion_timestamp.seconds = 1
+    dying.metadata.deletionTimestamp.seconds = 1
     s = setup(small("a"), pods=(PodInfo.from_pod(dying),))
     assert preempt(s, PodInfo.from_pod(pod)) == (None, [])
 
@@ -147,7 +147,7 @@ def test_graceful_deletion_of_bound_pod_is_seen_by_preemption() -> None:
     victim = PodBuilder("x").req(cpu="2").node_name("a").obj()
     s.on_pod_add(victim)
     dying = PodBuilder("x").req(cpu="2").node_name("a").obj()
-    dying.metadata.deletion_timestamp.seconds = 1
+    dying.metadata.deletionTimestamp.seconds = 1
     s.on_pod_update(victim, dying)
     assert s.cache.pods["default/x"].info.terminating
     assert int(s.cache.nodes.req_cpu[0]) == 2000  # still counted until it is gone
