@@ -1,0 +1,771 @@
+"""Server-side printing: the meta.k8s.io/v1 Table kube-apiserver answers for
+`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`.
+
+kubectl asks for a Table on every `get` and prints its cells as they come, hiding priority-1
+columns unless `-o wide`; so the columns, their order and every cell's text here are the ones
+kube-apiserver's printers produce, and `kubectl get` prints against tinykube what it prints against
+Kubernetes. Like kube-apiserver, rows always carry the wide cells (the client drops them).
+
+Objects come in as Kubernetes JSON dicts (what `tinykube.manifest.to_dict` returns: lowerCamel
+keys, empty fields omitted), so a missing key reads as Go's zero value, and where kube-apiserver
+would have applied a default before printing (a Service's type, a port's protocol, a
+ReplicaSet's replicas) the default is printed. Kinds without a printer get Kubernetes' default
+table: Name and Created At.
+
+Pure functions over their arguments; the current time is passed in. Cost is per row and only
+what the cells need: objects are read, never copied (the row's `object` is the caller's dict or,
+for includeObject=Metadata, a small wrapper around the caller's `metadata` dict), so callers must
+not mutate the objects while the Table is in use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from tinykube.errors import BadRequestError, InternalError
+from tinykube.kinds import KindInfo
+
+TABLE_API_VERSION: Final = "meta.k8s.io/v1"
+INCLUDE_OBJECT_VALUES: Final = ("Metadata", "None", "Object")
+
+_NONE = "<none>"
+_UNKNOWN = "<unknown>"
+
+# --- column definitions ---------------------------------------------------------------------
+#
+# Kubernetes takes most descriptions from its API field documentation; these say the same in
+# a line. The ones Kubernetes' printers spell out themselves are given as Kubernetes gives them.
+
+_D_NAME = "Name of the object: unique among objects of its kind in its namespace (or cluster)."
+_D_AGE = "Time since the object was created (metadata.creationTimestamp, RFC 3339, UTC)."
+_D_CREATED = "When the object was created (metadata.creationTimestamp, RFC 3339, UTC)."
+_D_TEMPLATE_CONTAINERS = "Names of each container in the template."
+_D_TEMPLATE_IMAGES = "Images referenced by each container in the template."
+
+
+def _col(
+    name: str, type_: str, description: str, *, priority: int = 0, format_: str = ""
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "type": type_,
+        "format": format_,
+        "description": description,
+        "priority": priority,
+    }
+
+
+_NAME_COLUMN = _col("Name", "string", _D_NAME, format_="name")
+_AGE_COLUMN = _col("Age", "string", _D_AGE)
+
+_COLUMNS: Final[dict[str, tuple[dict[str, Any], ...]]] = {
+    "Pod": (
+        _NAME_COLUMN,
+        _col("Ready", "string", "The aggregate readiness state of this pod for accepting traffic."),
+        _col("Status", "string", "The aggregate status of the containers in this pod."),
+        _col(
+            "Restarts",
+            "string",
+            "The number of times the containers in this pod have been restarted and when the "
+            "last container in this pod has restarted.",
+        ),
+        _AGE_COLUMN,
+        _col("IP", "string", "The pod's IP address (status.podIP).", priority=1),
+        _col("Node", "string", "The node the pod is bound to (spec.nodeName).", priority=1),
+        _col(
+            "Nominated Node",
+            "string",
+            "The node preemption made room on, before the pod is bound (status.nominatedNodeName).",
+            priority=1,
+        ),
+        _col(
+            "Readiness Gates",
+            "string",
+            "How many of the pod's readiness gates (spec.readinessGates) are True.",
+            priority=1,
+        ),
+    ),
+    "Node": (
+        _NAME_COLUMN,
+        _col("Status", "string", "The status of the node"),
+        _col("Roles", "string", "The roles of the node"),
+        _AGE_COLUMN,
+        _col("Version", "string", "The kubelet's version (status.nodeInfo.kubeletVersion)."),
+        _col("Internal-IP", "string", "The node's first InternalIP address.", priority=1),
+        _col("External-IP", "string", "The node's first ExternalIP address.", priority=1),
+        _col("OS-Image", "string", "The node's OS image (status.nodeInfo.osImage).", priority=1),
+        _col(
+            "Kernel-Version",
+            "string",
+            "The node's kernel version (status.nodeInfo.kernelVersion).",
+            priority=1,
+        ),
+        _col(
+            "Container-Runtime",
+            "string",
+            "The node's container runtime and its version (status.nodeInfo"
+            ".containerRuntimeVersion).",
+            priority=1,
+        ),
+    ),
+    "ReplicaSet": (
+        _NAME_COLUMN,
+        _col("Desired", "integer", "The number of pods the ReplicaSet wants (spec.replicas)."),
+        _col("Current", "integer", "The number of pods the ReplicaSet has (status.replicas)."),
+        _col("Ready", "integer", "The number of its pods that are ready (status.readyReplicas)."),
+        _AGE_COLUMN,
+        _col("Containers", "string", _D_TEMPLATE_CONTAINERS, priority=1),
+        _col("Images", "string", _D_TEMPLATE_IMAGES, priority=1),
+        _col("Selector", "string", "The label selector of its pods (spec.selector).", priority=1),
+    ),
+    "Event": (
+        _col("Last Seen", "string", "Time since the event was last seen (lastTimestamp)."),
+        _col("Type", "string", "Normal or Warning."),
+        _col("Reason", "string", "Why the event happened, in one machine-readable word."),
+        _col("Object", "string", "The object the event is about (involvedObject), as kind/name."),
+        _col(
+            "Subobject",
+            "string",
+            "The part of the object the event is about (involvedObject.fieldPath).",
+            priority=1,
+        ),
+        _col("Source", "string", "The component (and host) that reported the event.", priority=1),
+        _col("Message", "string", "What happened, for people to read."),
+        _col(
+            "First Seen",
+            "string",
+            "Time since the event was first seen (firstTimestamp).",
+            priority=1,
+        ),
+        _col("Count", "string", "How many times the event has occurred.", priority=1),
+        _col("Name", "string", _D_NAME, priority=1, format_="name"),
+    ),
+    "Lease": (
+        _NAME_COLUMN,
+        _col("Holder", "string", "Who holds the lease (spec.holderIdentity)."),
+        _AGE_COLUMN,
+    ),
+    "Service": (
+        _NAME_COLUMN,
+        _col("Type", "string", "How the service is exposed: ClusterIP, NodePort, ..."),
+        _col("Cluster-IP", "string", "The service's virtual IP address (spec.clusterIP)."),
+        _col("External-IP", "string", "Addresses outside the cluster that reach the service."),
+        _col("Port(s)", "string", "The ports the service exposes (spec.ports)."),
+        _AGE_COLUMN,
+        _col(
+            "Selector",
+            "string",
+            "The labels of the pods behind the service (spec.selector).",
+            priority=1,
+        ),
+    ),
+    "Endpoints": (
+        _NAME_COLUMN,
+        _col("Endpoints", "string", "The addresses and ports of the service's ready pods."),
+        _AGE_COLUMN,
+    ),
+}
+
+_DEFAULT_COLUMNS: Final = (
+    _NAME_COLUMN,
+    _col("Created At", "date", _D_CREATED),
+)
+
+
+def column_definitions(info: KindInfo) -> list[dict[str, Any]]:
+    """The Table's columnDefinitions for `info`'s kind, in Kubernetes' order, each with name,
+    type, format, description and priority (1: shown only by `kubectl get -o wide`)."""
+    return [dict(c) for c in _COLUMNS.get(info.kind, _DEFAULT_COLUMNS)]
+
+
+# --- time -----------------------------------------------------------------------------------
+
+
+def human_duration(seconds: float) -> str:
+    """A duration as Kubernetes' duration.HumanDuration prints it, with two or three significant
+    figures: "45s", "5m30s", "95m", "3h12m", "20h", "2d3h", "30d", "2y14d", "9y". Up to a second
+    in the future counts as now ("0s"); further is "<invalid>"."""
+    whole = int(seconds)  # truncates toward zero, as Go's int(d.Seconds())
+    if whole < -1:
+        return "<invalid>"
+    if whole < 0:
+        return "0s"
+    if whole < 120:
+        return f"{whole}s"
+    minutes = whole // 60
+    if minutes < 10:
+        rest = whole % 60
+        return f"{minutes}m" if rest == 0 else f"{minutes}m{rest}s"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = whole // 3600
+    if hours < 8:
+        rest = minutes % 60
+        return f"{hours}h" if rest == 0 else f"{hours}h{rest}m"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        rest = hours % 24
+        return f"{hours // 24}d" if rest == 0 else f"{hours // 24}d{rest}h"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        days = (hours // 24) % 365
+        years = hours // 24 // 365
+        return f"{years}y" if days == 0 else f"{years}y{days}d"
+    return f"{hours // 24 // 365}y"
+
+
+class _Clock:
+    """`now` as epoch seconds, and timestamps parsed with the object and field named on error."""
+
+    __slots__ = ("kind", "now")
+
+    def __init__(self, now: datetime, kind: str) -> None:
+        if now.tzinfo is None:
+            raise ValueError("now must be timezone-aware (UTC)")
+        self.now = now.timestamp()
+        self.kind = kind
+
+    def epoch(self, value: Any, obj: Mapping[str, Any], path: str) -> float | None:
+        """Seconds since the epoch of an RFC 3339 timestamp; None for an unset one."""
+        if not value:
+            return None
+        try:
+            return datetime.fromisoformat(value).timestamp()
+        except (TypeError, ValueError) as exc:
+            name = (obj.get("metadata") or {}).get("name", "")
+            raise InternalError(
+                f'{self.kind} "{name}": {path}: {value!r} is not an RFC 3339 timestamp'
+            ) from exc
+
+    def since(self, value: Any, obj: Mapping[str, Any], path: str) -> str:
+        """Kubernetes' translateTimestampSince: the age of a timestamp, "<unknown>" if unset."""
+        at = self.epoch(value, obj, path)
+        return _UNKNOWN if at is None else human_duration(self.now - at)
+
+
+# --- shared formatting ----------------------------------------------------------------------
+
+
+def _format_labels(labels: Mapping[str, str] | None) -> str:
+    """labels.FormatLabels: "k=v,k2=v2" sorted by key, "<none>" when empty."""
+    if not labels:
+        return _NONE
+    return ",".join(f"{k}={labels[k]}" for k in sorted(labels))
+
+
+_SELECTOR_OPERATORS: Final = {"In": " in ", "NotIn": " notin ", "Exists": "", "DoesNotExist": ""}
+
+
+def _format_label_selector(selector: Mapping[str, Any] | None) -> str:
+    """metav1.FormatLabelSelector: requirements sorted by key, set values sorted; "<none>" for a
+    missing or empty selector, "<error>" for one Kubernetes could not parse."""
+    if not selector:
+        return _NONE
+    reqs: list[tuple[str, str]] = [
+        (k, f"{k}={v}") for k, v in (selector.get("matchLabels") or {}).items()
+    ]
+    for expr in selector.get("matchExpressions") or ():
+        key, op, values = expr.get("key", ""), expr.get("operator", ""), expr.get("values") or []
+        word = _SELECTOR_OPERATORS.get(op)
+        if word is None or (bool(values) != (op in ("In", "NotIn"))):
+            return "<error>"
+        if op == "Exists":
+            reqs.append((key, key))
+        elif op == "DoesNotExist":
+            reqs.append((key, "!" + key))
+        else:
+            reqs.append((key, f"{key}{word}({','.join(sorted(values))})"))
+    if not reqs:
+        return _NONE
+    reqs.sort(key=lambda r: r[0])
+    return ",".join(r[1] for r in reqs)
+
+
+def _layout_containers(containers: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    return (
+        ",".join(c.get("name", "") for c in containers),
+        ",".join(c.get("image", "") for c in containers),
+    )
+
+
+def _join_host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+# --- per-kind cells -------------------------------------------------------------------------
+
+_Cells = list[Any]
+_Printer = Callable[[Mapping[str, Any], _Clock], _Cells]
+
+
+def _last_finished(
+    cs: Mapping[str, Any], pod: Mapping[str, Any], clock: _Clock, field: str, index: int
+) -> float | None:
+    last = (cs.get("lastState") or {}).get("terminated")
+    if last is None:
+        return None
+    path = f"status.{field}[{index}].lastState.terminated.finishedAt"
+    return clock.epoch(last.get("finishedAt"), pod, path)
+
+
+def _later(a: float | None, b: float | None) -> float | None:
+    if b is None:
+        return a
+    return b if a is None or b > a else a
+
+
+def _terminated_reason(terminated: Mapping[str, Any]) -> str:
+    reason: str = terminated.get("reason", "")
+    if reason:
+        return reason
+    signal = terminated.get("signal", 0)
+    return f"Signal:{signal}" if signal else f"ExitCode:{terminated.get('exitCode', 0)}"
+
+
+def _pod_cells(pod: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    conditions = status.get("conditions") or ()
+
+    phase: str = status.get("phase", "")
+    reason: str = status.get("reason") or phase
+    for cond in conditions:
+        if cond.get("type") == "PodScheduled" and cond.get("reason") == "SchedulingGated":
+            reason = "SchedulingGated"
+
+    init_specs = spec.get("initContainers") or ()
+    total = len(spec.get("containers") or ())
+    # Sidecars (init containers with restartPolicy Always) run beside the app containers, so
+    # they count towards READY and their restarts stay in RESTARTS once the pod is initialized.
+    sidecar: dict[str, bool] = {}
+    for c in init_specs:
+        is_sidecar = c.get("restartPolicy") == "Always"
+        sidecar[c.get("name", "")] = is_sidecar
+        total += is_sidecar
+
+    ready = 0
+    restarts = sidecar_restarts = 0
+    last_restart: float | None = None
+    last_sidecar_restart: float | None = None
+    initializing = False
+    for i, cs in enumerate(status.get("initContainerStatuses") or ()):
+        count = cs.get("restartCount", 0)
+        finished = _last_finished(cs, pod, clock, "initContainerStatuses", i)
+        restarts += count
+        last_restart = _later(last_restart, finished)
+        is_sidecar = sidecar.get(cs.get("name", ""), False)
+        if is_sidecar:
+            sidecar_restarts += count
+            last_sidecar_restart = _later(last_sidecar_restart, finished)
+        state = cs.get("state") or {}
+        terminated = state.get("terminated")
+        waiting = state.get("waiting")
+        if terminated is not None and terminated.get("exitCode", 0) == 0:
+            continue
+        if is_sidecar and cs.get("started") is True:
+            ready += bool(cs.get("ready"))
+            continue
+        if terminated is not None:
+            reason = "Init:" + _terminated_reason(terminated)
+        elif waiting is not None and waiting.get("reason", "") not in ("", "PodInitializing"):
+            reason = "Init:" + waiting["reason"]
+        else:
+            reason = f"Init:{i}/{len(init_specs)}"
+        initializing = True
+        break
+
+    if not initializing or _initialized(conditions):
+        restarts, last_restart = sidecar_restarts, last_sidecar_restart
+        has_running = False
+        # Backwards, so the first container with something to say sets the reason.
+        statuses = status.get("containerStatuses") or ()
+        for i in range(len(statuses) - 1, -1, -1):
+            cs = statuses[i]
+            restarts += cs.get("restartCount", 0)
+            finished = _last_finished(cs, pod, clock, "containerStatuses", i)
+            last_restart = _later(last_restart, finished)
+            state = cs.get("state") or {}
+            terminated = state.get("terminated")
+            waiting = state.get("waiting")
+            if waiting is not None and waiting.get("reason"):
+                reason = waiting["reason"]
+            elif terminated is not None:
+                reason = _terminated_reason(terminated)
+            elif cs.get("ready") and state.get("running") is not None:
+                has_running = True
+                ready += 1
+        if reason == "Completed" and has_running:
+            ready_true = any(
+                c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+            )
+            reason = "Running" if ready_true else "NotReady"
+
+    if meta.get("deletionTimestamp"):
+        if status.get("reason") == "NodeLost":
+            reason = "Unknown"
+        elif phase not in ("Succeeded", "Failed"):
+            reason = "Terminating"
+
+    restarts_cell = str(restarts)
+    if restarts and last_restart is not None:
+        restarts_cell = f"{restarts} ({human_duration(clock.now - last_restart)} ago)"
+
+    pod_ips = status.get("podIPs")
+    pod_ip = (pod_ips[0].get("ip", "") if pod_ips else "") or status.get("podIP", "")
+    gates = spec.get("readinessGates") or ()
+    gates_cell = _NONE
+    if gates:
+        true_gates = 0
+        for gate in gates:
+            wanted = gate.get("conditionType")
+            for cond in conditions:
+                if cond.get("type") == wanted:
+                    true_gates += cond.get("status") == "True"
+                    break
+        gates_cell = f"{true_gates}/{len(gates)}"
+
+    return [
+        meta.get("name", ""),
+        f"{ready}/{total}",
+        reason,
+        restarts_cell,
+        clock.since(meta.get("creationTimestamp"), pod, "metadata.creationTimestamp"),
+        pod_ip or _NONE,
+        spec.get("nodeName") or _NONE,
+        status.get("nominatedNodeName") or _NONE,
+        gates_cell,
+    ]
+
+
+def _initialized(conditions: Sequence[Mapping[str, Any]]) -> bool:
+    for cond in conditions:
+        if cond.get("type") == "Initialized":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+_POD_SUCCEEDED: Final = (
+    {
+        "type": "Completed",
+        "status": "True",
+        "reason": "Succeeded",
+        "message": "The pod has completed successfully.",
+    },
+)
+_POD_FAILED: Final = (
+    {"type": "Completed", "status": "True", "reason": "Failed", "message": "The pod failed."},
+)
+
+_ROLE_PREFIX: Final = "node-role.kubernetes.io/"
+
+
+def _node_cells(node: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = node.get("metadata") or {}
+    status = node.get("status") or {}
+    info = status.get("nodeInfo") or {}
+
+    ready: str | None = None
+    for cond in status.get("conditions") or ():
+        if cond.get("type") == "Ready":  # the last Ready condition wins, as in Kubernetes
+            ready = cond.get("status", "")
+    states = ["Unknown" if ready is None else "Ready" if ready == "True" else "NotReady"]
+    if (node.get("spec") or {}).get("unschedulable"):
+        states.append("SchedulingDisabled")
+
+    roles: set[str] = set()
+    for key, value in (meta.get("labels") or {}).items():
+        if key.startswith(_ROLE_PREFIX):
+            if role := key[len(_ROLE_PREFIX) :]:
+                roles.add(role)
+        elif key == "kubernetes.io/role" and value:
+            roles.add(value)
+
+    internal_ip = external_ip = _NONE
+    for address in reversed(status.get("addresses") or ()):  # backwards: the first one wins
+        if address.get("type") == "InternalIP":
+            internal_ip = address.get("address", "")
+        elif address.get("type") == "ExternalIP":
+            external_ip = address.get("address", "")
+
+    return [
+        meta.get("name", ""),
+        ",".join(states),
+        ",".join(sorted(roles)) or _NONE,
+        clock.since(meta.get("creationTimestamp"), node, "metadata.creationTimestamp"),
+        info.get("kubeletVersion", ""),
+        internal_ip,
+        external_ip,
+        info.get("osImage") or _UNKNOWN,
+        info.get("kernelVersion") or _UNKNOWN,
+        info.get("containerRuntimeVersion") or _UNKNOWN,
+    ]
+
+
+def _replica_set_cells(rs: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = rs.get("metadata") or {}
+    spec = rs.get("spec") or {}
+    status = rs.get("status") or {}
+    template_spec = (spec.get("template") or {}).get("spec") or {}
+    names, images = _layout_containers(template_spec.get("containers") or ())
+    return [
+        meta.get("name", ""),
+        spec.get("replicas", 1),  # unset defaults to 1, as Kubernetes defaults it
+        status.get("replicas", 0),
+        status.get("readyReplicas", 0),
+        clock.since(meta.get("creationTimestamp"), rs, "metadata.creationTimestamp"),
+        names,
+        images,
+        _format_label_selector(spec.get("selector")),
+    ]
+
+
+def _event_cells(event: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = event.get("metadata") or {}
+    first_ts = event.get("firstTimestamp")
+    if first_ts:
+        first = clock.since(first_ts, event, "firstTimestamp")
+    else:
+        first = clock.since(event.get("eventTime"), event, "eventTime")
+    last_ts = event.get("lastTimestamp")
+    last = clock.since(last_ts, event, "lastTimestamp") if last_ts else first
+
+    count = event.get("count", 0)
+    series = event.get("series")
+    if series is not None:
+        last = clock.since(series.get("lastObservedTime"), event, "series.lastObservedTime")
+        count = series.get("count", 0)
+    elif count == 0:
+        count = 1  # events.k8s.io singletons carry no count
+
+    involved = event.get("involvedObject") or {}
+    kind = involved.get("kind", "").lower()
+    name = involved.get("name", "")
+    source = event.get("source") or {}
+    component = source.get("component") or event.get("reportingComponent", "")
+    host = source.get("host") or event.get("reportingInstance", "")
+    return [
+        last,
+        event.get("type", ""),
+        event.get("reason", ""),
+        f"{kind}/{name}" if name else kind,
+        involved.get("fieldPath", ""),
+        f"{component}, {host}" if host else component,
+        event.get("message", "").strip(),
+        first,
+        count,
+        meta.get("name", ""),
+    ]
+
+
+def _lease_cells(lease: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = lease.get("metadata") or {}
+    return [
+        meta.get("name", ""),
+        (lease.get("spec") or {}).get("holderIdentity", ""),
+        clock.since(meta.get("creationTimestamp"), lease, "metadata.creationTimestamp"),
+    ]
+
+
+def _service_external_ip(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
+    svc_type = spec.get("type") or "ClusterIP"
+    external_ips: list[str] = spec.get("externalIPs") or []
+    if svc_type in ("ClusterIP", "NodePort"):
+        return ",".join(external_ips) or _NONE
+    if svc_type == "LoadBalancer":
+        found: set[str] = set()
+        for ingress in (status.get("loadBalancer") or {}).get("ingress") or ():
+            # tinykube's ingress entries are bare addresses; Kubernetes' are {ip, hostname}.
+            address = (
+                ingress
+                if isinstance(ingress, str)
+                else (ingress.get("ip") or ingress.get("hostname"))
+            )
+            if address:
+                found.add(address)
+        addresses = [*sorted(found), *external_ips]
+        return ",".join(addresses) or "<pending>"
+    if svc_type == "ExternalName":
+        return str(spec.get("externalName", ""))
+    return _UNKNOWN
+
+
+def _service_cells(svc: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = svc.get("metadata") or {}
+    spec = svc.get("spec") or {}
+    cluster_ips = spec.get("clusterIPs")
+    cluster_ip = (cluster_ips[0] if cluster_ips else "") or spec.get("clusterIP", "")
+    ports = []
+    for port in spec.get("ports") or ():
+        protocol = port.get("protocol") or "TCP"
+        node_port = port.get("nodePort", 0)
+        number = port.get("port", 0)
+        ports.append(
+            f"{number}:{node_port}/{protocol}" if node_port > 0 else f"{number}/{protocol}"
+        )
+    return [
+        meta.get("name", ""),
+        spec.get("type") or "ClusterIP",
+        cluster_ip or _NONE,
+        _service_external_ip(spec, svc.get("status") or {}),
+        ",".join(ports) or _NONE,
+        clock.since(meta.get("creationTimestamp"), svc, "metadata.creationTimestamp"),
+        _format_labels(spec.get("selector")),
+    ]
+
+
+_MAX_ENDPOINTS: Final = 3
+
+
+def _format_endpoints(subsets: Sequence[Mapping[str, Any]]) -> str:
+    if not subsets:
+        return _NONE
+    shown: list[str] = []
+    more = False
+    count = 0
+    for subset in subsets:
+        addresses = subset.get("addresses") or ()
+        ports = subset.get("ports") or ()
+        if not ports:  # a headless service without ports: bare addresses
+            count += len(addresses)
+            for address in addresses:
+                if len(shown) == _MAX_ENDPOINTS:
+                    more = True
+                    break
+                shown.append(address.get("ip", ""))
+            continue
+        for port in ports:
+            count += len(addresses)
+            number = port.get("port", 0)
+            for address in addresses:
+                if len(shown) == _MAX_ENDPOINTS:
+                    more = True
+                    break
+                shown.append(_join_host_port(address.get("ip", ""), number))
+    joined = ",".join(shown)
+    return f"{joined} + {count - _MAX_ENDPOINTS} more..." if more else joined
+
+
+def _endpoints_cells(ep: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = ep.get("metadata") or {}
+    return [
+        meta.get("name", ""),
+        _format_endpoints(ep.get("subsets") or ()),
+        clock.since(meta.get("creationTimestamp"), ep, "metadata.creationTimestamp"),
+    ]
+
+
+def _default_cells(obj: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = obj.get("metadata") or {}
+    at = clock.epoch(meta.get("creationTimestamp"), obj, "metadata.creationTimestamp")
+    # Go formats the zero time too: an unset timestamp prints as the year 1.
+    created = (
+        "0001-01-01T00:00:00Z"
+        if at is None
+        else datetime.fromtimestamp(int(at), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
+    return [meta.get("name", ""), created]
+
+
+_PRINTERS: Final[dict[str, _Printer]] = {
+    "Pod": _pod_cells,
+    "Node": _node_cells,
+    "ReplicaSet": _replica_set_cells,
+    "Event": _event_cells,
+    "Lease": _lease_cells,
+    "Service": _service_cells,
+    "Endpoints": _endpoints_cells,
+}
+
+
+# --- rows and the Table ---------------------------------------------------------------------
+
+
+def _check_include_object(include_object: str) -> str:
+    if include_object == "":
+        return "Metadata"  # Kubernetes' default
+    if include_object not in INCLUDE_OBJECT_VALUES:
+        supported = ", ".join(f'"{v}"' for v in INCLUDE_OBJECT_VALUES)
+        raise BadRequestError(
+            "Unable to convert to Table as requested: includeObject: Unsupported value: "
+            f'"{include_object}": supported values: {supported}'
+        )
+    return include_object
+
+
+def rows(
+    info: KindInfo,
+    objects: Sequence[dict[str, Any]],
+    *,
+    include_object: str = "Metadata",
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """One Table row per object, in order: `cells` (wide cells included, as kube-apiserver sends
+    them), `conditions` for finished pods, and `object` as includeObject asks: "None" (null),
+    "Metadata" (a meta.k8s.io/v1 PartialObjectMetadata; also for "") or "Object" (the object).
+
+    Raises BadRequestError for another includeObject (Kubernetes' 400 message) and
+    InternalError naming the object and field for a timestamp that is not RFC 3339.
+    """
+    mode = _check_include_object(include_object)
+    printer = _PRINTERS.get(info.kind, _default_cells)
+    clock = _Clock(now, info.kind)
+    is_pod = info.kind == "Pod"
+    out: list[dict[str, Any]] = []
+    append = out.append
+    for obj in objects:
+        row: dict[str, Any] = {"cells": printer(obj, clock)}
+        if is_pod:
+            phase = (obj.get("status") or {}).get("phase")
+            if phase == "Succeeded":
+                row["conditions"] = list(_POD_SUCCEEDED)
+            elif phase == "Failed":
+                row["conditions"] = list(_POD_FAILED)
+        if mode == "Metadata":
+            row["object"] = {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": TABLE_API_VERSION,
+                "metadata": obj.get("metadata") or {},
+            }
+        elif mode == "Object":
+            if obj.get("apiVersion") and obj.get("kind"):
+                row["object"] = obj
+            else:  # a shallow copy: only the two keys are new
+                row["object"] = {"apiVersion": info.api_version, "kind": info.kind, **obj}
+        else:
+            row["object"] = None
+        append(row)
+    return out
+
+
+def table(
+    info: KindInfo,
+    objects: Sequence[dict[str, Any]],
+    *,
+    resource_version: str,
+    continue_token: str = "",
+    remaining_item_count: int | None = None,
+    include_object: str = "Metadata",
+    now: datetime,
+) -> dict[str, Any]:
+    """The whole meta.k8s.io/v1 Table for a GET or LIST of `info`'s kind: metadata
+    (resourceVersion, continue, remainingItemCount when given), columnDefinitions and rows.
+    Raises as `rows` does."""
+    metadata: dict[str, Any] = {}
+    if resource_version:
+        metadata["resourceVersion"] = resource_version
+    if continue_token:
+        metadata["continue"] = continue_token
+    if remaining_item_count is not None:
+        metadata["remainingItemCount"] = remaining_item_count
+    return {
+        "kind": "Table",
+        "apiVersion": TABLE_API_VERSION,
+        "metadata": metadata,
+        "columnDefinitions": column_definitions(info),
+        "rows": rows(info, objects, include_object=include_object, now=now),
+    }
