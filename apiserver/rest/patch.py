@@ -675,6 +675,13 @@ def _merge_list(
     merge_key: str,
     deletion_list: bool,
 ) -> list[Any]:
+    """Merge `patch` into `original`, writing through to `original` where Go would.
+
+    apimachinery deletes items in place (Go's append(s[:k], s[k+1:]...)) and appends into the
+    freed slots of the same array, so the live list a `$setElementOrder` later orders against
+    sees those writes; the stored object's lists have no spare capacity (they come from
+    ToUnstructured), so writes past its length go to a new array that the live list does not
+    see. `original` is mutated exactly that way; the merged list is returned."""
     if not original and not patch:
         return original
     kind = _element_kind(original, patch)
@@ -682,21 +689,31 @@ def _merge_list(
         if deletion_list:
             return [v for v in original if not _contains(patch, v)]
         merged = _dedup_scalars(original + patch)
+        patch_items, server_only = _partition(merged, patch, merge_key)
+        return _normalize_order(patch_items, server_only, patch, original, merge_key, kind)
+    if not merge_key:
+        raise _PatchError(f"cannot merge lists without merge key for {schema.kind}")
+    length, plain, replace = _apply_list_directives(original, patch, merge_key)
+    if replace:
+        base, patch, live = plain, [], False
     else:
-        if not merge_key:
-            raise _PatchError(f"cannot merge lists without merge key for {schema.kind}")
-        original, patch = _apply_list_directives(original, patch, merge_key)
-        merged = _merge_by_key(original, patch, merge_key, schema)
+        base, patch, live = original[:length], plain, True
+    server_order = list(base)
+    merged = _merge_by_key(base, patch, merge_key, schema, original if live else None)
     patch_items, server_only = _partition(merged, patch, merge_key)
-    return _normalize_order(patch_items, server_only, patch, original, merge_key, kind)
+    return _normalize_order(patch_items, server_only, patch, server_order, merge_key, kind)
 
 
 def _apply_list_directives(
     original: list[Any], patch: list[Any], merge_key: str
-) -> tuple[list[Any], list[Any]]:
-    """Apply `{"$patch": ...}` items; return the new original and the patch without them."""
+) -> tuple[int, list[Any], bool]:
+    """Apply the `{"$patch": ...}` items of `patch`, deleting in place from `original`.
+
+    Returns the live length of `original`, the patch without directive items, and whether one
+    of them was `replace` (the list becomes those patch items)."""
     plain: list[Any] = []
     replace = False
+    length = len(original)
     for item in patch:
         if _PATCH not in item:
             plain.append(item)
@@ -705,39 +722,43 @@ def _apply_list_directives(
         if directive == _DELETE:
             if merge_key not in item:
                 raise _no_merge_key(item, merge_key)
-            original = [
-                v
-                for v in original
-                if not (
-                    isinstance(v, dict)
-                    and merge_key in v
-                    and _go_equal(v[merge_key], item[merge_key])
-                )
-            ]
+            while (at := _find_by_key(original[:length], merge_key, item[merge_key])) >= 0:
+                original[at : length - 1] = original[at + 1 : length]
+                length -= 1
         elif directive == _REPLACE:
             replace = True
         elif directive == _MERGE:
             raise _PatchError("merging lists cannot yet be specified in the patch")
         else:
             raise _PatchError(f"unknown patch type: {_gofmt(directive)} in map: {_gofmt(item)}")
-    if replace:
-        return plain, []
-    return original, plain
+    return length, plain, replace
 
 
 def _merge_by_key(
-    original: list[Any], patch: list[Any], merge_key: str, schema: _Type
+    base: list[Any],
+    patch: list[Any],
+    merge_key: str,
+    schema: _Type,
+    backing: list[Any] | None,
 ) -> list[Any]:
-    original = list(original)
+    """Merge patch items into `base` by key, appending new ones; writes also land in
+    `backing` (the array `base` is a prefix of) until an append outgrows it."""
+    items = list(base)
     for item in patch:
         if merge_key not in item:
             raise _no_merge_key(item, merge_key)
-        at = _find_by_key(original, merge_key, item[merge_key])
+        at = _find_by_key(items, merge_key, item[merge_key])
         if at >= 0:
-            original[at] = _merge_map(original[at], item, schema)
+            items[at] = _merge_map(items[at], item, schema)
         else:
-            original.append(item)  # as sent: apimachinery strips neither directives nor nulls
-    return original
+            at = len(items)
+            items.append(item)  # as sent: apimachinery strips neither directives nor nulls
+        if backing is not None:
+            if len(items) > len(backing):
+                backing = None  # Go reallocated: the live list no longer sees the writes
+            else:
+                backing[at] = items[at]
+    return items
 
 
 def _merge_list_field(
