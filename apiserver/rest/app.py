@@ -40,6 +40,8 @@ from tinykube.errors import TinykubeError
 
 log = logging.getLogger(__name__)
 
+# What a request is about, for the Status of an error raised while serving it.
+_RESOURCE = web.RequestKey("tinykube_resource", StatusResource)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Named health checks: name -> "is it passing".
 HealthChecks = Callable[[], Mapping[str, bool]]
@@ -125,7 +127,7 @@ class RestServer:
                 raise
             return self._error_response(err, None)
         except Exception as exc:
-            resource = request.get("_tinykube_resource")
+            resource = request.get(_RESOURCE)
             if not isinstance(exc, RestError | TinykubeError):
                 log.exception("REST %s %s failed", request.method, request.path)
             return self._error_response(exc, resource)
@@ -221,7 +223,7 @@ class RestServer:
         if sub is not None and resource.subresource(sub) is None:
             raise not_found_path()
         target = Target(resource, namespace, name, sub)
-        request["_tinykube_resource"] = StatusResource(resource.info, name or "", sub or "")
+        request[_RESOURCE] = StatusResource(resource.info, name or "", sub or "")
         return await self.handlers.handle(request, target)
 
     def _only_get(self, request: web.Request) -> None:

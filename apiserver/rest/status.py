@@ -158,6 +158,18 @@ def _details(resource: Resource, *, kind: str | None = None) -> dict[str, Any]:
     return details
 
 
+def _named(res: Resource, message: str) -> Resource:
+    """`res` with the object's name taken from a message that quotes it after the resource
+    (`pods "web" already exists`): a POST names its object only in the body."""
+    if res.name or res.info is None:
+        return res
+    for head in (f'{res.qualified} "', f'{res.info.plural} "'):
+        at = message.find(head)
+        if at >= 0:
+            return Resource(res.info, message[at + len(head) :].split('"', 1)[0], res.subresource)
+    return res
+
+
 def status_body(
     code: int, reason: str, message: str, details: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -198,12 +210,18 @@ def status_of(
         if not exc.causes:
             # Not about an object's fields (a selector, a resourceVersion): unreadable input.
             return 400, status_body(400, "BadRequest", exc.message), {}
+        if not res.name and res.info is not None:
+            # A POST names its object only in the body; the message carries the name.
+            head = f'{res.info.kind} "'
+            if exc.message.startswith(head):
+                res = Resource(res.info, exc.message[len(head) :].split('"', 1)[0])
         details = _details(res, kind=res.info.kind if res.info else None)
         details["causes"] = [cause_of(c) for c in exc.causes]
         return 422, status_body(422, "Invalid", _invalid_message(exc, res), details), {}
     if isinstance(exc, NotFoundError):
         return 404, status_body(404, "NotFound", _qualify(exc.message, res), _details(res)), {}
     if isinstance(exc, AlreadyExistsError):
+        res = _named(res, exc.message)
         body = status_body(409, "AlreadyExists", _qualify(exc.message, res), _details(res))
         return 409, body, {}
     if isinstance(exc, ConflictError | PreconditionFailedError):
