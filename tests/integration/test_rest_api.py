@@ -109,7 +109,7 @@ def status(code: int, reason: str, message: str, details: Any = None) -> dict[st
 
 
 async def read_events(resp: aiohttp.ClientResponse, count: int) -> list[dict[str, Any]]:
-    events = []
+    events: list[dict[str, Any]] = []
     while len(events) < count:
         line = await asyncio.wait_for(resp.content.readline(), 10)
         if not line:
