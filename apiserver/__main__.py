@@ -27,7 +27,7 @@ def _env(name: str, default: object) -> str:
 def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
     p = argparse.ArgumentParser(
         prog="python -m apiserver",
-        description="tinykube apiserver: a typed gRPC API over etcd.",
+        description="tinykube apiserver: a typed gRPC API over etcd, and Kubernetes' REST API.",
     )
     p.add_argument(
         "--etcd-servers",
@@ -55,6 +55,13 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         type=int,
         default=int(_env("METRICS_PORT", _DEFAULTS.metrics_port)),
         help="Prometheus /metrics HTTP port, 0 disables (env TINYKUBE_METRICS_PORT)",
+    )
+    p.add_argument(
+        "--rest-port",
+        type=int,
+        default=int(_env("REST_PORT", _DEFAULTS.rest_port)),
+        help="Kubernetes REST API port (kubectl's default is localhost:8080); 0 picks a free "
+        "port, -1 disables it (env TINYKUBE_REST_PORT)",
     )
     p.add_argument(
         "--watch-cache-size",
@@ -128,6 +135,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         etcd_prefix=args.etcd_prefix,
         bind_address=bind,
         metrics_port=args.metrics_port,
+        rest_port=args.rest_port,
         watch_cache_size=args.watch_cache_size,
         watcher_queue_size=args.watcher_queue_size,
         compaction_interval_seconds=args.compaction_interval,
@@ -150,6 +158,8 @@ async def run(settings: Settings) -> None:
         start_http_server(settings.metrics_port, registry=server.metrics.registry)
     await server.start()
     print(f"apiserver listening on {server.address}", flush=True)
+    if server.rest is not None:
+        print(f"apiserver REST API on http://{server.rest_address}", flush=True)
     await run_until_signalled(server.stop)
 
 

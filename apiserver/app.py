@@ -6,6 +6,10 @@ once the caches have synced (or after a bounded wait if etcd is down: health the
 NOT_SERVING until it is reachable). Background tasks on the same event loop: the caches, a
 health monitor (SERVING iff etcd answers and every cache is synced and watching) and the
 periodic etcd compaction. `stop()` drains in-flight RPCs and cancels the tasks.
+
+Kubernetes' REST API (apiserver/rest) is served beside gRPC on `settings.rest_port` at the
+same host, by aiohttp on the same event loop and over the same services; its health
+endpoints report the same etcd and cache checks as the gRPC health service.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import logging
 from apiserver.allocator import ServiceAllocator
 from apiserver.metrics import Metrics
 from apiserver.registry import INDEX_FIELD, Strategy, fields_of
+from apiserver.rest.app import RestServer
+from apiserver.rest.codec import KindCodec
 from apiserver.server import MetricsInterceptor, ResourceService
 from apiserver.settings import Settings
 from apiserver.storage import Storage
@@ -58,7 +64,7 @@ class APIServer:
         )
         for info in ALL_KINDS:
             key_prefix = f"{prefix}/{info.plural}/".encode()
-            codec = Codec(info.message, info.namespaced, fields_of(info.kind))
+            codec = Codec(info.message, info.namespaced, fields_of(info.kind), json=KindCodec(info))
             cache = WatchCache(
                 kind=info.kind,
                 prefix=key_prefix,
@@ -98,6 +104,17 @@ class APIServer:
         self._tasks: list[asyncio.Task[None]] = []
         self.port = 0
         self._serving: bool | None = None
+        self._etcd_ok = False
+        self.rest: RestServer | None = None
+        if settings.rest_port >= 0:
+            self.rest = RestServer(
+                self.services,
+                settings=settings,
+                clock=self.clock,
+                metrics=self.metrics,
+                health=self.health_checks,
+            )
+        self.rest_port = 0
 
     @property
     def address(self) -> str:
@@ -105,6 +122,22 @@ class APIServer:
         if host in ("0.0.0.0", "", "[::]"):
             host = "127.0.0.1"
         return f"{host}:{self.port}"
+
+    @property
+    def rest_address(self) -> str:
+        """host:port of the REST API ("" when it is disabled)."""
+        if self.rest is None:
+            return ""
+        host = self.address.rsplit(":", 1)[0]
+        return f"{host}:{self.rest_port}"
+
+    def health_checks(self) -> dict[str, bool]:
+        """The checks behind health: etcd answers, every watch cache synced and watching."""
+        return {
+            "etcd": self._etcd_ok,
+            "watch-cache-synced": all(c.synced.is_set() for c in self.caches.values()),
+            "watch-cache-healthy": all(c.healthy for c in self.caches.values()),
+        }
 
     def _plainly_watched_kind(self, key: bytes) -> bytes | None:
         """The key prefix of `key`'s kind while a plain Watch of that kind is open (its writes
@@ -126,6 +159,13 @@ class APIServer:
         for cache in self.caches.values():
             self._tasks.append(asyncio.create_task(cache.run(), name=f"watchcache-{cache.kind}"))
         self.port = await self.grpc.start()
+        if self.rest is not None:
+            host = self.settings.bind_address.rsplit(":", 1)[0].strip("[]") or "0.0.0.0"
+            try:
+                self.rest_port = await self.rest.start(host, self.settings.rest_port)
+            except OSError:
+                await self.grpc.stop(0)
+                raise
         await self._set_serving(False)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(
@@ -136,6 +176,8 @@ class APIServer:
         if self.settings.compaction_interval_seconds > 0:
             self._tasks.append(asyncio.create_task(self._compaction_loop(), name="compaction"))
         log.info("apiserver serving on %s (etcd %s)", self.address, self.storage.target)
+        if self.rest is not None:
+            log.info("apiserver REST API on http://%s", self.rest_address)
         return self.port
 
     async def stop(self) -> None:
@@ -146,6 +188,8 @@ class APIServer:
                 UnavailableError("watch closed: the apiserver is shutting down"), "shutdown"
             )
         await self.grpc.stop(self.settings.shutdown_grace_seconds)
+        if self.rest is not None:
+            await self.rest.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -162,8 +206,10 @@ class APIServer:
     async def _update_health(self) -> bool:
         try:
             await self.storage.current_revision()
+            self._etcd_ok = True
             ok = all(c.synced.is_set() and c.healthy for c in self.caches.values())
         except TinykubeError:
+            self._etcd_ok = False
             ok = False
         await self._set_serving(ok)
         return ok

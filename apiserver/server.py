@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import builtins
 import dataclasses
 import json
 import logging
@@ -34,7 +35,15 @@ from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy, generat
 from apiserver.settings import Settings
 from apiserver.storage import KV, Storage, WriteResult
 from apiserver.validation import invalid, required
-from apiserver.watchcache import CachedObject, Codec, WatchCache, batch_messages, encode_list
+from apiserver.watchcache import (
+    CachedObject,
+    Codec,
+    Queued,
+    WatchCache,
+    Watcher,
+    batch_messages,
+    encode_list,
+)
 from tinykube.clock import Clock
 from tinykube.errors import (
     AlreadyExistsError,
@@ -453,6 +462,17 @@ class ResourceService:
     # ---- List ------------------------------------------------------------------------------
 
     async def list(self, request: meta_pb2.ListRequest, context: Any) -> bytes:
+        revision, items, token = await self.list_objects(request)
+        return encode_list(revision, [o.data for o in items], token)
+
+    async def list_objects(
+        self, request: meta_pb2.ListRequest
+    ) -> tuple[str, builtins.list[CachedObject], str]:
+        """List's answer before encoding: (list resourceVersion, objects, continue token).
+
+        The objects are the watch cache's (or freshly decoded from etcd for paged lists);
+        never mutate them. The REST front end encodes them as JSON, once per object version.
+        """
         labels, fields = self._selectors(request.labelSelector, request.fieldSelector)
         namespace = self._namespace(request.namespace) if request.namespace else ""
         if request.limit < 0:
@@ -473,7 +493,13 @@ class ResourceService:
             if not await cache.wait_for_revision(wanted):
                 return await self._list_paged(request, namespace, labels, fields)
         items = cache.snapshot(namespace, labels, fields)
-        return encode_list(str(cache.revision), [o.data for o in items])
+        return str(cache.revision), items, ""
+
+    def continue_token_at(self, namespace: str, revision: int) -> str:
+        """A continue token that lists from the first key at etcd `revision`: the REST
+        front end's resourceVersionMatch=Exact is a paged list that starts there."""
+        prefix = self._list_prefix(self._namespace(namespace) if namespace else "")
+        return _encode_continue(revision, prefix, prefix)
 
     async def _list_paged(
         self,
@@ -481,7 +507,7 @@ class ResourceService:
         namespace: str,
         labels: LabelSelector,
         fields: FieldSelector,
-    ) -> bytes:
+    ) -> tuple[str, builtins.list[CachedObject], str]:
         prefix = self._list_prefix(namespace)
         limit = request.limit
         revision = 0
@@ -525,7 +551,7 @@ class ResourceService:
                     continue
             break
         token = _encode_continue(revision, next_key, prefix) if next_key else ""
-        return encode_list(str(revision), [o.data for o in collected], token)
+        return str(revision), collected, token
 
     # ---- Update / UpdateStatus -------------------------------------------------------------
 
@@ -702,18 +728,7 @@ class ResourceService:
         *,
         batched: bool,
     ) -> None:
-        labels, fields = self._selectors(request.labelSelector, request.fieldSelector)
-        rv_text = request.resourceVersion
-        rv = None if rv_text in ("", "0") else _parse_rv(rv_text)
-        namespace = self._namespace(request.namespace) if request.namespace else ""
-        watcher, initial = await self.cache.watch(
-            namespace=namespace,
-            labels=labels,
-            fields=fields,
-            resource_version=rv,
-            bookmarks=request.allowWatchBookmarks,
-            batched=batched,
-        )
+        watcher, initial = await self.open_watch(request, batched=batched)
         method = "WatchBatch" if batched else "Watch"
         events_sent = self.cache.metrics.watch_events_sent.labels(self.info.kind, method)
         messages_sent = self.cache.metrics.watch_messages_sent.labels(self.info.kind, method)
@@ -743,6 +758,28 @@ class ResourceService:
                         batch.extend(watcher.take_events())
         finally:
             self.cache.unregister(watcher)
+
+    async def open_watch(
+        self, request: meta_pb2.WatchRequest, *, batched: bool = False, json: bool = False
+    ) -> tuple[Watcher, builtins.list[Queued]]:
+        """Register a watcher on the cache: it and the events to send before live ones.
+
+        The caller owns the watcher and must `self.cache.unregister` it when done. `json`
+        queues REST watch lines (see apiserver/watchcache.py) instead of protobuf events.
+        """
+        labels, fields = self._selectors(request.labelSelector, request.fieldSelector)
+        rv_text = request.resourceVersion
+        rv = None if rv_text in ("", "0") else _parse_rv(rv_text)
+        namespace = self._namespace(request.namespace) if request.namespace else ""
+        return await self.cache.watch(
+            namespace=namespace,
+            labels=labels,
+            fields=fields,
+            resource_version=rv,
+            bookmarks=request.allowWatchBookmarks,
+            batched=batched,
+            json=json,
+        )
 
     # ---- Bind ------------------------------------------------------------------------------
 

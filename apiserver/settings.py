@@ -14,6 +14,12 @@ class Settings:
     bind_address: str = "0.0.0.0:6443"
     # Prometheus /metrics over HTTP; 0 disables it.
     metrics_port: int = 0
+    # Kubernetes' REST API (apiserver/rest) on this port at bind_address's host, so a bare
+    # kubectl (which talks to localhost:8080) finds it. 0 picks a free port; -1 disables it.
+    rest_port: int = 8080
+    # A REST watch without timeoutSeconds ends after this long, jittered up to twice it
+    # (kube-apiserver's --min-request-timeout, 1800 s): clients then re-watch.
+    rest_watch_timeout_seconds: float = 1800.0
     # Events kept per kind in the watch cache's window; a watch from an older
     # resourceVersion gets OUT_OF_RANGE and the client relists.
     watch_cache_size: int = 10_000

@@ -19,6 +19,11 @@ spec.nodeName) are indexed by its value, so a thousand kubelets do not mean a th
 checks per event. A watcher's queue is bounded; one that falls behind is cut off with
 RESOURCE_EXHAUSTED rather than slowing the others.
 
+REST watchers (`Watcher.json`) get the same events as newline-delimited JSON lines
+(`{"type":..,"object":..}`, Kubernetes' watch stream). The JSON of each object version and of
+each event variant is encoded at most once, on first use, and kept beside the protobuf bytes,
+so a kind nobody watches over REST pays nothing and N REST watchers cost one encoding.
+
 If the etcd watch breaks, it resumes from the last revision + 1; if that revision was compacted,
 the cache relists, resets its window and ends every watcher with OUT_OF_RANGE so clients relist.
 Consistent reads wait until the cache has seen etcd's current revision, using etcd progress
@@ -33,6 +38,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from google.protobuf.message import DecodeError, Message
 
@@ -128,6 +134,19 @@ def encode_list(resource_version: str, items: list[bytes], continue_token: str =
     return b"".join(parts)
 
 
+def encode_json_event(event_type: str, object_json: bytes) -> bytes:
+    """One line of a REST watch stream: `{"type":"ADDED","object":{...}}` and a newline."""
+    return b'{"type":"' + event_type.encode() + b'","object":' + object_json + b"}\n"
+
+
+class JsonEncoder(Protocol):
+    """How a kind's objects look in Kubernetes JSON (the REST front end supplies it)."""
+
+    def object_json(self, obj: Message) -> bytes: ...
+
+    def bookmark_json(self, revision: int) -> bytes: ...
+
+
 @dataclass(slots=True)
 class CachedObject:
     """One decoded object version. Never mutate `obj`: it is shared by every reader."""
@@ -140,6 +159,8 @@ class CachedObject:
     labels: Mapping[str, str]
     fields: Mapping[str, str]
     _added: bytes | None = None
+    _json: bytes | None = None
+    _added_json: bytes | None = None
 
     def added_event(self) -> bytes:
         if self._added is None:
@@ -155,10 +176,33 @@ class Codec:
         message: type[Message],
         namespaced: bool,
         fields_of: Callable[[Message], dict[str, str]],
+        json: JsonEncoder | None = None,
     ) -> None:
         self.message = message
         self.namespaced = namespaced
         self.fields_of = fields_of
+        self.json = json
+        self._bookmark_json: tuple[int, bytes] | None = None
+
+    def object_json(self, cached: CachedObject) -> bytes:
+        """The object's Kubernetes JSON, encoded on first use and kept with it."""
+        if cached._json is None:
+            if self.json is None:
+                raise TypeError("this codec has no JSON encoder")
+            cached._json = self.json.object_json(cached.obj)
+        return cached._json
+
+    def added_json(self, cached: CachedObject) -> bytes:
+        if cached._added_json is None:
+            cached._added_json = encode_json_event(ADDED, self.object_json(cached))
+        return cached._added_json
+
+    def bookmark_json(self, revision: int) -> bytes:
+        if self._bookmark_json is None or self._bookmark_json[0] != revision:
+            assert self.json is not None
+            line = encode_json_event(BOOKMARK, self.json.bookmark_json(revision))
+            self._bookmark_json = (revision, line)
+        return self._bookmark_json[1]
 
     def decode(self, key: bytes, value: bytes, revision: int) -> CachedObject:
         obj = self.message.FromString(value)
@@ -204,6 +248,8 @@ class CacheEvent:
     _main: bytes | None = None
     _added: bytes | None = None
     _deleted_prev: bytes | None = None
+    _main_json: bytes | None = None
+    _deleted_prev_json: bytes | None = None
 
     def main_bytes(self) -> bytes:
         if self._main is None:
@@ -227,6 +273,8 @@ class Watcher:
     max_queue: int
     # False for a plain Watch (one event per message): see TxnBatcher.exclusive.
     batched: bool = True
+    # A REST watch: queued events are JSON lines instead of protobuf WatchEvents.
+    json: bool = False
     index_value: str | None = None
     last_revision: int = 0
     _queue: collections.deque[Queued] = field(default_factory=collections.deque)
@@ -557,14 +605,21 @@ class WatchCache:
         revision = event.revision
         for w in list(targets):
             if w.everything:
-                w.push(event.main_bytes(), revision)
+                w.push(self._main_json(event) if w.json else event.main_bytes(), revision)
                 continue
             data = self._filtered(w, event)
             if data is not None:
                 w.push(data, revision)
 
+    def _main_json(self, event: CacheEvent) -> bytes:
+        if event._main_json is None:
+            event._main_json = encode_json_event(event.type, self.codec.object_json(event.cur))
+        return event._main_json
+
     def _filtered(self, w: Watcher, event: CacheEvent) -> bytes | None:
         """What `w` should see of `event`, with Kubernetes' in/out-of-filter transitions."""
+        if w.json:
+            return self._filtered_json(w, event)
         if event.type == ADDED:
             return event.added_bytes() if w.matches(event.cur) else None
         if event.type == DELETED:
@@ -581,6 +636,27 @@ class WatchCache:
                 gone = self.codec.with_revision(event.prev, event.revision)
                 event._deleted_prev = encode_event(DELETED, gone.data)
             return event._deleted_prev
+        return None
+
+    def _filtered_json(self, w: Watcher, event: CacheEvent) -> bytes | None:
+        """`_filtered` for a REST watcher: the same decisions, JSON lines."""
+        codec = self.codec
+        if event.type == ADDED:
+            return self._main_json(event) if w.matches(event.cur) else None
+        if event.type == DELETED:
+            return self._main_json(event) if w.matches(event.cur) else None
+        cur_ok = w.matches(event.cur)
+        prev_ok = event.prev is not None and w.matches(event.prev)
+        if cur_ok and prev_ok:
+            return self._main_json(event)
+        if cur_ok:
+            return codec.added_json(event.cur)
+        if prev_ok:
+            if event._deleted_prev_json is None:
+                assert event.prev is not None
+                gone = codec.with_revision(event.prev, event.revision)
+                event._deleted_prev_json = encode_json_event(DELETED, codec.object_json(gone))
+            return event._deleted_prev_json
         return None
 
     def watcher_count(self) -> int:
@@ -603,6 +679,9 @@ class WatchCache:
             data: bytes | None = None
             for w in self.watchers():
                 if w.bookmarks and not w.closed and rev > w.last_revision:
+                    if w.json:
+                        w.push(self.codec.bookmark_json(rev), rev)
+                        continue
                     if data is None:
                         data = self.codec.bookmark(rev)
                     w.push(data, rev)
@@ -673,11 +752,15 @@ class WatchCache:
         resource_version: int | None,
         bookmarks: bool = False,
         batched: bool = True,
+        json: bool = False,
     ) -> tuple[Watcher, list[Queued]]:
         """Register a watcher; returns it and the events to send before live ones.
 
         `resource_version` None means "current state first" (synthetic ADDED events).
+        `json`: events are REST watch lines (the codec must have a JSON encoder).
         """
+        if json and self.codec.json is None:
+            raise TypeError(f"the {self.kind} watch cache has no JSON encoder")
         if not self.synced.is_set():
             try:
                 await asyncio.wait_for(self.synced.wait(), self.wait_timeout)
@@ -699,12 +782,14 @@ class WatchCache:
             bookmarks=bookmarks,
             max_queue=self.watcher_queue_size,
             batched=batched,
+            json=json,
         )
         # No await from here on: the replay and the registration see the same cache state.
         initial: list[Queued] = []
         if resource_version is None:
+            added = self.codec.added_json if json else CachedObject.added_event
             for obj in self.snapshot(namespace, labels, fields):
-                initial.append((obj.added_event(), obj.revision))
+                initial.append((added(obj), obj.revision))
             w.last_revision = self.revision
         else:
             if resource_version < self.window_start:
@@ -712,7 +797,12 @@ class WatchCache:
                     f"too old resource version: {resource_version} ({self.window_start})"
                 )
             for event in self._events_after(resource_version):
-                data = event.main_bytes() if w.everything else self._filtered(w, event)
+                if not w.everything:
+                    data = self._filtered(w, event)
+                elif json:
+                    data = self._main_json(event)
+                else:
+                    data = event.main_bytes()
                 if data is not None:
                     initial.append((data, event.revision))
             w.last_revision = max(resource_version, self.revision)

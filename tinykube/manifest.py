@@ -76,6 +76,13 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
+def load_document(text: str) -> Any:
+    """One YAML (or JSON) document as plain data, timestamps kept as strings.
+
+    Raises yaml.YAMLError (with the position in its problem_mark) if it is malformed."""
+    return yaml.load(text, Loader=_Loader)
+
+
 def load_manifests(text: str, source: str = "") -> list[ManifestObject]:
     """Every object in a (multi-document) YAML or JSON text, in order."""
     where = f" of {source}" if source else ""
@@ -141,6 +148,30 @@ def parse_object(doc: Any, index: int = 1) -> ManifestObject:
     return ManifestObject(info, obj, index)
 
 
+def parse_as(
+    info: KindInfo, doc: dict[str, Any], *, drop_unknown: bool = False
+) -> tuple[Message, list[str]]:
+    """`doc` as an object of kind `info`, which the caller already knows (a REST path names
+    it; apiVersion and kind in `doc` are not checked here). Returns the object and the paths
+    of the unknown fields: with `drop_unknown` they are left out of the object (Kubernetes'
+    fieldValidation Warn and Ignore), otherwise they are a ManifestError as in `parse_object`.
+    Other errors (a wrong JSON type) are always a ManifestError.
+    """
+    body = copy.deepcopy(doc)
+    body["apiVersion"] = API_VERSION
+    errors: list[str] = []
+    unknown: list[str] | None = [] if drop_unknown else None
+    _check_fields(info.message.DESCRIPTOR, body, "", errors, unknown)
+    if errors:
+        raise ManifestError("; ".join(errors))
+    obj = info.message()
+    try:
+        json_format.ParseDict(body, obj, ignore_unknown_fields=False)
+    except json_format.ParseError as exc:
+        raise ManifestError(_clean_parse_error(str(exc))) from exc
+    return obj, unknown or []
+
+
 # Descriptors are typed Any: protobuf 7 hands out upb descriptors its stubs do not describe.
 def _field_map(desc: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {}
@@ -171,14 +202,27 @@ def _is_plain_message(f: Any) -> bool:
     )
 
 
-def _check_fields(desc: Any, value: dict[str, Any], path: str, errors: list[str]) -> None:
-    """Collect unknown fields with full paths; turn YAML numbers in quantity maps into strings."""
+def _check_fields(
+    desc: Any,
+    value: dict[str, Any],
+    path: str,
+    errors: list[str],
+    unknown: list[str] | None = None,
+) -> None:
+    """Collect unknown fields with full paths; turn YAML numbers in quantity maps into strings.
+
+    With an `unknown` list, unknown fields are removed from `value` and their paths go there
+    instead of into `errors`."""
     fields = _field_map(desc)
-    for key, item in value.items():
+    for key, item in list(value.items()):
         here = f"{path}.{key}" if path else str(key)
         f = fields.get(str(key))
         if f is None:
-            errors.append(f'unknown field "{here}"')
+            if unknown is not None:
+                unknown.append(here)
+                del value[key]
+            else:
+                errors.append(f'unknown field "{here}"')
             continue
         if item is None:
             continue
@@ -189,7 +233,9 @@ def _check_fields(desc: Any, value: dict[str, Any], path: str, errors: list[str]
             value_field = f.message_type.fields_by_name["value"]
             for map_key, map_value in list(item.items()):
                 if _is_plain_message(value_field) and isinstance(map_value, dict):
-                    _check_fields(value_field.message_type, map_value, f"{here}.{map_key}", errors)
+                    _check_fields(
+                        value_field.message_type, map_value, f"{here}.{map_key}", errors, unknown
+                    )
                 elif (
                     f.name in QUANTITY_MAPS
                     and value_field.type == FieldDescriptor.TYPE_STRING
@@ -204,14 +250,14 @@ def _check_fields(desc: Any, value: dict[str, Any], path: str, errors: list[str]
             if _is_plain_message(f):
                 for i, element in enumerate(item):
                     if isinstance(element, dict):
-                        _check_fields(f.message_type, element, f"{here}[{i}]", errors)
+                        _check_fields(f.message_type, element, f"{here}[{i}]", errors, unknown)
                     else:
                         errors.append(f"{here}[{i}]: expected an object")
         elif _is_plain_message(f):
             if not isinstance(item, dict):
                 errors.append(f"{here}: expected an object, got {type(item).__name__}")
                 continue
-            _check_fields(f.message_type, item, here, errors)
+            _check_fields(f.message_type, item, here, errors, unknown)
 
 
 _PARSE_PREFIX = re.compile(r"Failed to parse (\w+) field: ")

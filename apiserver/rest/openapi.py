@@ -732,8 +732,25 @@ class _SchemaBuilder:
         scalar = _SCALARS.get(t)
         if scalar is None:
             raise ValueError(f"{where}: protobuf field type {t} has no OpenAPI type")
+        owner = field.containing_type
+        if owner is not None and (owner.full_name, field.name) in KUBERNETES_INT64:
+            return {"type": "integer", "format": "int64"}
         return dict(scalar)
 
+
+# Fields Kubernetes declares int64 that tinykube's protos narrow to int32, only so that proto3
+# JSON (grpcurl) prints them as numbers (see proto/tinykube/v1/meta.proto): the published
+# schema stays Kubernetes'.
+KUBERNETES_INT64: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("tinykube.v1.ObjectMeta", "generation"),
+        ("tinykube.v1.ObjectMeta", "deletionGracePeriodSeconds"),
+        ("tinykube.v1.ListMeta", "remainingItemCount"),
+        ("tinykube.v1.Toleration", "tolerationSeconds"),
+        ("tinykube.v1.PodSpec", "terminationGracePeriodSeconds"),
+        ("tinykube.v1.ReplicaSetStatus", "observedGeneration"),
+    }
+)
 
 _SCALARS: dict[int, JSON] = {
     FieldDescriptor.TYPE_STRING: {"type": "string"},

@@ -54,6 +54,8 @@ def make_settings(etcd_endpoint: str, **overrides: object) -> Settings:
         compaction_interval_seconds=0,
         bookmark_interval_seconds=1.0,
         shutdown_grace_seconds=0.5,
+        # No REST API unless a test asks (rest_port=0: a free port); 8080 would collide.
+        rest_port=-1,
     )
     return replace(base, **overrides)  # type: ignore[arg-type]
 

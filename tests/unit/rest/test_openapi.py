@@ -527,3 +527,15 @@ def test_the_protobuf_encoder_refuses_what_it_cannot_encode(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         openapi_proto.encode_document(doc)
+
+
+def test_fields_narrowed_to_int32_are_published_as_kubernetes_int64() -> None:
+    from google.protobuf import descriptor_pool
+    from google.protobuf.descriptor import FieldDescriptor
+
+    from apiserver.rest.openapi import KUBERNETES_INT64
+
+    pool = descriptor_pool.Default()
+    for message, field in sorted(KUBERNETES_INT64):
+        descriptor = pool.FindMessageTypeByName(message).fields_by_name[field]
+        assert descriptor.type == FieldDescriptor.TYPE_INT32, (message, field)

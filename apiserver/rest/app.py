@@ -1,0 +1,309 @@
+"""The REST front end's HTTP server: aiohttp in the apiserver's event loop, one router.
+
+`RestServer(services, ...)` serves Kubernetes' paths: /version, discovery (legacy and
+aggregated), /healthz /livez /readyz, /metrics, /openapi/v2 and /openapi/v3, and every
+resource under /api/v1 and /apis/<group>/<version> (`handlers.ResourceHandlers` does the
+verbs). One catch-all route parses paths itself, so unknown paths, resources and methods get
+kube-apiserver's exact Status answers; one middleware turns every error into a Status (never
+a traceback). aiohttp cancels a handler whose client went away, which is how idle watches end.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from apiserver.metrics import Metrics
+from apiserver.rest import patch, tables
+from apiserver.rest.codec import dumps
+from apiserver.rest.discovery import (
+    AGGREGATED_TYPE,
+    GIT_VERSION,
+    Discovery,
+    version_info,
+    wants_aggregated,
+)
+from apiserver.rest.handlers import ResourceHandlers, Target
+from apiserver.rest.openapi import OpenAPI
+from apiserver.rest.status import (
+    Resource as StatusResource,
+)
+from apiserver.rest.status import (
+    RestError,
+    method_not_allowed,
+    not_found_path,
+    status_of,
+)
+from apiserver.server import ResourceService
+from apiserver.settings import Settings
+from tinykube.clock import Clock
+from tinykube.errors import TinykubeError
+
+log = logging.getLogger(__name__)
+
+# What a request is about, for the Status of an error raised while serving it.
+# What client-go asks /openapi/v2 for, and the type kube-apiserver answers it with.
+OPENAPI_V2_PROTOBUF_ACCEPT = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+OPENAPI_V2_PROTOBUF_TYPE = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+
+_RESOURCE = web.RequestKey("tinykube_resource", StatusResource)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# Named health checks: name -> "is it passing".
+HealthChecks = Callable[[], Mapping[str, bool]]
+
+
+class RestServer:
+    """Kubernetes' REST API over the kinds' `ResourceService`s."""
+
+    def __init__(
+        self,
+        services: Mapping[str, ResourceService],
+        *,
+        settings: Settings,
+        clock: Clock,
+        metrics: Metrics,
+        health: HealthChecks,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.health = health
+        self.discovery = Discovery()
+        self.openapi = OpenAPI(self.discovery.kinds, patch.patch_meta, version=GIT_VERSION)
+        self.handlers = ResourceHandlers(
+            services, settings=settings, clock=clock, patch=patch, tables=tables
+        )
+        self.app = web.Application(
+            middlewares=[self._errors],
+            client_max_size=settings.max_request_bytes + 1,
+        )
+        self.app.router.add_route("*", "/{path:.*}", self._route)
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+        self._address = ""
+        self._build_date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on host:port (0: any free port); returns the bound port."""
+        runner = web.AppRunner(
+            self.app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        addresses = runner.addresses
+        self.port = int(addresses[0][1]) if addresses else port
+        shown = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+        self._address = f"{shown}:{self.port}"
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # ---- errors -----------------------------------------------------------------------------
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status == 413:
+                err: BaseException = RestError(
+                    413,
+                    "RequestEntityTooLarge",
+                    f"Request entity too large: limit is {self.settings.max_request_bytes}",
+                )
+            elif exc.status == 404:
+                err = not_found_path()
+            elif exc.status == 405:
+                err = method_not_allowed()
+            else:
+                raise
+            return self._error_response(err, None)
+        except Exception as exc:
+            resource = request.get(_RESOURCE)
+            if not isinstance(exc, RestError | TinykubeError):
+                log.exception("REST %s %s failed", request.method, request.path)
+            return self._error_response(exc, resource)
+
+    def _error_response(self, exc: BaseException, resource: StatusResource | None) -> web.Response:
+        code, body, headers = status_of(exc, resource)
+        return web.Response(
+            status=code,
+            body=dumps(body),
+            headers={"Content-Type": "application/json", **headers},
+        )
+
+    # ---- routing ----------------------------------------------------------------------------
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        if len(path) > 1:
+            path = path.rstrip("/")
+        parts = [p for p in path.split("/") if p]
+        if not parts:
+            return self._json({"paths": self._paths()})
+        head = parts[0]
+        if head in ("api", "apis"):
+            return await self._api(request, parts)
+        if request.method not in ("GET", "HEAD"):
+            raise method_not_allowed()
+        if parts == ["version"]:
+            return self._json(
+                version_info(f"{platform.system().lower()}/{_arch()}", self._build_date)
+            )
+        if head in ("healthz", "livez", "readyz") and len(parts) <= 2:
+            return self._health(request, head, parts[1] if len(parts) == 2 else None)
+        if parts == ["metrics"]:
+            return web.Response(
+                body=generate_latest(self.metrics.registry),
+                headers={"Content-Type": CONTENT_TYPE_LATEST},
+            )
+        if head == "openapi":
+            return self._openapi(request, parts)
+        raise not_found_path()
+
+    def _paths(self) -> list[str]:
+        paths = ["/api", "/apis", "/healthz", "/livez", "/metrics", "/readyz", "/version"]
+        paths += ["/openapi/v2", "/openapi/v3"]
+        for gv in self.discovery.group_versions:
+            paths.append("/" + gv.path)
+            if gv.group:
+                paths.append(f"/apis/{gv.group}")
+        return sorted(set(paths))
+
+    def _json(self, data: Any, content_type: str = "application/json") -> web.Response:
+        return web.Response(body=dumps(data), headers={"Content-Type": content_type})
+
+    async def _api(self, request: web.Request, parts: list[str]) -> web.StreamResponse:
+        discovery = self.discovery
+        core = parts[0] == "api"
+        if core:
+            if len(parts) == 1 or parts[1] != "v1":
+                if len(parts) == 1:
+                    return self._discovery_root(request, core=True)
+                raise not_found_path()
+            group, version, rest = "", parts[1], parts[2:]
+        else:
+            if len(parts) == 1:
+                return self._discovery_root(request, core=False)
+            if len(parts) == 2:
+                self._only_get(request)
+                doc = discovery.api_group(parts[1])
+                if doc is None:
+                    raise not_found_path()
+                return self._json(doc)
+            group, version, rest = parts[1], parts[2], parts[3:]
+        gv = discovery.lookup(group, version)
+        if gv is None:
+            raise not_found_path()
+        if not rest:
+            self._only_get(request)
+            return self._json(discovery.resource_list(gv))
+        namespace: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            namespace, rest = rest[1], rest[2:]
+        if len(rest) > 3:
+            raise not_found_path()
+        resource = gv.resource(rest[0])
+        if resource is None:
+            raise not_found_path()
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if namespace is not None and not resource.namespaced:
+            raise not_found_path()
+        if resource.namespaced and namespace is None and name is not None:
+            raise not_found_path()
+        if sub is not None and resource.subresource(sub) is None:
+            raise not_found_path()
+        target = Target(resource, namespace, name, sub)
+        request[_RESOURCE] = StatusResource(resource.info, name or "", sub or "")
+        return await self.handlers.handle(request, target)
+
+    def _only_get(self, request: web.Request) -> None:
+        if request.method not in ("GET", "HEAD"):
+            raise method_not_allowed()
+
+    def _discovery_root(self, request: web.Request, *, core: bool) -> web.Response:
+        self._only_get(request)
+        if wants_aggregated(request.headers.get("Accept", "")):
+            response = self._json(self.discovery.aggregated(core), AGGREGATED_TYPE)
+        elif core:
+            response = self._json(self.discovery.api_versions(self._address))
+        else:
+            response = self._json(self.discovery.api_group_list())
+        response.headers["Vary"] = "Accept"
+        return response
+
+    # ---- health, OpenAPI --------------------------------------------------------------------
+
+    def _health(self, request: web.Request, endpoint: str, only: str | None) -> web.Response:
+        checks = {"ping": True, **self.health()}
+        if endpoint == "livez":
+            # Liveness is about this process; a sick etcd must not get the apiserver killed.
+            checks = {"ping": True}
+        if only is not None:
+            if only not in checks:
+                raise not_found_path()
+            ok = checks[only]
+            return web.Response(
+                status=200 if ok else 500,
+                text="ok" if ok else f"internal server error: {only} check failed",
+            )
+        ok = all(checks.values())
+        if "verbose" in request.query or not ok:
+            lines = [
+                f"[+]{name} ok" if passed else f"[-]{name} failed: reason withheld"
+                for name, passed in checks.items()
+            ]
+            lines.append(f"{endpoint} check {'passed' if ok else 'failed'}")
+            return web.Response(status=200 if ok else 500, text="\n".join(lines) + "\n")
+        return web.Response(text="ok")
+
+    def _openapi(self, request: web.Request, parts: list[str]) -> web.Response:
+        if parts == ["openapi", "v2"]:
+            # client-go asks for the protobuf form only and decodes it as protobuf.
+            if OPENAPI_V2_PROTOBUF_ACCEPT in request.headers.get("Accept", ""):
+                return web.Response(
+                    body=self.openapi.v2_protobuf(),
+                    headers={"Content-Type": OPENAPI_V2_PROTOBUF_TYPE},
+                )
+            return web.Response(
+                body=self.openapi.v2_json(), headers={"Content-Type": "application/json"}
+            )
+        if parts == ["openapi", "v3"]:
+            return web.Response(
+                body=self.openapi.v3_index(), headers={"Content-Type": "application/json"}
+            )
+        if len(parts) > 2 and parts[1] == "v3":
+            path = "/".join(parts[2:])
+            doc = self.openapi.v3_document(path)
+            if doc is None:
+                raise not_found_path()
+            digest = self.openapi.v3_hash(path)
+            headers = {"Content-Type": "application/json", "Etag": f'"{digest}"'}
+            # The index names each document by its hash, so a hashed URL never changes.
+            if request.query.get("hash") == digest:
+                headers["Cache-Control"] = "public, immutable"
+                headers["Expires"] = "Thu, 01 Jan 2099 00:00:00 GMT"
+            return web.Response(body=doc, headers=headers)
+        raise not_found_path()
+
+
+def _arch() -> str:
+    machine = platform.machine().lower()
+    return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)

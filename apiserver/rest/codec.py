@@ -1,0 +1,236 @@
+"""The REST front end's codec: Kubernetes JSON (and YAML) to and from tinykube's messages.
+
+Objects are printed by `tinykube.manifest.to_dict`'s rules (int64 as numbers, map keys sorted,
+empty fields left out) with `kind` and `apiVersion` first, as kube-apiserver writes them; lists
+and watch events are assembled from each object's JSON bytes, so the watch cache encodes an
+object version once (`KindCodec` is its `JsonEncoder`) and every LIST and REST watcher shares
+the bytes. Request bodies are JSON or YAML; unknown fields are refused, reported or dropped as
+`fieldValidation` asks, with the field paths Kubernetes prints. Media types (Accept and
+Content-Type) are parsed here too. Pure functions and immutable objects.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from google.protobuf.message import Message
+
+from tinykube.errors import BadRequestError
+from tinykube.kinds import KindInfo
+from tinykube.manifest import ManifestError, load_document, parse_as, to_dict
+
+JSON = "application/json"
+YAML = "application/yaml"
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+TABLE_GROUP = "meta.k8s.io"
+# Request body types for create and update.
+BODY_TYPES = (JSON, YAML)
+# What kube-apiserver names in 415/406 answers.
+ACCEPTED_TYPES = [JSON, YAML, PROTOBUF]
+
+
+def dumps(data: Any) -> bytes:
+    """Compact JSON, as kube-apiserver sends it."""
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class KindCodec:
+    """One kind's objects as Kubernetes JSON (the watch cache's JsonEncoder)."""
+
+    def __init__(self, info: KindInfo) -> None:
+        self.info = info
+        self._head = {"kind": info.kind, "apiVersion": info.api_version}
+        self._list_head = (
+            b'{"kind":"'
+            + info.kind.encode()
+            + b'List","apiVersion":"'
+            + info.api_version.encode()
+            + b'","metadata":'
+        )
+
+    def object_dict(self, obj: Message) -> dict[str, Any]:
+        data = to_dict(obj)
+        out: dict[str, Any] = dict(self._head)
+        for key, value in data.items():
+            if key not in ("kind", "apiVersion"):
+                out[key] = value
+        return out
+
+    def object_json(self, obj: Message) -> bytes:
+        return dumps(self.object_dict(obj))
+
+    def bookmark_json(self, revision: int, annotations: dict[str, str] | None = None) -> bytes:
+        meta: dict[str, Any] = {"resourceVersion": str(revision)}
+        if annotations:
+            meta["annotations"] = annotations
+        return dumps({**self._head, "metadata": meta})
+
+    def list_json(
+        self, resource_version: str, items: list[bytes], continue_token: str = ""
+    ) -> bytes:
+        """`<Kind>List` from the items' JSON bytes, without re-encoding them."""
+        meta: dict[str, Any] = {"resourceVersion": resource_version}
+        if continue_token:
+            meta["continue"] = continue_token
+        return self._list_head + dumps(meta) + b',"items":[' + b",".join(items) + b"]}"
+
+    def list_dict(
+        self, resource_version: str, items: list[dict[str, Any]], continue_token: str = ""
+    ) -> dict[str, Any]:
+        meta: dict[str, Any] = {"resourceVersion": resource_version}
+        if continue_token:
+            meta["continue"] = continue_token
+        return {
+            "kind": f"{self.info.kind}List",
+            "apiVersion": self.info.api_version,
+            "metadata": meta,
+            "items": items,
+        }
+
+    def decode(self, doc: dict[str, Any], validation: str) -> tuple[Message, list[str]]:
+        """A request body (already parsed) as a message, and the warnings to send.
+
+        `validation` is fieldValidation: Strict refuses unknown fields (400, Kubernetes'
+        "strict decoding error"), Warn drops them with one warning each, Ignore drops them.
+        """
+        info = self.info
+        api_version = doc.get("apiVersion")
+        if api_version not in (None, "", info.api_version):
+            raise BadRequestError(
+                f"the API version in the data ({api_version}) does not match the expected API "
+                f"version ({info.api_version})"
+            )
+        kind = doc.get("kind")
+        if kind not in (None, "", info.kind):
+            raise BadRequestError(
+                f"the kind in the data ({kind}) does not match the expected kind ({info.kind})"
+            )
+        try:
+            obj, unknown = parse_as(info, doc, drop_unknown=True)
+        except ManifestError as exc:
+            raise BadRequestError(
+                f'{info.kind} in version "{info.version}" cannot be handled as a {info.kind}: {exc}'
+            ) from exc
+        messages = [f'unknown field "{path}"' for path in unknown]
+        if messages and validation == "Strict":
+            raise BadRequestError("strict decoding error: " + ", ".join(messages))
+        return obj, messages if validation == "Warn" else []
+
+
+def parse_body(body: bytes, media_type: str) -> Any:
+    """A JSON or YAML request body as plain data; malformed input is a 400 with its position."""
+    if not body.strip():
+        raise BadRequestError("the request body is empty; an object is required")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequestError(f"the request body is not UTF-8: byte {exc.start}") from None
+    if media_type == YAML:
+        try:
+            return load_document(text)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+            raise BadRequestError(
+                f"error converting YAML to JSON: yaml: {where}{exc.problem or exc}"
+            ) from None
+        except yaml.YAMLError as exc:
+            raise BadRequestError(f"error converting YAML to JSON: yaml: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadRequestError(
+            f"couldn't get version/kind; json parse error: {exc.msg} at line {exc.lineno}, "
+            f"column {exc.colno} (offset {exc.pos})"
+        ) from None
+
+
+def parse_object_body(body: bytes, media_type: str) -> dict[str, Any]:
+    data = parse_body(body, media_type)
+    if not isinstance(data, dict):
+        raise BadRequestError(f"the request body must be an object, got {_json_type(data)}")
+    return data
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "null" if value is None else type(value).__name__
+
+
+# ---- media types ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MediaType:
+    """`type/subtype;k=v;...` with lower-cased type and parameter names."""
+
+    type: str
+    params: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return ";".join([self.type, *(f"{k}={v}" for k, v in self.params.items())])
+
+
+def parse_media_type(text: str) -> MediaType:
+    parts = [p.strip() for p in text.split(";")]
+    params: dict[str, str] = {}
+    for part in parts[1:]:
+        if "=" in part:
+            key, _, value = part.partition("=")
+            params[key.strip().lower()] = value.strip().strip('"')
+    return MediaType(parts[0].lower(), params)
+
+
+def parse_accept(header: str) -> list[MediaType]:
+    """The media ranges of an Accept header, in the client's order (q is ignored, as
+    kube-apiserver's negotiation effectively does for the types it serves)."""
+    return [parse_media_type(p) for p in header.split(",") if p.strip()]
+
+
+# What a GET/LIST/WATCH answer is printed as.
+AS_JSON = "json"
+AS_YAML = "yaml"
+AS_TABLE = "table"
+
+
+def negotiate(header: str, *, table: bool) -> str | None:
+    """AS_JSON, AS_YAML or AS_TABLE for an Accept header; None if none is acceptable.
+
+    `table` says whether a Table can be served here (a server-side printer exists).
+    Conversions tinykube does not offer (PartialObjectMetadata, protobuf) are skipped, so a
+    client that lists a fallback (kubectl always adds plain JSON) gets that instead.
+    """
+    if not header.strip():
+        return AS_JSON
+    for media in parse_accept(header):
+        as_ = media.params.get("as")
+        if as_ is not None:
+            if (
+                table
+                and as_ == "Table"
+                and media.params.get("g") == TABLE_GROUP
+                and media.params.get("v") == "v1"
+                and media.type in (JSON, "application/*", "*/*")
+            ):
+                return AS_TABLE
+            continue
+        if media.type in (JSON, "application/*", "*/*"):
+            return AS_JSON
+        if media.type == YAML:
+            return AS_YAML
+    return None
+
+
+def content_type_of(header: str) -> str:
+    """The bare media type of a Content-Type header ("" if absent)."""
+    return parse_media_type(header).type if header.strip() else ""

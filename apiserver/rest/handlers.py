@@ -1,0 +1,1076 @@
+"""The REST verbs of one resource: GET, LIST, WATCH, POST, PUT, PATCH, DELETE, deletecollection
+and the subresources (status, pods/binding, replicasets/scale), as kube-apiserver serves them.
+
+Each handler turns query parameters and a JSON/YAML body into the same request messages the
+gRPC services take and calls `ResourceService` (validation, defaults, storage, the watch cache
+and Bind's compare-and-swap exist only there); answers are encoded by `codec.KindCodec`.
+LIST from the watch cache and every REST watch reuse each object version's cached JSON.
+`dryRun=All` runs the kind's strategy (defaults, validation) without writing. Handlers run on
+the apiserver's event loop; a watch handler waits on its watcher's queue and ends at
+timeoutSeconds, when the client leaves (aiohttp cancels it), or with an ERROR event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import yaml
+from aiohttp import web
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from multidict import MultiMapping
+
+from apiserver.registry import generate_name
+from apiserver.rest import codec as codecs
+from apiserver.rest.codec import AS_JSON, AS_TABLE, AS_YAML, KindCodec, dumps
+from apiserver.rest.discovery import Resource
+from apiserver.rest.status import (
+    Resource as StatusResource,
+)
+from apiserver.rest.status import (
+    RestError,
+    method_not_allowed,
+    not_acceptable,
+    status_of,
+    success_body,
+    too_large,
+    unsupported_media_type,
+)
+from apiserver.server import ResourceService
+from apiserver.settings import Settings
+from apiserver.watchcache import encode_json_event
+from tinykube.clock import Clock
+from tinykube.errors import (
+    AlreadyExistsError,
+    BadRequestError,
+    ConflictError,
+    FieldError,
+    InvalidError,
+    NotFoundError,
+    PreconditionFailedError,
+    ResourceExpiredError,
+    TinykubeError,
+)
+from tinykube.kinds import POD, REPLICA_SET
+from tinykube.v1 import meta_pb2, pod_pb2
+
+APPLY_PATCH = "application/apply-patch+yaml"
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+# Attempts of a PATCH that loses a race with another writer (Kubernetes retries too).
+_PATCH_ATTEMPTS = 5
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A parsed resource path."""
+
+    resource: Resource
+    namespace: str | None  # None: a cluster-scoped resource, or all namespaces
+    name: str | None = None
+    subresource: str | None = None
+
+
+class Query:
+    """Query parameters, converted strictly: garbage is a 400 naming the parameter."""
+
+    _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+    _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False", ""})
+
+    def __init__(self, query: MultiMapping[str]) -> None:
+        self.query = query
+
+    def text(self, name: str) -> str:
+        return self.query.get(name, "")
+
+    def has(self, name: str) -> bool:
+        return name in self.query
+
+    def flag(self, name: str) -> bool:
+        text = self.query.get(name)
+        if text is None:
+            return False
+        if text in self._TRUE:
+            return True
+        if text in self._FALSE:
+            return False
+        raise BadRequestError(
+            f'invalid value "{text}" for query parameter {name}: strconv.ParseBool: parsing '
+            f'"{text}": invalid syntax'
+        )
+
+    def number(self, name: str) -> int | None:
+        text = self.query.get(name)
+        if text is None or text == "":
+            return None
+        try:
+            return int(text, 10)
+        except ValueError:
+            raise BadRequestError(
+                f'invalid value "{text}" for query parameter {name}: strconv.ParseInt: '
+                f'parsing "{text}": invalid syntax'
+            ) from None
+
+    def choice(self, name: str, allowed: Sequence[str], default: str) -> str:
+        text = self.query.get(name)
+        if text is None or text == "":
+            return default
+        if text not in allowed:
+            shown = ", ".join(f'"{a}"' for a in allowed)
+            raise BadRequestError(f'{name}: Unsupported value: "{text}": supported values: {shown}')
+        return text
+
+
+_M = TypeVar("_M", bound=Message)
+
+
+def message_from(cls: type[_M], data: Mapping[str, Any]) -> _M:
+    """A request message from its JSON (lowerCamel) form: independent of Python field names."""
+    msg = cls()
+    json_format.ParseDict(dict(data), msg, ignore_unknown_fields=False)
+    return msg
+
+
+def _list_options_invalid(field: str, message: str) -> RestError:
+    text = f'ListOptions.meta.k8s.io "" is invalid: {field}: {message}'
+    details = {
+        "group": "meta.k8s.io",
+        "kind": "ListOptions",
+        "causes": [{"reason": "FieldValueForbidden", "message": message, "field": field}],
+    }
+    return RestError(422, "Invalid", text, details)
+
+
+def _delete_options_invalid(field: str, message: str, reason: str) -> RestError:
+    text = f'DeleteOptions.meta.k8s.io "" is invalid: {field}: {message}'
+    details = {
+        "group": "meta.k8s.io",
+        "kind": "DeleteOptions",
+        "causes": [{"reason": reason, "message": message, "field": field}],
+    }
+    return RestError(422, "Invalid", text, details)
+
+
+def label_selector_text(selector: Mapping[str, Any]) -> str:
+    """A LabelSelector object as the string Kubernetes prints (Scale's status.selector)."""
+    parts: list[tuple[str, str]] = []
+    for key, value in (selector.get("matchLabels") or {}).items():
+        parts.append((key, f"{key}={value}"))
+    for expr in selector.get("matchExpressions") or []:
+        key = expr.get("key", "")
+        op = expr.get("operator", "")
+        values = ",".join(sorted(expr.get("values") or []))
+        if op == "In":
+            parts.append((key, f"{key} in ({values})"))
+        elif op == "NotIn":
+            parts.append((key, f"{key} notin ({values})"))
+        elif op == "Exists":
+            parts.append((key, key))
+        elif op == "DoesNotExist":
+            parts.append((key, f"!{key}"))
+    return ",".join(text for _, text in sorted(parts))
+
+
+class ResourceHandlers:
+    """The verbs of every resource (stored or always-empty), over the kinds' services."""
+
+    def __init__(
+        self,
+        services: Mapping[str, ResourceService],
+        *,
+        settings: Settings,
+        clock: Clock,
+        patch: Any = None,
+        tables: Any = None,
+    ) -> None:
+        self.services = services
+        self.settings = settings
+        self.clock = clock
+        self.patch = patch
+        self.tables = tables
+        self.codecs = {kind: KindCodec(s.info) for kind, s in services.items()}
+        # A REST watch without timeoutSeconds ends after this long, jittered up to twice it
+        # (kube-apiserver's --min-request-timeout) so reconnects of many watches spread out.
+        self.watch_timeout = settings.rest_watch_timeout_seconds
+
+    # ---- entry ------------------------------------------------------------------------------
+
+    async def handle(self, request: web.Request, target: Target) -> web.StreamResponse:
+        method = request.method
+        q = Query(request.query)
+        res = target.resource
+        if res.info is None:
+            return await self._unmodeled(request, target, q)
+        service = self.services[res.info.kind]
+        sub = target.subresource
+        if target.name is None:
+            if method == "GET":
+                if q.flag("watch"):
+                    return await self.watch(request, target, q, service)
+                return await self.list_collection(request, target, q, service)
+            if method == "POST" and (target.namespace is not None or not res.namespaced):
+                return await self.create(request, target, q, service)
+            if method == "DELETE" and (target.namespace is not None or not res.namespaced):
+                return await self.delete_collection(request, target, q, service)
+            raise method_not_allowed()
+        if sub is None:
+            if method == "GET":
+                return await self.get(request, target, q, service)
+            if method == "PUT":
+                return await self.update(request, target, q, service, status=False)
+            if method == "PATCH":
+                return await self.patch_object(request, target, q, service, status=False)
+            if method == "DELETE":
+                return await self.delete(request, target, q, service)
+            raise method_not_allowed()
+        if sub == "status":
+            if method == "GET":
+                return await self.get(request, target, q, service)
+            if method == "PUT":
+                return await self.update(request, target, q, service, status=True)
+            if method == "PATCH":
+                return await self.patch_object(request, target, q, service, status=True)
+            raise method_not_allowed()
+        if sub == "binding" and res.info.kind == POD.kind:
+            if method == "POST":
+                return await self.bind(request, target, q, service)
+            raise method_not_allowed()
+        if sub == "scale" and res.info.kind == REPLICA_SET.kind:
+            if method == "GET":
+                return await self.get_scale(request, target, q, service)
+            if method in ("PUT", "PATCH"):
+                return await self.update_scale(request, target, q, service)
+            raise method_not_allowed()
+        raise method_not_allowed()
+
+    # ---- shared pieces ----------------------------------------------------------------------
+
+    def _status_resource(self, target: Target) -> StatusResource:
+        return StatusResource(target.resource.info, target.name or "", target.subresource or "")
+
+    def _accept(self, request: web.Request, *, table: bool) -> str:
+        fmt = codecs.negotiate(
+            request.headers.get("Accept", ""), table=table and self.tables is not None
+        )
+        if fmt is None:
+            accepted = list(codecs.ACCEPTED_TYPES)
+            if table and self.tables is not None:
+                accepted.insert(0, "application/json;as=Table;v=v1;g=meta.k8s.io")
+            raise not_acceptable(accepted)
+        return fmt
+
+    def _respond(
+        self,
+        fmt: str,
+        body: bytes,
+        *,
+        code: int = 200,
+        warnings: Sequence[str] = (),
+    ) -> web.Response:
+        if fmt == AS_YAML:
+            text = yaml.safe_dump(json.loads(body), sort_keys=False, default_flow_style=False)
+            resp = web.Response(
+                status=code, body=text.encode(), headers={"Content-Type": codecs.YAML}
+            )
+        elif fmt == AS_TABLE:
+            resp = web.Response(
+                status=code,
+                body=body,
+                headers={"Content-Type": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+            )
+        else:
+            resp = web.Response(status=code, body=body, headers={"Content-Type": codecs.JSON})
+        for text in warnings:
+            resp.headers.add("Warning", '299 - "' + text.replace('"', '\\"') + '"')
+        return resp
+
+    def _table(
+        self,
+        target: Target,
+        q: Query,
+        objects: Sequence[dict[str, Any]],
+        resource_version: str,
+        continue_token: str = "",
+    ) -> bytes:
+        include = q.choice("includeObject", ("None", "Metadata", "Object"), "Metadata")
+        assert target.resource.info is not None
+        table = self.tables.table(
+            target.resource.info,
+            objects,
+            resource_version=resource_version,
+            continue_token=continue_token,
+            include_object=include,
+            now=self.clock.now(),
+        )
+        return dumps(table)
+
+    async def _body(self, request: web.Request, allowed: Sequence[str]) -> tuple[bytes, str]:
+        """The request body (within the size limit) and its media type."""
+        media = codecs.content_type_of(request.headers.get("Content-Type", "")) or codecs.JSON
+        if media not in allowed:
+            raise unsupported_media_type(list(allowed))
+        limit = self.settings.max_request_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise too_large(limit)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise too_large(limit) from None
+        if len(body) > limit:
+            raise too_large(limit)
+        return body, media
+
+    async def _decoded(
+        self, request: web.Request, target: Target, q: Query
+    ) -> tuple[Message, list[str]]:
+        body, media = await self._body(request, codecs.BODY_TYPES)
+        assert target.resource.info is not None
+        doc = codecs.parse_object_body(body, media)
+        validation = q.choice("fieldValidation", ("Strict", "Warn", "Ignore"), "Warn")
+        return self.codecs[target.resource.info.kind].decode(doc, validation)
+
+    def _dry_run(self, q: Query) -> bool:
+        values = self.query_all(q, "dryRun")
+        for value in values:
+            if value != "All":
+                raise BadRequestError(
+                    f'dryRun: Unsupported value: "{value}": supported values: "All"'
+                )
+        return bool(values)
+
+    @staticmethod
+    def query_all(q: Query, name: str) -> list[str]:
+        return [v for v in q.query.getall(name, []) if v != ""]
+
+    def _namespace_for(self, target: Target, obj: Message) -> None:
+        """Fill or check the object's namespace against the path's (Kubernetes' rules)."""
+        meta = obj.metadata  # type: ignore[attr-defined]
+        if not target.resource.namespaced:
+            meta.namespace = ""
+            return
+        assert target.namespace is not None
+        if not meta.namespace:
+            meta.namespace = target.namespace
+        elif meta.namespace != target.namespace:
+            raise BadRequestError(
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request"
+            )
+
+    def _object(self, target: Target, obj: Message) -> bytes:
+        assert target.resource.info is not None
+        return self.codecs[target.resource.info.kind].object_json(obj)
+
+    def _object_dict(self, target: Target, obj: Message) -> dict[str, Any]:
+        assert target.resource.info is not None
+        return self.codecs[target.resource.info.kind].object_dict(obj)
+
+    async def _answer_object(
+        self,
+        request: web.Request,
+        target: Target,
+        q: Query,
+        obj: Message,
+        *,
+        code: int = 200,
+        warnings: Sequence[str] = (),
+    ) -> web.Response:
+        fmt = self._accept(request, table=True)
+        if fmt == AS_TABLE:
+            data = self._object_dict(target, obj)
+            rv = str(data.get("metadata", {}).get("resourceVersion", ""))
+            return self._respond(fmt, self._table(target, q, [data], rv), code=code)
+        return self._respond(fmt, self._object(target, obj), code=code, warnings=warnings)
+
+    # ---- GET / LIST -------------------------------------------------------------------------
+
+    async def get(
+        self, request: web.Request, target: Target, q: Query, service: ResourceService
+    ) -> web.Response:
+        req = message_from(
+            meta_pb2.GetRequest, {"namespace": target.namespace or "", "name": target.name}
+        )
+        obj = await service.get(req, None)
+        return await self._answer_object(request, target, q, obj)
+
+    def _list_request(self, target: Target, q: Query, *, watch: bool) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "namespace": target.namespace or "",
+            "labelSelector": q.text("labelSelector"),
+            "fieldSelector": q.text("fieldSelector"),
+            "resourceVersion": q.text("resourceVersion"),
+        }
+        if watch:
+            data["allowWatchBookmarks"] = q.flag("allowWatchBookmarks")
+        return data
+
+    async def list_collection(
+        self, request: web.Request, target: Target, q: Query, service: ResourceService
+    ) -> web.Response:
+        fmt = self._accept(request, table=True)
+        limit = q.number("limit") or 0
+        if limit < 0:
+            raise BadRequestError(f"invalid limit {limit}: must not be negative")
+        token = q.text("continue")
+        rv = q.text("resourceVersion")
+        match = q.text("resourceVersionMatch")
+        data = self._list_request(target, q, watch=False)
+        data["limit"] = str(limit)
+        if match:
+            if match not in ("Exact", "NotOlderThan"):
+                raise _list_options_invalid(
+                    "resourceVersionMatch",
+                    f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan"',
+                )
+            if not rv:
+                raise _list_options_invalid(
+                    "resourceVersionMatch",
+                    "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is "
+                    "provided",
+                )
+            if token:
+                raise _list_options_invalid(
+                    "resourceVersionMatch",
+                    "Forbidden: resourceVersionMatch is forbidden when continue is provided",
+                )
+            if match == "Exact" and rv == "0":
+                raise _list_options_invalid(
+                    "resourceVersionMatch",
+                    'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+                )
+        exact = match == "Exact"
+        if exact:
+            try:
+                revision = int(rv)
+            except ValueError:
+                raise BadRequestError(f'invalid resourceVersion "{rv}"') from None
+            # A list at one etcd revision is what a continue token from the start means.
+            token = service.continue_token_at(target.namespace or "", revision)
+            data["resourceVersion"] = ""
+        if token:
+            data["continue"] = token
+        req = message_from(meta_pb2.ListRequest, data)
+        try:
+            revision_text, items, next_token = await service.list_objects(req)
+        except ResourceExpiredError:
+            if exact:
+                raise ResourceExpiredError(
+                    "The resourceVersion for the provided list is too old."
+                ) from None
+            raise
+        assert target.resource.info is not None
+        kcodec = self.codecs[target.resource.info.kind]
+        codec = service.codec
+        if fmt == AS_TABLE:
+            objects = [json.loads(codec.object_json(o)) for o in items]
+            body = self._table(target, q, objects, revision_text, next_token)
+            return self._respond(fmt, body)
+        body = kcodec.list_json(revision_text, [codec.object_json(o) for o in items], next_token)
+        return self._respond(fmt, body)
+
+    # ---- WATCH ------------------------------------------------------------------------------
+
+    def _timeout(self, q: Query) -> float:
+        seconds = q.number("timeoutSeconds")
+        if seconds is not None:
+            if seconds < 0:
+                raise BadRequestError(f"invalid timeoutSeconds {seconds}: must not be negative")
+            if seconds > 0:
+                return float(seconds)
+        return self.watch_timeout * (1 + random.random())
+
+    async def watch(
+        self, request: web.Request, target: Target, q: Query, service: ResourceService
+    ) -> web.StreamResponse:
+        fmt = self._accept(request, table=True)
+        if fmt == AS_YAML:
+            fmt = AS_JSON  # watch streams are JSON lines (kube-apiserver has no YAML framing)
+        timeout = self._timeout(q)
+        initial_end = q.flag("sendInitialEvents")
+        bookmarks = q.flag("allowWatchBookmarks")
+        rv = q.text("resourceVersion")
+        if initial_end and q.text("resourceVersionMatch") != "NotOlderThan":
+            raise _list_options_invalid(
+                "resourceVersionMatch",
+                "Forbidden: sendInitialEvents requires setting resourceVersionMatch to "
+                "NotOlderThan",
+            )
+        if q.has("sendInitialEvents") and not initial_end and rv in ("", "0"):
+            # sendInitialEvents=false from "now": no synthetic ADDED events.
+            rv = str(service.cache.revision)
+        data = self._list_request(target, q, watch=True)
+        data["resourceVersion"] = rv
+        req = message_from(meta_pb2.WatchRequest, data)
+        assert target.resource.info is not None
+        kcodec = self.codecs[target.resource.info.kind]
+        try:
+            watcher, initial = await service.open_watch(req, json=True)
+        except ResourceExpiredError as exc:
+            # As kube-apiserver's watch cache: the stream opens and carries one ERROR event.
+            resp = await self._start_stream(request, fmt)
+            await resp.write(self._error_event(exc, target))
+            return resp
+        start_revision = watcher.last_revision
+        try:
+            resp = await self._start_stream(request, fmt)
+            lines = [line for line, _ in initial]
+            del initial
+            if initial_end and bookmarks:
+                end = kcodec.bookmark_json(start_revision, {INITIAL_EVENTS_END: "true"})
+                lines.append(encode_json_event("BOOKMARK", end))
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while True:
+                if lines:
+                    if fmt == AS_TABLE:
+                        await resp.write(self._table_events(target, q, lines))
+                    else:
+                        await resp.write(b"".join(lines))
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    async with asyncio.timeout(remaining):
+                        queued = await watcher.drain_events()
+                except TimeoutError:
+                    break
+                except TinykubeError as exc:
+                    await resp.write(self._error_event(exc, target))
+                    break
+                if not queued:
+                    break
+                lines = [line for line, _ in queued]
+            return resp
+        finally:
+            service.cache.unregister(watcher)
+
+    async def _start_stream(self, request: web.Request, fmt: str) -> web.StreamResponse:
+        content_type = (
+            "application/json;as=Table;v=v1;g=meta.k8s.io" if fmt == AS_TABLE else codecs.JSON
+        )
+        resp = web.StreamResponse(status=200, headers={"Content-Type": content_type})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        return resp
+
+    def _error_event(self, exc: BaseException, target: Target) -> bytes:
+        _, body, _ = status_of(exc, self._status_resource(target))
+        return encode_json_event("ERROR", dumps(body))
+
+    def _table_events(self, target: Target, q: Query, lines: list[bytes]) -> bytes:
+        out: list[bytes] = []
+        for line in lines:
+            event = json.loads(line)
+            obj = event["object"]
+            if event["type"] in ("ERROR", "BOOKMARK"):
+                out.append(line)
+                continue
+            rv = str(obj.get("metadata", {}).get("resourceVersion", ""))
+            table = self._table(target, q, [obj], rv)
+            out.append(b'{"type":"' + event["type"].encode() + b'","object":' + table + b"}\n")
+        return b"".join(out)
+
+    # ---- POST / PUT -------------------------------------------------------------------------
+
+    async def create(
+        self, request: web.Request, target: Target, q: Query, service: ResourceService
+    ) -> web.Response:
+        dry_run = self._dry_run(q)
+        obj, warnings = await self._decoded(request, target, q)
+        self._namespace_for(target, obj)
+        info = service.info
+        if dry_run:
+            created = await self._dry_run_create(service, obj)
+        else:
+            created = await service.create(info.create_request(**{info.request_field: obj}), None)
+        return await self._answer_object(request, target, q, created, code=201, warnings=warnings)
+
+    async def _dry_run_create(self, service: ResourceService, obj: Message) -> Message:
+        meta = obj.metadata  # type: ignore[attr-defined]
+        service.strategy.prepare_for_create(obj, self.clock.now())
+        if not meta.name and meta.generateName:
+            meta.name = generate_name(meta.generateName)
+        errors = service.strategy.validate_create(obj)
+        if service.allocator is not None:
+            errors += service.allocator.validate(obj.spec)  # type: ignore[attr-defined]
+        if errors:
+            raise InvalidError.for_object(service.info.kind, meta.name, errors)
+        req = message_from(meta_pb2.GetRequest, {"namespace": meta.namespace, "name": meta.name})
+        with contextlib.suppress(NotFoundError):
+            await service.get(req, None)
+            raise AlreadyExistsError(f'{service.info.plural} "{meta.name}" already exists')
+        return obj
+
+    def _check_name(self, target: Target, obj: Message) -> None:
+        meta = obj.metadata  # type: ignore[attr-defined]
+        if not meta.name:
+            meta.name = target.name
+        elif meta.name != target.name:
+            raise BadRequestError(
+                f"the name of the object ({meta.name}) does not match the name on the URL "
+                f"({target.name})"
+            )
+
+    async def update(
+        self,
+        request: web.Request,
+        target: Target,
+        q: Query,
+        service: ResourceService,
+        *,
+        status: bool,
+    ) -> web.Response:
+        dry_run = self._dry_run(q)
+        obj, warnings = await self._decoded(request, target, q)
+        self._check_name(target, obj)
+        self._namespace_for(target, obj)
+        updated = await self._write(service, obj, status=status, dry_run=dry_run)
+        return await self._answer_object(request, target, q, updated, warnings=warnings)
+
+    async def _write(
+        self, service: ResourceService, obj: Message, *, status: bool, dry_run: bool
+    ) -> Message:
+        info = service.info
+        if dry_run:
+            return await self._dry_run_update(service, obj, status=status)
+        req = info.update_request(**{info.request_field: obj})
+        if status:
+            return await service.update_status(req, None)
+        return await service.update(req, None)
+
+    async def _dry_run_update(
+        self, service: ResourceService, obj: Message, *, status: bool
+    ) -> Message:
+        meta = obj.metadata  # type: ignore[attr-defined]
+        req = message_from(meta_pb2.GetRequest, {"namespace": meta.namespace, "name": meta.name})
+        old = await service.get(req, None)
+        codec = KindCodec(service.info)
+        new_rv = codec.object_dict(obj).get("metadata", {}).get("resourceVersion", "")
+        old_rv = codec.object_dict(old).get("metadata", {}).get("resourceVersion", "")
+        if new_rv and new_rv != old_rv:
+            raise ConflictError(
+                f'Operation cannot be fulfilled on {service.info.plural} "{meta.name}": the '
+                "object has been modified; please apply your changes to the latest version and "
+                "try again"
+            )
+        strategy = service.strategy
+        if status:
+            new = strategy.prepare_for_status_update(obj, old)
+            errors = strategy.validate_status_update(new, old)
+        else:
+            new = type(obj)()
+            new.CopyFrom(obj)
+            strategy.prepare_for_update(new, old)
+            errors = strategy.validate_update(new, old)
+        if errors:
+            raise InvalidError.for_object(service.info.kind, meta.name, errors)
+        return new
+
+    # ---- PATCH ------------------------------------------------------------------------------
+
+    def _patch_type(self, request: web.Request) -> str:
+        media = codecs.content_type_of(request.headers.get("Content-Type", ""))
+        accepted = sorted(self.patch.PATCH_CONTENT_TYPES) if self.patch is not None else []
+        if media not in accepted:
+            raise unsupported_media_type(accepted)
+        return media
+
+    async def _patch_body(self, request: web.Request) -> tuple[bytes, str]:
+        media = self._patch_type(request)
+        body, _ = await self._body(request, [media])
+        return body, media
+
+    async def patch_object(
+        self,
+        request: web.Request,
+        target: Target,
+        q: Query,
+        service: ResourceService,
+        *,
+        status: bool,
+    ) -> web.Response:
+        body, media = await self._patch_body(request)
+        dry_run = self._dry_run(q)
+        validation = q.choice("fieldValidation", ("Strict", "Warn", "Ignore"), "Warn")
+        info = service.info
+        kcodec = self.codecs[info.kind]
+        get = message_from(
+            meta_pb2.GetRequest, {"namespace": target.namespace or "", "name": target.name}
+        )
+        for attempt in range(_PATCH_ATTEMPTS):
+            current: Message | None
+            try:
+                current = await service.get(get, None)
+            except NotFoundError:
+                if media != APPLY_PATCH or status:
+                    raise
+                original: dict[str, Any] = {}
+                current = None
+            else:
+                original = kcodec.object_dict(current)
+            patched: Any
+            patched = self.patch.apply_patch(media, original, body, info.message.DESCRIPTOR)
+            if not isinstance(patched, dict):
+                raise BadRequestError("the patch must produce an object")
+            obj, warnings = kcodec.decode(patched, validation)
+            self._check_name(target, obj)
+            self._namespace_for(target, obj)
+            if current is None:
+                if dry_run:
+                    created = await self._dry_run_create(service, obj)
+                else:
+                    created = await service.create(
+                        info.create_request(**{info.request_field: obj}), None
+                    )
+                return await self._answer_object(
+                    request, target, q, created, code=201, warnings=warnings
+                )
+            ours = original.get("metadata", {}).get("resourceVersion", "")
+            theirs = patched.get("metadata", {}).get("resourceVersion", "")
+            try:
+                updated = await self._write(service, obj, status=status, dry_run=dry_run)
+            except ConflictError:
+                # Only a race with another writer is retried; a resourceVersion the patch
+                # itself names is the client's precondition.
+                if theirs != ours or attempt == _PATCH_ATTEMPTS - 1:
+                    raise
+                continue
+            return await self._answer_object(request, target, q, updated, warnings=warnings)
+        raise AssertionError("unreachable")
+
+    # ---- DELETE -----------------------------------------------------------------------------
+
+    async def _delete_options(self, request: web.Request, q: Query) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if request.can_read_body:
+            body, media = await self._body(request, codecs.BODY_TYPES)
+            if body.strip():
+                options = codecs.parse_object_body(body, media)
+        grace = q.number("gracePeriodSeconds")
+        if grace is not None:
+            options["gracePeriodSeconds"] = grace
+        if q.has("propagationPolicy"):
+            options["propagationPolicy"] = q.text("propagationPolicy")
+        policy = options.get("propagationPolicy")
+        if policy not in (None, "Foreground", "Background", "Orphan"):
+            raise _delete_options_invalid(
+                "propagationPolicy",
+                f'Unsupported value: "{policy}": supported values: "Foreground", "Background", '
+                '"Orphan"',
+                "FieldValueNotSupported",
+            )
+        grace_value = options.get("gracePeriodSeconds")
+        if grace_value is not None and (not isinstance(grace_value, int) or grace_value < 0):
+            raise _delete_options_invalid(
+                "gracePeriodSeconds",
+                f"Invalid value: {json.dumps(grace_value)}: must be greater than or equal to 0",
+                "FieldValueInvalid",
+            )
+        pre = options.get("preconditions")
+        if pre is not None and not isinstance(pre, dict):
+            raise BadRequestError("preconditions: expected an object")
+        return options
+
+    def _delete_request(
+        self, namespace: str, name: str, options: Mapping[str, Any]
+    ) -> meta_pb2.DeleteRequest:
+        data: dict[str, Any] = {"namespace": namespace, "name": name}
+        if options.get("gracePeriodSeconds") is not None:
+            data["gracePeriodSeconds"] = options["gracePeriodSeconds"]
+        pre = options.get("preconditions") or {}
+        pre = {k: v for k, v in pre.items() if k in ("uid", "resourceVersion") and v}
+        if pre:
+            data["preconditions"] = pre
+        return message_from(meta_pb2.DeleteRequest, data)
+
+    async def _delete_one(
+        self,
+        service: ResourceService,
+        namespace: str,
+        name: str,
+        options: Mapping[str, Any],
+        dry_run: bool,
+    ) -> Message:
+        req = self._delete_request(namespace, name, options)
+        if dry_run:
+            get = message_from(meta_pb2.GetRequest, {"namespace": namespace, "name": name})
+            return await service.get(get, None)
+        return await service.delete(req, None)
+
+    async def delete(
+        self, request: web.Request, target: Target, q: Query, service: ResourceService
+    ) -> web.Response:
+        dry_run = self._dry_run(q)
+        options = await self._delete_options(request, q)
+        assert target.name is not None
+        obj = await self._delete_one(service, target.namespace or "", target.name, options, dry_run)
+        data = self._object_dict(target, obj)
+        pending = "deletionTimestamp" in data.get("metadata", {})
+        fmt = self._accept(request, table=False)
+        if pending or service.info.kind == POD.kind:
+            # Kubernetes answers with the object while it is still there (graceful deletion,
+            # finalizers) and always for pods; otherwise with a Success Status.
+            return self._respond(fmt, dumps(data))
+        details: dict[str, Any] = {"name": target.name}
+        if service.info.group:
+            details["group"] = service.info.group
+        details["kind"] = service.info.plural
+        uid = data.get("metadata", {}).get("uid")
+        if uid:
+            details["uid"] = uid
+        return self._respond(fmt, dumps(success_body(200, details)))
+
+    async def delete_collection(
+        self, request: web.Request, target: Target, q: Query, service: ResourceService
+    ) -> web.Response:
+        dry_run = self._dry_run(q)
+        options = await self._delete_options(request, q)
+        fmt = self._accept(request, table=False)
+        data = self._list_request(target, q, watch=False)
+        req = message_from(meta_pb2.ListRequest, data)
+        revision, items, _ = await service.list_objects(req)
+        deleted: list[dict[str, Any]] = []
+        kcodec = self.codecs[service.info.kind]
+        for item in items:
+            meta = item.obj.metadata  # type: ignore[attr-defined]
+            try:
+                obj = await self._delete_one(service, meta.namespace, meta.name, options, dry_run)
+            except NotFoundError:
+                continue  # deleted meanwhile: that is what was asked
+            deleted.append(kcodec.object_dict(obj))
+        return self._respond(fmt, dumps(kcodec.list_dict(revision, deleted)))
+
+    # ---- pods/binding -----------------------------------------------------------------------
+
+    async def bind(
+        self, request: web.Request, target: Target, q: Query, service: ResourceService
+    ) -> web.Response:
+        dry_run = self._dry_run(q)
+        body, media = await self._body(request, codecs.BODY_TYPES)
+        doc = codecs.parse_object_body(body, media)
+        if doc.get("kind") not in (None, "", "Binding"):
+            raise BadRequestError(
+                f"the kind in the data ({doc.get('kind')}) does not match the expected kind "
+                "(Binding)"
+            )
+        binding = {k: v for k, v in doc.items() if k in ("metadata", "target")}
+        meta = binding.setdefault("metadata", {}) or {}
+        binding["metadata"] = meta
+        if meta.get("name") not in (None, "", target.name):
+            raise BadRequestError("the name of the object does not match the name on the URL")
+        meta["name"] = target.name
+        if meta.get("namespace") not in (None, "", target.namespace):
+            raise BadRequestError(
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request"
+            )
+        meta["namespace"] = target.namespace
+        try:
+            msg = pod_pb2.Binding()
+            json_format.ParseDict(binding, msg, ignore_unknown_fields=True)
+        except json_format.ParseError as exc:
+            raise BadRequestError(
+                f'Binding in version "v1" cannot be handled as a Binding: {exc}'
+            ) from None
+        res = StatusResource(service.info, target.name or "", "binding")
+        try:
+            if dry_run:
+                await self._dry_run_bind(service, msg)
+            else:
+                await service.bind(pod_pb2.BindRequest(binding=msg), None)
+        except (AlreadyExistsError, PreconditionFailedError) as exc:
+            raise self._binding_conflict(exc, res) from exc
+        fmt = self._accept(request, table=False)
+        return self._respond(fmt, dumps(success_body(201)), code=201)
+
+    @staticmethod
+    def _binding_conflict(exc: TinykubeError, res: StatusResource) -> RestError:
+        # kube-apiserver reports every refused binding as a Conflict: on pods/binding when the
+        # pod is bound or terminating, on pods when a precondition (uid) fails.
+        on = "pods" if exc.message.startswith("Precondition failed") else "pods/binding"
+        message = f'Operation cannot be fulfilled on {on} "{res.name}": {exc.message}'
+        return RestError(409, "Conflict", message, {"name": res.name, "kind": on})
+
+    async def _dry_run_bind(self, service: ResourceService, binding: Message) -> None:
+        meta = binding.metadata  # type: ignore[attr-defined]
+        req = message_from(meta_pb2.GetRequest, {"namespace": meta.namespace, "name": meta.name})
+        pod = await service.get(req, None)
+        data = KindCodec(service.info).object_dict(pod)
+        node = data.get("spec", {}).get("nodeName")
+        if node:
+            raise AlreadyExistsError(
+                f"pod {meta.namespace}/{meta.name} is already assigned to node {node}"
+            )
+        if not binding.target.name:  # type: ignore[attr-defined]
+            raise InvalidError.for_object(
+                "Binding", meta.name, [FieldError("target.name", "Required value")]
+            )
+
+    # ---- replicasets/scale ------------------------------------------------------------------
+
+    def _scale(self, rs: dict[str, Any]) -> dict[str, Any]:
+        meta = rs.get("metadata", {})
+        scale_meta = {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if k in meta
+        }
+        status: dict[str, Any] = {"replicas": rs.get("status", {}).get("replicas", 0)}
+        selector = label_selector_text(rs.get("spec", {}).get("selector") or {})
+        if selector:
+            status["selector"] = selector
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": scale_meta,
+            "spec": {"replicas": rs.get("spec", {}).get("replicas", 0)},
+            "status": status,
+        }
+
+    async def _get_rs(self, target: Target, service: ResourceService) -> dict[str, Any]:
+        get = message_from(
+            meta_pb2.GetRequest, {"namespace": target.namespace or "", "name": target.name}
+        )
+        rs = await service.get(get, None)
+        return self.codecs[service.info.kind].object_dict(rs)
+
+    async def get_scale(
+        self, request: web.Request, target: Target, q: Query, service: ResourceService
+    ) -> web.Response:
+        rs = await self._get_rs(target, service)
+        fmt = self._accept(request, table=False)
+        return self._respond(fmt, dumps(self._scale(rs)))
+
+    async def update_scale(
+        self, request: web.Request, target: Target, q: Query, service: ResourceService
+    ) -> web.Response:
+        if request.method == "PATCH":
+            media = self._patch_type(request)
+            body, _ = await self._body(request, [media])
+            if media == STRATEGIC_PATCH:
+                media = MERGE_PATCH  # Scale has no lists: a strategic merge is a merge
+        else:
+            body, media = await self._body(request, codecs.BODY_TYPES)
+        dry_run = self._dry_run(q)
+        kcodec = self.codecs[service.info.kind]
+        for attempt in range(_PATCH_ATTEMPTS):
+            rs = await self._get_rs(target, service)
+            scale = self._scale(rs)
+            if request.method == "PATCH":
+                if media == APPLY_PATCH:
+                    raise unsupported_media_type([JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH])
+                new_scale = self.patch.apply_patch(media, scale, body, None)
+            else:
+                new_scale = codecs.parse_object_body(body, media)
+            if not isinstance(new_scale, dict):
+                raise BadRequestError("the Scale must be an object")
+            replicas = (new_scale.get("spec") or {}).get("replicas", 0)
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+                raise InvalidError(
+                    f'Scale.autoscaling "{target.name}" is invalid: spec.replicas: Invalid '
+                    f"value: {json.dumps(replicas)}: must be greater than or equal to 0",
+                    [
+                        FieldError(
+                            "spec.replicas",
+                            f"Invalid value: {json.dumps(replicas)}: must be greater than or "
+                            "equal to 0",
+                        )
+                    ],
+                )
+            wanted_rv = (new_scale.get("metadata") or {}).get("resourceVersion", "")
+            ours = rs.get("metadata", {}).get("resourceVersion", "")
+            rs.setdefault("spec", {})["replicas"] = replicas
+            rs["metadata"]["resourceVersion"] = wanted_rv or ours
+            obj, _ = kcodec.decode(rs, "Ignore")
+            try:
+                updated = await self._write(service, obj, status=False, dry_run=dry_run)
+            except ConflictError:
+                if (wanted_rv and wanted_rv != ours) or attempt == _PATCH_ATTEMPTS - 1:
+                    raise
+                continue
+            fmt = self._accept(request, table=False)
+            return self._respond(fmt, dumps(self._scale(kcodec.object_dict(updated))))
+        raise AssertionError("unreachable")
+
+    # ---- kinds tinykube does not model ------------------------------------------------------
+
+    async def _unmodeled(
+        self, request: web.Request, target: Target, q: Query
+    ) -> web.StreamResponse:
+        res = target.resource
+        method = request.method
+        if method != "GET":
+            raise method_not_allowed(
+                f"tinykube does not store {res.plural}; lists and watches of them are always empty"
+            )
+        if target.name is not None:
+            raise NotFoundError(
+                f'{res.plural}{"." + res.group if res.group else ""} "{target.name}" not found'
+            )
+        revision = str(max((s.cache.revision for s in self.services.values()), default=0))
+        if q.flag("watch"):
+            return await self._empty_watch(request, target, q, revision)
+        fmt = self._accept(request, table=True)
+        if fmt == AS_TABLE:
+            table = {
+                "kind": "Table",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": {"resourceVersion": revision},
+                "columnDefinitions": [
+                    {
+                        "name": "Name",
+                        "type": "string",
+                        "format": "name",
+                        "description": "Name must be unique within a namespace.",
+                        "priority": 0,
+                    },
+                    {
+                        "name": "Age",
+                        "type": "string",
+                        "format": "",
+                        "description": "CreationTimestamp of the object.",
+                        "priority": 0,
+                    },
+                ],
+                "rows": [],
+            }
+            return self._respond(fmt, dumps(table))
+        body = {
+            "kind": f"{res.kind}List",
+            "apiVersion": res.group_version,
+            "metadata": {"resourceVersion": revision},
+            "items": [],
+        }
+        return self._respond(fmt, dumps(body))
+
+    async def _empty_watch(
+        self, request: web.Request, target: Target, q: Query, revision: str
+    ) -> web.StreamResponse:
+        timeout = self._timeout(q)
+        fmt = self._accept(request, table=True)
+        resp = await self._start_stream(request, AS_JSON if fmt == AS_YAML else fmt)
+        res = target.resource
+        if q.flag("sendInitialEvents") and q.flag("allowWatchBookmarks"):
+            bookmark = {
+                "kind": res.kind,
+                "apiVersion": res.group_version,
+                "metadata": {
+                    "resourceVersion": revision,
+                    "annotations": {INITIAL_EVENTS_END: "true"},
+                },
+            }
+            await resp.write(encode_json_event("BOOKMARK", dumps(bookmark)))
+        else:
+            # An empty chunk makes clients see the stream open (headers flushed).
+            await resp.write(b"")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.sleep(timeout)
+        return resp

@@ -1,0 +1,146 @@
+"""The REST codec: object JSON, lists from cached bytes, body decoding, media negotiation."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from apiserver.rest.codec import (
+    AS_JSON,
+    AS_TABLE,
+    AS_YAML,
+    KindCodec,
+    negotiate,
+    parse_object_body,
+)
+from tinykube.errors import BadRequestError
+from tinykube.kinds import POD, REPLICA_SET
+from tinykube.v1 import meta_pb2, pod_pb2
+
+
+def make_pod() -> pod_pb2.Pod:
+    return pod_pb2.Pod(
+        metadata=meta_pb2.ObjectMeta(name="web", namespace="default", labels={"b": "2", "a": "1"}),
+        spec=pod_pb2.PodSpec(containers=[pod_pb2.Container(name="c", image="busybox")]),
+    )
+
+
+def test_object_json_has_kind_and_api_version_first() -> None:
+    data = json.loads(KindCodec(REPLICA_SET).object_json(make_pod()))
+    assert list(data)[:2] == ["kind", "apiVersion"]
+    assert (data["kind"], data["apiVersion"]) == ("ReplicaSet", "apps/v1")
+    pod = json.loads(KindCodec(POD).object_json(make_pod()))
+    assert list(pod["metadata"]["labels"]) == ["a", "b"]
+
+
+def test_list_json_assembles_item_bytes() -> None:
+    codec = KindCodec(POD)
+    item = codec.object_json(make_pod())
+    data = json.loads(codec.list_json("7", [item, item], "tok"))
+    assert data["kind"] == "PodList" and data["metadata"] == {
+        "resourceVersion": "7",
+        "continue": "tok",
+    }
+    assert data["items"] == [json.loads(item)] * 2
+
+
+def test_bookmark_json() -> None:
+    data = json.loads(KindCodec(POD).bookmark_json(12, {"k8s.io/initial-events-end": "true"}))
+    assert data == {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": "12", "annotations": {"k8s.io/initial-events-end": "true"}},
+    }
+
+
+def pod_doc(**extra: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web"},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "bogus": 1}]},
+    }
+    doc.update(extra)
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("validation", "warnings"),
+    [("Warn", ['unknown field "spec.containers[0].bogus"']), ("Ignore", [])],
+)
+def test_decode_drops_unknown_fields(validation: str, warnings: list[str]) -> None:
+    obj, got = KindCodec(POD).decode(pod_doc(), validation)
+    assert got == warnings
+    assert obj.spec.containers[0].image == "busybox"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        (pod_doc(), 'strict decoding error: unknown field "spec.containers[0].bogus"'),
+        (pod_doc(apiVersion="apps/v1"),
+         "the API version in the data (apps/v1) does not match the expected API version (v1)"),
+        (pod_doc(kind="Node"),
+         "the kind in the data (Node) does not match the expected kind (Pod)"),
+        ({"spec": "x"},
+         'Pod in version "v1" cannot be handled as a Pod: spec: expected an object, got str'),
+    ],
+)  # fmt: skip
+def test_decode_refuses(doc: dict[str, Any], message: str) -> None:
+    with pytest.raises(BadRequestError) as info:
+        KindCodec(POD).decode(doc, "Strict")
+    assert info.value.message == message
+
+
+@pytest.mark.parametrize(
+    ("body", "media", "message"),
+    [
+        (b"", "application/json", "the request body is empty; an object is required"),
+        (b"[1]", "application/json", "the request body must be an object, got an array"),
+        (b'{"a":', "application/json",
+         "couldn't get version/kind; json parse error: Expecting value at line 1, column 6 "
+         "(offset 5)"),
+        (b"a: [b", "application/yaml",
+         "error converting YAML to JSON: yaml: line 1, column 6: expected ',' or ']', but got "
+         "'<stream end>'"),
+        (b"\xff", "application/json", "the request body is not UTF-8: byte 0"),
+    ],
+)  # fmt: skip
+def test_malformed_bodies(body: bytes, media: str, message: str) -> None:
+    with pytest.raises(BadRequestError) as info:
+        parse_object_body(body, media)
+    assert info.value.message == message
+
+
+def test_yaml_keeps_timestamps_as_strings() -> None:
+    doc = parse_object_body(
+        b"metadata:\n  creationTimestamp: 2026-01-01T00:00:00Z\n", "application/yaml"
+    )
+    assert doc["metadata"]["creationTimestamp"] == "2026-01-01T00:00:00Z"
+
+
+KUBECTL_GET = (
+    "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;"
+    "g=meta.k8s.io,application/json"
+)
+
+
+@pytest.mark.parametrize(
+    ("accept", "table", "expected"),
+    [
+        ("", True, AS_JSON),
+        ("*/*", True, AS_JSON),
+        ("application/json, */*", True, AS_JSON),
+        ("application/yaml", True, AS_YAML),
+        (KUBECTL_GET, True, AS_TABLE),
+        (KUBECTL_GET, False, AS_JSON),
+        ("application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json",
+         True, AS_JSON),
+        ("application/vnd.kubernetes.protobuf", True, None),
+        ("application/json;as=Table;v=v1;g=meta.k8s.io", False, None),
+    ],
+)  # fmt: skip
+def test_negotiate(accept: str, table: bool, expected: str | None) -> None:
+    assert negotiate(accept, table=table) == expected
