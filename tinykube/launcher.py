@@ -49,6 +49,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tinykube.health import wait_healthy
+from tinykube.kubeconfig import write_kubeconfig
 from tinykube.localetcd import EtcdServer, free_port
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ DEFAULT_SCHEDULER_PORT = 10259
 DEFAULT_CONTROLLER_PORT = 10257
 DEFAULT_KUBELET_PORT = 10250
 DEFAULT_PROXY_PORT = 10256
+# Kubernetes' REST API: kubectl with no kubeconfig talks to localhost:8080.
+DEFAULT_REST_PORT = 8080
 
 HOST = "127.0.0.1"
 LOG_TAIL_LINES = 40
@@ -165,6 +168,7 @@ class LocalCluster:
         proxies: bool = False,
         proxy_port: int = 0,
         node_ips: bool = False,
+        rest_port: int = 0,
     ) -> None:
         """Ports 0 pick free ports. `kubelet_port` is the first kubelet's; the i-th gets +i.
 
@@ -188,6 +192,9 @@ class LocalCluster:
 
         api_port = apiserver_port or free_port(HOST)
         self.api_address = f"{HOST}:{api_port}"
+        # The apiserver's REST API (kubectl, client-go); its kubeconfig is written at start.
+        self.rest_address = f"{HOST}:{rest_port or free_port(HOST)}"
+        self.kubeconfig = self.work_dir / "kubeconfig"
         self.components: dict[str, Component] = {}
         self.components["apiserver"] = Component("apiserver", "apiserver", api_port)
         if scheduler:
@@ -243,7 +250,14 @@ class LocalCluster:
         if self.etcd is not None or self._external_etcd:
             found["etcd"] = self.etcd_endpoint
         found.update({name: c.address for name, c in self.components.items() if c.process})
+        if "apiserver" in found:
+            found["apiserver-rest"] = self.rest_address
         return found
+
+    @property
+    def rest_url(self) -> str:
+        """The REST API's URL, what kubectl's --server takes."""
+        return f"http://{self.rest_address}"
 
     def address(self, name: str) -> str:
         return self._component(name).address
@@ -295,6 +309,7 @@ class LocalCluster:
                 self._start_etcd()
             self._spawn(self.components["apiserver"])
             self._wait(self.components["apiserver"])
+            write_kubeconfig(self.kubeconfig, self.rest_url)
             rest = [c for c in self.components.values() if c.name != "apiserver"]
             # Start all the others at once, then wait: their start-up (imports, informer sync)
             # overlaps instead of adding up.
@@ -325,6 +340,7 @@ class LocalCluster:
         base = [sys.executable, "-m", comp.module]
         if comp.module == "apiserver":
             base += ["--etcd-servers", self.etcd_endpoint, "--bind-address", comp.address]
+            base += ["--rest-port", self.rest_address.rsplit(":", 1)[1]]
         else:
             # The other processes take the host and the port as separate flags.
             base += ["--apiserver", self.api_address, "--bind-address", comp.host]

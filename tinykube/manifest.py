@@ -37,6 +37,13 @@ QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
 # prints a number as a float (8080.0), Kubernetes as an integer.
 _VALUE = "google.protobuf.Value"
 
+# Kubernetes' metav1.MicroTime fields print with exactly six fractional digits
+# ("2026-12-01T10:00:00.000000Z", what client-go parses them with); every other time is a
+# metav1.Time (whole seconds, as stored). protobuf prints 0, 3, 6 or 9 digits.
+MICRO_TIME_FIELDS = frozenset(
+    {("tinykube.v1.LeaseSpec", "acquireTime"), ("tinykube.v1.LeaseSpec", "renewTime")}
+)
+
 _INT64_TYPES = frozenset(
     {
         FieldDescriptor.CPPTYPE_INT64,
@@ -306,6 +313,8 @@ def _normalise_output(desc: Any, data: dict[str, Any]) -> None:
         elif _is_plain_message(f):
             for element in value if _is_repeated(f) else [value]:
                 _normalise_output(f.message_type, element)
+        elif (desc.full_name, f.name) in MICRO_TIME_FIELDS and isinstance(value, str):
+            data[key] = micro_time(value)
         elif f.cpp_type in _INT64_TYPES:
             data[key] = [int(v) for v in value] if _is_repeated(f) else int(value)
         elif (
@@ -315,6 +324,14 @@ def _normalise_output(desc: Any, data: dict[str, Any]) -> None:
             and value.is_integer()
         ):
             data[key] = int(value)
+
+
+def micro_time(text: str) -> str:
+    """An RFC 3339 UTC time from protobuf's JSON as a metav1.MicroTime: six digits."""
+    if not text.endswith("Z"):
+        return text
+    whole, _, fraction = text[:-1].partition(".")
+    return f"{whole}.{(fraction + '000000')[:6]}Z"
 
 
 def _list_dict(objs: Sequence[Message], resource_version: str = "") -> dict[str, Any]:

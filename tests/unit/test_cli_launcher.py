@@ -6,9 +6,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tinykube.cli.main import build_parser
 from tinykube.cli.up import build_cluster
+from tinykube.kubeconfig import write_kubeconfig
 from tinykube.launcher import LocalCluster, log_tail
 
 
@@ -18,6 +20,7 @@ def cluster(tmp_path: Path, **kwargs: object) -> LocalCluster:
         "scheduler_port": 10259,
         "controller_port": 10257,
         "kubelet_port": 10250,
+        "rest_port": 8080,
         "etcd_endpoint": "127.0.0.1:2379",
     }
     ports.update(kwargs)
@@ -40,6 +43,12 @@ def test_components_ports_and_names(tmp_path: Path) -> None:
         "127.0.0.1:10252",
     ]
     assert c.api_address == "127.0.0.1:6443"
+    # kubectl with no kubeconfig talks to localhost:8080: the REST API's default port.
+    assert c.rest_address == "127.0.0.1:8080"
+    assert c.rest_url == "http://127.0.0.1:8080"
+    apiserver = c.command(c.components["apiserver"])
+    assert apiserver[apiserver.index("--rest-port") + 1] == "8080"
+    assert c.kubeconfig == tmp_path.resolve() / "kubeconfig"
     # The bare node name is an alias of its kubelet.
     assert c.address("b") == "127.0.0.1:10251"
     assert c.log_path("b") == tmp_path.resolve() / "logs" / "kubelet-b.log"
@@ -68,6 +77,8 @@ def test_command_lines(tmp_path: Path) -> None:
         "127.0.0.1:2379",
         "--bind-address",
         "127.0.0.1:6443",
+        "--rest-port",
+        "8080",
     ]
     assert c.command(c.components["scheduler"]) == [
         py,
@@ -142,6 +153,7 @@ def test_up_flags_map_to_the_cluster(tmp_path: Path) -> None:
         "proxy-node-3",
     ]
     assert c.api_address == "127.0.0.1:6443"
+    assert c.rest_address == "127.0.0.1:8080"
     # With proxies each node has its own loopback address (pods bind $POD_IP).
     assert c.address("node-3") == "127.0.1.3:10252"
     assert c.command(c.components["kubelet-node-3"])[-2:] == ["--node-ip", "127.0.1.3"]
@@ -154,3 +166,16 @@ def test_up_flags_map_to_the_cluster(tmp_path: Path) -> None:
     assert not any(name.startswith("proxy-") for name in no_proxy.components)
     assert no_proxy.address("node-1") == "127.0.0.1:10250"
     assert c.address("scheduler") == "127.0.0.1:10259"
+
+
+def test_kubeconfig_is_what_kubectl_reads(tmp_path: Path) -> None:
+    path = write_kubeconfig(tmp_path / "sub" / "kubeconfig", "http://127.0.0.1:8080")
+    doc = yaml.safe_load(path.read_text())
+    assert doc["current-context"] == "tinykube"
+    assert doc["clusters"] == [{"name": "tinykube", "cluster": {"server": "http://127.0.0.1:8080"}}]
+    assert doc["contexts"][0]["context"] == {
+        "cluster": "tinykube",
+        "user": "tinykube",
+        "namespace": "default",
+    }
+    assert path.stat().st_mode & 0o777 == 0o600

@@ -169,3 +169,25 @@ def test_round_trip_through_yaml_and_json() -> None:
     assert [parse_object(d).obj for d in listed["items"]] == objs
     as_json = json.loads(to_json(objs))
     assert [parse_object(d).obj for d in as_json["items"]] == objs
+
+
+@pytest.mark.parametrize(
+    ("seconds", "nanos", "expected"),
+    [
+        (1796119200, 0, "2026-12-01T10:00:00.000000Z"),
+        (1796119200, 123_000_000, "2026-12-01T10:00:00.123000Z"),
+        (1796119200, 123_456_789, "2026-12-01T10:00:00.123456Z"),
+    ],
+)
+def test_lease_times_are_micro_times_and_others_whole_seconds(
+    seconds: int, nanos: int, expected: str
+) -> None:
+    lease = lease_pb2.Lease(apiVersion="coordination.k8s.io/v1", kind="Lease")
+    lease.spec.renewTime.seconds = seconds
+    lease.spec.renewTime.nanos = nanos
+    lease.spec.acquireTime.seconds = seconds
+    lease.metadata.creationTimestamp.seconds = seconds
+    data = to_dict(lease)
+    assert data["spec"]["renewTime"] == expected
+    assert data["spec"]["acquireTime"] == "2026-12-01T10:00:00.000000Z"
+    assert data["metadata"]["creationTimestamp"] == "2026-12-01T10:00:00Z"

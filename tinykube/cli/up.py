@@ -1,9 +1,11 @@
 """`tinykube up`: run a whole local cluster in the foreground until Ctrl-C.
 
-Starts `tinykube.launcher.LocalCluster` with the default ports (etcd 2379, apiserver 6443,
-scheduler 10259, controller manager 10257, kubelets 10250, 10251, ...) or free ones
+Starts `tinykube.launcher.LocalCluster` with the default ports (etcd 2379, apiserver 6443 and
+its REST API 8080, scheduler 10259, controller manager 10257, kubelets 10250, 10251, ...) or free
+ones
 (`--free-ports` for every port no flag sets, or a port flag set to 0), prints every endpoint,
-writes them to `DATA_DIR/endpoints.json`, and waits. A component that dies meanwhile is
+writes them to `DATA_DIR/endpoints.json` and a kubeconfig for kubectl to `DATA_DIR/kubeconfig`,
+and waits. A component that dies meanwhile is
 reported with its log file, not restarted. Ctrl-C or SIGTERM stops every process (SIGTERM, then
 SIGKILL after a grace) and exits 0. The data directory (etcd's data and the logs) survives
 restarts of `up`. A component that fails to start is reported with its log's tail (exit 1).
@@ -55,9 +57,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         ("apiserver", launcher.DEFAULT_APISERVER_PORT),
         ("scheduler", launcher.DEFAULT_SCHEDULER_PORT),
         ("controller", launcher.DEFAULT_CONTROLLER_PORT),
+        ("rest", launcher.DEFAULT_REST_PORT),
     )
     for name, port in defaults:
-        parser.add_argument(f"--{name}-port", type=int, default=None, help=f"default {port}")
+        what = "the apiserver's REST API (kubectl), " if name == "rest" else ""
+        parser.add_argument(f"--{name}-port", type=int, default=None, help=f"{what}default {port}")
     parser.add_argument(
         "--kubelet-port",
         type=int,
@@ -96,6 +100,7 @@ def build_cluster(args: argparse.Namespace) -> launcher.LocalCluster:
         proxies=not args.no_proxy,
         node_ips=not args.no_proxy,
         proxy_port=port(None, launcher.DEFAULT_PROXY_PORT),
+        rest_port=port(args.rest_port, launcher.DEFAULT_REST_PORT),
     )
 
 
@@ -130,6 +135,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         )
         ctx.print(f"try:  tinykube {server}get nodes")
         ctx.print(f"      grpcurl -plaintext {cluster.api_address} list")
+        if cluster.rest_address == f"127.0.0.1:{launcher.DEFAULT_REST_PORT}":
+            # kubectl without a kubeconfig talks to localhost:8080.
+            ctx.print("      kubectl get nodes")
+        ctx.print(f"      kubectl --kubeconfig {cluster.kubeconfig} get nodes")
         (Path(cluster.work_dir) / "endpoints.json").write_text(json.dumps(endpoints, indent=2))
         ctx.print("Press Ctrl-C to stop.")
         watch_components(cluster, stop, ctx)
