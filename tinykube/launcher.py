@@ -65,6 +65,9 @@ DEFAULT_PROXY_PORT = 10256
 DEFAULT_REST_PORT = 8080
 
 HOST = "127.0.0.1"
+# The directory holding the tinykube package this launcher was imported from (and the
+# apiserver, scheduler, controller and kubelet packages beside it).
+SOURCE_ROOT = Path(__file__).resolve().parents[1]
 LOG_TAIL_LINES = 40
 
 
@@ -365,6 +368,11 @@ class LocalCluster:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         log_file = self.logs_dir / f"{comp.name}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        # Components run the same source tree as the launcher (a checkout, a worktree), not
+        # whatever tree an installed or editable package happens to point at.
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(SOURCE_ROOT), env.get("PYTHONPATH", "")) if p
+        )
         with open(log_file, "ab") as out:
             out.write(f"--- {time.strftime('%H:%M:%S')} starting {comp.name}\n".encode())
             out.flush()
