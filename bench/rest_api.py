@@ -254,9 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Config(runs=args.runs)
     if args.quick:
         cfg = Config(pods=300, lists=5, watchers=10, watch_events=20, runs=1)
-    with tempfile.TemporaryDirectory(prefix="tinykube-rest-bench-") as tmp:
-        with LocalCluster(tmp, scheduler=False, controller=False, kubelets=()) as cluster:
-            result = asyncio.run(bench(cluster, cfg))
+    with (
+        tempfile.TemporaryDirectory(prefix="tinykube-rest-bench-") as tmp,
+        LocalCluster(tmp, scheduler=False, controller=False, kubelets=()) as cluster,
+    ):
+        result = asyncio.run(bench(cluster, cfg))
     result["config"] = asdict(cfg)
     result["environment"] = {
         "cores": os.cpu_count(),
