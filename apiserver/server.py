@@ -34,7 +34,7 @@ from apiserver.metrics import Metrics
 from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy, generate_name
 from apiserver.settings import Settings
 from apiserver.storage import KV, Storage, WriteResult
-from apiserver.validation import invalid, required
+from apiserver.validation import invalid, required, unsupported
 from apiserver.watchcache import (
     CachedObject,
     Codec,
@@ -53,6 +53,7 @@ from tinykube.errors import (
     PreconditionFailedError,
     ResourceExpiredError,
     TinykubeError,
+    UnimplementedError,
     abort_with,
     to_status,
 )
@@ -868,6 +869,95 @@ class ResourceService:
             cur = self._after_failure(result)
         raise self._conflict(name)
 
+    # ---- Evict -----------------------------------------------------------------------------
+
+    async def evict(self, request: pod_pb2.EvictRequest, context: Any) -> pod_pb2.EvictResponse:
+        """Delete a pod through `delete` once its disruption budgets allow it (pods/eviction).
+
+        As kube-apiserver's eviction: a pod that is terminal (Succeeded, Failed), Pending or
+        already being deleted disrupts nothing, so it is deleted without consulting budgets;
+        a Pending one is deleted on the condition that it is still the version read (unless
+        the caller named a resourceVersion), so a pod that starts meanwhile is looked at again.
+        Any other pod goes through `check_disruption_budgets` first. deleteOptions'
+        gracePeriodSeconds and preconditions are Delete's; dryRun ["All"] checks everything
+        and writes nothing. Raises NotFoundError for a missing pod, ConflictError for a failed
+        precondition, InvalidError for bad options, and whatever the budget check raises.
+        """
+        if self.info.kind != POD.kind:
+            raise UnimplementedError(f"{self.plural} cannot be evicted")
+        eviction = request.eviction
+        name = eviction.metadata.name
+        if not name:
+            raise InvalidError.for_object("Eviction", name, [required("metadata.name")])
+        namespace = self._namespace(eviction.metadata.namespace)
+        options = eviction.deleteOptions
+        dry_run = _eviction_dry_run(name, options)
+        key = self.key(namespace, name)
+        caller_rv = bool(options.preconditions.resourceVersion)
+        for attempt in range(_CAS_ATTEMPTS):
+            cur = await self._current(key, cached=False)
+            if cur is None:
+                raise self._not_found(name)
+            pod: pod_pb2.Pod = cur.obj  # type: ignore[assignment]
+            req = meta_pb2.DeleteRequest(namespace=namespace, name=name)
+            if options.HasField("gracePeriodSeconds"):
+                req.gracePeriodSeconds = options.gracePeriodSeconds
+            req.preconditions.CopyFrom(options.preconditions)
+            phase = pod.status.phase or "Pending"
+            ignores_budgets = phase in ("Succeeded", "Failed", "Pending") or (
+                pod.metadata.HasField("deletionTimestamp")
+            )
+            ours = False
+            if not ignores_budgets:
+                await self.check_disruption_budgets(pod, dry_run=dry_run)
+            elif phase == "Pending" and not pod.metadata.HasField("deletionTimestamp"):
+                ours = not caller_rv
+                if ours:
+                    req.preconditions.resourceVersion = pod.metadata.resourceVersion
+            if dry_run:
+                self._check_eviction_preconditions(req, pod)
+                return pod_pb2.EvictResponse(pod=pod)
+            try:
+                deleted = await self.delete(req, context)
+            except ConflictError:
+                if ours and attempt < _CAS_ATTEMPTS - 1:
+                    continue  # the pod changed (it may have started): decide again
+                raise
+            return pod_pb2.EvictResponse(pod=deleted)  # type: ignore[arg-type]
+        raise self._conflict(name)
+
+    async def check_disruption_budgets(self, pod: pod_pb2.Pod, *, dry_run: bool) -> None:
+        """The PodDisruptionBudget check of an eviction: the hook where budgets slot in.
+
+        tinykube has no PodDisruptionBudgets yet, so every eviction is allowed. When they
+        exist, this finds the budgets whose selector matches the pod (more than one is an
+        error, as in Kubernetes), raises ResourceExhaustedError (429 TooManyRequests, "Cannot
+        evict pod as it would violate the pod's disruption budget.") when disruptionsAllowed
+        is 0, and otherwise decrements it and records the pod in status.disruptedPods with a
+        compare-and-swap on the budget (skipped when `dry_run`), before `evict` deletes.
+        """
+        del pod, dry_run
+
+    def _check_eviction_preconditions(self, req: meta_pb2.DeleteRequest, pod: pod_pb2.Pod) -> None:
+        """What `delete` would refuse, for a dry run (which must not reach `delete`)."""
+        pre, meta = req.preconditions, pod.metadata
+        if req.HasField("gracePeriodSeconds") and req.gracePeriodSeconds < 0:
+            raise InvalidError(
+                f"invalid gracePeriodSeconds {req.gracePeriodSeconds}: must not be negative"
+            )
+        if pre.uid and pre.uid != meta.uid:
+            raise self._conflict(
+                meta.name,
+                f"Precondition failed: UID in precondition: {pre.uid}, UID in object meta: "
+                f"{meta.uid}",
+            )
+        if pre.resourceVersion and pre.resourceVersion != meta.resourceVersion:
+            raise self._conflict(
+                meta.name,
+                f"Precondition failed: ResourceVersion in precondition: {pre.resourceVersion}, "
+                f"ResourceVersion in object meta: {meta.resourceVersion}",
+            )
+
     # ---- registration ----------------------------------------------------------------------
 
     def handler(self) -> grpc.GenericRpcHandler:
@@ -906,6 +996,9 @@ class ResourceService:
             methods["BindBatch"] = grpc.unary_unary_rpc_method_handler(
                 self.bind_batch, pod_pb2.BindBatchRequest.FromString, _serialize
             )
+            methods["Evict"] = grpc.unary_unary_rpc_method_handler(
+                self.evict, pod_pb2.EvictRequest.FromString, _serialize
+            )
         return grpc.method_handlers_generic_handler(info.service, methods)
 
 
@@ -921,3 +1014,33 @@ def _set_scheduled(pod: pod_pb2.Pod, clock: Clock) -> None:
             return
     cond = pod.status.conditions.add(type="PodScheduled", status="True")
     set_timestamp(cond.lastTransitionTime, now)
+
+
+_PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
+
+
+def _eviction_dry_run(name: str, options: meta_pb2.DeleteOptions) -> bool:
+    """Whether an Eviction's deleteOptions ask for a dry run; bad options are InvalidError."""
+    problems = []
+    for i, value in enumerate(options.dryRun):
+        if value != "All":
+            problems.append(unsupported(f"deleteOptions.dryRun[{i}]", value, ("All",)))
+    if options.HasField("propagationPolicy") and (
+        options.propagationPolicy not in _PROPAGATION_POLICIES
+    ):
+        problems.append(
+            unsupported(
+                "deleteOptions.propagationPolicy", options.propagationPolicy, _PROPAGATION_POLICIES
+            )
+        )
+    if options.HasField("gracePeriodSeconds") and options.gracePeriodSeconds < 0:
+        problems.append(
+            invalid(
+                "deleteOptions.gracePeriodSeconds",
+                options.gracePeriodSeconds,
+                "must be greater than or equal to 0",
+            )
+        )
+    if problems:
+        raise InvalidError.for_object("Eviction", name, problems)
+    return bool(options.dryRun)

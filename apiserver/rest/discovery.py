@@ -76,6 +76,10 @@ def _subresources(info: KindInfo) -> tuple[Subresource, ...]:
     subs: list[Subresource] = []
     if info.kind == POD.kind:
         subs.append(Subresource("binding", "Binding", ("create",)))
+        # kubectl drain evicts only when discovery lists pods/eviction with its group and
+        # version (policy/v1); otherwise it falls back to plain deletes.
+        subs.append(Subresource("eviction", "Eviction", ("create",), "policy", "v1"))
+        subs.append(Subresource("log", "Pod", ("get",)))
     if info.kind == REPLICA_SET.kind:
         subs.append(Subresource("scale", "Scale", STATUS_VERBS, "autoscaling", "v1"))
     if info.has_status:

@@ -67,6 +67,8 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 # Attempts of a PATCH that loses a race with another writer (Kubernetes retries too).
 _PATCH_ATTEMPTS = 5
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+# The Eviction versions pods/eviction takes, as kube-apiserver (it answers policy/v1).
+EVICTION_VERSIONS = ("policy/v1", "policy/v1beta1")
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,28 @@ def _delete_options_invalid(field: str, message: str, reason: str) -> RestError:
     return RestError(422, "Invalid", text, details)
 
 
+def _check_eviction_options(options: Mapping[str, Any]) -> None:
+    """An Eviction's deleteOptions as DELETE checks its own (422 Invalid DeleteOptions)."""
+    policy = options.get("propagationPolicy")
+    if policy not in (None, "Foreground", "Background", "Orphan"):
+        raise _delete_options_invalid(
+            "propagationPolicy",
+            f'Unsupported value: "{policy}": supported values: "Foreground", "Background", '
+            '"Orphan"',
+            "FieldValueNotSupported",
+        )
+    grace = options.get("gracePeriodSeconds")
+    if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool) or grace < 0):
+        raise _delete_options_invalid(
+            "gracePeriodSeconds",
+            f"Invalid value: {json.dumps(grace)}: must be greater than or equal to 0",
+            "FieldValueInvalid",
+        )
+    pre = options.get("preconditions")
+    if pre is not None and not isinstance(pre, dict):
+        raise BadRequestError("Eviction.deleteOptions.preconditions: expected an object")
+
+
 def label_selector_text(selector: Mapping[str, Any]) -> str:
     """A LabelSelector object as the string Kubernetes prints (Scale's status.selector)."""
     parts: list[tuple[str, str]] = []
@@ -242,6 +266,10 @@ class ResourceHandlers:
         if sub == "binding" and res.info.kind == POD.kind:
             if method == "POST":
                 return await self.bind(request, target, q, service)
+            raise method_not_allowed()
+        if sub == "eviction" and res.info.kind == POD.kind:
+            if method == "POST":
+                return await self.evict(request, target, q, service)
             raise method_not_allowed()
         if sub == "scale" and res.info.kind == REPLICA_SET.kind:
             if method == "GET":
@@ -913,6 +941,83 @@ class ResourceHandlers:
             raise InvalidError.for_object(
                 "Binding", meta.name, [FieldError("target.name", "Required value")]
             )
+
+    # ---- pods/eviction ----------------------------------------------------------------------
+
+    async def evict(
+        self, request: web.Request, target: Target, q: Query, service: ResourceService
+    ) -> web.Response:
+        """POST an Eviction (policy/v1 or policy/v1beta1): 201 and a Success Status once the
+        pod is deleted (or marked for deletion), as kube-apiserver answers."""
+        body, media = await self._body(request, codecs.BODY_TYPES)
+        doc = codecs.parse_object_body(body, media)
+        kind, version = doc.get("kind"), doc.get("apiVersion")
+        if kind not in (None, "", "Eviction"):
+            raise BadRequestError(
+                f"the kind in the data ({kind}) does not match the expected kind (Eviction)"
+            )
+        if version not in (None, "", *EVICTION_VERSIONS):
+            raise BadRequestError(
+                f'Eviction in version "{version}" cannot be handled as a Eviction: supported '
+                "versions: " + ", ".join(EVICTION_VERSIONS)
+            )
+        meta = doc.get("metadata") or {}
+        if not isinstance(meta, dict):
+            raise BadRequestError("Eviction.metadata: expected an object")
+        if meta.get("name", "") != target.name:
+            raise BadRequestError("name in URL does not match name in Eviction object")
+        if meta.get("namespace") not in (None, "", target.namespace):
+            raise BadRequestError(
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request"
+            )
+        options = doc.get("deleteOptions") or {}
+        if not isinstance(options, dict):
+            raise BadRequestError("Eviction.deleteOptions: expected an object")
+        options = dict(options)
+        options["dryRun"] = self._eviction_dry_run(q, options.get("dryRun"))
+        _check_eviction_options(options)
+        fields = ("gracePeriodSeconds", "preconditions", "propagationPolicy", "dryRun")
+        if options.get("orphanDependents") is not None:
+            options.setdefault(
+                "propagationPolicy", "Orphan" if options["orphanDependents"] else "Background"
+            )
+        msg = pod_pb2.Eviction()
+        try:
+            json_format.ParseDict(
+                {
+                    "metadata": {"name": target.name, "namespace": target.namespace},
+                    "deleteOptions": {k: v for k, v in options.items() if k in fields},
+                },
+                msg,
+                ignore_unknown_fields=True,
+            )
+        except json_format.ParseError as exc:
+            raise BadRequestError(
+                f'Eviction in version "v1" cannot be handled as a Eviction: {exc}'
+            ) from None
+        await service.evict(pod_pb2.EvictRequest(eviction=msg), None)
+        fmt = self._accept(request, table=False)
+        return self._respond(fmt, dumps(success_body(201)), code=201)
+
+    def _eviction_dry_run(self, q: Query, content: Any) -> list[str]:
+        """The dry-run of the query and of the Eviction's deleteOptions, which must agree."""
+        query = ["All"] if self._dry_run(q) else []
+        if content is None or content == []:
+            return query
+        if not isinstance(content, list) or not all(isinstance(v, str) for v in content):
+            raise BadRequestError("Eviction.deleteOptions.dryRun: expected a list of strings")
+        for value in content:
+            if value != "All":
+                raise BadRequestError(
+                    f'dryRun: Unsupported value: "{value}": supported values: "All"'
+                )
+        if query and query != content:
+            raise BadRequestError(
+                "Non-matching dry-run options in request and content: "
+                f"[{' '.join(query)}] and [{' '.join(content)}]"
+            )
+        return list(content)
 
     # ---- replicasets/scale ------------------------------------------------------------------
 

@@ -503,3 +503,54 @@ class StatusDetails(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StatusDetails: _TypeAlias = StatusDetails  # noqa: Y015
+
+@_typing.final
+class DeleteOptions(_message.Message):
+    """DeleteOptions as Kubernetes' meta/v1 DeleteOptions (field numbers as its generated.proto), for
+    requests that carry delete options inside another object (a policy/v1 Eviction).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GRACEPERIODSECONDS_FIELD_NUMBER: _builtins.int
+    PRECONDITIONS_FIELD_NUMBER: _builtins.int
+    ORPHANDEPENDENTS_FIELD_NUMBER: _builtins.int
+    PROPAGATIONPOLICY_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
+    gracePeriodSeconds: _builtins.int
+    orphanDependents: _builtins.bool
+    propagationPolicy: _builtins.str
+    """Foreground, Background or Orphan."""
+    @_builtins.property
+    def preconditions(self) -> Global___Preconditions: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: validate and answer as if deleting, but write nothing."""
+
+    def __init__(
+        self,
+        *,
+        gracePeriodSeconds: _builtins.int | None = ...,
+        preconditions: Global___Preconditions | None = ...,
+        orphanDependents: _builtins.bool | None = ...,
+        propagationPolicy: _builtins.str | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_gracePeriodSeconds", b"_gracePeriodSeconds", "_orphanDependents", b"_orphanDependents", "_propagationPolicy", b"_propagationPolicy", "gracePeriodSeconds", b"gracePeriodSeconds", "orphanDependents", b"orphanDependents", "preconditions", b"preconditions", "propagationPolicy", b"propagationPolicy"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gracePeriodSeconds", b"_gracePeriodSeconds", "_orphanDependents", b"_orphanDependents", "_propagationPolicy", b"_propagationPolicy", "dryRun", b"dryRun", "gracePeriodSeconds", b"gracePeriodSeconds", "orphanDependents", b"orphanDependents", "preconditions", b"preconditions", "propagationPolicy", b"propagationPolicy"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__gracePeriodSeconds: _TypeAlias = _typing.Literal["gracePeriodSeconds"]  # noqa: Y015
+    _WhichOneofArgType__gracePeriodSeconds: _TypeAlias = _typing.Literal["_gracePeriodSeconds", b"_gracePeriodSeconds"]  # noqa: Y015
+    _WhichOneofReturnType__orphanDependents: _TypeAlias = _typing.Literal["orphanDependents"]  # noqa: Y015
+    _WhichOneofArgType__orphanDependents: _TypeAlias = _typing.Literal["_orphanDependents", b"_orphanDependents"]  # noqa: Y015
+    _WhichOneofReturnType__propagationPolicy: _TypeAlias = _typing.Literal["propagationPolicy"]  # noqa: Y015
+    _WhichOneofArgType__propagationPolicy: _TypeAlias = _typing.Literal["_propagationPolicy", b"_propagationPolicy"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__gracePeriodSeconds) -> _WhichOneofReturnType__gracePeriodSeconds | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__orphanDependents) -> _WhichOneofReturnType__orphanDependents | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__propagationPolicy) -> _WhichOneofReturnType__propagationPolicy | None: ...
+
+Global___DeleteOptions: _TypeAlias = DeleteOptions  # noqa: Y015

@@ -986,3 +986,75 @@ class BindBatchResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BindBatchResponse: _TypeAlias = BindBatchResponse  # noqa: Y015
+
+@_typing.final
+class Eviction(_message.Message):
+    """Eviction (policy/v1) asks for a pod to be deleted in a way that respects its disruption
+    budgets: what `kubectl drain` posts to pods/eviction.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    METADATA_FIELD_NUMBER: _builtins.int
+    DELETEOPTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def metadata(self) -> _meta_pb2.ObjectMeta: ...
+    @_builtins.property
+    def deleteOptions(self) -> _meta_pb2.DeleteOptions: ...
+    def __init__(
+        self,
+        *,
+        metadata: _meta_pb2.ObjectMeta | None = ...,
+        deleteOptions: _meta_pb2.DeleteOptions | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deleteOptions", b"deleteOptions", "metadata", b"metadata"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleteOptions", b"deleteOptions", "metadata", b"metadata"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Eviction: _TypeAlias = Eviction  # noqa: Y015
+
+@_typing.final
+class EvictRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVICTION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def eviction(self) -> Global___Eviction: ...
+    def __init__(
+        self,
+        *,
+        eviction: Global___Eviction | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["eviction", b"eviction"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eviction", b"eviction"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EvictRequest: _TypeAlias = EvictRequest  # noqa: Y015
+
+@_typing.final
+class EvictResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POD_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def pod(self) -> Global___Pod:
+        """The pod as the delete left it: with deletionTimestamp set while its kubelet stops it, or
+        as it was when removed at once. For a dry run, the pod unchanged.
+        """
+
+    def __init__(
+        self,
+        *,
+        pod: Global___Pod | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EvictResponse: _TypeAlias = EvictResponse  # noqa: Y015

@@ -85,6 +85,11 @@ class PodsStub:
                 request_serializer=tinykube_dot_v1_dot_pod__pb2.BindBatchRequest.SerializeToString,
                 response_deserializer=tinykube_dot_v1_dot_pod__pb2.BindBatchResponse.FromString,
                 _registered_method=True)
+        self.Evict = channel.unary_unary(
+                '/tinykube.v1.Pods/Evict',
+                request_serializer=tinykube_dot_v1_dot_pod__pb2.EvictRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_pod__pb2.EvictResponse.FromString,
+                _registered_method=True)
 
 
 class PodsServicer:
@@ -152,6 +157,13 @@ class PodsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Evict(self, request, context):
+        """Deletes the pod through Delete's path once its disruption budgets allow it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PodsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -204,6 +216,11 @@ def add_PodsServicer_to_server(servicer, server):
                     servicer.BindBatch,
                     request_deserializer=tinykube_dot_v1_dot_pod__pb2.BindBatchRequest.FromString,
                     response_serializer=tinykube_dot_v1_dot_pod__pb2.BindBatchResponse.SerializeToString,
+            ),
+            'Evict': grpc.unary_unary_rpc_method_handler(
+                    servicer.Evict,
+                    request_deserializer=tinykube_dot_v1_dot_pod__pb2.EvictRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_pod__pb2.EvictResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -476,6 +493,33 @@ class Pods:
             '/tinykube.v1.Pods/BindBatch',
             tinykube_dot_v1_dot_pod__pb2.BindBatchRequest.SerializeToString,
             tinykube_dot_v1_dot_pod__pb2.BindBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Evict(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.Pods/Evict',
+            tinykube_dot_v1_dot_pod__pb2.EvictRequest.SerializeToString,
+            tinykube_dot_v1_dot_pod__pb2.EvictResponse.FromString,
             options,
             channel_credentials,
             insecure,

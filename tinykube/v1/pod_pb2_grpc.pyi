@@ -44,6 +44,8 @@ class PodsStub:
     Bind: _grpc.UnaryUnaryMultiCallable[_pod_pb2.BindRequest, _pod_pb2.BindResponse]
     """Sets spec.nodeName and condition PodScheduled=True in one compare-and-swap."""
     BindBatch: _grpc.UnaryUnaryMultiCallable[_pod_pb2.BindBatchRequest, _pod_pb2.BindBatchResponse]
+    Evict: _grpc.UnaryUnaryMultiCallable[_pod_pb2.EvictRequest, _pod_pb2.EvictResponse]
+    """Deletes the pod through Delete's path once its disruption budgets allow it."""
 
 @_typing.type_check_only
 class PodsAsyncStub(PodsStub):
@@ -60,6 +62,8 @@ class PodsAsyncStub(PodsStub):
     Bind: _aio.UnaryUnaryMultiCallable[_pod_pb2.BindRequest, _pod_pb2.BindResponse]  # type: ignore[assignment]
     """Sets spec.nodeName and condition PodScheduled=True in one compare-and-swap."""
     BindBatch: _aio.UnaryUnaryMultiCallable[_pod_pb2.BindBatchRequest, _pod_pb2.BindBatchResponse]  # type: ignore[assignment]
+    Evict: _aio.UnaryUnaryMultiCallable[_pod_pb2.EvictRequest, _pod_pb2.EvictResponse]  # type: ignore[assignment]
+    """Deletes the pod through Delete's path once its disruption budgets allow it."""
 
 class PodsServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -133,5 +137,13 @@ class PodsServicer(metaclass=_abc_1.ABCMeta):
         request: _pod_pb2.BindBatchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pod_pb2.BindBatchResponse, _abc.Awaitable[_pod_pb2.BindBatchResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Evict(
+        self,
+        request: _pod_pb2.EvictRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pod_pb2.EvictResponse, _abc.Awaitable[_pod_pb2.EvictResponse]]:
+        """Deletes the pod through Delete's path once its disruption budgets allow it."""
 
 def add_PodsServicer_to_server(servicer: PodsServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
