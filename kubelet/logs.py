@@ -32,6 +32,30 @@ CHUNK = 64 * 1024
 FOLLOW_POLL = 0.2
 
 
+def _check_log_status(pod: pod_pb2.Pod, container: str, *, previous: bool) -> None:
+    """Refuse, in the kubelet's words, a container that has no log to show yet."""
+    statuses = [*pod.status.containerStatuses, *pod.status.initContainerStatuses]
+    status = next((s for s in statuses if s.name == container), None)
+    where = f'container "{container}" in pod "{pod.metadata.name}"'
+    if previous:
+        if status is None or not status.lastState.HasField("terminated"):
+            raise InvalidError(f"previous terminated {where} not found")
+        # Restarts append to one log file, so the previous instance cannot be told apart.
+        raise InvalidError(
+            f"previous terminated {where}: this kubelet's runtime keeps one log across restarts"
+        )
+    if status is None:
+        raise InvalidError(f"{where} is waiting to start - no logs yet")
+    state = status.state
+    if state.HasField("running") or state.HasField("terminated"):
+        return
+    if status.lastState.HasField("terminated"):
+        return
+    if state.HasField("waiting"):
+        raise InvalidError(f"{where} is waiting to start: {state.waiting.reason}")
+    raise InvalidError(f"{where} is waiting to start - no logs yet")
+
+
 def tail(data: bytes, lines: int) -> bytes:
     if lines <= 0:
         return b""
@@ -65,8 +89,16 @@ class KubeletService(kubelet_pb2_grpc.KubeletServicer):
                     f"choose one of: [{' '.join(names)}]"
                 )
             container = names[0]
-        elif container not in names:
+        elif container not in names and container not in [c.name for c in pod.spec.initContainers]:
             raise InvalidError(f"container {container} is not valid for pod {request.name}")
+        _check_log_status(pod, container, previous=request.previous)
+        if request.timestamps or request.HasField("sinceSeconds") or request.HasField("sinceTime"):
+            # The process runtime hands each container its log file directly, so no time is
+            # known for any line.
+            raise InvalidError(
+                "this kubelet's runtime does not record when log lines were written: "
+                "timestamps, sinceSeconds and sinceTime are not supported"
+            )
         path = self.runtime.log_path(pod.metadata.uid, container)
         if path is None:
             raise UnimplementedError("this kubelet's runtime keeps no container logs")
@@ -89,9 +121,13 @@ class KubeletService(kubelet_pb2_grpc.KubeletServicer):
         offset = len(data)
         if request.HasField("tailLines"):
             data = tail(data, request.tailLines)
+        left = request.limitBytes if request.HasField("limitBytes") else None
+        if left is not None:
+            data = data[:left]
+            left -= len(data)
         for start in range(0, len(data), CHUNK):
             yield kubelet_pb2.LogChunk(data=data[start : start + CHUNK])
-        if not request.follow:
+        if not request.follow or left == 0:
             return
         namespace = request.namespace or "default"
         while True:
@@ -104,7 +140,12 @@ class KubeletService(kubelet_pb2_grpc.KubeletServicer):
                 more = b""
             if more:
                 offset += len(more)
+                if left is not None:
+                    more = more[:left]
+                    left -= len(more)
                 yield kubelet_pb2.LogChunk(data=more)
+                if left == 0:
+                    return
                 continue
             current = self.get_pod(namespace, request.name)
             if current is None or current.metadata.uid != pod.metadata.uid:

@@ -22,19 +22,20 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tinykube/v1/kubelet.proto\x12\x0btinykube.v1\"w\n\x0bLogsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tcontainer\x18\x03 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x04 \x01(\x08\x12\x16\n\ttailLines\x18\x05 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_tailLines\"\x18\n\x08LogChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x32\x44\n\x07Kubelet\x12\x39\n\x04Logs\x12\x18.tinykube.v1.LogsRequest\x1a\x15.tinykube.v1.LogChunk0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tinykube/v1/kubelet.proto\x12\x0btinykube.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\x02\n\x0bLogsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tcontainer\x18\x03 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x04 \x01(\x08\x12\x16\n\ttailLines\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12\x17\n\nlimitBytes\x18\x06 \x01(\x03H\x01\x88\x01\x01\x12\x10\n\x08previous\x18\x07 \x01(\x08\x12\x12\n\ntimestamps\x18\x08 \x01(\x08\x12\x19\n\x0csinceSeconds\x18\t \x01(\x03H\x02\x88\x01\x01\x12-\n\tsinceTime\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x0c\n\n_tailLinesB\r\n\x0b_limitBytesB\x0f\n\r_sinceSeconds\"\x18\n\x08LogChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x32\x44\n\x07Kubelet\x12\x39\n\x04Logs\x12\x18.tinykube.v1.LogsRequest\x1a\x15.tinykube.v1.LogChunk0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tinykube.v1.kubelet_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LOGSREQUEST']._serialized_start=42
-  _globals['_LOGSREQUEST']._serialized_end=161
-  _globals['_LOGCHUNK']._serialized_start=163
-  _globals['_LOGCHUNK']._serialized_end=187
-  _globals['_KUBELET']._serialized_start=189
-  _globals['_KUBELET']._serialized_end=257
+  _globals['_LOGSREQUEST']._serialized_start=76
+  _globals['_LOGSREQUEST']._serialized_end=364
+  _globals['_LOGCHUNK']._serialized_start=366
+  _globals['_LOGCHUNK']._serialized_end=390
+  _globals['_KUBELET']._serialized_start=392
+  _globals['_KUBELET']._serialized_end=460
 # @@protoc_insertion_point(module_scope)

@@ -5,6 +5,7 @@ The kubelet's own API, served by every kubelet process (port 10250 by default)."
 
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -25,6 +26,11 @@ class LogsRequest(_message.Message):
     CONTAINER_FIELD_NUMBER: _builtins.int
     FOLLOW_FIELD_NUMBER: _builtins.int
     TAILLINES_FIELD_NUMBER: _builtins.int
+    LIMITBYTES_FIELD_NUMBER: _builtins.int
+    PREVIOUS_FIELD_NUMBER: _builtins.int
+    TIMESTAMPS_FIELD_NUMBER: _builtins.int
+    SINCESECONDS_FIELD_NUMBER: _builtins.int
+    SINCETIME_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     name: _builtins.str
     container: _builtins.str
@@ -33,6 +39,16 @@ class LogsRequest(_message.Message):
     """Keep streaming new output until the pod is gone or the client cancels."""
     tailLines: _builtins.int
     """Only the last N lines; unset means the whole log."""
+    limitBytes: _builtins.int
+    """At most this many bytes (the cut may fall inside a line), as PodLogOptions.limitBytes."""
+    previous: _builtins.bool
+    """The previous, terminated instance of a restarted container."""
+    timestamps: _builtins.bool
+    """Prefix each line with the time it was written (RFC 3339, nanoseconds)."""
+    sinceSeconds: _builtins.int
+    """Only lines written in the last N seconds, or since a time; at most one of the two."""
+    @_builtins.property
+    def sinceTime(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
@@ -41,13 +57,27 @@ class LogsRequest(_message.Message):
         container: _builtins.str = ...,
         follow: _builtins.bool = ...,
         tailLines: _builtins.int | None = ...,
+        limitBytes: _builtins.int | None = ...,
+        previous: _builtins.bool = ...,
+        timestamps: _builtins.bool = ...,
+        sinceSeconds: _builtins.int | None = ...,
+        sinceTime: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_tailLines", b"_tailLines", "tailLines", b"tailLines"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_limitBytes", b"_limitBytes", "_sinceSeconds", b"_sinceSeconds", "_tailLines", b"_tailLines", "limitBytes", b"limitBytes", "sinceSeconds", b"sinceSeconds", "sinceTime", b"sinceTime", "tailLines", b"tailLines"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_tailLines", b"_tailLines", "container", b"container", "follow", b"follow", "name", b"name", "namespace", b"namespace", "tailLines", b"tailLines"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_limitBytes", b"_limitBytes", "_sinceSeconds", b"_sinceSeconds", "_tailLines", b"_tailLines", "container", b"container", "follow", b"follow", "limitBytes", b"limitBytes", "name", b"name", "namespace", b"namespace", "previous", b"previous", "sinceSeconds", b"sinceSeconds", "sinceTime", b"sinceTime", "tailLines", b"tailLines", "timestamps", b"timestamps"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__limitBytes: _TypeAlias = _typing.Literal["limitBytes"]  # noqa: Y015
+    _WhichOneofArgType__limitBytes: _TypeAlias = _typing.Literal["_limitBytes", b"_limitBytes"]  # noqa: Y015
+    _WhichOneofReturnType__sinceSeconds: _TypeAlias = _typing.Literal["sinceSeconds"]  # noqa: Y015
+    _WhichOneofArgType__sinceSeconds: _TypeAlias = _typing.Literal["_sinceSeconds", b"_sinceSeconds"]  # noqa: Y015
     _WhichOneofReturnType__tailLines: _TypeAlias = _typing.Literal["tailLines"]  # noqa: Y015
     _WhichOneofArgType__tailLines: _TypeAlias = _typing.Literal["_tailLines", b"_tailLines"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__limitBytes) -> _WhichOneofReturnType__limitBytes | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__sinceSeconds) -> _WhichOneofReturnType__sinceSeconds | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__tailLines) -> _WhichOneofReturnType__tailLines | None: ...
 
 Global___LogsRequest: _TypeAlias = LogsRequest  # noqa: Y015

@@ -37,6 +37,7 @@ def make_pod(*containers: str) -> pod_pb2.Pod:
     pod.status.phase = "Running"
     for c in containers:
         pod.spec.containers.add(name=c, image="x")
+        pod.status.containerStatuses.add(name=c).state.running.SetInParent()
     return pod
 
 
@@ -111,3 +112,47 @@ async def test_fake_runtime_has_no_logs() -> None:
     service = KubeletService(lambda ns, n: make_pod("main"), FakeRuntime())
     _, ctx = await collect(service, kubelet_pb2.LogsRequest(namespace="default", name="web"))
     assert ctx.code == grpc.StatusCode.UNIMPLEMENTED
+
+
+def _waiting(reason: str) -> pod_pb2.Pod:
+    pod = make_pod("main")
+    pod.status.containerStatuses[0].state.Clear()
+    if reason:
+        pod.status.containerStatuses[0].state.waiting.reason = reason
+    return pod
+
+
+def _no_status() -> pod_pb2.Pod:
+    pod = make_pod("main")
+    del pod.status.containerStatuses[:]
+    return pod
+
+
+def _restarted() -> pod_pb2.Pod:
+    pod = make_pod("main")
+    pod.status.containerStatuses[0].lastState.terminated.exitCode = 1
+    return pod
+
+
+async def test_log_status_refusals_and_limit_bytes(tmp_path: Path) -> None:
+    runtime = ProcessRuntime(tmp_path)
+    path = runtime.log_path("u1", "main")
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"one\ntwo\nthree\n")
+    where = 'container "main" in pod "web"'
+    cases: list[tuple[pod_pb2.Pod, dict[str, Any], bytes, str]] = [
+        (make_pod("main"), {"limitBytes": 5}, b"one\nt", ""),
+        (make_pod("main"), {"tailLines": 2, "limitBytes": 100}, b"two\nthree\n", ""),
+        (_waiting("ContainerCreating"), {}, b"", f"{where} is waiting to start: ContainerCreating"),
+        (_no_status(), {}, b"", f"{where} is waiting to start - no logs yet"),
+        (make_pod("main"), {"previous": True}, b"", f"previous terminated {where} not found"),
+        (_restarted(), {}, b"one\ntwo\nthree\n", ""),
+    ]
+    for pod, fields, want, error in cases:
+        service = KubeletService(lambda ns, n, p=pod: p, runtime)  # type: ignore[misc]
+        request = kubelet_pb2.LogsRequest(namespace="default", name="web", **fields)
+        out, ctx = await collect(service, request)
+        assert (out, ctx.details) == (want, error), fields
+        if error:
+            assert ctx.code == grpc.StatusCode.INVALID_ARGUMENT
