@@ -18,6 +18,7 @@ import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 import yaml
@@ -26,6 +27,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from multidict import MultiMapping
 
+from apiserver.podlogs import PodLogOptions, PodLogs
 from apiserver.registry import generate_name
 from apiserver.rest import codec as codecs
 from apiserver.rest.codec import AS_JSON, AS_TABLE, AS_YAML, KindCodec, dumps
@@ -57,8 +59,8 @@ from tinykube.errors import (
     ResourceExpiredError,
     TinykubeError,
 )
-from tinykube.kinds import POD, REPLICA_SET
-from tinykube.v1 import meta_pb2, pod_pb2
+from tinykube.kinds import NODE, POD, REPLICA_SET
+from tinykube.v1 import meta_pb2, node_pb2, pod_pb2
 
 APPLY_PATCH = "application/apply-patch+yaml"
 JSON_PATCH = "application/json-patch+json"
@@ -67,6 +69,8 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 # Attempts of a PATCH that loses a race with another writer (Kubernetes retries too).
 _PATCH_ATTEMPTS = 5
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+# A follow that has no output yet still sends its headers after this many seconds.
+_LOG_HEADERS_AFTER = 1.0
 # The Eviction versions pods/eviction takes, as kube-apiserver (it answers policy/v1).
 EVICTION_VERSIONS = ("policy/v1", "policy/v1beta1")
 
@@ -266,6 +270,10 @@ class ResourceHandlers:
         if sub == "binding" and res.info.kind == POD.kind:
             if method == "POST":
                 return await self.bind(request, target, q, service)
+            raise method_not_allowed()
+        if sub == "log" and res.info.kind == POD.kind:
+            if method == "GET":
+                return await self.logs(request, target, q, service)
             raise method_not_allowed()
         if sub == "eviction" and res.info.kind == POD.kind:
             if method == "POST":
@@ -1018,6 +1026,85 @@ class ResourceHandlers:
                 f"[{' '.join(query)}] and [{' '.join(content)}]"
             )
         return list(content)
+
+    # ---- pods/log ---------------------------------------------------------------------------
+
+    def _log_options(self, q: Query) -> PodLogOptions:
+        since_time = None
+        text = q.text("sinceTime")
+        if text:
+            try:
+                since_time = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            except ValueError:
+                since_time = None
+            if since_time is None or since_time.tzinfo is None:
+                raise BadRequestError(
+                    f'invalid value "{text}" for query parameter sinceTime: not an RFC 3339 time '
+                    '("2026-12-01T10:00:00Z")'
+                )
+        q.flag("insecureSkipTLSVerifyBackend")  # checked, then moot: kubelets speak plain gRPC
+        return PodLogOptions(
+            container=q.text("container"),
+            follow=q.flag("follow"),
+            previous=q.flag("previous"),
+            timestamps=q.flag("timestamps"),
+            tail_lines=q.number("tailLines"),
+            limit_bytes=q.number("limitBytes"),
+            since_seconds=q.number("sinceSeconds"),
+            since_time=since_time,
+        )
+
+    async def logs(
+        self, request: web.Request, target: Target, q: Query, service: ResourceService
+    ) -> web.StreamResponse:
+        """GET pods/NAME/log: text/plain, chunked, each kubelet chunk written as it arrives.
+
+        Errors found before the first byte (options, container, the kubelet's refusal) are a
+        Status; once the stream has started, a failure can only end it, as kube-apiserver."""
+        options = self._log_options(q)
+        nodes = self.services[NODE.kind]
+
+        async def get_pod(namespace: str, name: str) -> pod_pb2.Pod:
+            req = message_from(meta_pb2.GetRequest, {"namespace": namespace, "name": name})
+            return await service.get(req, None)  # type: ignore[return-value]
+
+        async def get_node(name: str) -> node_pb2.Node:
+            return await nodes.get(meta_pb2.GetRequest(name=name), None)  # type: ignore[return-value]
+
+        chunks = PodLogs(get_pod, get_node).stream(
+            target.namespace or "", target.name or "", options
+        )
+
+        async def next_chunk() -> bytes | None:
+            try:
+                return await anext(chunks)
+            except StopAsyncIteration:
+                return None
+
+        pending = asyncio.ensure_future(next_chunk())
+        try:
+            # A follow of a quiet container must still open the stream soon.
+            await asyncio.wait({pending}, timeout=_LOG_HEADERS_AFTER if options.follow else None)
+            data = pending.result() if pending.done() else b""
+            resp = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
+            resp.enable_chunked_encoding()
+            await resp.prepare(request)
+            try:
+                if not pending.done():
+                    data = await pending
+                while data is not None:
+                    if data:
+                        await resp.write(data)
+                    data = await next_chunk()
+            except TinykubeError:
+                pass  # the stream has begun: ending it is all that is left to say
+            return resp
+        finally:
+            if not pending.done():
+                pending.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await pending
+            await chunks.aclose()
 
     # ---- replicasets/scale ------------------------------------------------------------------
 
