@@ -19,11 +19,12 @@ import contextlib
 import logging
 
 from apiserver.allocator import ServiceAllocator
+from apiserver.grpcapi import GrpcResource, MetricsInterceptor
 from apiserver.metrics import Metrics
 from apiserver.registry import INDEX_FIELD, Strategy, fields_of
+from apiserver.resources import ResourceStore
 from apiserver.rest.app import RestServer
 from apiserver.rest.codec import KindCodec
-from apiserver.server import MetricsInterceptor, ResourceService
 from apiserver.settings import Settings
 from apiserver.storage import Storage
 from apiserver.watchcache import Codec, WatchCache
@@ -54,7 +55,7 @@ class APIServer:
             batch_writes=settings.etcd_batch_writes,
         )
         self.caches: dict[str, WatchCache] = {}
-        self.services: dict[str, ResourceService] = {}
+        self.services: dict[str, ResourceStore] = {}
         prefix = settings.prefix
         self.allocator = ServiceAllocator(
             self.storage,
@@ -79,7 +80,7 @@ class APIServer:
                 clock=self.clock,
             )
             self.caches[info.kind] = cache
-            self.services[info.kind] = ResourceService(
+            self.services[info.kind] = ResourceStore(
                 info,
                 storage=self.storage,
                 cache=cache,
@@ -99,7 +100,7 @@ class APIServer:
             [info.service for info in ALL_KINDS],
             interceptors=[MetricsInterceptor(self.metrics)],
         )
-        handlers = tuple(service.handler() for service in self.services.values())
+        handlers = tuple(GrpcResource(r).handler() for r in self.services.values())
         self.grpc.add(lambda s: s.add_generic_rpc_handlers(handlers))
         self._tasks: list[asyncio.Task[None]] = []
         self.port = 0

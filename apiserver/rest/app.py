@@ -20,6 +20,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from apiserver.metrics import Metrics
+from apiserver.resources import ResourceStore
 from apiserver.rest import patch, tables
 from apiserver.rest.codec import dumps
 from apiserver.rest.discovery import (
@@ -40,7 +41,6 @@ from apiserver.rest.status import (
     not_found_path,
     status_of,
 )
-from apiserver.server import ResourceService
 from apiserver.settings import Settings
 from tinykube.clock import Clock
 from tinykube.errors import TinykubeError
@@ -59,11 +59,11 @@ HealthChecks = Callable[[], Mapping[str, bool]]
 
 
 class RestServer:
-    """Kubernetes' REST API over the kinds' `ResourceService`s."""
+    """Kubernetes' REST API over the kinds' `ResourceStore`s."""
 
     def __init__(
         self,
-        services: Mapping[str, ResourceService],
+        services: Mapping[str, ResourceStore],
         *,
         settings: Settings,
         clock: Clock,

@@ -1,9 +1,11 @@
 """The REST verbs of one resource: GET, LIST, WATCH, POST, PUT, PATCH, DELETE, deletecollection
-and the subresources (status, pods/binding, replicasets/scale), as kube-apiserver serves them.
+and the subresources (status, pods/binding, pods/eviction, pods/log, replicasets/scale), as
+kube-apiserver serves them.
 
 Each handler turns query parameters and a JSON/YAML body into the same request messages the
-gRPC services take and calls `ResourceService` (validation, defaults, storage, the watch cache
-and Bind's compare-and-swap exist only there); answers are encoded by `codec.KindCodec`.
+gRPC front end takes and calls the kind's `apiserver.resources.ResourceStore` (validation,
+defaults, storage, the watch cache and Bind's compare-and-swap exist only there); answers are
+encoded by `codec.KindCodec`.
 LIST from the watch cache and every REST watch reuse each object version's cached JSON.
 `dryRun=All` runs the kind's strategy (defaults, validation) without writing. Handlers run on
 the apiserver's event loop; a watch handler waits on its watcher's queue and ends at
@@ -29,6 +31,7 @@ from multidict import MultiMapping
 
 from apiserver.podlogs import PodLogOptions, PodLogs
 from apiserver.registry import generate_name
+from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
 from apiserver.rest.codec import AS_JSON, AS_TABLE, AS_YAML, KindCodec, dumps
 from apiserver.rest.discovery import Resource
@@ -44,7 +47,6 @@ from apiserver.rest.status import (
     too_large,
     unsupported_media_type,
 )
-from apiserver.server import ResourceService
 from apiserver.settings import Settings
 from apiserver.watchcache import encode_json_event
 from tinykube.clock import Clock
@@ -212,7 +214,7 @@ class ResourceHandlers:
 
     def __init__(
         self,
-        services: Mapping[str, ResourceService],
+        services: Mapping[str, ResourceStore],
         *,
         settings: Settings,
         clock: Clock,
@@ -429,12 +431,12 @@ class ResourceHandlers:
     # ---- GET / LIST -------------------------------------------------------------------------
 
     async def get(
-        self, request: web.Request, target: Target, q: Query, service: ResourceService
+        self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
         req = message_from(
             meta_pb2.GetRequest, {"namespace": target.namespace or "", "name": target.name}
         )
-        obj = await service.get(req, None)
+        obj = await service.get(req)
         return await self._answer_object(request, target, q, obj)
 
     def _list_request(self, target: Target, q: Query, *, watch: bool) -> dict[str, Any]:
@@ -449,7 +451,7 @@ class ResourceHandlers:
         return data
 
     async def list_collection(
-        self, request: web.Request, target: Target, q: Query, service: ResourceService
+        self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
         fmt = self._accept(request, table=True)
         limit = q.number("limit") or 0
@@ -524,7 +526,7 @@ class ResourceHandlers:
         return self.watch_timeout * (1 + random.random())
 
     async def watch(
-        self, request: web.Request, target: Target, q: Query, service: ResourceService
+        self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.StreamResponse:
         fmt = self._accept(request, table=True)
         if fmt == AS_YAML:
@@ -617,7 +619,7 @@ class ResourceHandlers:
     # ---- POST / PUT -------------------------------------------------------------------------
 
     async def create(
-        self, request: web.Request, target: Target, q: Query, service: ResourceService
+        self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
         dry_run = self._dry_run(q)
         obj, warnings = await self._decoded(request, target, q)
@@ -626,10 +628,10 @@ class ResourceHandlers:
         if dry_run:
             created = await self._dry_run_create(service, obj)
         else:
-            created = await service.create(info.create_request(**{info.request_field: obj}), None)
+            created = await service.create(info.create_request(**{info.request_field: obj}))
         return await self._answer_object(request, target, q, created, code=201, warnings=warnings)
 
-    async def _dry_run_create(self, service: ResourceService, obj: Message) -> Message:
+    async def _dry_run_create(self, service: ResourceStore, obj: Message) -> Message:
         meta = obj.metadata  # type: ignore[attr-defined]
         service.strategy.prepare_for_create(obj, self.clock.now())
         if not meta.name and meta.generateName:
@@ -641,7 +643,7 @@ class ResourceHandlers:
             raise InvalidError.for_object(service.info.kind, meta.name, errors)
         req = message_from(meta_pb2.GetRequest, {"namespace": meta.namespace, "name": meta.name})
         with contextlib.suppress(NotFoundError):
-            await service.get(req, None)
+            await service.get(req)
             raise AlreadyExistsError(f'{service.info.plural} "{meta.name}" already exists')
         return obj
 
@@ -660,7 +662,7 @@ class ResourceHandlers:
         request: web.Request,
         target: Target,
         q: Query,
-        service: ResourceService,
+        service: ResourceStore,
         *,
         status: bool,
     ) -> web.Response:
@@ -672,22 +674,22 @@ class ResourceHandlers:
         return await self._answer_object(request, target, q, updated, warnings=warnings)
 
     async def _write(
-        self, service: ResourceService, obj: Message, *, status: bool, dry_run: bool
+        self, service: ResourceStore, obj: Message, *, status: bool, dry_run: bool
     ) -> Message:
         info = service.info
         if dry_run:
             return await self._dry_run_update(service, obj, status=status)
         req = info.update_request(**{info.request_field: obj})
         if status:
-            return await service.update_status(req, None)
-        return await service.update(req, None)
+            return await service.update_status(req)
+        return await service.update(req)
 
     async def _dry_run_update(
-        self, service: ResourceService, obj: Message, *, status: bool
+        self, service: ResourceStore, obj: Message, *, status: bool
     ) -> Message:
         meta = obj.metadata  # type: ignore[attr-defined]
         req = message_from(meta_pb2.GetRequest, {"namespace": meta.namespace, "name": meta.name})
-        old = await service.get(req, None)
+        old = await service.get(req)
         codec = KindCodec(service.info)
         new_rv = codec.object_dict(obj).get("metadata", {}).get("resourceVersion", "")
         old_rv = codec.object_dict(old).get("metadata", {}).get("resourceVersion", "")
@@ -729,7 +731,7 @@ class ResourceHandlers:
         request: web.Request,
         target: Target,
         q: Query,
-        service: ResourceService,
+        service: ResourceStore,
         *,
         status: bool,
     ) -> web.Response:
@@ -744,7 +746,7 @@ class ResourceHandlers:
         for attempt in range(_PATCH_ATTEMPTS):
             current: Message | None
             try:
-                current = await service.get(get, None)
+                current = await service.get(get)
             except NotFoundError:
                 if media != APPLY_PATCH or status:
                     raise
@@ -763,9 +765,7 @@ class ResourceHandlers:
                 if dry_run:
                     created = await self._dry_run_create(service, obj)
                 else:
-                    created = await service.create(
-                        info.create_request(**{info.request_field: obj}), None
-                    )
+                    created = await service.create(info.create_request(**{info.request_field: obj}))
                 return await self._answer_object(
                     request, target, q, created, code=201, warnings=warnings
                 )
@@ -829,7 +829,7 @@ class ResourceHandlers:
 
     async def _delete_one(
         self,
-        service: ResourceService,
+        service: ResourceStore,
         namespace: str,
         name: str,
         options: Mapping[str, Any],
@@ -838,11 +838,11 @@ class ResourceHandlers:
         req = self._delete_request(namespace, name, options)
         if dry_run:
             get = message_from(meta_pb2.GetRequest, {"namespace": namespace, "name": name})
-            return await service.get(get, None)
-        return await service.delete(req, None)
+            return await service.get(get)
+        return await service.delete(req)
 
     async def delete(
-        self, request: web.Request, target: Target, q: Query, service: ResourceService
+        self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
         dry_run = self._dry_run(q)
         options = await self._delete_options(request, q)
@@ -865,7 +865,7 @@ class ResourceHandlers:
         return self._respond(fmt, dumps(success_body(200, details)))
 
     async def delete_collection(
-        self, request: web.Request, target: Target, q: Query, service: ResourceService
+        self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
         dry_run = self._dry_run(q)
         options = await self._delete_options(request, q)
@@ -887,7 +887,7 @@ class ResourceHandlers:
     # ---- pods/binding -----------------------------------------------------------------------
 
     async def bind(
-        self, request: web.Request, target: Target, q: Query, service: ResourceService
+        self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
         dry_run = self._dry_run(q)
         body, media = await self._body(request, codecs.BODY_TYPES)
@@ -921,7 +921,7 @@ class ResourceHandlers:
             if dry_run:
                 await self._dry_run_bind(service, msg)
             else:
-                await service.bind(pod_pb2.BindRequest(binding=msg), None)
+                await service.bind(pod_pb2.BindRequest(binding=msg))
         except (AlreadyExistsError, PreconditionFailedError) as exc:
             raise self._binding_conflict(exc, res) from exc
         fmt = self._accept(request, table=False)
@@ -935,10 +935,10 @@ class ResourceHandlers:
         message = f'Operation cannot be fulfilled on {on} "{res.name}": {exc.message}'
         return RestError(409, "Conflict", message, {"name": res.name, "kind": on})
 
-    async def _dry_run_bind(self, service: ResourceService, binding: Message) -> None:
+    async def _dry_run_bind(self, service: ResourceStore, binding: Message) -> None:
         meta = binding.metadata  # type: ignore[attr-defined]
         req = message_from(meta_pb2.GetRequest, {"namespace": meta.namespace, "name": meta.name})
-        pod = await service.get(req, None)
+        pod = await service.get(req)
         data = KindCodec(service.info).object_dict(pod)
         node = data.get("spec", {}).get("nodeName")
         if node:
@@ -953,7 +953,7 @@ class ResourceHandlers:
     # ---- pods/eviction ----------------------------------------------------------------------
 
     async def evict(
-        self, request: web.Request, target: Target, q: Query, service: ResourceService
+        self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
         """POST an Eviction (policy/v1 or policy/v1beta1): 201 and a Success Status once the
         pod is deleted (or marked for deletion), as kube-apiserver answers."""
@@ -1004,7 +1004,7 @@ class ResourceHandlers:
             raise BadRequestError(
                 f'Eviction in version "v1" cannot be handled as a Eviction: {exc}'
             ) from None
-        await service.evict(pod_pb2.EvictRequest(eviction=msg), None)
+        await service.evict(pod_pb2.EvictRequest(eviction=msg))
         fmt = self._accept(request, table=False)
         return self._respond(fmt, dumps(success_body(201)), code=201)
 
@@ -1055,7 +1055,7 @@ class ResourceHandlers:
         )
 
     async def logs(
-        self, request: web.Request, target: Target, q: Query, service: ResourceService
+        self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.StreamResponse:
         """GET pods/NAME/log: text/plain, chunked, each kubelet chunk written as it arrives.
 
@@ -1066,10 +1066,10 @@ class ResourceHandlers:
 
         async def get_pod(namespace: str, name: str) -> pod_pb2.Pod:
             req = message_from(meta_pb2.GetRequest, {"namespace": namespace, "name": name})
-            return await service.get(req, None)  # type: ignore[return-value]
+            return await service.get(req)  # type: ignore[return-value]
 
         async def get_node(name: str) -> node_pb2.Node:
-            return await nodes.get(meta_pb2.GetRequest(name=name), None)  # type: ignore[return-value]
+            return await nodes.get(meta_pb2.GetRequest(name=name))  # type: ignore[return-value]
 
         chunks = PodLogs(get_pod, get_node).stream(
             target.namespace or "", target.name or "", options
@@ -1127,22 +1127,22 @@ class ResourceHandlers:
             "status": status,
         }
 
-    async def _get_rs(self, target: Target, service: ResourceService) -> dict[str, Any]:
+    async def _get_rs(self, target: Target, service: ResourceStore) -> dict[str, Any]:
         get = message_from(
             meta_pb2.GetRequest, {"namespace": target.namespace or "", "name": target.name}
         )
-        rs = await service.get(get, None)
+        rs = await service.get(get)
         return self.codecs[service.info.kind].object_dict(rs)
 
     async def get_scale(
-        self, request: web.Request, target: Target, q: Query, service: ResourceService
+        self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
         rs = await self._get_rs(target, service)
         fmt = self._accept(request, table=False)
         return self._respond(fmt, dumps(self._scale(rs)))
 
     async def update_scale(
-        self, request: web.Request, target: Target, q: Query, service: ResourceService
+        self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
         if request.method == "PATCH":
             media = self._patch_type(request)

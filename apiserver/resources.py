@@ -1,14 +1,14 @@
-"""The gRPC services: one generic implementation serving every kind in `tinykube.kinds`.
+"""The resource layer: one `ResourceStore` per kind in `tinykube.kinds`, shared by both front ends.
 
-`ResourceService` implements Create/Get/List/Update/UpdateStatus/Delete/Watch/WatchBatch (and
-Pods/Bind and Pods/BindBatch) over `Storage` (writes and point reads go to etcd) and the kind's
-`WatchCache` (unpaged lists and watches). Handlers are registered with
-`grpc.method_handlers_generic_handler` rather than the generated `add_*Servicer_to_server`, so
-List and Watch can return pre-encoded bytes (the response serializer passes bytes through); the
-generated descriptors still drive reflection, so grpcurl sees the same services. Handlers raise
-`TinykubeError`s; `MetricsInterceptor` counts, times and turns them into statuses in one place.
-Everything runs on the event loop; a request's etcd round trips are its only awaits, and writes
-are compare-and-swap so concurrent handlers are safe.
+`ResourceStore` implements create/get/list/update/update_status/delete/watch (and, for pods, bind,
+bind_batch and evict) over `Storage` (writes and point reads go to etcd) and the kind's
+`WatchCache` (unpaged lists and watches): validation, defaults, optimistic concurrency, graceful
+deletion, finalizers, Bind's compare-and-swap. It is transport-neutral: methods take and return
+the API's messages (a list returns the watch cache's objects, already encoded once; a watch
+registers a `Watcher` on the cache) and raise `TinykubeError`s. The gRPC front end
+(apiserver/grpcapi.py) and the REST front end (apiserver/rest/) are codecs and routers over it,
+so a rule lives here once. Everything runs on the event loop; a request's etcd round trips are
+its only awaits, and writes are compare-and-swap so concurrent requests are safe.
 """
 
 from __future__ import annotations
@@ -20,17 +20,12 @@ import builtins
 import dataclasses
 import json
 import logging
-import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
-import grpc
 from google.protobuf.message import Message
 
 from apiserver.allocator import Claims, ServiceAllocator
-from apiserver.metrics import Metrics
 from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy, generate_name
 from apiserver.settings import Settings
 from apiserver.storage import KV, Storage, WriteResult
@@ -41,8 +36,6 @@ from apiserver.watchcache import (
     Queued,
     WatchCache,
     Watcher,
-    batch_messages,
-    encode_list,
 )
 from tinykube.clock import Clock
 from tinykube.errors import (
@@ -54,7 +47,6 @@ from tinykube.errors import (
     ResourceExpiredError,
     TinykubeError,
     UnimplementedError,
-    abort_with,
     to_status,
 )
 from tinykube.kinds import NODE, POD, KindInfo
@@ -81,138 +73,6 @@ class _Current:
     obj: Message  # a private copy, free to mutate
     revision: int  # its etcd mod_revision
     authoritative: bool  # read from etcd (or proven by the client's resourceVersion)
-
-
-def _serialize(response: bytes | Message) -> bytes:
-    if isinstance(response, bytes):
-        return response
-    return response.SerializeToString()
-
-
-# time_remaining() compares the deadline with the wall clock; allow for the skew between that
-# and core's monotonic timer when deciding that a cancellation was the deadline passing.
-_DEADLINE_SLACK = 0.1
-
-
-def _cancellation_code(method: str, context: Any, start: float) -> str:
-    """Log a handler cancelled by gRPC; the metric code: DEADLINE_EXCEEDED or CANCELLED."""
-    remaining = context.time_remaining()
-    elapsed = time.perf_counter() - start
-    if remaining is not None and remaining <= _DEADLINE_SLACK:
-        # The client's deadline passed: it already has DEADLINE_EXCEEDED and retries.
-        log.debug("%s: deadline exceeded after %.3fs", method, elapsed)
-        return "DEADLINE_EXCEEDED"
-    log.warning(
-        "%s cancelled after %.3fs with %s left (client cancel or stream reset)",
-        method,
-        elapsed,
-        "no deadline" if remaining is None else f"{remaining:.3f}s",
-    )
-    return "CANCELLED"
-
-
-class MetricsInterceptor(grpc.aio.ServerInterceptor):
-    """Counts and times every tinykube RPC and maps raised errors to statuses (the one place)."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self.metrics = metrics
-        # Label lookups take a lock and hash a tuple; do them once per (method, code).
-        self._counters: dict[tuple[str, str], Any] = {}
-        self._histograms: dict[str, Any] = {}
-        self._wrapped: dict[str, Any] = {}
-
-    def _counter(self, method: str, code: str) -> None:
-        child = self._counters.get((method, code))
-        if child is None:
-            child = self._counters[(method, code)] = self.metrics.requests.labels(method, code)
-        child.inc()
-
-    def _histogram(self, method: str) -> Any:
-        child = self._histograms.get(method)
-        if child is None:
-            child = self._histograms[method] = self.metrics.request_duration.labels(method)
-        return child
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Any:
-        # A method's handler never changes once the server runs, so it is looked up and wrapped
-        # once; building the wrapper on every call cost ~5 % of the apiserver's CPU under load.
-        method = handler_call_details.method
-        wrapped = self._wrapped.get(method)
-        if wrapped is None:
-            handler: Any = await continuation(handler_call_details)
-            if handler is None:
-                return None
-            wrapped = self._wrapped[method] = self._wrap(method, handler)
-        return wrapped
-
-    def _wrap(self, method: str, handler: Any) -> Any:
-        if not method.startswith("/tinykube."):
-            return handler
-        short = method[len("/tinykube.v1.") :]
-        count = self._counter
-        duration = self._histogram(short)
-        if handler.unary_unary is not None:
-            inner: Any = handler.unary_unary
-
-            async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-                start = time.perf_counter()
-                try:
-                    response = await inner(request, context)
-                except TinykubeError as exc:
-                    count(short, exc.code.name)
-                    duration.observe(time.perf_counter() - start)
-                    await abort_with(context, exc)
-                except asyncio.CancelledError:
-                    # Not an Exception: without this branch a cancelled handler was neither
-                    # counted nor logged. gRPC cancels the handler when the client cancels, its
-                    # deadline passes or the stream is reset; the client already has a status.
-                    count(short, _cancellation_code(method, context, start))
-                    duration.observe(time.perf_counter() - start)
-                    raise
-                except Exception as exc:
-                    if isinstance(exc, grpc.aio.AbortError):
-                        raise
-                    log.exception("%s failed", method)
-                    count(short, "INTERNAL")
-                    await abort_with(context, exc)
-                count(short, "OK")
-                duration.observe(time.perf_counter() - start)
-                return response
-
-            return handler._replace(unary_unary=unary)
-        if handler.unary_stream is not None:
-            inner_stream: Any = handler.unary_stream
-
-            # Streams write with context.write (a coroutine handler, not an async generator),
-            # so wrapping them costs nothing per message. Their duration is not observed: a
-            # watch lives as long as its client wants.
-            async def stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-                code = "OK"
-                try:
-                    await inner_stream(request, context)
-                except TinykubeError as exc:
-                    code = exc.code.name
-                    await abort_with(context, exc)
-                except asyncio.CancelledError:
-                    # How most watches end: the client went away (not an Exception subclass).
-                    code = "CANCELLED"
-                    raise
-                except Exception as exc:
-                    if isinstance(exc, grpc.aio.AbortError):
-                        code = "ABORTED_BY_HANDLER"
-                        raise
-                    log.exception("%s failed", method)
-                    code = "INTERNAL"
-                    await abort_with(context, exc)
-                finally:
-                    count(short, code)
-
-            return handler._replace(unary_stream=stream)
-        return handler
 
 
 def _parse_rv(text: str, what: str = "resourceVersion") -> int:
@@ -242,8 +102,8 @@ def _decode_continue(token: str, prefix: bytes) -> tuple[int, bytes]:
     return revision, start
 
 
-class ResourceService:
-    """Create/Get/List/Update/UpdateStatus/Delete/Watch of one kind."""
+class ResourceStore:
+    """Create/Get/List/Update/UpdateStatus/Delete/Watch of one kind, for either front end."""
 
     def __init__(
         self,
@@ -422,7 +282,7 @@ class ResourceService:
 
     # ---- Create ----------------------------------------------------------------------------
 
-    async def create(self, request: Message, context: Any) -> Message:
+    async def create(self, request: Message) -> Message:
         obj: Message = getattr(request, self.info.request_field)
         meta = obj.metadata  # type: ignore[attr-defined]
         self._check_size(request, meta.name or meta.generateName)
@@ -452,7 +312,7 @@ class ResourceService:
 
     # ---- Get -------------------------------------------------------------------------------
 
-    async def get(self, request: meta_pb2.GetRequest, context: Any) -> Message:
+    async def get(self, request: meta_pb2.GetRequest) -> Message:
         if not request.name:
             raise InvalidError(f"{self.info.kind} name is required")
         kv = await self.storage.get(self.key(self._namespace(request.namespace), request.name))
@@ -461,10 +321,6 @@ class ResourceService:
         return self._decode(kv)
 
     # ---- List ------------------------------------------------------------------------------
-
-    async def list(self, request: meta_pb2.ListRequest, context: Any) -> bytes:
-        revision, items, token = await self.list_objects(request)
-        return encode_list(revision, [o.data for o in items], token)
 
     async def list_objects(
         self, request: meta_pb2.ListRequest
@@ -556,10 +412,10 @@ class ResourceService:
 
     # ---- Update / UpdateStatus -------------------------------------------------------------
 
-    async def update(self, request: Message, context: Any) -> Message:
+    async def update(self, request: Message) -> Message:
         return await self._update(request, status=False)
 
-    async def update_status(self, request: Message, context: Any) -> Message:
+    async def update_status(self, request: Message) -> Message:
         return await self._update(request, status=True)
 
     async def _update(self, request: Message, *, status: bool) -> Message:
@@ -636,7 +492,7 @@ class ResourceService:
 
     # ---- Delete ----------------------------------------------------------------------------
 
-    async def delete(self, request: meta_pb2.DeleteRequest, context: Any) -> Message:
+    async def delete(self, request: meta_pb2.DeleteRequest) -> Message:
         if not request.name:
             raise InvalidError(f"{self.info.kind} name is required")
         namespace = self._namespace(request.namespace)
@@ -708,58 +564,6 @@ class ResourceService:
 
     # ---- Watch -----------------------------------------------------------------------------
 
-    async def watch(self, request: meta_pb2.WatchRequest, context: Any) -> None:
-        """One message per event (Kubernetes' shape; what grpcurl users see)."""
-        await self._watch(request, context.write, batched=False)
-
-    async def watch_batch(self, request: meta_pb2.WatchRequest, context: Any) -> None:
-        """Everything queued for the watcher since the last write, in one message.
-
-        Each gRPC message costs tens of microseconds on both ends whatever its size, and a busy
-        watcher (the scheduler, a kubelet hosting many nodes) gets events faster than one
-        write completes, so this cuts the stream's cost by its batch size. An idle watch still
-        gets every event at once: nothing waits to fill a batch.
-        """
-        await self._watch(request, context.write, batched=True)
-
-    async def _watch(
-        self,
-        request: meta_pb2.WatchRequest,
-        write: Callable[[bytes], Awaitable[None]],
-        *,
-        batched: bool,
-    ) -> None:
-        watcher, initial = await self.open_watch(request, batched=batched)
-        method = "WatchBatch" if batched else "Watch"
-        events_sent = self.cache.metrics.watch_events_sent.labels(self.info.kind, method)
-        messages_sent = self.cache.metrics.watch_messages_sent.labels(self.info.kind, method)
-        window = self.settings.watch_batch_window_seconds if batched else 0.0
-        monotonic = self.clock.monotonic
-        last_sent = -window
-        try:
-            batch = initial
-            del initial
-            while True:
-                messages = batch_messages(batch) if batched else [data for data, _ in batch]
-                for message in messages:
-                    await write(message)
-                events_sent.inc(len(batch))
-                messages_sent.inc(len(messages))
-                if messages:
-                    last_sent = monotonic()
-                batch = await watcher.drain_events()
-                if not batch:
-                    return
-                if window > 0:
-                    # Busy (the last message went out less than a window ago): let the
-                    # events of the rest of the window join this message.
-                    wait = last_sent + window - monotonic()
-                    if wait > 0:
-                        await self.clock.sleep(wait)
-                        batch.extend(watcher.take_events())
-        finally:
-            self.cache.unregister(watcher)
-
     async def open_watch(
         self, request: meta_pb2.WatchRequest, *, batched: bool = False, json: bool = False
     ) -> tuple[Watcher, builtins.list[Queued]]:
@@ -784,13 +588,11 @@ class ResourceService:
 
     # ---- Bind ------------------------------------------------------------------------------
 
-    async def bind(self, request: pod_pb2.BindRequest, context: Any) -> pod_pb2.BindResponse:
+    async def bind(self, request: pod_pb2.BindRequest) -> pod_pb2.BindResponse:
         rv = await self._bind(request.binding)
         return pod_pb2.BindResponse(resourceVersion=rv)
 
-    async def bind_batch(
-        self, request: pod_pb2.BindBatchRequest, context: Any
-    ) -> pod_pb2.BindBatchResponse:
+    async def bind_batch(self, request: pod_pb2.BindBatchRequest) -> pod_pb2.BindBatchResponse:
         """Each binding exactly as Bind (its own compare-and-swap, its own status), all
         concurrently: one RPC's overhead for many binds. The storage layer may commit several
         of them in one etcd txn; one failing compare never fails another binding."""
@@ -871,7 +673,7 @@ class ResourceService:
 
     # ---- Evict -----------------------------------------------------------------------------
 
-    async def evict(self, request: pod_pb2.EvictRequest, context: Any) -> pod_pb2.EvictResponse:
+    async def evict(self, request: pod_pb2.EvictRequest) -> pod_pb2.EvictResponse:
         """Delete a pod through `delete` once its disruption budgets allow it (pods/eviction).
 
         As kube-apiserver's eviction: a pod that is terminal (Succeeded, Failed), Pending or
@@ -918,7 +720,7 @@ class ResourceService:
                 self._check_eviction_preconditions(req, pod)
                 return pod_pb2.EvictResponse(pod=pod)
             try:
-                deleted = await self.delete(req, context)
+                deleted = await self.delete(req)
             except ConflictError:
                 if ours and attempt < _CAS_ATTEMPTS - 1:
                     continue  # the pod changed (it may have started): decide again
@@ -957,49 +759,6 @@ class ResourceService:
                 f"Precondition failed: ResourceVersion in precondition: {pre.resourceVersion}, "
                 f"ResourceVersion in object meta: {meta.resourceVersion}",
             )
-
-    # ---- registration ----------------------------------------------------------------------
-
-    def handler(self) -> grpc.GenericRpcHandler:
-        info = self.info
-        methods: dict[str, Any] = {
-            "Create": grpc.unary_unary_rpc_method_handler(
-                self.create, info.create_request.FromString, _serialize
-            ),
-            "Get": grpc.unary_unary_rpc_method_handler(
-                self.get, meta_pb2.GetRequest.FromString, _serialize
-            ),
-            "List": grpc.unary_unary_rpc_method_handler(
-                self.list, meta_pb2.ListRequest.FromString, _serialize
-            ),
-            "Update": grpc.unary_unary_rpc_method_handler(
-                self.update, info.update_request.FromString, _serialize
-            ),
-            "Delete": grpc.unary_unary_rpc_method_handler(
-                self.delete, meta_pb2.DeleteRequest.FromString, _serialize
-            ),
-            "Watch": grpc.unary_stream_rpc_method_handler(
-                self.watch, meta_pb2.WatchRequest.FromString, _serialize
-            ),
-            "WatchBatch": grpc.unary_stream_rpc_method_handler(
-                self.watch_batch, meta_pb2.WatchRequest.FromString, _serialize
-            ),
-        }
-        if info.has_status:
-            methods["UpdateStatus"] = grpc.unary_unary_rpc_method_handler(
-                self.update_status, info.update_request.FromString, _serialize
-            )
-        if info.kind == POD.kind:
-            methods["Bind"] = grpc.unary_unary_rpc_method_handler(
-                self.bind, pod_pb2.BindRequest.FromString, _serialize
-            )
-            methods["BindBatch"] = grpc.unary_unary_rpc_method_handler(
-                self.bind_batch, pod_pb2.BindBatchRequest.FromString, _serialize
-            )
-            methods["Evict"] = grpc.unary_unary_rpc_method_handler(
-                self.evict, pod_pb2.EvictRequest.FromString, _serialize
-            )
-        return grpc.method_handlers_generic_handler(info.service, methods)
 
 
 def _set_scheduled(pod: pod_pb2.Pod, clock: Clock) -> None:
