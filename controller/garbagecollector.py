@@ -210,8 +210,8 @@ class GarbageCollector:
         uid = owner.metadata.uid
         for dep_kind, dep in list(self._dependents(uid)):
             await self._remove_references(dep_kind, dep, {uid})
-        log.info("orphaned the dependents of %s %s", kind, key_of(owner))
-        await self._remove_finalizer(kind, owner, ORPHAN_FINALIZER)
+        if await self._remove_finalizer(kind, owner, ORPHAN_FINALIZER):
+            log.info("orphaned the dependents of %s %s", kind, key_of(owner))
 
     async def _delete_dependents(self, kind: str, owner: Any) -> None:
         uid = owner.metadata.uid
@@ -221,13 +221,12 @@ class GarbageCollector:
                 blocking += 1
             if not is_terminating(dep):
                 self.queue.add(f"{dep_kind}:{key_of(dep)}")
-        if blocking == 0:
-            log.info("dependents of %s %s are gone", kind, key_of(owner))
-            await self._remove_finalizer(kind, owner, FOREGROUND_FINALIZER)
+        if blocking == 0 and await self._remove_finalizer(kind, owner, FOREGROUND_FINALIZER):
+            log.info("dependents of %s %s are gone: it goes too", kind, key_of(owner))
 
-    async def _rewrite(self, kind: str, obj: Any, change: Callable[[Any], bool]) -> None:
+    async def _rewrite(self, kind: str, obj: Any, change: Callable[[Any], bool]) -> bool:
         """Update `obj` by `change` (False: nothing to change) with compare-and-swap, re-reading
-        it after a lost race. A vanished or recreated object needs nothing."""
+        it after a lost race. A vanished or recreated object needs nothing. True if written."""
         api = self._api(kind)
         assert api is not None
         meta = obj.metadata
@@ -235,22 +234,22 @@ class GarbageCollector:
         for _attempt in range(_WRITE_ATTEMPTS):
             updated = _copy(current)
             if not change(updated):
-                return
+                return False
             try:
                 await api.update(updated)
-                return
+                return True
             except NotFoundError:
-                return
+                return False
             except ConflictError:
                 try:
                     current = await api.get(meta.name, meta.namespace)
                 except NotFoundError:
-                    return
+                    return False
                 if current.metadata.uid != meta.uid:
-                    return
+                    return False
         raise ConflictError(f"{kind} {key_of(obj)}: kept changing while the collector wrote it")
 
-    async def _remove_references(self, kind: str, obj: Any, uids: set[str]) -> None:
+    async def _remove_references(self, kind: str, obj: Any, uids: set[str]) -> bool:
         def strip(o: Any) -> bool:
             refs = list(o.metadata.ownerReferences)
             keep = [r for r in refs if r.uid not in uids]
@@ -260,9 +259,9 @@ class GarbageCollector:
             o.metadata.ownerReferences.extend(keep)
             return True
 
-        await self._rewrite(kind, obj, strip)
+        return await self._rewrite(kind, obj, strip)
 
-    async def _remove_finalizer(self, kind: str, obj: Any, finalizer: str) -> None:
+    async def _remove_finalizer(self, kind: str, obj: Any, finalizer: str) -> bool:
         def drop(o: Any) -> bool:
             fins = list(o.metadata.finalizers)
             if finalizer not in fins:
@@ -271,4 +270,4 @@ class GarbageCollector:
             o.metadata.finalizers.extend(f for f in fins if f != finalizer)
             return True
 
-        await self._rewrite(kind, obj, drop)
+        return await self._rewrite(kind, obj, drop)
