@@ -30,7 +30,7 @@ import grpc
 from google.protobuf.message import Message
 
 from apiserver.allocator import Claims, ServiceAllocator
-from apiserver.deletion import check_policy, gc_finalizers
+from apiserver.deletion import check_policy, gc_finalizers, policy_of
 from apiserver.metrics import Metrics
 from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy, generate_name
 from apiserver.settings import Settings
@@ -931,6 +931,10 @@ class ResourceService:
             if options.HasField("gracePeriodSeconds"):
                 req.gracePeriodSeconds = options.gracePeriodSeconds
             req.preconditions.CopyFrom(options.preconditions)
+            req.propagationPolicy = policy_of(
+                options.propagationPolicy if options.HasField("propagationPolicy") else None,
+                options.orphanDependents if options.HasField("orphanDependents") else None,
+            )
             phase = pod.status.phase or "Pending"
             ignores_budgets = phase in ("Succeeded", "Failed", "Pending") or (
                 pod.metadata.HasField("deletionTimestamp")

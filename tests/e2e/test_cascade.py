@@ -35,7 +35,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 NS = "default"
 KUBECTL = Path(sys.executable).parent / "kubectl"
-REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -60,8 +59,6 @@ async def cascade_cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIter
             "apiserver": ["--rest-port", str(rest_port)],
             "controller": ["--leader-elect", "false"],
         },
-        # The components run this checkout's code, whatever the virtualenv points at.
-        env={"PYTHONPATH": str(REPO)},
     )
     await asyncio.to_thread(cl.start)
     client = Client(cl.api_address)

@@ -287,3 +287,15 @@ async def test_deletecollection_applies_preconditions_to_each(api: Api) -> None:
         grpc.StatusCode.NOT_FOUND,
     )
     await api.stubs.pods.Get(meta_pb2.GetRequest(namespace="default", name="b"))
+
+
+async def test_an_eviction_deletes_with_its_propagation_policy(api: Api) -> None:
+    await api.stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("web")))
+    eviction = pod_pb2.Eviction(
+        metadata=meta_pb2.ObjectMeta(name="web", namespace="default"),
+        deleteOptions=meta_pb2.DeleteOptions(propagationPolicy="Orphan"),
+    )
+    evicted = await api.stubs.pods.Evict(pod_pb2.EvictRequest(eviction=eviction))
+    assert list(evicted.pod.metadata.finalizers) == ["orphan"]
+    pod = await api.stubs.pods.Get(meta_pb2.GetRequest(namespace="default", name="web"))
+    assert pod.metadata.HasField("deletionTimestamp")
