@@ -26,6 +26,7 @@ from datetime import timedelta
 from google.protobuf.message import Message
 
 from apiserver.allocator import Claims, ServiceAllocator
+from apiserver.deletion import check_policy, gc_finalizers, policy_of
 from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy, generate_name
 from apiserver.settings import Settings
 from apiserver.storage import KV, Storage, WriteResult
@@ -50,7 +51,7 @@ from tinykube.errors import (
     to_status,
 )
 from tinykube.kinds import NODE, POD, KindInfo
-from tinykube.meta import get_continue, set_timestamp
+from tinykube.meta import get_continue, set_timestamp, timestamp
 from tinykube.selectors import (
     FieldSelector,
     LabelSelector,
@@ -493,8 +494,16 @@ class ResourceStore:
     # ---- Delete ----------------------------------------------------------------------------
 
     async def delete(self, request: meta_pb2.DeleteRequest) -> Message:
+        """Delete, or mark as deleting: graceful pods and objects held by finalizers stay,
+        with deletionTimestamp set, until the kubelet or the finalizers' owners let go.
+
+        propagationPolicy (apiserver/deletion.py) decides the garbage collector's finalizers:
+        Orphan and Foreground keep the object until the collector has dealt with its
+        dependents. Returns the object as stored (marked) or as it was (deleted).
+        """
         if not request.name:
             raise InvalidError(f"{self.info.kind} name is required")
+        check_policy(request.propagationPolicy)
         namespace = self._namespace(request.namespace)
         key = self.key(namespace, request.name)
         has_grace = request.HasField("gracePeriodSeconds")
@@ -534,9 +543,19 @@ class ResourceStore:
                 if not pod.spec.nodeName:
                     grace = 0  # never ran anywhere: nothing to stop
             marked = meta.HasField("deletionTimestamp")
+            # A graceful deletion under way is only ever shortened; its finalizers stay as
+            # they are (as kube-apiserver: DeleteOptions cannot change them once it started).
+            pending = marked and 0 < meta.deletionGracePeriodSeconds <= grace
+            finalizers = (
+                list(meta.finalizers)
+                if pending
+                else gc_finalizers(self.info.kind, meta.finalizers, request.propagationPolicy)
+            )
+            changed = finalizers != list(meta.finalizers)
             settled = (
-                (grace > 0 or meta.finalizers)
+                (grace > 0 or finalizers)
                 and marked
+                and not changed
                 and (meta.deletionGracePeriodSeconds <= grace)
             )
             if (problem is not None or settled) and not cur.authoritative:
@@ -546,11 +565,20 @@ class ResourceStore:
                 raise problem
             if settled:
                 return obj  # already terminating; a longer grace period never extends it
-            if grace > 0 or meta.finalizers:
+            if grace > 0 or finalizers:
                 # Graceful (a kubelet must stop the containers) or held by finalizers: mark it.
                 nmeta = meta
-                set_timestamp(nmeta.deletionTimestamp, self.clock.now() + timedelta(seconds=grace))
-                nmeta.deletionGracePeriodSeconds = grace
+                if changed:
+                    del nmeta.finalizers[:]
+                    nmeta.finalizers.extend(finalizers)
+                deadline = timestamp(self.clock.now() + timedelta(seconds=grace))
+                if not marked and nmeta.generation > 0:
+                    # Controllers see the generation move when deletion starts (Kubernetes).
+                    nmeta.generation += 1
+                if not marked or nmeta.deletionTimestamp.seconds > deadline.seconds:
+                    nmeta.deletionTimestamp.CopyFrom(deadline)
+                if not marked or nmeta.deletionGracePeriodSeconds > grace:
+                    nmeta.deletionGracePeriodSeconds = grace
                 result = await self.storage.update(key, self._stored_value(obj), cur.revision)
                 if result.succeeded:
                     nmeta.resourceVersion = str(result.revision)
@@ -705,6 +733,10 @@ class ResourceStore:
             if options.HasField("gracePeriodSeconds"):
                 req.gracePeriodSeconds = options.gracePeriodSeconds
             req.preconditions.CopyFrom(options.preconditions)
+            req.propagationPolicy = policy_of(
+                options.propagationPolicy if options.HasField("propagationPolicy") else None,
+                options.orphanDependents if options.HasField("orphanDependents") else None,
+            )
             phase = pod.status.phase or "Pending"
             ignores_budgets = phase in ("Succeeded", "Failed", "Pending") or (
                 pod.metadata.HasField("deletionTimestamp")

@@ -151,10 +151,9 @@ class ControllerManager:
             gc = GarbageCollector(
                 client, {"Pod": pods.store, "ReplicaSet": rss.store, "Node": nodes.store}, gc_queue
             )
-            pods.add_handler(*gc.handlers_for_dependent("Pod"))
-            rss.add_handler(*gc.handlers_for_dependent("ReplicaSet"))
-            rss.add_handler(*gc.handlers_for_owner("ReplicaSet"))
-            nodes.add_handler(*gc.handlers_for_owner("Node"))
+            pods.add_handler(*gc.handlers("Pod"))
+            rss.add_handler(*gc.handlers("ReplicaSet"))
+            nodes.add_handler(*gc.handlers("Node"))
             queues.append(gc_queue)
             self.metrics.track_queue("garbagecollector", gc_queue.__len__)
             workers.append(("garbagecollector", gc_queue, gc.sync, s.concurrent_gc_syncs))

@@ -1,20 +1,33 @@
-"""Garbage collector: deletes objects whose owners are gone (background cascading deletion).
+"""Garbage collector: cascading deletion through ownerReferences, as Kubernetes does it.
 
-A much smaller cousin of Kubernetes' graph-based garbage collector. Dependents are pods and
-ReplicaSets (the kinds that carry ownerReferences here); owners are looked up by kind in the
-informer caches and, before anything is deleted, confirmed absent with a live read, because a
-cache may not have seen a just-created owner yet. An object all of whose owners are gone (absent,
-or present with another uid) is deleted with a uid precondition; one that lost only some owners
-has the dangling references removed. Owner kinds we cannot look up are treated as present.
+A much smaller cousin of Kubernetes' graph-based garbage collector: the "graph" is the informer
+caches plus an owner-uid index over the dependent kinds (pods and ReplicaSets, the kinds that
+carry ownerReferences here). Every kind with a cache can be an owner. Three propagation modes,
+chosen by the apiserver at Delete time (apiserver/deletion.py) through finalizers:
 
-Informer handlers enqueue "Kind:namespace/name" items; `sync` is level-triggered and the work
-queue keeps one sync per item at a time.
+- Background (no finalizer): the owner is gone at once. A dependent all of whose owners are gone
+  (absent, or present with another uid) is deleted with a uid precondition; one that lost only
+  some owners has the dangling references removed. An owner missing from a cache is confirmed
+  absent with a live read first, because a cache may not have seen a just-created owner yet.
+  Owner kinds we cannot look up are treated as present.
+- Orphan (finalizer `orphan` on an owner being deleted): the owner's uid is removed from every
+  dependent's ownerReferences, then the finalizer; the apiserver then deletes the owner.
+- Foreground (finalizer `foregroundDeletion` on an owner being deleted): the owner's dependents
+  are deleted (a dependent that has dependents of its own is itself deleted in the foreground);
+  the finalizer is removed once no dependent whose reference has blockOwnerDeletion is left.
+  A dependent with another, live owner only loses its reference to the owner being deleted.
+
+Informer handlers enqueue "Kind:namespace/name" items; `sync` is level-triggered: it re-reads
+the cache and acts on the object as an owner being finalized (it carries deletionTimestamp and
+one of the two finalizers) or as a dependent. The work queue keeps one sync per item at a time;
+a sync that loses a write race raises, and the worker requeues the item with backoff.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from controller.api import ClientAPI, PodIndex, Queue, Store
@@ -23,6 +36,30 @@ from tinykube.errors import ConflictError, NotFoundError, PreconditionFailedErro
 from tinykube.protocols import ResourceAPI
 
 log = logging.getLogger(__name__)
+
+ORPHAN_FINALIZER = "orphan"
+FOREGROUND_FINALIZER = "foregroundDeletion"
+ORPHAN = "Orphan"
+FOREGROUND = "Foreground"
+BACKGROUND = "Background"
+
+# How an owner reference resolves (Kubernetes' classifyReferences).
+SOLID = "solid"  # the owner exists and is not deleting its dependents
+DANGLING = "dangling"  # the owner is gone (or the name now belongs to another uid)
+WAITING = "waiting"  # the owner is being deleted in the foreground: it waits for us
+
+_WRITE_ATTEMPTS = 5
+
+
+def deleting_dependents(obj: Any) -> bool:
+    """Being deleted in the foreground: marked, and held by `foregroundDeletion`."""
+    return is_terminating(obj) and FOREGROUND_FINALIZER in obj.metadata.finalizers
+
+
+def _copy(obj: Any) -> Any:
+    out = type(obj)()
+    out.CopyFrom(obj)
+    return out
 
 
 class GarbageCollector:
@@ -51,48 +88,75 @@ class GarbageCollector:
         }
         return apis.get(kind)
 
+    @staticmethod
+    def _owner_key(kind: str, namespace: str, name: str) -> tuple[str, str]:
+        """(namespace for the API, cache key) of an owner named by a dependent in `namespace`."""
+        ns = namespace if kind != "Node" else ""
+        return ns, f"{ns}/{name}" if ns else name
+
+    def _dependents(self, uid: str) -> Iterable[tuple[str, Any]]:
+        for kind, index in self.indexes.items():
+            for obj in index.dependents_of(uid):
+                yield kind, obj
+
     # ---- handlers ----
 
-    def on_dependent_change(self, kind: str, obj: Any) -> None:
-        if obj.metadata.ownerReferences:
+    def on_change(self, kind: str, obj: Any) -> None:
+        meta = obj.metadata
+        if meta.ownerReferences or (
+            is_terminating(obj)
+            and (ORPHAN_FINALIZER in meta.finalizers or FOREGROUND_FINALIZER in meta.finalizers)
+        ):
             self.queue.add(f"{kind}:{key_of(obj)}")
 
-    def on_owner_delete(self, kind: str, owner: Any) -> None:
-        uid = owner.metadata.uid
-        for dep_kind, index in self.indexes.items():
-            for obj in index.dependents_of(uid):
-                self.queue.add(f"{dep_kind}:{key_of(obj)}")
+    def on_update(self, kind: str, old: Any, new: Any) -> None:
+        self.on_change(kind, new)
+        if list(old.metadata.ownerReferences) != list(new.metadata.ownerReferences):
+            # A reference removed or unblocked may be what a foreground deletion waits for.
+            self._notify_waiting_owners(old)
 
-    def handlers_for_dependent(self, kind: str) -> tuple[Any, Any, Any]:
-        return (
-            lambda obj: self.on_dependent_change(kind, obj),
-            lambda old, new: self.on_dependent_change(kind, new),
-            lambda obj: None,
-        )
+    def on_delete(self, kind: str, obj: Any) -> None:
+        # As an owner: its dependents may now dangle.
+        for dep_kind, dep in self._dependents(obj.metadata.uid):
+            self.queue.add(f"{dep_kind}:{key_of(dep)}")
+        # As a dependent: an owner deleting in the foreground may be waiting for it.
+        self._notify_waiting_owners(obj)
 
-    def handlers_for_owner(self, kind: str) -> tuple[Any, Any, Any]:
+    def _notify_waiting_owners(self, obj: Any) -> None:
+        for ref in obj.metadata.ownerReferences:
+            store = self.stores.get(ref.kind)
+            if store is None:
+                continue
+            _, key = self._owner_key(ref.kind, obj.metadata.namespace, ref.name)
+            owner = store.get(key)
+            if owner is not None and owner.metadata.uid == ref.uid and deleting_dependents(owner):
+                self.queue.add(f"{ref.kind}:{key}")
+
+    def handlers(self, kind: str) -> tuple[Callable[..., None], ...]:
+        """(on_add, on_update, on_delete) for the informer of `kind`."""
         return (
-            lambda obj: None,
-            lambda old, new: None,
-            lambda obj: self.on_owner_delete(kind, obj),
+            lambda obj: self.on_change(kind, obj),
+            lambda old, new: self.on_update(kind, old, new),
+            lambda obj: self.on_delete(kind, obj),
         )
 
     # ---- reconcile ----
 
-    async def _owner_exists(self, kind: str, namespace: str, name: str, uid: str) -> bool:
+    async def _owner_state(self, kind: str, namespace: str, name: str, uid: str) -> str:
         api = self._api(kind)
         store = self.stores.get(kind)
         if api is None or store is None:
-            return True  # a kind we do not know: never delete on its account
-        ns = namespace if kind != "Node" else ""
-        cached = store.get(f"{ns}/{name}" if ns else name)
-        if cached is not None and cached.metadata.uid == uid:
-            return True
-        try:
-            live = await api.get(name, ns)
-        except NotFoundError:
-            return False
-        return bool(live.metadata.uid == uid)
+            return SOLID  # a kind we do not know: never delete on its account
+        ns, key = self._owner_key(kind, namespace, name)
+        owner = store.get(key)
+        if owner is None or owner.metadata.uid != uid:
+            try:
+                owner = await api.get(name, ns)
+            except NotFoundError:
+                return DANGLING
+            if owner.metadata.uid != uid:
+                return DANGLING
+        return WAITING if deleting_dependents(owner) else SOLID
 
     async def sync(self, item: str) -> None:
         kind, key = item.split(":", 1)
@@ -101,27 +165,109 @@ class GarbageCollector:
         if store is None or api is None:
             return
         obj = store.get(key)
-        if obj is None or is_terminating(obj) or not obj.metadata.ownerReferences:
+        if obj is None:
             return
+        if is_terminating(obj):
+            # Kubernetes' validation never lets an object hold both finalizers.
+            if ORPHAN_FINALIZER in obj.metadata.finalizers:
+                await self._orphan_dependents(kind, obj)
+            elif FOREGROUND_FINALIZER in obj.metadata.finalizers:
+                await self._delete_dependents(kind, obj)
+            return
+        if obj.metadata.ownerReferences:
+            await self._collect(kind, key, obj)
+
+    async def _collect(self, kind: str, key: str, obj: Any) -> None:
+        """A dependent: delete it when no owner holds it, else drop references that dangle."""
         namespace, name = split_key(key)
-        dangling = []
+        states: dict[str, list[str]] = {SOLID: [], DANGLING: [], WAITING: []}
         for ref in obj.metadata.ownerReferences:
-            if not await self._owner_exists(ref.kind, namespace, ref.name, ref.uid):
-                dangling.append(ref.uid)
-        if not dangling:
+            state = await self._owner_state(ref.kind, namespace, ref.name, ref.uid)
+            states[state].append(ref.uid)
+        if states[SOLID]:
+            stale = set(states[DANGLING]) | set(states[WAITING])
+            if stale:
+                await self._remove_references(kind, obj, stale)
             return
-        if len(dangling) == len(obj.metadata.ownerReferences):
-            log.info("deleting %s %s: its owner is gone", kind, key)
-            # Already gone, or replaced by a new object of the same name: nothing to do.
-            with contextlib.suppress(NotFoundError, PreconditionFailedError, ConflictError):
-                await api.delete(name, namespace, uid=obj.metadata.uid)
-            return
-        updated = type(obj)()
-        updated.CopyFrom(obj)
-        keep = [r for r in updated.metadata.ownerReferences if r.uid not in dangling]
-        del updated.metadata.ownerReferences[:]
-        updated.metadata.ownerReferences.extend(keep)
-        try:
-            await api.update(updated)
-        except (NotFoundError, ConflictError):
-            self.queue.add(item)
+        fins = obj.metadata.finalizers
+        if states[WAITING] and any(True for _ in self._dependents(obj.metadata.uid)):
+            # An owner waits for us and we have dependents: it must wait for them too.
+            policy = FOREGROUND
+        elif ORPHAN_FINALIZER in fins:
+            policy = ORPHAN
+        elif FOREGROUND_FINALIZER in fins:
+            policy = FOREGROUND
+        else:
+            policy = BACKGROUND
+        api = self._api(kind)
+        assert api is not None
+        log.info("deleting %s %s (%s): its owners are gone or being deleted", kind, key, policy)
+        # Already gone, or replaced by a new object of the same name: nothing to do.
+        with contextlib.suppress(NotFoundError, PreconditionFailedError, ConflictError):
+            await api.delete(name, namespace, uid=obj.metadata.uid, propagation_policy=policy)
+
+    async def _orphan_dependents(self, kind: str, owner: Any) -> None:
+        uid = owner.metadata.uid
+        for dep_kind, dep in list(self._dependents(uid)):
+            await self._remove_references(dep_kind, dep, {uid})
+        if await self._remove_finalizer(kind, owner, ORPHAN_FINALIZER):
+            log.info("orphaned the dependents of %s %s", kind, key_of(owner))
+
+    async def _delete_dependents(self, kind: str, owner: Any) -> None:
+        uid = owner.metadata.uid
+        blocking = 0
+        for dep_kind, dep in self._dependents(uid):
+            if any(r.uid == uid and r.blockOwnerDeletion for r in dep.metadata.ownerReferences):
+                blocking += 1
+            if not is_terminating(dep):
+                self.queue.add(f"{dep_kind}:{key_of(dep)}")
+        if blocking == 0 and await self._remove_finalizer(kind, owner, FOREGROUND_FINALIZER):
+            log.info("dependents of %s %s are gone: it goes too", kind, key_of(owner))
+
+    async def _rewrite(self, kind: str, obj: Any, change: Callable[[Any], bool]) -> bool:
+        """Update `obj` by `change` (False: nothing to change) with compare-and-swap, re-reading
+        it after a lost race. A vanished or recreated object needs nothing. True if written."""
+        api = self._api(kind)
+        assert api is not None
+        meta = obj.metadata
+        current = obj
+        for _attempt in range(_WRITE_ATTEMPTS):
+            updated = _copy(current)
+            if not change(updated):
+                return False
+            try:
+                await api.update(updated)
+                return True
+            except NotFoundError:
+                return False
+            except ConflictError:
+                try:
+                    current = await api.get(meta.name, meta.namespace)
+                except NotFoundError:
+                    return False
+                if current.metadata.uid != meta.uid:
+                    return False
+        raise ConflictError(f"{kind} {key_of(obj)}: kept changing while the collector wrote it")
+
+    async def _remove_references(self, kind: str, obj: Any, uids: set[str]) -> bool:
+        def strip(o: Any) -> bool:
+            refs = list(o.metadata.ownerReferences)
+            keep = [r for r in refs if r.uid not in uids]
+            if len(keep) == len(refs):
+                return False
+            del o.metadata.ownerReferences[:]
+            o.metadata.ownerReferences.extend(keep)
+            return True
+
+        return await self._rewrite(kind, obj, strip)
+
+    async def _remove_finalizer(self, kind: str, obj: Any, finalizer: str) -> bool:
+        def drop(o: Any) -> bool:
+            fins = list(o.metadata.finalizers)
+            if finalizer not in fins:
+                return False
+            del o.metadata.finalizers[:]
+            o.metadata.finalizers.extend(f for f in fins if f != finalizer)
+            return True
+
+        return await self._rewrite(kind, obj, drop)

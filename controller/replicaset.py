@@ -445,9 +445,12 @@ class ReplicaSetController:
             except ConflictError:
                 if attempt == 1:
                     raise
-                current = await self.client.replica_sets.get(
-                    rs.metadata.name, rs.metadata.namespace
-                )
+                try:
+                    current = await self.client.replica_sets.get(
+                        rs.metadata.name, rs.metadata.namespace
+                    )
+                except NotFoundError:
+                    return  # deleted meanwhile (its finalizers just went): nothing to report
                 status.observedGeneration = min(
                     status.observedGeneration, current.metadata.generation
                 )

@@ -151,8 +151,13 @@ class ResourceClient(Generic[T, L, E]):
         grace_period_seconds: int | None = None,
         uid: str = "",
         resource_version: str = "",
+        propagation_policy: str = "",
     ) -> T:
-        request = meta_pb2.DeleteRequest(namespace=namespace, name=name)
+        """Delete (or mark as deleting) one object. `propagation_policy` is Kubernetes':
+        "Orphan", "Foreground", "Background" or "" for the kind's default."""
+        request = meta_pb2.DeleteRequest(
+            namespace=namespace, name=name, propagationPolicy=propagation_policy
+        )
         if grace_period_seconds is not None:
             request.gracePeriodSeconds = grace_period_seconds
         if uid or resource_version:

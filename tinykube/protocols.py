@@ -28,6 +28,7 @@ class ResourceAPI(Protocol[T]):
         grace_period_seconds: int | None = None,
         uid: str = "",
         resource_version: str = "",
+        propagation_policy: str = "",
     ) -> T: ...
 
 

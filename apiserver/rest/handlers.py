@@ -29,6 +29,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from multidict import MultiMapping
 
+from apiserver.deletion import delete_options_errors, policy_of
 from apiserver.podlogs import PodLogOptions, PodLogs
 from apiserver.registry import generate_name
 from apiserver.resources import ResourceStore
@@ -40,6 +41,7 @@ from apiserver.rest.status import (
 )
 from apiserver.rest.status import (
     RestError,
+    cause_of,
     method_not_allowed,
     not_acceptable,
     status_of,
@@ -155,6 +157,18 @@ def _list_options_invalid(field: str, message: str) -> RestError:
         "causes": [{"reason": "FieldValueForbidden", "message": message, "field": field}],
     }
     return RestError(422, "Invalid", text, details)
+
+
+def _delete_options_errors(errors: Sequence[FieldError]) -> RestError:
+    """422 Invalid on DeleteOptions, one cause per field error (Kubernetes' aggregate)."""
+    texts = [str(e) for e in errors]
+    shown = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+    details = {
+        "group": "meta.k8s.io",
+        "kind": "DeleteOptions",
+        "causes": [cause_of(e) for e in errors],
+    }
+    return RestError(422, "Invalid", f'DeleteOptions.meta.k8s.io "" is invalid: {shown}', details)
 
 
 def _delete_options_invalid(field: str, message: str, reason: str) -> RestError:
@@ -795,14 +809,14 @@ class ResourceHandlers:
             options["gracePeriodSeconds"] = grace
         if q.has("propagationPolicy"):
             options["propagationPolicy"] = q.text("propagationPolicy")
-        policy = options.get("propagationPolicy")
-        if policy not in (None, "Foreground", "Background", "Orphan"):
-            raise _delete_options_invalid(
-                "propagationPolicy",
-                f'Unsupported value: "{policy}": supported values: "Foreground", "Background", '
-                '"Orphan"',
-                "FieldValueNotSupported",
-            )
+        if q.has("orphanDependents"):
+            options["orphanDependents"] = q.flag("orphanDependents")
+        orphan = options.get("orphanDependents")
+        if orphan is not None and not isinstance(orphan, bool):
+            raise BadRequestError(f"orphanDependents: expected a boolean, got {json.dumps(orphan)}")
+        errors = delete_options_errors(options.get("propagationPolicy"), orphan)
+        if errors:
+            raise _delete_options_errors(errors)
         grace_value = options.get("gracePeriodSeconds")
         if grace_value is not None and (not isinstance(grace_value, int) or grace_value < 0):
             raise _delete_options_invalid(
@@ -825,6 +839,9 @@ class ResourceHandlers:
         pre = {k: v for k, v in pre.items() if k in ("uid", "resourceVersion") and v}
         if pre:
             data["preconditions"] = pre
+        policy = policy_of(options.get("propagationPolicy"), options.get("orphanDependents"))
+        if policy:
+            data["propagationPolicy"] = policy
         return message_from(meta_pb2.DeleteRequest, data)
 
     async def _delete_one(
@@ -853,8 +870,11 @@ class ResourceHandlers:
         fmt = self._accept(request, table=False)
         if pending or service.info.kind == POD.kind:
             # Kubernetes answers with the object while it is still there (graceful deletion,
-            # finalizers) and always for pods; otherwise with a Success Status.
-            return self._respond(fmt, dumps(data))
+            # finalizers) and always for pods; otherwise with a Success Status. 202 only
+            # when the deprecated orphanDependents=false asked for cascading and the object
+            # stays: kube-apiserver keeps that quirk for old clients.
+            code = 202 if pending and options.get("orphanDependents") is False else 200
+            return self._respond(fmt, dumps(data), code=code)
         details: dict[str, Any] = {"name": target.name}
         if service.info.group:
             details["group"] = service.info.group
@@ -867,22 +887,22 @@ class ResourceHandlers:
     async def delete_collection(
         self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
+        """Every object the list options select, deleted one by one through the same Delete
+        (with the same DeleteOptions) as a single DELETE. Answers the list as it was before
+        the deletions, as kube-apiserver does; one already gone is no error, any other
+        error stops the request."""
         dry_run = self._dry_run(q)
         options = await self._delete_options(request, q)
         fmt = self._accept(request, table=False)
         data = self._list_request(target, q, watch=False)
         req = message_from(meta_pb2.ListRequest, data)
         revision, items, _ = await service.list_objects(req)
-        deleted: list[dict[str, Any]] = []
-        kcodec = self.codecs[service.info.kind]
         for item in items:
             meta = item.obj.metadata  # type: ignore[attr-defined]
-            try:
-                obj = await self._delete_one(service, meta.namespace, meta.name, options, dry_run)
-            except NotFoundError:
-                continue  # deleted meanwhile: that is what was asked
-            deleted.append(kcodec.object_dict(obj))
-        return self._respond(fmt, dumps(kcodec.list_dict(revision, deleted)))
+            with contextlib.suppress(NotFoundError):  # deleted meanwhile: as asked
+                await self._delete_one(service, meta.namespace, meta.name, options, dry_run)
+        listed = [service.codec.object_json(item) for item in items]
+        return self._respond(fmt, self.codecs[service.info.kind].list_json(revision, listed))
 
     # ---- pods/binding -----------------------------------------------------------------------
 

@@ -22,7 +22,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 @_typing.final
 class OwnerReference(_message.Message):
     """OwnerReference names the object that owns this one; the garbage collector
-    deletes children whose owner is gone.
+    deletes children whose owner is gone. blockOwnerDeletion: a Foreground deletion of
+    the owner waits until this dependent is gone.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -427,10 +428,19 @@ class DeleteRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     GRACEPERIODSECONDS_FIELD_NUMBER: _builtins.int
     PRECONDITIONS_FIELD_NUMBER: _builtins.int
+    PROPAGATIONPOLICY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     name: _builtins.str
     gracePeriodSeconds: _builtins.int
     """Pods only: seconds the kubelet gives the containers to stop. 0 deletes at once."""
+    propagationPolicy: _builtins.str
+    """What becomes of the object's dependents (objects whose ownerReferences name it), as
+    Kubernetes' DeleteOptions.propagationPolicy: "Orphan" (the garbage collector removes the
+    ownerReferences, then the object goes), "Foreground" (the object stays, with
+    deletionTimestamp set, until its blockOwnerDeletion dependents are gone), "Background"
+    (the object goes at once; the garbage collector deletes the dependents after). "" is
+    the kind's default: Background for every kind tinykube serves (Events: not collected).
+    """
     @_builtins.property
     def preconditions(self) -> Global___Preconditions: ...
     def __init__(
@@ -440,10 +450,11 @@ class DeleteRequest(_message.Message):
         name: _builtins.str = ...,
         gracePeriodSeconds: _builtins.int | None = ...,
         preconditions: Global___Preconditions | None = ...,
+        propagationPolicy: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_gracePeriodSeconds", b"_gracePeriodSeconds", "gracePeriodSeconds", b"gracePeriodSeconds", "preconditions", b"preconditions"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gracePeriodSeconds", b"_gracePeriodSeconds", "gracePeriodSeconds", b"gracePeriodSeconds", "name", b"name", "namespace", b"namespace", "preconditions", b"preconditions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gracePeriodSeconds", b"_gracePeriodSeconds", "gracePeriodSeconds", b"gracePeriodSeconds", "name", b"name", "namespace", b"namespace", "preconditions", b"preconditions", "propagationPolicy", b"propagationPolicy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__gracePeriodSeconds: _TypeAlias = _typing.Literal["gracePeriodSeconds"]  # noqa: Y015
     _WhichOneofArgType__gracePeriodSeconds: _TypeAlias = _typing.Literal["_gracePeriodSeconds", b"_gracePeriodSeconds"]  # noqa: Y015

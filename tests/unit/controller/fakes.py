@@ -2,7 +2,9 @@
 
 `FakeClient` keeps objects per kind in dicts, assigns uid/resourceVersion/creationTimestamp,
 checks resourceVersion on update and uid preconditions on delete like the apiserver, and
-records every write. `FakeStore` reads the same dicts, so a test sees its writes at once (an
+records every write; Delete and Update honour finalizers as the apiserver does (an object
+with finalizers is only marked; removing the last one from a marked object deletes it).
+`FakeStore` reads the same dicts, so a test sees its writes at once (an
 informer with an instant watch); `lag()` freezes a store to model a slow watch.
 """
 
@@ -89,6 +91,14 @@ class FakeResource(Generic[M]):
             new = self._copy(cur)
             new.status.CopyFrom(new_status)  # type: ignore[attr-defined]
             nmeta = new.metadata  # type: ignore[attr-defined]
+        if cmeta.HasField("deletionTimestamp"):
+            # Deletion is driven by Delete, never by an Update (as the apiserver).
+            nmeta.deletionTimestamp.CopyFrom(cmeta.deletionTimestamp)
+            if not nmeta.finalizers:
+                # The last finalizer is gone from an object being deleted: it goes.
+                self.calls.append((verb, key))
+                self.calls.append(("finalized", key))
+                return self.objects.pop(key)
         nmeta.resourceVersion = str(next(self._rv))
         self.objects[key] = new
         self.calls.append((verb, key))
@@ -108,16 +118,35 @@ class FakeResource(Generic[M]):
         grace_period_seconds: int | None = None,
         uid: str = "",
         resource_version: str = "",
+        propagation_policy: str = "",
     ) -> M:
+        """Deletes at once unless the object keeps (or `propagation_policy` gives it) a
+        finalizer: then it is only marked, as the apiserver does (no graceful deletion)."""
         key = _key(namespace, name)
         cur = self.objects.get(key)
         if cur is None:
             raise NotFoundError(f'{self.kind.lower()}s "{name}" not found')
-        if uid and cur.metadata.uid != uid:  # type: ignore[attr-defined]
+        meta: Any = cur.metadata  # type: ignore[attr-defined]
+        if uid and meta.uid != uid:
             raise PreconditionFailedError("uid precondition failed")
-        self.calls.append(
-            ("delete" if grace_period_seconds is None else f"delete/{grace_period_seconds}", key)
-        )
+        verb = "delete" if grace_period_seconds is None else f"delete/{grace_period_seconds}"
+        if propagation_policy:
+            verb += f"/{propagation_policy}"
+        self.calls.append((verb, key))
+        if propagation_policy:
+            keep = [f for f in meta.finalizers if f not in ("orphan", "foregroundDeletion")]
+            if propagation_policy == "Orphan":
+                keep.append("orphan")
+            elif propagation_policy == "Foreground":
+                keep.append("foregroundDeletion")
+            del meta.finalizers[:]
+            meta.finalizers.extend(keep)
+        if meta.finalizers:
+            if not meta.HasField("deletionTimestamp"):
+                meta.deletionTimestamp.FromDatetime(self.clock.now().replace(tzinfo=None))
+                meta.deletionGracePeriodSeconds = 0
+            meta.resourceVersion = str(next(self._rv))
+            return self._copy(cur)
         return self.objects.pop(key)
 
 

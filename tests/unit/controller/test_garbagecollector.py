@@ -1,12 +1,27 @@
-"""Garbage collector: dependents of a vanished owner are deleted, live owners protect."""
+"""Garbage collector: background, orphan and foreground propagation over the fake client.
+
+`Env.settle` plays the informers: after each sync it diffs the fake objects and calls the
+collector's handlers, so a deletion cascades as it would in the controller manager, and it
+records the order in which objects vanish.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from controller.garbagecollector import GarbageCollector
 from controller.replicaset import new_controller_ref
-from tests.unit.controller.fakes import FakeClient, FakeQueue, FakeStore
+from tests.unit.controller.fakes import FakeClient, FakeQueue, FakeResource, FakeStore
 from tinykube.clock import FakeClock
 from tinykube.v1 import meta_pb2, pod_pb2, replicaset_pb2
+
+
+def _copy(obj: Any) -> Any:
+    out = type(obj)()
+    out.CopyFrom(obj)
+    return out
 
 
 class Env:
@@ -25,20 +40,71 @@ class Env:
             },
             self.queue,
         )
+        self.resources: dict[str, FakeResource[Any]] = {
+            "Pod": self.client.pods,
+            "ReplicaSet": self.client.replica_sets,
+        }
+        self.gone: list[str] = []  # "Kind:key" in the order objects vanished
+        self._seen = self._snapshot()
 
-    async def rs(self, name: str) -> replicaset_pb2.ReplicaSet:
+    def _snapshot(self) -> dict[str, dict[str, Any]]:
+        return {
+            kind: {k: _copy(o) for k, o in res.objects.items()}
+            for kind, res in self.resources.items()
+        }
+
+    def observe(self) -> None:
+        """Deliver what changed since the last call to the collector, as informers would."""
+        now = self._snapshot()
+        for kind, objects in now.items():
+            before = self._seen[kind]
+            on_add, on_update, on_delete = self.gc.handlers(kind)
+            for key, obj in objects.items():
+                if key not in before:
+                    on_add(obj)
+                elif obj != before[key]:
+                    on_update(before[key], obj)
+            for key, obj in before.items():
+                if key not in objects:
+                    self.gone.append(f"{kind}:{key}")
+                    on_delete(obj)
+        self._seen = now
+
+    async def settle(self, limit: int = 200) -> None:
+        self.observe()
+        for _step in range(limit):
+            if not self.queue.added:
+                return
+            await self.gc.sync(self.queue.added.pop(0))
+            self.observe()
+        raise AssertionError(f"the collector did not settle: {self.queue.added}")
+
+    async def rs(self, name: str, *owners: replicaset_pb2.ReplicaSet) -> replicaset_pb2.ReplicaSet:
         rs = replicaset_pb2.ReplicaSet()
         rs.metadata.name = name
         rs.metadata.namespace = "default"
+        for o in owners:
+            rs.metadata.ownerReferences.append(new_controller_ref(o))
         return await self.client.replica_sets.create(rs)
 
-    async def pod(self, name: str, *owners: replicaset_pb2.ReplicaSet) -> pod_pb2.Pod:
+    async def pod(
+        self, name: str, *owners: replicaset_pb2.ReplicaSet, block: bool = True
+    ) -> pod_pb2.Pod:
         pod = pod_pb2.Pod()
         pod.metadata.name = name
         pod.metadata.namespace = "default"
         for o in owners:
-            pod.metadata.ownerReferences.append(new_controller_ref(o))
+            ref = new_controller_ref(o)
+            ref.blockOwnerDeletion = block
+            pod.metadata.ownerReferences.append(ref)
         return await self.client.pods.create(pod)
+
+    def pod_owners(self, name: str) -> list[str]:
+        pod = self.client.pods.objects[f"default/{name}"]
+        return [r.name for r in pod.metadata.ownerReferences]
+
+
+# ---- background (no finalizer: the owner goes first) ---------------------------------------
 
 
 async def test_owner_deletion_enqueues_and_deletes_dependents() -> None:
@@ -48,11 +114,24 @@ async def test_owner_deletion_enqueues_and_deletes_dependents() -> None:
     await env.pod("b", rs)
     await env.pod("free")
     del env.client.replica_sets.objects["default/web"]
-    env.gc.on_owner_delete("ReplicaSet", rs)
+    env.gc.on_delete("ReplicaSet", rs)
     assert sorted(env.queue.added) == ["Pod:default/a", "Pod:default/b"]
-    for item in env.queue.added:
+    for item in list(env.queue.added):
         await env.gc.sync(item)
     assert list(env.client.pods.objects) == ["default/free"]
+
+
+@pytest.mark.parametrize("policy", ["", "Background"])
+async def test_background_deletes_the_owner_then_its_dependents(policy: str) -> None:
+    env = Env()
+    rs = await env.rs("web")
+    await env.pod("a", rs)
+    await env.settle()
+    await env.client.replica_sets.delete("web", "default", propagation_policy=policy)
+    await env.settle()
+    assert env.gone == ["ReplicaSet:default/web", "Pod:default/a"]
+    # The collector deletes the dependent in the background too, with a uid precondition.
+    assert ("delete/Background", "default/a") in env.client.pods.calls
 
 
 async def test_live_owner_is_confirmed_even_when_the_cache_lags() -> None:
@@ -88,8 +167,7 @@ async def test_only_dangling_references_are_removed_when_another_owner_lives() -
     await env.client.pods.create(pod)
     del env.client.replica_sets.objects["default/gone"]
     await env.gc.sync("Pod:default/a")
-    refs = env.client.pods.objects["default/a"].metadata.ownerReferences
-    assert [r.name for r in refs] == ["alive"]
+    assert env.pod_owners("a") == ["alive"]
 
 
 async def test_unknown_owner_kinds_never_cause_deletion() -> None:
@@ -101,3 +179,131 @@ async def test_unknown_owner_kinds_never_cause_deletion() -> None:
     await env.client.pods.create(pod)
     await env.gc.sync("Pod:default/a")
     assert "default/a" in env.client.pods.objects
+
+
+# ---- orphan ----------------------------------------------------------------------------------
+
+
+async def test_orphan_strips_the_owner_from_dependents_then_lets_the_owner_go() -> None:
+    env = Env()
+    web = await env.rs("web")
+    other = await env.rs("other")
+    await env.pod("a", web)
+    await env.pod("b", web)
+    await env.pod("c", other)
+    await env.settle()
+    marked = await env.client.replica_sets.delete("web", "default", propagation_policy="Orphan")
+    assert list(marked.metadata.finalizers) == ["orphan"]
+    assert marked.metadata.HasField("deletionTimestamp")
+    await env.settle()
+    assert env.gone == ["ReplicaSet:default/web"]
+    assert sorted(env.client.pods.objects) == ["default/a", "default/b", "default/c"]
+    assert env.pod_owners("a") == [] and env.pod_owners("b") == []
+    assert env.pod_owners("c") == ["other"]
+
+
+async def test_orphan_keeps_a_dependents_other_owners() -> None:
+    env = Env()
+    web = await env.rs("web")
+    keep = await env.rs("keep")
+    await env.pod("a", web, keep)
+    await env.settle()
+    await env.client.replica_sets.delete("web", "default", propagation_policy="Orphan")
+    await env.settle()
+    assert env.pod_owners("a") == ["keep"]
+    assert "default/web" not in env.client.replica_sets.objects
+
+
+async def test_orphaning_rereads_a_dependent_that_changed_under_it() -> None:
+    env = Env()
+    web = await env.rs("web")
+    await env.pod("a", web)
+    await env.settle()
+    await env.client.replica_sets.delete("web", "default", propagation_policy="Orphan")
+    env.pod_store.lag()  # the cache keeps the pod as it was
+    # Someone else writes the pod: the collector's first update conflicts, it re-reads.
+    changed = _copy(env.client.pods.objects["default/a"])
+    changed.metadata.labels["x"] = "y"
+    changed.metadata.resourceVersion = "999"
+    env.client.pods.objects["default/a"] = changed
+    await env.gc.sync("ReplicaSet:default/web")
+    assert env.client.pods.objects["default/a"].metadata.labels["x"] == "y"
+    assert env.pod_owners("a") == []
+    assert "default/web" not in env.client.replica_sets.objects
+
+
+# ---- foreground ------------------------------------------------------------------------------
+
+
+async def test_foreground_deletes_dependents_before_the_owner() -> None:
+    env = Env()
+    web = await env.rs("web")
+    await env.pod("a", web)
+    await env.pod("b", web)
+    await env.pod("free")
+    await env.settle()
+    marked = await env.client.replica_sets.delete("web", "default", propagation_policy="Foreground")
+    assert list(marked.metadata.finalizers) == ["foregroundDeletion"]
+    await env.settle()
+    assert sorted(env.gone[:2]) == ["Pod:default/a", "Pod:default/b"]
+    assert env.gone[2:] == ["ReplicaSet:default/web"]
+    assert list(env.client.pods.objects) == ["default/free"]
+
+
+@pytest.mark.parametrize(
+    ("block", "owner_kept"),
+    [
+        (True, True),  # a blocking dependent that is still there holds the owner
+        (False, False),  # a non-blocking one does not
+    ],
+)
+async def test_foreground_waits_only_for_blocking_dependents(block: bool, owner_kept: bool) -> None:
+    env = Env()
+    web = await env.rs("web")
+    await env.pod("a", web, block=block)
+    await env.settle()
+    await env.client.replica_sets.delete("web", "default", propagation_policy="Foreground")
+    env.observe()
+    env.queue.added.clear()
+    await env.gc.sync("ReplicaSet:default/web")  # the owner's turn only: the pod is not gone
+    assert ("default/web" in env.client.replica_sets.objects) is owner_kept
+    assert "Pod:default/a" in env.queue.added  # either way the dependent is up for deletion
+
+
+async def test_foreground_spares_a_dependent_with_another_live_owner() -> None:
+    env = Env()
+    web = await env.rs("web")
+    keep = await env.rs("keep")
+    await env.pod("a", web, keep)
+    await env.settle()
+    await env.client.replica_sets.delete("web", "default", propagation_policy="Foreground")
+    await env.settle()
+    assert env.pod_owners("a") == ["keep"]
+    assert "default/web" not in env.client.replica_sets.objects
+
+
+async def test_foreground_cascades_through_a_dependent_with_dependents() -> None:
+    env = Env()
+    top = await env.rs("top")
+    mid = await env.rs("mid", top)
+    await env.pod("a", mid)
+    await env.settle()
+    await env.client.replica_sets.delete("top", "default", propagation_policy="Foreground")
+    await env.settle()
+    # The middle ReplicaSet is itself deleted in the foreground: the pod goes first.
+    assert ("delete/Foreground", "default/mid") in env.client.replica_sets.calls
+    assert env.gone == ["Pod:default/a", "ReplicaSet:default/mid", "ReplicaSet:default/top"]
+
+
+async def test_dependents_honour_their_own_propagation_finalizer() -> None:
+    env = Env()
+    web = await env.rs("web")
+    pod = pod_pb2.Pod()
+    pod.metadata.name = "a"
+    pod.metadata.namespace = "default"
+    pod.metadata.ownerReferences.append(new_controller_ref(web))
+    pod.metadata.finalizers.append("orphan")
+    await env.client.pods.create(pod)
+    del env.client.replica_sets.objects["default/web"]
+    await env.gc.sync("Pod:default/a")
+    assert ("delete/Orphan", "default/a") in env.client.pods.calls

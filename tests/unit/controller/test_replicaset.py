@@ -263,6 +263,34 @@ async def test_releases_owned_pods_that_no_longer_match() -> None:
     assert len(env.pods()) == 2
 
 
+@pytest.mark.parametrize("policy", ["Foreground", "Orphan"])
+async def test_a_replicaset_being_deleted_leaves_its_pods_to_the_collector(policy: str) -> None:
+    """Foreground: no replacement for the pods the collector deletes. Orphan: the pods the
+    collector released are neither adopted back nor replaced, and no owned pod is deleted."""
+    env = Env()
+    rs = await env.create_rs(make_rs(replicas=3))
+    await env.client.pods.create(make_pod("owned", {"app": "web"}, owner=rs))
+    await env.client.pods.create(make_pod("released", {"app": "web"}))  # ref already stripped
+    await env.client.replica_sets.delete("web", "default", propagation_policy=policy)
+    before = len(env.client.pods.calls)
+    await env.ctrl.sync("default/web")
+    assert env.client.pods.calls[before:] == []  # no create, no delete, no adopt
+    assert not env.client.pods.objects["default/released"].metadata.ownerReferences
+    status = env.client.replica_sets.objects["default/web"].status
+    assert status.replicas == 1  # what it still owns, reported while it goes
+
+
+async def test_a_replicaset_being_deleted_keeps_pods_that_stopped_matching() -> None:
+    env = Env()
+    rs = await env.create_rs(make_rs(replicas=1))
+    await env.client.pods.create(make_pod("relabelled", {"app": "other"}, owner=rs))
+    await env.client.replica_sets.delete("web", "default", propagation_policy="Foreground")
+    await env.ctrl.sync("default/web")
+    # Releasing it would let it escape the foreground deletion that waits for it.
+    refs = env.client.pods.objects["default/relabelled"].metadata.ownerReferences
+    assert [r.uid for r in refs] == [rs.metadata.uid]
+
+
 async def test_status_counts_ready_and_available_with_min_ready_seconds() -> None:
     env = Env()
     spec = make_rs(replicas=2)
