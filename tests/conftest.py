@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tinykube.localetcd import EtcdServer
+
+# Processes the tests start (`tinykube up`, components, the CLI, through console scripts too)
+# run this checkout's code, not whichever tree an editable install of tinykube points at.
+_REPO = str(Path(__file__).resolve().parents[1])
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (_REPO, os.environ.get("PYTHONPATH", "")) if p
+)
 
 
 @pytest.fixture(scope="session")

@@ -253,8 +253,6 @@ class LocalCluster:
         if self.etcd is not None or self._external_etcd:
             found["etcd"] = self.etcd_endpoint
         found.update({name: c.address for name, c in self.components.items() if c.process})
-        if "apiserver" in found:
-            found["apiserver-rest"] = self.rest_address
         return found
 
     @property

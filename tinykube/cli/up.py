@@ -123,10 +123,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             return 1
         signal.signal(signal.SIGINT, on_signal)
         endpoints = cluster.addresses
-        width = max(len(n) for n in endpoints) + 2
+        width = max(len(n) for n in [*endpoints, "REST API"]) + 2
         ctx.print("tinykube is up:")
         for name, address in endpoints.items():
             ctx.print(f"  {name.ljust(width)}{address}")
+        if "apiserver" in endpoints:
+            ctx.print(f"  {'REST API'.ljust(width)}{cluster.rest_url}")
         for note in cluster.skipped:
             ctx.print(f"  ({note})")
         ctx.print(f"logs: {cluster.logs_dir}/<component>.log")
