@@ -245,6 +245,7 @@ class ServiceAllocator:
                 k[len(self.ip_prefix) :].decode() for k in avoid if k.startswith(self.ip_prefix)
             }
             spec.clusterIP = await self._pick_ip(avoid_ips)
+        spec.clusterIPs[:] = [spec.clusterIP]
         if spec.type == "NodePort":
             taken_here = {p.nodePort for p in spec.ports if p.nodePort}
             avoid_ports = {

@@ -135,9 +135,22 @@ def _has_spec(info: KindInfo) -> bool:
 
 
 def default_service_spec(spec: service_pb2.ServiceSpec) -> None:
-    """Kubernetes' Service defaults: type ClusterIP, protocol TCP, targetPort = port."""
+    """Kubernetes' Service defaults: type ClusterIP, protocol TCP, targetPort = port, session
+    affinity None, single-stack IPv4, traffic policies Cluster (the allocator sets clusterIPs)."""
     if not spec.type:
         spec.type = "ClusterIP"
+    if not spec.clusterIP and spec.clusterIPs:
+        spec.clusterIP = spec.clusterIPs[0]
+    if not spec.sessionAffinity:
+        spec.sessionAffinity = "None"
+    if not spec.ipFamilies:
+        spec.ipFamilies.append("IPv4")
+    if not spec.HasField("ipFamilyPolicy"):
+        spec.ipFamilyPolicy = "SingleStack"
+    if not spec.HasField("internalTrafficPolicy"):
+        spec.internalTrafficPolicy = "Cluster"
+    if spec.type == "NodePort" and not spec.externalTrafficPolicy:
+        spec.externalTrafficPolicy = "Cluster"
     for port in spec.ports:
         if not port.protocol:
             port.protocol = "TCP"
@@ -152,6 +165,7 @@ def keep_service_allocations(new: service_pb2.ServiceSpec, old: service_pb2.Serv
     original manifest again must not change or free them)."""
     if not new.clusterIP:
         new.clusterIP = old.clusterIP
+        new.clusterIPs[:] = old.clusterIPs
     if new.type != "NodePort" or old.type != "NodePort":
         return
     by_name = {(p.name, p.port): p.nodePort for p in old.ports}
@@ -212,6 +226,8 @@ class Strategy:
             spec.schedulerName = "tinykube"
         if not spec.restartPolicy:
             spec.restartPolicy = "Always"
+        if not spec.dnsPolicy:
+            spec.dnsPolicy = "ClusterFirst"
         if not spec.HasField("terminationGracePeriodSeconds"):
             spec.terminationGracePeriodSeconds = self.default_grace_seconds
         for c in (*spec.initContainers, *spec.containers):

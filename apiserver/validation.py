@@ -42,6 +42,7 @@ DNS1123_LABEL_MSG = (
 )
 
 RESTART_POLICIES = ("Always", "OnFailure", "Never")
+DNS_POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 CONDITION_STATUSES = ("True", "False", "Unknown")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -335,6 +336,8 @@ def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
                 names.add(c.name)
     if spec.restartPolicy not in RESTART_POLICIES:
         errs.append(unsupported(f"{path}.restartPolicy", spec.restartPolicy, RESTART_POLICIES))
+    if spec.dnsPolicy not in DNS_POLICIES:
+        errs.append(unsupported(f"{path}.dnsPolicy", spec.dnsPolicy, DNS_POLICIES))
     if spec.HasField("terminationGracePeriodSeconds") and spec.terminationGracePeriodSeconds < 0:
         errs.append(
             invalid(
@@ -531,6 +534,11 @@ def validate_lease(lease: Message) -> list[FieldError]:
 
 
 SERVICE_TYPES = ("ClusterIP", "NodePort")
+# Accepted as Kubernetes does, and recorded; the proxy treats every Service alike.
+SESSION_AFFINITIES = ("ClientIP", "None")
+IP_FAMILY_POLICIES = ("SingleStack",)
+IP_FAMILIES = ("IPv4",)
+TRAFFIC_POLICIES = ("Cluster", "Local")
 SERVICE_PROTOCOLS = ("TCP",)
 _IANA_SVC_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 
@@ -548,6 +556,20 @@ def validate_service(svc: service_pb2.Service) -> list[FieldError]:
     errs.extend(dns1123_label("metadata.name", svc.metadata.name) if svc.metadata.name else [])
     if spec.type not in SERVICE_TYPES:
         errs.append(unsupported("spec.type", spec.type, SERVICE_TYPES))
+    for path, value, allowed in (
+        ("spec.sessionAffinity", spec.sessionAffinity, SESSION_AFFINITIES),
+        ("spec.ipFamilyPolicy", spec.ipFamilyPolicy, IP_FAMILY_POLICIES),
+        ("spec.internalTrafficPolicy", spec.internalTrafficPolicy, TRAFFIC_POLICIES),
+    ):
+        if value not in allowed:
+            errs.append(unsupported(path, value, allowed))
+    if spec.externalTrafficPolicy and spec.externalTrafficPolicy not in TRAFFIC_POLICIES:
+        errs.append(
+            unsupported("spec.externalTrafficPolicy", spec.externalTrafficPolicy, TRAFFIC_POLICIES)
+        )
+    for i, family in enumerate(spec.ipFamilies):
+        if family not in IP_FAMILIES:
+            errs.append(unsupported(f"spec.ipFamilies[{i}]", family, IP_FAMILIES))
     if not spec.ports:
         errs.append(required("spec.ports"))
     names: set[str] = set()

@@ -38,6 +38,10 @@ from tinykube.workqueue import ShutDown, WorkQueue
 
 log = logging.getLogger(__name__)
 
+# The source component each controller's Events carry, as kube-controller-manager's do
+# (`kubectl describe rs` shows it in the From column).
+EVENT_SOURCES = {"replicaset": "replicaset-controller", "nodelifecycle": "node-controller"}
+
 
 async def run_worker(
     name: str,
@@ -123,7 +127,11 @@ class ControllerManager:
     async def _lead(self, client: Client) -> None:
         s = self.settings
         log.info("%s: leading; starting controllers %s", s.identity, ",".join(s.controllers))
-        recorder = EventRecorder(client, "controller-manager", host=socket.gethostname())
+        host = socket.gethostname()
+        recorders = {
+            name: EventRecorder(client, component, host=host)
+            for name, component in EVENT_SOURCES.items()
+        }
         pods: Informer[Any] = Informer.for_resource(client.pods, clock=self.clock)
         rss: Informer[Any] = Informer.for_resource(client.replica_sets, clock=self.clock)
         nodes: Informer[Any] = Informer.for_resource(client.nodes, clock=self.clock)
@@ -138,7 +146,12 @@ class ControllerManager:
         if "replicaset" in s.controllers:
             rs_queue: WorkQueue[str] = WorkQueue(self.clock, name="replicaset")
             rsc = ReplicaSetController(
-                client, rss.store, pods.store, rs_queue, clock=self.clock, recorder=recorder
+                client,
+                rss.store,
+                pods.store,
+                rs_queue,
+                clock=self.clock,
+                recorder=recorders["replicaset"],
             )
             rss.add_handler(rsc.on_rs_add, rsc.on_rs_update, rsc.on_rs_delete)
             pods.add_handler(rsc.on_pod_add, rsc.on_pod_update, rsc.on_pod_delete)
@@ -179,7 +192,7 @@ class ControllerManager:
                 leases.store,
                 pods.store,
                 clock=self.clock,
-                recorder=recorder,
+                recorder=recorders["nodelifecycle"],
                 grace_period=s.node_monitor_grace_period,
                 default_unreachable_toleration=s.default_unreachable_toleration_seconds,
                 default_not_ready_toleration=s.default_not_ready_toleration_seconds,

@@ -225,6 +225,9 @@ def build_pod_status(
     status.phase = pod_phase(pod, rec)
     status.hostIP = host_ip
     status.podIP = host_ip  # the process runtime shares the node's network
+    if host_ip:
+        status.hostIPs.add(ip=host_ip)
+        status.podIPs.add(ip=host_ip)
     status.startTime.CopyFrom(epoch_ts(rec.start_time))
     status.qosClass = previous.qosClass
     is_initialized = initialized(pod, rec)

@@ -90,11 +90,15 @@ class KindCodec:
             "items": items,
         }
 
-    def decode(self, doc: dict[str, Any], validation: str) -> tuple[Message, list[str]]:
+    def decode(
+        self, doc: dict[str, Any], validation: str, *, patched: bool = False
+    ) -> tuple[Message, list[str]]:
         """A request body (already parsed) as a message, and the warnings to send.
 
         `validation` is fieldValidation: Strict refuses unknown fields (400, Kubernetes'
         "strict decoding error"), Warn drops them with one warning each, Ignore drops them.
+        A create or update body's strict error names the kind, as kube-apiserver's decoder
+        does; a `patched` object's (the result of a PATCH) does not.
         """
         info = self.info
         api_version = doc.get("apiVersion")
@@ -111,13 +115,18 @@ class KindCodec:
         try:
             obj, unknown = parse_as(info, doc, drop_unknown=True)
         except ManifestError as exc:
-            raise BadRequestError(
-                f'{info.kind} in version "{info.version}" cannot be handled as a {info.kind}: {exc}'
-            ) from exc
+            raise BadRequestError(f"{_cannot_handle(info)}: {exc}") from exc
         messages = [f'unknown field "{path}"' for path in unknown]
         if messages and validation == "Strict":
-            raise BadRequestError("strict decoding error: " + ", ".join(messages))
+            error = "strict decoding error: " + ", ".join(messages)
+            if not patched:
+                error = f"{_cannot_handle(info)}: {error}"
+            raise BadRequestError(error)
         return obj, messages if validation == "Warn" else []
+
+
+def _cannot_handle(info: KindInfo) -> str:
+    return f'{info.kind} in version "{info.version}" cannot be handled as a {info.kind}'
 
 
 def parse_body(body: bytes, media_type: str) -> Any:

@@ -772,7 +772,7 @@ class ResourceHandlers:
             patched = self.patch.apply_patch(media, original, body, info.message.DESCRIPTOR)
             if not isinstance(patched, dict):
                 raise BadRequestError("the patch must produce an object")
-            obj, warnings = kcodec.decode(patched, validation)
+            obj, warnings = kcodec.decode(patched, validation, patched=True)
             self._check_name(target, obj)
             self._namespace_for(target, obj)
             if current is None:

@@ -71,6 +71,8 @@ PATCH_META: dict[tuple[str, str], tuple[str, str]] = {
     ("tinykube.v1.Container", "ports"): ("merge", "containerPort"),
     ("tinykube.v1.Container", "env"): ("merge", "name"),
     ("tinykube.v1.PodStatus", "conditions"): ("merge", "type"),
+    ("tinykube.v1.PodStatus", "podIPs"): ("merge", "ip"),
+    ("tinykube.v1.PodStatus", "hostIPs"): ("merge", "ip"),
     ("tinykube.v1.NodeStatus", "conditions"): ("merge", "type"),
     ("tinykube.v1.NodeStatus", "addresses"): ("merge", "type"),
     ("tinykube.v1.ReplicaSetStatus", "conditions"): ("merge", "type"),

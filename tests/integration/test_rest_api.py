@@ -300,7 +300,10 @@ async def test_field_validation(
     assert got == code
     if code == 400:
         assert answer == status(
-            400, "BadRequest", 'strict decoding error: unknown field "spec.foo"'
+            400,
+            "BadRequest",
+            'Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown '
+            'field "spec.foo"',
         )
         return
     assert "foo" not in answer["spec"]

@@ -106,6 +106,8 @@ async def test_node_ports_exhaust_and_requested_ones_are_checked() -> None:
     nps = [p.nodePort for p in first.ports]
     assert nps[2] == 30002 and len(set(nps)) == 3
     assert all(30000 <= n <= 30004 for n in nps)
+    # clusterIPs comes with clusterIP, as kube-apiserver's allocator sets both (kubectl's IPs).
+    assert first.clusterIP and list(first.clusterIPs) == [first.clusterIP]
     with pytest.raises(AlreadyExistsError, match="provided port is already allocated"):
         await create(alloc, store, "b", spec(node_port=True, ports=(30002,)))
     with pytest.raises(AlreadyExistsError, match="provided IP is already allocated"):

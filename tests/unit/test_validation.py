@@ -10,8 +10,8 @@ import pytest
 from apiserver.registry import Strategy, generate_name
 from apiserver.validation import validate, validate_update
 from tinykube.errors import FieldError, InvalidError
-from tinykube.kinds import EVENT, LEASE, NODE, POD, REPLICA_SET
-from tinykube.v1 import lease_pb2, meta_pb2, node_pb2, pod_pb2, replicaset_pb2
+from tinykube.kinds import EVENT, LEASE, NODE, POD, REPLICA_SET, SERVICE
+from tinykube.v1 import lease_pb2, meta_pb2, node_pb2, pod_pb2, replicaset_pb2, service_pb2
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -48,6 +48,7 @@ def test_valid_pod_has_no_errors_and_gets_defaults() -> None:
     assert pod.metadata.creationTimestamp.ToDatetime(tzinfo=UTC) == NOW
     assert pod.spec.schedulerName == "tinykube"
     assert pod.spec.restartPolicy == "Always"
+    assert pod.spec.dnsPolicy == "ClusterFirst"
     assert pod.spec.terminationGracePeriodSeconds == 30
     assert pod.status.phase == "Pending"
 
@@ -116,6 +117,11 @@ def _set(path: str, value: object) -> Callable[[pod_pb2.Pod], None]:
             _set("spec.restartPolicy", "Sometimes"),
             'spec.restartPolicy: Unsupported value: "Sometimes": supported values: "Always", '
             '"OnFailure", "Never"',
+        ),
+        (
+            _set("spec.dnsPolicy", "Google"),
+            'spec.dnsPolicy: Unsupported value: "Google": supported values: "ClusterFirst", '
+            '"ClusterFirstWithHostNet", "Default", "None"',
         ),
         (
             _set("status.phase", "Sleeping"),
@@ -307,3 +313,58 @@ def test_generate_name() -> None:
     assert len({generate_name("web-") for _ in range(20)}) > 1
     assert set(name[4:]) <= set("bcdfghjklmnpqrstvwxz2456789")
     assert len(generate_name("x" * 100)) == 63
+
+
+def make_service(type_: str) -> service_pb2.Service:
+    svc = service_pb2.Service(
+        metadata=meta_pb2.ObjectMeta(name="web", namespace="default"),
+        spec=service_pb2.ServiceSpec(type=type_, selector={"app": "web"}),
+    )
+    svc.spec.ports.add(port=80)
+    Strategy(SERVICE).prepare_for_create(svc, NOW)
+    return svc
+
+
+@pytest.mark.parametrize(("type_", "external"), [("ClusterIP", ""), ("NodePort", "Cluster")])
+def test_service_defaults_are_kubernetes(type_: str, external: str) -> None:
+    spec = make_service(type_).spec
+    assert spec.sessionAffinity == "None"
+    assert list(spec.ipFamilies) == ["IPv4"] and spec.ipFamilyPolicy == "SingleStack"
+    assert spec.internalTrafficPolicy == "Cluster"
+    assert spec.externalTrafficPolicy == external
+    assert validate(SERVICE, make_service(type_)) == []
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        (
+            "sessionAffinity",
+            "Sticky",
+            'spec.sessionAffinity: Unsupported value: "Sticky": supported values: "ClientIP", '
+            '"None"',
+        ),
+        (
+            "internalTrafficPolicy",
+            "Nearby",
+            'spec.internalTrafficPolicy: Unsupported value: "Nearby": supported values: '
+            '"Cluster", "Local"',
+        ),
+        (
+            "externalTrafficPolicy",
+            "Nearby",
+            'spec.externalTrafficPolicy: Unsupported value: "Nearby": supported values: '
+            '"Cluster", "Local"',
+        ),
+        (
+            "ipFamilyPolicy",
+            "RequireDualStack",
+            'spec.ipFamilyPolicy: Unsupported value: "RequireDualStack": supported values: '
+            '"SingleStack"',
+        ),
+    ],
+)
+def test_service_policy_validation(field: str, value: str, expected: str) -> None:
+    svc = make_service("NodePort")
+    setattr(svc.spec, field, value)
+    assert messages(validate(SERVICE, svc)) == [expected]

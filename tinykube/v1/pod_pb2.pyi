@@ -398,6 +398,7 @@ class PodSpec(_message.Message):
     PRIORITYCLASSNAME_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
     HOSTNAME_FIELD_NUMBER: _builtins.int
+    DNSPOLICY_FIELD_NUMBER: _builtins.int
     restartPolicy: _builtins.str
     """Always (default), OnFailure, Never."""
     terminationGracePeriodSeconds: _builtins.int
@@ -406,6 +407,10 @@ class PodSpec(_message.Message):
     priorityClassName: _builtins.str
     priority: _builtins.int
     hostname: _builtins.str
+    dnsPolicy: _builtins.str
+    """ClusterFirst (the default), ClusterFirstWithHostNet, Default, None. Recorded only: pods of
+    the process runtime use the machine's resolver.
+    """
     @_builtins.property
     def initContainers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Container]: ...
     @_builtins.property
@@ -431,10 +436,11 @@ class PodSpec(_message.Message):
         priorityClassName: _builtins.str = ...,
         priority: _builtins.int | None = ...,
         hostname: _builtins.str = ...,
+        dnsPolicy: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "affinity", b"affinity", "priority", b"priority", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "affinity", b"affinity", "containers", b"containers", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "affinity", b"affinity", "containers", b"containers", "dnsPolicy", b"dnsPolicy", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
@@ -638,6 +644,48 @@ class ContainerStatus(_message.Message):
 Global___ContainerStatus: _TypeAlias = ContainerStatus  # noqa: Y015
 
 @_typing.final
+class PodIP(_message.Message):
+    """One of a pod's IP addresses (status.podIPs), as Kubernetes' PodIP."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IP_FIELD_NUMBER: _builtins.int
+    ip: _builtins.str
+    def __init__(
+        self,
+        *,
+        ip: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ip", b"ip"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PodIP: _TypeAlias = PodIP  # noqa: Y015
+
+@_typing.final
+class HostIP(_message.Message):
+    """One of the node's IP addresses (status.hostIPs), as Kubernetes' HostIP."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IP_FIELD_NUMBER: _builtins.int
+    ip: _builtins.str
+    def __init__(
+        self,
+        *,
+        ip: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ip", b"ip"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostIP: _TypeAlias = HostIP  # noqa: Y015
+
+@_typing.final
 class PodStatus(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -652,6 +700,8 @@ class PodStatus(_message.Message):
     INITCONTAINERSTATUSES_FIELD_NUMBER: _builtins.int
     CONTAINERSTATUSES_FIELD_NUMBER: _builtins.int
     QOSCLASS_FIELD_NUMBER: _builtins.int
+    PODIPS_FIELD_NUMBER: _builtins.int
+    HOSTIPS_FIELD_NUMBER: _builtins.int
     phase: _builtins.str
     """Pending, Running, Succeeded, Failed, Unknown."""
     message: _builtins.str
@@ -668,6 +718,12 @@ class PodStatus(_message.Message):
     def initContainerStatuses(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerStatus]: ...
     @_builtins.property
     def containerStatuses(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerStatus]: ...
+    @_builtins.property
+    def podIPs(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodIP]:
+        """podIP and hostIP first: Kubernetes clients read the lists (kubectl describe's IPs)."""
+
+    @_builtins.property
+    def hostIPs(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostIP]: ...
     def __init__(
         self,
         *,
@@ -682,10 +738,12 @@ class PodStatus(_message.Message):
         initContainerStatuses: _abc.Iterable[Global___ContainerStatus] | None = ...,
         containerStatuses: _abc.Iterable[Global___ContainerStatus] | None = ...,
         qosClass: _builtins.str = ...,
+        podIPs: _abc.Iterable[Global___PodIP] | None = ...,
+        hostIPs: _abc.Iterable[Global___HostIP] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["startTime", b"startTime"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["conditions", b"conditions", "containerStatuses", b"containerStatuses", "hostIP", b"hostIP", "initContainerStatuses", b"initContainerStatuses", "message", b"message", "nominatedNodeName", b"nominatedNodeName", "phase", b"phase", "podIP", b"podIP", "qosClass", b"qosClass", "reason", b"reason", "startTime", b"startTime"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conditions", b"conditions", "containerStatuses", b"containerStatuses", "hostIP", b"hostIP", "hostIPs", b"hostIPs", "initContainerStatuses", b"initContainerStatuses", "message", b"message", "nominatedNodeName", b"nominatedNodeName", "phase", b"phase", "podIP", b"podIP", "podIPs", b"podIPs", "qosClass", b"qosClass", "reason", b"reason", "startTime", b"startTime"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

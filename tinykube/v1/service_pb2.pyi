@@ -90,15 +90,41 @@ class ServiceSpec(_message.Message):
     SELECTOR_FIELD_NUMBER: _builtins.int
     CLUSTERIP_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
+    SESSIONAFFINITY_FIELD_NUMBER: _builtins.int
+    CLUSTERIPS_FIELD_NUMBER: _builtins.int
+    IPFAMILIES_FIELD_NUMBER: _builtins.int
+    IPFAMILYPOLICY_FIELD_NUMBER: _builtins.int
+    EXTERNALTRAFFICPOLICY_FIELD_NUMBER: _builtins.int
+    INTERNALTRAFFICPOLICY_FIELD_NUMBER: _builtins.int
     clusterIP: _builtins.str
     """Allocated by the apiserver from --service-cluster-ip-range unless given; immutable."""
     type: _builtins.str
     """ClusterIP (default) or NodePort."""
+    sessionAffinity: _builtins.str
+    """The fields below are Kubernetes' defaults, recorded so that clients see what they see
+    against Kubernetes; the proxy forwards every connection the same way (no ClientIP
+    affinity, single-stack IPv4, every endpoint cluster-wide).
+    None (the default) or ClientIP.
+    """
+    ipFamilyPolicy: _builtins.str
+    """SingleStack (the only policy)."""
+    externalTrafficPolicy: _builtins.str
+    """NodePort services: Cluster (the default) or Local."""
+    internalTrafficPolicy: _builtins.str
+    """Cluster (the default) or Local."""
     @_builtins.property
     def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___ServicePort]: ...
     @_builtins.property
     def selector(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Pods with these labels are the service's endpoints. Empty: no endpoints are managed."""
+
+    @_builtins.property
+    def clusterIPs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """[clusterIP]: set by the apiserver with clusterIP."""
+
+    @_builtins.property
+    def ipFamilies(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """[IPv4] (the only family)."""
 
     def __init__(
         self,
@@ -107,12 +133,25 @@ class ServiceSpec(_message.Message):
         selector: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         clusterIP: _builtins.str = ...,
         type: _builtins.str = ...,
+        sessionAffinity: _builtins.str = ...,
+        clusterIPs: _abc.Iterable[_builtins.str] | None = ...,
+        ipFamilies: _abc.Iterable[_builtins.str] | None = ...,
+        ipFamilyPolicy: _builtins.str | None = ...,
+        externalTrafficPolicy: _builtins.str = ...,
+        internalTrafficPolicy: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_internalTrafficPolicy", b"_internalTrafficPolicy", "_ipFamilyPolicy", b"_ipFamilyPolicy", "internalTrafficPolicy", b"internalTrafficPolicy", "ipFamilyPolicy", b"ipFamilyPolicy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["clusterIP", b"clusterIP", "ports", b"ports", "selector", b"selector", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_internalTrafficPolicy", b"_internalTrafficPolicy", "_ipFamilyPolicy", b"_ipFamilyPolicy", "clusterIP", b"clusterIP", "clusterIPs", b"clusterIPs", "externalTrafficPolicy", b"externalTrafficPolicy", "internalTrafficPolicy", b"internalTrafficPolicy", "ipFamilies", b"ipFamilies", "ipFamilyPolicy", b"ipFamilyPolicy", "ports", b"ports", "selector", b"selector", "sessionAffinity", b"sessionAffinity", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__internalTrafficPolicy: _TypeAlias = _typing.Literal["internalTrafficPolicy"]  # noqa: Y015
+    _WhichOneofArgType__internalTrafficPolicy: _TypeAlias = _typing.Literal["_internalTrafficPolicy", b"_internalTrafficPolicy"]  # noqa: Y015
+    _WhichOneofReturnType__ipFamilyPolicy: _TypeAlias = _typing.Literal["ipFamilyPolicy"]  # noqa: Y015
+    _WhichOneofArgType__ipFamilyPolicy: _TypeAlias = _typing.Literal["_ipFamilyPolicy", b"_ipFamilyPolicy"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__internalTrafficPolicy) -> _WhichOneofReturnType__internalTrafficPolicy | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__ipFamilyPolicy) -> _WhichOneofReturnType__ipFamilyPolicy | None: ...
 
 Global___ServiceSpec: _TypeAlias = ServiceSpec  # noqa: Y015
 

@@ -60,6 +60,8 @@ def test_ready_conditions_and_kept_transition_times() -> None:
         "Ready": "True",
     }
     assert s1.hostIP == "10.1.1.1" and s1.phase == "Running"
+    # The lists Kubernetes clients read (kubectl describe's IPs) carry the same address.
+    assert [ip.ip for ip in s1.hostIPs] == [ip.ip for ip in s1.podIPs] == ["10.1.1.1"]
     assert s1.containerStatuses[0].containerID == "process://42"
     assert s1.containerStatuses[0].ready
     # The same state later: nothing changes, so the kubelet writes nothing.

@@ -79,7 +79,8 @@ def test_decode_drops_unknown_fields(validation: str, warnings: list[str]) -> No
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
-        (pod_doc(), 'strict decoding error: unknown field "spec.containers[0].bogus"'),
+        (pod_doc(), 'Pod in version "v1" cannot be handled as a Pod: strict decoding error: '
+                    'unknown field "spec.containers[0].bogus"'),
         (pod_doc(apiVersion="apps/v1"),
          "the API version in the data (apps/v1) does not match the expected API version (v1)"),
         (pod_doc(kind="Node"),
@@ -92,6 +93,12 @@ def test_decode_refuses(doc: dict[str, Any], message: str) -> None:
     with pytest.raises(BadRequestError) as info:
         KindCodec(POD).decode(doc, "Strict")
     assert info.value.message == message
+
+
+def test_a_patched_objects_strict_error_does_not_name_the_kind() -> None:
+    with pytest.raises(BadRequestError) as info:
+        KindCodec(POD).decode(pod_doc(), "Strict", patched=True)
+    assert info.value.message == 'strict decoding error: unknown field "spec.containers[0].bogus"'
 
 
 @pytest.mark.parametrize(

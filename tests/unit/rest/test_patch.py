@@ -1069,6 +1069,8 @@ ATOMIC_IN_KUBERNETES = {
     ("tinykube.v1.EndpointSubset", "notReadyAddresses"),
     ("tinykube.v1.EndpointSubset", "ports"),
     ("tinykube.v1.LoadBalancerStatus", "ingress"),
+    ("tinykube.v1.ServiceSpec", "clusterIPs"),
+    ("tinykube.v1.ServiceSpec", "ipFamilies"),
 }
 
 
