@@ -9,7 +9,8 @@ pod GC's "terminating pods on unreachable nodes" rule. Every `monitor_period` se
    (Ready: reason NodeStatusUnknown, "Kubelet stopped posting node status.").
 2. Keeps the NoExecute taints in step with Ready: Unknown -> node.kubernetes.io/unreachable,
    False -> node.kubernetes.io/not-ready, True -> neither. The kubelet sets Ready=True again
-   once it is back, and the taint goes.
+   once it is back, and the taint goes. A cordoned node (spec.unschedulable) carries
+   node.kubernetes.io/unschedulable:NoSchedule, as Kubernetes' TaintNodesByCondition adds.
 3. Evicts pods from NoExecute-tainted nodes once their toleration runs out (tolerationSeconds
    of a matching toleration; pods with no toleration for the unreachable / not-ready taints get
    the default, as Kubernetes' DefaultTolerationSeconds admission plugin would have added).
@@ -36,8 +37,18 @@ log = logging.getLogger(__name__)
 
 TAINT_UNREACHABLE = "node.kubernetes.io/unreachable"
 TAINT_NOT_READY = "node.kubernetes.io/not-ready"
+TAINT_UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 NO_EXECUTE = "NoExecute"
+NO_SCHEDULE = "NoSchedule"
+# The taints this controller owns; users' taints are left alone.
+MANAGED_TAINTS = frozenset(
+    {
+        (TAINT_UNREACHABLE, NO_EXECUTE),
+        (TAINT_NOT_READY, NO_EXECUTE),
+        (TAINT_UNSCHEDULABLE, NO_SCHEDULE),
+    }
+)
 
 Node = node_pb2.Node
 Pod = pod_pb2.Pod
@@ -185,23 +196,38 @@ class NodeLifecycleController:
     async def _sync_taints(self, node: Node) -> Node:
         ready = self._ready(node)
         status = ready.status if ready is not None else "Unknown"
-        want = {"Unknown": TAINT_UNREACHABLE, "False": TAINT_NOT_READY}.get(status)
-        managed = (TAINT_UNREACHABLE, TAINT_NOT_READY)
-        have = [t.key for t in node.spec.taints if t.key in managed and t.effect == NO_EXECUTE]
-        if have == ([want] if want else []):
+        want: list[tuple[str, str]] = []
+        condition_taint = {"Unknown": TAINT_UNREACHABLE, "False": TAINT_NOT_READY}.get(status)
+        if condition_taint is not None:
+            want.append((condition_taint, NO_EXECUTE))
+        if node.spec.unschedulable:
+            # As Kubernetes' TaintNodesByCondition: a cordoned node carries the taint too.
+            want.append((TAINT_UNSCHEDULABLE, NO_SCHEDULE))
+        have = [(t.key, t.effect) for t in node.spec.taints if (t.key, t.effect) in MANAGED_TAINTS]
+        if sorted(have) == sorted(want):
             return node
         updated = Node()
         updated.CopyFrom(node)
-        keep = [t for t in updated.spec.taints if not (t.key in managed and t.effect == NO_EXECUTE)]
+        keep = [t for t in updated.spec.taints if (t.key, t.effect) not in MANAGED_TAINTS]
+        kept = {(t.key, t.effect): t for t in updated.spec.taints if (t.key, t.effect) in want}
         del updated.spec.taints[:]
         updated.spec.taints.extend(keep)
-        if want is not None:
-            updated.spec.taints.append(
-                node_pb2.Taint(
-                    key=want, effect=NO_EXECUTE, timeAdded=datetime_to_ts(self.clock.now())
+        for key, effect in want:
+            if (key, effect) in kept:
+                updated.spec.taints.append(kept[(key, effect)])
+            elif effect == NO_EXECUTE:
+                updated.spec.taints.append(
+                    node_pb2.Taint(
+                        key=key, effect=effect, timeAdded=datetime_to_ts(self.clock.now())
+                    )
                 )
-            )
-        log.info("node %s: NoExecute taints now %s", node.metadata.name, want or "none")
+            else:
+                updated.spec.taints.append(node_pb2.Taint(key=key, effect=effect))
+        log.info(
+            "node %s: managed taints now %s",
+            node.metadata.name,
+            ", ".join(f"{k}:{e}" for k, e in want) or "none",
+        )
         return await self.client.nodes.update(updated)
 
     async def _evict(self, node_names: set[str]) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from controller.nodelifecycle import (
     TAINT_NOT_READY,
     TAINT_UNREACHABLE,
+    TAINT_UNSCHEDULABLE,
     NodeLifecycleController,
     toleration_seconds,
 )
@@ -137,6 +138,31 @@ async def test_not_ready_node_gets_the_not_ready_taint() -> None:
     env.node("n1").status.conditions[0].status = "False"
     await env.ctrl.monitor()
     assert [t.key for t in env.node("n1").spec.taints] == [TAINT_NOT_READY]
+
+
+async def test_cordoned_node_carries_the_unschedulable_taint_until_uncordoned() -> None:
+    env = Env()
+    await env.add_node("n1")
+    env.node("n1").spec.taints.add(key="dedicated", value="gpu", effect="NoSchedule")
+    env.node("n1").spec.unschedulable = True
+    await env.ctrl.monitor()
+    taints = [(t.key, t.effect) for t in env.node("n1").spec.taints]
+    assert taints == [("dedicated", "NoSchedule"), (TAINT_UNSCHEDULABLE, "NoSchedule")]
+    assert not env.node("n1").spec.taints[1].HasField("timeAdded")
+    # Nothing changes while the node stays cordoned: no write on the next pass.
+    rv = env.node("n1").metadata.resourceVersion
+    await env.ctrl.monitor()
+    assert env.node("n1").metadata.resourceVersion == rv
+    # Not ready as well: both managed taints, the user's kept.
+    env.node("n1").status.conditions[0].status = "False"
+    await env.ctrl.monitor()
+    assert sorted(t.key for t in env.node("n1").spec.taints) == sorted(
+        ["dedicated", TAINT_NOT_READY, TAINT_UNSCHEDULABLE]
+    )
+    env.node("n1").spec.unschedulable = False
+    env.node("n1").status.conditions[0].status = "True"
+    await env.ctrl.monitor()
+    assert [t.key for t in env.node("n1").spec.taints] == ["dedicated"]
 
 
 async def test_pods_of_a_deleted_node_are_force_deleted() -> None:
