@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 READY_LINE = "Press Ctrl-C to stop."
 START_TIMEOUT = 180.0
@@ -68,6 +69,12 @@ class UpCluster:
     def kubeconfig(self) -> Path:
         """The kubeconfig `tinykube up` wrote for its REST API."""
         return self.data_dir / "kubeconfig"
+
+    @property
+    def rest_url(self) -> str:
+        """The REST API's URL, as the kubeconfig names it."""
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        return str(config["clusters"][0]["cluster"]["server"])
 
     def kubectl(
         self,

@@ -104,12 +104,12 @@ Server Version: v1.37.0+tinykube
 
 
 def test_cluster_info(cluster: UpCluster) -> None:
-    rest = cluster.endpoints["apiserver-rest"]
+    rest = cluster.rest_url
     # kubectl colours the words only on a terminal.
     assert_output(
         ok(cluster.kubectl("cluster-info")),
         f"""
-Kubernetes control plane is running at http://{rest}
+Kubernetes control plane is running at {rest}
 
 To further debug and diagnose cluster problems, use 'kubectl cluster-info dump'.
 """,
