@@ -31,13 +31,18 @@ import copy
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
+from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
 
 from apiserver.rest.patch import patch_meta
 from tinykube.errors import BadRequestError, ConflictError
+from tinykube.kinds import KindInfo
+from tinykube.manifest import to_dict
 
 Path = tuple[str, ...]
 FieldSet = set[Path]
@@ -313,6 +318,36 @@ def _set_of(value: Any, t: _Type, where: Path, out: FieldSet) -> None:
             out.add(here)
             if t.kind == _ASSOC and t.message is not None:
                 _set_of_struct(item, t.message, here, out)
+
+
+def drop_undeclared(config: Mapping[str, Any], message: Descriptor) -> dict[str, Any]:
+    """`config` without fields the schema does not declare (fieldValidation Warn/Ignore)."""
+    out: dict[str, Any] = _drop_struct(config, message)
+    return out
+
+
+def _drop_struct(value: Any, message: Descriptor) -> Any:
+    if not isinstance(value, dict):
+        return value
+    known = _fields(message)
+    out = {}
+    for key, child in value.items():
+        t = known.get(key)
+        if t is not None:
+            out[key] = _drop(child, t)
+    return out
+
+
+def _drop(value: Any, t: _Type) -> Any:
+    if t.message is None or value is None:
+        return value
+    if t.kind == _STRUCT:
+        return _drop_struct(value, t.message)
+    if t.kind == _MAP and isinstance(value, dict):
+        return {k: _drop_struct(v, t.message) for k, v in value.items()}
+    if t.kind == _ASSOC and isinstance(value, list):
+        return [_drop_struct(v, t.message) for v in value]
+    return value
 
 
 @dataclass
@@ -773,3 +808,59 @@ def manager_from_user_agent(user_agent: str) -> str:
     """The field manager Kubernetes names a request by when it names none: the user agent up
     to its first "/", at most 128 characters (`kubectl/v1.37.0 (linux/amd64)` -> kubectl)."""
     return user_agent.split("/", 1)[0][:128]
+
+
+# ---- messages (the resource layer's objects) ------------------------------------------------
+
+
+def rfc3339(when: datetime) -> str:
+    """A metav1.Time as Kubernetes prints it: UTC, whole seconds."""
+    if when.tzinfo is not None:
+        when = when.astimezone(UTC).replace(tzinfo=None)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_entries(obj: Message, entries: Iterable[Mapping[str, Any]]) -> None:
+    """Replace the object's metadata.managedFields with `entries` (Kubernetes JSON)."""
+    meta = obj.metadata  # type: ignore[attr-defined]
+    del meta.managedFields[:]
+    for entry in entries:
+        json_format.ParseDict(dict(entry), meta.managedFields.add())
+
+
+def record_update(
+    old: Message | None,
+    new: Message,
+    info: KindInfo,
+    *,
+    manager: str,
+    now: datetime,
+    subresource: str = "",
+) -> None:
+    """Record a non-apply write of `new` (over `old`, None for a create) in its managedFields.
+
+    Costs two `to_dict`s and a walk of both objects: the REST front end records every write;
+    the gRPC one only when the caller names a field manager."""
+    live = to_dict(old) if old is not None else {}
+    descriptor: Any = new.DESCRIPTOR
+    entries = update(
+        live,
+        to_dict(new),
+        descriptor,
+        manager=manager,
+        api_version=info.api_version,
+        now=rfc3339(now),
+        subresource=subresource,
+        has_status=info.has_status,
+    )
+    if entries is not None:
+        set_entries(new, entries)
+
+
+def keep_managed_fields(new: Message, old: Message) -> None:
+    """A write that carries no managedFields keeps the stored ones (Kubernetes: clients that
+    do not know about them must not erase them)."""
+    nm = new.metadata  # type: ignore[attr-defined]
+    om = old.metadata  # type: ignore[attr-defined]
+    if not nm.managedFields and om.managedFields:
+        nm.managedFields.extend(om.managedFields)
