@@ -789,7 +789,8 @@ def update(
     diff = compare(live, new, message)
     taken = _scope(diff.changed(), subresource, has_status)
     removed = diff.removed
-    if not taken and not removed and not base:
+    live_entries = (live.get("metadata") or {}).get("managedFields")
+    if not taken and not removed and (not base or base == live_entries):
         return None
     ident = (manager, UPDATE, api_version, subresource)
     current = next((e for e in entries if e.identity == ident), None)
