@@ -172,6 +172,25 @@ def _unary(call: Callable[[Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaita
     return handle
 
 
+# gRPC metadata naming the caller's field manager. Without it gRPC writes record no
+# managedFields (the stored ones are kept): tinykube's own components write through gRPC at
+# high rates, and computing field sets on every write would cost them for nothing.
+FIELD_MANAGER_HEADER = "x-field-manager"
+
+
+def _managed(call: Callable[..., Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
+    """As `_unary`, passing the caller's field manager (if it names one) to the write."""
+
+    async def handle(request: Any, context: Any) -> Any:
+        manager = None
+        for key, value in context.invocation_metadata() or ():
+            if key == FIELD_MANAGER_HEADER:
+                manager = value if isinstance(value, str) else value.decode()
+        return await call(request, field_manager=manager)
+
+    return handle
+
+
 class GrpcResource:
     """One kind's gRPC service over its `ResourceStore`."""
 
@@ -242,10 +261,10 @@ class GrpcResource:
         info = resource.info
         unary = grpc.unary_unary_rpc_method_handler
         methods: dict[str, Any] = {
-            "Create": unary(_unary(resource.create), info.create_request.FromString, _serialize),
+            "Create": unary(_managed(resource.create), info.create_request.FromString, _serialize),
             "Get": unary(_unary(resource.get), meta_pb2.GetRequest.FromString, _serialize),
             "List": unary(self.list, meta_pb2.ListRequest.FromString, _serialize),
-            "Update": unary(_unary(resource.update), info.update_request.FromString, _serialize),
+            "Update": unary(_managed(resource.update), info.update_request.FromString, _serialize),
             "Delete": unary(_unary(resource.delete), meta_pb2.DeleteRequest.FromString, _serialize),
             "Watch": grpc.unary_stream_rpc_method_handler(
                 self.watch, meta_pb2.WatchRequest.FromString, _serialize

@@ -25,6 +25,7 @@ from datetime import timedelta
 
 from google.protobuf.message import Message
 
+from apiserver import fieldmanager
 from apiserver.allocator import Claims, ServiceAllocator
 from apiserver.deletion import check_policy, gc_finalizers, policy_of
 from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy, generate_name
@@ -283,13 +284,19 @@ class ResourceStore:
 
     # ---- Create ----------------------------------------------------------------------------
 
-    async def create(self, request: Message) -> Message:
+    async def create(self, request: Message, *, field_manager: str | None = None) -> Message:
+        """Create the object. `field_manager` records its fields in managedFields (operation
+        Update); None leaves managedFields as the request has them (an apply computed them)."""
         obj: Message = getattr(request, self.info.request_field)
         meta = obj.metadata  # type: ignore[attr-defined]
         self._check_size(request, meta.name or meta.generateName)
         meta.namespace = self._namespace(meta.namespace)
         generated = not meta.name and bool(meta.generateName)
         self.strategy.prepare_for_create(obj, self.clock.now())
+        if field_manager is not None:
+            fieldmanager.record_update(
+                None, obj, self.info, manager=field_manager, now=self.clock.now()
+            )
         for _attempt in range(3):
             if generated:
                 meta.name = generate_name(meta.generateName)
@@ -413,13 +420,18 @@ class ResourceStore:
 
     # ---- Update / UpdateStatus -------------------------------------------------------------
 
-    async def update(self, request: Message) -> Message:
-        return await self._update(request, status=False)
+    async def update(self, request: Message, *, field_manager: str | None = None) -> Message:
+        """Update the object; `field_manager` as for `create`. A request without
+        managedFields keeps the stored ones."""
+        return await self._update(request, status=False, field_manager=field_manager)
 
-    async def update_status(self, request: Message) -> Message:
-        return await self._update(request, status=True)
+    async def update_status(self, request: Message, *, field_manager: str | None = None) -> Message:
+        """Replace the status; `field_manager` records the change (subresource status)."""
+        return await self._update(request, status=True, field_manager=field_manager)
 
-    async def _update(self, request: Message, *, status: bool) -> Message:
+    async def _update(
+        self, request: Message, *, status: bool, field_manager: str | None = None
+    ) -> Message:
         obj: Message = getattr(request, self.info.request_field)
         meta = obj.metadata  # type: ignore[attr-defined]
         if not meta.name:
@@ -459,7 +471,17 @@ class ResourceStore:
                 errors = self.strategy.validate_update(new, old)
                 if self.allocator is not None:
                     errors += self.allocator.validate(new.spec)  # type: ignore[attr-defined]
+                fieldmanager.keep_managed_fields(new, old)
             new.metadata.resourceVersion = old.metadata.resourceVersion  # type: ignore[attr-defined]
+            if field_manager is not None and not errors:
+                fieldmanager.record_update(
+                    old,
+                    new,
+                    self.info,
+                    manager=field_manager,
+                    now=self.clock.now(),
+                    subresource="status" if status else "",
+                )
             if errors or new == old:
                 if not cur.authoritative:
                     cur = await self._current(key, cached=False)

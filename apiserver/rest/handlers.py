@@ -29,6 +29,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from multidict import MultiMapping
 
+from apiserver import fieldmanager
 from apiserver.deletion import delete_options_errors, policy_of
 from apiserver.podlogs import PodLogOptions, PodLogs
 from apiserver.registry import generate_name
@@ -157,6 +158,18 @@ def _list_options_invalid(field: str, message: str) -> RestError:
         "causes": [{"reason": "FieldValueForbidden", "message": message, "field": field}],
     }
     return RestError(422, "Invalid", text, details)
+
+
+def _patch_options_invalid(field: str, message: str, reason: str) -> RestError:
+    """422 Invalid on PatchOptions, as kube-apiserver answers bad apply/patch options."""
+    details = {
+        "group": "meta.k8s.io",
+        "kind": "PatchOptions",
+        "causes": [{"reason": reason, "message": message, "field": field}],
+    }
+    return RestError(
+        422, "Invalid", f'PatchOptions.meta.k8s.io "" is invalid: {field}: {message}', details
+    )
 
 
 def _delete_options_errors(errors: Sequence[FieldError]) -> RestError:
@@ -642,7 +655,10 @@ class ResourceHandlers:
         if dry_run:
             created = await self._dry_run_create(service, obj)
         else:
-            created = await service.create(info.create_request(**{info.request_field: obj}))
+            created = await service.create(
+                info.create_request(**{info.request_field: obj}),
+                field_manager=self._field_manager(request, q),
+            )
         return await self._answer_object(request, target, q, created, code=201, warnings=warnings)
 
     async def _dry_run_create(self, service: ResourceStore, obj: Message) -> Message:
@@ -684,19 +700,31 @@ class ResourceHandlers:
         obj, warnings = await self._decoded(request, target, q)
         self._check_name(target, obj)
         self._namespace_for(target, obj)
-        updated = await self._write(service, obj, status=status, dry_run=dry_run)
+        updated = await self._write(
+            service,
+            obj,
+            status=status,
+            dry_run=dry_run,
+            field_manager=self._field_manager(request, q),
+        )
         return await self._answer_object(request, target, q, updated, warnings=warnings)
 
     async def _write(
-        self, service: ResourceStore, obj: Message, *, status: bool, dry_run: bool
+        self,
+        service: ResourceStore,
+        obj: Message,
+        *,
+        status: bool,
+        dry_run: bool,
+        field_manager: str | None = None,
     ) -> Message:
         info = service.info
         if dry_run:
             return await self._dry_run_update(service, obj, status=status)
         req = info.update_request(**{info.request_field: obj})
         if status:
-            return await service.update_status(req)
-        return await service.update(req)
+            return await service.update_status(req, field_manager=field_manager)
+        return await service.update(req, field_manager=field_manager)
 
     async def _dry_run_update(
         self, service: ResourceStore, obj: Message, *, status: bool
@@ -749,6 +777,14 @@ class ResourceHandlers:
         *,
         status: bool,
     ) -> web.Response:
+        if codecs.content_type_of(request.headers.get("Content-Type", "")) == APPLY_PATCH:
+            return await self.apply_object(request, target, q, service, status=status)
+        if q.has("force"):
+            raise _patch_options_invalid(
+                "force",
+                "Forbidden: may not be specified for non-apply patch",
+                "FieldValueForbidden",
+            )
         body, media = await self._patch_body(request)
         dry_run = self._dry_run(q)
         validation = q.choice("fieldValidation", ("Strict", "Warn", "Ignore"), "Warn")
@@ -786,10 +822,125 @@ class ResourceHandlers:
             ours = original.get("metadata", {}).get("resourceVersion", "")
             theirs = patched.get("metadata", {}).get("resourceVersion", "")
             try:
-                updated = await self._write(service, obj, status=status, dry_run=dry_run)
+                updated = await self._write(
+                    service,
+                    obj,
+                    status=status,
+                    dry_run=dry_run,
+                    field_manager=self._field_manager(request, q),
+                )
             except ConflictError:
                 # Only a race with another writer is retried; a resourceVersion the patch
                 # itself names is the client's precondition.
+                if theirs != ours or attempt == _PATCH_ATTEMPTS - 1:
+                    raise
+                continue
+            return await self._answer_object(request, target, q, updated, warnings=warnings)
+        raise AssertionError("unreachable")
+
+    # ---- server-side apply ------------------------------------------------------------------
+
+    @staticmethod
+    def _field_manager(request: web.Request, q: Query) -> str:
+        """The request's field manager: ?fieldManager=, else derived from the user agent."""
+        return q.text("fieldManager") or fieldmanager.manager_from_user_agent(
+            request.headers.get("User-Agent", "")
+        )
+
+    async def apply_object(
+        self,
+        request: web.Request,
+        target: Target,
+        q: Query,
+        service: ResourceStore,
+        *,
+        status: bool,
+    ) -> web.Response:
+        """PATCH with application/apply-patch+yaml: server-side apply (apiserver/fieldmanager.py)
+        of the body to the live object, creating it when it does not exist (201)."""
+        manager = q.text("fieldManager")
+        if not manager:
+            raise _patch_options_invalid(
+                "fieldManager", "Required value: is required for apply patch", "FieldValueRequired"
+            )
+        if len(manager) > 128:
+            raise _patch_options_invalid(
+                "fieldManager",
+                "Too long: may not be more than 128 bytes",
+                "FieldValueTooLong",
+            )
+        if status:
+            raise unsupported_media_type([JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH])
+        force = q.flag("force")
+        dry_run = self._dry_run(q)
+        validation = q.choice("fieldValidation", ("Strict", "Warn", "Ignore"), "Warn")
+        body, _ = await self._body(request, [APPLY_PATCH])
+        config = codecs.parse_object_body(body, codecs.YAML)  # YAML, and so JSON too
+        info = service.info
+        version = config.get("apiVersion")
+        if version != info.api_version:
+            raise BadRequestError(
+                "Incorrect version specified in apply patch. Specified patch version: "
+                f"{version or ''}, expected: {info.api_version}"
+            )
+        kcodec = self.codecs[info.kind]
+        _, warnings = kcodec.decode(config, validation)  # Strict refuses unknown fields here
+        descriptor: Any = info.message.DESCRIPTOR
+        config = fieldmanager.drop_undeclared(config, descriptor)
+        meta = config.get("metadata") or {}
+        if not isinstance(meta, dict):
+            raise BadRequestError("metadata: expected an object")
+        if meta.get("name") not in (None, "", target.name):
+            raise BadRequestError(
+                f"the name of the object ({meta.get('name')}) does not match the name on the "
+                f"URL ({target.name})"
+            )
+        get = message_from(
+            meta_pb2.GetRequest, {"namespace": target.namespace or "", "name": target.name}
+        )
+        for attempt in range(_PATCH_ATTEMPTS):
+            current: Message | None
+            try:
+                current = await service.get(get)
+            except NotFoundError:
+                current, live = None, {}
+            else:
+                live = kcodec.object_dict(current)
+            try:
+                applied = fieldmanager.apply(
+                    live,
+                    config,
+                    descriptor,
+                    manager=manager,
+                    api_version=info.api_version,
+                    now=fieldmanager.rfc3339(self.clock.now()),
+                    force=force,
+                    has_status=info.has_status,
+                )
+            except fieldmanager.ApplyConflict as exc:
+                raise RestError(409, "Conflict", exc.message, {"causes": exc.causes}) from exc
+            obj, _ = kcodec.decode(applied.obj, "Ignore")
+            self._check_name(target, obj)
+            self._namespace_for(target, obj)
+            if current is None:
+                if dry_run:
+                    created = await self._dry_run_create(service, obj)
+                else:
+                    req = info.create_request(**{info.request_field: obj})
+                    try:
+                        created = await service.create(req)
+                    except AlreadyExistsError:
+                        if attempt == _PATCH_ATTEMPTS - 1:
+                            raise
+                        continue  # created meanwhile: apply to it
+                return await self._answer_object(
+                    request, target, q, created, code=201, warnings=warnings
+                )
+            ours = live.get("metadata", {}).get("resourceVersion", "")
+            theirs = applied.obj.get("metadata", {}).get("resourceVersion", "")
+            try:
+                updated = await self._write(service, obj, status=False, dry_run=dry_run)
+            except ConflictError:
                 if theirs != ours or attempt == _PATCH_ATTEMPTS - 1:
                     raise
                 continue

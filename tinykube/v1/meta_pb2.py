@@ -22,10 +22,11 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tinykube/v1/meta.proto\x12\x0btinykube.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"}\n\x0eOwnerReference\x12\x12\n\napiVersion\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0b\n\x03uid\x18\x04 \x01(\t\x12\x12\n\ncontroller\x18\x05 \x01(\x08\x12\x1a\n\x12\x62lockOwnerDeletion\x18\x06 \x01(\x08\"\xd4\x04\n\nObjectMeta\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cgenerateName\x18\x02 \x01(\t\x12\x11\n\tnamespace\x18\x03 \x01(\t\x12\x0b\n\x03uid\x18\x04 \x01(\t\x12\x17\n\x0fresourceVersion\x18\x05 \x01(\t\x12\x12\n\ngeneration\x18\x06 \x01(\x05\x12\x35\n\x11\x63reationTimestamp\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11\x64\x65letionTimestamp\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x1a\x64\x65letionGracePeriodSeconds\x18\t \x01(\x05H\x00\x88\x01\x01\x12\x33\n\x06labels\x18\n \x03(\x0b\x32#.tinykube.v1.ObjectMeta.LabelsEntry\x12=\n\x0b\x61nnotations\x18\x0b \x03(\x0b\x32(.tinykube.v1.ObjectMeta.AnnotationsEntry\x12\x34\n\x0fownerReferences\x18\x0c \x03(\x0b\x32\x1b.tinykube.v1.OwnerReference\x12\x12\n\nfinalizers\x18\r \x03(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x1d\n\x1b_deletionGracePeriodSeconds\"m\n\x08ListMeta\x12\x17\n\x0fresourceVersion\x18\x01 \x01(\t\x12\x10\n\x08\x63ontinue\x18\x02 \x01(\t\x12\x1f\n\x12remainingItemCount\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\x15\n\x13_remainingItemCount\"\x8d\x01\n\x0fObjectReference\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0b\n\x03uid\x18\x04 \x01(\t\x12\x12\n\napiVersion\x18\x05 \x01(\t\x12\x17\n\x0fresourceVersion\x18\x06 \x01(\t\x12\x11\n\tfieldPath\x18\x07 \x01(\t\"I\n\x18LabelSelectorRequirement\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\x0e\n\x06values\x18\x03 \x03(\t\"\xc6\x01\n\rLabelSelector\x12@\n\x0bmatchLabels\x18\x01 \x03(\x0b\x32+.tinykube.v1.LabelSelector.MatchLabelsEntry\x12?\n\x10matchExpressions\x18\x02 \x03(\x0b\x32%.tinykube.v1.LabelSelectorRequirement\x1a\x32\n\x10MatchLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"-\n\nGetRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\x88\x01\n\x0bListRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x15\n\rlabelSelector\x18\x02 \x01(\t\x12\x15\n\rfieldSelector\x18\x03 \x01(\t\x12\r\n\x05limit\x18\x04 \x01(\x05\x12\x10\n\x08\x63ontinue\x18\x05 \x01(\t\x12\x17\n\x0fresourceVersion\x18\x06 \x01(\t\"\x85\x01\n\x0cWatchRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x15\n\rlabelSelector\x18\x02 \x01(\t\x12\x15\n\rfieldSelector\x18\x03 \x01(\t\x12\x17\n\x0fresourceVersion\x18\x04 \x01(\t\x12\x1b\n\x13\x61llowWatchBookmarks\x18\x05 \x01(\x08\"5\n\rPreconditions\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x17\n\x0fresourceVersion\x18\x02 \x01(\t\"\xb6\x01\n\rDeleteRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x1f\n\x12gracePeriodSeconds\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x31\n\rpreconditions\x18\x04 \x01(\x0b\x32\x1a.tinykube.v1.Preconditions\x12\x19\n\x11propagationPolicy\x18\x05 \x01(\tB\x15\n\x13_gracePeriodSeconds\"=\n\x0bStatusCause\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\"U\n\rStatusDetails\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12(\n\x06\x63\x61uses\x18\x03 \x03(\x0b\x32\x18.tinykube.v1.StatusCause\"\xf4\x01\n\rDeleteOptions\x12\x1f\n\x12gracePeriodSeconds\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x31\n\rpreconditions\x18\x02 \x01(\x0b\x32\x1a.tinykube.v1.Preconditions\x12\x1d\n\x10orphanDependents\x18\x03 \x01(\x08H\x01\x88\x01\x01\x12\x1e\n\x11propagationPolicy\x18\x04 \x01(\tH\x02\x88\x01\x01\x12\x0e\n\x06\x64ryRun\x18\x05 \x03(\tB\x15\n\x13_gracePeriodSecondsB\x13\n\x11_orphanDependentsB\x14\n\x12_propagationPolicyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tinykube/v1/meta.proto\x12\x0btinykube.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"}\n\x0eOwnerReference\x12\x12\n\napiVersion\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0b\n\x03uid\x18\x04 \x01(\t\x12\x12\n\ncontroller\x18\x05 \x01(\x08\x12\x1a\n\x12\x62lockOwnerDeletion\x18\x06 \x01(\x08\"\x8c\x05\n\nObjectMeta\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cgenerateName\x18\x02 \x01(\t\x12\x11\n\tnamespace\x18\x03 \x01(\t\x12\x0b\n\x03uid\x18\x04 \x01(\t\x12\x17\n\x0fresourceVersion\x18\x05 \x01(\t\x12\x12\n\ngeneration\x18\x06 \x01(\x05\x12\x35\n\x11\x63reationTimestamp\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11\x64\x65letionTimestamp\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x1a\x64\x65letionGracePeriodSeconds\x18\t \x01(\x05H\x00\x88\x01\x01\x12\x33\n\x06labels\x18\n \x03(\x0b\x32#.tinykube.v1.ObjectMeta.LabelsEntry\x12=\n\x0b\x61nnotations\x18\x0b \x03(\x0b\x32(.tinykube.v1.ObjectMeta.AnnotationsEntry\x12\x34\n\x0fownerReferences\x18\x0c \x03(\x0b\x32\x1b.tinykube.v1.OwnerReference\x12\x12\n\nfinalizers\x18\r \x03(\t\x12\x36\n\rmanagedFields\x18\x0e \x03(\x0b\x32\x1f.tinykube.v1.ManagedFieldsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x1d\n\x1b_deletionGracePeriodSeconds\"\xca\x01\n\x12ManagedFieldsEntry\x12\x0f\n\x07manager\x18\x01 \x01(\t\x12\x11\n\toperation\x18\x02 \x01(\t\x12\x12\n\napiVersion\x18\x03 \x01(\t\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nfieldsType\x18\x06 \x01(\t\x12)\n\x08\x66ieldsV1\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x13\n\x0bsubresource\x18\x08 \x01(\t\"m\n\x08ListMeta\x12\x17\n\x0fresourceVersion\x18\x01 \x01(\t\x12\x10\n\x08\x63ontinue\x18\x02 \x01(\t\x12\x1f\n\x12remainingItemCount\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\x15\n\x13_remainingItemCount\"\x8d\x01\n\x0fObjectReference\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0b\n\x03uid\x18\x04 \x01(\t\x12\x12\n\napiVersion\x18\x05 \x01(\t\x12\x17\n\x0fresourceVersion\x18\x06 \x01(\t\x12\x11\n\tfieldPath\x18\x07 \x01(\t\"I\n\x18LabelSelectorRequirement\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\x0e\n\x06values\x18\x03 \x03(\t\"\xc6\x01\n\rLabelSelector\x12@\n\x0bmatchLabels\x18\x01 \x03(\x0b\x32+.tinykube.v1.LabelSelector.MatchLabelsEntry\x12?\n\x10matchExpressions\x18\x02 \x03(\x0b\x32%.tinykube.v1.LabelSelectorRequirement\x1a\x32\n\x10MatchLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"-\n\nGetRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\x88\x01\n\x0bListRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x15\n\rlabelSelector\x18\x02 \x01(\t\x12\x15\n\rfieldSelector\x18\x03 \x01(\t\x12\r\n\x05limit\x18\x04 \x01(\x05\x12\x10\n\x08\x63ontinue\x18\x05 \x01(\t\x12\x17\n\x0fresourceVersion\x18\x06 \x01(\t\"\x85\x01\n\x0cWatchRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x15\n\rlabelSelector\x18\x02 \x01(\t\x12\x15\n\rfieldSelector\x18\x03 \x01(\t\x12\x17\n\x0fresourceVersion\x18\x04 \x01(\t\x12\x1b\n\x13\x61llowWatchBookmarks\x18\x05 \x01(\x08\"5\n\rPreconditions\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x17\n\x0fresourceVersion\x18\x02 \x01(\t\"\xb6\x01\n\rDeleteRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x1f\n\x12gracePeriodSeconds\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x31\n\rpreconditions\x18\x04 \x01(\x0b\x32\x1a.tinykube.v1.Preconditions\x12\x19\n\x11propagationPolicy\x18\x05 \x01(\tB\x15\n\x13_gracePeriodSeconds\"=\n\x0bStatusCause\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\"U\n\rStatusDetails\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12(\n\x06\x63\x61uses\x18\x03 \x03(\x0b\x32\x18.tinykube.v1.StatusCause\"\xf4\x01\n\rDeleteOptions\x12\x1f\n\x12gracePeriodSeconds\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x31\n\rpreconditions\x18\x02 \x01(\x0b\x32\x1a.tinykube.v1.Preconditions\x12\x1d\n\x10orphanDependents\x18\x03 \x01(\x08H\x01\x88\x01\x01\x12\x1e\n\x11propagationPolicy\x18\x04 \x01(\tH\x02\x88\x01\x01\x12\x0e\n\x06\x64ryRun\x18\x05 \x03(\tB\x15\n\x13_gracePeriodSecondsB\x13\n\x11_orphanDependentsB\x14\n\x12_propagationPolicyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,38 +39,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OBJECTMETA_ANNOTATIONSENTRY']._serialized_options = b'8\001'
   _globals['_LABELSELECTOR_MATCHLABELSENTRY']._loaded_options = None
   _globals['_LABELSELECTOR_MATCHLABELSENTRY']._serialized_options = b'8\001'
-  _globals['_OWNERREFERENCE']._serialized_start=72
-  _globals['_OWNERREFERENCE']._serialized_end=197
-  _globals['_OBJECTMETA']._serialized_start=200
-  _globals['_OBJECTMETA']._serialized_end=796
-  _globals['_OBJECTMETA_LABELSENTRY']._serialized_start=668
-  _globals['_OBJECTMETA_LABELSENTRY']._serialized_end=713
-  _globals['_OBJECTMETA_ANNOTATIONSENTRY']._serialized_start=715
-  _globals['_OBJECTMETA_ANNOTATIONSENTRY']._serialized_end=765
-  _globals['_LISTMETA']._serialized_start=798
-  _globals['_LISTMETA']._serialized_end=907
-  _globals['_OBJECTREFERENCE']._serialized_start=910
-  _globals['_OBJECTREFERENCE']._serialized_end=1051
-  _globals['_LABELSELECTORREQUIREMENT']._serialized_start=1053
-  _globals['_LABELSELECTORREQUIREMENT']._serialized_end=1126
-  _globals['_LABELSELECTOR']._serialized_start=1129
-  _globals['_LABELSELECTOR']._serialized_end=1327
-  _globals['_LABELSELECTOR_MATCHLABELSENTRY']._serialized_start=1277
-  _globals['_LABELSELECTOR_MATCHLABELSENTRY']._serialized_end=1327
-  _globals['_GETREQUEST']._serialized_start=1329
-  _globals['_GETREQUEST']._serialized_end=1374
-  _globals['_LISTREQUEST']._serialized_start=1377
-  _globals['_LISTREQUEST']._serialized_end=1513
-  _globals['_WATCHREQUEST']._serialized_start=1516
-  _globals['_WATCHREQUEST']._serialized_end=1649
-  _globals['_PRECONDITIONS']._serialized_start=1651
-  _globals['_PRECONDITIONS']._serialized_end=1704
-  _globals['_DELETEREQUEST']._serialized_start=1707
-  _globals['_DELETEREQUEST']._serialized_end=1889
-  _globals['_STATUSCAUSE']._serialized_start=1891
-  _globals['_STATUSCAUSE']._serialized_end=1952
-  _globals['_STATUSDETAILS']._serialized_start=1954
-  _globals['_STATUSDETAILS']._serialized_end=2039
-  _globals['_DELETEOPTIONS']._serialized_start=2042
-  _globals['_DELETEOPTIONS']._serialized_end=2286
+  _globals['_OWNERREFERENCE']._serialized_start=102
+  _globals['_OWNERREFERENCE']._serialized_end=227
+  _globals['_OBJECTMETA']._serialized_start=230
+  _globals['_OBJECTMETA']._serialized_end=882
+  _globals['_OBJECTMETA_LABELSENTRY']._serialized_start=754
+  _globals['_OBJECTMETA_LABELSENTRY']._serialized_end=799
+  _globals['_OBJECTMETA_ANNOTATIONSENTRY']._serialized_start=801
+  _globals['_OBJECTMETA_ANNOTATIONSENTRY']._serialized_end=851
+  _globals['_MANAGEDFIELDSENTRY']._serialized_start=885
+  _globals['_MANAGEDFIELDSENTRY']._serialized_end=1087
+  _globals['_LISTMETA']._serialized_start=1089
+  _globals['_LISTMETA']._serialized_end=1198
+  _globals['_OBJECTREFERENCE']._serialized_start=1201
+  _globals['_OBJECTREFERENCE']._serialized_end=1342
+  _globals['_LABELSELECTORREQUIREMENT']._serialized_start=1344
+  _globals['_LABELSELECTORREQUIREMENT']._serialized_end=1417
+  _globals['_LABELSELECTOR']._serialized_start=1420
+  _globals['_LABELSELECTOR']._serialized_end=1618
+  _globals['_LABELSELECTOR_MATCHLABELSENTRY']._serialized_start=1568
+  _globals['_LABELSELECTOR_MATCHLABELSENTRY']._serialized_end=1618
+  _globals['_GETREQUEST']._serialized_start=1620
+  _globals['_GETREQUEST']._serialized_end=1665
+  _globals['_LISTREQUEST']._serialized_start=1668
+  _globals['_LISTREQUEST']._serialized_end=1804
+  _globals['_WATCHREQUEST']._serialized_start=1807
+  _globals['_WATCHREQUEST']._serialized_end=1940
+  _globals['_PRECONDITIONS']._serialized_start=1942
+  _globals['_PRECONDITIONS']._serialized_end=1995
+  _globals['_DELETEREQUEST']._serialized_start=1998
+  _globals['_DELETEREQUEST']._serialized_end=2180
+  _globals['_STATUSCAUSE']._serialized_start=2182
+  _globals['_STATUSCAUSE']._serialized_end=2243
+  _globals['_STATUSDETAILS']._serialized_start=2245
+  _globals['_STATUSDETAILS']._serialized_end=2330
+  _globals['_DELETEOPTIONS']._serialized_start=2333
+  _globals['_DELETEOPTIONS']._serialized_end=2577
 # @@protoc_insertion_point(module_scope)

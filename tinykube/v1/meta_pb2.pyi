@@ -6,6 +6,7 @@ Object metadata and the request messages shared by every kind's service."""
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 import builtins as _builtins
@@ -123,6 +124,7 @@ class ObjectMeta(_message.Message):
     ANNOTATIONS_FIELD_NUMBER: _builtins.int
     OWNERREFERENCES_FIELD_NUMBER: _builtins.int
     FINALIZERS_FIELD_NUMBER: _builtins.int
+    MANAGEDFIELDS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     generateName: _builtins.str
     namespace: _builtins.str
@@ -143,6 +145,10 @@ class ObjectMeta(_message.Message):
     def ownerReferences(self) -> _containers.RepeatedCompositeFieldContainer[Global___OwnerReference]: ...
     @_builtins.property
     def finalizers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def managedFields(self) -> _containers.RepeatedCompositeFieldContainer[Global___ManagedFieldsEntry]:
+        """Which field manager owns which fields (server-side apply), as Kubernetes records them."""
+
     def __init__(
         self,
         *,
@@ -159,16 +165,65 @@ class ObjectMeta(_message.Message):
         annotations: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         ownerReferences: _abc.Iterable[Global___OwnerReference] | None = ...,
         finalizers: _abc.Iterable[_builtins.str] | None = ...,
+        managedFields: _abc.Iterable[Global___ManagedFieldsEntry] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_deletionGracePeriodSeconds", b"_deletionGracePeriodSeconds", "creationTimestamp", b"creationTimestamp", "deletionGracePeriodSeconds", b"deletionGracePeriodSeconds", "deletionTimestamp", b"deletionTimestamp"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deletionGracePeriodSeconds", b"_deletionGracePeriodSeconds", "annotations", b"annotations", "creationTimestamp", b"creationTimestamp", "deletionGracePeriodSeconds", b"deletionGracePeriodSeconds", "deletionTimestamp", b"deletionTimestamp", "finalizers", b"finalizers", "generateName", b"generateName", "generation", b"generation", "labels", b"labels", "name", b"name", "namespace", b"namespace", "ownerReferences", b"ownerReferences", "resourceVersion", b"resourceVersion", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deletionGracePeriodSeconds", b"_deletionGracePeriodSeconds", "annotations", b"annotations", "creationTimestamp", b"creationTimestamp", "deletionGracePeriodSeconds", b"deletionGracePeriodSeconds", "deletionTimestamp", b"deletionTimestamp", "finalizers", b"finalizers", "generateName", b"generateName", "generation", b"generation", "labels", b"labels", "managedFields", b"managedFields", "name", b"name", "namespace", b"namespace", "ownerReferences", b"ownerReferences", "resourceVersion", b"resourceVersion", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__deletionGracePeriodSeconds: _TypeAlias = _typing.Literal["deletionGracePeriodSeconds"]  # noqa: Y015
     _WhichOneofArgType__deletionGracePeriodSeconds: _TypeAlias = _typing.Literal["_deletionGracePeriodSeconds", b"_deletionGracePeriodSeconds"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__deletionGracePeriodSeconds) -> _WhichOneofReturnType__deletionGracePeriodSeconds | None: ...
 
 Global___ObjectMeta: _TypeAlias = ObjectMeta  # noqa: Y015
+
+@_typing.final
+class ManagedFieldsEntry(_message.Message):
+    """ManagedFieldsEntry is one manager's (and operation's) set of owned fields, as Kubernetes'
+    metav1.ManagedFieldsEntry (field numbers as in its generated.proto). fieldsV1 is the field
+    set as a JSON object ({"f:spec": {"f:replicas": {}}}); a Struct prints as that object in
+    JSON, so kubectl shows exactly what it shows against Kubernetes.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MANAGER_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    APIVERSION_FIELD_NUMBER: _builtins.int
+    TIME_FIELD_NUMBER: _builtins.int
+    FIELDSTYPE_FIELD_NUMBER: _builtins.int
+    FIELDSV1_FIELD_NUMBER: _builtins.int
+    SUBRESOURCE_FIELD_NUMBER: _builtins.int
+    manager: _builtins.str
+    operation: _builtins.str
+    """Apply or Update."""
+    apiVersion: _builtins.str
+    fieldsType: _builtins.str
+    """Always FieldsV1."""
+    subresource: _builtins.str
+    """"" for the main resource; "status", "scale" for a subresource."""
+    @_builtins.property
+    def time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def fieldsV1(self) -> _struct_pb2.Struct: ...
+    def __init__(
+        self,
+        *,
+        manager: _builtins.str = ...,
+        operation: _builtins.str = ...,
+        apiVersion: _builtins.str = ...,
+        time: _timestamp_pb2.Timestamp | None = ...,
+        fieldsType: _builtins.str = ...,
+        fieldsV1: _struct_pb2.Struct | None = ...,
+        subresource: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fieldsV1", b"fieldsV1", "time", b"time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apiVersion", b"apiVersion", "fieldsType", b"fieldsType", "fieldsV1", b"fieldsV1", "manager", b"manager", "operation", b"operation", "subresource", b"subresource", "time", b"time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ManagedFieldsEntry: _TypeAlias = ManagedFieldsEntry  # noqa: Y015
 
 @_typing.final
 class ListMeta(_message.Message):

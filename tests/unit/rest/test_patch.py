@@ -1049,6 +1049,7 @@ def test_json_patch_error_keeps_the_reason_as_cause() -> None:
 
 # Repeated fields that Kubernetes' types leave without a patchStrategy (atomic lists).
 ATOMIC_IN_KUBERNETES = {
+    ("tinykube.v1.ObjectMeta", "managedFields"),
     ("tinykube.v1.Container", "command"),
     ("tinykube.v1.Container", "args"),
     ("tinykube.v1.PodSpec", "tolerations"),
