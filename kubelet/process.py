@@ -511,6 +511,7 @@ class ProcessRuntime:
             # The whole group: children the container started die with it.
             self._signal(crec, signal.SIGKILL)
             child = self._children.pop(crec.pid, None)
+            self._exited_at.pop(crec.pid, None)
             if child is not None:
                 await asyncio.to_thread(child.wait)
             crec.state = TERMINATED
