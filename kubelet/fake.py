@@ -29,7 +29,7 @@ class FakeRuntime:
     def record(self, uid: str) -> PodRecord | None:
         return self._pods.get(uid)
 
-    def log_path(self, uid: str, container: str) -> Path | None:
+    def log_path(self, uid: str, container: str, *, previous: bool = False) -> Path | None:
         return None
 
     async def sync_pod(self, pod: pod_pb2.Pod) -> PodRecord:

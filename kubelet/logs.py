@@ -1,10 +1,15 @@
 """The kubelet's gRPC service `tinykube.v1.Kubelet`: container logs.
 
-`Logs` streams a container's log file in chunks: everything (or the last `tail_lines` lines),
-then, with `follow`, new output as it is written until the pod is gone from this kubelet, has
-finished, or the client cancels. Pods are found in the kubelet's own pod informer (only its
-node's pods), so asking the wrong kubelet is NOT_FOUND, as it would be for kubectl talking to
-the wrong node.
+`Logs` streams the log of one container instance, as Kubernetes' kubelet does: the current one
+(the running or last-terminated instance; while a crashed container waits to restart, the
+crashed one), or with `previous` the instance before it. The runtime's log files are CRI
+records (kubelet/crilog.py): the text is printed with `timestamps` prefixes if asked, records
+before `sinceSeconds`/`sinceTime` are skipped, reading starts `tailLines` records from the end,
+and `limitBytes` cuts the output. With `follow`, new records are streamed until the
+instance's log shim lets go of the file (the instance has ended and everything it wrote has
+been read), the pod is gone from this kubelet, or the client cancels. Pods are found in the
+kubelet's own pod informer (only its node's pods), so asking the wrong kubelet is NOT_FOUND,
+as it would be for kubectl talking to the wrong node.
 
 Concurrency: each call is a coroutine on the server's event loop; file reads are small and
 non-blocking enough (local files) to be done inline.
@@ -17,6 +22,7 @@ from pathlib import Path
 
 import grpc
 
+from kubelet.crilog import LogOptions, LogWriter, tail_start, writer_active
 from kubelet.runtime import Runtime
 from tinykube.clock import Clock
 from tinykube.errors import (
@@ -29,6 +35,8 @@ from tinykube.errors import (
 from tinykube.v1 import kubelet_pb2, kubelet_pb2_grpc, pod_pb2
 
 CHUNK = 64 * 1024
+# The most a follow reads from the file in one go.
+FOLLOW_READ = 1024 * 1024
 FOLLOW_POLL = 0.2
 
 
@@ -40,10 +48,7 @@ def _check_log_status(pod: pod_pb2.Pod, container: str, *, previous: bool) -> No
     if previous:
         if status is None or not status.lastState.HasField("terminated"):
             raise InvalidError(f"previous terminated {where} not found")
-        # Restarts append to one log file, so the previous instance cannot be told apart.
-        raise InvalidError(
-            f"previous terminated {where}: this kubelet's runtime keeps one log across restarts"
-        )
+        return
     if status is None:
         raise InvalidError(f"{where} is waiting to start - no logs yet")
     state = status.state
@@ -56,11 +61,19 @@ def _check_log_status(pod: pod_pb2.Pod, container: str, *, previous: bool) -> No
     raise InvalidError(f"{where} is waiting to start - no logs yet")
 
 
-def tail(data: bytes, lines: int) -> bytes:
-    if lines <= 0:
-        return b""
-    parts = data.splitlines(keepends=True)
-    return b"".join(parts[-lines:])
+def log_options(request: kubelet_pb2.LogsRequest, now_ns: int) -> LogOptions:
+    """The request's options; `since` as the kubelet computes it (the later of the two)."""
+    since = 0
+    if request.HasField("sinceSeconds"):
+        since = now_ns - request.sinceSeconds * 1_000_000_000
+    if request.HasField("sinceTime"):
+        since = max(since, request.sinceTime.seconds * 1_000_000_000 + request.sinceTime.nanos)
+    return LogOptions(
+        tail_lines=request.tailLines if request.HasField("tailLines") else None,
+        limit_bytes=request.limitBytes if request.HasField("limitBytes") else None,
+        timestamps=request.timestamps,
+        since_ns=since,
+    )
 
 
 class KubeletService(kubelet_pb2_grpc.KubeletServicer):
@@ -92,15 +105,13 @@ class KubeletService(kubelet_pb2_grpc.KubeletServicer):
         elif container not in names and container not in [c.name for c in pod.spec.initContainers]:
             raise InvalidError(f"container {container} is not valid for pod {request.name}")
         _check_log_status(pod, container, previous=request.previous)
-        if request.timestamps or request.HasField("sinceSeconds") or request.HasField("sinceTime"):
-            # The process runtime hands each container its log file directly, so no time is
-            # known for any line.
-            raise InvalidError(
-                "this kubelet's runtime does not record when log lines were written: "
-                "timestamps, sinceSeconds and sinceTime are not supported"
-            )
-        path = self.runtime.log_path(pod.metadata.uid, container)
+        path = self.runtime.log_path(pod.metadata.uid, container, previous=request.previous)
         if path is None:
+            if request.previous:
+                raise InvalidError(
+                    f'previous terminated container "{container}" in pod '
+                    f'"{pod.metadata.name}" not found'
+                )
             raise UnimplementedError("this kubelet's runtime keeps no container logs")
         return pod, path
 
@@ -113,42 +124,41 @@ class KubeletService(kubelet_pb2_grpc.KubeletServicer):
             pod, path = self._resolve(request)
         except TinykubeError as exc:
             await abort_with(context, exc)  # type: ignore[arg-type]
-        offset = 0
+        options = log_options(request, int(self.clock.now().timestamp() * 1e9))
+        writer = LogWriter(options)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
             data = b""
-        offset = len(data)
-        if request.HasField("tailLines"):
-            data = tail(data, request.tailLines)
-        left = request.limitBytes if request.HasField("limitBytes") else None
-        if left is not None:
-            data = data[:left]
-            left -= len(data)
-        for start in range(0, len(data), CHUNK):
-            yield kubelet_pb2.LogChunk(data=data[start : start + CHUNK])
-        if not request.follow or left == 0:
+        start = tail_start(data, options.tail_lines) if options.tail_lines is not None else 0
+        # A last record without its newline is still being written: a follow reads it later.
+        out, used = writer.lines(data[start:] if start else data)
+        offset = start + used
+        for begin in range(0, len(out), CHUNK):
+            yield kubelet_pb2.LogChunk(data=out[begin : begin + CHUNK])
+        if not request.follow or writer.done:
             return
         namespace = request.namespace or "default"
         while True:
             await self.clock.sleep(FOLLOW_POLL)
+            # Asked before reading: once the shim has let go, this read sees all it wrote.
+            active = writer_active(path)
             try:
                 with path.open("rb") as f:
                     f.seek(offset)
-                    more = f.read(CHUNK)
+                    more = f.read(FOLLOW_READ)
             except FileNotFoundError:
                 more = b""
-            if more:
-                offset += len(more)
-                if left is not None:
-                    more = more[:left]
-                    left -= len(more)
-                yield kubelet_pb2.LogChunk(data=more)
-                if left == 0:
-                    return
+            out, used = writer.lines(more)
+            offset += used
+            if out:
+                yield kubelet_pb2.LogChunk(data=out)
+            if writer.done:
+                return
+            if used:
                 continue
+            if not active:
+                return  # the instance has ended and its log is complete
             current = self.get_pod(namespace, request.name)
             if current is None or current.metadata.uid != pod.metadata.uid:
                 return
-            if current.status.phase in ("Succeeded", "Failed"):
-                return  # nothing more will be written, as `kubectl logs -f` of a finished pod

@@ -3,9 +3,20 @@
 Each container runs `command + args` (env from the spec plus PATH, HOME, HOSTNAME, and HOST_IP and
 POD_IP, the node's IP: containers share the node's network; working directory `workingDir` or
 the pod's own directory) in its own session, so its process group can
-be signalled as a whole. stdout and stderr go to `<root>/pods/<uid>/<container>.log`, appended
-across restarts. Exits are noticed by polling (`Popen.poll` for our children, /proc for
-processes adopted after a kubelet restart) every `poll_interval` seconds.
+be signalled as a whole. Exits are noticed by polling (`Popen.poll` for our children, /proc
+for processes adopted after a kubelet restart) every `poll_interval` seconds.
+
+Logs are kept per container instance, as the kubelet's CRI logs are:
+`<root>/pods/<uid>/logs/<container>/<restartCount>.log`, in the CRI format. Before each
+instance starts, the runtime opens and flock()s its file and starts a log shim
+(kubelet/logshim.py, its own session) that owns the read ends of the container's stdout and
+stderr pipes and writes timestamped records; the container writes only to those pipes, so it
+never depends on the kubelet process, and a restarted kubelet finds the instance's file again
+from the restart count in state.json. The shim is no part of the container's process group:
+signals go to the container's group, exactly as before. An exit is reported only once the
+shim has written everything (its lock is free), or after LOG_DRAIN_WAIT seconds if something
+the container started keeps the pipes open, so a finished container's log is complete when
+its status says so. Only the current and the previous instance's logs are kept.
 
 restartPolicy Always/OnFailure/Never decides whether an exited container starts again; restarts
 wait a crash-loop back-off (10 s doubling to 300 s by default, reset after a container ran for
@@ -26,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -33,8 +45,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
+from kubelet import logshim
+from kubelet.crilog import writer_active
 from kubelet.runtime import (
     RUNNING,
     TERMINATED,
@@ -49,6 +64,10 @@ from tinykube.clock import Clock
 from tinykube.v1 import pod_pb2
 
 log = logging.getLogger(__name__)
+
+# How long an exited container's status waits for its log shim to finish writing.
+LOG_DRAIN_WAIT = 2.0
+SHIM = Path(logshim.__file__)
 
 
 def proc_start_time(pid: int) -> str | None:
@@ -85,6 +104,10 @@ class ProcessRuntime:
         self.poll_interval: float | None = poll_interval
         self._pods: dict[str, PodRecord] = {}
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        # Our log shims, to be reaped once they exit (after a kubelet restart they are init's).
+        self._shims: list[subprocess.Popen[bytes]] = []
+        # Container pid -> wall time its exit was first seen, while its log drains.
+        self._exited_at: dict[int, float] = {}
 
     # ---- persistence ----
 
@@ -151,22 +174,51 @@ class ProcessRuntime:
     def record(self, uid: str) -> PodRecord | None:
         return self._pods.get(uid)
 
-    def log_path(self, uid: str, container: str) -> Path | None:
-        return self._pod_dir(uid) / f"{container}.log"
+    def instance_log(self, uid: str, container: str, instance: int) -> Path:
+        """The log file of one instance (restart count) of a container."""
+        return self._pod_dir(uid) / "logs" / container / f"{instance}.log"
+
+    def log_path(self, uid: str, container: str, *, previous: bool = False) -> Path | None:
+        """The instance `kubectl logs` shows, from this runtime's own record.
+
+        The current instance is the running or terminated one, or, while a crashed container
+        waits to restart, the one that crashed (Kubernetes shows lastState then, for plain and
+        `--previous` alike). Previous is the instance before a running or terminated one. None
+        if there is no previous instance.
+        """
+        rec = self._pods.get(uid)
+        crec = None
+        if rec is not None:
+            crec = rec.containers.get(container) or rec.init_containers.get(container)
+        if crec is None:
+            return None if previous else self.instance_log(uid, container, 0)
+        current = crec.restart_count
+        if previous and crec.state != WAITING:
+            if crec.last is None or current == 0:
+                return None
+            current -= 1
+        elif previous and crec.last is None:
+            return None
+        return self.instance_log(uid, container, current)
 
     # ---- the lifecycle ----
 
     def _now(self) -> float:
         return self.clock.now().timestamp()
 
-    def _exit_status(self, crec: ContainerRecord) -> Termination | None:
+    def _exit_status(self, uid: str, crec: ContainerRecord) -> Termination | None:
         """The container's termination if its process has exited, else None."""
         child = self._children.get(crec.pid)
         if child is not None:
             code = child.poll()
             if code is None:
                 return None
+            seen = self._exited_at.setdefault(crec.pid, self._now())
+            path = self.instance_log(uid, crec.name, crec.restart_count)
+            if writer_active(path) and self._now() - seen < LOG_DRAIN_WAIT:
+                return None
             del self._children[crec.pid]
+            self._exited_at.pop(crec.pid, None)
             sig = -code if code < 0 else 0
             exit_code = 128 + sig if sig else code
             return Termination(
@@ -174,7 +226,7 @@ class ProcessRuntime:
                 signal=sig,
                 reason="Completed" if exit_code == 0 else "Error",
                 started_at=crec.started_at,
-                finished_at=self._now(),
+                finished_at=seen,
                 container_id=f"process://{crec.pid}",
             )
         if proc_start_time(crec.pid) == crec.proc_start:
@@ -201,7 +253,7 @@ class ProcessRuntime:
         for crec in records.values():
             if crec.state != RUNNING:
                 continue
-            term = self._exit_status(crec)
+            term = self._exit_status(rec.uid, crec)
             if term is None:
                 continue
             changed = True
@@ -268,21 +320,31 @@ class ProcessRuntime:
             error = f'exec: "{argv[0]}": executable file not found in $PATH'
         else:
             error = self._ports_taken(container)
+        # The instance this start makes: restart_count counts the starts after the first.
+        instance = crec.restart_count + (1 if crec.last is not None else 0)
         if not error:
             try:
-                with open(pod_dir / f"{container.name}.log", "ab") as out:
-                    child = subprocess.Popen(
-                        argv,
-                        stdin=subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        cwd=cwd,
-                        env=env,
-                        start_new_session=True,
-                        close_fds=True,
-                    )
+                out_w, err_w = self._start_shim(rec.uid, container.name, instance)
+            except OSError as exc:
+                error = f"failed to start the container's log shim: {exc}"
+        if not error:
+            try:
+                child = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out_w,
+                    stderr=err_w,
+                    cwd=cwd,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                )
             except OSError as exc:
                 error = f"failed to start container process: {exc}"
+            finally:
+                # Only the container holds the write ends now: the shim sees EOF when it ends.
+                os.close(out_w)
+                os.close(err_w)
         now = self._now()
         if error:
             delay = self._backoff(crec)
@@ -307,6 +369,49 @@ class ProcessRuntime:
             "pod %s/%s container %s started: pid %d", rec.namespace, rec.name, crec.name, child.pid
         )
 
+    def _start_shim(self, uid: str, container: str, instance: int) -> tuple[int, int]:
+        """Start the log shim of a container instance; the write ends of its stdout and stderr.
+
+        The log file is created and exclusively locked here, before the shim runs, so that the
+        lock is held from before the container's first write until the shim's last.
+        """
+        path = self.instance_log(uid, container, instance)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for old in path.parent.glob("*.log"):
+            # The kubelet keeps the current and the previous instance's logs only.
+            if old.stem.isdigit() and int(old.stem) < instance - 1:
+                old.unlink(missing_ok=True)
+        fds: list[int] = []
+        try:
+            log_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fds.append(log_fd)
+            fcntl.flock(log_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            out_r, out_w = os.pipe()
+            fds += [out_r, out_w]
+            err_r, err_w = os.pipe()
+            fds += [err_r, err_w]
+            shim = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(SHIM), str(log_fd), str(out_r), str(err_r)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(log_fd, out_r, err_r),
+                # Its own session: neither the container's group signals nor the kubelet's
+                # terminal reach it; it ends when the container's output does.
+                start_new_session=True,
+            )
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        self._shims.append(shim)
+        for fd in (log_fd, out_r, err_r):
+            os.close(fd)
+        return out_w, err_w
+
+    def _reap_shims(self) -> None:
+        self._shims = [s for s in self._shims if s.poll() is None]
+
     def _ports_taken(self, container: pod_pb2.Container) -> str:
         """Pods share the node's network, so a declared port must be free on the node's IP."""
         for port in container.ports:
@@ -329,6 +434,7 @@ class ProcessRuntime:
         return ""
 
     async def sync_pod(self, pod: pod_pb2.Pod) -> PodRecord:
+        self._reap_shims()
         uid = pod.metadata.uid
         rec = self._pods.get(uid)
         changed = False
@@ -405,6 +511,7 @@ class ProcessRuntime:
             # The whole group: children the container started die with it.
             self._signal(crec, signal.SIGKILL)
             child = self._children.pop(crec.pid, None)
+            self._exited_at.pop(crec.pid, None)
             if child is not None:
                 await asyncio.to_thread(child.wait)
             crec.state = TERMINATED

@@ -106,7 +106,12 @@ class Runtime(Protocol):
         """Drop a killed pod's record and files."""
         ...
 
-    def log_path(self, uid: str, container: str) -> Path | None: ...
+    def log_path(self, uid: str, container: str, *, previous: bool = False) -> Path | None:
+        """The CRI-format log file of the container's current (or previous) instance.
+
+        None if this runtime keeps no logs, or there is no previous instance.
+        """
+        ...
 
     def record(self, uid: str) -> PodRecord | None: ...
 

@@ -485,6 +485,49 @@ async def test_kubelet_restart_adopts_running_containers(
     )
 
 
+async def test_container_output_survives_a_kubelet_restart(
+    client: Client, cluster: LocalCluster
+) -> None:
+    # The container's stdout is a pipe to its log shim, not to the kubelet: a restarted
+    # kubelet must neither kill it (SIGPIPE) nor lose a line of its output.
+    pod = pod_pb2.Pod(apiVersion="v1", kind="Pod")
+    pod.metadata.name = "ticker"
+    pod.metadata.namespace = NS
+    c = pod.spec.containers.add(name="main", image="busybox")
+    c.command.extend(["sh", "-c", 'i=0; while :; do echo "tick $i"; i=$((i+1)); sleep 0.05; done'])
+    pod.spec.terminationGracePeriodSeconds = 1
+    await client.pods.create(pod)
+
+    def logs() -> list[str]:
+        out = subprocess.run(
+            [sys.executable, "-m", "tinykube.cli.main", "--server", cluster.api_address,
+             "logs", "ticker"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        return out.stdout.splitlines() if out.returncode == 0 else []
+
+    async def ticking() -> list[str] | None:
+        lines = await asyncio.to_thread(logs)
+        return lines if len(lines) >= 5 else None
+
+    before = len(await eventually(ticking, what="ticker's output"))
+    running_pod = await client.pods.get("ticker", NS)
+    container_id = running_pod.status.containerStatuses[0].containerID
+    await asyncio.to_thread(cluster.restart, f"kubelet-{running_pod.spec.nodeName}")
+    await eventually(lambda: nodes_ready(client, 2), what="nodes Ready after restart")
+
+    async def grew() -> list[str] | None:
+        lines = await asyncio.to_thread(logs)
+        return lines if len(lines) >= before + 40 else None
+
+    lines = await eventually(grew, what="output written after the kubelet restart")
+    assert lines == [f"tick {i}" for i in range(len(lines))], "lines were lost or mangled"
+    status = (await client.pods.get("ticker", NS)).status.containerStatuses[0]
+    assert (status.containerID, status.restartCount) == (container_id, 0)
+    assert status.state.HasField("running")
+    await client.pods.delete("ticker", NS, grace_period_seconds=0)
+
+
 async def test_second_controller_manager_takes_over_when_the_leader_dies(
     client: Client, cluster: LocalCluster
 ) -> None:

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +89,9 @@ async def cluster(
                     bind_address="127.0.0.1:0",
                     root_dir=tmp_path_factory.mktemp(name),
                     poll_interval=0.1,
+                    # Crash-looping containers restart within the tests' patience.
+                    backoff_initial=0.2,
+                    backoff_max=1.0,
                 )
             )
             await kubelet.start()
@@ -535,10 +540,79 @@ async def test_follow_streams_until_the_container_ends(cluster: Cluster) -> None
     async with cluster.session.get(f"{cluster.base}{PODS}/follow/log?follow=true") as r:
         assert r.status == 200 and r.headers["Content-Type"] == "text/plain"
         assert await asyncio.wait_for(r.content.readline(), 20) == b"one\n"
-        (log_path.parent / "go").touch()
+        # <pod dir>/logs/c/0.log: the pod's directory is the container's working directory.
+        (log_path.parents[2] / "go").touch()
         assert await asyncio.wait_for(r.content.readline(), 20) == b"two\n"
         # The pod finishes, so the kubelet ends the stream, and so does the apiserver.
         assert await asyncio.wait_for(r.content.read(), 30) == b""
+
+
+# Each instance prints its number (kept in a file in its working directory, the pod's
+# directory) on stdout, then on stderr; instance 0 crashes, instance 1 stays up.
+CRASHY = (
+    'n=$(cat n 2>/dev/null || echo 0); echo "run $n"; sleep 0.1; echo "err $n" >&2; '
+    'echo $((n + 1)) > n; [ "$n" -ge 1 ] && exec sleep 3600; exit 3'
+)
+STAMPED = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.\d{9}Z (.*)")
+
+
+async def restarted_once(c: Cluster, name: str) -> None:
+    """Wait for `name`'s second instance to be running, having written its two lines."""
+
+    async def ready() -> bool:
+        _, got, _ = await c.call("GET", f"{PODS}/{name}")
+        statuses = got.get("status", {}).get("containerStatuses", [])
+        if not statuses or statuses[0].get("restartCount") != 1:
+            return False
+        if "running" not in statuses[0].get("state", {}):
+            return False
+        return (await text_of(c, "", name))[1] == "run 1\nerr 1\n"
+
+    await eventually(ready, f"pod {name} to restart once")
+
+
+def stamps(text: str) -> list[tuple[datetime, str]]:
+    """(time, text) of each line of a `timestamps=true` log; every line must carry one."""
+    out = []
+    for line in text.splitlines():
+        m = STAMPED.fullmatch(line)
+        assert m is not None, f"no RFC 3339 nano timestamp: {line!r}"
+        out.append((datetime.fromisoformat(m.group(1) + "+00:00"), m.group(2)))
+    return out
+
+
+def rfc3339(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def test_logs_of_the_previous_instance_with_timestamps_and_since(cluster: Cluster) -> None:
+    await running_pod(cluster, pod("crashy", "n1", ("c", CRASHY)))
+    await restarted_once(cluster, "crashy")
+    _, stamped, _ = await text_of(cluster, "?timestamps=true", "crashy")
+    lines = stamps(stamped)
+    assert [t for _, t in lines] == ["run 1", "err 1"]
+    first, last = lines[0][0], lines[-1][0]
+    cases: list[tuple[str, str]] = [
+        ("", "run 1\nerr 1\n"),  # the current instance only
+        ("?previous=true", "run 0\nerr 0\n"),
+        ("?previous=true&tailLines=1", "err 0\n"),
+        ("?tailLines=1&limitBytes=3", "err"),
+        (f"?sinceTime={rfc3339(first)}", "run 1\nerr 1\n"),
+        (f"?sinceTime={rfc3339(last + timedelta(seconds=1))}", ""),
+        ("?sinceSeconds=3600", "run 1\nerr 1\n"),
+    ]
+    for query, want in cases:
+        code, text, _ = await text_of(cluster, query, "crashy")
+        assert (code, text) == (200, want), query
+    _, text, _ = await text_of(cluster, "?previous=true&timestamps=true", "crashy")
+    previous = stamps(text)
+    assert [t for _, t in previous] == ["run 0", "err 0"]
+    assert previous[-1][0] <= first, "the previous instance's lines are older"
+
+    async def aged() -> bool:
+        return (await text_of(cluster, "?sinceSeconds=1", "crashy"))[1] == ""
+
+    await eventually(aged, "the lines to be older than a second")
 
 
 # ---- the real kubectl ----------------------------------------------------------------------
@@ -587,6 +661,31 @@ async def test_kubectl_logs(cluster: Cluster, tmp_path: Path) -> None:
     await running_pod(cluster, finite, phase="Succeeded")
     done = await kubectl(cluster, tmp_path, "logs", "-f", "kf")
     assert (done.returncode, done.stdout) == (0, "x\ny\n"), done.stderr
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
+async def test_kubectl_logs_previous_timestamps_since(cluster: Cluster, tmp_path: Path) -> None:
+    await running_pod(cluster, pod("kcrash", "n1", ("c", CRASHY)))
+    await restarted_once(cluster, "kcrash")
+    done = await kubectl(cluster, tmp_path, "logs", "kcrash", "--previous")
+    assert (done.returncode, done.stdout) == (0, "run 0\nerr 0\n"), done.stderr
+    done = await kubectl(cluster, tmp_path, "logs", "kcrash", "-p", "--timestamps")
+    assert [t for _, t in stamps(done.stdout)] == ["run 0", "err 0"], done.stderr
+    done = await kubectl(cluster, tmp_path, "logs", "kcrash", "--timestamps", "--tail=1")
+    ((when, line),) = stamps(done.stdout)
+    assert line == "err 1"
+    done = await kubectl(cluster, tmp_path, "logs", "kcrash", "--since=1h")
+    assert (done.returncode, done.stdout) == (0, "run 1\nerr 1\n"), done.stderr
+    later = rfc3339(when + timedelta(seconds=1))
+    done = await kubectl(cluster, tmp_path, "logs", "kcrash", f"--since-time={later}")
+    assert (done.returncode, done.stdout) == (0, ""), done.stderr
+    await running_pod(cluster, pod("kstill", "n1"))
+    done = await kubectl(cluster, tmp_path, "logs", "kstill", "--previous")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        'Error from server (BadRequest): previous terminated container "c" in pod "kstill" '
+        "not found"
+    )
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")

@@ -4,11 +4,14 @@ back-off, real time only for process exits)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from pathlib import Path
 
 import pytest
 
-from kubelet.process import ProcessRuntime, proc_start_time
+from kubelet.crilog import LogFormatError, parse_record, writer_active
+from kubelet.process import LOG_DRAIN_WAIT, ProcessRuntime, proc_start_time
 from kubelet.runtime import RUNNING, TERMINATED, WAITING, PodRecord, build_pod_status
 from tinykube.clock import Clock, FakeClock
 from tinykube.v1 import pod_pb2
@@ -34,6 +37,23 @@ async def settle(rt: ProcessRuntime, pod: pod_pb2.Pod, until: str) -> PodRecord:
     raise AssertionError(f"container never reached {until}: {rec.containers['c']}")
 
 
+def records(path: Path | None) -> list[tuple[str, str]]:
+    """(stream, text) of each CRI record in a log file; every line must be a record."""
+    assert path is not None
+    out = []
+    for line in path.read_bytes().splitlines(keepends=True):
+        try:
+            rec = parse_record(line)
+        except LogFormatError as exc:
+            raise AssertionError(f"not a CRI record: {line!r}") from exc
+        out.append((rec.stream, rec.text.decode()))
+    return out
+
+
+def text(path: Path | None) -> str:
+    return "".join(t for _, t in records(path))
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
@@ -52,8 +72,8 @@ async def test_exit_code_and_log_with_restart_policy_never(
     term = rec.containers["c"].terminated
     assert term is not None and (term.exit_code, term.reason) == (3, "Error")
     assert rec.final_phase == "Failed"
-    log_path = rt.log_path("u1", "c")
-    assert log_path is not None and log_path.read_text() == "out\nerr\n"
+    # stdout and stderr are separate streams (their relative order is the shim's reading order).
+    assert sorted(records(rt.log_path("u1", "c"))) == [("stderr", "err\n"), ("stdout", "out\n")]
     status = build_pod_status(pod, rec, "10.0.0.1", pod_pb2.PodStatus(), 0.0)
     assert status.phase == "Failed"
     assert status.containerStatuses[0].state.terminated.exitCode == 3
@@ -139,7 +159,7 @@ async def test_kill_escalates_to_sigkill_after_the_grace_period(tmp_path: Path) 
     log_path = rt.log_path("u7", "c")
     assert log_path is not None
     for _ in range(100):
-        if log_path.exists() and log_path.read_text():
+        if log_path.exists() and log_path.read_bytes():
             break
         await asyncio.sleep(0.02)
     await rt.kill_pod("u7", 0.3)
@@ -226,7 +246,116 @@ async def test_environment_and_working_directory(tmp_path: Path, clock: FakeCloc
     pod.spec.restartPolicy = "Never"
     pod.spec.containers[0].env.add(name="GREETING", value="hi")
     await settle(rt, pod, TERMINATED)
-    log_path = rt.log_path("e1", "c")
-    assert log_path is not None
     # The kubelet's own environment does not leak into containers.
-    assert log_path.read_text() == f"hi p {tmp_path / 'pods' / 'e1'} unset\n"
+    assert text(rt.log_path("e1", "c")) == f"hi p {tmp_path / 'pods' / 'e1'} unset\n"
+
+
+# ---- logs per container instance, through the log shim ----
+
+# Each instance prints its number (kept in a file in the pod's directory); 0 and 1 crash.
+COUNTING = (
+    'n=$(cat n 2>/dev/null || echo 0); echo "run $n"; echo $((n + 1)) > n; '
+    '[ "$n" -ge 2 ] && exec sleep 30; exit 1'
+)
+
+
+async def test_each_instance_has_its_own_log_and_only_two_are_kept(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    rt = runtime(tmp_path, clock)
+    pod = make_pod("l1", "sh", "-c", COUNTING)
+    await settle(rt, pod, WAITING)
+    # Crash-looping: the crashed instance is both the current and the previous log.
+    assert rt.log_path("l1", "c") == rt.log_path("l1", "c", previous=True)
+    assert text(rt.log_path("l1", "c")) == "run 0\n"
+    clock.advance(11)
+    await rt.sync_pod(pod)
+    await settle(rt, pod, WAITING)
+    assert text(rt.log_path("l1", "c", previous=True)) == "run 1\n"
+    clock.advance(21)
+    rec = await rt.sync_pod(pod)
+    assert (rec.containers["c"].state, rec.containers["c"].restart_count) == (RUNNING, 2)
+    for _ in range(200):
+        if text(rt.log_path("l1", "c")):
+            break
+        await asyncio.sleep(0.02)
+    cases = [(False, "run 2\n", "2.log"), (True, "run 1\n", "1.log")]
+    for previous, want, name in cases:
+        path = rt.log_path("l1", "c", previous=previous)
+        assert path is not None and path.name == name
+        assert text(path) == want, previous
+    logs = tmp_path / "pods" / "l1" / "logs" / "c"
+    assert sorted(p.name for p in logs.iterdir()) == ["1.log", "2.log"], "instance 0 was kept"
+    await rt.kill_pod("l1", 0)
+
+
+async def test_no_previous_instance(tmp_path: Path, clock: FakeClock) -> None:
+    rt = runtime(tmp_path, clock)
+    pod = make_pod("l2", "sleep", "30")
+    await rt.sync_pod(pod)
+    assert rt.log_path("l2", "c", previous=True) is None
+    assert rt.log_path("nope", "c", previous=True) is None
+    path = rt.log_path("l2", "c")
+    assert path is not None and path.name == "0.log"
+    await rt.kill_pod("l2", 0)
+
+
+async def test_an_exit_is_reported_once_the_log_is_complete(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    rt = runtime(tmp_path, clock)
+    pod = make_pod("l3", "seq", "1", "30000", policy="Never")
+    await settle(rt, pod, TERMINATED)
+    got = records(rt.log_path("l3", "c"))
+    assert len(got) == 30000 and got[-1] == ("stdout", "30000\n")
+
+
+async def test_a_background_child_holding_the_output_delays_the_exit_at_most_briefly(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    rt = runtime(tmp_path, clock)
+    # The shell exits at once; its background sleep keeps the stdout pipe open.
+    pod = make_pod("l4", "sh", "-c", "sleep 30 & echo started", policy="Never")
+    rec = await rt.sync_pod(pod)
+    pid = rec.containers["c"].pid
+    try:
+        for _ in range(100):
+            rec = await rt.sync_pod(pod)
+            await asyncio.sleep(0.02)
+        assert rec.containers["c"].state == RUNNING, "reported before the log was drained"
+        assert writer_active(rt.log_path("l4", "c"))  # type: ignore[arg-type]
+        clock.advance(LOG_DRAIN_WAIT + 0.1)
+        rec = await rt.sync_pod(pod)
+        term = rec.containers["c"].terminated
+        assert term is not None and term.exit_code == 0
+    finally:
+        os.killpg(pid, signal.SIGKILL)
+
+
+async def test_output_continues_into_the_same_file_after_a_kubelet_restart(
+    tmp_path: Path,
+) -> None:
+    first = ProcessRuntime(tmp_path, clock=Clock())
+    script = "echo one; while [ ! -e go ]; do sleep 0.02; done; echo two; exec sleep 30"
+    pod = make_pod("l5", "sh", "-c", script)
+    rec = await first.sync_pod(pod)
+    pid = rec.containers["c"].pid
+    (shim,) = first._shims
+    # The shim is in a session of its own: the container's group signals never reach it.
+    assert os.getsid(shim.pid) == shim.pid != os.getpgid(pid)
+
+    second = ProcessRuntime(tmp_path, clock=Clock())
+    second.load()
+    path = second.log_path("l5", "c")
+    assert path == first.log_path("l5", "c")
+    (tmp_path / "pods" / "l5" / "go").touch()
+    for _ in range(200):
+        if text(path) == "one\ntwo\n":
+            break
+        await asyncio.sleep(0.02)
+    assert text(path) == "one\ntwo\n"
+    await second.kill_pod("l5", 1.0)
+    first._children.pop(pid).wait()
+    # With the container gone, its shim reads EOF and exits on its own, releasing the log.
+    await asyncio.wait_for(asyncio.to_thread(shim.wait), 10)
+    assert not writer_active(path)  # type: ignore[arg-type]
