@@ -80,6 +80,7 @@ test: $(STAMP) proto-check
 # bench/harness.py: whole-cluster scale runs after scheduler_perf (3 runs each, medians).
 bench: $(STAMP)
 	$(BIN)/python bench/api_latency.py
+	$(BIN)/python bench/rest_api.py
 	@if [ -f bench/scheduler_cycle.py ]; then $(BIN)/python bench/scheduler_cycle.py; fi
 	$(BIN)/python bench/harness.py bench/workloads/scheduling_basic.yaml --runs 3 \
 		--workload 500Nodes --workload 5000Nodes --workload 500Nodes-noKubelets \
