@@ -194,16 +194,18 @@ def _delete_options_invalid(field: str, message: str, reason: str) -> RestError:
     return RestError(422, "Invalid", text, details)
 
 
-def _check_eviction_options(options: Mapping[str, Any]) -> None:
-    """An Eviction's deleteOptions as DELETE checks its own (422 Invalid DeleteOptions)."""
-    policy = options.get("propagationPolicy")
-    if policy not in (None, "Foreground", "Background", "Orphan"):
-        raise _delete_options_invalid(
-            "propagationPolicy",
-            f'Unsupported value: "{policy}": supported values: "Foreground", "Background", '
-            '"Orphan"',
-            "FieldValueNotSupported",
+def check_delete_options(options: Mapping[str, Any], where: str = "") -> None:
+    """DeleteOptions (a DELETE's, or an Eviction's deleteOptions) as kube-apiserver checks
+    them: 422 Invalid DeleteOptions for a bad value, 400 for a wrong JSON type. `where`
+    prefixes the path in 400 messages ("Eviction.deleteOptions.")."""
+    orphan = options.get("orphanDependents")
+    if orphan is not None and not isinstance(orphan, bool):
+        raise BadRequestError(
+            f"{where}orphanDependents: expected a boolean, got {json.dumps(orphan)}"
         )
+    errors = delete_options_errors(options.get("propagationPolicy"), orphan)
+    if errors:
+        raise _delete_options_errors(errors)
     grace = options.get("gracePeriodSeconds")
     if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool) or grace < 0):
         raise _delete_options_invalid(
@@ -213,7 +215,7 @@ def _check_eviction_options(options: Mapping[str, Any]) -> None:
         )
     pre = options.get("preconditions")
     if pre is not None and not isinstance(pre, dict):
-        raise BadRequestError("Eviction.deleteOptions.preconditions: expected an object")
+        raise BadRequestError(f"{where}preconditions: expected an object")
 
 
 def label_selector_text(selector: Mapping[str, Any]) -> str:
@@ -962,22 +964,7 @@ class ResourceHandlers:
             options["propagationPolicy"] = q.text("propagationPolicy")
         if q.has("orphanDependents"):
             options["orphanDependents"] = q.flag("orphanDependents")
-        orphan = options.get("orphanDependents")
-        if orphan is not None and not isinstance(orphan, bool):
-            raise BadRequestError(f"orphanDependents: expected a boolean, got {json.dumps(orphan)}")
-        errors = delete_options_errors(options.get("propagationPolicy"), orphan)
-        if errors:
-            raise _delete_options_errors(errors)
-        grace_value = options.get("gracePeriodSeconds")
-        if grace_value is not None and (not isinstance(grace_value, int) or grace_value < 0):
-            raise _delete_options_invalid(
-                "gracePeriodSeconds",
-                f"Invalid value: {json.dumps(grace_value)}: must be greater than or equal to 0",
-                "FieldValueInvalid",
-            )
-        pre = options.get("preconditions")
-        if pre is not None and not isinstance(pre, dict):
-            raise BadRequestError("preconditions: expected an object")
+        check_delete_options(options)
         return options
 
     def _delete_request(
@@ -1155,7 +1142,7 @@ class ResourceHandlers:
             raise BadRequestError("Eviction.deleteOptions: expected an object")
         options = dict(options)
         options["dryRun"] = self._eviction_dry_run(q, options.get("dryRun"))
-        _check_eviction_options(options)
+        check_delete_options(options, "Eviction.deleteOptions.")
         fields = ("gracePeriodSeconds", "preconditions", "propagationPolicy", "dryRun")
         if options.get("orphanDependents") is not None:
             options.setdefault(

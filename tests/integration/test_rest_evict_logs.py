@@ -290,7 +290,7 @@ async def test_eviction_errors(cluster: Cluster) -> None:
             422,
             "Invalid",
             'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported value: '
-            '"Sideways": supported values: "Foreground", "Background", "Orphan"',
+            '"Sideways": supported values: "Foreground", "Background", "Orphan", "nil"',
         ),
         (
             "POST",

@@ -18,6 +18,7 @@ import pytest
 from tinykube import errors, kinds
 from tinykube.cli import apply, common, printers
 from tinykube.cli.main import build_parser, command_modules, main
+from tinykube.duration import human_duration
 from tinykube.kinds import KindInfo
 from tinykube.manifest import load_manifests
 from tinykube.v1 import event_pb2, node_pb2, pod_pb2
@@ -200,7 +201,7 @@ def make_pod(name: str, node: str = "", phase: str = "Running", namespace: str =
     ],
 )
 def test_human_duration_matches_kubernetes(seconds: int, text: str) -> None:
-    assert printers.human_duration(seconds) == text
+    assert human_duration(seconds) == text
 
 
 def test_pod_status_follows_kubectl() -> None:

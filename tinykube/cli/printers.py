@@ -16,40 +16,10 @@ from typing import Any
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from tinykube import kinds
+from tinykube.duration import human_duration
 from tinykube.kinds import KindInfo
 
 NONE = "<none>"
-
-
-def human_duration(seconds: float) -> str:
-    """Kubernetes' duration.HumanDuration: 45s, 3m20s, 15m, 2h30m, 20h, 3d4h, 40d, 2y30d."""
-    if seconds < -1:
-        return "<invalid>"
-    secs = max(0, int(seconds))
-    if secs < 60 * 2:
-        return f"{secs}s"
-    minutes = secs // 60
-    if minutes < 10:
-        rest = secs % 60
-        return f"{minutes}m" if rest == 0 else f"{minutes}m{rest}s"
-    if minutes < 60 * 3:
-        return f"{minutes}m"
-    hours = minutes // 60
-    if hours < 8:
-        rest = minutes % 60
-        return f"{hours}h" if rest == 0 else f"{hours}h{rest}m"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        rest = hours % 24
-        return f"{hours // 24}d" if rest == 0 else f"{hours // 24}d{rest}h"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    if hours < 24 * 365 * 8:
-        days = hours // 24
-        rest = days % 365
-        return f"{days // 365}y" if rest == 0 else f"{days // 365}y{rest}d"
-    return f"{hours // 24 // 365}y"
 
 
 def is_set(ts: Timestamp) -> bool:

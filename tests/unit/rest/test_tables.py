@@ -15,6 +15,7 @@ from google.protobuf import json_format
 
 from apiserver.rest import tables
 from tinykube import kinds
+from tinykube.duration import human_duration
 from tinykube.errors import BadRequestError, InternalError
 from tinykube.manifest import to_dict
 from tinykube.v1 import node_pb2, pod_pb2
@@ -69,7 +70,7 @@ YEAR = 365 * DAY
     ],
 )
 def test_human_duration(seconds: float, expected: str) -> None:
-    assert tables.human_duration(seconds) == expected
+    assert human_duration(seconds) == expected
 
 
 # --- column definitions ---------------------------------------------------------------------
