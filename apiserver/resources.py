@@ -42,6 +42,7 @@ from apiserver.watchcache import (
 from tinykube.clock import Clock
 from tinykube.errors import (
     AlreadyExistsError,
+    BadRequestError,
     ConflictError,
     InvalidError,
     NotFoundError,
@@ -92,16 +93,31 @@ def _encode_continue(revision: int, next_key: bytes, prefix: bytes) -> str:
     return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode()
 
 
+# etcd revisions are int64; a token's revision outside (0, 2**63) is forged, never issued.
+_MAX_REVISION = 2**63 - 1
+
+
+def _bad_continue(detail: str) -> BadRequestError:
+    return BadRequestError(f"invalid continue token: continue key is not valid: {detail}")
+
+
 def _decode_continue(token: str, prefix: bytes) -> tuple[int, bytes]:
+    """(revision, start key) of a token `_encode_continue` made; BadRequestError (Kubernetes'
+    400 wording) for anything else, so a forged token never reaches etcd."""
     try:
         payload = json.loads(base64.urlsafe_b64decode(token.encode()))
-        revision = int(payload["rv"])
-        start = prefix + str(payload["start"]).encode()
-    except (ValueError, KeyError, TypeError, binascii.Error):
-        raise InvalidError(
-            f'invalid continue token "{token}": not one this server issued'
-        ) from None
-    return revision, start
+    except (ValueError, binascii.Error, RecursionError) as exc:
+        # ValueError covers bad JSON, bad UTF-8 and Python's int-string digit limit.
+        raise _bad_continue(f"not base64-encoded JSON ({type(exc).__name__})") from None
+    if not isinstance(payload, dict) or payload.get("v") != 1:
+        raise _bad_continue("unrecognized encoded version")
+    revision, start = payload.get("rv"), payload.get("start")
+    # bool is an int to Python, and 1e400 decodes to inf: only a JSON integer is a revision.
+    if type(revision) is not int or not 0 < revision <= _MAX_REVISION:
+        raise _bad_continue("incorrect encoded start resourceVersion")
+    if not isinstance(start, str):
+        raise _bad_continue("encoded start key is not a string")
+    return revision, prefix + start.encode("utf-8", "surrogatepass")
 
 
 class ResourceStore:

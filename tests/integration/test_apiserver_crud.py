@@ -7,6 +7,8 @@ between binders; graceful pod deletion; finalizers; paging; selectors; validatio
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 
 import grpc
 import pytest
@@ -517,6 +519,62 @@ async def test_paging_with_pinned_revision(stubs: Stubs) -> None:
     await expect_error(
         stubs.pods.List(list_request(limit=2, continue_token="garbage!")),
         grpc.StatusCode.INVALID_ARGUMENT,
+    )
+
+
+def _token(payload: object) -> str:
+    raw = payload if isinstance(payload, str) else json.dumps(payload)
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+_BAD_CONTINUE = "invalid continue token: continue key is not valid: "
+_BAD_RV = _BAD_CONTINUE + "incorrect encoded start resourceVersion"
+
+
+@pytest.mark.parametrize(
+    ("token", "message"),
+    [
+        ("garbage!", None),
+        (_token('{"v": 1, "rv": 1e400, "start": "x"}'), _BAD_RV),  # was OverflowError: INTERNAL
+        (_token({"v": 1, "rv": 10**30, "start": "x"}), _BAD_RV),  # was etcd's int64: INTERNAL
+        (_token({"v": 1, "rv": 2**63, "start": "x"}), _BAD_RV),
+        (_token({"v": 1, "rv": -5, "start": "x"}), _BAD_RV),
+        (_token({"v": 1, "rv": 0, "start": "x"}), _BAD_RV),
+        (_token({"v": 1, "rv": True, "start": "x"}), _BAD_RV),
+        (_token({"v": 1, "rv": "12", "start": "x"}), _BAD_RV),
+        (_token({"v": 1, "rv": 5, "start": 7}), None),
+        (_token({"v": 2, "rv": 5, "start": "x"}), None),
+        (_token([1, 2]), None),
+        (_token("9" * 5000), None),  # Python's int-string digit limit
+        (_token("[" * 100_000), None),  # nesting past the JSON decoder's recursion limit
+        (_token("\xff\xfe"), None),
+    ],
+)
+async def test_forged_continue_token_is_invalid_argument(
+    stubs: Stubs, token: str, message: str | None
+) -> None:
+    details = await expect_error(
+        stubs.pods.List(list_request(limit=2, continue_token=token)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        message,
+    )
+    assert details.startswith(_BAD_CONTINUE)
+
+
+async def test_expired_continue_token_is_out_of_range(
+    apiserver: RunningAPIServer, stubs: Stubs
+) -> None:
+    for i in range(3):
+        await create_pod(stubs, f"p{i}")
+    page = await stubs.pods.List(meta_pb2.ListRequest(namespace="default", limit=1))
+    token = get_continue(page.metadata)
+    await create_pod(stubs, "p3")
+    await apiserver.server.compact()
+    await expect_error(
+        stubs.pods.List(list_request(namespace="default", limit=1, continue_token=token)),
+        grpc.StatusCode.OUT_OF_RANGE,
+        "The provided continue parameter is too old to display a consistent list result. You "
+        "can start a new list without the continue parameter.",
     )
 
 

@@ -8,6 +8,7 @@ input, checked against what kube-apiserver answers.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -427,6 +428,19 @@ async def test_body_over_the_limit(etcd_server: EtcdServer) -> None:
 
 
 # ---- paging and resourceVersion --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "payload",
+    ['{"v": 1, "rv": 1e400, "start": ""}', '{"v": 1, "rv": 1000000000000000000000000000000}'],
+)
+async def test_forged_continue_token_is_400(rest: Rest, payload: str) -> None:
+    token = base64.urlsafe_b64encode(payload.encode()).decode()
+    code, body, _ = await rest.call("GET", f"{PODS}?limit=2&continue={token}")
+    assert (code, body["reason"]) == (400, "BadRequest")
+    assert body["message"] == (
+        "invalid continue token: continue key is not valid: incorrect encoded start resourceVersion"
+    )
 
 
 async def test_limit_continue_and_exact(rest: Rest) -> None:
