@@ -18,7 +18,13 @@ from google.protobuf.struct_pb2 import Value
 from tinykube.errors import FieldError
 from tinykube.kinds import ENDPOINTS, EVENT, LEASE, NODE, POD, REPLICA_SET, SERVICE, KindInfo
 from tinykube.meta import int_or_string, int_or_string_problem
-from tinykube.quantity import QuantityError, parse_quantity
+from tinykube.quantity import (
+    MAX_DIGITS,
+    QuantityError,
+    QuantityTooLongError,
+    int64_overflow,
+    parse_quantity,
+)
 from tinykube.selectors import (
     DNS1123_SUBDOMAIN_MSG,
     SelectorError,
@@ -185,6 +191,11 @@ def _quantity_map(
             errs.append(invalid(path, name, p))
         try:
             q = parse_quantity(text)
+        except QuantityTooLongError:
+            # Echo only the start: the value may be thousands of digits long.
+            shown = f"{text[:20]}... ({len(text)} characters)"
+            errs.append(invalid(where, shown, f"must have at most {MAX_DIGITS} digits"))
+            continue
         except QuantityError:
             errs.append(
                 invalid(
@@ -197,6 +208,10 @@ def _quantity_map(
             continue
         if q < 0:
             errs.append(invalid(where, text, "must be greater than or equal to 0"))
+            continue
+        overflow = int64_overflow(name, q)
+        if overflow:
+            errs.append(invalid(where, text, overflow))
             continue
         values[name] = q
     return errs, values

@@ -42,6 +42,20 @@ class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity."""
 
 
+class QuantityTooLongError(QuantityError):
+    """A quantity with more digits than any amount needs (MAX_DIGITS)."""
+
+
+# No int64 amount needs more than 19 integer digits, nor precision below a nano (9 places): a
+# longer number is refused before Fraction, which would hit Python's int-string digit limit
+# (a ValueError that is not a QuantityError) or spend quadratic time on it.
+MAX_DIGITS = 64
+
+# Kubernetes' components (kube-scheduler, the kubelet) account in int64: cpu in millicores,
+# every other resource in whole units (bytes for memory and storage).
+MAX_INT64 = 2**63 - 1
+
+
 # A cluster uses a handful of distinct quantity strings ("100m", "500Mi", a node's capacity)
 # millions of times: validation of every pod and every informer event of the scheduler parse
 # them. Fractions are immutable, so one parsed value is shared; errors are not cached.
@@ -56,6 +70,10 @@ def parse_quantity(text: str) -> Fraction:
     number, suffix = match.groups()
     if number in {"+", "-", "+.", "-.", "."}:
         raise QuantityError(f"quantity {text!r} has no digits; {FORMAT_HINT}")
+    if len(number) > MAX_DIGITS:
+        raise QuantityTooLongError(
+            f"quantity of {len(number)} digits is too long: at most {MAX_DIGITS} are accepted"
+        )
     value = Fraction(number)
     if suffix in _BINARY:
         return value * _BINARY[suffix]
@@ -75,6 +93,17 @@ def milli_value(text: str) -> int:
 def value(text: str) -> int:
     """The quantity in whole units, rounded up: "1Ki" -> 1024, "500m" -> 1."""
     return math.ceil(parse_quantity(text))
+
+
+def int64_overflow(resource: str, amount: Fraction) -> str:
+    """Why `amount` of `resource` cannot be accounted in an int64 ("" when it can): the limit
+    is 2**63-1 millicores for cpu, 2**63-1 units (bytes, pods, ...) for anything else."""
+    if resource == "cpu":
+        if math.ceil(amount * 1000) > MAX_INT64:
+            return f"must be less than or equal to {MAX_INT64}m"
+    elif math.ceil(amount) > MAX_INT64:
+        return f"must be less than or equal to {MAX_INT64}"
+    return ""
 
 
 def format_milli(millis: int) -> str:

@@ -8,8 +8,10 @@ import pytest
 
 from tinykube.quantity import (
     QuantityError,
+    QuantityTooLongError,
     format_bytes,
     format_milli,
+    int64_overflow,
     milli_value,
     parse_quantity,
     value,
@@ -81,6 +83,30 @@ def test_bad_quantities(text: str) -> None:
     with pytest.raises(QuantityError) as info:
         parse_quantity(text)
     assert repr(text) in str(info.value) or "exponent" in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["9" * 65, "9" * 5000, "0." + "0" * 5000 + "1", "1" * 4301 + "Ki"])
+def test_too_many_digits_is_a_quantity_error(text: str) -> None:
+    # Python's int-string limit (4300 digits) raised a bare ValueError here.
+    with pytest.raises(QuantityTooLongError, match="digits is too long"):
+        parse_quantity(text)
+
+
+@pytest.mark.parametrize(
+    ("resource", "text", "too_big"),
+    [
+        ("cpu", "9223372036854775807m", False),
+        ("cpu", "9223372036854775808m", True),
+        ("cpu", "9223372036854775.807", False),
+        ("cpu", "9223372036854775.8071", True),  # rounded up to the next millicore
+        ("memory", "9223372036854775807", False),
+        ("memory", "8Ei", True),
+        ("pods", "1e19", True),
+        ("pods", "1e18", False),
+    ],
+)
+def test_int64_overflow(resource: str, text: str, too_big: bool) -> None:
+    assert bool(int64_overflow(resource, parse_quantity(text))) is too_big
 
 
 @pytest.mark.parametrize(
