@@ -7,7 +7,9 @@ List and Watch can return the watch cache's pre-encoded bytes (the response seri
 bytes through); the generated descriptors still drive reflection, so grpcurl sees the same
 services. The semantics are the `ResourceStore`'s; this module only decodes requests, encodes
 answers and streams watches. `MetricsInterceptor` counts and times every RPC and turns raised
-`TinykubeError`s into statuses in one place. Everything runs on the event loop.
+`TinykubeError`s into statuses in one place. Request deserializers (`request_decoder`) turn a
+body that is not the method's message into INVALID_ARGUMENT naming the problem, logged at most
+once a minute. Everything runs on the event loop.
 """
 
 from __future__ import annotations
@@ -24,11 +26,73 @@ from google.protobuf.message import Message
 from apiserver.metrics import Metrics
 from apiserver.resources import ResourceStore
 from apiserver.watchcache import batch_messages, encode_list
-from tinykube.errors import TinykubeError, abort_with
+from tinykube.errors import BadRequestError, TinykubeError, abort_with
 from tinykube.kinds import POD
 from tinykube.v1 import meta_pb2, pod_pb2
 
 log = logging.getLogger(__name__)
+
+
+class LogLimiter:
+    """Lets one log line through per `interval` seconds and counts the ones it held back, so a
+    client that sends garbage in a loop cannot flood the log."""
+
+    def __init__(self, interval: float, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self.monotonic = monotonic
+        self._next = float("-inf")
+        self.suppressed = 0
+
+    def allow(self) -> int | None:
+        """None to stay silent; else how many lines were held back since the last one."""
+        now = self.monotonic()
+        if now < self._next:
+            self.suppressed += 1
+            return None
+        self._next = now + self.interval
+        held, self.suppressed = self.suppressed, 0
+        return held
+
+
+_UNDECODABLE_LOG = LogLimiter(60.0)
+
+
+class Undecodable:
+    """What a request deserializer returns for bytes that are not its message: gRPC would log a
+    traceback and answer UNKNOWN for an exception raised there (the deserializer has no context
+    to abort with), so the handler raises `reject()` instead."""
+
+    __slots__ = ("error", "type_name")
+
+    def __init__(self, type_name: str, error: Exception) -> None:
+        self.type_name = type_name
+        self.error = error
+
+    def reject(self) -> BadRequestError:
+        detail = str(self.error) or type(self.error).__name__
+        held = _UNDECODABLE_LOG.allow()
+        if held is not None:
+            log.warning(
+                "request body is not a valid %s: %s (%d more undecodable requests not logged)",
+                self.type_name,
+                detail,
+                held,
+            )
+        return BadRequestError(f"request body is not a valid {self.type_name}: {detail}")
+
+
+def request_decoder(message_type: type[Message]) -> Callable[[bytes], Any]:
+    """`message_type.FromString` that returns an `Undecodable` instead of raising."""
+    parse = message_type.FromString
+    name = message_type.DESCRIPTOR.full_name
+
+    def decode(raw: bytes) -> Any:
+        try:
+            return parse(raw)
+        except Exception as exc:  # whatever the parser raises, the body is not a message
+            return Undecodable(name, exc)
+
+    return decode
 
 
 def _serialize(response: bytes | Message) -> bytes:
@@ -167,6 +231,8 @@ def _unary(call: Callable[[Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaita
     """A gRPC unary handler (request, context) over a resource method (request)."""
 
     async def handle(request: Any, context: Any) -> Any:
+        if request.__class__ is Undecodable:
+            raise request.reject()
         return await call(request)
 
     return handle
@@ -182,6 +248,8 @@ def _managed(call: Callable[..., Awaitable[Any]]) -> Callable[[Any, Any], Awaita
     """As `_unary`, passing the caller's field manager (if it names one) to the write."""
 
     async def handle(request: Any, context: Any) -> Any:
+        if request.__class__ is Undecodable:
+            raise request.reject()
         manager = None
         for key, value in context.invocation_metadata() or ():
             if key == FIELD_MANAGER_HEADER:
@@ -197,15 +265,17 @@ class GrpcResource:
     def __init__(self, resource: ResourceStore) -> None:
         self.resource = resource
 
-    async def list(self, request: meta_pb2.ListRequest, context: Any) -> bytes:
+    async def list(self, request: meta_pb2.ListRequest | Undecodable, context: Any) -> bytes:
+        if isinstance(request, Undecodable):
+            raise request.reject()
         revision, items, token = await self.resource.list_objects(request)
         return encode_list(revision, [o.data for o in items], token)
 
-    async def watch(self, request: meta_pb2.WatchRequest, context: Any) -> None:
+    async def watch(self, request: meta_pb2.WatchRequest | Undecodable, context: Any) -> None:
         """One message per event (Kubernetes' shape; what grpcurl users see)."""
         await self._watch(request, context.write, batched=False)
 
-    async def watch_batch(self, request: meta_pb2.WatchRequest, context: Any) -> None:
+    async def watch_batch(self, request: meta_pb2.WatchRequest | Undecodable, context: Any) -> None:
         """Everything queued for the watcher since the last write, in one message.
 
         Each gRPC message costs tens of microseconds on both ends whatever its size, and a busy
@@ -217,11 +287,13 @@ class GrpcResource:
 
     async def _watch(
         self,
-        request: meta_pb2.WatchRequest,
+        request: meta_pb2.WatchRequest | Undecodable,
         write: Callable[[bytes], Awaitable[None]],
         *,
         batched: bool,
     ) -> None:
+        if isinstance(request, Undecodable):
+            raise request.reject()
         resource = self.resource
         watcher, initial = await resource.open_watch(request, batched=batched)
         method = "WatchBatch" if batched else "Watch"
@@ -261,30 +333,36 @@ class GrpcResource:
         info = resource.info
         unary = grpc.unary_unary_rpc_method_handler
         methods: dict[str, Any] = {
-            "Create": unary(_managed(resource.create), info.create_request.FromString, _serialize),
-            "Get": unary(_unary(resource.get), meta_pb2.GetRequest.FromString, _serialize),
-            "List": unary(self.list, meta_pb2.ListRequest.FromString, _serialize),
-            "Update": unary(_managed(resource.update), info.update_request.FromString, _serialize),
-            "Delete": unary(_unary(resource.delete), meta_pb2.DeleteRequest.FromString, _serialize),
+            "Create": unary(
+                _managed(resource.create), request_decoder(info.create_request), _serialize
+            ),
+            "Get": unary(_unary(resource.get), request_decoder(meta_pb2.GetRequest), _serialize),
+            "List": unary(self.list, request_decoder(meta_pb2.ListRequest), _serialize),
+            "Update": unary(
+                _managed(resource.update), request_decoder(info.update_request), _serialize
+            ),
+            "Delete": unary(
+                _unary(resource.delete), request_decoder(meta_pb2.DeleteRequest), _serialize
+            ),
             "Watch": grpc.unary_stream_rpc_method_handler(
-                self.watch, meta_pb2.WatchRequest.FromString, _serialize
+                self.watch, request_decoder(meta_pb2.WatchRequest), _serialize
             ),
             "WatchBatch": grpc.unary_stream_rpc_method_handler(
-                self.watch_batch, meta_pb2.WatchRequest.FromString, _serialize
+                self.watch_batch, request_decoder(meta_pb2.WatchRequest), _serialize
             ),
         }
         if info.has_status:
             methods["UpdateStatus"] = unary(
-                _unary(resource.update_status), info.update_request.FromString, _serialize
+                _unary(resource.update_status), request_decoder(info.update_request), _serialize
             )
         if info.kind == POD.kind:
             methods["Bind"] = unary(
-                _unary(resource.bind), pod_pb2.BindRequest.FromString, _serialize
+                _unary(resource.bind), request_decoder(pod_pb2.BindRequest), _serialize
             )
             methods["BindBatch"] = unary(
-                _unary(resource.bind_batch), pod_pb2.BindBatchRequest.FromString, _serialize
+                _unary(resource.bind_batch), request_decoder(pod_pb2.BindBatchRequest), _serialize
             )
             methods["Evict"] = unary(
-                _unary(resource.evict), pod_pb2.EvictRequest.FromString, _serialize
+                _unary(resource.evict), request_decoder(pod_pb2.EvictRequest), _serialize
             )
         return grpc.method_handlers_generic_handler(info.service, methods)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from typing import Any
 
 import grpc
 import pytest
@@ -576,6 +577,40 @@ async def test_expired_continue_token_is_out_of_range(
         "The provided continue parameter is too old to display a consistent list result. You "
         "can start a new list without the continue parameter.",
     )
+
+
+@pytest.mark.parametrize("body", [b"\xff\xff\xff\xff", b"\x0a\x05ab", b"\x0a\x80"])
+async def test_undecodable_request_body_is_invalid_argument_and_logged_once(
+    channel: grpc.aio.Channel, caplog: pytest.LogCaptureFixture, body: bytes
+) -> None:
+    unary = [
+        ("Pods", "Create", "CreatePodRequest"),
+        ("Pods", "Get", "GetRequest"),
+        ("Pods", "List", "ListRequest"),
+        ("Pods", "Update", "UpdatePodRequest"),
+        ("Pods", "UpdateStatus", "UpdatePodRequest"),
+        ("Pods", "Delete", "DeleteRequest"),
+        ("Pods", "Bind", "BindRequest"),
+        ("Pods", "BindBatch", "BindBatchRequest"),
+        ("Pods", "Evict", "EvictRequest"),
+        ("Nodes", "Create", "CreateNodeRequest"),
+        ("Leases", "Update", "UpdateLeaseRequest"),
+    ]
+    with caplog.at_level("INFO"):
+        for service, method, message in unary * 3:
+            raw: Any = channel.unary_unary(f"/tinykube.v1.{service}/{method}")
+            call = raw(body)
+            details = await expect_error(call, grpc.StatusCode.INVALID_ARGUMENT)
+            assert details.startswith(f"request body is not a valid tinykube.v1.{message}: ")
+        for method in ("Watch", "WatchBatch"):
+            raw = channel.unary_stream(f"/tinykube.v1.Pods/{method}")
+            stream = raw(body)
+            details = await expect_error(stream.read(), grpc.StatusCode.INVALID_ARGUMENT)
+            assert details.startswith("request body is not a valid tinykube.v1.WatchRequest: ")
+    # gRPC's own handler logged "Unexpected [DecodeError]" with a traceback for every call.
+    assert not [r for r in caplog.records if r.exc_info], caplog.text
+    logged = [r for r in caplog.records if "not a valid" in r.getMessage()]
+    assert len(logged) <= 1, caplog.text
 
 
 async def test_list_with_label_and_field_selectors(stubs: Stubs) -> None:
