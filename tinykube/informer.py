@@ -9,8 +9,12 @@ relist; OUT_OF_RANGE ("too old resource version": the window was compacted) reli
 relist emits adds, updates and deletes for whatever changed meanwhile, so the store and every
 handler converge on the server's state. BOOKMARK events only advance the resourceVersion.
 
-Handlers are plain synchronous callables run inline on the informer's task, in event order; a
-handler that raises is logged and the informer carries on. They should be quick (enqueue a key,
+Handlers are plain synchronous callables run inline on the informer's task, in event order. A
+handler that raises (an object the component cannot digest, or a bug) is reported - logged,
+counted in `handler_errors`, passed to `on_handler_error` (for a metric and an Event) - the other
+handlers still run, and the store is put back as it was before that event, so the store never
+holds what a handler refused; the next event for the object or a relist offers it again
+(level-triggered). The informer carries on. They should be quick (enqueue a key,
 update a cache): the store is read by reference, never deep-copied or re-serialized, so handlers
 and readers must treat objects as immutable.
 
@@ -181,8 +185,10 @@ class Informer(Generic[T]):
         name: str = "informer",
         min_backoff: float = 0.2,
         max_backoff: float = 5.0,
+        on_handler_error: Callable[[T, Exception], object] | None = None,
     ) -> None:
         self._list_fn = list_fn
+        self.on_handler_error = on_handler_error
         self._watch_fn = watch_fn
         self._key_fn = key_fn
         self.clock = clock or Clock()
@@ -195,6 +201,7 @@ class Informer(Generic[T]):
         # Counters for tests and metrics.
         self.lists = 0
         self.watches = 0
+        self.handler_errors = 0
 
     @classmethod
     def for_resource(
@@ -237,7 +244,10 @@ class Informer(Generic[T]):
         self._handlers.append(handler)
         if on_add is not None and self._synced.is_set():
             for obj in self.store.list():
-                self._call(on_add, obj)
+                try:
+                    on_add(obj)
+                except Exception as exc:  # reported; the store is shared with older handlers
+                    self._failed("add", obj, exc)
 
     def add_index(self, name: str, fn: Callable[[T], str | Iterable[str] | None]) -> None:
         self.store.add_index(name, fn)
@@ -306,16 +316,18 @@ class Informer(Generic[T]):
         store = self.store
         for key in [k for k in store._items if k not in fresh]:
             old = store._remove(key)
-            if old is not None:
-                self._dispatch_delete(old)
+            if old is not None and not self._dispatch_delete(old):
+                store._put(key, old)
         for key, obj in fresh.items():
             old = store.get(key)
             if old is None:
                 store._put(key, obj)
-                self._dispatch_add(obj)
+                if not self._dispatch_add(obj):
+                    store._remove(key)
             elif old.metadata.resourceVersion != obj.metadata.resourceVersion:  # type: ignore[attr-defined]
                 store._put(key, obj)
-                self._dispatch_update(old, obj)
+                if not self._dispatch_update(old, obj):
+                    store._put(key, old)
         self._rv = resource_version
         if not self._synced.is_set():
             log.info("%s: synced %d objects at resourceVersion %s", self.name, len(store), self._rv)
@@ -351,14 +363,15 @@ class Informer(Generic[T]):
         store = self.store
         if kind == DELETED:
             old = store._remove(key)
-            if old is not None:
-                self._dispatch_delete(obj)
+            if old is not None and not self._dispatch_delete(obj):
+                store._put(key, old)
         elif kind in (ADDED, MODIFIED):
             old = store._put(key, obj)
             if old is None:
-                self._dispatch_add(obj)
-            else:
-                self._dispatch_update(old, obj)
+                if not self._dispatch_add(obj):
+                    store._remove(key)
+            elif not self._dispatch_update(old, obj):
+                store._put(key, old)
         else:
             log.warning("%s: ignoring watch event of type %r", self.name, kind)
         if rv:
@@ -366,26 +379,54 @@ class Informer(Generic[T]):
 
     # -- handler dispatch -------------------------------------------------------------------
 
-    def _dispatch_add(self, obj: T) -> None:
+    # Each returns whether every handler took the event.
+    def _dispatch_add(self, obj: T) -> bool:
+        ok = True
         for h in self._handlers:
             if h.on_add is not None:
-                self._call(h.on_add, obj)
+                try:
+                    h.on_add(obj)
+                except Exception as exc:
+                    ok = self._failed("add", obj, exc)
+        return ok
 
-    def _dispatch_update(self, old: T, new: T) -> None:
+    def _dispatch_update(self, old: T, new: T) -> bool:
+        ok = True
         for h in self._handlers:
             if h.on_update is not None:
                 try:
                     h.on_update(old, new)
-                except Exception:
-                    log.exception("%s: update handler failed", self.name)
+                except Exception as exc:
+                    ok = self._failed("update", new, exc)
+        return ok
 
-    def _dispatch_delete(self, obj: T) -> None:
+    def _dispatch_delete(self, obj: T) -> bool:
+        ok = True
         for h in self._handlers:
             if h.on_delete is not None:
-                self._call(h.on_delete, obj)
+                try:
+                    h.on_delete(obj)
+                except Exception as exc:
+                    ok = self._failed("delete", obj, exc)
+        return ok
 
-    def _call(self, fn: Callable[[T], object], obj: T) -> None:
-        try:
-            fn(obj)
-        except Exception:
-            log.exception("%s: handler %s failed", self.name, getattr(fn, "__name__", fn))
+    def _failed(self, what: str, obj: T, exc: Exception) -> bool:
+        self.handler_errors += 1
+        meta = obj.metadata  # type: ignore[attr-defined]
+        log.error(
+            "%s: %s handler failed for %s (resourceVersion %s); the store keeps its previous "
+            "state: %s: %s",
+            self.name,
+            what,
+            self._key_fn(obj),
+            meta.resourceVersion,
+            type(exc).__name__,
+            exc,
+            exc_info=exc,
+        )
+        if self.on_handler_error is not None:
+            try:
+                self.on_handler_error(obj, exc)
+            except Exception:
+                log.exception("%s: on_handler_error failed", self.name)
+        return False

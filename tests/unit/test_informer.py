@@ -262,9 +262,92 @@ async def test_handler_exception_is_logged_and_informer_continues(
     informer.add_handler(on_add=boom)
     source.put(pod("c"))
     source.put(pod("d"))
-    await until(lambda: "default/d" in informer.store, clock)
-    assert ("add", "default/d", "104") in rec.seen
-    assert "handler bug" in caplog.text
+    await until(lambda: ("add", "default/d", "104") in rec.seen, clock)
+    # The other handler still ran; the store does not hold what a handler refused (a and b,
+    # replayed to the late handler, were already shared with the first one: they stay).
+    assert "default/d" not in informer.store and "default/a" in informer.store
+    assert informer.handler_errors == 4
+    assert "handler bug" in caplog.text and "default/d" in caplog.text
+    source.put(pod("e"))  # and the informer goes on
+    await until(lambda: ("add", "default/e", "105") in rec.seen, clock)
+
+
+class Picky:
+    """A handler that refuses pods labelled bad=yes (as the scheduler refuses a node it cannot
+    account), on add, update and delete."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str]] = []
+
+    def check(self, p: pod_pb2.Pod) -> None:
+        if p.metadata.labels.get("bad") == "yes":
+            raise ValueError(f"cannot digest {p.metadata.name}")
+
+    def update(self, old: pod_pb2.Pod, new: pod_pb2.Pod) -> None:
+        self.check(new)
+
+    def report(self, p: pod_pb2.Pod, exc: Exception) -> None:
+        self.errors.append((meta_namespace_key(p), str(exc)))
+
+
+def _labelled(name: str, rv: int, **labels: str) -> pod_pb2.Pod:
+    p = pod(name, rv=rv)
+    p.metadata.labels.update(labels)
+    return p
+
+
+def _event(kind: str, p: pod_pb2.Pod) -> pod_pb2.PodWatchEvent:
+    return pod_pb2.PodWatchEvent(type=kind, object=p)
+
+
+@pytest.mark.parametrize(
+    ("events", "stored", "errors"),
+    [
+        # a refused add leaves no trace in the store
+        ([("ADDED", _labelled("x", 1, bad="yes"))], {}, 1),
+        # a refused update keeps the previous object
+        ([("ADDED", _labelled("x", 1)), ("MODIFIED", _labelled("x", 2, bad="yes"))], {"x": "1"}, 1),
+        # a refused delete keeps the object (a relist offers the delete again)
+        (
+            [("ADDED", _labelled("x", 1, bad="no")), ("DELETED", _labelled("x", 2, bad="yes"))],
+            {"x": "1"},
+            1,
+        ),
+        # the next event for a refused object is offered as an add again, and taken
+        ([("ADDED", _labelled("x", 1, bad="yes")), ("MODIFIED", _labelled("x", 2))], {"x": "2"}, 1),
+        ([("ADDED", _labelled("x", 1)), ("ADDED", _labelled("y", 2))], {"x": "1", "y": "2"}, 0),
+    ],
+)
+def test_a_refused_event_leaves_the_store_as_it_was(
+    events: list[tuple[str, pod_pb2.Pod]], stored: dict[str, str], errors: int
+) -> None:
+    picky, rec = Picky(), Recorder()
+    informer: Informer[pod_pb2.Pod] = Informer(
+        FakeSource().list, FakeSource().watch, clock=FakeClock(), on_handler_error=picky.report
+    )
+    informer.add_handler(picky.check, picky.update, picky.check)
+    informer.add_handler(rec.add, rec.update, rec.delete)
+    for kind, obj in events:
+        informer.apply(_event(kind, obj))
+    assert {k.split("/")[1]: v for k, v in snapshot(informer).items()} == stored
+    assert informer.handler_errors == len(picky.errors) == errors
+    assert len(rec.seen) == len(events)  # every other handler saw every event
+    assert all(key == "default/x" and "cannot digest x" in msg for key, msg in picky.errors)
+    assert informer.last_resource_version == events[-1][1].metadata.resourceVersion
+
+
+def test_relist_offers_a_refused_object_again_and_keeps_it_out_until_taken() -> None:
+    picky = Picky()
+    informer: Informer[pod_pb2.Pod] = Informer(
+        FakeSource().list, FakeSource().watch, clock=FakeClock(), on_handler_error=picky.report
+    )
+    informer.add_handler(picky.check, picky.update, picky.check)
+    informer.replace([_labelled("x", 1, bad="yes"), _labelled("y", 2)], "2")
+    assert sorted(informer.store.keys()) == ["default/y"]
+    informer.replace([_labelled("x", 1, bad="yes"), _labelled("y", 2)], "2")
+    assert sorted(informer.store.keys()) == ["default/y"] and len(picky.errors) == 2
+    informer.replace([_labelled("x", 3), _labelled("y", 4, bad="yes")], "4")
+    assert snapshot(informer) == {"default/x": "3", "default/y": "2"}
 
 
 async def test_handler_added_after_sync_gets_existing_objects(running: Any) -> None:
