@@ -24,6 +24,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from google.protobuf.message import Message
+
 from scheduler.binder import BindBatcher
 from scheduler.config import SchedulerConfig, load_config
 from scheduler.core import Profile
@@ -146,8 +148,12 @@ class SchedulerApp:
             ),
         )
         self.metrics.track_queue(sched.queue.lengths)
-        nodes: Informer[node_pb2.Node] = Informer.for_resource(self.client.nodes, clock=self.clock)
-        pods: Informer[pod_pb2.Pod] = Informer.for_resource(self.client.pods, clock=self.clock)
+        nodes: Informer[node_pb2.Node] = Informer.for_resource(
+            self.client.nodes, clock=self.clock, on_handler_error=self._refused
+        )
+        pods: Informer[pod_pb2.Pod] = Informer.for_resource(
+            self.client.pods, clock=self.clock, on_handler_error=self._refused
+        )
         nodes.add_handler(sched.on_node_add, sched.on_node_update, sched.on_node_delete)
         pods.add_handler(sched.on_pod_add, sched.on_pod_update, sched.on_pod_delete)
         self.pod_informer = pods
@@ -171,6 +177,14 @@ class SchedulerApp:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     # ----- the outside world ------------------------------------------------------------
+    def _refused(self, obj: Message, exc: Exception) -> None:
+        """An object the cache could not take (the informer logged it and kept its store)."""
+        kind = type(obj).__name__
+        self.metrics.informer_handler_errors.labels(kind).inc()
+        self.recorder.emit(
+            obj, WARNING, "FailedToCache", f"the scheduler cannot use this {kind}: {exc}"
+        )
+
     async def _bind(self, pod: PodInfo, node: str) -> None:
         # binds ready at the same moment share one Pods/BindBatch RPC; errors are per pod
         await self.binder.bind(BindItem(pod.namespace, pod.name, node, pod.uid))

@@ -111,6 +111,28 @@ def _quantity(name: str, text: str) -> int:
         return 0
 
 
+_INT64_MAX = 2**63 - 1
+
+
+class NodeRejectedError(ValueError):
+    """A node the cache cannot hold (an allocatable amount past int64, stored before the
+    apiserver refused such values): it is refused whole, so no column is half-written."""
+
+
+def _allocatable_amounts(node: node_pb2.Node) -> dict[str, int]:
+    """Every allocatable amount as the int64 its column holds; NodeRejectedError otherwise."""
+    amounts: dict[str, int] = {}
+    for name, text in node.status.allocatable.items():
+        amount = _quantity(name, text)
+        if not -_INT64_MAX <= amount <= _INT64_MAX:
+            raise NodeRejectedError(
+                f"node {node.metadata.name!r}: status.allocatable[{name}] {text!r} does not fit "
+                "an int64 in its unit"
+            )
+        amounts[name] = amount
+    return amounts
+
+
 class NodeTable:
     """Columns over node slots; `n` is the high-water mark of slots ever used."""
 
@@ -211,6 +233,11 @@ class NodeTable:
         """Add or update a node's static columns; returns its slot and what changed."""
         name = node.metadata.name
         slot = self.index.get(name)
+        old = None if slot is None else self.nodes[slot]
+        # Everything that can refuse the node runs before the first write to a column.
+        amounts = None
+        if old is None or dict(old.status.allocatable) != dict(node.status.allocatable):
+            amounts = _allocatable_amounts(node)
         changes: set[EventKind] = set()
         if slot is None:
             slot = self._new_slot()
@@ -219,10 +246,9 @@ class NodeTable:
             self.valid[slot] = True
             self.count += 1
             changes.add(EventKind.NODE_ADD)
-        old = self.nodes[slot]
         self.nodes[slot] = node
-        if old is None or dict(old.status.allocatable) != dict(node.status.allocatable):
-            self._set_allocatable(slot, node)
+        if amounts is not None:
+            self._set_allocatable(slot, amounts)
             changes.add(EventKind.NODE_ALLOCATABLE)
         if old is None or dict(old.metadata.labels) != dict(node.metadata.labels):
             self._set_labels(slot, dict(node.metadata.labels))
@@ -248,18 +274,17 @@ class NodeTable:
             self.node_generation += 1
         return slot, changes
 
-    def _set_allocatable(self, slot: int, node: node_pb2.Node) -> None:
-        alloc = node.status.allocatable
-        self.alloc_cpu[slot] = _quantity(CPU, alloc[CPU]) if CPU in alloc else 0
-        self.alloc_mem[slot] = _quantity(MEMORY, alloc[MEMORY]) if MEMORY in alloc else 0
-        self.alloc_pods[slot] = _quantity(PODS, alloc[PODS]) if PODS in alloc else 0
+    def _set_allocatable(self, slot: int, amounts: dict[str, int]) -> None:
+        self.alloc_cpu[slot] = amounts.get(CPU, 0)
+        self.alloc_mem[slot] = amounts.get(MEMORY, 0)
+        self.alloc_pods[slot] = amounts.get(PODS, 0)
         for name, col in self.ext.items():
-            if name not in alloc:
+            if name not in amounts:
                 col.alloc[slot] = 0
-        for name, q in alloc.items():
+        for name, amount in amounts.items():
             if name in (CPU, MEMORY, PODS):
                 continue
-            self.ext_column(name).alloc[slot] = _quantity(name, q)
+            self.ext_column(name).alloc[slot] = amount
         self._refresh_free(slot)
 
     def _refresh_free(self, slot: int) -> None:

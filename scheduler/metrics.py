@@ -23,6 +23,13 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        self.informer_handler_errors = Counter(
+            "scheduler_informer_handler_errors",
+            "Informer events the scheduler's cache refused (objects it cannot digest), by kind; "
+            "the cache keeps its previous state for them.",
+            ["kind"],
+            registry=self.registry,
+        )
         self.attempt_duration = Histogram(
             "scheduler_scheduling_attempt_duration_seconds",
             "Scheduling attempt latency (the algorithm plus, for scheduled pods, the bind).",

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
 
 from scheduler.config import ProfileConfig
 from scheduler.core import Profile
@@ -12,6 +15,8 @@ from scheduler.podinfo import PodInfo
 from tests.unit.scheduler.builders import NodeBuilder, PodBuilder
 from tinykube.clock import FakeClock
 from tinykube.errors import AlreadyExistsError, UnavailableError
+from tinykube.informer import Informer
+from tinykube.v1 import node_pb2
 
 
 class FakeAPI:
@@ -162,3 +167,58 @@ def test_assumed_pod_expires_after_ttl() -> None:
     clock.advance(1)
     assert s.cache.cleanup_expired() == ["default/p"]
     assert int(s.cache.nodes.req_cpu[0]) == 0
+
+
+async def _no_list() -> node_pb2.NodeList:
+    return node_pb2.NodeList()
+
+
+async def _no_watch(rv: str) -> AsyncIterator[node_pb2.NodeWatchEvent]:
+    return
+    yield
+
+
+@pytest.mark.parametrize(
+    ("resource", "amount"),
+    [("pods", "1e30"), ("cpu", "1e64"), ("memory", "99999999999999999999"), ("x.io/gpu", "1e30")],
+)
+async def test_a_node_past_int64_is_refused_whole_and_scheduling_goes_on(
+    resource: str, amount: str
+) -> None:
+    # Stored before the apiserver refused such values. Before: the cache raised half-way (the
+    # node got a slot, no pods allocatable: "1 Too many pods"), then cycles failed with
+    # "operands could not be broadcast together".
+    s, api, clock = make()
+    refused: list[tuple[str, str]] = []
+    nodes: Informer[node_pb2.Node] = Informer(
+        _no_list,
+        _no_watch,
+        clock=clock,
+        on_handler_error=lambda n, exc: refused.append((n.metadata.name, type(exc).__name__)),
+    )
+    nodes.add_handler(s.on_node_add, s.on_node_update, s.on_node_delete)
+
+    def event(kind: str, node: node_pb2.Node) -> node_pb2.NodeWatchEvent:
+        return node_pb2.NodeWatchEvent(type=kind, object=node)
+
+    huge = NodeBuilder("huge").alloc(cpu="2", memory="4Gi", pods="10").obj()
+    huge.status.allocatable[resource] = amount
+    nodes.apply(event("ADDED", huge))
+    good = NodeBuilder("n1").alloc(cpu="2", memory="4Gi", pods="10").obj()
+    nodes.apply(event("ADDED", good))
+    worse = NodeBuilder("n1").alloc(cpu="2", memory="4Gi", pods="10").obj()
+    worse.status.allocatable[resource] = amount
+    worse.metadata.resourceVersion = "2"
+    nodes.apply(event("MODIFIED", worse))  # refused: n1 stays as it was
+    assert refused == [("huge", "NodeRejectedError"), ("n1", "NodeRejectedError")]
+    assert s.cache.node_names() == ["n1"] and nodes.store.keys() == ["n1"]
+    assert int(s.cache.nodes.alloc_pods[s.cache.nodes.index["n1"]]) == 10
+    for i in range(20):  # grows the table past its first capacity, as real clusters do
+        nodes.apply(event("ADDED", NodeBuilder(f"m{i:02}").alloc(cpu="1", pods="1").obj()))
+    for i in range(3):
+        s.on_pod_add(PodBuilder(f"p{i}").req(cpu="2").obj())
+    await run_queue(s)
+    assert api.bound == {"default/p0": "n1"}
+    assert sorted(set(msg for _, msg in api.unschedulable)) == [
+        "0/21 nodes are available: 21 Insufficient cpu."
+    ]
