@@ -34,7 +34,15 @@ from controller.util import (
     ts_to_datetime,
 )
 from tinykube.clock import Clock
-from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError, TinykubeError
+from tinykube.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    DeadlineExceededError,
+    NotFoundError,
+    TinykubeError,
+    UnavailableError,
+)
+from tinykube.retry import is_unsent
 from tinykube.v1 import meta_pb2, pod_pb2, replicaset_pb2
 
 log = logging.getLogger(__name__)
@@ -368,6 +376,16 @@ class ReplicaSetController:
                 if attempt == 2:
                     raise
                 continue  # every generated name the apiserver tried was taken: try again
+            except (DeadlineExceededError, UnavailableError) as exc:
+                if is_unsent(exc):
+                    raise
+                # The create may have landed (its answer was lost; the client does not resend
+                # a generateName create). As Kubernetes' ReplicaSet controller does on a
+                # timeout, count it as made: the informer observes it, or, if it never landed,
+                # the expectation expires and a later sync creates the pod. Counting it failed
+                # would let the next sync create a second pod for the same replica.
+                log.info("creating a pod for %s: %s; expecting it to appear", key_of(rs), exc)
+                return
             await self._event(
                 rs, "Normal", "SuccessfulCreate", f"Created pod: {created.metadata.name}"
             )

@@ -3,10 +3,30 @@
 `Client` owns one grpc.aio channel (keepalive options from `tinykube.serving`) and exposes one
 `ResourceClient` per kind (`client.pods`, `client.nodes`, ...), all built from the `tinykube.kinds`
 table by one generic implementation. Every unary call carries a deadline and is retried with
-jittered exponential backoff on UNAVAILABLE/DEADLINE_EXCEEDED only; every failure is raised as a
-`tinykube.errors` type chained `from` the gRPC error. Watches have no deadline and are not
-retried here: a dropped stream raises `UnavailableError`, a compacted resourceVersion raises
-`ResourceExpiredError`, and the informer decides whether to resume or relist.
+jittered exponential backoff on UNAVAILABLE/DEADLINE_EXCEEDED only, and only where repeating it
+is safe; every failure is raised as a `tinykube.errors` type chained `from` the gRPC error.
+
+Which calls are retried (a DEADLINE_EXCEEDED or a reset stream does not say whether the server
+applied the request, so a retry may be the second copy of a request that landed):
+- Get, List, Delete, and Update/UpdateStatus carrying metadata.resourceVersion: on every
+  UNAVAILABLE/DEADLINE_EXCEEDED. A read has no effect; a second copy of a preconditioned Update
+  fails with ABORTED instead of applying twice. (A Delete that landed and is retried answers
+  NOT_FOUND, or the object again while it is terminating; deleting is idempotent.)
+- Update/UpdateStatus without a resourceVersion, and Create of an object named by generateName:
+  only on failures that prove the request never left the client (`tinykube.retry.is_unsent`:
+  no connection). A second copy would overwrite a newer write or create a second object.
+- Create of a named object, Bind and BindBatch: on every UNAVAILABLE/DEADLINE_EXCEEDED, and the
+  retry recognises its own earlier success. The apiserver assigns the uid, so nothing in the
+  stored object says which request made it; the rule is: after an ambiguous failure, an
+  ALREADY_EXISTS for a Create is ours if the stored object has every field the caller set in
+  `spec`, `metadata.labels`, `annotations`, `ownerReferences` and `finalizers` with the value
+  sent (the server's defaults and later writes to other fields do not matter), and the stored
+  object is returned; an ALREADY_EXISTS for a Bind is ours if the pod (with the uid asked for,
+  if one was) is bound to the node asked for, and the pod's current resourceVersion is returned.
+
+Watches have no deadline and are not retried here: a dropped stream raises `UnavailableError`,
+a compacted resourceVersion raises `ResourceExpiredError`, and the informer decides whether to
+resume or relist.
 
 Concurrency: a Client belongs to the event loop it was created on; any number of tasks may call
 it at once (gRPC multiplexes calls over the one HTTP/2 connection).
@@ -25,10 +45,17 @@ from google.protobuf.message import Message
 from typing_extensions import TypeVar
 
 from tinykube import kinds
-from tinykube.errors import DeadlineExceededError, TinykubeError, from_rpc_error, from_status
+from tinykube.errors import (
+    AlreadyExistsError,
+    DeadlineExceededError,
+    TinykubeError,
+    from_rpc_error,
+    from_status,
+    is_retryable,
+)
 from tinykube.kinds import KindInfo
 from tinykube.meta import get_continue, list_request
-from tinykube.retry import INITIAL_BACKOFF, MAX_BACKOFF, call_with_retries
+from tinykube.retry import INITIAL_BACKOFF, MAX_BACKOFF, Attempts, call_with_retries, is_unsent
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import (
     endpoints_pb2,
@@ -68,15 +95,62 @@ class ResourceClient(Generic[T, L, E]):
         self._stub: Any = info.stub(channel)
         self._owner = owner
 
-    async def _call(self, method: str, request: Message) -> Any:
+    async def _call(
+        self,
+        method: str,
+        request: Message,
+        *,
+        retry_if: Callable[[BaseException], bool] = is_retryable,
+        attempts: Attempts | None = None,
+    ) -> Any:
         rpc = getattr(self._stub, method)
-        return await self._owner._unary(rpc, request, f"{self.info.service}/{method}")
+        return await self._owner._unary(
+            rpc,
+            request,
+            f"{self.info.service}/{method}",
+            retry_if=retry_if,
+            attempts=attempts,
+        )
 
     def _wrap(self, obj: T) -> Message:
         return self.info.create_request(**{self.info.request_field: obj})
 
     async def create(self, obj: T) -> T:
-        return cast(T, await self._call("Create", self._wrap(obj)))
+        """Create `obj`. Retried as the module docstring says: a named object's retry returns
+        the object its own earlier attempt created; a generateName one is re-sent only if the
+        request never left the client (a second copy would be a second object)."""
+        meta: Any = cast(Any, obj).metadata
+        if not meta.name:
+            return cast(T, await self._call("Create", self._wrap(obj), retry_if=is_unsent))
+        attempts = Attempts()
+        try:
+            return cast(T, await self._call("Create", self._wrap(obj), attempts=attempts))
+        except AlreadyExistsError:
+            if not attempts.ambiguous:
+                raise
+            mine = await self._stored_if_ours(obj)
+            if mine is None:
+                raise
+            return mine
+
+    async def _stored_if_ours(self, sent: T) -> T | None:
+        """The stored object of `sent`'s name if it is the one `sent` created (the module
+        docstring's rule), else None. Runs only after an ambiguous Create failed ALREADY_EXISTS."""
+        meta: Any = cast(Any, sent).metadata
+        if meta.uid:
+            return None  # the caller named a uid; the server assigns its own, so never ours
+        namespace = meta.namespace or ("default" if self.info.namespaced else "")
+        try:
+            stored: Any = await self.get(meta.name, namespace)
+        except TinykubeError:
+            return None
+        for field in ("labels", "annotations", "ownerReferences", "finalizers"):
+            if not _has_all(getattr(meta, field), getattr(stored.metadata, field)):
+                return None
+        sent_any: Any = sent
+        if _has_field(sent_any, "spec") and not _contains(sent_any.spec, stored.spec):
+            return None
+        return cast(T, stored)
 
     async def get(self, name: str, namespace: str = "") -> T:
         request = meta_pb2.GetRequest(namespace=namespace, name=name)
@@ -132,16 +206,17 @@ class ResourceClient(Generic[T, L, E]):
                 return items, rv
 
     async def update(self, obj: T) -> T:
-        return cast(
-            T,
-            await self._call("Update", self.info.update_request(**{self.info.request_field: obj})),
-        )
+        """Update `obj`; retried on every transient failure only if it carries
+        metadata.resourceVersion (a precondition), else only if it was never sent."""
+        request = self.info.update_request(**{self.info.request_field: obj})
+        return cast(T, await self._call("Update", request, retry_if=_update_retry(obj)))
 
     async def update_status(self, obj: T) -> T:
+        """Update `obj`'s status; retried as `update`."""
         if not self.info.has_status:
             raise TypeError(f"{self.info.kind} has no status subresource")
         request = self.info.update_request(**{self.info.request_field: obj})
-        return cast(T, await self._call("UpdateStatus", request))
+        return cast(T, await self._call("UpdateStatus", request, retry_if=_update_retry(obj)))
 
     async def delete(
         self,
@@ -279,12 +354,26 @@ class Client:
         info = kind if isinstance(kind, KindInfo) else kinds.lookup(kind)
         return self._by_kind[info.kind]
 
-    async def _unary(self, rpc: Callable[..., Awaitable[R]], request: Message, what: str = "") -> R:
+    async def _unary(
+        self,
+        rpc: Callable[..., Awaitable[R]],
+        request: Message,
+        what: str = "",
+        *,
+        retry_if: Callable[[BaseException], bool] = is_retryable,
+        attempts: Attempts | None = None,
+    ) -> R:
+        """One unary call with a deadline per attempt, retried while `retry_if` accepts the
+        failure; `attempts` (if given) learns whether a failed attempt may have landed."""
+
         async def attempt() -> R:
             try:
                 return await rpc(request, timeout=self.timeout)
             except grpc.RpcError as exc:
-                raise from_rpc_error(exc) from exc
+                err = from_rpc_error(exc)
+                if attempts is not None:
+                    attempts.failed(err)
+                raise err from exc
 
         return await call_with_retries(
             attempt,
@@ -292,7 +381,19 @@ class Client:
             initial=self.backoff_initial,
             maximum=self.backoff_max,
             what=what,
+            retry_if=retry_if,
         )
+
+    async def _bound_rv(self, namespace: str, name: str, node_name: str, uid: str) -> str | None:
+        """The pod's resourceVersion if it is bound to `node_name` (and has `uid`, if given):
+        an earlier, ambiguous attempt of our own Bind landed. None otherwise."""
+        try:
+            pod = await self.pods.get(name, namespace)
+        except TinykubeError:
+            return None
+        if pod.spec.nodeName != node_name or (uid and pod.metadata.uid != uid):
+            return None
+        return pod.metadata.resourceVersion
 
     async def bind(self, namespace: str, name: str, node_name: str, uid: str = "") -> str:
         """Bind a pod to a node (a compare-and-swap on the server); returns the new resourceVersion.
@@ -305,9 +406,21 @@ class Client:
             target=meta_pb2.ObjectReference(kind="Node", name=node_name),
         )
         stub: Any = self.pods._stub
-        response: pod_pb2.BindResponse = await self._unary(
-            stub.Bind, pod_pb2.BindRequest(binding=binding), "tinykube.v1.Pods/Bind"
-        )
+        attempts = Attempts()
+        try:
+            response: pod_pb2.BindResponse = await self._unary(
+                stub.Bind,
+                pod_pb2.BindRequest(binding=binding),
+                "tinykube.v1.Pods/Bind",
+                attempts=attempts,
+            )
+        except AlreadyExistsError:
+            if not attempts.ambiguous:
+                raise
+            rv = await self._bound_rv(namespace, name, node_name, uid)
+            if rv is None:
+                raise
+            return rv
         return response.resourceVersion
 
     async def bind_batch(self, items: Sequence[BindItem]) -> list[str | TinykubeError]:
@@ -316,8 +429,9 @@ class Client:
 
         Returns one entry per item, in order: the pod's new resourceVersion, or the error the
         same `bind` would have raised (AlreadyExistsError, PreconditionFailedError, ...). Only a
-        failure of the whole RPC raises; like every call it is retried on UNAVAILABLE and
-        DEADLINE_EXCEEDED (a bind applied before a retry then reports ALREADY_EXISTS).
+        failure of the whole RPC raises; it is retried on UNAVAILABLE and DEADLINE_EXCEEDED, and
+        after a retry an item's ALREADY_EXISTS whose pod is bound to the node asked for is the
+        earlier attempt's success (as in `bind`), reported as the pod's resourceVersion.
         """
         request = pod_pb2.BindBatchRequest(
             bindings=[
@@ -329,8 +443,9 @@ class Client:
             ]
         )
         stub: Any = self.pods._stub
+        attempts = Attempts()
         response: pod_pb2.BindBatchResponse = await self._unary(
-            stub.BindBatch, request, "tinykube.v1.Pods/BindBatch"
+            stub.BindBatch, request, "tinykube.v1.Pods/BindBatch", attempts=attempts
         )
         if len(response.results) != len(items):
             raise TinykubeError(
@@ -343,7 +458,25 @@ class Client:
             else:
                 code = _STATUS_BY_NUMBER.get(r.code, grpc.StatusCode.UNKNOWN)
                 out.append(from_status(code, r.message))
+        if attempts.ambiguous:
+            await self._recognise_binds(items, out)
         return out
+
+    async def _recognise_binds(
+        self, items: Sequence[BindItem], out: list[str | TinykubeError]
+    ) -> None:
+        """Turn each ALREADY_EXISTS in `out` whose pod is bound where `items` asked into the
+        pod's resourceVersion (an earlier attempt's success); one Get per such item."""
+        suspects = [k for k, r in enumerate(out) if isinstance(r, AlreadyExistsError)]
+        found = await asyncio.gather(
+            *(
+                self._bound_rv(items[k].namespace, items[k].name, items[k].node_name, items[k].uid)
+                for k in suspects
+            )
+        )
+        for k, rv in zip(suspects, found, strict=True):
+            if rv is not None:
+                out[k] = rv
 
     async def wait_ready(self, timeout: float) -> None:  # noqa: ASYNC109 (the contract's API)
         """Wait until the channel is connected; DeadlineExceededError after `timeout` seconds."""
@@ -367,3 +500,39 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _update_retry(obj: Message) -> Callable[[BaseException], bool]:
+    """The retry rule of an Update: always with a resourceVersion precondition, else unsent."""
+    meta: Any = cast(Any, obj).metadata
+    return is_retryable if meta.resourceVersion else is_unsent
+
+
+def _has_field(msg: Any, name: str) -> bool:
+    return name in msg.DESCRIPTOR.fields_by_name
+
+
+def _has_all(sent: Any, stored: Any) -> bool:
+    """Every entry of a map or list field `sent` is in `stored` (messages: `_contains`)."""
+    if hasattr(sent, "keys"):
+        return all(k in stored and _same(sent[k], stored[k]) for k in sent)
+    return len(sent) == len(stored) and all(_same(a, b) for a, b in zip(sent, stored, strict=True))
+
+
+def _same(sent: Any, stored: Any) -> bool:
+    if isinstance(sent, Message):
+        return isinstance(stored, Message) and _contains(sent, stored)
+    return bool(sent == stored)
+
+
+def _contains(sent: Message, stored: Message) -> bool:
+    """Every field set in `sent` has the same value in `stored`, recursively; fields `sent`
+    left unset (the server's defaults) are not compared."""
+    for field, value in sent.ListFields():
+        other = getattr(stored, field.name)
+        if field.is_repeated:
+            if not _has_all(value, other):
+                return False
+        elif not _same(value, other):
+            return False
+    return True

@@ -5,6 +5,14 @@
 jittered exponential backoff, so a conflict or a validation error reaches the caller at once.
 `Backoff` is the same shape of delay for loops that never give up (informer watches, leases);
 it sleeps on an injected clock so tests drive it by hand. Everything runs on the caller's task.
+
+Which calls may be repeated is the caller's choice (`retry_if`): a read, or a write guarded by a
+resourceVersion/uid precondition, is safe to send twice, so it retries on `is_retryable`; a write
+that would take effect twice (a Create with generateName, an unconditional Update) retries only on
+`is_unsent`, the failures that prove the request never reached the server. A DEADLINE_EXCEEDED,
+or an UNAVAILABLE after the request went out (the stream was reset), leaves it unknown whether
+the server applied it; `Attempts.ambiguous` records that, so a caller whose retry then fails with
+ALREADY_EXISTS can look for its own earlier success (see tinykube/client.py).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import grpc
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -24,7 +33,7 @@ from tenacity import (
 )
 
 from tinykube.clock import Clock
-from tinykube.errors import is_retryable
+from tinykube.errors import TinykubeError, is_retryable
 
 R = TypeVar("R")
 
@@ -35,6 +44,49 @@ log = logging.getLogger(__name__)
 INITIAL_BACKOFF = 0.1
 MAX_BACKOFF = 2.0
 
+# What grpc-core says when the call found no connection to send it on: the channel could not
+# connect (refused, unreachable, handshake failed) or could not resolve the name. In both the
+# load-balancing pick failed, so no byte of the request left the process. A call that was sent
+# and lost its stream says "Stream removed (Socket closed)", "Cancelling all calls" (GOAWAY) or
+# "Connection reset by peer" instead; those stay ambiguous.
+_UNSENT_MARKERS = ("failed to connect to all addresses", "DNS resolution failed")
+
+
+def is_unsent(exc: BaseException) -> bool:
+    """True if `exc` proves the request never reached the server, so any call may be re-sent.
+
+    Only UNAVAILABLE before a connection existed qualifies (checked on grpc.aio against a
+    stopped and a SIGKILLed server). DEADLINE_EXCEEDED never does: without wait_for_ready a call
+    with no connection fails at once as UNAVAILABLE, so a deadline means the call was sent.
+    """
+    if not is_retryable(exc):
+        return False
+    if isinstance(exc, TinykubeError):
+        if exc.code != grpc.StatusCode.UNAVAILABLE:
+            return False
+        details = exc.message
+    elif isinstance(exc, grpc.RpcError) and hasattr(exc, "details"):
+        if exc.code() != grpc.StatusCode.UNAVAILABLE:
+            return False
+        details = exc.details() or ""
+    else:
+        return False
+    return any(marker in details for marker in _UNSENT_MARKERS)
+
+
+class Attempts:
+    """What the attempts of one call have seen; `ambiguous` once a failure left it unknown
+    whether the server applied the request (the request may have landed)."""
+
+    __slots__ = ("ambiguous",)
+
+    def __init__(self) -> None:
+        self.ambiguous = False
+
+    def failed(self, exc: BaseException) -> None:
+        if is_retryable(exc) and not is_unsent(exc):
+            self.ambiguous = True
+
 
 async def call_with_retries(
     attempt: Callable[[], Awaitable[R]],
@@ -43,8 +95,10 @@ async def call_with_retries(
     initial: float = INITIAL_BACKOFF,
     maximum: float = MAX_BACKOFF,
     what: str = "",
+    retry_if: Callable[[BaseException], bool] = is_retryable,
 ) -> R:
-    """Run `attempt` until it succeeds, fails with a non-retryable error, or retries run out.
+    """Run `attempt` until it succeeds, fails with an error `retry_if` rejects, or retries run
+    out. `retry_if` is `is_retryable` for calls safe to repeat, `is_unsent` for the others.
 
     The last error is re-raised as is (not wrapped in tenacity's RetryError).
     """
@@ -54,7 +108,7 @@ async def call_with_retries(
     try:
         return await attempt()
     except Exception as exc:
-        if retries <= 0 or not is_retryable(exc):
+        if retries <= 0 or not retry_if(exc):
             raise
         delay = min(maximum, initial + random.uniform(0, initial))
         log.info("%s attempt 1 failed (%s); retrying in %.2fs", what or "call", exc, delay)
@@ -73,7 +127,7 @@ async def call_with_retries(
         )
 
     retrying = AsyncRetrying(
-        retry=retry_if_exception(is_retryable),
+        retry=retry_if_exception(retry_if),
         stop=stop_after_attempt(retries),
         # Tenacity counts from its own first attempt, which is our second: start one doubling on.
         wait=wait_exponential_jitter(multiplier=initial * 2, max=maximum, jitter=initial),

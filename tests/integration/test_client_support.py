@@ -25,6 +25,10 @@ class TcpProxy:
         self._tasks: set[asyncio.Task[None]] = set()
         self.refusing = False
         self.blackhole = False  # accept connections but never forward a byte
+        # Forward requests but hold the server's bytes until `release()`: an answer that is
+        # computed (the request landed) but arrives after the client's deadline.
+        self.holding_answers = False
+        self._held: list[tuple[asyncio.StreamWriter, bytes]] = []
         self.connections = 0
         self.address = ""
 
@@ -49,9 +53,12 @@ class TcpProxy:
         self.connections += 1
         self._writers.update((writer, up_writer))
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, answers: bool) -> None:
             try:
                 while data := await src.read(65536):
+                    if answers and self.holding_answers:
+                        self._held.append((dst, data))
+                        continue
                     dst.write(data)
                     await dst.drain()
             except (OSError, asyncio.IncompleteReadError):
@@ -60,10 +67,18 @@ class TcpProxy:
                 dst.close()
                 self._writers.discard(dst)
 
-        for coro in (pipe(reader, up_writer), pipe(up_reader, writer)):
+        for coro in (pipe(reader, up_writer, False), pipe(up_reader, writer, True)):
             task = asyncio.ensure_future(coro)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def release(self) -> None:
+        """Stop holding the server's bytes and deliver those held, in order."""
+        self.holding_answers = False
+        held, self._held = self._held, []
+        for dst, data in held:
+            if not dst.is_closing():
+                dst.write(data)
 
     def cut(self) -> None:
         """Close every open connection (both directions), as a broken link would."""

@@ -42,6 +42,8 @@ class FakeResource(Generic[M]):
         self.objects: dict[str, M] = {}
         self.calls: list[tuple[str, str]] = []
         self.fail_creates: Exception | None = None
+        # Creates that are applied and then fail with this error (their answer was lost).
+        self.lose_create_answers: Exception | None = None
 
     def _copy(self, obj: M) -> M:
         out = self.cls()
@@ -67,6 +69,8 @@ class FakeResource(Generic[M]):
         smeta.creationTimestamp.FromDatetime(self.clock.now().replace(tzinfo=None))
         self.objects[key] = stored
         self.calls.append(("create", key))
+        if self.lose_create_answers is not None:
+            raise self.lose_create_answers
         return self._copy(stored)
 
     async def get(self, name: str, namespace: str = "") -> M:

@@ -15,7 +15,7 @@ from controller.replicaset import (
 from controller.util import datetime_to_ts, key_of
 from tests.unit.controller.fakes import FakeClient, FakeQueue, FakeRecorder, FakeStore
 from tinykube.clock import FakeClock
-from tinykube.errors import InvalidError
+from tinykube.errors import DeadlineExceededError, InvalidError, UnavailableError
 from tinykube.v1 import meta_pb2, pod_pb2, replicaset_pb2
 
 
@@ -169,6 +169,44 @@ async def test_failed_creations_lower_expectations_and_set_replica_failure() -> 
     await env.ctrl.sync("default/web")
     assert len(env.pods()) == 3
     assert not env.client.replica_sets.objects["default/web"].status.conditions
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        DeadlineExceededError("Deadline Exceeded"),
+        UnavailableError("Stream removed (Socket closed)"),
+    ],
+    ids=["deadline", "reset"],
+)
+async def test_a_create_whose_answer_was_lost_is_expected_not_made_again(
+    lost: Exception,
+) -> None:
+    env = Env()
+    await env.create_rs(make_rs(replicas=3))
+    env.pod_store.lag()
+    env.client.pods.lose_create_answers = lost  # each create lands; its answer does not
+    await env.ctrl.sync("default/web")
+    assert len(env.pods()) == 3
+    assert not env.ctrl.expectations.satisfied("default/web")  # waiting to observe them
+    env.client.pods.lose_create_answers = None
+    await env.ctrl.sync("default/web")
+    assert len(env.pods()) == 3, "a pod whose create answer was lost was created again"
+    env.pod_store.catch_up()
+    for pod in env.pods():
+        env.ctrl.on_pod_add(pod)
+    assert env.ctrl.expectations.satisfied("default/web")
+
+
+async def test_a_create_that_never_left_the_client_is_a_failure() -> None:
+    env = Env()
+    await env.create_rs(make_rs(replicas=1))
+    env.client.pods.fail_creates = UnavailableError(
+        "failed to connect to all addresses; last error: UNKNOWN: Connection refused"
+    )
+    with pytest.raises(UnavailableError):
+        await env.ctrl.sync("default/web")
+    assert env.ctrl.expectations.satisfied("default/web")  # nothing to wait for
 
 
 async def test_scale_down_deletes_the_least_useful_pods_first() -> None:
