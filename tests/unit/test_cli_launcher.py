@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tinykube.cli import up
 from tinykube.cli.main import build_parser
 from tinykube.cli.up import build_cluster
 from tinykube.kubeconfig import write_kubeconfig
@@ -179,3 +180,49 @@ def test_kubeconfig_is_what_kubectl_reads(tmp_path: Path) -> None:
         "namespace": "default",
     }
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+def _install(bin_dir: Path, *names: str) -> None:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    ("where", "on_path", "expected"),
+    [
+        # `make up` in a checkout: the venv is not on PATH, so the relative path.
+        ("repo", "", ".venv/bin/tinykube"),
+        # The venv's bin on PATH (activated): the bare name works.
+        ("repo", "venv", "tinykube"),
+        # Another tinykube first on PATH would run another checkout's code: ours, by path.
+        ("repo", "other", ".venv/bin/tinykube"),
+        # `up` run from outside the checkout: the absolute path.
+        ("elsewhere", "", "ABS"),
+    ],
+)
+def test_printed_commands_run_as_printed(
+    tmp_path: Path, where: str, on_path: str, expected: str
+) -> None:
+    repo = tmp_path / "repo"
+    venv_bin = repo / ".venv" / "bin"
+    _install(venv_bin, "tinykube")
+    _install(tmp_path / "other", "tinykube")
+    (tmp_path / "elsewhere").mkdir()
+    path = {"": "/nonexistent", "venv": str(venv_bin), "other": str(tmp_path / "other")}[on_path]
+    got = up.tool_command("tinykube", bin_dir=venv_bin, cwd=tmp_path / where, path=path)
+    assert got == (str(venv_bin / "tinykube") if expected == "ABS" else expected)
+    # A tool the venv lacks is left to PATH.
+    assert up.tool_command("nothere", bin_dir=venv_bin, cwd=repo, path=path) == "nothere"
+
+
+def test_up_suggests_every_tool_by_the_path_that_runs_it(tmp_path: Path) -> None:
+    c = cluster(tmp_path, kubelets=[])
+    lines = up.try_commands(c, lambda name: f".venv/bin/{name}")
+    assert lines == [
+        ".venv/bin/tinykube get nodes",
+        ".venv/bin/grpcurl -plaintext 127.0.0.1:6443 list",
+        ".venv/bin/kubectl get nodes",
+        f".venv/bin/kubectl --kubeconfig {tmp_path.resolve() / 'kubeconfig'} get nodes",
+    ]

@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import signal
+import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -132,15 +136,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         for note in cluster.skipped:
             ctx.print(f"  ({note})")
         ctx.print(f"logs: {cluster.logs_dir}/<component>.log")
-        server = (
-            "" if cluster.api_address == default_server() else f"--server {cluster.api_address} "
-        )
-        ctx.print(f"try:  tinykube {server}get nodes")
-        ctx.print(f"      grpcurl -plaintext {cluster.api_address} list")
-        if cluster.rest_address == f"127.0.0.1:{launcher.DEFAULT_REST_PORT}":
-            # kubectl without a kubeconfig talks to localhost:8080.
-            ctx.print("      kubectl get nodes")
-        ctx.print(f"      kubectl --kubeconfig {cluster.kubeconfig} get nodes")
+        for i, line in enumerate(try_commands(cluster, tool_command)):
+            ctx.print(f"{'try:' if i == 0 else ''.ljust(4)}  {line}")
         (Path(cluster.work_dir) / "endpoints.json").write_text(json.dumps(endpoints, indent=2))
         ctx.print("Press Ctrl-C to stop.")
         watch_components(cluster, stop, ctx)
@@ -151,6 +148,50 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     ctx.print("stopped.")
     return 0
+
+
+def tool_command(
+    name: str,
+    bin_dir: Path | None = None,
+    cwd: Path | None = None,
+    path: str | None = None,
+) -> str:
+    """How to type `name`, a tool installed beside this Python (the venv's bin), so it runs.
+
+    The bare name where PATH finds this very file; else its path: relative where `bin_dir`
+    lies under `cwd` (`make up` in a checkout: `.venv/bin/tinykube`), absolute otherwise. A
+    tool not in `bin_dir` stays a bare name (the user installed it elsewhere, or must).
+    """
+    bin_dir = Path(sys.executable).parent if bin_dir is None else bin_dir
+    cwd = Path.cwd() if cwd is None else cwd
+    path = os.environ.get("PATH", os.defpath) if path is None else path
+    ours = bin_dir / name
+    if not (ours.is_file() and os.access(ours, os.X_OK)):
+        return name
+    found = shutil.which(name, path=path)
+    if found is not None and os.path.samefile(found, ours):
+        return name
+    try:
+        return str(ours.absolute().relative_to(cwd.absolute()))
+    except ValueError:
+        return str(ours.absolute())
+
+
+def try_commands(
+    cluster: launcher.LocalCluster, command: Callable[[str], str] = tool_command
+) -> list[str]:
+    """The commands `up` suggests, each runnable as printed from where `up` runs."""
+    server = "" if cluster.api_address == default_server() else f"--server {cluster.api_address} "
+    kubectl = command("kubectl")
+    lines = [
+        f"{command('tinykube')} {server}get nodes",
+        f"{command('grpcurl')} -plaintext {cluster.api_address} list",
+    ]
+    if cluster.rest_address == f"127.0.0.1:{launcher.DEFAULT_REST_PORT}":
+        # kubectl without a kubeconfig talks to localhost:8080.
+        lines.append(f"{kubectl} get nodes")
+    lines.append(f"{kubectl} --kubeconfig {cluster.kubeconfig} get nodes")
+    return lines
 
 
 def watch_components(cluster: launcher.LocalCluster, stop: threading.Event, ctx: Context) -> None:
