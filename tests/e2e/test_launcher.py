@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.e2e.conftest import tinykube_command
+from tests.e2e.conftest import READY_LINE, processes_in, tinykube_command
 from tinykube.client import Client
 from tinykube.health import check_sync
 from tinykube.launcher import ComponentError, LocalCluster, descendants, has_main
@@ -104,8 +107,91 @@ def test_up_reports_a_busy_port_and_exits_1(tmp_path: Path) -> None:
             timeout=120,
         )
     assert done.returncode == 1
-    assert done.stderr.startswith(
-        f"error: apiserver did not become healthy on 127.0.0.1:{port}: exited with code"
+    # Refused before anything started: no etcd, no component, no log.
+    assert done.stderr == (
+        f"error: port 127.0.0.1:{port} (apiserver) is not free: Address already in use; "
+        "is another cluster running? stop it, or pick other ports (--free-ports, --*-port)\n"
     )
-    assert "Failed to bind to address" in done.stderr  # the tail of the apiserver's log
-    assert "Traceback" not in done.stderr.split("---", 1)[0]
+    assert not (tmp_path / "logs" / "etcd.log").exists()
+    assert not (tmp_path / "logs" / "apiserver.log").exists()
+
+
+def start_up(data_dir: Path, *flags: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """`tinykube up` (one fake kubelet) running until READY_LINE; its endpoints."""
+    process = subprocess.Popen(
+        [*tinykube_command(), "up", "--free-ports", "--data-dir", str(data_dir), *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    assert process.stdout is not None
+    output = []
+    for line in process.stdout:
+        output.append(line)
+        if line.rstrip("\n") == READY_LINE:
+            break
+    else:
+        pytest.fail(f"tinykube up exited with {process.wait()}:\n{''.join(output)}")
+    return process, json.loads((data_dir / "endpoints.json").read_text())
+
+
+def test_second_up_is_refused_and_components_die_with_up(tmp_path: Path) -> None:
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first, endpoints = start_up(first_dir, "--kubelets", "1", "--kubelet-runtime", "fake")
+    try:
+        logs_before = {p.name: p.stat().st_size for p in (first_dir / "logs").iterdir()}
+        # The same data directory: refused by the lock, naming the running cluster.
+        same_dir = subprocess.run(
+            [*tinykube_command(), "up", "--free-ports", "--data-dir", str(first_dir)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert same_dir.returncode == 1, same_dir.stdout + same_dir.stderr
+        assert same_dir.stderr == (
+            f"error: a tinykube cluster is already running in {first_dir} (pid {first.pid}, "
+            f"apiserver {endpoints['apiserver']}); stop it (Ctrl-C where it runs) or use "
+            "another --data-dir\n"
+        )
+        # Another directory on the first cluster's ports: refused by the port check.
+        rest = yaml.safe_load((first_dir / "kubeconfig").read_text())["clusters"][0]
+        taken_ports = [
+            ("--apiserver-port", endpoints["apiserver"], "apiserver"),
+            ("--rest-port", rest["cluster"]["server"].removeprefix("http://"), "REST"),
+            ("--kubelet-port", endpoints["kubelet-node-1"], "kubelet-node-1"),
+        ]
+        for flag, address, what in taken_ports:
+            port = address.rsplit(":", 1)[1]
+            args = ["up", "--free-ports", "--data-dir", str(second_dir), flag, port]
+            taken = subprocess.run(
+                [*tinykube_command(), *args, "--kubelets", "1"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert taken.returncode == 1, taken.stdout + taken.stderr
+            what = "apiserver's REST API" if what == "REST" else what
+            assert taken.stderr.startswith(f"error: port {address} ({what}) is not free: ")
+        assert not (second_dir / "logs" / "apiserver.log").exists()
+        logs_after = {p.name: p.stat().st_size for p in (first_dir / "logs").iterdir()}
+        assert logs_after == logs_before, "the refused `up`s must not touch the first's logs"
+
+        # SIGKILL of `up`: the kernel's parent-death signal stops every component.
+        components = processes_in(first_dir)
+        assert len(components) >= 5  # etcd, apiserver, scheduler, controller, kubelet, proxy
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+        deadline = time.monotonic() + 30
+        while processes_in(first_dir) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert processes_in(first_dir) == [], "components outlived a SIGKILLed tinykube up"
+        # The lock died with its holder: the directory can be used again at once.
+        again, _ = start_up(first_dir, "--kubelets", "0")
+        again.send_signal(signal.SIGINT)
+        assert again.wait(60) == 0
+    finally:
+        if first.poll() is None:
+            first.send_signal(signal.SIGINT)
+            first.wait(60)

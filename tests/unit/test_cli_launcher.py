@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tinykube import launcher
 from tinykube.cli import up
 from tinykube.cli.main import build_parser
 from tinykube.cli.up import build_cluster
 from tinykube.kubeconfig import write_kubeconfig
 from tinykube.launcher import LocalCluster, log_tail
+from tinykube.pdeathsig import with_parent_death_signal
 
 
 def cluster(tmp_path: Path, **kwargs: object) -> LocalCluster:
@@ -226,3 +229,50 @@ def test_up_suggests_every_tool_by_the_path_that_runs_it(tmp_path: Path) -> None
         ".venv/bin/kubectl get nodes",
         f".venv/bin/kubectl --kubeconfig {tmp_path.resolve() / 'kubeconfig'} get nodes",
     ]
+
+
+def test_a_second_cluster_in_the_same_directory_is_refused_before_starting(
+    tmp_path: Path,
+) -> None:
+    first = cluster(tmp_path, kubelets=[])
+    first._take_lock()
+    try:
+        second = cluster(tmp_path, kubelets=[], apiserver_port=7443)
+        with pytest.raises(launcher.ClusterRunning) as info:
+            second.start()
+        assert str(info.value) == (
+            f"a tinykube cluster is already running in {tmp_path.resolve()} "
+            f"(pid {os.getpid()}, apiserver 127.0.0.1:6443); stop it (Ctrl-C where it runs) "
+            "or use another --data-dir"
+        )
+        assert second.processes == {}
+    finally:
+        first._release_lock()
+    # Released: the next owner takes it and names itself.
+    second._take_lock()
+    assert first.lock_path.read_text() == f"pid {os.getpid()}, apiserver 127.0.0.1:7443\n"
+    second._release_lock()
+
+
+def test_planned_ports_cover_every_listener(tmp_path: Path) -> None:
+    c = cluster(tmp_path, kubelets=["n1"], proxies=True, proxy_port=10256, etcd_endpoint=None)
+    c._etcd_port = 2379
+    assert c.planned_ports() == [
+        ("etcd", "127.0.0.1", 2379),
+        ("apiserver", "127.0.0.1", 6443),
+        ("apiserver's REST API", "127.0.0.1", 8080),
+        ("scheduler", "127.0.0.1", 10259),
+        ("controller", "127.0.0.1", 10257),
+        ("kubelet-n1", "127.0.0.1", 10250),
+        ("proxy-n1", "127.0.0.1", 10256),
+    ]
+
+
+def test_up_components_die_with_it(tmp_path: Path) -> None:
+    args = build_parser().parse_args(["up", "--data-dir", str(tmp_path)])
+    c = build_cluster(args)
+    assert c.die_with_parent
+    wrapped = with_parent_death_signal(["etcd", "--name", "x"], parent=42)
+    assert wrapped[:4] == [sys.executable, "-I", "-S", "-c"]
+    assert "prctl(1, int(signal.SIGTERM)" in wrapped[4]
+    assert wrapped[5:] == ["42", "etcd", "--name", "x"]

@@ -9,6 +9,12 @@ and waits. A component that dies meanwhile is
 reported with its log file, not restarted. Ctrl-C or SIGTERM stops every process (SIGTERM, then
 SIGKILL after a grace) and exits 0. The data directory (etcd's data and the logs) survives
 restarts of `up`. A component that fails to start is reported with its log's tail (exit 1).
+
+Before starting anything it takes the data directory's lock and checks that every port it will
+listen on is free (exit 1 naming the running cluster or the port; `launcher.ClusterRunning`,
+`launcher.PortInUse`). Its processes get a parent-death signal (`tinykube.pdeathsig`), so they
+stop when `up` dies however it dies. The suggested commands are printed by a path that runs
+them from where `up` runs (`tool_command`): `.venv/bin/tinykube` unless PATH finds that file.
 """
 
 from __future__ import annotations
@@ -105,6 +111,8 @@ def build_cluster(args: argparse.Namespace) -> launcher.LocalCluster:
         node_ips=not args.no_proxy,
         proxy_port=port(None, launcher.DEFAULT_PROXY_PORT),
         rest_port=port(args.rest_port, launcher.DEFAULT_REST_PORT),
+        # Components must not outlive `up`, however it dies (SIGKILL, a closed terminal).
+        die_with_parent=True,
     )
 
 
