@@ -28,6 +28,10 @@ restart counts, last terminations), so a restarted kubelet adopts the processes 
 instead of starting duplicates, and keeps restart counts. The exit code of an adopted process
 that exits cannot be known (it is no longer our child): it is reported as Kubernetes does for a
 container the runtime lost, reason ContainerStatusUnknown, exit code 137.
+A container found gone when the kubelet starts (`load`: the node rebooted, or `tinykube up` was
+stopped) is no crash: it starts again at once, restart count + 1, without back-off, as
+Kubernetes' kubelet restarts a pod's containers after a reboot; back-off is for containers that
+exit while a kubelet watches.
 
 Concurrency: one event loop; process starts and signals are quick syscalls made inline.
 """
@@ -108,6 +112,9 @@ class ProcessRuntime:
         self._shims: list[subprocess.Popen[bytes]] = []
         # Container pid -> wall time its exit was first seen, while its log drains.
         self._exited_at: dict[int, float] = {}
+        # (pod uid, container) found running in state.json but gone when `load` ran (the
+        # node rebooted, or `tinykube up` stopped everything): restarted at once, no back-off.
+        self._gone_at_load: set[tuple[str, str]] = set()
 
     # ---- persistence ----
 
@@ -154,11 +161,13 @@ class ProcessRuntime:
                 log.warning("ignoring unreadable state %s: %s", state, exc)
                 continue
             self._pods[rec.uid] = rec
-            adopted = [
-                c.name
+            running = [
+                c
                 for c in (*rec.init_containers.values(), *rec.containers.values())
-                if c.state == RUNNING and proc_start_time(c.pid) == c.proc_start
+                if c.state == RUNNING
             ]
+            adopted = [c.name for c in running if proc_start_time(c.pid) == c.proc_start]
+            self._gone_at_load.update((rec.uid, c.name) for c in running if c.name not in adopted)
             log.info(
                 "restored pod %s/%s (%s); adopted running containers: %s",
                 rec.namespace,
@@ -272,7 +281,18 @@ class ProcessRuntime:
                 restart = term.exit_code != 0 and policy != "Never"
             else:
                 restart = policy == "Always" or (policy == "OnFailure" and term.exit_code != 0)
-            if restart:
+            lost_at_load = (rec.uid, crec.name) in self._gone_at_load
+            self._gone_at_load.discard((rec.uid, crec.name))
+            if restart and lost_at_load:
+                # Lost while no kubelet ran, not a crash: start it again now, as a kubelet
+                # does after a node reboot (the restart count still grows).
+                crec.last = term
+                crec.terminated = None
+                crec.next_start = term.finished_at
+                crec.state = WAITING
+                crec.waiting_reason = "ContainerCreating"
+                crec.waiting_message = ""
+            elif restart:
                 rec.events.append(
                     (
                         "Warning",

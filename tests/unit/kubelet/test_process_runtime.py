@@ -151,6 +151,43 @@ async def test_restarted_runtime_adopts_running_processes(tmp_path: Path) -> Non
     assert not (tmp_path / "pods" / "u6").exists()
 
 
+@pytest.mark.parametrize(
+    ("policy", "state", "restarts"),
+    [
+        # Lost while no kubelet ran (a reboot, `tinykube up` stopped): started again at once.
+        ("Always", RUNNING, 1),
+        ("OnFailure", RUNNING, 1),  # reported as exit code 137, a failure
+        ("Never", TERMINATED, 0),
+    ],
+)
+async def test_containers_gone_at_kubelet_start_restart_at_once(
+    tmp_path: Path, clock: FakeClock, policy: str, state: str, restarts: int
+) -> None:
+    first = runtime(tmp_path, clock)
+    pod = make_pod("g1", "sleep", "30", policy=policy)
+    rec = await first.sync_pod(pod)
+    child = first._children.pop(rec.containers["c"].pid)
+    child.kill()
+    child.wait()
+
+    second = runtime(tmp_path, clock)
+    second.load()
+    rec2 = await second.sync_pod(pod)  # the same instant: no back-off wait
+    crec = rec2.containers["c"]
+    assert (crec.state, crec.restart_count) == (state, restarts)
+    assert crec.waiting_reason != "CrashLoopBackOff"
+    assert (crec.last or crec.terminated) is not None
+    assert (crec.last or crec.terminated).reason == "ContainerStatusUnknown"  # type: ignore[union-attr]
+    if state == RUNNING:
+        assert crec.backoff_exp == 0, "a lost container is no crash: no back-off to grow"
+        assert not any(reason == "BackOff" for _, reason, _ in rec2.events)
+        # A crash after that backs off as ever.
+        second._children[crec.pid].kill()
+        rec3 = await settle(second, pod, WAITING)
+        assert rec3.containers["c"].waiting_reason == "CrashLoopBackOff"
+        await second.kill_pod("g1", 1.0)
+
+
 async def test_kill_escalates_to_sigkill_after_the_grace_period(tmp_path: Path) -> None:
     rt = ProcessRuntime(tmp_path, clock=Clock())
     pod = make_pod("u7", "sh", "-c", "trap '' TERM; echo ready; while true; do sleep 0.05; done")
