@@ -160,7 +160,8 @@ def test_up_flags_map_to_the_cluster(tmp_path: Path) -> None:
     assert c.rest_address == "127.0.0.1:8080"
     # With proxies each node has its own loopback address (pods bind $POD_IP).
     assert c.address("node-3") == "127.0.1.3:10252"
-    assert c.command(c.components["kubelet-node-3"])[-2:] == ["--node-ip", "127.0.1.3"]
+    node_3 = c.command(c.components["kubelet-node-3"])
+    assert node_3[node_3.index("--node-ip") + 1] == "127.0.1.3"
     assert c.address("proxy-node-1") == "127.0.0.1:10256"
     assert c.command(c.components["proxy-node-2"])[1:3] == ["-m", "kubelet.proxy"]
     assert c.command(c.components["proxy-node-2"])[-2:] == ["--node-name", "node-2"]
@@ -276,3 +277,54 @@ def test_up_components_die_with_it(tmp_path: Path) -> None:
     assert wrapped[:4] == [sys.executable, "-I", "-S", "-c"]
     assert "prctl(1, int(signal.SIGTERM)" in wrapped[4]
     assert wrapped[5:] == ["42", "etcd", "--name", "x"]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "cpus", "memory", "expected"),
+    [
+        (2, 2, 8 * 1024**3, {"cpu": "1", "memory": "4194304Ki"}),
+        (3, 2, 3 * 1024**3, {"cpu": "666m", "memory": "1048576Ki"}),
+        (1, 4, 1000 * 1024, {"cpu": "4", "memory": "1000Ki"}),
+        # Rounded down, but never to nothing.
+        (3000, 1, 1024, {"cpu": "1m", "memory": "1Ki"}),
+        # Unknown amounts are left to the kubelet's default.
+        (2, 0, 0, {}),
+    ],
+)
+def test_each_node_gets_an_equal_share_of_the_machine(
+    nodes: int, cpus: int, memory: int, expected: dict[str, str]
+) -> None:
+    assert up.machine_share(nodes, cpus=cpus, memory_bytes=memory) == expected
+
+
+def capacity_flag(c: LocalCluster, node: str) -> dict[str, str]:
+    cmd = c.command(c.components[f"kubelet-{node}"])
+    flag = cmd[len(cmd) - 1 - cmd[::-1].index("--capacity") + 1]
+    return dict(item.split("=") for item in flag.split(","))
+
+
+def test_up_gives_every_kubelet_its_share_unless_told(tmp_path: Path) -> None:
+    args = build_parser().parse_args(["up", "--data-dir", str(tmp_path), "--kubelets", "4"])
+    share = up.machine_share(4)
+    assert capacity_flag(build_cluster(args), "node-1") == share
+    assert capacity_flag(build_cluster(args), "node-4") == share
+    told = build_parser().parse_args(
+        ["up", "--data-dir", str(tmp_path), "--kubelets", "4", "--node-capacity", "cpu=8,pods=5"]
+    )
+    assert capacity_flag(build_cluster(told), "node-2") == {**share, "cpu": "8", "pods": "5"}
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("cpu", "'cpu' is not RESOURCE=QUANTITY"),
+        ("cpu=", "'cpu=' is not RESOURCE=QUANTITY"),
+        ("cpu=two", "invalid quantity for cpu: "),
+    ],
+)
+def test_bad_node_capacity_names_the_resource(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, message: str
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["up", "--node-capacity", flag])
+    assert f"argument --node-capacity: {message}" in capsys.readouterr().err

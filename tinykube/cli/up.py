@@ -10,6 +10,10 @@ reported with its log file, not restarted. Ctrl-C or SIGTERM stops every process
 SIGKILL after a grace) and exits 0. The data directory (etcd's data and the logs) survives
 restarts of `up`. A component that fails to start is reported with its log's tail (exit 1).
 
+Each kubelet reports an equal share of this machine (`machine_share`: cores and memory divided
+by the number of kubelets), so the cluster never promises more than the machine has;
+`--node-capacity cpu=..,memory=..,pods=..` overrides any of them for every node.
+
 Before starting anything it takes the data directory's lock and checks that every port it will
 listen on is free (exit 1 naming the running cluster or the port; `launcher.ClusterRunning`,
 `launcher.PortInUse`). Its processes get a parent-death signal (`tinykube.pdeathsig`), so they
@@ -32,6 +36,7 @@ from types import FrameType
 
 from tinykube import launcher
 from tinykube.cli.common import Context, default_server
+from tinykube.quantity import QuantityError, parse_quantity
 
 POLL_SECONDS = 1.0
 
@@ -52,6 +57,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     parser.add_argument(
         "--kubelet-runtime", default="process", choices=("process", "fake"), help="pod runtime"
+    )
+    parser.add_argument(
+        "--node-capacity",
+        type=parse_capacity,
+        default=None,
+        metavar="cpu=Q,memory=Q,pods=N",
+        help="what every node reports (the kubelet's --capacity); a resource not given is an "
+        "equal share of this machine's cores and memory, and 110 pods. Default: each node "
+        "gets 1/N of the machine, so the cluster promises no more than it has",
     )
     parser.add_argument("--no-scheduler", action="store_true", help="do not start the scheduler")
     parser.add_argument(
@@ -95,12 +109,16 @@ def build_cluster(args: argparse.Namespace) -> launcher.LocalCluster:
             return value
         return 0 if args.free_ports else default
 
+    nodes = [f"node-{i}" for i in range(1, args.kubelets + 1)]
+    capacity = {**machine_share(len(nodes)), **(args.node_capacity or {})}
+    extra = {"kubelet": ["--capacity", ",".join(f"{k}={v}" for k, v in capacity.items())]}
     return launcher.LocalCluster(
         args.data_dir,
+        extra_args=extra,
         apiserver_port=port(args.apiserver_port, launcher.DEFAULT_APISERVER_PORT),
         scheduler=not args.no_scheduler,
         controller=not args.no_controller,
-        kubelets=[f"node-{i}" for i in range(1, args.kubelets + 1)],
+        kubelets=nodes,
         kubelet_runtime=args.kubelet_runtime,
         etcd_port=port(args.etcd_port, launcher.DEFAULT_ETCD_PORT),
         scheduler_port=port(args.scheduler_port, launcher.DEFAULT_SCHEDULER_PORT),
@@ -114,6 +132,54 @@ def build_cluster(args: argparse.Namespace) -> launcher.LocalCluster:
         # Components must not outlive `up`, however it dies (SIGKILL, a closed terminal).
         die_with_parent=True,
     )
+
+
+def parse_capacity(text: str) -> dict[str, str]:
+    """`cpu=2,memory=4Gi,pods=50`: resource names to quantities, each parsed strictly."""
+    out: dict[str, str] = {}
+    for item in text.split(","):
+        name, sep, amount = item.strip().partition("=")
+        if not sep or not name.strip() or not amount.strip():
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not RESOURCE=QUANTITY")
+        try:
+            parse_quantity(amount.strip())
+        except QuantityError as exc:
+            raise argparse.ArgumentTypeError(f"invalid quantity for {name.strip()}: {exc}") from exc
+        out[name.strip()] = amount.strip()
+    return out
+
+
+def machine_memory_bytes() -> int | None:
+    """MemTotal of /proc/meminfo (None where it cannot be read)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def machine_share(
+    nodes: int, cpus: int | None = None, memory_bytes: int | None = None
+) -> dict[str, str]:
+    """An equal share of this machine's cores and memory for each of `nodes` nodes.
+
+    cpu in millicores (whole cores where it divides evenly), memory in Ki, both rounded down
+    so the nodes together never promise more than the machine has; at least 1m and 1Ki. A
+    resource whose machine amount is unknown is left to the kubelet's own default.
+    """
+    cpus = os.cpu_count() if cpus is None else cpus
+    memory_bytes = machine_memory_bytes() if memory_bytes is None else memory_bytes
+    n = max(1, nodes)
+    share: dict[str, str] = {}
+    if cpus:
+        millis = max(1, cpus * 1000 // n)
+        share["cpu"] = str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+    if memory_bytes:
+        share["memory"] = f"{max(1, memory_bytes // 1024 // n)}Ki"
+    return share
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
