@@ -7,6 +7,7 @@ so AGE columns are exact.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from tinykube import errors, kinds
-from tinykube.cli import apply, common, printers
+from tinykube.cli import apply, common, logs, printers
 from tinykube.cli.main import build_parser, command_modules, main
 from tinykube.duration import human_duration
 from tinykube.kinds import KindInfo
@@ -453,6 +454,102 @@ def test_delete_by_name_and_by_file(server: FakeServer, tmp_path: Path) -> None:
     code, _, err = run_cli("delete", "pod")
     assert code == 1
     assert "no name was specified" in err
+
+
+def test_delete_goes_on_past_missing_objects_and_reports_each(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    seed(server, make_pod("a"), make_pod("c"))
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(
+        "".join(
+            f"---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {n}}}\n"
+            "spec: {containers: [{name: c, image: x}]}\n"
+            for n in ("a", "b", "c", "d")
+        )
+    )
+    code, out, err = run_cli("delete", "-f", str(manifest))
+    assert (code, out) == (1, 'pod "a" deleted\npod "c" deleted\n')
+    assert err == (
+        'Error from server (NotFound): pods "b" not found\n'
+        'Error from server (NotFound): pods "d" not found\n'
+    )
+    seed(server, make_pod("e"))
+    code, out, err = run_cli("delete", "pod", "x", "e")
+    assert (code, out, err) == (
+        1,
+        'pod "e" deleted\n',
+        'Error from server (NotFound): pods "x" not found\n',
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["get", "pod/web", "-o", "name"],
+        ["get", "pods", "-o", "name", "web"],  # a name after flags
+        ["get", "-o", "name", "pod/web"],
+        ["get", "po/web", "po/db", "-o", "name"],
+        ["get", "pods", "web", "-o", "name", "db"],
+    ],
+)
+def test_get_takes_kubectls_argument_forms(server: FakeServer, argv: list[str]) -> None:
+    seed(server, make_pod("web"), make_pod("db"))
+    code, out, err = run_cli(*argv)
+    assert (code, err) == (0, "")
+    names = [a.rpartition("/")[2] for a in argv[1:] if a not in ("-o", "name", "pods")]
+    assert out == "".join(f"pod/{n}\n" for n in names)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["get", "pods", "pod/web"], "there is no need to specify a resource type as a separate"),
+        (["get", "pod/web", "db"], "arguments in resource/name form must have a single resource"),
+        (["get", "pod/"], "arguments in resource/name form must have a single resource"),
+        (["get", "pod/web", "node/n1"], "of more than one kind (pods, nodes) are not supported"),
+        (["delete", "pods", "pod/web"], "(e.g. 'tinykube delete resource/<resource_name>'"),
+        (["get", "pods", "--nope", "web"], "unrecognized arguments: --nope"),
+    ],
+)
+def test_bad_argument_forms_are_refused_clearly(
+    server: FakeServer, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    try:
+        code, _, err = run_cli(*argv)
+    except SystemExit as exc:  # argparse's own errors
+        code, err = int(exc.code or 0), capsys.readouterr().err
+    assert code != 0
+    assert message in err
+
+
+def test_describe_and_delete_take_type_slash_name(server: FakeServer) -> None:
+    seed(server, make_pod("web"))
+    code, out, _ = run_cli("describe", "pod/web")
+    assert code == 0 and out.startswith("Name:")
+    assert "web" in out.splitlines()[0]
+    assert run_cli("delete", "pod/web") == (0, 'pod "web" deleted\n', "")
+
+
+@pytest.mark.parametrize(
+    ("arg", "expected"),
+    [("web", "web"), ("pod/web", "web"), ("pods/web", "web"), ("po/web", "web")],
+)
+def test_logs_takes_a_pod_or_pod_slash_name(arg: str, expected: str) -> None:
+    assert logs.pod_name(arg) == expected
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("node/n1", "cannot get logs of a node: tinykube logs takes pod/NAME"),
+        ("pod/", "arguments in resource/name form must have a single resource and name"),
+        ("nosuch/x", "nosuch"),
+    ],
+)
+def test_logs_refuses_other_kinds(arg: str, message: str) -> None:
+    with pytest.raises(common.CLIError, match=re.escape(message)):
+        logs.pod_name(arg)
 
 
 # ---- describe -------------------------------------------------------------------------------

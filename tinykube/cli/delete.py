@@ -1,6 +1,8 @@
-"""`tinykube delete RESOURCE NAME...` and `tinykube delete -f FILE`.
+"""`tinykube delete RESOURCE NAME...`, `delete RESOURCE/NAME...` and `tinykube delete -f FILE`.
 
-Prints `pod "web" deleted` per object, as kubectl does. A bound pod is deleted gracefully (the
+Prints `pod "web" deleted` per object, as kubectl does; an object that is not there does not
+stop the others: each is reported on stderr after them (`Error from server (NotFound): ...`)
+and the exit code is 1. A bound pod is deleted gracefully (the
 apiserver sets deletionTimestamp and the kubelet removes it once its containers stopped);
 `--wait` polls until the object is really gone, `--grace-period 0` asks for immediate removal.
 Unlike kubectl, the default is not to wait: in a cluster without kubelets a bound pod would wait
@@ -16,8 +18,8 @@ from typing import Any
 
 from tinykube import errors
 from tinykube.cli.apply import add_file_flag, read_manifests
-from tinykube.cli.common import CLIError, Context
-from tinykube.cli.get import resolve_kind
+from tinykube.cli.common import CLIError, Context, describe_error
+from tinykube.cli.get import split_type_name
 from tinykube.kinds import KindInfo
 
 WAIT_POLL = 0.2
@@ -60,28 +62,33 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
     else:
         if not args.resource:
             raise CLIError("you must provide one or more resources by argument or filename")
-        info = resolve_kind(args.resource)
+        info, args.names = split_type_name(args.resource, args.names, "delete")
         if not args.names:
             raise CLIError(f"resource(s) were provided, but no name was specified ({info.plural})")
         targets = [(info, ctx.namespace_for(info), name) for name in args.names]
 
     async with ctx.client() as client:
         deleted: list[tuple[Any, KindInfo, str, str, str]] = []
+        missing: list[errors.NotFoundError] = []
         for info, namespace, name in targets:
             resource = client.resource(info)
             try:
                 obj = await resource.delete(name, namespace, grace_period_seconds=args.grace_period)
-            except errors.NotFoundError:
-                if args.ignore_not_found:
-                    continue
-                raise
+            except errors.NotFoundError as exc:
+                # As kubectl: a missing object does not stop the others; each is reported
+                # after them, and the exit code says not everything was there.
+                if not args.ignore_not_found:
+                    missing.append(exc)
+                continue
             ctx.print(f'{info.kind.lower()} "{name}" deleted')
             deleted.append((resource, info, namespace, name, obj.metadata.uid))
         if args.wait:
             deadline = time.monotonic() + args.timeout
             for resource, info, namespace, name, uid in deleted:
                 await wait_gone(resource, info, namespace, name, uid, deadline)
-    return 0
+    for error in missing:
+        ctx.eprint(describe_error(error, ctx.server))
+    return 1 if missing else 0
 
 
 async def wait_gone(

@@ -20,7 +20,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from tinykube import kinds
 from tinykube.cli import printers
 from tinykube.cli.common import CLIError, Context
-from tinykube.cli.get import resolve_kind
+from tinykube.cli.get import split_type_name
 from tinykube.client import Client
 from tinykube.kinds import KindInfo
 from tinykube.manifest import to_yaml
@@ -334,7 +334,7 @@ async def events_for(client: Client, info: KindInfo, obj: Any) -> list[Any]:
 
 
 async def run(args: argparse.Namespace, ctx: Context) -> int:
-    info = resolve_kind(args.resource)
+    info, args.names = split_type_name(args.resource, args.names, "describe")
     if ctx.all_namespaces and info.namespaced:
         raise CLIError("describe needs a namespace, not --all-namespaces")
     namespace = ctx.namespace_for(info)

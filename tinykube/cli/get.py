@@ -43,6 +43,40 @@ def resolve_kind(resource: str) -> KindInfo:
         raise CLIError(exc.args[0]) from exc
 
 
+def split_type_name(
+    resource: str, names: Sequence[str], verb: str = "get"
+) -> tuple[KindInfo, list[str]]:
+    """`pods web db` or `pod/web pod/db` (kubectl's two forms) as a kind and its names.
+
+    The forms cannot be mixed (kubectl's messages); TYPE/NAME arguments must name one kind.
+    """
+    if "/" not in resource:
+        if any("/" in name for name in names):
+            raise CLIError(
+                "there is no need to specify a resource type as a separate argument when "
+                f"passing arguments in resource/name form (e.g. 'tinykube {verb} "
+                f"resource/<resource_name>' instead of 'tinykube {verb} resource "
+                "resource/<resource_name>')"
+            )
+        return resolve_kind(resource), list(names)
+    info: KindInfo | None = None
+    out: list[str] = []
+    for arg in (resource, *names):
+        kind, _, name = arg.partition("/")
+        if not kind or not name or "/" in name:
+            raise CLIError("arguments in resource/name form must have a single resource and name")
+        this = resolve_kind(kind)
+        if info is not None and this.kind != info.kind:
+            raise CLIError(
+                f"resource/name arguments of more than one kind ({info.plural}, {this.plural}) "
+                "are not supported; give one kind per command"
+            )
+        info = this
+        out.append(name)
+    assert info is not None
+    return info, out
+
+
 def kind_name(info: KindInfo, obj: Any) -> str:
     return f"{info.kind.lower()}/{obj.metadata.name}"
 
@@ -79,7 +113,7 @@ def show(
 
 
 async def run(args: argparse.Namespace, ctx: Context) -> int:
-    info = resolve_kind(args.resource)
+    info, args.names = split_type_name(args.resource, args.names)
     if args.names and ctx.all_namespaces and info.namespaced:
         raise CLIError("a resource cannot be retrieved by name across all namespaces")
     namespace = ctx.namespace_for(info)

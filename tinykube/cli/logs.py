@@ -11,6 +11,7 @@ import argparse
 
 import grpc
 
+from tinykube import kinds
 from tinykube.cli.common import CLIError, Context
 from tinykube.errors import from_rpc_error
 from tinykube.serving import CHANNEL_OPTIONS
@@ -23,7 +24,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="print the logs of a container in a pod",
         description="Print a container's stdout and stderr, streamed from its node's kubelet.",
     )
-    parser.add_argument("pod", help="pod name")
+    parser.add_argument("pod", help="pod name, or pod/NAME")
     parser.add_argument("-c", "--container", default="", help="container (if the pod has many)")
     parser.add_argument("-f", "--follow", action="store_true", help="stream new output")
     parser.add_argument("--tail", type=int, default=-1, help="only the last N lines")
@@ -43,7 +44,24 @@ def kubelet_address(node: node_pb2.Node, host_ip: str = "") -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def pod_name(arg: str) -> str:
+    """NAME or pod/NAME (what `get -o name` prints); other kinds have no logs of their own."""
+    if "/" not in arg:
+        return arg
+    kind, _, name = arg.partition("/")
+    if not name or "/" in name:
+        raise CLIError("arguments in resource/name form must have a single resource and name")
+    try:
+        info = kinds.lookup(kind)
+    except KeyError as exc:
+        raise CLIError(exc.args[0]) from exc
+    if info.kind != "Pod":
+        raise CLIError(f"cannot get logs of a {info.kind.lower()}: tinykube logs takes pod/NAME")
+    return name
+
+
 async def run(args: argparse.Namespace, ctx: Context) -> int:
+    args.pod = pod_name(args.pod)
     async with ctx.client() as client:
         pod = await client.pods.get(args.pod, ctx.namespace)
         if not pod.spec.nodeName:

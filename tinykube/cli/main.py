@@ -92,6 +92,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """parse_args, but names may follow flags, as kubectl allows (`get pods -o yaml web`).
+
+    argparse stops filling a positional list at the first flag; what it leaves over that does
+    not look like a flag is more names for a command that takes names.
+    """
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "names") and not any(a.startswith("-") for a in extra):
+        if getattr(args, "resource", None) is None:
+            args.resource, extra = extra[0], extra[1:]
+        args.names = [*args.names, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def make_context(args: argparse.Namespace, out: TextIO, err: TextIO) -> Context:
     return Context(
         server=args.server or default_server(),
@@ -111,7 +127,7 @@ def main(
     out = out or sys.stdout
     err = err or sys.stderr
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     ctx = make_context(args, out, err)
     try:
         result = args.func(args, ctx)
