@@ -507,6 +507,26 @@ def test_describe_node(cluster: UpCluster) -> None:
             " {.spec.containers[0].resources.requests.memory}{'\\n'}{end}",
         )
     ).splitlines()
+    # tinykube up gives each node its share of the machine; describe prints the quantity as
+    # stored ("1", "1500m") and percentages of it in millicores.
+    cpu_allocatable = ok(
+        cluster.kubectl("get", "node", node, "-o", "jsonpath={.status.allocatable.cpu}")
+    )
+    node_millis = (
+        int(cpu_allocatable.removesuffix("m"))
+        if cpu_allocatable.endswith("m")
+        else int(cpu_allocatable) * 1000
+    )
+    memory_allocatable = ok(
+        cluster.kubectl("get", "node", node, "-o", "jsonpath={.status.allocatable.memory}")
+    )
+    assert memory_allocatable.endswith("Ki"), memory_allocatable
+    node_bytes = int(memory_allocatable.removesuffix("Ki")) * 1024
+
+    def memory_percent(mebibytes: int) -> int:
+        # As kubectl: the float ratio of the values, truncated.
+        return int(mebibytes * 1024 * 1024 / node_bytes * 100)
+
     rows = []
     cpu_total = 0
     memory_total = 0
@@ -514,10 +534,11 @@ def test_describe_node(cluster: UpCluster) -> None:
         name, cpu, memory = line.split()
         millis = int(cpu.removesuffix("m"))
         cpu_total += millis
-        memory_total += int(memory.removesuffix("Mi"))
+        memory_mi = int(memory.removesuffix("Mi"))
+        memory_total += memory_mi
         rows.append(
-            f"  default   {name}   {cpu} ({millis * 100 // 2000}%)   0 (0%)   {memory} (0%)"
-            "   0 (0%)   <age>"
+            f"  default   {name}   {cpu} ({millis * 100 // node_millis}%)   0 (0%)"
+            f"   {memory} ({memory_percent(memory_mi)}%)   0 (0%)   <age>"
         )
     out = ok(cluster.kubectl("describe", "node", node))
     ip = "127.0.1.1" if node == "node-1" else "127.0.1.2"
@@ -544,11 +565,11 @@ Addresses:
   InternalIP:  {ip}
   Hostname:    <*>
 Capacity:
-  cpu:     2
+  cpu:     {cpu_allocatable}
   memory:  <*>
   pods:    110
 Allocatable:
-  cpu:     2
+  cpu:     {cpu_allocatable}
   memory:  <*>
   pods:    110
 System Info:
@@ -569,8 +590,8 @@ Allocated resources:
   (Total limits may be over 100 percent, i.e., overcommitted.)
   Resource           Requests    Limits
   --------           --------    ------
-  cpu                {cpu_total}m ({cpu_total * 100 // 2000}%)  0 (0%)
-  memory             {memory_total}Mi (0%)  0 (0%)
+  cpu                {cpu_total}m ({cpu_total * 100 // node_millis}%)  0 (0%)
+  memory             {memory_total}Mi ({memory_percent(memory_total)}%)  0 (0%)
   ephemeral-storage  0 (0%)      0 (0%)
 Events:              <none>
 """,
