@@ -82,6 +82,13 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         help="seconds between etcd compactions, 0 disables (env TINYKUBE_COMPACTION_INTERVAL)",
     )
     p.add_argument(
+        "--watch-cache-bytes",
+        type=int,
+        default=int(_env("WATCH_CACHE_BYTES", _DEFAULTS.watch_cache_bytes)),
+        help="serialized object bytes kept per kind in the watch cache's event window, oldest "
+        "evicted first; 0 bounds it by --watch-cache-size only (env TINYKUBE_WATCH_CACHE_BYTES)",
+    )
+    p.add_argument(
         "--max-request-bytes",
         type=int,
         default=int(_env("MAX_REQUEST_BYTES", _DEFAULTS.max_request_bytes)),
@@ -137,6 +144,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         metrics_port=args.metrics_port,
         rest_port=args.rest_port,
         watch_cache_size=args.watch_cache_size,
+        watch_cache_bytes=args.watch_cache_bytes,
         watcher_queue_size=args.watcher_queue_size,
         compaction_interval_seconds=args.compaction_interval,
         max_request_bytes=args.max_request_bytes,

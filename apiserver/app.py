@@ -73,6 +73,7 @@ class APIServer:
                 storage=self.storage,
                 metrics=self.metrics,
                 window_size=settings.watch_cache_size,
+                window_bytes=settings.watch_cache_bytes,
                 watcher_queue_size=settings.watcher_queue_size,
                 bookmark_interval=settings.bookmark_interval_seconds,
                 wait_timeout=settings.cache_wait_seconds,

@@ -3,9 +3,12 @@
 Modelled on the Kubernetes apiserver's cacher. Per kind, `WatchCache.run` lists the kind's prefix,
 then watches it from the list revision + 1. Each etcd event is decoded once into a `CachedObject`
 (message, serialized bytes with resourceVersion set, labels, selectable fields), applied to the
-current-state map and appended to a bounded window of recent events. Every `<Kind>WatchEvent` is
-encoded once per variant by concatenating protobuf wire bytes, so N watchers cost N queue pushes,
-not N serializations.
+current-state map and appended to a window of recent events, bounded both by count and by the
+serialized bytes of its objects (the decoded message and the lazily encoded event bytes make the
+resident cost a small multiple of that, but it is the figure that is free to keep: every event
+already holds its object's bytes, so the bound costs two additions per event). Every
+`<Kind>WatchEvent` is encoded once per variant by concatenating protobuf wire bytes, so N watchers
+cost N queue pushes, not N serializations.
 
 Watchers register synchronously on the event loop (no await between taking the snapshot or the
 window replay and joining the fan-out set), which is why nothing is lost or repeated. Several
@@ -358,6 +361,7 @@ class WatchCache:
         metrics: Metrics,
         window_size: int,
         watcher_queue_size: int,
+        window_bytes: int = 0,
         bookmark_interval: float,
         wait_timeout: float,
         index_field: str | None = None,
@@ -369,6 +373,8 @@ class WatchCache:
         self.storage = storage
         self.metrics = metrics
         self.window_size = window_size
+        # 0: the window is bounded by count only.
+        self.window_bytes = window_bytes
         self.watcher_queue_size = watcher_queue_size
         self.bookmark_interval = bookmark_interval
         self.wait_timeout = wait_timeout
@@ -376,6 +382,8 @@ class WatchCache:
         self.clock = clock or Clock()
         self.state: dict[bytes, CachedObject] = {}
         self.window: collections.deque[CacheEvent] = collections.deque()
+        # Serialized bytes of the window's objects (sum of len(event.cur.data)).
+        self.window_used = 0
         # Every event with a revision above window_start is in the window.
         self.window_start = 0
         self.revision = 0
@@ -446,6 +454,7 @@ class WatchCache:
         self.state = state
         self._reindex()
         self.window.clear()
+        self.window_used = 0
         self.window_start = result.revision
         self._advance(result.revision)
         if had_watchers:
@@ -547,10 +556,21 @@ class WatchCache:
                     del self._by_value[value]
 
     def _append(self, event: CacheEvent) -> None:
-        if len(self.window) >= self.window_size:
-            oldest = self.window.popleft()
+        window = self.window
+        if len(window) >= self.window_size:
+            oldest = window.popleft()
+            self.window_used -= len(oldest.cur.data)
             self.window_start = oldest.revision
-        self.window.append(event)
+        window.append(event)
+        self.window_used += len(event.cur.data)
+        limit = self.window_bytes
+        if limit and self.window_used > limit:
+            # The newest event stays even if it alone is over the budget: the window then
+            # still answers a watch from the revision just before it.
+            while self.window_used > limit and len(window) > 1:
+                oldest = window.popleft()
+                self.window_used -= len(oldest.cur.data)
+                self.window_start = oldest.revision
 
     def _advance(self, revision: int) -> None:
         if revision <= self.revision:
@@ -569,7 +589,7 @@ class WatchCache:
     def trim_below(self, revision: int) -> None:
         """Forget window events at or below `revision` (etcd was compacted there)."""
         while self.window and self.window[0].revision <= revision:
-            self.window.popleft()
+            self.window_used -= len(self.window.popleft().cur.data)
         self.window_start = max(self.window_start, revision)
 
     # ---- fan-out ---------------------------------------------------------------------------

@@ -103,6 +103,55 @@ async def test_window_eviction_makes_old_revisions_too_old() -> None:
         await cache.watch(resource_version=12)
 
 
+def put_big(name: str, revision: int, annotation_bytes: int) -> WatchEvent:
+    pod = pod_pb2.Pod(
+        metadata=meta_pb2.ObjectMeta(
+            name=name, namespace="default", annotations={"big": "x" * annotation_bytes}
+        )
+    )
+    return WatchEvent(
+        EVENT_PUT, PREFIX + f"default/{name}".encode(), pod.SerializeToString(), revision
+    )
+
+
+# One event's bytes as the cache counts them: the object serialized with its resourceVersion
+# (every event below has the same size: same name length, same revision digits).
+BIG = 10_000
+BIG_EVENT = len(
+    Codec(pod_pb2.Pod, True, fields_of("Pod")).decode(b"k", put_big("p0", 10, BIG).value, 10).data
+)
+
+
+@pytest.mark.parametrize(
+    ("count", "limit", "kept"),
+    [
+        (100, 0, ["p0", "p1", "p2", "p3", "p4"]),  # no byte bound
+        (100, 3 * BIG_EVENT, ["p2", "p3", "p4"]),  # exactly three fit
+        (100, 3 * BIG_EVENT - 1, ["p3", "p4"]),
+        (100, BIG_EVENT // 2, ["p4"]),  # the newest event stays even when over alone
+        (2, 100 * BIG_EVENT, ["p3", "p4"]),  # the count bound still applies
+    ],
+)
+async def test_window_byte_bound_evicts_oldest(count: int, limit: int, kept: list[str]) -> None:
+    cache = make_cache(window=count)
+    cache.window_bytes = limit
+    cache.window_start = 9
+    cache._apply([put_big(f"p{i}", 10 + i, BIG) for i in range(5)])  # revisions 10..14
+    assert [e.cur.obj.metadata.name for e in cache.window] == kept  # type: ignore[attr-defined]
+    assert cache.window_used == len(kept) * BIG_EVENT
+    first = 10 + int(kept[0][1:])
+    assert cache.window_start == max(first - 1, 9)
+    if first > 10:
+        too_old = first - 2
+        with pytest.raises(ResourceExpiredError) as info:
+            await cache.watch(resource_version=too_old)
+        assert info.value.message == f"too old resource version: {too_old} ({first - 1})"
+    _, initial = await cache.watch(resource_version=first - 1)
+    assert [n for _, n, _ in decode(initial)] == kept
+    cache.trim_below(14)
+    assert cache.window_used == 0 and not cache.window
+
+
 async def test_label_filter_transitions() -> None:
     cache = make_cache()
     w, _ = await cache.watch(labels=parse_label_selector("app=web"), resource_version=0)
