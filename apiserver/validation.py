@@ -35,11 +35,12 @@ from tinykube.selectors import (
 )
 from tinykube.v1 import endpoints_pb2, meta_pb2, node_pb2, pod_pb2, replicaset_pb2, service_pb2
 
-_DNS1123_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# \Z, not $: $ also matches before a trailing newline, which would let "web\n" through.
+_DNS1123_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 _DNS1123_SUBDOMAIN_RE = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z"
 )
-_C_IDENTIFIER_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_C_IDENTIFIER_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
 
 DNS1123_LABEL_MSG = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
@@ -59,10 +60,13 @@ PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 EVENT_TYPES = ("Normal", "Warning")
 
 
+_GO_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+_GO_QUOTE = str.maketrans({**{chr(c): f"\\x{c:02x}" for c in (*range(0x20), 0x7F)}, **_GO_ESCAPES})
+
+
 def _q(value: object) -> str:
-    """Go's %q for the strings we show: a double-quoted value."""
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{text}"'
+    """Go's %q for the strings we show: double-quoted, control characters escaped."""
+    return '"' + str(value).translate(_GO_QUOTE) + '"'
 
 
 def _value_text(value: Value) -> float | str:
@@ -95,7 +99,16 @@ def duplicate(path: str, value: str) -> FieldError:
 
 
 def too_long(path: str, value: str, limit: int) -> FieldError:
-    return FieldError(path, f"Too long: may not be more than {limit} bytes")
+    return FieldError(path, f"Too long: must have at most {limit} bytes")
+
+
+# Kubernetes' limit on the total size of an object's annotations (keys plus values, in bytes).
+TOTAL_ANNOTATION_BYTES = 256 * 1024
+
+
+def _utf8_len(text: str) -> int:
+    # isascii() is O(1) on CPython's compact strings: the common case skips the encode.
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def dns1123_subdomain(path: str, value: str) -> list[FieldError]:
@@ -121,8 +134,9 @@ def _labels(path: str, labels: Mapping[str, str]) -> list[FieldError]:
     for key in sorted(labels):
         for p in validate_label_key(key):
             errs.append(invalid(path, key, p))
+        # Kubernetes names the map, not the key, for a bad value too.
         for p in validate_label_value(labels[key]):
-            errs.append(invalid(f"{path}[{key}]", labels[key], p))
+            errs.append(invalid(path, labels[key], p))
     return errs
 
 
@@ -143,11 +157,12 @@ def validate_metadata(info: KindInfo, meta: meta_pb2.ObjectMeta) -> list[FieldEr
         errs.append(forbidden("metadata.namespace", "not allowed on this type"))
     errs.extend(_labels("metadata.labels", meta.labels))
     for key in sorted(meta.annotations):
-        for p in validate_label_key(key):
+        # Annotation keys are checked lowercased (a prefix such as Example.com/ is accepted).
+        for p in validate_label_key(key.lower()):
             errs.append(invalid("metadata.annotations", key, p))
-    total = sum(len(k) + len(v) for k, v in meta.annotations.items())
-    if total > 256 * 1024:
-        errs.append(too_long("metadata.annotations", "", 256 * 1024))
+    total = sum(_utf8_len(k) + _utf8_len(v) for k, v in meta.annotations.items())
+    if total > TOTAL_ANNOTATION_BYTES:
+        errs.append(too_long("metadata.annotations", "", TOTAL_ANNOTATION_BYTES))
     seen: set[str] = set()
     for i, fin in enumerate(meta.finalizers):
         path = f"metadata.finalizers[{i}]"
@@ -555,7 +570,7 @@ IP_FAMILY_POLICIES = ("SingleStack",)
 IP_FAMILIES = ("IPv4",)
 TRAFFIC_POLICIES = ("Cluster", "Local")
 SERVICE_PROTOCOLS = ("TCP",)
-_IANA_SVC_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+_IANA_SVC_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
 
 
 def _port_number(path: str, value: int) -> list[FieldError]:

@@ -159,7 +159,7 @@ def _set(path: str, value: object) -> Callable[[pod_pb2.Pod], None]:
         ),
         (
             lambda p: p.metadata.labels.__setitem__("app", "-web"),
-            'metadata.labels[app]: Invalid value: "-web": a valid label must be an empty string',
+            'metadata.labels: Invalid value: "-web": a valid label must be an empty string',
         ),
         (
             lambda p: (
@@ -420,3 +420,104 @@ def test_service_policy_validation(field: str, value: str, expected: str) -> Non
     svc = make_service("NodePort")
     setattr(svc.spec, field, value)
     assert messages(validate(SERVICE, svc)) == [expected]
+
+
+def _annotations(total: int, value_char: str = "x") -> dict[str, str]:
+    """One annotation `a` whose key and value add up to `total` bytes."""
+    per_char = len(value_char.encode())
+    return {"a": value_char * ((total - 1) // per_char)}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        # Annotations: 256 KiB in total, keys plus values, counted in bytes.
+        (lambda m: m.annotations.update(_annotations(262144)), []),
+        (
+            lambda m: m.annotations.update(_annotations(262145)),
+            ["metadata.annotations: Too long: must have at most 262144 bytes"],
+        ),
+        (
+            # 131,072 two-byte characters: under the limit in characters, over it in bytes.
+            lambda m: m.annotations.update({"a": "é" * 131072}),
+            ["metadata.annotations: Too long: must have at most 262144 bytes"],
+        ),
+        (
+            lambda m: m.annotations.update({"a": "x" * 200_000, "b": "y" * 62_142}),
+            [],
+        ),
+        (
+            lambda m: m.annotations.update({"a": "x" * 200_000, "b": "y" * 62_143}),
+            ["metadata.annotations: Too long: must have at most 262144 bytes"],
+        ),
+        # Annotation keys are qualified names, checked lowercased.
+        (lambda m: m.annotations.update({"Example.COM/Note": "v"}), []),
+        (
+            lambda m: m.annotations.update({"a b": "v"}),
+            [
+                'metadata.annotations: Invalid value: "a b": name part must consist of '
+                "alphanumeric characters, '-', '_' or '.', and must start and end with an "
+                "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
+                "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+            ],
+        ),
+        # Label keys: [prefix/]name, prefix a DNS subdomain of at most 253, name at most 63.
+        (lambda m: m.labels.update({"example.com/" + "n" * 63: "v"}), []),
+        (
+            lambda m: m.labels.update({"n" * 64: "v"}),
+            [
+                f'metadata.labels: Invalid value: "{"n" * 64}": name part must be no more than '
+                "63 characters"
+            ],
+        ),
+        (
+            lambda m: m.labels.update({"a" * 254 + "/n": "v"}),
+            [
+                f'metadata.labels: Invalid value: "{"a" * 254}/n": prefix part must be no more '
+                "than 253 characters"
+            ],
+        ),
+        (
+            lambda m: m.labels.update({"Example.com/n": "v"}),
+            [
+                'metadata.labels: Invalid value: "Example.com/n": prefix part a lowercase RFC '
+                "1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+                "and must start and end with an alphanumeric character (e.g. 'example.com', "
+                "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]"
+                "([-a-z0-9]*[a-z0-9])?)*')"
+            ],
+        ),
+        # Label values: at most 63, empty allowed; the map is named, not the key.
+        (lambda m: m.labels.update({"k": "v" * 63, "e": ""}), []),
+        (
+            lambda m: m.labels.update({"k": "v" * 64}),
+            [f'metadata.labels: Invalid value: "{"v" * 64}": must be no more than 63 characters'],
+        ),
+        # A trailing newline is not a valid end character (Python's $ would accept it).
+        (
+            lambda m: m.labels.update({"k": "web\n"}),
+            [
+                'metadata.labels: Invalid value: "web\\n": a valid label must be an empty '
+                "string or consist of alphanumeric characters, '-', '_' or '.', and must start "
+                "and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
+                "'12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?"
+                "[A-Za-z0-9])?')"
+            ],
+        ),
+        (lambda m: m.labels.update({"k\n": "v"}), ['metadata.labels: Invalid value: "k\\n"']),
+        (lambda m: setattr(m, "name", "web\n"), ['metadata.name: Invalid value: "web\\n"']),
+        (
+            lambda m: setattr(m, "namespace", "default\n"),
+            ['metadata.namespace: Invalid value: "default\\n"'],
+        ),
+    ],
+)
+def test_metadata_limits(
+    mutate: Callable[[meta_pb2.ObjectMeta], None], expected: list[str]
+) -> None:
+    pod = make_pod()
+    mutate(pod.metadata)
+    got = [m for m in messages(validate(POD, pod)) if m.startswith("metadata.")]
+    assert len(got) == len(expected), got
+    for message, want in zip(got, expected, strict=True):
+        assert message.startswith(want), (message, want)
