@@ -95,6 +95,13 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         help="largest accepted request (env TINYKUBE_MAX_REQUEST_BYTES)",
     )
     p.add_argument(
+        "--max-object-bytes",
+        type=int,
+        default=int(_env("MAX_OBJECT_BYTES", _DEFAULTS.max_object_bytes)),
+        help="largest object as stored in etcd, at most etcd's own --max-request-bytes "
+        "(env TINYKUBE_MAX_OBJECT_BYTES)",
+    )
+    p.add_argument(
         "--etcd-timeout",
         type=float,
         default=float(_env("ETCD_TIMEOUT", _DEFAULTS.etcd_request_timeout_seconds)),
@@ -148,6 +155,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         watcher_queue_size=args.watcher_queue_size,
         compaction_interval_seconds=args.compaction_interval,
         max_request_bytes=args.max_request_bytes,
+        max_object_bytes=args.max_object_bytes,
         etcd_request_timeout_seconds=args.etcd_timeout,
         shutdown_grace_seconds=args.shutdown_grace,
         watch_batch_window_seconds=args.watch_batch_window,

@@ -47,6 +47,7 @@ from tinykube.errors import (
     InvalidError,
     NotFoundError,
     PreconditionFailedError,
+    RequestEntityTooLargeError,
     ResourceExpiredError,
     TinykubeError,
     UnimplementedError,
@@ -220,7 +221,7 @@ class ResourceStore:
         size = request.ByteSize()
         limit = self.settings.max_request_bytes
         if size > limit:
-            raise InvalidError(
+            raise RequestEntityTooLargeError(
                 f'{self.info.kind} "{name}" is invalid: request is too large: {size} bytes, '
                 f"the limit is {limit} bytes (max_request_bytes)"
             )
@@ -240,6 +241,12 @@ class ResourceStore:
         meta.resourceVersion = ""
         data = obj.SerializeToString()
         meta.resourceVersion = rv
+        limit = self.settings.max_object_bytes
+        if len(data) > limit:
+            raise RequestEntityTooLargeError(
+                f'Request entity too large: {self.info.kind} "{meta.name}" is {len(data)} '
+                f"bytes as stored, the limit is {limit} bytes (max_object_bytes)"
+            )
         return data
 
     # ---- Service allocations -----------------------------------------------------------

@@ -33,8 +33,12 @@ class Settings:
     watcher_queue_size: int = 10_000
     # How often etcd is compacted; the previous interval's revisions are kept. 0 disables.
     compaction_interval_seconds: float = 300.0
-    # Like etcd's request limit: larger requests are rejected before reaching etcd.
+    # kube-apiserver's request body limit (3 MiB, twice etcd's: JSON is bigger than the stored
+    # protobuf): larger requests are rejected before they are decoded.
     max_request_bytes: int = 3 * 1024 * 1024
+    # Largest object as stored: etcd's default --max-request-bytes (1.5 MiB). Over it is a 4xx
+    # naming the size (413 over REST), where kube-apiserver passes etcd's 500 through.
+    max_object_bytes: int = 1536 * 1024
     # Deadline of each etcd request; a dead etcd shows as UNAVAILABLE after this long.
     etcd_request_timeout_seconds: float = 5.0
     # Concurrent single-key writes share one etcd txn (apiserver/txnbatch.py); False sends

@@ -32,6 +32,7 @@ from apiserver.metrics import Metrics
 from apiserver.txnbatch import BatchedResult, TxnBatcher
 from tinykube.errors import (
     InternalError,
+    RequestEntityTooLargeError,
     ResourceExpiredError,
     TinykubeError,
     UnavailableError,
@@ -130,6 +131,10 @@ def map_etcd_error(exc: BaseException) -> TinykubeError:
             return UnavailableError(f"etcd is unavailable: {exc.code().name}: {details}")
         if exc.code() == grpc.StatusCode.OUT_OF_RANGE or "compacted" in details:
             return ResourceExpiredError(f"too old resource version: {details}")
+        if "request is too large" in details:
+            # etcd's --max-request-bytes counts the whole txn, so a value just under the
+            # apiserver's own object limit can still be refused here: the client's fault.
+            return RequestEntityTooLargeError(f"Request entity too large: {details}")
         return InternalError(f"etcd error: {exc.code().name}: {details}")
     if isinstance(exc, (OSError, asyncio.TimeoutError)):
         return UnavailableError(f"etcd is unavailable: {type(exc).__name__}: {exc}")

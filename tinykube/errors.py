@@ -58,6 +58,12 @@ class BadRequestError(InvalidError):
     422 Invalid with one cause per bad field."""
 
 
+class RequestEntityTooLargeError(InvalidError):
+    """A request, or the object it would store, is over a size limit: INVALID_ARGUMENT over
+    gRPC (not RESOURCE_EXHAUSTED, which reads as overload and may be retried: a retry cannot
+    make it smaller), 413 RequestEntityTooLarge over REST."""
+
+
 class NotFoundError(TinykubeError):
     code = grpc.StatusCode.NOT_FOUND
 

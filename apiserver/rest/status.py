@@ -22,6 +22,7 @@ from tinykube.errors import (
     InvalidError,
     NotFoundError,
     PreconditionFailedError,
+    RequestEntityTooLargeError,
     ResourceExhaustedError,
     ResourceExpiredError,
     TinykubeError,
@@ -204,6 +205,8 @@ def status_of(
     res = resource or Resource()
     if isinstance(exc, RestError):
         return exc.code, status_body(exc.code, exc.reason, exc.message, exc.details), exc.headers
+    if isinstance(exc, RequestEntityTooLargeError):
+        return 413, status_body(413, "RequestEntityTooLarge", exc.message), {}
     if isinstance(exc, BadRequestError):
         return 400, status_body(400, "BadRequest", exc.message), {}
     if isinstance(exc, InvalidError):

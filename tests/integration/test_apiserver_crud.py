@@ -253,6 +253,52 @@ async def test_validation_message(stubs: Stubs) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("overrides", "too_large"),
+    [
+        # The apiserver's own object limit answers first, naming the size.
+        ({"max_object_bytes": 8192}, "is 10"),
+        # Past it (the limit raised above etcd's), etcd's own 1.5 MiB refusal is still a 4xx.
+        ({"max_object_bytes": 64 * 1024 * 1024}, "etcdserver: request is too large"),
+    ],
+)
+async def test_stored_object_size_limit(
+    etcd_server: EtcdServer, overrides: dict[str, int], too_large: str
+) -> None:
+    running = await start_apiserver(make_settings(etcd_server.endpoint, **overrides))
+    ch = grpc.aio.insecure_channel(running.address, options=list(CHANNEL_OPTIONS))
+    limit = overrides["max_object_bytes"]
+    # Over whichever limit applies, inside the 256 KiB annotation limit and the 3 MiB request.
+    big_args = ["x" * 100_000] * (1 if limit == 8192 else 17)
+    try:
+        stubs = make_stubs(ch)
+        pod = make_pod("big")
+        pod.spec.containers[0].args.extend(big_args)
+        details = await expect_error(
+            stubs.pods.Create(pod_pb2.CreatePodRequest(pod=pod)), grpc.StatusCode.INVALID_ARGUMENT
+        )
+        assert details.startswith("Request entity too large: ") and too_large in details, details
+        if limit == 8192:
+            assert details.endswith(
+                "bytes as stored, the limit is 8192 bytes (max_object_bytes)"
+            ), details
+        # A status update that grows a stored object past the limit is refused the same way.
+        small = await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("small")))
+        small.status.message = "".join(big_args)
+        details = await expect_error(
+            stubs.pods.UpdateStatus(pod_pb2.UpdatePodRequest(pod=small)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        )
+        assert details.startswith("Request entity too large: ") and too_large in details, details
+        await expect_error(
+            stubs.pods.Get(meta_pb2.GetRequest(namespace="default", name="big")),
+            grpc.StatusCode.NOT_FOUND,
+        )
+    finally:
+        await ch.close()
+        await running.server.stop()
+
+
 async def test_request_size_limit(etcd_server: EtcdServer) -> None:
     running = await start_apiserver(make_settings(etcd_server.endpoint, max_request_bytes=4096))
     ch = grpc.aio.insecure_channel(running.address, options=list(CHANNEL_OPTIONS))

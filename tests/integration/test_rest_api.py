@@ -427,6 +427,47 @@ async def test_body_over_the_limit(etcd_server: EtcdServer) -> None:
         await running.server.stop()
 
 
+async def test_objects_over_the_size_limits(etcd_server: EtcdServer) -> None:
+    running = await start_apiserver(
+        make_settings(etcd_server.endpoint, rest_port=0, max_object_bytes=8192)
+    )
+    try:
+        async with aiohttp.ClientSession() as session:
+            base = f"http://{running.server.rest_address}"
+            # Under the body limit, over the stored-object limit: 413 naming the size.
+            big = pod("big")
+            big["spec"]["containers"][0]["args"] = ["x" * 10_000]
+            async with session.post(base + PODS, json=big) as resp:
+                body = await resp.json()
+            assert resp.status == 413, body
+            assert body["reason"] == "RequestEntityTooLarge" and body["code"] == 413
+            assert body["message"].startswith('Request entity too large: Pod "big" is 10')
+            assert body["message"].endswith(
+                "bytes as stored, the limit is 8192 bytes (max_object_bytes)"
+            )
+            # Annotations past 256 KiB in total: 422 as Kubernetes.
+            noted = pod("noted")
+            noted["metadata"]["annotations"] = {"a": "x" * 262_144}
+            async with session.post(base + PODS, json=noted) as resp:
+                body = await resp.json()
+            assert resp.status == 422, body
+            assert body["message"] == (
+                'Pod "noted" is invalid: metadata.annotations: Too long: must have at most '
+                "262144 bytes"
+            )
+            assert body["details"]["causes"] == [
+                {
+                    "reason": "FieldValueTooLong",
+                    "message": "Too long: must have at most 262144 bytes",
+                    "field": "metadata.annotations",
+                }
+            ]
+            async with session.get(base + PODS) as resp:
+                assert (await resp.json())["items"] == []
+    finally:
+        await running.server.stop()
+
+
 # ---- paging and resourceVersion --------------------------------------------------------------
 
 
