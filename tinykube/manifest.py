@@ -74,8 +74,20 @@ class ManifestObject:
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that keeps timestamps as strings: protobuf parses RFC 3339 itself."""
+    """SafeLoader that keeps timestamps as strings: protobuf parses RFC 3339 itself, and
+    refuses an integer past Python's digit limit as a YAML error at its position (PyYAML's own
+    constructor lets that ValueError escape)."""
 
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> Any:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "integer too long", node.start_mark
+            ) from None
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 
 _Loader.yaml_implicit_resolvers = {
     key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
@@ -90,13 +102,25 @@ def load_document(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error as "line L, column C: problem (context)", without PyYAML's
+    `in "<unicode string>"` (the caller names the source) and its source excerpt."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return str(exc)
+    mark = exc.problem_mark or exc.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    problem = exc.problem or exc.context or "invalid YAML"
+    context = f" ({exc.context})" if exc.context and exc.problem else ""
+    return f"{where}{problem}{context}"
+
+
 def load_manifests(text: str, source: str = "") -> list[ManifestObject]:
     """Every object in a (multi-document) YAML or JSON text, in order."""
     where = f" of {source}" if source else ""
     try:
         documents = list(yaml.load_all(text, Loader=_Loader))
     except yaml.YAMLError as exc:
-        raise ManifestError(f"error parsing {source or 'manifest'}: {exc}") from exc
+        raise ManifestError(f"error parsing {source or 'manifest'}: {yaml_problem(exc)}") from exc
     objects: list[ManifestObject] = []
     for index, doc in enumerate(documents, start=1):
         if doc is None:  # an empty document, e.g. after a trailing "---"
@@ -260,11 +284,84 @@ def _check_fields(
                         _check_fields(f.message_type, element, f"{here}[{i}]", errors, unknown)
                     else:
                         errors.append(f"{here}[{i}]: expected an object")
+            elif f.type != FieldDescriptor.TYPE_MESSAGE:
+                for i, element in enumerate(item):
+                    _check_scalar(f, element, f"{here}[{i}]", errors)
         elif _is_plain_message(f):
             if not isinstance(item, dict):
                 errors.append(f"{here}: expected an object, got {type(item).__name__}")
                 continue
             _check_fields(f.message_type, item, here, errors, unknown)
+        elif f.type != FieldDescriptor.TYPE_MESSAGE:
+            _check_scalar(f, item, here, errors)
+
+
+# The range of each integer type, for a value that fits none of them ("replicas: 1e10").
+_INT_RANGES = {
+    FieldDescriptor.CPPTYPE_INT32: ("int32", -(2**31), 2**31 - 1),
+    FieldDescriptor.CPPTYPE_UINT32: ("uint32", 0, 2**32 - 1),
+    FieldDescriptor.CPPTYPE_INT64: ("int64", -(2**63), 2**63 - 1),
+    FieldDescriptor.CPPTYPE_UINT64: ("uint64", 0, 2**64 - 1),
+}
+_SCALAR_JSON_TYPES = {
+    FieldDescriptor.CPPTYPE_BOOL: ("boolean",),
+    FieldDescriptor.CPPTYPE_DOUBLE: ("number", "integer"),
+    FieldDescriptor.CPPTYPE_FLOAT: ("number", "integer"),
+    FieldDescriptor.CPPTYPE_STRING: ("string",),
+}
+_DECIMAL = re.compile(r"-?[0-9]{1,30}")
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type of a YAML/JSON value, as Kubernetes' validation names it."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _check_scalar(f: Any, value: Any, here: str, errors: list[str]) -> None:
+    """A scalar field's value has its JSON type (and an integer fits the field), so protobuf's
+    parser, whose messages are Python's own ("invalid literal for int()"), never sees one that
+    does not."""
+    if value is None:
+        return
+    got = _json_type(value)
+    if f.cpp_type in _INT_RANGES:
+        name, low, high = _INT_RANGES[f.cpp_type]
+        integral = (
+            got == "integer"
+            or (got == "number" and value.is_integer())
+            or (got == "string" and _DECIMAL.fullmatch(value) is not None)  # int64's JSON form
+        )
+        if not integral:
+            errors.append(f"{here}: invalid type: got {got} {_short(value)}, expected integer")
+        elif not low <= int(value) <= high:
+            errors.append(f"{here}: value {_short(value)} is out of range for {name}")
+        return
+    expected = _SCALAR_JSON_TYPES.get(f.cpp_type)
+    if f.cpp_type == FieldDescriptor.CPPTYPE_STRING and f.type != FieldDescriptor.TYPE_STRING:
+        expected = None  # bytes: base64 text, which protobuf's parser checks
+    if expected is not None and got not in expected:
+        errors.append(f"{here}: invalid type: got {got} {_short(value)}, expected {expected[0]}")
+
+
+def _short(value: Any) -> str:
+    """A value as JSON, cut short: a message must not echo a 5,000-digit number in full."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 _PARSE_PREFIX = re.compile(r"Failed to parse (\w+) field: ")

@@ -191,3 +191,88 @@ def test_lease_times_are_micro_times_and_others_whole_seconds(
     assert data["spec"]["renewTime"] == expected
     assert data["spec"]["acquireTime"] == "2026-12-01T10:00:00.000000Z"
     assert data["metadata"]["creationTimestamp"] == "2026-12-01T10:00:00Z"
+
+
+CONTAINER = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, %s}]}"
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        (
+            "apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: r}\nspec: {replicas: two}",
+            'spec.replicas: invalid type: got string "two", expected integer',
+        ),
+        (
+            "apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: r}\nspec: {replicas: 1.5}",
+            "spec.replicas: invalid type: got number 1.5, expected integer",
+        ),
+        (
+            "apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: r}\n"
+            "spec: {replicas: 99999999999}",
+            "spec.replicas: value 99999999999 is out of range for int32",
+        ),
+        (
+            CONTAINER % "image: 1",
+            "spec.containers[0].image: invalid type: got integer 1, expected string",
+        ),
+        (
+            CONTAINER % "image: b, command: [sh, 2]",
+            "spec.containers[0].command[1]: invalid type: got integer 2, expected string",
+        ),
+        (
+            CONTAINER % "image: b, ports: [{containerPort: true}]",
+            "spec.containers[0].ports[0].containerPort: invalid type: got boolean true, "
+            "expected integer",
+        ),
+        (
+            CONTAINER % "image: b, ports: [{containerPort: {a: 1}}]",
+            'spec.containers[0].ports[0].containerPort: invalid type: got object {"a": 1}, '
+            "expected integer",
+        ),
+        (
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec: {unschedulable: 1}",
+            "spec.unschedulable: invalid type: got integer 1, expected boolean",
+        ),
+    ],
+)
+def test_wrong_scalar_types_name_the_field_in_json_terms(doc: str, message: str) -> None:
+    with pytest.raises(ManifestError) as info:
+        load_manifests(doc, "f.yaml")
+    assert str(info.value) == f"error in document 1 of f.yaml: {message}"
+
+
+@pytest.mark.parametrize(
+    ("doc", "value"),
+    [
+        ("apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: r}\nspec: {replicas: 2}", 2),
+        ('apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: r}\nspec: {replicas: "2"}', 2),
+        ("apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: r}\nspec: {replicas: 2.0}", 2),
+    ],
+)
+def test_integers_in_their_json_forms_are_accepted(doc: str, value: int) -> None:
+    assert load_manifests(doc)[0].obj.spec.replicas == value  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "a: [\n",
+            "error parsing f.yaml: line 2, column 1: expected the node content, but "
+            "found '<stream end>' (while parsing a flow node)",
+        ),
+        (
+            "a: b\n c: d\n",
+            "error parsing f.yaml: line 2, column 3: mapping values are not allowed here",
+        ),
+        ("a: " + "9" * 5000 + "\n", "error parsing f.yaml: line 1, column 4: integer too long"),
+    ],
+)
+def test_yaml_errors_name_the_file_and_position_not_pyyaml_internals(
+    text: str, message: str
+) -> None:
+    with pytest.raises(ManifestError) as info:
+        load_manifests(text, "f.yaml")
+    assert str(info.value) == message
+    assert "<unicode string>" not in str(info.value)
