@@ -643,6 +643,17 @@ def test_subcommands_are_discovered_from_modules() -> None:
             errors.UnavailableError("etcd is unavailable"),
             "Error from server (ServiceUnavailable): etcd is unavailable",
         ),
+        (
+            errors.UnavailableError(
+                "errors resolving h:1: [field:hostname lookup error:address lookup failed "
+                "for h:1: Domain name not found]"
+            ),
+            "Unable to connect to the server: lookup h: no such host",
+        ),
+        (
+            errors.UnavailableError("DNS resolution failed for h:1: C-ares status is not ARES"),
+            "Unable to connect to the server: lookup h: no such host",
+        ),
         (common.CLIError("bad flag"), "error: bad flag"),
     ],
 )
@@ -685,3 +696,32 @@ def test_apply_missing_file(server: FakeServer, tmp_path: Path) -> None:
     code, _, err = run_cli("apply", "-f", str(tmp_path / "nope.yaml"))
     assert code == 1
     assert err == f'error: the path "{tmp_path / "nope.yaml"}" does not exist\n'
+
+
+@pytest.mark.parametrize(
+    ("server", "message"),
+    [
+        (
+            "bad host:6443",
+            'invalid server address "bad host:6443": the host is empty or has spaces',
+        ),
+        ("h:x", 'invalid server address "h:x": port "x" is not 1-65535'),
+        ("h:99999", 'invalid server address "h:99999": port "99999" is not 1-65535'),
+        (":6443", 'invalid server address ":6443": the host is empty or has spaces'),
+        ("localhost", 'invalid server address "localhost": expected host:port or [ipv6]:port'),
+        ("::1", 'invalid server address "::1": expected host:port or [ipv6]:port'),
+        (
+            "2001:db8::1:2",
+            'invalid server address "2001:db8::1:2": expected host:port or [ipv6]:port',
+        ),
+    ],
+)
+def test_a_malformed_server_address_is_refused_before_dialling(server: str, message: str) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["--server", server, "get", "pods"], out=out, err=err) == 1
+    assert err.getvalue() == f"error: {message}\n"
+
+
+@pytest.mark.parametrize("server", ["127.0.0.1:6443", "[::1]:6443", "h.example:1", "dns:///h:1"])
+def test_well_formed_server_addresses_pass(server: str) -> None:
+    common.check_server(server)

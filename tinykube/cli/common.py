@@ -44,6 +44,7 @@ class Context:
 
         Few retries: a person at a terminal wants "cannot connect" quickly, not after 30 s.
         """
+        check_server(self.server)
         return Client(self.server, timeout=self.request_timeout, retries=2)
 
     def namespace_for(self, info: KindInfo) -> str:
@@ -79,14 +80,43 @@ _REASONS: dict[type[errors.TinykubeError], str] = {
     errors.InternalError: "InternalError",
 }
 
-_CONNECT_FAILURES = ("failed to connect", "connection refused", "dns resolution failed")
+_CONNECT_FAILURES = ("failed to connect", "connection refused")
+# gRPC's resolver errors ("errors resolving h:1: [field:hostname lookup error:...]"): the host
+# does not exist, which kubectl reports as "lookup h: no such host", not as a refusal.
+_LOOKUP_FAILURES = ("errors resolving", "dns resolution failed", "hostname lookup")
+
+
+def check_server(address: str) -> None:
+    """Refuse an apiserver address that cannot be host:port before dialling it, so the user
+    reads what is wrong with it rather than the resolver's complaint. gRPC target URIs
+    ("dns:///h:1", "unix:/path") are passed on as they are."""
+    if "://" in address or address.startswith(("unix:", "dns:", "ipv4:", "ipv6:")):
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or (":" in host and not (host.startswith("[") and host.endswith("]"))):
+        # no port, or an IPv6 address without its brackets
+        raise CLIError(f'invalid server address "{address}": expected host:port or [ipv6]:port')
+    if not host or any(c.isspace() for c in host):
+        raise CLIError(f'invalid server address "{address}": the host is empty or has spaces')
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise CLIError(f'invalid server address "{address}": port "{port}" is not 1-65535')
+
+
+def _host(server: str) -> str:
+    host = server.rpartition(":")[0] or server
+    return host.strip("[]")
 
 
 def describe_error(exc: BaseException, server: str) -> str:
     """The one line kubectl would print for `exc`."""
     if isinstance(exc, errors.TinykubeError):
+        message = exc.message.lower()
         if isinstance(exc, errors.UnavailableError) and any(
-            marker in exc.message.lower() for marker in _CONNECT_FAILURES
+            marker in message for marker in _LOOKUP_FAILURES
+        ):
+            return f"Unable to connect to the server: lookup {_host(server)}: no such host"
+        if isinstance(exc, errors.UnavailableError) and any(
+            marker in message for marker in _CONNECT_FAILURES
         ):
             return (
                 f"The connection to the server {server} was refused - "
