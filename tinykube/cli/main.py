@@ -3,23 +3,38 @@
 Subcommand modules are discovered in the `tinykube.cli` package (see its docstring), so adding
 a verb is adding a module. Async subcommands run under `asyncio.run`; one invocation is one
 event loop. Errors become kubectl-style messages on stderr and exit code 1.
+
+Ctrl-C (SIGINT) cancels the subcommand's task, as asyncio.run does, and the console script then
+exits with 130 at once: without waiting for interpreter teardown (gRPC's threads), and, should
+the cancelled task not finish (an in-flight call that ignores its cancellation on a busy
+machine), by a hard exit INTERRUPT_DEADLINE seconds after the signal. A person pressing Ctrl-C
+on `get -w` wants the prompt back, and nothing is left to finish by then.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import inspect
+import os
 import pkgutil
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from types import FrameType
 from typing import Any, TextIO
 
 import tinykube.cli
 from tinykube import errors
 from tinykube.cli.common import CLIError, Context, default_server, describe_error
 from tinykube.manifest import ManifestError
+
+# Seconds from SIGINT to a hard exit if the cancelled subcommand has not ended by then.
+INTERRUPT_DEADLINE = 0.5
+EXIT_INTERRUPTED = 130
 
 # Modules of tinykube.cli that are not subcommands.
 _NOT_COMMANDS = frozenset({"main", "common", "printers"})
@@ -121,28 +136,81 @@ def make_context(args: argparse.Namespace, out: TextIO, err: TextIO) -> Context:
 
 
 def main(
-    argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None
+    argv: Sequence[str] | None = None,
+    *,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    hard_exit_on_interrupt: bool | None = None,
 ) -> int:
-    """Run one CLI invocation; returns the exit code (the console script exits with it)."""
+    """Run one CLI invocation; returns the exit code (the console script exits with it).
+
+    With `hard_exit_on_interrupt` (by default when `argv` is None: the invocation is the
+    process's own command line, as the console script's), an interrupted command ends the
+    process with 130 at once, and a SIGINT whose cancellation has not ended the command within
+    INTERRUPT_DEADLINE seconds ends it then."""
     out = out or sys.stdout
     err = err or sys.stderr
+    hard_exit = argv is None if hard_exit_on_interrupt is None else hard_exit_on_interrupt
     parser = build_parser()
     args = parse(parser, argv)
     ctx = make_context(args, out, err)
+    is_async = False
     try:
         result = args.func(args, ctx)
         if inspect.isawaitable(result):
-            result = asyncio.run(_awaited(result))
+            is_async = True
+            result = asyncio.run(_awaited(result, hard_exit))
         return int(result or 0)
     except (errors.TinykubeError, CLIError, ManifestError, OSError) as exc:
         ctx.eprint(describe_error(exc, ctx.server))
         return 1
     except KeyboardInterrupt:
-        return 130
+        if hard_exit and is_async:
+            # Interpreter teardown waits on gRPC's threads, which took seconds on a busy
+            # machine; after Ctrl-C nothing is left to finish (a sync command such as `up`
+            # may still have atexit work, so it exits normally).
+            _exit_now(EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
 
 
-async def _awaited(result: Any) -> Any:
-    return await result
+async def _awaited(result: Any, hard_exit_on_interrupt: bool) -> Any:
+    """Await the subcommand; with `hard_exit_on_interrupt`, asyncio.run's SIGINT handler (it
+    cancels this task) is wrapped to arm the hard-exit timer first."""
+    previous = signal.getsignal(signal.SIGINT)
+    wrapped = hard_exit_on_interrupt and callable(previous)
+    if wrapped:
+        handler: Callable[[int, FrameType | None], Any] = previous  # type: ignore[assignment]
+
+        def on_interrupt(signum: int, frame: FrameType | None) -> None:
+            _arm_hard_exit()
+            handler(signum, frame)
+
+        signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        return await result
+    finally:
+        if wrapped:
+            signal.signal(signal.SIGINT, previous)
+
+
+_hard_exit_armed = threading.Event()
+
+
+def _arm_hard_exit() -> None:
+    if _hard_exit_armed.is_set():
+        return
+    _hard_exit_armed.set()
+    timer = threading.Timer(INTERRUPT_DEADLINE, _exit_now, (EXIT_INTERRUPTED,))
+    timer.daemon = True
+    timer.start()
+
+
+def _exit_now(code: int) -> None:
+    """Flush what was printed and end the process without interpreter teardown."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more to say
+            stream.flush()
+    os._exit(code)
 
 
 def entry() -> None:
