@@ -118,3 +118,45 @@ def format_bytes(n: int) -> str:
         if n and n % unit == 0:
             return f"{n // unit}{suffix}"
     return str(n)
+
+
+BINARY_SI = "BinarySI"
+DECIMAL_SI = "DecimalSI"
+DECIMAL_EXPONENT = "DecimalExponent"
+_DECIMAL_SUFFIXES = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P"}
+_DECIMAL_SUFFIXES[18] = "E"
+
+
+def quantity_format(text: str) -> str:
+    """How Kubernetes prints a quantity written as `text`: BINARY_SI ("64Mi"), DECIMAL_EXPONENT
+    ("1e3") or DECIMAL_SI (anything else). Raises QuantityError when it is not a quantity."""
+    parse_quantity(text)
+    suffix = text.lstrip("+-.0123456789")
+    if suffix in _BINARY:
+        return BINARY_SI
+    if suffix[:1] in ("e", "E") and suffix not in _DECIMAL:
+        return DECIMAL_EXPONENT
+    return DECIMAL_SI
+
+
+def format_quantity(amount: Fraction, fmt: str = DECIMAL_SI) -> str:
+    """`amount` in Kubernetes' canonical form for `fmt` (Quantity.String()): a binary suffix
+    when the amount is a whole multiple of 1024 ("1548576Ki"), otherwise, and for decimal
+    formats, the largest power of 1000 that leaves a whole number ("1350m", "100M", "1e3").
+    Below a nano-unit the amount is rounded up, as Kubernetes does."""
+    if amount == 0:
+        return "0"
+    if fmt == BINARY_SI and amount.denominator == 1 and abs(amount) >= 1024:
+        number = int(amount)
+        for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+            if number % _BINARY[suffix] == 0:
+                return f"{number // _BINARY[suffix]}{suffix}"
+        return str(number)
+    nanos = math.ceil(amount * 10**9)
+    exponent = -9
+    while exponent < 18 and nanos % 1000 == 0:
+        nanos //= 1000
+        exponent += 3
+    if fmt == DECIMAL_EXPONENT:
+        return f"{nanos}e{exponent}" if exponent else str(nanos)
+    return f"{nanos}{_DECIMAL_SUFFIXES[exponent]}"

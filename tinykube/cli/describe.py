@@ -2,17 +2,22 @@
 
 Pods print like `kubectl describe pod` (containers with state, restarts and resources,
 conditions, node selectors, tolerations, events); nodes like `kubectl describe node` (taints,
-conditions, addresses, capacity, the pods on it, events); ReplicaSets with their pods' phases and
-template. Without NAME, every object of the kind (or those `-l` selects). Other kinds print their
-YAML, then their events. Events are listed in the object's namespace and matched on
-involvedObject here, because the apiserver's field selectors cover only a few pod fields.
+conditions, addresses, capacity, the pods on it with their requests and limits, the requests
+and limits allocated in total, each as a share of the node's allocatable, events); ReplicaSets
+with their pods' phases and template. Without NAME, every object of the kind (or those `-l`
+selects). Other kinds print their YAML, then their events. Events are listed in the object's
+namespace and matched on involvedObject here, because the apiserver's field selectors cover
+only a few pod fields.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from fractions import Fraction
 from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -24,6 +29,13 @@ from tinykube.cli.get import split_type_name
 from tinykube.client import Client
 from tinykube.kinds import KindInfo
 from tinykube.manifest import to_yaml
+from tinykube.quantity import (
+    DECIMAL_SI,
+    QuantityError,
+    format_quantity,
+    parse_quantity,
+    quantity_format,
+)
 
 KEY_WIDTH = 18
 
@@ -243,31 +255,115 @@ def describe_node(node: Any, pods: list[Any], events: list[Any], now: datetime) 
         ):
             w.line(1, key, value or "", width=26)
     live = [p for p in pods if p.status.phase not in ("Succeeded", "Failed")]
+    allocatable = status.allocatable or status.capacity
     w.line(0, "Non-terminated Pods", f"({len(live)} in total)", width=len("Non-terminated Pods:  "))
-    if live:
-        rows = []
-        for p in live:
-            requests: dict[str, str] = {}
-            limits: dict[str, str] = {}
-            for c in p.spec.containers:
-                requests.update(c.resources.requests)
-                limits.update(c.resources.limits)
-            rows.append(
-                [
-                    p.metadata.namespace,
-                    p.metadata.name,
-                    requests.get("cpu", "0"),
-                    limits.get("cpu", "0"),
-                    requests.get("memory", "0"),
-                    limits.get("memory", "0"),
-                    printers.age(p.metadata.creationTimestamp, now),
-                ]
-            )
-        header = ["Namespace", "Name", "CPU Requests", "CPU Limits"]
-        header += ["Memory Requests", "Memory Limits", "Age"]
-        w.table(1, header, rows)
+    rows = []
+    total_requests: dict[str, Total] = {}
+    total_limits: dict[str, Total] = {}
+    for p in live:
+        requests, limits = pod_requests_and_limits(p)
+        rows.append(
+            [
+                p.metadata.namespace,
+                p.metadata.name,
+                *(
+                    share(totals.get(resource), resource, allocatable)
+                    for resource in ("cpu", "memory")
+                    for totals in (requests, limits)
+                ),
+                printers.age(p.metadata.creationTimestamp, now),
+            ]
+        )
+        add_all(total_requests, requests)
+        add_all(total_limits, limits)
+    header = ["Namespace", "Name", "CPU Requests", "CPU Limits"]
+    header += ["Memory Requests", "Memory Limits", "Age"]
+    w.table(1, header, rows)
+    w.line(0, "Allocated resources")
+    w.raw(1, "(Total limits may be over 100 percent, i.e., overcommitted.)")
+    # As kubectl: cpu, memory and ephemeral-storage always, then the node's hugepages (with a
+    # share), then its extended resources (without one); pods are not listed.
+    shown = ["cpu", "memory", "ephemeral-storage"]
+    hugepages = sorted(r for r in allocatable if r.startswith("hugepages-"))
+    extended = sorted(r for r in allocatable if r not in (*shown, "pods", *hugepages))
+    allocated = [
+        [
+            r,
+            share(total_requests.get(r), r, allocatable),
+            share(total_limits.get(r), r, allocatable),
+        ]
+        for r in (*shown, *hugepages)
+    ]
+    allocated += [
+        [r, str(total_requests.get(r, Total())), str(total_limits.get(r, Total()))]
+        for r in extended
+    ]
+    w.table(1, ["Resource", "Requests", "Limits"], allocated)
     describe_events(w, events, now)
     return w.text()
+
+
+@dataclass
+class Total:
+    """A sum of quantities, printed as Kubernetes prints one: in the format of the first
+    non-zero quantity added (Quantity.Add keeps it), canonically ("64Mi" + "100M" is
+    "167108864", "1Gi" + "512M" is "1548576Ki")."""
+
+    amount: Fraction = Fraction(0)
+    fmt: str = DECIMAL_SI
+
+    @staticmethod
+    def of(text: str) -> Total | None:
+        """The quantity `text`; None when it is not one (a stored object is printed anyway)."""
+        try:
+            return Total(parse_quantity(text), quantity_format(text))
+        except QuantityError:
+            return None
+
+    def add(self, other: Total) -> None:
+        if self.amount == 0:
+            self.fmt = other.fmt
+        self.amount += other.amount
+
+    def __str__(self) -> str:
+        return format_quantity(self.amount, self.fmt)
+
+
+def add_all(into: dict[str, Total], values: dict[str, Total]) -> None:
+    for resource, amount in values.items():
+        into.setdefault(resource, Total()).add(amount)
+
+
+def pod_requests_and_limits(pod: Any) -> tuple[dict[str, Total], dict[str, Total]]:
+    """What a pod requests and is limited to, as the scheduler and kubectl count it: the sum
+    over its containers, or the largest init container's where that is more (init containers
+    run one at a time, before the others)."""
+    sums: list[dict[str, Total]] = [{}, {}]
+    for c in pod.spec.containers:
+        for into, values in zip(sums, (c.resources.requests, c.resources.limits), strict=True):
+            for resource, text in values.items():
+                amount = Total.of(text)
+                if amount is not None:
+                    into.setdefault(resource, Total()).add(amount)
+    for c in pod.spec.initContainers:
+        for into, values in zip(sums, (c.resources.requests, c.resources.limits), strict=True):
+            for resource, text in values.items():
+                amount = Total.of(text)
+                if amount is not None and amount.amount > into.get(resource, Total()).amount:
+                    into[resource] = amount
+    return sums[0], sums[1]
+
+
+def share(total: Total | None, resource: str, allocatable: Any) -> str:
+    """ "350m (17%)": the amount and its whole percent of the node's allocatable (0% when the
+    node has none), truncated as kubectl does; cpu is compared in millicores, the rest in
+    units."""
+    amount = total or Total()
+    capacity = Total.of(allocatable.get(resource, "0")) or Total()
+    scale = 1000 if resource == "cpu" else 1
+    have = math.ceil(capacity.amount * scale)
+    percent = int(math.ceil(amount.amount * scale) * 100 / have) if have > 0 else 0
+    return f"{amount} ({percent}%)"
 
 
 def owned_by(pod: Any, owner: Any) -> bool:
