@@ -164,3 +164,28 @@ def test_node_helpers_build_a_kubernetes_shaped_status() -> None:
     assert isinstance(status, node_pb2.NodeStatus)
     assert status.nodeInfo.kubeletVersion.startswith("tinykube")
     assert {a.type for a in status.addresses} == {"InternalIP", "Hostname"}
+
+
+async def test_ready_heartbeat_moves_with_each_periodic_status_report() -> None:
+    """Ready's lastHeartbeatTime is re-posted every status_report_frequency with nothing else
+    changed (Kubernetes' nodeStatusReportFrequency), keeping its lastTransitionTime; between
+    reports the kubelet posts nothing."""
+    clock = FakeClock()
+    client = FakeClient(clock)
+    agent = NodeAgent(
+        client,
+        config(status_report_frequency=300.0),
+        lambda: client.nodes.objects.get("n1"),
+        clock=clock,
+    )
+    await agent.register()
+    (first,) = client.nodes.objects["n1"].status.conditions
+    version = client.nodes.objects["n1"].metadata.resourceVersion
+    clock.advance(299)
+    await agent.sync_status()
+    assert client.nodes.objects["n1"].metadata.resourceVersion == version
+    clock.advance(2)
+    await agent.sync_status()
+    (ready,) = client.nodes.objects["n1"].status.conditions
+    assert ready.lastHeartbeatTime.seconds - first.lastHeartbeatTime.seconds == 301
+    assert ready.lastTransitionTime == first.lastTransitionTime
