@@ -26,6 +26,7 @@ ENV PATH=/opt/tinykube/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 USER tinykube
 # Kubelets keep their state and their pods' logs under ./kubelet-data/<node>.
 WORKDIR /var/lib/tinykube
-EXPOSE 6443 10250 10257 10259
+# apiserver gRPC and REST (--rest-port), kubelet, controller manager, scheduler, proxy health.
+EXPOSE 6443 8080 10250 10257 10259 10256
 # The apiserver by default; every service in docker-compose.yml sets its own command.
 CMD ["python", "-m", "apiserver", "--etcd-servers", "etcd:2379", "--bind-address", "0.0.0.0:6443"]

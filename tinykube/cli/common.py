@@ -14,11 +14,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TextIO
 
-from tinykube import errors
+from tinykube import errors, kinds
 from tinykube.client import Client
 from tinykube.kinds import KindInfo
 
 DEFAULT_SERVER = "127.0.0.1:6443"
+
+# For --help: every resource the CLI knows, from the kinds table so the list cannot go stale.
+RESOURCES = ", ".join(k.plural for k in kinds.ALL_KINDS)
+SHORT_NAMES = ", ".join(k.short_names[0] for k in kinds.ALL_KINDS if k.short_names)
 SERVER_ENV = "TINYKUBE_SERVER"
 
 

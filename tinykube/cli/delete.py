@@ -18,7 +18,7 @@ from typing import Any
 
 from tinykube import errors
 from tinykube.cli.apply import add_file_flag, read_manifests
-from tinykube.cli.common import CLIError, Context, describe_error
+from tinykube.cli.common import RESOURCES, SHORT_NAMES, CLIError, Context, describe_error
 from tinykube.cli.get import split_type_name
 from tinykube.kinds import KindInfo
 
@@ -31,7 +31,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="delete objects by kind and name, or those in a manifest",
         description="Delete objects: `delete pod web` or `delete -f web.yaml`.",
     )
-    parser.add_argument("resource", nargs="?", help="pods|nodes|replicasets|events|leases")
+    parser.add_argument(
+        "resource", nargs="?", help=f"one of {RESOURCES} (short: {SHORT_NAMES}), or TYPE/NAME"
+    )
     parser.add_argument("names", nargs="*", metavar="NAME")
     add_file_flag(parser, required=False)
     parser.add_argument(

@@ -12,7 +12,7 @@ from typing import Any
 
 from tinykube import kinds
 from tinykube.cli import printers
-from tinykube.cli.common import CLIError, Context
+from tinykube.cli.common import RESOURCES, SHORT_NAMES, CLIError, Context
 from tinykube.kinds import KindInfo
 from tinykube.manifest import to_json, to_yaml
 
@@ -22,10 +22,10 @@ OUTPUTS = ("wide", "yaml", "json", "name")
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "get",
-        help="list objects (pods, nodes, replicasets, events, leases)",
+        help=f"list objects ({RESOURCES})",
         description="Display one or many objects, as kubectl get does.",
     )
-    parser.add_argument("resource", help="pods|nodes|replicasets|events|leases (or po, no, rs...)")
+    parser.add_argument("resource", help=f"one of {RESOURCES} (short: {SHORT_NAMES}), or TYPE/NAME")
     parser.add_argument("names", nargs="*", metavar="NAME", help="only these objects")
     parser.add_argument("-o", "--output", choices=OUTPUTS, help="output format")
     parser.add_argument("-l", "--selector", default="", help="label selector, e.g. app=web")

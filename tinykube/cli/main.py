@@ -85,10 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     _global_flags(common, suppress=True)
 
     class CommandParser(argparse.ArgumentParser):
-        """Every subcommand parser also accepts the global flags."""
+        """Every subcommand parser also accepts the global flags, unless it is registered with
+        `global_flags=False` (`up` talks to no apiserver: --server, -n, -A mean nothing to it)."""
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            kwargs["parents"] = [*kwargs.get("parents", []), common]
+        def __init__(self, *args: Any, global_flags: bool = True, **kwargs: Any) -> None:
+            if global_flags:
+                kwargs["parents"] = [*kwargs.get("parents", []), common]
             super().__init__(*args, **kwargs)
 
     parser = argparse.ArgumentParser(

@@ -44,8 +44,9 @@ POLL_SECONDS = 1.0
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "up",
-        help="run a local cluster (etcd, apiserver, scheduler, controller, kubelets)",
+        help="run a local cluster (etcd, apiserver, scheduler, controller, kubelets, proxies)",
         description="Start a local tinykube cluster in the foreground; Ctrl-C stops it.",
+        global_flags=False,
     )
     parser.add_argument(
         "--data-dir",
