@@ -148,6 +148,8 @@ def parse_body(body: bytes, media_type: str) -> Any:
             ) from None
         except yaml.YAMLError as exc:
             raise BadRequestError(f"error converting YAML to JSON: yaml: {exc}") from None
+        except RecursionError:
+            raise BadRequestError(_TOO_DEEP.format("YAML")) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -155,6 +157,17 @@ def parse_body(body: bytes, media_type: str) -> Any:
             f"couldn't get version/kind; json parse error: {exc.msg} at line {exc.lineno}, "
             f"column {exc.colno} (offset {exc.pos})"
         ) from None
+    except ValueError:  # the only other ValueError: an integer past the parser's digit limit
+        raise BadRequestError(
+            "couldn't get version/kind; json parse error: a number has too many digits"
+        ) from None
+    except RecursionError:
+        raise BadRequestError(_TOO_DEEP.format("JSON")) from None
+
+
+# A body nested deeper than the parser's recursion limit (a hostile one: objects kubectl
+# sends are a few dozen levels deep).
+_TOO_DEEP = "couldn't get version/kind; {} parse error: the document is nested too deeply"
 
 
 def parse_object_body(body: bytes, media_type: str) -> dict[str, Any]:

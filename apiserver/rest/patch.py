@@ -124,7 +124,7 @@ def _parse(body: bytes) -> Any:
 
     try:
         return json.loads(body.decode("utf-8", errors="replace"), parse_constant=reject_constant)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past the limit
         raise BadRequestError(INVALID_JSON) from exc
 
 

@@ -113,6 +113,13 @@ def test_a_patched_objects_strict_error_does_not_name_the_kind() -> None:
          "error converting YAML to JSON: yaml: line 1, column 6: expected ',' or ']', but got "
          "'<stream end>'"),
         (b"\xff", "application/json", "the request body is not UTF-8: byte 0"),
+        # Hostile bodies the parsers refuse with ValueError or RecursionError, not JSON errors.
+        (b'{"a": ' + b"9" * 5000 + b"}", "application/json",
+         "couldn't get version/kind; json parse error: a number has too many digits"),
+        (b"[" * 100_000 + b"]" * 100_000, "application/json",
+         "couldn't get version/kind; JSON parse error: the document is nested too deeply"),
+        (b"[" * 100_000 + b"]" * 100_000, "application/yaml",
+         "couldn't get version/kind; YAML parse error: the document is nested too deeply"),
     ],
 )  # fmt: skip
 def test_malformed_bodies(body: bytes, media: str, message: str) -> None:
