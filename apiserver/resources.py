@@ -552,10 +552,7 @@ class ResourceStore:
         namespace = self._namespace(request.namespace)
         key = self.key(namespace, request.name)
         has_grace = request.HasField("gracePeriodSeconds")
-        if has_grace and request.gracePeriodSeconds < 0:
-            raise InvalidError(
-                f"invalid gracePeriodSeconds {request.gracePeriodSeconds}: must not be negative"
-            )
+        _check_grace_period(request)
         pre = request.preconditions
         cur = await self._current(key)
         for _attempt in range(_CAS_ATTEMPTS):
@@ -563,20 +560,7 @@ class ResourceStore:
                 raise self._not_found(request.name)
             obj = cur.obj
             meta = obj.metadata  # type: ignore[attr-defined]
-            problem: ConflictError | None = None
-            if pre.uid and pre.uid != meta.uid:
-                problem = self._conflict(
-                    request.name,
-                    f"Precondition failed: UID in precondition: {pre.uid}, UID in object meta: "
-                    f"{meta.uid}",
-                )
-            elif pre.resourceVersion and pre.resourceVersion != meta.resourceVersion:
-                problem = self._conflict(
-                    request.name,
-                    "Precondition failed: ResourceVersion in precondition: "
-                    f"{pre.resourceVersion}, ResourceVersion in object meta: "
-                    f"{meta.resourceVersion}",
-                )
+            problem = self._precondition_failure(request.name, pre, meta)
             grace = 0
             if self.info.kind == POD.kind:
                 pod: pod_pb2.Pod = obj  # type: ignore[assignment]
@@ -819,23 +803,36 @@ class ResourceStore:
 
     def _check_eviction_preconditions(self, req: meta_pb2.DeleteRequest, pod: pod_pb2.Pod) -> None:
         """What `delete` would refuse, for a dry run (which must not reach `delete`)."""
-        pre, meta = req.preconditions, pod.metadata
-        if req.HasField("gracePeriodSeconds") and req.gracePeriodSeconds < 0:
-            raise InvalidError(
-                f"invalid gracePeriodSeconds {req.gracePeriodSeconds}: must not be negative"
-            )
+        _check_grace_period(req)
+        problem = self._precondition_failure(pod.metadata.name, req.preconditions, pod.metadata)
+        if problem is not None:
+            raise problem
+
+    def _precondition_failure(
+        self, name: str, pre: meta_pb2.Preconditions, meta: meta_pb2.ObjectMeta
+    ) -> ConflictError | None:
+        """The Conflict a delete's preconditions make against the object's metadata, if any."""
         if pre.uid and pre.uid != meta.uid:
-            raise self._conflict(
-                meta.name,
+            return self._conflict(
+                name,
                 f"Precondition failed: UID in precondition: {pre.uid}, UID in object meta: "
                 f"{meta.uid}",
             )
         if pre.resourceVersion and pre.resourceVersion != meta.resourceVersion:
-            raise self._conflict(
-                meta.name,
-                f"Precondition failed: ResourceVersion in precondition: {pre.resourceVersion}, "
-                f"ResourceVersion in object meta: {meta.resourceVersion}",
+            return self._conflict(
+                name,
+                "Precondition failed: ResourceVersion in precondition: "
+                f"{pre.resourceVersion}, ResourceVersion in object meta: "
+                f"{meta.resourceVersion}",
             )
+        return None
+
+
+def _check_grace_period(request: meta_pb2.DeleteRequest) -> None:
+    if request.HasField("gracePeriodSeconds") and request.gracePeriodSeconds < 0:
+        raise InvalidError(
+            f"invalid gracePeriodSeconds {request.gracePeriodSeconds}: must not be negative"
+        )
 
 
 def _set_scheduled(pod: pod_pb2.Pod, clock: Clock) -> None:
