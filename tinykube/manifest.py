@@ -165,17 +165,7 @@ def parse_object(doc: Any, index: int = 1) -> ManifestObject:
     if not isinstance(doc, dict):
         raise ManifestError(f"expected an object, got {type(doc).__name__}")
     info = kind_of(doc)
-    body = copy.deepcopy(doc)
-    body["apiVersion"] = info.api_version
-    errors: list[str] = []
-    _check_fields(info.message.DESCRIPTOR, body, "", errors)
-    if errors:
-        raise ManifestError("; ".join(errors))
-    obj = info.message()
-    try:
-        json_format.ParseDict(body, obj, ignore_unknown_fields=False)
-    except json_format.ParseError as exc:
-        raise ManifestError(_clean_parse_error(str(exc))) from exc
+    obj, _ = parse_as(info, doc)
     return ManifestObject(info, obj, index)
 
 
@@ -189,7 +179,7 @@ def parse_as(
     Other errors (a wrong JSON type) are always a ManifestError.
     """
     body = copy.deepcopy(doc)
-    body["apiVersion"] = API_VERSION
+    body["apiVersion"] = info.api_version
     errors: list[str] = []
     unknown: list[str] | None = [] if drop_unknown else None
     _check_fields(info.message.DESCRIPTOR, body, "", errors, unknown)
