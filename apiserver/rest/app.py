@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from apiserver.metrics import Metrics
 from apiserver.resources import ResourceStore
-from apiserver.rest import patch, tables
+from apiserver.rest import patch
 from apiserver.rest.codec import dumps
 from apiserver.rest.discovery import (
     AGGREGATED_TYPE,
@@ -75,9 +75,7 @@ class RestServer:
         self.health = health
         self.discovery = Discovery()
         self.openapi = OpenAPI(self.discovery.kinds, patch.patch_meta, version=GIT_VERSION)
-        self.handlers = ResourceHandlers(
-            services, settings=settings, clock=clock, patch=patch, tables=tables
-        )
+        self.handlers = ResourceHandlers(services, settings=settings, clock=clock)
         self.app = web.Application(
             middlewares=[self._errors],
             client_max_size=settings.max_request_bytes + 1,

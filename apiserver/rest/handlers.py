@@ -35,6 +35,7 @@ from apiserver.podlogs import PodLogOptions, PodLogs
 from apiserver.registry import generate_name
 from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
+from apiserver.rest import patch, tables
 from apiserver.rest.codec import AS_JSON, AS_TABLE, AS_YAML, KindCodec, dumps
 from apiserver.rest.discovery import Resource
 from apiserver.rest.status import (
@@ -247,14 +248,10 @@ class ResourceHandlers:
         *,
         settings: Settings,
         clock: Clock,
-        patch: Any = None,
-        tables: Any = None,
     ) -> None:
         self.services = services
         self.settings = settings
         self.clock = clock
-        self.patch = patch
-        self.tables = tables
         self.codecs = {kind: KindCodec(s.info) for kind, s in services.items()}
         # A REST watch without timeoutSeconds ends after this long, jittered up to twice it
         # (kube-apiserver's --min-request-timeout) so reconnects of many watches spread out.
@@ -324,12 +321,10 @@ class ResourceHandlers:
         return StatusResource(target.resource.info, target.name or "", target.subresource or "")
 
     def _accept(self, request: web.Request, *, table: bool) -> str:
-        fmt = codecs.negotiate(
-            request.headers.get("Accept", ""), table=table and self.tables is not None
-        )
+        fmt = codecs.negotiate(request.headers.get("Accept", ""), table=table)
         if fmt is None:
             accepted = list(codecs.ACCEPTED_TYPES)
-            if table and self.tables is not None:
+            if table:
                 accepted.insert(0, "application/json;as=Table;v=v1;g=meta.k8s.io")
             raise not_acceptable(accepted)
         return fmt
@@ -369,7 +364,7 @@ class ResourceHandlers:
     ) -> bytes:
         include = q.choice("includeObject", ("None", "Metadata", "Object"), "Metadata")
         assert target.resource.info is not None
-        table = self.tables.table(
+        table = tables.table(
             target.resource.info,
             objects,
             resource_version=resource_version,
@@ -760,7 +755,7 @@ class ResourceHandlers:
 
     def _patch_type(self, request: web.Request) -> str:
         media = codecs.content_type_of(request.headers.get("Content-Type", ""))
-        accepted = sorted(self.patch.PATCH_CONTENT_TYPES) if self.patch is not None else []
+        accepted = sorted(patch.PATCH_CONTENT_TYPES)
         if media not in accepted:
             raise unsupported_media_type(accepted)
         return media
@@ -807,7 +802,7 @@ class ResourceHandlers:
             else:
                 original = kcodec.object_dict(current)
             patched: Any
-            patched = self.patch.apply_patch(media, original, body, info.message.DESCRIPTOR)
+            patched = patch.apply_patch(media, original, body, info.message.DESCRIPTOR)
             if not isinstance(patched, dict):
                 raise BadRequestError("the patch must produce an object")
             obj, warnings = kcodec.decode(patched, validation, patched=True)
@@ -1317,7 +1312,7 @@ class ResourceHandlers:
             if request.method == "PATCH":
                 if media == APPLY_PATCH:
                     raise unsupported_media_type([JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH])
-                new_scale = self.patch.apply_patch(media, scale, body, None)
+                new_scale = patch.apply_patch(media, scale, body, None)
             else:
                 new_scale = codecs.parse_object_body(body, media)
             if not isinstance(new_scale, dict):
