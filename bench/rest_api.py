@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -34,11 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import numpy as np
+
+# bench/ is a folder of scripts, not a package: its helpers import by path.
+from api_latency import make_pod, median_of, percentiles
 
 from tinykube.client import Client
 from tinykube.launcher import LocalCluster
-from tinykube.v1 import pod_pb2
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TABLE_ACCEPT = (
@@ -56,27 +56,6 @@ class Config:
     watchers: int = 100
     watch_events: int = 200
     runs: int = 3
-
-
-def make_pod(name: str, namespace: str) -> pod_pb2.Pod:
-    pod = pod_pb2.Pod(apiVersion="v1", kind="Pod")
-    pod.metadata.name = name
-    pod.metadata.namespace = namespace
-    pod.metadata.labels["app"] = "bench"
-    container = pod.spec.containers.add(name="c", image="busybox")
-    container.command.extend(["sleep", "3600"])
-    container.resources.requests["cpu"] = "100m"
-    container.resources.requests["memory"] = "64Mi"
-    pod.spec.schedulerName = "bench"
-    return pod
-
-
-def percentiles(samples: list[float]) -> dict[str, float]:
-    ms = np.array(samples) * 1000.0
-    return {
-        "p50_ms": round(float(np.percentile(ms, 50)), 2),
-        "p99_ms": round(float(np.percentile(ms, 99)), 2),
-    }
 
 
 async def create_pods(client: Client, namespace: str, count: int) -> None:
@@ -160,18 +139,6 @@ async def measure_fanout(
         "seconds": round(finished - started, 3),
         "events_per_second": round(delivered / (finished - started), 1),
     }
-
-
-def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
-    for key, value in runs[0].items():
-        if isinstance(value, dict):
-            merged[key] = median_of([r[key] for r in runs])
-        elif isinstance(value, int | float) and not all(r[key] == value for r in runs):
-            merged[key] = round(statistics.median(r[key] for r in runs), 3)
-        else:
-            merged[key] = value
-    return merged
 
 
 async def bench(cluster: LocalCluster, cfg: Config) -> dict[str, Any]:
