@@ -66,7 +66,6 @@ class PodInfo:
     images: tuple[str, ...]
     signature: bytes = field(repr=False)
     terminating: bool = False  # deletionTimestamp set
-    preemption_policy: str = "PreemptLowerPriority"
 
     @property
     def zero_request(self) -> bool:

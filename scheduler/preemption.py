@@ -82,7 +82,7 @@ class DefaultPreemption:
             return None, Status.unschedulable(
                 "No preemption victims found for incoming pod.", plugin=self.name
             )
-        if getattr(pod.pod.spec, "preemption_policy", "") == "Never":
+        if pod.pod.spec.preemptionPolicy == "Never":
             return None, Status.unresolvable("not eligible due to preemptionPolicy=Never.")
         nominated = pod.pod.status.nominatedNodeName
         if nominated and any(

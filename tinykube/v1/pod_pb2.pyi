@@ -308,24 +308,233 @@ class NodeAffinity(_message.Message):
 Global___NodeAffinity: _TypeAlias = NodeAffinity  # noqa: Y015
 
 @_typing.final
+class PodAffinityTerm(_message.Message):
+    """Pods that this pod should (or, in PodAntiAffinity, should not) share a topology domain with:
+    the domain is the nodes with the same value of the topologyKey label.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LABELSELECTOR_FIELD_NUMBER: _builtins.int
+    NAMESPACES_FIELD_NUMBER: _builtins.int
+    TOPOLOGYKEY_FIELD_NUMBER: _builtins.int
+    NAMESPACESELECTOR_FIELD_NUMBER: _builtins.int
+    MATCHLABELKEYS_FIELD_NUMBER: _builtins.int
+    MISMATCHLABELKEYS_FIELD_NUMBER: _builtins.int
+    topologyKey: _builtins.str
+    @_builtins.property
+    def labelSelector(self) -> _meta_pb2.LabelSelector:
+        """Pods matching it; unset matches no pods."""
+
+    @_builtins.property
+    def namespaces(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The namespaces whose pods the term looks at; with namespaceSelector unset and this empty,
+        the pod's own namespace.
+        """
+
+    @_builtins.property
+    def namespaceSelector(self) -> _meta_pb2.LabelSelector:
+        """Namespaces by label, added to `namespaces`; an empty selector ({}) matches every namespace."""
+
+    @_builtins.property
+    def matchLabelKeys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Label keys whose values are taken from the incoming pod and folded into labelSelector as
+        `key in (value)` (mismatchLabelKeys: `key notin (value)`) when the pod is created.
+        """
+
+    @_builtins.property
+    def mismatchLabelKeys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        labelSelector: _meta_pb2.LabelSelector | None = ...,
+        namespaces: _abc.Iterable[_builtins.str] | None = ...,
+        topologyKey: _builtins.str = ...,
+        namespaceSelector: _meta_pb2.LabelSelector | None = ...,
+        matchLabelKeys: _abc.Iterable[_builtins.str] | None = ...,
+        mismatchLabelKeys: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["labelSelector", b"labelSelector", "namespaceSelector", b"namespaceSelector"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["labelSelector", b"labelSelector", "matchLabelKeys", b"matchLabelKeys", "mismatchLabelKeys", b"mismatchLabelKeys", "namespaceSelector", b"namespaceSelector", "namespaces", b"namespaces", "topologyKey", b"topologyKey"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PodAffinityTerm: _TypeAlias = PodAffinityTerm  # noqa: Y015
+
+@_typing.final
+class WeightedPodAffinityTerm(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WEIGHT_FIELD_NUMBER: _builtins.int
+    PODAFFINITYTERM_FIELD_NUMBER: _builtins.int
+    weight: _builtins.int
+    """1-100."""
+    @_builtins.property
+    def podAffinityTerm(self) -> Global___PodAffinityTerm: ...
+    def __init__(
+        self,
+        *,
+        weight: _builtins.int = ...,
+        podAffinityTerm: Global___PodAffinityTerm | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["podAffinityTerm", b"podAffinityTerm"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["podAffinityTerm", b"podAffinityTerm", "weight", b"weight"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WeightedPodAffinityTerm: _TypeAlias = WeightedPodAffinityTerm  # noqa: Y015
+
+@_typing.final
+class PodAffinity(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUIREDDURINGSCHEDULINGIGNOREDDURINGEXECUTION_FIELD_NUMBER: _builtins.int
+    PREFERREDDURINGSCHEDULINGIGNOREDDURINGEXECUTION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def requiredDuringSchedulingIgnoredDuringExecution(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodAffinityTerm]: ...
+    @_builtins.property
+    def preferredDuringSchedulingIgnoredDuringExecution(self) -> _containers.RepeatedCompositeFieldContainer[Global___WeightedPodAffinityTerm]: ...
+    def __init__(
+        self,
+        *,
+        requiredDuringSchedulingIgnoredDuringExecution: _abc.Iterable[Global___PodAffinityTerm] | None = ...,
+        preferredDuringSchedulingIgnoredDuringExecution: _abc.Iterable[Global___WeightedPodAffinityTerm] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["preferredDuringSchedulingIgnoredDuringExecution", b"preferredDuringSchedulingIgnoredDuringExecution", "requiredDuringSchedulingIgnoredDuringExecution", b"requiredDuringSchedulingIgnoredDuringExecution"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PodAffinity: _TypeAlias = PodAffinity  # noqa: Y015
+
+@_typing.final
+class PodAntiAffinity(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUIREDDURINGSCHEDULINGIGNOREDDURINGEXECUTION_FIELD_NUMBER: _builtins.int
+    PREFERREDDURINGSCHEDULINGIGNOREDDURINGEXECUTION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def requiredDuringSchedulingIgnoredDuringExecution(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodAffinityTerm]: ...
+    @_builtins.property
+    def preferredDuringSchedulingIgnoredDuringExecution(self) -> _containers.RepeatedCompositeFieldContainer[Global___WeightedPodAffinityTerm]: ...
+    def __init__(
+        self,
+        *,
+        requiredDuringSchedulingIgnoredDuringExecution: _abc.Iterable[Global___PodAffinityTerm] | None = ...,
+        preferredDuringSchedulingIgnoredDuringExecution: _abc.Iterable[Global___WeightedPodAffinityTerm] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["preferredDuringSchedulingIgnoredDuringExecution", b"preferredDuringSchedulingIgnoredDuringExecution", "requiredDuringSchedulingIgnoredDuringExecution", b"requiredDuringSchedulingIgnoredDuringExecution"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PodAntiAffinity: _TypeAlias = PodAntiAffinity  # noqa: Y015
+
+@_typing.final
 class Affinity(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NODEAFFINITY_FIELD_NUMBER: _builtins.int
+    PODAFFINITY_FIELD_NUMBER: _builtins.int
+    PODANTIAFFINITY_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def nodeAffinity(self) -> Global___NodeAffinity: ...
+    @_builtins.property
+    def podAffinity(self) -> Global___PodAffinity: ...
+    @_builtins.property
+    def podAntiAffinity(self) -> Global___PodAntiAffinity: ...
     def __init__(
         self,
         *,
         nodeAffinity: Global___NodeAffinity | None = ...,
+        podAffinity: Global___PodAffinity | None = ...,
+        podAntiAffinity: Global___PodAntiAffinity | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["nodeAffinity", b"nodeAffinity"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["nodeAffinity", b"nodeAffinity", "podAffinity", b"podAffinity", "podAntiAffinity", b"podAntiAffinity"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["nodeAffinity", b"nodeAffinity"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["nodeAffinity", b"nodeAffinity", "podAffinity", b"podAffinity", "podAntiAffinity", b"podAntiAffinity"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Affinity: _TypeAlias = Affinity  # noqa: Y015
+
+@_typing.final
+class TopologySpreadConstraint(_message.Message):
+    """How matching pods must be spread over the domains of topologyKey."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAXSKEW_FIELD_NUMBER: _builtins.int
+    TOPOLOGYKEY_FIELD_NUMBER: _builtins.int
+    WHENUNSATISFIABLE_FIELD_NUMBER: _builtins.int
+    LABELSELECTOR_FIELD_NUMBER: _builtins.int
+    MINDOMAINS_FIELD_NUMBER: _builtins.int
+    NODEAFFINITYPOLICY_FIELD_NUMBER: _builtins.int
+    NODETAINTSPOLICY_FIELD_NUMBER: _builtins.int
+    MATCHLABELKEYS_FIELD_NUMBER: _builtins.int
+    maxSkew: _builtins.int
+    """At least 1: the largest allowed difference between a domain's count and the global minimum."""
+    topologyKey: _builtins.str
+    whenUnsatisfiable: _builtins.str
+    """DoNotSchedule (a filter) or ScheduleAnyway (a score)."""
+    minDomains: _builtins.int
+    """Unset, or at least 1 with DoNotSchedule: fewer eligible domains count the minimum as 0."""
+    nodeAffinityPolicy: _builtins.str
+    """Honor (default) or Ignore: whether nodeSelector/nodeAffinity decide which nodes count."""
+    nodeTaintsPolicy: _builtins.str
+    """Honor or Ignore (default): whether nodes with untolerated taints count."""
+    @_builtins.property
+    def labelSelector(self) -> _meta_pb2.LabelSelector: ...
+    @_builtins.property
+    def matchLabelKeys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """As PodAffinityTerm.matchLabelKeys."""
+
+    def __init__(
+        self,
+        *,
+        maxSkew: _builtins.int = ...,
+        topologyKey: _builtins.str = ...,
+        whenUnsatisfiable: _builtins.str = ...,
+        labelSelector: _meta_pb2.LabelSelector | None = ...,
+        minDomains: _builtins.int | None = ...,
+        nodeAffinityPolicy: _builtins.str = ...,
+        nodeTaintsPolicy: _builtins.str = ...,
+        matchLabelKeys: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_minDomains", b"_minDomains", "labelSelector", b"labelSelector", "minDomains", b"minDomains"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_minDomains", b"_minDomains", "labelSelector", b"labelSelector", "matchLabelKeys", b"matchLabelKeys", "maxSkew", b"maxSkew", "minDomains", b"minDomains", "nodeAffinityPolicy", b"nodeAffinityPolicy", "nodeTaintsPolicy", b"nodeTaintsPolicy", "topologyKey", b"topologyKey", "whenUnsatisfiable", b"whenUnsatisfiable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__minDomains: _TypeAlias = _typing.Literal["minDomains"]  # noqa: Y015
+    _WhichOneofArgType__minDomains: _TypeAlias = _typing.Literal["_minDomains", b"_minDomains"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__minDomains) -> _WhichOneofReturnType__minDomains | None: ...
+
+Global___TopologySpreadConstraint: _TypeAlias = TopologySpreadConstraint  # noqa: Y015
+
+@_typing.final
+class PodSchedulingGate(_message.Message):
+    """A pod with any gate is not scheduled until every gate is removed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PodSchedulingGate: _TypeAlias = PodSchedulingGate  # noqa: Y015
 
 @_typing.final
 class Toleration(_message.Message):
@@ -399,6 +608,9 @@ class PodSpec(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     HOSTNAME_FIELD_NUMBER: _builtins.int
     DNSPOLICY_FIELD_NUMBER: _builtins.int
+    TOPOLOGYSPREADCONSTRAINTS_FIELD_NUMBER: _builtins.int
+    SCHEDULINGGATES_FIELD_NUMBER: _builtins.int
+    PREEMPTIONPOLICY_FIELD_NUMBER: _builtins.int
     restartPolicy: _builtins.str
     """Always (default), OnFailure, Never."""
     terminationGracePeriodSeconds: _builtins.int
@@ -411,6 +623,8 @@ class PodSpec(_message.Message):
     """ClusterFirst (the default), ClusterFirstWithHostNet, Default, None. Recorded only: pods of
     the process runtime use the machine's resolver.
     """
+    preemptionPolicy: _builtins.str
+    """PreemptLowerPriority (the default, from the pod's PriorityClass) or Never."""
     @_builtins.property
     def initContainers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Container]: ...
     @_builtins.property
@@ -421,6 +635,10 @@ class PodSpec(_message.Message):
     def affinity(self) -> Global___Affinity: ...
     @_builtins.property
     def tolerations(self) -> _containers.RepeatedCompositeFieldContainer[Global___Toleration]: ...
+    @_builtins.property
+    def topologySpreadConstraints(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopologySpreadConstraint]: ...
+    @_builtins.property
+    def schedulingGates(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodSchedulingGate]: ...
     def __init__(
         self,
         *,
@@ -437,10 +655,13 @@ class PodSpec(_message.Message):
         priority: _builtins.int | None = ...,
         hostname: _builtins.str = ...,
         dnsPolicy: _builtins.str = ...,
+        topologySpreadConstraints: _abc.Iterable[Global___TopologySpreadConstraint] | None = ...,
+        schedulingGates: _abc.Iterable[Global___PodSchedulingGate] | None = ...,
+        preemptionPolicy: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "affinity", b"affinity", "priority", b"priority", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "affinity", b"affinity", "containers", b"containers", "dnsPolicy", b"dnsPolicy", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "affinity", b"affinity", "containers", b"containers", "dnsPolicy", b"dnsPolicy", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "preemptionPolicy", b"preemptionPolicy", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "schedulingGates", b"schedulingGates", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations", "topologySpreadConstraints", b"topologySpreadConstraints"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
