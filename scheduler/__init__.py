@@ -5,7 +5,8 @@ Layout, pure core first:
 - cache.py     columnar node table (numpy) + pods on nodes, assumed pods with TTL
 - queue.py     activeQ / backoffQ / unschedulable set, moved by cluster events
 - framework.py Status, FilterResult, one protocol per extension point, registry
-- plugins.py   the default plugins, vectorised over node slots
+- plugins/     the default plugins, one module per plugin named after it (plugins/nodeaffinity.py
+               is NodeAffinity), vectorised over node slots; plugins/__init__.py is the registry
 - preemption.py DefaultPreemption (PostFilter): minimal lower-priority victims on one node
 - config.py    the YAML profile (plugins, weights, args) with field-named validation errors
 - core.py      Profile + Algorithm: filter, percentageOfNodesToScore, score, select, records

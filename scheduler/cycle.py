@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from scheduler.cache import EventKind, SchedulerCache
 from scheduler.core import Algorithm, Profile, ScheduleResult
 from scheduler.framework import Code, CycleState, Status
-from scheduler.plugins import bind_already_exists
+from scheduler.plugins.defaultbinder import bind_already_exists
 from scheduler.podinfo import PodInfo
 from scheduler.preemption import victims
 from scheduler.queue import QueuedPod, SchedulingQueue, ShutDown

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from scheduler.cache import EventKind
-from scheduler.plugins import NodeAffinity, NodeResourcesFit, TaintToleration
+from scheduler.plugins.nodeaffinity import NodeAffinity
+from scheduler.plugins.noderesourcesfit import NodeResourcesFit
+from scheduler.plugins.tainttoleration import TaintToleration
 from scheduler.queue import SchedulingQueue
 from tests.unit.scheduler.builders import PodBuilder
 from tinykube.clock import FakeClock

@@ -1,0 +1,145 @@
+"""NodeAffinity (Filter, PreScore, Score; weight 2): nodeSelector and node affinity.
+
+Filter: every nodeSelector pair and at least one required term (terms are ORed, a term's
+expressions ANDed, an empty term matches nothing) must match; NotIn and DoesNotExist match
+nodes without the label, Gt/Lt never match a missing or non-numeric label; matchFields supports
+metadata.name In/NotIn. Reason "node(s) didn't match Pod's node affinity/selector". Score: the
+sum of the weights of the preferred terms a node matches, normalised to 0-100.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler.cache import (
+    EventKind,
+    NodeTable,
+)
+from scheduler.framework import (
+    SKIP,
+    SUCCESS,
+    CycleState,
+    FilterResult,
+    Status,
+    default_normalize,
+)
+from scheduler.plugins.helper import I64, IDX
+from scheduler.podinfo import PodInfo
+from tinykube.v1 import pod_pb2
+
+ERR_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+
+
+def _requirement_mask(
+    nodes: NodeTable, req: pod_pb2.NodeSelectorRequirement, n: int
+) -> npt.NDArray[np.bool_]:
+    lc = nodes.labels.get(req.key)
+    op = req.operator
+    if lc is None:
+        return np.full(n, op in ("NotIn", "DoesNotExist"))
+    ids = lc.ids[:n]
+    if op == "Exists":
+        return ids >= 0
+    if op == "DoesNotExist":
+        return ids < 0
+    if op in ("In", "NotIn"):
+        wanted = [lc.value_ids[v] for v in req.values if v in lc.value_ids]
+        if not wanted:
+            hit = np.zeros(n, bool)
+        elif len(wanted) == 1:
+            hit = ids == wanted[0]
+        else:
+            # a lookup table over value ids (the last entry, id -1, is "missing"): one gather
+            # instead of np.isin's sort
+            table = np.zeros(len(lc.values) + 1, bool)
+            table[wanted] = True
+            hit = table[ids]
+        return hit if op == "In" else ~hit
+    if op in ("Gt", "Lt"):
+        if len(req.values) != 1:
+            return np.zeros(n, bool)
+        try:
+            bound = int(req.values[0])
+        except ValueError:
+            return np.zeros(n, bool)
+        vals = lc.numeric()[ids]  # id -1 picks the trailing NaN: missing never matches
+        with np.errstate(invalid="ignore"):
+            return vals > bound if op == "Gt" else vals < bound
+    return np.zeros(n, bool)
+
+
+def _field_mask(
+    nodes: NodeTable, req: pod_pb2.NodeSelectorRequirement, n: int
+) -> npt.NDArray[np.bool_]:
+    if req.key != "metadata.name" or req.operator not in ("In", "NotIn"):
+        return np.zeros(n, bool)
+    hit = np.zeros(n, bool)
+    for v in req.values:
+        slot = nodes.index.get(v)
+        if slot is not None:
+            hit[slot] = True
+    return hit if req.operator == "In" else ~hit
+
+
+def term_mask(nodes: NodeTable, term: pod_pb2.NodeSelectorTerm, n: int) -> npt.NDArray[np.bool_]:
+    """A term ANDs its requirements; an empty term matches no node."""
+    if not term.matchExpressions and not term.matchFields:
+        return np.zeros(n, bool)
+    mask = np.ones(n, bool)
+    for r in term.matchExpressions:
+        mask &= _requirement_mask(nodes, r, n)
+    for r in term.matchFields:
+        mask &= _field_mask(nodes, r, n)
+    return mask
+
+
+class NodeAffinity:
+    name: ClassVar[str] = "NodeAffinity"
+    events: ClassVar[frozenset[EventKind]] = frozenset({EventKind.NODE_ADD, EventKind.NODE_LABEL})
+    node_static: ClassVar[bool] = True
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> FilterResult | None:
+        spec = pod.pod.spec
+        required = spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+        terms = required.nodeSelectorTerms
+        if not spec.nodeSelector and not terms:
+            return None
+        n = nodes.n
+        mask = np.ones(n, bool)
+        for k, v in spec.nodeSelector.items():
+            lc = nodes.labels.get(k)
+            if lc is None or v not in lc.value_ids:
+                mask[:] = False
+                break
+            mask &= lc.ids[:n] == lc.value_ids[v]
+        if terms:
+            any_term = np.zeros(n, bool)
+            for term in terms:
+                any_term |= term_mask(nodes, term, n)
+            mask &= any_term
+        return FilterResult(
+            (~mask).astype(np.int32), (ERR_AFFINITY,), code=Status.unresolvable().code
+        )
+
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> Status:
+        na = pod.pod.spec.affinity.nodeAffinity
+        if not na.preferredDuringSchedulingIgnoredDuringExecution:
+            return SKIP
+        return SUCCESS
+
+    def score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, idx: IDX) -> I64:
+        n = nodes.n
+        total = np.zeros(n, np.int64)
+        for (
+            pref
+        ) in pod.pod.spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution:
+            if pref.weight == 0:
+                continue
+            total += term_mask(nodes, pref.preference, n) * pref.weight
+        return total if idx is None else total[idx]
+
+    def normalize(self, state: CycleState, pod: PodInfo, scores: I64) -> I64:
+        return default_normalize(scores, reverse=False)
