@@ -29,6 +29,7 @@ from enum import StrEnum
 import numpy as np
 import numpy.typing as npt
 
+from scheduler.podindex import PodIndex
 from scheduler.podinfo import CPU, MEMORY, PODS, HostPort, PodInfo, normalize_image
 from tinykube.clock import Clock
 from tinykube.quantity import QuantityError, milli_value, value
@@ -171,6 +172,8 @@ class NodeTable:
         self.images: dict[str, dict[int, int]] = {}
         self.node_images: list[dict[str, int]] = []
         self.node_generation = 0
+        # the pods on each slot, and per-slot counts of those matching plugins' selectors
+        self.pod_index = PodIndex(capacity)
 
     # ----- growth and slots -------------------------------------------------------------
     def _grow(self) -> None:
@@ -203,6 +206,7 @@ class NodeTable:
             col.req = g(col.req)  # type: ignore[assignment]
         for lc in self.labels.values():
             lc.ids = g(lc.ids, -1)  # type: ignore[assignment]
+        self.pod_index.grow(new)
         self.capacity = new
 
     def _new_slot(self) -> int:
@@ -352,6 +356,7 @@ class NodeTable:
             col.req[slot] = 0
         for users in self.ports.values():
             users.pop(slot, None)
+        self.pod_index.cleared(slot)
         self.free.append(slot)
         self.node_generation += 1
         return slot
@@ -380,6 +385,7 @@ class NodeTable:
                     del users[slot]
                     if not users:
                         del self.ports[hp.port]
+        self.pod_index.placed(slot, p, sign)
 
     def remove_pod(self, slot: int, p: PodInfo) -> None:
         self.add_pod(slot, p, -1)
@@ -408,6 +414,11 @@ class SchedulerCache:
         # pending pods nominated to a node by preemption: pod key -> (node, info)
         self.nominated: dict[str, tuple[str, PodInfo]] = {}
         self.parked: dict[str, set[str]] = {}  # node name -> pod keys waiting for the node
+
+    @property
+    def pod_index(self) -> PodIndex:
+        """Per-node counts of pods matching selectors (InterPodAffinity, PodTopologySpread)."""
+        return self.nodes.pod_index
 
     # ----- nodes ------------------------------------------------------------------------
     def add_node(self, node: node_pb2.Node) -> set[EventKind]:

@@ -90,6 +90,14 @@ class PodBuilder:
         self.pod.spec.priority = p
         return self
 
+    def labels(self, **kw: str) -> Self:
+        self.pod.metadata.labels.update(kw)
+        return self
+
+    def terminating(self) -> Self:
+        self.pod.metadata.deletionTimestamp.seconds = 1
+        return self
+
     def created(self, seconds: int) -> Self:
         self.pod.metadata.creationTimestamp.seconds = seconds
         return self
