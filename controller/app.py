@@ -22,6 +22,8 @@ import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from google.protobuf.message import Message
+
 from controller.endpoints import EndpointsController
 from controller.garbagecollector import GarbageCollector
 from controller.metrics import Metrics
@@ -30,7 +32,7 @@ from controller.replicaset import ReplicaSetController
 from controller.settings import Settings
 from tinykube.client import Client
 from tinykube.clock import Clock
-from tinykube.events import EventRecorder
+from tinykube.events import WARNING, EventRecorder
 from tinykube.informer import Informer
 from tinykube.leaderelection import LeaderElector
 from tinykube.serving import GrpcServer
@@ -40,7 +42,12 @@ log = logging.getLogger(__name__)
 
 # The source component each controller's Events carry, as kube-controller-manager's do
 # (`kubectl describe rs` shows it in the From column).
-EVENT_SOURCES = {"replicaset": "replicaset-controller", "nodelifecycle": "node-controller"}
+EVENT_SOURCES = {
+    "replicaset": "replicaset-controller",
+    "nodelifecycle": "node-controller",
+    # objects an informer handler refused (see _refused_by)
+    "controller-manager": "kube-controller-manager",
+}
 
 
 async def run_worker(
@@ -123,6 +130,22 @@ class ControllerManager:
                 self.metrics.leader.labels(name=s.lease_name).set(0)
                 log.warning("leadership lost; campaigning again")
                 await self.clock.sleep(s.retry_period)
+
+    def _refused_by(self, recorder: EventRecorder) -> Callable[[Message, Exception], None]:
+        """Report an object a controller's informer handler could not take (the informer logged
+        it and kept its store as before): a metric and a Warning Event on the object."""
+
+        def refused(obj: Message, exc: Exception) -> None:
+            kind = type(obj).__name__
+            self.metrics.informer_handler_errors.labels(kind).inc()
+            recorder.emit(
+                obj,
+                WARNING,
+                "FailedToCache",
+                f"the controller manager cannot use this {kind}: {exc}",
+            )
+
+        return refused
 
     async def _lead(self, client: Client) -> None:
         s = self.settings
@@ -211,6 +234,9 @@ class ControllerManager:
 
             loops.append(monitor_loop)
 
+        refused = self._refused_by(recorders["controller-manager"])
+        for inf in informers:
+            inf.on_handler_error = refused
         try:
             async with asyncio.TaskGroup() as tg:
                 for inf in informers:

@@ -38,6 +38,13 @@ class Metrics:
             ["name"],
             registry=self.registry,
         )
+        self.informer_handler_errors = Counter(
+            "controller_informer_handler_errors",
+            "Informer events a controller's handler refused (objects it cannot digest), by kind; "
+            "the informer keeps its previous state for them.",
+            ["kind"],
+            registry=self.registry,
+        )
         self.evictions = Counter(
             "node_collector_evictions",
             "Pods deleted by the node lifecycle controller (NoExecute taint, node gone).",

@@ -15,7 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
+
+from google.protobuf.message import Message
 
 from kubelet.fake import FakeRuntime
 from kubelet.logs import KubeletService
@@ -27,7 +30,7 @@ from kubelet.runtime import Runtime
 from kubelet.settings import Settings
 from tinykube.client import Client
 from tinykube.clock import Clock
-from tinykube.events import EventRecorder
+from tinykube.events import WARNING, EventRecorder
 from tinykube.informer import Informer
 from tinykube.serving import GrpcServer
 from tinykube.v1 import kubelet_pb2_grpc, pod_pb2
@@ -86,6 +89,17 @@ class Kubelet:
                 await self._task
         await self.server.stop(1.0)
 
+    def _refused_by(self, events: EventRecorder) -> Callable[[Message, Exception], None]:
+        """Report an object an informer handler could not take (the informer logged it and kept
+        its store as before): a metric and a Warning Event on the object."""
+
+        def refused(obj: Message, exc: Exception) -> None:
+            kind = type(obj).__name__
+            self.metrics.informer_handler_errors.labels(kind).inc()
+            events.emit(obj, WARNING, "FailedToCache", f"the kubelet cannot use this {kind}: {exc}")
+
+        return refused
+
     async def run(self) -> None:
         s = self.settings
         restored = self.runtime.load()
@@ -102,6 +116,10 @@ class Kubelet:
                 client.pods, field_selector=pod_selector, clock=self.clock
             )
             events = EventRecorder(client, "kubelet", host=s.node_name, clock=self.clock)
+
+            refused = self._refused_by(events)
+            nodes.on_handler_error = refused
+            self.pods.on_handler_error = refused
             manager = PodManager(
                 client,
                 self.runtime,

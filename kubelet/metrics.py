@@ -17,6 +17,13 @@ class Metrics:
             "kubelet_running_pods", "Pods with a pod worker on this kubelet.",
             registry=self.registry,
         )  # fmt: skip
+        self.informer_handler_errors = Counter(
+            "kubelet_informer_handler_errors",
+            "Informer events the kubelet's handlers refused (objects it cannot digest), by kind; "
+            "the informer keeps its previous state for them.",
+            ["kind"],
+            registry=self.registry,
+        )
         self.container_events = Counter(
             "kubelet_container_events",
             "Container lifecycle events by reason (Started, BackOff, Failed, Killing).",
