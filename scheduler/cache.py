@@ -30,7 +30,15 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.podindex import PodIndex
-from scheduler.podinfo import CPU, MEMORY, PODS, HostPort, PodInfo, normalize_image
+from scheduler.podinfo import (
+    CPU,
+    MEMORY,
+    PODS,
+    HostPort,
+    PodInfo,
+    PodRejectedError,
+    normalize_image,
+)
 from tinykube.clock import Clock
 from tinykube.quantity import QuantityError, milli_value, value
 from tinykube.v1 import node_pb2
@@ -362,6 +370,30 @@ class NodeTable:
         return slot
 
     # ----- pod accounting ---------------------------------------------------------------
+    def overflow(self, slot: int, p: PodInfo, replacing: PodInfo | None = None) -> str | None:
+        """The resource whose sum on `slot` would pass an int64 if `p` were added (in place of
+        `replacing`, already counted there), if any.
+
+        Each pod's requests fit an int64 (PodInfo refuses others), but pods bound by nodeName
+        skip the fit filter, so several can add up past it; numpy would wrap the sum negative
+        and make a full node look empty."""
+        r = replacing
+        for name, used, amount, old in (
+            (CPU, self.req_cpu, p.cpu, r.cpu if r else 0),
+            (CPU, self.nz_cpu, p.nz_cpu, r.nz_cpu if r else 0),
+            (MEMORY, self.req_mem, p.memory, r.memory if r else 0),
+            (MEMORY, self.nz_mem, p.nz_memory, r.nz_memory if r else 0),
+        ):
+            if int(used[slot]) - old + amount > _INT64_MAX:
+                return name
+        for name, amount in p.extended.items():
+            col = self.ext.get(name)
+            old = r.extended.get(name, 0) if r else 0
+            used_ext = 0 if col is None else int(col.req[slot])
+            if used_ext - old + amount > _INT64_MAX:
+                return name
+        return None
+
     def add_pod(self, slot: int, p: PodInfo, sign: int = 1) -> None:
         self.req_cpu[slot] += sign * p.cpu
         self.req_mem[slot] += sign * p.memory
@@ -414,6 +446,9 @@ class SchedulerCache:
         # pending pods nominated to a node by preemption: pod key -> (node, info)
         self.nominated: dict[str, tuple[str, PodInfo]] = {}
         self.parked: dict[str, set[str]] = {}  # node name -> pod keys waiting for the node
+        # keys of parked pods whose requests would overflow their node's sums when it came
+        # back: left out of its columns (and so not subtracted when they go)
+        self.unaccounted: set[str] = set()
 
     @property
     def pod_index(self) -> PodIndex:
@@ -426,7 +461,11 @@ class SchedulerCache:
         slot, changes = self.nodes.set_node(node)
         if is_new:
             for key in self.parked.pop(node.metadata.name, set()):
-                self.nodes.add_pod(slot, self.pods[key].info)
+                info = self.pods[key].info
+                if self.nodes.overflow(slot, info) is not None:
+                    self.unaccounted.add(key)
+                    continue
+                self.nodes.add_pod(slot, info)
         return changes
 
     update_node = add_node
@@ -435,6 +474,7 @@ class SchedulerCache:
         keys = list(self.by_node.get(name, ()))
         if self.nodes.remove_node(name) is not None and keys:
             self.parked.setdefault(name, set()).update(keys)
+            self.unaccounted.difference_update(keys)  # checked again when the node returns
 
     def node_names(self) -> list[str]:
         return list(self.nodes.index)
@@ -461,7 +501,9 @@ class SchedulerCache:
             if not on:
                 del self.by_node[state.node]
         slot = self.nodes.index.get(state.node)
-        if slot is None:
+        if key in self.unaccounted:
+            self.unaccounted.discard(key)
+        elif slot is None:
             parked = self.parked.get(state.node)
             if parked is not None:
                 parked.discard(key)
@@ -471,9 +513,20 @@ class SchedulerCache:
             self.nodes.remove_pod(slot, state.info)
 
     def add_pod(self, info: PodInfo) -> None:
-        """An assigned pod seen by the informer (confirms an assumption, or a new pod)."""
-        self.nominated.pop(info.key, None)
+        """An assigned pod seen by the informer (confirms an assumption, or a new pod).
+
+        PodRejectedError, before any change, when its requests would overflow the node's."""
         state = self.pods.get(info.key)
+        slot = self.nodes.index.get(info.node_name)
+        if slot is not None:
+            same = state is not None and state.node == info.node_name
+            resource = self.nodes.overflow(slot, info, state.info if same and state else None)
+            if resource is not None:
+                raise PodRejectedError(
+                    f"pod {info.key}: its {resource} requests would take node "
+                    f"{info.node_name}'s total past an int64"
+                )
+        self.nominated.pop(info.key, None)
         if state is not None:
             if state.node == info.node_name and state.info.uid == info.uid:
                 # confirmation of our assumption, or a plain update: swap in the new requests

@@ -32,6 +32,14 @@ PODS = "pods"
 
 DEFAULT_SCHEDULER_NAME = "tinykube"
 
+INT64_MAX = 2**63 - 1
+
+
+class PodRejectedError(ValueError):
+    """A pod the scheduler cannot account for: a request (summed over its containers) past an
+    int64 in its unit, stored before the apiserver refused such values or by another version.
+    It is refused before it touches the cache or the queue."""
+
 
 @dataclass(frozen=True)
 class HostPort:
@@ -76,6 +84,16 @@ class PodInfo:
         spec = pod.spec
         meta = pod.metadata
         cpu, memory, extended, nz_cpu, nz_memory = _pod_requests(spec)
+        for resource, amount in (
+            (CPU, max(cpu, nz_cpu)),
+            (MEMORY, max(memory, nz_memory)),
+            *extended.items(),
+        ):
+            if amount > INT64_MAX:
+                raise PodRejectedError(
+                    f"pod {meta.namespace}/{meta.name}: its {resource} requests sum to more than "
+                    "an int64 holds in their unit"
+                )
         # Unlike kube-scheduler, a bare containerPort counts too: in tinykube's process runtime
         # pods share their node's network, so the port a container listens on is taken on the
         # node (the kubelet checks the same number: hostPort if set, else containerPort).

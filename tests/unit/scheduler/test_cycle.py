@@ -16,7 +16,7 @@ from tests.unit.scheduler.builders import NodeBuilder, PodBuilder
 from tinykube.clock import FakeClock
 from tinykube.errors import AlreadyExistsError, UnavailableError
 from tinykube.informer import Informer
-from tinykube.v1 import node_pb2
+from tinykube.v1 import node_pb2, pod_pb2
 
 
 class FakeAPI:
@@ -222,3 +222,76 @@ async def test_a_node_past_int64_is_refused_whole_and_scheduling_goes_on(
     assert sorted(set(msg for _, msg in api.unschedulable)) == [
         "0/21 nodes are available: 21 Insufficient cpu."
     ]
+
+
+async def _no_pods() -> pod_pb2.PodList:
+    return pod_pb2.PodList()
+
+
+async def _no_pod_watch(rv: str) -> AsyncIterator[pod_pb2.PodWatchEvent]:
+    return
+    yield
+
+
+def _bound(name: str, node: str, **requests: str) -> pod_pb2.Pod:
+    return PodBuilder(name).node_name(node).req(**requests).obj()
+
+
+@pytest.mark.parametrize(
+    ("label", "first", "second"),
+    [
+        # a pod stored before the apiserver refused such values
+        ("one request past int64", {"cpu": "1e64"}, None),
+        ("containers summing past int64", {"memory": "6E"}, None),
+        # each fits, but two pods bound by nodeName (no fit filter) add up past int64: numpy
+        # wrapped the node's sum negative, and a full node looked empty
+        ("two pods' sum past int64", {"memory": "5E"}, {"memory": "5E"}),
+        ("two pods' extended sum past int64", {"x.io/gpu": "5e15"}, {"x.io/gpu": "5e15"}),
+    ],
+)
+async def test_pods_past_int64_are_refused_and_the_node_keeps_its_accounting(
+    label: str, first: dict[str, str], second: dict[str, str] | None
+) -> None:
+    s, api, clock = make()
+    s.on_node_add(NodeBuilder("n1").alloc(cpu="4", memory="4Gi", pods="10").obj())
+    s.on_node_add(NodeBuilder("n2").alloc(cpu="4", memory="4Gi", pods="10").obj())
+    refused: list[tuple[str, str]] = []
+    pods: Informer[pod_pb2.Pod] = Informer(
+        _no_pods,
+        _no_pod_watch,
+        clock=clock,
+        on_handler_error=lambda p, exc: refused.append((p.metadata.name, type(exc).__name__)),
+    )
+    pods.add_handler(s.on_pod_add, s.on_pod_update, s.on_pod_delete)
+    a = _bound("a", "n1", **first)
+    if label == "containers summing past int64":
+        a.spec.containers.add().resources.requests["memory"] = "6E"
+    pods.apply(pod_pb2.PodWatchEvent(type="ADDED", object=a))
+    if second is not None:
+        assert refused == []
+        pods.apply(pod_pb2.PodWatchEvent(type="ADDED", object=_bound("b", "n1", **second)))
+    assert [r[1] for r in refused] == ["PodRejectedError"]
+    slot = s.cache.nodes.index["n1"]
+    t = s.cache.nodes
+    assert int(t.req_cpu[slot]) >= 0 and int(t.req_mem[slot]) >= 0  # nothing wrapped
+    assert int(t.free_mem[slot]) == int(t.alloc_mem[slot]) - int(t.req_mem[slot])
+    # n1 is as full as what it holds says; a new pod still goes where it fits
+    s.on_pod_add(PodBuilder("new").req(cpu="1", memory="1Gi").obj())
+    await run_queue(s)
+    assert api.bound == {"default/new": "n2" if second is not None else "n1"}
+
+
+def test_parked_pods_past_int64_together_are_left_out_when_their_node_arrives() -> None:
+    # pods bound to a node the scheduler has not seen yet wait for it; when it comes, one that
+    # would take a sum past int64 stays out of its columns, and leaving subtracts nothing
+    s, _api, _clock = make()
+    a = PodInfo.from_pod(_bound("a", "z", memory="5E"))
+    b = PodInfo.from_pod(_bound("b", "z", memory="5E"))
+    s.cache.add_pod(a)
+    s.cache.add_pod(b)
+    s.on_node_add(NodeBuilder("z").alloc(cpu="4", memory="4Gi", pods="10").obj())
+    t, slot = s.cache.nodes, s.cache.nodes.index["z"]
+    assert int(t.req_mem[slot]) == 5 * 10**18
+    s.cache.remove_pod("default/b")
+    s.cache.remove_pod("default/a")
+    assert int(t.req_mem[slot]) == 0 and int(t.req_pods[slot]) == 0
