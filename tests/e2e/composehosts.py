@@ -2,21 +2,28 @@
 
 `ComposeProject.load` reads the compose file (PyYAML, anchors and merge keys resolved) into
 the parts that matter here: each service's command (entrypoint + command), environment,
-healthcheck, depends_on, volumes and its address on the project network. `ComposeHosts` then
-plays the Docker engine's part as closely as a machine without one allows:
+healthcheck, depends_on, volumes and either its address on the project network or the service
+whose network namespace it joins (`network_mode: service:<name>`). `ComposeHosts` then plays the
+Docker engine's part as closely as a machine without one allows:
 
 - a bridge stands for the compose network; its host side gets the network's gateway address, so
   the host reaches services the way `docker compose` users on Linux reach container IPs;
-- every service gets a network namespace with `lo` up and a veth on the bridge at its compose
-  address, and a hosts file (`/etc/netns/<ns>/hosts`, which `ip netns exec` bind-mounts over
-  /etc/hosts) that maps every service name to its address, as Docker's embedded DNS would;
+- every service on the network gets a network namespace with `lo` up and a veth on the bridge at
+  its compose address, and a hosts file (`/etc/netns/<ns>/hosts`, which `ip netns exec`
+  bind-mounts over /etc/hosts) that maps every such service name to its address, as Docker's
+  embedded DNS would;
+- a service with `network_mode: service:<owner>` runs in the owner's namespace: same interfaces,
+  address, loopback and hosts file, no name of its own on the network; as Compose does, it
+  depends on the owner (started), and the keys Compose or the Docker daemon refuse beside
+  `network_mode` (networks, ports, hostname, dns, extra_hosts, mac_address) are refused here;
 - each service runs its exact command and environment from the file under `ip netns exec`, in
   a working directory of its own; only the image's executables are mapped to local ones
   (`python`, `/usr/local/bin/etcd`, ...) and volume paths to temporary directories;
 - services start in `depends_on` order, waiting for `service_healthy` dependencies by running
   the service's own healthcheck command inside its namespace;
 - stopping a service sends SIGTERM to its main process, as `docker stop` does, and SIGKILL to
-  whatever is left in its namespace (a kubelet's pods included) after a grace period.
+  whatever is left of it after a grace period: everything in its namespace (a kubelet's pods
+  included) when it owns one, only its own session's processes when it joined another's.
 
 Everything it creates is named with `PREFIX`, and `cleanup_leftovers()` removes anything with
 that prefix, so a run killed half-way never breaks the next one; `exclusive()` makes concurrent
@@ -49,6 +56,9 @@ LOCK_FILE = Path("/tmp/tinykube-compose-e2e.lock")
 STOP_GRACE = 10.0
 # A container's PATH: the image puts its virtualenv first (see Dockerfile).
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Beside `network_mode`, Compose refuses `networks`; the daemon refuses the others at create time
+# ("conflicting options: port publishing and the container type network mode", ...).
+NOT_WITH_NETWORK_MODE = ("networks", "ports", "hostname", "dns", "extra_hosts", "mac_address")
 
 
 class ComposeError(Exception):
@@ -63,7 +73,8 @@ class Service:
     healthcheck: list[str] | None
     depends_on: dict[str, str]  # service -> condition
     volumes: list[tuple[str, str]]  # (source, path in the container)
-    ip: str
+    ip: str  # its address on the project network; "" when it joins another's namespace
+    network_of: str = ""  # `network_mode: service:<network_of>`; "" when on the network itself
 
 
 @dataclass
@@ -86,7 +97,23 @@ class ComposeProject:
         subnet = ipaddress.ip_network(net_spec["ipam"]["config"][0]["subnet"])
         assert isinstance(subnet, ipaddress.IPv4Network)
         services = {name: _service(name, spec, network) for name, spec in doc["services"].items()}
+        for service in services.values():
+            owner = services.get(service.network_of) if service.network_of else None
+            if service.network_of and (owner is None or owner.network_of):
+                raise ComposeError(
+                    f"{service.name}.network_mode: service:{service.network_of} is not a service"
+                    " on the project network"
+                )
         return cls(services, network, subnet)
+
+    def owner(self, name: str) -> Service:
+        """The service whose network namespace `name` runs in (itself, unless it joins one)."""
+        service = self.services[name]
+        return self.services[service.network_of] if service.network_of else service
+
+    def on_network(self) -> list[Service]:
+        """Services with their own namespace and address, in file order."""
+        return [s for s in self.services.values() if not s.network_of]
 
     def start_order(self) -> list[str]:
         """Services with their dependencies first (compose's order), file order otherwise."""
@@ -134,15 +161,28 @@ def _service(name: str, spec: Mapping[str, Any], network: str) -> Service:
     if isinstance(deps, list):
         deps = {d: {"condition": "service_started"} for d in deps}
     depends_on = {str(d): str(c.get("condition", "service_started")) for d, c in deps.items()}
+    network_of = ""
+    if "network_mode" in spec:
+        mode = str(spec["network_mode"])
+        if not mode.startswith("service:"):
+            raise ComposeError(f"{name}.network_mode: only service:<name> is supported, not {mode}")
+        network_of = mode.removeprefix("service:")
+        refused = [key for key in NOT_WITH_NETWORK_MODE if key in spec]
+        if refused:
+            raise ComposeError(f"{name}: {', '.join(refused)} cannot be set with network_mode")
+        # Compose adds this dependency itself: the namespace must exist before it is joined.
+        depends_on.setdefault(network_of, "service_started")
     volumes = []
     for volume in spec.get("volumes") or []:
         source, target = str(volume).split(":")[:2]
         volumes.append((source, target))
-    try:
-        ip = str(spec["networks"][network]["ipv4_address"])
-    except (KeyError, TypeError) as exc:
-        raise ComposeError(f"{name}: no ipv4_address on network {network}") from exc
-    return Service(name, argv, environment, healthcheck, depends_on, volumes, ip)
+    ip = ""
+    if not network_of:
+        try:
+            ip = str(spec["networks"][network]["ipv4_address"])
+        except (KeyError, TypeError) as exc:
+            raise ComposeError(f"{name}: no ipv4_address on network {network}") from exc
+    return Service(name, argv, environment, healthcheck, depends_on, volumes, ip, network_of)
 
 
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -170,16 +210,35 @@ def namespace_pids(ns: str) -> list[int]:
     return [int(p) for p in ip("netns", "pids", ns, check=False).stdout.split()]
 
 
-def kill_namespace_processes(ns: str, timeout: float = 5.0) -> None:
-    """SIGKILL everything in `ns` and wait until it is gone."""
+def session_pids(sid: int) -> list[int]:
+    """The live processes of session `sid` (a service is started as a session leader)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # pid (comm) state ppid pgrp session ...; comm may hold spaces and parentheses.
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def kill_until_gone(what: str, pids_of: Callable[[], list[int]], timeout: float = 5.0) -> None:
+    """SIGKILL every process `pids_of()` lists until it lists none."""
     deadline = time.monotonic() + timeout
-    while pids := namespace_pids(ns):
+    while pids := pids_of():
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         if time.monotonic() > deadline:
-            raise RuntimeError(f"processes {pids} in {ns} survive SIGKILL")
+            raise RuntimeError(f"processes {pids} of {what} survive SIGKILL")
         time.sleep(0.05)
+
+
+def kill_namespace_processes(ns: str, timeout: float = 5.0) -> None:
+    """SIGKILL everything in `ns` and wait until it is gone."""
+    kill_until_gone(ns, functools.partial(namespace_pids, ns), timeout)
 
 
 @contextlib.contextmanager
@@ -234,10 +293,17 @@ class ComposeHosts:
     host_links: dict[str, str] = field(default_factory=dict)
 
     def namespace(self, service: str) -> str:
-        return f"{PREFIX}{service}"
+        """The network namespace the service runs in (its owner's, with network_mode)."""
+        return f"{PREFIX}{self.project.owner(service).name}"
 
     def ip_of(self, service: str) -> str:
-        return self.project.services[service].ip
+        """The service's address: its owner's, with network_mode."""
+        return self.project.owner(service).ip
+
+    def sharing(self, service: str) -> list[str]:
+        """Every service that runs in the same network namespace as `service`."""
+        owner = self.project.owner(service).name
+        return [s for s in self.project.services if self.project.owner(s).name == owner]
 
     # -- network -------------------------------------------------------------------------------
 
@@ -250,8 +316,8 @@ class ComposeHosts:
         ip("addr", "add", f"{self.project.gateway}/{prefix_len}", "dev", BRIDGE)
         ip("link", "set", BRIDGE, "up")
         hosts = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-        hosts += [f"{s.ip}\t{s.name}" for s in self.project.services.values()]
-        for i, service in enumerate(self.project.services.values()):
+        hosts += [f"{s.ip}\t{s.name}" for s in self.project.on_network()]
+        for i, service in enumerate(self.project.on_network()):
             ns = self.namespace(service.name)
             host_end, ns_end = f"{PREFIX}v{i}", f"{PREFIX}p{i}"
             ip("netns", "add", ns)
@@ -269,8 +335,9 @@ class ComposeHosts:
             (etc / "hosts").write_text("\n".join(hosts) + "\n")
 
     def set_link(self, service: str, up: bool) -> None:
-        """Plug or unplug the service's cable at the switch (its veth's bridge end)."""
-        ip("link", "set", self.host_links[service], "up" if up else "down")
+        """Plug or unplug the service's cable at the switch (its veth's bridge end); with
+        network_mode, the owner's, which every service in that namespace shares."""
+        ip("link", "set", self.host_links[self.project.owner(service).name], "up" if up else "down")
 
     # -- processes -----------------------------------------------------------------------------
 
@@ -385,7 +452,13 @@ class ComposeHosts:
             run.process.send_signal(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 run.process.wait(STOP_GRACE)
-        kill_namespace_processes(self.namespace(name))
+        if self.project.services[name].network_of:
+            # Its "container" is its own processes: the namespace's owner (and the owner's pods)
+            # are another container and stay.
+            if run is not None:
+                kill_until_gone(name, functools.partial(session_pids, run.process.pid))
+        else:
+            kill_namespace_processes(self.namespace(name))
         if run is not None and run.process.poll() is None:
             run.process.kill()
         if run is not None:

