@@ -2,12 +2,16 @@
 
 The fixture reads docker-compose.yml and runs each service's exact command and environment in
 its own network namespace at its compose address, on a bridge standing for the compose network,
-with service names resolving through per-namespace hosts files (see composehosts.py). From the
-host, as a user of `docker compose up` would, the test then follows docs/compose.md: apply the
-examples, see every schedulable pod run, the tainted node take only the pod that tolerates it,
-the pod that fits nowhere stay Pending with the scheduler's message; then it unplugs one
-kubelet's link (its node goes NotReady and its ReplicaSet pods are replaced on other nodes) and
-plugs it back (the node is Ready again and the kubelet stops its evicted pods).
+with service names resolving through per-namespace hosts files (see composehosts.py); a service
+with `network_mode: service:<kubelet>` (each node's proxy) runs in that kubelet's namespace.
+From the host, as a user of `docker compose up` would, the walkthrough then follows
+docs/compose.md: apply the examples, see every schedulable pod run, the tainted node take only
+the pod that tolerates it, the pod that fits nowhere stay Pending with the scheduler's message;
+then it unplugs one kubelet's link (its node goes NotReady and its ReplicaSet pods are replaced
+on other nodes) and plugs it back (the node is Ready again and the kubelet stops its evicted
+pods); last, a NodePort Service answers on every node's address. A second test runs a client
+pod on one node that reaches a Service whose backend pod runs on another, by its cluster IP and
+by its nodePort on every node.
 
 Runs as root (as CI does) with iproute2; skipped otherwise. Everything it creates is named
 `tkc-*` (10.231.0.0/24, bridge tkc-br), so it never meets the loopback clusters of the other
@@ -22,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -198,6 +203,19 @@ def test_compose_file_shape() -> None:
             assert flag(argv, "--bind-address").startswith("0.0.0.0"), name
     for kubelet in kubelets:
         assert flag([str(a) for a in kubelet["command"]], "--runtime") == "process"
+    # Each node's proxy lives in its own kubelet's network namespace: pods reach cluster IPs
+    # through their node's loopback, and the node's nodePorts answer on the node's address.
+    kubelet_of_node = {
+        flag([str(a) for a in s["command"]], "--node-name"): name
+        for name, s in services.items()
+        if name.startswith("kubelet-")
+    }
+    proxies = {n: s for n, s in services.items() if "kubelet.proxy" in s["command"]}
+    assert len(proxies) == len(kubelets)
+    for name, proxy in proxies.items():
+        node = flag([str(a) for a in proxy["command"]], "--node-name")
+        assert proxy["network_mode"] == f"service:{kubelet_of_node[node]}", name
+        assert "networks" not in proxy and "ports" not in proxy, name
 
 
 def compose_binary() -> Path | None:
@@ -300,8 +318,10 @@ def test_compose_cluster_walkthrough_and_link_cut(compose: ComposeHosts) -> None
     assert len(node_service) == 3 and len(tainted) == 1
     gpu_node = tainted[0]
 
-    # Every component listens on all interfaces: its health answers on its compose address.
-    for name in (*TINYKUBE_SERVICES, *node_service.values()):
+    # Every component listens on all interfaces: its health answers on its compose address
+    # (a proxy's is its kubelet's).
+    proxies = [name for name, s in services.items() if "kubelet.proxy" in s.argv]
+    for name in (*TINYKUBE_SERVICES, *node_service.values(), *proxies):
         healthcheck = services[name].healthcheck
         assert healthcheck is not None, name
         port = healthcheck[-1].rsplit(":", 1)[1]
@@ -377,8 +397,10 @@ def test_compose_cluster_walkthrough_and_link_cut(compose: ComposeHosts) -> None
     victim = max((n for n in by_node if n != gpu_node), key=lambda n: len(by_node[n]))
     lost = set(by_node[victim])
     victim_service = node_service[victim]
-    kubelet_pid = compose.running[victim_service].process.pid
-    assert len(namespace_pids(compose.namespace(victim_service))) > 1, "its pods run there"
+    # The kubelet and the node's proxy, which shares its namespace.
+    service_pids = sorted(compose.running[s].process.pid for s in compose.sharing(victim_service))
+    assert len(service_pids) == 2, compose.sharing(victim_service)
+    assert len(namespace_pids(compose.namespace(victim_service))) > 2, "its pods run there"
     compose.set_link(victim_service, up=False)
 
     wait_for(
@@ -416,18 +438,18 @@ def test_compose_cluster_walkthrough_and_link_cut(compose: ComposeHosts) -> None
         )
 
     wait_for(f"{victim} Ready again", recovered, 90, compose)
-    # Every pod it ran was evicted and nothing else is bound there, so only the kubelet is left.
+    # Every pod it ran was evicted and nothing else is bound there, so only the kubelet and its
+    # proxy are left.
     assert not [n for n, p in cluster.pods().items() if node_of(p) == victim]
     ns = compose.namespace(victim_service)
     wait_for(
         f"the evicted pods' processes on {victim} stopped",
-        lambda: namespace_pids(ns) == [kubelet_pid],
+        lambda: sorted(namespace_pids(ns)) == service_pids,
         60,
         compose,
     )
 
-    # Services: a NodePort answers on every node's proxy address, from the host.
-    proxies = [name for name, s in services.items() if "kubelet.proxy" in s.argv]
+    # Services: a NodePort answers on every node's address (its proxy's), from the host.
     assert cluster.run("apply", "-f", str(EXAMPLES / "service.yaml")).returncode == 0
     service = json.loads(cluster.run("get", "services", "hello", "-o", "json").stdout)
     node_port = service["spec"]["ports"][0]["nodePort"]
@@ -435,3 +457,158 @@ def test_compose_cluster_walkthrough_and_link_cut(compose: ComposeHosts) -> None
         url = f"http://{compose.ip_of(proxy)}:{node_port}/"
         body = wait_for(f"{url} answers", functools.partial(http_get, url), 90, compose)
         assert body.startswith("hello from"), body
+
+
+# A pod of the Service below: answers every connection with its name, then closes.
+ECHO_BACKEND = """
+import os, socket, sys
+server = socket.create_server((os.environ["POD_IP"], int(sys.argv[1])))
+while True:
+    conn, _ = server.accept()
+    with conn:
+        conn.sendall(("answer from " + os.environ["HOSTNAME"] + "\\n").encode())
+"""
+
+# The client pod: for each host:port, connect until something answers (the proxies pick up the
+# Endpoints a moment after they change) or the deadline passes; print what it got.
+ECHO_CLIENT = """
+import socket, sys, time
+deadline = time.monotonic() + float(sys.argv[1])
+failed = False
+for target in sys.argv[2:]:
+    host, port = target.rsplit(":", 1)
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=5) as conn:
+                answer = b"".join(iter(lambda: conn.recv(4096), b"")).decode().strip()
+            if answer:
+                break
+            error = "empty answer"
+        except OSError as exc:
+            error = repr(exc)
+        if time.monotonic() > deadline:
+            answer, failed = "FAILED " + error, True
+            break
+        time.sleep(0.2)
+    print(target, "->", answer, flush=True)
+sys.exit(1 if failed else 0)
+"""
+
+ECHO_PORT = 9376
+
+
+def tcp_answer(host: str, port: int) -> str:
+    """What a TCP server at host:port says before it closes, or "" while nothing answers."""
+    try:
+        with socket.create_connection((host, port), timeout=5) as conn:
+            return b"".join(iter(lambda: conn.recv(4096), b"")).decode().strip()
+    except OSError:
+        return ""
+
+
+@needs_root
+def test_compose_pod_reaches_a_service_on_another_node(
+    compose: ComposeHosts, tmp_path: Path
+) -> None:
+    """A client pod on one node host reaches a Service whose only backend runs on another: by
+    the cluster IP (its own node's proxy, on the loopback it shares with the kubelet) and by the
+    nodePort on every node's address."""
+    cluster = Cluster(compose)
+    services = compose.project.services
+    kubelets = {flag(s.argv, "--node-name"): n for n, s in services.items() if "kubelet" in s.argv}
+    untainted = sorted(
+        node
+        for node, svc in kubelets.items()
+        if "--register-with-taints" not in " ".join(services[svc].argv)
+    )
+    backend_node, client_node = untainted[:2]
+    wait_for(
+        f"{backend_node} and {client_node} Ready",
+        lambda: all(
+            condition(cluster.nodes().get(n, {}), "Ready").get("status") == "True"
+            for n in (backend_node, client_node)
+        ),
+        60,
+        compose,
+    )
+
+    def pod(name: str, node: str, labels: dict[str, str], argv: list[str]) -> dict[str, Any]:
+        container: dict[str, Any] = {"name": "main", "image": "python:3", "command": argv}
+        if labels:
+            container["ports"] = [{"name": "echo", "containerPort": ECHO_PORT}]
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"nodeName": node, "restartPolicy": "Never", "containers": [container]},
+        }
+
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "echo"},
+        "spec": {
+            "type": "NodePort",
+            "selector": {"app": "echo"},
+            "ports": [{"name": "echo", "port": ECHO_PORT, "targetPort": "echo"}],
+        },
+    }
+    backend = pod(
+        "echo-backend",
+        backend_node,
+        {"app": "echo"},
+        ["python3", "-c", ECHO_BACKEND, str(ECHO_PORT)],
+    )
+    manifest = tmp_path / "echo.yaml"
+    manifest.write_text(yaml.safe_dump_all([service, backend]))
+    cluster.run("apply", "-f", str(manifest))
+    backend_ip = compose.ip_of(kubelets[backend_node])
+    wait_for(
+        "the backend answering at its pod IP",
+        lambda: tcp_answer(backend_ip, ECHO_PORT) == "answer from echo-backend",
+        60,
+        compose,
+    )
+    echo = json.loads(cluster.run("get", "services", "echo", "-o", "json").stdout)
+    cluster_ip, node_port = echo["spec"]["clusterIP"], echo["spec"]["ports"][0]["nodePort"]
+    targets = [f"{cluster_ip}:{ECHO_PORT}"]
+    targets += [f"{compose.ip_of(svc)}:{node_port}" for _, svc in sorted(kubelets.items())]
+
+    client = pod("echo-client", client_node, {}, ["python3", "-c", ECHO_CLIENT, "30", *targets])
+    manifest = tmp_path / "client.yaml"
+    manifest.write_text(yaml.safe_dump(client))
+    cluster.run("apply", "-f", str(manifest))
+    wait_for(
+        "the client pod finished",
+        lambda: phase(cluster.pods().get("echo-client", {})) in ("Succeeded", "Failed"),
+        90,
+        compose,
+    )
+    pods = cluster.pods()
+    assert node_of(pods["echo-client"]) == client_node
+    assert node_of(pods["echo-backend"]) == backend_node
+    logs = cluster.run("logs", "echo-client").stdout
+    assert logs.splitlines() == [f"{t} -> answer from echo-backend" for t in targets], logs
+    assert phase(pods["echo-client"]) == "Succeeded", logs
+
+    # Stop the client node's proxy (`docker compose stop`): its kubelet stays, and that node's
+    # nodePort goes quiet while the others still answer, so each node's own proxy serves it.
+    proxy = next(
+        n
+        for n, svc in services.items()
+        if "kubelet.proxy" in svc.argv and flag(svc.argv, "--node-name") == client_node
+    )
+    client_kubelet = kubelets[client_node]
+    client_ip = compose.ip_of(client_kubelet)
+    compose.stop(proxy)
+    assert compose.running[client_kubelet].process.poll() is None
+    assert compose.running[client_kubelet].process.pid in namespace_pids(compose.namespace(proxy))
+    assert tcp_answer(client_ip, node_port) == ""
+    assert tcp_answer(backend_ip, node_port) == "answer from echo-backend"
+    compose.start(proxy)
+    wait_for(
+        f"{client_node}'s nodePort answering again",
+        lambda: tcp_answer(client_ip, node_port) == "answer from echo-backend",
+        60,
+        compose,
+    )
