@@ -40,7 +40,7 @@ def kubelet() -> tuple[Callable[[Any], Any], Any]:
     [(controller_manager, "controller manager"), (kubelet, "kubelet")],
     ids=["controller-manager", "kubelet"],
 )
-def test_refused_object_is_counted_and_reported(
+async def test_refused_object_is_counted_and_reported(
     make: Callable[[], tuple[Callable[[Any], Any], Any]], component: str
 ) -> None:
     refused_by, metrics = make()
