@@ -242,9 +242,25 @@ class Algorithm:
                 return ScheduleResult(None, st, st.message(), state=state)
 
         n = nodes.n
+        narrowed: FilterResult | None = None
+        num_nodes = total_nodes
+        if state.node_names is not None:
+            narrowed, rejected = self._narrowed(state)
+            if rejected is not None:
+                msg = f"0/{total_nodes} nodes are available: {total_nodes} {rejected.message()}."
+                return ScheduleResult(
+                    None,
+                    rejected,
+                    msg,
+                    unschedulable_plugins=frozenset(state.narrowed_by),
+                    state=state,
+                )
+            num_nodes = int(np.count_nonzero(narrowed.codes == 0))
         filters = prof.filters
         results: list[FilterResult | None] = [None] * len(filters)
         alive = self._static_prefix(state, pod, results)
+        if narrowed is not None:
+            alive = alive & (narrowed.codes == 0)
         ran = len(filters)
         for i in range(prof.static_prefix, len(filters)):
             p = filters[i]
@@ -263,7 +279,8 @@ class Algorithm:
 
         feasible_slots = np.flatnonzero(alive)
         n_feasible = len(feasible_slots)
-        to_find = num_feasible_nodes_to_find(total_nodes, self.percentage)
+        # kube sizes the search by the nodes PreFilter left, not by the whole cluster
+        to_find = num_feasible_nodes_to_find(num_nodes, self.percentage)
         start = self.next_start if self.next_start < n else 0
         cut = int(np.searchsorted(feasible_slots, start)) if start else 0
         if n_feasible > to_find:
@@ -282,7 +299,7 @@ class Algorithm:
         totals: npt.NDArray[np.int64] | None = None
         score_parts: list[tuple[str, int, npt.NDArray[np.int64]]] = []
         if len(candidates) == 0:
-            msg, plugins, resolvable = self._fit_error(total_nodes, results)
+            msg, plugins, resolvable = self._fit_error(total_nodes, results, narrowed, state)
             nominated = None
             for pf in prof.post_filters:
                 nominated, st = pf.post_filter(state, pod, nodes, resolvable)
@@ -332,8 +349,36 @@ class Algorithm:
                 state=state,
             )
         if record:
-            self._record(pod, results, ran, candidates, totals, score_parts, result)
+            names = prof.filter_names
+            if narrowed is not None:
+                # the PreFilter narrowing shows as a verdict of its own, ahead of the filters
+                names = ["PreFilter", *names]
+                results = [narrowed, *results]
+                ran += 1
+            self._record(pod, names, results, ran, candidates, totals, score_parts, result)
         return result
+
+    def _narrowed(self, state: CycleState) -> tuple[FilterResult, Status | None]:
+        """kube's PreFilterResult: nodes outside the plugins' set are "node(s) didn't satisfy
+        plugin(s) [...]" (UnschedulableAndUnresolvable); an empty intersection of several sets
+        rejects the pod before Filter, as RunPreFilterPlugins does."""
+        nodes = self.cache.nodes
+        names = state.node_names or frozenset()
+        plugins = sorted(set(state.narrowed_by))
+        if not names:
+            reason = (
+                f"node(s) didn't satisfy plugin {plugins[0]}"
+                if len(plugins) == 1
+                else f"node(s) didn't satisfy plugin(s) [{' '.join(plugins)}] simultaneously"
+            )
+            return FilterResult(np.ones(nodes.n, np.int32), (reason,)), Status.unschedulable(reason)
+        codes = np.ones(nodes.n, np.int32)
+        for name in names:
+            slot = nodes.index.get(name)
+            if slot is not None:
+                codes[slot] = 0
+        reason = f"node(s) didn't satisfy plugin(s) [{' '.join(plugins)}]"
+        return FilterResult(codes, (reason,), code=Code.UNSCHEDULABLE_AND_UNRESOLVABLE), None
 
     def _static_prefix(
         self, state: CycleState, pod: PodInfo, results: list[FilterResult | None]
@@ -365,15 +410,24 @@ class Algorithm:
         return alive
 
     def _fit_error(
-        self, total: int, results: list[FilterResult | None]
+        self,
+        total: int,
+        results: list[FilterResult | None],
+        narrowed: FilterResult | None = None,
+        state: CycleState | None = None,
     ) -> tuple[str, set[str], npt.NDArray[np.bool_]]:
         """kube-scheduler's FitError message: each node's first failing filter's reasons,
-        counted and sorted as strings; also which nodes failed only resolvably."""
+        counted and sorted as strings; also which nodes failed only resolvably. Nodes a
+        PreFilter plugin ruled out were never filtered: they count under its reason."""
         nodes = self.cache.nodes
         remaining = nodes.valid[: nodes.n].copy()
         resolvable = np.zeros(nodes.n, bool)
         reasons: Counter[str] = Counter()
         plugins: set[str] = set()
+        names = [p.name for p in self.profile.filters]
+        if narrowed is not None and state is not None:
+            results = [narrowed, *results]
+            names = ["+".join(state.narrowed_by), *names]
         for i, res in enumerate(results):
             if res is None:
                 continue
@@ -382,8 +436,15 @@ class Algorithm:
                 continue
             remaining &= ~bad
             if res.code == Code.UNSCHEDULABLE:
-                resolvable |= bad
-            plugins.add(self.profile.filters[i].name)
+                if res.unresolvable_codes:
+                    hard = np.isin(res.codes, np.array(sorted(res.unresolvable_codes)))
+                    resolvable |= bad & ~hard
+                else:
+                    resolvable |= bad
+            if narrowed is not None and i == 0 and state is not None:
+                plugins.update(state.narrowed_by)
+            else:
+                plugins.add(names[i])
             codes, counts = np.unique(res.codes[bad], return_counts=True)
             for code, c in zip(codes.tolist(), counts.tolist(), strict=True):
                 for r in res.explain(code):
@@ -400,6 +461,7 @@ class Algorithm:
     def _record(
         self,
         pod: PodInfo,
+        filter_names: list[str],
         results: list[FilterResult | None],
         ran: int,
         candidates: npt.NDArray[np.intp],
@@ -411,7 +473,7 @@ class Algorithm:
             pod.key,
             self.cache.clock.now().timestamp(),
             self._names_snapshot(),
-            self.profile.filter_names,
+            filter_names,
             results,
             ran,
             candidates,

@@ -78,12 +78,16 @@ class FilterResult:
 
     With `bitmask`, a code is an OR of bits and bit i means `reasons[i]` (a node can fail for
     several reasons, e.g. Insufficient cpu and memory); otherwise code c means `reasons[c-1]`.
+    `code` is the status of every failing node, except the (non-bitmask) codes listed in
+    `unresolvable_codes`, which are UnschedulableAndUnresolvable whatever `code` says (a plugin
+    whose reasons differ in whether preemption can help, as PodTopologySpread's).
     """
 
     codes: npt.NDArray[np.int32]
     reasons: Sequence[str]
     bitmask: bool = False
     code: Code = Code.UNSCHEDULABLE
+    unresolvable_codes: frozenset[int] = frozenset()
 
     def explain(self, code: int) -> tuple[str, ...]:
         if code == 0:
@@ -100,6 +104,15 @@ class CycleState:
         self._data: dict[str, Any] = {}
         self.skip_filter: set[str] = set()
         self.skip_score: set[str] = set()
+        # kube's PreFilterResult: the only nodes worth filtering (None: all), and which
+        # PreFilter plugins narrowed them
+        self.node_names: frozenset[str] | None = None
+        self.narrowed_by: list[str] = []
+
+    def narrow(self, plugin: str, names: frozenset[str]) -> None:
+        """A PreFilter plugin says only `names` can fit; several such sets intersect."""
+        self.node_names = names if self.node_names is None else self.node_names & names
+        self.narrowed_by.append(plugin)
 
     def write(self, key: str, val: Any) -> None:
         self._data[key] = val
@@ -212,6 +225,9 @@ class Handle:
     bind: Callable[[PodInfo, str], Awaitable[None]] | None = None
     # the scheduler cache (pods on nodes), for PostFilter plugins such as preemption
     cache: Any = None
+    # the Services and ReplicaSets that select pods (scheduler/workloads.py), for
+    # PodTopologySpread's default constraints
+    workloads: Any = None
 
 
 PluginFactory = Callable[[Mapping[str, Any], Handle], Any]

@@ -5,10 +5,18 @@ expressions ANDed, an empty term matches nothing) must match; NotIn and DoesNotE
 nodes without the label, Gt/Lt never match a missing or non-numeric label; matchFields supports
 metadata.name In/NotIn. Reason "node(s) didn't match Pod's node affinity/selector". Score: the
 sum of the weights of the preferred terms a node matches, normalised to 0-100.
+
+PreFilter (kube v1.36): when every required term names nodes (matchFields metadata.name In), only
+the union of those names can fit, and the plugin narrows the candidates to them (a DaemonSet
+pod's cycle looks at one node): nodes outside the set are reported as "node(s) didn't satisfy
+plugin(s) [NodeAffinity]" (UnschedulableAndUnresolvable), not as an affinity mismatch; terms
+whose name sets are all empty (conflicting In lists) reject the pod with "pod affinity terms
+conflict". A term without such a field requirement leaves every node possible.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -21,6 +29,7 @@ from scheduler.cache import (
 from scheduler.framework import (
     SKIP,
     SUCCESS,
+    Code,
     CycleState,
     FilterResult,
     Status,
@@ -31,6 +40,7 @@ from scheduler.podinfo import PodInfo
 from tinykube.v1 import pod_pb2
 
 ERR_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+ERR_CONFLICT = "pod affinity terms conflict"
 
 
 def _requirement_mask(
@@ -96,10 +106,62 @@ def term_mask(nodes: NodeTable, term: pod_pb2.NodeSelectorTerm, n: int) -> npt.N
     return mask
 
 
+def required_node_names(
+    terms: Sequence[pod_pb2.NodeSelectorTerm],
+) -> frozenset[str] | None:
+    """The only node names the required terms can match, or None when any term can match a
+    node by other means (kube's NodeAffinity PreFilter): a term's metadata.name In lists
+    intersect, the terms' sets unite."""
+    if not terms:
+        return None
+    union: set[str] = set()
+    for term in terms:
+        term_names: set[str] | None = None
+        for r in term.matchFields:
+            if r.key == "metadata.name" and r.operator == "In":
+                vals = set(r.values)
+                term_names = vals if term_names is None else term_names & vals
+        if term_names is None:
+            return None
+        union |= term_names
+    return frozenset(union)
+
+
+def required_mask(nodes: NodeTable, pod: PodInfo) -> npt.NDArray[np.bool_]:
+    """kube's RequiredNodeAffinity.Match over slots: every nodeSelector pair and at least one
+    required term (all slots when the pod has neither)."""
+    spec = pod.pod.spec
+    n = nodes.n
+    mask = np.ones(n, bool)
+    for k, v in spec.nodeSelector.items():
+        lc = nodes.labels.get(k)
+        if lc is None or v not in lc.value_ids:
+            mask[:] = False
+            return mask
+        mask &= lc.ids[:n] == lc.value_ids[v]
+    terms = spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+    if terms.nodeSelectorTerms:
+        any_term = np.zeros(n, bool)
+        for term in terms.nodeSelectorTerms:
+            any_term |= term_mask(nodes, term, n)
+        mask &= any_term
+    return mask
+
+
 class NodeAffinity:
     name: ClassVar[str] = "NodeAffinity"
     events: ClassVar[frozenset[EventKind]] = frozenset({EventKind.NODE_ADD, EventKind.NODE_LABEL})
     node_static: ClassVar[bool] = True
+
+    def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> Status:
+        required = pod.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+        names = required_node_names(required.nodeSelectorTerms)
+        if names is None:
+            return SUCCESS
+        if not names:
+            return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (ERR_CONFLICT,), self.name)
+        state.narrow(self.name, names)
+        return SUCCESS
 
     def filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> FilterResult | None:
         spec = pod.pod.spec
@@ -107,19 +169,7 @@ class NodeAffinity:
         terms = required.nodeSelectorTerms
         if not spec.nodeSelector and not terms:
             return None
-        n = nodes.n
-        mask = np.ones(n, bool)
-        for k, v in spec.nodeSelector.items():
-            lc = nodes.labels.get(k)
-            if lc is None or v not in lc.value_ids:
-                mask[:] = False
-                break
-            mask &= lc.ids[:n] == lc.value_ids[v]
-        if terms:
-            any_term = np.zeros(n, bool)
-            for term in terms:
-                any_term |= term_mask(nodes, term, n)
-            mask &= any_term
+        mask = required_mask(nodes, pod)
         return FilterResult(
             (~mask).astype(np.int32), (ERR_AFFINITY,), code=Status.unresolvable().code
         )

@@ -7,7 +7,7 @@ import pytest
 
 from scheduler.plugins.nodeaffinity import NodeAffinity
 from tests.unit.scheduler.builders import NodeBuilder, PodBuilder
-from tests.unit.scheduler.plugins.harness import feasible, n, score_of
+from tests.unit.scheduler.plugins.harness import feasible, message, n, score_of
 
 FILTER_CASES = [
     (
@@ -102,3 +102,82 @@ def test_node_affinity_preferred_weights() -> None:
     nodes = [n("a").labels(zone="z1"), n("b").labels(zone="z1", disk="ssd"), n("c")]
     pod = PodBuilder().preferred(20, ("zone", "In", ["z1"])).preferred(80, ("disk", "Exists", []))
     assert score_of(NodeAffinity(), pod, *nodes) == [20, 100, 0]
+
+
+def by_name(pod: PodBuilder, *terms: list[tuple[str, list[str]]]) -> PodBuilder:
+    """Required terms of matchFields on metadata.name: each term a list of (operator, names)."""
+    sel = pod.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+    for term in terms:
+        t = sel.nodeSelectorTerms.add()
+        for op, names in term:
+            t.matchFields.add(key="metadata.name", operator=op, values=names)
+    return pod
+
+
+PREFILTER_CASES = [
+    (
+        "PreFilter narrows to the named node; the others are not affinity mismatches",
+        by_name(PodBuilder().node_selector(zone="z9"), [("In", ["a"])]),
+        [n("a").labels(zone="z1"), n("b"), n("c").unschedulable()],
+        "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
+        "2 node(s) didn't satisfy plugin(s) [NodeAffinity].",
+    ),
+    (
+        "a name no node has leaves no candidate: every node is outside the PreFilter set",
+        by_name(PodBuilder(), [("In", ["zz"])]),
+        [n("a"), n("b")],
+        "0/2 nodes are available: 2 node(s) didn't satisfy plugin(s) [NodeAffinity].",
+    ),
+    (
+        "In lists of one term intersect; empty means the terms conflict (PreFilter rejects)",
+        by_name(PodBuilder(), [("In", ["a"]), ("In", ["b"])]),
+        [n("a"), n("b")],
+        "0/2 nodes are available: 2 pod affinity terms conflict.",
+    ),
+    (
+        "NotIn does not narrow: the filter reports the mismatch",
+        by_name(PodBuilder(), [("NotIn", ["a", "b"])]),
+        [n("a"), n("b")],
+        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector.",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("pod", "nodes", "want"),
+    [c[1:] for c in PREFILTER_CASES],
+    ids=[c[0] for c in PREFILTER_CASES],
+)
+def test_prefilter_message(pod: PodBuilder, nodes: list[NodeBuilder], want: str) -> None:
+    assert message(pod, *nodes) == want
+
+
+def _with_expression_term(pod: PodBuilder) -> PodBuilder:
+    return pod.required([("zone", "In", ["z2"])])
+
+
+NARROW_CASES = [
+    (
+        "terms unite their name sets",
+        by_name(PodBuilder(), [("In", ["a"])], [("In", ["c"])]),
+        ["a", "c"],
+    ),
+    (
+        "one term's In lists intersect",
+        by_name(PodBuilder(), [("In", ["a", "b"]), ("In", ["b", "c"])]),
+        ["b"],
+    ),
+    (
+        "a term without a name field keeps every node possible (terms are ORed)",
+        _with_expression_term(by_name(PodBuilder(), [("In", ["a"])])),
+        ["a", "b"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("pod", "want"), [c[1:] for c in NARROW_CASES], ids=[c[0] for c in NARROW_CASES]
+)
+def test_prefilter_narrows(pod: PodBuilder, want: list[str]) -> None:
+    nodes = [n("a").labels(zone="z1"), n("b").labels(zone="z2"), n("c").labels(zone="z3")]
+    assert feasible(pod, *nodes) == want
