@@ -1,12 +1,18 @@
-"""NodeResourcesBalancedAllocation (Score; weight 1): prefer nodes whose resource use stays even.
+"""NodeResourcesBalancedAllocation (PreScore, Score; weight 1): prefer nodes whose resource use
+the pod makes more even.
 
-The score is 100 * (1 - std) of the requested/allocatable fractions over cpu and memory (or the
-configured resources), each fraction capped at 1, requests counted as they are (no defaults).
+A node's balance is 100 * (1 - std) of its requested/allocatable fractions over cpu and memory
+(or the configured resources), each fraction capped at 1, requests counted as they are (no
+defaults), resources the node lacks left out. As kube v1.36 (kubernetes PR #135573) the score is
+the change the pod causes, kept in 50-100: 50 + (50 + balance with the pod - balance without it)
+/ 2 in integers, so no change scores 75, perfectly balanced to perfectly imbalanced 50, and the
+reverse 100. PreScore skips the plugin for a pod that requests none of the resources (kube's
+best-effort rule, so such pods are not all drawn to one node).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -17,10 +23,42 @@ from scheduler.cache import (
 )
 from scheduler.framework import (
     MAX_NODE_SCORE,
+    SKIP,
+    SUCCESS,
     CycleState,
+    Status,
 )
 from scheduler.plugins.helper import I64, IDX, resource_arrays
 from scheduler.podinfo import CPU, MEMORY, PodInfo
+
+
+def balance(cols: Sequence[tuple[I64, I64]]) -> I64:
+    """int64((1 - std) * 100) per node over (requested, allocatable) column pairs."""
+    if len(cols) == 2 and all(len(a) and a.min() > 0 for _, a in cols):
+        # fast path: two resources every node has; std of two fractions is |f1 - f2| / 2
+        (r1, a1), (r2, a2) = cols
+        f1 = np.minimum(r1 / a1, 1.0)
+        f2 = np.minimum(r2 / a2, 1.0)
+        fast: I64 = ((1.0 - np.abs(f1 - f2) / 2) * MAX_NODE_SCORE).astype(np.int64)
+        return fast
+    fractions = []
+    present = []
+    for req, alloc in cols:
+        has = alloc > 0
+        f = np.minimum(req / np.where(has, alloc, 1), 1.0)
+        fractions.append(np.where(has, f, 0.0))
+        present.append(has)
+    fr = np.array(fractions)
+    pr = np.array(present)
+    cnt = pr.sum(axis=0)
+    if len(cols) == 2:
+        std = np.where(cnt == 2, np.abs(fr[0] - fr[1]) / 2, 0.0)
+    else:
+        mean = fr.sum(axis=0) / np.maximum(cnt, 1)
+        var = (((fr - mean) ** 2) * pr).sum(axis=0) / np.maximum(cnt, 1)
+        std = np.where(cnt >= 2, np.sqrt(var), 0.0)
+    out: I64 = ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
+    return out
 
 
 class NodeResourcesBalancedAllocation:
@@ -33,30 +71,27 @@ class NodeResourcesBalancedAllocation:
         resources = args.get("resources") or [{"name": CPU}, {"name": MEMORY}]
         self.resources = [str(r["name"]) for r in resources]
 
+    def _request(self, pod: PodInfo, name: str) -> int:
+        if name == CPU:
+            return pod.cpu
+        if name == MEMORY:
+            return pod.memory
+        return pod.extended.get(name, 0)
+
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> Status:
+        if all(self._request(pod, name) == 0 for name in self.resources):
+            return SKIP
+        return SUCCESS
+
     def score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, idx: IDX) -> I64:
-        cols = [resource_arrays(nodes, pod, name, idx, nonzero=False) for name in self.resources]
-        if len(cols) == 2 and all(len(a) and a.min() > 0 for _, a in cols):
-            # fast path: two resources every node has; std of two fractions is |f1 - f2| / 2
-            (r1, a1), (r2, a2) = cols
-            f1 = np.minimum(r1 / a1, 1.0)
-            f2 = np.minimum(r2 / a2, 1.0)
-            fast: I64 = ((1.0 - np.abs(f1 - f2) / 2) * MAX_NODE_SCORE).astype(np.int64)
-            return fast
-        fractions = []
-        present = []
-        for req, alloc in cols:
-            has = alloc > 0
-            f = np.minimum(req / np.where(has, alloc, 1), 1.0)
-            fractions.append(np.where(has, f, 0.0))
-            present.append(has)
-        fr = np.array(fractions)
-        pr = np.array(present)
-        cnt = pr.sum(axis=0)
-        if len(self.resources) == 2:
-            std = np.where(cnt == 2, np.abs(fr[0] - fr[1]) / 2, 0.0)
-        else:
-            mean = fr.sum(axis=0) / np.maximum(cnt, 1)
-            var = (((fr - mean) ** 2) * pr).sum(axis=0) / np.maximum(cnt, 1)
-            std = np.where(cnt >= 2, np.sqrt(var), 0.0)
-        out: I64 = ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
+        with_pod = [
+            resource_arrays(nodes, pod, name, idx, nonzero=False) for name in self.resources
+        ]
+        without = [
+            (req - self._request(pod, name), alloc)
+            for name, (req, alloc) in zip(self.resources, with_pod, strict=True)
+        ]
+        half = MAX_NODE_SCORE // 2
+        # both balances lie in 50..100, so the numerator is never negative: // is Go's /
+        out: I64 = half + (half + balance(with_pod) - balance(without)) // 2
         return out

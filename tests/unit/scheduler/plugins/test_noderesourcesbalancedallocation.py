@@ -1,24 +1,107 @@
-"""NodeResourcesBalancedAllocation: even use of cpu and memory scores higher."""
+"""NodeResourcesBalancedAllocation: the change in balance the pod causes, as kube v1.36 scores it
+(kubernetes PR #135573), and PreScore's skip of pods that request nothing."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
+from scheduler.framework import Code, CycleState
 from scheduler.plugins.noderesourcesbalancedallocation import NodeResourcesBalancedAllocation
-from tests.unit.scheduler.builders import PodBuilder
-from tests.unit.scheduler.plugins.harness import n, score_of
+from tests.unit.scheduler.builders import NodeBuilder, PodBuilder, make_cache
+from tests.unit.scheduler.plugins.harness import bound, n, score_of
+
+SCORE_CASES = [
+    (
+        "no change in balance scores 75 (balanced before and after)",
+        PodBuilder().req(cpu="2", memory="2Gi"),
+        [n("a").alloc(cpu="4", memory="4Gi", pods="10")],
+        (),
+        [75],
+    ),
+    (
+        "balanced to slightly imbalanced loses half the drop: 50 + (50 + 81 - 100) / 2",
+        PodBuilder().req(cpu="2", memory="2Gi"),
+        [n("a").alloc(cpu="4", memory="16Gi", pods="10")],
+        (),
+        [65],
+    ),
+    (
+        "perfectly imbalanced to perfectly balanced scores 100",
+        PodBuilder().req(memory="4Gi"),
+        [n("a").alloc(cpu="4", memory="4Gi", pods="10")],
+        (bound("busy", "a", cpu="4"),),
+        [100],
+    ),
+    (
+        "perfectly balanced to perfectly imbalanced scores 50",
+        PodBuilder().req(cpu="1"),
+        [n("a").alloc(cpu="1", memory="1Gi", pods="10")],
+        (),
+        [50],
+    ),
+    (
+        "a fraction past allocatable is capped at 1 (0.25 std after, balanced before)",
+        PodBuilder().req(cpu="4", memory="512Mi"),
+        [n("a").alloc(cpu="1", memory="1Gi", pods="10")],
+        (),
+        [62],
+    ),
+    (
+        "equally balanced after, the node the pod makes more even scores higher",
+        PodBuilder().req(memory="1Gi"),
+        [
+            # a: 0.5/0 (75) -> 0.5/0.25 (87): 81;  b: 0/0 (100) -> 0/0.25 (87): 68
+            n("a").alloc(cpu="4", memory="4Gi", pods="10"),
+            n("b").alloc(cpu="4", memory="4Gi", pods="10"),
+        ],
+        (bound("half", "a", cpu="2"),),
+        [81, 68],
+    ),
+]
 
 
-def test_balanced_allocation() -> None:
-    nodes = [
-        n("a").alloc(cpu="4", memory="4Gi", pods="10"),
-        n("b").alloc(cpu="4", memory="16Gi", pods="10"),
-    ]
-    pod = PodBuilder().req(cpu="2", memory="2Gi")
-    # a: 0.5/0.5 -> std 0 -> 100; b: 0.5/0.125 -> std 0.1875 -> 81
-    assert score_of(NodeResourcesBalancedAllocation(), pod, *nodes) == [100, 81]
+@pytest.mark.parametrize(
+    ("pod", "nodes", "pods", "want"),
+    [c[1:] for c in SCORE_CASES],
+    ids=[c[0] for c in SCORE_CASES],
+)
+def test_score(pod: PodBuilder, nodes: list[NodeBuilder], pods: Any, want: list[int]) -> None:
+    assert score_of(NodeResourcesBalancedAllocation(), pod, *nodes, pods=pods) == want
 
 
-def test_balanced_allocation_over_capacity_caps_fractions() -> None:
-    nodes = [n("a").alloc(cpu="1", memory="1Gi", pods="10")]
-    pod = PodBuilder().req(cpu="4", memory="512Mi")
-    # cpu fraction capped at 1, memory 0.5 -> std 0.25 -> 75
-    assert score_of(NodeResourcesBalancedAllocation(), pod, *nodes) == [75]
+SKIP_CASES = [
+    (
+        "a pod with no requests is skipped (kube's best-effort rule)",
+        PodBuilder().container(),
+        {},
+        True,
+    ),
+    ("a pod requesting cpu is scored", PodBuilder().req(cpu="100m"), {}, False),
+    (
+        "only the configured resources count: an extended-only request is still skipped",
+        PodBuilder().req(example_com__gpu="1"),
+        {},
+        True,
+    ),
+    (
+        "an extended resource in the configured list makes the pod scored",
+        PodBuilder().req(example_com__gpu="1"),
+        {"resources": [{"name": "cpu"}, {"name": "memory"}, {"name": "example.com/gpu"}]},
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("pod", "args", "skipped"),
+    [c[1:] for c in SKIP_CASES],
+    ids=[c[0] for c in SKIP_CASES],
+)
+def test_pre_score_skips_pods_requesting_nothing(
+    pod: PodBuilder, args: dict[str, Any], skipped: bool
+) -> None:
+    cache = make_cache(n("a"))
+    st = NodeResourcesBalancedAllocation(args).pre_score(CycleState(), pod.info(), cache.nodes)
+    assert (st.code == Code.SKIP) is skipped
