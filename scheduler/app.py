@@ -3,8 +3,9 @@
 `SchedulerApp.start()` serves health, reflection and `tinykube.v1.Scheduler` at once (a standby
 replica is healthy too), then campaigns for the Lease kube-system/tinykube-scheduler (unless
 leader election is disabled). While leading it runs a pod informer (every pod: pending pods
-with our schedulerName are queued, assigned ones are counted in the cache) and a node informer,
-waits for both to sync, and runs the serial scheduling loop. Losing the lease ends the process's
+with our schedulerName are queued, assigned ones are counted in the cache), a node informer and
+Service and ReplicaSet informers (PodTopologySpread's default selectors), waits for them to
+sync, and runs the serial scheduling loop. Losing the lease ends the process's
 work (`done` completes with an error), as kube-scheduler exits on lost leadership: a fresh
 process starts with a fresh cache, so no state of an old term can leak into a new one.
 
@@ -43,7 +44,14 @@ from tinykube.informer import Informer
 from tinykube.leaderelection import LeaderElector
 from tinykube.meta import timestamp
 from tinykube.serving import GrpcServer
-from tinykube.v1 import node_pb2, pod_pb2, scheduler_pb2, scheduler_pb2_grpc
+from tinykube.v1 import (
+    node_pb2,
+    pod_pb2,
+    replicaset_pb2,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+    service_pb2,
+)
 
 log = logging.getLogger(__name__)
 
@@ -154,12 +162,26 @@ class SchedulerApp:
         pods: Informer[pod_pb2.Pod] = Informer.for_resource(
             self.client.pods, clock=self.clock, on_handler_error=self._refused
         )
+        # PodTopologySpread's default constraints take their selector from the Services and
+        # ReplicaSets that manage a pod, as kube-scheduler's listers
+        services: Informer[service_pb2.Service] = Informer.for_resource(
+            self.client.services, clock=self.clock, on_handler_error=self._refused
+        )
+        replica_sets: Informer[replicaset_pb2.ReplicaSet] = Informer.for_resource(
+            self.client.replica_sets, clock=self.clock, on_handler_error=self._refused
+        )
         nodes.add_handler(sched.on_node_add, sched.on_node_update, sched.on_node_delete)
         pods.add_handler(sched.on_pod_add, sched.on_pod_update, sched.on_pod_delete)
+        services.add_handler(sched.on_service_add, sched.on_service_update, sched.on_service_delete)
+        replica_sets.add_handler(
+            sched.on_replica_set_add, sched.on_replica_set_update, sched.on_replica_set_delete
+        )
         self.pod_informer = pods
-        tasks = [nodes.start(), pods.start()]
+        tasks = [nodes.start(), pods.start(), services.start(), replica_sets.start()]
         try:
             await nodes.wait_synced()
+            await services.wait_synced()
+            await replica_sets.wait_synced()
             await pods.wait_synced()
             log.info(
                 "caches synced: %d nodes, %d pods; scheduling as %r",

@@ -62,6 +62,8 @@ class EventKind(StrEnum):
     NODE_LABEL = "NodeLabelChange"
     NODE_TAINT = "NodeTaintChange"  # includes spec.unschedulable, as kube-scheduler does
     NODE_IMAGES = "NodeImagesChange"
+    POD_ADD = "AssignedPodAdd"  # a pod newly seen bound, including our own binds' confirmations
+    POD_LABEL = "AssignedPodLabelChange"  # an assigned pod's labels changed
     POD_DELETE = "AssignedPodDelete"
 
 

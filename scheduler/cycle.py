@@ -27,8 +27,9 @@ from scheduler.plugins.defaultbinder import bind_already_exists
 from scheduler.podinfo import PodInfo
 from scheduler.preemption import victims
 from scheduler.queue import QueuedPod, SchedulingQueue, ShutDown
+from scheduler.workloads import Workloads
 from tinykube.clock import Clock
-from tinykube.v1 import node_pb2, pod_pb2
+from tinykube.v1 import node_pb2, pod_pb2, replicaset_pb2, service_pb2
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,9 @@ class Scheduler:
             max_backoff=max_backoff,
             plugin_events=profile.plugins_for_events(),
         )
-        profile.handle.cache = self.cache  # for PostFilter (preemption)
+        profile.handle.cache = self.cache  # for PostFilter (preemption) and pod counts
+        self.workloads = Workloads()
+        profile.handle.workloads = self.workloads  # PodTopologySpread's default selectors
         self.algorithm = Algorithm(
             self.cache, profile, percentage_of_nodes_to_score=percentage_of_nodes_to_score
         )
@@ -111,14 +114,33 @@ class Scheduler:
             if pod.status.phase in TERMINAL_PHASES:
                 if self.cache.remove_pod(key):
                     self.queue.move_on_event(EventKind.POD_DELETE)
-            elif not self.cache.confirm(key, pod.metadata.uid, pod.spec.nodeName) or (
-                pod.metadata.HasField("deletionTimestamp")
-                and not self.cache.pods[key].info.terminating
-            ):
-                # a pod's resources and ports are immutable once bound, so the confirmation of
-                # our own bind and later status updates (the kubelet's) need no re-parsing;
-                # only a graceful deletion (preemption must know) refreshes the cached pod
-                self.cache.add_pod(PodInfo.from_pod(pod))
+            else:
+                cached = self.cache.pods.get(key)
+                was_placed = cached is not None and not cached.assumed
+                confirmed = self.cache.confirm(key, pod.metadata.uid, pod.spec.nodeName)
+                relabelled = (
+                    confirmed
+                    and cached is not None
+                    and (cached.info.pod.metadata.labels != pod.metadata.labels)
+                )
+                if (
+                    not confirmed
+                    or relabelled
+                    or (
+                        pod.metadata.HasField("deletionTimestamp")
+                        and not self.cache.pods[key].info.terminating
+                    )
+                ):
+                    # a pod's resources and ports are immutable once bound, so the confirmation
+                    # of our own bind and later status updates (the kubelet's) need no
+                    # re-parsing; only new labels (the pod counts of spreading and affinity) or
+                    # a graceful deletion (preemption must know) refresh the cached pod
+                    self.cache.add_pod(PodInfo.from_pod(pod))
+                if not was_placed:
+                    # kube's AssignedPodAdd: a pod newly seen bound, our own binds included
+                    self.queue.move_on_event(EventKind.POD_ADD)
+                elif relabelled:
+                    self.queue.move_on_event(EventKind.POD_LABEL)
             return
         if pod.metadata.HasField("deletionTimestamp"):
             self.queue.delete(key)
@@ -142,6 +164,26 @@ class Scheduler:
         self.algorithm.forget_attempt(key)
         if self.cache.remove_pod(key):
             self.queue.move_on_event(EventKind.POD_DELETE)
+
+    def on_service_add(self, svc: service_pb2.Service) -> None:
+        self.workloads.set_service(svc)
+
+    def on_service_update(self, old: service_pb2.Service, new: service_pb2.Service) -> None:
+        self.workloads.set_service(new)
+
+    def on_service_delete(self, svc: service_pb2.Service) -> None:
+        self.workloads.remove_service(svc)
+
+    def on_replica_set_add(self, rs: replicaset_pb2.ReplicaSet) -> None:
+        self.workloads.set_replica_set(rs)
+
+    def on_replica_set_update(
+        self, old: replicaset_pb2.ReplicaSet, new: replicaset_pb2.ReplicaSet
+    ) -> None:
+        self.workloads.set_replica_set(new)
+
+    def on_replica_set_delete(self, rs: replicaset_pb2.ReplicaSet) -> None:
+        self.workloads.remove_replica_set(rs)
 
     def on_node_add(self, node: node_pb2.Node) -> None:
         for ev in sorted(self.cache.add_node(node), key=lambda e: e.value):

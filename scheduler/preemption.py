@@ -109,6 +109,10 @@ class DefaultPreemption:
                 if fits_without(pod, nodes, slot, trial, [*kept, p]):
                     victims = trial
                     kept.append(p)
+            if not victims:
+                # resources were never short here (a resolvable rejection by another filter,
+                # e.g. PodTopologySpread's skew, which this simplified search does not model)
+                continue
             key = (
                 max(v.priority for v in victims),
                 sum(v.priority for v in victims),

@@ -20,6 +20,7 @@ from scheduler.plugins.nodeports import NodePorts
 from scheduler.plugins.noderesourcesbalancedallocation import NodeResourcesBalancedAllocation
 from scheduler.plugins.noderesourcesfit import NodeResourcesFit
 from scheduler.plugins.nodeunschedulable import NodeUnschedulable
+from scheduler.plugins.podtopologyspread import PodTopologySpread
 from scheduler.plugins.tainttoleration import TaintToleration
 from scheduler.preemption import DefaultPreemption
 
@@ -31,6 +32,7 @@ DEFAULT_PLUGINS: dict[str, int | None] = {
     "NodeAffinity": 2,
     "NodePorts": None,
     "NodeResourcesFit": 1,
+    "PodTopologySpread": 2,
     "NodeResourcesBalancedAllocation": 1,
     "ImageLocality": 1,
     "DefaultPreemption": None,
@@ -46,6 +48,7 @@ def default_registry() -> Registry:
     r.register("NodeAffinity", lambda a, h: NodeAffinity())
     r.register("NodePorts", lambda a, h: NodePorts())
     r.register("NodeResourcesFit", lambda a, h: NodeResourcesFit(a))
+    r.register("PodTopologySpread", lambda a, h: PodTopologySpread(a, h))
     r.register("NodeResourcesBalancedAllocation", lambda a, h: NodeResourcesBalancedAllocation(a))
     r.register("ImageLocality", lambda a, h: ImageLocality())
     r.register("DefaultPreemption", lambda a, h: DefaultPreemption(h))
