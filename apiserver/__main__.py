@@ -102,6 +102,22 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         "(env TINYKUBE_MAX_OBJECT_BYTES)",
     )
     p.add_argument(
+        "--max-requests-inflight",
+        type=int,
+        default=int(_env("MAX_REQUESTS_INFLIGHT", _DEFAULTS.max_requests_inflight)),
+        help="read-only requests executing at once, over it 429 / RESOURCE_EXHAUSTED; "
+        "watches not counted; 0: no limit (env TINYKUBE_MAX_REQUESTS_INFLIGHT)",
+    )
+    p.add_argument(
+        "--max-mutating-requests-inflight",
+        type=int,
+        default=int(
+            _env("MAX_MUTATING_REQUESTS_INFLIGHT", _DEFAULTS.max_mutating_requests_inflight)
+        ),
+        help="mutating requests executing at once, as --max-requests-inflight "
+        "(env TINYKUBE_MAX_MUTATING_REQUESTS_INFLIGHT)",
+    )
+    p.add_argument(
         "--etcd-timeout",
         type=float,
         default=float(_env("ETCD_TIMEOUT", _DEFAULTS.etcd_request_timeout_seconds)),
@@ -143,6 +159,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         parse_port_range(args.service_node_port_range)
     except ValueError as exc:
         p.error(str(exc))
+    for flag in ("max_requests_inflight", "max_mutating_requests_inflight"):
+        if getattr(args, flag) < 0:
+            p.error(f"--{flag.replace('_', '-')} can not be negative value")
     bind = args.bind_address if args.port is None else f"0.0.0.0:{args.port}"
     settings = Settings(
         etcd_endpoints=args.etcd_servers,
@@ -156,6 +175,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         compaction_interval_seconds=args.compaction_interval,
         max_request_bytes=args.max_request_bytes,
         max_object_bytes=args.max_object_bytes,
+        max_requests_inflight=args.max_requests_inflight,
+        max_mutating_requests_inflight=args.max_mutating_requests_inflight,
         etcd_request_timeout_seconds=args.etcd_timeout,
         shutdown_grace_seconds=args.shutdown_grace,
         watch_batch_window_seconds=args.watch_batch_window,

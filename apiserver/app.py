@@ -19,6 +19,7 @@ import contextlib
 import logging
 
 from apiserver.allocator import ServiceAllocator
+from apiserver.flowcontrol import Limiter
 from apiserver.grpcapi import GrpcResource, MetricsInterceptor
 from apiserver.metrics import Metrics
 from apiserver.registry import INDEX_FIELD, Strategy, fields_of
@@ -96,10 +97,16 @@ class APIServer:
                 allocator=self.allocator if info.kind == SERVICE.kind else None,
             )
         self.storage.set_exclusive(self._plainly_watched_kind)
+        # One in-flight limit for both front ends (apiserver/flowcontrol.py).
+        self.limiter = Limiter(
+            settings.max_requests_inflight,
+            settings.max_mutating_requests_inflight,
+            metrics=self.metrics,
+        )
         self.grpc = GrpcServer(
             settings.bind_address,
             [info.service for info in ALL_KINDS],
-            interceptors=[MetricsInterceptor(self.metrics)],
+            interceptors=[MetricsInterceptor(self.metrics, self.limiter)],
         )
         handlers = tuple(GrpcResource(r).handler() for r in self.services.values())
         self.grpc.add(lambda s: s.add_generic_rpc_handlers(handlers))
@@ -115,6 +122,7 @@ class APIServer:
                 clock=self.clock,
                 metrics=self.metrics,
                 health=self.health_checks,
+                limiter=self.limiter,
             )
         self.rest_port = 0
 

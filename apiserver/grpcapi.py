@@ -6,10 +6,13 @@ UpdateStatus, Delete, Watch, WatchBatch; for pods Bind, BindBatch and Evict) wit
 List and Watch can return the watch cache's pre-encoded bytes (the response serializer passes
 bytes through); the generated descriptors still drive reflection, so grpcurl sees the same
 services. The semantics are the `ResourceStore`'s; this module only decodes requests, encodes
-answers and streams watches. `MetricsInterceptor` counts and times every RPC and turns raised
-`TinykubeError`s into statuses in one place. Request deserializers (`request_decoder`) turn a
-body that is not the method's message into INVALID_ARGUMENT naming the problem, logged at most
-once a minute. Everything runs on the event loop.
+answers and streams watches. `MetricsInterceptor` counts and times every RPC, turns raised
+`TinykubeError`s into statuses in one place, and holds unary calls to the in-flight limit
+(apiserver/flowcontrol.py; watches are not counted): a refused call ends RESOURCE_EXHAUSTED
+before its handler runs, with the retry hint in trailing metadata (`RETRY_PUSHBACK_KEY`).
+Request deserializers (`request_decoder`) turn a body that is not the method's message into
+INVALID_ARGUMENT naming the problem, logged at most once a minute.
+Everything runs on the event loop.
 """
 
 from __future__ import annotations
@@ -23,11 +26,17 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
+from apiserver.flowcontrol import (
+    RETRY_AFTER_SECONDS,
+    TOO_MANY_REQUESTS,
+    Limiter,
+    RequestInfo,
+)
 from apiserver.metrics import Metrics
 from apiserver.resources import ResourceStore
 from apiserver.watchcache import batch_messages, encode_list
-from tinykube.errors import BadRequestError, TinykubeError, abort_with
-from tinykube.kinds import POD
+from tinykube.errors import RETRY_PUSHBACK_KEY, BadRequestError, TinykubeError, abort_with
+from tinykube.kinds import ALL_KINDS, POD, KindInfo
 from tinykube.v1 import meta_pb2, pod_pb2
 
 log = logging.getLogger(__name__)
@@ -123,11 +132,62 @@ def _cancellation_code(method: str, context: Any, start: float) -> str:
     return "CANCELLED"
 
 
-class MetricsInterceptor(grpc.aio.ServerInterceptor):
-    """Counts and times every tinykube RPC and maps raised errors to statuses (the one place)."""
+# Kubernetes' verb (and subresource) of each unary method, for the in-flight limit.
+_VERBS: dict[str, tuple[str, str]] = {
+    "Create": ("create", ""),
+    "Get": ("get", ""),
+    "List": ("list", ""),
+    "Update": ("update", ""),
+    "UpdateStatus": ("update", "status"),
+    "Delete": ("delete", ""),
+    "Bind": ("create", "binding"),
+    "BindBatch": ("create", "binding"),
+    "Evict": ("create", "eviction"),
+}
+_KIND_OF_SERVICE: dict[str, KindInfo] = {info.service: info for info in ALL_KINDS}
+_PUSHBACK = ((RETRY_PUSHBACK_KEY, str(RETRY_AFTER_SECONDS * 1000)),)
 
-    def __init__(self, metrics: Metrics) -> None:
+
+def _namespace_of(method: str, info: KindInfo) -> Callable[[Any], str]:
+    """How to read a unary method's request namespace (for the classifier)."""
+    if method in ("Get", "List", "Delete"):
+        return lambda request: str(request.namespace)
+    if method in ("Create", "Update", "UpdateStatus"):
+        field = info.request_field
+        return lambda request: str(getattr(request, field).metadata.namespace)
+    if method == "Bind":
+        return lambda request: str(request.binding.metadata.namespace)
+    if method == "Evict":
+        return lambda request: str(request.eviction.metadata.namespace)
+    return lambda request: ""
+
+
+def _request_info(full_method: str) -> Callable[[Any], RequestInfo] | None:
+    """The RequestInfo of a call of `full_method` ("/tinykube.v1.Pods/Create") from its request;
+    None for methods the limit does not cover (streams, unknown methods)."""
+    service, _, method = full_method.lstrip("/").partition("/")
+    info = _KIND_OF_SERVICE.get(service)
+    verb = _VERBS.get(method)
+    if info is None or verb is None:
+        return None
+    namespace_of = _namespace_of(method, info)
+    group, plural = info.group, info.plural
+    kind_verb, sub = verb
+
+    def request_info(request: Any) -> RequestInfo:
+        namespace = "" if request.__class__ is Undecodable else namespace_of(request)
+        return RequestInfo(kind_verb, group, plural, sub, namespace)
+
+    return request_info
+
+
+class MetricsInterceptor(grpc.aio.ServerInterceptor):
+    """Counts and times every tinykube RPC, maps raised errors to statuses (the one place), and
+    refuses unary calls over `limiter`'s in-flight limit before they run."""
+
+    def __init__(self, metrics: Metrics, limiter: Limiter | None = None) -> None:
         self.metrics = metrics
+        self.limiter = limiter if limiter is not None and limiter.enabled else None
         # Label lookups take a lock and hash a tuple; do them once per (method, code).
         self._counters: dict[tuple[str, str], Any] = {}
         self._histograms: dict[str, Any] = {}
@@ -169,6 +229,10 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         duration = self._histogram(short)
         if handler.unary_unary is not None:
             inner: Any = handler.unary_unary
+            limiter = self.limiter
+            request_info = _request_info(method) if limiter is not None else None
+            if limiter is not None and request_info is not None:
+                inner = self._limited(inner, limiter, request_info, short)
 
             async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 start = time.perf_counter()
@@ -225,6 +289,29 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
 
             return handler._replace(unary_stream=stream)
         return handler
+
+    def _limited(
+        self,
+        inner: Callable[[Any, Any], Awaitable[Any]],
+        limiter: Limiter,
+        request_info: Callable[[Any], RequestInfo],
+        short: str,
+    ) -> Callable[[Any, Any], Awaitable[Any]]:
+        """`inner` behind the in-flight limit: a refused call never reaches it."""
+        admit, release, count = limiter.admit, limiter.release, self._counter
+
+        async def limited(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            seat = admit(request_info(request))
+            if seat is None:
+                count(short, "RESOURCE_EXHAUSTED")
+                context.set_trailing_metadata(_PUSHBACK)
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, TOO_MANY_REQUESTS)
+            try:
+                return await inner(request, context)
+            finally:
+                release(seat)
+
+        return limited
 
 
 def _unary(call: Callable[[Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:

@@ -111,3 +111,25 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        # The in-flight limit (apiserver/flowcontrol.py), under kube-apiserver's names. kube's
+        # gauge is the maximum over the last second; this one is the count when scraped.
+        self.current_inflight = Gauge(
+            "apiserver_current_inflight_requests",
+            "Requests executing now (watches and other long-running requests not counted), "
+            "by request kind (readOnly, mutating).",
+            ["request_kind"],
+            registry=r,
+        )
+        self.flowcontrol_executing = Gauge(
+            "apiserver_flowcontrol_current_executing_requests",
+            "Requests executing now, by priority level and flow schema.",
+            ["priority_level", "flow_schema"],
+            registry=r,
+        )
+        self.flowcontrol_rejected = Counter(
+            "apiserver_flowcontrol_rejected_requests_total",
+            "Requests refused over the in-flight limit (HTTP 429, gRPC RESOURCE_EXHAUSTED), "
+            "by priority level, flow schema and reason.",
+            ["priority_level", "flow_schema", "reason"],
+            registry=r,
+        )

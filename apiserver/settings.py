@@ -39,6 +39,12 @@ class Settings:
     # Largest object as stored: etcd's default --max-request-bytes (1.5 MiB). Over it is a 4xx
     # naming the size (413 over REST), where kube-apiserver passes etcd's 500 through.
     max_object_bytes: int = 1536 * 1024
+    # kube-apiserver's --max-requests-inflight / --max-mutating-requests-inflight: read-only
+    # (get, list) and mutating requests executing at once, watches and logs not counted; one
+    # more is refused (429 / RESOURCE_EXHAUSTED, retry after 1 s). 0: that kind is unlimited.
+    # Node heartbeats and leader election have seats of their own besides (flowcontrol.py).
+    max_requests_inflight: int = 400
+    max_mutating_requests_inflight: int = 200
     # Deadline of each etcd request; a dead etcd shows as UNAVAILABLE after this long.
     etcd_request_timeout_seconds: float = 5.0
     # Concurrent single-key writes share one etcd txn (apiserver/txnbatch.py); False sends

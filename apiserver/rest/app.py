@@ -5,7 +5,9 @@ aggregated), /healthz /livez /readyz, /metrics, /openapi/v2 and /openapi/v3, and
 resource under /api/v1 and /apis/<group>/<version> (`handlers.ResourceHandlers` does the
 verbs). One catch-all route parses paths itself, so unknown paths, resources and methods get
 kube-apiserver's exact Status answers; one middleware turns every error into a Status (never
-a traceback). aiohttp cancels a handler whose client went away, which is how idle watches end.
+a traceback), and an outer one holds requests to the apiserver's in-flight limit
+(apiserver/rest/inflight.py). aiohttp cancels a handler whose client went away, which is how
+idle watches end.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from apiserver.flowcontrol import Limiter
 from apiserver.metrics import Metrics
 from apiserver.resources import ResourceStore
 from apiserver.rest import patch
@@ -31,6 +34,7 @@ from apiserver.rest.discovery import (
     wants_aggregated,
 )
 from apiserver.rest.handlers import ResourceHandlers, Target
+from apiserver.rest.inflight import inflight_middleware
 from apiserver.rest.openapi import OpenAPI
 from apiserver.rest.status import (
     Resource as StatusResource,
@@ -69,6 +73,7 @@ class RestServer:
         clock: Clock,
         metrics: Metrics,
         health: HealthChecks,
+        limiter: Limiter | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics
@@ -76,8 +81,10 @@ class RestServer:
         self.discovery = Discovery()
         self.openapi = OpenAPI(self.discovery.kinds, patch.patch_meta, version=GIT_VERSION)
         self.handlers = ResourceHandlers(services, settings=settings, clock=clock)
+        # A refused request skips everything, error handling included.
+        limited = [inflight_middleware(limiter)] if limiter is not None and limiter.enabled else []
         self.app = web.Application(
-            middlewares=[self._errors],
+            middlewares=[*limited, self._errors],
             client_max_size=settings.max_request_bytes + 1,
         )
         self.app.router.add_route("*", "/{path:.*}", self._route)
