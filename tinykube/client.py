@@ -24,6 +24,11 @@ applied the request, so a retry may be the second copy of a request that landed)
   object is returned; an ALREADY_EXISTS for a Bind is ours if the pod (with the uid asked for,
   if one was) is bound to the node asked for, and the pod's current resourceVersion is returned.
 
+Any call refused by the apiserver's in-flight limit (RESOURCE_EXHAUSTED with a retry hint in
+trailing metadata: refused before it ran) is sent again after the hint, jittered, while the
+call's deadline (`timeout`) allows; that deadline covers the waits and the attempts together.
+Other RESOURCE_EXHAUSTED answers are raised at once.
+
 Watches have no deadline and are not retried here: a dropped stream raises `UnavailableError`,
 a compacted resourceVersion raises `ResourceExpiredError`, and the informer decides whether to
 resume or relist.
@@ -55,7 +60,14 @@ from tinykube.errors import (
 )
 from tinykube.kinds import KindInfo
 from tinykube.meta import get_continue, list_request
-from tinykube.retry import INITIAL_BACKOFF, MAX_BACKOFF, Attempts, call_with_retries, is_unsent
+from tinykube.retry import (
+    INITIAL_BACKOFF,
+    MAX_BACKOFF,
+    Attempts,
+    call_with_retries,
+    is_unsent,
+    retry_throttled,
+)
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import (
     endpoints_pb2,
@@ -364,16 +376,20 @@ class Client:
         attempts: Attempts | None = None,
     ) -> R:
         """One unary call with a deadline per attempt, retried while `retry_if` accepts the
-        failure; `attempts` (if given) learns whether a failed attempt may have landed."""
+        failure; `attempts` (if given) learns whether a failed attempt may have landed. Within
+        an attempt, refusals of the in-flight limit are retried until its deadline."""
 
-        async def attempt() -> R:
+        async def send(seconds: float) -> R:
             try:
-                return await rpc(request, timeout=self.timeout)
+                return await rpc(request, timeout=seconds)
             except grpc.RpcError as exc:
                 err = from_rpc_error(exc)
                 if attempts is not None:
                     attempts.failed(err)
                 raise err from exc
+
+        async def attempt() -> R:
+            return await retry_throttled(send, budget=self.timeout, what=what)
 
         return await call_with_retries(
             attempt,

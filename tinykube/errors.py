@@ -100,6 +100,23 @@ class ResourceExhaustedError(TinykubeError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+# Trailing metadata of a RESOURCE_EXHAUSTED from the apiserver's in-flight limit: how long to
+# wait before sending the request again, in milliseconds (gRPC's server pushback key, gRFC A6).
+# Only the limiter sends it, and it refuses a request before running it, so a call answered
+# with it may be sent again whatever it was; other RESOURCE_EXHAUSTED answers (an eviction
+# refused by a disruption budget, a full node port range) ran and carry no pushback.
+RETRY_PUSHBACK_KEY = "grpc-retry-pushback-ms"
+
+
+class TooManyRequestsError(ResourceExhaustedError):
+    """The apiserver refused the request before running it (over its in-flight limit): safe to
+    send again after `retry_after` seconds. RESOURCE_EXHAUSTED with `RETRY_PUSHBACK_KEY`."""
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class UnimplementedError(TinykubeError):
     code = grpc.StatusCode.UNIMPLEMENTED
 
@@ -158,7 +175,23 @@ def from_rpc_error(exc: grpc.RpcError) -> TinykubeError:
     """Client side: the TinykubeError for a failed RPC. Raise it `from exc`."""
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     details = exc.details() if hasattr(exc, "details") else str(exc)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and hasattr(exc, "trailing_metadata"):
+        retry_after = _pushback(exc.trailing_metadata())
+        if retry_after is not None:
+            return TooManyRequestsError(details or code.name, retry_after)
     return from_status(code, details)
+
+
+def _pushback(metadata: object) -> float | None:
+    """Seconds of a RETRY_PUSHBACK_KEY entry in trailing metadata; None if absent or garbled
+    (gRFC A6: a pushback that is not a non-negative integer means "do not retry")."""
+    for key, value in metadata or ():  # type: ignore[attr-defined]
+        if key == RETRY_PUSHBACK_KEY:
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            if text.isdigit() and len(text) <= 9:
+                return int(text) / 1000.0
+            return None
+    return None
 
 
 def from_status(code: grpc.StatusCode, details: str | None) -> TinykubeError:

@@ -13,6 +13,12 @@ that would take effect twice (a Create with generateName, an unconditional Updat
 or an UNAVAILABLE after the request went out (the stream was reset), leaves it unknown whether
 the server applied it; `Attempts.ambiguous` records that, so a caller whose retry then fails with
 ALREADY_EXISTS can look for its own earlier success (see tinykube/client.py).
+
+`retry_throttled` is the other retry, for any call: the apiserver's in-flight limit refuses a
+request before running it (`TooManyRequestsError`: RESOURCE_EXHAUSTED carrying a retry hint),
+so it is sent again after the hint, jittered up by to half of it so refused clients do not come
+back together, for as long as the caller's deadline allows. RESOURCE_EXHAUSTED without the hint
+(an eviction refused by a disruption budget) ran, and is the caller's answer.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -33,7 +40,7 @@ from tenacity import (
 )
 
 from tinykube.clock import Clock
-from tinykube.errors import TinykubeError, is_retryable
+from tinykube.errors import TinykubeError, TooManyRequestsError, is_retryable
 
 R = TypeVar("R")
 
@@ -72,6 +79,40 @@ def is_unsent(exc: BaseException) -> bool:
     else:
         return False
     return any(marker in details for marker in _UNSENT_MARKERS)
+
+
+# A throttled call waits its hint times 1 to 1 + this.
+THROTTLE_JITTER = 0.5
+
+
+def throttle_delay(hint: float) -> float:
+    """How long to wait after a refusal with retry hint `hint` seconds (never less)."""
+    return max(0.0, hint) * (1.0 + THROTTLE_JITTER * random.random())
+
+
+async def retry_throttled(
+    attempt: Callable[[float], Awaitable[R]],
+    *,
+    budget: float,
+    what: str = "",
+    monotonic: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> R:
+    """`attempt(seconds_left)` until it is not refused by the in-flight limit, or the next try
+    would start after `budget` seconds from now: then the last `TooManyRequestsError` is
+    raised. Each attempt is given the time left as its own deadline."""
+    deadline = monotonic() + budget
+    left = budget
+    while True:
+        try:
+            return await attempt(left)
+        except TooManyRequestsError as exc:
+            delay = throttle_delay(exc.retry_after)
+            if monotonic() + delay >= deadline:
+                raise
+            log.debug("%s throttled by the apiserver; retrying in %.2fs", what or "call", delay)
+            await sleep(delay)
+            left = deadline - monotonic()
 
 
 class Attempts:
