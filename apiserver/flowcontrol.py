@@ -28,6 +28,13 @@ scheduler users). tinykube has no authentication yet, so `classify` looks only a
 namespace and verb; the limiter takes the classifier as a parameter so that an identity-based
 rule can replace it.
 
+grpc.aio's own `maximum_concurrent_rpcs` stays unset (no limit, as before): it would count the
+watch streams, which live for hours, and refuses with RESOURCE_EXHAUSTED and no retry hint.
+Calls gRPC core holds before the event loop accepts them are bounded by tinykube.serving's
+pending-request settings and the callers' deadlines; refusing here is cheap, so under a flood
+that queue drains instead of growing (bench/overload.py counts any CANCELLED answer, the way
+core drops a call silently).
+
 Concurrency: the event loop is the only thread that touches a `Limiter`; `admit` and `release`
 are a compare and an integer increment each, no locks. Metrics read the counters when scraped.
 """
