@@ -17,7 +17,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from apiserver import validation
+from apiserver import podmutation, validation
 from tinykube.errors import FieldError
 from tinykube.kinds import EVENT, LEASE, NODE, POD, REPLICA_SET, SERVICE, KindInfo
 from tinykube.meta import int_or_string, int_or_string_problem, set_int_or_string, set_timestamp
@@ -206,6 +206,7 @@ class Strategy:
             pod.ClearField("status")
             pod.status.phase = "Pending"
             self._default_pod_spec(pod.spec)
+            podmutation.prepare_pod_for_create(pod, now)
         elif kind == REPLICA_SET.kind:
             obj.ClearField("status")
             spec = obj.spec  # type: ignore[attr-defined]

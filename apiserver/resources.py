@@ -710,6 +710,12 @@ class ResourceStore:
                 problem = AlreadyExistsError(
                     f"pod {namespace}/{name} is already assigned to node {pod.spec.nodeName}"
                 )
+            elif pod.spec.schedulingGates:
+                # Kubernetes' binding storage: a pod still gated is not ready to be scheduled.
+                problem = ConflictError(
+                    f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} has '
+                    "non-empty .spec.schedulingGates"
+                )
             if problem is not None:
                 if not cur.authoritative:
                     cur = await self._current(key, cached=False)

@@ -8,8 +8,9 @@
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
@@ -27,6 +28,7 @@ from tinykube.quantity import (
 )
 from tinykube.selectors import (
     DNS1123_SUBDOMAIN_MSG,
+    QUALIFIED_NAME_MSG,
     SelectorError,
     from_proto,
     label_selector_problems,
@@ -429,6 +431,218 @@ def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
             )
     if spec.schedulerName:
         errs.extend(dns1123_subdomain(f"{path}.schedulerName", spec.schedulerName))
+    errs.extend(validate_pod_placement(path, spec))
+    return errs
+
+
+# ---- pod affinity, topology spread, scheduling gates, preemption policy ----------------------
+# As Kubernetes v1.36's pkg/apis/core/validation (validateAffinity, validateTopologySpread-
+# Constraints, validateSchedulingGates, ValidatePreemptionPolicy): the same checks in the same
+# order, with the same paths and wording, including kube's quirks (a term's namespace errors
+# name `namespace`, a matchLabelKeys key also in the selector names `<term>[i]`).
+
+WHEN_UNSATISFIABLE = ("DoNotSchedule", "ScheduleAnyway")
+NODE_INCLUSION_POLICIES = ("Honor", "Ignore")
+PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
+_NOT_POSITIVE = "must be greater than zero"
+
+
+def _json(value: object) -> str:
+    """A bad value Kubernetes prints as JSON (maps, lists of objects)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _label_name(path: str, key: str) -> list[FieldError]:
+    """Kubernetes' ValidateLabelName: an empty name part is both empty and not matching."""
+    problems = validate_label_key(key)
+    if key.count("/") <= 1 and not key.rpartition("/")[2]:
+        problems.append(QUALIFIED_NAME_MSG)
+    return [invalid(path, key, p) for p in problems]
+
+
+def _kube_label_selector(path: str, sel: meta_pb2.LabelSelector) -> list[FieldError]:
+    """Kubernetes' metav1 ValidateLabelSelector, message for message."""
+    errs: list[FieldError] = []
+    for key in sorted(sel.matchLabels):
+        errs.extend(_label_name(f"{path}.matchLabels", key))
+        for p in validate_label_value(sel.matchLabels[key]):
+            errs.append(invalid(f"{path}.matchLabels", sel.matchLabels[key], p))
+    for i, expr in enumerate(sel.matchExpressions):
+        ep = f"{path}.matchExpressions[{i}]"
+        if expr.operator in ("In", "NotIn"):
+            if not expr.values:
+                errs.append(
+                    required(f"{ep}.values", "must be specified when `operator` is 'In' or 'NotIn'")
+                )
+        elif expr.operator in ("Exists", "DoesNotExist"):
+            if expr.values:
+                errs.append(
+                    forbidden(
+                        f"{ep}.values",
+                        "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                    )
+                )
+        else:
+            errs.append(invalid(f"{ep}.operator", expr.operator, "not a valid selector operator"))
+        errs.extend(_label_name(f"{ep}.key", expr.key))
+        for j, value in enumerate(expr.values):
+            for p in validate_label_value(value):
+                errs.append(invalid(f"{ep}.values[{j}]", value, p))
+    return errs
+
+
+def _match_label_keys(
+    path: str,
+    match_keys: Iterable[str],
+    mismatch_keys: Iterable[str],
+    sel: meta_pb2.LabelSelector | None,
+) -> list[FieldError]:
+    """Kubernetes' ValidateMatchLabelKeysAndMismatchLabelKeys, run on the selector after the
+    keys were folded into it: a key of matchLabelKeys that the selector names twice was also
+    in the user's selector."""
+    match, mismatch = list(match_keys), list(mismatch_keys)
+    errs: list[FieldError] = []
+    for name, keys in (("matchLabelKeys", match), ("mismatchLabelKeys", mismatch)):
+        if not keys:
+            continue
+        if sel is None:
+            errs.append(
+                forbidden(f"{path}.{name}", "must not be specified when labelSelector is not set")
+            )
+            continue
+        for i, key in enumerate(keys):
+            errs.extend(_label_name(f"{path}.{name}[{i}]", key))
+    if sel is not None:
+        index = {key: i for i, key in enumerate(match)}
+        seen = set(sel.matchLabels)
+        for expr in sel.matchExpressions:
+            if expr.key in index and expr.key in seen:
+                errs.append(
+                    invalid(
+                        f"{path}[{index[expr.key]}]",
+                        expr.key,
+                        "exists in both matchLabelKeys and labelSelector",
+                    )
+                )
+            seen.add(expr.key)
+    mismatched = set(mismatch)
+    for i, key in enumerate(match):
+        if key in mismatched:
+            errs.append(
+                invalid(
+                    f"{path}.matchLabelKeys[{i}]",
+                    key,
+                    "exists in both matchLabelKeys and mismatchLabelKeys",
+                )
+            )
+    return errs
+
+
+def _pod_affinity_term(path: str, term: pod_pb2.PodAffinityTerm) -> list[FieldError]:
+    errs: list[FieldError] = []
+    errs.extend(_kube_label_selector(f"{path}.labelSelector", term.labelSelector))
+    errs.extend(_kube_label_selector(f"{path}.namespaceSelector", term.namespaceSelector))
+    for name in term.namespaces:
+        errs.extend(dns1123_label(f"{path}.namespace", name))
+    sel = term.labelSelector if term.HasField("labelSelector") else None
+    errs.extend(_match_label_keys(path, term.matchLabelKeys, term.mismatchLabelKeys, sel))
+    if not term.topologyKey:
+        errs.append(required(f"{path}.topologyKey", "can not be empty"))
+    errs.extend(_label_name(f"{path}.topologyKey", term.topologyKey))
+    return errs
+
+
+def _pod_affinity(
+    path: str, aff: pod_pb2.PodAffinity | pod_pb2.PodAntiAffinity
+) -> list[FieldError]:
+    errs: list[FieldError] = []
+    rp = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
+    for i, term in enumerate(aff.requiredDuringSchedulingIgnoredDuringExecution):
+        errs.extend(_pod_affinity_term(f"{rp}[{i}]", term))
+    pp = f"{path}.preferredDuringSchedulingIgnoredDuringExecution"
+    for i, weighted in enumerate(aff.preferredDuringSchedulingIgnoredDuringExecution):
+        if not 1 <= weighted.weight <= 100:
+            errs.append(invalid(f"{pp}[{i}].weight", weighted.weight, "must be in the range 1-100"))
+        errs.extend(_pod_affinity_term(f"{pp}[{i}].podAffinityTerm", weighted.podAffinityTerm))
+    return errs
+
+
+def _topology_spread_constraints(
+    path: str, constraints: Sequence[pod_pb2.TopologySpreadConstraint]
+) -> list[FieldError]:
+    errs: list[FieldError] = []
+    for i, c in enumerate(constraints):
+        cp = f"{path}[{i}]"
+        if c.maxSkew <= 0:
+            errs.append(invalid(f"{cp}.maxSkew", c.maxSkew, _NOT_POSITIVE))
+        if not c.topologyKey:
+            errs.append(required(f"{cp}.topologyKey", "can not be empty"))
+        if c.whenUnsatisfiable not in WHEN_UNSATISFIABLE:
+            errs.append(
+                unsupported(f"{cp}.whenUnsatisfiable", c.whenUnsatisfiable, WHEN_UNSATISFIABLE)
+            )
+        # {topologyKey, whenUnsatisfiable} is one kind of constraint: kube reports the first of
+        # a repeated pair, against the constraints after it.
+        if any(
+            c.topologyKey == rest.topologyKey and c.whenUnsatisfiable == rest.whenUnsatisfiable
+            for rest in constraints[i + 1 :]
+        ):
+            errs.append(
+                duplicate(
+                    f"{cp}.{{topologyKey, whenUnsatisfiable}}",
+                    f"{{{c.topologyKey}, {c.whenUnsatisfiable}}}",
+                )
+            )
+        if c.HasField("minDomains"):
+            if c.minDomains <= 0:
+                errs.append(invalid(f"{cp}.minDomains", c.minDomains, _NOT_POSITIVE))
+            if c.whenUnsatisfiable != "DoNotSchedule":
+                errs.append(
+                    invalid(
+                        f"{cp}.minDomains",
+                        c.minDomains,
+                        "can only use minDomains if whenUnsatisfiable=DoNotSchedule, "
+                        f"not {c.whenUnsatisfiable}",
+                    )
+                )
+        for name in ("nodeAffinityPolicy", "nodeTaintsPolicy"):
+            policy = getattr(c, name)
+            if policy and policy not in NODE_INCLUSION_POLICIES:
+                errs.append(unsupported(f"{cp}.{name}", policy, NODE_INCLUSION_POLICIES))
+        # v1.36 merges matchLabelKeys into labelSelector at creation
+        # (MatchLabelKeysInPodTopologySpreadSelectorMerge, on by default), so the keys are
+        # checked as pod affinity's are, on the merged selector.
+        sel = c.labelSelector if c.HasField("labelSelector") else None
+        errs.extend(_match_label_keys(cp, c.matchLabelKeys, (), sel))
+        errs.extend(_kube_label_selector(f"{cp}.labelSelector", c.labelSelector))
+    return errs
+
+
+def validate_pod_placement(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
+    """Pod (anti-)affinity, topology spread constraints, scheduling gates, preemptionPolicy."""
+    errs: list[FieldError] = []
+    if spec.affinity.HasField("podAffinity"):
+        errs.extend(_pod_affinity(f"{path}.affinity.podAffinity", spec.affinity.podAffinity))
+    if spec.affinity.HasField("podAntiAffinity"):
+        errs.extend(
+            _pod_affinity(f"{path}.affinity.podAntiAffinity", spec.affinity.podAntiAffinity)
+        )
+    gates: set[str] = set()
+    for i, gate in enumerate(spec.schedulingGates):
+        gp = f"{path}.schedulingGates[{i}]"
+        errs.extend(_label_name(gp, gate.name))
+        if gate.name in gates:
+            errs.append(duplicate(gp, gate.name))
+        gates.add(gate.name)
+    errs.extend(
+        _topology_spread_constraints(
+            f"{path}.topologySpreadConstraints", spec.topologySpreadConstraints
+        )
+    )
+    if spec.preemptionPolicy and spec.preemptionPolicy not in PREEMPTION_POLICIES:
+        errs.append(
+            unsupported(f"{path}.preemptionPolicy", spec.preemptionPolicy, PREEMPTION_POLICIES)
+        )
     return errs
 
 
@@ -444,7 +658,13 @@ def _conditions(path: str, conditions: Iterable[Message]) -> list[FieldError]:
 
 
 def validate_pod(pod: pod_pb2.Pod) -> list[FieldError]:
-    return validate_pod_spec("spec", pod.spec) + validate_pod_status(pod)
+    errs = validate_pod_spec("spec", pod.spec)
+    if pod.spec.nodeName and pod.spec.schedulingGates:
+        # Only a pod (not a template) can be created bound; Bind refuses a gated pod too.
+        errs.append(
+            forbidden("spec.nodeName", "cannot be set until all schedulingGates have been cleared")
+        )
+    return errs + validate_pod_status(pod)
 
 
 def validate_pod_status(pod: pod_pb2.Pod) -> list[FieldError]:
@@ -702,22 +922,7 @@ def validate_update(info: KindInfo, new: Message, old: Message) -> list[FieldErr
     if nm.namespace != om.namespace:
         errs.append(invalid("metadata.namespace", nm.namespace, "field is immutable"))
     if info.kind == POD.kind:
-        ns, os_ = new.spec, old.spec  # type: ignore[attr-defined]
-        if list(ns.containers) != list(os_.containers) or list(ns.initContainers) != list(
-            os_.initContainers
-        ):
-            errs.append(
-                forbidden(
-                    "spec",
-                    "pod updates may not change fields other than `spec.activeDeadlineSeconds`, "
-                    "`spec.tolerations` (only additions to existing tolerations) or "
-                    "`spec.terminationGracePeriodSeconds`; containers are immutable",
-                )
-            )
-        if ns.nodeName != os_.nodeName:
-            errs.append(forbidden("spec.nodeName", "may only be set through Bind, and only once"))
-        if ns.restartPolicy != os_.restartPolicy:
-            errs.append(invalid("spec.restartPolicy", ns.restartPolicy, "field is immutable"))
+        errs.extend(validate_pod_update(new, old))  # type: ignore[arg-type]
     if (
         info.kind == REPLICA_SET.kind and new.spec.selector != old.spec.selector  # type: ignore[attr-defined]
     ):
@@ -726,4 +931,142 @@ def validate_update(info: KindInfo, new: Message, old: Message) -> list[FieldErr
         nip, oip = new.spec.clusterIP, old.spec.clusterIP  # type: ignore[attr-defined]
         if nip != oip:
             errs.append(invalid("spec.clusterIP", nip, "field is immutable"))
+    return errs
+
+
+POD_UPDATE_FORBIDDEN = (
+    "pod updates may not change fields other than `spec.tolerations` (only additions to "
+    "existing tolerations), `spec.schedulingGates` (only deletions) or, while the pod has "
+    "scheduling gates, `spec.nodeSelector` (only additions) and "
+    "`spec.affinity.nodeAffinity` (only additions to its required terms); containers are "
+    "immutable"
+)
+
+
+def _as_dict(message: Message) -> object:
+    return json_format.MessageToDict(message)
+
+
+def _only_added_tolerations(
+    new: Sequence[pod_pb2.Toleration], old: Sequence[pod_pb2.Toleration]
+) -> list[FieldError]:
+    """Kubernetes' validateOnlyAddedTolerations: every old toleration is still there, except
+    that its tolerationSeconds may change."""
+    for o in old:
+        if not any(
+            (o.key, o.operator, o.value, o.effect) == (n.key, n.operator, n.value, n.effect)
+            for n in new
+        ):
+            return [
+                forbidden(
+                    "spec.tolerations",
+                    "existing toleration can not be modified except its tolerationSeconds",
+                )
+            ]
+    return []
+
+
+def _only_deleted_gates(
+    new: Sequence[pod_pb2.PodSchedulingGate], old: Sequence[pod_pb2.PodSchedulingGate]
+) -> list[FieldError]:
+    old_names = {g.name for g in old}
+    return [
+        forbidden(
+            f"spec.schedulingGates[{i}].name",
+            f"only deletion is allowed, but found new scheduling gate '{g.name}'",
+        )
+        for i, g in enumerate(new)
+        if g.name not in old_names
+    ]
+
+
+def _term_has_only_additions(new: pod_pb2.NodeSelectorTerm, old: pod_pb2.NodeSelectorTerm) -> bool:
+    if not old.matchExpressions and not old.matchFields:
+        return not new.matchExpressions and not new.matchFields
+    for new_reqs, old_reqs in (
+        (new.matchExpressions, old.matchExpressions),
+        (new.matchFields, old.matchFields),
+    ):
+        if old_reqs and list(new_reqs[: len(old_reqs)]) != list(old_reqs):
+            return False
+    return True
+
+
+def _gated_node_affinity_changes(new: pod_pb2.PodSpec, old: pod_pb2.PodSpec) -> list[FieldError]:
+    """Kubernetes' validateNodeAffinityMutation: a gated pod's required node affinity may only
+    narrow (requirements appended to its existing terms); with none, anything may be set."""
+    old_na, new_na = old.affinity.nodeAffinity, new.affinity.nodeAffinity
+    if not old_na.HasField("requiredDuringSchedulingIgnoredDuringExecution"):
+        return []
+    old_terms = list(old_na.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms)
+    new_terms = list(new_na.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms)
+    tp = (
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        ".nodeSelectorTerms"
+    )
+    if old_terms and len(old_terms) != len(new_terms):
+        shown = _json([_as_dict(t) for t in new_terms]) if new_terms else "null"
+        return [
+            FieldError(
+                tp,
+                f"Invalid value: {shown}: no additions/deletions to non-empty NodeSelectorTerms "
+                "list are allowed",
+            )
+        ]
+    return [
+        FieldError(
+            f"{tp}[{i}]",
+            f"Invalid value: {_json(_as_dict(new_terms[i]))}: only additions are allowed (no "
+            "mutations or deletions)",
+        )
+        for i in range(len(old_terms))
+        if not _term_has_only_additions(new_terms[i], old_terms[i])
+    ]
+
+
+def validate_pod_update(new: pod_pb2.Pod, old: pod_pb2.Pod) -> list[FieldError]:
+    """Kubernetes' ValidatePodUpdate over tinykube's pod spec: only the fields kube lets
+    change may change, with kube's extra freedoms for a pod that still has scheduling gates
+    (nodeSelector additions, narrower required node affinity, any preferred node affinity)."""
+    ns, os_ = new.spec, old.spec
+    errs: list[FieldError] = []
+    if ns.nodeName != os_.nodeName:
+        errs.append(forbidden("spec.nodeName", "may only be set through Bind, and only once"))
+    if ns.restartPolicy != os_.restartPolicy:
+        errs.append(invalid("spec.restartPolicy", ns.restartPolicy, "field is immutable"))
+    errs.extend(_only_added_tolerations(ns.tolerations, os_.tolerations))
+    errs.extend(_only_deleted_gates(ns.schedulingGates, os_.schedulingGates))
+    if ns == os_:
+        return errs
+    munged = pod_pb2.PodSpec()
+    munged.CopyFrom(ns)
+    # Fields with their own check above are compared as the old ones.
+    munged.nodeName = os_.nodeName
+    munged.restartPolicy = os_.restartPolicy
+    del munged.tolerations[:]
+    munged.tolerations.extend(os_.tolerations)
+    del munged.schedulingGates[:]
+    munged.schedulingGates.extend(os_.schedulingGates)
+    if os_.schedulingGates:
+        if munged.nodeSelector != os_.nodeSelector:
+            if any(munged.nodeSelector.get(k) != v for k, v in os_.nodeSelector.items()):
+                errs.append(
+                    FieldError(
+                        "spec.nodeSelector",
+                        f"Invalid value: {_json(dict(munged.nodeSelector))}: only additions to "
+                        "spec.nodeSelector are allowed (no mutations or deletions)",
+                    )
+                )
+            munged.nodeSelector.clear()
+            munged.nodeSelector.update(os_.nodeSelector)
+        if munged.affinity.nodeAffinity != os_.affinity.nodeAffinity:
+            errs.extend(_gated_node_affinity_changes(munged, os_))
+            if os_.affinity.HasField("nodeAffinity"):
+                munged.affinity.nodeAffinity.CopyFrom(os_.affinity.nodeAffinity)
+            else:
+                munged.affinity.ClearField("nodeAffinity")
+            if not os_.HasField("affinity") and not munged.affinity.ListFields():
+                munged.ClearField("affinity")
+    if munged != os_:
+        errs.append(forbidden("spec", POD_UPDATE_FORBIDDEN))
     return errs
