@@ -55,6 +55,7 @@ FIELDS_V1 = "FieldsV1"
 _LIST_KEYS: dict[tuple[str, str], tuple[str, ...]] = {
     ("tinykube.v1.Container", "ports"): ("containerPort", "protocol"),
     ("tinykube.v1.ServiceSpec", "ports"): ("port", "protocol"),
+    ("tinykube.v1.PodSpec", "topologySpreadConstraints"): ("topologyKey", "whenUnsatisfiable"),
 }
 # Key fields that have a default, used when an item omits them (as the schema's default).
 _KEY_DEFAULTS: dict[str, Any] = {"protocol": "TCP"}
@@ -64,6 +65,9 @@ _ATOMIC: frozenset[tuple[str, str]] = frozenset(
         ("tinykube.v1.ReplicaSetSpec", "selector"),
         ("tinykube.v1.ServiceSpec", "selector"),
         ("tinykube.v1.PodSpec", "nodeSelector"),
+        ("tinykube.v1.PodAffinityTerm", "labelSelector"),
+        ("tinykube.v1.PodAffinityTerm", "namespaceSelector"),
+        ("tinykube.v1.TopologySpreadConstraint", "labelSelector"),
     }
 )
 # Lists Go serializes even when empty (no omitempty): the zero object already holds them.

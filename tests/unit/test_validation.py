@@ -521,3 +521,260 @@ def test_metadata_limits(
     assert len(got) == len(expected), got
     for message, want in zip(got, expected, strict=True):
         assert message.startswith(want), (message, want)
+
+
+# ---- pod affinity, topology spread, scheduling gates, preemptionPolicy -----------------------
+# Each row: a pod manifest's spec fields (JSON, as kubectl sends them) and a message Kubernetes
+# v1.36 gives for it, word for word (pkg/apis/core/validation).
+
+ANTI = "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+PREF = "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]"
+TSC = "spec.topologySpreadConstraints[0]"
+LABEL_NAME_MSG = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+    "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
+    "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+
+
+def placement_pod(spec: dict[str, object], labels: dict[str, str] | None = None) -> pod_pb2.Pod:
+    from google.protobuf import json_format
+
+    body = {
+        "metadata": {"name": "web", "namespace": "default", "labels": labels or {"app": "web"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}], **spec},
+    }
+    pod = json_format.ParseDict(body, pod_pb2.Pod())
+    Strategy(POD).prepare_for_create(pod, NOW)
+    return pod
+
+
+def anti(**term: object) -> dict[str, object]:
+    return {
+        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    }
+
+
+def spread(**constraint: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "maxSkew": 1,
+        "topologyKey": "zone",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "web"}},
+    }
+    merged = {**base, **constraint}
+    return {"topologySpreadConstraints": [{k: v for k, v in merged.items() if v is not None}]}
+
+
+SELECTOR = {"matchLabels": {"app": "web"}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        # validatePodAffinityTerm: topologyKey is required, and a label key.
+        (anti(labelSelector=SELECTOR), f"{ANTI}.topologyKey: Required value: can not be empty"),
+        (
+            anti(labelSelector=SELECTOR),
+            f'{ANTI}.topologyKey: Invalid value: "": name part must be non-empty',
+        ),
+        (
+            anti(labelSelector=SELECTOR, topologyKey="a b"),
+            f'{ANTI}.topologyKey: Invalid value: "a b": {LABEL_NAME_MSG}',
+        ),
+        # ValidatePodAffinityTermSelector: metav1 label selector rules, values indexed.
+        (
+            anti(
+                topologyKey="zone",
+                labelSelector={"matchExpressions": [{"key": "app", "operator": "Near"}]},
+            ),
+            f'{ANTI}.labelSelector.matchExpressions[0].operator: Invalid value: "Near": not a '
+            "valid selector operator",
+        ),
+        (
+            anti(
+                topologyKey="zone",
+                labelSelector={"matchExpressions": [{"key": "app", "operator": "In"}]},
+            ),
+            f"{ANTI}.labelSelector.matchExpressions[0].values: Required value: must be "
+            "specified when `operator` is 'In' or 'NotIn'",
+        ),
+        (
+            anti(
+                topologyKey="zone",
+                labelSelector={
+                    "matchExpressions": [{"key": "app", "operator": "Exists", "values": ["a"]}]
+                },
+            ),
+            f"{ANTI}.labelSelector.matchExpressions[0].values: Forbidden: may not be specified "
+            "when `operator` is 'Exists' or 'DoesNotExist'",
+        ),
+        (
+            anti(
+                topologyKey="zone",
+                labelSelector={
+                    "matchExpressions": [{"key": "app", "operator": "In", "values": ["ok", "-x"]}]
+                },
+            ),
+            f'{ANTI}.labelSelector.matchExpressions[0].values[1]: Invalid value: "-x": a valid '
+            "label must be an empty string",
+        ),
+        (
+            anti(topologyKey="zone", namespaceSelector={"matchLabels": {"bad key": "v"}}),
+            f'{ANTI}.namespaceSelector.matchLabels: Invalid value: "bad key": {LABEL_NAME_MSG}',
+        ),
+        # kube names the list `namespace` in this message.
+        (
+            anti(topologyKey="zone", namespaces=["Team_A"]),
+            f'{ANTI}.namespace: Invalid value: "Team_A": a lowercase RFC 1123 label must',
+        ),
+        # validateMatchLabelKeysAndMismatchLabelKeys.
+        (
+            anti(topologyKey="zone", matchLabelKeys=["app"]),
+            f"{ANTI}.matchLabelKeys: Forbidden: must not be specified when labelSelector is not "
+            "set",
+        ),
+        (
+            anti(topologyKey="zone", mismatchLabelKeys=["app"]),
+            f"{ANTI}.mismatchLabelKeys: Forbidden: must not be specified when labelSelector is "
+            "not set",
+        ),
+        (
+            anti(topologyKey="zone", labelSelector={}, matchLabelKeys=["a/b/c"]),
+            f'{ANTI}.matchLabelKeys[0]: Invalid value: "a/b/c": a qualified name must',
+        ),
+        (
+            anti(
+                topologyKey="zone",
+                labelSelector={},
+                matchLabelKeys=["app"],
+                mismatchLabelKeys=["app"],
+            ),
+            f'{ANTI}.matchLabelKeys[0]: Invalid value: "app": exists in both matchLabelKeys and '
+            "mismatchLabelKeys",
+        ),
+        # A key in matchLabelKeys and in the user's selector: once folded, the selector names
+        # it twice, and kube reports it at <term>[index] (no field name).
+        (
+            anti(topologyKey="zone", labelSelector=SELECTOR, matchLabelKeys=["app"]),
+            f'{ANTI}[0]: Invalid value: "app": exists in both matchLabelKeys and labelSelector',
+        ),
+        # validateWeightedPodAffinityTerms.
+        (
+            {
+                "affinity": {
+                    "podAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {"weight": 101, "podAffinityTerm": {"topologyKey": "zone"}}
+                        ]
+                    }
+                }
+            },
+            f"{PREF}.weight: Invalid value: 101: must be in the range 1-100",
+        ),
+        (
+            {
+                "affinity": {
+                    "podAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]
+                    }
+                }
+            },
+            f"{PREF}.podAffinityTerm.topologyKey: Required value: can not be empty",
+        ),
+        # validateTopologySpreadConstraints.
+        (spread(maxSkew=0), f"{TSC}.maxSkew: Invalid value: 0: must be greater than zero"),
+        (spread(topologyKey=""), f"{TSC}.topologyKey: Required value: can not be empty"),
+        (
+            spread(whenUnsatisfiable="Sometimes"),
+            f'{TSC}.whenUnsatisfiable: Unsupported value: "Sometimes": supported values: '
+            '"DoNotSchedule", "ScheduleAnyway"',
+        ),
+        (
+            spread(whenUnsatisfiable=""),
+            f'{TSC}.whenUnsatisfiable: Unsupported value: "": supported values: '
+            '"DoNotSchedule", "ScheduleAnyway"',
+        ),
+        (
+            {
+                "topologySpreadConstraints": [
+                    {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"},
+                    {"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"},
+                ]
+            },
+            f'{TSC}.{{topologyKey, whenUnsatisfiable}}: Duplicate value: "{{zone, DoNotSchedule}}"',
+        ),
+        (spread(minDomains=0), f"{TSC}.minDomains: Invalid value: 0: must be greater than zero"),
+        (
+            spread(minDomains=3, whenUnsatisfiable="ScheduleAnyway"),
+            f"{TSC}.minDomains: Invalid value: 3: can only use minDomains if "
+            "whenUnsatisfiable=DoNotSchedule, not ScheduleAnyway",
+        ),
+        (
+            spread(nodeAffinityPolicy="Always"),
+            f'{TSC}.nodeAffinityPolicy: Unsupported value: "Always": supported values: "Honor", '
+            '"Ignore"',
+        ),
+        (
+            spread(nodeTaintsPolicy="honor"),
+            f'{TSC}.nodeTaintsPolicy: Unsupported value: "honor": supported values: "Honor", '
+            '"Ignore"',
+        ),
+        (
+            spread(labelSelector=None, matchLabelKeys=["app"]),
+            f"{TSC}.matchLabelKeys: Forbidden: must not be specified when labelSelector is not set",
+        ),
+        (
+            spread(matchLabelKeys=["app"]),
+            f'{TSC}[0]: Invalid value: "app": exists in both matchLabelKeys and labelSelector',
+        ),
+        (
+            spread(labelSelector={"matchExpressions": [{"key": "app", "operator": "Near"}]}),
+            f'{TSC}.labelSelector.matchExpressions[0].operator: Invalid value: "Near": not a '
+            "valid selector operator",
+        ),
+        # validateSchedulingGates: qualified names, no duplicates; the path is the entry.
+        (
+            {"schedulingGates": [{"name": "example.com/wait"}, {"name": "example.com/wait"}]},
+            'spec.schedulingGates[1]: Duplicate value: "example.com/wait"',
+        ),
+        (
+            {"schedulingGates": [{"name": "wait for it"}]},
+            f'spec.schedulingGates[0]: Invalid value: "wait for it": {LABEL_NAME_MSG}',
+        ),
+        # ValidatePodCreate.
+        (
+            {"schedulingGates": [{"name": "wait"}], "nodeName": "n1"},
+            "spec.nodeName: Forbidden: cannot be set until all schedulingGates have been cleared",
+        ),
+        # ValidatePreemptionPolicy.
+        (
+            {"preemptionPolicy": "Sometimes"},
+            'spec.preemptionPolicy: Unsupported value: "Sometimes": supported values: '
+            '"PreemptLowerPriority", "Never"',
+        ),
+    ],
+)
+def test_pod_placement_validation_messages(spec: dict[str, object], expected: str) -> None:
+    errors = messages(validate(POD, placement_pod(spec)))
+    assert any(e.startswith(expected) for e in errors), errors
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        anti(topologyKey="kubernetes.io/hostname", labelSelector=SELECTOR),
+        # matchLabelKeys not in the selector: folded once, valid.
+        anti(topologyKey="zone", labelSelector={}, matchLabelKeys=["app"]),
+        anti(topologyKey="zone", labelSelector=SELECTOR, mismatchLabelKeys=["app"]),
+        # A key the pod does not carry folds into nothing.
+        anti(topologyKey="zone", labelSelector=SELECTOR, matchLabelKeys=["rev"]),
+        spread(),
+        spread(matchLabelKeys=["rev"], minDomains=2, nodeAffinityPolicy="Ignore"),
+        spread(whenUnsatisfiable="ScheduleAnyway", nodeTaintsPolicy="Honor"),
+        {"schedulingGates": [{"name": "example.com/wait"}, {"name": "other"}]},
+        {"preemptionPolicy": "Never"},
+    ],
+)
+def test_valid_pod_placement_fields(spec: dict[str, object]) -> None:
+    assert messages(validate(POD, placement_pod(spec, labels={"app": "web", "rev": "7"}))) == []
