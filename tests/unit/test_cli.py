@@ -218,6 +218,14 @@ def test_pod_status_follows_kubectl() -> None:
     assert printers.pod_status(pod_pb2.Pod()) == "Pending"
 
 
+def test_a_gated_pods_status_is_scheduling_gated_as_kubectl() -> None:
+    pod = pod_pb2.Pod(status=pod_pb2.PodStatus(phase="Pending"))
+    pod.status.conditions.add(type="PodScheduled", status="False", reason="Unschedulable")
+    assert printers.pod_status(pod) == "Pending"
+    pod.status.conditions[0].reason = "SchedulingGated"
+    assert printers.pod_status(pod) == "SchedulingGated"
+
+
 def test_node_status_and_roles() -> None:
     node = node_pb2.Node()
     assert printers.node_status(node) == "Unknown"
@@ -725,3 +733,32 @@ def test_a_malformed_server_address_is_refused_before_dialling(server: str, mess
 @pytest.mark.parametrize("server", ["127.0.0.1:6443", "[::1]:6443", "h.example:1", "dns:///h:1"])
 def test_well_formed_server_addresses_pass(server: str) -> None:
     common.check_server(server)
+
+
+def test_describe_pod_shows_topology_spread_constraints_as_kubectl(server: FakeServer) -> None:
+    pod = make_pod("web")
+    pod.spec.tolerations.add(key="k", operator="Exists", effect="NoSchedule")
+    zone = pod.spec.topologySpreadConstraints.add(
+        maxSkew=1, topologyKey="zone", whenUnsatisfiable="DoNotSchedule"
+    )
+    zone.labelSelector.matchLabels["app"] = "web"
+    zone.labelSelector.matchExpressions.add(key="pod-template-hash", operator="In", values=["7"])
+    zone.labelSelector.matchExpressions.add(key="canary", operator="DoesNotExist")
+    pod.spec.topologySpreadConstraints.add(
+        maxSkew=3, topologyKey="kubernetes.io/hostname", whenUnsatisfiable="ScheduleAnyway"
+    )
+    seed(server, pod)
+    code, out, _ = run_cli("describe", "pod", "web")
+    assert code == 0
+    lines = out.splitlines()
+    # Sorted by topologyKey; the block aligns to its longest key, as kubectl's tabwriter does.
+    at = lines.index(
+        "Topology Spread Constraints:  kubernetes.io/hostname:ScheduleAnyway when max "
+        "skew 3 is exceeded"
+    )
+    assert lines[at + 1] == (
+        " " * 30 + "zone:DoNotSchedule when max skew 1 is exceeded for selector "
+        "app=web,!canary,pod-template-hash in (7)"
+    )
+    assert "Tolerations:                  k:NoSchedule op=Exists" in lines
+    assert "Node-Selectors:               <none>" in lines

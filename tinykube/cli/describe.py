@@ -110,6 +110,37 @@ def toleration_text(t: Any) -> str:
     return str(text)
 
 
+def _topology_key(constraint: Any) -> str:
+    return str(constraint.topologyKey)
+
+
+def selector_text(selector: Any) -> str:
+    """metav1.FormatLabelSelector: requirements sorted by key, `<none>` for an empty one."""
+    reqs = [f"{k}={v}" for k, v in selector.matchLabels.items()]
+    keys = list(selector.matchLabels)
+    for e in selector.matchExpressions:
+        values = ",".join(sorted(e.values))
+        keys.append(e.key)
+        reqs.append(
+            {
+                "In": f"{e.key} in ({values})",
+                "NotIn": f"{e.key} notin ({values})",
+                "Exists": e.key,
+                "DoesNotExist": f"!{e.key}",
+            }.get(e.operator, f"{e.key} {e.operator} ({values})")
+        )
+    order = sorted(range(len(reqs)), key=lambda i: keys[i])
+    return ",".join(reqs[i] for i in order) or printers.NONE
+
+
+def spread_text(c: Any) -> str:
+    """kubectl's line for a topology spread constraint."""
+    text = f"{c.topologyKey}:{c.whenUnsatisfiable} when max skew {c.maxSkew} is exceeded"
+    if c.HasField("labelSelector"):
+        text += f" for selector {selector_text(c.labelSelector)}"
+    return text
+
+
 def container_state(w: Writer, level: int, key: str, state: Any) -> None:
     if state.HasField("running"):
         w.line(level, key, "Running")
@@ -203,10 +234,14 @@ def describe_pod(pod: Any, events: list[Any], now: datetime) -> str:
         unhappy = [c for c in status.conditions if c.status != "True" and c.message]
         for c in unhappy:
             w.raw(1, f"{c.type}: {c.reason}: {c.message}" if c.reason else f"{c.type}: {c.message}")
-    width = len("Node-Selectors:  ")
+    spread = [spread_text(c) for c in sorted(spec.topologySpreadConstraints, key=_topology_key)]
+    # kubectl's tabwriter aligns this block to its longest key.
+    width = len("Topology Spread Constraints:  " if spread else "Node-Selectors:  ")
     multi(w, 0, "Node-Selectors", fmt_map(spec.nodeSelector.items()), width)
     tolerations = [toleration_text(t) for t in spec.tolerations] or [printers.NONE]
     multi(w, 0, "Tolerations", tolerations, width)
+    if spread:
+        multi(w, 0, "Topology Spread Constraints", spread, width)
     describe_events(w, events, now)
     return w.text()
 

@@ -51,6 +51,9 @@ def render(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def pod_status(pod: Any) -> str:
     """kubectl's STATUS for a pod (printPod): reason > container state > phase."""
     reason = pod.status.reason or pod.status.phase or "Pending"
+    for cond in pod.status.conditions:
+        if cond.type == "PodScheduled" and cond.reason == "SchedulingGated":
+            reason = "SchedulingGated"
     initializing = False
     for i, cs in enumerate(pod.status.initContainerStatuses):
         state = cs.state
