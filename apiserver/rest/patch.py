@@ -70,8 +70,6 @@ PATCH_META: dict[tuple[str, str], tuple[str, str]] = {
     ("tinykube.v1.PodSpec", "topologySpreadConstraints"): ("merge", "topologyKey"),
     ("tinykube.v1.PodSpec", "schedulingGates"): ("merge", "name"),
     ("tinykube.v1.PodSpec", "containers"): ("merge", "name"),
-    ("tinykube.v1.PodSpec", "topologySpreadConstraints"): ("merge", "topologyKey"),
-    ("tinykube.v1.PodSpec", "schedulingGates"): ("merge", "name"),
     ("tinykube.v1.Container", "ports"): ("merge", "containerPort"),
     ("tinykube.v1.Container", "env"): ("merge", "name"),
     ("tinykube.v1.PodStatus", "conditions"): ("merge", "type"),

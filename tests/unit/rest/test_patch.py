@@ -1080,14 +1080,6 @@ ATOMIC_IN_KUBERNETES = {
     ("tinykube.v1.LoadBalancerStatus", "ingress"),
     ("tinykube.v1.ServiceSpec", "clusterIPs"),
     ("tinykube.v1.ServiceSpec", "ipFamilies"),
-    ("tinykube.v1.PodAffinity", "requiredDuringSchedulingIgnoredDuringExecution"),
-    ("tinykube.v1.PodAffinity", "preferredDuringSchedulingIgnoredDuringExecution"),
-    ("tinykube.v1.PodAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution"),
-    ("tinykube.v1.PodAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution"),
-    ("tinykube.v1.PodAffinityTerm", "namespaces"),
-    ("tinykube.v1.PodAffinityTerm", "matchLabelKeys"),
-    ("tinykube.v1.PodAffinityTerm", "mismatchLabelKeys"),
-    ("tinykube.v1.TopologySpreadConstraint", "matchLabelKeys"),
 }
 
 
@@ -1133,8 +1125,6 @@ def test_every_repeated_field_is_classified() -> None:
         ("tinykube.v1.ObjectMeta", "ownerReferences", ("merge", "uid")),
         ("tinykube.v1.ObjectMeta", "finalizers", ("merge", "")),
         ("tinykube.v1.ServiceSpec", "ports", ("merge", "port")),
-        ("tinykube.v1.PodSpec", "schedulingGates", ("merge", "name")),
-        ("tinykube.v1.PodSpec", "topologySpreadConstraints", ("merge", "topologyKey")),
         ("tinykube.v1.NodeSpec", "taints", None),
         ("tinykube.v1.PodSpec", "tolerations", None),
         ("tinykube.v1.PodSpec", "nodeSelector", None),
