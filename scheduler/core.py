@@ -41,6 +41,7 @@ from scheduler.framework import (
     PostBindPlugin,
     PostFilterPlugin,
     PreBindPlugin,
+    PreEnqueuePlugin,
     PreFilterPlugin,
     PreScorePlugin,
     Registry,
@@ -73,6 +74,7 @@ class Profile:
             self.plugins.append(registry.create(name, cfg.args.get(name, {}), self.handle))
             self.weights[name] = weight
         ps = self.plugins
+        self.pre_enqueues: list[Any] = [p for p in ps if isinstance(p, PreEnqueuePlugin)]
         self.pre_filters: list[Any] = [p for p in ps if isinstance(p, PreFilterPlugin)]
         self.filters: list[Any] = [p for p in ps if isinstance(p, FilterPlugin)]
         self.post_filters: list[Any] = [p for p in ps if isinstance(p, PostFilterPlugin)]
@@ -93,6 +95,14 @@ class Profile:
             self.static_prefix < len(self.filters) and self.filters[self.static_prefix].node_static
         ):
             self.static_prefix += 1
+
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        """The first PreEnqueue plugin's rejection, or success: may the pod be queued?"""
+        for p in self.pre_enqueues:
+            status: Status = p.pre_enqueue(pod)
+            if not status.ok:
+                return status
+        return Status()
 
     def plugins_for_events(self) -> dict[str, frozenset[Any]]:
         return {p.name: p.events for p in self.plugins}

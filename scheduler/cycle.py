@@ -89,6 +89,7 @@ class Scheduler:
             initial_backoff=initial_backoff,
             max_backoff=max_backoff,
             plugin_events=profile.plugins_for_events(),
+            pre_enqueue=profile.pre_enqueue,
         )
         profile.handle.cache = self.cache  # for PostFilter (preemption) and pod counts
         self.workloads = Workloads()

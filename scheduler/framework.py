@@ -130,6 +130,13 @@ class Plugin(Protocol):
 
 
 @runtime_checkable
+class PreEnqueuePlugin(Protocol):
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        """Whether the pod may enter activeQ; a rejected pod waits, gated, for its own update."""
+        ...
+
+
+@runtime_checkable
 class PreFilterPlugin(Protocol):
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> Status: ...
 

@@ -73,9 +73,9 @@ class Metrics:
 
     def track_queue(self, lengths: Callable[[], dict[str, int]]) -> None:
         def reader(q: str) -> Callable[[], float]:
-            return lambda: float(lengths()[q])
+            return lambda: float(lengths().get(q, 0))
 
-        for q in ("active", "backoff", "unschedulable"):
+        for q in ("active", "backoff", "unschedulable", "gated"):
             self.pending.labels(queue=q).set_function(reader(q))
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:

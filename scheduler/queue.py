@@ -7,6 +7,10 @@
   assigned pod deleted) moves them, or until they have waited 5 minutes. A pod that hit an
   event while it was being scheduled goes to backoffQ instead, so the event is not lost.
 - a pod deleted while queued (or while in flight) leaves the queue and is never returned.
+- gated: pods a PreEnqueue plugin refused (SchedulingGates: the pod still has gates) are held
+  apart, as kube's unschedulablePods entries marked gated: no cluster event, flush or timeout
+  moves them, only an update of the pod itself after which PreEnqueue lets it in (to activeQ:
+  a gated pod has made no attempt, so it owes no backoff).
 
 Pure and single-threaded (the scheduler's event loop); time comes from an injectable clock.
 `pop` awaits an asyncio.Event; `flush` (called periodically by the owner, or by tests with a
@@ -18,10 +22,11 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from scheduler.cache import EventKind
+from scheduler.framework import Status
 from scheduler.podinfo import PodInfo
 from tinykube.clock import Clock
 
@@ -52,8 +57,10 @@ class SchedulingQueue:
         max_backoff: float = 10.0,
         plugin_events: Mapping[str, frozenset[EventKind]] | None = None,
         unschedulable_max_wait: float = UNSCHEDULABLE_MAX_WAIT,
+        pre_enqueue: Callable[[PodInfo], Status] | None = None,
     ) -> None:
         self.clock = clock or Clock()
+        self.pre_enqueue = pre_enqueue
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.plugin_events = dict(plugin_events or {})
@@ -61,7 +68,8 @@ class SchedulingQueue:
         self._seq = itertools.count()
         self._active: list[tuple[int, float, int, str, int]] = []
         self._backoff: list[tuple[float, int, str, int]] = []
-        # key -> (queue name, QueuedPod); queue name is "active", "backoff" or "unschedulable"
+        # key -> (queue name, QueuedPod); queue name is "active", "backoff", "unschedulable"
+        # or "gated"
         self._where: dict[str, tuple[str, QueuedPod]] = {}
         self._unschedulable: dict[str, QueuedPod] = {}  # subset of _where, for event moves
         self._in_flight: dict[str, QueuedPod] = {}
@@ -74,7 +82,7 @@ class SchedulingQueue:
 
     # ----- sizes ------------------------------------------------------------------------
     def lengths(self) -> dict[str, int]:
-        out = {"active": 0, "backoff": 0, "unschedulable": 0}
+        out = {"active": 0, "backoff": 0, "unschedulable": 0, "gated": 0}
         for q, _ in self._where.values():
             out[q] += 1
         return out
@@ -139,6 +147,21 @@ class SchedulingQueue:
         else:
             self._push_active(qp)
 
+    def gated_status(self, info: PodInfo) -> Status | None:
+        """The PreEnqueue rejection that keeps the pod out of activeQ, or None."""
+        if self.pre_enqueue is None:
+            return None
+        status = self.pre_enqueue(info)
+        return None if status.ok else status
+
+    def gated_message(self, key: str) -> str | None:
+        """Why a gated pod waits (its PreEnqueue rejection), or None if it is not gated."""
+        cur = self._where.get(key)
+        if cur is None or cur[0] != "gated":
+            return None
+        status = self.gated_status(cur[1].info)
+        return status.message() if status is not None else None
+
     # ----- informer-facing --------------------------------------------------------------
     def add(self, info: PodInfo) -> None:
         """A new pending pod (or one seen again after a relist)."""
@@ -151,7 +174,11 @@ class SchedulingQueue:
             self.update(info)
             return
         now = self.clock.monotonic()
-        self._push_active(QueuedPod(info, now, now))
+        qp = QueuedPod(info, now, now)
+        if self.gated_status(info) is not None:
+            self._set("gated", qp)
+        else:
+            self._push_active(qp)
 
     def update(self, info: PodInfo) -> None:
         key = info.key
@@ -167,6 +194,17 @@ class SchedulingQueue:
             qp.info.pod.metadata.labels != info.pod.metadata.labels
         )
         qp.info = info
+        if qname == "gated" or changed:
+            gated = self.gated_status(info) is not None
+            if qname == "gated":
+                if not gated:
+                    # Its latency counts from now: the wait for its gates is not scheduling.
+                    qp.added = qp.initial = self.clock.monotonic()
+                    self._push_active(qp)
+                return
+            if gated:
+                self._set("gated", qp)  # heap entries go stale
+                return
         if qname == "unschedulable" and changed:
             self._move_from_unschedulable(qp)
         elif qname == "active":

@@ -4,7 +4,8 @@ Both read the live `Scheduler` owned by the app; when this replica is not the le
 none and the RPCs answer UNAVAILABLE naming that. Handlers run on the scheduler's event loop
 between scheduling cycles (the cycle never awaits mid-algorithm), so they see a consistent cache.
 Simulate runs the real algorithm without recording, assuming or binding, and restores the
-rotating start index so it does not perturb real scheduling.
+rotating start index so it does not perturb real scheduling. A pod a PreEnqueue plugin holds
+back (SchedulingGates) has no attempt: both answer with that verdict, and no nodes.
 """
 
 from __future__ import annotations
@@ -89,6 +90,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             ns = request.namespace or "default"
             key = f"{ns}/{request.name}"
             att = s.algorithm.attempts.get(key)
+            gated = s.queue.gated_message(key)
+            if att is None and gated is not None:
+                return scheduler_pb2.ExplainResponse(namespace=ns, name=request.name, message=gated)
             if att is None:
                 raise NotFoundError(
                     f"no scheduling attempt of pod {key} is known to this scheduler "
@@ -113,6 +117,13 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 info = PodInfo.from_pod(pod)
             except QuantityError as exc:
                 raise InvalidError(f"pod.spec: {exc}") from exc
+            held = s.profile.pre_enqueue(info)
+            if not held.ok:
+                return scheduler_pb2.ExplainResponse(
+                    namespace=pod.metadata.namespace,
+                    name=pod.metadata.name,
+                    message=held.message(),
+                )
             algo = s.algorithm
             saved = algo.next_start
             # a key no real pod can have, so the real pod's attempt stays as it was

@@ -21,6 +21,7 @@ from scheduler.plugins.noderesourcesbalancedallocation import NodeResourcesBalan
 from scheduler.plugins.noderesourcesfit import NodeResourcesFit
 from scheduler.plugins.nodeunschedulable import NodeUnschedulable
 from scheduler.plugins.podtopologyspread import PodTopologySpread
+from scheduler.plugins.schedulinggates import SchedulingGates
 from scheduler.plugins.tainttoleration import TaintToleration
 from scheduler.preemption import DefaultPreemption
 
@@ -37,6 +38,7 @@ DEFAULT_PLUGINS: dict[str, int | None] = {
     "ImageLocality": 1,
     "DefaultPreemption": None,
     "DefaultBinder": None,
+    "SchedulingGates": None,
 }
 
 
@@ -53,4 +55,5 @@ def default_registry() -> Registry:
     r.register("ImageLocality", lambda a, h: ImageLocality())
     r.register("DefaultPreemption", lambda a, h: DefaultPreemption(h))
     r.register("DefaultBinder", lambda a, h: DefaultBinder(h))
+    r.register("SchedulingGates", lambda a, h: SchedulingGates())
     return r

@@ -127,7 +127,7 @@ async def test_other_scheduler_names_and_bound_pods_are_not_queued() -> None:
     other.spec.schedulerName = "default-scheduler"
     s.on_pod_add(other)
     s.on_pod_add(PodBuilder("b").node_name("n1").obj())
-    assert s.queue.lengths() == {"active": 0, "backoff": 0, "unschedulable": 0}
+    assert s.queue.lengths() == {"active": 0, "backoff": 0, "unschedulable": 0, "gated": 0}
     assert "default/b" in s.cache.pods  # counts against n1 (parked until n1 appears)
 
 

@@ -137,7 +137,7 @@ def test_delete_while_queued_and_in_flight() -> None:
     q.delete("default/c")
     q.add_unschedulable(qp, frozenset())
     assert "default/c" not in q
-    assert q.lengths() == {"active": 0, "backoff": 0, "unschedulable": 0}
+    assert q.lengths() == {"active": 0, "backoff": 0, "unschedulable": 0, "gated": 0}
 
 
 def test_update_of_unschedulable_pod_moves_it() -> None:
