@@ -121,3 +121,16 @@ def test_make_install_says_what_it_does_and_shows_pips_progress() -> None:
     assert "--quiet" not in installs[0]
     announced = [line for line in recipe.splitlines() if line.lstrip("\t@").startswith("echo")]
     assert len(announced) >= 3  # pip upgrade, the install, done
+
+
+@pytest.mark.parametrize("name", ["anti-affinity", "topology-spread", "gated-pod"])
+def test_the_scheduling_examples_are_valid_as_the_apiserver_checks_them(name: str) -> None:
+    from datetime import UTC, datetime
+
+    from apiserver.registry import Strategy
+    from apiserver.validation import validate
+
+    (item,) = load_manifests((EXAMPLES / f"{name}.yaml").read_text())
+    Strategy(item.info).prepare_for_create(item.obj, datetime.now(UTC))
+    item.obj.metadata.namespace = "default"  # type: ignore[attr-defined]
+    assert validate(item.info, item.obj) == []
