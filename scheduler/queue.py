@@ -4,8 +4,12 @@
 - backoffQ: pods whose last attempt failed wait 1 s, doubling per attempt up to 10 s.
 - unschedulable: pods rejected by filters wait until a cluster event that one of the
   rejecting plugins registered for (node added, node allocatable/labels/taints changed, an
-  assigned pod deleted) moves them, or until they have waited 5 minutes. A pod that hit an
-  event while it was being scheduled goes to backoffQ instead, so the event is not lost.
+  assigned pod added, relabelled or deleted) moves them, or until they have waited 5 minutes.
+  A pod that hit such an event while it was being scheduled goes to backoffQ instead, so the
+  event is not lost; an event none of its rejecting plugins registered for does not count (as
+  kube-scheduler with queueing hints: a bind confirmation, an AssignedPodAdd, does not send a
+  pod rejected for lack of cpu to backoffQ). Unschedulable pods are also kept in one bucket per
+  event they wait for, so an event costs the pods it moves, not the whole set.
 - a pod deleted while queued (or while in flight) leaves the queue and is never returned.
 - gated: pods a PreEnqueue plugin refused (SchedulingGates: the pod still has gates) are held
   apart, as kube's unschedulablePods entries marked gated: no cluster event, flush or timeout
@@ -40,6 +44,8 @@ class QueuedPod:
     initial: float  # monotonic time the pod first entered the queue (e2e latency)
     attempts: int = 0
     unschedulable_plugins: frozenset[str] = frozenset()
+    # the events that move it out of the unschedulable set (None: any event)
+    waits_for: frozenset[EventKind] | None = None
     cycle: int = 0  # scheduling cycle in which the pod was last popped
     version: int = field(default=0)
 
@@ -72,10 +78,15 @@ class SchedulingQueue:
         # or "gated"
         self._where: dict[str, tuple[str, QueuedPod]] = {}
         self._unschedulable: dict[str, QueuedPod] = {}  # subset of _where, for event moves
+        # event -> the unschedulable pods waiting for it; _any_event: those waiting for any
+        self._waiting: dict[EventKind, dict[str, QueuedPod]] = {}
+        self._any_event: dict[str, QueuedPod] = {}
+        # the scheduling cycle in which each event kind was last seen (pods in flight then)
+        self._event_cycle: dict[EventKind, int] = {}
         self._in_flight: dict[str, QueuedPod] = {}
         self._deleted_in_flight: set[str] = set()
         self.scheduling_cycle = 0
-        self.move_request_cycle = -1
+        self.move_request_cycle = -1  # cycle of the last event of any kind
         self._wakeup = asyncio.Event()
         self._closed = False
         self._last_leftover_scan = float("-inf")
@@ -103,12 +114,38 @@ class SchedulingQueue:
         self._where[key] = (qname, qp)
         if qname == "unschedulable":
             self._unschedulable[key] = qp
+            if qp.waits_for is None:
+                self._any_event[key] = qp
+            else:
+                for ev in qp.waits_for:
+                    self._waiting.setdefault(ev, {})[key] = qp
         else:
-            self._unschedulable.pop(key, None)
+            self._forget_unschedulable(key)
+
+    def _forget_unschedulable(self, key: str) -> None:
+        qp = self._unschedulable.pop(key, None)
+        if qp is None:
+            return
+        if qp.waits_for is None:
+            self._any_event.pop(key, None)
+            return
+        for ev in qp.waits_for:
+            bucket = self._waiting.get(ev)
+            if bucket is not None:
+                bucket.pop(key, None)
 
     def _drop(self, key: str) -> None:
         self._where.pop(key, None)
-        self._unschedulable.pop(key, None)
+        self._forget_unschedulable(key)
+
+    def _events_for(self, plugins: frozenset[str]) -> frozenset[EventKind] | None:
+        """What may help a pod these plugins rejected (None: anything, when none is named)."""
+        if not plugins:
+            return None
+        out: set[EventKind] = set()
+        for p in plugins:
+            out |= self.plugin_events.get(p, frozenset())
+        return frozenset(out)
 
     def _push_active(self, qp: QueuedPod) -> None:
         self._set("active", qp)
@@ -265,9 +302,14 @@ class SchedulingQueue:
         if not self._finish(qp):
             return
         qp.unschedulable_plugins = plugins
+        qp.waits_for = self._events_for(plugins)
         qp.added = self.clock.monotonic()
-        if self.move_request_cycle >= qp.cycle:
-            self._push_backoff(qp)  # an event arrived during its cycle: retry after backoff
+        if qp.waits_for is None:
+            missed = self.move_request_cycle >= qp.cycle
+        else:
+            missed = any(self._event_cycle.get(ev, -1) >= qp.cycle for ev in qp.waits_for)
+        if missed:
+            self._push_backoff(qp)  # a helpful event arrived during its cycle: retry soon
         else:
             self._push_unschedulable(qp)
 
@@ -281,13 +323,11 @@ class SchedulingQueue:
     def move_on_event(self, event: EventKind) -> int:
         """Move unschedulable pods that one of their rejecting plugins would reconsider."""
         self.move_request_cycle = self.scheduling_cycle
-        moved = 0
-        for qp in list(self._unschedulable.values()):
-            plugins = qp.unschedulable_plugins
-            if not plugins or any(event in self.plugin_events.get(p, ()) for p in plugins):
-                self._move_from_unschedulable(qp)
-                moved += 1
-        return moved
+        self._event_cycle[event] = self.scheduling_cycle
+        movers = [*self._waiting.get(event, {}).values(), *self._any_event.values()]
+        for qp in movers:
+            self._move_from_unschedulable(qp)
+        return len(movers)
 
     def flush(self) -> None:
         """Backoff-completed pods to activeQ; unschedulable pods waiting too long move on."""

@@ -124,6 +124,41 @@ def test_event_during_cycle_sends_pod_to_backoff() -> None:
     assert q.where("default/a") == "backoff"
 
 
+EVENT_DURING_CYCLE = [
+    # kube-scheduler with queueing hints: only an event a rejecting plugin registered for sends
+    # a pod that failed while it happened to backoffQ
+    ("bind confirmed, pod lacked cpu", EventKind.POD_ADD, "unschedulable"),
+    ("pod deleted, pod lacked cpu", EventKind.POD_DELETE, "backoff"),
+]
+
+
+@pytest.mark.parametrize(
+    ("event", "where"), [c[1:] for c in EVENT_DURING_CYCLE], ids=[c[0] for c in EVENT_DURING_CYCLE]
+)
+def test_only_relevant_events_during_cycle_count(event: EventKind, where: str) -> None:
+    q, _ = make()
+    q.add(PodBuilder("a").info())
+    qp = q.pop_nowait()
+    assert qp is not None
+    q.move_on_event(event)
+    q.add_unschedulable(qp, frozenset({"NodeResourcesFit"}))
+    assert q.where("default/a") == where
+
+
+def test_event_moves_only_the_pods_waiting_for_it() -> None:
+    q, clock = make()
+    for name in ("fit", "taint"):
+        q.add(PodBuilder(name).info())
+    fit, taint = q.pop_nowait(), q.pop_nowait()
+    assert fit is not None and taint is not None
+    q.add_unschedulable(fit, frozenset({"NodeResourcesFit"}))
+    q.add_unschedulable(taint, frozenset({"TaintToleration"}))
+    clock.advance(2)
+    assert q.move_on_event(EventKind.NODE_TAINT) == 1
+    assert (q.where("default/fit"), q.where("default/taint")) == ("unschedulable", "active")
+    assert q.move_on_event(EventKind.NODE_TAINT) == 0  # it left every bucket when it moved
+
+
 def test_delete_while_queued_and_in_flight() -> None:
     q, _ = make()
     q.add(PodBuilder("a").info())
