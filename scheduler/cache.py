@@ -451,6 +451,8 @@ class SchedulerCache:
         # keys of parked pods whose requests would overflow their node's sums when it came
         # back: left out of its columns (and so not subtracted when they go)
         self.unaccounted: set[str] = set()
+        # namespace name -> its labels (InterPodAffinity's namespaceSelector), from an informer
+        self.namespaces: dict[str, dict[str, str]] = {}
 
     @property
     def pod_index(self) -> PodIndex:

@@ -8,6 +8,8 @@ strings), applying kube-scheduler's request rules:
   requests), while fitting still uses the real (possibly zero) request.
 `signature` identifies the parts of a pod that node-static plugins read (selectors, affinity,
 tolerations, images, nodeName) so identical pods can share those plugins' results.
+`affinity` holds the pod's inter-pod (anti-)affinity terms parsed once (kube's PodInfo
+RequiredAffinityTerms and friends), or None for the common pod without any.
 
 Pure data, no I/O; safe to share between tasks because it is never mutated after creation.
 """
@@ -20,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tinykube.quantity import milli_value, value
+from tinykube.selectors import EVERYTHING, LabelSelector, SelectorError, from_proto
 from tinykube.v1 import pod_pb2
 
 # kube-scheduler's defaults for containers without a request, used only for scoring.
@@ -55,6 +58,104 @@ class HostPort:
 
 
 @dataclass(frozen=True)
+class AffinityTerm:
+    """A PodAffinityTerm as kube's framework.AffinityTerm: the pods it selects are those in
+    `namespaces` (the owner's own when both namespaces and namespaceSelector are unset) or in a
+    namespace whose labels `namespace_selector` matches (None: unset, selects none; EVERYTHING
+    for `{}`), whose labels match `selector` (None: labelSelector unset, matches no pod)."""
+
+    namespaces: frozenset[str]
+    namespace_selector: LabelSelector | None
+    selector: LabelSelector | None
+    topology_key: str
+
+    def matches(
+        self, namespace: str, labels: Mapping[str, str], ns_labels: Mapping[str, str] | None
+    ) -> bool:
+        if self.selector is None:
+            return False
+        if namespace not in self.namespaces and not (
+            self.namespace_selector is not None and self.namespace_selector.matches(ns_labels or {})
+        ):
+            return False
+        return self.selector.matches(labels)
+
+    @property
+    def all_namespaces(self) -> bool:
+        """namespaceSelector `{}`: pods of every namespace."""
+        return self.namespace_selector is not None and self.namespace_selector.empty
+
+
+@dataclass(frozen=True)
+class WeightedAffinityTerm:
+    weight: int
+    term: AffinityTerm
+
+
+@dataclass(frozen=True)
+class PodAffinityTerms:
+    required_affinity: tuple[AffinityTerm, ...] = ()
+    required_anti_affinity: tuple[AffinityTerm, ...] = ()
+    preferred_affinity: tuple[WeightedAffinityTerm, ...] = ()
+    preferred_anti_affinity: tuple[WeightedAffinityTerm, ...] = ()
+    parse_error: str = ""  # a selector the apiserver should have refused; its term is dropped
+
+
+def _affinity_term(namespace: str, t: pod_pb2.PodAffinityTerm) -> AffinityTerm:
+    ns_sel = from_proto(t.namespaceSelector) if t.HasField("namespaceSelector") else None
+    if ns_sel is not None and ns_sel.empty:
+        ns_sel = EVERYTHING
+    names = frozenset(t.namespaces)
+    if not names and ns_sel is None:
+        names = frozenset({namespace})
+    selector = from_proto(t.labelSelector) if t.HasField("labelSelector") else None
+    return AffinityTerm(names, ns_sel, selector, t.topologyKey)
+
+
+def parse_affinity(pod: pod_pb2.Pod) -> PodAffinityTerms | None:
+    spec = pod.spec
+    if not spec.HasField("affinity"):
+        return None
+    aff = spec.affinity
+    if not aff.HasField("podAffinity") and not aff.HasField("podAntiAffinity"):
+        return None
+    ns = pod.metadata.namespace
+    errors: list[str] = []
+
+    def terms(src: Iterable[pod_pb2.PodAffinityTerm]) -> tuple[AffinityTerm, ...]:
+        out = []
+        for t in src:
+            try:
+                out.append(_affinity_term(ns, t))
+            except SelectorError as exc:
+                errors.append(str(exc))
+        return tuple(out)
+
+    def weighted(
+        src: Iterable[pod_pb2.WeightedPodAffinityTerm],
+    ) -> tuple[WeightedAffinityTerm, ...]:
+        out = []
+        for w in src:
+            try:
+                out.append(WeightedAffinityTerm(w.weight, _affinity_term(ns, w.podAffinityTerm)))
+            except SelectorError as exc:
+                errors.append(str(exc))
+        return tuple(out)
+
+    pa, paa = aff.podAffinity, aff.podAntiAffinity
+    parsed = PodAffinityTerms(
+        terms(pa.requiredDuringSchedulingIgnoredDuringExecution),
+        terms(paa.requiredDuringSchedulingIgnoredDuringExecution),
+        weighted(pa.preferredDuringSchedulingIgnoredDuringExecution),
+        weighted(paa.preferredDuringSchedulingIgnoredDuringExecution),
+        "; ".join(errors),
+    )
+    if parsed == PodAffinityTerms():
+        return None
+    return parsed
+
+
+@dataclass(frozen=True)
 class PodInfo:
     key: str  # "namespace/name"
     namespace: str
@@ -74,6 +175,7 @@ class PodInfo:
     images: tuple[str, ...]
     signature: bytes = field(repr=False)
     terminating: bool = False  # deletionTimestamp set
+    affinity: PodAffinityTerms | None = None  # inter-pod (anti-)affinity terms, if any
 
     @property
     def zero_request(self) -> bool:
@@ -136,6 +238,7 @@ class PodInfo:
             images=images,
             signature=sig.digest(),
             terminating=meta.HasField("deletionTimestamp"),
+            affinity=parse_affinity(pod),
         )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from scheduler.framework import Registry
 from scheduler.plugins.defaultbinder import DefaultBinder
 from scheduler.plugins.imagelocality import ImageLocality
+from scheduler.plugins.interpodaffinity import InterPodAffinity
 from scheduler.plugins.nodeaffinity import NodeAffinity
 from scheduler.plugins.nodename import NodeName
 from scheduler.plugins.nodeports import NodePorts
@@ -34,9 +35,10 @@ DEFAULT_PLUGINS: dict[str, int | None] = {
     "NodePorts": None,
     "NodeResourcesFit": 1,
     "PodTopologySpread": 2,
+    "InterPodAffinity": 2,
+    "DefaultPreemption": None,
     "NodeResourcesBalancedAllocation": 1,
     "ImageLocality": 1,
-    "DefaultPreemption": None,
     "DefaultBinder": None,
     "SchedulingGates": None,
 }
@@ -51,6 +53,7 @@ def default_registry() -> Registry:
     r.register("NodePorts", lambda a, h: NodePorts())
     r.register("NodeResourcesFit", lambda a, h: NodeResourcesFit(a))
     r.register("PodTopologySpread", lambda a, h: PodTopologySpread(a, h))
+    r.register("InterPodAffinity", lambda a, h: InterPodAffinity(a, h))
     r.register("NodeResourcesBalancedAllocation", lambda a, h: NodeResourcesBalancedAllocation(a))
     r.register("ImageLocality", lambda a, h: ImageLocality())
     r.register("DefaultPreemption", lambda a, h: DefaultPreemption(h))
