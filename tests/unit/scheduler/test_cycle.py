@@ -295,3 +295,44 @@ def test_parked_pods_past_int64_together_are_left_out_when_their_node_arrives() 
     s.cache.remove_pod("default/b")
     s.cache.remove_pod("default/a")
     assert int(t.req_mem[slot]) == 0 and int(t.req_pods[slot]) == 0
+
+
+def _with_anti_affinity(b: PodBuilder, **labels: str) -> PodBuilder:
+    t = b.pod.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution.add()
+    t.topologyKey = "kubernetes.io/hostname"
+    t.labelSelector.matchLabels.update(labels)
+    return b
+
+
+async def test_assigned_pod_events_move_inter_pod_affinity_rejects() -> None:
+    """A pod rejected by InterPodAffinity waits for AssignedPodLabelChange / AssignedPodAdd /
+    AssignedPodDelete; the cache re-reads a relabelled assigned pod (its old labels kept it
+    out before the fix, and nothing moved the waiting pod)."""
+    s, api, clock = make()
+    s.on_node_add(NodeBuilder("n1").label("kubernetes.io/hostname", "n1").obj())
+    web = PodBuilder("x").labels(app="web").container().node_name("n1").obj()
+    s.on_pod_add(web)
+    s.on_pod_add(_with_anti_affinity(PodBuilder("p").container(), app="web").obj())
+    await run_queue(s)
+    assert api.unschedulable[-1] == (
+        "default/p",
+        "0/1 nodes are available: 1 node(s) didn't match pod anti-affinity rules.",
+    )
+    assert s.queue.where("default/p") == "unschedulable"
+    clock.advance(2)
+    relabelled = PodBuilder("x").labels(app="db").container().node_name("n1").obj()
+    s.on_pod_update(web, relabelled)
+    assert s.queue.where("default/p") == "active"
+    await run_queue(s)
+    assert api.bound["default/p"] == "n1"
+    # the scheduler's own bind, confirmed: a pod waiting for a web pod next to it moves
+    t = PodBuilder("q").container()
+    aff = t.pod.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution.add()
+    aff.topologyKey = "kubernetes.io/hostname"
+    aff.labelSelector.matchLabels["app"] = "cache"
+    s.on_pod_add(t.obj())
+    await run_queue(s)
+    assert s.queue.where("default/q") == "unschedulable"
+    clock.advance(2)
+    s.on_pod_add(PodBuilder("c").labels(app="cache").container().node_name("n1").obj())
+    assert s.queue.where("default/q") == "active"
