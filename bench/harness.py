@@ -512,7 +512,7 @@ class Run:
         """`count` pods as ReplicaSets of `replicasPerSet` replicas each (the controller makes
         them); returns the creation summary (the RS creates, not the pods)."""
         per = int(resolve(op.get("replicasPerSet", 100), self.params))
-        template = pod_template(self.case, op.get("podTemplate"))
+        template = pod_template(self.case, resolve(op.get("podTemplate"), self.params))
         sets = math.ceil(count / per)
         began = time.perf_counter()
         for i in range(sets):
@@ -539,7 +539,7 @@ class Run:
         interval = float(op.get("intervalMs", 500)) / 1000.0
         number = int(op.get("number", 1))
         template = json_format.ParseDict(
-            pod_template(self.case, op.get("podTemplate")), pod_pb2.Pod()
+            pod_template(self.case, resolve(op.get("podTemplate"), self.params)), pod_pb2.Pod()
         )
         made: list[tuple[str, str]] = []
         counts = {"nodes_created": 0, "pods_created": 0, "deleted": 0, "errors": 0}
@@ -596,7 +596,7 @@ class Run:
             # measured is scheduling, binding and the kubelets alone (no Creates compete).
             self.log("  backlog: scheduler stopped while the pods are created")
             await asyncio.to_thread(self.cluster.kill, "scheduler", signal.SIGTERM)
-            template = pod_template(self.case, op.get("podTemplate"))
+            template = pod_template(self.case, resolve(op.get("podTemplate"), self.params))
             backlog = await self.run_creators(template, namespace, count)
             self.log(f"  created {backlog['created']} in {backlog['seconds']}s; starting scheduler")
             await asyncio.to_thread(self.cluster.start_component, "scheduler")
@@ -622,7 +622,7 @@ class Run:
         elif op["opcode"] == "createReplicaSets":
             creation = await self.create_replica_sets(op, client, namespace, count)
         else:
-            template = pod_template(self.case, op.get("podTemplate"))
+            template = pod_template(self.case, resolve(op.get("podTemplate"), self.params))
             qps = float(resolve(op.get("qps", 0), self.params))
             creation = await self.run_creators(template, namespace, count, qps=qps)
             creation["offered_qps"] = qps
@@ -924,7 +924,7 @@ class Run:
         if code == "createReplicaSets":
             await self.create_replica_sets(op, client, namespace, count)
         elif code == "createPods":
-            template = pod_template(self.case, op.get("podTemplate"))
+            template = pod_template(self.case, resolve(op.get("podTemplate"), self.params))
             stats = await self.run_creators(template, namespace, count)
             self.creator_stats.append(stats)
             self.log(f"  created at {stats['per_second']} pods/s")
