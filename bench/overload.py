@@ -34,8 +34,8 @@ from typing import Any
 
 import grpc
 
-from bench.api_latency import RESULTS_DIR, make_pod, median_of, percentiles
-from bench.harness import git_commit
+from api_latency import RESULTS_DIR, make_pod, median_of, percentiles
+from harness import git_commit
 from tinykube.client import Client
 from tinykube.errors import TinykubeError
 from tinykube.launcher import LocalCluster
