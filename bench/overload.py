@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import grpc
-
 from api_latency import RESULTS_DIR, make_pod, median_of, percentiles
 from harness import git_commit
+
 from tinykube.client import Client
 from tinykube.errors import TinykubeError
 from tinykube.launcher import LocalCluster
