@@ -19,7 +19,16 @@ from google.protobuf.message import Message
 
 from apiserver import podmutation, validation
 from tinykube.errors import FieldError
-from tinykube.kinds import EVENT, LEASE, NODE, POD, REPLICA_SET, SERVICE, KindInfo
+from tinykube.kinds import (
+    EVENT,
+    LEASE,
+    NODE,
+    POD,
+    POD_DISRUPTION_BUDGET,
+    REPLICA_SET,
+    SERVICE,
+    KindInfo,
+)
 from tinykube.meta import int_or_string, int_or_string_problem, set_int_or_string, set_timestamp
 from tinykube.v1 import pod_pb2, service_pb2
 
@@ -216,6 +225,8 @@ class Strategy:
         elif kind == SERVICE.kind:
             obj.ClearField("status")
             default_service_spec(obj.spec)  # type: ignore[attr-defined]
+        elif kind == POD_DISRUPTION_BUDGET.kind:
+            obj.ClearField("status")  # the disruption controller's, as in Kubernetes
         elif kind == EVENT.kind:
             if obj.count == 0:  # type: ignore[attr-defined]
                 obj.count = 1  # type: ignore[attr-defined]

@@ -17,7 +17,17 @@ from google.protobuf.message import Message
 from google.protobuf.struct_pb2 import Value
 
 from tinykube.errors import FieldError
-from tinykube.kinds import ENDPOINTS, EVENT, LEASE, NODE, POD, REPLICA_SET, SERVICE, KindInfo
+from tinykube.kinds import (
+    ENDPOINTS,
+    EVENT,
+    LEASE,
+    NODE,
+    POD,
+    POD_DISRUPTION_BUDGET,
+    REPLICA_SET,
+    SERVICE,
+    KindInfo,
+)
 from tinykube.meta import int_or_string, int_or_string_problem
 from tinykube.quantity import (
     MAX_DIGITS,
@@ -35,7 +45,15 @@ from tinykube.selectors import (
     validate_label_key,
     validate_label_value,
 )
-from tinykube.v1 import endpoints_pb2, meta_pb2, node_pb2, pod_pb2, replicaset_pb2, service_pb2
+from tinykube.v1 import (
+    endpoints_pb2,
+    meta_pb2,
+    node_pb2,
+    pod_pb2,
+    poddisruptionbudget_pb2,
+    replicaset_pb2,
+    service_pb2,
+)
 
 # \Z, not $: $ also matches before a trailing newline, which would let "web\n" through.
 _DNS1123_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
@@ -878,6 +896,96 @@ def validate_endpoints(ep: endpoints_pb2.ServiceEndpoints) -> list[FieldError]:
     return errs
 
 
+UNHEALTHY_POD_EVICTION_POLICIES = ("AlwaysAllow", "IfHealthyBudget")
+_PERCENT_RE = re.compile(r"^[0-9]+%\Z")
+PERCENT_MSG = (
+    "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or "
+    "'93%', regex used for validation is '[0-9]+%')"
+)
+
+
+def _int_or_percent(path: str, value: Value) -> list[FieldError]:
+    """Kubernetes' ValidatePositiveIntOrPercent and IsNotMoreThan100Percent."""
+    problem = int_or_string_problem(value)
+    if problem:
+        return [invalid(path, _value_text(value), "must be an integer or percentage (e.g '5%')")]
+    held = int_or_string(value)
+    if isinstance(held, int):
+        if held < 0:
+            return [invalid(path, held, "must be greater than or equal to 0")]
+        return []
+    if held is None:
+        return []
+    if not _PERCENT_RE.match(held):
+        return [invalid(path, held, PERCENT_MSG)]
+    if int(held[:-1]) > 100:
+        return [invalid(path, held, "must not be greater than 100%")]
+    return []
+
+
+def _is_set(value: Value) -> bool:
+    """Whether an IntOrString field is present (JSON null is absent, as for a Go nil pointer)."""
+    return value.WhichOneof("kind") not in (None, "null_value")
+
+
+def validate_pdb(pdb: poddisruptionbudget_pb2.PodDisruptionBudget) -> list[FieldError]:
+    """Kubernetes' ValidatePodDisruptionBudget (spec) and its status checks."""
+    errs: list[FieldError] = []
+    spec = pdb.spec
+    has_min, has_max = _is_set(spec.minAvailable), _is_set(spec.maxUnavailable)
+    if has_min and has_max:
+        low, high = (
+            json.dumps(held) if (held := int_or_string(v)) is not None else _value_text(v)
+            for v in (spec.minAvailable, spec.maxUnavailable)
+        )
+        shown = f"{{minAvailable: {low}, maxUnavailable: {high}}}"
+        errs.append(
+            FieldError(
+                "spec",
+                f"Invalid value: {shown}: minAvailable and maxUnavailable cannot be both set",
+            )
+        )
+    if has_min:
+        errs.extend(_int_or_percent("spec.minAvailable", spec.minAvailable))
+    if has_max:
+        errs.extend(_int_or_percent("spec.maxUnavailable", spec.maxUnavailable))
+    for f, m in label_selector_problems(spec.selector, "spec.selector"):
+        errs.append(FieldError(f, m))
+    if spec.HasField("unhealthyPodEvictionPolicy") and (
+        spec.unhealthyPodEvictionPolicy not in UNHEALTHY_POD_EVICTION_POLICIES
+    ):
+        errs.append(
+            unsupported(
+                "spec.unhealthyPodEvictionPolicy",
+                spec.unhealthyPodEvictionPolicy,
+                UNHEALTHY_POD_EVICTION_POLICIES,
+            )
+        )
+    errs.extend(validate_pdb_status(pdb))
+    return errs
+
+
+def validate_pdb_status(pdb: poddisruptionbudget_pb2.PodDisruptionBudget) -> list[FieldError]:
+    """Kubernetes' ValidatePodDisruptionBudgetStatusUpdate: no count is negative."""
+    errs: list[FieldError] = []
+    status = pdb.status
+    for name, value in (
+        ("disruptionsAllowed", status.disruptionsAllowed),
+        ("currentHealthy", status.currentHealthy),
+        ("desiredHealthy", status.desiredHealthy),
+        ("expectedPods", status.expectedPods),
+    ):
+        if value < 0:
+            errs.append(invalid(f"status.{name}", value, "must be greater than or equal to 0"))
+    for i, cond in enumerate(status.conditions):
+        cp = f"status.conditions[{i}]"
+        if not cond.type:
+            errs.append(required(f"{cp}.type"))
+        if cond.status not in CONDITION_STATUSES:
+            errs.append(unsupported(f"{cp}.status", cond.status, CONDITION_STATUSES))
+    return errs
+
+
 def validate(info: KindInfo, obj: Message) -> list[FieldError]:
     """Every problem with `obj` as it would be stored."""
     errs = validate_metadata(info, obj.metadata)  # type: ignore[attr-defined]
@@ -895,6 +1003,8 @@ def validate(info: KindInfo, obj: Message) -> list[FieldError]:
         errs.extend(validate_service(obj))  # type: ignore[arg-type]
     elif info.kind == ENDPOINTS.kind:
         errs.extend(validate_endpoints(obj))  # type: ignore[arg-type]
+    elif info.kind == POD_DISRUPTION_BUDGET.kind:
+        errs.extend(validate_pdb(obj))  # type: ignore[arg-type]
     return errs
 
 
@@ -910,6 +1020,9 @@ def validate_status(info: KindInfo, obj: Message) -> list[FieldError]:
         return validate_pod_status(obj)  # type: ignore[arg-type]
     if info.kind == NODE.kind:
         return validate_node_status(obj)  # type: ignore[arg-type]
+    if info.kind == POD_DISRUPTION_BUDGET.kind:
+        # The eviction API and the disruption controller write it often; the spec is as stored.
+        return validate_pdb_status(obj)  # type: ignore[arg-type]
     return validate(info, obj)
 
 

@@ -76,6 +76,7 @@ from tinykube.v1 import (
     meta_pb2,
     node_pb2,
     pod_pb2,
+    poddisruptionbudget_pb2,
     replicaset_pb2,
     service_pb2,
 )
@@ -323,6 +324,11 @@ class Client:
         endpoints_pb2.EndpointsList,
         endpoints_pb2.EndpointsWatchEvent,
     ]
+    pod_disruption_budgets: ResourceClient[
+        poddisruptionbudget_pb2.PodDisruptionBudget,
+        poddisruptionbudget_pb2.PodDisruptionBudgetList,
+        poddisruptionbudget_pb2.PodDisruptionBudgetWatchEvent,
+    ]
 
     def __init__(
         self,
@@ -348,6 +354,9 @@ class Client:
         self.leases = ResourceClient(kinds.LEASE, self.channel, self)
         self.services = ResourceClient(kinds.SERVICE, self.channel, self)
         self.endpoints = ResourceClient(kinds.ENDPOINTS, self.channel, self)
+        self.pod_disruption_budgets = ResourceClient(
+            kinds.POD_DISRUPTION_BUDGET, self.channel, self
+        )
         self._by_kind: dict[str, ResourceClient[Any, Any, Any]] = {
             r.info.kind: r
             for r in (
@@ -358,6 +367,7 @@ class Client:
                 self.leases,
                 self.services,
                 self.endpoints,
+                self.pod_disruption_budgets,
             )
         }
 

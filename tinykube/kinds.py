@@ -22,6 +22,8 @@ from tinykube.v1 import (
     node_pb2_grpc,
     pod_pb2,
     pod_pb2_grpc,
+    poddisruptionbudget_pb2,
+    poddisruptionbudget_pb2_grpc,
     replicaset_pb2,
     replicaset_pb2_grpc,
     service_pb2,
@@ -178,7 +180,34 @@ ENDPOINTS = KindInfo(
     short_names=("ep",),
 )
 
-ALL_KINDS: tuple[KindInfo, ...] = (POD, NODE, REPLICA_SET, EVENT, LEASE, SERVICE, ENDPOINTS)
+POD_DISRUPTION_BUDGET = KindInfo(
+    kind="PodDisruptionBudget",
+    plural="poddisruptionbudgets",
+    namespaced=True,
+    message=poddisruptionbudget_pb2.PodDisruptionBudget,
+    list_message=poddisruptionbudget_pb2.PodDisruptionBudgetList,
+    watch_event=poddisruptionbudget_pb2.PodDisruptionBudgetWatchEvent,
+    create_request=poddisruptionbudget_pb2.CreatePodDisruptionBudgetRequest,
+    update_request=poddisruptionbudget_pb2.UpdatePodDisruptionBudgetRequest,
+    request_field="podDisruptionBudget",
+    service="tinykube.v1.PodDisruptionBudgets",
+    stub=poddisruptionbudget_pb2_grpc.PodDisruptionBudgetsStub,
+    add_servicer=poddisruptionbudget_pb2_grpc.add_PodDisruptionBudgetsServicer_to_server,
+    has_status=True,
+    short_names=("pdb", "poddisruptionbudget"),
+    group="policy",
+)
+
+ALL_KINDS: tuple[KindInfo, ...] = (
+    POD,
+    NODE,
+    REPLICA_SET,
+    EVENT,
+    LEASE,
+    SERVICE,
+    ENDPOINTS,
+    POD_DISRUPTION_BUDGET,
+)
 BY_KIND: dict[str, KindInfo] = {k.kind: k for k in ALL_KINDS}
 BY_PLURAL: dict[str, KindInfo] = {k.plural: k for k in ALL_KINDS}
 

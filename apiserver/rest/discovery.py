@@ -127,7 +127,13 @@ UNMODELED: tuple[Resource, ...] = (
 RESOURCES: tuple[Resource, ...] = (*(_stored(i) for i in ALL_KINDS), *UNMODELED)
 
 # Named groups in Kubernetes' discovery priority order (the core group is served at /api).
-_GROUP_ORDER = ("apps", "events.k8s.io", "coordination.k8s.io", "storage.k8s.io")
+_GROUP_ORDER = (
+    "apps",
+    "events.k8s.io",
+    "policy",
+    "coordination.k8s.io",
+    "storage.k8s.io",
+)
 
 
 @dataclass(frozen=True)

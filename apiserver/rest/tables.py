@@ -167,6 +167,17 @@ _COLUMNS: Final[dict[str, tuple[dict[str, Any], ...]]] = {
         _col("Endpoints", "string", "The addresses and ports of the service's ready pods."),
         _AGE_COLUMN,
     ),
+    "PodDisruptionBudget": (
+        _NAME_COLUMN,
+        _col("Min Available", "string", "The minimum number of pods that must be available."),
+        _col("Max Unavailable", "string", "The maximum number of pods that may be unavailable."),
+        _col(
+            "Allowed Disruptions",
+            "integer",
+            "Calculated number of pods that may be disrupted at this time.",
+        ),
+        _AGE_COLUMN,
+    ),
 }
 
 _DEFAULT_COLUMNS: Final = (
@@ -625,6 +636,28 @@ def _endpoints_cells(ep: Mapping[str, Any], clock: _Clock) -> _Cells:
     ]
 
 
+def _int_or_string_cell(value: Any) -> str:
+    """An IntOrString as Kubernetes' printer shows it; "N/A" when unset."""
+    if value is None:
+        return "N/A"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
+
+
+def _pdb_cells(pdb: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = pdb.get("metadata") or {}
+    spec = pdb.get("spec") or {}
+    status = pdb.get("status") or {}
+    return [
+        meta.get("name", ""),
+        _int_or_string_cell(spec.get("minAvailable")),
+        _int_or_string_cell(spec.get("maxUnavailable")),
+        status.get("disruptionsAllowed", 0),
+        clock.since(meta.get("creationTimestamp"), pdb, "metadata.creationTimestamp"),
+    ]
+
+
 def _default_cells(obj: Mapping[str, Any], clock: _Clock) -> _Cells:
     meta = obj.get("metadata") or {}
     at = clock.epoch(meta.get("creationTimestamp"), obj, "metadata.creationTimestamp")
@@ -645,6 +678,7 @@ _PRINTERS: Final[dict[str, _Printer]] = {
     "Lease": _lease_cells,
     "Service": _service_cells,
     "Endpoints": _endpoints_cells,
+    "PodDisruptionBudget": _pdb_cells,
 }
 
 

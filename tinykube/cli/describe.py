@@ -4,7 +4,8 @@ Pods print like `kubectl describe pod` (containers with state, restarts and reso
 conditions, node selectors, tolerations, events); nodes like `kubectl describe node` (taints,
 conditions, addresses, capacity, the pods on it with their requests and limits, the requests
 and limits allocated in total, each as a share of the node's allocatable, events); ReplicaSets
-with their pods' phases and template. Without NAME, every object of the kind (or those `-l`
+with their pods' phases and template; PodDisruptionBudgets like `kubectl describe pdb` (the
+bound, the selector, the status counts). Without NAME, every object of the kind (or those `-l`
 selects). Other kinds print their YAML, then their events. Events are listed in the object's
 namespace and matched on involvedObject here, because the apiserver's field selectors cover
 only a few pod fields.
@@ -46,7 +47,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="show details of an object and its events",
         description="Show an object's details, conditions and recent events.",
     )
-    parser.add_argument("resource", help="pod|node|replicaset|event|lease")
+    parser.add_argument("resource", help="pod|node|replicaset|pdb|event|lease")
     parser.add_argument("names", nargs="*", metavar="NAME", help="default: every object")
     parser.add_argument("-l", "--selector", default="", help="label selector (without NAME)")
     parser.set_defaults(func=run)
@@ -432,6 +433,29 @@ def describe_replicaset(rs: Any, pods: list[Any], events: list[Any], now: dateti
     return w.text()
 
 
+def describe_pdb(pdb: Any, events: list[Any], now: datetime) -> str:
+    """As `kubectl describe pdb`: the bound that is set, the selector and the status counts."""
+    w = Writer()
+    meta, spec, status = pdb.metadata, pdb.spec, pdb.status
+    w.line(0, "Name", meta.name)
+    w.line(0, "Namespace", meta.namespace)
+    if spec.HasField("minAvailable"):
+        w.line(0, "Min available", printers.int_or_string_text(spec.minAvailable))
+    elif spec.HasField("maxUnavailable"):
+        w.line(0, "Max unavailable", printers.int_or_string_text(spec.maxUnavailable))
+    if spec.HasField("selector"):
+        w.line(0, "Selector", printers.format_label_selector(spec.selector))
+    else:
+        w.line(0, "Selector", "<unset>")
+    w.line(0, "Status")
+    w.line(2, "Allowed disruptions", str(status.disruptionsAllowed), width=KEY_WIDTH + 4)
+    w.line(2, "Current", str(status.currentHealthy), width=KEY_WIDTH + 4)
+    w.line(2, "Desired", str(status.desiredHealthy), width=KEY_WIDTH + 4)
+    w.line(2, "Total", str(status.expectedPods), width=KEY_WIDTH + 4)
+    describe_events(w, events, now)
+    return w.text()
+
+
 def describe_events(w: Writer, events: list[Any], now: datetime) -> None:
     if not events:
         w.line(0, "Events", printers.NONE)
@@ -488,6 +512,8 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
             elif info.kind == "ReplicaSet":
                 pods = await client.pods.list(obj.metadata.namespace)
                 outputs.append(describe_replicaset(obj, list(pods.items), events, ctx.now()))
+            elif info.kind == "PodDisruptionBudget":
+                outputs.append(describe_pdb(obj, events, ctx.now()))
             else:
                 w = Writer()
                 describe_events(w, events, ctx.now())

@@ -18,6 +18,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from tinykube import kinds
 from tinykube.duration import human_duration
 from tinykube.kinds import KindInfo
+from tinykube.meta import int_or_string
 
 NONE = "<none>"
 
@@ -287,6 +288,23 @@ def _endpoints_row(ep: Any, now: datetime, wide: bool) -> list[str]:
     return [ep.metadata.name, endpoint_addresses(ep), age(ep.metadata.creationTimestamp, now)]
 
 
+def int_or_string_text(value: Any) -> str:
+    """A spec IntOrString (google.protobuf.Value) as kubectl prints it; "N/A" when unset."""
+    held = int_or_string(value)
+    return "N/A" if held is None else str(held)
+
+
+def _pdb_row(pdb: Any, now: datetime, wide: bool) -> list[str]:
+    spec = pdb.spec
+    return [
+        pdb.metadata.name,
+        int_or_string_text(spec.minAvailable) if spec.HasField("minAvailable") else "N/A",
+        int_or_string_text(spec.maxUnavailable) if spec.HasField("maxUnavailable") else "N/A",
+        str(pdb.status.disruptionsAllowed),
+        age(pdb.metadata.creationTimestamp, now),
+    ]
+
+
 _COLUMNS: dict[str, tuple[list[str], list[str]]] = {
     "Pod": (
         ["NAME", "READY", "STATUS", "RESTARTS", "AGE"],
@@ -304,6 +322,10 @@ _COLUMNS: dict[str, tuple[list[str], list[str]]] = {
     "Lease": (["NAME", "HOLDER", "AGE"], []),
     "Service": (["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"], ["SELECTOR"]),
     "Endpoints": (["NAME", "ENDPOINTS", "AGE"], []),
+    "PodDisruptionBudget": (
+        ["NAME", "MIN AVAILABLE", "MAX UNAVAILABLE", "ALLOWED DISRUPTIONS", "AGE"],
+        [],
+    ),
 }
 
 _ROWS = {
@@ -314,6 +336,7 @@ _ROWS = {
     "Lease": _lease_row,
     "Service": _service_row,
     "Endpoints": _endpoints_row,
+    "PodDisruptionBudget": _pdb_row,
 }
 
 

@@ -53,6 +53,11 @@ DEFINITION_NAMES = [
     ("Lease", "io.k8s.api.coordination.v1.Lease", "io.k8s.api.coordination.v1.LeaseList"),
     ("Service", f"{CORE}.Service", f"{CORE}.ServiceList"),
     ("Endpoints", f"{CORE}.Endpoints", f"{CORE}.EndpointsList"),
+    (
+        "PodDisruptionBudget",
+        "io.k8s.api.policy.v1.PodDisruptionBudget",
+        "io.k8s.api.policy.v1.PodDisruptionBudgetList",
+    ),
 ]
 
 
@@ -212,7 +217,12 @@ def test_the_apps_document_carries_the_core_types_it_refers_to(api: OpenAPI) -> 
 
 def test_v3_index_names_each_document_with_its_hash(api: OpenAPI) -> None:
     index = json.loads(api.v3_index())
-    assert set(index["paths"]) == {"api/v1", "apis/apps/v1", "apis/coordination.k8s.io/v1"}
+    assert set(index["paths"]) == {
+        "api/v1",
+        "apis/apps/v1",
+        "apis/coordination.k8s.io/v1",
+        "apis/policy/v1",
+    }
     for path, entry in index["paths"].items():
         data = api.v3_document(path)
         assert data is not None

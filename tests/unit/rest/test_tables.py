@@ -19,6 +19,7 @@ from tinykube.duration import human_duration
 from tinykube.errors import BadRequestError, InternalError
 from tinykube.manifest import to_dict
 from tinykube.v1 import node_pb2, pod_pb2
+from tinykube.v1 import poddisruptionbudget_pb2 as pdb_pb2
 
 NOW = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
 WIDGET = dataclasses.replace(kinds.POD, kind="Widget", plural="widgets")
@@ -132,6 +133,13 @@ COLUMNS = {
         ("Selector", 1),
     ],
     "Endpoints": [("Name", 0), ("Endpoints", 0), ("Age", 0)],
+    "PodDisruptionBudget": [
+        ("Name", 0),
+        ("Min Available", 0),
+        ("Max Unavailable", 0),
+        ("Allowed Disruptions", 0),
+        ("Age", 0),
+    ],
     "Widget": [("Name", 0), ("Created At", 0)],
 }
 
@@ -879,6 +887,35 @@ def test_endpoints_cells(subsets: list[dict[str, Any]] | None, expected: str) ->
     if subsets is not None:
         obj["subsets"] = subsets
     assert cells(kinds.ENDPOINTS, obj) == ["web", expected, "10m"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "expected"),
+    [
+        # Kubernetes' printPodDisruptionBudget: the unset bound is N/A, the integer column is
+        # status.disruptionsAllowed (0 when the controller has not written it yet).
+        ({"minAvailable": 2}, {"disruptionsAllowed": 1}, ["web", "2", "N/A", 1, "5m"]),
+        ({"maxUnavailable": "25%"}, {}, ["web", "N/A", "25%", 0, "5m"]),
+        ({"minAvailable": "100%"}, {"disruptionsAllowed": 0}, ["web", "100%", "N/A", 0, "5m"]),
+        ({}, {}, ["web", "N/A", "N/A", 0, "5m"]),
+    ],
+)
+def test_pdb_cells(spec: dict[str, Any], status: dict[str, Any], expected: list[Any]) -> None:
+    obj = {
+        "metadata": {"name": "web", "creationTimestamp": ago(minutes=5)},
+        "spec": spec,
+        "status": status,
+    }
+    assert cells(kinds.POD_DISRUPTION_BUDGET, obj) == expected
+
+
+def test_pdb_cells_from_the_protobuf_json() -> None:
+    """The JSON the codec prints from the message (a Value holds 2 as a float)."""
+    pdb = pdb_pb2.PodDisruptionBudget()
+    pdb.metadata.name = "web"
+    pdb.spec.minAvailable.number_value = 2
+    pdb.status.disruptionsAllowed = 0
+    assert cells(kinds.POD_DISRUPTION_BUDGET, to_dict(pdb))[:4] == ["web", "2", "N/A", 0]
 
 
 def test_other_kinds_get_the_default_table() -> None:
