@@ -31,7 +31,7 @@ from apiserver.storage import Storage
 from apiserver.watchcache import Codec, WatchCache
 from tinykube.clock import Clock
 from tinykube.errors import TinykubeError, UnavailableError
-from tinykube.kinds import ALL_KINDS, NODE, SERVICE
+from tinykube.kinds import ALL_KINDS, NODE, POD, POD_DISRUPTION_BUDGET, SERVICE
 from tinykube.serving import GrpcServer
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,8 @@ class APIServer:
                 node_prefix=f"{prefix}/{NODE.plural}/".encode(),
                 allocator=self.allocator if info.kind == SERVICE.kind else None,
             )
+        # Evictions consult the pods' disruption budgets.
+        self.services[POD.kind].budgets = self.services[POD_DISRUPTION_BUDGET.kind]
         self.storage.set_exclusive(self._plainly_watched_kind)
         # One in-flight limit for both front ends (apiserver/flowcontrol.py).
         self.limiter = Limiter(

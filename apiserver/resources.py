@@ -39,12 +39,16 @@ from apiserver.watchcache import (
     WatchCache,
     Watcher,
 )
+from tinykube import disruption
 from tinykube.clock import Clock
 from tinykube.errors import (
     AlreadyExistsError,
     BadRequestError,
     ConflictError,
+    DisruptionBudgetError,
+    ForbiddenError,
     InvalidError,
+    MultipleBudgetsError,
     NotFoundError,
     PreconditionFailedError,
     RequestEntityTooLargeError,
@@ -64,6 +68,7 @@ from tinykube.selectors import (
     parse_label_selector,
 )
 from tinykube.v1 import meta_pb2, pod_pb2
+from tinykube.v1 import poddisruptionbudget_pb2 as pdb_pb2
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +155,8 @@ class ResourceStore:
         # Services only: cluster IPs and nodePorts claimed in the same txn as each write.
         self.allocator = allocator
         self.plural = info.plural
+        # Pods only: the PodDisruptionBudgets store evictions consult (APIServer wires it).
+        self.budgets: ResourceStore | None = None
         # Kinds without their own entry (new rows in tinykube.kinds) select by metadata only.
         self.supported_fields = SELECTABLE_FIELDS.get(info.kind, META_FIELDS)
 
@@ -777,8 +784,14 @@ class ResourceStore:
                 pod.metadata.HasField("deletionTimestamp")
             )
             ours = False
+            unhealthy_under: str | None = None
             if not ignores_budgets:
-                await self.check_disruption_budgets(pod, dry_run=dry_run)
+                unhealthy_under = await self.check_disruption_budgets(pod, dry_run=dry_run)
+                if unhealthy_under is not None and not caller_rv:
+                    # Let through without spending the budget because it is not Ready:
+                    # delete only the version judged, so a pod that became Ready meanwhile
+                    # is not taken.
+                    req.preconditions.resourceVersion = pod.metadata.resourceVersion
             elif phase == "Pending" and not pod.metadata.HasField("deletionTimestamp"):
                 ours = not caller_rv
                 if ours:
@@ -791,21 +804,81 @@ class ResourceStore:
             except ConflictError:
                 if ours and attempt < _CAS_ATTEMPTS - 1:
                     continue  # the pod changed (it may have started): decide again
+                if unhealthy_under is not None and not caller_rv:
+                    # As kube-apiserver: the client may retry, and the pod is judged again.
+                    raise _still_processing(unhealthy_under) from None
                 raise
             return pod_pb2.EvictResponse(pod=deleted)  # type: ignore[arg-type]
         raise self._conflict(name)
 
-    async def check_disruption_budgets(self, pod: pod_pb2.Pod, *, dry_run: bool) -> None:
-        """The PodDisruptionBudget check of an eviction: the hook where budgets slot in.
+    async def check_disruption_budgets(self, pod: pod_pb2.Pod, *, dry_run: bool) -> str | None:
+        """The PodDisruptionBudget check of an eviction (kube-apiserver's EvictionREST).
 
-        tinykube has no PodDisruptionBudgets yet, so every eviction is allowed. When they
-        exist, this finds the budgets whose selector matches the pod (more than one is an
-        error, as in Kubernetes), raises ResourceExhaustedError (429 TooManyRequests, "Cannot
-        evict pod as it would violate the pod's disruption budget.") when disruptionsAllowed
-        is 0, and otherwise decrements it and records the pod in status.disruptedPods with a
-        compare-and-swap on the budget (skipped when `dry_run`), before `evict` deletes.
+        Finds the budgets in the pod's namespace whose selector matches it: none lets the
+        eviction through; more than one is MultipleBudgetsError. A pod that is not Ready is
+        let through without spending the budget when the budget's unhealthyPodEvictionPolicy
+        is AlwaysAllow, or (IfHealthyBudget, the default) while currentHealthy >=
+        desiredHealthy > 0; the budget's name is returned so `evict` deletes only the version
+        judged. Otherwise the budget must allow a disruption: it is decremented and the pod
+        recorded in status.disruptedPods by a compare-and-swap on the budget's
+        resourceVersion (re-read and retried on conflict, so two evictions never spend one
+        disruption), skipped when `dry_run`. Raises DisruptionBudgetError (429) when the
+        budget allows none or its status is behind its generation, ForbiddenError when its
+        disruptedPods map is full, ConflictError after too many lost races.
         """
-        del pod, dry_run
+        budgets = self.budgets
+        if budgets is None:
+            return None
+        matching = [
+            o.obj
+            for o in budgets.cache.snapshot(pod.metadata.namespace, _EVERYTHING, _NO_FIELDS)
+            if disruption.selects(o.obj, pod)  # type: ignore[arg-type]
+        ]
+        if not matching:
+            return None
+        if len(matching) > 1:
+            raise MultipleBudgetsError(
+                "This pod has more than one PodDisruptionBudget, which the eviction "
+                "subresource does not support."
+            )
+        pdb = pdb_pb2.PodDisruptionBudget()
+        pdb.CopyFrom(matching[0])  # type: ignore[arg-type]
+        name = pdb.metadata.name
+        if not disruption.is_pod_ready(pod):
+            status = pdb.status
+            if pdb.spec.unhealthyPodEvictionPolicy == disruption.ALWAYS_ALLOW or (
+                status.currentHealthy >= status.desiredHealthy and status.desiredHealthy > 0
+            ):
+                return name
+        key = budgets.key(pdb.metadata.namespace, name)
+        for _attempt in range(_CAS_ATTEMPTS):
+            _check_budget(pdb)
+            status = pdb.status
+            status.disruptionsAllowed -= 1
+            if status.disruptionsAllowed == 0:
+                disruption.update_disruption_allowed_condition(pdb, self.clock.now())
+            if dry_run:
+                return None
+            set_timestamp(status.disruptedPods[pod.metadata.name], self.clock.now())
+            try:
+                await budgets.update_status(
+                    pdb_pb2.UpdatePodDisruptionBudgetRequest(podDisruptionBudget=pdb)
+                )
+                return None
+            except ConflictError:
+                pass  # another eviction (or the controller) wrote it first: judge again
+            except NotFoundError:
+                return None  # the budget is gone: nothing protects the pod any more
+            cur = await budgets._current(key, cached=False)
+            if cur is None:
+                return None
+            pdb = cur.obj  # type: ignore[assignment]
+            if not disruption.selects(pdb, pod):
+                return None
+        raise ConflictError(
+            f'Operation cannot be fulfilled on poddisruptionbudgets.policy "{name}": '
+            "couldn't update PodDisruptionBudget due to conflicts"
+        )
 
     def _check_eviction_preconditions(self, req: meta_pb2.DeleteRequest, pod: pod_pb2.Pod) -> None:
         """What `delete` would refuse, for a dry run (which must not reach `delete`)."""
@@ -832,6 +905,46 @@ class ResourceStore:
                 f"{meta.resourceVersion}",
             )
         return None
+
+
+_EVERYTHING = LabelSelector()
+_NO_FIELDS = parse_field_selector("")
+_REFUSED = "Cannot evict pod as it would violate the pod's disruption budget."
+
+
+def _still_processing(name: str) -> DisruptionBudgetError:
+    """kube-apiserver's createTooManyRequestsError: retry in 10 s."""
+    return DisruptionBudgetError(
+        _REFUSED,
+        f"The disruption budget {name} is still being processed by the server.",
+        retry_after_seconds=10,
+    )
+
+
+def _check_budget(pdb: pdb_pb2.PodDisruptionBudget) -> None:
+    """checkAndDecrement's refusals, in Kubernetes' order."""
+    name, status = pdb.metadata.name, pdb.status
+    if status.observedGeneration < pdb.metadata.generation:
+        raise _still_processing(name)
+    forbidden = {"name": name, "group": "policy", "kind": "poddisruptionbudget"}
+    if status.disruptionsAllowed < 0:
+        raise ForbiddenError(
+            f'poddisruptionbudget.policy "{name}" is forbidden: pdb disruptions allowed is '
+            "negative",
+            forbidden,
+        )
+    if len(status.disruptedPods) > disruption.MAX_DISRUPTED_PODS:
+        raise ForbiddenError(
+            f'poddisruptionbudget.policy "{name}" is forbidden: DisruptedPods map too big - '
+            "too many evictions not confirmed by PDB controller",
+            forbidden,
+        )
+    if status.disruptionsAllowed == 0:
+        raise DisruptionBudgetError(
+            _REFUSED,
+            f"The disruption budget {name} needs {status.desiredHealthy} healthy pods and has "
+            f"{status.currentHealthy} currently",
+        )
 
 
 def _check_grace_period(request: meta_pb2.DeleteRequest) -> None:

@@ -9,7 +9,7 @@ typed statuses, not exceptions; these are for failures that cross an API boundar
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import grpc
 
@@ -117,6 +117,45 @@ class TooManyRequestsError(ResourceExhaustedError):
         self.retry_after = retry_after
 
 
+# Trailing metadata naming why a RESOURCE_EXHAUSTED (or other) status was sent, where the code
+# alone is ambiguous: "DisruptionBudget" for an eviction a PodDisruptionBudget refused, which
+# retrying at once cannot fix (unlike an overloaded server's RESOURCE_EXHAUSTED).
+REASON_METADATA_KEY = "x-tinykube-reason"
+
+
+class DisruptionBudgetError(ResourceExhaustedError):
+    """An eviction a PodDisruptionBudget refuses: RESOURCE_EXHAUSTED with trailing metadata
+    `x-tinykube-reason: DisruptionBudget` over gRPC; over REST kube-apiserver's 429
+    TooManyRequests with a DisruptionBudget cause (and Retry-After when the budget is only
+    waiting for its controller). Never retried blindly: only the budget's status changing
+    (pods becoming ready, the controller catching up) lets the eviction through."""
+
+    reason: ClassVar[str] = "DisruptionBudget"
+
+    def __init__(self, message: str, cause: str, retry_after_seconds: int = 0) -> None:
+        super().__init__(message)
+        self.cause = cause
+        self.retry_after_seconds = retry_after_seconds
+
+
+class MultipleBudgetsError(PreconditionFailedError):
+    """A pod selected by more than one PodDisruptionBudget cannot be evicted (Kubernetes
+    answers 500 with this message over REST; FAILED_PRECONDITION over gRPC, since it is the
+    cluster's configuration, not the server, that is wrong)."""
+
+
+class ForbiddenError(TinykubeError):
+    """The request is understood but refused: PERMISSION_DENIED, 403 Forbidden over REST.
+    `details` is the REST Status' details when the refused object is not the request's (an
+    eviction refused by its pod's budget names the budget)."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+    def __init__(self, message: str, details: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.details = details
+
+
 class UnimplementedError(TinykubeError):
     code = grpc.StatusCode.UNIMPLEMENTED
 
@@ -144,6 +183,7 @@ _BY_CODE: dict[grpc.StatusCode, type[TinykubeError]] = {
         UnimplementedError,
         CancelledError,
         InternalError,
+        ForbiddenError,
     )
 }
 
@@ -159,6 +199,10 @@ async def abort_with(context: grpc.aio.ServicerContext[object, object], exc: Exc
 
     Unknown exceptions become INTERNAL with their type and text, never a bare traceback.
     """
+    if isinstance(exc, DisruptionBudgetError):
+        await context.abort(
+            exc.code, exc.message, trailing_metadata=((REASON_METADATA_KEY, exc.reason),)
+        )
     if isinstance(exc, TinykubeError):
         await context.abort(exc.code, exc.message)
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
@@ -175,6 +219,8 @@ def from_rpc_error(exc: grpc.RpcError) -> TinykubeError:
     """Client side: the TinykubeError for a failed RPC. Raise it `from exc`."""
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     details = exc.details() if hasattr(exc, "details") else str(exc)
+    if _reason(exc) == DisruptionBudgetError.reason:
+        return DisruptionBudgetError(details or "", cause="")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and hasattr(exc, "trailing_metadata"):
         retry_after = _pushback(exc.trailing_metadata())
         if retry_after is not None:
@@ -194,6 +240,15 @@ def _pushback(metadata: object) -> float | None:
     return None
 
 
+def _reason(exc: grpc.RpcError) -> str:
+    """The x-tinykube-reason trailing metadata of a failed RPC, "" without one."""
+    trailing: Any = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == REASON_METADATA_KEY:
+            return value if isinstance(value, str) else bytes(value).decode()
+    return ""
+
+
 def from_status(code: grpc.StatusCode, details: str | None) -> TinykubeError:
     """Client side: the TinykubeError for a (code, message) pair carried in a response body
     (a BindBatch item), mapped exactly as `from_rpc_error` maps a failed RPC."""
@@ -206,7 +261,12 @@ def from_status(code: grpc.StatusCode, details: str | None) -> TinykubeError:
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """True for the failures a client retries: UNAVAILABLE and DEADLINE_EXCEEDED only."""
+    """True for the failures a client retries: UNAVAILABLE and DEADLINE_EXCEEDED only; never
+    an eviction a disruption budget refused, whatever its code."""
+    if isinstance(exc, DisruptionBudgetError):
+        return False
+    if isinstance(exc, grpc.RpcError) and _reason(exc) == DisruptionBudgetError.reason:
+        return False
     if isinstance(exc, TinykubeError):
         return exc.code in RETRYABLE_CODES
     if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):

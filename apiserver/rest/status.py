@@ -18,8 +18,11 @@ from tinykube.errors import (
     BadRequestError,
     ConflictError,
     DeadlineExceededError,
+    DisruptionBudgetError,
     FieldError,
+    ForbiddenError,
     InvalidError,
+    MultipleBudgetsError,
     NotFoundError,
     PreconditionFailedError,
     RequestEntityTooLargeError,
@@ -198,6 +201,15 @@ def success_body(code: int = 200, details: dict[str, Any] | None = None) -> dict
     return body
 
 
+def _budget_refusal(exc: DisruptionBudgetError) -> tuple[int, dict[str, Any], dict[str, str]]:
+    details: dict[str, Any] = {"causes": [{"reason": exc.reason, "message": exc.cause}]}
+    headers = {}
+    if exc.retry_after_seconds > 0:
+        details["retryAfterSeconds"] = exc.retry_after_seconds
+        headers["Retry-After"] = str(exc.retry_after_seconds)
+    return 429, status_body(429, "TooManyRequests", exc.message, details), headers
+
+
 def status_of(
     exc: BaseException, resource: Resource | None = None
 ) -> tuple[int, dict[str, Any], dict[str, str]]:
@@ -221,6 +233,17 @@ def status_of(
         details = _details(res, kind=res.info.kind if res.info else None)
         details["causes"] = [cause_of(c) for c in exc.causes]
         return 422, status_body(422, "Invalid", _invalid_message(exc, res), details), {}
+    if isinstance(exc, DisruptionBudgetError):
+        # kube-apiserver's eviction: TooManyRequests with the budget's cause; Retry-After only
+        # when it suggests one (the budget waits for its controller).
+        return _budget_refusal(exc)
+    if isinstance(exc, MultipleBudgetsError):
+        # Kubernetes returns this as a bare Status (no reason, no details) with code 500.
+        body = status_body(500, "", exc.message)
+        del body["reason"]
+        return 500, body, {}
+    if isinstance(exc, ForbiddenError):
+        return 403, status_body(403, "Forbidden", exc.message, exc.details or _details(res)), {}
     if isinstance(exc, NotFoundError):
         return 404, status_body(404, "NotFound", _qualify(exc.message, res), _details(res)), {}
     if isinstance(exc, AlreadyExistsError):

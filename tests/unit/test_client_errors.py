@@ -25,7 +25,7 @@ EXPECTED: dict[grpc.StatusCode, type[errors.TinykubeError]] = {
     grpc.StatusCode.UNIMPLEMENTED: errors.UnimplementedError,
     grpc.StatusCode.CANCELLED: errors.CancelledError,
     grpc.StatusCode.INTERNAL: errors.InternalError,
-    grpc.StatusCode.PERMISSION_DENIED: errors.TinykubeError,
+    grpc.StatusCode.PERMISSION_DENIED: errors.ForbiddenError,
 }
 
 
