@@ -3,7 +3,7 @@
 `ControllerManager.start()` serves gRPC health on the bind address and starts `run()`, which
 campaigns for the Lease kube-system/tinykube-controller-manager. While leading it runs one
 informer per kind (pods, replicasets, nodes, node leases, services, endpoints) shared by
-every controller, one work
+every controller (and PodDisruptionBudgets for the disruption controller), one work
 queue per queue-driven controller with N worker tasks each (never the same key twice at once:
 the WorkQueue guarantees it), and the node lifecycle monitor loop. Workers start only after
 every informer has synced, so nothing acts on a partial picture. Leadership lost: everything
@@ -24,6 +24,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from controller.disruption import DisruptionController
 from controller.endpoints import EndpointsController
 from controller.garbagecollector import GarbageCollector
 from controller.metrics import Metrics
@@ -47,6 +48,7 @@ EVENT_SOURCES = {
     "nodelifecycle": "node-controller",
     # objects an informer handler refused (see _refused_by)
     "controller-manager": "kube-controller-manager",
+    "disruption": "controllermanager",
 }
 
 
@@ -207,6 +209,28 @@ class ControllerManager:
             queues.append(ep_queue)
             self.metrics.track_queue("endpoints", ep_queue.__len__)
             workers.append(("endpoints", ep_queue, epc.sync, s.concurrent_endpoint_syncs))
+
+        if "disruption" in s.controllers:
+            pdbs: Informer[Any] = Informer.for_resource(
+                client.pod_disruption_budgets, clock=self.clock
+            )
+            informers.append(pdbs)
+            pdb_queue: WorkQueue[str] = WorkQueue(self.clock, name="disruption")
+            dc = DisruptionController(
+                client.pod_disruption_budgets,
+                pdbs.store,
+                pods.store,
+                rss.store,
+                pdb_queue,
+                now=self.clock.now,
+                recorder=recorders["disruption"],
+            )
+            pdbs.add_handler(dc.on_pdb_add, dc.on_pdb_update, dc.on_pdb_delete)
+            pods.add_handler(dc.on_pod_add, dc.on_pod_update, dc.on_pod_delete)
+            rss.add_handler(dc.on_rs_add, dc.on_rs_update, dc.on_rs_delete)
+            queues.append(pdb_queue)
+            self.metrics.track_queue("disruption", pdb_queue.__len__)
+            workers.append(("disruption", pdb_queue, dc.sync, s.concurrent_disruption_syncs))
 
         if "nodelifecycle" in s.controllers:
             nlc = NodeLifecycleController(

@@ -31,7 +31,14 @@ class Settings:
     concurrent_replicaset_syncs: int = 5
     concurrent_gc_syncs: int = 20
     concurrent_endpoint_syncs: int = 5
-    controllers: tuple[str, ...] = ("replicaset", "nodelifecycle", "garbagecollector", "endpoints")
+    concurrent_disruption_syncs: int = 2
+    controllers: tuple[str, ...] = (
+        "replicaset",
+        "nodelifecycle",
+        "garbagecollector",
+        "endpoints",
+        "disruption",
+    )
 
     @classmethod
     def from_args(cls, argv: Sequence[str] | None = None) -> Settings:
@@ -116,7 +123,7 @@ class Settings:
             "--controllers",
             default="*",
             help="comma-separated controllers to run: "
-            "replicaset,nodelifecycle,garbagecollector,endpoints",
+            "replicaset,nodelifecycle,garbagecollector,endpoints,disruption",
         )
         a = p.parse_args(argv)
         wanted = (
