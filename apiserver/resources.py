@@ -729,6 +729,9 @@ class ResourceStore:
                     continue
                 raise problem
             pod.spec.nodeName = target.name
+            # As kube-apiserver since v1.34 (ClearingNominatedNodeNameAfterBinding): a bound
+            # pod's preemption nomination is spent.
+            pod.status.nominatedNodeName = ""
             _set_scheduled(pod, self.clock)
             result = await self.storage.update(
                 key, self._stored_value(pod), cur.revision, require=(node_key,)

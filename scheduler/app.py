@@ -4,10 +4,12 @@
 replica is healthy too), then campaigns for the Lease kube-system/tinykube-scheduler (unless
 leader election is disabled). While leading it runs a pod informer (every pod: pending pods
 with our schedulerName are queued, assigned ones are counted in the cache), a node informer and
-Service and ReplicaSet informers (PodTopologySpread's default selectors), waits for them to
-sync, and runs the serial scheduling loop. Losing the lease ends the process's
-work (`done` completes with an error), as kube-scheduler exits on lost leadership: a fresh
-process starts with a fresh cache, so no state of an old term can leak into a new one.
+Service and ReplicaSet informers (PodTopologySpread's default selectors) and a
+PodDisruptionBudget informer (for preemption), waits for them to sync, and runs the serial
+scheduling loop. Losing the lease ends the process's work (`done` completes with an error), as
+kube-scheduler exits on lost leadership: a fresh process starts with a fresh cache, so no state
+of an old term can leak into a new one. Preemption marks each victim DisruptionTarget
+(PreemptionByScheduler) before deleting it with its grace period.
 
 Unschedulable pods get condition PodScheduled=False/Unschedulable with the message (written
 only when it changes) and a FailedScheduling Event (the recorder counts repeats); bound pods
@@ -34,6 +36,7 @@ from scheduler.cycle import Reporter, Scheduler
 from scheduler.framework import Handle
 from scheduler.metrics import Metrics
 from scheduler.podinfo import PodInfo
+from scheduler.preemption import DISRUPTION_TARGET, PREEMPTION_REASON, disruption_message
 from scheduler.service import SchedulerService
 from scheduler.settings import Settings
 from tinykube.client import BindItem, Client
@@ -52,6 +55,7 @@ from tinykube.v1 import (
     scheduler_pb2_grpc,
     service_pb2,
 )
+from tinykube.v1 import poddisruptionbudget_pb2 as pdb_pb2
 
 log = logging.getLogger(__name__)
 
@@ -176,13 +180,19 @@ class SchedulerApp:
         replica_sets.add_handler(
             sched.on_replica_set_add, sched.on_replica_set_update, sched.on_replica_set_delete
         )
+        # Preemption prefers victims whose eviction breaks no PodDisruptionBudget.
+        pdbs: Informer[pdb_pb2.PodDisruptionBudget] = Informer.for_resource(
+            self.client.pod_disruption_budgets, clock=self.clock, on_handler_error=self._refused
+        )
+        profile.handle.pdbs = pdbs.store
         self.pod_informer = pods
-        tasks = [nodes.start(), pods.start(), services.start(), replica_sets.start()]
+        tasks = [nodes.start(), pods.start(), services.start(), replica_sets.start(), pdbs.start()]
         try:
             await nodes.wait_synced()
             await services.wait_synced()
             await replica_sets.wait_synced()
             await pods.wait_synced()
+            await pdbs.wait_synced()
             log.info(
                 "caches synced: %d nodes, %d pods; scheduling as %r",
                 len(nodes.store),
@@ -224,8 +234,12 @@ class SchedulerApp:
         await self._update_status(info, lambda pod: _set_condition(pod, self.clock, message))
 
     async def _preempt(self, pod: PodInfo, node: str, victims: list[PodInfo]) -> None:
-        """Evict the victims (with their grace periods) and nominate the node for `pod`."""
+        """Evict the victims and nominate the node for `pod`, as kube's prepareCandidate: each
+        victim first gets the DisruptionTarget condition (PreemptionByScheduler), then is
+        deleted with its own grace period (uid precondition: never a namesake)."""
+        message = disruption_message(pod.scheduler_name or self.config.profile.scheduler_name)
         for v in victims:
+            await self._mark_disruption_target(v, message)
             self.recorder.emit(
                 v.pod, NORMAL, "Preempted", f"Preempted by pod {pod.uid} on node {node}"
             )
@@ -251,6 +265,33 @@ class SchedulerApp:
             return True
 
         await self._update_status(pod, nominate)
+
+    async def _mark_disruption_target(self, victim: PodInfo, message: str) -> None:
+        """Set DisruptionTarget=True/PreemptionByScheduler on a victim (re-read on conflict);
+        a failure is logged and the victim deleted all the same, as kube-scheduler does."""
+        for _ in range(5):
+            current: Any = None
+            if self.pod_informer is not None:
+                current = self.pod_informer.store.get(victim.key)
+            try:
+                if current is None or current.metadata.uid != victim.uid:
+                    current = await self.client.pods.get(victim.name, victim.namespace)
+                if current.metadata.uid != victim.uid:
+                    return
+                pod = pod_pb2.Pod()
+                pod.CopyFrom(current)  # informer objects are shared: never mutate them
+                if not _set_disruption_target(pod, self.clock, message):
+                    return
+                await self.client.pods.update_status(pod)
+                return
+            except ConflictError:
+                current = None
+                continue
+            except NotFoundError:
+                return
+            except TinykubeError as exc:
+                log.warning("could not mark %s as a disruption target: %s", victim.key, exc)
+                return
 
     async def _update_status(self, info: PodInfo, mutate: Callable[[pod_pb2.Pod], bool]) -> None:
         """Apply `mutate` to the pending pod's status and write it, re-reading on conflict."""
@@ -279,6 +320,26 @@ class SchedulerApp:
             except TinykubeError as exc:
                 log.warning("could not update status of %s: %s", info.key, exc)
                 return
+
+
+def _set_disruption_target(pod: pod_pb2.Pod, clock: Clock, message: str) -> bool:
+    """Add or update DisruptionTarget=True/PreemptionByScheduler; False when already so."""
+    for cond in pod.status.conditions:
+        if cond.type == DISRUPTION_TARGET:
+            if (cond.status, cond.reason, cond.message) == ("True", PREEMPTION_REASON, message):
+                return False
+            if cond.status != "True":
+                cond.lastTransitionTime.CopyFrom(timestamp(clock.now()))
+            cond.status, cond.reason, cond.message = "True", PREEMPTION_REASON, message
+            return True
+    pod.status.conditions.add(
+        type=DISRUPTION_TARGET,
+        status="True",
+        reason=PREEMPTION_REASON,
+        message=message,
+        lastTransitionTime=timestamp(clock.now()),
+    )
+    return True
 
 
 def _set_condition(pod: pod_pb2.Pod, clock: Clock, message: str) -> bool:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.cache import SchedulerCache
+from scheduler.cache import NodeTable, SchedulerCache
 from scheduler.config import ProfileConfig
 from scheduler.framework import (
     BindPlugin,
@@ -245,8 +245,17 @@ class Algorithm:
                 state.skip_filter.add(p.name)
             elif st.rejected:
                 msg = f"0/{total_nodes} nodes are available: {total_nodes} {st.message()}."
+                # As kube-scheduler, PostFilter runs after a PreFilter rejection too: every
+                # node has the PreFilter's status, resolvable only if it said Unschedulable.
+                resolvable = nodes.valid[: nodes.n] & (st.code == Code.UNSCHEDULABLE)
+                nominated, tail = self._post_filter(state, pod, nodes, resolvable)
                 return ScheduleResult(
-                    None, st, msg, unschedulable_plugins=frozenset({p.name}), state=state
+                    None,
+                    st,
+                    msg + tail,
+                    unschedulable_plugins=frozenset({p.name}),
+                    state=state,
+                    nominated_node=nominated,
                 )
             elif not st.ok:
                 return ScheduleResult(None, st, st.message(), state=state)
@@ -310,11 +319,8 @@ class Algorithm:
         score_parts: list[tuple[str, int, npt.NDArray[np.int64]]] = []
         if len(candidates) == 0:
             msg, plugins, resolvable = self._fit_error(total_nodes, results, narrowed, state)
-            nominated = None
-            for pf in prof.post_filters:
-                nominated, st = pf.post_filter(state, pod, nodes, resolvable)
-                if nominated is not None:
-                    break
+            nominated, tail = self._post_filter(state, pod, nodes, resolvable)
+            msg += tail
             result = ScheduleResult(
                 None,
                 Status.unschedulable(msg),
@@ -418,6 +424,22 @@ class Algorithm:
         self._static[key] = (gen, (alive, prefix_results))
         results[:k] = prefix_results
         return alive
+
+    def _post_filter(
+        self, state: CycleState, pod: PodInfo, nodes: NodeTable, resolvable: npt.NDArray[np.bool_]
+    ) -> tuple[str | None, str]:
+        """RunPostFilterPlugins: the node a plugin nominated (preemption), else the failed
+        plugins' reasons as the tail kube-scheduler appends to the FitError message
+        (" preemption: 0/3 nodes are available: ..."); no tail when one succeeded."""
+        reasons: list[str] = []
+        for pf in self.profile.post_filters:
+            nominated, st = pf.post_filter(state, pod, nodes, resolvable)
+            if nominated is not None or st.ok:
+                return nominated, ""
+            reasons.extend(st.reasons)
+            if st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                break
+        return None, (" " + ", ".join(reasons)) if reasons else ""
 
     def _fit_error(
         self,

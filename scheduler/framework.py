@@ -235,6 +235,8 @@ class Handle:
     # the Services and ReplicaSets that select pods (scheduler/workloads.py), for
     # PodTopologySpread's default constraints
     workloads: Any = None
+    # the PodDisruptionBudgets (an informer store: `.list()`), for preemption; None: none
+    pdbs: Any = None
 
 
 PluginFactory = Callable[[Mapping[str, Any], Handle], Any]

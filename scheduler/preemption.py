@@ -1,25 +1,41 @@
 """DefaultPreemption: when no node fits, find lower-priority pods whose removal makes room.
 
-Follows kube-scheduler's algorithm, simplified:
-- a pod with preemptionPolicy Never, or whose earlier nomination still waits for terminating
-  victims, does not preempt;
-- only nodes whose first failing filter was resolvable (Unschedulable: resources or host
-  ports, not taints/affinity/cordon) are candidates;
-- on a candidate node every lower-priority pod is removed; if the pod then fits, victims are
-  "reprieved" from the highest priority down while it still fits; what remains are the victims;
-- among candidates: the lowest highest-victim priority, then the lowest sum of victim
-  priorities, then the fewest victims, then the first node in the scheduler's order.
-The plugin only decides; the scheduler deletes the victims and sets status.nominatedNodeName.
-The preemptor is nominated to the node (status.nominatedNodeName, and at once in the cache);
-while nominated, its requests count on that node for pods of lower priority, so the freed
-room waits for it. Not modelled: PodDisruptionBudgets.
+Follows kube-scheduler v1.36's defaultpreemption plugin and framework/preemption evaluator:
+- eligibility first: a pod with preemptionPolicy Never does not preempt ("not eligible due to
+  preemptionPolicy=Never."), nor one whose nominated node still has a lower-priority pod
+  terminating because the scheduler preempted it (DisruptionTarget/PreemptionByScheduler), unless
+  that node now fails unresolvably;
+- only nodes whose first failing filter was resolvable (Unschedulable: resources or host ports,
+  not taints/affinity/cordon) are candidates; the others are "Preemption is not helpful for
+  scheduling";
+- on a candidate node every lower-priority pod (not already terminating) is removed; if the pod
+  still does not fit, the node reports what the filters say (or "No preemption victims found
+  for incoming pod" when it has no lower-priority pod). Otherwise the victims are "reprieved"
+  from the most important down (priority, then earliest start) while the pod still fits:
+  first those whose eviction would break a PodDisruptionBudget (selectVictimsOnNode's
+  filterPodsWithPDBViolation: a budget's disruptionsAllowed is spent by each selected victim not
+  already in its disruptedPods), then the rest; a violating victim that cannot be reprieved is
+  a PDB violation;
+- nodes are evaluated until enough candidates are found (10% of the nodes, at least 100, and
+  one of them without violations), then one is picked: the fewest PDB violations, the lowest
+  highest-victim priority, the lowest sum of victim priorities, the fewest victims, the latest
+  start among the highest-priority victims, then the first evaluated.
+A failure is Status.unschedulable with kube's text, `preemption: ...`, which the algorithm
+appends to the FitError message. The plugin only decides; the scheduler marks the victims with
+DisruptionTarget, deletes them with their grace periods and sets status.nominatedNodeName. The
+preemptor is nominated to the node (status.nominatedNodeName, and at once in the cache); while
+nominated, its requests count on that node for pods of lower priority, so the freed room waits
+for it. Not modelled: the nominated pods' own requests during the dry run, and extenders.
 
 Runs in the scheduling cycle, only for pods that fit nowhere; a Python loop over candidate
-nodes and their pods (bounded by `max_candidates`) is acceptable on this failure path.
+nodes and their pods is acceptable on this failure path.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -27,35 +43,168 @@ import numpy.typing as npt
 
 from scheduler.cache import EventKind, NodeTable, SchedulerCache
 from scheduler.framework import CycleState, Handle, Status
+from scheduler.plugins.nodeports import ERR_PORTS
+from scheduler.plugins.noderesourcesfit import ERR_TOO_MANY_PODS
 from scheduler.podinfo import PodInfo
+from tinykube import disruption
+from tinykube.v1 import poddisruptionbudget_pb2 as pdb_pb2
 
 VICTIMS_KEY = "DefaultPreemption/victims"
+NO_VICTIMS = "No preemption victims found for incoming pod"
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+NEVER = "not eligible due to preemptionPolicy=Never."
+TERMINATING = "not eligible due to a terminating pod on the nominated node."
+# The DisruptionTarget condition the scheduler sets on its victims (kube's preemption).
+DISRUPTION_TARGET = "DisruptionTarget"
+PREEMPTION_REASON = "PreemptionByScheduler"
+
+
+def disruption_message(scheduler_name: str) -> str:
+    """The DisruptionTarget condition's message on a victim, as kube-scheduler words it."""
+    return f"{scheduler_name}: preempting to accommodate a higher priority pod"
+
+
+def misfit(
+    pod: PodInfo, nodes: NodeTable, slot: int, removed: list[PodInfo], remaining: list[PodInfo]
+) -> list[str]:
+    """Why `pod` fails NodePorts or NodeResourcesFit on `slot` with `removed` pods gone (the
+    first failing plugin's reasons, in kube's filter order); [] when it fits."""
+    for hp in pod.host_ports:
+        if any(hp.conflicts(other) for p in remaining for other in p.host_ports):
+            return [ERR_PORTS]
+    reasons = []
+    if nodes.free_pods[slot] + len(removed) < 1:
+        reasons.append(ERR_TOO_MANY_PODS)
+    if not pod.zero_request:
+        if pod.cpu > 0 and pod.cpu > nodes.free_cpu[slot] + sum(p.cpu for p in removed):
+            reasons.append("Insufficient cpu")
+        if pod.memory > 0 and pod.memory > nodes.free_mem[slot] + sum(p.memory for p in removed):
+            reasons.append("Insufficient memory")
+        for name, amount in sorted(pod.extended.items()):
+            col = nodes.ext.get(name)
+            free = 0
+            if col is not None:
+                free = int(col.alloc[slot] - col.req[slot]) + sum(
+                    p.extended.get(name, 0) for p in removed
+                )
+            if col is None or amount > free:
+                reasons.append(f"Insufficient {name}")
+    return reasons
 
 
 def fits_without(
     pod: PodInfo, nodes: NodeTable, slot: int, removed: list[PodInfo], remaining: list[PodInfo]
 ) -> bool:
     """Would `pod` pass NodeResourcesFit and NodePorts on `slot` with `removed` pods gone?"""
-    if nodes.free_pods[slot] + len(removed) < 1:
-        return False
-    if not pod.zero_request:
-        if pod.cpu > 0 and pod.cpu > nodes.free_cpu[slot] + sum(p.cpu for p in removed):
-            return False
-        if pod.memory > 0 and pod.memory > nodes.free_mem[slot] + sum(p.memory for p in removed):
-            return False
-        for name, amount in pod.extended.items():
-            col = nodes.ext.get(name)
-            if col is None:
-                return False
-            free = int(col.alloc[slot] - col.req[slot]) + sum(
-                p.extended.get(name, 0) for p in removed
-            )
-            if amount > free:
-                return False
-    for hp in pod.host_ports:
-        if any(hp.conflicts(other) for p in remaining for other in p.host_ports):
-            return False
-    return True
+    return not misfit(pod, nodes, slot, removed, remaining)
+
+
+def start_time(p: PodInfo) -> float:
+    """GetPodStartTime: status.startTime, else (not started yet) its creation."""
+    st = p.pod.status.startTime
+    if st.seconds or st.nanos:
+        return st.seconds + st.nanos / 1e9
+    return p.created
+
+
+def more_important_first(p: PodInfo) -> tuple[int, float]:
+    """MoreImportantPod as a sort key: higher priority, then the earlier start."""
+    return (-p.priority, start_time(p))
+
+
+def split_by_pdb_violation(
+    victims: list[PodInfo], pdbs: Iterable[pdb_pb2.PodDisruptionBudget]
+) -> tuple[list[PodInfo], list[PodInfo]]:
+    """filterPodsWithPDBViolation: (violating, non-violating), each in the given order. Every
+    victim a budget selects (and has not already let go: disruptedPods) spends one of its
+    disruptionsAllowed; a victim that takes a budget below zero violates it."""
+    budgets = [b for b in pdbs if disruption.budget_selector(b) is not None]
+    allowed = [b.status.disruptionsAllowed for b in budgets]
+    violating: list[PodInfo] = []
+    fine: list[PodInfo] = []
+    for v in victims:
+        broke = False
+        if v.pod.metadata.labels:
+            for i, b in enumerate(budgets):
+                if not disruption.selects(b, v.pod) or v.name in b.status.disruptedPods:
+                    continue
+                allowed[i] -= 1
+                if allowed[i] < 0:
+                    broke = True
+        (violating if broke else fine).append(v)
+    return violating, fine
+
+
+@dataclass
+class NodeVictims:
+    victims: list[PodInfo]
+    violations: int
+
+
+def select_victims_on_node(
+    pod: PodInfo,
+    nodes: NodeTable,
+    slot: int,
+    on_node: list[PodInfo],
+    pdbs: list[pdb_pb2.PodDisruptionBudget],
+) -> NodeVictims | list[str]:
+    """kube's SelectVictimsOnNode: the fewest victims to make room, or the reasons it cannot."""
+    lower = [p for p in on_node if p.priority < pod.priority and not p.terminating]
+    if not lower:
+        return [NO_VICTIMS]
+    kept = [p for p in on_node if not (p.priority < pod.priority and not p.terminating)]
+    reasons = misfit(pod, nodes, slot, lower, kept)
+    if reasons:
+        return reasons
+    lower.sort(key=more_important_first)
+    violating, fine = split_by_pdb_violation(lower, pdbs)
+    removed = list(lower)
+    victims: list[PodInfo] = []
+    violations = 0
+    for group, counts in ((violating, True), (fine, False)):
+        for p in group:
+            trial = [v for v in removed if v is not p]
+            if fits_without(pod, nodes, slot, trial, [*kept, p]):
+                removed = trial
+                kept.append(p)
+            else:
+                victims.append(p)
+                violations += counts
+    if not victims:
+        # Resources were never short here: another filter rejected the node resolvably (e.g.
+        # PodTopologySpread's skew), which this search does not re-run, so it cannot help.
+        return [NOT_HELPFUL]
+    if violating and fine:
+        victims.sort(key=more_important_first)
+    return NodeVictims(victims, violations)
+
+
+def pick_key(order: int, nv: NodeVictims) -> tuple[int, int, int, int, float, int]:
+    """pickOneNodeForPreemption's criteria as a key to minimise."""
+    vs = nv.victims
+    top = max(v.priority for v in vs)
+    earliest = min(start_time(v) for v in vs if v.priority == top)
+    return (nv.violations, top, sum(v.priority for v in vs), len(vs), -earliest, order)
+
+
+def fit_error(total: int, reasons: Counter[str]) -> str:
+    """FitError's text: "0/3 nodes are available: 1 Insufficient cpu, 2 No preemption..."."""
+    parts = sorted(f"{c} {r}" for r, c in reasons.items())
+    return f"0/{total} nodes are available: {', '.join(parts)}."
+
+
+def num_candidates(potential: int, min_percentage: int = 10, min_absolute: int = 100) -> int:
+    """GetOffsetAndNumCandidates' count: 10% of the potential nodes, at least 100, at most all."""
+    n = potential * min_percentage // 100
+    return min(max(n, min_absolute), potential)
+
+
+def terminating_by_preemption(p: PodInfo) -> bool:
+    """podTerminatingByPreemption: being deleted, with DisruptionTarget/PreemptionByScheduler."""
+    return p.terminating and any(
+        c.type == DISRUPTION_TARGET and c.reason == PREEMPTION_REASON and c.status == "True"
+        for c in p.pod.status.conditions
+    )
 
 
 class DefaultPreemption:
@@ -65,7 +214,12 @@ class DefaultPreemption:
 
     def __init__(self, handle: Handle, max_candidates: int = 100) -> None:
         self.handle = handle
+        # minCandidateNodesAbsolute: how many candidates are enough to stop the dry run.
         self.max_candidates = max_candidates
+
+    def _budgets(self) -> list[pdb_pb2.PodDisruptionBudget]:
+        store: Any = self.handle.pdbs
+        return list(store.list()) if store is not None else []
 
     def post_filter(
         self,
@@ -76,57 +230,57 @@ class DefaultPreemption:
     ) -> tuple[str | None, Status]:
         cache: SchedulerCache | None = self.handle.cache
         if cache is None:
-            return None, Status.unschedulable("preemption is not configured", plugin=self.name)
+            return None, Status.unschedulable(plugin=self.name)  # not wired: says nothing
+        if pod.pod.spec.preemptionPolicy == "Never":
+            return None, self._failed(NEVER)
+        total = nodes.count
+        valid = nodes.valid[: nodes.n]
+        potential_mask = resolvable[: nodes.n] & valid
+        nominated = pod.pod.status.nominatedNodeName
+        if nominated:
+            slot = nodes.index.get(nominated)
+            unresolvable = slot is not None and not potential_mask[slot]
+            if not unresolvable and any(
+                p.priority < pod.priority and terminating_by_preemption(p)
+                for p in cache.pods_on(nominated)
+            ):
+                # an earlier preemption is still making room: wait for it, do not evict more
+                return None, self._failed(TERMINATING)
+        potential = np.flatnonzero(potential_mask).tolist()
+        if not potential:
+            return None, self._failed(fit_error(total, Counter({NOT_HELPFUL: total})))
         if not any(prio < pod.priority for prio in cache.priorities):
             # the common case: nothing on any node has a lower priority
-            return None, Status.unschedulable(
-                "No preemption victims found for incoming pod.", plugin=self.name
-            )
-        if pod.pod.spec.preemptionPolicy == "Never":
-            return None, Status.unresolvable("not eligible due to preemptionPolicy=Never.")
-        nominated = pod.pod.status.nominatedNodeName
-        if nominated and any(
-            p.terminating and p.priority < pod.priority for p in cache.pods_on(nominated)
-        ):
-            # an earlier preemption is still making room: wait for it, do not evict more
-            return None, Status.unschedulable("waiting for victims of an earlier preemption")
-        best: tuple[tuple[int, int, int, int], str, list[PodInfo]] | None = None
-        for order, slot in enumerate(np.flatnonzero(resolvable).tolist()[: self.max_candidates]):
+            reasons = Counter({NO_VICTIMS: len(potential)})
+            if total > len(potential):
+                reasons[NOT_HELPFUL] = total - len(potential)
+            return None, self._failed(fit_error(total, reasons))
+        pdbs = self._budgets()
+        wanted = num_candidates(len(potential), min_absolute=self.max_candidates)
+        found: list[tuple[tuple[int, int, int, int, float, int], str, NodeVictims]] = []
+        clean = 0
+        statuses: Counter[str] = Counter()
+        for order, slot in enumerate(potential):
             node = nodes.names[slot]
-            on_node = list(cache.pods_on(node))
-            lower = [p for p in on_node if p.priority < pod.priority and not p.terminating]
-            if not lower:
+            outcome = select_victims_on_node(pod, nodes, slot, list(cache.pods_on(node)), pdbs)
+            if isinstance(outcome, list):
+                for r in outcome:
+                    statuses[r] += 1
                 continue
-            higher = [p for p in on_node if not (p.priority < pod.priority and not p.terminating)]
-            if not fits_without(pod, nodes, slot, lower, higher):
-                continue
-            # reprieve the most important pods first while the pod still fits
-            lower.sort(key=lambda p: (-p.priority, p.created))
-            victims = list(lower)
-            kept = list(higher)
-            for p in lower:
-                trial = [v for v in victims if v is not p]
-                if fits_without(pod, nodes, slot, trial, [*kept, p]):
-                    victims = trial
-                    kept.append(p)
-            if not victims:
-                # resources were never short here (a resolvable rejection by another filter,
-                # e.g. PodTopologySpread's skew, which this simplified search does not model)
-                continue
-            key = (
-                max(v.priority for v in victims),
-                sum(v.priority for v in victims),
-                len(victims),
-                order,
-            )
-            if best is None or key < best[0]:
-                best = (key, node, victims)
-        if best is None:
-            return None, Status.unschedulable(
-                "No preemption victims found for incoming pod.", plugin=self.name
-            )
-        state.write(VICTIMS_KEY, best[2])
-        return best[1], Status(plugin=self.name)
+            found.append((pick_key(order, outcome), node, outcome))
+            clean += outcome.violations == 0
+            if clean > 0 and len(found) >= wanted:
+                break
+        if not found:
+            if total > len(potential):
+                statuses[NOT_HELPFUL] += total - len(potential)
+            return None, self._failed(fit_error(total, statuses))
+        _, node, chosen = min(found, key=lambda f: f[0])
+        state.write(VICTIMS_KEY, chosen.victims)
+        return node, Status(plugin=self.name)
+
+    def _failed(self, message: str) -> Status:
+        return Status.unschedulable(f"preemption: {message}", plugin=self.name)
 
 
 def victims(state: CycleState) -> list[PodInfo]:

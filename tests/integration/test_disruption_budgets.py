@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -35,6 +40,7 @@ from tinykube.v1 import poddisruptionbudget_pb2 as pdb_pb2
 pytestmark = pytest.mark.integration
 
 REFUSED = "Cannot evict pod as it would violate the pod's disruption budget."
+KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
 
 
 @pytest.fixture
@@ -305,3 +311,57 @@ async def test_dry_run_and_unselected_pods_leave_the_budget_alone(
     assert not await exists(client, "db-1")
     pdb = await client.pod_disruption_budgets.get("web", "default")
     assert pdb.status.disruptionsAllowed == 1
+
+
+async def test_binding_clears_the_preemption_nomination(client: Client) -> None:
+    await client.pods.create(make_pod("hi"))
+    pod = await client.pods.get("hi", "default")
+    pod.status.nominatedNodeName = "ghost"
+    await client.pods.update_status(pod)
+    await client.bind("default", "hi", "ghost")
+    bound = await client.pods.get("hi", "default")
+    assert (bound.spec.nodeName, bound.status.nominatedNodeName) == ("ghost", "")
+
+
+async def kubectl(
+    running: RunningAPIServer, home: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    assert KUBECTL is not None
+    server = f"http://{running.server.rest_address}"
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [KUBECTL, "--server", server, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "HOME": str(home), "KUBECONFIG": str(home / "none")},
+            check=False,
+        )
+
+    return await asyncio.to_thread(run)
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
+async def test_kubectl_get_pdb_and_a_drain_the_budget_refuses(
+    client: Client, running: RunningAPIServer, tmp_path: Path
+) -> None:
+    await running_pod(client, "web-1")
+    await budget(
+        client, "web", {**WEB, "minAvailable": 1}, allowed=0, current=1, desired=1, expected=1
+    )
+    got = await kubectl(running, tmp_path, "get", "pdb")
+    assert got.returncode == 0, got.stderr
+    header, row = got.stdout.splitlines()
+    assert header.split() == ["NAME", "MIN", "AVAILABLE", "MAX", "UNAVAILABLE", "ALLOWED",
+                              "DISRUPTIONS", "AGE"]  # fmt: skip
+    assert row.split()[:4] == ["web", "1", "N/A", "0"]
+    drained = await kubectl(
+        running, tmp_path, "drain", "ghost", "--force", "--timeout=2s", "--pod-selector=app=web"
+    )
+    assert drained.returncode != 0
+    assert "node/ghost cordoned" in drained.stdout
+    assert f'error when evicting pods/"web-1" -n "default" (will retry after 5s): {REFUSED}' in (
+        drained.stderr
+    )
+    assert await exists(client, "web-1")

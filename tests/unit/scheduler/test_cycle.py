@@ -61,7 +61,13 @@ async def test_binds_and_accounts() -> None:
         s.on_pod_add(PodBuilder(f"p{i}").req(cpu="1").obj())
     await run_queue(s)
     assert sorted(api.bound) == ["default/p0", "default/p1"]
-    assert api.unschedulable == [("default/p2", "0/1 nodes are available: 1 Insufficient cpu.")]
+    assert api.unschedulable == [
+        (
+            "default/p2",
+            "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 "
+            "No preemption victims found for incoming pod.",
+        )
+    ]
     assert s.queue.where("default/p2") == "unschedulable"
     # the informer confirms a bind; deleting that pod frees room and moves p2
     confirmed = PodBuilder("p0").req(cpu="1").node_name("n1").obj()
@@ -220,7 +226,8 @@ async def test_a_node_past_int64_is_refused_whole_and_scheduling_goes_on(
     await run_queue(s)
     assert api.bound == {"default/p0": "n1"}
     assert sorted(set(msg for _, msg in api.unschedulable)) == [
-        "0/21 nodes are available: 21 Insufficient cpu."
+        "0/21 nodes are available: 21 Insufficient cpu. preemption: 0/21 nodes are available: "
+        "21 No preemption victims found for incoming pod."
     ]
 
 

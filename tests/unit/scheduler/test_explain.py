@@ -31,7 +31,9 @@ def test_explain_unschedulable_pod() -> None:
     resp = to_response(s.algorithm.attempts[info.key], "default", "web", 10)
     assert resp.selectedNode == ""
     assert resp.message == (
-        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {k: v}."
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {k: v}. "
+        "preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, "
+        "1 Preemption is not helpful for scheduling."
     )
     by_node = {n.node: n for n in resp.nodes}
     n1 = {f.plugin: f for f in by_node["n1"].filters}

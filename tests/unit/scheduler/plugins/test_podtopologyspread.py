@@ -228,8 +228,11 @@ def test_message_and_resolvability() -> None:
     algo = algorithm(nodes, pods)
     pod = spread(web(), min_domains=2)
     result = algo.schedule(pod.info())
+    # The preemption tail shows the resolvability: the node missing the label is not helped.
     assert result.message == (
-        f"0/3 nodes are available: 1 {ERR_MISSING_LABEL}, 2 {ERR_CONSTRAINTS}."
+        f"0/3 nodes are available: 1 {ERR_MISSING_LABEL}, 2 {ERR_CONSTRAINTS}. preemption: 0/3 "
+        "nodes are available: 1 Preemption is not helpful for scheduling, 2 No preemption "
+        "victims found for incoming pod."
     )
     plugin = next(p for p in algo.profile.filters if p.name == "PodTopologySpread")
     state = CycleState()
