@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from apiserver.validation import validate
 from tinykube import kinds
 from tinykube.cli.main import main
 from tinykube.manifest import load_manifests
@@ -134,3 +135,16 @@ def test_the_scheduling_examples_are_valid_as_the_apiserver_checks_them(name: st
     Strategy(item.info).prepare_for_create(item.obj, datetime.now(UTC))
     item.obj.metadata.namespace = "default"  # type: ignore[attr-defined]
     assert validate(item.info, item.obj) == []
+
+
+def test_the_pdb_example_covers_the_replicaset_example() -> None:
+    (rs,) = load_manifests((EXAMPLES / "replicaset.yaml").read_text())
+    (pdb,) = load_manifests((EXAMPLES / "pdb.yaml").read_text())
+    assert pdb.info.kind == "PodDisruptionBudget"
+    budget: Any = pdb.obj
+    template: Any = rs.obj
+    assert selected_by(
+        dict(budget.spec.selector.matchLabels), dict(template.spec.template.metadata.labels)
+    )
+    budget.metadata.namespace = "default"  # what the apiserver fills in
+    assert validate(pdb.info, budget) == []
