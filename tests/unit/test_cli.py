@@ -762,3 +762,34 @@ def test_describe_pod_shows_topology_spread_constraints_as_kubectl(server: FakeS
     )
     assert "Tolerations:                  k:NoSchedule op=Exists" in lines
     assert "Node-Selectors:               <none>" in lines
+
+
+def test_get_and_describe_pdb_as_kubectl(server: FakeServer) -> None:
+    from tinykube.v1 import poddisruptionbudget_pb2 as pdb_pb2
+
+    pdb = pdb_pb2.PodDisruptionBudget(apiVersion="policy/v1", kind="PodDisruptionBudget")
+    pdb.metadata.name, pdb.metadata.namespace = "web", "default"
+    pdb.spec.maxUnavailable.string_value = "25%"
+    pdb.spec.selector.matchLabels["app"] = "web"
+    pdb.status.disruptionsAllowed = 1
+    pdb.status.currentHealthy, pdb.status.desiredHealthy, pdb.status.expectedPods = 4, 3, 4
+    seed(server, pdb)
+    code, out, _ = run_cli("get", "pdb")
+    assert code == 0
+    assert out.splitlines() == [
+        "NAME   MIN AVAILABLE   MAX UNAVAILABLE   ALLOWED DISRUPTIONS   AGE",
+        "web    N/A             25%               1                     5s",
+    ]
+    code, out, _ = run_cli("describe", "pdb", "web")
+    assert code == 0
+    assert out.splitlines()[:9] == [
+        "Name:             web",
+        "Namespace:        default",
+        "Max unavailable:  25%",
+        "Selector:         app=web",
+        "Status:",
+        "    Allowed disruptions:  1",
+        "    Current:              4",
+        "    Desired:              3",
+        "    Total:                4",
+    ]

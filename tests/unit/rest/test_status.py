@@ -19,13 +19,17 @@ from tinykube.errors import (
     BadRequestError,
     ConflictError,
     DeadlineExceededError,
+    DisruptionBudgetError,
     FieldError,
+    ForbiddenError,
     InvalidError,
+    MultipleBudgetsError,
     NotFoundError,
     PreconditionFailedError,
     ResourceExhaustedError,
     ResourceExpiredError,
     UnavailableError,
+    is_retryable,
 )
 from tinykube.kinds import POD, REPLICA_SET
 
@@ -55,6 +59,18 @@ WEB = Resource(POD, "web")
          "too old resource version: 1 (5)", None),
         (ResourceExhaustedError("slow"), WEB, 429, "TooManyRequests", "slow",
          {"retryAfterSeconds": 1}),
+        # kube's eviction refusals: the budget's cause, Retry-After only when it suggests one,
+        # the bare 500 Status for two budgets, and Forbidden naming the budget.
+        (DisruptionBudgetError("Cannot evict", "needs 2"), WEB, 429, "TooManyRequests",
+         "Cannot evict", {"causes": [{"reason": "DisruptionBudget", "message": "needs 2"}]}),
+        (DisruptionBudgetError("Cannot evict", "processing", 10), WEB, 429, "TooManyRequests",
+         "Cannot evict",
+         {"causes": [{"reason": "DisruptionBudget", "message": "processing"}],
+          "retryAfterSeconds": 10}),
+        (ForbiddenError('poddisruptionbudget.policy "b" is forbidden: x',
+                        {"name": "b", "group": "policy", "kind": "poddisruptionbudget"}),
+         WEB, 403, "Forbidden", 'poddisruptionbudget.policy "b" is forbidden: x',
+         {"name": "b", "group": "policy", "kind": "poddisruptionbudget"}),
         (UnavailableError("etcd down"), WEB, 503, "ServiceUnavailable", "etcd down", None),
         (DeadlineExceededError("Too large resource version"), WEB, 504, "Timeout",
          "Too large resource version", {"retryAfterSeconds": 1}),
@@ -80,6 +96,19 @@ def test_status_of(
     assert body["status"] == "Failure" and body["code"] == code
     assert (body["reason"], body["message"]) == (reason, message)
     assert body.get("details") == details
+
+
+def test_two_budgets_is_kubernetes_bare_500() -> None:
+    code, body, headers = status_of(MultipleBudgetsError("more than one"), WEB)
+    assert (code, headers) == (500, {})
+    assert body == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": "more than one", "code": 500}  # fmt: skip
+
+
+def test_budget_refusals_are_never_retried_and_survive_the_wire() -> None:
+    refused = DisruptionBudgetError("Cannot evict", "needs 2")
+    assert isinstance(refused, ResourceExhaustedError) and not is_retryable(refused)
+    assert status_of(DisruptionBudgetError("x", "y", 10), WEB)[2] == {"Retry-After": "10"}
 
 
 def test_invalid_has_causes_and_kubernetes_aggregate_message() -> None:
