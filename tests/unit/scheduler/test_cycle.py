@@ -323,7 +323,8 @@ async def test_assigned_pod_events_move_inter_pod_affinity_rejects() -> None:
     await run_queue(s)
     assert api.unschedulable[-1] == (
         "default/p",
-        "0/1 nodes are available: 1 node(s) didn't match pod anti-affinity rules.",
+        "0/1 nodes are available: 1 node(s) didn't match pod anti-affinity rules. preemption: "
+        "0/1 nodes are available: 1 No preemption victims found for incoming pod.",
     )
     assert s.queue.where("default/p") == "unschedulable"
     clock.advance(2)

@@ -294,7 +294,9 @@ def test_message_and_preemption_resolvability() -> None:
     assert result.message == (
         "0/3 nodes are available: 1 node(s) didn't match pod affinity rules, "
         "1 node(s) didn't match pod anti-affinity rules, "
-        "1 node(s) didn't satisfy existing pods anti-affinity rules."
+        "1 node(s) didn't satisfy existing pods anti-affinity rules. preemption: 0/3 nodes are "
+        "available: 1 Preemption is not helpful for scheduling, "
+        "2 No preemption victims found for incoming pod."
     )
     # the nodes the FitError hands to PostFilter (preemption) as resolvable
     _, plugins, resolvable = algo._fit_error(3, algo.attempts[incoming.info().key].results)
