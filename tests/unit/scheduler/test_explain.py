@@ -67,6 +67,94 @@ def test_explain_scored_pod_and_table() -> None:
     assert "TOTAL" in text and f"{by_node['b'].totalScore} <" in text
 
 
+ZONE = "topology.kubernetes.io/zone"
+SPREAD = "node(s) didn't match pod topology spread constraints"
+
+
+def zoned(name: str, zone: str | None) -> NodeBuilder:
+    b = NodeBuilder(name).label("kubernetes.io/hostname", name)
+    return b if zone is None else b.label(ZONE, zone)
+
+
+def spread_pod(when: str) -> PodBuilder:
+    b = PodBuilder("web").labels(app="web").container()
+    c = b.pod.spec.topologySpreadConstraints.add(
+        maxSkew=1, topologyKey=ZONE, whenUnsatisfiable=when
+    )
+    c.labelSelector.matchLabels["app"] = "web"
+    return b
+
+
+# PodTopologySpread in Explain: (what the row checks, when, zones of a/b/c, filter verdicts by
+# node, PodTopologySpread's normalized scores by node (None: not scored)).
+SPREAD_CASES: list[
+    tuple[str, str, tuple[str | None, ...], dict[str, list[str]], dict[str, int] | None]
+] = [
+    (
+        "DoNotSchedule: the crowded zones fail with kube's reason, the empty one passes",
+        "DoNotSchedule",
+        ("z1", "z2", "z3"),
+        {"a": [SPREAD], "b": [SPREAD], "c": []},
+        None,  # one feasible node: not scored
+    ),
+    (
+        "DoNotSchedule: a node without the key fails with the missing-label reason",
+        "DoNotSchedule",
+        ("z1", "z2", None),
+        {"a": [SPREAD], "b": [], "c": [SPREAD + " (missing required label)"]},
+        None,
+    ),
+    (
+        "ScheduleAnyway: every node passes, scored by its zone's matching pods (fewest: 100)",
+        "ScheduleAnyway",
+        ("z1", "z2", "z3"),
+        {"a": [], "b": [], "c": []},
+        # raw: round(count * log(3 domains + 2)) = 3, 2, 0; normalized 100 * (3 - s) / 3
+        {"a": 0, "b": 33, "c": 100},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("when", "zones", "verdicts", "scores"),
+    [c[1:] for c in SPREAD_CASES],
+    ids=[c[0] for c in SPREAD_CASES],
+)
+def test_explain_shows_pod_topology_spread(
+    when: str,
+    zones: tuple[str | None, ...],
+    verdicts: dict[str, list[str]],
+    scores: dict[str, int] | None,
+) -> None:
+    s = sched(*(zoned(n, z) for n, z in zip("abc", zones, strict=True)))
+    for i, node in enumerate("aab"):  # zone of a: 2 matching pods, of b: 1, of c: none
+        s.cache.add_pod(PodBuilder(f"w{i}").labels(app="web").node_name(node).container().info())
+    info = spread_pod(when).info()
+    s.algorithm.schedule(info)
+    resp = to_response(s.algorithm.attempts[info.key], "default", "web", 10)
+    by_node = {n.node: n for n in resp.nodes}
+    got = {}
+    for name, ne in by_node.items():
+        f = {v.plugin: v for v in ne.filters}["PodTopologySpread"]
+        assert f.verdict == ("FAILED" if verdicts[name] else "PASSED"), name
+        got[name] = list(f.reasons)
+    assert got == verdicts
+    text = render(resp)
+    if scores is None:
+        assert all(sc.plugin != "PodTopologySpread" for n in resp.nodes for sc in n.scores)
+        if when == "DoNotSchedule" and not verdicts["c"]:
+            assert resp.selectedNode == "c"
+        for reasons in verdicts.values():
+            for r in reasons:
+                assert r in text
+        return
+    spread = {n.node: {sc.plugin: sc for sc in n.scores}["PodTopologySpread"] for n in resp.nodes}
+    assert {n: sc.score for n, sc in spread.items()} == scores
+    assert all(sc.weight == 2 and sc.weighted == 2 * sc.score for sc in spread.values())
+    assert resp.selectedNode == "c"
+    assert "PodTopologySpread" in text and f"{scores['c']}x2={2 * scores['c']}" in text
+
+
 def test_explain_max_nodes_limits_rows() -> None:
     s = sched(*(NodeBuilder(f"n{i}") for i in range(30)))
     info = PodBuilder("web").info()
