@@ -9,8 +9,11 @@ processes that register the nodes (hollow nodes, as kubemark and KWOK). It then 
 workload's ops in order, as scheduler_perf does:
 
 - createNodes: start fake kubelets hosting `count` nodes (labels, capacity) and wait until Ready;
+  `labelNodePrepareStrategy: {labelKey, labelValues}` (scheduler_perf's) gives the nodes that
+  label with the values in turn, e.g. three zones;
 - createPods: run `bench/podcreator.py` processes (`--creators`, each with `--concurrency`
-  Creates in flight) and, unless `skipWaitToCompletion`, wait until every pod is bound;
+  Creates in flight) and, unless `skipWaitToCompletion`, wait until every pod is bound; several
+  ops may fill one namespace (the names go on where the last op's ended);
 - createReplicaSets: create ReplicaSets whose pods the controller manager makes;
 - churn: in the background during the next measured op, create and delete nodes and pods
   every `intervalMs` (scheduler_perf's churn op, mode recreate).
@@ -137,6 +140,20 @@ def resolve(value: Any, params: dict[str, Any]) -> Any:
 
 def op_count(op: dict[str, Any], params: dict[str, Any]) -> int:
     return int(resolve(op.get("countParam", op.get("count", 0)), params))
+
+
+def node_label_values(op: dict[str, Any], count: int) -> list[dict[str, str]]:
+    """Each node's labels: the op's `labels`, plus scheduler_perf's labelNodePrepareStrategy,
+    which gives node i `labelKey` = labelValues[i % len(labelValues)] (round robin, as kube's
+    LabelNodePrepareStrategy)."""
+    labels = {str(k): str(v) for k, v in op.get("labels", {}).items()}
+    strategy = op.get("labelNodePrepareStrategy")
+    if not strategy:
+        return [labels] * count
+    key, values = str(strategy["labelKey"]), [str(v) for v in strategy["labelValues"]]
+    if not values:
+        raise ValueError("labelNodePrepareStrategy.labelValues must not be empty")
+    return [{**labels, key: values[i % len(values)]} for i in range(count)]
 
 
 def pod_template(case: dict[str, Any], name: str | None) -> dict[str, Any]:
@@ -368,6 +385,7 @@ class Run:
         self.sampler = Sampler()
         self.kubelet_groups = 0
         self.bare_nodes = 0  # nodes with no kubelet: their pods are bound but never run
+        self.named_in: dict[str, int] = {}  # namespace -> pod names the creators have used
         self.result: dict[str, Any] = {}
         self.creator_stats: list[dict[str, Any]] = []
         self.churn_task: asyncio.Task[dict[str, int]] | None = None
@@ -389,7 +407,10 @@ class Run:
             return
         per = int(op.get("nodesPerKubelet", NODES_PER_KUBELET))
         procs = max(1, math.ceil(count / per))
-        labels = ",".join(f"{k}={v}" for k, v in op.get("labels", {}).items())
+        # A fake kubelet gives all its nodes one label set: one set per process, taken in turn
+        # (so the label values split the nodes as evenly as scheduler_perf's round robin).
+        label_sets = list({tuple(x.items()): x for x in node_label_values(op, count)}.values())
+        procs = math.ceil(procs / len(label_sets)) * len(label_sets) if label_sets else procs
         group = self.kubelet_groups
         self.kubelet_groups += 1
         prefixes = []
@@ -400,8 +421,9 @@ class Run:
             args = ["--fake-nodes", str(n), "--node-name-prefix", prefix]
             args += ["--capacity", str(op.get("capacity", DEFAULT_CAPACITY))]
             args += [str(x) for x in resolve(op.get("kubeletArgs", []), self.params)]
+            labels = label_sets[k % len(label_sets)] if label_sets else {}
             if labels:
-                args += ["--node-labels", labels]
+                args += ["--node-labels", ",".join(f"{a}={b}" for a, b in labels.items())]
             name = f"kubelet-hollow-{group}-{k}"
             await asyncio.to_thread(self.cluster.start_component, name, args)
             self.sampler.pids[name] = self.cluster.processes[name].pid
@@ -438,13 +460,13 @@ class Run:
         self.kubelet_groups += 1
         # The same string a fake kubelet gets as --capacity, read by the kubelet's own parser.
         capacity = parse_resources(str(op.get("capacity", DEFAULT_CAPACITY)))
-        labels = {str(k): str(v) for k, v in op.get("labels", {}).items()}
-        names = iter(f"bare-{group}-{i:05d}" for i in range(count))
+        names = iter(zip((f"bare-{group}-{i:05d}" for i in range(count)),
+                         node_label_values(op, count), strict=True))  # fmt: skip
         self.bare_nodes += count
         began = time.monotonic()
 
         async def worker() -> None:
-            for name in names:
+            for name, labels in names:
                 node = node_pb2.Node(apiVersion="v1", kind="Node")
                 node.metadata.name = name
                 node.metadata.labels.update({"kubernetes.io/hostname": name, **labels})
@@ -470,7 +492,9 @@ class Run:
         tpl_file.write_text(json.dumps(template))
         n = max(1, min(self.opts.creators, count))
         procs = []
-        start = 0
+        # Names go on from the namespace's earlier ops, so several ops can fill one namespace.
+        start = self.named_in.get(namespace, 0)
+        self.named_in[namespace] = start + count
         for k in range(n):
             share = count // n + (1 if k < count % n else 0)
             cmd = [sys.executable, str(CREATOR), "--apiserver", self.cluster.api_address]
@@ -921,6 +945,7 @@ class Run:
             await self.measured_op(op, client, rec, namespace, count)
             return
         self.log(f"{code}: {count} pods in {namespace}")
+        bound_before = rec.bound_in.get(namespace, 0)  # an earlier op's pods in the namespace
         if code == "createReplicaSets":
             await self.create_replica_sets(op, client, namespace, count)
         elif code == "createPods":
@@ -934,7 +959,7 @@ class Run:
         if op.get("skipWaitToCompletion"):
             return
         await wait_until(
-            lambda: rec.bound_in.get(namespace, 0) >= count,
+            lambda: rec.bound_in.get(namespace, 0) >= bound_before + count,
             self.timeout_for(count),
             f"{count} pods bound in {namespace}",
         )
