@@ -185,6 +185,21 @@ async def test_simulate_does_not_bind_or_perturb() -> None:
     assert not s.cache.pods and not s.algorithm.attempts
 
 
+async def test_simulate_shows_pod_topology_spread() -> None:
+    s = sched(zoned("a", "z1"), zoned("b", "z2"), zoned("c", None))
+    s.cache.add_pod(PodBuilder("w0").labels(app="web").node_name("a").container().info())
+    svc = SchedulerService(lambda: s, lambda: "")
+    ctx: Any = FakeContext()
+    pod = spread_pod("DoNotSchedule").obj()
+    resp = await svc.Simulate(scheduler_pb2.SimulateRequest(pod=pod), ctx)
+    verdicts = {
+        n.node: list({f.plugin: f for f in n.filters}["PodTopologySpread"].reasons)
+        for n in resp.nodes
+    }
+    assert verdicts == {"a": [SPREAD], "b": [], "c": [SPREAD + " (missing required label)"]}
+    assert resp.selectedNode == "b" and list(s.cache.pods) == ["default/w0"]
+
+
 async def test_explain_unknown_pod_and_standby() -> None:
     s = sched(NodeBuilder("a"))
     ctx: Any = FakeContext()
