@@ -105,3 +105,35 @@ def test_pre_score_skips_pods_requesting_nothing(
     cache = make_cache(n("a"))
     st = NodeResourcesBalancedAllocation(args).pre_score(CycleState(), pod.info(), cache.nodes)
     assert (st.code == Code.SKIP) is skipped
+
+
+def test_cpu_memory_fast_path_equals_the_general_formula() -> None:
+    """The default resources take a shorter path; it must give the general path's integers on
+    every node, including fractions capped at 1 and whole-number balances."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(7)
+    nodes = [
+        n(f"n{i}").alloc(cpu=rng.choice(["1", "2", "3", "4"]), memory=f"{rng.choice([1, 3, 8])}Gi")
+        for i in range(300)
+    ]
+    placed = tuple(
+        bound(
+            f"x{i}",
+            f"n{rng.randrange(300)}",
+            cpu=f"{rng.randint(1, 1500)}m",
+            memory=f"{rng.randint(1, 1500)}Mi",
+        )
+        for i in range(900)
+    )
+    cache = make_cache(*nodes, pods=placed)
+    plugin = NodeResourcesBalancedAllocation()
+    general = NodeResourcesBalancedAllocation({"resources": [{"name": "memory"}, {"name": "cpu"}]})
+    for cpu, memory in [("250m", "256Mi"), ("1", "1Gi"), ("3", "100Mi"), ("500m", "0")]:
+        pod = PodBuilder().req(cpu=cpu, memory=memory).info()
+        for idx in (None, np.arange(0, 300, 3, dtype=np.intp)):
+            fast = plugin.score(CycleState(), pod, cache.nodes, idx)
+            slow = general.score(CycleState(), pod, cache.nodes, idx)
+            assert fast.tolist() == slow.tolist()
