@@ -35,8 +35,12 @@ from scheduler.core import Profile
 from scheduler.cycle import Reporter, Scheduler
 from scheduler.framework import Handle
 from scheduler.metrics import Metrics
+from scheduler.plugins.defaultpreemption import (
+    DISRUPTION_TARGET,
+    PREEMPTION_REASON,
+    disruption_message,
+)
 from scheduler.podinfo import PodInfo
-from scheduler.preemption import DISRUPTION_TARGET, PREEMPTION_REASON, disruption_message
 from scheduler.service import SchedulerService
 from scheduler.settings import Settings
 from tinykube.client import BindItem, Client

@@ -24,8 +24,8 @@ from scheduler.cache import EventKind, SchedulerCache
 from scheduler.core import Algorithm, Profile, ScheduleResult
 from scheduler.framework import Code, CycleState, Status
 from scheduler.plugins.defaultbinder import bind_already_exists
+from scheduler.plugins.defaultpreemption import victims
 from scheduler.podinfo import PodInfo
-from scheduler.preemption import victims
 from scheduler.queue import QueuedPod, SchedulingQueue, ShutDown
 from scheduler.workloads import Workloads
 from tinykube.clock import Clock

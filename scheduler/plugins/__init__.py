@@ -4,7 +4,7 @@ Each module is named after its plugin (lower case, as kube's framework/plugins/<
 kube-scheduler's name, default weight, failure reasons (the strings users see in "0/5 nodes are
 available: ..."), and semantics, including the easy-to-miss ones listed in DESIGN.md. This
 package's own module is the registry: the default profile's plugins in kube's order, and the
-factories that build them from their arguments. DefaultPreemption lives in scheduler/preemption.py.
+factories that build them from their arguments.
 
 Pure and synchronous except DefaultBinder, which awaits the handle's bind call.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from scheduler.framework import Registry
 from scheduler.plugins.defaultbinder import DefaultBinder
+from scheduler.plugins.defaultpreemption import DefaultPreemption
 from scheduler.plugins.imagelocality import ImageLocality
 from scheduler.plugins.interpodaffinity import InterPodAffinity
 from scheduler.plugins.nodeaffinity import NodeAffinity
@@ -24,7 +25,6 @@ from scheduler.plugins.nodeunschedulable import NodeUnschedulable
 from scheduler.plugins.podtopologyspread import PodTopologySpread
 from scheduler.plugins.schedulinggates import SchedulingGates
 from scheduler.plugins.tainttoleration import TaintToleration
-from scheduler.preemption import DefaultPreemption
 
 # name -> default weight (None: not a score plugin), in kube-scheduler's default plugin order
 DEFAULT_PLUGINS: dict[str, int | None] = {

@@ -1,4 +1,4 @@
-"""DefaultPreemption: when no node fits, find lower-priority pods whose removal makes room.
+"""DefaultPreemption (PostFilter): when no node fits, evict lower-priority pods to make room.
 
 Follows kube-scheduler v1.36's defaultpreemption plugin and framework/preemption evaluator:
 - eligibility first: a pod with preemptionPolicy Never does not preempt ("not eligible due to

@@ -7,8 +7,8 @@ from scheduler.config import ProfileConfig
 from scheduler.core import Profile
 from scheduler.cycle import Reporter, Scheduler
 from scheduler.framework import Handle
+from scheduler.plugins.defaultpreemption import victims
 from scheduler.podinfo import PodInfo
-from scheduler.preemption import victims
 from tests.unit.scheduler.builders import NodeBuilder, PodBuilder
 from tinykube.clock import FakeClock
 from tinykube.meta import set_timestamp
