@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -425,6 +426,26 @@ class NodeTable:
         self.add_pod(slot, p, -1)
 
 
+class SlotRemoval:
+    """Pods taken off one node slot for a preemption dry run: off its columns, and so off the
+    PodIndex counts and their listeners, which is all that filters read. The cache's records
+    of the pods (assumed, nominated, by node, priorities) stay as they are."""
+
+    def __init__(self, nodes: NodeTable, slot: int) -> None:
+        self.nodes = nodes
+        self.slot = slot
+        self.removed: dict[str, PodInfo] = {}
+
+    def remove(self, info: PodInfo) -> None:
+        if info.key not in self.removed:
+            self.nodes.remove_pod(self.slot, info)
+            self.removed[info.key] = info
+
+    def restore(self, info: PodInfo) -> None:
+        if self.removed.pop(info.key, None) is not None:
+            self.nodes.add_pod(self.slot, info)
+
+
 @dataclass
 class PodState:
     info: PodInfo
@@ -592,6 +613,18 @@ class SchedulerCache:
     def release_nominated(self, added: list[tuple[int, PodInfo]]) -> None:
         for slot, info in added:
             self.nodes.remove_pod(slot, info)
+
+    @contextmanager
+    def removing(self, slot: int) -> Iterator[SlotRemoval]:
+        """A dry run's scope: every pod still removed from `slot` when it ends, however it
+        ends, is put back, so the columns and counts are as before (kube copies the NodeInfo
+        instead; a copy of the columns per node tried would cost more than the pods moved)."""
+        removal = SlotRemoval(self.nodes, slot)
+        try:
+            yield removal
+        finally:
+            for info in list(removal.removed.values()):
+                removal.restore(info)
 
     def finish_binding(self, key: str) -> None:
         state = self.pods.get(key)

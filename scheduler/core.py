@@ -89,6 +89,7 @@ class Profile:
         self.binders: list[Any] = [p for p in ps if isinstance(p, BindPlugin)]
         self.post_binds: list[Any] = [p for p in ps if isinstance(p, PostBindPlugin)]
         self.filter_names = [p.name for p in self.filters]
+        self.handle.filter_names = tuple(self.filter_names)
         # leading node-static filters are evaluated together and cached per pod signature
         self.static_prefix = 0
         while (
@@ -201,6 +202,7 @@ class Algorithm:
     ) -> None:
         self.cache = cache
         self.profile = profile
+        profile.handle.filter_node = self.filter_node  # preemption's dry run
         self.percentage = percentage_of_nodes_to_score
         self.next_start = 0
         self.explain_nodes = explain_nodes
@@ -239,11 +241,10 @@ class Algorithm:
             return ScheduleResult(
                 None, Status.unschedulable(ERR_NO_NODES), ERR_NO_NODES, state=state
             )
-        for p in prof.pre_filters:
-            st = p.pre_filter(state, pod, nodes)
-            if st.code == Code.SKIP:
-                state.skip_filter.add(p.name)
-            elif st.rejected:
+        failed = self._run_pre_filters(state, pod)
+        if failed is not None:
+            p, st = failed
+            if st.rejected:
                 msg = f"0/{total_nodes} nodes are available: {total_nodes} {st.message()}."
                 # As kube-scheduler, PostFilter runs after a PreFilter rejection too: every
                 # node has the PreFilter's status, resolvable only if it said Unschedulable.
@@ -257,8 +258,7 @@ class Algorithm:
                     state=state,
                     nominated_node=nominated,
                 )
-            elif not st.ok:
-                return ScheduleResult(None, st, st.message(), state=state)
+            return ScheduleResult(None, st, st.message(), state=state)
 
         n = nodes.n
         narrowed: FilterResult | None = None
@@ -275,26 +275,11 @@ class Algorithm:
                     state=state,
                 )
             num_nodes = int(np.count_nonzero(narrowed.codes == 0))
-        filters = prof.filters
-        results: list[FilterResult | None] = [None] * len(filters)
+        results: list[FilterResult | None] = [None] * len(prof.filters)
         alive = self._static_prefix(state, pod, results)
         if narrowed is not None:
             alive = alive & (narrowed.codes == 0)
-        ran = len(filters)
-        for i in range(prof.static_prefix, len(filters)):
-            p = filters[i]
-            if p.name in state.skip_filter:
-                continue
-            if p.node_static:
-                res = self._static_result("f", p, pod, lambda p=p: p.filter(state, pod, nodes))
-            else:
-                res = p.filter(state, pod, nodes)
-            results[i] = res
-            if res is not None:
-                alive = alive & (res.codes == 0)
-                if not alive.any():
-                    ran = i + 1
-                    break
+        alive, ran = self._run_filters(state, pod, alive, results)
 
         feasible_slots = np.flatnonzero(alive)
         n_feasible = len(feasible_slots)
@@ -373,6 +358,79 @@ class Algorithm:
                 ran += 1
             self._record(pod, names, results, ran, candidates, totals, score_parts, result)
         return result
+
+    def _run_pre_filters(self, state: CycleState, pod: PodInfo) -> tuple[Any, Status] | None:
+        """The PreFilter plugins in order (a SKIP skips that plugin's Filter); the first that
+        does not succeed, with its status, or None."""
+        for p in self.profile.pre_filters:
+            st: Status = p.pre_filter(state, pod, self.cache.nodes)
+            if st.code == Code.SKIP:
+                state.skip_filter.add(p.name)
+            elif not st.ok:
+                return p, st
+        return None
+
+    def _run_filters(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        alive: npt.NDArray[np.bool_],
+        results: list[FilterResult | None],
+    ) -> tuple[npt.NDArray[np.bool_], int]:
+        """The filters after the node-static prefix, over the slots still `alive`, until none
+        is; fills `results`, returns the slots that passed and how many filters ran."""
+        prof = self.profile
+        nodes = self.cache.nodes
+        filters = prof.filters
+        for i in range(prof.static_prefix, len(filters)):
+            p = filters[i]
+            if p.name in state.skip_filter:
+                continue
+            if p.node_static:
+                res = self._static_result("f", p, pod, lambda p=p: p.filter(state, pod, nodes))
+            else:
+                res = p.filter(state, pod, nodes)
+            results[i] = res
+            if res is not None:
+                alive = alive & (res.codes == 0)
+                if not alive.any():
+                    return alive, i + 1
+        return alive, len(filters)
+
+    def filter_node(self, pod: PodInfo, slot: int) -> Status:
+        """kube's RunFilterPluginsWithNominatedPods for one node, as the cache stands now (the
+        preemption dry run changes it): PreFilter and every Filter, through the cycle's own
+        code, with the pods nominated for this cycle counted. Success, or the status of the
+        node's first failing filter (PreFilter's when it rejects), naming the plugin."""
+        nodes = self.cache.nodes
+        state = CycleState()
+        failed = self._run_pre_filters(state, pod)
+        if failed is not None:
+            p, st = failed
+            return Status(st.code, st.reasons, st.plugin or p.name)
+        narrowed: FilterResult | None = None
+        if state.node_names is not None:
+            narrowed, rejected = self._narrowed(state)
+            if rejected is not None:
+                return rejected
+            if narrowed.codes[slot]:
+                return Status(narrowed.code, narrowed.explain(1), "+".join(state.narrowed_by))
+        results: list[FilterResult | None] = [None] * len(self.profile.filters)
+        alive = self._static_prefix(state, pod, results)
+        if alive[slot]:
+            only = np.zeros(nodes.n, bool)
+            only[slot] = True
+            alive, _ = self._run_filters(state, pod, only, results)
+            if alive[slot]:
+                return Status()
+        for plugin, res in zip(self.profile.filters, results, strict=True):
+            if res is not None and res.codes[slot]:
+                code = int(res.codes[slot])
+                status = res.code
+                if not res.bitmask and code in res.unresolvable_codes:
+                    status = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+                return Status(status, res.explain(code), plugin.name)
+        return Status()  # not reached: a slot that is not alive failed some filter
 
     def _narrowed(self, state: CycleState) -> tuple[FilterResult, Status | None]:
         """kube's PreFilterResult: nodes outside the plugins' set are "node(s) didn't satisfy

@@ -237,6 +237,11 @@ class Handle:
     workloads: Any = None
     # the PodDisruptionBudgets (an informer store: `.list()`), for preemption; None: none
     pdbs: Any = None
+    # the profile's Filter plugins by name, in order (set by the Profile)
+    filter_names: tuple[str, ...] = ()
+    # PreFilter and Filter of a pod on one node slot as the cache stands, the cycle's own code
+    # (set by the Algorithm): kube's RunFilterPluginsWithNominatedPods, for preemption
+    filter_node: Callable[[PodInfo, int], Status] | None = None
 
 
 PluginFactory = Callable[[Mapping[str, Any], Handle], Any]

@@ -12,7 +12,8 @@ A selector is registered by its first `counts` call (one scan of the pods on nod
 least recently used first, beyond `max_selectors`; each pod event costs one match per registered
 selector, and nothing when none is (SchedulingBasic registers none). Plugins that keep state of
 their own per pod (e.g. the pods carrying required anti-affinity terms) add a listener, called
-as `listener(slot, info, sign)` after the counts are updated.
+as `listener(slot, info, sign)` after the counts are updated; listeners track only pods that
+carry inter-pod (anti-)affinity terms, which `visible` relies on.
 
 Single-threaded: called only from the scheduler's event loop, like the rest of the cache.
 """
@@ -88,6 +89,14 @@ class PodIndex:
         on = self.slots[slot]
         for info in list(on.values()):
             self.placed(slot, info, -1)
+
+    def visible(self, info: PodInfo) -> bool:
+        """Would placing or removing `info` change what plugins read here: a registered
+        selector's counts or a listener's view? (Preemption's dry run skips re-running the
+        filters for a pod that changes neither.)"""
+        if self.listeners and info.affinity is not None:
+            return True
+        return any(matches(key, info) for key in self._counts)
 
     # ----- read by plugins --------------------------------------------------------------
     def pods_on_slot(self, slot: int) -> Iterable[PodInfo]:

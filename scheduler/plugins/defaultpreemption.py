@@ -5,36 +5,49 @@ Follows kube-scheduler v1.36's defaultpreemption plugin and framework/preemption
   preemptionPolicy=Never."), nor one whose nominated node still has a lower-priority pod
   terminating because the scheduler preempted it (DisruptionTarget/PreemptionByScheduler), unless
   that node now fails unresolvably;
-- only nodes whose first failing filter was resolvable (Unschedulable: resources or host ports,
-  not taints/affinity/cordon) are candidates; the others are "Preemption is not helpful for
-  scheduling";
-- on a candidate node every lower-priority pod (not already terminating) is removed; if the pod
-  still does not fit, the node reports what the filters say (or "No preemption victims found
+- only nodes whose first failing filter was resolvable (Unschedulable: resources, host ports,
+  InterPodAffinity's anti-affinity, PodTopologySpread's skew; not taints, node affinity or
+  cordon) are candidates; the others are "Preemption is not helpful for scheduling";
+- SelectVictimsOnNode on a candidate: every lower-priority pod (not already terminating) is
+  taken off the node in the cache for the dry run (`SchedulerCache.removing`: the columns and
+  the PodIndex follow, assumed and nominated pods stay as they are, everything is put back
+  however the run ends) and the profile's PreFilter and Filter plugins run as in the cycle
+  (`Handle.filter_node`, with the pods nominated for the cycle counted). If the pod still does
+  not fit, the node reports the first failing filter's reasons (or "No preemption victims found
   for incoming pod" when it has no lower-priority pod). Otherwise the victims are "reprieved"
-  from the most important down (priority, then earliest start) while the pod still fits:
-  first those whose eviction would break a PodDisruptionBudget (selectVictimsOnNode's
-  filterPodsWithPDBViolation: a budget's disruptionsAllowed is spent by each selected victim not
-  already in its disruptedPods), then the rest; a violating victim that cannot be reprieved is
-  a PDB violation;
-- nodes are evaluated until enough candidates are found (10% of the nodes, at least 100, and
-  one of them without violations), then one is picked: the fewest PDB violations, the lowest
-  highest-victim priority, the lowest sum of victim priorities, the fewest victims, the latest
-  start among the highest-priority victims, then the first evaluated.
+  from the most important down (priority, then earliest start), each kept if the filters still
+  pass with it back: first those whose eviction would break a PodDisruptionBudget
+  (filterPodsWithPDBViolation: a budget's disruptionsAllowed is spent by each selected victim
+  not already in its disruptedPods), then the rest; a violating victim that cannot be
+  reprieved is a PDB violation. A node where nothing needs to go is kube's error "expected at
+  least one victim pod on node ...";
+- DryRunPreemption: the potential nodes are tried from a random offset (GetOffsetAndNumCandidates;
+  `rng` is injectable), wrapping, until enough candidates are found (10% of the nodes, at
+  least `max_candidates` = minCandidateNodesAbsolute 100, one of them without violations);
+  each of the two lists (without / with violations) keeps that many at most. Then one is
+  picked: the fewest PDB violations, the lowest highest-victim priority, the lowest sum of
+  victim priorities, the fewest victims, the latest start among the highest-priority victims,
+  then the first found, those without violations first.
 A failure is Status.unschedulable with kube's text, `preemption: ...`, which the algorithm
 appends to the FitError message. The plugin only decides; the scheduler marks the victims with
 DisruptionTarget, deletes them with their grace periods and sets status.nominatedNodeName. The
 preemptor is nominated to the node (status.nominatedNodeName, and at once in the cache); while
 nominated, its requests count on that node for pods of lower priority, so the freed room waits
-for it. Not modelled: the nominated pods' own requests during the dry run, and extenders.
+for it. Not modelled: extenders; kube also takes terminating lower-priority pods as victims
+(skipping their deletion), tinykube leaves them out.
 
-Runs in the scheduling cycle, only for pods that fit nowhere; a Python loop over candidate
-nodes and their pods is acceptable on this failure path.
+Runs in the scheduling cycle, only for pods that fit nowhere. Cost: per node tried, one filter
+pass (numpy over all node slots) with the victims removed and one per victim put back, except
+where the NodePorts/NodeResourcesFit check alone decides: a pod that cannot fit by resources or
+ports fails without a pass, and a victim the other filters cannot see (`PodIndex.visible`: it
+matches no registered selector and carries no affinity terms) is judged by that check alone.
 """
 
 from __future__ import annotations
 
+import random
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -42,7 +55,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.cache import EventKind, NodeTable, SchedulerCache
-from scheduler.framework import CycleState, Handle, Status
+from scheduler.framework import Code, CycleState, Handle, Status
 from scheduler.plugins.nodeports import ERR_PORTS
 from scheduler.plugins.noderesourcesfit import ERR_TOO_MANY_PODS
 from scheduler.podinfo import PodInfo
@@ -92,13 +105,6 @@ def misfit(
     return reasons
 
 
-def fits_without(
-    pod: PodInfo, nodes: NodeTable, slot: int, removed: list[PodInfo], remaining: list[PodInfo]
-) -> bool:
-    """Would `pod` pass NodeResourcesFit and NodePorts on `slot` with `removed` pods gone?"""
-    return not misfit(pod, nodes, slot, removed, remaining)
-
-
 def start_time(p: PodInfo) -> float:
     """GetPodStartTime: status.startTime, else (not started yet) its creation."""
     st = p.pod.status.startTime
@@ -141,39 +147,80 @@ class NodeVictims:
     violations: int
 
 
+# The filters whose verdict `misfit` computes without touching the cache; with both in the
+# profile, a misfit is a failure of the whole filter run and the run can be skipped.
+_FIT_FILTERS = frozenset({"NodePorts", "NodeResourcesFit"})
+
+
 def select_victims_on_node(
     pod: PodInfo,
-    nodes: NodeTable,
+    cache: SchedulerCache,
     slot: int,
-    on_node: list[PodInfo],
     pdbs: list[pdb_pb2.PodDisruptionBudget],
-) -> NodeVictims | list[str]:
-    """kube's SelectVictimsOnNode: the fewest victims to make room, or the reasons it cannot."""
-    lower = [p for p in on_node if p.priority < pod.priority and not p.terminating]
+    filter_node: Callable[[PodInfo, int], Status] | None,
+    fit_filters: bool,
+) -> NodeVictims | Status:
+    """kube's SelectVictimsOnNode: the fewest victims to make room, or the node's status.
+
+    The lower-priority pods are taken off the node in the cache (`SchedulerCache.removing`)
+    and the profile's filters run there (`filter_node`); each victim, the most important
+    first, PodDisruptionBudget-violating ones before the rest, is put back and kept if the
+    filters still pass. Whatever happens, the cache is as before on return. Without
+    `filter_node` (a plugin outside an Algorithm) only resources and host ports are checked.
+    With `fit_filters` (NodePorts and NodeResourcesFit in the profile) a pod that cannot fit
+    by resources or ports is known to fail without running the filters."""
+    nodes = cache.nodes
+    on_slot = list(nodes.pod_index.pods_on_slot(slot))
+    # pods nominated for this cycle are on the slot too, but are no one's victims
+    lower = [
+        p
+        for p in on_slot
+        if p.key in cache.pods and p.priority < pod.priority and not p.terminating
+    ]
     if not lower:
-        return [NO_VICTIMS]
-    kept = [p for p in on_node if not (p.priority < pod.priority and not p.terminating)]
-    reasons = misfit(pod, nodes, slot, lower, kept)
-    if reasons:
-        return reasons
-    lower.sort(key=more_important_first)
-    violating, fine = split_by_pdb_violation(lower, pdbs)
-    removed = list(lower)
-    victims: list[PodInfo] = []
-    violations = 0
-    for group, counts in ((violating, True), (fine, False)):
-        for p in group:
-            trial = [v for v in removed if v is not p]
-            if fits_without(pod, nodes, slot, trial, [*kept, p]):
-                removed = trial
-                kept.append(p)
-            else:
-                victims.append(p)
-                violations += counts
+        return Status.unresolvable(NO_VICTIMS)
+    if fit_filters:
+        gone = {p.key for p in lower}
+        reasons = misfit(pod, nodes, slot, lower, [p for p in on_slot if p.key not in gone])
+        if reasons:
+            return Status.unschedulable(*reasons)
+
+    def check() -> Status:
+        if fit_filters or filter_node is None:
+            reasons = misfit(pod, nodes, slot, [], list(nodes.pod_index.pods_on_slot(slot)))
+            if reasons:
+                return Status.unschedulable(*reasons)
+        return filter_node(pod, slot) if filter_node is not None else Status()
+
+    with cache.removing(slot) as removal:
+        for p in lower:
+            removal.remove(p)
+        status = check()
+        if not status.ok:
+            return status
+        lower.sort(key=more_important_first)
+        violating, fine = split_by_pdb_violation(lower, pdbs)
+        victims: list[PodInfo] = []
+        violations = 0
+        index = nodes.pod_index
+        for group, counts in ((violating, True), (fine, False)):
+            for p in group:
+                removal.restore(p)
+                if fit_filters and filter_node is not None and not index.visible(p):
+                    # the filters passed without p and, beyond resources and ports, see pods
+                    # only through the PodIndex, to which p is invisible: only the fit can
+                    # change (the pass before registered every selector the pod's filters use)
+                    fits = not misfit(pod, nodes, slot, [], list(index.pods_on_slot(slot)))
+                else:
+                    fits = check().ok
+                if not fits:
+                    removal.remove(p)
+                    victims.append(p)
+                    violations += counts
     if not victims:
-        # Resources were never short here: another filter rejected the node resolvably (e.g.
-        # PodTopologySpread's skew), which this search does not re-run, so it cannot help.
-        return [NOT_HELPFUL]
+        # the filters pass with nothing removed: the cycle saw otherwise, so kube calls it an
+        # error rather than a candidate
+        return Status.error(f'expected at least one victim pod on node "{nodes.names[slot]}"')
     if violating and fine:
         victims.sort(key=more_important_first)
     return NodeVictims(victims, violations)
@@ -212,10 +259,19 @@ class DefaultPreemption:
     events: ClassVar[frozenset[EventKind]] = frozenset()
     node_static: ClassVar[bool] = False
 
-    def __init__(self, handle: Handle, max_candidates: int = 100) -> None:
+    def __init__(
+        self, handle: Handle, max_candidates: int = 100, rng: random.Random | None = None
+    ) -> None:
         self.handle = handle
         # minCandidateNodesAbsolute: how many candidates are enough to stop the dry run.
         self.max_candidates = max_candidates
+        self.rng = rng or random.Random()
+
+    def offset(self, potential: int) -> int:
+        """GetOffsetAndNumCandidates' offset: where the dry run starts among the potential
+        nodes, at random as kube (rand.Int31n), so preemption does not always fall on the
+        first nodes of a large cluster."""
+        return self.rng.randrange(potential)
 
     def _budgets(self) -> list[pdb_pb2.PodDisruptionBudget]:
         store: Any = self.handle.pdbs
@@ -257,27 +313,50 @@ class DefaultPreemption:
             return None, self._failed(fit_error(total, reasons))
         pdbs = self._budgets()
         wanted = num_candidates(len(potential), min_absolute=self.max_candidates)
-        found: list[tuple[tuple[int, int, int, int, float, int], str, NodeVictims]] = []
-        clean = 0
+        offset = self.offset(len(potential))
+        fit_filters = _FIT_FILTERS.issubset(self.handle.filter_names)
+        # DryRunPreemption: nodes from a random offset, wrapping; it stops once it has
+        # `wanted` candidates of which one breaks no budget. Each list holds `wanted` at most.
+        clean: list[tuple[str, NodeVictims]] = []
+        violating: list[tuple[str, NodeVictims]] = []
         statuses: Counter[str] = Counter()
-        for order, slot in enumerate(potential):
-            node = nodes.names[slot]
-            outcome = select_victims_on_node(pod, nodes, slot, list(cache.pods_on(node)), pdbs)
-            if isinstance(outcome, list):
-                for r in outcome:
+        errors: list[str] = []
+        for i in range(len(potential)):
+            slot = potential[(offset + i) % len(potential)]
+            outcome = select_victims_on_node(
+                pod, cache, slot, pdbs, self.handle.filter_node, fit_filters
+            )
+            if isinstance(outcome, Status):
+                if outcome.code == Code.ERROR:
+                    errors.append(outcome.message())
+                for r in outcome.reasons:
                     statuses[r] += 1
                 continue
-            found.append((pick_key(order, outcome), node, outcome))
-            clean += outcome.violations == 0
-            if clean > 0 and len(found) >= wanted:
+            group = violating if outcome.violations else clean
+            if len(group) < wanted:
+                group.append((nodes.names[slot], outcome))
+            if clean and len(clean) + len(violating) >= wanted:
                 break
+        found = clean + violating
         if not found:
+            if errors:
+                return None, self._error(errors)
             if total > len(potential):
                 statuses[NOT_HELPFUL] += total - len(potential)
             return None, self._failed(fit_error(total, statuses))
-        _, node, chosen = min(found, key=lambda f: f[0])
+        # pickOneNodeForPreemption; its last tie-break is the first candidate, non-violating
+        # ones first, each in the order the dry run found them
+        _, node, chosen = min(
+            (pick_key(order, nv), name, nv) for order, (name, nv) in enumerate(found)
+        )
         state.write(VICTIMS_KEY, chosen.victims)
         return node, Status(plugin=self.name)
+
+    def _error(self, errors: list[str]) -> Status:
+        """utilerrors.NewAggregate's text: one error as itself, several as "[a, b]"."""
+        unique = list(dict.fromkeys(errors))
+        text = unique[0] if len(unique) == 1 else f"[{', '.join(unique)}]"
+        return Status.error(f"preemption: {text}", plugin=self.name)
 
     def _failed(self, message: str) -> Status:
         return Status.unschedulable(f"preemption: {message}", plugin=self.name)

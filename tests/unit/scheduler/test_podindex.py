@@ -147,3 +147,44 @@ def test_listeners_see_every_placement() -> None:
     cache.add_pod(pod("x", "a"))
     cache.remove_pod("default/x")
     assert seen == [(0, "default/x", 1), (0, "default/x", -1)]
+
+
+def _with_anti_affinity(name: str) -> PodInfo:
+    b = PodBuilder(name).labels(app="db").container()
+    term = b.pod.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution.add()
+    term.topologyKey = "kubernetes.io/hostname"
+    term.labelSelector.matchLabels["app"] = "web"
+    return b.info()
+
+
+VISIBLE_CASES: list[tuple[str, bool, bool, PodInfo, bool]] = [
+    # (why, a selector app=web registered, a listener added, the pod, visible)
+    ("nothing registered: no plugin reads any pod", False, False, pod("w", app="web"), False),
+    ("the pod matches a registered selector", True, False, pod("w", app="web"), True),
+    ("the pod matches no registered selector", True, False, pod("d", app="db"), False),
+    ("a listener tracks the pod's affinity terms", False, True, _with_anti_affinity("g"), True),
+    ("a pod without affinity terms is no listener's business", False, True, pod("d"), False),
+    (
+        "affinity terms with no listener to track them",
+        False,
+        False,
+        _with_anti_affinity("g"),
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "registered,listening,info,want",
+    [c[1:] for c in VISIBLE_CASES],
+    ids=[c[0] for c in VISIBLE_CASES],
+)
+def test_visible(registered: bool, listening: bool, info: PodInfo, want: bool) -> None:
+    """Whether placing the pod changes anything plugins read (preemption's dry run relies on it
+    to skip re-running the filters)."""
+    cache = make_cache(NodeBuilder("a"))
+    if registered:
+        cache.pod_index.counts(None, WEB)
+    if listening:
+        cache.pod_index.listeners.append(lambda slot, info, sign: None)
+    assert cache.pod_index.visible(info) is want

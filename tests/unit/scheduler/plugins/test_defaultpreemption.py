@@ -3,11 +3,18 @@ PostFilter message tails, and the loop around it."""
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
+import pytest
+from google.protobuf import json_format
+
 from scheduler.config import ProfileConfig
 from scheduler.core import Profile
 from scheduler.cycle import Reporter, Scheduler
-from scheduler.framework import Handle
+from scheduler.framework import Handle, Status
 from scheduler.plugins.defaultpreemption import victims
+from scheduler.plugins.interpodaffinity import InterPodAffinity, _sized
 from scheduler.podinfo import PodInfo
 from tests.unit.scheduler.builders import NodeBuilder, PodBuilder
 from tinykube.clock import FakeClock
@@ -23,8 +30,10 @@ def small(name: str) -> NodeBuilder:
     return NodeBuilder(name).alloc(cpu="2", memory="4Gi", pods="10")
 
 
-def setup(*nodes: NodeBuilder, pods: tuple[PodInfo, ...] = ()) -> Scheduler:
-    s = Scheduler(Profile())
+def setup(
+    *nodes: NodeBuilder, pods: tuple[PodInfo, ...] = (), clock: FakeClock | None = None
+) -> Scheduler:
+    s = Scheduler(Profile(), clock=clock)
     for n in nodes:
         s.on_node_add(n.obj())
     for p in pods:
@@ -308,3 +317,288 @@ def test_successful_preemption_has_no_tail() -> None:
     r = s.algorithm.schedule(HI.info())
     assert r.nominated_node == "a"
     assert "preemption" not in r.message
+
+
+# --- the dry run runs every filter (kube's SelectVictimsOnNode) -----------------------------
+
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+
+
+def host(name: str, zone: str = "") -> NodeBuilder:
+    b = small(name).label(HOST, name)
+    return b.label(ZONE, zone) if zone else b
+
+
+def placed(name: str, node: str, priority: int, cpu: str = "", **labels: str) -> PodBuilder:
+    b = PodBuilder(name).node_name(node).priority(priority).labels(**labels)
+    return b.req(cpu=cpu) if cpu else b.container()
+
+
+def anti(b: PodBuilder, key: str, **match: str) -> PodBuilder:
+    """A required pod anti-affinity term over `key` against pods labelled `match`."""
+    json_format.ParseDict(
+        {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": key, "labelSelector": {"matchLabels": match}}
+                ]
+            }
+        },
+        b.pod.spec.affinity,
+    )
+    return b
+
+
+def spread_zones(b: PodBuilder, **match: str) -> PodBuilder:
+    """A DoNotSchedule zone spread constraint, maxSkew 1, over pods labelled `match`."""
+    c = b.pod.spec.topologySpreadConstraints.add(
+        maxSkew=1, topologyKey=ZONE, whenUnsatisfiable="DoNotSchedule"
+    )
+    c.labelSelector.matchLabels.update(match)
+    return b
+
+
+def incoming(cpu: str = "") -> PodBuilder:
+    return placed("web", "", 10, cpu, app="web")
+
+
+DryRunCase = tuple[str, list[NodeBuilder], list[PodBuilder], PodBuilder, tuple[str, list[str]]]
+
+DRY_RUN_CASES: list[DryRunCase] = [
+    (
+        "an existing pod's anti-affinity (node(s) didn't satisfy existing pods anti-affinity "
+        "rules) is cleared by evicting that pod; the unrelated lower-priority pod is reprieved",
+        [host("a"), host("b")],
+        [
+            anti(placed("guard-low", "a", 1, app="db"), HOST, app="web"),
+            placed("filler", "a", 0),
+            anti(placed("guard-high", "b", 100, app="db"), HOST, app="web"),
+        ],
+        incoming(),
+        ("a", ["guard-low"]),
+    ),
+    (
+        "the pod's own anti-affinity (node(s) didn't match pod anti-affinity rules) is cleared "
+        "by evicting the lower-priority pod it matches",
+        [host("a"), host("b")],
+        [
+            placed("db-low", "a", 1, app="db"),
+            placed("filler", "a", 0),
+            placed("db-high", "b", 100, app="db"),
+        ],
+        anti(incoming(), HOST, app="db"),
+        ("a", ["db-low"]),
+    ),
+    (
+        "a zone conflict held by a higher-priority pod on another node: evicting on node a does "
+        "not clear it, so a is no candidate though its victim would be the cheapest",
+        [host("a", "z1"), host("b", "z1"), host("c", "z2")],
+        [
+            placed("filler", "a", 0),
+            placed("db-high", "b", 100, app="db"),
+            placed("db-low", "c", 1, app="db"),
+        ],
+        anti(incoming(), ZONE, app="db"),
+        ("c", ["db-low"]),
+    ),
+    (
+        "topology spread skew (node(s) didn't match pod topology spread constraints) is "
+        "cleared by evicting a lower-priority matching pod from the crowded zone",
+        [host("a", "z1"), host("b", "z2")],
+        [
+            placed("web-low", "a", 1, app="web"),
+            placed("filler", "a", 0),
+            placed("big", "b", 100, "2"),
+        ],
+        spread_zones(incoming("1"), app="web"),
+        ("a", ["web-low"]),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "nodes,pods,pod,want", [c[1:] for c in DRY_RUN_CASES], ids=[c[0] for c in DRY_RUN_CASES]
+)
+def test_dry_run_runs_every_filter(
+    nodes: list[NodeBuilder],
+    pods: list[PodBuilder],
+    pod: PodBuilder,
+    want: tuple[str, list[str]],
+) -> None:
+    s = setup(*nodes, pods=tuple(p.info() for p in pods))
+    assert preempt(s, pod.info()) == want
+    fresh = setup(*nodes, pods=tuple(p.info() for p in pods))
+    assert snapshot(s) == snapshot(fresh, like=s)
+
+
+MESSAGE_CASES: list[tuple[str, list[NodeBuilder], list[PodBuilder], PodBuilder, str]] = [
+    (
+        "evicting the node's own lower-priority pod leaves the zone conflict: the filter's "
+        "reason stands for that node",
+        [host("a", "z1"), host("b", "z1")],
+        [placed("filler", "a", 0), placed("db-high", "b", 100, app="db")],
+        anti(incoming(), ZONE, app="db"),
+        "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules. preemption: "
+        "0/2 nodes are available: 1 No preemption victims found for incoming pod, 1 node(s) "
+        "didn't match pod anti-affinity rules.",
+    ),
+    (
+        "the skew comes from a higher-priority pod: evicting the filler does not help",
+        [host("a", "z1"), host("b", "z2")],
+        [
+            placed("web-high", "a", 100, app="web"),
+            placed("filler", "a", 0),
+            placed("big", "b", 100, "2"),
+        ],
+        spread_zones(incoming("1"), app="web"),
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match pod topology "
+        "spread constraints. preemption: 0/2 nodes are available: 1 No preemption victims "
+        "found for incoming pod, 1 node(s) didn't match pod topology spread constraints.",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "nodes,pods,pod,want", [c[1:] for c in MESSAGE_CASES], ids=[c[0] for c in MESSAGE_CASES]
+)
+def test_dry_run_reports_the_filters_that_still_fail(
+    nodes: list[NodeBuilder], pods: list[PodBuilder], pod: PodBuilder, want: str
+) -> None:
+    s = setup(*nodes, pods=tuple(p.info() for p in pods))
+    r = s.algorithm.schedule(pod.info())
+    assert (r.node, r.nominated_node, r.message) == (None, None, want)
+
+
+def test_the_cache_is_restored_even_when_a_filter_raises() -> None:
+    """The dry run takes pods off the node in the real cache: a filter raising midway (here on
+    its second run, the first reprieve) must leave the columns, the pod counts, the placed
+    pods' terms and the assumed and nominated pods exactly as a cache that never ran it."""
+    nodes, pods, pod, _ = DRY_RUN_CASES[0][1:]
+
+    def build() -> Scheduler:
+        s = setup(*nodes, pods=tuple(p.info() for p in pods), clock=FakeClock())
+        s.cache.assume(placed("assumed-low", "a", 2, app="db").info(), "a")
+        s.cache.finish_binding("default/assumed-low")
+        s.cache.nominate(placed("nominee", "", 50).info(), "b")
+        return s
+
+    s = build()
+    handle = s.profile.handle
+    real = handle.filter_node
+    assert real is not None
+    calls: list[int] = []
+
+    def flaky(p: PodInfo, slot: int) -> Status:
+        calls.append(slot)
+        if len(calls) == 2:
+            raise RuntimeError("filter broke")
+        return real(p, slot)
+
+    handle.filter_node = flaky
+    with pytest.raises(RuntimeError, match="filter broke"):
+        s.algorithm.schedule(pod.info())
+    assert snapshot(s) == snapshot(build(), like=s)
+    assert s.cache.is_assumed("default/assumed-low")
+    assert set(s.cache.nominated) == {"default/nominee"}
+    # and the same cache preempts as before once the filter behaves
+    handle.filter_node = real
+    assert preempt(s, pod.info()) == ("a", ["guard-low"])  # assumed-low was tried, reprieved
+    assert snapshot(s) == snapshot(build(), like=s)
+
+
+class FixedOffset(random.Random):
+    def __init__(self, offset: int) -> None:
+        super().__init__(0)
+        self.fixed = offset
+
+    def randrange(self, *args: Any, **kwargs: Any) -> int:
+        return self.fixed
+
+
+@pytest.mark.parametrize("offset,want", [(0, "a"), (1, "b"), (2, "c")])
+def test_equal_candidates_go_to_the_first_from_the_random_offset(offset: int, want: str) -> None:
+    """DryRunPreemption starts at GetOffsetAndNumCandidates' random offset; among candidates
+    equal on every criterion of pickOneNodeForPreemption the first found wins."""
+    s = setup(
+        small("a"),
+        small("b"),
+        small("c"),
+        pods=tuple(running(f"x{n}", n, "2", 1) for n in "abc"),
+    )
+    plugin = s.profile.post_filters[0]
+    plugin.rng = FixedOffset(offset)
+    assert preempt(s, HI.info()) == (want, [f"x{want}"])
+
+
+def test_violating_candidates_are_capped_at_the_candidates_wanted() -> None:
+    """kube keeps at most numCandidates of each kind: with max_candidates 1, only the first
+    violating node found (a, from offset 0) is kept, though c's victim has a lower priority."""
+    s = with_budgets(
+        setup(
+            small("a"),
+            small("b"),
+            small("c"),
+            pods=(
+                labelled("xa", "a", "2", 3, "guarded"),
+                labelled("xb", "b", "2", 2, "guarded"),
+                labelled("xc", "c", "2", 1, "guarded"),
+            ),
+        ),
+        budget("guarded", 0),
+    )
+    plugin = s.profile.post_filters[0]
+    plugin.rng = FixedOffset(0)
+    assert preempt(s, HI.info()) == ("c", ["xc"])  # every node is tried: no clean candidate
+    plugin.max_candidates = 1
+    assert preempt(s, HI.info()) == ("a", ["xa"])
+
+
+def snapshot(s: Scheduler, like: Scheduler | None = None) -> dict[str, Any]:
+    """Everything the filters and the cache's bookkeeping read, comparable across caches.
+    With `like`, the selectors and terms `like` tracks are registered here first, so a fresh
+    cache is compared on the same counts."""
+    cache = s.cache
+    nodes = cache.nodes
+    n = nodes.n
+    index = nodes.pod_index
+    ipa = next(p for p in s.profile.plugins if isinstance(p, InterPodAffinity))
+    if like is not None:
+        for key in like.cache.pod_index._counts:
+            index.counts(*key)
+        if next(p for p in like.profile.plugins if isinstance(p, InterPodAffinity))._tracked:
+            ipa.placed_terms(nodes)
+    columns = (
+        *("valid", "req_cpu", "req_mem", "req_pods", "nz_cpu", "nz_mem"),
+        *("free_cpu", "free_mem", "free_pods", "alloc_cpu", "alloc_mem", "alloc_pods"),
+    )
+    tracked = ipa._tracked[1] if ipa._tracked is not None else None
+    terms: dict[str, Any] = {}
+    if tracked is not None:
+        for kind in ("required_anti", "required_affinity", "preferred"):
+            table = getattr(tracked, kind)
+            terms[kind] = {
+                t: (_sized(c.count, n).tolist(), _sized(c.weight, n).tolist(), c.total)
+                for t, c in table.items()
+            }
+    return {
+        "columns": {c: getattr(nodes, c)[:n].tolist() for c in columns},
+        "ext": {k: (c.alloc[:n].tolist(), c.req[:n].tolist()) for k, c in nodes.ext.items()},
+        "ports": {
+            port: {slot: sorted(map(repr, hps)) for slot, hps in users.items()}
+            for port, users in nodes.ports.items()
+        },
+        "on_slots": [{k: i.uid for k, i in index.slots[slot].items()} for slot in range(n)],
+        "counts": {key: arr[:n].tolist() for key, arr in index._counts.items()},
+        "terms": terms,
+        "pods": {
+            k: (st.node, st.assumed, st.binding_finished, st.deadline, st.info.uid)
+            for k, st in cache.pods.items()
+        },
+        "assumed": set(cache.assumed),
+        "nominated": {k: (node, i.uid) for k, (node, i) in cache.nominated.items()},
+        "by_node": cache.by_node,
+        "priorities": cache.priorities,
+        "parked": cache.parked,
+        "unaccounted": cache.unaccounted,
+    }
