@@ -21,7 +21,7 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from google.protobuf.message import Message
 
@@ -753,10 +753,12 @@ class ResourceStore:
         already being deleted disrupts nothing, so it is deleted without consulting budgets;
         a Pending one is deleted on the condition that it is still the version read (unless
         the caller named a resourceVersion), so a pod that starts meanwhile is looked at again.
-        Any other pod goes through `check_disruption_budgets` first. deleteOptions'
-        gracePeriodSeconds and preconditions are Delete's; dryRun ["All"] checks everything
-        and writes nothing. Raises NotFoundError for a missing pod, ConflictError for a failed
-        precondition, InvalidError for bad options, and whatever the budget check raises.
+        Any other pod goes through `check_disruption_budgets` first. Before the delete the pod
+        gets the DisruptionTarget condition (EvictionByEvictionAPI, "Eviction API: evicting"),
+        so it says why it is terminating. deleteOptions' gracePeriodSeconds and preconditions
+        are Delete's; dryRun ["All"] checks everything and writes nothing. Raises
+        NotFoundError for a missing pod, ConflictError for a failed precondition, InvalidError
+        for bad options, and whatever the budget check raises.
         """
         if self.info.kind != POD.kind:
             raise UnimplementedError(f"{self.plural} cannot be evicted")
@@ -803,6 +805,7 @@ class ResourceStore:
                 self._check_eviction_preconditions(req, pod)
                 return pod_pb2.EvictResponse(pod=pod)
             try:
+                await self._mark_disruption_target(key, req, cur)
                 deleted = await self.delete(req)
             except ConflictError:
                 if ours and attempt < _CAS_ATTEMPTS - 1:
@@ -812,6 +815,32 @@ class ResourceStore:
                     raise _still_processing(unhealthy_under) from None
                 raise
             return pod_pb2.EvictResponse(pod=deleted)  # type: ignore[arg-type]
+        raise self._conflict(name)
+
+    async def _mark_disruption_target(
+        self, key: bytes, req: meta_pb2.DeleteRequest, cur: _Current | None
+    ) -> None:
+        """kube-apiserver's addConditionAndDeletePod, before the delete: on the latest pod,
+        once the delete's preconditions hold, the DisruptionTarget condition (reason
+        EvictionByEvictionAPI), written by compare-and-swap (a lost race is applied again to
+        the current pod). A resourceVersion precondition then names the version written, so
+        the delete still takes only the pod judged. ConflictError for a failed precondition."""
+        name = req.name
+        for _attempt in range(_CAS_ATTEMPTS):
+            if cur is None:
+                raise self._not_found(name)
+            pod: pod_pb2.Pod = cur.obj  # type: ignore[assignment]
+            problem = self._precondition_failure(name, req.preconditions, pod.metadata)
+            if problem is not None:
+                raise problem
+            if not _set_eviction_condition(pod, self.clock.now()):
+                return  # already marked so
+            result = await self.storage.update(key, self._stored_value(pod), cur.revision)
+            if result.succeeded:
+                if req.preconditions.resourceVersion:
+                    req.preconditions.resourceVersion = str(result.revision)
+                return
+            cur = self._after_failure(result)
         raise self._conflict(name)
 
     async def check_disruption_budgets(self, pod: pod_pb2.Pod, *, dry_run: bool) -> str | None:
@@ -913,6 +942,31 @@ class ResourceStore:
 _EVERYTHING = LabelSelector()
 _NO_FIELDS = parse_field_selector("")
 _REFUSED = "Cannot evict pod as it would violate the pod's disruption budget."
+
+
+# The condition kube-apiserver's eviction sets on a pod before deleting it.
+DISRUPTION_TARGET = "DisruptionTarget"
+EVICTION_REASON = "EvictionByEvictionAPI"
+EVICTION_MESSAGE = "Eviction API: evicting"
+_EVICTION_CONDITION = ("True", EVICTION_REASON, EVICTION_MESSAGE)
+
+
+def _set_eviction_condition(pod: pod_pb2.Pod, now: datetime) -> bool:
+    """podutil.UpdatePodCondition with DisruptionTarget=True/EvictionByEvictionAPI: the
+    transition time moves only when the status changes; False when nothing changed."""
+    for cond in pod.status.conditions:
+        if cond.type == DISRUPTION_TARGET:
+            if (cond.status, cond.reason, cond.message) == _EVICTION_CONDITION:
+                return False
+            if cond.status != "True":
+                set_timestamp(cond.lastTransitionTime, now)
+            cond.status, cond.reason, cond.message = "True", EVICTION_REASON, EVICTION_MESSAGE
+            return True
+    added = pod.status.conditions.add(
+        type=DISRUPTION_TARGET, status="True", reason=EVICTION_REASON, message=EVICTION_MESSAGE
+    )
+    set_timestamp(added.lastTransitionTime, now)
+    return True
 
 
 def _still_processing(name: str) -> DisruptionBudgetError:

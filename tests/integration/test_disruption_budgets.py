@@ -313,6 +313,96 @@ async def test_dry_run_and_unselected_pods_leave_the_budget_alone(
     assert pdb.status.disruptionsAllowed == 1
 
 
+def disruption_target(pod: pod_pb2.Pod) -> tuple[str, str, str, bool] | None:
+    for c in pod.status.conditions:
+        if c.type == "DisruptionTarget":
+            return (c.status, c.reason, c.message, c.lastTransitionTime.seconds > 0)
+    return None
+
+
+EVICTED = ("True", "EvictionByEvictionAPI", "Eviction API: evicting", True)
+
+
+@pytest.mark.parametrize(
+    "phase,ready,budgeted",
+    [
+        ("Running", True, True),  # through the budget check, spending a disruption
+        ("Running", False, False),  # no budget selects it
+        ("", False, False),  # bound but Pending: deleted on the version read (a precondition)
+    ],
+    ids=["budget-allows", "no-budget", "pending"],
+)
+async def test_an_evicted_pod_says_so_while_it_terminates(
+    client: Client,
+    pods_stub: pod_pb2_grpc.PodsAsyncStub,
+    phase: str,
+    ready: bool,
+    budgeted: bool,
+) -> None:
+    """kube-apiserver's addConditionAndDeletePod: the pod gets DisruptionTarget=True, reason
+    EvictionByEvictionAPI, before its graceful deletion starts; its other conditions stay."""
+    await client.pods.create(make_pod("web-1", app="web" if budgeted else "other"))
+    await client.bind("default", "web-1", "ghost")
+    pod = await client.pods.get("web-1", "default")
+    if phase:
+        pod.status.phase = phase
+        pod.status.conditions.add(type="Ready", status="True" if ready else "False")
+        pod = await client.pods.update_status(pod)
+    if budgeted:
+        await budget(
+            client, "web", {**WEB, "maxUnavailable": 1}, allowed=1, current=1, desired=0, expected=1
+        )
+    before = {c.type for c in pod.status.conditions}
+    request = eviction("web-1")
+    request.eviction.deleteOptions.gracePeriodSeconds = 30
+    await pods_stub.Evict(request, timeout=10)
+    got = await client.pods.get("web-1", "default")
+    assert got.metadata.HasField("deletionTimestamp")
+    assert got.metadata.deletionGracePeriodSeconds == 30
+    assert disruption_target(got) == EVICTED
+    assert {c.type for c in got.status.conditions} == before | {"DisruptionTarget"}
+    # evicting it again changes nothing: already marked, already terminating
+    await pods_stub.Evict(request, timeout=10)
+    again = await client.pods.get("web-1", "default")
+    assert again.metadata.resourceVersion == got.metadata.resourceVersion
+
+
+async def test_dry_run_and_refused_evictions_mark_nothing(
+    client: Client, pods_stub: pod_pb2_grpc.PodsAsyncStub, running: RunningAPIServer
+) -> None:
+    await running_pod(client, "web-1")
+    await budget(
+        client, "web", {**WEB, "maxUnavailable": 0}, allowed=0, current=1, desired=1, expected=1
+    )
+    refused = await evict(pods_stub, "web-1")
+    assert refused is not None and refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    await client.pod_disruption_budgets.delete("web", "default")
+    await pods_stub.Evict(eviction("web-1", dry_run=True), timeout=10)
+    pod = await client.pods.get("web-1", "default")
+    assert disruption_target(pod) is None and not pod.metadata.HasField("deletionTimestamp")
+    # and over REST the condition is kube's JSON, read back while the pod terminates
+    url = f"http://{running.server.rest_address}/api/v1/namespaces/default/pods/web-1"
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "web-1", "namespace": "default"},
+        "deleteOptions": {"gracePeriodSeconds": 30},
+    }
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url + "/eviction", json=body) as resp:
+            assert resp.status == 201, await resp.text()
+        async with session.get(url) as resp:
+            obj = json.loads(await resp.read())
+    assert obj["metadata"]["deletionTimestamp"]
+    (cond,) = [c for c in obj["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+    assert {k: cond[k] for k in ("status", "reason", "message")} == {
+        "status": "True",
+        "reason": "EvictionByEvictionAPI",
+        "message": "Eviction API: evicting",
+    }
+    assert cond["lastTransitionTime"]
+
+
 async def test_binding_clears_the_preemption_nomination(client: Client) -> None:
     await client.pods.create(make_pod("hi"))
     pod = await client.pods.get("hi", "default")
