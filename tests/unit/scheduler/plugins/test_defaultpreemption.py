@@ -602,3 +602,20 @@ def snapshot(s: Scheduler, like: Scheduler | None = None) -> dict[str, Any]:
         "parked": cache.parked,
         "unaccounted": cache.unaccounted,
     }
+
+
+def test_a_node_needing_no_victim_is_kubes_error() -> None:
+    """DryRunPreemption: SelectVictimsOnNode succeeding with no victims is the error "expected
+    at least one victim pod on node"; with no candidate at all, PostFilter returns the errors
+    (NewAggregate: one as itself, several as a list) instead of the FitError."""
+    s = setup(small("a"), small("b"), pods=(running("xa", "a", "1"), running("xb", "b", "1")))
+    s.profile.handle.filter_node = lambda pod, slot: Status()  # filters that always pass
+    s.profile.handle.filter_names = ()  # and no resource check to short-circuit them
+    plugin = s.profile.post_filters[0]
+    plugin.rng = FixedOffset(0)
+    r = s.algorithm.schedule(PodBuilder("hi").req(cpu="2").priority(10).info())
+    assert r.nominated_node is None
+    assert r.message == (
+        "0/2 nodes are available: 2 Insufficient cpu. preemption: [expected at least one "
+        'victim pod on node "a", expected at least one victim pod on node "b"]'
+    )
