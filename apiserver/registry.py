@@ -20,12 +20,15 @@ from google.protobuf.message import Message
 from apiserver import podmutation, validation
 from tinykube.errors import FieldError
 from tinykube.kinds import (
+    CLUSTER_ROLE_BINDING,
     EVENT,
     LEASE,
     NODE,
     POD,
     POD_DISRUPTION_BUDGET,
+    RBAC_GROUP,
     REPLICA_SET,
+    ROLE_BINDING,
     SERVICE,
     KindInfo,
 )
@@ -186,6 +189,18 @@ def keep_service_allocations(new: service_pb2.ServiceSpec, old: service_pb2.Serv
             p.nodePort = old.ports[i].nodePort  # the same port entry, renumbered
 
 
+_BINDING_KINDS = frozenset({ROLE_BINDING.kind, CLUSTER_ROLE_BINDING.kind})
+
+
+def default_binding(binding: Any) -> None:
+    """rbac/v1's defaults: roleRef and User/Group subjects are in the RBAC group unless said."""
+    if not binding.roleRef.apiGroup:
+        binding.roleRef.apiGroup = RBAC_GROUP
+    for subject in binding.subjects:
+        if not subject.apiGroup and subject.kind in ("User", "Group"):
+            subject.apiGroup = RBAC_GROUP
+
+
 class Strategy:
     """Create/update rules of one kind."""
 
@@ -232,6 +247,8 @@ class Strategy:
                 obj.count = 1  # type: ignore[attr-defined]
             if not obj.type:  # type: ignore[attr-defined]
                 obj.type = "Normal"  # type: ignore[attr-defined]
+        elif kind in _BINDING_KINDS:
+            default_binding(obj)
 
     def _default_pod_spec(self, spec: pod_pb2.PodSpec) -> None:
         if not spec.schedulerName:
@@ -277,6 +294,8 @@ class Strategy:
         elif self.info.kind == SERVICE.kind:
             default_service_spec(target.spec)
             keep_service_allocations(target.spec, old.spec)  # type: ignore[attr-defined]
+        elif self.info.kind in _BINDING_KINDS:
+            default_binding(target)
         if _has_spec(self.info) and target.spec != old.spec:  # type: ignore[attr-defined]
             target.metadata.generation = old.metadata.generation + 1  # type: ignore[attr-defined]
 

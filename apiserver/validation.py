@@ -18,13 +18,19 @@ from google.protobuf.struct_pb2 import Value
 
 from tinykube.errors import FieldError
 from tinykube.kinds import (
+    CLUSTER_ROLE,
+    CLUSTER_ROLE_BINDING,
     ENDPOINTS,
     EVENT,
     LEASE,
     NODE,
     POD,
     POD_DISRUPTION_BUDGET,
+    RBAC_GROUP,
+    RBAC_KINDS,
     REPLICA_SET,
+    ROLE,
+    ROLE_BINDING,
     SERVICE,
     KindInfo,
 )
@@ -51,6 +57,7 @@ from tinykube.v1 import (
     node_pb2,
     pod_pb2,
     poddisruptionbudget_pb2,
+    rbac_pb2,
     replicaset_pb2,
     service_pb2,
 )
@@ -166,6 +173,11 @@ def validate_metadata(info: KindInfo, meta: meta_pb2.ObjectMeta) -> list[FieldEr
         errs.append(required("metadata.name", "name or generateName is required"))
     elif info.kind == LEASE.kind or info.kind == EVENT.kind:
         errs.extend(dns1123_subdomain("metadata.name", meta.name))
+    elif info in RBAC_KINDS:
+        # RBAC names are path segments ("system:node"), as Kubernetes' minimalNameRequirements.
+        errs.extend(
+            invalid("metadata.name", meta.name, m) for m in path_segment_problems(meta.name)
+        )
     else:
         errs.extend(dns1123_subdomain("metadata.name", meta.name))
     if info.namespaced:
@@ -1005,6 +1017,10 @@ def validate(info: KindInfo, obj: Message) -> list[FieldError]:
         errs.extend(validate_endpoints(obj))  # type: ignore[arg-type]
     elif info.kind == POD_DISRUPTION_BUDGET.kind:
         errs.extend(validate_pdb(obj))  # type: ignore[arg-type]
+    elif info.kind in (ROLE.kind, CLUSTER_ROLE.kind):
+        errs.extend(validate_role(obj, namespaced=info.namespaced))  # type: ignore[arg-type]
+    elif info.kind in (ROLE_BINDING.kind, CLUSTER_ROLE_BINDING.kind):
+        errs.extend(validate_role_binding(obj, namespaced=info.namespaced))  # type: ignore[arg-type]
     return errs
 
 
@@ -1044,6 +1060,14 @@ def validate_update(info: KindInfo, new: Message, old: Message) -> list[FieldErr
         nip, oip = new.spec.clusterIP, old.spec.clusterIP  # type: ignore[attr-defined]
         if nip != oip:
             errs.append(invalid("spec.clusterIP", nip, "field is immutable"))
+    if info.kind in (ROLE_BINDING.kind, CLUSTER_ROLE_BINDING.kind):
+        ref = new.roleRef  # type: ignore[attr-defined]
+        if ref != old.roleRef:  # type: ignore[attr-defined]
+            errs.append(
+                FieldError(
+                    "roleRef", f"Invalid value: {_role_ref_text(ref)}: cannot change roleRef"
+                )
+            )
     return errs
 
 
@@ -1183,3 +1207,125 @@ def validate_pod_update(new: pod_pb2.Pod, old: pod_pb2.Pod) -> list[FieldError]:
     if munged != os_:
         errs.append(forbidden("spec", POD_UPDATE_FORBIDDEN))
     return errs
+
+
+# ---- RBAC (Kubernetes' pkg/apis/rbac/validation) ----------------------------------------------
+
+
+def path_segment_problems(name: str) -> list[str]:
+    """apimachinery's IsValidPathSegmentName: what RBAC accepts as a name."""
+    if name in (".", ".."):
+        return [f"may not be '{name}'"]
+    return [f"may not contain '{c}'" for c in ("/", "%") if c in name]
+
+
+def _policy_rule(path: str, rule: rbac_pb2.PolicyRule, *, namespaced: bool) -> list[FieldError]:
+    errs: list[FieldError] = []
+    if not rule.verbs:
+        errs.append(required(f"{path}.verbs", "verbs must contain at least one value"))
+    if rule.nonResourceURLs:
+        where = f"{path}.nonResourceURLs"
+        if namespaced:
+            detail = "namespaced rules cannot apply to non-resource URLs"
+            errs.append(_url_list(where, rule.nonResourceURLs, detail))
+        if rule.apiGroups or rule.resources or rule.resourceNames:
+            detail = "rules cannot apply to both regular resources and non-resource URLs"
+            errs.append(_url_list(where, rule.nonResourceURLs, detail))
+        return errs
+    if not rule.apiGroups:
+        errs.append(
+            required(f"{path}.apiGroups", "resource rules must supply at least one api group")
+        )
+    if not rule.resources:
+        errs.append(
+            required(f"{path}.resources", "resource rules must supply at least one resource")
+        )
+    if rule.resourceNames and len(rule.resources) > 1:
+        errs.append(
+            required(f"{path}.resourceNames", "resource names cannot apply to multiple resources")
+        )
+    return errs
+
+
+def validate_role(
+    role: rbac_pb2.Role | rbac_pb2.ClusterRole, *, namespaced: bool
+) -> list[FieldError]:
+    """A Role (namespaced) or ClusterRole: its rules, and a ClusterRole's aggregationRule."""
+    errs: list[FieldError] = []
+    for i, rule in enumerate(role.rules):
+        errs.extend(_policy_rule(f"rules[{i}]", rule, namespaced=namespaced))
+    if isinstance(role, rbac_pb2.ClusterRole) and role.HasField("aggregationRule"):
+        selectors = role.aggregationRule.clusterRoleSelectors
+        if not selectors:
+            errs.append(
+                required(
+                    "aggregationRule.clusterRoleSelectors",
+                    "at least one clusterRoleSelector required if aggregationRule is non-nil",
+                )
+            )
+        for i, selector in enumerate(selectors):
+            for f, m in label_selector_problems(
+                selector, f"aggregationRule.clusterRoleSelectors[{i}]"
+            ):
+                errs.append(FieldError(f, m))
+    return errs
+
+
+SERVICE_ACCOUNT_KIND = "ServiceAccount"
+USER_KIND = "User"
+GROUP_KIND = "Group"
+
+
+def _subject(path: str, subject: rbac_pb2.Subject, *, namespaced: bool) -> list[FieldError]:
+    errs: list[FieldError] = []
+    if not subject.name:
+        errs.append(required(f"{path}.name"))
+    if subject.kind == SERVICE_ACCOUNT_KIND:
+        if subject.name:
+            errs.extend(dns1123_subdomain(f"{path}.name", subject.name))
+        if subject.apiGroup:
+            errs.append(unsupported(f"{path}.apiGroup", subject.apiGroup, [""]))
+        if not namespaced and not subject.namespace:
+            errs.append(required(f"{path}.namespace"))
+    elif subject.kind in (USER_KIND, GROUP_KIND):
+        if not subject.name:
+            what = "user" if subject.kind == USER_KIND else "group"
+            errs.append(invalid(f"{path}.name", "", f"{what} name cannot be empty"))
+        if subject.apiGroup != RBAC_GROUP:
+            errs.append(unsupported(f"{path}.apiGroup", subject.apiGroup, [RBAC_GROUP]))
+    else:
+        errs.append(
+            unsupported(f"{path}.kind", subject.kind, [SERVICE_ACCOUNT_KIND, USER_KIND, GROUP_KIND])
+        )
+    return errs
+
+
+def validate_role_binding(
+    binding: rbac_pb2.RoleBinding | rbac_pb2.ClusterRoleBinding, *, namespaced: bool
+) -> list[FieldError]:
+    """A RoleBinding (roleRef: Role or ClusterRole) or ClusterRoleBinding (ClusterRole only)."""
+    errs: list[FieldError] = []
+    ref = binding.roleRef
+    if ref.apiGroup != RBAC_GROUP:
+        errs.append(unsupported("roleRef.apiGroup", ref.apiGroup, [RBAC_GROUP]))
+    kinds = ("Role", "ClusterRole") if namespaced else ("ClusterRole",)
+    if ref.kind not in kinds:
+        errs.append(unsupported("roleRef.kind", ref.kind, kinds))
+    if not ref.name:
+        errs.append(required("roleRef.name"))
+    else:
+        errs.extend(invalid("roleRef.name", ref.name, m) for m in path_segment_problems(ref.name))
+    for i, subject in enumerate(binding.subjects):
+        errs.extend(_subject(f"subjects[{i}]", subject, namespaced=namespaced))
+    return errs
+
+
+def _role_ref_text(ref: rbac_pb2.RoleRef) -> str:
+    """A RoleRef as Go's %#v prints kube's struct in the immutability error."""
+    return f"rbac.RoleRef{{APIGroup:{_q(ref.apiGroup)}, Kind:{_q(ref.kind)}, Name:{_q(ref.name)}}}"
+
+
+def _url_list(path: str, urls: Iterable[str], detail: str) -> FieldError:
+    """field.Invalid with a []string value, which Go prints with %#v."""
+    shown = "[]string{" + ", ".join(_q(u) for u in urls) + "}"
+    return FieldError(path, f"Invalid value: {shown}: {detail}")

@@ -24,6 +24,8 @@ from tinykube.v1 import (
     pod_pb2_grpc,
     poddisruptionbudget_pb2,
     poddisruptionbudget_pb2_grpc,
+    rbac_pb2,
+    rbac_pb2_grpc,
     replicaset_pb2,
     replicaset_pb2_grpc,
     service_pb2,
@@ -208,6 +210,39 @@ ALL_KINDS: tuple[KindInfo, ...] = (
     ENDPOINTS,
     POD_DISRUPTION_BUDGET,
 )
+# RBAC (rbac.authorization.k8s.io/v1): what the apiserver's authorizer evaluates.
+RBAC_GROUP = "rbac.authorization.k8s.io"
+
+
+def _rbac_kind(kind: str, plural: str, field: str, namespaced: bool) -> KindInfo:
+    return KindInfo(
+        kind=kind,
+        plural=plural,
+        namespaced=namespaced,
+        message=getattr(rbac_pb2, kind),
+        list_message=getattr(rbac_pb2, f"{kind}List"),
+        watch_event=getattr(rbac_pb2, f"{kind}WatchEvent"),
+        create_request=getattr(rbac_pb2, f"Create{kind}Request"),
+        update_request=getattr(rbac_pb2, f"Update{kind}Request"),
+        request_field=field,
+        service=f"tinykube.v1.{kind}s",
+        stub=getattr(rbac_pb2_grpc, f"{kind}sStub"),
+        add_servicer=getattr(rbac_pb2_grpc, f"add_{kind}sServicer_to_server"),
+        has_status=False,
+        short_names=(kind.lower(),),
+        group=RBAC_GROUP,
+    )
+
+
+ROLE = _rbac_kind("Role", "roles", "role", True)
+CLUSTER_ROLE = _rbac_kind("ClusterRole", "clusterroles", "clusterRole", False)
+ROLE_BINDING = _rbac_kind("RoleBinding", "rolebindings", "roleBinding", True)
+CLUSTER_ROLE_BINDING = _rbac_kind(
+    "ClusterRoleBinding", "clusterrolebindings", "clusterRoleBinding", False
+)
+RBAC_KINDS: tuple[KindInfo, ...] = (ROLE, CLUSTER_ROLE, ROLE_BINDING, CLUSTER_ROLE_BINDING)
+
+ALL_KINDS += RBAC_KINDS
 BY_KIND: dict[str, KindInfo] = {k.kind: k for k in ALL_KINDS}
 BY_PLURAL: dict[str, KindInfo] = {k.plural: k for k in ALL_KINDS}
 

@@ -131,6 +131,7 @@ _GROUP_ORDER = (
     "apps",
     "events.k8s.io",
     "policy",
+    "rbac.authorization.k8s.io",
     "coordination.k8s.io",
     "storage.k8s.io",
 )

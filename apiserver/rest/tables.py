@@ -185,11 +185,30 @@ _DEFAULT_COLUMNS: Final = (
     _col("Created At", "date", _D_CREATED),
 )
 
+# kube's printers give roles the default columns and bindings these.
+_ROLE_BINDING_COLUMNS: Final = (
+    _NAME_COLUMN,
+    _col(
+        "Role", "string", "RoleRef can reference a Role in the current namespace or a ClusterRole."
+    ),
+    _AGE_COLUMN,
+    _col("Users", "string", "Users in the roleBinding", priority=1),
+    _col("Groups", "string", "Groups in the roleBinding", priority=1),
+    _col("ServiceAccounts", "string", "ServiceAccounts in the roleBinding", priority=1),
+)
+_COLUMNS_RBAC: Final = {
+    "Role": _DEFAULT_COLUMNS,
+    "ClusterRole": _DEFAULT_COLUMNS,
+    "RoleBinding": _ROLE_BINDING_COLUMNS,
+    "ClusterRoleBinding": _ROLE_BINDING_COLUMNS,
+}
+
 
 def column_definitions(info: KindInfo) -> list[dict[str, Any]]:
     """The Table's columnDefinitions for `info`'s kind, in Kubernetes' order, each with name,
     type, format, description and priority (1: shown only by `kubectl get -o wide`)."""
-    return [dict(c) for c in _COLUMNS.get(info.kind, _DEFAULT_COLUMNS)]
+    columns = _COLUMNS.get(info.kind) or _COLUMNS_RBAC.get(info.kind, _DEFAULT_COLUMNS)
+    return [dict(c) for c in columns]
 
 
 # --- time -----------------------------------------------------------------------------------
@@ -670,7 +689,33 @@ def _default_cells(obj: Mapping[str, Any], clock: _Clock) -> _Cells:
     return [meta.get("name", ""), created]
 
 
+def _role_binding_cells(binding: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = binding.get("metadata") or {}
+    ref = binding.get("roleRef") or {}
+    users: list[str] = []
+    groups: list[str] = []
+    accounts: list[str] = []
+    for subject in binding.get("subjects") or ():
+        kind, name = subject.get("kind", ""), subject.get("name", "")
+        if kind == "User":
+            users.append(name)
+        elif kind == "Group":
+            groups.append(name)
+        elif kind == "ServiceAccount":
+            accounts.append(f"{subject.get('namespace', '')}/{name}")
+    return [
+        meta.get("name", ""),
+        f"{ref.get('kind', '')}/{ref.get('name', '')}",
+        clock.since(meta.get("creationTimestamp"), binding, "metadata.creationTimestamp"),
+        ", ".join(users),
+        ", ".join(groups),
+        ", ".join(accounts),
+    ]
+
+
 _PRINTERS: Final[dict[str, _Printer]] = {
+    "RoleBinding": _role_binding_cells,
+    "ClusterRoleBinding": _role_binding_cells,
     "Pod": _pod_cells,
     "Node": _node_cells,
     "ReplicaSet": _replica_set_cells,

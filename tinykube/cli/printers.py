@@ -305,7 +305,37 @@ def _pdb_row(pdb: Any, now: datetime, wide: bool) -> list[str]:
     ]
 
 
+# ---- RBAC -------------------------------------------------------------------------------------
+
+
+def _role_row(role: Any, now: datetime, wide: bool) -> list[str]:
+    created = role.metadata.creationTimestamp.ToDatetime().strftime("%Y-%m-%dT%H:%M:%SZ")
+    return [role.metadata.name, created]
+
+
+def _role_binding_row(binding: Any, now: datetime, wide: bool) -> list[str]:
+    row = [
+        binding.metadata.name,
+        f"{binding.roleRef.kind}/{binding.roleRef.name}",
+        age(binding.metadata.creationTimestamp, now),
+    ]
+    if wide:
+        subjects = binding.subjects
+        row += [
+            ", ".join(s.name for s in subjects if s.kind == "User"),
+            ", ".join(s.name for s in subjects if s.kind == "Group"),
+            ", ".join(f"{s.namespace}/{s.name}" for s in subjects if s.kind == "ServiceAccount"),
+        ]
+    return row
+
+
+_BINDING_COLUMNS = (["NAME", "ROLE", "AGE"], ["USERS", "GROUPS", "SERVICEACCOUNTS"])
+
 _COLUMNS: dict[str, tuple[list[str], list[str]]] = {
+    "Role": (["NAME", "CREATED AT"], []),
+    "ClusterRole": (["NAME", "CREATED AT"], []),
+    "RoleBinding": _BINDING_COLUMNS,
+    "ClusterRoleBinding": _BINDING_COLUMNS,
     "Pod": (
         ["NAME", "READY", "STATUS", "RESTARTS", "AGE"],
         ["IP", "NODE", "NOMINATED NODE"],
@@ -329,6 +359,10 @@ _COLUMNS: dict[str, tuple[list[str], list[str]]] = {
 }
 
 _ROWS = {
+    "Role": _role_row,
+    "ClusterRole": _role_row,
+    "RoleBinding": _role_binding_row,
+    "ClusterRoleBinding": _role_binding_row,
     "Pod": _pod_row,
     "Node": _node_row,
     "ReplicaSet": _replicaset_row,

@@ -15,6 +15,7 @@ def test_every_group_version_has_its_resources() -> None:
         "api/v1",
         "apis/apps/v1",
         "apis/policy/v1",
+        "apis/rbac.authorization.k8s.io/v1",
         "apis/coordination.k8s.io/v1",
         "apis/storage.k8s.io/v1",
         "apis/resource.k8s.io/v1",

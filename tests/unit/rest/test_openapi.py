@@ -17,6 +17,7 @@ from apiserver.rest.openapi import OpenAPI
 from tinykube.kinds import ALL_KINDS, POD
 
 CORE = "io.k8s.api.core.v1"
+RBAC = "io.k8s.api.rbac.v1"
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
 QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 PATCH_META = {
@@ -57,6 +58,10 @@ DEFINITION_NAMES = [
         "PodDisruptionBudget",
         "io.k8s.api.policy.v1.PodDisruptionBudget",
         "io.k8s.api.policy.v1.PodDisruptionBudgetList",
+    ),
+    *(
+        (kind, f"{RBAC}.{kind}", f"{RBAC}.{kind}List")
+        for kind in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
     ),
 ]
 
@@ -222,6 +227,7 @@ def test_v3_index_names_each_document_with_its_hash(api: OpenAPI) -> None:
         "apis/apps/v1",
         "apis/coordination.k8s.io/v1",
         "apis/policy/v1",
+        "apis/rbac.authorization.k8s.io/v1",
     }
     for path, entry in index["paths"].items():
         data = api.v3_document(path)

@@ -1049,6 +1049,17 @@ def test_json_patch_error_keeps_the_reason_as_cause() -> None:
 
 # Repeated fields that Kubernetes' types leave without a patchStrategy (atomic lists).
 ATOMIC_IN_KUBERNETES = {
+    # k8s.io/api/rbac/v1: no list there has a patchStrategy.
+    ("tinykube.v1.Role", "rules"),
+    ("tinykube.v1.ClusterRole", "rules"),
+    ("tinykube.v1.RoleBinding", "subjects"),
+    ("tinykube.v1.ClusterRoleBinding", "subjects"),
+    ("tinykube.v1.AggregationRule", "clusterRoleSelectors"),
+    ("tinykube.v1.PolicyRule", "verbs"),
+    ("tinykube.v1.PolicyRule", "apiGroups"),
+    ("tinykube.v1.PolicyRule", "resources"),
+    ("tinykube.v1.PolicyRule", "resourceNames"),
+    ("tinykube.v1.PolicyRule", "nonResourceURLs"),
     ("tinykube.v1.ObjectMeta", "managedFields"),
     ("tinykube.v1.Container", "command"),
     ("tinykube.v1.Container", "args"),

@@ -141,6 +141,19 @@ COLUMNS = {
         ("Age", 0),
     ],
     "Widget": [("Name", 0), ("Created At", 0)],
+    "Role": [("Name", 0), ("Created At", 0)],
+    "ClusterRole": [("Name", 0), ("Created At", 0)],
+    **{
+        kind: [
+            ("Name", 0),
+            ("Role", 0),
+            ("Age", 0),
+            ("Users", 1),
+            ("Groups", 1),
+            ("ServiceAccounts", 1),
+        ]
+        for kind in ("RoleBinding", "ClusterRoleBinding")
+    },
 }
 
 
