@@ -395,6 +395,10 @@ class WatchCache:
         self._etcd_watch: EtcdWatch | None = None
         self._by_value: dict[str, dict[bytes, CachedObject]] = {}
         self.etcd_watches_opened = 0
+        # Called on the event loop with each event applied to `state`, and with None after a
+        # relist replaced it: how the authorizer keeps its RBAC and pod indexes (they must
+        # not block).
+        self.listeners: list[Callable[[CacheEvent | None], None]] = []
         # Registered watchers that get one event per message (plain Watch).
         self.plain_watchers = 0
 
@@ -453,6 +457,8 @@ class WatchCache:
         had_watchers = bool(self.watchers())
         self.state = state
         self._reindex()
+        for listener in self.listeners:
+            listener(None)
         self.window.clear()
         self.window_used = 0
         self.window_start = result.revision
@@ -530,6 +536,8 @@ class WatchCache:
                 self._index(cur)
                 cevent = CacheEvent(MODIFIED if prev else ADDED, ev.revision, cur, prev)
             self._append(cevent)
+            for listener in self.listeners:
+                listener(cevent)
             self._dispatch(cevent)
             self._advance(ev.revision)
 

@@ -1,0 +1,374 @@
+"""Kubernetes' bootstrap RBAC policy, trimmed to what tinykube serves, created at start if missing.
+
+From kube's plugin/pkg/auth/authorizer/rbac/bootstrappolicy (policy.go, controller_policy.go):
+the ClusterRoles `cluster-admin`, `admin`, `edit`, `view` (aggregated from
+`system:aggregate-to-{admin,edit,view}`), `system:discovery`, `system:basic-user`,
+`system:public-info-viewer`, `system:node`, `system:node-proxier`, `system:kube-scheduler`,
+`system:kube-controller-manager` and the `system:controller:*` roles of the controllers tinykube
+runs, and their ClusterRoleBindings. Every object carries the label
+`kubernetes.io/bootstrapping: rbac-defaults` and the annotation
+`rbac.authorization.kubernetes.io/autoupdate: "true"`, as kube's.
+
+What differs from kube, and why:
+- Rules name only resources tinykube serves (pods and their status, binding, eviction and log;
+  nodes, events, services, endpoints, namespaces; replicasets with status and scale; leases;
+  poddisruptionbudgets; the RBAC kinds; selfsubjectaccessreviews): secrets, configmaps,
+  volumes, jobs, deployments and the rest are left out of every role.
+- `admin`, `edit` and `view` keep their aggregationRule, and their rules are already the union
+  of the roles it selects (what kube's aggregation controller would write; tinykube has no such
+  controller, so a user's new aggregate-to-* role does not join them).
+- The leader election Leases are tinykube's names (`tinykube-scheduler`,
+  `tinykube-controller-manager`, in kube-system), not kube's.
+- tinykube's controller manager runs every controller under its own identity (kube's runs
+  each under a service account, --use-service-account-credentials): each controller role's
+  binding names the user `system:kube-controller-manager` beside kube's service account.
+
+`ensure(create)` creates each object that does not exist yet; one an administrator changed
+is left alone (kube would reconcile autoupdate objects back; tinykube does not).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+
+from google.protobuf.message import Message
+
+from tinykube.errors import AlreadyExistsError
+from tinykube.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING, RBAC_GROUP, KindInfo
+from tinykube.v1 import meta_pb2, rbac_pb2
+
+log = logging.getLogger(__name__)
+
+BOOTSTRAP_LABEL = ("kubernetes.io/bootstrapping", "rbac-defaults")
+AUTOUPDATE_ANNOTATION = ("rbac.authorization.kubernetes.io/autoupdate", "true")
+AGGREGATE_LABEL = "rbac.authorization.k8s.io/aggregate-to-{}"
+
+SCHEDULER_LEASE = "tinykube-scheduler"
+CONTROLLER_MANAGER_LEASE = "tinykube-controller-manager"
+
+READ = ("get", "list", "watch")
+WRITE = ("create", "update", "patch", "delete", "deletecollection")
+READ_WRITE = (*READ, *WRITE)
+
+_CORE = ""
+_APPS = "apps"
+_AUTHZ = "authorization.k8s.io"
+_COORDINATION = "coordination.k8s.io"
+_POLICY = "policy"
+
+
+def rule(
+    verbs: Iterable[str],
+    groups: Iterable[str],
+    resources: Iterable[str],
+    names: Iterable[str] = (),
+) -> rbac_pb2.PolicyRule:
+    return rbac_pb2.PolicyRule(
+        verbs=list(verbs),
+        apiGroups=list(groups),
+        resources=list(resources),
+        resourceNames=list(names),
+    )
+
+
+def url_rule(verbs: Iterable[str], urls: Iterable[str]) -> rbac_pb2.PolicyRule:
+    return rbac_pb2.PolicyRule(verbs=list(verbs), nonResourceURLs=list(urls))
+
+
+def _events() -> rbac_pb2.PolicyRule:
+    return rule(("create", "update", "patch"), (_CORE,), ("events",))
+
+
+def _meta(name: str, labels: dict[str, str] | None = None) -> meta_pb2.ObjectMeta:
+    meta = meta_pb2.ObjectMeta(name=name)
+    meta.labels.update(labels or {})
+    meta.labels[BOOTSTRAP_LABEL[0]] = BOOTSTRAP_LABEL[1]
+    meta.annotations[AUTOUPDATE_ANNOTATION[0]] = AUTOUPDATE_ANNOTATION[1]
+    return meta
+
+
+def cluster_role(
+    name: str,
+    rules: Iterable[rbac_pb2.PolicyRule],
+    *,
+    labels: dict[str, str] | None = None,
+    aggregate_from: str = "",
+) -> rbac_pb2.ClusterRole:
+    role = rbac_pb2.ClusterRole(
+        apiVersion=CLUSTER_ROLE.api_version,
+        kind=CLUSTER_ROLE.kind,
+        metadata=_meta(name, labels),
+        rules=list(rules),
+    )
+    if aggregate_from:
+        selector = role.aggregationRule.clusterRoleSelectors.add()
+        selector.matchLabels[AGGREGATE_LABEL.format(aggregate_from)] = "true"
+    return role
+
+
+def user(name: str) -> rbac_pb2.Subject:
+    return rbac_pb2.Subject(kind="User", apiGroup=RBAC_GROUP, name=name)
+
+
+def group(name: str) -> rbac_pb2.Subject:
+    return rbac_pb2.Subject(kind="Group", apiGroup=RBAC_GROUP, name=name)
+
+
+def service_account(namespace: str, name: str) -> rbac_pb2.Subject:
+    return rbac_pb2.Subject(kind="ServiceAccount", namespace=namespace, name=name)
+
+
+def cluster_binding(
+    role: str, subjects: Iterable[rbac_pb2.Subject], name: str = ""
+) -> rbac_pb2.ClusterRoleBinding:
+    return rbac_pb2.ClusterRoleBinding(
+        apiVersion=CLUSTER_ROLE_BINDING.api_version,
+        kind=CLUSTER_ROLE_BINDING.kind,
+        metadata=_meta(name or role),
+        roleRef=rbac_pb2.RoleRef(apiGroup=RBAC_GROUP, kind="ClusterRole", name=role),
+        subjects=list(subjects),
+    )
+
+
+# ---- the user-facing roles ---------------------------------------------------------------------
+
+_AGGREGATE_TO_VIEW = (
+    rule(READ, (_CORE,), ("pods", "services", "services/status", "endpoints")),
+    rule(READ, (_CORE,), ("events", "pods/status", "namespaces/status", "pods/log")),
+    rule(READ, (_CORE,), ("namespaces",)),
+    rule(READ, (_APPS,), ("replicasets", "replicasets/status", "replicasets/scale")),
+    rule(READ, (_POLICY,), ("poddisruptionbudgets", "poddisruptionbudgets/status")),
+)
+_AGGREGATE_TO_EDIT = (
+    rule(WRITE, (_CORE,), ("pods",)),
+    rule(("create",), (_CORE,), ("pods/eviction",)),
+    rule(WRITE, (_CORE,), ("services", "events")),
+    rule(WRITE, (_APPS,), ("replicasets", "replicasets/scale")),
+    rule(WRITE, (_POLICY,), ("poddisruptionbudgets",)),
+    rule(READ_WRITE, (_COORDINATION,), ("leases",)),
+)
+_AGGREGATE_TO_ADMIN = (rule(READ_WRITE, (RBAC_GROUP,), ("roles", "rolebindings")),)
+
+
+def _union(*rule_lists: Iterable[rbac_pb2.PolicyRule]) -> list[rbac_pb2.PolicyRule]:
+    """Rules of the aggregated roles in kube's order (by role name), each once."""
+    out: list[rbac_pb2.PolicyRule] = []
+    for rules in rule_lists:
+        for r in rules:
+            if r not in out:
+                out.append(r)
+    return out
+
+
+# Aggregation as kube's controller computes it: view <- aggregate-to-view; edit <-
+# aggregate-to-edit and view (labelled aggregate-to-edit); admin <- edit (labelled
+# aggregate-to-admin) and aggregate-to-admin. Matching roles are taken in name order.
+_VIEW_RULES = _union(_AGGREGATE_TO_VIEW)
+_EDIT_RULES = _union(_AGGREGATE_TO_EDIT, _VIEW_RULES)
+_ADMIN_RULES = _union(_EDIT_RULES, _AGGREGATE_TO_ADMIN)
+
+_HEALTH_AND_VERSION = ("/livez", "/readyz", "/healthz", "/version", "/version/")
+_DISCOVERY = (*_HEALTH_AND_VERSION, "/openapi", "/openapi/*", "/api", "/api/*", "/apis", "/apis/*")
+
+# NodeRules(): what the system:node role grants (the Node authorizer gives nodes the same,
+# limited to their own objects; this role is bound to no one, as in kube).
+_NODE_RULES = (
+    rule(("create",), ("authentication.k8s.io",), ("tokenreviews",)),
+    rule(("create",), (_AUTHZ,), ("subjectaccessreviews", "localsubjectaccessreviews")),
+    rule(READ, (_CORE,), ("services",)),
+    rule(("create", "get", "list", "watch"), (_CORE,), ("nodes",)),
+    rule(("update", "patch"), (_CORE,), ("nodes/status",)),
+    rule(("update", "patch"), (_CORE,), ("nodes",)),
+    rule(("create", "update", "patch"), (_CORE,), ("events",)),
+    rule(("create", "delete"), (_CORE,), ("pods",)),
+    rule(("update", "patch"), (_CORE,), ("pods/status",)),
+    rule(("create",), (_CORE,), ("pods/eviction",)),
+    rule(("get",), (_CORE,), ("endpoints",)),
+    rule(("get", "create", "update", "patch", "delete"), (_COORDINATION,), ("leases",)),
+)
+
+
+def cluster_roles() -> list[rbac_pb2.ClusterRole]:
+    """The bootstrap ClusterRoles, user-facing and component ones."""
+    return [
+        cluster_role("cluster-admin", [rule("*", "*", "*"), url_rule("*", "*")]),
+        cluster_role("system:discovery", [url_rule(("get",), _DISCOVERY)]),
+        cluster_role(
+            "system:basic-user", [rule(("create",), (_AUTHZ,), ("selfsubjectaccessreviews",))]
+        ),
+        cluster_role("system:public-info-viewer", [url_rule(("get",), _HEALTH_AND_VERSION)]),
+        cluster_role("admin", _ADMIN_RULES, aggregate_from="admin"),
+        cluster_role(
+            "edit",
+            _EDIT_RULES,
+            labels={AGGREGATE_LABEL.format("admin"): "true"},
+            aggregate_from="edit",
+        ),
+        cluster_role(
+            "view",
+            _VIEW_RULES,
+            labels={AGGREGATE_LABEL.format("edit"): "true"},
+            aggregate_from="view",
+        ),
+        cluster_role(
+            "system:aggregate-to-admin",
+            _AGGREGATE_TO_ADMIN,
+            labels={AGGREGATE_LABEL.format("admin"): "true"},
+        ),
+        cluster_role(
+            "system:aggregate-to-edit",
+            _AGGREGATE_TO_EDIT,
+            labels={AGGREGATE_LABEL.format("edit"): "true"},
+        ),
+        cluster_role(
+            "system:aggregate-to-view",
+            _AGGREGATE_TO_VIEW,
+            labels={AGGREGATE_LABEL.format("view"): "true"},
+        ),
+        cluster_role("system:node", _NODE_RULES),
+        cluster_role(
+            "system:node-proxier",
+            [
+                rule(("list", "watch"), (_CORE,), ("services", "endpoints")),
+                rule(READ, (_CORE,), ("nodes",)),
+                _events(),
+            ],
+        ),
+        cluster_role(
+            "system:kube-scheduler",
+            [
+                _events(),
+                rule(("create",), (_COORDINATION,), ("leases",)),
+                rule(("get", "update"), (_COORDINATION,), ("leases",), (SCHEDULER_LEASE,)),
+                rule(READ, (_CORE,), ("nodes",)),
+                rule(("get", "list", "watch", "delete"), (_CORE,), ("pods",)),
+                rule(("create",), (_CORE,), ("pods/binding", "bindings")),
+                rule(("patch", "update"), (_CORE,), ("pods/status",)),
+                rule(READ, (_CORE,), ("services",)),
+                rule(READ, (_APPS,), ("replicasets",)),
+                rule(READ, (_POLICY,), ("poddisruptionbudgets",)),
+                rule(("create",), (_AUTHZ,), ("subjectaccessreviews",)),
+                rule(READ, (_CORE,), ("namespaces",)),
+            ],
+        ),
+        cluster_role(
+            "system:kube-controller-manager",
+            [
+                _events(),
+                rule(("create",), (_COORDINATION,), ("leases",)),
+                rule(
+                    ("get", "update"),
+                    (_COORDINATION,),
+                    ("leases",),
+                    (CONTROLLER_MANAGER_LEASE,),
+                ),
+                rule(("get",), (_CORE,), ("namespaces",)),
+                rule(("create",), (_AUTHZ,), ("subjectaccessreviews",)),
+                rule(("list", "watch"), "*", "*"),
+            ],
+        ),
+        *(role for role, _ in _controllers()),
+    ]
+
+
+CONTROLLER_PREFIX = "system:controller:"
+KUBE_SYSTEM = "kube-system"
+
+
+def _controllers() -> list[tuple[rbac_pb2.ClusterRole, str]]:
+    """(role, service account) of each controller tinykube's controller manager runs."""
+    roles = [
+        (
+            "replicaset-controller",
+            [
+                rule(("get", "list", "watch", "update"), (_APPS,), ("replicasets",)),
+                rule(("update",), (_APPS,), ("replicasets/status",)),
+                rule(("update",), (_APPS,), ("replicasets/finalizers",)),
+                rule(("list", "watch", "patch", "create", "delete"), (_CORE,), ("pods",)),
+                _events(),
+            ],
+        ),
+        (
+            "node-controller",
+            [
+                rule(("get", "list", "update", "delete", "patch"), (_CORE,), ("nodes",)),
+                rule(("patch", "update"), (_CORE,), ("nodes/status",)),
+                rule(("patch", "update"), (_CORE,), ("pods/status",)),
+                rule(("list", "delete"), (_CORE,), ("pods",)),
+                _events(),
+                rule(("get",), (_CORE,), ("pods",)),
+            ],
+        ),
+        (
+            "generic-garbage-collector",
+            [rule(("get", "list", "watch", "patch", "update", "delete"), "*", "*"), _events()],
+        ),
+        (
+            "endpoint-controller",
+            [
+                rule(READ, (_CORE,), ("services", "pods")),
+                rule(("get", "list", "create", "update", "delete"), (_CORE,), ("endpoints",)),
+                rule(("create",), (_CORE,), ("endpoints/restricted",)),
+                _events(),
+            ],
+        ),
+        (
+            "disruption-controller",
+            [
+                rule(READ, (_APPS,), ("replicasets",)),
+                rule(READ, (_POLICY,), ("poddisruptionbudgets",)),
+                rule(("update",), (_POLICY,), ("poddisruptionbudgets/status",)),
+                rule(("get",), "*", ("*/scale",)),
+                _events(),
+                rule(("patch", "update"), (_CORE,), ("pods/status",)),
+            ],
+        ),
+    ]
+    return [(cluster_role(CONTROLLER_PREFIX + name, rules), name) for name, rules in roles]
+
+
+def cluster_role_bindings() -> list[rbac_pb2.ClusterRoleBinding]:
+    """The bootstrap ClusterRoleBindings."""
+    return [
+        cluster_binding("cluster-admin", [group("system:masters")]),
+        cluster_binding("system:discovery", [group("system:authenticated")]),
+        cluster_binding("system:basic-user", [group("system:authenticated")]),
+        cluster_binding(
+            "system:public-info-viewer",
+            [group("system:authenticated"), group("system:unauthenticated")],
+        ),
+        cluster_binding("system:node-proxier", [user("system:kube-proxy")]),
+        cluster_binding("system:kube-controller-manager", [user("system:kube-controller-manager")]),
+        cluster_binding("system:kube-scheduler", [user("system:kube-scheduler")]),
+        # Deprecated since the Node authorizer (kube 1.7): kept with no subjects, as kube does.
+        cluster_binding("system:node", []),
+        *(
+            cluster_binding(
+                role.metadata.name,
+                [service_account(KUBE_SYSTEM, account), user("system:kube-controller-manager")],
+            )
+            for role, account in _controllers()
+        ),
+    ]
+
+
+Create = Callable[[KindInfo, Message], Awaitable[object]]
+
+
+async def ensure(create: Create) -> int:
+    """Create every bootstrap object that is missing; how many were created."""
+    created = 0
+    objects: list[tuple[KindInfo, Message]] = [
+        *((CLUSTER_ROLE, r) for r in cluster_roles()),
+        *((CLUSTER_ROLE_BINDING, b) for b in cluster_role_bindings()),
+    ]
+    for info, obj in objects:
+        try:
+            await create(info, obj)
+        except AlreadyExistsError:
+            continue
+        created += 1
+    if created:
+        log.info("created %d bootstrap RBAC objects", created)
+    return created

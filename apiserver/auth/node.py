@@ -1,0 +1,363 @@
+"""The Node authorizer and NodeRestriction admission: a kubelet may act only for its own node.
+
+Modelled on kube's plugin/pkg/auth/authorizer/node (with AuthorizeNodeWithSelectors, on by
+default since Kubernetes 1.32) and plugin/pkg/admission/noderestriction. An identity is a node
+when its user is "system:node:<name>" and it is in the group "system:nodes"; for anyone else
+the authorizer has no opinion (RBAC decides). For a node:
+
+- nodes: create, update and patch (admission then allows only its own Node, and no
+  node-restriction.kubernetes.io/ or unknown kubernetes.io labels), get/list/watch of its own
+  Node only (by name, or the metadata.name=<node> field selector), nodes/status update/patch.
+- pods: get of a pod bound to it; list/watch with spec.nodeName=<node> (or of one named pod
+  bound to it); create and delete (admission: only pods bound to it, and tinykube has no mirror
+  pods, so no create at all); pods/status update/patch and pods/eviction create (admission: only
+  pods bound to it).
+- leases: get, create, update, patch, delete of the Lease named after it in kube-node-lease.
+- everything else: kube's static node rules (`NODE_RULES`: read services, get endpoints,
+  write events, ...); secrets, configmaps and volumes are refused, since no tinykube pod can
+  reference one.
+
+Which pod is bound to which node comes from the pod watch cache (`PodsFromCache`): one
+dictionary lookup of the pod's key, whose cached selectable fields hold spec.nodeName. Pure and
+synchronous; runs on the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from apiserver.auth.authorizer import (
+    ALLOWED,
+    NO_OPINION,
+    Attributes,
+    Decision,
+    Identity,
+    Outcome,
+    go_quote,
+    node_name_of,
+)
+from apiserver.auth.rbac import Rule, rules_allow
+from apiserver.watchcache import WatchCache
+from tinykube.selectors import SelectorError, parse_field_selector
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+NODE_RESTRICTION_LABEL_DOMAIN = "node-restriction.kubernetes.io"
+
+_LEGACY = ("",)
+
+# kube's bootstrappolicy.NodeRules(), trimmed to the kinds tinykube serves (and the review
+# APIs): what every node may do beyond the per-object checks below.
+NODE_RULES: tuple[Rule, ...] = (
+    Rule(("create",), ("authentication.k8s.io",), ("tokenreviews",)),
+    Rule(
+        ("create",),
+        ("authorization.k8s.io",),
+        ("subjectaccessreviews", "localsubjectaccessreviews"),
+    ),
+    Rule(("get", "list", "watch"), _LEGACY, ("services",)),
+    Rule(("create", "get", "list", "watch"), _LEGACY, ("nodes",)),
+    Rule(("update", "patch"), _LEGACY, ("nodes/status",)),
+    Rule(("update", "patch"), _LEGACY, ("nodes",)),
+    Rule(("create", "update", "patch"), _LEGACY, ("events",)),
+    Rule(("create", "delete"), _LEGACY, ("pods",)),
+    Rule(("update", "patch"), _LEGACY, ("pods/status",)),
+    Rule(("create",), _LEGACY, ("pods/eviction",)),
+    Rule(("get",), _LEGACY, ("endpoints",)),
+    Rule(("get", "create", "update", "patch", "delete"), ("coordination.k8s.io",), ("leases",)),
+)
+
+
+class PodLocator(Protocol):
+    def node_of(self, namespace: str, name: str) -> str | None:
+        """The node the pod is bound to ("" if unbound), or None if there is no such pod."""
+        ...
+
+
+class PodsFromCache:
+    """`PodLocator` over the apiserver's pod watch cache (keys `<prefix><ns>/<name>`)."""
+
+    def __init__(self, cache: WatchCache, prefix: bytes) -> None:
+        self.cache = cache
+        self.prefix = prefix
+
+    def node_of(self, namespace: str, name: str) -> str | None:
+        hit = self.cache.state.get(self.prefix + f"{namespace}/{name}".encode())
+        if hit is None:
+            return None
+        return hit.fields.get("spec.nodeName", "")
+
+
+class StaticPods:
+    """`PodLocator` over a dict (namespace, name) -> node, for tests and benchmarks."""
+
+    def __init__(self, pods: Mapping[tuple[str, str], str]) -> None:
+        self.pods = dict(pods)
+
+    def node_of(self, namespace: str, name: str) -> str | None:
+        return self.pods.get((namespace, name))
+
+
+def _no(reason: str) -> Decision:
+    return Decision(Outcome.NO_OPINION, reason)
+
+
+def _requires(field_selector: str, field: str) -> str | None:
+    """The value `field_selector` pins `field` to (field=value or field==value), else None."""
+    if field not in field_selector:
+        return None
+    try:
+        return parse_field_selector(field_selector).equality_value(field)
+    except SelectorError:
+        return None
+
+
+def _no_relationship(node: str) -> Decision:
+    return _no(f"no relationship found between node '{node}' and this object")
+
+
+class NodeAuthorizer:
+    """kube's NodeAuthorizer over tinykube's kinds; `pods` says which pod is on which node."""
+
+    def __init__(self, pods: PodLocator) -> None:
+        self.pods = pods
+
+    def authorize(self, identity: Identity, attrs: Attributes) -> Decision:
+        node, is_node = node_name_of(identity)
+        if not is_node:
+            return NO_OPINION
+        if not node:
+            return _no(f"unknown node for user {go_quote(identity.name)}")
+        if attrs.resource_request:
+            group, resource = attrs.api_group, attrs.resource
+            if group == "":
+                if resource == "pods":
+                    return self._pod(node, attrs)
+                if resource == "nodes":
+                    return self._node(node, attrs)
+                if resource in ("secrets", "configmaps"):
+                    return self._read_referenced(node, attrs)
+                if resource in ("persistentvolumeclaims", "persistentvolumes"):
+                    return self._get_referenced(node, attrs)
+            elif group == "coordination.k8s.io" and resource == "leases":
+                return self._lease(node, attrs)
+        if rules_allow(attrs, NODE_RULES):
+            return ALLOWED
+        return NO_OPINION
+
+    def _node(self, node: str, attrs: Attributes) -> Decision:
+        verb, sub = attrs.verb, attrs.subresource
+        if sub == "":
+            if verb in ("create", "update", "patch"):
+                return ALLOWED  # NodeRestriction admission: only its own Node
+            if verb in ("get", "list", "watch"):
+                # A list or watch names its object by the metadata.name field selector (the
+                # request attributes carry it as the name, as kube's RequestInfo).
+                name = attrs.name
+                if name == node:
+                    return ALLOWED
+                if not name:
+                    return _no(f"node '{node}' cannot read all nodes, only its own Node object")
+                return _no(f"node '{node}' cannot read '{name}', only its own Node object")
+        elif sub == "status" and verb in ("update", "patch"):
+            return ALLOWED
+        return NO_OPINION
+
+    def _pod(self, node: str, attrs: Attributes) -> Decision:
+        verb, sub = attrs.verb, attrs.subresource
+        if sub == "":
+            if verb == "get":
+                return self._bound(node, attrs)
+            if verb in ("list", "watch"):
+                if _requires(attrs.field_selector, "spec.nodeName") == node:
+                    return ALLOWED
+                if attrs.name:
+                    return self._bound(node, attrs)
+                return _no("can only list/watch pods with spec.nodeName field selector")
+            if verb in ("create", "delete"):
+                return ALLOWED  # NodeRestriction admission: only pods bound to it
+        elif sub == "status":
+            if verb in ("update", "patch"):
+                return ALLOWED
+        elif sub == "eviction" and verb == "create":
+            return ALLOWED
+        return NO_OPINION
+
+    def _bound(self, node: str, attrs: Attributes) -> Decision:
+        name = attrs.name
+        if not name:
+            return _no("No Object name found")
+        if self.pods.node_of(attrs.namespace, name) == node:
+            return ALLOWED
+        return _no_relationship(node)
+
+    def _read_referenced(self, node: str, attrs: Attributes) -> Decision:
+        # kube allows reading a secret or configmap that a pod on the node references; a
+        # tinykube pod references none.
+        if attrs.verb not in ("get", "list", "watch"):
+            return _no("can only read resources of this type")
+        if attrs.subresource:
+            return _no("cannot read subresource")
+        if not attrs.namespace:
+            return _no("can only read namespaced object of this type")
+        if not attrs.name:
+            return _no("No Object name found")
+        return _no_relationship(node)
+
+    def _get_referenced(self, node: str, attrs: Attributes) -> Decision:
+        if attrs.verb != "get":
+            return _no("can only get individual resources of this type")
+        if attrs.subresource:
+            return _no("cannot get subresource")
+        if not attrs.name:
+            return _no("No Object name found")
+        return _no_relationship(node)
+
+    def _lease(self, node: str, attrs: Attributes) -> Decision:
+        verb = attrs.verb
+        if verb not in ("get", "create", "update", "patch", "delete"):
+            return _no("can only get, create, update, patch, or delete a node lease")
+        if attrs.namespace != NODE_LEASE_NAMESPACE:
+            return _no(f'can only access leases in the "{NODE_LEASE_NAMESPACE}" system namespace')
+        # A create names its lease in the body: NodeRestriction admission checks it.
+        if verb != "create" and attrs.name != node:
+            return _no("can only access node lease with the same name as the requesting node")
+        return ALLOWED
+
+
+# ---- NodeRestriction admission -------------------------------------------------------------
+
+# kubeletapis.IsKubeletLabel: the kubernetes.io labels a kubelet may set on its Node.
+_KUBELET_LABELS = frozenset(
+    {
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+    }
+)
+_KUBELET_LABEL_DOMAINS = ("kubelet.kubernetes.io", "node.kubernetes.io")
+
+
+def _in_domain(namespace: str, domain: str) -> bool:
+    return namespace == domain or namespace.endswith("." + domain)
+
+
+def forbidden_node_labels(labels: Mapping[str, str], old: Mapping[str, str]) -> list[str]:
+    """The labels added, changed or removed between `old` and `labels` that a node may not
+    touch: node-restriction.kubernetes.io ones, and kubernetes.io/k8s.io ones a kubelet does
+    not own (sorted, as kube lists them)."""
+    changed = {k for k in (*labels, *old) if labels.get(k) != old.get(k)}
+    out = []
+    for label in changed:
+        namespace = label.split("/", 1)[0] if "/" in label else ""
+        restricted = _in_domain(namespace, NODE_RESTRICTION_LABEL_DOMAIN)
+        kubernetes = _in_domain(namespace, "kubernetes.io") or _in_domain(namespace, "k8s.io")
+        kubelets = label in _KUBELET_LABELS or any(
+            _in_domain(namespace, d) for d in _KUBELET_LABEL_DOMAINS
+        )
+        if restricted or (kubernetes and not kubelets):
+            out.append(label)
+    return sorted(out)
+
+
+def _forbidden(plural: str, name: str, why: str) -> str:
+    shown = f"{plural} {go_quote(name)}" if name else plural
+    return f"{shown} is forbidden: {why}"
+
+
+def node_restriction(
+    identity: Identity,
+    attrs: Attributes,
+    obj: Any | None = None,
+    old: Any | None = None,
+) -> str | None:
+    """NodeRestriction admission for a write the authorizers allowed: None to admit, else the
+    403 message (`pods "web" is forbidden: node "node-1" can only ...`).
+
+    `obj` is the object written (create/update), `old` the stored one (update, delete, pod
+    status, eviction). Requests from identities that are not nodes are always admitted.
+    """
+    node, is_node = node_name_of(identity)
+    if not is_node:
+        return None
+    resource, verb, sub = attrs.resource, attrs.verb, attrs.subresource
+    name = attrs.name or (obj.metadata.name if obj is not None else "")
+    if not node:
+        shown = "leases.coordination.k8s.io" if resource == "leases" else resource
+        return _forbidden(
+            shown, name, f"could not determine node from user {go_quote(identity.name)}"
+        )
+    quoted = go_quote(node)
+    if attrs.api_group == "" and resource == "pods":
+        if sub == "" and verb == "create":
+            if obj is None or MIRROR_POD_ANNOTATION not in obj.metadata.annotations:
+                return _forbidden(
+                    "pods",
+                    name,
+                    f'pod does not have "{MIRROR_POD_ANNOTATION}" annotation, node {quoted} '
+                    "can only create mirror pods",
+                )
+            # tinykube runs no static pods, so a node has no mirror pod to create either.
+            return _forbidden("pods", name, f"node {quoted} can only create mirror pods")
+        if sub == "" and verb == "delete":
+            if old is not None and old.spec.nodeName != node:
+                return _forbidden(
+                    "pods",
+                    name,
+                    f"node {quoted} can only delete pods with spec.nodeName set to itself",
+                )
+            return None
+        if sub == "status":
+            if old is not None and old.spec.nodeName != node:
+                return _forbidden(
+                    "pods",
+                    name,
+                    f"node {quoted} can only update pod status for pods with spec.nodeName set "
+                    "to itself",
+                )
+            return None
+        if sub == "eviction":
+            if old is not None and old.spec.nodeName != node:
+                return _forbidden(
+                    "pods",
+                    name,
+                    f"node {node} can only evict pods with spec.nodeName set to itself",
+                )
+            return None
+        return _forbidden(
+            "pods",
+            name,
+            f'unexpected operation "{verb}", node {quoted} can only create and delete mirror pods',
+        )
+    if attrs.api_group == "" and resource == "nodes":
+        if name != node:
+            return _forbidden(
+                "nodes", name, f"node {quoted} is not allowed to modify node {go_quote(name)}"
+            )
+        if obj is not None and verb in ("create", "update", "patch"):
+            before = dict(old.metadata.labels) if old is not None else {}
+            bad = forbidden_node_labels(dict(obj.metadata.labels), before)
+            if bad:
+                what = "set the following labels" if verb == "create" else "modify labels"
+                return _forbidden(
+                    "nodes", name, f"node {quoted} is not allowed to {what}: {', '.join(bad)}"
+                )
+        return None
+    if attrs.api_group == "coordination.k8s.io" and resource == "leases":
+        if verb == "create" and name != node:
+            return _forbidden(
+                "leases.coordination.k8s.io",
+                name,
+                "can only access node lease with the same name as the requesting node",
+            )
+        return None
+    return None

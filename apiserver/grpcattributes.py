@@ -1,0 +1,104 @@
+"""What a gRPC request asks, as authorization attributes: the gRPC front end's RequestInfo.
+
+`grpc_attributes(method, request)` maps a tinykube method and its decoded request message to
+the `Attributes` the authorizers check, with the verbs and names kube-apiserver derives from the
+equivalent REST request (apiserver/rest/attributes.py), so one policy governs both front ends:
+
+| method | verb | subresource | name |
+|---|---|---|---|
+| Create | create | | "" (as a POST: the name is in the body) |
+| Get | get | | the request's |
+| List | list | | metadata.name=<x> in the field selector, else "" |
+| Watch, WatchBatch | watch | | as List |
+| Update | update | | the object's |
+| UpdateStatus | update | status | the object's |
+| Delete | delete | | the request's |
+| Pods/Bind | create | binding | the pod's |
+| Pods/BindBatch | create | binding | each pod's (one attribute set per distinct pod) |
+| Pods/Evict | create | eviction | the pod's |
+
+A namespaced kind's request without a namespace means "default" for a single object (as the
+resource layer reads it) and "all namespaces" for List and Watch. Methods outside the kinds'
+services (health, reflection) are not resource requests: they give no attributes, and the
+caller decides (health checks are open to everyone). Pure functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apiserver.auth.authorizer import Attributes, selected_name
+from tinykube.kinds import ALL_KINDS, KindInfo
+
+# Method name -> (verb, subresource).
+METHOD_VERBS: dict[str, tuple[str, str]] = {
+    "Create": ("create", ""),
+    "Get": ("get", ""),
+    "List": ("list", ""),
+    "Watch": ("watch", ""),
+    "WatchBatch": ("watch", ""),
+    "Update": ("update", ""),
+    "UpdateStatus": ("update", "status"),
+    "Delete": ("delete", ""),
+    "Bind": ("create", "binding"),
+    "BindBatch": ("create", "binding"),
+    "Evict": ("create", "eviction"),
+}
+
+_BY_SERVICE: dict[str, KindInfo] = {info.service: info for info in ALL_KINDS}
+
+
+def _split(method: str) -> tuple[str, str]:
+    """ "/tinykube.v1.Pods/Get" -> ("tinykube.v1.Pods", "Get")."""
+    service, _, name = method.lstrip("/").partition("/")
+    return service, name
+
+
+def grpc_attributes(method: str, request: Any) -> tuple[Attributes, ...]:
+    """The attributes to authorize for one call (empty: not a resource request)."""
+    service, name = _split(method)
+    info = _BY_SERVICE.get(service)
+    verbs = METHOD_VERBS.get(name)
+    if info is None or verbs is None:
+        return ()
+    verb, sub = verbs
+
+    def attrs(namespace: str, name: str = "", field_selector: str = "") -> Attributes:
+        return Attributes(
+            verb=verb,
+            resource=info.plural,
+            api_group=info.group,
+            subresource=sub,
+            namespace=namespace,
+            name=name,
+            field_selector=field_selector,
+        )
+
+    def one_namespace(namespace: str) -> str:
+        return (namespace or "default") if info.namespaced else ""
+
+    if name in ("List", "Watch", "WatchBatch"):
+        namespace = request.namespace if info.namespaced else ""
+        selector = request.fieldSelector
+        return (attrs(namespace, selected_name(selector), selector),)
+    if name in ("Get", "Delete"):
+        return (attrs(one_namespace(request.namespace), request.name),)
+    if name == "Create":
+        obj = getattr(request, info.request_field)
+        return (attrs(one_namespace(obj.metadata.namespace)),)
+    if name in ("Update", "UpdateStatus"):
+        meta = getattr(request, info.request_field).metadata
+        return (attrs(one_namespace(meta.namespace), meta.name),)
+    if name == "Bind":
+        meta = request.binding.metadata
+        return (attrs(one_namespace(meta.namespace), meta.name),)
+    if name == "BindBatch":
+        seen: dict[tuple[str, str], Attributes] = {}
+        for binding in request.bindings:
+            key = (one_namespace(binding.metadata.namespace), binding.metadata.name)
+            if key not in seen:
+                seen[key] = attrs(*key)
+        return tuple(seen.values())
+    # Evict
+    meta = request.eviction.metadata
+    return (attrs(one_namespace(meta.namespace), meta.name),)
