@@ -1,0 +1,323 @@
+"""The Node authorizer (node-1 against node-2's objects) and NodeRestriction admission."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from apiserver.auth import bootstrap
+from apiserver.auth.authorizer import (
+    Attributes,
+    Chain,
+    Decision,
+    Identity,
+    Outcome,
+    forbidden_message,
+    non_resource,
+)
+from apiserver.auth.node import NodeAuthorizer, StaticPods, forbidden_node_labels, node_restriction
+from apiserver.auth.rbac import RbacAuthorizer
+from tinykube.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING
+from tinykube.v1 import lease_pb2, meta_pb2, node_pb2, pod_pb2
+
+NODE1 = Identity("system:node:node-1", ("system:nodes", "system:authenticated"))
+PODS = StaticPods(
+    {("default", "on-1"): "node-1", ("default", "on-2"): "node-2", ("default", "pending"): ""}
+)
+LEASES = "coordination.k8s.io"
+LEASE_NS = "kube-node-lease"
+
+
+def a(verb: str, resource: str, group: str = "", **kw: Any) -> Attributes:
+    return Attributes(verb, resource, group, **kw)
+
+
+def chain() -> Chain:
+    rbac = RbacAuthorizer()
+    for role in bootstrap.cluster_roles():
+        rbac.apply(CLUSTER_ROLE.kind, None, role)
+    for b in bootstrap.cluster_role_bindings():
+        rbac.apply(CLUSTER_ROLE_BINDING.kind, None, b)
+    return Chain([NodeAuthorizer(PODS), rbac])
+
+
+MATRIX = [
+    # (attributes, allowed through Node,RBAC with the bootstrap policy)
+    (a("get", "nodes", name="node-1"), True),
+    (a("get", "nodes", name="node-2"), False),
+    (a("list", "nodes", name="node-1", field_selector="metadata.name=node-1"), True),
+    (a("watch", "nodes", name="node-1", field_selector="metadata.name=node-1"), True),
+    (a("list", "nodes"), False),
+    (a("create", "nodes"), True),  # NodeRestriction limits it to its own
+    (a("update", "nodes", name="node-1"), True),
+    (a("update", "nodes", subresource="status", name="node-1"), True),
+    (a("patch", "nodes", subresource="status", name="node-2"), True),  # admission refuses it
+    (a("delete", "nodes", name="node-1"), False),
+    (a("get", "pods", namespace="default", name="on-1"), True),
+    (a("get", "pods", namespace="default", name="on-2"), False),
+    (a("get", "pods", namespace="default", name="pending"), False),
+    (a("get", "pods", namespace="default", name="missing"), False),
+    (a("list", "pods", field_selector="spec.nodeName=node-1"), True),
+    (a("watch", "pods", field_selector="spec.nodeName=node-1"), True),
+    (a("watch", "pods", field_selector="spec.nodeName==node-1,status.phase!=Failed"), True),
+    (a("watch", "pods", field_selector="spec.nodeName=node-2"), False),
+    (a("watch", "pods", field_selector="spec.nodeName!=node-1"), False),
+    (a("list", "pods"), False),
+    (a("list", "pods", namespace="default"), False),
+    (
+        a("list", "pods", namespace="default", name="on-1", field_selector="metadata.name=on-1"),
+        True,
+    ),
+    (
+        a("list", "pods", namespace="default", name="on-2", field_selector="metadata.name=on-2"),
+        False,
+    ),
+    (a("update", "pods", subresource="status", namespace="default", name="on-1"), True),
+    (
+        a("update", "pods", subresource="status", namespace="default", name="on-2"),
+        True,
+    ),  # admission
+    (a("delete", "pods", namespace="default", name="on-1"), True),
+    (a("create", "pods", subresource="eviction", namespace="default", name="on-1"), True),
+    (a("update", "pods", namespace="default", name="on-1"), False),
+    (a("create", "pods", subresource="binding", namespace="default", name="on-1"), False),
+    (a("get", "pods", subresource="log", namespace="default", name="on-1"), False),
+    (a("get", "leases", LEASES, namespace=LEASE_NS, name="node-1"), True),
+    (a("update", "leases", LEASES, namespace=LEASE_NS, name="node-1"), True),
+    (a("create", "leases", LEASES, namespace=LEASE_NS), True),  # admission checks the name
+    (a("update", "leases", LEASES, namespace=LEASE_NS, name="node-2"), False),
+    (
+        a("update", "leases", LEASES, namespace="kube-system", name="tinykube-controller-manager"),
+        False,
+    ),
+    (a("list", "leases", LEASES, namespace=LEASE_NS), False),
+    (a("create", "events", namespace="default"), True),
+    (a("patch", "events", namespace="default", name="e"), True),
+    (a("delete", "events", namespace="default", name="e"), False),
+    (a("get", "services", namespace="default", name="web"), True),
+    (a("watch", "services"), True),
+    (a("get", "endpoints", namespace="default", name="web"), True),
+    (a("list", "endpoints"), False),
+    (a("list", "replicasets", "apps"), False),
+    (a("get", "secrets", namespace="default", name="s"), False),
+    (a("create", "selfsubjectaccessreviews", "authorization.k8s.io"), True),  # basic-user
+    (non_resource("get", "/version"), True),  # system:discovery, through RBAC
+]
+
+
+@pytest.mark.parametrize(("attrs", "allowed"), MATRIX)
+def test_node_matrix(attrs: Attributes, allowed: bool) -> None:
+    assert chain().authorize(NODE1, attrs).allowed is allowed
+
+
+def test_what_node_2_may_do_to_its_own_objects_node_1_may_not() -> None:
+    node2 = Identity("system:node:node-2", ("system:nodes",))
+    own = a("get", "pods", namespace="default", name="on-2")
+    assert chain().authorize(node2, own).allowed
+    assert not chain().authorize(NODE1, own).allowed
+
+
+REASONS = [
+    (
+        a("get", "pods", namespace="default", name="on-2"),
+        "no relationship found between node 'node-1' and this object",
+    ),
+    (a("list", "pods"), "can only list/watch pods with spec.nodeName field selector"),
+    (a("list", "nodes"), "node 'node-1' cannot read all nodes, only its own Node object"),
+    (
+        a("get", "nodes", name="node-2"),
+        "node 'node-1' cannot read 'node-2', only its own Node object",
+    ),
+    (
+        a("update", "leases", LEASES, namespace=LEASE_NS, name="node-2"),
+        "can only access node lease with the same name as the requesting node",
+    ),
+    (
+        a("get", "leases", LEASES, namespace="default", name="node-1"),
+        'can only access leases in the "kube-node-lease" system namespace',
+    ),
+    (
+        a("list", "leases", LEASES, namespace=LEASE_NS),
+        "can only get, create, update, patch, or delete a node lease",
+    ),
+    (a("delete", "nodes", name="node-1"), ""),
+]
+
+
+@pytest.mark.parametrize(("attrs", "reason"), REASONS)
+def test_node_reasons(attrs: Attributes, reason: str) -> None:
+    assert NodeAuthorizer(PODS).authorize(NODE1, attrs) == Decision(Outcome.NO_OPINION, reason)
+
+
+def test_a_refusal_message_carries_the_node_authorizers_reason() -> None:
+    attrs = a("get", "pods", namespace="default", name="on-2")
+    decision = chain().authorize(NODE1, attrs)
+    assert forbidden_message(NODE1, attrs, decision.reason) == (
+        'pods "on-2" is forbidden: User "system:node:node-1" cannot get resource "pods" in API '
+        'group "" in the namespace "default": no relationship found between node \'node-1\' '
+        "and this object"
+    )
+
+
+def test_non_nodes_get_no_opinion() -> None:
+    node_auth = NodeAuthorizer(PODS)
+    attrs = a("get", "nodes", name="node-1")
+    for who in (
+        Identity("system:node:node-1"),  # not in system:nodes
+        Identity("alice", ("system:nodes",)),
+        Identity("system:kube-scheduler"),
+    ):
+        assert node_auth.authorize(who, attrs) == Decision(Outcome.NO_OPINION)
+    nameless = Identity("system:node:", ("system:nodes",))
+    assert node_auth.authorize(nameless, attrs) == Decision(
+        Outcome.NO_OPINION, 'unknown node for user "system:node:"'
+    )
+
+
+# ---- NodeRestriction ---------------------------------------------------------------------------
+
+
+def pod(name: str, node: str = "", annotations: dict[str, str] | None = None) -> pod_pb2.Pod:
+    p = pod_pb2.Pod(metadata=meta_pb2.ObjectMeta(name=name, namespace="default"))
+    p.spec.nodeName = node
+    p.metadata.annotations.update(annotations or {})
+    return p
+
+
+def node(name: str, labels: dict[str, str] | None = None) -> node_pb2.Node:
+    n = node_pb2.Node(metadata=meta_pb2.ObjectMeta(name=name))
+    n.metadata.labels.update(labels or {})
+    return n
+
+
+def lease(name: str) -> lease_pb2.Lease:
+    return lease_pb2.Lease(metadata=meta_pb2.ObjectMeta(name=name, namespace=LEASE_NS))
+
+
+ADMISSION = [
+    # (attributes, object written, stored object, message or None)
+    (
+        a("update", "pods", subresource="status", namespace="default", name="p"),
+        pod("p", "node-1"),
+        pod("p", "node-1"),
+        None,
+    ),
+    (
+        a("update", "pods", subresource="status", namespace="default", name="p"),
+        pod("p", "node-2"),
+        pod("p", "node-2"),
+        'pods "p" is forbidden: node "node-1" can only update pod status for pods with '
+        "spec.nodeName set to itself",
+    ),
+    (a("delete", "pods", namespace="default", name="p"), None, pod("p", "node-1"), None),
+    (
+        a("delete", "pods", namespace="default", name="p"),
+        None,
+        pod("p", "node-2"),
+        'pods "p" is forbidden: node "node-1" can only delete pods with spec.nodeName set to '
+        "itself",
+    ),
+    (
+        a("create", "pods", subresource="eviction", namespace="default", name="p"),
+        None,
+        pod("p", "node-1"),
+        None,
+    ),
+    (
+        a("create", "pods", subresource="eviction", namespace="default", name="p"),
+        None,
+        pod("p", "node-2"),
+        'pods "p" is forbidden: node node-1 can only evict pods with spec.nodeName set to itself',
+    ),
+    (
+        a("create", "pods", namespace="default"),
+        pod("p", "node-1"),
+        None,
+        'pods "p" is forbidden: pod does not have "kubernetes.io/config.mirror" annotation, '
+        'node "node-1" can only create mirror pods',
+    ),
+    (
+        a("create", "pods", namespace="default"),
+        pod("p", "node-1", {"kubernetes.io/config.mirror": "x"}),
+        None,
+        'pods "p" is forbidden: node "node-1" can only create mirror pods',
+    ),
+    (a("update", "nodes", name="node-1"), node("node-1"), node("node-1"), None),
+    (
+        a("update", "nodes", subresource="status", name="node-2"),
+        node("node-2"),
+        node("node-2"),
+        'nodes "node-2" is forbidden: node "node-1" is not allowed to modify node "node-2"',
+    ),
+    (
+        a("create", "nodes"),
+        node("node-2"),
+        None,
+        'nodes "node-2" is forbidden: node "node-1" is not allowed to modify node "node-2"',
+    ),
+    (
+        a("create", "nodes"),
+        node("node-1", {"kubernetes.io/hostname": "node-1", "team": "a"}),
+        None,
+        None,
+    ),
+    (
+        a("create", "nodes"),
+        node("node-1", {"node-restriction.kubernetes.io/pci": "true"}),
+        None,
+        'nodes "node-1" is forbidden: node "node-1" is not allowed to set the following labels: '
+        "node-restriction.kubernetes.io/pci",
+    ),
+    (
+        a("update", "nodes", name="node-1"),
+        node("node-1", {"node-role.kubernetes.io/control-plane": ""}),
+        node("node-1"),
+        'nodes "node-1" is forbidden: node "node-1" is not allowed to modify labels: '
+        "node-role.kubernetes.io/control-plane",
+    ),
+    (
+        a("update", "nodes", name="node-1"),
+        node("node-1", {"node-role.kubernetes.io/control-plane": ""}),
+        node("node-1", {"node-role.kubernetes.io/control-plane": ""}),
+        None,  # unchanged labels are not the node's doing
+    ),
+    (a("create", "leases", LEASES, namespace=LEASE_NS), lease("node-1"), None, None),
+    (
+        a("create", "leases", LEASES, namespace=LEASE_NS),
+        lease("node-2"),
+        None,
+        'leases.coordination.k8s.io "node-2" is forbidden: can only access node lease with the '
+        "same name as the requesting node",
+    ),
+    (a("create", "events", namespace="default"), None, None, None),
+]
+
+
+@pytest.mark.parametrize(("attrs", "obj", "old", "message"), ADMISSION)
+def test_node_restriction(attrs: Attributes, obj: Any, old: Any, message: str | None) -> None:
+    assert node_restriction(NODE1, attrs, obj, old) == message
+
+
+def test_node_restriction_admits_everyone_else() -> None:
+    attrs = a("update", "pods", subresource="status", namespace="default", name="p")
+    assert (
+        node_restriction(Identity("system:kube-scheduler"), attrs, pod("p"), pod("p", "n2")) is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("labels", "old", "forbidden"),
+    [
+        ({"a.node-restriction.kubernetes.io/x": "1"}, {}, ["a.node-restriction.kubernetes.io/x"]),
+        ({"kubelet.kubernetes.io/x": "1", "node.kubernetes.io/y": "1"}, {}, []),
+        ({"topology.kubernetes.io/zone": "z"}, {}, []),
+        ({"example.k8s.io/x": "1"}, {}, ["example.k8s.io/x"]),
+        ({}, {"node-role.kubernetes.io/worker": ""}, ["node-role.kubernetes.io/worker"]),  # removal
+        ({"example.com/x": "1", "plain": "1"}, {}, []),
+    ],
+)
+def test_forbidden_node_labels(
+    labels: dict[str, str], old: dict[str, str], forbidden: list[str]
+) -> None:
+    assert forbidden_node_labels(labels, old) == forbidden
