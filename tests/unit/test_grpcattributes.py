@@ -15,7 +15,7 @@ from tinykube.v1 import meta_pb2, pod_pb2
 
 
 def services() -> list[tuple[KindInfo, str]]:
-    out = []
+    out: list[tuple[KindInfo, str]] = []
     for info in kinds.ALL_KINDS:
         module = info.message.DESCRIPTOR.file
         service = module.services_by_name[info.service.rsplit(".", 1)[1]]
