@@ -19,6 +19,10 @@ import contextlib
 import logging
 
 from apiserver.allocator import ServiceAllocator
+from apiserver.auth import bootstrap
+from apiserver.auth.authorizer import Chain
+from apiserver.auth.node import NodeAuthorizer, PodsFromCache
+from apiserver.auth.rbac import RbacAuthorizer
 from apiserver.flowcontrol import Limiter
 from apiserver.grpcapi import GrpcResource, MetricsInterceptor
 from apiserver.metrics import Metrics
@@ -31,7 +35,7 @@ from apiserver.storage import Storage
 from apiserver.watchcache import Codec, WatchCache
 from tinykube.clock import Clock
 from tinykube.errors import TinykubeError, UnavailableError
-from tinykube.kinds import ALL_KINDS, NODE, POD, POD_DISRUPTION_BUDGET, SERVICE
+from tinykube.kinds import ALL_KINDS, NODE, POD, POD_DISRUPTION_BUDGET, SERVICE, KindInfo
 from tinykube.serving import GrpcServer
 
 log = logging.getLogger(__name__)
@@ -105,6 +109,12 @@ class APIServer:
             settings.max_mutating_requests_inflight,
             metrics=self.metrics,
         )
+        # Authorization, as kube-apiserver's --authorization-mode=Node,RBAC: both read the
+        # watch caches (RBAC objects, pods by node), so a check is in-memory lookups.
+        self.rbac = RbacAuthorizer()
+        self.rbac.attach(self.caches)
+        pods = PodsFromCache(self.caches[POD.kind], f"{prefix}/{POD.plural}/".encode())
+        self.authorizer = Chain([NodeAuthorizer(pods), self.rbac])
         self.grpc = GrpcServer(
             settings.bind_address,
             [info.service for info in ALL_KINDS],
@@ -125,6 +135,7 @@ class APIServer:
                 metrics=self.metrics,
                 health=self.health_checks,
                 limiter=self.limiter,
+                authorizer=self.authorizer,
             )
         self.rest_port = 0
 
@@ -184,6 +195,10 @@ class APIServer:
                 asyncio.gather(*(c.synced.wait() for c in self.caches.values())), sync_timeout
             )
         await self._update_health()
+        synced = all(c.synced.is_set() for c in self.caches.values())
+        if not (synced and await self._ensure_policy()):
+            # etcd is not there yet: keep trying in the background.
+            self._tasks.append(asyncio.create_task(self._policy_loop(), name="bootstrap-policy"))
         self._tasks.append(asyncio.create_task(self._health_loop(), name="health"))
         if self.settings.compaction_interval_seconds > 0:
             self._tasks.append(asyncio.create_task(self._compaction_loop(), name="compaction"))
@@ -191,6 +206,28 @@ class APIServer:
         if self.rest is not None:
             log.info("apiserver REST API on http://%s", self.rest_address)
         return self.port
+
+    async def _create(self, info: KindInfo, obj: object) -> object:
+        return await self.services[info.kind].create(
+            info.create_request(**{info.request_field: obj})
+        )
+
+    def _cached(self, info: KindInfo, name: str) -> bool:
+        service = self.services[info.kind]
+        return service.key("", name) in self.caches[info.kind].state
+
+    async def _ensure_policy(self) -> bool:
+        """Create the bootstrap RBAC objects that are missing; False if etcd did not answer."""
+        try:
+            await bootstrap.ensure(self._create, self._cached)
+        except TinykubeError as exc:
+            log.warning("bootstrap RBAC policy not written yet: %s", exc)
+            return False
+        return True
+
+    async def _policy_loop(self) -> None:
+        while not await self._ensure_policy():
+            await self.clock.sleep(1.0)
 
     async def stop(self) -> None:
         """Graceful: NOT_SERVING, end every watch (clients re-watch elsewhere), drain, close."""

@@ -354,16 +354,24 @@ def cluster_role_bindings() -> list[rbac_pb2.ClusterRoleBinding]:
 
 
 Create = Callable[[KindInfo, Message], Awaitable[object]]
+Exists = Callable[[KindInfo, str], bool]
 
 
-async def ensure(create: Create) -> int:
-    """Create every bootstrap object that is missing; how many were created."""
+def _unknown(info: KindInfo, name: str) -> bool:
+    return False
+
+
+async def ensure(create: Create, exists: Exists = _unknown) -> int:
+    """Create every bootstrap object that is missing; how many were created. `exists` says
+    which are known to exist already (the watch cache), saving their round trips."""
     created = 0
     objects: list[tuple[KindInfo, Message]] = [
         *((CLUSTER_ROLE, r) for r in cluster_roles()),
         *((CLUSTER_ROLE_BINDING, b) for b in cluster_role_bindings()),
     ]
     for info, obj in objects:
+        if exists(info, obj.metadata.name):  # type: ignore[attr-defined]
+            continue
         try:
             await create(info, obj)
         except AlreadyExistsError:

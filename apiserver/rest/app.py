@@ -21,14 +21,18 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from apiserver.auth.authorizer import ALL_UNAUTHENTICATED, ANONYMOUS, Authorizer, Identity
+from apiserver.auth.review import self_subject_access_review
 from apiserver.flowcontrol import Limiter
 from apiserver.metrics import Metrics
 from apiserver.resources import ResourceStore
-from apiserver.rest import patch
+from apiserver.rest import codec as codecs
+from apiserver.rest import kubeproto, patch
 from apiserver.rest.codec import dumps
 from apiserver.rest.discovery import (
     AGGREGATED_TYPE,
     GIT_VERSION,
+    SELF_SUBJECT_ACCESS_REVIEW,
     Discovery,
     version_info,
     wants_aggregated,
@@ -41,13 +45,14 @@ from apiserver.rest.status import (
 )
 from apiserver.rest.status import (
     RestError,
+    cause_of,
     method_not_allowed,
     not_found_path,
     status_of,
 )
 from apiserver.settings import Settings
 from tinykube.clock import Clock
-from tinykube.errors import TinykubeError
+from tinykube.errors import InvalidError, TinykubeError
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +65,13 @@ _RESOURCE = web.RequestKey("tinykube_resource", StatusResource)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Named health checks: name -> "is it passing".
 HealthChecks = Callable[[], Mapping[str, bool]]
+# Who sent a request. Until authentication exists every request is anonymous.
+Identify = Callable[[web.Request], Identity]
+ANONYMOUS_IDENTITY = Identity(ANONYMOUS, (ALL_UNAUTHENTICATED,))
+
+
+def anonymous(request: web.Request) -> Identity:
+    return ANONYMOUS_IDENTITY
 
 
 class RestServer:
@@ -74,8 +86,13 @@ class RestServer:
         metrics: Metrics,
         health: HealthChecks,
         limiter: Limiter | None = None,
+        authorizer: Authorizer | None = None,
+        identify: Identify = anonymous,
     ) -> None:
         self.settings = settings
+        # SelfSubjectAccessReviews ask it; None: the review API answers 404.
+        self.authorizer = authorizer
+        self.identify = identify
         self.metrics = metrics
         self.health = health
         self.discovery = Discovery()
@@ -227,6 +244,8 @@ class RestServer:
         resource = gv.resource(rest[0])
         if resource is None:
             raise not_found_path()
+        if resource is SELF_SUBJECT_ACCESS_REVIEW:
+            return await self._access_review(request, rest)
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
         if namespace is not None and not resource.namespaced:
@@ -238,6 +257,36 @@ class RestServer:
         target = Target(resource, namespace, name, sub)
         request[_RESOURCE] = StatusResource(resource.info, name or "", sub or "")
         return await self.handlers.handle(request, target)
+
+    async def _access_review(self, request: web.Request, rest: list[str]) -> web.Response:
+        """POST selfsubjectaccessreviews: answered for the requester, never stored (201)."""
+        if self.authorizer is None or len(rest) != 1:
+            raise not_found_path()
+        if request.method != "POST":
+            raise method_not_allowed()
+        limit = self.settings.max_request_bytes
+        body = await request.read()
+        if len(body) > limit:
+            raise RestError(
+                413, "RequestEntityTooLarge", f"Request entity too large: limit is {limit}"
+            )
+        media = codecs.content_type_of(request.headers.get("Content-Type", "")) or codecs.JSON
+        if media == codecs.PROTOBUF:
+            review = kubeproto.self_subject_access_review(body)
+        else:
+            review = codecs.parse_object_body(body, media)
+        try:
+            answer = self_subject_access_review(self.authorizer, self.identify(request), review)
+        except InvalidError as exc:
+            details = {
+                "group": "authorization.k8s.io",
+                "kind": "SelfSubjectAccessReview",
+                "causes": [cause_of(c) for c in exc.causes],
+            }
+            raise RestError(422, "Invalid", exc.message, details) from None
+        return web.Response(
+            status=201, body=dumps(answer), headers={"Content-Type": "application/json"}
+        )
 
     def _only_get(self, request: web.Request) -> None:
         if request.method not in ("GET", "HEAD"):

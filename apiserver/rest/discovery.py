@@ -51,6 +51,8 @@ class Resource:
     subresources: tuple[Subresource, ...] = ()
     # The stored kind, or None for a kind tinykube lists as always empty.
     info: KindInfo | None = None
+    # A resource that is neither stored nor listed (a review: create only) names its verbs.
+    only_verbs: tuple[str, ...] = ()
 
     @property
     def stored(self) -> bool:
@@ -58,6 +60,8 @@ class Resource:
 
     @property
     def verbs(self) -> tuple[str, ...]:
+        if self.only_verbs:
+            return self.only_verbs
         return ALL_VERBS if self.stored else READ_VERBS
 
     @property
@@ -124,12 +128,27 @@ UNMODELED: tuple[Resource, ...] = (
     Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
 )
 
-RESOURCES: tuple[Resource, ...] = (*(_stored(i) for i in ALL_KINDS), *UNMODELED)
+# Answered, never stored: `kubectl auth can-i` posts one (apiserver/auth/review.py).
+SELF_SUBJECT_ACCESS_REVIEW = Resource(
+    "authorization.k8s.io",
+    "v1",
+    "selfsubjectaccessreviews",
+    "SelfSubjectAccessReview",
+    False,
+    only_verbs=("create",),
+)
+
+RESOURCES: tuple[Resource, ...] = (
+    *(_stored(i) for i in ALL_KINDS),
+    *UNMODELED,
+    SELF_SUBJECT_ACCESS_REVIEW,
+)
 
 # Named groups in Kubernetes' discovery priority order (the core group is served at /api).
 _GROUP_ORDER = (
     "apps",
     "events.k8s.io",
+    "authorization.k8s.io",
     "policy",
     "rbac.authorization.k8s.io",
     "coordination.k8s.io",

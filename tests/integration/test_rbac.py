@@ -1,0 +1,224 @@
+"""RBAC in a running apiserver: the bootstrap policy is there after start, kubectl reads and
+writes the four kinds, the authorizer follows the watch caches, and `kubectl auth can-i` asks
+SelfSubjectAccessReview (with the identity the test hands the REST front end)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apiserver.auth import bootstrap
+from apiserver.auth.authorizer import Attributes, Identity
+from apiserver.rest.app import anonymous
+from tests.integration.conftest import RunningAPIServer, make_settings, start_apiserver
+from tests.integration.test_rest_clients import KUBECTL, in_thread, kubectl
+from tinykube.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING
+from tinykube.localetcd import EtcdServer
+from tinykube.v1 import meta_pb2
+
+pytestmark = pytest.mark.integration
+needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
+
+
+@pytest.fixture(scope="module")
+async def served(etcd_server: EtcdServer) -> AsyncIterator[RunningAPIServer]:
+    running = await start_apiserver(make_settings(etcd_server.endpoint, rest_port=0))
+    try:
+        yield running
+    finally:
+        await running.server.stop()
+
+
+async def test_the_bootstrap_policy_exists_after_start(served: RunningAPIServer) -> None:
+    server = served.server
+    expectations: list[tuple[Any, list[Any]]] = [
+        (CLUSTER_ROLE, list(bootstrap.cluster_roles())),
+        (CLUSTER_ROLE_BINDING, list(bootstrap.cluster_role_bindings())),
+    ]
+    for info, expected in expectations:
+        _, items, _ = await server.services[info.kind].list_objects(meta_pb2.ListRequest())
+        stored: dict[str, Any] = {o.obj.metadata.name: o.obj for o in items}  # type: ignore[attr-defined]
+        assert set(stored) == {o.metadata.name for o in expected}
+        for obj in expected:
+            got = stored[obj.metadata.name]
+            assert got.metadata.labels["kubernetes.io/bootstrapping"] == "rbac-defaults"
+    # Starting again (a restart) creates nothing twice.
+    assert await bootstrap.ensure(server._create) == 0
+
+
+async def eventually(check: Any, within: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+BINDING_YAML = """\
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: alice-edits
+  namespace: team
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: edit
+subjects:
+- kind: User
+  name: alice
+- kind: Group
+  name: devs
+- kind: ServiceAccount
+  name: ci
+  namespace: build
+"""
+
+
+@needs_kubectl
+async def test_kubectl_reads_and_writes_rbac_and_the_authorizer_follows(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    def run(*args: str, stdin: str = "") -> Any:
+        return kubectl(served, tmp_path, *args, stdin=stdin)
+
+    roles = await in_thread(lambda: run("get", "clusterroles"))
+    assert roles.returncode == 0, roles.stderr
+    lines = roles.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "CREATED", "AT"]
+    names = {line.split()[0] for line in lines[1:]}
+    assert {"cluster-admin", "admin", "edit", "view", "system:kube-scheduler"} <= names
+    bindings = await in_thread(
+        lambda: run("get", "clusterrolebindings", "cluster-admin", "-o", "wide")
+    )
+    assert bindings.returncode == 0, bindings.stderr
+    header, row = bindings.stdout.splitlines()
+    assert header.split() == ["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"]
+    assert row.split()[:2] == ["cluster-admin", "ClusterRole/cluster-admin"]
+    assert row.split()[-1] == "system:masters"
+
+    alice, attrs = Identity("alice"), Attributes("create", "pods", namespace="team")
+    authorizer = served.server.authorizer
+    assert not authorizer.authorize(alice, attrs).allowed
+    created = await in_thread(lambda: run("create", "-f", "-", stdin=BINDING_YAML))
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.strip() == "rolebinding.rbac.authorization.k8s.io/alice-edits created"
+    await eventually(lambda: authorizer.authorize(alice, attrs).allowed)
+    assert authorizer.authorize(Identity("bob", ("devs",)), attrs).allowed
+    assert authorizer.authorize(Identity("system:serviceaccount:build:ci"), attrs).allowed
+    assert not authorizer.authorize(alice, Attributes("create", "pods", namespace="other")).allowed
+
+    wide = await in_thread(lambda: run("get", "rolebindings", "-n", "team", "-o", "wide"))
+    assert wide.returncode == 0, wide.stderr
+    assert wide.stdout.splitlines()[1].split() == [
+        "alice-edits",
+        "ClusterRole/edit",
+        wide.stdout.splitlines()[1].split()[2],
+        "alice",
+        "devs",
+        "build/ci",
+    ]
+    described = await in_thread(lambda: run("describe", "rolebinding", "alice-edits", "-n", "team"))
+    assert described.returncode == 0, described.stderr
+    assert "ClusterRole" in described.stdout and "alice" in described.stdout
+
+    # roleRef is immutable, as Kubernetes words it.
+    changed = BINDING_YAML.replace("name: edit", "name: view")
+    replaced = await in_thread(lambda: run("replace", "-f", "-", stdin=changed))
+    assert replaced.returncode != 0
+    # (kubectl words the 422 from its details: "The RoleBinding ... is invalid".)
+    assert (
+        'The RoleBinding "alice-edits" is invalid: roleRef: Invalid value: '
+        'rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"ClusterRole", Name:"view"}: '
+        "cannot change roleRef"
+    ) in replaced.stderr
+
+    deleted = await in_thread(lambda: run("delete", "rolebinding", "alice-edits", "-n", "team"))
+    assert deleted.returncode == 0, deleted.stderr
+    await eventually(lambda: not authorizer.authorize(alice, attrs).allowed)
+
+
+@needs_kubectl
+async def test_a_bad_role_is_refused_naming_the_field(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    bad = """\
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: bad, namespace: team}
+rules:
+- apiGroups: [""]
+  resources: [pods]
+- nonResourceURLs: ["/healthz"]
+  verbs: [get]
+"""
+    out = await in_thread(lambda: kubectl(served, tmp_path, "create", "-f", "-", stdin=bad))
+    assert out.returncode != 0
+    assert (
+        'The Role "bad" is invalid: \n* rules[0].verbs: Required value: verbs '
+        "must contain at least one value\n* rules[1].nonResourceURLs: Invalid value: "
+        '[]string{"/healthz"}: namespaced rules cannot apply to non-resource URLs'
+    ) in out.stderr
+
+
+@needs_kubectl
+async def test_kubectl_auth_can_i(served: RunningAPIServer, tmp_path: Path) -> None:
+    rest = served.server.rest
+    assert rest is not None
+
+    def can_i(*args: str) -> Any:
+        return kubectl(served, tmp_path, "auth", "can-i", *args)
+
+    try:
+        rest.identify = lambda request: Identity("root", ("system:masters", "system:authenticated"))
+        yes = await in_thread(lambda: can_i("delete", "nodes"))
+        assert (yes.returncode, yes.stdout.strip()) == (0, "yes"), yes.stderr
+        rest.identify = lambda request: Identity(
+            "system:node:node-1", ("system:nodes", "system:authenticated")
+        )
+        own = await in_thread(lambda: can_i("get", "nodes/node-1"))
+        assert (own.returncode, own.stdout.strip()) == (0, "yes"), own.stderr
+        other = await in_thread(lambda: can_i("get", "nodes/node-2"))
+        # kubectl shows the Node authorizer's reason, as against Kubernetes.
+        assert (other.returncode, other.stdout.strip()) == (
+            1,
+            "no - node 'node-1' cannot read 'node-2', only its own Node object",
+        )
+        rest.identify = anonymous
+        anon = await in_thread(lambda: can_i("list", "pods"))
+        assert (anon.returncode, anon.stdout.strip()) == (1, "no")
+    finally:
+        rest.identify = anonymous
+
+
+async def test_access_review_errors(served: RunningAPIServer) -> None:
+    import aiohttp
+
+    url = (
+        f"http://{served.server.rest_address}/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+    )
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url, json={"kind": "SelfSubjectAccessReview", "spec": {}}) as resp:
+            assert resp.status == 422
+            body = json.loads(await resp.read())
+        assert body["message"] == (
+            'SelfSubjectAccessReview.authorization.k8s.io "" is invalid: spec.resourceAttributes: '
+            'Invalid value: "null": exactly one of nonResourceAttributes or resourceAttributes '
+            "must be specified"
+        )
+        assert body["details"]["causes"][0]["field"] == "spec.resourceAttributes"
+        async with session.get(url) as resp:
+            assert resp.status == 405
+        review = {"spec": {"nonResourceAttributes": {"verb": "get", "path": "/healthz"}}}
+        async with session.post(url, json=review) as resp:
+            assert resp.status == 201
+            answer = json.loads(await resp.read())
+        # Anonymous until authentication exists: system:public-info-viewer covers /healthz.
+        assert answer["status"]["allowed"] is True
+        assert answer["status"]["reason"].startswith(
+            'RBAC: allowed by ClusterRoleBinding "system:public-info-viewer"'
+        )
