@@ -62,43 +62,44 @@ def grpc_attributes(method: str, request: Any) -> tuple[Attributes, ...]:
     if info is None or verbs is None:
         return ()
     verb, sub = verbs
-
-    def attrs(namespace: str, name: str = "", field_selector: str = "") -> Attributes:
-        return Attributes(
-            verb=verb,
-            resource=info.plural,
-            api_group=info.group,
-            subresource=sub,
-            namespace=namespace,
-            name=name,
-            field_selector=field_selector,
-        )
-
-    def one_namespace(namespace: str) -> str:
-        return (namespace or "default") if info.namespaced else ""
-
+    plural, group, namespaced = info.plural, info.group, info.namespaced
     if name in ("List", "Watch", "WatchBatch"):
-        namespace = request.namespace if info.namespaced else ""
         selector = request.fieldSelector
-        return (attrs(namespace, selected_name(selector), selector),)
+        return (
+            Attributes(
+                verb,
+                plural,
+                group,
+                sub,
+                request.namespace if namespaced else "",
+                selected_name(selector),
+                True,
+                "",
+                selector,
+            ),
+        )
     if name in ("Get", "Delete"):
-        return (attrs(one_namespace(request.namespace), request.name),)
-    if name == "Create":
-        obj = getattr(request, info.request_field)
-        return (attrs(one_namespace(obj.metadata.namespace)),)
-    if name in ("Update", "UpdateStatus"):
+        namespace, obj_name = request.namespace, request.name
+    elif name == "Create":
+        namespace, obj_name = getattr(request, info.request_field).metadata.namespace, ""
+    elif name in ("Update", "UpdateStatus"):
         meta = getattr(request, info.request_field).metadata
-        return (attrs(one_namespace(meta.namespace), meta.name),)
-    if name == "Bind":
+        namespace, obj_name = meta.namespace, meta.name
+    elif name == "Bind":
         meta = request.binding.metadata
-        return (attrs(one_namespace(meta.namespace), meta.name),)
-    if name == "BindBatch":
+        namespace, obj_name = meta.namespace, meta.name
+    elif name == "BindBatch":
         seen: dict[tuple[str, str], Attributes] = {}
         for binding in request.bindings:
-            key = (one_namespace(binding.metadata.namespace), binding.metadata.name)
+            key = (
+                (binding.metadata.namespace or "default") if namespaced else "",
+                binding.metadata.name,
+            )
             if key not in seen:
-                seen[key] = attrs(*key)
+                seen[key] = Attributes(verb, plural, group, sub, key[0], key[1])
         return tuple(seen.values())
-    # Evict
-    meta = request.eviction.metadata
-    return (attrs(one_namespace(meta.namespace), meta.name),)
+    else:  # Evict
+        meta = request.eviction.metadata
+        namespace, obj_name = meta.namespace, meta.name
+    namespace = (namespace or "default") if namespaced else ""
+    return (Attributes(verb, plural, group, sub, namespace, obj_name),)
