@@ -77,6 +77,7 @@ from tinykube.v1 import (
     node_pb2,
     pod_pb2,
     poddisruptionbudget_pb2,
+    rbac_pb2,
     replicaset_pb2,
     service_pb2,
 )
@@ -329,6 +330,18 @@ class Client:
         poddisruptionbudget_pb2.PodDisruptionBudgetList,
         poddisruptionbudget_pb2.PodDisruptionBudgetWatchEvent,
     ]
+    roles: ResourceClient[rbac_pb2.Role, rbac_pb2.RoleList, rbac_pb2.RoleWatchEvent]
+    cluster_roles: ResourceClient[
+        rbac_pb2.ClusterRole, rbac_pb2.ClusterRoleList, rbac_pb2.ClusterRoleWatchEvent
+    ]
+    role_bindings: ResourceClient[
+        rbac_pb2.RoleBinding, rbac_pb2.RoleBindingList, rbac_pb2.RoleBindingWatchEvent
+    ]
+    cluster_role_bindings: ResourceClient[
+        rbac_pb2.ClusterRoleBinding,
+        rbac_pb2.ClusterRoleBindingList,
+        rbac_pb2.ClusterRoleBindingWatchEvent,
+    ]
 
     def __init__(
         self,
@@ -357,6 +370,10 @@ class Client:
         self.pod_disruption_budgets = ResourceClient(
             kinds.POD_DISRUPTION_BUDGET, self.channel, self
         )
+        self.roles = ResourceClient(kinds.ROLE, self.channel, self)
+        self.cluster_roles = ResourceClient(kinds.CLUSTER_ROLE, self.channel, self)
+        self.role_bindings = ResourceClient(kinds.ROLE_BINDING, self.channel, self)
+        self.cluster_role_bindings = ResourceClient(kinds.CLUSTER_ROLE_BINDING, self.channel, self)
         self._by_kind: dict[str, ResourceClient[Any, Any, Any]] = {
             r.info.kind: r
             for r in (
@@ -368,6 +385,10 @@ class Client:
                 self.services,
                 self.endpoints,
                 self.pod_disruption_budgets,
+                self.roles,
+                self.cluster_roles,
+                self.role_bindings,
+                self.cluster_role_bindings,
             )
         }
 

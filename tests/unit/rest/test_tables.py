@@ -937,6 +937,30 @@ def test_other_kinds_get_the_default_table() -> None:
     assert cells(WIDGET, {"metadata": {"name": "w"}}) == ["w", "0001-01-01T00:00:00Z"]
 
 
+def test_roles_print_as_kubes_name_and_created_at() -> None:
+    role = {"metadata": {"name": "view", "creationTimestamp": "2026-11-30T08:15:00Z"}}
+    assert cells(kinds.CLUSTER_ROLE, role) == ["view", "2026-11-30T08:15:00Z"]
+    assert cells(kinds.ROLE, role) == ["view", "2026-11-30T08:15:00Z"]
+
+
+@pytest.mark.parametrize("info", [kinds.ROLE_BINDING, kinds.CLUSTER_ROLE_BINDING])
+def test_role_binding_cells(info: kinds.KindInfo) -> None:
+    binding = {
+        "metadata": {"name": "b", "creationTimestamp": ago(days=3)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [
+            {"kind": "User", "name": "alice"},
+            {"kind": "Group", "name": "devs"},
+            {"kind": "User", "name": "bob"},
+            {"kind": "ServiceAccount", "name": "ci", "namespace": "build"},
+            {"kind": "Robot", "name": "ignored"},
+        ],
+    }
+    assert cells(info, binding) == ["b", "ClusterRole/edit", "3d", "alice, bob", "devs", "build/ci"]
+    empty = {"metadata": {"name": "system:node"}, "roleRef": {"kind": "ClusterRole", "name": "n"}}
+    assert cells(info, empty) == ["system:node", "ClusterRole/n", "<unknown>", "", "", ""]
+
+
 @pytest.mark.parametrize("info", [*kinds.ALL_KINDS, WIDGET], ids=lambda i: i.kind)
 def test_every_row_has_a_cell_per_column(info: kinds.KindInfo) -> None:
     for obj in ({}, {"metadata": {"name": "x"}}):
