@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from tinykube.errors import ForbiddenError
 from tinykube.selectors import SelectorError, parse_field_selector
 
 # Kubernetes' well-known users and groups (k8s.io/apiserver/pkg/authentication/user).
@@ -122,6 +123,12 @@ class Chain:
     def __init__(self, authorizers: Sequence[Authorizer]) -> None:
         self.authorizers = tuple(authorizers)
 
+    def check(self, identity: Identity, attrs: Attributes) -> None:
+        """`authorize`, raising the ForbiddenError a front end answers a refusal with."""
+        decision = self.authorize(identity, attrs)
+        if decision.outcome is not Outcome.ALLOW:
+            raise forbidden_error(identity, attrs, decision.reason)
+
     def authorize(self, identity: Identity, attrs: Attributes) -> Decision:
         if SYSTEM_MASTERS in identity.groups:
             return ALLOWED
@@ -186,6 +193,19 @@ def forbidden_message(identity: Identity, attrs: Attributes, reason: str = "") -
     if attrs.name:
         return f"{qualified} {go_quote(attrs.name)} is forbidden: {text}"
     return f"{qualified} is forbidden: {text}"
+
+
+def forbidden_error(identity: Identity, attrs: Attributes, reason: str = "") -> ForbiddenError:
+    """The refusal as an error: PERMISSION_DENIED over gRPC, and over REST a 403 Status whose
+    details name the resource as kube's NewForbidden does (name, group, kind: the plural)."""
+    details: dict[str, str] = {}
+    if attrs.resource_request and attrs.resource:
+        if attrs.name:
+            details["name"] = attrs.name
+        if attrs.api_group:
+            details["group"] = attrs.api_group
+        details["kind"] = attrs.resource
+    return ForbiddenError(forbidden_message(identity, attrs, reason), details)
 
 
 def node_name_of(identity: Identity) -> tuple[str, bool]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from apiserver.auth.authorizer import (
@@ -16,6 +17,7 @@ from apiserver.auth.authorizer import (
     node_name_of,
     non_resource,
 )
+from tinykube.errors import ForbiddenError
 
 ALICE = Identity("alice", ("system:authenticated",))
 
@@ -82,6 +84,29 @@ MESSAGES = [
 )
 def test_forbidden_message(case: str, attrs: Attributes, reason: str, message: str) -> None:
     assert forbidden_message(ALICE, attrs, reason) == message
+
+
+@pytest.mark.parametrize(
+    ("attrs", "details"),
+    [
+        (
+            Attributes("get", "pods", namespace="default", name="web"),
+            {"name": "web", "kind": "pods"},
+        ),
+        (
+            Attributes("list", "leases", "coordination.k8s.io", namespace="x"),
+            {"group": "coordination.k8s.io", "kind": "leases"},
+        ),
+        (non_resource("get", "/foo"), {}),
+    ],
+)
+def test_check_raises_kubes_forbidden(attrs: Attributes, details: dict[str, str]) -> None:
+    with pytest.raises(ForbiddenError) as info:
+        Chain([Fixed(Decision(Outcome.NO_OPINION, "why"))]).check(ALICE, attrs)
+    assert info.value.message == forbidden_message(ALICE, attrs, "why")
+    assert info.value.details == details
+    assert info.value.code is grpc.StatusCode.PERMISSION_DENIED
+    Chain([Fixed(ALLOWED)]).check(ALICE, attrs)  # allowed: no error
 
 
 class Fixed:
