@@ -314,6 +314,14 @@ def _controllers() -> list[tuple[rbac_pb2.ClusterRole, str]]:
             ],
         ),
         (
+            "namespace-controller",
+            [
+                rule(("get", "list", "watch", "delete"), (_CORE,), ("namespaces",)),
+                rule(("update",), (_CORE,), ("namespaces/finalize", "namespaces/status")),
+                rule(("get", "list", "delete", "deletecollection"), "*", "*"),
+            ],
+        ),
+        (
             "disruption-controller",
             [
                 rule(READ, (_APPS,), ("replicasets",)),
