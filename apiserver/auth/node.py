@@ -274,6 +274,70 @@ def _forbidden(plural: str, name: str, why: str) -> str:
     return f"{shown} is forbidden: {why}"
 
 
+# Admission names operations, not verbs.
+_OPERATIONS = {
+    "create": "CREATE",
+    "update": "UPDATE",
+    "patch": "UPDATE",
+    "delete": "DELETE",
+    "deletecollection": "DELETE",
+}
+
+
+def _admit_pod(node: str, attrs: Attributes, name: str, obj: Any, old: Any) -> str | None:
+    quoted, verb, sub = go_quote(node), attrs.verb, attrs.subresource
+    operation = _OPERATIONS.get(verb, verb.upper())
+    if sub == "":
+        if verb == "create":
+            if obj is None or MIRROR_POD_ANNOTATION not in obj.metadata.annotations:
+                return _forbidden(
+                    "pods",
+                    name,
+                    f'pod does not have "{MIRROR_POD_ANNOTATION}" annotation, node {quoted} '
+                    "can only create mirror pods",
+                )
+            # tinykube runs no static pods, so a node has no mirror pod to create either.
+            return _forbidden("pods", name, f"node {quoted} can only create mirror pods")
+        if verb == "delete":
+            if old is not None and old.spec.nodeName != node:
+                why = f"node {quoted} can only delete pods with spec.nodeName set to itself"
+                return _forbidden("pods", name, why)
+            return None
+        return _forbidden(
+            "pods",
+            name,
+            f"unexpected operation {go_quote(operation)}, node {quoted} can only create and "
+            "delete mirror pods",
+        )
+    if sub == "status":
+        if operation != "UPDATE":
+            return _forbidden("pods", name, f"unexpected operation {go_quote(operation)}")
+        if old is not None and old.spec.nodeName != node:
+            return _forbidden(
+                "pods",
+                name,
+                f"node {quoted} can only update pod status for pods with spec.nodeName set to "
+                "itself",
+            )
+        if old is not None and obj is not None and obj.metadata.labels != old.metadata.labels:
+            return _forbidden(
+                "pods", name, f"node {quoted} cannot update labels through pod status"
+            )
+        return None
+    if sub == "eviction":
+        if operation != "CREATE":
+            return _forbidden("pods", name, f"unexpected operation {operation}")
+        if old is not None and old.spec.nodeName != node:
+            why = f"node {node} can only evict pods with spec.nodeName set to itself"
+            return _forbidden("pods", name, why)
+        return None
+    return _forbidden(
+        "pods",
+        name,
+        f"unexpected pod subresource {go_quote(sub)}, only 'status' and 'eviction' are allowed",
+    )
+
+
 def node_restriction(
     identity: Identity,
     attrs: Attributes,
@@ -289,75 +353,53 @@ def node_restriction(
     node, is_node = node_name_of(identity)
     if not is_node:
         return None
-    resource, verb, sub = attrs.resource, attrs.verb, attrs.subresource
+    resource, verb = attrs.resource, attrs.verb
     name = attrs.name or (obj.metadata.name if obj is not None else "")
     if not node:
-        shown = "leases.coordination.k8s.io" if resource == "leases" else resource
+        shown = f"{resource}.{attrs.api_group}" if attrs.api_group else resource
         return _forbidden(
             shown, name, f"could not determine node from user {go_quote(identity.name)}"
         )
     quoted = go_quote(node)
     if attrs.api_group == "" and resource == "pods":
-        if sub == "" and verb == "create":
-            if obj is None or MIRROR_POD_ANNOTATION not in obj.metadata.annotations:
-                return _forbidden(
-                    "pods",
-                    name,
-                    f'pod does not have "{MIRROR_POD_ANNOTATION}" annotation, node {quoted} '
-                    "can only create mirror pods",
-                )
-            # tinykube runs no static pods, so a node has no mirror pod to create either.
-            return _forbidden("pods", name, f"node {quoted} can only create mirror pods")
-        if sub == "" and verb == "delete":
-            if old is not None and old.spec.nodeName != node:
-                return _forbidden(
-                    "pods",
-                    name,
-                    f"node {quoted} can only delete pods with spec.nodeName set to itself",
-                )
-            return None
-        if sub == "status":
-            if old is not None and old.spec.nodeName != node:
-                return _forbidden(
-                    "pods",
-                    name,
-                    f"node {quoted} can only update pod status for pods with spec.nodeName set "
-                    "to itself",
-                )
-            return None
-        if sub == "eviction":
-            if old is not None and old.spec.nodeName != node:
-                return _forbidden(
-                    "pods",
-                    name,
-                    f"node {node} can only evict pods with spec.nodeName set to itself",
-                )
-            return None
-        return _forbidden(
-            "pods",
-            name,
-            f'unexpected operation "{verb}", node {quoted} can only create and delete mirror pods',
-        )
+        return _admit_pod(node, attrs, name, obj, old)
     if attrs.api_group == "" and resource == "nodes":
         if name != node:
             return _forbidden(
                 "nodes", name, f"node {quoted} is not allowed to modify node {go_quote(name)}"
             )
-        if obj is not None and verb in ("create", "update", "patch"):
-            before = dict(old.metadata.labels) if old is not None else {}
-            bad = forbidden_node_labels(dict(obj.metadata.labels), before)
+        if obj is None:
+            return None
+        if verb == "create":
+            bad = forbidden_node_labels(dict(obj.metadata.labels), {})
             if bad:
-                what = "set the following labels" if verb == "create" else "modify labels"
                 return _forbidden(
-                    "nodes", name, f"node {quoted} is not allowed to {what}: {', '.join(bad)}"
+                    "nodes",
+                    name,
+                    f"node {quoted} is not allowed to set the following labels: {', '.join(bad)}",
+                )
+        elif old is not None and verb in ("update", "patch"):
+            if list(obj.spec.taints) != list(old.spec.taints):
+                return _forbidden("nodes", name, f"node {quoted} is not allowed to modify taints")
+            bad = forbidden_node_labels(dict(obj.metadata.labels), dict(old.metadata.labels))
+            if bad:
+                # kube's message has no subject here.
+                return _forbidden(
+                    "nodes", name, f"is not allowed to modify labels: {', '.join(bad)}"
                 )
         return None
     if attrs.api_group == "coordination.k8s.io" and resource == "leases":
-        if verb == "create" and name != node:
+        shown = "leases.coordination.k8s.io"
+        if attrs.namespace != NODE_LEASE_NAMESPACE:
             return _forbidden(
-                "leases.coordination.k8s.io",
+                shown,
                 name,
-                "can only access node lease with the same name as the requesting node",
+                f'can only access leases in the "{NODE_LEASE_NAMESPACE}" system namespace',
+            )
+        if name != node:
+            return _forbidden(
+                shown, name, "can only access node lease with the same name as the requesting node"
             )
         return None
+    return None
     return None

@@ -178,16 +178,24 @@ def test_non_nodes_get_no_opinion() -> None:
 # ---- NodeRestriction ---------------------------------------------------------------------------
 
 
-def pod(name: str, node: str = "", annotations: dict[str, str] | None = None) -> pod_pb2.Pod:
+def pod(
+    name: str,
+    node: str = "",
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+) -> pod_pb2.Pod:
     p = pod_pb2.Pod(metadata=meta_pb2.ObjectMeta(name=name, namespace="default"))
     p.spec.nodeName = node
     p.metadata.annotations.update(annotations or {})
+    p.metadata.labels.update(labels or {"app": "web"})
     return p
 
 
-def node(name: str, labels: dict[str, str] | None = None) -> node_pb2.Node:
+def node(name: str, labels: dict[str, str] | None = None, *, taints: bool = True) -> node_pb2.Node:
     n = node_pb2.Node(metadata=meta_pb2.ObjectMeta(name=name))
     n.metadata.labels.update(labels or {})
+    if taints:
+        n.spec.taints.add(key="dedicated", value="gpu", effect="NoSchedule")
     return n
 
 
@@ -273,7 +281,7 @@ ADMISSION = [
         a("update", "nodes", name="node-1"),
         node("node-1", {"node-role.kubernetes.io/control-plane": ""}),
         node("node-1"),
-        'nodes "node-1" is forbidden: node "node-1" is not allowed to modify labels: '
+        'nodes "node-1" is forbidden: is not allowed to modify labels: '
         "node-role.kubernetes.io/control-plane",
     ),
     (
@@ -282,7 +290,53 @@ ADMISSION = [
         node("node-1", {"node-role.kubernetes.io/control-plane": ""}),
         None,  # unchanged labels are not the node's doing
     ),
+    (
+        a("update", "nodes", name="node-1"),
+        node("node-1", taints=False),
+        node("node-1"),
+        'nodes "node-1" is forbidden: node "node-1" is not allowed to modify taints',
+    ),
+    (
+        a("update", "pods", subresource="status", namespace="default", name="p"),
+        pod("p", "node-1", labels={"app": "changed"}),
+        pod("p", "node-1"),
+        'pods "p" is forbidden: node "node-1" cannot update labels through pod status',
+    ),
+    (
+        a("update", "pods", namespace="default", name="p"),
+        pod("p", "node-1"),
+        pod("p", "node-1"),
+        'pods "p" is forbidden: unexpected operation "UPDATE", node "node-1" can only create '
+        "and delete mirror pods",
+    ),
+    (
+        a("create", "pods", subresource="binding", namespace="default", name="p"),
+        None,
+        pod("p"),
+        'pods "p" is forbidden: unexpected pod subresource "binding", only \'status\' and '
+        "'eviction' are allowed",
+    ),
     (a("create", "leases", LEASES, namespace=LEASE_NS), lease("node-1"), None, None),
+    (
+        a("update", "leases", LEASES, namespace=LEASE_NS, name="node-1"),
+        lease("node-1"),
+        lease("node-1"),
+        None,
+    ),
+    (
+        a("update", "leases", LEASES, namespace=LEASE_NS, name="node-2"),
+        lease("node-2"),
+        lease("node-2"),
+        'leases.coordination.k8s.io "node-2" is forbidden: can only access node lease with the '
+        "same name as the requesting node",
+    ),
+    (
+        a("update", "leases", LEASES, namespace="kube-system", name="node-1"),
+        lease("node-1"),
+        lease("node-1"),
+        'leases.coordination.k8s.io "node-1" is forbidden: can only access leases in the '
+        '"kube-node-lease" system namespace',
+    ),
     (
         a("create", "leases", LEASES, namespace=LEASE_NS),
         lease("node-2"),
