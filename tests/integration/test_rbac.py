@@ -15,11 +15,18 @@ import pytest
 from apiserver.auth import bootstrap
 from apiserver.auth.authorizer import Attributes, Identity
 from apiserver.rest.app import anonymous
-from tests.integration.conftest import RunningAPIServer, make_settings, start_apiserver
+from tests.integration.conftest import (
+    RunningAPIServer,
+    bind_request,
+    make_node,
+    make_pod,
+    make_settings,
+    start_apiserver,
+)
 from tests.integration.test_rest_clients import KUBECTL, in_thread, kubectl
 from tinykube.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING
 from tinykube.localetcd import EtcdServer
-from tinykube.v1 import meta_pb2
+from tinykube.v1 import meta_pb2, node_pb2, pod_pb2
 
 pytestmark = pytest.mark.integration
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
@@ -222,3 +229,25 @@ async def test_access_review_errors(served: RunningAPIServer) -> None:
         assert answer["status"]["reason"].startswith(
             'RBAC: allowed by ClusterRoleBinding "system:public-info-viewer"'
         )
+
+
+async def test_the_node_authorizer_follows_the_pod_cache(served: RunningAPIServer) -> None:
+    server = served.server
+    pods = server.services["Pod"]
+    nodes = server.services["Node"]
+    await nodes.create(node_pb2.CreateNodeRequest(node=make_node("node-a")))
+    await pods.create(pod_pb2.CreatePodRequest(pod=make_pod("bound-a")))
+    node_a = Identity("system:node:node-a", ("system:nodes", "system:authenticated"))
+    node_b = Identity("system:node:node-b", ("system:nodes", "system:authenticated"))
+    get = Attributes("get", "pods", namespace="default", name="bound-a")
+    authorizer = server.authorizer
+    assert not authorizer.authorize(node_a, get).allowed  # not bound yet
+    await pods.bind(bind_request("bound-a", "node-a"))
+    await eventually(lambda: authorizer.authorize(node_a, get).allowed)
+    decision = authorizer.authorize(node_b, get)
+    assert not decision.allowed
+    assert decision.reason == "no relationship found between node 'node-b' and this object"
+    await pods.delete(
+        meta_pb2.DeleteRequest(namespace="default", name="bound-a", gracePeriodSeconds=0)
+    )
+    await eventually(lambda: not authorizer.authorize(node_a, get).allowed)
