@@ -180,7 +180,10 @@ async def test_fifty_pods_on_five_nodes_then_unschedulable_then_fits(cluster: Cl
 
     # a pod that fits nowhere stays Pending with kube-scheduler's message
     await client.pods.create(make_pod("huge", cpu="8"))
-    want = "0/5 nodes are available: 5 Insufficient cpu."
+    want = (
+        "0/5 nodes are available: 5 Insufficient cpu. preemption: 0/5 nodes are available: "
+        "5 No preemption victims found for incoming pod."
+    )
 
     async def pending_with_message() -> pod_pb2.Pod | None:
         p = await client.pods.get("huge", NS)
@@ -240,7 +243,9 @@ async def test_taints_and_deleted_while_queued(cluster: Cluster) -> None:
         await client.pods.create(make_pod("needs-gpu-node", cpu="2"))
         want = (
             "0/2 nodes are available: 1 Insufficient cpu, "
-            "1 node(s) had untolerated taint {dedicated: gpu}."
+            "1 node(s) had untolerated taint {dedicated: gpu}. preemption: 0/2 nodes are "
+            "available: 1 No preemption victims found for incoming pod, "
+            "1 Preemption is not helpful for scheduling."
         )
 
         async def message() -> str:
