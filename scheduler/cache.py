@@ -63,9 +63,11 @@ class EventKind(StrEnum):
     NODE_LABEL = "NodeLabelChange"
     NODE_TAINT = "NodeTaintChange"  # includes spec.unschedulable, as kube-scheduler does
     NODE_IMAGES = "NodeImagesChange"
+    NODE_DELETE = "NodeDelete"  # a node went away (fewer topology domains for spreading)
     POD_ADD = "AssignedPodAdd"  # a pod newly seen bound, including our own binds' confirmations
     POD_LABEL = "AssignedPodLabelChange"  # an assigned pod's labels changed
     POD_DELETE = "AssignedPodDelete"
+    NAMESPACE_LABEL = "NamespaceLabelChange"  # (InterPodAffinity's namespaceSelector)
 
 
 @dataclass(frozen=True)

@@ -21,18 +21,21 @@ Synchronous and CPU-only; runs on the event loop between awaits (the cycle is se
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.cache import NodeTable, SchedulerCache
+from scheduler.cache import EventKind, NodeTable, SchedulerCache
 from scheduler.config import ProfileConfig
 from scheduler.framework import (
     BindPlugin,
     Code,
     CycleState,
+    EnqueueExtensions,
+    EventHint,
     FilterPlugin,
     FilterResult,
     Handle,
@@ -107,6 +110,14 @@ class Profile:
 
     def plugins_for_events(self) -> dict[str, frozenset[Any]]:
         return {p.name: p.events for p in self.plugins}
+
+    def plugins_for_hints(self) -> dict[str, Mapping[EventKind, EventHint]]:
+        """The queueing hints of the plugins that give them (kube's QueueingHintFns)."""
+        out: dict[str, Mapping[EventKind, EventHint]] = {}
+        for p in self.plugins:
+            if isinstance(p, EnqueueExtensions):
+                out[getattr(p, "name", "")] = p.queueing_hints()
+        return out
 
 
 @dataclass

@@ -89,6 +89,7 @@ class Scheduler:
             initial_backoff=initial_backoff,
             max_backoff=max_backoff,
             plugin_events=profile.plugins_for_events(),
+            plugin_hints=profile.plugins_for_hints(),
             pre_enqueue=profile.pre_enqueue,
         )
         profile.handle.cache = self.cache  # for PostFilter (preemption) and pod counts
@@ -113,10 +114,13 @@ class Scheduler:
         if pod.spec.nodeName:
             self.queue.delete(key)
             if pod.status.phase in TERMINAL_PHASES:
-                if self.cache.remove_pod(key):
-                    self.queue.move_on_event(EventKind.POD_DELETE)
+                gone = self.cache.pods.get(key)
+                if gone is not None and self.cache.remove_pod(key):
+                    self.queue.move_on_event(EventKind.POD_DELETE, old=gone.info)
             else:
                 cached = self.cache.pods.get(key)
+                # the PodState is updated in place: keep what it held, for the hints
+                before = cached.info if cached is not None else None
                 was_placed = cached is not None and not cached.assumed
                 confirmed = self.cache.confirm(key, pod.metadata.uid, pod.spec.nodeName)
                 relabelled = (
@@ -139,9 +143,11 @@ class Scheduler:
                     self.cache.add_pod(PodInfo.from_pod(pod))
                 if not was_placed:
                     # kube's AssignedPodAdd: a pod newly seen bound, our own binds included
-                    self.queue.move_on_event(EventKind.POD_ADD)
+                    self.queue.move_on_event(EventKind.POD_ADD, new=self.cache.pods[key].info)
                 elif relabelled:
-                    self.queue.move_on_event(EventKind.POD_LABEL)
+                    self.queue.move_on_event(
+                        EventKind.POD_LABEL, old=before, new=self.cache.pods[key].info
+                    )
             return
         if pod.metadata.HasField("deletionTimestamp"):
             self.queue.delete(key)
@@ -163,8 +169,9 @@ class Scheduler:
         key = f"{pod.metadata.namespace}/{pod.metadata.name}"
         self.queue.delete(key)
         self.algorithm.forget_attempt(key)
-        if self.cache.remove_pod(key):
-            self.queue.move_on_event(EventKind.POD_DELETE)
+        gone = self.cache.pods.get(key)
+        if gone is not None and self.cache.remove_pod(key):
+            self.queue.move_on_event(EventKind.POD_DELETE, old=gone.info)
 
     def on_service_add(self, svc: service_pb2.Service) -> None:
         self.workloads.set_service(svc)
@@ -187,14 +194,24 @@ class Scheduler:
         self.workloads.remove_replica_set(rs)
 
     def on_node_add(self, node: node_pb2.Node) -> None:
+        nodes = self.cache.nodes
+        slot = nodes.index.get(node.metadata.name)
+        before = nodes.nodes[slot] if slot is not None else None
         for ev in sorted(self.cache.add_node(node), key=lambda e: e.value):
-            self.queue.move_on_event(ev)
+            self.queue.move_on_event(ev, old=before, new=node)
 
     def on_node_update(self, old: node_pb2.Node, new: node_pb2.Node) -> None:
         self.on_node_add(new)
 
     def on_node_delete(self, node: node_pb2.Node) -> None:
+        nodes = self.cache.nodes
+        slot = nodes.index.get(node.metadata.name)
+        if slot is None:
+            return
+        before = nodes.nodes[slot]
         self.cache.remove_node(node.metadata.name)
+        # fewer topology domains can lower a spreading minimum (kube's Node/Delete)
+        self.queue.move_on_event(EventKind.NODE_DELETE, old=before)
 
     # ----- the loop ---------------------------------------------------------------------
     async def run(self) -> None:

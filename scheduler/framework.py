@@ -10,6 +10,10 @@ Plugins marked `node_static = True` read only the pod's signature and node-stati
 framework caches their results per (pod signature, node generation), which is how identical
 pods share a cycle's work.
 
+Queueing hints (kube's QueueingHintFn): a plugin may give, per cluster event it registered for,
+a function that tells the queue whether that event (with the changed object before and after)
+can make a pod the plugin rejected schedulable; see `EnqueueExtensions` and scheduler/queue.py.
+
 Everything here is synchronous and pure except `BindPlugin.bind` (async, talks to the API).
 """
 
@@ -95,6 +99,73 @@ class FilterResult:
         if self.bitmask:
             return tuple(r for i, r in enumerate(self.reasons) if code & (1 << i))
         return (self.reasons[code - 1],)
+
+
+class QueueingHint(IntEnum):
+    """kube's QueueingHint: whether an event may make a rejected pod schedulable."""
+
+    QUEUE_SKIP = 0
+    QUEUE = 1
+
+
+QUEUE = QueueingHint.QUEUE
+QUEUE_SKIP = QueueingHint.QUEUE_SKIP
+
+# assigned-pod events: their objects are PodInfo and they happen in the pod's namespace
+POD_EVENTS = frozenset({EventKind.POD_ADD, EventKind.POD_LABEL, EventKind.POD_DELETE})
+
+
+@dataclass(frozen=True)
+class NamespaceObject:
+    """A namespace as events carry it: its name and labels."""
+
+    name: str
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class ClusterEvent:
+    """One change the queue hears of: its kind and the object before and after (None on an
+    add, respectively a delete). Pods are PodInfo, nodes node_pb2.Node, namespaces
+    NamespaceObject; both None when the caller could not tell (a hint then is not asked)."""
+
+    kind: EventKind
+    old: Any = None
+    new: Any = None
+
+    @property
+    def namespace(self) -> str | None:
+        """The namespace of a changed pod (None for cluster-scoped objects)."""
+        if self.kind not in POD_EVENTS:
+            return None
+        obj = self.new if self.new is not None else self.old
+        return obj.namespace if obj is not None else None
+
+
+HintFn = Callable[[PodInfo, ClusterEvent], QueueingHint]
+
+
+@dataclass(frozen=True)
+class EventHint:
+    """A QueueingHintFn and what lets the queue ask it of fewer pods (for pod events).
+
+    `own_namespace(pod)`: True when only changes to pods in `pod`'s own namespace can make
+    `fn` say Queue for it (None: changes anywhere can), so the queue keeps the pod in its
+    namespace's bucket. `reaches(event)`: the namespaces of waiting pods, besides the changed
+    pod's own, whose own-namespace buckets the event must be shown to (None: all of them); not
+    given, only the changed pod's namespace."""
+
+    fn: HintFn
+    own_namespace: Callable[[PodInfo], bool] | None = None
+    reaches: Callable[[ClusterEvent], frozenset[str] | None] | None = None
+
+
+@runtime_checkable
+class EnqueueExtensions(Protocol):
+    def queueing_hints(self) -> Mapping[EventKind, EventHint]:
+        """kube's EventsToRegister with their QueueingHintFns: a hint per event in `events`
+        (an event of `events` without one moves the plugin's rejected pods unconditionally)."""
+        ...
 
 
 class CycleState:

@@ -10,6 +10,15 @@
   kube-scheduler with queueing hints: a bind confirmation, an AssignedPodAdd, does not send a
   pod rejected for lack of cpu to backoffQ). Unschedulable pods are also kept in one bucket per
   event they wait for, so an event costs the pods it moves, not the whole set.
+- queueing hints (kube's isPodWorthRequeuing): when every rejecting plugin that registered for
+  an event gave a hint for it, the pod waits in a hinted bucket and the event (with the changed
+  object before and after) moves it only if one of those hints says Queue (a hint that raises
+  counts as Queue); an event without its objects moves it as if unhinted. Hinted buckets are
+  split by namespace where the hints allow (`EventHint.own_namespace`): an assigned pod's change
+  in namespace A asks the pods of A (and of the namespaces the hints say it reaches) and those
+  whose terms look beyond their own namespace, never the rest. A pod that was in flight when
+  one of its events arrived goes to backoffQ without asking the hints (the cycle does not yield
+  between pop and its verdict, so only tests and a failed bind see this).
 - a pod deleted while queued (or while in flight) leaves the queue and is never returned.
 - gated: pods a PreEnqueue plugin refused (SchedulingGates: the pod still has gates) are held
   apart, as kube's unschedulablePods entries marked gated: no cluster event, flush or timeout
@@ -26,15 +35,23 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import Callable, Mapping
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from scheduler.cache import EventKind
-from scheduler.framework import Status
+from scheduler.framework import QUEUE, ClusterEvent, EventHint, Status
 from scheduler.podinfo import PodInfo
 from tinykube.clock import Clock
 
+log = logging.getLogger(__name__)
+
 UNSCHEDULABLE_MAX_WAIT = 300.0
+ANY_NAMESPACE = "*"  # the hinted bucket of pods that changes in any namespace may help
+
+# per event whose every registered rejecting plugin gave a hint: those (plugin, hint) pairs
+HintPlan = Mapping[EventKind, tuple[tuple[str, EventHint], ...]]
 
 
 @dataclass
@@ -46,6 +63,10 @@ class QueuedPod:
     unschedulable_plugins: frozenset[str] = frozenset()
     # the events that move it out of the unschedulable set (None: any event)
     waits_for: frozenset[EventKind] | None = None
+    # the events that move it only if a hint says so, with the hints to ask
+    hinted: HintPlan = field(default_factory=dict)
+    # per hinted event, the bucket it waits in: its namespace or ANY_NAMESPACE
+    scopes: dict[EventKind, str] = field(default_factory=dict)
     cycle: int = 0  # scheduling cycle in which the pod was last popped
     version: int = field(default=0)
 
@@ -62,6 +83,7 @@ class SchedulingQueue:
         initial_backoff: float = 1.0,
         max_backoff: float = 10.0,
         plugin_events: Mapping[str, frozenset[EventKind]] | None = None,
+        plugin_hints: Mapping[str, Mapping[EventKind, EventHint]] | None = None,
         unschedulable_max_wait: float = UNSCHEDULABLE_MAX_WAIT,
         pre_enqueue: Callable[[PodInfo], Status] | None = None,
     ) -> None:
@@ -70,6 +92,14 @@ class SchedulingQueue:
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.plugin_events = dict(plugin_events or {})
+        self.plugin_hints = {name: dict(h) for name, h in (plugin_hints or {}).items()}
+        # per event, the `reaches` of every plugin's hint for it (pod events' extra buckets)
+        self._reaches: dict[EventKind, list[Callable[[ClusterEvent], frozenset[str] | None]]] = {}
+        for hints in self.plugin_hints.values():
+            for ev, hint in hints.items():
+                if hint.reaches is not None:
+                    self._reaches.setdefault(ev, []).append(hint.reaches)
+        self._plans: dict[frozenset[str], tuple[frozenset[EventKind] | None, HintPlan]] = {}
         self.unschedulable_max_wait = unschedulable_max_wait
         self._seq = itertools.count()
         self._active: list[tuple[int, float, int, str, int]] = []
@@ -81,6 +111,8 @@ class SchedulingQueue:
         # event -> the unschedulable pods waiting for it; _any_event: those waiting for any
         self._waiting: dict[EventKind, dict[str, QueuedPod]] = {}
         self._any_event: dict[str, QueuedPod] = {}
+        # event -> bucket (namespace or ANY_NAMESPACE) -> the pods its hints decide for
+        self._hinted: dict[EventKind, dict[str, dict[str, QueuedPod]]] = {}
         # the scheduling cycle in which each event kind was last seen (pods in flight then)
         self._event_cycle: dict[EventKind, int] = {}
         self._in_flight: dict[str, QueuedPod] = {}
@@ -119,6 +151,8 @@ class SchedulingQueue:
             else:
                 for ev in qp.waits_for:
                     self._waiting.setdefault(ev, {})[key] = qp
+            for ev, scope in qp.scopes.items():
+                self._hinted.setdefault(ev, {}).setdefault(scope, {})[key] = qp
         else:
             self._forget_unschedulable(key)
 
@@ -126,6 +160,15 @@ class SchedulingQueue:
         qp = self._unschedulable.pop(key, None)
         if qp is None:
             return
+        for ev, scope in qp.scopes.items():
+            buckets = self._hinted.get(ev)
+            if buckets is None:
+                continue
+            bucket = buckets.get(scope)
+            if bucket is not None:
+                bucket.pop(key, None)
+                if not bucket:
+                    del buckets[scope]
         if qp.waits_for is None:
             self._any_event.pop(key, None)
             return
@@ -138,14 +181,46 @@ class SchedulingQueue:
         self._where.pop(key, None)
         self._forget_unschedulable(key)
 
-    def _events_for(self, plugins: frozenset[str]) -> frozenset[EventKind] | None:
-        """What may help a pod these plugins rejected (None: anything, when none is named)."""
+    def _plan(self, plugins: frozenset[str]) -> tuple[frozenset[EventKind] | None, HintPlan]:
+        """What may help a pod these plugins rejected: the events that move it whatever they
+        carry (None: anything, when no plugin is named), and those only hints may move it on,
+        with the hints (an event some registered plugin gave no hint for is unconditional,
+        as kube's isPodWorthRequeuing queues when a registered plugin has no QueueingHintFn).
+        Memoised: pods are rejected by few distinct plugin sets."""
+        plan = self._plans.get(plugins)
+        if plan is not None:
+            return plan
         if not plugins:
-            return None
-        out: set[EventKind] = set()
-        for p in plugins:
-            out |= self.plugin_events.get(p, frozenset())
-        return frozenset(out)
+            plan = (None, {})
+        else:
+            unconditional: set[EventKind] = set()
+            hinted: dict[EventKind, list[tuple[str, EventHint]]] = {}
+            for p in sorted(plugins):
+                hints = self.plugin_hints.get(p, {})
+                for ev in self.plugin_events.get(p, frozenset()):
+                    hint = hints.get(ev)
+                    if hint is None:
+                        unconditional.add(ev)
+                    else:
+                        hinted.setdefault(ev, []).append((p, hint))
+            plan = (
+                frozenset(unconditional),
+                {ev: tuple(hs) for ev, hs in hinted.items() if ev not in unconditional},
+            )
+        if len(self._plans) > 256:
+            self._plans.clear()
+        self._plans[plugins] = plan
+        return plan
+
+    @staticmethod
+    def _scopes(info: PodInfo, hinted: HintPlan) -> dict[EventKind, str]:
+        """The bucket the pod waits in for each hinted event: its own namespace when every
+        hint says only changes there can help it, else ANY_NAMESPACE."""
+        out: dict[EventKind, str] = {}
+        for ev, hints in hinted.items():
+            own = all(h.own_namespace is not None and h.own_namespace(info) for _, h in hints)
+            out[ev] = info.namespace if own else ANY_NAMESPACE
+        return out
 
     def _push_active(self, qp: QueuedPod) -> None:
         self._set("active", qp)
@@ -302,12 +377,16 @@ class SchedulingQueue:
         if not self._finish(qp):
             return
         qp.unschedulable_plugins = plugins
-        qp.waits_for = self._events_for(plugins)
+        qp.waits_for, qp.hinted = self._plan(plugins)
+        qp.scopes = self._scopes(qp.info, qp.hinted) if qp.hinted else {}
         qp.added = self.clock.monotonic()
         if qp.waits_for is None:
             missed = self.move_request_cycle >= qp.cycle
         else:
-            missed = any(self._event_cycle.get(ev, -1) >= qp.cycle for ev in qp.waits_for)
+            missed = any(
+                self._event_cycle.get(ev, -1) >= qp.cycle
+                for ev in itertools.chain(qp.waits_for, qp.hinted)
+            )
         if missed:
             self._push_backoff(qp)  # a helpful event arrived during its cycle: retry soon
         else:
@@ -320,14 +399,59 @@ class SchedulingQueue:
         qp.added = self.clock.monotonic()
         self._push_backoff(qp)
 
-    def move_on_event(self, event: EventKind) -> int:
-        """Move unschedulable pods that one of their rejecting plugins would reconsider."""
+    def move_on_event(self, event: EventKind, old: Any = None, new: Any = None) -> int:
+        """Move unschedulable pods that one of their rejecting plugins would reconsider after
+        this event (`old` / `new`: the changed object before and after, for the hints);
+        returns how many moved."""
         self.move_request_cycle = self.scheduling_cycle
         self._event_cycle[event] = self.scheduling_cycle
         movers = [*self._waiting.get(event, {}).values(), *self._any_event.values()]
         for qp in movers:
             self._move_from_unschedulable(qp)
-        return len(movers)
+        moved = len(movers)
+        buckets = self._hinted.get(event)
+        if buckets:
+            ce = ClusterEvent(event, old, new)
+            for qp in list(self._hinted_candidates(ce, buckets)):
+                if self._unschedulable.get(qp.info.key) is qp and self._worth_requeuing(qp, ce):
+                    self._move_from_unschedulable(qp)
+                    moved += 1
+        return moved
+
+    def _hinted_candidates(
+        self, ce: ClusterEvent, buckets: dict[str, dict[str, QueuedPod]]
+    ) -> Iterable[QueuedPod]:
+        """The hinted pods an event must be shown to: for an assigned pod's change, those of
+        its namespace, of the namespaces the hints say it reaches, and ANY_NAMESPACE's; for
+        anything else (nodes, namespaces), all."""
+        ns = ce.namespace
+        if ns is None:
+            return [qp for bucket in buckets.values() for qp in bucket.values()]
+        names = {ns, ANY_NAMESPACE}
+        for reaches in self._reaches.get(ce.kind, ()):
+            try:
+                extra = reaches(ce)
+            except Exception:
+                log.exception("queueing hint scope for %s failed", ce.kind)
+                extra = None
+            if extra is None:
+                return [qp for bucket in buckets.values() for qp in bucket.values()]
+            names |= extra
+        return [qp for name in names for qp in buckets.get(name, {}).values()]
+
+    def _worth_requeuing(self, qp: QueuedPod, ce: ClusterEvent) -> bool:
+        """kube's isPodWorthRequeuing over the hints of the plugins that rejected the pod:
+        Queue if any says so; a hint that fails, or an event without its objects, queues."""
+        if ce.old is None and ce.new is None:
+            return True
+        for plugin, hint in qp.hinted.get(ce.kind, ()):
+            try:
+                if hint.fn(qp.info, ce) == QUEUE:
+                    return True
+            except Exception:
+                log.exception("queueing hint of %s for %s failed", plugin, qp.info.key)
+                return True
+        return False
 
     def flush(self) -> None:
         """Backoff-completed pods to activeQ; unschedulable pods waiting too long move on."""

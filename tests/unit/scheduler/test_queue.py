@@ -1,15 +1,18 @@
-"""The scheduling queue's ordering, backoff and event-driven moves, on a fake clock."""
+"""The scheduling queue's ordering, backoff, event-driven moves and queueing hints, on a fake
+clock."""
 
 from __future__ import annotations
 
 import pytest
 
 from scheduler.cache import EventKind
+from scheduler.framework import QUEUE, QUEUE_SKIP, ClusterEvent, EventHint, QueueingHint
 from scheduler.plugins.nodeaffinity import NodeAffinity
 from scheduler.plugins.noderesourcesfit import NodeResourcesFit
 from scheduler.plugins.tainttoleration import TaintToleration
+from scheduler.podinfo import PodInfo
 from scheduler.queue import SchedulingQueue
-from tests.unit.scheduler.builders import PodBuilder
+from tests.unit.scheduler.builders import NodeBuilder, PodBuilder
 from tinykube.clock import FakeClock
 
 EVENTS = {p.name: p.events for p in (NodeResourcesFit, TaintToleration, NodeAffinity)}
@@ -207,3 +210,161 @@ async def test_pop_waits_for_add() -> None:
     q.add(PodBuilder("a").info())
     qp = await asyncio.wait_for(task, 1)
     assert qp.info.key == "default/a"
+
+
+# ----- queueing hints (kube's QueueingHintFn and isPodWorthRequeuing) ---------------------
+class Hints:
+    """Two fake plugins: "Hinted" registers AssignedPodAdd and NodeLabelChange with hints that
+    answer from `answers` (by the changed object's name) and record whom they were asked for;
+    "Plain" registers AssignedPodAdd without a hint."""
+
+    def __init__(
+        self,
+        *,
+        own_namespace: bool = True,
+        reach: bool = False,
+        reaches: frozenset[str] | None = None,
+    ):
+        self.asked: list[tuple[str, str]] = []  # (waiting pod, changed object)
+        self.answers: dict[str, QueueingHint | Exception] = {}
+
+        def fn(pod: PodInfo, event: ClusterEvent) -> QueueingHint:
+            obj = event.new if event.new is not None else event.old
+            name = obj.name if isinstance(obj, PodInfo) else obj.metadata.name
+            self.asked.append((pod.key, name))
+            answer = self.answers.get(name, QUEUE_SKIP)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+        pod_hint = EventHint(
+            fn,
+            (lambda pod: True) if own_namespace else None,
+            (lambda event: reaches) if reach else None,
+        )
+        self.plugin_events = {
+            "Hinted": frozenset({EventKind.POD_ADD, EventKind.NODE_LABEL}),
+            "Plain": frozenset({EventKind.POD_ADD}),
+        }
+        self.plugin_hints = {
+            "Hinted": {EventKind.POD_ADD: pod_hint, EventKind.NODE_LABEL: pod_hint}
+        }
+
+    def queue(self) -> tuple[SchedulingQueue, FakeClock]:
+        clock = FakeClock()
+        q = SchedulingQueue(clock, plugin_events=self.plugin_events, plugin_hints=self.plugin_hints)
+        return q, clock
+
+    @staticmethod
+    def reject(q: SchedulingQueue, name: str, ns: str, *plugins: str) -> None:
+        q.add(PodBuilder(name, ns).info())
+        qp = q.pop_nowait()
+        assert qp is not None
+        q.add_unschedulable(qp, frozenset(plugins))
+
+
+def _bound(name: str, ns: str = "default") -> PodInfo:
+    return PodBuilder(name, ns).node_name("n1").info()
+
+
+HINT_CASES = [
+    # (name, plugins that rejected the pod, hint's answer, event objects given, where after)
+    ("kube: QueueSkip keeps the pod unschedulable", ("Hinted",), QUEUE_SKIP, True, "unschedulable"),
+    ("kube: Queue moves the pod", ("Hinted",), QUEUE, True, "active"),
+    ("kube: a hint's error counts as Queue", ("Hinted",), RuntimeError("x"), True, "active"),
+    (
+        "kube: a registered plugin without a hint queues whatever the others say",
+        ("Hinted", "Plain"),
+        QUEUE_SKIP,
+        True,
+        "active",
+    ),
+    (
+        "an event that carries no objects queues as if unhinted",
+        ("Hinted",),
+        QUEUE_SKIP,
+        False,
+        "active",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("plugins", "answer", "objects", "where"),
+    [c[1:] for c in HINT_CASES],
+    ids=[c[0] for c in HINT_CASES],
+)
+def test_hints_decide_whether_an_event_moves_a_pod(
+    plugins: tuple[str, ...], answer: QueueingHint | Exception, objects: bool, where: str
+) -> None:
+    h = Hints()
+    q, clock = h.queue()
+    Hints.reject(q, "a", "default", *plugins)
+    clock.advance(2)
+    h.answers["x"] = answer
+    q.move_on_event(EventKind.POD_ADD, new=_bound("x") if objects else None)
+    assert q.where("default/a") == where
+
+
+def test_hints_are_asked_only_of_pods_in_the_changed_pods_namespace() -> None:
+    """A bind in namespace A does not evaluate the waiting pods of namespace B when the hint
+    says only its own namespace matters; a node event asks every hinted pod."""
+    h = Hints()
+    q, _ = h.queue()
+    Hints.reject(q, "a", "ns-a", "Hinted")
+    Hints.reject(q, "b", "ns-b", "Hinted")
+    q.move_on_event(EventKind.POD_ADD, new=_bound("x", "ns-a"))
+    assert h.asked == [("ns-a/a", "x")]
+    h.asked.clear()
+    q.move_on_event(EventKind.NODE_LABEL, old=NodeBuilder("n1").obj(), new=NodeBuilder("n1").obj())
+    assert sorted(h.asked) == [("ns-a/a", "n1"), ("ns-b/b", "n1")]
+
+
+def test_hints_of_pods_looking_beyond_their_namespace_are_always_asked() -> None:
+    h = Hints(own_namespace=False)
+    q, _ = h.queue()
+    Hints.reject(q, "b", "ns-b", "Hinted")
+    q.move_on_event(EventKind.POD_ADD, new=_bound("x", "ns-a"))
+    assert h.asked == [("ns-b/b", "x")]
+
+
+@pytest.mark.parametrize(
+    ("reaches", "asked"),
+    [({"ns-b"}, ["ns-b/b"]), (None, ["ns-b/b", "ns-c/c"])],
+    ids=["named namespaces", "every namespace"],
+)
+def test_an_event_reaches_the_namespaces_its_hints_name(
+    reaches: set[str] | None, asked: list[str]
+) -> None:
+    h = Hints(reach=True, reaches=frozenset(reaches) if reaches is not None else None)
+    q, _ = h.queue()
+    Hints.reject(q, "b", "ns-b", "Hinted")
+    Hints.reject(q, "c", "ns-c", "Hinted")
+    q.move_on_event(EventKind.POD_ADD, new=_bound("x", "ns-a"))
+    assert sorted(k for k, _ in h.asked) == asked
+
+
+def test_no_hint_runs_without_hinted_waiting_pods() -> None:
+    """No per-event work when no waiting pod was rejected by a hinted plugin."""
+    h = Hints()
+    q, clock = h.queue()
+    Hints.reject(q, "plain", "default", "Plain")
+    clock.advance(2)
+    assert q.move_on_event(EventKind.POD_ADD, new=_bound("x")) == 1
+    for i in range(3):
+        q.move_on_event(EventKind.POD_ADD, new=_bound(f"y{i}"))
+    assert h.asked == []
+
+
+def test_a_hinted_pod_leaves_its_bucket_when_it_moves() -> None:
+    h = Hints()
+    q, clock = h.queue()
+    Hints.reject(q, "a", "default", "Hinted")
+    clock.advance(2)
+    h.answers["x"] = QUEUE
+    assert q.move_on_event(EventKind.POD_ADD, new=_bound("x")) == 1
+    h.asked.clear()
+    assert q.move_on_event(EventKind.POD_ADD, new=_bound("x")) == 0
+    assert h.asked == []
+    q.delete("default/a")
+    assert q.lengths() == {"active": 0, "backoff": 0, "unschedulable": 0, "gated": 0}

@@ -399,7 +399,7 @@ def test_assigned_pod_events_and_relabel() -> None:
     sched = Scheduler(Profile())
     seen: list[EventKind] = []
 
-    def record(event: EventKind) -> int:
+    def record(event: EventKind, old: object = None, new: object = None) -> int:
         seen.append(event)
         return 0
 
