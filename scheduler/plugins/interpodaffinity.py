@@ -22,6 +22,19 @@ its domains' sum, normalised min-max over the scored nodes to 0-100 (negative su
 PreScore skips when no term reaches any domain. `ignorePreferredTermsOfExistingPods` (argument,
 default false) skips scoring for pods without preferred terms of their own.
 
+Queueing hints (kube v1.36's isSchedulableAfterPodChange / isSchedulableAfterNodeChange): a pod
+this plugin rejected moves back when an assigned pod is added matching all its required
+affinity terms, relabelled into all of them or out of one of its required anti-affinity terms,
+or deleted matching one anti-affinity term (kube v1.36 asks all of them; fixed upstream by PR
+#139161) or carrying a required anti-affinity term that matches the pod (kube PR #135325); when
+a node is added with an affinity topology key (any node, for a pod with anti-affinity), gains
+an affinity key or leaves an anti-affinity key, or changes a key's value. Beyond kube, which
+misses these: a namespaceSelector is read against the namespaces' labels (#141953), deleting or
+relabelling away the last peer of a self-affine pod queues it (#141354), node events consider
+the keys of placed pods' anti-affinity terms that repel the pod, and a namespace relabel
+queues pods whose terms select namespaces by label. Only assigned pods of the namespaces its
+terms look at are asked about (all, for explicit other namespaces or a namespaceSelector).
+
 Columnar: the counts of pods matching the pod's own terms come from the cache's PodIndex (kept
 per node slot as pods are placed), the placed pods' terms are kept per slot by a PodIndex
 listener; a cycle turns per-slot counts into per-domain sums with one bincount per topology key
@@ -40,17 +53,24 @@ import numpy.typing as npt
 from scheduler.cache import EventKind, NodeTable
 from scheduler.framework import (
     MAX_NODE_SCORE,
+    QUEUE,
+    QUEUE_SKIP,
     SKIP,
     SUCCESS,
+    ClusterEvent,
     CycleState,
+    EventHint,
     FilterResult,
     Handle,
+    NamespaceObject,
+    QueueingHint,
     Status,
 )
 from scheduler.plugins.helper import I64, IDX
 from scheduler.podindex import PodIndex
 from scheduler.podinfo import AffinityTerm, PodInfo
 from tinykube.selectors import LabelSelector, Requirement
+from tinykube.v1 import node_pb2
 
 ERR_AFFINITY = "node(s) didn't match pod affinity rules"
 ERR_ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
@@ -144,6 +164,33 @@ class PlacedTerms:
             self._bump(self.preferred, wt.term, slot, sign, -wt.weight)
 
 
+def _own_namespace_terms(pod: PodInfo) -> bool:
+    """Only assigned pods of the pod's own namespace can change what its required terms see:
+    no term names another namespace or selects namespaces by label."""
+    aff = pod.affinity
+    if aff is None:
+        return True
+    own = frozenset({pod.namespace})
+    return all(
+        t.namespace_selector is None and t.namespaces <= own
+        for t in (*aff.required_affinity, *aff.required_anti_affinity)
+    )
+
+
+def _anti_terms_reach(event: ClusterEvent) -> frozenset[str] | None:
+    """The namespaces whose waiting pods a deleted pod's own required anti-affinity terms may
+    have repelled (None: any, for a namespaceSelector); nothing beyond its own otherwise."""
+    old: PodInfo | None = event.old
+    if event.kind != EventKind.POD_DELETE or old is None or old.affinity is None:
+        return frozenset()
+    out: set[str] = set()
+    for t in old.affinity.required_anti_affinity:
+        if t.namespace_selector is not None:
+            return None
+        out |= t.namespaces
+    return frozenset(out)
+
+
 def _int_arg(args: Mapping[str, Any], name: str, default: int, lo: int, hi: int) -> int:
     v = args.get(name, default)
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
@@ -154,8 +201,9 @@ def _int_arg(args: Mapping[str, Any], name: str, default: int, lo: int, hi: int)
 
 class InterPodAffinity:
     name: ClassVar[str] = "InterPodAffinity"
-    # kube v1.36: any assigned-pod add, label change or delete; node add, label change, and
-    # taint change (kube's workaround for node adds its pre-check drops)
+    # kube v1.36 with queueing hints: assigned-pod add, label change and delete; node add and
+    # label change (the taint change kube adds only when it pre-checks node adds, which this
+    # queue never does); and a namespace's labels (namespaceSelector), which kube misses
     events: ClassVar[frozenset[EventKind]] = frozenset(
         {
             EventKind.POD_ADD,
@@ -163,7 +211,7 @@ class InterPodAffinity:
             EventKind.POD_DELETE,
             EventKind.NODE_ADD,
             EventKind.NODE_LABEL,
-            EventKind.NODE_TAINT,
+            EventKind.NAMESPACE_LABEL,
         }
     )
     node_static: ClassVar[bool] = False
@@ -228,6 +276,126 @@ class InterPodAffinity:
             reqs.extend(t.selector.requirements)
         sel = LabelSelector(tuple(reqs))
         return _sized(nodes.pod_index.counts(ns, sel, True), n)
+
+    # ----- queueing hints (kube's isSchedulableAfterPodChange / ...NodeChange) -------------
+    def queueing_hints(self) -> Mapping[EventKind, EventHint]:
+        pods = EventHint(self._after_pod_change, _own_namespace_terms, _anti_terms_reach)
+        nodes = EventHint(self._after_node_change)
+        return {
+            EventKind.POD_ADD: pods,
+            EventKind.POD_LABEL: pods,
+            EventKind.POD_DELETE: pods,
+            EventKind.NODE_ADD: nodes,
+            EventKind.NODE_LABEL: nodes,
+            EventKind.NAMESPACE_LABEL: EventHint(self._after_namespace_change),
+        }
+
+    def _matches(self, t: AffinityTerm, other: PodInfo) -> bool:
+        """Whether a (required) term selects `other`, its namespaceSelector read against the
+        namespaces' labels now (kube's hint leaves the selector unresolved and so misses such
+        pods: kubernetes issue #141953)."""
+        return t.matches(
+            other.namespace, other.pod.metadata.labels, self._namespaces().get(other.namespace)
+        )
+
+    def _after_pod_change(self, pod: PodInfo, event: ClusterEvent) -> QueueingHint:
+        """An assigned pod was added, relabelled or deleted: Queue when it may have brought
+        what the pod's required affinity needs or taken away what repelled it."""
+        old: PodInfo | None = event.old
+        new: PodInfo | None = event.new
+        aff = pod.affinity
+        required = aff.required_affinity if aff is not None else ()
+        anti = aff.required_anti_affinity if aff is not None else ()
+
+        def all_match(other: PodInfo) -> bool:
+            return bool(required) and all(self._matches(t, other) for t in required)
+
+        # the first pod of a group may go anywhere once no pod matches its terms any more
+        self_affine = bool(required) and all(
+            t.matches(pod.namespace, pod.pod.metadata.labels, None) for t in required
+        )
+        if old is not None and new is not None:
+            if not all_match(old) and all_match(new):
+                return QUEUE  # relabelled to match all of the pod's affinity terms
+            if any(self._matches(t, old) and not self._matches(t, new) for t in anti):
+                return QUEUE  # relabelled away from one of its anti-affinity terms
+            if self_affine and all_match(old) and not all_match(new):
+                return QUEUE  # maybe the last match of a self-affine group (issue #141354)
+            return QUEUE_SKIP
+        if new is not None:
+            return QUEUE if all_match(new) else QUEUE_SKIP
+        if old is None:
+            return QUEUE_SKIP
+        if any(self._matches(t, old) for t in anti):
+            # any one term repels (kube v1.36 asks all: fixed upstream by PR #139161)
+            return QUEUE
+        if old.affinity is not None and any(
+            self._matches(t, pod) for t in old.affinity.required_anti_affinity
+        ):
+            return QUEUE  # the deleted pod's own anti-affinity repelled the pod (PR #135325)
+        if self_affine and all_match(old):
+            return QUEUE  # issue #141354, as for a relabel
+        return QUEUE_SKIP
+
+    def _after_node_change(self, pod: PodInfo, event: ClusterEvent) -> QueueingHint:
+        """A node was added or relabelled: Queue when it joins, leaves or moves between the
+        domains of a topology key the pod's terms (or the terms repelling it) use."""
+        old: node_pb2.Node | None = event.old
+        new: node_pb2.Node | None = event.new
+        if new is None:
+            return QUEUE_SKIP
+        aff = pod.affinity
+        required = aff.required_affinity if aff is not None else ()
+        anti_keys = {t.topology_key for t in aff.required_anti_affinity} if aff else set()
+        new_labels = new.metadata.labels
+        if old is None:
+            if any(t.topology_key in new_labels for t in required):
+                return QUEUE
+            # a node without the key, or in a domain free of what the pod hates, may take it
+            if anti_keys or self._repelling_keys(pod):
+                return QUEUE
+            return QUEUE_SKIP
+        old_labels = old.metadata.labels
+        for t in required:
+            k = t.topology_key
+            if k in new_labels and old_labels.get(k) != new_labels[k]:
+                return QUEUE  # gained the key, or moved to another domain
+        for k in anti_keys | self._repelling_keys(pod):
+            if k in old_labels and old_labels[k] != new_labels.get(k):
+                return QUEUE  # lost the key (a node without it passes), or moved
+        return QUEUE_SKIP
+
+    def _repelling_keys(self, pod: PodInfo) -> set[str]:
+        """The topology keys of placed pods' required anti-affinity terms that match the pod
+        (the symmetric case; kube's node hint looks at the pod's own terms only)."""
+        cache = self.handle.cache
+        if cache is None:
+            return set()
+        placed = self.placed_terms(cache.nodes)
+        return {t.topology_key for t in placed.required_anti if self._matches(t, pod)}
+
+    def _after_namespace_change(self, pod: PodInfo, event: ClusterEvent) -> QueueingHint:
+        """A namespace's labels changed: Queue when a namespaceSelector of the pod's required
+        terms now picks it or no longer does, or when it is the pod's own namespace and placed
+        pods' anti-affinity terms select namespaces by label. (kube v1.36 has no such event:
+        kubernetes issue #141953.)"""
+        old: NamespaceObject | None = event.old
+        new: NamespaceObject | None = event.new
+        if old is None or new is None:
+            return QUEUE
+        aff = pod.affinity
+        terms = [*aff.required_affinity, *aff.required_anti_affinity] if aff else []
+        for t in terms:
+            sel = t.namespace_selector
+            if sel is not None and sel.matches(old.labels) != sel.matches(new.labels):
+                return QUEUE
+        if new.name == pod.namespace:
+            cache = self.handle.cache
+            if cache is not None:
+                placed = self.placed_terms(cache.nodes)
+                if any(t.namespace_selector is not None for t in placed.required_anti):
+                    return QUEUE
+        return QUEUE_SKIP
 
     # ----- PreFilter / Filter --------------------------------------------------------------
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> Status:

@@ -344,3 +344,31 @@ async def test_assigned_pod_events_move_inter_pod_affinity_rejects() -> None:
     clock.advance(2)
     s.on_pod_add(PodBuilder("c").labels(app="cache").container().node_name("n1").obj())
     assert s.queue.where("default/q") == "active"
+
+
+async def test_anti_affinity_reject_waits_for_the_conflicting_pods_deletion() -> None:
+    """Queueing hints: a pod rejected by required anti-affinity stays unschedulable when an
+    unrelated pod is bound (the confirmation of the scheduler's own bind, an AssignedPodAdd,
+    moved it before) and when a matching pod of another namespace goes away; deleting the pod
+    it conflicts with moves it."""
+    s, api, clock = make()
+    s.on_node_add(NodeBuilder("n1").label("kubernetes.io/hostname", "n1").obj())
+    web = PodBuilder("web").labels(app="web").container().node_name("n1").obj()
+    s.on_pod_add(web)
+    s.on_pod_add(_with_anti_affinity(PodBuilder("p").container(), app="web").obj())
+    await run_queue(s)
+    assert s.queue.where("default/p") == "unschedulable"
+    clock.advance(2)
+    s.on_pod_add(PodBuilder("db").labels(app="db").container().obj())
+    await run_queue(s)
+    assert api.bound["default/db"] == "n1"
+    s.on_pod_add(PodBuilder("db").labels(app="db").container().node_name("n1").obj())
+    assert s.queue.where("default/p") == "unschedulable"
+    elsewhere = PodBuilder("web", "other").labels(app="web").container().node_name("n1").obj()
+    s.on_pod_add(elsewhere)
+    s.on_pod_delete(elsewhere)
+    assert s.queue.where("default/p") == "unschedulable"
+    s.on_pod_delete(web)
+    assert s.queue.where("default/p") == "active"
+    await run_queue(s)
+    assert api.bound["default/p"] == "n1"

@@ -10,9 +10,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scheduler.cache import SchedulerCache
+from scheduler.cache import EventKind, SchedulerCache
 from scheduler.core import Algorithm, Profile
-from scheduler.framework import Code, CycleState, Handle
+from scheduler.framework import (
+    QUEUE,
+    QUEUE_SKIP,
+    ClusterEvent,
+    Code,
+    CycleState,
+    Handle,
+    NamespaceObject,
+    QueueingHint,
+)
 from scheduler.plugins.interpodaffinity import (
     ERR_AFFINITY,
     ERR_ANTI_AFFINITY,
@@ -488,3 +497,459 @@ def test_placed_terms_follow_pods_and_nodes() -> None:
         assert got == fresh_verdicts(cache, incoming)
         seen.append(got)
     assert {"a": 3, "b": 3, "c": 0} in seen and {"a": 0, "b": 0, "c": 3} in seen
+
+
+# ----- queueing hints: kube v1.36's isSchedulableAfterPodChange / ...NodeChange -----------
+def _hint(
+    kind: EventKind,
+    waiting: PodBuilder,
+    old: Any = None,
+    new: Any = None,
+    placed: tuple[PodBuilder, ...] = (),
+    namespaces: dict[str, dict[str, str]] | None = None,
+) -> QueueingHint:
+    cache = make_cache(*hosts("a", "b"), pods=tuple(p.info() for p in placed))
+    cache.namespaces = namespaces or {}
+    plugin = InterPodAffinity(handle=Handle(cache=cache))
+    hint = plugin.queueing_hints()[kind]
+    return hint.fn(waiting.info(), ClusterEvent(kind, old, new))
+
+
+def _on(name: str = "x", ns: str = "default", **kw: Any) -> PodInfo:
+    return pod(name, ns, node="a", **kw).info()
+
+
+def _node(name: str = "n", **labels: str) -> Any:
+    return NodeBuilder(name).labels(**labels).obj()
+
+
+DB = {"app": "db"}
+ADD, LABEL, DELETE = EventKind.POD_ADD, EventKind.POD_LABEL, EventKind.POD_DELETE
+HINT_POD_CASES: list[tuple[str, EventKind, PodBuilder, PodInfo | None, PodInfo | None, Any]] = [
+    (
+        "kube: an added pod matching the pod's required affinity queues it",
+        ADD,
+        pod(affinity=[term(HOST, WEB)]),
+        None,
+        _on(labels=WEB),
+        QUEUE,
+    ),
+    (
+        "kube: an added pod that does not match it is skipped",
+        ADD,
+        pod(affinity=[term(HOST, WEB)]),
+        None,
+        _on(labels=DB),
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: an added pod must match all the required affinity terms (one pod satisfies them)",
+        ADD,
+        pod(affinity=[term(HOST, WEB), term(HOST, {"tier": "fe"})]),
+        None,
+        _on(labels=WEB),
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: an added pod cannot lift anti-affinity",
+        ADD,
+        pod(anti=[term(HOST, WEB)]),
+        None,
+        _on(labels=WEB),
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: a term's namespaces: an added match in another namespace is skipped",
+        ADD,
+        pod(affinity=[term(HOST, WEB)]),
+        None,
+        _on(ns="other", labels=WEB),
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: explicit namespaces select the added pod's namespace",
+        ADD,
+        pod(affinity=[term(HOST, WEB, namespaces=["other"])]),
+        None,
+        _on(ns="other", labels=WEB),
+        QUEUE,
+    ),
+    (
+        "namespaceSelector read against the namespace's labels (kube misses it, #141953)",
+        ADD,
+        pod(affinity=[term(HOST, WEB, ns_selector={"team": "a"})]),
+        None,
+        _on(ns="other", labels=WEB),
+        QUEUE,
+    ),
+    (
+        "kube: a relabel that makes a pod match the affinity queues",
+        LABEL,
+        pod(affinity=[term(HOST, WEB)]),
+        _on(labels=DB),
+        _on(labels=WEB),
+        QUEUE,
+    ),
+    (
+        "kube: a relabel of a pod that already matched is skipped",
+        LABEL,
+        pod(affinity=[term(HOST, WEB)]),
+        _on(labels={**WEB, "v": "1"}),
+        _on(labels={**WEB, "v": "2"}),
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: a relabel away from the anti-affinity term queues",
+        LABEL,
+        pod(anti=[term(HOST, WEB)]),
+        _on(labels=WEB),
+        _on(labels=DB),
+        QUEUE,
+    ),
+    (
+        "kube: a relabel into the anti-affinity term is skipped",
+        LABEL,
+        pod(anti=[term(HOST, WEB)]),
+        _on(labels=DB),
+        _on(labels=WEB),
+        QUEUE_SKIP,
+    ),
+    (
+        "a relabel away from one of two anti-affinity terms queues (any term repels, #139161)",
+        LABEL,
+        pod(anti=[term(HOST, WEB), term(HOST, {"tier": "fe"})]),
+        _on(labels={**WEB, "tier": "fe"}),
+        _on(labels={"tier": "fe"}),
+        QUEUE,
+    ),
+    (
+        "kube: deleting a pod the anti-affinity term matches queues",
+        DELETE,
+        pod(anti=[term(HOST, WEB)]),
+        _on(labels=WEB),
+        None,
+        QUEUE,
+    ),
+    (
+        "kube: deleting an unrelated pod is skipped",
+        DELETE,
+        pod(anti=[term(HOST, WEB)]),
+        _on(labels=DB),
+        None,
+        QUEUE_SKIP,
+    ),
+    (
+        "deleting a pod one of two anti-affinity terms matches queues (#139161)",
+        DELETE,
+        pod(anti=[term(HOST, WEB), term(ZONE, {"tier": "fe"})]),
+        _on(labels=WEB),
+        None,
+        QUEUE,
+    ),
+    (
+        "kube PR #135325: deleting a pod whose own anti-affinity repelled the pod queues",
+        DELETE,
+        pod(labels=WEB),
+        _on(labels=DB, anti=[term(HOST, WEB)]),
+        None,
+        QUEUE,
+    ),
+    (
+        "kube PR #135325: a deleted pod's anti-affinity that does not match the pod is skipped",
+        DELETE,
+        pod(labels=DB),
+        _on(labels=DB, anti=[term(HOST, WEB)]),
+        None,
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: deleting a pod the affinity needs is skipped",
+        DELETE,
+        pod(affinity=[term(HOST, WEB)]),
+        _on(labels=WEB),
+        None,
+        QUEUE_SKIP,
+    ),
+    (
+        "deleting the peer of a self-affine pod queues: it may be the first of its group (#141354)",
+        DELETE,
+        pod(labels=WEB, affinity=[term(HOST, WEB)]),
+        _on(labels=WEB),
+        None,
+        QUEUE,
+    ),
+    (
+        "a pod without required terms is skipped on an add (preferred terms never reject)",
+        ADD,
+        pod(pref=[(10, term(HOST, WEB))]),
+        None,
+        _on(labels=WEB),
+        QUEUE_SKIP,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "waiting", "old", "new", "want"),
+    [c[1:] for c in HINT_POD_CASES],
+    ids=[c[0] for c in HINT_POD_CASES],
+)
+def test_pod_change_hint(
+    kind: EventKind,
+    waiting: PodBuilder,
+    old: PodInfo | None,
+    new: PodInfo | None,
+    want: QueueingHint,
+) -> None:
+    assert _hint(kind, waiting, old, new, namespaces={"other": {"team": "a"}}) == want
+
+
+NODE_ADD, NODE_LABEL = EventKind.NODE_ADD, EventKind.NODE_LABEL
+HINT_NODE_CASES: list[tuple[str, EventKind, PodBuilder, Any, Any, tuple[PodBuilder, ...], Any]] = [
+    (
+        "kube: an added node with the affinity's topology key queues",
+        NODE_ADD,
+        pod(affinity=[term(ZONE, WEB)]),
+        None,
+        _node(zone="z1"),
+        (),
+        QUEUE,
+    ),
+    (
+        "kube: an added node without it is skipped",
+        NODE_ADD,
+        pod(affinity=[term(ZONE, WEB)]),
+        None,
+        _node(other="x"),
+        (),
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: any added node queues a pod with anti-affinity (it may be in a free domain)",
+        NODE_ADD,
+        pod(anti=[term(ZONE, WEB)]),
+        None,
+        _node(),
+        (),
+        QUEUE,
+    ),
+    (
+        "kube: a node gaining the affinity's key queues",
+        NODE_LABEL,
+        pod(affinity=[term(ZONE, WEB)]),
+        _node(),
+        _node(zone="z1"),
+        (),
+        QUEUE,
+    ),
+    (
+        "kube: a node moving to another domain of the affinity's key queues",
+        NODE_LABEL,
+        pod(affinity=[term(ZONE, WEB)]),
+        _node(zone="z1"),
+        _node(zone="z2"),
+        (),
+        QUEUE,
+    ),
+    (
+        "kube: a node losing the affinity's key is skipped",
+        NODE_LABEL,
+        pod(affinity=[term(ZONE, WEB)]),
+        _node(zone="z1"),
+        _node(),
+        (),
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: a label change of another key is skipped",
+        NODE_LABEL,
+        pod(affinity=[term(ZONE, WEB)], anti=[term(HOST, DB)]),
+        _node(zone="z1", kubernetes_io="1"),
+        _node(zone="z1", kubernetes_io="2"),
+        (),
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: a node losing the anti-affinity's key queues (a node without it passes)",
+        NODE_LABEL,
+        pod(anti=[term(ZONE, WEB)]),
+        _node(zone="z1"),
+        _node(),
+        (),
+        QUEUE,
+    ),
+    (
+        "kube: a node gaining the anti-affinity's key is skipped",
+        NODE_LABEL,
+        pod(anti=[term(ZONE, WEB)]),
+        _node(),
+        _node(zone="z1"),
+        (),
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: a node moving to another domain of the anti-affinity's key queues",
+        NODE_LABEL,
+        pod(anti=[term(ZONE, WEB)]),
+        _node(zone="z1"),
+        _node(zone="z2"),
+        (),
+        QUEUE,
+    ),
+    (
+        "a pod without terms repelled by a placed pod's anti-affinity: an added node queues",
+        NODE_ADD,
+        pod(labels=WEB),
+        None,
+        _node(),
+        (pod("x", node="a", anti=[term(ZONE, WEB)]),),
+        QUEUE,
+    ),
+    (
+        "... and a node leaving that term's domain queues (kube's hint misses both)",
+        NODE_LABEL,
+        pod(labels=WEB),
+        _node(zone="z1"),
+        _node(zone="z2"),
+        (pod("x", node="a", anti=[term(ZONE, WEB)]),),
+        QUEUE,
+    ),
+    (
+        "a pod without terms that nothing repels is skipped on an added node",
+        NODE_ADD,
+        pod(labels=WEB),
+        None,
+        _node(),
+        (pod("x", node="a", anti=[term(ZONE, DB)]),),
+        QUEUE_SKIP,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "waiting", "old", "new", "placed", "want"),
+    [c[1:] for c in HINT_NODE_CASES],
+    ids=[c[0] for c in HINT_NODE_CASES],
+)
+def test_node_change_hint(
+    kind: EventKind,
+    waiting: PodBuilder,
+    old: Any,
+    new: Any,
+    placed: tuple[PodBuilder, ...],
+    want: QueueingHint,
+) -> None:
+    assert _hint(kind, waiting, old, new, placed) == want
+
+
+NS_CASES: list[
+    tuple[str, PodBuilder, dict[str, str], dict[str, str], tuple[PodBuilder, ...], Any]
+] = [
+    (
+        "a namespace newly selected by the affinity's namespaceSelector queues",
+        pod(affinity=[term(HOST, WEB, ns_selector={"team": "a"})]),
+        {},
+        {"team": "a"},
+        (),
+        QUEUE,
+    ),
+    (
+        "a namespace no longer selected by the anti-affinity's namespaceSelector queues",
+        pod(anti=[term(HOST, WEB, ns_selector={"team": "a"})]),
+        {"team": "a"},
+        {"team": "b"},
+        (),
+        QUEUE,
+    ),
+    (
+        "a label change that does not change the selection is skipped",
+        pod(affinity=[term(HOST, WEB, ns_selector={"team": "a"})]),
+        {"team": "a"},
+        {"team": "a", "x": "1"},
+        (),
+        QUEUE_SKIP,
+    ),
+    (
+        "terms without namespaceSelector are skipped",
+        pod(affinity=[term(HOST, WEB)]),
+        {},
+        {"team": "a"},
+        (),
+        QUEUE_SKIP,
+    ),
+    (
+        "the pod's own namespace relabelled while placed anti-affinity selects by label queues",
+        pod(labels=WEB),
+        {"team": "a"},
+        {},
+        (pod("x", node="a", anti=[term(HOST, WEB, ns_selector={"team": "a"})]),),
+        QUEUE,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("waiting", "before", "after", "placed", "want"),
+    [c[1:] for c in NS_CASES],
+    ids=[c[0] for c in NS_CASES],
+)
+def test_namespace_label_hint(
+    waiting: PodBuilder,
+    before: dict[str, str],
+    after: dict[str, str],
+    placed: tuple[PodBuilder, ...],
+    want: QueueingHint,
+) -> None:
+    old, new = NamespaceObject("default", before), NamespaceObject("default", after)
+    assert _hint(EventKind.NAMESPACE_LABEL, waiting, old, new, placed) == want
+
+
+SCOPE_CASES = [
+    ("terms in the pod's own namespace: its namespace's bucket", pod(anti=[term(HOST, WEB)]), True),
+    ("no required terms: its namespace's bucket", pod(labels=WEB), True),
+    (
+        "a term naming another namespace: every namespace's events",
+        pod(affinity=[term(HOST, WEB, namespaces=["other"])]),
+        False,
+    ),
+    (
+        "a namespaceSelector: every namespace's events",
+        pod(anti=[term(HOST, WEB, ns_selector={})]),
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("waiting", "own"), [c[1:] for c in SCOPE_CASES], ids=[c[0] for c in SCOPE_CASES]
+)
+def test_pod_hints_scope_waiting_pods_by_namespace(waiting: PodBuilder, own: bool) -> None:
+    hint = InterPodAffinity().queueing_hints()[EventKind.POD_ADD]
+    assert hint.own_namespace is not None
+    assert hint.own_namespace(waiting.info()) == own
+
+
+REACH_CASES = [
+    ("a plain deleted pod reaches only its own namespace", _on(labels=WEB), frozenset()),
+    (
+        "a deleted pod's anti-affinity namespaces are reached",
+        _on(anti=[term(HOST, WEB, namespaces=["b", "c"])]),
+        frozenset({"b", "c"}),
+    ),
+    (
+        "a deleted pod's anti-affinity namespaceSelector reaches every namespace",
+        _on(anti=[term(HOST, WEB, ns_selector={"team": "a"})]),
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("deleted", "want"), [c[1:] for c in REACH_CASES], ids=[c[0] for c in REACH_CASES]
+)
+def test_deleted_pods_anti_affinity_reaches_namespaces(
+    deleted: PodInfo, want: frozenset[str] | None
+) -> None:
+    hint = InterPodAffinity().queueing_hints()[EventKind.POD_DELETE]
+    assert hint.reaches is not None
+    assert hint.reaches(ClusterEvent(EventKind.POD_DELETE, deleted, None)) == want
