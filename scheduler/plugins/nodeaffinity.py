@@ -16,7 +16,8 @@ conflict". A term without such a field requirement leaves every node possible.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -37,10 +38,13 @@ from scheduler.framework import (
 )
 from scheduler.plugins.helper import I64, IDX
 from scheduler.podinfo import PodInfo
-from tinykube.v1 import pod_pb2
+from tinykube.v1 import node_pb2, pod_pb2
 
 ERR_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 ERR_CONFLICT = "pod affinity terms conflict"
+
+# strconv.ParseInt's syntax (the label column's numeric view uses the same)
+_INTEGER = re.compile(r"^[+-]?[0-9]+$")
 
 
 def _requirement_mask(
@@ -146,6 +150,53 @@ def required_mask(nodes: NodeTable, pod: PodInfo) -> npt.NDArray[np.bool_]:
             any_term |= term_mask(nodes, term, n)
         mask &= any_term
     return mask
+
+
+def _requirement_matches(req: pod_pb2.NodeSelectorRequirement, labels: Mapping[str, str]) -> bool:
+    """One matchExpressions requirement on one node's labels, as `_requirement_mask`."""
+    op = req.operator
+    if req.key not in labels:
+        return op in ("NotIn", "DoesNotExist")
+    v = labels[req.key]
+    if op == "Exists":
+        return True
+    if op == "DoesNotExist":
+        return False
+    if op in ("In", "NotIn"):
+        return (v in req.values) == (op == "In")
+    if op in ("Gt", "Lt") and len(req.values) == 1:
+        if not _INTEGER.match(v):
+            return False
+        try:
+            bound = int(req.values[0])
+        except ValueError:
+            return False
+        return int(v) > bound if op == "Gt" else int(v) < bound
+    return False
+
+
+def node_matches_required(pod: PodInfo, node: node_pb2.Node) -> bool:
+    """kube's RequiredNodeAffinity.Match on one node (queueing hints look at one node): every
+    nodeSelector pair and at least one required term."""
+    spec = pod.pod.spec
+    labels = node.metadata.labels
+    for k, v in spec.nodeSelector.items():
+        if labels.get(k) != v:
+            return False
+    terms = spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+    if not terms.nodeSelectorTerms:
+        return True
+    for term in terms.nodeSelectorTerms:
+        if not term.matchExpressions and not term.matchFields:
+            continue
+        if all(_requirement_matches(r, labels) for r in term.matchExpressions) and all(
+            r.key == "metadata.name"
+            and (node.metadata.name in r.values) == (r.operator == "In")
+            and r.operator in ("In", "NotIn")
+            for r in term.matchFields
+        ):
+            return True
+    return False
 
 
 class NodeAffinity:

@@ -32,6 +32,14 @@ the sum is rounded. Scored nodes lacking a key score 0, except under the system 
 a missing zone only drops that constraint. NormalizeScore: 100 * (max + min - s) / max over the
 nodes not ignored (100 for all when max is 0).
 
+Queueing hints (kube v1.36's isSchedulableAfterPodChange / isSchedulableAfterNodeChange, over
+the DoNotSchedule constraints, the only ones that reject): a pod this plugin rejected moves back
+when an assigned pod of its own namespace is added or deleted matching a constraint's selector
+or relabelled into or out of one; when a node with every constraint's key is added or deleted,
+a node gains or loses one of the keys, or, having them all, changes a key's value or its
+taints; and, beyond kube's hint, when a node enters or leaves the pod's required node affinity
+under nodeAffinityPolicy Honor. Only assigned pods of the pod's own namespace are asked about.
+
 Pure and synchronous: PreFilter/PreScore parse the constraints; Filter and Score are numpy over
 node slots, with no loop over pods or nodes in Python.
 """
@@ -49,19 +57,24 @@ import numpy.typing as npt
 from scheduler.cache import NO_EXECUTE, NO_SCHEDULE, EventKind, NodeTable
 from scheduler.framework import (
     MAX_NODE_SCORE,
+    QUEUE,
+    QUEUE_SKIP,
     SKIP,
     SUCCESS,
+    ClusterEvent,
     Code,
     CycleState,
+    EventHint,
     FilterResult,
     Handle,
+    QueueingHint,
     Status,
 )
 from scheduler.plugins.helper import I64, IDX, tolerated
-from scheduler.plugins.nodeaffinity import required_mask
+from scheduler.plugins.nodeaffinity import node_matches_required, required_mask
 from scheduler.podinfo import PodInfo
 from tinykube.selectors import EQUALS, LabelSelector, Requirement, SelectorError, from_proto
-from tinykube.v1 import pod_pb2
+from tinykube.v1 import node_pb2, pod_pb2
 
 ERR_CONSTRAINTS = "node(s) didn't match pod topology spread constraints"
 ERR_MISSING_LABEL = ERR_CONSTRAINTS + " (missing required label)"
@@ -138,8 +151,8 @@ class _ScoreState:
 
 class PodTopologySpread:
     name: ClassVar[str] = "PodTopologySpread"
-    # kube's EventsToRegister: pods added, relabelled or deleted; nodes added or whose labels or
-    # taints changed (a deleted node cannot help a pod it rejected here)
+    # kube's EventsToRegister: pods added, relabelled or deleted; nodes added, deleted (fewer
+    # domains can raise the global minimum) or whose labels or taints changed; each with a hint
     events: ClassVar[frozenset[EventKind]] = frozenset(
         {
             EventKind.POD_ADD,
@@ -148,6 +161,7 @@ class PodTopologySpread:
             EventKind.NODE_ADD,
             EventKind.NODE_LABEL,
             EventKind.NODE_TAINT,
+            EventKind.NODE_DELETE,
         }
     )
     node_static: ClassVar[bool] = False
@@ -206,6 +220,72 @@ class PodTopologySpread:
         if selector is None:
             return []
         return [Constraint(max_skew=s, key=k, selector=selector) for k, s in wanted]
+
+    # ----- queueing hints (kube's isSchedulableAfterPodChange / ...NodeChange) -----------
+    def queueing_hints(self) -> Mapping[EventKind, EventHint]:
+        # only pods of the pod's own namespace are counted, so only they can help it
+        pods = EventHint(self._after_pod_change, lambda pod: True)
+        nodes = EventHint(self._after_node_change)
+        return {
+            EventKind.POD_ADD: pods,
+            EventKind.POD_LABEL: pods,
+            EventKind.POD_DELETE: pods,
+            EventKind.NODE_ADD: nodes,
+            EventKind.NODE_LABEL: nodes,
+            EventKind.NODE_TAINT: nodes,
+            EventKind.NODE_DELETE: nodes,
+        }
+
+    def _after_pod_change(self, pod: PodInfo, event: ClusterEvent) -> QueueingHint:
+        """An assigned pod of the pod's namespace was added or deleted matching one of its
+        DoNotSchedule constraints' selectors, or relabelled into or out of one."""
+        old: PodInfo | None = event.old
+        new: PodInfo | None = event.new
+        if any(p is not None and p.namespace != pod.namespace for p in (old, new)):
+            return QUEUE_SKIP
+        cons = self.constraints(pod, DO_NOT_SCHEDULE)  # a SelectorError queues (kube: error)
+        if old is not None and new is not None:
+            before, after = old.pod.metadata.labels, new.pod.metadata.labels
+            if before == after:
+                return QUEUE_SKIP
+            changed = any(c.matches(before) != c.matches(after) for c in cons)
+            return QUEUE if changed else QUEUE_SKIP
+        changed_pod = new if new is not None else old
+        if changed_pod is None:
+            return QUEUE_SKIP
+        labels = changed_pod.pod.metadata.labels
+        return QUEUE if any(c.matches(labels) for c in cons) else QUEUE_SKIP
+
+    def _after_node_change(self, pod: PodInfo, event: ClusterEvent) -> QueueingHint:
+        """A node with every constraint's key was added or deleted; or a node gained or lost
+        one of the keys, changed one's value or its taints while it has them all; or (beyond
+        kube's hint) it entered or left the nodes the pod's node affinity admits, which decides
+        whether its domain counts under nodeAffinityPolicy Honor."""
+        old: node_pb2.Node | None = event.old
+        new: node_pb2.Node | None = event.new
+        cons = self.constraints(pod, DO_NOT_SCHEDULE)
+        if not cons:
+            return QUEUE_SKIP
+
+        def has_keys(node: node_pb2.Node | None) -> bool:
+            return node is not None and all(c.key in node.metadata.labels for c in cons)
+
+        if old is None or new is None:
+            return QUEUE if has_keys(new if new is not None else old) else QUEUE_SKIP
+        if has_keys(old) != has_keys(new):
+            return QUEUE
+        if not has_keys(new):
+            return QUEUE_SKIP
+        before, after = old.metadata.labels, new.metadata.labels
+        if any(before.get(c.key) != after.get(c.key) for c in cons):
+            return QUEUE
+        if list(old.spec.taints) != list(new.spec.taints):
+            return QUEUE
+        if any(c.honor_affinity for c in cons) and node_matches_required(
+            pod, old
+        ) != node_matches_required(pod, new):
+            return QUEUE
+        return QUEUE_SKIP
 
     def _counts(self, pod: PodInfo, c: Constraint, n: int) -> I64:
         """Matching, non-terminating pods of the pod's namespace per node slot."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.plugins.nodeaffinity import NodeAffinity
-from tests.unit.scheduler.builders import NodeBuilder, PodBuilder
+from scheduler.plugins.nodeaffinity import NodeAffinity, node_matches_required, required_mask
+from tests.unit.scheduler.builders import NodeBuilder, PodBuilder, make_cache
 from tests.unit.scheduler.plugins.harness import feasible, message, n, score_of
 
 FILTER_CASES = [
@@ -181,3 +181,41 @@ NARROW_CASES = [
 def test_prefilter_narrows(pod: PodBuilder, want: list[str]) -> None:
     nodes = [n("a").labels(zone="z1"), n("b").labels(zone="z2"), n("c").labels(zone="z3")]
     assert feasible(pod, *nodes) == want
+
+
+def _mixed() -> PodBuilder:
+    pod = PodBuilder().required([("zone", "In", ["z1"])])
+    terms = pod.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+    terms.nodeSelectorTerms[0].matchFields.add(key="metadata.name", operator="In", values=["a"])
+    terms.nodeSelectorTerms.add()
+    return pod
+
+
+ONE_NODE_CASES = [
+    *[(c[0], c[1], c[2]) for c in FILTER_CASES],
+    (
+        "matchFields metadata.name In / NotIn",
+        by_name(PodBuilder(), [("In", ["a"])], [("NotIn", ["a", "b"])]),
+        [n("a"), n("b"), n("c")],
+    ),
+    (
+        "a term of expressions and fields ANDs them; an empty term matches nothing",
+        _mixed(),
+        [n("a").labels(zone="z1"), n("b").labels(zone="z1"), n("c")],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("pod", "nodes"), [c[1:] for c in ONE_NODE_CASES], ids=[c[0] for c in ONE_NODE_CASES]
+)
+def test_one_node_match_agrees_with_the_columns(pod: PodBuilder, nodes: list[NodeBuilder]) -> None:
+    """node_matches_required (queueing hints look at one node) gives, node by node, what the
+    columnar required_mask gives over the table."""
+    cache = make_cache(*nodes)
+    mask = required_mask(cache.nodes, pod.info())
+    info = pod.info()
+    for b in nodes:
+        node = b.obj()
+        slot = cache.nodes.index[node.metadata.name]
+        assert node_matches_required(info, node) == bool(mask[slot]), node.metadata.name

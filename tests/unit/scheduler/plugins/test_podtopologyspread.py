@@ -11,7 +11,7 @@ import pytest
 from scheduler.cache import EventKind, SchedulerCache
 from scheduler.core import Algorithm, Profile
 from scheduler.cycle import Scheduler
-from scheduler.framework import Code, CycleState, Handle
+from scheduler.framework import QUEUE, QUEUE_SKIP, ClusterEvent, Code, CycleState, Handle
 from scheduler.plugins.podtopologyspread import (
     ERR_CONSTRAINTS,
     ERR_MISSING_LABEL,
@@ -425,3 +425,243 @@ def test_assigned_pod_events_and_relabel() -> None:
     seen.clear()
     sched.on_pod_update(relabelled, relabelled)
     assert seen == []
+
+
+# ----- queueing hints: kube v1.36's isSchedulableAfterPodChange / ...NodeChange -----------
+def _hint(kind: EventKind, waiting: PodBuilder, old: Any = None, new: Any = None) -> Any:
+    plugin = PodTopologySpread(handle=Handle(cache=make_cache(), workloads=Workloads()))
+    return plugin.queueing_hints()[kind].fn(waiting.info(), ClusterEvent(kind, old, new))
+
+
+HINT_POD_CASES: list[tuple[str, EventKind, PodBuilder, PodInfo | None, PodInfo | None, Any]] = [
+    (
+        "kube: an added pod matching a constraint's selector queues",
+        EventKind.POD_ADD,
+        spread(web()),
+        None,
+        on("a", "x"),
+        QUEUE,
+    ),
+    (
+        "kube: an added pod matching no selector is skipped",
+        EventKind.POD_ADD,
+        spread(web()),
+        None,
+        on("a", "x", app="db"),
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: a pod of another namespace is skipped (only the pod's namespace is counted)",
+        EventKind.POD_ADD,
+        spread(web()),
+        None,
+        on("a", "x", "other"),
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: a deleted matching pod queues",
+        EventKind.POD_DELETE,
+        spread(web()),
+        on("a", "x"),
+        None,
+        QUEUE,
+    ),
+    (
+        "kube: a deleted pod matching no selector is skipped",
+        EventKind.POD_DELETE,
+        spread(web()),
+        on("a", "x", app="db"),
+        None,
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: a relabel into a selector queues",
+        EventKind.POD_LABEL,
+        spread(web()),
+        on("a", "x", app="db"),
+        on("a", "x"),
+        QUEUE,
+    ),
+    (
+        "kube: a relabel out of a selector queues",
+        EventKind.POD_LABEL,
+        spread(web()),
+        on("a", "x"),
+        on("a", "x", app="db"),
+        QUEUE,
+    ),
+    (
+        "kube: a relabel that keeps every selector's verdict is skipped",
+        EventKind.POD_LABEL,
+        spread(web()),
+        on("a", "x", app="web", v="1"),
+        on("a", "x", app="web", v="2"),
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: only DoNotSchedule constraints can reject; ScheduleAnyway ones are skipped",
+        EventKind.POD_ADD,
+        spread(web(), when="ScheduleAnyway"),
+        None,
+        on("a", "x"),
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: a selector merged with matchLabelKeys must match the pod's own value",
+        EventKind.POD_ADD,
+        spread(web().labels(rev="2"), match_label_keys=("rev",)),
+        None,
+        on("a", "x", app="web", rev="1"),
+        QUEUE_SKIP,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "waiting", "old", "new", "want"),
+    [c[1:] for c in HINT_POD_CASES],
+    ids=[c[0] for c in HINT_POD_CASES],
+)
+def test_pod_change_hint(
+    kind: EventKind, waiting: PodBuilder, old: PodInfo | None, new: PodInfo | None, want: Any
+) -> None:
+    assert _hint(kind, waiting, old, new) == want
+
+
+def _n(**labels: str) -> NodeBuilder:
+    return NodeBuilder("n").labels(**labels)
+
+
+Z1 = {"topology.kubernetes.io/zone": "z1"}
+Z2 = {"topology.kubernetes.io/zone": "z2"}
+HINT_NODE_CASES: list[tuple[str, EventKind, PodBuilder, Any, Any, Any]] = [
+    (
+        "kube: an added node with every key queues",
+        EventKind.NODE_ADD,
+        spread(web()),
+        None,
+        _n(**Z1),
+        QUEUE,
+    ),
+    (
+        "kube: an added node lacking a key is skipped",
+        EventKind.NODE_ADD,
+        spread(web()),
+        None,
+        _n(),
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: a deleted node with every key queues",
+        EventKind.NODE_DELETE,
+        spread(web()),
+        _n(**Z1),
+        None,
+        QUEUE,
+    ),
+    (
+        "kube: a deleted node lacking a key is skipped",
+        EventKind.NODE_DELETE,
+        spread(web()),
+        _n(),
+        None,
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: a node gaining the key queues",
+        EventKind.NODE_LABEL,
+        spread(web()),
+        _n(),
+        _n(**Z1),
+        QUEUE,
+    ),
+    (
+        "kube: a node losing the key queues",
+        EventKind.NODE_LABEL,
+        spread(web()),
+        _n(**Z1),
+        _n(),
+        QUEUE,
+    ),
+    (
+        "kube: a node changing the key's value queues",
+        EventKind.NODE_LABEL,
+        spread(web()),
+        _n(**Z1),
+        _n(**Z2),
+        QUEUE,
+    ),
+    (
+        "kube: another label's change is skipped",
+        EventKind.NODE_LABEL,
+        spread(web()),
+        _n(**Z1, x="1"),
+        _n(**Z1, x="2"),
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: a node without the keys is skipped whatever else changes",
+        EventKind.NODE_TAINT,
+        spread(web()),
+        _n(),
+        _n().taint("k"),
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: a taint change of a node with every key queues",
+        EventKind.NODE_TAINT,
+        spread(web()),
+        _n(**Z1),
+        _n(**Z1).taint("k"),
+        QUEUE,
+    ),
+    (
+        "a node entering the pod's node affinity queues (nodeAffinityPolicy Honor decides "
+        "whether its domain counts)",
+        EventKind.NODE_LABEL,
+        spread(web().node_selector(disk="ssd")),
+        _n(**Z1),
+        _n(**Z1, disk="ssd"),
+        QUEUE,
+    ),
+    (
+        "... not under nodeAffinityPolicy Ignore",
+        EventKind.NODE_LABEL,
+        spread(web().node_selector(disk="ssd"), affinity_policy="Ignore"),
+        _n(**Z1),
+        _n(**Z1, disk="ssd"),
+        QUEUE_SKIP,
+    ),
+    (
+        "kube: a pod without DoNotSchedule constraints is skipped",
+        EventKind.NODE_ADD,
+        spread(web(), when="ScheduleAnyway"),
+        None,
+        _n(**Z1),
+        QUEUE_SKIP,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "waiting", "old", "new", "want"),
+    [c[1:] for c in HINT_NODE_CASES],
+    ids=[c[0] for c in HINT_NODE_CASES],
+)
+def test_node_change_hint(
+    kind: EventKind,
+    waiting: PodBuilder,
+    old: NodeBuilder | None,
+    new: NodeBuilder | None,
+    want: Any,
+) -> None:
+    objs = [b.obj() if b is not None else None for b in (old, new)]
+    assert _hint(kind, waiting, *objs) == want
+
+
+def test_pod_hints_wait_in_the_pods_namespace_bucket() -> None:
+    """Only pods of the pod's own namespace are counted, so the queue asks the hint only about
+    changes there (a bind in namespace A never evaluates a spread pod of namespace B)."""
+    hint = PodTopologySpread().queueing_hints()[EventKind.POD_ADD]
+    assert hint.own_namespace is not None and hint.own_namespace(spread(web()).info())
+    assert hint.reaches is None
