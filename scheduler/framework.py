@@ -153,11 +153,14 @@ class EventHint:
     `fn` say Queue for it (None: changes anywhere can), so the queue keeps the pod in its
     namespace's bucket. `reaches(event)`: the namespaces of waiting pods, besides the changed
     pod's own, whose own-namespace buckets the event must be shown to (None: all of them); not
-    given, only the changed pod's namespace."""
+    given, only the changed pod's namespace. `never(pod)`: True when no event of this kind can
+    make `fn` say Queue for `pod` (an anti-affinity pod and an assigned pod's add), so the queue
+    does not even keep the pod in that event's bucket."""
 
     fn: HintFn
     own_namespace: Callable[[PodInfo], bool] | None = None
     reaches: Callable[[ClusterEvent], frozenset[str] | None] | None = None
+    never: Callable[[PodInfo], bool] | None = None
 
 
 @runtime_checkable

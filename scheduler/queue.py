@@ -16,7 +16,9 @@
   counts as Queue); an event without its objects moves it as if unhinted. Hinted buckets are
   split by namespace where the hints allow (`EventHint.own_namespace`): an assigned pod's change
   in namespace A asks the pods of A (and of the namespaces the hints say it reaches) and those
-  whose terms look beyond their own namespace, never the rest. A pod that was in flight when
+  whose terms look beyond their own namespace, never the rest; a pod no event of a kind can
+  help (`EventHint.never`: an anti-affinity pod and a bind) is not in that kind's bucket at
+  all. A pod that was in flight when
   one of its events arrived goes to backoffQ without asking the hints (the cycle does not yield
   between pop and its verdict, so only tests and a failed bind see this).
 - a pod deleted while queued (or while in flight) leaves the queue and is never returned.
@@ -215,9 +217,12 @@ class SchedulingQueue:
     @staticmethod
     def _scopes(info: PodInfo, hinted: HintPlan) -> dict[EventKind, str]:
         """The bucket the pod waits in for each hinted event: its own namespace when every
-        hint says only changes there can help it, else ANY_NAMESPACE."""
+        hint says only changes there can help it, else ANY_NAMESPACE; none for an event every
+        hint says can never help it."""
         out: dict[EventKind, str] = {}
         for ev, hints in hinted.items():
+            if all(h.never is not None and h.never(info) for _, h in hints):
+                continue
             own = all(h.own_namespace is not None and h.own_namespace(info) for _, h in hints)
             out[ev] = info.namespace if own else ANY_NAMESPACE
         return out

@@ -44,7 +44,7 @@ and gathers them back per node. No loop over pods or nodes in Python per schedul
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -177,6 +177,15 @@ def _own_namespace_terms(pod: PodInfo) -> bool:
     )
 
 
+def _no_required_affinity(pod: PodInfo) -> bool:
+    return pod.affinity is None or not pod.affinity.required_affinity
+
+
+def _no_required_terms(pod: PodInfo) -> bool:
+    aff = pod.affinity
+    return aff is None or not (aff.required_affinity or aff.required_anti_affinity)
+
+
 def _anti_terms_reach(event: ClusterEvent) -> frozenset[str] | None:
     """The namespaces whose waiting pods a deleted pod's own required anti-affinity terms may
     have repelled (None: any, for a namespaceSelector); nothing beyond its own otherwise."""
@@ -282,8 +291,10 @@ class InterPodAffinity:
         pods = EventHint(self._after_pod_change, _own_namespace_terms, _anti_terms_reach)
         nodes = EventHint(self._after_node_change)
         return {
-            EventKind.POD_ADD: pods,
-            EventKind.POD_LABEL: pods,
+            # an added pod only helps required affinity; a relabel only the pod's own terms
+            # (the deleted pod's terms, the symmetric case, can repel any pod)
+            EventKind.POD_ADD: replace(pods, never=_no_required_affinity),
+            EventKind.POD_LABEL: replace(pods, never=_no_required_terms),
             EventKind.POD_DELETE: pods,
             EventKind.NODE_ADD: nodes,
             EventKind.NODE_LABEL: nodes,
@@ -306,35 +317,45 @@ class InterPodAffinity:
         aff = pod.affinity
         required = aff.required_affinity if aff is not None else ()
         anti = aff.required_anti_affinity if aff is not None else ()
+        namespaces = self._namespaces()
+
+        def match(t: AffinityTerm, other: PodInfo) -> bool:
+            # the namespaceSelector read against the namespaces' labels now (kube's hint leaves
+            # it unresolved and so misses such pods: kubernetes issue #141953)
+            ns = other.namespace
+            return t.matches(ns, other.pod.metadata.labels, namespaces.get(ns))
 
         def all_match(other: PodInfo) -> bool:
-            return bool(required) and all(self._matches(t, other) for t in required)
+            return bool(required) and all(match(t, other) for t in required)
 
-        # the first pod of a group may go anywhere once no pod matches its terms any more
-        self_affine = bool(required) and all(
-            t.matches(pod.namespace, pod.pod.metadata.labels, None) for t in required
-        )
+        def self_affine() -> bool:
+            # the first pod of a group may go anywhere once no pod matches its terms any more
+            labels = pod.pod.metadata.labels
+            return all(t.matches(pod.namespace, labels, None) for t in required)
+
         if old is not None and new is not None:
-            if not all_match(old) and all_match(new):
-                return QUEUE  # relabelled to match all of the pod's affinity terms
-            if any(self._matches(t, old) and not self._matches(t, new) for t in anti):
+            if required:
+                before, after = all_match(old), all_match(new)
+                if not before and after:
+                    return QUEUE  # relabelled to match all of the pod's affinity terms
+                if before and not after and self_affine():
+                    return QUEUE  # maybe the last match of a self-affine group (#141354)
+            if any(match(t, old) and not match(t, new) for t in anti):
                 return QUEUE  # relabelled away from one of its anti-affinity terms
-            if self_affine and all_match(old) and not all_match(new):
-                return QUEUE  # maybe the last match of a self-affine group (issue #141354)
             return QUEUE_SKIP
         if new is not None:
             return QUEUE if all_match(new) else QUEUE_SKIP
         if old is None:
             return QUEUE_SKIP
-        if any(self._matches(t, old) for t in anti):
+        if any(match(t, old) for t in anti):
             # any one term repels (kube v1.36 asks all: fixed upstream by PR #139161)
             return QUEUE
         if old.affinity is not None and any(
-            self._matches(t, pod) for t in old.affinity.required_anti_affinity
+            match(t, pod) for t in old.affinity.required_anti_affinity
         ):
             return QUEUE  # the deleted pod's own anti-affinity repelled the pod (PR #135325)
-        if self_affine and all_match(old):
-            return QUEUE  # issue #141354, as for a relabel
+        if required and all_match(old) and self_affine():
+            return QUEUE  # #141354, as for a relabel
         return QUEUE_SKIP
 
     def _after_node_change(self, pod: PodInfo, event: ClusterEvent) -> QueueingHint:

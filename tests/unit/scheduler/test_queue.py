@@ -224,6 +224,7 @@ class Hints:
         own_namespace: bool = True,
         reach: bool = False,
         reaches: frozenset[str] | None = None,
+        never: bool = False,
     ):
         self.asked: list[tuple[str, str]] = []  # (waiting pod, changed object)
         self.answers: dict[str, QueueingHint | Exception] = {}
@@ -241,6 +242,7 @@ class Hints:
             fn,
             (lambda pod: True) if own_namespace else None,
             (lambda event: reaches) if reach else None,
+            (lambda pod: True) if never else None,
         )
         self.plugin_events = {
             "Hinted": frozenset({EventKind.POD_ADD, EventKind.NODE_LABEL}),
@@ -368,3 +370,15 @@ def test_a_hinted_pod_leaves_its_bucket_when_it_moves() -> None:
     assert h.asked == []
     q.delete("default/a")
     assert q.lengths() == {"active": 0, "backoff": 0, "unschedulable": 0, "gated": 0}
+
+
+def test_a_pod_no_event_of_a_kind_can_help_is_not_asked() -> None:
+    """EventHint.never: the pod stays out of that event's bucket (not asked, not moved), and
+    an event of another kind still reaches it."""
+    h = Hints(never=True)
+    q, clock = h.queue()
+    Hints.reject(q, "a", "default", "Hinted")
+    clock.advance(2)
+    h.answers["x"] = QUEUE
+    assert q.move_on_event(EventKind.POD_ADD, new=_bound("x")) == 0
+    assert h.asked == [] and q.where("default/a") == "unschedulable"

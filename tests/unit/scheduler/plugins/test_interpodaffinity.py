@@ -953,3 +953,40 @@ def test_deleted_pods_anti_affinity_reaches_namespaces(
     hint = InterPodAffinity().queueing_hints()[EventKind.POD_DELETE]
     assert hint.reaches is not None
     assert hint.reaches(ClusterEvent(EventKind.POD_DELETE, deleted, None)) == want
+
+
+NEVER_CASES = [
+    (
+        "an added pod never helps a pod without required affinity",
+        EventKind.POD_ADD,
+        pod(anti=[term(HOST, WEB)]),
+        True,
+    ),
+    ("... but may help one with it", EventKind.POD_ADD, pod(affinity=[term(HOST, WEB)]), False),
+    (
+        "a relabel never helps a pod without required terms",
+        EventKind.POD_LABEL,
+        pod(labels=WEB),
+        True,
+    ),
+    (
+        "... but may help one with anti-affinity",
+        EventKind.POD_LABEL,
+        pod(anti=[term(HOST, WEB)]),
+        False,
+    ),
+    (
+        "a deletion may help any pod (the deleted pod's own anti-affinity)",
+        EventKind.POD_DELETE,
+        pod(labels=WEB),
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "waiting", "never"), [c[1:] for c in NEVER_CASES], ids=[c[0] for c in NEVER_CASES]
+)
+def test_events_that_can_never_help(kind: EventKind, waiting: PodBuilder, never: bool) -> None:
+    hint = InterPodAffinity().queueing_hints()[kind]
+    assert (hint.never is not None and hint.never(waiting.info())) == never
