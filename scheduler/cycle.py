@@ -19,17 +19,18 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from scheduler.cache import EventKind, SchedulerCache
 from scheduler.core import Algorithm, Profile, ScheduleResult
-from scheduler.framework import Code, CycleState, Status
+from scheduler.framework import Code, CycleState, NamespaceObject, Status
 from scheduler.plugins.defaultbinder import bind_already_exists
 from scheduler.plugins.defaultpreemption import victims
 from scheduler.podinfo import PodInfo
 from scheduler.queue import QueuedPod, SchedulingQueue, ShutDown
 from scheduler.workloads import Workloads
 from tinykube.clock import Clock
-from tinykube.v1 import node_pb2, pod_pb2, replicaset_pb2, service_pb2
+from tinykube.v1 import meta_pb2, node_pb2, pod_pb2, replicaset_pb2, service_pb2
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,13 @@ def _noop_e2e(seconds: float) -> None:
 
 async def _noop_preempt(pod: PodInfo, node: str, victims: list[PodInfo]) -> None:
     return None
+
+
+class _Named(Protocol):
+    """An object with Kubernetes metadata (the Namespace informer's objects)."""
+
+    @property
+    def metadata(self) -> meta_pb2.ObjectMeta: ...
 
 
 @dataclass
@@ -192,6 +200,27 @@ class Scheduler:
 
     def on_replica_set_delete(self, rs: replicaset_pb2.ReplicaSet) -> None:
         self.workloads.remove_replica_set(rs)
+
+    def on_namespace_add(self, ns: _Named) -> None:
+        """A namespace's labels, for InterPodAffinity's namespaceSelector; a change of them is
+        a NamespaceLabelChange (a new namespace has no pods yet: nothing to move)."""
+        name = ns.metadata.name
+        labels = dict(ns.metadata.labels)
+        before = self.cache.namespaces.get(name)
+        self.cache.namespaces[name] = labels
+        if before is not None and before != labels:
+            self.queue.move_on_event(
+                EventKind.NAMESPACE_LABEL,
+                old=NamespaceObject(name, before),
+                new=NamespaceObject(name, labels),
+            )
+
+    def on_namespace_update(self, old: _Named, new: _Named) -> None:
+        self.on_namespace_add(new)
+
+    def on_namespace_delete(self, ns: _Named) -> None:
+        # its pods were deleted first (each an AssignedPodDelete); nothing else to tell
+        self.cache.namespaces.pop(ns.metadata.name, None)
 
     def on_node_add(self, node: node_pb2.Node) -> None:
         nodes = self.cache.nodes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import pytest
 
@@ -16,7 +17,7 @@ from tests.unit.scheduler.builders import NodeBuilder, PodBuilder
 from tinykube.clock import FakeClock
 from tinykube.errors import AlreadyExistsError, UnavailableError
 from tinykube.informer import Informer
-from tinykube.v1 import node_pb2, pod_pb2
+from tinykube.v1 import meta_pb2, node_pb2, pod_pb2
 
 
 class FakeAPI:
@@ -372,3 +373,40 @@ async def test_anti_affinity_reject_waits_for_the_conflicting_pods_deletion() ->
     assert s.queue.where("default/p") == "active"
     await run_queue(s)
     assert api.bound["default/p"] == "n1"
+
+
+@dataclass
+class _Namespace:
+    metadata: meta_pb2.ObjectMeta
+
+
+def _ns(name: str, **labels: str) -> _Namespace:
+    return _Namespace(meta_pb2.ObjectMeta(name=name, labels=labels))
+
+
+async def test_namespace_relabel_moves_a_pod_whose_terms_select_namespaces() -> None:
+    """The Namespace informer feeds the cache's labels (namespaceSelector); a relabel that makes
+    a namespace selected is a NamespaceLabelChange that moves a pod waiting for a pod in it;
+    one that changes nothing the selector reads does not."""
+    s, api, clock = make()
+    s.on_node_add(NodeBuilder("n1").label("kubernetes.io/hostname", "n1").obj())
+    s.on_namespace_add(_ns("cache-ns"))
+    s.on_pod_add(PodBuilder("c", "cache-ns").labels(app="cache").container().node_name("n1").obj())
+    waiting = PodBuilder("q").container()
+    t = waiting.pod.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution.add()
+    t.topologyKey = "kubernetes.io/hostname"
+    t.labelSelector.matchLabels["app"] = "cache"
+    t.namespaceSelector.matchLabels["team"] = "cache"
+    s.on_pod_add(waiting.obj())
+    await run_queue(s)
+    assert s.queue.where("default/q") == "unschedulable"
+    clock.advance(2)
+    s.on_namespace_update(_ns("cache-ns"), _ns("cache-ns", other="x"))
+    assert s.queue.where("default/q") == "unschedulable"
+    assert s.cache.namespaces["cache-ns"] == {"other": "x"}
+    s.on_namespace_update(_ns("cache-ns"), _ns("cache-ns", team="cache"))
+    assert s.queue.where("default/q") == "active"
+    await run_queue(s)
+    assert api.bound["default/q"] == "n1"
+    s.on_namespace_delete(_ns("cache-ns"))
+    assert "cache-ns" not in s.cache.namespaces
