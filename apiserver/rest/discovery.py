@@ -144,15 +144,29 @@ RESOURCES: tuple[Resource, ...] = (
     SELF_SUBJECT_ACCESS_REVIEW,
 )
 
-# Named groups in Kubernetes' discovery priority order (the core group is served at /api).
+# Named groups in Kubernetes' discovery priority order (the core group is served at /api): the
+# kube-aggregator's GroupPriorityMinimum, highest first (apps 17800, events 17750, ..., storage
+# 16800, scheduling 16600, coordination 16500, ...). Groups not listed come after, by name.
 _GROUP_ORDER = (
     "apps",
     "events.k8s.io",
+    "authentication.k8s.io",
     "authorization.k8s.io",
+    "autoscaling",
+    "batch",
+    "certificates.k8s.io",
+    "networking.k8s.io",
     "policy",
     "rbac.authorization.k8s.io",
-    "coordination.k8s.io",
     "storage.k8s.io",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "scheduling.k8s.io",
+    "coordination.k8s.io",
+    "node.k8s.io",
+    "discovery.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
+    "resource.k8s.io",
 )
 
 

@@ -17,8 +17,9 @@ def test_every_group_version_has_its_resources() -> None:
         "apis/authorization.k8s.io/v1",
         "apis/policy/v1",
         "apis/rbac.authorization.k8s.io/v1",
-        "apis/coordination.k8s.io/v1",
+        # kube-aggregator's priorities: storage 16800 before coordination 16500
         "apis/storage.k8s.io/v1",
+        "apis/coordination.k8s.io/v1",
         "apis/resource.k8s.io/v1",
     ]
     apps = d.lookup("apps", "v1")
