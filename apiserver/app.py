@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 
+from apiserver.admission import SYSTEM_NAMESPACES, Admission, system_priority_classes
 from apiserver.allocator import ServiceAllocator
 from apiserver.auth import bootstrap
 from apiserver.auth.authorizer import Chain
@@ -34,9 +35,19 @@ from apiserver.settings import Settings
 from apiserver.storage import Storage
 from apiserver.watchcache import Codec, WatchCache
 from tinykube.clock import Clock
-from tinykube.errors import TinykubeError, UnavailableError
-from tinykube.kinds import ALL_KINDS, NODE, POD, POD_DISRUPTION_BUDGET, SERVICE, KindInfo
+from tinykube.errors import AlreadyExistsError, TinykubeError, UnavailableError
+from tinykube.kinds import (
+    ALL_KINDS,
+    NAMESPACE,
+    NODE,
+    POD,
+    POD_DISRUPTION_BUDGET,
+    PRIORITY_CLASS,
+    SERVICE,
+    KindInfo,
+)
 from tinykube.serving import GrpcServer
+from tinykube.v1 import namespace_pb2
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +113,11 @@ class APIServer:
             )
         # Evictions consult the pods' disruption budgets.
         self.services[POD.kind].budgets = self.services[POD_DISRUPTION_BUDGET.kind]
+        self.admission = Admission(self.caches, self.storage, prefix=prefix, clock=self.clock)
+        for store in self.services.values():
+            store.admission = self.admission
+        # The system namespaces and priority classes exist (created at start when missing).
+        self._bootstrapped = False
         self.storage.set_exclusive(self._plainly_watched_kind)
         # One in-flight limit for both front ends (apiserver/flowcontrol.py).
         self.limiter = Limiter(
@@ -194,6 +210,8 @@ class APIServer:
             await asyncio.wait_for(
                 asyncio.gather(*(c.synced.wait() for c in self.caches.values())), sync_timeout
             )
+        with contextlib.suppress(TinykubeError):
+            await self.bootstrap()
         await self._update_health()
         synced = all(c.synced.is_set() for c in self.caches.values())
         if not (synced and await self._ensure_policy()):
@@ -252,10 +270,32 @@ class APIServer:
             self._serving = serving
             await self.grpc.set_serving(serving)
 
+    async def bootstrap(self) -> None:
+        """Create the system namespaces (default, kube-system, kube-public, kube-node-lease)
+        and priority classes (system-cluster-critical, system-node-critical) that are
+        missing, as kube-apiserver does at start. Another apiserver creating one at the same
+        time is fine. Health stays NOT_SERVING until this has succeeded once (it is retried
+        by the health loop), so no component starts before its namespace exists."""
+        namespaces = self.services[NAMESPACE.kind]
+        for name in SYSTEM_NAMESPACES:
+            ns = namespace_pb2.Namespace()
+            ns.metadata.name = name
+            with contextlib.suppress(AlreadyExistsError):
+                await namespaces.create(NAMESPACE.create_request(namespace=ns))
+        classes = self.services[PRIORITY_CLASS.kind]
+        for pc in system_priority_classes():
+            with contextlib.suppress(AlreadyExistsError):
+                await classes.create(PRIORITY_CLASS.create_request(priorityClass=pc))
+        if not self._bootstrapped:
+            log.info("system namespaces and priority classes are in place")
+        self._bootstrapped = True
+
     async def _update_health(self) -> bool:
         try:
             await self.storage.current_revision()
             self._etcd_ok = True
+            if not self._bootstrapped:
+                await self.bootstrap()
             ok = all(c.synced.is_set() and c.healthy for c in self.caches.values())
         except TinykubeError:
             self._etcd_ok = False

@@ -1,7 +1,8 @@
 """The gRPC front end: one service per kind, a codec and a router over `apiserver.resources`.
 
 `GrpcResource(resource).handler()` registers a kind's methods (Create, Get, List, Update,
-UpdateStatus, Delete, Watch, WatchBatch; for pods Bind, BindBatch and Evict) with
+UpdateStatus, Delete, Watch, WatchBatch; for pods Bind, BindBatch and Evict, for namespaces
+Finalize) with
 `grpc.method_handlers_generic_handler` rather than the generated `add_*Servicer_to_server`, so
 List and Watch can return the watch cache's pre-encoded bytes (the response serializer passes
 bytes through); the generated descriptors still drive reflection, so grpcurl sees the same
@@ -36,7 +37,7 @@ from apiserver.metrics import Metrics
 from apiserver.resources import ResourceStore
 from apiserver.watchcache import batch_messages, encode_list
 from tinykube.errors import RETRY_PUSHBACK_KEY, BadRequestError, TinykubeError, abort_with
-from tinykube.kinds import ALL_KINDS, POD, KindInfo
+from tinykube.kinds import ALL_KINDS, NAMESPACE, POD, KindInfo
 from tinykube.v1 import meta_pb2, pod_pb2
 
 log = logging.getLogger(__name__)
@@ -441,6 +442,10 @@ class GrpcResource:
         if info.has_status:
             methods["UpdateStatus"] = unary(
                 _unary(resource.update_status), request_decoder(info.update_request), _serialize
+            )
+        if info.kind == NAMESPACE.kind:
+            methods["Finalize"] = unary(
+                _managed(resource.finalize), request_decoder(info.update_request), _serialize
             )
         if info.kind == POD.kind:
             methods["Bind"] = unary(

@@ -23,9 +23,11 @@ from tinykube.kinds import (
     CLUSTER_ROLE_BINDING,
     EVENT,
     LEASE,
+    NAMESPACE,
     NODE,
     POD,
     POD_DISRUPTION_BUDGET,
+    PRIORITY_CLASS,
     RBAC_GROUP,
     REPLICA_SET,
     ROLE_BINDING,
@@ -33,7 +35,7 @@ from tinykube.kinds import (
     KindInfo,
 )
 from tinykube.meta import int_or_string, int_or_string_problem, set_int_or_string, set_timestamp
-from tinykube.v1 import pod_pb2, service_pb2
+from tinykube.v1 import namespace_pb2, pod_pb2, service_pb2
 
 # Fields every kind supports in field selectors.
 META_FIELDS = ("metadata.name", "metadata.namespace")
@@ -60,7 +62,11 @@ SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
         "source",
     ),
     LEASE.kind: META_FIELDS,
+    NAMESPACE.kind: (*META_FIELDS, "status.phase"),
 }
+
+# The label Kubernetes keeps on every namespace, equal to its name (namespaceSelector uses it).
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 # The field selector term the watch cache indexes watchers and objects by: every kubelet watches
 # its node's pods (spec.nodeName=<node>) and its own Node (metadata.name=<node>), so an event
@@ -123,6 +129,16 @@ def fields_of(kind: str) -> Callable[[Message], dict[str, str]]:
             }
 
         return event_fields
+    if kind == NAMESPACE.kind:
+
+        def namespace_fields(obj: Message) -> dict[str, str]:
+            return {
+                "metadata.name": obj.metadata.name,  # type: ignore[attr-defined]
+                "metadata.namespace": "",
+                "status.phase": obj.status.phase,  # type: ignore[attr-defined]
+            }
+
+        return namespace_fields
 
     def meta_fields(obj: Message) -> dict[str, str]:
         return {
@@ -242,6 +258,16 @@ class Strategy:
             default_service_spec(obj.spec)  # type: ignore[attr-defined]
         elif kind == POD_DISRUPTION_BUDGET.kind:
             obj.ClearField("status")  # the disruption controller's, as in Kubernetes
+        elif kind == NAMESPACE.kind:
+            ns: namespace_pb2.Namespace = obj  # type: ignore[assignment]
+            ns.ClearField("status")
+            ns.status.phase = "Active"
+            if validation.NAMESPACE_FINALIZER not in ns.spec.finalizers:
+                ns.spec.finalizers.append(validation.NAMESPACE_FINALIZER)
+            self.canonicalize(ns)
+        elif kind == PRIORITY_CLASS.kind:
+            if not obj.HasField("preemptionPolicy"):
+                obj.preemptionPolicy = "PreemptLowerPriority"  # type: ignore[attr-defined]
         elif kind == EVENT.kind:
             if obj.count == 0:  # type: ignore[attr-defined]
                 obj.count = 1  # type: ignore[attr-defined]
@@ -272,6 +298,14 @@ class Strategy:
             if not t.operator:
                 t.operator = "Equal"
 
+    def canonicalize(self, obj: Message) -> None:
+        """What depends on the final name (a generateName create names the object after
+        prepare_for_create): a namespace's kubernetes.io/metadata.name label."""
+        if self.info.kind == NAMESPACE.kind:
+            meta = obj.metadata  # type: ignore[attr-defined]
+            if meta.name:
+                meta.labels[NAMESPACE_NAME_LABEL] = meta.name
+
     def validate_create(self, obj: Message) -> list[FieldError]:
         return validation.validate(self.info, obj)
 
@@ -287,6 +321,14 @@ class Strategy:
             target.status.CopyFrom(old.status)  # type: ignore[attr-defined]
         if self.info.kind == POD.kind:
             self._default_pod_spec(target.spec)
+            _keep_admitted_priority(target.spec, old.spec)  # type: ignore[attr-defined]
+        elif self.info.kind == NAMESPACE.kind:
+            # Only Finalize changes spec.finalizers (Kubernetes' namespace strategy).
+            target.spec.finalizers[:] = old.spec.finalizers  # type: ignore[attr-defined]
+            self.canonicalize(target)
+        elif self.info.kind == PRIORITY_CLASS.kind:
+            if not target.HasField("preemptionPolicy"):
+                target.preemptionPolicy = "PreemptLowerPriority"
         elif self.info.kind == REPLICA_SET.kind:
             if not target.spec.HasField("replicas"):
                 target.spec.replicas = 1
@@ -304,6 +346,13 @@ class Strategy:
         merged = type(old)()
         merged.CopyFrom(old)
         merged.status.CopyFrom(new.status)  # type: ignore[attr-defined]
+        return merged
+
+    def prepare_for_finalize(self, new: Message, old: Message) -> Message:
+        """A namespace's Finalize: the stored object with only spec.finalizers replaced."""
+        merged = type(old)()
+        merged.CopyFrom(old)
+        merged.spec.finalizers[:] = new.spec.finalizers  # type: ignore[attr-defined]
         return merged
 
     def _keep_server_metadata(self, new: Message, old: Message) -> None:
@@ -334,3 +383,12 @@ class Strategy:
         # `new` is `old` with its status replaced (prepare_for_status_update): nothing but the
         # status can be invalid, and nothing immutable can have changed.
         return validation.validate_status(self.info, new)
+
+
+def _keep_admitted_priority(new: pod_pb2.PodSpec, old: pod_pb2.PodSpec) -> None:
+    """An update that leaves out what the Priority admission filled in at creation keeps it
+    (Kubernetes' Priority admission does the same on update)."""
+    if not new.HasField("priority") and old.HasField("priority"):
+        new.priority = old.priority
+    if not new.preemptionPolicy and old.preemptionPolicy:
+        new.preemptionPolicy = old.preemptionPolicy

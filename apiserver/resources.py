@@ -25,7 +25,8 @@ from datetime import datetime, timedelta
 
 from google.protobuf.message import Message
 
-from apiserver import fieldmanager
+from apiserver import fieldmanager, validation
+from apiserver.admission import Admission
 from apiserver.allocator import Claims, ServiceAllocator
 from apiserver.deletion import check_policy, gc_finalizers, policy_of
 from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy, generate_name
@@ -57,7 +58,7 @@ from tinykube.errors import (
     UnimplementedError,
     to_status,
 )
-from tinykube.kinds import NODE, POD, KindInfo
+from tinykube.kinds import NAMESPACE, NODE, POD, KindInfo
 from tinykube.meta import get_continue, set_timestamp, timestamp
 from tinykube.selectors import (
     FieldSelector,
@@ -142,6 +143,7 @@ class ResourceStore:
         key_prefix: bytes,
         node_prefix: bytes,
         allocator: ServiceAllocator | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.info = info
         self.storage = storage
@@ -154,6 +156,8 @@ class ResourceStore:
         self.node_prefix = node_prefix  # b"/registry/nodes/" (Bind checks the node)
         # Services only: cluster IPs and nodePorts claimed in the same txn as each write.
         self.allocator = allocator
+        # NamespaceLifecycle and Priority (apiserver/admission.py); None admits everything.
+        self.admission = admission
         self.plural = info.plural
         # Pods only: the PodDisruptionBudgets store evictions consult (APIServer wires it).
         self.budgets: ResourceStore | None = None
@@ -322,6 +326,9 @@ class ResourceStore:
         self._check_size(request, meta.name or meta.generateName)
         meta.namespace = self._namespace(meta.namespace)
         generated = not meta.name and bool(meta.generateName)
+        # Mutating admission runs before the strategy, as in kube-apiserver (the Priority
+        # plugin's preemptionPolicy comes before the strategy's default).
+        await self.admit(obj)
         self.strategy.prepare_for_create(obj, self.clock.now())
         if field_manager is not None:
             fieldmanager.record_update(
@@ -330,11 +337,13 @@ class ResourceStore:
         for _attempt in range(3):
             if generated:
                 meta.name = generate_name(meta.generateName)
+                self.strategy.canonicalize(obj)
             errors = self.strategy.validate_create(obj)
             if self.allocator is not None:
                 errors += self.allocator.validate(obj.spec)  # type: ignore[attr-defined]
             if errors:
                 raise InvalidError.for_object(self.info.kind, meta.name, errors)
+            await self.admit_validated(obj, None)
             if self.allocator is not None:
                 result = await self._create_allocated(meta.namespace, meta.name, obj)
             else:
@@ -347,6 +356,16 @@ class ResourceStore:
             if not generated:
                 break
         raise AlreadyExistsError(f'{self.plural} "{meta.name}" already exists')
+
+    async def admit(self, obj: Message) -> None:
+        """The mutating admission of a create (after defaults, before validation)."""
+        if self.admission is not None:
+            await self.admission.admit(self.info, obj)
+
+    async def admit_validated(self, obj: Message, old: Message | None) -> None:
+        """The validating admission of a create (`old` None) or update."""
+        if self.admission is not None:
+            await self.admission.validate(self.info, obj, old)
 
     # ---- Get -------------------------------------------------------------------------------
 
@@ -459,8 +478,20 @@ class ResourceStore:
         """Replace the status; `field_manager` records the change (subresource status)."""
         return await self._update(request, status=True, field_manager=field_manager)
 
+    async def finalize(self, request: Message, *, field_manager: str | None = None) -> Message:
+        """Namespaces only (Kubernetes' namespaces/finalize): replace spec.finalizers. A
+        namespace being deleted that is left without finalizers is removed."""
+        if self.info.kind != NAMESPACE.kind:
+            raise UnimplementedError(f"{self.plural} have no finalize subresource")
+        return await self._update(request, status=False, finalize=True, field_manager=field_manager)
+
     async def _update(
-        self, request: Message, *, status: bool, field_manager: str | None = None
+        self,
+        request: Message,
+        *,
+        status: bool,
+        finalize: bool = False,
+        field_manager: str | None = None,
     ) -> Message:
         obj: Message = getattr(request, self.info.request_field)
         meta = obj.metadata  # type: ignore[attr-defined]
@@ -494,6 +525,9 @@ class ResourceStore:
             if status:
                 new = self.strategy.prepare_for_status_update(obj, old)
                 errors = self.strategy.validate_status_update(new, old)
+            elif finalize:
+                new = self.strategy.prepare_for_finalize(obj, old)
+                errors = validation.validate_namespace(new, indexed=True)  # type: ignore[arg-type]
             else:
                 new = type(obj)()
                 new.CopyFrom(obj)
@@ -510,8 +544,10 @@ class ResourceStore:
                     self.info,
                     manager=field_manager,
                     now=self.clock.now(),
-                    subresource="status" if status else "",
+                    subresource="status" if status else "finalize" if finalize else "",
                 )
+            if not errors and not status and not finalize:
+                await self.admit_validated(new, old)
             if errors or new == old:
                 if not cur.authoritative:
                     cur = await self._current(key, cached=False)
@@ -524,6 +560,7 @@ class ResourceStore:
                 nmeta.HasField("deletionTimestamp")
                 and not nmeta.finalizers
                 and nmeta.deletionGracePeriodSeconds == 0
+                and not (self.info.kind == NAMESPACE.kind and new.spec.finalizers)  # type: ignore[attr-defined]
             ):
                 # The last finalizer is gone from an object being deleted: remove it.
                 result = await self.storage.delete(key, cur.revision, release=self._held(old))
@@ -560,6 +597,12 @@ class ResourceStore:
         key = self.key(namespace, request.name)
         has_grace = request.HasField("gracePeriodSeconds")
         _check_grace_period(request)
+        if self.info.kind == NAMESPACE.kind:
+            if self.admission is not None:
+                self.admission.check_delete(self.info, request.name)
+            marked = await self._start_namespace_deletion(request, key)
+            if marked is not None:
+                return marked
         pre = request.preconditions
         cur = await self._current(key)
         for _attempt in range(_CAS_ATTEMPTS):
@@ -623,6 +666,42 @@ class ResourceStore:
                 result = await self.storage.delete(key, cur.revision, release=self._held(obj))
                 if result.succeeded:
                     return obj
+            cur = self._after_failure(result)
+        raise self._conflict(request.name)
+
+    async def _start_namespace_deletion(
+        self, request: meta_pb2.DeleteRequest, key: bytes
+    ) -> Message | None:
+        """A namespace's first Delete, as kube-apiserver's namespace storage: set
+        deletionTimestamp and phase Terminating (the namespace controller then empties it and
+        finalizes it). Returns the namespace as stored, or None when the generic delete
+        applies: it is already terminating with no spec.finalizers left, or had none."""
+        cur = await self._current(key)
+        for _attempt in range(_CAS_ATTEMPTS):
+            if cur is None:
+                raise self._not_found(request.name)
+            ns = cur.obj
+            meta = ns.metadata  # type: ignore[attr-defined]
+            problem = self._precondition_failure(request.name, request.preconditions, meta)
+            if problem is not None:
+                if not cur.authoritative:
+                    cur = await self._current(key, cached=False)
+                    continue
+                raise problem
+            if not ns.spec.finalizers:  # type: ignore[attr-defined]
+                return None
+            if meta.HasField("deletionTimestamp"):
+                return ns  # terminating already; the controller finishes it
+            meta.deletionTimestamp.CopyFrom(timestamp(self.clock.now()))
+            ns.status.phase = "Terminating"  # type: ignore[attr-defined]
+            # No propagation finalizers: tinykube's garbage collector does not track namespaces
+            # (Kubernetes' would), and one would hold the namespace forever.
+            result = await self.storage.update(key, self._stored_value(ns), cur.revision)
+            if result.succeeded:
+                meta.resourceVersion = str(result.revision)
+                if self.admission is not None:
+                    self.admission.namespace_deleting(meta.name)
+                return ns
             cur = self._after_failure(result)
         raise self._conflict(request.name)
 

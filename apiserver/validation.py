@@ -23,9 +23,11 @@ from tinykube.kinds import (
     ENDPOINTS,
     EVENT,
     LEASE,
+    NAMESPACE,
     NODE,
     POD,
     POD_DISRUPTION_BUDGET,
+    PRIORITY_CLASS,
     RBAC_GROUP,
     RBAC_KINDS,
     REPLICA_SET,
@@ -54,9 +56,11 @@ from tinykube.selectors import (
 from tinykube.v1 import (
     endpoints_pb2,
     meta_pb2,
+    namespace_pb2,
     node_pb2,
     pod_pb2,
     poddisruptionbudget_pb2,
+    priorityclass_pb2,
     rbac_pb2,
     replicaset_pb2,
     service_pb2,
@@ -178,6 +182,8 @@ def validate_metadata(info: KindInfo, meta: meta_pb2.ObjectMeta) -> list[FieldEr
         errs.extend(
             invalid("metadata.name", meta.name, m) for m in path_segment_problems(meta.name)
         )
+    elif info.kind == NAMESPACE.kind:
+        errs.extend(dns1123_label("metadata.name", meta.name))
     else:
         errs.extend(dns1123_subdomain("metadata.name", meta.name))
     if info.namespaced:
@@ -694,7 +700,122 @@ def validate_pod(pod: pod_pb2.Pod) -> list[FieldError]:
         errs.append(
             forbidden("spec.nodeName", "cannot be set until all schedulingGates have been cleared")
         )
-    return errs + validate_pod_status(pod)
+    return errs + validate_pod_priority(pod.spec) + validate_pod_status(pod)
+
+
+def _preemption_policy(path: str, value: str) -> list[FieldError]:
+    if not value:
+        return [required(path)]
+    if value not in PREEMPTION_POLICIES:
+        return [unsupported(path, value, PREEMPTION_POLICIES)]
+    return []
+
+
+def validate_pod_priority(spec: pod_pb2.PodSpec) -> list[FieldError]:
+    """A pod's priorityClassName: a DNS subdomain, as Kubernetes' (its preemptionPolicy is
+    checked with the other scheduling fields)."""
+    if spec.priorityClassName:
+        return dns1123_subdomain("spec.priorityClassName", spec.priorityClassName)
+    return []
+
+
+# Kubernetes' system priority classes: no other class may have a name starting "system-".
+SYSTEM_PRIORITY_CLASS_PREFIX = "system-"
+SYSTEM_CRITICAL_PRIORITY = 2 * 1000000000
+SYSTEM_PRIORITY_CLASSES: dict[str, tuple[int, str]] = {
+    "system-node-critical": (
+        SYSTEM_CRITICAL_PRIORITY + 1000,
+        "Used for system critical pods that must not be moved from their current node.",
+    ),
+    "system-cluster-critical": (
+        SYSTEM_CRITICAL_PRIORITY,
+        "Used for system critical pods that must run in the cluster, but can be moved to "
+        "another node if necessary.",
+    ),
+}
+HIGHEST_USER_DEFINABLE_PRIORITY = 1000000000
+
+
+def validate_priority_class(pc: priorityclass_pb2.PriorityClass) -> list[FieldError]:
+    """Kubernetes' ValidatePriorityClass: "system-" names are the built-in classes only (with
+    their value, not global defaults), other classes have a value of at most 1000000000."""
+    errs: list[FieldError] = []
+    name = pc.metadata.name
+    if name.startswith(SYSTEM_PRIORITY_CLASS_PREFIX):
+        known = SYSTEM_PRIORITY_CLASSES.get(name)
+        if known is None:
+            problem = f"{name} is not a known system priority class"
+        elif pc.value != known[0]:
+            problem = f"value of {name} PriorityClass must be {known[0]}"
+        elif pc.globalDefault:
+            problem = f"globalDefault of {name} PriorityClass must be false"
+        else:
+            problem = ""
+        if problem:
+            errs.append(
+                forbidden(
+                    "metadata.name",
+                    f"priority class names with '{SYSTEM_PRIORITY_CLASS_PREFIX}' prefix are "
+                    f"reserved for system use only. error: {problem}",
+                )
+            )
+    elif pc.value > HIGHEST_USER_DEFINABLE_PRIORITY:
+        errs.append(
+            forbidden(
+                "value",
+                "maximum allowed value of a user defined priority is "
+                f"{HIGHEST_USER_DEFINABLE_PRIORITY}",
+            )
+        )
+    if pc.HasField("preemptionPolicy"):
+        errs.extend(_preemption_policy("preemptionPolicy", pc.preemptionPolicy))
+    return errs
+
+
+# The finalizer every namespace gets at creation; the namespace controller removes it.
+NAMESPACE_FINALIZER = "kubernetes"
+
+
+def validate_namespace(ns: namespace_pb2.Namespace, *, indexed: bool = False) -> list[FieldError]:
+    """Kubernetes' ValidateNamespace: every spec.finalizers entry is a qualified name, and
+    one without a "/" is a standard finalizer name ("kubernetes" is the only one). Errors
+    name `spec.finalizers`, or `spec.finalizers[i]` when `indexed` (a Finalize, as Kubernetes'
+    ValidateNamespaceFinalizeUpdate)."""
+    errs: list[FieldError] = []
+    for i, fin in enumerate(ns.spec.finalizers):
+        at = f"spec.finalizers[{i}]" if indexed else "spec.finalizers"
+        for p in validate_label_key(fin):
+            errs.append(invalid(at, fin, p))
+        if "/" not in fin and fin != NAMESPACE_FINALIZER:
+            errs.append(
+                invalid(
+                    at, fin, "name is neither a standard finalizer name nor is it fully qualified"
+                )
+            )
+    return errs
+
+
+def validate_namespace_status(ns: namespace_pb2.Namespace) -> list[FieldError]:
+    """The phase follows deletion: Active until deletionTimestamp is set, then Terminating
+    (Kubernetes names the field status.Phase)."""
+    if not ns.metadata.HasField("deletionTimestamp"):
+        if ns.status.phase != "Active":
+            return [
+                invalid(
+                    "status.Phase",
+                    ns.status.phase,
+                    "may only be 'Active' if `deletionTimestamp` is empty",
+                )
+            ]
+    elif ns.status.phase != "Terminating":
+        return [
+            invalid(
+                "status.Phase",
+                ns.status.phase,
+                "may only be 'Terminating' if `deletionTimestamp` is not empty",
+            )
+        ]
+    return []
 
 
 def validate_pod_status(pod: pod_pb2.Pod) -> list[FieldError]:
@@ -1021,6 +1142,10 @@ def validate(info: KindInfo, obj: Message) -> list[FieldError]:
         errs.extend(validate_role(obj, namespaced=info.namespaced))  # type: ignore[arg-type]
     elif info.kind in (ROLE_BINDING.kind, CLUSTER_ROLE_BINDING.kind):
         errs.extend(validate_role_binding(obj, namespaced=info.namespaced))  # type: ignore[arg-type]
+    elif info.kind == NAMESPACE.kind:
+        errs.extend(validate_namespace(obj))  # type: ignore[arg-type]
+    elif info.kind == PRIORITY_CLASS.kind:
+        errs.extend(validate_priority_class(obj))  # type: ignore[arg-type]
     return errs
 
 
@@ -1039,6 +1164,8 @@ def validate_status(info: KindInfo, obj: Message) -> list[FieldError]:
     if info.kind == POD_DISRUPTION_BUDGET.kind:
         # The eviction API and the disruption controller write it often; the spec is as stored.
         return validate_pdb_status(obj)  # type: ignore[arg-type]
+    if info.kind == NAMESPACE.kind:
+        return validate(info, obj) + validate_namespace_status(obj)  # type: ignore[arg-type]
     return validate(info, obj)
 
 
@@ -1068,6 +1195,20 @@ def validate_update(info: KindInfo, new: Message, old: Message) -> list[FieldErr
                     "roleRef", f"Invalid value: {_role_ref_text(ref)}: cannot change roleRef"
                 )
             )
+    if info.kind == PRIORITY_CLASS.kind:
+        errs.extend(validate_priority_class_update(new, old))  # type: ignore[arg-type]
+    return errs
+
+
+def validate_priority_class_update(
+    new: priorityclass_pb2.PriorityClass, old: priorityclass_pb2.PriorityClass
+) -> list[FieldError]:
+    """Kubernetes' ValidatePriorityClassUpdate: value and preemptionPolicy are immutable."""
+    errs: list[FieldError] = []
+    if new.value != old.value:
+        errs.append(forbidden("value", "may not be changed in an update."))
+    if new.preemptionPolicy != old.preemptionPolicy:
+        errs.append(invalid("preemptionPolicy", new.preemptionPolicy, "field is immutable"))
     return errs
 
 

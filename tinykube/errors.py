@@ -9,7 +9,7 @@ typed statuses, not exceptions; these are for failures that cross an API boundar
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar, NoReturn, Self
 
 import grpc
 
@@ -29,10 +29,19 @@ class TinykubeError(Exception):
     """Base of every error that crosses an API boundary."""
 
     code: ClassVar[grpc.StatusCode] = grpc.StatusCode.UNKNOWN
+    # What the error is about when that is not the request's own object (a pod's create
+    # refused because its namespace is missing): (group, plural, name), for the REST Status'
+    # details. Server side only; not carried over gRPC.
+    subject: tuple[str, str, str] | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+    def about(self, group: str, plural: str, name: str) -> Self:
+        """Set `subject` and return the error (for `raise NotFoundError(...).about(...)`)."""
+        self.subject = (group, plural, name)
+        return self
 
 
 class InvalidError(TinykubeError):
@@ -147,13 +156,31 @@ class MultipleBudgetsError(PreconditionFailedError):
 class ForbiddenError(TinykubeError):
     """The request is understood but refused: PERMISSION_DENIED, 403 Forbidden over REST.
     `details` is the REST Status' details when the refused object is not the request's (an
-    eviction refused by its pod's budget names the budget)."""
+    eviction refused by its pod's budget names the budget). Admission refusals use
+    Kubernetes' message shape (`for_object`: `pods "web" is forbidden: <why>`); `causes` are
+    (reason, message, field) triples for the Status' details."""
 
     code = grpc.StatusCode.PERMISSION_DENIED
 
-    def __init__(self, message: str, details: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        details: dict[str, str] | None = None,
+        *,
+        causes: list[tuple[str, str, str]] | None = None,
+    ) -> None:
         super().__init__(message)
         self.details = details
+        self.causes: list[tuple[str, str, str]] = list(causes or [])
+
+    @classmethod
+    def for_object(
+        cls, plural: str, name: str, why: str, causes: list[tuple[str, str, str]] | None = None
+    ) -> ForbiddenError:
+        """Kubernetes' NewForbidden: `pods "web" is forbidden: why` (`pods is forbidden: why`
+        without a name)."""
+        shown = f'{plural} "{name}"' if name else plural
+        return cls(f"{shown} is forbidden: {why}", causes=causes)
 
 
 class UnimplementedError(TinykubeError):
@@ -174,6 +201,7 @@ _BY_CODE: dict[grpc.StatusCode, type[TinykubeError]] = {
         InvalidError,
         NotFoundError,
         AlreadyExistsError,
+        ForbiddenError,
         ConflictError,
         PreconditionFailedError,
         ResourceExpiredError,

@@ -18,12 +18,16 @@ from tinykube.v1 import (
     event_pb2_grpc,
     lease_pb2,
     lease_pb2_grpc,
+    namespace_pb2,
+    namespace_pb2_grpc,
     node_pb2,
     node_pb2_grpc,
     pod_pb2,
     pod_pb2_grpc,
     poddisruptionbudget_pb2,
     poddisruptionbudget_pb2_grpc,
+    priorityclass_pb2,
+    priorityclass_pb2_grpc,
     rbac_pb2,
     rbac_pb2_grpc,
     replicaset_pb2,
@@ -199,6 +203,39 @@ POD_DISRUPTION_BUDGET = KindInfo(
     short_names=("pdb", "poddisruptionbudget"),
     group="policy",
 )
+NAMESPACE = KindInfo(
+    kind="Namespace",
+    plural="namespaces",
+    namespaced=False,
+    message=namespace_pb2.Namespace,
+    list_message=namespace_pb2.NamespaceList,
+    watch_event=namespace_pb2.NamespaceWatchEvent,
+    create_request=namespace_pb2.CreateNamespaceRequest,
+    update_request=namespace_pb2.UpdateNamespaceRequest,
+    request_field="namespace",
+    service="tinykube.v1.Namespaces",
+    stub=namespace_pb2_grpc.NamespacesStub,
+    add_servicer=namespace_pb2_grpc.add_NamespacesServicer_to_server,
+    has_status=True,
+    short_names=("ns", "namespace"),
+)
+PRIORITY_CLASS = KindInfo(
+    kind="PriorityClass",
+    plural="priorityclasses",
+    namespaced=False,
+    message=priorityclass_pb2.PriorityClass,
+    list_message=priorityclass_pb2.PriorityClassList,
+    watch_event=priorityclass_pb2.PriorityClassWatchEvent,
+    create_request=priorityclass_pb2.CreatePriorityClassRequest,
+    update_request=priorityclass_pb2.UpdatePriorityClassRequest,
+    request_field="priorityClass",
+    service="tinykube.v1.PriorityClasses",
+    stub=priorityclass_pb2_grpc.PriorityClassesStub,
+    add_servicer=priorityclass_pb2_grpc.add_PriorityClassesServicer_to_server,
+    has_status=False,
+    short_names=("pc", "priorityclass"),
+    group="scheduling.k8s.io",
+)
 
 ALL_KINDS: tuple[KindInfo, ...] = (
     POD,
@@ -208,7 +245,9 @@ ALL_KINDS: tuple[KindInfo, ...] = (
     LEASE,
     SERVICE,
     ENDPOINTS,
+    NAMESPACE,
     POD_DISRUPTION_BUDGET,
+    PRIORITY_CLASS,
 )
 # RBAC (rbac.authorization.k8s.io/v1): what the apiserver's authorizer evaluates.
 RBAC_GROUP = "rbac.authorization.k8s.io"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apiserver.rest.codec import parse_accept
-from tinykube.kinds import ALL_KINDS, POD, REPLICA_SET, SERVICE, KindInfo
+from tinykube.kinds import ALL_KINDS, NAMESPACE, POD, REPLICA_SET, SERVICE, KindInfo
 
 # The Kubernetes release whose API tinykube serves; "+tinykube" marks the implementation
 # (build metadata in semver terms, as vendors' builds do: v1.37.0+k3s1).
@@ -86,6 +86,8 @@ def _subresources(info: KindInfo) -> tuple[Subresource, ...]:
         subs.append(Subresource("log", "Pod", ("get",)))
     if info.kind == REPLICA_SET.kind:
         subs.append(Subresource("scale", "Scale", STATUS_VERBS, "autoscaling", "v1"))
+    if info.kind == NAMESPACE.kind:
+        subs.append(Subresource("finalize", "Namespace", ("update",)))
     if info.has_status:
         subs.append(Subresource("status", info.kind, STATUS_VERBS))
     return tuple(subs)

@@ -1,6 +1,6 @@
 """The REST verbs of one resource: GET, LIST, WATCH, POST, PUT, PATCH, DELETE, deletecollection
-and the subresources (status, pods/binding, pods/eviction, pods/log, replicasets/scale), as
-kube-apiserver serves them.
+and the subresources (status, pods/binding, pods/eviction, pods/log, replicasets/scale,
+namespaces/finalize), as kube-apiserver serves them.
 
 Each handler turns query parameters and a JSON/YAML body into the same request messages the
 gRPC front end takes and calls the kind's `apiserver.resources.ResourceStore` (validation,
@@ -52,6 +52,7 @@ from apiserver.rest.status import (
     unsupported_media_type,
 )
 from apiserver.settings import Settings
+from apiserver.validation import validate_namespace
 from apiserver.watchcache import encode_json_event
 from tinykube.clock import Clock
 from tinykube.errors import (
@@ -65,7 +66,7 @@ from tinykube.errors import (
     ResourceExpiredError,
     TinykubeError,
 )
-from tinykube.kinds import NODE, POD, REPLICA_SET
+from tinykube.kinds import NAMESPACE, NODE, POD, REPLICA_SET
 from tinykube.v1 import meta_pb2, node_pb2, pod_pb2
 
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -306,6 +307,10 @@ class ResourceHandlers:
         if sub == "eviction" and res.info.kind == POD.kind:
             if method == "POST":
                 return await self.evict(request, target, q, service)
+            raise method_not_allowed()
+        if sub == "finalize" and res.info.kind == NAMESPACE.kind:
+            if method == "PUT":
+                return await self.finalize(request, target, q, service)
             raise method_not_allowed()
         if sub == "scale" and res.info.kind == REPLICA_SET.kind:
             if method == "GET":
@@ -660,14 +665,17 @@ class ResourceHandlers:
 
     async def _dry_run_create(self, service: ResourceStore, obj: Message) -> Message:
         meta = obj.metadata  # type: ignore[attr-defined]
+        await service.admit(obj)
         service.strategy.prepare_for_create(obj, self.clock.now())
         if not meta.name and meta.generateName:
             meta.name = generate_name(meta.generateName)
+            service.strategy.canonicalize(obj)
         errors = service.strategy.validate_create(obj)
         if service.allocator is not None:
             errors += service.allocator.validate(obj.spec)  # type: ignore[attr-defined]
         if errors:
             raise InvalidError.for_object(service.info.kind, meta.name, errors)
+        await service.admit_validated(obj, None)
         req = message_from(meta_pb2.GetRequest, {"namespace": meta.namespace, "name": meta.name})
         with contextlib.suppress(NotFoundError):
             await service.get(req)
@@ -705,6 +713,25 @@ class ResourceHandlers:
             field_manager=self._field_manager(request, q),
         )
         return await self._answer_object(request, target, q, updated, warnings=warnings)
+
+    async def finalize(
+        self, request: web.Request, target: Target, q: Query, service: ResourceStore
+    ) -> web.Response:
+        """PUT namespaces/{name}/finalize: replace spec.finalizers (nothing else changes)."""
+        dry_run = self._dry_run(q)
+        obj, warnings = await self._decoded(request, target, q)
+        self._check_name(target, obj)
+        if dry_run:
+            meta = obj.metadata  # type: ignore[attr-defined]
+            old = await service.get(message_from(meta_pb2.GetRequest, {"name": meta.name}))
+            new = service.strategy.prepare_for_finalize(obj, old)
+            errors = validate_namespace(new, indexed=True)  # type: ignore[arg-type]
+            if errors:
+                raise InvalidError.for_object(service.info.kind, meta.name, errors)
+        else:
+            req = service.info.update_request(**{service.info.request_field: obj})
+            new = await service.finalize(req, field_manager=self._field_manager(request, q))
+        return await self._answer_object(request, target, q, new, warnings=warnings)
 
     async def _write(
         self,
@@ -749,6 +776,8 @@ class ResourceHandlers:
             errors = strategy.validate_update(new, old)
         if errors:
             raise InvalidError.for_object(service.info.kind, meta.name, errors)
+        if not status:
+            await service.admit_validated(new, old)
         return new
 
     # ---- PATCH ------------------------------------------------------------------------------

@@ -242,10 +242,24 @@ def status_of(
         body = status_body(500, "", exc.message)
         del body["reason"]
         return 500, body, {}
-    if isinstance(exc, ForbiddenError):
-        return 403, status_body(403, "Forbidden", exc.message, exc.details or _details(res)), {}
+    about: dict[str, Any] | None = None
+    if isinstance(exc, TinykubeError) and exc.subject is not None:
+        # About another object than the request's (a pod's missing namespace).
+        group, plural, name = exc.subject
+        about = {"name": name, **({"group": group} if group else {}), "kind": plural}
+        res = Resource()
     if isinstance(exc, NotFoundError):
-        return 404, status_body(404, "NotFound", _qualify(exc.message, res), _details(res)), {}
+        body = status_body(404, "NotFound", _qualify(exc.message, res), about or _details(res))
+        return 404, body, {}
+    if isinstance(exc, ForbiddenError):
+        res = _named(res, exc.message)
+        forbidden = dict(exc.details) if exc.details else (about or _details(res))
+        if exc.causes:
+            forbidden["causes"] = [
+                {"reason": reason, "message": message, "field": field}
+                for reason, message, field in exc.causes
+            ]
+        return 403, status_body(403, "Forbidden", _qualify(exc.message, res), forbidden), {}
     if isinstance(exc, AlreadyExistsError):
         res = _named(res, exc.message)
         body = status_body(409, "AlreadyExists", _qualify(exc.message, res), _details(res))

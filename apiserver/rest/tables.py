@@ -178,6 +178,26 @@ _COLUMNS: Final[dict[str, tuple[dict[str, Any], ...]]] = {
         ),
         _AGE_COLUMN,
     ),
+    "Namespace": (
+        _NAME_COLUMN,
+        _col("Status", "string", "The status of the namespace"),
+        _AGE_COLUMN,
+    ),
+    "PriorityClass": (
+        _NAME_COLUMN,
+        _col("Value", "integer", "The priority pods of this class get (value)."),
+        _col(
+            "Global-Default",
+            "boolean",
+            "Whether pods without a priorityClassName get this class (globalDefault).",
+        ),
+        _AGE_COLUMN,
+        _col(
+            "PreemptionPolicy",
+            "string",
+            "Whether pods of this class may preempt lower-priority pods (preemptionPolicy).",
+        ),
+    ),
 }
 
 _DEFAULT_COLUMNS: Final = (
@@ -677,6 +697,26 @@ def _pdb_cells(pdb: Mapping[str, Any], clock: _Clock) -> _Cells:
     ]
 
 
+def _namespace_cells(ns: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = ns.get("metadata") or {}
+    return [
+        meta.get("name", ""),
+        (ns.get("status") or {}).get("phase", ""),
+        clock.since(meta.get("creationTimestamp"), ns, "metadata.creationTimestamp"),
+    ]
+
+
+def _priority_class_cells(pc: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = pc.get("metadata") or {}
+    return [
+        meta.get("name", ""),
+        pc.get("value", 0),
+        bool(pc.get("globalDefault", False)),
+        clock.since(meta.get("creationTimestamp"), pc, "metadata.creationTimestamp"),
+        pc.get("preemptionPolicy", ""),
+    ]
+
+
 def _default_cells(obj: Mapping[str, Any], clock: _Clock) -> _Cells:
     meta = obj.get("metadata") or {}
     at = clock.epoch(meta.get("creationTimestamp"), obj, "metadata.creationTimestamp")
@@ -724,6 +764,8 @@ _PRINTERS: Final[dict[str, _Printer]] = {
     "Service": _service_cells,
     "Endpoints": _endpoints_cells,
     "PodDisruptionBudget": _pdb_cells,
+    "Namespace": _namespace_cells,
+    "PriorityClass": _priority_class_cells,
 }
 
 

@@ -26,10 +26,13 @@ from tinykube.v1 import (
     event_pb2_grpc,
     lease_pb2_grpc,
     meta_pb2,
+    namespace_pb2,
+    namespace_pb2_grpc,
     node_pb2,
     node_pb2_grpc,
     pod_pb2,
     pod_pb2_grpc,
+    priorityclass_pb2_grpc,
     replicaset_pb2_grpc,
 )
 
@@ -93,6 +96,8 @@ class Stubs:
     replica_sets: replicaset_pb2_grpc.ReplicaSetsAsyncStub
     events: event_pb2_grpc.EventsAsyncStub
     leases: lease_pb2_grpc.LeasesAsyncStub
+    namespaces: namespace_pb2_grpc.NamespacesAsyncStub
+    priority_classes: priorityclass_pb2_grpc.PriorityClassesAsyncStub
 
 
 def make_stubs(channel: grpc.aio.Channel) -> Stubs:
@@ -104,6 +109,8 @@ def make_stubs(channel: grpc.aio.Channel) -> Stubs:
         replica_sets=replicaset_pb2_grpc.ReplicaSetsStub(channel),
         events=event_pb2_grpc.EventsStub(channel),
         leases=lease_pb2_grpc.LeasesStub(channel),
+        namespaces=namespace_pb2_grpc.NamespacesStub(channel),
+        priority_classes=priorityclass_pb2_grpc.PriorityClassesStub(channel),
     )
 
 
@@ -129,6 +136,13 @@ def make_pod(name: str, namespace: str = "default", **labels: str) -> pod_pb2.Po
         metadata=meta_pb2.ObjectMeta(name=name, namespace=namespace, labels=labels),
         spec=pod_pb2.PodSpec(containers=[pod_pb2.Container(name="c", image="busybox")]),
     )
+
+
+async def create_namespaces(stubs: Stubs, *names: str) -> None:
+    """Create namespaces (as on Kubernetes, only default and the kube-* ones exist at first)."""
+    for name in names:
+        ns = namespace_pb2.Namespace(metadata=meta_pb2.ObjectMeta(name=name))
+        await stubs.namespaces.Create(namespace_pb2.CreateNamespaceRequest(namespace=ns))
 
 
 def make_node(name: str, **labels: str) -> node_pb2.Node:

@@ -19,6 +19,7 @@ from tests.integration.conftest import (
     RunningAPIServer,
     Stubs,
     bind_request,
+    create_namespaces,
     expect_error,
     make_node,
     make_pod,
@@ -665,6 +666,7 @@ async def test_list_with_label_and_field_selectors(stubs: Stubs) -> None:
         await create_pod(stubs, f"p{i}", app="web" if i < 2 else "db")
     await stubs.pods.Bind(bind_request("p0", "n1"))
     await stubs.pods.Bind(bind_request("p2", "n1"))
+    await create_namespaces(stubs, "other")
     other = make_pod("q0", namespace="other", app="web")
     await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=other))
 
@@ -712,6 +714,7 @@ async def test_cluster_scoped_kinds_ignore_namespace(stubs: Stubs) -> None:
     got = await stubs.nodes.Get(meta_pb2.GetRequest(namespace="whatever", name="n1"))
     assert got == created
     # Namespaced kinds default to "default" and keep namespaces apart.
+    await create_namespaces(stubs, "a", "b")
     await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("web", namespace="a")))
     await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("web", namespace="b")))
     await expect_error(get_pod(stubs), grpc.StatusCode.NOT_FOUND)

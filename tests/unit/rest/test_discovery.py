@@ -19,6 +19,7 @@ def test_every_group_version_has_its_resources() -> None:
         "apis/rbac.authorization.k8s.io/v1",
         # kube-aggregator's priorities: storage 16800 before coordination 16500
         "apis/storage.k8s.io/v1",
+        "apis/scheduling.k8s.io/v1",
         "apis/coordination.k8s.io/v1",
         "apis/resource.k8s.io/v1",
     ]
@@ -33,6 +34,8 @@ def test_every_group_version_has_its_resources() -> None:
         ("pods", True, True, ("po",)),
         ("nodes", False, True, ("no",)),
         ("leases", True, True, ()),
+        ("namespaces", False, True, ("ns",)),
+        ("priorityclasses", False, True, ("pc",)),
         ("persistentvolumes", False, False, ("pv",)),
         ("csistoragecapacities", True, False, ()),
         ("deviceclasses", False, False, ()),
@@ -49,6 +52,7 @@ def test_legacy_resource_list_names_subresources() -> None:
     assert core is not None
     names = [r["name"] for r in d.resource_list(core)["resources"]]
     assert {"pods", "pods/binding", "pods/status", "nodes/status", "services/status"} <= set(names)
+    assert {"namespaces", "namespaces/status", "namespaces/finalize"} <= set(names)
     assert "events/status" not in names
 
 

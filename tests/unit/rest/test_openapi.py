@@ -63,6 +63,12 @@ DEFINITION_NAMES = [
         (kind, f"{RBAC}.{kind}", f"{RBAC}.{kind}List")
         for kind in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
     ),
+    ("Namespace", f"{CORE}.Namespace", f"{CORE}.NamespaceList"),
+    (
+        "PriorityClass",
+        "io.k8s.api.scheduling.v1.PriorityClass",
+        "io.k8s.api.scheduling.v1.PriorityClassList",
+    ),
 ]
 
 
@@ -228,6 +234,7 @@ def test_v3_index_names_each_document_with_its_hash(api: OpenAPI) -> None:
         "apis/coordination.k8s.io/v1",
         "apis/policy/v1",
         "apis/rbac.authorization.k8s.io/v1",
+        "apis/scheduling.k8s.io/v1",
     }
     for path, entry in index["paths"].items():
         data = api.v3_document(path)

@@ -1061,6 +1061,7 @@ ATOMIC_IN_KUBERNETES = {
     ("tinykube.v1.PolicyRule", "resourceNames"),
     ("tinykube.v1.PolicyRule", "nonResourceURLs"),
     ("tinykube.v1.ObjectMeta", "managedFields"),
+    ("tinykube.v1.NamespaceSpec", "finalizers"),
     ("tinykube.v1.Container", "command"),
     ("tinykube.v1.Container", "args"),
     ("tinykube.v1.PodSpec", "tolerations"),

@@ -140,6 +140,14 @@ COLUMNS = {
         ("Allowed Disruptions", 0),
         ("Age", 0),
     ],
+    "Namespace": [("Name", 0), ("Status", 0), ("Age", 0)],
+    "PriorityClass": [
+        ("Name", 0),
+        ("Value", 0),
+        ("Global-Default", 0),
+        ("Age", 0),
+        ("PreemptionPolicy", 0),
+    ],
     "Widget": [("Name", 0), ("Created At", 0)],
     "Role": [("Name", 0), ("Created At", 0)],
     "ClusterRole": [("Name", 0), ("Created At", 0)],
@@ -171,11 +179,16 @@ def test_column_definitions(info: kinds.KindInfo) -> None:
 def test_column_types_follow_kubernetes() -> None:
     types = {
         kind: [c["type"] for c in tables.column_definitions(info)]
-        for kind, info in (("ReplicaSet", kinds.REPLICA_SET), ("Widget", WIDGET))
+        for kind, info in (
+            ("ReplicaSet", kinds.REPLICA_SET),
+            ("PriorityClass", kinds.PRIORITY_CLASS),
+            ("Widget", WIDGET),
+        )
     }
     assert types == {
         "ReplicaSet": ["string", "integer", "integer", "integer", "string", "string", "string",
                        "string"],
+        "PriorityClass": ["string", "integer", "boolean", "string", "string"],
         "Widget": ["string", "date"],
     }  # fmt: skip
     assert all(c["type"] == "string" for c in tables.column_definitions(kinds.POD))
@@ -929,6 +942,38 @@ def test_pdb_cells_from_the_protobuf_json() -> None:
     pdb.spec.minAvailable.number_value = 2
     pdb.status.disruptionsAllowed = 0
     assert cells(kinds.POD_DISRUPTION_BUDGET, to_dict(pdb))[:4] == ["web", "2", "N/A", 0]
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        ({"status": {"phase": "Active"}}, ["Active"]),
+        ({"status": {"phase": "Terminating"}}, ["Terminating"]),
+        # kube's printer prints the phase as stored, empty included.
+        ({}, [""]),
+    ],
+)
+def test_namespace_cells(obj: dict[str, Any], expected: list[str]) -> None:
+    ns = {"metadata": {"name": "team", "creationTimestamp": ago(hours=5)}, **obj}
+    assert cells(kinds.NAMESPACE, ns) == ["team", *expected, "5h"]
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        (
+            {"value": 2000000000, "description": "critical", "preemptionPolicy": "PreemptLowerPriority"},
+            [2000000000, False, "PreemptLowerPriority"],
+        ),
+        ({"value": -5, "globalDefault": True, "preemptionPolicy": "Never"}, [-5, True, "Never"]),
+        # Zero values are omitted from the JSON: kube prints 0, false and an empty policy.
+        ({}, [0, False, ""]),
+    ],
+)  # fmt: skip
+def test_priority_class_cells(obj: dict[str, Any], expected: list[Any]) -> None:
+    pc = {"metadata": {"name": "high", "creationTimestamp": ago(days=3)}, **obj}
+    value, default, policy = expected
+    assert cells(kinds.PRIORITY_CLASS, pc) == ["high", value, default, "3d", policy]
 
 
 def test_other_kinds_get_the_default_table() -> None:

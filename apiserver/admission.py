@@ -1,0 +1,236 @@
+"""Admission: the apiserver's built-in NamespaceLifecycle and Priority plugins, over the caches.
+
+Kubernetes' admission chain runs between decoding a write and storing it; these are the two
+plugins tinykube has, with kube-apiserver's rules and messages:
+
+- NamespaceLifecycle: creating a namespaced object in a namespace that does not exist is
+  NotFound (`namespaces "x" not found`), in one being terminated Forbidden ("unable to create
+  new content in namespace x because it is being terminated", cause NamespaceTerminating);
+  the built-in namespaces may not be deleted. The check reads the Namespace watch cache (a
+  dict lookup per create); only a namespace the cache does not have, or one this apiserver
+  started deleting less than 30 s ago that the cache still shows Active, is read from etcd,
+  as kube-apiserver's plugin falls back to a live lookup.
+- Priority: a new pod's spec.priority (and spec.preemptionPolicy, when the class has one) come
+  from its priorityClassName, or from the global default class when it names none (which also
+  fills in priorityClassName); no default class means priority 0 and PreemptLowerPriority.
+  An unknown class, or a priority or preemptionPolicy that differs from the class's, is
+  Forbidden. A PriorityClass may be globalDefault only while no other class is. Classes are
+  read from the PriorityClass watch cache (etcd only for a name the cache does not have).
+
+Admission runs on the event loop inside the request; its only awaits are those fallback reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from apiserver.storage import Storage
+from apiserver.validation import SYSTEM_PRIORITY_CLASSES
+from apiserver.watchcache import WatchCache
+from tinykube.clock import Clock
+from tinykube.errors import ForbiddenError, NotFoundError
+from tinykube.kinds import NAMESPACE, POD, PRIORITY_CLASS, KindInfo
+from tinykube.v1 import namespace_pb2, pod_pb2, priorityclass_pb2
+
+# The namespaces every cluster has (created by the apiserver at start), which may not be
+# deleted. Kubernetes protects default, kube-system and kube-public this way and recreates
+# kube-node-lease when it is deleted; tinykube protects all four.
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+# How long after a namespace's deletion started its cached phase is not trusted (kube's
+# forceLiveLookupTTL): another apiserver's cache may not have seen the deletion yet.
+_LIVE_LOOKUP_SECONDS = 30.0
+
+PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+
+
+def _object_name(obj: object) -> str:
+    """The name admission errors give an object: its name, else its generateName (kube's
+    extractResourceName: names are generated after admission)."""
+    meta = obj.metadata  # type: ignore[attr-defined]
+    return str(meta.name or meta.generateName)
+
+
+class Admission:
+    """The admission plugins of one apiserver, reading the given watch caches."""
+
+    def __init__(
+        self,
+        caches: Mapping[str, WatchCache],
+        storage: Storage,
+        *,
+        prefix: str,
+        clock: Clock,
+    ) -> None:
+        self.namespaces = caches[NAMESPACE.kind]
+        self.classes = caches[PRIORITY_CLASS.kind]
+        self.storage = storage
+        self.clock = clock
+        self._ns_prefix = f"{prefix}/{NAMESPACE.plural}/".encode()
+        self._pc_prefix = f"{prefix}/{PRIORITY_CLASS.plural}/".encode()
+        # Namespaces whose deletion this apiserver started -> until when to look them up live.
+        self._deleting: dict[str, float] = {}
+        # (cache state object, cache revision) -> the global default class at that point.
+        self._default: tuple[int, int, priorityclass_pb2.PriorityClass | None] | None = None
+
+    # ---- create / update -------------------------------------------------------------------
+
+    async def admit(self, info: KindInfo, obj: object) -> None:
+        """The mutating plugins on a create: may fill in fields of `obj`; raises NotFoundError
+        or ForbiddenError to refuse it."""
+        if info.namespaced:
+            await self._check_namespace(info, obj)
+        if info.kind == POD.kind:
+            await self._admit_pod(obj)  # type: ignore[arg-type]
+
+    async def validate(self, info: KindInfo, obj: object, old: object | None) -> None:
+        """The validating plugins on a create (`old` None) or update, after validation."""
+        if info.kind == PRIORITY_CLASS.kind:
+            self._check_default(obj, old)  # type: ignore[arg-type]
+
+    # ---- NamespaceLifecycle ----------------------------------------------------------------
+
+    def check_delete(self, info: KindInfo, name: str) -> None:
+        """Refuse deleting a system namespace (Forbidden, as kube-apiserver words it)."""
+        if info.kind == NAMESPACE.kind and name in SYSTEM_NAMESPACES:
+            raise ForbiddenError.for_object(
+                NAMESPACE.plural, name, "this namespace may not be deleted"
+            )
+
+    def namespace_deleting(self, name: str) -> None:
+        """This apiserver marked namespace `name` Terminating: trust only etcd about it for a
+        while, so creates through this apiserver never race its own cache."""
+        self._deleting[name] = self.clock.monotonic() + _LIVE_LOOKUP_SECONDS
+
+    def _live_lookup(self, name: str) -> bool:
+        until = self._deleting.get(name)
+        if until is None:
+            return False
+        if self.clock.monotonic() < until:
+            return True
+        del self._deleting[name]
+        return False
+
+    async def _check_namespace(self, info: KindInfo, obj: object) -> None:
+        namespace = obj.metadata.namespace  # type: ignore[attr-defined]
+        key = self._ns_prefix + namespace.encode()
+        hit = self.namespaces.state.get(key)
+        phase = hit.fields.get("status.phase", "") if hit is not None else ""
+        if hit is None or (
+            self._deleting and phase != "Terminating" and self._live_lookup(namespace)
+        ):
+            kv = await self.storage.get(key)
+            if kv is None:
+                raise NotFoundError(f'{NAMESPACE.plural} "{namespace}" not found').about(
+                    NAMESPACE.group, NAMESPACE.plural, namespace
+                )
+            phase = namespace_pb2.Namespace.FromString(kv.value).status.phase
+        if phase == "Terminating":
+            raise ForbiddenError.for_object(
+                info.plural,
+                _object_name(obj),
+                f"unable to create new content in namespace {namespace} because it is being "
+                "terminated",
+                [
+                    (
+                        "NamespaceTerminating",
+                        f"namespace {namespace} is being terminated",
+                        "metadata.namespace",
+                    )
+                ],
+            )
+
+    # ---- Priority --------------------------------------------------------------------------
+
+    async def priority_class(self, name: str) -> priorityclass_pb2.PriorityClass | None:
+        """The class named `name` (cache first, then etcd), or None. Never mutate it."""
+        key = self._pc_prefix + name.encode()
+        hit = self.classes.state.get(key)
+        if hit is not None:
+            return hit.obj  # type: ignore[return-value]
+        kv = await self.storage.get(key)
+        if kv is None:
+            return None
+        return priorityclass_pb2.PriorityClass.FromString(kv.value)
+
+    def default_class(self) -> priorityclass_pb2.PriorityClass | None:
+        """The globalDefault class (the lowest-valued one if a race made several, as kube)."""
+        cache = self.classes
+        memo = self._default
+        if memo is not None and memo[0] == id(cache.state) and memo[1] == cache.revision:
+            return memo[2]
+        found: priorityclass_pb2.PriorityClass | None = None
+        for cached in cache.state.values():
+            pc: priorityclass_pb2.PriorityClass = cached.obj  # type: ignore[assignment]
+            if pc.globalDefault and (found is None or pc.value < found.value):
+                found = pc
+        self._default = (id(cache.state), cache.revision, found)
+        return found
+
+    async def _admit_pod(self, pod: pod_pb2.Pod) -> None:
+        spec = pod.spec
+        policy: str | None
+        if spec.priorityClassName:
+            pc = await self.priority_class(spec.priorityClassName)
+            if pc is None:
+                raise self._pod_forbidden(
+                    pod, f"no PriorityClass with name {spec.priorityClassName} was found"
+                )
+            priority = pc.value
+            policy = pc.preemptionPolicy if pc.HasField("preemptionPolicy") else None
+        else:
+            default = self.default_class()
+            if default is not None:
+                spec.priorityClassName = default.metadata.name
+                priority = default.value
+                policy = default.preemptionPolicy if default.HasField("preemptionPolicy") else None
+            else:
+                priority, policy = 0, PREEMPT_LOWER_PRIORITY
+        if spec.HasField("priority") and spec.priority != priority:
+            raise self._pod_forbidden(
+                pod,
+                f"the integer value of priority ({spec.priority}) must not be provided in pod "
+                f"spec; priority admission controller computed {priority} from the given "
+                "PriorityClass name",
+            )
+        spec.priority = priority
+        if policy is not None:
+            if spec.HasField("preemptionPolicy") and spec.preemptionPolicy != policy:
+                raise self._pod_forbidden(
+                    pod,
+                    f"the string value of PreemptionPolicy ({spec.preemptionPolicy}) must not "
+                    f"be provided in pod spec; priority admission controller computed {policy} "
+                    "from the given PriorityClass name",
+                )
+            spec.preemptionPolicy = policy
+
+    def _pod_forbidden(self, pod: pod_pb2.Pod, why: str) -> ForbiddenError:
+        return ForbiddenError.for_object(POD.plural, _object_name(pod), why)
+
+    def _check_default(
+        self,
+        pc: priorityclass_pb2.PriorityClass,
+        old: priorityclass_pb2.PriorityClass | None,
+    ) -> None:
+        if not pc.globalDefault:
+            return
+        current = self.default_class()
+        if current is None:
+            return
+        if old is None or current.metadata.name != pc.metadata.name:
+            raise ForbiddenError.for_object(
+                PRIORITY_CLASS.plural,
+                pc.metadata.name,
+                f"PriorityClass {current.metadata.name} is already marked as default. Only one "
+                "default can exist",
+            )
+
+
+def system_priority_classes() -> list[priorityclass_pb2.PriorityClass]:
+    """The built-in classes the apiserver creates at start when they are missing."""
+    out = []
+    for name, (value, description) in SYSTEM_PRIORITY_CLASSES.items():
+        pc = priorityclass_pb2.PriorityClass(value=value, description=description)
+        pc.metadata.name = name
+        out.append(pc)
+    return out
