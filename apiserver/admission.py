@@ -23,10 +23,11 @@ Admission runs on the event loop inside the request; its only awaits are those f
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
-from apiserver.storage import Storage
+from apiserver.storage import KV
 from apiserver.validation import SYSTEM_PRIORITY_CLASSES
-from apiserver.watchcache import WatchCache
+from apiserver.watchcache import CachedObject
 from tinykube.clock import Clock
 from tinykube.errors import ForbiddenError, NotFoundError
 from tinykube.kinds import NAMESPACE, POD, PRIORITY_CLASS, KindInfo
@@ -44,6 +45,20 @@ _LIVE_LOOKUP_SECONDS = 30.0
 PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
 
 
+class CacheView(Protocol):
+    """What admission reads of a kind's watch cache (apiserver.watchcache.WatchCache)."""
+
+    @property
+    def state(self) -> Mapping[bytes, CachedObject]: ...
+
+    @property
+    def revision(self) -> int: ...
+
+
+class StorageView(Protocol):
+    async def get(self, key: bytes) -> KV | None: ...
+
+
 def _object_name(obj: object) -> str:
     """The name admission errors give an object: its name, else its generateName (kube's
     extractResourceName: names are generated after admission)."""
@@ -56,8 +71,8 @@ class Admission:
 
     def __init__(
         self,
-        caches: Mapping[str, WatchCache],
-        storage: Storage,
+        caches: Mapping[str, CacheView],
+        storage: StorageView,
         *,
         prefix: str,
         clock: Clock,

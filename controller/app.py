@@ -2,8 +2,8 @@
 
 `ControllerManager.start()` serves gRPC health on the bind address and starts `run()`, which
 campaigns for the Lease kube-system/tinykube-controller-manager. While leading it runs one
-informer per kind (pods, replicasets, nodes, node leases, services, endpoints) shared by
-every controller (and PodDisruptionBudgets for the disruption controller), one work
+informer per kind (pods, replicasets, nodes, node leases, services, endpoints, namespaces)
+shared by every controller (and PodDisruptionBudgets for the disruption controller), one work
 queue per queue-driven controller with N worker tasks each (never the same key twice at once:
 the WorkQueue guarantees it), and the node lifecycle monitor loop. Workers start only after
 every informer has synced, so nothing acts on a partial picture. Leadership lost: everything
@@ -28,9 +28,11 @@ from controller.disruption import DisruptionController
 from controller.endpoints import EndpointsController
 from controller.garbagecollector import GarbageCollector
 from controller.metrics import Metrics
+from controller.namespace import NamespaceController
 from controller.nodelifecycle import NODE_LEASE_NAMESPACE, NodeLifecycleController
 from controller.replicaset import ReplicaSetController
 from controller.settings import Settings
+from tinykube import kinds
 from tinykube.client import Client
 from tinykube.clock import Clock
 from tinykube.events import WARNING, EventRecorder
@@ -231,6 +233,23 @@ class ControllerManager:
             queues.append(pdb_queue)
             self.metrics.track_queue("disruption", pdb_queue.__len__)
             workers.append(("disruption", pdb_queue, dc.sync, s.concurrent_disruption_syncs))
+
+        if "namespace" in s.controllers:
+            namespaces: Informer[Any] = Informer.for_resource(client.namespaces, clock=self.clock)
+            informers.append(namespaces)
+            ns_queue: WorkQueue[str] = WorkQueue(self.clock, name="namespace")
+            # Every namespaced kind, so kinds added to tinykube.kinds are emptied too.
+            contents = [(k, client.resource(k)) for k in kinds.ALL_KINDS if k.namespaced]
+            nsc = NamespaceController(
+                client.namespaces, namespaces.store, contents, ns_queue, clock=self.clock
+            )
+            namespaces.add_handler(
+                nsc.on_namespace_add, nsc.on_namespace_update, nsc.on_namespace_delete
+            )
+            pods.add_handler(on_delete=nsc.on_content_delete)
+            queues.append(ns_queue)
+            self.metrics.track_queue("namespace", ns_queue.__len__)
+            workers.append(("namespace", ns_queue, nsc.sync, s.concurrent_namespace_syncs))
 
         if "nodelifecycle" in s.controllers:
             nlc = NodeLifecycleController(

@@ -32,19 +32,22 @@ class Settings:
     concurrent_gc_syncs: int = 20
     concurrent_endpoint_syncs: int = 5
     concurrent_disruption_syncs: int = 2
+    concurrent_namespace_syncs: int = 10
     controllers: tuple[str, ...] = (
         "replicaset",
         "nodelifecycle",
         "garbagecollector",
         "endpoints",
         "disruption",
+        "namespace",
     )
 
     @classmethod
     def from_args(cls, argv: Sequence[str] | None = None) -> Settings:
         p = argparse.ArgumentParser(
             prog="python -m controller",
-            description="tinykube controller manager: ReplicaSet, node lifecycle, GC, endpoints",
+            description="tinykube controller manager: ReplicaSet, node lifecycle, GC, endpoints, "
+            "disruption, namespace",
         )
         p.add_argument(
             "--apiserver",
@@ -123,7 +126,13 @@ class Settings:
             "--controllers",
             default="*",
             help="comma-separated controllers to run: "
-            "replicaset,nodelifecycle,garbagecollector,endpoints,disruption",
+            "replicaset,nodelifecycle,garbagecollector,endpoints,disruption,namespace",
+        )
+        p.add_argument(
+            "--concurrent-namespace-syncs",
+            type=int,
+            default=10,
+            help="namespaces emptied at once (default 10)",
         )
         a = p.parse_args(argv)
         wanted = (
@@ -152,5 +161,6 @@ class Settings:
             default_not_ready_toleration_seconds=a.default_not_ready_toleration_seconds,
             concurrent_replicaset_syncs=a.concurrent_replicaset_syncs,
             concurrent_gc_syncs=a.concurrent_gc_syncs,
+            concurrent_namespace_syncs=a.concurrent_namespace_syncs,
             controllers=wanted,
         )

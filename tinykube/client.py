@@ -74,9 +74,11 @@ from tinykube.v1 import (
     event_pb2,
     lease_pb2,
     meta_pb2,
+    namespace_pb2,
     node_pb2,
     pod_pb2,
     poddisruptionbudget_pb2,
+    priorityclass_pb2,
     rbac_pb2,
     replicaset_pb2,
     service_pb2,
@@ -232,6 +234,14 @@ class ResourceClient(Generic[T, L, E]):
         request = self.info.update_request(**{self.info.request_field: obj})
         return cast(T, await self._call("UpdateStatus", request, retry_if=_update_retry(obj)))
 
+    async def finalize(self, obj: T) -> T:
+        """Namespaces only: replace spec.finalizers (Kubernetes' namespaces/finalize); retried
+        as `update`."""
+        if self.info.kind != kinds.NAMESPACE.kind:
+            raise TypeError(f"{self.info.kind} has no finalize subresource")
+        request = self.info.update_request(**{self.info.request_field: obj})
+        return cast(T, await self._call("Finalize", request, retry_if=_update_retry(obj)))
+
     async def delete(
         self,
         name: str,
@@ -342,6 +352,14 @@ class Client:
         rbac_pb2.ClusterRoleBindingList,
         rbac_pb2.ClusterRoleBindingWatchEvent,
     ]
+    namespaces: ResourceClient[
+        namespace_pb2.Namespace, namespace_pb2.NamespaceList, namespace_pb2.NamespaceWatchEvent
+    ]
+    priority_classes: ResourceClient[
+        priorityclass_pb2.PriorityClass,
+        priorityclass_pb2.PriorityClassList,
+        priorityclass_pb2.PriorityClassWatchEvent,
+    ]
 
     def __init__(
         self,
@@ -374,6 +392,8 @@ class Client:
         self.cluster_roles = ResourceClient(kinds.CLUSTER_ROLE, self.channel, self)
         self.role_bindings = ResourceClient(kinds.ROLE_BINDING, self.channel, self)
         self.cluster_role_bindings = ResourceClient(kinds.CLUSTER_ROLE_BINDING, self.channel, self)
+        self.namespaces = ResourceClient(kinds.NAMESPACE, self.channel, self)
+        self.priority_classes = ResourceClient(kinds.PRIORITY_CLASS, self.channel, self)
         self._by_kind: dict[str, ResourceClient[Any, Any, Any]] = {
             r.info.kind: r
             for r in (
@@ -389,6 +409,8 @@ class Client:
                 self.cluster_roles,
                 self.role_bindings,
                 self.cluster_role_bindings,
+                self.namespaces,
+                self.priority_classes,
             )
         }
 

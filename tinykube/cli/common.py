@@ -73,6 +73,7 @@ _REASONS: dict[type[errors.TinykubeError], str] = {
     errors.InvalidError: "Invalid",
     errors.NotFoundError: "NotFound",
     errors.AlreadyExistsError: "AlreadyExists",
+    errors.ForbiddenError: "Forbidden",
     errors.ConflictError: "Conflict",
     errors.PreconditionFailedError: "Conflict",
     errors.ResourceExpiredError: "Expired",

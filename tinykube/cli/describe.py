@@ -1,14 +1,14 @@
-"""`tinykube describe pod|node|rs [NAME...]`: an object's fields, conditions and its Events.
+"""`tinykube describe pod|node|rs|ns|pc [NAME...]`: an object's fields, conditions and its Events.
 
 Pods print like `kubectl describe pod` (containers with state, restarts and resources,
 conditions, node selectors, tolerations, events); nodes like `kubectl describe node` (taints,
 conditions, addresses, capacity, the pods on it with their requests and limits, the requests
 and limits allocated in total, each as a share of the node's allocatable, events); ReplicaSets
 with their pods' phases and template; PodDisruptionBudgets like `kubectl describe pdb` (the
-bound, the selector, the status counts). Without NAME, every object of the kind (or those `-l`
-selects). Other kinds print their YAML, then their events. Events are listed in the object's
-namespace and matched on involvedObject here, because the apiserver's field selectors cover
-only a few pod fields.
+bound, the selector, the status counts); namespaces and priority classes as kubectl does.
+Without NAME, every object of the kind (or those `-l` selects). Other kinds print their YAML,
+then their events. Events are listed in the object's namespace and matched on involvedObject
+here, because the apiserver's field selectors cover only a few pod fields.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="show details of an object and its events",
         description="Show an object's details, conditions and recent events.",
     )
-    parser.add_argument("resource", help="pod|node|replicaset|pdb|event|lease")
+    parser.add_argument("resource", help="pod|node|replicaset|pdb|namespace|priorityclass|...")
     parser.add_argument("names", nargs="*", metavar="NAME", help="default: every object")
     parser.add_argument("-l", "--selector", default="", help="label selector (without NAME)")
     parser.set_defaults(func=run)
@@ -456,6 +456,43 @@ def describe_pdb(pdb: Any, events: list[Any], now: datetime) -> str:
     return w.text()
 
 
+def describe_namespace(ns: Any, events: list[Any], now: datetime) -> str:
+    """As `kubectl describe namespace`: labels, status, the deletion conditions, and kubectl's
+    lines for the quotas and limit ranges tinykube does not have."""
+    w = Writer()
+    width = len("Annotations:  ")
+    w.line(0, "Name", ns.metadata.name, width)
+    multi(w, 0, "Labels", fmt_map(ns.metadata.labels.items()), width)
+    multi(w, 0, "Annotations", fmt_map(ns.metadata.annotations.items(), ": "), width)
+    w.line(0, "Status", ns.status.phase, width)
+    if ns.status.conditions:
+        w.raw(0, "Conditions:")
+        rows = [
+            [c.type, c.status, fmt_time(c.lastTransitionTime), c.reason, c.message]
+            for c in ns.status.conditions
+        ]
+        w.table(1, ["Type", "Status", "LastTransitionTime", "Reason", "Message"], rows)
+    w.raw(0, "")
+    w.raw(0, "No resource quota.")
+    w.raw(0, "")
+    w.raw(0, "No LimitRange resource.")
+    return w.text()
+
+
+def describe_priority_class(pc: Any, events: list[Any], now: datetime) -> str:
+    """As `kubectl describe priorityclass`."""
+    w = Writer()
+    width = len("PreemptionPolicy:  ")
+    w.line(0, "Name", pc.metadata.name, width)
+    w.line(0, "Value", str(pc.value), width)
+    w.line(0, "GlobalDefault", "true" if pc.globalDefault else "false", width)
+    w.line(0, "PreemptionPolicy", pc.preemptionPolicy, width)
+    w.line(0, "Description", pc.description, width)
+    multi(w, 0, "Annotations", fmt_map(pc.metadata.annotations.items(), ": "), width)
+    describe_events(w, events, now)
+    return w.text()
+
+
 def describe_events(w: Writer, events: list[Any], now: datetime) -> None:
     if not events:
         w.line(0, "Events", printers.NONE)
@@ -514,6 +551,10 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
                 outputs.append(describe_replicaset(obj, list(pods.items), events, ctx.now()))
             elif info.kind == "PodDisruptionBudget":
                 outputs.append(describe_pdb(obj, events, ctx.now()))
+            elif info.kind == "Namespace":
+                outputs.append(describe_namespace(obj, events, ctx.now()))
+            elif info.kind == "PriorityClass":
+                outputs.append(describe_priority_class(obj, events, ctx.now()))
             else:
                 w = Writer()
                 describe_events(w, events, ctx.now())

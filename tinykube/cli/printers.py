@@ -331,6 +331,24 @@ def _role_binding_row(binding: Any, now: datetime, wide: bool) -> list[str]:
 
 _BINDING_COLUMNS = (["NAME", "ROLE", "AGE"], ["USERS", "GROUPS", "SERVICEACCOUNTS"])
 
+
+# ---- namespaces and priority classes ---------------------------------------------------------
+
+
+def _namespace_row(ns: Any, now: datetime, wide: bool) -> list[str]:
+    return [ns.metadata.name, ns.status.phase, age(ns.metadata.creationTimestamp, now)]
+
+
+def _priority_class_row(pc: Any, now: datetime, wide: bool) -> list[str]:
+    return [
+        pc.metadata.name,
+        str(pc.value),
+        "true" if pc.globalDefault else "false",
+        age(pc.metadata.creationTimestamp, now),
+        pc.preemptionPolicy,
+    ]
+
+
 _COLUMNS: dict[str, tuple[list[str], list[str]]] = {
     "Role": (["NAME", "CREATED AT"], []),
     "ClusterRole": (["NAME", "CREATED AT"], []),
@@ -356,6 +374,8 @@ _COLUMNS: dict[str, tuple[list[str], list[str]]] = {
         ["NAME", "MIN AVAILABLE", "MAX UNAVAILABLE", "ALLOWED DISRUPTIONS", "AGE"],
         [],
     ),
+    "Namespace": (["NAME", "STATUS", "AGE"], []),
+    "PriorityClass": (["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"], []),
 }
 
 _ROWS = {
@@ -371,6 +391,8 @@ _ROWS = {
     "Service": _service_row,
     "Endpoints": _endpoints_row,
     "PodDisruptionBudget": _pdb_row,
+    "Namespace": _namespace_row,
+    "PriorityClass": _priority_class_row,
 }
 
 

@@ -962,7 +962,8 @@ def test_namespace_cells(obj: dict[str, Any], expected: list[str]) -> None:
     ("obj", "expected"),
     [
         (
-            {"value": 2000000000, "description": "critical", "preemptionPolicy": "PreemptLowerPriority"},
+            {"value": 2000000000, "description": "critical",
+             "preemptionPolicy": "PreemptLowerPriority"},
             [2000000000, False, "PreemptLowerPriority"],
         ),
         ({"value": -5, "globalDefault": True, "preemptionPolicy": "Never"}, [-5, True, "Never"]),
