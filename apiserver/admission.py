@@ -14,8 +14,9 @@ plugins tinykube has, with kube-apiserver's rules and messages:
   from its priorityClassName, or from the global default class when it names none (which also
   fills in priorityClassName); no default class means priority 0 and PreemptLowerPriority.
   An unknown class, or a priority or preemptionPolicy that differs from the class's, is
-  Forbidden. A PriorityClass may be globalDefault only while no other class is. Classes are
-  read from the PriorityClass watch cache (etcd only for a name the cache does not have).
+  Forbidden. A PriorityClass may be globalDefault only while no other class is (checked once
+  the cache has caught up with etcd). Classes are read from the PriorityClass watch cache
+  (etcd only for a name the cache does not have).
 
 Admission runs on the event loop inside the request; its only awaits are those fallback reads.
 """
@@ -53,6 +54,8 @@ class CacheView(Protocol):
 
     @property
     def revision(self) -> int: ...
+
+    async def wait_fresh(self) -> bool: ...
 
 
 class StorageView(Protocol):
@@ -100,7 +103,10 @@ class Admission:
 
     async def validate(self, info: KindInfo, obj: object, old: object | None) -> None:
         """The validating plugins on a create (`old` None) or update, after validation."""
-        if info.kind == PRIORITY_CLASS.kind:
+        if info.kind == PRIORITY_CLASS.kind and obj.globalDefault:  # type: ignore[attr-defined]
+            # Rare, and a class made default a moment ago must count: read the cache only
+            # once it holds everything etcd has.
+            await self.classes.wait_fresh()
             self._check_default(obj, old)  # type: ignore[arg-type]
 
     # ---- NamespaceLifecycle ----------------------------------------------------------------

@@ -210,8 +210,7 @@ class APIServer:
             await asyncio.wait_for(
                 asyncio.gather(*(c.synced.wait() for c in self.caches.values())), sync_timeout
             )
-        with contextlib.suppress(TinykubeError):
-            await self.bootstrap()
+        await self._bootstrap_within(sync_timeout)
         await self._update_health()
         synced = all(c.synced.is_set() for c in self.caches.values())
         if not (synced and await self._ensure_policy()):
@@ -289,6 +288,20 @@ class APIServer:
         if not self._bootstrapped:
             log.info("system namespaces and priority classes are in place")
         self._bootstrapped = True
+
+    async def _bootstrap_within(self, seconds: float) -> None:
+        """`bootstrap`, retried for up to `seconds` (then the health loop retries)."""
+        deadline = self.clock.monotonic() + seconds
+        while True:
+            try:
+                await self.bootstrap()
+                return
+            except TinykubeError as exc:
+                if self.clock.monotonic() >= deadline:
+                    log.warning("creating the system namespaces failed (retrying): %s", exc)
+                    return
+                log.info("creating the system namespaces failed, retrying: %s", exc)
+            await self.clock.sleep(0.2)
 
     async def _update_health(self) -> bool:
         try:

@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 OPENAPI_V2_PROTOBUF_ACCEPT = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
 OPENAPI_V2_PROTOBUF_TYPE = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 
+_NAMESPACE_SUBRESOURCES = ("status", "finalize")
 _RESOURCE = web.RequestKey("tinykube_resource", StatusResource)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Named health checks: name -> "is it passing".
@@ -237,7 +238,10 @@ class RestServer:
             self._only_get(request)
             return self._json(discovery.resource_list(gv))
         namespace: str | None = None
-        if rest[0] == "namespaces" and len(rest) >= 3:
+        # /api/v1/namespaces/x/status and .../finalize are the namespace's own subresources,
+        # not a resource named "status" in namespace x.
+        own = core and len(rest) == 3 and rest[2] in _NAMESPACE_SUBRESOURCES
+        if rest[0] == "namespaces" and len(rest) >= 3 and not own:
             namespace, rest = rest[1], rest[2:]
         if len(rest) > 3:
             raise not_found_path()

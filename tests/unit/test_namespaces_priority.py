@@ -266,6 +266,9 @@ class FakeCache:
     state: dict[bytes, CachedObject] = field(default_factory=dict)
     revision: int = 1
 
+    async def wait_fresh(self) -> bool:
+        return True
+
     def put(self, obj: Any) -> None:
         codec = Codec(self.info.message, self.info.namespaced, fields_of(self.info.kind))
         key = f"{PREFIX}/{self.info.plural}/{obj.metadata.name}".encode()
