@@ -35,6 +35,9 @@ from typing import Any
 
 import numpy as np
 
+# bench/ is a folder of scripts, not a package: its helpers import by path.
+from namespaces import ensure_namespace
+
 from tinykube.client import Client
 from tinykube.launcher import LocalCluster
 from tinykube.v1 import pod_pb2
@@ -99,6 +102,7 @@ async def measure_latency(client: Client, run: int, cfg: Config) -> dict[str, An
         (f"concurrency_{cfg.concurrency}", cfg.concurrency),
     ):
         ns = f"bench-{run}-{concurrency}"
+        await ensure_namespace(client, ns)
         pods = [make_pod(f"p-{i:05d}", ns) for i in range(cfg.requests)]
         # Warm the connection and the server's code paths outside the measurement.
         await client.pods.create(make_pod("warm-up", ns))
@@ -114,6 +118,7 @@ async def measure_latency(client: Client, run: int, cfg: Config) -> dict[str, An
 
 async def measure_fanout(client: Client, run: int, watchers: int, cfg: Config) -> dict[str, Any]:
     ns = f"fanout-{run}-{watchers}"
+    await ensure_namespace(client, ns)
     listed = await client.pods.list(ns)
     rv = listed.metadata.resourceVersion
     received = [0] * watchers

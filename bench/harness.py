@@ -79,6 +79,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # bench/ is a folder of scripts, not a package: its helpers import by path.
 import plot
 import sysmetrics
+from namespaces import ensure_namespace
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
@@ -567,6 +568,7 @@ class Run:
         )
         made: list[tuple[str, str]] = []
         counts = {"nodes_created": 0, "pods_created": 0, "deleted": 0, "errors": 0}
+        await ensure_namespace(client, "churn")
         i = 0
         while not stop.is_set():
             for kind, name in made:
@@ -938,6 +940,7 @@ class Run:
         namespace = op.get("namespace") or ("measure" if op.get("collectMetrics") else f"init-{i}")
         if count <= 0:
             return
+        await ensure_namespace(client, namespace)
         if op.get("collectMetrics"):
             if self.measured:
                 raise ValueError("only one op may collect metrics")

@@ -36,6 +36,7 @@ import aiohttp
 
 # bench/ is a folder of scripts, not a package: its helpers import by path.
 from api_latency import make_pod, median_of, percentiles
+from namespaces import ensure_namespace
 
 from tinykube.client import Client
 from tinykube.launcher import LocalCluster
@@ -59,6 +60,7 @@ class Config:
 
 
 async def create_pods(client: Client, namespace: str, count: int) -> None:
+    await ensure_namespace(client, namespace)
     names = iter(range(count))
 
     async def worker() -> None:
@@ -98,6 +100,7 @@ async def measure_fanout(
     http: aiohttp.ClientSession, client: Client, base: str, run: int, cfg: Config
 ) -> dict[str, Any]:
     ns = f"fanout-{run}"
+    await ensure_namespace(client, ns)
     listed = await client.pods.list(ns)
     rv = listed.metadata.resourceVersion
     url = f"{base}/api/v1/namespaces/{ns}/pods?watch=1&resourceVersion={rv}"

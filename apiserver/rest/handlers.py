@@ -35,7 +35,7 @@ from apiserver.podlogs import PodLogOptions, PodLogs
 from apiserver.registry import generate_name
 from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
-from apiserver.rest import patch, tables
+from apiserver.rest import kubeproto, patch, tables
 from apiserver.rest.codec import AS_JSON, AS_TABLE, AS_YAML, KindCodec, dumps
 from apiserver.rest.discovery import Resource
 from apiserver.rest.status import (
@@ -398,11 +398,17 @@ class ResourceHandlers:
     async def _decoded(
         self, request: web.Request, target: Target, q: Query
     ) -> tuple[Message, list[str]]:
-        body, media = await self._body(request, codecs.BODY_TYPES)
-        assert target.resource.info is not None
-        doc = codecs.parse_object_body(body, media)
+        info = target.resource.info
+        assert info is not None
+        protobuf = kubeproto.supports(info.api_version, info.kind)
+        allowed = (*codecs.BODY_TYPES, codecs.PROTOBUF) if protobuf else codecs.BODY_TYPES
+        body, media = await self._body(request, allowed)
+        if media == codecs.PROTOBUF:
+            doc = kubeproto.decode(body)
+        else:
+            doc = codecs.parse_object_body(body, media)
         validation = q.choice("fieldValidation", ("Strict", "Warn", "Ignore"), "Warn")
-        return self.codecs[target.resource.info.kind].decode(doc, validation)
+        return self.codecs[info.kind].decode(doc, validation)
 
     def _dry_run(self, q: Query) -> bool:
         values = self.query_all(q, "dryRun")

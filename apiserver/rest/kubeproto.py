@@ -1,10 +1,13 @@
-"""The few Kubernetes protobuf bodies tinykube must read: a SelfSubjectAccessReview.
+"""The few Kubernetes protobuf bodies tinykube must read: a SelfSubjectAccessReview, Namespaces.
 
-kubectl's typed clients (`kubectl auth can-i`) post built-in kinds as
-application/vnd.kubernetes.protobuf: the magic bytes "k8s\\0", then a runtime.Unknown
+kubectl's typed clients (`kubectl auth can-i`, `kubectl create namespace`) post built-in kinds
+as application/vnd.kubernetes.protobuf: the magic bytes "k8s\\0", then a runtime.Unknown
 (typeMeta 1, raw 2) whose raw bytes are the object in k8s.io/api's generated.proto numbering.
-`self_subject_access_review(body)` turns one into the JSON dict the review code reads. Only the
-fields the review uses are read; unknown fields are skipped, as protobuf readers do. Pure.
+`self_subject_access_review(body)` turns one into the JSON dict the review code reads;
+`decode(body)` does the same for the stored kinds in `SCHEMAS` (read with a small schema per
+kind, so the body then goes through the same decoding as a JSON one; others stay 415). Only
+the fields tinykube uses are read; unknown fields (timestamps, managedFields: server-owned)
+are skipped, as protobuf readers do. Pure.
 """
 
 from __future__ import annotations
@@ -100,3 +103,108 @@ def self_subject_access_review(body: bytes) -> dict[str, Any]:
         "apiVersion": "authorization.k8s.io/v1",
         "spec": spec,
     }
+
+
+# ---- stored kinds ----------------------------------------------------------------------------
+
+# A field: (JSON name, type), type one of "string", "int", "bool", "strings" (repeated), "map"
+# (map<string,string>) or the name of a nested schema ("+Name" for a repeated one).
+Schema = dict[int, tuple[str, str]]
+
+_NESTED: dict[str, Schema] = {
+    "ObjectMeta": {
+        1: ("name", "string"),
+        2: ("generateName", "string"),
+        3: ("namespace", "string"),
+        5: ("uid", "string"),
+        6: ("resourceVersion", "string"),
+        7: ("generation", "int"),
+        11: ("labels", "map"),
+        12: ("annotations", "map"),
+        13: ("ownerReferences", "+OwnerReference"),
+        14: ("finalizers", "strings"),
+    },
+    "OwnerReference": {
+        1: ("kind", "string"),
+        3: ("name", "string"),
+        4: ("uid", "string"),
+        5: ("apiVersion", "string"),
+        6: ("controller", "bool"),
+        7: ("blockOwnerDeletion", "bool"),
+    },
+    "NamespaceSpec": {1: ("finalizers", "strings")},
+    "NamespaceStatus": {1: ("phase", "string")},
+}
+# The stored kinds whose protobuf bodies are read, by (apiVersion, kind).
+SCHEMAS: dict[tuple[str, str], Schema] = {
+    ("v1", "Namespace"): {
+        1: ("metadata", "ObjectMeta"),
+        2: ("spec", "NamespaceSpec"),
+        3: ("status", "NamespaceStatus"),
+    },
+}
+
+
+def supports(api_version: str, kind: str) -> bool:
+    return (api_version, kind) in SCHEMAS
+
+
+def _bad(detail: str) -> BadRequestError:
+    return BadRequestError(f"the protobuf request body cannot be decoded: {detail}")
+
+
+def _text(value: int | bytes) -> str:
+    if not isinstance(value, bytes):
+        raise _bad("a string field holds a number")
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _bad("a string field is not UTF-8") from None
+
+
+def _message(data: bytes, schema: Schema) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for number, value in fields(data):
+        field = schema.get(number)
+        if field is None:
+            continue
+        name, type_ = field
+        if type_ == "string":
+            out[name] = _text(value)
+        elif type_ in ("int", "bool"):
+            if not isinstance(value, int):
+                raise _bad(f"{name} is not a number")
+            out[name] = bool(value) if type_ == "bool" else value
+        elif type_ == "strings":
+            out.setdefault(name, []).append(_text(value))
+        elif type_ == "map":
+            if not isinstance(value, bytes):
+                raise _bad(f"{name} is not a map entry")
+            entry = _message(value, {1: ("key", "string"), 2: ("value", "string")})
+            out.setdefault(name, {})[entry.get("key", "")] = entry.get("value", "")
+        else:
+            if not isinstance(value, bytes):
+                raise _bad(f"{name} is not a message")
+            nested = _message(value, _NESTED[type_.lstrip("+")])
+            if type_.startswith("+"):
+                out.setdefault(name, []).append(nested)
+            else:
+                out[name] = nested
+    return {k: v for k, v in out.items() if v not in ("", {}, [], 0, False)}
+
+
+def decode(body: bytes) -> dict[str, Any]:
+    """The stored-kind object a Kubernetes protobuf body holds, as a Kubernetes JSON dict."""
+    if not body.startswith(MAGIC):
+        raise _bad("it does not start with the k8s protobuf prefix")
+    unknown = dict(fields(body[len(MAGIC) :]))
+    type_meta = unknown.get(1, b"")
+    raw = unknown.get(2, b"")
+    if not isinstance(type_meta, bytes) or not isinstance(raw, bytes):
+        raise _bad("malformed envelope")
+    meta = _message(type_meta, {1: ("apiVersion", "string"), 2: ("kind", "string")})
+    api_version, kind = meta.get("apiVersion", ""), meta.get("kind", "")
+    schema = SCHEMAS.get((api_version, kind))
+    if schema is None:
+        raise _bad(f"{api_version or '<none>'} {kind or '<none>'} is not read from protobuf")
+    return {"apiVersion": api_version, "kind": kind, **_message(raw, schema)}

@@ -134,6 +134,14 @@ def test_api_resources(cluster: UpCluster) -> None:
     assert rows["events"] == ["events", "ev", "v1", "true", "Event"]
     assert rows["replicasets"] == ["replicasets", "rs", "apps/v1", "true", "ReplicaSet"]
     assert rows["leases"] == ["leases", "coordination.k8s.io/v1", "true", "Lease"]
+    assert rows["namespaces"] == ["namespaces", "ns", "v1", "false", "Namespace"]
+    assert rows["priorityclasses"] == [
+        "priorityclasses",
+        "pc",
+        "scheduling.k8s.io/v1",
+        "false",
+        "PriorityClass",
+    ]
     wide = ok(cluster.kubectl("api-resources", "--api-group=apps", "-o", "wide"))
     assert_output(
         wide,

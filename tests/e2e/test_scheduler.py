@@ -24,7 +24,7 @@ from tinykube.errors import NotFoundError
 from tinykube.informer import Informer
 from tinykube.launcher import LocalCluster
 from tinykube.quantity import milli_value, value
-from tinykube.v1 import node_pb2, pod_pb2
+from tinykube.v1 import node_pb2, pod_pb2, priorityclass_pb2
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -358,9 +358,14 @@ async def test_preemption_evicts_lower_priority_pod(cluster: Cluster) -> None:
         low.spec.terminationGracePeriodSeconds = 0  # no kubelet here to confirm deletion
         await client.pods.create(low)
     await eventually(lambda: all_bound(client, 2), what="low-priority pods bound")
+    # As on Kubernetes, a pod's priority comes from its PriorityClass (admission fills it in).
+    pc = priorityclass_pb2.PriorityClass(value=1000)
+    pc.metadata.name = "high"
+    await client.priority_classes.create(pc)
     high = make_pod("high", cpu="1")
-    high.spec.priority = 1000
-    await client.pods.create(high)
+    high.spec.priorityClassName = "high"
+    created = await client.pods.create(high)
+    assert created.spec.priority == 1000
 
     async def high_bound() -> str:
         return (await client.pods.get("high", NS)).spec.nodeName

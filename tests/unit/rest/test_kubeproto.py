@@ -1,0 +1,87 @@
+"""Kubernetes-protobuf request bodies (what kubectl's typed commands send) read as JSON dicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from apiserver.rest import kubeproto
+from tinykube.errors import BadRequestError
+
+# `kubectl create namespace scratch` (v1.37), byte for byte.
+KUBECTL_CREATE_NAMESPACE = bytes.fromhex(
+    "6b387300 0a0f0a02 76311209 4e616d65 73706163 65121f0a 170a0773 63726174"
+    "63681200 1a002200 2a003200 38004200 12001a02 0a001a00 2200"
+)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    assert len(payload) < 128
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def text(number: int, value: str) -> bytes:
+    return field(number, value.encode())
+
+
+def envelope(api_version: str, kind: str, raw: bytes) -> bytes:
+    type_meta = text(1, api_version) + text(2, kind)
+    return kubeproto.MAGIC + field(1, type_meta) + field(2, raw)
+
+
+def test_what_kubectl_create_namespace_sends() -> None:
+    assert kubeproto.decode(KUBECTL_CREATE_NAMESPACE) == {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "scratch"},
+    }
+
+
+def test_labels_annotations_finalizers_and_owner_references() -> None:
+    meta = (
+        text(1, "team")
+        + field(11, text(1, "a") + text(2, "1"))
+        + field(11, text(1, "b") + text(2, "2"))
+        + field(12, text(1, "note") + text(2, "hi"))
+        + text(14, "example.com/x")
+        + field(13, text(1, "Thing") + text(3, "t") + text(4, "u-1") + bytes([6 << 3, 1]))
+        + bytes([7 << 3, 3])  # generation
+    )
+    spec = text(1, "kubernetes") + text(1, "example.com/y")
+    body = envelope(
+        "v1", "Namespace", field(1, meta) + field(2, spec) + field(3, text(1, "Active"))
+    )
+    assert kubeproto.decode(body) == {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": "team",
+            "labels": {"a": "1", "b": "2"},
+            "annotations": {"note": "hi"},
+            "finalizers": ["example.com/x"],
+            "ownerReferences": [{"kind": "Thing", "name": "t", "uid": "u-1", "controller": True}],
+            "generation": 3,
+        },
+        "spec": {"finalizers": ["kubernetes", "example.com/y"]},
+        "status": {"phase": "Active"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        (b'{"kind": "Namespace"}', "it does not start with the k8s protobuf prefix"),
+        (envelope("v1", "Pod", b""), "v1 Pod is not read from protobuf"),
+        (KUBECTL_CREATE_NAMESPACE[:-3], "truncated"),
+        (envelope("v1", "Namespace", field(1, text(1, "x")[:-1] + b"\xff")), "not UTF-8"),
+    ],
+    ids=["JSON", "another kind", "cut short", "bad text"],
+)
+def test_bodies_that_cannot_be_read_are_bad_requests(body: bytes, detail: str) -> None:
+    with pytest.raises(BadRequestError) as caught:
+        kubeproto.decode(body)
+    assert detail in caught.value.message
+
+
+def test_only_the_kinds_with_a_schema_are_supported() -> None:
+    assert kubeproto.supports("v1", "Namespace")
+    assert not kubeproto.supports("v1", "Pod")
