@@ -489,6 +489,8 @@ class Run:
         qps: float = 0.0,
     ) -> dict[str, Any]:
         """Create `count` pods through `--creators` podcreator processes; their merged summary."""
+        async with Client(self.cluster.api_address, timeout=60.0) as client:
+            await ensure_namespace(client, namespace)
         tpl_file = self.work / f"template-{namespace}.json"
         tpl_file.write_text(json.dumps(template))
         n = max(1, min(self.opts.creators, count))
