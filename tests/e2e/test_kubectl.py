@@ -442,6 +442,7 @@ def test_describe_pod(cluster: UpCluster) -> None:
         """
 Name:         greeter
 Namespace:    default
+Priority:     0
 Node:         node-<*>/<ip>
 Start Time:   <time>
 Labels:       app=greeter
