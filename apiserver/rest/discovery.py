@@ -62,7 +62,12 @@ class Resource:
     def verbs(self) -> tuple[str, ...]:
         if self.only_verbs:
             return self.only_verbs
-        return ALL_VERBS if self.stored else READ_VERBS
+        if not self.stored:
+            return READ_VERBS
+        if self.kind == NAMESPACE.kind:
+            # As kube-apiserver: namespaces are deleted one at a time, never as a collection.
+            return tuple(v for v in ALL_VERBS if v != "deletecollection")
+        return ALL_VERBS
 
     @property
     def singular(self) -> str:

@@ -275,7 +275,11 @@ class ResourceHandlers:
                 return await self.list_collection(request, target, q, service)
             if method == "POST" and (target.namespace is not None or not res.namespaced):
                 return await self.create(request, target, q, service)
-            if method == "DELETE" and (target.namespace is not None or not res.namespaced):
+            if (
+                method == "DELETE"
+                and (target.namespace is not None or not res.namespaced)
+                and "deletecollection" in res.verbs
+            ):
                 return await self.delete_collection(request, target, q, service)
             raise method_not_allowed()
         if sub is None:

@@ -206,6 +206,13 @@ async def test_system_namespaces_may_not_be_deleted(stubs: Stubs, http: Any, nam
     assert body["details"] == {"name": name, "kind": "namespaces"}
 
 
+async def test_namespaces_are_not_deleted_as_a_collection(http: Any) -> None:
+    code, body = await call(http, "DELETE", "/api/v1/namespaces")
+    assert (code, body["reason"]) == (405, "MethodNotAllowed")
+    code, _ = await call(http, "GET", "/api/v1/namespaces/default")
+    assert code == 200
+
+
 async def test_pods_get_their_class_priority(stubs: Stubs, http: Any) -> None:
     await create_class(stubs, priority_class("high", 1000, preemptionPolicy="Never"))
     pod = make_pod("important")
