@@ -216,7 +216,7 @@ class Admission:
             )
         spec.priority = priority
         if policy is not None:
-            if spec.HasField("preemptionPolicy") and spec.preemptionPolicy != policy:
+            if spec.preemptionPolicy and spec.preemptionPolicy != policy:
                 raise self._pod_forbidden(
                     pod,
                     f"the string value of PreemptionPolicy ({spec.preemptionPolicy}) must not "

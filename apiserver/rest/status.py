@@ -253,7 +253,7 @@ def status_of(
         return 404, body, {}
     if isinstance(exc, ForbiddenError):
         res = _named(res, exc.message)
-        forbidden = dict(exc.details) if exc.details else (about or _details(res))
+        forbidden: dict[str, Any] = dict(exc.details) if exc.details else (about or _details(res))
         if exc.causes:
             forbidden["causes"] = [
                 {"reason": reason, "message": message, "field": field}

@@ -227,11 +227,17 @@ def test_value_and_preemption_policy_are_immutable() -> None:
 # ---- pods' priority fields ------------------------------------------------------------------
 
 
-def make_pod(name: str = "web", namespace: str = "default", **spec: Any) -> pod_pb2.Pod:
-    pod = pod_pb2.Pod(
+def raw_pod(name: str = "web", namespace: str = "default", **spec: Any) -> pod_pb2.Pod:
+    """A pod as a client sends it: what admission sees (it runs before the strategy)."""
+    return pod_pb2.Pod(
         metadata=meta_pb2.ObjectMeta(name=name, namespace=namespace),
         spec=pod_pb2.PodSpec(containers=[pod_pb2.Container(name="c", image="busybox")], **spec),
     )
+
+
+def make_pod(name: str = "web", namespace: str = "default", **spec: Any) -> pod_pb2.Pod:
+    """A pod as stored: defaults applied."""
+    pod = raw_pod(name, namespace, **spec)
     Strategy(POD).prepare_for_create(pod, NOW)
     return pod
 
@@ -247,7 +253,13 @@ def test_pod_preemption_policy_and_class_name_are_validated() -> None:
 
 def test_a_pod_update_keeps_its_admitted_priority_and_may_not_change_it() -> None:
     old = make_pod(priorityClassName="high", priority=1000, preemptionPolicy="Never")
-    new = make_pod(priorityClassName="high")  # as a manifest without the admitted fields
+    # As a manifest without the admitted fields (an update is not defaulted as a create is).
+    new = pod_pb2.Pod(
+        metadata=meta_pb2.ObjectMeta(name="web", namespace="default"),
+        spec=pod_pb2.PodSpec(
+            containers=[pod_pb2.Container(name="c", image="busybox")], priorityClassName="high"
+        ),
+    )
     Strategy(POD).prepare_for_update(new, old)
     assert (new.spec.priority, new.spec.preemptionPolicy) == (1000, "Never")
     assert validate_update(POD, new, old) == []
@@ -326,14 +338,14 @@ def terminating(name: str) -> namespace_pb2.Namespace:
 
 async def test_create_in_an_existing_namespace_reads_only_the_cache() -> None:
     w = world()
-    await w.admission.admit(POD, make_pod())
+    await w.admission.admit(POD, raw_pod())
     assert w.storage.reads == []
 
 
 async def test_create_in_a_missing_namespace_is_not_found_naming_the_namespace() -> None:
     w = world()
     with pytest.raises(NotFoundError) as caught:
-        await w.admission.admit(POD, make_pod(namespace="nowhere"))
+        await w.admission.admit(POD, raw_pod(namespace="nowhere"))
     assert caught.value.message == 'namespaces "nowhere" not found'
     assert caught.value.subject == ("", "namespaces", "nowhere")
     assert w.storage.reads == [b"/registry/namespaces/nowhere"]  # the cache may lag: etcd
@@ -342,13 +354,13 @@ async def test_create_in_a_missing_namespace_is_not_found_naming_the_namespace()
 async def test_a_namespace_the_cache_has_not_seen_yet_is_found_in_etcd() -> None:
     w = world()
     w.storage.put(NAMESPACE, make_namespace("fresh"))
-    await w.admission.admit(POD, make_pod(namespace="fresh"))
+    await w.admission.admit(POD, raw_pod(namespace="fresh"))
 
 
 @pytest.mark.parametrize(
     ("info", "obj", "head"),
     [
-        (POD, make_pod(namespace="gone"), 'pods "web"'),
+        (POD, raw_pod(namespace="gone"), 'pods "web"'),
         (POD, pod_pb2.Pod(metadata=meta_pb2.ObjectMeta(generateName="web-", namespace="gone")),
          'pods "web-"'),
         (REPLICA_SET,
@@ -377,10 +389,10 @@ async def test_a_namespace_this_apiserver_is_deleting_is_looked_up_live_for_a_wh
     w.storage.put(NAMESPACE, terminating("team"))
     w.admission.namespace_deleting("team")
     with pytest.raises(ForbiddenError):
-        await w.admission.admit(POD, make_pod(namespace="team"))
+        await w.admission.admit(POD, raw_pod(namespace="team"))
     w.clock.advance(31)
     w.storage.reads.clear()
-    await w.admission.admit(POD, make_pod(namespace="team"))
+    await w.admission.admit(POD, raw_pod(namespace="team"))
     assert w.storage.reads == []
 
 
@@ -433,7 +445,7 @@ async def test_priority_admission_fills_in_the_pod(
     w = world(*classes, *(
         make_class(pc.metadata.name, pc.value) for pc in system_priority_classes()
     ))  # fmt: skip
-    pod = make_pod(**spec)
+    pod = raw_pod(**spec)
     await w.admission.admit(POD, pod)
     assert (pod.spec.priorityClassName, pod.spec.priority, pod.spec.preemptionPolicy) == expected
 
@@ -461,14 +473,14 @@ async def test_priority_admission_fills_in_the_pod(
 async def test_priority_admission_refuses(spec: dict[str, Any], expected: str) -> None:
     w = world(make_class("high", 1000))
     with pytest.raises(ForbiddenError) as caught:
-        await w.admission.admit(POD, make_pod(**spec))
+        await w.admission.admit(POD, raw_pod(**spec))
     assert caught.value.message == expected
 
 
 async def test_a_class_created_moments_ago_is_found_in_etcd() -> None:
     w = world()
     w.storage.put(PRIORITY_CLASS, make_class("fresh", 42))
-    pod = make_pod(priorityClassName="fresh")
+    pod = raw_pod(priorityClassName="fresh")
     await w.admission.admit(POD, pod)
     assert pod.spec.priority == 42
 
@@ -492,10 +504,10 @@ async def test_only_one_global_default() -> None:
 
 async def test_the_default_is_recomputed_when_the_classes_change() -> None:
     w = world()
-    first = make_pod()
+    first = raw_pod()
     await w.admission.admit(POD, first)
     assert first.spec.priority == 0
     w.classes.put(make_class("base", 9, default=True))
-    second = make_pod()
+    second = raw_pod()
     await w.admission.admit(POD, second)
     assert (second.spec.priorityClassName, second.spec.priority) == ("base", 9)
