@@ -242,15 +242,26 @@ async def test_rest_bad_fields_are_422_and_label_keys_are_folded(api: Api) -> No
         }
     }
     bad["spec"]["schedulingGates"] = [{"name": "a"}, {"name": "a"}]
-    bad["spec"]["preemptionPolicy"] = "Sometimes"
     code, status = await api.call("POST", PODS, bad)
     assert code == 422 and status["reason"] == "Invalid", status
     fields = {c["field"] for c in status["details"]["causes"]}
     assert fields == {
         "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight",
         "spec.schedulingGates[1]",
-        "spec.preemptionPolicy",
     }
+    # A preemptionPolicy other than the class's (PreemptLowerPriority without one) is refused
+    # by Priority admission, which runs before validation, as on Kubernetes.
+    other = json.loads(json.dumps(body))
+    other["metadata"]["name"] = "bad-policy"
+    other["spec"]["preemptionPolicy"] = "Sometimes"
+    code, refused = await api.call("POST", PODS, other)
+    assert (code, refused["reason"], refused["message"]) == (
+        403,
+        "Forbidden",
+        'pods "bad-policy" is forbidden: the string value of PreemptionPolicy (Sometimes) must '
+        "not be provided in pod spec; priority admission controller computed "
+        "PreemptLowerPriority from the given PriorityClass name",
+    ), refused
     assert (
         "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight: "
         "Invalid value: 0: must be in the range 1-100" in status["message"]
