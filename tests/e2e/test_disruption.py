@@ -19,7 +19,7 @@ from tests.e2e.test_scheduler import SCHED_ARGS, make_node, make_pod
 from tests.e2e.waiting import eventually
 from tinykube.client import Client
 from tinykube.launcher import LocalCluster
-from tinykube.v1 import pod_pb2
+from tinykube.v1 import pod_pb2, priorityclass_pb2
 from tinykube.v1 import poddisruptionbudget_pb2 as pdb_pb2
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -45,9 +45,17 @@ async def client(tmp_path: Path) -> AsyncIterator[Client]:
 def placed(name: str, node: str, priority: int, app: str) -> pod_pb2.Pod:
     p = make_pod(name, cpu="2")
     p.spec.nodeName = node
-    p.spec.priority = priority
+    p.spec.priorityClassName = f"prio-{priority}"
     p.metadata.labels["app"] = app
     return p
+
+
+async def create_classes(client: Client, *values: int) -> None:
+    """As on Kubernetes, a pod's priority comes from its PriorityClass (admission fills it in)."""
+    for value in values:
+        pc = priorityclass_pb2.PriorityClass(value=value)
+        pc.metadata.name = f"prio-{value}"
+        await client.priority_classes.create(pc)
 
 
 def condition(pod: pod_pb2.Pod, type_: str) -> pod_pb2.PodCondition | None:
@@ -57,6 +65,7 @@ def condition(pod: pod_pb2.Pod, type_: str) -> pod_pb2.PodCondition | None:
 async def test_preemption_takes_the_victim_that_keeps_the_budget(client: Client) -> None:
     for name in ("a", "b"):
         await client.nodes.create(make_node(name, cpu="2"))
+    await create_classes(client, 1, 2, 100)
     await client.pods.create(placed("guarded", "a", 1, "guarded"))
     await client.pods.create(placed("free", "b", 2, "free"))
     await client.pod_disruption_budgets.create(
@@ -83,8 +92,8 @@ async def test_preemption_takes_the_victim_that_keeps_the_budget(client: Client)
     )
 
     high = make_pod("high", cpu="1")
-    high.spec.priority = 100
-    await client.pods.create(high)
+    high.spec.priorityClassName = "prio-100"
+    assert (await client.pods.create(high)).spec.priority == 100
 
     async def nominated() -> str:
         return (await client.pods.get("high", NS)).status.nominatedNodeName
