@@ -144,6 +144,7 @@ _VERBS: dict[str, tuple[str, str]] = {
     "Bind": ("create", "binding"),
     "BindBatch": ("create", "binding"),
     "Evict": ("create", "eviction"),
+    "Finalize": ("update", "finalize"),
 }
 _KIND_OF_SERVICE: dict[str, KindInfo] = {info.service: info for info in ALL_KINDS}
 _PUSHBACK = ((RETRY_PUSHBACK_KEY, str(RETRY_AFTER_SECONDS * 1000)),)
@@ -153,7 +154,7 @@ def _namespace_of(method: str, info: KindInfo) -> Callable[[Any], str]:
     """How to read a unary method's request namespace (for the classifier)."""
     if method in ("Get", "List", "Delete"):
         return lambda request: str(request.namespace)
-    if method in ("Create", "Update", "UpdateStatus"):
+    if method in ("Create", "Update", "UpdateStatus", "Finalize"):
         field = info.request_field
         return lambda request: str(getattr(request, field).metadata.namespace)
     if method == "Bind":

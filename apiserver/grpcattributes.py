@@ -16,6 +16,10 @@ equivalent REST request (apiserver/rest/attributes.py), so one policy governs bo
 | Pods/Bind | create | binding | the pod's |
 | Pods/BindBatch | create | binding | each pod's (one attribute set per distinct pod) |
 | Pods/Evict | create | eviction | the pod's |
+| Namespaces/Finalize | update | finalize | the namespace's |
+
+A namespace's own requests carry its name as their namespace too, as kube-apiserver's
+RequestInfo gives `/api/v1/namespaces/<name>`.
 
 A namespaced kind's request without a namespace means "default" for a single object (as the
 resource layer reads it) and "all namespaces" for List and Watch. Methods outside the kinds'
@@ -28,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from apiserver.auth.authorizer import Attributes, selected_name
-from tinykube.kinds import ALL_KINDS, KindInfo
+from tinykube.kinds import ALL_KINDS, NAMESPACE, KindInfo
 
 # Method name -> (verb, subresource).
 METHOD_VERBS: dict[str, tuple[str, str]] = {
@@ -43,6 +47,7 @@ METHOD_VERBS: dict[str, tuple[str, str]] = {
     "Bind": ("create", "binding"),
     "BindBatch": ("create", "binding"),
     "Evict": ("create", "eviction"),
+    "Finalize": ("update", "finalize"),
 }
 
 _BY_SERVICE: dict[str, KindInfo] = {info.service: info for info in ALL_KINDS}
@@ -82,7 +87,7 @@ def grpc_attributes(method: str, request: Any) -> tuple[Attributes, ...]:
         namespace, obj_name = request.namespace, request.name
     elif name == "Create":
         namespace, obj_name = getattr(request, info.request_field).metadata.namespace, ""
-    elif name in ("Update", "UpdateStatus"):
+    elif name in ("Update", "UpdateStatus", "Finalize"):
         meta = getattr(request, info.request_field).metadata
         namespace, obj_name = meta.namespace, meta.name
     elif name == "Bind":
@@ -102,4 +107,6 @@ def grpc_attributes(method: str, request: Any) -> tuple[Attributes, ...]:
         meta = request.eviction.metadata
         namespace, obj_name = meta.namespace, meta.name
     namespace = (namespace or "default") if namespaced else ""
+    if info.kind == NAMESPACE.kind:
+        namespace = obj_name
     return (Attributes(verb, plural, group, sub, namespace, obj_name),)

@@ -40,7 +40,7 @@ def request_for(info: KindInfo, method: str) -> Any:
         return meta_pb2.ListRequest(namespace=ns, fieldSelector="status.phase=Running")
     if method in ("Watch", "WatchBatch"):
         return meta_pb2.WatchRequest(namespace=ns, fieldSelector="metadata.name=x")
-    if method in ("Create", "Update", "UpdateStatus"):
+    if method in ("Create", "Update", "UpdateStatus", "Finalize"):
         request = (info.create_request if method == "Create" else info.update_request)()
         meta = getattr(request, info.request_field).metadata
         meta.name, meta.namespace = "x", ns
@@ -66,8 +66,10 @@ def expected_for(info: KindInfo, method: str) -> tuple[Attributes, ...]:
     ns = "team" if info.namespaced else ""
 
     def one(name: str = "x", **kw: Any) -> Attributes:
+        # A namespace's own requests carry its name as their namespace (kube's RequestInfo).
+        namespace = name if info.kind == kinds.NAMESPACE.kind and "field_selector" not in kw else ns
         return Attributes(
-            verb, info.plural, info.group, subresource=sub, namespace=ns, name=name, **kw
+            verb, info.plural, info.group, subresource=sub, namespace=namespace, name=name, **kw
         )
 
     if method == "Create":
@@ -107,6 +109,15 @@ def test_method_attributes(info: KindInfo, method: str) -> None:
             "/tinykube.v1.Nodes/Get",
             meta_pb2.GetRequest(namespace="ignored", name="n1"),
             (Attributes("get", "nodes", name="n1"),),
+        ),
+        (
+            "/tinykube.v1.Namespaces/Finalize",
+            kinds.NAMESPACE.update_request(namespace={"metadata": {"name": "team"}}),
+            (
+                Attributes(
+                    "update", "namespaces", subresource="finalize", namespace="team", name="team"
+                ),
+            ),
         ),
         ("/grpc.health.v1.Health/Check", None, ()),
         ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", None, ()),

@@ -26,6 +26,8 @@ def route(group: str, plural: str, sub: str, namespaced: bool) -> None:
     prefix = f"/apis/{group}/v1" if group else "/api/v1"
     ns = "/namespaces/team" if namespaced else ""
     namespace = "team" if namespaced else ""
+    # A namespace's own requests carry its name as their namespace (kube's RequestInfo).
+    own = "x" if (group, plural) == ("", "namespaces") else namespace
     base = f"{prefix}{ns}/{plural}"
     rows: list[tuple[str, str, dict[str, str], Attributes]]
     if sub:
@@ -35,25 +37,25 @@ def route(group: str, plural: str, sub: str, namespaced: bool) -> None:
                 "GET",
                 one,
                 {},
-                a("get", plural, group, subresource=sub, namespace=namespace, name="x"),
+                a("get", plural, group, subresource=sub, namespace=own, name="x"),
             ),
             (
                 "PUT",
                 one,
                 {},
-                a("update", plural, group, subresource=sub, namespace=namespace, name="x"),
+                a("update", plural, group, subresource=sub, namespace=own, name="x"),
             ),
             (
                 "PATCH",
                 one,
                 {},
-                a("patch", plural, group, subresource=sub, namespace=namespace, name="x"),
+                a("patch", plural, group, subresource=sub, namespace=own, name="x"),
             ),
             (
                 "POST",
                 one,
                 {},
-                a("create", plural, group, subresource=sub, namespace=namespace, name="x"),
+                a("create", plural, group, subresource=sub, namespace=own, name="x"),
             ),
         ]
     else:
@@ -63,11 +65,11 @@ def route(group: str, plural: str, sub: str, namespaced: bool) -> None:
             ("GET", base, {"watch": "0"}, a("list", plural, group, namespace=namespace)),
             ("POST", base, {}, a("create", plural, group, namespace=namespace)),
             ("DELETE", base, {}, a("deletecollection", plural, group, namespace=namespace)),
-            ("GET", f"{base}/x", {}, a("get", plural, group, namespace=namespace, name="x")),
-            ("HEAD", f"{base}/x", {}, a("get", plural, group, namespace=namespace, name="x")),
-            ("PUT", f"{base}/x", {}, a("update", plural, group, namespace=namespace, name="x")),
-            ("PATCH", f"{base}/x", {}, a("patch", plural, group, namespace=namespace, name="x")),
-            ("DELETE", f"{base}/x", {}, a("delete", plural, group, namespace=namespace, name="x")),
+            ("GET", f"{base}/x", {}, a("get", plural, group, namespace=own, name="x")),
+            ("HEAD", f"{base}/x", {}, a("get", plural, group, namespace=own, name="x")),
+            ("PUT", f"{base}/x", {}, a("update", plural, group, namespace=own, name="x")),
+            ("PATCH", f"{base}/x", {}, a("patch", plural, group, namespace=own, name="x")),
+            ("DELETE", f"{base}/x", {}, a("delete", plural, group, namespace=own, name="x")),
         ]
     ROUTES[(group, plural, sub)] = rows
 
