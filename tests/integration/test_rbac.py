@@ -24,9 +24,10 @@ from tests.integration.conftest import (
     start_apiserver,
 )
 from tests.integration.test_rest_clients import KUBECTL, in_thread, kubectl
+from tinykube.client import Client
 from tinykube.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING
 from tinykube.localetcd import EtcdServer
-from tinykube.v1 import meta_pb2, node_pb2, pod_pb2
+from tinykube.v1 import meta_pb2, namespace_pb2, node_pb2, pod_pb2
 
 pytestmark = pytest.mark.integration
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
@@ -35,6 +36,11 @@ needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not insta
 @pytest.fixture(scope="module")
 async def served(etcd_server: EtcdServer) -> AsyncIterator[RunningAPIServer]:
     running = await start_apiserver(make_settings(etcd_server.endpoint, rest_port=0))
+    # As on Kubernetes, the namespace the tests' Roles and bindings go in must exist first.
+    async with Client(running.address) as client:
+        await client.namespaces.create(
+            namespace_pb2.Namespace(metadata=meta_pb2.ObjectMeta(name="team"))
+        )
     try:
         yield running
     finally:
