@@ -52,6 +52,7 @@ from tinykube.leaderelection import LeaderElector
 from tinykube.meta import timestamp
 from tinykube.serving import GrpcServer
 from tinykube.v1 import (
+    namespace_pb2,
     node_pb2,
     pod_pb2,
     replicaset_pb2,
@@ -189,9 +190,18 @@ class SchedulerApp:
             self.client.pod_disruption_budgets, clock=self.clock, on_handler_error=self._refused
         )
         profile.handle.pdbs = pdbs.store
+        # InterPodAffinity's namespaceSelector matches namespaces by their labels.
+        namespaces: Informer[namespace_pb2.Namespace] = Informer.for_resource(
+            self.client.namespaces, clock=self.clock, on_handler_error=self._refused
+        )
+        namespaces.add_handler(
+            sched.on_namespace_add, sched.on_namespace_update, sched.on_namespace_delete
+        )
         self.pod_informer = pods
-        tasks = [nodes.start(), pods.start(), services.start(), replica_sets.start(), pdbs.start()]
+        informers = (nodes, pods, services, replica_sets, pdbs, namespaces)
+        tasks = [inf.start() for inf in informers]
         try:
+            await namespaces.wait_synced()
             await nodes.wait_synced()
             await services.wait_synced()
             await replica_sets.wait_synced()

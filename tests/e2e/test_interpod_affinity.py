@@ -14,7 +14,7 @@ from tests.e2e.test_workloads import schedulable, sleeper_rs
 from tests.e2e.waiting import eventually
 from tinykube.client import Client
 from tinykube.launcher import LocalCluster, has_main
-from tinykube.v1 import pod_pb2
+from tinykube.v1 import namespace_pb2, pod_pb2
 
 pytestmark = [
     pytest.mark.e2e,
@@ -116,3 +116,35 @@ async def test_required_hostname_anti_affinity_leaves_the_extra_replicas_pending
             )
 
         await eventually(replaced, limit=120, what="the freed node taken by a pending replica")
+
+
+async def test_namespace_selector_finds_pods_in_namespaces_by_their_labels(
+    cluster: LocalCluster,
+) -> None:
+    """Required pod affinity to pods in the namespaces labelled team=a: the scheduler reads
+    namespaces' labels through its Namespace informer (without it the selector matched no
+    namespace and the pod stayed Pending: "didn't match pod affinity rules")."""
+    async with Client(cluster.api_address) as client:
+        ns = namespace_pb2.Namespace()
+        ns.metadata.name = "team-a"
+        ns.metadata.labels["team"] = "a"
+        await client.namespaces.create(ns)
+        db = pod_pb2.Pod()
+        db.metadata.name, db.metadata.namespace = "db", "team-a"
+        db.metadata.labels["app"] = "db"
+        db.spec.nodeName = "hollow-2"
+        db.spec.containers.add(name="db", image="db")
+        await client.pods.create(db)
+        web = pod_pb2.Pod()
+        web.metadata.name, web.metadata.namespace = "near-db", NS
+        web.spec.containers.add(name="web", image="web")
+        term = web.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution.add()
+        term.topologyKey = "kubernetes.io/hostname"
+        term.labelSelector.matchLabels["app"] = "db"
+        term.namespaceSelector.matchLabels["team"] = "a"
+        await client.pods.create(web)
+
+        async def bound() -> str:
+            return (await client.pods.get("near-db", NS)).spec.nodeName
+
+        assert await eventually(bound, limit=60, what="near-db bound") == "hollow-2"
