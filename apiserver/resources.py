@@ -940,9 +940,15 @@ class ResourceStore:
         budgets = self.budgets
         if budgets is None:
             return None
+        # A consistent read, as kube's eviction lists the budgets from storage: a budget
+        # written just before the eviction must count (List with resourceVersion "" waits
+        # for the watch cache to hold everything etcd had, or reads etcd).
+        _rv, current, _ = await budgets.list_objects(
+            meta_pb2.ListRequest(namespace=pod.metadata.namespace)
+        )
         matching = [
             o.obj
-            for o in budgets.cache.snapshot(pod.metadata.namespace, _EVERYTHING, _NO_FIELDS)
+            for o in current
             if disruption.selects(o.obj, pod)  # type: ignore[arg-type]
         ]
         if not matching:
@@ -1018,8 +1024,6 @@ class ResourceStore:
         return None
 
 
-_EVERYTHING = LabelSelector()
-_NO_FIELDS = parse_field_selector("")
 _REFUSED = "Cannot evict pod as it would violate the pod's disruption budget."
 
 
