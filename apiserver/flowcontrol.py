@@ -2,12 +2,14 @@
 
 kube-apiserver's `--max-requests-inflight` / `--max-mutating-requests-inflight` (defaults 400
 and 200, 0 for no limit): at most that many read-only (get, list) and mutating (every other
-verb) requests execute at once; one more is refused at once, before it runs, with
+verb) requests execute at once. One more waits for a seat, as API Priority and Fairness (on by
+default in kube-apiserver) queues it, and is refused only if it cannot wait, with
 `TOO_MANY_REQUESTS` (HTTP 429 with `Retry-After: 1`; gRPC RESOURCE_EXHAUSTED with the retry hint
-in trailing metadata, `tinykube.errors.RETRY_PUSHBACK_KEY`), so it is always safe to send again.
-Long-running requests (watches, pod logs) are not counted, as kube-apiserver's long-running
-check excludes them; neither are the health probes (API Priority and Fairness' `probes` flow
-schema sends them to its `exempt` level) nor gRPC health and reflection.
+in trailing metadata, `tinykube.errors.RETRY_PUSHBACK_KEY`), before it runs, so it is always
+safe to send again. Long-running requests (watches, pod logs) are not counted, as
+kube-apiserver's long-running check excludes them; neither are the health probes (API Priority
+and Fairness' `probes` flow schema sends them to its `exempt` level) nor gRPC health and
+reflection.
 
 One limit for everyone would let a flood of Creates from one client crowd out the kubelets'
 Lease renewals, after which the node lifecycle controller evicts the pods of healthy nodes. So,
@@ -28,23 +30,51 @@ scheduler users). tinykube has no authentication yet, so `classify` looks only a
 namespace and verb; the limiter takes the classifier as a parameter so that an identity-based
 rule can replace it.
 
+Queuing, APF's shape scaled to tinykube. A request that finds no free seat (`admit` returns
+None) waits in `acquire`, in its level's pool, in the FIFO of its flow; the flow is the client
+connection (`flow_of_peer`: gRPC's context.peer(), the REST connection's peer address) until
+issue 13 brings users, APF's usual distinguisher (the limiter takes the distinguisher as a
+parameter). A seat freed by a finishing request is handed straight to a waiter (it never
+becomes free while anyone waits, so `admit` needs no check for waiters), taking flows in
+turn, round-robin (APF's fair queuing, with every request costing the same), so one client's
+flood holds its own requests while the scheduler's Binds and other clients keep their turn.
+A waiter is refused after its wait limit (`wait_limit`: a quarter of the caller's time left,
+at most `MAX_REQUEST_WAIT`; kube: a quarter of the deadline, at most a minute; reason
+`time-out`), and one whose queue is full is refused at once (`queue-full`): 50 per flow (APF's
+queueLengthLimit) and `LEVEL_QUEUE_LIMIT` per pool in all (APF: queues x queueLengthLimit). A
+queued request of a reserved level waits for a seat of its own level, never behind
+global-default's queue. `QueueLimits` holds the bounds; `NO_QUEUING` refuses at once, as
+before (reason `concurrency-limit`). Metrics are kube's: apiserver_flowcontrol_current_
+inqueue_requests, _request_wait_duration_seconds (only for requests that queued) and
+_rejected_requests_total by reason (queue-full, time-out, cancelled, concurrency-limit).
+
+Races: a waiter is decided once, by whichever comes first of a freed seat (`_dispatch`) and
+its wait limit (`_expire`), both on the event loop, so a seat is never handed to a waiter that
+timed out. A waiter whose task is cancelled (the client went away, its deadline passed) leaves
+its queue; if it was handed a seat in the same turn, before its task ran, it passes the seat
+on (`release`), and a cancelled future in a queue is skipped, never handed a seat.
+
 grpc.aio's own `maximum_concurrent_rpcs` stays unset (no limit, as before): it would count the
 watch streams, which live for hours, and refuses with RESOURCE_EXHAUSTED and no retry hint.
 Calls gRPC core holds before the event loop accepts them are bounded by tinykube.serving's
-pending-request settings and the callers' deadlines; refusing here is cheap, so under a flood
-that queue drains instead of growing (bench/overload.py counts any CANCELLED answer, the way
-core drops a call silently).
+pending-request settings and the callers' deadlines (bench/overload.py counts any CANCELLED
+answer, the way core drops a call silently).
 
-Concurrency: the event loop is the only thread that touches a `Limiter`; `admit` and `release`
-are a compare and an integer increment each, no locks. Metrics read the counters when scraped.
+Concurrency: the event loop is the only thread that touches a `Limiter`, no locks. `admit` and
+`release` are a compare and a few integer increments when nobody waits; a waiter costs a
+future, a timer handle and a deque slot. Metrics read the counters when scraped.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import math
 import sys
+import time
+from collections import deque
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from apiserver.metrics import Metrics
 
@@ -67,6 +97,23 @@ _NODE_HIGH_SHARES = 40
 _LEADER_ELECTION_SHARES = 10
 
 UNLIMITED = sys.maxsize
+
+# API Priority and Fairness' queuing, scaled to tinykube. APF's bootstrap levels have up to 50
+# requests in each of their queues (queueLengthLimit) and 16-128 queues, a flow being dealt
+# a hand of a few of them; tinykube gives every flow a queue of its own, of APF's length, and
+# bounds the waiters of a level as a whole instead of by the number of queues.
+QUEUE_LENGTH_LIMIT = 50
+LEVEL_QUEUE_LIMIT = 1000
+# kube lets a request wait a quarter of its deadline (60 s by default), at most a minute;
+# tinykube's calls carry deadlines of 5-30 s, so the wait is a quarter of that, at most this.
+MAX_REQUEST_WAIT = 3.0
+
+# kube's reasons (the reason label of apiserver_flowcontrol_rejected_requests_total).
+QUEUE_FULL = "queue-full"
+TIME_OUT = "time-out"
+CANCELLED = "cancelled"
+CONCURRENCY_LIMIT = "concurrency-limit"  # refused at once: queuing is off
+REJECT_REASONS = (QUEUE_FULL, TIME_OUT, CANCELLED, CONCURRENCY_LIMIT)
 
 
 class RequestInfo(NamedTuple):
@@ -111,15 +158,42 @@ def is_mutating(verb: str) -> bool:
     return verb not in NON_MUTATING_VERBS
 
 
+class Waiter:
+    """A request waiting in its flow's queue for a seat (APF's queued request)."""
+
+    __slots__ = ("by_level", "flow", "future", "mutating", "queued", "since", "timer")
+
+    def __init__(
+        self,
+        future: asyncio.Future[Seat | None],
+        flow: str,
+        mutating: bool,
+        by_level: list[int],
+        since: float,
+    ) -> None:
+        self.future = future
+        self.flow = flow
+        self.mutating = mutating
+        self.by_level = by_level
+        self.since = since
+        self.queued = True
+        self.timer: Timer | None = None
+
+
 class Pool:
-    """Seats of one priority level (the global default has one pool per request kind)."""
+    """Seats of one priority level (the global default has one pool per request kind), and the
+    requests waiting for them: one FIFO per flow in `flows`, whose order is the round-robin
+    order (a flow served moves to the back)."""
 
-    __slots__ = ("inflight", "limit", "name")
+    __slots__ = ("flows", "inflight", "level", "limit", "name", "waiting")
 
-    def __init__(self, name: str, limit: int) -> None:
+    def __init__(self, name: str, limit: int, level: PriorityLevel) -> None:
         self.name = name
         self.limit = limit
+        self.level = level
         self.inflight = 0
+        self.flows: dict[str, deque[Waiter]] = {}
+        self.waiting = 0
 
 
 def reserved_seats(total: int, shares: int) -> int:
@@ -127,11 +201,54 @@ def reserved_seats(total: int, shares: int) -> int:
     return math.ceil(total * shares / _TOTAL_SHARES)
 
 
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+# `call_later(delay, callback)`: the event loop's by default; tests pass a fake.
+CallLater = Callable[[float, Callable[[], None]], Timer]
+
+
+def _loop_call_later(delay: float, callback: Callable[[], None]) -> Timer:
+    return asyncio.get_running_loop().call_later(delay, callback)
+
+
+class QueueLimits(NamedTuple):
+    """How long and how many requests may wait (APF's queuing configuration, scaled)."""
+
+    per_flow: int = QUEUE_LENGTH_LIMIT
+    per_level: int = LEVEL_QUEUE_LIMIT
+    max_wait: float = MAX_REQUEST_WAIT
+
+
+DEFAULT_QUEUES = QueueLimits()
+NO_QUEUING = QueueLimits(0, 0, 0.0)
+
+
+def wait_limit(max_wait: float, deadline_left: float | None) -> float:
+    """How long a request may wait: a quarter of its time left, at most `max_wait` (kube: a
+    quarter of the request's deadline, 15 s without one, at most a minute)."""
+    if deadline_left is None:
+        return max_wait
+    return min(max_wait, deadline_left / 4.0)
+
+
+def flow_of_peer(info: RequestInfo, peer: str) -> str:
+    """The flow a request belongs to: its connection, until there are users to tell apart
+    (APF's flow schemas distinguish by user or namespace)."""
+    return peer
+
+
+FlowDistinguisher = Callable[[RequestInfo, str], str]
+
+
 class Limiter:
-    """Counts executing requests per pool; `admit` refuses one over the limit.
+    """Counts executing requests per pool; `admit` takes a free seat or refuses, `acquire`
+    waits for one in the request's flow queue.
 
     `max_read_only` and `max_mutating` are the two flags (0: that kind is not limited). With
     both 0 the limiter is off (`enabled` False): kube-apiserver then installs no filter.
+    `queues` bounds the waiting (`NO_QUEUING`: refuse at once, as before).
     """
 
     def __init__(
@@ -140,26 +257,36 @@ class Limiter:
         max_mutating: int,
         *,
         classifier: Classifier = classify,
+        distinguisher: FlowDistinguisher = flow_of_peer,
+        queues: QueueLimits = DEFAULT_QUEUES,
         metrics: Metrics | None = None,
+        call_later: CallLater = _loop_call_later,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.enabled = max_read_only > 0 or max_mutating > 0
         self.classify = classifier
+        self.distinguish = distinguisher
+        self.queues = queues
+        self._call_later = call_later
+        self._monotonic = monotonic
         total = max(0, max_read_only) + max(0, max_mutating)
         self.general = (
-            Pool(READ_ONLY, max_read_only if max_read_only > 0 else UNLIMITED),
-            Pool(MUTATING, max_mutating if max_mutating > 0 else UNLIMITED),
+            Pool(READ_ONLY, max_read_only if max_read_only > 0 else UNLIMITED, GLOBAL_DEFAULT),
+            Pool(MUTATING, max_mutating if max_mutating > 0 else UNLIMITED, GLOBAL_DEFAULT),
         )
         self.reserved = {
-            NODE_HIGH: Pool(NODE_HIGH.name, reserved_seats(total, _NODE_HIGH_SHARES)),
+            NODE_HIGH: Pool(NODE_HIGH.name, reserved_seats(total, _NODE_HIGH_SHARES), NODE_HIGH),
             LEADER_ELECTION: Pool(
-                LEADER_ELECTION.name, reserved_seats(total, _LEADER_ELECTION_SHARES)
+                LEADER_ELECTION.name,
+                reserved_seats(total, _LEADER_ELECTION_SHARES),
+                LEADER_ELECTION,
             ),
         }
         # Executing requests per kind over every level: [read-only, mutating].
         self.executing = [0, 0]
         self._executing_by_level: dict[PriorityLevel, list[int]] = {level: [0] for level in LEVELS}
-        self._rejected: dict[PriorityLevel, Any] = {}
-        self._metrics = metrics
+        self._rejected: dict[tuple[PriorityLevel, str], Any] = {}
+        self._waited: dict[tuple[PriorityLevel, bool], Any] = {}
         if metrics is not None:
             self._register(metrics)
 
@@ -168,25 +295,34 @@ class Limiter:
         metrics.current_inflight.labels(READ_ONLY).set_function(lambda: executing[0])
         metrics.current_inflight.labels(MUTATING).set_function(lambda: executing[1])
         for level, count in self._executing_by_level.items():
-            metrics.flowcontrol_executing.labels(level.name, level.flow_schema).set_function(
-                _reader(count)
-            )
-            self._rejected[level] = metrics.flowcontrol_rejected.labels(
-                level.name, level.flow_schema, "concurrency-limit"
-            )
+            labels = (level.name, level.flow_schema)
+            metrics.flowcontrol_executing.labels(*labels).set_function(_reader(count))
+            pools = [p for p in (*self.general, *self.reserved.values()) if p.level == level]
+            metrics.flowcontrol_inqueue.labels(*labels).set_function(_waiting(pools))
+            for reason in REJECT_REASONS:
+                self._rejected[(level, reason)] = metrics.flowcontrol_rejected.labels(
+                    *labels, reason
+                )
+            for execute in (True, False):
+                self._waited[(level, execute)] = metrics.flowcontrol_wait_duration.labels(
+                    *labels, "true" if execute else "false"
+                )
+
+    def _reject(self, level: PriorityLevel, reason: str) -> None:
+        counter = self._rejected.get((level, reason))
+        if counter is not None:
+            counter.inc()
 
     def admit(self, info: RequestInfo) -> Seat | None:
-        """A seat for the request, or None to refuse it (over the limit). Release the seat with
-        `release` when the request is done, whatever its outcome."""
+        """A free seat for the request, or None if there is none now (then `acquire` queues
+        it). Release the seat with `release` when the request is done, whatever its outcome.
+        This is the fast path: a compare and three increments."""
         mutating = info.verb not in NON_MUTATING_VERBS
         level = self.classify(info)
         general = self.general[mutating]
         pool = self.reserved.get(level, general)
         if pool.inflight >= pool.limit:
             if pool is general or general.inflight >= general.limit:
-                rejected = self._rejected.get(level)
-                if rejected is not None:
-                    rejected.inc()
                 return None
             pool = general  # borrow a general seat of the request's kind
         pool.inflight += 1
@@ -195,14 +331,120 @@ class Limiter:
         by_level[0] += 1
         return Seat(pool, mutating, by_level)
 
+    async def acquire(
+        self, info: RequestInfo, peer: str, deadline_left: float | None
+    ) -> Seat | None:
+        """A seat for the request, waiting for one in its flow's queue if need be; None to
+        refuse it (its queue is full, or it waited its limit: `wait_limit`). Call `admit`
+        first: this is the slow path. `peer` names the connection; `deadline_left` is the
+        caller's time left in seconds (None: no deadline)."""
+        seat = self.admit(info)
+        if seat is not None:
+            return seat
+        mutating = info.verb not in NON_MUTATING_VERBS
+        level = self.classify(info)
+        pool = self.reserved.get(level, self.general[mutating])
+        limits = self.queues
+        limit = wait_limit(limits.max_wait, deadline_left)
+        if limits.per_flow <= 0 or limits.per_level <= 0 or limits.max_wait <= 0:
+            self._reject(level, CONCURRENCY_LIMIT)
+            return None
+        flow = self.distinguish(info, peer)
+        queue = pool.flows.get(flow)
+        if (
+            (queue is not None and len(queue) >= limits.per_flow)
+            or pool.waiting >= limits.per_level
+            or limit <= 0
+        ):
+            self._reject(level, QUEUE_FULL)
+            return None
+        waiter = Waiter(
+            asyncio.get_running_loop().create_future(),
+            flow,
+            mutating,
+            self._executing_by_level[level],
+            self._monotonic(),
+        )
+        if queue is None:
+            queue = pool.flows[flow] = deque()
+        queue.append(waiter)
+        pool.waiting += 1
+        waiter.timer = self._call_later(limit, functools.partial(self._expire, pool, waiter))
+        try:
+            seat = await waiter.future
+        except asyncio.CancelledError:
+            waiter.timer.cancel()
+            future = waiter.future
+            if waiter.queued:
+                self._unqueue(pool, waiter)
+                self._reject(level, CANCELLED)
+            elif future.done() and not future.cancelled():
+                handed = future.result()
+                if handed is not None:
+                    # Handed a seat in the same turn as the caller left: pass it on.
+                    self.release(handed)
+            raise
+        waited = self._waited.get((level, seat is not None))
+        if waited is not None:
+            waited.observe(self._monotonic() - waiter.since)
+        return seat
+
+    def _unqueue(self, pool: Pool, waiter: Waiter) -> None:
+        waiter.queued = False
+        pool.waiting -= 1
+        queue = pool.flows[waiter.flow]
+        queue.remove(waiter)
+        if not queue:
+            del pool.flows[waiter.flow]
+
+    def _expire(self, pool: Pool, waiter: Waiter) -> None:
+        """The waiter's wait limit passed: out of its queue, refused (APF's time-out)."""
+        if not waiter.queued:
+            return
+        self._unqueue(pool, waiter)
+        if waiter.future.done():  # cancelled, its task not run yet
+            self._reject(pool.level, CANCELLED)
+        else:
+            self._reject(pool.level, TIME_OUT)
+            waiter.future.set_result(None)
+
     def release(self, seat: Seat) -> None:
-        seat.pool.inflight -= 1
+        pool = seat.pool
+        pool.inflight -= 1
         self.executing[seat.mutating] -= 1
         seat.by_level[0] -= 1
+        if pool.flows:
+            self._dispatch(pool)
+
+    def _dispatch(self, pool: Pool) -> None:
+        """Hand free seats to waiters, one flow at a time in turn, each flow's oldest first."""
+        flows = pool.flows
+        while flows and pool.inflight < pool.limit:
+            flow = next(iter(flows))
+            queue = flows.pop(flow)
+            waiter = queue.popleft()
+            if queue:
+                flows[flow] = queue  # to the back of the round
+            waiter.queued = False
+            pool.waiting -= 1
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            if waiter.future.done():
+                # Cancelled while queued; its task has not run yet and finds it unqueued.
+                self._reject(pool.level, CANCELLED)
+                continue
+            pool.inflight += 1
+            self.executing[waiter.mutating] += 1
+            waiter.by_level[0] += 1
+            waiter.future.set_result(Seat(pool, waiter.mutating, waiter.by_level))
 
 
 def _reader(cell: list[int]) -> Callable[[], float]:
     return lambda: cell[0]
+
+
+def _waiting(pools: list[Pool]) -> Callable[[], float]:
+    return lambda: sum(p.waiting for p in pools)
 
 
 class Seat(NamedTuple):

@@ -9,7 +9,8 @@ bytes through); the generated descriptors still drive reflection, so grpcurl see
 services. The semantics are the `ResourceStore`'s; this module only decodes requests, encodes
 answers and streams watches. `MetricsInterceptor` counts and times every RPC, turns raised
 `TinykubeError`s into statuses in one place, and holds unary calls to the in-flight limit
-(apiserver/flowcontrol.py; watches are not counted): a refused call ends RESOURCE_EXHAUSTED
+(apiserver/flowcontrol.py; watches are not counted): a call over it waits in its
+connection's queue, and one refused (queue full, or waited too long) ends RESOURCE_EXHAUSTED
 before its handler runs, with the retry hint in trailing metadata (`RETRY_PUSHBACK_KEY`).
 Request deserializers (`request_decoder`) turn a body that is not the method's message into
 INVALID_ARGUMENT naming the problem, logged at most once a minute.
@@ -299,11 +300,16 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         request_info: Callable[[Any], RequestInfo],
         short: str,
     ) -> Callable[[Any, Any], Awaitable[Any]]:
-        """`inner` behind the in-flight limit: a refused call never reaches it."""
-        admit, release, count = limiter.admit, limiter.release, self._counter
+        """`inner` behind the in-flight limit: a call over it waits in its flow's queue (the
+        flow being its connection, `context.peer()`); a refused call never reaches `inner`."""
+        admit, acquire, release = limiter.admit, limiter.acquire, limiter.release
+        count = self._counter
 
         async def limited(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            seat = admit(request_info(request))
+            info = request_info(request)
+            seat = admit(info)
+            if seat is None:
+                seat = await acquire(info, context.peer(), context.time_remaining())
             if seat is None:
                 count(short, "RESOURCE_EXHAUSTED")
                 context.set_trailing_metadata(_PUSHBACK)

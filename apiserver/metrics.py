@@ -126,6 +126,22 @@ class Metrics:
             ["priority_level", "flow_schema"],
             registry=r,
         )
+        self.flowcontrol_inqueue = Gauge(
+            "apiserver_flowcontrol_current_inqueue_requests",
+            "Requests waiting in the queues for a seat now, by priority level and flow schema.",
+            ["priority_level", "flow_schema"],
+            registry=r,
+        )
+        # kube's buckets. kube observes every request (0 for one that found a free seat); this
+        # one only those that queued, so that the fast path stays a compare and an increment.
+        self.flowcontrol_wait_duration = Histogram(
+            "apiserver_flowcontrol_request_wait_duration_seconds",
+            "How long requests that queued waited for a seat, by priority level, flow schema "
+            "and whether they then executed (true) or were refused (false).",
+            ["priority_level", "flow_schema", "execute"],
+            buckets=(0, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30),
+            registry=r,
+        )
         self.flowcontrol_rejected = Counter(
             "apiserver_flowcontrol_rejected_requests_total",
             "Requests refused over the in-flight limit (HTTP 429, gRPC RESOURCE_EXHAUSTED), "

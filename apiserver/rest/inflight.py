@@ -6,7 +6,9 @@ HTTP method, GET of a collection being list, or watch with `?watch=true`; DELETE
 collection deletecollection; non-resource paths take the lower-case HTTP method as verb), and
 returns None for what the limit does not count: long-running requests (watch, and the
 subresources kube-apiserver treats as long-running: log, exec, attach, portforward, proxy) and
-the health probes. `inflight_middleware(limiter)` is the aiohttp middleware; a refused request
+the health probes. `inflight_middleware(limiter)` is the aiohttp middleware: a request over
+the limit waits in its connection's queue (`peer`; HTTP/1.1 sends one request at a time on a
+connection, so a flow is one connection's requests), and a refused one
 gets kube-apiserver's exact answer: 429, `Retry-After: 1`, and the plain-text body
 "Too many requests, please try again later." (kube-apiserver writes it with http.Error, not as
 a Status; client-go turns it into a TooManyRequests Status error carrying
@@ -92,9 +94,18 @@ def too_many_requests() -> web.Response:
     )
 
 
+def peer(request: web.Request) -> str:
+    """The request's connection, as "host:port" (its flow until there are users)."""
+    transport = request.transport
+    name = transport.get_extra_info("peername") if transport is not None else None
+    if isinstance(name, tuple) and len(name) >= 2:
+        return f"{name[0]}:{name[1]}"
+    return str(name or "")
+
+
 def inflight_middleware(limiter: Limiter) -> Middleware:
     """The aiohttp middleware holding every counted request to `limiter`."""
-    admit, release = limiter.admit, limiter.release
+    admit, acquire, release = limiter.admit, limiter.acquire, limiter.release
 
     @web.middleware
     async def inflight(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -102,6 +113,9 @@ def inflight_middleware(limiter: Limiter) -> Middleware:
         if info is None:
             return await handler(request)
         seat = admit(info)
+        if seat is None:
+            # No deadline: kube-apiserver's is its --request-timeout, which tinykube lacks.
+            seat = await acquire(info, peer(request), None)
         if seat is None:
             return too_many_requests()
         try:

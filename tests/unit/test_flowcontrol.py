@@ -1,5 +1,6 @@
 """The in-flight limit's pure parts: how requests are classified and counted, and what each front
-end reads a request as (apiserver/flowcontrol.py, apiserver/rest/inflight.py, grpcapi.py)."""
+end reads a request as (apiserver/flowcontrol.py, apiserver/rest/inflight.py, grpcapi.py).
+The queues are tested in tests/unit/test_flowcontrol_queues.py."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from prometheus_client import generate_latest
 from apiserver.flowcontrol import (
     GLOBAL_DEFAULT,
     LEADER_ELECTION,
+    NO_QUEUING,
     NODE_HIGH,
     Limiter,
     PriorityLevel,
@@ -128,13 +130,14 @@ def test_both_limits_zero_turn_the_limiter_off() -> None:
     assert Limiter(0, 1).enabled
 
 
-def test_metrics_show_executing_requests_and_rejections() -> None:
+async def test_metrics_show_executing_requests_and_rejections() -> None:
     metrics = Metrics()
-    limiter = Limiter(1, 1, metrics=metrics)
+    limiter = Limiter(1, 1, metrics=metrics, queues=NO_QUEUING)
     limiter.admit(CREATE)
     limiter.admit(GET)
     limiter.admit(RENEW)
     assert limiter.admit(CREATE) is None
+    assert await limiter.acquire(CREATE, "peer", None) is None
     text = generate_latest(metrics.registry).decode()
     assert 'apiserver_current_inflight_requests{request_kind="mutating"} 2.0' in text
     assert 'apiserver_current_inflight_requests{request_kind="readOnly"} 1.0' in text
