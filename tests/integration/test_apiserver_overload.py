@@ -3,7 +3,8 @@
 The apiserver runs with tiny limits, its settings parsed from the real flags. Requests are
 held in flight by a gate in front of etcd (objects named `held-*` wait for it), so "the limit
 is full" is a fact, not a race; everything else is real: the gRPC server and its interceptor,
-aiohttp and its middleware, etcd.
+aiohttp and its middleware, etcd. A request over the limit waits in its connection's queue
+(up to `MAX_WAIT` here, to keep the tests short), then runs if a seat frees or is refused.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from apiserver.__main__ import parse_args
-from apiserver.flowcontrol import TOO_MANY_REQUESTS
+from apiserver.flowcontrol import TOO_MANY_REQUESTS, QueueLimits
 from tests.integration.conftest import (
     RunningAPIServer,
     Stubs,
@@ -40,6 +41,7 @@ pytestmark = pytest.mark.integration
 
 READ_ONLY_LIMIT = 2
 MUTATING_LIMIT = 2
+MAX_WAIT = 0.5
 
 
 @dataclass
@@ -74,6 +76,7 @@ async def overload(etcd_server: EtcdServer) -> AsyncIterator[Overload]:
         max_mutating_requests_inflight=flags.max_mutating_requests_inflight,
     )
     running = await start_apiserver(settings)
+    running.server.limiter.queues = QueueLimits(per_flow=50, per_level=1000, max_wait=MAX_WAIT)
     gate = asyncio.Event()
     storage: Any = running.server.storage
     for name in ("create", "get"):
@@ -156,9 +159,14 @@ async def test_grpc_over_the_limit_is_resource_exhausted_with_a_retry_hint(
     else:
         await o.stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("other")), timeout=5)
     assert o.metric(f'apiserver_current_inflight_requests{{request_kind="{kind}"}} 2.0')
+    # It waited its limit in the queue first (a quarter of its 5 s, at most MAX_WAIT).
     assert o.metric(
         'apiserver_flowcontrol_rejected_requests_total{flow_schema="global-default",'
-        'priority_level="global-default",reason="concurrency-limit"} 1.0'
+        'priority_level="global-default",reason="time-out"} 1.0'
+    )
+    assert o.metric(
+        'apiserver_flowcontrol_request_wait_duration_seconds_count{execute="false",'
+        'flow_schema="global-default",priority_level="global-default"} 1.0'
     )
     method = "Pods/Create" if kind == "mutating" else "Pods/List"
     assert o.metric(f'apiserver_request_total{{code="RESOURCE_EXHAUSTED",method="{method}"}} 1.0')
@@ -166,6 +174,90 @@ async def test_grpc_over_the_limit_is_resource_exhausted_with_a_retry_hint(
     # Seats are given back: the limit admits again.
     await o.stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("after")), timeout=5)
     assert o.limiter.executing == [0, 0]
+
+
+def _inqueue(o: Overload, count: int) -> bool:
+    return o.metric(
+        'apiserver_flowcontrol_current_inqueue_requests{flow_schema="global-default",'
+        f'priority_level="global-default"}} {float(count)}'
+    )
+
+
+async def test_grpc_over_the_limit_waits_and_runs_when_a_seat_frees(overload: Overload) -> None:
+    o = overload
+    o.running.server.limiter.queues = QueueLimits(per_flow=50, per_level=1000, max_wait=10.0)
+    held = await hold(o, "mutating", MUTATING_LIMIT)
+    waiting = [
+        asyncio.ensure_future(
+            o.stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod(f"queued-{k}")), timeout=30)
+        )
+        for k in range(3)
+    ]
+    await wait_for(lambda: _inqueue(o, 3), "three Creates queued")
+    assert not any(t.done() for t in waiting)
+    # The held Creates finish; their seats pass to the queued ones, which run and answer OK.
+    await release(o, held)
+    created = await asyncio.gather(*waiting)
+    assert [p.metadata.name for p in created] == ["queued-0", "queued-1", "queued-2"]
+    assert _inqueue(o, 0)
+    assert o.metric(
+        'apiserver_flowcontrol_request_wait_duration_seconds_count{execute="true",'
+        'flow_schema="global-default",priority_level="global-default"} 3.0'
+    )
+    assert o.limiter.executing == [0, 0]
+
+
+async def test_grpc_a_full_queue_is_refused_at_once(overload: Overload) -> None:
+    o = overload
+    o.running.server.limiter.queues = QueueLimits(per_flow=1, per_level=1000, max_wait=10.0)
+    held = await hold(o, "mutating", MUTATING_LIMIT)
+    first = asyncio.ensure_future(
+        o.stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("first")), timeout=30)
+    )
+    await wait_for(lambda: _inqueue(o, 1), "one Create queued")
+    # Same connection, so same flow: its queue is full, and the answer comes at once.
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await o.stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("second")), timeout=30)
+    assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert _trailing(raised.value)[errors.RETRY_PUSHBACK_KEY] == "1000"
+    assert o.metric(
+        'apiserver_flowcontrol_rejected_requests_total{flow_schema="global-default",'
+        'priority_level="global-default",reason="queue-full"} 1.0'
+    )
+    # Another connection is another flow, with a queue of its own. (Channels of one process
+    # share connections unless told not to.)
+    options = [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+    channel = grpc.aio.insecure_channel(o.running.address, options=options)
+    try:
+        other = asyncio.ensure_future(
+            make_stubs(channel).pods.Create(
+                pod_pb2.CreatePodRequest(pod=make_pod("other")), timeout=30
+            )
+        )
+        await wait_for(lambda: _inqueue(o, 2), "a second flow queued")
+        await release(o, held)
+        assert (await first).metadata.name == "first"
+        assert (await other).metadata.name == "other"
+    finally:
+        await channel.close()
+
+
+async def test_grpc_a_caller_that_gives_up_leaves_the_queue(overload: Overload) -> None:
+    o = overload
+    o.running.server.limiter.queues = QueueLimits(per_flow=50, per_level=1000, max_wait=10.0)
+    held = await hold(o, "mutating", MUTATING_LIMIT)
+    call = o.stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("quitter")), timeout=30)
+    await wait_for(lambda: _inqueue(o, 1), "queued")
+    call.cancel()
+    await wait_for(lambda: _inqueue(o, 0), "left the queue")
+    assert o.metric(
+        'apiserver_flowcontrol_rejected_requests_total{flow_schema="global-default",'
+        'priority_level="global-default",reason="cancelled"} 1.0'
+    )
+    await release(o, held)
+    assert o.limiter.executing == [0, 0]
+    listed = await o.stubs.pods.List(meta_pb2.ListRequest(namespace="default"), timeout=5)
+    assert not [p for p in listed.items if p.metadata.name == "quitter"]  # it never ran
 
 
 async def test_rest_over_the_limit_is_kube_apiservers_429(overload: Overload) -> None:
@@ -192,6 +284,22 @@ async def test_rest_over_the_limit_is_kube_apiservers_429(overload: Overload) ->
             async with session.get(o.rest + probe) as resp:
                 assert resp.status == 200, probe
     await release(o, held)
+
+
+async def test_rest_over_the_limit_waits_and_runs_when_a_seat_frees(overload: Overload) -> None:
+    o = overload
+    o.running.server.limiter.queues = QueueLimits(per_flow=50, per_level=1000, max_wait=10.0)
+    held = await hold(o, "mutating", MUTATING_LIMIT)
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "rest-queued"}}
+    body["spec"] = {"containers": [{"name": "c", "image": "busybox"}]}
+    async with aiohttp.ClientSession() as session:
+        url = f"{o.rest}/api/v1/namespaces/default/pods"
+        post = asyncio.ensure_future(session.post(url, json=body))
+        await wait_for(lambda: _inqueue(o, 1), "the POST queued")
+        await release(o, held)
+        async with await post as resp:
+            assert resp.status == 201
+    assert o.limiter.executing == [0, 0]
 
 
 async def test_watches_are_not_counted(overload: Overload) -> None:
