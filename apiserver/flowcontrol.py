@@ -349,12 +349,13 @@ class Limiter:
         if limits.per_flow <= 0 or limits.per_level <= 0 or limits.max_wait <= 0:
             self._reject(level, CONCURRENCY_LIMIT)
             return None
+        if limit <= 0:  # the caller has no time left to wait
+            self._reject(level, TIME_OUT)
+            return None
         flow = self.distinguish(info, peer)
         queue = pool.flows.get(flow)
-        if (
-            (queue is not None and len(queue) >= limits.per_flow)
-            or pool.waiting >= limits.per_level
-            or limit <= 0
+        if (queue is not None and len(queue) >= limits.per_flow) or (
+            pool.waiting >= limits.per_level
         ):
             self._reject(level, QUEUE_FULL)
             return None

@@ -359,7 +359,8 @@ async def test_a_caller_out_of_time_is_refused_without_queuing() -> None:
     (held,) = h.fill(CREATE)
     assert await h.limiter.acquire(CREATE, "a", 0.0) is None
     assert h.limiter.general[1].waiting == 0
-    assert h.metric(_rejected("queue-full", 1.0))
+    assert h.time.pending() == 0
+    assert h.metric(_rejected("time-out", 1.0))
     h.limiter.release(held)
 
 
