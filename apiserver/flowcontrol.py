@@ -40,8 +40,9 @@ turn, round-robin (APF's fair queuing, with every request costing the same), so 
 flood holds its own requests while the scheduler's Binds and other clients keep their turn.
 A waiter is refused after its wait limit (`wait_limit`: a quarter of the caller's time left,
 at most `MAX_REQUEST_WAIT`; kube: a quarter of the deadline, at most a minute; reason
-`time-out`), and one whose queue is full is refused at once (`queue-full`): 50 per flow (APF's
-queueLengthLimit) and `LEVEL_QUEUE_LIMIT` per pool in all (APF: queues x queueLengthLimit). A
+`time-out`), and one whose queue is full is refused at once (`queue-full`): 300 per flow (what
+one flow can hold in APF: its hand of 6 queues of queueLengthLimit 50) and `LEVEL_QUEUE_LIMIT`
+per pool in all (APF: queues x queueLengthLimit). A
 queued request of a reserved level waits for a seat of its own level, never behind
 global-default's queue. `QueueLimits` holds the bounds; `NO_QUEUING` refuses at once, as
 before (reason `concurrency-limit`). Metrics are kube's: apiserver_flowcontrol_current_
@@ -98,11 +99,16 @@ _LEADER_ELECTION_SHARES = 10
 
 UNLIMITED = sys.maxsize
 
-# API Priority and Fairness' queuing, scaled to tinykube. APF's bootstrap levels have up to 50
-# requests in each of their queues (queueLengthLimit) and 16-128 queues, a flow being dealt
-# a hand of a few of them; tinykube gives every flow a queue of its own, of APF's length, and
-# bounds the waiters of a level as a whole instead of by the number of queues.
-QUEUE_LENGTH_LIMIT = 50
+# API Priority and Fairness' queuing, scaled to tinykube. APF's bootstrap levels have 16-128
+# queues of up to 50 requests (queueLengthLimit) and deal each flow a hand of 4-6 of them
+# (handSize), each request joining the shortest queue of its hand: a flow alone holds up to
+# hand x 50 waiting requests. tinykube gives every flow one queue of that length (a hand of 6, as
+# global-default and node-high; leader-election has 4), and bounds all the waiters of a level, where
+# APF bounds them by its number of queues x 50. (50 per flow left 750 of bench/overload.py's hostile
+# 1,000 Creates in flight spinning through refusals, in front of the renewals: p99 1.1 s.)
+QUEUE_LENGTH = 50
+HAND_SIZE = 6
+QUEUE_LENGTH_LIMIT = HAND_SIZE * QUEUE_LENGTH
 LEVEL_QUEUE_LIMIT = 1000
 # kube lets a request wait a quarter of its deadline (60 s by default), at most a minute;
 # tinykube's calls carry deadlines of 5-30 s, so the wait is a quarter of that, at most this.
