@@ -120,7 +120,9 @@ def flood(
         else:
             url = f"{rest_url}/api/v1/namespaces/flood/pods"
             connector = aiohttp.TCPConnector(limit=concurrency)
-            async with aiohttp.ClientSession(connector=connector) as session:
+            # A connect lost to a full listen backlog is retried by the kernel for minutes.
+            timeout = aiohttp.ClientTimeout(total=30)
+            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
 
                 async def worker(k: int) -> None:
                     while time.monotonic() < stop:
@@ -129,7 +131,7 @@ def flood(
                             async with session.post(url, json=body) as resp:
                                 await resp.read()
                                 codes[f"HTTP {resp.status}"] += 1
-                        except aiohttp.ClientError as exc:
+                        except (aiohttp.ClientError, TimeoutError) as exc:
                             codes[type(exc).__name__] += 1
 
                 await asyncio.gather(*(worker(k) for k in range(concurrency)))
