@@ -47,6 +47,7 @@ import grpc
 from api_latency import RESULTS_DIR, make_pod, median_of, percentiles
 from google.protobuf import json_format
 from harness import git_commit
+from namespaces import ensure_namespace
 from prometheus_client.parser import text_string_to_metric_families
 
 from tinykube.client import Client
@@ -56,6 +57,7 @@ from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import lease_pb2, meta_pb2, pod_pb2, pod_pb2_grpc
 
 NODE_LEASES = "kube-node-lease"
+FLOOD_NAMESPACE = "flood"
 MODES = {
     "limit_default": [],
     "limit_off": ["--max-requests-inflight", "0", "--max-mutating-requests-inflight", "0"],
@@ -88,7 +90,7 @@ def flood(
         def next_pod(k: int) -> pod_pb2.Pod:
             nonlocal serial
             serial += 1
-            return make_pod(f"f-{k}-{serial}", "flood")
+            return make_pod(f"f-{k}-{serial}", FLOOD_NAMESPACE)
 
         if kind == "hostile":
             channel = grpc.aio.insecure_channel(address, options=list(CHANNEL_OPTIONS))
@@ -118,7 +120,7 @@ def flood(
 
                 await asyncio.gather(*(worker(k) for k in range(concurrency)))
         else:
-            url = f"{rest_url}/api/v1/namespaces/flood/pods"
+            url = f"{rest_url}/api/v1/namespaces/{FLOOD_NAMESPACE}/pods"
             connector = aiohttp.TCPConnector(limit=concurrency)
             # A connect lost to a full listen backlog is retried by the kernel for minutes.
             timeout = aiohttp.ClientTimeout(total=30)
@@ -199,6 +201,11 @@ async def renew_leases(address: str, cfg: Config, seconds: float) -> dict[str, A
     return figures
 
 
+async def _create_namespace(address: str, name: str) -> None:
+    async with Client(address, timeout=10.0) as client:
+        await ensure_namespace(client, name)
+
+
 def measure(flooder: str, mode: str, cfg: Config) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tinykube-bench-") as work_dir:
         cluster = LocalCluster(
@@ -209,6 +216,7 @@ def measure(flooder: str, mode: str, cfg: Config) -> dict[str, Any]:
             extra_args={"apiserver": MODES[mode]},
         )
         with cluster:
+            asyncio.run(_create_namespace(cluster.api_address, FLOOD_NAMESPACE))
             ctx = multiprocessing.get_context("spawn")
             out = ctx.Queue()
             args = (flooder, cluster.api_address, cluster.rest_url, cfg.flood)
