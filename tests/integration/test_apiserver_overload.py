@@ -302,6 +302,41 @@ async def test_rest_over_the_limit_waits_and_runs_when_a_seat_frees(overload: Ov
     assert o.limiter.executing == [0, 0]
 
 
+async def test_a_rest_flood_over_many_connections_is_held_up_to_the_level_bound(
+    overload: Overload,
+) -> None:
+    """HTTP/1.1 carries one request at a time per connection, so each connection is a flow of
+    one: a flood over many connections queues up to the level's bound, the rest are refused at
+    once, and the queued ones run once seats free."""
+    o = overload
+    o.running.server.limiter.queues = QueueLimits(per_flow=50, per_level=3, max_wait=10.0)
+    held = await hold(o, "mutating", MUTATING_LIMIT)
+    url = f"{o.rest}/api/v1/namespaces/default/pods"
+
+    async def post(session: aiohttp.ClientSession, k: int) -> int:
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"rest-flood-{k}"}}
+        body["spec"] = {"containers": [{"name": "c", "image": "busybox"}]}
+        async with session.post(url, json=body) as resp:
+            await resp.read()
+            return resp.status
+
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)  # a connection per request
+    async with aiohttp.ClientSession(connector=connector) as session:
+        queued = [asyncio.ensure_future(post(session, k)) for k in range(3)]
+        await wait_for(lambda: _inqueue(o, 3), "three POSTs queued, one per connection")
+        # The level is full: more connections are refused at once, not after the wait limit.
+        refused = await asyncio.gather(*(post(session, k) for k in range(3, 6)))
+        assert refused == [429, 429, 429]
+        assert o.metric(
+            'apiserver_flowcontrol_rejected_requests_total{flow_schema="global-default",'
+            'priority_level="global-default",reason="queue-full"} 3.0'
+        )
+        await release(o, held)
+        assert await asyncio.gather(*queued) == [201, 201, 201]
+    assert o.limiter.executing == [0, 0]
+    assert _inqueue(o, 0)
+
+
 async def test_watches_are_not_counted(overload: Overload) -> None:
     o = overload
     streams = []
