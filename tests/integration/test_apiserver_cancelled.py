@@ -14,6 +14,7 @@ import asyncio
 import collections
 import threading
 import time
+from typing import Any
 
 import grpc
 import pytest
@@ -71,7 +72,8 @@ def _fire_creates(
                 codes["OK"] += 1
             except grpc.RpcError as exc:
                 code = exc.code().name
-                keys = {str(k) for k, _ in exc.trailing_metadata() or ()}
+                trailers: Any = exc.trailing_metadata() or ()
+                keys = {str(k) for k, _ in trailers}
                 if code == "RESOURCE_EXHAUSTED" and RETRY_PUSHBACK_KEY in keys:
                     code = "RESOURCE_EXHAUSTED with a retry hint"  # the in-flight limit's
                 codes[code] += 1
