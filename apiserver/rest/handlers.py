@@ -80,6 +80,10 @@ INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 _LOG_HEADERS_AFTER = 1.0
 # The Eviction versions pods/eviction takes, as kube-apiserver (it answers policy/v1).
 EVICTION_VERSIONS = ("policy/v1", "policy/v1beta1")
+# DeleteOptions.gracePeriodSeconds is an int64 in Kubernetes and an int32 in tinykube's
+# messages: a longer grace period (68 years and more) is stored as this one, which waits as long.
+MAX_GRACE_SECONDS = 2**31 - 1
+_INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,11 @@ def check_delete_options(options: Mapping[str, Any], where: str = "") -> None:
     if errors:
         raise _delete_options_errors(errors)
     grace = options.get("gracePeriodSeconds")
+    if isinstance(grace, int) and not isinstance(grace, bool) and grace > _INT64_MAX:
+        raise BadRequestError(
+            f"json: cannot unmarshal number {grace} into Go struct field "
+            f"{where or 'DeleteOptions.'}gracePeriodSeconds of type int64"
+        )
     if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool) or grace < 0):
         raise _delete_options_invalid(
             "gracePeriodSeconds",
@@ -1006,7 +1015,7 @@ class ResourceHandlers:
     ) -> meta_pb2.DeleteRequest:
         data: dict[str, Any] = {"namespace": namespace, "name": name}
         if options.get("gracePeriodSeconds") is not None:
-            data["gracePeriodSeconds"] = options["gracePeriodSeconds"]
+            data["gracePeriodSeconds"] = min(options["gracePeriodSeconds"], MAX_GRACE_SECONDS)
         pre = options.get("preconditions") or {}
         pre = {k: v for k, v in pre.items() if k in ("uid", "resourceVersion") and v}
         if pre:
@@ -1177,6 +1186,8 @@ class ResourceHandlers:
         options = dict(options)
         options["dryRun"] = self._eviction_dry_run(q, options.get("dryRun"))
         check_delete_options(options, "Eviction.deleteOptions.")
+        if options.get("gracePeriodSeconds") is not None:
+            options["gracePeriodSeconds"] = min(options["gracePeriodSeconds"], MAX_GRACE_SECONDS)
         fields = ("gracePeriodSeconds", "preconditions", "propagationPolicy", "dryRun")
         if options.get("orphanDependents") is not None:
             options.setdefault(

@@ -271,6 +271,31 @@ async def test_delete_preconditions_and_options(rest: Rest) -> None:
     assert code == 200
 
 
+@pytest.mark.parametrize(
+    ("name", "body", "code", "message"),
+    [
+        # Kubernetes' gracePeriodSeconds is an int64: past int32 it is accepted (was a 500).
+        ("grace-2e32", {"gracePeriodSeconds": 2**32}, 200, None),
+        ("grace-int64", {"gracePeriodSeconds": 2**63 - 1}, 200, None),
+        (
+            "grace-2e64",
+            {"gracePeriodSeconds": 2**64},
+            400,
+            "json: cannot unmarshal number 18446744073709551616 into Go struct field "
+            "DeleteOptions.gracePeriodSeconds of type int64",
+        ),
+    ],
+)
+async def test_delete_grace_period_range(
+    rest: Rest, name: str, body: dict[str, Any], code: int, message: str | None
+) -> None:
+    await rest.call("POST", "/api/v1/nodes", node(name))
+    got, answer, _ = await rest.call("DELETE", f"/api/v1/nodes/{name}", body)
+    assert got == code, answer
+    if message is not None:
+        assert answer["message"] == message
+
+
 async def test_deletecollection(rest: Rest) -> None:
     for name in ("dc-1", "dc-2", "dc-keep"):
         await rest.call("POST", PODS, pod(name, batch="dc" if name != "dc-keep" else "no"))
