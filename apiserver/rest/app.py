@@ -19,11 +19,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from apiserver.auth.authorizer import ALL_UNAUTHENTICATED, ANONYMOUS, Authorizer, Identity
 from apiserver.auth.review import self_subject_access_review
 from apiserver.flowcontrol import Limiter
+from apiserver.grpcapi import LogLimiter
 from apiserver.metrics import Metrics
 from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
@@ -75,6 +77,34 @@ def anonymous(request: web.Request) -> Identity:
     return ANONYMOUS_IDENTITY
 
 
+# kube-apiserver (Go's net/http) reads up to 1 MiB of request line and headers
+# (http.DefaultMaxHeaderBytes); aiohttp's 8 KiB default refused long label selectors.
+MAX_HEADER_BYTES = 1 << 20
+
+
+class _ServerLog(logging.Logger):
+    """aiohttp's server logger, except that a request that is not valid HTTP (a line past the
+    limit, a malformed header) is one warning line per minute instead of a traceback each time,
+    so a client cannot flood the log with garbage. Other records go on as aiohttp's would."""
+
+    def __init__(self, limiter: LogLimiter) -> None:
+        super().__init__("aiohttp.server")
+        self.parent = logging.getLogger("aiohttp")
+        self.limiter = limiter
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            held = self.limiter.allow()
+            if held is not None:
+                self.warning(
+                    "malformed HTTP request: %s (%d more not logged)",
+                    str(exc_info).splitlines()[0],
+                    held,
+                )
+            return
+        super().exception(msg, *args, exc_info=exc_info, **kwargs)
+
+
 class RestServer:
     """Kubernetes' REST API over the kinds' `ResourceStore`s."""
 
@@ -116,7 +146,13 @@ class RestServer:
     async def start(self, host: str, port: int) -> int:
         """Listen on host:port (0: any free port); returns the bound port."""
         runner = web.AppRunner(
-            self.app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0
+            self.app,
+            handler_cancellation=True,
+            access_log=None,
+            shutdown_timeout=1.0,
+            max_line_size=MAX_HEADER_BYTES,
+            max_field_size=MAX_HEADER_BYTES,
+            logger=_ServerLog(LogLimiter(60.0)),
         )
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
