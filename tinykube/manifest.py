@@ -73,10 +73,70 @@ class ManifestObject:
         return str(self.obj.metadata.namespace)  # type: ignore[attr-defined]
 
 
+# Aliases may make a document this many times bigger than it is written, and at least this many
+# nodes big: a few hundred bytes of nested aliases ("billion laughs") otherwise expand to
+# gigabytes once the data is walked. go-yaml, which Kubernetes parses YAML with, refuses such
+# documents the same way.
+ALIAS_EXPANSION_FACTOR = 10
+ALIAS_EXPANSION_FLOOR = 100_000
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _check_aliases(root: yaml.Node) -> None:
+    """Refuse a document that contains itself or that its aliases expand too far."""
+    sizes: dict[int, int] = {}  # id(node) -> nodes it stands for, aliases expanded
+    open_: set[int] = set()  # the current node's ancestors
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            open_.discard(key)
+            sizes[key] = 1 + sum(sizes[id(c)] for c in _children(node))
+            continue
+        if key in sizes:
+            continue
+        open_.add(key)
+        stack.append((node, True))
+        for child in _children(node):
+            if id(child) in open_:
+                raise yaml.composer.ComposerError(
+                    None, None, "anchor value contains itself", child.start_mark
+                )
+            if id(child) not in sizes:
+                stack.append((child, False))
+    if sizes[id(root)] > max(ALIAS_EXPANSION_FLOOR, ALIAS_EXPANSION_FACTOR * len(sizes)):
+        raise yaml.composer.ComposerError(
+            None, None, "document contains excessive aliasing", root.start_mark
+        )
+
+
 class _Loader(yaml.SafeLoader):
     """SafeLoader that keeps timestamps as strings: protobuf parses RFC 3339 itself, and
     refuses an integer past Python's digit limit as a YAML error at its position (PyYAML's own
-    constructor lets that ValueError escape)."""
+    constructor lets that ValueError escape), and a document whose aliases contain themselves
+    or expand it too far (`_check_aliases`)."""
+
+    _aliases = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+        return super().compose_node(parent, index)
+
+    def compose_document(self) -> yaml.Node | None:
+        self._aliases = 0
+        node: yaml.Node | None = super().compose_document()
+        if node is not None and self._aliases:
+            _check_aliases(node)
+        return node
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> Any:
         try:
