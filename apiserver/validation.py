@@ -8,11 +8,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.struct_pb2 import Value
 
@@ -1119,9 +1121,109 @@ def validate_pdb_status(pdb: poddisruptionbudget_pb2.PodDisruptionBudget) -> lis
     return errs
 
 
+# What protobuf's JSON form, and so the REST API, can print: 0001-01-01T00:00:00Z through
+# 9999-12-31T23:59:59.999999999Z. Kubernetes' times are RFC 3339 strings, always in range; a
+# gRPC client can send any seconds and nanos, and one stored time outside this made every REST
+# list and watch of its kind a 500.
+_MIN_SECONDS, _MAX_SECONDS = -62135596800, 253402300799
+_TIMESTAMP = "google.protobuf.Timestamp"
+
+
+@functools.cache
+def _time_fields(descriptor: Descriptor) -> tuple[FieldDescriptor, ...]:
+    """The message-typed fields of `descriptor` that are or may hold a Timestamp."""
+    return tuple(
+        f for f in descriptor.fields if f.message_type is not None and _holds_time(f.message_type)
+    )
+
+
+def _holds_time(descriptor: Descriptor, seen: frozenset[str] = frozenset()) -> bool:
+    if descriptor.full_name == _TIMESTAMP:
+        return True
+    if descriptor.full_name in seen:
+        return False
+    inner = seen | {descriptor.full_name}
+    return any(
+        f.message_type is not None and _holds_time(f.message_type, inner) for f in descriptor.fields
+    )
+
+
+_MAP, _LIST, _TIME, _MESSAGE = range(4)
+
+
+@functools.cache
+def _time_plan(descriptor: Descriptor) -> tuple[tuple[str, str, int], ...]:
+    """(field name, JSON name, shape) of each field `timestamps` visits."""
+    plan = []
+    for f in _time_fields(descriptor):
+        mt = f.message_type
+        assert mt is not None  # _time_fields holds message fields only
+        if mt.GetOptions().map_entry:
+            shape = _MAP
+        elif f.is_repeated:
+            shape = _LIST
+        else:
+            shape = _TIME if mt.full_name == _TIMESTAMP else _MESSAGE
+        plan.append((f.name, f.json_name, shape))
+    return tuple(plan)
+
+
+def _printable(ts: Message) -> bool:
+    return _MIN_SECONDS <= ts.seconds <= _MAX_SECONDS and 0 <= ts.nanos < 10**9  # type: ignore[attr-defined, no-any-return]
+
+
+def _times_printable(msg: Message) -> bool:
+    for name, _, shape in _time_plan(msg.DESCRIPTOR):
+        value = getattr(msg, name)
+        if shape == _MESSAGE:
+            if msg.HasField(name) and not _times_printable(value):
+                return False
+        elif shape == _TIME:
+            if msg.HasField(name) and not _printable(value):
+                return False
+        elif shape == _LIST:
+            if not all(_times_printable(item) for item in value):
+                return False
+        elif not all(_times_printable(item) for item in value.values()):
+            return False
+    return True
+
+
+def timestamps(path: str, msg: Message) -> list[FieldError]:
+    """Every time under `msg` that JSON cannot print (`_MIN_SECONDS`..`_MAX_SECONDS`). Only the
+    fields that may hold one are visited, and paths are spelled out only when one is bad: this
+    is on the path of every write, Lease renewals and pod status updates included."""
+    if _times_printable(msg):
+        return []
+    errs: list[FieldError] = []
+    for name, json_name, shape in _time_plan(msg.DESCRIPTOR):
+        fp = f"{path}.{json_name}" if path else json_name
+        value = getattr(msg, name)
+        if shape == _MAP:
+            for key in sorted(value):
+                errs.extend(timestamps(f"{fp}[{key}]", value[key]))
+        elif shape == _LIST:
+            for i, item in enumerate(value):
+                errs.extend(timestamps(f"{fp}[{i}]", item))
+        elif not msg.HasField(name):
+            continue
+        elif shape == _MESSAGE:
+            errs.extend(timestamps(fp, value))
+        elif not _printable(value):
+            errs.append(
+                invalid(
+                    fp,
+                    f"{{seconds: {value.seconds}, nanos: {value.nanos}}}",
+                    "must be a time from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z",
+                )
+            )
+    return errs
+
+
 def validate(info: KindInfo, obj: Message) -> list[FieldError]:
     """Every problem with `obj` as it would be stored."""
     errs = validate_metadata(info, obj.metadata)  # type: ignore[attr-defined]
+    errs.extend(timestamps("", obj))
     if info.kind == POD.kind:
         errs.extend(validate_pod(obj))  # type: ignore[arg-type]
     elif info.kind == NODE.kind:
@@ -1158,12 +1260,12 @@ def validate_status(info: KindInfo, obj: Message) -> list[FieldError]:
     ValidatePodStatusUpdate does. Other kinds are checked whole.
     """
     if info.kind == POD.kind:
-        return validate_pod_status(obj)  # type: ignore[arg-type]
+        return validate_pod_status(obj) + timestamps("status", obj.status)  # type: ignore[arg-type, attr-defined]
     if info.kind == NODE.kind:
-        return validate_node_status(obj)  # type: ignore[arg-type]
+        return validate_node_status(obj) + timestamps("status", obj.status)  # type: ignore[arg-type, attr-defined]
     if info.kind == POD_DISRUPTION_BUDGET.kind:
         # The eviction API and the disruption controller write it often; the spec is as stored.
-        return validate_pdb_status(obj)  # type: ignore[arg-type]
+        return validate_pdb_status(obj) + timestamps("status", obj.status)  # type: ignore[arg-type, attr-defined]
     if info.kind == NAMESPACE.kind:
         return validate(info, obj) + validate_namespace_status(obj)  # type: ignore[arg-type]
     return validate(info, obj)

@@ -6,11 +6,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
+from google.protobuf.message import Message
 
 from apiserver.registry import Strategy, generate_name
-from apiserver.validation import validate, validate_update
+from apiserver.validation import validate, validate_status, validate_update
 from tinykube.errors import FieldError, InvalidError
-from tinykube.kinds import EVENT, LEASE, NODE, POD, REPLICA_SET, SERVICE
+from tinykube.kinds import EVENT, LEASE, NODE, POD, REPLICA_SET, SERVICE, KindInfo
 from tinykube.v1 import lease_pb2, meta_pb2, node_pb2, pod_pb2, replicaset_pb2, service_pb2
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -778,3 +779,98 @@ def test_pod_placement_validation_messages(spec: dict[str, object], expected: st
 )
 def test_valid_pod_placement_fields(spec: dict[str, object]) -> None:
     assert messages(validate(POD, placement_pod(spec, labels={"app": "web", "rev": "7"}))) == []
+
+
+def _lease(seconds: int, nanos: int = 0) -> lease_pb2.Lease:
+    lease = lease_pb2.Lease(metadata=meta_pb2.ObjectMeta(name="n1", namespace="kube-node-lease"))
+    lease.spec.leaseDurationSeconds = 40
+    lease.spec.renewTime.seconds, lease.spec.renewTime.nanos = seconds, nanos
+    return lease
+
+
+def _pod_condition_at(seconds: int) -> pod_pb2.Pod:
+    pod = make_pod()
+    pod.status.conditions.add(type="Ready", status="True").lastTransitionTime.seconds = seconds
+    return pod
+
+
+def _node_heartbeat_at(seconds: int) -> node_pb2.Node:
+    node = node_pb2.Node(metadata=meta_pb2.ObjectMeta(name="n1"))
+    node.status.conditions.add(type="Ready", status="True").lastHeartbeatTime.seconds = seconds
+    return node
+
+
+def _managed_at(seconds: int) -> pod_pb2.Pod:
+    pod = make_pod()
+    pod.metadata.managedFields.add(manager="m", operation="Update").time.seconds = seconds
+    return pod
+
+
+TIME_RANGE = "must be a time from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z"
+
+
+@pytest.mark.parametrize(
+    ("info", "obj", "status_only", "expected"),
+    [
+        # gRPC clients can send any seconds and nanos; JSON (the REST API) prints only years
+        # 1 to 9999, and one such stored Lease made every REST list and watch of leases a 500.
+        (LEASE, _lease(253402300799, 999_999_999), False, []),
+        (LEASE, _lease(-62135596800), False, []),
+        (
+            LEASE,
+            _lease(2**62),
+            False,
+            [f'spec.renewTime: Invalid value: "{{seconds: {2**62}, nanos: 0}}": {TIME_RANGE}'],
+        ),
+        (
+            LEASE,
+            _lease(-62135596801),
+            False,
+            [f'spec.renewTime: Invalid value: "{{seconds: -62135596801, nanos: 0}}": {TIME_RANGE}'],
+        ),
+        (
+            LEASE,
+            _lease(1, -1),
+            False,
+            [f'spec.renewTime: Invalid value: "{{seconds: 1, nanos: -1}}": {TIME_RANGE}'],
+        ),
+        (
+            LEASE,
+            _lease(1, 10**9),
+            False,
+            [f'spec.renewTime: Invalid value: "{{seconds: 1, nanos: 1000000000}}": {TIME_RANGE}'],
+        ),
+        (
+            POD,
+            _pod_condition_at(2**40),
+            True,
+            [
+                "status.conditions[0].lastTransitionTime: Invalid value: "
+                f'"{{seconds: {2**40}, nanos: 0}}": {TIME_RANGE}'
+            ],
+        ),
+        (
+            NODE,
+            _node_heartbeat_at(-(2**40)),
+            True,
+            [
+                "status.conditions[0].lastHeartbeatTime: Invalid value: "
+                f'"{{seconds: {-(2**40)}, nanos: 0}}": {TIME_RANGE}'
+            ],
+        ),
+        (
+            POD,
+            _managed_at(2**40),
+            False,
+            [
+                "metadata.managedFields[0].time: Invalid value: "
+                f'"{{seconds: {2**40}, nanos: 0}}": {TIME_RANGE}'
+            ],
+        ),
+    ],
+)
+def test_times_must_be_printable_as_rfc3339(
+    info: KindInfo, obj: Message, status_only: bool, expected: list[str]
+) -> None:
+    errors = validate_status(info, obj) if status_only else validate(info, obj)
+    assert messages(errors) == expected
