@@ -84,6 +84,7 @@ EVICTION_VERSIONS = ("policy/v1", "policy/v1beta1")
 # messages: a longer grace period (68 years and more) is stored as this one, which waits as long.
 MAX_GRACE_SECONDS = 2**31 - 1
 _INT64_MAX = 2**63 - 1
+_INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -505,6 +506,8 @@ class ResourceHandlers:
         limit = q.number("limit") or 0
         if limit < 0:
             raise BadRequestError(f"invalid limit {limit}: must not be negative")
+        # Kubernetes' limit is an int64, ListRequest's an int32: a limit past int32 is all.
+        limit = min(limit, _INT32_MAX)
         token = q.text("continue")
         rv = q.text("resourceVersion")
         match = q.text("resourceVersionMatch")

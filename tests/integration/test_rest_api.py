@@ -545,6 +545,21 @@ async def test_forged_continue_token_is_400(rest: Rest, payload: str) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("limit", "code"),
+    [
+        # Kubernetes' limit is an int64; one past int32 lists everything (was a 500).
+        ("2147483648", 200),
+        ("9223372036854775807", 200),
+    ],
+)
+async def test_list_limit_range(rest: Rest, limit: str, code: int) -> None:
+    got, answer, _ = await rest.call("GET", f"/api/v1/nodes?limit={limit}")
+    assert got == code, answer
+    if code == 200:
+        assert answer["kind"] == "NodeList" and "continue" not in answer["metadata"]
+
+
 async def test_limit_continue_and_exact(rest: Rest) -> None:
     for i in range(5):
         await rest.call("POST", PODS, pod(f"page-{i}", paged="yes"))
