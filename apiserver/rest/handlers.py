@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -85,6 +86,7 @@ EVICTION_VERSIONS = ("policy/v1", "policy/v1beta1")
 MAX_GRACE_SECONDS = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 _INT32_MAX = 2**31 - 1
+_GO_INT = re.compile(r"[+-]?[0-9]+\Z")
 
 
 @dataclass(frozen=True)
@@ -126,16 +128,23 @@ class Query:
         )
 
     def number(self, name: str) -> int | None:
+        """An int64 as Go's strconv.ParseInt reads it: ASCII digits and a sign, nothing else
+        (Python's int() also takes "1_0", " 1" and other scripts' digits)."""
         text = self.query.get(name)
         if text is None or text == "":
             return None
-        try:
-            return int(text, 10)
-        except ValueError:
-            raise BadRequestError(
-                f'invalid value "{text}" for query parameter {name}: strconv.ParseInt: '
-                f'parsing "{text}": invalid syntax'
-            ) from None
+        problem = "invalid syntax"
+        if _GO_INT.match(text):
+            # Past 19 significant digits it is out of range; int() of 5,000 digits raises.
+            significant = len(text.lstrip("+-").lstrip("0"))
+            value = int(text) if significant <= 19 else _INT64_MAX + 1
+            if -_INT64_MAX - 1 <= value <= _INT64_MAX:
+                return value
+            problem = "value out of range"
+        raise BadRequestError(
+            f'invalid value "{text}" for query parameter {name}: strconv.ParseInt: '
+            f'parsing "{text}": {problem}'
+        )
 
     def choice(self, name: str, allowed: Sequence[str], default: str) -> str:
         text = self.query.get(name)

@@ -368,6 +368,12 @@ async def test_field_validation(
         ("POST", "/api/v1/pods", b"{}", JSON, 405, "MethodNotAllowed"),
         ("POST", "/version", b"{}", JSON, 405, "MethodNotAllowed"),
         ("GET", f"{PODS}?limit=abc", None, {}, 400, "BadRequest"),
+        # Go's strconv.ParseInt: ASCII digits within int64 (Python's int() took these).
+        ("GET", f"{PODS}?limit=1_0", None, {}, 400, "BadRequest"),
+        ("GET", f"{PODS}?limit=%201", None, {}, 400, "BadRequest"),
+        ("GET", f"{PODS}?limit=%D9%A1", None, {}, 400, "BadRequest"),
+        ("GET", f"{PODS}?limit=9223372036854775808", None, {}, 400, "BadRequest"),
+        ("DELETE", f"{PODS}/x?gracePeriodSeconds={'9' * 5000}", None, {}, 400, "BadRequest"),
         ("GET", f"{PODS}?watch=maybe", None, {}, 400, "BadRequest"),
         ("GET", f"{PODS}?labelSelector=a%20in", None, {}, 400, "BadRequest"),
         ("GET", f"{PODS}?fieldSelector=spec.foo%3Dx", None, {}, 400, "BadRequest"),
