@@ -1379,6 +1379,12 @@ class ResourceHandlers:
                 new_scale = codecs.parse_object_body(body, media)
             if not isinstance(new_scale, dict):
                 raise BadRequestError("the Scale must be an object")
+            for part in ("spec", "metadata"):
+                if not isinstance(new_scale.get(part) or {}, dict):
+                    raise BadRequestError(
+                        f'Scale in version "v1" cannot be handled as a Scale: {part}: expected '
+                        f"an object, got {json.dumps(new_scale[part])[:100]}"
+                    )
             replicas = (new_scale.get("spec") or {}).get("replicas", 0)
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
                 raise InvalidError(

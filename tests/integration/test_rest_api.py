@@ -786,6 +786,41 @@ async def test_patch(rest: Rest, content_type: str, patch: Any) -> None:
     assert body["metadata"]["labels"] == {"app": "x", "patched": "yes"}
 
 
+@pytest.mark.parametrize(
+    ("method", "body", "content_type", "message"),
+    [
+        # A spec or metadata that is not an object was a 500 AttributeError.
+        (
+            "PUT",
+            {"kind": "Scale", "spec": "3"},
+            "application/json",
+            'Scale in version "v1" cannot be handled as a Scale: spec: expected an object, got "3"',
+        ),
+        (
+            "PATCH",
+            {"spec": [3]},
+            "application/merge-patch+json",
+            'Scale in version "v1" cannot be handled as a Scale: spec: expected an object, got [3]',
+        ),
+        (
+            "PATCH",
+            {"metadata": "x"},
+            "application/strategic-merge-patch+json",
+            'Scale in version "v1" cannot be handled as a Scale: metadata: expected an object, '
+            'got "x"',
+        ),
+    ],
+)
+async def test_scale_with_a_malformed_body_is_400(
+    rest: Rest, method: str, body: dict[str, Any], content_type: str, message: str
+) -> None:
+    await rest.call("POST", RS, replica_set("scale-bad"))
+    code, answer, _ = await rest.call(
+        method, f"{RS}/scale-bad/scale", body, {"Content-Type": content_type}
+    )
+    assert (code, answer["reason"], answer["message"]) == (400, "BadRequest", message)
+
+
 async def test_scale_by_merge_patch(rest: Rest) -> None:
     await rest.call("POST", RS, replica_set("kscale", 1))
     code, body, _ = await rest.call(
