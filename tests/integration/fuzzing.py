@@ -810,7 +810,8 @@ _META: dict[str, Any] = {
     "annotations": {"note": "seed"},
     "finalizers": [],
 }
-# One valid object per kind, in Kubernetes JSON. Kinds without a row get `{"metadata": {}}`.
+# One valid object per kind, in Kubernetes JSON. A kind whose bare named object is valid needs
+# no row; for the others the fixture says which row is missing.
 SEEDS: dict[str, dict[str, Any]] = {
     "Pod": {"metadata": _META, "spec": _POD_SPEC},
     "Node": {
@@ -869,6 +870,37 @@ SEEDS: dict[str, dict[str, Any]] = {
         ],
     },
 }
+
+
+_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+_SUBJECTS = [
+    {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"},
+    {"kind": "ServiceAccount", "name": "default", "namespace": "default"},
+]
+SEEDS.update(
+    {
+        "PodDisruptionBudget": {
+            "metadata": _META,
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "seed"}}},
+        },
+        "Role": {"metadata": _META, "rules": _RULES},
+        "ClusterRole": {"metadata": {"labels": {"app": "seed"}}, "rules": _RULES},
+        "RoleBinding": {
+            "metadata": _META,
+            "subjects": _SUBJECTS,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "seed"},
+        },
+        "ClusterRoleBinding": {
+            "metadata": {"labels": {"app": "seed"}},
+            "subjects": _SUBJECTS,
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "seed",
+            },
+        },
+    }
+)
 
 
 def valid_object(info: KindInfo, name: str) -> Message:
@@ -964,7 +996,13 @@ class FuzzTarget:
             if exc.code() != grpc.StatusCode.NOT_FOUND:
                 raise
         request = request_for(info, valid_object(info, name), info.create_request)
-        created: Message = await stub.Create(request, timeout=20)
+        try:
+            created: Message = await stub.Create(request, timeout=20)
+        except grpc.aio.AioRpcError as exc:
+            raise AssertionError(
+                f"the seed {info.kind} is not valid ({exc.details()}): a new kind needs a valid "
+                "object in SEEDS (tests/integration/fuzzing.py) to mutate"
+            ) from None
         return created
 
     async def stored(self, info: KindInfo) -> list[Message]:
