@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -1121,95 +1122,130 @@ def validate_pdb_status(pdb: poddisruptionbudget_pb2.PodDisruptionBudget) -> lis
     return errs
 
 
-# What protobuf's JSON form, and so the REST API, can print: 0001-01-01T00:00:00Z through
-# 9999-12-31T23:59:59.999999999Z. Kubernetes' times are RFC 3339 strings, always in range; a
-# gRPC client can send any seconds and nanos, and one stored time outside this made every REST
-# list and watch of its kind a 500.
+# What protobuf's JSON form, and so the REST API, can print: times from 0001-01-01T00:00:00Z
+# through 9999-12-31T23:59:59.999999999Z, and finite numbers in a google.protobuf.Value (a
+# managedFields entry's fieldsV1, an IntOrString). Kubernetes' times are RFC 3339 strings and its
+# JSON has no NaN; a gRPC client can send either, and one such stored object made every REST list
+# and watch of its kind a 500.
 _MIN_SECONDS, _MAX_SECONDS = -62135596800, 253402300799
 _TIMESTAMP = "google.protobuf.Timestamp"
+_VALUE = "google.protobuf.Value"
+_LEAVES = (_TIMESTAMP, _VALUE)
 
 
 @functools.cache
-def _time_fields(descriptor: Descriptor) -> tuple[FieldDescriptor, ...]:
-    """The message-typed fields of `descriptor` that are or may hold a Timestamp."""
+def _checked_fields(descriptor: Descriptor) -> tuple[FieldDescriptor, ...]:
+    """The message-typed fields of `descriptor` that are or may hold a Timestamp or a Value."""
     return tuple(
-        f for f in descriptor.fields if f.message_type is not None and _holds_time(f.message_type)
+        f for f in descriptor.fields if f.message_type is not None and _holds_leaf(f.message_type)
     )
 
 
-def _holds_time(descriptor: Descriptor, seen: frozenset[str] = frozenset()) -> bool:
-    if descriptor.full_name == _TIMESTAMP:
+def _holds_leaf(descriptor: Descriptor, seen: frozenset[str] = frozenset()) -> bool:
+    if descriptor.full_name in _LEAVES:
         return True
     if descriptor.full_name in seen:
         return False
     inner = seen | {descriptor.full_name}
     return any(
-        f.message_type is not None and _holds_time(f.message_type, inner) for f in descriptor.fields
+        f.message_type is not None and _holds_leaf(f.message_type, inner) for f in descriptor.fields
     )
 
 
-_MAP, _LIST, _TIME, _MESSAGE = range(4)
+_MAP, _LIST, _TIME, _NUMBERS, _MESSAGE = range(5)
 
 
 @functools.cache
-def _time_plan(descriptor: Descriptor) -> tuple[tuple[str, str, int], ...]:
-    """(field name, JSON name, shape) of each field `timestamps` visits."""
+def _plan(descriptor: Descriptor) -> tuple[tuple[str, str, int], ...]:
+    """(field name, JSON name, shape) of each field `printable` visits."""
     plan = []
-    for f in _time_fields(descriptor):
+    for f in _checked_fields(descriptor):
         mt = f.message_type
-        assert mt is not None  # _time_fields holds message fields only
+        assert mt is not None  # _checked_fields holds message fields only
         if mt.GetOptions().map_entry:
             shape = _MAP
         elif f.is_repeated:
             shape = _LIST
+        elif mt.full_name == _TIMESTAMP:
+            shape = _TIME
+        elif mt.full_name == _VALUE:
+            shape = _NUMBERS
         else:
-            shape = _TIME if mt.full_name == _TIMESTAMP else _MESSAGE
+            shape = _MESSAGE
         plan.append((f.name, f.json_name, shape))
     return tuple(plan)
 
 
-def _printable(ts: Message) -> bool:
+def _time_ok(ts: Message) -> bool:
     return _MIN_SECONDS <= ts.seconds <= _MAX_SECONDS and 0 <= ts.nanos < 10**9  # type: ignore[attr-defined, no-any-return]
 
 
-def _times_printable(msg: Message) -> bool:
-    for name, _, shape in _time_plan(msg.DESCRIPTOR):
+def _finite(value: Value) -> bool:
+    """Whether a Value (and every Value inside it) holds no NaN or infinity."""
+    kind = value.WhichOneof("kind")
+    if kind == "number_value":
+        return math.isfinite(value.number_value)
+    if kind == "struct_value":
+        return all(_finite(v) for v in value.struct_value.fields.values())
+    if kind == "list_value":
+        return all(_finite(v) for v in value.list_value.values)
+    return True
+
+
+def _all_printable(msg: Message) -> bool:
+    if msg.DESCRIPTOR.full_name == _VALUE:
+        return _finite(msg)  # type: ignore[arg-type]
+    for name, _, shape in _plan(msg.DESCRIPTOR):
         value = getattr(msg, name)
         if shape == _MESSAGE:
-            if msg.HasField(name) and not _times_printable(value):
+            if msg.HasField(name) and not _all_printable(value):
                 return False
         elif shape == _TIME:
-            if msg.HasField(name) and not _printable(value):
+            if msg.HasField(name) and not _time_ok(value):
+                return False
+        elif shape == _NUMBERS:
+            if msg.HasField(name) and not _finite(value):
                 return False
         elif shape == _LIST:
-            if not all(_times_printable(item) for item in value):
+            if not all(_all_printable(item) for item in value):
                 return False
-        elif not all(_times_printable(item) for item in value.values()):
+        elif not all(_all_printable(item) for item in value.values()):
             return False
     return True
 
 
-def timestamps(path: str, msg: Message) -> list[FieldError]:
-    """Every time under `msg` that JSON cannot print (`_MIN_SECONDS`..`_MAX_SECONDS`). Only the
-    fields that may hold one are visited, and paths are spelled out only when one is bad: this
-    is on the path of every write, Lease renewals and pod status updates included."""
-    if _times_printable(msg):
+_NOT_FINITE = "must be a finite number: JSON has no NaN or Infinity"
+_WRAPPERS = ("google.protobuf.Struct", "google.protobuf.ListValue")
+
+
+def printable(path: str, msg: Message) -> list[FieldError]:
+    """Every time or number under `msg` that JSON cannot print. Only the fields that may hold
+    one are visited, and paths are spelled out only when one is bad: this is on the path of
+    every write, Lease renewals and pod status updates included."""
+    if _all_printable(msg):
         return []
+    if msg.DESCRIPTOR.full_name == _VALUE:
+        kind = msg.WhichOneof("kind")
+        if kind in ("struct_value", "list_value"):
+            return printable(path, getattr(msg, kind))
+        return [invalid(path, "NaN or Infinity", _NOT_FINITE)]
     errs: list[FieldError] = []
-    for name, json_name, shape in _time_plan(msg.DESCRIPTOR):
-        fp = f"{path}.{json_name}" if path else json_name
+    # A Struct or ListValue is its map or list in JSON: no field name in the path.
+    transparent = msg.DESCRIPTOR.full_name in _WRAPPERS
+    for name, json_name, shape in _plan(msg.DESCRIPTOR):
+        fp = path if transparent else f"{path}.{json_name}" if path else json_name
         value = getattr(msg, name)
         if shape == _MAP:
             for key in sorted(value):
-                errs.extend(timestamps(f"{fp}[{key}]", value[key]))
+                errs.extend(printable(f"{fp}[{key}]", value[key]))
         elif shape == _LIST:
             for i, item in enumerate(value):
-                errs.extend(timestamps(f"{fp}[{i}]", item))
+                errs.extend(printable(f"{fp}[{i}]", item))
         elif not msg.HasField(name):
             continue
-        elif shape == _MESSAGE:
-            errs.extend(timestamps(fp, value))
-        elif not _printable(value):
+        elif shape in (_MESSAGE, _NUMBERS):
+            errs.extend(printable(fp, value))
+        elif not _time_ok(value):
             errs.append(
                 invalid(
                     fp,
@@ -1223,7 +1259,7 @@ def timestamps(path: str, msg: Message) -> list[FieldError]:
 def validate(info: KindInfo, obj: Message) -> list[FieldError]:
     """Every problem with `obj` as it would be stored."""
     errs = validate_metadata(info, obj.metadata)  # type: ignore[attr-defined]
-    errs.extend(timestamps("", obj))
+    errs.extend(printable("", obj))
     if info.kind == POD.kind:
         errs.extend(validate_pod(obj))  # type: ignore[arg-type]
     elif info.kind == NODE.kind:
@@ -1260,12 +1296,12 @@ def validate_status(info: KindInfo, obj: Message) -> list[FieldError]:
     ValidatePodStatusUpdate does. Other kinds are checked whole.
     """
     if info.kind == POD.kind:
-        return validate_pod_status(obj) + timestamps("status", obj.status)  # type: ignore[arg-type, attr-defined]
+        return validate_pod_status(obj) + printable("status", obj.status)  # type: ignore[arg-type, attr-defined]
     if info.kind == NODE.kind:
-        return validate_node_status(obj) + timestamps("status", obj.status)  # type: ignore[arg-type, attr-defined]
+        return validate_node_status(obj) + printable("status", obj.status)  # type: ignore[arg-type, attr-defined]
     if info.kind == POD_DISRUPTION_BUDGET.kind:
         # The eviction API and the disruption controller write it often; the spec is as stored.
-        return validate_pdb_status(obj) + timestamps("status", obj.status)  # type: ignore[arg-type, attr-defined]
+        return validate_pdb_status(obj) + printable("status", obj.status)  # type: ignore[arg-type, attr-defined]
     if info.kind == NAMESPACE.kind:
         return validate(info, obj) + validate_namespace_status(obj)  # type: ignore[arg-type]
     return validate(info, obj)

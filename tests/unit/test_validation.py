@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from google.protobuf.message import Message
@@ -807,6 +809,7 @@ def _managed_at(seconds: int) -> pod_pb2.Pod:
 
 
 TIME_RANGE = "must be a time from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z"
+FINITE = "must be a finite number: JSON has no NaN or Infinity"
 
 
 @pytest.mark.parametrize(
@@ -874,3 +877,33 @@ def test_times_must_be_printable_as_rfc3339(
 ) -> None:
     errors = validate_status(info, obj) if status_only else validate(info, obj)
     assert messages(errors) == expected
+
+
+def _managed_fields(fields: dict[str, Any]) -> pod_pb2.Pod:
+    pod = make_pod()
+    entry = pod.metadata.managedFields.add(manager="m", operation="Update")
+    entry.fieldsV1.update(fields)
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        # JSON has no NaN or Infinity: a gRPC client's fieldsV1 holding one made every REST
+        # list and watch of its kind a 500 (found on a Role).
+        ({"f:spec": {"f:replicas": {}}, "n": 1.5}, []),
+        (
+            {"n": math.nan},
+            [f'metadata.managedFields[0].fieldsV1[n]: Invalid value: "NaN or Infinity": {FINITE}'],
+        ),
+        (
+            {"f:spec": {"deep": [1, math.inf]}},
+            [
+                "metadata.managedFields[0].fieldsV1[f:spec][deep][1]: Invalid value: "
+                f'"NaN or Infinity": {FINITE}'
+            ],
+        ),
+    ],
+)
+def test_numbers_must_be_printable_as_json(fields: dict[str, object], expected: list[str]) -> None:
+    assert messages(validate(POD, _managed_fields(fields))) == expected
