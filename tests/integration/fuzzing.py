@@ -8,17 +8,20 @@ label-syntax edge cases), quantity maps get hostile quantities ("9"*5000, "1e64"
 garbage), and fields Kubernetes gives meaning by name (selectors, continue tokens,
 resourceVersions, names) get values of that shape. `mutated(seed)` changes one field, anywhere
 in the tree, of a valid object, so the fuzzer also reaches the checks behind the first failing
-validation. `SEEDS` holds one valid object per kind; a kind without a row is seeded with a bare
-named object.
+validation. `SEEDS` holds one valid object per kind (a kind whose bare named object is valid
+needs none; the fixture names a missing row).
 
-`run_fuzz` runs a Hypothesis search in a worker thread while the test's event loop serves the
-apiserver; each example is a coroutine submitted to that loop. `LogWatch` records what the
-apiserver logs, so a test can fail on a traceback or an ERROR line.
+Concurrency: `fuzz` runs a Hypothesis search (`run_fuzz`) in a worker thread while the test's
+event loop serves the apiserver; each example is a coroutine submitted to that loop, one at a
+time. Then `FuzzTarget.assert_sound` checks the apiserver: nothing logged at ERROR or with a
+traceback (`LogWatch`), healthy, every stored object valid by the apiserver's own validation,
+every kind listable over REST.
 
 Budget and reproducibility: every search is derandomized (a fixed seed derived from the test),
 so CI runs the same examples each time and a failure reproduces. `TINYKUBE_FUZZ_EXAMPLES=N`
-multiplies each test's example count by N for longer local runs;
-`TINYKUBE_FUZZ_SEED=<int>` (or `random`) explores other examples than CI's.
+multiplies each test's example count by N for longer local runs; `TINYKUBE_FUZZ_SEED=random`
+explores other examples (a failure names the seed to pass as `TINYKUBE_FUZZ_SEED=<int>` to
+run them again).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import logging
 import math
 import os
 import random
+import zlib
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
@@ -62,6 +66,20 @@ def example_count(default: int) -> int:
     return max(1, default * factor)
 
 
+def fuzz_seed(name: str) -> int | None:
+    """The Hypothesis seed of the search `name`: None (derandomized: the seed follows the
+    test, the same examples on every run, so a CI failure reproduces) unless
+    TINYKUBE_FUZZ_SEED asks for one; `random` picks one per run, shared by every search."""
+    chosen = os.environ.get("TINYKUBE_FUZZ_SEED", "")
+    if not chosen:
+        return None
+    base = _RANDOM_SEED if chosen == "random" else int(chosen)
+    return base ^ zlib.crc32(name.encode())
+
+
+_RANDOM_SEED = random.randrange(2**32)
+
+
 def run_fuzz(
     strategy: Strategy[T],
     check: Callable[[T], Coroutine[Any, Any, None]],
@@ -76,23 +94,42 @@ def run_fuzz(
     def body(value: T) -> None:
         asyncio.run_coroutine_threadsafe(check(value), loop).result(timeout=120)
 
-    # The seed follows the test's name: each test explores its own examples, the same each run.
-    chosen = os.environ.get("TINYKUBE_FUZZ_SEED", "")
-    derandomize = not chosen
     body.__name__ = body.__qualname__ = f"fuzz_{name}"
     wrapped: Any = given(strategy)(body)
-    if chosen:
-        wrapped = seed(random.randrange(2**32) if chosen == "random" else int(chosen))(wrapped)
+    number = fuzz_seed(name)
+    if number is not None:
+        wrapped = seed(number)(wrapped)
     wrapped = settings(
         max_examples=examples,
         deadline=None,
-        derandomize=derandomize,
+        derandomize=number is None,
         database=None,
-        print_blob=not derandomize,
+        print_blob=False,
         phases=(Phase.explicit, Phase.generate, Phase.shrink),
         suppress_health_check=list(HealthCheck),
     )(wrapped)
     wrapped()
+
+
+async def fuzz(
+    target: FuzzTarget,
+    strategy: Strategy[T],
+    check: Callable[[T], Coroutine[Any, Any, None]],
+    *,
+    examples: int,
+    name: str,
+) -> None:
+    """Run the search `name`, then `target.assert_sound()`; a failure of either says how to
+    run the same examples again."""
+    target.logs.records.clear()  # a failed test before this one leaves its records
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.to_thread(run_fuzz, strategy, check, examples=examples, loop=loop, name=name)
+        await target.assert_sound()
+    except BaseException as exc:
+        if os.environ.get("TINYKUBE_FUZZ_SEED") == "random":
+            exc.add_note(f"run the same examples with TINYKUBE_FUZZ_SEED={_RANDOM_SEED}")
+        raise
 
 
 class LogWatch(logging.Handler):
