@@ -1049,6 +1049,9 @@ def _int_or_percent(path: str, value: Value) -> list[FieldError]:
     if isinstance(held, int):
         if held < 0:
             return [invalid(path, held, "must be greater than or equal to 0")]
+        if held > 2**31 - 1:
+            # An IntOrString's integer is an int32 in Kubernetes: 1e300 cannot be one.
+            return [invalid(path, held, "must be less than or equal to 2147483647")]
         return []
     if held is None:
         return []

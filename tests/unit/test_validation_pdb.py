@@ -58,6 +58,15 @@ SELECTOR = {"matchLabels": {"app": "web"}}
             ['spec.maxUnavailable: Invalid value: "150%": must not be greater than 100%'],
         ),
         ({"minAvailable": "half"}, [f'spec.minAvailable: Invalid value: "half": {PERCENT}']),
+        # An IntOrString's integer is an int32: a gRPC client's 1e300 was stored.
+        ({"maxUnavailable": 2147483647, "selector": SELECTOR}, []),
+        (
+            {"minAvailable": 2147483648},
+            [
+                "spec.minAvailable: Invalid value: 2147483648: must be less than or equal to "
+                "2147483647"
+            ],
+        ),
         (
             {"minAvailable": 1.5},
             ["spec.minAvailable: Invalid value: 1.5: must be an integer or percentage (e.g '5%')"],
