@@ -1112,6 +1112,11 @@ class ResourceHandlers:
             )
         binding = {k: v for k, v in doc.items() if k in ("metadata", "target")}
         meta = binding.setdefault("metadata", {}) or {}
+        if not isinstance(meta, dict):
+            raise BadRequestError(
+                'Binding in version "v1" cannot be handled as a Binding: metadata: expected an '
+                f"object, got {json.dumps(meta)[:100]}"
+            )
         binding["metadata"] = meta
         if meta.get("name") not in (None, "", target.name):
             raise BadRequestError("the name of the object does not match the name on the URL")

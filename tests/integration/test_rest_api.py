@@ -736,6 +736,27 @@ async def test_binding_as_kube_scheduler_sends_it(rest: Rest) -> None:
     assert code == 404 and body["message"] == 'nodes "no-such-node" not found'
 
 
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        # A metadata that is not an object was a 500 AttributeError.
+        (True, "metadata: expected an object, got true"),
+        ("bound", 'metadata: expected an object, got "bound"'),
+        (5, "metadata: expected an object, got 5"),
+    ],
+)
+async def test_binding_with_malformed_metadata_is_400(
+    rest: Rest, metadata: Any, message: str
+) -> None:
+    binding = {"kind": "Binding", "metadata": metadata, "target": {"kind": "Node", "name": "n"}}
+    code, body, _ = await rest.call("POST", f"{PODS}/bad-binding/binding", binding)
+    assert (code, body["reason"], body["message"]) == (
+        400,
+        "BadRequest",
+        f'Binding in version "v1" cannot be handled as a Binding: {message}',
+    )
+
+
 async def test_status_subresource(rest: Rest) -> None:
     _, created, _ = await rest.call("POST", PODS, pod("st"))
     created["status"] = {"phase": "Running"}
