@@ -20,6 +20,7 @@ import builtins
 import dataclasses
 import json
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -85,13 +86,20 @@ class _Current:
     authoritative: bool  # read from etcd (or proven by the client's resourceVersion)
 
 
+# ASCII digits only, as Go's strconv reads a resourceVersion: Python's int() also takes
+# "1_000", " 1" and other scripts' digits.
+_REVISION_RE = re.compile(r"-?[0-9]+\Z")
+
+
 def _parse_rv(text: str, what: str = "resourceVersion") -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise InvalidError(f'invalid {what} "{text}": must be an integer etcd revision') from None
+    # Past 19 digits it is no int64 (and int() of thousands of digits raises).
+    if not _REVISION_RE.match(text) or len(text.lstrip("-0")) > 19:
+        raise InvalidError(f'invalid {what} "{text}": must be an integer etcd revision')
+    value = int(text)
     if value < 0:
         raise InvalidError(f'invalid {what} "{text}": must not be negative')
+    if value > _MAX_REVISION:
+        raise InvalidError(f'invalid {what} "{text}": must be an integer etcd revision')
     return value
 
 

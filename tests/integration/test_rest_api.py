@@ -378,6 +378,10 @@ async def test_field_validation(
         ("GET", f"{PODS}?labelSelector=a%20in", None, {}, 400, "BadRequest"),
         ("GET", f"{PODS}?fieldSelector=spec.foo%3Dx", None, {}, 400, "BadRequest"),
         ("GET", f"{PODS}?resourceVersion=abc", None, {}, 400, "BadRequest"),
+        # ASCII digits within int64, as Go reads them (Python's int() took "1_000" as 1000).
+        ("GET", f"{PODS}?resourceVersion=1_000", None, {}, 400, "BadRequest"),
+        ("GET", f"{PODS}?watch=1&resourceVersion=1_000", None, {}, 400, "BadRequest"),
+        ("GET", f"{PODS}?resourceVersion=9223372036854775808", None, {}, 400, "BadRequest"),
         ("POST", PODS, b"{not json", JSON, 400, "BadRequest"),
         ("POST", PODS, b"a: [b", {"Content-Type": "application/yaml"}, 400, "BadRequest"),
         ("POST", PODS, b"[1]", JSON, 400, "BadRequest"),
