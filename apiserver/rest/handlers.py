@@ -237,6 +237,12 @@ def check_delete_options(options: Mapping[str, Any], where: str = "") -> None:
     pre = options.get("preconditions")
     if pre is not None and not isinstance(pre, dict):
         raise BadRequestError(f"{where}preconditions: expected an object")
+    for key in ("uid", "resourceVersion"):
+        value = (pre or {}).get(key)
+        if value is not None and not isinstance(value, str):
+            raise BadRequestError(
+                f"{where}preconditions.{key}: expected a string, got {json.dumps(value)[:100]}"
+            )
 
 
 def label_selector_text(selector: Mapping[str, Any]) -> str:

@@ -278,6 +278,19 @@ async def test_delete_preconditions_and_options(rest: Rest) -> None:
         # Kubernetes' gracePeriodSeconds is an int64: past int32 it is accepted (was a 500).
         ("grace-2e32", {"gracePeriodSeconds": 2**32}, 200, None),
         ("grace-int64", {"gracePeriodSeconds": 2**63 - 1}, 200, None),
+        # A precondition that is not a string was a 500 ParseError.
+        (
+            "pre-uid-number",
+            {"preconditions": {"uid": 5}},
+            400,
+            "preconditions.uid: expected a string, got 5",
+        ),
+        (
+            "pre-rv-list",
+            {"preconditions": {"resourceVersion": ["1"]}},
+            400,
+            'preconditions.resourceVersion: expected a string, got ["1"]',
+        ),
         (
             "grace-2e64",
             {"gracePeriodSeconds": 2**64},
@@ -287,7 +300,7 @@ async def test_delete_preconditions_and_options(rest: Rest) -> None:
         ),
     ],
 )
-async def test_delete_grace_period_range(
+async def test_delete_options_range_and_types(
     rest: Rest, name: str, body: dict[str, Any], code: int, message: str | None
 ) -> None:
     await rest.call("POST", "/api/v1/nodes", node(name))
