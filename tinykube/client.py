@@ -33,6 +33,13 @@ Watches have no deadline and are not retried here: a dropped stream raises `Unav
 a compacted resourceVersion raises `ResourceExpiredError`, and the informer decides whether to
 resume or relist.
 
+Credentials (tinykube/tls.py): `Client(target, credentials=...)` dials with them; without any it
+reads `$KUBECONFIG` as kubectl does (its CA and credentials; `target` still wins over the
+kubeconfig's server, as kubectl's --server), and is plaintext when that is unset.
+`Client.from_kubeconfig(path)` takes the address from the kubeconfig too. A call that fails
+because client and server disagree about TLS raises `tls.TransportSecurityError` saying so, at
+once instead of after the retries.
+
 Concurrency: a Client belongs to the event loop it was created on; any number of tasks may call
 it at once (gRPC multiplexes calls over the one HTTP/2 connection).
 """
@@ -69,6 +76,7 @@ from tinykube.retry import (
     retry_throttled,
 )
 from tinykube.serving import CHANNEL_OPTIONS
+from tinykube.tls import PLAINTEXT, Credentials, TransportSecurityError, explain
 from tinykube.v1 import (
     endpoints_pb2,
     event_pb2,
@@ -299,7 +307,7 @@ class ResourceClient(Generic[T, L, E]):
                         yield cast(E, event)
             except grpc.RpcError as exc:
                 if received or exc.code() != grpc.StatusCode.UNIMPLEMENTED:
-                    raise from_rpc_error(exc) from exc
+                    raise (await self._owner.transport_error(exc) or from_rpc_error(exc)) from exc
                 self._owner._no_watch_batch = True
             else:
                 return
@@ -310,7 +318,7 @@ class ResourceClient(Generic[T, L, E]):
             async for event in call:
                 yield cast(E, event)
         except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from exc
+            raise (await self._owner.transport_error(exc) or from_rpc_error(exc)) from exc
         finally:
             call.cancel()
 
@@ -369,13 +377,17 @@ class Client:
         retries: int = 5,
         backoff_initial: float = INITIAL_BACKOFF,
         backoff_max: float = MAX_BACKOFF,
+        credentials: Credentials | None = None,
     ) -> None:
         self.target = target
         self.timeout = timeout
         self.retries = retries
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
-        self.channel = grpc.aio.insecure_channel(target, options=list(CHANNEL_OPTIONS))
+        self.credentials = credentials if credentials is not None else ambient_credentials()
+        self.channel = self.credentials.channel(target, CHANNEL_OPTIONS)
+        # What explain() found wrong with TLS to this target, once it found something.
+        self._tls_problem: str | None = None
         # Set once the apiserver answered WatchBatch with UNIMPLEMENTED (it predates it).
         self._no_watch_batch = False
         self.pods = ResourceClient(kinds.POD, self.channel, self)
@@ -436,7 +448,7 @@ class Client:
             try:
                 return await rpc(request, timeout=seconds)
             except grpc.RpcError as exc:
-                err = from_rpc_error(exc)
+                err = await self.transport_error(exc) or from_rpc_error(exc)
                 if attempts is not None:
                     attempts.failed(err)
                 raise err from exc
@@ -556,6 +568,28 @@ class Client:
                 f"apiserver at {self.target} not reachable within {timeout:g}s"
             ) from exc
 
+    @classmethod
+    def from_kubeconfig(
+        cls, path: str | None = None, *, context: str = "", **kwargs: Any
+    ) -> Client:
+        """A client for the kubeconfig's current context (`path`, else `$KUBECONFIG`)."""
+        from tinykube.kubeconfig import load
+
+        config = load(path, context=context)
+        return cls(config.grpc_server, credentials=config.credentials, **kwargs)
+
+    async def transport_error(self, exc: grpc.RpcError) -> TransportSecurityError | None:
+        """The TLS mismatch behind an UNAVAILABLE failure, if that is what it is."""
+        code = exc.code() if hasattr(exc, "code") else None
+        if code != grpc.StatusCode.UNAVAILABLE:
+            return None
+        if self._tls_problem is None:
+            details = exc.details() if hasattr(exc, "details") else ""
+            self._tls_problem = await asyncio.to_thread(
+                explain, self.target, self.credentials, details or ""
+            )
+        return TransportSecurityError(self._tls_problem) if self._tls_problem else None
+
     async def close(self) -> None:
         await self.channel.close()
 
@@ -605,3 +639,12 @@ def _contains(sent: Message, stored: Message) -> bool:
         elif not _same(value, other):
             return False
     return True
+
+
+def ambient_credentials() -> Credentials:
+    """What kubectl would use without flags: `$KUBECONFIG`'s credentials, else plaintext."""
+    from tinykube.kubeconfig import load, paths_from_env
+
+    if not paths_from_env():
+        return PLAINTEXT
+    return load().credentials

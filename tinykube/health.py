@@ -6,6 +6,7 @@ process answers SERVING or the timeout passes. `wait_healthy` is blocking (it us
 channel) because the launcher and `tinykube health` call it from plain, non-async code, possibly
 while an event loop is running in the same thread (pytest-asyncio); `wait_healthy_async` is its
 async twin. A process that is not listening yet, or is starting, is simply "not healthy yet".
+`credentials` (tinykube/tls.py) are what the probe dials with; plaintext by default.
 """
 
 from __future__ import annotations
@@ -18,15 +19,22 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tinykube.serving import CHANNEL_OPTIONS
+from tinykube.tls import PLAINTEXT, Credentials
 
 # Polling interval while waiting: short enough that tests do not wait on it, long enough that a
 # few dozen waits do not burn a shared CPU.
 _POLL_INTERVAL = 0.05
 
 
-async def check(address: str, service: str = "", timeout: float = 2.0) -> bool:  # noqa: ASYNC109
+async def check(
+    address: str,
+    service: str = "",
+    timeout: float = 2.0,  # noqa: ASYNC109
+    *,
+    credentials: Credentials = PLAINTEXT,
+) -> bool:
     """True if `address` ("host:port") answers SERVING for `service` within `timeout` seconds."""
-    async with grpc.aio.insecure_channel(address, options=list(CHANNEL_OPTIONS)) as channel:
+    async with credentials.channel(address, CHANNEL_OPTIONS) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             response = await stub.Check(
@@ -37,9 +45,15 @@ async def check(address: str, service: str = "", timeout: float = 2.0) -> bool: 
     return bool(response.status == health_pb2.HealthCheckResponse.SERVING)
 
 
-def check_sync(address: str, service: str = "", timeout: float = 2.0) -> bool:
+def check_sync(
+    address: str,
+    service: str = "",
+    timeout: float = 2.0,
+    *,
+    credentials: Credentials = PLAINTEXT,
+) -> bool:
     """Blocking `check`, usable where an event loop is already running or none exists."""
-    with grpc.insecure_channel(address, options=list(CHANNEL_OPTIONS)) as channel:
+    with credentials.sync_channel(address, CHANNEL_OPTIONS) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
@@ -48,10 +62,16 @@ def check_sync(address: str, service: str = "", timeout: float = 2.0) -> bool:
     return bool(response.status == health_pb2.HealthCheckResponse.SERVING)
 
 
-def status_name(address: str, service: str = "", timeout: float = 2.0) -> str:
+def status_name(
+    address: str,
+    service: str = "",
+    timeout: float = 2.0,
+    *,
+    credentials: Credentials = PLAINTEXT,
+) -> str:
     """The serving status as grpc.health.v1 spells it (SERVING, NOT_SERVING, ...), or the RPC
     error code name (UNAVAILABLE, DEADLINE_EXCEEDED, ...) when the probe itself failed."""
-    with grpc.insecure_channel(address, options=list(CHANNEL_OPTIONS)) as channel:
+    with credentials.sync_channel(address, CHANNEL_OPTIONS) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
@@ -67,6 +87,7 @@ def wait_healthy(
     *,
     service: str = "",
     alive: Callable[[], bool] | None = None,
+    credentials: Credentials = PLAINTEXT,
 ) -> None:
     """Block until `address` reports SERVING; TimeoutError after `timeout` seconds.
 
@@ -76,7 +97,7 @@ def wait_healthy(
     deadline = time.monotonic() + timeout
     # One channel for the whole wait: it reconnects by itself with a short backoff.
     options = [*CHANNEL_OPTIONS, ("grpc.initial_reconnect_backoff_ms", 50)]
-    with grpc.insecure_channel(address, options=options) as channel:
+    with credentials.sync_channel(address, options) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
             if alive is not None and not alive():
@@ -100,6 +121,7 @@ async def wait_healthy_async(
     timeout: float = 30.0,  # noqa: ASYNC109 - the deadline is part of the contract
     *,
     service: str = "",
+    credentials: Credentials = PLAINTEXT,
 ) -> None:
     """Async `wait_healthy`: poll `check` until SERVING; TimeoutError after `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -107,6 +129,6 @@ async def wait_healthy_async(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError(f"{address} not SERVING after {timeout:g}s")
-        if await check(address, service, timeout=min(1.0, remaining)):
+        if await check(address, service, timeout=min(1.0, remaining), credentials=credentials):
             return
         await asyncio.sleep(_POLL_INTERVAL)

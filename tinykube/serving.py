@@ -2,9 +2,11 @@
 
 `GrpcServer` wraps a grpc.aio server with the keepalive settings every component shares, the
 `grpc.health.v1.Health` service (SERVING once `start` returns, NOT_SERVING while draining) and
-server reflection so grpcurl needs no .proto files. Prometheus metrics are served over HTTP on
-a separate port because a grpc.aio port cannot also speak HTTP/1. `run_until_signalled` turns
-SIGINT/SIGTERM into a graceful stop.
+server reflection so grpcurl needs no .proto files. With `tls` (tinykube/tls.py `ServingTLS`)
+the port speaks TLS with the serving certificate and, when a client CA is set, requires and
+verifies a client certificate signed by it; without it the port is plaintext (--insecure).
+Prometheus metrics are served over HTTP on a separate port because a grpc.aio port cannot also
+speak HTTP/1. `run_until_signalled` turns SIGINT/SIGTERM into a graceful stop.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+
+from tinykube.tls import ServingTLS
 
 # Cut links fail a stream within seconds instead of hanging (DESIGN.md, house style).
 SERVER_OPTIONS: Sequence[tuple[str, Any]] = (
@@ -65,8 +69,10 @@ class GrpcServer:
         *,
         options: Sequence[tuple[str, Any]] = SERVER_OPTIONS,
         interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+        tls: ServingTLS | None = None,
     ) -> None:
         self.address = address
+        self.tls = tls
         self.server = grpc.aio.server(options=list(options), interceptors=list(interceptors))
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -80,7 +86,10 @@ class GrpcServer:
 
     async def start(self) -> int:
         """Bind, start and mark every service SERVING; returns the bound port."""
-        self.port = self.server.add_insecure_port(self.address)
+        if self.tls is None:
+            self.port = self.server.add_insecure_port(self.address)
+        else:
+            self.port = self.server.add_secure_port(self.address, self.tls.grpc_credentials())
         if self.port == 0:
             raise OSError(f"cannot listen on {self.address}")
         await self.server.start()
