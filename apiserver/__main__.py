@@ -7,6 +7,7 @@ Runs until SIGINT/SIGTERM, then stops gracefully: health goes NOT_SERVING, in-fl
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from apiserver.app import APIServer
 from apiserver.settings import Settings
 from tinykube import aio
 from tinykube.serving import configure_logging, run_until_signalled
+from tinykube.tls import INSECURE_WARNING
 
 _DEFAULTS = Settings()
 
@@ -48,7 +50,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         "--port",
         type=int,
         default=None,
-        help="shorthand for --bind-address 0.0.0.0:PORT",
+        help="shorthand for --bind-address 127.0.0.1:PORT",
     )
     p.add_argument(
         "--metrics-port",
@@ -152,6 +154,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         default=_env("SERVICE_NODE_PORT_RANGE", _DEFAULTS.service_node_port_range),
         help="LOW-HIGH range NodePort services' node ports come from",
     )
+    _tls_flags(p)
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
     args = p.parse_args(argv)
     try:
@@ -162,7 +165,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
     for flag in ("max_requests_inflight", "max_mutating_requests_inflight"):
         if getattr(args, flag) < 0:
             p.error(f"--{flag.replace('_', '-')} can not be negative value")
-    bind = args.bind_address if args.port is None else f"0.0.0.0:{args.port}"
+    bind = args.bind_address if args.port is None else f"127.0.0.1:{args.port}"
     settings = Settings(
         etcd_endpoints=args.etcd_servers,
         etcd_prefix=args.etcd_prefix,
@@ -183,11 +186,70 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         etcd_batch_writes=args.etcd_batch_writes.lower() == "true",
         service_cluster_ip_range=args.service_cluster_ip_range,
         service_node_port_range=args.service_node_port_range,
+        insecure=args.insecure,
+        tls_cert_file=args.tls_cert_file,
+        tls_private_key_file=args.tls_private_key_file,
+        client_ca_file=args.client_ca_file,
+        token_auth_file=args.token_auth_file,
+        etcd_cafile=args.etcd_cafile,
+        etcd_certfile=args.etcd_certfile,
+        etcd_keyfile=args.etcd_keyfile,
+        kubelet_client_certificate=args.kubelet_client_certificate,
+        kubelet_client_key=args.kubelet_client_key,
+        kubelet_certificate_authority=args.kubelet_certificate_authority,
     )
+    if not settings.insecure and not (settings.tls_cert_file and settings.tls_private_key_file):
+        p.error(
+            "--tls-cert-file and --tls-private-key-file are required (`tinykube up` writes "
+            "them); pass --insecure for plaintext development mode"
+        )
     return settings, str(args.log_level)
 
 
+def _tls_flags(p: argparse.ArgumentParser) -> None:
+    """kube-apiserver's flags for TLS, client authentication, etcd's and the kubelets' TLS."""
+    for flag, env, what in (
+        ("--tls-cert-file", "TLS_CERT_FILE", "serving certificate of the gRPC and REST ports"),
+        ("--tls-private-key-file", "TLS_PRIVATE_KEY_FILE", "its private key"),
+        (
+            "--client-ca-file",
+            "CLIENT_CA_FILE",
+            "CA of the client certificates that authenticate users (CN user, O groups); "
+            "gRPC requires one, REST asks for one",
+        ),
+        (
+            "--token-auth-file",
+            "TOKEN_AUTH_FILE",
+            'bearer tokens, CSV: token,user,uid,"group1,group2"',
+        ),
+        ("--etcd-cafile", "ETCD_CAFILE", "CA that etcd's serving certificate is signed by"),
+        ("--etcd-certfile", "ETCD_CERTFILE", "client certificate presented to etcd"),
+        ("--etcd-keyfile", "ETCD_KEYFILE", "its private key"),
+        (
+            "--kubelet-client-certificate",
+            "KUBELET_CLIENT_CERTIFICATE",
+            "client certificate presented to kubelets (pod logs)",
+        ),
+        ("--kubelet-client-key", "KUBELET_CLIENT_KEY", "its private key"),
+        (
+            "--kubelet-certificate-authority",
+            "KUBELET_CERTIFICATE_AUTHORITY",
+            "CA that kubelets' serving certificates are signed by",
+        ),
+    ):
+        p.add_argument(flag, default=_env(env, ""), help=f"{what} (env TINYKUBE_{env})")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        default=_env("INSECURE", "").lower() in ("1", "true", "yes"),
+        help="development only: plaintext gRPC, REST and etcd links, every request anonymous "
+        "(logs a warning at start)",
+    )
+
+
 async def run(settings: Settings) -> None:
+    if settings.insecure:
+        logging.getLogger("apiserver").warning("%s", INSECURE_WARNING)
     server = APIServer(settings)
     if settings.metrics_port > 0:
         from prometheus_client import start_http_server
@@ -196,7 +258,7 @@ async def run(settings: Settings) -> None:
     await server.start()
     print(f"apiserver listening on {server.address}", flush=True)
     if server.rest is not None:
-        print(f"apiserver REST API on http://{server.rest_address}", flush=True)
+        print(f"apiserver REST API on {server.rest_url}", flush=True)
     await run_until_signalled(server.stop)
 
 

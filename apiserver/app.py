@@ -18,10 +18,13 @@ import asyncio
 import contextlib
 import logging
 
+from aiohttp import web
+
 from apiserver.admission import SYSTEM_NAMESPACES, Admission, system_priority_classes
 from apiserver.allocator import ServiceAllocator
 from apiserver.auth import bootstrap
-from apiserver.auth.authorizer import Chain
+from apiserver.auth.authn import Authenticator
+from apiserver.auth.authorizer import Chain, Identity
 from apiserver.auth.node import NodeAuthorizer, PodsFromCache
 from apiserver.auth.rbac import RbacAuthorizer
 from apiserver.flowcontrol import Limiter
@@ -47,9 +50,43 @@ from tinykube.kinds import (
     KindInfo,
 )
 from tinykube.serving import GrpcServer
+from tinykube.tls import PLAINTEXT, Credentials, ServingTLS, TLSConfigError
 from tinykube.v1 import namespace_pb2
 
 log = logging.getLogger(__name__)
+
+
+def serving_tls(settings: Settings) -> ServingTLS | None:
+    """The certificate both front ends serve with (None: plaintext, --insecure)."""
+    if not settings.tls_cert_file:
+        return None
+    return ServingTLS(
+        settings.tls_cert_file, settings.tls_private_key_file, settings.client_ca_file
+    )
+
+
+def etcd_credentials(settings: Settings) -> Credentials:
+    """The etcd link: TLS with the apiserver's etcd client certificate, or plaintext."""
+    if not settings.etcd_tls:
+        return PLAINTEXT
+    if not settings.etcd_cafile:
+        raise TLSConfigError("--etcd-cafile is required for an https:// etcd")
+    return Credentials.from_files(
+        ca_file=settings.etcd_cafile,
+        cert_file=settings.etcd_certfile,
+        key_file=settings.etcd_keyfile,
+    )
+
+
+def kubelet_credentials(settings: Settings) -> Credentials:
+    """What the log proxy presents to kubelets and verifies them with."""
+    if not settings.kubelet_certificate_authority:
+        return PLAINTEXT
+    return Credentials.from_files(
+        ca_file=settings.kubelet_certificate_authority,
+        cert_file=settings.kubelet_client_certificate,
+        key_file=settings.kubelet_client_key,
+    )
 
 
 class APIServer:
@@ -69,7 +106,11 @@ class APIServer:
             timeout=settings.etcd_request_timeout_seconds,
             metrics=self.metrics,
             batch_writes=settings.etcd_batch_writes,
+            credentials=etcd_credentials(settings),
         )
+        # Who sent a request (apiserver/auth/authn.py); nothing is enforced on it yet.
+        self.authenticator = Authenticator.from_flags(settings.token_auth_file)
+        self.serving_tls = serving_tls(settings)
         self.caches: dict[str, WatchCache] = {}
         self.services: dict[str, ResourceStore] = {}
         prefix = settings.prefix
@@ -135,6 +176,7 @@ class APIServer:
             settings.bind_address,
             [info.service for info in ALL_KINDS],
             interceptors=[MetricsInterceptor(self.metrics, self.limiter)],
+            tls=self.serving_tls,
         )
         handlers = tuple(GrpcResource(r).handler() for r in self.services.values())
         self.grpc.add(lambda s: s.add_generic_rpc_handlers(handlers))
@@ -152,6 +194,9 @@ class APIServer:
                 health=self.health_checks,
                 limiter=self.limiter,
                 authorizer=self.authorizer,
+                identify=self.identify,
+                ssl_context=self.serving_tls.ssl_context() if self.serving_tls else None,
+                kubelet_credentials=kubelet_credentials(settings),
             )
         self.rest_port = 0
 
@@ -161,6 +206,18 @@ class APIServer:
         if host in ("0.0.0.0", "", "[::]"):
             host = "127.0.0.1"
         return f"{host}:{self.port}"
+
+    def identify(self, request: web.Request) -> Identity:
+        """Who sent a REST request: its verified client certificate, bearer token, or nobody."""
+        return self.authenticator.rest(request.transport, request.headers)
+
+    @property
+    def rest_url(self) -> str:
+        """The REST API's URL ("" when it is disabled)."""
+        if self.rest is None:
+            return ""
+        scheme = "https" if self.serving_tls is not None else "http"
+        return f"{scheme}://{self.rest_address}"
 
     @property
     def rest_address(self) -> str:
@@ -221,7 +278,7 @@ class APIServer:
             self._tasks.append(asyncio.create_task(self._compaction_loop(), name="compaction"))
         log.info("apiserver serving on %s (etcd %s)", self.address, self.storage.target)
         if self.rest is not None:
-            log.info("apiserver REST API on http://%s", self.rest_address)
+            log.info("apiserver REST API on %s", self.rest_url)
         return self.port
 
     async def _create(self, info: KindInfo, obj: object) -> object:

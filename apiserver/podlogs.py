@@ -19,7 +19,7 @@ iterator (the HTTP client went away) cancels the kubelet call.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import grpc
@@ -34,6 +34,7 @@ from tinykube.errors import (
 )
 from tinykube.meta import set_timestamp
 from tinykube.serving import CHANNEL_OPTIONS
+from tinykube.tls import PLAINTEXT, Credentials
 from tinykube.v1 import kubelet_pb2, kubelet_pb2_grpc, node_pb2, pod_pb2
 
 # How long a non-follow log request may take end to end (a follow has no deadline).
@@ -153,9 +154,14 @@ def logs_request(
 class PodLogs:
     """Resolves pods to kubelets and streams their logs (one gRPC channel per request)."""
 
-    def __init__(self, get_pod: GetPod, get_node: GetNode) -> None:
+    def __init__(
+        self, get_pod: GetPod, get_node: GetNode, credentials: Credentials = PLAINTEXT
+    ) -> None:
         self.get_pod = get_pod
         self.get_node = get_node
+        # The apiserver's kubelet client certificate and the CA of kubelets' serving
+        # certificates; each kubelet's certificate is checked for its node's name.
+        self.credentials = credentials
 
     async def stream(
         self, namespace: str, name: str, options: PodLogOptions
@@ -170,7 +176,10 @@ class PodLogs:
         address = kubelet_address(node)
         req = logs_request(pod, container, options)
         left = options.limit_bytes
-        async with grpc.aio.insecure_channel(address, options=list(CHANNEL_OPTIONS)) as channel:
+        creds = self.credentials
+        if not creds.insecure:
+            creds = replace(creds, server_name=node.metadata.name)
+        async with creds.channel(address, CHANNEL_OPTIONS) as channel:
             stub = kubelet_pb2_grpc.KubeletStub(channel)
             call = stub.Logs(req, timeout=None if options.follow else LOGS_TIMEOUT)
             try:

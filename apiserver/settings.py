@@ -11,7 +11,7 @@ class Settings:
     etcd_endpoints: str = "127.0.0.1:2379"
     # Every key lives under this prefix; tests give each apiserver its own.
     etcd_prefix: str = "/registry"
-    bind_address: str = "0.0.0.0:6443"
+    bind_address: str = "127.0.0.1:6443"
     # Prometheus /metrics over HTTP; 0 disables it.
     metrics_port: int = 0
     # Kubernetes' REST API (apiserver/rest) on this port at bind_address's host, so a bare
@@ -67,9 +67,32 @@ class Settings:
     # NodePort services' node ports come from this inclusive range.
     service_node_port_range: str = "30000-32767"
 
+    # TLS (tinykube/tls.py): the serving certificate of both front ends, the CA client
+    # certificates must chain to, the static token file, etcd's client certificate and CA,
+    # the kubelet client certificate the log proxy presents and the CA kubelets' serving
+    # certificates must chain to. `insecure`: plaintext everywhere (development only).
+    insecure: bool = False
+    tls_cert_file: str = ""
+    tls_private_key_file: str = ""
+    client_ca_file: str = ""
+    token_auth_file: str = ""
+    etcd_cafile: str = ""
+    etcd_certfile: str = ""
+    etcd_keyfile: str = ""
+    kubelet_client_certificate: str = ""
+    kubelet_client_key: str = ""
+    kubelet_certificate_authority: str = ""
+
     @property
     def endpoints(self) -> list[str]:
-        return [e.strip() for e in self.etcd_endpoints.split(",") if e.strip()]
+        """etcd's host:port endpoints (an http:// or https:// scheme is dropped)."""
+        found = [e.strip() for e in self.etcd_endpoints.split(",") if e.strip()]
+        return [e.split("://", 1)[-1].rstrip("/") for e in found]
+
+    @property
+    def etcd_tls(self) -> bool:
+        """TLS to etcd: an https:// endpoint or a CA to verify it with."""
+        return bool(self.etcd_cafile) or "https://" in self.etcd_endpoints
 
     @property
     def prefix(self) -> str:

