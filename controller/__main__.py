@@ -8,9 +8,11 @@ from controller.app import ControllerManager
 from controller.settings import Settings
 from tinykube import aio
 from tinykube.serving import configure_logging, run_until_signalled
+from tinykube.tls import start_checks
 
 
 async def _main(settings: Settings) -> None:
+    start_checks(settings.security, "controller")
     manager = ControllerManager(settings)
     port = await manager.start()
     logging.getLogger("controller").info(

@@ -88,7 +88,7 @@ class ControllerManager:
     def __init__(self, settings: Settings, *, clock: Clock | None = None) -> None:
         self.settings = settings
         self.clock = clock or Clock()
-        self.server = GrpcServer(settings.bind_address, [])
+        self.server = GrpcServer(settings.bind_address, [], tls=settings.security.serving())
         self.metrics = Metrics()
         self.port = 0
         self._task: asyncio.Task[None] | None = None
@@ -109,7 +109,7 @@ class ControllerManager:
 
     async def run(self) -> None:
         s = self.settings
-        async with Client(s.apiserver) as client:
+        async with Client(s.apiserver, credentials=s.security.credentials()) as client:
             if not s.leader_elect:
                 await self._lead(client)
                 return

@@ -7,15 +7,16 @@ import os
 import socket
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tinykube.flags import listen_address, parse_duration
+from tinykube.tls import Security, add_flags, security_from_args
 
 
 @dataclass(frozen=True)
 class Settings:
     apiserver: str = "127.0.0.1:6443"
-    bind_address: str = "0.0.0.0:10257"
+    bind_address: str = "127.0.0.1:10257"
     metrics_port: int = 0
     leader_elect: bool = True
     lease_duration: float = 15.0
@@ -33,6 +34,8 @@ class Settings:
     concurrent_endpoint_syncs: int = 5
     concurrent_disruption_syncs: int = 2
     concurrent_namespace_syncs: int = 10
+    # --kubeconfig, --insecure and the serving certificate (tinykube/tls.py)
+    security: Security = field(default_factory=Security)
     controllers: tuple[str, ...] = (
         "replicaset",
         "nodelifecycle",
@@ -51,12 +54,13 @@ class Settings:
         )
         p.add_argument(
             "--apiserver",
-            default=os.environ.get("TINYKUBE_APISERVER", cls.apiserver),
-            help="apiserver host:port (default: $TINYKUBE_APISERVER or 127.0.0.1:6443)",
+            default=os.environ.get("TINYKUBE_APISERVER", ""),
+            help="apiserver gRPC address host:port, overriding the kubeconfig's (default: the "
+            "kubeconfig's, else 127.0.0.1:6443; env TINYKUBE_APISERVER)",
         )
         p.add_argument(
             "--bind-address",
-            default="0.0.0.0",
+            default="127.0.0.1",
             help="listen address of the health server (host, or host:port)",
         )
         p.add_argument("--port", type=int, default=10257, help="health port (default 10257)")
@@ -134,6 +138,7 @@ class Settings:
             default=10,
             help="namespaces emptied at once (default 10)",
         )
+        add_flags(p)
         a = p.parse_args(argv)
         wanted = (
             cls.controllers
@@ -144,8 +149,10 @@ class Settings:
         if unknown:
             p.error(f"unknown controllers: {', '.join(sorted(unknown))}")
         identity = a.identity or f"{socket.gethostname()}_{uuid.uuid4()}"
+        security = security_from_args(a)
         return cls(
-            apiserver=a.apiserver,
+            apiserver=security.apiserver(a.apiserver, cls.apiserver),
+            security=security,
             bind_address=listen_address(a.bind_address, a.port),
             metrics_port=a.metrics_port,
             leader_elect=a.leader_elect == "true",

@@ -8,9 +8,11 @@ from kubelet.app import Kubelet
 from kubelet.settings import Settings
 from tinykube import aio
 from tinykube.serving import configure_logging, run_until_signalled
+from tinykube.tls import start_checks
 
 
 async def _main(settings: Settings) -> None:
+    start_checks(settings.security, "kubelet")
     kubelet = Kubelet(settings)
     port = await kubelet.start()
     logging.getLogger("kubelet").info(

@@ -58,7 +58,9 @@ class Kubelet:
         else:
             self.runtime = FakeRuntime(self.clock)
         self.pods: Informer[Any] | None = None
-        self.server = GrpcServer(settings.bind_address, ["tinykube.v1.Kubelet"])
+        self.server = GrpcServer(
+            settings.bind_address, ["tinykube.v1.Kubelet"], tls=settings.security.serving()
+        )
         service = KubeletService(self._get_pod, self.runtime, clock=self.clock)
         self.server.add(lambda s: kubelet_pb2_grpc.add_KubeletServicer_to_server(service, s))
         self.port = 0
@@ -105,7 +107,7 @@ class Kubelet:
         restored = self.runtime.load()
         if restored:
             log.info("restored %d pod(s) from %s", len(restored), s.root_dir)
-        async with Client(s.apiserver) as client:
+        async with Client(s.apiserver, credentials=s.security.credentials()) as client:
             single = s.fake_nodes == 0
             node_selector = f"metadata.name={s.node_name}" if single else ""
             pod_selector = f"spec.nodeName={s.node_name}" if single else ""

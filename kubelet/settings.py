@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tinykube.flags import listen_address, parse_duration
 from tinykube.quantity import QuantityError, parse_quantity
+from tinykube.tls import Security, add_flags, security_from_args
 
 _TAINT = re.compile(
     r"^(?P<key>[^=:]+)(=(?P<value>[^:]*))?:(?P<effect>NoSchedule|PreferNoSchedule|NoExecute)$"
@@ -68,7 +69,7 @@ def machine_memory_kib() -> int:
 class Settings:
     node_name: str
     apiserver: str = "127.0.0.1:6443"
-    bind_address: str = "0.0.0.0:10250"
+    bind_address: str = "127.0.0.1:10250"
     # The address other processes use to reach this kubelet (Node InternalIP / pod hostIP).
     node_ip: str = "127.0.0.1"
     metrics_port: int = 0
@@ -85,6 +86,8 @@ class Settings:
     poll_interval: float = 0.5
     fake_nodes: int = 0
     node_name_prefix: str = "hollow-"
+    # --kubeconfig, --insecure and the serving certificate (tinykube/tls.py)
+    security: Security = field(default_factory=Security)
 
     @property
     def lease_renew_interval(self) -> float:
@@ -107,13 +110,14 @@ class Settings:
         )
         p.add_argument(
             "--apiserver",
-            default=os.environ.get("TINYKUBE_APISERVER", cls.apiserver),
-            help="apiserver host:port (default: $TINYKUBE_APISERVER or 127.0.0.1:6443)",
+            default=os.environ.get("TINYKUBE_APISERVER", ""),
+            help="apiserver gRPC address host:port, overriding the kubeconfig's (default: the "
+            "kubeconfig's, else 127.0.0.1:6443; env TINYKUBE_APISERVER)",
         )
         p.add_argument(
             "--bind-address",
-            default="0.0.0.0",
-            help="listen address of the gRPC server (host, or host:port)",
+            default="",
+            help="listen address of the gRPC server (host, or host:port; default: --node-ip)",
         )
         p.add_argument(
             "--port",
@@ -201,6 +205,7 @@ class Settings:
             default="hollow-",
             help="fake runtime: names of the hosted nodes are PREFIX0, PREFIX1, ...",
         )
+        add_flags(p)
         a = p.parse_args(argv)
         if a.fake_nodes and a.runtime != "fake":
             p.error("--fake-nodes needs --runtime fake")
@@ -211,10 +216,12 @@ class Settings:
             **a.capacity,
         }
         root = Path(a.root_dir) if a.root_dir else Path("kubelet-data") / a.node_name
+        security = security_from_args(a)
         return cls(
             node_name=a.node_name,
-            apiserver=a.apiserver,
-            bind_address=listen_address(a.bind_address, a.port),
+            apiserver=security.apiserver(a.apiserver, cls.apiserver),
+            security=security,
+            bind_address=listen_address(a.bind_address or a.node_ip, a.port),
             node_ip=a.node_ip,
             metrics_port=a.metrics_port,
             runtime=a.runtime,

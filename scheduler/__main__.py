@@ -19,6 +19,7 @@ from scheduler.config import ConfigError, load_config
 from scheduler.settings import Settings
 from tinykube import aio
 from tinykube.serving import configure_logging
+from tinykube.tls import add_flags, security_from_args, start_checks
 
 _D = Settings()
 
@@ -42,13 +43,14 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
     )
     p.add_argument(
         "--apiserver",
-        default=_env("APISERVER", _D.apiserver),
-        help="apiserver address host:port (env TINYKUBE_APISERVER)",
+        default=_env("APISERVER", ""),
+        help="apiserver gRPC address host:port, overriding the kubeconfig's "
+        "(default: the kubeconfig's, else 127.0.0.1:6443; env TINYKUBE_APISERVER)",
     )
     p.add_argument(
         "--bind-address",
         default=_env("BIND_ADDRESS", _D.bind_address),
-        help="address to serve gRPC on (default 0.0.0.0)",
+        help="address to serve gRPC on (default 127.0.0.1)",
     )
     p.add_argument(
         "--port",
@@ -90,10 +92,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         help="binding cycles in flight at once (default 256; they share BindBatch RPCs)",
     )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    add_flags(p)
     a = p.parse_args(argv)
     configure_logging(a.log_level)
+    security = security_from_args(a)
     return Settings(
-        apiserver=a.apiserver,
+        apiserver=security.apiserver(a.apiserver, _D.apiserver),
+        security=security,
         bind_address=a.bind_address,
         port=a.port,
         metrics_port=a.metrics_port,
@@ -110,6 +115,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
 
 
 async def amain(settings: Settings) -> int:
+    start_checks(settings.security, "scheduler")
     try:
         config = load_config(settings.config_file)
     except (ConfigError, OSError) as exc:

@@ -80,7 +80,11 @@ class SchedulerApp:
         self.config = config or load_config(settings.config_file)
         self.clock = clock or Clock()
         self.metrics = metrics or Metrics()
-        self.client = Client(settings.apiserver, timeout=settings.request_timeout)
+        self.client = Client(
+            settings.apiserver,
+            timeout=settings.request_timeout,
+            credentials=settings.security.credentials(),
+        )
         # client-go's broadcaster: a queue of at most 1,000 events (the rest dropped, counted)
         # written one at a time, so a burst of binds never has Event writes competing with it
         # at the apiserver; they catch up when scheduling quiets down
@@ -93,7 +97,7 @@ class SchedulerApp:
             lambda i: self.client.bind(i.namespace, i.name, i.node_name, uid=i.uid),
             on_batch=self.metrics.observe_bind_batch,
         )
-        self.server = GrpcServer(settings.listen, [SERVICE_NAME])
+        self.server = GrpcServer(settings.listen, [SERVICE_NAME], tls=settings.security.serving())
         self.scheduler: Scheduler | None = None
         self.elector: LeaderElector | None = None
         self.pod_informer: Informer[pod_pb2.Pod] | None = None

@@ -6,6 +6,8 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+from tinykube.tls import Security
+
 
 def _default_identity() -> str:
     return f"{socket.gethostname()}_{os.getpid()}"
@@ -14,7 +16,7 @@ def _default_identity() -> str:
 @dataclass
 class Settings:
     apiserver: str = "127.0.0.1:6443"
-    bind_address: str = "0.0.0.0"
+    bind_address: str = "127.0.0.1"
     port: int = 10259
     metrics_port: int = 0
     config_file: str = ""
@@ -27,6 +29,8 @@ class Settings:
     retry_period: float = 2.0
     max_binds: int = 256
     request_timeout: float = 10.0
+    # --kubeconfig, --insecure and the serving certificate (tinykube/tls.py)
+    security: Security = field(default_factory=Security)
 
     @property
     def listen(self) -> str:

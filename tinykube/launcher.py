@@ -21,6 +21,16 @@ Flags (DESIGN.md, "ports"): the apiserver gets `--etcd-servers` and `--bind-addr
 --port PORT`, kubelets also `--node-name` and `--runtime`. Components run with `work_dir` as
 their working directory. `extra_args[module or name]` is appended to a component's command.
 
+TLS (tinykube/tls.py, tinykube/pki.py): `start` first makes (or reuses) the cluster CA and every
+certificate in `pki_dir` (default `work_dir/pki`; `$TINYKUBE_PKI_DIR` shares one CA between
+clusters), and writes kubeconfig files with embedded credentials as kubeadm does:
+`work_dir/kubeconfig` (the admin, `system:masters`), `scheduler.conf`,
+`controller-manager.conf`, `kubelet-<node>.conf`, `proxy.conf`. etcd serves https and answers
+only client certificates (the apiserver's); the apiserver serves both front ends with its
+certificate and trusts the cluster CA for client certificates; every other component gets its
+kubeconfig and its serving certificate. Health probes present the admin certificate.
+`insecure=True` is the plaintext development mode: `--insecure` everywhere, no PKI.
+
 Concurrency model: plain blocking code (subprocess + a synchronous gRPC health probe), so it can
 be driven from a CLI, from a synchronous test, or from inside a running event loop. Nothing here
 is thread-safe; one owner drives a cluster.
@@ -53,8 +63,10 @@ from typing import IO
 
 from tinykube.health import wait_healthy
 from tinykube.kubeconfig import write_kubeconfig
-from tinykube.localetcd import EtcdServer, free_port
+from tinykube.localetcd import EtcdServer, EtcdTLS, free_port
 from tinykube.pdeathsig import with_parent_death_signal
+from tinykube.pki import PKI, CertSpec, cluster_specs
+from tinykube.tls import PLAINTEXT, Credentials
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +87,13 @@ SOURCE_ROOT = Path(__file__).resolve().parents[1]
 LOG_TAIL_LINES = 40
 # In work_dir, flock()ed by the running cluster (see LocalCluster._take_lock).
 LOCK_FILE = "tinykube.lock"
+PKI_DIR_ENV = "TINYKUBE_PKI_DIR"
+# kubeconfig file of each component kind, as kubeadm names them, and the certificate in it
+COMPONENT_KUBECONFIGS = {
+    "scheduler": ("scheduler.conf", "scheduler"),
+    "controller": ("controller-manager.conf", "controller-manager"),
+    "kubelet.proxy": ("proxy.conf", "proxy"),
+}
 
 
 @dataclass
@@ -203,6 +222,8 @@ class LocalCluster:
         node_ips: bool = False,
         rest_port: int = 0,
         die_with_parent: bool = False,
+        insecure: bool = False,
+        pki_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         """Ports 0 pick free ports. `kubelet_port` is the first kubelet's; the i-th gets +i.
 
@@ -215,6 +236,11 @@ class LocalCluster:
         self.die_with_parent = die_with_parent
         self._lock: IO[str] | None = None
         self.work_dir = Path(work_dir).resolve()
+        self.insecure = insecure
+        pki_path = pki_dir or os.environ.get(PKI_DIR_ENV) or self.work_dir / "pki"
+        self.pki = PKI(Path(pki_path).resolve())
+        # What the launcher's probes (and callers) dial with: the admin's certificate.
+        self.credentials: Credentials = PLAINTEXT
         self.logs_dir = self.work_dir / "logs"
         self.extra_args: dict[str, list[str]] = {k: list(v) for k, v in (extra_args or {}).items()}
         self.kubelet_runtime = kubelet_runtime
@@ -294,7 +320,116 @@ class LocalCluster:
     @property
     def rest_url(self) -> str:
         """The REST API's URL, what kubectl's --server takes."""
-        return f"http://{self.rest_address}"
+        return f"{'http' if self.insecure else 'https'}://{self.rest_address}"
+
+    # ---- certificates and kubeconfig files ----------------------------------------------
+
+    def _node_ips(self) -> dict[str, str]:
+        return {
+            c.args[c.args.index("--node-name") + 1]: c.host
+            for c in self.components.values()
+            if c.module == "kubelet" and "--node-name" in c.args
+        }
+
+    def make_credentials(self) -> None:
+        """Issue (or reuse) every certificate and write every kubeconfig; sets `credentials`."""
+        if self.insecure:
+            self.credentials = PLAINTEXT
+            write_kubeconfig(self.kubeconfig, self.rest_url, grpc_server=self.api_address)
+            return
+        node_ips = self._node_ips()
+        ips = tuple(dict.fromkeys((HOST, *node_ips.values())))
+        self.pki.ensure_all(cluster_specs(list(node_ips), ips=ips, node_ips=node_ips))
+        ca = self.pki.ca_cert_path.read_bytes()
+        self._write_conf(self.kubeconfig, "admin", "kubernetes-admin", ca)
+        for conf, cert in COMPONENT_KUBECONFIGS.values():
+            self._write_conf(self.work_dir / conf, cert, f"system:{cert}", ca)
+        for node in node_ips:
+            self._kubelet_conf(node)
+        admin = self.pki.paths("admin")
+        self.credentials = Credentials(
+            ca=ca, cert=admin.cert.read_bytes(), key=admin.key.read_bytes()
+        )
+
+    def _write_conf(self, path: Path, cert_name: str, user: str, ca: bytes) -> None:
+        paths = self.pki.paths(cert_name)
+        write_kubeconfig(
+            path,
+            self.rest_url,
+            user=user,
+            ca=ca,
+            cert=paths.cert.read_bytes(),
+            key=paths.key.read_bytes(),
+            grpc_server=self.api_address,
+        )
+
+    def _kubelet_conf(self, node: str, host: str | None = None) -> Path:
+        """A kubelet's kubeconfig (its `system:node:<node>` certificate); issues the
+        certificates of a node started later (`start_component("kubelet-n3")`)."""
+        if host is not None:
+            for spec in cluster_specs([node], node_ips={node: host}):
+                if spec.name.startswith((f"kubelet-{node}", f"proxy-{node}")):
+                    self.pki.ensure(spec)
+        path = self.work_dir / f"kubelet-{node}.conf"
+        self._write_conf(path, f"kubelet-{node}", f"system:node:{node}", self.ca_bytes())
+        return path
+
+    def ca_bytes(self) -> bytes:
+        return self.pki.ca_cert_path.read_bytes()
+
+    def _serving(self, name: str) -> list[str]:
+        paths = self.pki.paths(name)
+        return [
+            "--tls-cert-file",
+            str(paths.cert),
+            "--tls-private-key-file",
+            str(paths.key),
+            "--client-ca-file",
+            str(self.pki.ca_cert_path),
+        ]
+
+    def security_args(self, comp: Component) -> list[str]:
+        """A component's TLS flags: its kubeconfig and serving certificate (or --insecure)."""
+        if self.insecure:
+            return ["--insecure"]
+        pki = self.pki
+        if comp.module == "apiserver":
+            etcd = (
+                []
+                if self._external_etcd and "https://" not in self._external_etcd
+                else [
+                    "--etcd-cafile",
+                    str(pki.ca_cert_path),
+                    "--etcd-certfile",
+                    str(pki.paths("apiserver-etcd-client").cert),
+                    "--etcd-keyfile",
+                    str(pki.paths("apiserver-etcd-client").key),
+                ]
+            )
+            kubelet = pki.paths("apiserver-kubelet-client")
+            return [
+                *self._serving("apiserver"),
+                *etcd,
+                "--kubelet-client-certificate",
+                str(kubelet.cert),
+                "--kubelet-client-key",
+                str(kubelet.key),
+                "--kubelet-certificate-authority",
+                str(pki.ca_cert_path),
+            ]
+        node = comp.args[comp.args.index("--node-name") + 1] if "--node-name" in comp.args else ""
+        if comp.module == "kubelet":
+            conf = self._kubelet_conf(node, comp.host)
+            return ["--kubeconfig", str(conf), *self._serving(f"kubelet-{node}-serving")]
+        conf_name, _ = COMPONENT_KUBECONFIGS[comp.module]
+        serving = {
+            "scheduler": "scheduler-serving",
+            "controller": "controller-manager-serving",
+        }.get(comp.module)
+        if serving is None:  # a proxy: its node's serving certificate
+            self.pki.ensure(_proxy_serving(node, comp.host))
+            serving = f"proxy-{node}-serving"
+        return ["--kubeconfig", str(self.work_dir / conf_name), *self._serving(serving)]
 
     def address(self, name: str) -> str:
         return self._component(name).address
@@ -351,11 +486,11 @@ class LocalCluster:
             atexit.register(self.stop)
             self._atexit_registered = True
         try:
+            self.make_credentials()
             if not self._external_etcd:
                 self._start_etcd()
             self._spawn(self.components["apiserver"])
             self._wait(self.components["apiserver"])
-            write_kubeconfig(self.kubeconfig, self.rest_url)
             rest = [c for c in self.components.values() if c.name != "apiserver"]
             # Start all the others at once, then wait: their start-up (imports, informer sync)
             # overlaps instead of adding up.
@@ -422,11 +557,22 @@ class LocalCluster:
                 )
 
     def _start_etcd(self) -> None:
+        tls = None
+        if not self.insecure:
+            server, peer = self.pki.paths("etcd-server"), self.pki.paths("etcd-peer")
+            tls = EtcdTLS(
+                cert_file=str(server.cert),
+                key_file=str(server.key),
+                trusted_ca_file=str(self.pki.ca_cert_path),
+                peer_cert_file=str(peer.cert),
+                peer_key_file=str(peer.key),
+            )
         self.etcd = EtcdServer(
             data_dir=str(self.work_dir / "etcd"),
             client_port=self._etcd_port,
             log_file=str(self.logs_dir / "etcd.log"),
             die_with_parent=self.die_with_parent,
+            tls=tls,
         )
         try:
             self.etcd.start(timeout=self.start_timeout)
@@ -441,7 +587,8 @@ class LocalCluster:
         """The full command line of a component."""
         base = [sys.executable, "-m", comp.module]
         if comp.module == "apiserver":
-            base += ["--etcd-servers", self.etcd_endpoint, "--bind-address", comp.address]
+            etcd = self.etcd.url if self.etcd is not None else self.etcd_endpoint
+            base += ["--etcd-servers", etcd, "--bind-address", comp.address]
             base += ["--rest-port", self.rest_address.rsplit(":", 1)[1]]
         else:
             # The other processes take the host and the port as separate flags.
@@ -454,7 +601,7 @@ class LocalCluster:
         extra = list(self.extra_args.get(comp.module, []))
         if comp.name != comp.module:
             extra += self.extra_args.get(comp.name, [])
-        return [*base, *comp.args, *extra]
+        return [*base, *self.security_args(comp), *comp.args, *extra]
 
     def _spawn(self, comp: Component) -> bool:
         """Start one component's process (not waiting); False if its package cannot run yet."""
@@ -496,7 +643,12 @@ class LocalCluster:
         proc = comp.process
         assert proc is not None
         try:
-            wait_healthy(comp.address, self.start_timeout, alive=lambda: proc.poll() is None)
+            wait_healthy(
+                comp.address,
+                self.start_timeout,
+                alive=lambda: proc.poll() is None,
+                credentials=self.credentials,
+            )
         except (TimeoutError, RuntimeError) as exc:
             status = proc.poll()
             why = f"exited with code {status}" if status is not None else str(exc)
@@ -634,3 +786,9 @@ class LocalCluster:
         if self._atexit_registered:
             atexit.unregister(self.stop)
             self._atexit_registered = False
+
+
+def _proxy_serving(node: str, host: str) -> CertSpec:
+    return next(
+        s for s in cluster_specs([node], node_ips={node: host}) if s.name == f"proxy-{node}-serving"
+    )

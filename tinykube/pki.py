@@ -347,6 +347,28 @@ def cluster_specs(
             client=True,
         ),
         CertSpec("apiserver-etcd-client", "kube-apiserver-etcd-client", client=True),
+        # what the apiserver's log proxy presents to kubelets, named and grouped as kubeadm's
+        CertSpec(
+            "apiserver-kubelet-client",
+            "kube-apiserver-kubelet-client",
+            ("kubeadm:cluster-admins",),
+            client=True,
+        ),
+        # the scheduler's and controller manager's own ports (kube's self-sign theirs)
+        CertSpec(
+            "scheduler-serving",
+            "kube-scheduler",
+            dns_names=("localhost", *hosts),
+            ip_addresses=addrs,
+            server=True,
+        ),
+        CertSpec(
+            "controller-manager-serving",
+            "kube-controller-manager",
+            dns_names=("localhost", *hosts),
+            ip_addresses=addrs,
+            server=True,
+        ),
         CertSpec("scheduler", "system:kube-scheduler", client=True),
         CertSpec("controller-manager", "system:kube-controller-manager", client=True),
         CertSpec("proxy", "system:kube-proxy", client=True),
@@ -363,6 +385,15 @@ def cluster_specs(
                 ("system:nodes",),
                 dns_names=(node,),
                 ip_addresses=(ip,),
+                server=True,
+            )
+        )
+        specs.append(
+            CertSpec(
+                f"proxy-{node}-serving",
+                "kube-proxy",
+                dns_names=tuple(dict.fromkeys(("localhost", node, *hosts))),
+                ip_addresses=tuple(dict.fromkeys(("127.0.0.1", ip))),
                 server=True,
             )
         )

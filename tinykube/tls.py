@@ -352,6 +352,15 @@ class Security:
             logging.getLogger(component).warning("%s", INSECURE_WARNING)
 
 
+def start_checks(security: Security, component: str, *, serves: bool = True) -> None:
+    """At a component's start: exit 2 naming the missing TLS flags, or warn about --insecure."""
+    try:
+        security.check(serves=serves)
+    except TLSConfigError as exc:
+        raise SystemExit(f"{component}: error: {exc}") from exc
+    security.warn_if_insecure(component)
+
+
 def add_flags(parser: argparse.ArgumentParser, *, serves: bool = True, dials: bool = True) -> None:
     env = os.environ.get
     if dials:

@@ -8,9 +8,11 @@ from kubelet.proxy.app import Proxy
 from kubelet.proxy.settings import Settings
 from tinykube import aio
 from tinykube.serving import configure_logging, run_until_signalled
+from tinykube.tls import start_checks
 
 
 async def _main(settings: Settings) -> None:
+    start_checks(settings.security, "kubelet.proxy")
     proxy = Proxy(settings)
     port = await proxy.start()
     logging.getLogger("kubelet.proxy").info(

@@ -39,7 +39,7 @@ class Proxy:
             connect_timeout=settings.connect_timeout,
             buffer_size=settings.buffer_size,
         )
-        self.server = GrpcServer(settings.bind_address, [])
+        self.server = GrpcServer(settings.bind_address, [], tls=settings.security.serving())
         self.node_ip = settings.node_ip
         self.port = 0
         self.synced = asyncio.Event()
@@ -96,7 +96,7 @@ class Proxy:
 
     async def _run(self) -> None:
         s = self.settings
-        async with Client(s.apiserver) as client:
+        async with Client(s.apiserver, credentials=s.security.credentials()) as client:
             if not self.node_ip:
                 self.node_ip = await self._node_ip(client)
             log.info("proxy for node %s: nodePorts on %s", s.node_name, self.node_ip)

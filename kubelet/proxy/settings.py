@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tinykube.flags import listen_address
+from tinykube.tls import Security, add_flags, security_from_args
 
 DEFAULT_PORT = 10256
 
@@ -17,7 +18,7 @@ class Settings:
     node_name: str = ""
     apiserver: str = "127.0.0.1:6443"
     # gRPC health and reflection (kube-proxy's healthz port).
-    bind_address: str = f"0.0.0.0:{DEFAULT_PORT}"
+    bind_address: str = f"127.0.0.1:{DEFAULT_PORT}"
     # Where this node's nodePorts listen; "" means the Node's InternalIP, read from the API.
     node_ip: str = ""
     metrics_port: int = 0
@@ -27,6 +28,8 @@ class Settings:
     sync_period: float = 5.0
     # Bytes read per chunk when copying a connection.
     buffer_size: int = 64 * 1024
+    # --kubeconfig, --insecure and the serving certificate (tinykube/tls.py)
+    security: Security = field(default_factory=Security)
 
     @classmethod
     def from_args(cls, argv: Sequence[str] | None = None) -> Settings:
@@ -41,12 +44,13 @@ class Settings:
         )
         p.add_argument(
             "--apiserver",
-            default=os.environ.get("TINYKUBE_APISERVER", cls.apiserver),
-            help="apiserver address host:port (env TINYKUBE_APISERVER)",
+            default=os.environ.get("TINYKUBE_APISERVER", ""),
+            help="apiserver gRPC address host:port, overriding the kubeconfig's (default: the "
+            "kubeconfig's, else 127.0.0.1:6443; env TINYKUBE_APISERVER)",
         )
         p.add_argument(
             "--bind-address",
-            default=os.environ.get("TINYKUBE_BIND_ADDRESS", "0.0.0.0"),
+            default=os.environ.get("TINYKUBE_BIND_ADDRESS", "127.0.0.1"),
             help="listen address of the gRPC health server (host, or host:port)",
         )
         p.add_argument("--port", type=int, default=DEFAULT_PORT, help="gRPC health port")
@@ -62,12 +66,15 @@ class Settings:
             default=cls.connect_timeout,
             help="seconds a backend has to accept before the next endpoint is tried",
         )
+        add_flags(p)
         a = p.parse_args(argv)
         if not a.node_name:
             p.error("--node-name is required")
+        security = security_from_args(a)
         return cls(
             node_name=a.node_name,
-            apiserver=a.apiserver,
+            apiserver=security.apiserver(a.apiserver, cls.apiserver),
+            security=security,
             bind_address=listen_address(a.bind_address, a.port),
             node_ip=a.node_ip,
             metrics_port=a.metrics_port,
