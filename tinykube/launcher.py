@@ -65,7 +65,7 @@ from tinykube.health import wait_healthy
 from tinykube.kubeconfig import write_kubeconfig
 from tinykube.localetcd import EtcdServer, EtcdTLS, free_port
 from tinykube.pdeathsig import with_parent_death_signal
-from tinykube.pki import PKI, CertSpec, cluster_specs
+from tinykube.pki import PKI, cluster_specs
 from tinykube.tls import PLAINTEXT, Credentials
 
 log = logging.getLogger(__name__)
@@ -363,13 +363,20 @@ class LocalCluster:
             grpc_server=self.api_address,
         )
 
-    def _kubelet_conf(self, node: str, host: str | None = None) -> Path:
-        """A kubelet's kubeconfig (its `system:node:<node>` certificate); issues the
-        certificates of a node started later (`start_component("kubelet-n3")`)."""
-        if host is not None:
-            for spec in cluster_specs([node], node_ips={node: host}):
-                if spec.name.startswith((f"kubelet-{node}", f"proxy-{node}")):
-                    self.pki.ensure(spec)
+    def _node_credentials(self, comp: Component) -> None:
+        """The certificates (and kubeconfig) of a kubelet or proxy started after `start`
+        (`start_component("kubelet-n3")`)."""
+        if self.insecure or comp.module not in ("kubelet", "kubelet.proxy"):
+            return
+        node = _node_of(comp)
+        for spec in cluster_specs([node], node_ips={node: comp.host}):
+            if spec.name.startswith((f"kubelet-{node}", f"proxy-{node}")):
+                self.pki.ensure(spec)
+        if comp.module == "kubelet":
+            self._kubelet_conf(node)
+
+    def _kubelet_conf(self, node: str) -> Path:
+        """A kubelet's kubeconfig: its `system:node:<node>` certificate."""
         path = self.work_dir / f"kubelet-{node}.conf"
         self._write_conf(path, f"kubelet-{node}", f"system:node:{node}", self.ca_bytes())
         return path
@@ -417,18 +424,15 @@ class LocalCluster:
                 "--kubelet-certificate-authority",
                 str(pki.ca_cert_path),
             ]
-        node = comp.args[comp.args.index("--node-name") + 1] if "--node-name" in comp.args else ""
+        node = _node_of(comp)
         if comp.module == "kubelet":
-            conf = self._kubelet_conf(node, comp.host)
+            conf = self.work_dir / f"kubelet-{node}.conf"
             return ["--kubeconfig", str(conf), *self._serving(f"kubelet-{node}-serving")]
         conf_name, _ = COMPONENT_KUBECONFIGS[comp.module]
         serving = {
             "scheduler": "scheduler-serving",
             "controller": "controller-manager-serving",
-        }.get(comp.module)
-        if serving is None:  # a proxy: its node's serving certificate
-            self.pki.ensure(_proxy_serving(node, comp.host))
-            serving = f"proxy-{node}-serving"
+        }.get(comp.module, f"proxy-{node}-serving")
         return ["--kubeconfig", str(self.work_dir / conf_name), *self._serving(serving)]
 
     def address(self, name: str) -> str:
@@ -677,6 +681,7 @@ class LocalCluster:
             raise RuntimeError(f"{comp.name} is already running (pid {comp.process.pid})")  # type: ignore[union-attr]
         if extra_args:
             comp.args = [*comp.args, *extra_args]
+        self._node_credentials(comp)
         if not self._spawn(comp):
             raise ComponentError(self.skipped[-1])
         try:
@@ -788,7 +793,6 @@ class LocalCluster:
             self._atexit_registered = False
 
 
-def _proxy_serving(node: str, host: str) -> CertSpec:
-    return next(
-        s for s in cluster_specs([node], node_ips={node: host}) if s.name == f"proxy-{node}-serving"
-    )
+def _node_of(comp: Component) -> str:
+    """The node a kubelet or proxy component runs for ("" for the others)."""
+    return comp.args[comp.args.index("--node-name") + 1] if "--node-name" in comp.args else ""

@@ -49,7 +49,8 @@ def test_components_ports_and_names(tmp_path: Path) -> None:
     assert c.api_address == "127.0.0.1:6443"
     # kubectl with no kubeconfig talks to localhost:8080: the REST API's default port.
     assert c.rest_address == "127.0.0.1:8080"
-    assert c.rest_url == "http://127.0.0.1:8080"
+    assert c.rest_url == "https://127.0.0.1:8080"
+    assert cluster(tmp_path, insecure=True).rest_url == "http://127.0.0.1:8080"
     apiserver = c.command(c.components["apiserver"])
     assert apiserver[apiserver.index("--rest-port") + 1] == "8080"
     assert c.kubeconfig == tmp_path.resolve() / "kubeconfig"
@@ -68,6 +69,7 @@ def test_optional_components_can_be_left_out(tmp_path: Path) -> None:
 def test_command_lines(tmp_path: Path) -> None:
     c = cluster(
         tmp_path,
+        insecure=True,
         kubelets=["n1", "n2"],
         kubelet_runtime="fake",
         extra_args={"kubelet": ["--poll-interval", "1s"], "kubelet-n2": ["--node-ip", "10.0.0.2"]},
@@ -83,6 +85,7 @@ def test_command_lines(tmp_path: Path) -> None:
         "127.0.0.1:6443",
         "--rest-port",
         "8080",
+        "--insecure",
     ]
     assert c.command(c.components["scheduler"]) == [
         py,
@@ -94,6 +97,7 @@ def test_command_lines(tmp_path: Path) -> None:
         "127.0.0.1",
         "--port",
         "10259",
+        "--insecure",
     ]
     n1 = c.command(c.components["kubelet-n1"])
     assert n1[2:] == [
@@ -106,6 +110,7 @@ def test_command_lines(tmp_path: Path) -> None:
         "10250",
         "--runtime",
         "fake",
+        "--insecure",
         "--node-name",
         "n1",
         "--poll-interval",
@@ -114,6 +119,38 @@ def test_command_lines(tmp_path: Path) -> None:
     # Per-module extra args apply to every instance, per-name ones to that one only.
     n2 = c.command(c.components["kubelet-n2"])
     assert n2[-4:] == ["--poll-interval", "1s", "--node-ip", "10.0.0.2"]
+
+
+def test_tls_command_lines_name_each_components_certificates(tmp_path: Path) -> None:
+    c = cluster(tmp_path, kubelets=["n1"], proxies=True, etcd_endpoint="https://127.0.0.1:2379")
+    pki = tmp_path.resolve() / "pki"
+
+    def flags(name: str) -> dict[str, str]:
+        cmd = c.command(c.components[name])
+        return {a: cmd[i + 1] for i, a in enumerate(cmd) if a.startswith("--") and i + 1 < len(cmd)}
+
+    api = flags("apiserver")
+    assert api["--etcd-servers"] == "https://127.0.0.1:2379"
+    assert (api["--tls-cert-file"], api["--client-ca-file"]) == (
+        str(pki / "apiserver.crt"),
+        str(pki / "ca.crt"),
+    )
+    assert api["--etcd-certfile"] == str(pki / "apiserver-etcd-client.crt")
+    assert api["--kubelet-client-certificate"] == str(pki / "apiserver-kubelet-client.crt")
+    assert api["--kubelet-certificate-authority"] == str(pki / "ca.crt")
+    for name, conf, serving in (
+        ("scheduler", "scheduler.conf", "scheduler-serving"),
+        ("controller", "controller-manager.conf", "controller-manager-serving"),
+        ("kubelet-n1", "kubelet-n1.conf", "kubelet-n1-serving"),
+        ("proxy-n1", "proxy.conf", "proxy-n1-serving"),
+    ):
+        got = flags(name)
+        assert got["--kubeconfig"] == str(tmp_path.resolve() / conf), name
+        assert got["--tls-cert-file"] == str(pki / f"{serving}.crt"), name
+        assert "--insecure" not in c.command(c.components[name])
+    # a plaintext etcd given by the caller gets no etcd certificates
+    plain = cluster(tmp_path, kubelets=[])
+    assert "--etcd-cafile" not in plain.command(plain.components["apiserver"])
 
 
 def test_new_instances_are_named_after_their_component(tmp_path: Path) -> None:
@@ -224,8 +261,16 @@ def test_printed_commands_run_as_printed(
 def test_up_suggests_every_tool_by_the_path_that_runs_it(tmp_path: Path) -> None:
     c = cluster(tmp_path, kubelets=[])
     lines = up.try_commands(c, lambda name: f".venv/bin/{name}")
+    pki, conf = tmp_path.resolve() / "pki", tmp_path.resolve() / "kubeconfig"
     assert lines == [
-        ".venv/bin/tinykube get nodes",
+        f".venv/bin/tinykube --kubeconfig {conf} get nodes",
+        f".venv/bin/grpcurl -cacert {pki}/ca.crt -cert {pki}/admin.crt -key {pki}/admin.key "
+        "127.0.0.1:6443 list",
+        f".venv/bin/kubectl --kubeconfig {conf} get nodes",
+    ]
+    plain = cluster(tmp_path, kubelets=[], insecure=True)
+    assert up.try_commands(plain, lambda name: f".venv/bin/{name}") == [
+        ".venv/bin/tinykube --insecure get nodes",
         ".venv/bin/grpcurl -plaintext 127.0.0.1:6443 list",
         ".venv/bin/kubectl get nodes",
         f".venv/bin/kubectl --kubeconfig {tmp_path.resolve() / 'kubeconfig'} get nodes",

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TextIO
 
 from tinykube import errors, kinds
 from tinykube.client import Client
 from tinykube.kinds import KindInfo
+from tinykube.tls import PLAINTEXT, Credentials, TLSConfigError, TransportSecurityError
 
 DEFAULT_SERVER = "127.0.0.1:6443"
 
@@ -24,6 +25,9 @@ DEFAULT_SERVER = "127.0.0.1:6443"
 RESOURCES = ", ".join(k.plural for k in kinds.ALL_KINDS)
 SHORT_NAMES = ", ".join(k.short_names[0] for k in kinds.ALL_KINDS if k.short_names)
 SERVER_ENV = "TINYKUBE_SERVER"
+# Where `tinykube up` (default --data-dir) writes the admin kubeconfig: used when neither
+# --kubeconfig nor $KUBECONFIG names one, as kubectl falls back to ~/.kube/config.
+UP_KUBECONFIG = ".tinykube/kubeconfig"
 
 
 def default_server() -> str:
@@ -42,14 +46,34 @@ class Context:
     out: TextIO | None = None
     err: TextIO | None = None
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    # How to dial: from the kubeconfig (None: plaintext); a kubeconfig that could not be read
+    # is reported when a command dials.
+    credentials: Credentials | None = None
+    config_error: str = ""
 
     def client(self) -> Client:
         """A client for the apiserver; use as `async with ctx.client() as client:`.
 
         Few retries: a person at a terminal wants "cannot connect" quickly, not after 30 s.
         """
+        if self.config_error:
+            raise CLIError(self.config_error)
         check_server(self.server)
-        return Client(self.server, timeout=self.request_timeout, retries=2)
+        return Client(
+            self.server,
+            timeout=self.request_timeout,
+            retries=2,
+            credentials=self.credentials or PLAINTEXT,
+        )
+
+    def dial_credentials(self, server_name: str | None = None) -> Credentials:
+        """The kubeconfig's credentials, for dialling a component other than the apiserver."""
+        if self.config_error:
+            raise CLIError(self.config_error)
+        creds = self.credentials or PLAINTEXT
+        if server_name and not creds.insecure:
+            creds = replace(creds, server_name=server_name)
+        return creds
 
     def namespace_for(self, info: KindInfo) -> str:
         """The namespace a request for `info` goes to ("" for cluster-scoped kinds or -A)."""
@@ -114,6 +138,10 @@ def _host(server: str) -> str:
 
 def describe_error(exc: BaseException, server: str) -> str:
     """The one line kubectl would print for `exc`."""
+    if isinstance(exc, TransportSecurityError):
+        return f"Unable to connect to the server: {exc.message}"
+    if isinstance(exc, TLSConfigError):
+        return f"error: {exc}"
     if isinstance(exc, errors.TinykubeError):
         message = exc.message.lower()
         if isinstance(exc, errors.UnavailableError) and any(

@@ -60,7 +60,7 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
             namespace=ctx.namespace, name=args.name, maxNodes=args.nodes
         )
         method = "Explain"
-    async with grpc.aio.insecure_channel(args.scheduler, options=list(CHANNEL_OPTIONS)) as ch:
+    async with ctx.dial_credentials().channel(args.scheduler, CHANNEL_OPTIONS) as ch:
         stub = scheduler_pb2_grpc.SchedulerStub(ch)
         try:
             resp = await getattr(stub, method)(request, timeout=ctx.request_timeout)

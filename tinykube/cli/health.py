@@ -27,7 +27,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    status = status_name(args.address or ctx.server, args.service, args.timeout)
+    status = status_name(
+        args.address or ctx.server, args.service, args.timeout, credentials=ctx.dial_credentials()
+    )
     if not args.quiet:
         ctx.print(status)
     return 0 if status == "SERVING" else 1

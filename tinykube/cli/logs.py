@@ -72,9 +72,9 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
     )
     if args.tail >= 0:
         request.tailLines = args.tail
-    async with grpc.aio.insecure_channel(
-        kubelet_address(node, pod.status.hostIP), options=list(CHANNEL_OPTIONS)
-    ) as channel:
+    # the kubelet's serving certificate names its node
+    creds = ctx.dial_credentials(server_name=pod.spec.nodeName)
+    async with creds.channel(kubelet_address(node, pod.status.hostIP), CHANNEL_OPTIONS) as channel:
         stub = kubelet_pb2_grpc.KubeletStub(channel)
         try:
             async for chunk in stub.Logs(request, timeout=None if args.follow else 30.0):

@@ -29,8 +29,18 @@ from typing import Any, TextIO
 
 import tinykube.cli
 from tinykube import errors
-from tinykube.cli.common import CLIError, Context, default_server, describe_error
+from tinykube.cli.common import (
+    DEFAULT_SERVER,
+    SERVER_ENV,
+    UP_KUBECONFIG,
+    CLIError,
+    Context,
+    describe_error,
+)
+from tinykube.kubeconfig import load as load_kubeconfig
+from tinykube.kubeconfig import paths_from_env
 from tinykube.manifest import ManifestError
+from tinykube.tls import PLAINTEXT, Credentials, TLSConfigError
 
 # Seconds from SIGINT to a hard exit if the cancelled subcommand has not ended by then.
 INTERRUPT_DEADLINE = 0.5
@@ -52,6 +62,18 @@ def _global_flags(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         "-s",
         default=default(None),
         help="apiserver address host:port (default: $TINYKUBE_SERVER or 127.0.0.1:6443)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=default(None),
+        help="kubeconfig with the server, CA and credentials (default: $KUBECONFIG, else "
+        f"{UP_KUBECONFIG} if it exists; --server overrides its server)",
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        default=default(False),
+        help="plaintext, no credentials: for a cluster started with `tinykube up --insecure`",
     )
     parser.add_argument(
         "-n", "--namespace", default=default(None), help='namespace (default "default")'
@@ -125,9 +147,30 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
     return args
 
 
+def client_config(args: argparse.Namespace) -> tuple[str, Credentials | None, str]:
+    """(server, credentials, error) as kubectl resolves them: --kubeconfig, else $KUBECONFIG,
+    else `tinykube up`'s; --server (or $TINYKUBE_SERVER) overrides the kubeconfig's server."""
+    explicit = args.server or os.environ.get(SERVER_ENV, "")
+    if getattr(args, "insecure", False):
+        return explicit or DEFAULT_SERVER, PLAINTEXT, ""
+    path: str | None = getattr(args, "kubeconfig", None)
+    if path is None and not paths_from_env() and os.path.exists(UP_KUBECONFIG):
+        path = UP_KUBECONFIG
+    if path is None and not paths_from_env():
+        return explicit or DEFAULT_SERVER, None, ""
+    try:
+        config = load_kubeconfig(path)
+    except TLSConfigError as exc:
+        return explicit or DEFAULT_SERVER, None, str(exc)
+    return explicit or config.grpc_server, config.credentials, ""
+
+
 def make_context(args: argparse.Namespace, out: TextIO, err: TextIO) -> Context:
+    server, credentials, problem = client_config(args)
     return Context(
-        server=args.server or default_server(),
+        server=server,
+        credentials=credentials,
+        config_error=problem,
         namespace=args.namespace or "default",
         namespace_explicit=args.namespace is not None,
         all_namespaces=bool(args.all_namespaces),
@@ -152,6 +195,8 @@ def main(
     INTERRUPT_DEADLINE seconds ends it then."""
     out = out or sys.stdout
     err = err or sys.stderr
+    # gRPC core logs every failed TLS handshake; the CLI explains them in one line instead.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     hard_exit = argv is None if hard_exit_on_interrupt is None else hard_exit_on_interrupt
     parser = build_parser()
     args = parse(parser, argv)

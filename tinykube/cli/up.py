@@ -35,8 +35,9 @@ from pathlib import Path
 from types import FrameType
 
 from tinykube import launcher
-from tinykube.cli.common import Context, default_server
+from tinykube.cli.common import DEFAULT_SERVER, Context
 from tinykube.quantity import QuantityError, parse_quantity
+from tinykube.tls import INSECURE_WARNING
 
 POLL_SECONDS = 1.0
 
@@ -99,6 +100,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="free ports for every port not given by a flag (tests; see endpoints.json)",
     )
     parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="development only: no certificates, plaintext links, no authentication",
+    )
+    parser.add_argument(
+        "--pki-dir",
+        default=None,
+        help="the cluster CA and certificates (default DATA_DIR/pki; reused across restarts)",
+    )
+    parser.add_argument(
         "--start-timeout", type=float, default=60.0, help="seconds each component gets to start"
     )
     parser.set_defaults(func=run)
@@ -132,6 +143,8 @@ def build_cluster(args: argparse.Namespace) -> launcher.LocalCluster:
         rest_port=port(args.rest_port, launcher.DEFAULT_REST_PORT),
         # Components must not outlive `up`, however it dies (SIGKILL, a closed terminal).
         die_with_parent=True,
+        insecure=args.insecure,
+        pki_dir=args.pki_dir,
     )
 
 
@@ -195,6 +208,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     previous = signal.signal(signal.SIGTERM, on_signal)
     try:
         ctx.print(f"starting tinykube in {cluster.work_dir} ...")
+        if cluster.insecure:
+            ctx.eprint(f"warning: {INSECURE_WARNING}")
         try:
             cluster.start()
         except launcher.ComponentError as exc:
@@ -256,15 +271,26 @@ def try_commands(
     cluster: launcher.LocalCluster, command: Callable[[str], str] = tool_command
 ) -> list[str]:
     """The commands `up` suggests, each runnable as printed from where `up` runs."""
-    server = "" if cluster.api_address == default_server() else f"--server {cluster.api_address} "
     kubectl = command("kubectl")
-    lines = [
-        f"{command('tinykube')} {server}get nodes",
-        f"{command('grpcurl')} -plaintext {cluster.api_address} list",
-    ]
-    if cluster.rest_address == f"127.0.0.1:{launcher.DEFAULT_REST_PORT}":
-        # kubectl without a kubeconfig talks to localhost:8080.
-        lines.append(f"{kubectl} get nodes")
+    if cluster.insecure:
+        server = "" if cluster.api_address == DEFAULT_SERVER else f"--server {cluster.api_address} "
+        lines = [
+            f"{command('tinykube')} --insecure {server}get nodes",
+            f"{command('grpcurl')} -plaintext {cluster.api_address} list",
+        ]
+        if cluster.rest_address == f"127.0.0.1:{launcher.DEFAULT_REST_PORT}":
+            # kubectl without a kubeconfig talks to localhost:8080.
+            lines.append(f"{kubectl} get nodes")
+    else:
+        pki = cluster.pki
+        admin = pki.paths("admin")
+        lines = [
+            f"{command('tinykube')} --kubeconfig {cluster.kubeconfig} get nodes",
+            f"{command('grpcurl')} -cacert {pki.ca_cert_path} -cert {admin.cert} "
+            f"-key {admin.key} {cluster.api_address} list",
+        ]
+        lines.append(f"{kubectl} --kubeconfig {cluster.kubeconfig} get nodes")
+        return lines
     lines.append(f"{kubectl} --kubeconfig {cluster.kubeconfig} get nodes")
     return lines
 

@@ -13,7 +13,7 @@ def test_controller_manager_flags() -> None:
     assert (s.lease_namespace, s.lease_name) == ("kube-system", "tinykube-controller-manager")
     assert s.node_monitor_grace_period == 40.0
     assert s.default_unreachable_toleration_seconds == 300.0
-    assert s.bind_address == "0.0.0.0:10257"
+    assert s.bind_address == "127.0.0.1:10257"
     s = ControllerSettings.from_args(
         ["--node-monitor-grace-period", "5s", "--controllers", "replicaset",
          "--leader-elect", "false"]

@@ -142,6 +142,6 @@ async def test_dial_skips_an_endpoint_that_does_not_accept_in_time() -> None:
 
 def test_settings_require_a_node_name() -> None:
     s = Settings.from_args(["--node-name", "n1", "--node-ip", "127.0.1.1", "--port", "0"])
-    assert (s.node_name, s.node_ip, s.bind_address) == ("n1", "127.0.1.1", "0.0.0.0:0")
+    assert (s.node_name, s.node_ip, s.bind_address) == ("n1", "127.0.1.1", "127.0.0.1:0")
     with pytest.raises(SystemExit):
         Settings.from_args([])

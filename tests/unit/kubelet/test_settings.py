@@ -37,7 +37,11 @@ def test_labels_and_taints() -> None:
 
 def test_kubelet_defaults_and_overrides() -> None:
     s = Settings.from_args(["--node-name", "n1"])
-    assert s.bind_address == "0.0.0.0:10250"
+    # the node's address (default 127.0.0.1), not every interface
+    assert s.bind_address == "127.0.0.1:10250"
+    assert Settings.from_args(["--node-name", "n1", "--node-ip", "10.0.0.5"]).bind_address == (
+        "10.0.0.5:10250"
+    )
     assert s.capacity["pods"] == "110" and int(s.capacity["cpu"]) >= 1
     assert s.capacity["memory"].endswith("Ki")
     assert s.lease_renew_interval == 10.0
