@@ -76,7 +76,7 @@ from tinykube.retry import (
     retry_throttled,
 )
 from tinykube.serving import CHANNEL_OPTIONS
-from tinykube.tls import PLAINTEXT, Credentials, TransportSecurityError, explain
+from tinykube.tls import Credentials, TransportSecurityError, ambient_credentials, explain
 from tinykube.v1 import (
     endpoints_pb2,
     event_pb2,
@@ -639,12 +639,3 @@ def _contains(sent: Message, stored: Message) -> bool:
         elif not _same(value, other):
             return False
     return True
-
-
-def ambient_credentials() -> Credentials:
-    """What kubectl would use without flags: `$KUBECONFIG`'s credentials, else plaintext."""
-    from tinykube.kubeconfig import load, paths_from_env
-
-    if not paths_from_env():
-        return PLAINTEXT
-    return load().credentials

@@ -6,7 +6,8 @@ process answers SERVING or the timeout passes. `wait_healthy` is blocking (it us
 channel) because the launcher and `tinykube health` call it from plain, non-async code, possibly
 while an event loop is running in the same thread (pytest-asyncio); `wait_healthy_async` is its
 async twin. A process that is not listening yet, or is starting, is simply "not healthy yet".
-`credentials` (tinykube/tls.py) are what the probe dials with; plaintext by default.
+`credentials` (tinykube/tls.py) are what the probe dials with; by default $KUBECONFIG's, else
+plaintext (as `Client`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tinykube.serving import CHANNEL_OPTIONS
-from tinykube.tls import PLAINTEXT, Credentials
+from tinykube.tls import Credentials, ambient_credentials
 
 # Polling interval while waiting: short enough that tests do not wait on it, long enough that a
 # few dozen waits do not burn a shared CPU.
@@ -31,10 +32,11 @@ async def check(
     service: str = "",
     timeout: float = 2.0,  # noqa: ASYNC109
     *,
-    credentials: Credentials = PLAINTEXT,
+    credentials: Credentials | None = None,
 ) -> bool:
     """True if `address` ("host:port") answers SERVING for `service` within `timeout` seconds."""
-    async with credentials.channel(address, CHANNEL_OPTIONS) as channel:
+    creds = credentials or ambient_credentials()
+    async with creds.channel(address, CHANNEL_OPTIONS) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             response = await stub.Check(
@@ -50,10 +52,11 @@ def check_sync(
     service: str = "",
     timeout: float = 2.0,
     *,
-    credentials: Credentials = PLAINTEXT,
+    credentials: Credentials | None = None,
 ) -> bool:
     """Blocking `check`, usable where an event loop is already running or none exists."""
-    with credentials.sync_channel(address, CHANNEL_OPTIONS) as channel:
+    creds = credentials or ambient_credentials()
+    with creds.sync_channel(address, CHANNEL_OPTIONS) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
@@ -67,11 +70,12 @@ def status_name(
     service: str = "",
     timeout: float = 2.0,
     *,
-    credentials: Credentials = PLAINTEXT,
+    credentials: Credentials | None = None,
 ) -> str:
     """The serving status as grpc.health.v1 spells it (SERVING, NOT_SERVING, ...), or the RPC
     error code name (UNAVAILABLE, DEADLINE_EXCEEDED, ...) when the probe itself failed."""
-    with credentials.sync_channel(address, CHANNEL_OPTIONS) as channel:
+    creds = credentials or ambient_credentials()
+    with creds.sync_channel(address, CHANNEL_OPTIONS) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
@@ -87,7 +91,7 @@ def wait_healthy(
     *,
     service: str = "",
     alive: Callable[[], bool] | None = None,
-    credentials: Credentials = PLAINTEXT,
+    credentials: Credentials | None = None,
 ) -> None:
     """Block until `address` reports SERVING; TimeoutError after `timeout` seconds.
 
@@ -97,7 +101,8 @@ def wait_healthy(
     deadline = time.monotonic() + timeout
     # One channel for the whole wait: it reconnects by itself with a short backoff.
     options = [*CHANNEL_OPTIONS, ("grpc.initial_reconnect_backoff_ms", 50)]
-    with credentials.sync_channel(address, options) as channel:
+    creds = credentials or ambient_credentials()
+    with creds.sync_channel(address, options) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
             if alive is not None and not alive():
@@ -121,7 +126,7 @@ async def wait_healthy_async(
     timeout: float = 30.0,  # noqa: ASYNC109 - the deadline is part of the contract
     *,
     service: str = "",
-    credentials: Credentials = PLAINTEXT,
+    credentials: Credentials | None = None,
 ) -> None:
     """Async `wait_healthy`: poll `check` until SERVING; TimeoutError after `timeout` seconds."""
     deadline = time.monotonic() + timeout

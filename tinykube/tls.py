@@ -196,6 +196,15 @@ class Credentials:
 PLAINTEXT = Credentials(insecure=True)
 
 
+def ambient_credentials() -> Credentials:
+    """What kubectl would use without flags: `$KUBECONFIG`'s credentials, else plaintext."""
+    from tinykube.kubeconfig import load, paths_from_env
+
+    if not paths_from_env():
+        return PLAINTEXT
+    return load().credentials
+
+
 def speaks_tls(target: str, timeout: float = 1.0) -> bool | None:
     """Whether the server at `target` ("host:port") answers a TLS ClientHello as TLS: True, False
     (it spoke something else, e.g. plaintext HTTP/2), None (unreachable)."""

@@ -4,6 +4,11 @@
 until it prints that the cluster is up (the launcher has health-checked every component by
 then), and at teardown sends SIGINT as Ctrl-C would and checks that the cluster stopped cleanly
 and left no process behind.
+
+Every cluster of the session runs with TLS and shares one CA (`session_pki`, through
+$TINYKUBE_PKI_DIR), and $KUBECONFIG names an admin kubeconfig of that CA: `Client(address)`,
+the CLI and kubectl reach any of the session's clusters with admin credentials, as a user of
+`tinykube up` does with its kubeconfig.
 """
 
 from __future__ import annotations
@@ -23,9 +28,41 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tinykube.kubeconfig import write_kubeconfig
+from tinykube.launcher import PKI_DIR_ENV
+from tinykube.pki import PKI, cluster_specs
+
 READY_LINE = "Press Ctrl-C to stop."
 START_TIMEOUT = 180.0
 STOP_TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PKI]:
+    """One cluster CA for the session's clusters, and an admin kubeconfig in $KUBECONFIG."""
+    directory = tmp_path_factory.mktemp("pki")
+    pki = PKI(directory)
+    pki.ensure_all(cluster_specs([]))
+    admin = pki.paths("admin")
+    conf = write_kubeconfig(
+        directory / "admin.conf",
+        "https://127.0.0.1:6443",
+        user="kubernetes-admin",
+        ca=pki.ca_cert_path.read_bytes(),
+        cert=admin.cert.read_bytes(),
+        key=admin.key.read_bytes(),
+    )
+    saved = {k: os.environ.get(k) for k in (PKI_DIR_ENV, "KUBECONFIG")}
+    os.environ[PKI_DIR_ENV] = str(directory)
+    os.environ["KUBECONFIG"] = str(conf)
+    try:
+        yield pki
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def venv_bin() -> Path:
