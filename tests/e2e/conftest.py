@@ -103,6 +103,11 @@ class UpCluster:
         return CLIResult(done.returncode, done.stdout, done.stderr)
 
     @property
+    def pki_dir(self) -> Path:
+        """Where this cluster's CA and certificates are (the session's shared PKI)."""
+        return Path(os.environ.get(PKI_DIR_ENV) or self.data_dir / "pki")
+
+    @property
     def kubeconfig(self) -> Path:
         """The kubeconfig `tinykube up` wrote for its REST API."""
         return self.data_dir / "kubeconfig"

@@ -159,7 +159,7 @@ def test_second_up_is_refused_and_components_die_with_up(tmp_path: Path) -> None
         rest = yaml.safe_load((first_dir / "kubeconfig").read_text())["clusters"][0]
         taken_ports = [
             ("--apiserver-port", endpoints["apiserver"], "apiserver"),
-            ("--rest-port", rest["cluster"]["server"].removeprefix("http://"), "REST"),
+            ("--rest-port", rest["cluster"]["server"].split("://", 1)[-1], "REST"),
             ("--kubelet-port", endpoints["kubelet-node-1"], "kubelet-node-1"),
         ]
         for flag, address, what in taken_ports:

@@ -27,6 +27,8 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 START_MARK = "<!-- walkthrough:start -->"
 END_MARK = "<!-- walkthrough:end -->"
 README_ADDRESS = "localhost:6443"
+# where the README's grpcurl commands find the CA and the admin's certificate
+README_PKI = ".tinykube/pki/"
 
 _VOLATILE = re.compile(
     r'"(uid|resource_version|resourceVersion|generation|creation_timestamp|creationTimestamp|'
@@ -83,11 +85,11 @@ def missing_line(expected: list[str], actual: list[str]) -> str | None:
     return None
 
 
-def run_steps(steps: list[Step], api: str) -> list[tuple[int, list[str]]]:
+def run_steps(steps: list[Step], api: str, pki: Path) -> list[tuple[int, list[str]]]:
     """Run every command in one bash (so `RV=$(...)` carries over); (exit code, output) each."""
     script = ["set -u", f'export PATH="{venv_bin()}:$PATH"']
     for n, step in enumerate(steps):
-        command = step.command.replace(README_ADDRESS, api)
+        command = step.command.replace(README_ADDRESS, api).replace(README_PKI, f"{pki}/")
         script += [f"echo '@@@BEGIN {n}'", f"{{ {command} ; }} 2>&1", f'echo "@@@END {n} $?"']
     done = subprocess.run(
         ["bash", "-c", "\n".join(script)], capture_output=True, text=True, timeout=300
@@ -124,7 +126,7 @@ def test_output_matching_masks_volatile_values_and_keeps_order() -> None:
 
 def test_grpcurl_walkthrough_from_readme(tinykube_up: UpCluster) -> None:
     steps = walkthrough_steps(README.read_text())
-    results = run_steps(steps, tinykube_up.api)
+    results = run_steps(steps, tinykube_up.api, tinykube_up.pki_dir)
     for step, (code, output) in zip(steps, results, strict=True):
         shown = "\n".join(output)
         if step.expects_error:
