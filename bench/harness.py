@@ -54,6 +54,7 @@ import json
 import math
 import os
 import signal
+import ssl
 import statistics
 import sys
 import tempfile
@@ -63,7 +64,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
 import numpy as np
 import yaml
 from google.protobuf import json_format
@@ -73,6 +73,7 @@ from tinykube.client import Client
 from tinykube.errors import TinykubeError
 from tinykube.launcher import LocalCluster
 from tinykube.localetcd import free_port
+from tinykube.tls import PLAINTEXT, Credentials
 from tinykube.v1 import node_pb2, pod_pb2, replicaset_pb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -119,6 +120,7 @@ class Options:
     keep: bool = False
     out_dir: Path = RESULTS_DIR
     verbose: bool = False
+    insecure: bool = False  # a plaintext cluster (tinykube up --insecure)
 
 
 # ---- the workload files ---------------------------------------------------------------------
@@ -382,6 +384,7 @@ class Run:
                 "controller": ["--leader-elect", "false"],
             },
             start_timeout=120.0,
+            insecure=opts.insecure,
         )
         self.sampler = Sampler()
         self.kubelet_groups = 0
@@ -392,6 +395,26 @@ class Run:
         self.churn_task: asyncio.Task[dict[str, int]] | None = None
         self.pending_churn: dict[str, Any] | None = None
         self.measured = False
+
+    @property
+    def etcd_url(self) -> str:
+        etcd = self.cluster.etcd
+        return etcd.url if etcd is not None else f"http://{self.cluster.etcd_endpoint}"
+
+    def etcd_tls_context(self) -> ssl.SSLContext | None:
+        etcd = self.cluster.etcd
+        return etcd.tls.probe_context() if etcd is not None and etcd.tls is not None else None
+
+    def etcd_credentials(self) -> Credentials:
+        """The apiserver's etcd client certificate: etcd answers no other."""
+        if self.opts.insecure:
+            return PLAINTEXT
+        pki = self.cluster.pki
+        return Credentials.from_files(
+            ca_file=str(pki.ca_cert_path),
+            cert_file=str(pki.paths("apiserver-etcd-client").cert),
+            key_file=str(pki.paths("apiserver-etcd-client").key),
+        )
 
     def log(self, msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -509,7 +532,11 @@ class Run:
             if qps > 0:
                 cmd += ["--qps", str(qps * share / count)]
             start += share
-            proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
+            # the creators dial with the admin kubeconfig, as every client of the cluster
+            env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
+            proc = await asyncio.create_subprocess_exec(
+                *cmd, stdout=asyncio.subprocess.PIPE, env=env
+            )
             self.sampler.pids[f"creator-{k}"] = proc.pid
             procs.append(proc)
         outs = await asyncio.gather(*(p.communicate() for p in procs))
@@ -630,9 +657,12 @@ class Run:
             await asyncio.to_thread(self.cluster.start_component, "scheduler")
             self.sampler.pids["scheduler"] = self.cluster.processes["scheduler"].pid
         api_url = f"http://127.0.0.1:{self.api_metrics_port}/metrics"
-        etcd_url = f"http://{self.cluster.etcd_endpoint}/metrics"
+        etcd_url = f"{self.etcd_url}/metrics"
         sched_url = f"http://127.0.0.1:{self.sched_metrics_port}/metrics"
-        api_before, etcd_before = sysmetrics.scrape(api_url), sysmetrics.scrape(etcd_url)
+        api_before, etcd_before = (
+            sysmetrics.scrape(api_url),
+            sysmetrics.scrape(etcd_url, context=self.etcd_tls_context()),
+        )
         sched_before = sysmetrics.scrape(sched_url)
         cpu_before = self.sampler.sample()
         load_before = sysmetrics.load_average()
@@ -687,7 +717,10 @@ class Run:
         self.sampler.recording = False
         stop_churn.set()
         cpu_after = self.sampler.sample()
-        api_after, etcd_after = sysmetrics.scrape(api_url), sysmetrics.scrape(etcd_url)
+        api_after, etcd_after = (
+            sysmetrics.scrape(api_url),
+            sysmetrics.scrape(etcd_url, context=self.etcd_tls_context()),
+        )
         sched_after = sysmetrics.scrape(sched_url)
         profiles = await self.stop_pyspy(profilers)
         churned = await self.churn_task if self.churn_task else None
@@ -855,7 +888,9 @@ class Run:
         pod = json_format.ParseDict(template, pod_pb2.Pod())
         value = pod.SerializeToString()
         self.log(f"ceiling: etcd create-if-absent Txn, {count} keys at concurrency {concurrency}")
-        etcd = await etcd_write_ceiling(self.cluster.etcd_endpoint, value, count, concurrency)
+        etcd = await etcd_write_ceiling(
+            self.cluster.etcd_endpoint, value, count, concurrency, self.etcd_credentials()
+        )
         self.log(f"  {etcd['per_second']} txns/s")
         return {"apiserver_create_alone": api, "etcd_txn_put": etcd}
 
@@ -873,7 +908,9 @@ class Run:
         try:
             self.sampler.pids.update({n: p.pid for n, p in self.cluster.processes.items()})
             self.sampler.pids["harness"] = os.getpid()
-            async with Client(self.cluster.api_address, timeout=60.0) as client:
+            async with Client(
+                self.cluster.api_address, timeout=60.0, credentials=self.cluster.credentials
+            ) as client:
                 recorder = PodRecorder(client)
                 ready = asyncio.Event()
                 recorder_task = asyncio.create_task(recorder.run(ready))
@@ -991,13 +1028,17 @@ def git_commit() -> str:
 
 
 async def etcd_write_ceiling(
-    endpoint: str, value: bytes, count: int, concurrency: int
+    endpoint: str,
+    value: bytes,
+    count: int,
+    concurrency: int,
+    credentials: Credentials = PLAINTEXT,
 ) -> dict[str, Any]:
     """Create-if-absent Txns (what the apiserver sends for a Create) at `concurrency` in flight."""
     from aetcd import rpc  # bench/ may talk to etcd; only the processes may not
 
     prefix = f"/bench-ceiling/{time.time_ns()}/".encode()
-    async with grpc.aio.insecure_channel(endpoint) as channel:
+    async with credentials.channel(endpoint) as channel:
         kv = rpc.KVStub(channel)
         keys = iter(range(count))
 
@@ -1171,6 +1212,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-ceilings", action="store_true")
     p.add_argument("--ceiling-count", type=int, default=2000, help="writes per ceiling")
     p.add_argument("--keep", action="store_true", help="keep the cluster's work dir (logs)")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="run the cluster in plaintext (tinykube up --insecure), to compare with TLS",
+    )
     p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     a = p.parse_args(argv)
     opts = Options(
@@ -1182,6 +1228,7 @@ def main(argv: list[str] | None = None) -> int:
         ceiling_count=a.ceiling_count,
         keep=a.keep,
         out_dir=a.out_dir,
+        insecure=a.insecure,
     )
 
     async def everything() -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import os
+import ssl
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,10 +49,13 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def scrape(url: str, timeout: float = 5.0) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of a Prometheus endpoint: (name, sorted labels) -> value. Empty on error."""
+def scrape(
+    url: str, timeout: float = 5.0, context: ssl.SSLContext | None = None
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a Prometheus endpoint: (name, sorted labels) -> value. Empty on error.
+    `context`: TLS for an https endpoint (etcd's asks for a client certificate)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as resp:
             text = resp.read().decode()
     except OSError:
         return {}

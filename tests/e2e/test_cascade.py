@@ -41,8 +41,8 @@ KUBECTL = Path(sys.executable).parent / "kubectl"
 class Cluster:
     cluster: LocalCluster
     client: Client
-    rest: str  # http://127.0.0.1:PORT
-    home: Path  # HOME and KUBECONFIG for kubectl: nothing of the user's leaks in
+    rest: str  # https://127.0.0.1:PORT
+    home: Path  # HOME for kubectl, and the cluster's KUBECONFIG: nothing of the user's leaks in
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ async def cascade_cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIter
     home = work / "home"
     home.mkdir()
     try:
-        yield Cluster(cl, client, f"http://{HOST}:{rest_port}", home)
+        yield Cluster(cl, client, f"https://{HOST}:{rest_port}", home)
     finally:
         if bind_task is not None:
             bind_task.cancel()
@@ -217,7 +217,7 @@ async def kubectl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[s
     env = {
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(cluster.home),
-        "KUBECONFIG": str(cluster.home / "kubeconfig"),
+        "KUBECONFIG": str(cluster.cluster.kubeconfig),
     }
     return await asyncio.to_thread(
         subprocess.run,
