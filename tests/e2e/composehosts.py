@@ -18,9 +18,11 @@ Docker engine's part as closely as a machine without one allows:
   `network_mode` (networks, ports, hostname, dns, extra_hosts, mac_address) are refused here;
 - each service runs its exact command and environment from the file under `ip netns exec`, in
   a working directory of its own; only the image's executables are mapped to local ones
-  (`python`, `/usr/local/bin/etcd`, ...) and volume paths to temporary directories;
+  (`python`, `/usr/local/bin/etcd`, ...) and volume paths to temporary directories (a named
+  volume is one directory; a long-syntax mount's `volume.subpath` is a directory inside it);
 - services start in `depends_on` order, waiting for `service_healthy` dependencies by running
-  the service's own healthcheck command inside its namespace;
+  the service's own healthcheck command inside its namespace, and for
+  `service_completed_successfully` ones (a one-shot service) by waiting for them to exit 0;
 - stopping a service sends SIGTERM to its main process, as `docker stop` does, and SIGKILL to
   whatever is left of it after a grace period: everything in its namespace (a kubelet's pods
   included) when it owns one, only its own session's processes when it joined another's.
@@ -174,6 +176,13 @@ def _service(name: str, spec: Mapping[str, Any], network: str) -> Service:
         depends_on.setdefault(network_of, "service_started")
     volumes = []
     for volume in spec.get("volumes") or []:
+        if isinstance(volume, Mapping):
+            if volume.get("type", "volume") != "volume":
+                raise ComposeError(f"{name}.volumes: only named volumes are supported")
+            subpath = str((volume.get("volume") or {}).get("subpath") or "").strip("/")
+            source = str(volume["source"]) + (f"/{subpath}" if subpath else "")
+            volumes.append((source, str(volume["target"])))
+            continue
         source, target = str(volume).split(":")[:2]
         volumes.append((source, target))
     ip = ""
@@ -290,6 +299,7 @@ class ComposeHosts:
     work_dir: Path
     executables: Mapping[str, str]
     running: dict[str, Running] = field(default_factory=dict)
+    completed: set[str] = field(default_factory=set)  # one-shot services that exited 0
     host_links: dict[str, str] = field(default_factory=dict)
 
     def namespace(self, service: str) -> str:
@@ -341,24 +351,24 @@ class ComposeHosts:
 
     # -- processes -----------------------------------------------------------------------------
 
+    def _local(self, service: Service, arg: str) -> str:
+        """`arg` with the service's volume mount paths replaced by their local directories."""
+        for source, target in service.volumes:
+            directory = str(self.volume_dir(service, source))
+            arg = re.sub(rf"(?<![\w/.-]){re.escape(target)}(?=$|/)", directory, arg)
+        return arg
+
     def _map(self, service: Service, argv: list[str]) -> list[str]:
         exe = argv[0]
         if exe not in self.executables:
             raise ComposeError(f"{service.name}: no local stand-in for the image's {exe!r}")
-        volume_dirs = {
-            target: self.volume_dir(service, source) for source, target in service.volumes
-        }
-
-        def local(arg: str) -> str:
-            for target, directory in volume_dirs.items():
-                arg = re.sub(rf"(?<![\w/.-]){re.escape(target)}(?=$|/)", str(directory), arg)
-            return arg
-
-        return [self.executables[exe], *(local(a) for a in argv[1:])]
+        return [self.executables[exe], *(self._local(service, a) for a in argv[1:])]
 
     def volume_dir(self, service: Service, source: str) -> Path:
-        name = source.replace("/", "_").strip("._") or "volume"
-        directory = self.work_dir / "volumes" / name
+        # "certs/node-1" (a subpath mount) is the node-1 directory of the certs volume
+        volume, _, subpath = source.partition("/")
+        name = volume.strip("._") or "volume"
+        directory = self.work_dir / "volumes" / name / subpath
         directory.mkdir(parents=True, exist_ok=True)
         return directory
 
@@ -369,7 +379,8 @@ class ComposeHosts:
             "PYTHONUNBUFFERED": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
         }
-        env.update(service.environment)
+        # paths in the environment (KUBECONFIG) name the mounts too
+        env.update({k: self._local(service, v) for k, v in service.environment.items()})
         return env
 
     def service_dir(self, name: str) -> Path:
@@ -424,7 +435,8 @@ class ComposeHosts:
         deadline = time.monotonic() + timeout
         while not ok():
             for name, run in self.running.items():
-                if run.process.poll() is not None:
+                one_shot_done = run.process.poll() == 0 and run.service.healthcheck is None
+                if run.process.poll() is not None and not one_shot_done:
                     raise RuntimeError(
                         f"{name} exited with {run.process.returncode} while waiting for {what}:\n"
                         + self.log_tail(name)
@@ -439,12 +451,27 @@ class ComposeHosts:
             for dep, condition in self.project.services[name].depends_on.items():
                 if condition == "service_healthy":
                     self.wait(f"{dep} healthy", functools.partial(self.healthy, dep), timeout)
+                elif condition == "service_completed_successfully":
+                    self.wait_completed(dep, timeout)
                 elif condition != "service_started":
                     raise ComposeError(f"{name}: depends_on condition {condition} not supported")
             self.start(name)
         for name, service in self.project.services.items():
             if service.healthcheck is not None:
                 self.wait(f"{name} healthy", functools.partial(self.healthy, name), timeout)
+
+    def wait_completed(self, name: str, timeout: float) -> None:
+        """A one-shot service ran to its end with status 0 (then it is no longer running)."""
+        if name in self.completed:
+            return
+        run = self.running.pop(name)
+        try:
+            code = run.process.wait(timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise TimeoutError(f"{name} still running after {timeout}s") from exc
+        if code != 0:
+            raise RuntimeError(f"{name} exited with {code}:\n{self.log_tail(name)}")
+        self.completed.add(name)
 
     def stop(self, name: str) -> None:
         run = self.running.pop(name, None)

@@ -116,15 +116,30 @@ def http_get(url: str) -> str:
 
 
 class Cluster:
-    """The CLI and grpcurl on the host, against the apiserver's compose address."""
+    """The CLI and grpcurl on the host, against the apiserver's compose address, with the
+    admin's credentials the `certs` service wrote (what `docker compose cp` copies out)."""
 
     def __init__(self, hosts: ComposeHosts) -> None:
         self.hosts = hosts
         self.server = f"{hosts.ip_of('apiserver')}:6443"
+        self.admin = hosts.volume_dir(hosts.project.services["certs"], "certs/admin")
+
+    @property
+    def grpcurl_tls(self) -> list[str]:
+        a = self.admin
+        return ["-cacert", f"{a}/ca.crt", "-cert", f"{a}/admin.crt", "-key", f"{a}/admin.key"]
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        kubeconfig = str(self.admin / "kubeconfig")
         done = subprocess.run(
-            [str(VENV_BIN / "tinykube"), "--server", self.server, *args],
+            [
+                str(VENV_BIN / "tinykube"),
+                "--kubeconfig",
+                kubeconfig,
+                "--server",
+                self.server,
+                *args,
+            ],
             capture_output=True,
             text=True,
             timeout=60,
@@ -185,12 +200,33 @@ def compose(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeHosts]:
 def test_compose_file_shape() -> None:
     """What the multi-host run cannot see: restart policies, the published port, the pins."""
     doc = yaml.safe_load(COMPOSE_FILE.read_text())
-    services = doc["services"]
+    services = dict(doc["services"])
     assert services["etcd"]["image"] == "gcr.io/etcd-development/etcd:v3.5.27"
     assert "127.0.0.1:6443:6443" in services["apiserver"]["ports"]
     assert services["apiserver"]["depends_on"]["etcd"]["condition"] == "service_healthy"
+    # The one-shot `certs` service runs to completion before anything else starts, and each
+    # service mounts only its own bundle of its volume, read-only.
+    certs = services.pop("certs")
+    assert certs["restart"] == "no" and "healthcheck" not in certs
+    assert certs["command"][:2] == ["tinykube", "certs"]
+    for name, service in services.items():
+        assert service["depends_on"]["certs"]["condition"] == "service_completed_successfully"
+        mounts = [v for v in service["volumes"] if isinstance(v, dict) and v["source"] == "certs"]
+        assert len(mounts) == 1 and mounts[0]["read_only"] is True, name
+        assert mounts[0]["volume"]["subpath"] in (
+            "etcd",
+            "apiserver",
+            "scheduler",
+            ("controller-manager"),
+            "node-1",
+            "node-2",
+            "node-3",
+        ), name
     kubelets = [s for name, s in services.items() if name.startswith("kubelet-")]
     assert len(kubelets) == 3
+    ips = {
+        n: s["networks"]["tinykube"]["ipv4_address"] for n, s in services.items() if "networks" in s
+    }
     for name, service in services.items():
         assert service["restart"] in ("always", "unless-stopped", "on-failure"), name
         assert service["healthcheck"]["test"][0] == "CMD", name
@@ -198,9 +234,14 @@ def test_compose_file_shape() -> None:
             continue
         argv = [str(a) for a in service["command"]]
         assert service["image"] == "tinykube:dev" and service["build"] == ".", name
+        # every link is TLS; each binds its container's address, not every interface
+        assert "--insecure" not in argv, name
+        owner = str(service.get("network_mode", f"service:{name}")).removeprefix("service:")
+        assert flag(argv, "--bind-address").split(":")[0] == ips[owner], name
+        assert flag(argv, "--tls-cert-file").startswith("/etc/tinykube/pki/"), name
         if name != "apiserver":
             assert flag(argv, "--apiserver") == "apiserver:6443", name
-            assert flag(argv, "--bind-address").startswith("0.0.0.0"), name
+            assert flag(argv, "--kubeconfig").startswith("/etc/tinykube/pki/"), name
     for kubelet in kubelets:
         assert flag([str(a) for a in kubelet["command"]], "--runtime") == "process"
     # Each node's proxy lives in its own kubelet's network namespace: pods reach cluster IPs
@@ -291,8 +332,16 @@ def test_we_run_what_compose_would_run() -> None:
         ours = project.services[name]
         assert (spec.get("entrypoint") or []) + spec["command"] == ours.argv, name
         assert spec.get("environment", {}) == ours.environment, name
-        assert spec["healthcheck"]["test"] == ["CMD", *(ours.healthcheck or [])], name
-        assert [(v["source"], v["target"]) for v in spec.get("volumes", [])] == ours.volumes
+        if ours.healthcheck is None:  # the one-shot certs service
+            assert "healthcheck" not in spec, name
+        else:
+            assert spec["healthcheck"]["test"] == ["CMD", *ours.healthcheck], name
+        # a subpath mount is that directory of the volume
+        mounts = []
+        for v in spec.get("volumes", []):
+            subpath = v.get("volume", {}).get("subpath")
+            mounts.append((v["source"] + (f"/{subpath}" if subpath else ""), v["target"]))
+        assert mounts == ours.volumes, name
         if ours.network_of:
             assert spec["network_mode"] == f"service:{ours.network_of}", name
             assert "networks" not in spec and "ports" not in spec, name
@@ -330,7 +379,7 @@ def test_compose_cluster_walkthrough_and_link_cut(compose: ComposeHosts) -> None
 
     # grpcurl against the published apiserver, as docs/compose.md shows.
     listed = subprocess.run(
-        [str(VENV_BIN / "grpcurl"), "-plaintext", cluster.server, "list"],
+        [str(VENV_BIN / "grpcurl"), *cluster.grpcurl_tls, cluster.server, "list"],
         capture_output=True,
         text=True,
         timeout=30,
