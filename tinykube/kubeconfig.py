@@ -173,7 +173,12 @@ def _material(body: dict[str, Any], field: str, source: Path, *, what: str) -> b
     ref = body.get(field)
     if ref:
         file = Path(str(ref))
-        return read_file(file if file.is_absolute() else source.parent / file, f"{source}: {what}")
+        try:
+            return read_file(
+                file if file.is_absolute() else source.parent / file, f"{source}: {what}"
+            )
+        except TLSConfigError as exc:
+            raise KubeconfigError(str(exc)) from exc
     return None
 
 

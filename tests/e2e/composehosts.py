@@ -379,6 +379,10 @@ class ComposeHosts:
             "PYTHONUNBUFFERED": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
         }
+        # The image holds this checkout's code: run it, not whichever tree the venv's
+        # editable install points at (tests/conftest.py sets PYTHONPATH to the checkout).
+        if os.environ.get("PYTHONPATH"):
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         # paths in the environment (KUBECONFIG) name the mounts too
         env.update({k: self._local(service, v) for k, v in service.environment.items()})
         return env
