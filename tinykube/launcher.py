@@ -88,11 +88,16 @@ LOG_TAIL_LINES = 40
 # In work_dir, flock()ed by the running cluster (see LocalCluster._take_lock).
 LOCK_FILE = "tinykube.lock"
 PKI_DIR_ENV = "TINYKUBE_PKI_DIR"
-# kubeconfig file of each component kind, as kubeadm names them, and the certificate in it
+# kubeconfig file of each component kind, as kubeadm names them, the certificate in it and
+# the user it names (the certificate's CN)
 COMPONENT_KUBECONFIGS = {
-    "scheduler": ("scheduler.conf", "scheduler"),
-    "controller": ("controller-manager.conf", "controller-manager"),
-    "kubelet.proxy": ("proxy.conf", "proxy"),
+    "scheduler": ("scheduler.conf", "scheduler", "system:kube-scheduler"),
+    "controller": (
+        "controller-manager.conf",
+        "controller-manager",
+        "system:kube-controller-manager",
+    ),
+    "kubelet.proxy": ("proxy.conf", "proxy", "system:kube-proxy"),
 }
 
 
@@ -342,8 +347,8 @@ class LocalCluster:
         self.pki.ensure_all(cluster_specs(list(node_ips), ips=ips, node_ips=node_ips))
         ca = self.pki.ca_cert_path.read_bytes()
         self._write_conf(self.kubeconfig, "admin", "kubernetes-admin", ca)
-        for conf, cert in COMPONENT_KUBECONFIGS.values():
-            self._write_conf(self.work_dir / conf, cert, f"system:{cert}", ca)
+        for conf, cert, user in COMPONENT_KUBECONFIGS.values():
+            self._write_conf(self.work_dir / conf, cert, user, ca)
         for node in node_ips:
             self._kubelet_conf(node)
         admin = self.pki.paths("admin")
@@ -428,7 +433,7 @@ class LocalCluster:
         if comp.module == "kubelet":
             conf = self.work_dir / f"kubelet-{node}.conf"
             return ["--kubeconfig", str(conf), *self._serving(f"kubelet-{node}-serving")]
-        conf_name, _ = COMPONENT_KUBECONFIGS[comp.module]
+        conf_name, _, _ = COMPONENT_KUBECONFIGS[comp.module]
         serving = {
             "scheduler": "scheduler-serving",
             "controller": "controller-manager-serving",
