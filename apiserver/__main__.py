@@ -254,7 +254,8 @@ async def run(settings: Settings) -> None:
     if settings.metrics_port > 0:
         from prometheus_client import start_http_server
 
-        start_http_server(settings.metrics_port, registry=server.metrics.registry)
+        host = settings.bind_address.rsplit(":", 1)[0].strip("[]") or "127.0.0.1"
+        start_http_server(settings.metrics_port, addr=host, registry=server.metrics.registry)
     await server.start()
     print(f"apiserver listening on {server.address}", flush=True)
     if server.rest is not None:

@@ -512,7 +512,9 @@ class Run:
         qps: float = 0.0,
     ) -> dict[str, Any]:
         """Create `count` pods through `--creators` podcreator processes; their merged summary."""
-        async with Client(self.cluster.api_address, timeout=60.0) as client:
+        async with Client(
+            self.cluster.api_address, timeout=60.0, credentials=self.cluster.credentials
+        ) as client:
             await ensure_namespace(client, namespace)
         tpl_file = self.work / f"template-{namespace}.json"
         tpl_file.write_text(json.dumps(template))

@@ -96,7 +96,7 @@ class ControllerManager:
 
     async def start(self) -> int:
         self.port = await self.server.start()
-        self.metrics.serve(self.settings.metrics_port)
+        self.metrics.serve(self.settings.metrics_port, host=_host(self.settings.bind_address))
         self._task = asyncio.get_running_loop().create_task(self.run(), name="controller-manager")
         return self.port
 
@@ -298,3 +298,8 @@ class ControllerManager:
         finally:
             for q in queues:
                 q.shutdown()
+
+
+def _host(bind_address: str) -> str:
+    """The host of a host:port listen address: metrics listen where the component does."""
+    return bind_address.rsplit(":", 1)[0].strip("[]") if ":" in bind_address else bind_address

@@ -58,6 +58,6 @@ class Metrics:
     def track_queue(self, name: str, length: Callable[[], int]) -> None:
         self.depth.labels(name=name).set_function(lambda: float(length()))
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> None:
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
         if port > 0:
             start_http_server(port, addr=host, registry=self.registry)

@@ -79,7 +79,7 @@ class Kubelet:
 
     async def start(self) -> int:
         self.port = await self.server.start()
-        self.metrics.serve(self.settings.metrics_port)
+        self.metrics.serve(self.settings.metrics_port, host=_host(self.settings.bind_address))
         self._task = asyncio.get_running_loop().create_task(self.run(), name="kubelet")
         self._task.add_done_callback(_report_crash)
         return self.port
@@ -187,3 +187,8 @@ def _report_crash(task: asyncio.Task[None]) -> None:
     exc = task.exception()
     if exc is not None:
         log.critical("kubelet main loop failed; pods are no longer managed", exc_info=exc)
+
+
+def _host(bind_address: str) -> str:
+    """The host of a host:port listen address: metrics listen where the component does."""
+    return bind_address.rsplit(":", 1)[0].strip("[]") if ":" in bind_address else bind_address

@@ -40,6 +40,6 @@ class Metrics:
     def track_pods(self, count: Callable[[], int]) -> None:
         self.running_pods.set_function(lambda: float(count()))
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> None:
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
         if port > 0:
             start_http_server(port, addr=host, registry=self.registry)

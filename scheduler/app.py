@@ -109,7 +109,7 @@ class SchedulerApp:
         service = SchedulerService(lambda: self.scheduler, self._leader)
         self.server.add(lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(service, s))
         self.port = await self.server.start()
-        self.metrics.serve(self.settings.metrics_port)
+        self.metrics.serve(self.settings.metrics_port, host=self.settings.bind_address)
         self._main = asyncio.create_task(self._run(), name="scheduler-main")
         log.info("scheduler serving on port %d (apiserver %s)", self.port, self.settings.apiserver)
         return self.port

@@ -78,7 +78,7 @@ class Metrics:
         for q in ("active", "backoff", "unschedulable", "gated"):
             self.pending.labels(queue=q).set_function(reader(q))
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> None:
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
         if port > 0:
             start_http_server(port, addr=host, registry=self.registry)
 

@@ -125,7 +125,7 @@ def configure_logging(level: str | int = "INFO") -> None:
     )
 
 
-def start_metrics_server(port: int, host: str = "0.0.0.0") -> None:
+def start_metrics_server(port: int, host: str = "127.0.0.1") -> None:
     """Serve the default Prometheus registry on http://host:port/metrics (port 0: disabled)."""
     if port <= 0:
         return

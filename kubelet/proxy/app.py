@@ -49,7 +49,7 @@ class Proxy:
     async def start(self) -> int:
         self.port = await self.server.start()
         await self.server.set_serving(False)
-        self.metrics.serve(self.settings.metrics_port)
+        self.metrics.serve(self.settings.metrics_port, host=_host(self.settings.bind_address))
         self._task = asyncio.get_running_loop().create_task(self.run(), name="proxy")
         return self.port
 
@@ -121,3 +121,8 @@ class Proxy:
                         await self.server.set_serving(True)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._dirty.wait(), s.sync_period)
+
+
+def _host(bind_address: str) -> str:
+    """The host of a host:port listen address: metrics listen where the component does."""
+    return bind_address.rsplit(":", 1)[0].strip("[]") if ":" in bind_address else bind_address

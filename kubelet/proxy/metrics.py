@@ -36,6 +36,6 @@ class Metrics:
             "proxy_listeners", "Sockets listening for services.", registry=self.registry
         )
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> None:
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
         if port > 0:
             start_http_server(port, addr=host, registry=self.registry)
