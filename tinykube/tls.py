@@ -332,14 +332,17 @@ class Security:
             )
 
     def serving(self) -> ServingTLS | None:
-        """What the component's own server presents (None: plaintext)."""
-        if self.insecure and not self.tls_cert_file:
+        """What the component's own server presents (None: plaintext). Without certificate
+        flags that is plaintext here; `check` (at a process's start) refuses it unless
+        --insecure, so only in-process users (tests) get it silently."""
+        if not self.tls_cert_file:
             return None
         return ServingTLS(self.tls_cert_file, self.tls_private_key_file, self.client_ca_file)
 
     def credentials(self) -> Credentials:
-        """How the component dials the apiserver."""
-        if self.insecure and not self.kubeconfig:
+        """How the component dials the apiserver (plaintext without a kubeconfig; `check`
+        refuses that at a process's start unless --insecure)."""
+        if not self.kubeconfig:
             return PLAINTEXT
         from tinykube.kubeconfig import load
 
