@@ -10,6 +10,12 @@ periodic etcd compaction. `stop()` drains in-flight RPCs and cancels the tasks.
 Kubernetes' REST API (apiserver/rest) is served beside gRPC on `settings.rest_port` at the
 same host, by aiohttp on the same event loop and over the same services; its health
 endpoints report the same etcd and cache checks as the gRPC health service.
+
+TLS (tinykube/tls.py): with `tls_cert_file` both front ends serve the certificate, gRPC
+requiring and REST asking for a client certificate of `client_ca_file`; etcd is dialled with
+`etcd_*file`, kubelets (the log proxy) with `kubelet_client_*`. Without certificate settings
+everything is plaintext (`--insecure`). `authenticator` (apiserver/auth/authn.py) names who
+sent a request; REST's `identify` uses it, nothing enforces it yet.
 """
 
 from __future__ import annotations

@@ -4,8 +4,10 @@ Starts `tinykube.launcher.LocalCluster` with the default ports (etcd 2379, apise
 its REST API 8080, scheduler 10259, controller manager 10257, kubelets 10250, 10251, ...) or free
 ones
 (`--free-ports` for every port no flag sets, or a port flag set to 0), prints every endpoint,
-writes them to `DATA_DIR/endpoints.json` and a kubeconfig for kubectl to `DATA_DIR/kubeconfig`,
-and waits. A component that dies meanwhile is
+writes them to `DATA_DIR/endpoints.json`, and waits. Every link is TLS: the cluster CA and
+certificates live in `DATA_DIR/pki` (`--pki-dir`; reused across restarts), the admin's
+kubeconfig is `DATA_DIR/kubeconfig` and each component's is beside it (`--insecure`: plaintext,
+no credentials, a warning). A component that dies meanwhile is
 reported with its log file, not restarted. Ctrl-C or SIGTERM stops every process (SIGTERM, then
 SIGKILL after a grace) and exits 0. The data directory (etcd's data and the logs) survives
 restarts of `up`. A component that fails to start is reported with its log's tail (exit 1).
