@@ -245,7 +245,11 @@ def main(argv: list[str] | None = None) -> int:
 
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="tinykube-bench-") as work_dir:
-        cluster = LocalCluster(work_dir, scheduler=False, controller=False, kubelets=())
+        # plaintext, as before TLS: this measures the API itself (bench/harness.py
+        # compares TLS with --insecure)
+        cluster = LocalCluster(
+            work_dir, insecure=True, scheduler=False, controller=False, kubelets=()
+        )
         with cluster:
             result = asyncio.run(bench(cluster.api_address, cfg))
     result = {

@@ -208,8 +208,11 @@ async def _create_namespace(address: str, name: str) -> None:
 
 def measure(flooder: str, mode: str, cfg: Config) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tinykube-bench-") as work_dir:
+        # plaintext, as before TLS: this measures the API itself (bench/harness.py
+        # compares TLS with --insecure)
         cluster = LocalCluster(
             work_dir,
+            insecure=True,
             scheduler=False,
             controller=False,
             kubelets=(),

@@ -226,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg = Config(pods=300, lists=5, watchers=10, watch_events=20, runs=1)
     with (
         tempfile.TemporaryDirectory(prefix="tinykube-rest-bench-") as tmp,
-        LocalCluster(tmp, scheduler=False, controller=False, kubelets=()) as cluster,
+        # plaintext, as before TLS: this measures the API itself (bench/harness.py
+        # compares TLS with --insecure)
+        LocalCluster(tmp, insecure=True, scheduler=False, controller=False, kubelets=()) as cluster,
     ):
         result = asyncio.run(bench(cluster, cfg))
     result["config"] = asdict(cfg)

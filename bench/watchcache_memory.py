@@ -48,7 +48,11 @@ async def updates(address: str, count: int, size: int) -> None:
 
 def run_once(count: int, size: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory(prefix="tinykube-bench-") as work_dir:
-        cluster = LocalCluster(work_dir, scheduler=False, controller=False, kubelets=())
+        # plaintext, as before TLS: this measures the API itself (bench/harness.py
+        # compares TLS with --insecure)
+        cluster = LocalCluster(
+            work_dir, insecure=True, scheduler=False, controller=False, kubelets=()
+        )
         with cluster:
             pid = cluster.processes["apiserver"].pid
             before = rss_mb(pid)
