@@ -14,8 +14,9 @@ endpoints report the same etcd and cache checks as the gRPC health service.
 TLS (tinykube/tls.py): with `tls_cert_file` both front ends serve the certificate, gRPC
 requiring and REST asking for a client certificate of `client_ca_file`; etcd is dialled with
 `etcd_*file`, kubelets (the log proxy) with `kubelet_client_*`. Without certificate settings
-everything is plaintext (`--insecure`). `authenticator` (apiserver/auth/authn.py) names who
-sent a request; REST's `identify` uses it, nothing enforces it yet.
+everything is plaintext (`--insecure`). On TLS, `enforcer` (apiserver/auth/filters.py)
+authenticates every request on both front ends (`authenticator`), applies impersonation and
+authorizes it with `authorizer` (Node, then RBAC); in plaintext nothing is checked.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from apiserver.allocator import ServiceAllocator
 from apiserver.auth import bootstrap
 from apiserver.auth.authn import Authenticator
 from apiserver.auth.authorizer import Chain, Identity
+from apiserver.auth.filters import Enforcer
 from apiserver.auth.node import NodeAuthorizer, PodsFromCache
 from apiserver.auth.rbac import RbacAuthorizer
 from apiserver.flowcontrol import Limiter
@@ -114,7 +116,7 @@ class APIServer:
             batch_writes=settings.etcd_batch_writes,
             credentials=etcd_credentials(settings),
         )
-        # Who sent a request (apiserver/auth/authn.py); nothing is enforced on it yet.
+        # Who sent a request (apiserver/auth/authn.py).
         self.authenticator = Authenticator.from_flags(settings.token_auth_file)
         self.serving_tls = serving_tls(settings)
         self.caches: dict[str, WatchCache] = {}
@@ -178,10 +180,18 @@ class APIServer:
         self.rbac.attach(self.caches)
         pods = PodsFromCache(self.caches[POD.kind], f"{prefix}/{POD.plural}/".encode())
         self.authorizer = Chain([NodeAuthorizer(pods), self.rbac])
+        # Every request is authenticated and authorized on a TLS apiserver; a plaintext one
+        # (--insecure, or in-process without certificates) checks nothing, as kube's old
+        # insecure port.
+        self.enforcer: Enforcer | None = (
+            Enforcer(self.authenticator, self.authorizer)
+            if self.serving_tls is not None and not settings.insecure
+            else None
+        )
         self.grpc = GrpcServer(
             settings.bind_address,
             [info.service for info in ALL_KINDS],
-            interceptors=[MetricsInterceptor(self.metrics, self.limiter)],
+            interceptors=[MetricsInterceptor(self.metrics, self.limiter, self.enforcer)],
             tls=self.serving_tls,
         )
         handlers = tuple(GrpcResource(r).handler() for r in self.services.values())
@@ -203,6 +213,7 @@ class APIServer:
                 identify=self.identify,
                 ssl_context=self.serving_tls.ssl_context() if self.serving_tls else None,
                 kubelet_credentials=kubelet_credentials(settings),
+                enforcer=self.enforcer,
             )
         self.rest_port = 0
 
@@ -283,6 +294,11 @@ class APIServer:
         if self.settings.compaction_interval_seconds > 0:
             self._tasks.append(asyncio.create_task(self._compaction_loop(), name="compaction"))
         log.info("apiserver serving on %s (etcd %s)", self.address, self.storage.target)
+        if self.enforcer is None:
+            log.warning(
+                "authentication and authorization are off (plaintext development mode): "
+                "every request is allowed"
+            )
         if self.rest is not None:
             log.info("apiserver REST API on %s", self.rest_url)
         return self.port

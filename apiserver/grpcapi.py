@@ -28,12 +28,14 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
+from apiserver.auth.filters import REQUESTER, Enforcer, is_node
 from apiserver.flowcontrol import (
     RETRY_AFTER_SECONDS,
     TOO_MANY_REQUESTS,
     Limiter,
     RequestInfo,
 )
+from apiserver.grpcattributes import grpc_attributes
 from apiserver.metrics import Metrics
 from apiserver.resources import ResourceStore
 from apiserver.watchcache import batch_messages, encode_list
@@ -188,9 +190,17 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
     """Counts and times every tinykube RPC, maps raised errors to statuses (the one place), and
     refuses unary calls over `limiter`'s in-flight limit before they run."""
 
-    def __init__(self, metrics: Metrics, limiter: Limiter | None = None) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        limiter: Limiter | None = None,
+        enforcer: Enforcer | None = None,
+    ) -> None:
         self.metrics = metrics
         self.limiter = limiter if limiter is not None and limiter.enabled else None
+        # Authentication and authorization of every tinykube RPC (None: --insecure, nothing
+        # is checked).
+        self.enforcer = enforcer
         # Label lookups take a lock and hash a tuple; do them once per (method, code).
         self._counters: dict[tuple[str, str], Any] = {}
         self._histograms: dict[str, Any] = {}
@@ -236,6 +246,9 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
             request_info = _request_info(method) if limiter is not None else None
             if limiter is not None and request_info is not None:
                 inner = self._limited(inner, limiter, request_info, short)
+            if self.enforcer is not None:
+                # Before the limit: a refused caller never takes a seat.
+                inner = _enforced(inner, self.enforcer, method)
 
             async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 start = time.perf_counter()
@@ -265,6 +278,8 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
             return handler._replace(unary_unary=unary)
         if handler.unary_stream is not None:
             inner_stream: Any = handler.unary_stream
+            if self.enforcer is not None:
+                inner_stream = _enforced(inner_stream, self.enforcer, method)
 
             # Streams write with context.write (a coroutine handler, not an async generator),
             # so wrapping them costs nothing per message. Their duration is not observed: a
@@ -320,6 +335,31 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                 release(seat)
 
         return limited
+
+
+def _enforced(
+    inner: Callable[[Any, Any], Awaitable[Any]], enforcer: Enforcer, method: str
+) -> Callable[[Any, Any], Awaitable[Any]]:
+    """`inner` behind authentication, impersonation and authorization (apiserver/auth/
+    filters.py); raises AuthenticationError (UNAUTHENTICATED) or ForbiddenError
+    (PERMISSION_DENIED) before it runs. A node's identity is left in `REQUESTER` for
+    NodeRestriction admission in the resource layer."""
+    identify, check = enforcer.grpc_identity, enforcer.check
+
+    async def enforced(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        identity = identify(context)
+        if request.__class__ is not Undecodable:  # the handler answers that one (400)
+            for attrs in grpc_attributes(method, request):
+                check(identity, attrs)
+        if not is_node(identity):
+            return await inner(request, context)
+        token = REQUESTER.set(identity)
+        try:
+            return await inner(request, context)
+        finally:
+            REQUESTER.reset(token)
+
+    return enforced
 
 
 def _unary(call: Callable[[Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:

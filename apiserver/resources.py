@@ -29,6 +29,7 @@ from google.protobuf.message import Message
 from apiserver import fieldmanager, validation
 from apiserver.admission import Admission
 from apiserver.allocator import Claims, ServiceAllocator
+from apiserver.auth.filters import REQUESTER, admit_node_write
 from apiserver.deletion import check_policy, gc_finalizers, policy_of
 from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy, generate_name
 from apiserver.settings import Settings
@@ -352,6 +353,7 @@ class ResourceStore:
             if errors:
                 raise InvalidError.for_object(self.info.kind, meta.name, errors)
             await self.admit_validated(obj, None)
+            self._admit_node("create", "", meta.namespace, meta.name, obj, None)
             if self.allocator is not None:
                 result = await self._create_allocated(meta.namespace, meta.name, obj)
             else:
@@ -364,6 +366,30 @@ class ResourceStore:
             if not generated:
                 break
         raise AlreadyExistsError(f'{self.plural} "{meta.name}" already exists')
+
+    def _admit_node(
+        self,
+        verb: str,
+        subresource: str,
+        namespace: str,
+        name: str,
+        obj: Message | None,
+        old: Message | None,
+    ) -> None:
+        """NodeRestriction admission when a node sends the request (one ContextVar read
+        otherwise): a kubelet writes only its own Node, Lease and pods' status."""
+        if REQUESTER.get() is not None:
+            info = self.info
+            admit_node_write(
+                verb,
+                info.plural,
+                info.group,
+                subresource,
+                namespace if info.namespaced else "",
+                name,
+                obj,
+                old,
+            )
 
     async def admit(self, obj: Message) -> None:
         """The mutating admission of a create (after defaults, before validation)."""
@@ -556,6 +582,9 @@ class ResourceStore:
                 )
             if not errors and not status and not finalize:
                 await self.admit_validated(new, old)
+            if not errors:
+                sub = "status" if status else "finalize" if finalize else ""
+                self._admit_node("update", sub, meta.namespace, meta.name, new, old)
             if errors or new == old:
                 if not cur.authoritative:
                     cur = await self._current(key, cached=False)
@@ -618,6 +647,7 @@ class ResourceStore:
                 raise self._not_found(request.name)
             obj = cur.obj
             meta = obj.metadata  # type: ignore[attr-defined]
+            self._admit_node("delete", "", namespace, request.name, None, obj)
             problem = self._precondition_failure(request.name, pre, meta)
             grace = 0
             if self.info.kind == POD.kind:
@@ -863,6 +893,7 @@ class ResourceStore:
             if cur is None:
                 raise self._not_found(name)
             pod: pod_pb2.Pod = cur.obj  # type: ignore[assignment]
+            self._admit_node("create", "eviction", namespace, name, None, pod)
             req = meta_pb2.DeleteRequest(namespace=namespace, name=name)
             if options.HasField("gracePeriodSeconds"):
                 req.gracePeriodSeconds = options.gracePeriodSeconds

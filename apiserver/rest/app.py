@@ -24,6 +24,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from apiserver.auth.authorizer import ALL_UNAUTHENTICATED, ANONYMOUS, Authorizer, Identity
+from apiserver.auth.filters import REQUESTER, Enforcer, is_node
 from apiserver.auth.review import self_subject_access_review
 from apiserver.flowcontrol import Limiter
 from apiserver.grpcapi import LogLimiter
@@ -31,6 +32,7 @@ from apiserver.metrics import Metrics
 from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
 from apiserver.rest import kubeproto, patch
+from apiserver.rest.attributes import rest_attributes
 from apiserver.rest.codec import dumps
 from apiserver.rest.discovery import (
     AGGREGATED_TYPE,
@@ -67,6 +69,8 @@ OPENAPI_V2_PROTOBUF_TYPE = "application/com.github.proto-openapi.spec.v2.v1.0+pr
 
 _NAMESPACE_SUBRESOURCES = ("status", "finalize")
 _RESOURCE = web.RequestKey("tinykube_resource", StatusResource)
+# Who the request acts as, once the enforcer has authenticated it.
+_IDENTITY = web.RequestKey("tinykube_identity", Identity)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Named health checks: name -> "is it passing".
 HealthChecks = Callable[[], Mapping[str, bool]]
@@ -123,6 +127,7 @@ class RestServer:
         identify: Identify = anonymous,
         ssl_context: ssl.SSLContext | None = None,
         kubelet_credentials: Credentials = PLAINTEXT,
+        enforcer: Enforcer | None = None,
     ) -> None:
         self.settings = settings
         # SelfSubjectAccessReviews ask it; None: the review API answers 404.
@@ -139,8 +144,12 @@ class RestServer:
         self.ssl_context = ssl_context
         # A refused request skips everything, error handling included.
         limited = [inflight_middleware(limiter)] if limiter is not None and limiter.enabled else []
+        # Authentication and authorization come first, as kube-apiserver's filters: a refused
+        # request takes no in-flight seat. None (--insecure): nothing is checked.
+        self.enforcer = enforcer
+        enforced = [self._enforce] if enforcer is not None else []
         self.app = web.Application(
-            middlewares=[*limited, self._errors],
+            middlewares=[*enforced, *limited, self._errors],
             client_max_size=settings.max_request_bytes + 1,
         )
         self.app.router.add_route("*", "/{path:.*}", self._route)
@@ -180,6 +189,31 @@ class RestServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    # ---- authentication and authorization -----------------------------------------------------
+
+    @web.middleware
+    async def _enforce(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        enforcer = self.enforcer
+        assert enforcer is not None
+        try:
+            identity = enforcer.rest_identity(request.transport, request.path, request.headers)
+            enforcer.check(identity, rest_attributes(request.method, request.path, request.query))
+        except TinykubeError as exc:
+            return self._error_response(exc, None)
+        request[_IDENTITY] = identity
+        if not is_node(identity):
+            return await handler(request)
+        token = REQUESTER.set(identity)
+        try:
+            return await handler(request)
+        finally:
+            REQUESTER.reset(token)
+
+    def requester(self, request: web.Request) -> Identity:
+        """Who `request` acts as: the enforcer's answer, else `identify`'s (--insecure)."""
+        identity = request.get(_IDENTITY)
+        return identity if identity is not None else self.identify(request)
 
     # ---- errors -----------------------------------------------------------------------------
 
@@ -324,7 +358,7 @@ class RestServer:
         else:
             review = codecs.parse_object_body(body, media)
         try:
-            answer = self_subject_access_review(self.authorizer, self.identify(request), review)
+            answer = self_subject_access_review(self.authorizer, self.requester(request), review)
         except InvalidError as exc:
             details = {
                 "group": "authorization.k8s.io",

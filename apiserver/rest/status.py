@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from apiserver.auth.authn import AuthenticationError
 from tinykube.errors import (
     AlreadyExistsError,
     BadRequestError,
@@ -217,6 +218,8 @@ def status_of(
     res = resource or Resource()
     if isinstance(exc, RestError):
         return exc.code, status_body(exc.code, exc.reason, exc.message, exc.details), exc.headers
+    if isinstance(exc, AuthenticationError):
+        return 401, status_body(401, "Unauthorized", exc.message), {}
     if isinstance(exc, RequestEntityTooLargeError):
         return 413, status_body(413, "RequestEntityTooLarge", exc.message), {}
     if isinstance(exc, BadRequestError):
