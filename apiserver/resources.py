@@ -338,6 +338,8 @@ class ResourceStore:
         # Mutating admission runs before the strategy, as in kube-apiserver (the Priority
         # plugin's preemptionPolicy comes before the strategy's default).
         await self.admit(obj)
+        # NodeRestriction is admission too: it refuses a node's write before validation.
+        self._admit_node("create", "", meta.namespace, meta.name, obj, None)
         self.strategy.prepare_for_create(obj, self.clock.now())
         if field_manager is not None:
             fieldmanager.record_update(
@@ -353,7 +355,6 @@ class ResourceStore:
             if errors:
                 raise InvalidError.for_object(self.info.kind, meta.name, errors)
             await self.admit_validated(obj, None)
-            self._admit_node("create", "", meta.namespace, meta.name, obj, None)
             if self.allocator is not None:
                 result = await self._create_allocated(meta.namespace, meta.name, obj)
             else:
@@ -580,11 +581,10 @@ class ResourceStore:
                     now=self.clock.now(),
                     subresource="status" if status else "finalize" if finalize else "",
                 )
+            sub = "status" if status else "finalize" if finalize else ""
+            self._admit_node("update", sub, meta.namespace, meta.name, new, old)
             if not errors and not status and not finalize:
                 await self.admit_validated(new, old)
-            if not errors:
-                sub = "status" if status else "finalize" if finalize else ""
-                self._admit_node("update", sub, meta.namespace, meta.name, new, old)
             if errors or new == old:
                 if not cur.authoritative:
                     cur = await self._current(key, cached=False)
