@@ -4,7 +4,8 @@ An Event is named "<object name>.<hash>", the hash covering the object (kind, na
 uid), the source component and the (type, reason, message). Recording the same thing again bumps
 `count` and `lastTimestamp` on that Event instead of creating another, as client-go's event
 correlator does; the recorder keeps the Events it wrote in a bounded LRU so a bump is usually one
-Update, and falls back to Get + Update when another process (or a restarted one) wrote it.
+Update, and falls back to Get + Update when another process (or a restarted one) wrote it (an
+unconditional Update when the writer may not read events, as a kubelet).
 
 Recording is best effort: failures are logged, never raised into the caller. `record` awaits the
 write; `emit` is fire-and-forget for hot paths. Writes run on the caller's event loop, at most
@@ -23,7 +24,7 @@ from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from tinykube.clock import Clock
-from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError
+from tinykube.errors import AlreadyExistsError, ConflictError, ForbiddenError, NotFoundError
 from tinykube.meta import timestamp
 from tinykube.v1 import event_pb2, meta_pb2
 
@@ -192,6 +193,14 @@ class EventRecorder:
                 existing = await self._events.get(name, namespace)
             except NotFoundError:
                 continue  # deleted in between: create again
+            except ForbiddenError:
+                # A kubelet may write events but not read them (kube's node rules): bump it
+                # unconditionally from what this recorder knows, as client-go's patch does.
+                try:
+                    self._remember(await self._events.update(self._bumped(event)))
+                    return
+                except NotFoundError:
+                    continue
             try:
                 self._remember(await self._events.update(self._bumped(existing)))
                 return

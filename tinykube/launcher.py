@@ -65,7 +65,7 @@ from tinykube.health import wait_healthy
 from tinykube.kubeconfig import write_kubeconfig
 from tinykube.localetcd import EtcdServer, EtcdTLS, free_port
 from tinykube.pdeathsig import with_parent_death_signal
-from tinykube.pki import PKI, cluster_specs
+from tinykube.pki import FAKE_KUBELETS, PKI, cluster_specs
 from tinykube.tls import PLAINTEXT, Credentials
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,8 @@ LOG_TAIL_LINES = 40
 # In work_dir, flock()ed by the running cluster (see LocalCluster._take_lock).
 LOCK_FILE = "tinykube.lock"
 PKI_DIR_ENV = "TINYKUBE_PKI_DIR"
+# The kubeconfig of kubelets hosting many fake nodes (--fake-nodes): group tinykube:fake-kubelets.
+FAKE_KUBELETS_CONF = "fake-kubelets.conf"
 # kubeconfig file of each component kind, as kubeadm names them, the certificate in it and
 # the user it names (the certificate's CN)
 COMPONENT_KUBECONFIGS = {
@@ -351,6 +353,7 @@ class LocalCluster:
             self._write_conf(self.work_dir / conf, cert, user, ca)
         for node in node_ips:
             self._kubelet_conf(node)
+        self._write_conf(self.work_dir / FAKE_KUBELETS_CONF, "fake-kubelets", FAKE_KUBELETS, ca)
         admin = self.pki.paths("admin")
         self.credentials = Credentials(
             ca=ca, cert=admin.cert.read_bytes(), key=admin.key.read_bytes()
@@ -400,8 +403,9 @@ class LocalCluster:
             str(self.pki.ca_cert_path),
         ]
 
-    def security_args(self, comp: Component) -> list[str]:
-        """A component's TLS flags: its kubeconfig and serving certificate (or --insecure)."""
+    def security_args(self, comp: Component, *, fake_nodes: bool = False) -> list[str]:
+        """A component's TLS flags: its kubeconfig and serving certificate (or --insecure).
+        A kubelet hosting many fake nodes (`fake_nodes`) gets the fake-kubelets identity."""
         if self.insecure:
             return ["--insecure"]
         pki = self.pki
@@ -432,6 +436,9 @@ class LocalCluster:
         node = _node_of(comp)
         if comp.module == "kubelet":
             conf = self.work_dir / f"kubelet-{node}.conf"
+            if fake_nodes:
+                # Not one node: the Node authorizer would refuse its watches of all of them.
+                conf = self.work_dir / FAKE_KUBELETS_CONF
             return ["--kubeconfig", str(conf), *self._serving(f"kubelet-{node}-serving")]
         conf_name, _, _ = COMPONENT_KUBECONFIGS[comp.module]
         serving = {
@@ -610,7 +617,8 @@ class LocalCluster:
         extra = list(self.extra_args.get(comp.module, []))
         if comp.name != comp.module:
             extra += self.extra_args.get(comp.name, [])
-        return [*base, *self.security_args(comp), *comp.args, *extra]
+        fake_nodes = any(a.partition("=")[0] == "--fake-nodes" for a in (*comp.args, *extra))
+        return [*base, *self.security_args(comp, fake_nodes=fake_nodes), *comp.args, *extra]
 
     def _spawn(self, comp: Component) -> bool:
         """Start one component's process (not waiting); False if its package cannot run yet."""

@@ -312,6 +312,9 @@ APISERVER_DNS = (
 )
 
 
+FAKE_KUBELETS = "tinykube:fake-kubelets"
+
+
 def cluster_specs(
     nodes: Sequence[str],
     *,
@@ -373,6 +376,9 @@ def cluster_specs(
         CertSpec("controller-manager", "system:kube-controller-manager", client=True),
         CertSpec("proxy", "system:kube-proxy", client=True),
         CertSpec("admin", "kubernetes-admin", organizations=("system:masters",), client=True),
+        # One kubelet process hosting many fake nodes (--fake-nodes N) is no single node: it
+        # acts for all of them under a group bound to tinykube:fake-kubelets (bootstrap RBAC).
+        CertSpec("fake-kubelets", FAKE_KUBELETS, organizations=(FAKE_KUBELETS,), client=True),
     ]
     for node in nodes:
         user = f"system:node:{node}"

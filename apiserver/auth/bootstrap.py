@@ -36,6 +36,7 @@ from google.protobuf.message import Message
 
 from tinykube.errors import AlreadyExistsError
 from tinykube.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING, RBAC_GROUP, KindInfo
+from tinykube.pki import FAKE_KUBELETS
 from tinykube.v1 import meta_pb2, rbac_pb2
 
 log = logging.getLogger(__name__)
@@ -189,6 +190,24 @@ _NODE_RULES = (
 )
 
 
+# tinykube's own: what a kubelet hosting many fake nodes (--fake-nodes N, KWOK-like) needs for
+# all of them at once. The Node authorizer serves one node per identity and refuses a watch of
+# every node or of pods without spec.nodeName=<node>, so such a process authenticates in the
+# group tinykube:fake-kubelets instead, bound to this role: a kubelet's rights over every node
+# (and no NodeRestriction admission, which applies to node identities only). For scale tests;
+# a real kubelet keeps its system:node:<name> identity.
+_FAKE_KUBELET_RULES = (
+    rule(("get", "list", "watch", "create", "update", "patch"), (_CORE,), ("nodes",)),
+    rule(("update", "patch"), (_CORE,), ("nodes/status",)),
+    rule(("get", "list", "watch", "delete"), (_CORE,), ("pods",)),
+    rule(("update", "patch"), (_CORE,), ("pods/status",)),
+    rule(("create",), (_CORE,), ("pods/eviction",)),
+    rule(("get", "list", "watch", "create", "update", "patch"), (_COORDINATION,), ("leases",)),
+    rule(("create", "update", "patch"), (_CORE,), ("events",)),
+    rule(READ, (_CORE,), ("services", "endpoints")),
+)
+
+
 def cluster_roles() -> list[rbac_pb2.ClusterRole]:
     """The bootstrap ClusterRoles, user-facing and component ones."""
     return [
@@ -268,6 +287,7 @@ def cluster_roles() -> list[rbac_pb2.ClusterRole]:
                 rule(("list", "watch"), "*", "*"),
             ],
         ),
+        cluster_role(FAKE_KUBELETS, _FAKE_KUBELET_RULES),
         *(role for role, _ in _controllers()),
     ]
 
@@ -349,6 +369,7 @@ def cluster_role_bindings() -> list[rbac_pb2.ClusterRoleBinding]:
         cluster_binding("system:node-proxier", [user("system:kube-proxy")]),
         cluster_binding("system:kube-controller-manager", [user("system:kube-controller-manager")]),
         cluster_binding("system:kube-scheduler", [user("system:kube-scheduler")]),
+        cluster_binding(FAKE_KUBELETS, [group(FAKE_KUBELETS)]),
         # Deprecated since the Node authorizer (kube 1.7): kept with no subjects, as kube does.
         cluster_binding("system:node", []),
         *(

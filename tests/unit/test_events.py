@@ -8,7 +8,13 @@ from datetime import timedelta
 import pytest
 
 from tinykube.clock import FakeClock
-from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError, UnavailableError
+from tinykube.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
+    UnavailableError,
+)
 from tinykube.events import EventRecorder
 from tinykube.v1 import event_pb2, meta_pb2, node_pb2, pod_pb2
 
@@ -18,6 +24,7 @@ class FakeEvents:
         self.items: dict[str, event_pb2.Event] = {}
         self.rev = 0
         self.down = False
+        self.may_read = True  # False: a kubelet's rights (create, update, no get)
         self.calls: list[str] = []
 
     def _stamp(self, ev: event_pb2.Event) -> event_pb2.Event:
@@ -34,6 +41,8 @@ class FakeEvents:
         self.calls.append("get")
         if self.down:
             raise UnavailableError("down")
+        if not self.may_read:
+            raise ForbiddenError("events is forbidden")
         if f"{namespace}/{name}" not in self.items:
             raise NotFoundError("not found")
         out = event_pb2.Event()
@@ -57,7 +66,8 @@ class FakeEvents:
         key = f"{obj.metadata.namespace}/{obj.metadata.name}"
         if key not in self.items:
             raise NotFoundError("not found")
-        if self.items[key].metadata.resourceVersion != obj.metadata.resourceVersion:
+        rv = obj.metadata.resourceVersion
+        if rv and self.items[key].metadata.resourceVersion != rv:
             raise ConflictError("modified")
         return self._stamp(obj)
 
@@ -101,6 +111,17 @@ async def test_bumps_an_event_written_by_an_earlier_process() -> None:
     await fresh.record(web(), "Normal", "Pulled", "ok")
     (event,) = client.events.items.values()
     assert event.count == 2
+
+
+async def test_a_writer_that_may_not_read_events_still_bumps_one() -> None:
+    client = FakeClient()
+    await EventRecorder(client, "kubelet").record(web(), "Normal", "Pulled", "ok")
+    client.events.may_read = False
+    fresh = EventRecorder(client, "kubelet")  # create fails, get is forbidden: update blindly
+    await fresh.record(web(), "Normal", "Pulled", "ok")
+    (event,) = client.events.items.values()
+    assert event.count == 2
+    assert client.events.calls[-3:] == ["create", "get", "update"]
 
 
 async def test_concurrent_identical_records_all_counted() -> None:

@@ -150,6 +150,7 @@ def test_cluster_specs_name_every_identity() -> None:
     assert specs["proxy"].common_name == "system:kube-proxy"
     assert specs["kubelet-n2"].common_name == "system:node:n2"
     assert specs["kubelet-n2"].organizations == ("system:nodes",)
+    assert specs["fake-kubelets"].organizations == ("tinykube:fake-kubelets",)
     assert specs["kubelet-n2-serving"].ip_addresses == ("10.0.0.2",)
     assert specs["kubelet-n2-serving"].server and not specs["kubelet-n2-serving"].client
     assert (
