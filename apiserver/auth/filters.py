@@ -26,8 +26,6 @@ Pure and synchronous; runs on the event loop.
 
 from __future__ import annotations
 
-import contextlib
-import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
@@ -61,6 +59,9 @@ GRPC_IMPERSONATE_GROUP = IMPERSONATE_GROUP.lower()
 PUBLIC_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/version", "/version/"})
 
 UNAUTHORIZED = "Unauthorized"
+# Connections whose identity is remembered at once (closed ones are dropped first).
+TRANSPORT_MEMO_LIMIT = 4096
+_UNKNOWN = object()
 
 # The identity of the request being served, set only for nodes (NodeRestriction admission).
 REQUESTER: ContextVar[Identity | None] = ContextVar("tinykube_requester", default=None)
@@ -82,9 +83,9 @@ class Enforcer:
         self.authorizer = authorizer
         # A TLS connection's verified certificate never changes: its identity (or None, no
         # certificate) is kept for the connection's life.
-        self._by_transport: weakref.WeakKeyDictionary[Any, Identity | None] = (
-            weakref.WeakKeyDictionary()
-        )
+        # Keyed by the transport itself (uvloop's cannot be weakly referenced): holding it
+        # keeps its id from being reused, and closed ones are dropped when the memo is full.
+        self._by_transport: dict[Any, Identity | None] = {}
 
     # ---- authorization -------------------------------------------------------------------
 
@@ -148,19 +149,23 @@ class Enforcer:
     def _certificate_of(self, transport: Any) -> Identity | None:
         if transport is None:
             return None
-        try:
-            return self._by_transport[transport]
-        except KeyError:
-            pass
-        found: Identity | None = None
+        memo = self._by_transport
+        found = memo.get(transport, _UNKNOWN)
+        if found is not _UNKNOWN:
+            return found  # type: ignore[return-value]
+        identity: Identity | None = None
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None:
             der = ssl_object.getpeercert(binary_form=True)
             if der:
-                found = self.authenticator.certificate_der(der)
-        with contextlib.suppress(TypeError):  # a transport without weak references: no memo
-            self._by_transport[transport] = found
-        return found
+                identity = self.authenticator.certificate_der(der)
+        if len(memo) >= TRANSPORT_MEMO_LIMIT:
+            for closed in [t for t in memo if t.is_closing()]:
+                del memo[closed]
+            if len(memo) >= TRANSPORT_MEMO_LIMIT:
+                memo.clear()
+        memo[transport] = identity
+        return identity
 
     # ---- impersonation -------------------------------------------------------------------
 

@@ -244,3 +244,54 @@ def test_node_restriction_applies_to_the_requesting_node_only(
         assert info.value.message == refused
     finally:
         REQUESTER.reset(token)
+
+
+class SlotsTransport:
+    """As uvloop's transports: no weak references."""
+
+    __slots__ = ("closing", "der", "reads")
+
+    def __init__(self, der: bytes | None) -> None:
+        self.der = der
+        self.closing = False
+        self.reads = 0
+
+    def get_extra_info(self, name: str) -> Any:
+        return self if name == "ssl_object" and self.der is not None else None
+
+    def getpeercert(self, binary_form: bool = False) -> bytes | None:
+        self.reads += 1
+        return self.der
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+
+def _der(name: str) -> bytes:
+    import tempfile
+    from pathlib import Path
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from tinykube.pki import PKI, CertSpec
+
+    pki = PKI(Path(tempfile.mkdtemp()) / "pki")
+    paths = pki.ensure(CertSpec("who", name, ("team",), client=True))
+    return x509.load_pem_x509_certificate(paths.cert.read_bytes()).public_bytes(Encoding.DER)
+
+
+def test_a_connections_certificate_is_read_once_whatever_its_transport() -> None:
+    enforce = enforcer()
+    transport = SlotsTransport(_der("dora"))
+    for _ in range(3):
+        identity = enforce.rest_identity(transport, "/api/v1/pods", {})
+        assert _shown(identity) == f"dora|team,{AUTHENTICATED}"
+    assert transport.reads == 1
+    plain = SlotsTransport(None)
+    with pytest.raises(AuthenticationError):
+        enforce.rest_identity(plain, "/api/v1/pods", {})
+    # no certificate on the connection: a token per request still counts
+    assert _shown(enforce.rest_identity(plain, "/", bearer("alice-token"))) == (
+        f"alice|{AUTHENTICATED}"
+    )
