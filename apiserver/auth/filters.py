@@ -50,7 +50,6 @@ from tinykube.errors import BadRequestError, ForbiddenError
 
 IMPERSONATE_USER = "Impersonate-User"
 IMPERSONATE_GROUP = "Impersonate-Group"
-IMPERSONATE_UID = "Impersonate-Uid"
 # gRPC metadata keys are lowercase.
 GRPC_IMPERSONATE_USER = IMPERSONATE_USER.lower()
 GRPC_IMPERSONATE_GROUP = IMPERSONATE_GROUP.lower()
