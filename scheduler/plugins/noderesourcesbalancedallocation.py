@@ -61,6 +61,13 @@ def balance(cols: Sequence[tuple[I64, I64]]) -> I64:
     return out
 
 
+def _balance_of(r1: int, a1: int, r2: int, a2: int) -> int:
+    """One node's balance, as `balance` computes it (Python floats are the same doubles)."""
+    # float() first, as numpy converts int64 columns before dividing
+    f = min(float(r1) / float(a1 or 1), 1.0) - min(float(r2) / float(a2 or 1), 1.0)
+    return int((1.0 - abs(f) / 2) * MAX_NODE_SCORE)
+
+
 class NodeResourcesBalancedAllocation:
     name: ClassVar[str] = "NodeResourcesBalancedAllocation"
     events: ClassVar[frozenset[EventKind]] = frozenset()
@@ -70,12 +77,17 @@ class NodeResourcesBalancedAllocation:
         args = args or {}
         resources = args.get("resources") or [{"name": CPU}, {"name": MEMORY}]
         self.resources = [str(r["name"]) for r in resources]
+        # the balance without the pod, per node slot, for the default resources
+        self._table: NodeTable | None = None
+        self._balance: I64 = np.zeros(0, np.int64)
+        self._generation = -1
+        self._dirty: set[int] = set()
 
-    @staticmethod
-    def _cpu_memory(pod: PodInfo, nodes: NodeTable, idx: IDX) -> I64 | None:
+    def _cpu_memory(self, pod: PodInfo, nodes: NodeTable, idx: IDX) -> I64 | None:
         """The default resources on nodes that all have both: the same arithmetic as `balance`
-        (kube's int64((1 - |f1 - f2| / 2) * 100), fractions capped at 1) with half the array
-        passes, since both balances share the allocatable columns. None when a node lacks one."""
+        (kube's int64((1 - |f1 - f2| / 2) * 100), fractions capped at 1), with the balance
+        without the pod kept per node between cycles (see `_without`). None when a candidate
+        lacks cpu or memory."""
         n = nodes.n
         a1 = column(nodes.alloc_cpu, n, idx)
         a2 = column(nodes.alloc_mem, n, idx)
@@ -85,13 +97,44 @@ class NodeResourcesBalancedAllocation:
         r2 = column(nodes.req_mem, n, idx)
         # divisions, not multiplications by 1/a: the fractions must be kube's to the last bit,
         # or a balance that is a whole number could truncate to the one below
-        without = np.minimum(r1 / a1, 1.0) - np.minimum(r2 / a2, 1.0)
         with_pod = np.minimum((r1 + pod.cpu) / a1, 1.0) - np.minimum((r2 + pod.memory) / a2, 1.0)
         b_with = ((1.0 - np.abs(with_pod) / 2) * MAX_NODE_SCORE).astype(np.int64)
-        b_without = ((1.0 - np.abs(without) / 2) * MAX_NODE_SCORE).astype(np.int64)
         half = MAX_NODE_SCORE // 2
-        out: I64 = half + (half + b_with - b_without) // 2
+        out: I64 = half + (half + b_with - column(self._without(nodes), n, idx)) // 2
         return out
+
+    def _without(self, nodes: NodeTable) -> I64:
+        """Each node's cpu/memory balance as it is, before the pod: it changes only when a pod
+        is placed on or leaves the node (the pod index's listener marks the slot) or a node
+        changes (node_generation), so a cycle recomputes one or two slots, not every node."""
+        if self._table is not nodes:
+            self._table = nodes
+            nodes.pod_index.listeners.append(self._placed)
+            self._generation = -1
+        n = nodes.n
+        if self._generation != nodes.node_generation or len(self._balance) < n:
+            a1 = nodes.alloc_cpu[:n]
+            a2 = nodes.alloc_mem[:n]
+            f = np.minimum(nodes.req_cpu[:n] / np.where(a1 > 0, a1, 1), 1.0) - np.minimum(
+                nodes.req_mem[:n] / np.where(a2 > 0, a2, 1), 1.0
+            )
+            self._balance = ((1.0 - np.abs(f) / 2) * MAX_NODE_SCORE).astype(np.int64)
+            self._generation = nodes.node_generation
+            self._dirty.clear()
+        elif self._dirty:
+            for slot in self._dirty:
+                if slot < n:
+                    self._balance[slot] = _balance_of(
+                        int(nodes.req_cpu[slot]),
+                        int(nodes.alloc_cpu[slot]),
+                        int(nodes.req_mem[slot]),
+                        int(nodes.alloc_mem[slot]),
+                    )
+            self._dirty.clear()
+        return self._balance
+
+    def _placed(self, slot: int, info: PodInfo, sign: int) -> None:
+        self._dirty.add(slot)
 
     def _request(self, pod: PodInfo, name: str) -> int:
         if name == CPU:

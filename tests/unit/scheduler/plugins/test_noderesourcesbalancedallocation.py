@@ -137,3 +137,42 @@ def test_cpu_memory_fast_path_equals_the_general_formula() -> None:
             fast = plugin.score(CycleState(), pod, cache.nodes, idx)
             slow = general.score(CycleState(), pod, cache.nodes, idx)
             assert fast.tolist() == slow.tolist()
+
+
+def test_kept_balances_follow_every_change_of_the_nodes() -> None:
+    """The balance without the pod is kept per node between cycles; after pods are assumed,
+    forgotten, bound and removed, and nodes change, it must equal the general path's."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(11)
+    cache = make_cache(*(n(f"n{i}").alloc(cpu="4", memory="8Gi") for i in range(50)))
+    plugin = NodeResourcesBalancedAllocation()
+    general = NodeResourcesBalancedAllocation({"resources": [{"name": "memory"}, {"name": "cpu"}]})
+    pod = PodBuilder().req(cpu="300m", memory="700Mi").info()
+    placed: list[str] = []
+    for step in range(200):
+        roll = rng.random()
+        if roll < 0.5 or not placed:
+            info = (
+                PodBuilder(f"p{step}")
+                .req(cpu=f"{rng.randint(1, 900)}m", memory=f"{rng.randint(1, 900)}Mi")
+                .info()
+            )
+            cache.assume(info, f"n{rng.randrange(50)}")
+            placed.append(info.key)
+        elif roll < 0.8:
+            cache.forget(placed.pop(rng.randrange(len(placed))))
+        elif roll < 0.9:  # a node's allocatable changes
+            cache.update_node(
+                n(f"n{rng.randrange(50)}").alloc(cpu=str(rng.randint(2, 8)), memory="8Gi").obj()
+            )
+        else:  # a node goes and comes back
+            name = f"n{rng.randrange(50)}"
+            cache.remove_node(name)
+            cache.add_node(n(name).alloc(cpu="4", memory="8Gi").obj())
+        idx = np.arange(rng.randrange(3), 50, 2, dtype=np.intp)
+        fast = plugin.score(CycleState(), pod, cache.nodes, idx)
+        slow = general.score(CycleState(), pod, cache.nodes, idx)
+        assert fast.tolist() == slow.tolist(), step
