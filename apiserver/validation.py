@@ -13,6 +13,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -242,35 +243,44 @@ def _quantity_map(
     values: dict[str, object] = {}
     for name in sorted(resources):
         text = resources[name]
-        where = f"{path}[{name}]"
-        for p in validate_label_key(name):
-            errs.append(invalid(path, name, p))
-        try:
-            q = parse_quantity(text)
-        except QuantityTooLongError:
-            # Echo only the start: the value may be thousands of digits long.
-            shown = f"{text[:20]}... ({len(text)} characters)"
-            errs.append(invalid(where, shown, f"must have at most {MAX_DIGITS} digits"))
-            continue
-        except QuantityError:
-            errs.append(
-                invalid(
-                    where,
-                    text,
-                    "quantities must match the regular expression "
-                    "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
-                )
-            )
-            continue
-        if q < 0:
-            errs.append(invalid(where, text, "must be greater than or equal to 0"))
-            continue
-        overflow = int64_overflow(name, q)
-        if overflow:
-            errs.append(invalid(where, text, overflow))
+        # only short strings are memoised: a hostile object could fill the cache with long ones
+        check = _checked_quantity if len(text) + len(name) <= 128 else _checked_quantity.__wrapped__
+        key_problems, shown, problem, q = check(name, text)
+        for kp in key_problems:
+            errs.append(invalid(path, name, kp))
+        if problem:
+            errs.append(invalid(f"{path}[{name}]", shown, problem))
             continue
         values[name] = q
     return errs, values
+
+
+# Pure and on the path of every pod and node write (the pods of a ReplicaSet repeat the same
+# strings), so memoised: (problems of the resource name, the value as shown in an error, the
+# value's problem or "", the parsed quantity).
+@functools.lru_cache(maxsize=4096)
+def _checked_quantity(name: str, text: str) -> tuple[tuple[str, ...], str, str, Fraction | None]:
+    key_problems = tuple(validate_label_key(name))
+    try:
+        q = parse_quantity(text)
+    except QuantityTooLongError:
+        # Echo only the start: the value may be thousands of digits long.
+        shown = f"{text[:20]}... ({len(text)} characters)"
+        return key_problems, shown, f"must have at most {MAX_DIGITS} digits", None
+    except QuantityError:
+        return (
+            key_problems,
+            text,
+            "quantities must match the regular expression "
+            "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+            None,
+        )
+    if q < 0:
+        return key_problems, text, "must be greater than or equal to 0", None
+    overflow = int64_overflow(name, q)
+    if overflow:
+        return key_problems, text, overflow, None
+    return key_problems, text, "", q
 
 
 def validate_container(path: str, c: pod_pb2.Container) -> list[FieldError]:
@@ -1199,20 +1209,21 @@ def _all_printable(msg: Message) -> bool:
     if msg.DESCRIPTOR.full_name == _VALUE:
         return _finite(msg)  # type: ignore[arg-type]
     for name, _, shape in _plan(msg.DESCRIPTOR):
-        value = getattr(msg, name)
-        if shape == _MESSAGE:
-            if msg.HasField(name) and not _all_printable(value):
+        if shape in (_LIST, _MAP):
+            value = getattr(msg, name)
+            if value and not all(
+                _all_printable(item) for item in (value if shape == _LIST else value.values())
+            ):
+                return False
+        elif not msg.HasField(name):
+            continue  # the common case: most of these fields are unset
+        elif shape == _MESSAGE:
+            if not _all_printable(getattr(msg, name)):
                 return False
         elif shape == _TIME:
-            if msg.HasField(name) and not _time_ok(value):
+            if not _time_ok(getattr(msg, name)):
                 return False
-        elif shape == _NUMBERS:
-            if msg.HasField(name) and not _finite(value):
-                return False
-        elif shape == _LIST:
-            if not all(_all_printable(item) for item in value):
-                return False
-        elif not all(_all_printable(item) for item in value.values()):
+        elif not _finite(getattr(msg, name)):
             return False
     return True
 
