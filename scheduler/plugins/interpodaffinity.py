@@ -423,10 +423,14 @@ class InterPodAffinity:
         aff = pod.affinity
         if aff is not None and aff.parse_error:
             return Status.unresolvable(f"parsing pod: {aff.parse_error}", plugin=self.name)
+        placed = self.placed_terms(nodes)
+        if not placed.required_anti and (
+            aff is None or not (aff.required_affinity or aff.required_anti_affinity)
+        ):
+            return SKIP  # the common case, before any array is made: nothing to check
         n = nodes.n
         labels = pod.pod.metadata.labels
         ns_labels = self._namespaces().get(pod.namespace)
-        placed = self.placed_terms(nodes)
 
         existing: dict[str, I64] = {}
         for t, c in placed.required_anti.items():
@@ -498,10 +502,16 @@ class InterPodAffinity:
         )
         if self.ignore_preferred_of_existing and not has_preferred:
             return SKIP
+        placed = self.placed_terms(nodes)
+        if (
+            not has_preferred
+            and not placed.preferred
+            and not (self.hard_weight > 0 and placed.required_affinity)
+        ):
+            return SKIP  # no term of the pod's or of a placed pod's can score it
         n = nodes.n
         labels = pod.pod.metadata.labels
         ns_labels = self._namespaces().get(pod.namespace)
-        placed = self.placed_terms(nodes)
         # per topology key: per slot, the pods that count and their summed weights
         parts: dict[str, tuple[I64, I64]] = {}
 
