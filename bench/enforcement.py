@@ -13,7 +13,7 @@ Microseconds per call (best of `--repeat` rounds of `--number`), JSON on stdout:
 - a kubelet's REST GET of its pods (the certificate memoized per connection),
 - grpc's `context.auth_context()` on a real TLS connection.
 
-    python -m bench.enforcement [--number 20000] [--repeat 5]
+    .venv/bin/python bench/enforcement.py [--number 20000] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from authz import build
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
@@ -37,7 +38,6 @@ from apiserver.auth.authn import Authenticator
 from apiserver.auth.filters import REQUESTER, Enforcer, admit_node_write
 from apiserver.grpcapi import _enforced
 from apiserver.rest.attributes import rest_attributes
-from bench.authz import build
 from tinykube.pki import PKI, cluster_specs
 from tinykube.tls import Credentials, ServingTLS
 from tinykube.v1 import lease_pb2, meta_pb2, pod_pb2
