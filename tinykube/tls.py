@@ -225,8 +225,11 @@ def speaks_tls(target: str, timeout: float = 1.0) -> bool | None:
                 return True
         except ssl.SSLError as exc:
             # a TLS server that refuses us still answered in TLS (an alert); a plaintext one
-            # answers bytes that are no TLS record at all
+            # answers bytes that are no TLS record at all; a connection closed before any
+            # answer (EOF) says nothing either way
             reason = (exc.reason or "").upper()
+            if isinstance(exc, ssl.SSLEOFError) or "EOF" in reason:
+                return None
             return not ("WRONG_VERSION" in reason or "RECORD_LAYER" in reason or "PACKET" in reason)
     return None
 

@@ -61,8 +61,11 @@ class Overload:
 
 @pytest.fixture
 async def overload(etcd_server: EtcdServer) -> AsyncIterator[Overload]:
+    # the real flags, as an operator gives them (--insecure: the in-process fixtures are
+    # plaintext; the flags parser requires certificates otherwise)
     flags, _ = parse_args(
         [
+            "--insecure",
             "--max-requests-inflight",
             str(READ_ONLY_LIMIT),
             "--max-mutating-requests-inflight",
