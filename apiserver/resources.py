@@ -439,7 +439,7 @@ class ResourceStore:
                 return await self._list_paged(request, namespace, labels, fields)
         else:
             wanted = _parse_rv(rv)
-            if not await cache.wait_for_revision(wanted):
+            if not await cache.wait_for_revision(wanted) or not cache.state_covers(wanted):
                 return await self._list_paged(request, namespace, labels, fields)
         items = cache.snapshot(namespace, labels, fields)
         return str(cache.revision), items, ""

