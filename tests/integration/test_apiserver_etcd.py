@@ -68,6 +68,15 @@ async def test_etcd_down_is_unavailable_and_the_apiserver_recovers(own_etcd: Etc
         watch = stubs.pods.Watch(
             meta_pb2.WatchRequest(resourceVersion=first.metadata.resourceVersion)
         )
+        # The watch must be serving before etcd goes: one from a revision the cache has not
+        # reached yet waits for it only a few seconds, then ends "Too large resource version"
+        # (as kube's does), and with etcd down the cache would not get there in time.
+        await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("p-live")))
+        live = await asyncio.wait_for(watch.read(), 20)
+        while isinstance(live, pod_pb2.PodWatchEvent) and live.type == "BOOKMARK":
+            live = await asyncio.wait_for(watch.read(), 20)
+        assert isinstance(live, pod_pb2.PodWatchEvent)
+        assert (live.type, live.object.metadata.name) == ("ADDED", "p-live")
 
         await asyncio.to_thread(own_etcd.kill)
         get = meta_pb2.GetRequest(namespace="default", name="p0")
@@ -103,7 +112,7 @@ async def test_etcd_down_is_unavailable_and_the_apiserver_recovers(own_etcd: Etc
                 names.append((msg.type, msg.object.metadata.name))
         assert names == [("ADDED", "p1"), ("ADDED", "p2")]
         listed = await stubs.pods.List(meta_pb2.ListRequest())
-        assert [p.metadata.name for p in listed.items] == ["p0", "p1", "p2"]
+        assert [p.metadata.name for p in listed.items] == ["p-live", "p0", "p1", "p2"]
         # Still one etcd watch per kind.
         assert running.server.etcd_watch_count() == len(ALL_KINDS)
         watch.cancel()

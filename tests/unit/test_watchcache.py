@@ -300,3 +300,53 @@ def test_overflow_never_leaves_part_of_a_revision_queued() -> None:
     assert w.closed and isinstance(w.error, ResourceExhaustedError)
     # What the client still gets ends at revision 6; it resumes from 6 and sees all of 7.
     assert [rev for _, rev in w._queue] == [5, 6]
+
+
+class ScriptedWatch:
+    """An etcd watch that yields a fixed script of (events, header revision, created)."""
+
+    def __init__(self, script: list[tuple[list[WatchEvent], int, bool]]) -> None:
+        self.script = script
+
+    async def batches(self) -> Any:
+        for item in self.script:
+            yield item
+
+    def request_progress(self) -> None:
+        pass
+
+    def cancel(self) -> None:
+        pass
+
+
+class ScriptedStorage:
+    def __init__(self, script: list[tuple[list[WatchEvent], int, bool]]) -> None:
+        self.script = script
+
+    def watch(self, prefix: bytes, revision: int) -> ScriptedWatch:
+        return ScriptedWatch(self.script)
+
+
+@pytest.mark.parametrize(
+    ("script", "revision", "covered_to"),
+    [
+        # etcd 3.5.1 may send a progress notification for revision 20 while the pod written at
+        # 15 is still in flight: the cache's revision moves, the state is not known to cover it.
+        ([([], 12, True), ([], 20, False)], 20, 12),
+        # the event arrives: now the state holds everything up to its revision
+        ([([], 12, True), ([], 20, False), ([put("late", 15)], 20, False)], 20, 15),
+        # progress first, then events past it: covered to the last event
+        ([([], 12, True), ([put("a", 21), put("b", 22)], 22, False)], 22, 22),
+    ],
+)
+async def test_progress_ahead_of_events_is_not_coverage(
+    script: list[tuple[list[WatchEvent], int, bool]], revision: int, covered_to: int
+) -> None:
+    cache = make_cache()
+    cache.storage = ScriptedStorage(script)  # type: ignore[assignment]
+    cache.revision = cache.event_revision = cache.window_start = 12  # as after a relist at 12
+    await cache._watch_once()
+    assert cache.revision == revision
+    assert cache.event_revision == covered_to
+    assert cache.state_covers(covered_to)
+    assert cache.state_covers(revision) == (covered_to >= revision)
