@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from apiserver.storage import KV
+from apiserver.storage import KV, ListResult
 from apiserver.validation import SYSTEM_PRIORITY_CLASSES
 from apiserver.watchcache import CachedObject
 from tinykube.clock import Clock
@@ -60,6 +60,8 @@ class CacheView(Protocol):
 
 class StorageView(Protocol):
     async def get(self, key: bytes) -> KV | None: ...
+
+    async def list_prefix(self, prefix: bytes) -> ListResult: ...
 
 
 def _object_name(obj: object) -> str:
@@ -105,9 +107,12 @@ class Admission:
         """The validating plugins on a create (`old` None) or update, after validation."""
         if info.kind == PRIORITY_CLASS.kind and obj.globalDefault:  # type: ignore[attr-defined]
             # Rare, and a class made default a moment ago must count: read the cache only
-            # once it holds everything etcd has.
-            await self.classes.wait_fresh()
-            self._check_default(obj, old)  # type: ignore[arg-type]
+            # once it holds everything etcd has, else etcd itself.
+            if await self.classes.wait_fresh():
+                current = self.default_class()
+            else:
+                current = await self._default_from_storage()
+            self._check_default(obj, old, current)  # type: ignore[arg-type]
 
     # ---- NamespaceLifecycle ----------------------------------------------------------------
 
@@ -228,14 +233,22 @@ class Admission:
     def _pod_forbidden(self, pod: pod_pb2.Pod, why: str) -> ForbiddenError:
         return ForbiddenError.for_object(POD.plural, _object_name(pod), why)
 
+    async def _default_from_storage(self) -> priorityclass_pb2.PriorityClass | None:
+        found: priorityclass_pb2.PriorityClass | None = None
+        for kv in (await self.storage.list_prefix(self._pc_prefix)).kvs:
+            pc = priorityclass_pb2.PriorityClass.FromString(kv.value)
+            if pc.globalDefault and (found is None or pc.value < found.value):
+                found = pc
+        return found
+
     def _check_default(
         self,
         pc: priorityclass_pb2.PriorityClass,
         old: priorityclass_pb2.PriorityClass | None,
+        current: priorityclass_pb2.PriorityClass | None,
     ) -> None:
         if not pc.globalDefault:
             return
-        current = self.default_class()
         if current is None:
             return
         if old is None or current.metadata.name != pc.metadata.name:

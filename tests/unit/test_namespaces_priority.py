@@ -12,7 +12,7 @@ import pytest
 
 from apiserver.admission import Admission, system_priority_classes
 from apiserver.registry import Strategy, fields_of
-from apiserver.storage import KV
+from apiserver.storage import KV, ListResult
 from apiserver.validation import validate, validate_status, validate_update
 from apiserver.watchcache import CachedObject, Codec
 from tinykube.clock import FakeClock
@@ -277,9 +277,10 @@ class FakeCache:
     info: KindInfo
     state: dict[bytes, CachedObject] = field(default_factory=dict)
     revision: int = 1
+    fresh: bool = True  # False: the cache cannot show it holds everything etcd has
 
     async def wait_fresh(self) -> bool:
-        return True
+        return self.fresh
 
     def put(self, obj: Any) -> None:
         codec = Codec(self.info.message, self.info.namespaced, fields_of(self.info.kind))
@@ -303,6 +304,11 @@ class FakeStorage:
         self.reads.append(key)
         value = self.values.get(key)
         return None if value is None else KV(key, value, 1, 1)
+
+    async def list_prefix(self, prefix: bytes) -> ListResult:
+        self.reads.append(prefix)
+        kvs = [KV(k, v, 1, 1) for k, v in sorted(self.values.items()) if k.startswith(prefix)]
+        return ListResult(kvs, 1, False)
 
 
 @dataclass
@@ -511,3 +517,15 @@ async def test_the_default_is_recomputed_when_the_classes_change() -> None:
     second = raw_pod()
     await w.admission.admit(POD, second)
     assert (second.spec.priorityClassName, second.spec.priority) == ("base", 9)
+
+
+async def test_a_default_class_only_etcd_has_yet_is_found_there() -> None:
+    w = world()
+    w.storage.put(PRIORITY_CLASS, make_class("base", 1, default=True))  # not in the cache yet
+    w.classes.fresh = False
+    with pytest.raises(ForbiddenError) as caught:
+        await w.admission.validate(PRIORITY_CLASS, make_class("other", 2, default=True), None)
+    assert "PriorityClass base is already marked as default" in caught.value.message
+    assert w.storage.reads == [b"/registry/priorityclasses/"]
+    w.classes.fresh = True  # a fresh cache is trusted: it has no default, so this one may be
+    await w.admission.validate(PRIORITY_CLASS, make_class("other", 2, default=True), None)
