@@ -1,13 +1,17 @@
 """What several plugins share: array aliases, the column view over candidates, kube's
-ToleratesTaint, and the requested/allocatable columns of one resource.
+ToleratesTaint, the requested/allocatable columns of one resource, and `ShapeCache`.
 
-Pure functions over a NodeTable; no state.
+All but `ShapeCache` are pure functions over a NodeTable. `ShapeCache` keeps per-node results
+for the pod shapes seen recently (a plugin's verdict or score for "100m cpu, 500Mi"), so a
+stream of like pods costs a gather per cycle instead of the arithmetic over every node; it is
+owned by one plugin on the scheduler's event loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -69,3 +73,75 @@ def resource_arrays(
         # kube-scheduler ignores extended resources the pod does not ask for
         return np.zeros(size, np.int64), np.zeros(size, np.int64)
     return column(col.req, n, idx) + amount, column(col.alloc, n, idx)
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class ShapeCache(Generic[K]):
+    """Per-node values of a function of (a node's columns, a pod shape `K`), for a few shapes.
+
+    `full(nodes, key)` computes the array over the first `nodes.n` slots; `one(nodes, key,
+    slot)` one slot's value, bit for bit the same. A slot is recomputed when a pod is placed on
+    it or leaves it (the pod index's listener: assume, bind confirmations, deletions, the
+    preemption dry run and nominated pods all go through it), and everything when node-static
+    data changes (`node_generation`: node added, removed, allocatable, labels, taints).
+
+    A shape is cached from the second time it is asked for, while fewer than `entries` are
+    (a stream of unlike pods costs nothing extra: `get` answers None and the plugin computes
+    over its candidates as before).
+    The arrays returned are shared: callers must not write into them.
+    """
+
+    def __init__(
+        self,
+        full: Callable[[NodeTable, K], npt.NDArray[Any]],
+        one: Callable[[NodeTable, K, int], Any],
+        entries: int = 8,
+    ) -> None:
+        self._full = full
+        self._one = one
+        self._entries = entries
+        self._table: NodeTable | None = None
+        self._generation = -1
+        self._cached: OrderedDict[K, tuple[npt.NDArray[Any], set[int]]] = OrderedDict()
+        self._seen: OrderedDict[K, None] = OrderedDict()
+
+    def _placed(self, slot: int, info: PodInfo, sign: int) -> None:
+        for _, dirty in self._cached.values():
+            dirty.add(slot)
+
+    def get(self, nodes: NodeTable, key: K) -> npt.NDArray[Any] | None:
+        if self._table is not nodes:
+            if self._table is not None:
+                self._table.pod_index.listeners.remove(self._placed)
+            self._table = nodes
+            nodes.pod_index.listeners.append(self._placed)
+            self._cached.clear()
+        if self._generation != nodes.node_generation:
+            self._generation = nodes.node_generation
+            self._cached.clear()
+        hit = self._cached.get(key)
+        if hit is not None:
+            values, dirty = hit
+            if len(values) != nodes.n:
+                del self._cached[key]  # cannot happen without a new generation; be safe
+            else:
+                if dirty:
+                    one = self._one
+                    for slot in dirty:
+                        values[slot] = one(nodes, key, slot)
+                    dirty.clear()
+                return values
+        if key not in self._seen:
+            self._seen[key] = None
+            if len(self._seen) > 64:
+                self._seen.popitem(last=False)
+            return None
+        if len(self._cached) >= self._entries:
+            # Full: keep the shapes already here (until nodes change) rather than evict one;
+            # evicting would make more shapes than entries each cost a full computation.
+            return None
+        values = self._full(nodes, key)
+        self._cached[key] = (values, set())
+        return values

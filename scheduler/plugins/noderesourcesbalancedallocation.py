@@ -28,7 +28,7 @@ from scheduler.framework import (
     CycleState,
     Status,
 )
-from scheduler.plugins.helper import I64, IDX, column, resource_arrays
+from scheduler.plugins.helper import I64, IDX, ShapeCache, column, resource_arrays
 from scheduler.podinfo import CPU, MEMORY, PodInfo
 
 
@@ -82,6 +82,33 @@ class NodeResourcesBalancedAllocation:
         self._balance: I64 = np.zeros(0, np.int64)
         self._generation = -1
         self._dirty: set[int] = set()
+        # the scores of the pod shapes seen lately, by (cpu, memory) requested
+        self._shapes: ShapeCache[tuple[int, int]] = ShapeCache(self._shape_full, self._shape_one)
+
+    def _shape_full(self, nodes: NodeTable, shape: tuple[int, int]) -> I64:
+        """Every node's score for a pod requesting `shape`; -1 where a node lacks cpu or
+        memory (`score` then takes the general path)."""
+        n = nodes.n
+        a1 = nodes.alloc_cpu[:n]
+        a2 = nodes.alloc_mem[:n]
+        ok = (a1 > 0) & (a2 > 0)
+        every = np.arange(n)
+        scores = self._cpu_memory_over(
+            shape[0], shape[1], nodes, every, np.where(ok, a1, 1), np.where(ok, a2, 1)
+        )
+        out: I64 = np.where(ok, scores, -1)
+        return out
+
+    def _shape_one(self, nodes: NodeTable, shape: tuple[int, int], slot: int) -> int:
+        a1 = int(nodes.alloc_cpu[slot])
+        a2 = int(nodes.alloc_mem[slot])
+        if a1 <= 0 or a2 <= 0:
+            return -1
+        r1 = int(nodes.req_cpu[slot])
+        r2 = int(nodes.req_mem[slot])
+        half = MAX_NODE_SCORE // 2
+        with_pod = _balance_of(r1 + shape[0], a1, r2 + shape[1], a2)
+        return half + (half + with_pod - _balance_of(r1, a1, r2, a2)) // 2
 
     def _cpu_memory(self, pod: PodInfo, nodes: NodeTable, idx: IDX) -> I64 | None:
         """The default resources on nodes that all have both: the same arithmetic as `balance`
@@ -93,11 +120,17 @@ class NodeResourcesBalancedAllocation:
         a2 = column(nodes.alloc_mem, n, idx)
         if not len(a1) or a1.min() <= 0 or a2.min() <= 0:
             return None
+        return self._cpu_memory_over(pod.cpu, pod.memory, nodes, idx, a1, a2)
+
+    def _cpu_memory_over(
+        self, cpu: int, memory: int, nodes: NodeTable, idx: IDX, a1: I64, a2: I64
+    ) -> I64:
+        n = nodes.n
         r1 = column(nodes.req_cpu, n, idx)
         r2 = column(nodes.req_mem, n, idx)
         # divisions, not multiplications by 1/a: the fractions must be kube's to the last bit,
         # or a balance that is a whole number could truncate to the one below
-        with_pod = np.minimum((r1 + pod.cpu) / a1, 1.0) - np.minimum((r2 + pod.memory) / a2, 1.0)
+        with_pod = np.minimum((r1 + cpu) / a1, 1.0) - np.minimum((r2 + memory) / a2, 1.0)
         b_with = ((1.0 - np.abs(with_pod) / 2) * MAX_NODE_SCORE).astype(np.int64)
         half = MAX_NODE_SCORE // 2
         out: I64 = half + (half + b_with - column(self._without(nodes), n, idx)) // 2
@@ -150,6 +183,11 @@ class NodeResourcesBalancedAllocation:
 
     def score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, idx: IDX) -> I64:
         if self.resources == [CPU, MEMORY]:
+            cached = self._shapes.get(nodes, (pod.cpu, pod.memory))
+            if cached is not None:
+                out: I64 = column(cached, nodes.n, idx)
+                if not len(out) or out.min() >= 0:
+                    return out
             fast = self._cpu_memory(pod, nodes, idx)
             if fast is not None:
                 return fast
@@ -162,5 +200,5 @@ class NodeResourcesBalancedAllocation:
         ]
         half = MAX_NODE_SCORE // 2
         # both balances lie in 50..100, so the numerator is never negative: // is Go's /
-        out: I64 = half + (half + balance(with_pod) - balance(without)) // 2
-        return out
+        general: I64 = half + (half + balance(with_pod) - balance(without)) // 2
+        return general
