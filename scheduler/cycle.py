@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -74,6 +74,13 @@ class Reporter:
     e2e: Callable[[float], None] = _noop_e2e  # first queued -> bound, seconds
     # delete the victims and set the preemptor's status.nominatedNodeName
     preempt: Callable[[PodInfo, str, list[PodInfo]], Awaitable[None]] = _noop_preempt
+
+
+def _labels_differ(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
+    # a protobuf map's == walks both through Python's Mapping protocol; dict() is C
+    if len(a) != len(b):
+        return True
+    return bool(len(a)) and dict(a) != dict(b)
 
 
 class Scheduler:
@@ -134,7 +141,7 @@ class Scheduler:
                 relabelled = (
                     confirmed
                     and cached is not None
-                    and (cached.info.pod.metadata.labels != pod.metadata.labels)
+                    and _labels_differ(cached.info.pod.metadata.labels, pod.metadata.labels)
                 )
                 if (
                     not confirmed
