@@ -183,6 +183,13 @@ class ForbiddenError(TinykubeError):
         return cls(f"{shown} is forbidden: {why}", causes=causes)
 
 
+class UnauthenticatedError(TinykubeError):
+    """The request carried no valid credentials: UNAUTHENTICATED, 401 Unauthorized over REST
+    (an anonymous request, an unknown token, a certificate from another CA)."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
 class UnimplementedError(TinykubeError):
     code = grpc.StatusCode.UNIMPLEMENTED
 
@@ -211,7 +218,7 @@ _BY_CODE: dict[grpc.StatusCode, type[TinykubeError]] = {
         UnimplementedError,
         CancelledError,
         InternalError,
-        ForbiddenError,
+        UnauthenticatedError,
     )
 }
 

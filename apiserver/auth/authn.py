@@ -32,7 +32,7 @@ import grpc
 from cryptography import x509
 
 from apiserver.auth.authorizer import ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, Identity
-from tinykube.errors import TinykubeError
+from tinykube.errors import UnauthenticatedError
 from tinykube.pki import identity as cert_identity
 
 log = logging.getLogger(__name__)
@@ -42,10 +42,8 @@ ANONYMOUS_IDENTITY = Identity(ANONYMOUS, (ALL_UNAUTHENTICATED,))
 _MEMO_LIMIT = 4096
 
 
-class AuthenticationError(TinykubeError):
+class AuthenticationError(UnauthenticatedError):
     """Credentials were presented and are not valid (kube-apiserver's 401 Unauthorized)."""
-
-    code = grpc.StatusCode.UNAUTHENTICATED
 
 
 @dataclass(frozen=True, slots=True)

@@ -662,6 +662,10 @@ def test_subcommands_are_discovered_from_modules() -> None:
             errors.UnavailableError("DNS resolution failed for h:1: C-ares status is not ARES"),
             "Unable to connect to the server: lookup h: no such host",
         ),
+        (
+            errors.UnauthenticatedError("Unauthorized"),
+            "error: You must be logged in to the server (Unauthorized)",
+        ),
         (common.CLIError("bad flag"), "error: bad flag"),
     ],
 )

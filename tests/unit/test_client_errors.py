@@ -26,6 +26,7 @@ EXPECTED: dict[grpc.StatusCode, type[errors.TinykubeError]] = {
     grpc.StatusCode.CANCELLED: errors.CancelledError,
     grpc.StatusCode.INTERNAL: errors.InternalError,
     grpc.StatusCode.PERMISSION_DENIED: errors.ForbiddenError,
+    grpc.StatusCode.UNAUTHENTICATED: errors.UnauthenticatedError,
 }
 
 

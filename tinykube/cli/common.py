@@ -142,6 +142,9 @@ def describe_error(exc: BaseException, server: str) -> str:
         return f"Unable to connect to the server: {exc.message}"
     if isinstance(exc, TLSConfigError):
         return f"error: {exc}"
+    if isinstance(exc, errors.UnauthenticatedError):
+        # kubectl's words for a 401, whatever the server's message
+        return "error: You must be logged in to the server (Unauthorized)"
     if isinstance(exc, errors.TinykubeError):
         message = exc.message.lower()
         if isinstance(exc, errors.UnavailableError) and any(
