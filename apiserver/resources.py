@@ -353,7 +353,7 @@ class ResourceStore:
             if self.allocator is not None:
                 errors += self.allocator.validate(obj.spec)  # type: ignore[attr-defined]
             if errors:
-                raise InvalidError.for_object(self.info.kind, meta.name, errors)
+                raise InvalidError.for_object(self.info.qualified_kind, meta.name, errors)
             await self.admit_validated(obj, None)
             if self.allocator is not None:
                 result = await self._create_allocated(meta.namespace, meta.name, obj)
@@ -531,7 +531,7 @@ class ResourceStore:
         obj: Message = getattr(request, self.info.request_field)
         meta = obj.metadata  # type: ignore[attr-defined]
         if not meta.name:
-            raise InvalidError.for_object(self.info.kind, "", [required("metadata.name")])
+            raise InvalidError.for_object(self.info.qualified_kind, "", [required("metadata.name")])
         self._check_size(request, meta.name)
         meta.namespace = self._namespace(meta.namespace)
         key = self.key(meta.namespace, meta.name)
@@ -590,7 +590,7 @@ class ResourceStore:
                     cur = await self._current(key, cached=False)
                     continue
                 if errors:
-                    raise InvalidError.for_object(self.info.kind, meta.name, errors)
+                    raise InvalidError.for_object(self.info.qualified_kind, meta.name, errors)
                 return old  # a no-op write keeps the resourceVersion, as Kubernetes does
             nmeta = new.metadata  # type: ignore[attr-defined]
             if (
@@ -882,7 +882,7 @@ class ResourceStore:
         eviction = request.eviction
         name = eviction.metadata.name
         if not name:
-            raise InvalidError.for_object("Eviction", name, [required("metadata.name")])
+            raise InvalidError.for_object("Eviction.policy", name, [required("metadata.name")])
         namespace = self._namespace(eviction.metadata.namespace)
         options = eviction.deleteOptions
         dry_run = _eviction_dry_run(name, options)
@@ -1173,5 +1173,5 @@ def _eviction_dry_run(name: str, options: meta_pb2.DeleteOptions) -> bool:
             )
         )
     if problems:
-        raise InvalidError.for_object("Eviction", name, problems)
+        raise InvalidError.for_object("Eviction.policy", name, problems)
     return bool(options.dryRun)

@@ -68,6 +68,11 @@ class KindInfo:
         """The object's apiVersion, as Kubernetes writes it: "v1", "apps/v1"."""
         return f"{self.group}/{self.version}" if self.group else self.version
 
+    @property
+    def qualified_kind(self) -> str:
+        """Kubernetes' GroupKind as its error messages print it: "Pod", "ReplicaSet.apps"."""
+        return f"{self.kind}.{self.group}" if self.group else self.kind
+
 
 POD = KindInfo(
     kind="Pod",

@@ -715,7 +715,7 @@ class ResourceHandlers:
         if service.allocator is not None:
             errors += service.allocator.validate(obj.spec)  # type: ignore[attr-defined]
         if errors:
-            raise InvalidError.for_object(service.info.kind, meta.name, errors)
+            raise InvalidError.for_object(service.info.qualified_kind, meta.name, errors)
         await service.admit_validated(obj, None)
         req = message_from(meta_pb2.GetRequest, {"namespace": meta.namespace, "name": meta.name})
         with contextlib.suppress(NotFoundError):
@@ -768,7 +768,7 @@ class ResourceHandlers:
             new = service.strategy.prepare_for_finalize(obj, old)
             errors = validate_namespace(new, indexed=True)  # type: ignore[arg-type]
             if errors:
-                raise InvalidError.for_object(service.info.kind, meta.name, errors)
+                raise InvalidError.for_object(service.info.qualified_kind, meta.name, errors)
         else:
             req = service.info.update_request(**{service.info.request_field: obj})
             new = await service.finalize(req, field_manager=self._field_manager(request, q))
@@ -816,7 +816,7 @@ class ResourceHandlers:
             strategy.prepare_for_update(new, old)
             errors = strategy.validate_update(new, old)
         if errors:
-            raise InvalidError.for_object(service.info.kind, meta.name, errors)
+            raise InvalidError.for_object(service.info.qualified_kind, meta.name, errors)
         if not status:
             await service.admit_validated(new, old)
         return new

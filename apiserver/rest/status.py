@@ -143,7 +143,7 @@ def _qualify(message: str, resource: Resource) -> str:
 def _invalid_message(exc: InvalidError, resource: Resource) -> str:
     info = resource.info
     # Kubernetes prints several field errors as one bracketed, comma-separated aggregate.
-    if info is not None and exc.causes and exc.message.startswith(f'{info.kind} "'):
+    if info is not None and exc.causes and exc.message.startswith(f'{info.qualified_kind} "'):
         head = exc.message.split(" is invalid: ", 1)[0]
         texts = [str(c) for c in exc.causes]
         body = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
@@ -230,7 +230,7 @@ def status_of(
             return 400, status_body(400, "BadRequest", exc.message), {}
         if not res.name and res.info is not None:
             # A POST names its object only in the body; the message carries the name.
-            head = f'{res.info.kind} "'
+            head = f'{res.info.qualified_kind} "'
             if exc.message.startswith(head):
                 res = Resource(res.info, exc.message[len(head) :].split('"', 1)[0])
         details = _details(res, kind=res.info.kind if res.info else None)

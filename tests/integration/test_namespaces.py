@@ -274,10 +274,14 @@ async def test_priority_class_validation_over_rest(http: Any) -> None:
         {"metadata": {"name": "system-mine"}, "value": 2000000001},
     )
     assert (code, body["reason"]) == (422, "Invalid")
-    # (kube-apiserver qualifies the kind, PriorityClass.scheduling.k8s.io; tinykube's Invalid
-    # messages name the bare kind for every group.)
-    assert body["message"].endswith(
-        '"system-mine" is invalid: metadata.name: Forbidden: '
+    assert body["details"] == {
+        "name": "system-mine",
+        "group": "scheduling.k8s.io",
+        "kind": "PriorityClass",
+        "causes": body["details"]["causes"],
+    }
+    assert body["message"] == (
+        'PriorityClass.scheduling.k8s.io "system-mine" is invalid: metadata.name: Forbidden: '
         "priority class names with 'system-' prefix are reserved for system use only. error: "
         "system-mine is not a known system priority class"
     )
