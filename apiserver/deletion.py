@@ -7,8 +7,9 @@ dependents' ownerReferences, then removes the finalizer); `Foreground` adds
 once no dependent with blockOwnerDeletion is left); `Background` adds neither (the object goes
 at once, its dependents after it). A Delete with no policy keeps a propagation finalizer the
 object already carries, else uses the kind's default. The default is Background for every kind
-tinykube serves: Kubernetes defaults to Orphan only for ReplicationControllers in core/v1 and
-ReplicaSets in extensions/v1beta1 and apps/v1beta2, none of which tinykube serves; Events are
+tinykube serves but batch/v1 Jobs, which Kubernetes orphans by default for compatibility (kubectl
+sends Background itself); Kubernetes' other Orphan defaults are ReplicationControllers in core/v1
+and ReplicaSets in extensions/v1beta1 and apps/v1beta2, none of which tinykube serves; Events are
 never collected (`Unsupported`: propagation finalizers are never set on them).
 
 Both front ends validate DeleteOptions here. Pure functions, no I/O.
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tinykube.errors import FieldError, InvalidError
-from tinykube.kinds import EVENT
+from tinykube.kinds import EVENT, JOB
 
 ORPHAN_FINALIZER = "orphan"
 FOREGROUND_FINALIZER = "foregroundDeletion"
@@ -33,11 +34,15 @@ POLICIES = (FOREGROUND, BACKGROUND, ORPHAN)
 UNSUPPORTED = "Unsupported"
 
 _UNCOLLECTED_KINDS = frozenset({EVENT.kind})
+# DefaultGarbageCollectionPolicy of Kubernetes' Job strategy for batch/v1.
+_ORPHANED_BY_DEFAULT = frozenset({JOB.kind})
 
 
 def default_policy(kind: str) -> str:
     """What a Delete of `kind` without a policy (nor a propagation finalizer) does."""
-    return UNSUPPORTED if kind in _UNCOLLECTED_KINDS else BACKGROUND
+    if kind in _UNCOLLECTED_KINDS:
+        return UNSUPPORTED
+    return ORPHAN if kind in _ORPHANED_BY_DEFAULT else BACKGROUND
 
 
 def delete_options_errors(

@@ -17,11 +17,12 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from apiserver import podmutation, validation
+from apiserver import batch, podmutation, validation
 from tinykube.errors import FieldError
 from tinykube.kinds import (
     CLUSTER_ROLE_BINDING,
     EVENT,
+    JOB,
     LEASE,
     NAMESPACE,
     NODE,
@@ -253,6 +254,9 @@ class Strategy:
             if not spec.HasField("replicas"):
                 spec.replicas = 1
             self._default_pod_spec(spec.template.spec)
+        elif kind == JOB.kind:
+            batch.prepare_for_create(obj)  # type: ignore[arg-type]
+            self._default_pod_spec(obj.spec.template.spec)  # type: ignore[attr-defined]
         elif kind == SERVICE.kind:
             obj.ClearField("status")
             default_service_spec(obj.spec)  # type: ignore[attr-defined]
@@ -307,7 +311,10 @@ class Strategy:
                 meta.labels[NAMESPACE_NAME_LABEL] = meta.name
 
     def validate_create(self, obj: Message) -> list[FieldError]:
-        return validation.validate(self.info, obj)
+        errs = validation.validate(self.info, obj)
+        if self.info.kind == JOB.kind:
+            errs.extend(batch.validate_job(obj))  # type: ignore[arg-type]
+        return errs
 
     # ---- update ----------------------------------------------------------------------------
 
@@ -332,6 +339,9 @@ class Strategy:
         elif self.info.kind == REPLICA_SET.kind:
             if not target.spec.HasField("replicas"):
                 target.spec.replicas = 1
+            self._default_pod_spec(target.spec.template.spec)
+        elif self.info.kind == JOB.kind:
+            batch.prepare_for_update(target, old)  # type: ignore[arg-type]
             self._default_pod_spec(target.spec.template.spec)
         elif self.info.kind == SERVICE.kind:
             default_service_spec(target.spec)
@@ -377,11 +387,21 @@ class Strategy:
             nm.namespace = ""
 
     def validate_update(self, new: Message, old: Message) -> list[FieldError]:
-        return validation.validate(self.info, new) + validation.validate_update(self.info, new, old)
+        errs = validation.validate(self.info, new) + validation.validate_update(self.info, new, old)
+        if self.info.kind == JOB.kind:
+            errs.extend(batch.validate_job(new))  # type: ignore[arg-type]
+            errs.extend(batch.validate_job_update(new, old))  # type: ignore[arg-type]
+        return errs
 
     def validate_status_update(self, new: Message, old: Message) -> list[FieldError]:
         # `new` is `old` with its status replaced (prepare_for_status_update): nothing but the
         # status can be invalid, and nothing immutable can have changed.
+        if self.info.kind == JOB.kind:
+            # Like pods': the spec is as stored; only the status and its transitions.
+            return batch.validate_job_status_update(new, old) + validation.printable(  # type: ignore[arg-type]
+                "status",
+                new.status,  # type: ignore[attr-defined]
+            )
         return validation.validate_status(self.info, new)
 
 

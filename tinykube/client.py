@@ -80,6 +80,7 @@ from tinykube.tls import Credentials, TransportSecurityError, ambient_credential
 from tinykube.v1 import (
     endpoints_pb2,
     event_pb2,
+    job_pb2,
     lease_pb2,
     meta_pb2,
     namespace_pb2,
@@ -368,6 +369,7 @@ class Client:
         priorityclass_pb2.PriorityClassList,
         priorityclass_pb2.PriorityClassWatchEvent,
     ]
+    jobs: ResourceClient[job_pb2.Job, job_pb2.JobList, job_pb2.JobWatchEvent]
 
     def __init__(
         self,
@@ -406,6 +408,7 @@ class Client:
         self.cluster_role_bindings = ResourceClient(kinds.CLUSTER_ROLE_BINDING, self.channel, self)
         self.namespaces = ResourceClient(kinds.NAMESPACE, self.channel, self)
         self.priority_classes = ResourceClient(kinds.PRIORITY_CLASS, self.channel, self)
+        self.jobs = ResourceClient(kinds.JOB, self.channel, self)
         self._by_kind: dict[str, ResourceClient[Any, Any, Any]] = {
             r.info.kind: r
             for r in (
@@ -423,6 +426,7 @@ class Client:
                 self.cluster_role_bindings,
                 self.namespaces,
                 self.priority_classes,
+                self.jobs,
             )
         }
 

@@ -16,6 +16,8 @@ from tinykube.v1 import (
     endpoints_pb2_grpc,
     event_pb2,
     event_pb2_grpc,
+    job_pb2,
+    job_pb2_grpc,
     lease_pb2,
     lease_pb2_grpc,
     namespace_pb2,
@@ -254,6 +256,26 @@ ALL_KINDS: tuple[KindInfo, ...] = (
     POD_DISRUPTION_BUDGET,
     PRIORITY_CLASS,
 )
+
+JOB = KindInfo(
+    kind="Job",
+    plural="jobs",
+    namespaced=True,
+    message=job_pb2.Job,
+    list_message=job_pb2.JobList,
+    watch_event=job_pb2.JobWatchEvent,
+    create_request=job_pb2.CreateJobRequest,
+    update_request=job_pb2.UpdateJobRequest,
+    request_field="job",
+    service="tinykube.v1.Jobs",
+    stub=job_pb2_grpc.JobsStub,
+    add_servicer=job_pb2_grpc.add_JobsServicer_to_server,
+    has_status=True,
+    short_names=("job",),
+    group="batch",
+)
+ALL_KINDS += (JOB,)
+
 # RBAC (rbac.authorization.k8s.io/v1): what the apiserver's authorizer evaluates.
 RBAC_GROUP = "rbac.authorization.k8s.io"
 

@@ -57,6 +57,7 @@ _APPS = "apps"
 _AUTHZ = "authorization.k8s.io"
 _COORDINATION = "coordination.k8s.io"
 _POLICY = "policy"
+_BATCH = "batch"
 
 
 def rule(
@@ -140,6 +141,7 @@ _AGGREGATE_TO_VIEW = (
     rule(READ, (_CORE,), ("namespaces",)),
     rule(READ, (_APPS,), ("replicasets", "replicasets/status", "replicasets/scale")),
     rule(READ, (_POLICY,), ("poddisruptionbudgets", "poddisruptionbudgets/status")),
+    rule(READ, (_BATCH,), ("jobs", "jobs/status")),
 )
 _AGGREGATE_TO_EDIT = (
     rule(WRITE, (_CORE,), ("pods",)),
@@ -147,6 +149,7 @@ _AGGREGATE_TO_EDIT = (
     rule(WRITE, (_CORE,), ("services", "events")),
     rule(WRITE, (_APPS,), ("replicasets", "replicasets/scale")),
     rule(WRITE, (_POLICY,), ("poddisruptionbudgets",)),
+    rule(WRITE, (_BATCH,), ("jobs",)),
     rule(READ_WRITE, (_COORDINATION,), ("leases",)),
 )
 _AGGREGATE_TO_ADMIN = (rule(READ_WRITE, (RBAC_GROUP,), ("roles", "rolebindings")),)
@@ -351,6 +354,22 @@ def _controllers() -> list[tuple[rbac_pb2.ClusterRole, str]]:
                 _events(),
                 rule(("patch", "update"), (_CORE,), ("pods/status",)),
             ],
+        ),
+        (
+            "job-controller",
+            [
+                rule(("get", "list", "watch", "update", "patch"), (_BATCH,), ("jobs",)),
+                rule(("update", "patch"), (_BATCH,), ("jobs/status",)),
+                rule(("update",), (_BATCH,), ("jobs/finalizers",)),
+                # kube's rule has patch only: tinykube's gRPC API removes the tracking
+                # finalizer with an update.
+                rule(("list", "watch", "create", "delete", "patch", "update"), (_CORE,), ("pods",)),
+                _events(),
+            ],
+        ),
+        (
+            "ttl-after-finished-controller",
+            [rule(("get", "list", "watch", "delete"), (_BATCH,), ("jobs",)), _events()],
         ),
     ]
     return [(cluster_role(CONTROLLER_PREFIX + name, rules), name) for name, rules in roles]

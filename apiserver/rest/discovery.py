@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apiserver.rest.codec import parse_accept
-from tinykube.kinds import ALL_KINDS, NAMESPACE, POD, REPLICA_SET, SERVICE, KindInfo
+from tinykube.kinds import ALL_KINDS, JOB, NAMESPACE, POD, REPLICA_SET, SERVICE, KindInfo
 
 # The Kubernetes release whose API tinykube serves; "+tinykube" marks the implementation
 # (build metadata in semver terms, as vendors' builds do: v1.37.0+k3s1).
@@ -99,7 +99,7 @@ def _subresources(info: KindInfo) -> tuple[Subresource, ...]:
 
 
 # `kubectl get all` covers the kinds Kubernetes puts in the "all" category.
-_ALL_CATEGORY = {POD.kind, REPLICA_SET.kind, SERVICE.kind}
+_ALL_CATEGORY = {POD.kind, REPLICA_SET.kind, SERVICE.kind, JOB.kind}
 
 
 def _stored(info: KindInfo) -> Resource:

@@ -81,6 +81,7 @@ PATCH_META: dict[tuple[str, str], tuple[str, str]] = {
     ("tinykube.v1.ServiceSpec", "ports"): ("merge", "port"),
     ("tinykube.v1.PodDisruptionBudgetStatus", "conditions"): ("merge", "type"),
     ("tinykube.v1.NamespaceStatus", "conditions"): ("merge", "type"),
+    ("tinykube.v1.JobStatus", "conditions"): ("merge", "type"),
 }
 
 # tinykube message names that are not Kubernetes' Go type names (errors name the Go type).

@@ -62,6 +62,21 @@ _NAME_COLUMN = _col("Name", "string", _D_NAME, format_="name")
 _AGE_COLUMN = _col("Age", "string", _D_AGE)
 
 _COLUMNS: Final[dict[str, tuple[dict[str, Any], ...]]] = {
+    "Job": (
+        _NAME_COLUMN,
+        _col("Status", "string", "Status of the job."),
+        _col(
+            "Completions",
+            "string",
+            "The number of pods which reached phase Succeeded (status.succeeded), of the "
+            "completions wanted.",
+        ),
+        _col("Duration", "string", "Time required to complete the job."),
+        _AGE_COLUMN,
+        _col("Containers", "string", _D_TEMPLATE_CONTAINERS, priority=1),
+        _col("Images", "string", _D_TEMPLATE_IMAGES, priority=1),
+        _col("Selector", "string", "The label selector of its pods (spec.selector).", priority=1),
+    ),
     "Pod": (
         _NAME_COLUMN,
         _col("Ready", "string", "The aggregate readiness state of this pod for accepting traffic."),
@@ -540,6 +555,56 @@ def _replica_set_cells(rs: Mapping[str, Any], clock: _Clock) -> _Cells:
     ]
 
 
+def _job_condition_true(job: Mapping[str, Any], type_: str) -> bool:
+    conditions = (job.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == type_ and c.get("status") == "True" for c in conditions)
+
+
+def _job_cells(job: Mapping[str, Any], clock: _Clock) -> _Cells:
+    """printJob: STATUS from the conditions (Complete, Failed, Terminating, Suspended,
+    FailureTarget, else Running), COMPLETIONS as succeeded/completions (a Job without
+    completions: "n/1", or "n/1 of P" when parallel), DURATION start to completion (or to now)."""
+    meta = job.get("metadata") or {}
+    spec = job.get("spec") or {}
+    status = job.get("status") or {}
+    succeeded = status.get("succeeded", 0)
+    if "completions" in spec:
+        completions = f"{succeeded}/{spec['completions']}"
+    elif spec.get("parallelism", 0) > 1:
+        completions = f"{succeeded}/1 of {spec['parallelism']}"
+    else:
+        completions = f"{succeeded}/1"
+    started = clock.epoch(status.get("startTime"), job, "status.startTime")
+    finished = clock.epoch(status.get("completionTime"), job, "status.completionTime")
+    duration = ""
+    if started is not None:
+        duration = human_duration((clock.now if finished is None else finished) - started)
+    if _job_condition_true(job, "Complete"):
+        state = "Complete"
+    elif _job_condition_true(job, "Failed"):
+        state = "Failed"
+    elif meta.get("deletionTimestamp"):
+        state = "Terminating"
+    elif _job_condition_true(job, "Suspended"):
+        state = "Suspended"
+    elif _job_condition_true(job, "FailureTarget"):
+        state = "FailureTarget"
+    else:
+        state = "Running"
+    template_spec = (spec.get("template") or {}).get("spec") or {}
+    names, images = _layout_containers(template_spec.get("containers") or ())
+    return [
+        meta.get("name", ""),
+        state,
+        completions,
+        duration,
+        clock.since(meta.get("creationTimestamp"), job, "metadata.creationTimestamp"),
+        names,
+        images,
+        _format_label_selector(spec.get("selector")),
+    ]
+
+
 def _event_cells(event: Mapping[str, Any], clock: _Clock) -> _Cells:
     meta = event.get("metadata") or {}
     first_ts = event.get("firstTimestamp")
@@ -764,6 +829,7 @@ _PRINTERS: Final[dict[str, _Printer]] = {
     "Service": _service_cells,
     "Endpoints": _endpoints_cells,
     "PodDisruptionBudget": _pdb_cells,
+    "Job": _job_cells,
     "Namespace": _namespace_cells,
     "PriorityClass": _priority_class_cells,
 }

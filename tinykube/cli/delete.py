@@ -43,6 +43,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="seconds a pod gets to stop (0: remove at once; default: the pod's own)",
     )
     parser.add_argument(
+        "--cascade",
+        choices=("background", "foreground", "orphan"),
+        default="background",
+        help="what happens to the objects' dependents, as kubectl's --cascade (default "
+        "background: they are deleted after the object; orphan: they stay)",
+    )
+    parser.add_argument(
         "--ignore-not-found", action="store_true", help="treat a missing object as deleted"
     )
     parser.add_argument(
@@ -75,7 +82,12 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
         for info, namespace, name in targets:
             resource = client.resource(info)
             try:
-                obj = await resource.delete(name, namespace, grace_period_seconds=args.grace_period)
+                obj = await resource.delete(
+                    name,
+                    namespace,
+                    grace_period_seconds=args.grace_period,
+                    propagation_policy=args.cascade.capitalize(),
+                )
             except errors.NotFoundError as exc:
                 # As kubectl: a missing object does not stop the others; each is reported
                 # after them, and the exit code says not everything was there.

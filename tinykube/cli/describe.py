@@ -28,6 +28,7 @@ from tinykube.cli import printers
 from tinykube.cli.common import CLIError, Context
 from tinykube.cli.get import split_type_name
 from tinykube.client import Client
+from tinykube.duration import human_duration
 from tinykube.kinds import KindInfo
 from tinykube.manifest import to_yaml
 from tinykube.quantity import (
@@ -433,6 +434,59 @@ def describe_replicaset(rs: Any, pods: list[Any], events: list[Any], now: dateti
     return w.text()
 
 
+def describe_job(job: Any, events: list[Any], now: datetime) -> str:
+    """As `kubectl describe job`: selector, parallelism, completions, mode, times, the pods'
+    counts (and completed indexes of an Indexed Job), the template, events."""
+    w = Writer()
+    meta, spec, status = job.metadata, job.spec, job.status
+    w.line(0, "Name", meta.name)
+    w.line(0, "Namespace", meta.namespace)
+    w.line(0, "Selector", printers.format_label_selector(spec.selector))
+    multi(w, 0, "Labels", fmt_map(meta.labels.items()))
+    multi(w, 0, "Annotations", fmt_map(meta.annotations.items(), ": "))
+    if spec.HasField("parallelism"):
+        w.line(0, "Parallelism", str(spec.parallelism))
+    w.line(0, "Completions", str(spec.completions) if spec.HasField("completions") else "<unset>")
+    if spec.HasField("completionMode"):
+        w.line(0, "Completion Mode", spec.completionMode)
+    if spec.HasField("suspend"):
+        w.line(0, "Suspend", "true" if spec.suspend else "false")
+    if spec.HasField("backoffLimit"):
+        w.line(0, "Backoff Limit", str(spec.backoffLimit))
+    if spec.HasField("ttlSecondsAfterFinished"):
+        w.line(0, "TTL Seconds After Finished", str(spec.ttlSecondsAfterFinished))
+    if printers.is_set(status.startTime):
+        w.line(0, "Start Time", fmt_time(status.startTime))
+    if printers.is_set(status.completionTime):
+        w.line(0, "Completed At", fmt_time(status.completionTime))
+    if printers.is_set(status.startTime) and printers.is_set(status.completionTime):
+        took = status.completionTime.ToDatetime() - status.startTime.ToDatetime()
+        w.line(0, "Duration", human_duration(took.total_seconds()))
+    if spec.HasField("activeDeadlineSeconds"):
+        w.line(0, "Active Deadline Seconds", f"{spec.activeDeadlineSeconds}s")
+    counts = f"{status.succeeded} Succeeded / {status.failed} Failed"
+    if status.HasField("ready"):
+        pods = f"{status.active} Active ({status.ready} Ready) / {counts}"
+    else:
+        pods = f"{status.active} Active / {counts}"
+    w.line(0, "Pods Statuses", pods)
+    if spec.completionMode == "Indexed":
+        w.line(0, "Completed Indexes", _cap_indexes(status.completedIndexes, 50))
+    w.line(0, "Pod Template")
+    multi(w, 1, "Labels", fmt_map(spec.template.metadata.labels.items()))
+    describe_containers(w, "  Containers", spec.template.spec.containers, [])
+    describe_events(w, events, now)
+    return w.text()
+
+
+def _cap_indexes(indexes: str, soft_limit: int) -> str:
+    """capIndexesListOrNone: the list up to the first comma past `soft_limit`, then "..."."""
+    if not indexes:
+        return printers.NONE
+    cut = indexes.find(",", soft_limit)
+    return indexes if cut < 0 else indexes[: cut + 1] + "..."
+
+
 def describe_pdb(pdb: Any, events: list[Any], now: datetime) -> str:
     """As `kubectl describe pdb`: the bound that is set, the selector and the status counts."""
     w = Writer()
@@ -551,6 +605,8 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
                 outputs.append(describe_replicaset(obj, list(pods.items), events, ctx.now()))
             elif info.kind == "PodDisruptionBudget":
                 outputs.append(describe_pdb(obj, events, ctx.now()))
+            elif info.kind == "Job":
+                outputs.append(describe_job(obj, events, ctx.now()))
             elif info.kind == "Namespace":
                 outputs.append(describe_namespace(obj, events, ctx.now()))
             elif info.kind == "PriorityClass":

@@ -15,7 +15,7 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from tinykube import kinds
+from tinykube import jobs, kinds
 from tinykube.duration import human_duration
 from tinykube.kinds import KindInfo
 from tinykube.meta import int_or_string
@@ -205,6 +205,29 @@ def _replicaset_row(rs: Any, now: datetime, wide: bool) -> list[str]:
     return row
 
 
+def _job_row(job: Any, now: datetime, wide: bool) -> list[str]:
+    status = job.status
+    duration = ""
+    if is_set(status.startTime):
+        end = status.completionTime.ToDatetime(tzinfo=UTC) if is_set(status.completionTime) else now
+        duration = human_duration((end - status.startTime.ToDatetime(tzinfo=UTC)).total_seconds())
+    row = [
+        job.metadata.name,
+        jobs.printed_status(job),
+        jobs.printed_completions(job),
+        duration,
+        age(job.metadata.creationTimestamp, now),
+    ]
+    if wide:
+        containers = job.spec.template.spec.containers
+        row += [
+            ",".join(c.name for c in containers) or NONE,
+            ",".join(c.image for c in containers) or NONE,
+            format_label_selector(job.spec.selector),
+        ]
+    return row
+
+
 # ---- events ---------------------------------------------------------------------------------
 
 
@@ -375,6 +398,10 @@ _COLUMNS: dict[str, tuple[list[str], list[str]]] = {
         [],
     ),
     "Namespace": (["NAME", "STATUS", "AGE"], []),
+    "Job": (
+        ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"],
+        ["CONTAINERS", "IMAGES", "SELECTOR"],
+    ),
     "PriorityClass": (["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"], []),
 }
 
@@ -393,6 +420,7 @@ _ROWS = {
     "PodDisruptionBudget": _pdb_row,
     "Namespace": _namespace_row,
     "PriorityClass": _priority_class_row,
+    "Job": _job_row,
 }
 
 

@@ -15,6 +15,7 @@ def test_every_group_version_has_its_resources() -> None:
         "api/v1",
         "apis/apps/v1",
         "apis/authorization.k8s.io/v1",
+        "apis/batch/v1",
         "apis/policy/v1",
         "apis/rbac.authorization.k8s.io/v1",
         # kube-aggregator's priorities: storage 16800 before coordination 16500

@@ -54,6 +54,7 @@ DEFINITION_NAMES = [
     ("Lease", "io.k8s.api.coordination.v1.Lease", "io.k8s.api.coordination.v1.LeaseList"),
     ("Service", f"{CORE}.Service", f"{CORE}.ServiceList"),
     ("Endpoints", f"{CORE}.Endpoints", f"{CORE}.EndpointsList"),
+    ("Job", "io.k8s.api.batch.v1.Job", "io.k8s.api.batch.v1.JobList"),
     (
         "PodDisruptionBudget",
         "io.k8s.api.policy.v1.PodDisruptionBudget",
@@ -231,6 +232,7 @@ def test_v3_index_names_each_document_with_its_hash(api: OpenAPI) -> None:
     assert set(index["paths"]) == {
         "api/v1",
         "apis/apps/v1",
+        "apis/batch/v1",
         "apis/coordination.k8s.io/v1",
         "apis/policy/v1",
         "apis/rbac.authorization.k8s.io/v1",
@@ -252,10 +254,10 @@ def test_documents_are_stable_across_builds(api: OpenAPI) -> None:
 
 
 def test_unknown_v3_paths(api: OpenAPI) -> None:
-    assert api.v3_document("apis/batch/v1") is None
+    assert api.v3_document("apis/networking.k8s.io/v1") is None
     assert api.v3_document("/api/v1") == api.v3_document("api/v1")
-    with pytest.raises(KeyError, match="apis/batch/v1"):
-        api.v3_hash("apis/batch/v1")
+    with pytest.raises(KeyError, match="apis/networking.k8s.io/v1"):
+        api.v3_hash("apis/networking.k8s.io/v1")
 
 
 def item_path(group: str, plural: str, namespaced: bool) -> str:

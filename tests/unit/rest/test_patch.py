@@ -1092,6 +1092,12 @@ ATOMIC_IN_KUBERNETES = {
     ("tinykube.v1.LoadBalancerStatus", "ingress"),
     ("tinykube.v1.ServiceSpec", "clusterIPs"),
     ("tinykube.v1.ServiceSpec", "ipFamilies"),
+    # batch/v1 Job: listType=atomic or listType=set, no patch strategy
+    ("tinykube.v1.PodFailurePolicy", "rules"),
+    ("tinykube.v1.PodFailurePolicyRule", "onPodConditions"),
+    ("tinykube.v1.PodFailurePolicyOnExitCodesRequirement", "values"),
+    ("tinykube.v1.UncountedTerminatedPods", "succeeded"),
+    ("tinykube.v1.UncountedTerminatedPods", "failed"),
 }
 
 

@@ -141,6 +141,16 @@ COLUMNS = {
         ("Age", 0),
     ],
     "Namespace": [("Name", 0), ("Status", 0), ("Age", 0)],
+    "Job": [
+        ("Name", 0),
+        ("Status", 0),
+        ("Completions", 0),
+        ("Duration", 0),
+        ("Age", 0),
+        ("Containers", 1),
+        ("Images", 1),
+        ("Selector", 1),
+    ],
     "PriorityClass": [
         ("Name", 0),
         ("Value", 0),
@@ -741,6 +751,77 @@ def test_replica_set_cells() -> None:
     assert cells(kinds.REPLICA_SET, {"metadata": {"name": "x"}})[:5] == ["x", 1, 0, 0, "<unknown>"]
     zero = {"metadata": {"name": "x"}, "spec": {"replicas": 0}}
     assert cells(kinds.REPLICA_SET, zero)[1] == 0
+
+
+# --- jobs -----------------------------------------------------------------------------------
+
+
+def _cond(type_: str, status: str = "True") -> dict[str, str]:
+    return {"type": type_, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("meta", "spec", "status", "expected"),
+    [
+        # Kubernetes' printJob, case by case: the status from the conditions in its order.
+        ({}, {"completions": 5}, {}, ["Running", "0/5", ""]),
+        (
+            {},
+            {"completions": 5},
+            {"succeeded": 2, "startTime": ago(minutes=3)},
+            ["Running", "2/5", "3m"],
+        ),
+        (
+            {},
+            {"completions": 1},
+            {
+                "succeeded": 1,
+                "startTime": ago(minutes=10),
+                "completionTime": ago(minutes=9, seconds=48),
+                "conditions": [_cond("SuccessCriteriaMet"), _cond("Complete")],
+            },
+            ["Complete", "1/1", "12s"],
+        ),
+        ({}, {"completions": 2}, {"conditions": [_cond("Failed")]}, ["Failed", "0/2", ""]),
+        (
+            {},
+            {"completions": 2},
+            {"conditions": [_cond("FailureTarget"), _cond("Failed", "False")]},
+            ["FailureTarget", "0/2", ""],
+        ),
+        (
+            {"deletionTimestamp": ago(seconds=1)},
+            {"completions": 2},
+            {"conditions": [_cond("Suspended")]},
+            ["Terminating", "0/2", ""],
+        ),
+        ({}, {"completions": 2}, {"conditions": [_cond("Suspended")]}, ["Suspended", "0/2", ""]),
+        (
+            {},
+            {"completions": 2},
+            {"conditions": [_cond("Suspended", "False")]},
+            ["Running", "0/2", ""],
+        ),
+        # Without completions: "n/1", or "n/1 of P" when parallel.
+        ({}, {"parallelism": 1}, {"succeeded": 1}, ["Running", "1/1", ""]),
+        ({}, {"parallelism": 3}, {}, ["Running", "0/1 of 3", ""]),
+    ],
+)
+def test_job_cells(
+    meta: dict[str, Any], spec: dict[str, Any], status: dict[str, Any], expected: list[str]
+) -> None:
+    obj = {
+        "metadata": {"name": "pi", "creationTimestamp": ago(minutes=20), **meta},
+        "spec": {
+            **spec,
+            "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "u1"}},
+            "template": {"spec": {"containers": [{"name": "pi", "image": "perl:5.34"}]}},
+        },
+        "status": status,
+    }
+    assert cells(kinds.JOB, obj) == [
+        "pi", *expected, "20m", "pi", "perl:5.34", "batch.kubernetes.io/controller-uid=u1",
+    ]  # fmt: skip
 
 
 # --- events ---------------------------------------------------------------------------------
