@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from google.protobuf import json_format
+from google.protobuf.message import Message
 
 from apiserver import validation as v
 from tinykube import jobs
@@ -111,6 +112,10 @@ def _go_strings(values: Sequence[str]) -> str:
     return "[" + " ".join(v._q(s) for s in values) + "]"
 
 
+def _has(msg: Message, name: str) -> bool:
+    return msg.HasField(name)
+
+
 def _non_negative(path: str, value: int) -> list[FieldError]:
     return [v.invalid(path, value, _NON_NEGATIVE)] if value < 0 else []
 
@@ -187,7 +192,11 @@ def _on_exit_codes(
     values_path = f"{path}.values"
     values = list(req.values)
     if not values:
-        errs.append(v.invalid(values_path, _go_ints(values), "at least one value is required"))
+        errs.append(
+            FieldError(
+                values_path, f"Invalid value: {_go_ints(values)}: at least one value is required"
+            )
+        )
     elif len(values) > MAX_ON_EXIT_CODES_VALUES:
         errs.append(_too_many(values_path, len(values), MAX_ON_EXIT_CODES_VALUES))
     seen: set[int] = set()
@@ -202,7 +211,7 @@ def _on_exit_codes(
         if j > 0 and values[j - 1] > value:
             ordered = False
     if not ordered:
-        errs.append(v.invalid(values_path, _go_ints(values), "must be ordered"))
+        errs.append(FieldError(values_path, f"Invalid value: {_go_ints(values)}: must be ordered"))
     return errs
 
 
@@ -301,7 +310,7 @@ def _job_spec(spec: job_pb2.JobSpec) -> list[FieldError]:
             errs.extend(_indexed_limits(spec))
     if not indexed:
         for name in ("backoffLimitPerIndex", "maxFailedIndexes"):
-            if spec.HasField(name):
+            if _has(spec, name):
                 errs.append(
                     v.invalid(
                         f"spec.{name}", getattr(spec, name), "requires indexed completion mode"
@@ -504,7 +513,7 @@ def _status_counts(status: job_pb2.JobStatus) -> list[FieldError]:
     for name in ("active", "succeeded", "failed"):
         errs.extend(_non_negative(f"status.{name}", getattr(status, name)))
     for name in ("ready", "terminating"):
-        if status.HasField(name):
+        if _has(status, name):
             errs.extend(_non_negative(f"status.{name}", getattr(status, name)))
     seen: set[str] = set()
     uncounted = status.uncountedTerminatedPods

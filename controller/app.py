@@ -2,7 +2,7 @@
 
 `ControllerManager.start()` serves gRPC health on the bind address and starts `run()`, which
 campaigns for the Lease kube-system/tinykube-controller-manager. While leading it runs one
-informer per kind (pods, replicasets, nodes, node leases, services, endpoints, namespaces)
+informer per kind (pods, replicasets, jobs, nodes, node leases, services, endpoints, namespaces)
 shared by every controller (and PodDisruptionBudgets for the disruption controller), one work
 queue per queue-driven controller with N worker tasks each (never the same key twice at once:
 the WorkQueue guarantees it), and the node lifecycle monitor loop. Workers start only after
@@ -27,11 +27,13 @@ from google.protobuf.message import Message
 from controller.disruption import DisruptionController
 from controller.endpoints import EndpointsController
 from controller.garbagecollector import GarbageCollector
+from controller.job import JobController
 from controller.metrics import Metrics
 from controller.namespace import NamespaceController
 from controller.nodelifecycle import NODE_LEASE_NAMESPACE, NodeLifecycleController
 from controller.replicaset import ReplicaSetController
 from controller.settings import Settings
+from controller.ttlafterfinished import TTLAfterFinishedController
 from tinykube import kinds
 from tinykube.client import Client
 from tinykube.clock import Clock
@@ -51,6 +53,7 @@ EVENT_SOURCES = {
     # objects an informer handler refused (see _refused_by)
     "controller-manager": "kube-controller-manager",
     "disruption": "controllermanager",
+    "job": "job-controller",
 }
 
 
@@ -166,6 +169,8 @@ class ControllerManager:
             client.leases, namespace=NODE_LEASE_NAMESPACE, clock=self.clock
         )
         informers = [pods, rss, nodes, leases]
+        job_inf: Informer[Any] = Informer.for_resource(client.jobs, clock=self.clock)
+        informers.append(job_inf)
         queues: list[WorkQueue[str]] = []
         workers: list[tuple[str, WorkQueue[str], Callable[[str], Awaitable[None]], int]] = []
         loops: list[Callable[[], Coroutine[Any, Any, None]]] = []
@@ -189,8 +194,17 @@ class ControllerManager:
         if "garbagecollector" in s.controllers:
             gc_queue: WorkQueue[str] = WorkQueue(self.clock, name="garbagecollector")
             gc = GarbageCollector(
-                client, {"Pod": pods.store, "ReplicaSet": rss.store, "Node": nodes.store}, gc_queue
+                client,
+                {
+                    "Pod": pods.store,
+                    "ReplicaSet": rss.store,
+                    "Node": nodes.store,
+                    "Job": job_inf.store,
+                },
+                gc_queue,
+                owner_apis={"Job": client.jobs},
             )
+            job_inf.add_handler(*gc.handlers("Job"))
             pods.add_handler(*gc.handlers("Pod"))
             rss.add_handler(*gc.handlers("ReplicaSet"))
             nodes.add_handler(*gc.handlers("Node"))
@@ -233,6 +247,36 @@ class ControllerManager:
             queues.append(pdb_queue)
             self.metrics.track_queue("disruption", pdb_queue.__len__)
             workers.append(("disruption", pdb_queue, dc.sync, s.concurrent_disruption_syncs))
+
+        if "job" in s.controllers:
+            job_queue: WorkQueue[str] = WorkQueue(self.clock, name="job")
+            orphan_queue: WorkQueue[str] = WorkQueue(self.clock, name="job-orphan-pod")
+            jc = JobController(
+                client,
+                job_inf.store,
+                pods.store,
+                job_queue,
+                orphan_queue,
+                clock=self.clock,
+                recorder=recorders["job"],
+                backoff_base=s.job_backoff_base,
+                backoff_max=s.job_backoff_max,
+            )
+            job_inf.add_handler(jc.on_job_add, jc.on_job_update, jc.on_job_delete)
+            pods.add_handler(jc.on_pod_add, jc.on_pod_update, jc.on_pod_delete)
+            queues += [job_queue, orphan_queue]
+            self.metrics.track_queue("job", job_queue.__len__)
+            workers.append(("job", job_queue, jc.sync, s.concurrent_job_syncs))
+            workers.append(("job-orphan-pod", orphan_queue, jc.sync_orphan_pod, 1))
+
+        if "ttl-after-finished" in s.controllers:
+            ttl_queue: WorkQueue[str] = WorkQueue(self.clock, name="ttl_jobs_to_delete")
+            ttl = TTLAfterFinishedController(client, job_inf.store, ttl_queue, clock=self.clock)
+            job_inf.add_handler(ttl.on_job, ttl.on_job_update)
+            queues.append(ttl_queue)
+            self.metrics.track_queue("ttl-after-finished", ttl_queue.__len__)
+            n = s.concurrent_ttl_after_finished_syncs
+            workers.append(("ttl-after-finished", ttl_queue, ttl.sync, n))
 
         if "namespace" in s.controllers:
             namespaces: Informer[Any] = Informer.for_resource(client.namespaces, clock=self.clock)

@@ -70,11 +70,14 @@ class GarbageCollector:
         client: ClientAPI,
         stores: dict[str, Store[Any]],
         queue: Queue,
+        owner_apis: dict[str, ResourceAPI[Any]] | None = None,
     ) -> None:
-        """`stores` maps a kind ("Pod", "ReplicaSet", "Node") to its informer cache."""
+        """`stores` maps a kind ("Pod", "ReplicaSet", "Node") to its informer cache;
+        `owner_apis` adds the API of owner kinds the client protocol does not name ("Job")."""
         self.client = client
         self.stores = stores
         self.queue = queue
+        self.owner_apis = dict(owner_apis or {})
         self.dependent_kinds = ("Pod", "ReplicaSet")
         self.indexes = {
             kind: PodIndex(store) for kind, store in stores.items() if kind in self.dependent_kinds
@@ -85,6 +88,7 @@ class GarbageCollector:
             "Pod": self.client.pods,
             "ReplicaSet": self.client.replica_sets,
             "Node": self.client.nodes,
+            **self.owner_apis,
         }
         return apis.get(kind)
 

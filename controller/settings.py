@@ -34,6 +34,12 @@ class Settings:
     concurrent_endpoint_syncs: int = 5
     concurrent_disruption_syncs: int = 2
     concurrent_namespace_syncs: int = 10
+    concurrent_job_syncs: int = 5
+    concurrent_ttl_after_finished_syncs: int = 5
+    # The Job controller's back-off before replacing failed pods: base doubling per failure,
+    # capped (kube's DefaultJobPodFailureBackOff 10 s and MaxJobPodFailureBackOff 10 min).
+    job_backoff_base: float = 10.0
+    job_backoff_max: float = 600.0
     # --kubeconfig, --insecure and the serving certificate (tinykube/tls.py)
     security: Security = field(default_factory=Security)
     controllers: tuple[str, ...] = (
@@ -43,6 +49,8 @@ class Settings:
         "endpoints",
         "disruption",
         "namespace",
+        "job",
+        "ttl-after-finished",
     )
 
     @classmethod
@@ -130,13 +138,39 @@ class Settings:
             "--controllers",
             default="*",
             help="comma-separated controllers to run: "
-            "replicaset,nodelifecycle,garbagecollector,endpoints,disruption,namespace",
+            "replicaset,nodelifecycle,garbagecollector,endpoints,disruption,namespace,job,"
+            "ttl-after-finished",
         )
         p.add_argument(
             "--concurrent-namespace-syncs",
             type=int,
             default=10,
             help="namespaces emptied at once (default 10)",
+        )
+        p.add_argument(
+            "--concurrent-job-syncs",
+            type=int,
+            default=5,
+            help="Jobs reconciled at once (default 5)",
+        )
+        p.add_argument(
+            "--concurrent-ttl-after-finished-syncs",
+            type=int,
+            default=5,
+            help="finished Jobs checked for their TTL at once (default 5)",
+        )
+        p.add_argument(
+            "--job-backoff-base",
+            type=parse_duration,
+            default=10.0,
+            help="back-off before a failed Job pod is replaced, doubled per further failure "
+            "(default 10s)",
+        )
+        p.add_argument(
+            "--job-backoff-max",
+            type=parse_duration,
+            default=600.0,
+            help="the longest such back-off (default 10m, as Kubernetes)",
         )
         add_flags(p)
         a = p.parse_args(argv)
@@ -169,5 +203,9 @@ class Settings:
             concurrent_replicaset_syncs=a.concurrent_replicaset_syncs,
             concurrent_gc_syncs=a.concurrent_gc_syncs,
             concurrent_namespace_syncs=a.concurrent_namespace_syncs,
+            concurrent_job_syncs=a.concurrent_job_syncs,
+            concurrent_ttl_after_finished_syncs=a.concurrent_ttl_after_finished_syncs,
+            job_backoff_base=a.job_backoff_base,
+            job_backoff_max=a.job_backoff_max,
             controllers=wanted,
         )

@@ -920,6 +920,18 @@ SEEDS.update(
             "metadata": _META,
             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "seed"}}},
         },
+        "Job": {
+            "metadata": _META,
+            "spec": {
+                "completions": 2,
+                "parallelism": 2,
+                "backoffLimit": 1,
+                "template": {
+                    "metadata": {"labels": {"app": "seed"}},
+                    "spec": {**_POD_SPEC, "restartPolicy": "Never"},
+                },
+            },
+        },
         "Role": {"metadata": _META, "rules": _RULES},
         "ClusterRole": {"metadata": {"labels": {"app": "seed"}}, "rules": _RULES},
         "RoleBinding": {

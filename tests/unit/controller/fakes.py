@@ -24,7 +24,7 @@ from tinykube.errors import (
     NotFoundError,
     PreconditionFailedError,
 )
-from tinykube.v1 import lease_pb2, node_pb2, pod_pb2, replicaset_pb2
+from tinykube.v1 import job_pb2, lease_pb2, node_pb2, pod_pb2, replicaset_pb2
 
 M = TypeVar("M", bound=Message)
 
@@ -161,6 +161,7 @@ class FakeClient:
         self.nodes = FakeResource("Node", node_pb2.Node, clock, rv)
         self.replica_sets = FakeResource("ReplicaSet", replicaset_pb2.ReplicaSet, clock, rv)
         self.leases = FakeResource("Lease", lease_pb2.Lease, clock, rv)
+        self.jobs = FakeResource("Job", job_pb2.Job, clock, rv)
 
 
 class FakeStore(Generic[M]):
@@ -175,6 +176,10 @@ class FakeStore(Generic[M]):
 
     def catch_up(self) -> None:
         self._frozen = None
+
+    @property
+    def lagging(self) -> bool:
+        return self._frozen is not None
 
     def _objects(self) -> dict[str, M]:
         return self._frozen if self._frozen is not None else self.resource.objects
