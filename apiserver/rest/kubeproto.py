@@ -108,7 +108,9 @@ def self_subject_access_review(body: bytes) -> dict[str, Any]:
 # ---- stored kinds ----------------------------------------------------------------------------
 
 # A field: (JSON name, type), type one of "string", "int", "bool", "strings" (repeated), "map"
-# (map<string,string>) or the name of a nested schema ("+Name" for a repeated one).
+# (map<string,string>) or the name of a nested schema ("+Name" for a repeated one). "int?" and
+# "bool?" are pointer fields (Kubernetes' optional ones): kept when zero, as their presence
+# is what they say (a Job's backoffLimit 0 is not an unset one).
 Schema = dict[int, tuple[str, str]]
 
 _NESTED: dict[str, Schema] = {
@@ -134,6 +136,55 @@ _NESTED: dict[str, Schema] = {
     },
     "NamespaceSpec": {1: ("finalizers", "strings")},
     "NamespaceStatus": {1: ("phase", "string")},
+    # k8s.io/api batch/v1 and core/v1 generated.proto numbering: what `kubectl create job`
+    # sends (and the common fields of a template).
+    "JobSpec": {
+        1: ("parallelism", "int?"),
+        2: ("completions", "int?"),
+        3: ("activeDeadlineSeconds", "int?"),
+        4: ("selector", "LabelSelector"),
+        5: ("manualSelector", "bool?"),
+        6: ("template", "PodTemplateSpec"),
+        7: ("backoffLimit", "int?"),
+        8: ("ttlSecondsAfterFinished", "int?"),
+        9: ("completionMode", "string"),
+        10: ("suspend", "bool?"),
+        12: ("backoffLimitPerIndex", "int?"),
+        13: ("maxFailedIndexes", "int?"),
+        14: ("podReplacementPolicy", "string"),
+    },
+    "LabelSelector": {
+        1: ("matchLabels", "map"),
+        2: ("matchExpressions", "+LabelSelectorRequirement"),
+    },
+    "LabelSelectorRequirement": {
+        1: ("key", "string"),
+        2: ("operator", "string"),
+        3: ("values", "strings"),
+    },
+    "PodTemplateSpec": {1: ("metadata", "ObjectMeta"), 2: ("spec", "PodSpec")},
+    "PodSpec": {
+        2: ("containers", "+Container"),
+        3: ("restartPolicy", "string"),
+        4: ("terminationGracePeriodSeconds", "int?"),
+        6: ("dnsPolicy", "string"),
+        7: ("nodeSelector", "map"),
+        10: ("nodeName", "string"),
+        16: ("hostname", "string"),
+        19: ("schedulerName", "string"),
+        20: ("initContainers", "+Container"),
+        24: ("priorityClassName", "string"),
+    },
+    "Container": {
+        1: ("name", "string"),
+        2: ("image", "string"),
+        3: ("command", "strings"),
+        4: ("args", "strings"),
+        5: ("workingDir", "string"),
+        7: ("env", "+EnvVar"),
+        14: ("imagePullPolicy", "string"),
+    },
+    "EnvVar": {1: ("name", "string"), 2: ("value", "string")},
 }
 # The stored kinds whose protobuf bodies are read, by (apiVersion, kind).
 SCHEMAS: dict[tuple[str, str], Schema] = {
@@ -142,6 +193,7 @@ SCHEMAS: dict[tuple[str, str], Schema] = {
         2: ("spec", "NamespaceSpec"),
         3: ("status", "NamespaceStatus"),
     },
+    ("batch/v1", "Job"): {1: ("metadata", "ObjectMeta"), 2: ("spec", "JobSpec")},
 }
 
 
@@ -164,6 +216,7 @@ def _text(value: int | bytes) -> str:
 
 def _message(data: bytes, schema: Schema) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    present: set[str] = set()
     for number, value in fields(data):
         field = schema.get(number)
         if field is None:
@@ -171,10 +224,14 @@ def _message(data: bytes, schema: Schema) -> dict[str, Any]:
         name, type_ = field
         if type_ == "string":
             out[name] = _text(value)
-        elif type_ in ("int", "bool"):
+        elif type_.rstrip("?") in ("int", "bool"):
             if not isinstance(value, int):
                 raise _bad(f"{name} is not a number")
-            out[name] = bool(value) if type_ == "bool" else value
+            if type_.endswith("?"):
+                present.add(name)
+            if value >= 1 << 63:  # a negative number: ten bytes of two's complement
+                value -= 1 << 64
+            out[name] = bool(value) if type_.startswith("bool") else value
         elif type_ == "strings":
             out.setdefault(name, []).append(_text(value))
         elif type_ == "map":
@@ -190,7 +247,7 @@ def _message(data: bytes, schema: Schema) -> dict[str, Any]:
                 out.setdefault(name, []).append(nested)
             else:
                 out[name] = nested
-    return {k: v for k, v in out.items() if v not in ("", {}, [], 0, False)}
+    return {k: v for k, v in out.items() if k in present or v not in ("", {}, [], 0, False)}
 
 
 def decode(body: bytes) -> dict[str, Any]:

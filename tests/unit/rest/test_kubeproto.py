@@ -85,3 +85,45 @@ def test_bodies_that_cannot_be_read_are_bad_requests(body: bytes, detail: str) -
 def test_only_the_kinds_with_a_schema_are_supported() -> None:
     assert kubeproto.supports("v1", "Namespace")
     assert not kubeproto.supports("v1", "Pod")
+
+
+def varint(number: int, value: int) -> bytes:
+    out = bytearray([number << 3])
+    value &= (1 << 64) - 1
+    while True:
+        low = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+def test_what_kubectl_create_job_sends() -> None:
+    """`kubectl create job hello --image=busybox -- sh -c true`: batch/v1 numbering, pointer
+    fields kept when zero (backoffLimit 0 is not unset), negative numbers as Go writes them."""
+    container = text(1, "hello") + text(2, "busybox") + text(3, "sh") + text(3, "-c")
+    container += text(3, "true") + field(8, b"")
+    pod_spec = field(2, container) + text(3, "Never")
+    template = field(1, b"") + field(2, pod_spec)
+    spec = field(6, template) + varint(7, 0) + varint(1, -1) + varint(10, 0)
+    body = envelope("batch/v1", "Job", field(1, text(1, "hello")) + field(2, spec))
+    assert kubeproto.decode(body) == {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "hello"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "hello", "image": "busybox", "command": ["sh", "-c", "true"]}
+                    ],
+                    "restartPolicy": "Never",
+                }
+            },
+            "backoffLimit": 0,
+            "parallelism": -1,
+            "suspend": False,
+        },
+    }
