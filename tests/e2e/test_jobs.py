@@ -262,3 +262,38 @@ spec:
 
     until(job_gone, "the finished Job to be deleted 1 s after it finished")
     until(lambda: not job_pods(tinykube_up, "shortlived"), "its pods to go with it")
+
+
+def test_delete_with_cascade_orphan_keeps_the_pods_and_lets_them_go(tinykube_up: UpCluster) -> None:
+    manifest = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: keeper
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: main
+        image: busybox
+        command: [sleep, "300"]
+"""
+    ok(tinykube_up.kubectl("apply", "-f", "-", stdin=manifest))
+    (pod,) = until(lambda: job_pods(tinykube_up, "keeper"), "the Job's pod")
+    name = pod["metadata"]["name"]
+    assert pod["metadata"]["finalizers"] == ["batch.kubernetes.io/job-tracking"]
+    ok(tinykube_up.kubectl("delete", "job", "keeper", "--cascade=orphan"))
+
+    def orphaned() -> dict[str, Any] | None:
+        current: dict[str, Any] = get_json(tinykube_up, "pod", name)
+        meta = current["metadata"]
+        if "ownerReferences" in meta or "finalizers" in meta:
+            return None
+        return current
+
+    # The garbage collector drops the owner reference; the Job controller its finalizer.
+    orphan = until(orphaned, "the pod to be orphaned and let go by the Job controller")
+    assert "deletionTimestamp" not in orphan["metadata"]
+    ok(tinykube_up.kubectl("delete", "pod", name, "--wait=false"))

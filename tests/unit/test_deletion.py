@@ -35,6 +35,10 @@ from tinykube.errors import InvalidError
         # Events are never collected: propagation finalizers are neither added nor kept.
         ("Event", [], "Orphan", []),
         ("Event", ["orphan", "x.io/a"], "", ["x.io/a"]),
+        # batch/v1 Jobs orphan their pods unless told otherwise (kubectl says Background).
+        ("Job", [], "", ["orphan"]),
+        ("Job", [], "Background", []),
+        ("Job", ["foregroundDeletion"], "", ["foregroundDeletion"]),
     ],
 )
 def test_gc_finalizers(kind: str, finalizers: list[str], policy: str, expected: list[str]) -> None:
@@ -43,7 +47,12 @@ def test_gc_finalizers(kind: str, finalizers: list[str], policy: str, expected: 
 
 @pytest.mark.parametrize(
     ("kind", "expected"),
-    [("ReplicaSet", "Background"), ("Pod", "Background"), ("Event", "Unsupported")],
+    [
+        ("ReplicaSet", "Background"),
+        ("Pod", "Background"),
+        ("Event", "Unsupported"),
+        ("Job", "Orphan"),
+    ],
 )
 def test_default_policy(kind: str, expected: str) -> None:
     assert default_policy(kind) == expected
