@@ -295,5 +295,6 @@ spec:
 
     # The garbage collector drops the owner reference; the Job controller its finalizer.
     orphan = until(orphaned, "the pod to be orphaned and let go by the Job controller")
+    assert orphan is not None
     assert "deletionTimestamp" not in orphan["metadata"]
     ok(tinykube_up.kubectl("delete", "pod", name, "--wait=false"))
