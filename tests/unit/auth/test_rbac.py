@@ -269,6 +269,8 @@ NOBODY = Identity("mallory", (AUTHENTICATED,))
 ANONYMOUS = Identity("system:anonymous", ("system:unauthenticated",))
 
 LEASES = "coordination.k8s.io"
+JOB_SA = Identity("system:serviceaccount:kube-system:job-controller", (AUTHENTICATED,))
+TTL_SA = Identity("system:serviceaccount:kube-system:ttl-after-finished-controller", ())
 
 
 def a(verb: str, resource: str, group: str = "", **kw: Any) -> Attributes:
@@ -285,6 +287,18 @@ GRANTS = [
     (VIEWER, a("list", "leases", LEASES, namespace="team"), False),  # view has no leases
     (VIEWER, a("list", "pods", namespace="other"), False),
     (VIEWER, a("list", "nodes"), False),
+    (VIEWER, a("list", "jobs", "batch", namespace="team"), True),
+    (VIEWER, a("get", "jobs", "batch", subresource="status", namespace="team", name="j"), True),
+    (VIEWER, a("create", "jobs", "batch", namespace="team"), False),
+    (EDITOR, a("create", "jobs", "batch", namespace="team"), True),
+    (EDITOR, a("delete", "jobs", "batch", namespace="team", name="j"), True),
+    (EDITOR, a("update", "jobs", "batch", subresource="status", namespace="team", name="j"), False),
+    (JOB_SA, a("update", "jobs", "batch", subresource="status", namespace="x", name="j"), True),
+    (JOB_SA, a("update", "pods", namespace="x", name="p"), True),  # the tracking finalizer
+    (JOB_SA, a("create", "events", namespace="x"), True),
+    (JOB_SA, a("update", "replicasets", "apps", namespace="x", name="r"), False),
+    (TTL_SA, a("delete", "jobs", "batch", namespace="x", name="j"), True),
+    (TTL_SA, a("create", "pods", namespace="x"), False),
     (EDITOR, a("create", "pods", namespace="team"), True),
     (EDITOR, a("delete", "replicasets", "apps", namespace="team", name="web"), True),
     (EDITOR, a("update", "leases", LEASES, namespace="team", name="x"), True),
