@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from controller.api import ClientAPI, PodIndex, Queue, Store
@@ -70,9 +70,12 @@ class GarbageCollector:
         client: ClientAPI,
         stores: dict[str, Store[Any]],
         queue: Queue,
+        apis: Mapping[str, ResourceAPI[Any]] | None = None,
     ) -> None:
-        """`stores` maps a kind ("Pod", "ReplicaSet", "Node") to its informer cache."""
+        """`stores` maps a kind ("Pod", "ReplicaSet", "Node") to its informer cache; `apis` adds
+        the API of owner kinds beyond pods, ReplicaSets and nodes ("Deployment")."""
         self.client = client
+        self.apis = dict(apis or {})
         self.stores = stores
         self.queue = queue
         self.dependent_kinds = ("Pod", "ReplicaSet")
@@ -85,6 +88,7 @@ class GarbageCollector:
             "Pod": self.client.pods,
             "ReplicaSet": self.client.replica_sets,
             "Node": self.client.nodes,
+            **self.apis,
         }
         return apis.get(kind)
 
