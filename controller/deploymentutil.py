@@ -85,7 +85,9 @@ def replicas_of(obj: Deployment | ReplicaSet) -> int:
 
 def scaled_value(value: Value, total: int, round_up: bool) -> int:
     """Kubernetes' GetScaledValueFromIntOrPercent: a number as is, "N%" of `total` rounded up or
-    down. Raises ValueError for anything else (validation keeps such values out)."""
+    down, unset as 0. Raises ValueError for anything else (validation keeps such values out)."""
+    if value.WhichOneof("kind") in (None, "null_value"):
+        return 0  # unset counts as 0, as Kubernetes' ValueOrDefault(nil, 0)
     held = int_or_string(value)
     if isinstance(held, int):
         return held
