@@ -308,13 +308,42 @@ def fnv32a(data: bytes) -> int:
     return h
 
 
+def _pruned(value: Any) -> Any:
+    """`value` without empty objects and lists, recursively: `resources: {}` is no resources.
+
+    Go compares struct fields by value, so Kubernetes sees an empty ResourceRequirements and a
+    missing one as the same template; a protobuf message that is set but empty is not equal
+    to an unset one, and `kubectl rollout undo` sends such empty objects back.
+    """
+    if isinstance(value, dict):
+        out = {k: p for k, v in value.items() if (p := _pruned(v)) not in ({}, [])}
+        return out
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
+
+
+def canonical_template(template: replicaset_pb2.PodTemplateSpec) -> dict[str, Any]:
+    """The template as Kubernetes JSON, without the pod-template-hash label and empty parts."""
+    doc: dict[str, Any] = _pruned(to_dict(template))
+    labels = doc.get("metadata", {}).get("labels")
+    if labels is not None and POD_TEMPLATE_HASH_LABEL in labels:
+        labels = {k: v for k, v in labels.items() if k != POD_TEMPLATE_HASH_LABEL}
+        doc["metadata"] = {**doc["metadata"], "labels": labels}
+        if not labels:
+            del doc["metadata"]["labels"]
+        if not doc["metadata"]:
+            del doc["metadata"]
+    return doc
+
+
 def template_bytes(template: replicaset_pb2.PodTemplateSpec) -> bytes:
-    """The bytes hashed for a template: its Kubernetes JSON with sorted keys and no spaces.
+    """The bytes hashed for a template: its canonical JSON with sorted keys and no spaces.
 
     Kubernetes hashes Go's spew dump of the PodTemplateSpec struct instead; the JSON says the
-    same (every set field, nothing unset) in a form a Python program can reproduce.
+    same (every set field, nothing empty) in a form a Python program can reproduce.
     """
-    return json.dumps(to_dict(template), sort_keys=True, separators=(",", ":")).encode()
+    return json.dumps(_pruned(to_dict(template)), sort_keys=True, separators=(",", ":")).encode()
 
 
 def compute_hash(template: replicaset_pb2.PodTemplateSpec, collision_count: int | None) -> str:
@@ -327,18 +356,11 @@ def compute_hash(template: replicaset_pb2.PodTemplateSpec, collision_count: int 
     return safe_encode_string(str(fnv32a(data)))
 
 
-def _without_hash(template: replicaset_pb2.PodTemplateSpec) -> replicaset_pb2.PodTemplateSpec:
-    out = replicaset_pb2.PodTemplateSpec()
-    out.CopyFrom(template)
-    out.metadata.labels.pop(POD_TEMPLATE_HASH_LABEL, None)
-    return out
-
-
 def equal_ignore_hash(a: replicaset_pb2.PodTemplateSpec, b: replicaset_pb2.PodTemplateSpec) -> bool:
-    """The templates are equal but for the pod-template-hash label."""
+    """The templates are equal but for the pod-template-hash label (and empty parts)."""
     if a == b:
         return True
-    return _without_hash(a) == _without_hash(b)
+    return canonical_template(a) == canonical_template(b)
 
 
 def find_new_rs(d: Deployment, rss: Sequence[ReplicaSet]) -> ReplicaSet | None:

@@ -1,6 +1,8 @@
-"""The few Kubernetes protobuf bodies tinykube must read: a SelfSubjectAccessReview, Namespaces.
+"""The few Kubernetes protobuf bodies tinykube must read: a SelfSubjectAccessReview, Namespaces,
+Deployments.
 
-kubectl's typed clients (`kubectl auth can-i`, `kubectl create namespace`) post built-in kinds
+kubectl's typed clients (`kubectl auth can-i`, `kubectl create namespace`, `kubectl create
+deployment`) post built-in kinds
 as application/vnd.kubernetes.protobuf: the magic bytes "k8s\\0", then a runtime.Unknown
 (typeMeta 1, raw 2) whose raw bytes are the object in k8s.io/api's generated.proto numbering.
 `self_subject_access_review(body)` turns one into the JSON dict the review code reads;
@@ -108,7 +110,8 @@ def self_subject_access_review(body: bytes) -> dict[str, Any]:
 # ---- stored kinds ----------------------------------------------------------------------------
 
 # A field: (JSON name, type), type one of "string", "int", "bool", "strings" (repeated), "map"
-# (map<string,string>) or the name of a nested schema ("+Name" for a repeated one).
+# (map<string,string>), "optint" (an optional int: kept when 0), "intorstring" or the name of a
+# nested schema ("+Name" for a repeated one).
 Schema = dict[int, tuple[str, str]]
 
 _NESTED: dict[str, Schema] = {
@@ -133,6 +136,60 @@ _NESTED: dict[str, Schema] = {
         7: ("blockOwnerDeletion", "bool"),
     },
     "NamespaceSpec": {1: ("finalizers", "strings")},
+    # apps/v1 and core/v1 as `kubectl create deployment` fills them (--image, --replicas,
+    # --port, and the command after --).
+    "DeploymentSpec": {
+        1: ("replicas", "optint"),
+        2: ("selector", "LabelSelector"),
+        3: ("template", "PodTemplateSpec"),
+        4: ("strategy", "DeploymentStrategy"),
+        5: ("minReadySeconds", "int"),
+        6: ("revisionHistoryLimit", "optint"),
+        7: ("paused", "bool"),
+        9: ("progressDeadlineSeconds", "optint"),
+    },
+    "DeploymentStrategy": {1: ("type", "string"), 2: ("rollingUpdate", "RollingUpdateDeployment")},
+    "RollingUpdateDeployment": {
+        1: ("maxUnavailable", "intorstring"),
+        2: ("maxSurge", "intorstring"),
+    },
+    "LabelSelector": {
+        1: ("matchLabels", "map"),
+        2: ("matchExpressions", "+LabelSelectorRequirement"),
+    },
+    "LabelSelectorRequirement": {
+        1: ("key", "string"),
+        2: ("operator", "string"),
+        3: ("values", "strings"),
+    },
+    "PodTemplateSpec": {1: ("metadata", "ObjectMeta"), 2: ("spec", "PodSpec")},
+    "PodSpec": {
+        2: ("containers", "+Container"),
+        3: ("restartPolicy", "string"),
+        4: ("terminationGracePeriodSeconds", "optint"),
+        6: ("dnsPolicy", "string"),
+        7: ("nodeSelector", "map"),
+        10: ("nodeName", "string"),
+        19: ("schedulerName", "string"),
+    },
+    "Container": {
+        1: ("name", "string"),
+        2: ("image", "string"),
+        3: ("command", "strings"),
+        4: ("args", "strings"),
+        5: ("workingDir", "string"),
+        6: ("ports", "+ContainerPort"),
+        7: ("env", "+EnvVar"),
+        14: ("imagePullPolicy", "string"),
+    },
+    "ContainerPort": {
+        1: ("name", "string"),
+        2: ("hostPort", "int"),
+        3: ("containerPort", "int"),
+        4: ("protocol", "string"),
+        5: ("hostIP", "string"),
+    },
+    "EnvVar": {1: ("name", "string"), 2: ("value", "string")},
     "NamespaceStatus": {1: ("phase", "string")},
 }
 # The stored kinds whose protobuf bodies are read, by (apiVersion, kind).
@@ -142,6 +199,8 @@ SCHEMAS: dict[tuple[str, str], Schema] = {
         2: ("spec", "NamespaceSpec"),
         3: ("status", "NamespaceStatus"),
     },
+    # The status is the controller's: a create's is dropped anyway.
+    ("apps/v1", "Deployment"): {1: ("metadata", "ObjectMeta"), 2: ("spec", "DeploymentSpec")},
 }
 
 
@@ -164,12 +223,30 @@ def _text(value: int | bytes) -> str:
 
 def _message(data: bytes, schema: Schema) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    kept: set[str] = set()
     for number, value in fields(data):
         field = schema.get(number)
         if field is None:
             continue
         name, type_ = field
-        if type_ == "string":
+        if type_ == "optint":
+            if not isinstance(value, int):
+                raise _bad(f"{name} is not a number")
+            out[name] = _signed(value)
+            kept.add(name)
+        elif type_ == "intorstring":
+            if not isinstance(value, bytes):
+                raise _bad(f"{name} is not an IntOrString")
+            parts = dict(fields(value))
+            if parts.get(1, 0) == 1:
+                out[name] = _text(parts.get(3, b""))
+            else:
+                number_value = parts.get(2, 0)
+                if not isinstance(number_value, int):
+                    raise _bad(f"{name} is not a number")
+                out[name] = _signed(number_value)
+            kept.add(name)
+        elif type_ == "string":
             out[name] = _text(value)
         elif type_ in ("int", "bool"):
             if not isinstance(value, int):
@@ -190,7 +267,12 @@ def _message(data: bytes, schema: Schema) -> dict[str, Any]:
                 out.setdefault(name, []).append(nested)
             else:
                 out[name] = nested
-    return {k: v for k, v in out.items() if v not in ("", {}, [], 0, False)}
+    return {k: v for k, v in out.items() if k in kept or v not in ("", {}, [], 0, False)}
+
+
+def _signed(value: int) -> int:
+    """A varint as the int32/int64 it encodes (negative numbers are ten-byte varints)."""
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 def decode(body: bytes) -> dict[str, Any]:

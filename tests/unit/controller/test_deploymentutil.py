@@ -346,6 +346,11 @@ def test_hash_follows_the_template_and_the_collision_count() -> None:
     labelled = _template("nginx:1")
     labelled.metadata.labels[du.POD_TEMPLATE_HASH_LABEL] = ha
     assert du.equal_ignore_hash(labelled, a) and not du.equal_ignore_hash(labelled, b)
+    # An empty part is no part (`kubectl rollout undo` sends `resources: {}` back).
+    emptied = _template("nginx:1")
+    emptied.spec.containers[0].resources.SetInParent()
+    assert emptied != a and du.equal_ignore_hash(emptied, a)
+    assert du.compute_hash(emptied, None) == ha
 
 
 # ---- revisions and annotations ----------------------------------------------------------------
