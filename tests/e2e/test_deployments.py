@@ -3,7 +3,9 @@
 `create deployment`, `get deploy -o wide`, `describe`, `scale`, `set image`, and `rollout status |
 history | undo [--to-revision] | pause | resume | restart` (kubectl does undo, restart and set
 image client-side with JSON and strategic merge patches), then deletion through the garbage
-collector. One Deployment walks through the verbs in order, as a user would.
+collector. One Deployment walks through the verbs in order, as a user would. A second one is
+rolled to a command that cannot start: it stalls within maxUnavailable and maxSurge until its
+progress deadline, and `rollout undo` recovers it.
 """
 
 from __future__ import annotations
@@ -158,3 +160,54 @@ REVISION  CHANGE-CAUSE
         ),
         "the ReplicaSets and pods of the deleted Deployment to go",
     )
+
+
+STALLING = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: stall}
+spec:
+  replicas: 4
+  progressDeadlineSeconds: 8
+  selector: {matchLabels: {app: stall}}
+  strategy: {rollingUpdate: {maxSurge: 1, maxUnavailable: 1}}
+  template:
+    metadata: {labels: {app: stall}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - {name: main, image: busybox, command: [sleep, "3600"]}
+"""
+
+
+def test_a_rollout_that_never_becomes_ready_stalls_and_undo_recovers(
+    tinykube_up: UpCluster,
+) -> None:
+    """Pods whose command cannot start never become Ready: the rollout stops at maxUnavailable
+    and maxSurge, `rollout status` reports the deadline, and `rollout undo` brings it back."""
+    k = tinykube_up.kubectl
+    ok(k("apply", "-f", "-", stdin=STALLING))
+    out = ok(k("rollout", "status", "deployment/stall", "--timeout=60s", timeout=90))
+    assert out.endswith('deployment "stall" successfully rolled out\n')
+    command = "/spec/template/spec/containers/0/command"
+    patch = f'[{{"op": "replace", "path": "{command}", "value": ["no-such-command"]}}]'
+    ok(k("patch", "deployment", "stall", "--type=json", "-p", patch))
+    failed = k("rollout", "status", "deployment/stall", "--timeout=60s", timeout=90)
+    assert failed.code == 1, failed
+    assert failed.err == 'error: deployment "stall" exceeded its progress deadline\n'
+    d = _json(tinykube_up, "deploy", "stall")
+    progressing = {c["type"]: c for c in d["status"]["conditions"]}["Progressing"]
+    assert (progressing["status"], progressing["reason"]) == ("False", "ProgressDeadlineExceeded")
+    # Never below replicas - maxUnavailable available, never above replicas + maxSurge pods.
+    rss = _json(tinykube_up, "rs", "-l", "app=stall")["items"]
+    assert d["status"].get("availableReplicas") == 3, (d["status"], [r["status"] for r in rss])
+    sizes = sorted(
+        rs["spec"]["replicas"] for rs in _json(tinykube_up, "rs", "-l", "app=stall")["items"]
+    )
+    assert sizes == [2, 3]
+    assert ok(k("rollout", "undo", "deployment/stall")) == "deployment.apps/stall rolled back\n"
+    out = ok(k("rollout", "status", "deployment/stall", "--timeout=60s", timeout=90))
+    assert out.endswith('deployment "stall" successfully rolled out\n')
+    d = _json(tinykube_up, "deploy", "stall")
+    assert d["status"]["availableReplicas"] == 4 and d["status"]["updatedReplicas"] == 4
+    ok(k("delete", "deployment", "stall"))
