@@ -397,7 +397,7 @@ class DeploymentController:
     # ---- scaling ----
 
     async def _scale_rs(
-        self, d: Deployment, rs: ReplicaSet, new_scale: int, operation: str = ""
+        self, d: Deployment, rs: ReplicaSet, new_scale: int
     ) -> tuple[bool, ReplicaSet]:
         """scaleReplicaSet: the size and the desired/max annotations; an Event when the size
         changed. Returns (scaled, the ReplicaSet as stored)."""
@@ -413,7 +413,7 @@ class DeploymentController:
         du.set_replicas_annotations(updated, du.replicas_of(d), max_replicas)
         stored = await self.client.replica_sets.update(updated)
         if size_changes:
-            op = operation or ("up" if old_scale < new_scale else "down")
+            op = "up" if old_scale < new_scale else "down"
             await self.recorder.record(
                 d,
                 "Normal",
@@ -460,12 +460,10 @@ class DeploymentController:
             return
         if du.is_rolling_update(d):
             all_rss = du.active([*old_rss, new_rs])
-            allowed = du.replicas_of(d) + du.max_surge(d) if du.replicas_of(d) > 0 else 0
-            to_add = allowed - du.spec_total(all_rss)
-            operation = "up" if to_add > 0 else "down" if to_add < 0 else ""
             sizes = du.proportional_sizes(d, all_rss)
             for rs in all_rss:
-                await self._scale_rs(d, rs, sizes[rs.metadata.name], operation)
+                # Every one, unchanged sizes too: their replica annotations follow the resize.
+                await self._scale_rs(d, rs, sizes[rs.metadata.name])
 
     async def _sync_scale(self, d: Deployment, rss: list[ReplicaSet], now: datetime) -> None:
         """Kubernetes' sync(): scale only (paused, or resized), then status."""

@@ -276,6 +276,10 @@ async def test_scaling_mid_rollout_is_proportional() -> None:
     await env.ctrl.sync("default/web")
     # 25 = 20 + 5 surge, shared as 8:5 of the 13 (8*25/13 = 15.4, 5*25/13 = 9.6)
     assert env.sizes() == {v1: 15, new: 10}
+    assert env.scaling_events()[-2:] == [
+        f"Scaled up replica set {name} from {old} to {size}"
+        for name, old, size in sorted([(v1, 8, 15), (new, 5, 10)], key=lambda x: -x[1])
+    ]
     ann = env.rss()[v1].metadata.annotations
     assert (ann[du.DESIRED_REPLICAS_ANNOTATION], ann[du.MAX_REPLICAS_ANNOTATION]) == ("20", "25")
 
