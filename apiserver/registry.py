@@ -21,6 +21,7 @@ from apiserver import batch, podmutation, validation
 from tinykube.errors import FieldError
 from tinykube.kinds import (
     CLUSTER_ROLE_BINDING,
+    DEPLOYMENT,
     EVENT,
     JOB,
     LEASE,
@@ -36,7 +37,7 @@ from tinykube.kinds import (
     KindInfo,
 )
 from tinykube.meta import int_or_string, int_or_string_problem, set_int_or_string, set_timestamp
-from tinykube.v1 import namespace_pb2, pod_pb2, service_pb2
+from tinykube.v1 import deployment_pb2, namespace_pb2, pod_pb2, service_pb2
 
 # Fields every kind supports in field selectors.
 META_FIELDS = ("metadata.name", "metadata.namespace")
@@ -163,6 +164,31 @@ def _has_spec(info: KindInfo) -> bool:
     return "spec" in info.message.DESCRIPTOR.fields_by_name
 
 
+DEFAULT_MAX_SURGE = "25%"
+DEFAULT_MAX_UNAVAILABLE = "25%"
+
+
+def default_deployment_spec(spec: deployment_pb2.DeploymentSpec) -> None:
+    """Kubernetes' apps/v1 Deployment defaults: 1 replica, RollingUpdate with 25% surge and 25%
+    unavailable, 10 old ReplicaSets kept, a 600 s progress deadline."""
+    if not spec.HasField("replicas"):
+        spec.replicas = 1
+    strategy = spec.strategy
+    if not strategy.type:
+        strategy.type = "RollingUpdate"
+    if strategy.type == "RollingUpdate":
+        ru = strategy.rollingUpdate
+        ru.SetInParent()  # present even when both bounds are defaulted, as Kubernetes'
+        if ru.maxUnavailable.WhichOneof("kind") in (None, "null_value"):
+            set_int_or_string(ru.maxUnavailable, DEFAULT_MAX_UNAVAILABLE)
+        if ru.maxSurge.WhichOneof("kind") in (None, "null_value"):
+            set_int_or_string(ru.maxSurge, DEFAULT_MAX_SURGE)
+    if not spec.HasField("revisionHistoryLimit"):
+        spec.revisionHistoryLimit = 10
+    if not spec.HasField("progressDeadlineSeconds"):
+        spec.progressDeadlineSeconds = 600
+
+
 def default_service_spec(spec: service_pb2.ServiceSpec) -> None:
     """Kubernetes' Service defaults: type ClusterIP, protocol TCP, targetPort = port, session
     affinity None, single-stack IPv4, traffic policies Cluster (the allocator sets clusterIPs)."""
@@ -257,6 +283,10 @@ class Strategy:
         elif kind == JOB.kind:
             batch.prepare_for_create(obj)  # type: ignore[arg-type]
             self._default_pod_spec(obj.spec.template.spec)  # type: ignore[attr-defined]
+        elif kind == DEPLOYMENT.kind:
+            obj.ClearField("status")
+            default_deployment_spec(obj.spec)  # type: ignore[attr-defined]
+            self._default_pod_spec(obj.spec.template.spec)  # type: ignore[attr-defined]
         elif kind == SERVICE.kind:
             obj.ClearField("status")
             default_service_spec(obj.spec)  # type: ignore[attr-defined]
@@ -343,6 +373,13 @@ class Strategy:
         elif self.info.kind == JOB.kind:
             batch.prepare_for_update(target, old)  # type: ignore[arg-type]
             self._default_pod_spec(target.spec.template.spec)
+        elif self.info.kind == DEPLOYMENT.kind:
+            default_deployment_spec(target.spec)
+            self._default_pod_spec(target.spec.template.spec)
+            # As Kubernetes' deployment strategy: annotations are copied to the ReplicaSets, so
+            # a change to them is a new generation too.
+            if target.metadata.annotations != old.metadata.annotations:  # type: ignore[attr-defined]
+                target.metadata.generation = old.metadata.generation + 1  # type: ignore[attr-defined]
         elif self.info.kind == SERVICE.kind:
             default_service_spec(target.spec)
             keep_service_allocations(target.spec, old.spec)  # type: ignore[attr-defined]
@@ -356,6 +393,12 @@ class Strategy:
         merged = type(old)()
         merged.CopyFrom(old)
         merged.status.CopyFrom(new.status)  # type: ignore[attr-defined]
+        if self.info.kind == DEPLOYMENT.kind:
+            # Kubernetes' deployment status strategy keeps only spec and labels: the controller
+            # records the current revision annotation with the status.
+            annotations = merged.metadata.annotations  # type: ignore[attr-defined]
+            annotations.clear()
+            annotations.update(new.metadata.annotations)  # type: ignore[attr-defined]
         return merged
 
     def prepare_for_finalize(self, new: Message, old: Message) -> Message:

@@ -24,6 +24,7 @@ from tinykube.errors import FieldError
 from tinykube.kinds import (
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
+    DEPLOYMENT,
     ENDPOINTS,
     EVENT,
     LEASE,
@@ -58,6 +59,7 @@ from tinykube.selectors import (
     validate_label_value,
 )
 from tinykube.v1 import (
+    deployment_pb2,
     endpoints_pb2,
     meta_pb2,
     namespace_pb2,
@@ -918,6 +920,214 @@ def validate_replica_set(rs: replicaset_pb2.ReplicaSet) -> list[FieldError]:
     return errs
 
 
+class _GoValue:
+    """A value Kubernetes prints with Go's %#v or a String method: shown as is, unquoted."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def go_string_map(labels: Mapping[str, str]) -> _GoValue:
+    """A map[string]string as Go's %#v prints it (keys sorted, as fmt sorts them)."""
+    if not labels:
+        return _GoValue("map[string]string(nil)")
+    inner = ", ".join(f"{_q(k)}:{_q(v)}" for k, v in sorted(labels.items()))
+    return _GoValue("map[string]string{" + inner + "}")
+
+
+def go_label_selector(sel: meta_pb2.LabelSelector) -> _GoValue:
+    """A metav1.LabelSelector as Go's %#v prints it, as Kubernetes' immutable-field errors do."""
+    labels = go_string_map(sel.matchLabels).text
+    if sel.matchExpressions:
+        reqs = []
+        for r in sel.matchExpressions:
+            values = (
+                "[]string{" + ", ".join(_q(v) for v in r.values) + "}"
+                if r.values
+                else "[]string(nil)"
+            )
+            reqs.append(
+                f"v1.LabelSelectorRequirement{{Key:{_q(r.key)}, Operator:{_q(r.operator)}, "
+                f"Values:{values}}}"
+            )
+        exprs = "[]v1.LabelSelectorRequirement{" + ", ".join(reqs) + "}"
+    else:
+        exprs = "[]v1.LabelSelectorRequirement(nil)"
+    return _GoValue(f"v1.LabelSelector{{MatchLabels:{labels}, MatchExpressions:{exprs}}}")
+
+
+DEPLOYMENT_STRATEGIES = ("Recreate", "RollingUpdate")
+
+
+def _int_or_string_shown(value: Value) -> _GoValue:
+    """An IntOrString as its String method prints it (Kubernetes' messages use it)."""
+    held = int_or_string(value)
+    return _GoValue(str(held) if held is not None else str(_value_text(value)))
+
+
+def _positive_int_or_percent(path: str, value: Value) -> list[FieldError]:
+    """Kubernetes' apps ValidatePositiveIntOrPercent (no upper bound)."""
+    if int_or_string_problem(value) or not _is_set(value):
+        return [invalid(path, _value_text(value), "must be an integer or percentage (e.g '5%')")]
+    held = int_or_string(value)
+    if isinstance(held, int):
+        if held < 0:
+            return [invalid(path, held, "must be greater than or equal to 0")]
+        return []
+    if held is not None and not _PERCENT_RE.match(held):
+        return [invalid(path, _GoValue(held), PERCENT_MSG)]
+    return []
+
+
+def _int_or_percent_value(value: Value) -> int:
+    """Kubernetes' getIntOrPercentValue: the number, or a percentage's number; 0 otherwise."""
+    held = int_or_string(value)
+    if isinstance(held, int):
+        return held
+    if isinstance(held, str):
+        digits = held[:-1] if held.endswith("%") else held
+        return int(digits) if digits.isdigit() else 0
+    return 0
+
+
+def validate_deployment_strategy(strategy: deployment_pb2.DeploymentStrategy) -> list[FieldError]:
+    """Kubernetes' ValidateDeploymentStrategy and ValidateRollingUpdateDeployment."""
+    path = "spec.strategy"
+    if strategy.type == "Recreate":
+        if strategy.HasField("rollingUpdate"):
+            return [
+                forbidden(
+                    f"{path}.rollingUpdate",
+                    "may not be specified when strategy `type` is 'Recreate'",
+                )
+            ]
+        return []
+    if strategy.type != "RollingUpdate":
+        return [unsupported(path, strategy.type, DEPLOYMENT_STRATEGIES)]
+    ru = strategy.rollingUpdate
+    rp = f"{path}.rollingUpdate"
+    errs = _positive_int_or_percent(f"{rp}.maxUnavailable", ru.maxUnavailable)
+    errs += _positive_int_or_percent(f"{rp}.maxSurge", ru.maxSurge)
+    if _int_or_percent_value(ru.maxUnavailable) == 0 and _int_or_percent_value(ru.maxSurge) == 0:
+        errs.append(
+            invalid(
+                f"{rp}.maxUnavailable",
+                _int_or_string_shown(ru.maxUnavailable),
+                "may not be 0 when `maxSurge` is 0",
+            )
+        )
+    held = int_or_string(ru.maxUnavailable)
+    if isinstance(held, str) and _PERCENT_RE.match(held) and int(held[:-1]) > 100:
+        errs.append(
+            invalid(f"{rp}.maxUnavailable", _GoValue(held), "must not be greater than 100%")
+        )
+    return errs
+
+
+def validate_deployment(d: deployment_pb2.Deployment) -> list[FieldError]:
+    """Kubernetes' ValidateDeploymentSpec (after the apps/v1 defaults) and its status checks."""
+    errs: list[FieldError] = []
+    spec = d.spec
+    nonneg = "must be greater than or equal to 0"
+    if spec.replicas < 0:
+        errs.append(invalid("spec.replicas", spec.replicas, nonneg))
+    sel = spec.selector
+    if not spec.HasField("selector"):
+        errs.append(required("spec.selector"))
+    else:
+        for f, m in label_selector_problems(sel, "spec.selector"):
+            errs.append(FieldError(f, m))
+        if not sel.matchLabels and not sel.matchExpressions:
+            errs.append(
+                invalid(
+                    "spec.selector",
+                    go_label_selector(sel),
+                    "empty selector is invalid for deployment",
+                )
+            )
+    tmpl = spec.template
+    errs.extend(_labels("spec.template.metadata.labels", tmpl.metadata.labels))
+    if sel.matchLabels or sel.matchExpressions:
+        try:
+            selector = from_proto(sel)
+        except SelectorError:
+            selector = None
+        if selector is not None and not selector.matches(tmpl.metadata.labels):
+            errs.append(
+                invalid(
+                    "spec.template.metadata.labels",
+                    go_string_map(tmpl.metadata.labels),
+                    "`selector` does not match template `labels`",
+                )
+            )
+    errs.extend(validate_pod_spec("spec.template.spec", tmpl.spec))
+    if tmpl.spec.restartPolicy != "Always":
+        errs.append(
+            unsupported("spec.template.spec.restartPolicy", tmpl.spec.restartPolicy, ("Always",))
+        )
+    errs.extend(validate_deployment_strategy(spec.strategy))
+    if spec.minReadySeconds < 0:
+        errs.append(invalid("spec.minReadySeconds", spec.minReadySeconds, nonneg))
+    if spec.HasField("revisionHistoryLimit") and spec.revisionHistoryLimit < 0:
+        errs.append(invalid("spec.revisionHistoryLimit", spec.revisionHistoryLimit, nonneg))
+    if spec.HasField("progressDeadlineSeconds"):
+        pds = spec.progressDeadlineSeconds
+        if pds < 0:
+            errs.append(invalid("spec.progressDeadlineSeconds", pds, nonneg))
+        if pds <= spec.minReadySeconds:
+            errs.append(
+                invalid("spec.progressDeadlineSeconds", pds, "must be greater than minReadySeconds")
+            )
+    errs.extend(validate_deployment_status(d))
+    return errs
+
+
+def validate_deployment_status(d: deployment_pb2.Deployment) -> list[FieldError]:
+    """Kubernetes' ValidateDeploymentStatus: no count is negative, and none exceeds replicas."""
+    errs: list[FieldError] = []
+    st = d.status
+    nonneg = "must be greater than or equal to 0"
+    for name, value in (
+        ("observedGeneration", st.observedGeneration),
+        ("replicas", st.replicas),
+        ("updatedReplicas", st.updatedReplicas),
+        ("readyReplicas", st.readyReplicas),
+        ("availableReplicas", st.availableReplicas),
+        ("unavailableReplicas", st.unavailableReplicas),
+    ):
+        if value < 0:
+            errs.append(invalid(f"status.{name}", value, nonneg))
+    if st.HasField("terminatingReplicas") and st.terminatingReplicas < 0:
+        errs.append(invalid("status.terminatingReplicas", st.terminatingReplicas, nonneg))
+    if st.HasField("collisionCount") and st.collisionCount < 0:
+        errs.append(invalid("status.collisionCount", st.collisionCount, nonneg))
+    msg = "cannot be greater than status.replicas"
+    if st.updatedReplicas > st.replicas:
+        errs.append(invalid("status.updatedReplicas", st.updatedReplicas, msg))
+    if st.readyReplicas > st.replicas:
+        errs.append(invalid("status.readyReplicas", st.readyReplicas, msg))
+    if st.availableReplicas > st.replicas:
+        errs.append(invalid("status.availableReplicas", st.availableReplicas, msg))
+    if st.availableReplicas > st.readyReplicas:
+        errs.append(
+            invalid(
+                "status.availableReplicas",
+                st.availableReplicas,
+                "cannot be greater than readyReplicas",
+            )
+        )
+    for i, cond in enumerate(st.conditions):
+        cp = f"status.conditions[{i}]"
+        if not cond.type:
+            errs.append(required(f"{cp}.type"))
+        if cond.status not in CONDITION_STATUSES:
+            errs.append(unsupported(f"{cp}.status", cond.status, CONDITION_STATUSES))
+    return errs
+
+
 def validate_event(event: Message) -> list[FieldError]:
     errs: list[FieldError] = []
     if event.type and event.type not in EVENT_TYPES:  # type: ignore[attr-defined]
@@ -1280,6 +1490,8 @@ def validate(info: KindInfo, obj: Message) -> list[FieldError]:
         errs.extend(validate_node(obj))  # type: ignore[arg-type]
     elif info.kind == REPLICA_SET.kind:
         errs.extend(validate_replica_set(obj))  # type: ignore[arg-type]
+    elif info.kind == DEPLOYMENT.kind:
+        errs.extend(validate_deployment(obj))  # type: ignore[arg-type]
     elif info.kind == EVENT.kind:
         errs.extend(validate_event(obj))
     elif info.kind == LEASE.kind:
@@ -1335,6 +1547,9 @@ def validate_update(info: KindInfo, new: Message, old: Message) -> list[FieldErr
         info.kind == REPLICA_SET.kind and new.spec.selector != old.spec.selector  # type: ignore[attr-defined]
     ):
         errs.append(invalid("spec.selector", "", "field is immutable"))
+    if info.kind == DEPLOYMENT.kind and new.spec.selector != old.spec.selector:  # type: ignore[attr-defined]
+        shown = go_label_selector(new.spec.selector)  # type: ignore[attr-defined]
+        errs.append(invalid("spec.selector", shown, "field is immutable"))
     if info.kind == SERVICE.kind:
         nip, oip = new.spec.clusterIP, old.spec.clusterIP  # type: ignore[attr-defined]
         if nip != oip:

@@ -2,13 +2,13 @@
 
 `ControllerManager.start()` serves gRPC health on the bind address and starts `run()`, which
 campaigns for the Lease kube-system/tinykube-controller-manager. While leading it runs one
-informer per kind (pods, replicasets, jobs, nodes, node leases, services, endpoints, namespaces)
-shared by every controller (and PodDisruptionBudgets for the disruption controller), one work
-queue per queue-driven controller with N worker tasks each (never the same key twice at once:
-the WorkQueue guarantees it), and the node lifecycle monitor loop. Workers start only after
-every informer has synced, so nothing acts on a partial picture. Leadership lost: everything
-is cancelled and the manager campaigns again with fresh caches (in-memory expectations must not
-survive a term in which another leader acted).
+informer per kind (pods, replicasets, deployments, jobs, nodes, node leases, services, endpoints,
+namespaces) shared by every controller (and PodDisruptionBudgets for the disruption
+controller), one work queue per queue-driven controller with N worker tasks each (never the
+same key twice at once: the WorkQueue guarantees it), and the node lifecycle monitor loop.
+Workers start only after every informer has synced, so nothing acts on a partial picture.
+Leadership lost: everything is cancelled and the manager campaigns again with fresh caches (in-
+memory expectations must not survive a term in which another leader acted).
 
 Concurrency: a single asyncio event loop; controllers share the informers' stores by reference.
 """
@@ -24,6 +24,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from controller.deployment import DeploymentController
 from controller.disruption import DisruptionController
 from controller.endpoints import EndpointsController
 from controller.garbagecollector import GarbageCollector
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 # (`kubectl describe rs` shows it in the From column).
 EVENT_SOURCES = {
     "replicaset": "replicaset-controller",
+    "deployment": "deployment-controller",
     "nodelifecycle": "node-controller",
     # objects an informer handler refused (see _refused_by)
     "controller-manager": "kube-controller-manager",
@@ -191,6 +193,28 @@ class ControllerManager:
             self.metrics.track_queue("replicaset", rs_queue.__len__)
             workers.append(("replicaset", rs_queue, rsc.sync, s.concurrent_replicaset_syncs))
 
+        deployments: Informer[Any] = Informer.for_resource(client.deployments, clock=self.clock)
+        informers.append(deployments)
+        if "deployment" in s.controllers:
+            d_queue: WorkQueue[str] = WorkQueue(self.clock, name="deployment")
+            dc_ = DeploymentController(
+                client,
+                deployments.store,
+                rss.store,
+                pods.store,
+                d_queue,
+                clock=self.clock,
+                recorder=recorders["deployment"],
+            )
+            deployments.add_handler(
+                dc_.on_deployment_add, dc_.on_deployment_update, dc_.on_deployment_delete
+            )
+            rss.add_handler(dc_.on_rs_add, dc_.on_rs_update, dc_.on_rs_delete)
+            pods.add_handler(on_delete=dc_.on_pod_delete)
+            queues.append(d_queue)
+            self.metrics.track_queue("deployment", d_queue.__len__)
+            workers.append(("deployment", d_queue, dc_.sync, s.concurrent_deployment_syncs))
+
         if "garbagecollector" in s.controllers:
             gc_queue: WorkQueue[str] = WorkQueue(self.clock, name="garbagecollector")
             gc = GarbageCollector(
@@ -200,14 +224,16 @@ class ControllerManager:
                     "ReplicaSet": rss.store,
                     "Node": nodes.store,
                     "Job": job_inf.store,
+                    "Deployment": deployments.store,
                 },
                 gc_queue,
-                owner_apis={"Job": client.jobs},
+                apis={"Job": client.jobs, "Deployment": client.deployments},
             )
             job_inf.add_handler(*gc.handlers("Job"))
             pods.add_handler(*gc.handlers("Pod"))
             rss.add_handler(*gc.handlers("ReplicaSet"))
             nodes.add_handler(*gc.handlers("Node"))
+            deployments.add_handler(*gc.handlers("Deployment"))
             queues.append(gc_queue)
             self.metrics.track_queue("garbagecollector", gc_queue.__len__)
             workers.append(("garbagecollector", gc_queue, gc.sync, s.concurrent_gc_syncs))

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from controller.api import ClientAPI, PodIndex, Queue, Store
@@ -70,14 +70,14 @@ class GarbageCollector:
         client: ClientAPI,
         stores: dict[str, Store[Any]],
         queue: Queue,
-        owner_apis: dict[str, ResourceAPI[Any]] | None = None,
+        apis: Mapping[str, ResourceAPI[Any]] | None = None,
     ) -> None:
-        """`stores` maps a kind ("Pod", "ReplicaSet", "Node") to its informer cache;
-        `owner_apis` adds the API of owner kinds the client protocol does not name ("Job")."""
+        """`stores` maps a kind ("Pod", "ReplicaSet", "Node") to its informer cache; `apis` adds
+        the API of owner kinds beyond pods, ReplicaSets and nodes ("Deployment", "Job")."""
         self.client = client
+        self.apis = dict(apis or {})
         self.stores = stores
         self.queue = queue
-        self.owner_apis = dict(owner_apis or {})
         self.dependent_kinds = ("Pod", "ReplicaSet")
         self.indexes = {
             kind: PodIndex(store) for kind, store in stores.items() if kind in self.dependent_kinds
@@ -88,7 +88,7 @@ class GarbageCollector:
             "Pod": self.client.pods,
             "ReplicaSet": self.client.replica_sets,
             "Node": self.client.nodes,
-            **self.owner_apis,
+            **self.apis,
         }
         return apis.get(kind)
 

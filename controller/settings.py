@@ -30,6 +30,7 @@ class Settings:
     default_unreachable_toleration_seconds: float = 300.0
     default_not_ready_toleration_seconds: float = 300.0
     concurrent_replicaset_syncs: int = 5
+    concurrent_deployment_syncs: int = 5
     concurrent_gc_syncs: int = 20
     concurrent_endpoint_syncs: int = 5
     concurrent_disruption_syncs: int = 2
@@ -44,6 +45,7 @@ class Settings:
     security: Security = field(default_factory=Security)
     controllers: tuple[str, ...] = (
         "replicaset",
+        "deployment",
         "nodelifecycle",
         "garbagecollector",
         "endpoints",
@@ -129,6 +131,12 @@ class Settings:
             help="ReplicaSets reconciled at once (default 5)",
         )
         p.add_argument(
+            "--concurrent-deployment-syncs",
+            type=int,
+            default=5,
+            help="Deployments reconciled at once (default 5)",
+        )
+        p.add_argument(
             "--concurrent-gc-syncs",
             type=int,
             default=20,
@@ -138,8 +146,8 @@ class Settings:
             "--controllers",
             default="*",
             help="comma-separated controllers to run: "
-            "replicaset,nodelifecycle,garbagecollector,endpoints,disruption,namespace,job,"
-            "ttl-after-finished",
+            "replicaset,deployment,nodelifecycle,garbagecollector,endpoints,disruption,namespace,"
+            "job,ttl-after-finished",
         )
         p.add_argument(
             "--concurrent-namespace-syncs",
@@ -201,6 +209,7 @@ class Settings:
             default_unreachable_toleration_seconds=a.default_unreachable_toleration_seconds,
             default_not_ready_toleration_seconds=a.default_not_ready_toleration_seconds,
             concurrent_replicaset_syncs=a.concurrent_replicaset_syncs,
+            concurrent_deployment_syncs=a.concurrent_deployment_syncs,
             concurrent_gc_syncs=a.concurrent_gc_syncs,
             concurrent_namespace_syncs=a.concurrent_namespace_syncs,
             concurrent_job_syncs=a.concurrent_job_syncs,

@@ -78,6 +78,7 @@ from tinykube.retry import (
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.tls import Credentials, TransportSecurityError, ambient_credentials, explain
 from tinykube.v1 import (
+    deployment_pb2,
     endpoints_pb2,
     event_pb2,
     job_pb2,
@@ -334,6 +335,11 @@ class Client:
         replicaset_pb2.ReplicaSetList,
         replicaset_pb2.ReplicaSetWatchEvent,
     ]
+    deployments: ResourceClient[
+        deployment_pb2.Deployment,
+        deployment_pb2.DeploymentList,
+        deployment_pb2.DeploymentWatchEvent,
+    ]
     events: ResourceClient[event_pb2.Event, event_pb2.EventList, event_pb2.EventWatchEvent]
     leases: ResourceClient[lease_pb2.Lease, lease_pb2.LeaseList, lease_pb2.LeaseWatchEvent]
     services: ResourceClient[
@@ -396,6 +402,7 @@ class Client:
         self.nodes = ResourceClient(kinds.NODE, self.channel, self)
         self.replica_sets = ResourceClient(kinds.REPLICA_SET, self.channel, self)
         self.events = ResourceClient(kinds.EVENT, self.channel, self)
+        self.deployments = ResourceClient(kinds.DEPLOYMENT, self.channel, self)
         self.leases = ResourceClient(kinds.LEASE, self.channel, self)
         self.services = ResourceClient(kinds.SERVICE, self.channel, self)
         self.endpoints = ResourceClient(kinds.ENDPOINTS, self.channel, self)
@@ -427,6 +434,7 @@ class Client:
                 self.namespaces,
                 self.priority_classes,
                 self.jobs,
+                self.deployments,
             )
         }
 

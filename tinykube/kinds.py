@@ -12,6 +12,8 @@ from typing import Any
 from google.protobuf.message import Message
 
 from tinykube.v1 import (
+    deployment_pb2,
+    deployment_pb2_grpc,
     endpoints_pb2,
     endpoints_pb2_grpc,
     event_pb2,
@@ -123,6 +125,23 @@ REPLICA_SET = KindInfo(
     add_servicer=replicaset_pb2_grpc.add_ReplicaSetsServicer_to_server,
     has_status=True,
     short_names=("rs", "replicaset"),
+    group="apps",
+)
+DEPLOYMENT = KindInfo(
+    kind="Deployment",
+    plural="deployments",
+    namespaced=True,
+    message=deployment_pb2.Deployment,
+    list_message=deployment_pb2.DeploymentList,
+    watch_event=deployment_pb2.DeploymentWatchEvent,
+    create_request=deployment_pb2.CreateDeploymentRequest,
+    update_request=deployment_pb2.UpdateDeploymentRequest,
+    request_field="deployment",
+    service="tinykube.v1.Deployments",
+    stub=deployment_pb2_grpc.DeploymentsStub,
+    add_servicer=deployment_pb2_grpc.add_DeploymentsServicer_to_server,
+    has_status=True,
+    short_names=("deploy", "deployment"),
     group="apps",
 )
 EVENT = KindInfo(
@@ -255,6 +274,7 @@ ALL_KINDS: tuple[KindInfo, ...] = (
     NAMESPACE,
     POD_DISRUPTION_BUDGET,
     PRIORITY_CLASS,
+    DEPLOYMENT,
 )
 
 JOB = KindInfo(
@@ -276,6 +296,8 @@ JOB = KindInfo(
 )
 ALL_KINDS += (JOB,)
 
+# Kinds with a scale subresource (autoscaling/v1 Scale over spec.replicas): kubectl scale.
+SCALABLE_KINDS: frozenset[str] = frozenset({REPLICA_SET.kind, DEPLOYMENT.kind})
 # RBAC (rbac.authorization.k8s.io/v1): what the apiserver's authorizer evaluates.
 RBAC_GROUP = "rbac.authorization.k8s.io"
 

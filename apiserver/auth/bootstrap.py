@@ -11,9 +11,9 @@ runs, and their ClusterRoleBindings. Every object carries the label
 
 What differs from kube, and why:
 - Rules name only resources tinykube serves (pods and their status, binding, eviction and log;
-  nodes, events, services, endpoints, namespaces; replicasets with status and scale; leases;
-  poddisruptionbudgets; the RBAC kinds; selfsubjectaccessreviews): secrets, configmaps,
-  volumes, jobs, deployments and the rest are left out of every role.
+  nodes, events, services, endpoints, namespaces; replicasets and deployments with status and
+  scale; leases; poddisruptionbudgets; the RBAC kinds; selfsubjectaccessreviews): secrets,
+  configmaps, volumes, jobs and the rest are left out of every role.
 - `admin`, `edit` and `view` keep their aggregationRule, and their rules are already the union
   of the roles it selects (what kube's aggregation controller would write; tinykube has no such
   controller, so a user's new aggregate-to-* role does not join them).
@@ -140,6 +140,7 @@ _AGGREGATE_TO_VIEW = (
     rule(READ, (_CORE,), ("events", "pods/status", "namespaces/status", "pods/log")),
     rule(READ, (_CORE,), ("namespaces",)),
     rule(READ, (_APPS,), ("replicasets", "replicasets/status", "replicasets/scale")),
+    rule(READ, (_APPS,), ("deployments", "deployments/status", "deployments/scale")),
     rule(READ, (_POLICY,), ("poddisruptionbudgets", "poddisruptionbudgets/status")),
     rule(READ, (_BATCH,), ("jobs", "jobs/status")),
 )
@@ -148,6 +149,7 @@ _AGGREGATE_TO_EDIT = (
     rule(("create",), (_CORE,), ("pods/eviction",)),
     rule(WRITE, (_CORE,), ("services", "events")),
     rule(WRITE, (_APPS,), ("replicasets", "replicasets/scale")),
+    rule(WRITE, (_APPS,), ("deployments", "deployments/scale")),
     rule(WRITE, (_POLICY,), ("poddisruptionbudgets",)),
     rule(WRITE, (_BATCH,), ("jobs",)),
     rule(READ_WRITE, (_COORDINATION,), ("leases",)),
@@ -309,6 +311,21 @@ def _controllers() -> list[tuple[rbac_pb2.ClusterRole, str]]:
                 rule(("update",), (_APPS,), ("replicasets/status",)),
                 rule(("update",), (_APPS,), ("replicasets/finalizers",)),
                 rule(("list", "watch", "patch", "create", "delete"), (_CORE,), ("pods",)),
+                _events(),
+            ],
+        ),
+        (
+            "deployment-controller",
+            [
+                rule(("get", "list", "watch", "update"), (_APPS,), ("deployments",)),
+                rule(("update",), (_APPS,), ("deployments/status",)),
+                rule(("update",), (_APPS,), ("deployments/finalizers",)),
+                rule(
+                    ("get", "list", "watch", "create", "update", "patch", "delete"),
+                    (_APPS,),
+                    ("replicasets",),
+                ),
+                rule(("get", "list", "update", "watch"), (_CORE,), ("pods",)),
                 _events(),
             ],
         ),

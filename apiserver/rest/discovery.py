@@ -15,7 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apiserver.rest.codec import parse_accept
-from tinykube.kinds import ALL_KINDS, JOB, NAMESPACE, POD, REPLICA_SET, SERVICE, KindInfo
+from tinykube.kinds import (
+    ALL_KINDS,
+    DEPLOYMENT,
+    JOB,
+    NAMESPACE,
+    POD,
+    REPLICA_SET,
+    SCALABLE_KINDS,
+    SERVICE,
+    KindInfo,
+)
 
 # The Kubernetes release whose API tinykube serves; "+tinykube" marks the implementation
 # (build metadata in semver terms, as vendors' builds do: v1.37.0+k3s1).
@@ -89,7 +99,7 @@ def _subresources(info: KindInfo) -> tuple[Subresource, ...]:
         # version (policy/v1); otherwise it falls back to plain deletes.
         subs.append(Subresource("eviction", "Eviction", ("create",), "policy", "v1"))
         subs.append(Subresource("log", "Pod", ("get",)))
-    if info.kind == REPLICA_SET.kind:
+    if info.kind in SCALABLE_KINDS:
         subs.append(Subresource("scale", "Scale", STATUS_VERBS, "autoscaling", "v1"))
     if info.kind == NAMESPACE.kind:
         subs.append(Subresource("finalize", "Namespace", ("update",)))
@@ -99,7 +109,7 @@ def _subresources(info: KindInfo) -> tuple[Subresource, ...]:
 
 
 # `kubectl get all` covers the kinds Kubernetes puts in the "all" category.
-_ALL_CATEGORY = {POD.kind, REPLICA_SET.kind, SERVICE.kind, JOB.kind}
+_ALL_CATEGORY = {POD.kind, REPLICA_SET.kind, SERVICE.kind, DEPLOYMENT.kind, JOB.kind}
 
 
 def _stored(info: KindInfo) -> Resource:

@@ -67,7 +67,7 @@ from tinykube.errors import (
     ResourceExpiredError,
     TinykubeError,
 )
-from tinykube.kinds import NAMESPACE, NODE, POD, REPLICA_SET
+from tinykube.kinds import NAMESPACE, NODE, POD, SCALABLE_KINDS
 from tinykube.tls import PLAINTEXT, Credentials
 from tinykube.v1 import meta_pb2, node_pb2, pod_pb2
 
@@ -345,7 +345,7 @@ class ResourceHandlers:
             if method == "PUT":
                 return await self.finalize(request, target, q, service)
             raise method_not_allowed()
-        if sub == "scale" and res.info.kind == REPLICA_SET.kind:
+        if sub == "scale" and res.info.kind in SCALABLE_KINDS:
             if method == "GET":
                 return await self.get_scale(request, target, q, service)
             if method in ("PUT", "PATCH"):
@@ -1336,7 +1336,7 @@ class ResourceHandlers:
                     await pending
             await chunks.aclose()
 
-    # ---- replicasets/scale ------------------------------------------------------------------
+    # ---- replicasets/scale, deployments/scale ----------------------------------------------------
 
     def _scale(self, rs: dict[str, Any]) -> dict[str, Any]:
         meta = rs.get("metadata", {})

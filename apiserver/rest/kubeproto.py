@@ -1,6 +1,8 @@
-"""The few Kubernetes protobuf bodies tinykube must read: a SelfSubjectAccessReview, Namespaces.
+"""The few Kubernetes protobuf bodies tinykube must read: a SelfSubjectAccessReview, Namespaces,
+Deployments, Jobs.
 
-kubectl's typed clients (`kubectl auth can-i`, `kubectl create namespace`) post built-in kinds
+kubectl's typed clients (`kubectl auth can-i`, `kubectl create namespace`, `kubectl create
+deployment`, `kubectl create job`) post built-in kinds
 as application/vnd.kubernetes.protobuf: the magic bytes "k8s\\0", then a runtime.Unknown
 (typeMeta 1, raw 2) whose raw bytes are the object in k8s.io/api's generated.proto numbering.
 `self_subject_access_review(body)` turns one into the JSON dict the review code reads;
@@ -108,9 +110,9 @@ def self_subject_access_review(body: bytes) -> dict[str, Any]:
 # ---- stored kinds ----------------------------------------------------------------------------
 
 # A field: (JSON name, type), type one of "string", "int", "bool", "strings" (repeated), "map"
-# (map<string,string>) or the name of a nested schema ("+Name" for a repeated one). "int?" and
-# "bool?" are pointer fields (Kubernetes' optional ones): kept when zero, as their presence
-# is what they say (a Job's backoffLimit 0 is not an unset one).
+# (map<string,string>), "optint" / "optbool" (Kubernetes' pointer fields: kept when zero, as
+# their presence is what they say: a Job's backoffLimit 0 is not an unset one), "intorstring" or
+# the name of a nested schema ("+Name" for a repeated one).
 Schema = dict[int, tuple[str, str]]
 
 _NESTED: dict[str, Schema] = {
@@ -135,23 +137,38 @@ _NESTED: dict[str, Schema] = {
         7: ("blockOwnerDeletion", "bool"),
     },
     "NamespaceSpec": {1: ("finalizers", "strings")},
-    "NamespaceStatus": {1: ("phase", "string")},
-    # k8s.io/api batch/v1 and core/v1 generated.proto numbering: what `kubectl create job`
-    # sends (and the common fields of a template).
+    # apps/v1 and core/v1 as `kubectl create deployment` fills them (--image, --replicas,
+    # --port, and the command after --).
+    "DeploymentSpec": {
+        1: ("replicas", "optint"),
+        2: ("selector", "LabelSelector"),
+        3: ("template", "PodTemplateSpec"),
+        4: ("strategy", "DeploymentStrategy"),
+        5: ("minReadySeconds", "int"),
+        6: ("revisionHistoryLimit", "optint"),
+        7: ("paused", "bool"),
+        9: ("progressDeadlineSeconds", "optint"),
+    },
+    # batch/v1: what `kubectl create job` sends
     "JobSpec": {
-        1: ("parallelism", "int?"),
-        2: ("completions", "int?"),
-        3: ("activeDeadlineSeconds", "int?"),
+        1: ("parallelism", "optint"),
+        2: ("completions", "optint"),
+        3: ("activeDeadlineSeconds", "optint"),
         4: ("selector", "LabelSelector"),
-        5: ("manualSelector", "bool?"),
+        5: ("manualSelector", "optbool"),
         6: ("template", "PodTemplateSpec"),
-        7: ("backoffLimit", "int?"),
-        8: ("ttlSecondsAfterFinished", "int?"),
+        7: ("backoffLimit", "optint"),
+        8: ("ttlSecondsAfterFinished", "optint"),
         9: ("completionMode", "string"),
-        10: ("suspend", "bool?"),
-        12: ("backoffLimitPerIndex", "int?"),
-        13: ("maxFailedIndexes", "int?"),
+        10: ("suspend", "optbool"),
+        12: ("backoffLimitPerIndex", "optint"),
+        13: ("maxFailedIndexes", "optint"),
         14: ("podReplacementPolicy", "string"),
+    },
+    "DeploymentStrategy": {1: ("type", "string"), 2: ("rollingUpdate", "RollingUpdateDeployment")},
+    "RollingUpdateDeployment": {
+        1: ("maxUnavailable", "intorstring"),
+        2: ("maxSurge", "intorstring"),
     },
     "LabelSelector": {
         1: ("matchLabels", "map"),
@@ -166,7 +183,7 @@ _NESTED: dict[str, Schema] = {
     "PodSpec": {
         2: ("containers", "+Container"),
         3: ("restartPolicy", "string"),
-        4: ("terminationGracePeriodSeconds", "int?"),
+        4: ("terminationGracePeriodSeconds", "optint"),
         6: ("dnsPolicy", "string"),
         7: ("nodeSelector", "map"),
         10: ("nodeName", "string"),
@@ -181,10 +198,19 @@ _NESTED: dict[str, Schema] = {
         3: ("command", "strings"),
         4: ("args", "strings"),
         5: ("workingDir", "string"),
+        6: ("ports", "+ContainerPort"),
         7: ("env", "+EnvVar"),
         14: ("imagePullPolicy", "string"),
     },
+    "ContainerPort": {
+        1: ("name", "string"),
+        2: ("hostPort", "int"),
+        3: ("containerPort", "int"),
+        4: ("protocol", "string"),
+        5: ("hostIP", "string"),
+    },
     "EnvVar": {1: ("name", "string"), 2: ("value", "string")},
+    "NamespaceStatus": {1: ("phase", "string")},
 }
 # The stored kinds whose protobuf bodies are read, by (apiVersion, kind).
 SCHEMAS: dict[tuple[str, str], Schema] = {
@@ -193,6 +219,8 @@ SCHEMAS: dict[tuple[str, str], Schema] = {
         2: ("spec", "NamespaceSpec"),
         3: ("status", "NamespaceStatus"),
     },
+    # The status is the controller's: a create's is dropped anyway.
+    ("apps/v1", "Deployment"): {1: ("metadata", "ObjectMeta"), 2: ("spec", "DeploymentSpec")},
     ("batch/v1", "Job"): {1: ("metadata", "ObjectMeta"), 2: ("spec", "JobSpec")},
 }
 
@@ -216,22 +244,35 @@ def _text(value: int | bytes) -> str:
 
 def _message(data: bytes, schema: Schema) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    present: set[str] = set()
+    kept: set[str] = set()
     for number, value in fields(data):
         field = schema.get(number)
         if field is None:
             continue
         name, type_ = field
-        if type_ == "string":
-            out[name] = _text(value)
-        elif type_.rstrip("?") in ("int", "bool"):
+        if type_ in ("optint", "optbool"):
             if not isinstance(value, int):
                 raise _bad(f"{name} is not a number")
-            if type_.endswith("?"):
-                present.add(name)
-            if value >= 1 << 63:  # a negative number: ten bytes of two's complement
-                value -= 1 << 64
-            out[name] = bool(value) if type_.startswith("bool") else value
+            out[name] = bool(value) if type_ == "optbool" else _signed(value)
+            kept.add(name)
+        elif type_ == "intorstring":
+            if not isinstance(value, bytes):
+                raise _bad(f"{name} is not an IntOrString")
+            parts = dict(fields(value))
+            if parts.get(1, 0) == 1:
+                out[name] = _text(parts.get(3, b""))
+            else:
+                number_value = parts.get(2, 0)
+                if not isinstance(number_value, int):
+                    raise _bad(f"{name} is not a number")
+                out[name] = _signed(number_value)
+            kept.add(name)
+        elif type_ == "string":
+            out[name] = _text(value)
+        elif type_ in ("int", "bool"):
+            if not isinstance(value, int):
+                raise _bad(f"{name} is not a number")
+            out[name] = bool(value) if type_ == "bool" else _signed(value)
         elif type_ == "strings":
             out.setdefault(name, []).append(_text(value))
         elif type_ == "map":
@@ -247,7 +288,12 @@ def _message(data: bytes, schema: Schema) -> dict[str, Any]:
                 out.setdefault(name, []).append(nested)
             else:
                 out[name] = nested
-    return {k: v for k, v in out.items() if k in present or v not in ("", {}, [], 0, False)}
+    return {k: v for k, v in out.items() if k in kept or v not in ("", {}, [], 0, False)}
+
+
+def _signed(value: int) -> int:
+    """A varint as the int32/int64 it encodes (negative numbers are ten-byte varints)."""
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 def decode(body: bytes) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from apiserver.rest import openapi_proto
-from tinykube.kinds import KindInfo
+from tinykube.kinds import SCALABLE_KINDS, KindInfo
 from tinykube.v1 import meta_pb2
 
 JSON = dict[str, Any]
@@ -104,6 +104,8 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "ReplicaSetSpec": ("selector",),
     "ReplicaSetCondition": ("type", "status"),
     "ReplicaSetStatus": ("replicas",),
+    "DeploymentSpec": ("selector", "template"),
+    "DeploymentCondition": ("type", "status"),
     "LabelSelectorRequirement": ("key", "operator"),
     "OwnerReference": ("apiVersion", "kind", "name", "uid"),
     "Event": ("metadata", "involvedObject"),
@@ -749,6 +751,7 @@ KUBERNETES_INT64: frozenset[tuple[str, str]] = frozenset(
         ("tinykube.v1.Toleration", "tolerationSeconds"),
         ("tinykube.v1.PodSpec", "terminationGracePeriodSeconds"),
         ("tinykube.v1.ReplicaSetStatus", "observedGeneration"),
+        ("tinykube.v1.DeploymentStatus", "observedGeneration"),
     }
 )
 
@@ -1200,7 +1203,7 @@ def _kind_paths(info: KindInfo, obj: str, lst: str, binding: str | None) -> list
                 f"status of the specified {kind}",
             )
         )
-    if kind == "ReplicaSet":
+    if kind in SCALABLE_KINDS:
         paths.append(
             _subresource_path(
                 f"{prefix}{scope}/{plural}/{{name}}/scale",

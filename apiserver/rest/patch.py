@@ -78,6 +78,7 @@ PATCH_META: dict[tuple[str, str], tuple[str, str]] = {
     ("tinykube.v1.NodeStatus", "conditions"): ("merge", "type"),
     ("tinykube.v1.NodeStatus", "addresses"): ("merge", "type"),
     ("tinykube.v1.ReplicaSetStatus", "conditions"): ("merge", "type"),
+    ("tinykube.v1.DeploymentStatus", "conditions"): ("merge", "type"),
     ("tinykube.v1.ServiceSpec", "ports"): ("merge", "port"),
     ("tinykube.v1.PodDisruptionBudgetStatus", "conditions"): ("merge", "type"),
     ("tinykube.v1.NamespaceStatus", "conditions"): ("merge", "type"),

@@ -136,6 +136,26 @@ _COLUMNS: Final[dict[str, tuple[dict[str, Any], ...]]] = {
         _col("Images", "string", _D_TEMPLATE_IMAGES, priority=1),
         _col("Selector", "string", "The label selector of its pods (spec.selector).", priority=1),
     ),
+    "Deployment": (
+        _NAME_COLUMN,
+        _col("Ready", "string", "Number of the pod with ready state"),
+        _col(
+            "Up-to-date",
+            "string",
+            "Total number of non-terminated pods targeted by this deployment that have the "
+            "desired template spec.",
+        ),
+        _col(
+            "Available",
+            "string",
+            "Total number of available pods (ready for at least minReadySeconds) targeted by "
+            "this deployment.",
+        ),
+        _AGE_COLUMN,
+        _col("Containers", "string", _D_TEMPLATE_CONTAINERS, priority=1),
+        _col("Images", "string", _D_TEMPLATE_IMAGES, priority=1),
+        _col("Selector", "string", "Label query over pods (spec.selector).", priority=1),
+    ),
     "Event": (
         _col("Last Seen", "string", "Time since the event was last seen (lastTimestamp)."),
         _col("Type", "string", "Normal or Warning."),
@@ -605,6 +625,24 @@ def _job_cells(job: Mapping[str, Any], clock: _Clock) -> _Cells:
     ]
 
 
+def _deployment_cells(d: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = d.get("metadata") or {}
+    spec = d.get("spec") or {}
+    status = d.get("status") or {}
+    template_spec = (spec.get("template") or {}).get("spec") or {}
+    names, images = _layout_containers(template_spec.get("containers") or ())
+    return [
+        meta.get("name", ""),
+        f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 1)}",
+        status.get("updatedReplicas", 0),
+        status.get("availableReplicas", 0),
+        clock.since(meta.get("creationTimestamp"), d, "metadata.creationTimestamp"),
+        names,
+        images,
+        _format_label_selector(spec.get("selector")),
+    ]
+
+
 def _event_cells(event: Mapping[str, Any], clock: _Clock) -> _Cells:
     meta = event.get("metadata") or {}
     first_ts = event.get("firstTimestamp")
@@ -824,6 +862,7 @@ _PRINTERS: Final[dict[str, _Printer]] = {
     "Pod": _pod_cells,
     "Node": _node_cells,
     "ReplicaSet": _replica_set_cells,
+    "Deployment": _deployment_cells,
     "Event": _event_cells,
     "Lease": _lease_cells,
     "Service": _service_cells,

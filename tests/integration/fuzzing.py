@@ -876,6 +876,25 @@ SEEDS: dict[str, dict[str, Any]] = {
             },
         },
     },
+    "Deployment": {
+        "metadata": {**_META, "annotations": {"note": "seed"}},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "seed"}},
+            "template": {
+                "metadata": {"labels": {"app": "seed"}},
+                "spec": {**_POD_SPEC, "restartPolicy": "Always"},
+            },
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": "25%"},
+            },
+            "minReadySeconds": 1,
+            "revisionHistoryLimit": 2,
+            "progressDeadlineSeconds": 60,
+            "paused": True,
+        },
+    },
     "Event": {
         "metadata": _META,
         "involvedObject": {"kind": "Pod", "namespace": "default", "name": "web"},

@@ -120,7 +120,7 @@ def test_json_input_and_kind_list() -> None:
         ("apiVersion: v1\nkind: Pod\nmetadata: {labels: {a: 1}}", "metadata.labels: "),
         ("kind: Pod", "Object 'apiVersion' is missing"),
         ("apiVersion: v1", "Object 'Kind' is missing"),
-        ("apiVersion: v1\nkind: Deployment", 'no matches for kind "Deployment"'),
+        ("apiVersion: apps/v1\nkind: StatefulSet", 'no matches for kind "StatefulSet"'),
         ("apiVersion: apps/v1\nkind: Pod", 'no matches for kind "Pod" in version "apps/v1"'),
         ("- a\n- b", "expected an object, got list"),
     ],

@@ -4,11 +4,12 @@ Pods print like `kubectl describe pod` (containers with state, restarts and reso
 conditions, node selectors, tolerations, events); nodes like `kubectl describe node` (taints,
 conditions, addresses, capacity, the pods on it with their requests and limits, the requests
 and limits allocated in total, each as a share of the node's allocatable, events); ReplicaSets
-with their pods' phases and template; PodDisruptionBudgets like `kubectl describe pdb` (the
-bound, the selector, the status counts); namespaces and priority classes as kubectl does.
-Without NAME, every object of the kind (or those `-l` selects). Other kinds print their YAML,
-then their events. Events are listed in the object's namespace and matched on involvedObject
-here, because the apiserver's field selectors cover only a few pod fields.
+with their pods' phases and template; Deployments like `kubectl describe deployment` (replicas,
+strategy, template, conditions, old and new ReplicaSets); PodDisruptionBudgets like `kubectl
+describe pdb` (the bound, the selector, the status counts); namespaces and priority classes as
+kubectl does. Without NAME, every object of the kind (or those `-l` selects). Other kinds print
+their YAML, then their events. Events are listed in the object's namespace and matched on
+involvedObject here, because the apiserver's field selectors cover only a few pod fields.
 """
 
 from __future__ import annotations
@@ -479,6 +480,80 @@ def describe_job(job: Any, events: list[Any], now: datetime) -> str:
     return w.text()
 
 
+def describe_deployment(d: Any, rss: list[Any], events: list[Any], now: datetime) -> str:
+    """As `kubectl describe deployment`: replicas, strategy, template, conditions, the old and
+    new ReplicaSets (those the Deployment controls), events."""
+    w = Writer()
+    width = len("RollingUpdateStrategy:  ")
+    meta, spec, status = d.metadata, d.spec, d.status
+    w.line(0, "Name", meta.name, width)
+    w.line(0, "Namespace", meta.namespace, width)
+    w.line(0, "CreationTimestamp", fmt_time(meta.creationTimestamp), width)
+    multi(w, 0, "Labels", fmt_map(meta.labels.items()), width)
+    multi(w, 0, "Annotations", fmt_map(meta.annotations.items(), ": "), width)
+    w.line(0, "Selector", printers.format_label_selector(spec.selector), width)
+    desired = spec.replicas if spec.HasField("replicas") else 1
+    w.line(
+        0,
+        "Replicas",
+        f"{desired} desired | {status.updatedReplicas} updated | {status.replicas} total | "
+        f"{status.availableReplicas} available | {status.unavailableReplicas} unavailable",
+        width,
+    )
+    w.line(0, "StrategyType", spec.strategy.type, width)
+    w.line(0, "MinReadySeconds", str(spec.minReadySeconds), width)
+    if spec.strategy.HasField("rollingUpdate"):
+        ru = spec.strategy.rollingUpdate
+        w.line(
+            0,
+            "RollingUpdateStrategy",
+            f"{printers.int_or_string_text(ru.maxUnavailable)} max unavailable, "
+            f"{printers.int_or_string_text(ru.maxSurge)} max surge",
+            width,
+        )
+    w.line(0, "Pod Template")
+    multi(w, 1, "Labels", fmt_map(spec.template.metadata.labels.items()))
+    describe_containers(w, "  Containers", spec.template.spec.containers, [])
+    if status.conditions:
+        # kubectl writes each type with a trailing space into its tabwriter (padding 2).
+        rows = [("Type", "Status", "Reason"), ("----", "------", "------")]
+        rows += [(f"{c.type} ", c.status, c.reason) for c in status.conditions]
+        type_width = max(len(r[0]) for r in rows) + 3
+        status_width = max(len(r[1]) for r in rows) + 2
+        w.raw(0, "Conditions:")
+        for t, st, reason in rows:
+            w.raw(1, f"{t.ljust(type_width)}{st.ljust(status_width)}{reason}")
+    mine = [
+        rs
+        for rs in rss
+        if any(r.uid == meta.uid and r.controller for r in rs.metadata.ownerReferences)
+    ]
+    template = type(spec.template)()
+    template.CopyFrom(spec.template)
+    new = None
+    for rs in sorted(mine, key=lambda r: (r.metadata.creationTimestamp.seconds, r.metadata.name)):
+        candidate = type(spec.template)()
+        candidate.CopyFrom(rs.spec.template)
+        candidate.metadata.labels.pop("pod-template-hash", None)
+        if candidate == template:
+            new = rs
+            break
+
+    def created(rs: Any) -> str:
+        want = rs.spec.replicas if rs.spec.HasField("replicas") else 1
+        return f"{rs.metadata.name} ({rs.status.replicas}/{want} replicas created)"
+
+    olds = [
+        created(rs)
+        for rs in mine
+        if rs is not new and (rs.spec.replicas if rs.spec.HasField("replicas") else 1) > 0
+    ]
+    w.line(0, "OldReplicaSets", ", ".join(olds) or printers.NONE, len("OldReplicaSets:  "))
+    w.line(0, "NewReplicaSet", created(new) if new else printers.NONE, len("OldReplicaSets:  "))
+    describe_events(w, events, now)
+    return w.text()
+
+
 def _cap_indexes(indexes: str, soft_limit: int) -> str:
     """capIndexesListOrNone: the list up to the first comma past `soft_limit`, then "..."."""
     if not indexes:
@@ -603,6 +678,9 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
             elif info.kind == "ReplicaSet":
                 pods = await client.pods.list(obj.metadata.namespace)
                 outputs.append(describe_replicaset(obj, list(pods.items), events, ctx.now()))
+            elif info.kind == "Deployment":
+                rss = await client.replica_sets.list(obj.metadata.namespace)
+                outputs.append(describe_deployment(obj, list(rss.items), events, ctx.now()))
             elif info.kind == "PodDisruptionBudget":
                 outputs.append(describe_pdb(obj, events, ctx.now()))
             elif info.kind == "Job":

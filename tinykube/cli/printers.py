@@ -186,6 +186,25 @@ def format_label_selector(selector: Any) -> str:
     return ",".join(parts) or NONE
 
 
+def _deployment_row(d: Any, now: datetime, wide: bool) -> list[str]:
+    desired = d.spec.replicas if d.spec.HasField("replicas") else 1
+    row = [
+        d.metadata.name,
+        f"{d.status.readyReplicas}/{desired}",
+        str(d.status.updatedReplicas),
+        str(d.status.availableReplicas),
+        age(d.metadata.creationTimestamp, now),
+    ]
+    if wide:
+        containers = d.spec.template.spec.containers
+        row += [
+            ",".join(c.name for c in containers),
+            ",".join(c.image for c in containers),
+            format_label_selector(d.spec.selector),
+        ]
+    return row
+
+
 def _replicaset_row(rs: Any, now: datetime, wide: bool) -> list[str]:
     desired = rs.spec.replicas if rs.spec.HasField("replicas") else 1
     row = [
@@ -389,6 +408,10 @@ _COLUMNS: dict[str, tuple[list[str], list[str]]] = {
         ["NAME", "DESIRED", "CURRENT", "READY", "AGE"],
         ["CONTAINERS", "IMAGES", "SELECTOR"],
     ),
+    "Deployment": (
+        ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"],
+        ["CONTAINERS", "IMAGES", "SELECTOR"],
+    ),
     "Event": (["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], ["SOURCE", "COUNT"]),
     "Lease": (["NAME", "HOLDER", "AGE"], []),
     "Service": (["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"], ["SELECTOR"]),
@@ -413,6 +436,7 @@ _ROWS = {
     "Pod": _pod_row,
     "Node": _node_row,
     "ReplicaSet": _replicaset_row,
+    "Deployment": _deployment_row,
     "Event": _event_row,
     "Lease": _lease_row,
     "Service": _service_row,

@@ -24,7 +24,7 @@ from tinykube.errors import (
     NotFoundError,
     PreconditionFailedError,
 )
-from tinykube.v1 import job_pb2, lease_pb2, node_pb2, pod_pb2, replicaset_pb2
+from tinykube.v1 import deployment_pb2, job_pb2, lease_pb2, node_pb2, pod_pb2, replicaset_pb2
 
 M = TypeVar("M", bound=Message)
 
@@ -44,6 +44,8 @@ class FakeResource(Generic[M]):
         self.fail_creates: Exception | None = None
         # Creates that are applied and then fail with this error (their answer was lost).
         self.lose_create_answers: Exception | None = None
+        # UpdateStatus also stores the annotations (Kubernetes' deployment status strategy).
+        self.status_keeps_annotations = False
 
     def _copy(self, obj: M) -> M:
         out = self.cls()
@@ -95,6 +97,9 @@ class FakeResource(Generic[M]):
             new = self._copy(cur)
             new.status.CopyFrom(new_status)  # type: ignore[attr-defined]
             nmeta = new.metadata  # type: ignore[attr-defined]
+            if self.status_keeps_annotations:
+                nmeta.annotations.clear()
+                nmeta.annotations.update(meta.annotations)
         if cmeta.HasField("deletionTimestamp"):
             # Deletion is driven by Delete, never by an Update (as the apiserver).
             nmeta.deletionTimestamp.CopyFrom(cmeta.deletionTimestamp)
@@ -162,6 +167,8 @@ class FakeClient:
         self.replica_sets = FakeResource("ReplicaSet", replicaset_pb2.ReplicaSet, clock, rv)
         self.leases = FakeResource("Lease", lease_pb2.Lease, clock, rv)
         self.jobs = FakeResource("Job", job_pb2.Job, clock, rv)
+        self.deployments = FakeResource("Deployment", deployment_pb2.Deployment, clock, rv)
+        self.deployments.status_keeps_annotations = True
 
 
 class FakeStore(Generic[M]):

@@ -91,13 +91,61 @@ def varint(number: int, value: int) -> bytes:
     out = bytearray([number << 3])
     value &= (1 << 64) - 1
     while True:
-        low = value & 0x7F
+        byte = value & 0x7F
         value >>= 7
-        if value:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
+        out.append(byte | (0x80 if value else 0))
+        if not value:
             return bytes(out)
+
+
+def long_field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field of any length (the length as a varint)."""
+    return bytes([number << 3 | 2]) + varint(0, len(payload))[1:] + payload
+
+
+def test_a_deployment_as_kubectl_create_deployment_sends_it() -> None:
+    labels = field(11, text(1, "app") + text(2, "web"))
+    container = text(1, "busybox") + text(2, "busybox") + text(3, "sleep") + text(3, "3600")
+    container += field(6, varint(3, 8080) + text(4, "TCP")) + field(8, b"")
+    template = field(1, labels) + field(2, field(2, container))
+    surge = field(2, varint(1, 1) + text(3, "25%"))  # maxSurge "25%"
+    unavailable = field(1, varint(2, 0))  # maxUnavailable 0
+    spec = (
+        varint(1, 0)  # replicas 0 is kept: it is not "unset"
+        + field(2, field(1, text(1, "app") + text(2, "web")))
+        + field(3, template)
+        + field(4, text(1, "RollingUpdate") + field(2, unavailable + surge))
+    )
+    raw = field(1, text(1, "web") + labels) + long_field(2, spec)
+    type_meta = text(1, "apps/v1") + text(2, "Deployment")
+    body = kubeproto.MAGIC + field(1, type_meta) + long_field(2, raw)
+    assert kubeproto.decode(body) == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "labels": {"app": "web"}},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "busybox",
+                            "image": "busybox",
+                            "command": ["sleep", "3600"],
+                            "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+                        }
+                    ]
+                },
+            },
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"},
+            },
+        },
+    }
+    assert kubeproto.supports("apps/v1", "Deployment")
 
 
 def test_what_kubectl_create_job_sends() -> None:

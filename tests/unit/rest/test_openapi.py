@@ -50,6 +50,7 @@ DEFINITION_NAMES = [
     ("Pod", f"{CORE}.Pod", f"{CORE}.PodList"),
     ("Node", f"{CORE}.Node", f"{CORE}.NodeList"),
     ("ReplicaSet", "io.k8s.api.apps.v1.ReplicaSet", "io.k8s.api.apps.v1.ReplicaSetList"),
+    ("Deployment", "io.k8s.api.apps.v1.Deployment", "io.k8s.api.apps.v1.DeploymentList"),
     ("Event", f"{CORE}.Event", f"{CORE}.EventList"),
     ("Lease", "io.k8s.api.coordination.v1.Lease", "io.k8s.api.coordination.v1.LeaseList"),
     ("Service", f"{CORE}.Service", f"{CORE}.ServiceList"),

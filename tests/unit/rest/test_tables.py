@@ -151,6 +151,17 @@ COLUMNS = {
         ("Images", 1),
         ("Selector", 1),
     ],
+    # kube's printDeployment columns
+    "Deployment": [
+        ("Name", 0),
+        ("Ready", 0),
+        ("Up-to-date", 0),
+        ("Available", 0),
+        ("Age", 0),
+        ("Containers", 1),
+        ("Images", 1),
+        ("Selector", 1),
+    ],
     "PriorityClass": [
         ("Name", 0),
         ("Value", 0),
@@ -822,6 +833,23 @@ def test_job_cells(
     assert cells(kinds.JOB, obj) == [
         "pi", *expected, "20m", "pi", "perl:5.34", "batch.kubernetes.io/controller-uid=u1",
     ]  # fmt: skip
+
+
+def test_deployment_cells() -> None:
+    obj = {
+        "metadata": {"name": "web", "creationTimestamp": ago(minutes=10)},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}},
+        },
+        "status": {"replicas": 4, "readyReplicas": 2, "updatedReplicas": 1, "availableReplicas": 2},
+    }
+    # READY is ready/desired; UP-TO-DATE and AVAILABLE are the status counts.
+    assert cells(kinds.DEPLOYMENT, obj) == [
+        "web", "2/3", 1, 2, "10m", "app", "nginx:1.27", "app=web",
+    ]  # fmt: skip
+    assert cells(kinds.DEPLOYMENT, {"metadata": {"name": "x"}})[:4] == ["x", "0/1", 0, 0]
 
 
 # --- events ---------------------------------------------------------------------------------
