@@ -32,6 +32,7 @@ from apiserver.allocator import ServiceAllocator
 from apiserver.auth import bootstrap
 from apiserver.auth.authn import Authenticator
 from apiserver.auth.authorizer import Chain, Identity
+from apiserver.auth.escalation import EscalationGuard
 from apiserver.auth.filters import Enforcer
 from apiserver.auth.node import NodeAuthorizer, PodsFromCache
 from apiserver.auth.rbac import RbacAuthorizer
@@ -49,11 +50,15 @@ from tinykube.clock import Clock
 from tinykube.errors import AlreadyExistsError, TinykubeError, UnavailableError
 from tinykube.kinds import (
     ALL_KINDS,
+    CLUSTER_ROLE,
+    CLUSTER_ROLE_BINDING,
     NAMESPACE,
     NODE,
     POD,
     POD_DISRUPTION_BUDGET,
     PRIORITY_CLASS,
+    ROLE,
+    ROLE_BINDING,
     SERVICE,
     KindInfo,
 )
@@ -188,6 +193,16 @@ class APIServer:
             if self.serving_tls is not None and not settings.insecure
             else None
         )
+        if self.enforcer is not None:
+            # RBAC writes may grant only what their author holds (kube's policybased storage).
+            guard = EscalationGuard(self.authorizer, self.rbac)
+            for kind in (
+                ROLE.kind,
+                CLUSTER_ROLE.kind,
+                ROLE_BINDING.kind,
+                CLUSTER_ROLE_BINDING.kind,
+            ):
+                self.services[kind].escalation = guard
         self.grpc = GrpcServer(
             settings.bind_address,
             [info.service for info in ALL_KINDS],

@@ -28,14 +28,14 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
-from apiserver.auth.filters import REQUESTER, Enforcer, is_node
+from apiserver.auth.filters import REQUESTER, Enforcer, needs_requester
 from apiserver.flowcontrol import (
     RETRY_AFTER_SECONDS,
     TOO_MANY_REQUESTS,
     Limiter,
     RequestInfo,
 )
-from apiserver.grpcattributes import grpc_attributes
+from apiserver.grpcattributes import grpc_api_group, grpc_attributes
 from apiserver.metrics import Metrics
 from apiserver.resources import ResourceStore
 from apiserver.watchcache import batch_messages, encode_list
@@ -342,16 +342,18 @@ def _enforced(
 ) -> Callable[[Any, Any], Awaitable[Any]]:
     """`inner` behind authentication, impersonation and authorization (apiserver/auth/
     filters.py); raises AuthenticationError (UNAUTHENTICATED) or ForbiddenError
-    (PERMISSION_DENIED) before it runs. A node's identity is left in `REQUESTER` for
-    NodeRestriction admission in the resource layer."""
+    (PERMISSION_DENIED) before it runs. A node's identity, and that of any RBAC request, is
+    left in `REQUESTER` for NodeRestriction and the escalation check in the resource layer."""
     identify, check = enforcer.grpc_identity, enforcer.check
+    # Decided once per method: RBAC writes need the requester (the escalation check).
+    group = grpc_api_group(method)
 
     async def enforced(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         identity = identify(context)
         if request.__class__ is not Undecodable:  # the handler answers that one (400)
             for attrs in grpc_attributes(method, request):
                 check(identity, attrs)
-        if not is_node(identity):
+        if not needs_requester(identity, group):
             return await inner(request, context)
         token = REQUESTER.set(identity)
         try:

@@ -59,6 +59,12 @@ def _split(method: str) -> tuple[str, str]:
     return service, name
 
 
+def grpc_api_group(method: str) -> str:
+    """The API group of the kind a method serves ("" for the core group and non-kind methods)."""
+    info = _BY_SERVICE.get(_split(method)[0])
+    return info.group if info is not None else ""
+
+
 def grpc_attributes(method: str, request: Any) -> tuple[Attributes, ...]:
     """The attributes to authorize for one call (empty: not a resource request)."""
     service, name = _split(method)

@@ -29,6 +29,7 @@ from google.protobuf.message import Message
 from apiserver import fieldmanager, validation
 from apiserver.admission import Admission
 from apiserver.allocator import Claims, ServiceAllocator
+from apiserver.auth.escalation import EscalationGuard
 from apiserver.auth.filters import REQUESTER, admit_node_write
 from apiserver.deletion import check_policy, gc_finalizers, policy_of
 from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy, generate_name
@@ -170,6 +171,9 @@ class ResourceStore:
         self.plural = info.plural
         # Pods only: the PodDisruptionBudgets store evictions consult (APIServer wires it).
         self.budgets: ResourceStore | None = None
+        # The four RBAC kinds only, when authorization is on: privilege escalation prevention
+        # (apiserver/auth/escalation.py). None everywhere else.
+        self.escalation: EscalationGuard | None = None
         # Kinds without their own entry (new rows in tinykube.kinds) select by metadata only.
         self.supported_fields = SELECTABLE_FIELDS.get(info.kind, META_FIELDS)
 
@@ -340,6 +344,9 @@ class ResourceStore:
         await self.admit(obj)
         # NodeRestriction is admission too: it refuses a node's write before validation.
         self._admit_node("create", "", meta.namespace, meta.name, obj, None)
+        if self.escalation is not None:
+            # Before validation, as kube's policybased RBAC storage wraps the store.
+            self.escalation.admit(self.info.kind, obj, None, REQUESTER.get())
         self.strategy.prepare_for_create(obj, self.clock.now())
         if field_manager is not None:
             fieldmanager.record_update(
@@ -583,6 +590,8 @@ class ResourceStore:
                 )
             sub = "status" if status else "finalize" if finalize else ""
             self._admit_node("update", sub, meta.namespace, meta.name, new, old)
+            if self.escalation is not None and not status and not finalize:
+                self.escalation.admit(self.info.kind, new, old, REQUESTER.get())
             if not errors and not status and not finalize:
                 await self.admit_validated(new, old)
             if errors or new == old:

@@ -13,10 +13,11 @@ kube-apiserver's filter chain (WithAuthentication, WithImpersonation, WithAuthor
 - `check(identity, attrs)`: the authorizer chain; a refusal is `ForbiddenError` with kube's
   message (PERMISSION_DENIED / 403).
 
-NodeRestriction admission needs the stored object, so the resource layer does it
-(`admit_node_write`): the front ends put a node's identity in `REQUESTER`, a context variable of
-the request's task, and `ResourceStore` consults it where it has the old and new objects; for
-every other identity it is None and costs one `ContextVar.get`.
+NodeRestriction admission and RBAC's escalation check need the stored object, so the resource
+layer does them (`admit_node_write`, apiserver/auth/escalation.py): the front ends put the
+identity in `REQUESTER`, a context variable of the request's task, when a node sends the request
+or it is for the RBAC group (`needs_requester`), and `ResourceStore` consults it where it has the
+old and new objects; for every other request it is None and costs one `ContextVar.get`.
 
 Cost: a connection's certificate identity is memoized (by the transport for REST, by its PEM
 for gRPC, in the authenticator), RBAC memoizes its answers, and the Node authorizer is a few
@@ -47,6 +48,7 @@ from apiserver.auth.authorizer import (
 )
 from apiserver.auth.node import node_restriction
 from tinykube.errors import BadRequestError, ForbiddenError
+from tinykube.kinds import RBAC_GROUP
 
 IMPERSONATE_USER = "Impersonate-User"
 IMPERSONATE_GROUP = "Impersonate-Group"
@@ -62,7 +64,8 @@ UNAUTHORIZED = "Unauthorized"
 TRANSPORT_MEMO_LIMIT = 4096
 _UNKNOWN = object()
 
-# The identity of the request being served, set only for nodes (NodeRestriction admission).
+# The identity of the request being served, set only for nodes (NodeRestriction admission) and
+# for requests to the RBAC group (the escalation check); None for in-process writes.
 REQUESTER: ContextVar[Identity | None] = ContextVar("tinykube_requester", default=None)
 
 
@@ -72,6 +75,12 @@ def unauthorized() -> AuthenticationError:
 
 def is_node(identity: Identity) -> bool:
     return node_name_of(identity)[1]
+
+
+def needs_requester(identity: Identity, api_group: str) -> bool:
+    """Whether the resource layer must see who sends this request: a node (NodeRestriction)
+    or anyone writing RBAC objects (privilege escalation prevention)."""
+    return api_group == RBAC_GROUP or node_name_of(identity)[1]
 
 
 class Enforcer:

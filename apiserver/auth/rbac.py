@@ -319,6 +319,27 @@ class RbacAuthorizer:
                     grants.extend(bucket.values())
         return grants
 
+    # ---- rule resolution (the escalation check, apiserver/auth/escalation.py) -------------
+
+    def rules_for(
+        self, identity: Identity, namespace: str
+    ) -> tuple[list[Rule], list[tuple[str, str, str]]]:
+        """Every rule bound to `identity` cluster-wide and, if `namespace`, in that namespace
+        (kube's RulesFor), and the roles its bindings name that do not exist."""
+        rules: list[Rule] = []
+        missing: list[tuple[str, str, str]] = []
+        for grant in self._identity_grants(identity, namespace):
+            found = self._roles.get(grant.role_key)
+            if found is None:
+                missing.append(grant.role_key)
+            else:
+                rules.extend(found)
+        return rules, missing
+
+    def role_rules(self, key: tuple[str, str, str]) -> tuple[Rule, ...] | None:
+        """The rules of ("ClusterRole", "", name) or ("Role", namespace, name); None if absent."""
+        return self._roles.get(key)
+
     def _evaluate(self, identity: Identity, attrs: Attributes) -> _Answer:
         """Every rule of every role bound to the identity, the name left out of the match."""
         answer = _Answer()

@@ -24,7 +24,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from apiserver.auth.authorizer import ALL_UNAUTHENTICATED, ANONYMOUS, Authorizer, Identity
-from apiserver.auth.filters import REQUESTER, Enforcer, is_node
+from apiserver.auth.filters import REQUESTER, Enforcer, needs_requester
 from apiserver.auth.review import self_subject_access_review
 from apiserver.flowcontrol import Limiter
 from apiserver.grpcapi import LogLimiter
@@ -198,11 +198,12 @@ class RestServer:
         assert enforcer is not None
         try:
             identity = enforcer.rest_identity(request.transport, request.path, request.headers)
-            enforcer.check(identity, rest_attributes(request.method, request.path, request.query))
+            attrs = rest_attributes(request.method, request.path, request.query)
+            enforcer.check(identity, attrs)
         except TinykubeError as exc:
             return self._error_response(exc, None)
         request[_IDENTITY] = identity
-        if not is_node(identity):
+        if not needs_requester(identity, attrs.api_group):
             return await handler(request)
         token = REQUESTER.set(identity)
         try:
