@@ -24,8 +24,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 from aiohttp import web
+from google.protobuf.message import Message
 
 from apiserver.admission import SYSTEM_NAMESPACES, Admission, system_priority_classes
 from apiserver.allocator import ServiceAllocator
@@ -36,6 +38,7 @@ from apiserver.auth.escalation import EscalationGuard
 from apiserver.auth.filters import Enforcer
 from apiserver.auth.node import NodeAuthorizer, PodsFromCache
 from apiserver.auth.rbac import RbacAuthorizer
+from apiserver.auth.reconcile import reconcile
 from apiserver.flowcontrol import Limiter
 from apiserver.grpcapi import GrpcResource, MetricsInterceptor
 from apiserver.metrics import Metrics
@@ -47,7 +50,7 @@ from apiserver.settings import Settings
 from apiserver.storage import Storage
 from apiserver.watchcache import Codec, WatchCache
 from tinykube.clock import Clock
-from tinykube.errors import AlreadyExistsError, TinykubeError, UnavailableError
+from tinykube.errors import AlreadyExistsError, NotFoundError, TinykubeError, UnavailableError
 from tinykube.kinds import (
     ALL_KINDS,
     CLUSTER_ROLE,
@@ -64,7 +67,7 @@ from tinykube.kinds import (
 )
 from tinykube.serving import GrpcServer
 from tinykube.tls import PLAINTEXT, Credentials, ServingTLS, TLSConfigError
-from tinykube.v1 import namespace_pb2
+from tinykube.v1 import meta_pb2, namespace_pb2
 
 log = logging.getLogger(__name__)
 
@@ -318,21 +321,21 @@ class APIServer:
             log.info("apiserver REST API on %s", self.rest_url)
         return self.port
 
-    async def _create(self, info: KindInfo, obj: object) -> object:
-        return await self.services[info.kind].create(
-            info.create_request(**{info.request_field: obj})
+    async def reconcile_policy(self) -> dict[str, int]:
+        """Reconcile the bootstrap RBAC policy (apiserver/auth/reconcile.py): create what is
+        missing, add back what an autoupdate object lacks; how many objects were written."""
+        return await reconcile(
+            _PolicyStore(self.services),
+            bootstrap.cluster_roles(),
+            bootstrap.cluster_role_bindings(),
         )
 
-    def _cached(self, info: KindInfo, name: str) -> bool:
-        service = self.services[info.kind]
-        return service.key("", name) in self.caches[info.kind].state
-
     async def _ensure_policy(self) -> bool:
-        """Create the bootstrap RBAC objects that are missing; False if etcd did not answer."""
+        """`reconcile_policy`; False if etcd did not answer."""
         try:
-            await bootstrap.ensure(self._create, self._cached)
+            await self.reconcile_policy()
         except TinykubeError as exc:
-            log.warning("bootstrap RBAC policy not written yet: %s", exc)
+            log.warning("bootstrap RBAC policy not reconciled yet: %s", exc)
             return False
         return True
 
@@ -442,3 +445,32 @@ class APIServer:
                 previous = current
             except TinykubeError as exc:
                 log.warning("etcd compaction failed: %s", exc)
+
+
+class _PolicyStore:
+    """Bootstrap reconciliation's reads and writes, through the resource layer (in-process:
+    no requester, so the escalation check trusts them as kube trusts its loopback client)."""
+
+    def __init__(self, services: dict[str, ResourceStore]) -> None:
+        self.services = services
+
+    async def get(self, info: KindInfo, name: str) -> Any | None:
+        try:
+            return await self.services[info.kind].get(meta_pb2.GetRequest(name=name))
+        except NotFoundError:
+            return None
+
+    async def create(self, info: KindInfo, obj: Message) -> object:
+        return await self.services[info.kind].create(
+            info.create_request(**{info.request_field: obj})
+        )
+
+    async def update(self, info: KindInfo, obj: Message) -> object:
+        return await self.services[info.kind].update(
+            info.update_request(**{info.request_field: obj})
+        )
+
+    async def delete(self, info: KindInfo, name: str, uid: str) -> None:
+        request = meta_pb2.DeleteRequest(name=name)
+        request.preconditions.uid = uid
+        await self.services[info.kind].delete(request)

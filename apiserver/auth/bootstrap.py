@@ -1,4 +1,4 @@
-"""Kubernetes' bootstrap RBAC policy, trimmed to what tinykube serves, created at start if missing.
+"""Kubernetes' bootstrap RBAC policy, trimmed to what tinykube serves, reconciled at every start.
 
 From kube's plugin/pkg/auth/authorizer/rbac/bootstrappolicy (policy.go, controller_policy.go):
 the ClusterRoles `cluster-admin`, `admin`, `edit`, `view` (aggregated from
@@ -12,34 +12,34 @@ runs, and their ClusterRoleBindings. Every object carries the label
 What differs from kube, and why:
 - Rules name only resources tinykube serves (pods and their status, binding, eviction and log;
   nodes, events, services, endpoints, namespaces; replicasets and deployments with status and
-  scale; leases; poddisruptionbudgets; the RBAC kinds; selfsubjectaccessreviews): secrets,
-  configmaps, volumes, jobs and the rest are left out of every role.
-- `admin`, `edit` and `view` keep their aggregationRule, and their rules are already the union
-  of the roles it selects (what kube's aggregation controller would write; tinykube has no such
-  controller, so a user's new aggregate-to-* role does not join them).
+  scale; jobs; leases; poddisruptionbudgets; the RBAC kinds; selfsubjectaccessreviews):
+  secrets, configmaps, volumes and the rest are left out of every role.
+- `admin`, `edit` and `view` are aggregated as in kube (aggregationRule selecting the labels
+  `rbac.authorization.k8s.io/aggregate-to-{admin,edit,view}`; the `system:aggregate-to-*` roles
+  carry the rule tables below, `edit` is aggregated into `admin` and `view` into `edit`), and
+  the clusterrole-aggregation controller (controller/clusterroleaggregation.py) keeps their
+  rules the union of the roles selected, so a user's ClusterRole labelled aggregate-to-view
+  extends `view`. Unlike kube's (created with no rules), they are created with the union
+  already in place (`_union`, the order the controller writes), so they grant the same before
+  the controller manager first runs.
 - The leader election Leases are tinykube's names (`tinykube-scheduler`,
   `tinykube-controller-manager`, in kube-system), not kube's.
 - tinykube's controller manager runs every controller under its own identity (kube's runs
   each under a service account, --use-service-account-credentials): each controller role's
   binding names the user `system:kube-controller-manager` beside kube's service account.
 
-`ensure(create)` creates each object that does not exist yet; one an administrator changed
-is left alone (kube would reconcile autoupdate objects back; tinykube does not).
+At start the apiserver reconciles these objects (apiserver/auth/reconcile.py): missing ones
+are created, those annotated autoupdate "true" get missing permissions and subjects back,
+those annotated "false" are left alone.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 
-from google.protobuf.message import Message
-
-from tinykube.errors import AlreadyExistsError
-from tinykube.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING, RBAC_GROUP, KindInfo
+from tinykube.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING, RBAC_GROUP
 from tinykube.pki import FAKE_KUBELETS
 from tinykube.v1 import meta_pb2, rbac_pb2
-
-log = logging.getLogger(__name__)
 
 BOOTSTRAP_LABEL = ("kubernetes.io/bootstrapping", "rbac-defaults")
 AUTOUPDATE_ANNOTATION = ("rbac.authorization.kubernetes.io/autoupdate", "true")
@@ -305,6 +305,17 @@ def _controllers() -> list[tuple[rbac_pb2.ClusterRole, str]]:
     """(role, service account) of each controller tinykube's controller manager runs."""
     roles = [
         (
+            # Writes any rules into aggregated roles, so it may escalate clusterroles.
+            "clusterrole-aggregation-controller",
+            [
+                rule(
+                    ("escalate", "get", "list", "watch", "update", "patch"),
+                    (RBAC_GROUP,),
+                    ("clusterroles",),
+                )
+            ],
+        ),
+        (
             "replicaset-controller",
             [
                 rule(("get", "list", "watch", "update"), (_APPS,), ("replicasets",)),
@@ -416,32 +427,3 @@ def cluster_role_bindings() -> list[rbac_pb2.ClusterRoleBinding]:
             for role, account in _controllers()
         ),
     ]
-
-
-Create = Callable[[KindInfo, Message], Awaitable[object]]
-Exists = Callable[[KindInfo, str], bool]
-
-
-def _unknown(info: KindInfo, name: str) -> bool:
-    return False
-
-
-async def ensure(create: Create, exists: Exists = _unknown) -> int:
-    """Create every bootstrap object that is missing; how many were created. `exists` says
-    which are known to exist already (the watch cache), saving their round trips."""
-    created = 0
-    objects: list[tuple[KindInfo, Message]] = [
-        *((CLUSTER_ROLE, r) for r in cluster_roles()),
-        *((CLUSTER_ROLE_BINDING, b) for b in cluster_role_bindings()),
-    ]
-    for info, obj in objects:
-        if exists(info, obj.metadata.name):  # type: ignore[attr-defined]
-            continue
-        try:
-            await create(info, obj)
-        except AlreadyExistsError:
-            continue
-        created += 1
-    if created:
-        log.info("created %d bootstrap RBAC objects", created)
-    return created
