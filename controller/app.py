@@ -4,11 +4,12 @@
 campaigns for the Lease kube-system/tinykube-controller-manager. While leading it runs one
 informer per kind (pods, replicasets, deployments, jobs, nodes, node leases, services, endpoints,
 namespaces) shared by every controller (and PodDisruptionBudgets for the disruption
-controller), one work queue per queue-driven controller with N worker tasks each (never the
-same key twice at once: the WorkQueue guarantees it), and the node lifecycle monitor loop.
-Workers start only after every informer has synced, so nothing acts on a partial picture.
-Leadership lost: everything is cancelled and the manager campaigns again with fresh caches (in-
-memory expectations must not survive a term in which another leader acted).
+controller, ClusterRoles for the clusterrole-aggregation controller), one work queue per
+queue-driven controller with N worker tasks each (never the same key twice at once: the
+WorkQueue guarantees it), and the node lifecycle monitor loop. Workers start only after every
+informer has synced, so nothing acts on a partial picture. Leadership lost: everything is
+cancelled and the manager campaigns again with fresh caches (in-memory expectations must not
+survive a term in which another leader acted).
 
 Concurrency: a single asyncio event loop; controllers share the informers' stores by reference.
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from controller.clusterroleaggregation import ClusterRoleAggregationController
 from controller.deployment import DeploymentController
 from controller.disruption import DisruptionController
 from controller.endpoints import EndpointsController
@@ -320,6 +322,20 @@ class ControllerManager:
             queues.append(ns_queue)
             self.metrics.track_queue("namespace", ns_queue.__len__)
             workers.append(("namespace", ns_queue, nsc.sync, s.concurrent_namespace_syncs))
+
+        if "clusterrole-aggregation" in s.controllers:
+            cluster_roles: Informer[Any] = Informer.for_resource(
+                client.cluster_roles, clock=self.clock
+            )
+            informers.append(cluster_roles)
+            cra_queue: WorkQueue[str] = WorkQueue(self.clock, name="clusterrole-aggregation")
+            crac = ClusterRoleAggregationController(
+                client.cluster_roles, cluster_roles.store, cra_queue
+            )
+            cluster_roles.add_handler(crac.on_add, crac.on_update, crac.on_delete)
+            queues.append(cra_queue)
+            self.metrics.track_queue("clusterrole-aggregation", cra_queue.__len__)
+            workers.append(("clusterrole-aggregation", cra_queue, crac.sync, 1))
 
         if "nodelifecycle" in s.controllers:
             nlc = NodeLifecycleController(

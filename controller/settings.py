@@ -51,8 +51,8 @@ class Settings:
         "endpoints",
         "disruption",
         "namespace",
-        "job",
-        "ttl-after-finished",
+            "replicaset,deployment,nodelifecycle,garbagecollector,endpoints,disruption,namespace,"
+            "job,ttl-after-finished,clusterrole-aggregation",
     )
 
     @classmethod
@@ -60,7 +60,7 @@ class Settings:
         p = argparse.ArgumentParser(
             prog="python -m controller",
             description="tinykube controller manager: ReplicaSet, node lifecycle, GC, endpoints, "
-            "disruption, namespace",
+            "disruption, namespace, clusterrole aggregation",
         )
         p.add_argument(
             "--apiserver",
@@ -147,7 +147,7 @@ class Settings:
             default="*",
             help="comma-separated controllers to run: "
             "replicaset,deployment,nodelifecycle,garbagecollector,endpoints,disruption,namespace,"
-            "job,ttl-after-finished",
+            "job,ttl-after-finished,clusterrole-aggregation",
         )
         p.add_argument(
             "--concurrent-namespace-syncs",
