@@ -1,8 +1,8 @@
 """The few Kubernetes protobuf bodies tinykube must read: a SelfSubjectAccessReview, Namespaces,
-Deployments, Jobs.
+Deployments, Jobs and the RBAC kinds.
 
 kubectl's typed clients (`kubectl auth can-i`, `kubectl create namespace`, `kubectl create
-deployment`, `kubectl create job`) post built-in kinds
+deployment`, `kubectl create job`, `kubectl create rolebinding`) post built-in kinds
 as application/vnd.kubernetes.protobuf: the magic bytes "k8s\\0", then a runtime.Unknown
 (typeMeta 1, raw 2) whose raw bytes are the object in k8s.io/api's generated.proto numbering.
 `self_subject_access_review(body)` turns one into the JSON dict the review code reads;
@@ -211,6 +211,31 @@ _NESTED: dict[str, Schema] = {
     },
     "EnvVar": {1: ("name", "string"), 2: ("value", "string")},
     "NamespaceStatus": {1: ("phase", "string")},
+    # k8s.io/api/rbac/v1 and the apimachinery LabelSelector (`kubectl create role`,
+    # `create rolebinding`, `create clusterrole --aggregation-rule`, ...).
+    "PolicyRule": {
+        1: ("verbs", "strings"),
+        2: ("apiGroups", "strings"),
+        3: ("resources", "strings"),
+        4: ("resourceNames", "strings"),
+        5: ("nonResourceURLs", "strings"),
+    },
+    "Subject": {
+        1: ("kind", "string"),
+        2: ("apiGroup", "string"),
+        3: ("name", "string"),
+        4: ("namespace", "string"),
+    },
+    "RoleRef": {1: ("apiGroup", "string"), 2: ("kind", "string"), 3: ("name", "string")},
+    "AggregationRule": {1: ("clusterRoleSelectors", "+LabelSelector")},
+    "LabelSelector": {1: ("matchLabels", "map"), 2: ("matchExpressions", "+Requirement")},
+    "Requirement": {1: ("key", "string"), 2: ("operator", "string"), 3: ("values", "strings")},
+}
+_ROLE: Schema = {1: ("metadata", "ObjectMeta"), 2: ("rules", "+PolicyRule")}
+_BINDING: Schema = {
+    1: ("metadata", "ObjectMeta"),
+    2: ("subjects", "+Subject"),
+    3: ("roleRef", "RoleRef"),
 }
 # The stored kinds whose protobuf bodies are read, by (apiVersion, kind).
 SCHEMAS: dict[tuple[str, str], Schema] = {
@@ -222,6 +247,13 @@ SCHEMAS: dict[tuple[str, str], Schema] = {
     # The status is the controller's: a create's is dropped anyway.
     ("apps/v1", "Deployment"): {1: ("metadata", "ObjectMeta"), 2: ("spec", "DeploymentSpec")},
     ("batch/v1", "Job"): {1: ("metadata", "ObjectMeta"), 2: ("spec", "JobSpec")},
+    ("rbac.authorization.k8s.io/v1", "Role"): _ROLE,
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): {
+        **_ROLE,
+        3: ("aggregationRule", "AggregationRule"),
+    },
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): _BINDING,
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): _BINDING,
 }
 
 

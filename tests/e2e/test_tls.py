@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import READY_LINE, UpCluster, tinykube_command, venv_bin
+from tests.e2e.waiting import eventually
 from tinykube.client import Client
 from tinykube.kubeconfig import load
 from tinykube.launcher import LocalCluster
@@ -164,3 +165,36 @@ def test_up_insecure_warns(tmp_path: Path) -> None:
         process.communicate(timeout=60)
     assert f"warning: {INSECURE_WARNING}\n" in output
     assert any("grpcurl -plaintext" in line for line in output)
+
+
+def test_kubectl_cannot_bind_cluster_admin_as_a_namespace_admin(tinykube_up: UpCluster) -> None:
+    """RBAC's escalation check through the real kubectl: a namespace admin (the admin acting as
+    `nadia` with --as) may bind what they hold, and is refused cluster-admin with kube's
+    message."""
+    up = tinykube_up
+    for args in (
+        ("create", "namespace", "rbac-e2e"),
+        ("create", "rolebinding", "nadia-admin", "--clusterrole=admin", "--user=nadia"),
+    ):
+        done = up.kubectl(*args, *(("-n", "rbac-e2e") if args[1] == "rolebinding" else ()))
+        assert done.code == 0, done.err
+
+    async def nadia_may_bind() -> bool:
+        done = up.kubectl(
+            "--as", "nadia", "auth", "can-i", "create", "rolebindings", "-n", "rbac-e2e"
+        )
+        return done.out.strip() == "yes"
+
+    asyncio.run(eventually(nadia_may_bind, 30.0, "nadia's binding to reach the authorizer"))
+    as_nadia = ("--as", "nadia", "-n", "rbac-e2e", "create", "rolebinding")
+    held = up.kubectl(*as_nadia, "bob-view", "--clusterrole=view", "--user=bob")
+    assert held.code == 0, held.err
+    refused = up.kubectl(*as_nadia, "bob-root", "--clusterrole=cluster-admin", "--user=bob")
+    assert refused.code == 1
+    assert refused.err.strip() == (
+        'error: failed to create rolebinding: rolebindings.rbac.authorization.k8s.io "bob-root" '
+        'is forbidden: user "nadia" (groups=["system:authenticated"]) is attempting to grant '
+        "RBAC permissions not currently held:\n"
+        '{APIGroups:["*"], Resources:["*"], Verbs:["*"]}\n'
+        '{NonResourceURLs:["*"], Verbs:["*"]}'
+    )

@@ -175,3 +175,75 @@ def test_what_kubectl_create_job_sends() -> None:
             "suspend": False,
         },
     }
+
+
+RBAC_ROWS = [
+    # (behaviour, kind, raw object, the JSON it reads as (apiVersion and kind added))
+    (
+        "a RoleBinding as `kubectl create rolebinding` sends it",
+        "RoleBinding",
+        field(1, text(1, "b") + text(3, "team"))
+        + field(2, text(1, "User") + text(2, "rbac.authorization.k8s.io") + text(3, "bob"))
+        + field(2, text(1, "ServiceAccount") + text(3, "ci") + text(4, "team"))
+        + field(3, text(1, "rbac.authorization.k8s.io") + text(2, "ClusterRole") + text(3, "view")),
+        {
+            "metadata": {"name": "b", "namespace": "team"},
+            "subjects": [
+                {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "bob"},
+                {"kind": "ServiceAccount", "name": "ci", "namespace": "team"},
+            ],
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "view",
+            },
+        },
+    ),
+    (
+        "a ClusterRole's rules (the core group is an empty string) and aggregationRule",
+        "ClusterRole",
+        field(1, text(1, "c"))
+        + field(2, text(1, "get") + text(1, "list") + text(2, "") + text(3, "pods") + text(4, "p"))
+        + field(2, text(1, "get") + text(5, "/healthz"))
+        + field(
+            3,
+            field(
+                1,
+                field(1, text(1, "agg") + text(2, "true"))
+                + field(2, text(1, "tier") + text(2, "In") + text(3, "a")),
+            ),
+        ),
+        {
+            "metadata": {"name": "c"},
+            "rules": [
+                {
+                    "verbs": ["get", "list"],
+                    "apiGroups": [""],
+                    "resources": ["pods"],
+                    "resourceNames": ["p"],
+                },
+                {"verbs": ["get"], "nonResourceURLs": ["/healthz"]},
+            ],
+            "aggregationRule": {
+                "clusterRoleSelectors": [
+                    {
+                        "matchLabels": {"agg": "true"},
+                        "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a"]}],
+                    }
+                ]
+            },
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "raw", "expected"), [r[1:] for r in RBAC_ROWS], ids=[r[0] for r in RBAC_ROWS]
+)
+def test_rbac_kinds(kind: str, raw: bytes, expected: dict[str, object]) -> None:
+    api_version = "rbac.authorization.k8s.io/v1"
+    assert kubeproto.decode(envelope(api_version, kind, raw)) == {
+        "apiVersion": api_version,
+        "kind": kind,
+        **expected,
+    }
