@@ -23,10 +23,10 @@ from apiserver.auth import bootstrap
 from apiserver.settings import Settings
 from controller.app import ControllerManager
 from controller.settings import Settings as ControllerSettings
-from tests.integration.conftest import make_settings
+from tests.integration.conftest import RunningAPIServer, make_settings
 from tinykube.client import Client
 from tinykube.errors import ForbiddenError, TinykubeError
-from tinykube.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING, NAMESPACE, ROLE_BINDING
+from tinykube.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING, NAMESPACE, ROLE, ROLE_BINDING
 from tinykube.kubeconfig import write_kubeconfig
 from tinykube.localetcd import EtcdServer, EtcdTLS
 from tinykube.pki import PKI, CertSpec, cluster_specs
@@ -429,3 +429,13 @@ async def test_a_restart_reconciles_the_bootstrap_policy(pki: PKI, tls_etcd: Etc
     finally:
         with contextlib.suppress(Exception):
             await second.stop()
+
+
+async def test_only_an_enforcing_apiserver_checks_escalation(
+    cluster: Cluster, apiserver: RunningAPIServer
+) -> None:
+    """--insecure (and an in-process apiserver without certificates) stays open: no guard."""
+    kinds = (CLUSTER_ROLE, CLUSTER_ROLE_BINDING, ROLE, ROLE_BINDING)
+    assert all(cluster.server.services[k.kind].escalation is not None for k in kinds)
+    assert all(apiserver.server.services[k.kind].escalation is None for k in kinds)
+    assert cluster.server.services[NAMESPACE.kind].escalation is None
