@@ -51,8 +51,9 @@ class Settings:
         "endpoints",
         "disruption",
         "namespace",
-            "replicaset,deployment,nodelifecycle,garbagecollector,endpoints,disruption,namespace,"
-            "job,ttl-after-finished,clusterrole-aggregation",
+        "job",
+        "ttl-after-finished",
+        "clusterrole-aggregation",
     )
 
     @classmethod

@@ -228,8 +228,6 @@ _NESTED: dict[str, Schema] = {
     },
     "RoleRef": {1: ("apiGroup", "string"), 2: ("kind", "string"), 3: ("name", "string")},
     "AggregationRule": {1: ("clusterRoleSelectors", "+LabelSelector")},
-    "LabelSelector": {1: ("matchLabels", "map"), 2: ("matchExpressions", "+Requirement")},
-    "Requirement": {1: ("key", "string"), 2: ("operator", "string"), 3: ("values", "strings")},
 }
 _ROLE: Schema = {1: ("metadata", "ObjectMeta"), 2: ("rules", "+PolicyRule")}
 _BINDING: Schema = {
