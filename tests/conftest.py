@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,12 @@ _REPO = str(Path(__file__).resolve().parents[1])
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (_REPO, os.environ.get("PYTHONPATH", "")) if p
 )
+
+# A test run started in the background by a script (`make test &`) inherits SIGINT ignored, and
+# so would every process it starts: the tests that press Ctrl-C on the CLI or on `tinykube up`
+# would wait in vain. Run as from a terminal, where SIGINT interrupts.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
