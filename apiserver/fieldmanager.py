@@ -64,6 +64,7 @@ _ATOMIC: frozenset[tuple[str, str]] = frozenset(
     {
         ("tinykube.v1.ReplicaSetSpec", "selector"),
         ("tinykube.v1.DeploymentSpec", "selector"),
+        ("tinykube.v1.DaemonSetSpec", "selector"),
         ("tinykube.v1.ServiceSpec", "selector"),
         ("tinykube.v1.PodSpec", "nodeSelector"),
         ("tinykube.v1.PodAffinityTerm", "labelSelector"),

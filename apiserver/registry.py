@@ -17,10 +17,11 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from apiserver import batch, podmutation, validation
+from apiserver import batch, daemonset, podmutation, validation
 from tinykube.errors import FieldError
 from tinykube.kinds import (
     CLUSTER_ROLE_BINDING,
+    DAEMON_SET,
     DEPLOYMENT,
     EVENT,
     JOB,
@@ -290,6 +291,9 @@ class Strategy:
         elif kind == SERVICE.kind:
             obj.ClearField("status")
             default_service_spec(obj.spec)  # type: ignore[attr-defined]
+        elif kind == DAEMON_SET.kind:
+            daemonset.prepare_for_create(obj)  # type: ignore[arg-type]
+            self._default_pod_spec(obj.spec.template.spec)  # type: ignore[attr-defined]
         elif kind == POD_DISRUPTION_BUDGET.kind:
             obj.ClearField("status")  # the disruption controller's, as in Kubernetes
         elif kind == NAMESPACE.kind:
@@ -344,6 +348,8 @@ class Strategy:
         errs = validation.validate(self.info, obj)
         if self.info.kind == JOB.kind:
             errs.extend(batch.validate_job(obj))  # type: ignore[arg-type]
+        elif self.info.kind in daemonset.KINDS:
+            errs.extend(daemonset.validate(self.info.kind, obj))
         return errs
 
     # ---- update ----------------------------------------------------------------------------
@@ -380,6 +386,9 @@ class Strategy:
             # a change to them is a new generation too.
             if target.metadata.annotations != old.metadata.annotations:  # type: ignore[attr-defined]
                 target.metadata.generation = old.metadata.generation + 1  # type: ignore[attr-defined]
+        elif self.info.kind == DAEMON_SET.kind:
+            self._default_pod_spec(target.spec.template.spec)
+            daemonset.prepare_for_update(target, old)  # type: ignore[arg-type]
         elif self.info.kind == SERVICE.kind:
             default_service_spec(target.spec)
             keep_service_allocations(target.spec, old.spec)  # type: ignore[attr-defined]
@@ -434,11 +443,19 @@ class Strategy:
         if self.info.kind == JOB.kind:
             errs.extend(batch.validate_job(new))  # type: ignore[arg-type]
             errs.extend(batch.validate_job_update(new, old))  # type: ignore[arg-type]
+        if self.info.kind in daemonset.KINDS:
+            errs += daemonset.validate(self.info.kind, new)
+            errs += daemonset.validate_update(self.info.kind, new, old)
         return errs
 
     def validate_status_update(self, new: Message, old: Message) -> list[FieldError]:
         # `new` is `old` with its status replaced (prepare_for_status_update): nothing but the
         # status can be invalid, and nothing immutable can have changed.
+        if self.info.kind == DAEMON_SET.kind:
+            return validation.validate_status(self.info, new) + daemonset.validate_status_update(
+                new,  # type: ignore[arg-type]
+                old,  # type: ignore[arg-type]
+            )
         if self.info.kind == JOB.kind:
             # Like pods': the spec is as stored; only the status and its transitions.
             return batch.validate_job_status_update(new, old) + validation.printable(  # type: ignore[arg-type]

@@ -78,6 +78,8 @@ from tinykube.retry import (
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.tls import Credentials, TransportSecurityError, ambient_credentials, explain
 from tinykube.v1 import (
+    controllerrevision_pb2,
+    daemonset_pb2,
     deployment_pb2,
     endpoints_pb2,
     event_pb2,
@@ -376,6 +378,14 @@ class Client:
         priorityclass_pb2.PriorityClassWatchEvent,
     ]
     jobs: ResourceClient[job_pb2.Job, job_pb2.JobList, job_pb2.JobWatchEvent]
+    daemon_sets: ResourceClient[
+        daemonset_pb2.DaemonSet, daemonset_pb2.DaemonSetList, daemonset_pb2.DaemonSetWatchEvent
+    ]
+    controller_revisions: ResourceClient[
+        controllerrevision_pb2.ControllerRevision,
+        controllerrevision_pb2.ControllerRevisionList,
+        controllerrevision_pb2.ControllerRevisionWatchEvent,
+    ]
 
     def __init__(
         self,
@@ -437,6 +447,11 @@ class Client:
                 self.deployments,
             )
         }
+        self.daemon_sets = ResourceClient(kinds.DAEMON_SET, self.channel, self)
+        self.controller_revisions = ResourceClient(kinds.CONTROLLER_REVISION, self.channel, self)
+        self._by_kind.update(
+            {r.info.kind: r for r in (self.daemon_sets, self.controller_revisions)}
+        )
 
     def resource(self, kind: str | KindInfo) -> ResourceClient[Any, Any, Any]:
         """The untyped ResourceClient for a kind given as KindInfo, Kind, plural or short name."""

@@ -12,6 +12,10 @@ from typing import Any
 from google.protobuf.message import Message
 
 from tinykube.v1 import (
+    controllerrevision_pb2,
+    controllerrevision_pb2_grpc,
+    daemonset_pb2,
+    daemonset_pb2_grpc,
     deployment_pb2,
     deployment_pb2_grpc,
     endpoints_pb2,
@@ -331,6 +335,42 @@ CLUSTER_ROLE_BINDING = _rbac_kind(
 RBAC_KINDS: tuple[KindInfo, ...] = (ROLE, CLUSTER_ROLE, ROLE_BINDING, CLUSTER_ROLE_BINDING)
 
 ALL_KINDS += RBAC_KINDS
+
+DAEMON_SET = KindInfo(
+    kind="DaemonSet",
+    plural="daemonsets",
+    namespaced=True,
+    message=daemonset_pb2.DaemonSet,
+    list_message=daemonset_pb2.DaemonSetList,
+    watch_event=daemonset_pb2.DaemonSetWatchEvent,
+    create_request=daemonset_pb2.CreateDaemonSetRequest,
+    update_request=daemonset_pb2.UpdateDaemonSetRequest,
+    request_field="daemonSet",
+    service="tinykube.v1.DaemonSets",
+    stub=daemonset_pb2_grpc.DaemonSetsStub,
+    add_servicer=daemonset_pb2_grpc.add_DaemonSetsServicer_to_server,
+    has_status=True,
+    short_names=("ds", "daemonset"),
+    group="apps",
+)
+CONTROLLER_REVISION = KindInfo(
+    kind="ControllerRevision",
+    plural="controllerrevisions",
+    namespaced=True,
+    message=controllerrevision_pb2.ControllerRevision,
+    list_message=controllerrevision_pb2.ControllerRevisionList,
+    watch_event=controllerrevision_pb2.ControllerRevisionWatchEvent,
+    create_request=controllerrevision_pb2.CreateControllerRevisionRequest,
+    update_request=controllerrevision_pb2.UpdateControllerRevisionRequest,
+    request_field="controllerRevision",
+    service="tinykube.v1.ControllerRevisions",
+    stub=controllerrevision_pb2_grpc.ControllerRevisionsStub,
+    add_servicer=controllerrevision_pb2_grpc.add_ControllerRevisionsServicer_to_server,
+    has_status=False,
+    short_names=("controllerrevision",),
+    group="apps",
+)
+ALL_KINDS += (DAEMON_SET, CONTROLLER_REVISION)
 BY_KIND: dict[str, KindInfo] = {k.kind: k for k in ALL_KINDS}
 BY_PLURAL: dict[str, KindInfo] = {k.plural: k for k in ALL_KINDS}
 

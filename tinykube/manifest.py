@@ -36,6 +36,9 @@ QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
 # Kubernetes IntOrString fields are google.protobuf.Values (a JSON number or string); protobuf
 # prints a number as a float (8080.0), Kubernetes as an integer.
 _VALUE = "google.protobuf.Value"
+# A Struct (a ControllerRevision's data) holds any JSON; its numbers are doubles in protobuf, and
+# the whole ones were integers in the JSON it was made from (a container's port, a count).
+_STRUCT = "google.protobuf.Struct"
 
 # Kubernetes' metav1.MicroTime fields print with exactly six fractional digits
 # ("2026-12-01T10:00:00.000000Z", what client-go parses them with); every other time is a
@@ -471,6 +474,18 @@ def _normalise_output(desc: Any, data: dict[str, Any]) -> None:
             and value.is_integer()
         ):
             data[key] = int(value)
+        elif f.message_type is not None and f.message_type.full_name == _STRUCT:
+            data[key] = _whole_numbers(value)
+
+
+def _whole_numbers(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    return value
 
 
 def micro_time(text: str) -> str:

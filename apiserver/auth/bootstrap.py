@@ -12,8 +12,9 @@ runs, and their ClusterRoleBindings. Every object carries the label
 What differs from kube, and why:
 - Rules name only resources tinykube serves (pods and their status, binding, eviction and log;
   nodes, events, services, endpoints, namespaces; replicasets and deployments with status and
-  scale; jobs; leases; poddisruptionbudgets; the RBAC kinds; selfsubjectaccessreviews):
-  secrets, configmaps, volumes and the rest are left out of every role.
+  scale; daemonsets with status, controllerrevisions; jobs; leases; poddisruptionbudgets; the
+  RBAC kinds; selfsubjectaccessreviews): secrets, configmaps, volumes and the rest are left out
+  of every role.
 - `admin`, `edit` and `view` are aggregated as in kube (aggregationRule selecting the labels
   `rbac.authorization.k8s.io/aggregate-to-{admin,edit,view}`; the `system:aggregate-to-*` roles
   carry the rule tables below, `edit` is aggregated into `admin` and `view` into `edit`), and
@@ -143,6 +144,7 @@ _AGGREGATE_TO_VIEW = (
     rule(READ, (_APPS,), ("deployments", "deployments/status", "deployments/scale")),
     rule(READ, (_POLICY,), ("poddisruptionbudgets", "poddisruptionbudgets/status")),
     rule(READ, (_BATCH,), ("jobs", "jobs/status")),
+    rule(READ, (_APPS,), ("controllerrevisions", "daemonsets", "daemonsets/status")),
 )
 _AGGREGATE_TO_EDIT = (
     rule(WRITE, (_CORE,), ("pods",)),
@@ -153,6 +155,7 @@ _AGGREGATE_TO_EDIT = (
     rule(WRITE, (_POLICY,), ("poddisruptionbudgets",)),
     rule(WRITE, (_BATCH,), ("jobs",)),
     rule(READ_WRITE, (_COORDINATION,), ("leases",)),
+    rule(WRITE, (_APPS,), ("daemonsets",)),
 )
 _AGGREGATE_TO_ADMIN = (rule(READ_WRITE, (RBAC_GROUP,), ("roles", "rolebindings")),)
 
@@ -349,6 +352,25 @@ def _controllers() -> list[tuple[rbac_pb2.ClusterRole, str]]:
                 rule(("list", "delete"), (_CORE,), ("pods",)),
                 _events(),
                 rule(("get",), (_CORE,), ("pods",)),
+            ],
+        ),
+        (
+            "daemon-set-controller",
+            [
+                rule(READ, (_APPS,), ("daemonsets",)),
+                rule(("update",), (_APPS,), ("daemonsets/status",)),
+                rule(("update",), (_APPS,), ("daemonsets/finalizers",)),
+                rule(("list", "watch"), (_CORE,), ("nodes",)),
+                rule(("list", "watch", "create", "delete", "patch"), (_CORE,), ("pods",)),
+                # kube's role also creates pods/binding (daemon pods were bound by the
+                # controller before 1.12); the scheduler places them now, and here the role's
+                # rights are the whole controller manager's.
+                rule(
+                    ("get", "list", "watch", "create", "delete", "update", "patch"),
+                    (_APPS,),
+                    ("controllerrevisions",),
+                ),
+                _events(),
             ],
         ),
         (

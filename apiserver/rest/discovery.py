@@ -17,6 +17,7 @@ from typing import Any
 from apiserver.rest.codec import parse_accept
 from tinykube.kinds import (
     ALL_KINDS,
+    DAEMON_SET,
     DEPLOYMENT,
     JOB,
     NAMESPACE,
@@ -128,6 +129,8 @@ def _stored(info: KindInfo) -> Resource:
         info=info,
     )
 
+
+_ALL_CATEGORY.add(DAEMON_SET.kind)
 
 # Kinds kube-scheduler, kubectl and client-go programs list that tinykube does not model, in
 # their real groups and versions. Listed in discovery so such clients start and see nothing.

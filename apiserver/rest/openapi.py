@@ -106,6 +106,15 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "ReplicaSetStatus": ("replicas",),
     "DeploymentSpec": ("selector", "template"),
     "DeploymentCondition": ("type", "status"),
+    "DaemonSetSpec": ("selector", "template"),
+    "DaemonSetCondition": ("type", "status"),
+    "DaemonSetStatus": (
+        "currentNumberScheduled",
+        "numberMisscheduled",
+        "desiredNumberScheduled",
+        "numberReady",
+    ),
+    "ControllerRevision": ("revision",),
     "LabelSelectorRequirement": ("key", "operator"),
     "OwnerReference": ("apiVersion", "kind", "name", "uid"),
     "Event": ("metadata", "involvedObject"),
@@ -752,6 +761,8 @@ KUBERNETES_INT64: frozenset[tuple[str, str]] = frozenset(
         ("tinykube.v1.PodSpec", "terminationGracePeriodSeconds"),
         ("tinykube.v1.ReplicaSetStatus", "observedGeneration"),
         ("tinykube.v1.DeploymentStatus", "observedGeneration"),
+        ("tinykube.v1.DaemonSetStatus", "observedGeneration"),
+        ("tinykube.v1.ControllerRevision", "revision"),
     }
 )
 

@@ -81,6 +81,7 @@ PATCH_META: dict[tuple[str, str], tuple[str, str]] = {
     ("tinykube.v1.DeploymentStatus", "conditions"): ("merge", "type"),
     ("tinykube.v1.ServiceSpec", "ports"): ("merge", "port"),
     ("tinykube.v1.PodDisruptionBudgetStatus", "conditions"): ("merge", "type"),
+    ("tinykube.v1.DaemonSetStatus", "conditions"): ("merge", "type"),
     ("tinykube.v1.NamespaceStatus", "conditions"): ("merge", "type"),
     ("tinykube.v1.JobStatus", "conditions"): ("merge", "type"),
 }

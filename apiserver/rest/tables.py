@@ -876,6 +876,69 @@ _PRINTERS: Final[dict[str, _Printer]] = {
 
 # --- rows and the Table ---------------------------------------------------------------------
 
+# apps/v1 DaemonSets and ControllerRevisions (kube's printDaemonSet, printControllerRevision).
+_COLUMNS["DaemonSet"] = (
+    _NAME_COLUMN,
+    _col("Desired", "integer", "The number of nodes that should run the daemon pod."),
+    _col("Current", "integer", "The number of nodes running at least one daemon pod."),
+    _col("Ready", "integer", "The number of nodes whose daemon pod is ready."),
+    _col("Up-to-date", "integer", "The number of nodes running the current template's pod."),
+    _col("Available", "integer", "The number of nodes whose daemon pod is available."),
+    _col("Node Selector", "string", "The labels a node must have to run the pod."),
+    _AGE_COLUMN,
+    _col("Containers", "string", _D_TEMPLATE_CONTAINERS, priority=1),
+    _col("Images", "string", _D_TEMPLATE_IMAGES, priority=1),
+    _col("Selector", "string", "The label selector of its pods (spec.selector).", priority=1),
+)
+_COLUMNS["ControllerRevision"] = (
+    _NAME_COLUMN,
+    _col("Controller", "string", "Controller of the object"),
+    _col("Revision", "string", "The revision of the state the data represents."),
+    _AGE_COLUMN,
+)
+
+
+def _daemon_set_cells(ds: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = ds.get("metadata") or {}
+    spec = ds.get("spec") or {}
+    status = ds.get("status") or {}
+    template_spec = (spec.get("template") or {}).get("spec") or {}
+    names, images = _layout_containers(template_spec.get("containers") or ())
+    return [
+        meta.get("name", ""),
+        status.get("desiredNumberScheduled", 0),
+        status.get("currentNumberScheduled", 0),
+        status.get("numberReady", 0),
+        status.get("updatedNumberScheduled", 0),
+        status.get("numberAvailable", 0),
+        _format_labels(template_spec.get("nodeSelector")),
+        clock.since(meta.get("creationTimestamp"), ds, "metadata.creationTimestamp"),
+        names,
+        images,
+        _format_label_selector(spec.get("selector")),
+    ]
+
+
+def _controller_revision_cells(cr: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = cr.get("metadata") or {}
+    controller = _NONE
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller"):
+            group = ref.get("apiVersion", "").rpartition("/")[0]
+            kind = f"{ref.get('kind', '')}.{group}" if group else ref.get("kind", "")
+            controller = f"{kind.lower()}/{ref.get('name', '')}"
+            break
+    return [
+        meta.get("name", ""),
+        controller,
+        cr.get("revision", 0),
+        clock.since(meta.get("creationTimestamp"), cr, "metadata.creationTimestamp"),
+    ]
+
+
+_PRINTERS["DaemonSet"] = _daemon_set_cells
+_PRINTERS["ControllerRevision"] = _controller_revision_cells
+
 
 def _check_include_object(include_object: str) -> str:
     if include_object == "":

@@ -448,6 +448,55 @@ _ROWS = {
 }
 
 
+def _daemonset_row(ds: Any, now: datetime, wide: bool) -> list[str]:
+    st = ds.status
+    template = ds.spec.template.spec
+    row = [
+        ds.metadata.name,
+        *(
+            str(n)
+            for n in (
+                st.desiredNumberScheduled,
+                st.currentNumberScheduled,
+                st.numberReady,
+                st.updatedNumberScheduled,
+                st.numberAvailable,
+            )
+        ),
+        ",".join(f"{k}={v}" for k, v in sorted(template.nodeSelector.items())) or NONE,
+        age(ds.metadata.creationTimestamp, now),
+    ]
+    if wide:
+        row += [
+            ",".join(c.name for c in template.containers) or NONE,
+            ",".join(c.image for c in template.containers) or NONE,
+            format_label_selector(ds.spec.selector),
+        ]
+    return row
+
+
+def _controller_revision_row(cr: Any, now: datetime, wide: bool) -> list[str]:
+    controller = next(
+        (
+            f"{ref.kind.lower()}.{ref.apiVersion.rpartition('/')[0]}/{ref.name}".replace("./", "/")
+            for ref in cr.metadata.ownerReferences
+            if ref.controller
+        ),
+        NONE,
+    )
+    return [cr.metadata.name, controller, str(cr.revision), age(cr.metadata.creationTimestamp, now)]
+
+
+# apps/v1 DaemonSets and ControllerRevisions, as kubectl prints them.
+_COLUMNS["DaemonSet"] = (
+    ["NAME", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE", "NODE SELECTOR", "AGE"],
+    ["CONTAINERS", "IMAGES", "SELECTOR"],
+)
+_COLUMNS["ControllerRevision"] = (["NAME", "CONTROLLER", "REVISION", "AGE"], [])
+_ROWS["DaemonSet"] = _daemonset_row
+_ROWS["ControllerRevision"] = _controller_revision_row
+
+
 def columns(info: KindInfo, *, wide: bool = False, with_namespace: bool = False) -> list[str]:
     base, extra = _COLUMNS[info.kind]
     header = [*base, *extra] if wide else list(base)

@@ -611,6 +611,7 @@ class PodSpec(_message.Message):
     TOPOLOGYSPREADCONSTRAINTS_FIELD_NUMBER: _builtins.int
     SCHEDULINGGATES_FIELD_NUMBER: _builtins.int
     PREEMPTIONPOLICY_FIELD_NUMBER: _builtins.int
+    HOSTNETWORK_FIELD_NUMBER: _builtins.int
     restartPolicy: _builtins.str
     """Always (default), OnFailure, Never."""
     terminationGracePeriodSeconds: _builtins.int
@@ -625,6 +626,10 @@ class PodSpec(_message.Message):
     """
     preemptionPolicy: _builtins.str
     """PreemptLowerPriority (the default, from the pod's PriorityClass) or Never."""
+    hostNetwork: _builtins.bool
+    """Recorded only (the process runtime has no network namespaces); a DaemonSet's pods with it
+    tolerate node.kubernetes.io/network-unavailable. Numbered apart from the fields after 16.
+    """
     @_builtins.property
     def initContainers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Container]: ...
     @_builtins.property
@@ -658,10 +663,11 @@ class PodSpec(_message.Message):
         topologySpreadConstraints: _abc.Iterable[Global___TopologySpreadConstraint] | None = ...,
         schedulingGates: _abc.Iterable[Global___PodSchedulingGate] | None = ...,
         preemptionPolicy: _builtins.str = ...,
+        hostNetwork: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "affinity", b"affinity", "priority", b"priority", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "affinity", b"affinity", "containers", b"containers", "dnsPolicy", b"dnsPolicy", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "preemptionPolicy", b"preemptionPolicy", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "schedulingGates", b"schedulingGates", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations", "topologySpreadConstraints", b"topologySpreadConstraints"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "affinity", b"affinity", "containers", b"containers", "dnsPolicy", b"dnsPolicy", "hostNetwork", b"hostNetwork", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "preemptionPolicy", b"preemptionPolicy", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "schedulingGates", b"schedulingGates", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations", "topologySpreadConstraints", b"topologySpreadConstraints"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015

@@ -26,7 +26,13 @@ def test_every_group_version_has_its_resources() -> None:
     ]
     apps = d.lookup("apps", "v1")
     assert apps is not None
-    assert [r.plural for r in apps.resources] == ["replicasets", "deployments", "statefulsets"]
+    assert [r.plural for r in apps.resources] == [
+        "replicasets",
+        "deployments",
+        "daemonsets",
+        "controllerrevisions",
+        "statefulsets",
+    ]
 
 
 @pytest.mark.parametrize(

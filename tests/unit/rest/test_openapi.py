@@ -71,6 +71,12 @@ DEFINITION_NAMES = [
         "io.k8s.api.scheduling.v1.PriorityClass",
         "io.k8s.api.scheduling.v1.PriorityClassList",
     ),
+    ("DaemonSet", "io.k8s.api.apps.v1.DaemonSet", "io.k8s.api.apps.v1.DaemonSetList"),
+    (
+        "ControllerRevision",
+        "io.k8s.api.apps.v1.ControllerRevision",
+        "io.k8s.api.apps.v1.ControllerRevisionList",
+    ),
 ]
 
 
