@@ -26,6 +26,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from controller.clusterroleaggregation import ClusterRoleAggregationController
+from controller.daemonset import DaemonSetController
 from controller.deployment import DeploymentController
 from controller.disruption import DisruptionController
 from controller.endpoints import EndpointsController
@@ -58,6 +59,7 @@ EVENT_SOURCES = {
     "controller-manager": "kube-controller-manager",
     "disruption": "controllermanager",
     "job": "job-controller",
+    "daemonset": "daemonset-controller",
 }
 
 
@@ -217,6 +219,31 @@ class ControllerManager:
             self.metrics.track_queue("deployment", d_queue.__len__)
             workers.append(("deployment", d_queue, dc_.sync, s.concurrent_deployment_syncs))
 
+        # DaemonSets and their ControllerRevisions: for the DaemonSet controller and the GC.
+        dss: Informer[Any] = Informer.for_resource(client.daemon_sets, clock=self.clock)
+        crs: Informer[Any] = Informer.for_resource(client.controller_revisions, clock=self.clock)
+        if "daemonset" in s.controllers or "garbagecollector" in s.controllers:
+            informers += [dss, crs]
+        if "daemonset" in s.controllers:
+            ds_queue: WorkQueue[str] = WorkQueue(self.clock, name="daemonset")
+            dsc = DaemonSetController(
+                client,
+                dss.store,
+                pods.store,
+                nodes.store,
+                crs.store,
+                ds_queue,
+                clock=self.clock,
+                recorder=recorders["daemonset"],
+            )
+            dss.add_handler(dsc.on_ds_add, dsc.on_ds_update, dsc.on_ds_delete)
+            pods.add_handler(dsc.on_pod_add, dsc.on_pod_update, dsc.on_pod_delete)
+            nodes.add_handler(dsc.on_node_add, dsc.on_node_update, dsc.on_node_delete)
+            crs.add_handler(dsc.on_history_add, dsc.on_history_update, dsc.on_history_delete)
+            queues.append(ds_queue)
+            self.metrics.track_queue("daemonset", ds_queue.__len__)
+            workers.append(("daemonset", ds_queue, dsc.sync, s.concurrent_daemonset_syncs))
+
         if "garbagecollector" in s.controllers:
             gc_queue: WorkQueue[str] = WorkQueue(self.clock, name="garbagecollector")
             gc = GarbageCollector(
@@ -227,15 +254,24 @@ class ControllerManager:
                     "Node": nodes.store,
                     "Job": job_inf.store,
                     "Deployment": deployments.store,
+                    "DaemonSet": dss.store,
+                    "ControllerRevision": crs.store,
                 },
                 gc_queue,
-                apis={"Job": client.jobs, "Deployment": client.deployments},
+                apis={
+                    "Job": client.jobs,
+                    "Deployment": client.deployments,
+                    "DaemonSet": client.daemon_sets,
+                    "ControllerRevision": client.controller_revisions,
+                },
             )
             job_inf.add_handler(*gc.handlers("Job"))
             pods.add_handler(*gc.handlers("Pod"))
             rss.add_handler(*gc.handlers("ReplicaSet"))
             nodes.add_handler(*gc.handlers("Node"))
             deployments.add_handler(*gc.handlers("Deployment"))
+            dss.add_handler(*gc.handlers("DaemonSet"))
+            crs.add_handler(*gc.handlers("ControllerRevision"))
             queues.append(gc_queue)
             self.metrics.track_queue("garbagecollector", gc_queue.__len__)
             workers.append(("garbagecollector", gc_queue, gc.sync, s.concurrent_gc_syncs))

@@ -69,3 +69,12 @@ class Expectations:
         """(creations, deletions) still expected; for logs and tests."""
         exp = self._by_key.get(key)
         return (exp.add, exp.delete) if exp is not None else (0, 0)
+
+    def expect(self, key: str, creations: int, pod_keys: list[str]) -> None:
+        """Both at once, as kube's SetExpectations (a DaemonSet sync creates and deletes)."""
+        self._by_key[key] = _Expectation(
+            add=creations,
+            delete=len(pod_keys),
+            deleting=set(pod_keys),
+            timestamp=self._clock.monotonic(),
+        )

@@ -1,9 +1,10 @@
 """Garbage collector: cascading deletion through ownerReferences, as Kubernetes does it.
 
 A much smaller cousin of Kubernetes' graph-based garbage collector: the "graph" is the informer
-caches plus an owner-uid index over the dependent kinds (pods and ReplicaSets, the kinds that
-carry ownerReferences here). Every kind with a cache can be an owner. Three propagation modes,
-chosen by the apiserver at Delete time (apiserver/deletion.py) through finalizers:
+caches plus an owner-uid index over the dependent kinds (pods, ReplicaSets and
+ControllerRevisions, the kinds that carry ownerReferences here). Every kind with a cache can be
+an owner. Three propagation modes, chosen by the apiserver at Delete time (apiserver/deletion.py)
+through finalizers:
 
 - Background (no finalizer): the owner is gone at once. A dependent all of whose owners are gone
   (absent, or present with another uid) is deleted with a uid precondition; one that lost only
@@ -78,7 +79,7 @@ class GarbageCollector:
         self.apis = dict(apis or {})
         self.stores = stores
         self.queue = queue
-        self.dependent_kinds = ("Pod", "ReplicaSet")
+        self.dependent_kinds = ("Pod", "ReplicaSet", "ControllerRevision")
         self.indexes = {
             kind: PodIndex(store) for kind, store in stores.items() if kind in self.dependent_kinds
         }

@@ -41,6 +41,7 @@ class Settings:
     # capped (kube's DefaultJobPodFailureBackOff 10 s and MaxJobPodFailureBackOff 10 min).
     job_backoff_base: float = 10.0
     job_backoff_max: float = 600.0
+    concurrent_daemonset_syncs: int = 2
     # --kubeconfig, --insecure and the serving certificate (tinykube/tls.py)
     security: Security = field(default_factory=Security)
     controllers: tuple[str, ...] = (
@@ -54,6 +55,7 @@ class Settings:
         "job",
         "ttl-after-finished",
         "clusterrole-aggregation",
+        "daemonset",
     )
 
     @classmethod
@@ -148,7 +150,13 @@ class Settings:
             default="*",
             help="comma-separated controllers to run: "
             "replicaset,deployment,nodelifecycle,garbagecollector,endpoints,disruption,namespace,"
-            "job,ttl-after-finished,clusterrole-aggregation",
+            "job,ttl-after-finished,clusterrole-aggregation,daemonset",
+        )
+        p.add_argument(
+            "--concurrent-daemonset-syncs",
+            type=int,
+            default=2,
+            help="DaemonSets reconciled at once (default 2, as kube's)",
         )
         p.add_argument(
             "--concurrent-namespace-syncs",
@@ -217,5 +225,6 @@ class Settings:
             concurrent_ttl_after_finished_syncs=a.concurrent_ttl_after_finished_syncs,
             job_backoff_base=a.job_backoff_base,
             job_backoff_max=a.job_backoff_max,
+            concurrent_daemonset_syncs=a.concurrent_daemonset_syncs,
             controllers=wanted,
         )
