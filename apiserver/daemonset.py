@@ -13,7 +13,9 @@ Pure functions over protobuf messages, called by `apiserver.registry.Strategy`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.struct_pb2 import Value
@@ -258,6 +260,17 @@ def validate(kind: str, obj: object) -> list[FieldError]:
     return []
 
 
+def _whole(value: Any) -> Any:
+    """JSON numbers as they were written: a Struct holds 80 as 80.0."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    return value
+
+
 def validate_update(kind: str, new: object, old: object) -> list[FieldError]:
     """What may not change: a DaemonSet's selector (apps/v1), a ControllerRevision's data."""
     if kind == DAEMON_SET.kind:
@@ -272,7 +285,7 @@ def validate_update(kind: str, new: object, old: object) -> list[FieldError]:
         nc: controllerrevision_pb2.ControllerRevision = new  # type: ignore[assignment]
         oc: controllerrevision_pb2.ControllerRevision = old  # type: ignore[assignment]
         if nc.data != oc.data:
-            shown = json_format.MessageToJson(nc.data, indent=None, sort_keys=True)
+            shown = json.dumps(_whole(json_format.MessageToDict(nc.data)), sort_keys=True)
             return [FieldError("data", f"Invalid value: {shown}: field is immutable")]
     return []
 

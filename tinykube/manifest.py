@@ -36,9 +36,10 @@ QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
 # Kubernetes IntOrString fields are google.protobuf.Values (a JSON number or string); protobuf
 # prints a number as a float (8080.0), Kubernetes as an integer.
 _VALUE = "google.protobuf.Value"
-# A Struct (a ControllerRevision's data) holds any JSON; its numbers are doubles in protobuf, and
-# the whole ones were integers in the JSON it was made from (a container's port, a count).
-_STRUCT = "google.protobuf.Struct"
+# A ControllerRevision's data is a Struct holding any JSON; its numbers are doubles in protobuf,
+# and the whole ones were integers in the JSON it was made from (a container's port, a count).
+# (managedFields' fieldsV1, the other Struct, holds no numbers: it is not walked.)
+_REVISION_DATA = ("tinykube.v1.ControllerRevision", "data")
 
 # Kubernetes' metav1.MicroTime fields print with exactly six fractional digits
 # ("2026-12-01T10:00:00.000000Z", what client-go parses them with); every other time is a
@@ -474,7 +475,7 @@ def _normalise_output(desc: Any, data: dict[str, Any]) -> None:
             and value.is_integer()
         ):
             data[key] = int(value)
-        elif f.message_type is not None and f.message_type.full_name == _STRUCT:
+        elif (desc.full_name, f.name) == _REVISION_DATA:
             data[key] = _whole_numbers(value)
 
 

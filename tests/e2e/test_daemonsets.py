@@ -12,6 +12,7 @@ Every wait polls for a condition.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -177,6 +178,21 @@ async def test_a_daemon_set_follows_nodes_and_rolls(ds_cluster: Cluster) -> None
     cells = row.split()
     assert cells[:7] == ["agent", "2", "2", "2", "2", "2", "<none>"]
     assert cells[-3:] == ["main", "agent:v1", "app=agent"]
+
+    strategy = await kubectl("get", "ds", "agent", "-o", "jsonpath={.spec.updateStrategy}")
+    assert json.loads(strategy) == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
+    }
+    bad = MANIFEST.replace("name: agent", "name: bad").replace(
+        "terminationGracePeriodSeconds: 1", "restartPolicy: OnFailure"
+    )
+    (home / "bad.yaml").write_text(bad)
+    refused = await kubectl("apply", "-f", str(home / "bad.yaml"), check=False)
+    assert (
+        'The DaemonSet "bad" is invalid: spec.template.spec.restartPolicy: Unsupported value: '
+        '"OnFailure": supported values: "Always"'
+    ) in refused
 
     # A node joins: it gets a pod.
     await asyncio.to_thread(ds_cluster.cluster.start_component, "kubelet-node-3")

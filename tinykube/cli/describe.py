@@ -562,6 +562,42 @@ def _cap_indexes(indexes: str, soft_limit: int) -> str:
     return indexes if cut < 0 else indexes[: cut + 1] + "..."
 
 
+def describe_daemonset(ds: Any, pods: list[Any], events: list[Any], now: datetime) -> str:
+    """As `kubectl describe ds`: selector, node selector, the scheduling counts, pods by
+    phase, the template, events."""
+    w = Writer()
+    width = len("Node-Selector:  ")
+    meta, spec, status = ds.metadata, ds.spec, ds.status
+    w.line(0, "Name", meta.name, width)
+    w.line(0, "Namespace", meta.namespace, width)
+    w.line(0, "Selector", printers.format_label_selector(spec.selector), width)
+    w.line(0, "Node-Selector", ",".join(fmt_map(spec.template.spec.nodeSelector.items())), width)
+    multi(w, 0, "Labels", fmt_map(meta.labels.items()), width)
+    multi(w, 0, "Annotations", fmt_map(meta.annotations.items(), ": "), width)
+    for key, value in (
+        ("Desired Number of Nodes Scheduled", status.desiredNumberScheduled),
+        ("Current Number of Nodes Scheduled", status.currentNumberScheduled),
+        ("Number of Nodes Scheduled with Up-to-date Pods", status.updatedNumberScheduled),
+        ("Number of Nodes Scheduled with Available Pods", status.numberAvailable),
+        ("Number of Nodes Misscheduled", status.numberMisscheduled),
+    ):
+        w.raw(0, f"{key}: {value}")
+    mine = [p for p in pods if owned_by(p, ds)]
+    phases = [p.status.phase or "Pending" for p in mine]
+    w.raw(
+        0,
+        f"Pods Status:  {phases.count('Running')} Running / {phases.count('Pending')} Waiting / "
+        f"{phases.count('Succeeded')} Succeeded / {phases.count('Failed')} Failed",
+    )
+    w.line(0, "Pod Template")
+    multi(w, 1, "Labels", fmt_map(spec.template.metadata.labels.items()))
+    if spec.template.metadata.annotations:
+        multi(w, 1, "Annotations", fmt_map(spec.template.metadata.annotations.items(), ": "))
+    describe_containers(w, "  Containers", spec.template.spec.containers, [])
+    describe_events(w, events, now)
+    return w.text()
+
+
 def describe_pdb(pdb: Any, events: list[Any], now: datetime) -> str:
     """As `kubectl describe pdb`: the bound that is set, the selector and the status counts."""
     w = Writer()
@@ -687,6 +723,9 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
                 outputs.append(describe_job(obj, events, ctx.now()))
             elif info.kind == "Namespace":
                 outputs.append(describe_namespace(obj, events, ctx.now()))
+            elif info.kind == "DaemonSet":
+                pods = await client.pods.list(obj.metadata.namespace)
+                outputs.append(describe_daemonset(obj, list(pods.items), events, ctx.now()))
             elif info.kind == "PriorityClass":
                 outputs.append(describe_priority_class(obj, events, ctx.now()))
             else:
