@@ -133,6 +133,7 @@ def test_api_resources(cluster: UpCluster) -> None:
     assert rows["endpoints"] == ["endpoints", "ep", "v1", "true", "Endpoints"]
     assert rows["events"] == ["events", "ev", "v1", "true", "Event"]
     assert rows["replicasets"] == ["replicasets", "rs", "apps/v1", "true", "ReplicaSet"]
+    assert rows["daemonsets"] == ["daemonsets", "ds", "apps/v1", "true", "DaemonSet"]
     assert rows["leases"] == ["leases", "coordination.k8s.io/v1", "true", "Lease"]
     assert rows["namespaces"] == ["namespaces", "ns", "v1", "false", "Namespace"]
     assert rows["priorityclasses"] == [
@@ -146,9 +147,11 @@ def test_api_resources(cluster: UpCluster) -> None:
     assert_output(
         wide,
         """
-NAME          SHORTNAMES   APIVERSION   NAMESPACED   KIND         VERBS                                                        CATEGORIES
-replicasets   rs           apps/v1      true         ReplicaSet   create,delete,deletecollection,get,list,patch,update,watch   all
-statefulsets  sts          apps/v1      true         StatefulSet  get,list,watch                                               all
+NAME                  SHORTNAMES   APIVERSION   NAMESPACED   KIND                 VERBS                                                        CATEGORIES
+controllerrevisions                apps/v1      true         ControllerRevision   create,delete,deletecollection,get,list,patch,update,watch
+daemonsets            ds           apps/v1      true         DaemonSet            create,delete,deletecollection,get,list,patch,update,watch   all
+replicasets           rs           apps/v1      true         ReplicaSet           create,delete,deletecollection,get,list,patch,update,watch   all
+statefulsets          sts          apps/v1      true         StatefulSet          get,list,watch                                               all
 """,  # noqa: E501
     )
 

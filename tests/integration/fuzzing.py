@@ -970,6 +970,29 @@ SEEDS.update(
     }
 )
 
+SEEDS.update(
+    {
+        "DaemonSet": {
+            "metadata": _META,
+            "spec": {
+                "selector": {"matchLabels": {"app": "seed"}},
+                "template": {"metadata": {"labels": {"app": "seed"}}, "spec": _POD_SPEC},
+                "updateStrategy": {
+                    "type": "RollingUpdate",
+                    "rollingUpdate": {"maxUnavailable": "10%", "maxSurge": 0},
+                },
+                "minReadySeconds": 1,
+                "revisionHistoryLimit": 3,
+            },
+        },
+        "ControllerRevision": {
+            "metadata": _META,
+            "data": {"spec": {"template": {"$patch": "replace", "spec": {"containers": []}}}},
+            "revision": 1,
+        },
+    }
+)
+
 
 def valid_object(info: KindInfo, name: str) -> Message:
     """A valid object of the kind, named `name` (in namespace default if namespaced)."""
