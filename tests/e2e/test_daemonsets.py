@@ -5,7 +5,8 @@ kubelets, each its own process. A DaemonSet gets one pod per node, each placed b
 through its required node affinity on metadata.name; a third kubelet joins and gets a pod; the
 node is deleted and its pod goes; `kubectl set image` rolls the pods one node at a time while
 `kubectl rollout status` waits; `rollout history`, `rollout undo` and `rollout restart` work
-through the ControllerRevisions; deleting the DaemonSet takes its pods and revisions along.
+through the ControllerRevisions (the restart's pod lands on a cordoned node too); deleting the
+DaemonSet takes its pods and revisions along.
 Every wait polls for a condition.
 """
 
@@ -234,6 +235,9 @@ async def test_a_daemon_set_follows_nodes_and_rolls(ds_cluster: Cluster) -> None
     history = await kubectl("rollout", "history", "ds/agent")
     assert history.split()[:3] == ["daemonset.apps/agent", "REVISION", "CHANGE-CAUSE"]
     assert [line.split()[0] for line in history.splitlines()[2:] if line.strip()] == ["1", "2"]
+    detail = await kubectl("rollout", "history", "ds/agent", "--revision=2")
+    assert detail.splitlines()[0] == "daemonset.apps/agent with revision #2"
+    assert "    Image:\tagent:v2" in detail
     revisions = await kubectl("get", "controllerrevisions")
     assert "daemonset.apps/agent" in revisions
 
@@ -244,6 +248,8 @@ async def test_a_daemon_set_follows_nodes_and_rolls(ds_cluster: Cluster) -> None
     history = await kubectl("rollout", "history", "ds/agent")
     assert [line.split()[0] for line in history.splitlines()[2:] if line.strip()] == ["2", "3"]
 
+    # A cordoned node still gets its new pod: daemon pods tolerate unschedulable.
+    await kubectl("cordon", "node-1")
     before = {p.metadata.name for p in await daemon_pods(client)}
     out = await kubectl("rollout", "restart", "ds/agent")
     assert "daemonset.apps/agent restarted" in out
@@ -254,6 +260,8 @@ async def test_a_daemon_set_follows_nodes_and_rolls(ds_cluster: Cluster) -> None
         return len(pods) == 2 and not {p.metadata.name for p in pods} & before
 
     await eventually(replaced, limit=90, what="every pod replaced by the restart")
+    await wait_for_pods_on(client, {"node-1", "node-2"}, "agent:v1")
+    await kubectl("uncordon", "node-1")
 
     described = await kubectl("describe", "ds", "agent")
     assert "Desired Number of Nodes Scheduled: 2" in described

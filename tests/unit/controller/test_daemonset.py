@@ -352,3 +352,27 @@ def test_backoff(steps: list[float], in_backoff_at: float, want: bool) -> None:
     for t in steps:
         b.next("k", t)
     assert b.in_backoff_since_update("k", in_backoff_at) is want
+
+
+async def test_status_counts_misscheduled_pods_and_the_oldest_pod_per_node() -> None:
+    env = Env()
+    ds = await env.client.daemon_sets.create(make_ds())
+    ds.spec.template.spec.nodeSelector["role"] = "edge"
+    edge = await env.node("edge", {"role": "edge"})
+    core = await env.node("core")
+    hash_ = "h"
+    pods = []
+    for i, node in enumerate(("edge", "edge", "core")):
+        pod = du.pod_for_node(ds, node, hash_ if i == 0 else "old")
+        pod.metadata.name = f"p{i}"
+        pod.metadata.creationTimestamp.seconds = 100 + i
+        pod.spec.nodeName = node
+        if i == 0:
+            pod.status.conditions.add(type="Ready", status="True")
+        pods.append(pod)
+    by_node = {"edge": pods[:2], "core": pods[2:]}
+    st = env.ctrl.calculate_status(ds, [edge, core], by_node, hash_, observed=True)
+    assert (st.desiredNumberScheduled, st.currentNumberScheduled) == (1, 1)
+    assert (st.numberMisscheduled, st.numberReady, st.numberAvailable) == (1, 1, 1)
+    assert (st.updatedNumberScheduled, st.numberUnavailable) == (1, 0)
+    assert st.observedGeneration == ds.metadata.generation
