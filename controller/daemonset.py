@@ -43,6 +43,7 @@ from controller.daemonutil import (
     allows_surge,
     compute_hash,
     creation_order,
+    eligibility_check,
     is_pod_updated,
     new_controller_ref,
     new_revision,
@@ -303,7 +304,8 @@ class DaemonSetController:
         if is_terminating(ds):
             # Its revisions may be going or orphaned: the status cannot be computed reliably.
             return
-        nodes = self.node_store.list()
+        check = eligibility_check(ds)
+        nodes = {n.metadata.name: check(n) for n in self.node_store.list()}
         current, old = await self._construct_history(ds)
         hash_ = current.metadata.labels.get(HASH_LABEL, "")
         if not self.expectations.satisfied(key):
@@ -399,7 +401,8 @@ class DaemonSetController:
 
     def _pods_should_be_on_node(
         self,
-        node: Node,
+        name: str,
+        eligibility: Eligibility,
         node_to_pods: dict[str, list[Pod]],
         ds: DaemonSet,
         hash_: str,
@@ -407,8 +410,6 @@ class DaemonSetController:
     ) -> tuple[list[str], list[Pod]]:
         """kube's podsShouldBeOnNode: (nodes needing a pod, pods to delete) for one node; the
         Events to record go to `events`."""
-        name = node.metadata.name
-        eligibility = node_should_run(node, ds)
         pods = node_to_pods.get(name)
         if eligibility.should_run and not pods:
             return [name], []
@@ -480,21 +481,20 @@ class DaemonSetController:
             delete.append(oldest_old)
         return [], delete
 
-    async def _manage(self, ds: DaemonSet, nodes: list[Node], hash_: str) -> None:
+    async def _manage(self, ds: DaemonSet, nodes: dict[str, Eligibility], hash_: str) -> None:
         node_to_pods = await self._nodes_to_daemon_pods(ds)
         create: list[str] = []
         delete: list[Pod] = []
         events: list[tuple[str, str, str]] = []
-        for node in nodes:
-            c, d = self._pods_should_be_on_node(node, node_to_pods, ds, hash_, events)
+        for name, eligibility in nodes.items():
+            c, d = self._pods_should_be_on_node(name, eligibility, node_to_pods, ds, hash_, events)
             create += c
             delete += d
         for type_, reason, message in events:
             await self._event(ds, type_, reason, message)
         # Unscheduled pods for nodes that are gone: no pod garbage collector will see them.
-        names = {n.metadata.name for n in nodes}
         for node_name, pods in node_to_pods.items():
-            if node_name not in names:
+            if node_name not in nodes:
                 delete += [p for p in pods if not p.spec.nodeName and not is_terminating(p)]
         await self._sync_nodes(ds, delete, create, hash_)
 
@@ -568,9 +568,11 @@ class DaemonSetController:
 
     # ---- rolling update ----
 
-    async def _rolling_update(self, ds: DaemonSet, nodes: list[Node], hash_: str) -> None:
+    async def _rolling_update(
+        self, ds: DaemonSet, nodes: dict[str, Eligibility], hash_: str
+    ) -> None:
         node_to_pods = await self._nodes_to_daemon_pods(ds)
-        eligible = {n.metadata.name: node_should_run(n, ds).should_run for n in nodes}
+        eligible = {name: e.should_run for name, e in nodes.items()}
         for name, should_run in eligible.items():
             if should_run:
                 node_to_pods.setdefault(name, [])
@@ -713,7 +715,7 @@ class DaemonSetController:
     def calculate_status(
         self,
         ds: DaemonSet,
-        nodes: list[Node],
+        nodes: dict[str, Eligibility],
         node_to_pods: dict[str, list[Pod]],
         hash_: str,
         *,
@@ -725,9 +727,8 @@ class DaemonSetController:
         status = daemonset_pb2.DaemonSetStatus()
         status.CopyFrom(ds.status)
         desired = current = misscheduled = ready = updated = available = 0
-        for node in nodes:
-            eligibility: Eligibility = node_should_run(node, ds)
-            pods = node_to_pods.get(node.metadata.name) or []
+        for name, eligibility in nodes.items():
+            pods = node_to_pods.get(name) or []
             if not eligibility.should_run:
                 misscheduled += bool(pods)
                 continue
@@ -752,7 +753,7 @@ class DaemonSetController:
         return status
 
     async def _update_status(
-        self, ds: DaemonSet, nodes: list[Node], hash_: str, *, observed: bool
+        self, ds: DaemonSet, nodes: dict[str, Eligibility], hash_: str, *, observed: bool
     ) -> None:
         node_to_pods = await self._nodes_to_daemon_pods(ds)
         status = self.calculate_status(ds, nodes, node_to_pods, hash_, observed=observed)

@@ -223,21 +223,34 @@ class Eligibility:
     should_continue_running: bool
 
 
-def node_should_run(node: Node, ds: DaemonSet) -> Eligibility:
-    """kube's NodeShouldRunDaemonPod over the pod `ds` would put on `node`."""
+def eligibility_check(ds: DaemonSet) -> Callable[[Node], Eligibility]:
+    """kube's NodeShouldRunDaemonPod for `ds`, with the pod it would create prepared once (a
+    sync asks it of every node)."""
     spec = pod_pb2.PodSpec()
     spec.CopyFrom(ds.spec.template.spec)
-    if spec.nodeName and spec.nodeName != node.metadata.name:
-        return Eligibility(False, False)
     add_daemon_tolerations(spec)
-    if not fits_node_affinity(spec, node):
-        return Eligibility(False, False)
-    taints = node.spec.taints
-    if untolerated(taints, spec.tolerations, (NO_SCHEDULE, NO_EXECUTE)) is not None:
-        # A running pod may stay unless a NoExecute taint would evict it.
-        stay = untolerated(taints, spec.tolerations, (NO_EXECUTE,)) is None
-        return Eligibility(False, stay)
-    return Eligibility(True, True)
+    tolerations = list(spec.tolerations)
+
+    def check(node: Node) -> Eligibility:
+        if spec.nodeName and spec.nodeName != node.metadata.name:
+            return Eligibility(False, False)
+        if not fits_node_affinity(spec, node):
+            return Eligibility(False, False)
+        taints = node.spec.taints
+        if not taints:
+            return Eligibility(True, True)
+        if untolerated(taints, tolerations, (NO_SCHEDULE, NO_EXECUTE)) is not None:
+            # A running pod may stay unless a NoExecute taint would evict it.
+            stay = untolerated(taints, tolerations, (NO_EXECUTE,)) is None
+            return Eligibility(False, stay)
+        return Eligibility(True, True)
+
+    return check
+
+
+def node_should_run(node: Node, ds: DaemonSet) -> Eligibility:
+    """kube's NodeShouldRunDaemonPod over the pod `ds` would put on `node`."""
+    return eligibility_check(ds)(node)
 
 
 # ---- rolling updates -------------------------------------------------------------------------

@@ -371,7 +371,9 @@ async def test_status_counts_misscheduled_pods_and_the_oldest_pod_per_node() -> 
             pod.status.conditions.add(type="Ready", status="True")
         pods.append(pod)
     by_node = {"edge": pods[:2], "core": pods[2:]}
-    st = env.ctrl.calculate_status(ds, [edge, core], by_node, hash_, observed=True)
+    check = du.eligibility_check(ds)
+    nodes = {n.metadata.name: check(n) for n in (edge, core)}
+    st = env.ctrl.calculate_status(ds, nodes, by_node, hash_, observed=True)
     assert (st.desiredNumberScheduled, st.currentNumberScheduled) == (1, 1)
     assert (st.numberMisscheduled, st.numberReady, st.numberAvailable) == (1, 1, 1)
     assert (st.updatedNumberScheduled, st.numberUnavailable) == (1, 0)
