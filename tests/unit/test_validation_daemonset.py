@@ -274,3 +274,16 @@ def test_revision_data_prints_whole_numbers_as_integers() -> None:
     assert isinstance(
         to_dict(cr)["data"]["spec"]["template"]["spec"]["containers"][0]["ports"][0], int
     )
+
+
+def test_the_example_is_valid() -> None:
+    from pathlib import Path
+
+    from tinykube.manifest import load_manifests
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "daemonset.yaml"
+    (item,) = load_manifests(path.read_text())
+    strategy = Strategy(item.info)
+    strategy.prepare_for_create(item.obj, NOW)
+    item.obj.metadata.namespace = "default"  # type: ignore[attr-defined]
+    assert strategy.validate_create(item.obj) == []
