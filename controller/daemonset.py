@@ -261,10 +261,14 @@ class DaemonSetController:
                 self.queue.add(key_of(ds))
 
     def on_node_update(self, old: Node, new: Node) -> None:
-        # Only the name, labels and taints decide eligibility: status heartbeats cost nothing.
-        if old.metadata.labels == new.metadata.labels and old.spec.taints == new.spec.taints:
+        # Only the name, labels and taints decide eligibility: status heartbeats (every node's,
+        # every few seconds) cost a comparison, and nothing at all without DaemonSets.
+        daemon_sets = self._daemon_sets()
+        if not daemon_sets or (
+            old.spec.taints == new.spec.taints and old.metadata.labels == new.metadata.labels
+        ):
             return
-        for ds in self._daemon_sets():
+        for ds in daemon_sets:
             if node_should_run(old, ds) != node_should_run(new, ds):
                 self.queue.add(key_of(ds))
 
@@ -304,6 +308,8 @@ class DaemonSetController:
         if is_terminating(ds):
             # Its revisions may be going or orphaned: the status cannot be computed reliably.
             return
+        # kube collects idle back-off entries once a minute; here each sync does (it is cheap).
+        self.failed_pods_backoff.gc(self.clock.monotonic())
         check = eligibility_check(ds)
         nodes = {n.metadata.name: check(n) for n in self.node_store.list()}
         current, old = await self._construct_history(ds)
