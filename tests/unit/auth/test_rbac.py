@@ -368,6 +368,18 @@ GRANTS = [
     (ANONYMOUS, a("create", "selfsubjectaccessreviews", "authorization.k8s.io"), False),
     (Identity("root", ("system:masters",)), a("delete", "nodes", name="n1"), True),
     (Identity("root", ("system:masters",)), non_resource("get", "/anything"), True),
+    # DaemonSets and their revisions, as kube's bootstrap policy has them.
+    (VIEWER, a("list", "daemonsets", "apps", namespace="team"), True),
+    (VIEWER, a("get", "controllerrevisions", "apps", namespace="team", name="r"), True),
+    (EDITOR, a("patch", "daemonsets", "apps", namespace="team", name="agent"), True),
+    (EDITOR, a("create", "controllerrevisions", "apps", namespace="team"), False),
+    (EDITOR, a("update", "daemonsets", "apps", subresource="status", namespace="team"), False),
+    (CONTROLLERS, a("create", "controllerrevisions", "apps", namespace="x"), True),
+    (
+        CONTROLLERS,
+        a("update", "daemonsets", "apps", subresource="status", namespace="x", name="d"),
+        True,
+    ),
 ]
 
 
