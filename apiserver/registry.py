@@ -216,6 +216,27 @@ def default_service_spec(spec: service_pb2.ServiceSpec) -> None:
             set_int_or_string(port.targetPort, port.port)
 
 
+PROBE_KINDS = ("livenessProbe", "readinessProbe", "startupProbe")
+
+
+def default_probe(probe: pod_pb2.Probe) -> None:
+    """Kubernetes' Probe defaults (SetDefaults_Probe, SetDefaults_HTTPGetAction): timeout 1 s,
+    period 10 s, thresholds 1 success and 3 failures, an HTTP GET of "/"."""
+    if probe.timeoutSeconds == 0:
+        probe.timeoutSeconds = 1
+    if probe.periodSeconds == 0:
+        probe.periodSeconds = 10
+    if probe.successThreshold == 0:
+        probe.successThreshold = 1
+    if probe.failureThreshold == 0:
+        probe.failureThreshold = 3
+    if probe.HasField("httpGet"):
+        if not probe.httpGet.path:
+            probe.httpGet.path = "/"
+        if not probe.httpGet.scheme:
+            probe.httpGet.scheme = "HTTP"
+
+
 def keep_service_allocations(new: service_pb2.ServiceSpec, old: service_pb2.ServiceSpec) -> None:
     """An Update that leaves clusterIP or a nodePort out keeps the allocated one (applying the
     original manifest again must not change or free them)."""
@@ -327,6 +348,9 @@ class Strategy:
             for port in c.ports:
                 if not port.protocol:
                     port.protocol = "TCP"
+            for kind in PROBE_KINDS:
+                if c.HasField(kind):
+                    default_probe(getattr(c, kind))
             if not c.imagePullPolicy:
                 tag = c.image.rsplit("/", 1)[-1]
                 c.imagePullPolicy = (

@@ -347,6 +347,132 @@ def validate_container(path: str, c: pod_pb2.Container) -> list[FieldError]:
     return errs
 
 
+# ---- probes (Kubernetes' validateProbe, validateHandler and the per-kind rules) ---------------
+
+PROBE_KINDS = ("livenessProbe", "readinessProbe", "startupProbe")
+HTTP_SCHEMES = ("HTTP", "HTTPS")
+_NEGATIVE = "must be greater than or equal to 0"
+_PORT_RANGE = "must be between 1 and 65535, inclusive"
+_PORT_NAME_CHARSET_RE = re.compile(r"^[-a-z0-9]+\Z")
+_HTTP_HEADER_NAME_RE = re.compile(r"^[-A-Za-z0-9]+\Z")
+HTTP_HEADER_NAME_MSG = (
+    "a valid HTTP header must consist of alphanumeric characters or '-' (e.g. 'X-Header-Name', "
+    "regex used for validation is '[-A-Za-z0-9]+')"
+)
+
+
+def port_name_problems(name: str) -> list[str]:
+    """apimachinery's IsValidPortName (an IANA_SVC_NAME)."""
+    problems = []
+    if len(name) > 15:
+        problems.append("must be no more than 15 characters")
+    if not _PORT_NAME_CHARSET_RE.match(name):
+        problems.append("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)")
+    if not re.search("[a-z]", name):
+        problems.append("must contain at least one letter (a-z)")
+    if "--" in name:
+        problems.append("must not contain consecutive hyphens")
+    if name and (name[0] == "-" or name[-1] == "-"):
+        problems.append("must not begin or end with a hyphen")
+    return problems
+
+
+def _port_num_or_name(path: str, port: Value) -> list[FieldError]:
+    """ValidatePortNumOrName; unset is the number 0, as a Go IntOrString's zero value."""
+    problem = int_or_string_problem(port)
+    if problem:
+        return [invalid(path, _value_text(port), problem)]
+    held = int_or_string(port)
+    if isinstance(held, str):
+        return [invalid(path, held, p) for p in port_name_problems(held)]
+    number = held or 0
+    return [] if 1 <= number <= 65535 else [invalid(path, number, _PORT_RANGE)]
+
+
+def _probe_handler(path: str, probe: pod_pb2.Probe) -> list[FieldError]:
+    errs: list[FieldError] = []
+    handlers = 0
+    for name in ("exec", "httpGet", "tcpSocket", "grpc"):
+        if not probe.HasField(name):
+            continue
+        hp = f"{path}.{name}"
+        if handlers:
+            errs.append(forbidden(hp, "may not specify more than 1 handler type"))
+            continue
+        handlers += 1
+        if name == "exec" and not probe.exec.command:
+            errs.append(required(f"{hp}.command"))
+        elif name == "httpGet":
+            http = probe.httpGet
+            if not http.path:
+                errs.append(required(f"{hp}.path"))
+            errs.extend(_port_num_or_name(f"{hp}.port", http.port))
+            if http.scheme not in HTTP_SCHEMES:
+                errs.append(unsupported(f"{hp}.scheme", http.scheme, HTTP_SCHEMES))
+            for header in http.httpHeaders:
+                if not _HTTP_HEADER_NAME_RE.match(header.name):
+                    errs.append(invalid(f"{hp}.httpHeaders", header.name, HTTP_HEADER_NAME_MSG))
+        elif name == "tcpSocket":
+            errs.extend(_port_num_or_name(f"{hp}.port", probe.tcpSocket.port))
+        elif name == "grpc" and not 1 <= probe.grpc.port <= 65535:
+            errs.append(invalid(f"{hp}.port", probe.grpc.port, _PORT_RANGE))
+    if not handlers:
+        errs.append(required(path, "must specify a handler type"))
+    return errs
+
+
+def validate_probe(path: str, kind: str, probe: pod_pb2.Probe) -> list[FieldError]:
+    """One of a container's probes (kind: livenessProbe, readinessProbe or startupProbe), as
+    stored after defaulting."""
+    errs = _probe_handler(path, probe)
+    for name in (
+        "initialDelaySeconds",
+        "timeoutSeconds",
+        "periodSeconds",
+        "successThreshold",
+        "failureThreshold",
+    ):
+        value = getattr(probe, name)
+        if value < 0:
+            errs.append(invalid(f"{path}.{name}", value, _NEGATIVE))
+    grace = "terminationGracePeriodSeconds"
+    if probe.HasField(grace) and probe.terminationGracePeriodSeconds <= 0:
+        errs.append(
+            invalid(
+                f"{path}.{grace}", probe.terminationGracePeriodSeconds, "must be greater than 0"
+            )
+        )
+    if kind in ("livenessProbe", "startupProbe") and probe.successThreshold != 1:
+        errs.append(invalid(f"{path}.successThreshold", probe.successThreshold, "must be 1"))
+    if kind == "readinessProbe" and probe.HasField(grace):
+        errs.append(
+            invalid(
+                f"{path}.{grace}",
+                probe.terminationGracePeriodSeconds,
+                "must not be set for readinessProbes",
+            )
+        )
+    return errs
+
+
+def _container_probes(path: str, c: pod_pb2.Container, *, init: bool) -> list[FieldError]:
+    errs: list[FieldError] = []
+    for kind in PROBE_KINDS:
+        if not c.HasField(kind):
+            continue
+        if init:
+            # tinykube has no restartable (sidecar) init containers, where Kubernetes allows them.
+            errs.append(
+                forbidden(
+                    f"{path}.{kind}",
+                    "may not be set for init containers without restartPolicy=Always",
+                )
+            )
+        else:
+            errs.extend(validate_probe(f"{path}.{kind}", kind, getattr(c, kind)))
+    return errs
+
+
 def _node_selector_requirement(path: str, req: pod_pb2.NodeSelectorRequirement) -> list[FieldError]:
     errs: list[FieldError] = []
     for p in validate_label_key(req.key):
@@ -413,6 +539,7 @@ def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
         for i, c in enumerate(containers):
             cp = f"{path}.{group}[{i}]"
             errs.extend(validate_container(cp, c))
+            errs.extend(_container_probes(cp, c, init=group == "initContainers"))
             if c.name:
                 if c.name in names:
                     errs.append(duplicate(f"{cp}.name", c.name))

@@ -6,6 +6,7 @@ Pods: the unit of scheduling."""
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from tinykube.v1 import meta_pb2 as _meta_pb2
@@ -141,6 +142,202 @@ class ResourceRequirements(_message.Message):
 Global___ResourceRequirements: _TypeAlias = ResourceRequirements  # noqa: Y015
 
 @_typing.final
+class ExecAction(_message.Message):
+    """The handlers of a Probe: exactly one of exec, httpGet, tcpSocket and grpc is set."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMMAND_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def command(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Run in the container's working directory with its environment; exit 0 is healthy."""
+
+    def __init__(
+        self,
+        *,
+        command: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["command", b"command"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecAction: _TypeAlias = ExecAction  # noqa: Y015
+
+@_typing.final
+class HTTPHeader(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    value: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        value: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HTTPHeader: _TypeAlias = HTTPHeader  # noqa: Y015
+
+@_typing.final
+class HTTPGetAction(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    SCHEME_FIELD_NUMBER: _builtins.int
+    HTTPHEADERS_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """Defaults to "/"."""
+    host: _builtins.str
+    """Defaults to the pod's IP."""
+    scheme: _builtins.str
+    """HTTP (default) or HTTPS (the certificate is not verified)."""
+    @_builtins.property
+    def port(self) -> _struct_pb2.Value:
+        """IntOrString: a port number, or the name of one of the container's ports."""
+
+    @_builtins.property
+    def httpHeaders(self) -> _containers.RepeatedCompositeFieldContainer[Global___HTTPHeader]: ...
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        port: _struct_pb2.Value | None = ...,
+        host: _builtins.str = ...,
+        scheme: _builtins.str = ...,
+        httpHeaders: _abc.Iterable[Global___HTTPHeader] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["port", b"port"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "httpHeaders", b"httpHeaders", "path", b"path", "port", b"port", "scheme", b"scheme"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HTTPGetAction: _TypeAlias = HTTPGetAction  # noqa: Y015
+
+@_typing.final
+class TCPSocketAction(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PORT_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    host: _builtins.str
+    @_builtins.property
+    def port(self) -> _struct_pb2.Value:
+        """IntOrString, as HTTPGetAction.port."""
+
+    def __init__(
+        self,
+        *,
+        port: _struct_pb2.Value | None = ...,
+        host: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["port", b"port"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "port", b"port"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TCPSocketAction: _TypeAlias = TCPSocketAction  # noqa: Y015
+
+@_typing.final
+class GRPCAction(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PORT_FIELD_NUMBER: _builtins.int
+    SERVICE_FIELD_NUMBER: _builtins.int
+    port: _builtins.int
+    service: _builtins.str
+    """The service name of the grpc.health.v1 Check request; unset asks about the server."""
+    def __init__(
+        self,
+        *,
+        port: _builtins.int = ...,
+        service: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_service", b"_service", "service", b"service"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_service", b"_service", "port", b"port", "service", b"service"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__service: _TypeAlias = _typing.Literal["service"]  # noqa: Y015
+    _WhichOneofArgType__service: _TypeAlias = _typing.Literal["_service", b"_service"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__service) -> _WhichOneofReturnType__service | None: ...
+
+Global___GRPCAction: _TypeAlias = GRPCAction  # noqa: Y015
+
+@_typing.final
+class Probe(_message.Message):
+    """A health check the kubelet runs against a container, as Kubernetes' Probe."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXEC_FIELD_NUMBER: _builtins.int
+    HTTPGET_FIELD_NUMBER: _builtins.int
+    TCPSOCKET_FIELD_NUMBER: _builtins.int
+    GRPC_FIELD_NUMBER: _builtins.int
+    INITIALDELAYSECONDS_FIELD_NUMBER: _builtins.int
+    TIMEOUTSECONDS_FIELD_NUMBER: _builtins.int
+    PERIODSECONDS_FIELD_NUMBER: _builtins.int
+    SUCCESSTHRESHOLD_FIELD_NUMBER: _builtins.int
+    FAILURETHRESHOLD_FIELD_NUMBER: _builtins.int
+    TERMINATIONGRACEPERIODSECONDS_FIELD_NUMBER: _builtins.int
+    initialDelaySeconds: _builtins.int
+    """Seconds after the container starts before the first probe."""
+    timeoutSeconds: _builtins.int
+    """Defaults to 1."""
+    periodSeconds: _builtins.int
+    """Defaults to 10."""
+    successThreshold: _builtins.int
+    """Consecutive successes to count as healthy after a failure; defaults to 1, and must be 1 for
+    liveness and startup probes.
+    """
+    failureThreshold: _builtins.int
+    """Consecutive failures to count as unhealthy; defaults to 3."""
+    terminationGracePeriodSeconds: _builtins.int
+    """Grace period of the kill after a liveness or startup failure, instead of the pod's."""
+    @_builtins.property
+    def exec(self) -> Global___ExecAction: ...
+    @_builtins.property
+    def httpGet(self) -> Global___HTTPGetAction: ...
+    @_builtins.property
+    def tcpSocket(self) -> Global___TCPSocketAction: ...
+    @_builtins.property
+    def grpc(self) -> Global___GRPCAction: ...
+    def __init__(
+        self,
+        *,
+        exec: Global___ExecAction | None = ...,
+        httpGet: Global___HTTPGetAction | None = ...,
+        tcpSocket: Global___TCPSocketAction | None = ...,
+        grpc: Global___GRPCAction | None = ...,
+        initialDelaySeconds: _builtins.int = ...,
+        timeoutSeconds: _builtins.int = ...,
+        periodSeconds: _builtins.int = ...,
+        successThreshold: _builtins.int = ...,
+        failureThreshold: _builtins.int = ...,
+        terminationGracePeriodSeconds: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "exec", b"exec", "grpc", b"grpc", "httpGet", b"httpGet", "tcpSocket", b"tcpSocket", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "exec", b"exec", "failureThreshold", b"failureThreshold", "grpc", b"grpc", "httpGet", b"httpGet", "initialDelaySeconds", b"initialDelaySeconds", "periodSeconds", b"periodSeconds", "successThreshold", b"successThreshold", "tcpSocket", b"tcpSocket", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "timeoutSeconds", b"timeoutSeconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__terminationGracePeriodSeconds: _TypeAlias = _typing.Literal["terminationGracePeriodSeconds"]  # noqa: Y015
+    _WhichOneofArgType__terminationGracePeriodSeconds: _TypeAlias = _typing.Literal["_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__terminationGracePeriodSeconds) -> _WhichOneofReturnType__terminationGracePeriodSeconds | None: ...
+
+Global___Probe: _TypeAlias = Probe  # noqa: Y015
+
+@_typing.final
 class Container(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -153,6 +350,9 @@ class Container(_message.Message):
     ENV_FIELD_NUMBER: _builtins.int
     RESOURCES_FIELD_NUMBER: _builtins.int
     IMAGEPULLPOLICY_FIELD_NUMBER: _builtins.int
+    LIVENESSPROBE_FIELD_NUMBER: _builtins.int
+    READINESSPROBE_FIELD_NUMBER: _builtins.int
+    STARTUPPROBE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     image: _builtins.str
     workingDir: _builtins.str
@@ -168,6 +368,18 @@ class Container(_message.Message):
     def env(self) -> _containers.RepeatedCompositeFieldContainer[Global___EnvVar]: ...
     @_builtins.property
     def resources(self) -> Global___ResourceRequirements: ...
+    @_builtins.property
+    def livenessProbe(self) -> Global___Probe:
+        """Failing it restarts the container."""
+
+    @_builtins.property
+    def readinessProbe(self) -> Global___Probe:
+        """The container is ready (and its pod in its Services' endpoints) only while it passes."""
+
+    @_builtins.property
+    def startupProbe(self) -> Global___Probe:
+        """Until it succeeds, the other probes do not run; failing it restarts the container."""
+
     def __init__(
         self,
         *,
@@ -180,10 +392,13 @@ class Container(_message.Message):
         env: _abc.Iterable[Global___EnvVar] | None = ...,
         resources: Global___ResourceRequirements | None = ...,
         imagePullPolicy: _builtins.str = ...,
+        livenessProbe: Global___Probe | None = ...,
+        readinessProbe: Global___Probe | None = ...,
+        startupProbe: Global___Probe | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["livenessProbe", b"livenessProbe", "readinessProbe", b"readinessProbe", "resources", b"resources", "startupProbe", b"startupProbe"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "env", b"env", "image", b"image", "imagePullPolicy", b"imagePullPolicy", "name", b"name", "ports", b"ports", "resources", b"resources", "workingDir", b"workingDir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "env", b"env", "image", b"image", "imagePullPolicy", b"imagePullPolicy", "livenessProbe", b"livenessProbe", "name", b"name", "ports", b"ports", "readinessProbe", b"readinessProbe", "resources", b"resources", "startupProbe", b"startupProbe", "workingDir", b"workingDir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

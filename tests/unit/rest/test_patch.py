@@ -1049,6 +1049,9 @@ def test_json_patch_error_keeps_the_reason_as_cause() -> None:
 
 # Repeated fields that Kubernetes' types leave without a patchStrategy (atomic lists).
 ATOMIC_IN_KUBERNETES = {
+    # k8s.io/api/core/v1 probes: +listType=atomic.
+    ("tinykube.v1.ExecAction", "command"),
+    ("tinykube.v1.HTTPGetAction", "httpHeaders"),
     # k8s.io/api/rbac/v1: no list there has a patchStrategy.
     ("tinykube.v1.Role", "rules"),
     ("tinykube.v1.ClusterRole", "rules"),
