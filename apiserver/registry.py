@@ -18,6 +18,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from apiserver import batch, daemonset, podmutation, validation
+from apiserver.validation import PROBE_KINDS
 from tinykube.errors import FieldError
 from tinykube.kinds import (
     CLUSTER_ROLE_BINDING,
@@ -214,9 +215,6 @@ def default_service_spec(spec: service_pb2.ServiceSpec) -> None:
             port.targetPort
         ):
             set_int_or_string(port.targetPort, port.port)
-
-
-PROBE_KINDS = ("livenessProbe", "readinessProbe", "startupProbe")
 
 
 def default_probe(probe: pod_pb2.Probe) -> None:

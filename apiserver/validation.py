@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
+from typing import Literal
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -349,7 +350,14 @@ def validate_container(path: str, c: pod_pb2.Container) -> list[FieldError]:
 
 # ---- probes (Kubernetes' validateProbe, validateHandler and the per-kind rules) ---------------
 
-PROBE_KINDS = ("livenessProbe", "readinessProbe", "startupProbe")
+ProbeKind = Literal["livenessProbe", "readinessProbe", "startupProbe"]
+PROBE_KINDS: tuple[ProbeKind, ...] = ("livenessProbe", "readinessProbe", "startupProbe")
+_HANDLERS: tuple[Literal["exec", "httpGet", "tcpSocket", "grpc"], ...] = (
+    "exec",
+    "httpGet",
+    "tcpSocket",
+    "grpc",
+)
 HTTP_SCHEMES = ("HTTP", "HTTPS")
 _NEGATIVE = "must be greater than or equal to 0"
 _PORT_RANGE = "must be between 1 and 65535, inclusive"
@@ -392,7 +400,7 @@ def _port_num_or_name(path: str, port: Value) -> list[FieldError]:
 def _probe_handler(path: str, probe: pod_pb2.Probe) -> list[FieldError]:
     errs: list[FieldError] = []
     handlers = 0
-    for name in ("exec", "httpGet", "tcpSocket", "grpc"):
+    for name in _HANDLERS:
         if not probe.HasField(name):
             continue
         hp = f"{path}.{name}"
@@ -435,7 +443,7 @@ def validate_probe(path: str, kind: str, probe: pod_pb2.Probe) -> list[FieldErro
         value = getattr(probe, name)
         if value < 0:
             errs.append(invalid(f"{path}.{name}", value, _NEGATIVE))
-    grace = "terminationGracePeriodSeconds"
+    grace: Literal["terminationGracePeriodSeconds"] = "terminationGracePeriodSeconds"
     if probe.HasField(grace) and probe.terminationGracePeriodSeconds <= 0:
         errs.append(
             invalid(

@@ -25,6 +25,7 @@ from kubelet.logs import KubeletService
 from kubelet.metrics import Metrics
 from kubelet.node import NodeAgent, NodeConfig
 from kubelet.pods import PodManager
+from kubelet.prober import ProbeManager
 from kubelet.process import ProcessRuntime
 from kubelet.runtime import Runtime
 from kubelet.settings import Settings
@@ -122,6 +123,15 @@ class Kubelet:
             refused = self._refused_by(events)
             nodes.on_handler_error = refused
             self.pods.on_handler_error = refused
+            probes = None
+            if isinstance(self.runtime, ProcessRuntime):
+                probes = ProbeManager(
+                    clock=self.clock,
+                    events=events,
+                    on_change=lambda uid: manager.wake(uid),
+                    exec_context=self.runtime.exec_context,
+                    pod_ip=lambda _pod: s.node_ip,
+                )
             manager = PodManager(
                 client,
                 self.runtime,
@@ -130,6 +140,7 @@ class Kubelet:
                 clock=self.clock,
                 events=events,
                 on_event=lambda reason: self.metrics.container_events.labels(reason=reason).inc(),
+                probes=probes,
             )
             self.metrics.track_pods(lambda: len(manager.workers))
             self.manager = manager

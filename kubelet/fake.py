@@ -50,5 +50,8 @@ class FakeRuntime:
     async def kill_pod(self, uid: str, grace_seconds: float) -> None:
         return None
 
+    async def kill_container(self, uid: str, name: str, grace_seconds: float, why: str) -> None:
+        return None  # fake pods have no probes: their containers are never killed
+
     def forget(self, uid: str) -> None:
         self._pods.pop(uid, None)

@@ -7,8 +7,14 @@ anything else is ignored, so a kubelet never runs another node's pod) and keeps 
 precondition, confirming the deletion as the kubelet does; if the pod vanished from the API
 (force-deleted), it kills the containers at once; otherwise it calls `runtime.sync_pod`, turns
 the record into a PodStatus and writes it with UpdateStatus when it changed (retrying on
-conflict with a fresh read). It then sleeps until the pod changes or the runtime's poll
-interval passes.
+conflict with a fresh read). It then sleeps until the pod changes, a probe result changes, or
+the runtime's poll interval passes.
+
+With a `ProbeManager` (the process runtime), the worker keeps probers on the running containers
+after each sync, reads their (started, ready) into the status, and kills a container whose
+liveness or startup probe failed (Event Killing "Container c failed liveness probe, will be
+restarted", with the probe's terminationGracePeriodSeconds or the pod's), its exit then being
+handled as any exit. Without one (the fake runtime), a running container is ready.
 
 `cleanup_orphans` (after the informer's first sync) kills pods the runtime still knows from a
 previous run whose objects are gone.
@@ -25,7 +31,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from kubelet.api import KubeletAPI
-from kubelet.runtime import Runtime, build_pod_status
+from kubelet.prober import ProbeManager
+from kubelet.runtime import PodRecord, Runtime, build_pod_status
 from tinykube.clock import Clock
 from tinykube.errors import ConflictError, NotFoundError, PreconditionFailedError, TinykubeError
 from tinykube.v1 import pod_pb2
@@ -81,6 +88,10 @@ class PodWorker:
             self.wake.clear()
             pod = self.latest
             try:
+                if m.probes is not None and (
+                    self.gone or pod.metadata.HasField("deletionTimestamp")
+                ):
+                    m.probes.forget(self.uid)
                 if self.gone:
                     grace = 0.0 if pod.metadata.HasField("deletionTimestamp") else 2.0
                     await m.runtime.kill_pod(self.uid, min(grace, grace_seconds(pod)))
@@ -94,6 +105,10 @@ class PodWorker:
                     m.runtime.forget(self.uid)
                     return
                 rec = await m.runtime.sync_pod(pod)
+                verdicts = None
+                if m.probes is not None:
+                    rec = await self._probe(pod, rec, m.probes)
+                    verdicts = m.probes.verdicts(self.uid)
                 m.flush_events(pod)
                 previous = self.last_posted or pod.status
                 status = build_pod_status(
@@ -102,6 +117,7 @@ class PodWorker:
                     m.host_ip(pod.spec.nodeName),
                     previous,
                     m.clock.now().timestamp(),
+                    probes=verdicts,
                 )
                 if status != self.last_posted and not self.gone:
                     await self._post_status(pod, status)
@@ -124,6 +140,32 @@ class PodWorker:
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), poll)
+
+    async def _probe(self, pod: pod_pb2.Pod, rec: PodRecord, probes: ProbeManager) -> PodRecord:
+        """Keep the probers on the running containers; kill those whose liveness (or startup)
+        probe failed, and let the runtime restart them as restartPolicy says."""
+        probes.sync(pod, rec)
+        failed = probes.failures(self.uid)
+        if not failed:
+            return rec
+        restart = (pod.spec.restartPolicy or "Always") != "Never"
+        for container in pod.spec.containers:
+            why = failed.get(container.name)
+            if why is None:
+                continue
+            message = f"Container {container.name} failed {why} probe"
+            if restart:
+                message += ", will be restarted"
+            probe = container.startupProbe if why == "startup" else container.livenessProbe
+            grace = (
+                float(probe.terminationGracePeriodSeconds)
+                if probe.HasField("terminationGracePeriodSeconds")
+                else grace_seconds(pod)
+            )
+            await self.manager.runtime.kill_container(self.uid, container.name, grace, message)
+        rec = await self.manager.runtime.sync_pod(pod)
+        probes.sync(pod, rec)
+        return rec
 
     async def _confirm_deletion(self, pod: pod_pb2.Pod) -> None:
         try:
@@ -172,8 +214,11 @@ class PodManager:
         clock: Clock | None = None,
         events: Emitter | None = None,
         on_event: Callable[[str], object] = lambda reason: None,
+        probes: ProbeManager | None = None,
     ) -> None:
         self.on_event = on_event
+        # None: the runtime's containers are not probed (fake pods are ready at once).
+        self.probes = probes
         self.client = client
         self.events: Emitter = events or NullEmitter()
         self.runtime = runtime
@@ -242,6 +287,12 @@ class PodManager:
             await self.runtime.kill_pod(uid, 0)
             self.runtime.forget(uid)
 
+    def wake(self, uid: str) -> None:
+        """Have the pod's worker sync now (a probe result changed)."""
+        worker = self.workers.get(uid)
+        if worker is not None:
+            worker.wake.set()
+
     async def stop(self) -> None:
         """Stop the workers, leaving the containers running (a restart adopts them)."""
         for task in list(self._tasks):
@@ -249,3 +300,5 @@ class PodManager:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.probes is not None:
+            await self.probes.close()

@@ -316,12 +316,12 @@ class ProcessRuntime:
                 crec.terminated = term
         return changed
 
-    def _start(
-        self, pod: pod_pb2.Pod, rec: PodRecord, container: pod_pb2.Container, crec: ContainerRecord
-    ) -> None:
-        argv = [*container.command, *container.args]
-        pod_dir = self._pod_dir(rec.uid)
-        pod_dir.mkdir(parents=True, exist_ok=True)
+    def exec_context(
+        self, pod: pod_pb2.Pod, container: pod_pb2.Container
+    ) -> tuple[dict[str, str], str]:
+        """The environment and working directory of the container's processes (and of its exec
+        probes)."""
+        pod_dir = self._pod_dir(pod.metadata.uid)
         # A container sees only its own environment, as in Kubernetes, plus what a process
         # needs to find programs and a home.
         env = {
@@ -332,7 +332,14 @@ class ProcessRuntime:
             "POD_IP": self.node_ip,
         }
         env.update({e.name: e.value for e in container.env})
-        cwd = container.workingDir or str(pod_dir)
+        return env, container.workingDir or str(pod_dir)
+
+    def _start(
+        self, pod: pod_pb2.Pod, rec: PodRecord, container: pod_pb2.Container, crec: ContainerRecord
+    ) -> None:
+        argv = [*container.command, *container.args]
+        self._pod_dir(rec.uid).mkdir(parents=True, exist_ok=True)
+        env, cwd = self.exec_context(pod, container)
         error = ""
         if not argv:
             error = "no command given: the process runtime runs spec.containers[].command"
@@ -543,6 +550,21 @@ class ProcessRuntime:
             )
         if running:
             self._save(rec)
+
+    async def kill_container(self, uid: str, name: str, grace_seconds: float, why: str) -> None:
+        rec = self._pods.get(uid)
+        crec = rec.containers.get(name) if rec is not None else None
+        if rec is None or crec is None or crec.state != RUNNING or crec.pid <= 0:
+            return
+        rec.events.append(("Normal", "Killing", why))
+        log.info("pod %s/%s container %s: %s", rec.namespace, rec.name, name, why)
+        self._signal(crec, signal.SIGTERM)
+        deadline = self.clock.monotonic() + max(0.0, grace_seconds)
+        while self._alive(crec) and self.clock.monotonic() < deadline:
+            await self.clock.sleep(0.1)
+        if self._alive(crec):
+            self._signal(crec, signal.SIGKILL)
+        # The exit is observed by the next sync_pod, as a crash is: restartPolicy decides.
 
     def forget(self, uid: str) -> None:
         self._pods.pop(uid, None)

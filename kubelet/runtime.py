@@ -9,6 +9,7 @@ seconds (epoch) so they survive a kubelet restart through the process runtime's 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -100,6 +101,11 @@ class Runtime(Protocol):
 
     async def kill_pod(self, uid: str, grace_seconds: float) -> None:
         """SIGTERM every container, SIGKILL what is left after the grace period."""
+        ...
+
+    async def kill_container(self, uid: str, name: str, grace_seconds: float, why: str) -> None:
+        """Stop one running container (a failed liveness probe), recording a Killing Event
+        with `why`; its exit is then handled as any exit, restartPolicy deciding a restart."""
         ...
 
     def forget(self, uid: str) -> None:
@@ -219,9 +225,12 @@ def build_pod_status(
     previous: pod_pb2.PodStatus,
     now: float,
     container_id_prefix: str = "process://",
+    probes: Mapping[str, tuple[bool, bool]] | None = None,
 ) -> pod_pb2.PodStatus:
     """The PodStatus the kubelet reports for `pod`, given its runtime record.
 
+    `probes` holds (started, ready) from the probers for the running containers that have
+    probes; any other running container is started and ready, as in Kubernetes.
     Conditions the kubelet does not own (PodScheduled) are kept from `previous`; transition
     times of ours are kept while their status does not change.
     """
@@ -252,8 +261,10 @@ def build_pod_status(
         cs.name = container.name
         cs.image = container.image
         cs.restartCount = crec.restart_count
-        cs.ready = crec.state == RUNNING
-        cs.started = crec.state == RUNNING
+        running = crec.state == RUNNING
+        started, ready = (probes or {}).get(container.name, (running, running))
+        cs.started = running and started
+        cs.ready = running and started and ready
         if crec.pid:
             cs.containerID = f"{container_id_prefix}{crec.pid}"
         cs.state.CopyFrom(_state(crec))
