@@ -32,6 +32,7 @@ from tinykube.client import Client
 from tinykube.duration import human_duration
 from tinykube.kinds import KindInfo
 from tinykube.manifest import to_yaml
+from tinykube.meta import int_or_string
 from tinykube.quantity import (
     DECIMAL_SI,
     QuantityError,
@@ -164,6 +165,32 @@ def container_state(w: Writer, level: int, key: str, state: Any) -> None:
             w.line(level + 1, "Message", state.waiting.message)
 
 
+def describe_probe(probe: Any) -> str:
+    """A probe as kubectl describe prints it (DescribeProbe)."""
+    attrs = (
+        f"delay={probe.initialDelaySeconds}s timeout={probe.timeoutSeconds}s "
+        f"period={probe.periodSeconds}s #success={probe.successThreshold} "
+        f"#failure={probe.failureThreshold}"
+    )
+    if probe.HasField("exec"):
+        return f"exec [{' '.join(probe.exec.command)}] {attrs}"
+    if probe.HasField("httpGet"):
+        h = probe.httpGet
+        port = int_or_string(h.port)
+        host = h.host if port is None else join_host_port(h.host, str(port))
+        return f"http-get {(h.scheme or 'HTTP').lower()}://{host}{h.path} {attrs}"
+    if probe.HasField("tcpSocket"):
+        port = int_or_string(probe.tcpSocket.port)
+        return f"tcp-socket {probe.tcpSocket.host}:{'' if port is None else port} {attrs}"
+    if probe.HasField("grpc"):
+        return f"grpc <pod>:{probe.grpc.port} {probe.grpc.service} {attrs}"
+    return f"unknown {attrs}"
+
+
+def join_host_port(host: str, port: str) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def describe_containers(w: Writer, title: str, containers: Any, statuses: Any) -> None:
     if not containers:
         return
@@ -193,6 +220,13 @@ def describe_containers(w: Writer, title: str, containers: Any, statuses: Any) -
                 w.line(2, key)
                 for name, qty in sorted(values.items()):
                     w.line(3, name, qty, width=10)
+        for key, field in (
+            ("Liveness", "livenessProbe"),
+            ("Readiness", "readinessProbe"),
+            ("Startup", "startupProbe"),
+        ):
+            if c.HasField(field):
+                w.line(2, key, describe_probe(getattr(c, field)))
         if c.env:
             w.line(2, "Environment")
             for env in c.env:
