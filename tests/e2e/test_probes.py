@@ -7,6 +7,8 @@ probe passes by creating or removing files there, and when `python -m http.serve
 - an exec readiness probe that fails keeps the pod NotReady with Kubernetes' conditions, and the
   pod follows the probe both ways;
 - a failing exec liveness probe restarts the container (restartCount 1, lastState, Events);
+- a ReplicaSet counts only ready pods (readyReplicas, then availableReplicas after
+  minReadySeconds), and `kubectl get pod` shows 0/1 while the probe fails;
 - `kubectl describe pod` (the real kubectl) and `tinykube describe` show the probes.
 Timings are shortened through flags and probe periods of 1 s; every wait polls a condition.
 """
@@ -29,7 +31,7 @@ from tests.e2e.waiting import eventually
 from tinykube.client import Client
 from tinykube.launcher import LocalCluster, has_main
 from tinykube.meta import int_or_string_value
-from tinykube.v1 import pod_pb2, service_pb2
+from tinykube.v1 import pod_pb2, replicaset_pb2, service_pb2
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -306,3 +308,47 @@ async def test_describe_shows_the_probes(
     )  # fmt: skip
     assert got.stdout == "http 5432", got.stderr
     await client.pods.delete("shown", NS)
+
+
+async def test_replica_set_counts_only_ready_pods(
+    cluster: LocalCluster, client: Client, tmp_path: Path
+) -> None:
+    template = pod(
+        "rs",
+        tmp_path,
+        "exec sleep 600",
+        readinessProbe={"exec": {"command": ["test", "-e", "ready"]}, "periodSeconds": 1},
+    )
+    rs = replicaset_pb2.ReplicaSet()
+    rs.metadata.name, rs.metadata.namespace = "rs", NS
+    rs.spec.replicas = 1
+    rs.spec.minReadySeconds = 3
+    rs.spec.selector.matchLabels["app"] = "rs"
+    rs.spec.template.metadata.labels["app"] = "rs"
+    rs.spec.template.spec.CopyFrom(template.spec)
+    await client.replica_sets.create(rs)
+
+    async def running_pod() -> pod_pb2.Pod | None:
+        pods = (await client.pods.list(NS, label_selector="app=rs")).items
+        return pods[0] if pods and pods[0].status.phase == "Running" else None
+
+    p = await eventually(running_pod, what="the ReplicaSet's pod to run")
+    got = await asyncio.to_thread(
+        subprocess.run,
+        [str(venv_bin() / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), "get", "pod",
+         p.metadata.name, "--no-headers"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert got.stdout.split()[1:3] == ["0/1", "Running"], got.stdout + got.stderr
+    status = (await client.replica_sets.get("rs", NS)).status
+    assert (status.replicas, status.readyReplicas, status.availableReplicas) == (1, 0, 0)
+
+    (tmp_path / "ready").touch()
+
+    async def counts(ready: int, available: int) -> bool:
+        s = (await client.replica_sets.get("rs", NS)).status
+        return (s.readyReplicas, s.availableReplicas) == (ready, available)
+
+    await eventually(lambda: counts(1, 0), what="readyReplicas 1 before minReadySeconds")
+    await eventually(lambda: counts(1, 1), what="availableReplicas 1 after minReadySeconds")
+    await client.replica_sets.delete("rs", NS)
