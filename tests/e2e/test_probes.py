@@ -75,6 +75,8 @@ def free_port() -> int:
 
 def pod(name: str, workdir: Path, script: str, **container: Any) -> pod_pb2.Pod:
     manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": name, "namespace": NS, "labels": {"app": name}},
         "spec": {
             "terminationGracePeriodSeconds": 2,
@@ -271,7 +273,15 @@ async def test_describe_shows_the_probes(
         livenessProbe={"exec": {"command": ["true"]}, "initialDelaySeconds": 3},
         startupProbe={"tcpSocket": {"port": 5432}, "failureThreshold": 30},
     )
-    await client.pods.create(shown)
+    # Created by kubectl (server-side apply, strict field validation) from the manifest.
+    manifest = json_format.MessageToJson(shown)
+    applied = await asyncio.to_thread(
+        subprocess.run,
+        [str(venv_bin() / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), "apply",
+         "--server-side", "-f", "-"],
+        input=manifest, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
     attrs = "timeout=1s period={}s successThreshold=1 failureThreshold={}"
     expected = {
         "Liveness": "exec [true] delay=3s " + attrs.format(10, 3),
