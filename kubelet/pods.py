@@ -145,7 +145,7 @@ class PodWorker:
         """Keep the probers on the running containers; kill those whose liveness (or startup)
         probe failed, and let the runtime restart them as restartPolicy says."""
         probes.sync(pod, rec)
-        failed = probes.failures(self.uid)
+        failed = probes.take_failures(self.uid)
         if not failed:
             return rec
         restart = (pod.spec.restartPolicy or "Always") != "Never"

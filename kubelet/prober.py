@@ -13,7 +13,7 @@ next instance. Until the startup probe succeeds the other two do not run; its su
 them at once.
 
 The pod worker reads `verdicts(uid)` (started, ready per container) into the PodStatus and
-`failures(uid)` (liveness or startup failures) to kill containers; the manager wakes the pod
+`take_failures(uid)` (liveness or startup failures) to kill containers; the manager wakes the pod
 worker only when a result changes, so a steady probe costs no status write. Every failed probe
 records a Warning `Unhealthy` Event ("Readiness probe failed: ..."), deduplicated into counts by
 the event recorder.
@@ -338,6 +338,8 @@ class ContainerProbes:
         }
         self._triggers = {kind: asyncio.Event() for kind in self.states}
         self.tasks: list[asyncio.Task[None]] = []
+        # Its liveness or startup failure was handed to the pod worker, which kills it.
+        self.killed = False
 
     @property
     def started(self) -> bool:
@@ -497,12 +499,14 @@ class ProbeManager:
         """(started, ready) of each probed running container of the pod."""
         return {name: (p.started, p.ready) for name, p in self._pods.get(uid, {}).items()}
 
-    def failures(self, uid: str) -> dict[str, str]:
-        """Containers whose liveness or startup probe failed: name -> "liveness"/"startup"."""
+    def take_failures(self, uid: str) -> dict[str, str]:
+        """Containers whose liveness or startup probe failed, name -> "liveness"/"startup", each
+        instance reported once (its kill may take a while to be seen as an exit)."""
         out = {}
         for name, p in self._pods.get(uid, {}).items():
             why = p.failure()
-            if why:
+            if why and not p.killed:
+                p.killed = True
                 out[name] = why
         return out
 

@@ -27,7 +27,7 @@ from kubelet.prober import (
 )
 from kubelet.runtime import RUNNING, ContainerRecord, PodRecord
 from tests.unit.controller.fakes import FakeClient
-from tinykube.clock import FakeClock
+from tinykube.clock import Clock, FakeClock
 from tinykube.meta import int_or_string_value
 from tinykube.v1 import pod_pb2
 
@@ -197,14 +197,15 @@ async def test_liveness_failure_is_reported_once_and_a_restart_starts_afresh() -
     )
     manager.sync(pod, running_record(clock))
     await advance(clock, 0.5)
-    assert manager.failures("u1") == {}
+    assert manager.take_failures("u1") == {}
     await advance(clock, 1)  # second failure at t=1
-    assert manager.failures("u1") == {"c": "liveness"}
+    assert manager.take_failures("u1") == {"c": "liveness"}
+    assert manager.take_failures("u1") == {}, "one kill per instance"
     await advance(clock, 3)
     assert [k for k, _ in script.calls].count(LIVENESS) == 2, "probed a container being killed"
     # The restarted instance (another pid, restart count 1) starts from the initial results.
     manager.sync(pod, running_record(clock, pid=101, restarts=1))
-    assert manager.failures("u1") == {} and manager.verdicts("u1") == {"c": (True, False)}
+    assert manager.take_failures("u1") == {} and manager.verdicts("u1") == {"c": (True, False)}
     await manager.close()
 
 
@@ -215,7 +216,7 @@ async def test_startup_failure_is_a_kill() -> None:
     manager.sync(pod_with(startupProbe=probe(periodSeconds=1, failureThreshold=3)),
                  running_record(clock))  # fmt: skip
     await advance(clock, 2.5)
-    assert manager.failures("u1") == {"c": "startup"}
+    assert manager.take_failures("u1") == {"c": "startup"}
     await manager.close()
 
 
@@ -229,7 +230,7 @@ async def test_an_errored_probe_is_an_event_and_no_result() -> None:
     manager = ProbeManager(clock=clock, runner=errors, events=events)
     manager.sync(pod_with(livenessProbe=probe(failureThreshold=1)), running_record(clock))
     await advance(clock, 0.5)
-    assert manager.failures("u1") == {}
+    assert manager.take_failures("u1") == {}
     assert events.events == [
         (
             "Warning",
@@ -390,3 +391,25 @@ def test_status_without_probes_is_ready_when_running() -> None:
     assert ready.containerStatuses[0].ready and ready.containerStatuses[0].started
     gated = build_pod_status(pod, rec, "h", pod_pb2.PodStatus(), 0.0, probes={"c": (False, True)})
     assert not gated.containerStatuses[0].started and not gated.containerStatuses[0].ready
+
+
+# ---- the process runtime's kill of one container ---------------------------------------------
+
+
+@pytest.mark.parametrize(("policy", "state"), [("Always", "waiting"), ("Never", "terminated")])
+async def test_process_runtime_kills_one_container(tmp_path: Path, policy: str, state: str) -> None:
+    from kubelet.process import ProcessRuntime
+    from tests.unit.kubelet.test_process_runtime import make_pod, settle
+
+    # Real time: the kill waits (up to the grace period) for a real process to exit.
+    rt = ProcessRuntime(tmp_path, clock=Clock(), backoff_initial=10, backoff_max=40)
+    p = make_pod("u9", "sleep", "60", policy=policy)
+    rec = await settle(rt, p, RUNNING)
+    rec.events.clear()
+    why = "Container c failed liveness probe, will be restarted"
+    await rt.kill_container("u9", "c", 5.0, why)
+    assert rec.events == [("Normal", "Killing", why)]
+    rec = await settle(rt, p, state)
+    term = rec.containers["c"].last if state == "waiting" else rec.containers["c"].terminated
+    assert term is not None and (term.exit_code, term.signal, term.reason) == (143, 15, "Error")
+    await rt.kill_pod("u9", 0)
