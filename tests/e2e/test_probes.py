@@ -9,6 +9,7 @@ probe passes by creating or removing files there, and when `python -m http.serve
 - a failing exec liveness probe restarts the container (restartCount 1, lastState, Events);
 - a ReplicaSet counts only ready pods (readyReplicas, then availableReplicas after
   minReadySeconds), and `kubectl get pod` shows 0/1 while the probe fails;
+- a Deployment rolled to a template whose readiness probe fails stalls: no old pod goes;
 - `kubectl describe pod` (the real kubectl) and `tinykube describe` show the probes.
 Timings are shortened through flags and probe periods of 1 s; every wait polls a condition.
 """
@@ -31,7 +32,7 @@ from tests.e2e.waiting import eventually
 from tinykube.client import Client
 from tinykube.launcher import LocalCluster, has_main
 from tinykube.meta import int_or_string_value
-from tinykube.v1 import pod_pb2, replicaset_pb2, service_pb2
+from tinykube.v1 import deployment_pb2, pod_pb2, replicaset_pb2, service_pb2
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -362,3 +363,58 @@ async def test_replica_set_counts_only_ready_pods(
     await eventually(lambda: counts(1, 0), what="readyReplicas 1 before minReadySeconds")
     await eventually(lambda: counts(1, 1), what="availableReplicas 1 after minReadySeconds")
     await client.replica_sets.delete("rs", NS)
+
+
+async def test_a_rollout_to_a_never_ready_template_stalls(client: Client, tmp_path: Path) -> None:
+    """Two replicas, maxSurge 1, maxUnavailable 0 (the 25 % defaults, rounded as kube rounds):
+    the new ReplicaSet's pod runs but its readiness probe fails, so no old pod goes."""
+    (tmp_path / "ready").touch()
+    template = pod(
+        "roll",
+        tmp_path,
+        "exec sleep 600",
+        readinessProbe={"exec": {"command": ["test", "-e", "ready"]}, "periodSeconds": 1},
+    )
+    d = deployment_pb2.Deployment()
+    d.metadata.name, d.metadata.namespace = "roll", NS
+    d.spec.replicas = 2
+    d.spec.selector.matchLabels["app"] = "roll"
+    d.spec.template.metadata.labels["app"] = "roll"
+    d.spec.template.spec.CopyFrom(template.spec)
+    await client.deployments.create(d)
+
+    async def status_is(**want: int) -> bool:
+        s = (await client.deployments.get("roll", NS)).status
+        return all(getattr(s, k) == v for k, v in want.items())
+
+    await eventually(lambda: status_is(readyReplicas=2, availableReplicas=2), what="2 ready")
+    d = await client.deployments.get("roll", NS)
+    d.spec.template.spec.containers[0].readinessProbe.exec.command[:] = ["test", "-e", "never"]
+    await client.deployments.update(d)
+
+    async def new_pod_failing() -> pod_pb2.Pod | None:
+        pods = (await client.pods.list(NS, label_selector="app=roll")).items
+        for p in pods:
+            probe = p.spec.containers[0].readinessProbe.exec.command
+            if list(probe) != ["test", "-e", "never"] or p.status.phase != "Running":
+                continue
+            events = [
+                e
+                for e in (await client.events.list(NS)).items
+                if e.involvedObject.name == p.metadata.name and e.reason == "Unhealthy"
+            ]
+            if events and events[0].count >= 3:
+                return p
+        return None
+
+    surged = await eventually(new_pod_failing, what="the new pod to fail its probe 3 times")
+    assert conditions(surged)["Ready"][0] == "False"
+    s = (await client.deployments.get("roll", NS)).status
+    assert (s.replicas, s.updatedReplicas, s.readyReplicas, s.unavailableReplicas) == (3, 1, 2, 1)
+    old = [
+        p
+        for p in (await client.pods.list(NS, label_selector="app=roll")).items
+        if p.metadata.name != surged.metadata.name
+    ]
+    assert len(old) == 2 and all(not p.metadata.HasField("deletionTimestamp") for p in old)
+    await client.deployments.delete("roll", NS)
