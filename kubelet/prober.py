@@ -18,8 +18,9 @@ worker only when a result changes, so a steady probe costs no status write. Ever
 records a Warning `Unhealthy` Event ("Readiness probe failed: ..."), deduplicated into counts by
 the event recorder.
 
-Handlers: exec runs the command as the container's own processes run (its environment and working
-directory, its own session, killed with its group at the timeout); httpGet is an aiohttp GET
+Handlers: exec runs the command (with $(VAR) references to the container's env expanded) as the
+container's own processes run (its environment and working directory, its own session, killed
+with its group at the timeout); httpGet is an aiohttp GET
 (2xx and 3xx succeed); tcpSocket is a connect; grpc is grpc.health.v1 Check. Containers share
 the node's network, so the default host is the pod's (the node's) IP.
 
@@ -161,8 +162,38 @@ def _dial_error(address: str, exc: OSError) -> str:
     return f"dial tcp {address}: connect: {reason.lower()}"
 
 
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion of a probe's command: a reference to a variable of the
+    container's env is replaced by its value, an unknown one is kept as written, `$$` is `$`."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text[i] != "$" or i + 1 == len(text):
+            out.append(text[i])
+            i += 1
+            continue
+        following = text[i + 1]
+        if following == "$":
+            out.append("$")
+            i += 2
+        elif following == "(":
+            end = text.find(")", i + 2)
+            if end < 0:
+                out.append("$(")
+                i += 2
+            else:
+                name = text[i + 2 : end]
+                out.append(env.get(name, f"$({name})"))
+                i = end + 1
+        else:
+            out.append("$" + following)
+            i += 2
+    return "".join(out)
+
+
 async def run_exec(target: ProbeTarget, probe: pod_pb2.Probe) -> Outcome:
-    argv = list(probe.exec.command)
+    static = {e.name: e.value for e in target.container.env}
+    argv = [expand(arg, static) for arg in probe.exec.command]
     path = target.env.get("PATH", os.defpath)
     if "/" not in argv[0] and shutil.which(argv[0], path=path) is None:
         return Outcome(False, f'exec: "{argv[0]}": executable file not found in $PATH')
@@ -186,7 +217,8 @@ async def run_exec(target: ProbeTarget, probe: pod_pb2.Probe) -> Outcome:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
-        return Outcome(False, f"command {' '.join(argv)!r} timed out")
+        # The words of the kubelet's CRI client (whose exec prober then drops them).
+        return Outcome(False, f'command "{" ".join(argv)}" timed out')
     finally:
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -22,6 +22,7 @@ from kubelet.prober import (
     ProbeManager,
     ProbeState,
     ProbeTarget,
+    expand,
     resolve_port,
     run_exec,
 )
@@ -413,3 +414,25 @@ async def test_process_runtime_kills_one_container(tmp_path: Path, policy: str, 
     term = rec.containers["c"].last if state == "waiting" else rec.containers["c"].terminated
     assert term is not None and (term.exit_code, term.signal, term.reason) == (143, 15, "Error")
     await rt.kill_pod("u9", 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("$(PORT)", "8080"),
+        ("curl localhost:$(PORT)/$(PATH_)", "curl localhost:8080/$(PATH_)"),  # unknown: kept
+        ("$$(PORT)", "$(PORT)"),  # escaped
+        ("cost $$5", "cost $5"),
+        ("$(PORT", "$(PORT"),  # not closed
+        ("$HOME and $", "$HOME and $"),  # shell syntax is the shell's
+    ],
+)
+def test_exec_command_expansion(text: str, expected: str) -> None:
+    assert expand(text, {"PORT": "8080"}) == expected
+
+
+async def test_exec_probe_expands_the_containers_env(tmp_path: Path) -> None:
+    target = exec_target(tmp_path)
+    target.container.env.add(name="WANT", value="yes")
+    outcome = await run_exec(target, probe(exec={"command": ["echo", "$(WANT) $(NOPE)"]}))
+    assert outcome == Outcome(True, "yes $(NOPE)\n")
