@@ -272,12 +272,24 @@ def _text(value: int | bytes) -> str:
         raise _bad("a string field is not UTF-8") from None
 
 
-def _message(data: bytes, schema: Schema) -> dict[str, Any]:
+# Schemas whose unread fields are the server's (ObjectMeta's uid, creationTimestamp,
+# managedFields...): skipped. Anywhere else a field tinykube does not read, set to anything but
+# its zero value (Go's protobuf writes every non-pointer field, zero or not), refuses the body:
+# dropping it would store an object other than the one sent.
+_SERVER_OWNED = frozenset({"ObjectMeta"})
+
+
+def _message(data: bytes, schema: Schema, where: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     kept: set[str] = set()
     for number, value in fields(data):
         field = schema.get(number)
         if field is None:
+            if where and where not in _SERVER_OWNED and value not in (0, b""):
+                raise _bad(
+                    f"{where} field {number} is set, and tinykube reads only some fields from "
+                    "protobuf; send the object as JSON"
+                )
             continue
         name, type_ = field
         if type_ in ("optint", "optbool"):
@@ -308,12 +320,13 @@ def _message(data: bytes, schema: Schema) -> dict[str, Any]:
         elif type_ == "map":
             if not isinstance(value, bytes):
                 raise _bad(f"{name} is not a map entry")
-            entry = _message(value, {1: ("key", "string"), 2: ("value", "string")})
+            entry = _message(value, {1: ("key", "string"), 2: ("value", "string")}, "map entry")
             out.setdefault(name, {})[entry.get("key", "")] = entry.get("value", "")
         else:
             if not isinstance(value, bytes):
                 raise _bad(f"{name} is not a message")
-            nested = _message(value, _NESTED[type_.lstrip("+")])
+            nested_name = type_.lstrip("+")
+            nested = _message(value, _NESTED[nested_name], nested_name)
             if type_.startswith("+"):
                 out.setdefault(name, []).append(nested)
             else:

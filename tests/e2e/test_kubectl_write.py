@@ -117,6 +117,9 @@ def test_create_twice_is_already_exists(tinykube_up: UpCluster) -> None:
 
 def test_replace_and_stale_replace_conflict(tinykube_up: UpCluster) -> None:
     ok(tinykube_up.kubectl("create", "-f", "-", stdin=pod_manifest("replaced")))
+    # Once Ready the pod is settled: the scheduler's bind and the kubelet's status updates
+    # would otherwise move its resourceVersion past the copy, and the first replace conflict.
+    ok(tinykube_up.kubectl("wait", "--for=condition=Ready", "pod/replaced", "--timeout=60s"))
     stale = ok(tinykube_up.kubectl("get", "pod", "replaced", "-o", "yaml"))
     fresh = stale.replace("app: replaced", "app: replaced\n    version: two")
     assert ok(tinykube_up.kubectl("replace", "-f", "-", stdin=fresh)) == "pod/replaced replaced\n"

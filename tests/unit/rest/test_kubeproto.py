@@ -247,3 +247,24 @@ def test_rbac_kinds(kind: str, raw: bytes, expected: dict[str, object]) -> None:
         "kind": kind,
         **expected,
     }
+
+
+def test_a_field_tinykube_does_not_read_refuses_the_body_rather_than_being_dropped() -> None:
+    """Go writes every non-pointer field, so unread fields at their zero value are skipped; one
+    that holds something (a container's resources, field 8) would be lost: 400, naming it."""
+    resources = field(1, field(1, text(1, "cpu") + field(2, text(1, "500m"))))  # limits
+    container = text(1, "app") + text(2, "busybox") + field(8, resources)
+    spec = field(6, field(1, b"") + field(2, field(2, container) + text(3, "Never")))
+    body = envelope("batch/v1", "Job", field(1, text(1, "j")) + field(2, spec))
+    with pytest.raises(BadRequestError) as caught:
+        kubeproto.decode(body)
+    assert caught.value.message == (
+        "the protobuf request body cannot be decoded: Container field 8 is set, and tinykube "
+        "reads only some fields from protobuf; send the object as JSON"
+    )
+    # Server-owned metadata (creationTimestamp, field 8) is skipped, as are zero values.
+    meta = text(1, "j") + field(8, varint(1, 1700000000))
+    empty = text(1, "app") + text(2, "busybox") + field(8, b"") + varint(9, 0)
+    spec = field(6, field(1, b"") + field(2, field(2, empty) + text(3, "Never")))
+    decoded = kubeproto.decode(envelope("batch/v1", "Job", field(1, meta) + field(2, spec)))
+    assert decoded["metadata"] == {"name": "j"}
