@@ -8,6 +8,7 @@ same server credentials (gRPC) and through the apiserver's own `identify` (REST)
 
 from __future__ import annotations
 
+import datetime
 import ssl
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -19,6 +20,10 @@ import grpc
 import pytest
 from aetcd import rpc
 from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from apiserver.app import APIServer
 from apiserver.auth.authn import ANONYMOUS_IDENTITY, AuthenticationError, Authenticator
@@ -50,6 +55,41 @@ class Cluster:
             return Credentials(ca=ca, **kw)
         paths = (pki or self.pki).paths(name)
         return Credentials(ca=ca, cert=paths.cert.read_bytes(), key=paths.key.read_bytes(), **kw)
+
+    def expired(self) -> Credentials:
+        """The admin's identity (system:masters) in a certificate of the cluster CA that
+        expired yesterday."""
+        ca_cert, ca_key = self.pki.ca()
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime.now(datetime.UTC)
+        name = x509.Name(
+            [
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+                x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes-admin"),
+            ]
+        )
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=30))
+            .not_valid_after(now - datetime.timedelta(days=1))
+            .add_extension(
+                x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+            )
+            .sign(ca_key, hashes.SHA256())
+        )
+        return Credentials(
+            ca=self.pki.ca_cert_path.read_bytes(),
+            cert=cert.public_bytes(serialization.Encoding.PEM),
+            key=key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            ),
+        )
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +160,7 @@ async def test_the_library_reaches_a_tls_apiserver_over_tls_etcd(cluster: Cluste
         ("plaintext", "requires TLS, and this client connects in plaintext"),
         ("no certificate", "requires a client certificate signed by the cluster CA"),
         ("another CA's certificate", "refused this client's certificate"),
+        ("an expired certificate", "refused this client's certificate"),
         ("trusts another CA", "x509: certificate signed by unknown authority"),
     ],
 )
@@ -130,6 +171,7 @@ async def test_grpc_refuses_what_is_not_the_clusters_with_a_clear_error(
         "plaintext": PLAINTEXT,
         "no certificate": cluster.creds(None),
         "another CA's certificate": cluster.creds("admin", pki=cluster.other),
+        "an expired certificate": cluster.expired(),
         "trusts another CA": Credentials(
             ca=cluster.other.ca_cert_path.read_bytes(),
             cert=cluster.pki.paths("admin").cert.read_bytes(),
@@ -284,6 +326,7 @@ async def rest_probe(cluster: Cluster) -> AsyncIterator[str]:
         ("nothing", (200, "system:anonymous|system:unauthenticated")),
         # a certificate the TLS layer did not verify never names a user
         ("another CA's certificate", "handshake refused"),
+        ("an expired certificate", "handshake refused"),
     ],
 )
 async def test_rest_identity_of_each_credential(
@@ -295,6 +338,7 @@ async def test_rest_identity_of_each_credential(
         "wrong token": cluster.creds(None, token="nope"),
         "nothing": cluster.creds(None),
         "another CA's certificate": cluster.creds("admin", pki=cluster.other),
+        "an expired certificate": cluster.expired(),
     }[credential]
     ctx = creds.ssl_context()
     assert ctx is not None
