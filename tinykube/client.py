@@ -48,7 +48,11 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import logging
+import random
+import secrets
+from asyncio import FIRST_COMPLETED
+from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Any, Generic, NamedTuple, Self, cast
 
@@ -65,6 +69,7 @@ from tinykube.errors import (
     from_status,
     is_retryable,
 )
+from tinykube.flags import split_addresses
 from tinykube.kinds import KindInfo
 from tinykube.meta import get_continue, list_request
 from tinykube.retry import (
@@ -101,7 +106,15 @@ from tinykube.v1 import (
 T = TypeVar("T", bound=Message)
 L = TypeVar("L", bound=Message, default=Any)
 E = TypeVar("E", bound=Message, default=Any)
-R = TypeVar("R")
+
+log = logging.getLogger(__name__)
+
+# A generateName Create whose generated name is taken is tried with a new name this many times
+# in all, as the apiserver does for the names it generates.
+GENERATE_NAME_ATTEMPTS = 3
+# Kubernetes' generateName alphabet (no vowels, no look-alikes), 5 characters after the prefix.
+_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_GENERATED_LENGTH = 5
 
 _STATUS_BY_NUMBER: dict[int, grpc.StatusCode] = {c.value[0]: c for c in grpc.StatusCode}
 
@@ -118,10 +131,21 @@ class BindItem(NamedTuple):
 class ResourceClient(Generic[T, L, E]):
     """CRUD + watch for one kind. One implementation, parameterised by a `KindInfo` row."""
 
-    def __init__(self, info: KindInfo, channel: grpc.aio.Channel, owner: Client) -> None:
+    def __init__(self, info: KindInfo, owner: Client) -> None:
         self.info = info
-        self._stub: Any = info.stub(channel)
+        # One stub per apiserver, indexed as `owner.channels`.
+        self._stubs: list[Any] = [info.stub(channel) for channel in owner.channels]
         self._owner = owner
+
+    @property
+    def _stub(self) -> Any:
+        """The stub of the apiserver the client uses now."""
+        return self._stubs[self._owner._current]
+
+    @_stub.setter
+    def _stub(self, stub: Any) -> None:
+        # Tests wrap the stub to count or delay calls; a wrapper stands for every apiserver.
+        self._stubs = [stub] * len(self._stubs)
 
     async def _call(
         self,
@@ -131,9 +155,9 @@ class ResourceClient(Generic[T, L, E]):
         retry_if: Callable[[BaseException], bool] = is_retryable,
         attempts: Attempts | None = None,
     ) -> Any:
-        rpc = getattr(self._stub, method)
         return await self._owner._unary(
-            rpc,
+            self._stubs,
+            method,
             request,
             f"{self.info.service}/{method}",
             retry_if=retry_if,
@@ -144,19 +168,36 @@ class ResourceClient(Generic[T, L, E]):
         return self.info.create_request(**{self.info.request_field: obj})
 
     async def create(self, obj: T) -> T:
-        """Create `obj`. Retried as the module docstring says: a named object's retry returns
-        the object its own earlier attempt created; a generateName one is re-sent only if the
-        request never left the client (a second copy would be a second object)."""
+        """Create `obj`. Retried as the module docstring says: a retry returns the object its
+        own earlier attempt created. An object with only generateName is named here, as the
+        apiserver would name it, so that its Create can be resent like a named one."""
         meta: Any = cast(Any, obj).metadata
-        if not meta.name:
-            return cast(T, await self._call("Create", self._wrap(obj), retry_if=is_unsent))
+        if meta.name or not meta.generateName:
+            # (No name at all is the apiserver's INVALID_ARGUMENT to give.)
+            return await self._create_named(self._wrap(obj))
+        for attempt in range(GENERATE_NAME_ATTEMPTS):
+            request = self._wrap(obj)
+            sent: Any = getattr(request, self.info.request_field)
+            sent.metadata.name = generate_name(meta.generateName)
+            try:
+                return await self._create_named(request)
+            except AlreadyExistsError:
+                # Someone else's object has the name (ours would have been recognised).
+                if attempt == GENERATE_NAME_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _create_named(self, request: Message) -> T:
+        sent: T = getattr(request, self.info.request_field)
+        if not cast(Any, sent).metadata.name:
+            return cast(T, await self._call("Create", request, retry_if=is_unsent))
         attempts = Attempts()
         try:
-            return cast(T, await self._call("Create", self._wrap(obj), attempts=attempts))
+            return cast(T, await self._call("Create", request, attempts=attempts))
         except AlreadyExistsError:
             if not attempts.ambiguous:
                 raise
-            mine = await self._stored_if_ours(obj)
+            mine = await self._stored_if_ours(sent)
             if mine is None:
                 raise
             return mine
@@ -301,8 +342,11 @@ class ResourceClient(Generic[T, L, E]):
             resourceVersion=resource_version,
             allowWatchBookmarks=allow_bookmarks,
         )
-        if batched and not self._owner._no_watch_batch:
-            call = self._stub.WatchBatch(request)
+        owner = self._owner
+        index = owner._current
+        stub = self._stubs[index]
+        if batched and not owner._no_watch_batch:
+            call = stub.WatchBatch(request)
             received = False
             try:
                 async for batch in call:
@@ -311,18 +355,18 @@ class ResourceClient(Generic[T, L, E]):
                         yield cast(E, event)
             except grpc.RpcError as exc:
                 if received or exc.code() != grpc.StatusCode.UNIMPLEMENTED:
-                    raise (await self._owner.transport_error(exc) or from_rpc_error(exc)) from exc
-                self._owner._no_watch_batch = True
+                    raise await owner._call_failed(index, exc) from exc
+                owner._no_watch_batch = True
             else:
                 return
             finally:
                 call.cancel()
-        call = self._stub.Watch(request)
+        call = stub.Watch(request)
         try:
             async for event in call:
                 yield cast(E, event)
         except grpc.RpcError as exc:
-            raise (await self._owner.transport_error(exc) or from_rpc_error(exc)) from exc
+            raise await owner._call_failed(index, exc) from exc
         finally:
             call.cancel()
 
@@ -389,7 +433,7 @@ class Client:
 
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[str],
         *,
         timeout: float = 10.0,
         retries: int = 5,
@@ -397,35 +441,44 @@ class Client:
         backoff_max: float = MAX_BACKOFF,
         credentials: Credentials | None = None,
     ) -> None:
-        self.target = target
+        self.targets = split_addresses(target)
+        if not self.targets:
+            raise ValueError("Client needs at least one apiserver address")
+        self.target = ",".join(self.targets)
         self.timeout = timeout
         self.retries = retries
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.credentials = credentials if credentials is not None else ambient_credentials()
-        self.channel = self.credentials.channel(target, CHANNEL_OPTIONS)
-        # What explain() found wrong with TLS to this target, once it found something.
-        self._tls_problem: str | None = None
+        self.channels = [self.credentials.channel(t, CHANNEL_OPTIONS) for t in self.targets]
+        # The apiserver every call and watch goes to until it fails (the module docstring);
+        # clients start at a random one, so that together they spread over all of them.
+        self._current = random.randrange(len(self.targets)) if len(self.targets) > 1 else 0
+        self.failovers = 0
+        if len(self.channels) > 1:
+            for channel in self.channels:
+                # Connect to every apiserver now: a failover then finds its next one ready.
+                channel.get_state(try_to_connect=True)
+        # What explain() found wrong with TLS to each target, once it found something.
+        self._tls_problems: dict[str, str] = {}
         # Set once the apiserver answered WatchBatch with UNIMPLEMENTED (it predates it).
         self._no_watch_batch = False
-        self.pods = ResourceClient(kinds.POD, self.channel, self)
-        self.nodes = ResourceClient(kinds.NODE, self.channel, self)
-        self.replica_sets = ResourceClient(kinds.REPLICA_SET, self.channel, self)
-        self.events = ResourceClient(kinds.EVENT, self.channel, self)
-        self.deployments = ResourceClient(kinds.DEPLOYMENT, self.channel, self)
-        self.leases = ResourceClient(kinds.LEASE, self.channel, self)
-        self.services = ResourceClient(kinds.SERVICE, self.channel, self)
-        self.endpoints = ResourceClient(kinds.ENDPOINTS, self.channel, self)
-        self.pod_disruption_budgets = ResourceClient(
-            kinds.POD_DISRUPTION_BUDGET, self.channel, self
-        )
-        self.roles = ResourceClient(kinds.ROLE, self.channel, self)
-        self.cluster_roles = ResourceClient(kinds.CLUSTER_ROLE, self.channel, self)
-        self.role_bindings = ResourceClient(kinds.ROLE_BINDING, self.channel, self)
-        self.cluster_role_bindings = ResourceClient(kinds.CLUSTER_ROLE_BINDING, self.channel, self)
-        self.namespaces = ResourceClient(kinds.NAMESPACE, self.channel, self)
-        self.priority_classes = ResourceClient(kinds.PRIORITY_CLASS, self.channel, self)
-        self.jobs = ResourceClient(kinds.JOB, self.channel, self)
+        self.pods = ResourceClient(kinds.POD, self)
+        self.nodes = ResourceClient(kinds.NODE, self)
+        self.replica_sets = ResourceClient(kinds.REPLICA_SET, self)
+        self.events = ResourceClient(kinds.EVENT, self)
+        self.deployments = ResourceClient(kinds.DEPLOYMENT, self)
+        self.leases = ResourceClient(kinds.LEASE, self)
+        self.services = ResourceClient(kinds.SERVICE, self)
+        self.endpoints = ResourceClient(kinds.ENDPOINTS, self)
+        self.pod_disruption_budgets = ResourceClient(kinds.POD_DISRUPTION_BUDGET, self)
+        self.roles = ResourceClient(kinds.ROLE, self)
+        self.cluster_roles = ResourceClient(kinds.CLUSTER_ROLE, self)
+        self.role_bindings = ResourceClient(kinds.ROLE_BINDING, self)
+        self.cluster_role_bindings = ResourceClient(kinds.CLUSTER_ROLE_BINDING, self)
+        self.namespaces = ResourceClient(kinds.NAMESPACE, self)
+        self.priority_classes = ResourceClient(kinds.PRIORITY_CLASS, self)
+        self.jobs = ResourceClient(kinds.JOB, self)
         self._by_kind: dict[str, ResourceClient[Any, Any, Any]] = {
             r.info.kind: r
             for r in (
@@ -447,8 +500,8 @@ class Client:
                 self.deployments,
             )
         }
-        self.daemon_sets = ResourceClient(kinds.DAEMON_SET, self.channel, self)
-        self.controller_revisions = ResourceClient(kinds.CONTROLLER_REVISION, self.channel, self)
+        self.daemon_sets = ResourceClient(kinds.DAEMON_SET, self)
+        self.controller_revisions = ResourceClient(kinds.CONTROLLER_REVISION, self)
         self._by_kind.update(
             {r.info.kind: r for r in (self.daemon_sets, self.controller_revisions)}
         )
@@ -458,29 +511,43 @@ class Client:
         info = kind if isinstance(kind, KindInfo) else kinds.lookup(kind)
         return self._by_kind[info.kind]
 
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        """The channel to the apiserver in use now."""
+        return self.channels[self._current]
+
+    @property
+    def current_target(self) -> str:
+        """The address of the apiserver in use now."""
+        return self.targets[self._current]
+
     async def _unary(
         self,
-        rpc: Callable[..., Awaitable[R]],
+        stubs: Sequence[Any],
+        method: str,
         request: Message,
         what: str = "",
         *,
         retry_if: Callable[[BaseException], bool] = is_retryable,
         attempts: Attempts | None = None,
-    ) -> R:
-        """One unary call with a deadline per attempt, retried while `retry_if` accepts the
-        failure; `attempts` (if given) learns whether a failed attempt may have landed. Within
-        an attempt, refusals of the in-flight limit are retried until its deadline."""
+    ) -> Any:
+        """One unary call (`method` of the current apiserver's stub in `stubs`) with a deadline
+        per attempt, retried while `retry_if` accepts the failure; each attempt goes to the
+        apiserver current when it starts, so a retry after a failover goes to the next one.
+        `attempts` (if given) learns whether a failed attempt may have landed. Within an
+        attempt, refusals of the in-flight limit are retried until its deadline."""
 
-        async def send(seconds: float) -> R:
+        async def send(seconds: float) -> Any:
+            index = self._current
             try:
-                return await rpc(request, timeout=seconds)
+                return await getattr(stubs[index], method)(request, timeout=seconds)
             except grpc.RpcError as exc:
-                err = await self.transport_error(exc) or from_rpc_error(exc)
+                err = await self._call_failed(index, exc)
                 if attempts is not None:
                     attempts.failed(err)
                 raise err from exc
 
-        async def attempt() -> R:
+        async def attempt() -> Any:
             return await retry_throttled(send, budget=self.timeout, what=what)
 
         return await call_with_retries(
@@ -490,6 +557,36 @@ class Client:
             maximum=self.backoff_max,
             what=what,
             retry_if=retry_if,
+        )
+
+    async def _call_failed(self, index: int, exc: grpc.RpcError) -> TinykubeError:
+        """The tinykube error of a failed call to apiserver `index`; fails over to another
+        apiserver if this failure says the one in use may be gone."""
+        err: TinykubeError = await self.transport_error(exc, index) or from_rpc_error(exc)
+        if len(self.channels) > 1 and is_retryable(err) and index == self._current:
+            # (Several calls failing together fail over once: the others see a new current.)
+            self._fail_over(index, err)
+        return err
+
+    def _fail_over(self, index: int, err: TinykubeError) -> None:
+        """Make the next apiserver that is not known to be down the current one; if every
+        other one is down, the next anyway (its connection may be back by the retry)."""
+        n = len(self.channels)
+        others = [(index + k) % n for k in range(1, n)]
+        chosen = others[0]
+        for k in others:
+            state = self.channels[k].get_state(try_to_connect=True)
+            if state != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+                chosen = k
+                break
+        self._current = chosen
+        self.failovers += 1
+        log.info(
+            "apiserver %s failed (%s: %s); failing over to %s",
+            self.targets[index],
+            type(err).__name__,
+            err.message,
+            self.targets[chosen],
         )
 
     async def _bound_rv(self, namespace: str, name: str, node_name: str, uid: str) -> str | None:
@@ -513,11 +610,11 @@ class Client:
             metadata=meta_pb2.ObjectMeta(name=name, namespace=namespace, uid=uid),
             target=meta_pb2.ObjectReference(kind="Node", name=node_name),
         )
-        stub: Any = self.pods._stub
         attempts = Attempts()
         try:
             response: pod_pb2.BindResponse = await self._unary(
-                stub.Bind,
+                self.pods._stubs,
+                "Bind",
                 pod_pb2.BindRequest(binding=binding),
                 "tinykube.v1.Pods/Bind",
                 attempts=attempts,
@@ -550,10 +647,9 @@ class Client:
                 for i in items
             ]
         )
-        stub: Any = self.pods._stub
         attempts = Attempts()
         response: pod_pb2.BindBatchResponse = await self._unary(
-            stub.BindBatch, request, "tinykube.v1.Pods/BindBatch", attempts=attempts
+            self.pods._stubs, "BindBatch", request, "tinykube.v1.Pods/BindBatch", attempts=attempts
         )
         if len(response.results) != len(items):
             raise TinykubeError(
@@ -587,13 +683,25 @@ class Client:
                 out[k] = rv
 
     async def wait_ready(self, timeout: float) -> None:  # noqa: ASYNC109 (the contract's API)
-        """Wait until the channel is connected; DeadlineExceededError after `timeout` seconds."""
+        """Wait until a channel is connected (the current apiserver's, else the first other
+        one to connect, which becomes current); DeadlineExceededError after `timeout` seconds."""
+        if self.channel.get_state() == grpc.ChannelConnectivity.READY:
+            return
+        ready = {
+            asyncio.ensure_future(channel.channel_ready()): k
+            for k, channel in enumerate(self.channels)
+        }
         try:
-            await asyncio.wait_for(self.channel.channel_ready(), timeout)
-        except TimeoutError as exc:
+            done, _ = await asyncio.wait(ready, timeout=timeout, return_when=FIRST_COMPLETED)
+        finally:
+            for task in ready:
+                task.cancel()
+        if not done:
             raise DeadlineExceededError(
                 f"apiserver at {self.target} not reachable within {timeout:g}s"
-            ) from exc
+            )
+        if self.channel.get_state() != grpc.ChannelConnectivity.READY:
+            self._current = ready[next(iter(done))]
 
     @classmethod
     def from_kubeconfig(
@@ -605,20 +713,27 @@ class Client:
         config = load(path, context=context)
         return cls(config.grpc_server, credentials=config.credentials, **kwargs)
 
-    async def transport_error(self, exc: grpc.RpcError) -> TransportSecurityError | None:
-        """The TLS mismatch behind an UNAVAILABLE failure, if that is what it is."""
+    async def transport_error(
+        self, exc: grpc.RpcError, index: int | None = None
+    ) -> TransportSecurityError | None:
+        """The TLS mismatch behind an UNAVAILABLE failure of a call to apiserver `index` (the
+        current one by default), if that is what it is."""
         code = exc.code() if hasattr(exc, "code") else None
         if code != grpc.StatusCode.UNAVAILABLE:
             return None
-        if self._tls_problem is None:
+        target = self.targets[self._current if index is None else index]
+        problem = self._tls_problems.get(target)
+        if problem is None:
             details = exc.details() if hasattr(exc, "details") else ""
-            self._tls_problem = await asyncio.to_thread(
-                explain, self.target, self.credentials, details or ""
-            )
-        return TransportSecurityError(self._tls_problem) if self._tls_problem else None
+            problem = await asyncio.to_thread(explain, target, self.credentials, details or "")
+            if problem is None:
+                return None  # not TLS (this time): a later failure is looked at afresh
+            self._tls_problems[target] = problem
+        return TransportSecurityError(problem)
 
     async def close(self) -> None:
-        await self.channel.close()
+        for channel in self.channels:
+            await channel.close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -666,3 +781,10 @@ def _contains(sent: Message, stored: Message) -> bool:
         elif not _same(value, other):
             return False
     return True
+
+
+def generate_name(base: str) -> str:
+    """generateName plus 5 random characters, as the apiserver's name generator makes them
+    (the prefix cut so that the name fits 63 characters)."""
+    base = base[: 63 - _GENERATED_LENGTH]
+    return base + "".join(secrets.choice(_GENERATE_ALPHABET) for _ in range(_GENERATED_LENGTH))

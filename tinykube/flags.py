@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Sequence
 
 _DURATION = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h)?$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -22,3 +23,15 @@ def listen_address(bind_address: str, port: int) -> str:
     if bind_address.count(":") == 1 or bind_address.startswith("["):
         return bind_address
     return f"{bind_address}:{port}"
+
+
+def split_addresses(value: str | Sequence[str]) -> tuple[str, ...]:
+    """Every address of a list flag or field: "a:1,b:2", ["a:1", "b:2"] or ["a:1,b:2"] give
+    ("a:1", "b:2"), in order, blanks and repeats dropped (kube's --etcd-servers style)."""
+    parts = [value] if isinstance(value, str) else list(value)
+    found: dict[str, None] = {}
+    for part in parts:
+        for address in str(part).split(","):
+            if address.strip():
+                found.setdefault(address.strip(), None)
+    return tuple(found)

@@ -5,7 +5,10 @@ with the credentials embedded (`certificate-authority-data`, `client-certificate
 `client-key-data`, as kubeadm's admin.conf), naming the cluster, user and context "tinykube".
 `server` is the REST API's URL, what kubectl and client-go dial. tinykube's own clients speak
 gRPC on another port, recorded in the cluster's `extensions` under `tinykube.io/grpc`
-(`{server: host:port}`); kubectl keeps extensions it does not know and ignores them.
+(`{server: host:port}`, or with several apiservers `{servers: [host:port, ...]}`: tinykube's
+clients fail over between them, tinykube/client.py); kubectl keeps extensions it does not know
+and ignores them (it has the one `server`, as with kube, where several apiservers sit behind a
+load balancer's address).
 
 `load(path)` reads kubeconfig files as kubectl does: an explicit path, else every file in
 `$KUBECONFIG` (colon-separated, merged: the first file to define a cluster, user or context
@@ -14,7 +17,8 @@ user; `certificate-authority`, `client-certificate` and `client-key` paths are r
 file that names them, the `-data` forms are base64 PEM; `token` and `tokenFile` give a bearer
 token; `tls-server-name` overrides the name checked in the server's certificate. An `http://`
 server means plaintext. It returns a `ClientConfig`: the REST URL, the gRPC address (the
-extension, else the server URL's host:port), the namespace and the `tls.Credentials`.
+extension's addresses, else the server URL's host:port), the namespace and the
+`tls.Credentials`.
 
 Pure apart from reading and writing the files.
 """
@@ -31,6 +35,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from tinykube.flags import split_addresses
 from tinykube.tls import PLAINTEXT, Credentials, TLSConfigError, read_file
 
 NAME = "tinykube"
@@ -56,15 +61,21 @@ def kubeconfig(
     cert: bytes | None = None,
     key: bytes | None = None,
     token: str | None = None,
-    grpc_server: str = "",
+    grpc_server: str | Sequence[str] = "",
 ) -> dict[str, Any]:
-    """The kubeconfig document for a cluster whose REST API is at `server` (a URL)."""
+    """The kubeconfig document for a cluster whose REST API is at `server` (a URL);
+    `grpc_server` is the gRPC address, or several ("a:1,b:2" or a list)."""
     cluster: dict[str, Any] = {}
     if ca is not None:
         cluster["certificate-authority-data"] = _b64(ca)
     cluster["server"] = server
-    if grpc_server:
-        cluster["extensions"] = [{"name": GRPC_EXTENSION, "extension": {"server": grpc_server}}]
+    grpc_servers = split_addresses(grpc_server)
+    if len(grpc_servers) == 1:
+        cluster["extensions"] = [{"name": GRPC_EXTENSION, "extension": {"server": grpc_servers[0]}}]
+    elif grpc_servers:
+        cluster["extensions"] = [
+            {"name": GRPC_EXTENSION, "extension": {"servers": list(grpc_servers)}}
+        ]
     creds: dict[str, Any] = {}
     if cert is not None:
         creds["client-certificate-data"] = _b64(cert)
@@ -96,7 +107,7 @@ def write_kubeconfig(
     cert: bytes | None = None,
     key: bytes | None = None,
     token: str | None = None,
-    grpc_server: str = "",
+    grpc_server: str | Sequence[str] = "",
 ) -> Path:
     """Write the kubeconfig for `server` to `path` atomically (mode 0600, as kubectl writes
     its own: it holds a private key)."""
@@ -125,10 +136,15 @@ class ClientConfig:
     """What a kubeconfig's current context says about reaching the cluster."""
 
     server: str  # the cluster's server URL (the REST API)
-    grpc_server: str  # host:port of the gRPC API
+    grpc_server: str  # host:port of the gRPC API; "a:1,b:2" with several apiservers
     namespace: str
     credentials: Credentials
     context: str = ""
+
+    @property
+    def grpc_servers(self) -> tuple[str, ...]:
+        """Every apiserver's gRPC address, in the kubeconfig's order."""
+        return split_addresses(self.grpc_server)
 
 
 def paths_from_env(env: dict[str, str] | None = None) -> list[Path]:
@@ -182,6 +198,24 @@ def _material(body: dict[str, Any], field: str, source: Path, *, what: str) -> b
     return None
 
 
+def _grpc_servers(extension: Any, source: Path, cluster: str) -> str:
+    """The addresses of a `tinykube.io/grpc` extension, comma-joined: its `server` (one
+    address, or several separated by commas) and its `servers` (a list), in that order."""
+    if extension is None:
+        return ""
+    if not isinstance(extension, dict):
+        raise KubeconfigError(f'{source}: cluster "{cluster}": {GRPC_EXTENSION}: not a map')
+    servers = extension.get("servers") or []
+    if isinstance(servers, str):
+        servers = [servers]
+    if not isinstance(servers, list) or not all(isinstance(a, str) for a in servers):
+        raise KubeconfigError(
+            f'{source}: cluster "{cluster}": {GRPC_EXTENSION}.servers: '
+            "must be a list of host:port addresses"
+        )
+    return ",".join(split_addresses([str(extension.get("server") or ""), *servers]))
+
+
 def load(
     path: str | os.PathLike[str] | Sequence[Path] | None = None,
     *,
@@ -232,7 +266,7 @@ def load(
     grpc_server = ""
     for ext in cluster.get("extensions") or []:
         if isinstance(ext, dict) and ext.get("name") == GRPC_EXTENSION:
-            grpc_server = str((ext.get("extension") or {}).get("server") or "")
+            grpc_server = _grpc_servers(ext.get("extension"), cluster_src, cluster_name)
     if not grpc_server and url.hostname:
         host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
         grpc_server = f"{host}:{url.port or (443 if url.scheme == 'https' else 80)}"

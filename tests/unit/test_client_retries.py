@@ -7,6 +7,7 @@ request landed, the caller does not know it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -197,39 +198,59 @@ async def test_a_create_that_fails_already_exists_at_once_is_not_looked_up(
 
 
 @pytest.mark.parametrize(
-    ("first_failure", "calls", "raises"),
+    ("first_failure", "landed"),
     [
-        (rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"), 1, True),
-        (rpc_error(grpc.StatusCode.UNAVAILABLE, RESET), 1, True),
-        (rpc_error(grpc.StatusCode.UNAVAILABLE, REFUSED), 2, False),
+        (rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"), True),
+        (rpc_error(grpc.StatusCode.UNAVAILABLE, RESET), True),
+        (rpc_error(grpc.StatusCode.UNAVAILABLE, REFUSED), False),
     ],
     ids=["deadline", "reset", "refused"],
 )
-async def test_a_generate_name_create_is_resent_only_if_it_never_left(
-    client: Client, first_failure: grpc.aio.AioRpcError, calls: int, raises: bool
+async def test_a_generate_name_create_is_named_by_the_client_and_resent_once(
+    client: Client, first_failure: grpc.aio.AioRpcError, landed: bool
 ) -> None:
     fake = FakePods()
     client.pods._stub = fake
     create = fake.Create
-    sent: list[int] = []
+    names: list[str] = []
 
     async def flaky(request: Any, timeout: float | None = None) -> Any:  # noqa: ASYNC109
-        sent.append(1)
-        if len(sent) == 1:
-            if first_failure.details() != REFUSED:
-                await create(request)  # it landed
+        names.append(request.pod.metadata.name)
+        if len(names) == 1:
+            if landed:
+                await create(request)
             raise first_failure
         return await create(request)
 
     fake.Create = flaky  # type: ignore[method-assign]
     pod = make_pod(name="", generate="web-")
-    if raises:
-        with pytest.raises(errors.TinykubeError):
-            await client.pods.create(pod)
-    else:
-        assert (await client.pods.create(pod)).metadata.name == "web-x1"
-    assert len(sent) == calls
-    assert len(fake.store) == 1  # never two pods for one create
+    made = await client.pods.create(pod)
+    # One name, chosen before the first attempt and kept by the resend, so the resend either
+    # makes the pod or recognises the first attempt's (ALREADY_EXISTS, then the stored pod).
+    assert len(names) == 2 and names[0] == names[1] == made.metadata.name
+    assert re.fullmatch(r"web-[bcdfghjklmnpqrstvwxz2456789]{5}", made.metadata.name)
+    assert fake.calls == ["Create", "Create", "Get"] if landed else ["Create", "Create"]
+    assert list(fake.store) == [made.metadata.name]  # never two pods for one create
+    assert pod.metadata.name == ""  # the caller's object is not changed
+
+
+async def test_a_generated_name_someone_else_holds_is_replaced_by_another(client: Client) -> None:
+    fake = FakePods()
+    client.pods._stub = fake
+    create = fake.Create
+    names: list[str] = []
+
+    async def taken_once(request: Any, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        names.append(request.pod.metadata.name)
+        if len(names) == 1:
+            other = make_pod(request.pod.metadata.name, label="other")
+            fake.store[other.metadata.name] = other
+        return await create(request)
+
+    fake.Create = taken_once  # type: ignore[method-assign]
+    made = await client.pods.create(make_pod(name="", generate="web-"))
+    assert len(names) == 2 and names[0] != names[1] == made.metadata.name
+    assert fake.calls == ["Create", "Create"]
 
 
 @pytest.mark.parametrize(("rv", "calls"), [("", 1), ("5", 4)], ids=["unconditional", "rv"])

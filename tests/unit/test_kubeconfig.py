@@ -27,6 +27,10 @@ def _doc(path: Path, **cluster: Any) -> dict[str, Any]:
     return doc
 
 
+def _grpc(extension: Any) -> dict[str, Any]:
+    return {"name": GRPC_EXTENSION, "extension": extension}
+
+
 def _cluster(extra: dict[str, Any]) -> dict[str, Any]:
     return {"name": "c", "cluster": {"server": "https://h", **extra}}
 
@@ -64,6 +68,12 @@ def test_written_credentials_are_read_back(tmp_path: Path) -> None:
         ({"server": "https://h"}, "h:443", False),
         ({"server": "http://h:8080"}, "h:8080", True),  # http: plaintext, as kubectl
         ({"server": "https://[::1]:6443"}, "[::1]:6443", False),
+        # the extension: one address, several in `server`, a `servers` list, or both
+        ({"extensions": [_grpc({"server": "g:1"})]}, "g:1", False),
+        ({"extensions": [_grpc({"server": "g:1, g:2"})]}, "g:1,g:2", False),
+        ({"extensions": [_grpc({"servers": ["g:1", "g:2", "g:1"]})]}, "g:1,g:2", False),
+        ({"extensions": [_grpc({"server": "g:0", "servers": ["g:1"]})]}, "g:0,g:1", False),
+        ({"extensions": [_grpc(None)]}, "h:8080", False),
     ],
 )
 def test_the_grpc_address_and_plaintext(
@@ -72,6 +82,25 @@ def test_the_grpc_address_and_plaintext(
     _doc(tmp_path / "k", **cluster)
     config = load(tmp_path / "k")
     assert (config.grpc_server, config.credentials.insecure) == (grpc_server, insecure)
+
+
+@pytest.mark.parametrize(
+    ("written", "extension"),
+    [
+        ("g:1", {"server": "g:1"}),
+        ("g:1,g:2", {"servers": ["g:1", "g:2"]}),
+        (["g:1", "g:2"], {"servers": ["g:1", "g:2"]}),
+    ],
+)
+def test_several_grpc_servers_are_written_as_a_list_and_read_back(
+    tmp_path: Path, written: str | list[str], extension: dict[str, Any]
+) -> None:
+    write_kubeconfig(tmp_path / "k", "https://h:6443", grpc_server=written)
+    doc = yaml.safe_load((tmp_path / "k").read_text())
+    assert doc["clusters"][0]["cluster"]["extensions"] == [_grpc(extension)]
+    config = load(tmp_path / "k")
+    assert config.grpc_servers == tuple(extension.get("servers") or [extension["server"]])
+    assert config.grpc_server == ",".join(config.grpc_servers)
 
 
 def test_file_references_are_relative_to_the_kubeconfig_and_tokens_are_read(
@@ -135,6 +164,8 @@ def test_kubeconfig_env_files_merge_first_wins(tmp_path: Path) -> None:
         ({"users": [{"name": "u", "user": {"client-key-data": "S0VZ"}}]}, "must be given together"),
         ({"clusters": [_cluster({"certificate-authority-data": "@@"})]}, "data: not base64"),
         ({"clusters": [_cluster({"certificate-authority": "/no/such"})]}, "'/no/such': No such"),
+        ({"clusters": [_cluster({"extensions": [_grpc(["g:1"])]})]}, "tinykube.io/grpc: not a map"),
+        ({"clusters": [_cluster({"extensions": [_grpc({"servers": [1]})]})]}, "must be a list"),
     ],
 )  # fmt: skip
 def test_unusable_kubeconfigs_name_the_problem(
