@@ -1,10 +1,11 @@
 """The typed async client every tinykube component uses to talk to the apiserver.
 
-`Client` owns one grpc.aio channel (keepalive options from `tinykube.serving`) and exposes one
-`ResourceClient` per kind (`client.pods`, `client.nodes`, ...), all built from the `tinykube.kinds`
-table by one generic implementation. Every unary call carries a deadline and is retried with
-jittered exponential backoff on UNAVAILABLE/DEADLINE_EXCEEDED only, and only where repeating it
-is safe; every failure is raised as a `tinykube.errors` type chained `from` the gRPC error.
+`Client` owns one grpc.aio channel per apiserver (keepalive options from `tinykube.serving`) and
+exposes one `ResourceClient` per kind (`client.pods`, `client.nodes`, ...), all built from the
+`tinykube.kinds` table by one generic implementation. Every unary call carries a deadline and
+is retried with jittered exponential backoff on UNAVAILABLE/DEADLINE_EXCEEDED only, and only
+where repeating it is safe; every failure is raised as a `tinykube.errors` type chained `from`
+the gRPC error.
 
 Which calls are retried (a DEADLINE_EXCEEDED or a reset stream does not say whether the server
 applied the request, so a retry may be the second copy of a request that landed):
@@ -12,17 +13,36 @@ applied the request, so a retry may be the second copy of a request that landed)
   UNAVAILABLE/DEADLINE_EXCEEDED. A read has no effect; a second copy of a preconditioned Update
   fails with ABORTED instead of applying twice. (A Delete that landed and is retried answers
   NOT_FOUND, or the object again while it is terminating; deleting is idempotent.)
-- Update/UpdateStatus without a resourceVersion, and Create of an object named by generateName:
-  only on failures that prove the request never left the client (`tinykube.retry.is_unsent`:
-  no connection). A second copy would overwrite a newer write or create a second object.
-- Create of a named object, Bind and BindBatch: on every UNAVAILABLE/DEADLINE_EXCEEDED, and the
-  retry recognises its own earlier success. The apiserver assigns the uid, so nothing in the
-  stored object says which request made it; the rule is: after an ambiguous failure, an
+- Update/UpdateStatus without a resourceVersion: only on failures that prove the request never
+  left the client (`tinykube.retry.is_unsent`: no connection). A second copy would overwrite
+  a newer write.
+- Create, Bind and BindBatch: on every UNAVAILABLE/DEADLINE_EXCEEDED, and the retry recognises
+  its own earlier success. A Create with only generateName is named here first (generateName
+  plus 5 random characters, as the apiserver names it; a name someone else holds is replaced,
+  up to 3 times) so that it is a named Create (kube's clients never resend a generateName
+  Create: a second copy would be a second object). The apiserver assigns the uid, so nothing
+  in the stored object says which request made it; the rule is: after an ambiguous failure, an
   ALREADY_EXISTS for a Create is ours if the stored object has every field the caller set in
   `spec`, `metadata.labels`, `annotations`, `ownerReferences` and `finalizers` with the value
   sent (the server's defaults and later writes to other fields do not matter), and the stored
   object is returned; an ALREADY_EXISTS for a Bind is ours if the pod (with the uid asked for,
   if one was) is bound to the node asked for, and the pod's current resourceVersion is returned.
+
+Several apiservers (`Client("10.0.0.1:6443,10.0.0.2:6443")` or a list; the kubeconfig's
+`tinykube.io/grpc` extension may list several): client-go knows one server and kube puts a load
+balancer in front of the apiservers; gRPC's own answer (an `ipv4:` target, round_robin and
+`healthCheckConfig`) checks every address against one TLS name and one resolver. This client
+keeps one ordinary channel per address instead, so each apiserver's certificate is checked
+against its own host, names and IPs mix, and a channel that "failed to connect to all
+addresses" still proves a call unsent. Every call and watch goes to the *current* apiserver
+(sticky, as a kube client on its one HTTP/2 connection behind a load balancer; clients start at
+a random one, so together they spread); a call or watch that fails with UNAVAILABLE or
+DEADLINE_EXCEEDED makes the next apiserver whose channel is not in TRANSIENT_FAILURE current
+(concurrent failures move it once), so the call's retry, and the informer's resumed watch, go
+there. Other answers (NOT_FOUND, ABORTED, OUT_OF_RANGE, ...) are the apiserver's and move
+nothing. The channels connect at once, so the next apiserver is usually ready. Nothing fails
+back: the current one stays until it fails. All apiservers share one etcd, and Get and a List
+without resourceVersion read it consistently, so a failover never reads older than a write.
 
 Any call refused by the apiserver's in-flight limit (RESOURCE_EXHAUSTED with a retry hint in
 trailing metadata: refused before it ran) is sent again after the hint, jittered, while the
@@ -41,7 +61,8 @@ because client and server disagree about TLS raises `tls.TransportSecurityError`
 once instead of after the retries.
 
 Concurrency: a Client belongs to the event loop it was created on; any number of tasks may call
-it at once (gRPC multiplexes calls over the one HTTP/2 connection).
+it at once (gRPC multiplexes calls over each HTTP/2 connection); the current apiserver's index
+is changed only between awaits.
 """
 
 from __future__ import annotations
