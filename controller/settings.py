@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tinykube.flags import listen_address, parse_duration
+from tinykube.flags import add_apiserver_flag, apiserver_flag, listen_address, parse_duration
 from tinykube.tls import Security, add_flags, security_from_args
 
 
@@ -65,12 +64,7 @@ class Settings:
             description="tinykube controller manager: ReplicaSet, node lifecycle, GC, endpoints, "
             "disruption, namespace, clusterrole aggregation",
         )
-        p.add_argument(
-            "--apiserver",
-            default=os.environ.get("TINYKUBE_APISERVER", ""),
-            help="apiserver gRPC address host:port, overriding the kubeconfig's (default: the "
-            "kubeconfig's, else 127.0.0.1:6443; env TINYKUBE_APISERVER)",
-        )
+        add_apiserver_flag(p, "TINYKUBE_APISERVER")
         p.add_argument(
             "--bind-address",
             default="127.0.0.1",
@@ -202,7 +196,7 @@ class Settings:
         identity = a.identity or f"{socket.gethostname()}_{uuid.uuid4()}"
         security = security_from_args(a)
         return cls(
-            apiserver=security.apiserver(a.apiserver, cls.apiserver),
+            apiserver=security.apiserver(apiserver_flag(a), cls.apiserver),
             security=security,
             bind_address=listen_address(a.bind_address, a.port),
             metrics_port=a.metrics_port,

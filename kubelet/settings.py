@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tinykube.flags import listen_address, parse_duration
+from tinykube.flags import add_apiserver_flag, apiserver_flag, listen_address, parse_duration
 from tinykube.quantity import QuantityError, parse_quantity
 from tinykube.tls import Security, add_flags, security_from_args
 
@@ -108,12 +108,7 @@ class Settings:
             default=os.environ.get("NODE_NAME", socket.gethostname()),
             help="the Node this kubelet registers (default: $NODE_NAME or the hostname)",
         )
-        p.add_argument(
-            "--apiserver",
-            default=os.environ.get("TINYKUBE_APISERVER", ""),
-            help="apiserver gRPC address host:port, overriding the kubeconfig's (default: the "
-            "kubeconfig's, else 127.0.0.1:6443; env TINYKUBE_APISERVER)",
-        )
+        add_apiserver_flag(p, "TINYKUBE_APISERVER")
         p.add_argument(
             "--bind-address",
             default="",
@@ -219,7 +214,7 @@ class Settings:
         security = security_from_args(a)
         return cls(
             node_name=a.node_name,
-            apiserver=security.apiserver(a.apiserver, cls.apiserver),
+            apiserver=security.apiserver(apiserver_flag(a), cls.apiserver),
             security=security,
             bind_address=listen_address(a.bind_address or a.node_ip, a.port),
             node_ip=a.node_ip,

@@ -18,6 +18,7 @@ from scheduler.app import SchedulerApp
 from scheduler.config import ConfigError, load_config
 from scheduler.settings import Settings
 from tinykube import aio
+from tinykube.flags import add_apiserver_flag, apiserver_flag
 from tinykube.serving import configure_logging
 from tinykube.tls import add_flags, security_from_args, start_checks
 
@@ -41,12 +42,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         prog="python -m scheduler",
         description="tinykube scheduler: watches pending pods and binds them to nodes.",
     )
-    p.add_argument(
-        "--apiserver",
-        default=_env("APISERVER", ""),
-        help="apiserver gRPC address host:port, overriding the kubeconfig's "
-        "(default: the kubeconfig's, else 127.0.0.1:6443; env TINYKUBE_APISERVER)",
-    )
+    add_apiserver_flag(p, "TINYKUBE_APISERVER")
     p.add_argument(
         "--bind-address",
         default=_env("BIND_ADDRESS", _D.bind_address),
@@ -97,7 +93,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
     configure_logging(a.log_level)
     security = security_from_args(a)
     return Settings(
-        apiserver=security.apiserver(a.apiserver, _D.apiserver),
+        apiserver=security.apiserver(apiserver_flag(a), _D.apiserver),
         security=security,
         bind_address=a.bind_address,
         port=a.port,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from collections.abc import Sequence
 
@@ -35,3 +36,30 @@ def split_addresses(value: str | Sequence[str]) -> tuple[str, ...]:
             if address.strip():
                 found.setdefault(address.strip(), None)
     return tuple(found)
+
+
+APISERVER_HELP = (
+    "apiserver gRPC address host:port, overriding the kubeconfig's; several apiservers as a "
+    "comma-separated list or a repeated flag, failed over between (default: the kubeconfig's, "
+    "else 127.0.0.1:6443; env TINYKUBE_APISERVER)"
+)
+
+
+def add_apiserver_flag(parser: argparse.ArgumentParser, env: str) -> None:
+    """`--apiserver`, repeatable and comma-separated; `apiserver_flag` reads it back."""
+    parser.add_argument(
+        "--apiserver",
+        action="append",
+        default=[],
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help=APISERVER_HELP,
+    )
+    parser.set_defaults(apiserver_env=env)
+
+
+def apiserver_flag(args: argparse.Namespace) -> str:
+    """Every address `--apiserver` gave ("a:1,b:2"), else its environment variable's, else ""."""
+    given: list[str] = getattr(args, "apiserver", None) or []
+    if not given:
+        given = [os.environ.get(getattr(args, "apiserver_env", ""), "")]
+    return ",".join(split_addresses(given))

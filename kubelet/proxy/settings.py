@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tinykube.flags import listen_address
+from tinykube.flags import add_apiserver_flag, apiserver_flag, listen_address
 from tinykube.tls import Security, add_flags, security_from_args
 
 DEFAULT_PORT = 10256
@@ -42,12 +42,7 @@ class Settings:
             default=os.environ.get("TINYKUBE_NODE_NAME", ""),
             help="the node this proxy runs on (env TINYKUBE_NODE_NAME)",
         )
-        p.add_argument(
-            "--apiserver",
-            default=os.environ.get("TINYKUBE_APISERVER", ""),
-            help="apiserver gRPC address host:port, overriding the kubeconfig's (default: the "
-            "kubeconfig's, else 127.0.0.1:6443; env TINYKUBE_APISERVER)",
-        )
+        add_apiserver_flag(p, "TINYKUBE_APISERVER")
         p.add_argument(
             "--bind-address",
             default=os.environ.get("TINYKUBE_BIND_ADDRESS", "127.0.0.1"),
@@ -73,7 +68,7 @@ class Settings:
         security = security_from_args(a)
         return cls(
             node_name=a.node_name,
-            apiserver=security.apiserver(a.apiserver, cls.apiserver),
+            apiserver=security.apiserver(apiserver_flag(a), cls.apiserver),
             security=security,
             bind_address=listen_address(a.bind_address, a.port),
             node_ip=a.node_ip,

@@ -726,6 +726,9 @@ def test_apply_missing_file(server: FakeServer, tmp_path: Path) -> None:
             "2001:db8::1:2",
             'invalid server address "2001:db8::1:2": expected host:port or [ipv6]:port',
         ),
+        # several apiservers: each is checked, the bad one named
+        ("h:1,h:x", 'invalid server address "h:x": port "x" is not 1-65535'),
+        (",", 'invalid server address ",": expected host:port or [ipv6]:port'),
     ],
 )
 def test_a_malformed_server_address_is_refused_before_dialling(server: str, message: str) -> None:
@@ -734,7 +737,10 @@ def test_a_malformed_server_address_is_refused_before_dialling(server: str, mess
     assert err.getvalue() == f"error: {message}\n"
 
 
-@pytest.mark.parametrize("server", ["127.0.0.1:6443", "[::1]:6443", "h.example:1", "dns:///h:1"])
+@pytest.mark.parametrize(
+    "server",
+    ["127.0.0.1:6443", "[::1]:6443", "h.example:1", "dns:///h:1", "127.0.0.1:1,[::1]:2,h:3"],
+)
 def test_well_formed_server_addresses_pass(server: str) -> None:
     common.check_server(server)
 

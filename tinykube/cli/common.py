@@ -16,6 +16,7 @@ from typing import TextIO
 
 from tinykube import errors, kinds
 from tinykube.client import Client
+from tinykube.flags import split_addresses
 from tinykube.kinds import KindInfo
 from tinykube.tls import PLAINTEXT, Credentials, TLSConfigError, TransportSecurityError
 
@@ -115,12 +116,21 @@ _CONNECT_FAILURES = ("failed to connect", "connection refused")
 _LOOKUP_FAILURES = ("errors resolving", "dns resolution failed", "hostname lookup")
 
 
-def check_server(address: str) -> None:
+def check_server(server: str) -> None:
     """Refuse an apiserver address that cannot be host:port before dialling it, so the user
     reads what is wrong with it rather than the resolver's complaint. gRPC target URIs
-    ("dns:///h:1", "unix:/path") are passed on as they are."""
-    if "://" in address or address.startswith(("unix:", "dns:", "ipv4:", "ipv6:")):
+    ("dns:///h:1", "unix:/path") are passed on as they are. Several apiservers are separated
+    by commas ("h1:6443,h2:6443"); each is checked."""
+    if "://" in server or server.startswith(("unix:", "dns:", "ipv4:", "ipv6:")):
         return
+    addresses = split_addresses(server)
+    if not addresses:
+        raise CLIError(f'invalid server address "{server}": expected host:port or [ipv6]:port')
+    for address in addresses:
+        _check_address(address)
+
+
+def _check_address(address: str) -> None:
     host, sep, port = address.rpartition(":")
     if not sep or (":" in host and not (host.startswith("[") and host.endswith("]"))):
         # no port, or an IPv6 address without its brackets

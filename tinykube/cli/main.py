@@ -61,7 +61,8 @@ def _global_flags(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         "--server",
         "-s",
         default=default(None),
-        help="apiserver address host:port (default: $TINYKUBE_SERVER or 127.0.0.1:6443)",
+        help="apiserver address host:port, or several comma-separated (default: "
+        "$TINYKUBE_SERVER, the kubeconfig's, else 127.0.0.1:6443)",
     )
     parser.add_argument(
         "--kubeconfig",
