@@ -84,18 +84,19 @@ async def test_a_create_answered_late_returns_its_own_object(
     assert stub.calls == ["Create", "Create", "Get"]
 
 
-async def test_a_generate_name_create_answered_late_is_not_sent_again(
+async def test_a_generate_name_create_answered_late_makes_one_object(
     late: tuple[Client, TcpProxy], direct: Client
 ) -> None:
     client, proxy = late
     stub = releasing(client, proxy)
     pod = make_pod("", app="generated")
     pod.metadata.generateName = "gen-"
-    with pytest.raises(errors.DeadlineExceededError):
-        await client.pods.create(pod)
-    assert stub.calls == ["Create"]
+    created = await client.pods.create(pod)
+    # Named by the client before the first attempt: the resend is recognised as its own.
+    assert stub.calls == ["Create", "Create", "Get"]
     listed = await direct.pods.list("default", label_selector="app=generated")
-    assert len(listed.items) == 1  # it landed once, and only once
+    assert [p.metadata.name for p in listed.items] == [created.metadata.name]
+    assert created.metadata.name.startswith("gen-") and len(created.metadata.name) == 9
 
 
 async def test_a_bind_answered_late_succeeds(late: tuple[Client, TcpProxy], direct: Client) -> None:
@@ -143,12 +144,16 @@ async def test_grpc_reports_a_stream_cut_after_sending_as_ambiguous(
     late: tuple[Client, TcpProxy], direct: Client
 ) -> None:
     client, proxy = late
-    pod = make_pod("", app="cut")
-    pod.metadata.generateName = "cut-"
-    create = asyncio.ensure_future(client.pods.create(pod))
+    proxy.holding_answers = False
+    stored = await client.pods.create(make_pod("cut", app="cut"))
+    proxy.holding_answers = True
+    # An Update without a resourceVersion is resent only when it surely never left.
+    stored.metadata.resourceVersion = ""
+    stored.metadata.labels["step"] = "2"
+    update = asyncio.ensure_future(client.pods.update(stored))
 
     async def landed() -> bool:
-        return bool((await direct.pods.list("default", label_selector="app=cut")).items)
+        return (await direct.pods.get("cut", "default")).metadata.labels.get("step") == "2"
 
     for _ in range(200):
         if await landed():
@@ -156,6 +161,6 @@ async def test_grpc_reports_a_stream_cut_after_sending_as_ambiguous(
         await asyncio.sleep(0.01)
     proxy.cut()  # the request landed; its stream is reset before the answer
     with pytest.raises(errors.UnavailableError) as caught:
-        await create
+        await update
     assert not is_unsent(caught.value), caught.value.message
-    assert len((await direct.pods.list("default", label_selector="app=cut")).items) == 1
+    assert await landed()
