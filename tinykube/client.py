@@ -580,6 +580,12 @@ class Client:
             retry_if=retry_if,
         )
 
+    def fail_over(self, reason: str) -> None:
+        """Move to the next apiserver (with only one, do nothing): for a caller that gave up
+        on a call itself (its own timeout cancelled it) and suspects the apiserver in use."""
+        if len(self.channels) > 1:
+            self._fail_over(self._current, DeadlineExceededError(reason))
+
     async def _call_failed(self, index: int, exc: grpc.RpcError) -> TinykubeError:
         """The tinykube error of a failed call to apiserver `index`; fails over to another
         apiserver if this failure says the one in use may be gone."""

@@ -11,6 +11,15 @@ The leader renews every `retry_period`; if a renewal round cannot succeed within
 (`renew_deadline` < `lease_duration`). On a graceful stop the leader clears holderIdentity so a
 successor takes over at once instead of waiting for expiry.
 
+With several apiservers (tinykube/client.py fails over between them) a renewal round survives
+the loss of the one in use: a failed call is retried on the next. Each try of a round gets at
+most half the renew deadline, so a try stuck on an apiserver that answers nothing (a partition:
+no reset, only silence until keepalive gives up) leaves time for another; after such a timeout
+the elector asks the client to fail over (`fail_over`, if the client has one). A candidate
+waiting for someone else's Lease sleeps no longer than until that Lease would expire, so a
+killed leader is replaced about `lease_duration` after the standby last saw it renew (client-go
+polls on, up to one jittered retry period later).
+
 Concurrency: `run()` owns two tasks while leading, the caller's work and the renew loop; they
 share only the `_leading` flag and the last written Lease, on one event loop.
 """
@@ -76,6 +85,7 @@ class LeaderElector:
             raise ValueError("lease_duration must be greater than renew_deadline")
         if not renew_deadline > retry_period * JITTER_FACTOR > 0:
             raise ValueError("renew_deadline must be greater than retry_period * 1.2")
+        self._client = client
         self._leases = client.leases
         self.namespace = namespace
         self.name = name
@@ -86,6 +96,8 @@ class LeaderElector:
         self.clock = clock or Clock()
         self.release_on_stop = release_on_stop
         self._leading = False
+        # One renewal try's limit: two tries fit in a round (see the module docstring).
+        self._try_timeout = max(retry_period, renew_deadline / 2)
         # What we last saw in the Lease, and when (local monotonic time) it last changed.
         self._observed: lease_pb2.Lease | None = None
         self._observed_spec: bytes = b""
@@ -213,6 +225,10 @@ class LeaderElector:
             log.warning(
                 "%s: lease %s/%s: attempt timed out", self.identity, self.namespace, self.name
             )
+            # The apiserver in use answered nothing in time; let the client try another.
+            fail_over = getattr(self._client, "fail_over", None)
+            if callable(fail_over):
+                fail_over("a lease renewal timed out")
         except TinykubeError as exc:
             log.warning(
                 "%s: lease %s/%s: %s: %s",
@@ -231,15 +247,28 @@ class LeaderElector:
             if await self._attempt(self.renew_deadline):
                 self._leading = True
                 return
-            delay = self.retry_period * (1.0 + JITTER_FACTOR * random.random())
-            await self.clock.sleep(delay)
+            await self.clock.sleep(self._acquire_delay())
+
+    def _acquire_delay(self) -> float:
+        """client-go's jittered retry period, but no later than just after the moment the
+        Lease we saw held by someone else expires (by our own clock)."""
+        delay = self.retry_period * (1.0 + JITTER_FACTOR * random.random())
+        holder = self.leader_identity
+        if holder and holder != self.identity:
+            until = self._observed_at + self.lease_duration - self.clock.monotonic()
+            if until > 0:
+                # A little jitter so that standbys waking together do not always collide.
+                delay = min(delay, until + 0.05 * self.retry_period * random.random())
+        return delay
 
     async def _renew_loop(self) -> None:
         """Renew every retry_period; raise LeadershipLost if a round misses renew_deadline."""
         while True:
             await self.clock.sleep(self.retry_period)
             deadline = self.clock.monotonic() + self.renew_deadline
-            while not await self._attempt(deadline - self.clock.monotonic()):
+            while not await self._attempt(
+                min(deadline - self.clock.monotonic(), self._try_timeout)
+            ):
                 remaining = deadline - self.clock.monotonic()
                 if remaining <= 0:
                     self._leading = False

@@ -19,6 +19,7 @@ import pytest
 from tests.integration.conftest import RunningAPIServer, make_settings, start_apiserver
 from tests.integration.test_client_support import TcpProxy, eventually, make_node, make_pod
 from tests.integration.test_informer import Seen, server_state, store_state
+from tests.integration.test_leaderelection import LEASE, NAME, NS, Candidate, OverlapWatch
 from tinykube.client import Client
 from tinykube.informer import Informer
 from tinykube.localetcd import EtcdServer, free_port
@@ -219,3 +220,42 @@ async def test_a_watch_the_other_apiserver_cannot_resume_relists_each_change_onc
             await writer.pods.create(make_pod("after"))
             await eventually(lambda: "default/after" in informer.store)
             assert informer.lists == 2
+
+
+@pytest.mark.parametrize("how", ["killed", "silent"])
+async def test_a_leader_whose_apiserver_goes_away_keeps_leading_through_the_other(
+    etcd_server: EtcdServer, how: str
+) -> None:
+    """killed: A's connections reset and it refuses new ones. silent: A answers nothing and
+    resets nothing (a partition, until keepalive notices): only the elector's own limit on a
+    renewal try (half the renew deadline) and its failover hint keep the round from timing out
+    as a whole."""
+    async with two_apiservers(etcd_server) as pair:
+        # The client's own deadline is longer than the renew deadline, as in the components
+        # (10 s each): a silent apiserver would hold a renewal's only call for the whole round.
+        leader = Candidate("alpha", pair.a_proxy, pair.client(timeout=5.0, retries=3))
+        standby = Candidate("beta", pair.a_proxy, Client(pair.b.address, timeout=1.0, retries=3))
+        watch = OverlapWatch((leader, standby))
+        try:
+            leader.start()
+            await eventually(lambda: leader.working, within=5, what="alpha to lead")
+            standby.start()
+            await asyncio.sleep(0.5)
+            if how == "killed":
+                pair.kill_a()
+            else:
+                pair.a_proxy.holding_answers = True
+            # Several lease durations: a lost lease would have been taken by now.
+            await asyncio.sleep(3 * LEASE)
+            assert leader.working and not standby.working
+            assert leader.client.current_target == pair.b.address
+            async with Client(pair.b.address) as observer:
+                lease = await observer.leases.get(NAME, NS)
+            assert lease.spec.holderIdentity == "alpha"
+            assert lease.spec.leaseTransitions == 0
+        finally:
+            await watch.close()
+            for c in (leader, standby):
+                await c.stop()
+                await c.client.close()
+        assert watch.overlaps == 0

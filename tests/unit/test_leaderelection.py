@@ -281,3 +281,28 @@ def test_invalid_timings_rejected() -> None:
         )
     with pytest.raises(ValueError):
         LeaderElector(FakeClient(store), namespace=NS, name=NAME, identity="")
+
+
+@pytest.mark.parametrize("jitter", [0.0, 1.0])
+async def test_a_standby_wakes_when_the_lease_it_saw_expires(
+    jitter: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every jittered retry period at its shortest (2 s) or its longest (4.4 s).
+    fixed = type("Fixed", (), {"random": staticmethod(lambda: jitter)})
+    monkeypatch.setattr("tinykube.leaderelection.random", fixed)
+    store, clock = LeaseStore(), FakeClock()
+    a, b = Candidate(store, clock, "a"), Candidate(store, clock, "b")
+    a.start()
+    await advance(clock, 0.5)
+    b.start()
+    await advance(clock, 5, [a, b])
+    a.client.leases.down = True
+    await advance(clock, 5, [a, b])  # b has seen a's last renewal by now
+    expires = b.elector._observed_at + 15.0
+    while not b.working:
+        await advance(clock, 0.1, [a, b])
+    # At the moment of expiry (to the 0.1 s steps and the 0.1 s of jitter), not at b's next
+    # jittered poll after it (up to 4.4 s later).
+    assert expires <= clock.monotonic() <= expires + 0.1 * jitter + 0.2
+    assert a.task is not None and isinstance(a.task.exception(), LeadershipLost)
+    await stop(b)
