@@ -16,6 +16,12 @@ then both bind port 8080 (on $POD_IP), and each node's nodePorts are its own.
 `start_component("scheduler-2")` starts one more instance of a known component on a free port
 (e.g. a second, leader-elected scheduler).
 
+Standbys (`schedulers=2`, `controllers=2`, the default with `ha=True`): "scheduler-2" and
+"controller-2" beside "scheduler" and "controller", one leading through its Lease. Every
+component that dials the apiserver gets every apiserver of the cluster (each component whose
+module is apiserver: "apiserver", "apiserver-2", ...) in `--apiserver a,b` and in its
+kubeconfig, and fails over between them (tinykube/client.py).
+
 Flags (DESIGN.md, "ports"): the apiserver gets `--etcd-servers` and `--bind-address
 127.0.0.1:PORT`; every other component `--apiserver 127.0.0.1:APIPORT --bind-address 127.0.0.1
 --port PORT`, kubelets also `--node-name` and `--runtime`. Components run with `work_dir` as
@@ -231,6 +237,9 @@ class LocalCluster:
         die_with_parent: bool = False,
         insecure: bool = False,
         pki_dir: str | os.PathLike[str] | None = None,
+        ha: bool = False,
+        schedulers: int | None = None,
+        controllers: int | None = None,
     ) -> None:
         """Ports 0 pick free ports. `kubelet_port` is the first kubelet's; the i-th gets +i.
 
@@ -239,6 +248,8 @@ class LocalCluster:
         `die_with_parent`: every process gets SIGTERM when the process that started it dies,
         even by SIGKILL (tinykube.pdeathsig; Linux). Start it from a thread that lives as long
         as the cluster should: the kernel sends the signal when the forking thread exits.
+
+        `schedulers` / `controllers`: how many of each (leader-elected; default 1, 2 with `ha`).
         """
         self.die_with_parent = die_with_parent
         self._lock: IO[str] | None = None
@@ -277,6 +288,15 @@ class LocalCluster:
             self.components["controller"] = Component(
                 "controller", "controller", controller_port or free_port(HOST)
             )
+        for module, wanted, first_port in (
+            ("scheduler", scheduler and (schedulers or (2 if ha else 1)), scheduler_port),
+            ("controller", controller and (controllers or (2 if ha else 1)), controller_port),
+        ):
+            for i in range(2, int(wanted) + 1):
+                # Fixed ports (`tinykube up`): the i-th on the first one's port + 100 * (i - 1)
+                # (+ 1 would be the controller's and the next kubelet's defaults).
+                port = first_port + 100 * (i - 1) if first_port else free_port(HOST)
+                self.components[f"{module}-{i}"] = Component(f"{module}-{i}", module, port)
         for i, node in enumerate(kubelets):
             host = f"127.0.1.{i + 1}" if node_ips else HOST
             port = kubelet_port + i if kubelet_port else free_port(host)
@@ -324,6 +344,11 @@ class LocalCluster:
         found.update({name: c.address for name, c in self.components.items() if c.process})
         return found
 
+    def _apiserver_targets(self) -> str:
+        """Every apiserver's gRPC address, comma-separated: what clients' --apiserver takes."""
+        found = [c.address for c in self.components.values() if c.module == "apiserver"]
+        return ",".join(found) or self.api_address
+
     @property
     def rest_url(self) -> str:
         """The REST API's URL, what kubectl's --server takes."""
@@ -342,7 +367,7 @@ class LocalCluster:
         """Issue (or reuse) every certificate and write every kubeconfig; sets `credentials`."""
         if self.insecure:
             self.credentials = PLAINTEXT
-            write_kubeconfig(self.kubeconfig, self.rest_url, grpc_server=self.api_address)
+            write_kubeconfig(self.kubeconfig, self.rest_url, grpc_server=self._apiserver_targets())
             return
         node_ips = self._node_ips()
         ips = tuple(dict.fromkeys((HOST, *node_ips.values())))
@@ -368,7 +393,7 @@ class LocalCluster:
             ca=ca,
             cert=paths.cert.read_bytes(),
             key=paths.key.read_bytes(),
-            grpc_server=self.api_address,
+            grpc_server=self._apiserver_targets(),
         )
 
     def _node_credentials(self, comp: Component) -> None:
@@ -608,7 +633,7 @@ class LocalCluster:
             base += ["--rest-port", self.rest_address.rsplit(":", 1)[1]]
         else:
             # The other processes take the host and the port as separate flags.
-            base += ["--apiserver", self.api_address, "--bind-address", comp.host]
+            base += ["--apiserver", self._apiserver_targets(), "--bind-address", comp.host]
             base += ["--port", str(comp.port)]
         if comp.module == "kubelet":
             base += ["--runtime", self.kubelet_runtime]

@@ -13,8 +13,8 @@ from tinykube import launcher
 from tinykube.cli import up
 from tinykube.cli.main import build_parser
 from tinykube.cli.up import build_cluster
-from tinykube.kubeconfig import write_kubeconfig
-from tinykube.launcher import LocalCluster, log_tail
+from tinykube.kubeconfig import load, write_kubeconfig
+from tinykube.launcher import Component, LocalCluster, log_tail
 from tinykube.pdeathsig import with_parent_death_signal
 
 
@@ -161,6 +161,42 @@ def test_new_instances_are_named_after_their_component(tmp_path: Path) -> None:
     assert (kubelet.module, kubelet.args) == ("kubelet", ["--node-name", "n9"])
     with pytest.raises(KeyError):
         c._new_component("mystery")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "extra"),
+    [
+        ({}, []),
+        ({"ha": True}, ["scheduler-2", "controller-2"]),
+        ({"schedulers": 3, "controllers": 1}, ["scheduler-2", "scheduler-3"]),
+        ({"ha": True, "scheduler": False}, ["controller-2"]),
+    ],
+)
+def test_standby_schedulers_and_controller_managers(
+    tmp_path: Path, kwargs: dict[str, object], extra: list[str]
+) -> None:
+    c = cluster(tmp_path, kubelets=[], **kwargs)
+    base = [n for n in ("apiserver", "scheduler", "controller") if kwargs.get(n, True)]
+    assert sorted(c.components) == sorted([*base, *extra])
+    ports = {c.components[n].port for n in c.components}
+    assert len(ports) == len(c.components)
+    for name in extra:
+        comp = c.components[name]
+        assert comp.module == name.rsplit("-", 1)[0]
+        # Fixed ports: the first one's + 100 per further instance.
+        first = {"scheduler": 10259, "controller": 10257}[comp.module]
+        assert comp.port == first + 100 * (int(name.rsplit("-", 1)[1]) - 1)
+
+
+def test_every_client_is_given_every_apiserver(tmp_path: Path) -> None:
+    c = cluster(tmp_path, kubelets=["a"], proxies=True, insecure=True, ha=True)
+    c.components["apiserver-2"] = Component("apiserver-2", "apiserver", 6444)
+    both = "127.0.0.1:6443,127.0.0.1:6444"
+    for name in ("scheduler", "scheduler-2", "controller", "controller-2", "kubelet-a", "proxy-a"):
+        command = c.command(c.components[name])
+        assert command[command.index("--apiserver") + 1] == both, name
+    c.make_credentials()
+    assert load(c.kubeconfig).grpc_servers == ("127.0.0.1:6443", "127.0.0.1:6444")
 
 
 def test_stop_before_start_is_a_no_op(tmp_path: Path) -> None:
