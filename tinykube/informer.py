@@ -9,6 +9,16 @@ relist; OUT_OF_RANGE ("too old resource version": the window was compacted) reli
 relist emits adds, updates and deletes for whatever changed meanwhile, so the store and every
 handler converge on the server's state. BOOKMARK events only advance the resourceVersion.
 
+Several apiservers (a `Client` over several fails over, tinykube/client.py): a watch cut by its
+apiserver's death is resumed from the last resourceVersion on the next one, whose watch cache
+replays every event after it (nothing lost or repeated: resourceVersions are etcd revisions,
+the same on every apiserver), or, if its window does not reach back that far, answers
+OUT_OF_RANGE and the informer relists there, emitting only what changed. A resourceVersion that
+apiserver has not seen yet is waited for there (DEADLINE_EXCEEDED after a few seconds, then
+retried). Informers ask for bookmarks, which carry the apiserver's current revision even when
+nothing they watch changes, so a quiet watch's resourceVersion stays within every apiserver's
+window and a resume usually succeeds without a relist.
+
 Handlers are plain synchronous callables run inline on the informer's task, in event order. A
 handler that raises (an object the component cannot digest, or a bug) is reported - logged,
 counted in `handler_errors`, passed to `on_handler_error` (for a metric and an Event) - the other
