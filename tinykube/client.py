@@ -40,7 +40,9 @@ a random one, so together they spread); a call or watch that fails with UNAVAILA
 DEADLINE_EXCEEDED makes the next apiserver whose channel is not in TRANSIENT_FAILURE current
 (concurrent failures move it once), so the call's retry, and the informer's resumed watch, go
 there. Other answers (NOT_FOUND, ABORTED, OUT_OF_RANGE, ...) are the apiserver's and move
-nothing. The channels connect at once, so the next apiserver is usually ready. Nothing fails
+nothing. The channels connect at once, so the next apiserver is usually ready; when every other
+one is in TRANSIENT_FAILURE the next is redialled on a fresh channel, since gRPC would fail
+every call on the old one until its reconnect backoff ran out, apiserver back or not. Nothing fails
 back: the current one stays until it fails. All apiservers share one etcd, and Get and a List
 without resourceVersion read it consistently, so a failover never reads older than a write.
 
@@ -476,6 +478,7 @@ class Client:
         # clients start at a random one, so that together they spread over all of them.
         self._current = random.randrange(len(self.targets)) if len(self.targets) > 1 else 0
         self.failovers = 0
+        self._closing: set[asyncio.Task[None]] = set()  # channels replaced by _redial
         if len(self.channels) > 1:
             for channel in self.channels:
                 # Connect to every apiserver now: a failover then finds its next one ready.
@@ -600,12 +603,15 @@ class Client:
         other one is down, the next anyway (its connection may be back by the retry)."""
         n = len(self.channels)
         others = [(index + k) % n for k in range(1, n)]
-        chosen = others[0]
+        chosen = None
         for k in others:
             state = self.channels[k].get_state(try_to_connect=True)
             if state != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
                 chosen = k
                 break
+        if chosen is None:
+            chosen = others[0]
+            self._redial(chosen)
         self._current = chosen
         self.failovers += 1
         log.info(
@@ -709,6 +715,24 @@ class Client:
             if rv is not None:
                 out[k] = rv
 
+    def _redial(self, k: int) -> None:
+        """Replace channel `k`, in TRANSIENT_FAILURE (its apiserver was down when it last
+        tried), by a fresh one: that dials at once, where the old one would fail every call
+        until the rest of gRPC's reconnect backoff (up to 2 s) had passed, even with its
+        apiserver back (measured: a 3.3 s stall after the second of two apiserver kills)."""
+        old = self.channels[k]
+        if not isinstance(old, grpc.aio.Channel):
+            return  # (a test's stand-in)
+        fresh = self.credentials.channel(self.targets[k], CHANNEL_OPTIONS)
+        fresh.get_state(try_to_connect=True)
+        self.channels[k] = fresh
+        for resource in self._by_kind.values():
+            resource._stubs[k] = resource.info.stub(fresh)
+        # It has no calls: each failed at once. Closing it is a coroutine.
+        closing = asyncio.get_running_loop().create_task(old.close())
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+
     async def wait_ready(self, timeout: float) -> None:  # noqa: ASYNC109 (the contract's API)
         """Wait until a channel is connected (the current apiserver's, else the first other
         one to connect, which becomes current); DeadlineExceededError after `timeout` seconds."""
@@ -761,6 +785,8 @@ class Client:
     async def close(self) -> None:
         for channel in self.channels:
             await channel.close()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
     async def __aenter__(self) -> Self:
         return self
