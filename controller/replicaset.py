@@ -379,11 +379,12 @@ class ReplicaSetController:
             except (DeadlineExceededError, UnavailableError) as exc:
                 if is_unsent(exc):
                     raise
-                # The create may have landed (its answer was lost; the client does not resend
-                # a generateName create). As Kubernetes' ReplicaSet controller does on a
-                # timeout, count it as made: the informer observes it, or, if it never landed,
-                # the expectation expires and a later sync creates the pod. Counting it failed
-                # would let the next sync create a second pod for the same replica.
+                # The create may have landed (its answer was lost, and so were those of the
+                # client's resends, which would have recognised it). As Kubernetes' ReplicaSet
+                # controller does on a timeout, count it as made: the informer observes it,
+                # or, if it never landed, the expectation expires and a later sync creates the
+                # pod. Counting it failed would let the next sync create a second pod for the
+                # same replica.
                 log.info("creating a pod for %s: %s; expecting it to appear", key_of(rs), exc)
                 return
             await self._event(
