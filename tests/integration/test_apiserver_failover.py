@@ -19,9 +19,18 @@ import pytest
 from tests.integration.conftest import RunningAPIServer, make_settings, start_apiserver
 from tests.integration.test_client_support import TcpProxy, eventually, make_node, make_pod
 from tests.integration.test_informer import Seen, server_state, store_state
-from tests.integration.test_leaderelection import LEASE, NAME, NS, Candidate, OverlapWatch
+from tests.integration.test_leaderelection import (
+    DEADLINE,
+    LEASE,
+    NAME,
+    NS,
+    RETRY,
+    Candidate,
+    OverlapWatch,
+)
 from tinykube.client import Client
 from tinykube.informer import Informer
+from tinykube.leaderelection import LeadershipLost
 from tinykube.localetcd import EtcdServer, free_port
 from tinykube.v1 import pod_pb2
 
@@ -258,4 +267,41 @@ async def test_a_leader_whose_apiserver_goes_away_keeps_leading_through_the_othe
             for c in (leader, standby):
                 await c.stop()
                 await c.client.close()
+        assert watch.overlaps == 0
+
+
+async def test_a_leader_cut_off_from_every_apiserver_stops_before_the_standby_starts(
+    etcd_server: EtcdServer,
+) -> None:
+    """The leader knows both apiservers and loses both; it must stop leading within its renew
+    deadline, before its Lease expires for the standby (which reaches B directly)."""
+    async with two_apiservers(etcd_server) as pair:
+        b_proxy = await TcpProxy(pair.b.address).start()
+        leader_client = Client([pair.a_proxy.address, b_proxy.address], timeout=5.0, retries=3)
+        leader = Candidate("alpha", pair.a_proxy, leader_client)
+        standby = Candidate("beta", pair.a_proxy, Client(pair.b.address, timeout=1.0, retries=3))
+        watch = OverlapWatch((leader, standby))
+        try:
+            leader.start()
+            await eventually(lambda: leader.working, within=5, what="alpha to lead")
+            standby.start()
+            await asyncio.sleep(0.5)
+            for proxy in (pair.a_proxy, b_proxy):
+                proxy.refusing = True
+                proxy.cut()
+            cut_at = asyncio.get_running_loop().time()
+            await eventually(lambda: not leader.working, within=5, what="alpha to step down")
+            stepped_down = asyncio.get_running_loop().time() - cut_at
+            await eventually(lambda: standby.working, within=10, what="beta to take over")
+            took_over = asyncio.get_running_loop().time() - cut_at
+            assert stepped_down <= DEADLINE + RETRY + 0.5
+            assert stepped_down < took_over
+            assert leader.task is not None and leader.task.done()
+            assert isinstance(leader.task.exception(), LeadershipLost)
+        finally:
+            await watch.close()
+            for c in (leader, standby):
+                await c.stop()
+                await c.client.close()
+            await b_proxy.close()
         assert watch.overlaps == 0
