@@ -29,6 +29,7 @@ from tests.integration.test_leaderelection import (
     OverlapWatch,
 )
 from tinykube.client import Client
+from tinykube.errors import DeadlineExceededError
 from tinykube.informer import Informer
 from tinykube.leaderelection import LeadershipLost
 from tinykube.localetcd import EtcdServer, free_port
@@ -305,3 +306,17 @@ async def test_a_leader_cut_off_from_every_apiserver_stops_before_the_standby_st
                 await c.client.close()
             await b_proxy.close()
         assert watch.overlaps == 0
+
+
+async def test_wait_ready_settles_on_an_apiserver_that_answers(
+    apiserver: RunningAPIServer,
+) -> None:
+    nowhere = f"127.0.0.1:{free_port('127.0.0.1')}"
+    async with Client([nowhere, apiserver.address], timeout=2.0) as client:
+        client._current = 0
+        await client.wait_ready(5.0)
+        assert client.current_target == apiserver.address
+        await client.pods.list("default")
+    async with Client([nowhere], timeout=2.0) as client:
+        with pytest.raises(DeadlineExceededError, match=r"not reachable within 0\.5s"):
+            await client.wait_ready(0.5)
