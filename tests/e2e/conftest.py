@@ -37,9 +37,11 @@ START_TIMEOUT = 180.0
 STOP_TIMEOUT = 60.0
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="package", autouse=True)
 def session_pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PKI]:
-    """One cluster CA for the session's clusters, and an admin kubeconfig in $KUBECONFIG."""
+    """One cluster CA for the e2e clusters, and an admin kubeconfig in $KUBECONFIG while the
+    e2e tests run (package scope: the in-process integration tests, if run after them, must
+    not find an e2e kubeconfig in the environment)."""
     directory = tmp_path_factory.mktemp("pki")
     pki = PKI(directory)
     pki.ensure_all(cluster_specs([]))
