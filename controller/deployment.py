@@ -325,10 +325,14 @@ class DeploymentController:
         except AlreadyExistsError:
             already_exists = True
             found = self.rs_store.get(f"{d.metadata.namespace}/{rs.metadata.name}")
-            ref = controller_ref(found.metadata) if found is not None else None
+            if found is None:
+                # Not in our cache yet (ours, created by an earlier sync the watch has not
+                # brought): no template to compare, so no collision; as Kubernetes, whose
+                # lister answers NotFound here, try again on the next sync.
+                raise
+            ref = controller_ref(found.metadata)
             if (
-                found is not None
-                and ref is not None
+                ref is not None
                 and ref.uid == d.metadata.uid
                 and du.equal_ignore_hash(d.spec.template, found.spec.template)
             ):

@@ -361,6 +361,23 @@ async def test_a_hash_collision_bumps_the_collision_count() -> None:
     assert f"web-{du.compute_hash(env.get().spec.template, 1)}" in names and len(names) == 2
 
 
+async def test_a_new_replica_set_the_cache_has_not_seen_is_no_hash_collision() -> None:
+    env = Env()
+    await env.create(make_deployment(replicas=2))
+    await env.roll()
+    store = env.ctrl.rs_store
+    assert isinstance(store, FakeStore)
+    store.lag()  # the watch has not brought the new ReplicaSet the first sync creates
+    await env.update_spec(set_image("nginx:2"))
+    await env.ctrl.sync("default/web")
+    with pytest.raises(AlreadyExistsError):
+        await env.ctrl.sync("default/web")
+    assert not env.get().status.HasField("collisionCount")
+    store.catch_up()
+    await env.roll()
+    assert len(env.rss()) == 2 and env.get().status.updatedReplicas == 2
+
+
 async def test_orphan_replica_sets_that_match_are_adopted() -> None:
     env = Env()
     await env.create(make_deployment(replicas=1))
