@@ -567,7 +567,7 @@ class DeploymentController:
             return False
         all_pods = du.spec_total(all_rss)
         min_available = du.replicas_of(d) - du.max_unavailable(d)
-        new_unavailable = du.replicas_of(new_rs) - new_rs.status.availableReplicas
+        new_unavailable = du.replicas_of(new_rs) - du.available_kept(new_rs)
         max_scaled_down = all_pods - min_available - new_unavailable
         if max_scaled_down <= 0:
             return False

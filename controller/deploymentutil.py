@@ -144,17 +144,36 @@ def available_total(rss: Iterable[ReplicaSet | None]) -> int:
     return sum(rs.status.availableReplicas for rs in rss if rs is not None)
 
 
+def pods_held(rs: ReplicaSet) -> int:
+    """The pods `rs` may have: spec.replicas, or more while the pods of a scale-down are still
+    counted in status.replicas (its ReplicaSet controller has not deleted them, or counted
+    since)."""
+    return max(replicas_of(rs), rs.status.replicas)
+
+
+def available_kept(rs: ReplicaSet) -> int:
+    """The available pods `rs` keeps: status.availableReplicas, but never more than
+    spec.replicas. A status written before a scale-down took effect still counts the pods it
+    will delete; its ReplicaSet controller deletes unavailable pods first, so at most
+    min(available, spec.replicas) available pods remain."""
+    return min(rs.status.availableReplicas, replicas_of(rs))
+
+
 def active(rss: Iterable[ReplicaSet | None]) -> list[ReplicaSet]:
     """FilterActiveReplicaSets: the ones with spec.replicas > 0."""
     return [rs for rs in rss if rs is not None and replicas_of(rs) > 0]
 
 
 def new_rs_new_replicas(d: Deployment, all_rss: Sequence[ReplicaSet], new_rs: ReplicaSet) -> int:
-    """How big the new ReplicaSet may be now: RollingUpdate grows it while the total of every
-    ReplicaSet stays within replicas + maxSurge; Recreate makes it spec.replicas at once."""
+    """How big the new ReplicaSet may be now: RollingUpdate grows it while the pods of every
+    ReplicaSet stay within replicas + maxSurge; Recreate makes it spec.replicas at once.
+
+    Kubernetes counts spec.replicas only, so right after an old ReplicaSet is scaled down the
+    new one grows while the old pods are still there (status.replicas above the ceiling until
+    they go); here an old ReplicaSet counts its status.replicas until its pods are gone."""
     replicas = replicas_of(d)
     if is_rolling_update(d):
-        current = spec_total(all_rss)
+        current = sum(pods_held(rs) for rs in all_rss)
         max_total = replicas + max_surge(d)
         if current >= max_total:
             return replicas_of(new_rs)
@@ -667,9 +686,10 @@ def cleanup_unhealthy_plan(old_rss: Sequence[ReplicaSet], max_cleanup: int) -> d
         if total >= max_cleanup:
             break
         replicas = replicas_of(rs)
-        if replicas == 0 or replicas <= rs.status.availableReplicas:
-            continue  # nothing unhealthy (or a status still catching up with a scale-down)
-        scaled = min(max_cleanup - total, replicas - rs.status.availableReplicas)
+        unhealthy = replicas - available_kept(rs)
+        if replicas == 0 or unhealthy == 0:
+            continue
+        scaled = min(max_cleanup - total, unhealthy)
         plan[rs.metadata.name] = replicas - scaled
         total += scaled
     return plan
@@ -679,9 +699,16 @@ def scale_down_old_plan(
     d: Deployment, all_rss: Sequence[ReplicaSet | None], old_rss: Sequence[ReplicaSet]
 ) -> dict[str, int]:
     """scaleDownOldReplicaSetsForRollingUpdate: new sizes (by name) that take available pods
-    from the old ReplicaSets, oldest first, down to replicas - maxUnavailable available."""
+    from the old ReplicaSets, oldest first, down to replicas - maxUnavailable available.
+
+    Available pods are counted as each ReplicaSet keeps them (`available_kept`), not as
+    status.availableReplicas sums them: a status not yet caught up with the last scale-down
+    still counts the pods that scale-down removes, and taking them again pushed availability
+    below the minimum. (Kubernetes sums the statuses, but its cleanupUnhealthyReplicas gives
+    up the whole scale-down with an "invalid request to scale down" error when an old
+    ReplicaSet reports more available pods than its spec, which mostly hides this there.)"""
     min_available = replicas_of(d) - max_unavailable(d)
-    available = available_total(all_rss)
+    available = sum(available_kept(rs) for rs in all_rss if rs is not None)
     if available <= min_available:
         return {}
     to_scale = available - min_available

@@ -2,7 +2,8 @@
 
 `FakeClient` keeps objects per kind in dicts, assigns uid/resourceVersion/creationTimestamp,
 checks resourceVersion on update and uid preconditions on delete like the apiserver, and
-records every write; Delete and Update honour finalizers as the apiserver does (an object
+records every write (with `update_as_apiserver`, Update keeps the stored status and raises the
+generation of a changed spec); Delete and Update honour finalizers as the apiserver does (an object
 with finalizers is only marked; removing the last one from a marked object deletes it).
 `FakeStore` reads the same dicts, so a test sees its writes at once (an
 informer with an instant watch); `lag()` freezes a store to model a slow watch.
@@ -46,6 +47,9 @@ class FakeResource(Generic[M]):
         self.lose_create_answers: Exception | None = None
         # UpdateStatus also stores the annotations (Kubernetes' deployment status strategy).
         self.status_keeps_annotations = False
+        # Update keeps the stored status and raises metadata.generation when the spec changed,
+        # as the apiserver's strategies do for a kind with a status subresource.
+        self.update_as_apiserver = False
 
     def _copy(self, obj: M) -> M:
         out = self.cls()
@@ -100,6 +104,10 @@ class FakeResource(Generic[M]):
             if self.status_keeps_annotations:
                 nmeta.annotations.clear()
                 nmeta.annotations.update(meta.annotations)
+        elif self.update_as_apiserver:
+            new.status.CopyFrom(cur.status)  # type: ignore[attr-defined]
+            spec_changed = new.spec != cur.spec  # type: ignore[attr-defined]
+            nmeta.generation = cmeta.generation + (1 if spec_changed else 0)
         if cmeta.HasField("deletionTimestamp"):
             # Deletion is driven by Delete, never by an Update (as the apiserver).
             nmeta.deletionTimestamp.CopyFrom(cmeta.deletionTimestamp)
@@ -178,8 +186,9 @@ class FakeStore(Generic[M]):
         self.resource = resource
         self._frozen: dict[str, M] | None = None
 
-    def lag(self) -> None:
-        self._frozen = dict(self.resource.objects)
+    def lag(self, snapshot: dict[str, M] | None = None) -> None:
+        """Freeze to the objects as they are now, or to an earlier `snapshot` of them."""
+        self._frozen = dict(self.resource.objects if snapshot is None else snapshot)
 
     def catch_up(self) -> None:
         self._frozen = None

@@ -128,6 +128,25 @@ def test_new_rs_growth_within_the_surge(
 
 
 @pytest.mark.parametrize(
+    ("old", "old_pods", "expected"),
+    [
+        (5, 5, 7),  # 5 old pods: the new one may have 7 of the 12
+        (5, 10, 2),  # scaled to 5, but its status still counts 10 pods: only 2 fit
+        (5, 12, 0),  # no room until the old pods are gone
+        (5, 3, 7),  # fewer pods than spec.replicas: spec.replicas counts
+    ],
+)
+def test_new_rs_growth_counts_old_pods_until_they_are_gone(
+    old: int, old_pods: int, expected: int
+) -> None:
+    d = deployment(10, 2, 0)
+    old_rs = rs("old", old, age=5)
+    old_rs.status.replicas = old_pods
+    new_rs = rs("new", 0)
+    assert du.new_rs_new_replicas(d, [old_rs, new_rs], new_rs) == expected
+
+
+@pytest.mark.parametrize(
     ("name", "replicas", "old_replicas", "surge", "old_surge", "rss", "desired", "expected"),
     [
         # kube's TestScale: (name, size, minutes old) per ReplicaSet, newest first.
@@ -459,3 +478,24 @@ def test_complete_rollout() -> None:
         'ReplicaSet "new" has successfully progressed.',
     )
     assert du.deployment_complete(d, st)
+
+
+@pytest.mark.parametrize(
+    ("old", "old_available", "new", "new_available", "expected"),
+    # 10 replicas, 2 unavailable: 8 must stay available
+    [
+        (10, 10, 3, 3, 5),  # 13 available, 5 may go
+        (9, 10, 3, 3, 5),  # scaled to 9 before; the status still counts the pod that goes
+        (5, 10, 3, 3, 5),  # nothing more may go: 5 + 3 remain
+        (9, 9, 3, 3, 5),
+        (10, 10, 2, 3, 6),  # a shrunk new ReplicaSet keeps 2 of its 3 available pods
+    ],
+)
+def test_scale_down_counts_available_pods_no_further_than_spec(
+    old: int, old_available: int, new: int, new_available: int, expected: int
+) -> None:
+    d = deployment(10, 3, 2)
+    old_rs = rs("v1", old, age=5, available=old_available)
+    new_rs = rs("v2", new, available=new_available)
+    plan = du.scale_down_old_plan(d, [old_rs, new_rs], [old_rs])
+    assert plan.get("v1", old) == expected
