@@ -10,7 +10,9 @@ orphans, releases ones that no longer match), then, as Kubernetes' syncDeploymen
 - RollingUpdate: find or create the new ReplicaSet `<name>-<pod-template-hash>` (a rollback
   re-uses the old ReplicaSet with that template and gives it the next revision), grow it within
   replicas + maxSurge, shrink the old ones (unhealthy pods first) while replicas - maxUnavailable
-  stay available;
+  stay available; a ReplicaSet status behind its last scale-down counts no more available pods
+  than its spec keeps and its pods until they are gone (deploymentutil.available_kept,
+  pods_held);
 - Recreate: scale every old ReplicaSet to 0, wait until none of their pods runs, then create
   the new one at full size;
 - once complete, delete old ReplicaSets beyond revisionHistoryLimit; write status with the
