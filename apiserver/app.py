@@ -402,7 +402,7 @@ class APIServer:
 
     async def _update_health(self) -> bool:
         try:
-            await self.storage.current_revision()
+            await self.storage.current_revision(retry=False)
             self._etcd_ok = True
             if not self._bootstrapped:
                 await self.bootstrap()

@@ -10,15 +10,32 @@ turn failed compares into API errors themselves.
 
 We talk to etcd through the generated stubs shipped with `aetcd` (`aetcd.rpc`) on our own grpc.aio
 channel: that gives multi-op transactions, per-call deadlines, keepalive, watch progress requests
-and the watch response header revision, which aetcd's convenience layer hides. Connection failures
-become `UnavailableError("etcd is unavailable: ...")`; the channel reconnects by itself, so the
-apiserver recovers when etcd comes back without any restart logic here. One instance is shared by
-all request handlers on the event loop; grpc.aio multiplexes the calls.
+and the watch response header revision, which aetcd's convenience layer hides. One instance is
+shared by all request handlers on the event loop; grpc.aio multiplexes the calls.
+
+Several members (an etcd cluster): the channel's target lists them all (`ipv4:a,b,c`) under
+gRPC's round_robin policy, so calls spread over every member that is connected and a killed
+member drops out of the rotation at once; the channel reconnects by itself, so the apiserver
+recovers when a member (or all of etcd) comes back, without restart logic here. Every call
+carries etcd's require-leader metadata (clientv3's WithRequireLeader): a member cut off from
+the others' quorum answers "etcdserver: no leader" at once, and ends our watches on it, instead
+of serving stale data or hanging, so the retry lands on another member.
+
+Failures are retried within the request timeout (jittered backoff): reads always (they are
+idempotent); writes because every one is a guarded txn, so sending it again can never apply it
+twice. A write whose attempt failed in flight (the member died with it, or etcd timed it out
+while the leader was lost) may still have been applied: when a later attempt then fails its
+compare, the key holding exactly the bytes we wrote (or, for a delete, being gone) means that
+earlier attempt won, and the write is reported as the success it was. A write attempt has a
+shorter deadline than a read (WRITE_ATTEMPT_TIMEOUT): a proposal forwarded to a leader that was
+just killed is never answered, and a new leader is elected within about a second. What is left
+after the timeout becomes `UnavailableError("etcd is unavailable: ...")`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -52,6 +69,16 @@ _CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", 512 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
 )
+
+# Multiple members: round_robin over every connected one (pick_first would stay on a member
+# that is up but has lost its quorum).
+_CLUSTER_OPTIONS = (("grpc.lb_policy_name", "round_robin"),)
+# etcd's rpctypes.MetadataRequireLeaderKey / MetadataHasLeader.
+REQUIRE_LEADER = (("hasleader", "true"),)
+# Seconds one write attempt may take before it is sent again (see the module docstring).
+WRITE_ATTEMPT_TIMEOUT = 2.0
+RETRY_BACKOFF = 0.05
+RETRY_BACKOFF_MAX = 0.5
 
 EVENT_PUT = 0
 EVENT_DELETE = 1
@@ -156,8 +183,15 @@ class Storage:
     ) -> None:
         if not endpoints:
             raise ValueError("no etcd endpoints given")
-        # gRPC's ipv4/dns resolvers take several addresses and fail over between them.
+        # gRPC's ipv4 resolver takes several addresses; round_robin balances over them.
         self.target = endpoints[0] if len(endpoints) == 1 else "ipv4:" + ",".join(endpoints)
+        self._options = _CHANNEL_OPTIONS + (_CLUSTER_OPTIONS if len(endpoints) > 1 else ())
+        # gRPC checks a member's certificate against the target's authority, which a list of
+        # addresses is not: every member's certificate names the first host.
+        self._tls_name = endpoints[0].rsplit(":", 1)[0] if len(endpoints) > 1 else ""
+        self.write_attempt_timeout = min(timeout, WRITE_ATTEMPT_TIMEOUT)
+        # Attempts that failed and were sent again, by operation (tests and metrics read it).
+        self.retries: dict[str, int] = {}
         self.timeout = timeout
         self.metrics = metrics
         # TLS to etcd with the apiserver's etcd client certificate (--etcd-certfile)
@@ -186,7 +220,10 @@ class Storage:
     def connect(self) -> None:
         """Create the channel; connection happens lazily and is retried by gRPC forever."""
         if self._channel is None:
-            self._channel = self.credentials.channel(self.target, _CHANNEL_OPTIONS)
+            options: tuple[tuple[str, Any], ...] = self._options
+            if self._tls_name and not (self.credentials.insecure or self.credentials.server_name):
+                options += (("grpc.ssl_target_name_override", self._tls_name),)
+            self._channel = self.credentials.channel(self.target, options)
             self._kv = rpc.KVStub(self._channel)
             self._watch = rpc.WatchStub(self._channel)
 
@@ -220,11 +257,38 @@ class Storage:
         histogram.observe(time.perf_counter() - start)
         return result
 
+    def _note_retry(self, operation: str) -> None:
+        self.retries[operation] = self.retries.get(operation, 0) + 1
+
+    async def _retrying(
+        self, operation: str, attempt: Callable[[float], Awaitable[T]], *, retry: bool = True
+    ) -> T:
+        """`attempt(seconds_left)` again after UnavailableError until the timeout is spent."""
+        deadline = time.monotonic() + self.timeout
+        backoff = RETRY_BACKOFF
+        while True:
+            try:
+                return await attempt(max(0.05, deadline - time.monotonic()))
+            except UnavailableError:
+                if not retry or time.monotonic() + backoff >= deadline:
+                    raise
+            self._note_retry(operation)
+            await asyncio.sleep(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, RETRY_BACKOFF_MAX)
+
+    async def _range(self, operation: str, req: Any, *, retry: bool = True) -> Any:
+        def attempt(seconds: float) -> Awaitable[Any]:
+            return self._call(
+                operation,
+                lambda: self._kv.Range(req, timeout=seconds, metadata=REQUIRE_LEADER),
+            )
+
+        return await self._retrying(operation, attempt, retry=retry)
+
     # ---- reads -----------------------------------------------------------------------------
 
     async def get(self, key: bytes) -> KV | None:
-        req = rpc.RangeRequest(key=key)
-        resp = await self._call("get", lambda: self._kv.Range(req, timeout=self.timeout))
+        resp = await self._range("get", rpc.RangeRequest(key=key))
         return _kv(resp.kvs[0]) if resp.kvs else None
 
     async def list_prefix(
@@ -234,13 +298,14 @@ class Storage:
         req = rpc.RangeRequest(
             key=start or prefix, range_end=prefix_end(prefix), revision=revision, limit=limit
         )
-        resp = await self._call("list", lambda: self._kv.Range(req, timeout=self.timeout))
+        resp = await self._range("list", req)
         return ListResult([_kv(kv) for kv in resp.kvs], int(resp.header.revision), bool(resp.more))
 
-    async def current_revision(self) -> int:
-        """etcd's revision now (a linearizable read)."""
+    async def current_revision(self, *, retry: bool = True) -> int:
+        """etcd's revision now (a linearizable read). `retry=False`: one attempt (a health
+        probe wants to know about etcd now, not after the retries)."""
         req = rpc.RangeRequest(key=b"\x00", count_only=True)
-        resp = await self._call("revision", lambda: self._kv.Range(req, timeout=self.timeout))
+        resp = await self._range("revision", req, retry=retry)
         return int(resp.header.revision)
 
     # ---- writes ----------------------------------------------------------------------------
@@ -254,9 +319,16 @@ class Storage:
         require: tuple[bytes, ...] = (),
         claims: Sequence[tuple[bytes, bytes]] = (),
         release: Sequence[bytes] = (),
+        *,
+        written: bytes | None,
+        base_revision: int,
     ) -> WriteResult:
         """`claims`: (key, value) pairs created in the same transaction, each only if absent
-        (allocations: a Service's cluster IP and nodePorts); `release`: keys deleted with it."""
+        (allocations: a Service's cluster IP and nodePorts); `release`: keys deleted with it.
+
+        `written` is the value put at `key` (None: the txn deletes it) and `base_revision` the
+        mod revision its compare expects (0 for a create): how a retried write recognizes
+        that an earlier attempt of its own was applied."""
         claim_keys = tuple(k for k, _ in claims)
         compares = list(compares)
         success = list(success)
@@ -277,16 +349,42 @@ class Storage:
             for k in (key, *require, *claim_keys)
         ]
         req = rpc.TxnRequest(compare=compares, success=success, failure=failure)
-        if self._batcher is not None and not claims and not release:
-            resp = await self._batcher.submit(key, req, operation)
-            if isinstance(resp, BatchedResult):
-                return WriteResult(True, resp.revision)
-        else:
-            resp = await self._send_txn(req, operation)
+        batched = self._batcher is not None and not claims and not release
+        deadline = time.monotonic() + self.timeout
+        backoff = RETRY_BACKOFF
+        maybe_applied = False
+        while True:
+            try:
+                if batched:
+                    assert self._batcher is not None
+                    resp = await self._batcher.submit(key, req, operation)
+                    if isinstance(resp, BatchedResult):
+                        return WriteResult(True, resp.revision)
+                else:
+                    resp = await self._send_txn(req, operation)
+                break
+            except UnavailableError:
+                # Lost with its member or timed out during an election: maybe applied, maybe
+                # not. The compare makes sending it again safe.
+                if time.monotonic() + backoff >= deadline:
+                    raise
+                maybe_applied = True
+            self._note_retry(operation)
+            await asyncio.sleep(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, RETRY_BACKOFF_MAX)
         revision = int(resp.header.revision)
         if resp.succeeded:
             return WriteResult(True, revision)
         kvs = resp.responses[0].response_range.kvs
+        if maybe_applied:
+            # Only this write's own earlier attempt can have left the key holding exactly
+            # its bytes at a newer revision than it was based on (creates carry a fresh uid,
+            # updates a new state of the object), or gone, for a delete.
+            now = _kv(kvs[0]) if kvs else None
+            if written is None and now is None:
+                return WriteResult(True, revision)
+            if now is not None and now.value == written and now.mod_revision > base_revision:
+                return WriteResult(True, now.mod_revision)
         rest = resp.responses[1:]
         missing = tuple(
             k
@@ -299,7 +397,11 @@ class Storage:
         return WriteResult(False, revision, _kv(kvs[0]) if kvs else None, missing, taken)
 
     def _send_txn(self, req: Any, operation: str) -> Awaitable[Any]:
-        return self._call(operation, lambda: self._kv.Txn(req, timeout=self.timeout))
+        """One attempt of a txn (`_txn` retries)."""
+        return self._call(
+            operation,
+            lambda: self._kv.Txn(req, timeout=self.write_attempt_timeout, metadata=REQUIRE_LEADER),
+        )
 
     async def create(
         self, key: bytes, value: bytes, *, claims: Sequence[tuple[bytes, bytes]] = ()
@@ -315,7 +417,9 @@ class Storage:
             create_revision=0,
         )
         put = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))
-        return await self._txn("create", key, [compare], [put], claims=claims)
+        return await self._txn(
+            "create", key, [compare], [put], claims=claims, written=value, base_revision=0
+        )
 
     async def update(
         self,
@@ -351,7 +455,15 @@ class Storage:
             )
         put = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))
         return await self._txn(
-            "update", key, compares, [put], require, claims=claims, release=release
+            "update",
+            key,
+            compares,
+            [put],
+            require,
+            claims=claims,
+            release=release,
+            written=value,
+            base_revision=mod_revision,
         )
 
     async def delete(
@@ -365,11 +477,20 @@ class Storage:
             mod_revision=mod_revision,
         )
         op = rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))
-        return await self._txn("delete", key, [compare], [op], release=release)
+        return await self._txn(
+            "delete", key, [compare], [op], release=release, written=None, base_revision=0
+        )
 
     async def compact(self, revision: int) -> None:
         req = rpc.CompactionRequest(revision=revision)
-        await self._call("compact", lambda: self._kv.Compact(req, timeout=self.timeout))
+
+        def attempt(seconds: float) -> Awaitable[Any]:
+            return self._call(
+                "compact",
+                lambda: self._kv.Compact(req, timeout=seconds, metadata=REQUIRE_LEADER),
+            )
+
+        await self._retrying("compact", attempt)
 
     # ---- watch -----------------------------------------------------------------------------
 
@@ -420,7 +541,10 @@ class EtcdWatch:
             self._call.cancel()
 
     async def batches(self) -> AsyncIterator[tuple[list[WatchEvent], int, bool]]:
-        self._call = self._stub.Watch(self._request_iter())
+        # With require-leader, etcd ends the stream ("etcdserver: no leader") when its member
+        # loses the quorum, so the caller resumes on another member instead of waiting on one
+        # that will see no more events.
+        self._call = self._stub.Watch(self._request_iter(), metadata=REQUIRE_LEADER)
         try:
             async for resp in self._call:
                 if resp.compact_revision:

@@ -16,6 +16,14 @@ then both bind port 8080 (on $POD_IP), and each node's nodePorts are its own.
 `start_component("scheduler-2")` starts one more instance of a known component on a free port
 (e.g. a second, leader-elected scheduler).
 
+High availability (`ha=True`, `tinykube up --ha`): etcd is a cluster of `etcd_members` (3)
+members, "etcd-0".."etcd-2" (`tinykube.localetcd.EtcdCluster`: static bootstrap, TLS client
+and peer links, each member its own certificate, data dir, ports and log), and `apiservers`
+(2) apiservers, "apiserver" and "apiserver-2", each with its own gRPC and REST port and
+every etcd member in its --etcd-servers. `api_addresses` / `rest_urls` list them all;
+`api_address` / `rest_url` stay the first one's. `kill("etcd-1")` and `start_component("etcd-1")`
+crash and restart one member from its data dir; `etcd_leader()` names the member leading now.
+
 Standbys (`schedulers=2`, `controllers=2`, the default with `ha=True`): "scheduler-2" and
 "controller-2" beside "scheduler" and "controller", one leading through its Lease. Every
 component that dials the apiserver gets every apiserver of the cluster (each component whose
@@ -69,7 +77,7 @@ from typing import IO
 
 from tinykube.health import wait_healthy
 from tinykube.kubeconfig import write_kubeconfig
-from tinykube.localetcd import EtcdServer, EtcdTLS, free_port
+from tinykube.localetcd import EtcdCluster, EtcdServer, EtcdTLS, free_port
 from tinykube.pdeathsig import with_parent_death_signal
 from tinykube.pki import FAKE_KUBELETS, PKI, cluster_specs
 from tinykube.tls import PLAINTEXT, Credentials
@@ -240,6 +248,8 @@ class LocalCluster:
         ha: bool = False,
         schedulers: int | None = None,
         controllers: int | None = None,
+        etcd_members: int | None = None,
+        apiservers: int | None = None,
     ) -> None:
         """Ports 0 pick free ports. `kubelet_port` is the first kubelet's; the i-th gets +i.
 
@@ -249,6 +259,7 @@ class LocalCluster:
         even by SIGKILL (tinykube.pdeathsig; Linux). Start it from a thread that lives as long
         as the cluster should: the kernel sends the signal when the forking thread exits.
 
+        `ha`: 3 etcd members and 2 apiservers unless `etcd_members` / `apiservers` say how many.
         `schedulers` / `controllers`: how many of each (leader-elected; default 1, 2 with `ha`).
         """
         self.die_with_parent = die_with_parent
@@ -268,7 +279,11 @@ class LocalCluster:
         self.skipped: list[str] = []  # notes on components that could not be started
         self._external_etcd = etcd_endpoint
         self._etcd_port = etcd_port
+        self.ha = ha
+        self.etcd_member_count = etcd_members or (3 if ha else 1)
+        # The single etcd, or with several members the first of `etcd_cluster.members`.
         self.etcd: EtcdServer | None = None
+        self.etcd_cluster: EtcdCluster | None = None
         self._orphans: dict[int, str] = {}  # pid -> start time, killed at stop
         self._started = False
         self._atexit_registered = False
@@ -280,6 +295,15 @@ class LocalCluster:
         self.kubeconfig = self.work_dir / "kubeconfig"
         self.components: dict[str, Component] = {}
         self.components["apiserver"] = Component("apiserver", "apiserver", api_port)
+        # Each apiserver's REST address, by component name.
+        self.rest_addresses = {"apiserver": self.rest_address}
+        for i in range(2, (apiservers or (2 if ha else 1)) + 1):
+            # Fixed ports (`tinykube up`): the i-th apiserver on the first one's ports + i - 1.
+            self._add_apiserver(
+                f"apiserver-{i}",
+                apiserver_port + i - 1 if apiserver_port else 0,
+                rest_port + i - 1 if rest_port else 0,
+            )
         if scheduler:
             self.components["scheduler"] = Component(
                 "scheduler", "scheduler", scheduler_port or free_port(HOST)
@@ -314,22 +338,62 @@ class LocalCluster:
                     f"proxy-{node}", "kubelet.proxy", pport, ["--node-name", node]
                 )
 
+    def _add_apiserver(self, name: str, port: int = 0, rest_port: int = 0) -> Component:
+        comp = Component(name, "apiserver", port or free_port(HOST))
+        self.components[name] = comp
+        self.rest_addresses[name] = f"{HOST}:{rest_port or free_port(HOST)}"
+        return comp
+
     # ---- addresses and processes -------------------------------------------------------
 
     @property
     def etcd_endpoint(self) -> str:
+        """etcd's host:port (every member's, comma-separated, for a cluster)."""
         if self._external_etcd:
             return self._external_etcd
+        if self.etcd_cluster is not None:
+            return self.etcd_cluster.endpoint
         if self.etcd is None:
             raise RuntimeError("etcd is not started")
         return self.etcd.endpoint
 
     @property
+    def etcd_members(self) -> dict[str, EtcdServer]:
+        """The etcd processes this cluster runs, by name ("etcd", or "etcd-0".."etcd-2")."""
+        if self.etcd_cluster is not None:
+            return {m.name: m for m in self.etcd_cluster.members}
+        return {"etcd": self.etcd} if self.etcd is not None else {}
+
+    def etcd_leader(self, timeout: float = 15.0) -> str:
+        """The name of the etcd member that leads now (waiting for an election to settle)."""
+        if self.etcd_cluster is None:
+            if self.etcd is None:
+                raise RuntimeError("etcd is external or not started")
+            return "etcd"
+        return self.etcd_cluster.leader(timeout).name
+
+    @property
+    def apiserver_names(self) -> list[str]:
+        return [n for n, c in self.components.items() if c.module == "apiserver"]
+
+    @property
+    def api_addresses(self) -> list[str]:
+        """Every apiserver's gRPC address, the first one's (`api_address`) first."""
+        return [self.components[n].address for n in self.apiserver_names]
+
+    @property
+    def rest_urls(self) -> list[str]:
+        """Every apiserver's REST URL, `rest_url` first."""
+        scheme = "http" if self.insecure else "https"
+        return [f"{scheme}://{self.rest_addresses[n]}" for n in self.apiserver_names]
+
+    @property
     def processes(self) -> dict[str, subprocess.Popen[bytes]]:
         """Running and exited processes by component name, etcd included."""
         found: dict[str, subprocess.Popen[bytes]] = {}
-        if self.etcd is not None and self.etcd.process is not None:
-            found["etcd"] = self.etcd.process
+        for name, member in self.etcd_members.items():
+            if member.process is not None:
+                found[name] = member.process
         for name, comp in self.components.items():
             if comp.process is not None:
                 found[name] = comp.process
@@ -339,8 +403,9 @@ class LocalCluster:
     def addresses(self) -> dict[str, str]:
         """gRPC address of every component that was started (etcd's client URL host:port)."""
         found: dict[str, str] = {}
-        if self.etcd is not None or self._external_etcd:
+        if self._external_etcd:
             found["etcd"] = self.etcd_endpoint
+        found.update({name: m.endpoint for name, m in self.etcd_members.items()})
         found.update({name: c.address for name, c in self.components.items() if c.process})
         return found
 
@@ -371,7 +436,14 @@ class LocalCluster:
             return
         node_ips = self._node_ips()
         ips = tuple(dict.fromkeys((HOST, *node_ips.values())))
-        self.pki.ensure_all(cluster_specs(list(node_ips), ips=ips, node_ips=node_ips))
+        members = [(f"etcd-{i}", HOST) for i in range(self.etcd_member_count)]
+        specs = cluster_specs(
+            list(node_ips),
+            ips=ips,
+            node_ips=node_ips,
+            etcd_members=members if self.etcd_member_count > 1 else (),
+        )
+        self.pki.ensure_all(specs)
         ca = self.pki.ca_cert_path.read_bytes()
         self._write_conf(self.kubeconfig, "admin", "kubernetes-admin", ca)
         for conf, cert, user in COMPONENT_KUBECONFIGS.values():
@@ -479,7 +551,7 @@ class LocalCluster:
         return self.logs_dir / f"{self._resolve(name)}.log"
 
     def _resolve(self, name: str) -> str:
-        if name == "etcd" or name in self.components:
+        if name == "etcd" or name in self.components or name in self.etcd_members:
             return name
         if f"kubelet-{name}" in self.components:
             return f"kubelet-{name}"
@@ -487,7 +559,7 @@ class LocalCluster:
 
     def _component(self, name: str) -> Component:
         resolved = self._resolve(name)
-        if resolved == "etcd":
+        if resolved == "etcd" or resolved in self.etcd_members:
             raise KeyError("etcd is not a tinykube component; use .etcd")
         return self.components[resolved]
 
@@ -530,9 +602,12 @@ class LocalCluster:
             self.make_credentials()
             if not self._external_etcd:
                 self._start_etcd()
-            self._spawn(self.components["apiserver"])
-            self._wait(self.components["apiserver"])
-            rest = [c for c in self.components.values() if c.name != "apiserver"]
+            apiservers = [c for c in self.components.values() if c.module == "apiserver"]
+            for comp in apiservers:
+                self._spawn(comp)
+            for comp in apiservers:
+                self._wait(comp)
+            rest = [c for c in self.components.values() if c.module != "apiserver"]
             # Start all the others at once, then wait: their start-up (imports, informer sync)
             # overlaps instead of adding up.
             started = [c for c in rest if self._spawn(c)]
@@ -579,11 +654,15 @@ class LocalCluster:
         """(what, host, port) of every listening port the cluster's processes will bind."""
         found: list[tuple[str, str, int]] = []
         if not self._external_etcd and self._etcd_port:
-            found.append(("etcd", HOST, self._etcd_port))
+            if self.etcd_member_count == 1:
+                found.append(("etcd", HOST, self._etcd_port))
+            for i in range(self.etcd_member_count if self.etcd_member_count > 1 else 0):
+                found.append((f"etcd-{i}", HOST, self._etcd_port + 2 * i))
+                found.append((f"etcd-{i} peer", HOST, self._etcd_port + 2 * i + 1))
         for comp in self.components.values():
             found.append((comp.name, comp.host, comp.port))
             if comp.module == "apiserver":
-                host, rest = self.rest_address.rsplit(":", 1)
+                host, rest = self.rest_addresses[comp.name].rsplit(":", 1)
                 found.append(("apiserver's REST API", host, int(rest)))
         return found
 
@@ -597,7 +676,48 @@ class LocalCluster:
                     "running? stop it, or pick other ports (--free-ports, --*-port)"
                 )
 
+    def _member_tls(self, i: int) -> EtcdTLS:
+        server = self.pki.paths(f"etcd-server-etcd-{i}")
+        peer = self.pki.paths(f"etcd-peer-etcd-{i}")
+        return EtcdTLS(
+            cert_file=str(server.cert),
+            key_file=str(server.key),
+            trusted_ca_file=str(self.pki.ca_cert_path),
+            peer_cert_file=str(peer.cert),
+            peer_key_file=str(peer.key),
+        )
+
+    def _start_etcd_cluster(self) -> None:
+        n = self.etcd_member_count
+        port = self._etcd_port
+        self.etcd_cluster = EtcdCluster(
+            n,
+            base_dir=str(self.work_dir / "etcd-cluster"),
+            host=HOST,
+            # With a fixed etcd port, member i listens on port + 2i and its peers on + 2i + 1.
+            client_ports=[port + 2 * i for i in range(n)] if port else (),
+            peer_ports=[port + 2 * i + 1 for i in range(n)] if port else (),
+            log_dir=str(self.logs_dir),
+            tls=None if self.insecure else [self._member_tls(i) for i in range(n)],
+            # Stable across restarts of the same cluster: a member's data dir names it.
+            token=f"tinykube-{self.work_dir.name}",
+            die_with_parent=self.die_with_parent,
+        )
+        self.etcd = self.etcd_cluster.members[0]
+        try:
+            self.etcd_cluster.start(timeout=self.start_timeout)
+        except Exception as exc:
+            self.etcd_cluster.stop()
+            tails = "\n".join(
+                f"--- tail of {m.log_file} ---\n{log_tail(Path(m.log_file), 10)}"
+                for m in self.etcd_cluster.members
+            )
+            raise ComponentError(f"the etcd cluster failed to start: {exc}\n{tails}") from exc
+
     def _start_etcd(self) -> None:
+        if self.etcd_member_count > 1:
+            self._start_etcd_cluster()
+            return
         tls = None
         if not self.insecure:
             server, peer = self.pki.paths("etcd-server"), self.pki.paths("etcd-peer")
@@ -628,9 +748,12 @@ class LocalCluster:
         """The full command line of a component."""
         base = [sys.executable, "-m", comp.module]
         if comp.module == "apiserver":
-            etcd = self.etcd.url if self.etcd is not None else self.etcd_endpoint
+            if self.etcd_cluster is not None:
+                etcd = self.etcd_cluster.url
+            else:
+                etcd = self.etcd.url if self.etcd is not None else self.etcd_endpoint
             base += ["--etcd-servers", etcd, "--bind-address", comp.address]
-            base += ["--rest-port", self.rest_address.rsplit(":", 1)[1]]
+            base += ["--rest-port", self.rest_addresses[comp.name].rsplit(":", 1)[1]]
         else:
             # The other processes take the host and the port as separate flags.
             base += ["--apiserver", self._apiserver_targets(), "--bind-address", comp.host]
@@ -710,6 +833,9 @@ class LocalCluster:
         if name == "etcd":
             self._restart_etcd()
             return
+        if self.etcd_cluster is not None and name in self.etcd_members:
+            self.etcd_cluster.start_member(name, timeout=self.start_timeout)
+            return
         try:
             comp = self._component(name)
         except KeyError:
@@ -729,7 +855,11 @@ class LocalCluster:
             raise
 
     def _new_component(self, name: str) -> Component:
-        for module in ("apiserver", "scheduler", "controller"):
+        if name.startswith("apiserver"):
+            comp = self._add_apiserver(name)
+            del self.components[name]  # the caller adds it
+            return comp
+        for module in ("scheduler", "controller"):
             if name.startswith(module):
                 return Component(name, module, free_port(HOST))
         if name.startswith("kubelet-"):
@@ -747,10 +877,11 @@ class LocalCluster:
         (a kubelet's containers) are remembered and killed by `stop`.
         """
         resolved = self._resolve(name)
-        if resolved == "etcd":
-            if self.etcd is None:
+        if resolved == "etcd" or resolved in self.etcd_members:
+            member = self.etcd_members.get(resolved, self.etcd)
+            if member is None:
                 raise RuntimeError("etcd is external or not started")
-            proc = self.etcd.process
+            proc = member.process
         else:
             proc = self.components[resolved].process
         if proc is None or proc.poll() is not None:
@@ -771,6 +902,11 @@ class LocalCluster:
         resolved = self._resolve(name)
         if resolved == "etcd":
             self._restart_etcd()
+            return
+        if self.etcd_cluster is not None and resolved in self.etcd_members:
+            member = self.etcd_members[resolved]
+            member.stop()
+            member.start(timeout=self.start_timeout)
             return
         comp = self.components[resolved]
         if comp.running():
@@ -817,12 +953,14 @@ class LocalCluster:
         if not self._started:
             return
         comps = list(self.components.values())
-        others = [c for c in comps if c.name != "apiserver"]
+        others = [c for c in comps if c.module != "apiserver"]
         # Clients first, so they do not spend their shutdown retrying a vanished apiserver.
         self._terminate(others)
-        self._terminate([c for c in comps if c.name == "apiserver"])
+        self._terminate([c for c in comps if c.module == "apiserver"])
         self._kill_orphans()
-        if self.etcd is not None:
+        if self.etcd_cluster is not None:
+            self.etcd_cluster.stop()
+        elif self.etcd is not None:
             self.etcd.stop()
         self._release_lock()
         self._started = False

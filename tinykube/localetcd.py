@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,9 +103,17 @@ class EtcdServer:
         quota_bytes: int = 8 * 1024**3,
         die_with_parent: bool = False,
         tls: EtcdTLS | None = None,
+        initial_cluster: str = "",
+        cluster_token: str = "",
     ) -> None:
-        """`die_with_parent`: etcd gets SIGTERM when this process dies (tinykube.pdeathsig)."""
+        """`die_with_parent`: etcd gets SIGTERM when this process dies (tinykube.pdeathsig).
+
+        `initial_cluster` ("name=peer-url,...") and `cluster_token` make this a member of a
+        statically bootstrapped cluster (`EtcdCluster`); empty: a cluster of one.
+        """
         self.die_with_parent = die_with_parent
+        self.initial_cluster = initial_cluster
+        self.cluster_token = cluster_token
         self.tls = tls
         self._own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="tinykube-etcd-")
@@ -129,9 +138,25 @@ class EtcdServer:
         """The client URL, what the apiserver's --etcd-servers takes."""
         return f"{self.scheme}://{self.endpoint}"
 
+    @property
+    def peer_url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.peer_port}"
+
     def command(self) -> list[str]:
         client_url = self.url
-        peer_url = f"{self.scheme}://{self.host}:{self.peer_port}"
+        peer_url = self.peer_url
+        # Bootstrap flags only matter on the first start: a member that finds its data dir
+        # ignores them and rejoins with the membership it stored.
+        bootstrap = (
+            [
+                "--initial-cluster-state",
+                "new",
+                "--initial-cluster-token",
+                self.cluster_token or self.name,
+            ]
+            if self.initial_cluster
+            else []
+        )
         return [
             find_etcd(),
             "--name",
@@ -147,7 +172,8 @@ class EtcdServer:
             "--initial-advertise-peer-urls",
             peer_url,
             "--initial-cluster",
-            f"{self.name}={peer_url}",
+            self.initial_cluster or f"{self.name}={peer_url}",
+            *bootstrap,
             "--quota-backend-bytes",
             str(self.quota_bytes),
             "--log-level",
@@ -157,6 +183,15 @@ class EtcdServer:
 
     def start(self, timeout: float = 30.0) -> None:
         """Start etcd (again, after `stop` or `kill`) and wait until /health answers."""
+        self.spawn()
+        self.wait_healthy(timeout)
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def spawn(self) -> None:
+        """Start the process without waiting: a cluster's members must all be up before any
+        of them is healthy (it needs a quorum to elect a leader)."""
         os.makedirs(self.data_dir, exist_ok=True)
         log = open(self.log_file, "ab")  # noqa: SIM115 - owned by the child process
         cmd = self.command()
@@ -166,7 +201,6 @@ class EtcdServer:
             cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         log.close()
-        self.wait_healthy(timeout)
 
     def wait_healthy(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -186,6 +220,24 @@ class EtcdServer:
             time.sleep(0.05)
         raise TimeoutError(f"etcd at {self.endpoint} not healthy after {timeout}s")
 
+    def _get(self, path: str, timeout: float = 1.0) -> bytes:
+        context = self.tls.probe_context() if self.tls is not None else None
+        with urllib.request.urlopen(f"{self.url}{path}", timeout=timeout, context=context) as r:
+            data: bytes = r.read()
+            return data
+
+    def is_leader(self) -> bool:
+        """Whether this member is the raft leader now (its `etcd_server_is_leader` gauge);
+        False when it does not answer."""
+        try:
+            metrics = self._get("/metrics")
+        except OSError:
+            return False
+        for line in metrics.splitlines():
+            if line.startswith(b"etcd_server_is_leader "):
+                return float(line.split()[1]) == 1.0
+        return False
+
     def kill(self) -> None:
         """SIGKILL, as a crash would."""
         if self.process and self.process.poll() is None:
@@ -204,3 +256,133 @@ class EtcdServer:
         self.stop()
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+class EtcdCluster:
+    """`size` etcd members bootstrapped together (static `--initial-cluster`), one data dir
+    and one pair of ports each, on `host`.
+
+    `tls[i]` is member i's certificates (its own serving and peer certificate, as the PKI's
+    `etcd-server-<name>`/`etcd-peer-<name>`); peers then authenticate each other by the
+    cluster CA. A member killed with `kill(i)` (SIGKILL, a crash) comes back with
+    `start_member(i)` from its data dir and catches up from the leader. `leader()` tells
+    which member leads now (for tests that kill it).
+    """
+
+    def __init__(
+        self,
+        size: int = 3,
+        *,
+        base_dir: str | None = None,
+        host: str = "127.0.0.1",
+        client_ports: Sequence[int] = (),
+        peer_ports: Sequence[int] = (),
+        name_prefix: str = "etcd",
+        log_dir: str | None = None,
+        tls: Sequence[EtcdTLS] | None = None,
+        token: str = "",
+        die_with_parent: bool = False,
+        quota_bytes: int = 8 * 1024**3,
+    ) -> None:
+        if size < 1:
+            raise ValueError("an etcd cluster has at least one member")
+        if tls is not None and len(tls) != size:
+            raise ValueError(f"{len(tls)} TLS configurations for {size} etcd members")
+        self._own_dir = base_dir is None
+        self.base_dir = base_dir or tempfile.mkdtemp(prefix="tinykube-etcd-cluster-")
+        names = [f"{name_prefix}-{i}" for i in range(size)]
+        self.members = [
+            EtcdServer(
+                os.path.join(self.base_dir, name),
+                host=host,
+                client_port=client_ports[i] if i < len(client_ports) else 0,
+                peer_port=peer_ports[i] if i < len(peer_ports) else 0,
+                name=name,
+                log_file=os.path.join(log_dir, f"{name}.log") if log_dir else None,
+                quota_bytes=quota_bytes,
+                die_with_parent=die_with_parent,
+                tls=tls[i] if tls is not None else None,
+            )
+            for i, name in enumerate(names)
+        ]
+        initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+        # A token unique to this bootstrap: members of two clusters started from copied flags
+        # refuse to talk to each other instead of merging.
+        token = token or f"tinykube-{os.getpid()}-{os.path.basename(self.base_dir)}"
+        for m in self.members:
+            m.initial_cluster = initial
+            m.cluster_token = token
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [m.endpoint for m in self.members]
+
+    @property
+    def urls(self) -> list[str]:
+        return [m.url for m in self.members]
+
+    @property
+    def endpoint(self) -> str:
+        """Every member's host:port, comma-separated (the apiserver's --etcd-servers)."""
+        return ",".join(self.endpoints)
+
+    @property
+    def url(self) -> str:
+        return ",".join(self.urls)
+
+    def member(self, which: int | str) -> EtcdServer:
+        if isinstance(which, int):
+            return self.members[which]
+        for m in self.members:
+            if m.name == which:
+                return m
+        raise KeyError(f"no etcd member {which!r}; members: {[m.name for m in self.members]}")
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start every member at once, then wait until each is healthy (a leader exists)."""
+        try:
+            for m in self.members:
+                m.spawn()
+            deadline = time.monotonic() + timeout
+            for m in self.members:
+                m.wait_healthy(max(0.1, deadline - time.monotonic()))
+        except BaseException:
+            self.stop()
+            raise
+
+    def start_member(self, which: int | str, timeout: float = 30.0) -> None:
+        """Start a stopped or killed member again from its data dir; waits until healthy."""
+        m = self.member(which)
+        if m.running():
+            raise RuntimeError(f"etcd member {m.name} is already running")
+        m.start(timeout)
+
+    def kill(self, which: int | str) -> EtcdServer:
+        """SIGKILL one member (a crash); its data dir stays for `start_member`."""
+        m = self.member(which)
+        m.kill()
+        return m
+
+    def leader(self, timeout: float = 15.0, exclude: Sequence[EtcdServer] = ()) -> EtcdServer:
+        """The member that leads now, waiting up to `timeout` for an election to settle."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for m in self.members:
+                if m.running() and m not in exclude and m.is_leader():
+                    return m
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"no etcd leader among {[m.name for m in self.members]}")
+            time.sleep(0.05)
+
+    def followers(self) -> list[EtcdServer]:
+        leader = self.leader()
+        return [m for m in self.members if m is not leader]
+
+    def stop(self) -> None:
+        for m in self.members:
+            m.stop()
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)

@@ -321,12 +321,15 @@ def cluster_specs(
     hosts: Sequence[str] = (),
     ips: Sequence[str] = ("127.0.0.1",),
     node_ips: dict[str, str] | None = None,
+    etcd_members: Sequence[tuple[str, str]] = (),
 ) -> list[CertSpec]:
     """Every certificate a cluster needs, named as Kubernetes names the identities.
 
     `hosts`/`ips`: extra names and addresses the control plane is reached at (the apiserver's
     and etcd's serving certificates carry them); `node_ips`: each kubelet's address, for its
-    serving certificate (the apiserver's log proxy verifies it)."""
+    serving certificate (the apiserver's log proxy verifies it); `etcd_members`: (name, IP)
+    of each member of an etcd cluster, which gets its own serving and peer certificate
+    (`etcd_member_specs`)."""
     node_ips = node_ips or {}
     dns = tuple(dict.fromkeys((*APISERVER_DNS, *hosts)))
     addrs = tuple(dict.fromkeys(("127.0.0.1", *ips)))
@@ -380,6 +383,7 @@ def cluster_specs(
         # acts for all of them under a group bound to tinykube:fake-kubelets (bootstrap RBAC).
         CertSpec("fake-kubelets", FAKE_KUBELETS, organizations=(FAKE_KUBELETS,), client=True),
     ]
+    specs += etcd_member_specs(etcd_members, hosts=hosts, ips=addrs)
     for node in nodes:
         user = f"system:node:{node}"
         specs.append(CertSpec(f"kubelet-{node}", user, ("system:nodes",), client=True))
@@ -403,4 +407,33 @@ def cluster_specs(
                 server=True,
             )
         )
+    return specs
+
+
+def etcd_member_specs(
+    members: Sequence[tuple[str, str]],
+    *,
+    hosts: Sequence[str] = (),
+    ips: Sequence[str] = ("127.0.0.1",),
+) -> list[CertSpec]:
+    """A serving and a peer certificate per etcd member (`etcd-server-<name>`,
+    `etcd-peer-<name>`), as kubeadm issues them per control-plane node: each names its member
+    (DNS name and IP) besides localhost and the control plane's `hosts`/`ips`, and is also a
+    client certificate, since members dial each other with their peer certificates (every
+    member trusts the cluster CA on its peer port: `--peer-client-cert-auth`)."""
+    specs = []
+    for name, ip in members:
+        dns = tuple(dict.fromkeys(("localhost", name, *hosts)))
+        addrs = tuple(dict.fromkeys((ip, *ips)))
+        for kind in ("server", "peer"):
+            specs.append(
+                CertSpec(
+                    f"etcd-{kind}-{name}",
+                    name,
+                    dns_names=dns,
+                    ip_addresses=addrs,
+                    server=True,
+                    client=True,
+                )
+            )
     return specs

@@ -114,6 +114,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument(
         "--start-timeout", type=float, default=60.0, help="seconds each component gets to start"
     )
+    parser.add_argument(
+        "--ha",
+        action="store_true",
+        help="high availability: 3 etcd members (client ports ETCD_PORT+2i, peers +1) and 2 "
+        "apiservers (the second on APISERVER_PORT+1 and REST_PORT+1)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -147,6 +153,7 @@ def build_cluster(args: argparse.Namespace) -> launcher.LocalCluster:
         die_with_parent=True,
         insecure=args.insecure,
         pki_dir=args.pki_dir,
+        ha=args.ha,
     )
 
 
@@ -223,8 +230,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         ctx.print("tinykube is up:")
         for name, address in endpoints.items():
             ctx.print(f"  {name.ljust(width)}{address}")
-        if "apiserver" in endpoints:
-            ctx.print(f"  {'REST API'.ljust(width)}{cluster.rest_url}")
+        for name, url in zip(cluster.apiserver_names, cluster.rest_urls, strict=True):
+            if name in endpoints:
+                what = "REST API" if name == "apiserver" else f"REST API {name.partition('-')[2]}"
+                ctx.print(f"  {what.ljust(width)}{url}")
         for note in cluster.skipped:
             ctx.print(f"  ({note})")
         ctx.print(f"logs: {cluster.logs_dir}/<component>.log")
