@@ -35,6 +35,7 @@ after the timeout becomes `UnavailableError("etcd is unavailable: ...")`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -46,7 +47,7 @@ from aetcd import rpc
 from aetcd.exceptions import RevisionCompactedError
 
 from apiserver.metrics import Metrics
-from apiserver.txnbatch import BatchedResult, TxnBatcher
+from apiserver.txnbatch import BatchedResult, TxnBatcher, refused
 from tinykube.errors import (
     InternalError,
     RequestEntityTooLargeError,
@@ -57,6 +58,7 @@ from tinykube.errors import (
 from tinykube.tls import PLAINTEXT, Credentials
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _CHANNEL_OPTIONS = (
     ("grpc.keepalive_time_ms", 5_000),
@@ -363,11 +365,13 @@ class Storage:
                 else:
                     resp = await self._send_txn(req, operation)
                 break
-            except UnavailableError:
-                # Lost with its member or timed out during an election: maybe applied, maybe
-                # not. The compare makes sending it again safe.
-                if time.monotonic() + backoff >= deadline:
+            except TinykubeError as exc:
+                # Lost with its member, timed out during an election, or any other failure
+                # but a refusal: maybe applied, maybe not. The compare makes sending it again
+                # safe.
+                if refused(exc) or time.monotonic() + backoff >= deadline:
                     raise
+                log.info("etcd %s of %r failed (%s); sending it again", operation, key, exc)
                 maybe_applied = True
             self._note_retry(operation)
             await asyncio.sleep(backoff * (0.5 + random.random()))

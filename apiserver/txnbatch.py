@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 from aetcd import rpc
 
 from tinykube.batching import MicroBatcher
@@ -45,6 +46,26 @@ log = logging.getLogger(__name__)
 # etcd's --max-txn-ops default is 128 (for compares and for ops each); --max-request-bytes 1.5 MiB.
 MAX_TXN_OPS = 128
 MAX_BATCH_BYTES = 1024 * 1024
+
+# etcd's answers that mean it refused a txn without applying it (too many ops, too large, no
+# space, ...). Any other failure leaves a batch's outcome unknown.
+_REFUSED = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
+)
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether a failed txn (a mapped API error, its gRPC error as the cause) was surely
+    not applied."""
+    cause = exc.__cause__
+    return isinstance(cause, grpc.aio.AioRpcError) and cause.code() in _REFUSED
 
 
 @dataclass(slots=True)
@@ -140,17 +161,20 @@ class TxnBatcher(MicroBatcher[TxnItem, Any]):
             resp = await self._send_batch(combined)
         except asyncio.CancelledError:
             raise
-        except (UnavailableError, DeadlineExceededError) as exc:
-            # etcd is unreachable or timed out: as each write alone would have, every one of
-            # them fails with that error (clients retry these).
-            for _, fut in batch:
-                if not fut.done():
-                    fut.set_exception(exc)
-            return
-        except Exception:
+        except Exception as exc:
+            if isinstance(exc, (UnavailableError, DeadlineExceededError)) or not refused(exc):
+                # etcd is unreachable, timed out, or failed in a way that leaves open whether
+                # the batch was applied: every write gets that error, and only its own caller
+                # (Storage._txn, which knows what it wrote) can tell on a retry.
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                return
             # etcd refused the combination itself (an etcd started with a smaller
             # --max-txn-ops or --max-request-bytes, say): each write alone gets its own answer.
-            log.warning("etcd refused a txn of %d writes; sending them one by one", len(batch))
+            log.warning(
+                "etcd refused a txn of %d writes (%s); sending them one by one", len(batch), exc
+            )
             await asyncio.gather(*(self._alone(waiter) for waiter in batch))
             return
         if resp.succeeded:
