@@ -194,6 +194,8 @@ class Storage:
         self.write_attempt_timeout = min(timeout, WRITE_ATTEMPT_TIMEOUT)
         # Attempts that failed and were sent again, by operation (tests and metrics read it).
         self.retries: dict[str, int] = {}
+        # The pause between attempts (unit tests replace it).
+        self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
         self.timeout = timeout
         self.metrics = metrics
         # TLS to etcd with the apiserver's etcd client certificate (--etcd-certfile)
@@ -275,7 +277,7 @@ class Storage:
                 if not retry or time.monotonic() + backoff >= deadline:
                     raise
             self._note_retry(operation)
-            await asyncio.sleep(backoff * (0.5 + random.random()))
+            await self.sleep(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, RETRY_BACKOFF_MAX)
 
     async def _range(self, operation: str, req: Any, *, retry: bool = True) -> Any:
@@ -374,7 +376,7 @@ class Storage:
                 log.info("etcd %s of %r failed (%s); sending it again", operation, key, exc)
                 maybe_applied = True
             self._note_retry(operation)
-            await asyncio.sleep(backoff * (0.5 + random.random()))
+            await self.sleep(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, RETRY_BACKOFF_MAX)
         revision = int(resp.header.revision)
         if resp.succeeded:

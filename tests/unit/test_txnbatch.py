@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import grpc
 import pytest
 from aetcd import rpc
 
@@ -157,9 +158,16 @@ async def test_a_cancelled_caller_is_left_out() -> None:
     assert b"gone" not in etcd.versions
 
 
+def etcd_error(code: grpc.StatusCode, details: str) -> InternalError:
+    """An error as Storage raises it: the mapped API error, etcd's gRPC error its cause."""
+    error = InternalError(f"etcd error: {code.name}: {details}")
+    error.__cause__ = grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+    return error
+
+
 async def test_a_combination_etcd_refuses_is_sent_one_by_one() -> None:
     etcd, batcher, _ = make()
-    refused = InternalError("etcd error: INVALID_ARGUMENT: too many operations in txn request")
+    refused = etcd_error(grpc.StatusCode.INVALID_ARGUMENT, "too many operations in txn request")
 
     async def refuse(req: Any) -> Any:
         raise refused
@@ -169,3 +177,21 @@ async def test_a_combination_etcd_refuses_is_sent_one_by_one() -> None:
     results = await asyncio.gather(*(batcher.submit(k, txn(k, 0), "create") for k in keys))
     assert all(r.succeeded for r in results)
     assert sorted(etcd.alone) == keys
+
+
+async def test_a_batch_that_may_have_been_applied_is_not_resent_alone() -> None:
+    # Resent alone, each write would fail its compare against its own earlier success and
+    # read as a conflict; its caller (Storage._txn) retries it knowing what it wrote.
+    etcd, batcher, _ = make()
+    unknown = etcd_error(grpc.StatusCode.UNKNOWN, "raft proposal dropped")
+
+    async def lost(req: Any) -> Any:
+        raise unknown
+
+    batcher._send_batch = lost
+    keys = [b"a", b"b", b"c"]
+    results = await asyncio.gather(
+        *(batcher.submit(k, txn(k, 0), "create") for k in keys), return_exceptions=True
+    )
+    assert results == [unknown] * 3
+    assert etcd.alone == []
