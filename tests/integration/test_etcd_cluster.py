@@ -15,7 +15,7 @@ import contextlib
 import itertools
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import grpc
 import pytest
@@ -32,7 +32,7 @@ from tests.integration.conftest import (
 )
 from tinykube.localetcd import EtcdCluster
 from tinykube.serving import CHANNEL_OPTIONS
-from tinykube.v1 import meta_pb2, node_pb2, pod_pb2
+from tinykube.v1 import meta_pb2, node_pb2, pod_pb2, service_pb2, service_pb2_grpc
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -201,3 +201,76 @@ async def test_members_killed_in_turn_lose_no_acknowledged_write_nor_watch_event
     # Each member died once, so the cache's etcd watch broke and resumed elsewhere.
     assert cache.etcd_watches_opened > opened
     await ch.close()
+
+
+def service(name: str) -> service_pb2.Service:
+    svc = service_pb2.Service()
+    svc.metadata.name = name
+    svc.metadata.namespace = "default"
+    svc.spec.type = "NodePort"
+    svc.spec.selector["app"] = name
+    svc.spec.ports.add(port=80)
+    return svc
+
+
+async def test_two_apiservers_over_the_cluster_agree_through_a_leader_kill(
+    cluster: EtcdCluster,
+) -> None:
+    settings = make_settings(
+        cluster.endpoint,
+        service_cluster_ip_range="127.100.9.0/26",  # 62 addresses
+        service_node_port_range="30000-30099",
+    )
+    one = await start_apiserver(settings)
+    two = await start_apiserver(replace(settings, bind_address="127.0.0.1:0"))
+    ch1 = grpc.aio.insecure_channel(one.address, options=list(CHANNEL_OPTIONS))
+    ch2 = grpc.aio.insecure_channel(two.address, options=list(CHANNEL_OPTIONS))
+    try:
+        s1, s2 = make_stubs(ch1), make_stubs(ch2)
+        services1 = service_pb2_grpc.ServicesStub(ch1)
+        services2 = service_pb2_grpc.ServicesStub(ch2)
+        # A write through one is an event in the other's watch.
+        listed = await s2.pods.List(meta_pb2.ListRequest(namespace="default"))
+        call = s2.pods.Watch(
+            meta_pb2.WatchRequest(
+                namespace="default", resourceVersion=listed.metadata.resourceVersion
+            )
+        )
+        created = await s1.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("seen")), timeout=10)
+        async with asyncio.timeout(10):
+            ev: pod_pb2.PodWatchEvent = await call.read()  # type: ignore[assignment]
+        assert (ev.type, ev.object.metadata.name) == ("ADDED", "seen")
+        assert ev.object.metadata.resourceVersion == created.metadata.resourceVersion
+        call.cancel()
+
+        # Services through both at once, the etcd leader killed half-way: each gets its own
+        # cluster IP and nodePort, none is lost, none is refused.
+        async def make(i: int) -> service_pb2.Service:
+            stub = services1 if i % 2 else services2
+            req = service_pb2.CreateServiceRequest(service=service(f"s{i}"))
+            svc: service_pb2.Service = await stub.Create(req, timeout=30)
+            return svc
+
+        first = await asyncio.gather(*(make(i) for i in range(20)))
+        leader = cluster.leader()
+        kill = asyncio.create_task(asyncio.to_thread(leader.kill))
+        rest = await asyncio.gather(*(make(i) for i in range(20, 50)))
+        await kill
+        made = [*first, *rest]
+        assert len({s.spec.clusterIP for s in made}) == 50
+        assert len({s.spec.ports[0].nodePort for s in made}) == 50
+        # Both apiservers list the same 50, with the values they were given.
+        want = {s.metadata.name: (s.spec.clusterIP, s.spec.ports[0].nodePort) for s in made}
+        for stub in (services1, services2):
+            listed_svcs = await stub.List(meta_pb2.ListRequest(namespace="default"), timeout=30)
+            got = {
+                s.metadata.name: (s.spec.clusterIP, s.spec.ports[0].nodePort)
+                for s in listed_svcs.items
+            }
+            assert {k: v for k, v in got.items() if k in want} == want
+        await asyncio.to_thread(leader.start)
+    finally:
+        await ch1.close()
+        await ch2.close()
+        await one.server.stop()
+        await two.server.stop()
