@@ -105,12 +105,18 @@ class EtcdServer:
         tls: EtcdTLS | None = None,
         initial_cluster: str = "",
         cluster_token: str = "",
+        peer_host: str = "",
+        command_prefix: Sequence[str] = (),
     ) -> None:
         """`die_with_parent`: etcd gets SIGTERM when this process dies (tinykube.pdeathsig).
 
         `initial_cluster` ("name=peer-url,...") and `cluster_token` make this a member of a
-        statically bootstrapped cluster (`EtcdCluster`); empty: a cluster of one.
+        statically bootstrapped cluster (`EtcdCluster`); empty: a cluster of one. `peer_host`:
+        the address of its peer link when not `host`; `command_prefix` runs etcd under
+        another command (`ip netns exec NS`: a member on its own network namespace).
         """
+        self.peer_host = peer_host or host
+        self.command_prefix = list(command_prefix)
         self.die_with_parent = die_with_parent
         self.initial_cluster = initial_cluster
         self.cluster_token = cluster_token
@@ -119,7 +125,7 @@ class EtcdServer:
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="tinykube-etcd-")
         self.host = host
         self.client_port = client_port or free_port(host)
-        self.peer_port = peer_port or free_port(host)
+        self.peer_port = peer_port or free_port(self.peer_host)
         self.name = name
         self.log_file = log_file or os.path.join(self.data_dir, "etcd.log")
         self.quota_bytes = quota_bytes
@@ -140,7 +146,7 @@ class EtcdServer:
 
     @property
     def peer_url(self) -> str:
-        return f"{self.scheme}://{self.host}:{self.peer_port}"
+        return f"{self.scheme}://{self.peer_host}:{self.peer_port}"
 
     def command(self) -> list[str]:
         client_url = self.url
@@ -158,6 +164,7 @@ class EtcdServer:
             else []
         )
         return [
+            *self.command_prefix,
             find_etcd(),
             "--name",
             self.name,
@@ -283,7 +290,13 @@ class EtcdCluster:
         token: str = "",
         die_with_parent: bool = False,
         quota_bytes: int = 8 * 1024**3,
+        hosts: Sequence[str] = (),
+        peer_hosts: Sequence[str] = (),
+        command_prefixes: Sequence[Sequence[str]] = (),
     ) -> None:
+        """`hosts` / `peer_hosts` / `command_prefixes`: member i's client and peer address
+        and the command it runs under, where members live on hosts (or network namespaces)
+        of their own (default: all on `host`)."""
         if size < 1:
             raise ValueError("an etcd cluster has at least one member")
         if tls is not None and len(tls) != size:
@@ -294,7 +307,9 @@ class EtcdCluster:
         self.members = [
             EtcdServer(
                 os.path.join(self.base_dir, name),
-                host=host,
+                host=hosts[i] if i < len(hosts) else host,
+                peer_host=peer_hosts[i] if i < len(peer_hosts) else "",
+                command_prefix=command_prefixes[i] if i < len(command_prefixes) else (),
                 client_port=client_ports[i] if i < len(client_ports) else 0,
                 peer_port=peer_ports[i] if i < len(peer_ports) else 0,
                 name=name,
