@@ -283,7 +283,10 @@ class LocalCluster:
         self.etcd_member_count = etcd_members or (3 if ha else 1)
         # The single etcd, or with several members the first of `etcd_cluster.members`.
         self.etcd: EtcdServer | None = None
-        self.etcd_cluster: EtcdCluster | None = None
+        # Made now (not started): its members' ports and URLs are part of the plan.
+        self.etcd_cluster: EtcdCluster | None = (
+            self._make_etcd_cluster() if self.etcd_member_count > 1 and not etcd_endpoint else None
+        )
         self._orphans: dict[int, str] = {}  # pid -> start time, killed at stop
         self._started = False
         self._atexit_registered = False
@@ -405,7 +408,9 @@ class LocalCluster:
         found: dict[str, str] = {}
         if self._external_etcd:
             found["etcd"] = self.etcd_endpoint
-        found.update({name: m.endpoint for name, m in self.etcd_members.items()})
+        found.update(
+            {name: m.endpoint for name, m in self.etcd_members.items() if m.process is not None}
+        )
         found.update({name: c.address for name, c in self.components.items() if c.process})
         return found
 
@@ -687,10 +692,10 @@ class LocalCluster:
             peer_key_file=str(peer.key),
         )
 
-    def _start_etcd_cluster(self) -> None:
+    def _make_etcd_cluster(self) -> EtcdCluster:
         n = self.etcd_member_count
         port = self._etcd_port
-        self.etcd_cluster = EtcdCluster(
+        return EtcdCluster(
             n,
             base_dir=str(self.work_dir / "etcd-cluster"),
             host=HOST,
@@ -703,6 +708,9 @@ class LocalCluster:
             token=f"tinykube-{self.work_dir.name}",
             die_with_parent=self.die_with_parent,
         )
+
+    def _start_etcd_cluster(self) -> None:
+        assert self.etcd_cluster is not None
         self.etcd = self.etcd_cluster.members[0]
         try:
             self.etcd_cluster.start(timeout=self.start_timeout)
@@ -715,7 +723,7 @@ class LocalCluster:
             raise ComponentError(f"the etcd cluster failed to start: {exc}\n{tails}") from exc
 
     def _start_etcd(self) -> None:
-        if self.etcd_member_count > 1:
+        if self.etcd_cluster is not None:
             self._start_etcd_cluster()
             return
         tls = None

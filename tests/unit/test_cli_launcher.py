@@ -409,3 +409,32 @@ def test_bad_node_capacity_names_the_resource(
     with pytest.raises(SystemExit):
         build_parser().parse_args(["up", "--node-capacity", flag])
     assert f"argument --node-capacity: {message}" in capsys.readouterr().err
+
+
+def test_up_ha_plans_three_etcd_members_and_two_apiservers(tmp_path: Path) -> None:
+    c = build_cluster(
+        build_parser().parse_args(
+            ["up", "--data-dir", str(tmp_path), "--ha", "--kubelets", "1", "--no-proxy"]
+        )
+    )
+    assert c.etcd_member_count == 3
+    assert c.apiserver_names == ["apiserver", "apiserver-2"]
+    assert c.api_address == "127.0.0.1:6443"
+    assert c.api_addresses == ["127.0.0.1:6443", "127.0.0.1:6444"]
+    assert c.rest_urls == ["https://127.0.0.1:8080", "https://127.0.0.1:8081"]
+    etcd = [p for p in c.planned_ports() if p[0].startswith("etcd")]
+    assert etcd == [
+        ("etcd-0", "127.0.0.1", 2379),
+        ("etcd-0 peer", "127.0.0.1", 2380),
+        ("etcd-1", "127.0.0.1", 2381),
+        ("etcd-1 peer", "127.0.0.1", 2382),
+        ("etcd-2", "127.0.0.1", 2383),
+        ("etcd-2 peer", "127.0.0.1", 2384),
+    ]
+    assert ("apiserver-2", "127.0.0.1", 6444) in c.planned_ports()
+    second = c.command(c.components["apiserver-2"])
+    assert second[second.index("--bind-address") + 1] == "127.0.0.1:6444"
+    assert second[second.index("--rest-port") + 1] == "8081"
+    # Without --ha: one etcd, one apiserver, as before.
+    single = build_cluster(build_parser().parse_args(["up", "--data-dir", str(tmp_path)]))
+    assert single.apiserver_names == ["apiserver"] and single.etcd_member_count == 1

@@ -158,3 +158,18 @@ def test_cluster_specs_name_every_identity() -> None:
         and "kubernetes.default.svc" in specs["apiserver"].dns_names
     )
     assert not specs["apiserver"].client
+
+
+def test_each_etcd_member_gets_its_own_serving_and_peer_certificate() -> None:
+    members = [("etcd-0", "10.0.0.10"), ("etcd-1", "10.0.0.11")]
+    specs = {s.name: s for s in cluster_specs([], etcd_members=members)}
+    for name, ip in members:
+        for kind in ("server", "peer"):
+            spec = specs[f"etcd-{kind}-{name}"]
+            assert spec.common_name == name
+            assert name in spec.dns_names and "localhost" in spec.dns_names
+            assert ip in spec.ip_addresses and "127.0.0.1" in spec.ip_addresses
+            # Members dial each other with their peer certificates.
+            assert spec.server and spec.client
+    assert "10.0.0.11" not in specs["etcd-server-etcd-0"].ip_addresses
+    assert not any(n.startswith("etcd-server-") for n in (s.name for s in cluster_specs([])))
