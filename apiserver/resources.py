@@ -371,6 +371,13 @@ class ResourceStore:
             if result.succeeded:
                 meta.resourceVersion = str(result.revision)
                 return obj
+            if result.maybe_applied and result.current is not None:
+                # Our own earlier attempt created it (the uid is ours), and someone changed it
+                # since (a scheduler's bind): the create succeeded, at the key's creation.
+                stored = self._decode(result.current)
+                if stored.metadata.uid == meta.uid:  # type: ignore[attr-defined]
+                    meta.resourceVersion = str(result.current.create_revision)
+                    return obj
             if not generated:
                 break
         raise AlreadyExistsError(f'{self.plural} "{meta.name}" already exists')
@@ -825,10 +832,16 @@ class ResourceStore:
         key = self.key(namespace, name)
         node_key = self.node_prefix + target.name.encode()
         cur = await self._current(key)
+        # Set once an attempt of ours failed in flight and may have landed.
+        maybe_bound = False
         for _attempt in range(_CAS_ATTEMPTS):
             if cur is None:
                 raise self._not_found(name)
             pod: pod_pb2.Pod = cur.obj  # type: ignore[assignment]
+            if maybe_bound and pod.spec.nodeName == target.name and cur.authoritative:
+                # Our earlier attempt bound it (and the pod changed since, its kubelet's
+                # status, say): the bind succeeded. Any bind to this node is the same bind.
+                return str(cur.revision)
             problem: TinykubeError | None = None
             if binding.metadata.uid and binding.metadata.uid != pod.metadata.uid:
                 problem = PreconditionFailedError(
@@ -866,6 +879,7 @@ class ResourceStore:
                 return str(result.revision)
             if result.missing:
                 raise NotFoundError(f'{NODE.plural} "{target.name}" not found')
+            maybe_bound = maybe_bound or result.maybe_applied
             # The pod changed under us (a status update, say): retry on its current value.
             cur = self._after_failure(result)
         raise self._conflict(name)

@@ -111,6 +111,10 @@ class WriteResult:
     missing: tuple[bytes, ...] = ()
     # Claim keys (see `create`) that already existed.
     taken: tuple[bytes, ...] = ()
+    # An earlier attempt of this write failed in flight and may have been applied: `current`
+    # may be this write's own result, changed since by someone else (a create's object bound
+    # by the scheduler before the resend arrived). The caller can tell by the object (its uid).
+    maybe_applied: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,7 +375,18 @@ class Storage:
                 # Lost with its member, timed out during an election, or any other failure
                 # but a refusal: maybe applied, maybe not. The compare makes sending it again
                 # safe.
-                if refused(exc) or time.monotonic() + backoff >= deadline:
+                if refused(exc):
+                    raise
+                if time.monotonic() + backoff >= deadline:
+                    if maybe_applied:
+                        log.warning(
+                            "etcd %s of %r: no answer within %.1fs (%s); an earlier attempt "
+                            "may have been applied",
+                            operation,
+                            key,
+                            self.timeout,
+                            exc,
+                        )
                     raise
                 log.info("etcd %s of %r failed (%s); sending it again", operation, key, exc)
                 maybe_applied = True
@@ -390,7 +405,10 @@ class Storage:
             if written is None and now is None:
                 return WriteResult(True, revision)
             if now is not None and now.value == written and now.mod_revision > base_revision:
-                return WriteResult(True, now.mod_revision)
+                # A create's revision is the key's creation (what its ADDED event carries).
+                return WriteResult(
+                    True, now.create_revision if not base_revision else now.mod_revision
+                )
         rest = resp.responses[1:]
         missing = tuple(
             k
@@ -400,7 +418,9 @@ class Storage:
         taken = tuple(
             k for k, r in zip(claim_keys, rest[len(require) :], strict=True) if r.response_range.kvs
         )
-        return WriteResult(False, revision, _kv(kvs[0]) if kvs else None, missing, taken)
+        return WriteResult(
+            False, revision, _kv(kvs[0]) if kvs else None, missing, taken, maybe_applied
+        )
 
     def _send_txn(self, req: Any, operation: str) -> Awaitable[Any]:
         """One attempt of a txn (`_txn` retries)."""

@@ -14,12 +14,15 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import grpc
 import pytest
 
+from apiserver.app import APIServer
+from apiserver.metrics import Metrics
 from apiserver.storage import Storage
 from tests.integration.conftest import (
     RunningAPIServer,
@@ -30,7 +33,8 @@ from tests.integration.conftest import (
     make_stubs,
     start_apiserver,
 )
-from tinykube.localetcd import EtcdCluster
+from tinykube.errors import UnavailableError
+from tinykube.localetcd import EtcdCluster, EtcdServer
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import meta_pb2, node_pb2, pod_pb2, service_pb2, service_pb2_grpc
 
@@ -274,3 +278,79 @@ async def test_two_apiservers_over_the_cluster_agree_through_a_leader_kill(
         await ch2.close()
         await one.server.stop()
         await two.server.stop()
+
+
+class LandThenLose(Storage):
+    """A Storage whose first txn writing `target` is applied, then followed by someone else's
+    change of that key (`meddle`), and then lost (UNAVAILABLE), as when the etcd member the
+    apiserver sent it to dies after committing it and the scheduler binds the new pod before
+    the apiserver's resend arrives."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__([endpoint], timeout=5.0, metrics=Metrics())
+        self.victim = b""
+        self.meddle: Callable[[bytes], bytes] = lambda value: value
+        self.lost = 0
+
+    def _send_txn(self, req: Any, operation: str) -> Awaitable[Any]:
+        sent = super()._send_txn(req, operation)
+        writes = {op.request_put.key: op.request_put.value for op in req.success}
+        if not self.victim or self.victim not in writes:
+            return sent
+
+        async def land_then_lose() -> Any:
+            resp = await sent
+            if not resp.succeeded:
+                return resp
+            key, self.victim = self.victim, b""
+            cur = await self.get(key)
+            assert cur is not None
+            await self.update(key, self.meddle(cur.value), cur.mod_revision)
+            self.lost += 1
+            raise UnavailableError("etcd is unavailable: UNAVAILABLE: Stream removed (test)")
+
+        return land_then_lose()
+
+
+async def test_a_write_that_landed_and_changed_before_its_resend_still_succeeds(
+    etcd_server: EtcdServer,
+) -> None:
+    storage = LandThenLose(etcd_server.endpoint)
+    server = APIServer(make_settings(etcd_server.endpoint), storage=storage)
+    await server.start()
+    ch = grpc.aio.insecure_channel(server.address, options=list(CHANNEL_OPTIONS))
+    try:
+        stubs = make_stubs(ch)
+        await stubs.nodes.Create(node_pb2.CreateNodeRequest(node=make_node("n1")))
+        prefix = settings_prefix(server)
+
+        def labelled(value: bytes) -> bytes:
+            pod = pod_pb2.Pod.FromString(value)
+            pod.metadata.labels["meddled"] = "yes"
+            return pod.SerializeToString()
+
+        # Create: the pod lands, is changed, and the resend finds it changed. Before
+        # WriteResult.maybe_applied this was ALREADY_EXISTS for the pod's own create.
+        storage.victim = prefix + b"/pods/default/p1"
+        storage.meddle = labelled
+        created = await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("p1")))
+        assert storage.lost == 1
+        got = await stubs.pods.Get(meta_pb2.GetRequest(namespace="default", name="p1"))
+        assert got.metadata.uid == created.metadata.uid
+        assert got.metadata.labels["meddled"] == "yes"
+        # Its resourceVersion is the create's: the revision of the pod's ADDED event.
+        assert int(created.metadata.resourceVersion) < int(got.metadata.resourceVersion)
+
+        # Bind: the binding lands, the pod changes, the resend finds it bound to our node.
+        storage.victim = prefix + b"/pods/default/p1"
+        rv = await stubs.pods.Bind(bind_request("p1", "n1"))
+        assert storage.lost == 2
+        bound = await stubs.pods.Get(meta_pb2.GetRequest(namespace="default", name="p1"))
+        assert bound.spec.nodeName == "n1" and rv.resourceVersion
+    finally:
+        await ch.close()
+        await server.stop()
+
+
+def settings_prefix(server: APIServer) -> bytes:
+    return server.settings.prefix.encode()

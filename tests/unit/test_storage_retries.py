@@ -25,7 +25,8 @@ def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
 
 def failed(value: bytes | None, mod_revision: int, revision: int = 20) -> Any:
     """A TxnResponse whose compare failed, its failure read showing `value` (None: absent)."""
-    kvs = [rpc.KeyValue(key=KEY, value=value, mod_revision=mod_revision)] if value else []
+    kv = rpc.KeyValue(key=KEY, value=value, mod_revision=mod_revision, create_revision=mod_revision)
+    kvs = [kv] if value else []
     return rpc.TxnResponse(
         header=rpc.ResponseHeader(revision=revision),
         succeeded=False,
@@ -108,6 +109,16 @@ async def test_a_resent_write_knows_its_own_earlier_attempt(
     assert (result.succeeded, result.revision) == (ok, revision)
     assert kv.script == []
     assert s.retries.get(write[0], 0) == sum(isinstance(x, BaseException) for x in script)
+
+
+async def test_a_failure_after_a_failed_attempt_says_it_may_be_its_own() -> None:
+    # Our create landed, then someone changed the object, then the resend arrived: storage
+    # cannot tell by the bytes, so it says so and the caller looks at the object.
+    s, _ = storage([LOST, failed(b"bound since", 16)])
+    result = await s.create(KEY, OURS)
+    assert not result.succeeded and result.maybe_applied
+    s, _ = storage([failed(b"theirs", 16)])
+    assert not (await s.create(KEY, OURS)).maybe_applied
 
 
 async def test_a_refused_write_is_not_sent_again() -> None:
