@@ -27,7 +27,10 @@ REST watchers (`Watcher.json`) get the same events as newline-delimited JSON lin
 each event variant is encoded at most once, on first use, and kept beside the protobuf bytes,
 so a kind nobody watches over REST pays nothing and N REST watchers cost one encoding.
 
-If the etcd watch breaks, it resumes from the last revision + 1; if that revision was compacted,
+If the etcd watch breaks, it resumes from the last revision + 1 (with several etcd members,
+usually on another one: etcd ends a watch on a member that lost its leader, and a member behind
+the others holds a watch from a revision it has not reached until it gets there, so nothing is
+skipped or repeated); if that revision was compacted,
 the cache relists, resets its window and ends every watcher with OUT_OF_RANGE so clients relist.
 Consistent reads wait until the cache has seen etcd's current revision, using etcd progress
 notifications to learn that no event below it is still in flight.
