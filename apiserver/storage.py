@@ -35,8 +35,10 @@ after the timeout becomes `UnavailableError("etcd is unavailable: ...")`.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import random
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -175,6 +177,29 @@ def map_etcd_error(exc: BaseException) -> TinykubeError:
     return InternalError(f"etcd error: {type(exc).__name__}: {exc}")
 
 
+def cluster_target(endpoints: Sequence[str]) -> str:
+    """The gRPC target of several etcd members: `ipv4:ip:port,...`, names resolved now.
+
+    gRPC has no resolver for a list of host names (dns: takes one), so a member named by host
+    ("etcd-1:2379", as in docker-compose.ha.yml) is looked up once, here, at start-up.
+    """
+    addresses = []
+    for endpoint in endpoints:
+        host, _, port = endpoint.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"etcd endpoint {endpoint!r} is not host:port")
+        try:
+            ip = str(ipaddress.IPv4Address(host))
+        except ValueError:
+            try:
+                infos = socket.getaddrinfo(host, int(port), socket.AF_INET, socket.SOCK_STREAM)
+            except OSError as exc:
+                raise ValueError(f"etcd endpoint {endpoint}: cannot resolve {host}: {exc}") from exc
+            ip = str(infos[0][4][0])
+        addresses.append(f"{ip}:{port}")
+    return "ipv4:" + ",".join(addresses)
+
+
 class Storage:
     """Revision-based get/list/create/update/delete/watch over one etcd cluster."""
 
@@ -190,7 +215,7 @@ class Storage:
         if not endpoints:
             raise ValueError("no etcd endpoints given")
         # gRPC's ipv4 resolver takes several addresses; round_robin balances over them.
-        self.target = endpoints[0] if len(endpoints) == 1 else "ipv4:" + ",".join(endpoints)
+        self.target = endpoints[0] if len(endpoints) == 1 else cluster_target(endpoints)
         self._options = _CHANNEL_OPTIONS + (_CLUSTER_OPTIONS if len(endpoints) > 1 else ())
         # gRPC checks a member's certificate against the target's authority, which a list of
         # addresses is not: every member's certificate names the first host.

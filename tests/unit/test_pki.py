@@ -13,6 +13,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from tinykube.cli.certs import write_bundles
 from tinykube.pki import (
     LEAF_VALIDITY,
     PKI,
@@ -173,3 +174,27 @@ def test_each_etcd_member_gets_its_own_serving_and_peer_certificate() -> None:
             assert spec.server and spec.client
     assert "10.0.0.11" not in specs["etcd-server-etcd-0"].ip_addresses
     assert not any(n.startswith("etcd-server-") for n in (s.name for s in cluster_specs([])))
+
+
+def test_certs_writes_each_etcd_member_its_bundle(tmp_path: Path) -> None:
+    write_bundles(
+        tmp_path,
+        nodes={},
+        hosts=["etcd", "apiserver"],
+        ips=["10.0.0.5"],
+        server="https://apiserver:8080",
+        grpc_server="apiserver:6443",
+        etcd_members={"etcd": "10.0.0.10", "etcd-1": "10.0.0.11"},
+    )
+    for member, address in (("etcd", "10.0.0.10"), ("etcd-1", "10.0.0.11")):
+        for kind in ("server", "peer"):
+            cert = x509.load_pem_x509_certificate((tmp_path / member / f"{kind}.crt").read_bytes())
+            san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            assert identity(cert) == (member, ())
+            # every member also answers to the control plane's names, "etcd" among them: the
+            # one name the apiserver checks all members' certificates against
+            assert {member, "etcd"} <= set(san.get_values_for_type(x509.DNSName))
+            assert ipaddress.ip_address(address) in san.get_values_for_type(x509.IPAddress)
+        assert (tmp_path / member / "ca.crt").exists() and (
+            tmp_path / member / "server.key"
+        ).exists()

@@ -12,7 +12,7 @@ import pytest
 from aetcd import rpc
 
 from apiserver.metrics import Metrics
-from apiserver.storage import Storage
+from apiserver.storage import Storage, cluster_target
 from tinykube.errors import InternalError, UnavailableError
 
 KEY = b"/registry/pods/default/web"
@@ -61,7 +61,7 @@ async def no_sleep(seconds: float) -> None:
 
 
 def storage(script: list[Any]) -> tuple[Storage, ScriptedKV]:
-    s = Storage(["a:1", "b:2", "c:3"], timeout=5.0, metrics=Metrics(), batch_writes=False)
+    s = Storage(["10.0.0.1:2379", "10.0.0.2:2379", "10.0.0.3:2379"], timeout=5.0, metrics=Metrics(), batch_writes=False)
     kv = ScriptedKV(script)
     s._kv = kv
     s.sleep = no_sleep
@@ -139,3 +139,20 @@ async def test_reads_are_retried_until_the_timeout_is_spent() -> None:
     with pytest.raises(UnavailableError):
         await s.current_revision(retry=False)
     assert kv.calls == 1
+
+
+@pytest.mark.parametrize(
+    ("endpoints", "target"),
+    [
+        (["127.0.0.1:2379", "127.0.0.1:2381"], "ipv4:127.0.0.1:2379,127.0.0.1:2381"),
+        # Names (a compose file's members) are resolved once: gRPC has no list-of-names resolver.
+        (["localhost:2379", "10.0.0.2:2379"], "ipv4:127.0.0.1:2379,10.0.0.2:2379"),
+    ],
+)
+def test_the_target_of_several_members(endpoints: list[str], target: str) -> None:
+    assert cluster_target(endpoints) == target
+
+
+def test_a_member_that_is_not_host_port_is_refused() -> None:
+    with pytest.raises(ValueError, match="not host:port"):
+        cluster_target(["127.0.0.1", "127.0.0.1:2379"])

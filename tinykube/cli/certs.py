@@ -6,7 +6,9 @@ certificate go to `DIR/pki` (reused across runs, re-issued when a name or addres
 CA key stays there), and each component gets a directory holding only what it needs, to be
 mounted read-only where it runs:
 
-- `etcd/`: ca.crt, server.crt/key, peer.crt/key
+- `etcd/`: ca.crt, server.crt/key, peer.crt/key; with `--etcd-members NAME=IP,...` (an etcd
+  cluster, docker-compose.ha.yml) one such bundle per member, `NAME/`, holding that member's
+  own certificates (its name and address, and the control plane's `--hosts`/`--ips`)
 - `apiserver/`: ca.crt, apiserver.crt/key, etcd-client.crt/key, kubelet-client.crt/key, and
   admin.conf (its health check and `docker compose exec apiserver tinykube ...`)
 - `scheduler/`, `controller-manager/`: ca.crt, serving.crt/key, and scheduler.conf /
@@ -62,6 +64,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="the REST URL in the admin's kubeconfig (default: --server)",
     )
     parser.add_argument(
+        "--etcd-members",
+        default="",
+        help="NAME=IP,...: the members of an etcd cluster, each with its own certificates",
+    )
+    parser.add_argument(
         "--admin-grpc-server",
         default="",
         help="the gRPC host:port in the admin's kubeconfig (default: --grpc-server)",
@@ -73,12 +80,12 @@ def _split(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
-def _nodes(text: str) -> dict[str, str]:
+def _nodes(text: str, flag: str = "--nodes") -> dict[str, str]:
     nodes: dict[str, str] = {}
     for item in _split(text):
         name, sep, ip = item.partition("=")
         if not sep or not name or not ip:
-            raise CLIError(f'--nodes: "{item}" is not NAME=IP')
+            raise CLIError(f'{flag}: "{item}" is not NAME=IP')
         nodes[name] = ip
     return nodes
 
@@ -101,10 +108,20 @@ def write_bundles(
     grpc_server: str,
     admin_server: str = "",
     admin_grpc_server: str = "",
+    etcd_members: dict[str, str] | None = None,
 ) -> PKI:
     """Issue (or reuse) everything in `directory/pki` and write each component's bundle."""
     pki = PKI(directory / "pki")
-    pki.ensure_all(cluster_specs(list(nodes), hosts=hosts, ips=["127.0.0.1", *ips], node_ips=nodes))
+    members = list((etcd_members or {}).items())
+    pki.ensure_all(
+        cluster_specs(
+            list(nodes),
+            hosts=hosts,
+            ips=["127.0.0.1", *ips],
+            node_ips=nodes,
+            etcd_members=members,
+        )
+    )
     ca = pki.ca_cert_path.read_bytes()
 
     def bundle(name: str, files: dict[str, str]) -> Path:
@@ -130,6 +147,9 @@ def write_bundles(
         )
 
     bundle("etcd", {"server": "etcd-server", "peer": "etcd-peer"})
+    for name, _ in members:
+        # A member named "etcd" replaces the single etcd's bundle with its own certificates.
+        bundle(name, {"server": f"etcd-server-{name}", "peer": f"etcd-peer-{name}"})
     api = bundle(
         "apiserver",
         {
@@ -164,6 +184,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             grpc_server=args.grpc_server,
             admin_server=args.admin_server,
             admin_grpc_server=args.admin_grpc_server,
+            etcd_members=_nodes(args.etcd_members, "--etcd-members"),
         )
     except PKIError as exc:
         raise CLIError(str(exc)) from exc
