@@ -197,6 +197,8 @@ async def test_a_partitioned_leader_stops_serving_and_the_majority_goes_on(
         await asyncio.gather(*writers)
     try:
         assert errors == []
+        await asyncio.to_thread(leader.wait_healthy, 60.0)
+        print(f"healed: {leader.name} healthy again after {time.monotonic() - heal:.2f} s")
         # Healed: the old leader catches up and its apiserver serves everything again.
         async with asyncio.timeout(60):
             while True:
