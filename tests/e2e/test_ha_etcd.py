@@ -42,8 +42,8 @@ async def test_ha_cluster_rides_out_etcd_member_kills(tmp_path: Path) -> None:
         kubelets=("hollow",),
         kubelet_runtime="fake",
         extra_args={
+            # The scheduler stays leader-elected: its Lease renewals ride out the kills too.
             "kubelet": ["--fake-nodes", str(NODES), "--node-name-prefix", "hollow-"],
-            "scheduler": ["--leader-elect", "false"],
         },
     )
     await asyncio.to_thread(cluster.start)
