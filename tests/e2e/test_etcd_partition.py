@@ -29,6 +29,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
+from tests.e2e.waiting import eventually
 from tests.integration.conftest import (
     RunningAPIServer,
     make_pod,
@@ -36,8 +37,10 @@ from tests.integration.conftest import (
     make_stubs,
     start_apiserver,
 )
+from tinykube import health
 from tinykube.localetcd import EtcdCluster
 from tinykube.serving import CHANNEL_OPTIONS
+from tinykube.tls import PLAINTEXT
 from tinykube.v1 import meta_pb2, pod_pb2
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -119,6 +122,10 @@ def partition(i: int, cut: bool) -> None:
     ip("link", "set", f"{PREFIX}p{i}", "down" if cut else "up")
 
 
+async def not_serving(running: RunningAPIServer) -> bool:
+    return not await health.check(running.address, credentials=PLAINTEXT)
+
+
 async def consistent_names(running: RunningAPIServer) -> set[str] | None:
     """Pod names by a consistent List through `running`, or None when it refuses to answer."""
     ch = grpc.aio.insecure_channel(running.address, options=list(CHANNEL_OPTIONS))
@@ -190,6 +197,10 @@ async def test_a_partitioned_leader_stops_serving_and_the_majority_goes_on(
                 assert before <= names, "a stale consistent read from the isolated member"
         assert refused, "the isolated member's apiserver kept serving consistent reads"
         print(f"the isolated member's apiserver refused {refused} of 3 consistent Lists")
+        # It says so on its health service (clients fail over to a SERVING apiserver); the
+        # majority's stays SERVING.
+        await eventually(lambda: not_serving(old), 15, "the isolated apiserver NOT_SERVING")
+        assert await health.check(majority.address, credentials=PLAINTEXT)
     finally:
         heal = time.monotonic()
         await asyncio.to_thread(partition, index, False)
@@ -206,9 +217,9 @@ async def test_a_partitioned_leader_stops_serving_and_the_majority_goes_on(
                 if names is not None and set(acked) <= names:
                     break
                 await asyncio.sleep(0.2)
-        print(
-            f"healed: {leader.name}'s apiserver current again after {time.monotonic() - heal:.2f} s"
-        )
+        await eventually(lambda: health.check(old.address, credentials=PLAINTEXT), 15, "SERVING")
+        took = time.monotonic() - heal
+        print(f"healed: {leader.name}'s apiserver current and SERVING again after {took:.2f} s")
         final = await consistent_names(majority)
         assert final is not None and set(acked) <= final
     finally:
