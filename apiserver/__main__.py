@@ -123,7 +123,16 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         "--etcd-timeout",
         type=float,
         default=float(_env("ETCD_TIMEOUT", _DEFAULTS.etcd_request_timeout_seconds)),
-        help="deadline of each etcd request in seconds",
+        help="deadline of each etcd request in seconds, retries included",
+    )
+    p.add_argument(
+        "--etcd-write-attempt-timeout",
+        type=float,
+        default=float(
+            _env("ETCD_WRITE_ATTEMPT_TIMEOUT", _DEFAULTS.etcd_write_attempt_timeout_seconds)
+        ),
+        help="seconds one etcd write attempt may take before it is sent again (guarded txns "
+        "are safe to resend): how long writes stall when the etcd leader dies",
     )
     p.add_argument(
         "--etcd-batch-writes",
@@ -181,6 +190,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         max_requests_inflight=args.max_requests_inflight,
         max_mutating_requests_inflight=args.max_mutating_requests_inflight,
         etcd_request_timeout_seconds=args.etcd_timeout,
+        etcd_write_attempt_timeout_seconds=args.etcd_write_attempt_timeout,
         shutdown_grace_seconds=args.shutdown_grace,
         watch_batch_window_seconds=args.watch_batch_window,
         etcd_batch_writes=args.etcd_batch_writes.lower() == "true",

@@ -120,6 +120,7 @@ class APIServer:
         self.storage = storage or Storage(
             settings.endpoints,
             timeout=settings.etcd_request_timeout_seconds,
+            write_attempt_timeout=settings.etcd_write_attempt_timeout_seconds,
             metrics=self.metrics,
             batch_writes=settings.etcd_batch_writes,
             credentials=etcd_credentials(settings),

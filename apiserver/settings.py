@@ -45,8 +45,12 @@ class Settings:
     # Node heartbeats and leader election have seats of their own besides (flowcontrol.py).
     max_requests_inflight: int = 400
     max_mutating_requests_inflight: int = 200
-    # Deadline of each etcd request; a dead etcd shows as UNAVAILABLE after this long.
+    # Deadline of each etcd request, retries included; a dead etcd shows as UNAVAILABLE after
+    # this long.
     etcd_request_timeout_seconds: float = 5.0
+    # Deadline of one attempt of a write before it is sent again (a write forwarded to an etcd
+    # leader that died is never answered; etcd elects a new one within about a second).
+    etcd_write_attempt_timeout_seconds: float = 2.0
     # Concurrent single-key writes share one etcd txn (apiserver/txnbatch.py); False sends
     # every write as its own txn.
     etcd_batch_writes: bool = True

@@ -79,7 +79,8 @@ _CHANNEL_OPTIONS = (
 _CLUSTER_OPTIONS = (("grpc.lb_policy_name", "round_robin"),)
 # etcd's rpctypes.MetadataRequireLeaderKey / MetadataHasLeader.
 REQUIRE_LEADER = (("hasleader", "true"),)
-# Seconds one write attempt may take before it is sent again (see the module docstring).
+# Seconds one write attempt may take before it is sent again (see the module docstring;
+# --etcd-write-attempt-timeout).
 WRITE_ATTEMPT_TIMEOUT = 2.0
 RETRY_BACKOFF = 0.05
 RETRY_BACKOFF_MAX = 0.5
@@ -211,6 +212,7 @@ class Storage:
         metrics: Metrics,
         batch_writes: bool = True,
         credentials: Credentials = PLAINTEXT,
+        write_attempt_timeout: float = WRITE_ATTEMPT_TIMEOUT,
     ) -> None:
         if not endpoints:
             raise ValueError("no etcd endpoints given")
@@ -220,7 +222,7 @@ class Storage:
         # gRPC checks a member's certificate against the target's authority, which a list of
         # addresses is not: every member's certificate names the first host.
         self._tls_name = endpoints[0].rsplit(":", 1)[0] if len(endpoints) > 1 else ""
-        self.write_attempt_timeout = min(timeout, WRITE_ATTEMPT_TIMEOUT)
+        self.write_attempt_timeout = min(timeout, write_attempt_timeout)
         # Attempts that failed and were sent again, by operation (tests and metrics read it).
         self.retries: dict[str, int] = {}
         # The pause between attempts (unit tests replace it).
