@@ -61,7 +61,12 @@ async def no_sleep(seconds: float) -> None:
 
 
 def storage(script: list[Any]) -> tuple[Storage, ScriptedKV]:
-    s = Storage(["10.0.0.1:2379", "10.0.0.2:2379", "10.0.0.3:2379"], timeout=5.0, metrics=Metrics(), batch_writes=False)
+    s = Storage(
+        ["10.0.0.1:2379", "10.0.0.2:2379", "10.0.0.3:2379"],
+        timeout=5.0,
+        metrics=Metrics(),
+        batch_writes=False,
+    )
     kv = ScriptedKV(script)
     s._kv = kv
     s.sleep = no_sleep
