@@ -177,6 +177,7 @@ def test_standby_schedulers_and_controller_managers(
 ) -> None:
     c = cluster(tmp_path, kubelets=[], **kwargs)
     base = [n for n in ("apiserver", "scheduler", "controller") if kwargs.get(n, True)]
+    base += ["apiserver-2"] if kwargs.get("ha") else []  # --ha's second apiserver
     assert sorted(c.components) == sorted([*base, *extra])
     ports = {c.components[n].port for n in c.components}
     assert len(ports) == len(c.components)
