@@ -121,6 +121,9 @@ class Options:
     out_dir: Path = RESULTS_DIR
     verbose: bool = False
     insecure: bool = False  # a plaintext cluster (tinykube up --insecure)
+    # tinykube up --ha: 3 etcd members, 2 apiservers, 2 leader-elected schedulers and
+    # controller managers (the pod creators and the harness use the first apiserver)
+    ha: bool = False
 
 
 # ---- the workload files ---------------------------------------------------------------------
@@ -368,23 +371,35 @@ class Run:
         self.work = Path(tempfile.mkdtemp(prefix="tinykube-bench-"))
         self.api_metrics_port = free_port()
         self.sched_metrics_port = free_port()
+        extra_args = {
+            "apiserver": ["--metrics-port", str(self.api_metrics_port)],
+            "scheduler": [
+                "--leader-elect",
+                "false",
+                "--metrics-port",
+                str(self.sched_metrics_port),
+            ],
+            "controller": ["--leader-elect", "false"],
+        }
+        if opts.ha:
+            # Standbys behind leader election, as the HA topology runs them; the second
+            # apiserver and scheduler get metrics ports of their own. Whichever scheduler takes
+            # the Lease schedules; the scheduler metrics scraped are the first one's.
+            extra_args = {
+                "apiserver": ["--metrics-port", str(self.api_metrics_port)],
+                "apiserver-2": ["--metrics-port", str(free_port())],
+                "scheduler": ["--metrics-port", str(self.sched_metrics_port)],
+                "scheduler-2": ["--metrics-port", str(free_port())],
+            }
         self.cluster = LocalCluster(
             self.work,
             kubelets=(),
             kubelet_runtime="fake",
-            controller=self.needs_controller,
-            extra_args={
-                "apiserver": ["--metrics-port", str(self.api_metrics_port)],
-                "scheduler": [
-                    "--leader-elect",
-                    "false",
-                    "--metrics-port",
-                    str(self.sched_metrics_port),
-                ],
-                "controller": ["--leader-elect", "false"],
-            },
+            controller=self.needs_controller or opts.ha,
+            extra_args=extra_args,
             start_timeout=120.0,
             insecure=opts.insecure,
+            ha=opts.ha,
         )
         self.sampler = Sampler()
         self.kubelet_groups = 0
@@ -943,7 +958,11 @@ class Run:
                 "run": self.run_no,
                 "machine": {"nproc": os.cpu_count(), "load_average_at_start": load_start},
                 "commit": git_commit(),
-                "options": {"creators": self.opts.creators, "concurrency": self.opts.concurrency},
+                "options": {
+                    "creators": self.opts.creators,
+                    "concurrency": self.opts.concurrency,
+                    "ha": self.opts.ha,
+                },
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }
         )
@@ -1219,6 +1238,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the cluster in plaintext (tinykube up --insecure), to compare with TLS",
     )
+    p.add_argument(
+        "--ha",
+        action="store_true",
+        help="the HA topology: 3 etcd members, 2 apiservers, 2 schedulers and controller managers",
+    )
     p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     a = p.parse_args(argv)
     opts = Options(
@@ -1231,6 +1255,7 @@ def main(argv: list[str] | None = None) -> int:
         keep=a.keep,
         out_dir=a.out_dir,
         insecure=a.insecure,
+        ha=a.ha,
     )
 
     async def everything() -> list[dict[str, Any]]:
