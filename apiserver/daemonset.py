@@ -24,7 +24,7 @@ from apiserver import validation
 from apiserver.validation import invalid, required, unsupported
 from tinykube.errors import FieldError
 from tinykube.kinds import CONTROLLER_REVISION, DAEMON_SET
-from tinykube.meta import int_or_string, set_int_or_string
+from tinykube.meta import annotation_int, int_or_string, set_int_or_string
 from tinykube.selectors import SelectorError, from_proto
 from tinykube.v1 import controllerrevision_pb2, daemonset_pb2, meta_pb2
 
@@ -64,13 +64,7 @@ def default_daemon_set(ds: daemonset_pb2.DaemonSet) -> None:
 
 def template_generation(ds: daemonset_pb2.DaemonSet) -> int | None:
     """The template generation the annotation holds, None when absent or not a number."""
-    text = ds.metadata.annotations.get(TEMPLATE_GENERATION_ANNOTATION)
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
+    return annotation_int(ds.metadata.annotations, TEMPLATE_GENERATION_ANNOTATION)
 
 
 def prepare_for_create(ds: daemonset_pb2.DaemonSet) -> None:

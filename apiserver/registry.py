@@ -9,7 +9,6 @@ write, so they run once per attempt.
 
 from __future__ import annotations
 
-import secrets
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -151,15 +150,6 @@ def fields_of(kind: str) -> Callable[[Message], dict[str, str]]:
         }
 
     return meta_fields
-
-
-_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-
-
-def generate_name(base: str) -> str:
-    """generateName + 5 random characters, as Kubernetes' name generator does."""
-    base = base[: 63 - 5]
-    return base + "".join(secrets.choice(_GENERATE_ALPHABET) for _ in range(5))
 
 
 def _has_spec(info: KindInfo) -> bool:

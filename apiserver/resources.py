@@ -32,7 +32,7 @@ from apiserver.allocator import Claims, ServiceAllocator
 from apiserver.auth.escalation import EscalationGuard
 from apiserver.auth.filters import REQUESTER, admit_node_write
 from apiserver.deletion import check_policy, gc_finalizers, policy_of
-from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy, generate_name
+from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy
 from apiserver.settings import Settings
 from apiserver.storage import KV, Storage, WriteResult
 from apiserver.validation import invalid, required, unsupported
@@ -62,7 +62,7 @@ from tinykube.errors import (
     to_status,
 )
 from tinykube.kinds import NAMESPACE, NODE, POD, KindInfo
-from tinykube.meta import get_continue, set_timestamp, timestamp
+from tinykube.meta import generate_name, get_continue, set_timestamp, timestamp
 from tinykube.selectors import (
     FieldSelector,
     LabelSelector,

@@ -25,9 +25,15 @@ from typing import Any
 from google.protobuf.struct_pb2 import Struct
 
 from controller.nodelifecycle import toleration_matches
-from controller.util import is_pod_available, is_terminating, selector_matches
+from controller.util import (
+    fnv32a,
+    is_pod_available,
+    is_terminating,
+    safe_encode_string,
+    selector_matches,
+)
 from tinykube.manifest import to_dict
-from tinykube.meta import int_or_string
+from tinykube.meta import annotation_int, int_or_string
 from tinykube.v1 import controllerrevision_pb2, daemonset_pb2, meta_pb2, node_pb2, pod_pb2
 
 DaemonSet = daemonset_pb2.DaemonSet
@@ -104,13 +110,7 @@ def new_controller_ref(ds: DaemonSet) -> meta_pb2.OwnerReference:
 
 
 def template_generation(ds: DaemonSet) -> int | None:
-    text = ds.metadata.annotations.get(TEMPLATE_GENERATION_ANNOTATION)
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
+    return annotation_int(ds.metadata.annotations, TEMPLATE_GENERATION_ANNOTATION)
 
 
 def pod_for_node(ds: DaemonSet, node_name: str, hash_: str) -> Pod:
@@ -425,17 +425,6 @@ def rolling_update_plan(
 
 # ---- ControllerRevisions ---------------------------------------------------------------------
 
-# k8s.io/apimachinery/pkg/util/rand's alphanums: no vowels, no confusable characters.
-_SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-
-
-def _fnv32a(data: bytes) -> int:
-    h = 0x811C9DC5
-    for byte in data:
-        h ^= byte
-        h = (h * 0x01000193) & 0xFFFFFFFF
-    return h
-
 
 def compute_hash(template: Any, collision_count: int | None) -> str:
     """kube's controller.ComputeHash: FNV-32a over the template (here its canonical JSON, where
@@ -445,8 +434,7 @@ def compute_hash(template: Any, collision_count: int | None) -> str:
     data = text.encode()
     if collision_count is not None:
         data += struct.pack("<I", collision_count & 0xFFFFFFFF)
-    digits = str(_fnv32a(data))
-    return "".join(_SAFE_ALPHABET[ord(c) % len(_SAFE_ALPHABET)] for c in digits)
+    return safe_encode_string(str(fnv32a(data)))
 
 
 def revision_data(ds: DaemonSet) -> Struct:

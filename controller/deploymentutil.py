@@ -19,9 +19,9 @@ from typing import Any
 
 from google.protobuf.struct_pb2 import Value
 
-from controller.util import datetime_to_ts, ts_to_datetime
+from controller.util import datetime_to_ts, fnv32a, safe_encode_string, ts_to_datetime
 from tinykube.manifest import to_dict
-from tinykube.meta import int_or_string
+from tinykube.meta import annotation_int, int_or_string
 from tinykube.v1 import deployment_pb2, replicaset_pb2
 
 Deployment = deployment_pb2.Deployment
@@ -68,11 +68,6 @@ RECREATE = "Recreate"
 ROLLING_UPDATE = "RollingUpdate"
 # progressDeadlineSeconds at math.MaxInt32 means "no deadline", as in Kubernetes.
 NO_DEADLINE = 2**31 - 1
-
-# Kubernetes' util/rand alphabet: no vowels, no easily confused characters.
-_SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-_FNV32_OFFSET = 0x811C9DC5
-_FNV32_PRIME = 0x01000193
 
 
 # ---- replica counts ----------------------------------------------------------------------------
@@ -184,16 +179,6 @@ def new_rs_new_replicas(d: Deployment, all_rss: Sequence[ReplicaSet], new_rs: Re
     raise ValueError(f"deployment type {d.spec.strategy.type} isn't supported")
 
 
-def _annotation_int(rs: ReplicaSet, key: str) -> int | None:
-    text = rs.metadata.annotations.get(key)
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
 def round_half_away(x: float) -> int:
     """Go's math.Round: halves away from zero."""
     return math.floor(x + 0.5) if x >= 0 else -math.floor(-x + 0.5)
@@ -205,7 +190,7 @@ def replica_set_fraction(rs: ReplicaSet, d: Deployment) -> int:
     if replicas_of(d) == 0:
         return -replicas_of(rs)
     deployment_replicas = replicas_of(d) + max_surge(d)
-    annotated = _annotation_int(rs, MAX_REPLICAS_ANNOTATION)
+    annotated = annotation_int(rs.metadata.annotations, MAX_REPLICAS_ANNOTATION)
     if annotated is None or annotated == 0:
         # Kubernetes falls back to status.replicas (and divides by it as is).
         annotated = d.status.replicas
@@ -255,7 +240,7 @@ def is_saturated(d: Deployment, rs: ReplicaSet | None) -> bool:
     """The new ReplicaSet has all the Deployment's replicas, sized for them and available."""
     if rs is None:
         return False
-    desired = _annotation_int(rs, DESIRED_REPLICAS_ANNOTATION)
+    desired = annotation_int(rs.metadata.annotations, DESIRED_REPLICAS_ANNOTATION)
     if desired is None:
         return False
     replicas = replicas_of(d)
@@ -313,18 +298,6 @@ def max_revision(rss: Iterable[ReplicaSet]) -> int:
 
 
 # ---- templates and the hash ----------------------------------------------------------------
-
-
-def safe_encode_string(text: str) -> str:
-    """Kubernetes' rand.SafeEncodeString: every character mapped into a vowel-free alphabet."""
-    return "".join(_SAFE_ALPHABET[ord(ch) % len(_SAFE_ALPHABET)] for ch in text)
-
-
-def fnv32a(data: bytes) -> int:
-    h = _FNV32_OFFSET
-    for byte in data:
-        h = ((h ^ byte) * _FNV32_PRIME) & 0xFFFFFFFF
-    return h
 
 
 def _pruned(value: Any) -> Any:

@@ -12,11 +12,8 @@ from typing import Protocol, TypeVar
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from tinykube.meta import timestamp
+from tinykube.meta import NAME_ALPHABET, timestamp
 from tinykube.v1 import meta_pb2, pod_pb2
-
-# Kubernetes' generateName alphabet: no vowels (no words) and no easily confused characters.
-_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
 class HasMeta(Protocol):
@@ -41,9 +38,22 @@ def split_key(key: str) -> tuple[str, str]:
     return "", key
 
 
+def safe_encode_string(text: str) -> str:
+    """Kubernetes' rand.SafeEncodeString: every character mapped into the name alphabet."""
+    return "".join(NAME_ALPHABET[ord(ch) % len(NAME_ALPHABET)] for ch in text)
+
+
+def fnv32a(data: bytes) -> int:
+    """FNV-1a, 32 bits (Go's hash/fnv New32a): what Kubernetes' ComputeHash feeds."""
+    h = 0x811C9DC5
+    for byte in data:
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
 def random_suffix(rng: random.Random | None = None, length: int = 5) -> str:
     chooser = rng or random
-    return "".join(chooser.choice(_NAME_ALPHABET) for _ in range(length))
+    return "".join(chooser.choice(NAME_ALPHABET) for _ in range(length))
 
 
 def _requirement_matches(req: meta_pb2.LabelSelectorRequirement, labels: Mapping[str, str]) -> bool:

@@ -73,7 +73,6 @@ import asyncio
 import builtins
 import logging
 import random
-import secrets
 from asyncio import FIRST_COMPLETED
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
@@ -94,7 +93,7 @@ from tinykube.errors import (
 )
 from tinykube.flags import split_addresses
 from tinykube.kinds import KindInfo
-from tinykube.meta import get_continue, list_request
+from tinykube.meta import generate_name, get_continue, list_request
 from tinykube.retry import (
     INITIAL_BACKOFF,
     MAX_BACKOFF,
@@ -135,9 +134,6 @@ log = logging.getLogger(__name__)
 # A generateName Create whose generated name is taken is tried with a new name this many times
 # in all, as the apiserver does for the names it generates.
 GENERATE_NAME_ATTEMPTS = 3
-# Kubernetes' generateName alphabet (no vowels, no look-alikes), 5 characters after the prefix.
-_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-_GENERATED_LENGTH = 5
 
 _STATUS_BY_NUMBER: dict[int, grpc.StatusCode] = {c.value[0]: c for c in grpc.StatusCode}
 
@@ -834,10 +830,3 @@ def _contains(sent: Message, stored: Message) -> bool:
         elif not _same(value, other):
             return False
     return True
-
-
-def generate_name(base: str) -> str:
-    """generateName plus 5 random characters, as the apiserver's name generator makes them
-    (the prefix cut so that the name fits 63 characters)."""
-    base = base[: 63 - _GENERATED_LENGTH]
-    return base + "".join(secrets.choice(_GENERATE_ALPHABET) for _ in range(_GENERATED_LENGTH))

@@ -6,12 +6,16 @@
   is a number or a string as in Kubernetes; these helpers read and write them as `int | str`.
 - Kubernetes' metav1.Time has whole seconds (RFC 3339, `2026-12-01T10:00:00Z`); `timestamp`
   truncates so that every time the API prints has that form.
+- generateName's suffix (`generate_name`) and the integers controllers keep in annotations
+  (`annotation_int`), as Kubernetes spells them.
 
-Pure functions, no state.
+Pure functions, no state (but `generate_name`'s randomness).
 """
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from google.protobuf.struct_pb2 import Value
@@ -111,3 +115,27 @@ def set_timestamp(target: Timestamp, when: datetime) -> None:
     if when.tzinfo is not None:
         when = when.astimezone(UTC).replace(tzinfo=None)
     target.FromDatetime(when.replace(microsecond=0))
+
+
+# Kubernetes' generateName alphabet (k8s.io/apimachinery's rand: no vowels, so no words, and no
+# easily confused characters); a generated name is the base plus 5 of them.
+NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+GENERATED_LENGTH = 5
+
+
+def generate_name(base: str) -> str:
+    """generateName + 5 random characters, as Kubernetes' name generator does."""
+    base = base[: 63 - GENERATED_LENGTH]
+    return base + "".join(secrets.choice(NAME_ALPHABET) for _ in range(GENERATED_LENGTH))
+
+
+def annotation_int(annotations: Mapping[str, str], key: str) -> int | None:
+    """The integer an annotation holds (a revision, a template generation, a replica count);
+    None when it is absent or not a number."""
+    text = annotations.get(key)
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None

@@ -33,7 +33,6 @@ from multidict import MultiMapping
 from apiserver import fieldmanager
 from apiserver.deletion import delete_options_errors, policy_of
 from apiserver.podlogs import PodLogOptions, PodLogs
-from apiserver.registry import generate_name
 from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
 from apiserver.rest import kubeproto, patch, tables
@@ -68,6 +67,7 @@ from tinykube.errors import (
     TinykubeError,
 )
 from tinykube.kinds import NAMESPACE, NODE, POD, SCALABLE_KINDS
+from tinykube.meta import generate_name
 from tinykube.tls import PLAINTEXT, Credentials
 from tinykube.v1 import meta_pb2, node_pb2, pod_pb2
 

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from google.protobuf.message import Message
 
-from apiserver.registry import Strategy, generate_name
+from apiserver.registry import Strategy
 from apiserver.validation import validate, validate_status, validate_update
 from tinykube.errors import FieldError, InvalidError
 from tinykube.kinds import EVENT, LEASE, NODE, POD, REPLICA_SET, SERVICE, KindInfo
+from tinykube.meta import generate_name
 from tinykube.v1 import lease_pb2, meta_pb2, node_pb2, pod_pb2, replicaset_pb2, service_pb2
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -501,13 +501,6 @@ def test_hash_depends_on_the_template_and_the_collision_count() -> None:
     assert du.compute_hash(other.spec.template, None) != h
 
 
-def test_fnv32a_is_fnv32a() -> None:
-    # Test vectors of the FNV-1a 32-bit hash.
-    assert du._fnv32a(b"") == 0x811C9DC5
-    assert du._fnv32a(b"a") == 0xE40C292C
-    assert du._fnv32a(b"foobar") == 0xBF9CF968
-
-
 def test_a_revision_matches_its_template_only() -> None:
     ds = make_ds()
     cr = du.new_revision(ds, "h", 3)

@@ -9,7 +9,7 @@ import pytest
 from google.protobuf.struct_pb2 import Value
 
 from controller import deploymentutil as du
-from controller.util import datetime_to_ts
+from controller.util import datetime_to_ts, fnv32a, safe_encode_string
 from tinykube.meta import int_or_string_value
 from tinykube.v1 import deployment_pb2, replicaset_pb2
 
@@ -335,7 +335,7 @@ def test_history_keeps_unsynced_and_deleting_replica_sets() -> None:
     [("0123456789", "456789bcdf"), ("", ""), ("1", "5")],
 )
 def test_safe_encode_string(text: str, expected: str) -> None:
-    assert du.safe_encode_string(text) == expected
+    assert safe_encode_string(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -344,7 +344,7 @@ def test_safe_encode_string(text: str, expected: str) -> None:
     [(b"", 0x811C9DC5), (b"a", 0xE40C292C), (b"foobar", 0xBF9CF968)],
 )
 def test_fnv32a(data: bytes, expected: int) -> None:
-    assert du.fnv32a(data) == expected
+    assert fnv32a(data) == expected
 
 
 def _template(image: str) -> replicaset_pb2.PodTemplateSpec:
