@@ -64,6 +64,7 @@ from controller.util import (
     is_pod_ready,
     is_terminating,
     key_of,
+    resolve_controller_ref,
     selector_is_empty,
 )
 from tinykube.clock import Clock
@@ -199,13 +200,9 @@ class DaemonSetController:
 
     def _owner(self, obj: Any) -> DaemonSet | None:
         """The DaemonSet an object's controller reference names, if it is in the cache."""
-        ref = controller_ref(obj.metadata)
-        if ref is None or ref.kind != KIND:
-            return None
-        ds = self.ds_store.get(f"{obj.metadata.namespace}/{ref.name}")
-        if ds is None or ds.metadata.uid != ref.uid:
-            return None
-        return ds
+        return resolve_controller_ref(
+            obj.metadata.namespace, controller_ref(obj.metadata), KIND, self.ds_store
+        )
 
     def _enqueue_selecting(self, obj: Any) -> None:
         for ds in self._daemon_sets(obj.metadata.namespace):

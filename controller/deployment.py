@@ -37,6 +37,7 @@ from controller.util import (
     controller_ref,
     is_terminating,
     key_of,
+    resolve_controller_ref,
     selector_is_empty,
     selector_matches,
     ts_to_datetime,
@@ -129,13 +130,9 @@ class DeploymentController:
         self.queue.add(key_of(d))
 
     def _owner(self, rs: ReplicaSet) -> Deployment | None:
-        ref = controller_ref(rs.metadata)
-        if ref is None or ref.kind != KIND:
-            return None
-        d = self.d_store.get(f"{rs.metadata.namespace}/{ref.name}")
-        if d is None or d.metadata.uid != ref.uid:
-            return None
-        return d
+        return resolve_controller_ref(
+            rs.metadata.namespace, controller_ref(rs.metadata), KIND, self.d_store
+        )
 
     def _matching(self, rs: ReplicaSet) -> list[Deployment]:
         return [
@@ -171,11 +168,10 @@ class DeploymentController:
 
     def on_pod_delete(self, pod: Pod) -> None:
         """A Recreate rollout waits for the old pods to be gone: look again when one goes."""
-        ref = controller_ref(pod.metadata)
-        if ref is None or ref.kind != "ReplicaSet":
-            return
-        rs = self.rs_store.get(f"{pod.metadata.namespace}/{ref.name}")
-        if rs is None or rs.metadata.uid != ref.uid:
+        rs = resolve_controller_ref(
+            pod.metadata.namespace, controller_ref(pod.metadata), "ReplicaSet", self.rs_store
+        )
+        if rs is None:
             return
         d = self._owner(rs)
         if d is not None and d.spec.strategy.type == du.RECREATE:

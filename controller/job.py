@@ -45,6 +45,7 @@ from controller.util import (
     is_terminating,
     key_of,
     pod_condition,
+    resolve_controller_ref,
     selector_matches,
     ts_to_datetime,
 )
@@ -533,12 +534,7 @@ class JobController:
                 self.orphan_queue.add(key_of(pod))
 
     def _resolve(self, pod: Pod, ref: meta_pb2.OwnerReference | None) -> Job | None:
-        if ref is None or ref.kind != KIND:
-            return None
-        job = self.job_store.get(f"{pod.metadata.namespace}/{ref.name}")
-        if job is None or job.metadata.uid != ref.uid:
-            return None
-        return job
+        return resolve_controller_ref(pod.metadata.namespace, ref, KIND, self.job_store)
 
     def _matching_jobs(self, pod: Pod) -> list[Job]:
         return [

@@ -28,6 +28,7 @@ from controller.util import (
     is_terminating,
     key_of,
     pod_condition,
+    resolve_controller_ref,
     selector_is_empty,
     selector_matches,
     split_key,
@@ -183,13 +184,9 @@ class ReplicaSetController:
         self.queue.add(key)
 
     def _resolve_controller_ref(self, pod: Pod) -> ReplicaSet | None:
-        ref = controller_ref(pod.metadata)
-        if ref is None or ref.kind != KIND:
-            return None
-        rs = self.rs_store.get(f"{pod.metadata.namespace}/{ref.name}")
-        if rs is None or rs.metadata.uid != ref.uid:
-            return None
-        return rs
+        return resolve_controller_ref(
+            pod.metadata.namespace, controller_ref(pod.metadata), KIND, self.rs_store
+        )
 
     def _matching_replica_sets(self, pod: Pod) -> list[ReplicaSet]:
         return [
@@ -243,13 +240,10 @@ class ReplicaSetController:
                 self.queue.add(key_of(match))
 
     def on_pod_delete(self, pod: Pod) -> None:
-        ref = controller_ref(pod.metadata)
-        if ref is None or ref.kind != KIND:
+        rs = self._resolve_controller_ref(pod)
+        if rs is None:
             return
-        rs_key = f"{pod.metadata.namespace}/{ref.name}"
-        rs = self.rs_store.get(rs_key)
-        if rs is None or rs.metadata.uid != ref.uid:
-            return
+        rs_key = key_of(rs)
         self.expectations.deletion_observed(rs_key, key_of(pod))
         self.queue.add(rs_key)
 

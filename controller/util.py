@@ -90,6 +90,28 @@ def controller_ref(meta: meta_pb2.ObjectMeta) -> meta_pb2.OwnerReference | None:
     return None
 
 
+M = TypeVar("M", bound=HasMeta)
+M_co = TypeVar("M_co", bound=HasMeta, covariant=True)
+
+
+class _Cache(Protocol[M_co]):
+    def get(self, key: str) -> M_co | None: ...
+
+
+def resolve_controller_ref(
+    namespace: str, ref: meta_pb2.OwnerReference | None, kind: str, cache: _Cache[M]
+) -> M | None:
+    """client-go's resolveControllerRef: the `kind` object in `namespace` that a controller
+    reference names, from an informer cache, if it is the same incarnation (its uid); else
+    None (no reference, another kind, gone, or a new object of the same name)."""
+    if ref is None or ref.kind != kind:
+        return None
+    owner = cache.get(f"{namespace}/{ref.name}")
+    if owner is None or owner.metadata.uid != ref.uid:
+        return None
+    return owner
+
+
 def is_terminating(obj: HasMeta) -> bool:
     return obj.metadata.HasField("deletionTimestamp")
 
