@@ -113,17 +113,6 @@ def selector_text(sel: meta_pb2.LabelSelector) -> str:
     )
 
 
-def _percent_or_int(value: Value) -> int:
-    """Kubernetes' getIntOrPercentValue: a percentage's number, an int, 0 for anything else."""
-    held = int_or_string(value)
-    if isinstance(held, int):
-        return held
-    if isinstance(held, str):
-        digits = held[:-1] if held.endswith("%") else held
-        return int(digits) if digits.isdigit() else 0
-    return 0
-
-
 def _strategy_text(strategy: daemonset_pb2.DaemonSetUpdateStrategy) -> str:
     rolling = (
         "(*apps.RollingUpdateDaemonSet)(...)"
@@ -155,8 +144,8 @@ def validate_update_strategy(
     errs: list[FieldError] = []
     for name, value in (("maxUnavailable", rolling.maxUnavailable), ("maxSurge", rolling.maxSurge)):
         errs.extend(validation._int_or_percent(f"{rp}.{name}", value))
-    has_unavailable = _percent_or_int(rolling.maxUnavailable) != 0
-    has_surge = _percent_or_int(rolling.maxSurge) != 0
+    has_unavailable = validation.int_or_percent_value(rolling.maxUnavailable) != 0
+    has_surge = validation.int_or_percent_value(rolling.maxSurge) != 0
     if has_unavailable and has_surge:
         surge = int_or_string(rolling.maxSurge)
         errs.append(

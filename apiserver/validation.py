@@ -1117,7 +1117,7 @@ def _positive_int_or_percent(path: str, value: Value) -> list[FieldError]:
     return []
 
 
-def _int_or_percent_value(value: Value) -> int:
+def int_or_percent_value(value: Value) -> int:
     """Kubernetes' getIntOrPercentValue: the number, or a percentage's number; 0 otherwise."""
     held = int_or_string(value)
     if isinstance(held, int):
@@ -1146,7 +1146,7 @@ def validate_deployment_strategy(strategy: deployment_pb2.DeploymentStrategy) ->
     rp = f"{path}.rollingUpdate"
     errs = _positive_int_or_percent(f"{rp}.maxUnavailable", ru.maxUnavailable)
     errs += _positive_int_or_percent(f"{rp}.maxSurge", ru.maxSurge)
-    if _int_or_percent_value(ru.maxUnavailable) == 0 and _int_or_percent_value(ru.maxSurge) == 0:
+    if int_or_percent_value(ru.maxUnavailable) == 0 and int_or_percent_value(ru.maxSurge) == 0:
         errs.append(
             invalid(
                 f"{rp}.maxUnavailable",
