@@ -15,7 +15,6 @@ Pure functions over protobuf messages; the clock is passed in.
 from __future__ import annotations
 
 import json
-import math
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,10 +29,11 @@ from controller.util import (
     is_pod_available,
     is_terminating,
     safe_encode_string,
+    scaled_value,
     selector_matches,
 )
 from tinykube.manifest import to_dict
-from tinykube.meta import annotation_int, int_or_string
+from tinykube.meta import annotation_int
 from tinykube.v1 import controllerrevision_pb2, daemonset_pb2, meta_pb2, node_pb2, pod_pb2
 
 DaemonSet = daemonset_pb2.DaemonSet
@@ -256,25 +256,12 @@ def node_should_run(node: Node, ds: DaemonSet) -> Eligibility:
 # ---- rolling updates -------------------------------------------------------------------------
 
 
-def scaled_value(value: Any, total: int) -> int:
-    """intstr.GetScaledValueFromIntOrPercent with roundUp: an int as is, a percentage of
-    `total` rounded up, 0 for unset."""
-    held = int_or_string(value)
-    if held is None:
-        return 0
-    if isinstance(held, int):
-        return held
-    if not held.endswith("%") or not held[:-1].isdigit():
-        raise ValueError(f"invalid value for IntOrString: invalid value {held!r}")
-    return math.ceil(int(held[:-1]) * total / 100)
-
-
 def surge_count(ds: DaemonSet, desired: int) -> int:
     """kube's SurgeCount: 0 unless the strategy is RollingUpdate with a maxSurge."""
     strategy = ds.spec.updateStrategy
     if strategy.type != "RollingUpdate" or not strategy.HasField("rollingUpdate"):
         return 0
-    return scaled_value(strategy.rollingUpdate.maxSurge, desired)
+    return scaled_value(strategy.rollingUpdate.maxSurge, desired, round_up=True)
 
 
 def unavailable_count(ds: DaemonSet, desired: int) -> int:
@@ -282,7 +269,7 @@ def unavailable_count(ds: DaemonSet, desired: int) -> int:
     strategy = ds.spec.updateStrategy
     if strategy.type != "RollingUpdate" or not strategy.HasField("rollingUpdate"):
         return 0
-    return scaled_value(strategy.rollingUpdate.maxUnavailable, desired)
+    return scaled_value(strategy.rollingUpdate.maxUnavailable, desired, round_up=True)
 
 
 def allows_surge(ds: DaemonSet) -> bool:

@@ -19,9 +19,15 @@ from typing import Any
 
 from google.protobuf.struct_pb2 import Value
 
-from controller.util import datetime_to_ts, fnv32a, safe_encode_string, ts_to_datetime
+from controller.util import (
+    datetime_to_ts,
+    fnv32a,
+    safe_encode_string,
+    scaled_value,
+    ts_to_datetime,
+)
 from tinykube.manifest import to_dict
-from tinykube.meta import annotation_int, int_or_string
+from tinykube.meta import annotation_int
 from tinykube.v1 import deployment_pb2, replicaset_pb2
 
 Deployment = deployment_pb2.Deployment
@@ -76,20 +82,6 @@ NO_DEADLINE = 2**31 - 1
 def replicas_of(obj: Deployment | ReplicaSet) -> int:
     """spec.replicas, 1 when unset (the apiserver defaults it, so only fakes leave it out)."""
     return obj.spec.replicas if obj.spec.HasField("replicas") else 1
-
-
-def scaled_value(value: Value, total: int, round_up: bool) -> int:
-    """Kubernetes' GetScaledValueFromIntOrPercent: a number as is, "N%" of `total` rounded up or
-    down, unset as 0. Raises ValueError for anything else (validation keeps such values out)."""
-    if value.WhichOneof("kind") in (None, "null_value"):
-        return 0  # unset counts as 0, as Kubernetes' ValueOrDefault(nil, 0)
-    held = int_or_string(value)
-    if isinstance(held, int):
-        return held
-    if isinstance(held, str) and held.endswith("%") and held[:-1].isdigit():
-        percent = int(held[:-1])
-        return -(-percent * total // 100) if round_up else percent * total // 100
-    raise ValueError(f"invalid value for IntOrString: {held!r}")
 
 
 def resolve_fenceposts(max_surge: Value, max_unavailable: Value, desired: int) -> tuple[int, int]:

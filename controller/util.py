@@ -10,9 +10,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
+from google.protobuf.struct_pb2 import Value
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from tinykube.meta import NAME_ALPHABET, timestamp
+from tinykube.meta import NAME_ALPHABET, int_or_string, timestamp
 from tinykube.v1 import meta_pb2, pod_pb2
 
 
@@ -49,6 +50,20 @@ def fnv32a(data: bytes) -> int:
     for byte in data:
         h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
     return h
+
+
+def scaled_value(value: Value, total: int, round_up: bool) -> int:
+    """Kubernetes' GetScaledValueFromIntOrPercent: a number as is, "N%" of `total` rounded up or
+    down, unset as 0. Raises ValueError for anything else (validation keeps such values out)."""
+    if value.WhichOneof("kind") in (None, "null_value"):
+        return 0  # unset counts as 0, as Kubernetes' ValueOrDefault(nil, 0)
+    held = int_or_string(value)
+    if isinstance(held, int):
+        return held
+    if isinstance(held, str) and held.endswith("%") and held[:-1].isdigit():
+        percent = int(held[:-1])
+        return -(-percent * total // 100) if round_up else percent * total // 100
+    raise ValueError(f"invalid value for IntOrString: {held!r}")
 
 
 def random_suffix(rng: random.Random | None = None, length: int = 5) -> str:
