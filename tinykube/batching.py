@@ -5,8 +5,9 @@ the apiserver's etcd txn batcher. A request waits only while `max_in_flight` bat
 with none in flight it leaves on the next turn of the event loop (no timer, so nothing is added
 to an idle request's latency; requests made in the same turn join it), and while batches are
 out new requests queue and leave together as soon as one returns. Subclasses say how a batch
-is cut from the queue (`take_batch`) and how it is sent (`send`); every waiter's future is
-settled by `send`, or failed if `send` leaves it unsettled.
+is cut from the queue (`take_batch`), how it is sent (`send`) and, if not simply below
+`max_in_flight`, when another batch may leave while some are out (`may_launch`); every waiter's
+future is settled by `send`, or failed if `send` leaves it unsettled.
 
 Concurrency: one event loop; `enqueue` may be called from any number of tasks.
 """
@@ -46,19 +47,24 @@ class MicroBatcher(Generic[T, R]):
         """Send one batch and settle its futures."""
         raise NotImplementedError
 
+    def may_launch(self) -> bool:
+        """Whether a batch may leave now, `pending` being non-empty. The default: while fewer
+        than `max_in_flight` are out."""
+        return self._in_flight < self.max_in_flight
+
     def abandoned(self) -> Exception:
         """The error of a waiter whose batch ended without settling it (a cancelled send)."""
         return RuntimeError("batch abandoned")
 
     def _kick(self) -> None:
-        if self._scheduled or not self.pending or self._in_flight >= self.max_in_flight:
+        if self._scheduled or not self.pending or not self.may_launch():
             return
         self._scheduled = True
         asyncio.get_running_loop().call_soon(self._launch)
 
     def _launch(self) -> None:
         self._scheduled = False
-        while self.pending and self._in_flight < self.max_in_flight:
+        while self.pending and self.may_launch():
             batch = self.take_batch()
             if not batch:
                 continue

@@ -13,7 +13,7 @@ import grpc
 import pytest
 from aetcd import rpc
 
-from apiserver.txnbatch import MAX_TXN_OPS, BatchedResult, TxnBatcher
+from apiserver.txnbatch import FULL_BATCH, MAX_TXN_OPS, BatchedResult, TxnBatcher
 from tinykube.errors import InternalError, UnavailableError
 
 
@@ -136,6 +136,79 @@ async def test_a_failed_call_fails_every_write_in_it() -> None:
     )
     assert all(isinstance(r, UnavailableError) for r in results)
     assert etcd.versions == {}
+
+
+class GatedEtcd(FakeEtcd):
+    """A FakeEtcd whose calls wait for `gate`, counting how many are out at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.out = 0
+        self.most_out = 0
+
+    async def _held(self) -> None:
+        self.out += 1
+        self.most_out = max(self.most_out, self.out)
+        try:
+            await self.gate.wait()
+        finally:
+            self.out -= 1
+
+    async def send_batch(self, req: Any) -> Any:
+        await self._held()
+        return await super().send_batch(req)
+
+    async def send_one(self, req: Any, operation: str) -> Any:
+        await self._held()
+        return await super().send_one(req, operation)
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_writes_arriving_while_a_txn_is_out_wait_for_it_and_leave_together() -> None:
+    # With a second txn always allowed, a few writes arriving one by one each left as their
+    # own small txn; they now wait for the one round trip and share the next txn.
+    etcd = GatedEtcd()
+    batcher = TxnBatcher(etcd.send_batch, etcd.send_one)
+    first = asyncio.ensure_future(batcher.submit(b"a", txn(b"a", 0), "create"))
+    await settle()
+    later = []
+    for k in (b"b", b"c", b"d"):  # each in a turn of its own
+        later.append(asyncio.ensure_future(batcher.submit(k, txn(k, 0), "create")))
+        await settle()
+    assert etcd.out == 1  # the others wait for the first
+    etcd.gate.set()
+    results = await asyncio.gather(first, *later)
+    assert all(r.succeeded for r in results)
+    assert etcd.alone == [b"a"] and etcd.batches == [[b"b", b"c", b"d"]]
+    assert etcd.most_out == 1
+
+
+async def test_a_full_batch_waiting_goes_alongside_the_txn_in_flight() -> None:
+    etcd = GatedEtcd()
+    batcher = TxnBatcher(etcd.send_batch, etcd.send_one)
+    first = asyncio.ensure_future(batcher.submit(b"a", txn(b"a", 0), "create"))
+    await settle()
+    few = [f"f{i}".encode() for i in range(FULL_BATCH - 1)]
+    waiting = [asyncio.ensure_future(batcher.submit(k, txn(k, 0), "create")) for k in few]
+    await settle()
+    assert etcd.out == 1  # one short of a full batch: it waits
+    waiting.append(asyncio.ensure_future(batcher.submit(b"last", txn(b"last", 0), "create")))
+    await settle()
+    assert etcd.out == 2  # a full batch leaves alongside; never more than max_in_flight
+    keys = [f"m{i}".encode() for i in range(2 * FULL_BATCH)]
+    more = [asyncio.ensure_future(batcher.submit(k, txn(k, 0), "create")) for k in keys]
+    await settle()
+    assert etcd.out == 2
+    etcd.gate.set()
+    results = await asyncio.gather(first, *waiting, *more)
+    assert all(r.succeeded for r in results)
+    assert etcd.batches[0] == [*few, b"last"]
+    assert etcd.most_out == 2
 
 
 async def test_a_batch_stays_within_etcds_op_limit() -> None:
