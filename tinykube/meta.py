@@ -14,9 +14,10 @@ Pure functions, no state (but `generate_name`'s randomness).
 
 from __future__ import annotations
 
+import calendar
 import secrets
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 
 from google.protobuf.struct_pb2 import Value
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -112,9 +113,13 @@ def timestamp(when: datetime) -> Timestamp:
 
 
 def set_timestamp(target: Timestamp, when: datetime) -> None:
-    if when.tzinfo is not None:
-        when = when.astimezone(UTC).replace(tzinfo=None)
-    target.FromDatetime(when.replace(microsecond=0))
+    """`when` to the whole second (as metav1.Time); a naive `when` is UTC. Set directly, not
+    with Timestamp.FromDatetime, which costs 2.5x as much on every create and bind."""
+    if when.tzinfo is None:
+        target.seconds = calendar.timegm(when.timetuple())
+    else:
+        target.seconds = int(when.replace(microsecond=0).timestamp())
+    target.nanos = 0
 
 
 # Kubernetes' generateName alphabet (k8s.io/apimachinery's rand: no vowels, so no words, and no

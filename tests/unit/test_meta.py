@@ -111,3 +111,18 @@ def test_timestamps_are_whole_seconds_in_rfc3339(when: datetime) -> None:
     ts = timestamp(when)
     assert ts.nanos == 0
     assert json_format.MessageToJson(ts) == '"2026-12-01T10:00:00Z"'
+
+
+@pytest.mark.parametrize(
+    ("when", "printed"),
+    [
+        # Before 1970 a fraction still rounds down (to the earlier second), as Go's Truncate.
+        (datetime(1969, 12, 31, 23, 59, 59, 500000, tzinfo=UTC), '"1969-12-31T23:59:59Z"'),
+        (datetime(1, 1, 1, tzinfo=UTC), '"0001-01-01T00:00:00Z"'),
+        (datetime(9999, 12, 31, 23, 59, 59, 999999), '"9999-12-31T23:59:59Z"'),
+    ],
+)
+def test_timestamps_at_the_ends_of_the_range(when: datetime, printed: str) -> None:
+    ts = timestamp(when)
+    assert ts.nanos == 0
+    assert json_format.MessageToJson(ts) == printed
