@@ -6,16 +6,16 @@ set-up and completion) than the handler's own work, and costs etcd a raft entry.
 sends the txns submitted in the same turn of the event loop, and those that arrive while a
 batch is in flight (tinykube/batching.py), as one Txn whose compares and success ops are the
 concatenation of theirs. While one batch is out the next leaves when it returns, unless
-`FULL_BATCH` writes are already waiting: only then does a second batch go alongside
-(`max_in_flight`, 2). A second txn for a few waiting writes saves them one etcd round trip (a
-few ms) and costs a call: with two always allowed, 10,000 pod Creates at 32 in flight cost the
-apiserver about 20 % more CPU and etcd about 50 % more than with this rule (bench/RESULTS.md,
-session 6). Compares are ANDed, so the batch succeeds only if every item's compares hold: then
-every item succeeded, all at the one revision etcd answers (several objects share that
-resourceVersion, each still its own key with its own mod_revision). If any compare fails,
-nothing was written and each item is sent again alone, so each gets exactly the result (and the
-current value on failure) it would have had unbatched. Conflicts are rare on the hot paths
-(creates of new names, renewals, status updates, binds), so the fallback is rare too.
+`FULL_BATCH` writes are already waiting or it has been out `SLOW_TXN`: only then does a second
+batch go alongside (`max_in_flight`, 2). A second txn for a few waiting writes saves them one
+etcd round trip (a few ms) and costs a call: with two always allowed, 10,000 pod Creates at 32
+in flight cost the apiserver about 20 % more CPU and etcd about 50 % more than with this rule
+(bench/RESULTS.md, session 6). Compares are ANDed, so the batch succeeds only if every item's
+compares hold: then every item succeeded, all at the one revision etcd answers (several objects
+share that resourceVersion, each still its own key with its own mod_revision). If any compare
+fails, nothing was written and each item is sent again alone, so each gets exactly the result
+(and the current value on failure) it would have had unbatched. Conflicts are rare on the hot
+paths (creates of new names, renewals, status updates, binds), so the fallback is rare too.
 
 Several objects sharing a revision is invisible to WatchBatch clients (tinykube's own), which
 get a revision's events in one message. A plain Watch sends one event per message, so a stream
@@ -26,7 +26,7 @@ most one write of that kind, so the events such a watcher sees live never share 
 A batch never holds two items writing the same key (etcd refuses duplicate keys in a txn, and
 the second item's compare would be against the pre-txn value) and stays within etcd's default
 limits of 128 ops per txn and 1.5 MiB per request. When idle an item is sent at once; while a
-txn is out, an item waits for it (one etcd round trip) at most, unless a full batch is waiting.
+txn is out, an item waits for it (one etcd round trip) at most, or `SLOW_TXN` if it is slow.
 
 Runs on the apiserver's event loop; `submit` may be called from any number of tasks.
 """
@@ -52,6 +52,10 @@ MAX_TXN_OPS = 128
 MAX_BATCH_BYTES = 1024 * 1024
 # Writes waiting that justify a second txn while one is in flight (half a full one).
 FULL_BATCH = MAX_TXN_OPS // 2
+# Seconds after which a txn still out no longer holds back the writes queued behind it: a
+# healthy etcd answers in a few ms; one that does not (its member died, a slow fsync) gets a
+# second txn beside it, which round_robin sends to another member.
+SLOW_TXN = 0.05
 
 # etcd's answers that mean it refused a txn without applying it (too many ops, too large, no
 # space, ...). Any other failure leaves a batch's outcome unknown.
@@ -112,6 +116,11 @@ class TxnBatcher(MicroBatcher[TxnItem, Any]):
         self._on_batch = on_batch
         # The group (a kind's key prefix) of a key whose writes must not share a txn, or None.
         self.exclusive: Callable[[bytes], bytes | None] = lambda key: None
+        self.slow_txn = SLOW_TXN
+        # When each txn now out was sent (loop time), and the timer that lets the queue go
+        # beside one that is slow.
+        self._sent_at: list[float] = []
+        self._slow_timer: asyncio.TimerHandle | None = None
 
     async def submit(self, key: bytes, request: Any, operation: str) -> Any:
         """Run `request` (a txn writing `key` only); a TxnResponse or a `BatchedResult`."""
@@ -120,7 +129,21 @@ class TxnBatcher(MicroBatcher[TxnItem, Any]):
     def may_launch(self) -> bool:
         if self._in_flight == 0:
             return True
-        return self._in_flight < self.max_in_flight and len(self.pending) >= FULL_BATCH
+        if self._in_flight >= self.max_in_flight:
+            return False
+        if len(self.pending) >= FULL_BATCH:
+            return True
+        loop = asyncio.get_running_loop()
+        waited = loop.time() - min(self._sent_at, default=loop.time())
+        if waited >= self.slow_txn:
+            return True
+        if self._slow_timer is None:
+            self._slow_timer = loop.call_later(self.slow_txn - waited, self._slow)
+        return False
+
+    def _slow(self) -> None:
+        self._slow_timer = None
+        self._kick()
 
     def take_batch(self) -> list[Waiter]:
         batch: list[Waiter] = []
@@ -160,6 +183,14 @@ class TxnBatcher(MicroBatcher[TxnItem, Any]):
         return RuntimeError("etcd write batch abandoned")
 
     async def send(self, batch: list[Waiter]) -> None:
+        sent_at = asyncio.get_running_loop().time()
+        self._sent_at.append(sent_at)
+        try:
+            await self._send(batch)
+        finally:
+            self._sent_at.remove(sent_at)
+
+    async def _send(self, batch: list[Waiter]) -> None:
         self._on_batch(len(batch))
         if len(batch) == 1:
             await self._alone(batch[0])

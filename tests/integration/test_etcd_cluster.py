@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 import pytest
+from aetcd import rpc
 
 from apiserver.app import APIServer
 from apiserver.metrics import Metrics
@@ -305,7 +306,22 @@ class LandThenLose(Storage):
             key, self.victim = self.victim, b""
             cur = await self.get(key)
             assert cur is not None
-            await self.update(key, self.meddle(cur.value), cur.mod_revision)
+            # Someone else's write: straight to etcd, not through this apiserver's batcher
+            # (which holds this very txn in flight).
+            meddled = rpc.TxnRequest(
+                compare=[
+                    rpc.Compare(
+                        key=key,
+                        result=rpc.Compare.CompareResult.EQUAL,
+                        target=rpc.Compare.CompareTarget.MOD,
+                        mod_revision=cur.mod_revision,
+                    )
+                ],
+                success=[
+                    rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=self.meddle(cur.value)))
+                ],
+            )
+            assert (await self._kv.Txn(meddled)).succeeded
             self.lost += 1
             raise UnavailableError("etcd is unavailable: UNAVAILABLE: Stream removed (test)")
 

@@ -211,6 +211,24 @@ async def test_a_full_batch_waiting_goes_alongside_the_txn_in_flight() -> None:
     assert etcd.most_out == 2
 
 
+async def test_a_slow_txn_holds_back_the_writes_behind_it_only_so_long() -> None:
+    # A member that dies with a txn of ours out answers nothing until the attempt's deadline
+    # (seconds); the writes queued behind it go beside it after `slow_txn`, to another member.
+    etcd = GatedEtcd()
+    batcher = TxnBatcher(etcd.send_batch, etcd.send_one)
+    batcher.slow_txn = 0.05
+    stuck = asyncio.ensure_future(batcher.submit(b"a", txn(b"a", 0), "create"))
+    await settle()
+    behind = asyncio.ensure_future(batcher.submit(b"b", txn(b"b", 0), "create"))
+    await settle()
+    assert etcd.out == 1
+    await asyncio.sleep(0.1)
+    assert etcd.out == 2  # b went beside the slow one, alone, without another enqueue
+    etcd.gate.set()
+    assert all(r.succeeded for r in await asyncio.gather(stuck, behind))
+    assert etcd.alone == [b"a", b"b"]
+
+
 async def test_a_batch_stays_within_etcds_op_limit() -> None:
     etcd, batcher, sizes = make()
     keys = [f"k{i}".encode() for i in range(MAX_TXN_OPS * 2 + 5)]
