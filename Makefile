@@ -88,6 +88,7 @@ test: $(STAMP) proto-check
 bench: $(STAMP)
 	$(BIN)/python bench/api_latency.py
 	$(BIN)/python bench/rest_api.py
+	$(BIN)/python bench/create_alone.py --runs 3
 	@if [ -f bench/scheduler_cycle.py ]; then $(BIN)/python bench/scheduler_cycle.py; fi
 	$(BIN)/python bench/harness.py bench/workloads/scheduling_basic.yaml --runs 3 \
 		--workload 500Nodes --workload 5000Nodes --workload 500Nodes-noKubelets \
