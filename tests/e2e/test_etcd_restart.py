@@ -68,6 +68,35 @@ def etcd_errors(metrics_port: int) -> float:
     )
 
 
+async def record_placements(client: Client, nodes_seen: dict[str, list[str]]) -> None:
+    """Each default-namespace pod's nodeName history into `nodes_seen` (a change appended only
+    when it differs from the last), until cancelled. An informer's loop in miniature: list,
+    then watch, resuming from the last resourceVersion received whenever the stream breaks
+    (relisting if it is too old)."""
+
+    def saw(p: pod_pb2.Pod) -> None:
+        seen = nodes_seen[p.metadata.name]
+        if not seen or seen[-1] != p.spec.nodeName:
+            seen.append(p.spec.nodeName)
+
+    rv = ""
+    while True:
+        try:
+            if not rv:
+                listed = await client.pods.list("default")
+                for p in listed.items:
+                    saw(p)
+                rv = listed.metadata.resourceVersion
+            async for ev in client.pods.watch("default", resource_version=rv):
+                rv = ev.object.metadata.resourceVersion
+                if ev.type in ("ADDED", "MODIFIED"):
+                    saw(ev.object)
+        except ResourceExpiredError:
+            rv = ""
+        except TinykubeError:
+            await asyncio.sleep(0.2)
+
+
 async def test_etcd_killed_mid_burst_loses_no_pod_and_binds_each_once(tmp_path: Path) -> None:
     metrics_port = free_port()
     cluster = LocalCluster(
@@ -93,32 +122,7 @@ async def test_etcd_killed_mid_burst_loses_no_pod_and_binds_each_once(tmp_path: 
 
         await eventually(ready_nodes, 60, f"{NODES} hollow nodes Ready")
 
-        def saw(p: pod_pb2.Pod) -> None:
-            seen = nodes_seen[p.metadata.name]
-            if not seen or seen[-1] != p.spec.nodeName:
-                seen.append(p.spec.nodeName)
-
-        async def record() -> None:
-            # An informer's loop in miniature: list, then watch, resuming from the last
-            # resourceVersion received whenever the stream breaks (relisting if it is too old).
-            rv = ""
-            while True:
-                try:
-                    if not rv:
-                        listed = await client.pods.list("default")
-                        for p in listed.items:
-                            saw(p)
-                        rv = listed.metadata.resourceVersion
-                    async for ev in client.pods.watch("default", resource_version=rv):
-                        rv = ev.object.metadata.resourceVersion
-                        if ev.type in ("ADDED", "MODIFIED"):
-                            saw(ev.object)
-                except ResourceExpiredError:
-                    rv = ""
-                except TinykubeError:
-                    await asyncio.sleep(0.2)
-
-        watch_task = asyncio.create_task(record())
+        watch_task = asyncio.create_task(record_placements(client, nodes_seen))
         await asyncio.sleep(0.5)
         names = iter(f"burst-{i:04d}" for i in range(PODS))
         created = 0

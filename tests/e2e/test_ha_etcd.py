@@ -20,13 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_etcd_restart import create_until_done
+from tests.e2e.test_etcd_restart import create_until_done, record_placements
 from tests.e2e.test_workloads import schedulable
 from tests.e2e.waiting import eventually
 from tinykube.client import Client
-from tinykube.errors import ResourceExpiredError, TinykubeError
 from tinykube.launcher import LocalCluster
-from tinykube.v1 import pod_pb2
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -63,30 +61,7 @@ async def test_ha_cluster_rides_out_etcd_member_kills(tmp_path: Path) -> None:
 
         await eventually(ready_nodes, 60, f"{NODES} hollow nodes Ready")
 
-        def saw(p: pod_pb2.Pod) -> None:
-            seen = nodes_seen[p.metadata.name]
-            if not seen or seen[-1] != p.spec.nodeName:
-                seen.append(p.spec.nodeName)
-
-        async def record() -> None:
-            rv = ""
-            while True:
-                try:
-                    if not rv:
-                        listed = await two.pods.list("default")
-                        for p in listed.items:
-                            saw(p)
-                        rv = listed.metadata.resourceVersion
-                    async for ev in two.pods.watch("default", resource_version=rv):
-                        rv = ev.object.metadata.resourceVersion
-                        if ev.type in ("ADDED", "MODIFIED"):
-                            saw(ev.object)
-                except ResourceExpiredError:
-                    rv = ""
-                except TinykubeError:
-                    await asyncio.sleep(0.2)
-
-        watch_task = asyncio.create_task(record())
+        watch_task = asyncio.create_task(record_placements(two, nodes_seen))
         names = iter(f"ha-{i:04d}" for i in range(PODS))
         created = 0
 
