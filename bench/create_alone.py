@@ -21,15 +21,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from tinykube.localetcd import EtcdServer
+from tinykube.health import wait_healthy
+from tinykube.localetcd import EtcdServer, free_port
+from tinykube.tls import PLAINTEXT
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# bench/ is a folder of scripts, not a package: its helpers import by path.
+import sysmetrics
 
 HERE = Path(__file__).resolve().parent.parent
 POD = {
@@ -48,26 +52,11 @@ POD = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def wait_port(port: int, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"apiserver port {port} never opened")
+    sample = sysmetrics.proc_sample(pid)
+    if sample is None:
+        raise SystemExit(f"process {pid} exited during the run")
+    return sample.cpu_seconds
 
 
 def one_run(tree: Path, count: int, concurrency: int) -> dict[str, object]:
@@ -81,17 +70,19 @@ def one_run(tree: Path, count: int, concurrency: int) -> dict[str, object]:
     with open(work / "apiserver.log", "wb") as log:
         api = subprocess.Popen(cmd, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_port(port)
-        time.sleep(2)  # bootstrap objects written, watch caches synced
+        # SERVING: bootstrap objects written, watch caches synced.
+        address = f"127.0.0.1:{port}"
+        wait_healthy(address, 60, alive=lambda: api.poll() is None, credentials=PLAINTEXT)
         template = work / "pod.json"
         template.write_text(json.dumps(POD))
-        api0, etcd0 = cpu_seconds(api.pid), cpu_seconds(etcd.process.pid)  # type: ignore[union-attr]
+        assert etcd.process is not None
+        api0, etcd0 = cpu_seconds(api.pid), cpu_seconds(etcd.process.pid)
         creator = [sys.executable, str(tree / "bench" / "podcreator.py")]
-        creator += ["--apiserver", f"127.0.0.1:{port}", "--template", str(template)]
+        creator += ["--apiserver", address, "--template", str(template)]
         creator += ["--namespace", "default", "--count", str(count)]
         creator += ["--concurrency", str(concurrency), "--scheduler-name", "nobody"]
         out = subprocess.run(creator, cwd=tree, env=env, capture_output=True, text=True)
-        api1, etcd1 = cpu_seconds(api.pid), cpu_seconds(etcd.process.pid)  # type: ignore[union-attr]
+        api1, etcd1 = cpu_seconds(api.pid), cpu_seconds(etcd.process.pid)
         lines = out.stdout.strip().splitlines()
         made: dict[str, object] = json.loads(lines[-1]) if lines else {"error": out.stderr}
         return {
@@ -103,7 +94,7 @@ def one_run(tree: Path, count: int, concurrency: int) -> dict[str, object]:
             "etcd_cpu_seconds": round(etcd1 - etcd0, 2),
             "creator_cpu_seconds": made.get("cpu_seconds"),
             "nproc": os.cpu_count(),
-            "load_average": [round(x, 2) for x in os.getloadavg()],
+            "load_average": sysmetrics.load_average(),
         }
     finally:
         api.terminate()
