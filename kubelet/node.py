@@ -3,11 +3,14 @@
 `NodeAgent` owns one node. `register()` creates the Node (or, when it exists from an earlier
 run, merges our labels into it and refreshes its status). `lease_loop()` renews
 kube-node-lease/<node> every quarter of the lease duration, retrying a failed renewal with
-backoff from 200 ms doubling to 7 s (as the kubelet does). `status_loop()` re-posts node status
-when it differs from what the node should say (Ready=True, capacity, addresses, ...) or has not
-been reported for `report_frequency`; that is how Ready returns to True after the node lifecycle
-controller marked it Unknown. The current Node is read from an informer's store (a callable), so
-many fake nodes in one process share one watch.
+backoff from 200 ms doubling to 7 s (as the kubelet does), but never waiting longer than the
+renew interval: with kube's defaults (40 s lease, 10 s interval) that is the kubelet's schedule;
+with a short lease, a kubelet that backed off through an apiserver restart would otherwise stay
+silent past the node monitor grace period after the apiserver was back. `status_loop()`
+re-posts node status when it differs from what the node should say (Ready=True, capacity,
+addresses, ...) or has not been reported for `report_frequency`; that is how Ready returns to
+True after the node lifecycle controller marked it Unknown. The current Node is read from an
+informer's store (a callable), so many fake nodes in one process share one watch.
 
 Concurrency: the loops are tasks on the kubelet's event loop; they share nothing but the client.
 """
@@ -239,6 +242,7 @@ class NodeAgent:
 
     async def lease_loop(self) -> None:
         interval = self.cfg.lease_duration_seconds / 4.0
+        longest = min(LEASE_BACKOFF_MAX, interval)
         delay = LEASE_BACKOFF_INITIAL
         # Nodes hosted by one process start together; spreading their renewals keeps them
         # from hitting the apiserver as one burst every interval.
@@ -253,5 +257,5 @@ class NodeAgent:
             except TinykubeError as exc:
                 self.on_renewal(False)
                 log.warning("node %s: lease renewal failed: %s", self.cfg.name, exc)
-                await self.clock.sleep(delay)
-                delay = min(delay * 2, LEASE_BACKOFF_MAX)
+                await self.clock.sleep(min(delay, longest))
+                delay = min(delay * 2, longest)

@@ -94,6 +94,26 @@ async def test_lease_loop_backs_off_on_failure() -> None:
     task.cancel()
 
 
+async def test_lease_backoff_never_exceeds_the_renew_interval() -> None:
+    clock = FakeClock()
+    client = FakeClient(clock)
+    # A 4 s lease renews every second: retries back off 0.2, 0.4, 0.8, then 1 s, not 1.6 ... 7.
+    agent = NodeAgent(client, config(lease_duration_seconds=4), lambda: None, clock=clock)
+    from tinykube.errors import UnavailableError
+
+    client.leases.fail_creates = UnavailableError("apiserver down")
+    task = asyncio.create_task(agent.lease_loop())
+    for step in (0, 0.2, 0.4, 0.8, 1.0, 1.0):
+        await clock.step(step)
+    assert f"{NODE_LEASE_NAMESPACE}/n1" not in client.leases.objects
+    client.leases.fail_creates = None
+    await clock.step(0.99)
+    assert f"{NODE_LEASE_NAMESPACE}/n1" not in client.leases.objects
+    await clock.step(0.01)
+    assert f"{NODE_LEASE_NAMESPACE}/n1" in client.leases.objects
+    task.cancel()
+
+
 def bound_pod(name: str, node: str) -> pod_pb2.Pod:
     pod = pod_pb2.Pod()
     pod.metadata.name = name
