@@ -384,7 +384,12 @@ class ControllerManager:
                 grace_period=s.node_monitor_grace_period,
                 default_unreachable_toleration=s.default_unreachable_toleration_seconds,
                 default_not_ready_toleration=s.default_not_ready_toleration_seconds,
+                eviction_rate=s.node_eviction_rate,
+                secondary_eviction_rate=s.secondary_node_eviction_rate,
+                large_cluster_threshold=s.large_cluster_size_threshold,
+                unhealthy_zone_threshold=s.unhealthy_zone_threshold,
                 on_eviction=self.metrics.evictions.inc,
+                on_zone=self.metrics.observe_zone,
             )
 
             async def monitor_loop() -> None:

@@ -51,6 +51,27 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.zone_size = Gauge(
+            "node_collector_zone_size", "Nodes per zone.", ["zone"], registry=self.registry
+        )
+        self.zone_health = Gauge(
+            "node_collector_zone_health",
+            "Percentage of a zone's nodes that are Ready.",
+            ["zone"],
+            registry=self.registry,
+        )
+        self.unhealthy_nodes = Gauge(
+            "node_collector_unhealthy_nodes_in_zone",
+            "Nodes of a zone that are not Ready.",
+            ["zone"],
+            registry=self.registry,
+        )
+
+    def observe_zone(self, zone: str, size: int, unhealthy: int) -> None:
+        self.zone_size.labels(zone=zone).set(size)
+        self.zone_health.labels(zone=zone).set(100.0 * (size - unhealthy) / size if size else 100)
+        self.unhealthy_nodes.labels(zone=zone).set(unhealthy)
+
     def observe_sync(self, controller: str, ok: bool, seconds: float) -> None:
         self.syncs.labels(controller=controller, result="success" if ok else "error").inc()
         self.sync_duration.labels(controller=controller).observe(seconds)

@@ -7,24 +7,38 @@ pod GC's "terminating pods on unreachable nodes" rule. Every `monitor_period` se
    heartbeat moved), timed on this process's own monotonic clock so clock skew between machines
    does not matter. Silent for longer than `grace_period`: every condition becomes Unknown
    (Ready: reason NodeStatusUnknown, "Kubelet stopped posting node status.").
-2. Keeps the NoExecute taints in step with Ready: Unknown -> node.kubernetes.io/unreachable,
-   False -> node.kubernetes.io/not-ready, True -> neither. The kubelet sets Ready=True again
-   once it is back, and the taint goes. A cordoned node (spec.unschedulable) carries
-   node.kubernetes.io/unschedulable:NoSchedule, as Kubernetes' TaintNodesByCondition adds.
-3. Evicts pods from NoExecute-tainted nodes once their toleration runs out (tolerationSeconds
+2. NoSchedule taints follow the conditions at once, as kube's TaintNodesByCondition: Ready
+   False -> node.kubernetes.io/not-ready, Unknown -> node.kubernetes.io/unreachable,
+   MemoryPressure / DiskPressure / PIDPressure / NetworkUnavailable True -> memory-pressure,
+   disk-pressure, pid-pressure, network-unavailable; a cordoned node (spec.unschedulable)
+   carries node.kubernetes.io/unschedulable. The kubelet sets Ready=True again once it is back,
+   and the taints go.
+3. NoExecute taints (not-ready, unreachable) go on through a rate-limited queue per zone (the
+   zone is the node's topology.kubernetes.io/region and /zone labels), `eviction_rate` nodes a
+   second with a burst of one, as kube's zoneNoExecuteTainter. A zone where no node is Ready is
+   in FullDisruption; one where at least `unhealthy_zone_threshold` of its nodes (and more than
+   2) are not Ready is in PartialDisruption, and taints there at `secondary_eviction_rate` when it
+   has more than `large_cluster_threshold` nodes, else not at all. When every zone is in
+   FullDisruption the fault is most likely ours (the control plane lost sight of the nodes, not
+   the nodes died): "master disruption mode" removes every NoExecute taint this controller set
+   and adds none until some node is Ready again; then each node gets a fresh grace period.
+   Nodes labelled node.kubernetes.io/exclude-disruption are left out of the zone counts.
+4. Evicts pods from NoExecute-tainted nodes once their toleration runs out (tolerationSeconds
    of a matching toleration; pods with no toleration for the unreachable / not-ready taints get
    the default, as Kubernetes' DefaultTolerationSeconds admission plugin would have added).
    Pods on an unreachable node are force-deleted (grace 0): their kubelet cannot confirm.
    Pods bound to a node that no longer exists are force-deleted too.
 
-One task runs the loop; it only reads informer caches and writes through the client.
+Not done (kube does): pods on a node that is not Ready keep their Ready condition (kube's
+MarkPodsNotReady sets it False; our kubelet would not put it back). One task runs the loop; it
+only reads informer caches and writes through the client.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from controller.api import ClientAPI, NullRecorder, Recorder, Store
@@ -41,14 +55,32 @@ TAINT_UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 NO_EXECUTE = "NoExecute"
 NO_SCHEDULE = "NoSchedule"
+LABEL_EXCLUDE_DISRUPTION = "node.kubernetes.io/exclude-disruption"
+# (condition type, status) -> the NoSchedule taint it means (kube's TaintNodesByCondition).
+CONDITION_TAINTS: dict[tuple[str, str], str] = {
+    ("Ready", "False"): TAINT_NOT_READY,
+    ("Ready", "Unknown"): TAINT_UNREACHABLE,
+    ("MemoryPressure", "True"): "node.kubernetes.io/memory-pressure",
+    ("DiskPressure", "True"): "node.kubernetes.io/disk-pressure",
+    ("NetworkUnavailable", "True"): "node.kubernetes.io/network-unavailable",
+    ("PIDPressure", "True"): "node.kubernetes.io/pid-pressure",
+}
+NO_EXECUTE_TAINTS = frozenset({TAINT_UNREACHABLE, TAINT_NOT_READY})
+NO_SCHEDULE_TAINTS = frozenset({*CONDITION_TAINTS.values(), TAINT_UNSCHEDULABLE})
 # The taints this controller owns; users' taints are left alone.
 MANAGED_TAINTS = frozenset(
-    {
-        (TAINT_UNREACHABLE, NO_EXECUTE),
-        (TAINT_NOT_READY, NO_EXECUTE),
-        (TAINT_UNSCHEDULABLE, NO_SCHEDULE),
-    }
+    {(k, NO_EXECUTE) for k in NO_EXECUTE_TAINTS} | {(k, NO_SCHEDULE) for k in NO_SCHEDULE_TAINTS}
 )
+# Conditions a silent node's kubelet can no longer vouch for (NetworkUnavailable is not the
+# kubelet's to report, so it is kept as kube keeps it).
+KUBELET_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
+ZONE_LABELS = (
+    ("topology.kubernetes.io/region", "failure-domain.beta.kubernetes.io/region"),
+    ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone"),
+)
+
+INITIAL, NORMAL = "Initial", "Normal"
+PARTIAL_DISRUPTION, FULL_DISRUPTION = "PartialDisruption", "FullDisruption"
 
 Node = node_pb2.Node
 Pod = pod_pb2.Pod
@@ -64,6 +96,65 @@ class _Health:
 
 def _ts_str(msg: object) -> str:
     return str(msg)
+
+
+def zone_key(node: Node) -> str:
+    """kube's GetZoneKey: region and zone labels (GA, else beta), "" when the node has neither."""
+    labels = node.metadata.labels
+    region, zone = (labels.get(ga) or labels.get(beta, "") for ga, beta in ZONE_LABELS)
+    if not region and not zone:
+        return ""
+    return f"{region}:\x00:{zone}"
+
+
+def zone_state(ready: list[bool], unhealthy_threshold: float) -> tuple[int, str]:
+    """kube's ComputeZoneState: (not-Ready count, state) of one zone's nodes."""
+    not_ready = sum(1 for r in ready if not r)
+    if not_ready and not_ready == len(ready):
+        return not_ready, FULL_DISRUPTION
+    if not_ready > 2 and not_ready / len(ready) >= unhealthy_threshold:
+        return not_ready, PARTIAL_DISRUPTION
+    return not_ready, NORMAL
+
+
+@dataclass
+class _Tainter:
+    """One zone's queue of nodes waiting for a NoExecute taint, behind a token bucket (burst 1).
+
+    As kube's RateLimitedTimedQueue with a TokenBucketRateLimiter; qps 0 takes nothing.
+    """
+
+    qps: float
+    tokens: float = 1.0
+    refilled: float = 0.0
+    queue: dict[str, None] = field(default_factory=dict)  # insertion-ordered node names
+
+    def _refill(self, now: float) -> None:
+        if self.qps > 0:
+            self.tokens = min(1.0, self.tokens + (now - self.refilled) * self.qps)
+        self.refilled = now
+
+    def try_accept(self, now: float) -> bool:
+        self._refill(now)
+        if self.qps <= 0 or self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+    def swap(self, qps: float, now: float) -> None:
+        """A new rate: its bucket starts full only if the old one had a token (kube's SwapLimiter,
+        which drains the new limiter when the old one would have made the caller wait)."""
+        if qps == self.qps:
+            return
+        self._refill(now)
+        had_token = self.qps > 0 and self.tokens >= 1.0
+        self.qps, self.tokens = qps, 1.0 if had_token else 0.0
+
+    def add(self, name: str) -> None:
+        self.queue.setdefault(name, None)
+
+    def remove(self, name: str) -> None:
+        self.queue.pop(name, None)
 
 
 def toleration_matches(tol: pod_pb2.Toleration, taint: node_pb2.Taint) -> bool:
@@ -105,9 +196,15 @@ class NodeLifecycleController:
         grace_period: float = 40.0,
         default_unreachable_toleration: float = 300.0,
         default_not_ready_toleration: float = 300.0,
+        eviction_rate: float = 0.1,
+        secondary_eviction_rate: float = 0.01,
+        large_cluster_threshold: int = 50,
+        unhealthy_zone_threshold: float = 0.55,
         on_eviction: Callable[[], object] = lambda: None,
+        on_zone: Callable[[str, int, int], object] = lambda zone, size, unhealthy: None,
     ) -> None:
         self.on_eviction = on_eviction
+        self.on_zone = on_zone
         self.client = client
         self.node_store = node_store
         self.lease_store = lease_store
@@ -119,27 +216,68 @@ class NodeLifecycleController:
             TAINT_UNREACHABLE: default_unreachable_toleration,
             TAINT_NOT_READY: default_not_ready_toleration,
         }
+        self.eviction_rate = eviction_rate
+        self.secondary_eviction_rate = secondary_eviction_rate
+        self.large_cluster_threshold = large_cluster_threshold
+        self.unhealthy_zone_threshold = unhealthy_zone_threshold
         self._health: dict[str, _Health] = {}
         self._force_deleted: set[str] = set()
+        self.zone_states: dict[str, str] = {}
+        self._tainters: dict[str, _Tainter] = {}
+
+    @property
+    def master_disruption(self) -> bool:
+        """Every zone is fully disrupted: NoExecute tainting is off."""
+        return bool(self.zone_states) and all(
+            s == FULL_DISRUPTION for s in self.zone_states.values()
+        )
 
     async def monitor(self) -> None:
-        """One pass over every node and every pod on a tainted node."""
+        """One pass over every node, the zones, the taint queues and pods on tainted nodes."""
         nodes = self.node_store.list()
         names = {n.metadata.name for n in nodes}
         for gone in set(self._health) - names:
             del self._health[gone]
+        for tainter in self._tainters.values():
+            for gone in set(tainter.queue) - names:
+                tainter.remove(gone)
+        zones: dict[str, list[bool]] = {}
+        current: dict[str, Node] = {}
         for node in nodes:
             try:
                 node = await self._check_health(node)
-                node = await self._sync_taints(node)
             except (ConflictError, NotFoundError):
                 continue  # the node changed under us: the next pass sees the new version
             except TinykubeError as exc:
+                # As kube: a node whose health could not be written takes no part in this pass.
                 log.warning("node %s: %s", node.metadata.name, exc)
+                continue
+            zone = zone_key(node)
+            self._tainter(zone)
+            if LABEL_EXCLUDE_DISRUPTION not in node.metadata.labels:
+                ready = self._ready(node)
+                zones.setdefault(zone, []).append(ready is not None and ready.status == "True")
+            try:
+                node = await self._sync_taints(node)
+            except (ConflictError, NotFoundError):
+                continue
+            except TinykubeError as exc:
+                log.warning("node %s: %s", node.metadata.name, exc)
+            current[node.metadata.name] = node
+        await self._handle_disruption(zones, current)
+        await self._tainting_pass(current)
         await self._evict(names)
 
     def _ready(self, node: Node) -> node_pb2.NodeCondition | None:
         return next((c for c in node.status.conditions if c.type == "Ready"), None)
+
+    def _tainter(self, zone: str) -> _Tainter:
+        tainter = self._tainters.get(zone)
+        if tainter is None:
+            tainter = self._tainters[zone] = _Tainter(self.eviction_rate)
+            tainter.refilled = self.clock.monotonic()
+            self.zone_states.setdefault(zone, INITIAL)
+        return tainter
 
     async def _check_health(self, node: Node) -> Node:
         name = node.metadata.name
@@ -166,24 +304,28 @@ class NodeLifecycleController:
         now_ts = datetime_to_ts(self.clock.now())
         updated = Node()
         updated.CopyFrom(node)
-        ready_seen = False
+        seen = set()
         for cond in updated.status.conditions:
-            ready_seen = ready_seen or cond.type == "Ready"
+            if cond.type not in KUBELET_CONDITIONS:
+                continue
+            seen.add(cond.type)
             cond.reason = "NodeStatusUnknown"
             cond.message = "Kubelet stopped posting node status."
             if cond.status != "Unknown":
                 cond.status = "Unknown"
                 cond.lastTransitionTime.CopyFrom(now_ts)
-        if not ready_seen:
-            updated.status.conditions.append(
-                node_pb2.NodeCondition(
-                    type="Ready",
-                    status="Unknown",
-                    reason="NodeStatusNeverUpdated",
-                    message="Kubelet never posted node status.",
-                    lastTransitionTime=now_ts,
+        for kind in KUBELET_CONDITIONS:
+            if kind not in seen:
+                updated.status.conditions.append(
+                    node_pb2.NodeCondition(
+                        type=kind,
+                        status="Unknown",
+                        reason="NodeStatusNeverUpdated",
+                        message="Kubelet never posted node status.",
+                        lastHeartbeatTime=node.metadata.creationTimestamp,
+                        lastTransitionTime=now_ts,
+                    )
                 )
-            )
         log.info(
             "node %s: no heartbeat for %.0fs, Ready=Unknown", node.metadata.name, self.grace_period
         )
@@ -193,18 +335,45 @@ class NodeLifecycleController:
         )
         return result
 
-    async def _sync_taints(self, node: Node) -> Node:
+    def _no_execute_wanted(self, node: Node, have: set[str]) -> set[str]:
+        """The NoExecute taints `node` keeps now; queues it for one it should get later.
+
+        As kube's processTaintBaseEviction: Ready=True drops both at once; a node already
+        carrying the opposite taint swaps at once; otherwise the taint waits for its zone's
+        rate limiter.
+        """
         ready = self._ready(node)
         status = ready.status if ready is not None else "Unknown"
-        want: list[tuple[str, str]] = []
-        condition_taint = {"Unknown": TAINT_UNREACHABLE, "False": TAINT_NOT_READY}.get(status)
-        if condition_taint is not None:
-            want.append((condition_taint, NO_EXECUTE))
+        name = node.metadata.name
+        tainter = self._tainter(zone_key(node))
+        if status == "True":
+            tainter.remove(name)
+            return set()
+        taint, opposite = (
+            (TAINT_NOT_READY, TAINT_UNREACHABLE)
+            if status == "False"
+            else (TAINT_UNREACHABLE, TAINT_NOT_READY)
+        )
+        if opposite in have:
+            return (have - {opposite}) | {taint}
+        if taint not in have:
+            tainter.add(name)
+        return have
+
+    async def _sync_taints(self, node: Node, no_execute: set[str] | None = None) -> Node:
+        """Write the managed taints: NoSchedule from the conditions, NoExecute as decided."""
+        have_ne = {t.key for t in node.spec.taints if t.effect == NO_EXECUTE} & NO_EXECUTE_TAINTS
+        if no_execute is None:
+            no_execute = self._no_execute_wanted(node, have_ne)
+        want = {(k, NO_EXECUTE) for k in no_execute}
+        for cond in node.status.conditions:
+            key = CONDITION_TAINTS.get((cond.type, cond.status))
+            if key is not None:
+                want.add((key, NO_SCHEDULE))
         if node.spec.unschedulable:
-            # As Kubernetes' TaintNodesByCondition: a cordoned node carries the taint too.
-            want.append((TAINT_UNSCHEDULABLE, NO_SCHEDULE))
-        have = [(t.key, t.effect) for t in node.spec.taints if (t.key, t.effect) in MANAGED_TAINTS]
-        if sorted(have) == sorted(want):
+            want.add((TAINT_UNSCHEDULABLE, NO_SCHEDULE))
+        have = {(t.key, t.effect) for t in node.spec.taints if (t.key, t.effect) in MANAGED_TAINTS}
+        if have == want:
             return node
         updated = Node()
         updated.CopyFrom(node)
@@ -212,23 +381,99 @@ class NodeLifecycleController:
         kept = {(t.key, t.effect): t for t in updated.spec.taints if (t.key, t.effect) in want}
         del updated.spec.taints[:]
         updated.spec.taints.extend(keep)
-        for key, effect in want:
+        for key, effect in sorted(want):
             if (key, effect) in kept:
                 updated.spec.taints.append(kept[(key, effect)])
-            elif effect == NO_EXECUTE:
+            else:
+                # Kubernetes stamps timeAdded on NoExecute taints only.
                 updated.spec.taints.append(
                     node_pb2.Taint(
                         key=key, effect=effect, timeAdded=datetime_to_ts(self.clock.now())
                     )
+                    if effect == NO_EXECUTE
+                    else node_pb2.Taint(key=key, effect=effect)
                 )
-            else:
-                updated.spec.taints.append(node_pb2.Taint(key=key, effect=effect))
         log.info(
             "node %s: managed taints now %s",
             node.metadata.name,
-            ", ".join(f"{k}:{e}" for k, e in want) or "none",
+            ", ".join(f"{k}:{e}" for k, e in sorted(want)) or "none",
         )
         return await self.client.nodes.update(updated)
+
+    async def _handle_disruption(
+        self, zones: dict[str, list[bool]], nodes: dict[str, Node]
+    ) -> None:
+        """kube's handleDisruption: zone states, tainting rates, master disruption mode."""
+        now = self.clock.monotonic()
+        new_states: dict[str, str] = {}
+        for zone, ready in zones.items():
+            unhealthy, new_states[zone] = zone_state(ready, self.unhealthy_zone_threshold)
+            self.on_zone(zone, len(ready), unhealthy)
+            self.zone_states.setdefault(zone, INITIAL)
+        all_now = all(s == FULL_DISRUPTION for s in new_states.values())
+        for zone in set(self.zone_states) - set(zones):
+            del self.zone_states[zone]  # no node of it took part in this pass
+        all_were = all(s == FULL_DISRUPTION for s in self.zone_states.values())
+        if all_now and all_were:
+            return
+        if all_now:
+            log.warning(
+                "no node is Ready: entering master disruption mode; NoExecute taints removed, "
+                "none added until a node is Ready again"
+            )
+            for name, node in nodes.items():
+                self._tainter(zone_key(node)).remove(name)
+                try:
+                    nodes[name] = await self._sync_taints(node, no_execute=set())
+                except TinykubeError as exc:
+                    log.warning("node %s: %s", name, exc)
+            for zone in self.zone_states:
+                self._tainters[zone].swap(0.0, now)
+                self.zone_states[zone] = FULL_DISRUPTION
+            return
+        if all_were:
+            log.info("some node is Ready again: leaving master disruption mode")
+            for name in nodes:
+                health = self._health.get(name)
+                if health is not None:
+                    health.probe = now  # a fresh grace period for every node
+            for zone in self.zone_states:
+                self._set_rate(zone, len(zones[zone]), new_states[zone], now)
+                self.zone_states[zone] = new_states[zone]
+            return
+        for zone, state in self.zone_states.items():
+            if state != new_states[zone]:
+                log.info("zone %r is now %s", zone, new_states[zone])
+                self._set_rate(zone, len(zones[zone]), new_states[zone], now)
+                self.zone_states[zone] = new_states[zone]
+
+    def _set_rate(self, zone: str, size: int, state: str, now: float) -> None:
+        if state == PARTIAL_DISRUPTION:
+            qps = self.secondary_eviction_rate if size > self.large_cluster_threshold else 0.0
+        else:
+            qps = self.eviction_rate
+        self._tainter(zone).swap(qps, now)
+
+    async def _tainting_pass(self, nodes: dict[str, Node]) -> None:
+        """kube's doNoExecuteTaintingPass: taint queued nodes as their zone's rate allows."""
+        now = self.clock.monotonic()
+        for tainter in self._tainters.values():
+            while tainter.queue and tainter.try_accept(now):
+                name = next(iter(tainter.queue))
+                tainter.remove(name)
+                node = nodes.get(name)
+                if node is None:
+                    continue
+                ready = self._ready(node)
+                status = ready.status if ready is not None else "Unknown"
+                if status == "True":
+                    continue  # Ready again before its turn came
+                taint = TAINT_NOT_READY if status == "False" else TAINT_UNREACHABLE
+                try:
+                    nodes[name] = await self._sync_taints(node, no_execute={taint})
+                except TinykubeError as exc:
+                    log.warning("node %s: %s", name, exc)
+                    tainter.add(name)  # back of the queue; the next pass tries again
 
     async def _evict(self, node_names: set[str]) -> None:
         now: datetime = self.clock.now()

@@ -28,6 +28,11 @@ class Settings:
     node_monitor_period: float = 5.0
     default_unreachable_toleration_seconds: float = 300.0
     default_not_ready_toleration_seconds: float = 300.0
+    # NoExecute tainting per zone (kube's --node-eviction-rate and its disruption settings)
+    node_eviction_rate: float = 0.1
+    secondary_node_eviction_rate: float = 0.01
+    large_cluster_size_threshold: int = 50
+    unhealthy_zone_threshold: float = 0.55
     concurrent_replicaset_syncs: int = 5
     concurrent_deployment_syncs: int = 5
     concurrent_gc_syncs: int = 20
@@ -122,6 +127,32 @@ class Settings:
             help="the same for a NotReady node (default 300)",
         )
         p.add_argument(
+            "--node-eviction-rate",
+            type=float,
+            default=0.1,
+            help="nodes a second that get a NoExecute taint in a healthy zone (default 0.1)",
+        )
+        p.add_argument(
+            "--secondary-node-eviction-rate",
+            type=float,
+            default=0.01,
+            help="the same in a partly disrupted zone larger than --large-cluster-size-threshold "
+            "(smaller zones: none) (default 0.01)",
+        )
+        p.add_argument(
+            "--large-cluster-size-threshold",
+            type=int,
+            default=50,
+            help="nodes a zone needs for the secondary rate to apply (default 50)",
+        )
+        p.add_argument(
+            "--unhealthy-zone-threshold",
+            type=float,
+            default=0.55,
+            help="share of not-Ready nodes (at least 3) that makes a zone partly disrupted "
+            "(default 0.55)",
+        )
+        p.add_argument(
             "--concurrent-replicaset-syncs",
             type=int,
             default=5,
@@ -193,6 +224,19 @@ class Settings:
         unknown = set(wanted) - set(cls.controllers)
         if unknown:
             p.error(f"unknown controllers: {', '.join(sorted(unknown))}")
+        for flag in ("node_eviction_rate", "secondary_node_eviction_rate"):
+            if not getattr(a, flag) >= 0:
+                p.error(f"--{flag.replace('_', '-')} must be 0 or more, not {getattr(a, flag)}")
+        if a.large_cluster_size_threshold < 0:
+            p.error(
+                "--large-cluster-size-threshold must be 0 or more, "
+                f"not {a.large_cluster_size_threshold}"
+            )
+        if not 0 < a.unhealthy_zone_threshold <= 1:
+            p.error(
+                "--unhealthy-zone-threshold must be above 0 and at most 1, "
+                f"not {a.unhealthy_zone_threshold}"
+            )
         identity = a.identity or f"{socket.gethostname()}_{uuid.uuid4()}"
         security = security_from_args(a)
         return cls(
@@ -211,6 +255,10 @@ class Settings:
             node_monitor_period=a.node_monitor_period,
             default_unreachable_toleration_seconds=a.default_unreachable_toleration_seconds,
             default_not_ready_toleration_seconds=a.default_not_ready_toleration_seconds,
+            node_eviction_rate=a.node_eviction_rate,
+            secondary_node_eviction_rate=a.secondary_node_eviction_rate,
+            large_cluster_size_threshold=a.large_cluster_size_threshold,
+            unhealthy_zone_threshold=a.unhealthy_zone_threshold,
             concurrent_replicaset_syncs=a.concurrent_replicaset_syncs,
             concurrent_deployment_syncs=a.concurrent_deployment_syncs,
             concurrent_gc_syncs=a.concurrent_gc_syncs,

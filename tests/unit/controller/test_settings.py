@@ -25,3 +25,29 @@ def test_controller_manager_flags() -> None:
     )
     with pytest.raises(SystemExit):
         ControllerSettings.from_args(["--controllers", "replicaset,nope"])
+
+
+def test_node_eviction_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    s = ControllerSettings.from_args([])
+    assert (
+        s.node_eviction_rate,
+        s.secondary_node_eviction_rate,
+        s.large_cluster_size_threshold,
+        s.unhealthy_zone_threshold,
+    ) == (0.1, 0.01, 50, 0.55)
+    s = ControllerSettings.from_args(
+        ["--node-eviction-rate", "2", "--secondary-node-eviction-rate", "0",
+         "--large-cluster-size-threshold", "10", "--unhealthy-zone-threshold", "1"]
+    )  # fmt: skip
+    assert (s.node_eviction_rate, s.secondary_node_eviction_rate) == (2.0, 0.0)
+    assert (s.large_cluster_size_threshold, s.unhealthy_zone_threshold) == (10, 1.0)
+    for argv, message in [
+        (["--node-eviction-rate", "-1"], "--node-eviction-rate must be 0 or more, not -1.0"),
+        (["--secondary-node-eviction-rate", "nan"], "--secondary-node-eviction-rate must be"),
+        (["--large-cluster-size-threshold", "-3"], "--large-cluster-size-threshold must be"),
+        (["--unhealthy-zone-threshold", "0"], "--unhealthy-zone-threshold must be above 0"),
+        (["--unhealthy-zone-threshold", "1.5"], "and at most 1, not 1.5"),
+    ]:
+        with pytest.raises(SystemExit):
+            ControllerSettings.from_args(argv)
+        assert message in capsys.readouterr().err, argv
