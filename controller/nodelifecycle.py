@@ -29,9 +29,13 @@ pod GC's "terminating pods on unreachable nodes" rule. Every `monitor_period` se
    Pods on an unreachable node are force-deleted (grace 0): their kubelet cannot confirm.
    Pods bound to a node that no longer exists are force-deleted too.
 
-Not done (kube does): pods on a node that is not Ready keep their Ready condition (kube's
-MarkPodsNotReady sets it False; our kubelet would not put it back). One task runs the loop; it
-only reads informer caches and writes through the client.
+When this controller turns a Ready node Unknown, the pods bound to it get Ready=False (Event
+NodeNotReady "Node is not ready"), as kube's MarkPodsNotReady, so Services stop sending them
+traffic within the grace period rather than at eviction; a kubelet that comes back puts its own
+view back (kubelet/pods.py reconciles a status someone else changed). A failed write is retried
+on the next pass while the node stays not Ready.
+
+One task runs the loop; it only reads informer caches and writes through the client.
 """
 
 from __future__ import annotations
@@ -222,6 +226,7 @@ class NodeLifecycleController:
         self.unhealthy_zone_threshold = unhealthy_zone_threshold
         self._health: dict[str, _Health] = {}
         self._force_deleted: set[str] = set()
+        self._mark_pods: set[str] = set()  # nodes whose pods still need Ready=False
         self.zone_states: dict[str, str] = {}
         self._tainters: dict[str, _Tainter] = {}
 
@@ -238,6 +243,7 @@ class NodeLifecycleController:
         names = {n.metadata.name for n in nodes}
         for gone in set(self._health) - names:
             del self._health[gone]
+        self._mark_pods &= names
         for tainter in self._tainters.values():
             for gone in set(tainter.queue) - names:
                 tainter.remove(gone)
@@ -293,12 +299,53 @@ class NodeLifecycleController:
             return node
         if renew != health.renew_seen or heartbeat != health.heartbeat_seen:
             health.renew_seen, health.heartbeat_seen, health.probe = renew, heartbeat, now
-            return node
+            return await self._retry_marking(node)
         if now - health.probe <= self.grace_period:
-            return node
+            return await self._retry_marking(node)
         if ready is not None and ready.status == "Unknown":
-            return node
-        return await self._mark_unknown(node)
+            return await self._retry_marking(node)
+        updated = await self._mark_unknown(node)
+        if ready is not None and ready.status == "True":
+            self._mark_pods.add(name)
+            await self._mark_pods_not_ready(name)
+        return updated
+
+    async def _retry_marking(self, node: Node) -> Node:
+        name = node.metadata.name
+        if name in self._mark_pods:
+            ready = self._ready(node)
+            if ready is not None and ready.status == "True":
+                self._mark_pods.discard(name)  # back before we got to them
+            else:
+                await self._mark_pods_not_ready(name)
+        return node
+
+    async def _mark_pods_not_ready(self, node_name: str) -> None:
+        """kube's MarkPodsNotReady: Ready=False on every pod bound to the node."""
+        failed = False
+        for pod in self.pod_store.list():
+            if pod.spec.nodeName != node_name:
+                continue
+            ready = next((c for c in pod.status.conditions if c.type == "Ready"), None)
+            if ready is None or ready.status == "False":
+                continue
+            updated = Pod()
+            updated.CopyFrom(pod)
+            for cond in updated.status.conditions:
+                if cond.type == "Ready":
+                    cond.status = "False"
+                    cond.lastTransitionTime.CopyFrom(datetime_to_ts(self.clock.now()))
+            try:
+                await self.client.pods.update_status(updated)
+            except NotFoundError:
+                continue
+            except TinykubeError as exc:
+                log.warning("marking pod %s not ready: %s", key_of(pod), exc)
+                failed = True
+                continue
+            await self._event(pod, "Warning", "NodeNotReady", "Node is not ready")
+        if not failed:
+            self._mark_pods.discard(node_name)
 
     async def _mark_unknown(self, node: Node) -> Node:
         now_ts = datetime_to_ts(self.clock.now())

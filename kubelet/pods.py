@@ -7,7 +7,10 @@ anything else is ignored, so a kubelet never runs another node's pod) and keeps 
 precondition, confirming the deletion as the kubelet does; if the pod vanished from the API
 (force-deleted), it kills the containers at once; otherwise it calls `runtime.sync_pod`, turns
 the record into a PodStatus and writes it with UpdateStatus when it changed (retrying on
-conflict with a fresh read). It then sleeps until the pod changes, a probe result changes, or
+conflict with a fresh read), or when someone else changed what it reported (the node lifecycle
+controller's Ready=False while the node was out of touch): written again, as the kubelet's status
+manager reconciles. Conditions the kubelet does not own (PodScheduled, DisruptionTarget) are
+taken from the apiserver's copy on each write, never dropped. It then sleeps until the pod changes, a probe result changes, or
 the runtime's poll interval passes.
 
 With a `ProbeManager` (the process runtime), the worker keeps probers on the running containers
@@ -32,7 +35,7 @@ from typing import Any, Protocol
 
 from kubelet.api import KubeletAPI
 from kubelet.prober import ProbeManager
-from kubelet.runtime import PodRecord, Runtime, build_pod_status
+from kubelet.runtime import PodRecord, Runtime, build_pod_status, with_others_conditions
 from tinykube.clock import Clock
 from tinykube.errors import ConflictError, NotFoundError, PreconditionFailedError, TinykubeError
 from tinykube.v1 import pod_pb2
@@ -69,6 +72,8 @@ class PodWorker:
         self.gone = False
         self.wake = asyncio.Event()
         self.last_posted: pod_pb2.PodStatus | None = None
+        # The apiserver's answer to our last UpdateStatus: what it stored, at which revision.
+        self.stored: pod_pb2.Pod | None = None
         self.task: asyncio.Task[None] | None = None
 
     def update(self, pod: pod_pb2.Pod) -> None:
@@ -119,7 +124,7 @@ class PodWorker:
                     m.clock.now().timestamp(),
                     probes=verdicts,
                 )
-                if status != self.last_posted and not self.gone:
+                if (status != self.last_posted or self._overwritten(pod)) and not self.gone:
                     await self._post_status(pod, status)
                 failures = 0
             except asyncio.CancelledError:
@@ -181,14 +186,26 @@ class PodWorker:
         except (NotFoundError, PreconditionFailedError):
             pass  # already gone (or a new pod of the same name, which is not ours to delete)
 
+    def _overwritten(self, pod: pod_pb2.Pod) -> bool:
+        """Someone else changed what we reported since (the node lifecycle controller's Ready=False
+        while this node was out of touch, say): report ours again, as the kubelet's status
+        manager reconciles. Only for versions newer than our own write, so a watch that lags
+        behind it does not trigger a rewrite."""
+        stored = self.stored
+        if stored is None or not pod.metadata.resourceVersion.isdigit():
+            return False
+        if int(pod.metadata.resourceVersion) <= int(stored.metadata.resourceVersion or 0):
+            return False
+        return with_others_conditions(stored.status, pod.status) != pod.status
+
     async def _post_status(self, pod: pod_pb2.Pod, status: pod_pb2.PodStatus) -> None:
         current = pod
         for attempt in range(5):
             updated = pod_pb2.Pod()
             updated.CopyFrom(current)
-            updated.status.CopyFrom(status)
+            updated.status.CopyFrom(with_others_conditions(status, current.status))
             try:
-                await self.manager.client.pods.update_status(updated)
+                self.stored = await self.manager.client.pods.update_status(updated)
                 self.last_posted = status
                 return
             except NotFoundError:

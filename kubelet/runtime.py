@@ -203,6 +203,20 @@ def _condition(
 OWN_CONDITIONS = ("Initialized", "ContainersReady", "Ready")
 
 
+def with_others_conditions(
+    status: pod_pb2.PodStatus, stored: pod_pb2.PodStatus
+) -> pod_pb2.PodStatus:
+    """`status` with the conditions the kubelet does not own (PodScheduled, DisruptionTarget,
+    ...) taken from `stored`, the apiserver's copy: as the kubelet's mergePodStatus, so a
+    condition another component set after our last report is not dropped by the next."""
+    merged = pod_pb2.PodStatus()
+    merged.CopyFrom(status)
+    del merged.conditions[:]
+    merged.conditions.extend(c for c in stored.conditions if c.type not in OWN_CONDITIONS)
+    merged.conditions.extend(c for c in status.conditions if c.type in OWN_CONDITIONS)
+    return merged
+
+
 def _fill_status(
     cs: pod_pb2.ContainerStatus, container: pod_pb2.Container, crec: ContainerRecord, prefix: str
 ) -> None:

@@ -415,6 +415,62 @@ async def test_dead_kubelet_pods_are_replaced_on_the_other_node(
     )
 
 
+async def test_pods_of_a_frozen_kubelet_turn_not_ready_and_come_back(
+    client: Client, cluster: LocalCluster
+) -> None:
+    """A kubelet stopped (SIGSTOP) past the grace period: its node turns Unknown and its pods
+    Ready=False (so Services drop them); they tolerate the unreachable taint for 120 s, so when
+    it resumes (SIGCONT) the same pods are Ready again, reported by the kubelet."""
+    tok = token()
+    argv = ["sleep", tok]
+    rs = sleeper_rs("frozen", 2, tok)
+    rs.spec.template.spec.tolerations.add(
+        key="node.kubernetes.io/unreachable",
+        operator="Exists",
+        effect="NoExecute",
+        tolerationSeconds=120,
+    )
+    await client.replica_sets.create(rs)
+    await eventually(lambda: running(client, "frozen", 2, argv), what="2 running pods")
+    pods = await rs_pods(client, "frozen")
+    victim = pods[0].spec.nodeName
+    on_victim = {p.metadata.uid for p in pods if p.spec.nodeName == victim}
+
+    def ready(pod: pod_pb2.Pod) -> str:
+        return next((c.status for c in pod.status.conditions if c.type == "Ready"), "")
+
+    async def victims_ready(want: str) -> bool:
+        pods = await rs_pods(client, "frozen")
+        mine = [p for p in pods if p.metadata.uid in on_victim]
+        return len(mine) == len(on_victim) and all(ready(p) == want for p in mine)
+
+    await asyncio.to_thread(cluster.kill, f"kubelet-{victim}", signal.SIGSTOP)
+    try:
+
+        async def victim_unknown() -> bool:
+            node = await client.nodes.get(victim)
+            return any(c.type == "Ready" and c.status == "Unknown" for c in node.status.conditions)
+
+        await eventually(victim_unknown, what=f"{victim} Ready=Unknown")
+        await eventually(lambda: victims_ready("False"), what=f"the pods on {victim} not Ready")
+        events = (await client.events.list(NS)).items
+        assert any(
+            e.reason == "NodeNotReady"
+            and e.message == "Node is not ready"
+            and e.involvedObject.uid in on_victim
+            for e in events
+        ), [(e.reason, e.message) for e in events]
+    finally:
+        await asyncio.to_thread(cluster.kill, f"kubelet-{victim}", signal.SIGCONT)
+    await eventually(lambda: victims_ready("True"), what=f"the pods on {victim} Ready again")
+    await eventually(lambda: nodes_ready(client, 2), what="both nodes Ready")
+    # Nothing was replaced: the same pods, the same processes.
+    assert {p.metadata.uid for p in await rs_pods(client, "frozen")} >= on_victim
+    assert len(processes_running(argv)) == 2
+    await client.replica_sets.delete("frozen", NS)
+    await eventually(lambda: asyncio.sleep(0, not processes_running(argv)), what="frozen cleaned")
+
+
 async def test_controller_manager_killed_during_scale_up_never_overshoots(
     client: Client, cluster: LocalCluster
 ) -> None:

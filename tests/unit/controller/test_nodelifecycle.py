@@ -326,6 +326,42 @@ async def test_a_dead_zone_is_tainted_while_another_zone_is_healthy() -> None:
     assert env.ready("x").status == "True"
 
 
+async def test_pods_of_a_node_turned_unknown_are_marked_not_ready() -> None:
+    env = Env(grace=5)
+    await env.add_node("n1")
+    await env.add_node("n2")
+    for name, node in (("a", "n1"), ("b", "n1"), ("c", "n2")):
+        await env.add_pod(name, node)
+        env.client.pods.objects[f"default/{name}"].status.conditions.add(
+            type="Ready", status="True"
+        )
+    await env.ctrl.monitor()
+    # The controller's pod cache lags behind a write to pod b: its update of b conflicts.
+    env.ctrl.pod_store.lag()  # type: ignore[attr-defined]
+    b = env.client.pods.objects["default/b"]
+    b.metadata.labels["touched"] = "yes"
+    await env.client.pods.update(b)
+    await env.pass_(6, ["n2"])
+    ready = {
+        k: next(c.status for c in p.status.conditions if c.type == "Ready")
+        for k, p in env.client.pods.objects.items()
+    }
+    assert ready == {"default/a": "False", "default/b": "True", "default/c": "True"}
+    # Retried on the next pass, with the cache caught up.
+    env.ctrl.pod_store.catch_up()  # type: ignore[attr-defined]
+    await env.pass_(1, ["n2"])
+    status = {
+        k: next(c.status for c in p.status.conditions if c.type == "Ready")
+        for k, p in env.client.pods.objects.items()
+    }
+    assert status == {"default/a": "False", "default/b": "False", "default/c": "True"}
+    assert env.client.pods.objects["default/a"].status.phase == "Running"  # only Ready changes
+    # Once only: a later pass writes nothing more to the pods.
+    writes = len(env.client.pods.calls)
+    await env.pass_(1, ["n2"])
+    assert len(env.client.pods.calls) == writes
+
+
 def test_zone_key_is_region_and_zone_ga_labels_first() -> None:
     node = node_pb2.Node()
     assert zone_key(node) == ""
