@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from controller.api import NullRecorder, Queue, Recorder, Store
-from controller.util import key_of
+from controller.util import key_of, scaled_int_or_percent
 from tinykube import disruption
 from tinykube.errors import ConflictError, NotFoundError
 from tinykube.meta import int_or_string, set_timestamp
@@ -77,15 +76,10 @@ class Computed:
 
 def scaled(value: int | str, total: int) -> int:
     """intstr.GetScaledValueFromIntOrPercent with roundUp: "50%" of 3 is 2."""
-    if isinstance(value, int):
-        return value
-    if not value.endswith("%"):
-        raise SyncError("invalid value for IntOrString: invalid type: string is not a percentage")
     try:
-        percent = int(value[:-1])
-    except ValueError:
-        raise SyncError(f'invalid value "{value}": not a percentage') from None
-    return math.ceil(percent * total / 100)
+        return scaled_int_or_percent(value, total, round_up=True)
+    except ValueError as exc:
+        raise SyncError(str(exc)) from None
 
 
 def _bound(value: Any) -> int | str | None:

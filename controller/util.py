@@ -53,17 +53,25 @@ def fnv32a(data: bytes) -> int:
 
 
 def scaled_value(value: Value, total: int, round_up: bool) -> int:
-    """Kubernetes' GetScaledValueFromIntOrPercent: a number as is, "N%" of `total` rounded up or
-    down, unset as 0. Raises ValueError for anything else (validation keeps such values out)."""
+    """Kubernetes' GetScaledValueFromIntOrPercent on an IntOrString Value, unset as 0. Raises
+    ValueError for anything else (validation keeps such values out)."""
     if value.WhichOneof("kind") in (None, "null_value"):
         return 0  # unset counts as 0, as Kubernetes' ValueOrDefault(nil, 0)
-    held = int_or_string(value)
+    return scaled_int_or_percent(int_or_string(value), total, round_up)
+
+
+def scaled_int_or_percent(held: object, total: int, round_up: bool) -> int:
+    """Kubernetes' GetScaledValueFromIntOrPercent: a number as is, "N%" of `total` rounded up or
+    down ("50%" of 3: 2 up, 1 down). Raises ValueError in kube's words for anything else."""
     if isinstance(held, int):
         return held
-    if isinstance(held, str) and held.endswith("%") and held[:-1].isdigit():
+    if not isinstance(held, str) or not held.endswith("%"):
+        raise ValueError("invalid value for IntOrString: invalid type: string is not a percentage")
+    try:
         percent = int(held[:-1])
-        return -(-percent * total // 100) if round_up else percent * total // 100
-    raise ValueError(f"invalid value for IntOrString: {held!r}")
+    except ValueError:
+        raise ValueError(f'invalid value "{held}": not a percentage') from None
+    return -(-percent * total // 100) if round_up else percent * total // 100
 
 
 def random_suffix(rng: random.Random | None = None, length: int = 5) -> str:
