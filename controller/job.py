@@ -1163,6 +1163,9 @@ class JobController:
         indexes: list[int | None] = [None] * diff
         if jobs.is_indexed(job):
             not_pending = set(ctx.failed_index_set or ())
+            if only_replace_failed_pods(job):
+                # A terminating pod's index is replaced only once that pod is gone.
+                not_pending |= pod_indexes(p for p in ctx.pods if is_terminating_pod(p))
             pending = first_pending_indexes(
                 ctx.active_pods, ctx.succeeded_index_set, diff, job.spec.completions, not_pending
             )

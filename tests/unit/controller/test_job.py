@@ -944,6 +944,22 @@ async def test_a_restart_keeps_the_index_failure_count(replaced: bool) -> None:
     assert env.job(key).status.failed == 1
 
 
+async def test_an_index_whose_pod_terminates_waits_for_it_with_replacement_policy_failed() -> None:
+    env = Env()
+    job = make_job("work", completions=3, parallelism=1, indexed=True)
+    job.spec.podReplacementPolicy = "Failed"
+    key = await env.create(job)
+    await env.sync(key)
+    first = pending(env, 0)
+    await env.client.pods.delete(
+        first.metadata.name, first.metadata.namespace
+    )  # keeps its finalizer
+    env.job(key).spec.parallelism = 3
+    await env.sync(key)
+    assert len(of_index(env, 0)) == 1  # not replaced while it terminates
+    assert len(of_index(env, 1)) == 1 and len(of_index(env, 2)) == 1
+
+
 async def test_suspend_deletes_the_active_pods_and_resume_starts_again() -> None:
     env = Env()
     key = await env.create(make_job(completions=2, parallelism=2))
