@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -388,12 +389,9 @@ def _count_annotation(pod: Pod, name: str) -> int:
     """An index failure count annotation; 0 when missing, not a number, negative or past
     MaxInt32 (a user may have written it)."""
     text = pod.metadata.annotations.get(name)
-    if text is None:
+    if text is None or re.fullmatch(r"[+-]?[0-9]+", text) is None:  # strconv.Atoi's syntax
         return 0
-    try:
-        value = int(text)
-    except ValueError:
-        return 0
+    value = int(text)
     return value if 0 <= value <= jobs.MAX_INT32 else 0
 
 
@@ -1153,6 +1151,8 @@ class JobController:
         diff = want - terminating - active
         if diff <= 0:
             return active, None
+        # While pods wait out a back-off kube's manageJob reports 0 active; tinykube keeps
+        # reporting the pods that run.
         per_index = has_backoff_limit_per_index(job)
         if not per_index:
             remaining = backoff_remaining(ctx.new_backoff, now, self.backoff_base, self.backoff_max)

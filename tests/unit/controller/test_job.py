@@ -358,6 +358,8 @@ FAIL_INDEX_42 = {"action": "FailIndex", "codes": ("In", [42])}
         pytest.param((IGNORE_7,), index_pod(0, code=7, count="2"), (2, 1), id="ignored"),
         pytest.param((), index_pod(0, count="x", ignored="-1"), (1, 0), id="bad annotations"),
         pytest.param((), index_pod(0, count=str(2**31)), (1, 0), id="past MaxInt32"),
+        pytest.param((), index_pod(0, count="1_0", ignored=" 2"), (1, 0), id="not Atoi's syntax"),
+        pytest.param((), index_pod(0, count="+4"), (5, 0), id="a sign is Atoi's syntax"),
     ],
 )
 def test_new_index_failure_counts(
