@@ -16,6 +16,14 @@ sync counts the uncounted uids whose pods lost the finalizer (or are gone). With
 term the caches may lag our own writes: finalizer removals not yet seen and the last status
 written are remembered and trusted over an older cache.
 
+With backoffLimitPerIndex (Indexed Jobs) failures are counted per index, as kube's
+JobBackoffLimitPerIndex: each pod carries its index's failures so far in an annotation, taken
+from the failed pod it replaces; that failed pod keeps its finalizer (uncounted) until the
+replacement exists, so a restart loses no count. An index that failed more than
+backoffLimitPerIndex times (or matched a FailIndex rule) goes into status.failedIndexes and is
+not retried; replacements back off per index; the Job fails past maxFailedIndexes, or once
+every index succeeded or failed.
+
 The terminal conditions are two-step, as Kubernetes v1.36 sets them: FailureTarget (or
 SuccessCriteriaMet) first, then Failed (or Complete) once no pod is left uncounted or
 terminating. A second queue strips the tracking finalizer from pods whose Job is gone or
@@ -29,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -73,6 +82,13 @@ Pod = pod_pb2.Pod
 MSG_BACKOFF_LIMIT = "Job has reached the specified backoff limit"
 MSG_DEADLINE = "Job was active longer than specified deadline"
 MSG_COMPLETIONS_REACHED = "Reached expected number of succeeded pods"
+MSG_MAX_FAILED_INDEXES = "Job has exceeded the specified maximal number of failed indexes"
+MSG_FAILED_INDEXES = "Job has failed indexes"
+
+# backoffLimitPerIndex: each replacement pod carries the failures of its index so far (those
+# an Ignore rule matched apart), so the count survives the failed pods and a restart.
+INDEX_FAILURE_COUNT_ANNOTATION = "batch.kubernetes.io/job-index-failure-count"
+INDEX_IGNORED_FAILURE_COUNT_ANNOTATION = "batch.kubernetes.io/job-index-ignored-failure-count"
 
 
 class JobClientAPI(Protocol):
@@ -145,7 +161,8 @@ def match_pod_failure_policy(
     policy: job_pb2.PodFailurePolicy | None, pod: Pod
 ) -> tuple[str | None, bool, str | None]:
     """matchPodFailurePolicy: (the Job's failure message if a FailJob rule matched, whether
-    the failure counts towards backoffLimit, the action of the matched rule)."""
+    the failure counts towards backoffLimit and backoffLimitPerIndex, the action of the
+    matched rule)."""
     if policy is None:
         return None, True, None
     ns, name = pod.metadata.namespace, pod.metadata.name
@@ -185,7 +202,9 @@ def match_pod_failure_policy(
             return None, True, "Count"
         if rule.action == "FailJob":
             return what, True, "FailJob"
-        # FailIndex (or an action this version does not know): keep looking, as kube does.
+        if rule.action == "FailIndex":
+            return None, True, "FailIndex"
+        # An action this version does not know: keep looking, as kube does.
     return None, True, None
 
 
@@ -333,10 +352,15 @@ def succeeded_indexes(job: Job, pods: Iterable[Pod]) -> tuple[set[int], set[int]
 
 
 def first_pending_indexes(
-    active_pods: Iterable[Pod], succeeded: set[int], count: int, completions: int
+    active_pods: Iterable[Pod],
+    succeeded: set[int],
+    count: int,
+    completions: int,
+    not_pending: Iterable[int] = (),
 ) -> list[int]:
-    """The lowest indexes that neither succeeded nor have an active pod, at most `count`."""
-    busy = set(succeeded)
+    """The lowest indexes that neither succeeded nor have an active pod nor are in
+    `not_pending` (failed indexes, those still terminating), at most `count`."""
+    busy = set(succeeded) | set(not_pending)
     for p in active_pods:
         ix = completion_index(p)
         if ix is not None:
@@ -348,6 +372,117 @@ def first_pending_indexes(
         if ix not in busy:
             out.append(ix)
     return out
+
+
+def pod_indexes(pods: Iterable[Pod]) -> set[int]:
+    return {ix for p in pods if (ix := completion_index(p)) is not None}
+
+
+# ---- backoffLimitPerIndex ---------------------------------------------------------------------
+
+
+def has_backoff_limit_per_index(job: Job) -> bool:
+    return job.spec.HasField("backoffLimitPerIndex")
+
+
+def _count_annotation(pod: Pod, name: str) -> int:
+    """An index failure count annotation; 0 when missing, not a number, negative or past
+    MaxInt32 (a user may have written it)."""
+    text = pod.metadata.annotations.get(name)
+    if text is None or re.fullmatch(r"[+-]?[0-9]+", text) is None:  # strconv.Atoi's syntax
+        return 0
+    value = int(text)
+    return value if 0 <= value <= jobs.MAX_INT32 else 0
+
+
+def index_failure_count(pod: Pod) -> int:
+    """The counted failures of the pod's index before this pod."""
+    return _count_annotation(pod, INDEX_FAILURE_COUNT_ANNOTATION)
+
+
+def index_absolute_failure_count(pod: Pod) -> int:
+    """All failures of the pod's index before this pod, the ignored ones too."""
+    return index_failure_count(pod) + _count_annotation(pod, INDEX_IGNORED_FAILURE_COUNT_ANNOTATION)
+
+
+def new_index_failure_counts(job: Job, replaced: Pod | None) -> tuple[int, int]:
+    """getNewIndexFailureCounts: (failures, ignored failures) for the pod replacing
+    `replaced`, the failed pod of its index (none: a first pod, (0, 0))."""
+    if replaced is None:
+        return 0, 0
+    counted = index_failure_count(replaced)
+    ignored = _count_annotation(replaced, INDEX_IGNORED_FAILURE_COUNT_ANNOTATION)
+    if match_pod_failure_policy(_policy(job), replaced)[1]:
+        counted += 1
+    else:
+        ignored += 1
+    return counted, ignored
+
+
+def is_index_failed(job: Job, pod: Pod) -> bool:
+    """isIndexFailed: the pod failed and matched a FailIndex rule, or its failure counts and
+    its index had failed backoffLimitPerIndex times before it."""
+    if not is_pod_failed(pod, job):
+        return False
+    _, counts, action = match_pod_failure_policy(_policy(job), pod)
+    if action == "FailIndex":
+        return True
+    return counts and index_failure_count(pod) >= job.spec.backoffLimitPerIndex
+
+
+def failed_indexes(job: Job, pods: Iterable[Pod]) -> set[int]:
+    """calculateFailedIndexes: status.failedIndexes plus the indexes of failed pods, not yet
+    counted (they keep the finalizer), that fail their index."""
+    completions = job.spec.completions
+    out = parse_indexes(job.status.failedIndexes, completions)
+    for p in pods:
+        ix = completion_index(p)
+        if ix is None or ix >= completions or not has_tracking_finalizer(p):
+            continue
+        if is_index_failed(job, p):
+            out.add(ix)
+    return out
+
+
+def pods_with_delayed_deletion(
+    job: Job,
+    pods: Iterable[Pod],
+    active_pods: Iterable[Pod],
+    succeeded: set[int],
+    failed: set[int],
+    expected_rm: set[str],
+) -> dict[int, Pod]:
+    """getPodsWithDelayedDeletionPerIndex: per index still to be retried, its last failed pod
+    (most failures before it, then latest finish). That pod keeps its finalizer, so it is
+    neither counted nor gone, until its replacement exists and carries the index's count."""
+    busy = succeeded | failed | pod_indexes(active_pods)
+    out: dict[int, Pod] = {}
+    for p in pods:
+        if not has_tracking_finalizer(p) or p.metadata.uid in expected_rm:
+            continue
+        ix = completion_index(p)
+        if ix is None or ix >= job.spec.completions or ix in busy or not is_pod_failed(p, job):
+            continue
+        last = out.get(ix)
+        if last is None or (
+            index_absolute_failure_count(last) <= index_absolute_failure_count(p)
+            and finished_time(p) >= finished_time(last)
+        ):
+            out[ix] = p
+    return out
+
+
+def index_backoff_remaining(
+    last_failed: Pod | None, now: datetime, base: float = DEFAULT_BACKOFF, cap: float = MAX_BACKOFF
+) -> float:
+    """getRemainingTimePerIndex: the back-off of an index, from its failures so far (the last
+    failed pod's count, plus that pod) and that pod's finish."""
+    if last_failed is None:
+        return 0.0
+    record = BackoffRecord(
+        index_absolute_failure_count(last_failed) + 1, finished_time(last_failed)
+    )
+    return backoff_remaining(record, now, base, cap)
 
 
 def active_pods_for_removal(job: Job, active_pods: list[Pod], at_least: int) -> list[Pod]:
@@ -410,10 +545,11 @@ def new_job_controller_ref(job: Job) -> meta_pb2.OwnerReference:
     )
 
 
-def pod_for_job(job: Job, index: int | None) -> Pod:
+def pod_for_job(job: Job, index: int | None, replaced: Pod | None = None) -> Pod:
     """A new pod from the template: owned by the Job, with the tracking finalizer; an
     Indexed Job's pod carries its index (annotation, label, JOB_COMPLETION_INDEX, hostname
-    `<job>-<index>`) and is named `<job>-<index>-<random>`."""
+    `<job>-<index>`) and is named `<job>-<index>-<random>`; with backoffLimitPerIndex it
+    carries its index's failures so far, counted from `replaced` (its failed predecessor)."""
     tmpl = job.spec.template
     pod = Pod(apiVersion="v1", kind="Pod")
     meta = pod.metadata
@@ -431,6 +567,11 @@ def pod_for_job(job: Job, index: int | None) -> Pod:
     meta.generateName = f"{job.metadata.name}-{index}-"
     meta.annotations[jobs.COMPLETION_INDEX_ANNOTATION] = str(index)
     meta.labels[jobs.COMPLETION_INDEX_ANNOTATION] = str(index)
+    if has_backoff_limit_per_index(job):
+        counted, ignored = new_index_failure_counts(job, replaced)
+        meta.annotations[INDEX_FAILURE_COUNT_ANNOTATION] = str(counted)
+        if ignored > 0:
+            meta.annotations[INDEX_IGNORED_FAILURE_COUNT_ANNOTATION] = str(ignored)
     pod.spec.hostname = f"{job.metadata.name}-{index}"
     # Kubernetes points the variable at the annotation (fieldRef); tinykube's EnvVar has no
     # valueFrom, so the value is written in.
@@ -459,6 +600,10 @@ class _SyncCtx:
     prev_succeeded_indexes: set[int] = field(default_factory=set)
     succeeded_index_set: set[int] = field(default_factory=set)
     new_backoff: BackoffRecord = field(default_factory=BackoffRecord)
+    # backoffLimitPerIndex only: the failed indexes, and per index to retry its failed pod
+    # whose finalizer stays until the replacement is created.
+    failed_index_set: set[int] | None = None
+    delayed: dict[int, Pod] = field(default_factory=dict)
 
 
 class JobController:
@@ -743,6 +888,8 @@ class JobController:
         if jobs.is_indexed(job):
             ctx.prev_succeeded_indexes, ctx.succeeded_index_set = succeeded_indexes(job, pods)
             ctx.succeeded = len(ctx.succeeded_index_set)
+            if has_backoff_limit_per_index(job):
+                self._check_failed_indexes(ctx, now)
 
         suspend_changed = False
         manage_error: BaseException | None = None
@@ -787,6 +934,28 @@ class JobController:
         await self._track_status(key, ctx, needs_flush, now)
         if manage_error is not None:
             raise manage_error
+
+    def _check_failed_indexes(self, ctx: _SyncCtx, now: datetime) -> None:
+        """The failed indexes; the Job fails when there are more than maxFailedIndexes, or
+        when every index succeeded or failed and one failed."""
+        job = ctx.job
+        failed = failed_indexes(job, ctx.pods)
+        ctx.failed_index_set = failed
+        if ctx.finished is None:
+            if job.spec.HasField("maxFailedIndexes") and len(failed) > job.spec.maxFailedIndexes:
+                ctx.finished = new_condition(
+                    jobs.FAILURE_TARGET,
+                    jobs.REASON_MAX_FAILED_INDEXES_EXCEEDED,
+                    MSG_MAX_FAILED_INDEXES,
+                    now,
+                )
+            elif failed and len(failed) + len(ctx.succeeded_index_set) >= job.spec.completions:
+                ctx.finished = new_condition(
+                    jobs.FAILURE_TARGET, jobs.REASON_FAILED_INDEXES, MSG_FAILED_INDEXES, now
+                )
+        ctx.delayed = pods_with_delayed_deletion(
+            job, ctx.pods, ctx.active_pods, ctx.succeeded_index_set, failed, ctx.expected_rm
+        )
 
     def _success_criteria_met(self, job: Job) -> job_pb2.JobCondition | None:
         cond = jobs.condition(job, jobs.SUCCESS_CRITERIA_MET)
@@ -982,16 +1151,29 @@ class JobController:
         diff = want - terminating - active
         if diff <= 0:
             return active, None
-        remaining = backoff_remaining(ctx.new_backoff, now, self.backoff_base, self.backoff_max)
-        if remaining > 0:
-            self.queue.add_after(key, max(remaining, self.sync_batch_period))
-            return active, None
+        # While pods wait out a back-off kube's manageJob reports 0 active; tinykube keeps
+        # reporting the pods that run.
+        per_index = has_backoff_limit_per_index(job)
+        if not per_index:
+            remaining = backoff_remaining(ctx.new_backoff, now, self.backoff_base, self.backoff_max)
+            if remaining > 0:
+                self.queue.add_after(key, max(remaining, self.sync_batch_period))
+                return active, None
         diff = min(diff, MAX_POD_CREATE_DELETE_PER_SYNC)
         indexes: list[int | None] = [None] * diff
         if jobs.is_indexed(job):
+            not_pending = set(ctx.failed_index_set or ())
+            if only_replace_failed_pods(job):
+                # A terminating pod's index is replaced only once that pod is gone.
+                not_pending |= pod_indexes(p for p in ctx.pods if is_terminating_pod(p))
             pending = first_pending_indexes(
-                ctx.active_pods, ctx.succeeded_index_set, diff, job.spec.completions
+                ctx.active_pods, ctx.succeeded_index_set, diff, job.spec.completions, not_pending
             )
+            if per_index:
+                pending, wait = self._indexes_past_backoff(ctx, pending, now)
+                if wait > 0:
+                    self.queue.add_after(key, max(wait, self.sync_batch_period))
+                    return active, None
             indexes = list(pending)
             diff = len(indexes)
             if diff == 0:
@@ -1000,7 +1182,9 @@ class JobController:
         todo = list(indexes)
 
         async def create_one() -> None:
-            await self._create_pod(job, todo.pop(0))
+            index = todo.pop(0)
+            replaced = ctx.delayed.get(index) if index is not None else None
+            await self._create_pod(job, index, replaced)
 
         successes, error = await slow_start_batch(diff, 1, create_one)
         for _ in range(diff - successes):
@@ -1009,8 +1193,28 @@ class JobController:
             await self._event(job, "Warning", "FailedCreate", f"Error creating: {error}")
         return active + successes, error
 
-    async def _create_pod(self, job: Job, index: int | None) -> None:
-        created = await self.client.pods.create(pod_for_job(job, index))
+    def _indexes_past_backoff(
+        self, ctx: _SyncCtx, pending: list[int], now: datetime
+    ) -> tuple[list[int], float]:
+        """getPodCreationInfoForIndependentIndexes: the pending indexes whose back-off is over;
+        when there are none, the shortest back-off left (the others wait for a later sync,
+        as in kube: the new pods' events bring one)."""
+        ready: list[int] = []
+        wait: float | None = None
+        for ix in pending:
+            left = index_backoff_remaining(
+                ctx.delayed.get(ix), now, self.backoff_base, self.backoff_max
+            )
+            if left == 0:
+                ready.append(ix)
+            elif wait is None or left < wait:
+                wait = left
+        if ready or wait is None:
+            return ready, 0.0
+        return [], wait
+
+    async def _create_pod(self, job: Job, index: int | None, replaced: Pod | None = None) -> None:
+        created = await self.client.pods.create(pod_for_job(job, index, replaced))
         await self._event(
             job, "Normal", "SuccessfulCreate", f"Created pod: {created.metadata.name}"
         )
@@ -1046,7 +1250,7 @@ class JobController:
                 is_terminating(job)
                 or ctx.finished is not None
                 or pod.status.phase == "Succeeded"
-                or considered_failed
+                or (considered_failed and not _awaits_replacement(ctx, pod))
             )
             if not removable:
                 continue
@@ -1086,6 +1290,17 @@ class JobController:
                 needs_flush = True
             job.status.succeeded = len(ctx.succeeded_index_set)
             job.status.completedIndexes = text
+            if ctx.failed_index_set is not None:
+                failed_text = format_indexes(ctx.failed_index_set)
+                if (
+                    not job.status.HasField("failedIndexes")
+                    or job.status.failedIndexes != failed_text
+                ):
+                    job.status.failedIndexes = failed_text
+                    needs_flush = True
+            elif job.status.HasField("failedIndexes"):
+                job.status.ClearField("failedIndexes")
+                needs_flush = True
         finished = ctx.finished
         if finished is not None and finished.type == jobs.FAILURE_TARGET:
             job.status.conditions.append(finished)
@@ -1175,6 +1390,16 @@ class JobController:
             await self.recorder.record(job, type_, reason, message)
         except Exception:  # events are best effort: never fail a sync over one
             log.debug("could not record event %s for %s", reason, key_of(job), exc_info=True)
+
+
+def _awaits_replacement(ctx: _SyncCtx, pod: Pod) -> bool:
+    """canRemoveFinalizer's exception: the failed pod whose index's replacement is not yet
+    created keeps its finalizer (the replacement's failure count is taken from it)."""
+    ix = completion_index(pod)
+    if ix is None:
+        return False
+    delayed = ctx.delayed.get(ix)
+    return delayed is not None and delayed.metadata.uid == pod.metadata.uid
 
 
 def _count_uncounted_without_finalizer(status: job_pb2.JobStatus, with_finalizer: set[str]) -> bool:

@@ -4,9 +4,11 @@ kubelets running real processes), driven by the real kubectl.
 A Job of 5 completions, 2 at a time, whose first attempt fails (an atomic `mkdir` marker picks
 exactly one pod to fail) succeeds with succeeded=5, failed=1, each pod counted once; an Indexed
 Job's pods see JOB_COMPLETION_INDEX; a podFailurePolicy FailJob rule on exit code 42 fails the
-Job with reason PodFailurePolicy; `kubectl create job`, `logs job/NAME`, `wait`, `describe`,
-`get -o wide` and `delete` behave as against Kubernetes; ttlSecondsAfterFinished removes a
-finished Job with its pods. Every wait is kubectl's own `wait` or a bounded poll.
+Job with reason PodFailurePolicy; an Indexed Job with backoffLimitPerIndex 1 whose index 1 always
+fails retries that index once, then fails with failedIndexes "1" and reason FailedIndexes;
+`kubectl create job`, `logs job/NAME`, `wait`, `describe`, `get -o wide` and `delete` behave
+as against Kubernetes; ttlSecondsAfterFinished removes a finished Job with its pods. Every wait
+is kubectl's own `wait` or a bounded poll.
 """
 
 from __future__ import annotations
@@ -215,6 +217,58 @@ spec:
     assert job["status"]["failed"] == 1
     row = ok(tinykube_up.kubectl("get", "job", "fortytwo")).splitlines()[1].split()
     assert row[:3] == ["fortytwo", "Failed", "0/2"]
+
+
+def test_backoff_limit_per_index_fails_only_the_failing_index(tinykube_up: UpCluster) -> None:
+    manifest = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: perindex
+spec:
+  completions: 3
+  parallelism: 3
+  completionMode: Indexed
+  backoffLimitPerIndex: 1
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: busybox
+        command: [sh, -c, 'if [ "$JOB_COMPLETION_INDEX" = 1 ]; then exit 3; fi']
+"""
+    ok(tinykube_up.kubectl("apply", "-f", "-", stdin=manifest))
+    # Index 1 fails, is retried once after its 10 s back-off, fails again and is given up on.
+    ok(tinykube_up.kubectl("wait", "--for=condition=failed", "job/perindex", WAIT))
+    job = get_json(tinykube_up, "job", "perindex")
+    assert job["spec"]["backoffLimit"] == 2**31 - 1  # the default with backoffLimitPerIndex
+    status = job["status"]
+    assert (status["completedIndexes"], status["failedIndexes"]) == ("0,2", "1")
+    assert (status["succeeded"], status["failed"]) == (2, 2)
+    assert conditions(job) == [
+        ("FailureTarget", "True", "FailedIndexes"),
+        ("Failed", "True", "FailedIndexes"),
+    ]
+    assert job["status"]["conditions"][1]["message"] == "Job has failed indexes"
+    pods = job_pods(tinykube_up, "perindex")
+    index_of = "batch.kubernetes.io/job-completion-index"
+    count_of = "batch.kubernetes.io/job-index-failure-count"
+    attempts = sorted(
+        (p["metadata"]["annotations"][index_of], p["metadata"]["annotations"][count_of])
+        for p in pods
+    )
+    assert attempts == [("0", "0"), ("1", "0"), ("1", "1"), ("2", "0")]
+    for pod in pods:
+        assert "finalizers" not in pod["metadata"], "every pod was counted and let go"
+        failed = pod["metadata"]["annotations"][index_of] == "1"
+        assert pod["status"]["phase"] == ("Failed" if failed else "Succeeded")
+    events = get_json(tinykube_up, "events", "--field-selector", "involvedObject.name=perindex")
+    assert ("Warning", "FailedIndexes", "Job has failed indexes") in [
+        (e["type"], e["reason"], e["message"]) for e in events["items"]
+    ]
+    row = ok(tinykube_up.kubectl("get", "job", "perindex")).splitlines()[1].split()
+    assert row[:3] == ["perindex", "Failed", "2/3"]
 
 
 def test_create_job_logs_wait_and_delete(tinykube_up: UpCluster) -> None:

@@ -15,15 +15,22 @@ import pytest
 
 from controller.job import (
     DEFAULT_BACKOFF,
+    INDEX_FAILURE_COUNT_ANNOTATION,
+    INDEX_IGNORED_FAILURE_COUNT_ANNOTATION,
     MAX_BACKOFF,
     BackoffRecord,
     JobController,
     backoff_remaining,
+    failed_indexes,
     format_indexes,
+    index_backoff_remaining,
+    is_index_failed,
     match_pod_failure_policy,
+    new_index_failure_counts,
     next_backoff_record,
     parse_indexes,
     past_backoff_limit_on_failure,
+    pods_with_delayed_deletion,
     want_active,
 )
 from controller.ttlafterfinished import TTLAfterFinishedController
@@ -150,6 +157,12 @@ FAIL_42 = {"action": "FailJob", "codes": ("In", [42])}
             failed_pod(("main", 137), conditions=[("DisruptionTarget", "False")]),
             (None, True, None),
             id="a condition with another status does not match",
+        ),
+        pytest.param(
+            policy({"action": "FailIndex", "codes": ("In", [3])}, FAIL_42),
+            failed_pod(("main", 3)),
+            (None, True, "FailIndex"),
+            id="FailIndex counts and stops there",
         ),
     ],
 )
@@ -293,6 +306,124 @@ def test_past_backoff_limit_on_failure(
         pod.status.containerStatuses.add(name="c", restartCount=r)
         pods.append(pod)
     assert past_backoff_limit_on_failure(job, pods) is expected
+
+
+# ---- backoffLimitPerIndex ---------------------------------------------------------------------
+
+
+def index_pod(
+    ix: int,
+    phase: str = "Failed",
+    *,
+    code: int = 1,
+    count: str | None = None,
+    ignored: str | None = None,
+    finished: int = 0,
+    uid: str = "",
+    finalizer: bool = True,
+) -> pod_pb2.Pod:
+    pod = finished_pod(phase, at(finished))
+    pod.status.containerStatuses[0].state.terminated.exitCode = code if phase == "Failed" else 0
+    pod.metadata.uid = uid or f"u{ix}-{count}-{finished}"
+    pod.metadata.annotations[jobs.COMPLETION_INDEX_ANNOTATION] = str(ix)
+    if count is not None:
+        pod.metadata.annotations[INDEX_FAILURE_COUNT_ANNOTATION] = count
+    if ignored is not None:
+        pod.metadata.annotations[INDEX_IGNORED_FAILURE_COUNT_ANNOTATION] = ignored
+    if finalizer:
+        pod.metadata.finalizers.append(jobs.TRACKING_FINALIZER)
+    return pod
+
+
+def per_index_spec(limit: int, *rules: dict[str, Any], completions: int = 4) -> job_pb2.Job:
+    job = job_pb2.Job()
+    job.spec.completions = completions
+    job.spec.completionMode = jobs.INDEXED
+    job.spec.backoffLimitPerIndex = limit
+    if rules:
+        job.spec.podFailurePolicy.CopyFrom(policy(*rules))
+    return job
+
+
+IGNORE_7 = {"action": "Ignore", "codes": ("In", [7])}
+FAIL_INDEX_42 = {"action": "FailIndex", "codes": ("In", [42])}
+
+
+@pytest.mark.parametrize(
+    ("rules", "replaced", "expected"),
+    [
+        pytest.param((), None, (0, 0), id="a first pod"),
+        pytest.param((), index_pod(0), (1, 0), id="no annotation counts from 0"),
+        pytest.param((), index_pod(0, count="2", ignored="1"), (3, 1), id="counted"),
+        pytest.param((IGNORE_7,), index_pod(0, code=7, count="2"), (2, 1), id="ignored"),
+        pytest.param((), index_pod(0, count="x", ignored="-1"), (1, 0), id="bad annotations"),
+        pytest.param((), index_pod(0, count=str(2**31)), (1, 0), id="past MaxInt32"),
+        pytest.param((), index_pod(0, count="1_0", ignored=" 2"), (1, 0), id="not Atoi's syntax"),
+        pytest.param((), index_pod(0, count="+4"), (5, 0), id="a sign is Atoi's syntax"),
+    ],
+)
+def test_new_index_failure_counts(
+    rules: tuple[dict[str, Any], ...], replaced: pod_pb2.Pod | None, expected: tuple[int, int]
+) -> None:
+    assert new_index_failure_counts(per_index_spec(1, *rules), replaced) == expected
+
+
+@pytest.mark.parametrize(
+    ("limit", "rules", "pod", "expected"),
+    [
+        pytest.param(1, (), index_pod(0, count="0"), False, id="retries left"),
+        pytest.param(1, (), index_pod(0, count="1"), True, id="limit reached"),
+        pytest.param(0, (), index_pod(0), True, id="limit 0: the first failure"),
+        pytest.param(0, (IGNORE_7,), index_pod(0, code=7), False, id="Ignore never fails it"),
+        pytest.param(5, (FAIL_INDEX_42,), index_pod(0, code=42), True, id="FailIndex at once"),
+        pytest.param(0, (), index_pod(0, "Succeeded"), False, id="succeeded"),
+    ],
+)
+def test_is_index_failed(
+    limit: int, rules: tuple[dict[str, Any], ...], pod: pod_pb2.Pod, expected: bool
+) -> None:
+    assert is_index_failed(per_index_spec(limit, *rules), pod) is expected
+
+
+def test_failed_indexes_adds_uncounted_failures_to_the_status() -> None:
+    job = per_index_spec(0, completions=6)
+    job.status.failedIndexes = "0,2-3"
+    pods = [index_pod(5), index_pod(1, "Succeeded"), index_pod(4, finalizer=False)]
+    assert failed_indexes(job, pods) == {0, 2, 3, 5}
+
+
+def test_the_last_failed_pod_of_an_index_awaits_its_replacement() -> None:
+    job = per_index_spec(3)
+    first = index_pod(0, count="0", finished=1)
+    second = index_pod(0, count="1", finished=20)
+    running = index_pod(1, "Running")
+    running.status.phase = "Running"
+    pods = [second, first, index_pod(1, count="0"), running, index_pod(2), index_pod(3)]
+    delayed = pods_with_delayed_deletion(job, pods, [running], {2}, {3}, set())
+    # Index 1 runs its replacement, 2 succeeded and 3 failed: only 0 awaits one.
+    assert delayed == {0: second}
+    assert pods_with_delayed_deletion(job, pods, [running], {2}, {3}, {second.metadata.uid}) == {
+        0: first
+    }
+
+
+@pytest.mark.parametrize(
+    ("count", "ignored", "since", "expected"),
+    [
+        (None, None, 0, 10.0),
+        ("0", None, 4, 6.0),
+        ("1", None, 0, 20.0),
+        ("2", "1", 0, 80.0),  # ignored failures back off too
+        ("9", None, 0, 600.0),
+        ("0", None, 11, 0.0),
+    ],
+)
+def test_index_backoff_from_its_last_failed_pod(
+    count: str | None, ignored: str | None, since: int, expected: float
+) -> None:
+    pod = index_pod(0, count=count, ignored=ignored, finished=0)
+    assert index_backoff_remaining(pod, at(since)) == expected
+    assert index_backoff_remaining(None, at(since)) == 0.0
 
 
 # ---- the reconcile ----------------------------------------------------------------------------
@@ -601,6 +732,234 @@ async def test_indexed_job_gives_each_pod_its_index() -> None:
     job = env.job(key)
     assert (job.status.completedIndexes, job.status.succeeded) == ("0-2", 3)
     assert ("Complete", "True", "CompletionsReached") in env.conditions(key)
+
+
+def per_index_job(
+    completions: int, parallelism: int, limit: int, *, max_failed: int | None = None
+) -> job_pb2.Job:
+    job = make_job(
+        "work",
+        completions=completions,
+        parallelism=parallelism,
+        backoff_limit=jobs.MAX_INT32,  # the apiserver's default with backoffLimitPerIndex
+        indexed=True,
+    )
+    job.spec.backoffLimitPerIndex = limit
+    if max_failed is not None:
+        job.spec.maxFailedIndexes = max_failed
+    return job
+
+
+def pending(env: Env, ix: int) -> pod_pb2.Pod:
+    """The one unfinished pod of index `ix`."""
+    (pod,) = [
+        p
+        for p in env.pods()
+        if p.metadata.annotations[jobs.COMPLETION_INDEX_ANNOTATION] == str(ix)
+        and p.status.phase not in ("Succeeded", "Failed")
+    ]
+    return pod
+
+
+def of_index(env: Env, ix: int) -> list[pod_pb2.Pod]:
+    return [
+        p for p in env.pods() if p.metadata.annotations[jobs.COMPLETION_INDEX_ANNOTATION] == str(ix)
+    ]
+
+
+def failure_counts(pod: pod_pb2.Pod) -> tuple[str | None, str | None]:
+    ann = pod.metadata.annotations
+    return ann.get(INDEX_FAILURE_COUNT_ANNOTATION), ann.get(INDEX_IGNORED_FAILURE_COUNT_ANNOTATION)
+
+
+async def test_backoff_limit_per_index_retries_an_index_then_fails_it() -> None:
+    env = Env()
+    key = await env.create(per_index_job(3, 3, limit=1))
+    await env.sync(key)
+    assert [failure_counts(p) for p in env.pods()] == [("0", None)] * 3
+    job = env.job(key)
+    assert job.status.HasField("failedIndexes") and job.status.failedIndexes == ""
+    env.finish(pending(env, 0), 0)
+    failing = pending(env, 1)
+    env.finish(failing, 1)
+    await env.sync(key)
+    job = env.job(key)
+    # The failed pod keeps its finalizer, uncounted, until its replacement exists.
+    assert env.now(failing).metadata.finalizers == [jobs.TRACKING_FINALIZER]
+    assert (job.status.failed, job.status.completedIndexes, job.status.failedIndexes) == (
+        0,
+        "0",
+        "",
+    )
+    assert 10.0 in env.delays(key)
+    assert len(env.pods()) == 3
+    env.clock.advance(9)
+    await env.sync(key)
+    assert len(env.pods()) == 3  # 1 s of the index's back-off left
+    assert env.delays(key)[-1] == 1.0
+    env.clock.advance(1)
+    await env.sync(key)
+    retry = pending(env, 1)
+    assert failure_counts(retry) == ("1", None)
+    assert env.now(failing).metadata.finalizers == [jobs.TRACKING_FINALIZER]
+    await env.sync(key)  # the replacement exists: the failed pod is counted and let go
+    assert (
+        key_of(failing) not in env.client.pods.objects or not env.now(failing).metadata.finalizers
+    )
+    assert env.job(key).status.failed == 1
+    env.finish(retry, 1)  # its second failure: past backoffLimitPerIndex
+    await env.sync(key)
+    job = env.job(key)
+    assert (job.status.failed, job.status.failedIndexes) == (2, "1")
+    assert not env.conditions(key)  # index 2 still runs
+    env.clock.advance(600)
+    await env.sync(key)
+    assert len(of_index(env, 1)) == 2  # a failed index is not retried
+    env.finish(pending(env, 2), 0)
+    await env.sync(key)
+    job = env.job(key)
+    assert (job.status.completedIndexes, job.status.succeeded) == ("0,2", 2)
+    assert (job.status.failedIndexes, job.status.failed) == ("1", 2)
+    assert env.conditions(key) == [
+        ("FailureTarget", "True", "FailedIndexes"),
+        ("Failed", "True", "FailedIndexes"),
+    ]
+    assert job.status.conditions[1].message == "Job has failed indexes"
+    assert ("Warning", "FailedIndexes", "Job has failed indexes") in env.recorder.events
+    assert all(not p.metadata.finalizers for p in env.pods())
+
+
+async def test_max_failed_indexes_exceeded_terminates_the_active_pods() -> None:
+    env = Env()
+    key = await env.create(per_index_job(4, 4, limit=0, max_failed=1))
+    await env.sync(key)
+    env.finish(pending(env, 0), 1)
+    await env.sync(key)
+    job = env.job(key)
+    assert (job.status.failedIndexes, job.status.failed) == ("0", 1)
+    assert not env.conditions(key)
+    assert len(env.pods()) == 4  # limit 0: index 0 is not retried
+    env.finish(pending(env, 3), 1)
+    await env.sync(key)
+    assert env.conditions(key) == [("FailureTarget", "True", "MaxFailedIndexesExceeded")]
+    assert [c for c, k in env.client.pods.calls if c == "delete"] == ["delete", "delete"]
+    await env.sync(key)
+    job = env.job(key)
+    assert env.conditions(key) == [
+        ("FailureTarget", "True", "MaxFailedIndexesExceeded"),
+        ("Failed", "True", "MaxFailedIndexesExceeded"),
+    ]
+    message = "Job has exceeded the specified maximal number of failed indexes"
+    assert job.status.conditions[1].message == message
+    assert ("Warning", "MaxFailedIndexesExceeded", message) in env.recorder.events
+    # The two terminated pods count as failed; their indexes are not failed indexes.
+    assert (job.status.failedIndexes, job.status.failed, job.status.active) == ("0,3", 4, 0)
+
+
+async def test_fail_index_rule_fails_the_index_at_once() -> None:
+    env = Env()
+    job = per_index_job(2, 2, limit=3)
+    job.spec.podFailurePolicy.CopyFrom(policy(FAIL_INDEX_42))
+    job.spec.podReplacementPolicy = "Failed"
+    key = await env.create(job)
+    await env.sync(key)
+    env.finish(pending(env, 0), 42)
+    await env.sync(key)
+    job = env.job(key)
+    assert (job.status.failedIndexes, job.status.failed) == ("0", 1)
+    env.clock.advance(600)
+    await env.sync(key)
+    assert len(of_index(env, 0)) == 1
+    env.finish(pending(env, 1), 0)
+    await env.sync(key)
+    assert env.conditions(key) == [
+        ("FailureTarget", "True", "FailedIndexes"),
+        ("Failed", "True", "FailedIndexes"),
+    ]
+
+
+async def test_an_ignored_failure_is_counted_apart_and_still_backs_off() -> None:
+    env = Env()
+    job = per_index_job(1, 1, limit=0)
+    job.spec.podFailurePolicy.CopyFrom(policy(IGNORE_7))
+    job.spec.podReplacementPolicy = "Failed"
+    key = await env.create(job)
+    await env.sync(key)
+    first = pending(env, 0)
+    env.finish(first, 7)
+    await env.sync(key)
+    assert env.delays(key)[-1] == 10.0
+    env.clock.advance(10)
+    await env.sync(key)
+    retry = pending(env, 0)
+    assert failure_counts(retry) == ("0", "1")
+    await env.sync(key)
+    job = env.job(key)
+    assert (job.status.failed, job.status.failedIndexes) == (0, "")
+    assert key_of(first) not in env.client.pods.objects or not env.now(first).metadata.finalizers
+    env.finish(retry, 1)
+    await env.sync(key)
+    job = env.job(key)
+    assert (job.status.failed, job.status.failedIndexes) == (1, "0")
+    assert ("Failed", "True", "FailedIndexes") in env.conditions(key)
+
+
+async def test_indexes_back_off_independently() -> None:
+    env = Env()
+    key = await env.create(per_index_job(2, 2, limit=2))
+    await env.sync(key)
+    env.finish(pending(env, 0), 1)  # at 1 s
+    env.finish(pending(env, 1), 1, after=5)  # at 6 s
+    await env.sync(key)
+    assert env.delays(key)[-1] == 5.0  # the soonest index: 0
+    env.clock.advance(5)
+    await env.sync(key)
+    assert failure_counts(pending(env, 0)) == ("1", None)
+    assert len(of_index(env, 1)) == 1
+    seen = len(env.delays(key))
+    await env.sync(key)
+    assert 5.0 in env.delays(key)[seen:]  # index 1's own back-off
+    env.clock.advance(5)
+    await env.sync(key)
+    assert failure_counts(pending(env, 1)) == ("1", None)
+
+
+@pytest.mark.parametrize("replaced", [False, True])
+async def test_a_restart_keeps_the_index_failure_count(replaced: bool) -> None:
+    """A new controller (no memory) finds the failed pod still holding its finalizer, before
+    or after its replacement was created: the count comes from the pods, once."""
+    env = Env()
+    key = await env.create(per_index_job(1, 1, limit=2))
+    await env.sync(key)
+    failing = pending(env, 0)
+    env.finish(failing, 1)
+    await env.sync(key)
+    env.clock.advance(10)
+    if replaced:
+        await env.sync(key)
+    env.ctrl = env.new_controller()
+    await env.sync(key)
+    await env.sync(key)
+    await env.sync(key)
+    assert failure_counts(pending(env, 0)) == ("1", None)
+    assert len(env.pods()) == 2 - (key_of(failing) not in env.client.pods.objects)
+    assert env.job(key).status.failed == 1
+
+
+async def test_an_index_whose_pod_terminates_waits_for_it_with_replacement_policy_failed() -> None:
+    env = Env()
+    job = make_job("work", completions=3, parallelism=1, indexed=True)
+    job.spec.podReplacementPolicy = "Failed"
+    key = await env.create(job)
+    await env.sync(key)
+    first = pending(env, 0)
+    await env.client.pods.delete(
+        first.metadata.name, first.metadata.namespace
+    )  # keeps its finalizer
+    env.job(key).spec.parallelism = 3
+    await env.sync(key)
+    assert len(of_index(env, 0)) == 1  # not replaced while it terminates
+    assert len(of_index(env, 1)) == 1 and len(of_index(env, 2)) == 1
 
 
 async def test_suspend_deletes_the_active_pods_and_resume_starts_again() -> None:
