@@ -10,8 +10,8 @@ the record into a PodStatus and writes it with UpdateStatus when it changed (ret
 conflict with a fresh read), or when someone else changed what it reported (the node lifecycle
 controller's Ready=False while the node was out of touch): written again, as the kubelet's status
 manager reconciles. Conditions the kubelet does not own (PodScheduled, DisruptionTarget) are
-taken from the apiserver's copy on each write, never dropped. It then sleeps until the pod changes, a probe result changes, or
-the runtime's poll interval passes.
+taken from the apiserver's copy on each write, never dropped. It then sleeps until the pod
+changes, a probe result changes, or the runtime's poll interval passes.
 
 With a `ProbeManager` (the process runtime), the worker keeps probers on the running containers
 after each sync, reads their (started, ready) into the status, and kills a container whose
