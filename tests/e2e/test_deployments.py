@@ -11,29 +11,15 @@ progress deadline, and `rollout undo` recovers it.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import UpCluster
 from tests.e2e.kubectl_output import assert_output, ok
+from tests.e2e.waiting import until
 
 pytestmark = pytest.mark.e2e
-T = TypeVar("T")
-LIMIT = 60.0
-
-
-def _until(check: Callable[[], T], what: str, limit: float = LIMIT) -> T:
-    deadline = time.monotonic() + limit
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {limit:g}s waiting for {what}; last: {value!r}")
-        time.sleep(0.3)
 
 
 def _json(cluster: UpCluster, *args: str) -> Any:
@@ -153,7 +139,7 @@ REVISION  CHANGE-CAUSE
     # delete: the garbage collector takes the ReplicaSets and their pods
     out = ok(k("delete", "deployment", "web"))
     assert out == 'deployment.apps "web" deleted from default namespace\n'
-    _until(
+    until(
         lambda: (
             not _replica_sets(tinykube_up)
             and not _json(tinykube_up, "pods", "-l", "app=web")["items"]

@@ -10,30 +10,13 @@ from __future__ import annotations
 
 import json
 import stat
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
 from tests.e2e.conftest import UpCluster
 from tests.e2e.kubectl_output import assert_output, ok
-
-T = TypeVar("T")
-UNTIL_LIMIT = 30.0
-
-
-def _until(check: Callable[[], T], what: str, limit: float = UNTIL_LIMIT) -> T:
-    """Call `check` (a kubectl round trip each time) until it returns something truthy."""
-    deadline = time.monotonic() + limit
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {limit:g}s waiting for {what}; last: {value!r}")
-
+from tests.e2e.waiting import until
 
 pytestmark = pytest.mark.e2e
 
@@ -330,10 +313,10 @@ node-2   Ready,SchedulingDisabled   <none>   <age>   tinykube-v0.1.0
         described = ok(tinykube_up.kubectl("describe", "node", node))
         return described if cordoned_taints in described else ""
 
-    described = _until(describe_when_tainted, "the unschedulable taint on a cordoned node")
+    described = until(describe_when_tainted, "the unschedulable taint on a cordoned node")
     assert "Unschedulable:      true\n" in described
     assert ok(tinykube_up.kubectl("uncordon", node)) == f"node/{node} uncordoned\n"
-    _until(
+    until(
         lambda: (
             "unschedulable"
             not in ok(tinykube_up.kubectl("get", "node", node, "-o", "jsonpath={.spec.taints}"))

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from tinykube.errors import TinykubeError
+
+T = TypeVar("T")
 
 
 async def eventually(
@@ -35,3 +38,15 @@ async def eventually(
         if asyncio.get_running_loop().time() > deadline:
             pytest.fail(f"timed out waiting for {what}; last: {last!r}")
         await asyncio.sleep(0.2)
+
+
+def until(check: Callable[[], T], what: str, limit: float = 60.0, pause: float = 0.3) -> T:
+    """The blocking form, for checks that run a command (a kubectl round trip) each time."""
+    deadline = time.monotonic() + limit
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {limit:g}s waiting for {what}; last: {value!r}")
+        time.sleep(pause)
