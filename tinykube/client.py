@@ -105,6 +105,7 @@ from tinykube.retry import (
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.tls import Credentials, TransportSecurityError, ambient_credentials, explain
 from tinykube.v1 import (
+    configmap_pb2,
     controllerrevision_pb2,
     daemonset_pb2,
     deployment_pb2,
@@ -120,6 +121,7 @@ from tinykube.v1 import (
     priorityclass_pb2,
     rbac_pb2,
     replicaset_pb2,
+    secret_pb2,
     service_pb2,
 )
 
@@ -449,6 +451,10 @@ class Client:
         controllerrevision_pb2.ControllerRevisionList,
         controllerrevision_pb2.ControllerRevisionWatchEvent,
     ]
+    config_maps: ResourceClient[
+        configmap_pb2.ConfigMap, configmap_pb2.ConfigMapList, configmap_pb2.ConfigMapWatchEvent
+    ]
+    secrets: ResourceClient[secret_pb2.Secret, secret_pb2.SecretList, secret_pb2.SecretWatchEvent]
 
     def __init__(
         self,
@@ -522,8 +528,18 @@ class Client:
         }
         self.daemon_sets = ResourceClient(kinds.DAEMON_SET, self)
         self.controller_revisions = ResourceClient(kinds.CONTROLLER_REVISION, self)
+        self.config_maps = ResourceClient(kinds.CONFIG_MAP, self)
+        self.secrets = ResourceClient(kinds.SECRET, self)
         self._by_kind.update(
-            {r.info.kind: r for r in (self.daemon_sets, self.controller_revisions)}
+            {
+                r.info.kind: r
+                for r in (
+                    self.daemon_sets,
+                    self.controller_revisions,
+                    self.config_maps,
+                    self.secrets,
+                )
+            }
         )
 
     def resource(self, kind: str | KindInfo) -> ResourceClient[Any, Any, Any]:

@@ -12,6 +12,8 @@ from typing import Any
 from google.protobuf.message import Message
 
 from tinykube.v1 import (
+    configmap_pb2,
+    configmap_pb2_grpc,
     controllerrevision_pb2,
     controllerrevision_pb2_grpc,
     daemonset_pb2,
@@ -40,6 +42,8 @@ from tinykube.v1 import (
     rbac_pb2_grpc,
     replicaset_pb2,
     replicaset_pb2_grpc,
+    secret_pb2,
+    secret_pb2_grpc,
     service_pb2,
     service_pb2_grpc,
 )
@@ -371,6 +375,40 @@ CONTROLLER_REVISION = KindInfo(
     group="apps",
 )
 ALL_KINDS += (DAEMON_SET, CONTROLLER_REVISION)
+
+CONFIG_MAP = KindInfo(
+    kind="ConfigMap",
+    plural="configmaps",
+    namespaced=True,
+    message=configmap_pb2.ConfigMap,
+    list_message=configmap_pb2.ConfigMapList,
+    watch_event=configmap_pb2.ConfigMapWatchEvent,
+    create_request=configmap_pb2.CreateConfigMapRequest,
+    update_request=configmap_pb2.UpdateConfigMapRequest,
+    request_field="configMap",
+    service="tinykube.v1.ConfigMaps",
+    stub=configmap_pb2_grpc.ConfigMapsStub,
+    add_servicer=configmap_pb2_grpc.add_ConfigMapsServicer_to_server,
+    has_status=False,
+    short_names=("cm", "configmap"),
+)
+SECRET = KindInfo(
+    kind="Secret",
+    plural="secrets",
+    namespaced=True,
+    message=secret_pb2.Secret,
+    list_message=secret_pb2.SecretList,
+    watch_event=secret_pb2.SecretWatchEvent,
+    create_request=secret_pb2.CreateSecretRequest,
+    update_request=secret_pb2.UpdateSecretRequest,
+    request_field="secret",
+    service="tinykube.v1.Secrets",
+    stub=secret_pb2_grpc.SecretsStub,
+    add_servicer=secret_pb2_grpc.add_SecretsServicer_to_server,
+    has_status=False,
+    short_names=("secret",),
+)
+ALL_KINDS += (CONFIG_MAP, SECRET)
 BY_KIND: dict[str, KindInfo] = {k.kind: k for k in ALL_KINDS}
 BY_PLURAL: dict[str, KindInfo] = {k.plural: k for k in ALL_KINDS}
 

@@ -23,25 +23,263 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class EnvVar(_message.Message):
+    """An environment variable of a container: a literal `value`, or `valueFrom` a field of the pod,
+    a container's resources, or a key of a ConfigMap or Secret (at most one of the two is set).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
     VALUE_FIELD_NUMBER: _builtins.int
+    VALUEFROM_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     value: _builtins.str
+    @_builtins.property
+    def valueFrom(self) -> Global___EnvVarSource: ...
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         value: _builtins.str = ...,
+        valueFrom: Global___EnvVarSource | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["valueFrom", b"valueFrom"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "value", b"value", "valueFrom", b"valueFrom"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EnvVar: _TypeAlias = EnvVar  # noqa: Y015
+
+@_typing.final
+class EnvVarSource(_message.Message):
+    """Exactly one source is set."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIELDREF_FIELD_NUMBER: _builtins.int
+    RESOURCEFIELDREF_FIELD_NUMBER: _builtins.int
+    CONFIGMAPKEYREF_FIELD_NUMBER: _builtins.int
+    SECRETKEYREF_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def fieldRef(self) -> Global___ObjectFieldSelector: ...
+    @_builtins.property
+    def resourceFieldRef(self) -> Global___ResourceFieldSelector: ...
+    @_builtins.property
+    def configMapKeyRef(self) -> Global___ConfigMapKeySelector: ...
+    @_builtins.property
+    def secretKeyRef(self) -> Global___SecretKeySelector: ...
+    def __init__(
+        self,
+        *,
+        fieldRef: Global___ObjectFieldSelector | None = ...,
+        resourceFieldRef: Global___ResourceFieldSelector | None = ...,
+        configMapKeyRef: Global___ConfigMapKeySelector | None = ...,
+        secretKeyRef: Global___SecretKeySelector | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["configMapKeyRef", b"configMapKeyRef", "fieldRef", b"fieldRef", "resourceFieldRef", b"resourceFieldRef", "secretKeyRef", b"secretKeyRef"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configMapKeyRef", b"configMapKeyRef", "fieldRef", b"fieldRef", "resourceFieldRef", b"resourceFieldRef", "secretKeyRef", b"secretKeyRef"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EnvVarSource: _TypeAlias = EnvVarSource  # noqa: Y015
+
+@_typing.final
+class ObjectFieldSelector(_message.Message):
+    """metadata.name, metadata.namespace, metadata.uid, metadata.labels['<key>'],
+    metadata.annotations['<key>'], spec.nodeName, spec.serviceAccountName, status.hostIP,
+    status.hostIPs, status.podIP, status.podIPs.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    APIVERSION_FIELD_NUMBER: _builtins.int
+    FIELDPATH_FIELD_NUMBER: _builtins.int
+    apiVersion: _builtins.str
+    """"v1" when unset."""
+    fieldPath: _builtins.str
+    def __init__(
+        self,
+        *,
+        apiVersion: _builtins.str = ...,
+        fieldPath: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apiVersion", b"apiVersion", "fieldPath", b"fieldPath"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ObjectFieldSelector: _TypeAlias = ObjectFieldSelector  # noqa: Y015
+
+@_typing.final
+class ResourceFieldSelector(_message.Message):
+    """limits.cpu, limits.memory, limits.ephemeral-storage, requests.cpu, requests.memory,
+    requests.ephemeral-storage (hugepages-<size> too), in units of `divisor` (a Quantity, "1"
+    when unset), rounded up.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTAINERNAME_FIELD_NUMBER: _builtins.int
+    RESOURCE_FIELD_NUMBER: _builtins.int
+    DIVISOR_FIELD_NUMBER: _builtins.int
+    containerName: _builtins.str
+    """The container whose resources are read; for env it may be left out (the container itself)."""
+    resource: _builtins.str
+    divisor: _builtins.str
+    def __init__(
+        self,
+        *,
+        containerName: _builtins.str = ...,
+        resource: _builtins.str = ...,
+        divisor: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_divisor", b"_divisor", "divisor", b"divisor"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_divisor", b"_divisor", "containerName", b"containerName", "divisor", b"divisor", "resource", b"resource"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__divisor: _TypeAlias = _typing.Literal["divisor"]  # noqa: Y015
+    _WhichOneofArgType__divisor: _TypeAlias = _typing.Literal["_divisor", b"_divisor"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__divisor) -> _WhichOneofReturnType__divisor | None: ...
+
+Global___ResourceFieldSelector: _TypeAlias = ResourceFieldSelector  # noqa: Y015
+
+@_typing.final
+class ConfigMapKeySelector(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    OPTIONAL_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The ConfigMap's name, in the pod's namespace."""
+    key: _builtins.str
+    optional: _builtins.bool
+    """Whether the ConfigMap or its key may be missing (the variable is then not set)."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        key: _builtins.str = ...,
+        optional: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_optional", b"_optional", "optional", b"optional"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_optional", b"_optional", "key", b"key", "name", b"name", "optional", b"optional"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__optional: _TypeAlias = _typing.Literal["optional"]  # noqa: Y015
+    _WhichOneofArgType__optional: _TypeAlias = _typing.Literal["_optional", b"_optional"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__optional) -> _WhichOneofReturnType__optional | None: ...
+
+Global___ConfigMapKeySelector: _TypeAlias = ConfigMapKeySelector  # noqa: Y015
+
+@_typing.final
+class SecretKeySelector(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    OPTIONAL_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    key: _builtins.str
+    optional: _builtins.bool
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        key: _builtins.str = ...,
+        optional: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_optional", b"_optional", "optional", b"optional"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_optional", b"_optional", "key", b"key", "name", b"name", "optional", b"optional"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__optional: _TypeAlias = _typing.Literal["optional"]  # noqa: Y015
+    _WhichOneofArgType__optional: _TypeAlias = _typing.Literal["_optional", b"_optional"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__optional) -> _WhichOneofReturnType__optional | None: ...
+
+Global___SecretKeySelector: _TypeAlias = SecretKeySelector  # noqa: Y015
+
+@_typing.final
+class EnvFromSource(_message.Message):
+    """Every key of a ConfigMap or Secret as a variable, named `prefix` + key (exactly one of
+    configMapRef and secretRef is set).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PREFIX_FIELD_NUMBER: _builtins.int
+    CONFIGMAPREF_FIELD_NUMBER: _builtins.int
+    SECRETREF_FIELD_NUMBER: _builtins.int
+    prefix: _builtins.str
+    @_builtins.property
+    def configMapRef(self) -> Global___ConfigMapEnvSource: ...
+    @_builtins.property
+    def secretRef(self) -> Global___SecretEnvSource: ...
+    def __init__(
+        self,
+        *,
+        prefix: _builtins.str = ...,
+        configMapRef: Global___ConfigMapEnvSource | None = ...,
+        secretRef: Global___SecretEnvSource | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["configMapRef", b"configMapRef", "secretRef", b"secretRef"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configMapRef", b"configMapRef", "prefix", b"prefix", "secretRef", b"secretRef"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EnvFromSource: _TypeAlias = EnvFromSource  # noqa: Y015
+
+@_typing.final
+class ConfigMapEnvSource(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    OPTIONAL_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    optional: _builtins.bool
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        optional: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_optional", b"_optional", "optional", b"optional"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_optional", b"_optional", "name", b"name", "optional", b"optional"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__optional: _TypeAlias = _typing.Literal["optional"]  # noqa: Y015
+    _WhichOneofArgType__optional: _TypeAlias = _typing.Literal["_optional", b"_optional"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__optional) -> _WhichOneofReturnType__optional | None: ...
+
+Global___ConfigMapEnvSource: _TypeAlias = ConfigMapEnvSource  # noqa: Y015
+
+@_typing.final
+class SecretEnvSource(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    OPTIONAL_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    optional: _builtins.bool
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        optional: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_optional", b"_optional", "optional", b"optional"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_optional", b"_optional", "name", b"name", "optional", b"optional"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__optional: _TypeAlias = _typing.Literal["optional"]  # noqa: Y015
+    _WhichOneofArgType__optional: _TypeAlias = _typing.Literal["_optional", b"_optional"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__optional) -> _WhichOneofReturnType__optional | None: ...
+
+Global___SecretEnvSource: _TypeAlias = SecretEnvSource  # noqa: Y015
 
 @_typing.final
 class ContainerPort(_message.Message):
@@ -353,6 +591,7 @@ class Container(_message.Message):
     LIVENESSPROBE_FIELD_NUMBER: _builtins.int
     READINESSPROBE_FIELD_NUMBER: _builtins.int
     STARTUPPROBE_FIELD_NUMBER: _builtins.int
+    ENVFROM_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     image: _builtins.str
     workingDir: _builtins.str
@@ -380,6 +619,10 @@ class Container(_message.Message):
     def startupProbe(self) -> Global___Probe:
         """Until it succeeds, the other probes do not run; failing it restarts the container."""
 
+    @_builtins.property
+    def envFrom(self) -> _containers.RepeatedCompositeFieldContainer[Global___EnvFromSource]:
+        """Variables from ConfigMaps and Secrets, set before `env` (which wins on a clash)."""
+
     def __init__(
         self,
         *,
@@ -395,10 +638,11 @@ class Container(_message.Message):
         livenessProbe: Global___Probe | None = ...,
         readinessProbe: Global___Probe | None = ...,
         startupProbe: Global___Probe | None = ...,
+        envFrom: _abc.Iterable[Global___EnvFromSource] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["livenessProbe", b"livenessProbe", "readinessProbe", b"readinessProbe", "resources", b"resources", "startupProbe", b"startupProbe"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "env", b"env", "image", b"image", "imagePullPolicy", b"imagePullPolicy", "livenessProbe", b"livenessProbe", "name", b"name", "ports", b"ports", "readinessProbe", b"readinessProbe", "resources", b"resources", "startupProbe", b"startupProbe", "workingDir", b"workingDir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "env", b"env", "envFrom", b"envFrom", "image", b"image", "imagePullPolicy", b"imagePullPolicy", "livenessProbe", b"livenessProbe", "name", b"name", "ports", b"ports", "readinessProbe", b"readinessProbe", "resources", b"resources", "startupProbe", b"startupProbe", "workingDir", b"workingDir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
