@@ -16,7 +16,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from apiserver import batch, daemonset, podmutation, validation
+from apiserver import batch, configdata, daemonset, podmutation, validation
 from apiserver.validation import PROBE_KINDS
 from tinykube.errors import FieldError
 from tinykube.kinds import (
@@ -34,6 +34,7 @@ from tinykube.kinds import (
     RBAC_GROUP,
     REPLICA_SET,
     ROLE_BINDING,
+    SECRET,
     SERVICE,
     KindInfo,
 )
@@ -66,6 +67,7 @@ SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
     ),
     LEASE.kind: META_FIELDS,
     NAMESPACE.kind: (*META_FIELDS, "status.phase"),
+    SECRET.kind: (*META_FIELDS, "type"),
 }
 
 # The label Kubernetes keeps on every namespace, equal to its name (namespaceSelector uses it).
@@ -142,6 +144,16 @@ def fields_of(kind: str) -> Callable[[Message], dict[str, str]]:
             }
 
         return namespace_fields
+    if kind == SECRET.kind:
+
+        def secret_fields(obj: Message) -> dict[str, str]:
+            return {
+                "metadata.name": obj.metadata.name,  # type: ignore[attr-defined]
+                "metadata.namespace": obj.metadata.namespace,  # type: ignore[attr-defined]
+                "type": obj.type,  # type: ignore[attr-defined]
+            }
+
+        return secret_fields
 
     def meta_fields(obj: Message) -> dict[str, str]:
         return {
@@ -322,6 +334,8 @@ class Strategy:
                 obj.type = "Normal"  # type: ignore[attr-defined]
         elif kind in _BINDING_KINDS:
             default_binding(obj)
+        elif kind in configdata.KINDS:
+            configdata.prepare(self.info, obj)
 
     def _default_pod_spec(self, spec: pod_pb2.PodSpec) -> None:
         if not spec.schedulerName:
@@ -362,6 +376,8 @@ class Strategy:
             errs.extend(batch.validate_job(obj))  # type: ignore[arg-type]
         elif self.info.kind in daemonset.KINDS:
             errs.extend(daemonset.validate(self.info.kind, obj))
+        elif self.info.kind in configdata.KINDS:
+            errs.extend(configdata.validate(self.info, obj))
         return errs
 
     # ---- update ----------------------------------------------------------------------------
@@ -406,6 +422,8 @@ class Strategy:
             keep_service_allocations(target.spec, old.spec)  # type: ignore[attr-defined]
         elif self.info.kind in _BINDING_KINDS:
             default_binding(target)
+        elif self.info.kind in configdata.KINDS:
+            configdata.prepare(self.info, target)
         if _has_spec(self.info) and target.spec != old.spec:  # type: ignore[attr-defined]
             target.metadata.generation = old.metadata.generation + 1  # type: ignore[attr-defined]
 
@@ -458,6 +476,9 @@ class Strategy:
         if self.info.kind in daemonset.KINDS:
             errs += daemonset.validate(self.info.kind, new)
             errs += daemonset.validate_update(self.info.kind, new, old)
+        if self.info.kind in configdata.KINDS:
+            errs += configdata.validate_update(self.info, new, old)
+            errs += configdata.validate(self.info, new)
         return errs
 
     def validate_status_update(self, new: Message, old: Message) -> list[FieldError]:

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from google.protobuf.message import Message
 
+from apiserver import configdata
 from tinykube.errors import BadRequestError
 from tinykube.kinds import KindInfo
 from tinykube.manifest import ManifestError, load_document, parse_as, to_dict
@@ -112,6 +113,8 @@ class KindCodec:
             raise BadRequestError(
                 f"the kind in the data ({kind}) does not match the expected kind ({info.kind})"
             )
+        if info.kind in configdata.KINDS:
+            doc = configdata.checked_json_body(info, doc)
         try:
             obj, unknown = parse_as(info, doc, drop_unknown=True)
         except ManifestError as exc:

@@ -1,5 +1,5 @@
 """The few Kubernetes protobuf bodies tinykube must read: a SelfSubjectAccessReview, Namespaces,
-Deployments, Jobs and the RBAC kinds.
+Deployments, Jobs, ConfigMaps, Secrets and the RBAC kinds.
 
 kubectl's typed clients (`kubectl auth can-i`, `kubectl create namespace`, `kubectl create
 deployment`, `kubectl create job`, `kubectl create rolebinding`) post built-in kinds
@@ -14,6 +14,7 @@ are skipped, as protobuf readers do. Pure.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from typing import Any
 
@@ -110,9 +111,10 @@ def self_subject_access_review(body: bytes) -> dict[str, Any]:
 # ---- stored kinds ----------------------------------------------------------------------------
 
 # A field: (JSON name, type), type one of "string", "int", "bool", "strings" (repeated), "map"
-# (map<string,string>), "optint" / "optbool" (Kubernetes' pointer fields: kept when zero, as
-# their presence is what they say: a Job's backoffLimit 0 is not an unset one), "intorstring" or
-# the name of a nested schema ("+Name" for a repeated one).
+# (map<string,string>), "bytesmap" (map<string,bytes>: base64, as JSON carries bytes), "optint" /
+# "optbool" (Kubernetes' pointer fields: kept when zero, as their presence is what they say: a
+# Job's backoffLimit 0 is not an unset one), "intorstring" or the name of a nested schema
+# ("+Name" for a repeated one).
 Schema = dict[int, tuple[str, str]]
 
 _NESTED: dict[str, Schema] = {
@@ -250,6 +252,21 @@ SCHEMAS: dict[tuple[str, str], Schema] = {
         **_ROLE,
         3: ("aggregationRule", "AggregationRule"),
     },
+    # k8s.io/api/core/v1 generated.proto: ConfigMap data 2, binaryData 3, immutable 4; Secret
+    # data 2, type 3, stringData 4, immutable 5.
+    ("v1", "ConfigMap"): {
+        1: ("metadata", "ObjectMeta"),
+        2: ("data", "map"),
+        3: ("binaryData", "bytesmap"),
+        4: ("immutable", "optbool"),
+    },
+    ("v1", "Secret"): {
+        1: ("metadata", "ObjectMeta"),
+        2: ("data", "bytesmap"),
+        3: ("type", "string"),
+        4: ("stringData", "map"),
+        5: ("immutable", "optbool"),
+    },
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): _BINDING,
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): _BINDING,
 }
@@ -322,6 +339,16 @@ def _message(data: bytes, schema: Schema, where: str = "") -> dict[str, Any]:
                 raise _bad(f"{name} is not a map entry")
             entry = _message(value, {1: ("key", "string"), 2: ("value", "string")}, "map entry")
             out.setdefault(name, {})[entry.get("key", "")] = entry.get("value", "")
+        elif type_ == "bytesmap":
+            if not isinstance(value, bytes):
+                raise _bad(f"{name} is not a map entry")
+            key, raw = "", b""
+            for part, item in fields(value):
+                if part == 1:
+                    key = _text(item)
+                elif part == 2 and isinstance(item, bytes):
+                    raw = item
+            out.setdefault(name, {})[key] = base64.b64encode(raw).decode()
         else:
             if not isinstance(value, bytes):
                 raise _bad(f"{name} is not a message")

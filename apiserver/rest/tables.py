@@ -939,6 +939,43 @@ def _controller_revision_cells(cr: Mapping[str, Any], clock: _Clock) -> _Cells:
 _PRINTERS["DaemonSet"] = _daemon_set_cells
 _PRINTERS["ControllerRevision"] = _controller_revision_cells
 
+# core/v1 ConfigMaps and Secrets (kube's printConfigMap, printSecret): counts of keys, never
+# values. Kube declares the Data columns "string" although their cells are integers.
+_COLUMNS["ConfigMap"] = (
+    _NAME_COLUMN,
+    _col("Data", "string", "Data contains the configuration data."),
+    _AGE_COLUMN,
+)
+_COLUMNS["Secret"] = (
+    _NAME_COLUMN,
+    _col("Type", "string", "Used to facilitate programmatic handling of secret data."),
+    _col("Data", "string", "Data contains the secret data."),
+    _AGE_COLUMN,
+)
+
+
+def _config_map_cells(cm: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = cm.get("metadata") or {}
+    return [
+        meta.get("name", ""),
+        len(cm.get("data") or {}) + len(cm.get("binaryData") or {}),
+        clock.since(meta.get("creationTimestamp"), cm, "metadata.creationTimestamp"),
+    ]
+
+
+def _secret_cells(secret: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = secret.get("metadata") or {}
+    return [
+        meta.get("name", ""),
+        secret.get("type", ""),
+        len(secret.get("data") or {}),
+        clock.since(meta.get("creationTimestamp"), secret, "metadata.creationTimestamp"),
+    ]
+
+
+_PRINTERS["ConfigMap"] = _config_map_cells
+_PRINTERS["Secret"] = _secret_cells
+
 
 def _check_include_object(include_object: str) -> str:
     if include_object == "":

@@ -77,6 +77,8 @@ DEFINITION_NAMES = [
         "io.k8s.api.apps.v1.ControllerRevision",
         "io.k8s.api.apps.v1.ControllerRevisionList",
     ),
+    ("ConfigMap", f"{CORE}.ConfigMap", f"{CORE}.ConfigMapList"),
+    ("Secret", f"{CORE}.Secret", f"{CORE}.SecretList"),
 ]
 
 

@@ -1067,6 +1067,8 @@ ATOMIC_IN_KUBERNETES = {
     ("tinykube.v1.NamespaceSpec", "finalizers"),
     ("tinykube.v1.Container", "command"),
     ("tinykube.v1.Container", "args"),
+    # k8s.io/api/core/v1 Container.envFrom: +listType=atomic, no patchStrategy.
+    ("tinykube.v1.Container", "envFrom"),
     ("tinykube.v1.PodSpec", "tolerations"),
     ("tinykube.v1.PodStatus", "initContainerStatuses"),
     ("tinykube.v1.PodStatus", "containerStatuses"),

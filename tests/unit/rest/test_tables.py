@@ -169,6 +169,8 @@ COLUMNS = {
         ("Age", 0),
         ("PreemptionPolicy", 0),
     ],
+    "ConfigMap": [("Name", 0), ("Data", 0), ("Age", 0)],
+    "Secret": [("Name", 0), ("Type", 0), ("Data", 0), ("Age", 0)],
     "DaemonSet": [
         ("Name", 0),
         ("Desired", 0),
