@@ -11,10 +11,11 @@ runs, and their ClusterRoleBindings. Every object carries the label
 
 What differs from kube, and why:
 - Rules name only resources tinykube serves (pods and their status, binding, eviction and log;
-  nodes, events, services, endpoints, namespaces; replicasets and deployments with status and
-  scale; daemonsets with status, controllerrevisions; jobs; leases; poddisruptionbudgets; the
-  RBAC kinds; selfsubjectaccessreviews): secrets, configmaps, volumes and the rest are left out
-  of every role.
+  nodes, events, services, endpoints, namespaces, configmaps, secrets; replicasets and
+  deployments with status and scale; daemonsets with status, controllerrevisions; jobs; leases;
+  poddisruptionbudgets; the RBAC kinds; selfsubjectaccessreviews): volumes, service accounts
+  and the rest are left out of every role. As kube's, `view` reads configmaps but not secrets
+  (reading a Secret is an escalation); `edit` (and so `admin`) reads and writes both.
 - `admin`, `edit` and `view` are aggregated as in kube (aggregationRule selecting the labels
   `rbac.authorization.k8s.io/aggregate-to-{admin,edit,view}`; the `system:aggregate-to-*` roles
   carry the rule tables below, `edit` is aggregated into `admin` and `view` into `edit`), and
@@ -137,7 +138,7 @@ def cluster_binding(
 # ---- the user-facing roles ---------------------------------------------------------------------
 
 _AGGREGATE_TO_VIEW = (
-    rule(READ, (_CORE,), ("pods", "services", "services/status", "endpoints")),
+    rule(READ, (_CORE,), ("pods", "services", "services/status", "endpoints", "configmaps")),
     rule(READ, (_CORE,), ("events", "pods/status", "namespaces/status", "pods/log")),
     rule(READ, (_CORE,), ("namespaces",)),
     rule(READ, (_APPS,), ("replicasets", "replicasets/status", "replicasets/scale")),
@@ -147,9 +148,11 @@ _AGGREGATE_TO_VIEW = (
     rule(READ, (_APPS,), ("controllerrevisions", "daemonsets", "daemonsets/status")),
 )
 _AGGREGATE_TO_EDIT = (
+    # kube's "read on escalating resources": view must not read secrets, edit does.
+    rule(READ, (_CORE,), ("secrets",)),
     rule(WRITE, (_CORE,), ("pods",)),
     rule(("create",), (_CORE,), ("pods/eviction",)),
-    rule(WRITE, (_CORE,), ("services", "events")),
+    rule(WRITE, (_CORE,), ("services", "configmaps", "secrets", "events")),
     rule(WRITE, (_APPS,), ("replicasets", "replicasets/scale")),
     rule(WRITE, (_APPS,), ("deployments", "deployments/scale")),
     rule(WRITE, (_POLICY,), ("poddisruptionbudgets",)),

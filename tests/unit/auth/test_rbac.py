@@ -380,6 +380,23 @@ GRANTS = [
         a("update", "daemonsets", "apps", subresource="status", namespace="x", name="d"),
         True,
     ),
+    # ConfigMaps and Secrets, as kube's bootstrap policy: view reads configmaps only (a Secret
+    # is an escalation), edit and admin read and write both.
+    (VIEWER, a("list", "configmaps", namespace="team"), True),
+    (VIEWER, a("get", "configmaps", namespace="team", name="c"), True),
+    (VIEWER, a("create", "configmaps", namespace="team"), False),
+    (VIEWER, a("get", "secrets", namespace="team", name="s"), False),
+    (VIEWER, a("list", "secrets", namespace="team"), False),
+    (VIEWER, a("watch", "secrets", namespace="team"), False),
+    (EDITOR, a("list", "secrets", namespace="team"), True),
+    (EDITOR, a("create", "secrets", namespace="team"), True),
+    (EDITOR, a("patch", "configmaps", namespace="team", name="c"), True),
+    (EDITOR, a("deletecollection", "secrets", namespace="team"), True),
+    (EDITOR, a("get", "secrets", namespace="other", name="s"), False),
+    (NS_ADMIN, a("update", "secrets", namespace="team", name="s"), True),
+    (NS_ADMIN, a("watch", "configmaps", namespace="team"), True),
+    (NOBODY, a("get", "configmaps", namespace="team", name="c"), False),
+    (CONTROLLERS, a("deletecollection", "secrets", namespace="x"), True),  # namespace deletion
 ]
 
 
