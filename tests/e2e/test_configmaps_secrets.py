@@ -125,6 +125,15 @@ password:  {len(SECRET_VALUE)} bytes
 user:      5 bytes
 """,
     )
+    # tinykube's own CLI, over gRPC, prints the same.
+    own = ok(tinykube_up.cli("describe", "secret", "db"))
+    assert SECRET_VALUE not in own
+    assert f"password:  {len(SECRET_VALUE)} bytes" in own
+    assert ok(tinykube_up.cli("get", "secret", "db")).split("\n")[1].split()[:3] == [
+        "db",
+        "Opaque",
+        "2",
+    ]
     ok(tinykube_up.kubectl("create", "configmap", "listed", "--from-literal=a=b"))
     listing = ok(tinykube_up.kubectl("get", "cm,secrets")).splitlines()
     assert any(line.split()[:2] == ["configmap/listed", "1"] for line in listing), listing

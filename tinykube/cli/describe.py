@@ -692,6 +692,58 @@ def describe_priority_class(pc: Any, events: list[Any], now: datetime) -> str:
     return w.text()
 
 
+def _describe_object_meta(w: Writer, obj: Any) -> None:
+    width = len("Annotations:  ")
+    w.line(0, "Name", obj.metadata.name, width)
+    w.line(0, "Namespace", obj.metadata.namespace, width)
+    multi(w, 0, "Labels", fmt_map(obj.metadata.labels.items()), width)
+    multi(w, 0, "Annotations", fmt_map(obj.metadata.annotations.items(), ": "), width)
+
+
+def describe_config_map(cm: Any, events: list[Any], now: datetime) -> str:
+    """As `kubectl describe configmap`: each data value in full, binaryData as sizes."""
+    w = Writer()
+    _describe_object_meta(w, cm)
+    w.raw(0, "")
+    w.raw(0, "Data")
+    w.raw(0, "====")
+    for key in sorted(cm.data):
+        w.raw(0, f"{key}:")
+        w.raw(0, "----")
+        w.lines.extend(f"{cm.data[key]}\n".split("\n"))
+    w.raw(0, "")
+    w.raw(0, "BinaryData")
+    w.raw(0, "====")
+    for key in sorted(cm.binaryData):
+        w.raw(0, f"{key}: {len(cm.binaryData[key])} bytes")
+    w.raw(0, "")
+    if events:
+        describe_events(w, events, now)
+    else:  # a tab block of its own in kubectl's output, after the blank line
+        w.line(0, "Events", printers.NONE, len("Events:  "))
+    return w.text()
+
+
+def describe_secret(secret: Any, events: list[Any], now: datetime) -> str:
+    """As `kubectl describe secret`: the size of each value, never the value (but a service
+    account token's `token`, which kubectl shows)."""
+    w = Writer()
+    _describe_object_meta(w, secret)
+    w.raw(0, "")
+    w.line(0, "Type", secret.type, len("Type:  "))
+    w.raw(0, "")
+    w.raw(0, "Data")
+    w.raw(0, "====")
+    width = max((len(k) + 3 for k in secret.data), default=0)
+    for key in sorted(secret.data):
+        value = secret.data[key]
+        if key == "token" and secret.type == "kubernetes.io/service-account-token":
+            w.line(0, key, value.decode("utf-8", "replace"), width)
+        else:
+            w.line(0, key, f"{len(value)} bytes", width)
+    return w.text()
+
+
 def describe_events(w: Writer, events: list[Any], now: datetime) -> None:
     if not events:
         w.line(0, "Events", printers.NONE)
@@ -762,6 +814,11 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
                 outputs.append(describe_daemonset(obj, list(pods.items), events, ctx.now()))
             elif info.kind == "PriorityClass":
                 outputs.append(describe_priority_class(obj, events, ctx.now()))
+            elif info.kind == "ConfigMap":
+                outputs.append(describe_config_map(obj, events, ctx.now()))
+            elif info.kind == "Secret":
+                # Never the generic YAML below: it would print the values.
+                outputs.append(describe_secret(obj, events, ctx.now()))
             else:
                 w = Writer()
                 describe_events(w, events, ctx.now())

@@ -497,6 +497,23 @@ _ROWS["DaemonSet"] = _daemonset_row
 _ROWS["ControllerRevision"] = _controller_revision_row
 
 
+def _config_map_row(cm: Any, now: datetime, wide: bool) -> list[str]:
+    keys = len(cm.data) + len(cm.binaryData)
+    return [cm.metadata.name, str(keys), age(cm.metadata.creationTimestamp, now)]
+
+
+def _secret_row(secret: Any, now: datetime, wide: bool) -> list[str]:
+    data = str(len(secret.data))
+    return [secret.metadata.name, secret.type, data, age(secret.metadata.creationTimestamp, now)]
+
+
+# core/v1 ConfigMaps and Secrets, as kubectl prints them (counts of keys, never values).
+_COLUMNS["ConfigMap"] = (["NAME", "DATA", "AGE"], [])
+_COLUMNS["Secret"] = (["NAME", "TYPE", "DATA", "AGE"], [])
+_ROWS["ConfigMap"] = _config_map_row
+_ROWS["Secret"] = _secret_row
+
+
 def columns(info: KindInfo, *, wide: bool = False, with_namespace: bool = False) -> list[str]:
     base, extra = _COLUMNS[info.kind]
     header = [*base, *extra] if wide else list(base)
