@@ -253,3 +253,11 @@ def test_init_containers_env_is_validated_too() -> None:
 )
 def test_env_from_errors(source: dict[str, Any], expected: str) -> None:
     assert errors({"envFrom": [source]}) == [expected]
+
+
+def test_the_job_controllers_index_variable_is_valid() -> None:
+    """What addCompletionIndexEnvVariable writes: a fieldRef without apiVersion (the API's
+    default, v1)."""
+    path = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    var = {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": path}}}
+    assert errors(env(var)) == []
