@@ -261,3 +261,21 @@ def test_the_job_controllers_index_variable_is_valid() -> None:
     path = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
     var = {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": path}}}
     assert errors(env(var)) == []
+
+
+def test_the_env_example_is_valid_as_the_apiserver_checks_it() -> None:
+    from pathlib import Path
+
+    from tinykube.manifest import load_manifests
+
+    text = (Path(__file__).parents[2] / "examples" / "env.yaml").read_text()
+    items = load_manifests(text)
+    assert [i.info.kind for i in items] == ["ConfigMap", "Secret", "Pod"]
+    pod = items[2].obj
+    Strategy(POD).prepare_for_create(pod, NOW)
+    pod.metadata.namespace = "default"  # type: ignore[attr-defined]
+    assert validate(POD, pod) == []
+    c = pod.spec.containers[0]  # type: ignore[attr-defined]
+    kinds = {f.name for e in c.env for f, _ in e.valueFrom.ListFields()}
+    assert kinds == {"fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef"}
+    assert c.envFrom[0].configMapRef.name == "app-config"
