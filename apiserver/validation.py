@@ -47,8 +47,10 @@ from tinykube.quantity import (
     MAX_DIGITS,
     QuantityError,
     QuantityTooLongError,
+    format_quantity,
     int64_overflow,
     parse_quantity,
+    quantity_format,
 )
 from tinykube.selectors import (
     DNS1123_SUBDOMAIN_MSG,
@@ -78,7 +80,6 @@ _DNS1123_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 _DNS1123_SUBDOMAIN_RE = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z"
 )
-_C_IDENTIFIER_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
 
 DNS1123_LABEL_MSG = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
@@ -317,20 +318,8 @@ def validate_container(path: str, c: pod_pb2.Container) -> list[FieldError]:
             if port.name in port_names:
                 errs.append(duplicate(f"{pp}.name", port.name))
             port_names.add(port.name)
-    env_seen: set[str] = set()
-    for i, env in enumerate(c.env):
-        if not env.name:
-            errs.append(required(f"{path}.env[{i}].name"))
-        elif not _C_IDENTIFIER_RE.match(env.name):
-            errs.append(
-                invalid(
-                    f"{path}.env[{i}].name",
-                    env.name,
-                    "a valid environment variable name must consist of alphabetic characters, "
-                    "digits, '_', '-', or '.', and must not start with a digit",
-                )
-            )
-        env_seen.add(env.name)
+    errs.extend(validate_env(f"{path}.env", c.env))
+    errs.extend(validate_env_from(f"{path}.envFrom", c.envFrom))
     rpath = f"{path}.resources"
     lim_errs, limits = _quantity_map(f"{rpath}.limits", c.resources.limits)
     req_errs, requests = _quantity_map(f"{rpath}.requests", c.resources.requests)
@@ -345,6 +334,269 @@ def validate_container(path: str, c: pod_pb2.Container) -> list[FieldError]:
                     f"must be less than or equal to {name} limit of {c.resources.limits[name]}",
                 )
             )
+    return errs
+
+
+# ---- container environment (kube's ValidateEnv, validateEnvVarValueFrom, ValidateEnvFrom) ----
+
+# RelaxedEnvironmentVariableValidation is GA (locked on) since Kubernetes 1.34: a name (and an
+# envFrom prefix) is any printable ASCII but '='.
+RELAXED_ENV_VAR_NAME_MSG = (
+    "a valid environment variable name must consist only of printable ASCII characters other "
+    "than '='"
+)
+CONFIG_MAP_KEY_MSG = (
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. "
+    "'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+)
+_CONFIG_MAP_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+\Z")
+# The fieldRef paths an env var may read (validEnvDownwardAPIFieldPathExpressions), and the
+# ones podshelper.ConvertDownwardAPIFieldLabel knows at all (v1 pods).
+ENV_FIELD_PATHS = (
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "spec.nodeName",
+    "spec.serviceAccountName",
+    "status.hostIP",
+    "status.hostIPs",
+    "status.podIP",
+    "status.podIPs",
+)
+_POD_FIELD_LABELS = frozenset(
+    {
+        *ENV_FIELD_PATHS,
+        "metadata.annotations",
+        "metadata.labels",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "status.phase",
+    }
+)
+ENV_RESOURCES = (
+    "limits.cpu",
+    "limits.ephemeral-storage",
+    "limits.memory",
+    "requests.cpu",
+    "requests.ephemeral-storage",
+    "requests.memory",
+)
+_HUGEPAGES_PREFIXES = ("limits.hugepages-", "requests.hugepages-")
+_BYTE_DIVISORS = frozenset(
+    {"1", "1k", "1M", "1G", "1T", "1P", "1E", "1Ki", "1Mi", "1Gi", "1Ti", "1Pi", "1Ei"}
+)
+_BYTE_DIVISORS_SHOWN = "1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei"
+QUANTITY_MSG = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
+
+
+def env_var_name_problems(name: str) -> list[str]:
+    """kube's IsRelaxedEnvVarName."""
+    errs = []
+    if not name:
+        errs.append("environment variable name must be non-empty")
+    if any(not " " <= ch <= "~" or ch == "=" for ch in name):
+        errs.append(RELAXED_ENV_VAR_NAME_MSG)
+    return errs
+
+
+def config_map_key_problems(key: str) -> list[str]:
+    """kube's IsConfigMapKey: the keys of ConfigMaps and Secrets."""
+    errs = []
+    if len(key) > 253:
+        errs.append("must be no more than 253 characters")
+    if not _CONFIG_MAP_KEY_RE.match(key):
+        errs.append(CONFIG_MAP_KEY_MSG)
+    if key == ".":
+        errs.append("must not be '.'")
+    elif key == "..":
+        errs.append("must not be '..'")
+    elif key.startswith(".."):
+        errs.append("must not start with '..'")
+    return errs
+
+
+def split_subscripted_path(path: str) -> tuple[str, str] | None:
+    """kube's fieldpath.SplitMaybeSubscriptedPath: "metadata.labels['k']" -> (path, "k")."""
+    if not path.endswith("']"):
+        return None
+    head, sep, subscript = path[:-2].partition("['")
+    if not sep or not head:
+        return None
+    return head, subscript
+
+
+def convert_pod_field_path(api_version: str, path: str) -> str:
+    """kube's ConvertDownwardAPIFieldLabel for a v1 pod: the internal field path; raises
+    ValueError with kube's words. An empty apiVersion is v1 (the API default)."""
+    if api_version not in ("", "v1"):
+        raise ValueError(f"unsupported pod version: {api_version}")
+    split = split_subscripted_path(path)
+    if split is not None:
+        if split[0] in ("metadata.annotations", "metadata.labels"):
+            return path
+        raise ValueError(f"field label does not support subscript: {path}")
+    if path == "spec.host":  # old v1 clients' name for spec.nodeName
+        return "spec.nodeName"
+    if path not in _POD_FIELD_LABELS:
+        raise ValueError(f"field label not supported: {path}")
+    return path
+
+
+def _object_field_selector(path: str, ref: pod_pb2.ObjectFieldSelector) -> list[FieldError]:
+    # An empty apiVersion stands for the API's default, v1.
+    if not ref.fieldPath:
+        return [required(f"{path}.fieldPath")]
+    try:
+        internal = convert_pod_field_path(ref.apiVersion, ref.fieldPath)
+    except ValueError as exc:
+        return [invalid(f"{path}.fieldPath", ref.fieldPath, f"error converting fieldPath: {exc}")]
+    split = split_subscripted_path(internal)
+    if split is not None:
+        head, subscript = split
+        key = subscript.lower() if head == "metadata.annotations" else subscript
+        return [invalid(path, key, p) for p in validate_label_key(key)]
+    if internal not in ENV_FIELD_PATHS:
+        return [unsupported(f"{path}.fieldPath", internal, ENV_FIELD_PATHS)]
+    return []
+
+
+def _divisor(path: str, resource: str, ref: pod_pb2.ResourceFieldSelector) -> list[FieldError]:
+    if not ref.HasField("divisor"):
+        return []
+    text = ref.divisor
+    try:
+        amount = parse_quantity(text)
+    except QuantityError:
+        return [invalid(f"{path}.divisor", text, QUANTITY_MSG)]
+    if amount == 0:
+        return []  # the zero Quantity is an unset one: the divisor is then 1
+    shown = format_quantity(amount, quantity_format(text))
+    if resource in ("limits.cpu", "requests.cpu"):
+        if shown not in ("1m", "1"):
+            detail = "only divisor's values 1m and 1 are supported with the cpu resource"
+            return [invalid(f"{path}.divisor", resource, detail)]
+        return []
+    what = ""
+    if resource in ("limits.memory", "requests.memory"):
+        what = "memory"
+    elif resource in ("limits.ephemeral-storage", "requests.ephemeral-storage"):
+        what = "local ephemeral storage"
+    elif resource.startswith(_HUGEPAGES_PREFIXES):
+        what = "hugepages"
+    if what and shown not in _BYTE_DIVISORS:
+        detail = (
+            f"only divisor's values {_BYTE_DIVISORS_SHOWN} are supported with the {what} resource"
+        )
+        return [invalid(f"{path}.divisor", resource, detail)]
+    return []
+
+
+def _resource_field_selector(path: str, ref: pod_pb2.ResourceFieldSelector) -> list[FieldError]:
+    errs: list[FieldError] = []
+    if not ref.resource:
+        errs.append(required(f"{path}.resource"))
+    elif ref.resource not in ENV_RESOURCES and not ref.resource.startswith(_HUGEPAGES_PREFIXES):
+        errs.append(unsupported(f"{path}.resource", ref.resource, ENV_RESOURCES))
+    errs.extend(_divisor(path, ref.resource, ref))
+    return errs
+
+
+def _key_selector(
+    path: str, ref: pod_pb2.ConfigMapKeySelector | pod_pb2.SecretKeySelector
+) -> list[FieldError]:
+    errs = dns1123_subdomain(f"{path}.name", ref.name)
+    if not ref.key:
+        errs.append(required(f"{path}.key"))
+    else:
+        errs.extend(invalid(f"{path}.key", ref.key, p) for p in config_map_key_problems(ref.key))
+    return errs
+
+
+def _env_var_source(path: str, env: pod_pb2.EnvVar) -> list[FieldError]:
+    source = env.valueFrom
+    errs: list[FieldError] = []
+    sources = 0
+    if source.HasField("fieldRef"):
+        sources += 1
+        errs.extend(_object_field_selector(f"{path}.fieldRef", source.fieldRef))
+    if source.HasField("resourceFieldRef"):
+        sources += 1
+        errs.extend(_resource_field_selector(f"{path}.resourceFieldRef", source.resourceFieldRef))
+    if source.HasField("configMapKeyRef"):
+        sources += 1
+        errs.extend(_key_selector(f"{path}.configMapKeyRef", source.configMapKeyRef))
+    if source.HasField("secretKeyRef"):
+        sources += 1
+        errs.extend(_key_selector(f"{path}.secretKeyRef", source.secretKeyRef))
+    if sources == 0:
+        errs.append(
+            invalid(
+                path,
+                "",
+                "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or "
+                "`secretKeyRef`",
+            )
+        )
+    elif env.value:
+        errs.append(invalid(path, "", "may not be specified when `value` is not empty"))
+    elif sources > 1:
+        errs.append(invalid(path, "", "may not have more than one field specified at a time"))
+    return errs
+
+
+def validate_env(path: str, env: Iterable[pod_pb2.EnvVar]) -> list[FieldError]:
+    """A container's `env`, as kube's ValidateEnv (duplicate names are allowed: the last wins)."""
+    errs: list[FieldError] = []
+    for i, var in enumerate(env):
+        here = f"{path}[{i}]"
+        if not var.name:
+            errs.append(required(f"{here}.name"))
+        else:
+            errs.extend(
+                invalid(f"{here}.name", var.name, p) for p in env_var_name_problems(var.name)
+            )
+        if var.HasField("valueFrom"):
+            errs.extend(_env_var_source(f"{here}.valueFrom", var))
+    return errs
+
+
+def _env_source_name(path: str, name: str) -> list[FieldError]:
+    """ValidateConfigMapName / ValidateSecretName with prefix=true: a trailing '-' is allowed."""
+    if not name:
+        return [required(f"{path}.name")]
+    masked = name[:-1] + "a" if name.endswith("-") else name
+    problems = []
+    if len(masked) > 253:
+        problems.append("must be no more than 253 characters")
+    if not _DNS1123_SUBDOMAIN_RE.match(masked):
+        problems.append(DNS1123_SUBDOMAIN_MSG)
+    return [invalid(f"{path}.name", name, p) for p in problems]
+
+
+def validate_env_from(path: str, sources: Iterable[pod_pb2.EnvFromSource]) -> list[FieldError]:
+    """A container's `envFrom`, as kube's ValidateEnvFrom."""
+    errs: list[FieldError] = []
+    for i, source in enumerate(sources):
+        here = f"{path}[{i}]"
+        if source.prefix:
+            errs.extend(
+                invalid(f"{here}.prefix", source.prefix, p)
+                for p in env_var_name_problems(source.prefix)
+            )
+        count = 0
+        if source.HasField("configMapRef"):
+            count += 1
+            errs.extend(_env_source_name(f"{here}.configMapRef", source.configMapRef.name))
+        if source.HasField("secretRef"):
+            count += 1
+            errs.extend(_env_source_name(f"{here}.secretRef", source.secretRef.name))
+        # kube names the list here, not the entry.
+        if count == 0:
+            errs.append(invalid(path, "", "must specify one of: `configMapRef` or `secretRef`"))
+        elif count > 1:
+            errs.append(invalid(path, "", "may not have more than one field specified at a time"))
     return errs
 
 

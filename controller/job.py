@@ -573,11 +573,13 @@ def pod_for_job(job: Job, index: int | None, replaced: Pod | None = None) -> Pod
         if ignored > 0:
             meta.annotations[INDEX_IGNORED_FAILURE_COUNT_ANNOTATION] = str(ignored)
     pod.spec.hostname = f"{job.metadata.name}-{index}"
-    # Kubernetes points the variable at the annotation (fieldRef); tinykube's EnvVar has no
-    # valueFrom, so the value is written in.
+    # kube's addCompletionIndexEnvVariable: the variable reads the annotation (the apiserver
+    # defaults the fieldRef's apiVersion), unless the template sets one of that name.
+    path = f"metadata.annotations['{jobs.COMPLETION_INDEX_ANNOTATION}']"
     for c in (*pod.spec.initContainers, *pod.spec.containers):
         if not any(e.name == jobs.COMPLETION_INDEX_ENV for e in c.env):
-            c.env.add(name=jobs.COMPLETION_INDEX_ENV, value=str(index))
+            var = c.env.add(name=jobs.COMPLETION_INDEX_ENV)
+            var.valueFrom.fieldRef.fieldPath = path
     return pod
 
 

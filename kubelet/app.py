@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from google.protobuf.message import Message
 
+from kubelet.envvars import EnvSources
 from kubelet.fake import FakeRuntime
 from kubelet.logs import KubeletService
 from kubelet.metrics import Metrics
@@ -34,7 +35,7 @@ from tinykube.clock import Clock
 from tinykube.events import WARNING, EventRecorder
 from tinykube.informer import Informer
 from tinykube.serving import GrpcServer
-from tinykube.v1 import kubelet_pb2_grpc, pod_pb2
+from tinykube.v1 import kubelet_pb2_grpc, node_pb2, pod_pb2
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,14 @@ class Kubelet:
                 client.pods, field_selector=pod_selector, clock=self.clock
             )
             events = EventRecorder(client, "kubelet", host=s.node_name, clock=self.clock)
+            # Containers' envFrom and valueFrom: ConfigMaps and Secrets by GET (the Node
+            # authorizer allows those a pod bound to the node references), limits defaulted
+            # to the node's allocatable as the informer has it.
+            self.runtime.env_sources = EnvSources(
+                api=client,
+                host_ip=lambda _node: s.node_ip,
+                allocatable=lambda node: _allocatable(nodes.store.get(node)),
+            )
 
             refused = self._refused_by(events)
             nodes.on_handler_error = refused
@@ -189,6 +198,10 @@ class Kubelet:
                     self.ready.set()
             finally:
                 await manager.stop()
+
+
+def _allocatable(node: node_pb2.Node | None) -> Mapping[str, str]:
+    return node.status.allocatable if node is not None else {}
 
 
 def _report_crash(task: asyncio.Task[None]) -> None:

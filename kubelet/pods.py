@@ -11,7 +11,8 @@ conflict with a fresh read), or when someone else changed what it reported (the 
 controller's Ready=False while the node was out of touch): written again, as the kubelet's status
 manager reconciles. Conditions the kubelet does not own (PodScheduled, DisruptionTarget) are
 taken from the apiserver's copy on each write, never dropped. It then sleeps until the pod
-changes, a probe result changes, or the runtime's poll interval passes.
+changes, a probe result changes, the runtime's poll interval passes, or the time the runtime
+asked to be synced again at (`PodRecord.retry_at`: a container waiting for its ConfigMap).
 
 With a `ProbeManager` (the process runtime), the worker keeps probers on the running containers
 after each sync, reads their (started, ready) into the status, and kills a container whose
@@ -92,6 +93,7 @@ class PodWorker:
         while True:
             self.wake.clear()
             pod = self.latest
+            retry_at = 0.0
             try:
                 if m.probes is not None and (
                     self.gone or pod.metadata.HasField("deletionTimestamp")
@@ -110,6 +112,7 @@ class PodWorker:
                     m.runtime.forget(self.uid)
                     return
                 rec = await m.runtime.sync_pod(pod)
+                retry_at = rec.retry_at
                 verdicts = None
                 if m.probes is not None:
                     rec = await self._probe(pod, rec, m.probes)
@@ -140,6 +143,10 @@ class PodWorker:
                 await m.clock.sleep(min(0.2 * 2**failures, 5.0))
                 continue
             poll = m.runtime.poll_interval
+            if retry_at:
+                # The runtime wants another sync then (a container waits for its config).
+                delay = max(0.0, retry_at - m.clock.now().timestamp())
+                poll = delay if poll is None else min(poll, delay)
             if poll is None:
                 await self.wake.wait()
             else:

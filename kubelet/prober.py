@@ -46,6 +46,7 @@ import aiohttp
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from kubelet.envvars import expand
 from kubelet.runtime import RUNNING, ContainerRecord, PodRecord
 from tinykube.clock import Clock
 from tinykube.meta import int_or_string
@@ -162,36 +163,8 @@ def _dial_error(address: str, exc: OSError) -> str:
     return f"dial tcp {address}: connect: {reason.lower()}"
 
 
-def expand(text: str, env: dict[str, str]) -> str:
-    """Kubernetes' $(VAR) expansion of a probe's command: a reference to a variable of the
-    container's env is replaced by its value, an unknown one is kept as written, `$$` is `$`."""
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        if text[i] != "$" or i + 1 == len(text):
-            out.append(text[i])
-            i += 1
-            continue
-        following = text[i + 1]
-        if following == "$":
-            out.append("$")
-            i += 2
-        elif following == "(":
-            end = text.find(")", i + 2)
-            if end < 0:
-                out.append("$(")
-                i += 2
-            else:
-                name = text[i + 2 : end]
-                out.append(env.get(name, f"$({name})"))
-                i = end + 1
-        else:
-            out.append("$" + following)
-            i += 2
-    return "".join(out)
-
-
 async def run_exec(target: ProbeTarget, probe: pod_pb2.Probe) -> Outcome:
+    # kube's ExpandContainerCommandOnlyStatic: the spec's own values, valueFrom ones empty.
     static = {e.name: e.value for e in target.container.env}
     argv = [expand(arg, static) for arg in probe.exec.command]
     path = target.env.get("PATH", os.defpath)

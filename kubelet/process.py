@@ -3,8 +3,12 @@
 Each container runs `command + args` (env from the spec plus PATH, HOME, HOSTNAME, and HOST_IP and
 POD_IP, the node's IP: containers share the node's network; working directory `workingDir` or
 the pod's own directory) in its own session, so its process group can
-be signalled as a whole. Exits are noticed by polling (`Popen.poll` for our children, /proc
-for processes adopted after a kubelet restart) every `poll_interval` seconds.
+be signalled as a whole. The spec's env is resolved at every start (kubelet/envvars.py:
+envFrom, valueFrom, $(VAR) expansion, also of command and args); a missing ConfigMap, Secret or
+key keeps the container waiting with reason CreateContainerConfigError and a Warning Event
+Failed "Error: <why>", tried again after the initial back-off. Exits are noticed by polling
+(`Popen.poll` for our children, /proc for processes adopted after a kubelet restart) every
+`poll_interval` seconds.
 
 Logs are kept per container instance, as the kubelet's CRI logs are:
 `<root>/pods/<uid>/logs/<container>/<restartCount>.log`, in the CRI format. Before each
@@ -54,6 +58,14 @@ from pathlib import Path
 
 from kubelet import logshim
 from kubelet.crilog import writer_active
+from kubelet.envvars import (
+    CONFIG_ERROR_REASON,
+    ContainerConfigError,
+    EnvSources,
+    expand,
+    make_environment,
+    static_environment,
+)
 from kubelet.runtime import (
     RUNNING,
     TERMINATED,
@@ -98,10 +110,15 @@ class ProcessRuntime:
         backoff_max: float = 300.0,
         poll_interval: float = 0.5,
         node_ip: str = "127.0.0.1",
+        env_sources: EnvSources | None = None,
     ) -> None:
         self.root = root_dir / "pods"
         # Containers share the node's network: HOST_IP/POD_IP tell them the address to bind.
         self.node_ip = node_ip
+        self.env_sources = env_sources or EnvSources(host_ip=lambda _node: node_ip)
+        # pod uid -> container -> the variables its running instance was started with, for its
+        # exec probes (after a kubelet restart: the spec's static ones).
+        self._envs: dict[str, dict[str, dict[str, str]]] = {}
         self.clock = clock or Clock()
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
@@ -331,13 +348,42 @@ class ProcessRuntime:
             "HOST_IP": self.node_ip,
             "POD_IP": self.node_ip,
         }
-        env.update({e.name: e.value for e in container.env})
+        resolved = self._envs.get(pod.metadata.uid, {}).get(container.name)
+        env.update(static_environment(container) if resolved is None else resolved)
         return env, container.workingDir or str(pod_dir)
 
-    def _start(
+    def _config_error(self, rec: PodRecord, crec: ContainerRecord, message: str) -> None:
+        """The container cannot be configured (kube's CreateContainerConfigError): it waits
+        and is tried again after the initial back-off (not doubled: kube's pod worker retries
+        a failed sync every 10 s)."""
+        crec.state = WAITING
+        crec.waiting_reason = CONFIG_ERROR_REASON
+        crec.waiting_message = message
+        crec.next_start = self._now() + self.backoff_initial
+        log.warning("pod %s/%s container %s: %s", rec.namespace, rec.name, crec.name, message)
+        rec.events.append(("Warning", "Failed", f"Error: {message}"))
+
+    async def _start(
         self, pod: pod_pb2.Pod, rec: PodRecord, container: pod_pb2.Container, crec: ContainerRecord
     ) -> None:
-        argv = [*container.command, *container.args]
+        try:
+            resolved = await make_environment(pod, container, self.env_sources)
+        except ContainerConfigError as exc:
+            self._config_error(rec, crec, str(exc))
+            return
+        self._envs.setdefault(rec.uid, {})[container.name] = resolved
+        self._launch(pod, rec, container, crec, resolved)
+
+    def _launch(
+        self,
+        pod: pod_pb2.Pod,
+        rec: PodRecord,
+        container: pod_pb2.Container,
+        crec: ContainerRecord,
+        resolved: dict[str, str],
+    ) -> None:
+        # Variables in command and args are the container's (kube's ExpandContainerCommandAndArgs).
+        argv = [expand(a, resolved) for a in (*container.command, *container.args)]
         self._pod_dir(rec.uid).mkdir(parents=True, exist_ok=True)
         env, cwd = self.exec_context(pod, container)
         error = ""
@@ -366,7 +412,8 @@ class ProcessRuntime:
                     start_new_session=True,
                     close_fds=True,
                 )
-            except OSError as exc:
+            except (OSError, ValueError) as exc:
+                # ValueError: a variable the OS cannot take (a NUL byte in a Secret's value).
                 error = f"failed to start container process: {exc}"
             finally:
                 # Only the container holds the write ends now: the shim sees EOF when it ends.
@@ -484,7 +531,7 @@ class ProcessRuntime:
                 if crec.state == TERMINATED and crec.terminated and crec.terminated.exit_code == 0:
                     continue
                 if crec.state == WAITING and now >= crec.next_start:
-                    self._start(pod, rec, container, crec)
+                    await self._start(pod, rec, container, crec)
                     changed = True
                 break
         else:
@@ -495,7 +542,7 @@ class ProcessRuntime:
                     changed = True
                 if crec.state != WAITING or now < crec.next_start:
                     continue
-                self._start(pod, rec, container, crec)
+                await self._start(pod, rec, container, crec)
                 changed = True
         phase = pod_phase(pod, rec)
         if phase in ("Succeeded", "Failed"):
@@ -568,4 +615,5 @@ class ProcessRuntime:
 
     def forget(self, uid: str) -> None:
         self._pods.pop(uid, None)
+        self._envs.pop(uid, None)
         shutil.rmtree(self._pod_dir(uid), ignore_errors=True)

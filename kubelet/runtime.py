@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from kubelet.envvars import EnvSources
 from tinykube.meta import timestamp
 from tinykube.v1 import pod_pb2
 
@@ -81,6 +82,9 @@ class PodRecord:
     final_phase: str = ""
     # (type, reason, message) of Events to record; drained by the pod worker, never persisted.
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    # Wall time the runtime wants another sync at (a container waits for its ConfigMap or
+    # Secret); 0: none. For runtimes that are not polled.
+    retry_at: float = 0.0
 
 
 class Runtime(Protocol):
@@ -88,6 +92,8 @@ class Runtime(Protocol):
 
     # Seconds between polls of a running pod (process exits), or None: nothing to poll.
     poll_interval: float | None
+    # Where containers' env valueFrom and envFrom are read from (the kubelet sets the API).
+    env_sources: EnvSources
 
     def load(self) -> list[str]:
         """Restore state from disk after a restart; the uids of pods it knows."""

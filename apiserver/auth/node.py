@@ -13,12 +13,19 @@ the authorizer has no opinion (RBAC decides). For a node:
   pods, so no create at all); pods/status update/patch and pods/eviction create (admission: only
   pods bound to it).
 - leases: get, create, update, patch, delete of the Lease named after it in kube-node-lease.
+- secrets, configmaps: get (and list/watch of one named object) of one that a pod bound to
+  the node references, through a container's env valueFrom (configMapKeyRef, secretKeyRef) or
+  envFrom, as kube's graph of pods, nodes and what they use (tinykube pods have no volumes);
+  anything else about them is refused. Volumes are refused.
 - everything else: kube's static node rules (`NODE_RULES`: read services, get endpoints,
-  write events, ...); secrets, configmaps and volumes are refused, since no tinykube pod can
-  reference one.
+  write events, ...).
 
 Which pod is bound to which node comes from the pod watch cache (`PodsFromCache`): one
-dictionary lookup of the pod's key, whose cached selectable fields hold spec.nodeName. Pure and
+dictionary lookup of the pod's key, whose cached selectable fields hold spec.nodeName. What the
+bound pods reference is an index kept from the same cache's events (a cache listener): per
+(node, resource, namespace, name) the number of bound pods referencing it, so a check is one
+lookup. A pod's containers are immutable, so an event that leaves its node unchanged (every
+status write) costs one comparison, as kube's graph_populator skips such updates. Pure and
 synchronous; runs on the event loop.
 """
 
@@ -38,8 +45,9 @@ from apiserver.auth.authorizer import (
     node_name_of,
 )
 from apiserver.auth.rbac import Rule, rules_allow
-from apiserver.watchcache import WatchCache
+from apiserver.watchcache import DELETED, CachedObject, CacheEvent, WatchCache
 from tinykube.selectors import SelectorError, parse_field_selector
+from tinykube.v1 import pod_pb2
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
@@ -74,6 +82,72 @@ class PodLocator(Protocol):
         """The node the pod is bound to ("" if unbound), or None if there is no such pod."""
         ...
 
+    def referenced(self, node: str, resource: str, namespace: str, name: str) -> bool:
+        """Whether a pod bound to `node` references the configmap or secret."""
+        ...
+
+
+# (resource, namespace, name) of a configmap or secret.
+Reference = tuple[str, str, str]
+
+
+def pod_references(pod: pod_pb2.Pod) -> frozenset[Reference]:
+    """The configmaps and secrets a pod's containers read (kube's VisitPodConfigmapNames and
+    VisitPodSecretNames, over what a tinykube pod can name: env valueFrom and envFrom)."""
+    ns = pod.metadata.namespace
+    out: set[Reference] = set()
+    for c in (*pod.spec.initContainers, *pod.spec.containers):
+        for source in c.envFrom:
+            if source.HasField("configMapRef"):
+                out.add(("configmaps", ns, source.configMapRef.name))
+            if source.HasField("secretRef"):
+                out.add(("secrets", ns, source.secretRef.name))
+        for var in c.env:
+            if not var.HasField("valueFrom"):
+                continue
+            if var.valueFrom.HasField("configMapKeyRef"):
+                out.add(("configmaps", ns, var.valueFrom.configMapKeyRef.name))
+            if var.valueFrom.HasField("secretKeyRef"):
+                out.add(("secrets", ns, var.valueFrom.secretKeyRef.name))
+    return frozenset(out)
+
+
+_NONE: frozenset[Reference] = frozenset()
+
+
+class ReferenceIndex:
+    """Per node, the configmaps and secrets its bound pods reference, with pod counts."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str, str, str], int] = {}
+        # pod key -> (its node, what it references): what to take back when it goes.
+        self.pods: dict[bytes, tuple[str, frozenset[Reference]]] = {}
+
+    def set(self, key: bytes, node: str, pod: pod_pb2.Pod | None) -> None:
+        """Record pod `key` as bound to `node` ("" or pod None: unbound or gone)."""
+        old = self.pods.get(key)
+        if old is not None and pod is not None and old[0] == node:
+            return  # containers are immutable: same node, same references
+        if old is not None:
+            del self.pods[key]
+            for ref in old[1]:
+                full = (old[0], *ref)
+                left = self.counts[full] - 1
+                if left:
+                    self.counts[full] = left
+                else:
+                    del self.counts[full]
+        if pod is None or not node:
+            return
+        refs = pod_references(pod) or _NONE
+        self.pods[key] = (node, refs)
+        for ref in refs:
+            full = (node, *ref)
+            self.counts[full] = self.counts.get(full, 0) + 1
+
+    def referenced(self, node: str, resource: str, namespace: str, name: str) -> bool:
+        return (node, resource, namespace, name) in self.counts
+
 
 class PodsFromCache:
     """`PodLocator` over the apiserver's pod watch cache (keys `<prefix><ns>/<name>`)."""
@@ -81,6 +155,26 @@ class PodsFromCache:
     def __init__(self, cache: WatchCache, prefix: bytes) -> None:
         self.cache = cache
         self.prefix = prefix
+        self.index = ReferenceIndex()
+        cache.listeners.append(self._on_event)
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        self.index = ReferenceIndex()
+        for key, cached in self.cache.state.items():
+            self._apply(key, cached)
+
+    def _apply(self, key: bytes, cached: CachedObject) -> None:
+        node = cached.fields.get("spec.nodeName", "")
+        self.index.set(key, node, cached.obj)  # type: ignore[arg-type]
+
+    def _on_event(self, event: CacheEvent | None) -> None:
+        if event is None:
+            self._rebuild()  # relisted: the state was replaced
+        elif event.type == DELETED:
+            self.index.set(event.cur.key, "", None)
+        else:
+            self._apply(event.cur.key, event.cur)
 
     def node_of(self, namespace: str, name: str) -> str | None:
         hit = self.cache.state.get(self.prefix + f"{namespace}/{name}".encode())
@@ -88,15 +182,30 @@ class PodsFromCache:
             return None
         return hit.fields.get("spec.nodeName", "")
 
+    def referenced(self, node: str, resource: str, namespace: str, name: str) -> bool:
+        return self.index.referenced(node, resource, namespace, name)
+
 
 class StaticPods:
-    """`PodLocator` over a dict (namespace, name) -> node, for tests and benchmarks."""
+    """`PodLocator` over a dict (namespace, name) -> node, for tests and benchmarks; `objects`
+    gives pods whose references count (keyed and bound as in `pods`)."""
 
-    def __init__(self, pods: Mapping[tuple[str, str], str]) -> None:
+    def __init__(
+        self,
+        pods: Mapping[tuple[str, str], str],
+        objects: Mapping[tuple[str, str], pod_pb2.Pod] | None = None,
+    ) -> None:
         self.pods = dict(pods)
+        self.index = ReferenceIndex()
+        for (namespace, name), pod in (objects or {}).items():
+            node = self.pods.get((namespace, name), "")
+            self.index.set(f"{namespace}/{name}".encode(), node, pod)
 
     def node_of(self, namespace: str, name: str) -> str | None:
         return self.pods.get((namespace, name))
+
+    def referenced(self, node: str, resource: str, namespace: str, name: str) -> bool:
+        return self.index.referenced(node, resource, namespace, name)
 
 
 def _no(reason: str) -> Decision:
@@ -193,8 +302,8 @@ class NodeAuthorizer:
         return _no_relationship(node)
 
     def _read_referenced(self, node: str, attrs: Attributes) -> Decision:
-        # kube allows reading a secret or configmap that a pod on the node references; a
-        # tinykube pod references none.
+        # kube's authorizeReadNamespacedObject: one named object a pod on the node references
+        # (a list or watch names it by the metadata.name field selector).
         if attrs.verb not in ("get", "list", "watch"):
             return _no("can only read resources of this type")
         if attrs.subresource:
@@ -203,6 +312,8 @@ class NodeAuthorizer:
             return _no("can only read namespaced object of this type")
         if not attrs.name:
             return _no("No Object name found")
+        if self.pods.referenced(node, attrs.resource, attrs.namespace, attrs.name):
+            return ALLOWED
         return _no_relationship(node)
 
     def _get_referenced(self, node: str, attrs: Attributes) -> Decision:

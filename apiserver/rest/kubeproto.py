@@ -114,7 +114,8 @@ def self_subject_access_review(body: bytes) -> dict[str, Any]:
 # (map<string,string>), "bytesmap" (map<string,bytes>: base64, as JSON carries bytes), "optint" /
 # "optbool" (Kubernetes' pointer fields: kept when zero, as their presence is what they say: a
 # Job's backoffLimit 0 is not an unset one), "intorstring" or the name of a nested schema
-# ("+Name" for a repeated one).
+# ("+Name" for a repeated one, "<Name" for an embedded Go struct whose fields the JSON inlines),
+# or "quantity" (a resource.Quantity message: its string, field 1).
 Schema = dict[int, tuple[str, str]]
 
 _NESTED: dict[str, Schema] = {
@@ -203,6 +204,7 @@ _NESTED: dict[str, Schema] = {
         6: ("ports", "+ContainerPort"),
         7: ("env", "+EnvVar"),
         14: ("imagePullPolicy", "string"),
+        19: ("envFrom", "+EnvFromSource"),
     },
     "ContainerPort": {
         1: ("name", "string"),
@@ -211,7 +213,38 @@ _NESTED: dict[str, Schema] = {
         4: ("protocol", "string"),
         5: ("hostIP", "string"),
     },
-    "EnvVar": {1: ("name", "string"), 2: ("value", "string")},
+    "EnvVar": {1: ("name", "string"), 2: ("value", "string"), 3: ("valueFrom", "EnvVarSource")},
+    "EnvVarSource": {
+        1: ("fieldRef", "ObjectFieldSelector"),
+        2: ("resourceFieldRef", "ResourceFieldSelector"),
+        3: ("configMapKeyRef", "ConfigMapKeySelector"),
+        4: ("secretKeyRef", "SecretKeySelector"),
+    },
+    "ObjectFieldSelector": {1: ("apiVersion", "string"), 2: ("fieldPath", "string")},
+    "ResourceFieldSelector": {
+        1: ("containerName", "string"),
+        2: ("resource", "string"),
+        3: ("divisor", "quantity"),
+    },
+    # The name is an embedded LocalObjectReference (field 1), inlined in the JSON.
+    "ConfigMapKeySelector": {
+        1: ("", "<LocalObjectReference"),
+        2: ("key", "string"),
+        3: ("optional", "optbool"),
+    },
+    "SecretKeySelector": {
+        1: ("", "<LocalObjectReference"),
+        2: ("key", "string"),
+        3: ("optional", "optbool"),
+    },
+    "EnvFromSource": {
+        1: ("prefix", "string"),
+        2: ("configMapRef", "ConfigMapEnvSource"),
+        3: ("secretRef", "SecretEnvSource"),
+    },
+    "ConfigMapEnvSource": {1: ("", "<LocalObjectReference"), 2: ("optional", "optbool")},
+    "SecretEnvSource": {1: ("", "<LocalObjectReference"), 2: ("optional", "optbool")},
+    "LocalObjectReference": {1: ("name", "string")},
     "NamespaceStatus": {1: ("phase", "string")},
     # k8s.io/api/rbac/v1 and the apimachinery LabelSelector (`kubectl create role`,
     # `create rolebinding`, `create clusterrole --aggregation-rule`, ...).
@@ -326,6 +359,11 @@ def _message(data: bytes, schema: Schema, where: str = "") -> dict[str, Any]:
                     raise _bad(f"{name} is not a number")
                 out[name] = _signed(number_value)
             kept.add(name)
+        elif type_ == "quantity":
+            if not isinstance(value, bytes):
+                raise _bad(f"{name} is not a quantity")
+            out[name] = _text(dict(fields(value)).get(1, b""))
+            kept.add(name)  # Go writes an unset one as "0", which is what kube shows too
         elif type_ == "string":
             out[name] = _text(value)
         elif type_ in ("int", "bool"):
@@ -352,9 +390,11 @@ def _message(data: bytes, schema: Schema, where: str = "") -> dict[str, Any]:
         else:
             if not isinstance(value, bytes):
                 raise _bad(f"{name} is not a message")
-            nested_name = type_.lstrip("+")
+            nested_name = type_.lstrip("+<")
             nested = _message(value, _NESTED[nested_name], nested_name)
-            if type_.startswith("+"):
+            if type_.startswith("<"):
+                out.update(nested)
+            elif type_.startswith("+"):
                 out.setdefault(name, []).append(nested)
             else:
                 out[name] = nested

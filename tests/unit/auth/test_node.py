@@ -16,8 +16,15 @@ from apiserver.auth.authorizer import (
     forbidden_message,
     non_resource,
 )
-from apiserver.auth.node import NodeAuthorizer, StaticPods, forbidden_node_labels, node_restriction
+from apiserver.auth.node import (
+    NodeAuthorizer,
+    PodsFromCache,
+    StaticPods,
+    forbidden_node_labels,
+    node_restriction,
+)
 from apiserver.auth.rbac import RbacAuthorizer
+from apiserver.watchcache import ADDED, DELETED, MODIFIED, CachedObject, CacheEvent
 from tinykube.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING
 from tinykube.v1 import lease_pb2, meta_pb2, node_pb2, pod_pb2
 
@@ -375,3 +382,138 @@ def test_forbidden_node_labels(
     labels: dict[str, str], old: dict[str, str], forbidden: list[str]
 ) -> None:
     assert forbidden_node_labels(labels, old) == forbidden
+
+
+# ---- configmaps and secrets: only those a pod bound to the node references -------------------
+
+
+def referencing_pod(name: str, node: str, **container: Any) -> pod_pb2.Pod:
+    pod = pod_pb2.Pod()
+    pod.metadata.name, pod.metadata.namespace = name, "default"
+    pod.spec.nodeName = node
+    c = pod.spec.containers.add(name="c", image="busybox")
+    for source in container.get("env_from", ()):
+        entry = c.envFrom.add()
+        getattr(entry, source[0]).name = source[1]
+    for kind, ref in container.get("value_from", ()):
+        getattr(c.env.add(name="V").valueFrom, kind).CopyFrom(ref)
+    return pod
+
+
+REFERRING = StaticPods(
+    {("default", "web"): "node-1", ("default", "job"): "node-2"},
+    {
+        ("default", "web"): referencing_pod(
+            "web",
+            "node-1",
+            env_from=[("configMapRef", "web-config")],
+            value_from=[("secretKeyRef", pod_pb2.SecretKeySelector(name="db", key="pass"))],
+        ),
+        ("default", "job"): referencing_pod(
+            "job",
+            "node-2",
+            value_from=[
+                ("configMapKeyRef", pod_pb2.ConfigMapKeySelector(name="job-config", key="k"))
+            ],
+            env_from=[("secretRef", "job-token")],
+        ),
+    },
+)
+NO_RELATIONSHIP = "no relationship found between node 'node-1' and this object"
+
+
+@pytest.mark.parametrize(
+    ("attrs", "reason"),
+    [
+        (a("get", "configmaps", namespace="default", name="web-config"), None),
+        (a("get", "secrets", namespace="default", name="db"), None),
+        (a("watch", "secrets", namespace="default", name="db"), None),
+        (a("list", "configmaps", namespace="default", name="web-config"), None),
+        (a("get", "configmaps", namespace="default", name="job-config"), NO_RELATIONSHIP),
+        (a("get", "secrets", namespace="default", name="job-token"), NO_RELATIONSHIP),
+        (a("get", "configmaps", namespace="other", name="web-config"), NO_RELATIONSHIP),
+        (a("get", "secrets", namespace="default", name="web-config"), NO_RELATIONSHIP),
+        (a("list", "secrets", namespace="default"), "No Object name found"),
+        (a("list", "configmaps"), "can only read namespaced object of this type"),
+        (
+            a("update", "configmaps", namespace="default", name="web-config"),
+            "can only read resources of this type",
+        ),
+        (
+            a("get", "secrets", namespace="default", name="db", subresource="x"),
+            "cannot read subresource",
+        ),
+    ],
+)
+def test_a_node_reads_only_what_its_pods_reference(attrs: Attributes, reason: str | None) -> None:
+    decision = NodeAuthorizer(REFERRING).authorize(NODE1, attrs)
+    if reason is None:
+        assert decision.allowed
+    else:
+        assert decision == Decision(Outcome.NO_OPINION, reason)
+
+
+class FakePodCache:
+    """The two things PodsFromCache uses of the pod watch cache."""
+
+    def __init__(self) -> None:
+        self.state: dict[bytes, CachedObject] = {}
+        self.listeners: list[Any] = []
+
+    def put(self, pod: pod_pb2.Pod) -> None:
+        key = f"/registry/pods/default/{pod.metadata.name}".encode()
+        cur = CachedObject(
+            key=key,
+            namespace="default",
+            obj=pod,
+            data=b"",
+            revision=1,
+            labels={},
+            fields={"spec.nodeName": pod.spec.nodeName},
+        )
+        prev = self.state.get(key)
+        self.state[key] = cur
+        for listener in self.listeners:
+            listener(CacheEvent(MODIFIED if prev else ADDED, 1, cur, prev))
+
+    def delete(self, name: str) -> None:
+        key = f"/registry/pods/default/{name}".encode()
+        prev = self.state.pop(key)
+        for listener in self.listeners:
+            listener(CacheEvent(DELETED, 2, prev, prev))
+
+
+def test_the_cache_index_follows_binding_and_deletion() -> None:
+    cache = FakePodCache()
+    early = referencing_pod("early", "node-1", env_from=[("configMapRef", "shared")])
+    cache.put(early)  # already in the cache when the authorizer starts
+    pods = PodsFromCache(cache, b"/registry/pods/")  # type: ignore[arg-type]
+    assert pods.referenced("node-1", "configmaps", "default", "shared")
+
+    unbound = referencing_pod("late", "", env_from=[("configMapRef", "shared")])
+    unbound.spec.containers[0].envFrom.add().secretRef.name = "token"
+    cache.put(unbound)
+    assert not pods.referenced("node-2", "configmaps", "default", "shared")
+    bound = pod_pb2.Pod()
+    bound.CopyFrom(unbound)
+    bound.spec.nodeName = "node-2"
+    cache.put(bound)  # the Bind
+    assert pods.referenced("node-2", "configmaps", "default", "shared")
+    assert pods.referenced("node-2", "secrets", "default", "token")
+    cache.put(bound)  # a status write: nothing changes
+    assert pods.index.counts[("node-2", "configmaps", "default", "shared")] == 1
+
+    twin = referencing_pod("twin", "node-1", env_from=[("configMapRef", "shared")])
+    cache.put(twin)
+    cache.delete("early")
+    assert pods.referenced("node-1", "configmaps", "default", "shared"), "twin still uses it"
+    cache.delete("twin")
+    assert not pods.referenced("node-1", "configmaps", "default", "shared")
+    assert pods.index.counts == {
+        ("node-2", "configmaps", "default", "shared"): 1,
+        ("node-2", "secrets", "default", "token"): 1,
+    }
+    cache.state.clear()
+    for listener in cache.listeners:
+        listener(None)  # a relist replaced the state
+    assert pods.index.counts == {}

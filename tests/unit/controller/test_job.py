@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from google.protobuf import json_format
 
 from controller.job import (
     DEFAULT_BACKOFF,
@@ -714,8 +715,13 @@ async def test_indexed_job_gives_each_pod_its_index() -> None:
         assert pod.metadata.labels[jobs.COMPLETION_INDEX_ANNOTATION] == ix
         assert pod.metadata.generateName == f"work-{ix}-"
         assert pod.spec.hostname == f"work-{ix}"
-        env_vars = {e.name: e.value for e in pod.spec.containers[0].env}
-        assert env_vars == {"JOB_COMPLETION_INDEX": ix}
+        (var,) = pod.spec.containers[0].env
+        assert var.name == "JOB_COMPLETION_INDEX" and not var.value
+        assert json_format.MessageToDict(var.valueFrom) == {
+            "fieldRef": {
+                "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+            }
+        }
     by_index = {p.metadata.annotations[jobs.COMPLETION_INDEX_ANNOTATION]: p for p in pods}
     env.finish(by_index["0"], 0)
     env.finish(by_index["2"], 0)

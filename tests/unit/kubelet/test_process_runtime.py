@@ -6,15 +6,18 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from itertools import count
 from pathlib import Path
 
 import pytest
 
 from kubelet.crilog import LogFormatError, parse_record, writer_active
+from kubelet.envvars import EnvSources
 from kubelet.process import LOG_DRAIN_WAIT, ProcessRuntime, proc_start_time
 from kubelet.runtime import RUNNING, TERMINATED, WAITING, PodRecord, build_pod_status
+from tests.unit.controller.fakes import FakeResource
 from tinykube.clock import Clock, FakeClock
-from tinykube.v1 import pod_pb2
+from tinykube.v1 import configmap_pb2, pod_pb2, secret_pb2
 
 
 def make_pod(uid: str, *command: str, policy: str = "Always", name: str = "p") -> pod_pb2.Pod:
@@ -396,3 +399,85 @@ async def test_output_continues_into_the_same_file_after_a_kubelet_restart(
     # With the container gone, its shim reads EOF and exits on its own, releasing the log.
     await asyncio.wait_for(asyncio.to_thread(shim.wait), 10)
     assert not writer_active(path)  # type: ignore[arg-type]
+
+
+# ---- the container's environment (kubelet/envvars.py) -----------------------------------------
+
+
+def config_map(name: str, data: dict[str, str]) -> configmap_pb2.ConfigMap:
+    cm = configmap_pb2.ConfigMap(data=data)
+    cm.metadata.name, cm.metadata.namespace = name, "default"
+    return cm
+
+
+class ConfigMapsOnly:
+    def __init__(self, clock: FakeClock) -> None:
+        self.config_maps = FakeResource("ConfigMap", configmap_pb2.ConfigMap, clock, count(1))
+        self.secrets = FakeResource("Secret", secret_pb2.Secret, clock, count(1))
+
+
+async def test_the_process_gets_its_resolved_env_and_expanded_args(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    api = ConfigMapsOnly(clock)
+    await api.config_maps.create(config_map("cfg", {"COLOR": "blue"}))
+    rt = ProcessRuntime(tmp_path, clock=clock, node_ip="10.0.0.5", env_sources=EnvSources(api=api))
+    pod = make_pod("u-env", "sh", "-c", 'echo "$COLOR|$(COLOR)|$NAME|$GREETING"', policy="Never")
+    c = pod.spec.containers[0]
+    c.envFrom.add().configMapRef.name = "cfg"
+    c.env.add(name="NAME").valueFrom.fieldRef.fieldPath = "metadata.name"
+    c.env.add(name="GREETING", value="hi $(NAME)")
+    await settle(rt, pod, TERMINATED)
+    assert text(rt.log_path("u-env", "c")) == "blue|blue|p|hi p\n"
+
+
+async def test_a_missing_config_map_keeps_the_container_waiting_until_it_exists(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    api = ConfigMapsOnly(clock)
+    rt = ProcessRuntime(tmp_path, clock=clock, backoff_initial=10, env_sources=EnvSources(api=api))
+    pod = make_pod("u-cm", "sh", "-c", "echo $(COLOR)", policy="Never")
+    pod.spec.containers[0].env.add(name="COLOR").valueFrom.configMapKeyRef.CopyFrom(
+        pod_pb2.ConfigMapKeySelector(name="cfg", key="color")
+    )
+    rec = await rt.sync_pod(pod)
+    crec = rec.containers["c"]
+    assert (crec.state, crec.waiting_reason, crec.waiting_message, crec.pid) == (
+        WAITING,
+        "CreateContainerConfigError",
+        'configmap "cfg" not found',
+        0,
+    )
+    assert rec.events == [("Warning", "Failed", 'Error: configmap "cfg" not found')]
+    status = build_pod_status(pod, rec, "10.0.0.1", pod_pb2.PodStatus(), 0.0)
+    assert status.phase == "Pending"
+    assert status.containerStatuses[0].state.waiting.message == 'configmap "cfg" not found'
+
+    await api.config_maps.create(config_map("cfg", {"other": "x"}))
+    clock.advance(10)
+    rec = await rt.sync_pod(pod)
+    assert rec.containers["c"].waiting_message == "couldn't find key color in ConfigMap default/cfg"
+    assert rec.containers["c"].restart_count == 0
+
+    api.config_maps.objects["default/cfg"].data["color"] = "green"
+    rec = await rt.sync_pod(pod)
+    assert rec.containers["c"].state == WAITING, "retried before the back-off"
+    clock.advance(10)
+    await settle(rt, pod, TERMINATED)
+    assert text(rt.log_path("u-cm", "c")) == "green\n"
+
+
+async def test_a_nul_byte_in_a_value_is_a_run_error_not_a_crash(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    api = ConfigMapsOnly(clock)
+    secret = secret_pb2.Secret(data={"k": b"a\x00b"})
+    secret.metadata.name, secret.metadata.namespace = "s", "default"
+    await api.secrets.create(secret)
+    rt = ProcessRuntime(tmp_path, clock=clock, env_sources=EnvSources(api=api))
+    pod = make_pod("u-nul", "true")
+    pod.spec.containers[0].envFrom.add().secretRef.name = "s"
+    rec = await rt.sync_pod(pod)
+    crec = rec.containers["c"]
+    assert crec.state == WAITING and crec.waiting_reason == "RunContainerError"
+    assert "embedded null byte" in crec.waiting_message
