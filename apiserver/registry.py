@@ -353,6 +353,16 @@ class Strategy:
             for kind in PROBE_KINDS:
                 if c.HasField(kind):
                     default_probe(getattr(c, kind))
+            for env in c.env:
+                # kube's SetDefaults_ObjectFieldSelector; an unset divisor is the zero Quantity,
+                # which kube's JSON shows as "0".
+                source = env.valueFrom
+                if source.HasField("fieldRef") and not source.fieldRef.apiVersion:
+                    source.fieldRef.apiVersion = "v1"
+                if source.HasField("resourceFieldRef") and not source.resourceFieldRef.HasField(
+                    "divisor"
+                ):
+                    source.resourceFieldRef.divisor = "0"
             if not c.imagePullPolicy:
                 tag = c.image.rsplit("/", 1)[-1]
                 c.imagePullPolicy = (

@@ -63,6 +63,21 @@ async def test_create_fills_defaults_and_get_returns_it(stubs: Stubs) -> None:
     assert await get_pod(stubs) == created
 
 
+async def test_create_defaults_env_field_selectors(stubs: Stubs) -> None:
+    pod = make_pod("env")
+    env = pod.spec.containers[0].env
+    env.add(name="NAME").valueFrom.fieldRef.fieldPath = "metadata.name"
+    env.add(name="CPU").valueFrom.resourceFieldRef.resource = "limits.cpu"
+    mem = env.add(name="MEM").valueFrom.resourceFieldRef
+    mem.resource, mem.divisor = "limits.memory", "1Mi"
+    created = await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=pod))
+    name, cpu, mem_env = created.spec.containers[0].env
+    # kube's SetDefaults_ObjectFieldSelector; an unset divisor is the zero Quantity, "0".
+    assert name.valueFrom.fieldRef.apiVersion == "v1"
+    assert cpu.valueFrom.resourceFieldRef.divisor == "0"
+    assert mem_env.valueFrom.resourceFieldRef.divisor == "1Mi"
+
+
 async def test_generate_name(stubs: Stubs) -> None:
     pod = make_pod("")
     pod.metadata.generateName = "web-"
