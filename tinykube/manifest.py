@@ -32,6 +32,8 @@ from tinykube.kinds import API_VERSION, BY_KIND, KindInfo
 
 # map<string,string> fields holding quantities: a YAML number there is a quantity ("cpu: 1").
 QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
+# Single string fields holding a quantity, by (message, field): a number there is one too.
+QUANTITY_FIELDS = frozenset({("tinykube.v1.ResourceFieldSelector", "divisor")})
 
 # Kubernetes IntOrString fields are google.protobuf.Values (a JSON number or string); protobuf
 # prints a number as a float (8080.0), Kubernetes as an integer.
@@ -346,6 +348,12 @@ def _check_fields(
                 errors.append(f"{here}: expected an object, got {type(item).__name__}")
                 continue
             _check_fields(f.message_type, item, here, errors, unknown)
+        elif (
+            (desc.full_name, f.name) in QUANTITY_FIELDS
+            and isinstance(item, int | float)
+            and not isinstance(item, bool)
+        ):
+            value[key] = str(item)
         elif f.type != FieldDescriptor.TYPE_MESSAGE:
             _check_scalar(f, item, here, errors)
 

@@ -33,6 +33,7 @@ from google.protobuf.message import Message
 
 from apiserver.rest import openapi_proto
 from tinykube.kinds import SCALABLE_KINDS, KindInfo
+from tinykube.manifest import QUANTITY_FIELDS
 from tinykube.v1 import meta_pb2
 
 JSON = dict[str, Any]
@@ -719,6 +720,8 @@ class _SchemaBuilder:
                     out["x-kubernetes-list-map-keys"] = [key]
                 elif "merge" in strategy.split(","):
                     out["x-kubernetes-list-type"] = "set"
+        elif (owner.full_name, field.name) in QUANTITY_FIELDS:
+            out = _ref(QUANTITY)
         else:
             out = self._scalar_or_ref(field, where)
         if description:

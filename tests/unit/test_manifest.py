@@ -276,3 +276,29 @@ def test_yaml_errors_name_the_file_and_position_not_pyyaml_internals(
         load_manifests(text, "f.yaml")
     assert str(info.value) == message
     assert "<unicode string>" not in str(info.value)
+
+
+def test_a_number_as_a_resource_field_divisor_is_a_quantity() -> None:
+    (loaded,) = load_manifests(
+        """
+apiVersion: v1
+kind: Pod
+metadata: {name: env}
+spec:
+  containers:
+  - name: c
+    image: busybox
+    env:
+    - name: CPU
+      valueFrom: {resourceFieldRef: {resource: limits.cpu, divisor: 1}}
+    - name: MEM
+      valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}
+"""
+    )
+    pod = loaded.obj
+    assert isinstance(pod, pod_pb2.Pod)
+    cpu, mem = pod.spec.containers[0].env
+    assert (cpu.valueFrom.resourceFieldRef.divisor, mem.valueFrom.resourceFieldRef.divisor) == (
+        "1",
+        "1Mi",
+    )
