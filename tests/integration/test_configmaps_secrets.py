@@ -77,8 +77,8 @@ async def api(etcd_server: EtcdServer) -> AsyncIterator[Api]:
             running,
             session,
             f"http://{running.server.rest_address}",
-            configmap_pb2_grpc.ConfigMapsStub(channel),  # type: ignore[arg-type]
-            secret_pb2_grpc.SecretsStub(channel),  # type: ignore[arg-type]
+            configmap_pb2_grpc.ConfigMapsStub(channel),
+            secret_pb2_grpc.SecretsStub(channel),
         )
     finally:
         await channel.close()

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
+from kubelet.envvars import expand
 from kubelet.fake import FakeRuntime
 from kubelet.pods import PodManager
 from kubelet.prober import (
@@ -22,7 +23,6 @@ from kubelet.prober import (
     ProbeManager,
     ProbeState,
     ProbeTarget,
-    expand,
     resolve_port,
     run_exec,
 )

@@ -4,6 +4,8 @@ LocalObjectReference 1, a Quantity's string 1), read as the JSON the manifest wo
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from apiserver.rest import kubeproto
@@ -96,7 +98,8 @@ def test_an_unset_divisor_reads_as_go_writes_it() -> None:
     """Go's protobuf writes a non-pointer Quantity even when unset, as "0"."""
     ref = text(2, "requests.cpu") + field(3, text(1, "0"))
     env = field(7, text(1, "CPU") + field(3, field(2, ref)))
-    (var,) = container_of(job_with(env))["env"]  # type: ignore[misc]
+    envs: Any = container_of(job_with(env))["env"]
+    (var,) = envs
     assert var["valueFrom"] == {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "0"}}
 
 
