@@ -14,31 +14,19 @@ is kubectl's own `wait` or a bounded poll.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import UpCluster
 from tests.e2e.kubectl_output import ok
+from tests.e2e.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
-T = TypeVar("T")
 WAIT = "--timeout=180s"
-
-
-def until(check: Callable[[], T], what: str, limit: float = 120.0) -> T:
-    deadline = time.monotonic() + limit
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {limit:g}s waiting for {what}; last: {value!r}")
-        time.sleep(0.3)
+LIMIT = 120.0  # seconds a Job test waits for a condition (pods run to completion)
 
 
 def get_json(cluster: UpCluster, *args: str) -> Any:
@@ -289,7 +277,7 @@ def test_create_job_logs_wait_and_delete(tinykube_up: UpCluster) -> None:
         names = [p["metadata"]["name"] for p in job_pods(tinykube_up, "hello")]
         return pod["metadata"]["name"] not in names
 
-    until(gone, "the deleted Job's pod to go (kubectl deletes in the background)")
+    until(gone, "the deleted Job's pod to go (kubectl deletes in the background)", limit=LIMIT)
 
 
 def test_ttl_after_finished_deletes_the_job_and_its_pods(tinykube_up: UpCluster) -> None:
@@ -314,8 +302,8 @@ spec:
         result = tinykube_up.kubectl("get", "job", "shortlived")
         return result.code != 0 and "NotFound" in result.err
 
-    until(job_gone, "the finished Job to be deleted 1 s after it finished")
-    until(lambda: not job_pods(tinykube_up, "shortlived"), "its pods to go with it")
+    until(job_gone, "the finished Job to be deleted 1 s after it finished", limit=LIMIT)
+    until(lambda: not job_pods(tinykube_up, "shortlived"), "its pods to go with it", limit=LIMIT)
 
 
 def test_delete_with_cascade_orphan_keeps_the_pods_and_lets_them_go(tinykube_up: UpCluster) -> None:
@@ -335,7 +323,7 @@ spec:
         command: [sleep, "300"]
 """
     ok(tinykube_up.kubectl("apply", "-f", "-", stdin=manifest))
-    (pod,) = until(lambda: job_pods(tinykube_up, "keeper"), "the Job's pod")
+    (pod,) = until(lambda: job_pods(tinykube_up, "keeper"), "the Job's pod", limit=LIMIT)
     name = pod["metadata"]["name"]
     assert pod["metadata"]["finalizers"] == ["batch.kubernetes.io/job-tracking"]
     ok(tinykube_up.kubectl("delete", "job", "keeper", "--cascade=orphan"))
@@ -348,7 +336,7 @@ spec:
         return current
 
     # The garbage collector drops the owner reference; the Job controller its finalizer.
-    orphan = until(orphaned, "the pod to be orphaned and let go by the Job controller")
+    orphan = until(orphaned, "the pod to be orphaned and let go by the Job controller", limit=LIMIT)
     assert orphan is not None
     assert "deletionTimestamp" not in orphan["metadata"]
     ok(tinykube_up.kubectl("delete", "pod", name, "--wait=false"))

@@ -7,32 +7,18 @@ admission as kubectl reports them, and the examples. Each test uses objects of i
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import UpCluster
 from tests.e2e.kubectl_output import assert_output, ok
+from tests.e2e.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-T = TypeVar("T")
-
-
-def until(check: Callable[[], T], what: str, limit: float = 60.0) -> T:
-    """Call `check` (a CLI round trip each time) until it returns something truthy."""
-    deadline = time.monotonic() + limit
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {limit:g}s waiting for {what}; last: {value!r}")
-        time.sleep(0.2)
 
 
 def get_json(cluster: UpCluster, *args: str) -> Any:

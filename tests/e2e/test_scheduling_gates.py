@@ -5,31 +5,18 @@ runs. Waits poll conditions with a bound, never sleep."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import UpCluster
 from tests.e2e.kubectl_output import ok
+from tests.e2e.waiting import until
 
 pytestmark = pytest.mark.e2e
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gated-pod.yaml"
-T = TypeVar("T")
-
-
-def until(check: Callable[[], T], what: str, limit: float = 60.0) -> T:
-    deadline = time.monotonic() + limit
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {limit:g}s waiting for {what}; last: {value!r}")
-        time.sleep(0.2)
 
 
 WITNESS = """
