@@ -104,6 +104,9 @@ def test_deleting_a_namespace_removes_its_pods_and_then_itself(tinykube_up: UpCl
     applied = ok(tinykube_up.kubectl("apply", "-f", str(EXAMPLES / "namespace.yaml")))
     assert applied == "namespace/team created\npod/worker created\n"
     ok(tinykube_up.kubectl("create", "-f", "-", stdin=HELD_POD))
+    ok(tinykube_up.kubectl("create", "configmap", "settings", "-n", "team", "--from-literal=a=b"))
+    ok(tinykube_up.kubectl("create", "secret", "generic", "creds", "-n", "team",
+                           "--from-literal=p=q"))  # fmt: skip
     ok(tinykube_up.kubectl("wait", "--for=condition=Ready", "pod/worker", "-n", "team",
                            "--timeout=60s"))  # fmt: skip
     deleted = tinykube_up.kubectl("delete", "namespace", "team", "--wait=false")
@@ -116,6 +119,11 @@ def test_deleting_a_namespace_removes_its_pods_and_then_itself(tinykube_up: UpCl
         return [p["metadata"]["name"] for p in pods] == ["held"]
 
     until(only_held_left, "the worker pod to be deleted")
+    # ConfigMaps and Secrets go with the namespace's other content.
+    until(
+        lambda: not get_json(tinykube_up, "configmaps,secrets", "-n", "team")["items"],
+        "the namespace's ConfigMap and Secret to be deleted",
+    )
 
     def conditions() -> dict[str, tuple[str, str]]:
         ns = get_json(tinykube_up, "namespace", "team")
