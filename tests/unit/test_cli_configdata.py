@@ -111,8 +111,6 @@ def test_describe_a_service_account_with_nothing() -> None:
         "Labels:              <none>\n"
         "Annotations:         <none>\n"
         "Image pull secrets:  <none>\n"
-        "Mountable secrets:   <none>\n"
-        "Tokens:              <none>\n"
         "Events:              <none>\n"
     )
 

@@ -751,9 +751,9 @@ SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"
 def describe_service_account(
     sa: Any, secrets: list[Any] | None, events: list[Any], now: datetime
 ) -> str:
-    """As `kubectl describe serviceaccount`: its image pull and mountable secrets (each one the
-    namespace lacks marked "(not found)") and its token Secrets; `secrets` are the namespace's
-    (None: they could not be listed, so nothing is marked)."""
+    """As `kubectl describe serviceaccount`: its image pull secrets, and its mountable secrets
+    and token Secrets when it has some (each one the namespace lacks marked "(not found)");
+    `secrets` are the namespace's (None: they could not be listed, so nothing is marked)."""
     width = len("Image pull secrets:") + 2  # one tab block: every key padded alike
     w = Writer()
     w.line(0, "Name", sa.metadata.name, width)
@@ -780,7 +780,10 @@ def describe_service_account(
         ("Tokens", tokens),
     ):
         if not names:
-            w.line(0, header, printers.NONE, width)
+            # kubectl v1.37 shows the legacy Mountable secrets and Tokens only when there are
+            # some (what it printed against tinykube in tests/e2e/test_serviceaccounts.py).
+            if header == "Image pull secrets":
+                w.line(0, header, printers.NONE, width)
             continue
         for i, name in enumerate(names):
             shown = f"{name} (not found)" if name in missing else name
