@@ -16,8 +16,9 @@ What differs from kube, and why:
   controllerrevisions; jobs; leases; poddisruptionbudgets; the RBAC kinds;
   selfsubjectaccessreviews): volumes, serviceaccounts/token and the rest are left out of every
   role. `view` reads serviceaccounts, `edit` writes them and may impersonate them (as kube's;
-  tinykube reads no impersonation headers, so the rule grants nothing yet). As kube's, `view` reads configmaps but not secrets
-  (reading a Secret is an escalation); `edit` (and so `admin`) reads and writes both.
+  tinykube reads no impersonation headers, so the rule grants nothing yet). As kube's, `view`
+  reads configmaps but not secrets (reading a Secret is an escalation); `edit` (and so `admin`)
+  reads and writes both.
 - `admin`, `edit` and `view` are aggregated as in kube (aggregationRule selecting the labels
   `rbac.authorization.k8s.io/aggregate-to-{admin,edit,view}`; the `system:aggregate-to-*` roles
   carry the rule tables below, `edit` is aggregated into `admin` and `view` into `edit`), and
