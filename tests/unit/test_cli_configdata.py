@@ -7,8 +7,13 @@ from datetime import UTC, datetime
 
 from tinykube import kinds
 from tinykube.cli import printers
-from tinykube.cli.describe import describe_config_map, describe_secret, describe_service_account
-from tinykube.v1 import configmap_pb2, secret_pb2, serviceaccount_pb2
+from tinykube.cli.describe import (
+    describe_config_map,
+    describe_pod,
+    describe_secret,
+    describe_service_account,
+)
+from tinykube.v1 import configmap_pb2, pod_pb2, secret_pb2, serviceaccount_pb2
 
 NOW = datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
 SECRET_VALUE = "s3cr3t-value-16b"
@@ -131,3 +136,13 @@ def test_describe_marks_secrets_the_namespace_lacks_and_lists_tokens() -> None:
         "                     gone (not found)",
         "Tokens:              robot-token",
     ]
+
+
+def test_describe_pod_names_its_service_account_after_priority() -> None:
+    pod = pod_pb2.Pod()
+    pod.metadata.name, pod.metadata.namespace = "web", "default"
+    lines = describe_pod(pod, [], NOW).splitlines()
+    assert not any(line.startswith("Service Account:") for line in lines)  # unset: no line
+    pod.spec.serviceAccountName = "robot"
+    lines = describe_pod(pod, [], NOW).splitlines()
+    assert lines[2:4] == ["Priority:         0", "Service Account:  robot"]

@@ -242,6 +242,8 @@ def describe_pod(pod: Any, events: list[Any], now: datetime) -> str:
     w.line(0, "Name", meta.name)
     w.line(0, "Namespace", meta.namespace)
     w.line(0, "Priority", str(spec.priority) if spec.HasField("priority") else "0")
+    if spec.serviceAccountName:  # kubectl's line, shown only when set
+        w.line(0, "Service Account", spec.serviceAccountName)
     w.line(0, "Scheduler", spec.schedulerName or printers.NONE)
     node = spec.nodeName
     if node and status.hostIP:
