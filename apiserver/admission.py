@@ -1,7 +1,8 @@
-"""Admission: the apiserver's built-in NamespaceLifecycle and Priority plugins, over the caches.
+"""Admission: the apiserver's built-in NamespaceLifecycle, ServiceAccount and Priority plugins,
+over the caches.
 
-Kubernetes' admission chain runs between decoding a write and storing it; these are the two
-plugins tinykube has, with kube-apiserver's rules and messages:
+Kubernetes' admission chain runs between decoding a write and storing it; these are the
+plugins tinykube has, in kube-apiserver's order, with its rules and messages:
 
 - NamespaceLifecycle: creating a namespaced object in a namespace that does not exist is
   NotFound (`namespaces "x" not found`), in one being terminated Forbidden ("unable to create
@@ -10,6 +11,16 @@ plugins tinykube has, with kube-apiserver's rules and messages:
   dict lookup per create); only a namespace the cache does not have, or one this apiserver
   started deleting less than 30 s ago that the cache still shows Active, is read from etcd,
   as kube-apiserver's plugin falls back to a live lookup.
+- ServiceAccount (plugin/pkg/admission/serviceaccount): a new pod that names no
+  serviceAccountName runs as "default"; a pod whose account does not exist is Forbidden
+  (`pods "web" is forbidden: error looking up service account team/robot: serviceaccount
+  "robot" not found`; clients retry, as kube's message is meant). The account is read from the
+  ServiceAccount watch cache (a dict lookup per pod); one the cache does not have is read from
+  etcd, and "default", which the controller manager creates right after its namespace, is
+  looked for ten times 100-200 ms apart first, as kube's plugin does. A mirror pod (annotation
+  kubernetes.io/config.mirror) may name no account and reference no Secret. Only pod creates
+  are checked (an account deleted later leaves its pods alone); tokens are not mounted (no
+  token machinery), and tinykube pods have no imagePullSecrets to copy from the account.
 - Priority: a new pod's spec.priority (and spec.preemptionPolicy, when the class has one) come
   from its priorityClassName, or from the global default class when it names none (which also
   fills in priorityClassName); no default class means priority 0 and PreemptLowerPriority.
@@ -23,15 +34,21 @@ Admission runs on the event loop inside the request; its only awaits are those f
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from typing import Protocol
 
+from apiserver.serviceaccount import (
+    DEFAULT_SERVICE_ACCOUNT,
+    convert_pod_spec,
+    set_pod_service_account,
+)
 from apiserver.storage import KV, ListResult
 from apiserver.validation import SYSTEM_PRIORITY_CLASSES
 from apiserver.watchcache import CachedObject
 from tinykube.clock import Clock
 from tinykube.errors import ForbiddenError, NotFoundError
-from tinykube.kinds import NAMESPACE, POD, PRIORITY_CLASS, KindInfo
+from tinykube.kinds import NAMESPACE, POD, PRIORITY_CLASS, SERVICE_ACCOUNT, KindInfo
 from tinykube.v1 import namespace_pb2, pod_pb2, priorityclass_pb2
 
 # The namespaces every cluster has (created by the apiserver at start), which may not be
@@ -44,6 +61,13 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _LIVE_LOOKUP_SECONDS = 30.0
 
 PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+
+# kube's MirrorPodAnnotationKey: a static pod's copy in the API.
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+# How often the ServiceAccount plugin looks for "default" before refusing (kube's numAttempts),
+# and the bounds of the one random interval between the looks, in seconds.
+_DEFAULT_ACCOUNT_ATTEMPTS = 10
+_ACCOUNT_RETRY_SECONDS = (0.1, 0.2)
 
 
 class CacheView(Protocol):
@@ -84,10 +108,12 @@ class Admission:
     ) -> None:
         self.namespaces = caches[NAMESPACE.kind]
         self.classes = caches[PRIORITY_CLASS.kind]
+        self.accounts = caches[SERVICE_ACCOUNT.kind]
         self.storage = storage
         self.clock = clock
         self._ns_prefix = f"{prefix}/{NAMESPACE.plural}/".encode()
         self._pc_prefix = f"{prefix}/{PRIORITY_CLASS.plural}/".encode()
+        self._sa_prefix = f"{prefix}/{SERVICE_ACCOUNT.plural}/".encode()
         # Namespaces whose deletion this apiserver started -> until when to look them up live.
         self._deleting: dict[str, float] = {}
         # (cache state object, cache revision) -> the global default class at that point.
@@ -101,6 +127,7 @@ class Admission:
         if info.namespaced:
             await self._check_namespace(info, obj)
         if info.kind == POD.kind:
+            await self._admit_service_account(obj)  # type: ignore[arg-type]
             await self._admit_pod(obj)  # type: ignore[arg-type]
 
     async def validate(self, info: KindInfo, obj: object, old: object | None) -> None:
@@ -165,6 +192,47 @@ class Admission:
                     )
                 ],
             )
+
+    # ---- ServiceAccount --------------------------------------------------------------------
+
+    async def _admit_service_account(self, pod: pod_pb2.Pod) -> None:
+        spec = pod.spec
+        # Admission sees the pod as kube's decoding left it: the deprecated alias converted.
+        convert_pod_spec(spec)
+        if MIRROR_POD_ANNOTATION in pod.metadata.annotations:
+            # Mirror pods are left as the kubelet wrote them, and may not name accounts.
+            if spec.serviceAccountName:
+                raise self._pod_forbidden(pod, "a mirror pod may not reference service accounts")
+            if _references_secrets(spec):
+                raise self._pod_forbidden(pod, "a mirror pod may not reference secrets")
+            return
+        if not spec.serviceAccountName:
+            set_pod_service_account(spec, DEFAULT_SERVICE_ACCOUNT)
+        namespace = pod.metadata.namespace
+        name = spec.serviceAccountName
+        if not await self.service_account_exists(namespace, name):
+            raise self._pod_forbidden(
+                pod,
+                f'error looking up service account {namespace}/{name}: serviceaccount "{name}" '
+                "not found",
+            )
+
+    async def service_account_exists(self, namespace: str, name: str) -> bool:
+        """Whether ServiceAccount namespace/name exists: the cache, else etcd (several times
+        for "default", which its controller is about to create in a new namespace)."""
+        key = self._sa_prefix + f"{namespace}/{name}".encode()
+        if key in self.accounts.state:
+            return True
+        attempts = _DEFAULT_ACCOUNT_ATTEMPTS if name == DEFAULT_SERVICE_ACCOUNT else 1
+        interval = random.uniform(*_ACCOUNT_RETRY_SECONDS)
+        for attempt in range(attempts):
+            if attempt:
+                await self.clock.sleep(interval)
+                if key in self.accounts.state:
+                    return True
+            if await self.storage.get(key) is not None:
+                return True
+        return False
 
     # ---- Priority --------------------------------------------------------------------------
 
@@ -258,6 +326,17 @@ class Admission:
                 f"PriorityClass {current.metadata.name} is already marked as default. Only one "
                 "default can exist",
             )
+
+
+def _references_secrets(spec: pod_pb2.PodSpec) -> bool:
+    """Whether a container reads a Secret (podutil.VisitPodSecretNames over what tinykube pods
+    have: env secretKeyRef and envFrom secretRef)."""
+    for c in (*spec.initContainers, *spec.containers):
+        if any(e.valueFrom.HasField("secretKeyRef") for e in c.env):
+            return True
+        if any(source.HasField("secretRef") for source in c.envFrom):
+            return True
+    return False
 
 
 def system_priority_classes() -> list[priorityclass_pb2.PriorityClass]:

@@ -46,6 +46,7 @@ from apiserver.registry import INDEX_FIELD, Strategy, fields_of
 from apiserver.resources import ResourceStore
 from apiserver.rest.app import RestServer
 from apiserver.rest.codec import KindCodec
+from apiserver.serviceaccount import DEFAULT_SERVICE_ACCOUNT
 from apiserver.settings import Settings
 from apiserver.storage import Storage
 from apiserver.watchcache import Codec, WatchCache
@@ -63,11 +64,12 @@ from tinykube.kinds import (
     ROLE,
     ROLE_BINDING,
     SERVICE,
+    SERVICE_ACCOUNT,
     KindInfo,
 )
 from tinykube.serving import GrpcServer
 from tinykube.tls import PLAINTEXT, Credentials, ServingTLS, TLSConfigError
-from tinykube.v1 import meta_pb2, namespace_pb2
+from tinykube.v1 import meta_pb2, namespace_pb2, serviceaccount_pb2
 
 log = logging.getLogger(__name__)
 
@@ -368,9 +370,10 @@ class APIServer:
             await self.grpc.set_serving(serving)
 
     async def bootstrap(self) -> None:
-        """Create the system namespaces (default, kube-system, kube-public, kube-node-lease)
-        and priority classes (system-cluster-critical, system-node-critical) that are
-        missing, as kube-apiserver does at start. Another apiserver creating one at the same
+        """Create the system namespaces (default, kube-system, kube-public, kube-node-lease),
+        priority classes (system-cluster-critical, system-node-critical) and those
+        namespaces' default ServiceAccounts that are missing, as kube-apiserver does at start
+        (but for the accounts, its controller manager's). Another apiserver creating one at the same
         time is fine. Health stays NOT_SERVING until this has succeeded once (it is retried
         by the health loop), so no component starts before its namespace exists."""
         namespaces = self.services[NAMESPACE.kind]
@@ -383,8 +386,18 @@ class APIServer:
         for pc in system_priority_classes():
             with contextlib.suppress(AlreadyExistsError):
                 await classes.create(PRIORITY_CLASS.create_request(priorityClass=pc))
+        # Their default ServiceAccounts too, which kube leaves to the controller manager: the
+        # ServiceAccount admission refuses pods until it exists, and the components' own pods
+        # (and every test's) must not wait for the controller manager to be elected first.
+        # The controller creates it in every other namespace, and again when it is deleted.
+        accounts = self.services[SERVICE_ACCOUNT.kind]
+        for name in SYSTEM_NAMESPACES:
+            sa = serviceaccount_pb2.ServiceAccount()
+            sa.metadata.name, sa.metadata.namespace = DEFAULT_SERVICE_ACCOUNT, name
+            with contextlib.suppress(AlreadyExistsError):
+                await accounts.create(SERVICE_ACCOUNT.create_request(serviceAccount=sa))
         if not self._bootstrapped:
-            log.info("system namespaces and priority classes are in place")
+            log.info("system namespaces, priority classes and service accounts are in place")
         self._bootstrapped = True
 
     async def _bootstrap_within(self, seconds: float) -> None:

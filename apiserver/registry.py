@@ -16,7 +16,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from apiserver import batch, configdata, daemonset, podmutation, validation
+from apiserver import batch, configdata, daemonset, podmutation, serviceaccount, validation
 from apiserver.validation import PROBE_KINDS
 from tinykube.errors import FieldError
 from tinykube.kinds import (
@@ -36,6 +36,7 @@ from tinykube.kinds import (
     ROLE_BINDING,
     SECRET,
     SERVICE,
+    SERVICE_ACCOUNT,
     KindInfo,
 )
 from tinykube.meta import int_or_string, int_or_string_problem, set_int_or_string, set_timestamp
@@ -336,8 +337,11 @@ class Strategy:
             default_binding(obj)
         elif kind in configdata.KINDS:
             configdata.prepare(self.info, obj)
+        elif kind == SERVICE_ACCOUNT.kind:
+            serviceaccount.prepare(obj)  # type: ignore[arg-type]
 
     def _default_pod_spec(self, spec: pod_pb2.PodSpec) -> None:
+        serviceaccount.convert_pod_spec(spec)
         if not spec.schedulerName:
             spec.schedulerName = "tinykube"
         if not spec.restartPolicy:
@@ -434,6 +438,8 @@ class Strategy:
             default_binding(target)
         elif self.info.kind in configdata.KINDS:
             configdata.prepare(self.info, target)
+        elif self.info.kind == SERVICE_ACCOUNT.kind:
+            serviceaccount.prepare(target)
         if _has_spec(self.info) and target.spec != old.spec:  # type: ignore[attr-defined]
             target.metadata.generation = old.metadata.generation + 1  # type: ignore[attr-defined]
 

@@ -816,6 +816,9 @@ def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
                 "must be greater than or equal to 0",
             )
         )
+    if spec.serviceAccountName:
+        # ValidateServiceAccountName: a DNS subdomain, as the account's own name.
+        errs.extend(dns1123_subdomain(f"{path}.serviceAccountName", spec.serviceAccountName))
     if spec.nodeName:
         errs.extend(dns1123_subdomain(f"{path}.nodeName", spec.nodeName))
     errs.extend(_labels(f"{path}.nodeSelector", spec.nodeSelector))

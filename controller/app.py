@@ -4,7 +4,8 @@
 campaigns for the Lease kube-system/tinykube-controller-manager. While leading it runs one
 informer per kind (pods, replicasets, deployments, jobs, nodes, node leases, services, endpoints,
 namespaces) shared by every controller (and PodDisruptionBudgets for the disruption
-controller, ClusterRoles for the clusterrole-aggregation controller), one work queue per
+controller, ClusterRoles for the clusterrole-aggregation controller, ServiceAccounts for the
+serviceaccount controller), one work queue per
 queue-driven controller with N worker tasks each (never the same key twice at once: the
 WorkQueue guarantees it), and the node lifecycle monitor loop. Workers start only after every
 informer has synced, so nothing acts on a partial picture. Leadership lost: everything is
@@ -36,6 +37,7 @@ from controller.metrics import Metrics
 from controller.namespace import NamespaceController
 from controller.nodelifecycle import NODE_LEASE_NAMESPACE, NodeLifecycleController
 from controller.replicaset import ReplicaSetController
+from controller.serviceaccount import ServiceAccountsController
 from controller.settings import Settings
 from controller.ttlafterfinished import TTLAfterFinishedController
 from tinykube import kinds
@@ -342,9 +344,10 @@ class ControllerManager:
             n = s.concurrent_ttl_after_finished_syncs
             workers.append(("ttl-after-finished", ttl_queue, ttl.sync, n))
 
-        if "namespace" in s.controllers:
+        if "namespace" in s.controllers or "serviceaccount" in s.controllers:
             namespaces: Informer[Any] = Informer.for_resource(client.namespaces, clock=self.clock)
             informers.append(namespaces)
+        if "namespace" in s.controllers:
             ns_queue: WorkQueue[str] = WorkQueue(self.clock, name="namespace")
             # Every namespaced kind, so kinds added to tinykube.kinds are emptied too.
             contents = [(k, client.resource(k)) for k in kinds.ALL_KINDS if k.namespaced]
@@ -358,6 +361,22 @@ class ControllerManager:
             queues.append(ns_queue)
             self.metrics.track_queue("namespace", ns_queue.__len__)
             workers.append(("namespace", ns_queue, nsc.sync, s.concurrent_namespace_syncs))
+
+        if "serviceaccount" in s.controllers:
+            accounts: Informer[Any] = Informer.for_resource(
+                client.service_accounts, clock=self.clock
+            )
+            informers.append(accounts)
+            sa_queue: WorkQueue[str] = WorkQueue(self.clock, name="serviceaccount")
+            sac = ServiceAccountsController(
+                client.service_accounts, namespaces.store, accounts.store, sa_queue
+            )
+            namespaces.add_handler(sac.on_namespace_add, sac.on_namespace_update)
+            accounts.add_handler(on_delete=sac.on_account_delete)
+            queues.append(sa_queue)
+            self.metrics.track_queue("serviceaccount", sa_queue.__len__)
+            # One worker, as kube-controller-manager runs this controller.
+            workers.append(("serviceaccount", sa_queue, sac.sync, 1))
 
         if "clusterrole-aggregation" in s.controllers:
             cluster_roles: Informer[Any] = Informer.for_resource(

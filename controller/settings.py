@@ -60,6 +60,7 @@ class Settings:
         "ttl-after-finished",
         "clusterrole-aggregation",
         "daemonset",
+        "serviceaccount",
     )
 
     @classmethod
@@ -67,7 +68,7 @@ class Settings:
         p = argparse.ArgumentParser(
             prog="python -m controller",
             description="tinykube controller manager: ReplicaSet, node lifecycle, GC, endpoints, "
-            "disruption, namespace, clusterrole aggregation",
+            "disruption, namespace, clusterrole aggregation, serviceaccount",
         )
         add_apiserver_flag(p, "TINYKUBE_APISERVER")
         p.add_argument(
@@ -175,7 +176,7 @@ class Settings:
             default="*",
             help="comma-separated controllers to run: "
             "replicaset,deployment,nodelifecycle,garbagecollector,endpoints,disruption,namespace,"
-            "job,ttl-after-finished,clusterrole-aggregation,daemonset",
+            "job,ttl-after-finished,clusterrole-aggregation,daemonset,serviceaccount",
         )
         p.add_argument(
             "--concurrent-daemonset-syncs",

@@ -150,8 +150,7 @@ def pod_field_value(
     if path in ("spec.nodeName", "spec.host"):
         return pod.spec.nodeName
     if path == "spec.serviceAccountName":
-        # tinykube pods have no service account field; kube's admission sets "default".
-        return "default"
+        return pod.spec.serviceAccountName
     if path in ("status.hostIP", "status.hostIPs"):
         return host_ip
     if path in ("status.podIP", "status.podIPs"):

@@ -123,6 +123,7 @@ from tinykube.v1 import (
     replicaset_pb2,
     secret_pb2,
     service_pb2,
+    serviceaccount_pb2,
 )
 
 # T is the object type; L and E (its List and WatchEvent) default to Any so that
@@ -455,6 +456,11 @@ class Client:
         configmap_pb2.ConfigMap, configmap_pb2.ConfigMapList, configmap_pb2.ConfigMapWatchEvent
     ]
     secrets: ResourceClient[secret_pb2.Secret, secret_pb2.SecretList, secret_pb2.SecretWatchEvent]
+    service_accounts: ResourceClient[
+        serviceaccount_pb2.ServiceAccount,
+        serviceaccount_pb2.ServiceAccountList,
+        serviceaccount_pb2.ServiceAccountWatchEvent,
+    ]
 
     def __init__(
         self,
@@ -530,6 +536,7 @@ class Client:
         self.controller_revisions = ResourceClient(kinds.CONTROLLER_REVISION, self)
         self.config_maps = ResourceClient(kinds.CONFIG_MAP, self)
         self.secrets = ResourceClient(kinds.SECRET, self)
+        self.service_accounts = ResourceClient(kinds.SERVICE_ACCOUNT, self)
         self._by_kind.update(
             {
                 r.info.kind: r
@@ -538,6 +545,7 @@ class Client:
                     self.controller_revisions,
                     self.config_maps,
                     self.secrets,
+                    self.service_accounts,
                 )
             }
         )

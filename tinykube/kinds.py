@@ -46,6 +46,8 @@ from tinykube.v1 import (
     secret_pb2_grpc,
     service_pb2,
     service_pb2_grpc,
+    serviceaccount_pb2,
+    serviceaccount_pb2_grpc,
 )
 
 # The core group's version: Pods, Nodes, Events, Services and Endpoints are "v1" objects.
@@ -409,6 +411,24 @@ SECRET = KindInfo(
     short_names=("secret",),
 )
 ALL_KINDS += (CONFIG_MAP, SECRET)
+
+SERVICE_ACCOUNT = KindInfo(
+    kind="ServiceAccount",
+    plural="serviceaccounts",
+    namespaced=True,
+    message=serviceaccount_pb2.ServiceAccount,
+    list_message=serviceaccount_pb2.ServiceAccountList,
+    watch_event=serviceaccount_pb2.ServiceAccountWatchEvent,
+    create_request=serviceaccount_pb2.CreateServiceAccountRequest,
+    update_request=serviceaccount_pb2.UpdateServiceAccountRequest,
+    request_field="serviceAccount",
+    service="tinykube.v1.ServiceAccounts",
+    stub=serviceaccount_pb2_grpc.ServiceAccountsStub,
+    add_servicer=serviceaccount_pb2_grpc.add_ServiceAccountsServicer_to_server,
+    has_status=False,
+    short_names=("sa", "serviceaccount"),
+)
+ALL_KINDS += (SERVICE_ACCOUNT,)
 BY_KIND: dict[str, KindInfo] = {k.kind: k for k in ALL_KINDS}
 BY_PLURAL: dict[str, KindInfo] = {k.plural: k for k in ALL_KINDS}
 

@@ -11,11 +11,14 @@ runs, and their ClusterRoleBindings. Every object carries the label
 
 What differs from kube, and why:
 - Rules name only resources tinykube serves (pods and their status, binding, eviction and log;
-  nodes, events, services, endpoints, namespaces, configmaps, secrets; replicasets and
-  deployments with status and scale; daemonsets with status, controllerrevisions; jobs; leases;
-  poddisruptionbudgets; the RBAC kinds; selfsubjectaccessreviews): volumes, service accounts
-  and the rest are left out of every role. As kube's, `view` reads configmaps but not secrets
-  (reading a Secret is an escalation); `edit` (and so `admin`) reads and writes both.
+  nodes, events, services, endpoints, namespaces, configmaps, secrets, serviceaccounts;
+  replicasets and deployments with status and scale; daemonsets with status,
+  controllerrevisions; jobs; leases; poddisruptionbudgets; the RBAC kinds;
+  selfsubjectaccessreviews): volumes, serviceaccounts/token and the rest are left out of every
+  role. `view` reads serviceaccounts, `edit` writes them and may impersonate them (as kube's;
+  tinykube reads no impersonation headers, so the rule grants nothing yet). As kube's, `view`
+  reads configmaps but not secrets (reading a Secret is an escalation); `edit` (and so `admin`)
+  reads and writes both.
 - `admin`, `edit` and `view` are aggregated as in kube (aggregationRule selecting the labels
   `rbac.authorization.k8s.io/aggregate-to-{admin,edit,view}`; the `system:aggregate-to-*` roles
   carry the rule tables below, `edit` is aggregated into `admin` and `view` into `edit`), and
@@ -138,7 +141,11 @@ def cluster_binding(
 # ---- the user-facing roles ---------------------------------------------------------------------
 
 _AGGREGATE_TO_VIEW = (
-    rule(READ, (_CORE,), ("pods", "services", "services/status", "endpoints", "configmaps")),
+    rule(
+        READ,
+        (_CORE,),
+        ("pods", "serviceaccounts", "services", "services/status", "endpoints", "configmaps"),
+    ),
     rule(READ, (_CORE,), ("events", "pods/status", "namespaces/status", "pods/log")),
     rule(READ, (_CORE,), ("namespaces",)),
     rule(READ, (_APPS,), ("replicasets", "replicasets/status", "replicasets/scale")),
@@ -148,11 +155,13 @@ _AGGREGATE_TO_VIEW = (
     rule(READ, (_APPS,), ("controllerrevisions", "daemonsets", "daemonsets/status")),
 )
 _AGGREGATE_TO_EDIT = (
+    # Recorded only: tinykube has no impersonation (Impersonate-User headers are not read).
+    rule(("impersonate",), (_CORE,), ("serviceaccounts",)),
     # kube's "read on escalating resources": view must not read secrets, edit does.
     rule(READ, (_CORE,), ("secrets",)),
     rule(WRITE, (_CORE,), ("pods",)),
     rule(("create",), (_CORE,), ("pods/eviction",)),
-    rule(WRITE, (_CORE,), ("services", "configmaps", "secrets", "events")),
+    rule(WRITE, (_CORE,), ("serviceaccounts", "services", "configmaps", "secrets", "events")),
     rule(WRITE, (_APPS,), ("replicasets", "replicasets/scale")),
     rule(WRITE, (_APPS,), ("deployments", "deployments/scale")),
     rule(WRITE, (_POLICY,), ("poddisruptionbudgets",)),
@@ -293,7 +302,11 @@ def cluster_roles() -> list[rbac_pb2.ClusterRole]:
                     ("leases",),
                     (CONTROLLER_MANAGER_LEASE,),
                 ),
-                rule(("get",), (_CORE,), ("namespaces",)),
+                # kube's "fundamental resources", without the Secrets tinykube's controller
+                # manager never writes.
+                rule(("create",), (_CORE,), ("serviceaccounts",)),
+                rule(("get",), (_CORE,), ("namespaces", "serviceaccounts")),
+                rule(("update",), (_CORE,), ("serviceaccounts",)),
                 rule(("create",), (_AUTHZ,), ("subjectaccessreviews",)),
                 rule(("list", "watch"), "*", "*"),
             ],
@@ -419,6 +432,10 @@ def _controllers() -> list[tuple[rbac_pb2.ClusterRole, str]]:
                 rule(("list", "watch", "create", "delete", "patch", "update"), (_CORE,), ("pods",)),
                 _events(),
             ],
+        ),
+        (
+            "service-account-controller",
+            [rule(("create",), (_CORE,), ("serviceaccounts",)), _events()],
         ),
         (
             "ttl-after-finished-controller",

@@ -1,10 +1,11 @@
 """The few Kubernetes protobuf bodies tinykube must read: a SelfSubjectAccessReview, Namespaces,
-Deployments, Jobs, ConfigMaps, Secrets and the RBAC kinds.
+Deployments, Jobs, ConfigMaps, Secrets, ServiceAccounts and the RBAC kinds.
 
 kubectl's typed clients (`kubectl auth can-i`, `kubectl create namespace`, `kubectl create
-deployment`, `kubectl create job`, `kubectl create rolebinding`) post built-in kinds
-as application/vnd.kubernetes.protobuf: the magic bytes "k8s\\0", then a runtime.Unknown
-(typeMeta 1, raw 2) whose raw bytes are the object in k8s.io/api's generated.proto numbering.
+deployment`, `kubectl create job`, `kubectl create serviceaccount`, `kubectl create
+rolebinding`) post built-in kinds as application/vnd.kubernetes.protobuf: the magic bytes
+"k8s\\0", then a runtime.Unknown (typeMeta 1, raw 2) whose raw bytes are the object in
+k8s.io/api's generated.proto numbering.
 `self_subject_access_review(body)` turns one into the JSON dict the review code reads;
 `decode(body)` does the same for the stored kinds in `SCHEMAS` (read with a small schema per
 kind, so the body then goes through the same decoding as a JSON one; others stay 415). Only
@@ -189,10 +190,13 @@ _NESTED: dict[str, Schema] = {
         4: ("terminationGracePeriodSeconds", "optint"),
         6: ("dnsPolicy", "string"),
         7: ("nodeSelector", "map"),
+        8: ("serviceAccountName", "string"),
+        9: ("serviceAccount", "string"),
         10: ("nodeName", "string"),
         16: ("hostname", "string"),
         19: ("schedulerName", "string"),
         20: ("initContainers", "+Container"),
+        21: ("automountServiceAccountToken", "optbool"),
         24: ("priorityClassName", "string"),
     },
     "Container": {
@@ -245,6 +249,15 @@ _NESTED: dict[str, Schema] = {
     "ConfigMapEnvSource": {1: ("", "<LocalObjectReference"), 2: ("optional", "optbool")},
     "SecretEnvSource": {1: ("", "<LocalObjectReference"), 2: ("optional", "optbool")},
     "LocalObjectReference": {1: ("name", "string")},
+    "ObjectReference": {
+        1: ("kind", "string"),
+        2: ("namespace", "string"),
+        3: ("name", "string"),
+        4: ("uid", "string"),
+        5: ("apiVersion", "string"),
+        6: ("resourceVersion", "string"),
+        7: ("fieldPath", "string"),
+    },
     "NamespaceStatus": {1: ("phase", "string")},
     # k8s.io/api/rbac/v1 and the apimachinery LabelSelector (`kubectl create role`,
     # `create rolebinding`, `create clusterrole --aggregation-rule`, ...).
@@ -299,6 +312,13 @@ SCHEMAS: dict[tuple[str, str], Schema] = {
         3: ("type", "string"),
         4: ("stringData", "map"),
         5: ("immutable", "optbool"),
+    },
+    # ServiceAccount: secrets 2, imagePullSecrets 3, automountServiceAccountToken 4.
+    ("v1", "ServiceAccount"): {
+        1: ("metadata", "ObjectMeta"),
+        2: ("secrets", "+ObjectReference"),
+        3: ("imagePullSecrets", "+LocalObjectReference"),
+        4: ("automountServiceAccountToken", "optbool"),
     },
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): _BINDING,
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): _BINDING,

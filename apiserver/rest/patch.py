@@ -84,6 +84,7 @@ PATCH_META: dict[tuple[str, str], tuple[str, str]] = {
     ("tinykube.v1.DaemonSetStatus", "conditions"): ("merge", "type"),
     ("tinykube.v1.NamespaceStatus", "conditions"): ("merge", "type"),
     ("tinykube.v1.JobStatus", "conditions"): ("merge", "type"),
+    ("tinykube.v1.ServiceAccount", "secrets"): ("merge", "name"),
 }
 
 # tinykube message names that are not Kubernetes' Go type names (errors name the Go type).

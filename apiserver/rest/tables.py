@@ -976,6 +976,38 @@ def _secret_cells(secret: Mapping[str, Any], clock: _Clock) -> _Cells:
 _PRINTERS["ConfigMap"] = _config_map_cells
 _PRINTERS["Secret"] = _secret_cells
 
+# core/v1 ServiceAccounts (kube's printServiceAccount): how many Secrets it lists. As with
+# ConfigMaps' Data, kube declares the column "string" and fills it with an integer.
+_COLUMNS["ServiceAccount"] = (
+    _NAME_COLUMN,
+    _col(
+        "Secrets",
+        "string",
+        "Secrets is a list of the secrets in the same namespace that pods running using this "
+        "ServiceAccount are allowed to use. Pods are only limited to this list if this service "
+        'account has a "kubernetes.io/enforce-mountable-secrets" annotation set to "true". The '
+        '"kubernetes.io/enforce-mountable-secrets" annotation is deprecated since v1.32. Prefer '
+        "separate namespaces to isolate access to mounted secrets. This field should not be "
+        "used to find auto-generated service account token secrets for use outside of pods. "
+        "Instead, tokens can be requested directly using the TokenRequest API, or service "
+        "account token secrets can be manually created. More info: "
+        "https://kubernetes.io/docs/concepts/configuration/secret",
+    ),
+    _AGE_COLUMN,
+)
+
+
+def _service_account_cells(sa: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = sa.get("metadata") or {}
+    return [
+        meta.get("name", ""),
+        len(sa.get("secrets") or []),
+        clock.since(meta.get("creationTimestamp"), sa, "metadata.creationTimestamp"),
+    ]
+
+
+_PRINTERS["ServiceAccount"] = _service_account_cells
+
 
 def _check_include_object(include_object: str) -> str:
     if include_object == "":

@@ -444,15 +444,16 @@ def test_describe_pod(cluster: UpCluster) -> None:
     assert_output(
         ok(cluster.kubectl("describe", "pod", "greeter")),
         """
-Name:         greeter
-Namespace:    default
-Priority:     0
-Node:         node-<*>/<ip>
-Start Time:   <time>
-Labels:       app=greeter
-Annotations:  <none>
-Status:       Running
-IP:           <ip>
+Name:             greeter
+Namespace:        default
+Priority:         0
+Service Account:  default
+Node:             node-<*>/<ip>
+Start Time:       <time>
+Labels:           app=greeter
+Annotations:      <none>
+Status:           Running
+IP:               <ip>
 IPs:
   IP:  <ip>
 Containers:

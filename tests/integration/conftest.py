@@ -34,6 +34,8 @@ from tinykube.v1 import (
     pod_pb2_grpc,
     priorityclass_pb2_grpc,
     replicaset_pb2_grpc,
+    serviceaccount_pb2,
+    serviceaccount_pb2_grpc,
 )
 
 _counter = itertools.count()
@@ -98,6 +100,7 @@ class Stubs:
     leases: lease_pb2_grpc.LeasesAsyncStub
     namespaces: namespace_pb2_grpc.NamespacesAsyncStub
     priority_classes: priorityclass_pb2_grpc.PriorityClassesAsyncStub
+    service_accounts: serviceaccount_pb2_grpc.ServiceAccountsAsyncStub
 
 
 def make_stubs(channel: grpc.aio.Channel) -> Stubs:
@@ -111,6 +114,7 @@ def make_stubs(channel: grpc.aio.Channel) -> Stubs:
         leases=lease_pb2_grpc.LeasesStub(channel),
         namespaces=namespace_pb2_grpc.NamespacesStub(channel),
         priority_classes=priorityclass_pb2_grpc.PriorityClassesStub(channel),
+        service_accounts=serviceaccount_pb2_grpc.ServiceAccountsStub(channel),
     )
 
 
@@ -139,10 +143,18 @@ def make_pod(name: str, namespace: str = "default", **labels: str) -> pod_pb2.Po
 
 
 async def create_namespaces(stubs: Stubs, *names: str) -> None:
-    """Create namespaces (as on Kubernetes, only default and the kube-* ones exist at first)."""
+    """Create namespaces (as on Kubernetes, only default and the kube-* ones exist at first),
+    each with its default ServiceAccount, as the controller manager (not running here) would
+    make it: the ServiceAccount admission refuses pods until it exists."""
     for name in names:
         ns = namespace_pb2.Namespace(metadata=meta_pb2.ObjectMeta(name=name))
         await stubs.namespaces.Create(namespace_pb2.CreateNamespaceRequest(namespace=ns))
+        sa = serviceaccount_pb2.ServiceAccount(
+            metadata=meta_pb2.ObjectMeta(name="default", namespace=name)
+        )
+        await stubs.service_accounts.Create(
+            serviceaccount_pb2.CreateServiceAccountRequest(serviceAccount=sa)
+        )
 
 
 def make_node(name: str, **labels: str) -> node_pb2.Node:

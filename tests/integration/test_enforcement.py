@@ -30,12 +30,28 @@ from apiserver.auth import bootstrap
 from tests.integration.conftest import make_node, make_pod, make_settings
 from tinykube.client import Client
 from tinykube.errors import ForbiddenError, TinykubeError
-from tinykube.kinds import CLUSTER_ROLE_BINDING, LEASE, NAMESPACE, NODE, POD, ROLE_BINDING
+from tinykube.kinds import (
+    CLUSTER_ROLE_BINDING,
+    LEASE,
+    NAMESPACE,
+    NODE,
+    POD,
+    ROLE_BINDING,
+    SERVICE_ACCOUNT,
+)
 from tinykube.kubeconfig import write_kubeconfig
 from tinykube.localetcd import EtcdServer, EtcdTLS
 from tinykube.pki import PKI, CertSpec, cluster_specs
 from tinykube.tls import Credentials, TransportSecurityError
-from tinykube.v1 import event_pb2, lease_pb2, meta_pb2, namespace_pb2, pod_pb2, rbac_pb2
+from tinykube.v1 import (
+    event_pb2,
+    lease_pb2,
+    meta_pb2,
+    namespace_pb2,
+    pod_pb2,
+    rbac_pb2,
+    serviceaccount_pb2,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -112,6 +128,15 @@ async def _populate(server: APIServer) -> None:
     """What the matrix reads and writes, written straight to the resource layer."""
     await _create(
         server, NAMESPACE, namespace_pb2.Namespace(metadata=meta_pb2.ObjectMeta(name="team"))
+    )
+    # Its default ServiceAccount, as the controller manager (not running here) would make it:
+    # the ServiceAccount admission refuses pods in "team" until it exists.
+    await _create(
+        server,
+        SERVICE_ACCOUNT,
+        serviceaccount_pb2.ServiceAccount(
+            metadata=meta_pb2.ObjectMeta(name="default", namespace="team")
+        ),
     )
     for node in ("node-1", "node-2"):
         await _create(server, NODE, make_node(node))

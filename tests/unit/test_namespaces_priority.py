@@ -17,9 +17,16 @@ from apiserver.validation import validate, validate_status, validate_update
 from apiserver.watchcache import CachedObject, Codec
 from tinykube.clock import FakeClock
 from tinykube.errors import ForbiddenError, NotFoundError
-from tinykube.kinds import NAMESPACE, POD, PRIORITY_CLASS, REPLICA_SET, KindInfo
+from tinykube.kinds import NAMESPACE, POD, PRIORITY_CLASS, REPLICA_SET, SERVICE_ACCOUNT, KindInfo
 from tinykube.meta import timestamp
-from tinykube.v1 import meta_pb2, namespace_pb2, pod_pb2, priorityclass_pb2, replicaset_pb2
+from tinykube.v1 import (
+    meta_pb2,
+    namespace_pb2,
+    pod_pb2,
+    priorityclass_pb2,
+    replicaset_pb2,
+    serviceaccount_pb2,
+)
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 PREFIX = "/registry"
@@ -270,6 +277,23 @@ def test_a_pod_update_keeps_its_admitted_priority_and_may_not_change_it() -> Non
 # ---- admission ------------------------------------------------------------------------------
 
 
+def object_key(info: KindInfo, obj: Any) -> bytes:
+    meta = obj.metadata
+    name = f"{meta.namespace}/{meta.name}" if info.namespaced else meta.name
+    return f"{PREFIX}/{info.plural}/{name}".encode()
+
+
+def make_account(namespace: str, name: str = "default") -> serviceaccount_pb2.ServiceAccount:
+    return serviceaccount_pb2.ServiceAccount(
+        metadata=meta_pb2.ObjectMeta(name=name, namespace=namespace)
+    )
+
+
+# The namespaces these tests create pods in, each with its default ServiceAccount (the
+# controller manager's), so that the ServiceAccount plugin admits their pods from the cache.
+ACCOUNT_NAMESPACES = ("default", "team", "fresh", "gone", "nowhere")
+
+
 @dataclass
 class FakeCache:
     """A kind's watch cache: its current objects by key."""
@@ -284,7 +308,7 @@ class FakeCache:
 
     def put(self, obj: Any) -> None:
         codec = Codec(self.info.message, self.info.namespaced, fields_of(self.info.kind))
-        key = f"{PREFIX}/{self.info.plural}/{obj.metadata.name}".encode()
+        key = object_key(self.info, obj)
         self.revision += 1
         self.state[key] = codec.decode(key, obj.SerializeToString(), self.revision)
 
@@ -297,8 +321,7 @@ class FakeStorage:
     reads: list[bytes] = field(default_factory=list)
 
     def put(self, info: KindInfo, obj: Any) -> None:
-        key = f"{PREFIX}/{info.plural}/{obj.metadata.name}".encode()
-        self.values[key] = obj.SerializeToString()
+        self.values[object_key(info, obj)] = obj.SerializeToString()
 
     async def get(self, key: bytes) -> KV | None:
         self.reads.append(key)
@@ -315,6 +338,7 @@ class FakeStorage:
 class World:
     namespaces: FakeCache
     classes: FakeCache
+    accounts: FakeCache
     storage: FakeStorage
     clock: FakeClock
     admission: Admission
@@ -326,13 +350,16 @@ def world(*objects: Any) -> World:
     clock = FakeClock(NOW)
     for obj in (make_namespace("default"), *objects):
         (namespaces if isinstance(obj, namespace_pb2.Namespace) else classes).put(obj)
+    accounts = FakeCache(SERVICE_ACCOUNT)
+    for namespace in ACCOUNT_NAMESPACES:
+        accounts.put(make_account(namespace))
     admission = Admission(
-        {NAMESPACE.kind: namespaces, PRIORITY_CLASS.kind: classes},
+        {NAMESPACE.kind: namespaces, PRIORITY_CLASS.kind: classes, SERVICE_ACCOUNT.kind: accounts},
         storage,
         prefix=PREFIX,
         clock=clock,
     )
-    return World(namespaces, classes, storage, clock, admission)
+    return World(namespaces, classes, accounts, storage, clock, admission)
 
 
 def terminating(name: str) -> namespace_pb2.Namespace:

@@ -30,6 +30,7 @@ from tinykube.cli.common import CLIError, Context
 from tinykube.cli.get import split_type_name
 from tinykube.client import Client
 from tinykube.duration import human_duration
+from tinykube.errors import TinykubeError
 from tinykube.kinds import KindInfo
 from tinykube.manifest import to_yaml
 from tinykube.meta import int_or_string
@@ -241,6 +242,8 @@ def describe_pod(pod: Any, events: list[Any], now: datetime) -> str:
     w.line(0, "Name", meta.name)
     w.line(0, "Namespace", meta.namespace)
     w.line(0, "Priority", str(spec.priority) if spec.HasField("priority") else "0")
+    if spec.serviceAccountName:  # kubectl's line, shown only when set
+        w.line(0, "Service Account", spec.serviceAccountName)
     w.line(0, "Scheduler", spec.schedulerName or printers.NONE)
     node = spec.nodeName
     if node and status.hostIP:
@@ -744,6 +747,59 @@ def describe_secret(secret: Any, events: list[Any], now: datetime) -> str:
     return w.text()
 
 
+SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"
+
+
+def describe_service_account(
+    sa: Any, secrets: list[Any] | None, events: list[Any], now: datetime
+) -> str:
+    """As `kubectl describe serviceaccount`: its image pull secrets, and its mountable secrets
+    and token Secrets when it has some (each one the namespace lacks marked "(not found)");
+    `secrets` are the namespace's (None: they could not be listed, so nothing is marked)."""
+    width = len("Image pull secrets:") + 2  # one tab block: every key padded alike
+    w = Writer()
+    w.line(0, "Name", sa.metadata.name, width)
+    w.line(0, "Namespace", sa.metadata.namespace, width)
+    multi(w, 0, "Labels", fmt_map(sa.metadata.labels.items()), width)
+    multi(w, 0, "Annotations", fmt_map(sa.metadata.annotations.items(), ": "), width)
+    tokens: list[str] = []
+    missing: set[str] = set()
+    if secrets is not None:
+        existing = {s.metadata.name for s in secrets}
+        for s in secrets:
+            owner = s.metadata.annotations
+            if (
+                s.type == SERVICE_ACCOUNT_TOKEN
+                and owner.get("kubernetes.io/service-account.name") == sa.metadata.name
+                and owner.get("kubernetes.io/service-account.uid") == sa.metadata.uid
+            ):
+                tokens.append(s.metadata.name)
+        wanted = [r.name for r in sa.secrets] + [r.name for r in sa.imagePullSecrets]
+        missing = {name for name in wanted if name not in existing}
+    for header, names in (
+        ("Image pull secrets", [r.name for r in sa.imagePullSecrets]),
+        ("Mountable secrets", [r.name for r in sa.secrets]),
+        ("Tokens", tokens),
+    ):
+        if not names:
+            # kubectl v1.37 shows the legacy Mountable secrets and Tokens only when there are
+            # some (what it printed against tinykube in tests/e2e/test_serviceaccounts.py).
+            if header == "Image pull secrets":
+                w.line(0, header, printers.NONE, width)
+            continue
+        for i, name in enumerate(names):
+            shown = f"{name} (not found)" if name in missing else name
+            if i == 0:
+                w.line(0, header, shown, width)
+            else:
+                w.raw(0, " " * width + shown)
+    if events:
+        describe_events(w, events, now)
+    else:
+        w.line(0, "Events", printers.NONE, width)
+    return w.text()
+
+
 def describe_events(w: Writer, events: list[Any], now: datetime) -> None:
     if not events:
         w.line(0, "Events", printers.NONE)
@@ -819,6 +875,13 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
             elif info.kind == "Secret":
                 # Never the generic YAML below: it would print the values.
                 outputs.append(describe_secret(obj, events, ctx.now()))
+            elif info.kind == "ServiceAccount":
+                found: list[Any] | None
+                try:
+                    found = list((await client.secrets.list(obj.metadata.namespace)).items)
+                except TinykubeError:
+                    found = None  # kubectl describes the account all the same
+                outputs.append(describe_service_account(obj, found, events, ctx.now()))
             else:
                 w = Writer()
                 describe_events(w, events, ctx.now())

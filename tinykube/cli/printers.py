@@ -514,6 +514,15 @@ _ROWS["ConfigMap"] = _config_map_row
 _ROWS["Secret"] = _secret_row
 
 
+def _service_account_row(sa: Any, now: datetime, wide: bool) -> list[str]:
+    return [sa.metadata.name, str(len(sa.secrets)), age(sa.metadata.creationTimestamp, now)]
+
+
+# core/v1 ServiceAccounts, as kubectl prints them: how many Secrets each lists.
+_COLUMNS["ServiceAccount"] = (["NAME", "SECRETS", "AGE"], [])
+_ROWS["ServiceAccount"] = _service_account_row
+
+
 def columns(info: KindInfo, *, wide: bool = False, with_namespace: bool = False) -> list[str]:
     base, extra = _COLUMNS[info.kind]
     header = [*base, *extra] if wide else list(base)

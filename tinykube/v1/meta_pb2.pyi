@@ -290,6 +290,29 @@ class ObjectReference(_message.Message):
 Global___ObjectReference: _TypeAlias = ObjectReference  # noqa: Y015
 
 @_typing.final
+class LocalObjectReference(_message.Message):
+    """LocalObjectReference names an object in the same namespace (a ServiceAccount's
+    imagePullSecrets).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocalObjectReference: _TypeAlias = LocalObjectReference  # noqa: Y015
+
+@_typing.final
 class LabelSelectorRequirement(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -1071,6 +1071,9 @@ class PodSpec(_message.Message):
     SCHEDULINGGATES_FIELD_NUMBER: _builtins.int
     PREEMPTIONPOLICY_FIELD_NUMBER: _builtins.int
     HOSTNETWORK_FIELD_NUMBER: _builtins.int
+    SERVICEACCOUNTNAME_FIELD_NUMBER: _builtins.int
+    SERVICEACCOUNT_FIELD_NUMBER: _builtins.int
+    AUTOMOUNTSERVICEACCOUNTTOKEN_FIELD_NUMBER: _builtins.int
     restartPolicy: _builtins.str
     """Always (default), OnFailure, Never."""
     terminationGracePeriodSeconds: _builtins.int
@@ -1089,6 +1092,16 @@ class PodSpec(_message.Message):
     """Recorded only (the process runtime has no network namespaces); a DaemonSet's pods with it
     tolerate node.kubernetes.io/network-unavailable. Numbered apart from the fields after 16.
     """
+    serviceAccountName: _builtins.str
+    """The ServiceAccount the pod runs as, in its namespace: "default" when unset (the
+    ServiceAccount admission). Immutable, as the rest of a pod's spec.
+    """
+    serviceAccount: _builtins.str
+    """Deprecated alias of serviceAccountName, kept equal to it (kube's v1 conversion fills
+    either from the other).
+    """
+    automountServiceAccountToken: _builtins.bool
+    """Recorded only: tinykube mints no tokens (no TokenRequest, no projected token volume)."""
     @_builtins.property
     def initContainers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Container]: ...
     @_builtins.property
@@ -1123,15 +1136,22 @@ class PodSpec(_message.Message):
         schedulingGates: _abc.Iterable[Global___PodSchedulingGate] | None = ...,
         preemptionPolicy: _builtins.str = ...,
         hostNetwork: _builtins.bool = ...,
+        serviceAccountName: _builtins.str = ...,
+        serviceAccount: _builtins.str = ...,
+        automountServiceAccountToken: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "affinity", b"affinity", "priority", b"priority", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_automountServiceAccountToken", b"_automountServiceAccountToken", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "priority", b"priority", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "affinity", b"affinity", "containers", b"containers", "dnsPolicy", b"dnsPolicy", "hostNetwork", b"hostNetwork", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "preemptionPolicy", b"preemptionPolicy", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "schedulingGates", b"schedulingGates", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations", "topologySpreadConstraints", b"topologySpreadConstraints"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_automountServiceAccountToken", b"_automountServiceAccountToken", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "containers", b"containers", "dnsPolicy", b"dnsPolicy", "hostNetwork", b"hostNetwork", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "preemptionPolicy", b"preemptionPolicy", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "schedulingGates", b"schedulingGates", "serviceAccount", b"serviceAccount", "serviceAccountName", b"serviceAccountName", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations", "topologySpreadConstraints", b"topologySpreadConstraints"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__automountServiceAccountToken: _TypeAlias = _typing.Literal["automountServiceAccountToken"]  # noqa: Y015
+    _WhichOneofArgType__automountServiceAccountToken: _TypeAlias = _typing.Literal["_automountServiceAccountToken", b"_automountServiceAccountToken"]  # noqa: Y015
     _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
     _WhichOneofReturnType__terminationGracePeriodSeconds: _TypeAlias = _typing.Literal["terminationGracePeriodSeconds"]  # noqa: Y015
     _WhichOneofArgType__terminationGracePeriodSeconds: _TypeAlias = _typing.Literal["_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__automountServiceAccountToken) -> _WhichOneofReturnType__automountServiceAccountToken | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
     @_typing.overload

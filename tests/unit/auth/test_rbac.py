@@ -271,6 +271,7 @@ ANONYMOUS = Identity("system:anonymous", ("system:unauthenticated",))
 LEASES = "coordination.k8s.io"
 JOB_SA = Identity("system:serviceaccount:kube-system:job-controller", (AUTHENTICATED,))
 TTL_SA = Identity("system:serviceaccount:kube-system:ttl-after-finished-controller", ())
+SA_SA = Identity("system:serviceaccount:kube-system:service-account-controller", ())
 
 
 def a(verb: str, resource: str, group: str = "", **kw: Any) -> Attributes:
@@ -397,6 +398,23 @@ GRANTS = [
     (NS_ADMIN, a("watch", "configmaps", namespace="team"), True),
     (NOBODY, a("get", "configmaps", namespace="team", name="c"), False),
     (CONTROLLERS, a("deletecollection", "secrets", namespace="x"), True),  # namespace deletion
+    # ServiceAccounts, as kube's bootstrap policy: view reads them, edit (and admin) writes and
+    # may impersonate them; the serviceaccount controller creates them.
+    (VIEWER, a("list", "serviceaccounts", namespace="team"), True),
+    (VIEWER, a("get", "serviceaccounts", namespace="team", name="default"), True),
+    (VIEWER, a("create", "serviceaccounts", namespace="team"), False),
+    (VIEWER, a("impersonate", "serviceaccounts", namespace="team", name="robot"), False),
+    (EDITOR, a("create", "serviceaccounts", namespace="team"), True),
+    (EDITOR, a("delete", "serviceaccounts", namespace="team", name="robot"), True),
+    (EDITOR, a("impersonate", "serviceaccounts", namespace="team", name="robot"), True),
+    (EDITOR, a("create", "serviceaccounts", namespace="other"), False),
+    (NS_ADMIN, a("patch", "serviceaccounts", namespace="team", name="robot"), True),
+    (SA_SA, a("create", "serviceaccounts", namespace="x"), True),
+    (SA_SA, a("create", "events", namespace="x"), True),
+    (SA_SA, a("delete", "serviceaccounts", namespace="x", name="default"), False),
+    (CONTROLLERS, a("create", "serviceaccounts", namespace="x"), True),
+    (CONTROLLERS, a("get", "serviceaccounts", namespace="x", name="default"), True),
+    (NOBODY, a("list", "serviceaccounts", namespace="team"), False),
 ]
 
 

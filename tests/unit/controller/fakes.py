@@ -25,7 +25,16 @@ from tinykube.errors import (
     NotFoundError,
     PreconditionFailedError,
 )
-from tinykube.v1 import deployment_pb2, job_pb2, lease_pb2, node_pb2, pod_pb2, replicaset_pb2
+from tinykube.v1 import (
+    deployment_pb2,
+    job_pb2,
+    lease_pb2,
+    namespace_pb2,
+    node_pb2,
+    pod_pb2,
+    replicaset_pb2,
+    serviceaccount_pb2,
+)
 
 M = TypeVar("M", bound=Message)
 
@@ -177,6 +186,10 @@ class FakeClient:
         self.jobs = FakeResource("Job", job_pb2.Job, clock, rv)
         self.deployments = FakeResource("Deployment", deployment_pb2.Deployment, clock, rv)
         self.deployments.status_keeps_annotations = True
+        self.namespaces = FakeResource("Namespace", namespace_pb2.Namespace, clock, rv)
+        self.service_accounts = FakeResource(
+            "ServiceAccount", serviceaccount_pb2.ServiceAccount, clock, rv
+        )
 
 
 class FakeStore(Generic[M]):

@@ -117,6 +117,7 @@ async def test_field_refs_read_the_pod(api: FakeEnvAPI) -> None:
             ]
         )
     )
+    pod.spec.serviceAccountName = "robot"  # as admission left it
     assert await env_of(pod, api) == {
         "NAME": "web",
         "NS": "default",
@@ -125,7 +126,7 @@ async def test_field_refs_read_the_pod(api: FakeEnvAPI) -> None:
         "NONE": "",
         "IDX": "3",
         "NODE": "n1",
-        "SA": "default",
+        "SA": "robot",
         "HOST": "10.0.0.5",
         "HOSTS": "10.0.0.5",
         "POD": "10.0.0.5",

@@ -268,3 +268,32 @@ def test_a_field_tinykube_does_not_read_refuses_the_body_rather_than_being_dropp
     spec = field(6, field(1, b"") + field(2, field(2, empty) + text(3, "Never")))
     decoded = kubeproto.decode(envelope("batch/v1", "Job", field(1, meta) + field(2, spec)))
     assert decoded["metadata"] == {"name": "j"}
+
+
+def test_a_service_account_in_core_v1_numbering() -> None:
+    """`kubectl create serviceaccount robot` sends only metadata; a full one reads secrets (2),
+    imagePullSecrets (3) and automountServiceAccountToken (4) as k8s.io/api numbers them."""
+    raw = field(1, text(1, "robot") + text(3, "team"))
+    raw += field(2, text(1, "Secret") + text(3, "robot-token"))
+    raw += field(3, text(1, "registry")) + varint(4, 0)
+    assert kubeproto.decode(envelope("v1", "ServiceAccount", raw)) == {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "robot", "namespace": "team"},
+        "secrets": [{"kind": "Secret", "name": "robot-token"}],
+        "imagePullSecrets": [{"name": "registry"}],
+        "automountServiceAccountToken": False,
+    }
+
+
+def test_a_pod_spec_reads_its_service_account_fields() -> None:
+    """PodSpec's serviceAccountName 8, serviceAccount 9, automountServiceAccountToken 21."""
+    container = text(1, "c") + text(2, "busybox")
+    automount = bytes([21 << 3 & 0x7F | 0x80, 21 >> 4, 1])  # field 21's key is two bytes
+    pod_spec = field(2, container) + text(8, "robot") + text(9, "robot") + automount
+    template = field(1, b"") + field(2, pod_spec)
+    body = envelope("batch/v1", "Job", field(1, text(1, "j")) + field(2, field(6, template)))
+    spec = kubeproto.decode(body)["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "robot"
+    assert spec["serviceAccount"] == "robot"
+    assert spec["automountServiceAccountToken"] is True

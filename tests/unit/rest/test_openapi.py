@@ -79,6 +79,7 @@ DEFINITION_NAMES = [
     ),
     ("ConfigMap", f"{CORE}.ConfigMap", f"{CORE}.ConfigMapList"),
     ("Secret", f"{CORE}.Secret", f"{CORE}.SecretList"),
+    ("ServiceAccount", f"{CORE}.ServiceAccount", f"{CORE}.ServiceAccountList"),
 ]
 
 

@@ -1103,6 +1103,8 @@ ATOMIC_IN_KUBERNETES = {
     ("tinykube.v1.PodFailurePolicyOnExitCodesRequirement", "values"),
     ("tinykube.v1.UncountedTerminatedPods", "succeeded"),
     ("tinykube.v1.UncountedTerminatedPods", "failed"),
+    # core/v1 ServiceAccount: listType=atomic
+    ("tinykube.v1.ServiceAccount", "imagePullSecrets"),
 }
 
 
