@@ -16,6 +16,10 @@ from aetcd import rpc
 from apiserver.txnbatch import FULL_BATCH, MAX_TXN_OPS, BatchedResult, TxnBatcher
 from tinykube.errors import InternalError, UnavailableError
 
+# Tests that are not about the slow-txn rule turn it off: on a loaded machine a test's own steps
+# can take longer than SLOW_TXN (50 ms), and the rule would then send a second txn early.
+NEVER_SLOW = 3600.0
+
 
 def txn(key: bytes, expect: int, value: bytes = b"v") -> Any:
     """A guarded put: `key` must be at version `expect` (0: absent)."""
@@ -70,7 +74,9 @@ class FakeEtcd:
 def make() -> tuple[FakeEtcd, TxnBatcher, list[int]]:
     etcd = FakeEtcd()
     sizes: list[int] = []
-    return etcd, TxnBatcher(etcd.send_batch, etcd.send_one, on_batch=sizes.append), sizes
+    batcher = TxnBatcher(etcd.send_batch, etcd.send_one, on_batch=sizes.append)
+    batcher.slow_txn = NEVER_SLOW
+    return etcd, batcher, sizes
 
 
 async def test_an_idle_write_goes_alone_and_gets_its_own_response() -> None:
@@ -174,6 +180,7 @@ async def test_writes_arriving_while_a_txn_is_out_wait_for_it_and_leave_together
     # own small txn; they now wait for the one round trip and share the next txn.
     etcd = GatedEtcd()
     batcher = TxnBatcher(etcd.send_batch, etcd.send_one)
+    batcher.slow_txn = NEVER_SLOW
     first = asyncio.ensure_future(batcher.submit(b"a", txn(b"a", 0), "create"))
     await settle()
     later = []
@@ -191,6 +198,7 @@ async def test_writes_arriving_while_a_txn_is_out_wait_for_it_and_leave_together
 async def test_a_full_batch_waiting_goes_alongside_the_txn_in_flight() -> None:
     etcd = GatedEtcd()
     batcher = TxnBatcher(etcd.send_batch, etcd.send_one)
+    batcher.slow_txn = NEVER_SLOW
     first = asyncio.ensure_future(batcher.submit(b"a", txn(b"a", 0), "create"))
     await settle()
     few = [f"f{i}".encode() for i in range(FULL_BATCH - 1)]
