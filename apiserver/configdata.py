@@ -24,13 +24,18 @@ REST codec call them.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf.message import Message
 
-from apiserver.validation import forbidden, invalid, required, too_long
+from apiserver.validation import (
+    config_map_key_problems,
+    forbidden,
+    invalid,
+    required,
+    too_long,
+)
 from tinykube.errors import BadRequestError, FieldError
 from tinykube.kinds import CONFIG_MAP, SECRET, KindInfo
 from tinykube.v1 import configmap_pb2, secret_pb2
@@ -40,7 +45,6 @@ KINDS = frozenset({CONFIG_MAP.kind, SECRET.kind})
 # core.MaxSecretSize: the limit on the values of a Secret's data, and of a ConfigMap's data and
 # binaryData together.
 MAX_DATA_BYTES = 1024 * 1024
-MAX_KEY_LENGTH = 253  # DNS1123SubdomainMaxLength
 
 SECRET_TYPE_OPAQUE = "Opaque"
 SECRET_TYPE_SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"
@@ -60,29 +64,6 @@ TLS_PRIVATE_KEY_KEY = "tls.key"
 
 REDACTED = "<secret contents redacted>"
 IMMUTABLE_SET = "field is immutable when `immutable` is set"
-
-_CONFIG_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+\Z")
-CONFIG_KEY_MSG = (
-    "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. "
-    "'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is "
-    "'[-._a-zA-Z0-9]+')"
-)
-
-
-def config_key_problems(key: str) -> list[str]:
-    """apimachinery's IsConfigMapKey: why `key` cannot name a ConfigMap or Secret value."""
-    problems: list[str] = []
-    if len(key.encode()) > MAX_KEY_LENGTH:
-        problems.append(f"must be no more than {MAX_KEY_LENGTH} characters")
-    if not _CONFIG_KEY_RE.match(key):
-        problems.append(CONFIG_KEY_MSG)
-    if key == ".":
-        problems.append("must not be '.'")
-    elif key == "..":
-        problems.append("must not be '..'")
-    elif key.startswith(".."):
-        problems.append("must not start with '..'")
-    return problems
 
 
 def _utf8_len(text: str) -> int:
@@ -130,12 +111,12 @@ def validate_config_map(cm: configmap_pb2.ConfigMap) -> list[FieldError]:
     total = 0
     for key in sorted(cm.data):
         path = f"data[{key}]"
-        errs.extend(invalid(path, key, p) for p in config_key_problems(key))
+        errs.extend(invalid(path, key, p) for p in config_map_key_problems(key))
         if key in cm.binaryData:
             errs.append(invalid(path, key, "duplicate of key present in binaryData"))
         total += _utf8_len(cm.data[key])
     for key in sorted(cm.binaryData):
-        errs.extend(invalid(f"binaryData[{key}]", key, p) for p in config_key_problems(key))
+        errs.extend(invalid(f"binaryData[{key}]", key, p) for p in config_map_key_problems(key))
         total += len(cm.binaryData[key])
     if total > MAX_DATA_BYTES:
         # kube's field.NewPath(""): the whole object, which Go prints as "[]".
@@ -162,7 +143,7 @@ def validate_secret(secret: secret_pb2.Secret) -> list[FieldError]:
     data = secret.data
     total = 0
     for key in sorted(data):
-        errs.extend(invalid(f"data[{key}]", key, p) for p in config_key_problems(key))
+        errs.extend(invalid(f"data[{key}]", key, p) for p in config_map_key_problems(key))
         total += len(data[key])
     if total > MAX_DATA_BYTES:
         errs.append(too_long("data", "", MAX_DATA_BYTES))

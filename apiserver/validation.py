@@ -22,6 +22,7 @@ from google.protobuf.message import Message
 from google.protobuf.struct_pb2 import Value
 
 from tinykube.errors import FieldError
+from tinykube.fieldpath import split_subscripted_path
 from tinykube.kinds import (
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
@@ -404,7 +405,7 @@ def env_var_name_problems(name: str) -> list[str]:
 def config_map_key_problems(key: str) -> list[str]:
     """kube's IsConfigMapKey: the keys of ConfigMaps and Secrets."""
     errs = []
-    if len(key) > 253:
+    if len(key.encode()) > 253:  # Go's len(): bytes
         errs.append("must be no more than 253 characters")
     if not _CONFIG_MAP_KEY_RE.match(key):
         errs.append(CONFIG_MAP_KEY_MSG)
@@ -415,16 +416,6 @@ def config_map_key_problems(key: str) -> list[str]:
     elif key.startswith(".."):
         errs.append("must not start with '..'")
     return errs
-
-
-def split_subscripted_path(path: str) -> tuple[str, str] | None:
-    """kube's fieldpath.SplitMaybeSubscriptedPath: "metadata.labels['k']" -> (path, "k")."""
-    if not path.endswith("']"):
-        return None
-    head, sep, subscript = path[:-2].partition("['")
-    if not sep or not head:
-        return None
-    return head, subscript
 
 
 def convert_pod_field_path(api_version: str, path: str) -> str:

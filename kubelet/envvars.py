@@ -30,6 +30,7 @@ from fractions import Fraction
 from typing import Protocol
 
 from tinykube.errors import NotFoundError, TinykubeError
+from tinykube.fieldpath import split_subscripted_path
 from tinykube.protocols import ResourceAPI
 from tinykube.quantity import QuantityError, parse_quantity
 from tinykube.v1 import configmap_pb2, pod_pb2, secret_pb2
@@ -123,15 +124,6 @@ def static_environment(container: pod_pb2.Container) -> dict[str, str]:
 # ---- fieldRef (podFieldSelectorRuntimeValue, fieldpath.ExtractFieldPathAsString) -------------
 
 
-def _split_subscript(path: str) -> tuple[str, str] | None:
-    if not path.endswith("']"):
-        return None
-    head, sep, subscript = path[:-2].partition("['")
-    if not sep or not head:
-        return None
-    return head, subscript
-
-
 def pod_field_value(
     pod: pod_pb2.Pod, ref: pod_pb2.ObjectFieldSelector, pod_ip: str, host_ip: str
 ) -> str:
@@ -139,7 +131,7 @@ def pod_field_value(
     if ref.apiVersion not in ("", "v1"):  # "" is the API default, v1
         raise ContainerConfigError(f"unsupported pod version: {ref.apiVersion}")
     path = ref.fieldPath
-    split = _split_subscript(path)
+    split = split_subscripted_path(path)
     if split is not None:
         head, key = split
         if head == "metadata.annotations":

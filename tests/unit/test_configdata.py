@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from apiserver import configdata
+from apiserver import configdata, validation
 from apiserver.registry import Strategy
 from apiserver.rest import kubeproto
 from tinykube.errors import BadRequestError
@@ -26,14 +26,14 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
         (".", ["must not be '.'"]),
         ("..", ["must not be '..'"]),
         ("..a", ["must not start with '..'"]),
-        ("a/b", [configdata.CONFIG_KEY_MSG]),
-        ("", [configdata.CONFIG_KEY_MSG]),
-        ("k\n", [configdata.CONFIG_KEY_MSG]),
+        ("a/b", [validation.CONFIG_MAP_KEY_MSG]),
+        ("", [validation.CONFIG_MAP_KEY_MSG]),
+        ("k\n", [validation.CONFIG_MAP_KEY_MSG]),
         ("x" * 254, ["must be no more than 253 characters"]),
     ],
 )
 def test_config_key_problems(key: str, problems: list[str]) -> None:
-    assert configdata.config_key_problems(key) == problems
+    assert validation.config_map_key_problems(key) == problems
 
 
 @pytest.mark.parametrize(
