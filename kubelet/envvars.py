@@ -296,30 +296,21 @@ async def make_environment(
         elif vf.HasField("resourceFieldRef"):
             allocatable = sources.allocatable(pod.spec.nodeName)
             env[var.name] = resource_value(pod, container, vf.resourceFieldRef, allocatable)
-        elif vf.HasField("configMapKeyRef"):
-            ref = vf.configMapKeyRef
-            cm = await fetch.config_map(ref.name, ref.optional)
-            if cm is None:
+        elif vf.HasField("configMapKeyRef") or vf.HasField("secretKeyRef"):
+            is_cm = vf.HasField("configMapKeyRef")
+            ref: pod_pb2.ConfigMapKeySelector | pod_pb2.SecretKeySelector = (
+                vf.configMapKeyRef if is_cm else vf.secretKeyRef
+            )
+            obj = await (fetch.config_map if is_cm else fetch.secret)(ref.name, ref.optional)
+            if obj is None:
                 continue
-            if ref.key not in cm.data:
+            if ref.key not in obj.data:
                 if ref.optional:
                     continue
-                raise ContainerConfigError(
-                    f"couldn't find key {ref.key} in ConfigMap {ns}/{ref.name}"
-                )
-            env[var.name] = cm.data[ref.key]
-        elif vf.HasField("secretKeyRef"):
-            sref = vf.secretKeyRef
-            secret = await fetch.secret(sref.name, sref.optional)
-            if secret is None:
-                continue
-            if sref.key not in secret.data:
-                if sref.optional:
-                    continue
-                raise ContainerConfigError(
-                    f"couldn't find key {sref.key} in Secret {ns}/{sref.name}"
-                )
-            env[var.name] = _text(secret.data[sref.key])
+                kind = "ConfigMap" if is_cm else "Secret"
+                raise ContainerConfigError(f"couldn't find key {ref.key} in {kind} {ns}/{ref.name}")
+            value = obj.data[ref.key]
+            env[var.name] = value if isinstance(value, str) else _text(value)
         else:
             env[var.name] = ""
     return env
