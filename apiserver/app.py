@@ -69,7 +69,7 @@ from tinykube.kinds import (
 )
 from tinykube.serving import GrpcServer
 from tinykube.tls import PLAINTEXT, Credentials, ServingTLS, TLSConfigError
-from tinykube.v1 import meta_pb2, namespace_pb2, serviceaccount_pb2
+from tinykube.v1 import meta_pb2, namespace_pb2, priorityclass_pb2, serviceaccount_pb2
 
 log = logging.getLogger(__name__)
 
@@ -381,11 +381,11 @@ class APIServer:
             ns = namespace_pb2.Namespace()
             ns.metadata.name = name
             with contextlib.suppress(AlreadyExistsError):
-                await namespaces.create(NAMESPACE.create_request(namespace=ns))
+                await namespaces.create(namespace_pb2.CreateNamespaceRequest(namespace=ns))
         classes = self.services[PRIORITY_CLASS.kind]
         for pc in system_priority_classes():
             with contextlib.suppress(AlreadyExistsError):
-                await classes.create(PRIORITY_CLASS.create_request(priorityClass=pc))
+                await classes.create(priorityclass_pb2.CreatePriorityClassRequest(priorityClass=pc))
         # Their default ServiceAccounts too, which kube leaves to the controller manager: the
         # ServiceAccount admission refuses pods until it exists, and the components' own pods
         # (and every test's) must not wait for the controller manager to be elected first.
@@ -395,7 +395,9 @@ class APIServer:
             sa = serviceaccount_pb2.ServiceAccount()
             sa.metadata.name, sa.metadata.namespace = DEFAULT_SERVICE_ACCOUNT, name
             with contextlib.suppress(AlreadyExistsError):
-                await accounts.create(SERVICE_ACCOUNT.create_request(serviceAccount=sa))
+                await accounts.create(
+                    serviceaccount_pb2.CreateServiceAccountRequest(serviceAccount=sa)
+                )
         if not self._bootstrapped:
             log.info("system namespaces, priority classes and service accounts are in place")
         self._bootstrapped = True

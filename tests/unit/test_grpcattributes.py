@@ -11,7 +11,7 @@ from apiserver.auth.authorizer import Attributes
 from apiserver.grpcattributes import METHOD_VERBS, grpc_attributes
 from tinykube import kinds
 from tinykube.kinds import KindInfo
-from tinykube.v1 import meta_pb2, pod_pb2
+from tinykube.v1 import meta_pb2, namespace_pb2, pod_pb2
 
 
 def services() -> list[tuple[KindInfo, str]]:
@@ -112,7 +112,9 @@ def test_method_attributes(info: KindInfo, method: str) -> None:
         ),
         (
             "/tinykube.v1.Namespaces/Finalize",
-            kinds.NAMESPACE.update_request(namespace={"metadata": {"name": "team"}}),
+            namespace_pb2.UpdateNamespaceRequest(
+                namespace=namespace_pb2.Namespace(metadata=meta_pb2.ObjectMeta(name="team"))
+            ),
             (
                 Attributes(
                     "update", "namespaces", subresource="finalize", namespace="team", name="team"
