@@ -73,8 +73,11 @@ from kubelet.runtime import (
     ContainerRecord,
     PodRecord,
     Termination,
+    definition_changed,
+    definition_changed_message,
     initialized,
     pod_phase,
+    start_events,
 )
 from tinykube.clock import Clock
 from tinykube.v1 import pod_pb2
@@ -147,6 +150,8 @@ class ProcessRuntime:
             "name": rec.name,
             "start_time": rec.start_time,
             "final_phase": rec.final_phase,
+            "final_reason": rec.final_reason,
+            "final_message": rec.final_message,
             "containers": {n: c.to_json() for n, c in rec.containers.items()},
             "init_containers": {n: c.to_json() for n, c in rec.init_containers.items()},
         }
@@ -166,6 +171,8 @@ class ProcessRuntime:
                     name=data["name"],
                     start_time=data["start_time"],
                     final_phase=data.get("final_phase", ""),
+                    final_reason=data.get("final_reason", ""),
+                    final_message=data.get("final_message", ""),
                     containers={
                         n: ContainerRecord.from_json(c) for n, c in data["containers"].items()
                     },
@@ -438,7 +445,8 @@ class ProcessRuntime:
         crec.state = RUNNING
         crec.waiting_reason = crec.waiting_message = ""
         crec.terminated = None
-        rec.events.append(("Normal", "Started", f"Started container {crec.name}"))
+        crec.image = container.image
+        rec.events.extend(start_events(container))
         log.info(
             "pod %s/%s container %s started: pid %d", rec.namespace, rec.name, crec.name, child.pid
         )
@@ -540,6 +548,8 @@ class ProcessRuntime:
                 if crec is None:
                     crec = rec.containers[container.name] = ContainerRecord(container.name)
                     changed = True
+                if definition_changed(container, crec):
+                    await self._kill_changed(pod, rec, crec)
                 if crec.state != WAITING or now < crec.next_start:
                     continue
                 await self._start(pod, rec, container, crec)
@@ -612,6 +622,42 @@ class ProcessRuntime:
         if self._alive(crec):
             self._signal(crec, signal.SIGKILL)
         # The exit is observed by the next sync_pod, as a crash is: restartPolicy decides.
+
+    async def _kill_changed(self, pod: pod_pb2.Pod, rec: PodRecord, crec: ContainerRecord) -> None:
+        """Stop a container whose image changed (SIGTERM, SIGKILL after the pod's grace
+        period) and have it start again from the new spec at once: no back-off, whatever the
+        restartPolicy; the restart count grows as for any restart."""
+        why = definition_changed_message(crec.name)
+        rec.events.append(("Normal", "Killing", why))
+        log.info("pod %s/%s container %s: %s", rec.namespace, rec.name, crec.name, why)
+        self._signal(crec, signal.SIGTERM)
+        spec = pod.spec
+        grace = (
+            spec.terminationGracePeriodSeconds
+            if spec.HasField("terminationGracePeriodSeconds")
+            else 30
+        )
+        deadline = self.clock.monotonic() + max(0, grace)
+        while self._alive(crec) and self.clock.monotonic() < deadline:
+            await self.clock.sleep(0.1)
+        self._signal(crec, signal.SIGKILL)
+        child = self._children.pop(crec.pid, None)
+        self._exited_at.pop(crec.pid, None)
+        code = -signal.SIGKILL if child is None else await asyncio.to_thread(child.wait)
+        sig = -code if code < 0 else 0
+        exit_code = 128 + sig if sig else code
+        crec.last = Termination(
+            exit_code=exit_code,
+            signal=sig,
+            reason="Completed" if exit_code == 0 else "Error",
+            started_at=crec.started_at,
+            finished_at=self._now(),
+            container_id=f"process://{crec.pid}",
+        )
+        crec.terminated = None
+        crec.state = WAITING
+        crec.waiting_reason, crec.waiting_message = "ContainerCreating", ""
+        crec.next_start = 0.0
 
     def forget(self, uid: str) -> None:
         self._pods.pop(uid, None)
