@@ -25,7 +25,10 @@ its status says so. Only the current and the previous instance's logs are kept.
 restartPolicy Always/OnFailure/Never decides whether an exited container starts again; restarts
 wait a crash-loop back-off (10 s doubling to 300 s by default, reset after a container ran for
 twice the maximum), shown as waiting reason CrashLoopBackOff. A command that cannot start is
-waiting reason RunContainerError with the OS error, retried with the same back-off.
+waiting reason RunContainerError with the OS error, retried with the same back-off. A running
+container whose image changed (kubelet/runtime.py `definition_changed`) is stopped as on
+deletion and started again at once, whatever the restartPolicy: there are no images here, so
+the same command runs, as a new instance with restart count + 1.
 
 Every change is written to `<root>/pods/<uid>/state.json` (pids with their /proc start times,
 restart counts, last terminations), so a restarted kubelet adopts the processes still running
