@@ -887,6 +887,19 @@ PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
 _NOT_POSITIVE = "must be greater than zero"
 
 
+def no_template_deadline(spec: pod_pb2.PodSpec, owner: str) -> list[FieldError]:
+    """A controller that keeps pods running may not give them a deadline (kube's
+    ValidatePodTemplateSpecForReplicaSet and ValidateDaemonSetSpec)."""
+    if not spec.HasField("activeDeadlineSeconds"):
+        return []
+    return [
+        forbidden(
+            "spec.template.spec.activeDeadlineSeconds",
+            f"activeDeadlineSeconds in {owner} is not Supported",
+        )
+    ]
+
+
 def _json(value: object) -> str:
     """A bad value Kubernetes prints as JSON (maps, lists of objects)."""
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
@@ -1298,6 +1311,7 @@ def validate_replica_set(rs: replicaset_pb2.ReplicaSet) -> list[FieldError]:
                 )
             )
     errs.extend(validate_pod_spec("spec.template.spec", spec.template.spec))
+    errs.extend(no_template_deadline(spec.template.spec, "ReplicaSet"))
     for name, value in (
         ("replicas", rs.status.replicas),
         ("readyReplicas", rs.status.readyReplicas),
@@ -1457,6 +1471,7 @@ def validate_deployment(d: deployment_pb2.Deployment) -> list[FieldError]:
         errs.append(
             unsupported("spec.template.spec.restartPolicy", tmpl.spec.restartPolicy, ("Always",))
         )
+    errs.extend(no_template_deadline(tmpl.spec, "ReplicaSet"))
     errs.extend(validate_deployment_strategy(spec.strategy))
     if spec.minReadySeconds < 0:
         errs.append(invalid("spec.minReadySeconds", spec.minReadySeconds, nonneg))

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from apiserver.validation import (
+    no_template_deadline,
     pod_spec_diff,
     validate,
     validate_pod_spec,
@@ -280,4 +281,15 @@ def test_created_pod_deadline_must_be_positive() -> None:
     spec.activeDeadlineSeconds = 0
     assert [str(e) for e in validate_pod_spec("spec", spec)] == [
         "spec.activeDeadlineSeconds: Invalid value: 0: must be between 1 and 2147483647, inclusive"
+    ]
+
+
+@pytest.mark.parametrize("owner", ["ReplicaSet", "DaemonSet"])
+def test_controllers_keeping_pods_running_refuse_a_template_deadline(owner: str) -> None:
+    spec = make_pod().spec
+    assert no_template_deadline(spec, owner) == []
+    spec.activeDeadlineSeconds = 60
+    assert [str(e) for e in no_template_deadline(spec, owner)] == [
+        "spec.template.spec.activeDeadlineSeconds: Forbidden: activeDeadlineSeconds in "
+        f"{owner} is not Supported"
     ]
