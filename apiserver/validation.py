@@ -2004,6 +2004,48 @@ _GO_NAMES = {
 }
 # go-cmp's reporter shows this many unchanged fields either side of a change.
 _DIFF_CONTEXT = 2
+# The order of Go's core.PodSpec and core.Container fields, which the diff follows (fields not
+# named here come after, in the .proto's order).
+_GO_ORDER = {
+    "PodSpec": [
+        "initContainers",
+        "containers",
+        "restartPolicy",
+        "terminationGracePeriodSeconds",
+        "activeDeadlineSeconds",
+        "dnsPolicy",
+        "nodeSelector",
+        "serviceAccountName",
+        "serviceAccount",
+        "automountServiceAccountToken",
+        "nodeName",
+        "hostNetwork",
+        "hostname",
+        "affinity",
+        "schedulerName",
+        "tolerations",
+        "priorityClassName",
+        "priority",
+        "preemptionPolicy",
+        "topologySpreadConstraints",
+        "schedulingGates",
+    ],
+    "Container": [
+        "name",
+        "image",
+        "command",
+        "args",
+        "workingDir",
+        "ports",
+        "envFrom",
+        "env",
+        "resources",
+        "livenessProbe",
+        "readinessProbe",
+        "startupProbe",
+        "imagePullPolicy",
+    ],
+}
 
 
 def _go_name(field: FieldDescriptor) -> str:
@@ -2051,7 +2093,11 @@ def _go_diff(old: Message, new: Message, depth: int) -> list[str]:
     pad = "\t" * depth
     rows: list[tuple[bool, list[str]]] = []
     descriptor = cast(Descriptor, old.DESCRIPTOR)
-    for field in descriptor.fields:
+    order = _GO_ORDER.get(descriptor.name, [])
+    for field in sorted(
+        descriptor.fields,
+        key=lambda f: order.index(f.json_name) if f.json_name in order else len(order),
+    ):
         name = _go_name(field)
         ov, nv = getattr(old, field.name), getattr(new, field.name)
         if ov == nv and (
