@@ -553,6 +553,9 @@ class ProcessRuntime:
                     changed = True
                 if definition_changed(container, crec):
                     await self._kill_changed(pod, rec, crec)
+                elif crec.state == WAITING and crec.image and crec.image != container.image:
+                    # Kube's back-off is per container hash: a new image starts afresh, now.
+                    crec.next_start, crec.backoff_exp = 0.0, 0
                 if crec.state != WAITING or now < crec.next_start:
                     continue
                 await self._start(pod, rec, container, crec)

@@ -205,3 +205,23 @@ async def test_exited_container_with_restart_policy_never_stays_terminated(
     rec = await rt.sync_pod(pod)
     assert rec.containers["web"].restart_count == 0
     assert rec.containers["web"].state != WAITING
+
+
+async def test_crash_looping_container_with_a_new_image_starts_at_once(tmp_path: Path) -> None:
+    """Kube's back-off key includes the container's hash: a new image is not held back by the
+    old one's crash loop."""
+    rt = ProcessRuntime(tmp_path, clock=Clock(), backoff_initial=300, backoff_max=300)
+    pod = process_pod("u4", "busybox:1.36", "Always")
+    pod.spec.containers[0].command[:] = ["sh", "-c", "exit 1"]
+    for _ in range(200):
+        rec = await rt.sync_pod(pod)
+        if rec.containers["web"].waiting_reason == "CrashLoopBackOff":
+            break
+        await asyncio.sleep(0.02)
+    assert rec.containers["web"].waiting_reason == "CrashLoopBackOff"
+    pod.spec.containers[0].image = "busybox:1.37"
+    pod.spec.containers[0].command[:] = ["sleep", "3600"]  # (as if the new image fixed it)
+    rec = await rt.sync_pod(pod)
+    crec = rec.containers["web"]
+    assert (crec.state, crec.image, crec.restart_count) == (RUNNING, "busybox:1.37", 1)
+    await rt.kill_pod("u4", 0)
