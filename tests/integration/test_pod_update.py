@@ -78,6 +78,12 @@ async def test_grpc_update_changes_the_image_and_refuses_the_rest(api: Api) -> N
     assert updated.spec.activeDeadlineSeconds == 600
     assert updated.metadata.generation == pod.metadata.generation + 1
 
+    # Kubernetes' JSON: an int64 as a number.
+    status, body = await api.call(
+        "PATCH", "/api/v1/namespaces/default/pods/grpc-web", {}, "application/merge-patch+json"
+    )
+    assert (status, body["spec"]["activeDeadlineSeconds"]) == (200, 600)
+
     updated.spec.containers[0].args.append("x")
     details = await expect_error(
         api.pods.Update(pod_pb2.UpdatePodRequest(pod=updated)), grpc.StatusCode.INVALID_ARGUMENT
