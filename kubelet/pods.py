@@ -121,8 +121,7 @@ class PodWorker:
                     return
                 rec = await m.runtime.sync_pod(pod)
                 deadline = await self._active_deadline(pod, rec)
-                retry_at = min(t for t in (rec.retry_at, deadline, float("inf")) if t)
-                retry_at = 0.0 if retry_at == float("inf") else retry_at
+                retry_at = min((t for t in (rec.retry_at, deadline) if t), default=0.0)
                 verdicts = None
                 if m.probes is not None:
                     rec = await self._probe(pod, rec, m.probes)
