@@ -2262,18 +2262,22 @@ def _container_updates(
     return errs, False
 
 
-def _active_deadline_update(ns: pod_pb2.PodSpec, os_: pod_pb2.PodSpec) -> list[FieldError]:
-    """Set when unset, or lowered; never unset or raised."""
+def _active_deadline_update(
+    ns: pod_pb2.PodSpec, os_: pod_pb2.PodSpec
+) -> tuple[list[FieldError], bool]:
+    """Set when unset, or lowered; never unset or raised. True when kube stops checking (a
+    value out of range, or raised)."""
     path = "spec.activeDeadlineSeconds"
     if ns.HasField("activeDeadlineSeconds"):
         value = ns.activeDeadlineSeconds
         if value < 0 or value > MAX_INT32:
-            return [invalid(path, value, f"must be between 0 and {MAX_INT32}, inclusive")]
+            return [invalid(path, value, f"must be between 0 and {MAX_INT32}, inclusive")], True
         if os_.HasField("activeDeadlineSeconds") and os_.activeDeadlineSeconds < value:
-            return [invalid(path, value, "must be less than or equal to previous value")]
+            return [invalid(path, value, "must be less than or equal to previous value")], True
     elif os_.HasField("activeDeadlineSeconds"):
-        return [invalid(path, "null", "must not update from a positive integer to nil value")]
-    return []
+        detail = "must not update from a positive integer to nil value"
+        return [invalid(path, "null", detail)], False
+    return [], False
 
 
 def validate_pod_update(new: pod_pb2.Pod, old: pod_pb2.Pod) -> list[FieldError]:
@@ -2293,7 +2297,10 @@ def validate_pod_update(new: pod_pb2.Pod, old: pod_pb2.Pod) -> list[FieldError]:
         errs.extend(container_errs)
         if stop:
             return errs
-    errs.extend(_active_deadline_update(ns, os_))
+    deadline_errs, stop = _active_deadline_update(ns, os_)
+    errs.extend(deadline_errs)
+    if stop:
+        return errs
     errs.extend(_only_added_tolerations(ns.tolerations, os_.tolerations))
     errs.extend(_only_deleted_gates(ns.schedulingGates, os_.schedulingGates))
     if ns == os_:

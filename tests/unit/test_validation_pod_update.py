@@ -293,3 +293,23 @@ def test_controllers_keeping_pods_running_refuse_a_template_deadline(owner: str)
         "spec.template.spec.activeDeadlineSeconds: Forbidden: activeDeadlineSeconds in "
         f"{owner} is not Supported"
     ]
+
+
+def test_a_raised_deadline_stops_the_checks_as_in_kube() -> None:
+    old = make_pod()
+    old.spec.activeDeadlineSeconds = 60
+    new = pod_pb2.Pod()
+    new.CopyFrom(old)
+    new.spec.activeDeadlineSeconds = 120
+    change_command(new.spec)  # not reported: kube returns at the deadline's error
+    assert [str(e) for e in validate_pod_update(new, old)] == [
+        "spec.activeDeadlineSeconds: Invalid value: 120: must be less than or equal to "
+        "previous value"
+    ]
+    new.spec.ClearField("activeDeadlineSeconds")  # unset: reported, and the checks go on
+    errors = [str(e) for e in validate_pod_update(new, old)]
+    assert errors[0] == (
+        'spec.activeDeadlineSeconds: Invalid value: "null": must not update from a positive '
+        "integer to nil value"
+    )
+    assert errors[1].startswith(FORBIDDEN)
