@@ -190,6 +190,7 @@ def validate_daemon_set_spec(spec: daemonset_pb2.DaemonSetSpec) -> list[FieldErr
                 "spec.template.spec.restartPolicy", spec.template.spec.restartPolicy, ("Always",)
             )
         )
+    errs.extend(validation.no_template_deadline(spec.template.spec, "DaemonSet"))
     if spec.minReadySeconds < 0:
         errs.append(invalid("spec.minReadySeconds", spec.minReadySeconds, _NONNEGATIVE))
     errs.extend(validate_update_strategy("spec.updateStrategy", spec.updateStrategy))

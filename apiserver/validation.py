@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
-from typing import Literal
+from typing import Literal, cast
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -807,6 +807,14 @@ def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
                 "must be greater than or equal to 0",
             )
         )
+    if spec.HasField("activeDeadlineSeconds") and not 1 <= spec.activeDeadlineSeconds <= MAX_INT32:
+        errs.append(
+            invalid(
+                f"{path}.activeDeadlineSeconds",
+                spec.activeDeadlineSeconds,
+                f"must be between 1 and {MAX_INT32}, inclusive",
+            )
+        )
     if spec.serviceAccountName:
         # ValidateServiceAccountName: a DNS subdomain, as the account's own name.
         errs.extend(dns1123_subdomain(f"{path}.serviceAccountName", spec.serviceAccountName))
@@ -877,6 +885,19 @@ WHEN_UNSATISFIABLE = ("DoNotSchedule", "ScheduleAnyway")
 NODE_INCLUSION_POLICIES = ("Honor", "Ignore")
 PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
 _NOT_POSITIVE = "must be greater than zero"
+
+
+def no_template_deadline(spec: pod_pb2.PodSpec, owner: str) -> list[FieldError]:
+    """A controller that keeps pods running may not give them a deadline (kube's
+    ValidatePodTemplateSpecForReplicaSet and ValidateDaemonSetSpec)."""
+    if not spec.HasField("activeDeadlineSeconds"):
+        return []
+    return [
+        forbidden(
+            "spec.template.spec.activeDeadlineSeconds",
+            f"activeDeadlineSeconds in {owner} is not Supported",
+        )
+    ]
 
 
 def _json(value: object) -> str:
@@ -1290,6 +1311,7 @@ def validate_replica_set(rs: replicaset_pb2.ReplicaSet) -> list[FieldError]:
                 )
             )
     errs.extend(validate_pod_spec("spec.template.spec", spec.template.spec))
+    errs.extend(no_template_deadline(spec.template.spec, "ReplicaSet"))
     for name, value in (
         ("replicas", rs.status.replicas),
         ("readyReplicas", rs.status.readyReplicas),
@@ -1449,6 +1471,7 @@ def validate_deployment(d: deployment_pb2.Deployment) -> list[FieldError]:
         errs.append(
             unsupported("spec.template.spec.restartPolicy", tmpl.spec.restartPolicy, ("Always",))
         )
+    errs.extend(no_template_deadline(tmpl.spec, "ReplicaSet"))
     errs.extend(validate_deployment_strategy(spec.strategy))
     if spec.minReadySeconds < 0:
         errs.append(invalid("spec.minReadySeconds", spec.minReadySeconds, nonneg))
@@ -1960,13 +1983,183 @@ def validate_priority_class_update(
     return errs
 
 
-POD_UPDATE_FORBIDDEN = (
-    "pod updates may not change fields other than `spec.tolerations` (only additions to "
-    "existing tolerations), `spec.schedulingGates` (only deletions) or, while the pod has "
-    "scheduling gates, `spec.nodeSelector` (only additions) and "
-    "`spec.affinity.nodeAffinity` (only additions to its required terms); containers are "
-    "immutable"
+# Kubernetes' updatablePodSpecFields, joined as its Forbidden message joins them.
+UPDATABLE_POD_SPEC_FIELDS = (
+    "`spec.containers[*].image`",
+    "`spec.initContainers[*].image`",
+    "`spec.activeDeadlineSeconds`",
+    "`spec.tolerations` (only additions to existing tolerations)",
+    "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
 )
+POD_UPDATE_FORBIDDEN = "pod updates may not change fields other than " + ",".join(
+    UPDATABLE_POD_SPEC_FIELDS
+)
+MAX_INT32 = 2**31 - 1
+# Go's field names where they are not the JSON name with its first letter raised.
+_GO_NAMES = {
+    "dnsPolicy": "DNSPolicy",
+    "serviceAccount": "DeprecatedServiceAccount",
+    "tty": "TTY",
+    "hostIP": "HostIP",
+}
+# go-cmp's reporter shows this many unchanged fields either side of a change.
+_DIFF_CONTEXT = 2
+# The order of Go's core.PodSpec and core.Container fields, which the diff follows (fields not
+# named here come after, in the .proto's order).
+_GO_ORDER = {
+    "PodSpec": [
+        "initContainers",
+        "containers",
+        "restartPolicy",
+        "terminationGracePeriodSeconds",
+        "activeDeadlineSeconds",
+        "dnsPolicy",
+        "nodeSelector",
+        "serviceAccountName",
+        "serviceAccount",
+        "automountServiceAccountToken",
+        "nodeName",
+        "hostNetwork",
+        "hostname",
+        "affinity",
+        "schedulerName",
+        "tolerations",
+        "priorityClassName",
+        "priority",
+        "preemptionPolicy",
+        "topologySpreadConstraints",
+        "schedulingGates",
+    ],
+    "Container": [
+        "name",
+        "image",
+        "command",
+        "args",
+        "workingDir",
+        "ports",
+        "envFrom",
+        "env",
+        "resources",
+        "livenessProbe",
+        "readinessProbe",
+        "startupProbe",
+        "imagePullPolicy",
+    ],
+}
+
+
+def _go_name(field: FieldDescriptor) -> str:
+    return _GO_NAMES.get(field.json_name, field.json_name[:1].upper() + field.json_name[1:])
+
+
+def _go_scalar(field: FieldDescriptor, value: object) -> str:
+    if isinstance(value, str):
+        return _q(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Message):
+        return _go_message(value)
+    return str(value)
+
+
+def _go_message(msg: Message) -> str:
+    parts = [f"{_go_name(f)}: {_go_field(msg, f)}" for f, _ in msg.ListFields()]
+    return "{" + ", ".join(parts) + "}"
+
+
+def _go_field(msg: Message, field: FieldDescriptor) -> str:
+    """One field's value in Go's %+v-like notation, as go-cmp prints values."""
+    value = getattr(msg, field.name)
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        if not value:
+            return "nil"
+        vf = field.message_type.fields_by_name["value"]
+        return "{" + ", ".join(f"{_q(k)}: {_go_scalar(vf, value[k])}" for k in sorted(value)) + "}"
+    if field.is_repeated:
+        if not value:
+            return "nil"
+        return "{" + ", ".join(_go_scalar(field, v) for v in value) + "}"
+    if field.has_presence and not msg.HasField(field.name):
+        return "nil"
+    shown = _go_scalar(field, value)
+    # Optional scalars and nested structs are pointers in Go's PodSpec.
+    return "&" + shown if field.has_presence else shown
+
+
+def _go_diff(old: Message, new: Message, depth: int) -> list[str]:
+    """go-cmp's Diff of two messages of one type, the lines between its braces: a changed
+    field as `-`/`+` lines, changed messages and equal-length lists of messages opened up,
+    runs of unchanged fields beyond the context shown as `... // N identical fields`."""
+    pad = "\t" * depth
+    rows: list[tuple[bool, list[str]]] = []
+    descriptor = cast(Descriptor, old.DESCRIPTOR)
+    order = _GO_ORDER.get(descriptor.name, [])
+    for field in sorted(
+        descriptor.fields,
+        key=lambda f: order.index(f.json_name) if f.json_name in order else len(order),
+    ):
+        name = _go_name(field)
+        ov, nv = getattr(old, field.name), getattr(new, field.name)
+        if ov == nv and (
+            not field.has_presence or old.HasField(field.name) == new.HasField(field.name)
+        ):
+            rows.append((True, [f"  {pad}{name}: {_go_field(old, field)},"]))
+            continue
+        is_map = field.message_type is not None and field.message_type.GetOptions().map_entry
+        if field.message_type is not None and not is_map:
+            type_name = f"core.{field.message_type.name}"
+            if not field.is_repeated:
+                if old.HasField(field.name) and new.HasField(field.name):
+                    rows.append(
+                        (
+                            False,
+                            [
+                                f"  {pad}{name}: &{type_name}{{",
+                                *_go_diff(ov, nv, depth + 1),
+                                f"  {pad}}},",
+                            ],
+                        )
+                    )
+                    continue
+            elif len(ov) == len(nv):
+                lines = [f"  {pad}{name}: []{type_name}{{"]
+                for o, n in zip(ov, nv, strict=True):
+                    if o == n:
+                        lines.append(f"  {pad}\t{_go_message(o)},")
+                    else:
+                        lines += [f"  {pad}\t{{", *_go_diff(o, n, depth + 2), f"  {pad}\t}},"]
+                rows.append((False, [*lines, f"  {pad}}},"]))
+                continue
+        rows.append(
+            (
+                False,
+                [
+                    f"- {pad}{name}: {_go_field(old, field)},",
+                    f"+ {pad}{name}: {_go_field(new, field)},",
+                ],
+            )
+        )
+    changed = [i for i, (same, _) in enumerate(rows) if not same]
+    shown = {j for i in changed for j in range(i - _DIFF_CONTEXT, i + _DIFF_CONTEXT + 1)}
+    out: list[str] = []
+    skipped = 0
+    for i, (_, lines) in enumerate(rows):
+        if i in shown:
+            if skipped:
+                out.append(f"  {pad}... // {skipped} identical fields")
+                skipped = 0
+            out.extend(lines)
+        else:
+            skipped += 1
+    if skipped:
+        out.append(f"  {pad}... // {skipped} identical fields")
+    return out
+
+
+def pod_spec_diff(old: pod_pb2.PodSpec, new: pod_pb2.PodSpec) -> str:
+    """What Kubernetes appends to its Forbidden pod update message: go-cmp's Diff of the
+    stored spec and the requested one (less the fields that may change)."""
+    return "\n".join(["  core.PodSpec{", *_go_diff(old, new, 1), "  }"])
 
 
 def _as_dict(message: Message) -> object:
@@ -2050,29 +2243,91 @@ def _gated_node_affinity_changes(new: pod_pb2.PodSpec, old: pod_pb2.PodSpec) -> 
     ]
 
 
+def _container_updates(
+    path: str, new: Sequence[pod_pb2.Container], old: Sequence[pod_pb2.Container]
+) -> tuple[list[FieldError], bool]:
+    """Kubernetes' ValidateContainerUpdates: the containers stay (their images may change,
+    never to empty or padded names); True when the count changed and nothing else is checked."""
+    if len(new) != len(old):
+        return [forbidden(path, "pod updates may not add or remove containers")], True
+    errs: list[FieldError] = []
+    for i, c in enumerate(new):
+        # An empty image is also the spec's own `Required value`, reported once.
+        if c.image and c.image.strip() != c.image:
+            errs.append(
+                invalid(
+                    f"{path}[{i}].image", c.image, "must not have leading or trailing whitespace"
+                )
+            )
+    return errs, False
+
+
+def _active_deadline_update(
+    ns: pod_pb2.PodSpec, os_: pod_pb2.PodSpec
+) -> tuple[list[FieldError], bool]:
+    """Set when unset, or lowered; never unset or raised. True when kube stops checking (a
+    value out of range, or raised)."""
+    path = "spec.activeDeadlineSeconds"
+    if ns.HasField("activeDeadlineSeconds"):
+        value = ns.activeDeadlineSeconds
+        if value < 0 or value > MAX_INT32:
+            return [invalid(path, value, f"must be between 0 and {MAX_INT32}, inclusive")], True
+        if os_.HasField("activeDeadlineSeconds") and os_.activeDeadlineSeconds < value:
+            return [invalid(path, value, "must be less than or equal to previous value")], True
+    elif os_.HasField("activeDeadlineSeconds"):
+        detail = "must not update from a positive integer to nil value"
+        return [invalid(path, "null", detail)], False
+    return [], False
+
+
 def validate_pod_update(new: pod_pb2.Pod, old: pod_pb2.Pod) -> list[FieldError]:
-    """Kubernetes' ValidatePodUpdate over tinykube's pod spec: only the fields kube lets
-    change may change, with kube's extra freedoms for a pod that still has scheduling gates
-    (nodeSelector additions, narrower required node affinity, any preferred node affinity)."""
+    """Kubernetes' ValidatePodUpdate over tinykube's pod spec: container images,
+    activeDeadlineSeconds (set or lowered), tolerations (additions; tolerationSeconds may
+    change), schedulingGates (deletions) and terminationGracePeriodSeconds (to 1 from a
+    negative value) may change; a pod that still has scheduling gates may also gain
+    nodeSelector entries and narrow its required node affinity. Anything else is kube's
+    Forbidden `spec` error, the diff of the specs after it."""
     ns, os_ = new.spec, old.spec
     errs: list[FieldError] = []
-    if ns.nodeName != os_.nodeName:
-        errs.append(forbidden("spec.nodeName", "may only be set through Bind, and only once"))
-    if ns.restartPolicy != os_.restartPolicy:
-        errs.append(invalid("spec.restartPolicy", ns.restartPolicy, "field is immutable"))
+    for path, new_cs, old_cs in (
+        ("spec.containers", ns.containers, os_.containers),
+        ("spec.initContainers", ns.initContainers, os_.initContainers),
+    ):
+        container_errs, stop = _container_updates(path, new_cs, old_cs)
+        errs.extend(container_errs)
+        if stop:
+            return errs
+    deadline_errs, stop = _active_deadline_update(ns, os_)
+    errs.extend(deadline_errs)
+    if stop:
+        return errs
     errs.extend(_only_added_tolerations(ns.tolerations, os_.tolerations))
     errs.extend(_only_deleted_gates(ns.schedulingGates, os_.schedulingGates))
     if ns == os_:
         return errs
     munged = pod_pb2.PodSpec()
     munged.CopyFrom(ns)
-    # Fields with their own check above are compared as the old ones.
-    munged.nodeName = os_.nodeName
-    munged.restartPolicy = os_.restartPolicy
+    # The fields that may change, with their own checks above, are compared as the old ones.
+    for mc, oc in (
+        *zip(munged.containers, os_.containers, strict=True),
+        *zip(munged.initContainers, os_.initContainers, strict=True),
+    ):
+        mc.image = oc.image
+    if os_.HasField("activeDeadlineSeconds"):
+        munged.activeDeadlineSeconds = os_.activeDeadlineSeconds
+    else:
+        munged.ClearField("activeDeadlineSeconds")
     del munged.tolerations[:]
     munged.tolerations.extend(os_.tolerations)
     del munged.schedulingGates[:]
     munged.schedulingGates.extend(os_.schedulingGates)
+    if (
+        os_.HasField("terminationGracePeriodSeconds")
+        and os_.terminationGracePeriodSeconds < 0
+        and munged.HasField("terminationGracePeriodSeconds")
+        and munged.terminationGracePeriodSeconds == 1
+    ):
+        munged.terminationGracePeriodSeconds = os_.terminationGracePeriodSeconds
     if os_.schedulingGates:
         if munged.nodeSelector != os_.nodeSelector:
             if any(munged.nodeSelector.get(k) != v for k, v in os_.nodeSelector.items()):
@@ -2094,7 +2349,7 @@ def validate_pod_update(new: pod_pb2.Pod, old: pod_pb2.Pod) -> list[FieldError]:
             if not os_.HasField("affinity") and not munged.affinity.ListFields():
                 munged.ClearField("affinity")
     if munged != os_:
-        errs.append(forbidden("spec", POD_UPDATE_FORBIDDEN))
+        errs.append(forbidden("spec", f"{POD_UPDATE_FORBIDDEN}\n{pod_spec_diff(os_, munged)}"))
     return errs
 
 

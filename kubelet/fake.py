@@ -7,6 +7,8 @@ process runtime would (kubelet/envvars.py, the values then dropped), so a missin
 Secret shows as it would on a real node: the container waits with reason
 CreateContainerConfigError, a Warning Event Failed, and another try `retry_seconds` later (the
 record's `retry_at` wakes the pod worker); once it resolves, the container is Running.
+A running container whose image changed restarts at once, as on a real node (Events Killing,
+Pulled, Created, Started; restart count + 1); a killed pod's containers are terminated.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from kubelet.runtime import (
     ContainerRecord,
     PodRecord,
     Termination,
+    definition_changed,
+    definition_changed_message,
+    start_events,
 )
 from tinykube.clock import Clock
 from tinykube.v1 import pod_pb2
@@ -75,10 +80,31 @@ class FakeRuntime:
             for c in spec.initContainers:
                 rec.init_containers[c.name] = _completed(c.name, now)
             for c in spec.containers:
-                rec.containers[c.name] = ContainerRecord(c.name, state=RUNNING, started_at=now)
+                rec.containers[c.name] = _running(c, now)
         elif rec.retry_at and self.clock.now().timestamp() >= rec.retry_at:
             await self._start_configured(pod, rec)
+        elif not rec.final_phase:
+            self._restart_changed(pod, rec)
         return rec
+
+    def _restart_changed(self, pod: pod_pb2.Pod, rec: PodRecord) -> None:
+        now = self.clock.now().timestamp()
+        for c in pod.spec.containers:
+            crec = rec.containers.get(c.name)
+            if crec is None or not definition_changed(c, crec):
+                continue
+            rec.events.append(("Normal", "Killing", definition_changed_message(c.name)))
+            rec.events.extend(start_events(c))
+            restarted = _running(c, now)
+            restarted.restart_count = crec.restart_count + 1
+            restarted.last = Termination(
+                exit_code=143,
+                signal=15,
+                reason="Error",
+                started_at=crec.started_at,
+                finished_at=now,
+            )
+            rec.containers[c.name] = restarted
 
     async def _start_configured(self, pod: pod_pb2.Pod, rec: PodRecord) -> None:
         """Start what is not started yet, each container once its environment resolves; init
@@ -97,7 +123,7 @@ class FakeRuntime:
             if current is not None and current.state == RUNNING:
                 continue
             if await self._configured(pod, rec, c, rec.containers, now):
-                rec.containers[c.name] = ContainerRecord(c.name, state=RUNNING, started_at=now)
+                rec.containers[c.name] = _running(c, now)
 
     async def _configured(
         self,
@@ -124,13 +150,29 @@ class FakeRuntime:
         return True
 
     async def kill_pod(self, uid: str, grace_seconds: float) -> None:
-        return None
+        rec = self._pods.get(uid)
+        if rec is None:
+            return
+        now = self.clock.now().timestamp()
+        for crec in rec.containers.values():
+            if crec.state == RUNNING:
+                crec.state = TERMINATED
+                crec.terminated = Termination(
+                    exit_code=137 if grace_seconds <= 0 else 143,
+                    reason="Error",
+                    started_at=crec.started_at,
+                    finished_at=now,
+                )
 
     async def kill_container(self, uid: str, name: str, grace_seconds: float, why: str) -> None:
         return None  # fake pods have no probes: their containers are never killed
 
     def forget(self, uid: str) -> None:
         self._pods.pop(uid, None)
+
+
+def _running(container: pod_pb2.Container, now: float) -> ContainerRecord:
+    return ContainerRecord(container.name, state=RUNNING, started_at=now, image=container.image)
 
 
 def _completed(name: str, now: float) -> ContainerRecord:

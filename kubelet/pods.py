@@ -20,6 +20,12 @@ liveness or startup probe failed (Event Killing "Container c failed liveness pro
 restarted", with the probe's terminationGracePeriodSeconds or the pod's), its exit then being
 handled as any exit. Without one (the fake runtime), a running container is ready.
 
+spec.activeDeadlineSeconds (kube's activeDeadlineHandler): once the pod has been active on the
+node (since the runtime first synced it, status.startTime) that long, the worker kills its
+containers with the pod's grace period and reports phase Failed, reason DeadlineExceeded (an Event
+of that reason too); the deadline is also a time the worker wakes at, so a lowered deadline
+takes effect without waiting for a poll.
+
 `cleanup_orphans` (after the informer's first sync) kills pods the runtime still knows from a
 previous run whose objects are gone.
 
@@ -44,6 +50,8 @@ from tinykube.v1 import pod_pb2
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_SECONDS = 30
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 
 
 def grace_seconds(pod: pod_pb2.Pod) -> float:
@@ -112,7 +120,8 @@ class PodWorker:
                     m.runtime.forget(self.uid)
                     return
                 rec = await m.runtime.sync_pod(pod)
-                retry_at = rec.retry_at
+                deadline = await self._active_deadline(pod, rec)
+                retry_at = min((t for t in (rec.retry_at, deadline) if t), default=0.0)
                 verdicts = None
                 if m.probes is not None:
                     rec = await self._probe(pod, rec, m.probes)
@@ -152,6 +161,26 @@ class PodWorker:
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), poll)
+
+    async def _active_deadline(self, pod: pod_pb2.Pod, rec: PodRecord) -> float:
+        """Fail the pod once it has been active longer than spec.activeDeadlineSeconds; the
+        wall time of a deadline still ahead (to wake at), else 0."""
+        if rec.final_phase or not pod.spec.HasField("activeDeadlineSeconds"):
+            return 0.0
+        deadline = rec.start_time + pod.spec.activeDeadlineSeconds
+        if self.manager.clock.now().timestamp() < deadline:
+            return deadline
+        # Set first: the runtime saves them with the killed containers' state.
+        rec.final_phase, rec.final_reason, rec.final_message = (
+            "Failed",
+            DEADLINE_EXCEEDED,
+            DEADLINE_MESSAGE,
+        )
+        rec.events.append(("Normal", DEADLINE_EXCEEDED, DEADLINE_MESSAGE))
+        if self.manager.probes is not None:
+            self.manager.probes.forget(self.uid)
+        await self.manager.runtime.kill_pod(self.uid, grace_seconds(pod))
+        return 0.0
 
     async def _probe(self, pod: pod_pb2.Pod, rec: PodRecord, probes: ProbeManager) -> PodRecord:
         """Keep the probers on the running containers; kill those whose liveness (or startup)

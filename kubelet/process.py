@@ -25,7 +25,10 @@ its status says so. Only the current and the previous instance's logs are kept.
 restartPolicy Always/OnFailure/Never decides whether an exited container starts again; restarts
 wait a crash-loop back-off (10 s doubling to 300 s by default, reset after a container ran for
 twice the maximum), shown as waiting reason CrashLoopBackOff. A command that cannot start is
-waiting reason RunContainerError with the OS error, retried with the same back-off.
+waiting reason RunContainerError with the OS error, retried with the same back-off. A running
+container whose image changed (kubelet/runtime.py `definition_changed`) is stopped as on
+deletion and started again at once, whatever the restartPolicy: there are no images here, so
+the same command runs, as a new instance with restart count + 1.
 
 Every change is written to `<root>/pods/<uid>/state.json` (pids with their /proc start times,
 restart counts, last terminations), so a restarted kubelet adopts the processes still running
@@ -73,8 +76,11 @@ from kubelet.runtime import (
     ContainerRecord,
     PodRecord,
     Termination,
+    definition_changed,
+    definition_changed_message,
     initialized,
     pod_phase,
+    start_events,
 )
 from tinykube.clock import Clock
 from tinykube.v1 import pod_pb2
@@ -147,6 +153,8 @@ class ProcessRuntime:
             "name": rec.name,
             "start_time": rec.start_time,
             "final_phase": rec.final_phase,
+            "final_reason": rec.final_reason,
+            "final_message": rec.final_message,
             "containers": {n: c.to_json() for n, c in rec.containers.items()},
             "init_containers": {n: c.to_json() for n, c in rec.init_containers.items()},
         }
@@ -166,6 +174,8 @@ class ProcessRuntime:
                     name=data["name"],
                     start_time=data["start_time"],
                     final_phase=data.get("final_phase", ""),
+                    final_reason=data.get("final_reason", ""),
+                    final_message=data.get("final_message", ""),
                     containers={
                         n: ContainerRecord.from_json(c) for n, c in data["containers"].items()
                     },
@@ -438,7 +448,8 @@ class ProcessRuntime:
         crec.state = RUNNING
         crec.waiting_reason = crec.waiting_message = ""
         crec.terminated = None
-        rec.events.append(("Normal", "Started", f"Started container {crec.name}"))
+        crec.image = container.image
+        rec.events.extend(start_events(container))
         log.info(
             "pod %s/%s container %s started: pid %d", rec.namespace, rec.name, crec.name, child.pid
         )
@@ -540,6 +551,11 @@ class ProcessRuntime:
                 if crec is None:
                     crec = rec.containers[container.name] = ContainerRecord(container.name)
                     changed = True
+                if definition_changed(container, crec):
+                    await self._kill_changed(pod, rec, crec)
+                elif crec.state == WAITING and crec.image and crec.image != container.image:
+                    # Kube's back-off is per container hash: a new image starts afresh, now.
+                    crec.next_start, crec.backoff_exp = 0.0, 0
                 if crec.state != WAITING or now < crec.next_start:
                     continue
                 await self._start(pod, rec, container, crec)
@@ -612,6 +628,42 @@ class ProcessRuntime:
         if self._alive(crec):
             self._signal(crec, signal.SIGKILL)
         # The exit is observed by the next sync_pod, as a crash is: restartPolicy decides.
+
+    async def _kill_changed(self, pod: pod_pb2.Pod, rec: PodRecord, crec: ContainerRecord) -> None:
+        """Stop a container whose image changed (SIGTERM, SIGKILL after the pod's grace
+        period) and have it start again from the new spec at once: no back-off, whatever the
+        restartPolicy; the restart count grows as for any restart."""
+        why = definition_changed_message(crec.name)
+        rec.events.append(("Normal", "Killing", why))
+        log.info("pod %s/%s container %s: %s", rec.namespace, rec.name, crec.name, why)
+        self._signal(crec, signal.SIGTERM)
+        spec = pod.spec
+        grace = (
+            spec.terminationGracePeriodSeconds
+            if spec.HasField("terminationGracePeriodSeconds")
+            else 30
+        )
+        deadline = self.clock.monotonic() + max(0, grace)
+        while self._alive(crec) and self.clock.monotonic() < deadline:
+            await self.clock.sleep(0.1)
+        self._signal(crec, signal.SIGKILL)
+        child = self._children.pop(crec.pid, None)
+        self._exited_at.pop(crec.pid, None)
+        code = -signal.SIGKILL if child is None else await asyncio.to_thread(child.wait)
+        sig = -code if code < 0 else 0
+        exit_code = 128 + sig if sig else code
+        crec.last = Termination(
+            exit_code=exit_code,
+            signal=sig,
+            reason="Completed" if exit_code == 0 else "Error",
+            started_at=crec.started_at,
+            finished_at=self._now(),
+            container_id=f"process://{crec.pid}",
+        )
+        crec.terminated = None
+        crec.state = WAITING
+        crec.waiting_reason, crec.waiting_message = "ContainerCreating", ""
+        crec.next_start = 0.0
 
     def forget(self, uid: str) -> None:
         self._pods.pop(uid, None)

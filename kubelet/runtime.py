@@ -57,6 +57,9 @@ class ContainerRecord:
     # No (re)start before this wall time: crash-loop back-off.
     next_start: float = 0.0
     backoff_exp: int = 0
+    # The image its current (or last) instance was started from: status.containerStatuses[].image,
+    # and what `definition_changed` compares with the spec's.
+    image: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,6 +83,9 @@ class PodRecord:
     init_containers: dict[str, ContainerRecord] = field(default_factory=dict)
     # Succeeded or Failed: the kubelet starts nothing for it any more.
     final_phase: str = ""
+    # status.reason and status.message of a pod the kubelet failed (DeadlineExceeded).
+    final_reason: str = ""
+    final_message: str = ""
     # (type, reason, message) of Events to record; drained by the pod worker, never persisted.
     events: list[tuple[str, str, str]] = field(default_factory=list)
     # Wall time the runtime wants another sync at (a container waits for its ConfigMap or
@@ -126,6 +132,29 @@ class Runtime(Protocol):
         ...
 
     def record(self, uid: str) -> PodRecord | None: ...
+
+
+def definition_changed(container: pod_pb2.Container, crec: ContainerRecord) -> bool:
+    """Kubernetes' containerChanged for a running container: the kubelet's container hash
+    covers the name and the image only (HashContainer), and the name is the record's key, so a
+    changed hash is a changed image. Such a container is killed ("Container web definition
+    changed, will be restarted") and started again from the new spec whatever the
+    restartPolicy, without back-off (kube's back-off key includes the hash)."""
+    return crec.state == RUNNING and bool(crec.image) and crec.image != container.image
+
+
+def definition_changed_message(name: str) -> str:
+    return f"Container {name} definition changed, will be restarted"
+
+
+def start_events(container: pod_pb2.Container) -> list[tuple[str, str, str]]:
+    """The Events of a container start, worded as the kubelet's: runtimes without images
+    report the image as present, as the kubelet does for an image it need not pull."""
+    return [
+        ("Normal", "Pulled", f'Container image "{container.image}" already present on machine'),
+        ("Normal", "Created", f"Created container: {container.name}"),
+        ("Normal", "Started", f"Started container {container.name}"),
+    ]
 
 
 def _succeeded(rec: ContainerRecord | None) -> bool:
@@ -227,7 +256,7 @@ def _fill_status(
     cs: pod_pb2.ContainerStatus, container: pod_pb2.Container, crec: ContainerRecord, prefix: str
 ) -> None:
     cs.name = container.name
-    cs.image = container.image
+    cs.image = crec.image or container.image
     cs.restartCount = crec.restart_count
     cs.ready = _succeeded(crec)
     cs.started = crec.state == RUNNING
@@ -257,6 +286,7 @@ def build_pod_status(
     now_ts = epoch_ts(now)
     status = pod_pb2.PodStatus()
     status.phase = pod_phase(pod, rec)
+    status.reason, status.message = rec.final_reason, rec.final_message
     status.hostIP = host_ip
     status.podIP = host_ip  # the process runtime shares the node's network
     if host_ip:
@@ -279,7 +309,7 @@ def build_pod_status(
         )
         cs = status.containerStatuses.add()
         cs.name = container.name
-        cs.image = container.image
+        cs.image = crec.image or container.image  # until a changed image's restart: the old one
         cs.restartCount = crec.restart_count
         running = crec.state == RUNNING
         started, ready = (probes or {}).get(container.name, (running, running))

@@ -372,8 +372,11 @@ def test_get_events(cluster: UpCluster) -> None:
     lines = out.splitlines()
     assert lines[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
     assert_output(
-        "\n".join(sorted(lines[1:])),
+        # By reason: events of one second come in the server's order (by name).
+        "\n".join(sorted(lines[1:], key=lambda line: line.split()[2])),
         """
+<age>   Normal   Created     pod/greeter   Created container: greeter
+<age>   Normal   Pulled      pod/greeter   Container image "busybox" already present on machine
 <age>   Normal   Scheduled   pod/greeter   Successfully assigned default/greeter to node-<*>
 <age>   Normal   Started     pod/greeter   Started container greeter
 """,
@@ -491,6 +494,8 @@ Events:
   ----    ------     ----  ----                -------
 <...>
 <...>
+<...>
+<...>
 """,
     )
     # Events of the same second keep the server's order, which is by name (tinykube's Event
@@ -499,6 +504,8 @@ Events:
     assert_output(
         "\n".join(sorted(events.splitlines())),
         """
+  Normal  Created    <age>   kubelet             Created container: greeter
+  Normal  Pulled     <age>   kubelet             Container image "busybox" already present on <*>
   Normal  Scheduled  <age>   tinykube-scheduler  Successfully assigned default/greeter to node-<*>
   Normal  Started    <age>   kubelet             Started container greeter
 """,

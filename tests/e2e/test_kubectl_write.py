@@ -261,7 +261,7 @@ scaled   3         3         3       <age>
     assert stale.code == 1
     assert stale.err == "error: Expected replicas to be 2, was 3\n"
     # Strategic merge merges a template's containers by name: the image changes, the command
-    # stays. (A pod's image is immutable in tinykube, unlike Kubernetes: see the README.)
+    # stays. (The ReplicaSet's pods keep their image: a template change reaches new pods only.)
     patch = '{"spec":{"template":{"spec":{"containers":[{"name":"main","image":"busybox:1.36"}]}}}}'
     assert ok(tinykube_up.kubectl("patch", "rs", "scaled", "-p", patch)) == (
         "replicaset.apps/scaled patched\n"

@@ -99,8 +99,13 @@ async def test_crash_loop_backs_off_and_doubles(tmp_path: Path, clock: FakeClock
     assert c.waiting_reason == "CrashLoopBackOff"
     assert c.waiting_message == "back-off 10s restarting failed container=c pod=p_default(u3)"
     assert c.last is not None and c.last.exit_code == 2
-    assert [(t, r) for t, r, _ in rec.events] == [("Normal", "Started"), ("Warning", "BackOff")]
-    assert rec.events[1][2] == "Back-off restarting failed container c in pod p_default(u3)"
+    assert [(t, r) for t, r, _ in rec.events] == [
+        ("Normal", "Pulled"),
+        ("Normal", "Created"),
+        ("Normal", "Started"),
+        ("Warning", "BackOff"),
+    ]
+    assert rec.events[3][2] == "Back-off restarting failed container c in pod p_default(u3)"
     # Not before the back-off has passed.
     clock.advance(9)
     assert (await rt.sync_pod(pod)).containers["c"].state == WAITING
