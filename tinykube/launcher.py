@@ -449,6 +449,7 @@ class LocalCluster:
             etcd_members=members if self.etcd_member_count > 1 else (),
         )
         self.pki.ensure_all(specs)
+        self.pki.ensure_service_account_key()
         ca = self.pki.ca_cert_path.read_bytes()
         self._write_conf(self.kubeconfig, "admin", "kubernetes-admin", ca)
         for conf, cert, user in COMPONENT_KUBECONFIGS.values():
@@ -534,6 +535,11 @@ class LocalCluster:
                 str(kubelet.key),
                 "--kubelet-certificate-authority",
                 str(pki.ca_cert_path),
+                # every apiserver signs and verifies service account tokens with one pair
+                "--service-account-key-file",
+                str(pki.service_account_pub_path),
+                "--service-account-signing-key-file",
+                str(pki.service_account_key_path),
             ]
         node = _node_of(comp)
         if comp.module == "kubelet":

@@ -1,0 +1,535 @@
+"""ServiceAccount tokens: JWTs the apiserver signs (TokenRequest) and accepts as bearer tokens.
+
+As kube-apiserver's pkg/serviceaccount (jwt.go, claims.go):
+- `TokenIssuer` signs with `--service-account-signing-key-file` (RSA: RS256, EC P-256: ES256;
+  `tinykube up` makes an RSA `sa.key`), header `{"alg", "kid"}` where kid is the unpadded
+  base64url SHA-256 of the public key's DER (kube's keyIDFromPublicKey). Claims: `iss` (the
+  first `--service-account-issuer`), `sub` `system:serviceaccount:<ns>:<name>`, `aud`, `exp`,
+  `iat`, `nbf`, `jti` (a UUID) and the private `kubernetes.io` claim: namespace, serviceaccount
+  {name, uid} and, for a bound token, pod {name, uid} (plus node {name, uid} of the pod's node)
+  or secret {name, uid}.
+- `TokenAuthenticator` accepts a token whose `iss` is one of the issuers (others are not ours:
+  `authenticate` answers None, as kube's hasCorrectIssuer), signed by one of the
+  `--service-account-key-file` keys, within exp/nbf give or take kube's one-minute leeway,
+  with an audience among the requested ones (the apiserver's `--api-audiences`), whose
+  ServiceAccount still exists with the same uid and whose bound pod or secret still exists with
+  the same uid. Errors carry kube's messages ("service account token has expired", "token
+  audiences [...] is invalid for the target audiences [...]", "service account token has been
+  invalidated"...). The user is the account's: groups `system:serviceaccounts` and
+  `system:serviceaccounts:<ns>`, uid the account's, extra pod-name/pod-uid, node-name/node-uid
+  and credential-id `JTI=<jti>` (`authentication.kubernetes.io/...`).
+- `jwks()` / `openid_configuration()`: the OIDC discovery documents of the issuer.
+
+The JWT encoding is the few lines of RFC 7515/7519 compact serialization kube's tokens use;
+signatures are the `cryptography` library's. Lookups of the account, pod and secret read the
+watch caches through `ObjectLookup` (synchronous dictionary reads). A token's verified claims
+are memoized (bounded), so a request pays one signature check per token, then dictionary
+lookups. Pure apart from the clock; runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import (
+    decode_dss_signature,
+    encode_dss_signature,
+)
+
+from tinykube.clock import Clock
+
+DEFAULT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+# TokenRequest's defaults and bounds (pkg/apis/authentication: defaults and validation).
+DEFAULT_EXPIRATION_SECONDS = 3600
+MIN_EXPIRATION_SECONDS = 600
+MAX_EXPIRATION_SECONDS = 1 << 32
+# go-jose's jwt.DefaultLeeway: exp and nbf are checked give or take a minute.
+LEEWAY_SECONDS = 60
+SERVICE_ACCOUNT_GROUP = "system:serviceaccounts"
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+EXTRA_PREFIX = "authentication.kubernetes.io/"
+POD_NAME_KEY = EXTRA_PREFIX + "pod-name"
+POD_UID_KEY = EXTRA_PREFIX + "pod-uid"
+NODE_NAME_KEY = EXTRA_PREFIX + "node-name"
+NODE_UID_KEY = EXTRA_PREFIX + "node-uid"
+CREDENTIAL_ID_KEY = EXTRA_PREFIX + "credential-id"
+# go-jose's message for a signature no key verifies.
+BAD_SIGNATURE = "go-jose/go-jose: error in cryptographic primitive"
+INVALIDATED = "service account token has been invalidated"
+_MEMO_LIMIT = 4096
+
+PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
+PublicKey = rsa.RSAPublicKey | ec.EllipticCurvePublicKey
+
+
+class TokenError(ValueError):
+    """A token that is ours (our issuer) and is not valid; the message is kube's."""
+
+
+class KeyFileError(ValueError):
+    """A service account key file that cannot be used; the message names the file."""
+
+
+# ---- base64url and keys ----------------------------------------------------------------------
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(text: str) -> bytes:
+    if not text.isascii() or "=" in text:
+        raise ValueError("not unpadded base64url")
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError("not base64url") from exc
+
+
+def key_id(public: PublicKey) -> str:
+    """kube's key id: unpadded base64url of the SHA-256 of the key's PKIX DER."""
+    der = public.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return b64url(hashlib.sha256(der).digest())
+
+
+def algorithm_of(public: PublicKey) -> str:
+    if isinstance(public, rsa.RSAPublicKey):
+        return "RS256"
+    if isinstance(public.curve, ec.SECP256R1):
+        return "ES256"
+    raise KeyFileError(f"unsupported elliptic curve {public.curve.name}: only P-256 (ES256)")
+
+
+def _int_bytes(n: int) -> bytes:
+    return n.to_bytes((n.bit_length() + 7) // 8 or 1, "big")
+
+
+def jwk(public: PublicKey) -> dict[str, str]:
+    """The key as a JSON Web Key (RFC 7517), as kube's /openid/v1/jwks lists it."""
+    kid, alg = key_id(public), algorithm_of(public)
+    if isinstance(public, rsa.RSAPublicKey):
+        numbers = public.public_numbers()
+        return {
+            "use": "sig",
+            "kty": "RSA",
+            "kid": kid,
+            "alg": alg,
+            "n": b64url(_int_bytes(numbers.n)),
+            "e": b64url(_int_bytes(numbers.e)),
+        }
+    point = public.public_numbers()
+    return {
+        "use": "sig",
+        "kty": "EC",
+        "kid": kid,
+        "crv": "P-256",
+        "alg": alg,
+        "x": b64url(point.x.to_bytes(32, "big")),
+        "y": b64url(point.y.to_bytes(32, "big")),
+    }
+
+
+def public_key_from_jwk(key: Mapping[str, Any]) -> PublicKey:
+    """A JWK (RSA or EC P-256) back as a key: what a relying party does with the JWKS."""
+    if key.get("kty") == "RSA":
+        n = int.from_bytes(b64url_decode(str(key["n"])), "big")
+        e = int.from_bytes(b64url_decode(str(key["e"])), "big")
+        return rsa.RSAPublicNumbers(e, n).public_key()
+    if key.get("kty") == "EC" and key.get("crv") == "P-256":
+        x = int.from_bytes(b64url_decode(str(key["x"])), "big")
+        y = int.from_bytes(b64url_decode(str(key["y"])), "big")
+        return ec.EllipticCurvePublicNumbers(x, y, ec.SECP256R1()).public_key()
+    raise ValueError(f"unsupported JWK key type {key.get('kty')!r}")
+
+
+def sign(key: PrivateKey, data: bytes) -> bytes:
+    if isinstance(key, rsa.RSAPrivateKey):
+        return key.sign(data, padding.PKCS1v15(), hashes.SHA256())
+    r, s = decode_dss_signature(key.sign(data, ec.ECDSA(hashes.SHA256())))
+    return r.to_bytes(32, "big") + s.to_bytes(32, "big")
+
+
+def verify(public: PublicKey, alg: str, data: bytes, signature: bytes) -> bool:
+    try:
+        if alg == "RS256" and isinstance(public, rsa.RSAPublicKey):
+            public.verify(signature, data, padding.PKCS1v15(), hashes.SHA256())
+            return True
+        if alg == "ES256" and isinstance(public, ec.EllipticCurvePublicKey):
+            if len(signature) != 64:
+                return False
+            r = int.from_bytes(signature[:32], "big")
+            s = int.from_bytes(signature[32:], "big")
+            public.verify(encode_dss_signature(r, s), data, ec.ECDSA(hashes.SHA256()))
+            return True
+    except InvalidSignature:
+        return False
+    return False
+
+
+def encode(claims: Mapping[str, Any], key: PrivateKey) -> str:
+    """A compact JWS of `claims`, signed with `key` (header alg and kid as kube's)."""
+    public = key.public_key()
+    header = {"alg": algorithm_of(public), "kid": key_id(public)}
+    signing_input = (
+        b64url(json.dumps(header, separators=(",", ":")).encode())
+        + "."
+        + b64url(json.dumps(claims, separators=(",", ":"), sort_keys=True).encode())
+    )
+    return signing_input + "." + b64url(sign(key, signing_input.encode("ascii")))
+
+
+@dataclass(frozen=True)
+class Parsed:
+    header: dict[str, Any]
+    claims: dict[str, Any]
+    signing_input: bytes
+    signature: bytes
+
+
+def parse(token: str) -> Parsed | None:
+    """A compact JWS's parts, unverified; None when `token` is no JWT."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        header = json.loads(b64url_decode(parts[0]))
+        claims = json.loads(b64url_decode(parts[1]))
+        signature = b64url_decode(parts[2])
+    except ValueError:  # bad base64, bad JSON (JSONDecodeError), bad UTF-8
+        return None
+    if not isinstance(header, dict) or not isinstance(claims, dict):
+        return None
+    return Parsed(header, claims, f"{parts[0]}.{parts[1]}".encode("ascii"), signature)
+
+
+def load_private_key(path: str) -> PrivateKey:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise KeyFileError(f"--service-account-signing-key-file {path!r}: {exc.strerror}") from exc
+    try:
+        key = serialization.load_pem_private_key(data, None)
+    except (ValueError, TypeError) as exc:
+        raise KeyFileError(
+            f"--service-account-signing-key-file {path!r}: not a PEM private key ({exc})"
+        ) from exc
+    if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
+        raise KeyFileError(f"--service-account-signing-key-file {path!r}: not an RSA or EC key")
+    algorithm_of(key.public_key())
+    return key
+
+
+def _pem_blocks(data: bytes) -> list[bytes]:
+    blocks, rest = [], data
+    while b"-----BEGIN " in rest:
+        start = rest.index(b"-----BEGIN ")
+        end_marker = rest.find(b"-----END ", start)
+        if end_marker < 0:
+            break
+        end = rest.find(b"-----", end_marker + 9)
+        if end < 0:
+            break
+        blocks.append(rest[start : end + 5] + b"\n")
+        rest = rest[end + 5 :]
+    return blocks
+
+
+def load_public_keys(path: str) -> list[PublicKey]:
+    """Every key in a `--service-account-key-file`: PEM public keys, private keys (their public
+    half) or certificates, as kube's keyutil.PublicKeysFromFile reads."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise KeyFileError(f"--service-account-key-file {path!r}: {exc.strerror}") from exc
+    keys: list[PublicKey] = []
+    for block in _pem_blocks(data):
+        try:
+            if b"CERTIFICATE" in block.split(b"\n", 1)[0]:
+                found: Any = x509.load_pem_x509_certificate(block).public_key()
+            elif b"PRIVATE KEY" in block.split(b"\n", 1)[0]:
+                found = serialization.load_pem_private_key(block, None).public_key()
+            else:
+                found = serialization.load_pem_public_key(block)
+        except (ValueError, TypeError) as exc:
+            raise KeyFileError(f"--service-account-key-file {path!r}: {exc}") from exc
+        if isinstance(found, rsa.RSAPublicKey | ec.EllipticCurvePublicKey):
+            algorithm_of(found)
+            keys.append(found)
+    if not keys:
+        raise KeyFileError(f"--service-account-key-file {path!r}: no public keys found")
+    return keys
+
+
+# ---- issuing -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ref:
+    name: str
+    uid: str
+
+
+def claims(
+    *,
+    issuer: str,
+    namespace: str,
+    service_account: Ref,
+    audiences: Sequence[str],
+    now: datetime,
+    expiration_seconds: int,
+    pod: Ref | None = None,
+    secret: Ref | None = None,
+    node: Ref | None = None,
+    jti: str | None = None,
+) -> dict[str, Any]:
+    """kube's Claims(): the public and private claims of a service account token."""
+    issued = int(now.timestamp())
+    private: dict[str, Any] = {
+        "namespace": namespace,
+        "serviceaccount": {"name": service_account.name, "uid": service_account.uid},
+    }
+    if pod is not None:
+        private["pod"] = {"name": pod.name, "uid": pod.uid}
+        if node is not None:
+            private["node"] = {"name": node.name, "uid": node.uid}
+    elif secret is not None:
+        private["secret"] = {"name": secret.name, "uid": secret.uid}
+    return {
+        "iss": issuer,
+        "sub": f"{SERVICE_ACCOUNT_PREFIX}{namespace}:{service_account.name}",
+        "aud": list(audiences),
+        "exp": issued + expiration_seconds,
+        "iat": issued,
+        "nbf": issued,
+        "jti": jti or str(uuid.uuid4()),
+        "kubernetes.io": private,
+    }
+
+
+@dataclass
+class TokenIssuer:
+    """Signs service account tokens with the apiserver's key."""
+
+    key: PrivateKey
+    issuer: str = DEFAULT_ISSUER
+    # --api-audiences: what a TokenRequest without audiences gets.
+    audiences: tuple[str, ...] = ()
+    # --service-account-max-token-expiration (0: no bound): longer requests are shortened.
+    max_expiration_seconds: int = 0
+
+    def sign(self, token_claims: Mapping[str, Any]) -> str:
+        return encode(token_claims, self.key)
+
+
+# ---- authenticating ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    """An authenticated user as kube's user.Info: name, uid, groups, extra."""
+
+    name: str
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def extra_dict(self) -> dict[str, list[str]]:
+        return {k: list(v) for k, v in self.extra}
+
+
+@dataclass(frozen=True)
+class Authenticated:
+    user: UserInfo
+    # The token's audiences that the request's audiences accepted.
+    audiences: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a lookup found of an object: its uid and when it was marked deleted (None: not)."""
+
+    uid: str
+    deleted_at: datetime | None = None
+
+
+class ObjectLookup(Protocol):
+    """The apiserver's view of the objects a token names (its watch caches)."""
+
+    def service_account(self, namespace: str, name: str) -> Found | None: ...
+
+    def pod(self, namespace: str, name: str) -> Found | None: ...
+
+    def secret(self, namespace: str, name: str) -> Found | None: ...
+
+
+def go_quote_list(values: Iterable[str]) -> str:
+    """Go's %q of a []string: ["a" "b"]."""
+    return "[" + " ".join(json.dumps(v) for v in values) + "]"
+
+
+def _ref(value: Any) -> Ref | None:
+    if not isinstance(value, Mapping):
+        return None
+    name, uid = value.get("name", ""), value.get("uid", "")
+    return Ref(name if isinstance(name, str) else "", uid if isinstance(uid, str) else "")
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+@dataclass
+class TokenAuthenticator:
+    """Accepts service account tokens of `issuers`, signed by one of `keys`."""
+
+    issuers: tuple[str, ...]
+    keys: Sequence[PublicKey]
+    # --api-audiences: the audiences a token must have one of when the caller names none.
+    audiences: tuple[str, ...]
+    lookup: ObjectLookup
+    clock: Clock = field(default_factory=Clock)
+    _verified: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._by_kid = {key_id(k): k for k in self.keys}
+
+    def authenticate(
+        self, token: str, audiences: Sequence[str] | None = None
+    ) -> Authenticated | None:
+        """The token's user; None when the token is not a JWT of our issuers (someone else's),
+        TokenError when it is ours and not valid now."""
+        verified = self._verified.get(token)
+        if verified is None:
+            parsed = parse(token)
+            if parsed is None or parsed.claims.get("iss") not in self.issuers:
+                return None
+            self._check_signature(parsed)
+            verified = parsed.claims
+            if len(self._verified) >= _MEMO_LIMIT:
+                self._verified.clear()
+            self._verified[token] = verified
+        return self._validate(verified, audiences)
+
+    def _check_signature(self, parsed: Parsed) -> None:
+        alg = parsed.header.get("alg")
+        kid = parsed.header.get("kid")
+        candidates = list(self.keys)
+        if isinstance(kid, str) and kid in self._by_kid:
+            candidates = [self._by_kid[kid]]
+        for key in candidates:
+            if isinstance(alg, str) and verify(key, alg, parsed.signing_input, parsed.signature):
+                return
+        raise TokenError(BAD_SIGNATURE)
+
+    def _validate(self, c: Mapping[str, Any], audiences: Sequence[str] | None) -> Authenticated:
+        now = self.clock.now().timestamp()
+        exp, nbf, iat = _number(c.get("exp")), _number(c.get("nbf")), _number(c.get("iat"))
+        if exp is not None and now - LEEWAY_SECONDS > exp:
+            raise TokenError("service account token has expired")
+        if nbf is not None and now + LEEWAY_SECONDS < nbf:
+            raise TokenError("service account token is not valid yet")
+        if iat is not None and now + LEEWAY_SECONDS < iat:
+            raise TokenError(
+                "service account token claims could not be validated due to unexpected "
+                "validation error"
+            )
+        aud = c.get("aud")
+        token_auds = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else []
+        token_auds = [a for a in token_auds if isinstance(a, str)] or list(self.audiences)
+        wanted = list(audiences) if audiences else list(self.audiences)
+        accepted = tuple(a for a in token_auds if a in wanted)
+        if not accepted and self.audiences:
+            raise TokenError(
+                f"token audiences {go_quote_list(token_auds)} is invalid for the target "
+                f"audiences {go_quote_list(wanted)}"
+            )
+        private = c.get("kubernetes.io")
+        if not isinstance(private, Mapping):
+            private = {}
+        namespace = private.get("namespace", "")
+        namespace = namespace if isinstance(namespace, str) else ""
+        sa = _ref(private.get("serviceaccount")) or Ref("", "")
+        now_dt = datetime.fromtimestamp(now - LEEWAY_SECONDS, UTC)
+        found = self.lookup.service_account(namespace, sa.name)
+        if found is None:
+            raise TokenError(f'serviceaccounts "{sa.name}" not found')
+        if found.deleted_at is not None and found.deleted_at < now_dt:
+            raise TokenError(f"service account {namespace}/{sa.name} has been deleted")
+        if found.uid != sa.uid:
+            raise TokenError(f"service account UID ({found.uid}) does not match claim ({sa.uid})")
+        secret = _ref(private.get("secret"))
+        if secret is not None:
+            obj = self.lookup.secret(namespace, secret.name)
+            if obj is None or (obj.deleted_at is not None and obj.deleted_at < now_dt):
+                raise TokenError(INVALIDATED)
+            if obj.uid != secret.uid:
+                raise TokenError(
+                    f"secret UID ({obj.uid}) does not match service account secret ref claim "
+                    f"({secret.uid})"
+                )
+        extra: list[tuple[str, tuple[str, ...]]] = []
+        pod = _ref(private.get("pod"))
+        if pod is not None:
+            obj = self.lookup.pod(namespace, pod.name)
+            if obj is None or (obj.deleted_at is not None and obj.deleted_at < now_dt):
+                raise TokenError(INVALIDATED)
+            if obj.uid != pod.uid:
+                raise TokenError(
+                    f"pod UID ({obj.uid}) does not match service account pod ref claim ({pod.uid})"
+                )
+            extra += [(POD_NAME_KEY, (pod.name,)), (POD_UID_KEY, (pod.uid,))]
+        node = _ref(private.get("node"))
+        if node is not None:
+            extra += [(NODE_NAME_KEY, (node.name,)), (NODE_UID_KEY, (node.uid,))]
+        jti = c.get("jti")
+        if isinstance(jti, str) and jti:
+            extra.append((CREDENTIAL_ID_KEY, (f"JTI={jti}",)))
+        user = UserInfo(
+            name=f"{SERVICE_ACCOUNT_PREFIX}{namespace}:{sa.name}",
+            uid=sa.uid,
+            groups=(SERVICE_ACCOUNT_GROUP, f"{SERVICE_ACCOUNT_GROUP}:{namespace}"),
+            extra=tuple(sorted(extra)),
+        )
+        return Authenticated(user, accepted)
+
+
+# ---- OIDC discovery ----------------------------------------------------------------------------
+
+
+def jwks(keys: Iterable[PublicKey]) -> dict[str, Any]:
+    """/openid/v1/jwks: every verification key, once."""
+    seen: dict[str, dict[str, str]] = {}
+    for key in keys:
+        doc = jwk(key)
+        seen.setdefault(doc["kid"], doc)
+    return {"keys": list(seen.values())}
+
+
+def openid_configuration(issuer: str, jwks_uri: str, keys: Iterable[PublicKey]) -> dict[str, Any]:
+    """/.well-known/openid-configuration as kube serves it for service account tokens."""
+    algs = sorted({algorithm_of(k) for k in keys})
+    return {
+        "issuer": issuer,
+        "jwks_uri": jwks_uri or issuer.rstrip("/") + "/openid/v1/jwks",
+        "response_types_supported": ["id_token"],
+        "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": algs,
+    }
