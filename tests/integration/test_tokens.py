@@ -182,9 +182,8 @@ async def test_secret_bound_token_ends_with_the_secret(api: Api) -> None:
 async def test_recreated_service_account_invalidates_its_tokens(api: Api) -> None:
     path = f"/api/v1/namespaces/{NS}/serviceaccounts"
     await api.call("POST", path, {"metadata": {"name": "phoenix"}})
-    code, body = await api.call(
-        "POST", f"{path}/phoenix/token", {"spec": {}}
-    )  # fmt: skip
+    code, body = await api.call("POST", f"{path}/phoenix/token", {"spec": {}})
+    assert code == 201, body
     token = body["status"]["token"]
     await api.call("DELETE", f"{path}/phoenix")
     await api.call("POST", path, {"metadata": {"name": "phoenix"}})
