@@ -7,8 +7,9 @@ authentication.k8s.io/v1 TokenRequest; its metadata name and namespace, when set
 URL's (422); `spec.expirationSeconds` defaults to 3600 and must be at least 600 and at most 2^32
 (422, kube's messages), and is shortened to `--service-account-max-token-expiration`;
 `spec.audiences` default to the apiserver's `--api-audiences`; `spec.boundObjectRef` binds the
-token to a Pod (run by this account: else 400) or a Secret of the namespace, which must exist
-(404) and have the uid given, if one is (409); a pod's node is named in the token too. The
+token to a Pod (run by this account: else 400) or a Secret of the namespace, or a Node, which
+must exist (404) and have the uid given, if one is (409); a pod's node is named in the token
+too. The
 ServiceAccount must exist (404). The answer is the request with `status.token` and
 `status.expirationTimestamp`; a dry run answers without a token. Reads go to etcd (the stores'
 `get`), so a token is never minted for an object the cache has not seen yet.
@@ -86,6 +87,13 @@ class CacheLookup:
 
     def secret(self, namespace: str, name: str) -> Found | None:
         return self._get(SECRET.kind, SECRET.plural, namespace, name)
+
+    def node(self, name: str) -> Found | None:
+        cache = self._caches.get(NODE.kind)
+        if cache is None or not name:
+            return None
+        hit = cache.state.get(f"{self._prefix}/{NODE.plural}/{name}".encode())
+        return _found(hit.obj) if hit is not None else None
 
 
 def _invalid(name: str, causes: list[FieldError]) -> InvalidError:
@@ -198,6 +206,10 @@ class TokenRequests:
                         node = None  # as kube: no node claim when the node is gone
                     if node is not None:
                         node_ref = Ref(node_name, node.metadata.uid)  # type: ignore[attr-defined]
+            elif group == "" and kind == NODE.kind:
+                node = await self._get(NODE.kind, "", ref_name)
+                self._check_uid(node, "Node", ref_name, ref_uid)
+                node_ref = Ref(ref_name, node.metadata.uid)  # type: ignore[attr-defined]
             elif group == "" and kind == SECRET.kind:
                 secret = await self._get(SECRET.kind, namespace, ref_name)
                 self._check_uid(secret, "Secret", ref_name, ref_uid)

@@ -6,14 +6,14 @@ As kube-apiserver's pkg/serviceaccount (jwt.go, claims.go):
   base64url SHA-256 of the public key's DER (kube's keyIDFromPublicKey). Claims: `iss` (the
   first `--service-account-issuer`), `sub` `system:serviceaccount:<ns>:<name>`, `aud`, `exp`,
   `iat`, `nbf`, `jti` (a UUID) and the private `kubernetes.io` claim: namespace, serviceaccount
-  {name, uid} and, for a bound token, pod {name, uid} (plus node {name, uid} of the pod's node)
-  or secret {name, uid}.
+  {name, uid} and, for a bound token, pod {name, uid} (plus node {name, uid} of the pod's node),
+  secret {name, uid} or node {name, uid}.
 - `TokenAuthenticator` accepts a token whose `iss` is one of the issuers (others are not ours:
   `authenticate` answers None, as kube's hasCorrectIssuer), signed by one of the
   `--service-account-key-file` keys, within exp/nbf give or take kube's one-minute leeway,
   with an audience among the requested ones (the apiserver's `--api-audiences`), whose
-  ServiceAccount still exists with the same uid and whose bound pod or secret still exists with
-  the same uid. Errors carry kube's messages ("service account token has expired", "token
+  ServiceAccount still exists with the same uid and whose bound pod, secret or node still exists
+  with the same uid. Errors carry kube's messages ("service account token has expired", "token
   audiences [...] is invalid for the target audiences [...]", "service account token has been
   invalidated"...). The user is the account's: groups `system:serviceaccounts` and
   `system:serviceaccounts:<ns>`, uid the account's, extra pod-name/pod-uid, node-name/node-uid
@@ -306,10 +306,11 @@ def claims(
     }
     if pod is not None:
         private["pod"] = {"name": pod.name, "uid": pod.uid}
-        if node is not None:
-            private["node"] = {"name": node.name, "uid": node.uid}
     elif secret is not None:
         private["secret"] = {"name": secret.name, "uid": secret.uid}
+    if node is not None and secret is None:
+        # the node a bound pod runs on, or the node the token is bound to
+        private["node"] = {"name": node.name, "uid": node.uid}
     return {
         "iss": issuer,
         "sub": f"{SERVICE_ACCOUNT_PREFIX}{namespace}:{service_account.name}",
@@ -376,6 +377,8 @@ class ObjectLookup(Protocol):
     def pod(self, namespace: str, name: str) -> Found | None: ...
 
     def secret(self, namespace: str, name: str) -> Found | None: ...
+
+    def node(self, name: str) -> Found | None: ...
 
 
 def go_quote_list(values: Iterable[str]) -> str:
@@ -497,6 +500,18 @@ class TokenAuthenticator:
                 )
             extra += [(POD_NAME_KEY, (pod.name,)), (POD_UID_KEY, (pod.uid,))]
         node = _ref(private.get("node"))
+        if node is not None and pod is None:
+            # Bound to the node itself: it must still exist with the same uid.
+            found_node = self.lookup.node(node.name)
+            if found_node is None or (
+                found_node.deleted_at is not None and found_node.deleted_at < now_dt
+            ):
+                raise TokenError(INVALIDATED)
+            if found_node.uid != node.uid:
+                raise TokenError(
+                    f"node UID ({found_node.uid}) does not match service account node ref "
+                    f"claim ({node.uid})"
+                )
         if node is not None:
             extra += [(NODE_NAME_KEY, (node.name,)), (NODE_UID_KEY, (node.uid,))]
         jti = c.get("jti")

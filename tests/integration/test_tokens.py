@@ -273,3 +273,21 @@ async def test_a_second_apiserver_with_the_same_key_accepts_the_tokens(
         await eventually(who, 30, "the second apiserver to accept the first's token")
     finally:
         await second.stop()
+
+
+async def test_node_bound_token_ends_with_the_node(api: Api) -> None:
+    code, body = await api.call("POST", "/api/v1/nodes", {"metadata": {"name": "tok-node"}})
+    assert code == 201, body
+    bound = {"apiVersion": "v1", "kind": "Node", "name": "tok-node"}
+    code, body = await api.call("POST", TOKEN, {"spec": {"boundObjectRef": bound}})
+    assert code == 201, body
+    token = body["status"]["token"]
+    code, _ = await api.call("GET", f"/api/v1/namespaces/{NS}/pods", token=token)
+    assert code == 403
+    await api.call("DELETE", "/api/v1/nodes/tok-node")
+
+    async def refused() -> bool:
+        code, _ = await api.call("GET", f"/api/v1/namespaces/{NS}/pods", token=token)
+        return code == 401
+
+    await eventually(refused, 30, "the token to stop working with its node")

@@ -50,6 +50,7 @@ class Objects:
     accounts: dict[tuple[str, str], Found] = field(default_factory=dict)
     pods: dict[tuple[str, str], Found] = field(default_factory=dict)
     secrets: dict[tuple[str, str], Found] = field(default_factory=dict)
+    nodes: dict[str, Found] = field(default_factory=dict)
 
     def service_account(self, namespace: str, name: str) -> Found | None:
         return self.accounts.get((namespace, name))
@@ -60,12 +61,16 @@ class Objects:
     def secret(self, namespace: str, name: str) -> Found | None:
         return self.secrets.get((namespace, name))
 
+    def node(self, name: str) -> Found | None:
+        return self.nodes.get(name)
+
 
 def objects() -> Objects:
     return Objects(
         accounts={("ns", "robot"): Found("sa-uid")},
         pods={("ns", "web"): Found("pod-uid")},
         secrets={("ns", "s"): Found("secret-uid")},
+        nodes={"n1": Found("node-uid")},
     )
 
 
@@ -220,6 +225,23 @@ def test_account_pod_and_secret_must_still_exist_with_their_uid() -> None:
     del lookup.accounts[("ns", "robot")]
     with pytest.raises(TokenError, match=r'^serviceaccounts "robot" not found$'):
         authn.authenticate(token)
+
+
+def test_node_bound_tokens_end_with_the_node() -> None:
+    lookup = objects()
+    authn = authenticator(lookup)
+    token = token_of(node=Ref("n1", "node-uid"))
+    found = authn.authenticate(token)
+    assert found is not None
+    assert found.user.extra_dict()["authentication.kubernetes.io/node-name"] == ["n1"]
+    lookup.nodes["n1"] = Found("new")
+    with pytest.raises(TokenError, match=r"node UID \(new\) does not match"):
+        authn.authenticate(token)
+    del lookup.nodes["n1"]
+    with pytest.raises(TokenError, match=f"^{INVALIDATED}$"):
+        authn.authenticate(token)
+    # A pod-bound token's node is informational: the pod is what is checked.
+    assert authn.authenticate(token_of(pod=Ref("web", "pod-uid"), node=Ref("n1", "x")))
 
 
 def test_bearer_tokens_through_the_authenticator() -> None:
