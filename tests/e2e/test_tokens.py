@@ -152,6 +152,34 @@ def test_token_of_an_account_does_what_rbac_allows(tinykube_up: UpCluster, tmp_p
         f'pods is forbidden: User "system:serviceaccount:{ns}:default" cannot create resource '
         f'"pods" in API group "" in the namespace "{ns}"'
     )
+    # view grants no tokens: the subresource is refused with kube's message.
+    request = k8s.AuthenticationV1TokenRequest(spec=k8s.V1TokenRequestSpec(audiences=[]))
+    with pytest.raises(k8s.ApiException) as no_token:
+        api.create_namespaced_service_account_token("default", ns, request)
+    assert no_token.value.status == 403
+    assert json.loads(str(no_token.value.body))["message"] == (
+        f'serviceaccounts "default" is forbidden: User "system:serviceaccount:{ns}:default" '
+        f'cannot create resource "serviceaccounts/token" in API group "" in the namespace "{ns}"'
+    )
+    # The admin's client mints one with the official client's TokenRequest.
+    admin = k8s.CoreV1Api(
+        k8s_config.new_client_from_config(config_file=str(tinykube_up.kubeconfig))  # type: ignore[no-untyped-call]
+    )
+    minted = admin.create_namespaced_service_account_token(
+        "default", ns, k8s.AuthenticationV1TokenRequest(
+            spec=k8s.V1TokenRequestSpec(audiences=[ISSUER], expiration_seconds=1200)
+        ),
+    )  # fmt: skip
+    assert minted.spec is not None and minted.spec.expiration_seconds == 1200
+    assert minted.status is not None
+    minted_token = str(minted.status.token)
+    assert payload(minted_token)["sub"] == f"system:serviceaccount:{ns}:default"
+    review = k8s.AuthenticationV1Api(admin.api_client).create_token_review(
+        k8s.V1TokenReview(spec=k8s.V1TokenReviewSpec(token=minted_token))
+    )
+    assert review.status is not None and review.status.authenticated is True
+    assert review.status.user is not None
+    assert review.status.user.username == f"system:serviceaccount:{ns}:default"
 
 
 def test_expired_tampered_and_foreign_tokens_are_unauthorized(
