@@ -93,10 +93,15 @@ def load_token_file(path: str) -> dict[str, TokenUser]:
     return parse_token_file(text, path)
 
 
-def _with_authenticated(name: str, groups: tuple[str, ...]) -> Identity:
+def _with_authenticated(
+    name: str,
+    groups: tuple[str, ...],
+    uid: str = "",
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = (),
+) -> Identity:
     if ALL_AUTHENTICATED not in groups:
         groups = (*groups, ALL_AUTHENTICATED)
-    return Identity(name, groups)
+    return Identity(name, groups, uid, extra)
 
 
 @dataclass
@@ -145,7 +150,7 @@ class Authenticator:
         value = value.strip()
         user = self.tokens.get(value) if value else None
         if user is not None:
-            return _with_authenticated(user.name, user.groups)
+            return _with_authenticated(user.name, user.groups, user.uid)
         if value and self.service_accounts is not None:
             try:
                 found = self.service_accounts.authenticate(value)
@@ -153,7 +158,8 @@ class Authenticator:
                 log.debug("service account token refused: %s", exc)
                 raise AuthenticationError("Unauthorized") from None
             if found is not None:
-                return _with_authenticated(found.user.name, found.user.groups)
+                info = found.user
+                return _with_authenticated(info.name, info.groups, info.uid, info.extra)
         raise AuthenticationError("Unauthorized")
 
     def review(

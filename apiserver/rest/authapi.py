@@ -181,6 +181,17 @@ def from_protobuf(body: bytes) -> dict[str, Any]:
     return out
 
 
+def user_info(who: Identity) -> dict[str, Any]:
+    """authentication/v1 UserInfo: username, uid, groups, extra (empty ones left out)."""
+    info: dict[str, Any] = {"username": who.name}
+    if who.uid:
+        info["uid"] = who.uid
+    info["groups"] = list(who.groups)
+    if who.extra:
+        info["extra"] = {k: list(v) for k, v in who.extra}
+    return info
+
+
 class AuthAPI:
     """The endpoints above over one authenticator, authorizer and (optional) token issuer."""
 
@@ -318,7 +329,7 @@ class AuthAPI:
                 "kind": "SelfSubjectReview",
                 "apiVersion": f"{AUTHENTICATION_GROUP}/v1",
                 "metadata": dict(metadata) if isinstance(metadata, Mapping) else {},
-                "status": {"userInfo": {"username": who.name, "groups": list(who.groups)}},
+                "status": {"userInfo": user_info(who)},
             }
         )
 

@@ -124,6 +124,10 @@ def test_token_of_an_account_does_what_rbac_allows(tinykube_up: UpCluster, tmp_p
     assert whoami.code == 0, whoami.err
     info = json.loads(whoami.out)["status"]["userInfo"]
     assert info["username"] == f"system:serviceaccount:{ns}:default"
+    assert info["uid"] == sa_uid
+    assert info["extra"] == {"authentication.kubernetes.io/credential-id": [f"JTI={c['jti']}"]}
+    table = ok(as_token(tinykube_up, conf, "auth", "whoami"))
+    assert f"Extra: authentication.kubernetes.io/credential-id   [JTI={c['jti']}]" in table
     assert set(info["groups"]) == {
         "system:serviceaccounts",
         f"system:serviceaccounts:{ns}",
