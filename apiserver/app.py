@@ -255,13 +255,15 @@ class APIServer:
         # bearer tokens when signed by one of the verification keys (apiserver/auth/tokens.py).
         self.token_issuer, sa_keys = service_account_keys(settings)
         if sa_keys:
+            lookup = CacheLookup(self.caches, prefix)
             self.authenticator.service_accounts = TokenAuthenticator(
                 issuers=settings.service_account_issuers,
                 keys=sa_keys,
                 audiences=settings.audiences,
-                lookup=CacheLookup(self.caches, prefix),
+                lookup=lookup,
                 clock=self.clock,
             )
+            self.authenticator.refresh = lookup.refresh
         self.auth_api = AuthAPI(
             max_request_bytes=settings.max_request_bytes,
             authenticator=self.authenticator,

@@ -26,7 +26,7 @@ import io
 import logging
 import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,7 @@ import grpc
 from cryptography import x509
 
 from apiserver.auth.authorizer import ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, Identity
-from apiserver.auth.tokens import TokenAuthenticator, TokenError, UserInfo
+from apiserver.auth.tokens import StaleLookup, TokenAuthenticator, TokenError, UserInfo
 from tinykube.errors import UnauthenticatedError
 from tinykube.pki import identity as cert_identity
 
@@ -47,6 +47,12 @@ _MEMO_LIMIT = 4096
 
 class AuthenticationError(UnauthenticatedError):
     """Credentials were presented and are not valid (kube-apiserver's 401 Unauthorized)."""
+
+
+class StaleTokenError(AuthenticationError):
+    """A recent service account token names objects the watch caches may not hold yet: await
+    `Authenticator.settle()` and authenticate again with `settled=True` (apiserver/auth/tokens.py
+    StaleLookup)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +117,8 @@ class Authenticator:
     tokens: Mapping[str, TokenUser] = field(default_factory=dict)
     # Service account tokens (JWTs); None: the apiserver has no --service-account-key-file.
     service_accounts: TokenAuthenticator | None = None
+    # Lets the watch caches catch up with etcd (StaleTokenError); None: nothing to wait for.
+    refresh: Callable[[], Awaitable[object]] | None = None
     _by_pem: dict[bytes, Identity] = field(default_factory=dict)
     _by_der: dict[bytes, Identity] = field(default_factory=dict)
 
@@ -141,9 +149,15 @@ class Authenticator:
             self._by_der[der] = found
         return found
 
-    def token(self, authorization: str) -> Identity | None:
+    async def settle(self) -> None:
+        """Wait until the caches the token checks read hold what etcd holds now."""
+        if self.refresh is not None:
+            await self.refresh()
+
+    def token(self, authorization: str, *, settled: bool = False) -> Identity | None:
         """The identity of an `Authorization` header value; None when it is no bearer token.
-        An unknown or invalid token raises AuthenticationError."""
+        An unknown or invalid token raises AuthenticationError (StaleTokenError: `settle`,
+        then ask again with `settled=True`)."""
         scheme, _, value = authorization.strip().partition(" ")
         if scheme.lower() != "bearer":
             return None
@@ -153,7 +167,9 @@ class Authenticator:
             return _with_authenticated(user.name, user.groups, user.uid)
         if value and self.service_accounts is not None:
             try:
-                found = self.service_accounts.authenticate(value)
+                found = self.service_accounts.authenticate(value, settled=settled)
+            except StaleLookup:
+                raise StaleTokenError("Unauthorized") from None
             except TokenError as exc:
                 log.debug("service account token refused: %s", exc)
                 raise AuthenticationError("Unauthorized") from None
@@ -163,11 +179,11 @@ class Authenticator:
         raise AuthenticationError("Unauthorized")
 
     def review(
-        self, token: str, audiences: tuple[str, ...] = ()
+        self, token: str, audiences: tuple[str, ...] = (), *, settled: bool = False
     ) -> tuple[UserInfo | None, tuple[str, ...], str]:
         """A TokenReview's answer for `token`: (user or None, the audiences it is valid for,
         error). As kube's, a token no authenticator knows is "invalid bearer token" and a
-        service account token's refusal is joined to it."""
+        service account token's refusal is joined to it. StaleTokenError as `token`'s."""
         user = self.tokens.get(token) if token else None
         if user is not None:
             groups = user.groups
@@ -180,7 +196,11 @@ class Authenticator:
             return UserInfo(user.name, user.uid, groups), audiences or own, ""
         if token and self.service_accounts is not None:
             try:
-                found = self.service_accounts.authenticate(token, audiences or None)
+                found = self.service_accounts.authenticate(
+                    token, audiences or None, settled=settled
+                )
+            except StaleLookup:
+                raise StaleTokenError("Unauthorized") from None
             except TokenError as exc:
                 return None, (), f"[invalid bearer token, {exc}]"
             if found is not None:

@@ -88,6 +88,20 @@ class CacheLookup:
     def secret(self, namespace: str, name: str) -> Found | None:
         return self._get(SECRET.kind, SECRET.plural, namespace, name)
 
+    async def refresh(self) -> None:
+        """Wait (bounded by the caches' wait timeout) until the caches of accounts, pods,
+        secrets and nodes hold everything etcd holds now."""
+        caches = [
+            self._caches[k]
+            for k in (SERVICE_ACCOUNT.kind, POD.kind, SECRET.kind, NODE.kind)
+            if k in self._caches
+        ]
+        if not caches:
+            return
+        revision = await caches[0].storage.current_revision()
+        for cache in caches:
+            await cache.wait_for_revision(revision)
+
     def node(self, name: str) -> Found | None:
         cache = self._caches.get(NODE.kind)
         if cache is None or not name:

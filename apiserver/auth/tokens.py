@@ -69,6 +69,8 @@ CREDENTIAL_ID_KEY = EXTRA_PREFIX + "credential-id"
 BAD_SIGNATURE = "go-jose/go-jose: error in cryptographic primitive"
 INVALIDATED = "service account token has been invalidated"
 _MEMO_LIMIT = 4096
+# A token issued this recently may name objects the caches have not seen yet (StaleLookup).
+FRESH_SECONDS = 60
 
 PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
 PublicKey = rsa.RSAPublicKey | ec.EllipticCurvePublicKey
@@ -76,6 +78,13 @@ PublicKey = rsa.RSAPublicKey | ec.EllipticCurvePublicKey
 
 class TokenError(ValueError):
     """A token that is ours (our issuer) and is not valid; the message is kube's."""
+
+
+class StaleLookup(TokenError):
+    """A recent token names an object the watch caches do not hold (yet) or hold with another
+    uid: the cache may lag etcd (another apiserver minted the token for an object made a moment
+    ago), so the caller lets the caches catch up and asks again with `settled=True`, as kube's
+    token getter falls back from its informer to a live read."""
 
 
 class KeyFileError(ValueError):
@@ -415,10 +424,11 @@ class TokenAuthenticator:
         self._by_kid = {key_id(k): k for k in self.keys}
 
     def authenticate(
-        self, token: str, audiences: Sequence[str] | None = None
+        self, token: str, audiences: Sequence[str] | None = None, *, settled: bool = False
     ) -> Authenticated | None:
         """The token's user; None when the token is not a JWT of our issuers (someone else's),
-        TokenError when it is ours and not valid now."""
+        TokenError when it is ours and not valid now: StaleLookup when a recent token's objects
+        are missing or differ and the caches were not `settled` (caught up with etcd)."""
         verified = self._verified.get(token)
         if verified is None:
             parsed = parse(token)
@@ -429,7 +439,7 @@ class TokenAuthenticator:
             if len(self._verified) >= _MEMO_LIMIT:
                 self._verified.clear()
             self._verified[token] = verified
-        return self._validate(verified, audiences)
+        return self._validate(verified, audiences, settled)
 
     def _check_signature(self, parsed: Parsed) -> None:
         alg = parsed.header.get("alg")
@@ -442,9 +452,14 @@ class TokenAuthenticator:
                 return
         raise TokenError(BAD_SIGNATURE)
 
-    def _validate(self, c: Mapping[str, Any], audiences: Sequence[str] | None) -> Authenticated:
+    def _validate(
+        self, c: Mapping[str, Any], audiences: Sequence[str] | None, settled: bool
+    ) -> Authenticated:
         now = self.clock.now().timestamp()
         exp, nbf, iat = _number(c.get("exp")), _number(c.get("nbf")), _number(c.get("iat"))
+        # Missing or different objects: final for an old token, maybe the cache's lag for a
+        # recent one.
+        gone = TokenError if settled or iat is None or iat < now - FRESH_SECONDS else StaleLookup
         if exp is not None and now - LEEWAY_SECONDS > exp:
             raise TokenError("service account token has expired")
         if nbf is not None and now + LEEWAY_SECONDS < nbf:
@@ -473,18 +488,18 @@ class TokenAuthenticator:
         now_dt = datetime.fromtimestamp(now - LEEWAY_SECONDS, UTC)
         found = self.lookup.service_account(namespace, sa.name)
         if found is None:
-            raise TokenError(f'serviceaccounts "{sa.name}" not found')
+            raise gone(f'serviceaccounts "{sa.name}" not found')
         if found.deleted_at is not None and found.deleted_at < now_dt:
-            raise TokenError(f"service account {namespace}/{sa.name} has been deleted")
+            raise gone(f"service account {namespace}/{sa.name} has been deleted")
         if found.uid != sa.uid:
-            raise TokenError(f"service account UID ({found.uid}) does not match claim ({sa.uid})")
+            raise gone(f"service account UID ({found.uid}) does not match claim ({sa.uid})")
         secret = _ref(private.get("secret"))
         if secret is not None:
             obj = self.lookup.secret(namespace, secret.name)
             if obj is None or (obj.deleted_at is not None and obj.deleted_at < now_dt):
-                raise TokenError(INVALIDATED)
+                raise gone(INVALIDATED)
             if obj.uid != secret.uid:
-                raise TokenError(
+                raise gone(
                     f"secret UID ({obj.uid}) does not match service account secret ref claim "
                     f"({secret.uid})"
                 )
@@ -493,9 +508,9 @@ class TokenAuthenticator:
         if pod is not None:
             obj = self.lookup.pod(namespace, pod.name)
             if obj is None or (obj.deleted_at is not None and obj.deleted_at < now_dt):
-                raise TokenError(INVALIDATED)
+                raise gone(INVALIDATED)
             if obj.uid != pod.uid:
-                raise TokenError(
+                raise gone(
                     f"pod UID ({obj.uid}) does not match service account pod ref claim ({pod.uid})"
                 )
             extra += [(POD_NAME_KEY, (pod.name,)), (POD_UID_KEY, (pod.uid,))]
@@ -506,9 +521,9 @@ class TokenAuthenticator:
             if found_node is None or (
                 found_node.deleted_at is not None and found_node.deleted_at < now_dt
             ):
-                raise TokenError(INVALIDATED)
+                raise gone(INVALIDATED)
             if found_node.uid != node.uid:
-                raise TokenError(
+                raise gone(
                     f"node UID ({found_node.uid}) does not match service account node ref "
                     f"claim ({node.uid})"
                 )

@@ -23,6 +23,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from apiserver.auth.authn import StaleTokenError
 from apiserver.auth.authorizer import ALL_UNAUTHENTICATED, ANONYMOUS, Authorizer, Identity
 from apiserver.auth.filters import REQUESTER, Enforcer, needs_requester
 from apiserver.auth.review import self_subject_access_review
@@ -202,7 +203,15 @@ class RestServer:
         enforcer = self.enforcer
         assert enforcer is not None
         try:
-            identity = enforcer.rest_identity(request.transport, request.path, request.headers)
+            try:
+                identity = enforcer.rest_identity(request.transport, request.path, request.headers)
+            except StaleTokenError:
+                # A token minted a moment ago, maybe by another apiserver, for objects this
+                # one's caches have not seen yet: let them catch up, then decide.
+                await enforcer.authenticator.settle()
+                identity = enforcer.rest_identity(
+                    request.transport, request.path, request.headers, settled=True
+                )
             attrs = rest_attributes(request.method, request.path, request.query)
             enforcer.check(identity, attrs)
         except TinykubeError as exc:

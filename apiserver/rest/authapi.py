@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from apiserver.auth.authn import Authenticator
+from apiserver.auth.authn import Authenticator, StaleTokenError
 from apiserver.auth.authorizer import Authorizer, Identity
 from apiserver.auth.review import (
     AUTHENTICATION_GROUP,
@@ -270,7 +270,7 @@ class AuthAPI:
             raise not_found_path()
         body = await self._body(request)
         if resource is TOKEN_REVIEW:
-            return self._token_review(body)
+            return await self._token_review(body)
         if resource is SELF_SUBJECT_REVIEW:
             return self._self_subject_review(body, requester(request))
         if resource is SUBJECT_ACCESS_REVIEW or resource is LOCAL_SUBJECT_ACCESS_REVIEW:
@@ -283,7 +283,7 @@ class AuthAPI:
             return _created(answer)
         raise not_found_path()
 
-    def _token_review(self, body: Mapping[str, Any]) -> web.Response:
+    async def _token_review(self, body: Mapping[str, Any]) -> web.Response:
         spec = body.get("spec")
         spec = spec if isinstance(spec, Mapping) else {}
         token = spec.get("token", "")
@@ -311,7 +311,11 @@ class AuthAPI:
             )
         raw = spec.get("audiences")
         audiences = tuple(a for a in raw if isinstance(a, str)) if isinstance(raw, list) else ()
-        user, accepted, error = self.authenticator.review(token, audiences)
+        try:
+            user, accepted, error = self.authenticator.review(token, audiences)
+        except StaleTokenError:
+            await self.authenticator.settle()
+            user, accepted, error = self.authenticator.review(token, audiences, settled=True)
         shown: dict[str, Any] | None = None
         if user is not None:
             shown = {"username": user.name}

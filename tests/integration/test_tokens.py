@@ -291,3 +291,24 @@ async def test_node_bound_token_ends_with_the_node(api: Api) -> None:
         return code == 401
 
     await eventually(refused, 30, "the token to stop working with its node")
+
+
+async def test_a_token_for_objects_the_cache_lags_behind_waits_for_it(
+    api: Api, server: APIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sa_tokens = server.authenticator.service_accounts
+    assert sa_tokens is not None
+    lookup = sa_tokens.lookup
+    real = lookup.service_account
+    asked: list[str] = []
+
+    def lagging(namespace: str, name: str) -> Any:
+        # The first look misses, as a cache that has not seen the account yet would.
+        asked.append(name)
+        return None if len(asked) == 1 else real(namespace, name)
+
+    token = await api.token_for()
+    monkeypatch.setattr(lookup, "service_account", lagging)
+    code, body = await api.call("GET", f"/api/v1/namespaces/{NS}/pods", token=token)
+    assert code == 403, body  # authenticated (robot may not list pods)
+    assert asked == ["robot", "robot"]

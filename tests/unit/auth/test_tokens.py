@@ -11,14 +11,16 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from apiserver.auth.authn import AuthenticationError, Authenticator
+from apiserver.auth.authn import AuthenticationError, Authenticator, StaleTokenError
 from apiserver.auth.tokens import (
     BAD_SIGNATURE,
+    FRESH_SECONDS,
     INVALIDATED,
     Found,
     KeyFileError,
     PublicKey,
     Ref,
+    StaleLookup,
     TokenAuthenticator,
     TokenError,
     b64url,
@@ -321,3 +323,28 @@ def test_key_files(tmp_path: Path) -> None:
     )
     with pytest.raises(KeyFileError, match="only P-256"):
         load_private_key(str(tmp_path / "p384"))
+
+
+def test_a_recent_tokens_missing_objects_may_be_the_caches_lag() -> None:
+    lookup = objects()
+    clock = FakeClock(T0)
+    authn = authenticator(lookup, clock)
+    token = token_of(pod=Ref("web", "pod-uid"))
+    del lookup.pods[("ns", "web")]
+    with pytest.raises(StaleLookup, match=f"^{INVALIDATED}$"):
+        authn.authenticate(token)
+    # Once the caches caught up, the answer is final.
+    with pytest.raises(TokenError) as final:
+        authn.authenticate(token, settled=True)
+    assert type(final.value) is TokenError
+    # A token older than FRESH_SECONDS named objects the caches have long seen.
+    clock.advance(FRESH_SECONDS + 1)
+    with pytest.raises(TokenError) as old:
+        authn.authenticate(token)
+    assert type(old.value) is TokenError
+    bearer = Authenticator(service_accounts=authenticator(lookup, FakeClock(T0)))
+    with pytest.raises(StaleTokenError):
+        bearer.token(f"Bearer {token}")
+    with pytest.raises(AuthenticationError) as settled:
+        bearer.token(f"Bearer {token}", settled=True)
+    assert type(settled.value) is AuthenticationError
