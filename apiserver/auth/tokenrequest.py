@@ -135,6 +135,15 @@ class TokenRequests:
 
     def _spec(self, name: str, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """The request's spec, defaulted and validated (kube's defaults and validation)."""
+        for key, go_type in (("metadata", "v1.ObjectMeta"), ("spec", "v1.TokenRequestSpec")):
+            value = body.get(key)
+            if value is not None and not isinstance(value, Mapping):
+                shown = "array" if isinstance(value, list) else type(value).__name__
+                shown = {"str": "string", "int": "number", "float": "number"}.get(shown, shown)
+                raise BadRequestError(
+                    f'{KIND} in version "{VERSION}" cannot be handled as a {KIND}: json: cannot '
+                    f"unmarshal {shown} into Go struct field {KIND}.{key} of type {go_type}"
+                )
         meta = body.get("metadata")
         meta = meta if isinstance(meta, Mapping) else {}
         causes: list[FieldError] = []

@@ -312,3 +312,42 @@ async def test_a_token_for_objects_the_cache_lags_behind_waits_for_it(
     code, body = await api.call("GET", f"/api/v1/namespaces/{NS}/pods", token=token)
     assert code == 403, body  # authenticated (robot may not list pods)
     assert asked == ["robot", "robot"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (TOKEN, {"spec": {"expirationSeconds": "600"}}),
+        (TOKEN, {"spec": {"expirationSeconds": 600.5}}),
+        (TOKEN, {"spec": {"expirationSeconds": True}}),
+        (TOKEN, {"spec": {"audiences": "x"}}),
+        (TOKEN, {"spec": {"audiences": [1]}}),
+        (TOKEN, {"spec": {"boundObjectRef": "pod"}}),
+        (TOKEN, {"spec": {"boundObjectRef": {"kind": "Pod", "apiVersion": "v1"}}}),
+        (TOKEN, {"spec": {"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": 7}}}),
+        (TOKEN, {"metadata": "x", "spec": []}),
+        (TOKEN, [1, 2]),
+        ("/apis/authentication.k8s.io/v1/tokenreviews", {"spec": {"token": 5}}),
+        ("/apis/authentication.k8s.io/v1/tokenreviews", {"spec": "x"}),
+        ("/apis/authorization.k8s.io/v1/subjectaccessreviews", {"spec": {"user": "u"}}),
+        (
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            {"spec": {"user": "u", "resourceAttributes": "x"}},
+        ),
+        (
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            {"spec": {"groups": "g", "nonResourceAttributes": {"path": 1}}},
+        ),
+        (
+            f"/apis/authorization.k8s.io/v1/namespaces/{NS}/localsubjectaccessreviews",
+            {"spec": {"user": "u", "resourceAttributes": {"namespace": 3}}},
+        ),
+        ("/apis/authorization.k8s.io/v1/localsubjectaccessreviews", {"spec": {"user": "u"}}),
+        ("/apis/authentication.k8s.io/v1/tokenreviews/x", {"spec": {"token": "t"}}),
+        (f"/api/v1/namespaces/{NS}/serviceaccounts/robot/tokens", {}),
+    ],
+)
+async def test_bad_bodies_are_client_errors(api: Api, path: str, body: Any) -> None:
+    code, answer = await api.call("POST", path, body)
+    assert 400 <= code < 500, (code, answer)
+    assert answer["kind"] == "Status" and answer["message"], answer
