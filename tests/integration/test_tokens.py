@@ -7,8 +7,9 @@ etcd; REST requests with aiohttp as the admin (client certificate) or with a bea
 
 from __future__ import annotations
 
+import asyncio
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -17,7 +18,6 @@ import pytest
 
 from apiserver.app import APIServer
 from apiserver.settings import Settings
-from tests.e2e.waiting import eventually
 from tests.integration.conftest import make_settings
 from tinykube.localetcd import EtcdServer
 from tinykube.pki import PKI, cluster_specs
@@ -27,6 +27,18 @@ pytestmark = pytest.mark.integration
 NS = "team"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 TOKEN = f"/api/v1/namespaces/{NS}/serviceaccounts/robot/token"
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], limit: float, what: str) -> Any:
+    """Poll `check` until it returns something truthy (the caches follow etcd's watch)."""
+    deadline = asyncio.get_running_loop().time() + limit
+    while True:
+        last = await check()
+        if last:
+            return last
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"timed out waiting for {what}; last: {last!r}")
+        await asyncio.sleep(0.1)
 
 
 @dataclass
