@@ -13,7 +13,8 @@ import sys
 from collections.abc import Sequence
 
 from apiserver.allocator import parse_ip_range, parse_port_range
-from apiserver.app import APIServer
+from apiserver.app import APIServer, service_account_keys
+from apiserver.auth.tokens import KeyFileError
 from apiserver.settings import Settings
 from tinykube import aio
 from tinykube.serving import configure_logging, run_until_signalled
@@ -218,6 +219,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         ),
         service_account_jwks_uri=args.service_account_jwks_uri,
     )
+    try:
+        # Read now: a missing or unusable key is a flag error, not a traceback at start.
+        service_account_keys(settings)
+    except KeyFileError as exc:
+        p.error(str(exc))
     if not settings.insecure and not (settings.tls_cert_file and settings.tls_private_key_file):
         p.error(
             "--tls-cert-file and --tls-private-key-file are required (`tinykube up` writes "
