@@ -11,8 +11,10 @@ token to a Pod (run by this account: else 400) or a Secret of the namespace, or 
 must exist (404) and have the uid given, if one is (409); a pod's node is named in the token
 too. The
 ServiceAccount must exist (404). The answer is the request with `status.token` and
-`status.expirationTimestamp`; a dry run answers without a token. Reads go to etcd (the stores'
-`get`), so a token is never minted for an object the cache has not seen yet.
+`status.expirationTimestamp`; a dry run answers without a token. A kubelet (a node identity)
+may ask only for tokens bound to a pod on its node (NodeRestriction, apiserver/auth/node.py).
+Reads go to etcd (the stores' `get`), so a token is never minted for an object the cache has
+not seen yet.
 
 `CacheLookup` is the authenticator's view of accounts, pods and secrets: the apiserver's watch
 caches, read synchronously on the event loop.
@@ -26,6 +28,8 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from apiserver.auth.filters import REQUESTER
+from apiserver.auth.node import admit_node_token
 from apiserver.auth.tokens import (
     DEFAULT_EXPIRATION_SECONDS,
     MAX_EXPIRATION_SECONDS,
@@ -42,6 +46,7 @@ from tinykube.errors import (
     BadRequestError,
     ConflictError,
     FieldError,
+    ForbiddenError,
     InvalidError,
     NotFoundError,
 )
@@ -201,10 +206,28 @@ class TokenRequests:
         spec["audiences"] = list(audiences) or list(self.issuer.audiences)
         return spec
 
+    async def _admit_node(self, namespace: str, name: str, spec: Mapping[str, Any]) -> None:
+        """NodeRestriction: a kubelet's token must be bound to a pod on its node."""
+        requester = REQUESTER.get()
+        if requester is None:
+            return
+        ref = spec.get("boundObjectRef")
+        bound = ref if isinstance(ref, Mapping) else None
+        pod = None
+        if bound is not None and bound.get("kind") == POD.kind and _text(bound, "name"):
+            try:
+                pod = await self._get(POD.kind, namespace, _text(bound, "name"))
+            except NotFoundError:
+                pod = None
+        refused = admit_node_token(requester, namespace, name, bound, pod)
+        if refused is not None:
+            raise ForbiddenError(refused)
+
     async def create(
         self, namespace: str, name: str, body: Mapping[str, Any], *, dry_run: bool = False
     ) -> dict[str, Any]:
         spec = self._spec(name, namespace, body)
+        await self._admit_node(namespace, name, spec)
         sa = await self._get(SERVICE_ACCOUNT.kind, namespace, name)
         pod_ref = secret_ref = node_ref = None
         ref = spec.get("boundObjectRef")

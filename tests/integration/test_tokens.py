@@ -27,6 +27,7 @@ pytestmark = pytest.mark.integration
 NS = "team"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 TOKEN = f"/api/v1/namespaces/{NS}/serviceaccounts/robot/token"
+KUBELET_NODE = "tok-kubelet"
 
 
 async def eventually(check: Callable[[], Awaitable[Any]], limit: float, what: str) -> Any:
@@ -47,15 +48,21 @@ class Api:
     pki: PKI
     session: aiohttp.ClientSession
 
-    def _ssl(self, admin: bool) -> ssl.SSLContext:
+    def _ssl(self, admin: bool, cert: str = "admin") -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.pki.ca_cert_path))
         if admin:
-            paths = self.pki.paths("admin")
+            paths = self.pki.paths(cert)
             ctx.load_cert_chain(str(paths.cert), str(paths.key))
         return ctx
 
     async def call(
-        self, method: str, path: str, body: Any = None, *, token: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = None,
+        cert: str = "admin",
     ) -> tuple[int, Any]:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         async with self.session.request(
@@ -63,7 +70,7 @@ class Api:
             self.url + path,
             json=body,
             headers=headers,
-            ssl=self._ssl(admin=token is None),
+            ssl=self._ssl(token is None, cert),
         ) as r:
             return r.status, await r.json(content_type=None)
 
@@ -92,7 +99,7 @@ def settings_for(pki: PKI, etcd: EtcdServer, **overrides: Any) -> Settings:
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
     pki = PKI(tmp_path_factory.mktemp("tokens") / "pki")
-    pki.ensure_all(cluster_specs([]))
+    pki.ensure_all(cluster_specs([KUBELET_NODE]))
     return pki
 
 
@@ -363,3 +370,40 @@ async def test_bad_bodies_are_client_errors(api: Api, path: str, body: Any) -> N
     code, answer = await api.call("POST", path, body)
     assert 400 <= code < 500, (code, answer)
     assert answer["kind"] == "Status" and answer["message"], answer
+
+
+async def test_a_kubelet_gets_tokens_only_for_its_pods(api: Api) -> None:
+    kubelet = f"kubelet-{KUBELET_NODE}"
+    await api.call("POST", "/api/v1/nodes", {"metadata": {"name": KUBELET_NODE}})
+    on_node = pod("on-node", "robot")
+    on_node["spec"]["nodeName"] = KUBELET_NODE
+    code, created = await api.call("POST", f"/api/v1/namespaces/{NS}/pods", on_node)
+    assert code == 201, created
+    uid = created["metadata"]["uid"]
+    bound = {"apiVersion": "v1", "kind": "Pod", "name": "on-node", "uid": uid}
+
+    async def minted() -> Any:
+        code, body = await api.call(
+            "POST", TOKEN, {"spec": {"boundObjectRef": bound}}, cert=kubelet
+        )
+        return body if code == 201 else None
+
+    body = await eventually(minted, 30, "the Node authorizer to see the pod on its node")
+    assert body["status"]["token"]
+    code, body = await api.call("POST", TOKEN, {"spec": {}}, cert=kubelet)
+    assert (code, body["message"]) == (
+        403,
+        'serviceaccounts "robot" is forbidden: node requested token not bound to a pod',
+    )
+    code, body = await api.call(
+        "POST",
+        f"/api/v1/namespaces/{NS}/serviceaccounts/other/token",
+        {"spec": {}},
+        cert=kubelet,
+    )
+    assert code == 403
+    assert body["message"] == (
+        f'serviceaccounts "other" is forbidden: User "system:node:{KUBELET_NODE}" cannot create '
+        f'resource "serviceaccounts/token" in API group "" in the namespace "{NS}": no '
+        f"relationship found between node '{KUBELET_NODE}' and this object"
+    )
