@@ -20,21 +20,18 @@ As kube-apiserver's pkg/serviceaccount (jwt.go, claims.go):
   and credential-id `JTI=<jti>` (`authentication.kubernetes.io/...`).
 - `jwks()` / `openid_configuration()`: the OIDC discovery documents of the issuer.
 
-The JWT encoding is the few lines of RFC 7515/7519 compact serialization kube's tokens use;
-signatures are the `cryptography` library's. Lookups of the account, pod, secret and node read
-the watch caches through `ObjectLookup` (synchronous dictionary reads); when a token issued
-within the last minute names an object they miss or hold with another uid, `StaleLookup` tells
-the caller to let the caches catch up with etcd and ask again (`settled=True`), as kube's token
-getter falls back from its informer to a live read. A token's verified claims are memoized
-(bounded), so a request pays one signature check per token (~0.2 ms for RS256), then
-dictionary lookups (~20 us). Pure apart from the clock; runs on the event loop.
+The JWT encoding and keys are tinykube/jwt.py's (shared with the controller manager). Lookups
+of the account, pod, secret and node read the watch caches through `ObjectLookup`
+(synchronous dictionary reads); when a token issued within the last minute names an object
+they miss or hold with another uid, `StaleLookup` tells the caller to let the caches catch up
+with etcd and ask again (`settled=True`), as kube's token getter falls back from its informer
+to a live read. A token's verified claims are memoized (bounded), so a request pays one
+signature check per token (~0.2 ms for RS256), then dictionary lookups (~20 us). Pure apart
+from the clock; runs on the event loop.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,16 +39,44 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from cryptography import x509
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
-from cryptography.hazmat.primitives.asymmetric.utils import (
-    decode_dss_signature,
-    encode_dss_signature,
+from tinykube.clock import Clock
+from tinykube.jwt import (
+    KeyFileError,
+    Parsed,
+    PrivateKey,
+    PublicKey,
+    algorithm_of,
+    b64url,
+    b64url_decode,
+    encode,
+    jwk,
+    key_id,
+    load_private_key,
+    load_public_keys,
+    parse,
+    public_key_from_jwk,
+    sign,
+    verify,
 )
 
-from tinykube.clock import Clock
+__all__ = [
+    "KeyFileError",
+    "Parsed",
+    "PrivateKey",
+    "PublicKey",
+    "algorithm_of",
+    "b64url",
+    "b64url_decode",
+    "encode",
+    "jwk",
+    "key_id",
+    "load_private_key",
+    "load_public_keys",
+    "parse",
+    "public_key_from_jwk",
+    "sign",
+    "verify",
+]
 
 DEFAULT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 # TokenRequest's defaults and bounds (pkg/apis/authentication: defaults and validation).
@@ -75,9 +100,6 @@ _MEMO_LIMIT = 4096
 # A token issued this recently may name objects the caches have not seen yet (StaleLookup).
 FRESH_SECONDS = 60
 
-PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
-PublicKey = rsa.RSAPublicKey | ec.EllipticCurvePublicKey
-
 
 class TokenError(ValueError):
     """A token that is ours (our issuer) and is not valid; the message is kube's."""
@@ -88,204 +110,6 @@ class StaleLookup(TokenError):
     uid: the cache may lag etcd (another apiserver minted the token for an object made a moment
     ago), so the caller lets the caches catch up and asks again with `settled=True`, as kube's
     token getter falls back from its informer to a live read."""
-
-
-class KeyFileError(ValueError):
-    """A service account key file that cannot be used; the message names the file."""
-
-
-# ---- base64url and keys ----------------------------------------------------------------------
-
-
-def b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def b64url_decode(text: str) -> bytes:
-    if not text.isascii() or "=" in text:
-        raise ValueError("not unpadded base64url")
-    try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (binascii.Error, ValueError) as exc:
-        raise ValueError("not base64url") from exc
-
-
-def key_id(public: PublicKey) -> str:
-    """kube's key id: unpadded base64url of the SHA-256 of the key's PKIX DER."""
-    der = public.public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    return b64url(hashlib.sha256(der).digest())
-
-
-def algorithm_of(public: PublicKey) -> str:
-    if isinstance(public, rsa.RSAPublicKey):
-        return "RS256"
-    if isinstance(public.curve, ec.SECP256R1):
-        return "ES256"
-    raise KeyFileError(f"unsupported elliptic curve {public.curve.name}: only P-256 (ES256)")
-
-
-def _int_bytes(n: int) -> bytes:
-    return n.to_bytes((n.bit_length() + 7) // 8 or 1, "big")
-
-
-def jwk(public: PublicKey) -> dict[str, str]:
-    """The key as a JSON Web Key (RFC 7517), as kube's /openid/v1/jwks lists it."""
-    kid, alg = key_id(public), algorithm_of(public)
-    if isinstance(public, rsa.RSAPublicKey):
-        numbers = public.public_numbers()
-        return {
-            "use": "sig",
-            "kty": "RSA",
-            "kid": kid,
-            "alg": alg,
-            "n": b64url(_int_bytes(numbers.n)),
-            "e": b64url(_int_bytes(numbers.e)),
-        }
-    point = public.public_numbers()
-    return {
-        "use": "sig",
-        "kty": "EC",
-        "kid": kid,
-        "crv": "P-256",
-        "alg": alg,
-        "x": b64url(point.x.to_bytes(32, "big")),
-        "y": b64url(point.y.to_bytes(32, "big")),
-    }
-
-
-def public_key_from_jwk(key: Mapping[str, Any]) -> PublicKey:
-    """A JWK (RSA or EC P-256) back as a key: what a relying party does with the JWKS."""
-    if key.get("kty") == "RSA":
-        n = int.from_bytes(b64url_decode(str(key["n"])), "big")
-        e = int.from_bytes(b64url_decode(str(key["e"])), "big")
-        return rsa.RSAPublicNumbers(e, n).public_key()
-    if key.get("kty") == "EC" and key.get("crv") == "P-256":
-        x = int.from_bytes(b64url_decode(str(key["x"])), "big")
-        y = int.from_bytes(b64url_decode(str(key["y"])), "big")
-        return ec.EllipticCurvePublicNumbers(x, y, ec.SECP256R1()).public_key()
-    raise ValueError(f"unsupported JWK key type {key.get('kty')!r}")
-
-
-def sign(key: PrivateKey, data: bytes) -> bytes:
-    if isinstance(key, rsa.RSAPrivateKey):
-        return key.sign(data, padding.PKCS1v15(), hashes.SHA256())
-    r, s = decode_dss_signature(key.sign(data, ec.ECDSA(hashes.SHA256())))
-    return r.to_bytes(32, "big") + s.to_bytes(32, "big")
-
-
-def verify(public: PublicKey, alg: str, data: bytes, signature: bytes) -> bool:
-    try:
-        if alg == "RS256" and isinstance(public, rsa.RSAPublicKey):
-            public.verify(signature, data, padding.PKCS1v15(), hashes.SHA256())
-            return True
-        if alg == "ES256" and isinstance(public, ec.EllipticCurvePublicKey):
-            if len(signature) != 64:
-                return False
-            r = int.from_bytes(signature[:32], "big")
-            s = int.from_bytes(signature[32:], "big")
-            public.verify(encode_dss_signature(r, s), data, ec.ECDSA(hashes.SHA256()))
-            return True
-    except InvalidSignature:
-        return False
-    return False
-
-
-def encode(claims: Mapping[str, Any], key: PrivateKey) -> str:
-    """A compact JWS of `claims`, signed with `key` (header alg and kid as kube's)."""
-    public = key.public_key()
-    header = {"alg": algorithm_of(public), "kid": key_id(public)}
-    signing_input = (
-        b64url(json.dumps(header, separators=(",", ":")).encode())
-        + "."
-        + b64url(json.dumps(claims, separators=(",", ":"), sort_keys=True).encode())
-    )
-    return signing_input + "." + b64url(sign(key, signing_input.encode("ascii")))
-
-
-@dataclass(frozen=True)
-class Parsed:
-    header: dict[str, Any]
-    claims: dict[str, Any]
-    signing_input: bytes
-    signature: bytes
-
-
-def parse(token: str) -> Parsed | None:
-    """A compact JWS's parts, unverified; None when `token` is no JWT."""
-    parts = token.split(".")
-    if len(parts) != 3:
-        return None
-    try:
-        header = json.loads(b64url_decode(parts[0]))
-        claims = json.loads(b64url_decode(parts[1]))
-        signature = b64url_decode(parts[2])
-    except ValueError:  # bad base64, bad JSON (JSONDecodeError), bad UTF-8
-        return None
-    if not isinstance(header, dict) or not isinstance(claims, dict):
-        return None
-    return Parsed(header, claims, f"{parts[0]}.{parts[1]}".encode("ascii"), signature)
-
-
-def load_private_key(path: str) -> PrivateKey:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise KeyFileError(f"--service-account-signing-key-file {path!r}: {exc.strerror}") from exc
-    try:
-        key = serialization.load_pem_private_key(data, None)
-    except (ValueError, TypeError) as exc:
-        raise KeyFileError(
-            f"--service-account-signing-key-file {path!r}: not a PEM private key ({exc})"
-        ) from exc
-    if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
-        raise KeyFileError(f"--service-account-signing-key-file {path!r}: not an RSA or EC key")
-    algorithm_of(key.public_key())
-    return key
-
-
-def _pem_blocks(data: bytes) -> list[bytes]:
-    blocks, rest = [], data
-    while b"-----BEGIN " in rest:
-        start = rest.index(b"-----BEGIN ")
-        end_marker = rest.find(b"-----END ", start)
-        if end_marker < 0:
-            break
-        end = rest.find(b"-----", end_marker + 9)
-        if end < 0:
-            break
-        blocks.append(rest[start : end + 5] + b"\n")
-        rest = rest[end + 5 :]
-    return blocks
-
-
-def load_public_keys(path: str) -> list[PublicKey]:
-    """Every key in a `--service-account-key-file`: PEM public keys, private keys (their public
-    half) or certificates, as kube's keyutil.PublicKeysFromFile reads."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise KeyFileError(f"--service-account-key-file {path!r}: {exc.strerror}") from exc
-    keys: list[PublicKey] = []
-    for block in _pem_blocks(data):
-        try:
-            if b"CERTIFICATE" in block.split(b"\n", 1)[0]:
-                found: Any = x509.load_pem_x509_certificate(block).public_key()
-            elif b"PRIVATE KEY" in block.split(b"\n", 1)[0]:
-                found = serialization.load_pem_private_key(block, None).public_key()
-            else:
-                found = serialization.load_pem_public_key(block)
-        except (ValueError, TypeError) as exc:
-            raise KeyFileError(f"--service-account-key-file {path!r}: {exc}") from exc
-        if isinstance(found, rsa.RSAPublicKey | ec.EllipticCurvePublicKey):
-            algorithm_of(found)
-            keys.append(found)
-    if not keys:
-        raise KeyFileError(f"--service-account-key-file {path!r}: no public keys found")
-    return keys
 
 
 # ---- issuing -----------------------------------------------------------------------------------
