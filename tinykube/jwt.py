@@ -228,3 +228,22 @@ def load_public_keys(path: str) -> list[PublicKey]:
     if not keys:
         raise KeyFileError(f"--service-account-key-file {path!r}: no public keys found")
     return keys
+
+
+# ---- Kubernetes' legacy (Secret-held) service account tokens ----------------------------------
+
+LEGACY_ISSUER = "kubernetes/serviceaccount"
+LEGACY_PREFIX = "kubernetes.io/serviceaccount/"
+
+
+def legacy_claims(namespace: str, account: str, account_uid: str, secret: str) -> dict[str, Any]:
+    """kube's LegacyClaims: what the token controller writes into a
+    kubernetes.io/service-account-token Secret (no audience, no expiry)."""
+    return {
+        "iss": LEGACY_ISSUER,
+        "sub": f"system:serviceaccount:{namespace}:{account}",
+        LEGACY_PREFIX + "namespace": namespace,
+        LEGACY_PREFIX + "secret.name": secret,
+        LEGACY_PREFIX + "service-account.name": account,
+        LEGACY_PREFIX + "service-account.uid": account_uid,
+    }

@@ -91,7 +91,15 @@ class CacheLookup:
         return self._get(POD.kind, POD.plural, namespace, name)
 
     def secret(self, namespace: str, name: str) -> Found | None:
-        return self._get(SECRET.kind, SECRET.plural, namespace, name)
+        cache = self._caches.get(SECRET.kind)
+        if cache is None or not name:
+            return None
+        hit = cache.state.get(f"{self._prefix}/{SECRET.plural}/{namespace}/{name}".encode())
+        if hit is None:
+            return None
+        found = _found(hit.obj)
+        token = hit.obj.data.get("token", b"")  # type: ignore[attr-defined]
+        return Found(found.uid, found.deleted_at, token)
 
     async def refresh(self) -> None:
         """Wait (bounded by the caches' wait timeout) until the caches of accounts, pods,

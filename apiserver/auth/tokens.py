@@ -18,6 +18,10 @@ As kube-apiserver's pkg/serviceaccount (jwt.go, claims.go):
   invalidated"...). The user is the account's: groups `system:serviceaccounts` and
   `system:serviceaccounts:<ns>`, uid the account's, extra pod-name/pod-uid, node-name/node-uid
   and credential-id `JTI=<jti>` (`authentication.kubernetes.io/...`).
+- Legacy tokens (iss `kubernetes/serviceaccount`, the ones the controller manager writes into
+  kubernetes.io/service-account-token Secrets; no expiry, no audience) are accepted while their
+  Secret exists and holds that very token and their account keeps its uid, as kube's legacy
+  validator.
 - `jwks()` / `openid_configuration()`: the OIDC discovery documents of the issuer.
 
 The JWT encoding and keys are tinykube/jwt.py's (shared with the controller manager). Lookups
@@ -41,6 +45,8 @@ from typing import Any, Protocol
 
 from tinykube.clock import Clock
 from tinykube.jwt import (
+    LEGACY_ISSUER,
+    LEGACY_PREFIX,
     KeyFileError,
     Parsed,
     PrivateKey,
@@ -199,10 +205,12 @@ class Authenticated:
 
 @dataclass(frozen=True)
 class Found:
-    """What a lookup found of an object: its uid and when it was marked deleted (None: not)."""
+    """What a lookup found of an object: its uid and when it was marked deleted (None: not);
+    for a Secret, its data's `token` (legacy tokens must match it)."""
 
     uid: str
     deleted_at: datetime | None = None
+    token: bytes = b""
 
 
 class ObjectLookup(Protocol):
@@ -259,13 +267,18 @@ class TokenAuthenticator:
         verified = self._verified.get(token)
         if verified is None:
             parsed = parse(token)
-            if parsed is None or parsed.claims.get("iss") not in self.issuers:
+            if parsed is None:
+                return None
+            issuer = parsed.claims.get("iss")
+            if issuer not in self.issuers and issuer != LEGACY_ISSUER:
                 return None
             self._check_signature(parsed)
             verified = parsed.claims
             if len(self._verified) >= _MEMO_LIMIT:
                 self._verified.clear()
             self._verified[token] = verified
+        if verified.get("iss") == LEGACY_ISSUER:
+            return self._validate_legacy(token, verified, audiences)
         return self._validate(verified, audiences, settled)
 
     def _check_signature(self, parsed: Parsed) -> None:
@@ -278,6 +291,44 @@ class TokenAuthenticator:
             if isinstance(alg, str) and verify(key, alg, parsed.signing_input, parsed.signature):
                 return
         raise TokenError(BAD_SIGNATURE)
+
+    def _validate_legacy(
+        self, token: str, c: Mapping[str, Any], audiences: Sequence[str] | None
+    ) -> Authenticated:
+        """A token of a kubernetes.io/service-account-token Secret (kube's legacy validator):
+        the Secret must still exist and hold this very token, and the account its uid."""
+        wanted = list(audiences) if audiences else list(self.audiences)
+        accepted = tuple(a for a in self.audiences if a in wanted)
+        if not accepted and self.audiences:
+            raise TokenError(
+                f"token audiences {go_quote_list(self.audiences)} is invalid for the target "
+                f"audiences {go_quote_list(wanted)}"
+            )
+
+        def text(key: str) -> str:
+            value = c.get(LEGACY_PREFIX + key, "")
+            return value if isinstance(value, str) else ""
+
+        namespace, secret_name = text("namespace"), text("secret.name")
+        name, uid = text("service-account.name"), text("service-account.uid")
+        secret = self.lookup.secret(namespace, secret_name)
+        if secret is None or secret.deleted_at is not None:
+            raise TokenError("Token has been invalidated")
+        if secret.token != token.encode():
+            raise TokenError("Token does not match server's copy")
+        found = self.lookup.service_account(namespace, name)
+        if found is None:
+            raise TokenError(f'serviceaccounts "{name}" not found')
+        if found.deleted_at is not None:
+            raise TokenError(f"ServiceAccount {namespace}/{name} has been deleted")
+        if found.uid != uid:
+            raise TokenError(f"ServiceAccount UID ({found.uid}) does not match claim ({uid})")
+        user = UserInfo(
+            name=f"{SERVICE_ACCOUNT_PREFIX}{namespace}:{name}",
+            uid=uid,
+            groups=(SERVICE_ACCOUNT_GROUP, f"{SERVICE_ACCOUNT_GROUP}:{namespace}"),
+        )
+        return Authenticated(user, accepted)
 
     def _validate(
         self, c: Mapping[str, Any], audiences: Sequence[str] | None, settled: bool

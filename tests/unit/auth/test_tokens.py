@@ -348,3 +348,31 @@ def test_a_recent_tokens_missing_objects_may_be_the_caches_lag() -> None:
     with pytest.raises(AuthenticationError) as settled:
         bearer.token(f"Bearer {token}", settled=True)
     assert type(settled.value) is AuthenticationError
+
+
+def test_legacy_secret_tokens_live_as_long_as_their_secret() -> None:
+    from tinykube.jwt import legacy_claims
+
+    lookup = objects()
+    token = encode(legacy_claims("ns", "robot", "sa-uid", "robot-token"), RSA_KEY)
+    lookup.secrets[("ns", "robot-token")] = Found("s-uid", token=token.encode())
+    clock = FakeClock(T0)
+    authn = authenticator(lookup, clock)
+    clock.advance(10 * 365 * 86400)  # no expiry
+    found = authn.authenticate(token)
+    assert found is not None
+    assert found.user.name == "system:serviceaccount:ns:robot"
+    assert found.user.uid == "sa-uid"
+    assert found.audiences == (ISSUER,)
+    lookup.secrets[("ns", "robot-token")] = Found("s-uid", token=b"another")
+    with pytest.raises(TokenError, match="^Token does not match server's copy$"):
+        authn.authenticate(token)
+    del lookup.secrets[("ns", "robot-token")]
+    with pytest.raises(TokenError, match="^Token has been invalidated$"):
+        authn.authenticate(token)
+    lookup.secrets[("ns", "robot-token")] = Found("s-uid", token=token.encode())
+    lookup.accounts[("ns", "robot")] = Found("new-uid")
+    with pytest.raises(TokenError, match=r"ServiceAccount UID \(new-uid\) does not match"):
+        authn.authenticate(token)
+    with pytest.raises(TokenError, match=BAD_SIGNATURE):
+        authn.authenticate(encode(legacy_claims("ns", "robot", "sa-uid", "x"), OTHER_KEY))
