@@ -365,10 +365,10 @@ def test_legacy_secret_tokens_live_as_long_as_their_secret() -> None:
     assert found.user.uid == "sa-uid"
     assert found.audiences == (ISSUER,)
     lookup.secrets[("ns", "robot-token")] = Found("s-uid", token=b"another")
-    with pytest.raises(TokenError, match="^Token does not match server's copy$"):
+    with pytest.raises(TokenError, match=r"^Token does not match server's copy$"):
         authn.authenticate(token)
     del lookup.secrets[("ns", "robot-token")]
-    with pytest.raises(TokenError, match="^Token has been invalidated$"):
+    with pytest.raises(TokenError, match=r"^Token has been invalidated$"):
         authn.authenticate(token)
     lookup.secrets[("ns", "robot-token")] = Found("s-uid", token=token.encode())
     lookup.accounts[("ns", "robot")] = Found("new-uid")
