@@ -39,6 +39,7 @@ from controller.nodelifecycle import NODE_LEASE_NAMESPACE, NodeLifecycleControll
 from controller.replicaset import ReplicaSetController
 from controller.serviceaccount import ServiceAccountsController
 from controller.settings import Settings
+from controller.tokens import TokensController
 from controller.ttlafterfinished import TTLAfterFinishedController
 from tinykube import kinds
 from tinykube.client import Client
@@ -377,6 +378,27 @@ class ControllerManager:
             self.metrics.track_queue("serviceaccount", sa_queue.__len__)
             # One worker, as kube-controller-manager runs this controller.
             workers.append(("serviceaccount", sa_queue, sac.sync, 1))
+
+        if "serviceaccount-token" in s.controllers and s.service_account_key is not None:
+            token_accounts: Informer[Any] = Informer.for_resource(
+                client.service_accounts, clock=self.clock
+            )
+            token_secrets: Informer[Any] = Informer.for_resource(client.secrets, clock=self.clock)
+            informers += [token_accounts, token_secrets]
+            tok_queue: WorkQueue[str] = WorkQueue(self.clock, name="serviceaccount-token")
+            tokc = TokensController(
+                client.secrets,
+                token_secrets.store,
+                token_accounts.store,
+                tok_queue,
+                key=s.service_account_key,
+                root_ca=s.root_ca,
+            )
+            token_secrets.add_handler(tokc.on_secret, tokc.on_secret_update)
+            token_accounts.add_handler(tokc.on_account, tokc.on_account_update, tokc.on_account)
+            queues.append(tok_queue)
+            self.metrics.track_queue("serviceaccount-token", tok_queue.__len__)
+            workers.append(("serviceaccount-token", tok_queue, tokc.sync, 1))
 
         if "clusterrole-aggregation" in s.controllers:
             cluster_roles: Informer[Any] = Informer.for_resource(

@@ -170,20 +170,18 @@ def parse(token: str) -> Parsed | None:
     return Parsed(header, claims, f"{parts[0]}.{parts[1]}".encode("ascii"), signature)
 
 
-def load_private_key(path: str) -> PrivateKey:
+def load_private_key(path: str, flag: str = "--service-account-signing-key-file") -> PrivateKey:
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as exc:
-        raise KeyFileError(f"--service-account-signing-key-file {path!r}: {exc.strerror}") from exc
+        raise KeyFileError(f"{flag} {path!r}: {exc.strerror}") from exc
     try:
         key = serialization.load_pem_private_key(data, None)
     except (ValueError, TypeError) as exc:
-        raise KeyFileError(
-            f"--service-account-signing-key-file {path!r}: not a PEM private key ({exc})"
-        ) from exc
+        raise KeyFileError(f"{flag} {path!r}: not a PEM private key ({exc})") from exc
     if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
-        raise KeyFileError(f"--service-account-signing-key-file {path!r}: not an RSA or EC key")
+        raise KeyFileError(f"{flag} {path!r}: not an RSA or EC key")
     algorithm_of(key.public_key())
     return key
 

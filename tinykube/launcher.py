@@ -549,11 +549,22 @@ class LocalCluster:
                 conf = self.work_dir / FAKE_KUBELETS_CONF
             return ["--kubeconfig", str(conf), *self._serving(f"kubelet-{node}-serving")]
         conf_name, _, _ = COMPONENT_KUBECONFIGS[comp.module]
+        tokens = (
+            # the serviceaccount-token controller signs token Secrets with the apiservers' key
+            [
+                "--service-account-private-key-file",
+                str(pki.service_account_key_path),
+                "--root-ca-file",
+                str(pki.ca_cert_path),
+            ]
+            if comp.module == "controller"
+            else []
+        )
         serving = {
             "scheduler": "scheduler-serving",
             "controller": "controller-manager-serving",
         }.get(comp.module, f"proxy-{node}-serving")
-        return ["--kubeconfig", str(self.work_dir / conf_name), *self._serving(serving)]
+        return ["--kubeconfig", str(self.work_dir / conf_name), *self._serving(serving), *tokens]
 
     def address(self, name: str) -> str:
         return self._component(name).address

@@ -330,9 +330,10 @@ def cluster_roles() -> list[rbac_pb2.ClusterRole]:
                     ("leases",),
                     (CONTROLLER_MANAGER_LEASE,),
                 ),
-                # kube's "fundamental resources", without the Secrets tinykube's controller
-                # manager never writes.
+                # kube's "fundamental resources": the serviceaccount controller's accounts and
+                # the serviceaccount-token controller's Secrets.
                 rule(("create",), (_CORE,), ("serviceaccounts",)),
+                rule(("get", "update", "delete"), (_CORE,), ("secrets",)),
                 rule(("get",), (_CORE,), ("namespaces", "serviceaccounts")),
                 rule(("update",), (_CORE,), ("serviceaccounts",)),
                 rule(("create",), (_AUTHZ,), ("subjectaccessreviews",)),

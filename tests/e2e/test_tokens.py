@@ -10,6 +10,7 @@ key verifies a token; discovery lists the new resources. Each test uses names of
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from datetime import UTC, datetime
@@ -379,3 +380,47 @@ def test_discovery_lists_the_token_and_review_resources(tinykube_up: UpCluster) 
         "TokenRequest",
         ["create"],
     )
+
+
+def test_a_token_secret_is_filled_by_the_controller_manager(
+    tinykube_up: UpCluster, tmp_path: Path
+) -> None:
+    ns = "tok-secret"
+    sa_uid = create_namespace(tinykube_up, ns)
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/service-account-token",
+        "metadata": {
+            "name": "default-token",
+            "namespace": ns,
+            "annotations": {"kubernetes.io/service-account.name": "default"},
+        },
+    }
+    ok(tinykube_up.kubectl("apply", "-f", "-", stdin=json.dumps(secret)))
+
+    def filled() -> dict[str, Any] | None:
+        got = tinykube_up.kubectl("get", "secret", "default-token", "-n", ns, "-o", "json")
+        doc = json.loads(got.out) if got.code == 0 else {}
+        return doc if "token" in doc.get("data", {}) else None
+
+    doc = until(filled, "the controller manager to write the token")
+    assert doc is not None
+    assert doc["metadata"]["annotations"]["kubernetes.io/service-account.uid"] == sa_uid
+    assert base64.b64decode(doc["data"]["namespace"]) == ns.encode()
+    assert base64.b64decode(doc["data"]["ca.crt"]).startswith(b"-----BEGIN CERTIFICATE-----")
+    token = base64.b64decode(doc["data"]["token"]).decode()
+    assert payload(token)["iss"] == "kubernetes/serviceaccount"
+    conf = token_kubeconfig(tinykube_up, tmp_path / "legacy.conf", token)
+    whoami = as_token(tinykube_up, conf, "auth", "whoami", "-o", "json")
+    assert whoami.code == 0, whoami.err
+    assert json.loads(whoami.out)["status"]["userInfo"]["username"] == (
+        f"system:serviceaccount:{ns}:default"
+    )
+    ok(tinykube_up.kubectl("delete", "secret", "default-token", "-n", ns))
+
+    def refused() -> bool:
+        got = as_token(tinykube_up, conf, "auth", "whoami")
+        return got.code == 1 and "Unauthorized" in got.err
+
+    until(refused, "the token to stop working with its secret")
