@@ -13,7 +13,8 @@ import sys
 from collections.abc import Sequence
 
 from apiserver.allocator import parse_ip_range, parse_port_range
-from apiserver.app import APIServer
+from apiserver.app import APIServer, service_account_keys
+from apiserver.auth.tokens import KeyFileError
 from apiserver.settings import Settings
 from tinykube import aio
 from tinykube.serving import configure_logging, run_until_signalled
@@ -164,6 +165,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         help="LOW-HIGH range NodePort services' node ports come from",
     )
     _tls_flags(p)
+    _service_account_flags(p)
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
     args = p.parse_args(argv)
     try:
@@ -207,7 +209,21 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         kubelet_client_certificate=args.kubelet_client_certificate,
         kubelet_client_key=args.kubelet_client_key,
         kubelet_certificate_authority=args.kubelet_certificate_authority,
+        service_account_key_files=tuple(_list(args.service_account_key_file)),
+        service_account_signing_key_file=args.service_account_signing_key_file,
+        service_account_issuers=tuple(_list(args.service_account_issuer))
+        or ("https://kubernetes.default.svc.cluster.local",),
+        api_audiences=tuple(_list(args.api_audiences)),
+        service_account_max_token_expiration_seconds=_duration_seconds(
+            p, "--service-account-max-token-expiration", args.service_account_max_token_expiration
+        ),
+        service_account_jwks_uri=args.service_account_jwks_uri,
     )
+    try:
+        # Read now: a missing or unusable key is a flag error, not a traceback at start.
+        service_account_keys(settings)
+    except KeyFileError as exc:
+        p.error(str(exc))
     if not settings.insecure and not (settings.tls_cert_file and settings.tls_private_key_file):
         p.error(
             "--tls-cert-file and --tls-private-key-file are required (`tinykube up` writes "
@@ -254,6 +270,73 @@ def _tls_flags(p: argparse.ArgumentParser) -> None:
         default=_env("INSECURE", "").lower() in ("1", "true", "yes"),
         help="development only: plaintext gRPC, REST and etcd links, every request anonymous "
         "(logs a warning at start)",
+    )
+
+
+def _list(values: Sequence[str]) -> list[str]:
+    """A repeatable, comma-separable flag's values (kube's StringSlice)."""
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
+def _duration_seconds(p: argparse.ArgumentParser, flag: str, text: str) -> int:
+    """A Go duration ("24h", "90m", "3600s", "1h30m") or plain seconds, as whole seconds."""
+    text = text.strip()
+    if not text or text == "0":
+        return 0
+    if text.isdigit():
+        return int(text)
+    units = {"h": 3600, "m": 60, "s": 1}
+    total, number = 0.0, ""
+    for ch in text:
+        if ch.isdigit() or ch == ".":
+            number += ch
+        elif ch in units and number:
+            total += float(number) * units[ch]
+            number = ""
+        else:
+            p.error(f"{flag}: invalid duration {text!r} (e.g. 24h, 90m, 3600s)")
+    if number:
+        p.error(f"{flag}: invalid duration {text!r} (e.g. 24h, 90m, 3600s)")
+    return int(total)
+
+
+def _service_account_flags(p: argparse.ArgumentParser) -> None:
+    """kube-apiserver's service account token flags."""
+    p.add_argument(
+        "--service-account-key-file",
+        action="append",
+        default=_list([_env("SERVICE_ACCOUNT_KEY_FILE", "")]),
+        help="PEM public keys (or certificates, or private keys) service account tokens are "
+        "verified with; repeatable (env TINYKUBE_SERVICE_ACCOUNT_KEY_FILE)",
+    )
+    p.add_argument(
+        "--service-account-signing-key-file",
+        default=_env("SERVICE_ACCOUNT_SIGNING_KEY_FILE", ""),
+        help="PEM private key (RSA or EC P-256) TokenRequest signs tokens with "
+        "(env TINYKUBE_SERVICE_ACCOUNT_SIGNING_KEY_FILE)",
+    )
+    p.add_argument(
+        "--service-account-issuer",
+        action="append",
+        default=[],
+        help="issuer (iss) of service account tokens; repeatable, the first signs "
+        "(default https://kubernetes.default.svc.cluster.local)",
+    )
+    p.add_argument(
+        "--api-audiences",
+        action="append",
+        default=[],
+        help="audiences the API accepts in tokens, comma-separated (default: the issuers)",
+    )
+    p.add_argument(
+        "--service-account-max-token-expiration",
+        default=_env("SERVICE_ACCOUNT_MAX_TOKEN_EXPIRATION", "0"),
+        help="longest lifetime a TokenRequest gets (Go duration, e.g. 24h; 0: no bound)",
+    )
+    p.add_argument(
+        "--service-account-jwks-uri",
+        default="",
+        help="jwks_uri of /.well-known/openid-configuration (default <issuer>/openid/v1/jwks)",
     )
 
 

@@ -39,12 +39,21 @@ from apiserver.auth.filters import Enforcer
 from apiserver.auth.node import NodeAuthorizer, PodsFromCache
 from apiserver.auth.rbac import RbacAuthorizer
 from apiserver.auth.reconcile import reconcile
+from apiserver.auth.tokenrequest import CacheLookup, TokenRequests
+from apiserver.auth.tokens import (
+    PublicKey,
+    TokenAuthenticator,
+    TokenIssuer,
+    load_private_key,
+    load_public_keys,
+)
 from apiserver.flowcontrol import Limiter
 from apiserver.grpcapi import GrpcResource, MetricsInterceptor
 from apiserver.metrics import Metrics
 from apiserver.registry import INDEX_FIELD, Strategy, fields_of
 from apiserver.resources import ResourceStore
 from apiserver.rest.app import RestServer
+from apiserver.rest.authapi import AuthAPI
 from apiserver.rest.codec import KindCodec
 from apiserver.serviceaccount import DEFAULT_SERVICE_ACCOUNT
 from apiserver.settings import Settings
@@ -105,6 +114,26 @@ def kubelet_credentials(settings: Settings) -> Credentials:
         cert_file=settings.kubelet_client_certificate,
         key_file=settings.kubelet_client_key,
     )
+
+
+def service_account_keys(settings: Settings) -> tuple[TokenIssuer | None, tuple[PublicKey, ...]]:
+    """The token signer (None without --service-account-signing-key-file) and the keys tokens
+    are verified with (the key files', else the signing key's public half, as kube)."""
+    issuer: TokenIssuer | None = None
+    keys: list[PublicKey] = []
+    for path in settings.service_account_key_files:
+        keys += load_public_keys(path)
+    if settings.service_account_signing_key_file:
+        private = load_private_key(settings.service_account_signing_key_file)
+        issuer = TokenIssuer(
+            private,
+            issuer=settings.service_account_issuers[0],
+            audiences=settings.audiences,
+            max_expiration_seconds=settings.service_account_max_token_expiration_seconds,
+        )
+        if not keys:
+            keys.append(private.public_key())
+    return issuer, tuple(keys)
 
 
 class APIServer:
@@ -222,6 +251,32 @@ class APIServer:
         self._serving: bool | None = None
         self._etcd_ok = False
         self.rest: RestServer | None = None
+        # Service account tokens: issued by TokenRequest with the signing key, accepted as
+        # bearer tokens when signed by one of the verification keys (apiserver/auth/tokens.py).
+        self.token_issuer, sa_keys = service_account_keys(settings)
+        if sa_keys:
+            lookup = CacheLookup(self.caches, prefix)
+            self.authenticator.service_accounts = TokenAuthenticator(
+                issuers=settings.service_account_issuers,
+                keys=sa_keys,
+                audiences=settings.audiences,
+                lookup=lookup,
+                clock=self.clock,
+            )
+            self.authenticator.refresh = lookup.refresh
+        self.auth_api = AuthAPI(
+            max_request_bytes=settings.max_request_bytes,
+            authenticator=self.authenticator,
+            authorizer=self.authorizer,
+            token_requests=(
+                TokenRequests(self.services, self.token_issuer, self.clock)
+                if self.token_issuer is not None
+                else None
+            ),
+            issuer=settings.service_account_issuers[0] if settings.service_account_issuers else "",
+            keys=sa_keys,
+            jwks_uri=settings.service_account_jwks_uri,
+        )
         if settings.rest_port >= 0:
             self.rest = RestServer(
                 self.services,
@@ -235,6 +290,7 @@ class APIServer:
                 ssl_context=self.serving_tls.ssl_context() if self.serving_tls else None,
                 kubelet_credentials=kubelet_credentials(settings),
                 enforcer=self.enforcer,
+                auth_api=self.auth_api,
             )
         self.rest_port = 0
 

@@ -11,8 +11,10 @@ Kubernetes' rules, as pkg/registry/core/serviceaccount and pkg/apis/core/v1 have
 - The ServiceAccount admission plugin (apiserver/admission.py) names "default" for a pod that
   names none and refuses a pod whose account does not exist.
 
-Tokens are out of scope: no TokenRequest, no token Secrets, no projected token volume, so
-automountServiceAccountToken is recorded and has no effect. Pure functions over messages.
+Tokens come from TokenRequest (apiserver/auth/tokenrequest.py) and token Secrets (the
+controller manager's serviceaccount-token controller); there is no projected token volume, so
+automountServiceAccountToken is recorded and has no effect.
+Pure functions over messages.
 """
 
 from __future__ import annotations

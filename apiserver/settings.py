@@ -86,6 +86,23 @@ class Settings:
     kubelet_client_certificate: str = ""
     kubelet_client_key: str = ""
     kubelet_certificate_authority: str = ""
+    # Service account tokens (apiserver/auth/tokens.py), kube-apiserver's flags: the public
+    # keys tokens are verified with (files of PEM keys or certificates), the private key
+    # TokenRequest signs with (no key: no TokenRequest), the issuers accepted (the first is
+    # written in new tokens), the audiences the API accepts (empty: the issuers), the longest
+    # lifetime a TokenRequest gets (0: no bound) and the jwks_uri the OIDC discovery document
+    # names (empty: <issuer>/openid/v1/jwks).
+    service_account_key_files: tuple[str, ...] = ()
+    service_account_signing_key_file: str = ""
+    service_account_issuers: tuple[str, ...] = ("https://kubernetes.default.svc.cluster.local",)
+    api_audiences: tuple[str, ...] = ()
+    service_account_max_token_expiration_seconds: int = 0
+    service_account_jwks_uri: str = ""
+
+    @property
+    def audiences(self) -> tuple[str, ...]:
+        """--api-audiences, defaulting to the service account issuers as kube's."""
+        return self.api_audiences or self.service_account_issuers
 
     @property
     def endpoints(self) -> list[str]:

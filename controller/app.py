@@ -5,7 +5,7 @@ campaigns for the Lease kube-system/tinykube-controller-manager. While leading i
 informer per kind (pods, replicasets, deployments, jobs, nodes, node leases, services, endpoints,
 namespaces) shared by every controller (and PodDisruptionBudgets for the disruption
 controller, ClusterRoles for the clusterrole-aggregation controller, ServiceAccounts for the
-serviceaccount controller), one work queue per
+serviceaccount controllers, Secrets for the serviceaccount-token controller), one work queue per
 queue-driven controller with N worker tasks each (never the same key twice at once: the
 WorkQueue guarantees it), and the node lifecycle monitor loop. Workers start only after every
 informer has synced, so nothing acts on a partial picture. Leadership lost: everything is
@@ -39,6 +39,7 @@ from controller.nodelifecycle import NODE_LEASE_NAMESPACE, NodeLifecycleControll
 from controller.replicaset import ReplicaSetController
 from controller.serviceaccount import ServiceAccountsController
 from controller.settings import Settings
+from controller.tokens import TokensController
 from controller.ttlafterfinished import TTLAfterFinishedController
 from tinykube import kinds
 from tinykube.client import Client
@@ -362,11 +363,12 @@ class ControllerManager:
             self.metrics.track_queue("namespace", ns_queue.__len__)
             workers.append(("namespace", ns_queue, nsc.sync, s.concurrent_namespace_syncs))
 
-        if "serviceaccount" in s.controllers:
+        if "serviceaccount" in s.controllers or "serviceaccount-token" in s.controllers:
             accounts: Informer[Any] = Informer.for_resource(
                 client.service_accounts, clock=self.clock
             )
             informers.append(accounts)
+        if "serviceaccount" in s.controllers:
             sa_queue: WorkQueue[str] = WorkQueue(self.clock, name="serviceaccount")
             sac = ServiceAccountsController(
                 client.service_accounts, namespaces.store, accounts.store, sa_queue
@@ -377,6 +379,24 @@ class ControllerManager:
             self.metrics.track_queue("serviceaccount", sa_queue.__len__)
             # One worker, as kube-controller-manager runs this controller.
             workers.append(("serviceaccount", sa_queue, sac.sync, 1))
+
+        if "serviceaccount-token" in s.controllers and s.service_account_key is not None:
+            token_secrets: Informer[Any] = Informer.for_resource(client.secrets, clock=self.clock)
+            informers.append(token_secrets)
+            tok_queue: WorkQueue[str] = WorkQueue(self.clock, name="serviceaccount-token")
+            tokc = TokensController(
+                client.secrets,
+                token_secrets.store,
+                accounts.store,
+                tok_queue,
+                key=s.service_account_key,
+                root_ca=s.root_ca,
+            )
+            token_secrets.add_handler(tokc.on_secret, tokc.on_secret_update)
+            accounts.add_handler(tokc.on_account, tokc.on_account_update, tokc.on_account)
+            queues.append(tok_queue)
+            self.metrics.track_queue("serviceaccount-token", tok_queue.__len__)
+            workers.append(("serviceaccount-token", tok_queue, tokc.sync, 1))
 
         if "clusterrole-aggregation" in s.controllers:
             cluster_roles: Informer[Any] = Informer.for_resource(

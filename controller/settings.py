@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tinykube.flags import add_apiserver_flag, apiserver_flag, listen_address, parse_duration
+from tinykube.jwt import KeyFileError, PrivateKey, load_private_key
 from tinykube.tls import Security, add_flags, security_from_args
 
 
@@ -61,7 +62,13 @@ class Settings:
         "clusterrole-aggregation",
         "daemonset",
         "serviceaccount",
+        "serviceaccount-token",
     )
+    # kube-controller-manager's --service-account-private-key-file (the token controller signs
+    # token Secrets with it; without it that controller is off) and --root-ca-file (their
+    # ca.crt), read at start.
+    service_account_key: PrivateKey | None = None
+    root_ca: bytes = b""
 
     @classmethod
     def from_args(cls, argv: Sequence[str] | None = None) -> Settings:
@@ -215,8 +222,33 @@ class Settings:
             default=600.0,
             help="the longest such back-off (default 10m, as Kubernetes)",
         )
+        p.add_argument(
+            "--service-account-private-key-file",
+            default="",
+            help="PEM private key token Secrets are signed with (the apiserver's "
+            "--service-account-key-file must verify it); none: no token Secrets",
+        )
+        p.add_argument(
+            "--root-ca-file",
+            default="",
+            help="CA bundle written as ca.crt into token Secrets",
+        )
         add_flags(p)
         a = p.parse_args(argv)
+        sa_key: PrivateKey | None = None
+        root_ca = b""
+        try:
+            if a.service_account_private_key_file:
+                sa_key = load_private_key(
+                    a.service_account_private_key_file, "--service-account-private-key-file"
+                )
+            if a.root_ca_file:
+                with open(a.root_ca_file, "rb") as f:
+                    root_ca = f.read()
+        except KeyFileError as exc:
+            p.error(str(exc))
+        except OSError as exc:
+            p.error(f"--root-ca-file {a.root_ca_file!r}: {exc.strerror or exc}")
         wanted = (
             cls.controllers
             if a.controllers == "*"
@@ -270,4 +302,6 @@ class Settings:
             job_backoff_max=a.job_backoff_max,
             concurrent_daemonset_syncs=a.concurrent_daemonset_syncs,
             controllers=wanted,
+            service_account_key=sa_key,
+            root_ca=root_ca,
         )

@@ -449,6 +449,7 @@ class LocalCluster:
             etcd_members=members if self.etcd_member_count > 1 else (),
         )
         self.pki.ensure_all(specs)
+        self.pki.ensure_service_account_key()
         ca = self.pki.ca_cert_path.read_bytes()
         self._write_conf(self.kubeconfig, "admin", "kubernetes-admin", ca)
         for conf, cert, user in COMPONENT_KUBECONFIGS.values():
@@ -534,6 +535,11 @@ class LocalCluster:
                 str(kubelet.key),
                 "--kubelet-certificate-authority",
                 str(pki.ca_cert_path),
+                # every apiserver signs and verifies service account tokens with one pair
+                "--service-account-key-file",
+                str(pki.service_account_pub_path),
+                "--service-account-signing-key-file",
+                str(pki.service_account_key_path),
             ]
         node = _node_of(comp)
         if comp.module == "kubelet":
@@ -543,11 +549,22 @@ class LocalCluster:
                 conf = self.work_dir / FAKE_KUBELETS_CONF
             return ["--kubeconfig", str(conf), *self._serving(f"kubelet-{node}-serving")]
         conf_name, _, _ = COMPONENT_KUBECONFIGS[comp.module]
+        tokens = (
+            # the serviceaccount-token controller signs token Secrets with the apiservers' key
+            [
+                "--service-account-private-key-file",
+                str(pki.service_account_key_path),
+                "--root-ca-file",
+                str(pki.ca_cert_path),
+            ]
+            if comp.module == "controller"
+            else []
+        )
         serving = {
             "scheduler": "scheduler-serving",
             "controller": "controller-manager-serving",
         }.get(comp.module, f"proxy-{node}-serving")
-        return ["--kubeconfig", str(self.work_dir / conf_name), *self._serving(serving)]
+        return ["--kubeconfig", str(self.work_dir / conf_name), *self._serving(serving), *tokens]
 
     def address(self, name: str) -> str:
         return self._component(name).address

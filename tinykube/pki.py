@@ -27,7 +27,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA_NAME = "tinykube-ca"
@@ -114,6 +114,50 @@ class PKI:
 
     def paths(self, name: str) -> CertPaths:
         return CertPaths(self.directory / f"{name}.crt", self.directory / f"{name}.key")
+
+    # ----- the service account key ------------------------------------------------------
+    @property
+    def service_account_key_path(self) -> Path:
+        return self.directory / "sa.key"
+
+    @property
+    def service_account_pub_path(self) -> Path:
+        return self.directory / "sa.pub"
+
+    def ensure_service_account_key(self) -> CertPaths:
+        """kubeadm's sa.key/sa.pub: the RSA key pair the apiservers sign and verify service
+        account tokens with (--service-account-signing-key-file, --service-account-key-file).
+        Made once and kept, so tokens stay valid across restarts; every apiserver of an HA
+        control plane loads the same pair. `cert` is the public key's path."""
+        key_path, pub_path = self.service_account_key_path, self.service_account_pub_path
+        if key_path.exists():
+            try:
+                key = serialization.load_pem_private_key(key_path.read_bytes(), None)
+            except (ValueError, TypeError) as exc:
+                raise PKIError(
+                    f"service account key {key_path}: cannot read it ({exc}); remove sa.key "
+                    "and sa.pub to make a new pair (tokens issued so far stop working)"
+                ) from exc
+            if not isinstance(key, rsa.RSAPrivateKey):
+                raise PKIError(f"service account key {key_path}: not an RSA private key")
+        else:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            _write(
+                key_path,
+                key.private_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PrivateFormat.TraditionalOpenSSL,
+                    serialization.NoEncryption(),
+                ),
+                0o600,
+            )
+        public = key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        if not pub_path.exists() or pub_path.read_bytes() != public:
+            _write(pub_path, public, 0o644)
+        return CertPaths(pub_path, key_path)
 
     # ----- the CA -----------------------------------------------------------------------
     def ca(self) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:

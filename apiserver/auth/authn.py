@@ -6,8 +6,10 @@ derives an `Identity` (apiserver/auth/authorizer.py) per request:
   user, each Organization a group (gRPC: `context.auth_context()`; REST: the transport's peer
   certificate);
 - else an `Authorization: Bearer <token>` found in `--token-auth-file` (kube's CSV format:
-  `token,user,uid,"group1,group2"`); a token not in the file is `AuthenticationError` (kube
-  answers 401 for a bad token, it does not fall back to anonymous);
+  `token,user,uid,"group1,group2"`), or a service account token (a JWT of
+  `--service-account-issuer`, apiserver/auth/tokens.py: `service_accounts`); any other token,
+  or a service account token that is no longer valid, is `AuthenticationError` (kube answers
+  401 for a bad token, it does not fall back to anonymous);
 - else anonymous: `system:anonymous` in `system:unauthenticated`.
 Every authenticated identity also gets `system:authenticated`, as kube adds it.
 
@@ -24,7 +26,7 @@ import io
 import logging
 import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +34,7 @@ import grpc
 from cryptography import x509
 
 from apiserver.auth.authorizer import ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, Identity
+from apiserver.auth.tokens import StaleLookup, TokenAuthenticator, TokenError, UserInfo
 from tinykube.errors import UnauthenticatedError
 from tinykube.pki import identity as cert_identity
 
@@ -44,6 +47,12 @@ _MEMO_LIMIT = 4096
 
 class AuthenticationError(UnauthenticatedError):
     """Credentials were presented and are not valid (kube-apiserver's 401 Unauthorized)."""
+
+
+class StaleTokenError(AuthenticationError):
+    """A recent service account token names objects the watch caches may not hold yet: await
+    `Authenticator.settle()` and authenticate again with `settled=True` (apiserver/auth/tokens.py
+    StaleLookup)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +99,15 @@ def load_token_file(path: str) -> dict[str, TokenUser]:
     return parse_token_file(text, path)
 
 
-def _with_authenticated(name: str, groups: tuple[str, ...]) -> Identity:
+def _with_authenticated(
+    name: str,
+    groups: tuple[str, ...],
+    uid: str = "",
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = (),
+) -> Identity:
     if ALL_AUTHENTICATED not in groups:
         groups = (*groups, ALL_AUTHENTICATED)
-    return Identity(name, groups)
+    return Identity(name, groups, uid, extra)
 
 
 @dataclass
@@ -101,6 +115,10 @@ class Authenticator:
     """x509 client certificates, then bearer tokens, then anonymous."""
 
     tokens: Mapping[str, TokenUser] = field(default_factory=dict)
+    # Service account tokens (JWTs); None: the apiserver has no --service-account-key-file.
+    service_accounts: TokenAuthenticator | None = None
+    # Lets the watch caches catch up with etcd (StaleTokenError); None: nothing to wait for.
+    refresh: Callable[[], Awaitable[object]] | None = None
     _by_pem: dict[bytes, Identity] = field(default_factory=dict)
     _by_der: dict[bytes, Identity] = field(default_factory=dict)
 
@@ -131,17 +149,67 @@ class Authenticator:
             self._by_der[der] = found
         return found
 
-    def token(self, authorization: str) -> Identity | None:
+    async def settle(self) -> None:
+        """Wait until the caches the token checks read hold what etcd holds now."""
+        if self.refresh is not None:
+            await self.refresh()
+
+    def token(self, authorization: str, *, settled: bool = False) -> Identity | None:
         """The identity of an `Authorization` header value; None when it is no bearer token.
-        An unknown token raises AuthenticationError."""
+        An unknown or invalid token raises AuthenticationError (StaleTokenError: `settle`,
+        then ask again with `settled=True`)."""
         scheme, _, value = authorization.strip().partition(" ")
         if scheme.lower() != "bearer":
             return None
         value = value.strip()
         user = self.tokens.get(value) if value else None
-        if user is None:
-            raise AuthenticationError("Unauthorized")
-        return _with_authenticated(user.name, user.groups)
+        if user is not None:
+            return _with_authenticated(user.name, user.groups, user.uid)
+        if value and self.service_accounts is not None:
+            try:
+                found = self.service_accounts.authenticate(value, settled=settled)
+            except StaleLookup:
+                raise StaleTokenError("Unauthorized") from None
+            except TokenError as exc:
+                log.debug("service account token refused: %s", exc)
+                raise AuthenticationError("Unauthorized") from None
+            if found is not None:
+                info = found.user
+                return _with_authenticated(info.name, info.groups, info.uid, info.extra)
+        raise AuthenticationError("Unauthorized")
+
+    def review(
+        self, token: str, audiences: tuple[str, ...] = (), *, settled: bool = False
+    ) -> tuple[UserInfo | None, tuple[str, ...], str]:
+        """A TokenReview's answer for `token`: (user or None, the audiences it is valid for,
+        error). As kube's, a token no authenticator knows is "invalid bearer token" and a
+        service account token's refusal is joined to it. StaleTokenError as `token`'s."""
+        user = self.tokens.get(token) if token else None
+        if user is not None:
+            groups = user.groups
+            if ALL_AUTHENTICATED not in groups:
+                groups = (*groups, ALL_AUTHENTICATED)
+            # A static token is valid for the apiserver's own audiences only.
+            own = self.service_accounts.audiences if self.service_accounts else ()
+            if audiences and own and not set(audiences) & set(own):
+                return None, (), "token audiences are invalid for the target audiences"
+            return UserInfo(user.name, user.uid, groups), audiences or own, ""
+        if token and self.service_accounts is not None:
+            try:
+                found = self.service_accounts.authenticate(
+                    token, audiences or None, settled=settled
+                )
+            except StaleLookup:
+                raise StaleTokenError("Unauthorized") from None
+            except TokenError as exc:
+                return None, (), f"[invalid bearer token, {exc}]"
+            if found is not None:
+                info = found.user
+                groups = info.groups
+                if ALL_AUTHENTICATED not in groups:
+                    groups = (*groups, ALL_AUTHENTICATED)
+                return UserInfo(info.name, info.uid, groups, info.extra), found.audiences, ""
+        return None, (), "invalid bearer token"
 
     # ---- per front end -------------------------------------------------------------------
 

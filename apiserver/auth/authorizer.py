@@ -39,10 +39,14 @@ SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """Who is asking: the authenticated user name and groups (x509 CN and O, a token's entry)."""
+    """Who is asking: the authenticated user name and groups (x509 CN and O, a token's entry),
+    and for a service account token the account's uid and kube's extra (pod, node, credential
+    id), which authorization ignores and SelfSubjectReview shows."""
 
     name: str
     groups: tuple[str, ...] = ()
+    uid: str = ""
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 class Attributes(NamedTuple):

@@ -14,9 +14,11 @@ What differs from kube, and why:
   nodes, events, services, endpoints, namespaces, configmaps, secrets, serviceaccounts;
   replicasets and deployments with status and scale; daemonsets with status,
   controllerrevisions; jobs; leases; poddisruptionbudgets; the RBAC kinds;
-  selfsubjectaccessreviews): volumes, serviceaccounts/token and the rest are left out of every
-  role. `view` reads serviceaccounts, `edit` writes them and may impersonate them (as kube's;
-  tinykube reads no impersonation headers, so the rule grants nothing yet). As kube's, `view`
+  selfsubjectaccessreviews and selfsubjectreviews; tokenreviews and subjectaccessreviews for
+  `system:auth-delegator`, serviceaccounts/token): volumes and the rest are left out of every
+  role. `view` reads serviceaccounts, `edit` writes them, may impersonate them and create
+  their tokens (as kube's). `system:service-account-issuer-discovery` lets every service
+  account read the OIDC discovery documents, as kube's binding does. As kube's, `view`
   reads configmaps but not secrets (reading a Secret is an escalation); `edit` (and so `admin`)
   reads and writes both.
 - `admin`, `edit` and `view` are aggregated as in kube (aggregationRule selecting the labels
@@ -60,6 +62,7 @@ READ_WRITE = (*READ, *WRITE)
 _CORE = ""
 _APPS = "apps"
 _AUTHZ = "authorization.k8s.io"
+_AUTHN = "authentication.k8s.io"
 _COORDINATION = "coordination.k8s.io"
 _POLICY = "policy"
 _BATCH = "batch"
@@ -162,6 +165,7 @@ _AGGREGATE_TO_EDIT = (
     rule(WRITE, (_CORE,), ("pods",)),
     rule(("create",), (_CORE,), ("pods/eviction",)),
     rule(WRITE, (_CORE,), ("serviceaccounts", "services", "configmaps", "secrets", "events")),
+    rule(("create",), (_CORE,), ("serviceaccounts/token",)),
     rule(WRITE, (_APPS,), ("replicasets", "replicasets/scale")),
     rule(WRITE, (_APPS,), ("deployments", "deployments/scale")),
     rule(WRITE, (_POLICY,), ("poddisruptionbudgets",)),
@@ -189,6 +193,12 @@ _VIEW_RULES = _union(_AGGREGATE_TO_VIEW)
 _EDIT_RULES = _union(_AGGREGATE_TO_EDIT, _VIEW_RULES)
 _ADMIN_RULES = _union(_EDIT_RULES, _AGGREGATE_TO_ADMIN)
 
+_ISSUER_DISCOVERY = (
+    "/.well-known/openid-configuration",
+    "/.well-known/openid-configuration/",
+    "/openid/v1/jwks",
+    "/openid/v1/jwks/",
+)
 _HEALTH_AND_VERSION = ("/livez", "/readyz", "/healthz", "/version", "/version/")
 _DISCOVERY = (*_HEALTH_AND_VERSION, "/openapi", "/openapi/*", "/api", "/api/*", "/apis", "/apis/*")
 
@@ -234,7 +244,25 @@ def cluster_roles() -> list[rbac_pb2.ClusterRole]:
         cluster_role("cluster-admin", [rule("*", "*", "*"), url_rule("*", "*")]),
         cluster_role("system:discovery", [url_rule(("get",), _DISCOVERY)]),
         cluster_role(
-            "system:basic-user", [rule(("create",), (_AUTHZ,), ("selfsubjectaccessreviews",))]
+            "system:basic-user",
+            [
+                rule(("create",), (_AUTHN,), ("selfsubjectreviews",)),
+                rule(("create",), (_AUTHZ,), ("selfsubjectaccessreviews",)),
+            ],
+        ),
+        # For webhooks and proxies that delegate authentication and authorization; bound to
+        # no one, as kube's.
+        cluster_role(
+            "system:auth-delegator",
+            [
+                rule(("create",), (_AUTHN,), ("tokenreviews",)),
+                rule(("create",), (_AUTHZ,), ("subjectaccessreviews",)),
+            ],
+        ),
+        # The service account issuer's OIDC discovery documents, for every service account.
+        cluster_role(
+            "system:service-account-issuer-discovery",
+            [url_rule(("get",), _ISSUER_DISCOVERY)],
         ),
         cluster_role("system:public-info-viewer", [url_rule(("get",), _HEALTH_AND_VERSION)]),
         cluster_role("admin", _ADMIN_RULES, aggregate_from="admin"),
@@ -302,9 +330,10 @@ def cluster_roles() -> list[rbac_pb2.ClusterRole]:
                     ("leases",),
                     (CONTROLLER_MANAGER_LEASE,),
                 ),
-                # kube's "fundamental resources", without the Secrets tinykube's controller
-                # manager never writes.
+                # kube's "fundamental resources": the serviceaccount controller's accounts and
+                # the serviceaccount-token controller's Secrets.
                 rule(("create",), (_CORE,), ("serviceaccounts",)),
+                rule(("get", "update", "delete"), (_CORE,), ("secrets",)),
                 rule(("get",), (_CORE,), ("namespaces", "serviceaccounts")),
                 rule(("update",), (_CORE,), ("serviceaccounts",)),
                 rule(("create",), (_AUTHZ,), ("subjectaccessreviews",)),
@@ -451,6 +480,9 @@ def cluster_role_bindings() -> list[rbac_pb2.ClusterRoleBinding]:
         cluster_binding("cluster-admin", [group("system:masters")]),
         cluster_binding("system:discovery", [group("system:authenticated")]),
         cluster_binding("system:basic-user", [group("system:authenticated")]),
+        cluster_binding(
+            "system:service-account-issuer-discovery", [group("system:serviceaccounts")]
+        ),
         cluster_binding(
             "system:public-info-viewer",
             [group("system:authenticated"), group("system:unauthenticated")],

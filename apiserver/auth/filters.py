@@ -137,13 +137,16 @@ class Enforcer:
 
     # ---- REST ----------------------------------------------------------------------------
 
-    def rest_identity(self, transport: Any, path: str, headers: Mapping[str, str]) -> Identity:
-        """Who a REST request acts as (anonymous only for `PUBLIC_PATHS`)."""
+    def rest_identity(
+        self, transport: Any, path: str, headers: Mapping[str, str], *, settled: bool = False
+    ) -> Identity:
+        """Who a REST request acts as (anonymous only for `PUBLIC_PATHS`); StaleTokenError
+        for a recent service account token the caches may not know yet (see authn.py)."""
         identity = self._certificate_of(transport)
         if identity is None:
             authorization = headers.get("Authorization")
             if authorization:
-                identity = self.authenticator.token(authorization)
+                identity = self.authenticator.token(authorization, settled=settled)
         if identity is None:
             if path in PUBLIC_PATHS:
                 return Identity(ANONYMOUS, (ALL_UNAUTHENTICATED,))

@@ -17,6 +17,9 @@ the authorizer has no opinion (RBAC decides). For a node:
   the node references, through a container's env valueFrom (configMapKeyRef, secretKeyRef) or
   envFrom, as kube's graph of pods, nodes and what they use (tinykube pods have no volumes);
   anything else about them is refused. Volumes are refused.
+- serviceaccounts/token: create, for an account a pod bound to the node runs as (kube's graph
+  edge pod -> serviceaccount); NodeRestriction admission (`admit_node_token`) then requires the
+  token to be bound to a pod on that node, by name and uid, as kube's admitServiceAccount.
 - everything else: kube's static node rules (`NODE_RULES`: read services, get endpoints,
   write events, ...).
 
@@ -93,9 +96,12 @@ Reference = tuple[str, str, str]
 
 def pod_references(pod: pod_pb2.Pod) -> frozenset[Reference]:
     """The configmaps and secrets a pod's containers read (kube's VisitPodConfigmapNames and
-    VisitPodSecretNames, over what a tinykube pod can name: env valueFrom and envFrom)."""
+    VisitPodSecretNames, over what a tinykube pod can name: env valueFrom and envFrom), and
+    the service account it runs as."""
     ns = pod.metadata.namespace
     out: set[Reference] = set()
+    if pod.spec.serviceAccountName:
+        out.add(("serviceaccounts", ns, pod.spec.serviceAccountName))
     for c in (*pod.spec.initContainers, *pod.spec.containers):
         for source in c.envFrom:
             if source.HasField("configMapRef"):
@@ -249,6 +255,8 @@ class NodeAuthorizer:
                     return self._read_referenced(node, attrs)
                 if resource in ("persistentvolumeclaims", "persistentvolumes"):
                     return self._get_referenced(node, attrs)
+                if resource == "serviceaccounts":
+                    return self._create_token(node, attrs)
             elif group == "coordination.k8s.io" and resource == "leases":
                 return self._lease(node, attrs)
         if rules_allow(attrs, NODE_RULES):
@@ -313,6 +321,16 @@ class NodeAuthorizer:
         if not attrs.name:
             return _no("No Object name found")
         if self.pods.referenced(node, attrs.resource, attrs.namespace, attrs.name):
+            return ALLOWED
+        return _no_relationship(node)
+
+    def _create_token(self, node: str, attrs: Attributes) -> Decision:
+        # kube's authorizeCreateToken: a token of an account a pod on the node runs as.
+        if attrs.verb != "create" or not attrs.name:
+            return _no("can only create tokens for individual service accounts")
+        if attrs.subresource != "token":
+            return _no("can only create token subresource of serviceaccount")
+        if self.pods.referenced(node, "serviceaccounts", attrs.namespace, attrs.name):
             return ALLOWED
         return _no_relationship(node)
 
@@ -534,4 +552,48 @@ def node_restriction(
             )
         return None
     return None
+    return None
+
+
+def admit_node_token(
+    identity: Identity, namespace: str, account: str, bound: Mapping[str, Any] | None, pod: Any
+) -> str | None:
+    """NodeRestriction for a TokenRequest a node sends: None to admit, else the 403 message.
+    `bound` is the request's spec.boundObjectRef, `pod` the pod it names (None: not found)."""
+    node, is_node = node_name_of(identity)
+    if not is_node:
+        return None
+    if not node:
+        return _forbidden(
+            "serviceaccounts",
+            account,
+            f"could not determine node from user {go_quote(identity.name)}",
+        )
+    if (
+        bound is None
+        or bound.get("apiVersion") != "v1"
+        or bound.get("kind") != "Pod"
+        or not bound.get("name")
+    ):
+        return _forbidden("serviceaccounts", account, "node requested token not bound to a pod")
+    uid = bound.get("uid")
+    if not uid:
+        return _forbidden(
+            "serviceaccounts", account, "node requested token with a pod binding without a uid"
+        )
+    if pod is None:
+        return None  # TokenRequest answers the pod's NotFound
+    if uid != pod.metadata.uid:
+        return _forbidden(
+            "serviceaccounts",
+            account,
+            f"the UID in the bound object reference ({uid}) does not match the UID in record. "
+            "The object might have been deleted and then recreated",
+        )
+    if pod.spec.nodeName != node:
+        return _forbidden(
+            "serviceaccounts",
+            account,
+            "node requested token bound to a pod scheduled on a different node",
+        )
     return None

@@ -110,3 +110,121 @@ def self_subject_access_review(
         "spec": dict(spec),
         "status": status,
     }
+
+
+# ---- SubjectAccessReview, LocalSubjectAccessReview, TokenReview ---------------------------------
+
+SUBJECT_KIND = "SubjectAccessReview"
+LOCAL_KIND = "LocalSubjectAccessReview"
+TOKEN_REVIEW_KIND = "TokenReview"
+AUTHENTICATION_GROUP = "authentication.k8s.io"
+
+
+def _kind_invalid(kind: str, name: str, causes: list[FieldError]) -> InvalidError:
+    body = str(causes[0]) if len(causes) == 1 else "[" + ", ".join(map(str, causes)) + "]"
+    return InvalidError(f'{kind}.{GROUP} "{name}" is invalid: {body}', causes)
+
+
+def _answer(
+    kind: str, review: Mapping[str, Any], spec: Mapping[str, Any], status: dict[str, Any]
+) -> dict[str, Any]:
+    metadata = review.get("metadata")
+    return {
+        "kind": kind,
+        "apiVersion": f"{GROUP}/v1",
+        "metadata": dict(metadata) if isinstance(metadata, Mapping) else {},
+        "spec": dict(spec),
+        "status": status,
+    }
+
+
+def _decide(authorizer: Authorizer, identity: Identity, attrs: Attributes) -> dict[str, Any]:
+    decision = authorizer.authorize(identity, attrs)
+    status: dict[str, Any] = {"allowed": decision.outcome is Outcome.ALLOW}
+    if decision.outcome is Outcome.DENY:
+        status["denied"] = True
+    if decision.reason:
+        status["reason"] = decision.reason
+    return status
+
+
+def subject_access_review(
+    authorizer: Authorizer, review: Mapping[str, Any], namespace: str | None = None
+) -> dict[str, Any]:
+    """A SubjectAccessReview (cluster-wide) or, with `namespace`, a LocalSubjectAccessReview
+    (kube's registry: the spec's user and groups are asked about exactly as given, nothing
+    added; a local review asks about its namespace only)."""
+    kind = SUBJECT_KIND if namespace is None else LOCAL_KIND
+    spec = review.get("spec")
+    if not isinstance(spec, Mapping):
+        spec = {}
+    metadata = review.get("metadata")
+    name = _text(metadata, "name") if isinstance(metadata, Mapping) else ""
+    user = _text(spec, "user")
+    raw_groups = spec.get("groups")
+    groups = (
+        tuple(g for g in raw_groups if isinstance(g, str)) if isinstance(raw_groups, list) else ()
+    )
+    causes: list[FieldError] = []
+    if not user and not groups:
+        causes.append(
+            FieldError(
+                "spec.user", 'Invalid value: "": at least one of user or group must be specified'
+            )
+        )
+    if namespace is not None:
+        if spec.get("nonResourceAttributes") is not None:
+            causes.append(
+                FieldError(
+                    "spec.nonResourceAttributes",
+                    'Invalid value: "object": disallowed on this kind of request',
+                )
+            )
+        resource = spec.get("resourceAttributes")
+        asked = _text(resource, "namespace") if isinstance(resource, Mapping) else ""
+        if isinstance(metadata, Mapping) and _text(metadata, "namespace") not in ("", namespace):
+            causes.append(
+                FieldError(
+                    "metadata.namespace",
+                    f'Invalid value: "{_text(metadata, "namespace")}": must match the '
+                    "namespace of the request",
+                )
+            )
+        if isinstance(resource, Mapping) and asked != namespace:
+            causes.append(
+                FieldError(
+                    "spec.resourceAttributes.namespace",
+                    f'Invalid value: "{asked}": must match metadata.namespace',
+                )
+            )
+    if causes:
+        raise _kind_invalid(kind, name, causes)
+    try:
+        attrs = review_attributes(spec)
+    except InvalidError as exc:
+        raise _kind_invalid(kind, name, exc.causes) from None
+    return _answer(kind, review, spec, _decide(authorizer, Identity(user, groups), attrs))
+
+
+def token_review_answer(
+    review: Mapping[str, Any],
+    user: Mapping[str, Any] | None,
+    audiences: tuple[str, ...],
+    error: str,
+) -> dict[str, Any]:
+    """A TokenReview's answer: `user` (username, uid, groups, extra) when authenticated."""
+    spec = review.get("spec")
+    spec = dict(spec) if isinstance(spec, Mapping) else {}
+    status: dict[str, Any] = {"authenticated": user is not None, "user": dict(user or {})}
+    if user is not None and audiences:
+        status["audiences"] = list(audiences)
+    if error:
+        status["error"] = error
+    metadata = review.get("metadata")
+    return {
+        "kind": TOKEN_REVIEW_KIND,
+        "apiVersion": f"{AUTHENTICATION_GROUP}/v1",
+        "metadata": dict(metadata) if isinstance(metadata, Mapping) else {},
+        "spec": spec,
+        "status": status,
+    }

@@ -23,6 +23,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from apiserver.auth.authn import StaleTokenError
 from apiserver.auth.authorizer import ALL_UNAUTHENTICATED, ANONYMOUS, Authorizer, Identity
 from apiserver.auth.filters import REQUESTER, Enforcer, needs_requester
 from apiserver.auth.review import self_subject_access_review
@@ -33,9 +34,11 @@ from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
 from apiserver.rest import kubeproto, patch
 from apiserver.rest.attributes import rest_attributes
+from apiserver.rest.authapi import AuthAPI
 from apiserver.rest.codec import dumps
 from apiserver.rest.discovery import (
     AGGREGATED_TYPE,
+    AUTH_REVIEWS,
     GIT_VERSION,
     SELF_SUBJECT_ACCESS_REVIEW,
     Discovery,
@@ -128,11 +131,14 @@ class RestServer:
         ssl_context: ssl.SSLContext | None = None,
         kubelet_credentials: Credentials = PLAINTEXT,
         enforcer: Enforcer | None = None,
+        auth_api: AuthAPI | None = None,
     ) -> None:
         self.settings = settings
         # SelfSubjectAccessReviews ask it; None: the review API answers 404.
         self.authorizer = authorizer
         self.identify = identify
+        # TokenRequest, TokenReview, SubjectAccessReviews, OIDC discovery (None: 404).
+        self.auth_api = auth_api
         self.metrics = metrics
         self.health = health
         self.discovery = Discovery()
@@ -197,7 +203,15 @@ class RestServer:
         enforcer = self.enforcer
         assert enforcer is not None
         try:
-            identity = enforcer.rest_identity(request.transport, request.path, request.headers)
+            try:
+                identity = enforcer.rest_identity(request.transport, request.path, request.headers)
+            except StaleTokenError:
+                # A token minted a moment ago, maybe by another apiserver, for objects this
+                # one's caches have not seen yet: let them catch up, then decide.
+                await enforcer.authenticator.settle()
+                identity = enforcer.rest_identity(
+                    request.transport, request.path, request.headers, settled=True
+                )
             attrs = rest_attributes(request.method, request.path, request.query)
             enforcer.check(identity, attrs)
         except TinykubeError as exc:
@@ -277,11 +291,15 @@ class RestServer:
             )
         if head == "openapi":
             return self._openapi(request, parts)
+        if head in (".well-known", "openid") and self.auth_api is not None:
+            return self.auth_api.discovery(request, path)
         raise not_found_path()
 
     def _paths(self) -> list[str]:
         paths = ["/api", "/apis", "/healthz", "/livez", "/metrics", "/readyz", "/version"]
         paths += ["/openapi/v2", "/openapi/v3"]
+        if self.auth_api is not None:
+            paths += self.auth_api.discovery_paths
         for gv in self.discovery.group_versions:
             paths.append("/" + gv.path)
             if gv.group:
@@ -329,8 +347,16 @@ class RestServer:
             raise not_found_path()
         if resource is SELF_SUBJECT_ACCESS_REVIEW:
             return await self._access_review(request, rest)
+        if resource in AUTH_REVIEWS:
+            if self.auth_api is None:
+                raise not_found_path()
+            return await self.auth_api.review(request, resource, namespace, rest, self.requester)
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
+        if sub == "token" and resource.kind == "ServiceAccount" and namespace and name:
+            if self.auth_api is None:
+                raise not_found_path()
+            return await self.auth_api.token(request, namespace, name)
         if namespace is not None and not resource.namespaced:
             raise not_found_path()
         if resource.namespaced and namespace is None and name is not None:

@@ -25,6 +25,7 @@ from tinykube.kinds import (
     REPLICA_SET,
     SCALABLE_KINDS,
     SERVICE,
+    SERVICE_ACCOUNT,
     KindInfo,
 )
 
@@ -100,6 +101,11 @@ def _subresources(info: KindInfo) -> tuple[Subresource, ...]:
         # version (policy/v1); otherwise it falls back to plain deletes.
         subs.append(Subresource("eviction", "Eviction", ("create",), "policy", "v1"))
         subs.append(Subresource("log", "Pod", ("get",)))
+    if info.kind == SERVICE_ACCOUNT.kind:
+        # TokenRequest (apiserver/auth/tokenrequest.py): `kubectl create token`.
+        subs.append(
+            Subresource("token", "TokenRequest", ("create",), "authentication.k8s.io", "v1")
+        )
     if info.kind in SCALABLE_KINDS:
         subs.append(Subresource("scale", "Scale", STATUS_VERBS, "autoscaling", "v1"))
     if info.kind == NAMESPACE.kind:
@@ -158,10 +164,50 @@ SELF_SUBJECT_ACCESS_REVIEW = Resource(
     only_verbs=("create",),
 )
 
+# Answered, never stored, for webhooks and proxies (apiserver/rest/authapi.py); `kubectl auth
+# whoami` posts a SelfSubjectReview.
+TOKEN_REVIEW = Resource(
+    "authentication.k8s.io", "v1", "tokenreviews", "TokenReview", False, only_verbs=("create",)
+)
+SELF_SUBJECT_REVIEW = Resource(
+    "authentication.k8s.io",
+    "v1",
+    "selfsubjectreviews",
+    "SelfSubjectReview",
+    False,
+    only_verbs=("create",),
+)
+SUBJECT_ACCESS_REVIEW = Resource(
+    "authorization.k8s.io",
+    "v1",
+    "subjectaccessreviews",
+    "SubjectAccessReview",
+    False,
+    only_verbs=("create",),
+)
+LOCAL_SUBJECT_ACCESS_REVIEW = Resource(
+    "authorization.k8s.io",
+    "v1",
+    "localsubjectaccessreviews",
+    "LocalSubjectAccessReview",
+    True,
+    only_verbs=("create",),
+)
+AUTH_REVIEWS = (
+    TOKEN_REVIEW,
+    SELF_SUBJECT_REVIEW,
+    SUBJECT_ACCESS_REVIEW,
+    LOCAL_SUBJECT_ACCESS_REVIEW,
+)
+
 RESOURCES: tuple[Resource, ...] = (
     *(_stored(i) for i in ALL_KINDS),
     *UNMODELED,
+    TOKEN_REVIEW,
+    SELF_SUBJECT_REVIEW,
+    LOCAL_SUBJECT_ACCESS_REVIEW,
     SELF_SUBJECT_ACCESS_REVIEW,
+    SUBJECT_ACCESS_REVIEW,
 )
 
 # Named groups in Kubernetes' discovery priority order (the core group is served at /api): the

@@ -138,6 +138,12 @@ def test_tls_command_lines_name_each_components_certificates(tmp_path: Path) -> 
     assert api["--etcd-certfile"] == str(pki / "apiserver-etcd-client.crt")
     assert api["--kubelet-client-certificate"] == str(pki / "apiserver-kubelet-client.crt")
     assert api["--kubelet-certificate-authority"] == str(pki / "ca.crt")
+    # one service account key pair for every apiserver (kubeadm's sa.key / sa.pub)
+    assert api["--service-account-key-file"] == str(pki / "sa.pub")
+    assert api["--service-account-signing-key-file"] == str(pki / "sa.key")
+    cm = flags("controller")
+    assert cm["--service-account-private-key-file"] == str(pki / "sa.key")
+    assert cm["--root-ca-file"] == str(pki / "ca.crt")
     for name, conf, serving in (
         ("scheduler", "scheduler.conf", "scheduler-serving"),
         ("controller", "controller-manager.conf", "controller-manager-serving"),

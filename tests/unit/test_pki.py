@@ -198,3 +198,34 @@ def test_certs_writes_each_etcd_member_its_bundle(tmp_path: Path) -> None:
         assert (tmp_path / member / "ca.crt").exists() and (
             tmp_path / member / "server.key"
         ).exists()
+
+
+def test_service_account_key_pair_is_made_once_and_kept(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    pki = PKI(tmp_path / "pki")
+    paths = pki.ensure_service_account_key()
+    assert (paths.key.name, paths.cert.name) == ("sa.key", "sa.pub")
+    assert stat.S_IMODE(paths.key.stat().st_mode) == 0o600
+    key = serialization.load_pem_private_key(paths.key.read_bytes(), None)
+    assert isinstance(key, rsa.RSAPrivateKey) and key.key_size == 2048
+    public = serialization.load_pem_public_key(paths.cert.read_bytes())
+    assert public.public_numbers() == key.public_key().public_numbers()  # type: ignore[union-attr]
+    before = paths.key.read_bytes()
+    paths.cert.unlink()  # a lost sa.pub is written again from sa.key
+    again = PKI(tmp_path / "pki").ensure_service_account_key()
+    assert again.key.read_bytes() == before and again.cert.exists()
+    paths.key.write_text("not a key\n")
+    with pytest.raises(PKIError, match=r"remove sa\.key and sa\.pub"):
+        PKI(tmp_path / "pki").ensure_service_account_key()
+
+
+def test_certs_gives_the_apiserver_bundle_the_service_account_keys(tmp_path: Path) -> None:
+    write_bundles(
+        tmp_path, nodes={}, hosts=[], ips=[], server="https://a:8080", grpc_server="a:6443"
+    )
+    pki = tmp_path / "pki"
+    assert (tmp_path / "apiserver" / "sa.key").read_bytes() == (pki / "sa.key").read_bytes()
+    assert (tmp_path / "apiserver" / "sa.pub").read_bytes() == (pki / "sa.pub").read_bytes()
+    assert stat.S_IMODE((tmp_path / "apiserver" / "sa.key").stat().st_mode) == 0o600

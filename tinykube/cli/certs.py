@@ -158,6 +158,11 @@ def write_bundles(
             "kubelet-client": "apiserver-kubelet-client",
         },
     )
+    # One service account key pair for every apiserver (--service-account-key-file sa.pub,
+    # --service-account-signing-key-file sa.key).
+    sa = pki.ensure_service_account_key()
+    _copy(sa.cert, api / "sa.pub")
+    _copy(sa.key, api / "sa.key")
     conf(api / "admin.conf", "admin", "kubernetes-admin")
     sched = bundle("scheduler", {"serving": "scheduler-serving"})
     conf(sched / "scheduler.conf", "scheduler", "system:kube-scheduler")
