@@ -9,6 +9,8 @@ seconds (epoch) so they survive a kubelet restart through the process runtime's 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -223,11 +225,27 @@ def with_others_conditions(
     return merged
 
 
+def image_id(container: pod_pb2.Container) -> str:
+    """The imageID a container reports: what the process and fake runtimes run is the
+    container's image name, command and args, so the digest of those stands for the image's
+    content digest (`sha256:<hex>`, the form containerd reports for an image without a
+    repository digest). Stable across kubelet restarts and nodes."""
+    what = json.dumps([container.image, list(container.command), list(container.args)])
+    return "sha256:" + hashlib.sha256(what.encode()).hexdigest()
+
+
+def _created(crec: ContainerRecord) -> bool:
+    """Whether the container exists in the runtime (Kubernetes reports an imageID only then)."""
+    return crec.state != WAITING or crec.last is not None or bool(crec.pid)
+
+
 def _fill_status(
     cs: pod_pb2.ContainerStatus, container: pod_pb2.Container, crec: ContainerRecord, prefix: str
 ) -> None:
     cs.name = container.name
     cs.image = container.image
+    if _created(crec):
+        cs.imageID = image_id(container)
     cs.restartCount = crec.restart_count
     cs.ready = _succeeded(crec)
     cs.started = crec.state == RUNNING
@@ -280,6 +298,8 @@ def build_pod_status(
         cs = status.containerStatuses.add()
         cs.name = container.name
         cs.image = container.image
+        if _created(crec):
+            cs.imageID = image_id(container)
         cs.restartCount = crec.restart_count
         running = crec.state == RUNNING
         started, ready = (probes or {}).get(container.name, (running, running))
