@@ -117,6 +117,15 @@ spec:
 ---
 apiVersion: v1
 kind: Pod
+metadata: {{name: evictee, namespace: {NS}}}
+spec:
+  # Ignores SIGTERM, so it stays evicted-and-terminating for the whole grace period.
+  terminationGracePeriodSeconds: 30
+  containers:
+  - {{name: stays, image: busybox, command: [sh, -c, "trap '' TERM; sleep 86400"]}}
+---
+apiVersion: v1
+kind: Pod
 metadata: {{name: unschedulable, namespace: {NS}}}
 spec:
   nodeSelector: {{oracle: nowhere}}
@@ -216,7 +225,21 @@ def cluster(tinykube_up: UpCluster) -> Iterator[UpCluster]:
             timeout=120,
         )
     )
+    ok(tinykube_up.kubectl("wait", n, "--for=condition=Ready", "pod/evictee", WAIT, timeout=120))
+    evict(tinykube_up, "evictee")
+    ok(
+        tinykube_up.kubectl(
+            "wait", n, "--for=condition=DisruptionTarget", "pod/evictee", WAIT, timeout=120
+        )
+    )
     yield tinykube_up
+
+
+def evict(cluster: UpCluster, name: str) -> None:
+    """Evict a pod through the Eviction API (what `kubectl drain` does)."""
+    api = k8s.CoreV1Api(k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+    eviction = k8s.V1Eviction(metadata=k8s.V1ObjectMeta(name=name, namespace=NS))
+    api.create_namespaced_pod_eviction(name, NS, eviction)
 
 
 @pytest.fixture(scope="module")
@@ -303,6 +326,9 @@ def test_every_object_of_every_kind_passes_both_oracles(
     pods = raw(cluster, f"/api/v1/namespaces/{NS}/pods")["items"]
     phases = {p["status"].get("phase") for p in pods}
     assert {"Pending", "Running", "Succeeded", "Failed"} <= phases, phases
+    evicted = next(p for p in pods if p["metadata"]["name"] == "evictee")
+    assert "deletionTimestamp" in evicted["metadata"]
+    assert "DisruptionTarget" in {c["type"] for c in evicted["status"]["conditions"]}
 
 
 def test_a_running_and_a_crash_looping_pod_print_what_kubernetes_prints(
@@ -415,3 +441,36 @@ def test_python_client_typed_calls(cluster: UpCluster, api_client: Any) -> None:
         k8s.CoordinationV1Api(api_client).list_namespaced_lease("kube-node-lease"),
     ):
         assert kind_list.items, type(kind_list).__name__
+
+
+def get_as(api_client: Any, path: str, accept: str) -> Any:
+    """GET `path` with an Accept header, through the Python client's own connection."""
+    method, url, headers, body, _ = api_client.param_serialize(
+        "GET", path, header_params={"Accept": accept}, auth_settings=["BearerToken"]
+    )
+    response = api_client.call_api(method, url, header_params=headers, body=body)
+    response.read()
+    assert response.status == 200, response.data
+    return json.loads(response.data)
+
+
+def test_table_rows_and_watch_events_carry_the_fields(cluster: UpCluster, api_client: Any) -> None:
+    table = get_as(
+        api_client,
+        f"/api/v1/namespaces/{NS}/pods?includeObject=Object",
+        "application/json;as=Table;v=v1;g=meta.k8s.io",
+    )
+    assert table["kind"] == "Table" and table["rows"]
+    for row in table["rows"]:
+        pod = row["object"]
+        check_schema(pod)
+        typed(api_client, pod, "V1Pod")
+    # A raw watch's events: each object as the list prints it.
+    lines = ok(
+        cluster.kubectl("get", "--raw", f"/api/v1/namespaces/{NS}/pods?watch=1&timeoutSeconds=1")
+    )
+    events = [json.loads(line) for line in lines.splitlines() if line.strip()]
+    assert events and {e["type"] for e in events} == {"ADDED"}
+    for event in events:
+        check_schema(event["object"])
+        typed(api_client, event["object"], "V1Pod")
