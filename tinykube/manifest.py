@@ -474,11 +474,16 @@ def to_dict(obj: Message, *, zero_fields: bool = True) -> dict[str, Any]:
     return data
 
 
+# What `_normalise_output` does to a field's JSON value (fields needing nothing are not listed).
+_MAP, _MESSAGE, _MICRO, _INT64, _VALUE_INT, _WHOLE = range(6)
+
+
 @dataclass(frozen=True)
 class _Shape:
     """What `_normalise_output` needs of one message type, computed once per type."""
 
-    by_json: dict[str, Any]
+    # JSON name -> (action, the message type of the value or map value, repeated)
+    fields: dict[str, tuple[int, Any, bool]]
     # (JSON name, zero value, whether the value must be copied: a dict or list)
     zeros: tuple[tuple[str, Any, bool], ...]
 
@@ -489,45 +494,57 @@ _SHAPES: dict[str, _Shape] = {}
 def _shape(desc: Any) -> _Shape:
     shape = _SHAPES.get(desc.full_name)
     if shape is None:
+        fields: dict[str, tuple[int, Any, bool]] = {}
+        for f in desc.fields:
+            repeated = _is_repeated(f)
+            if _is_map(f):
+                value_field = f.message_type.fields_by_name["value"]
+                sub = value_field.message_type if _is_plain_message(value_field) else None
+                fields[f.json_name] = (_MAP, sub, False)
+            elif _is_plain_message(f):
+                fields[f.json_name] = (_MESSAGE, f.message_type, repeated)
+            elif (desc.full_name, f.name) in MICRO_TIME_FIELDS:
+                fields[f.json_name] = (_MICRO, None, repeated)
+            elif f.cpp_type in _INT64_TYPES:
+                fields[f.json_name] = (_INT64, None, repeated)
+            elif f.message_type is not None and f.message_type.full_name == _VALUE:
+                fields[f.json_name] = (_VALUE_INT, None, repeated)
+            elif (desc.full_name, f.name) == _REVISION_DATA:
+                fields[f.json_name] = (_WHOLE, None, repeated)
         zeros = ZERO_FIELDS.get(desc.full_name, {})
-        shape = _Shape(
-            {f.json_name: f for f in desc.fields},
-            tuple((k, v, isinstance(v, dict | list)) for k, v in zeros.items()),
-        )
+        shape = _Shape(fields, tuple((k, v, isinstance(v, dict | list)) for k, v in zeros.items()))
         _SHAPES[desc.full_name] = shape
     return shape
 
 
 def _normalise_output(desc: Any, data: dict[str, Any], zero_fields: bool = False) -> None:
-    # proto3 JSON writes int64 as strings (for JavaScript); kubectl users expect numbers.
     shape = _shape(desc)
-    by_json = shape.by_json
+    fields = shape.fields
     for key, value in data.items():
-        f = by_json.get(key)
-        if f is None:
+        entry = fields.get(key)
+        if entry is None:
             continue
-        if _is_map(f):
+        action, sub, repeated = entry
+        if action == _MESSAGE:
+            for element in value if repeated else [value]:
+                _normalise_output(sub, element, zero_fields)
+        elif action == _MAP:
             # Maps come out of protobuf in hash order; kubectl prints keys sorted.
             data[key] = value = dict(sorted(value.items()))
-            value_field = f.message_type.fields_by_name["value"]
-            if _is_plain_message(value_field):
+            if sub is not None:
                 for v in value.values():
-                    _normalise_output(value_field.message_type, v, zero_fields)
-        elif _is_plain_message(f):
-            for element in value if _is_repeated(f) else [value]:
-                _normalise_output(f.message_type, element, zero_fields)
-        elif (desc.full_name, f.name) in MICRO_TIME_FIELDS and isinstance(value, str):
-            data[key] = micro_time(value)
-        elif f.cpp_type in _INT64_TYPES:
-            data[key] = [int(v) for v in value] if _is_repeated(f) else int(value)
-        elif (
-            f.message_type is not None
-            and f.message_type.full_name == _VALUE
-            and isinstance(value, float)
-            and value.is_integer()
-        ):
-            data[key] = int(value)
-        elif (desc.full_name, f.name) == _REVISION_DATA:
+                    _normalise_output(sub, v, zero_fields)
+        elif action == _INT64:
+            # proto3 JSON writes int64 as strings (for JavaScript); kubectl users expect numbers.
+            data[key] = [int(v) for v in value] if repeated else int(value)
+        elif action == _MICRO:
+            if isinstance(value, str):
+                data[key] = micro_time(value)
+        elif action == _VALUE_INT:
+            # IntOrString: protobuf prints a number as a float (8080.0), Kubernetes as an int.
+            if isinstance(value, float) and value.is_integer():
+                data[key] = int(value)
+        else:
             data[key] = _whole_numbers(value)
     if zero_fields:
         # proto3 dropped these zero values; the table's (a handful per message) are complete,
