@@ -8,7 +8,9 @@ is listed, and every item is checked by
 
 - Kubernetes' own JSON schemas (kubernetes-validate, 1.37, strict: no unknown fields either),
 - the official Python client's typed deserializer (`kubernetes` 37: pydantic models that
-  refuse an object without a field Kubernetes' OpenAPI requires).
+  refuse an object without a field Kubernetes' OpenAPI requires),
+
+and, as users hit the same failures there, by kubernetes-asyncio's models and lightkube's.
 
 Typed watches, patch and scale responses, logs and deletes through the Python client are
 checked too: they are what failed for users (`V1NodeSystemInfo: required bootID`,
@@ -17,6 +19,7 @@ checked too: they are what failed for users (`V1NodeSystemInfo: required bootID`
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -33,6 +36,8 @@ kubernetes_validate = pytest.importorskip("kubernetes_validate")
 k8s = pytest.importorskip("kubernetes.client")
 k8s_config = pytest.importorskip("kubernetes.config")
 k8s_watch = pytest.importorskip("kubernetes.watch")
+k8s_asyncio = pytest.importorskip("kubernetes_asyncio.client")
+lightkube_codecs = pytest.importorskip("lightkube.codecs")
 
 KUBE_VERSION = "1.37.0"
 NS = "oracles"
@@ -247,6 +252,29 @@ def api_client(cluster: UpCluster) -> Any:
     return k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
 
 
+class _Body:
+    """What kubernetes-asyncio's deserialize reads of a response."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = json.dumps(data)
+
+
+@pytest.fixture(scope="module")
+def asyncio_client() -> Iterator[Any]:
+    """A kubernetes-asyncio ApiClient (made on a loop of its own: it wants one running)."""
+    loop = asyncio.new_event_loop()
+
+    async def make() -> Any:
+        return k8s_asyncio.ApiClient()
+
+    client = loop.run_until_complete(make())
+    try:
+        yield client
+    finally:
+        loop.run_until_complete(client.close())
+        loop.close()
+
+
 def raw(cluster: UpCluster, path: str) -> Any:
     return json.loads(ok(cluster.kubectl("get", "--raw", path)))
 
@@ -282,8 +310,8 @@ def check_schema(data: dict[str, Any]) -> None:
     kubernetes_validate.validate(data, KUBE_VERSION, strict=True)
 
 
-def test_every_object_of_every_kind_passes_both_oracles(
-    cluster: UpCluster, api_client: Any
+def test_every_object_of_every_kind_passes_every_oracle(
+    cluster: UpCluster, api_client: Any, asyncio_client: Any
 ) -> None:
     kinds = served_kinds(cluster)
     assert {k for _, _, k in kinds} >= {
@@ -318,6 +346,14 @@ def test_every_object_of_every_kind_passes_both_oracles(
                 typed(api_client, item, model_name(api_version, kind))
             except Exception as exc:
                 failures.append(f"{where}: python client: {exc}")
+            try:
+                asyncio_client.deserialize(_Body(item), model_name(api_version, kind))
+            except Exception as exc:
+                failures.append(f"{where}: kubernetes-asyncio: {exc}")
+            try:
+                lightkube_codecs.from_dict(item)
+            except Exception as exc:
+                failures.append(f"{where}: lightkube: {exc}")
             checked[kind] = checked.get(kind, 0) + 1
     assert not failures, "\n\n".join(failures)
     # Every state the manifest set up was there to be checked.
