@@ -146,6 +146,7 @@ ZERO_FIELDS: dict[str, dict[str, Any]] = {
     'tinykube.v1.PodSpec': {'containers': []},
     'tinykube.v1.PodTemplateSpec': {'spec': {'containers': []}},
     'tinykube.v1.PolicyRule': {'verbs': []},
+    'tinykube.v1.PortStatus': {'port': 0, 'protocol': ''},
     'tinykube.v1.PreferredSchedulingTerm': {'preference': {}, 'weight': 0},
     'tinykube.v1.PriorityClass': {'value': 0},
     'tinykube.v1.ReplicaSet': {'spec': {'selector': {}, 'template': {'spec': {'containers': []}}},
