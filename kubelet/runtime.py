@@ -9,6 +9,7 @@ seconds (epoch) so they survive a kubelet restart through the process runtime's 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -230,7 +231,13 @@ def image_id(container: pod_pb2.Container) -> str:
     container's image name, command and args, so the digest of those stands for the image's
     content digest (`sha256:<hex>`, the form containerd reports for an image without a
     repository digest). Stable across kubelet restarts and nodes."""
-    what = json.dumps([container.image, list(container.command), list(container.args)])
+    return _digest(container.image, tuple(container.command), tuple(container.args))
+
+
+@functools.lru_cache(maxsize=4096)
+def _digest(image: str, command: tuple[str, ...], args: tuple[str, ...]) -> str:
+    # Cached: every status a pod worker builds asks again, and a fake kubelet has thousands.
+    what = json.dumps([image, command, args])
     return "sha256:" + hashlib.sha256(what.encode()).hexdigest()
 
 
