@@ -7,7 +7,8 @@ document and the field's full path (`document 2: unknown field "spec.containrs"`
 may be written as YAML numbers (`cpu: 1`) as Kubernetes allows; everything else must have its
 JSON type. `to_dict`, `to_yaml` and `to_json` print objects the way `kubectl get -o yaml|json`
 does: empty fields omitted except those Kubernetes always prints (`restartCount: 0`), int64
-fields as numbers, and several objects as a `kind: List`.
+fields as numbers, keys sorted (as kubectl prints them: Go marshals maps in key order), and
+several objects as a `kind: List`.
 
 Accepted apiVersions: each kind's Kubernetes apiVersion (`v1`, `apps/v1` for ReplicaSet,
 `coordination.k8s.io/v1` for Lease), and `v1` for every kind, which manifests written for
@@ -592,10 +593,10 @@ def _list_dict(objs: Sequence[Message], resource_version: str = "") -> dict[str,
 def to_yaml(objs: Message | Iterable[Message], *, resource_version: str = "") -> str:
     """One object as a YAML document, several as a `kind: List` (as `kubectl get -o yaml`)."""
     data = to_dict(objs) if isinstance(objs, Message) else _list_dict(list(objs), resource_version)
-    return str(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+    return str(yaml.safe_dump(data, sort_keys=True, default_flow_style=False))
 
 
 def to_json(objs: Message | Iterable[Message], *, resource_version: str = "") -> str:
     """One object, or several as a `kind: List`, as indented JSON (as `kubectl get -o json`)."""
     data = to_dict(objs) if isinstance(objs, Message) else _list_dict(list(objs), resource_version)
-    return json.dumps(data, indent=4) + "\n"
+    return json.dumps(data, indent=4, sort_keys=True) + "\n"
