@@ -506,7 +506,58 @@ def test_table_rows_and_watch_events_carry_the_fields(cluster: UpCluster, api_cl
         cluster.kubectl("get", "--raw", f"/api/v1/namespaces/{NS}/pods?watch=1&timeoutSeconds=1")
     )
     events = [json.loads(line) for line in lines.splitlines() if line.strip()]
-    assert events and {e["type"] for e in events} == {"ADDED"}
+    # Every pod ADDED first; a pod that changes meanwhile (the crash-looping one) MODIFIED.
+    assert events and events[0]["type"] == "ADDED"
+    assert {e["type"] for e in events} <= {"ADDED", "MODIFIED"}
     for event in events:
         check_schema(event["object"])
         typed(api_client, event["object"], "V1Pod")
+
+
+def test_lightkube_reads_watches_and_patches(cluster: UpCluster) -> None:
+    lightkube = pytest.importorskip("lightkube")
+    from lightkube.resources.apps_v1 import Deployment
+    from lightkube.resources.core_v1 import Node, Pod
+
+    client = lightkube.Client(config=lightkube.KubeConfig.from_file(str(cluster.kubeconfig)))
+    assert all(node.status.nodeInfo.bootID for node in client.list(Node))
+    pods = list(client.list(Pod, namespace=NS))
+    assert {p.metadata.name for p in pods} >= {"crasher", "unschedulable"}
+    for kind, pod in client.watch(Pod, namespace=NS, fields={"metadata.name": "crasher"}):
+        assert kind == "ADDED" and pod.status.containerStatuses[0].imageID
+        break
+    patched = client.patch(Pod, "crasher", {"metadata": {"labels": {"lk": "1"}}}, namespace=NS)
+    assert patched.metadata.labels["lk"] == "1"
+    assert patched.status.containerStatuses[0].restartCount >= 0
+    assert client.get(Deployment, "web", namespace=NS).status.replicas
+
+
+def test_kubernetes_asyncio_reads_watches_and_patches(cluster: UpCluster) -> None:
+    config = pytest.importorskip("kubernetes_asyncio.config")
+    watch = pytest.importorskip("kubernetes_asyncio.watch")
+
+    async def run() -> None:
+        async with await config.new_client_from_config(
+            config_file=str(cluster.kubeconfig)
+        ) as api_client:
+            core = k8s_asyncio.CoreV1Api(api_client)
+            nodes = await core.list_node()
+            assert all(n.status.node_info.system_uuid for n in nodes.items)
+            pods = await core.list_namespaced_pod(NS)
+            # A watch without a resourceVersion starts with every pod, typed.
+            names: set[str] = set()
+            w = watch.Watch()
+            async for event in w.stream(core.list_namespaced_pod, NS, timeout_seconds=30):
+                names.add(event["object"].metadata.name)
+                if len(names) >= len(pods.items):
+                    w.stop()
+            assert names >= {p.metadata.name for p in pods.items}
+            patched = await core.patch_namespaced_pod(
+                "crasher", NS, {"metadata": {"labels": {"ka": "1"}}}
+            )
+            assert patched.metadata.labels["ka"] == "1"
+            assert patched.status.container_statuses[0].image_id
+            pod = await core.read_namespaced_pod("crasher", NS)
+            assert pod.status.container_statuses[0].restart_count >= 0
+
+    asyncio.run(run())
