@@ -72,7 +72,12 @@ def fill(msg: Message, depth: int = 0) -> None:
 
 
 def model(info: KindInfo) -> str:
-    return ("CoreV1" if info.kind == "Event" else info.version.capitalize()) + info.kind
+    """The Python client's model: V1Pod; Events are CoreV1Event and EventsV1Event."""
+    name = info.version.capitalize() + info.kind
+    if info.kind == "Event":
+        group = info.group.split(".")[0] or "core"
+        name = group.capitalize() + name
+    return name
 
 
 @pytest.mark.parametrize("filled", [False, True], ids=["bare", "filled"])
