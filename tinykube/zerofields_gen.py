@@ -100,6 +100,12 @@ GO_ALWAYS: dict[str, dict[str, str]] = {
     },
     "io.k8s.api.scheduling.v1.PriorityClass": {"value": "zero"},
     "io.k8s.api.discovery.v1.Endpoint": {"conditions": "zero"},
+    "io.k8s.api.events.v1.Event": {
+        "regarding": "zero",
+        "deprecatedSource": "zero",
+        "deprecatedFirstTimestamp": "zero",
+        "deprecatedLastTimestamp": "zero",
+    },
 }
 
 _DEFS_PREFIX = "#/$defs/"
