@@ -459,6 +459,22 @@ def test_python_client_typed_calls(cluster: UpCluster, api_client: Any) -> None:
     )
     assert applied.metadata.annotations["oracle"] == "yes"
 
+    # A server-side apply's response, typed: a Service with its always-printed status.
+    applied_svc = core.patch_namespaced_service(
+        "applied",
+        NS,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "applied", "namespace": NS},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 81}]},
+        },
+        field_manager="oracle",
+        _content_type="application/apply-patch+yaml",
+    )
+    assert applied_svc.spec.ports[0].target_port == 81
+    assert applied_svc.status.load_balancer is not None
+
     status = core.delete_namespaced_pod("typed", NS)
     assert status is not None
     for kind_list in (
