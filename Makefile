@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PROTOS := $(wildcard proto/tinykube/v1/*.proto)
 
-.PHONY: install up test check compose-check proto proto-check unit integration e2e bench bench-smoke clean
+.PHONY: install up test check compose-check proto proto-check zerofields unit integration e2e bench bench-smoke clean
 
 install: $(STAMP)
 
@@ -42,6 +42,10 @@ proto: $(STAMP)
 		--plugin=protoc-gen-mypy_grpc=$(BIN)/protoc-gen-mypy_grpc \
 		--python_out=. --mypy_out=quiet:. --grpc_python_out=. --mypy_grpc_out=quiet:. \
 		$(PROTOS)
+
+# The fields Kubernetes always prints (tinykube/zerofields.py), from Kubernetes' JSON schemas.
+zerofields: $(STAMP)
+	$(BIN)/python -m tinykube.zerofields_gen
 
 # Fails when the committed stubs differ from what the .proto files generate.
 proto-check: $(STAMP)

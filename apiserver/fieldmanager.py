@@ -848,11 +848,11 @@ def record_update(
 
     Costs two `to_dict`s and a walk of both objects: the REST front end records every write;
     the gRPC one only when the caller names a field manager."""
-    live = to_dict(old) if old is not None else {}
+    live = to_dict(old, zero_fields=False) if old is not None else {}
     descriptor: Any = new.DESCRIPTOR
     entries = update(
         live,
-        to_dict(new),
+        to_dict(new, zero_fields=False),
         descriptor,
         manager=manager,
         api_version=info.api_version,

@@ -417,7 +417,7 @@ def compute_hash(template: Any, collision_count: int | None) -> str:
     """kube's controller.ComputeHash: FNV-32a over the template (here its canonical JSON, where
     kube hashes a dump of the Go struct), then the collision count as 4 little-endian bytes,
     and the decimal digest spelled in the safe alphabet (rand.SafeEncodeString)."""
-    text = json.dumps(to_dict(template), sort_keys=True, separators=(",", ":"))
+    text = json.dumps(to_dict(template, zero_fields=False), sort_keys=True, separators=(",", ":"))
     data = text.encode()
     if collision_count is not None:
         data += struct.pack("<I", collision_count & 0xFFFFFFFF)
@@ -427,7 +427,7 @@ def compute_hash(template: Any, collision_count: int | None) -> str:
 def revision_data(ds: DaemonSet) -> Struct:
     """kube's getPatch: the strategic merge patch that restores the template,
     {"spec": {"template": {..., "$patch": "replace"}}}."""
-    template = to_dict(ds.spec.template)
+    template = to_dict(ds.spec.template, zero_fields=False)
     template["$patch"] = "replace"
     data = Struct()
     data.update({"spec": {"template": template}})

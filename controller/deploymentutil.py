@@ -309,7 +309,7 @@ def _pruned(value: Any) -> Any:
 
 def canonical_template(template: replicaset_pb2.PodTemplateSpec) -> dict[str, Any]:
     """The template as Kubernetes JSON, without the pod-template-hash label and empty parts."""
-    doc: dict[str, Any] = _pruned(to_dict(template))
+    doc: dict[str, Any] = _pruned(to_dict(template, zero_fields=False))
     labels = doc.get("metadata", {}).get("labels")
     if labels is not None and POD_TEMPLATE_HASH_LABEL in labels:
         labels = {k: v for k, v in labels.items() if k != POD_TEMPLATE_HASH_LABEL}
@@ -327,7 +327,9 @@ def template_bytes(template: replicaset_pb2.PodTemplateSpec) -> bytes:
     Kubernetes hashes Go's spew dump of the PodTemplateSpec struct instead; the JSON says the
     same (every set field, nothing empty) in a form a Python program can reproduce.
     """
-    return json.dumps(_pruned(to_dict(template)), sort_keys=True, separators=(",", ":")).encode()
+    return json.dumps(
+        _pruned(to_dict(template, zero_fields=False)), sort_keys=True, separators=(",", ":")
+    ).encode()
 
 
 def compute_hash(template: replicaset_pb2.PodTemplateSpec, collision_count: int | None) -> str:

@@ -22,6 +22,7 @@ import logging
 import platform
 import random
 import socket
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -71,6 +72,9 @@ def desired_status(cfg: NodeConfig, hostname: str) -> node_pb2.NodeStatus:
     status.addresses.add(type="Hostname", address=hostname)
     info = status.nodeInfo
     info.machineID = cfg.name
+    info.systemUUID = system_uuid(cfg)
+    info.bootID = boot_id()
+    # kubeProxyVersion stays empty: deprecated, and kubelets since 1.31 no longer set it.
     info.kernelVersion = platform.release()
     info.osImage = platform.platform()
     info.operatingSystem = platform.system().lower()
@@ -81,6 +85,32 @@ def desired_status(cfg: NodeConfig, hostname: str) -> node_pb2.NodeStatus:
     info.containerRuntimeVersion = f"{cfg.runtime}://tinykube"
     status.daemonEndpoints.kubeletEndpoint.Port = cfg.kubelet_port
     return status
+
+
+def _read_first_line(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.readline().strip()
+    except OSError:
+        return ""
+
+
+def system_uuid(cfg: NodeConfig) -> str:
+    """The node's nodeInfo.systemUUID: the SMBIOS product UUID, as the kubelet reads it (it
+    is readable by root only), else the machine-id. The fake runtime's nodes share one
+    machine, so each gets a UUID derived from its name, stable across restarts."""
+    if cfg.runtime == "fake":
+        return str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{cfg.name}.nodes.tinykube"))
+    value = _read_first_line("/sys/class/dmi/id/product_uuid")
+    if not value:
+        machine_id = _read_first_line("/etc/machine-id")
+        value = str(uuid.UUID(machine_id)) if len(machine_id) == 32 else machine_id
+    return value
+
+
+def boot_id() -> str:
+    """This boot's ID, as the kernel gives it (changes at every reboot)."""
+    return _read_first_line("/proc/sys/kernel/random/boot_id")
 
 
 class NodeAgent:

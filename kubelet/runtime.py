@@ -9,6 +9,9 @@ seconds (epoch) so they survive a kubelet restart through the process runtime's 
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -252,11 +255,34 @@ def with_others_conditions(
     return merged
 
 
+def image_id(container: pod_pb2.Container, image: str = "") -> str:
+    """The imageID a container reports: what the process and fake runtimes run is the
+    container's image name, command and args, so the digest of those stands for the image's
+    content digest (`sha256:<hex>`, the form containerd reports for an image without a
+    repository digest). Stable across kubelet restarts and nodes. `image` is the running
+    instance's image where it differs from the spec's (a changed image before its restart)."""
+    return _digest(image or container.image, tuple(container.command), tuple(container.args))
+
+
+@functools.lru_cache(maxsize=4096)
+def _digest(image: str, command: tuple[str, ...], args: tuple[str, ...]) -> str:
+    # Cached: every status a pod worker builds asks again, and a fake kubelet has thousands.
+    what = json.dumps([image, command, args])
+    return "sha256:" + hashlib.sha256(what.encode()).hexdigest()
+
+
+def _created(crec: ContainerRecord) -> bool:
+    """Whether the container exists in the runtime (Kubernetes reports an imageID only then)."""
+    return crec.state != WAITING or crec.last is not None or bool(crec.pid)
+
+
 def _fill_status(
     cs: pod_pb2.ContainerStatus, container: pod_pb2.Container, crec: ContainerRecord, prefix: str
 ) -> None:
     cs.name = container.name
     cs.image = crec.image or container.image
+    if _created(crec):
+        cs.imageID = image_id(container, cs.image)
     cs.restartCount = crec.restart_count
     cs.ready = _succeeded(crec)
     cs.started = crec.state == RUNNING
@@ -310,6 +336,8 @@ def build_pod_status(
         cs = status.containerStatuses.add()
         cs.name = container.name
         cs.image = crec.image or container.image  # until a changed image's restart: the old one
+        if _created(crec):
+            cs.imageID = image_id(container, cs.image)
         cs.restartCount = crec.restart_count
         running = crec.state == RUNNING
         started, ready = (probes or {}).get(container.name, (running, running))

@@ -6,7 +6,9 @@ strict, like `kubectl apply`'s strict decoding: an unknown field is an error nam
 document and the field's full path (`document 2: unknown field "spec.containrs"`). Quantities
 may be written as YAML numbers (`cpu: 1`) as Kubernetes allows; everything else must have its
 JSON type. `to_dict`, `to_yaml` and `to_json` print objects the way `kubectl get -o yaml|json`
-does: empty fields omitted, int64 fields as numbers, and several objects as a `kind: List`.
+does: empty fields omitted except those Kubernetes always prints (`restartCount: 0`), int64
+fields as numbers, keys sorted (as kubectl prints them: Go marshals maps in key order), and
+several objects as a `kind: List`.
 
 Accepted apiVersions: each kind's Kubernetes apiVersion (`v1`, `apps/v1` for ReplicaSet,
 `coordination.k8s.io/v1` for Lease), and `v1` for every kind, which manifests written for
@@ -29,6 +31,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from tinykube.kinds import API_VERSION, BY_KIND, KindInfo
+from tinykube.zerofields import ZERO_FIELDS
 
 # map<string,string> fields holding quantities: a YAML number there is a quantity ("cpu: 1").
 QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
@@ -299,7 +302,17 @@ def _check_fields(
     """Collect unknown fields with full paths; turn YAML numbers in quantity maps into strings.
 
     With an `unknown` list, unknown fields are removed from `value` and their paths go there
-    instead of into `errors`."""
+    instead of into `errors`.
+
+    A field holding exactly the zero Kubernetes always prints for it (`resources: {}`,
+    `restartCount: 0`, `divisor: "0"`) is dropped, so an object read back from what
+    `to_dict` printed (kubectl edit, replace, a PATCH) is the object it was, not one with
+    empty messages set where there were none."""
+    zeros = ZERO_FIELDS.get(desc.full_name)
+    if zeros:
+        for key, zero in zeros.items():
+            if key in value and value[key] == zero and type(value[key]) is type(zero):
+                del value[key]
     fields = _field_map(desc)
     for key, item in list(value.items()):
         here = f"{path}.{key}" if path else str(key)
@@ -447,44 +460,107 @@ def _clean_parse_error(message: str) -> str:
 # ---- output -------------------------------------------------------------------------------
 
 
-def to_dict(obj: Message) -> dict[str, Any]:
+def to_dict(obj: Message, *, zero_fields: bool = True) -> dict[str, Any]:
     """The object as Kubernetes JSON: lowerCamel names, empty fields omitted, int64 as numbers,
-    map keys sorted."""
+    map keys sorted.
+
+    With `zero_fields` (what every printed object wants) the fields Kubernetes prints even
+    when they hold their zero value are there too (`restartCount: 0`, `ready: false`,
+    `imageID: ""`, `lastState: {}`, `lastProbeTime: null`): each field its OpenAPI requires and
+    each its Go types serialize without omitempty, from the generated `tinykube.zerofields`
+    table. Code that compares or hashes objects (apply's merge, managedFields, template
+    hashes) asks for the bare form, which stays what proto3 holds."""
     data: dict[str, Any] = json_format.MessageToDict(obj)
-    _normalise_output(obj.DESCRIPTOR, data)
+    _normalise_output(obj.DESCRIPTOR, data, zero_fields)
     return data
 
 
-def _normalise_output(desc: Any, data: dict[str, Any]) -> None:
-    # proto3 JSON writes int64 as strings (for JavaScript); kubectl users expect numbers.
-    by_json = {f.json_name: f for f in desc.fields}
+# What `_normalise_output` does to a field's JSON value (fields needing nothing are not listed).
+_MAP, _MESSAGE, _MICRO, _INT64, _VALUE_INT, _WHOLE = range(6)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What `_normalise_output` needs of one message type, computed once per type."""
+
+    # JSON name -> (action, the message type of the value or map value, repeated)
+    fields: dict[str, tuple[int, Any, bool]]
+    # (JSON name, zero value, whether the value must be copied: a dict or list)
+    zeros: tuple[tuple[str, Any, bool], ...]
+
+
+_SHAPES: dict[str, _Shape] = {}
+
+
+def _shape(desc: Any) -> _Shape:
+    shape = _SHAPES.get(desc.full_name)
+    if shape is None:
+        fields: dict[str, tuple[int, Any, bool]] = {}
+        for f in desc.fields:
+            repeated = _is_repeated(f)
+            if _is_map(f):
+                value_field = f.message_type.fields_by_name["value"]
+                sub = value_field.message_type if _is_plain_message(value_field) else None
+                fields[f.json_name] = (_MAP, sub, False)
+            elif _is_plain_message(f):
+                fields[f.json_name] = (_MESSAGE, f.message_type, repeated)
+            elif (desc.full_name, f.name) in MICRO_TIME_FIELDS:
+                fields[f.json_name] = (_MICRO, None, repeated)
+            elif f.cpp_type in _INT64_TYPES:
+                fields[f.json_name] = (_INT64, None, repeated)
+            elif f.message_type is not None and f.message_type.full_name == _VALUE:
+                fields[f.json_name] = (_VALUE_INT, None, repeated)
+            elif (desc.full_name, f.name) == _REVISION_DATA:
+                fields[f.json_name] = (_WHOLE, None, repeated)
+        zeros = ZERO_FIELDS.get(desc.full_name, {})
+        shape = _Shape(fields, tuple((k, v, isinstance(v, dict | list)) for k, v in zeros.items()))
+        _SHAPES[desc.full_name] = shape
+    return shape
+
+
+def _normalise_output(desc: Any, data: dict[str, Any], zero_fields: bool = False) -> None:
+    shape = _shape(desc)
+    fields = shape.fields
     for key, value in data.items():
-        f = by_json.get(key)
-        if f is None:
+        entry = fields.get(key)
+        if entry is None:
             continue
-        if _is_map(f):
+        action, sub, repeated = entry
+        if action == _MESSAGE:
+            for element in value if repeated else [value]:
+                _normalise_output(sub, element, zero_fields)
+        elif action == _MAP:
             # Maps come out of protobuf in hash order; kubectl prints keys sorted.
             data[key] = value = dict(sorted(value.items()))
-            value_field = f.message_type.fields_by_name["value"]
-            if _is_plain_message(value_field):
+            if sub is not None:
                 for v in value.values():
-                    _normalise_output(value_field.message_type, v)
-        elif _is_plain_message(f):
-            for element in value if _is_repeated(f) else [value]:
-                _normalise_output(f.message_type, element)
-        elif (desc.full_name, f.name) in MICRO_TIME_FIELDS and isinstance(value, str):
-            data[key] = micro_time(value)
-        elif f.cpp_type in _INT64_TYPES:
-            data[key] = [int(v) for v in value] if _is_repeated(f) else int(value)
-        elif (
-            f.message_type is not None
-            and f.message_type.full_name == _VALUE
-            and isinstance(value, float)
-            and value.is_integer()
-        ):
-            data[key] = int(value)
-        elif (desc.full_name, f.name) == _REVISION_DATA:
+                    _normalise_output(sub, v, zero_fields)
+        elif action == _INT64:
+            # proto3 JSON writes int64 as strings (for JavaScript); kubectl users expect numbers.
+            data[key] = [int(v) for v in value] if repeated else int(value)
+        elif action == _MICRO:
+            if isinstance(value, str):
+                data[key] = micro_time(value)
+        elif action == _VALUE_INT:
+            # IntOrString: protobuf prints a number as a float (8080.0), Kubernetes as an int.
+            if isinstance(value, float) and value.is_integer():
+                data[key] = int(value)
+        else:
             data[key] = _whole_numbers(value)
+    if zero_fields:
+        # proto3 dropped these zero values; the table's (a handful per message) are complete,
+        # nested zeros included, so what is added here needs no walk of its own.
+        for key, value, mutable in shape.zeros:
+            if key not in data:
+                data[key] = _copy_json(value) if mutable else value
+
+
+def _copy_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_json(v) for v in value]
+    return value
 
 
 def _whole_numbers(value: Any) -> Any:
@@ -517,10 +593,10 @@ def _list_dict(objs: Sequence[Message], resource_version: str = "") -> dict[str,
 def to_yaml(objs: Message | Iterable[Message], *, resource_version: str = "") -> str:
     """One object as a YAML document, several as a `kind: List` (as `kubectl get -o yaml`)."""
     data = to_dict(objs) if isinstance(objs, Message) else _list_dict(list(objs), resource_version)
-    return str(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+    return str(yaml.safe_dump(data, sort_keys=True, default_flow_style=False))
 
 
 def to_json(objs: Message | Iterable[Message], *, resource_version: str = "") -> str:
     """One object, or several as a `kind: List`, as indented JSON (as `kubectl get -o json`)."""
     data = to_dict(objs) if isinstance(objs, Message) else _list_dict(list(objs), resource_version)
-    return json.dumps(data, indent=4) + "\n"
+    return json.dumps(data, indent=4, sort_keys=True) + "\n"

@@ -35,6 +35,7 @@ from apiserver.rest import openapi_proto
 from tinykube.kinds import SCALABLE_KINDS, KindInfo
 from tinykube.manifest import QUANTITY_FIELDS
 from tinykube.v1 import meta_pb2
+from tinykube.zerofields import REQUIRED_FIELDS
 
 JSON = dict[str, Any]
 # (message full name, JSON field name) -> (patchStrategy, patchMergeKey), or None.
@@ -76,7 +77,9 @@ _RENAMED = {"ServiceEndpoints": "Endpoints"}
 _QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
 
 # The fields Kubernetes marks required, by Kubernetes type name (JSON names); only those the
-# message has are emitted.
+# message has are emitted. Added to tinykube.zerofields.REQUIRED_FIELDS, generated from
+# Kubernetes' schemas for every message reached from a kind, so what matters here are the types
+# that table does not walk (lists, Binding).
 _REQUIRED: dict[str, tuple[str, ...]] = {
     "Container": ("name",),
     "ContainerPort": ("containerPort",),
@@ -681,7 +684,13 @@ class _SchemaBuilder:
         for field in desc.fields:
             props[field.json_name] = self._field(desc, field, top=top, is_list=list_of is not None)
         schema["properties"] = dict(sorted(props.items()))
-        required = [r for r in _REQUIRED.get(name.rsplit(".", 1)[1], ()) if r in props]
+        # Kubernetes' own required lists (generated, tinykube/zerofields.py), and this file's
+        # table for the types that one does not walk (lists, Binding).
+        wanted = (
+            *REQUIRED_FIELDS.get(desc.full_name, ()),
+            *_REQUIRED.get(name.rsplit(".", 1)[1], ()),
+        )
+        required = [r for r in dict.fromkeys(wanted) if r in props]
         if required:
             schema["required"] = required
         if gvk is not None:

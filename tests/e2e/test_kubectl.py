@@ -463,7 +463,7 @@ Containers:
   greeter:
     Container ID:  process://<*>
     Image:         busybox
-    Image ID:
+    Image ID:      sha256:<*>
     Port:          <none>
     Host Port:     <none>
     Command:
@@ -595,8 +595,8 @@ Allocatable:
   pods:    110
 System Info:
   Machine ID:                 {node}
-  System UUID:
-  Boot ID:
+  System UUID:                <*>
+  Boot ID:                    <*>
   Kernel Version:             <*>
   OS Image:                   <*>
   Operating System:           linux

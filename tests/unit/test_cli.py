@@ -305,7 +305,10 @@ def test_get_empty_and_not_found(server: FakeServer) -> None:
 def test_get_yaml_json_name(server: FakeServer) -> None:
     seed(server, make_pod("web"))
     _, out, _ = run_cli("get", "pod", "web", "-o", "yaml")
-    assert out.startswith("apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n")
+    # Keys sorted, zero fields Kubernetes always prints included: what kubectl prints.
+    assert out.startswith("apiVersion: v1\nkind: Pod\nmetadata:\n  creationTimestamp: ")
+    assert "\n  name: web\n  namespace: default\n" in out
+    assert "\n    lastState: {}\n" in out and "\n    resources: {}\n" in out
     _, out, _ = run_cli("get", "pods", "-o", "json")
     assert '"kind": "List"' in out
     assert '"resourceVersion": "101"' in out

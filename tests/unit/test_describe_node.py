@@ -225,3 +225,37 @@ def test_describe_node_allocated_resources_as_kubectl(
 )
 def test_quantities_print_canonically(amount: Fraction, fmt: str, text: str) -> None:
     assert format_quantity(amount, fmt) == text
+
+
+def test_describe_node_system_info_in_kubectls_order() -> None:
+    node = objects(
+        SMALL_NODE
+        + """  nodeInfo:
+    machineID: m1
+    systemUUID: 3d1219c7-c4c5-404a-aa1f-6d2a48adfda4
+    bootID: f7f3adeb-afcc-4d89-83f0-27842646884b
+    kernelVersion: "6.1"
+    osImage: Debian
+    operatingSystem: linux
+    architecture: amd64
+    containerRuntimeVersion: process://tinykube
+    kubeletVersion: tinykube-v0.1.0
+    kubeProxyVersion: ""
+"""
+    )[0]
+    out = describe_node(node, [], [], NOW)
+    assert section(out, "System Info:", "Non-terminated Pods:") == [
+        "System Info:",
+        "Machine ID: m1",
+        "System UUID: 3d1219c7-c4c5-404a-aa1f-6d2a48adfda4",
+        "Boot ID: f7f3adeb-afcc-4d89-83f0-27842646884b",
+        "Kernel Version: 6.1",
+        "OS Image: Debian",
+        "Operating System: linux",
+        "Architecture: amd64",
+        "Container Runtime Version: process://tinykube",
+        "Kubelet Version: tinykube-v0.1.0",
+    ]
+    # Aligned as kubectl aligns them, on the longest key (kube-proxy's empty one is left out).
+    assert "\n  Boot ID:                    f7f3" in out
+    assert "\n  Container Runtime Version:  process://tinykube\n" in out

@@ -149,7 +149,7 @@ def test_output_omits_empty_fields_and_prints_int64_as_numbers() -> None:
     pod.metadata.labels["b"] = "2"
     pod.metadata.labels["a"] = "1"
     pod.spec.terminationGracePeriodSeconds = 30
-    data = to_dict(pod)
+    data = to_dict(pod, zero_fields=False)
     assert data == {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -157,6 +157,52 @@ def test_output_omits_empty_fields_and_prints_int64_as_numbers() -> None:
         "spec": {"terminationGracePeriodSeconds": 30},
     }
     assert list(data["metadata"]["labels"]) == ["a", "b"]
+    # Printed, the fields Kubernetes always writes are there, with their zero values.
+    assert to_dict(pod)["spec"] == {"terminationGracePeriodSeconds": 30, "containers": []}
+    assert to_dict(pod)["status"] == {}
+
+
+def test_output_carries_the_fields_kubernetes_always_prints() -> None:
+    pod = pod_pb2.Pod(apiVersion="v1", kind="Pod")
+    pod.metadata.name = "web"
+    container = pod.spec.containers.add(name="app", image="busybox")
+    container.env.add(name="CPU").valueFrom.resourceFieldRef.resource = "limits.cpu"
+    condition = pod.status.conditions.add(type="Ready", status="False")
+    condition.lastTransitionTime.FromSeconds(1_700_000_000)
+    status = pod.status.containerStatuses.add(name="app", image="busybox")
+    status.state.waiting.reason = "ContainerCreating"
+    status.started = False
+    data = to_dict(pod)
+    assert data["spec"]["containers"][0]["resources"] == {}
+    assert data["spec"]["containers"][0]["env"][0]["valueFrom"]["resourceFieldRef"] == {
+        "resource": "limits.cpu",
+        "divisor": "0",
+    }
+    assert data["status"]["conditions"] == [
+        {
+            "type": "Ready",
+            "status": "False",
+            "lastTransitionTime": "2023-11-14T22:13:20Z",
+            "lastProbeTime": None,
+        }
+    ]
+    assert data["status"]["containerStatuses"] == [
+        {
+            "name": "app",
+            "state": {"waiting": {"reason": "ContainerCreating"}},
+            "image": "busybox",
+            "started": False,
+            "lastState": {},
+            "ready": False,
+            "restartCount": 0,
+            "imageID": "",
+        }
+    ]
+    # Each object gets its own copy of a zero container: editing one leaves the next alone.
+    data["status"]["containerStatuses"][0]["lastState"]["x"] = 1
+    assert to_dict(pod)["status"]["containerStatuses"][0]["lastState"] == {}
+    # The zeros read back as the object they came from.
+    assert parse_object(data | {"status": to_dict(pod)["status"]}).obj == pod
 
 
 def test_round_trip_through_yaml_and_json() -> None:

@@ -108,8 +108,8 @@ def merge(live: Any, desired: Any) -> Any:
 
 def merged_object(live: Message, desired: Message) -> Message:
     """The object an update should send: the manifest merged over the live object."""
-    live_dict = to_dict(live)
-    want = to_dict(desired)
+    live_dict = to_dict(live, zero_fields=False)
+    want = to_dict(desired, zero_fields=False)
     want.pop("status", None)
     for field in _SERVER_METADATA:
         want.get("metadata", {}).pop(field, None)

@@ -199,7 +199,12 @@ def describe_containers(w: Writer, title: str, containers: Any, statuses: Any) -
     by_name = {cs.name: cs for cs in statuses}
     for c in containers:
         w.line(1, c.name)
+        cs = by_name.get(c.name)
+        if cs is not None:
+            w.line(2, "Container ID", cs.containerID)
         w.line(2, "Image", c.image or printers.NONE)
+        if cs is not None:
+            w.line(2, "Image ID", cs.imageID)
         for key, values in (("Command", c.command), ("Args", c.args)):
             if values:
                 w.line(2, key)
@@ -322,13 +327,17 @@ def describe_node(node: Any, pods: list[Any], events: list[Any], now: datetime) 
     if info.ListFields():
         w.line(0, "System Info")
         for key, value in (
+            ("Machine ID", info.machineID),
+            ("System UUID", info.systemUUID),
+            ("Boot ID", info.bootID),
             ("Kernel Version", info.kernelVersion),
             ("OS Image", info.osImage),
             ("Operating System", info.operatingSystem),
             ("Architecture", info.architecture),
+            ("Container Runtime Version", info.containerRuntimeVersion),
             ("Kubelet Version", info.kubeletVersion),
         ):
-            w.line(1, key, value or "", width=26)
+            w.line(1, key, value or "", width=28)
     live = [p for p in pods if p.status.phase not in ("Succeeded", "Failed")]
     allocatable = status.allocatable or status.capacity
     w.line(0, "Non-terminated Pods", f"({len(live)} in total)", width=len("Non-terminated Pods:  "))

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from tinykube.v1 import meta_pb2 as tinykube_dot_v1_dot_meta__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tinykube/v1/node.proto\x12\x0btinykube.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16tinykube/v1/meta.proto\"b\n\x05Taint\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x0e\n\x06\x65\x66\x66\x65\x63t\x18\x03 \x01(\t\x12-\n\ttimeAdded\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"j\n\x08NodeSpec\x12\x15\n\runschedulable\x18\x01 \x01(\x08\x12\"\n\x06taints\x18\x02 \x03(\x0b\x32\x12.tinykube.v1.Taint\x12\x0f\n\x07podCIDR\x18\x03 \x01(\t\x12\x12\n\nproviderID\x18\x04 \x01(\t\"\xbd\x01\n\rNodeCondition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x35\n\x11lastHeartbeatTime\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x36\n\x12lastTransitionTime\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\",\n\x0bNodeAddress\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"\xc3\x01\n\x0eNodeSystemInfo\x12\x11\n\tmachineID\x18\x01 \x01(\t\x12\x0e\n\x06\x62ootID\x18\x02 \x01(\t\x12\x15\n\rkernelVersion\x18\x03 \x01(\t\x12\x0f\n\x07osImage\x18\x04 \x01(\t\x12\x17\n\x0foperatingSystem\x18\x05 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x06 \x01(\t\x12\x16\n\x0ekubeletVersion\x18\x07 \x01(\t\x12\x1f\n\x17\x63ontainerRuntimeVersion\x18\x08 \x01(\t\"\x1e\n\x0e\x44\x61\x65monEndpoint\x12\x0c\n\x04Port\x18\x01 \x01(\x05\"K\n\x13NodeDaemonEndpoints\x12\x34\n\x0fkubeletEndpoint\x18\x01 \x01(\x0b\x32\x1b.tinykube.v1.DaemonEndpoint\"2\n\x0e\x43ontainerImage\x12\r\n\x05names\x18\x01 \x03(\t\x12\x11\n\tsizeBytes\x18\x02 \x01(\x03\"\xdd\x03\n\nNodeStatus\x12\x37\n\x08\x63\x61pacity\x18\x01 \x03(\x0b\x32%.tinykube.v1.NodeStatus.CapacityEntry\x12=\n\x0b\x61llocatable\x18\x02 \x03(\x0b\x32(.tinykube.v1.NodeStatus.AllocatableEntry\x12.\n\nconditions\x18\x03 \x03(\x0b\x32\x1a.tinykube.v1.NodeCondition\x12+\n\taddresses\x18\x04 \x03(\x0b\x32\x18.tinykube.v1.NodeAddress\x12-\n\x08nodeInfo\x18\x05 \x01(\x0b\x32\x1b.tinykube.v1.NodeSystemInfo\x12\x39\n\x0f\x64\x61\x65monEndpoints\x18\x06 \x01(\x0b\x32 .tinykube.v1.NodeDaemonEndpoints\x12+\n\x06images\x18\x07 \x03(\x0b\x32\x1b.tinykube.v1.ContainerImage\x1a/\n\rCapacityEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41llocatableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa1\x01\n\x04Node\x12\x12\n\napiVersion\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.tinykube.v1.ObjectMeta\x12#\n\x04spec\x18\x04 \x01(\x0b\x32\x15.tinykube.v1.NodeSpec\x12\'\n\x06status\x18\x05 \x01(\x0b\x32\x17.tinykube.v1.NodeStatus\"U\n\x08NodeList\x12\'\n\x08metadata\x18\x01 \x01(\x0b\x32\x15.tinykube.v1.ListMeta\x12 \n\x05items\x18\x02 \x03(\x0b\x32\x11.tinykube.v1.Node\"A\n\x0eNodeWatchEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12!\n\x06object\x18\x02 \x01(\x0b\x32\x11.tinykube.v1.Node\"B\n\x13NodeWatchEventBatch\x12+\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1b.tinykube.v1.NodeWatchEvent\"4\n\x11\x43reateNodeRequest\x12\x1f\n\x04node\x18\x01 \x01(\x0b\x32\x11.tinykube.v1.Node\"4\n\x11UpdateNodeRequest\x12\x1f\n\x04node\x18\x01 \x01(\x0b\x32\x11.tinykube.v1.Node2\xf9\x03\n\x05Nodes\x12;\n\x06\x43reate\x12\x1e.tinykube.v1.CreateNodeRequest\x1a\x11.tinykube.v1.Node\x12\x31\n\x03Get\x12\x17.tinykube.v1.GetRequest\x1a\x11.tinykube.v1.Node\x12\x37\n\x04List\x12\x18.tinykube.v1.ListRequest\x1a\x15.tinykube.v1.NodeList\x12;\n\x06Update\x12\x1e.tinykube.v1.UpdateNodeRequest\x1a\x11.tinykube.v1.Node\x12\x41\n\x0cUpdateStatus\x12\x1e.tinykube.v1.UpdateNodeRequest\x1a\x11.tinykube.v1.Node\x12\x37\n\x06\x44\x65lete\x12\x1a.tinykube.v1.DeleteRequest\x1a\x11.tinykube.v1.Node\x12\x41\n\x05Watch\x12\x19.tinykube.v1.WatchRequest\x1a\x1b.tinykube.v1.NodeWatchEvent0\x01\x12K\n\nWatchBatch\x12\x19.tinykube.v1.WatchRequest\x1a .tinykube.v1.NodeWatchEventBatch0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tinykube/v1/node.proto\x12\x0btinykube.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16tinykube/v1/meta.proto\"b\n\x05Taint\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x0e\n\x06\x65\x66\x66\x65\x63t\x18\x03 \x01(\t\x12-\n\ttimeAdded\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"j\n\x08NodeSpec\x12\x15\n\runschedulable\x18\x01 \x01(\x08\x12\"\n\x06taints\x18\x02 \x03(\x0b\x32\x12.tinykube.v1.Taint\x12\x0f\n\x07podCIDR\x18\x03 \x01(\t\x12\x12\n\nproviderID\x18\x04 \x01(\t\"\xbd\x01\n\rNodeCondition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x35\n\x11lastHeartbeatTime\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x36\n\x12lastTransitionTime\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\",\n\x0bNodeAddress\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"\xf1\x01\n\x0eNodeSystemInfo\x12\x11\n\tmachineID\x18\x01 \x01(\t\x12\x0e\n\x06\x62ootID\x18\x02 \x01(\t\x12\x15\n\rkernelVersion\x18\x03 \x01(\t\x12\x0f\n\x07osImage\x18\x04 \x01(\t\x12\x17\n\x0foperatingSystem\x18\x05 \x01(\t\x12\x14\n\x0c\x61rchitecture\x18\x06 \x01(\t\x12\x16\n\x0ekubeletVersion\x18\x07 \x01(\t\x12\x1f\n\x17\x63ontainerRuntimeVersion\x18\x08 \x01(\t\x12\x12\n\nsystemUUID\x18\t \x01(\t\x12\x18\n\x10kubeProxyVersion\x18\n \x01(\t\"\x1e\n\x0e\x44\x61\x65monEndpoint\x12\x0c\n\x04Port\x18\x01 \x01(\x05\"K\n\x13NodeDaemonEndpoints\x12\x34\n\x0fkubeletEndpoint\x18\x01 \x01(\x0b\x32\x1b.tinykube.v1.DaemonEndpoint\"2\n\x0e\x43ontainerImage\x12\r\n\x05names\x18\x01 \x03(\t\x12\x11\n\tsizeBytes\x18\x02 \x01(\x03\"\xdd\x03\n\nNodeStatus\x12\x37\n\x08\x63\x61pacity\x18\x01 \x03(\x0b\x32%.tinykube.v1.NodeStatus.CapacityEntry\x12=\n\x0b\x61llocatable\x18\x02 \x03(\x0b\x32(.tinykube.v1.NodeStatus.AllocatableEntry\x12.\n\nconditions\x18\x03 \x03(\x0b\x32\x1a.tinykube.v1.NodeCondition\x12+\n\taddresses\x18\x04 \x03(\x0b\x32\x18.tinykube.v1.NodeAddress\x12-\n\x08nodeInfo\x18\x05 \x01(\x0b\x32\x1b.tinykube.v1.NodeSystemInfo\x12\x39\n\x0f\x64\x61\x65monEndpoints\x18\x06 \x01(\x0b\x32 .tinykube.v1.NodeDaemonEndpoints\x12+\n\x06images\x18\x07 \x03(\x0b\x32\x1b.tinykube.v1.ContainerImage\x1a/\n\rCapacityEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41llocatableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa1\x01\n\x04Node\x12\x12\n\napiVersion\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.tinykube.v1.ObjectMeta\x12#\n\x04spec\x18\x04 \x01(\x0b\x32\x15.tinykube.v1.NodeSpec\x12\'\n\x06status\x18\x05 \x01(\x0b\x32\x17.tinykube.v1.NodeStatus\"U\n\x08NodeList\x12\'\n\x08metadata\x18\x01 \x01(\x0b\x32\x15.tinykube.v1.ListMeta\x12 \n\x05items\x18\x02 \x03(\x0b\x32\x11.tinykube.v1.Node\"A\n\x0eNodeWatchEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12!\n\x06object\x18\x02 \x01(\x0b\x32\x11.tinykube.v1.Node\"B\n\x13NodeWatchEventBatch\x12+\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1b.tinykube.v1.NodeWatchEvent\"4\n\x11\x43reateNodeRequest\x12\x1f\n\x04node\x18\x01 \x01(\x0b\x32\x11.tinykube.v1.Node\"4\n\x11UpdateNodeRequest\x12\x1f\n\x04node\x18\x01 \x01(\x0b\x32\x11.tinykube.v1.Node2\xf9\x03\n\x05Nodes\x12;\n\x06\x43reate\x12\x1e.tinykube.v1.CreateNodeRequest\x1a\x11.tinykube.v1.Node\x12\x31\n\x03Get\x12\x17.tinykube.v1.GetRequest\x1a\x11.tinykube.v1.Node\x12\x37\n\x04List\x12\x18.tinykube.v1.ListRequest\x1a\x15.tinykube.v1.NodeList\x12;\n\x06Update\x12\x1e.tinykube.v1.UpdateNodeRequest\x1a\x11.tinykube.v1.Node\x12\x41\n\x0cUpdateStatus\x12\x1e.tinykube.v1.UpdateNodeRequest\x1a\x11.tinykube.v1.Node\x12\x37\n\x06\x44\x65lete\x12\x1a.tinykube.v1.DeleteRequest\x1a\x11.tinykube.v1.Node\x12\x41\n\x05Watch\x12\x19.tinykube.v1.WatchRequest\x1a\x1b.tinykube.v1.NodeWatchEvent0\x01\x12K\n\nWatchBatch\x12\x19.tinykube.v1.WatchRequest\x1a .tinykube.v1.NodeWatchEventBatch0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,31 +46,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NODEADDRESS']._serialized_start=496
   _globals['_NODEADDRESS']._serialized_end=540
   _globals['_NODESYSTEMINFO']._serialized_start=543
-  _globals['_NODESYSTEMINFO']._serialized_end=738
-  _globals['_DAEMONENDPOINT']._serialized_start=740
-  _globals['_DAEMONENDPOINT']._serialized_end=770
-  _globals['_NODEDAEMONENDPOINTS']._serialized_start=772
-  _globals['_NODEDAEMONENDPOINTS']._serialized_end=847
-  _globals['_CONTAINERIMAGE']._serialized_start=849
-  _globals['_CONTAINERIMAGE']._serialized_end=899
-  _globals['_NODESTATUS']._serialized_start=902
-  _globals['_NODESTATUS']._serialized_end=1379
-  _globals['_NODESTATUS_CAPACITYENTRY']._serialized_start=1280
-  _globals['_NODESTATUS_CAPACITYENTRY']._serialized_end=1327
-  _globals['_NODESTATUS_ALLOCATABLEENTRY']._serialized_start=1329
-  _globals['_NODESTATUS_ALLOCATABLEENTRY']._serialized_end=1379
-  _globals['_NODE']._serialized_start=1382
-  _globals['_NODE']._serialized_end=1543
-  _globals['_NODELIST']._serialized_start=1545
-  _globals['_NODELIST']._serialized_end=1630
-  _globals['_NODEWATCHEVENT']._serialized_start=1632
-  _globals['_NODEWATCHEVENT']._serialized_end=1697
-  _globals['_NODEWATCHEVENTBATCH']._serialized_start=1699
-  _globals['_NODEWATCHEVENTBATCH']._serialized_end=1765
-  _globals['_CREATENODEREQUEST']._serialized_start=1767
-  _globals['_CREATENODEREQUEST']._serialized_end=1819
-  _globals['_UPDATENODEREQUEST']._serialized_start=1821
-  _globals['_UPDATENODEREQUEST']._serialized_end=1873
-  _globals['_NODES']._serialized_start=1876
-  _globals['_NODES']._serialized_end=2381
+  _globals['_NODESYSTEMINFO']._serialized_end=784
+  _globals['_DAEMONENDPOINT']._serialized_start=786
+  _globals['_DAEMONENDPOINT']._serialized_end=816
+  _globals['_NODEDAEMONENDPOINTS']._serialized_start=818
+  _globals['_NODEDAEMONENDPOINTS']._serialized_end=893
+  _globals['_CONTAINERIMAGE']._serialized_start=895
+  _globals['_CONTAINERIMAGE']._serialized_end=945
+  _globals['_NODESTATUS']._serialized_start=948
+  _globals['_NODESTATUS']._serialized_end=1425
+  _globals['_NODESTATUS_CAPACITYENTRY']._serialized_start=1326
+  _globals['_NODESTATUS_CAPACITYENTRY']._serialized_end=1373
+  _globals['_NODESTATUS_ALLOCATABLEENTRY']._serialized_start=1375
+  _globals['_NODESTATUS_ALLOCATABLEENTRY']._serialized_end=1425
+  _globals['_NODE']._serialized_start=1428
+  _globals['_NODE']._serialized_end=1589
+  _globals['_NODELIST']._serialized_start=1591
+  _globals['_NODELIST']._serialized_end=1676
+  _globals['_NODEWATCHEVENT']._serialized_start=1678
+  _globals['_NODEWATCHEVENT']._serialized_end=1743
+  _globals['_NODEWATCHEVENTBATCH']._serialized_start=1745
+  _globals['_NODEWATCHEVENTBATCH']._serialized_end=1811
+  _globals['_CREATENODEREQUEST']._serialized_start=1813
+  _globals['_CREATENODEREQUEST']._serialized_end=1865
+  _globals['_UPDATENODEREQUEST']._serialized_start=1867
+  _globals['_UPDATENODEREQUEST']._serialized_end=1919
+  _globals['_NODES']._serialized_start=1922
+  _globals['_NODES']._serialized_end=2427
 # @@protoc_insertion_point(module_scope)

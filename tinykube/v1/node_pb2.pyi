@@ -152,6 +152,8 @@ class NodeSystemInfo(_message.Message):
     ARCHITECTURE_FIELD_NUMBER: _builtins.int
     KUBELETVERSION_FIELD_NUMBER: _builtins.int
     CONTAINERRUNTIMEVERSION_FIELD_NUMBER: _builtins.int
+    SYSTEMUUID_FIELD_NUMBER: _builtins.int
+    KUBEPROXYVERSION_FIELD_NUMBER: _builtins.int
     machineID: _builtins.str
     bootID: _builtins.str
     kernelVersion: _builtins.str
@@ -160,6 +162,10 @@ class NodeSystemInfo(_message.Message):
     architecture: _builtins.str
     kubeletVersion: _builtins.str
     containerRuntimeVersion: _builtins.str
+    systemUUID: _builtins.str
+    """The machine's SMBIOS product UUID (/sys/class/dmi/id/product_uuid), else its machine-id."""
+    kubeProxyVersion: _builtins.str
+    """Deprecated and always empty, as kubelets since 1.31 report it."""
     def __init__(
         self,
         *,
@@ -171,10 +177,12 @@ class NodeSystemInfo(_message.Message):
         architecture: _builtins.str = ...,
         kubeletVersion: _builtins.str = ...,
         containerRuntimeVersion: _builtins.str = ...,
+        systemUUID: _builtins.str = ...,
+        kubeProxyVersion: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["architecture", b"architecture", "bootID", b"bootID", "containerRuntimeVersion", b"containerRuntimeVersion", "kernelVersion", b"kernelVersion", "kubeletVersion", b"kubeletVersion", "machineID", b"machineID", "operatingSystem", b"operatingSystem", "osImage", b"osImage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["architecture", b"architecture", "bootID", b"bootID", "containerRuntimeVersion", b"containerRuntimeVersion", "kernelVersion", b"kernelVersion", "kubeProxyVersion", b"kubeProxyVersion", "kubeletVersion", b"kubeletVersion", "machineID", b"machineID", "operatingSystem", b"operatingSystem", "osImage", b"osImage", "systemUUID", b"systemUUID"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

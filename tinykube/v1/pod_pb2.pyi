@@ -1327,12 +1327,17 @@ class ContainerStatus(_message.Message):
     IMAGE_FIELD_NUMBER: _builtins.int
     CONTAINERID_FIELD_NUMBER: _builtins.int
     STARTED_FIELD_NUMBER: _builtins.int
+    IMAGEID_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     ready: _builtins.bool
     restartCount: _builtins.int
     image: _builtins.str
     containerID: _builtins.str
     started: _builtins.bool
+    imageID: _builtins.str
+    """The image's ID as the runtime resolved it (the CRI image's digest reference; a digest of
+    what was run for the process and fake runtimes). Kubernetes always prints it.
+    """
     @_builtins.property
     def state(self) -> Global___ContainerState: ...
     @_builtins.property
@@ -1348,10 +1353,11 @@ class ContainerStatus(_message.Message):
         image: _builtins.str = ...,
         containerID: _builtins.str = ...,
         started: _builtins.bool | None = ...,
+        imageID: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_started", b"_started", "lastState", b"lastState", "started", b"started", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_started", b"_started", "containerID", b"containerID", "image", b"image", "lastState", b"lastState", "name", b"name", "ready", b"ready", "restartCount", b"restartCount", "started", b"started", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_started", b"_started", "containerID", b"containerID", "image", b"image", "imageID", b"imageID", "lastState", b"lastState", "name", b"name", "ready", b"ready", "restartCount", b"restartCount", "started", b"started", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__started: _TypeAlias = _typing.Literal["started"]  # noqa: Y015
     _WhichOneofArgType__started: _TypeAlias = _typing.Literal["_started", b"_started"]  # noqa: Y015

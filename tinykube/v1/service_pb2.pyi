@@ -156,16 +156,79 @@ class ServiceSpec(_message.Message):
 Global___ServiceSpec: _TypeAlias = ServiceSpec  # noqa: Y015
 
 @_typing.final
+class PortStatus(_message.Message):
+    """A port of a load balancer ingress point, as Kubernetes' PortStatus."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PORT_FIELD_NUMBER: _builtins.int
+    PROTOCOL_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    port: _builtins.int
+    protocol: _builtins.str
+    error: _builtins.str
+    def __init__(
+        self,
+        *,
+        port: _builtins.int = ...,
+        protocol: _builtins.str = ...,
+        error: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_error", b"_error", "error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_error", b"_error", "error", b"error", "port", b"port", "protocol", b"protocol"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__error: _TypeAlias = _typing.Literal["error"]  # noqa: Y015
+    _WhichOneofArgType__error: _TypeAlias = _typing.Literal["_error", b"_error"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__error) -> _WhichOneofReturnType__error | None: ...
+
+Global___PortStatus: _TypeAlias = PortStatus  # noqa: Y015
+
+@_typing.final
+class LoadBalancerIngress(_message.Message):
+    """One load balancer ingress point, as Kubernetes' LoadBalancerIngress."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IP_FIELD_NUMBER: _builtins.int
+    HOSTNAME_FIELD_NUMBER: _builtins.int
+    IPMODE_FIELD_NUMBER: _builtins.int
+    PORTS_FIELD_NUMBER: _builtins.int
+    ip: _builtins.str
+    hostname: _builtins.str
+    ipMode: _builtins.str
+    """VIP or Proxy."""
+    @_builtins.property
+    def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___PortStatus]: ...
+    def __init__(
+        self,
+        *,
+        ip: _builtins.str = ...,
+        hostname: _builtins.str = ...,
+        ipMode: _builtins.str | None = ...,
+        ports: _abc.Iterable[Global___PortStatus] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_ipMode", b"_ipMode", "ipMode", b"ipMode"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ipMode", b"_ipMode", "hostname", b"hostname", "ip", b"ip", "ipMode", b"ipMode", "ports", b"ports"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__ipMode: _TypeAlias = _typing.Literal["ipMode"]  # noqa: Y015
+    _WhichOneofArgType__ipMode: _TypeAlias = _typing.Literal["_ipMode", b"_ipMode"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__ipMode) -> _WhichOneofReturnType__ipMode | None: ...
+
+Global___LoadBalancerIngress: _TypeAlias = LoadBalancerIngress  # noqa: Y015
+
+@_typing.final
 class LoadBalancerStatus(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     INGRESS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def ingress(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def ingress(self) -> _containers.RepeatedCompositeFieldContainer[Global___LoadBalancerIngress]: ...
     def __init__(
         self,
         *,
-        ingress: _abc.Iterable[_builtins.str] | None = ...,
+        ingress: _abc.Iterable[Global___LoadBalancerIngress] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from kubelet.fake import FakeRuntime
 from kubelet.node import NODE_LEASE_NAMESPACE, NodeAgent, NodeConfig
@@ -229,6 +230,18 @@ def test_node_helpers_build_a_kubernetes_shaped_status() -> None:
     assert isinstance(status, node_pb2.NodeStatus)
     assert status.nodeInfo.kubeletVersion.startswith("tinykube")
     assert {a.type for a in status.addresses} == {"InternalIP", "Hostname"}
+    # The machine's identity, as the kubelet reads it; kubeProxyVersion is deprecated, empty.
+    assert status.nodeInfo.bootID == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert status.nodeInfo.systemUUID
+    assert status.nodeInfo.kubeProxyVersion == ""
+
+
+def test_fake_nodes_have_a_system_uuid_each_stable_across_restarts() -> None:
+    from kubelet.node import system_uuid
+
+    a, b = config(runtime="fake"), config(runtime="fake")
+    b.name = "n2"
+    assert system_uuid(a) == system_uuid(config(runtime="fake")) != system_uuid(b)
 
 
 async def test_ready_heartbeat_moves_with_each_periodic_status_report() -> None:

@@ -77,3 +77,21 @@ def test_ready_conditions_and_kept_transition_times() -> None:
     assert ready.lastTransitionTime.seconds == 3000
     init = next(c for c in s3.conditions if c.type == "Initialized")
     assert init.lastTransitionTime.seconds == 1000
+
+
+def test_image_id_is_reported_once_the_container_exists() -> None:
+    p = pod("a", "b", "c")
+    p.spec.containers[1].command.append("sleep")
+    r = rec(
+        a=ContainerRecord("a", state=RUNNING, started_at=50, pid=42),
+        b=ContainerRecord("b", state=WAITING, last=term(1), restart_count=1),
+        c=ContainerRecord("c"),
+    )
+    a, b, c = build_pod_status(p, r, "10.1.1.1", pod_pb2.PodStatus(), now=1000.0).containerStatuses
+    assert a.imageID.startswith("sha256:") and len(a.imageID) == len("sha256:") + 64
+    # A crash-looping container still has its image; one never created has none yet.
+    assert b.imageID.startswith("sha256:") and b.imageID != a.imageID
+    assert c.imageID == ""
+    # Stable: the same container reports the same ID in the next status.
+    again = build_pod_status(p, r, "10.1.1.1", pod_pb2.PodStatus(), now=2000.0)
+    assert again.containerStatuses[0].imageID == a.imageID

@@ -35,6 +35,21 @@ def test_object_json_has_kind_and_api_version_first() -> None:
     assert list(pod["metadata"]["labels"]) == ["a", "b"]
 
 
+def test_object_json_carries_the_zero_fields_kubernetes_prints() -> None:
+    """The watch cache encodes each version once with this: every LIST and watcher gets them."""
+    pod = make_pod()
+    pod.status.phase = "Pending"
+    pod.status.containerStatuses.add(name="c", image="busybox").state.waiting.reason = "x"
+    data = json.loads(KindCodec(POD).object_json(pod))
+    (status,) = data["status"]["containerStatuses"]
+    assert (status["ready"], status["restartCount"], status["imageID"]) == (False, 0, "")
+    assert status["lastState"] == {}
+    assert data["spec"]["containers"][0]["resources"] == {}
+    # Read back (a PUT of what a GET returned), it is the object it was.
+    pod.apiVersion, pod.kind = "v1", "Pod"
+    assert KindCodec(POD).decode(data, "Strict")[0] == pod
+
+
 def test_list_json_assembles_item_bytes() -> None:
     codec = KindCodec(POD)
     item = codec.object_json(make_pod())

@@ -1095,6 +1095,7 @@ ATOMIC_IN_KUBERNETES = {
     ("tinykube.v1.EndpointSubset", "notReadyAddresses"),
     ("tinykube.v1.EndpointSubset", "ports"),
     ("tinykube.v1.LoadBalancerStatus", "ingress"),
+    ("tinykube.v1.LoadBalancerIngress", "ports"),
     ("tinykube.v1.ServiceSpec", "clusterIPs"),
     ("tinykube.v1.ServiceSpec", "ipFamilies"),
     # batch/v1 Job: listType=atomic or listType=set, no patch strategy
