@@ -259,3 +259,14 @@ def negotiate(header: str, *, table: bool) -> str | None:
 def content_type_of(header: str) -> str:
     """The bare media type of a Content-Type header ("" if absent)."""
     return parse_media_type(header).type if header.strip() else ""
+
+
+def unknown_protobuf_fields(info: KindInfo, paths: list[str], validation: str) -> list[str]:
+    """Fields of a protobuf body that no table names (a newer Kubernetes' field) under
+    fieldValidation, as unknown JSON fields are: Strict refuses, Warn warns, Ignore drops."""
+    messages = [f'unknown field "{path}"' for path in paths]
+    if messages and validation == "Strict":
+        raise BadRequestError(
+            f"{_cannot_handle(info)}: strict decoding error: " + ", ".join(messages)
+        )
+    return messages if validation == "Warn" else []

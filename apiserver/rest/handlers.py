@@ -436,12 +436,14 @@ class ResourceHandlers:
         protobuf = kubeproto.supports(info.api_version, info.kind)
         allowed = (*codecs.BODY_TYPES, codecs.PROTOBUF) if protobuf else codecs.BODY_TYPES
         body, media = await self._body(request, allowed)
+        validation = q.choice("fieldValidation", ("Strict", "Warn", "Ignore"), "Warn")
+        unknown: list[str] = []
         if media == codecs.PROTOBUF:
-            doc = kubeproto.decode(body)
+            doc, unknown = kubeproto.decode_unknown(body)
         else:
             doc = codecs.parse_object_body(body, media)
-        validation = q.choice("fieldValidation", ("Strict", "Warn", "Ignore"), "Warn")
-        return self.codecs[info.kind].decode(doc, validation)
+        obj, warnings = self.codecs[info.kind].decode(doc, validation)
+        return obj, [*codecs.unknown_protobuf_fields(info, unknown, validation), *warnings]
 
     def _dry_run(self, q: Query) -> bool:
         values = self.query_all(q, "dryRun")
@@ -1019,8 +1021,10 @@ class ResourceHandlers:
     async def _delete_options(self, request: web.Request, q: Query) -> dict[str, Any]:
         options: dict[str, Any] = {}
         if request.can_read_body:
-            body, media = await self._body(request, codecs.BODY_TYPES)
-            if body.strip():
+            body, media = await self._body(request, (*codecs.BODY_TYPES, codecs.PROTOBUF))
+            if media == codecs.PROTOBUF and body:
+                options = kubeproto.delete_options(body)
+            elif body.strip():
                 options = codecs.parse_object_body(body, media)
         grace = q.number("gracePeriodSeconds")
         if grace is not None:
@@ -1064,8 +1068,8 @@ class ResourceHandlers:
     async def delete(
         self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
-        dry_run = self._dry_run(q)
         options = await self._delete_options(request, q)
+        dry_run = bool(self._eviction_dry_run(q, options.get("dryRun"), "DeleteOptions."))
         assert target.name is not None
         obj = await self._delete_one(service, target.namespace or "", target.name, options, dry_run)
         data = self._object_dict(target, obj)
@@ -1094,8 +1098,8 @@ class ResourceHandlers:
         (with the same DeleteOptions) as a single DELETE. Answers the list as it was before
         the deletions, as kube-apiserver does; one already gone is no error, any other
         error stops the request."""
-        dry_run = self._dry_run(q)
         options = await self._delete_options(request, q)
+        dry_run = bool(self._eviction_dry_run(q, options.get("dryRun"), "DeleteOptions."))
         fmt = self._accept(request, table=False)
         data = self._list_request(target, q, watch=False)
         req = message_from(meta_pb2.ListRequest, data)
@@ -1185,8 +1189,11 @@ class ResourceHandlers:
     ) -> web.Response:
         """POST an Eviction (policy/v1 or policy/v1beta1): 201 and a Success Status once the
         pod is deleted (or marked for deletion), as kube-apiserver answers."""
-        body, media = await self._body(request, codecs.BODY_TYPES)
-        doc = codecs.parse_object_body(body, media)
+        body, media = await self._body(request, (*codecs.BODY_TYPES, codecs.PROTOBUF))
+        if media == codecs.PROTOBUF:
+            doc = kubeproto.decode(body)
+        else:
+            doc = codecs.parse_object_body(body, media)
         kind, version = doc.get("kind"), doc.get("apiVersion")
         if kind not in (None, "", "Eviction"):
             raise BadRequestError(
@@ -1238,13 +1245,15 @@ class ResourceHandlers:
         fmt = self._accept(request, table=False)
         return self._respond(fmt, dumps(success_body(201)), code=201)
 
-    def _eviction_dry_run(self, q: Query, content: Any) -> list[str]:
-        """The dry-run of the query and of the Eviction's deleteOptions, which must agree."""
+    def _eviction_dry_run(
+        self, q: Query, content: Any, where: str = "Eviction.deleteOptions."
+    ) -> list[str]:
+        """The dry-run of the query and of the (Eviction's) DeleteOptions, which must agree."""
         query = ["All"] if self._dry_run(q) else []
         if content is None or content == []:
             return query
         if not isinstance(content, list) or not all(isinstance(v, str) for v in content):
-            raise BadRequestError("Eviction.deleteOptions.dryRun: expected a list of strings")
+            raise BadRequestError(f"{where}dryRun: expected a list of strings")
         for value in content:
             if value != "All":
                 raise BadRequestError(

@@ -70,7 +70,7 @@ def test_labels_annotations_finalizers_and_owner_references() -> None:
     ("body", "detail"),
     [
         (b'{"kind": "Namespace"}', "it does not start with the k8s protobuf prefix"),
-        (envelope("v1", "Pod", b""), "v1 Pod is not read from protobuf"),
+        (envelope("autoscaling/v2", "Scale", b""), "autoscaling/v2 Scale is not read"),
         (KUBECTL_CREATE_NAMESPACE[:-3], "truncated"),
         (envelope("v1", "Namespace", field(1, text(1, "x")[:-1] + b"\xff")), "not UTF-8"),
     ],
@@ -82,9 +82,13 @@ def test_bodies_that_cannot_be_read_are_bad_requests(body: bytes, detail: str) -
     assert detail in caught.value.message
 
 
-def test_only_the_kinds_with_a_schema_are_supported() -> None:
+def test_every_served_kind_and_only_those_are_supported() -> None:
     assert kubeproto.supports("v1", "Namespace")
-    assert not kubeproto.supports("v1", "Pod")
+    assert kubeproto.supports("v1", "Pod")
+    assert kubeproto.supports("apps/v1", "DeploymentList")
+    assert kubeproto.supports("v1", "Status")
+    assert not kubeproto.supports("autoscaling/v2", "HorizontalPodAutoscaler")
+    assert not kubeproto.supports("apps/v1beta1", "Deployment")
 
 
 def varint(number: int, value: int) -> bytes:
@@ -249,25 +253,21 @@ def test_rbac_kinds(kind: str, raw: bytes, expected: dict[str, object]) -> None:
     }
 
 
-def test_a_field_tinykube_does_not_read_refuses_the_body_rather_than_being_dropped() -> None:
-    """Go writes every non-pointer field, so unread fields at their zero value are skipped; one
-    that holds something (a container's resources, field 8) would be lost: 400, naming it."""
-    resources = field(1, field(1, text(1, "cpu") + field(2, text(1, "500m"))))  # limits
-    container = text(1, "app") + text(2, "busybox") + field(8, resources)
+def test_every_field_is_read_and_unknown_numbers_are_reported() -> None:
+    """A container's resources (field 8) read as Kubernetes' JSON; a field number no table
+    knows is reported by path (fieldValidation decides), zero values Go always writes are not."""
+    resources = field(1, text(1, "cpu") + field(2, text(1, "500m")))  # limits: cpu 500m
+    container = (
+        text(1, "app") + text(2, "busybox") + field(8, resources) + b"\xf8\x01\x01"
+    )  # field 31 = 1
     spec = field(6, field(1, b"") + field(2, field(2, container) + text(3, "Never")))
-    body = envelope("batch/v1", "Job", field(1, text(1, "j")) + field(2, spec))
-    with pytest.raises(BadRequestError) as caught:
-        kubeproto.decode(body)
-    assert caught.value.message == (
-        "the protobuf request body cannot be decoded: Container field 8 is set, and tinykube "
-        "reads only some fields from protobuf; send the object as JSON"
-    )
-    # Server-owned metadata (creationTimestamp, field 8) is skipped, as are zero values.
-    meta = text(1, "j") + field(8, varint(1, 1700000000))
-    empty = text(1, "app") + text(2, "busybox") + field(8, b"") + varint(9, 0)
-    spec = field(6, field(1, b"") + field(2, field(2, empty) + text(3, "Never")))
-    decoded = kubeproto.decode(envelope("batch/v1", "Job", field(1, meta) + field(2, spec)))
-    assert decoded["metadata"] == {"name": "j"}
+    meta = text(1, "j") + field(8, varint(1, 1700000000)) + b"\xf0\x01\x00"  # field 30 = 0
+    body = envelope("batch/v1", "Job", field(1, meta) + field(2, spec))
+    doc, unknown = kubeproto.decode_unknown(body)
+    assert doc["metadata"] == {"name": "j", "creationTimestamp": "2023-11-14T22:13:20Z"}
+    (container_json,) = doc["spec"]["template"]["spec"]["containers"]
+    assert container_json["resources"] == {"limits": {"cpu": "500m"}}
+    assert unknown == ["spec.template.spec.containers[0].<field 31>"]
 
 
 def test_a_service_account_in_core_v1_numbering() -> None:
