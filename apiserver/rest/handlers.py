@@ -36,7 +36,7 @@ from apiserver.podlogs import PodLogOptions, PodLogs
 from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
 from apiserver.rest import kubeproto, patch, tables
-from apiserver.rest.codec import AS_JSON, AS_TABLE, AS_YAML, KindCodec, dumps
+from apiserver.rest.codec import AS_JSON, AS_PROTOBUF, AS_TABLE, AS_YAML, PROTOBUF, KindCodec, dumps
 from apiserver.rest.discovery import Resource
 from apiserver.rest.status import (
     Resource as StatusResource,
@@ -375,7 +375,15 @@ class ResourceHandlers:
         code: int = 200,
         warnings: Sequence[str] = (),
     ) -> web.Response:
-        if fmt == AS_YAML:
+        if fmt.startswith(AS_PROTOBUF):
+            encoded = kubeproto.encode(json.loads(body))
+            if encoded is None:  # a kind without a protobuf form: the client's other choice
+                fallback = codecs.protobuf_fallback(fmt)
+                if fallback is None:
+                    raise not_acceptable([codecs.JSON, codecs.YAML])
+                return self._respond(fallback, body, code=code, warnings=warnings)
+            resp = web.Response(status=code, body=encoded, headers={"Content-Type": PROTOBUF})
+        elif fmt == AS_YAML:
             text = yaml.safe_dump(json.loads(body), sort_keys=False, default_flow_style=False)
             resp = web.Response(
                 status=code, body=text.encode(), headers={"Content-Type": codecs.YAML}
@@ -600,9 +608,7 @@ class ResourceHandlers:
     async def watch(
         self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.StreamResponse:
-        fmt = self._accept(request, table=True)
-        if fmt == AS_YAML:
-            fmt = AS_JSON  # watch streams are JSON lines (kube-apiserver has no YAML framing)
+        fmt = self._watch_format(request, target)
         timeout = self._timeout(q)
         initial_end = q.flag("sendInitialEvents")
         bookmarks = q.flag("allowWatchBookmarks")
@@ -626,7 +632,7 @@ class ResourceHandlers:
         except ResourceExpiredError as exc:
             # As kube-apiserver's watch cache: the stream opens and carries one ERROR event.
             resp = await self._start_stream(request, fmt)
-            await resp.write(self._error_event(exc, target))
+            await resp.write(self._stream_bytes(fmt, [self._error_event(exc, target)]))
             return resp
         start_revision = watcher.last_revision
         try:
@@ -643,7 +649,7 @@ class ResourceHandlers:
                     if fmt == AS_TABLE:
                         await resp.write(self._table_events(target, q, lines))
                     else:
-                        await resp.write(b"".join(lines))
+                        await resp.write(self._stream_bytes(fmt, lines))
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
@@ -653,7 +659,7 @@ class ResourceHandlers:
                 except TimeoutError:
                     break
                 except TinykubeError as exc:
-                    await resp.write(self._error_event(exc, target))
+                    await resp.write(self._stream_bytes(fmt, [self._error_event(exc, target)]))
                     break
                 if not queued:
                     break
@@ -662,10 +668,42 @@ class ResourceHandlers:
         finally:
             service.cache.unregister(watcher)
 
+    def _watch_format(self, request: web.Request, target: Target) -> str:
+        """A watch's format: JSON lines (also for YAML: kube-apiserver has no YAML framing),
+        Table events, or protobuf frames for a kind with a protobuf form."""
+        fmt = self._accept(request, table=True)
+        if fmt.startswith(AS_PROTOBUF):
+            res = target.resource
+            if kubeproto.supports(res.group_version, res.kind):
+                return AS_PROTOBUF
+            fallback = codecs.protobuf_fallback(fmt)
+            if fallback is None:
+                raise not_acceptable([codecs.JSON])
+            fmt = fallback
+        return AS_JSON if fmt == AS_YAML else fmt
+
+    @staticmethod
+    def _stream_bytes(fmt: str, lines: Sequence[bytes]) -> bytes:
+        """Watch events (JSON lines) as the stream sends them: as they are, or protobuf
+        frames."""
+        if fmt != AS_PROTOBUF:
+            return b"".join(lines)
+        frames = []
+        for line in lines:
+            event = json.loads(line)
+            obj = kubeproto.encode(event["object"])
+            if obj is None:  # not expected: the kind was checked; never a broken frame
+                raise TinykubeError(f"cannot encode a {event['object'].get('kind')} as protobuf")
+            frames.append(kubeproto.watch_frame(event["type"], obj))
+        return b"".join(frames)
+
     async def _start_stream(self, request: web.Request, fmt: str) -> web.StreamResponse:
-        content_type = (
-            "application/json;as=Table;v=v1;g=meta.k8s.io" if fmt == AS_TABLE else codecs.JSON
-        )
+        if fmt == AS_PROTOBUF:
+            content_type = PROTOBUF + ";stream=watch"
+        elif fmt == AS_TABLE:
+            content_type = "application/json;as=Table;v=v1;g=meta.k8s.io"
+        else:
+            content_type = codecs.JSON
         resp = web.StreamResponse(status=200, headers={"Content-Type": content_type})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
@@ -1492,8 +1530,8 @@ class ResourceHandlers:
         self, request: web.Request, target: Target, q: Query, revision: str
     ) -> web.StreamResponse:
         timeout = self._timeout(q)
-        fmt = self._accept(request, table=True)
-        resp = await self._start_stream(request, AS_JSON if fmt == AS_YAML else fmt)
+        fmt = self._watch_format(request, target)
+        resp = await self._start_stream(request, fmt)
         res = target.resource
         if q.flag("sendInitialEvents") and q.flag("allowWatchBookmarks"):
             bookmark = {
@@ -1504,7 +1542,9 @@ class ResourceHandlers:
                     "annotations": {INITIAL_EVENTS_END: "true"},
                 },
             }
-            await resp.write(encode_json_event("BOOKMARK", dumps(bookmark)))
+            await resp.write(
+                self._stream_bytes(fmt, [encode_json_event("BOOKMARK", dumps(bookmark))])
+            )
         else:
             # An empty chunk makes clients see the stream open (headers flushed).
             await resp.write(b"")
