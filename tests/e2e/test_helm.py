@@ -16,10 +16,12 @@ import ssl
 import stat
 import subprocess
 import tarfile
+import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -246,3 +248,51 @@ def test_a_protobuf_accepting_client_gets_protobuf(
         assert answer.headers["Content-Type"] == "application/vnd.kubernetes.protobuf"
         items = kubeproto.decode(answer.read())["items"]
     assert "pb" in [item["metadata"]["name"] for item in items]
+
+
+def _field(data: bytes, number: int) -> bytes:
+    (value,) = [v for n, v in kubeproto.fields(data) if n == number]
+    assert isinstance(value, bytes)
+    return value
+
+
+def _frames(data: bytes) -> list[tuple[str, dict[str, Any]]]:
+    """Protobuf watch frames: (event type, the object as JSON)."""
+    events = []
+    while data:
+        size = int.from_bytes(data[:4], "big")
+        frame, data = data[4 : 4 + size], data[4 + size :]
+        _, kind, raw = kubeproto.envelope_of(frame)
+        assert kind == "WatchEvent"
+        obj = kubeproto.decode(_field(_field(raw, 2), 1))  # object: RawExtension.raw
+        events.append((_field(raw, 1).decode(), obj))
+    return events
+
+
+def test_a_protobuf_watch_and_a_protobuf_status(
+    tinykube_up: UpCluster, rest: tuple[str, ssl.SSLContext]
+) -> None:
+    server, context = rest
+    ok(tinykube_up.kubectl("create", "configmap", "pbw", "-n", "default", "--from-literal=x=1"))
+    accept = "application/vnd.kubernetes.protobuf, application/json"
+    url = (
+        f"{server}/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=1"
+        "&fieldSelector=metadata.name%3Dpbw"
+    )
+    request = urllib.request.Request(url, headers={"Accept": accept})
+    with urllib.request.urlopen(request, context=context) as answer:
+        content_type = answer.headers["Content-Type"]
+        assert content_type == "application/vnd.kubernetes.protobuf;stream=watch"
+        events = _frames(answer.read())
+    ((kind, obj),) = events
+    assert kind == "ADDED"
+    assert (obj["kind"], obj["metadata"]["name"], obj["data"]) == ("ConfigMap", "pbw", {"x": "1"})
+    missing = urllib.request.Request(
+        f"{server}/api/v1/namespaces/default/configmaps/nope", headers={"Accept": accept}
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(missing, context=context)
+    assert caught.value.code == 404
+    assert caught.value.headers["Content-Type"] == "application/vnd.kubernetes.protobuf"
+    status = kubeproto.decode(caught.value.read())
+    assert (status["kind"], status["reason"], status["code"]) == ("Status", "NotFound", 404)
