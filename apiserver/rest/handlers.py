@@ -211,6 +211,17 @@ def _delete_options_invalid(field: str, message: str, reason: str) -> RestError:
     return RestError(422, "Invalid", text, details)
 
 
+# Request bodies of the subresources and options, as JSON, YAML or Kubernetes protobuf.
+_WITH_PROTOBUF = (*codecs.BODY_TYPES, codecs.PROTOBUF)
+
+
+def _object_body(body: bytes, media: str) -> dict[str, Any]:
+    """A Binding, Eviction or Scale body as its JSON dict, whatever its media type."""
+    if media == codecs.PROTOBUF:
+        return kubeproto.decode(body)
+    return codecs.parse_object_body(body, media)
+
+
 def check_delete_options(options: Mapping[str, Any], where: str = "") -> None:
     """DeleteOptions (a DELETE's, or an Eviction's deleteOptions) as kube-apiserver checks
     them: 422 Invalid DeleteOptions for a bad value, 400 for a wrong JSON type. `where`
@@ -1059,7 +1070,7 @@ class ResourceHandlers:
     async def _delete_options(self, request: web.Request, q: Query) -> dict[str, Any]:
         options: dict[str, Any] = {}
         if request.can_read_body:
-            body, media = await self._body(request, (*codecs.BODY_TYPES, codecs.PROTOBUF))
+            body, media = await self._body(request, _WITH_PROTOBUF)
             if media == codecs.PROTOBUF and body:
                 options = kubeproto.delete_options(body)
             elif body.strip():
@@ -1155,8 +1166,8 @@ class ResourceHandlers:
         self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
         dry_run = self._dry_run(q)
-        body, media = await self._body(request, codecs.BODY_TYPES)
-        doc = codecs.parse_object_body(body, media)
+        body, media = await self._body(request, _WITH_PROTOBUF)
+        doc = _object_body(body, media)
         if doc.get("kind") not in (None, "", "Binding"):
             raise BadRequestError(
                 f"the kind in the data ({doc.get('kind')}) does not match the expected kind "
@@ -1227,11 +1238,8 @@ class ResourceHandlers:
     ) -> web.Response:
         """POST an Eviction (policy/v1 or policy/v1beta1): 201 and a Success Status once the
         pod is deleted (or marked for deletion), as kube-apiserver answers."""
-        body, media = await self._body(request, (*codecs.BODY_TYPES, codecs.PROTOBUF))
-        if media == codecs.PROTOBUF:
-            doc = kubeproto.decode(body)
-        else:
-            doc = codecs.parse_object_body(body, media)
+        body, media = await self._body(request, _WITH_PROTOBUF)
+        doc = _object_body(body, media)
         kind, version = doc.get("kind"), doc.get("apiVersion")
         if kind not in (None, "", "Eviction"):
             raise BadRequestError(
@@ -1427,7 +1435,7 @@ class ResourceHandlers:
             if media == STRATEGIC_PATCH:
                 media = MERGE_PATCH  # Scale has no lists: a strategic merge is a merge
         else:
-            body, media = await self._body(request, codecs.BODY_TYPES)
+            body, media = await self._body(request, _WITH_PROTOBUF)
         dry_run = self._dry_run(q)
         kcodec = self.codecs[service.info.kind]
         for attempt in range(_PATCH_ATTEMPTS):
@@ -1438,7 +1446,7 @@ class ResourceHandlers:
                     raise unsupported_media_type([JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH])
                 new_scale = patch.apply_patch(media, scale, body, None)
             else:
-                new_scale = codecs.parse_object_body(body, media)
+                new_scale = _object_body(body, media)
             if not isinstance(new_scale, dict):
                 raise BadRequestError("the Scale must be an object")
             for part in ("spec", "metadata"):

@@ -122,6 +122,11 @@ _PACKAGES = {
     "rbac.authorization.k8s.io": "rbac",
     "coordination.k8s.io": "coordination",
     "scheduling.k8s.io": "scheduling",
+    "autoscaling": "autoscaling",
+    "discovery.k8s.io": "discovery",
+    "events.k8s.io": "events",
+    "authentication.k8s.io": "authentication",
+    "authorization.k8s.io": "authorization",
     "meta.k8s.io": "meta",
 }
 # meta/v1 kinds Kubernetes registers in every group version (a Status says apiVersion "v1").
@@ -291,6 +296,8 @@ class _Decoder:
             if _number(parts.get(1, 0), where) == 1:
                 return _text(parts.get(3, b""), where)
             return _number(parts.get(2, 0), where)
+        if nested == "Strings":
+            return [_text(v, where) for n, v in fields(data) if n == 1]
         if nested in ("RawExtension", "FieldsV1"):
             raw = _bytes(dict(fields(data)).get(1, b""), where)
             if not raw:
@@ -393,6 +400,10 @@ def _encode_value(value: Any, nested: str) -> bytes:
         if isinstance(value, str):
             return _key(1, 0) + b"\x01" + _delimited(3, value.encode())
         return _key(1, 0) + b"\x00" + _key(2, 0) + _varint_bytes(int(value))
+    if nested == "Strings":
+        if not isinstance(value, list):
+            raise ValueError(f"not a list of strings: {value!r}")
+        return b"".join(_delimited(1, str(item).encode()) for item in value)
     if nested in ("RawExtension", "FieldsV1"):
         return _delimited(1, json.dumps(value, separators=(",", ":")).encode())
     if not isinstance(value, dict):

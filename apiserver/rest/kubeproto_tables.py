@@ -2,7 +2,8 @@
 apiserver/rest/kubeproto.py in both directions (decode a body, encode an answer).
 
 One table per message, keyed "<group>.<Message>" (core, apps, batch, policy, rbac,
-coordination, scheduling: k8s.io/api's <group>/v1; meta: apimachinery's meta/v1), from each
+coordination, scheduling, autoscaling (Scale), discovery, events, authentication,
+authorization: k8s.io/api's <group>/v1; meta: apimachinery's meta/v1), from each
 package's generated.proto and the JSON names of its Go types (facts, not tinykube's own
 .proto numbering, which differs and must not be renumbered). A row is
     number: (JSON name, type, nested)
@@ -12,7 +13,9 @@ with type one of
     "[]string" | "[]int"                   a repeated scalar
     "message" | "*message" | "[]message"   nested = the message (a table key, or a well-known
                                            one: Time, MicroTime, Quantity, IntOrString,
-                                           RawExtension, FieldsV1)
+                                           RawExtension, FieldsV1, or Strings: a Go []string
+                                           type, a message of repeated items 1 whose JSON is
+                                           the plain list, as ExtraValue)
     "map"                                  map<string, nested>: nested is "string", "bytes"
                                            or a message name
     "inline"                               an embedded Go struct whose fields the JSON inlines
@@ -41,6 +44,11 @@ MESSAGES: dict[str, dict[int, Field]] = {
         4: ("propagationPolicy", "*string", ""),
         5: ("dryRun", "[]string", ""),
         6: ("ignoreStoreReadErrorWithClusterBreakingPotential", "*bool", ""),
+    },
+    "meta.FieldSelectorRequirement": {
+        1: ("key", "string", ""),
+        2: ("operator", "string", ""),
+        3: ("values", "[]string", ""),
     },
     "meta.LabelSelector": {
         1: ("matchLabels", "map", "string"),
@@ -252,6 +260,116 @@ MESSAGES: dict[str, dict[int, Field]] = {
     "apps.RollingUpdateDeployment": {
         1: ("maxUnavailable", "*message", "IntOrString"),
         2: ("maxSurge", "*message", "IntOrString"),
+    },
+    "authentication.BoundObjectReference": {
+        1: ("kind", "string", ""),
+        2: ("apiVersion", "string", ""),
+        3: ("name", "string", ""),
+        4: ("uid", "string", ""),
+    },
+    "authentication.TokenRequest": {
+        1: ("metadata", "message", "meta.ObjectMeta"),
+        2: ("spec", "message", "authentication.TokenRequestSpec"),
+        3: ("status", "message", "authentication.TokenRequestStatus"),
+    },
+    "authentication.TokenRequestSpec": {
+        1: ("audiences", "[]string", ""),
+        3: ("boundObjectRef", "*message", "authentication.BoundObjectReference"),
+        4: ("expirationSeconds", "*int", ""),
+        5: ("attestations", "map", "Strings"),
+    },
+    "authentication.TokenRequestStatus": {
+        1: ("token", "string", ""),
+        2: ("expirationTimestamp", "message", "Time"),
+    },
+    "authentication.TokenReview": {
+        1: ("metadata", "message", "meta.ObjectMeta"),
+        2: ("spec", "message", "authentication.TokenReviewSpec"),
+        3: ("status", "message", "authentication.TokenReviewStatus"),
+    },
+    "authentication.TokenReviewSpec": {
+        1: ("token", "string", ""),
+        2: ("audiences", "[]string", ""),
+    },
+    "authentication.TokenReviewStatus": {
+        1: ("authenticated", "bool", ""),
+        2: ("user", "message", "authentication.UserInfo"),
+        3: ("error", "string", ""),
+        4: ("audiences", "[]string", ""),
+    },
+    "authentication.UserInfo": {
+        1: ("username", "string", ""),
+        2: ("uid", "string", ""),
+        3: ("groups", "[]string", ""),
+        4: ("extra", "map", "Strings"),
+    },
+    "authorization.FieldSelectorAttributes": {
+        1: ("rawSelector", "string", ""),
+        2: ("requirements", "[]message", "meta.FieldSelectorRequirement"),
+    },
+    "authorization.LabelSelectorAttributes": {
+        1: ("rawSelector", "string", ""),
+        2: ("requirements", "[]message", "meta.LabelSelectorRequirement"),
+    },
+    "authorization.LocalSubjectAccessReview": {
+        1: ("metadata", "message", "meta.ObjectMeta"),
+        2: ("spec", "message", "authorization.SubjectAccessReviewSpec"),
+        3: ("status", "message", "authorization.SubjectAccessReviewStatus"),
+    },
+    "authorization.NonResourceAttributes": {
+        1: ("path", "string", ""),
+        2: ("verb", "string", ""),
+    },
+    "authorization.ResourceAttributes": {
+        1: ("namespace", "string", ""),
+        2: ("verb", "string", ""),
+        3: ("group", "string", ""),
+        4: ("version", "string", ""),
+        5: ("resource", "string", ""),
+        6: ("subresource", "string", ""),
+        7: ("name", "string", ""),
+        8: ("fieldSelector", "*message", "authorization.FieldSelectorAttributes"),
+        9: ("labelSelector", "*message", "authorization.LabelSelectorAttributes"),
+    },
+    "authorization.SelfSubjectAccessReview": {
+        1: ("metadata", "message", "meta.ObjectMeta"),
+        2: ("spec", "message", "authorization.SelfSubjectAccessReviewSpec"),
+        3: ("status", "message", "authorization.SubjectAccessReviewStatus"),
+    },
+    "authorization.SelfSubjectAccessReviewSpec": {
+        1: ("resourceAttributes", "*message", "authorization.ResourceAttributes"),
+        2: ("nonResourceAttributes", "*message", "authorization.NonResourceAttributes"),
+    },
+    "authorization.SubjectAccessReview": {
+        1: ("metadata", "message", "meta.ObjectMeta"),
+        2: ("spec", "message", "authorization.SubjectAccessReviewSpec"),
+        3: ("status", "message", "authorization.SubjectAccessReviewStatus"),
+    },
+    "authorization.SubjectAccessReviewSpec": {
+        1: ("resourceAttributes", "*message", "authorization.ResourceAttributes"),
+        2: ("nonResourceAttributes", "*message", "authorization.NonResourceAttributes"),
+        3: ("user", "string", ""),
+        4: ("groups", "[]string", ""),
+        5: ("extra", "map", "Strings"),
+        6: ("uid", "string", ""),
+    },
+    "authorization.SubjectAccessReviewStatus": {
+        1: ("allowed", "bool", ""),
+        2: ("reason", "string", ""),
+        3: ("evaluationError", "string", ""),
+        4: ("denied", "bool", ""),
+    },
+    "autoscaling.Scale": {
+        1: ("metadata", "message", "meta.ObjectMeta"),
+        2: ("spec", "message", "autoscaling.ScaleSpec"),
+        3: ("status", "message", "autoscaling.ScaleStatus"),
+    },
+    "autoscaling.ScaleSpec": {
+        1: ("replicas", "int", ""),
+    },
+    "autoscaling.ScaleStatus": {
+        1: ("replicas", "int", ""),
+        2: ("selector", "string", ""),
     },
     "batch.Job": {
         1: ("metadata", "message", "meta.ObjectMeta"),
@@ -1534,6 +1652,72 @@ MESSAGES: dict[str, dict[int, Field]] = {
         2: ("gmsaCredentialSpec", "*string", ""),
         3: ("runAsUserName", "*string", ""),
         4: ("hostProcess", "*bool", ""),
+    },
+    "discovery.Endpoint": {
+        1: ("addresses", "[]string", ""),
+        2: ("conditions", "message", "discovery.EndpointConditions"),
+        3: ("hostname", "*string", ""),
+        4: ("targetRef", "*message", "core.ObjectReference"),
+        5: ("deprecatedTopology", "map", "string"),
+        6: ("nodeName", "*string", ""),
+        7: ("zone", "*string", ""),
+        8: ("hints", "*message", "discovery.EndpointHints"),
+    },
+    "discovery.EndpointConditions": {
+        1: ("ready", "*bool", ""),
+        2: ("serving", "*bool", ""),
+        3: ("terminating", "*bool", ""),
+    },
+    "discovery.EndpointHints": {
+        1: ("forZones", "[]message", "discovery.ForZone"),
+        2: ("forNodes", "[]message", "discovery.ForNode"),
+    },
+    "discovery.EndpointPort": {
+        1: ("name", "*string", ""),
+        2: ("protocol", "*string", ""),
+        3: ("port", "*int", ""),
+        4: ("appProtocol", "*string", ""),
+    },
+    "discovery.EndpointSlice": {
+        1: ("metadata", "message", "meta.ObjectMeta"),
+        2: ("endpoints", "[]message", "discovery.Endpoint"),
+        3: ("ports", "[]message", "discovery.EndpointPort"),
+        4: ("addressType", "string", ""),
+    },
+    "discovery.EndpointSliceList": {
+        1: ("metadata", "message", "meta.ListMeta"),
+        2: ("items", "[]message", "discovery.EndpointSlice"),
+    },
+    "discovery.ForNode": {
+        1: ("name", "string", ""),
+    },
+    "discovery.ForZone": {
+        1: ("name", "string", ""),
+    },
+    "events.Event": {
+        1: ("metadata", "message", "meta.ObjectMeta"),
+        2: ("eventTime", "message", "MicroTime"),
+        3: ("series", "*message", "events.EventSeries"),
+        4: ("reportingController", "string", ""),
+        5: ("reportingInstance", "string", ""),
+        6: ("action", "string", ""),
+        7: ("reason", "string", ""),
+        8: ("regarding", "message", "core.ObjectReference"),
+        9: ("related", "*message", "core.ObjectReference"),
+        10: ("note", "string", ""),
+        11: ("type", "string", ""),
+        12: ("deprecatedSource", "message", "core.EventSource"),
+        13: ("deprecatedFirstTimestamp", "message", "Time"),
+        14: ("deprecatedLastTimestamp", "message", "Time"),
+        15: ("deprecatedCount", "int", ""),
+    },
+    "events.EventList": {
+        1: ("metadata", "message", "meta.ListMeta"),
+        2: ("items", "[]message", "events.Event"),
+    },
+    "events.EventSeries": {
+        1: ("count", "int", ""),
+        2: ("lastObservedTime", "message", "MicroTime"),
     },
     "policy.Eviction": {
         1: ("metadata", "message", "meta.ObjectMeta"),

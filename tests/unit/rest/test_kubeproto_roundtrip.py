@@ -233,7 +233,15 @@ def test_an_eviction_with_delete_options() -> None:
 
 
 def test_every_table_names_only_tables_or_well_known_messages() -> None:
-    well_known = {"Time", "MicroTime", "Quantity", "IntOrString", "RawExtension", "FieldsV1"}
+    well_known = {
+        "Time",
+        "MicroTime",
+        "Quantity",
+        "IntOrString",
+        "RawExtension",
+        "FieldsV1",
+        "Strings",
+    }
     scalars = {"string", "bytes"}
     for name, table in MESSAGES.items():
         for number, (json_name, type_, nested) in table.items():
@@ -250,7 +258,7 @@ def test_negotiation_falls_back_only_where_the_client_allows() -> None:
     only = negotiate("application/vnd.kubernetes.protobuf", table=False)
     assert only is not None
     assert protobuf_fallback(only) is None
-    assert kubeproto.encode({"apiVersion": "autoscaling/v1", "kind": "Scale"}) is None
+    assert kubeproto.encode({"apiVersion": "autoscaling/v2", "kind": "Scale"}) is None
 
 
 def test_time_and_micro_time() -> None:
@@ -262,3 +270,35 @@ def test_time_and_micro_time() -> None:
     }
     assert round_trip(lease) == lease
     assert json.loads(json.dumps(lease)) == lease
+
+
+def test_review_and_token_kinds_for_their_handlers() -> None:
+    """authentication/v1 and authorization/v1 bodies (kubectl create token, auth can-i) read
+    from the same tables; ExtraValue (a Go []string) is a plain JSON list."""
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "resourceAttributes": {"namespace": "ns", "verb": "get", "resource": "pods"},
+            "user": "jane",
+            "groups": ["dev"],
+            "extra": {"scopes": ["a", "b"]},
+        },
+    }
+    assert round_trip(review) == review
+    token = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "metadata": {"name": "robot", "namespace": "ns"},
+        "spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600},
+    }
+    assert round_trip(token) == token
+    scale = {
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {"name": "web", "namespace": "ns"},
+        "spec": {"replicas": 0},
+        "status": {"replicas": 3, "selector": "app=web"},
+    }
+    # replicas is not a pointer: 0 is unset, and an empty non-pointer struct is left out
+    assert round_trip(scale) == {k: v for k, v in scale.items() if k != "spec"}
