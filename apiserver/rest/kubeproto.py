@@ -255,7 +255,7 @@ class _Decoder:
                 return None
             try:
                 return json.loads(raw)
-            except (UnicodeDecodeError, ValueError):
+            except (UnicodeDecodeError, ValueError, RecursionError):
                 raise _bad(f"{where}: the embedded object is not JSON") from None
         return self.message(data, nested, where)
 
