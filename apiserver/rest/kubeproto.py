@@ -423,11 +423,12 @@ def encode(doc: dict[str, Any]) -> bytes | None:
     return envelope(api_version, kind, raw)
 
 
-def watch_frame(event_type: str, obj: bytes) -> bytes:
+def watch_frame(event_type: str, obj: bytes, api_version: str) -> bytes:
     """One protobuf watch event: a 4-byte big-endian length, then a metav1.WatchEvent (type 1,
-    object 2 = RawExtension whose raw is the object's own protobuf envelope) in the envelope."""
+    object 2 = RawExtension whose raw is the object's own protobuf envelope) in the envelope,
+    typed in the watched resource's group version (`api_version`)."""
     event = _delimited(1, event_type.encode()) + _delimited(2, _delimited(1, obj))
-    framed = envelope("v1", "WatchEvent", event)
+    framed = envelope(api_version, "WatchEvent", event)
     return len(framed).to_bytes(4, "big") + framed
 
 

@@ -191,7 +191,7 @@ def test_a_list_status_and_watch_frame() -> None:
     assert round_trip(status) == expected
     obj = kubeproto.encode(pod)
     assert obj is not None
-    frame = kubeproto.watch_frame("ADDED", obj)
+    frame = kubeproto.watch_frame("ADDED", obj, "v1")
     assert int.from_bytes(frame[:4], "big") == len(frame) - 4
     # a WatchEvent (type 1, object 2: a RawExtension holding the object's own envelope)
     version, kind, raw = kubeproto.envelope_of(frame[4:])
