@@ -341,64 +341,96 @@ def _encode_time(value: Any, micro: bool) -> bytes:
     return out
 
 
-def _encode_value(value: Any, nested: str) -> bytes:
+_ENCODE_ERRORS = (ValueError, TypeError, OverflowError, binascii.Error)
+
+
+def _encode_value(value: Any, nested: str, strict: bool) -> bytes:
     """A nested message's bytes from its JSON value."""
     if nested in ("Time", "MicroTime"):
         return _encode_time(value, nested == "MicroTime")
     if nested == "Quantity":
-        return _delimited(1, str(value).encode())
+        return _delimited(1, _string(value).encode())
     if nested == "IntOrString":
         if isinstance(value, str):
             return _key(1, 0) + b"\x01" + _delimited(3, value.encode())
-        return _key(1, 0) + b"\x00" + _key(2, 0) + _varint_bytes(int(value))
+        return _key(1, 0) + b"\x00" + _key(2, 0) + _varint_bytes(_integer(value))
     if nested == "Strings":
         if not isinstance(value, list):
             raise ValueError(f"not a list of strings: {value!r}")
-        return b"".join(_delimited(1, str(item).encode()) for item in value)
+        return b"".join(_delimited(1, _string(item).encode()) for item in value)
     if nested in ("RawExtension", "FieldsV1"):
         return _delimited(1, json.dumps(value, separators=(",", ":")).encode())
     if not isinstance(value, dict):
         raise ValueError(f"{nested} is not an object: {value!r}")
-    return _encode_message(value, nested)
+    return _encode_message(value, nested, strict)
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"not a string: {value!r}")
+    return value
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"not an integer: {value!r}")
+    if not -(1 << 63) <= value < 1 << 64:
+        raise ValueError(f"out of range: {value}")
+    return value
 
 
 def _encode_scalar(number: int, type_: str, value: Any) -> bytes:
     if type_ == "string":
-        return _delimited(number, str(value).encode())
+        return _delimited(number, _string(value).encode())
     if type_ == "bytes":
-        return _delimited(number, base64.b64decode(value))
+        return _delimited(number, base64.b64decode(_string(value), validate=True))
     if type_ == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"not a boolean: {value!r}")
         return _key(number, 0) + (b"\x01" if value else b"\x00")
-    return _key(number, 0) + _varint_bytes(int(value))
+    return _key(number, 0) + _varint_bytes(_integer(value))
 
 
-def _encode_message(doc: dict[str, Any], name: str) -> bytes:
+def _encode_field(value: Any, number: int, type_: str, nested: str, strict: bool) -> bytes:
+    if type_.startswith("[]"):
+        if not isinstance(value, list):
+            raise ValueError(f"not a list: {value!r}")
+        if type_ == "[]message":
+            return b"".join(_delimited(number, _encode_value(v, nested, strict)) for v in value)
+        return b"".join(_encode_scalar(number, type_[2:], v) for v in value)
+    if type_ == "map":
+        if not isinstance(value, dict):
+            raise ValueError(f"not an object: {value!r}")
+        out = bytearray()
+        for key in sorted(value):
+            item = value[key]
+            if nested in ("string", "bytes"):
+                encoded = _encode_scalar(2, nested, item)
+            else:
+                encoded = _delimited(2, _encode_value(item, nested, strict))
+            out += _delimited(number, _delimited(1, key.encode()) + encoded)
+        return bytes(out)
+    if type_.lstrip("*") == "message":
+        return _delimited(number, _encode_value(value, nested, strict))
+    return _encode_scalar(number, type_.lstrip("*"), value)
+
+
+def _encode_message(doc: dict[str, Any], name: str, strict: bool) -> bytes:
+    """A message from its JSON dict. A value whose JSON shape does not fit Kubernetes' field
+    is left out (it would not decode in a Go client either), or, `strict`, a ValueError."""
     out = bytearray()
     for number, (json_name, type_, nested) in MESSAGES[name].items():
         if type_ == "inline":
-            out += _delimited(number, _encode_message(doc, nested))
+            out += _delimited(number, _encode_message(doc, nested, strict))
             continue
         value = doc.get(json_name)
         if value is None:
             continue
-        if type_.startswith("[]"):
-            for item in value:
-                if type_ == "[]message":
-                    out += _delimited(number, _encode_value(item, nested))
-                else:
-                    out += _encode_scalar(number, type_[2:], item)
-        elif type_ == "map":
-            for key in sorted(value):
-                item = value[key]
-                if nested in ("string", "bytes"):
-                    encoded = _encode_scalar(2, nested, item)
-                else:
-                    encoded = _delimited(2, _encode_value(item, nested))
-                out += _delimited(number, _delimited(1, key.encode()) + encoded)
-        elif type_.lstrip("*") == "message":
-            out += _delimited(number, _encode_value(value, nested))
-        else:
-            out += _encode_scalar(number, type_.lstrip("*"), value)
+        try:
+            out += _encode_field(value, number, type_, nested, strict)
+        except _ENCODE_ERRORS:
+            if strict:
+                raise
     return bytes(out)
 
 
@@ -409,16 +441,17 @@ def envelope(api_version: str, kind: str, raw: bytes) -> bytes:
     return MAGIC + _delimited(1, type_meta) + _delimited(2, raw) + b"\x1a\x00\x22\x00"
 
 
-def encode(doc: dict[str, Any]) -> bytes | None:
+def encode(doc: dict[str, Any], *, strict: bool = False) -> bytes | None:
     """The Kubernetes protobuf form of a JSON object with kind and apiVersion (an object, a
-    list, a Status), or None if that kind has no protobuf form here."""
+    list, a Status), or None if that kind has no protobuf form here (or, `strict`, a value
+    does not fit its field)."""
     api_version, kind = str(doc.get("apiVersion", "")), str(doc.get("kind", ""))
     name = message_of(api_version, kind)
     if name is None:
         return None
     try:
-        raw = _encode_message(doc, name)
-    except (ValueError, TypeError, OverflowError, binascii.Error):
+        raw = _encode_message(doc, name, strict)
+    except _ENCODE_ERRORS:
         return None
     return envelope(api_version, kind, raw)
 
