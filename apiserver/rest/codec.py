@@ -4,9 +4,11 @@ Objects are printed by `tinykube.manifest.to_dict`'s rules (int64 as numbers, ma
 empty fields left out) with `kind` and `apiVersion` first, as kube-apiserver writes them; lists
 and watch events are assembled from each object's JSON bytes, so the watch cache encodes an
 object version once (`KindCodec` is its `JsonEncoder`) and every LIST and REST watcher shares
-the bytes. Request bodies are JSON or YAML; unknown fields are refused, reported or dropped as
-`fieldValidation` asks, with the field paths Kubernetes prints. Media types (Accept and
-Content-Type) are parsed here too. Pure functions and immutable objects.
+the bytes. Request bodies are JSON or YAML (or Kubernetes protobuf, which kubeproto.py turns
+into the same JSON dict); unknown fields are refused, reported or dropped as `fieldValidation`
+asks, with the field paths Kubernetes prints. Media types (Accept and Content-Type) are parsed
+and negotiated here too (a protobuf answer is encoded from the JSON by kubeproto.py). Pure
+functions and immutable objects.
 """
 
 from __future__ import annotations
