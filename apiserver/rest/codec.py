@@ -255,7 +255,7 @@ def negotiate(header: str, *, table: bool) -> str | None:
     media_types = parse_accept(header)
     for i, media in enumerate(media_types):
         if media.type == PROTOBUF and "as" not in media.params:
-            rest = ", ".join(str(m) for m in media_types[i + 1 :])
+            rest = ", ".join(str(m) for m in media_types[i + 1 :] if m.type != PROTOBUF)
             fallback = negotiate(rest, table=False) if rest else None
             return AS_PROTOBUF + (f"|{fallback}" if fallback else "")
         fmt = _negotiate_one(media, table=table)

@@ -176,6 +176,8 @@ KUBECTL_GET = (
          True, AS_JSON),
         ("application/vnd.kubernetes.protobuf", True, AS_PROTOBUF),
         ("application/vnd.kubernetes.protobuf, application/json", True, "protobuf|json"),
+        ("application/vnd.kubernetes.protobuf, application/vnd.kubernetes.protobuf;x=y, "
+         "application/yaml", True, "protobuf|yaml"),
         ("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io, application/json",
          True, AS_JSON),
         ("application/json;as=Table;v=v1;g=meta.k8s.io", False, None),
