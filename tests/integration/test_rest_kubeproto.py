@@ -27,9 +27,12 @@ PB_FIRST = {"Accept": f"{PROTOBUF}, application/json"}
 
 
 class Rest:
-    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession, base: str, running: RunningAPIServer
+    ) -> None:
         self.session = session
         self.base = base
+        self.running = running
 
     async def call(
         self,
@@ -57,7 +60,7 @@ async def rest(etcd_server: EtcdServer) -> AsyncIterator[Rest]:
     )
     session = aiohttp.ClientSession()
     try:
-        yield Rest(session, f"http://{running.server.rest_address}")
+        yield Rest(session, f"http://{running.server.rest_address}", running)
     finally:
         await session.close()
         await running.server.stop()
@@ -235,3 +238,45 @@ async def test_protobuf_answers_and_their_fallback(rest: Rest) -> None:
     assert (code, response.headers["Content-Type"]) == (200, "application/json")
     code, status, _ = await rest.call("GET", PODS, Accept=table)
     assert (code, status["reason"]) == (406, "NotAcceptable")
+
+
+def frames(data: bytes) -> list[tuple[str, dict[str, Any]]]:
+    """A protobuf watch stream: (type, object as JSON) per length-prefixed WatchEvent."""
+    out = []
+    while data:
+        size = int.from_bytes(data[:4], "big")
+        frame, data = data[4 : 4 + size], data[4 + size :]
+        version, kind, raw = kubeproto.envelope_of(frame)
+        assert (version, kind) == ("v1", "WatchEvent")
+        event = dict(kubeproto.fields(raw))
+        extension = event[2]
+        assert isinstance(extension, bytes)
+        obj = dict(kubeproto.fields(extension))[1]
+        assert isinstance(obj, bytes) and isinstance(event[1], bytes)
+        out.append((event[1].decode(), kubeproto.decode(obj)))
+    return out
+
+
+async def test_protobuf_watch_initial_events_bookmark_and_error(rest: Rest) -> None:
+    body = {"metadata": {"name": "watched", "labels": {"w": "pb"}}, "data": {"k": "v"}}
+    assert (await rest.call("POST", CMS, body))[0] == 201
+    query = (
+        "?watch=1&labelSelector=w%3Dpb&sendInitialEvents=true&allowWatchBookmarks=true"
+        "&resourceVersionMatch=NotOlderThan&timeoutSeconds=1"
+    )
+    async with rest.session.get(rest.base + CMS + query, headers=PB_FIRST) as r:
+        assert r.headers["Content-Type"] == f"{PROTOBUF};stream=watch"
+        events = frames(await r.read())
+    assert [kind for kind, _ in events] == ["ADDED", "BOOKMARK"]
+    added, bookmark = events[0][1], events[1][1]
+    assert (added["kind"], added["data"]) == ("ConfigMap", {"k": "v"})
+    assert bookmark["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+    # a compacted resourceVersion: the stream carries one ERROR event with a 410 Status
+    revision = await rest.running.server.compact()
+    await rest.call("POST", CMS, {"metadata": {"name": "after-compaction"}})
+    url = f"{rest.base}{CMS}?watch=1&resourceVersion={revision - 1}&timeoutSeconds=1"
+    async with rest.session.get(url, headers=PB_FIRST) as r:
+        events = frames(await r.read())
+    ((kind, status),) = events
+    assert kind == "ERROR"
+    assert (status["kind"], status["code"], status["reason"]) == ("Status", 410, "Expired")
