@@ -209,11 +209,23 @@ async def test_fields_tinykube_does_not_model_follow_field_validation(rest: Rest
     code, created, response = await rest.call("POST", PODS, body, **PB_BODY)
     assert code == 201, created
     assert 'unknown field \\"spec.os\\"' in response.headers["Warning"]
+
     # A field number no Kubernetes version has: reported the same way
-    odd = kubeproto.envelope("v1", "ConfigMap", b"\xf8\x01\x01")  # field 31 = 1
-    code, status, _ = await rest.call("POST", f"{CMS}?fieldValidation=Strict", odd, **PB_BODY)
+    def odd(name: str) -> bytes:
+        meta = kubeproto._delimited(1, kubeproto._delimited(1, name.encode()))
+        return kubeproto.envelope("v1", "ConfigMap", meta + b"\xf8\x01\x01")  # field 31 = 1
+
+    strict = f"{CMS}?fieldValidation=Strict"
+    code, status, _ = await rest.call("POST", strict, odd("odd-strict"), **PB_BODY)
     assert code == 400, status
     assert 'unknown field "<field 31>"' in status["message"]
+    code, _, response = await rest.call("POST", CMS, odd("odd-warn"), **PB_BODY)
+    assert code == 201
+    assert 'unknown field \\"<field 31>\\"' in response.headers["Warning"]
+    ignore = f"{CMS}?fieldValidation=Ignore"
+    code, _, response = await rest.call("POST", ignore, odd("odd-ignore"), **PB_BODY)
+    assert code == 201
+    assert "Warning" not in response.headers
 
 
 async def test_protobuf_answers_and_their_fallback(rest: Rest) -> None:
