@@ -40,7 +40,8 @@ def _varint(data: bytes, i: int) -> tuple[int, int]:
 
 
 def fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
-    """(field number, value) pairs: ints for varints, bytes for length-delimited fields."""
+    """(field number, value) pairs: ints for varints (and fixed-width numbers), bytes for
+    length-delimited fields."""
     i = 0
     while i < len(data):
         key, i = _varint(data, i)
@@ -54,10 +55,12 @@ def fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
                 raise BadRequestError("the protobuf body is truncated or malformed")
             yield number, data[i : i + length]
             i += length
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
+        elif wire in (1, 5):  # fixed64 / fixed32: no Kubernetes field has one
+            width = 8 if wire == 1 else 4
+            if i + width > len(data):
+                raise BadRequestError("the protobuf body is truncated or malformed")
+            yield number, int.from_bytes(data[i : i + width], "little")
+            i += width
         else:
             raise BadRequestError(f"the protobuf body has an unsupported wire type {wire}")
 

@@ -344,3 +344,14 @@ def test_client_go_delete_options() -> None:
     wrong = envelope("v1", "Namespace", b"")
     with pytest.raises(BadRequestError, match="not DeleteOptions"):
         kubeproto.delete_options(wrong)
+
+
+def test_fixed_width_fields_are_unknown_fields_or_truncation() -> None:
+    """No Kubernetes field is fixed64/fixed32: one is an unknown field (fieldValidation
+    decides); one cut short is a malformed body."""
+    meta = text(1, "cm")
+    fixed = bytes([14 << 3 | 1]) + (7).to_bytes(8, "little")  # field 14, fixed64
+    _, unknown = kubeproto.decode_unknown(envelope("v1", "ConfigMap", field(1, meta) + fixed))
+    assert unknown == ["<field 14>"]
+    with pytest.raises(BadRequestError, match="truncated"):
+        kubeproto.decode(envelope("v1", "ConfigMap", field(1, meta) + fixed[:5]))
