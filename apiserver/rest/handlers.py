@@ -643,7 +643,7 @@ class ResourceHandlers:
         except ResourceExpiredError as exc:
             # As kube-apiserver's watch cache: the stream opens and carries one ERROR event.
             resp = await self._start_stream(request, fmt)
-            await resp.write(self._stream_bytes(fmt, target, [self._error_event(exc, target)]))
+            await resp.write(self._stream_bytes(fmt, [self._error_event(exc, target)]))
             return resp
         start_revision = watcher.last_revision
         try:
@@ -660,7 +660,7 @@ class ResourceHandlers:
                     if fmt == AS_TABLE:
                         await resp.write(self._table_events(target, q, lines))
                     else:
-                        await resp.write(self._stream_bytes(fmt, target, lines))
+                        await resp.write(self._stream_bytes(fmt, lines))
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
@@ -670,9 +670,7 @@ class ResourceHandlers:
                 except TimeoutError:
                     break
                 except TinykubeError as exc:
-                    await resp.write(
-                        self._stream_bytes(fmt, target, [self._error_event(exc, target)])
-                    )
+                    await resp.write(self._stream_bytes(fmt, [self._error_event(exc, target)]))
                     break
                 if not queued:
                     break
@@ -696,9 +694,9 @@ class ResourceHandlers:
         return AS_JSON if fmt == AS_YAML else fmt
 
     @staticmethod
-    def _stream_bytes(fmt: str, target: Target, lines: Sequence[bytes]) -> bytes:
+    def _stream_bytes(fmt: str, lines: Sequence[bytes]) -> bytes:
         """Watch events (JSON lines) as the stream sends them: as they are, or protobuf
-        frames (each WatchEvent in the resource's group version, as kube-apiserver's)."""
+        frames."""
         if fmt != AS_PROTOBUF:
             return b"".join(lines)
         frames = []
@@ -707,7 +705,7 @@ class ResourceHandlers:
             obj = kubeproto.encode(event["object"])
             if obj is None:  # not expected: the kind was checked; never a broken frame
                 raise TinykubeError(f"cannot encode a {event['object'].get('kind')} as protobuf")
-            frames.append(kubeproto.watch_frame(event["type"], obj, target.resource.group_version))
+            frames.append(kubeproto.watch_frame(event["type"], obj))
         return b"".join(frames)
 
     async def _start_stream(self, request: web.Request, fmt: str) -> web.StreamResponse:
@@ -1553,7 +1551,7 @@ class ResourceHandlers:
                 },
             }
             await resp.write(
-                self._stream_bytes(fmt, target, [encode_json_event("BOOKMARK", dumps(bookmark))])
+                self._stream_bytes(fmt, [encode_json_event("BOOKMARK", dumps(bookmark))])
             )
         else:
             # An empty chunk makes clients see the stream open (headers flushed).

@@ -7,7 +7,7 @@ whose raw bytes are the object in k8s.io/api's generated.proto numbering. One ta
 message (kubeproto_tables.MESSAGES) serves both directions: `decode(body)` turns a body into
 the Kubernetes JSON dict the JSON path reads (so it goes through the same validation and
 fieldValidation), `encode(doc)` turns the JSON dict the JSON path prints into protobuf. A
-WATCH answers `watch_frame`s (4-byte big-endian length, then a WatchEvent in the envelope).
+WATCH answers `watch_frame`s (4-byte big-endian length, then a bare WatchEvent).
 `self_subject_access_review(body)` reads the one authorization kind tinykube answers. Pure.
 """
 
@@ -459,13 +459,13 @@ def encode(doc: dict[str, Any], *, strict: bool = False) -> bytes | None:
     return envelope(api_version, kind, raw)
 
 
-def watch_frame(event_type: str, obj: bytes, api_version: str) -> bytes:
-    """One protobuf watch event: a 4-byte big-endian length, then a metav1.WatchEvent (type 1,
-    object 2 = RawExtension whose raw is the object's own protobuf envelope) in the envelope,
-    typed in the watched resource's group version (`api_version`)."""
+def watch_frame(event_type: str, obj: bytes) -> bytes:
+    """One protobuf watch event as client-go's stream decoder reads it: a 4-byte big-endian
+    length, then a bare metav1.WatchEvent (type 1, object 2 = a RawExtension whose raw is the
+    object's own envelope). Streamed frames carry no magic and no runtime.Unknown: kube's
+    protobuf stream serializer is the raw one."""
     event = _delimited(1, event_type.encode()) + _delimited(2, _delimited(1, obj))
-    framed = envelope(api_version, "WatchEvent", event)
-    return len(framed).to_bytes(4, "big") + framed
+    return len(event).to_bytes(4, "big") + event
 
 
 def delete_options(body: bytes) -> dict[str, Any]:

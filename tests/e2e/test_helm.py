@@ -11,11 +11,14 @@ from __future__ import annotations
 import base64
 import json
 import os
+import queue
 import shutil
 import ssl
 import stat
 import subprocess
 import tarfile
+import threading
+import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -27,7 +30,7 @@ import pytest
 import yaml
 
 from apiserver.rest import kubeproto
-from tests.e2e.conftest import UpCluster
+from tests.e2e.conftest import UpCluster, venv_bin
 from tests.e2e.kubectl_output import ok
 
 CACHE = Path(os.environ.get("TINYKUBE_TEST_CACHE", Path.home() / ".cache" / "tinykube-test"))
@@ -263,10 +266,9 @@ def _frames(data: bytes) -> list[tuple[str, dict[str, Any]]]:
     while data:
         size = int.from_bytes(data[:4], "big")
         frame, data = data[4 : 4 + size], data[4 + size :]
-        _, kind, raw = kubeproto.envelope_of(frame)
-        assert kind == "WatchEvent"
-        obj = kubeproto.decode(_field(_field(raw, 2), 1))  # object: RawExtension.raw
-        events.append((_field(raw, 1).decode(), obj))
+        # a bare WatchEvent (kube's raw stream serializer): type 1, object 2 (RawExtension)
+        obj = kubeproto.decode(_field(_field(frame, 2), 1))
+        events.append((_field(frame, 1).decode(), obj))
     return events
 
 
@@ -337,3 +339,59 @@ def test_kubectl_typed_requests_are_protobuf_both_ways(tinykube_up: UpCluster) -
         ok(tinykube_up.kubectl("uncordon", node))
     gone = tinykube_up.kubectl("get", "pod", "drained", *ns)
     assert gone.code != 0 and "NotFound" in gone.err
+
+
+def test_kubectl_events_watch_reads_protobuf_frames(tinykube_up: UpCluster, tmp_path: Path) -> None:
+    """`kubectl events --watch` watches with client-go's typed client, so it asks for a
+    protobuf stream: every event of a new pod arrives through real client-go decoding."""
+    ok(tinykube_up.kubectl("create", "namespace", "pb-events"))
+    stderr_path = tmp_path / "stderr"
+    with stderr_path.open("w") as stderr:
+        watcher = subprocess.Popen(
+            [
+                str(venv_bin() / "kubectl"),
+                "--kubeconfig",
+                str(tinykube_up.kubeconfig),
+                "events",
+                "-n",
+                "pb-events",
+                "--watch",
+                "-o",
+                "json",
+                "-v=8",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert watcher.stdout is not None
+        for line in watcher.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        ok(
+            tinykube_up.kubectl(
+                "run", "watched", "-n", "pb-events", "--image=busybox", "--", "sleep", "3600"
+            )
+        )
+        seen = ""
+        deadline = time.monotonic() + 90
+        while '"reason": "Scheduled"' not in seen:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"no Scheduled event printed:\n{seen}\n{stderr_path.read_text()}"
+            try:
+                line = lines.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            assert line is not None, f"kubectl events ended:\n{stderr_path.read_text()[-3000:]}"
+            seen += line
+        assert '"name": "watched"' in seen
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=30)
+    assert f"Content-Type: {PROTOBUF};stream=watch" in stderr_path.read_text()

@@ -258,9 +258,8 @@ def frames(data: bytes) -> list[tuple[str, dict[str, Any]]]:
     while data:
         size = int.from_bytes(data[:4], "big")
         frame, data = data[4 : 4 + size], data[4 + size :]
-        version, kind, raw = kubeproto.envelope_of(frame)
-        assert (version, kind) == ("v1", "WatchEvent")
-        event = dict(kubeproto.fields(raw))
+        assert not frame.startswith(kubeproto.MAGIC)  # streamed frames are bare WatchEvents
+        event = dict(kubeproto.fields(frame))
         extension = event[2]
         assert isinstance(extension, bytes)
         obj = dict(kubeproto.fields(extension))[1]
