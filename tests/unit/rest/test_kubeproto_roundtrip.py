@@ -106,15 +106,37 @@ def full_object(info: KindInfo, *, whole: bool = False) -> dict[str, Any]:
     return KindCodec(info).object_dict(message)
 
 
-def pruned(value: Any) -> Any:
-    """Without empty objects: decoding leaves out an empty non-pointer struct (Go writes
-    one always), which the JSON reader takes as absent too."""
-    if isinstance(value, dict):
-        out = {k: pruned(v) for k, v in value.items()}
-        return {k: v for k, v in out.items() if v != {}}
-    if isinstance(value, list):
-        return [pruned(v) for v in value]
-    return value
+def canonical(doc: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    """`doc` as decoding gives it back: zero values of non-pointer fields (Go writes them, the
+    JSON may print them, decoding leaves them out as JSON readers take them as unset) and
+    empty non-pointer structs left out; walked by the same tables."""
+    if name is None:
+        found = kubeproto.message_of(doc.get("apiVersion", ""), doc.get("kind", ""))
+        assert found is not None
+        name = found
+    fields_by_json: dict[str, tuple[str, str]] = {}
+    pending = [name]
+    while pending:
+        for json_name, type_, nested in MESSAGES[pending.pop()].values():
+            if type_ == "inline":
+                pending.append(nested)
+            else:
+                fields_by_json[json_name] = (type_, nested)
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        type_, nested = fields_by_json.get(key, ("", ""))
+        if nested in MESSAGES and type_ in ("message", "*message") and isinstance(value, dict):
+            value = canonical(value, nested)
+        elif nested in MESSAGES and type_ == "[]message":
+            value = [canonical(v, nested) if isinstance(v, dict) else v for v in value]
+        elif type_ == "map" and nested in MESSAGES and isinstance(value, dict):
+            value = {k: canonical(v, nested) for k, v in value.items()}
+        pointer = type_.startswith("*")
+        zero = value in ("", 0, {}, [], None)  # False == 0 too
+        if type_ and not pointer and zero and nested != "Quantity":
+            continue
+        out[key] = value
+    return out
 
 
 def round_trip(doc: dict[str, Any]) -> dict[str, Any]:
@@ -141,7 +163,7 @@ def _paths(value: Any, prefix: str = "") -> set[str]:
 
 @pytest.mark.parametrize("info", ALL_KINDS, ids=[k.kind for k in ALL_KINDS])
 def test_every_modelled_field_of_every_kind_round_trips(info: KindInfo) -> None:
-    doc = pruned(full_object(info))
+    doc = canonical(full_object(info))
     back = round_trip(copy.deepcopy(doc))
     missing = sorted(_paths(doc) - _paths(back))
     assert missing == [], f"fields Kubernetes' {info.kind} table lacks or drops: {missing}"
@@ -167,7 +189,7 @@ def test_the_examples_round_trip_as_the_rest_api_prints_them(
     info = BY_KIND[doc["kind"]]
     obj, _ = parse_as(info, doc)
     printed = KindCodec(info).object_dict(obj)
-    assert round_trip(printed) == printed
+    assert round_trip(printed) == canonical(printed)
 
 
 def test_a_list_status_and_watch_frame() -> None:
@@ -349,3 +371,25 @@ def test_a_value_that_does_not_fit_is_left_out() -> None:
         lenient = kubeproto.encode(config_map)
         assert lenient is not None
         assert kubeproto.decode(lenient) == {k: v for k, v in config_map.items() if k not in bad}
+
+
+def test_zero_values_the_json_prints_come_back_as_unset() -> None:
+    """Kubernetes' JSON prints some zero values (restartCount 0, ready false); decoding, as Go
+    writes every non-pointer field, cannot tell them from unset and leaves them out, which
+    the JSON reader takes the same way. Pointer fields keep their zero (replicas 0)."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "generation": 0},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": {}}]},
+        "status": {
+            "containerStatuses": [
+                {"name": "c", "ready": False, "restartCount": 0, "image": "i", "imageID": ""}
+            ]
+        },
+    }
+    back = round_trip(copy.deepcopy(pod))
+    assert back == canonical(pod)
+    assert back["status"]["containerStatuses"] == [{"name": "c", "image": "i"}]
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 0}}
+    assert round_trip(deployment) == deployment == canonical(deployment)
