@@ -35,7 +35,7 @@ from apiserver.rest import codec as codecs
 from apiserver.rest import kubeproto, patch
 from apiserver.rest.attributes import rest_attributes
 from apiserver.rest.authapi import AuthAPI
-from apiserver.rest.codec import dumps
+from apiserver.rest.codec import AS_PROTOBUF, PROTOBUF, dumps, negotiate
 from apiserver.rest.discovery import (
     AGGREGATED_TYPE,
     AUTH_REVIEWS,
@@ -215,7 +215,7 @@ class RestServer:
             attrs = rest_attributes(request.method, request.path, request.query)
             enforcer.check(identity, attrs)
         except TinykubeError as exc:
-            return self._error_response(exc, None)
+            return self._error_response(exc, None, request)
         request[_IDENTITY] = identity
         if not needs_requester(identity, attrs.api_group):
             return await handler(request)
@@ -249,15 +249,24 @@ class RestServer:
                 err = method_not_allowed()
             else:
                 raise
-            return self._error_response(err, None)
+            return self._error_response(err, None, request)
         except Exception as exc:
             resource = request.get(_RESOURCE)
             if not isinstance(exc, RestError | TinykubeError):
                 log.exception("REST %s %s failed", request.method, request.path)
-            return self._error_response(exc, resource)
+            return self._error_response(exc, resource, request)
 
-    def _error_response(self, exc: BaseException, resource: StatusResource | None) -> web.Response:
+    def _error_response(
+        self, exc: BaseException, resource: StatusResource | None, request: web.Request
+    ) -> web.Response:
         code, body, headers = status_of(exc, resource)
+        # A Status in protobuf for a client that asks for protobuf first, as kube-apiserver.
+        fmt = negotiate(request.headers.get("Accept", ""), table=False) or ""
+        encoded = kubeproto.encode(body) if fmt.startswith(AS_PROTOBUF) else None
+        if encoded is not None:
+            return web.Response(
+                status=code, body=encoded, headers={"Content-Type": PROTOBUF, **headers}
+            )
         return web.Response(
             status=code,
             body=dumps(body),

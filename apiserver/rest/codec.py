@@ -4,9 +4,11 @@ Objects are printed by `tinykube.manifest.to_dict`'s rules (int64 as numbers, ma
 empty fields left out) with `kind` and `apiVersion` first, as kube-apiserver writes them; lists
 and watch events are assembled from each object's JSON bytes, so the watch cache encodes an
 object version once (`KindCodec` is its `JsonEncoder`) and every LIST and REST watcher shares
-the bytes. Request bodies are JSON or YAML; unknown fields are refused, reported or dropped as
-`fieldValidation` asks, with the field paths Kubernetes prints. Media types (Accept and
-Content-Type) are parsed here too. Pure functions and immutable objects.
+the bytes. Request bodies are JSON or YAML (or Kubernetes protobuf, which kubeproto.py turns
+into the same JSON dict); unknown fields are refused, reported or dropped as `fieldValidation`
+asks, with the field paths Kubernetes prints. Media types (Accept and Content-Type) are parsed
+and negotiated here too (a protobuf answer is encoded from the JSON by kubeproto.py). Pure
+functions and immutable objects.
 """
 
 from __future__ import annotations
@@ -226,36 +228,72 @@ def parse_accept(header: str) -> list[MediaType]:
 AS_JSON = "json"
 AS_YAML = "yaml"
 AS_TABLE = "table"
+# Kubernetes protobuf; "protobuf|json" (or "|yaml") when the client also takes that format,
+# for an answer whose kind has no protobuf form (kube-apiserver's negotiation likewise).
+AS_PROTOBUF = "protobuf"
+
+
+def protobuf_fallback(fmt: str) -> str | None:
+    """For a protobuf answer format: the format to send if the kind has no protobuf form
+    (None: 406); for any other format, None."""
+    if not fmt.startswith(AS_PROTOBUF):
+        return None
+    return fmt.partition("|")[2] or None
 
 
 def negotiate(header: str, *, table: bool) -> str | None:
-    """AS_JSON, AS_YAML or AS_TABLE for an Accept header; None if none is acceptable.
+    """AS_JSON, AS_YAML, AS_TABLE or AS_PROTOBUF (with its fallback) for an Accept header;
+    None if none is acceptable.
 
     `table` says whether a Table can be served here (a server-side printer exists).
-    Conversions tinykube does not offer (PartialObjectMetadata, protobuf) are skipped, so a
-    client that lists a fallback (kubectl always adds plain JSON) gets that instead.
+    Conversions tinykube does not offer (PartialObjectMetadata, Table as protobuf) are
+    skipped, so a client that lists a fallback (kubectl always adds plain JSON) gets that
+    instead.
     """
     if not header.strip():
         return AS_JSON
-    for media in parse_accept(header):
-        as_ = media.params.get("as")
-        if as_ is not None:
-            if (
-                table
-                and as_ == "Table"
-                and media.params.get("g") == TABLE_GROUP
-                and media.params.get("v") == "v1"
-                and media.type in (JSON, "application/*", "*/*")
-            ):
-                return AS_TABLE
-            continue
-        if media.type in (JSON, "application/*", "*/*"):
-            return AS_JSON
-        if media.type == YAML:
-            return AS_YAML
+    media_types = parse_accept(header)
+    for i, media in enumerate(media_types):
+        if media.type == PROTOBUF and "as" not in media.params:
+            rest = ", ".join(str(m) for m in media_types[i + 1 :] if m.type != PROTOBUF)
+            fallback = negotiate(rest, table=False) if rest else None
+            return AS_PROTOBUF + (f"|{fallback}" if fallback else "")
+        fmt = _negotiate_one(media, table=table)
+        if fmt is not None:
+            return fmt
+    return None
+
+
+def _negotiate_one(media: MediaType, *, table: bool) -> str | None:
+    as_ = media.params.get("as")
+    if as_ is not None:
+        if (
+            table
+            and as_ == "Table"
+            and media.params.get("g") == TABLE_GROUP
+            and media.params.get("v") == "v1"
+            and media.type in (JSON, "application/*", "*/*")
+        ):
+            return AS_TABLE
+        return None
+    if media.type in (JSON, "application/*", "*/*"):
+        return AS_JSON
+    if media.type == YAML:
+        return AS_YAML
     return None
 
 
 def content_type_of(header: str) -> str:
     """The bare media type of a Content-Type header ("" if absent)."""
     return parse_media_type(header).type if header.strip() else ""
+
+
+def unknown_protobuf_fields(info: KindInfo, paths: list[str], validation: str) -> list[str]:
+    """Fields of a protobuf body that no table names (a newer Kubernetes' field) under
+    fieldValidation, as unknown JSON fields are: Strict refuses, Warn warns, Ignore drops."""
+    messages = [f'unknown field "{path}"' for path in paths]
+    if messages and validation == "Strict":
+        raise BadRequestError(
+            f"{_cannot_handle(info)}: strict decoding error: " + ", ".join(messages)
+        )
+    return messages if validation == "Warn" else []

@@ -36,7 +36,7 @@ from apiserver.podlogs import PodLogOptions, PodLogs
 from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
 from apiserver.rest import kubeproto, patch, tables
-from apiserver.rest.codec import AS_JSON, AS_TABLE, AS_YAML, KindCodec, dumps
+from apiserver.rest.codec import AS_JSON, AS_PROTOBUF, AS_TABLE, AS_YAML, PROTOBUF, KindCodec, dumps
 from apiserver.rest.discovery import Resource
 from apiserver.rest.status import (
     Resource as StatusResource,
@@ -211,6 +211,17 @@ def _delete_options_invalid(field: str, message: str, reason: str) -> RestError:
     return RestError(422, "Invalid", text, details)
 
 
+# Request bodies of the subresources and options, as JSON, YAML or Kubernetes protobuf.
+_WITH_PROTOBUF = (*codecs.BODY_TYPES, codecs.PROTOBUF)
+
+
+def _object_body(body: bytes, media: str) -> dict[str, Any]:
+    """A Binding, Eviction or Scale body as its JSON dict, whatever its media type."""
+    if media == codecs.PROTOBUF:
+        return kubeproto.decode(body)
+    return codecs.parse_object_body(body, media)
+
+
 def check_delete_options(options: Mapping[str, Any], where: str = "") -> None:
     """DeleteOptions (a DELETE's, or an Eviction's deleteOptions) as kube-apiserver checks
     them: 422 Invalid DeleteOptions for a bad value, 400 for a wrong JSON type. `where`
@@ -375,7 +386,15 @@ class ResourceHandlers:
         code: int = 200,
         warnings: Sequence[str] = (),
     ) -> web.Response:
-        if fmt == AS_YAML:
+        if fmt.startswith(AS_PROTOBUF):
+            encoded = kubeproto.encode(json.loads(body))
+            if encoded is None:  # a kind without a protobuf form: the client's other choice
+                fallback = codecs.protobuf_fallback(fmt)
+                if fallback is None:
+                    raise not_acceptable([codecs.JSON, codecs.YAML])
+                return self._respond(fallback, body, code=code, warnings=warnings)
+            resp = web.Response(status=code, body=encoded, headers={"Content-Type": PROTOBUF})
+        elif fmt == AS_YAML:
             text = yaml.safe_dump(json.loads(body), sort_keys=False, default_flow_style=False)
             resp = web.Response(
                 status=code, body=text.encode(), headers={"Content-Type": codecs.YAML}
@@ -436,12 +455,14 @@ class ResourceHandlers:
         protobuf = kubeproto.supports(info.api_version, info.kind)
         allowed = (*codecs.BODY_TYPES, codecs.PROTOBUF) if protobuf else codecs.BODY_TYPES
         body, media = await self._body(request, allowed)
+        validation = q.choice("fieldValidation", ("Strict", "Warn", "Ignore"), "Warn")
+        unknown: list[str] = []
         if media == codecs.PROTOBUF:
-            doc = kubeproto.decode(body)
+            doc, unknown = kubeproto.decode_unknown(body)
         else:
             doc = codecs.parse_object_body(body, media)
-        validation = q.choice("fieldValidation", ("Strict", "Warn", "Ignore"), "Warn")
-        return self.codecs[info.kind].decode(doc, validation)
+        obj, warnings = self.codecs[info.kind].decode(doc, validation)
+        return obj, [*codecs.unknown_protobuf_fields(info, unknown, validation), *warnings]
 
     def _dry_run(self, q: Query) -> bool:
         values = self.query_all(q, "dryRun")
@@ -598,9 +619,7 @@ class ResourceHandlers:
     async def watch(
         self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.StreamResponse:
-        fmt = self._accept(request, table=True)
-        if fmt == AS_YAML:
-            fmt = AS_JSON  # watch streams are JSON lines (kube-apiserver has no YAML framing)
+        fmt = self._watch_format(request, target)
         timeout = self._timeout(q)
         initial_end = q.flag("sendInitialEvents")
         bookmarks = q.flag("allowWatchBookmarks")
@@ -624,7 +643,7 @@ class ResourceHandlers:
         except ResourceExpiredError as exc:
             # As kube-apiserver's watch cache: the stream opens and carries one ERROR event.
             resp = await self._start_stream(request, fmt)
-            await resp.write(self._error_event(exc, target))
+            await resp.write(self._stream_bytes(fmt, [self._error_event(exc, target)]))
             return resp
         start_revision = watcher.last_revision
         try:
@@ -641,7 +660,7 @@ class ResourceHandlers:
                     if fmt == AS_TABLE:
                         await resp.write(self._table_events(target, q, lines))
                     else:
-                        await resp.write(b"".join(lines))
+                        await resp.write(self._stream_bytes(fmt, lines))
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
@@ -651,7 +670,7 @@ class ResourceHandlers:
                 except TimeoutError:
                     break
                 except TinykubeError as exc:
-                    await resp.write(self._error_event(exc, target))
+                    await resp.write(self._stream_bytes(fmt, [self._error_event(exc, target)]))
                     break
                 if not queued:
                     break
@@ -660,10 +679,42 @@ class ResourceHandlers:
         finally:
             service.cache.unregister(watcher)
 
+    def _watch_format(self, request: web.Request, target: Target) -> str:
+        """A watch's format: JSON lines (also for YAML: kube-apiserver has no YAML framing),
+        Table events, or protobuf frames for a kind with a protobuf form."""
+        fmt = self._accept(request, table=True)
+        if fmt.startswith(AS_PROTOBUF):
+            res = target.resource
+            if kubeproto.supports(res.group_version, res.kind):
+                return AS_PROTOBUF
+            fallback = codecs.protobuf_fallback(fmt)
+            if fallback is None:
+                raise not_acceptable([codecs.JSON])
+            fmt = fallback
+        return AS_JSON if fmt == AS_YAML else fmt
+
+    @staticmethod
+    def _stream_bytes(fmt: str, lines: Sequence[bytes]) -> bytes:
+        """Watch events (JSON lines) as the stream sends them: as they are, or protobuf
+        frames."""
+        if fmt != AS_PROTOBUF:
+            return b"".join(lines)
+        frames = []
+        for line in lines:
+            event = json.loads(line)
+            obj = kubeproto.encode(event["object"])
+            if obj is None:  # not expected: the kind was checked; never a broken frame
+                raise TinykubeError(f"cannot encode a {event['object'].get('kind')} as protobuf")
+            frames.append(kubeproto.watch_frame(event["type"], obj))
+        return b"".join(frames)
+
     async def _start_stream(self, request: web.Request, fmt: str) -> web.StreamResponse:
-        content_type = (
-            "application/json;as=Table;v=v1;g=meta.k8s.io" if fmt == AS_TABLE else codecs.JSON
-        )
+        if fmt == AS_PROTOBUF:
+            content_type = PROTOBUF + ";stream=watch"
+        elif fmt == AS_TABLE:
+            content_type = "application/json;as=Table;v=v1;g=meta.k8s.io"
+        else:
+            content_type = codecs.JSON
         resp = web.StreamResponse(status=200, headers={"Content-Type": content_type})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
@@ -1019,8 +1070,10 @@ class ResourceHandlers:
     async def _delete_options(self, request: web.Request, q: Query) -> dict[str, Any]:
         options: dict[str, Any] = {}
         if request.can_read_body:
-            body, media = await self._body(request, codecs.BODY_TYPES)
-            if body.strip():
+            body, media = await self._body(request, _WITH_PROTOBUF)
+            if media == codecs.PROTOBUF and body:
+                options = kubeproto.delete_options(body)
+            elif body.strip():
                 options = codecs.parse_object_body(body, media)
         grace = q.number("gracePeriodSeconds")
         if grace is not None:
@@ -1064,8 +1117,8 @@ class ResourceHandlers:
     async def delete(
         self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
-        dry_run = self._dry_run(q)
         options = await self._delete_options(request, q)
+        dry_run = bool(self._eviction_dry_run(q, options.get("dryRun"), "DeleteOptions."))
         assert target.name is not None
         obj = await self._delete_one(service, target.namespace or "", target.name, options, dry_run)
         data = self._object_dict(target, obj)
@@ -1094,8 +1147,8 @@ class ResourceHandlers:
         (with the same DeleteOptions) as a single DELETE. Answers the list as it was before
         the deletions, as kube-apiserver does; one already gone is no error, any other
         error stops the request."""
-        dry_run = self._dry_run(q)
         options = await self._delete_options(request, q)
+        dry_run = bool(self._eviction_dry_run(q, options.get("dryRun"), "DeleteOptions."))
         fmt = self._accept(request, table=False)
         data = self._list_request(target, q, watch=False)
         req = message_from(meta_pb2.ListRequest, data)
@@ -1113,8 +1166,8 @@ class ResourceHandlers:
         self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
         dry_run = self._dry_run(q)
-        body, media = await self._body(request, codecs.BODY_TYPES)
-        doc = codecs.parse_object_body(body, media)
+        body, media = await self._body(request, _WITH_PROTOBUF)
+        doc = _object_body(body, media)
         if doc.get("kind") not in (None, "", "Binding"):
             raise BadRequestError(
                 f"the kind in the data ({doc.get('kind')}) does not match the expected kind "
@@ -1185,8 +1238,8 @@ class ResourceHandlers:
     ) -> web.Response:
         """POST an Eviction (policy/v1 or policy/v1beta1): 201 and a Success Status once the
         pod is deleted (or marked for deletion), as kube-apiserver answers."""
-        body, media = await self._body(request, codecs.BODY_TYPES)
-        doc = codecs.parse_object_body(body, media)
+        body, media = await self._body(request, _WITH_PROTOBUF)
+        doc = _object_body(body, media)
         kind, version = doc.get("kind"), doc.get("apiVersion")
         if kind not in (None, "", "Eviction"):
             raise BadRequestError(
@@ -1238,13 +1291,15 @@ class ResourceHandlers:
         fmt = self._accept(request, table=False)
         return self._respond(fmt, dumps(success_body(201)), code=201)
 
-    def _eviction_dry_run(self, q: Query, content: Any) -> list[str]:
-        """The dry-run of the query and of the Eviction's deleteOptions, which must agree."""
+    def _eviction_dry_run(
+        self, q: Query, content: Any, where: str = "Eviction.deleteOptions."
+    ) -> list[str]:
+        """The dry-run of the query and of the (Eviction's) DeleteOptions, which must agree."""
         query = ["All"] if self._dry_run(q) else []
         if content is None or content == []:
             return query
         if not isinstance(content, list) or not all(isinstance(v, str) for v in content):
-            raise BadRequestError("Eviction.deleteOptions.dryRun: expected a list of strings")
+            raise BadRequestError(f"{where}dryRun: expected a list of strings")
         for value in content:
             if value != "All":
                 raise BadRequestError(
@@ -1380,7 +1435,7 @@ class ResourceHandlers:
             if media == STRATEGIC_PATCH:
                 media = MERGE_PATCH  # Scale has no lists: a strategic merge is a merge
         else:
-            body, media = await self._body(request, codecs.BODY_TYPES)
+            body, media = await self._body(request, _WITH_PROTOBUF)
         dry_run = self._dry_run(q)
         kcodec = self.codecs[service.info.kind]
         for attempt in range(_PATCH_ATTEMPTS):
@@ -1391,7 +1446,7 @@ class ResourceHandlers:
                     raise unsupported_media_type([JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH])
                 new_scale = patch.apply_patch(media, scale, body, None)
             else:
-                new_scale = codecs.parse_object_body(body, media)
+                new_scale = _object_body(body, media)
             if not isinstance(new_scale, dict):
                 raise BadRequestError("the Scale must be an object")
             for part in ("spec", "metadata"):
@@ -1483,8 +1538,8 @@ class ResourceHandlers:
         self, request: web.Request, target: Target, q: Query, revision: str
     ) -> web.StreamResponse:
         timeout = self._timeout(q)
-        fmt = self._accept(request, table=True)
-        resp = await self._start_stream(request, AS_JSON if fmt == AS_YAML else fmt)
+        fmt = self._watch_format(request, target)
+        resp = await self._start_stream(request, fmt)
         res = target.resource
         if q.flag("sendInitialEvents") and q.flag("allowWatchBookmarks"):
             bookmark = {
@@ -1495,7 +1550,9 @@ class ResourceHandlers:
                     "annotations": {INITIAL_EVENTS_END: "true"},
                 },
             }
-            await resp.write(encode_json_event("BOOKMARK", dumps(bookmark)))
+            await resp.write(
+                self._stream_bytes(fmt, [encode_json_event("BOOKMARK", dumps(bookmark))])
+            )
         else:
             # An empty chunk makes clients see the stream open (headers flushed).
             await resp.write(b"")

@@ -34,6 +34,8 @@ from google.protobuf.descriptor import Descriptor
 from hypothesis import strategies as st
 from yarl import URL
 
+from apiserver.rest import kubeproto
+from apiserver.rest.codec import PROTOBUF
 from apiserver.rest.discovery import Discovery, Resource
 from tests.integration.fuzzing import (
     ACCEPTS,
@@ -60,6 +62,7 @@ from tests.integration.fuzzing import (
     valid_object,
     weighted,
 )
+from tinykube.errors import BadRequestError
 from tinykube.localetcd import EtcdServer
 from tinykube.v1 import meta_pb2, pod_pb2
 
@@ -312,8 +315,11 @@ def _check(request: RestRequest, status: int, body: bytes, content_type: str) ->
     api = request.path.startswith(("/api/", "/apis/")) or request.path in ("/api", "/apis")
     if api and status >= 400 and request.method != "HEAD":
         try:
-            answer = json.loads(body)
-        except ValueError:
+            if content_type.startswith(PROTOBUF):  # asked for: a protobuf Status
+                answer = kubeproto.decode(body)
+            else:
+                answer = json.loads(body)
+        except (ValueError, BadRequestError):
             raise AssertionError(f"{where}: {status} is not a Status: {body[:500]!r}") from None
         assert isinstance(answer, dict), f"{where}: {status}: {body[:500]!r}"
         assert (answer.get("kind"), answer.get("code")) == ("Status", status), (

@@ -405,7 +405,7 @@ async def test_field_validation(
             "GET",
             PODS,
             None,
-            {"Accept": "application/vnd.kubernetes.protobuf"},
+            {"Accept": "application/cbor"},
             406,
             "NotAcceptable",
         ),

@@ -9,6 +9,7 @@ import pytest
 
 from apiserver.rest.codec import (
     AS_JSON,
+    AS_PROTOBUF,
     AS_TABLE,
     AS_YAML,
     KindCodec,
@@ -188,7 +189,12 @@ KUBECTL_GET = (
         (KUBECTL_GET, False, AS_JSON),
         ("application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json",
          True, AS_JSON),
-        ("application/vnd.kubernetes.protobuf", True, None),
+        ("application/vnd.kubernetes.protobuf", True, AS_PROTOBUF),
+        ("application/vnd.kubernetes.protobuf, application/json", True, "protobuf|json"),
+        ("application/vnd.kubernetes.protobuf, application/vnd.kubernetes.protobuf;x=y, "
+         "application/yaml", True, "protobuf|yaml"),
+        ("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io, application/json",
+         True, AS_JSON),
         ("application/json;as=Table;v=v1;g=meta.k8s.io", False, None),
     ],
 )  # fmt: skip

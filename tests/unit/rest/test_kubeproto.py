@@ -70,7 +70,7 @@ def test_labels_annotations_finalizers_and_owner_references() -> None:
     ("body", "detail"),
     [
         (b'{"kind": "Namespace"}', "it does not start with the k8s protobuf prefix"),
-        (envelope("v1", "Pod", b""), "v1 Pod is not read from protobuf"),
+        (envelope("autoscaling/v2", "Scale", b""), "autoscaling/v2 Scale is not read"),
         (KUBECTL_CREATE_NAMESPACE[:-3], "truncated"),
         (envelope("v1", "Namespace", field(1, text(1, "x")[:-1] + b"\xff")), "not UTF-8"),
     ],
@@ -82,9 +82,13 @@ def test_bodies_that_cannot_be_read_are_bad_requests(body: bytes, detail: str) -
     assert detail in caught.value.message
 
 
-def test_only_the_kinds_with_a_schema_are_supported() -> None:
+def test_every_served_kind_and_only_those_are_supported() -> None:
     assert kubeproto.supports("v1", "Namespace")
-    assert not kubeproto.supports("v1", "Pod")
+    assert kubeproto.supports("v1", "Pod")
+    assert kubeproto.supports("apps/v1", "DeploymentList")
+    assert kubeproto.supports("v1", "Status")
+    assert not kubeproto.supports("autoscaling/v2", "HorizontalPodAutoscaler")
+    assert not kubeproto.supports("apps/v1beta1", "Deployment")
 
 
 def varint(number: int, value: int) -> bytes:
@@ -249,25 +253,21 @@ def test_rbac_kinds(kind: str, raw: bytes, expected: dict[str, object]) -> None:
     }
 
 
-def test_a_field_tinykube_does_not_read_refuses_the_body_rather_than_being_dropped() -> None:
-    """Go writes every non-pointer field, so unread fields at their zero value are skipped; one
-    that holds something (a container's resources, field 8) would be lost: 400, naming it."""
-    resources = field(1, field(1, text(1, "cpu") + field(2, text(1, "500m"))))  # limits
-    container = text(1, "app") + text(2, "busybox") + field(8, resources)
+def test_every_field_is_read_and_unknown_numbers_are_reported() -> None:
+    """A container's resources (field 8) read as Kubernetes' JSON; a field number no table
+    knows is reported by path (fieldValidation decides), zero values Go always writes are not."""
+    resources = field(1, text(1, "cpu") + field(2, text(1, "500m")))  # limits: cpu 500m
+    container = (
+        text(1, "app") + text(2, "busybox") + field(8, resources) + b"\xf8\x01\x01"
+    )  # field 31 = 1
     spec = field(6, field(1, b"") + field(2, field(2, container) + text(3, "Never")))
-    body = envelope("batch/v1", "Job", field(1, text(1, "j")) + field(2, spec))
-    with pytest.raises(BadRequestError) as caught:
-        kubeproto.decode(body)
-    assert caught.value.message == (
-        "the protobuf request body cannot be decoded: Container field 8 is set, and tinykube "
-        "reads only some fields from protobuf; send the object as JSON"
-    )
-    # Server-owned metadata (creationTimestamp, field 8) is skipped, as are zero values.
-    meta = text(1, "j") + field(8, varint(1, 1700000000))
-    empty = text(1, "app") + text(2, "busybox") + field(8, b"") + varint(9, 0)
-    spec = field(6, field(1, b"") + field(2, field(2, empty) + text(3, "Never")))
-    decoded = kubeproto.decode(envelope("batch/v1", "Job", field(1, meta) + field(2, spec)))
-    assert decoded["metadata"] == {"name": "j"}
+    meta = text(1, "j") + field(8, varint(1, 1700000000)) + b"\xf0\x01\x00"  # field 30 = 0
+    body = envelope("batch/v1", "Job", field(1, meta) + field(2, spec))
+    doc, unknown = kubeproto.decode_unknown(body)
+    assert doc["metadata"] == {"name": "j", "creationTimestamp": "2023-11-14T22:13:20Z"}
+    (container_json,) = doc["spec"]["template"]["spec"]["containers"]
+    assert container_json["resources"] == {"limits": {"cpu": "500m"}}
+    assert unknown == ["spec.template.spec.containers[0].<field 31>"]
 
 
 def test_a_service_account_in_core_v1_numbering() -> None:
@@ -297,3 +297,61 @@ def test_a_pod_spec_reads_its_service_account_fields() -> None:
     assert spec["serviceAccountName"] == "robot"
     assert spec["serviceAccount"] == "robot"
     assert spec["automountServiceAccountToken"] is True
+
+
+# `kubectl create deployment pd --image=busybox --replicas=2 --port=8080` (v1.37), byte for
+# byte as kubectl -v=9 printed it: Go writes every non-pointer field, zero or not.
+KUBECTL_CREATE_DEPLOYMENT = bytes.fromhex(
+    "6b3873000a150a07617070732f7631120a4465706c6f796d656e7412b9010a1d"
+    "0a02706412001a0022002a003200380042005a090a0361707012027064128901"
+    "0802120b0a090a03617070120270641a700a1b0a0012001a0022002a00320038"
+    "0042005a090a0361707012027064125112330a0762757379626f781207627573"
+    "79626f782a00320b0a00100018903f22002a0042006a00720080010088010090"
+    "0100a201001a00320042004a0052005800600068008201008a01009a0100c201"
+    "0022020a00280038001a0c0800100018002000280038001a002200"
+)
+# `kubectl drain --disable-eviction --grace-period=7` deleting a pod: client-go's DeleteOptions.
+KUBECTL_DRAIN_DELETE_OPTIONS = bytes.fromhex(
+    "6b3873000a130a027631120d44656c6574654f7074696f6e73120208071a002200"
+)
+
+
+def test_what_kubectl_create_deployment_sends_reads_whole() -> None:
+    doc, unknown = kubeproto.decode_unknown(KUBECTL_CREATE_DEPLOYMENT)
+    assert unknown == []
+    labels = {"app": "pd"}
+    assert doc == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "pd", "labels": labels},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {"name": "busybox", "image": "busybox", "ports": [{"containerPort": 8080}]}
+                    ]
+                },
+            },
+        },
+    }
+
+
+def test_client_go_delete_options() -> None:
+    assert kubeproto.delete_options(KUBECTL_DRAIN_DELETE_OPTIONS) == {"gracePeriodSeconds": 7}
+    wrong = envelope("v1", "Namespace", b"")
+    with pytest.raises(BadRequestError, match="not DeleteOptions"):
+        kubeproto.delete_options(wrong)
+
+
+def test_fixed_width_fields_are_unknown_fields_or_truncation() -> None:
+    """No Kubernetes field is fixed64/fixed32: one is an unknown field (fieldValidation
+    decides); one cut short is a malformed body."""
+    meta = text(1, "cm")
+    fixed = bytes([14 << 3 | 1]) + (7).to_bytes(8, "little")  # field 14, fixed64
+    _, unknown = kubeproto.decode_unknown(envelope("v1", "ConfigMap", field(1, meta) + fixed))
+    assert unknown == ["<field 14>"]
+    with pytest.raises(BadRequestError, match="truncated"):
+        kubeproto.decode(envelope("v1", "ConfigMap", field(1, meta) + fixed[:5]))

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from apiserver.rest import kubeproto
-from tinykube.errors import BadRequestError
 
 
 def varint(n: int) -> bytes:
@@ -103,9 +100,9 @@ def test_an_unset_divisor_reads_as_go_writes_it() -> None:
     assert var["valueFrom"] == {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "0"}}
 
 
-def test_an_unread_env_source_still_refuses_the_body() -> None:
-    """fileKeyRef (EnvVarSource field 5, the EnvFiles gate) is not read: refused, not dropped."""
+def test_file_key_ref_reads_too() -> None:
+    """fileKeyRef (EnvVarSource field 5, the EnvFiles gate) is in Kubernetes' table: read as
+    JSON, so the JSON path's rules (an unknown field to tinykube) apply to it."""
     env = field(7, text(1, "F") + field(3, field(5, text(1, "vol"))))
-    with pytest.raises(BadRequestError) as caught:
-        kubeproto.decode(job_with(env))
-    assert "EnvVarSource field 5 is set" in str(caught.value)
+    envs: Any = container_of(job_with(env))["env"]
+    assert envs == [{"name": "F", "valueFrom": {"fileKeyRef": {"volumeName": "vol"}}}]
