@@ -16,13 +16,22 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from apiserver import batch, configdata, daemonset, podmutation, serviceaccount, validation
+from apiserver import (
+    batch,
+    configdata,
+    daemonset,
+    endpointslice,
+    podmutation,
+    serviceaccount,
+    validation,
+)
 from apiserver.validation import PROBE_KINDS
 from tinykube.errors import FieldError
 from tinykube.kinds import (
     CLUSTER_ROLE_BINDING,
     DAEMON_SET,
     DEPLOYMENT,
+    ENDPOINT_SLICE,
     EVENT,
     JOB,
     LEASE,
@@ -339,6 +348,8 @@ class Strategy:
             configdata.prepare(self.info, obj)
         elif kind == SERVICE_ACCOUNT.kind:
             serviceaccount.prepare(obj)  # type: ignore[arg-type]
+        elif kind == ENDPOINT_SLICE.kind:
+            endpointslice.prepare(obj)  # type: ignore[arg-type]
 
     def _default_pod_spec(self, spec: pod_pb2.PodSpec) -> None:
         serviceaccount.convert_pod_spec(spec)
@@ -392,6 +403,8 @@ class Strategy:
             errs.extend(daemonset.validate(self.info.kind, obj))
         elif self.info.kind in configdata.KINDS:
             errs.extend(configdata.validate(self.info, obj))
+        elif self.info.kind == ENDPOINT_SLICE.kind:
+            errs.extend(endpointslice.validate(obj))  # type: ignore[arg-type]
         return errs
 
     # ---- update ----------------------------------------------------------------------------
@@ -440,6 +453,9 @@ class Strategy:
             configdata.prepare(self.info, target)
         elif self.info.kind == SERVICE_ACCOUNT.kind:
             serviceaccount.prepare(target)
+        elif self.info.kind == ENDPOINT_SLICE.kind:
+            endpointslice.prepare(target)
+            endpointslice.bump_generation(target, old)  # type: ignore[arg-type]
         if _has_spec(self.info) and target.spec != old.spec:  # type: ignore[attr-defined]
             target.metadata.generation = old.metadata.generation + 1  # type: ignore[attr-defined]
 
@@ -495,6 +511,9 @@ class Strategy:
         if self.info.kind in configdata.KINDS:
             errs += configdata.validate_update(self.info, new, old)
             errs += configdata.validate(self.info, new)
+        if self.info.kind == ENDPOINT_SLICE.kind:
+            errs += endpointslice.validate(new)  # type: ignore[arg-type]
+            errs += endpointslice.validate_update(new, old)  # type: ignore[arg-type]
         return errs
 
     def validate_status_update(self, new: Message, old: Message) -> list[FieldError]:

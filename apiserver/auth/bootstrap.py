@@ -12,6 +12,7 @@ runs, and their ClusterRoleBindings. Every object carries the label
 What differs from kube, and why:
 - Rules name only resources tinykube serves (pods and their status, binding, eviction and log;
   nodes, events, services, endpoints, namespaces, configmaps, secrets, serviceaccounts;
+  endpointslices;
   replicasets and deployments with status and scale; daemonsets with status,
   controllerrevisions; jobs; leases; poddisruptionbudgets; the RBAC kinds;
   selfsubjectaccessreviews): volumes, serviceaccounts/token and the rest are left out of every
@@ -63,6 +64,7 @@ _AUTHZ = "authorization.k8s.io"
 _COORDINATION = "coordination.k8s.io"
 _POLICY = "policy"
 _BATCH = "batch"
+_DISCOVERY_GROUP = "discovery.k8s.io"
 
 
 def rule(
@@ -153,6 +155,8 @@ _AGGREGATE_TO_VIEW = (
     rule(READ, (_POLICY,), ("poddisruptionbudgets", "poddisruptionbudgets/status")),
     rule(READ, (_BATCH,), ("jobs", "jobs/status")),
     rule(READ, (_APPS,), ("controllerrevisions", "daemonsets", "daemonsets/status")),
+    # As kube's: read only, in view and so edit and admin (CVE-2021-25740 took the writes away).
+    rule(READ, (_DISCOVERY_GROUP,), ("endpointslices",)),
 )
 _AGGREGATE_TO_EDIT = (
     # Recorded only: tinykube has no impersonation (Impersonate-User headers are not read).
@@ -272,6 +276,7 @@ def cluster_roles() -> list[rbac_pb2.ClusterRole]:
                 rule(("list", "watch"), (_CORE,), ("services", "endpoints")),
                 rule(READ, (_CORE,), ("nodes",)),
                 _events(),
+                rule(("list", "watch"), (_DISCOVERY_GROUP,), ("endpointslices",)),
             ],
         ),
         cluster_role(
@@ -399,6 +404,34 @@ def _controllers() -> list[tuple[rbac_pb2.ClusterRole, str]]:
                 rule(READ, (_CORE,), ("services", "pods")),
                 rule(("get", "list", "create", "update", "delete"), (_CORE,), ("endpoints",)),
                 rule(("create",), (_CORE,), ("endpoints/restricted",)),
+                _events(),
+            ],
+        ),
+        (
+            "endpointslice-controller",
+            [
+                rule(READ, (_CORE,), ("services", "pods", "nodes")),
+                # Slices are owned by their Service with blockOwnerDeletion.
+                rule(("update",), (_CORE,), ("services/finalizers",)),
+                rule(
+                    ("get", "list", "create", "update", "delete"),
+                    (_DISCOVERY_GROUP,),
+                    ("endpointslices",),
+                ),
+                _events(),
+            ],
+        ),
+        (
+            "endpointslicemirroring-controller",
+            [
+                rule(READ, (_CORE,), ("services", "endpoints")),
+                rule(("update",), (_CORE,), ("services/finalizers",)),
+                rule(("update",), (_CORE,), ("endpoints/finalizers",)),
+                rule(
+                    ("get", "list", "create", "update", "delete"),
+                    (_DISCOVERY_GROUP,),
+                    ("endpointslices",),
+                ),
                 _events(),
             ],
         ),

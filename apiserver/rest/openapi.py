@@ -71,7 +71,7 @@ _META_MESSAGES = frozenset(
 )
 _CORE_MESSAGES = frozenset({"ObjectReference", "PodTemplateSpec", "Binding"})
 # Messages whose Kubernetes name differs: protobuf gives services and messages one namespace.
-_RENAMED = {"ServiceEndpoints": "Endpoints"}
+_RENAMED = {"ServiceEndpoints": "Endpoints", "EndpointSlicePort": "EndpointPort"}
 # map<string, string> fields that hold resource amounts: Kubernetes types them ResourceList.
 _QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
 
@@ -126,6 +126,10 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "ServicePort": ("port",),
     "EndpointAddress": ("ip",),
     "EndpointPort": ("port",),
+    "EndpointSlice": ("addressType", "endpoints"),
+    "Endpoint": ("addresses",),
+    # Same short name as core/v1 EndpointPort, nothing required (a full name wins).
+    "io.k8s.api.discovery.v1.EndpointPort": (),
     "Binding": ("target",),
     "PodList": ("items",),
 }
@@ -681,7 +685,8 @@ class _SchemaBuilder:
         for field in desc.fields:
             props[field.json_name] = self._field(desc, field, top=top, is_list=list_of is not None)
         schema["properties"] = dict(sorted(props.items()))
-        required = [r for r in _REQUIRED.get(name.rsplit(".", 1)[1], ()) if r in props]
+        wanted = _REQUIRED.get(name, _REQUIRED.get(name.rsplit(".", 1)[1], ()))
+        required = [r for r in wanted if r in props]
         if required:
             schema["required"] = required
         if gvk is not None:

@@ -523,6 +523,32 @@ _COLUMNS["ServiceAccount"] = (["NAME", "SECRETS", "AGE"], [])
 _ROWS["ServiceAccount"] = _service_account_row
 
 
+def _more(shown: list[str], limit: int = 3) -> str:
+    if len(shown) > limit:
+        return f"{','.join(shown[:limit])} + {len(shown) - limit} more..."
+    return ",".join(shown) or "<unset>"
+
+
+def _endpoint_slice_row(eps: Any, now: datetime, wide: bool) -> list[str]:
+    ports = [
+        str(p.port) if p.HasField("port") else p.name if p.HasField("name") else "*"
+        for p in eps.ports
+    ]
+    addresses = [a for e in eps.endpoints for a in e.addresses]
+    return [
+        eps.metadata.name,
+        eps.addressType,
+        _more(ports),
+        _more(addresses),
+        age(eps.metadata.creationTimestamp, now),
+    ]
+
+
+# discovery.k8s.io/v1 EndpointSlices, as kubectl prints them.
+_COLUMNS["EndpointSlice"] = (["NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS", "AGE"], [])
+_ROWS["EndpointSlice"] = _endpoint_slice_row
+
+
 def columns(info: KindInfo, *, wide: bool = False, with_namespace: bool = False) -> list[str]:
     base, extra = _COLUMNS[info.kind]
     header = [*base, *extra] if wide else list(base)

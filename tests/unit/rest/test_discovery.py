@@ -22,6 +22,7 @@ def test_every_group_version_has_its_resources() -> None:
         "apis/storage.k8s.io/v1",
         "apis/scheduling.k8s.io/v1",
         "apis/coordination.k8s.io/v1",
+        "apis/discovery.k8s.io/v1",
         "apis/resource.k8s.io/v1",
     ]
     apps = d.lookup("apps", "v1")
