@@ -800,6 +800,83 @@ def describe_service_account(
     return w.text()
 
 
+def format_endpoint_slices(slices: Sequence[Any], port_name: str | None, limit: int = 3) -> str:
+    """kubectl's formatEndpointSlices: the ready addresses (ready unset counts as ready) with
+    the slice port named `port_name` (every port when None), at most `limit`, then "+ N more...";
+    "<none>" without slices."""
+    if not slices:
+        return printers.NONE
+    shown: list[str] = []
+    count = 0
+    for eps in slices:
+        ready = [
+            e for e in eps.endpoints if not e.conditions.HasField("ready") or e.conditions.ready
+        ]
+        if not eps.ports:  # a headless Service without ports: bare addresses
+            for e in ready:
+                if len(shown) < limit:
+                    shown.append(e.addresses[0])
+                count += 1
+            continue
+        for port in eps.ports:
+            if port_name is not None and port.name != port_name:
+                continue
+            for e in ready:
+                if len(shown) < limit:
+                    shown.append(join_host_port(e.addresses[0], str(port.port)))
+                count += 1
+    joined = ",".join(shown)
+    return f"{joined} + {count - limit} more..." if count > limit else joined
+
+
+def describe_service(svc: Any, slices: Sequence[Any], events: list[Any], now: datetime) -> str:
+    """As `kubectl describe service` (v1.37): each port with its target and node port, and the
+    ready endpoints of the Service's EndpointSlices that serve it."""
+    width = len("Internal Traffic Policy:") + 2  # one tab block: every key padded alike
+    spec = svc.spec
+    w = Writer()
+    w.line(0, "Name", svc.metadata.name, width)
+    w.line(0, "Namespace", svc.metadata.namespace, width)
+    multi(w, 0, "Labels", fmt_map(svc.metadata.labels.items()), width)
+    multi(w, 0, "Annotations", fmt_map(svc.metadata.annotations.items(), ": "), width)
+    w.line(0, "Selector", ",".join(fmt_map(spec.selector.items())), width)
+    w.line(0, "Type", spec.type, width)
+    if spec.HasField("ipFamilyPolicy"):
+        w.line(0, "IP Family Policy", spec.ipFamilyPolicy, width)
+    w.line(0, "IP Families", ",".join(spec.ipFamilies) or printers.NONE, width)
+    w.line(0, "IP", spec.clusterIP, width)
+    if spec.clusterIPs:
+        w.line(0, "IPs", ",".join(spec.clusterIPs), width)
+    for port in spec.ports:
+        name = port.name or "<unset>"
+        protocol = port.protocol or "TCP"
+        w.line(0, "Port", f"{name}  {port.port}/{protocol}", width)
+        target = int_or_string(port.targetPort)
+        w.line(
+            0,
+            "TargetPort",
+            f"{target if target not in (None, '') else port.port}/{protocol}",
+            width,
+        )
+        if port.nodePort:
+            w.line(0, "NodePort", f"{name}  {port.nodePort}/{protocol}", width)
+        endpoints = format_endpoint_slices(slices, port.name)
+        if endpoints:
+            w.line(0, "Endpoints", endpoints, width)
+        else:  # kubectl's tabwriter pads the key of an empty value too
+            w.raw(0, "Endpoints:".ljust(width))
+    w.line(0, "Session Affinity", spec.sessionAffinity, width)
+    if spec.externalTrafficPolicy:
+        w.line(0, "External Traffic Policy", spec.externalTrafficPolicy, width)
+    if spec.HasField("internalTrafficPolicy"):
+        w.line(0, "Internal Traffic Policy", spec.internalTrafficPolicy, width)
+    if events:
+        describe_events(w, events, now)
+    else:
+        w.line(0, "Events", printers.NONE, width)
+    return w.text()
+
+
 def describe_events(w: Writer, events: list[Any], now: datetime) -> None:
     if not events:
         w.line(0, "Events", printers.NONE)
@@ -875,6 +952,14 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
             elif info.kind == "Secret":
                 # Never the generic YAML below: it would print the values.
                 outputs.append(describe_secret(obj, events, ctx.now()))
+            elif info.kind == "Service":
+                # kubectl v1.37 reads the Service's EndpointSlices (by the service-name label).
+                label = f"kubernetes.io/service-name={obj.metadata.name}"
+                slices = await client.endpoint_slices.list(
+                    obj.metadata.namespace, label_selector=label
+                )
+                found_slices = sorted(slices.items, key=lambda s: s.metadata.name)
+                outputs.append(describe_service(obj, found_slices, events, ctx.now()))
             elif info.kind == "ServiceAccount":
                 found: list[Any] | None
                 try:
