@@ -71,7 +71,11 @@ SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
         "involvedObject.namespace",
         "involvedObject.name",
         "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
         "reason",
+        "reportingComponent",
         "type",
         "source",
     ),
@@ -138,7 +142,11 @@ def fields_of(kind: str) -> Callable[[Message], dict[str, str]]:
                 "involvedObject.namespace": ref.namespace,
                 "involvedObject.name": ref.name,
                 "involvedObject.uid": ref.uid,
+                "involvedObject.apiVersion": ref.apiVersion,
+                "involvedObject.resourceVersion": ref.resourceVersion,
+                "involvedObject.fieldPath": ref.fieldPath,
                 "reason": e.reason,  # type: ignore[attr-defined]
+                "reportingComponent": e.reportingComponent,  # type: ignore[attr-defined]
                 "type": e.type,  # type: ignore[attr-defined]
                 "source": e.source.component,  # type: ignore[attr-defined]
             }

@@ -65,6 +65,7 @@ _COORDINATION = "coordination.k8s.io"
 _POLICY = "policy"
 _BATCH = "batch"
 _DISCOVERY_GROUP = "discovery.k8s.io"
+_EVENTS = "events.k8s.io"
 
 
 def rule(
@@ -86,7 +87,8 @@ def url_rule(verbs: Iterable[str], urls: Iterable[str]) -> rbac_pb2.PolicyRule:
 
 
 def _events() -> rbac_pb2.PolicyRule:
-    return rule(("create", "update", "patch"), (_CORE,), ("events",))
+    """kube's eventsRule: events may be written in either API version."""
+    return rule(("create", "update", "patch"), (_CORE, _EVENTS), ("events",))
 
 
 def _meta(name: str, labels: dict[str, str] | None = None) -> meta_pb2.ObjectMeta:
@@ -205,7 +207,7 @@ _NODE_RULES = (
     rule(("create", "get", "list", "watch"), (_CORE,), ("nodes",)),
     rule(("update", "patch"), (_CORE,), ("nodes/status",)),
     rule(("update", "patch"), (_CORE,), ("nodes",)),
-    rule(("create", "update", "patch"), (_CORE,), ("events",)),
+    _events(),
     rule(("create", "delete"), (_CORE,), ("pods",)),
     rule(("update", "patch"), (_CORE,), ("pods/status",)),
     rule(("create",), (_CORE,), ("pods/eviction",)),
@@ -227,7 +229,7 @@ _FAKE_KUBELET_RULES = (
     rule(("update", "patch"), (_CORE,), ("pods/status",)),
     rule(("create",), (_CORE,), ("pods/eviction",)),
     rule(("get", "list", "watch", "create", "update", "patch"), (_COORDINATION,), ("leases",)),
-    rule(("create", "update", "patch"), (_CORE,), ("events",)),
+    _events(),
     rule(READ, (_CORE,), ("services", "endpoints")),
 )
 

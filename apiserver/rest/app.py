@@ -136,7 +136,7 @@ class RestServer:
         self.metrics = metrics
         self.health = health
         self.discovery = Discovery()
-        self.openapi = OpenAPI(self.discovery.kinds, patch.patch_meta, version=GIT_VERSION)
+        self.openapi = OpenAPI(self.discovery.schemas, patch.patch_meta, version=GIT_VERSION)
         self.handlers = ResourceHandlers(
             services, settings=settings, clock=clock, kubelet_credentials=kubelet_credentials
         )

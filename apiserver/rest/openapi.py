@@ -71,7 +71,12 @@ _META_MESSAGES = frozenset(
 )
 _CORE_MESSAGES = frozenset({"ObjectReference", "PodTemplateSpec", "Binding"})
 # Messages whose Kubernetes name differs: protobuf gives services and messages one namespace.
-_RENAMED = {"ServiceEndpoints": "Endpoints", "EndpointSlicePort": "EndpointPort"}
+_RENAMED = {
+    "ServiceEndpoints": "Endpoints",
+    "EndpointSlicePort": "EndpointPort",
+    "EventsV1Event": "Event",
+    "EventsV1EventList": "EventList",
+}
 # map<string, string> fields that hold resource amounts: Kubernetes types them ResourceList.
 _QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
 
@@ -130,6 +135,7 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "Endpoint": ("addresses",),
     # Same short name as core/v1 EndpointPort, nothing required (a full name wins).
     "io.k8s.api.discovery.v1.EndpointPort": (),
+    "io.k8s.api.events.v1.Event": ("eventTime",),
     "Binding": ("target",),
     "PodList": ("items",),
 }

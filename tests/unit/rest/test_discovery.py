@@ -14,6 +14,7 @@ def test_every_group_version_has_its_resources() -> None:
     assert paths == [
         "api/v1",
         "apis/apps/v1",
+        "apis/events.k8s.io/v1",
         "apis/authorization.k8s.io/v1",
         "apis/batch/v1",
         "apis/policy/v1",
