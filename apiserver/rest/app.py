@@ -338,7 +338,7 @@ class RestServer:
         if sub is not None and resource.subresource(sub) is None:
             raise not_found_path()
         target = Target(resource, namespace, name, sub)
-        request[_RESOURCE] = StatusResource(resource.info, name or "", sub or "")
+        request[_RESOURCE] = StatusResource(resource.view or resource.info, name or "", sub or "")
         return await self.handlers.handle(request, target)
 
     async def _access_review(self, request: web.Request, rest: list[str]) -> web.Response:

@@ -375,7 +375,9 @@ class ResourceHandlers:
         return lines
 
     def _status_resource(self, target: Target) -> StatusResource:
-        return StatusResource(target.resource.info, target.name or "", target.subresource or "")
+        # Errors name the version asked for: `Event.events.k8s.io "x" is invalid`.
+        info = target.resource.view or target.resource.info
+        return StatusResource(info, target.name or "", target.subresource or "")
 
     def _accept(self, request: web.Request, *, table: bool) -> str:
         fmt = codecs.negotiate(request.headers.get("Accept", ""), table=table)
