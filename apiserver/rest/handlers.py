@@ -374,6 +374,16 @@ class ResourceHandlers:
             return [codec.convert_line(line) for line in lines]
         return lines
 
+    @staticmethod
+    def _check_view_create(target: Target, obj: Message) -> None:
+        """kube validates an events.k8s.io/v1 create more strictly than a core/v1 one."""
+        view = target.resource.view
+        if view is eventsview.EVENTS_V1:
+            errors = eventsview.validate_create(obj)  # type: ignore[arg-type]
+            if errors:
+                meta = obj.metadata  # type: ignore[attr-defined]
+                raise InvalidError.for_object(view.qualified_kind, meta.name, errors)
+
     def _status_resource(self, target: Target) -> StatusResource:
         # Errors name the version asked for: `Event.events.k8s.io "x" is invalid`.
         info = target.resource.view or target.resource.info
@@ -722,12 +732,7 @@ class ResourceHandlers:
         obj, warnings = await self._decoded(request, target, q)
         self._namespace_for(target, obj)
         info = service.info
-        if target.resource.view is eventsview.EVENTS_V1:
-            # kube validates an events.k8s.io/v1 create more strictly than a core/v1 one.
-            errors = eventsview.validate_create(obj)  # type: ignore[arg-type]
-            if errors:
-                meta = obj.metadata  # type: ignore[attr-defined]
-                raise InvalidError.for_object("Event.events.k8s.io", meta.name, errors)
+        self._check_view_create(target, obj)
         if dry_run:
             created = await self._dry_run_create(service, obj)
         else:
@@ -1023,6 +1028,7 @@ class ResourceHandlers:
             self._check_name(target, obj)
             self._namespace_for(target, obj)
             if current is None:
+                self._check_view_create(target, obj)
                 if dry_run:
                     created = await self._dry_run_create(service, obj)
                 else:
