@@ -169,16 +169,15 @@ class ControllerManager:
         client: Client,
         pods: Informer[Any],
         nodes: Informer[Any],
+        services: Informer[Any],
+        slices: Informer[Any],
         informers: list[Informer[Any]],
         queues: list[WorkQueue[str]],
         workers: list[tuple[str, WorkQueue[str], Callable[[str], Awaitable[None]], int]],
     ) -> None:
-        """The endpointslice and endpointslicemirroring controllers, over informers of their
-        own for services, endpoints and endpointslices."""
+        """The endpointslice and endpointslicemirroring controllers (and an endpoints
+        informer for the latter)."""
         s = self.settings
-        services: Informer[Any] = Informer.for_resource(client.services, clock=self.clock)
-        slices: Informer[Any] = Informer.for_resource(client.endpoint_slices, clock=self.clock)
-        informers += [services, slices]
         if "endpointslice" in s.controllers:
             queue: WorkQueue[str] = WorkQueue(self.clock, name="endpoint_slice")
             esc = EndpointSliceController(
@@ -297,6 +296,14 @@ class ControllerManager:
             self.metrics.track_queue("daemonset", ds_queue.__len__)
             workers.append(("daemonset", ds_queue, dsc.sync, s.concurrent_daemonset_syncs))
 
+        # Services and EndpointSlices: for the endpointslice controllers and the GC (a Service
+        # deleted in the foreground waits for its slices, which block its deletion).
+        svc_inf: Informer[Any] = Informer.for_resource(client.services, clock=self.clock)
+        slice_inf: Informer[Any] = Informer.for_resource(client.endpoint_slices, clock=self.clock)
+        slice_users = ("endpointslice", "endpointslicemirroring", "garbagecollector")
+        if any(c in s.controllers for c in slice_users):
+            informers += [svc_inf, slice_inf]
+
         if "garbagecollector" in s.controllers:
             gc_queue: WorkQueue[str] = WorkQueue(self.clock, name="garbagecollector")
             gc = GarbageCollector(
@@ -309,6 +316,8 @@ class ControllerManager:
                     "Deployment": deployments.store,
                     "DaemonSet": dss.store,
                     "ControllerRevision": crs.store,
+                    "Service": svc_inf.store,
+                    "EndpointSlice": slice_inf.store,
                 },
                 gc_queue,
                 apis={
@@ -316,8 +325,12 @@ class ControllerManager:
                     "Deployment": client.deployments,
                     "DaemonSet": client.daemon_sets,
                     "ControllerRevision": client.controller_revisions,
+                    "Service": client.services,
+                    "EndpointSlice": client.endpoint_slices,
                 },
             )
+            svc_inf.add_handler(*gc.handlers("Service"))
+            slice_inf.add_handler(*gc.handlers("EndpointSlice"))
             job_inf.add_handler(*gc.handlers("Job"))
             pods.add_handler(*gc.handlers("Pod"))
             rss.add_handler(*gc.handlers("ReplicaSet"))
@@ -344,7 +357,9 @@ class ControllerManager:
             workers.append(("endpoints", ep_queue, epc.sync, s.concurrent_endpoint_syncs))
 
         if "endpointslice" in s.controllers or "endpointslicemirroring" in s.controllers:
-            self._endpoint_slices(client, pods, nodes, informers, queues, workers)
+            self._endpoint_slices(
+                client, pods, nodes, svc_inf, slice_inf, informers, queues, workers
+            )
 
         if "disruption" in s.controllers:
             pdbs: Informer[Any] = Informer.for_resource(

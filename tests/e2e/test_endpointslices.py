@@ -253,3 +253,24 @@ def test_the_python_client_lists_slices(tinykube_up: UpCluster) -> None:
     assert eps.address_type == "IPv4"
     assert eps.endpoints[0].conditions.ready is True
     assert eps.ports[0].port == 8080
+
+
+def test_deleting_the_service_deletes_its_slices_in_either_cascade(tinykube_up: UpCluster) -> None:
+    up = tinykube_up
+    ok(up.kubectl("create", "-f", "-", stdin=deployment("gone", 1)))
+    for name, cascade in (("gone", "foreground"), ("gone-bg", "background")):
+        svc = json.loads(service("gone"))
+        svc["metadata"]["name"] = name
+        ok(up.kubectl("create", "-f", "-", stdin=json.dumps(svc)))
+
+        def has_endpoint(name: str = name) -> bool:
+            return len(endpoints_of(up, name)) == 1
+
+        def no_slices(name: str = name) -> bool:
+            return slices_of(up, name) == []
+
+        until(has_endpoint, f"{name}'s endpoint")
+        # Foreground: the garbage collector deletes the slices (blockOwnerDeletion) first.
+        deleted = up.kubectl("delete", "svc", name, f"--cascade={cascade}", timeout=90)
+        assert deleted.code == 0, deleted.err
+        until(no_slices, f"{name}'s slices to go")
