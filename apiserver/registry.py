@@ -346,7 +346,9 @@ class Strategy:
             if not obj.HasField("preemptionPolicy"):
                 obj.preemptionPolicy = "PreemptLowerPriority"  # type: ignore[attr-defined]
         elif kind == EVENT.kind:
-            if obj.count == 0:  # type: ignore[attr-defined]
+            # A legacy (core/v1) Event counts itself; one with an eventTime (events.k8s.io/v1
+            # style) keeps its count in `series`, and deprecatedCount stays unset, as in kube.
+            if obj.count == 0 and not obj.HasField("eventTime"):  # type: ignore[attr-defined]
                 obj.count = 1  # type: ignore[attr-defined]
             if not obj.type:  # type: ignore[attr-defined]
                 obj.type = "Normal"  # type: ignore[attr-defined]

@@ -209,6 +209,7 @@ async def test_one_event_in_two_versions(api: Api) -> None:
     assert status == 201, body
     assert body["apiVersion"] == "events.k8s.io/v1"
     assert (body["note"], body["regarding"]["name"]) == ("all good", "web")
+    assert "deprecatedCount" not in body  # counted by a series, not defaulted as legacy ones
     status, core = await api.call("GET", f"{CORE_EVENTS}/web.1")
     assert status == 200
     assert (core["apiVersion"], core["message"], core["involvedObject"]["name"]) == (

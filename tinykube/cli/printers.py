@@ -251,9 +251,18 @@ def _job_row(job: Any, now: datetime, wide: bool) -> list[str]:
 
 
 def event_last_seen(event: Any) -> Timestamp:
-    for ts in (event.lastTimestamp, event.firstTimestamp, event.metadata.creationTimestamp):
+    """When an Event was last seen: its series' last observation (events.k8s.io/v1 style),
+    lastTimestamp, eventTime, firstTimestamp, else its creation."""
+    series = event.series.lastObservedTime if event.HasField("series") else Timestamp()
+    for ts in (
+        series,
+        event.lastTimestamp,
+        event.eventTime,
+        event.firstTimestamp,
+        event.metadata.creationTimestamp,
+    ):
         if is_set(ts):
-            return ts  # type: ignore[no-any-return]
+            return ts
     return Timestamp()
 
 
