@@ -133,9 +133,11 @@ NAME   ADDRESSTYPE   PORTS   ENDPOINTS   AGE
     [line] = [x for x in described.splitlines() if x.startswith("Endpoints:")]
     shown = line.split()[1].split(",")
     assert sorted(shown) == sorted(f"{e['addresses'][0]}:8080" for e in eps["endpoints"])
-    # tinykube's own describe prints the same line.
-    ours = ok(up.cli("describe", "svc", "shop"))
-    assert line in ours.splitlines()
+    # tinykube's own describe prints the same, for the Service and for the slice.
+    assert ok(up.cli("describe", "svc", "shop")) == described
+    kubectl_slice = ok(up.kubectl("describe", "endpointslice", name))
+    assert "  - Addresses:  " in kubectl_slice
+    assert ok(up.cli("describe", "endpointslice", name)) == kubectl_slice
 
 
 def test_scaling_to_zero_empties_the_slice(tinykube_up: UpCluster) -> None:

@@ -7,7 +7,12 @@ from datetime import UTC, datetime
 
 from tinykube import kinds
 from tinykube.cli import printers
-from tinykube.cli.describe import describe_service, format_endpoint_slices
+from tinykube.cli.describe import (
+    describe_endpoint_slice,
+    describe_service,
+    format_endpoint_slices,
+    tabwrite,
+)
 from tinykube.meta import int_or_string_value
 from tinykube.v1 import endpointslice_pb2, service_pb2
 
@@ -93,4 +98,53 @@ def test_describe_service() -> None:
         "Session Affinity:         None\n"
         "Internal Traffic Policy:  Cluster\n"
         "Events:                   <none>\n"
+    )
+
+
+def test_tabwrite_aligns_per_block_as_go_tabwriter() -> None:
+    assert tabwrite(["a:\t1", "long key:\t2", "break", "b:\tx\ty", "cc:\tz"]) == [
+        "a:         1",
+        "long key:  2",
+        "break",
+        "b:   x  y",
+        "cc:  z",
+    ]
+
+
+def test_describe_endpoint_slice_as_kubectl() -> None:
+    eps = slice_of("manual", ["10.0.0.3"], [False])
+    eps.metadata.namespace = "default"
+    eps.metadata.annotations["a"] = "b"
+    eps.metadata.annotations["kubectl.kubernetes.io/last-applied-configuration"] = "{}"
+    eps.endpoints[0].nodeName = "node-1"
+    first = eps.endpoints.add(addresses=["10.0.0.1", "10.0.0.2"], hostname="h1", zone="z")
+    first.targetRef.kind, first.targetRef.name = "Pod", "web-1"
+    eps.ports.add(name="longer-name", protocol="UDP")
+    assert describe_endpoint_slice(eps, [], NOW) == (
+        "Name:         manual\n"
+        "Namespace:    default\n"
+        "Labels:       <none>\n"
+        "Annotations:  a: b\n"
+        "AddressType:  IPv4\n"
+        "Ports:\n"
+        "  Name         Port     Protocol\n"
+        "  ----         ----     --------\n"
+        "  web          8080     TCP\n"
+        "  longer-name  <unset>  UDP\n"
+        "Endpoints:\n"
+        "  - Addresses:  10.0.0.3\n"
+        "    Conditions:\n"
+        # One tab block from Ready to the next endpoint's Addresses: the wider key sets it.
+        "      Ready:    false\n"
+        "    Hostname:   <unset>\n"
+        "    NodeName:   node-1\n"
+        "    Zone:       <unset>\n"
+        "  - Addresses:  10.0.0.1, 10.0.0.2\n"
+        "    Conditions:\n"
+        "      Ready:    <unset>\n"
+        "    Hostname:   h1\n"
+        "    TargetRef:  Pod/web-1\n"
+        "    NodeName:   <unset>\n"
+        "    Zone:       z\n"
+        "Events:         <none>\n"
     )

@@ -838,7 +838,7 @@ def describe_service(svc: Any, slices: Sequence[Any], events: list[Any], now: da
     w.line(0, "Name", svc.metadata.name, width)
     w.line(0, "Namespace", svc.metadata.namespace, width)
     multi(w, 0, "Labels", fmt_map(svc.metadata.labels.items()), width)
-    multi(w, 0, "Annotations", fmt_map(svc.metadata.annotations.items(), ": "), width)
+    multi(w, 0, "Annotations", shown_annotations(svc.metadata), width)
     w.line(0, "Selector", ",".join(fmt_map(spec.selector.items())), width)
     w.line(0, "Type", spec.type, width)
     if spec.HasField("ipFamilyPolicy"):
@@ -874,6 +874,92 @@ def describe_service(svc: Any, slices: Sequence[Any], events: list[Any], now: da
         describe_events(w, events, now)
     else:
         w.line(0, "Events", printers.NONE, width)
+    return w.text()
+
+
+def tabwrite(lines: Sequence[str], padding: int = 2) -> list[str]:
+    """Lines of tab-terminated cells aligned as Go's text/tabwriter (kubectl's describe output:
+    minwidth 0, padding 2) aligns them: a column's width is set per block of consecutive lines
+    that have that column, and a line's last cell is never padded."""
+    rows = [line.split("\t") for line in lines]
+    widths: list[list[int]] = [[0] * (len(r) - 1) for r in rows]
+
+    def fmt(first: int, end: int, col: int) -> None:
+        i = first
+        while i < end:
+            if len(rows[i]) - 1 <= col:
+                i += 1
+                continue
+            j, width = i, 0
+            while j < end and len(rows[j]) - 1 > col:
+                width = max(width, len(rows[j][col]) + padding)
+                j += 1
+            for k in range(i, j):
+                widths[k][col] = width
+            fmt(i, j, col + 1)
+            i = j
+
+    fmt(0, len(rows), 0)
+    return [
+        "".join(c.ljust(w) for c, w in zip(r[:-1], wr, strict=True)) + r[-1]
+        for r, wr in zip(rows, widths, strict=True)
+    ]
+
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def shown_annotations(meta: Any) -> list[str]:
+    """Annotations as kubectl's describe lists them: without kubectl's last-applied one."""
+    return fmt_map(((k, v) for k, v in meta.annotations.items() if k != LAST_APPLIED), ": ")
+
+
+def _multiline(title: str, values: list[str]) -> list[str]:
+    return [f"{title}:\t{values[0]}", *(f"\t{v}" for v in values[1:])]
+
+
+def describe_endpoint_slice(eps: Any, events: list[Any], now: datetime) -> str:
+    """As `kubectl describe endpointslice` (v1.37): ports as a table, each endpoint's first
+    address, ready condition, hostname, target, node and zone ("<unset>" when not set)."""
+    unset = "<unset>"
+    lines = [
+        f"Name:\t{eps.metadata.name}",
+        f"Namespace:\t{eps.metadata.namespace}",
+        *_multiline("Labels", fmt_map(eps.metadata.labels.items())),
+        *_multiline("Annotations", shown_annotations(eps.metadata)),
+        f"AddressType:\t{eps.addressType}",
+    ]
+    if not eps.ports:
+        lines.append("Ports: <unset>")
+    else:
+        lines += ["Ports:", "  Name\tPort\tProtocol", "  ----\t----\t--------"]
+        for port in eps.ports:
+            number = str(port.port) if port.HasField("port") else unset
+            lines.append(f"  {port.name or unset}\t{number}\t{port.protocol}")
+    if not eps.endpoints:
+        lines.append("Endpoints: <none>")
+    else:
+        lines.append("Endpoints:")
+        for e in eps.endpoints:
+            c = e.conditions
+            lines += [
+                f"  - Addresses:\t{', '.join(e.addresses) or printers.NONE}",
+                "    Conditions:",
+                f"      Ready:\t{str(c.ready).lower() if c.HasField('ready') else unset}",
+                f"    Hostname:\t{e.hostname if e.HasField('hostname') else unset}",
+            ]
+            if e.HasField("targetRef"):
+                lines.append(f"    TargetRef:\t{e.targetRef.kind}/{e.targetRef.name}")
+            lines += [
+                f"    NodeName:\t{e.nodeName if e.HasField('nodeName') else unset}",
+                f"    Zone:\t{e.zone if e.HasField('zone') else unset}",
+            ]
+    if not events:
+        lines.append(f"Events:\t{printers.NONE}")
+        return "\n".join(tabwrite(lines)) + "\n"
+    w = Writer()
+    w.lines = tabwrite(lines)
+    describe_events(w, events, now)
     return w.text()
 
 
@@ -960,6 +1046,8 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
                 )
                 found_slices = sorted(slices.items, key=lambda s: s.metadata.name)
                 outputs.append(describe_service(obj, found_slices, events, ctx.now()))
+            elif info.kind == "EndpointSlice":
+                outputs.append(describe_endpoint_slice(obj, events, ctx.now()))
             elif info.kind == "ServiceAccount":
                 found: list[Any] | None
                 try:
