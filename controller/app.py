@@ -191,7 +191,7 @@ class ControllerManager:
             )
             services.add_handler(esc.on_service_add, esc.on_service_update, esc.on_service_delete)
             pods.add_handler(esc.on_pod_add, esc.on_pod_update, esc.on_pod_delete)
-            nodes.add_handler(esc.on_node_add, esc.on_node_update)
+            nodes.add_handler(on_update=esc.on_node_update)
             slices.add_handler(esc.on_slice_add, esc.on_slice_update, esc.on_slice_delete)
             queues.append(queue)
             self.metrics.track_queue("endpointslice", queue.__len__)

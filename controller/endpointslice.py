@@ -472,15 +472,15 @@ class EndpointSliceController:
     def on_slice_delete(self, eps: Slice) -> None:
         self.on_slice_add(eps)
 
-    def on_node_add(self, node: Node) -> None:
+    def on_node_update(self, old: Node, new: Node) -> None:
+        """A node's zone changed (rare): its pods' Services show the new zone. A new node needs
+        nothing: a Service whose pod named an unknown node is retried until it is known."""
+        if old.metadata.labels.get(ZONE_LABEL) == new.metadata.labels.get(ZONE_LABEL):
+            return
         for pod in self.pods.list():
-            if pod.spec.nodeName == node.metadata.name:
+            if pod.spec.nodeName == new.metadata.name:
                 for key in self._services_for(pod):
                     self.queue.add(key)
-
-    def on_node_update(self, old: Node, new: Node) -> None:
-        if old.metadata.labels.get(ZONE_LABEL) != new.metadata.labels.get(ZONE_LABEL):
-            self.on_node_add(new)
 
     # ---- reconcile ---------------------------------------------------------------------
 

@@ -312,3 +312,23 @@ async def test_mirroring_ignores_endpoints_of_a_service_with_a_selector() -> Non
     w.endpoints.objects["default/web"] = hand_made_endpoints("web")
     await w.mirroring.sync("default/web")
     assert w.stored() == []
+
+
+async def test_a_zone_change_enqueues_the_services_of_the_nodes_pods() -> None:
+    w = World()
+    w.add_service(service("web"))
+    w.node("n1", zone="a")
+    w.add_pods(pod("a", "127.0.1.1"))
+    old = w.nodes.objects["n1"]
+    new = node_pb2.Node()
+    new.CopyFrom(old)
+    new.metadata.resourceVersion = "9"
+    w.controller.on_node_update(old, new)  # a heartbeat: nothing to do
+    assert w.queue.added == []
+    new.metadata.labels["topology.kubernetes.io/zone"] = "b"
+    w.controller.on_node_update(old, new)
+    assert w.queue.added == ["default/web"]
+    w.nodes.objects["n1"] = new
+    await w.controller.sync("default/web")
+    [eps] = w.stored()
+    assert eps.endpoints[0].zone == "b"
