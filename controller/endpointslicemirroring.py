@@ -6,7 +6,7 @@ someone else, and this controller mirrors it into slices labelled `kubernetes.io
 <name>` and `endpointslice.kubernetes.io/managed-by=endpointslicemirroring-controller.k8s.io`
 (plus the Endpoints' own labels), named `<name>-<random5>` and owned by the Endpoints. As kube:
 only Endpoints whose Service exists and has no selector are mirrored, never those labelled
-`endpointslice.kubernetes.io/skip-mirror: "true"`; each subset's `addresses` become endpoints
+`endpointslice.kubernetes.io/skip-mirror: "true"` or used as a leader election lock; each subset's `addresses` become endpoints
 with `ready: true`, its `notReadyAddresses` ones with `ready: false` (only `ready` is set);
 subsets with the same ports share slices of at most 1000 endpoints (kube's
 --mirroring-max-endpoints-per-subset); addresses that are not IPv4 are skipped (tinykube
@@ -56,6 +56,8 @@ Endpoints = endpoints_pb2.ServiceEndpoints
 
 CONTROLLER_NAME = "endpointslicemirroring-controller.k8s.io"
 SKIP_MIRROR_LABEL = "endpointslice.kubernetes.io/skip-mirror"
+# Endpoints used as a leader election lock (client-go's old resourcelock) are not mirrored.
+LEADER_ANNOTATION = "control-plane.alpha.kubernetes.io/leader"
 DEFAULT_MAX_ENDPOINTS_PER_SUBSET = 1000
 
 
@@ -167,6 +169,7 @@ class EndpointSliceMirroringController:
             and svc is not None
             and not svc.spec.selector
             and ep.metadata.labels.get(SKIP_MIRROR_LABEL) != "true"
+            and LEADER_ANNOTATION not in ep.metadata.annotations
         )
         if not mirrored or ep is None:
             await self.writer.apply(key, Plan(delete=live))

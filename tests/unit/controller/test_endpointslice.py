@@ -312,6 +312,13 @@ async def test_mirroring_ignores_endpoints_of_a_service_with_a_selector() -> Non
     w.endpoints.objects["default/web"] = hand_made_endpoints("web")
     await w.mirroring.sync("default/web")
     assert w.stored() == []
+    # Nor a leader election lock of a selector-less Service.
+    w.add_service(service("lock", selector={}))
+    lock = hand_made_endpoints("lock")
+    lock.metadata.annotations["control-plane.alpha.kubernetes.io/leader"] = "{}"
+    w.endpoints.objects["default/lock"] = lock
+    await w.mirroring.sync("default/lock")
+    assert w.stored() == []
 
 
 async def test_a_zone_change_enqueues_the_services_of_the_nodes_pods() -> None:
