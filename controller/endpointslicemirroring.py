@@ -6,8 +6,9 @@ someone else, and this controller mirrors it into slices labelled `kubernetes.io
 <name>` and `endpointslice.kubernetes.io/managed-by=endpointslicemirroring-controller.k8s.io`
 (plus the Endpoints' own labels), named `<name>-<random5>` and owned by the Endpoints. As kube:
 only Endpoints whose Service exists and has no selector are mirrored, never those labelled
-`endpointslice.kubernetes.io/skip-mirror: "true"` or used as a leader election lock; each subset's `addresses` become endpoints
-with `ready: true`, its `notReadyAddresses` ones with `ready: false` (only `ready` is set);
+`endpointslice.kubernetes.io/skip-mirror: "true"` or used as a leader election lock; each
+subset's `addresses` become endpoints with `ready: true`, its `notReadyAddresses` ones with
+`ready: false` (only `ready` is set);
 subsets with the same ports share slices of at most 1000 endpoints (kube's
 --mirroring-max-endpoints-per-subset); addresses that are not IPv4 are skipped (tinykube
 Services are IPv4 only). There is no placeholder slice. Slices go when the Endpoints or the
