@@ -16,13 +16,22 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from apiserver import batch, configdata, daemonset, podmutation, serviceaccount, validation
+from apiserver import (
+    batch,
+    configdata,
+    daemonset,
+    endpointslice,
+    podmutation,
+    serviceaccount,
+    validation,
+)
 from apiserver.validation import PROBE_KINDS
 from tinykube.errors import FieldError
 from tinykube.kinds import (
     CLUSTER_ROLE_BINDING,
     DAEMON_SET,
     DEPLOYMENT,
+    ENDPOINT_SLICE,
     EVENT,
     JOB,
     LEASE,
@@ -62,7 +71,11 @@ SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
         "involvedObject.namespace",
         "involvedObject.name",
         "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
         "reason",
+        "reportingComponent",
         "type",
         "source",
     ),
@@ -129,7 +142,11 @@ def fields_of(kind: str) -> Callable[[Message], dict[str, str]]:
                 "involvedObject.namespace": ref.namespace,
                 "involvedObject.name": ref.name,
                 "involvedObject.uid": ref.uid,
+                "involvedObject.apiVersion": ref.apiVersion,
+                "involvedObject.resourceVersion": ref.resourceVersion,
+                "involvedObject.fieldPath": ref.fieldPath,
                 "reason": e.reason,  # type: ignore[attr-defined]
+                "reportingComponent": e.reportingComponent,  # type: ignore[attr-defined]
                 "type": e.type,  # type: ignore[attr-defined]
                 "source": e.source.component,  # type: ignore[attr-defined]
             }
@@ -329,7 +346,9 @@ class Strategy:
             if not obj.HasField("preemptionPolicy"):
                 obj.preemptionPolicy = "PreemptLowerPriority"  # type: ignore[attr-defined]
         elif kind == EVENT.kind:
-            if obj.count == 0:  # type: ignore[attr-defined]
+            # A legacy (core/v1) Event counts itself; one with an eventTime (events.k8s.io/v1
+            # style) keeps its count in `series`, and deprecatedCount stays unset, as in kube.
+            if obj.count == 0 and not obj.HasField("eventTime"):  # type: ignore[attr-defined]
                 obj.count = 1  # type: ignore[attr-defined]
             if not obj.type:  # type: ignore[attr-defined]
                 obj.type = "Normal"  # type: ignore[attr-defined]
@@ -339,6 +358,8 @@ class Strategy:
             configdata.prepare(self.info, obj)
         elif kind == SERVICE_ACCOUNT.kind:
             serviceaccount.prepare(obj)  # type: ignore[arg-type]
+        elif kind == ENDPOINT_SLICE.kind:
+            endpointslice.prepare(obj)  # type: ignore[arg-type]
 
     def _default_pod_spec(self, spec: pod_pb2.PodSpec) -> None:
         serviceaccount.convert_pod_spec(spec)
@@ -392,6 +413,8 @@ class Strategy:
             errs.extend(daemonset.validate(self.info.kind, obj))
         elif self.info.kind in configdata.KINDS:
             errs.extend(configdata.validate(self.info, obj))
+        elif self.info.kind == ENDPOINT_SLICE.kind:
+            errs.extend(endpointslice.validate(obj))  # type: ignore[arg-type]
         return errs
 
     # ---- update ----------------------------------------------------------------------------
@@ -440,6 +463,9 @@ class Strategy:
             configdata.prepare(self.info, target)
         elif self.info.kind == SERVICE_ACCOUNT.kind:
             serviceaccount.prepare(target)
+        elif self.info.kind == ENDPOINT_SLICE.kind:
+            endpointslice.prepare(target)
+            endpointslice.bump_generation(target, old)  # type: ignore[arg-type]
         if _has_spec(self.info) and target.spec != old.spec:  # type: ignore[attr-defined]
             target.metadata.generation = old.metadata.generation + 1  # type: ignore[attr-defined]
 
@@ -495,6 +521,9 @@ class Strategy:
         if self.info.kind in configdata.KINDS:
             errs += configdata.validate_update(self.info, new, old)
             errs += configdata.validate(self.info, new)
+        if self.info.kind == ENDPOINT_SLICE.kind:
+            errs += endpointslice.validate(new)  # type: ignore[arg-type]
+            errs += endpointslice.validate_update(new, old)  # type: ignore[arg-type]
         return errs
 
     def validate_status_update(self, new: Message, old: Message) -> list[FieldError]:

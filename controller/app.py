@@ -31,6 +31,8 @@ from controller.daemonset import DaemonSetController
 from controller.deployment import DeploymentController
 from controller.disruption import DisruptionController
 from controller.endpoints import EndpointsController
+from controller.endpointslice import EndpointSliceController
+from controller.endpointslicemirroring import EndpointSliceMirroringController
 from controller.garbagecollector import GarbageCollector
 from controller.job import JobController
 from controller.metrics import Metrics
@@ -163,6 +165,54 @@ class ControllerManager:
 
         return refused
 
+    def _endpoint_slices(
+        self,
+        client: Client,
+        pods: Informer[Any],
+        nodes: Informer[Any],
+        services: Informer[Any],
+        slices: Informer[Any],
+        informers: list[Informer[Any]],
+        queues: list[WorkQueue[str]],
+        workers: list[tuple[str, WorkQueue[str], Callable[[str], Awaitable[None]], int]],
+    ) -> None:
+        """The endpointslice and endpointslicemirroring controllers (and an endpoints
+        informer for the latter)."""
+        s = self.settings
+        if "endpointslice" in s.controllers:
+            queue: WorkQueue[str] = WorkQueue(self.clock, name="endpoint_slice")
+            esc = EndpointSliceController(
+                client.endpoint_slices,
+                services.store,
+                pods.store,
+                nodes.store,
+                slices.store,
+                queue,
+                max_endpoints_per_slice=s.max_endpoints_per_slice,
+            )
+            services.add_handler(esc.on_service_add, esc.on_service_update, esc.on_service_delete)
+            pods.add_handler(esc.on_pod_add, esc.on_pod_update, esc.on_pod_delete)
+            nodes.add_handler(on_update=esc.on_node_update)
+            slices.add_handler(esc.on_slice_add, esc.on_slice_update, esc.on_slice_delete)
+            queues.append(queue)
+            self.metrics.track_queue("endpointslice", queue.__len__)
+            n = s.concurrent_service_endpoint_syncs
+            workers.append(("endpointslice", queue, esc.sync, n))
+        if "endpointslicemirroring" in s.controllers:
+            endpoints: Informer[Any] = Informer.for_resource(client.endpoints, clock=self.clock)
+            informers.append(endpoints)
+            mqueue: WorkQueue[str] = WorkQueue(self.clock, name="endpoint_slice_mirroring")
+            emc = EndpointSliceMirroringController(
+                client.endpoint_slices, services.store, endpoints.store, slices.store, mqueue
+            )
+            for inf in (services, endpoints):
+                inf.add_handler(emc.on_object, emc.on_object_update, emc.on_object)
+            slices.add_handler(emc.on_slice, emc.on_slice_update, emc.on_slice)
+            queues.append(mqueue)
+            self.metrics.track_queue("endpointslicemirroring", mqueue.__len__)
+            # kube's --mirroring-concurrent-service-endpoint-syncs default
+            workers.append(("endpointslicemirroring", mqueue, emc.sync, 5))
+
     async def _lead(self, client: Client) -> None:
         s = self.settings
         log.info("%s: leading; starting controllers %s", s.identity, ",".join(s.controllers))
@@ -247,6 +297,14 @@ class ControllerManager:
             self.metrics.track_queue("daemonset", ds_queue.__len__)
             workers.append(("daemonset", ds_queue, dsc.sync, s.concurrent_daemonset_syncs))
 
+        # Services and EndpointSlices: for the endpointslice controllers and the GC (a Service
+        # deleted in the foreground waits for its slices, which block its deletion).
+        svc_inf: Informer[Any] = Informer.for_resource(client.services, clock=self.clock)
+        slice_inf: Informer[Any] = Informer.for_resource(client.endpoint_slices, clock=self.clock)
+        slice_users = ("endpointslice", "endpointslicemirroring", "garbagecollector")
+        if any(c in s.controllers for c in slice_users):
+            informers += [svc_inf, slice_inf]
+
         if "garbagecollector" in s.controllers:
             gc_queue: WorkQueue[str] = WorkQueue(self.clock, name="garbagecollector")
             gc = GarbageCollector(
@@ -259,6 +317,8 @@ class ControllerManager:
                     "Deployment": deployments.store,
                     "DaemonSet": dss.store,
                     "ControllerRevision": crs.store,
+                    "Service": svc_inf.store,
+                    "EndpointSlice": slice_inf.store,
                 },
                 gc_queue,
                 apis={
@@ -266,8 +326,12 @@ class ControllerManager:
                     "Deployment": client.deployments,
                     "DaemonSet": client.daemon_sets,
                     "ControllerRevision": client.controller_revisions,
+                    "Service": client.services,
+                    "EndpointSlice": client.endpoint_slices,
                 },
             )
+            svc_inf.add_handler(*gc.handlers("Service"))
+            slice_inf.add_handler(*gc.handlers("EndpointSlice"))
             job_inf.add_handler(*gc.handlers("Job"))
             pods.add_handler(*gc.handlers("Pod"))
             rss.add_handler(*gc.handlers("ReplicaSet"))
@@ -292,6 +356,11 @@ class ControllerManager:
             queues.append(ep_queue)
             self.metrics.track_queue("endpoints", ep_queue.__len__)
             workers.append(("endpoints", ep_queue, epc.sync, s.concurrent_endpoint_syncs))
+
+        if "endpointslice" in s.controllers or "endpointslicemirroring" in s.controllers:
+            self._endpoint_slices(
+                client, pods, nodes, svc_inf, slice_inf, informers, queues, workers
+            )
 
         if "disruption" in s.controllers:
             pdbs: Informer[Any] = Informer.for_resource(

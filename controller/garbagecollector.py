@@ -1,8 +1,8 @@
 """Garbage collector: cascading deletion through ownerReferences, as Kubernetes does it.
 
 A much smaller cousin of Kubernetes' graph-based garbage collector: the "graph" is the informer
-caches plus an owner-uid index over the dependent kinds (pods, ReplicaSets and
-ControllerRevisions, the kinds that carry ownerReferences here). Every kind with a cache can be
+caches plus an owner-uid index over the dependent kinds (pods, ReplicaSets, ControllerRevisions
+and EndpointSlices, the kinds that carry ownerReferences here). Every kind with a cache can be
 an owner. Three propagation modes, chosen by the apiserver at Delete time (apiserver/deletion.py)
 through finalizers:
 
@@ -79,7 +79,7 @@ class GarbageCollector:
         self.apis = dict(apis or {})
         self.stores = stores
         self.queue = queue
-        self.dependent_kinds = ("Pod", "ReplicaSet", "ControllerRevision")
+        self.dependent_kinds = ("Pod", "ReplicaSet", "ControllerRevision", "EndpointSlice")
         self.indexes = {
             kind: PodIndex(store) for kind, store in stores.items() if kind in self.dependent_kinds
         }

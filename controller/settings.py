@@ -47,6 +47,9 @@ class Settings:
     job_backoff_base: float = 10.0
     job_backoff_max: float = 600.0
     concurrent_daemonset_syncs: int = 2
+    # EndpointSlices (kube's --max-endpoints-per-slice and --concurrent-service-endpoint-syncs)
+    max_endpoints_per_slice: int = 100
+    concurrent_service_endpoint_syncs: int = 5
     # --kubeconfig, --insecure and the serving certificate (tinykube/tls.py)
     security: Security = field(default_factory=Security)
     controllers: tuple[str, ...] = (
@@ -63,6 +66,8 @@ class Settings:
         "daemonset",
         "serviceaccount",
         "serviceaccount-token",
+        "endpointslice",
+        "endpointslicemirroring",
     )
     # kube-controller-manager's --service-account-private-key-file (the token controller signs
     # token Secrets with it; without it that controller is off) and --root-ca-file (their
@@ -183,7 +188,8 @@ class Settings:
             default="*",
             help="comma-separated controllers to run: "
             "replicaset,deployment,nodelifecycle,garbagecollector,endpoints,disruption,namespace,"
-            "job,ttl-after-finished,clusterrole-aggregation,daemonset,serviceaccount",
+            "job,ttl-after-finished,clusterrole-aggregation,daemonset,serviceaccount,"
+            "endpointslice,endpointslicemirroring",
         )
         p.add_argument(
             "--concurrent-daemonset-syncs",
@@ -223,6 +229,19 @@ class Settings:
             help="the longest such back-off (default 10m, as Kubernetes)",
         )
         p.add_argument(
+            "--max-endpoints-per-slice",
+            type=int,
+            default=100,
+            help="the most endpoints the endpointslice controller puts in one slice (1-1000, "
+            "default 100)",
+        )
+        p.add_argument(
+            "--concurrent-service-endpoint-syncs",
+            type=int,
+            default=5,
+            help="Services whose EndpointSlices are reconciled at once (default 5)",
+        )
+        p.add_argument(
             "--service-account-private-key-file",
             default="",
             help="PEM private key token Secrets are signed with (the apiserver's "
@@ -235,6 +254,8 @@ class Settings:
         )
         add_flags(p)
         a = p.parse_args(argv)
+        if not 1 <= a.max_endpoints_per_slice <= 1000:
+            p.error(f"--max-endpoints-per-slice must be 1 to 1000, not {a.max_endpoints_per_slice}")
         sa_key: PrivateKey | None = None
         root_ca = b""
         try:
@@ -301,6 +322,8 @@ class Settings:
             job_backoff_base=a.job_backoff_base,
             job_backoff_max=a.job_backoff_max,
             concurrent_daemonset_syncs=a.concurrent_daemonset_syncs,
+            max_endpoints_per_slice=a.max_endpoints_per_slice,
+            concurrent_service_endpoint_syncs=a.concurrent_service_endpoint_syncs,
             controllers=wanted,
             service_account_key=sa_key,
             root_ca=root_ca,

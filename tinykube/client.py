@@ -110,6 +110,7 @@ from tinykube.v1 import (
     daemonset_pb2,
     deployment_pb2,
     endpoints_pb2,
+    endpointslice_pb2,
     event_pb2,
     job_pb2,
     lease_pb2,
@@ -461,6 +462,11 @@ class Client:
         serviceaccount_pb2.ServiceAccountList,
         serviceaccount_pb2.ServiceAccountWatchEvent,
     ]
+    endpoint_slices: ResourceClient[
+        endpointslice_pb2.EndpointSlice,
+        endpointslice_pb2.EndpointSliceList,
+        endpointslice_pb2.EndpointSliceWatchEvent,
+    ]
 
     def __init__(
         self,
@@ -549,6 +555,8 @@ class Client:
                 )
             }
         )
+        self.endpoint_slices = ResourceClient(kinds.ENDPOINT_SLICE, self)
+        self._by_kind[kinds.ENDPOINT_SLICE.kind] = self.endpoint_slices
 
     def resource(self, kind: str | KindInfo) -> ResourceClient[Any, Any, Any]:
         """The untyped ResourceClient for a kind given as KindInfo, Kind, plural or short name."""

@@ -22,6 +22,8 @@ from tinykube.v1 import (
     deployment_pb2_grpc,
     endpoints_pb2,
     endpoints_pb2_grpc,
+    endpointslice_pb2,
+    endpointslice_pb2_grpc,
     event_pb2,
     event_pb2_grpc,
     job_pb2,
@@ -429,6 +431,26 @@ SERVICE_ACCOUNT = KindInfo(
     short_names=("sa", "serviceaccount"),
 )
 ALL_KINDS += (SERVICE_ACCOUNT,)
+
+# discovery.k8s.io/v1 EndpointSlices: what kube-proxy and `kubectl describe svc` read.
+ENDPOINT_SLICE = KindInfo(
+    kind="EndpointSlice",
+    plural="endpointslices",
+    namespaced=True,
+    message=endpointslice_pb2.EndpointSlice,
+    list_message=endpointslice_pb2.EndpointSliceList,
+    watch_event=endpointslice_pb2.EndpointSliceWatchEvent,
+    create_request=endpointslice_pb2.CreateEndpointSliceRequest,
+    update_request=endpointslice_pb2.UpdateEndpointSliceRequest,
+    request_field="endpointSlice",
+    service="tinykube.v1.EndpointSlices",
+    stub=endpointslice_pb2_grpc.EndpointSlicesStub,
+    add_servicer=endpointslice_pb2_grpc.add_EndpointSlicesServicer_to_server,
+    has_status=False,
+    short_names=("endpointslice",),
+    group="discovery.k8s.io",
+)
+ALL_KINDS += (ENDPOINT_SLICE,)
 BY_KIND: dict[str, KindInfo] = {k.kind: k for k in ALL_KINDS}
 BY_PLURAL: dict[str, KindInfo] = {k.plural: k for k in ALL_KINDS}
 

@@ -50,7 +50,13 @@ _REVISION_DATA = ("tinykube.v1.ControllerRevision", "data")
 # ("2026-12-01T10:00:00.000000Z", what client-go parses them with); every other time is a
 # metav1.Time (whole seconds, as stored). protobuf prints 0, 3, 6 or 9 digits.
 MICRO_TIME_FIELDS = frozenset(
-    {("tinykube.v1.LeaseSpec", "acquireTime"), ("tinykube.v1.LeaseSpec", "renewTime")}
+    {
+        ("tinykube.v1.LeaseSpec", "acquireTime"),
+        ("tinykube.v1.LeaseSpec", "renewTime"),
+        ("tinykube.v1.Event", "eventTime"),
+        ("tinykube.v1.EventsV1Event", "eventTime"),
+        ("tinykube.v1.EventSeries", "lastObservedTime"),
+    }
 )
 
 _INT64_TYPES = frozenset(

@@ -12,6 +12,7 @@ runs, and their ClusterRoleBindings. Every object carries the label
 What differs from kube, and why:
 - Rules name only resources tinykube serves (pods and their status, binding, eviction and log;
   nodes, events, services, endpoints, namespaces, configmaps, secrets, serviceaccounts;
+  endpointslices;
   replicasets and deployments with status and scale; daemonsets with status,
   controllerrevisions; jobs; leases; poddisruptionbudgets; the RBAC kinds;
   selfsubjectaccessreviews and selfsubjectreviews; tokenreviews and subjectaccessreviews for
@@ -66,6 +67,8 @@ _AUTHN = "authentication.k8s.io"
 _COORDINATION = "coordination.k8s.io"
 _POLICY = "policy"
 _BATCH = "batch"
+_DISCOVERY_GROUP = "discovery.k8s.io"
+_EVENTS = "events.k8s.io"
 
 
 def rule(
@@ -87,7 +90,8 @@ def url_rule(verbs: Iterable[str], urls: Iterable[str]) -> rbac_pb2.PolicyRule:
 
 
 def _events() -> rbac_pb2.PolicyRule:
-    return rule(("create", "update", "patch"), (_CORE,), ("events",))
+    """kube's eventsRule: events may be written in either API version."""
+    return rule(("create", "update", "patch"), (_CORE, _EVENTS), ("events",))
 
 
 def _meta(name: str, labels: dict[str, str] | None = None) -> meta_pb2.ObjectMeta:
@@ -156,6 +160,8 @@ _AGGREGATE_TO_VIEW = (
     rule(READ, (_POLICY,), ("poddisruptionbudgets", "poddisruptionbudgets/status")),
     rule(READ, (_BATCH,), ("jobs", "jobs/status")),
     rule(READ, (_APPS,), ("controllerrevisions", "daemonsets", "daemonsets/status")),
+    # As kube's: read only, in view and so edit and admin (CVE-2021-25740 took the writes away).
+    rule(READ, (_DISCOVERY_GROUP,), ("endpointslices",)),
 )
 _AGGREGATE_TO_EDIT = (
     # Recorded only: tinykube has no impersonation (Impersonate-User headers are not read).
@@ -211,7 +217,7 @@ _NODE_RULES = (
     rule(("create", "get", "list", "watch"), (_CORE,), ("nodes",)),
     rule(("update", "patch"), (_CORE,), ("nodes/status",)),
     rule(("update", "patch"), (_CORE,), ("nodes",)),
-    rule(("create", "update", "patch"), (_CORE,), ("events",)),
+    _events(),
     rule(("create", "delete"), (_CORE,), ("pods",)),
     rule(("update", "patch"), (_CORE,), ("pods/status",)),
     rule(("create",), (_CORE,), ("pods/eviction",)),
@@ -233,7 +239,7 @@ _FAKE_KUBELET_RULES = (
     rule(("update", "patch"), (_CORE,), ("pods/status",)),
     rule(("create",), (_CORE,), ("pods/eviction",)),
     rule(("get", "list", "watch", "create", "update", "patch"), (_COORDINATION,), ("leases",)),
-    rule(("create", "update", "patch"), (_CORE,), ("events",)),
+    _events(),
     rule(READ, (_CORE,), ("services", "endpoints")),
 )
 
@@ -300,6 +306,7 @@ def cluster_roles() -> list[rbac_pb2.ClusterRole]:
                 rule(("list", "watch"), (_CORE,), ("services", "endpoints")),
                 rule(READ, (_CORE,), ("nodes",)),
                 _events(),
+                rule(("list", "watch"), (_DISCOVERY_GROUP,), ("endpointslices",)),
             ],
         ),
         cluster_role(
@@ -428,6 +435,34 @@ def _controllers() -> list[tuple[rbac_pb2.ClusterRole, str]]:
                 rule(READ, (_CORE,), ("services", "pods")),
                 rule(("get", "list", "create", "update", "delete"), (_CORE,), ("endpoints",)),
                 rule(("create",), (_CORE,), ("endpoints/restricted",)),
+                _events(),
+            ],
+        ),
+        (
+            "endpointslice-controller",
+            [
+                rule(READ, (_CORE,), ("services", "pods", "nodes")),
+                # Slices are owned by their Service with blockOwnerDeletion.
+                rule(("update",), (_CORE,), ("services/finalizers",)),
+                rule(
+                    ("get", "list", "create", "update", "delete"),
+                    (_DISCOVERY_GROUP,),
+                    ("endpointslices",),
+                ),
+                _events(),
+            ],
+        ),
+        (
+            "endpointslicemirroring-controller",
+            [
+                rule(READ, (_CORE,), ("services", "endpoints")),
+                rule(("update",), (_CORE,), ("services/finalizers",)),
+                rule(("update",), (_CORE,), ("endpoints/finalizers",)),
+                rule(
+                    ("get", "list", "create", "update", "delete"),
+                    (_DISCOVERY_GROUP,),
+                    ("endpointslices",),
+                ),
                 _events(),
             ],
         ),

@@ -142,7 +142,7 @@ class RestServer:
         self.metrics = metrics
         self.health = health
         self.discovery = Discovery()
-        self.openapi = OpenAPI(self.discovery.kinds, patch.patch_meta, version=GIT_VERSION)
+        self.openapi = OpenAPI(self.discovery.schemas, patch.patch_meta, version=GIT_VERSION)
         self.handlers = ResourceHandlers(
             services, settings=settings, clock=clock, kubelet_credentials=kubelet_credentials
         )
@@ -373,7 +373,7 @@ class RestServer:
         if sub is not None and resource.subresource(sub) is None:
             raise not_found_path()
         target = Target(resource, namespace, name, sub)
-        request[_RESOURCE] = StatusResource(resource.info, name or "", sub or "")
+        request[_RESOURCE] = StatusResource(resource.view or resource.info, name or "", sub or "")
         return await self.handlers.handle(request, target)
 
     async def _access_review(self, request: web.Request, rest: list[str]) -> web.Response:

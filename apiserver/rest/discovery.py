@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apiserver.rest.codec import parse_accept
+from apiserver.rest.eventsview import EVENTS_V1
 from tinykube.kinds import (
     ALL_KINDS,
     DAEMON_SET,
     DEPLOYMENT,
+    EVENT,
     JOB,
     NAMESPACE,
     POD,
@@ -65,6 +67,9 @@ class Resource:
     info: KindInfo | None = None
     # A resource that is neither stored nor listed (a review: create only) names its verbs.
     only_verbs: tuple[str, ...] = ()
+    # Another version's view of the stored kind `info` (events.k8s.io/v1 Events): what the
+    # REST codec reads and writes; None for the stored kind itself.
+    view: KindInfo | None = None
 
     @property
     def stored(self) -> bool:
@@ -200,8 +205,14 @@ AUTH_REVIEWS = (
     LOCAL_SUBJECT_ACCESS_REVIEW,
 )
 
+# events.k8s.io/v1 Events: the stored core Events in kube's other version of them.
+EVENTS_V1_RESOURCE = Resource(
+    EVENTS_V1.group, "v1", "events", "Event", True, ("ev",), info=EVENT, view=EVENTS_V1
+)
+
 RESOURCES: tuple[Resource, ...] = (
     *(_stored(i) for i in ALL_KINDS),
+    EVENTS_V1_RESOURCE,
     *UNMODELED,
     TOKEN_REVIEW,
     SELF_SUBJECT_REVIEW,
@@ -283,7 +294,9 @@ class Discovery:
     def __init__(self, resources: tuple[Resource, ...] = RESOURCES) -> None:
         self.group_versions = group_versions(resources)
         self.by_path = {gv.path: gv for gv in self.group_versions}
-        self.kinds = [r.info for r in resources if r.info is not None]
+        self.kinds = [r.info for r in resources if r.info is not None and r.view is None]
+        # What the OpenAPI documents describe: the stored kinds and the views of them.
+        self.schemas = [r.view or r.info for r in resources if r.info is not None]
 
     def lookup(self, group: str, version: str) -> GroupVersion | None:
         return self.by_path.get(GroupVersion(group, version).path)

@@ -35,7 +35,7 @@ from apiserver.deletion import delete_options_errors, policy_of
 from apiserver.podlogs import PodLogOptions, PodLogs
 from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
-from apiserver.rest import kubeproto, patch, tables
+from apiserver.rest import eventsview, kubeproto, patch, tables
 from apiserver.rest.codec import AS_JSON, AS_PROTOBUF, AS_TABLE, AS_YAML, PROTOBUF, KindCodec, dumps
 from apiserver.rest.discovery import Resource
 from apiserver.rest.status import (
@@ -294,6 +294,10 @@ class ResourceHandlers:
         # What the log proxy presents to kubelets and trusts them with.
         self.kubelet_credentials = kubelet_credentials
         self.codecs = {kind: KindCodec(s.info) for kind, s in services.items()}
+        # Codecs of other versions' views of stored kinds, by the view's apiVersion.
+        self.view_codecs: dict[str, KindCodec] = {
+            eventsview.EVENTS_V1.api_version: eventsview.EventsViewCodec()
+        }
         # A REST watch without timeoutSeconds ends after this long, jittered up to twice it
         # (kube-apiserver's --min-request-timeout) so reconnects of many watches spread out.
         self.watch_timeout = settings.rest_watch_timeout_seconds
@@ -366,8 +370,35 @@ class ResourceHandlers:
 
     # ---- shared pieces ----------------------------------------------------------------------
 
+    def _codec(self, target: Target) -> KindCodec:
+        """The codec of the resource's version: the stored kind's, or a view's."""
+        res = target.resource
+        if res.view is not None:
+            return self.view_codecs[res.view.api_version]
+        assert res.info is not None
+        return self.codecs[res.info.kind]
+
+    def _convert_lines(self, target: Target, lines: list[bytes]) -> list[bytes]:
+        """Watch lines (the watch cache's core JSON) in the resource's version."""
+        codec = self._codec(target)
+        if isinstance(codec, eventsview.EventsViewCodec):
+            return [codec.convert_line(line) for line in lines]
+        return lines
+
+    @staticmethod
+    def _check_view_create(target: Target, obj: Message) -> None:
+        """kube validates an events.k8s.io/v1 create more strictly than a core/v1 one."""
+        view = target.resource.view
+        if view is eventsview.EVENTS_V1:
+            errors = eventsview.validate_create(obj)  # type: ignore[arg-type]
+            if errors:
+                meta = obj.metadata  # type: ignore[attr-defined]
+                raise InvalidError.for_object(view.qualified_kind, meta.name, errors)
+
     def _status_resource(self, target: Target) -> StatusResource:
-        return StatusResource(target.resource.info, target.name or "", target.subresource or "")
+        # Errors name the version asked for: `Event.events.k8s.io "x" is invalid`.
+        info = target.resource.view or target.resource.info
+        return StatusResource(info, target.name or "", target.subresource or "")
 
     def _accept(self, request: web.Request, *, table: bool) -> str:
         fmt = codecs.negotiate(request.headers.get("Accept", ""), table=table)
@@ -450,7 +481,7 @@ class ResourceHandlers:
     async def _decoded(
         self, request: web.Request, target: Target, q: Query
     ) -> tuple[Message, list[str]]:
-        info = target.resource.info
+        info = target.resource.view or target.resource.info
         assert info is not None
         protobuf = kubeproto.supports(info.api_version, info.kind)
         allowed = (*codecs.BODY_TYPES, codecs.PROTOBUF) if protobuf else codecs.BODY_TYPES
@@ -461,7 +492,7 @@ class ResourceHandlers:
             doc, unknown = kubeproto.decode_unknown(body)
         else:
             doc = codecs.parse_object_body(body, media)
-        obj, warnings = self.codecs[info.kind].decode(doc, validation)
+        obj, warnings = self._codec(target).decode(doc, validation)
         return obj, [*codecs.unknown_protobuf_fields(info, unknown, validation), *warnings]
 
     def _dry_run(self, q: Query) -> bool:
@@ -493,12 +524,10 @@ class ResourceHandlers:
             )
 
     def _object(self, target: Target, obj: Message) -> bytes:
-        assert target.resource.info is not None
-        return self.codecs[target.resource.info.kind].object_json(obj)
+        return self._codec(target).object_json(obj)
 
     def _object_dict(self, target: Target, obj: Message) -> dict[str, Any]:
-        assert target.resource.info is not None
-        return self.codecs[target.resource.info.kind].object_dict(obj)
+        return self._codec(target).object_dict(obj)
 
     async def _answer_object(
         self,
@@ -512,7 +541,9 @@ class ResourceHandlers:
     ) -> web.Response:
         fmt = self._accept(request, table=True)
         if fmt == AS_TABLE:
-            data = self._object_dict(target, obj)
+            # Tables print the stored kind's fields, whichever version was asked for.
+            assert target.resource.info is not None
+            data = self.codecs[target.resource.info.kind].object_dict(obj)
             rv = str(data.get("metadata", {}).get("resourceVersion", ""))
             return self._respond(fmt, self._table(target, q, [data], rv), code=code)
         return self._respond(fmt, self._object(target, obj), code=code, warnings=warnings)
@@ -529,10 +560,13 @@ class ResourceHandlers:
         return await self._answer_object(request, target, q, obj)
 
     def _list_request(self, target: Target, q: Query, *, watch: bool) -> dict[str, Any]:
+        fields = q.text("fieldSelector")
+        if target.resource.view is eventsview.EVENTS_V1:
+            fields = eventsview.field_selector(fields)
         data: dict[str, Any] = {
             "namespace": target.namespace or "",
             "labelSelector": q.text("labelSelector"),
-            "fieldSelector": q.text("fieldSelector"),
+            "fieldSelector": fields,
             "resourceVersion": q.text("resourceVersion"),
         }
         if watch:
@@ -595,14 +629,18 @@ class ResourceHandlers:
                     "The resourceVersion for the provided list is too old."
                 ) from None
             raise
-        assert target.resource.info is not None
-        kcodec = self.codecs[target.resource.info.kind]
+        kcodec = self._codec(target)
         codec = service.codec
         if fmt == AS_TABLE:
             objects = [json.loads(codec.object_json(o)) for o in items]
             body = self._table(target, q, objects, revision_text, next_token)
             return self._respond(fmt, body)
-        body = kcodec.list_json(revision_text, [codec.object_json(o) for o in items], next_token)
+        # The watch cache's JSON of each object, unless another version's view is asked for.
+        if target.resource.view is not None:
+            listed = [kcodec.object_json(o.obj) for o in items]
+        else:
+            listed = [codec.object_json(o) for o in items]
+        body = kcodec.list_json(revision_text, listed, next_token)
         return self._respond(fmt, body)
 
     # ---- WATCH ------------------------------------------------------------------------------
@@ -636,8 +674,7 @@ class ResourceHandlers:
         data = self._list_request(target, q, watch=True)
         data["resourceVersion"] = rv
         req = message_from(meta_pb2.WatchRequest, data)
-        assert target.resource.info is not None
-        kcodec = self.codecs[target.resource.info.kind]
+        kcodec = self._codec(target)
         try:
             watcher, initial = await service.open_watch(req, json=True)
         except ResourceExpiredError as exc:
@@ -660,7 +697,9 @@ class ResourceHandlers:
                     if fmt == AS_TABLE:
                         await resp.write(self._table_events(target, q, lines))
                     else:
-                        await resp.write(self._stream_bytes(fmt, lines))
+                        await resp.write(
+                            self._stream_bytes(fmt, self._convert_lines(target, lines))
+                        )
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
@@ -746,6 +785,7 @@ class ResourceHandlers:
         obj, warnings = await self._decoded(request, target, q)
         self._namespace_for(target, obj)
         info = service.info
+        self._check_view_create(target, obj)
         if dry_run:
             created = await self._dry_run_create(service, obj)
         else:
@@ -907,7 +947,7 @@ class ResourceHandlers:
         dry_run = self._dry_run(q)
         validation = q.choice("fieldValidation", ("Strict", "Warn", "Ignore"), "Warn")
         info = service.info
-        kcodec = self.codecs[info.kind]
+        kcodec = self._codec(target)
         get = message_from(
             meta_pb2.GetRequest, {"namespace": target.namespace or "", "name": target.name}
         )
@@ -923,7 +963,7 @@ class ResourceHandlers:
             else:
                 original = kcodec.object_dict(current)
             patched: Any
-            patched = patch.apply_patch(media, original, body, info.message.DESCRIPTOR)
+            patched = patch.apply_patch(media, original, body, kcodec.info.message.DESCRIPTOR)
             if not isinstance(patched, dict):
                 raise BadRequestError("the patch must produce an object")
             obj, warnings = kcodec.decode(patched, validation, patched=True)
@@ -995,15 +1035,15 @@ class ResourceHandlers:
         body, _ = await self._body(request, [APPLY_PATCH])
         config = codecs.parse_object_body(body, codecs.YAML)  # YAML, and so JSON too
         info = service.info
+        kcodec = self._codec(target)
         version = config.get("apiVersion")
-        if version != info.api_version:
+        if version != kcodec.info.api_version:
             raise BadRequestError(
                 "Incorrect version specified in apply patch. Specified patch version: "
-                f"{version or ''}, expected: {info.api_version}"
+                f"{version or ''}, expected: {kcodec.info.api_version}"
             )
-        kcodec = self.codecs[info.kind]
         _, warnings = kcodec.decode(config, validation)  # Strict refuses unknown fields here
-        descriptor: Any = info.message.DESCRIPTOR
+        descriptor: Any = kcodec.info.message.DESCRIPTOR
         config = fieldmanager.drop_undeclared(config, descriptor)
         meta = config.get("metadata") or {}
         if not isinstance(meta, dict):
@@ -1030,7 +1070,7 @@ class ResourceHandlers:
                     config,
                     descriptor,
                     manager=manager,
-                    api_version=info.api_version,
+                    api_version=kcodec.info.api_version,
                     now=fieldmanager.rfc3339(self.clock.now()),
                     force=force,
                     has_status=info.has_status,
@@ -1041,6 +1081,7 @@ class ResourceHandlers:
             self._check_name(target, obj)
             self._namespace_for(target, obj)
             if current is None:
+                self._check_view_create(target, obj)
                 if dry_run:
                     created = await self._dry_run_create(service, obj)
                 else:
@@ -1132,8 +1173,8 @@ class ResourceHandlers:
             code = 202 if pending and options.get("orphanDependents") is False else 200
             return self._respond(fmt, dumps(data), code=code)
         details: dict[str, Any] = {"name": target.name}
-        if service.info.group:
-            details["group"] = service.info.group
+        if target.resource.group:
+            details["group"] = target.resource.group
         details["kind"] = service.info.plural
         uid = data.get("metadata", {}).get("uid")
         if uid:
@@ -1157,8 +1198,12 @@ class ResourceHandlers:
             meta = item.obj.metadata  # type: ignore[attr-defined]
             with contextlib.suppress(NotFoundError):  # deleted meanwhile: as asked
                 await self._delete_one(service, meta.namespace, meta.name, options, dry_run)
-        listed = [service.codec.object_json(item) for item in items]
-        return self._respond(fmt, self.codecs[service.info.kind].list_json(revision, listed))
+        kcodec = self._codec(target)
+        if target.resource.view is not None:
+            listed = [kcodec.object_json(item.obj) for item in items]
+        else:
+            listed = [service.codec.object_json(item) for item in items]
+        return self._respond(fmt, kcodec.list_json(revision, listed))
 
     # ---- pods/binding -----------------------------------------------------------------------
 

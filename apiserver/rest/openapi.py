@@ -72,7 +72,12 @@ _META_MESSAGES = frozenset(
 )
 _CORE_MESSAGES = frozenset({"ObjectReference", "PodTemplateSpec", "Binding"})
 # Messages whose Kubernetes name differs: protobuf gives services and messages one namespace.
-_RENAMED = {"ServiceEndpoints": "Endpoints"}
+_RENAMED = {
+    "ServiceEndpoints": "Endpoints",
+    "EndpointSlicePort": "EndpointPort",
+    "EventsV1Event": "Event",
+    "EventsV1EventList": "EventList",
+}
 # map<string, string> fields that hold resource amounts: Kubernetes types them ResourceList.
 _QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
 
@@ -129,6 +134,11 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "ServicePort": ("port",),
     "EndpointAddress": ("ip",),
     "EndpointPort": ("port",),
+    "EndpointSlice": ("addressType", "endpoints"),
+    "Endpoint": ("addresses",),
+    # Same short name as core/v1 EndpointPort, nothing required (a full name wins).
+    "io.k8s.api.discovery.v1.EndpointPort": (),
+    "io.k8s.api.events.v1.Event": ("eventTime",),
     "Binding": ("target",),
     "PodList": ("items",),
 }
@@ -688,7 +698,7 @@ class _SchemaBuilder:
         # table for the types that one does not walk (lists, Binding).
         wanted = (
             *REQUIRED_FIELDS.get(desc.full_name, ()),
-            *_REQUIRED.get(name.rsplit(".", 1)[1], ()),
+            *_REQUIRED.get(name, _REQUIRED.get(name.rsplit(".", 1)[1], ())),
         )
         required = [r for r in dict.fromkeys(wanted) if r in props]
         if required:

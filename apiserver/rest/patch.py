@@ -88,7 +88,7 @@ PATCH_META: dict[tuple[str, str], tuple[str, str]] = {
 }
 
 # tinykube message names that are not Kubernetes' Go type names (errors name the Go type).
-_GO_NAMES = {"ServiceEndpoints": "Endpoints"}
+_GO_NAMES = {"ServiceEndpoints": "Endpoints", "EndpointSlicePort": "EndpointPort"}
 
 
 def patch_meta(message_full_name: str, json_field: str) -> tuple[str, str] | None:

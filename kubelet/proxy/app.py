@@ -1,4 +1,4 @@
-"""The proxy process: informers over Services and Endpoints driving a `Proxier`.
+"""The proxy process: informers over Services and EndpointSlices driving a `Proxier`.
 
 `Proxy.start()` serves gRPC health (NOT_SERVING until the first sync) and starts `run()`: it
 learns the node's IP (flag, or the Node's InternalIP from the API), runs one informer per kind,
@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from kubelet.proxy.metrics import Metrics
-from kubelet.proxy.proxier import Connector, Proxier, open_tcp
+from kubelet.proxy.proxier import Connector, Proxier, group_slices, open_tcp
 from kubelet.proxy.settings import Settings
 from tinykube.client import Client
 from tinykube.clock import Clock
@@ -24,6 +24,10 @@ from tinykube.informer import Informer
 from tinykube.serving import GrpcServer
 
 log = logging.getLogger(__name__)
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+HEADLESS_LABEL = "service.kubernetes.io/headless"
+PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
 
 
 class Proxy:
@@ -101,20 +105,23 @@ class Proxy:
                 self.node_ip = await self._node_ip(client)
             log.info("proxy for node %s: nodePorts on %s", s.node_name, self.node_ip)
             services: Informer[Any] = Informer.for_resource(client.services, clock=self.clock)
-            endpoints: Informer[Any] = Informer.for_resource(client.endpoints, clock=self.clock)
+            # kube-proxy's selector: slices of a Service, not those of headless Services or of
+            # Services another proxy implements.
+            endpoints: Informer[Any] = Informer.for_resource(
+                client.endpoint_slices,
+                label_selector=f"{SERVICE_NAME_LABEL},!{HEADLESS_LABEL},!{PROXY_NAME_LABEL}",
+                clock=self.clock,
+            )
             for inf in (services, endpoints):
                 inf.add_handler(self._changed, self._changed, self._changed)
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(services.run(), name="informer-services")
-                tg.create_task(endpoints.run(), name="informer-endpoints")
+                tg.create_task(endpoints.run(), name="informer-endpointslices")
                 await services.wait_synced()
                 await endpoints.wait_synced()
                 while True:
                     self._dirty.clear()
-                    eps = {
-                        f"{e.metadata.namespace}/{e.metadata.name}": e
-                        for e in endpoints.store.list()
-                    }
+                    eps = group_slices(endpoints.store.list())
                     await self.proxier.sync(services.store.list(), eps, self.node_ip)
                     if not self.synced.is_set():
                         self.synced.set()

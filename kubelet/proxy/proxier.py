@@ -1,7 +1,14 @@
 """The userspace proxier: listeners for Services' cluster IPs and nodePorts, forwarding TCP to
 ready endpoints round robin (kube-proxy's original "userspace" mode).
 
-`desired_state(services, endpoints, node_ip)` is pure: it maps every listening address to the
+Endpoints come from EndpointSlices (discovery.k8s.io/v1), as kube-proxy reads them: the slices
+of a Service are those labelled `kubernetes.io/service-name=<name>`; a service port's backends
+are the IPv4 addresses of the endpoints whose slice has a TCP port of the same name, each
+address:port once (the first slice by name wins). Endpoints with `ready` true (or unset) are
+used; when none is ready, those that are serving and terminating are (kube-proxy's fallback, so
+a Service whose every pod is shutting down still reaches the pods that still serve).
+
+`desired_state(services, slices, node_ip)` is pure: it maps every listening address to the
 service port it serves and every service port to its ready endpoints. `Proxier.sync` applies it:
 it closes listeners no longer wanted and opens new ones. A service port listens only while it
 has at least one ready endpoint, so a Service with none refuses connections at once (the kernel
@@ -30,11 +37,12 @@ import contextlib
 import logging
 import socket
 import struct
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kubelet.proxy.metrics import Metrics
-from tinykube.v1 import endpoints_pb2, service_pb2
+from tinykube.v1 import endpointslice_pb2, service_pb2
 
 log = logging.getLogger(__name__)
 
@@ -62,21 +70,55 @@ class Listener:
         return f"{self.host}:{self.port}"
 
 
-def ready_endpoints(ep: endpoints_pb2.ServiceEndpoints | None, port_name: str) -> list[Endpoint]:
-    """The ready (ip, port) pairs of one service port, in the Endpoints' order."""
-    if ep is None:
-        return []
-    out: list[Endpoint] = []
-    for subset in ep.subsets:
-        for p in subset.ports:
-            if p.name == port_name and (p.protocol or "TCP") == "TCP":
-                out.extend((a.ip, int(p.port)) for a in subset.addresses)
-    return out
+Slices = Sequence[endpointslice_pb2.EndpointSlice]
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+def group_slices(slices: Iterable[endpointslice_pb2.EndpointSlice]) -> dict[str, list[Any]]:
+    """Slices by the `namespace/name` of the Service their service-name label names, each
+    group ordered by slice name; slices without the label belong to no Service."""
+    grouped: dict[str, list[Any]] = {}
+    for eps in slices:
+        svc = eps.metadata.labels.get(SERVICE_NAME_LABEL, "")
+        if svc:
+            grouped.setdefault(f"{eps.metadata.namespace}/{svc}", []).append(eps)
+    for group in grouped.values():
+        group.sort(key=lambda s: s.metadata.name)
+    return grouped
+
+
+def ready_endpoints(slices: Slices | None, port_name: str) -> list[Endpoint]:
+    """The (ip, port) pairs one service port sends to: the ready endpoints, or when none is
+    ready the serving terminating ones, in slice order, each pair once."""
+    ready: list[Endpoint] = []
+    draining: list[Endpoint] = []
+    seen: set[Endpoint] = set()
+    for eps in slices or ():
+        if eps.addressType != "IPv4":
+            continue
+        for p in eps.ports:
+            if p.name != port_name or (p.protocol or "TCP") != "TCP" or not p.HasField("port"):
+                continue
+            for e in eps.endpoints:
+                if not e.addresses:
+                    continue
+                pair = (e.addresses[0], int(p.port))
+                if pair in seen:
+                    continue
+                seen.add(pair)
+                c = e.conditions
+                is_ready = not c.HasField("ready") or c.ready
+                serving = c.serving if c.HasField("serving") else is_ready
+                if is_ready:
+                    ready.append(pair)
+                elif serving and c.terminating:
+                    draining.append(pair)
+    return ready or draining
 
 
 def desired_state(
     services: Iterable[service_pb2.Service],
-    endpoints: Mapping[str, endpoints_pb2.ServiceEndpoints],
+    endpoints: Mapping[str, Slices],
     node_ip: str,
 ) -> tuple[dict[Listener, ServicePortName], dict[ServicePortName, list[Endpoint]]]:
     """Listening addresses -> service port, and service port -> ready endpoints.
@@ -169,7 +211,7 @@ class Proxier:
     async def sync(
         self,
         services: Iterable[service_pb2.Service],
-        endpoints: Mapping[str, endpoints_pb2.ServiceEndpoints],
+        endpoints: Mapping[str, Slices],
         node_ip: str,
     ) -> None:
         routes, backends = desired_state(services, endpoints, node_ip)

@@ -18,6 +18,7 @@ import yaml
 
 from tests.e2e.conftest import UpCluster
 from tests.e2e.kubectl_output import assert_output, kubectl_stream, ok
+from tests.e2e.waiting import until
 
 pytestmark = pytest.mark.e2e
 
@@ -131,7 +132,18 @@ def test_api_resources(cluster: UpCluster) -> None:
     assert rows["nodes"] == ["nodes", "no", "v1", "false", "Node"]
     assert rows["services"] == ["services", "svc", "v1", "true", "Service"]
     assert rows["endpoints"] == ["endpoints", "ep", "v1", "true", "Endpoints"]
-    assert rows["events"] == ["events", "ev", "v1", "true", "Event"]
+    # Events are served in both versions, each with kube's short name.
+    events = [line.split() for line in lines[1:] if line.split()[0] == "events"]
+    assert events == [
+        ["events", "ev", "v1", "true", "Event"],
+        ["events", "ev", "events.k8s.io/v1", "true", "Event"],
+    ]
+    assert rows["endpointslices"] == [
+        "endpointslices",
+        "discovery.k8s.io/v1",
+        "true",
+        "EndpointSlice",
+    ]
     assert rows["replicasets"] == ["replicasets", "rs", "apps/v1", "true", "ReplicaSet"]
     assert rows["daemonsets"] == ["daemonsets", "ds", "apps/v1", "true", "DaemonSet"]
     assert rows["leases"] == ["leases", "coordination.k8s.io/v1", "true", "Lease"]
@@ -666,11 +678,15 @@ Events:
 
 
 def test_describe_service(cluster: UpCluster) -> None:
-    # Against Kubernetes, Endpoints lists the ready addresses, which kubectl reads from
-    # discovery.k8s.io/v1 EndpointSlices; tinykube serves only v1 Endpoints, so kubectl
-    # (ignoring the failed list) prints <none>.
+    # Endpoints lists the ready addresses, which kubectl reads from discovery.k8s.io/v1
+    # EndpointSlices (the example's two pods, once both are ready).
+    def both_ready() -> str:
+        out = ok(cluster.kubectl("describe", "svc", "hello"))
+        [line] = [x for x in out.splitlines() if x.startswith("Endpoints:")]
+        return out if line.count(":8080") == 2 else ""
+
     assert_output(
-        ok(cluster.kubectl("describe", "svc", "hello")),
+        until(both_ready, "the Service's two ready endpoints"),
         """
 Name:                     hello
 Namespace:                default
@@ -685,7 +701,7 @@ IPs:                      <ip>
 Port:                     http  8080/TCP
 TargetPort:               http/TCP
 NodePort:                 http  <*>/TCP
-Endpoints:                <none>
+Endpoints:                <ip>:8080,<ip>:8080
 Session Affinity:         None
 External Traffic Policy:  Cluster
 Internal Traffic Policy:  Cluster

@@ -27,7 +27,7 @@ from tinykube.client import Client
 from tinykube.errors import AlreadyExistsError, NotFoundError, TinykubeError
 from tinykube.launcher import LocalCluster, has_main
 from tinykube.meta import int_or_string, int_or_string_value
-from tinykube.v1 import endpoints_pb2, pod_pb2, replicaset_pb2, service_pb2
+from tinykube.v1 import endpoints_pb2, endpointslice_pb2, pod_pb2, replicaset_pb2, service_pb2
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -374,3 +374,43 @@ async def test_type_changes_allocate_and_release_node_ports(cluster: LocalCluste
         # Released by that update: now it can be had.
         got = await client.services.create(other)
         assert got.spec.ports[0].nodePort == node_port
+
+
+async def test_the_proxy_routes_from_endpoint_slices(cluster: LocalCluster) -> None:
+    """A selector-less Service whose only backend is a hand-made EndpointSlice (no Endpoints
+    object): the proxies route by the slice, as kube-proxy does."""
+    body = b"from a slice\n"
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        await writer.drain()
+        writer.close()
+
+    backend = await asyncio.start_server(answer, NODE_IPS["node-1"], 0)
+    backend_port = backend.sockets[0].getsockname()[1]
+    try:
+        async with Client(cluster.api_address) as client:
+            svc = service_pb2.Service()
+            svc.metadata.name = "sliced"
+            svc.metadata.namespace = NS
+            svc.spec.ports.add(name="http", port=8081)
+            svc = await client.services.create(svc)
+            eps = endpointslice_pb2.EndpointSlice(addressType="IPv4")
+            eps.metadata.name = "sliced-1"
+            eps.metadata.namespace = NS
+            eps.metadata.labels["kubernetes.io/service-name"] = "sliced"
+            eps.ports.add(name="http", port=backend_port, protocol="TCP")
+            eps.endpoints.add(addresses=[NODE_IPS["node-1"]]).conditions.ready = True
+            await client.endpoint_slices.create(eps)
+            with contextlib.suppress(NotFoundError):
+                await client.endpoints.get("sliced", NS)
+                pytest.fail("the Service must have no Endpoints: the proxy reads slices")
+            got = await eventually(
+                lambda: get(svc.spec.clusterIP, 8081, "/"), what="the slice's backend to answer"
+            )
+            assert got == body
+            await client.services.delete("sliced", NS)
+            await client.endpoint_slices.delete("sliced-1", NS)
+    finally:
+        backend.close()

@@ -993,6 +993,22 @@ SEEDS.update(
     }
 )
 
+SEEDS["EndpointSlice"] = {
+    "metadata": {**_META, "labels": {"kubernetes.io/service-name": "seed"}},
+    "addressType": "IPv4",
+    "endpoints": [
+        {
+            "addresses": ["10.1.2.3"],
+            "conditions": {"ready": True, "serving": True, "terminating": False},
+            "nodeName": "node-1",
+            "zone": "zone-a",
+            "targetRef": {"kind": "Pod", "namespace": "default", "name": "seed"},
+            "hints": {"forZones": [{"name": "zone-a"}]},
+        }
+    ],
+    "ports": [{"name": "http", "protocol": "TCP", "port": 8080, "appProtocol": "http"}],
+}
+
 
 def valid_object(info: KindInfo, name: str) -> Message:
     """A valid object of the kind, named `name` (in namespace default if namespaced)."""

@@ -18,7 +18,7 @@ from tests.integration.conftest import make_settings, start_apiserver
 from tinykube.client import Client
 from tinykube.errors import ResourceExhaustedError
 from tinykube.localetcd import EtcdServer, free_port
-from tinykube.v1 import endpoints_pb2, service_pb2
+from tinykube.v1 import endpointslice_pb2, service_pb2
 
 pytestmark = [pytest.mark.integration]
 
@@ -82,12 +82,11 @@ async def proxied(handler: object) -> AsyncIterator[tuple[Proxier, int]]:
     svc = service("echo", node_port=False)
     svc.spec.clusterIP = "127.0.0.1"
     svc.spec.ports[0].port = port
-    ep = endpoints_pb2.ServiceEndpoints()
-    subset = ep.subsets.add()
-    subset.addresses.add(ip="127.0.0.1")
-    subset.ports.add(port=backend_port, protocol="TCP")
+    eps = endpointslice_pb2.EndpointSlice(addressType="IPv4")
+    eps.endpoints.add(addresses=["127.0.0.1"]).conditions.ready = True
+    eps.ports.add(name="", port=backend_port, protocol="TCP")
     try:
-        await proxier.sync([svc], {"default/echo": ep}, "")
+        await proxier.sync([svc], {"default/echo": [eps]}, "")
         yield proxier, port
     finally:
         await proxier.close()

@@ -22,9 +22,8 @@ def test_the_committed_table_is_what_the_generator_writes() -> None:
 def test_the_fields_kubernetes_requires_are_modelled() -> None:
     pytest.importorskip("kubernetes_validate")
     _, unmodelled = zerofields_gen.build()
-    # core/v1 Event's eventTime is optional in the schema (Go prints it as null); every
-    # required field has a protobuf field.
-    assert unmodelled == ["io.k8s.api.core.v1.Event.eventTime (in tinykube.v1.Event)"]
+    # Every required field has a protobuf field.
+    assert unmodelled == []
 
 
 def _check(desc: Any, zeros: dict[str, Any]) -> None:

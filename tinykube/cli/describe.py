@@ -809,6 +809,169 @@ def describe_service_account(
     return w.text()
 
 
+def format_endpoint_slices(slices: Sequence[Any], port_name: str | None, limit: int = 3) -> str:
+    """kubectl's formatEndpointSlices: the ready addresses (ready unset counts as ready) with
+    the slice port named `port_name` (every port when None), at most `limit`, then "+ N more...";
+    "<none>" without slices."""
+    if not slices:
+        return printers.NONE
+    shown: list[str] = []
+    count = 0
+    for eps in slices:
+        ready = [
+            e for e in eps.endpoints if not e.conditions.HasField("ready") or e.conditions.ready
+        ]
+        if not eps.ports:  # a headless Service without ports: bare addresses
+            for e in ready:
+                if len(shown) < limit:
+                    shown.append(e.addresses[0])
+                count += 1
+            continue
+        for port in eps.ports:
+            if port_name is not None and port.name != port_name:
+                continue
+            for e in ready:
+                if len(shown) < limit:
+                    shown.append(join_host_port(e.addresses[0], str(port.port)))
+                count += 1
+    joined = ",".join(shown)
+    return f"{joined} + {count - limit} more..." if count > limit else joined
+
+
+def describe_service(svc: Any, slices: Sequence[Any], events: list[Any], now: datetime) -> str:
+    """As `kubectl describe service` (v1.37): each port with its target and node port, and the
+    ready endpoints of the Service's EndpointSlices that serve it."""
+    width = len("Internal Traffic Policy:") + 2  # one tab block: every key padded alike
+    spec = svc.spec
+    w = Writer()
+    w.line(0, "Name", svc.metadata.name, width)
+    w.line(0, "Namespace", svc.metadata.namespace, width)
+    multi(w, 0, "Labels", fmt_map(svc.metadata.labels.items()), width)
+    multi(w, 0, "Annotations", shown_annotations(svc.metadata), width)
+    w.line(0, "Selector", ",".join(fmt_map(spec.selector.items())), width)
+    w.line(0, "Type", spec.type, width)
+    if spec.HasField("ipFamilyPolicy"):
+        w.line(0, "IP Family Policy", spec.ipFamilyPolicy, width)
+    w.line(0, "IP Families", ",".join(spec.ipFamilies) or printers.NONE, width)
+    w.line(0, "IP", spec.clusterIP, width)
+    if spec.clusterIPs:
+        w.line(0, "IPs", ",".join(spec.clusterIPs), width)
+    for port in spec.ports:
+        name = port.name or "<unset>"
+        protocol = port.protocol or "TCP"
+        w.line(0, "Port", f"{name}  {port.port}/{protocol}", width)
+        target = int_or_string(port.targetPort)
+        w.line(
+            0,
+            "TargetPort",
+            f"{target if target not in (None, '') else port.port}/{protocol}",
+            width,
+        )
+        if port.nodePort:
+            w.line(0, "NodePort", f"{name}  {port.nodePort}/{protocol}", width)
+        endpoints = format_endpoint_slices(slices, port.name)
+        if endpoints:
+            w.line(0, "Endpoints", endpoints, width)
+        else:  # kubectl's tabwriter pads the key of an empty value too
+            w.raw(0, "Endpoints:".ljust(width))
+    w.line(0, "Session Affinity", spec.sessionAffinity, width)
+    if spec.externalTrafficPolicy:
+        w.line(0, "External Traffic Policy", spec.externalTrafficPolicy, width)
+    if spec.HasField("internalTrafficPolicy"):
+        w.line(0, "Internal Traffic Policy", spec.internalTrafficPolicy, width)
+    if events:
+        describe_events(w, events, now)
+    else:
+        w.line(0, "Events", printers.NONE, width)
+    return w.text()
+
+
+def tabwrite(lines: Sequence[str], padding: int = 2) -> list[str]:
+    """Lines of tab-terminated cells aligned as Go's text/tabwriter (kubectl's describe output:
+    minwidth 0, padding 2) aligns them: a column's width is set per block of consecutive lines
+    that have that column, and a line's last cell is never padded."""
+    rows = [line.split("\t") for line in lines]
+    widths: list[list[int]] = [[0] * (len(r) - 1) for r in rows]
+
+    def fmt(first: int, end: int, col: int) -> None:
+        i = first
+        while i < end:
+            if len(rows[i]) - 1 <= col:
+                i += 1
+                continue
+            j, width = i, 0
+            while j < end and len(rows[j]) - 1 > col:
+                width = max(width, len(rows[j][col]) + padding)
+                j += 1
+            for k in range(i, j):
+                widths[k][col] = width
+            fmt(i, j, col + 1)
+            i = j
+
+    fmt(0, len(rows), 0)
+    return [
+        "".join(c.ljust(w) for c, w in zip(r[:-1], wr, strict=True)) + r[-1]
+        for r, wr in zip(rows, widths, strict=True)
+    ]
+
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def shown_annotations(meta: Any) -> list[str]:
+    """Annotations as kubectl's describe lists them: without kubectl's last-applied one."""
+    return fmt_map(((k, v) for k, v in meta.annotations.items() if k != LAST_APPLIED), ": ")
+
+
+def _multiline(title: str, values: list[str]) -> list[str]:
+    return [f"{title}:\t{values[0]}", *(f"\t{v}" for v in values[1:])]
+
+
+def describe_endpoint_slice(eps: Any, events: list[Any], now: datetime) -> str:
+    """As `kubectl describe endpointslice` (v1.37): ports as a table, each endpoint's first
+    address, ready condition, hostname, target, node and zone ("<unset>" when not set)."""
+    unset = "<unset>"
+    lines = [
+        f"Name:\t{eps.metadata.name}",
+        f"Namespace:\t{eps.metadata.namespace}",
+        *_multiline("Labels", fmt_map(eps.metadata.labels.items())),
+        *_multiline("Annotations", shown_annotations(eps.metadata)),
+        f"AddressType:\t{eps.addressType}",
+    ]
+    if not eps.ports:
+        lines.append("Ports: <unset>")
+    else:
+        lines += ["Ports:", "  Name\tPort\tProtocol", "  ----\t----\t--------"]
+        for port in eps.ports:
+            number = str(port.port) if port.HasField("port") else unset
+            lines.append(f"  {port.name or unset}\t{number}\t{port.protocol}")
+    if not eps.endpoints:
+        lines.append("Endpoints: <none>")
+    else:
+        lines.append("Endpoints:")
+        for e in eps.endpoints:
+            c = e.conditions
+            lines += [
+                f"  - Addresses:\t{', '.join(e.addresses) or printers.NONE}",
+                "    Conditions:",
+                f"      Ready:\t{str(c.ready).lower() if c.HasField('ready') else unset}",
+                f"    Hostname:\t{e.hostname if e.HasField('hostname') else unset}",
+            ]
+            if e.HasField("targetRef"):
+                lines.append(f"    TargetRef:\t{e.targetRef.kind}/{e.targetRef.name}")
+            lines += [
+                f"    NodeName:\t{e.nodeName if e.HasField('nodeName') else unset}",
+                f"    Zone:\t{e.zone if e.HasField('zone') else unset}",
+            ]
+    if not events:
+        lines.append(f"Events:\t{printers.NONE}")
+        return "\n".join(tabwrite(lines)) + "\n"
+    w = Writer()
+    w.lines = tabwrite(lines)
+    describe_events(w, events, now)
+    return w.text()
+
+
 def describe_events(w: Writer, events: list[Any], now: datetime) -> None:
     if not events:
         w.line(0, "Events", printers.NONE)
@@ -884,6 +1047,16 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
             elif info.kind == "Secret":
                 # Never the generic YAML below: it would print the values.
                 outputs.append(describe_secret(obj, events, ctx.now()))
+            elif info.kind == "Service":
+                # kubectl v1.37 reads the Service's EndpointSlices (by the service-name label).
+                label = f"kubernetes.io/service-name={obj.metadata.name}"
+                slices = await client.endpoint_slices.list(
+                    obj.metadata.namespace, label_selector=label
+                )
+                found_slices = sorted(slices.items, key=lambda s: s.metadata.name)
+                outputs.append(describe_service(obj, found_slices, events, ctx.now()))
+            elif info.kind == "EndpointSlice":
+                outputs.append(describe_endpoint_slice(obj, events, ctx.now()))
             elif info.kind == "ServiceAccount":
                 found: list[Any] | None
                 try:

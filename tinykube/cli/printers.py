@@ -251,9 +251,18 @@ def _job_row(job: Any, now: datetime, wide: bool) -> list[str]:
 
 
 def event_last_seen(event: Any) -> Timestamp:
-    for ts in (event.lastTimestamp, event.firstTimestamp, event.metadata.creationTimestamp):
+    """When an Event was last seen: its series' last observation (events.k8s.io/v1 style),
+    lastTimestamp, eventTime, firstTimestamp, else its creation."""
+    series = event.series.lastObservedTime if event.HasField("series") else Timestamp()
+    for ts in (
+        series,
+        event.lastTimestamp,
+        event.eventTime,
+        event.firstTimestamp,
+        event.metadata.creationTimestamp,
+    ):
         if is_set(ts):
-            return ts  # type: ignore[no-any-return]
+            return ts
     return Timestamp()
 
 
@@ -521,6 +530,32 @@ def _service_account_row(sa: Any, now: datetime, wide: bool) -> list[str]:
 # core/v1 ServiceAccounts, as kubectl prints them: how many Secrets each lists.
 _COLUMNS["ServiceAccount"] = (["NAME", "SECRETS", "AGE"], [])
 _ROWS["ServiceAccount"] = _service_account_row
+
+
+def _more(shown: list[str], limit: int = 3) -> str:
+    if len(shown) > limit:
+        return f"{','.join(shown[:limit])} + {len(shown) - limit} more..."
+    return ",".join(shown) or "<unset>"
+
+
+def _endpoint_slice_row(eps: Any, now: datetime, wide: bool) -> list[str]:
+    ports = [
+        str(p.port) if p.HasField("port") else p.name if p.HasField("name") else "*"
+        for p in eps.ports
+    ]
+    addresses = [a for e in eps.endpoints for a in e.addresses]
+    return [
+        eps.metadata.name,
+        eps.addressType,
+        _more(ports),
+        _more(addresses),
+        age(eps.metadata.creationTimestamp, now),
+    ]
+
+
+# discovery.k8s.io/v1 EndpointSlices, as kubectl prints them.
+_COLUMNS["EndpointSlice"] = (["NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS", "AGE"], [])
+_ROWS["EndpointSlice"] = _endpoint_slice_row
 
 
 def columns(info: KindInfo, *, wide: bool = False, with_namespace: bool = False) -> list[str]:

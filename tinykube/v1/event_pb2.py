@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from tinykube.v1 import meta_pb2 as tinykube_dot_v1_dot_meta__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tinykube/v1/event.proto\x12\x0btinykube.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16tinykube/v1/meta.proto\".\n\x0b\x45ventSource\x12\x11\n\tcomponent\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\"\x90\x03\n\x05\x45vent\x12\x12\n\napiVersion\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.tinykube.v1.ObjectMeta\x12\x34\n\x0einvolvedObject\x18\x04 \x01(\x0b\x32\x1c.tinykube.v1.ObjectReference\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\x12(\n\x06source\x18\x07 \x01(\x0b\x32\x18.tinykube.v1.EventSource\x12\x32\n\x0e\x66irstTimestamp\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rlastTimestamp\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x63ount\x18\n \x01(\x05\x12\x0c\n\x04type\x18\x0b \x01(\t\x12\x1a\n\x12reportingComponent\x18\x0c \x01(\t\x12\x19\n\x11reportingInstance\x18\r \x01(\t\"W\n\tEventList\x12\'\n\x08metadata\x18\x01 \x01(\x0b\x32\x15.tinykube.v1.ListMeta\x12!\n\x05items\x18\x02 \x03(\x0b\x32\x12.tinykube.v1.Event\"C\n\x0f\x45ventWatchEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\"\n\x06object\x18\x02 \x01(\x0b\x32\x12.tinykube.v1.Event\"D\n\x14\x45ventWatchEventBatch\x12,\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1c.tinykube.v1.EventWatchEvent\"7\n\x12\x43reateEventRequest\x12!\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x12.tinykube.v1.Event\"7\n\x12UpdateEventRequest\x12!\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x12.tinykube.v1.Event2\xc0\x03\n\x06\x45vents\x12=\n\x06\x43reate\x12\x1f.tinykube.v1.CreateEventRequest\x1a\x12.tinykube.v1.Event\x12\x32\n\x03Get\x12\x17.tinykube.v1.GetRequest\x1a\x12.tinykube.v1.Event\x12\x38\n\x04List\x12\x18.tinykube.v1.ListRequest\x1a\x16.tinykube.v1.EventList\x12=\n\x06Update\x12\x1f.tinykube.v1.UpdateEventRequest\x1a\x12.tinykube.v1.Event\x12\x38\n\x06\x44\x65lete\x12\x1a.tinykube.v1.DeleteRequest\x1a\x12.tinykube.v1.Event\x12\x42\n\x05Watch\x12\x19.tinykube.v1.WatchRequest\x1a\x1c.tinykube.v1.EventWatchEvent0\x01\x12L\n\nWatchBatch\x12\x19.tinykube.v1.WatchRequest\x1a!.tinykube.v1.EventWatchEventBatch0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tinykube/v1/event.proto\x12\x0btinykube.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16tinykube/v1/meta.proto\".\n\x0b\x45ventSource\x12\x11\n\tcomponent\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\"R\n\x0b\x45ventSeries\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\x12\x34\n\x10lastObservedTime\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa8\x04\n\x05\x45vent\x12\x12\n\napiVersion\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.tinykube.v1.ObjectMeta\x12\x34\n\x0einvolvedObject\x18\x04 \x01(\x0b\x32\x1c.tinykube.v1.ObjectReference\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\x12(\n\x06source\x18\x07 \x01(\x0b\x32\x18.tinykube.v1.EventSource\x12\x32\n\x0e\x66irstTimestamp\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rlastTimestamp\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x63ount\x18\n \x01(\x05\x12\x0c\n\x04type\x18\x0b \x01(\t\x12\x1a\n\x12reportingComponent\x18\x0c \x01(\t\x12\x19\n\x11reportingInstance\x18\r \x01(\t\x12(\n\x06series\x18\x0e \x01(\x0b\x32\x18.tinykube.v1.EventSeries\x12-\n\teventTime\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06\x61\x63tion\x18\x10 \x01(\t\x12-\n\x07related\x18\x11 \x01(\x0b\x32\x1c.tinykube.v1.ObjectReference\"W\n\tEventList\x12\'\n\x08metadata\x18\x01 \x01(\x0b\x32\x15.tinykube.v1.ListMeta\x12!\n\x05items\x18\x02 \x03(\x0b\x32\x12.tinykube.v1.Event\"C\n\x0f\x45ventWatchEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\"\n\x06object\x18\x02 \x01(\x0b\x32\x12.tinykube.v1.Event\"D\n\x14\x45ventWatchEventBatch\x12,\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1c.tinykube.v1.EventWatchEvent\"7\n\x12\x43reateEventRequest\x12!\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x12.tinykube.v1.Event\"7\n\x12UpdateEventRequest\x12!\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x12.tinykube.v1.Event2\xc0\x03\n\x06\x45vents\x12=\n\x06\x43reate\x12\x1f.tinykube.v1.CreateEventRequest\x1a\x12.tinykube.v1.Event\x12\x32\n\x03Get\x12\x17.tinykube.v1.GetRequest\x1a\x12.tinykube.v1.Event\x12\x38\n\x04List\x12\x18.tinykube.v1.ListRequest\x1a\x16.tinykube.v1.EventList\x12=\n\x06Update\x12\x1f.tinykube.v1.UpdateEventRequest\x1a\x12.tinykube.v1.Event\x12\x38\n\x06\x44\x65lete\x12\x1a.tinykube.v1.DeleteRequest\x1a\x12.tinykube.v1.Event\x12\x42\n\x05Watch\x12\x19.tinykube.v1.WatchRequest\x1a\x1c.tinykube.v1.EventWatchEvent0\x01\x12L\n\nWatchBatch\x12\x19.tinykube.v1.WatchRequest\x1a!.tinykube.v1.EventWatchEventBatch0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,18 +35,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_EVENTSOURCE']._serialized_start=97
   _globals['_EVENTSOURCE']._serialized_end=143
-  _globals['_EVENT']._serialized_start=146
-  _globals['_EVENT']._serialized_end=546
-  _globals['_EVENTLIST']._serialized_start=548
-  _globals['_EVENTLIST']._serialized_end=635
-  _globals['_EVENTWATCHEVENT']._serialized_start=637
-  _globals['_EVENTWATCHEVENT']._serialized_end=704
-  _globals['_EVENTWATCHEVENTBATCH']._serialized_start=706
-  _globals['_EVENTWATCHEVENTBATCH']._serialized_end=774
-  _globals['_CREATEEVENTREQUEST']._serialized_start=776
-  _globals['_CREATEEVENTREQUEST']._serialized_end=831
-  _globals['_UPDATEEVENTREQUEST']._serialized_start=833
-  _globals['_UPDATEEVENTREQUEST']._serialized_end=888
-  _globals['_EVENTS']._serialized_start=891
-  _globals['_EVENTS']._serialized_end=1339
+  _globals['_EVENTSERIES']._serialized_start=145
+  _globals['_EVENTSERIES']._serialized_end=227
+  _globals['_EVENT']._serialized_start=230
+  _globals['_EVENT']._serialized_end=782
+  _globals['_EVENTLIST']._serialized_start=784
+  _globals['_EVENTLIST']._serialized_end=871
+  _globals['_EVENTWATCHEVENT']._serialized_start=873
+  _globals['_EVENTWATCHEVENT']._serialized_end=940
+  _globals['_EVENTWATCHEVENTBATCH']._serialized_start=942
+  _globals['_EVENTWATCHEVENTBATCH']._serialized_end=1010
+  _globals['_CREATEEVENTREQUEST']._serialized_start=1012
+  _globals['_CREATEEVENTREQUEST']._serialized_end=1067
+  _globals['_UPDATEEVENTREQUEST']._serialized_start=1069
+  _globals['_UPDATEEVENTREQUEST']._serialized_end=1124
+  _globals['_EVENTS']._serialized_start=1127
+  _globals['_EVENTS']._serialized_end=1575
 # @@protoc_insertion_point(module_scope)

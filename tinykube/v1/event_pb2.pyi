@@ -43,6 +43,33 @@ class EventSource(_message.Message):
 Global___EventSource: _TypeAlias = EventSource  # noqa: Y015
 
 @_typing.final
+class EventSeries(_message.Message):
+    """A series of occurrences of one Event (kube's EventSeries): how many, and the last."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COUNT_FIELD_NUMBER: _builtins.int
+    LASTOBSERVEDTIME_FIELD_NUMBER: _builtins.int
+    count: _builtins.int
+    @_builtins.property
+    def lastObservedTime(self) -> _timestamp_pb2.Timestamp:
+        """A metav1.MicroTime: six fractional digits."""
+
+    def __init__(
+        self,
+        *,
+        count: _builtins.int = ...,
+        lastObservedTime: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lastObservedTime", b"lastObservedTime"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "lastObservedTime", b"lastObservedTime"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EventSeries: _TypeAlias = EventSeries  # noqa: Y015
+
+@_typing.final
 class Event(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -59,6 +86,10 @@ class Event(_message.Message):
     TYPE_FIELD_NUMBER: _builtins.int
     REPORTINGCOMPONENT_FIELD_NUMBER: _builtins.int
     REPORTINGINSTANCE_FIELD_NUMBER: _builtins.int
+    SERIES_FIELD_NUMBER: _builtins.int
+    EVENTTIME_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    RELATED_FIELD_NUMBER: _builtins.int
     apiVersion: _builtins.str
     kind: _builtins.str
     reason: _builtins.str
@@ -68,6 +99,8 @@ class Event(_message.Message):
     """Normal or Warning."""
     reportingComponent: _builtins.str
     reportingInstance: _builtins.str
+    action: _builtins.str
+    """What was done (or failed) about the regarding object."""
     @_builtins.property
     def metadata(self) -> _meta_pb2.ObjectMeta: ...
     @_builtins.property
@@ -78,6 +111,20 @@ class Event(_message.Message):
     def firstTimestamp(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def lastTimestamp(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def series(self) -> Global___EventSeries:
+        """Set by events.k8s.io/v1 writers (kube-scheduler, controller-runtime); the two API views of
+        one Event are in apiserver/rest/eventsview.py.
+        """
+
+    @_builtins.property
+    def eventTime(self) -> _timestamp_pb2.Timestamp:
+        """When the Event was first observed (a metav1.MicroTime)."""
+
+    @_builtins.property
+    def related(self) -> _meta_pb2.ObjectReference:
+        """A second object the Event is about."""
+
     def __init__(
         self,
         *,
@@ -94,10 +141,14 @@ class Event(_message.Message):
         type: _builtins.str = ...,
         reportingComponent: _builtins.str = ...,
         reportingInstance: _builtins.str = ...,
+        series: Global___EventSeries | None = ...,
+        eventTime: _timestamp_pb2.Timestamp | None = ...,
+        action: _builtins.str = ...,
+        related: _meta_pb2.ObjectReference | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["firstTimestamp", b"firstTimestamp", "involvedObject", b"involvedObject", "lastTimestamp", b"lastTimestamp", "metadata", b"metadata", "source", b"source"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["eventTime", b"eventTime", "firstTimestamp", b"firstTimestamp", "involvedObject", b"involvedObject", "lastTimestamp", b"lastTimestamp", "metadata", b"metadata", "related", b"related", "series", b"series", "source", b"source"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["apiVersion", b"apiVersion", "count", b"count", "firstTimestamp", b"firstTimestamp", "involvedObject", b"involvedObject", "kind", b"kind", "lastTimestamp", b"lastTimestamp", "message", b"message", "metadata", b"metadata", "reason", b"reason", "reportingComponent", b"reportingComponent", "reportingInstance", b"reportingInstance", "source", b"source", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "apiVersion", b"apiVersion", "count", b"count", "eventTime", b"eventTime", "firstTimestamp", b"firstTimestamp", "involvedObject", b"involvedObject", "kind", b"kind", "lastTimestamp", b"lastTimestamp", "message", b"message", "metadata", b"metadata", "reason", b"reason", "related", b"related", "reportingComponent", b"reportingComponent", "reportingInstance", b"reportingInstance", "series", b"series", "source", b"source", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

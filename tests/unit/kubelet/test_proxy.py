@@ -1,4 +1,5 @@
-"""The proxy's pure parts: routes from Services and Endpoints, round robin, skipping failures."""
+"""The proxy's pure parts: routes from Services and EndpointSlices, round robin, skipping
+failures, kube-proxy's choice of endpoints (ready, else serving and terminating)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from kubelet.proxy.proxier import (
     RoundRobin,
     ServicePortName,
     desired_state,
+    group_slices,
     ready_endpoints,
 )
 from kubelet.proxy.settings import Settings
 from tinykube.meta import int_or_string_value
-from tinykube.v1 import endpoints_pb2, service_pb2
+from tinykube.v1 import endpointslice_pb2, service_pb2
 
 WEB = ServicePortName("default", "web", "")
 
@@ -36,16 +38,26 @@ def service(type_: str = "ClusterIP", node_port: int = 0) -> service_pb2.Service
     return svc
 
 
-def endpoints(*ips: str, not_ready: tuple[str, ...] = ()) -> endpoints_pb2.ServiceEndpoints:
-    ep = endpoints_pb2.ServiceEndpoints()
-    ep.metadata.name = "web"
-    ep.metadata.namespace = "default"
-    if ips or not_ready:
-        subset = ep.subsets.add()
-        subset.addresses.extend(endpoints_pb2.EndpointAddress(ip=ip) for ip in ips)
-        subset.notReadyAddresses.extend(endpoints_pb2.EndpointAddress(ip=ip) for ip in not_ready)
-        subset.ports.add(name="", port=8080, protocol="TCP")
-    return ep
+def endpoints(
+    *ips: str, not_ready: tuple[str, ...] = (), terminating: tuple[str, ...] = ()
+) -> list[endpointslice_pb2.EndpointSlice]:
+    """The slices of Service web: `ips` ready, `not_ready` not, `terminating` serving and
+    terminating."""
+    eps = endpointslice_pb2.EndpointSlice(addressType="IPv4")
+    eps.metadata.name = "web-abcde"
+    eps.metadata.namespace = "default"
+    eps.metadata.labels["kubernetes.io/service-name"] = "web"
+    eps.ports.add(name="", port=8080, protocol="TCP")
+    for ip in ips:
+        c = eps.endpoints.add(addresses=[ip]).conditions
+        c.ready, c.serving, c.terminating = True, True, False
+    for ip in not_ready:
+        c = eps.endpoints.add(addresses=[ip]).conditions
+        c.ready, c.serving, c.terminating = False, False, False
+    for ip in terminating:
+        c = eps.endpoints.add(addresses=[ip]).conditions
+        c.ready, c.serving, c.terminating = False, True, True
+    return [eps]
 
 
 def test_routes_only_for_ports_with_ready_endpoints() -> None:
@@ -68,10 +80,41 @@ def test_routes_only_for_ports_with_ready_endpoints() -> None:
 
 def test_ready_endpoints_match_the_port_name() -> None:
     ep = endpoints("10.0.0.1")
-    ep.subsets[0].ports[0].name = "http"
+    ep[0].ports[0].name = "http"
     assert ready_endpoints(ep, "http") == [("10.0.0.1", 8080)]
     assert ready_endpoints(ep, "") == []
     assert ready_endpoints(None, "") == []
+
+
+def test_serving_terminating_endpoints_only_when_none_is_ready() -> None:
+    both = endpoints("10.0.0.1", not_ready=("10.0.0.2",), terminating=("10.0.0.3",))
+    assert ready_endpoints(both, "") == [("10.0.0.1", 8080)]
+    draining = endpoints(not_ready=("10.0.0.2",), terminating=("10.0.0.3",))
+    assert ready_endpoints(draining, "") == [("10.0.0.3", 8080)]
+    # A terminating endpoint that no longer serves gets nothing.
+    done = endpoints(terminating=("10.0.0.3",))
+    done[0].endpoints[0].conditions.serving = False
+    assert ready_endpoints(done, "") == []
+
+
+def test_unset_conditions_count_as_ready_and_pairs_are_used_once() -> None:
+    [eps] = endpoints()
+    eps.endpoints.add(addresses=["10.0.0.1"])  # no conditions: ready, as kube-proxy reads it
+    eps.endpoints.add(addresses=["10.0.0.1"])  # the same address:port again
+    ipv6 = endpointslice_pb2.EndpointSlice(addressType="IPv6")
+    ipv6.ports.add(name="", port=8080, protocol="TCP")
+    ipv6.endpoints.add(addresses=["fd00::1"])
+    assert ready_endpoints([eps, ipv6], "") == [("10.0.0.1", 8080)]
+
+
+def test_slices_group_by_their_service_name_label() -> None:
+    a, b, stray = (endpointslice_pb2.EndpointSlice() for _ in range(3))
+    for eps, name in ((a, "web-b"), (b, "web-a"), (stray, "x")):
+        eps.metadata.name = name
+        eps.metadata.namespace = "default"
+    a.metadata.labels["kubernetes.io/service-name"] = "web"
+    b.metadata.labels["kubernetes.io/service-name"] = "web"
+    assert group_slices([a, stray, b]) == {"default/web": [b, a]}
 
 
 def test_round_robin_rotates_and_survives_endpoint_changes() -> None:

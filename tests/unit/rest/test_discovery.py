@@ -14,6 +14,7 @@ def test_every_group_version_has_its_resources() -> None:
     assert paths == [
         "api/v1",
         "apis/apps/v1",
+        "apis/events.k8s.io/v1",
         "apis/authentication.k8s.io/v1",
         "apis/authorization.k8s.io/v1",
         "apis/batch/v1",
@@ -23,6 +24,7 @@ def test_every_group_version_has_its_resources() -> None:
         "apis/storage.k8s.io/v1",
         "apis/scheduling.k8s.io/v1",
         "apis/coordination.k8s.io/v1",
+        "apis/discovery.k8s.io/v1",
         "apis/resource.k8s.io/v1",
     ]
     apps = d.lookup("apps", "v1")

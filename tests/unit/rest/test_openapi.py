@@ -80,6 +80,11 @@ DEFINITION_NAMES = [
     ("ConfigMap", f"{CORE}.ConfigMap", f"{CORE}.ConfigMapList"),
     ("Secret", f"{CORE}.Secret", f"{CORE}.SecretList"),
     ("ServiceAccount", f"{CORE}.ServiceAccount", f"{CORE}.ServiceAccountList"),
+    (
+        "EndpointSlice",
+        "io.k8s.api.discovery.v1.EndpointSlice",
+        "io.k8s.api.discovery.v1.EndpointSliceList",
+    ),
 ]
 
 
@@ -244,6 +249,7 @@ def test_v3_index_names_each_document_with_its_hash(api: OpenAPI) -> None:
         "apis/apps/v1",
         "apis/batch/v1",
         "apis/coordination.k8s.io/v1",
+        "apis/discovery.k8s.io/v1",
         "apis/policy/v1",
         "apis/rbac.authorization.k8s.io/v1",
         "apis/scheduling.k8s.io/v1",

@@ -1106,6 +1106,13 @@ ATOMIC_IN_KUBERNETES = {
     ("tinykube.v1.UncountedTerminatedPods", "failed"),
     # core/v1 ServiceAccount: listType=atomic
     ("tinykube.v1.ServiceAccount", "imagePullSecrets"),
+    # discovery/v1 EndpointSlice: endpoints and ports listType=atomic, addresses listType=set,
+    # hints' lists atomic
+    ("tinykube.v1.EndpointSlice", "ports"),
+    ("tinykube.v1.EndpointSlice", "endpoints"),
+    ("tinykube.v1.Endpoint", "addresses"),
+    ("tinykube.v1.EndpointHints", "forNodes"),
+    ("tinykube.v1.EndpointHints", "forZones"),
 }
 
 
