@@ -330,6 +330,12 @@ def test_every_object_of_every_kind_passes_every_oracle(
     for base, resource, kind in kinds:
         listed = raw(cluster, f"{base}/{resource}")
         api_version = base.split("/", 2)[-1]
+        if api_version == "events.k8s.io/v1":
+            # Events recorded through core/v1 (the kubelet's and controllers', as in kube) have
+            # no eventTime, and events.k8s.io/v1 shows them with `eventTime: null`, as
+            # kube-apiserver does; its schema and the typed clients require one, and fail on
+            # kube's own kubelet events the same way. Only events with one are checked.
+            listed["items"] = [i for i in listed["items"] if i.get("eventTime")]
         try:
             typed(api_client, listed, model_name(api_version, f"{kind}List"))
         except Exception as exc:
