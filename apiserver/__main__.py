@@ -78,6 +78,49 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         help="events one watcher may lag behind before it is cut off",
     )
     p.add_argument(
+        "--watcher-queue-bytes",
+        type=int,
+        default=int(_env("WATCHER_QUEUE_BYTES", _DEFAULTS.watcher_queue_bytes)),
+        help="serialized event bytes one watcher may lag behind before it is cut off; 0: "
+        "bounded by --watcher-queue-size only (env TINYKUBE_WATCHER_QUEUE_BYTES)",
+    )
+    p.add_argument(
+        "--write-timeout",
+        type=float,
+        default=float(_env("WRITE_TIMEOUT", _DEFAULTS.write_timeout_seconds)),
+        help="seconds a client may leave a response or watch write untaken before its "
+        "connection is closed; 0: no deadline (env TINYKUBE_WRITE_TIMEOUT)",
+    )
+    p.add_argument(
+        "--read-header-timeout",
+        type=float,
+        default=float(_env("READ_HEADER_TIMEOUT", _DEFAULTS.read_header_timeout_seconds)),
+        help="seconds a REST connection gets to send a request's head (and an idle one stays "
+        "open), as Go's ReadHeaderTimeout (env TINYKUBE_READ_HEADER_TIMEOUT)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=float(_env("REQUEST_TIMEOUT", _DEFAULTS.request_timeout_seconds)),
+        help="seconds a REST request body gets to arrive whole (kube-apiserver's "
+        "--request-timeout) (env TINYKUBE_REQUEST_TIMEOUT)",
+    )
+    p.add_argument(
+        "--access-log",
+        action="store_true",
+        default=_env("ACCESS_LOG", "").lower() in ("1", "true", "yes"),
+        help="log one line per REST and gRPC request: verb, URI, status, latency, user agent, "
+        "user, source address (env TINYKUBE_ACCESS_LOG)",
+    )
+    p.add_argument(
+        "-v",
+        "--v",
+        type=int,
+        default=int(_env("V", 0)),
+        help="kube-apiserver's log verbosity: 3 or more turns the access log on, as "
+        "kube-apiserver's httplog (env TINYKUBE_V)",
+    )
+    p.add_argument(
         "--compaction-interval",
         type=float,
         default=float(_env("COMPACTION_INTERVAL", _DEFAULTS.compaction_interval_seconds)),
@@ -184,6 +227,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         watch_cache_size=args.watch_cache_size,
         watch_cache_bytes=args.watch_cache_bytes,
         watcher_queue_size=args.watcher_queue_size,
+        watcher_queue_bytes=args.watcher_queue_bytes,
+        write_timeout_seconds=args.write_timeout,
+        read_header_timeout_seconds=args.read_header_timeout,
+        request_timeout_seconds=args.request_timeout,
+        access_log=args.access_log or args.v >= 3,
         compaction_interval_seconds=args.compaction_interval,
         max_request_bytes=args.max_request_bytes,
         max_object_bytes=args.max_object_bytes,

@@ -151,6 +151,7 @@ class APIServer:
                 window_size=settings.watch_cache_size,
                 window_bytes=settings.watch_cache_bytes,
                 watcher_queue_size=settings.watcher_queue_size,
+                watcher_queue_bytes=settings.watcher_queue_bytes,
                 bookmark_interval=settings.bookmark_interval_seconds,
                 wait_timeout=settings.cache_wait_seconds,
                 index_field=INDEX_FIELD.get(info.kind),

@@ -38,8 +38,14 @@ from apiserver.flowcontrol import (
 from apiserver.grpcattributes import grpc_api_group, grpc_attributes
 from apiserver.metrics import Metrics
 from apiserver.resources import ResourceStore
-from apiserver.watchcache import batch_messages, encode_list
-from tinykube.errors import RETRY_PUSHBACK_KEY, BadRequestError, TinykubeError, abort_with
+from apiserver.watchcache import encode_list, iter_batch_messages
+from tinykube.errors import (
+    RETRY_PUSHBACK_KEY,
+    BadRequestError,
+    DeadlineExceededError,
+    TinykubeError,
+    abort_with,
+)
 from tinykube.kinds import ALL_KINDS, NAMESPACE, POD, KindInfo
 from tinykube.v1 import meta_pb2, pod_pb2
 
@@ -396,6 +402,24 @@ def _managed(call: Callable[..., Awaitable[Any]]) -> Callable[[Any, Any], Awaita
     return handle
 
 
+async def _write(
+    write: Callable[[bytes], Awaitable[None]], message: bytes, deadline: float
+) -> None:
+    """One watch message, which the client must take within `deadline` seconds (0: no limit).
+    A client that stopped reading would otherwise hold this message, and its stream, forever
+    (HTTP/2 flow control blocks the write); past the deadline the stream is cancelled."""
+    if deadline <= 0:
+        await write(message)
+        return
+    try:
+        async with asyncio.timeout(deadline):
+            await write(message)
+    except TimeoutError:
+        raise DeadlineExceededError(
+            f"watch closed: the client took no data for {deadline:g}s (write deadline)"
+        ) from None
+
+
 class GrpcResource:
     """One kind's gRPC service over its `ResourceStore`."""
 
@@ -439,18 +463,24 @@ class GrpcResource:
             resource.info.kind, method
         )
         window = resource.settings.watch_batch_window_seconds if batched else 0.0
+        deadline = resource.settings.write_timeout_seconds
         monotonic = resource.clock.monotonic
         last_sent = -window
         try:
             batch = initial
             del initial
             while True:
-                messages = batch_messages(batch) if batched else [data for data, _ in batch]
+                count = len(batch)
+                messages = iter_batch_messages(batch) if batched else (d for d, _ in batch)
+                del batch  # each message holds its events' bytes only while it is written
+                sent = 0
                 for message in messages:
-                    await write(message)
-                events_sent.inc(len(batch))
-                messages_sent.inc(len(messages))
-                if messages:
+                    await _write(write, message, deadline)
+                    sent += 1
+                del messages
+                events_sent.inc(count)
+                messages_sent.inc(sent)
+                if sent:
                     last_sent = monotonic()
                 batch = await watcher.drain_events()
                 if not batch:

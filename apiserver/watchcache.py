@@ -19,8 +19,9 @@ replays window events newer than R; R older than the window is OUT_OF_RANGE. Lab
 run here, with Kubernetes' transitions (an object that leaves a watcher's filter is DELETED for
 it, one that enters is ADDED). Watchers whose field selector pins an indexed field (pods:
 spec.nodeName) are indexed by its value, so a thousand kubelets do not mean a thousand filter
-checks per event. A watcher's queue is bounded; one that falls behind is cut off with
-RESOURCE_EXHAUSTED rather than slowing the others.
+checks per event. A watcher's queue is bounded by events and by bytes; one that falls behind is
+cut off with RESOURCE_EXHAUSTED rather than slowing the others, and what it had queued is
+dropped at once (kube's cacheWatcher), so a client that stopped reading holds no memory.
 
 REST watchers (`Watcher.json`) get the same events as newline-delimited JSON lines
 (`{"type":..,"object":..}`, Kubernetes' watch stream). The JSON of each object version and of
@@ -42,7 +43,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -91,8 +92,10 @@ def encode_event(event_type: str, data: bytes) -> bytes:
 
 
 # A WatchBatch message stays well under every client's receive limit (the initial replay of a
-# big cache is split), but never between two events of one revision.
-MAX_BATCH_BYTES = 4 * 1024 * 1024
+# big cache is split), but never between two events of one revision. It is also what a watcher
+# whose client stopped reading holds in gRPC's send buffer until the write deadline: 1 MiB
+# still carries hundreds of pod events per message.
+MAX_BATCH_BYTES = 1024 * 1024
 
 # An encoded watch event and the etcd revision it belongs to.
 Queued = tuple[bytes, int]
@@ -107,13 +110,18 @@ def batch_messages(events: list[Queued]) -> list[bytes]:
     several objects may share a revision, and a client resuming from the last resourceVersion
     it received must have received every event of that revision.
     """
-    out: list[bytes] = []
+    return list(iter_batch_messages(events))
+
+
+def iter_batch_messages(events: list[Queued]) -> Iterator[bytes]:
+    """`batch_messages`, one message at a time: a watcher whose client is slow holds only the
+    message being written, not every message of its batch joined at once."""
     parts: list[bytes] = []
     size = 0
     last = None
     for data, revision in events:
         if size and size + len(data) > MAX_BATCH_BYTES and revision != last:
-            out.append(b"".join(parts))
+            yield b"".join(parts)
             parts = []
             size = 0
         head = b"\x0a" + _varint(len(data))
@@ -122,8 +130,7 @@ def batch_messages(events: list[Queued]) -> list[bytes]:
         size += len(head) + len(data)
         last = revision
     if parts:
-        out.append(b"".join(parts))
-    return out
+        yield b"".join(parts)
 
 
 def encode_list(resource_version: str, items: list[bytes], continue_token: str = "") -> bytes:
@@ -277,6 +284,8 @@ class Watcher:
     fields: FieldSelector
     bookmarks: bool
     max_queue: int
+    # Serialized bytes the queue may hold (0: no byte bound); one event alone may exceed it.
+    max_bytes: int = 0
     # False for a plain Watch (one event per message): see TxnBatcher.exclusive.
     batched: bool = True
     # A REST watch: queued events are JSON lines instead of protobuf WatchEvents.
@@ -284,6 +293,7 @@ class Watcher:
     index_value: str | None = None
     last_revision: int = 0
     _queue: collections.deque[Queued] = field(default_factory=collections.deque)
+    _queued_bytes: int = 0
     _wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     error: TinykubeError | None = None
     closed: bool = False
@@ -302,21 +312,29 @@ class Watcher:
         if self.closed:
             return
         queue = self._queue
-        if len(queue) >= self.max_queue:
-            # The client will resume from the last resourceVersion it received, so it must
-            # not receive part of a revision: what is queued of this one goes too.
-            while queue and queue[-1][1] == revision:
-                queue.pop()
-            self.close(
-                ResourceExhaustedError(
-                    f"watch closed: the client is too slow to keep up ({self.max_queue} events "
-                    "queued); restart the watch from the last resourceVersion received"
-                )
-            )
+        size = self._queued_bytes + len(data)
+        if len(queue) >= self.max_queue or (self.max_bytes and size > self.max_bytes and queue):
+            self._overflow()
             return
         queue.append((data, revision))
+        self._queued_bytes = size
         self.last_revision = revision
         self._wakeup.set()
+
+    def _overflow(self) -> None:
+        """Drop this watcher as too slow (kube's cacheWatcher): what it had queued goes at once,
+        so a client that stopped reading keeps no memory alive, and the error event is all it
+        gets next. It resumes from the last resourceVersion it received, which lies before
+        everything dropped here, so it never holds part of a revision."""
+        held, size = len(self._queue), self._queued_bytes
+        self._queue = collections.deque()
+        self._queued_bytes = 0
+        self.close(
+            ResourceExhaustedError(
+                f"watch closed: the client is too slow to keep up ({held} events, {size} bytes "
+                "queued); restart the watch from the last resourceVersion received"
+            )
+        )
 
     def close(self, error: TinykubeError | None = None) -> None:
         if not self.closed:
@@ -330,6 +348,7 @@ class Watcher:
             return []
         items = list(self._queue)
         self._queue.clear()
+        self._queued_bytes = 0
         return items
 
     async def drain_events(self) -> list[Queued]:
@@ -364,6 +383,7 @@ class WatchCache:
         metrics: Metrics,
         window_size: int,
         watcher_queue_size: int,
+        watcher_queue_bytes: int = 0,
         window_bytes: int = 0,
         bookmark_interval: float,
         wait_timeout: float,
@@ -379,6 +399,7 @@ class WatchCache:
         # 0: the window is bounded by count only.
         self.window_bytes = window_bytes
         self.watcher_queue_size = watcher_queue_size
+        self.watcher_queue_bytes = watcher_queue_bytes
         self.bookmark_interval = bookmark_interval
         self.wait_timeout = wait_timeout
         self.index_field = index_field
@@ -825,6 +846,7 @@ class WatchCache:
             fields=fields,
             bookmarks=bookmarks,
             max_queue=self.watcher_queue_size,
+            max_bytes=self.watcher_queue_bytes,
             batched=batched,
             json=json,
         )

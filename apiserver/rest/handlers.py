@@ -26,6 +26,8 @@ from typing import Any, TypeVar
 
 import yaml
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from multidict import MultiMapping
@@ -266,6 +268,40 @@ def label_selector_text(selector: Mapping[str, Any]) -> str:
     return ",".join(text for _, text in sorted(parts))
 
 
+async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
+    """The whole request body: over `limit` bytes is 413; a body that does not arrive whole
+    within `seconds` (a chunked body that never ends) or does not decode (a
+    Content-Encoding it does not have) is 400, and the connection is closed after the answer."""
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large(limit)
+    try:
+        async with asyncio.timeout(seconds):
+            body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise too_large(limit) from None
+    except TimeoutError:
+        message = f"the request body did not arrive within {seconds:g}s"
+        raise _unreadable(request, message) from None
+    except (RequestPayloadError, HttpProcessingError) as exc:
+        encoding = request.headers.get("Content-Encoding", "")
+        what = f" (Content-Encoding: {encoding})" if encoding else ""
+        cause = getattr(exc, "message", "") or str(exc) or type(exc).__name__
+        message = f"the request body could not be read{what}: {cause}"
+        raise _unreadable(request, message) from None
+    if len(body) > limit:
+        raise too_large(limit)
+    return body
+
+
+def _unreadable(request: web.Request, message: str) -> BadRequestError:
+    # The rest of the body is still coming, or garbage: the connection cannot carry another
+    # request. It closes after the answer, without reading on (aiohttp would otherwise read
+    # the broken body again after the answer, and log that).
+    request.protocol.close()
+    request.content.feed_eof()
+    return BadRequestError(message)
+
+
 class ResourceHandlers:
     """The verbs of every resource (stored or always-empty), over the kinds' services."""
 
@@ -417,15 +453,9 @@ class ResourceHandlers:
         media = codecs.content_type_of(request.headers.get("Content-Type", "")) or codecs.JSON
         if media not in allowed:
             raise unsupported_media_type(list(allowed))
-        limit = self.settings.max_request_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise too_large(limit)
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise too_large(limit) from None
-        if len(body) > limit:
-            raise too_large(limit)
+        body = await read_body(
+            request, self.settings.max_request_bytes, self.settings.request_timeout_seconds
+        )
         return body, media
 
     async def _decoded(
@@ -638,10 +668,13 @@ class ResourceHandlers:
             deadline = loop.time() + timeout
             while True:
                 if lines:
-                    if fmt == AS_TABLE:
-                        await resp.write(self._table_events(target, q, lines))
-                    else:
-                        await resp.write(b"".join(lines))
+                    chunk = (
+                        self._table_events(target, q, lines) if fmt == AS_TABLE else b"".join(lines)
+                    )
+                    lines = []
+                    if not await self._send(request, resp, chunk):
+                        return resp
+                    del chunk
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
@@ -651,14 +684,34 @@ class ResourceHandlers:
                 except TimeoutError:
                     break
                 except TinykubeError as exc:
-                    await resp.write(self._error_event(exc, target))
+                    # The watch is over (a watcher cut off as too slow, a cache reset): the
+                    # error event, then the connection closes, as kube-apiserver ends it.
+                    await self._send(request, resp, self._error_event(exc, target))
+                    resp.force_close()
                     break
                 if not queued:
                     break
                 lines = [line for line, _ in queued]
+                del queued
             return resp
         finally:
             service.cache.unregister(watcher)
+
+    async def _send(self, request: web.Request, resp: web.StreamResponse, data: bytes) -> bool:
+        """Write part of a stream; False (the connection closed) if the client did not take it
+        within the write deadline: a socket nobody reads must not hold its watch forever."""
+        seconds = self.settings.write_timeout_seconds
+        if seconds <= 0:
+            await resp.write(data)
+            return True
+        try:
+            async with asyncio.timeout(seconds):
+                await resp.write(data)
+        except TimeoutError:
+            if request.transport is not None:
+                request.transport.abort()
+            return False
+        return True
 
     async def _start_stream(self, request: web.Request, fmt: str) -> web.StreamResponse:
         content_type = (
