@@ -213,7 +213,11 @@ class APIServer:
         self.grpc = GrpcServer(
             settings.bind_address,
             [info.service for info in ALL_KINDS],
-            interceptors=[MetricsInterceptor(self.metrics, self.limiter, self.enforcer)],
+            interceptors=[
+                MetricsInterceptor(
+                    self.metrics, self.limiter, self.enforcer, access_log=settings.access_log
+                )
+            ],
             tls=self.serving_tls,
         )
         handlers = tuple(GrpcResource(r).handler() for r in self.services.values())

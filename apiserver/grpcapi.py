@@ -50,6 +50,21 @@ from tinykube.kinds import ALL_KINDS, NAMESPACE, POD, KindInfo
 from tinykube.v1 import meta_pb2, pod_pb2
 
 log = logging.getLogger(__name__)
+# The access log (`--access-log`), shared with the REST front end's lines.
+access_log = logging.getLogger("apiserver.access")
+
+
+def go_duration(seconds: float) -> str:
+    """A duration as Go's time.Duration prints it (the latency of kube's httplog)."""
+    if seconds >= 1:
+        return f"{seconds:.6g}s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.6g}ms"
+    return f"{seconds * 1e6:.6g}µs"
+
+
+def _code_name(code: Any) -> str:
+    return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
 
 
 class LogLimiter:
@@ -133,7 +148,8 @@ def _cancellation_code(method: str, context: Any, start: float) -> str:
         # The client's deadline passed: it already has DEADLINE_EXCEEDED and retries.
         log.debug("%s: deadline exceeded after %.3fs", method, elapsed)
         return "DEADLINE_EXCEEDED"
-    log.warning(
+    # A client going away is normal life (issue 22): DEBUG, not a warning.
+    log.debug(
         "%s cancelled after %.3fs with %s left (client cancel or stream reset)",
         method,
         elapsed,
@@ -201,8 +217,12 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         metrics: Metrics,
         limiter: Limiter | None = None,
         enforcer: Enforcer | None = None,
+        *,
+        access_log: bool = False,
     ) -> None:
         self.metrics = metrics
+        # One line per RPC once it ends (`--access-log`), as the REST front end's.
+        self.access_log = access_log
         self.limiter = limiter if limiter is not None and limiter.enabled else None
         # Authentication and authorization of every tinykube RPC (None: --insecure, nothing
         # is checked).
@@ -281,7 +301,9 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                 duration.observe(time.perf_counter() - start)
                 return response
 
-            return handler._replace(unary_unary=unary)
+            return handler._replace(
+                unary_unary=self._logged(unary, method) if self.access_log else unary
+            )
         if handler.unary_stream is not None:
             inner_stream: Any = handler.unary_stream
             if self.enforcer is not None:
@@ -311,8 +333,53 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                 finally:
                     count(short, code)
 
-            return handler._replace(unary_stream=stream)
+            return handler._replace(
+                unary_stream=self._logged(stream, method) if self.access_log else stream
+            )
         return handler
+
+    def _logged(
+        self, inner: Callable[[Any, Any], Awaitable[Any]], method: str
+    ) -> Callable[[Any, Any], Awaitable[Any]]:
+        """`inner` with an access log line once the call ends: method, status code, latency,
+        user agent, user, peer (kube-apiserver's httplog fields, in gRPC's terms)."""
+        enforcer = self.enforcer
+
+        async def logged(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            start = time.perf_counter()
+            code = "OK"
+            try:
+                return await inner(request, context)
+            except grpc.aio.AbortError:
+                code = _code_name(context.code())
+                raise
+            except asyncio.CancelledError:
+                code = "CANCELLED"
+                raise
+            except BaseException:
+                code = "UNKNOWN"
+                raise
+            finally:
+                agent = user = ""
+                for key, value in context.invocation_metadata() or ():
+                    if key == "user-agent":
+                        agent = value if isinstance(value, str) else value.decode()
+                if enforcer is not None:
+                    try:
+                        user = enforcer.grpc_identity(context).name
+                    except Exception:  # refused: the line says who it was not
+                        user = ""
+                access_log.info(
+                    'GRPC method="%s" latency="%s" userAgent="%s" user="%s" peer="%s" code=%s',
+                    method,
+                    go_duration(time.perf_counter() - start),
+                    agent.replace('"', '\\"'),
+                    user.replace('"', '\\"'),
+                    context.peer(),
+                    code,
+                )
+
+        return logged
 
     def _limited(
         self,

@@ -30,7 +30,7 @@ from apiserver.auth.authorizer import ALL_UNAUTHENTICATED, ANONYMOUS, Authorizer
 from apiserver.auth.filters import REQUESTER, Enforcer, needs_requester
 from apiserver.auth.review import self_subject_access_review
 from apiserver.flowcontrol import Limiter
-from apiserver.grpcapi import LogLimiter
+from apiserver.grpcapi import LogLimiter, access_log, go_duration
 from apiserver.metrics import Metrics
 from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
@@ -64,8 +64,6 @@ from tinykube.errors import InvalidError, TinykubeError
 from tinykube.tls import PLAINTEXT, Credentials
 
 log = logging.getLogger(__name__)
-# The access log (`--access-log`): its own logger, so it can be routed or silenced alone.
-access_log = logging.getLogger("apiserver.access")
 
 # What a request is about, for the Status of an error raised while serving it.
 # What client-go asks /openapi/v2 for, and the type kube-apiserver answers it with.
@@ -255,7 +253,7 @@ class RestServer:
                 'HTTP verb="%s" URI="%s" latency="%s" userAgent="%s" user="%s" srcIP="%s" resp=%d',
                 _verb(request),
                 _quoted(request.path_qs),
-                _latency(time.perf_counter() - start),
+                go_duration(time.perf_counter() - start),
                 _quoted(request.headers.get("User-Agent", "")),
                 _quoted(identity.name if identity is not None else ""),
                 _peer(request.transport),
@@ -506,15 +504,6 @@ def _verb(request: web.Request) -> str:
 
 def _quoted(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _latency(seconds: float) -> str:
-    """Go's time.Duration text, as the latency in kube's httplog."""
-    if seconds >= 1:
-        return f"{seconds:.6g}s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.6g}ms"
-    return f"{seconds * 1e6:.6g}µs"
 
 
 def _peer(transport: asyncio.BaseTransport | None) -> str:
