@@ -67,7 +67,7 @@ from tinykube.kinds import (
     SERVICE_ACCOUNT,
     KindInfo,
 )
-from tinykube.serving import GrpcServer
+from tinykube.serving import GrpcServer, ListenError
 from tinykube.tls import PLAINTEXT, Credentials, ServingTLS, TLSConfigError
 from tinykube.v1 import meta_pb2, namespace_pb2, serviceaccount_pb2
 
@@ -302,9 +302,11 @@ class APIServer:
             host = self.settings.bind_address.rsplit(":", 1)[0].strip("[]") or "0.0.0.0"
             try:
                 self.rest_port = await self.rest.start(host, self.settings.rest_port)
-            except OSError:
+            except OSError as exc:
                 await self.grpc.stop(0)
-                raise
+                raise ListenError(
+                    "--rest-port", f"{host}:{self.settings.rest_port}", exc.strerror or str(exc)
+                ) from exc
         await self._set_serving(False)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(
