@@ -177,6 +177,8 @@ class RestServer:
             # Go's ReadHeaderTimeout: aiohttp's keep-alive timer runs from the connection's
             # start, so a request head that never ends (an HTTP/0.9 line) is closed by it.
             keepalive_timeout=self.settings.read_header_timeout_seconds,
+            # Request bodies are decoded by handlers.read_body (bounded, a Status on failure).
+            auto_decompress=False,
             lingering_time=2.0,
         )
         await runner.setup()
