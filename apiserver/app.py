@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from typing import Any
 
 from aiohttp import web
@@ -304,9 +305,8 @@ class APIServer:
                 self.rest_port = await self.rest.start(host, self.settings.rest_port)
             except OSError as exc:
                 await self.grpc.stop(0)
-                raise ListenError(
-                    "--rest-port", f"{host}:{self.settings.rest_port}", exc.strerror or str(exc)
-                ) from exc
+                why = os.strerror(exc.errno) if exc.errno else str(exc)
+                raise ListenError("--rest-port", f"{host}:{self.settings.rest_port}", why) from exc
         await self._set_serving(False)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(

@@ -57,4 +57,5 @@ def test_an_apiserver_whose_port_is_taken_says_so_in_one_line(
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"apiserver: cannot listen on 127.0.0.1:{taken} {flag}: "), last
+    assert last.endswith("Address already in use"), last
     assert "Traceback" not in done.stderr
