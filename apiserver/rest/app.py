@@ -86,6 +86,8 @@ def anonymous(request: web.Request) -> Identity:
     return ANONYMOUS_IDENTITY
 
 
+# Answers smaller than this go out through the socket's buffers without waiting for the client.
+_BUFFERED_BYTES = 64 * 1024
 # kube-apiserver (Go's net/http) reads up to 1 MiB of request line and headers
 # (http.DefaultMaxHeaderBytes); aiohttp's 8 KiB default refused long label selectors.
 MAX_HEADER_BYTES = 1 << 20
@@ -153,7 +155,7 @@ class RestServer:
         enforced = [self._enforce] if enforcer is not None else []
         logged = [self._access] if settings.access_log else []
         self.app = web.Application(
-            middlewares=[*logged, *enforced, *limited, self._errors],
+            middlewares=[*logged, *enforced, *limited, self._errors, self._write_deadline],
             client_max_size=settings.max_request_bytes + 1,
         )
         self.app.router.add_route("*", "/{path:.*}", self._route)
@@ -261,6 +263,32 @@ class RestServer:
                 _peer(request.transport),
                 status,
             )
+
+    # ---- slow readers -----------------------------------------------------------------------
+
+    @web.middleware
+    async def _write_deadline(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Send a big answer here, within the write deadline: aiohttp would write it after the
+        handler with no bound, and a client that never reads would hold it (a LIST of
+        megabytes) and its connection forever. Small answers fit the socket's buffers."""
+        response = await handler(request)
+        seconds = self.settings.write_timeout_seconds
+        body = response.body if isinstance(response, web.Response) else None
+        if seconds <= 0 or response.prepared or not isinstance(body, bytes):
+            return response
+        if len(body) < _BUFFERED_BYTES:
+            return response
+        await response.prepare(request)
+        try:
+            async with asyncio.timeout(seconds):
+                await response.write_eof()
+        except TimeoutError:
+            log.debug(
+                "REST %s %s: the client took nothing for %gs", request.method, request.path, seconds
+            )
+            if request.transport is not None:
+                request.transport.abort()
+        return response
 
     # ---- errors -----------------------------------------------------------------------------
 

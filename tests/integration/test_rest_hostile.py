@@ -310,6 +310,45 @@ async def test_a_watcher_that_stops_reading_is_closed_after_the_write_deadline(
     writer.close()
 
 
+async def test_a_big_answer_nobody_reads_is_dropped_at_the_write_deadline(
+    rest: Rest, errors: Errors
+) -> None:
+    path = "/api/v1/namespaces/default/configmaps"
+    blob = "y" * 900_000
+    for i in range(12):
+        cm = {"metadata": {"name": f"big{i}", "labels": {"set": "big"}}, "data": {"k": blob}}
+        code, body = await rest.call("POST", path, json.dumps(cm).encode())
+        assert code == 201, body
+    runner = rest.running.server.rest._runner  # type: ignore[union-attr]
+    assert runner is not None and runner.server is not None
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (rest.host, rest.port))
+    reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 16)
+    writer.write(f"GET {path}?labelSelector=set%3Dbig HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+    assert length > 10_000_000
+    writer.transport.pause_reading()  # and never read the 10 MB
+
+    def open_connections() -> int:
+        return len(runner.server.connections)  # type: ignore[union-attr]
+
+    async with asyncio.timeout(60):  # the server lets go within its write deadline (2 s)
+        while open_connections() > 0:  # noqa: ASYNC110 (the server's state, no event to wait on)
+            await asyncio.sleep(0.1)
+    writer.transport.resume_reading()
+    got = 0
+    with contextlib.suppress(ConnectionError):
+        while chunk := await asyncio.wait_for(reader.read(1 << 20), 30):
+            got += len(chunk)
+    assert got < length
+    writer.close()
+
+
 def test_the_access_log_has_a_line_per_request(caplog: pytest.LogCaptureFixture) -> None:
     from apiserver.grpcapi import go_duration
 
