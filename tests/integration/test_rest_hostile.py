@@ -349,6 +349,56 @@ async def test_a_big_answer_nobody_reads_is_dropped_at_the_write_deadline(
     writer.close()
 
 
+async def test_a_rest_watcher_too_slow_gets_its_error_event_and_the_stream_closes(
+    etcd_server: EtcdServer,
+) -> None:
+    running = await start_apiserver(
+        make_settings(
+            etcd_server.endpoint,
+            rest_port=0,
+            watcher_queue_bytes=300_000,
+            write_timeout_seconds=0,  # only the queue bound acts here
+        )
+    )
+    host, _, port = running.server.rest_address.rpartition(":")
+    path = "/api/v1/namespaces/default/configmaps"
+    cache = running.server.caches["ConfigMap"]
+    try:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+        reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 22)
+        writer.write(f"GET {path}?watch=true HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        await writer.drain()
+        assert (await asyncio.wait_for(reader.readline(), 10)).startswith(b"HTTP/1.1 200")
+        writer.transport.pause_reading()
+        async with aiohttp.ClientSession() as session:
+            for i in range(40):  # 8 MB: past the socket buffers, then past the queue's bound
+                cm = {"metadata": {"name": f"slow{i}"}, "data": {"k": "z" * 200_000}}
+                url = f"http://{host}:{port}{path}"
+                async with session.post(url, json=cm) as resp:
+                    assert resp.status == 201, await resp.text()
+        (watcher,) = cache.watchers()
+        async with asyncio.timeout(30):
+            while not watcher.closed:  # noqa: ASYNC110 (the server's state, no event)
+                await asyncio.sleep(0.05)
+        assert not watcher._queue  # dropped with the watcher
+        writer.transport.resume_reading()
+        lines = []
+        async with asyncio.timeout(60):
+            while line := await reader.readline():
+                lines.append(line)
+        # the stream ends (chunked terminator, then the server closes) after the ERROR event
+        events = [json.loads(x) for x in lines if x.startswith(b'{"type"')]
+        assert events[-1]["type"] == "ERROR", events[-1]
+        assert events[-1]["object"]["code"] == 429
+        assert "too slow" in events[-1]["object"]["message"]
+        writer.close()
+    finally:
+        await running.server.stop()
+
+
 def test_the_access_log_has_a_line_per_request(caplog: pytest.LogCaptureFixture) -> None:
     from apiserver.grpcapi import go_duration
 
