@@ -630,14 +630,27 @@ class _TlsSite(web.BaseSite):
                 )
                 return
             if first[:1].isalpha():
-                with contextlib.suppress(OSError):
-                    conn.send(PLAIN_HTTP_ANSWER)
+                await _answer_plain_http(loop, conn)
         except (TimeoutError, OSError, ssl.SSLError) as exc:
             log.debug("REST connection dropped before TLS: %s", exc)
         except asyncio.CancelledError:
             conn.close()
             raise
         conn.close()
+
+
+async def _answer_plain_http(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
+    """Go's answer, then a graceful close: what the client sent is read first (a socket closed
+    with unread data resets the connection, and the client would lose the answer)."""
+    with contextlib.suppress(OSError):
+        while conn.recv(65536):
+            pass
+    with contextlib.suppress(OSError, TimeoutError):
+        await loop.sock_sendall(conn, PLAIN_HTTP_ANSWER)
+        conn.shutdown(socket.SHUT_WR)
+        async with asyncio.timeout(2.0):
+            while await loop.sock_recv(conn, 65536):
+                pass
 
 
 async def _peek(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> bytes:
