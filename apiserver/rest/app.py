@@ -7,7 +7,14 @@ verbs). One catch-all route parses paths itself, so unknown paths, resources and
 kube-apiserver's exact Status answers; one middleware turns every error into a Status (never
 a traceback), and an outer one holds requests to the apiserver's in-flight limit
 (apiserver/rest/inflight.py). aiohttp cancels a handler whose client went away, which is how
-idle watches end.
+idle watches end; a client that leaves mid-response is logged at DEBUG only.
+
+Hostile and slow clients meet kube-apiserver's bounds: the TLS port looks at each connection's
+first byte and answers plain HTTP with Go's 400 (`_TlsSite`); a request head must arrive within
+`read_header_timeout_seconds` (Go's ReadHeaderTimeout, by aiohttp's keep-alive timer) and a
+body within `request_timeout_seconds` (handlers.read_body); a big answer, like a watch's
+writes, must be taken within `write_timeout_seconds` or the connection is dropped. With
+`access_log` an outermost middleware writes kube's httplog line per request.
 """
 
 from __future__ import annotations
