@@ -15,7 +15,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import grpc
@@ -286,7 +286,7 @@ async def test_a_watcher_that_stops_reading_is_closed_after_the_write_deadline(
     writer.write(f"GET {path}?watch=true HTTP/1.1\r\nHost: x\r\n\r\n".encode())
     await writer.drain()
     assert (await asyncio.wait_for(reader.readline(), 10)).startswith(b"HTTP/1.1 200")
-    writer.transport.pause_reading()  # a client that stops reading
+    cast(asyncio.Transport, writer.transport).pause_reading()  # a client that stops reading
     # More than the kernel's socket buffers hold, so the server's writes block.
     blob = "x" * 500_000
     for i in range(16):
@@ -302,7 +302,7 @@ async def test_a_watcher_that_stops_reading_is_closed_after_the_write_deadline(
             await asyncio.sleep(0.5)
             if rest.running.server.caches["Secret"].watcher_count() == 0:
                 break
-        writer.transport.resume_reading()
+        cast(asyncio.Transport, writer.transport).resume_reading()
         with contextlib.suppress(ConnectionError):
             while chunk := await reader.read(1 << 20):
                 got += len(chunk)
@@ -332,7 +332,7 @@ async def test_a_big_answer_nobody_reads_is_dropped_at_the_write_deadline(
     assert head.startswith(b"HTTP/1.1 200"), head
     length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
     assert length > 10_000_000
-    writer.transport.pause_reading()  # and never read the 10 MB
+    cast(asyncio.Transport, writer.transport).pause_reading()  # and never read the 10 MB
 
     def open_connections() -> int:
         return len(runner.server.connections)  # type: ignore[union-attr]
@@ -340,7 +340,7 @@ async def test_a_big_answer_nobody_reads_is_dropped_at_the_write_deadline(
     async with asyncio.timeout(60):  # the server lets go within its write deadline (2 s)
         while open_connections() > 0:  # noqa: ASYNC110 (the server's state, no event to wait on)
             await asyncio.sleep(0.1)
-    writer.transport.resume_reading()
+    cast(asyncio.Transport, writer.transport).resume_reading()
     got = 0
     with contextlib.suppress(ConnectionError):
         while chunk := await asyncio.wait_for(reader.read(1 << 20), 30):
@@ -372,7 +372,7 @@ async def test_a_rest_watcher_too_slow_gets_its_error_event_and_the_stream_close
         writer.write(f"GET {path}?watch=true HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         await writer.drain()
         assert (await asyncio.wait_for(reader.readline(), 10)).startswith(b"HTTP/1.1 200")
-        writer.transport.pause_reading()
+        cast(asyncio.Transport, writer.transport).pause_reading()
         async with aiohttp.ClientSession() as session:
             for i in range(40):  # 8 MB: past the socket buffers, then past the queue's bound
                 cm = {"metadata": {"name": f"slow{i}"}, "data": {"k": "z" * 200_000}}
@@ -384,7 +384,7 @@ async def test_a_rest_watcher_too_slow_gets_its_error_event_and_the_stream_close
             while not watcher.closed:  # noqa: ASYNC110 (the server's state, no event)
                 await asyncio.sleep(0.05)
         assert not watcher._queue  # dropped with the watcher
-        writer.transport.resume_reading()
+        cast(asyncio.Transport, writer.transport).resume_reading()
         lines = []
         async with asyncio.timeout(60):
             while line := await reader.readline():
