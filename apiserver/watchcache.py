@@ -93,9 +93,9 @@ def encode_event(event_type: str, data: bytes) -> bytes:
 
 # A WatchBatch message stays well under every client's receive limit (the initial replay of a
 # big cache is split), but never between two events of one revision. It is also what a watcher
-# whose client stopped reading holds in gRPC's send buffer until the write deadline: 1 MiB
-# still carries hundreds of pod events per message.
-MAX_BATCH_BYTES = 1024 * 1024
+# whose client stopped reading holds, twice (its bytes and gRPC's copy), until the write
+# deadline: 256 KiB still carries a hundred pod events per message.
+MAX_BATCH_BYTES = 256 * 1024
 
 # An encoded watch event and the etcd revision it belongs to.
 Queued = tuple[bytes, int]
@@ -110,16 +110,19 @@ def batch_messages(events: list[Queued]) -> list[bytes]:
     several objects may share a revision, and a client resuming from the last resourceVersion
     it received must have received every event of that revision.
     """
-    return list(iter_batch_messages(events))
+    return list(iter_batch_messages(list(events)))
 
 
 def iter_batch_messages(events: list[Queued]) -> Iterator[bytes]:
-    """`batch_messages`, one message at a time: a watcher whose client is slow holds only the
-    message being written, not every message of its batch joined at once."""
+    """`batch_messages`, one message at a time, consuming `events` (the list is emptied as it
+    goes): a watcher whose client is slow holds the message being written and the events not
+    yet in a message, not every message of its batch joined at once nor the events sent."""
     parts: list[bytes] = []
     size = 0
     last = None
-    for data, revision in events:
+    events.reverse()
+    while events:
+        data, revision = events.pop()
         if size and size + len(data) > MAX_BATCH_BYTES and revision != last:
             yield b"".join(parts)
             parts = []
