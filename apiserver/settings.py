@@ -23,11 +23,12 @@ class Settings:
     # Events kept per kind in the watch cache's window; a watch from an older
     # resourceVersion gets OUT_OF_RANGE and the client relists.
     watch_cache_size: int = 10_000
-    # ...and at most this many serialized object bytes per kind, oldest evicted first (0: no
-    # byte bound). 64 MiB keeps the whole 10,000-event window for objects up to ~6.5 KiB (a
-    # bound pod with status is 1-3 KiB), so only big objects are bounded by it; it holds ~40
-    # versions of an object at the 1.5 MiB limit, and the resident cost of a full window is
-    # about twice to three times it (decoded message and encoded event beside the bytes).
+    # ...and at most this many bytes per kind, oldest evicted first (0: no byte bound): each
+    # event's serialized object and the event encodings made for its watchers (gRPC event bytes,
+    # REST JSON lines). 64 MiB keeps the whole 10,000-event window for objects up to ~6.5 KiB
+    # (a bound pod with status is 1-3 KiB), so only big objects are bounded by it; it holds
+    # ~20-40 versions of an object at the 1.5 MiB limit, and the resident cost of a full window
+    # is about one and a half times it (the decoded message beside the bytes).
     watch_cache_bytes: int = 64 * 1024 * 1024
     # Events a single watcher may have queued before it is cut off as too slow...
     watcher_queue_size: int = 10_000

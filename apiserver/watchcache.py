@@ -3,10 +3,11 @@
 Modelled on the Kubernetes apiserver's cacher. Per kind, `WatchCache.run` lists the kind's prefix,
 then watches it from the list revision + 1. Each etcd event is decoded once into a `CachedObject`
 (message, serialized bytes with resourceVersion set, labels, selectable fields), applied to the
-current-state map and appended to a window of recent events, bounded both by count and by the
-serialized bytes of its objects (the decoded message and the lazily encoded event bytes make the
-resident cost a small multiple of that, but it is the figure that is free to keep: every event
-already holds its object's bytes, so the bound costs two additions per event). Every
+current-state map and appended to a window of recent events, bounded both by count and by
+bytes: its objects' serialized bytes and the event encodings made for watchers (the lazily
+encoded gRPC event and REST JSON line are each as big as the object; without counting them a
+kind with watchers of both kinds held three times the budget). The decoded message is not
+counted: the resident cost is about one and a half times the budget. Every
 `<Kind>WatchEvent` is encoded once per variant by concatenating protobuf wire bytes, so N watchers
 cost N queue pushes, not N serializations.
 
@@ -266,6 +267,22 @@ class CacheEvent:
     _deleted_prev: bytes | None = None
     _main_json: bytes | None = None
     _deleted_prev_json: bytes | None = None
+    # What the window counts for this event against its byte budget (WatchCache._recount).
+    counted: int = 0
+
+    def resident(self) -> int:
+        """The event's bytes: its object's and each encoding made for watchers so far."""
+        return len(self.cur.data) + sum(
+            len(b)
+            for b in (
+                self._main,
+                self._added,
+                self._deleted_prev,
+                self._main_json,
+                self._deleted_prev_json,
+            )
+            if b is not None
+        )
 
     def main_bytes(self) -> bytes:
         if self._main is None:
@@ -574,6 +591,7 @@ class WatchCache:
             for listener in self.listeners:
                 listener(cevent)
             self._dispatch(cevent)
+            self._recount(cevent)
             self._advance(ev.revision)
 
     # The current objects by the value of the index field (pods by spec.nodeName), so a
@@ -602,17 +620,34 @@ class WatchCache:
         window = self.window
         if len(window) >= self.window_size:
             oldest = window.popleft()
-            self.window_used -= len(oldest.cur.data)
+            self.window_used -= oldest.counted
             self.window_start = oldest.revision
         window.append(event)
-        self.window_used += len(event.cur.data)
+        event.counted = len(event.cur.data)
+        self.window_used += event.counted
+        self._trim()
+
+    def _recount(self, event: CacheEvent) -> None:
+        """Count the encodings the fan-out made for `event` (a gRPC watcher's event bytes, a
+        REST watcher's JSON line: each as big as the object) against the window's byte budget,
+        so the window's resident bytes stay within it whoever watches."""
+        if not self.window_bytes or not self.window or self.window[-1] is not event:
+            return
+        resident = event.resident()
+        if resident != event.counted:
+            self.window_used += resident - event.counted
+            event.counted = resident
+            self._trim()
+
+    def _trim(self) -> None:
         limit = self.window_bytes
+        window = self.window
         if limit and self.window_used > limit:
             # The newest event stays even if it alone is over the budget: the window then
             # still answers a watch from the revision just before it.
             while self.window_used > limit and len(window) > 1:
                 oldest = window.popleft()
-                self.window_used -= len(oldest.cur.data)
+                self.window_used -= oldest.counted
                 self.window_start = oldest.revision
 
     def _advance(self, revision: int) -> None:
@@ -632,7 +667,7 @@ class WatchCache:
     def trim_below(self, revision: int) -> None:
         """Forget window events at or below `revision` (etcd was compacted there)."""
         while self.window and self.window[0].revision <= revision:
-            self.window_used -= len(self.window.popleft().cur.data)
+            self.window_used -= self.window.popleft().counted
         self.window_start = max(self.window_start, revision)
 
     # ---- fan-out ---------------------------------------------------------------------------

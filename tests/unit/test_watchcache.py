@@ -153,6 +153,18 @@ async def test_window_byte_bound_evicts_oldest(count: int, limit: int, kept: lis
     assert cache.window_used == 0 and not cache.window
 
 
+async def test_window_byte_bound_counts_the_encodings_made_for_watchers() -> None:
+    cache = make_cache()
+    cache.window_bytes = 6 * BIG_EVENT  # six objects' bytes, or three with their event bytes
+    w, _ = await cache.watch(resource_version=0)  # a gRPC watcher: each event gets encoded
+    cache._apply([put_big(f"p{i}", 10 + i, BIG) for i in range(5)])
+    assert [e.cur.obj.metadata.name for e in cache.window] == ["p3", "p4"]  # type: ignore[attr-defined]
+    assert cache.window_used == sum(e.resident() for e in cache.window) <= 6 * BIG_EVENT
+    assert len(await w.drain()) == 5  # the watcher still got every event
+    cache.trim_below(14)
+    assert cache.window_used == 0
+
+
 async def test_label_filter_transitions() -> None:
     cache = make_cache()
     w, _ = await cache.watch(labels=parse_label_selector("app=web"), resource_version=0)
