@@ -7,6 +7,7 @@ Runs until SIGINT/SIGTERM, then stops gracefully: health goes NOT_SERVING, in-fl
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
 import sys
@@ -77,6 +78,49 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         type=int,
         default=int(_env("WATCHER_QUEUE_SIZE", _DEFAULTS.watcher_queue_size)),
         help="events one watcher may lag behind before it is cut off",
+    )
+    p.add_argument(
+        "--watcher-queue-bytes",
+        type=int,
+        default=int(_env("WATCHER_QUEUE_BYTES", _DEFAULTS.watcher_queue_bytes)),
+        help="serialized event bytes one watcher may lag behind before it is cut off; 0: "
+        "bounded by --watcher-queue-size only (env TINYKUBE_WATCHER_QUEUE_BYTES)",
+    )
+    p.add_argument(
+        "--write-timeout",
+        type=float,
+        default=float(_env("WRITE_TIMEOUT", _DEFAULTS.write_timeout_seconds)),
+        help="seconds a client may leave a response or watch write untaken before its "
+        "connection is closed; 0: no deadline (env TINYKUBE_WRITE_TIMEOUT)",
+    )
+    p.add_argument(
+        "--read-header-timeout",
+        type=float,
+        default=float(_env("READ_HEADER_TIMEOUT", _DEFAULTS.read_header_timeout_seconds)),
+        help="seconds a REST connection gets to send a request's head (and an idle one stays "
+        "open), as Go's ReadHeaderTimeout (env TINYKUBE_READ_HEADER_TIMEOUT)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=float(_env("REQUEST_TIMEOUT", _DEFAULTS.request_timeout_seconds)),
+        help="seconds a REST request body gets to arrive whole (kube-apiserver's "
+        "--request-timeout) (env TINYKUBE_REQUEST_TIMEOUT)",
+    )
+    p.add_argument(
+        "--access-log",
+        action="store_true",
+        default=_env("ACCESS_LOG", "").lower() in ("1", "true", "yes"),
+        help="log one line per REST and gRPC request: verb, URI, status, latency, user agent, "
+        "user, source address (env TINYKUBE_ACCESS_LOG)",
+    )
+    p.add_argument(
+        "-v",
+        "--v",
+        type=int,
+        default=int(_env("V", 0)),
+        help="kube-apiserver's log verbosity: 3 or more turns the access log on, as "
+        "kube-apiserver's httplog (env TINYKUBE_V)",
     )
     p.add_argument(
         "--compaction-interval",
@@ -186,6 +230,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         watch_cache_size=args.watch_cache_size,
         watch_cache_bytes=args.watch_cache_bytes,
         watcher_queue_size=args.watcher_queue_size,
+        watcher_queue_bytes=args.watcher_queue_bytes,
+        write_timeout_seconds=args.write_timeout,
+        read_header_timeout_seconds=args.read_header_timeout,
+        request_timeout_seconds=args.request_timeout,
+        access_log=args.access_log or args.v >= 3,
         compaction_interval_seconds=args.compaction_interval,
         max_request_bytes=args.max_request_bytes,
         max_object_bytes=args.max_object_bytes,
@@ -356,9 +405,31 @@ async def run(settings: Settings) -> None:
     await run_until_signalled(server.stop)
 
 
+# glibc's mallopt parameter: allocations at least this big get their own mapping.
+_M_MMAP_THRESHOLD = -3
+
+
+def give_memory_back() -> None:
+    """Make glibc give big blocks back to the OS when they are freed.
+
+    The apiserver's big allocations are object versions and watch messages (up to 1.5 MiB
+    each). glibc serves blocks over 128 KiB with mmap, but raises that threshold dynamically up
+    to 32 MiB each time such a block is freed, after which they come from the heap and, with
+    the small objects around them, are never returned: 50 slow watchers' queues freed left the
+    RSS they had grown to. Fixing the threshold keeps every big block its own mapping, unmapped
+    when freed. A no-op where the C library is not glibc.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     settings, level = parse_args(argv)
     configure_logging(level)
+    give_memory_back()
     aio.run(run(settings))
     return 0
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from typing import Any
 
 from aiohttp import web
@@ -76,7 +77,7 @@ from tinykube.kinds import (
     SERVICE_ACCOUNT,
     KindInfo,
 )
-from tinykube.serving import GrpcServer
+from tinykube.serving import GrpcServer, ListenError
 from tinykube.tls import PLAINTEXT, Credentials, ServingTLS, TLSConfigError
 from tinykube.v1 import meta_pb2, namespace_pb2, priorityclass_pb2, serviceaccount_pb2
 
@@ -180,6 +181,7 @@ class APIServer:
                 window_size=settings.watch_cache_size,
                 window_bytes=settings.watch_cache_bytes,
                 watcher_queue_size=settings.watcher_queue_size,
+                watcher_queue_bytes=settings.watcher_queue_bytes,
                 bookmark_interval=settings.bookmark_interval_seconds,
                 wait_timeout=settings.cache_wait_seconds,
                 index_field=INDEX_FIELD.get(info.kind),
@@ -241,7 +243,11 @@ class APIServer:
         self.grpc = GrpcServer(
             settings.bind_address,
             [info.service for info in ALL_KINDS],
-            interceptors=[MetricsInterceptor(self.metrics, self.limiter, self.enforcer)],
+            interceptors=[
+                MetricsInterceptor(
+                    self.metrics, self.limiter, self.enforcer, access_log=settings.access_log
+                )
+            ],
             tls=self.serving_tls,
         )
         handlers = tuple(GrpcResource(r).handler() for r in self.services.values())
@@ -353,9 +359,10 @@ class APIServer:
             host = self.settings.bind_address.rsplit(":", 1)[0].strip("[]") or "0.0.0.0"
             try:
                 self.rest_port = await self.rest.start(host, self.settings.rest_port)
-            except OSError:
+            except OSError as exc:
                 await self.grpc.stop(0)
-                raise
+                why = os.strerror(exc.errno) if exc.errno else str(exc)
+                raise ListenError("--rest-port", f"{host}:{self.settings.rest_port}", why) from exc
         await self._set_serving(False)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(

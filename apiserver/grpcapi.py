@@ -38,12 +38,33 @@ from apiserver.flowcontrol import (
 from apiserver.grpcattributes import grpc_api_group, grpc_attributes
 from apiserver.metrics import Metrics
 from apiserver.resources import ResourceStore
-from apiserver.watchcache import batch_messages, encode_list
-from tinykube.errors import RETRY_PUSHBACK_KEY, BadRequestError, TinykubeError, abort_with
+from apiserver.watchcache import encode_list, iter_batch_messages
+from tinykube.errors import (
+    RETRY_PUSHBACK_KEY,
+    BadRequestError,
+    DeadlineExceededError,
+    TinykubeError,
+    abort_with,
+)
 from tinykube.kinds import ALL_KINDS, NAMESPACE, POD, KindInfo
 from tinykube.v1 import meta_pb2, pod_pb2
 
 log = logging.getLogger(__name__)
+# The access log (`--access-log`), shared with the REST front end's lines.
+access_log = logging.getLogger("apiserver.access")
+
+
+def go_duration(seconds: float) -> str:
+    """A duration as Go's time.Duration prints it (the latency of kube's httplog)."""
+    if seconds >= 1:
+        return f"{seconds:.6g}s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.6g}ms"
+    return f"{seconds * 1e6:.6g}µs"
+
+
+def _code_name(code: Any) -> str:
+    return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
 
 
 class LogLimiter:
@@ -127,7 +148,8 @@ def _cancellation_code(method: str, context: Any, start: float) -> str:
         # The client's deadline passed: it already has DEADLINE_EXCEEDED and retries.
         log.debug("%s: deadline exceeded after %.3fs", method, elapsed)
         return "DEADLINE_EXCEEDED"
-    log.warning(
+    # A client going away is normal life (issue 22): DEBUG, not a warning.
+    log.debug(
         "%s cancelled after %.3fs with %s left (client cancel or stream reset)",
         method,
         elapsed,
@@ -195,8 +217,12 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         metrics: Metrics,
         limiter: Limiter | None = None,
         enforcer: Enforcer | None = None,
+        *,
+        access_log: bool = False,
     ) -> None:
         self.metrics = metrics
+        # One line per RPC once it ends (`--access-log`), as the REST front end's.
+        self.access_log = access_log
         self.limiter = limiter if limiter is not None and limiter.enabled else None
         # Authentication and authorization of every tinykube RPC (None: --insecure, nothing
         # is checked).
@@ -275,7 +301,9 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                 duration.observe(time.perf_counter() - start)
                 return response
 
-            return handler._replace(unary_unary=unary)
+            return handler._replace(
+                unary_unary=self._logged(unary, method) if self.access_log else unary
+            )
         if handler.unary_stream is not None:
             inner_stream: Any = handler.unary_stream
             if self.enforcer is not None:
@@ -305,8 +333,53 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                 finally:
                     count(short, code)
 
-            return handler._replace(unary_stream=stream)
+            return handler._replace(
+                unary_stream=self._logged(stream, method) if self.access_log else stream
+            )
         return handler
+
+    def _logged(
+        self, inner: Callable[[Any, Any], Awaitable[Any]], method: str
+    ) -> Callable[[Any, Any], Awaitable[Any]]:
+        """`inner` with an access log line once the call ends: method, status code, latency,
+        user agent, user, peer (kube-apiserver's httplog fields, in gRPC's terms)."""
+        enforcer = self.enforcer
+
+        async def logged(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            start = time.perf_counter()
+            code = "OK"
+            try:
+                return await inner(request, context)
+            except grpc.aio.AbortError:
+                code = _code_name(context.code())
+                raise
+            except asyncio.CancelledError:
+                code = "CANCELLED"
+                raise
+            except BaseException:
+                code = "UNKNOWN"
+                raise
+            finally:
+                agent = user = ""
+                for key, value in context.invocation_metadata() or ():
+                    if key == "user-agent":
+                        agent = value if isinstance(value, str) else value.decode()
+                if enforcer is not None:
+                    try:
+                        user = enforcer.grpc_identity(context).name
+                    except Exception:  # refused: the line says who it was not
+                        user = ""
+                access_log.info(
+                    'GRPC method="%s" latency="%s" userAgent="%s" user="%s" peer="%s" code=%s',
+                    method,
+                    go_duration(time.perf_counter() - start),
+                    agent.replace('"', '\\"'),
+                    user.replace('"', '\\"'),
+                    context.peer(),
+                    code,
+                )
+
+        return logged
 
     def _limited(
         self,
@@ -396,6 +469,24 @@ def _managed(call: Callable[..., Awaitable[Any]]) -> Callable[[Any, Any], Awaita
     return handle
 
 
+async def _write(
+    write: Callable[[bytes], Awaitable[None]], message: bytes, deadline: float
+) -> None:
+    """One watch message, which the client must take within `deadline` seconds (0: no limit).
+    A client that stopped reading would otherwise hold this message, and its stream, forever
+    (HTTP/2 flow control blocks the write); past the deadline the stream is cancelled."""
+    if deadline <= 0:
+        await write(message)
+        return
+    try:
+        async with asyncio.timeout(deadline):
+            await write(message)
+    except TimeoutError:
+        raise DeadlineExceededError(
+            f"watch closed: the client took no data for {deadline:g}s (write deadline)"
+        ) from None
+
+
 class GrpcResource:
     """One kind's gRPC service over its `ResourceStore`."""
 
@@ -439,18 +530,24 @@ class GrpcResource:
             resource.info.kind, method
         )
         window = resource.settings.watch_batch_window_seconds if batched else 0.0
+        deadline = resource.settings.write_timeout_seconds
         monotonic = resource.clock.monotonic
         last_sent = -window
         try:
             batch = initial
             del initial
             while True:
-                messages = batch_messages(batch) if batched else [data for data, _ in batch]
+                count = len(batch)
+                messages = iter_batch_messages(batch) if batched else (d for d, _ in batch)
+                del batch  # each message holds its events' bytes only while it is written
+                sent = 0
                 for message in messages:
-                    await write(message)
-                events_sent.inc(len(batch))
-                messages_sent.inc(len(messages))
-                if messages:
+                    await _write(write, message, deadline)
+                    sent += 1
+                del messages
+                events_sent.inc(count)
+                messages_sent.inc(sent)
+                if sent:
                     last_sent = monotonic()
                 batch = await watcher.drain_events()
                 if not batch:

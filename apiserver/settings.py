@@ -23,14 +23,33 @@ class Settings:
     # Events kept per kind in the watch cache's window; a watch from an older
     # resourceVersion gets OUT_OF_RANGE and the client relists.
     watch_cache_size: int = 10_000
-    # ...and at most this many serialized object bytes per kind, oldest evicted first (0: no
-    # byte bound). 64 MiB keeps the whole 10,000-event window for objects up to ~6.5 KiB (a
-    # bound pod with status is 1-3 KiB), so only big objects are bounded by it; it holds ~40
-    # versions of an object at the 1.5 MiB limit, and the resident cost of a full window is
-    # about twice to three times it (decoded message and encoded event beside the bytes).
+    # ...and at most this many bytes per kind, oldest evicted first (0: no byte bound): each
+    # event's serialized object and the event encodings made for its watchers (gRPC event bytes,
+    # REST JSON lines). 64 MiB keeps the whole 10,000-event window for objects up to ~6.5 KiB
+    # (a bound pod with status is 1-3 KiB), so only big objects are bounded by it; it holds
+    # ~20-40 versions of an object at the 1.5 MiB limit, and the resident cost of a full window
+    # is about one and a half times it (the decoded message beside the bytes).
     watch_cache_bytes: int = 64 * 1024 * 1024
-    # Events a single watcher may have queued before it is cut off as too slow.
+    # Events a single watcher may have queued before it is cut off as too slow...
     watcher_queue_size: int = 10_000
+    # ...and serialized bytes (0: bounded by count only). A watcher over either bound is
+    # dropped with an ERROR event (RESOURCE_EXHAUSTED), as kube's cacheWatcher is, and what it
+    # had queued is freed at once. Watchers of one kind share the bytes of the events they
+    # queue; this bounds what one slow client can keep alive after the window has let it go.
+    watcher_queue_bytes: int = 8 * 1024 * 1024
+    # A watch or response write that the client does not take within this many seconds ends
+    # the connection (a socket nobody reads holds its buffers until then). 0: no deadline.
+    write_timeout_seconds: float = 60.0
+    # Go's ReadHeaderTimeout in kube-apiserver (32 s): a connection that has not sent a whole
+    # request head (request line and headers) within this long is closed, and so is an idle
+    # keep-alive connection.
+    read_header_timeout_seconds: float = 32.0
+    # kube-apiserver's --request-timeout (1 min): a request body that has not arrived whole
+    # within this long is answered 400 and the connection closed.
+    request_timeout_seconds: float = 60.0
+    # One line per REST and gRPC request (kube-apiserver's httplog at -v=3): verb, URI, status,
+    # latency, user agent, user, source address. Off by default (`--access-log` or `--v=3`).
+    access_log: bool = False
     # How often etcd is compacted; the previous interval's revisions are kept. 0 disables.
     compaction_interval_seconds: float = 300.0
     # kube-apiserver's request body limit (3 MiB, twice etcd's: JSON is bigger than the stored

@@ -3,10 +3,11 @@
 Modelled on the Kubernetes apiserver's cacher. Per kind, `WatchCache.run` lists the kind's prefix,
 then watches it from the list revision + 1. Each etcd event is decoded once into a `CachedObject`
 (message, serialized bytes with resourceVersion set, labels, selectable fields), applied to the
-current-state map and appended to a window of recent events, bounded both by count and by the
-serialized bytes of its objects (the decoded message and the lazily encoded event bytes make the
-resident cost a small multiple of that, but it is the figure that is free to keep: every event
-already holds its object's bytes, so the bound costs two additions per event). Every
+current-state map and appended to a window of recent events, bounded both by count and by
+bytes: its objects' serialized bytes and the event encodings made for watchers (the lazily
+encoded gRPC event and REST JSON line are each as big as the object; without counting them a
+kind with watchers of both kinds held three times the budget). The decoded message is not
+counted: the resident cost is about one and a half times the budget. Every
 `<Kind>WatchEvent` is encoded once per variant by concatenating protobuf wire bytes, so N watchers
 cost N queue pushes, not N serializations.
 
@@ -19,8 +20,9 @@ replays window events newer than R; R older than the window is OUT_OF_RANGE. Lab
 run here, with Kubernetes' transitions (an object that leaves a watcher's filter is DELETED for
 it, one that enters is ADDED). Watchers whose field selector pins an indexed field (pods:
 spec.nodeName) are indexed by its value, so a thousand kubelets do not mean a thousand filter
-checks per event. A watcher's queue is bounded; one that falls behind is cut off with
-RESOURCE_EXHAUSTED rather than slowing the others.
+checks per event. A watcher's queue is bounded by events and by bytes; one that falls behind is
+cut off with RESOURCE_EXHAUSTED rather than slowing the others, and what it had queued is
+dropped at once (kube's cacheWatcher), so a client that stopped reading holds no memory.
 
 REST watchers (`Watcher.json`) get the same events as newline-delimited JSON lines
 (`{"type":..,"object":..}`, Kubernetes' watch stream). The JSON of each object version and of
@@ -42,7 +44,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -91,8 +93,10 @@ def encode_event(event_type: str, data: bytes) -> bytes:
 
 
 # A WatchBatch message stays well under every client's receive limit (the initial replay of a
-# big cache is split), but never between two events of one revision.
-MAX_BATCH_BYTES = 4 * 1024 * 1024
+# big cache is split), but never between two events of one revision. It is also what a watcher
+# whose client stopped reading holds, twice (its bytes and gRPC's copy), until the write
+# deadline: 256 KiB still carries a hundred pod events per message.
+MAX_BATCH_BYTES = 256 * 1024
 
 # An encoded watch event and the etcd revision it belongs to.
 Queued = tuple[bytes, int]
@@ -107,13 +111,21 @@ def batch_messages(events: list[Queued]) -> list[bytes]:
     several objects may share a revision, and a client resuming from the last resourceVersion
     it received must have received every event of that revision.
     """
-    out: list[bytes] = []
+    return list(iter_batch_messages(list(events)))
+
+
+def iter_batch_messages(events: list[Queued]) -> Iterator[bytes]:
+    """`batch_messages`, one message at a time, consuming `events` (the list is emptied as it
+    goes): a watcher whose client is slow holds the message being written and the events not
+    yet in a message, not every message of its batch joined at once nor the events sent."""
     parts: list[bytes] = []
     size = 0
     last = None
-    for data, revision in events:
+    events.reverse()
+    while events:
+        data, revision = events.pop()
         if size and size + len(data) > MAX_BATCH_BYTES and revision != last:
-            out.append(b"".join(parts))
+            yield b"".join(parts)
             parts = []
             size = 0
         head = b"\x0a" + _varint(len(data))
@@ -122,8 +134,7 @@ def batch_messages(events: list[Queued]) -> list[bytes]:
         size += len(head) + len(data)
         last = revision
     if parts:
-        out.append(b"".join(parts))
-    return out
+        yield b"".join(parts)
 
 
 def encode_list(resource_version: str, items: list[bytes], continue_token: str = "") -> bytes:
@@ -256,6 +267,22 @@ class CacheEvent:
     _deleted_prev: bytes | None = None
     _main_json: bytes | None = None
     _deleted_prev_json: bytes | None = None
+    # What the window counts for this event against its byte budget (WatchCache._recount).
+    counted: int = 0
+
+    def resident(self) -> int:
+        """The event's bytes: its object's and each encoding made for watchers so far."""
+        return len(self.cur.data) + sum(
+            len(b)
+            for b in (
+                self._main,
+                self._added,
+                self._deleted_prev,
+                self._main_json,
+                self._deleted_prev_json,
+            )
+            if b is not None
+        )
 
     def main_bytes(self) -> bytes:
         if self._main is None:
@@ -277,6 +304,8 @@ class Watcher:
     fields: FieldSelector
     bookmarks: bool
     max_queue: int
+    # Serialized bytes the queue may hold (0: no byte bound); one event alone may exceed it.
+    max_bytes: int = 0
     # False for a plain Watch (one event per message): see TxnBatcher.exclusive.
     batched: bool = True
     # A REST watch: queued events are JSON lines instead of protobuf WatchEvents.
@@ -284,6 +313,7 @@ class Watcher:
     index_value: str | None = None
     last_revision: int = 0
     _queue: collections.deque[Queued] = field(default_factory=collections.deque)
+    _queued_bytes: int = 0
     _wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     error: TinykubeError | None = None
     closed: bool = False
@@ -302,21 +332,29 @@ class Watcher:
         if self.closed:
             return
         queue = self._queue
-        if len(queue) >= self.max_queue:
-            # The client will resume from the last resourceVersion it received, so it must
-            # not receive part of a revision: what is queued of this one goes too.
-            while queue and queue[-1][1] == revision:
-                queue.pop()
-            self.close(
-                ResourceExhaustedError(
-                    f"watch closed: the client is too slow to keep up ({self.max_queue} events "
-                    "queued); restart the watch from the last resourceVersion received"
-                )
-            )
+        size = self._queued_bytes + len(data)
+        if len(queue) >= self.max_queue or (self.max_bytes and size > self.max_bytes and queue):
+            self._overflow()
             return
         queue.append((data, revision))
+        self._queued_bytes = size
         self.last_revision = revision
         self._wakeup.set()
+
+    def _overflow(self) -> None:
+        """Drop this watcher as too slow (kube's cacheWatcher): what it had queued goes at once,
+        so a client that stopped reading keeps no memory alive, and the error event is all it
+        gets next. It resumes from the last resourceVersion it received, which lies before
+        everything dropped here, so it never holds part of a revision."""
+        held, size = len(self._queue), self._queued_bytes
+        self._queue = collections.deque()
+        self._queued_bytes = 0
+        self.close(
+            ResourceExhaustedError(
+                f"watch closed: the client is too slow to keep up ({held} events, {size} bytes "
+                "queued); restart the watch from the last resourceVersion received"
+            )
+        )
 
     def close(self, error: TinykubeError | None = None) -> None:
         if not self.closed:
@@ -330,6 +368,7 @@ class Watcher:
             return []
         items = list(self._queue)
         self._queue.clear()
+        self._queued_bytes = 0
         return items
 
     async def drain_events(self) -> list[Queued]:
@@ -364,6 +403,7 @@ class WatchCache:
         metrics: Metrics,
         window_size: int,
         watcher_queue_size: int,
+        watcher_queue_bytes: int = 0,
         window_bytes: int = 0,
         bookmark_interval: float,
         wait_timeout: float,
@@ -379,6 +419,7 @@ class WatchCache:
         # 0: the window is bounded by count only.
         self.window_bytes = window_bytes
         self.watcher_queue_size = watcher_queue_size
+        self.watcher_queue_bytes = watcher_queue_bytes
         self.bookmark_interval = bookmark_interval
         self.wait_timeout = wait_timeout
         self.index_field = index_field
@@ -550,6 +591,7 @@ class WatchCache:
             for listener in self.listeners:
                 listener(cevent)
             self._dispatch(cevent)
+            self._recount(cevent)
             self._advance(ev.revision)
 
     # The current objects by the value of the index field (pods by spec.nodeName), so a
@@ -578,17 +620,34 @@ class WatchCache:
         window = self.window
         if len(window) >= self.window_size:
             oldest = window.popleft()
-            self.window_used -= len(oldest.cur.data)
+            self.window_used -= oldest.counted
             self.window_start = oldest.revision
         window.append(event)
-        self.window_used += len(event.cur.data)
+        event.counted = len(event.cur.data)
+        self.window_used += event.counted
+        self._trim()
+
+    def _recount(self, event: CacheEvent) -> None:
+        """Count the encodings the fan-out made for `event` (a gRPC watcher's event bytes, a
+        REST watcher's JSON line: each as big as the object) against the window's byte budget,
+        so the window's resident bytes stay within it whoever watches."""
+        if not self.window_bytes or not self.window or self.window[-1] is not event:
+            return
+        resident = event.resident()
+        if resident != event.counted:
+            self.window_used += resident - event.counted
+            event.counted = resident
+            self._trim()
+
+    def _trim(self) -> None:
         limit = self.window_bytes
+        window = self.window
         if limit and self.window_used > limit:
             # The newest event stays even if it alone is over the budget: the window then
             # still answers a watch from the revision just before it.
             while self.window_used > limit and len(window) > 1:
                 oldest = window.popleft()
-                self.window_used -= len(oldest.cur.data)
+                self.window_used -= oldest.counted
                 self.window_start = oldest.revision
 
     def _advance(self, revision: int) -> None:
@@ -608,7 +667,7 @@ class WatchCache:
     def trim_below(self, revision: int) -> None:
         """Forget window events at or below `revision` (etcd was compacted there)."""
         while self.window and self.window[0].revision <= revision:
-            self.window_used -= len(self.window.popleft().cur.data)
+            self.window_used -= self.window.popleft().counted
         self.window_start = max(self.window_start, revision)
 
     # ---- fan-out ---------------------------------------------------------------------------
@@ -825,6 +884,7 @@ class WatchCache:
             fields=fields,
             bookmarks=bookmarks,
             max_queue=self.watcher_queue_size,
+            max_bytes=self.watcher_queue_bytes,
             batched=batched,
             json=json,
         )

@@ -1,7 +1,8 @@
 """The scheduler's view of the cluster, kept columnar so filters and scores are vector ops.
 
 `NodeTable` holds one row ("slot") per node in numpy columns: allocatable and requested cpu
-(milli), memory (bytes), pod counts and extended resources (milli), the non-zero requests used
+(milli), memory (bytes), pod counts and extended resources (whole units, as kube-scheduler's
+ScalarResources), the non-zero requests used
 for scoring, an unschedulable mask, a column of value ids per label key, a taint-set id per
 node (distinct taint sets are few, so taint logic runs once per set, not per node), host ports
 and images. Deleted nodes leave a free slot that the next node reuses; `valid` masks them out.
@@ -116,11 +117,8 @@ class ExtColumn:
 @functools.lru_cache(maxsize=4096)
 def _quantity(name: str, text: str) -> int:
     try:
-        if name == MEMORY:
-            return value(text)
-        if name == PODS:
-            return value(text)
-        return milli_value(text)
+        # cpu in millis, everything else in whole units (memory bytes, pods, a GPU is 1)
+        return milli_value(text) if name == CPU else value(text)
     except QuantityError:
         return 0
 

@@ -168,7 +168,7 @@ class PodInfo:
     scheduler_name: str
     cpu: int  # milli
     memory: int  # bytes
-    extended: Mapping[str, int]  # milli units, only non-zero requests
+    extended: Mapping[str, int]  # whole units (kube-scheduler's ScalarResources), non-zero only
     nz_cpu: int
     nz_memory: int
     host_ports: tuple[HostPort, ...]
@@ -251,7 +251,8 @@ def normalize_image(name: str) -> str:
 
 
 def _container_requests(c: pod_pb2.Container) -> dict[str, int]:
-    """Requests in milli units; a resource with only a limit requests the limit."""
+    """Requests (cpu in millis, the rest in whole units); a resource with only a limit
+    requests the limit."""
     out: dict[str, int] = {}
     res = c.resources
     for name, q in res.limits.items():
@@ -265,8 +266,9 @@ def _container_requests(c: pod_pb2.Container) -> dict[str, int]:
 # Pure and hot (every pod of a ReplicaSet repeats the same strings): memoised.
 @functools.lru_cache(maxsize=4096)
 def _amount(name: str, q: str) -> int:
-    # memory in bytes (rounded up), everything else in thousandths (cpu millis, GPUs 1000/unit)
-    return value(q) if name == MEMORY else milli_value(q)
+    # cpu in millis; everything else in whole units rounded up (memory in bytes, a GPU is 1),
+    # as kube-scheduler's Resource counts them: thousandths of 1Ei GPUs would pass an int64.
+    return milli_value(q) if name == CPU else value(q)
 
 
 def _combine(app: Iterable[dict[str, int]], init: Iterable[dict[str, int]]) -> dict[str, int]:

@@ -21,6 +21,7 @@ import asyncio
 import gc
 import logging
 import os
+import sys
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -43,13 +44,25 @@ def loop_name() -> str:
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
-    """Run `main` to completion on a new event loop (uvloop's when available)."""
+    """Run `main` to completion on a new event loop (uvloop's when available). A component that
+    cannot listen where its flags say ends with one line naming the flag, not a traceback."""
+    from tinykube.serving import ListenError
+
     gc.set_threshold(*GC_THRESHOLDS)
     name = loop_name()
     log.info("event loop: %s", name)
-    if name == "uvloop":
-        import uvloop
+    try:
+        if name == "uvloop":
+            import uvloop
 
-        result: T = uvloop.run(main)
-        return result
-    return asyncio.run(main)
+            result: T = uvloop.run(main)
+            return result
+        return asyncio.run(main)
+    except ListenError as exc:
+        raise SystemExit(f"{_program()}: {exc}") from None
+
+
+def _program() -> str:
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(spec, "name", "") or os.path.basename(sys.argv[0])
+    return str(name).removesuffix(".__main__")

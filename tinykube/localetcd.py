@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -46,11 +47,54 @@ def find_etcd() -> str:
     return str(candidate)
 
 
+# Ports `free_port` picks from: below the kernel's ephemeral range, where the OS never puts an
+# outgoing connection or a bind to port 0, and above the ports tinykube's components default
+# to (2379-2380, 6443, 8080, 10250-10259).
+_PICK_LOW = 20_000
+_DEFAULT_EPHEMERAL_LOW = 32_768
+# Ports this process has handed out, never handed out twice (a component may not have bound
+# its port yet when the next one is picked).
+_handed_out: set[int] = set()
+_random = random.Random()
+
+
+def _ephemeral_low() -> int:
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        return int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        return _DEFAULT_EPHEMERAL_LOW
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now."""
+    """A TCP port nobody listens on now, for a process that will listen on it soon.
+
+    Not a bind to port 0 and close (what this was): the kernel hands those out from the
+    ephemeral range, where any outgoing connection of any process may take the port before the
+    component binds it, and the same port may come back for the next component. Ports here are
+    drawn at random from below the ephemeral range (the kernel never assigns those by itself),
+    checked bindable, and never repeated within this process; a component that finds its port
+    taken all the same stops with one line naming its flag (tinykube/serving.ListenError).
+    """
+    high = min(_ephemeral_low(), 65_536)
+    low = _PICK_LOW if high - _PICK_LOW >= 1_000 else 1_024
+    for _ in range(200 if high - low >= 1_000 else 0):
+        port = _random.randrange(low, high)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    # A crowded range: fall back to the kernel's choice.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
-        return int(s.getsockname()[1])
+        port = int(s.getsockname()[1])
+    _handed_out.add(port)
+    return port
 
 
 @dataclass(frozen=True)

@@ -265,6 +265,10 @@ def parse_as(
         json_format.ParseDict(body, obj, ignore_unknown_fields=False)
     except json_format.ParseError as exc:
         raise ManifestError(_clean_parse_error(str(exc))) from exc
+    except (OverflowError, ValueError, TypeError) as exc:
+        # A number protobuf cannot hold where any JSON is allowed (a Struct: a 400-digit
+        # integer is past a double).
+        raise ManifestError(f"a value cannot be stored: {exc}") from exc
     return obj, unknown or []
 
 
@@ -375,6 +379,8 @@ def _check_fields(
             value[key] = str(item)
         elif f.type != FieldDescriptor.TYPE_MESSAGE:
             _check_scalar(f, item, here, errors)
+        elif f.message_type.full_name == _VALUE and not _is_repeated(f):
+            _check_int_or_string(item, here, errors)
 
 
 # The range of each integer type, for a value that fits none of them ("replicas: 1e10").
@@ -434,6 +440,30 @@ def _check_scalar(f: Any, value: Any, here: str, errors: list[str]) -> None:
         expected = None  # bytes: base64 text, which protobuf's parser checks
     if expected is not None and got not in expected:
         errors.append(f"{here}: invalid type: got {got} {_short(value)}, expected {expected[0]}")
+
+
+def _check_int_or_string(value: Any, here: str, errors: list[str]) -> None:
+    """An IntOrString (every google.protobuf.Value field): a string, or a JSON integer that fits
+    Kubernetes' int32 (its IntVal), as intstr.IntOrString's UnmarshalJSON reads it. NaN,
+    infinities, fractions and numbers past int32 are refused here, before protobuf turns them
+    into doubles that JSON cannot print again. (A whole number written as 80.0 is taken as 80:
+    protobuf's own JSON of an IntOrString prints it so.)"""
+    if isinstance(value, str):
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        errors.append(
+            f"{here}: invalid type: got {_json_type(value)} {_short(value)}, expected an "
+            "integer or a string (IntOrString)"
+        )
+        return
+    whole = not isinstance(value, float) or value.is_integer()  # NaN and infinities are not
+    if not whole or not _INT32_LOW <= int(value) <= _INT32_HIGH:
+        errors.append(
+            f"{here}: json: cannot unmarshal number {_short(value)} into Go value of type int32"
+        )
+
+
+_INT32_LOW, _INT32_HIGH = -(2**31), 2**31 - 1
 
 
 def _short(value: Any) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -59,6 +60,27 @@ CHANNEL_OPTIONS: Sequence[tuple[str, Any]] = (
 )
 
 
+class ListenError(OSError):
+    """A component cannot listen where its flag says (the port is taken, the address is not
+    this host's). `aio.run` ends the process with this one line instead of a traceback."""
+
+    def __init__(self, flag: str, address: str, reason: str = "") -> None:
+        host, _, port = address.rpartition(":")
+        why = reason or _bind_problem(host.strip("[]") or "0.0.0.0", port)
+        super().__init__(f"cannot listen on {address} ({flag}): {why}")
+
+
+def _bind_problem(host: str, port: str) -> str:
+    """Why host:port cannot be bound, as the OS says it (gRPC only says that it could not)."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, int(port)))
+    except (OSError, ValueError) as exc:
+        return getattr(exc, "strerror", None) or str(exc)
+    return "the address cannot be listened on"
+
+
 class GrpcServer:
     """A grpc.aio server with health and reflection, bound to one address."""
 
@@ -86,12 +108,15 @@ class GrpcServer:
 
     async def start(self) -> int:
         """Bind, start and mark every service SERVING; returns the bound port."""
-        if self.tls is None:
-            self.port = self.server.add_insecure_port(self.address)
-        else:
-            self.port = self.server.add_secure_port(self.address, self.tls.grpc_credentials())
+        try:
+            if self.tls is None:
+                self.port = self.server.add_insecure_port(self.address)
+            else:
+                self.port = self.server.add_secure_port(self.address, self.tls.grpc_credentials())
+        except RuntimeError:  # grpc's "Failed to bind to address"
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"cannot listen on {self.address}")
+            raise ListenError("--bind-address/--port", self.address)
         await self.server.start()
         await self.set_serving(True)
         return self.port

@@ -7,13 +7,23 @@ verbs). One catch-all route parses paths itself, so unknown paths, resources and
 kube-apiserver's exact Status answers; one middleware turns every error into a Status (never
 a traceback), and an outer one holds requests to the apiserver's in-flight limit
 (apiserver/rest/inflight.py). aiohttp cancels a handler whose client went away, which is how
-idle watches end.
+idle watches end; a client that leaves mid-response is logged at DEBUG only.
+
+Hostile and slow clients meet kube-apiserver's bounds: the TLS port looks at each connection's
+first byte and answers plain HTTP with Go's 400 (`_TlsSite`); a request head must arrive within
+`read_header_timeout_seconds` (Go's ReadHeaderTimeout, by aiohttp's keep-alive timer) and a
+body within `request_timeout_seconds` (handlers.read_body); a big answer, like a watch's
+writes, must be taken within `write_timeout_seconds` or the connection is dropped. With
+`access_log` an outermost middleware writes kube's httplog line per request.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import platform
+import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,7 +38,7 @@ from apiserver.auth.authorizer import ALL_UNAUTHENTICATED, ANONYMOUS, Authorizer
 from apiserver.auth.filters import REQUESTER, Enforcer, needs_requester
 from apiserver.auth.review import self_subject_access_review
 from apiserver.flowcontrol import Limiter
-from apiserver.grpcapi import LogLimiter
+from apiserver.grpcapi import LogLimiter, access_log, go_duration
 from apiserver.metrics import Metrics
 from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
@@ -45,7 +55,7 @@ from apiserver.rest.discovery import (
     version_info,
     wants_aggregated,
 )
-from apiserver.rest.handlers import ResourceHandlers, Target
+from apiserver.rest.handlers import ResourceHandlers, Target, read_body
 from apiserver.rest.inflight import inflight_middleware
 from apiserver.rest.openapi import OpenAPI
 from apiserver.rest.status import (
@@ -86,6 +96,8 @@ def anonymous(request: web.Request) -> Identity:
     return ANONYMOUS_IDENTITY
 
 
+# Answers smaller than this go out through the socket's buffers without waiting for the client.
+_BUFFERED_BYTES = 64 * 1024
 # kube-apiserver (Go's net/http) reads up to 1 MiB of request line and headers
 # (http.DefaultMaxHeaderBytes); aiohttp's 8 KiB default refused long label selectors.
 MAX_HEADER_BYTES = 1 << 20
@@ -154,8 +166,9 @@ class RestServer:
         # request takes no in-flight seat. None (--insecure): nothing is checked.
         self.enforcer = enforcer
         enforced = [self._enforce] if enforcer is not None else []
+        logged = [self._access] if settings.access_log else []
         self.app = web.Application(
-            middlewares=[*enforced, *limited, self._errors],
+            middlewares=[*logged, *enforced, *limited, self._errors, self._write_deadline],
             client_max_size=settings.max_request_bytes + 1,
         )
         self.app.router.add_route("*", "/{path:.*}", self._route)
@@ -176,9 +189,21 @@ class RestServer:
             max_line_size=MAX_HEADER_BYTES,
             max_field_size=MAX_HEADER_BYTES,
             logger=_ServerLog(LogLimiter(60.0)),
+            # Go's ReadHeaderTimeout: aiohttp's keep-alive timer runs from the connection's
+            # start, so a request head that never ends (an HTTP/0.9 line) is closed by it.
+            keepalive_timeout=self.settings.read_header_timeout_seconds,
+            # Request bodies are decoded by handlers.read_body (bounded, a Status on failure).
+            auto_decompress=False,
+            lingering_time=2.0,
         )
         await runner.setup()
-        site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=self.ssl_context)
+        site: web.BaseSite
+        if self.ssl_context is None:
+            site = web.TCPSite(runner, host, port, reuse_address=True)
+        else:
+            site = _TlsSite(
+                runner, host, port, self.ssl_context, self.settings.read_header_timeout_seconds
+            )
         try:
             await site.start()
         except OSError:
@@ -230,6 +255,62 @@ class RestServer:
         identity = request.get(_IDENTITY)
         return identity if identity is not None else self.identify(request)
 
+    # ---- access log -------------------------------------------------------------------------
+
+    @web.middleware
+    async def _access(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """One line per request once it ends, as kube-apiserver's httplog at -v=3."""
+        start = time.perf_counter()
+        status = 0
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except asyncio.CancelledError:
+            status = 499  # the client went away before the answer (nginx's word for it)
+            raise
+        finally:
+            identity = request.get(_IDENTITY)
+            access_log.info(
+                'HTTP verb="%s" URI="%s" latency="%s" userAgent="%s" user="%s" srcIP="%s" resp=%d',
+                _verb(request),
+                _quoted(request.path_qs),
+                go_duration(time.perf_counter() - start),
+                _quoted(request.headers.get("User-Agent", "")),
+                _quoted(identity.name if identity is not None else ""),
+                _peer(request.transport),
+                status,
+            )
+
+    # ---- slow readers -----------------------------------------------------------------------
+
+    @web.middleware
+    async def _write_deadline(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Send a big answer here, within the write deadline: aiohttp would write it after the
+        handler with no bound, and a client that never reads would hold it (a LIST of
+        megabytes) and its connection forever. Small answers fit the socket's buffers."""
+        response = await handler(request)
+        seconds = self.settings.write_timeout_seconds
+        body = response.body if isinstance(response, web.Response) else None
+        if seconds <= 0 or response.prepared or not isinstance(body, bytes):
+            return response
+        if len(body) < _BUFFERED_BYTES:
+            return response
+        await response.prepare(request)
+        try:
+            async with asyncio.timeout(seconds):
+                await response.write_eof()
+        except TimeoutError:
+            log.debug(
+                "REST %s %s: the client took nothing for %gs", request.method, request.path, seconds
+            )
+            if request.transport is not None:
+                request.transport.abort()
+        return response
+
     # ---- errors -----------------------------------------------------------------------------
 
     @web.middleware
@@ -251,6 +332,10 @@ class RestServer:
                 raise
             return self._error_response(err, None, request)
         except Exception as exc:
+            if isinstance(exc, ConnectionError) and _client_gone(request):
+                # The client went away mid-response (a watcher's Ctrl-C): normal life.
+                log.debug("REST %s %s: client went away: %s", request.method, request.path, exc)
+                return web.Response(status=499)  # nobody reads it; aiohttp drops it quietly
             resource = request.get(_RESOURCE)
             if not isinstance(exc, RestError | TinykubeError):
                 log.exception("REST %s %s failed", request.method, request.path)
@@ -382,12 +467,9 @@ class RestServer:
             raise not_found_path()
         if request.method != "POST":
             raise method_not_allowed()
-        limit = self.settings.max_request_bytes
-        body = await request.read()
-        if len(body) > limit:
-            raise RestError(
-                413, "RequestEntityTooLarge", f"Request entity too large: limit is {limit}"
-            )
+        body = await read_body(
+            request, self.settings.max_request_bytes, self.settings.request_timeout_seconds
+        )
         media = codecs.content_type_of(request.headers.get("Content-Type", "")) or codecs.JSON
         if media == codecs.PROTOBUF:
             review = kubeproto.self_subject_access_review(body)
@@ -474,6 +556,160 @@ class RestServer:
                 headers["Expires"] = "Thu, 01 Jan 2099 00:00:00 GMT"
             return web.Response(body=doc, headers=headers)
         raise not_found_path()
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+def _verb(request: web.Request) -> str:
+    """kube-apiserver's verb for the log: LIST and WATCH for collection GETs, APPLY."""
+    try:
+        verb = rest_attributes(request.method, request.path, request.query).verb
+    except Exception:  # a path the parser cannot read is logged by its method
+        verb = ""
+    if request.method == "PATCH" and request.content_type == "application/apply-patch+yaml":
+        verb = "apply"
+    return (verb or request.method).upper()
+
+
+def _quoted(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _peer(transport: asyncio.BaseTransport | None) -> str:
+    peer = transport.get_extra_info("peername") if transport is not None else None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host, port = peer[0], peer[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return ""
+
+
+# Go's net/http answer to plain HTTP on a TLS port (server.go), sent before closing.
+PLAIN_HTTP_ANSWER = (
+    b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+)
+_TLS_HANDSHAKE = 0x16
+
+
+class _Listener:
+    """What aiohttp's runner reads of a site's server (`sockets`, `close()`)."""
+
+    def __init__(self, sock: socket.socket, task: asyncio.Task[None]) -> None:
+        self.sockets = [sock]
+        self.task = task
+
+    def close(self) -> None:
+        self.task.cancel()
+        for sock in self.sockets:
+            sock.close()
+
+
+class _TlsSite(web.BaseSite):
+    """HTTPS on host:port that first looks at each connection's first byte, as Go's TLS server
+    does: a TLS handshake goes on to aiohttp over TLS; plain HTTP gets Go's 400 "Client sent an
+    HTTP request to an HTTPS server" and is closed (asyncio's TLS transport would close it
+    without a word); a connection silent for the header timeout is closed."""
+
+    __slots__ = ("_host", "_pending", "_port", "_timeout")
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext,
+        timeout: float,
+    ) -> None:
+        super().__init__(runner, ssl_context=ssl_context)
+        self._host, self._port, self._timeout = host, port, timeout
+        self._pending: set[asyncio.Task[None]] = set()
+
+    @property
+    def name(self) -> str:
+        return f"https://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        family, _, _, _, address = socket.getaddrinfo(
+            self._host or None, self._port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.create_server(address[:2], family=family, backlog=self._backlog)
+        sock.setblocking(False)
+        self._server = _Listener(sock, asyncio.create_task(self._accept(sock)))  # type: ignore[assignment]
+
+    async def stop(self) -> None:
+        for task in list(self._pending):
+            task.cancel()
+        await super().stop()
+
+    async def _accept(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(sock)
+            except OSError as exc:  # out of file descriptors, a reset before accept
+                log.debug("REST accept failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            task = asyncio.create_task(self._connection(conn))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+
+    async def _connection(self, conn: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        conn.setblocking(False)
+        try:
+            async with asyncio.timeout(self._timeout):
+                first = await _peek(loop, conn)
+            if first and first[0] == _TLS_HANDSHAKE:
+                await loop.connect_accepted_socket(
+                    self._runner.server,  # type: ignore[arg-type]
+                    conn,
+                    ssl=self._ssl_context,
+                    ssl_handshake_timeout=self._timeout,
+                )
+                return
+            if first[:1].isalpha():
+                await _answer_plain_http(loop, conn)
+        except (TimeoutError, OSError, ssl.SSLError) as exc:
+            log.debug("REST connection dropped before TLS: %s", exc)
+        except asyncio.CancelledError:
+            conn.close()
+            raise
+        conn.close()
+
+
+async def _answer_plain_http(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
+    """Go's answer, then a graceful close: what the client sent is read first (a socket closed
+    with unread data resets the connection, and the client would lose the answer)."""
+    with contextlib.suppress(OSError):
+        while conn.recv(65536):
+            pass
+    with contextlib.suppress(OSError, TimeoutError):
+        await loop.sock_sendall(conn, PLAIN_HTTP_ANSWER)
+        conn.shutdown(socket.SHUT_WR)
+        async with asyncio.timeout(2.0):
+            while await loop.sock_recv(conn, 65536):
+                pass
+
+
+async def _peek(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> bytes:
+    """The first bytes a client sent, left unread for the TLS layer."""
+    ready: asyncio.Future[None] = loop.create_future()
+    fd = conn.fileno()
+
+    def readable() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+    return conn.recv(5, socket.MSG_PEEK)
 
 
 def _arch() -> str:

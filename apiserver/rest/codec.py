@@ -14,6 +14,7 @@ functions and immutable objects.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,7 +157,9 @@ def parse_body(body: bytes, media_type: str) -> Any:
         except RecursionError:
             raise BadRequestError(_TOO_DEEP.format("YAML")) from None
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
+    except _NotJsonNumber as exc:
+        raise BadRequestError(f"couldn't get version/kind; json parse error: {exc}") from None
     except json.JSONDecodeError as exc:
         raise BadRequestError(
             f"couldn't get version/kind; json parse error: {exc.msg} at line {exc.lineno}, "
@@ -168,6 +171,24 @@ def parse_body(body: bytes, media_type: str) -> Any:
         ) from None
     except RecursionError:
         raise BadRequestError(_TOO_DEEP.format("JSON")) from None
+
+
+class _NotJsonNumber(ValueError):
+    pass
+
+
+def _not_json(literal: str) -> Any:
+    """Python's parser takes NaN and Infinity; JSON (and Go's parser) has neither."""
+    raise _NotJsonNumber(f"invalid character {literal[0]!r} looking for beginning of value")
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number; one past a double (1e400) fits no Kubernetes field, as Go's parser says."""
+    value = float(text)
+    if math.isinf(value):
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise _NotJsonNumber(f"cannot unmarshal number {shown}: it is out of range")
+    return value
 
 
 # A body nested deeper than the parser's recursion limit (a hostile one: objects kubectl

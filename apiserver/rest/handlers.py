@@ -19,6 +19,7 @@ import contextlib
 import json
 import random
 import re
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +27,8 @@ from typing import Any, TypeVar
 
 import yaml
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from multidict import MultiMapping
@@ -277,6 +280,66 @@ def label_selector_text(selector: Mapping[str, Any]) -> str:
     return ",".join(text for _, text in sorted(parts))
 
 
+async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
+    """The whole request body: over `limit` bytes is 413; a body that does not arrive whole
+    within `seconds` (a chunked body that never ends) or does not decode (a
+    Content-Encoding it does not have) is 400, and the connection is closed after the answer."""
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large(limit)
+    try:
+        async with asyncio.timeout(seconds):
+            body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise too_large(limit) from None
+    except TimeoutError:
+        message = f"the request body did not arrive within {seconds:g}s"
+        raise _unreadable(request, message) from None
+    except (RequestPayloadError, HttpProcessingError) as exc:
+        encoding = request.headers.get("Content-Encoding", "")
+        what = f" (Content-Encoding: {encoding})" if encoding else ""
+        cause = getattr(exc, "message", "") or str(exc) or type(exc).__name__
+        message = f"the request body could not be read{what}: {cause}"
+        raise _unreadable(request, message) from None
+    if len(body) > limit:
+        raise too_large(limit)
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    wbits = _DECODERS.get(encoding)
+    if wbits is None:
+        raise BadRequestError(
+            f'unsupported Content-Encoding "{encoding}": a request body is sent as is, or '
+            "compressed with gzip or deflate"
+        )
+    # Decoded here, not by aiohttp: a bounded output (a small bomb cannot grow past the
+    # limit) and a Status for an encoding aiohttp does not know.
+    decoder = zlib.decompressobj(wbits)
+    try:
+        data = decoder.decompress(body, limit + 1)
+        if not decoder.eof or decoder.unused_data:
+            raise zlib.error("the compressed data is incomplete or followed by other bytes")
+    except zlib.error as exc:
+        raise BadRequestError(
+            f"the request body could not be read (Content-Encoding: {encoding}): {exc}"
+        ) from None
+    if len(data) > limit:
+        raise too_large(limit)
+    return data
+
+
+# zlib's window bits for each Content-Encoding it decodes.
+_DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def _unreadable(request: web.Request, message: str) -> BadRequestError:
+    # The rest of the body is still coming, or garbage: the connection cannot carry another
+    # request. It closes after the answer, without reading on (aiohttp would otherwise read
+    # the broken body again after the answer, and log that).
+    request.protocol.close()
+    request.content.feed_eof()
+    return BadRequestError(message)
+
+
 class ResourceHandlers:
     """The verbs of every resource (stored or always-empty), over the kinds' services."""
 
@@ -467,15 +530,9 @@ class ResourceHandlers:
         media = codecs.content_type_of(request.headers.get("Content-Type", "")) or codecs.JSON
         if media not in allowed:
             raise unsupported_media_type(list(allowed))
-        limit = self.settings.max_request_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise too_large(limit)
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise too_large(limit) from None
-        if len(body) > limit:
-            raise too_large(limit)
+        body = await read_body(
+            request, self.settings.max_request_bytes, self.settings.request_timeout_seconds
+        )
         return body, media
 
     async def _decoded(
@@ -694,12 +751,15 @@ class ResourceHandlers:
             deadline = loop.time() + timeout
             while True:
                 if lines:
-                    if fmt == AS_TABLE:
-                        await resp.write(self._table_events(target, q, lines))
-                    else:
-                        await resp.write(
-                            self._stream_bytes(fmt, self._convert_lines(target, lines))
-                        )
+                    chunk = (
+                        self._table_events(target, q, lines)
+                        if fmt == AS_TABLE
+                        else self._stream_bytes(fmt, self._convert_lines(target, lines))
+                    )
+                    lines = []
+                    if not await self._send(request, resp, chunk):
+                        return resp
+                    del chunk
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
@@ -709,11 +769,16 @@ class ResourceHandlers:
                 except TimeoutError:
                     break
                 except TinykubeError as exc:
-                    await resp.write(self._stream_bytes(fmt, [self._error_event(exc, target)]))
+                    # The watch is over (a watcher cut off as too slow, a cache reset): the
+                    # error event, then the connection closes, as kube-apiserver ends it.
+                    error = self._stream_bytes(fmt, [self._error_event(exc, target)])
+                    await self._send(request, resp, error)
+                    resp.force_close()
                     break
                 if not queued:
                     break
                 lines = [line for line, _ in queued]
+                del queued
             return resp
         finally:
             service.cache.unregister(watcher)
@@ -746,6 +811,22 @@ class ResourceHandlers:
                 raise TinykubeError(f"cannot encode a {event['object'].get('kind')} as protobuf")
             frames.append(kubeproto.watch_frame(event["type"], obj))
         return b"".join(frames)
+
+    async def _send(self, request: web.Request, resp: web.StreamResponse, data: bytes) -> bool:
+        """Write part of a stream; False (the connection closed) if the client did not take it
+        within the write deadline: a socket nobody reads must not hold its watch forever."""
+        seconds = self.settings.write_timeout_seconds
+        if seconds <= 0:
+            await resp.write(data)
+            return True
+        try:
+            async with asyncio.timeout(seconds):
+                await resp.write(data)
+        except TimeoutError:
+            if request.transport is not None:
+                request.transport.abort()
+            return False
+        return True
 
     async def _start_stream(self, request: web.Request, fmt: str) -> web.StreamResponse:
         if fmt == AS_PROTOBUF:

@@ -37,7 +37,7 @@ from typing import Any
 import jsonpatch
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from tinykube.errors import BadRequestError, InvalidError, ResourceExhaustedError
+from tinykube.errors import BadRequestError, InvalidError, RequestEntityTooLargeError
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -105,7 +105,7 @@ def apply_patch(
 
     `descriptor` is the kind's protobuf message descriptor. Raises BadRequestError (400) for a
     body that is not JSON or not the shape its type needs, InvalidError (422) for a patch that
-    cannot be applied, ResourceExhaustedError (413) for a JSON patch over the operation limit.
+    cannot be applied, RequestEntityTooLargeError (413) for a JSON patch over the operation limit.
     """
     media_type = content_type.split(";", 1)[0].strip().lower()
     if media_type not in PATCH_CONTENT_TYPES:
@@ -153,7 +153,7 @@ def _apply_json_patch(original: dict[str, Any], operations: Any) -> Any:
                 "into Go value of type jsonpatch.Operation"
             )
     if len(operations) > MAX_JSON_PATCH_OPERATIONS:
-        raise ResourceExhaustedError(
+        raise RequestEntityTooLargeError(
             f"The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, "
             f"got {len(operations)}"
         )

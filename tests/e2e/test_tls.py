@@ -76,7 +76,8 @@ def test_a_plaintext_client_is_refused_with_one_clear_line(tinykube_up: UpCluste
         "this client connects in plaintext (--insecure): use the cluster's kubeconfig "
         "(--kubeconfig or $KUBECONFIG)\n"
     )
-    # kubectl over plain HTTP against the TLS REST port gets nothing either
+    # kubectl over plain HTTP against the TLS REST port gets Go's 400 (Client sent an HTTP
+    # request to an HTTPS server) and says what it says against kube-apiserver
     plain = tinykube_up.rest_url.replace("https://", "http://")
     got = subprocess.run(
         [str(venv_bin() / "kubectl"), "--server", plain, "--kubeconfig", "/dev/null", "get", "ns"],
@@ -85,6 +86,7 @@ def test_a_plaintext_client_is_refused_with_one_clear_line(tinykube_up: UpCluste
         timeout=60,
     )
     assert got.returncode != 0
+    assert "the server rejected our request for an unknown reason" in got.stderr, got.stderr
 
 
 def test_a_component_without_credentials_refuses_to_start(tinykube_up: UpCluster) -> None:

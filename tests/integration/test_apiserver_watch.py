@@ -8,7 +8,7 @@ Kubernetes' in/out-of-filter transitions, bookmarks, and slow watchers being cut
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -313,6 +313,42 @@ async def test_slow_watcher_is_cut_off_without_blocking_others(etcd_server: Etcd
         fast.cancel()
     finally:
         await ch_fast.close()
+        await ch_slow.close()
+        await running.server.stop()
+
+
+async def eventually(check: Callable[[], bool], within: float = 30.0) -> None:
+    async with asyncio.timeout(within):
+        while not check():  # noqa: ASYNC110 (a condition of the apiserver's state, no event)
+            await asyncio.sleep(0.05)
+
+
+async def test_a_watch_stream_nobody_reads_ends_at_the_write_deadline(
+    etcd_server: EtcdServer,
+) -> None:
+    """A client that opens a watch and never reads holds the apiserver's write (HTTP/2 flow
+    control); past --write-timeout the stream ends and its watcher and queue are gone."""
+    running = await start_apiserver(
+        make_settings(etcd_server.endpoint, write_timeout_seconds=1.0, watch_batch_window_seconds=0)
+    )
+    ch = grpc.aio.insecure_channel(running.address, options=list(CHANNEL_OPTIONS))
+    ch_slow = grpc.aio.insecure_channel(
+        running.address, options=[*CHANNEL_OPTIONS, ("grpc.http2.bdp_probe", 0)]
+    )
+    cache = running.server.caches["Pod"]
+    try:
+        stubs = make_stubs(ch)
+        start = (await stubs.pods.List(meta_pb2.ListRequest())).metadata.resourceVersion
+        slow = make_stubs(ch_slow).pods.WatchBatch(meta_pb2.WatchRequest(resourceVersion=start))
+        await eventually(lambda: cache.watcher_count() == 1)
+        for i in range(10):
+            pod = make_pod(f"w{i}")
+            pod.metadata.annotations["blob"] = "x" * 100_000  # past the 64 KiB window
+            await stubs.pods.Create(pod_pb2.CreatePodRequest(pod=pod))
+        await eventually(lambda: cache.watcher_count() == 0)
+        slow.cancel()
+    finally:
+        await ch.close()
         await ch_slow.close()
         await running.server.stop()
 

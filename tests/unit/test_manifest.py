@@ -348,3 +348,40 @@ spec:
         "1",
         "1Mi",
     )
+
+
+SERVICE = (
+    "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n"
+    "spec: {ports: [{port: 80, targetPort: %s}]}"
+)
+INT32 = "json: cannot unmarshal number %s into Go value of type int32"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (".nan", INT32 % "NaN"),
+        (".inf", INT32 % "Infinity"),
+        ("-.inf", INT32 % "-Infinity"),
+        ("1.5", INT32 % "1.5"),
+        ("2147483648", INT32 % "2147483648"),
+        ("9" * 400, INT32 % ("9" * 37 + "...")),
+        ("true", "invalid type: got boolean true, expected an integer or a string (IntOrString)"),
+        ("[8080]", "invalid type: got array [8080], expected an integer or a string (IntOrString)"),
+    ],
+)
+def test_int_or_string_takes_a_string_or_an_int32_as_kubes_unmarshaller(
+    value: str, message: str
+) -> None:
+    with pytest.raises(ManifestError) as info:
+        load_manifests(SERVICE % value, "f.yaml")
+    assert str(info.value) == f"error in document 1 of f.yaml: spec.ports[0].targetPort: {message}"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("8080", 8080.0), ("8080.0", 8080.0), ("http", "http")]
+)
+def test_int_or_string_accepts_ints_whole_numbers_and_names(value: str, expected: object) -> None:
+    svc = load_manifests(SERVICE % value)[0].obj
+    port = svc.spec.ports[0].targetPort  # type: ignore[attr-defined]
+    assert (port.string_value or port.number_value) == expected

@@ -31,7 +31,7 @@ from tinykube.v1 import meta_pb2, pod_pb2
 PREFIX = b"/registry/pods/"
 
 
-def make_cache(window: int = 100, queue: int = 100) -> WatchCache:
+def make_cache(window: int = 100, queue: int = 100, queue_bytes: int = 0) -> WatchCache:
     cache = WatchCache(
         kind="Pod",
         prefix=PREFIX,
@@ -40,6 +40,7 @@ def make_cache(window: int = 100, queue: int = 100) -> WatchCache:
         metrics=Metrics(),
         window_size=window,
         watcher_queue_size=queue,
+        watcher_queue_bytes=queue_bytes,
         bookmark_interval=60,
         wait_timeout=0.1,
         index_field=INDEX_FIELD["Pod"],
@@ -152,6 +153,18 @@ async def test_window_byte_bound_evicts_oldest(count: int, limit: int, kept: lis
     assert cache.window_used == 0 and not cache.window
 
 
+async def test_window_byte_bound_counts_the_encodings_made_for_watchers() -> None:
+    cache = make_cache()
+    cache.window_bytes = 6 * BIG_EVENT  # six objects' bytes, or three with their event bytes
+    w, _ = await cache.watch(resource_version=0)  # a gRPC watcher: each event gets encoded
+    cache._apply([put_big(f"p{i}", 10 + i, BIG) for i in range(5)])
+    assert [e.cur.obj.metadata.name for e in cache.window] == ["p3", "p4"]  # type: ignore[attr-defined]
+    assert cache.window_used == sum(e.resident() for e in cache.window) <= 6 * BIG_EVENT
+    assert len(await w.drain()) == 5  # the watcher still got every event
+    cache.trim_below(14)
+    assert cache.window_used == 0
+
+
 async def test_label_filter_transitions() -> None:
     cache = make_cache()
     w, _ = await cache.watch(labels=parse_label_selector("app=web"), resource_version=0)
@@ -211,11 +224,39 @@ async def test_slow_watcher_is_closed_with_resource_exhausted() -> None:
     cache._apply([put("p9", 20)])
     assert len(await fast.drain()) == 1
     assert slow.closed
-    # What was queued before the cut-off is still delivered, then the error.
-    assert len(await slow.drain()) == 3
+    # What was queued is dropped with it (kube's cacheWatcher): the error comes next, and the
+    # client resumes from the last resourceVersion it received.
+    assert not slow._queue
     with pytest.raises(ResourceExhaustedError) as info:
         await slow.drain()
     assert "too slow" in info.value.message
+
+
+async def test_watcher_over_its_byte_bound_is_dropped_and_its_queue_freed() -> None:
+    probe = make_cache()
+    w, _ = await probe.watch(resource_version=0)
+    probe._apply([put("p0", 10)])
+    one = len((await w.drain())[0])  # one encoded event
+    cache = make_cache(queue=1000, queue_bytes=3 * one + one // 2)
+    slow, _ = await cache.watch(resource_version=0)
+    fast, _ = await cache.watch(resource_version=0)
+    cache._apply([put(f"p{i}", 10 + i) for i in range(3)])
+    assert len(await fast.drain()) == 3
+    assert not slow.closed and slow._queued_bytes == 3 * one
+    cache._apply([put("p3", 20)])
+    assert slow.closed and not slow._queue and slow._queued_bytes == 0
+    assert len(await fast.drain()) == 1
+    with pytest.raises(ResourceExhaustedError) as info:
+        await slow.drain()
+    assert "too slow" in info.value.message and "bytes queued" in info.value.message
+
+
+async def test_one_event_over_the_byte_bound_is_still_delivered() -> None:
+    cache = make_cache(queue_bytes=10)
+    w, _ = await cache.watch(resource_version=0)
+    cache._apply([put("big", 10)])
+    assert not w.closed
+    assert len(await w.drain()) == 1
 
 
 async def test_drain_waits_for_events() -> None:
@@ -298,8 +339,8 @@ def test_overflow_never_leaves_part_of_a_revision_queued() -> None:
     # One etcd transaction wrote three objects at revision 7: the queue overflows at the third.
     cache._apply([put("c", 7), put("d", 7), put("e", 7)])
     assert w.closed and isinstance(w.error, ResourceExhaustedError)
-    # What the client still gets ends at revision 6; it resumes from 6 and sees all of 7.
-    assert [rev for _, rev in w._queue] == [5, 6]
+    # Nothing of revision 7 stays queued (nothing at all: a dropped watcher's queue is freed).
+    assert not w._queue
 
 
 class ScriptedWatch:

@@ -157,6 +157,16 @@ def test_aliases_that_expand_little_are_kept() -> None:
          "aliasing"),
         (b"metadata: &m {name: x, labels: *m}\n", "application/yaml",
          "error converting YAML to JSON: yaml: line 1, column 11: anchor value contains itself"),
+        # JSON has no NaN or Infinity, and no Kubernetes field holds a number past a double
+        (b'{"spec": {"replicas": NaN}}', "application/json",
+         "couldn't get version/kind; json parse error: invalid character 'N' looking for "
+         "beginning of value"),
+        (b'{"a": -Infinity}', "application/json",
+         "couldn't get version/kind; json parse error: invalid character '-' looking for "
+         "beginning of value"),
+        (b'{"a": 1e400}', "application/json",
+         "couldn't get version/kind; json parse error: cannot unmarshal number 1e400: it is "
+         "out of range"),
     ],
 )  # fmt: skip
 def test_malformed_bodies(body: bytes, media: str, message: str) -> None:

@@ -27,7 +27,7 @@ from apiserver.rest.patch import (
     apply_patch,
     patch_meta,
 )
-from tinykube.errors import BadRequestError, InvalidError, ResourceExhaustedError
+from tinykube.errors import BadRequestError, InvalidError, RequestEntityTooLargeError
 from tinykube.kinds import ALL_KINDS
 from tinykube.v1 import node_pb2, pod_pb2, replicaset_pb2, service_pb2
 
@@ -885,7 +885,7 @@ ERROR_CASES: list[tuple[str, str, Any, type[Exception], str]] = [
         "json patch over 10000 operations",
         JSON_PATCH,
         [{"op": "test", "path": "/kind", "value": "Pod"}] * 10_001,
-        ResourceExhaustedError,
+        RequestEntityTooLargeError,
         "The allowed maximum operations in a JSON patch is 10000, got 10001",
     ),
     (

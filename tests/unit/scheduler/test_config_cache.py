@@ -116,7 +116,7 @@ def test_forget_undoes_assume() -> None:
     c.add_node(NodeBuilder("a").alloc_extra("example.com/gpu", "2").obj())
     info = PodBuilder("p").req(example_com__gpu="1").info()
     c.assume(info, "a")
-    assert int(c.nodes.ext["example.com/gpu"].req[0]) == 1000
+    assert int(c.nodes.ext["example.com/gpu"].req[0]) == 1  # whole units, as kube-scheduler
     c.forget("default/p")
     assert int(c.nodes.ext["example.com/gpu"].req[0]) == 0
 

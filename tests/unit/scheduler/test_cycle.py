@@ -232,6 +232,27 @@ async def test_a_node_past_int64_is_refused_whole_and_scheduling_goes_on(
     ]
 
 
+async def test_extended_resources_count_in_whole_units_so_1ei_is_insufficient() -> None:
+    """kube-scheduler counts extended resources in whole units: 1Ei GPUs is a request like any
+    other (in thousandths it passed an int64 and the pod was refused as FailedToCache)."""
+    s, api, _ = make()
+    for name in ("n1", "n2"):
+        s.on_node_add(
+            NodeBuilder(name)
+            .alloc(cpu="4", memory="4Gi", pods="10")
+            .alloc_extra("example.com/gpu", "2")
+            .obj()
+        )
+    s.on_pod_add(PodBuilder("huge").req(example_com__gpu="1Ei").obj())
+    s.on_pod_add(PodBuilder("two").req(example_com__gpu="2").obj())
+    await run_queue(s)
+    assert list(api.bound) == ["default/two"]
+    assert sorted(set(msg for _, msg in api.unschedulable)) == [
+        "0/2 nodes are available: 2 Insufficient example.com/gpu. preemption: 0/2 nodes are "
+        "available: 2 No preemption victims found for incoming pod."
+    ]
+
+
 async def _no_pods() -> pod_pb2.PodList:
     return pod_pb2.PodList()
 
@@ -254,7 +275,7 @@ def _bound(name: str, node: str, **requests: str) -> pod_pb2.Pod:
         # each fits, but two pods bound by nodeName (no fit filter) add up past int64: numpy
         # wrapped the node's sum negative, and a full node looked empty
         ("two pods' sum past int64", {"memory": "5E"}, {"memory": "5E"}),
-        ("two pods' extended sum past int64", {"x.io/gpu": "5e15"}, {"x.io/gpu": "5e15"}),
+        ("two pods' extended sum past int64", {"x.io/gpu": "5E"}, {"x.io/gpu": "5E"}),
     ],
 )
 async def test_pods_past_int64_are_refused_and_the_node_keeps_its_accounting(
