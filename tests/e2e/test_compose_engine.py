@@ -117,6 +117,22 @@ def _skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
+def test_skips_saying_why_without_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.delenv("CI", raising=False)
+    reason = _unavailable() or ""
+    assert reason.startswith("needs root")
+    with pytest.raises(pytest.skip.Exception, match="needs root"):
+        _skip_or_fail(reason)
+
+
+def test_must_run_under_ci_as_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="must run: no apt-get"):
+        _skip_or_fail("no apt-get")
+
+
 def run(argv: list[str], env: dict[str, str], timeout: float = 300) -> str:
     done = subprocess.run(
         argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False
