@@ -18,7 +18,8 @@ host's networking that outlives it:
 
 `stop()` ends the daemon by its PID (SIGTERM, SIGKILL after a grace period), then anything
 still running from its directory (its containerd, shims), unmounts what is left under the
-directory, deletes links it added and the directory, and restores the sysctls it may touch;
+directory, deletes Docker's links (br-*, veth*) added since it started and the directory, and
+restores the sysctls it may touch;
 `changes()` says what differs from before it started. `cleanup_leftovers()` does the same for
 the directories of a run that was killed before it could.
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -112,9 +114,15 @@ def ensure_installed() -> list[str]:
     return [" ".join(argv) for argv in commands]
 
 
+# The links Docker makes: a network's bridge, the default bridge, a container's host-side veth.
+# Only those are ever deleted or reported: other work on the machine makes links of its own.
+DOCKER_LINK = re.compile(r"br-[0-9a-f]{12}|docker0|veth[0-9a-f]{7}")
+
+
 def _links() -> set[str]:
     done = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True)
-    return {line.split(":")[1].strip().split("@")[0] for line in done.stdout.splitlines()}
+    names = {line.split(":")[1].strip().split("@")[0] for line in done.stdout.splitlines()}
+    return {name for name in names if DOCKER_LINK.fullmatch(name)}
 
 
 def _ruleset() -> str:
@@ -266,6 +274,7 @@ class DockerEngine:
             try:
                 self.process.wait(timeout=grace)
             except subprocess.TimeoutExpired:
+                print(f"dockerd still running {grace:.0f}s after SIGTERM:\n{self.log_tail(10)}")
                 self.process.kill()
                 self.process.wait(timeout=10)
         remove_directory(self.directory)
