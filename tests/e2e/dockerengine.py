@@ -18,9 +18,12 @@ host's networking that outlives it:
 
 `stop()` ends the daemon by its PID (SIGTERM, SIGKILL after a grace period), then anything
 still running from its directory (its containerd, shims), unmounts what is left under the
-directory, deletes Docker's links (br-*, veth*) added since it started and the directory, and
-restores the sysctls it may touch;
-`changes()` says what differs from before it started. `cleanup_leftovers()` does the same for
+directory, deletes Docker's links (br-*, veth*) and iptables rules and chains (DOCKER*)
+added since it started (none with the flags above, but a daemon run otherwise leaves them),
+and the directory. `changes()` says which of Docker's things differ from before it started;
+`sysctl_changes()` which of the forwarding sysctls did: dockerd never writes them with
+`--ip-forward=false`, so a change there is other work's on a shared machine (a CNI test sets
+ip_forward too) and is reported, not undone. `cleanup_leftovers()` does the same for
 the directories of a run that was killed before it could.
 """
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -125,13 +129,34 @@ def _links() -> set[str]:
     return {name for name in names if DOCKER_LINK.fullmatch(name)}
 
 
-def _ruleset() -> str:
-    """The iptables rules of every table (nf_tables backend on Debian 12), without counters."""
+def _docker_rules() -> list[tuple[str, str]]:
+    """(table, iptables-save line) of Docker's chains and rules, in every table of iptables
+    (nf_tables backend on Debian 12): those naming a DOCKER* chain or a Docker bridge."""
     save = which("iptables-save")
     if save is None:
-        return ""
+        return []
     out = subprocess.run([save], capture_output=True, text=True, check=False).stdout
-    return "\n".join(line for line in out.splitlines() if not line.startswith("#"))
+    table, found = "", []
+    for line in out.splitlines():
+        if line.startswith("*"):
+            table = line[1:]
+        elif line.startswith((":", "-A")) and re.search(r"DOCKER|\bbr-[0-9a-f]{12}\b", line):
+            found.append((table, line))
+    return found
+
+
+def _remove_rules(rules: list[tuple[str, str]]) -> None:
+    """Delete the rules, then flush and delete the chains, of `rules` (from _docker_rules)."""
+    iptables = which("iptables") or "iptables"
+    for table, line in rules:
+        if line.startswith("-A"):
+            argv = [iptables, "-t", table, "-D", *shlex.split(line)[1:]]
+            subprocess.run(argv, capture_output=True, check=False)
+    for table, line in rules:
+        if line.startswith(":"):
+            chain = line[1:].split()[0]
+            for op in ("-F", "-X"):
+                subprocess.run([iptables, "-t", table, op, chain], capture_output=True, check=False)
 
 
 def _read(path: str) -> str | None:
@@ -199,7 +224,7 @@ class DockerEngine:
     directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix=PREFIX)))
     process: subprocess.Popen[bytes] | None = None
     links_before: set[str] = field(default_factory=set)
-    ruleset_before: str = ""
+    rules_before: list[tuple[str, str]] = field(default_factory=list)
     sysctls_before: dict[str, str | None] = field(default_factory=dict)
 
     @property
@@ -230,7 +255,7 @@ class DockerEngine:
 
     def start(self, timeout: float = 60.0) -> None:
         self.links_before = _links()
-        self.ruleset_before = _ruleset()
+        self.rules_before = _docker_rules()
         self.sysctls_before = {path: _read(path) for path in SYSCTLS}
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
@@ -268,7 +293,7 @@ class DockerEngine:
             return ""
 
     def stop(self, grace: float = 30.0) -> None:
-        """dockerd by its PID, then whatever is left of it; links, sysctls, the directory."""
+        """dockerd by its PID, then whatever is left of it; its links, rules, directory."""
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -280,20 +305,26 @@ class DockerEngine:
         remove_directory(self.directory)
         for link in _links() - self.links_before:
             subprocess.run(["ip", "link", "delete", link], capture_output=True, check=False)
-        for path, value in self.sysctls_before.items():
-            if value is not None and _read(path) != value:
-                Path(path).write_text(value)
+        _remove_rules([r for r in _docker_rules() if r not in self.rules_before])
 
     def changes(self) -> list[str]:
-        """What differs on the host from before start(): links, rules, sysctls, files."""
+        """Docker's things on the host that were not there before start(): links, iptables
+        rules and chains, its directory, its processes."""
         found = [f"link {link} added" for link in sorted(_links() - self.links_before)]
-        if _ruleset() != self.ruleset_before:
-            found.append("iptables rules differ")
-        for path, value in self.sysctls_before.items():
-            if _read(path) != value:
-                found.append(f"{path}: {value} -> {_read(path)}")
+        found += [
+            f"iptables -t {t}: {line}"
+            for t, line in _docker_rules()
+            if (t, line) not in self.rules_before
+        ]
         if self.directory.exists():
             found.append(f"{self.directory} left")
         if _pids_under(self.directory):
             found.append(f"processes of {self.directory} left")
         return found
+
+    def sysctl_changes(self) -> list[str]:
+        return [
+            f"{path}: {value} -> {_read(path)}"
+            for path, value in self.sysctls_before.items()
+            if _read(path) != value
+        ]
