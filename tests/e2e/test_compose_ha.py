@@ -84,7 +84,8 @@ def test_the_members_agree_on_one_cluster_and_every_apiserver_lists_them() -> No
         assert f"https://{ips[m]}:2379" in flag(argv[m], "--listen-client-urls")
         # its own certificates, and its own data
         mounts = {v["target"]: v for v in services[m]["volumes"]}
-        assert mounts["/etc/etcd/pki"]["volume"]["subpath"] == m
+        assert mounts["/etc/etcd/pki"]["source"] == f"certs-{m}"
+        assert mounts["/etc/etcd/pki"]["read_only"] is True
         data.add(mounts["/etcd-data"]["source"])
     assert len(data) == len(MEMBERS)
     every = ",".join(f"https://{m}:2379" for m in MEMBERS)

