@@ -309,7 +309,7 @@ def decode(body: bytes) -> dict[str, Any]:
 # ---- encoding --------------------------------------------------------------------------------
 
 
-def _varint_bytes(value: int) -> bytes:
+def varint_bytes(value: int) -> bytes:
     value &= (1 << 64) - 1
     out = bytearray()
     while True:
@@ -322,12 +322,12 @@ def _varint_bytes(value: int) -> bytes:
             return bytes(out)
 
 
-def _key(number: int, wire: int) -> bytes:
-    return _varint_bytes(number << 3 | wire)
+def field_key(number: int, wire: int) -> bytes:
+    return varint_bytes(number << 3 | wire)
 
 
-def _delimited(number: int, payload: bytes) -> bytes:
-    return _key(number, 2) + _varint_bytes(len(payload)) + payload
+def delimited(number: int, payload: bytes) -> bytes:
+    return field_key(number, 2) + varint_bytes(len(payload)) + payload
 
 
 def _encode_time(value: Any, micro: bool) -> bytes:
@@ -338,9 +338,9 @@ def _encode_time(value: Any, micro: bool) -> bytes:
         moment = moment.replace(tzinfo=UTC)
     delta = moment - _EPOCH
     seconds = delta.days * 86400 + delta.seconds
-    out = _key(1, 0) + _varint_bytes(seconds)
+    out = field_key(1, 0) + varint_bytes(seconds)
     if micro and delta.microseconds:
-        out += _key(2, 0) + _varint_bytes(delta.microseconds * 1000)
+        out += field_key(2, 0) + varint_bytes(delta.microseconds * 1000)
     return out
 
 
@@ -352,17 +352,17 @@ def _encode_value(value: Any, nested: str, strict: bool) -> bytes:
     if nested in ("Time", "MicroTime"):
         return _encode_time(value, nested == "MicroTime")
     if nested == "Quantity":
-        return _delimited(1, _string(value).encode())
+        return delimited(1, _string(value).encode())
     if nested == "IntOrString":
         if isinstance(value, str):
-            return _key(1, 0) + b"\x01" + _delimited(3, value.encode())
-        return _key(1, 0) + b"\x00" + _key(2, 0) + _varint_bytes(_integer(value))
+            return field_key(1, 0) + b"\x01" + delimited(3, value.encode())
+        return field_key(1, 0) + b"\x00" + field_key(2, 0) + varint_bytes(_integer(value))
     if nested == "Strings":
         if not isinstance(value, list):
             raise ValueError(f"not a list of strings: {value!r}")
-        return b"".join(_delimited(1, _string(item).encode()) for item in value)
+        return b"".join(delimited(1, _string(item).encode()) for item in value)
     if nested in ("RawExtension", "FieldsV1"):
-        return _delimited(1, json.dumps(value, separators=(",", ":")).encode())
+        return delimited(1, json.dumps(value, separators=(",", ":")).encode())
     if not isinstance(value, dict):
         raise ValueError(f"{nested} is not an object: {value!r}")
     return _encode_message(value, nested, strict)
@@ -384,14 +384,14 @@ def _integer(value: Any) -> int:
 
 def _encode_scalar(number: int, type_: str, value: Any) -> bytes:
     if type_ == "string":
-        return _delimited(number, _string(value).encode())
+        return delimited(number, _string(value).encode())
     if type_ == "bytes":
-        return _delimited(number, base64.b64decode(_string(value), validate=True))
+        return delimited(number, base64.b64decode(_string(value), validate=True))
     if type_ == "bool":
         if not isinstance(value, bool):
             raise ValueError(f"not a boolean: {value!r}")
-        return _key(number, 0) + (b"\x01" if value else b"\x00")
-    return _key(number, 0) + _varint_bytes(_integer(value))
+        return field_key(number, 0) + (b"\x01" if value else b"\x00")
+    return field_key(number, 0) + varint_bytes(_integer(value))
 
 
 def _encode_field(value: Any, number: int, type_: str, nested: str, strict: bool) -> bytes:
@@ -399,7 +399,7 @@ def _encode_field(value: Any, number: int, type_: str, nested: str, strict: bool
         if not isinstance(value, list):
             raise ValueError(f"not a list: {value!r}")
         if type_ == "[]message":
-            return b"".join(_delimited(number, _encode_value(v, nested, strict)) for v in value)
+            return b"".join(delimited(number, _encode_value(v, nested, strict)) for v in value)
         return b"".join(_encode_scalar(number, type_[2:], v) for v in value)
     if type_ == "map":
         if not isinstance(value, dict):
@@ -410,11 +410,11 @@ def _encode_field(value: Any, number: int, type_: str, nested: str, strict: bool
             if nested in ("string", "bytes"):
                 encoded = _encode_scalar(2, nested, item)
             else:
-                encoded = _delimited(2, _encode_value(item, nested, strict))
-            out += _delimited(number, _delimited(1, key.encode()) + encoded)
+                encoded = delimited(2, _encode_value(item, nested, strict))
+            out += delimited(number, delimited(1, key.encode()) + encoded)
         return bytes(out)
     if type_.lstrip("*") == "message":
-        return _delimited(number, _encode_value(value, nested, strict))
+        return delimited(number, _encode_value(value, nested, strict))
     return _encode_scalar(number, type_.lstrip("*"), value)
 
 
@@ -424,7 +424,7 @@ def _encode_message(doc: dict[str, Any], name: str, strict: bool) -> bytes:
     out = bytearray()
     for number, (json_name, type_, nested) in MESSAGES[name].items():
         if type_ == "inline":
-            out += _delimited(number, _encode_message(doc, nested, strict))
+            out += delimited(number, _encode_message(doc, nested, strict))
             continue
         value = doc.get(json_name)
         if value is None:
@@ -440,8 +440,8 @@ def _encode_message(doc: dict[str, Any], name: str, strict: bool) -> bytes:
 def envelope(api_version: str, kind: str, raw: bytes) -> bytes:
     """The magic bytes and the runtime.Unknown around a message (contentEncoding and
     contentType empty, as kube-apiserver writes them)."""
-    type_meta = _delimited(1, api_version.encode()) + _delimited(2, kind.encode())
-    return MAGIC + _delimited(1, type_meta) + _delimited(2, raw) + b"\x1a\x00\x22\x00"
+    type_meta = delimited(1, api_version.encode()) + delimited(2, kind.encode())
+    return MAGIC + delimited(1, type_meta) + delimited(2, raw) + b"\x1a\x00\x22\x00"
 
 
 def encode(doc: dict[str, Any], *, strict: bool = False) -> bytes | None:
@@ -464,7 +464,7 @@ def watch_frame(event_type: str, obj: bytes) -> bytes:
     length, then a bare metav1.WatchEvent (type 1, object 2 = a RawExtension whose raw is the
     object's own envelope). Streamed frames carry no magic and no runtime.Unknown: kube's
     protobuf stream serializer is the raw one."""
-    event = _delimited(1, event_type.encode()) + _delimited(2, _delimited(1, obj))
+    event = delimited(1, event_type.encode()) + delimited(2, delimited(1, obj))
     return len(event).to_bytes(4, "big") + event
 
 

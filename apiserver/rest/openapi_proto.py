@@ -19,6 +19,10 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from apiserver.rest.kubeproto import delimited as _len
+from apiserver.rest.kubeproto import field_key as _key
+from apiserver.rest.kubeproto import varint_bytes as _varint
+
 JSON = dict[str, Any]
 
 
@@ -44,29 +48,7 @@ def encode_document(doc: JSON) -> bytes:
     )
 
 
-# -- wire format -------------------------------------------------------------------------------
-
-
-def _varint(n: int) -> bytes:
-    if n < 0:
-        n += 1 << 64  # two's complement, as protobuf writes negative int64
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _key(number: int, wire_type: int) -> bytes:
-    return _varint(number << 3 | wire_type)
-
-
-def _len(number: int, payload: bytes) -> bytes:
-    return _key(number, 2) + _varint(len(payload)) + payload
+# -- wire format (varints and length-delimited fields: apiserver/rest/kubeproto.py) ------------
 
 
 # An encoder takes (field number, JSON value, where) and returns the field's bytes.

@@ -349,6 +349,26 @@ def test_compose_up_on_docker_engine(engine: DockerEngine, tmp_path: Path) -> No
         assert taints == set(want["taints"]), (name, taints)
     print(compose.kubectl("get", "nodes", "-L", "topology.kubernetes.io/zone"))
 
+    # -- ServiceAccount tokens: the apiserver signs with the key the certs service wrote ------
+    token = compose.kubectl("create", "token", "default").strip()
+    assert token.count(".") == 2, token
+    whoami = subprocess.run(
+        [
+            str(VENV_BIN / "kubectl"),
+            "--kubeconfig=/dev/null",
+            "--server=https://localhost:8080",
+            f"--certificate-authority={compose.admin / 'ca.crt'}",
+            f"--token={token}",
+            "auth",
+            "whoami",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "system:serviceaccount:default:default" in whoami.stdout, whoami
+
     # -- a Deployment spread over the three nodes, and its Service -----------------------------
     compose.kubectl("apply", "-f", "-", stdin=DEPLOYMENT)
 

@@ -214,7 +214,7 @@ async def test_fields_tinykube_does_not_model_follow_field_validation(rest: Rest
 
     # A field number no Kubernetes version has: reported the same way
     def odd(name: str) -> bytes:
-        meta = kubeproto._delimited(1, kubeproto._delimited(1, name.encode()))
+        meta = kubeproto.delimited(1, kubeproto.delimited(1, name.encode()))
         return kubeproto.envelope("v1", "ConfigMap", meta + b"\xf8\x01\x01")  # field 31 = 1
 
     strict = f"{CMS}?fieldValidation=Strict"

@@ -167,6 +167,8 @@ def write_bundles(
     sched = bundle("scheduler", {"serving": "scheduler-serving"})
     conf(sched / "scheduler.conf", "scheduler", "system:kube-scheduler")
     cm = bundle("controller-manager", {"serving": "controller-manager-serving"})
+    # kube-controller-manager's --service-account-private-key-file: token Secrets' signer.
+    _copy(sa.key, cm / "sa.key")
     conf(cm / "controller-manager.conf", "controller-manager", "system:kube-controller-manager")
     for node in nodes:
         out = bundle(node, {"kubelet": f"kubelet-{node}-serving", "proxy": f"proxy-{node}-serving"})

@@ -231,9 +231,9 @@ def test_delete_options_as_client_go_sends_them() -> None:
     propagationPolicy 4, dryRun 5; a pointer field set to zero is kept."""
     raw = (
         b"\x08\x00"  # gracePeriodSeconds 0
-        + kubeproto._delimited(2, kubeproto._delimited(1, b"u-1") + kubeproto._delimited(2, b"7"))
-        + kubeproto._delimited(4, b"Foreground")
-        + kubeproto._delimited(5, b"All")
+        + kubeproto.delimited(2, kubeproto.delimited(1, b"u-1") + kubeproto.delimited(2, b"7"))
+        + kubeproto.delimited(4, b"Foreground")
+        + kubeproto.delimited(5, b"All")
     )
     body = kubeproto.envelope("v1", "DeleteOptions", raw)
     assert kubeproto.delete_options(body) == {
@@ -347,7 +347,7 @@ def test_mangled_bodies_are_bad_requests_never_crashes() -> None:
     revision = kubeproto.envelope(
         "apps/v1",
         "ControllerRevision",
-        kubeproto._delimited(2, kubeproto._delimited(1, b"[" * 100000 + b"]" * 100000)),
+        kubeproto.delimited(2, kubeproto.delimited(1, b"[" * 100000 + b"]" * 100000)),
     )
     with pytest.raises(BadRequestError, match="not JSON"):
         kubeproto.decode(revision)
