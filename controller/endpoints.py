@@ -122,22 +122,17 @@ def compute_subsets(svc: Service, pods: Iterable[Pod]) -> list[endpoints_pb2.End
     return subsets
 
 
-class EndpointsController:
-    def __init__(
-        self,
-        endpoints_api: ResourceAPI[Endpoints],
-        services: Store[Service],
-        pods: Store[Pod],
-        endpoints: Store[Endpoints],
-        queue: Queue,
-    ) -> None:
-        self.api = endpoints_api
+class ServicePodHandlers:
+    """What both endpoint controllers share (kube's endpointutil): a Service's key is queued
+    when it or a pod it selects changes, and a namespace's pods come from the shared pod
+    informer's namespace index."""
+
+    def __init__(self, services: Store[Service], pods: Store[Pod], queue: Queue) -> None:
         self.services = services
         self.pods = pods
-        self.endpoints = endpoints
         self.queue = queue
-        self._indexed = hasattr(pods, "add_index") and hasattr(pods, "by_index")
-        if self._indexed:
+        self._pods_indexed = hasattr(pods, "add_index") and hasattr(pods, "by_index")
+        if self._pods_indexed:
             indexed: Any = pods
             # Controllers sharing the pod informer share its indexes.
             with contextlib.suppress(ValueError):
@@ -170,13 +165,27 @@ class EndpointsController:
     def on_pod_delete(self, pod: Pod) -> None:
         self.on_pod_add(pod)
 
-    # ---- reconcile ---------------------------------------------------------------------
-
     def _pods_in(self, namespace: str) -> list[Pod]:
-        if self._indexed:
+        if self._pods_indexed:
             indexed: Any = self.pods
             return list(indexed.by_index(NAMESPACE_INDEX, namespace))
         return [p for p in self.pods.list() if p.metadata.namespace == namespace]
+
+
+class EndpointsController(ServicePodHandlers):
+    def __init__(
+        self,
+        endpoints_api: ResourceAPI[Endpoints],
+        services: Store[Service],
+        pods: Store[Pod],
+        endpoints: Store[Endpoints],
+        queue: Queue,
+    ) -> None:
+        super().__init__(services, pods, queue)
+        self.api = endpoints_api
+        self.endpoints = endpoints
+
+    # ---- reconcile ---------------------------------------------------------------------
 
     async def sync(self, key: str) -> None:
         namespace, name = split_key(key)

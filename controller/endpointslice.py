@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.api import Queue, Store
-from controller.endpoints import resolve_target_port, selects
-from controller.util import is_pod_ready, key_of, split_key
+from controller.endpoints import ServicePodHandlers, resolve_target_port, selects
+from controller.util import is_pod_ready, split_key
 from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError
 from tinykube.protocols import ResourceAPI
 from tinykube.v1 import endpointslice_pb2, meta_pb2, node_pb2, pod_pb2, service_pb2
@@ -65,7 +65,6 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 DEFAULT_MAX_ENDPOINTS_PER_SLICE = 100
 _RESERVED = frozenset({SERVICE_NAME_LABEL, MANAGED_BY_LABEL, HEADLESS_LABEL})
 SLICE_INDEX = "endpointslice-service"
-NAMESPACE_INDEX = "namespace"
 
 PortKey = tuple[tuple[str, int, str, str], ...]
 EndpointKey = tuple[tuple[str, ...], str, str, str]
@@ -407,7 +406,7 @@ def slices_for(slices: Store[Slice], indexed: bool, key: str, controller: str) -
     return [s for s in found if s.metadata.labels.get(MANAGED_BY_LABEL) == controller]
 
 
-class EndpointSliceController:
+class EndpointSliceController(ServicePodHandlers):
     def __init__(
         self,
         api: ResourceAPI[Slice],
@@ -419,47 +418,15 @@ class EndpointSliceController:
         *,
         max_endpoints_per_slice: int = DEFAULT_MAX_ENDPOINTS_PER_SLICE,
     ) -> None:
-        self.services = services
-        self.pods = pods
+        super().__init__(services, pods, queue)
         self.nodes = nodes
         self.slices = slices
-        self.queue = queue
         self.max_per_slice = max_endpoints_per_slice
         self.tracker = WriteTracker()
         self.writer = SliceWriter(api, self.tracker)
         self._slices_indexed = index_slices(slices)
-        self._pods_indexed = hasattr(pods, "add_index") and hasattr(pods, "by_index")
-        if self._pods_indexed:
-            indexed: Any = pods
-            with contextlib.suppress(ValueError):
-                indexed.add_index(NAMESPACE_INDEX, lambda p: str(p.metadata.namespace))
 
-    # ---- handlers (sync callables: enqueue only) ---------------------------------------
-
-    def on_service_add(self, svc: Service) -> None:
-        self.queue.add(key_of(svc))
-
-    def on_service_update(self, old: Service, new: Service) -> None:
-        self.queue.add(key_of(new))
-
-    def on_service_delete(self, svc: Service) -> None:
-        self.queue.add(key_of(svc))
-
-    def _services_for(self, pod: Pod) -> list[str]:
-        return [key_of(s) for s in self.services.list() if selects(s, pod)]
-
-    def on_pod_add(self, pod: Pod) -> None:
-        for key in self._services_for(pod):
-            self.queue.add(key)
-
-    def on_pod_update(self, old: Pod, new: Pod) -> None:
-        if old.metadata.resourceVersion == new.metadata.resourceVersion:
-            return
-        for key in {*self._services_for(old), *self._services_for(new)}:
-            self.queue.add(key)
-
-    def on_pod_delete(self, pod: Pod) -> None:
-        self.on_pod_add(pod)
+    # ---- handlers (sync callables: enqueue only); Service and pod ones are inherited ------
 
     def on_slice_add(self, eps: Slice) -> None:
         if eps.metadata.labels.get(MANAGED_BY_LABEL) == CONTROLLER_NAME and service_of(eps):
@@ -483,12 +450,6 @@ class EndpointSliceController:
                     self.queue.add(key)
 
     # ---- reconcile ---------------------------------------------------------------------
-
-    def _pods_in(self, namespace: str) -> list[Pod]:
-        if self._pods_indexed:
-            indexed: Any = self.pods
-            return list(indexed.by_index(NAMESPACE_INDEX, namespace))
-        return [p for p in self.pods.list() if p.metadata.namespace == namespace]
 
     def new_slice_for(self, svc: Service) -> Callable[[list[Port]], Slice]:
         def new(ports: list[Port]) -> Slice:
