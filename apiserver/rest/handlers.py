@@ -1165,9 +1165,10 @@ class ResourceHandlers:
         data = self._object_dict(target, obj)
         pending = "deletionTimestamp" in data.get("metadata", {})
         fmt = self._accept(request, table=False)
-        if pending or service.info.kind == POD.kind:
+        if pending or service.info.returns_deleted_object:
             # Kubernetes answers with the object while it is still there (graceful deletion,
-            # finalizers) and always for pods; otherwise with a Success Status. 202 only
+            # finalizers) and always for the kinds whose registry returns the deleted object
+            # (pods, services, service accounts); otherwise with a Success Status. 202 only
             # when the deprecated orphanDependents=false asked for cascading and the object
             # stays: kube-apiserver keeps that quirk for old clients.
             code = 202 if pending and options.get("orphanDependents") is False else 200

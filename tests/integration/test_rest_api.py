@@ -258,6 +258,25 @@ async def test_cluster_scoped_delete_answers_status(rest: Rest) -> None:
     assert body["details"] == {"name": "gone", "kind": "nodes", "uid": created["metadata"]["uid"]}
 
 
+async def test_services_and_service_accounts_answer_a_delete_with_the_object(rest: Rest) -> None:
+    """kube's ReturnDeletedObject: the typed clients read `delete_namespaced_service`'s answer
+    as a V1Service (a Status there fails their model: `status` is not a ServiceStatus)."""
+    base = "/api/v1/namespaces/default"
+    svc = {"metadata": {"name": "gone"}, "spec": {"ports": [{"port": 80}]}}
+    for plural, kind, body in (
+        ("services", "Service", svc),
+        ("serviceaccounts", "ServiceAccount", {"metadata": {"name": "gone"}}),
+    ):
+        code, created, _ = await rest.call("POST", f"{base}/{plural}", body)
+        assert code == 201, created
+        code, deleted, _ = await rest.call("DELETE", f"{base}/{plural}/gone")
+        assert code == 200, deleted
+        assert deleted["kind"] == kind
+        assert deleted["metadata"]["uid"] == created["metadata"]["uid"]
+        code, _, _ = await rest.call("GET", f"{base}/{plural}/gone")
+        assert code == 404
+
+
 async def test_delete_preconditions_and_options(rest: Rest) -> None:
     await rest.call("POST", "/api/v1/nodes", node("pre"))
     code, body, _ = await rest.call(
