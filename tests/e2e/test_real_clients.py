@@ -489,8 +489,8 @@ POD_TEMPLATE = {
 }
 SELECTOR = {"matchLabels": {"app": "typed"}}
 
-# (API class, method suffix, namespaced, model, body): create, list, watch, patch and delete
-# through `<verb>_[namespaced_]<suffix>`.
+# (API class, method suffix, namespaced, model, body): create, read, list, watch, patch, scale
+# (where the kind has the subresource) and delete through `<verb>_[namespaced_]<suffix>`.
 KINDS: list[tuple[str, str, bool, str, dict[str, Any]]] = [
     (
         "CoreV1Api",
@@ -722,7 +722,23 @@ def _typed_round(
         name, *args, {"metadata": {"annotations": {"patched": "yes"}}}
     )
     assert isinstance(patched, cls) and patched.metadata.annotations["patched"] == "yes"
-    getattr(api, f"delete_{scope}{suffix}")(name, *args, grace_period_seconds=0)
+    if hasattr(api, f"patch_{scope}{suffix}_scale"):
+        scale = getattr(api, f"patch_{scope}{suffix}_scale")(name, *args, {"spec": {"replicas": 1}})
+        assert isinstance(scale, k8s.V1Scale) and scale.spec.replicas == 1
+        scale = getattr(api, f"read_{scope}{suffix}_scale")(name, *args)
+        assert scale.spec.replicas == 1 and scale.metadata.name == name
+        assert getattr(api, f"read_{scope}{suffix}")(name, *args).spec.replicas == 1
+    deleted = getattr(api, f"delete_{scope}{suffix}")(name, *args, grace_period_seconds=0)
+    if isinstance(deleted, cls):
+        # The client reads this kind's delete answer as the object (kube's ReturnDeletedObject:
+        # pods, services, service accounts; namespaces while they finalize).
+        assert deleted.metadata.name == name and deleted.metadata.uid == created.metadata.uid
+    elif deleted.get("kind") == "Status":
+        # The client leaves a Status untyped (its delete methods return `object`).
+        assert deleted["status"] == "Success" and deleted["details"]["name"] == name, deleted
+    else:
+        # An object still finalizing (a Namespace) comes back as itself.
+        assert deleted["metadata"]["deletionTimestamp"], deleted
 
     # A typed watch from before the create replays it all: ADDED, MODIFIED, ..., DELETED.
     seen: list[str] = []
