@@ -426,6 +426,18 @@ def test_lightkube_typed_pods_and_server_side_apply(cluster: UpCluster) -> None:
             break
     assert running is not None and running.status is not None and running.metadata is not None
     assert running.status.containerStatuses and running.status.containerStatuses[0].imageID
+    # kube's pod field selectors, as controllers and kubectl plugins use them.
+    ip = running.status.podIP
+    assert ip
+    selected = client.list(
+        Pod,
+        fields={
+            "status.podIP": ip,
+            "spec.serviceAccountName": "default",
+            "spec.hostNetwork": "false",
+        },
+    )
+    assert [p.metadata.name for p in selected] == ["lk-pod"]
     client.delete(Pod, "lk-pod")
     for kind, obj in client.watch(
         Pod, fields={"metadata.name": "lk-pod"}, resource_version=running.metadata.resourceVersion
