@@ -69,6 +69,7 @@ SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
     NODE.kind: (*META_FIELDS, "spec.unschedulable"),
     REPLICA_SET.kind: (*META_FIELDS, "status.replicas"),
     JOB.kind: (*META_FIELDS, "status.successful"),
+    SERVICE.kind: (*META_FIELDS, "spec.clusterIP", "spec.type"),
     EVENT.kind: (
         *META_FIELDS,
         "involvedObject.kind",
@@ -149,6 +150,17 @@ def fields_of(kind: str) -> Callable[[Message], dict[str, str]]:
             }
 
         return job_fields
+    if kind == SERVICE.kind:
+
+        def service_fields(obj: Message) -> dict[str, str]:
+            return {
+                "metadata.name": obj.metadata.name,  # type: ignore[attr-defined]
+                "metadata.namespace": obj.metadata.namespace,  # type: ignore[attr-defined]
+                "spec.clusterIP": obj.spec.clusterIP,  # type: ignore[attr-defined]
+                "spec.type": obj.spec.type,  # type: ignore[attr-defined]
+            }
+
+        return service_fields
     if kind == EVENT.kind:
 
         def event_fields(obj: Message) -> dict[str, str]:

@@ -4,8 +4,8 @@ ToSelectableFields), and every declared one has a value for every object."""
 from __future__ import annotations
 
 from apiserver.registry import SELECTABLE_FIELDS, fields_of
-from tinykube.kinds import JOB, POD
-from tinykube.v1 import job_pb2, pod_pb2
+from tinykube.kinds import JOB, POD, SERVICE
+from tinykube.v1 import job_pb2, pod_pb2, service_pb2
 
 
 def test_pods_select_on_kubes_fields() -> None:
@@ -32,3 +32,13 @@ def test_jobs_select_on_their_successful_count() -> None:
     values = fields_of(JOB.kind)(job)
     assert set(values) == set(SELECTABLE_FIELDS[JOB.kind])
     assert values["status.successful"] == "1"
+
+
+def test_services_select_on_cluster_ip_and_type() -> None:
+    svc = service_pb2.Service()
+    svc.metadata.name = "web"
+    svc.spec.clusterIP = "10.96.0.10"
+    svc.spec.type = "NodePort"
+    values = fields_of(SERVICE.kind)(svc)
+    assert set(values) == set(SELECTABLE_FIELDS[SERVICE.kind])
+    assert (values["spec.clusterIP"], values["spec.type"]) == ("10.96.0.10", "NodePort")
