@@ -108,6 +108,15 @@ const deployments = await apps.listNamespacedDeployment({ namespace });
 out({ call: 'listNamespacedDeployment', names: deployments.items.map((d) => d.metadata.name),
       replicas: deployments.items.map((d) => d.spec.replicas) });
 
+// The generic object API (it finds the resource through discovery): a server-side apply.
+const objects = k8s.KubernetesObjectApi.makeApiClient(kc);
+const applied = await objects.patch(
+  { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'js-applied', namespace },
+    data: { from: 'client-node' } },
+  undefined, undefined, 'client-node', true, k8s.PatchStrategy.ServerSideApply);
+out({ call: 'apply', kind: applied.kind, data: applied.data,
+      managers: applied.metadata.managedFields.map((m) => [m.manager, m.operation]) });
+
 const informer = k8s.makeInformer(kc, `/api/v1/namespaces/${namespace}/pods`,
   () => core.listNamespacedPod({ namespace }));
 for (const verb of ['add', 'update', 'delete']) {
@@ -228,6 +237,13 @@ def test_client_node_informer_and_typed_apis(
         assert read["bootID"]
         deployments = lines.until(lambda i: i.get("call") == "listNamespacedDeployment")
         assert deployments["names"] == ["js-web"] and deployments["replicas"] == [1]
+        applied = lines.until(lambda i: i.get("call") == "apply")
+        assert applied == {
+            "call": "apply",
+            "kind": "ConfigMap",
+            "data": {"from": "client-node"},
+            "managers": [["client-node", "Apply"]],
+        }
         lines.until(lambda i: i.get("event") == "started")
 
         # The informer's initial list already holds the deployment's pod (or will add it).
@@ -477,7 +493,7 @@ def test_lightkube_typed_pods_and_server_side_apply(cluster: UpCluster) -> None:
     with pytest.raises(lightkube.ApiError) as conflict:
         client.apply(deployment(3, "busybox:1.36"), field_manager="lk-other")
     assert conflict.value.status.code == 409
-    assert "lk-owner" in (conflict.value.status.message or "")
+    assert 'conflict with "lk-owner": .spec.replicas' in (conflict.value.status.message or "")
     # ...unless it forces, and then it owns the field.
     forced = client.apply(deployment(3, "busybox:1.36"), field_manager="lk-other", force=True)
     assert forced.spec is not None and forced.spec.replicas == 3
