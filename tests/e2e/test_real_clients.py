@@ -723,6 +723,12 @@ def test_python_client_typed_over_every_kind(cluster: UpCluster, api_client: Any
         except Exception as exc:  # every kind is tried; the failures are reported together
             failures.append(f"{model}: {type(exc).__name__}: {exc}")
     assert not failures, "\n\n".join(failures)
+    # What may I do here? (`kubectl auth can-i --list`): the admin's cluster-admin rules.
+    review = k8s.AuthorizationV1Api(api_client).create_self_subject_rules_review(
+        k8s.V1SelfSubjectRulesReview(spec=k8s.V1SelfSubjectRulesReviewSpec(namespace=NS))
+    )
+    assert review.status.incomplete is False
+    assert any(r.verbs == ["*"] and r.resources == ["*"] for r in review.status.resource_rules)
 
 
 def _typed_round(
