@@ -58,29 +58,38 @@ def client_node() -> NodeJS:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail("npm is not installed, and CI must run the JavaScript client's tests")
         pytest.skip("npm is not installed: node 22 and @kubernetes/client-node come from npm")
-    shutil.rmtree(prefix, ignore_errors=True)
-    prefix.mkdir(parents=True)
-    done = subprocess.run(
-        [
-            npm,
-            "install",
-            "--no-audit",
-            "--no-fund",
-            "--no-save",
-            "--prefix",
-            str(prefix),
-            NODE_PACKAGE,
-            CLIENT_PACKAGE,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=prefix,
-    )
-    assert done.returncode == 0, f"npm install failed:\n{done.stdout}\n{done.stderr}"
-    version = subprocess.run(
-        [str(found.node), "--version"], capture_output=True, text=True, timeout=60
-    )
-    assert version.stdout.startswith("v22."), version
-    (prefix / ".complete").write_text(version.stdout)
+    # Installed beside the cache entry and renamed into place: a concurrent run never sees
+    # (or removes) a half-installed prefix.
+    work = prefix.with_name(f"{prefix.name}.{os.getpid()}.partial")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        done = subprocess.run(
+            [
+                npm,
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--no-save",
+                "--prefix",
+                str(work),
+                NODE_PACKAGE,
+                CLIENT_PACKAGE,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=work,
+        )
+        assert done.returncode == 0, f"npm install failed:\n{done.stdout}\n{done.stderr}"
+        version = subprocess.run(
+            [str(NodeJS(work).node), "--version"], capture_output=True, text=True, timeout=60
+        )
+        assert version.stdout.startswith("v22."), version
+        (work / ".complete").write_text(version.stdout)
+        if not (prefix / ".complete").exists():
+            shutil.rmtree(prefix, ignore_errors=True)
+            work.rename(prefix)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return found
