@@ -449,6 +449,7 @@ class ResourceHandlers:
         objects: Sequence[dict[str, Any]],
         resource_version: str,
         continue_token: str = "",
+        remaining: int | None = None,
     ) -> bytes:
         include = q.choice("includeObject", ("None", "Metadata", "Object"), "Metadata")
         assert target.resource.info is not None
@@ -457,6 +458,7 @@ class ResourceHandlers:
             objects,
             resource_version=resource_version,
             continue_token=continue_token,
+            remaining_item_count=remaining,
             include_object=include,
             now=self.clock.now(),
         )
@@ -622,7 +624,7 @@ class ResourceHandlers:
             data["continue"] = token
         req = message_from(meta_pb2.ListRequest, data)
         try:
-            revision_text, items, next_token = await service.list_objects(req)
+            page = await service.list_page(req)
         except ResourceExpiredError:
             if exact:
                 raise ResourceExpiredError(
@@ -631,16 +633,17 @@ class ResourceHandlers:
             raise
         kcodec = self._codec(target)
         codec = service.codec
+        revision_text, items, next_token = page.revision, page.items, page.token
         if fmt == AS_TABLE:
             objects = [json.loads(codec.object_json(o)) for o in items]
-            body = self._table(target, q, objects, revision_text, next_token)
+            body = self._table(target, q, objects, revision_text, next_token, page.remaining)
             return self._respond(fmt, body)
         # The watch cache's JSON of each object, unless another version's view is asked for.
         if target.resource.view is not None:
             listed = [kcodec.object_json(o.obj) for o in items]
         else:
             listed = [codec.object_json(o) for o in items]
-        body = kcodec.list_json(revision_text, listed, next_token)
+        body = kcodec.list_json(revision_text, listed, next_token, page.remaining)
         return self._respond(fmt, body)
 
     # ---- WATCH ------------------------------------------------------------------------------
