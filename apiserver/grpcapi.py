@@ -496,8 +496,8 @@ class GrpcResource:
     async def list(self, request: meta_pb2.ListRequest | Undecodable, context: Any) -> bytes:
         if isinstance(request, Undecodable):
             raise request.reject()
-        revision, items, token = await self.resource.list_objects(request)
-        return encode_list(revision, [o.data for o in items], token)
+        page = await self.resource.list_page(request)
+        return encode_list(page.revision, [o.data for o in page.items], page.token, page.remaining)
 
     async def watch(self, request: meta_pb2.WatchRequest | Undecodable, context: Any) -> None:
         """One message per event (Kubernetes' shape; what grpcurl users see)."""

@@ -60,11 +60,16 @@ SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
         "spec.nodeName",
         "spec.schedulerName",
         "spec.restartPolicy",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
         "status.phase",
+        "status.podIP",
         "status.nominatedNodeName",
     ),
     NODE.kind: (*META_FIELDS, "spec.unschedulable"),
     REPLICA_SET.kind: (*META_FIELDS, "status.replicas"),
+    JOB.kind: (*META_FIELDS, "status.successful"),
+    SERVICE.kind: (*META_FIELDS, "spec.clusterIP", "spec.type"),
     EVENT.kind: (
         *META_FIELDS,
         "involvedObject.kind",
@@ -105,7 +110,11 @@ def fields_of(kind: str) -> Callable[[Message], dict[str, str]]:
                 "spec.nodeName": p.spec.nodeName,
                 "spec.schedulerName": p.spec.schedulerName,
                 "spec.restartPolicy": p.spec.restartPolicy,
+                "spec.serviceAccountName": p.spec.serviceAccountName,
+                "spec.hostNetwork": "true" if p.spec.hostNetwork else "false",
                 "status.phase": p.status.phase,
+                # kube selects on the first of status.podIPs.
+                "status.podIP": p.status.podIPs[0].ip if p.status.podIPs else p.status.podIP,
                 "status.nominatedNodeName": p.status.nominatedNodeName,
             }
 
@@ -130,6 +139,28 @@ def fields_of(kind: str) -> Callable[[Message], dict[str, str]]:
             }
 
         return rs_fields
+    if kind == JOB.kind:
+
+        def job_fields(obj: Message) -> dict[str, str]:
+            return {
+                "metadata.name": obj.metadata.name,  # type: ignore[attr-defined]
+                "metadata.namespace": obj.metadata.namespace,  # type: ignore[attr-defined]
+                # kube's name for the count of succeeded pods.
+                "status.successful": str(obj.status.succeeded),  # type: ignore[attr-defined]
+            }
+
+        return job_fields
+    if kind == SERVICE.kind:
+
+        def service_fields(obj: Message) -> dict[str, str]:
+            return {
+                "metadata.name": obj.metadata.name,  # type: ignore[attr-defined]
+                "metadata.namespace": obj.metadata.namespace,  # type: ignore[attr-defined]
+                "spec.clusterIP": obj.spec.clusterIP,  # type: ignore[attr-defined]
+                "spec.type": obj.spec.type,  # type: ignore[attr-defined]
+            }
+
+        return service_fields
     if kind == EVENT.kind:
 
         def event_fields(obj: Message) -> dict[str, str]:

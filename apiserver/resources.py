@@ -23,6 +23,7 @@ import logging
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from google.protobuf.message import Message
 
@@ -135,6 +136,16 @@ def _decode_continue(token: str, prefix: bytes) -> tuple[int, bytes]:
     if not isinstance(start, str):
         raise _bad_continue("encoded start key is not a string")
     return revision, prefix + start.encode("utf-8", "surrogatepass")
+
+
+class ListPage(NamedTuple):
+    """One List answer before encoding."""
+
+    revision: str
+    items: builtins.list[CachedObject]
+    token: str
+    # Objects after this page (kube's remainingItemCount), when knowable: None otherwise.
+    remaining: int | None = None
 
 
 class ResourceStore:
@@ -436,6 +447,11 @@ class ResourceStore:
         The objects are the watch cache's (or freshly decoded from etcd for paged lists);
         never mutate them. The REST front end encodes them as JSON, once per object version.
         """
+        page = await self.list_page(request)
+        return page.revision, page.items, page.token
+
+    async def list_page(self, request: meta_pb2.ListRequest) -> ListPage:
+        """`list_objects` with the count of objects after a page (remainingItemCount)."""
         labels, fields = self._selectors(request.labelSelector, request.fieldSelector)
         namespace = self._namespace(request.namespace) if request.namespace else ""
         if request.limit < 0:
@@ -456,7 +472,7 @@ class ResourceStore:
             if not await cache.wait_for_revision(wanted) or not cache.state_covers(wanted):
                 return await self._list_paged(request, namespace, labels, fields)
         items = cache.snapshot(namespace, labels, fields)
-        return str(cache.revision), items, ""
+        return ListPage(str(cache.revision), items, "")
 
     def continue_token_at(self, namespace: str, revision: int) -> str:
         """A continue token that lists from the first key at etcd `revision`: the REST
@@ -470,7 +486,7 @@ class ResourceStore:
         namespace: str,
         labels: LabelSelector,
         fields: FieldSelector,
-    ) -> tuple[str, builtins.list[CachedObject], str]:
+    ) -> ListPage:
         prefix = self._list_prefix(namespace)
         limit = request.limit
         revision = 0
@@ -479,6 +495,7 @@ class ResourceStore:
             revision, start = _decode_continue(get_continue(request), prefix)
         collected: list[CachedObject] = []
         next_key = b""
+        first_count: int | None = None
         decode = self.codec.decode
         while True:
             want = (limit - len(collected)) if limit else 0
@@ -495,6 +512,8 @@ class ResourceStore:
                 raise
             if revision == 0:
                 revision = result.revision
+            if first_count is None:
+                first_count = result.count
             kvs = result.kvs
             for i, kv in enumerate(kvs):
                 obj = decode(kv.key, kv.value, kv.mod_revision)
@@ -514,7 +533,12 @@ class ResourceStore:
                     continue
             break
         token = _encode_continue(revision, next_key, prefix) if next_key else ""
-        return str(revision), collected, token
+        remaining = None
+        if token and first_count is not None and labels.empty and fields.empty:
+            # kube's remainingItemCount: known only when nothing was filtered out (no
+            # selectors), from etcd's count of the keys from the page's start.
+            remaining = max(first_count - len(collected), 0)
+        return ListPage(str(revision), collected, token, remaining)
 
     # ---- Update / UpdateStatus -------------------------------------------------------------
 

@@ -102,6 +102,8 @@ class ListResult:
     kvs: list[KV]
     revision: int  # the revision the list was read at
     more: bool
+    # Keys in the range (from its start) at that revision, however many `limit` returned.
+    count: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,7 +336,12 @@ class Storage:
             key=start or prefix, range_end=prefix_end(prefix), revision=revision, limit=limit
         )
         resp = await self._range("list", req)
-        return ListResult([_kv(kv) for kv in resp.kvs], int(resp.header.revision), bool(resp.more))
+        return ListResult(
+            [_kv(kv) for kv in resp.kvs],
+            int(resp.header.revision),
+            bool(resp.more),
+            int(resp.count),
+        )
 
     async def current_revision(self, *, retry: bool = True) -> int:
         """etcd's revision now (a linearizable read). `retry=False`: one attempt (a health

@@ -137,12 +137,20 @@ def iter_batch_messages(events: list[Queued]) -> Iterator[bytes]:
         yield b"".join(parts)
 
 
-def encode_list(resource_version: str, items: list[bytes], continue_token: str = "") -> bytes:
-    """Wire bytes of `<Kind>List{metadata{resourceVersion, continue}, items}`."""
+def encode_list(
+    resource_version: str,
+    items: list[bytes],
+    continue_token: str = "",
+    remaining: int | None = None,
+) -> bytes:
+    """Wire bytes of `<Kind>List{metadata{resourceVersion, continue, remainingItemCount},
+    items}`."""
     meta = b"\x0a" + _varint(len(resource_version.encode())) + resource_version.encode()
     if continue_token:
         tok = continue_token.encode()
         meta += b"\x12" + _varint(len(tok)) + tok
+    if remaining is not None:
+        meta += b"\x18" + _varint(remaining)
     parts = [b"\x0a", _varint(len(meta)), meta]
     for data in items:
         parts.append(b"\x12")

@@ -78,6 +78,10 @@ class KindInfo:
     # Kubernetes' API group ("" is the core group) and version: REST paths and apiVersion.
     group: str = ""
     version: str = "v1"
+    # kube's ReturnDeletedObject: a DELETE answers with the deleted object rather than a
+    # Success Status (pods, services and service accounts; clients' typed delete calls
+    # deserialize the answer as the kind).
+    returns_deleted_object: bool = False
 
     @property
     def api_version(self) -> str:
@@ -105,6 +109,7 @@ POD = KindInfo(
     add_servicer=pod_pb2_grpc.add_PodsServicer_to_server,
     has_status=True,
     short_names=("po", "pod"),
+    returns_deleted_object=True,
 )
 NODE = KindInfo(
     kind="Node",
@@ -205,6 +210,7 @@ SERVICE = KindInfo(
     add_servicer=service_pb2_grpc.add_ServicesServicer_to_server,
     has_status=True,
     short_names=("svc", "service"),
+    returns_deleted_object=True,
 )
 # The message is ServiceEndpoints: protobuf gives the service tinykube.v1.Endpoints that name.
 ENDPOINTS = KindInfo(
@@ -429,6 +435,7 @@ SERVICE_ACCOUNT = KindInfo(
     add_servicer=serviceaccount_pb2_grpc.add_ServiceAccountsServicer_to_server,
     has_status=False,
     short_names=("sa", "serviceaccount"),
+    returns_deleted_object=True,
 )
 ALL_KINDS += (SERVICE_ACCOUNT,)
 

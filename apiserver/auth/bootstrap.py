@@ -253,7 +253,11 @@ def cluster_roles() -> list[rbac_pb2.ClusterRole]:
             "system:basic-user",
             [
                 rule(("create",), (_AUTHN,), ("selfsubjectreviews",)),
-                rule(("create",), (_AUTHZ,), ("selfsubjectaccessreviews",)),
+                rule(
+                    ("create",),
+                    (_AUTHZ,),
+                    ("selfsubjectaccessreviews", "selfsubjectrulesreviews"),
+                ),
             ],
         ),
         # For webhooks and proxies that delegate authentication and authorization; bound to

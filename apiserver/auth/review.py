@@ -11,17 +11,20 @@ A spec with neither or both kinds of attributes is InvalidError with kube's word
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from apiserver.auth.authorizer import (
     Attributes,
     Authorizer,
+    Chain,
     Identity,
     Outcome,
     go_quote,
+    node_name_of,
     non_resource,
 )
+from apiserver.auth.rbac import Rule
 from tinykube.errors import FieldError, InvalidError
 
 GROUP = "authorization.k8s.io"
@@ -110,6 +113,83 @@ def self_subject_access_review(
         "spec": dict(spec),
         "status": status,
     }
+
+
+# ---- SelfSubjectRulesReview ---------------------------------------------------------------
+
+RULES_KIND = "SelfSubjectRulesReview"
+RULES_PLURAL = "selfsubjectrulesreviews"
+
+
+def _resolvers(authorizer: Authorizer) -> Sequence[Authorizer]:
+    return authorizer.authorizers if isinstance(authorizer, Chain) else (authorizer,)
+
+
+def self_subject_rules_review(
+    authorizer: Authorizer, identity: Identity, review: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What `identity` may do in `spec.namespace` (`kubectl auth can-i --list`), as kube's
+    union of its authorizers' RulesFor: RBAC's rules cluster-wide and in the namespace, one
+    ResourceRule per rule naming resources and one NonResourceRule per rule naming URLs. The
+    Node authorizer cannot enumerate a node's permissions, so a node's answer is incomplete;
+    bindings to missing roles are reported in evaluationError, as kube does."""
+    spec = review.get("spec")
+    if not isinstance(spec, Mapping):
+        spec = {}
+    namespace = spec.get("namespace", "")
+    if not isinstance(namespace, str):
+        raise _rules_invalid([FieldError("spec.namespace", "must be a string")])
+    resource_rules: list[dict[str, Any]] = []
+    non_resource_rules: list[dict[str, Any]] = []
+    errors: list[str] = []
+    incomplete = False
+    if node_name_of(identity)[1]:
+        incomplete = True
+        errors.append("node authorizer does not support user rule resolution")
+    for resolver in _resolvers(authorizer):
+        rules_for = getattr(resolver, "rules_for", None)
+        if rules_for is None:
+            continue
+        rules: list[Rule]
+        missing: list[tuple[str, str, str]]
+        rules, missing = rules_for(identity, namespace)
+        for rule in rules:
+            if rule.resources:
+                entry: dict[str, Any] = {"verbs": list(rule.verbs)}
+                if rule.api_groups:
+                    entry["apiGroups"] = list(rule.api_groups)
+                entry["resources"] = list(rule.resources)
+                if rule.resource_names:
+                    entry["resourceNames"] = list(rule.resource_names)
+                resource_rules.append(entry)
+            if rule.non_resource_urls:
+                non_resource_rules.append(
+                    {"verbs": list(rule.verbs), "nonResourceURLs": list(rule.non_resource_urls)}
+                )
+        errors.extend(
+            f"{kind.lower()}.rbac.authorization.k8s.io {go_quote(name)} not found"
+            for kind, _, name in missing
+        )
+    status: dict[str, Any] = {
+        "resourceRules": resource_rules,
+        "nonResourceRules": non_resource_rules,
+        "incomplete": incomplete,
+    }
+    if errors:
+        status["evaluationError"] = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
+    metadata = review.get("metadata")
+    return {
+        "kind": RULES_KIND,
+        "apiVersion": f"{GROUP}/v1",
+        "metadata": dict(metadata) if isinstance(metadata, Mapping) else {},
+        "spec": dict(spec),
+        "status": status,
+    }
+
+
+def _rules_invalid(causes: list[FieldError]) -> InvalidError:
+    body = str(causes[0]) if len(causes) == 1 else "[" + ", ".join(map(str, causes)) + "]"
+    return InvalidError(f'{RULES_KIND}.{GROUP} "" is invalid: {body}', causes)
 
 
 # ---- SubjectAccessReview, LocalSubjectAccessReview, TokenReview ---------------------------------

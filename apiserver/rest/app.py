@@ -36,7 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from apiserver.auth.authn import StaleTokenError
 from apiserver.auth.authorizer import ALL_UNAUTHENTICATED, ANONYMOUS, Authorizer, Identity
 from apiserver.auth.filters import REQUESTER, Enforcer, needs_requester
-from apiserver.auth.review import self_subject_access_review
+from apiserver.auth.review import self_subject_access_review, self_subject_rules_review
 from apiserver.flowcontrol import Limiter
 from apiserver.grpcapi import LogLimiter, access_log, go_duration
 from apiserver.metrics import Metrics
@@ -51,6 +51,7 @@ from apiserver.rest.discovery import (
     AUTH_REVIEWS,
     GIT_VERSION,
     SELF_SUBJECT_ACCESS_REVIEW,
+    SELF_SUBJECT_RULES_REVIEW,
     Discovery,
     version_info,
     wants_aggregated,
@@ -439,8 +440,9 @@ class RestServer:
         resource = gv.resource(rest[0])
         if resource is None:
             raise not_found_path()
-        if resource is SELF_SUBJECT_ACCESS_REVIEW:
-            return await self._access_review(request, rest)
+        if resource is SELF_SUBJECT_ACCESS_REVIEW or resource is SELF_SUBJECT_RULES_REVIEW:
+            rules = resource is SELF_SUBJECT_RULES_REVIEW
+            return await self._access_review(request, rest, rules=rules)
         if resource in AUTH_REVIEWS:
             if self.auth_api is None:
                 raise not_found_path()
@@ -461,8 +463,11 @@ class RestServer:
         request[_RESOURCE] = StatusResource(resource.view or resource.info, name or "", sub or "")
         return await self.handlers.handle(request, target)
 
-    async def _access_review(self, request: web.Request, rest: list[str]) -> web.Response:
-        """POST selfsubjectaccessreviews: answered for the requester, never stored (201)."""
+    async def _access_review(
+        self, request: web.Request, rest: list[str], *, rules: bool = False
+    ) -> web.Response:
+        """POST selfsubjectaccessreviews (or, `rules`, selfsubjectrulesreviews): answered for
+        the requester, never stored (201)."""
         if self.authorizer is None or len(rest) != 1:
             raise not_found_path()
         if request.method != "POST":
@@ -472,15 +477,19 @@ class RestServer:
         )
         media = codecs.content_type_of(request.headers.get("Content-Type", "")) or codecs.JSON
         if media == codecs.PROTOBUF:
-            review = kubeproto.self_subject_access_review(body)
+            if rules:
+                review = kubeproto.self_subject_rules_review(body)
+            else:
+                review = kubeproto.self_subject_access_review(body)
         else:
             review = codecs.parse_object_body(body, media)
+        answer_for = self_subject_rules_review if rules else self_subject_access_review
         try:
-            answer = self_subject_access_review(self.authorizer, self.requester(request), review)
+            answer = answer_for(self.authorizer, self.requester(request), review)
         except InvalidError as exc:
             details = {
                 "group": "authorization.k8s.io",
-                "kind": "SelfSubjectAccessReview",
+                "kind": "SelfSubjectRulesReview" if rules else "SelfSubjectAccessReview",
                 "causes": [cause_of(c) for c in exc.causes],
             }
             raise RestError(422, "Invalid", exc.message, details) from None

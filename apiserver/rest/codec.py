@@ -73,12 +73,18 @@ class KindCodec:
         return dumps({**self._head, "metadata": meta})
 
     def list_json(
-        self, resource_version: str, items: list[bytes], continue_token: str = ""
+        self,
+        resource_version: str,
+        items: list[bytes],
+        continue_token: str = "",
+        remaining: int | None = None,
     ) -> bytes:
         """`<Kind>List` from the items' JSON bytes, without re-encoding them."""
         meta: dict[str, Any] = {"resourceVersion": resource_version}
         if continue_token:
             meta["continue"] = continue_token
+        if remaining is not None:
+            meta["remainingItemCount"] = remaining
         return self._list_head + dumps(meta) + b',"items":[' + b",".join(items) + b"]}"
 
     def list_dict(

@@ -169,6 +169,16 @@ SELF_SUBJECT_ACCESS_REVIEW = Resource(
     only_verbs=("create",),
 )
 
+# Answered, never stored: `kubectl auth can-i --list` posts one (apiserver/auth/review.py).
+SELF_SUBJECT_RULES_REVIEW = Resource(
+    "authorization.k8s.io",
+    "v1",
+    "selfsubjectrulesreviews",
+    "SelfSubjectRulesReview",
+    False,
+    only_verbs=("create",),
+)
+
 # Answered, never stored, for webhooks and proxies (apiserver/rest/authapi.py); `kubectl auth
 # whoami` posts a SelfSubjectReview.
 TOKEN_REVIEW = Resource(
@@ -218,6 +228,7 @@ RESOURCES: tuple[Resource, ...] = (
     SELF_SUBJECT_REVIEW,
     LOCAL_SUBJECT_ACCESS_REVIEW,
     SELF_SUBJECT_ACCESS_REVIEW,
+    SELF_SUBJECT_RULES_REVIEW,
     SUBJECT_ACCESS_REVIEW,
 )
 

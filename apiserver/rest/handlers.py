@@ -512,6 +512,7 @@ class ResourceHandlers:
         objects: Sequence[dict[str, Any]],
         resource_version: str,
         continue_token: str = "",
+        remaining: int | None = None,
     ) -> bytes:
         include = q.choice("includeObject", ("None", "Metadata", "Object"), "Metadata")
         assert target.resource.info is not None
@@ -520,6 +521,7 @@ class ResourceHandlers:
             objects,
             resource_version=resource_version,
             continue_token=continue_token,
+            remaining_item_count=remaining,
             include_object=include,
             now=self.clock.now(),
         )
@@ -679,7 +681,7 @@ class ResourceHandlers:
             data["continue"] = token
         req = message_from(meta_pb2.ListRequest, data)
         try:
-            revision_text, items, next_token = await service.list_objects(req)
+            page = await service.list_page(req)
         except ResourceExpiredError:
             if exact:
                 raise ResourceExpiredError(
@@ -688,16 +690,17 @@ class ResourceHandlers:
             raise
         kcodec = self._codec(target)
         codec = service.codec
+        revision_text, items, next_token = page.revision, page.items, page.token
         if fmt == AS_TABLE:
             objects = [json.loads(codec.object_json(o)) for o in items]
-            body = self._table(target, q, objects, revision_text, next_token)
+            body = self._table(target, q, objects, revision_text, next_token, page.remaining)
             return self._respond(fmt, body)
         # The watch cache's JSON of each object, unless another version's view is asked for.
         if target.resource.view is not None:
             listed = [kcodec.object_json(o.obj) for o in items]
         else:
             listed = [codec.object_json(o) for o in items]
-        body = kcodec.list_json(revision_text, listed, next_token)
+        body = kcodec.list_json(revision_text, listed, next_token, page.remaining)
         return self._respond(fmt, body)
 
     # ---- WATCH ------------------------------------------------------------------------------
@@ -1246,9 +1249,10 @@ class ResourceHandlers:
         data = self._object_dict(target, obj)
         pending = "deletionTimestamp" in data.get("metadata", {})
         fmt = self._accept(request, table=False)
-        if pending or service.info.kind == POD.kind:
+        if pending or service.info.returns_deleted_object:
             # Kubernetes answers with the object while it is still there (graceful deletion,
-            # finalizers) and always for pods; otherwise with a Success Status. 202 only
+            # finalizers) and always for the kinds whose registry returns the deleted object
+            # (pods, services, service accounts); otherwise with a Success Status. 202 only
             # when the deprecated orphanDependents=false asked for cascading and the object
             # stays: kube-apiserver keeps that quirk for old clients.
             code = 202 if pending and options.get("orphanDependents") is False else 200

@@ -479,6 +479,18 @@ def delete_options(body: bytes) -> dict[str, Any]:
     return doc
 
 
+def self_subject_rules_review(body: bytes) -> dict[str, Any]:
+    """A protobuf SelfSubjectRulesReview (`kubectl auth can-i --list`) as its JSON form."""
+    doc, _ = decode_unknown(body, default="authorization.SelfSubjectRulesReview")
+    if doc.get("kind", "SelfSubjectRulesReview") != "SelfSubjectRulesReview":
+        raise _bad(f"the body is a {doc['kind']}, not a SelfSubjectRulesReview")
+    return {
+        "kind": "SelfSubjectRulesReview",
+        "apiVersion": "authorization.k8s.io/v1",
+        "spec": doc.get("spec", {}),
+    }
+
+
 def self_subject_access_review(body: bytes) -> dict[str, Any]:
     """A protobuf SelfSubjectAccessReview (`kubectl auth can-i`) as its JSON form (spec only)."""
     doc, _ = decode_unknown(body, default="authorization.SelfSubjectAccessReview")

@@ -340,6 +340,30 @@ MESSAGES: dict[str, dict[int, Field]] = {
         1: ("resourceAttributes", "*message", "authorization.ResourceAttributes"),
         2: ("nonResourceAttributes", "*message", "authorization.NonResourceAttributes"),
     },
+    "authorization.SelfSubjectRulesReview": {
+        1: ("metadata", "message", "meta.ObjectMeta"),
+        2: ("spec", "message", "authorization.SelfSubjectRulesReviewSpec"),
+        3: ("status", "message", "authorization.SubjectRulesReviewStatus"),
+    },
+    "authorization.SelfSubjectRulesReviewSpec": {
+        1: ("namespace", "string", ""),
+    },
+    "authorization.SubjectRulesReviewStatus": {
+        1: ("resourceRules", "[]message", "authorization.ResourceRule"),
+        2: ("nonResourceRules", "[]message", "authorization.NonResourceRule"),
+        3: ("incomplete", "bool", ""),
+        4: ("evaluationError", "string", ""),
+    },
+    "authorization.ResourceRule": {
+        1: ("verbs", "[]string", ""),
+        2: ("apiGroups", "[]string", ""),
+        3: ("resources", "[]string", ""),
+        4: ("resourceNames", "[]string", ""),
+    },
+    "authorization.NonResourceRule": {
+        1: ("verbs", "[]string", ""),
+        2: ("nonResourceURLs", "[]string", ""),
+    },
     "authorization.SubjectAccessReview": {
         1: ("metadata", "message", "meta.ObjectMeta"),
         2: ("spec", "message", "authorization.SubjectAccessReviewSpec"),

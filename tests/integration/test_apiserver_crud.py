@@ -558,6 +558,7 @@ async def test_paging_with_pinned_revision(stubs: Stubs) -> None:
     names = [p.metadata.name for p in page.items]
     assert names == ["p0", "p1", "p2"]
     assert get_continue(page.metadata)
+    assert page.metadata.remainingItemCount == 4
     rv = page.metadata.resourceVersion
     await create_pod(stubs, "p00")  # sorts inside the first page's range, after the pin
     await create_pod(stubs, "p9")  # after the pin: must not show up
@@ -566,10 +567,16 @@ async def test_paging_with_pinned_revision(stubs: Stubs) -> None:
             list_request(namespace="default", limit=3, continue_token=get_continue(page.metadata))
         )
         assert page.metadata.resourceVersion == rv
+        # Counted at the pinned revision: the pods made since are not in it.
+        left = 7 - len(names) - len(page.items)
+        assert page.metadata.HasField("remainingItemCount") == bool(get_continue(page.metadata))
+        if get_continue(page.metadata):
+            assert page.metadata.remainingItemCount == left
         names.extend(p.metadata.name for p in page.items)
     assert names == [f"p{i}" for i in range(7)]
-    # Paging with a label selector fills pages with matching items only.
+    # Paging with a label selector fills pages with matching items only (and cannot count).
     page = await stubs.pods.List(meta_pb2.ListRequest(labelSelector="app=web", limit=2))
+    assert not page.metadata.HasField("remainingItemCount")
     got = [p.metadata.name for p in page.items]
     while get_continue(page.metadata):
         page = await stubs.pods.List(

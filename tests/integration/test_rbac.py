@@ -213,6 +213,63 @@ async def test_kubectl_auth_can_i(served: RunningAPIServer, tmp_path: Path) -> N
         rest.identify = anonymous
 
 
+@needs_kubectl
+async def test_kubectl_auth_can_i_list(served: RunningAPIServer, tmp_path: Path) -> None:
+    """`kubectl auth can-i --list` posts a SelfSubjectRulesReview: the rules bound to the
+    requester cluster-wide and in the namespace (system:basic-user's included)."""
+    rest = served.server.rest
+    assert rest is not None
+    policy = """\
+apiVersion: v1
+kind: Namespace
+metadata: {name: lister}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: reader, namespace: lister}
+rules:
+- {apiGroups: [""], resources: [pods], verbs: [get, list]}
+- {apiGroups: [apps], resources: [deployments], resourceNames: [web], verbs: [patch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: reader, namespace: lister}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: reader}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: lister}]
+"""
+    try:
+        rest.identify = lambda request: Identity("root", ("system:masters", "system:authenticated"))
+        made = await in_thread(lambda: kubectl(served, tmp_path, "create", "-f", "-", stdin=policy))
+        assert made.returncode == 0, made.stderr
+        rest.identify = lambda request: Identity("lister", ("system:authenticated",))
+
+        def listed() -> Any:
+            return kubectl(served, tmp_path, "auth", "can-i", "--list", "--namespace=lister")
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        out = await in_thread(listed)
+        # The authorizer follows its watch caches: wait for the binding to arrive.
+        while "deployments.apps" not in out.stdout and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+            out = await in_thread(listed)
+        assert out.returncode == 0, out.stderr
+        rows = [line.split() for line in out.stdout.splitlines()]
+        assert rows[0] == ["Resources", "Non-Resource", "URLs", "Resource", "Names", "Verbs"]
+        assert ["pods", "[]", "[]", "[get", "list]"] in rows
+        assert ["deployments.apps", "[]", "[web]", "[patch]"] in rows
+        assert ["selfsubjectrulesreviews.authorization.k8s.io", "[]", "[]", "[create]"] in rows
+        assert ["[/healthz]", "[]", "[get]"] in rows
+        # Elsewhere only the cluster-wide rules apply.
+        other = await in_thread(
+            lambda: kubectl(served, tmp_path, "auth", "can-i", "--list", "--namespace=default")
+        )
+        assert other.returncode == 0, other.stderr
+        assert "deployments.apps" not in other.stdout and "pods " not in other.stdout
+    finally:
+        rest.identify = anonymous
+
+
 async def test_access_review_errors(served: RunningAPIServer) -> None:
     import aiohttp
 

@@ -258,6 +258,25 @@ async def test_cluster_scoped_delete_answers_status(rest: Rest) -> None:
     assert body["details"] == {"name": "gone", "kind": "nodes", "uid": created["metadata"]["uid"]}
 
 
+async def test_services_and_service_accounts_answer_a_delete_with_the_object(rest: Rest) -> None:
+    """kube's ReturnDeletedObject: the typed clients read `delete_namespaced_service`'s answer
+    as a V1Service (a Status there fails their model: `status` is not a ServiceStatus)."""
+    base = "/api/v1/namespaces/default"
+    svc = {"metadata": {"name": "gone"}, "spec": {"ports": [{"port": 80}]}}
+    for plural, kind, body in (
+        ("services", "Service", svc),
+        ("serviceaccounts", "ServiceAccount", {"metadata": {"name": "gone"}}),
+    ):
+        code, created, _ = await rest.call("POST", f"{base}/{plural}", body)
+        assert code == 201, created
+        code, deleted, _ = await rest.call("DELETE", f"{base}/{plural}/gone")
+        assert code == 200, deleted
+        assert deleted["kind"] == kind
+        assert deleted["metadata"]["uid"] == created["metadata"]["uid"]
+        code, _, _ = await rest.call("GET", f"{base}/{plural}/gone")
+        assert code == 404
+
+
 async def test_delete_preconditions_and_options(rest: Rest) -> None:
     await rest.call("POST", "/api/v1/nodes", node("pre"))
     code, body, _ = await rest.call(
@@ -581,6 +600,41 @@ async def test_list_limit_range(rest: Rest, limit: str, code: int) -> None:
     assert got == code, answer
     if code == 200:
         assert answer["kind"] == "NodeList" and "continue" not in answer["metadata"]
+
+
+async def test_pages_without_selectors_count_the_items_left(rest: Rest) -> None:
+    """kube's remainingItemCount: on every page but the last of an unfiltered list (etcd
+    counts the keys after the page); never with a selector, which etcd cannot count."""
+    base = "/api/v1/namespaces/remaining/configmaps"
+    await rest.call("POST", "/api/v1/namespaces", {"metadata": {"name": "remaining"}})
+    for i in range(5):
+        code, _, _ = await rest.call("POST", base, {"metadata": {"name": f"cm-{i}"}})
+        assert code == 201
+    seen: list[int | None] = []
+    names: list[str] = []
+    token = ""
+    while True:
+        code, body, _ = await rest.call(
+            "GET", f"{base}?limit=2" + (f"&continue={token}" if token else "")
+        )
+        assert code == 200, body
+        seen.append(body["metadata"].get("remainingItemCount"))
+        names += [i["metadata"]["name"] for i in body["items"]]
+        token = body["metadata"].get("continue", "")
+        if not token:
+            break
+    assert names == [f"cm-{i}" for i in range(5)]
+    assert seen == [3, 1, None]
+    code, body, _ = await rest.call("GET", f"{base}?limit=2&labelSelector=a!%3Db")
+    assert code == 200 and body["metadata"]["continue"]
+    assert "remainingItemCount" not in body["metadata"]
+    # The Table kubectl asks for carries it too.
+    code, table, _ = await rest.call(
+        "GET",
+        f"{base}?limit=4",
+        headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+    )
+    assert code == 200 and table["metadata"]["remainingItemCount"] == 1
 
 
 async def test_limit_continue_and_exact(rest: Rest) -> None:

@@ -169,3 +169,41 @@ def test_protobuf_body() -> None:
 def test_bad_protobuf_bodies_are_bad_requests(body: bytes) -> None:
     with pytest.raises(BadRequestError):
         kubeproto.self_subject_access_review(body)
+
+
+# ---- SelfSubjectRulesReview ---------------------------------------------------------------------
+
+
+def test_rules_review_lists_the_requesters_rules_in_the_namespace() -> None:
+    from apiserver.auth.authorizer import Chain
+    from apiserver.auth.bootstrap import cluster_role, rule, url_rule
+    from apiserver.auth.review import self_subject_rules_review
+    from tests.unit.auth.test_rbac import authorizer, binding, role, subject
+
+    rbac = authorizer(
+        cluster_role("urls", [url_rule(("get",), ("/healthz",))]),
+        binding("urls", "", "ClusterRole", "urls", subject("User", "ann")),
+        role("reader", "team", rule(("get", "list"), ("",), ("pods",))),
+        binding("reader", "team", "Role", "reader", subject("User", "ann")),
+        binding("ghost", "team", "Role", "ghost", subject("User", "ann")),
+    )
+    ann = Identity("ann", ("system:authenticated",))
+    review = {"spec": {"namespace": "team"}}
+    answer = self_subject_rules_review(Chain([rbac]), ann, review)
+    assert answer["kind"] == "SelfSubjectRulesReview"
+    assert answer["spec"] == {"namespace": "team"}
+    status = answer["status"]
+    assert status["resourceRules"] == [
+        {"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}
+    ]
+    assert status["nonResourceRules"] == [{"verbs": ["get"], "nonResourceURLs": ["/healthz"]}]
+    # A binding to a missing role is an evaluation error, the answer still complete (kube's).
+    assert status["incomplete"] is False
+    assert status["evaluationError"] == 'role.rbac.authorization.k8s.io "ghost" not found'
+    elsewhere = self_subject_rules_review(Chain([rbac]), ann, {"spec": {"namespace": "x"}})
+    assert elsewhere["status"]["resourceRules"] == []
+    assert "evaluationError" not in elsewhere["status"]
+    node = Identity("system:node:n1", ("system:nodes", "system:authenticated"))
+    partial = self_subject_rules_review(Chain([rbac]), node, review)["status"]
+    assert partial["incomplete"] is True
+    assert partial["evaluationError"] == "node authorizer does not support user rule resolution"
