@@ -232,8 +232,13 @@ async def test_immutable_pod_fields(stubs: Stubs) -> None:
     details = await expect_error(
         stubs.pods.Update(pod_pb2.UpdatePodRequest(pod=pod)), grpc.StatusCode.INVALID_ARGUMENT
     )
-    assert details.startswith('Pod "web" is invalid: ')
-    assert "spec.nodeName: Forbidden: may only be set through Bind" in details
+    # kube's ValidatePodUpdate: nodeName is set only by Bind, and any other change is the one
+    # Forbidden message with the spec's diff.
+    assert details.startswith(
+        'Pod "web" is invalid: spec: Forbidden: pod updates may not change fields other than '
+    )
+    assert '- \tNodeName: "",' in details
+    assert '+ \tNodeName: "n1",' in details
 
 
 async def test_validation_message(stubs: Stubs) -> None:
