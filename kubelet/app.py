@@ -20,6 +20,8 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from kubelet.containerd import write_cni_config
+from kubelet.cri import CRIRuntime
 from kubelet.envvars import EnvSources
 from kubelet.fake import FakeRuntime
 from kubelet.logs import KubeletService
@@ -29,7 +31,7 @@ from kubelet.pods import PodManager
 from kubelet.prober import ProbeManager
 from kubelet.process import ProcessRuntime
 from kubelet.runtime import Runtime
-from kubelet.settings import Settings
+from kubelet.settings import Settings, machine_memory_kib
 from tinykube.client import Client
 from tinykube.clock import Clock
 from tinykube.events import WARNING, EventRecorder
@@ -48,7 +50,19 @@ class Kubelet:
         self.clock = clock or Clock()
         self.node_names = set(settings.node_names)
         self.runtime: Runtime
-        if settings.runtime == "process":
+        if settings.runtime == "cri":
+            self.runtime = CRIRuntime(
+                settings.root_dir,
+                settings.container_runtime_endpoint,
+                clock=self.clock,
+                backoff_initial=settings.backoff_initial,
+                backoff_max=settings.backoff_max,
+                poll_interval=max(settings.poll_interval, 1.0),
+                node_ip=settings.node_ip,
+                cgroup_root=settings.cgroup_root,
+                machine_memory=machine_memory_kib() * 1024,
+            )
+        elif settings.runtime == "process":
             self.runtime = ProcessRuntime(
                 settings.root_dir,
                 clock=self.clock,
@@ -106,6 +120,16 @@ class Kubelet:
 
     async def run(self) -> None:
         s = self.settings
+        runtime_version = ""
+        if isinstance(self.runtime, CRIRuntime):
+            version = await self.runtime.version()
+            runtime_version = f"{version.runtime_name}://{version.runtime_version}"
+            log.info(
+                "CRI runtime %s at %s (API %s)",
+                runtime_version,
+                s.container_runtime_endpoint,
+                version.runtime_api_version,
+            )
         restored = self.runtime.load()
         if restored:
             log.info("restored %d pod(s) from %s", len(restored), s.root_dir)
@@ -133,7 +157,8 @@ class Kubelet:
             nodes.on_handler_error = refused
             self.pods.on_handler_error = refused
             probes = None
-            if isinstance(self.runtime, ProcessRuntime):
+            # Probes run on the host for processes; CRI containers are not probed yet.
+            if type(self.runtime) is ProcessRuntime:
                 probes = ProbeManager(
                     clock=self.clock,
                     events=events,
@@ -165,6 +190,7 @@ class Kubelet:
                         labels=dict(s.labels),
                         taints=list(s.taints),
                         runtime=s.runtime,
+                        runtime_version=runtime_version,
                         lease_duration_seconds=s.node_lease_duration_seconds,
                         status_update_frequency=s.node_status_update_frequency,
                         status_report_frequency=s.node_status_report_frequency,
@@ -191,6 +217,8 @@ class Kubelet:
                     for agent in agents:
                         tg.create_task(agent.lease_loop(), name=f"lease-{agent.cfg.name}")
                         tg.create_task(agent.status_loop(), name=f"status-{agent.cfg.name}")
+                    if isinstance(self.runtime, CRIRuntime):
+                        tg.create_task(self._pod_network(nodes), name="pod-network")
                     tg.create_task(self.pods.run(), name="informer-pods")
                     await self.pods.wait_synced()
                     live = {p.metadata.uid for p in self.pods.store.list()}
@@ -198,6 +226,21 @@ class Kubelet:
                     self.ready.set()
             finally:
                 await manager.stop()
+
+    async def _pod_network(self, nodes: Informer[Any]) -> None:
+        """Write the node's CNI network config once its pod CIDR is known (--pod-cidr, else
+        the Node's spec.podCIDR from the node IPAM controller), and again if it changes."""
+        s = self.settings
+        conf_dir = s.cni_conf_dir or s.root_dir / "cni" / "net.d"
+        written = ""
+        while True:
+            node = nodes.store.get(s.node_name)
+            cidr = s.pod_cidr or (node.spec.podCIDR if node is not None else "")
+            if cidr and cidr != written:
+                path = write_cni_config(conf_dir, cidr, s.cni_bridge, s.root_dir / "cni" / "ipam")
+                log.info("pod network %s on bridge %s: %s", cidr, s.cni_bridge, path)
+                written = cidr
+            await self.clock.sleep(1.0)
 
 
 def _allocatable(node: node_pb2.Node | None) -> Mapping[str, str]:

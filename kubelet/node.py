@@ -58,6 +58,8 @@ class NodeConfig:
     labels: dict[str, str] = field(default_factory=dict)
     taints: list[tuple[str, str, str]] = field(default_factory=list)
     runtime: str = "process"
+    # status.nodeInfo.containerRuntimeVersion: a CRI runtime's name://version from Version.
+    runtime_version: str = ""
     lease_duration_seconds: int = 40
     status_update_frequency: float = 10.0
     status_report_frequency: float = 300.0
@@ -82,7 +84,7 @@ def desired_status(cfg: NodeConfig, hostname: str) -> node_pb2.NodeStatus:
         platform.machine(), platform.machine()
     )
     info.kubeletVersion = KUBELET_VERSION
-    info.containerRuntimeVersion = f"{cfg.runtime}://tinykube"
+    info.containerRuntimeVersion = cfg.runtime_version or f"{cfg.runtime}://tinykube"
     status.daemonEndpoints.kubeletEndpoint.Port = cfg.kubelet_port
     return status
 

@@ -155,6 +155,8 @@ class ProcessRuntime:
             "final_phase": rec.final_phase,
             "final_reason": rec.final_reason,
             "final_message": rec.final_message,
+            "sandbox_id": rec.sandbox_id,
+            "pod_ips": rec.pod_ips,
             "containers": {n: c.to_json() for n, c in rec.containers.items()},
             "init_containers": {n: c.to_json() for n, c in rec.init_containers.items()},
         }
@@ -176,6 +178,8 @@ class ProcessRuntime:
                     final_phase=data.get("final_phase", ""),
                     final_reason=data.get("final_reason", ""),
                     final_message=data.get("final_message", ""),
+                    sandbox_id=data.get("sandbox_id", ""),
+                    pod_ips=list(data.get("pod_ips", [])),
                     containers={
                         n: ContainerRecord.from_json(c) for n, c in data["containers"].items()
                     },
@@ -242,7 +246,7 @@ class ProcessRuntime:
     def _now(self) -> float:
         return self.clock.now().timestamp()
 
-    def _exit_status(self, uid: str, crec: ContainerRecord) -> Termination | None:
+    async def _exit_status(self, uid: str, crec: ContainerRecord) -> Termination | None:
         """The container's termination if its process has exited, else None."""
         child = self._children.get(crec.pid)
         if child is not None:
@@ -281,7 +285,7 @@ class ProcessRuntime:
         crec.backoff_exp += 1
         return float(delay)
 
-    def _observe_exits(
+    async def _observe_exits(
         self, pod: pod_pb2.Pod, rec: PodRecord, records: dict[str, ContainerRecord], init: bool
     ) -> bool:
         changed = False
@@ -289,7 +293,7 @@ class ProcessRuntime:
         for crec in records.values():
             if crec.state != RUNNING:
                 continue
-            term = self._exit_status(rec.uid, crec)
+            term = await self._exit_status(rec.uid, crec)
             if term is None:
                 continue
             changed = True
@@ -382,9 +386,9 @@ class ProcessRuntime:
             self._config_error(rec, crec, str(exc))
             return
         self._envs.setdefault(rec.uid, {})[container.name] = resolved
-        self._launch(pod, rec, container, crec, resolved)
+        await self._launch(pod, rec, container, crec, resolved)
 
-    def _launch(
+    async def _launch(
         self,
         pod: pod_pb2.Pod,
         rec: PodRecord,
@@ -412,7 +416,8 @@ class ProcessRuntime:
                 error = f"failed to start the container's log shim: {exc}"
         if not error:
             try:
-                child = subprocess.Popen(
+                # A fork/exec: quick, made inline as before the hook became async.
+                child = subprocess.Popen(  # noqa: ASYNC220
                     argv,
                     stdin=subprocess.DEVNULL,
                     stdout=out_w,
@@ -518,6 +523,24 @@ class ProcessRuntime:
                     )
         return ""
 
+    async def _prepare_pod(self, pod: pod_pb2.Pod, rec: PodRecord) -> bool:
+        """Make the pod's sandbox ready (kube's computePodActions: create or recreate it);
+        False while it cannot be, its containers then waiting. Processes need none."""
+        return True
+
+    def _backing_off(
+        self, rec: PodRecord, container: pod_pb2.Container, crec: ContainerRecord
+    ) -> bool:
+        """A container waiting out a back-off: after a failed pull its reason turns from
+        ErrImagePull to ImagePullBackOff, as the kubelet's image manager shows it. True if the
+        record changed."""
+        if crec.waiting_reason != "ErrImagePull":
+            return False
+        crec.waiting_reason = "ImagePullBackOff"
+        crec.waiting_message = f'Back-off pulling image "{container.image}"'
+        rec.events.append(("Normal", "BackOff", crec.waiting_message))
+        return True
+
     async def sync_pod(self, pod: pod_pb2.Pod) -> PodRecord:
         self._reap_shims()
         uid = pod.metadata.uid
@@ -529,10 +552,12 @@ class ProcessRuntime:
             changed = True
         if rec.final_phase:
             return rec
-        changed |= self._observe_exits(pod, rec, rec.init_containers, init=True)
-        changed |= self._observe_exits(pod, rec, rec.containers, init=False)
+        changed |= await self._observe_exits(pod, rec, rec.init_containers, init=True)
+        changed |= await self._observe_exits(pod, rec, rec.containers, init=False)
         now = self._now()
-        if not initialized(pod, rec):
+        if not await self._prepare_pod(pod, rec):
+            pass  # no sandbox yet: containers wait (the runtime recorded why)
+        elif not initialized(pod, rec):
             # Init containers run one at a time, in order, each to success.
             for container in pod.spec.initContainers:
                 crec = rec.init_containers.get(container.name)
@@ -556,6 +581,8 @@ class ProcessRuntime:
                 elif crec.state == WAITING and crec.image and crec.image != container.image:
                     # Kube's back-off is per container hash: a new image starts afresh, now.
                     crec.next_start, crec.backoff_exp = 0.0, 0
+                if crec.state == WAITING and now < crec.next_start:
+                    changed |= self._backing_off(rec, container, crec)
                 if crec.state != WAITING or now < crec.next_start:
                     continue
                 await self._start(pod, rec, container, crec)

@@ -63,6 +63,10 @@ class ContainerRecord:
     # The image its current (or last) instance was started from: status.containerStatuses[].image,
     # and what `definition_changed` compares with the spec's.
     image: str = ""
+    # CRI runtimes: the runtime's id of the current (or last) instance (containerID without
+    # its scheme) and the image id it reports (status.containerStatuses[].imageID).
+    container_id: str = ""
+    image_ref: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,6 +98,9 @@ class PodRecord:
     # Wall time the runtime wants another sync at (a container waits for its ConfigMap or
     # Secret); 0: none. For runtimes that are not polled.
     retry_at: float = 0.0
+    # CRI runtimes: the pod sandbox's id and IPs (status.podIP, podIPs); empty: the node's.
+    sandbox_id: str = ""
+    pod_ips: list[str] = field(default_factory=list)
 
 
 class Runtime(Protocol):
@@ -273,7 +280,7 @@ def _digest(image: str, command: tuple[str, ...], args: tuple[str, ...]) -> str:
 
 def _created(crec: ContainerRecord) -> bool:
     """Whether the container exists in the runtime (Kubernetes reports an imageID only then)."""
-    return crec.state != WAITING or crec.last is not None or bool(crec.pid)
+    return crec.state != WAITING or crec.last is not None or bool(crec.pid or crec.container_id)
 
 
 def _fill_status(
@@ -282,11 +289,13 @@ def _fill_status(
     cs.name = container.name
     cs.image = crec.image or container.image
     if _created(crec):
-        cs.imageID = image_id(container, cs.image)
+        cs.imageID = crec.image_ref or image_id(container, cs.image)
     cs.restartCount = crec.restart_count
     cs.ready = _succeeded(crec)
     cs.started = crec.state == RUNNING
-    if crec.pid:
+    if crec.container_id:
+        cs.containerID = f"{prefix}{crec.container_id}"
+    elif crec.pid:
         cs.containerID = f"{prefix}{crec.pid}"
     cs.state.CopyFrom(_state(crec))
     if crec.last is not None:
@@ -314,10 +323,14 @@ def build_pod_status(
     status.phase = pod_phase(pod, rec)
     status.reason, status.message = rec.final_reason, rec.final_message
     status.hostIP = host_ip
-    status.podIP = host_ip  # the process runtime shares the node's network
+    # The process runtime (and a hostNetwork pod) shares the node's network; a CRI sandbox
+    # has its own IPs.
+    pod_ips = rec.pod_ips or ([host_ip] if host_ip else [])
+    status.podIP = pod_ips[0] if pod_ips else ""
     if host_ip:
         status.hostIPs.add(ip=host_ip)
-        status.podIPs.add(ip=host_ip)
+    for ip in pod_ips:
+        status.podIPs.add(ip=ip)
     status.startTime.CopyFrom(epoch_ts(rec.start_time))
     status.qosClass = previous.qosClass
     is_initialized = initialized(pod, rec)
@@ -337,13 +350,15 @@ def build_pod_status(
         cs.name = container.name
         cs.image = crec.image or container.image  # until a changed image's restart: the old one
         if _created(crec):
-            cs.imageID = image_id(container, cs.image)
+            cs.imageID = crec.image_ref or image_id(container, cs.image)
         cs.restartCount = crec.restart_count
         running = crec.state == RUNNING
         started, ready = (probes or {}).get(container.name, (running, running))
         cs.started = running and started
         cs.ready = running and started and ready
-        if crec.pid:
+        if crec.container_id:
+            cs.containerID = f"{container_id_prefix}{crec.container_id}"
+        elif crec.pid:
             cs.containerID = f"{container_id_prefix}{crec.pid}"
         cs.state.CopyFrom(_state(crec))
         if crec.last is not None:

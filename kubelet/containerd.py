@@ -1,0 +1,336 @@
+"""A private containerd for a node, its CNI network config, and small OCI images.
+
+`tinykube up --runtime containerd` and the CRI tests run one containerd per node with its own
+root, state and socket under the node's data directory (no systemd here, and nothing shared with
+another containerd or dockerd on the machine). Its config carries what this kind of machine needs
+(checked on Debian's containerd 1.6.20): `restrict_oom_score_adj` (no CAP_SYS_RESOURCE: runc
+otherwise fails on the sandbox's oom_score_adj of -998), `disable_apparmor`, the cgroupfs driver,
+CNI plugins from Debian's containernetworking-plugins (/usr/lib/cni) and a sandbox ("pause")
+image that is built locally, since nothing can be pulled from the internet.
+
+`cni_config` is the conflist the kubelet writes from the node's pod CIDR (bridge + host-local +
+portmap; containerd adds loopback itself). `oci_image` builds a tiny OCI image archive with the
+standard library (busybox-static inside), which `ctr images import` loads.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+CNI_BIN_DIR = "/usr/lib/cni"
+BUSYBOX = "/bin/busybox"
+PAUSE_IMAGE = "tinykube.local/pause:1"
+# What to install when something is missing (Debian's package names).
+APT_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "busybox-static")
+NAMESPACE = "k8s.io"
+
+
+def missing_prerequisites() -> list[str]:
+    """Why this machine cannot run the containerd runtime; empty if it can."""
+    why = []
+    if os.geteuid() != 0:
+        why.append("the containerd runtime needs root (network namespaces, cgroups, mounts)")
+    for binary, package in (("containerd", "containerd"), ("runc", "runc"), ("ctr", "containerd")):
+        if shutil.which(binary) is None:
+            why.append(f"{binary} is not installed (apt-get install {package})")
+    for plugin in ("bridge", "host-local", "portmap", "loopback"):
+        if not os.access(f"{CNI_BIN_DIR}/{plugin}", os.X_OK):
+            why.append(
+                f"CNI plugin {CNI_BIN_DIR}/{plugin} is missing "
+                "(apt-get install containernetworking-plugins)"
+            )
+    if not os.access(BUSYBOX, os.X_OK):
+        why.append(f"{BUSYBOX} is missing (apt-get install busybox-static)")
+    return why
+
+
+def install_hint() -> str:
+    return "apt-get update && apt-get install -y " + " ".join(APT_PACKAGES) + " (as root)"
+
+
+def cni_config(pod_cidr: str, bridge: str, data_dir: Path) -> dict[str, object]:
+    """The CNI network of a node: a bridge with the node's pod CIDR (host-local IPAM, its
+    leases under `data_dir`) and portmap for hostPorts."""
+    return {
+        "cniVersion": "0.4.0",
+        "name": "tinykube",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": bridge,
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": pod_cidr}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": str(data_dir),
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
+
+
+def write_cni_config(conf_dir: Path, pod_cidr: str, bridge: str, data_dir: Path) -> Path:
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    path = conf_dir / "10-tinykube.conflist"
+    text = json.dumps(cni_config(pod_cidr, bridge, data_dir), indent=2)
+    if not path.exists() or path.read_text() != text:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return path
+
+
+@dataclass
+class ContainerdPaths:
+    base: Path
+
+    @property
+    def root(self) -> Path:
+        return self.base / "root"
+
+    @property
+    def state(self) -> Path:
+        return self.base / "state"
+
+    @property
+    def socket(self) -> Path:
+        return self.base / "containerd.sock"
+
+    @property
+    def config(self) -> Path:
+        return self.base / "config.toml"
+
+    @property
+    def cni_conf_dir(self) -> Path:
+        return self.base / "cni" / "net.d"
+
+    @property
+    def cni_data_dir(self) -> Path:
+        return self.base / "cni" / "networks"
+
+    @property
+    def endpoint(self) -> str:
+        return f"unix://{self.socket}"
+
+
+def containerd_config(paths: ContainerdPaths) -> str:
+    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    return f"""version = 2
+root = "{paths.root}"
+state = "{paths.state}"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+
+[grpc]
+  address = "{paths.socket}"
+
+[ttrpc]
+  address = "{paths.socket}.ttrpc"
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{paths.base / "opt"}"
+
+[{cri}]
+  sandbox_image = "{PAUSE_IMAGE}"
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+[{cri}.containerd]
+  snapshotter = "overlayfs"
+  default_runtime_name = "runc"
+
+[{cri}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[{cri}.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+
+[{cri}.cni]
+  bin_dir = "{CNI_BIN_DIR}"
+  conf_dir = "{paths.cni_conf_dir}"
+"""
+
+
+class Containerd:
+    """One containerd process with a private config; stopped by its PID."""
+
+    def __init__(self, base: Path) -> None:
+        self.paths = ContainerdPaths(base)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 30.0) -> None:
+        p = self.paths
+        for d in (p.root, p.state, p.cni_conf_dir, p.cni_data_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        p.config.write_text(containerd_config(p))
+        log = open(p.base / "containerd.log", "ab")  # noqa: SIM115 (the child keeps it)
+        self.proc = subprocess.Popen(
+            ["containerd", "--config", str(p.config)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while not p.socket.exists():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"containerd exited; see {p.base / 'containerd.log'}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"containerd did not listen on {p.socket}")
+            time.sleep(0.1)
+
+    def ctr(self, *args: str, input: bytes | None = None) -> str:
+        out = subprocess.run(
+            ["ctr", "--address", str(self.paths.socket), "-n", NAMESPACE, *args],
+            input=input,
+            capture_output=True,
+            check=True,
+        )
+        return out.stdout.decode()
+
+    def import_image(self, archive: Path) -> None:
+        self.ctr("images", "import", str(archive))
+
+    def ensure_pause_image(self) -> None:
+        archive = self.paths.base / "pause.tar"
+        archive.write_bytes(oci_image(PAUSE_IMAGE, ["/bin/sleep", "2147483647"]))
+        self.import_image(archive)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop containerd by its PID (its shims and their containers are killed first by
+        whoever removed the pods), then unmount what it left under its root and state."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        unmount_under(self.paths.base)
+
+
+def unmount_under(base: Path) -> None:
+    """Unmount every mount below `base`, deepest first (sandbox shm, rootfs overlays)."""
+    prefix = str(base.resolve()) + "/"
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    for point in sorted((m for m in points if m.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+
+def _tar_bytes(files: dict[str, tuple[bytes, int]], symlinks: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        dirs = sorted(
+            {str(Path(n).parent) for n in (*files, *symlinks) if str(Path(n).parent) != "."}
+        )
+        for d in dirs:
+            info = tarfile.TarInfo(d)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for name, (data, mode) in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+        for name, target in sorted(symlinks.items()):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    return buf.getvalue()
+
+
+def oci_image(reference: str, entrypoint: list[str], cmd: list[str] | None = None) -> bytes:
+    """An OCI image archive (oci-layout, index.json, blobs) named `reference`: one layer with
+    busybox-static at /bin/busybox and its applets as symlinks (sh, sleep, ip, cat, ...)."""
+    busybox = Path(BUSYBOX).read_bytes()
+    applets = subprocess.run(
+        [BUSYBOX, "--list"], capture_output=True, check=True, text=True
+    ).stdout.split()
+    layer_tar = _tar_bytes(
+        {"bin/busybox": (busybox, 0o755), "etc/passwd": (b"root:x:0:0:root:/:/bin/sh\n", 0o644)},
+        {f"bin/{a}": "busybox" for a in applets if a != "busybox"},
+    )
+    diff_id = "sha256:" + hashlib.sha256(layer_tar).hexdigest()
+    layer = gzip.compress(layer_tar, mtime=0)
+    blobs: dict[str, bytes] = {}
+
+    def blob(data: bytes) -> str:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        blobs[digest] = data
+        return digest
+
+    config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {
+                "Entrypoint": entrypoint,
+                "Cmd": cmd or [],
+                "Env": ["PATH=/bin"],
+                "WorkingDir": "/",
+            },
+            "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        }
+    ).encode()
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": blob(config),
+                "size": len(config),
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                    "digest": blob(layer),
+                    "size": len(layer),
+                }
+            ],
+        }
+    ).encode()
+    index = {
+        "schemaVersion": 2,
+        "manifests": [
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": blob(manifest),
+                "size": len(manifest),
+                "annotations": {
+                    "io.containerd.image.name": reference,
+                    "org.opencontainers.image.ref.name": reference.rsplit(":", 1)[-1],
+                },
+            }
+        ],
+    }
+    files = {
+        "oci-layout": (json.dumps({"imageLayoutVersion": "1.0.0"}).encode(), 0o644),
+        "index.json": (json.dumps(index).encode(), 0o644),
+    }
+    for digest, data in blobs.items():
+        files[f"blobs/sha256/{digest.split(':', 1)[1]}"] = (data, 0o644)
+    return _tar_bytes(files, {})
