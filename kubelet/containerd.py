@@ -219,6 +219,24 @@ class Containerd:
         archive.write_bytes(oci_image(PAUSE_IMAGE, ["/bin/sleep", "2147483647"]))
         self.import_image(archive)
 
+    def remove_all_pods(self) -> int:
+        """Stop and remove every pod sandbox (and so every container) this containerd runs:
+        the kubelet leaves them running when it stops, and containerd's shims outlive it."""
+        import grpc
+
+        from tinykube.cri.v1 import cri_pb2 as cri
+        from tinykube.cri.v1 import cri_pb2_grpc as cri_grpc
+
+        with grpc.insecure_channel(f"unix:{self.paths.socket}") as channel:
+            rt = cri_grpc.RuntimeServiceStub(channel)
+            items = rt.ListPodSandbox(cri.ListPodSandboxRequest(), timeout=60).items
+            for sandbox in items:
+                rt.StopPodSandbox(cri.StopPodSandboxRequest(pod_sandbox_id=sandbox.id), timeout=60)
+                rt.RemovePodSandbox(
+                    cri.RemovePodSandboxRequest(pod_sandbox_id=sandbox.id), timeout=60
+                )
+        return len(items)
+
     def stop(self, timeout: float = 20.0) -> None:
         """Stop containerd by its PID (its shims and their containers are killed first by
         whoever removed the pods), then unmount what it left under its root and state."""

@@ -1,0 +1,342 @@
+"""Pods as real containers: a kubelet with `--container-runtime-endpoint` over a private
+containerd, driven with the real kubectl.
+
+Needs root and Debian's containerd, runc, containernetworking-plugins and busybox-static; as root
+they are installed with apt when missing. Without them the module is skipped, saying why, except
+under CI=true, where that is a failure. Images are built locally (kubelet/containerd.py
+`oci_image`, busybox-static inside) and imported with `ctr`.
+
+The machine is left as found: pods' sandboxes removed, containerd stopped by its PID and its
+mounts unmounted, the bridge deleted, CNI's iptables chains removed, net.ipv4.ip_forward restored,
+the kubelet's cgroups removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from kubelet.containerd import (
+    APT_PACKAGES,
+    Containerd,
+    install_hint,
+    missing_prerequisites,
+    oci_image,
+)
+from tests.e2e.conftest import venv_bin
+from tests.e2e.waiting import eventually
+from tinykube.cri.v1 import cri_pb2 as cri
+from tinykube.cri.v1 import cri_pb2_grpc as cri_grpc
+from tinykube.launcher import LocalCluster, has_main
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
+
+NODE = "node-1"
+POD_CIDR = "10.244.1.0/24"
+BRIDGE = "tkcni1"
+CGROUP_ROOT = "/tinykube-e2e"
+WEB = "tinykube.local/web:1"
+FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+
+
+def _prerequisites() -> None:
+    why = missing_prerequisites()
+    if why and os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(["apt-get", "update"], capture_output=True, check=False)
+        subprocess.run(
+            ["apt-get", "install", "-y", *APT_PACKAGES],
+            capture_output=True,
+            check=False,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
+        why = missing_prerequisites()
+    if why:
+        message = f"the containerd runtime cannot run here: {'; '.join(why)}. {install_hint()}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def _chains() -> set[tuple[str, str]]:
+    found = set()
+    for table in ("nat", "filter"):
+        out = subprocess.run(
+            ["iptables-save", "-t", table], capture_output=True, text=True, check=False
+        ).stdout
+        found |= {(table, line[1:].split()[0]) for line in out.splitlines() if line[:1] == ":"}
+    return found
+
+
+def _remove_chains(chains: set[tuple[str, str]]) -> None:
+    """Delete the rules that jump to `chains`, then the chains."""
+    for table in {t for t, _ in chains}:
+        names = {c for t, c in chains if t == table}
+        out = subprocess.run(
+            ["iptables-save", "-t", table], capture_output=True, text=True, check=False
+        ).stdout
+        for line in out.splitlines():
+            if line.startswith("-A ") and any(f"-j {n}" in line for n in names):
+                parts = line.split()
+                head = parts[1]
+                if head in names:
+                    continue
+                subprocess.run(
+                    ["iptables", "-t", table, "-D", *parts[1:]], capture_output=True, check=False
+                )
+        for name in names:
+            subprocess.run(["iptables", "-t", table, "-F", name], capture_output=True, check=False)
+        for name in names:
+            subprocess.run(["iptables", "-t", table, "-X", name], capture_output=True, check=False)
+
+
+def _remove_cgroups(root: str) -> None:
+    for controller in Path("/sys/fs/cgroup").iterdir():
+        top = controller / root.lstrip("/")
+        if not top.is_dir():
+            continue
+        for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            with _quiet():
+                d.rmdir()
+        with _quiet():
+            top.rmdir()
+
+
+class _quiet:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return exc[0] is not None and issubclass(exc[0], OSError)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]:
+    _prerequisites()
+    forward = FORWARD.read_text().strip()
+    chains = _chains()
+    had_bridge = Path(f"/sys/class/net/{BRIDGE}").exists()
+    assert not had_bridge, f"bridge {BRIDGE} already exists on this machine"
+    ctd = Containerd(tmp_path_factory.mktemp("containerd"))
+    try:
+        ctd.start()
+        ctd.ensure_pause_image()
+        archive = ctd.paths.base / "web.tar"
+        archive.write_bytes(oci_image(WEB, ["/bin/sh", "-c", "while true; do sleep 1; done"]))
+        ctd.import_image(archive)
+        yield ctd
+    finally:
+        with _quiet():
+            ctd.remove_all_pods()
+        ctd.stop()
+        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
+        _remove_chains(_chains() - chains)
+        if FORWARD.read_text().strip() != forward:
+            FORWARD.write_text(forward)
+        _remove_cgroups(CGROUP_ROOT)
+
+
+@pytest.fixture(scope="module")
+async def cluster(
+    containerd: Containerd, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[LocalCluster]:
+    if not has_main("scheduler") or not has_main("controller"):
+        pytest.skip("needs the scheduler and the controller manager")
+    cl = LocalCluster(
+        tmp_path_factory.mktemp("cri"),
+        kubelets=(NODE,),
+        extra_args={
+            "kubelet": [
+                "--container-runtime-endpoint", containerd.paths.endpoint,
+                "--pod-cidr", POD_CIDR,
+                "--cni-conf-dir", str(containerd.paths.cni_conf_dir),
+                "--cni-bridge", BRIDGE,
+                "--cgroup-root", CGROUP_ROOT,
+                "--crash-loop-backoff", "2s",
+                "--crash-loop-backoff-max", "4s",
+                "--node-status-update-frequency", "1s",
+            ]
+        },
+    )  # fmt: skip
+    await asyncio.to_thread(cl.start)
+    try:
+        yield cl
+    finally:
+        await asyncio.to_thread(cl.stop)
+
+
+def kubectl(cl: LocalCluster, *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        [str(venv_bin() / "kubectl"), "--kubeconfig", str(cl.kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+def pods(cl: LocalCluster, ns: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = json.loads(kubectl(cl, "get", "pods", "-n", ns, "-o", "json"))[
+        "items"
+    ]
+    return items
+
+
+def runtime(ctd: Containerd) -> tuple[grpc.Channel, cri_grpc.RuntimeServiceStub]:
+    channel = grpc.insecure_channel(f"unix:{ctd.paths.socket}")
+    return channel, cri_grpc.RuntimeServiceStub(channel)
+
+
+def sandboxes_of(ctd: Containerd, uid: str) -> list[cri.PodSandbox]:
+    channel, rt = runtime(ctd)
+    with channel:
+        req = cri.ListPodSandboxRequest(
+            filter=cri.PodSandboxFilter(label_selector={"io.kubernetes.pod.uid": uid})
+        )
+        return list(rt.ListPodSandbox(req, timeout=30).items)
+
+
+@pytest.fixture
+def namespace(cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    ns = "cri-" + request.node.name.removeprefix("test_").replace("_", "-")[:40].strip("-")
+    kubectl(cluster, "create", "namespace", ns)
+    yield ns
+    kubectl(cluster, "delete", "namespace", ns, "--wait=false")
+    kubectl(cluster, "delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force")
+
+
+async def test_deployment_pods_run_with_their_own_ips(
+    cluster: LocalCluster, containerd: Containerd, namespace: str
+) -> None:
+    kubectl(
+        cluster, "create", "deployment", "web", f"--image={WEB}", "--replicas=3", "-n", namespace
+    )
+
+    async def running() -> list[dict[str, Any]] | None:
+        items = await asyncio.to_thread(pods, cluster, namespace)
+        up = [p for p in items if p["status"].get("phase") == "Running"]
+        return up if len(up) == 3 and all(p["status"].get("podIP") for p in up) else None
+
+    up = await eventually(running, 180)
+    ips = {p["status"]["podIP"] for p in up}
+    assert len(ips) == 3
+    assert all(ip.startswith("10.244.1.") for ip in ips), ips
+    for p in up:
+        assert p["status"]["podIPs"] == [{"ip": p["status"]["podIP"]}]
+        (status,) = p["status"]["containerStatuses"]
+        assert status["containerID"].startswith("containerd://")
+        assert status["imageID"].startswith("sha256:")
+
+    # The container's own network namespace holds the pod's IP.
+    pod = up[0]
+    container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    channel, rt = runtime(containerd)
+    with channel:
+        out = rt.ExecSync(
+            cri.ExecSyncRequest(container_id=container_id, cmd=["ip", "addr"], timeout=30),
+            timeout=60,
+        )
+    assert out.exit_code == 0, out.stderr
+    assert f"inet {pod['status']['podIP']}/24" in out.stdout.decode()
+
+
+async def test_deleting_a_pod_stops_it_and_removes_its_sandbox(
+    cluster: LocalCluster, containerd: Containerd, namespace: str
+) -> None:
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "doomed", "namespace": namespace},
+        "spec": {
+            "terminationGracePeriodSeconds": 3,
+            "containers": [{"name": "app", "image": WEB}],
+        },
+    }
+    kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(manifest))
+
+    async def running() -> dict[str, Any] | None:
+        items = await asyncio.to_thread(pods, cluster, namespace)
+        return items[0] if items and items[0]["status"].get("phase") == "Running" else None
+
+    pod = await eventually(running, 120)
+    uid = pod["metadata"]["uid"]
+    assert sandboxes_of(containerd, uid)
+    kubectl(cluster, "delete", "pod", "doomed", "-n", namespace, "--wait=true", "--timeout=60s")
+    assert sandboxes_of(containerd, uid) == []
+
+
+async def test_missing_image_goes_err_image_pull_then_image_pull_back_off(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    image = "tinykube.local/missing:1"
+    kubectl(cluster, "run", "ghost", f"--image={image}", "-n", namespace)
+
+    async def reason(want: str) -> str | None:
+        items = await asyncio.to_thread(pods, cluster, namespace)
+        for p in items:
+            for s in p["status"].get("containerStatuses", []):
+                if s["state"].get("waiting", {}).get("reason") == want:
+                    return str(s["state"]["waiting"].get("message", ""))
+        return None
+
+    await eventually(lambda: reason("ImagePullBackOff"), 120)
+    message = await eventually(lambda: reason("ErrImagePull"), 120)
+    assert f'Failed to pull image "{image}"' in message
+
+    async def events() -> list[tuple[str, str]] | None:
+        out = await asyncio.to_thread(
+            kubectl, cluster, "get", "events", "-n", namespace, "-o", "json"
+        )
+        got = [(e["reason"], e["message"]) for e in json.loads(out)["items"]]
+        reasons = {r for r, _ in got}
+        return got if {"Pulling", "Failed", "BackOff"} <= reasons else None
+
+    got = await eventually(events, 60)
+    assert ("Pulling", f'Pulling image "{image}"') in got
+    assert ("BackOff", f'Back-off pulling image "{image}"') in got
+    assert ("Failed", "Error: ErrImagePull") in got
+
+
+async def test_a_container_over_its_memory_limit_is_oom_killed(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "hog", "namespace": namespace},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "hog",
+                    "image": WEB,
+                    # tail keeps a "line" of /dev/zero, which never ends, in memory.
+                    "command": ["/bin/tail", "/dev/zero"],
+                    "resources": {"limits": {"memory": "16Mi", "cpu": "500m"}},
+                }
+            ],
+        },
+    }
+    kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(manifest))
+
+    async def terminated() -> dict[str, Any] | None:
+        items = await asyncio.to_thread(pods, cluster, namespace)
+        for p in items:
+            for s in p["status"].get("containerStatuses", []):
+                if "terminated" in s["state"]:
+                    return dict(s["state"]["terminated"])
+        return None
+
+    state = await eventually(terminated, 120)
+    assert state["reason"] == "OOMKilled", state
+    assert state["exitCode"] == 137
