@@ -20,7 +20,6 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from kubelet.containerd import write_cni_config
 from kubelet.cri import CRIRuntime
 from kubelet.envvars import EnvSources
 from kubelet.fake import FakeRuntime
@@ -34,6 +33,7 @@ from kubelet.runtime import Runtime
 from kubelet.settings import Settings, machine_memory_kib
 from tinykube.client import Client
 from tinykube.clock import Clock
+from tinykube.containerd import write_cni_config
 from tinykube.events import WARNING, EventRecorder
 from tinykube.informer import Informer
 from tinykube.serving import GrpcServer

@@ -3,7 +3,7 @@ containerd, driven with the real kubectl.
 
 Needs root and Debian's containerd, runc, containernetworking-plugins and busybox-static; as root
 they are installed with apt when missing. Without them the module is skipped, saying why, except
-under CI=true, where that is a failure. Images are built locally (kubelet/containerd.py
+under CI=true, where that is a failure. Images are built locally (tinykube/containerd.py
 `oci_image`, busybox-static inside) and imported with `ctr`.
 
 The machine is left as found: pods' sandboxes removed, containerd stopped by its PID and its
@@ -14,6 +14,7 @@ the kubelet's cgroups removed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -25,15 +26,16 @@ from typing import Any
 import grpc
 import pytest
 
-from kubelet.containerd import (
+from tests.e2e.conftest import venv_bin
+from tests.e2e.waiting import eventually
+from tinykube.containerd import (
     APT_PACKAGES,
     Containerd,
     install_hint,
     missing_prerequisites,
     oci_image,
+    remove_cgroups,
 )
-from tests.e2e.conftest import venv_bin
-from tests.e2e.waiting import eventually
 from tinykube.cri.v1 import cri_pb2 as cri
 from tinykube.cri.v1 import cri_pb2_grpc as cri_grpc
 from tinykube.launcher import LocalCluster, has_main
@@ -98,26 +100,6 @@ def _remove_chains(chains: set[tuple[str, str]]) -> None:
             subprocess.run(["iptables", "-t", table, "-X", name], capture_output=True, check=False)
 
 
-def _remove_cgroups(root: str) -> None:
-    for controller in Path("/sys/fs/cgroup").iterdir():
-        top = controller / root.lstrip("/")
-        if not top.is_dir():
-            continue
-        for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-            with _quiet():
-                d.rmdir()
-        with _quiet():
-            top.rmdir()
-
-
-class _quiet:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return exc[0] is not None and issubclass(exc[0], OSError)  # type: ignore[arg-type]
-
-
 @pytest.fixture(scope="module")
 def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]:
     _prerequisites()
@@ -134,14 +116,14 @@ def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]
         ctd.import_image(archive)
         yield ctd
     finally:
-        with _quiet():
+        with contextlib.suppress(Exception):
             ctd.remove_all_pods()
         ctd.stop()
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
         _remove_chains(_chains() - chains)
         if FORWARD.read_text().strip() != forward:
             FORWARD.write_text(forward)
-        _remove_cgroups(CGROUP_ROOT)
+        remove_cgroups(CGROUP_ROOT)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ standard library (busybox-static inside), which `ctr images import` loads.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -352,3 +353,82 @@ def oci_image(reference: str, entrypoint: list[str], cmd: list[str] | None = Non
     for digest, data in blobs.items():
         files[f"blobs/sha256/{digest.split(':', 1)[1]}"] = (data, 0o644)
     return _tar_bytes(files, {})
+
+
+FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+# The walkthrough's image, built and imported into every node's containerd by `tinykube up
+# --runtime containerd`: busybox, running a shell loop unless given a command.
+BUSYBOX_IMAGE = "tinykube.local/busybox:1"
+
+
+class NodeRuntimes:
+    """One containerd per node for `tinykube up --runtime containerd`, with the kubelet flags
+    that use it, and the cleanup that leaves the machine as found: pods removed, containerd
+    stopped by PID and its mounts unmounted, the bridges deleted, ip_forward restored, the
+    kubelets' cgroups removed."""
+
+    def __init__(self, base: Path, nodes: list[str], cluster_cidr_prefix: str = "10.244") -> None:
+        self.base = base
+        self.nodes = nodes
+        self.prefix = cluster_cidr_prefix
+        self.runtimes: dict[str, Containerd] = {}
+        self._forward = ""
+
+    def bridge(self, i: int) -> str:
+        return f"tkcni{i}"
+
+    def cgroup_root(self, node: str) -> str:
+        return f"/tinykube/{node}"
+
+    def start(self) -> dict[str, list[str]]:
+        """Start every node's containerd; the extra kubelet flags per kubelet component."""
+        self._forward = FORWARD.read_text().strip() if FORWARD.exists() else ""
+        args: dict[str, list[str]] = {}
+        for i, node in enumerate(self.nodes, start=1):
+            ctd = Containerd(self.base / node)
+            self.runtimes[node] = ctd
+            ctd.start()
+            ctd.ensure_pause_image()
+            archive = ctd.paths.base / "busybox.tar"
+            archive.write_bytes(
+                oci_image(BUSYBOX_IMAGE, ["/bin/sh", "-c", "while true; do sleep 1; done"])
+            )
+            ctd.import_image(archive)
+            args[f"kubelet-{node}"] = [
+                "--container-runtime-endpoint", ctd.paths.endpoint,
+                "--pod-cidr", f"{self.prefix}.{i}.0/24",
+                "--cni-conf-dir", str(ctd.paths.cni_conf_dir),
+                "--cni-bridge", self.bridge(i),
+                "--cgroup-root", self.cgroup_root(node),
+            ]  # fmt: skip
+        return args
+
+    def stop(self) -> None:
+        for ctd in self.runtimes.values():
+            # A dead containerd: its mounts and bridges are still undone below.
+            with contextlib.suppress(Exception):
+                ctd.remove_all_pods()
+            ctd.stop()
+        for i in range(1, len(self.nodes) + 1):
+            subprocess.run(["ip", "link", "del", self.bridge(i)], capture_output=True, check=False)
+        for node in self.nodes:
+            remove_cgroups(self.cgroup_root(node))
+        remove_cgroups("/tinykube", leaf_only=True)
+        if self._forward and FORWARD.read_text().strip() != self._forward:
+            FORWARD.write_text(self._forward)
+
+
+def remove_cgroups(root: str, *, leaf_only: bool = False) -> None:
+    """rmdir `root` (and, unless leaf_only, the cgroups below it, deepest first) in every v1
+    controller; busy or missing ones are left."""
+    base = Path("/sys/fs/cgroup")
+    if not base.is_dir():
+        return
+    for controller in base.iterdir():
+        top = controller / root.lstrip("/")
+        if not top.is_dir():
+            continue
+        below = [] if leaf_only else [p for p in top.rglob("*") if p.is_dir()]
+        for d in [*sorted(below, key=lambda p: -len(p.parts)), top]:
+            with contextlib.suppress(OSError):
+                d.rmdir()
