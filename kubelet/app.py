@@ -158,7 +158,7 @@ class Kubelet:
             self.pods.on_handler_error = refused
             probes = None
             # Probes run on the host for processes; CRI containers are not probed yet.
-            if type(self.runtime) is ProcessRuntime:
+            if isinstance(self.runtime, ProcessRuntime):
                 probes = ProbeManager(
                     clock=self.clock,
                     events=events,

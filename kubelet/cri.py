@@ -1,11 +1,11 @@
 """The `cri` runtime: pods are pod sandboxes and containers of a CRI runtime (containerd).
 
 Selected by the kubelet's `--container-runtime-endpoint unix:///path/to/containerd.sock`, as
-kube's. The pod lifecycle decisions are the process runtime's (`ProcessRuntime.sync_pod`, kube's
-computePodActions: init containers in order, start/restart by restartPolicy, a changed image
-restarts its container, crash-loop back-off, records persisted in state.json); this runtime
-supplies how a pod and its containers are created, started, stopped and observed, over the CRI
-gRPC API (tinykube/cri/v1, package runtime.v1):
+kube's. The pod lifecycle decisions are kubelet/kuberuntime.py's (`KubeRuntime.sync_pod`, kube's
+computePodActions: sandbox, init containers in order, start/restart by restartPolicy, a changed
+image restarts its container, crash-loop back-off, records persisted in state.json), shared
+with the process runtime; this one supplies how a pod and its containers are created, started,
+stopped and observed, over the CRI gRPC API (tinykube/cri/v1, package runtime.v1):
 
 - the sandbox (`_prepare_pod`): RunPodSandbox with the pod's own network namespace (or the
   node's for `hostNetwork: true`), its hostPorts as port mappings, a cgroup parent per pod under
@@ -39,7 +39,7 @@ import grpc
 import grpc.aio
 
 from kubelet.envvars import expand
-from kubelet.process import ProcessRuntime
+from kubelet.kuberuntime import KubeRuntime
 from kubelet.runtime import (
     RUNNING,
     TERMINATED,
@@ -219,7 +219,7 @@ def _error(exc: grpc.aio.AioRpcError) -> str:
     return exc.details() or str(exc.code())
 
 
-class CRIRuntime(ProcessRuntime):
+class CRIRuntime(KubeRuntime):
     container_id_prefix = "containerd://"
 
     def __init__(
@@ -296,11 +296,9 @@ class CRIRuntime(ProcessRuntime):
             await self._channel.close()
             self._channel = self._runtime = self._images = None
 
-    def load(self) -> list[str]:
-        uids = super().load()
+    def _adopted(self, crec: ContainerRecord) -> bool:
         # The runtime holds the containers: their exits are read from it, not from /proc.
-        self._gone_at_load.clear()
-        return uids
+        return True
 
     def _pod_cgroup(self, uid: str) -> str:
         return f"{self.cgroup_root}/pod{uid}"
