@@ -200,6 +200,9 @@ class Kubelet:
                     on_renewal=lambda ok: self.metrics.lease_renewals.labels(
                         result="success" if ok else "error"
                     ).inc(),
+                    images=(
+                        self.runtime.node_images if isinstance(self.runtime, CRIRuntime) else None
+                    ),
                 )
                 for name in s.node_names
             ]

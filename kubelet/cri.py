@@ -53,7 +53,7 @@ from tinykube.clock import Clock
 from tinykube.cri.v1 import cri_pb2 as cri
 from tinykube.cri.v1 import cri_pb2_grpc as cri_grpc
 from tinykube.quantity import milli_value, value
-from tinykube.v1 import pod_pb2
+from tinykube.v1 import node_pb2, pod_pb2
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,8 @@ MIN_QUOTA = 1000
 GUARANTEED_OOM_SCORE_ADJ = -997
 BEST_EFFORT_OOM_SCORE_ADJ = 1000
 CALL_TIMEOUT = 120.0
+# kube's nodeStatusMaxImages.
+NODE_STATUS_MAX_IMAGES = 50
 
 
 def default_pull_policy(image: str) -> str:
@@ -258,6 +260,8 @@ class CRIRuntime(KubeRuntime):
         # the next attempt number.
         self._sandbox_configs: dict[str, cri.PodSandboxConfig] = {}
         self._attempts: dict[str, int] = {}
+        # Pods told (one Event each) that they wait for the pod network.
+        self._network_waiting: set[str] = set()
 
     # ---- the connection ----
 
@@ -290,6 +294,17 @@ class CRIRuntime(KubeRuntime):
     async def list_images(self) -> list[cri.Image]:
         resp = await self.images.ListImages(cri.ListImagesRequest(), timeout=CALL_TIMEOUT)
         return list(resp.images)
+
+    async def node_images(self) -> list[node_pb2.ContainerImage]:
+        """status.images as the kubelet reports them: every image's digests and tags, largest
+        first, at most NODE_STATUS_MAX_IMAGES."""
+        images = sorted(await self.list_images(), key=lambda i: i.size, reverse=True)
+        out = []
+        for image in images[:NODE_STATUS_MAX_IMAGES]:
+            names = [*image.repo_digests, *image.repo_tags]
+            if names:
+                out.append(node_pb2.ContainerImage(names=names, sizeBytes=image.size))
+        return out
 
     async def close(self) -> None:
         if self._channel is not None:
@@ -343,6 +358,18 @@ class CRIRuntime(KubeRuntime):
         now = self._now()
         if now < self._sandbox_retry.get(uid, 0.0):
             return False
+        if not pod.spec.hostNetwork:
+            why = await self._network_not_ready()
+            if why:
+                # kube: pods needing the pod network wait for the runtime's NetworkReady.
+                if uid not in self._network_waiting:
+                    self._network_waiting.add(uid)
+                    rec.events.append(
+                        ("Warning", "NetworkNotReady", f"network is not ready: {why}")
+                    )
+                self._sandbox_retry[uid] = now + 1.0
+                return False
+            self._network_waiting.discard(uid)
         attempt = self._attempts.get(uid, 0)
         config = sandbox_config(pod, attempt, self._log_dir(uid), self._pod_cgroup(uid))
         self._log_dir(uid).mkdir(parents=True, exist_ok=True)
@@ -355,6 +382,10 @@ class CRIRuntime(KubeRuntime):
             log.warning("pod %s/%s: %s", rec.namespace, rec.name, message)
             rec.events.append(("Warning", "FailedCreatePodSandBox", message))
             self._sandbox_retry[uid] = now + self.backoff_initial
+            # The runtime may keep the failed sandbox (and its name): remove what is not
+            # ready, and try the next attempt number, as kube does.
+            self._attempts[uid] = attempt + 1
+            await self._remove_not_ready(uid)
             return False
         self._sandbox_retry.pop(uid, None)
         rec.sandbox_id = resp.pod_sandbox_id
@@ -378,6 +409,32 @@ class CRIRuntime(KubeRuntime):
             rec.pod_ips or "the node's",
         )
         return True
+
+    async def _network_not_ready(self) -> str:
+        """Why the runtime's pod network is not ready (its NetworkReady condition), or ""."""
+        resp = await self.rt.Status(cri.StatusRequest(), timeout=CALL_TIMEOUT)
+        for cond in resp.status.conditions:
+            if cond.type == "NetworkReady" and not cond.status:
+                return (
+                    "container runtime network not ready: NetworkReady=false "
+                    f"reason:{cond.reason} message:{cond.message}"
+                )
+        return ""
+
+    async def _remove_not_ready(self, uid: str) -> None:
+        req = cri.ListPodSandboxRequest(
+            filter=cri.PodSandboxFilter(
+                label_selector={"io.kubernetes.pod.uid": uid},
+                state=cri.PodSandboxStateValue(state=cri.SANDBOX_NOTREADY),
+            )
+        )
+        try:
+            items = (await self.rt.ListPodSandbox(req, timeout=CALL_TIMEOUT)).items
+        except grpc.aio.AioRpcError as exc:
+            log.warning("pod %s: listing its sandboxes: %s", uid, _error(exc))
+            return
+        for sandbox in items:
+            await self._remove_sandbox(sandbox.id)
 
     def _log_dir(self, uid: str) -> Path:
         return self._pod_dir(uid) / "logs"
@@ -629,6 +686,8 @@ class CRIRuntime(KubeRuntime):
         if rec.sandbox_id:
             await self._remove_sandbox(rec.sandbox_id)
             rec.sandbox_id = ""
+        await self._remove_not_ready(uid)  # left by failed creations
+        self._network_waiting.discard(uid)
         for key in [k for k in self._dead if k[0] == uid]:
             del self._dead[key]
         self._remove_pod_cgroups(uid)

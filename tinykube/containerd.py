@@ -356,6 +356,8 @@ def oci_image(reference: str, entrypoint: list[str], cmd: list[str] | None = Non
 
 
 FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+# The pods' addresses: each Node gets a /24 of it from the controller manager's node IPAM.
+CLUSTER_CIDR = "10.244.0.0/16"
 # The walkthrough's image, built and imported into every node's containerd by `tinykube up
 # --runtime containerd`: busybox, running a shell loop unless given a command.
 BUSYBOX_IMAGE = "tinykube.local/busybox:1"
@@ -367,10 +369,10 @@ class NodeRuntimes:
     stopped by PID and its mounts unmounted, the bridges deleted, ip_forward restored, the
     kubelets' cgroups removed."""
 
-    def __init__(self, base: Path, nodes: list[str], cluster_cidr_prefix: str = "10.244") -> None:
+    def __init__(self, base: Path, nodes: list[str], cluster_cidr: str = CLUSTER_CIDR) -> None:
         self.base = base
         self.nodes = nodes
-        self.prefix = cluster_cidr_prefix
+        self.cluster_cidr = cluster_cidr
         self.runtimes: dict[str, Containerd] = {}
         self._forward = ""
 
@@ -381,9 +383,13 @@ class NodeRuntimes:
         return f"/tinykube/{node}"
 
     def start(self) -> dict[str, list[str]]:
-        """Start every node's containerd; the extra kubelet flags per kubelet component."""
+        """Start every node's containerd; the extra flags per component: each kubelet's, and
+        the controller manager's node IPAM (the Nodes' pod CIDRs, which the kubelets write
+        their CNI networks from)."""
         self._forward = FORWARD.read_text().strip() if FORWARD.exists() else ""
-        args: dict[str, list[str]] = {}
+        args: dict[str, list[str]] = {
+            "controller": ["--allocate-node-cidrs", "--cluster-cidr", self.cluster_cidr]
+        }
         for i, node in enumerate(self.nodes, start=1):
             ctd = Containerd(self.base / node)
             self.runtimes[node] = ctd
@@ -396,7 +402,6 @@ class NodeRuntimes:
             ctd.import_image(archive)
             args[f"kubelet-{node}"] = [
                 "--container-runtime-endpoint", ctd.paths.endpoint,
-                "--pod-cidr", f"{self.prefix}.{i}.0/24",
                 "--cni-conf-dir", str(ctd.paths.cni_conf_dir),
                 "--cni-bridge", self.bridge(i),
                 "--cgroup-root", self.cgroup_root(node),
