@@ -332,3 +332,55 @@ async def test_a_container_over_its_memory_limit_is_oom_killed(
     state = await eventually(terminated, 120)
     assert state["reason"] == "OOMKilled", state
     assert state["exitCode"] == 137
+
+
+async def test_logs_host_network_and_the_nodes_images(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    base: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod"}
+    talker = {
+        **base,
+        "metadata": {"name": "talker", "namespace": namespace},
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": WEB,
+                    "command": ["/bin/sh", "-c", "echo hello from $(HOSTNAME); sleep 3600"],
+                }
+            ]
+        },
+    }
+    host = {
+        **base,
+        "metadata": {"name": "host", "namespace": namespace},
+        "spec": {"hostNetwork": True, "containers": [{"name": "app", "image": WEB}]},
+    }
+    for manifest in (talker, host):
+        kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(manifest))
+
+    async def both_running() -> dict[str, dict[str, Any]] | None:
+        items = await asyncio.to_thread(pods, cluster, namespace)
+        up = {p["metadata"]["name"]: p for p in items if p["status"].get("phase") == "Running"}
+        return up if len(up) == 2 else None
+
+    up = await eventually(both_running, 120)
+    # The CRI log file the runtime writes is what kubectl logs reads.
+    logs = await eventually(
+        lambda: asyncio.to_thread(kubectl, cluster, "logs", "talker", "-n", namespace), 60
+    )
+    assert logs == "hello from talker\n"
+    # A hostNetwork pod keeps the node's IP; a pod-network one has its own.
+    node = json.loads(kubectl(cluster, "get", "node", NODE, "-o", "json"))
+    (node_ip,) = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
+    assert up["host"]["status"]["podIP"] == node_ip
+    assert up["talker"]["status"]["podIP"] != node_ip
+
+    # The node reports its runtime's images (status.images, from ListImages).
+    async def images() -> list[str] | None:
+        out = await asyncio.to_thread(kubectl, cluster, "get", "node", NODE, "-o", "json")
+        names = [n for i in json.loads(out)["status"].get("images", []) for n in i["names"]]
+        return names if WEB in names else None
+
+    names = await eventually(images, 60)
+    assert any(n.startswith("tinykube.local/web@sha256:") or n == WEB for n in names)
