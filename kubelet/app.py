@@ -157,7 +157,6 @@ class Kubelet:
             nodes.on_handler_error = refused
             self.pods.on_handler_error = refused
             probes = None
-            # Probes run on the host for processes; CRI containers are not probed yet.
             if isinstance(self.runtime, ProcessRuntime):
                 probes = ProbeManager(
                     clock=self.clock,
@@ -165,6 +164,15 @@ class Kubelet:
                     on_change=lambda uid: manager.wake(uid),
                     exec_context=self.runtime.exec_context,
                     pod_ip=lambda _pod: s.node_ip,
+                )
+            elif isinstance(self.runtime, CRIRuntime):
+                # Exec probes run in the container (ExecSync); the others reach the pod's IP.
+                probes = ProbeManager(
+                    clock=self.clock,
+                    events=events,
+                    on_change=lambda uid: manager.wake(uid),
+                    pod_ip=self.runtime.pod_ip,
+                    exec_runner=self.runtime.exec_probe,
                 )
             manager = PodManager(
                 client,

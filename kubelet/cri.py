@@ -23,7 +23,8 @@ stopped and observed, over the CRI gRPC API (tinykube/cri/v1, package runtime.v1
   `kubectl logs` reads them alike; ContainerStatus for exits, its reason kept (`OOMKilled`).
 - stopping: StopContainer with the grace period, then StopPodSandbox and RemovePodSandbox.
 
-Not yet here: probes (CRI containers are ready once running), volumes, hostIPC/hostPID.
+Probes: exec ones run in the container through ExecSync, httpGet/tcpSocket/grpc ones reach
+the pod's IP. Not yet here: volumes, hostIPC/hostPID, securityContext.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import grpc.aio
 
 from kubelet.envvars import expand
 from kubelet.kuberuntime import KubeRuntime
+from kubelet.prober import MAX_OUTPUT, Outcome, ProbeTarget
 from kubelet.runtime import (
     RUNNING,
     TERMINATED,
@@ -305,6 +307,33 @@ class CRIRuntime(KubeRuntime):
             if names:
                 out.append(node_pb2.ContainerImage(names=names, sizeBytes=image.size))
         return out
+
+    async def exec_probe(self, target: ProbeTarget, probe: pod_pb2.Probe) -> Outcome:
+        """An exec probe, run in the container by the runtime (ExecSync), with the probe's
+        timeout; the command's output is the message."""
+        static = {e.name: e.value for e in target.container.env}
+        argv = [expand(arg, static) for arg in probe.exec.command]
+        rec = self._pods.get(target.pod.metadata.uid)
+        crec = rec.containers.get(target.container.name) if rec is not None else None
+        if crec is None or not crec.container_id:
+            return Outcome(None, "container is not running")
+        timeout = probe.timeoutSeconds or 1
+        try:
+            resp = await self.rt.ExecSync(
+                cri.ExecSyncRequest(container_id=crec.container_id, cmd=argv, timeout=timeout),
+                timeout=timeout + CALL_TIMEOUT,
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return Outcome(False, f'command "{" ".join(argv)}" timed out')
+            return Outcome(False, _error(exc))
+        text = (resp.stdout + resp.stderr)[:MAX_OUTPUT].decode(errors="replace")
+        return Outcome(resp.exit_code == 0, text)
+
+    def pod_ip(self, pod: pod_pb2.Pod) -> str:
+        """Where probes reach the pod: its sandbox's IP, or the node's (hostNetwork)."""
+        rec = self._pods.get(pod.metadata.uid)
+        return rec.pod_ips[0] if rec is not None and rec.pod_ips else self.node_ip
 
     async def close(self) -> None:
         if self._channel is not None:

@@ -260,15 +260,18 @@ def unmount_under(base: Path) -> None:
         subprocess.run(["umount", "-l", point], capture_output=True, check=False)
 
 
-def _tar_bytes(files: dict[str, tuple[bytes, int]], symlinks: dict[str, str]) -> bytes:
+def _tar_bytes(
+    files: dict[str, tuple[bytes, int]],
+    symlinks: dict[str, str],
+    dirs: dict[str, int] | None = None,
+) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        dirs = sorted(
-            {str(Path(n).parent) for n in (*files, *symlinks) if str(Path(n).parent) != "."}
-        )
-        for d in dirs:
+        modes = {str(Path(n).parent): 0o755 for n in (*files, *symlinks)}
+        modes.update(dirs or {})
+        for d in sorted(m for m in modes if m != "."):
             info = tarfile.TarInfo(d)
-            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            info.type, info.mode = tarfile.DIRTYPE, modes[d]
             tar.addfile(info)
         for name, (data, mode) in sorted(files.items()):
             info = tarfile.TarInfo(name)
@@ -283,7 +286,8 @@ def _tar_bytes(files: dict[str, tuple[bytes, int]], symlinks: dict[str, str]) ->
 
 def oci_image(reference: str, entrypoint: list[str], cmd: list[str] | None = None) -> bytes:
     """An OCI image archive (oci-layout, index.json, blobs) named `reference`: one layer with
-    busybox-static at /bin/busybox and its applets as symlinks (sh, sleep, ip, cat, ...)."""
+    busybox-static at /bin/busybox and its applets as symlinks (sh, sleep, ip, cat, httpd, ...),
+    /etc/passwd, /tmp, /root and /var."""
     busybox = Path(BUSYBOX).read_bytes()
     applets = subprocess.run(
         [BUSYBOX, "--list"], capture_output=True, check=True, text=True
@@ -291,6 +295,7 @@ def oci_image(reference: str, entrypoint: list[str], cmd: list[str] | None = Non
     layer_tar = _tar_bytes(
         {"bin/busybox": (busybox, 0o755), "etc/passwd": (b"root:x:0:0:root:/:/bin/sh\n", 0o644)},
         {f"bin/{a}": "busybox" for a in applets if a != "busybox"},
+        {"tmp": 0o1777, "root": 0o700, "var": 0o755},
     )
     diff_id = "sha256:" + hashlib.sha256(layer_tar).hexdigest()
     layer = gzip.compress(layer_tar, mtime=0)

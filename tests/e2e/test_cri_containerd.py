@@ -384,3 +384,65 @@ async def test_logs_host_network_and_the_nodes_images(
 
     names = await eventually(images, 60)
     assert any(n.startswith("tinykube.local/web@sha256:") or n == WEB for n in names)
+
+
+async def test_probes_exec_in_the_container_and_reach_the_pod_ip(
+    cluster: LocalCluster, containerd: Containerd, namespace: str
+) -> None:
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probed", "namespace": namespace},
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": WEB,
+                    "command": [
+                        "/bin/sh",
+                        "-c",
+                        "mkdir -p /www && echo ok > /www/index.html && httpd -f -p 8080 -h /www",
+                    ],
+                    # Ready once /tmp/ready exists in the container's own filesystem.
+                    "readinessProbe": {
+                        "exec": {"command": ["cat", "/tmp/ready"]},
+                        "periodSeconds": 1,
+                    },
+                    # httpd answers on the pod's IP.
+                    "livenessProbe": {
+                        "httpGet": {"path": "/", "port": 8080},
+                        "periodSeconds": 1,
+                    },
+                }
+            ]
+        },
+    }
+    kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(manifest))
+
+    async def status(ready: bool) -> dict[str, Any] | None:
+        items = await asyncio.to_thread(pods, cluster, namespace)
+        for p in items:
+            for s in p["status"].get("containerStatuses", []):
+                if s.get("started") and s["ready"] is ready:
+                    return dict(s)
+        return None
+
+    unready = await eventually(lambda: status(False), 120)
+    container_id = unready["containerID"].split("://", 1)[1]
+    channel, rt = runtime(containerd)
+    with channel:
+        done = rt.ExecSync(
+            cri.ExecSyncRequest(container_id=container_id, cmd=["touch", "/tmp/ready"]),
+            timeout=60,
+        )
+    assert done.exit_code == 0, done.stderr
+    ready = await eventually(lambda: status(True), 60)
+    # The httpGet liveness probe to the pod's IP passes: no restart, no kill (a failure before
+    # httpd listened may show as an Unhealthy Event).
+    assert ready["restartCount"] == 0
+    out = kubectl(cluster, "get", "events", "-n", namespace, "-o", "json")
+    events = [(e["reason"], e["message"]) for e in json.loads(out)["items"]]
+    assert not [m for r, m in events if r == "Killing" and "liveness" in m], events
+    for reason, message in events:
+        if reason == "Unhealthy" and message.startswith("Liveness"):
+            assert "connection refused" in message, events
