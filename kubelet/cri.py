@@ -610,7 +610,10 @@ class CRIRuntime(KubeRuntime):
         crec.waiting_reason = crec.waiting_message = ""
         crec.terminated = None
         crec.image = container.image
-        crec.image_ref = image_ref if image_ref.startswith("sha256:") else ""
+        # imageID as kube reports it: the runtime's image_ref of the container (a repository
+        # digest for a pulled image, else the image id).
+        st = await self._container_status(container_id)
+        crec.image_ref = st.image_ref if st is not None and st.image_ref else image_ref
         rec.events.append(("Normal", "Created", f"Created container: {container.name}"))
         rec.events.append(("Normal", "Started", f"Started container {container.name}"))
         log.info(

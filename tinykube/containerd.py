@@ -284,10 +284,12 @@ def _tar_bytes(
     return buf.getvalue()
 
 
-def oci_image(reference: str, entrypoint: list[str], cmd: list[str] | None = None) -> bytes:
-    """An OCI image archive (oci-layout, index.json, blobs) named `reference`: one layer with
+def oci_blobs(
+    entrypoint: list[str], cmd: list[str] | None = None
+) -> tuple[bytes, dict[str, bytes]]:
+    """An OCI image's manifest and its blobs by digest (the config and one layer with
     busybox-static at /bin/busybox and its applets as symlinks (sh, sleep, ip, cat, httpd, ...),
-    /etc/passwd, /tmp, /root and /var."""
+    /etc/passwd, /tmp, /root and /var)."""
     busybox = Path(BUSYBOX).read_bytes()
     applets = subprocess.run(
         [BUSYBOX, "--list"], capture_output=True, check=True, text=True
@@ -337,12 +339,21 @@ def oci_image(reference: str, entrypoint: list[str], cmd: list[str] | None = Non
             ],
         }
     ).encode()
+    return manifest, blobs
+
+
+def oci_image(reference: str, entrypoint: list[str], cmd: list[str] | None = None) -> bytes:
+    """An OCI image archive (oci-layout, index.json, blobs) named `reference`, which `ctr
+    images import` loads: the image of `oci_blobs`."""
+    manifest, blobs = oci_blobs(entrypoint, cmd)
+    digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    blobs = {**blobs, digest: manifest}
     index = {
         "schemaVersion": 2,
         "manifests": [
             {
                 "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "digest": blob(manifest),
+                "digest": digest,
                 "size": len(manifest),
                 "annotations": {
                     "io.containerd.image.name": reference,
@@ -442,3 +453,105 @@ def remove_cgroups(root: str, *, leaf_only: bool = False) -> None:
         for d in [*sorted(below, key=lambda p: -len(p.parts)), top]:
             with contextlib.suppress(OSError):
                 d.rmdir()
+
+
+MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
+
+
+def push_image(registry: str, repository: str, tag: str, entrypoint: list[str]) -> str:
+    """Push the image of `oci_blobs` to a registry over the distribution API (plain HTTP, a
+    registry on this machine): each blob by a monolithic upload, then the manifest under `tag`.
+    Its manifest digest."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    manifest, blobs = oci_blobs(entrypoint)
+    base = f"http://{registry}/v2/{repository}"
+    for digest, data in blobs.items():
+        head = urllib.request.Request(f"{base}/blobs/{digest}", method="HEAD")
+        try:
+            with urllib.request.urlopen(head, timeout=30):
+                continue  # already there
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                raise
+        start = urllib.request.Request(f"{base}/blobs/uploads/", method="POST", data=b"")
+        with urllib.request.urlopen(start, timeout=30) as resp:
+            location = urllib.parse.urljoin(f"http://{registry}/", resp.headers["Location"])
+        sep = "&" if "?" in location else "?"
+        put = urllib.request.Request(
+            f"{location}{sep}digest={urllib.parse.quote(digest)}",
+            method="PUT",
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        with urllib.request.urlopen(put, timeout=60):
+            pass
+    put = urllib.request.Request(
+        f"{base}/manifests/{tag}",
+        method="PUT",
+        data=manifest,
+        headers={"Content-Type": MANIFEST_TYPE},
+    )
+    with urllib.request.urlopen(put, timeout=30):
+        pass
+    return "sha256:" + hashlib.sha256(manifest).hexdigest()
+
+
+class Registry:
+    """The CNCF distribution registry (Debian's docker-registry) on 127.0.0.1, its storage under
+    `base`; stopped by its PID."""
+
+    def __init__(self, base: Path, port: int) -> None:
+        self.base = base
+        self.port = port
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> None:
+        import urllib.request
+
+        self.base.mkdir(parents=True, exist_ok=True)
+        config = self.base / "config.yml"
+        config.write_text(
+            "version: 0.1\n"
+            "log:\n  level: warn\n"
+            f"storage:\n  filesystem:\n    rootdirectory: {self.base / 'data'}\n"
+            "  delete:\n    enabled: true\n"
+            f"http:\n  addr: {self.address}\n"
+        )
+        log = open(self.base / "registry.log", "ab")  # noqa: SIM115 (the child keeps it)
+        self.proc = subprocess.Popen(
+            ["docker-registry", "serve", str(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"docker-registry exited; see {self.base / 'registry.log'}")
+            try:
+                with urllib.request.urlopen(f"http://{self.address}/v2/", timeout=2):
+                    return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"docker-registry did not answer on {self.address}"
+                    ) from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

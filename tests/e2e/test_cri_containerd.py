@@ -19,6 +19,7 @@ import ipaddress
 import json
 import os
 import shutil
+import socket
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -32,9 +33,11 @@ from tests.e2e.waiting import eventually
 from tinykube.containerd import (
     APT_PACKAGES,
     Containerd,
+    Registry,
     install_hint,
     missing_prerequisites,
     oci_image,
+    push_image,
     remove_cgroups,
 )
 from tinykube.cri.v1 import cri_pb2 as cri
@@ -125,6 +128,34 @@ def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]
         if FORWARD.read_text().strip() != forward:
             FORWARD.write_text(forward)
         remove_cgroups(CGROUP_ROOT)
+
+
+@pytest.fixture(scope="module")
+def registry(
+    containerd: Containerd, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Registry]:
+    """The CNCF distribution registry (Debian's docker-registry) on 127.0.0.1."""
+    if shutil.which("docker-registry") is None and os.geteuid() == 0:
+        subprocess.run(
+            ["apt-get", "install", "-y", "docker-registry"],
+            capture_output=True,
+            check=False,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
+    if shutil.which("docker-registry") is None:
+        message = "docker-registry is not installed (apt-get install docker-registry)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    reg = Registry(tmp_path_factory.mktemp("registry"), port)
+    reg.start()
+    try:
+        yield reg
+    finally:
+        reg.stop()
 
 
 @pytest.fixture(scope="module")
@@ -446,3 +477,41 @@ async def test_probes_exec_in_the_container_and_reach_the_pod_ip(
     for reason, message in events:
         if reason == "Unhealthy" and message.startswith("Liveness"):
             assert "connection refused" in message, events
+
+
+async def test_an_image_pushed_to_a_local_registry_is_pulled(
+    cluster: LocalCluster, registry: Registry, namespace: str
+) -> None:
+    image = f"{registry.address}/late:1"
+    kubectl(cluster, "run", "late", f"--image={image}", "-n", namespace)
+
+    async def waiting_reason() -> str | None:
+        items = await asyncio.to_thread(pods, cluster, namespace)
+        for p in items:
+            for s in p["status"].get("containerStatuses", []):
+                reason = s["state"].get("waiting", {}).get("reason")
+                if reason in ("ErrImagePull", "ImagePullBackOff"):
+                    return str(reason)
+        return None
+
+    # Not pushed yet: the pull fails and backs off.
+    await eventually(waiting_reason, 120)
+    digest = await asyncio.to_thread(
+        push_image, registry.address, "late", "1", ["/bin/sh", "-c", "sleep 3600"]
+    )
+
+    async def running() -> dict[str, Any] | None:
+        items = await asyncio.to_thread(pods, cluster, namespace)
+        for p in items:
+            for s in p["status"].get("containerStatuses", []):
+                if "running" in s["state"]:
+                    return dict(s)
+        return None
+
+    status = await eventually(running, 120)
+    assert status["imageID"] == f"{registry.address}/late@{digest}"
+    out = kubectl(cluster, "get", "events", "-n", namespace, "-o", "json")
+    events = [(e["reason"], e["message"]) for e in json.loads(out)["items"]]
+    assert ("Pulling", f'Pulling image "{image}"') in events
+    pulled = f'Successfully pulled image "{image}" in '
+    assert any(r == "Pulled" and m.startswith(pulled) for r, m in events), events
