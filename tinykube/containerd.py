@@ -108,8 +108,18 @@ class ContainerdPaths:
         return self.base / "state"
 
     @property
+    def socket_dir(self) -> Path:
+        """The sockets' directory: the base directory, or where its path is too long for a unix
+        socket (104 bytes with containerd's ".ttrpc" suffix), a short one under /tmp named by
+        a digest of the base's path (removed at stop)."""
+        if len(str(self.base / "containerd.sock.ttrpc")) < 100:
+            return self.base
+        digest = hashlib.sha256(str(self.base.resolve()).encode()).hexdigest()[:12]
+        return Path(f"/tmp/tkctd-{digest}")
+
+    @property
     def socket(self) -> Path:
-        return self.base / "containerd.sock"
+        return self.socket_dir / "containerd.sock"
 
     @property
     def config(self) -> Path:
@@ -183,7 +193,7 @@ class Containerd:
 
     def start(self, timeout: float = 30.0) -> None:
         p = self.paths
-        for d in (p.root, p.state, p.cni_conf_dir, p.cni_data_dir):
+        for d in (p.root, p.state, p.cni_conf_dir, p.cni_data_dir, p.socket_dir):
             d.mkdir(parents=True, exist_ok=True)
         p.config.write_text(containerd_config(p))
         log = open(p.base / "containerd.log", "ab")  # noqa: SIM115 (the child keeps it)
@@ -249,6 +259,8 @@ class Containerd:
                 self.proc.kill()
                 self.proc.wait()
         unmount_under(self.paths.base)
+        if self.paths.socket_dir != self.paths.base:
+            shutil.rmtree(self.paths.socket_dir, ignore_errors=True)
 
 
 def unmount_under(base: Path) -> None:
@@ -377,6 +389,22 @@ CLUSTER_CIDR = "10.244.0.0/16"
 # The walkthrough's image, built and imported into every node's containerd by `tinykube up
 # --runtime containerd`: busybox, running a shell loop unless given a command.
 BUSYBOX_IMAGE = "tinykube.local/busybox:1"
+BUSYBOX_ENTRYPOINT = ["/bin/sh", "-c", "while true; do sleep 1; done"]
+# Where `up --runtime containerd` serves its registry (a free port if that one is taken).
+REGISTRY_PORT = 5000
+
+
+def _free_port(preferred: int) -> int:
+    import socket
+
+    for port in (preferred, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise OSError("no free port")
 
 
 class NodeRuntimes:
@@ -390,7 +418,13 @@ class NodeRuntimes:
         self.nodes = nodes
         self.cluster_cidr = cluster_cidr
         self.runtimes: dict[str, Containerd] = {}
+        # A registry on this machine, when Debian's docker-registry is installed: images pushed
+        # there are pulled by the nodes as from any registry.
+        self.registry: Registry | None = None
         self._forward = ""
+        # Set once start found the bridges free: stop removes only what is ours.
+        self._owns_network = False
+        self._chains: set[tuple[str, str]] = set()
 
     def bridge(self, i: int) -> str:
         return f"tkcni{i}"
@@ -402,19 +436,33 @@ class NodeRuntimes:
         """Start every node's containerd; the extra flags per component: each kubelet's, and
         the controller manager's node IPAM (the Nodes' pod CIDRs, which the kubelets write
         their CNI networks from)."""
+        taken = [
+            self.bridge(i)
+            for i in range(1, len(self.nodes) + 1)
+            if Path(f"/sys/class/net/{self.bridge(i)}").exists()
+        ]
+        if taken:
+            raise RuntimeError(
+                f"network interface {', '.join(taken)} already exists: another cluster with the "
+                "containerd runtime runs on this machine (one at a time: they share 10.244.0.0/16)"
+            )
         self._forward = FORWARD.read_text().strip() if FORWARD.exists() else ""
+        self._chains = iptables_chains() if shutil.which("iptables-save") else set()
+        self._owns_network = True
         args: dict[str, list[str]] = {
             "controller": ["--allocate-node-cidrs", "--cluster-cidr", self.cluster_cidr]
         }
+        if shutil.which("docker-registry") is not None:
+            self.registry = Registry(self.base / "registry", _free_port(REGISTRY_PORT))
+            self.registry.start()
+            push_image(self.registry.address, "busybox", "1", BUSYBOX_ENTRYPOINT)
         for i, node in enumerate(self.nodes, start=1):
             ctd = Containerd(self.base / node)
             self.runtimes[node] = ctd
             ctd.start()
             ctd.ensure_pause_image()
             archive = ctd.paths.base / "busybox.tar"
-            archive.write_bytes(
-                oci_image(BUSYBOX_IMAGE, ["/bin/sh", "-c", "while true; do sleep 1; done"])
-            )
+            archive.write_bytes(oci_image(BUSYBOX_IMAGE, BUSYBOX_ENTRYPOINT))
             ctd.import_image(archive)
             args[f"kubelet-{node}"] = [
                 "--container-runtime-endpoint", ctd.paths.endpoint,
@@ -425,16 +473,23 @@ class NodeRuntimes:
         return args
 
     def stop(self) -> None:
+        if self.registry is not None:
+            self.registry.stop()
         for ctd in self.runtimes.values():
             # A dead containerd: its mounts and bridges are still undone below.
             with contextlib.suppress(Exception):
                 ctd.remove_all_pods()
             ctd.stop()
+        if not self._owns_network:
+            return
         for i in range(1, len(self.nodes) + 1):
             subprocess.run(["ip", "link", "del", self.bridge(i)], capture_output=True, check=False)
         for node in self.nodes:
             remove_cgroups(self.cgroup_root(node))
         remove_cgroups("/tinykube", leaf_only=True)
+        if shutil.which("iptables-save"):
+            # CNI's chains (portmap's CNI-HOSTPORT-*, the bridge's CNI-*) made since start.
+            remove_chains({c for c in iptables_chains() - self._chains if c[1].startswith("CNI-")})
         if self._forward and FORWARD.read_text().strip() != self._forward:
             FORWARD.write_text(self._forward)
 
@@ -555,3 +610,36 @@ class Registry:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def iptables_chains() -> set[tuple[str, str]]:
+    """(table, chain) of the nat and filter tables' chains."""
+    found = set()
+    for table in ("nat", "filter"):
+        out = subprocess.run(
+            ["iptables-save", "-t", table], capture_output=True, text=True, check=False
+        ).stdout
+        found |= {(table, line[1:].split()[0]) for line in out.splitlines() if line[:1] == ":"}
+    return found
+
+
+def remove_chains(chains: set[tuple[str, str]]) -> None:
+    """Delete the rules that jump to `chains` (CNI portmap's, made after a snapshot), then
+    the chains."""
+    for table in {t for t, _ in chains}:
+        names = {c for t, c in chains if t == table}
+        out = subprocess.run(
+            ["iptables-save", "-t", table], capture_output=True, text=True, check=False
+        ).stdout
+        for line in out.splitlines():
+            parts = line.split()
+            jumps = any(f"-j {n}" in line for n in names)
+            if line.startswith("-A ") and parts[1] not in names and jumps:
+                _iptables(table, "-D", *parts[1:])
+        for flag in ("-F", "-X"):
+            for name in names:
+                _iptables(table, flag, name)
+
+
+def _iptables(table: str, *args: str) -> None:
+    subprocess.run(["iptables", "-t", table, *args], capture_output=True, check=False)

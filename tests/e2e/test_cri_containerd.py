@@ -29,16 +29,16 @@ import grpc
 import pytest
 
 from tests.e2e.conftest import venv_bin
+from tests.e2e.crisupport import cri_prerequisites
 from tests.e2e.waiting import eventually
 from tinykube.containerd import (
-    APT_PACKAGES,
     Containerd,
     Registry,
-    install_hint,
-    missing_prerequisites,
+    iptables_chains,
     oci_image,
     push_image,
     remove_cgroups,
+    remove_chains,
 )
 from tinykube.cri.v1 import cri_pb2 as cri
 from tinykube.cri.v1 import cri_pb2_grpc as cri_grpc
@@ -54,61 +54,11 @@ WEB = "tinykube.local/web:1"
 FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 
 
-def _prerequisites() -> None:
-    why = missing_prerequisites()
-    if why and os.geteuid() == 0 and shutil.which("apt-get"):
-        subprocess.run(["apt-get", "update"], capture_output=True, check=False)
-        subprocess.run(
-            ["apt-get", "install", "-y", *APT_PACKAGES],
-            capture_output=True,
-            check=False,
-            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
-        )
-        why = missing_prerequisites()
-    if why:
-        message = f"the containerd runtime cannot run here: {'; '.join(why)}. {install_hint()}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-
-
-def _chains() -> set[tuple[str, str]]:
-    found = set()
-    for table in ("nat", "filter"):
-        out = subprocess.run(
-            ["iptables-save", "-t", table], capture_output=True, text=True, check=False
-        ).stdout
-        found |= {(table, line[1:].split()[0]) for line in out.splitlines() if line[:1] == ":"}
-    return found
-
-
-def _remove_chains(chains: set[tuple[str, str]]) -> None:
-    """Delete the rules that jump to `chains`, then the chains."""
-    for table in {t for t, _ in chains}:
-        names = {c for t, c in chains if t == table}
-        out = subprocess.run(
-            ["iptables-save", "-t", table], capture_output=True, text=True, check=False
-        ).stdout
-        for line in out.splitlines():
-            if line.startswith("-A ") and any(f"-j {n}" in line for n in names):
-                parts = line.split()
-                head = parts[1]
-                if head in names:
-                    continue
-                subprocess.run(
-                    ["iptables", "-t", table, "-D", *parts[1:]], capture_output=True, check=False
-                )
-        for name in names:
-            subprocess.run(["iptables", "-t", table, "-F", name], capture_output=True, check=False)
-        for name in names:
-            subprocess.run(["iptables", "-t", table, "-X", name], capture_output=True, check=False)
-
-
 @pytest.fixture(scope="module")
 def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]:
-    _prerequisites()
+    cri_prerequisites()
     forward = FORWARD.read_text().strip()
-    chains = _chains()
+    chains = iptables_chains()
     had_bridge = Path(f"/sys/class/net/{BRIDGE}").exists()
     assert not had_bridge, f"bridge {BRIDGE} already exists on this machine"
     ctd = Containerd(tmp_path_factory.mktemp("containerd"))
@@ -124,7 +74,7 @@ def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]
             ctd.remove_all_pods()
         ctd.stop()
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
-        _remove_chains(_chains() - chains)
+        remove_chains(iptables_chains() - chains)
         if FORWARD.read_text().strip() != forward:
             FORWARD.write_text(forward)
         remove_cgroups(CGROUP_ROOT)

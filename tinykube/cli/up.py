@@ -236,6 +236,13 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             ctx.eprint(f"error: containerd: {exc}")
             return 1
         ctx.print(f"image {BUSYBOX_IMAGE} is on every node (kubectl run x --image={BUSYBOX_IMAGE})")
+        if runtimes.registry is not None:
+            ctx.print(
+                f"registry {runtimes.registry.address} (docker-registry): the nodes pull "
+                f"{runtimes.registry.address}/busybox:1 from it"
+            )
+        else:
+            ctx.print("no local registry: apt-get install docker-registry to have one")
     return _run(cluster, ctx, runtimes)
 
 
