@@ -341,7 +341,25 @@ class CRIRuntime(KubeRuntime):
             self._channel = self._runtime = self._images = None
 
     def _adopted(self, crec: ContainerRecord) -> bool:
-        # The runtime holds the containers: their exits are read from it, not from /proc.
+        """Whether the runtime still runs a container recorded as running before this kubelet
+        started (asked once per container at start, blocking: the pod workers are not running
+        yet). One that is gone (the runtime's pods were removed, the node rebooted) starts
+        again at once, as after a reboot; one that exited meanwhile is observed as an exit."""
+        if not crec.container_id:
+            return False
+        target = self.endpoint
+        if target.startswith("unix:///"):
+            target = "unix:" + target[len("unix://") :]
+        try:
+            with grpc.insecure_channel(target) as channel:
+                cri_grpc.RuntimeServiceStub(channel).ContainerStatus(
+                    cri.ContainerStatusRequest(container_id=crec.container_id), timeout=30
+                )
+        except grpc.RpcError as exc:
+            code = exc.code() if isinstance(exc, grpc.Call) else None
+            if code == grpc.StatusCode.NOT_FOUND:
+                return False
+            log.warning("container %s: %s", crec.container_id[:12], exc)
         return True
 
     def _pod_cgroup(self, uid: str) -> str:
