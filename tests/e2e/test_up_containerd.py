@@ -15,6 +15,7 @@ import queue
 import signal
 import subprocess
 import threading
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,11 @@ def _pump(stream: Any, lines: queue.Queue[str | None]) -> None:
     for line in stream:
         lines.put(line.rstrip("\n"))
     lines.put(None)
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return str(resp.read().decode().strip())
 
 
 def _start_up(data: Path) -> subprocess.Popen[str]:
@@ -101,9 +107,10 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
             line.split()[1] for line in output if line.startswith("registry 127.0.0.1:")
         )
         kubectl("create", "namespace", "web")
+        serve = "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www"
         kubectl(
             "create", "deployment", "web", f"--image={registry}/busybox:1", "--replicas=4",
-            "-n", "web",
+            "-n", "web", "--", "/bin/sh", "-c", serve,
         )  # fmt: skip
 
         async def spread() -> list[dict[str, Any]] | None:
@@ -139,6 +146,23 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
                 timeout=60,
             )
         assert out.exit_code == 0, (out.stdout, out.stderr)
+
+        # A Service in front of them answers through the proxies, from the pods' IPs.
+        kubectl("expose", "deployment", "web", "--port", "8080", "-n", "web")
+        ip = kubectl("get", "service", "web", "-n", "web", "-o", "jsonpath={.spec.clusterIP}")
+        names = {p["metadata"]["name"] for p in up}
+
+        async def answers() -> set[str] | None:
+            seen: set[str] = set()
+            for _ in range(40):
+                try:
+                    seen.add(await asyncio.to_thread(_get, f"http://{ip}:8080/"))
+                except OSError:
+                    return None
+            return seen if len(seen) >= 2 else None
+
+        seen = await eventually(answers, 120)
+        assert seen <= names, (seen, names)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
