@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import tarfile
@@ -632,7 +633,7 @@ def remove_chains(chains: set[tuple[str, str]]) -> None:
             ["iptables-save", "-t", table], capture_output=True, text=True, check=False
         ).stdout
         for line in out.splitlines():
-            parts = line.split()
+            parts = shlex.split(line)  # comments are quoted and hold spaces
             jumps = any(f"-j {n}" in line for n in names)
             if line.startswith("-A ") and parts[1] not in names and jumps:
                 _iptables(table, "-D", *parts[1:])

@@ -21,6 +21,7 @@ import os
 import shutil
 import socket
 import subprocess
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,13 @@ def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]
         if FORWARD.read_text().strip() != forward:
             FORWARD.write_text(forward)
         remove_cgroups(CGROUP_ROOT)
+    # What the cleanup could not undo fails the module's last test.
+    left = [f"chain {c}" for c in iptables_chains() - chains]
+    left += [f"bridge {BRIDGE}"] if Path(f"/sys/class/net/{BRIDGE}").exists() else []
+    left += [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{CGROUP_ROOT.lstrip('/')}")]
+    with open("/proc/self/mountinfo") as f:
+        left += [m.split()[4] for m in f if str(ctd.paths.base) in m]
+    assert not left, f"left on the machine: {left}"
 
 
 @pytest.fixture(scope="module")
@@ -465,3 +473,46 @@ async def test_an_image_pushed_to_a_local_registry_is_pulled(
     assert ("Pulling", f'Pulling image "{image}"') in events
     pulled = f'Successfully pulled image "{image}" in '
     assert any(r == "Pulled" and m.startswith(pulled) for r, m in events), events
+
+
+async def test_a_host_port_reaches_the_pod_through_portmap(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        host_port = s.getsockname()[1]
+    node = json.loads(kubectl(cluster, "get", "node", NODE, "-o", "json"))
+    (node_ip,) = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "ported", "namespace": namespace},
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": WEB,
+                    "command": [
+                        "/bin/sh",
+                        "-c",
+                        "mkdir -p /www && echo ported > /www/index.html && "
+                        "exec httpd -f -p 80 -h /www",
+                    ],
+                    "ports": [{"containerPort": 80, "hostPort": host_port}],
+                }
+            ]
+        },
+    }
+    kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(manifest))
+
+    def get() -> str:
+        with urllib.request.urlopen(f"http://{node_ip}:{host_port}/", timeout=5) as resp:
+            return str(resp.read().decode().strip())
+
+    async def answer() -> str | None:
+        try:
+            return await asyncio.to_thread(get)
+        except OSError:
+            return None
+
+    assert await eventually(answer, 120) == "ported"
