@@ -50,6 +50,7 @@ from kubelet.runtime import (
     PodRecord,
     Termination,
     definition_changed_message,
+    qos_class,
 )
 from tinykube.clock import Clock
 from tinykube.cri.v1 import cri_pb2 as cri
@@ -68,6 +69,8 @@ MIN_QUOTA = 1000
 GUARANTEED_OOM_SCORE_ADJ = -997
 BEST_EFFORT_OOM_SCORE_ADJ = 1000
 CALL_TIMEOUT = 120.0
+# kube's QoS cgroups under the kubelet's cgroup root (Guaranteed pods sit at the root).
+QOS_CGROUPS = {"Burstable": "/burstable", "BestEffort": "/besteffort"}
 # kube's nodeStatusMaxImages.
 NODE_STATUS_MAX_IMAGES = 50
 
@@ -88,25 +91,6 @@ def pull_policy(container: pod_pb2.Container) -> str:
 
 def _quantity(resources: Any, name: str) -> str:
     return str(resources[name]) if name in resources else ""
-
-
-def qos_class(pod: pod_pb2.Pod) -> str:
-    """kube's GetPodQOS: Guaranteed when every container limits cpu and memory with requests
-    equal to the limits, BestEffort when none requests or limits either, else Burstable."""
-    if pod.status.qosClass:
-        return pod.status.qosClass
-    any_set = False
-    guaranteed = True
-    for c in (*pod.spec.initContainers, *pod.spec.containers):
-        req, lim = c.resources.requests, c.resources.limits
-        for name in ("cpu", "memory"):
-            if name in req or name in lim:
-                any_set = True
-            if name not in lim or (name in req and req[name] != lim[name]):
-                guaranteed = False
-    if not any_set:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
 
 
 def linux_resources(
@@ -362,8 +346,10 @@ class CRIRuntime(KubeRuntime):
             log.warning("container %s: %s", crec.container_id[:12], exc)
         return True
 
-    def _pod_cgroup(self, uid: str) -> str:
-        return f"{self.cgroup_root}/pod{uid}"
+    def _pod_cgroup(self, uid: str, qos: str) -> str:
+        """The pod's cgroup, by QoS class as kube lays them out under its cgroup root:
+        Guaranteed pods directly, Burstable and BestEffort ones under their class's cgroup."""
+        return f"{self.cgroup_root}{QOS_CGROUPS.get(qos, '')}/pod{uid}"
 
     # ---- the sandbox ----
 
@@ -418,7 +404,9 @@ class CRIRuntime(KubeRuntime):
                 return False
             self._network_waiting.discard(uid)
         attempt = self._attempts.get(uid, 0)
-        config = sandbox_config(pod, attempt, self._log_dir(uid), self._pod_cgroup(uid))
+        config = sandbox_config(
+            pod, attempt, self._log_dir(uid), self._pod_cgroup(uid, qos_class(pod))
+        )
         self._log_dir(uid).mkdir(parents=True, exist_ok=True)
         try:
             resp = await self.rt.RunPodSandbox(
@@ -587,7 +575,7 @@ class CRIRuntime(KubeRuntime):
         env = {"HOSTNAME": pod.spec.hostname or pod.metadata.name, **resolved}
         config = container_config(pod, container, image_ref, instance, env, self.machine_memory)
         sandbox = self._sandbox_configs.get(rec.uid) or sandbox_config(
-            pod, 0, self._log_dir(rec.uid), self._pod_cgroup(rec.uid)
+            pod, 0, self._log_dir(rec.uid), self._pod_cgroup(rec.uid, qos_class(pod))
         )
         # The log file of this instance is the runtime's to create.
         log_file = self.instance_log(rec.uid, container.name, instance)
@@ -747,16 +735,17 @@ class CRIRuntime(KubeRuntime):
     def _remove_pod_cgroups(self, uid: str) -> None:
         """The pod's cgroup under each v1 controller (runc removes its containers' own)."""
         base = Path("/sys/fs/cgroup")
-        relative = self._pod_cgroup(uid).lstrip("/")
         if not base.is_dir():
             return
-        for controller in base.iterdir():
-            path = controller / relative
-            if path.is_dir():
-                try:
-                    os.rmdir(path)
-                except OSError as exc:
-                    log.debug("cgroup %s: %s", path, exc)
+        for qos in ("Guaranteed", "Burstable", "BestEffort"):
+            relative = self._pod_cgroup(uid, qos).lstrip("/")
+            for controller in base.iterdir():
+                path = controller / relative
+                if path.is_dir():
+                    try:
+                        os.rmdir(path)
+                    except OSError as exc:
+                        log.debug("cgroup %s: %s", path, exc)
 
     async def kill_container(self, uid: str, name: str, grace_seconds: float, why: str) -> None:
         rec = self._pods.get(uid)

@@ -22,6 +22,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from kubelet.envvars import EnvSources
 from tinykube.meta import timestamp
+from tinykube.quantity import QuantityError, parse_quantity
 from tinykube.v1 import pod_pb2
 
 WAITING, RUNNING, TERMINATED = "waiting", "running", "terminated"
@@ -278,6 +279,32 @@ def _digest(image: str, command: tuple[str, ...], args: tuple[str, ...]) -> str:
     return "sha256:" + hashlib.sha256(what.encode()).hexdigest()
 
 
+def _amount(text: str) -> object:
+    try:
+        return parse_quantity(text)
+    except QuantityError:
+        return text
+
+
+def qos_class(pod: pod_pb2.Pod) -> str:
+    """kube's GetPodQOS: Guaranteed when every container limits cpu and memory with requests
+    equal to the limits, BestEffort when none requests or limits either, else Burstable."""
+    if pod.status.qosClass:
+        return pod.status.qosClass
+    any_set = False
+    guaranteed = True
+    for c in (*pod.spec.initContainers, *pod.spec.containers):
+        req, lim = c.resources.requests, c.resources.limits
+        for name in ("cpu", "memory"):
+            if name in req or name in lim:
+                any_set = True
+            if name not in lim or (name in req and _amount(req[name]) != _amount(lim[name])):
+                guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
 def _created(crec: ContainerRecord) -> bool:
     """Whether the container exists in the runtime (Kubernetes reports an imageID only then)."""
     return crec.state != WAITING or crec.last is not None or bool(crec.pid or crec.container_id)
@@ -332,7 +359,8 @@ def build_pod_status(
     for ip in pod_ips:
         status.podIPs.add(ip=ip)
     status.startTime.CopyFrom(epoch_ts(rec.start_time))
-    status.qosClass = previous.qosClass
+    # As kube's kubelet (generateAPIPodStatus): the pod's QoS class from its resources.
+    status.qosClass = previous.qosClass or qos_class(pod)
     is_initialized = initialized(pod, rec)
     incomplete: list[str] = []
     for container in pod.spec.initContainers:

@@ -210,6 +210,10 @@ async def test_deployment_pods_run_with_their_own_ips(
     assert all(ipaddress.ip_address(ip) in pod_cidr for ip in ips), (ips, pod_cidr)
     for p in up:
         assert p["status"]["podIPs"] == [{"ip": p["status"]["podIP"]}]
+        # A BestEffort pod's cgroup, as kube lays them out under the kubelet's cgroup root.
+        assert p["status"]["qosClass"] == "BestEffort"
+        pod_cgroup = f"/sys/fs/cgroup/memory{CGROUP_ROOT}/besteffort/pod{p['metadata']['uid']}"
+        assert await asyncio.to_thread(os.path.isdir, pod_cgroup), pod_cgroup
         (status,) = p["status"]["containerStatuses"]
         assert status["containerID"].startswith("containerd://")
         assert status["imageID"].startswith("sha256:")
@@ -516,3 +520,39 @@ async def test_a_host_port_reaches_the_pod_through_portmap(
             return None
 
     assert await eventually(answer, 120) == "ported"
+
+
+async def test_a_crashing_container_restarts_with_back_off_and_keeps_its_previous_log(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "crasher", "namespace": namespace},
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": WEB,
+                    "command": ["/bin/sh", "-c", "echo run at $(date +%s%N); exit 3"],
+                }
+            ]
+        },
+    }
+    kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(manifest))
+
+    async def crash_looping() -> dict[str, Any] | None:
+        items = await asyncio.to_thread(pods, cluster, namespace)
+        for p in items:
+            for s in p["status"].get("containerStatuses", []):
+                waiting = s["state"].get("waiting", {})
+                if s["restartCount"] >= 1 and waiting.get("reason") == "CrashLoopBackOff":
+                    return dict(s)
+        return None
+
+    status = await eventually(crash_looping, 120)
+    assert status["lastState"]["terminated"]["exitCode"] == 3
+    assert status["lastState"]["terminated"]["reason"] == "Error"
+    assert "back-off" in status["state"]["waiting"]["message"]
+    previous = kubectl(cluster, "logs", "crasher", "-n", namespace, "--previous")
+    assert previous.startswith("run at "), previous

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kubelet.cri import container_config, default_pull_policy, linux_resources, sandbox_config
+from kubelet.runtime import qos_class
 from tinykube.cri.v1 import cri_pb2 as cri
 from tinykube.v1 import pod_pb2
 
@@ -101,3 +102,17 @@ def test_container_config_expands_variables_and_names_the_log() -> None:
     assert config.log_path == "app/2.log"
     assert [(e.key, e.value) for e in config.envs] == [("GREETING", "hi")]
     assert config.linux.resources.memory_limit_in_bytes == 32 << 20
+
+
+@pytest.mark.parametrize(
+    ("requests", "limits", "qos"),
+    [
+        ({}, {}, "BestEffort"),
+        ({"cpu": "500m", "memory": "1Gi"}, {"cpu": "0.5", "memory": "1024Mi"}, "Guaranteed"),
+        ({}, {"cpu": "1", "memory": "1Gi"}, "Guaranteed"),
+        ({"cpu": "100m"}, {}, "Burstable"),
+        ({"cpu": "100m", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"}, "Burstable"),
+    ],
+)
+def test_qos_class_is_kubes(requests: dict[str, str], limits: dict[str, str], qos: str) -> None:
+    assert qos_class(_pod(requests=requests, limits=limits)) == qos
