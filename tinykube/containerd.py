@@ -298,22 +298,32 @@ def _tar_bytes(
 
 
 def oci_blobs(
-    entrypoint: list[str], cmd: list[str] | None = None
+    entrypoint: list[str],
+    cmd: list[str] | None = None,
+    *,
+    context: Path | None = None,
+    workdir: str = "/",
 ) -> tuple[bytes, dict[str, bytes]]:
-    """An OCI image's manifest and its blobs by digest (the config and one layer with
+    """An OCI image's manifest and its blobs by digest: the config and a layer with
     busybox-static at /bin/busybox and its applets as symlinks (sh, sleep, ip, cat, httpd, ...),
-    /etc/passwd, /tmp, /root and /var)."""
+    /etc/passwd, /tmp, /root and /var; with `context`, a second layer holding that directory's
+    files at `workdir` (as a Dockerfile's `COPY . <workdir>`)."""
     busybox = Path(BUSYBOX).read_bytes()
     applets = subprocess.run(
         [BUSYBOX, "--list"], capture_output=True, check=True, text=True
     ).stdout.split()
-    layer_tar = _tar_bytes(
-        {"bin/busybox": (busybox, 0o755), "etc/passwd": (b"root:x:0:0:root:/:/bin/sh\n", 0o644)},
-        {f"bin/{a}": "busybox" for a in applets if a != "busybox"},
-        {"tmp": 0o1777, "root": 0o700, "var": 0o755},
-    )
-    diff_id = "sha256:" + hashlib.sha256(layer_tar).hexdigest()
-    layer = gzip.compress(layer_tar, mtime=0)
+    tars = [
+        _tar_bytes(
+            {
+                "bin/busybox": (busybox, 0o755),
+                "etc/passwd": (b"root:x:0:0:root:/:/bin/sh\n", 0o644),
+            },
+            {f"bin/{a}": "busybox" for a in applets if a != "busybox"},
+            {"tmp": 0o1777, "root": 0o700, "var": 0o755},
+        )
+    ]
+    if context is not None:
+        tars.append(_context_tar(context, workdir))
     blobs: dict[str, bytes] = {}
 
     def blob(data: bytes) -> str:
@@ -321,6 +331,16 @@ def oci_blobs(
         blobs[digest] = data
         return digest
 
+    layers = []
+    for layer_tar in tars:
+        layer = gzip.compress(layer_tar, mtime=0)
+        layers.append(
+            {
+                "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                "digest": blob(layer),
+                "size": len(layer),
+            }
+        )
     config = json.dumps(
         {
             "architecture": "amd64",
@@ -329,36 +349,60 @@ def oci_blobs(
                 "Entrypoint": entrypoint,
                 "Cmd": cmd or [],
                 "Env": ["PATH=/bin"],
-                "WorkingDir": "/",
+                "WorkingDir": workdir,
             },
-            "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+            "rootfs": {
+                "type": "layers",
+                "diff_ids": ["sha256:" + hashlib.sha256(t).hexdigest() for t in tars],
+            },
         }
     ).encode()
     manifest = json.dumps(
         {
             "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "mediaType": MANIFEST_TYPE,
             "config": {
                 "mediaType": "application/vnd.oci.image.config.v1+json",
                 "digest": blob(config),
                 "size": len(config),
             },
-            "layers": [
-                {
-                    "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-                    "digest": blob(layer),
-                    "size": len(layer),
-                }
-            ],
+            "layers": layers,
         }
     ).encode()
     return manifest, blobs
 
 
-def oci_image(reference: str, entrypoint: list[str], cmd: list[str] | None = None) -> bytes:
+def _context_tar(context: Path, workdir: str) -> bytes:
+    """`context`'s regular files (modes kept; symlinks and special files left out) under
+    `workdir` in a tar, with fixed times and owners so the same files give the same digest."""
+    if not context.is_dir():
+        raise FileNotFoundError(f"{context}: not a directory")
+    prefix = workdir.strip("/")
+    files: dict[str, tuple[bytes, int]] = {}
+    dirs: dict[str, int] = {}
+    for path in sorted(context.rglob("*")):
+        name = "/".join(p for p in (prefix, path.relative_to(context).as_posix()) if p)
+        if path.is_symlink():
+            continue
+        if path.is_dir():
+            dirs[name] = path.stat().st_mode & 0o7777
+        elif path.is_file():
+            files[name] = (path.read_bytes(), path.stat().st_mode & 0o7777)
+    if prefix:
+        dirs.setdefault(prefix, 0o755)
+    return _tar_bytes(files, {}, dirs)
+
+
+def oci_image(
+    reference: str,
+    entrypoint: list[str],
+    cmd: list[str] | None = None,
+    *,
+    image: tuple[bytes, dict[str, bytes]] | None = None,
+) -> bytes:
     """An OCI image archive (oci-layout, index.json, blobs) named `reference`, which `ctr
-    images import` loads: the image of `oci_blobs`."""
-    manifest, blobs = oci_blobs(entrypoint, cmd)
+    images import` loads: `image` (manifest, blobs), else the image of `oci_blobs`."""
+    manifest, blobs = image or oci_blobs(entrypoint, cmd)
     digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
     blobs = {**blobs, digest: manifest}
     index = {
@@ -514,7 +558,14 @@ def remove_cgroups(root: str, *, leaf_only: bool = False) -> None:
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 
 
-def push_image(registry: str, repository: str, tag: str, entrypoint: list[str]) -> str:
+def push_image(
+    registry: str,
+    repository: str,
+    tag: str,
+    entrypoint: list[str],
+    *,
+    image: tuple[bytes, dict[str, bytes]] | None = None,
+) -> str:
     """Push the image of `oci_blobs` to a registry over the distribution API (plain HTTP, a
     registry on this machine): each blob by a monolithic upload, then the manifest under `tag`.
     Its manifest digest."""
@@ -522,7 +573,7 @@ def push_image(registry: str, repository: str, tag: str, entrypoint: list[str]) 
     import urllib.parse
     import urllib.request
 
-    manifest, blobs = oci_blobs(entrypoint)
+    manifest, blobs = image or oci_blobs(entrypoint)
     base = f"http://{registry}/v2/{repository}"
     for digest, data in blobs.items():
         head = urllib.request.Request(f"{base}/blobs/{digest}", method="HEAD")

@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.e2e.conftest import venv_bin
+from tests.e2e.conftest import tinykube_command, venv_bin
 from tests.e2e.crisupport import cri_prerequisites
 from tests.e2e.waiting import eventually
 from tinykube.containerd import (
@@ -556,3 +556,40 @@ async def test_a_crashing_container_restarts_with_back_off_and_keeps_its_previou
     assert "back-off" in status["state"]["waiting"]["message"]
     previous = kubectl(cluster, "logs", "crasher", "-n", namespace, "--previous")
     assert previous.startswith("run at "), previous
+
+
+async def test_an_image_built_from_a_directory_runs(
+    cluster: LocalCluster, registry: Registry, namespace: str, tmp_path: Path
+) -> None:
+    context = tmp_path / "site"
+    context.mkdir()
+    (context / "index.html").write_text("built by tinykube image\n")
+    (context / "start.sh").write_text("exec httpd -f -p 8080 -h /app\n")
+    image = f"{registry.address}/site:1"
+    built = await asyncio.to_thread(
+        subprocess.run,
+        [*tinykube_command(), "image", "build", str(context), "-t", image, "--push"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert built.returncode == 0, built.stderr
+    assert built.stdout.startswith(f"pushed {image} ({registry.address}/site@sha256:")
+    kubectl(cluster, "run", "site", f"--image={image}", "-n", namespace)
+
+    async def page() -> str | None:
+        items = await asyncio.to_thread(pods, cluster, namespace)
+        ips = [p["status"].get("podIP") for p in items if p["status"].get("phase") == "Running"]
+        if not ips:
+            return None
+        try:
+            return await asyncio.to_thread(_get, f"http://{ips[0]}:8080/")
+        except OSError:
+            return None
+
+    assert await eventually(page, 120) == "built by tinykube image"
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return str(resp.read().decode().strip())
