@@ -593,3 +593,40 @@ async def test_an_image_built_from_a_directory_runs(
 def _get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=5) as resp:
         return str(resp.read().decode().strip())
+
+
+async def test_a_changed_image_restarts_the_container_from_the_new_image(
+    cluster: LocalCluster, registry: Registry, namespace: str
+) -> None:
+    new = f"{registry.address}/changed:2"
+    await asyncio.to_thread(
+        push_image, registry.address, "changed", "2", ["/bin/sh", "-c", "sleep 3600"]
+    )
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "changing", "namespace": namespace},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "app", "image": WEB}],
+        },
+    }
+    kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(manifest))
+
+    async def running_image(image: str) -> dict[str, Any] | None:
+        items = await asyncio.to_thread(pods, cluster, namespace)
+        for p in items:
+            for s in p["status"].get("containerStatuses", []):
+                if "running" in s["state"] and s["image"] == image:
+                    return dict(s)
+        return None
+
+    first = await eventually(lambda: running_image(WEB), 120)
+    kubectl(cluster, "set", "image", "pod/changing", f"app={new}", "-n", namespace)
+    second = await eventually(lambda: running_image(new), 120)
+    assert second["restartCount"] == 1
+    assert second["containerID"] != first["containerID"]
+    assert second["imageID"].startswith(f"{registry.address}/changed@sha256:")
+    out = kubectl(cluster, "get", "events", "-n", namespace, "-o", "json")
+    events = [(e["reason"], e["message"]) for e in json.loads(out)["items"]]
+    assert ("Killing", "Container app definition changed, will be restarted") in events
