@@ -42,6 +42,8 @@ from tinykube.v1 import kubelet_pb2_grpc, node_pb2, pod_pb2
 log = logging.getLogger(__name__)
 
 REGISTER_CONCURRENCY = 50
+# How often the CRI runtime's container stats are read (kube's housekeeping interval).
+STATS_PERIOD = 10.0
 
 
 class Kubelet:
@@ -230,6 +232,7 @@ class Kubelet:
                         tg.create_task(agent.status_loop(), name=f"status-{agent.cfg.name}")
                     if isinstance(self.runtime, CRIRuntime):
                         tg.create_task(self._pod_network(nodes), name="pod-network")
+                        tg.create_task(self._resource_stats(self.runtime), name="stats")
                     tg.create_task(self.pods.run(), name="informer-pods")
                     await self.pods.wait_synced()
                     live = {p.metadata.uid for p in self.pods.store.list()}
@@ -237,6 +240,15 @@ class Kubelet:
                     self.ready.set()
             finally:
                 await manager.stop()
+
+    async def _resource_stats(self, runtime: CRIRuntime) -> None:
+        """Refresh the resource metrics from the runtime's container stats every 10 s."""
+        while True:
+            try:
+                self.metrics.resources.snapshot = await runtime.container_stats()
+            except Exception as exc:
+                log.warning("container stats: %s", exc)
+            await self.clock.sleep(STATS_PERIOD)
 
     async def _pod_network(self, nodes: Informer[Any]) -> None:
         """Write the node's CNI network config once its pod CIDR is known (--pod-cidr, else

@@ -41,6 +41,7 @@ import grpc.aio
 
 from kubelet.envvars import expand
 from kubelet.kuberuntime import KubeRuntime
+from kubelet.metrics import ContainerUsage
 from kubelet.prober import MAX_OUTPUT, Outcome, ProbeTarget
 from kubelet.runtime import (
     RUNNING,
@@ -280,6 +281,27 @@ class CRIRuntime(KubeRuntime):
     async def list_images(self) -> list[cri.Image]:
         resp = await self.images.ListImages(cri.ListImagesRequest(), timeout=CALL_TIMEOUT)
         return list(resp.images)
+
+    async def container_stats(self) -> list[ContainerUsage]:
+        """Every container's cumulative CPU time and memory working set (ListContainerStats),
+        with its pod's namespace and name."""
+        resp = await self.rt.ListContainerStats(
+            cri.ListContainerStatsRequest(), timeout=CALL_TIMEOUT
+        )
+        out = []
+        for st in resp.stats:
+            labels = st.attributes.labels
+            out.append(
+                ContainerUsage(
+                    namespace=labels.get("io.kubernetes.pod.namespace", ""),
+                    pod=labels.get("io.kubernetes.pod.name", ""),
+                    container=st.attributes.metadata.name,
+                    cpu_seconds=st.cpu.usage_core_nano_seconds.value / 1e9,
+                    memory_working_set_bytes=st.memory.working_set_bytes.value,
+                    timestamp=max(st.cpu.timestamp, st.memory.timestamp) / 1e9,
+                )
+            )
+        return out
 
     async def node_images(self) -> list[node_pb2.ContainerImage]:
         """status.images as the kubelet reports them: every image's digests and tags, largest

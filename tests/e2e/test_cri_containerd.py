@@ -55,6 +55,15 @@ WEB = "tinykube.local/web:1"
 FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+METRICS_PORT = _free_port()
+
+
 @pytest.fixture(scope="module")
 def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]:
     cri_prerequisites()
@@ -137,6 +146,7 @@ async def cluster(
                 "--crash-loop-backoff", "2s",
                 "--crash-loop-backoff-max", "4s",
                 "--node-status-update-frequency", "1s",
+                "--metrics-port", str(METRICS_PORT),
             ]
         },
     )  # fmt: skip
@@ -630,3 +640,29 @@ async def test_a_changed_image_restarts_the_container_from_the_new_image(
     out = kubectl(cluster, "get", "events", "-n", namespace, "-o", "json")
     events = [(e["reason"], e["message"]) for e in json.loads(out)["items"]]
     assert ("Killing", "Container app definition changed, will be restarted") in events
+
+
+async def test_resource_metrics_from_the_runtimes_stats(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "measured", "namespace": namespace},
+        "spec": {"containers": [{"name": "app", "image": WEB}]},
+    }
+    kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(manifest))
+    series = f'container="app",namespace="{namespace}",pod="measured"'
+
+    async def scraped() -> str | None:
+        try:
+            text = await asyncio.to_thread(_get, f"http://127.0.0.1:{METRICS_PORT}/metrics")
+        except OSError:
+            return None
+        return text if f"container_memory_working_set_bytes{{{series}}}" in text else None
+
+    text = await eventually(scraped, 120)
+    prefix = "container_memory_working_set_bytes{" + series
+    line = next(x for x in text.splitlines() if x.startswith(prefix))
+    assert float(line.split()[1]) > 0
+    assert f'pod_cpu_usage_seconds_total{{namespace="{namespace}",pod="measured"}}' in text

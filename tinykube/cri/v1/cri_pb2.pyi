@@ -2309,3 +2309,277 @@ class StatusResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StatusResponse: _TypeAlias = StatusResponse  # noqa: Y015
+
+@_typing.final
+class UInt64Value(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUE_FIELD_NUMBER: _builtins.int
+    value: _builtins.int
+    def __init__(
+        self,
+        *,
+        value: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UInt64Value: _TypeAlias = UInt64Value  # noqa: Y015
+
+@_typing.final
+class ContainerStatsFilter(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class LabelSelectorEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ID_FIELD_NUMBER: _builtins.int
+    POD_SANDBOX_ID_FIELD_NUMBER: _builtins.int
+    LABEL_SELECTOR_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    pod_sandbox_id: _builtins.str
+    @_builtins.property
+    def label_selector(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        pod_sandbox_id: _builtins.str = ...,
+        label_selector: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "label_selector", b"label_selector", "pod_sandbox_id", b"pod_sandbox_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContainerStatsFilter: _TypeAlias = ContainerStatsFilter  # noqa: Y015
+
+@_typing.final
+class ListContainerStatsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILTER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def filter(self) -> Global___ContainerStatsFilter: ...
+    def __init__(
+        self,
+        *,
+        filter: Global___ContainerStatsFilter | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListContainerStatsRequest: _TypeAlias = ListContainerStatsRequest  # noqa: Y015
+
+@_typing.final
+class ListContainerStatsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def stats(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerStats]: ...
+    def __init__(
+        self,
+        *,
+        stats: _abc.Iterable[Global___ContainerStats] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["stats", b"stats"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListContainerStatsResponse: _TypeAlias = ListContainerStatsResponse  # noqa: Y015
+
+@_typing.final
+class ContainerAttributes(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class AnnotationsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ID_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
+    ANNOTATIONS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    @_builtins.property
+    def metadata(self) -> Global___ContainerMetadata: ...
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def annotations(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        metadata: Global___ContainerMetadata | None = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        annotations: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "id", b"id", "labels", b"labels", "metadata", b"metadata"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContainerAttributes: _TypeAlias = ContainerAttributes  # noqa: Y015
+
+@_typing.final
+class ContainerStats(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    CPU_FIELD_NUMBER: _builtins.int
+    MEMORY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def attributes(self) -> Global___ContainerAttributes: ...
+    @_builtins.property
+    def cpu(self) -> Global___CpuUsage: ...
+    @_builtins.property
+    def memory(self) -> Global___MemoryUsage: ...
+    def __init__(
+        self,
+        *,
+        attributes: Global___ContainerAttributes | None = ...,
+        cpu: Global___CpuUsage | None = ...,
+        memory: Global___MemoryUsage | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "cpu", b"cpu", "memory", b"memory"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "cpu", b"cpu", "memory", b"memory"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContainerStats: _TypeAlias = ContainerStats  # noqa: Y015
+
+@_typing.final
+class CpuUsage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TIMESTAMP_FIELD_NUMBER: _builtins.int
+    USAGE_CORE_NANO_SECONDS_FIELD_NUMBER: _builtins.int
+    USAGE_NANO_CORES_FIELD_NUMBER: _builtins.int
+    timestamp: _builtins.int
+    @_builtins.property
+    def usage_core_nano_seconds(self) -> Global___UInt64Value: ...
+    @_builtins.property
+    def usage_nano_cores(self) -> Global___UInt64Value: ...
+    def __init__(
+        self,
+        *,
+        timestamp: _builtins.int = ...,
+        usage_core_nano_seconds: Global___UInt64Value | None = ...,
+        usage_nano_cores: Global___UInt64Value | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["usage_core_nano_seconds", b"usage_core_nano_seconds", "usage_nano_cores", b"usage_nano_cores"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["timestamp", b"timestamp", "usage_core_nano_seconds", b"usage_core_nano_seconds", "usage_nano_cores", b"usage_nano_cores"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CpuUsage: _TypeAlias = CpuUsage  # noqa: Y015
+
+@_typing.final
+class MemoryUsage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TIMESTAMP_FIELD_NUMBER: _builtins.int
+    WORKING_SET_BYTES_FIELD_NUMBER: _builtins.int
+    AVAILABLE_BYTES_FIELD_NUMBER: _builtins.int
+    USAGE_BYTES_FIELD_NUMBER: _builtins.int
+    RSS_BYTES_FIELD_NUMBER: _builtins.int
+    PAGE_FAULTS_FIELD_NUMBER: _builtins.int
+    MAJOR_PAGE_FAULTS_FIELD_NUMBER: _builtins.int
+    timestamp: _builtins.int
+    @_builtins.property
+    def working_set_bytes(self) -> Global___UInt64Value: ...
+    @_builtins.property
+    def available_bytes(self) -> Global___UInt64Value: ...
+    @_builtins.property
+    def usage_bytes(self) -> Global___UInt64Value: ...
+    @_builtins.property
+    def rss_bytes(self) -> Global___UInt64Value: ...
+    @_builtins.property
+    def page_faults(self) -> Global___UInt64Value: ...
+    @_builtins.property
+    def major_page_faults(self) -> Global___UInt64Value: ...
+    def __init__(
+        self,
+        *,
+        timestamp: _builtins.int = ...,
+        working_set_bytes: Global___UInt64Value | None = ...,
+        available_bytes: Global___UInt64Value | None = ...,
+        usage_bytes: Global___UInt64Value | None = ...,
+        rss_bytes: Global___UInt64Value | None = ...,
+        page_faults: Global___UInt64Value | None = ...,
+        major_page_faults: Global___UInt64Value | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["available_bytes", b"available_bytes", "major_page_faults", b"major_page_faults", "page_faults", b"page_faults", "rss_bytes", b"rss_bytes", "usage_bytes", b"usage_bytes", "working_set_bytes", b"working_set_bytes"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["available_bytes", b"available_bytes", "major_page_faults", b"major_page_faults", "page_faults", b"page_faults", "rss_bytes", b"rss_bytes", "timestamp", b"timestamp", "usage_bytes", b"usage_bytes", "working_set_bytes", b"working_set_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemoryUsage: _TypeAlias = MemoryUsage  # noqa: Y015

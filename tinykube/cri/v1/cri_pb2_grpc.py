@@ -99,6 +99,11 @@ class RuntimeServiceStub:
                 request_serializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecSyncRequest.SerializeToString,
                 response_deserializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecSyncResponse.FromString,
                 _registered_method=True)
+        self.ListContainerStats = channel.unary_unary(
+                '/runtime.v1.RuntimeService/ListContainerStats',
+                request_serializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.ListContainerStatsRequest.SerializeToString,
+                response_deserializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.ListContainerStatsResponse.FromString,
+                _registered_method=True)
         self.Status = channel.unary_unary(
                 '/runtime.v1.RuntimeService/Status',
                 request_serializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.StatusRequest.SerializeToString,
@@ -187,6 +192,12 @@ class RuntimeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListContainerStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Status(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -260,6 +271,11 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     servicer.ExecSync,
                     request_deserializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecSyncRequest.FromString,
                     response_serializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecSyncResponse.SerializeToString,
+            ),
+            'ListContainerStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListContainerStats,
+                    request_deserializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.ListContainerStatsRequest.FromString,
+                    response_serializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.ListContainerStatsResponse.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
@@ -618,6 +634,33 @@ class RuntimeService:
             '/runtime.v1.RuntimeService/ExecSync',
             tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecSyncRequest.SerializeToString,
             tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecSyncResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListContainerStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/ListContainerStats',
+            tinykube_dot_cri_dot_v1_dot_cri__pb2.ListContainerStatsRequest.SerializeToString,
+            tinykube_dot_cri_dot_v1_dot_cri__pb2.ListContainerStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -48,6 +48,7 @@ class RuntimeServiceStub:
     ListContainers: _grpc.UnaryUnaryMultiCallable[_cri_pb2.ListContainersRequest, _cri_pb2.ListContainersResponse]
     ContainerStatus: _grpc.UnaryUnaryMultiCallable[_cri_pb2.ContainerStatusRequest, _cri_pb2.ContainerStatusResponse]
     ExecSync: _grpc.UnaryUnaryMultiCallable[_cri_pb2.ExecSyncRequest, _cri_pb2.ExecSyncResponse]
+    ListContainerStats: _grpc.UnaryUnaryMultiCallable[_cri_pb2.ListContainerStatsRequest, _cri_pb2.ListContainerStatsResponse]
     Status: _grpc.UnaryUnaryMultiCallable[_cri_pb2.StatusRequest, _cri_pb2.StatusResponse]
 
 @_typing.type_check_only
@@ -66,6 +67,7 @@ class RuntimeServiceAsyncStub(RuntimeServiceStub):
     ListContainers: _aio.UnaryUnaryMultiCallable[_cri_pb2.ListContainersRequest, _cri_pb2.ListContainersResponse]  # type: ignore[assignment]
     ContainerStatus: _aio.UnaryUnaryMultiCallable[_cri_pb2.ContainerStatusRequest, _cri_pb2.ContainerStatusResponse]  # type: ignore[assignment]
     ExecSync: _aio.UnaryUnaryMultiCallable[_cri_pb2.ExecSyncRequest, _cri_pb2.ExecSyncResponse]  # type: ignore[assignment]
+    ListContainerStats: _aio.UnaryUnaryMultiCallable[_cri_pb2.ListContainerStatsRequest, _cri_pb2.ListContainerStatsResponse]  # type: ignore[assignment]
     Status: _aio.UnaryUnaryMultiCallable[_cri_pb2.StatusRequest, _cri_pb2.StatusResponse]  # type: ignore[assignment]
 
 class RuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -159,6 +161,13 @@ class RuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cri_pb2.ExecSyncRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cri_pb2.ExecSyncResponse, _abc.Awaitable[_cri_pb2.ExecSyncResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListContainerStats(
+        self,
+        request: _cri_pb2.ListContainerStatsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cri_pb2.ListContainerStatsResponse, _abc.Awaitable[_cri_pb2.ListContainerStatsResponse]]: ...
 
     @_abc_1.abstractmethod
     def Status(
