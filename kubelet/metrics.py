@@ -5,9 +5,72 @@ Held in one object with its own registry (no module globals), served by `serve`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+
+@dataclass(frozen=True)
+class ContainerUsage:
+    """One container's resource usage, as a CRI runtime's ContainerStats reports it."""
+
+    namespace: str
+    pod: str
+    container: str
+    cpu_seconds: float
+    memory_working_set_bytes: int
+    timestamp: float
+
+
+class ResourceCollector(Collector):
+    """The kubelet's resource metrics (its /metrics/resource series, on the metrics port):
+    container_ and pod_cpu_usage_seconds_total, container_ and pod_memory_working_set_bytes,
+    from the last stats snapshot (refreshed by the kubelet every 10 s, kube's housekeeping
+    interval); none without a snapshot."""
+
+    def __init__(self) -> None:
+        self.snapshot: list[ContainerUsage] = []
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["container", "namespace", "pod"]
+        cpu = CounterMetricFamily(
+            "container_cpu_usage_seconds_total",
+            "Cumulative cpu time consumed by the container in core-seconds",
+            labels=labels,
+        )
+        mem = GaugeMetricFamily(
+            "container_memory_working_set_bytes",
+            "Current working set of the container in bytes",
+            labels=labels,
+        )
+        pod_cpu = CounterMetricFamily(
+            "pod_cpu_usage_seconds_total",
+            "Cumulative cpu time consumed by the pod in core-seconds",
+            labels=["namespace", "pod"],
+        )
+        pod_mem = GaugeMetricFamily(
+            "pod_memory_working_set_bytes",
+            "Current working set of the pod in bytes",
+            labels=["namespace", "pod"],
+        )
+        pods: dict[tuple[str, str], tuple[float, float, float]] = {}
+        for u in self.snapshot:
+            values = [u.container, u.namespace, u.pod]
+            cpu.add_metric(values, u.cpu_seconds, timestamp=u.timestamp)
+            mem.add_metric(values, u.memory_working_set_bytes, timestamp=u.timestamp)
+            c, m, t = pods.get((u.namespace, u.pod), (0.0, 0.0, 0.0))
+            pods[(u.namespace, u.pod)] = (
+                c + u.cpu_seconds,
+                m + u.memory_working_set_bytes,
+                max(t, u.timestamp),
+            )
+        for (ns, pod), (c, m, t) in sorted(pods.items()):
+            pod_cpu.add_metric([ns, pod], c, timestamp=t)
+            pod_mem.add_metric([ns, pod], m, timestamp=t)
+        yield from (cpu, mem, pod_cpu, pod_mem)
 
 
 class Metrics:
@@ -36,6 +99,9 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+
+        self.resources = ResourceCollector()
+        self.registry.register(self.resources)
 
     def track_pods(self, count: Callable[[], int]) -> None:
         self.running_pods.set_function(lambda: float(count()))

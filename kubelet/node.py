@@ -23,7 +23,7 @@ import platform
 import random
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -58,6 +58,8 @@ class NodeConfig:
     labels: dict[str, str] = field(default_factory=dict)
     taints: list[tuple[str, str, str]] = field(default_factory=list)
     runtime: str = "process"
+    # status.nodeInfo.containerRuntimeVersion: a CRI runtime's name://version from Version.
+    runtime_version: str = ""
     lease_duration_seconds: int = 40
     status_update_frequency: float = 10.0
     status_report_frequency: float = 300.0
@@ -82,7 +84,7 @@ def desired_status(cfg: NodeConfig, hostname: str) -> node_pb2.NodeStatus:
         platform.machine(), platform.machine()
     )
     info.kubeletVersion = KUBELET_VERSION
-    info.containerRuntimeVersion = f"{cfg.runtime}://tinykube"
+    info.containerRuntimeVersion = cfg.runtime_version or f"{cfg.runtime}://tinykube"
     status.daemonEndpoints.kubeletEndpoint.Port = cfg.kubelet_port
     return status
 
@@ -122,8 +124,11 @@ class NodeAgent:
         *,
         clock: Clock | None = None,
         on_renewal: Callable[[bool], object] = lambda ok: None,
+        images: Callable[[], Awaitable[list[node_pb2.ContainerImage]]] | None = None,
     ) -> None:
         self.on_renewal = on_renewal
+        # A CRI runtime's images (status.images, ImageLocality's input); None: no images.
+        self.images = images
         self.client = client
         self.cfg = cfg
         self.get_node = get_node
@@ -211,7 +216,19 @@ class NodeAgent:
             log.info("node %s: already registered; refreshing its status", self.cfg.name)
         await self._post_status(created)
 
+    async def _refresh_images(self) -> None:
+        if self.images is None:
+            return
+        try:
+            images = await self.images()
+        except Exception as exc:
+            log.warning("node %s: listing images failed: %s", self.cfg.name, exc)
+            return
+        del self.desired.images[:]
+        self.desired.images.extend(images)
+
     async def _post_status(self, node: node_pb2.Node) -> None:
+        await self._refresh_images()
         for _ in range(5):
             try:
                 await self.client.nodes.update_status(self._with_status(node))
@@ -229,6 +246,7 @@ class NodeAgent:
             except NotFoundError:
                 await self._register_once()
                 return
+        await self._refresh_images()
         if self.needs_update(node):
             await self._post_status(node)
 

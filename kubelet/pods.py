@@ -134,6 +134,7 @@ class PodWorker:
                     m.host_ip(pod.spec.nodeName),
                     previous,
                     m.clock.now().timestamp(),
+                    container_id_prefix=getattr(m.runtime, "container_id_prefix", "process://"),
                     probes=verdicts,
                 )
                 if (status != self.last_posted or self._overwritten(pod)) and not self.gone:

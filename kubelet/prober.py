@@ -285,16 +285,22 @@ async def run_grpc(target: ProbeTarget, probe: pod_pb2.Probe) -> Outcome:
     return Outcome(False, f'service unhealthy (responded with "{status}")')
 
 
+ProbeRunner = Callable[[ProbeTarget, pod_pb2.Probe], Awaitable[Outcome]]
+
+
 class Handlers:
     """Runs a probe's handler; one shared HTTP client (no keep-alive, as the kubelet's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, exec_runner: ProbeRunner | None = None) -> None:
         self._session: aiohttp.ClientSession | None = None
+        # How exec probes run: on the host (the process runtime), or in the container through
+        # the runtime (CRI ExecSync).
+        self._exec: ProbeRunner = exec_runner or run_exec
 
     async def run(self, target: ProbeTarget, probe: pod_pb2.Probe) -> Outcome:
         try:
             if probe.HasField("exec"):
-                return await run_exec(target, probe)
+                return await self._exec(target, probe)
             if probe.HasField("httpGet"):
                 if self._session is None:
                     self._session = aiohttp.ClientSession(
@@ -316,9 +322,6 @@ class Handlers:
 
 
 # ---- workers --------------------------------------------------------------------------------
-
-
-ProbeRunner = Callable[[ProbeTarget, pod_pb2.Probe], Awaitable[Outcome]]
 
 
 class ContainerProbes:
@@ -445,13 +448,14 @@ class ProbeManager:
         exec_context: ExecContext | None = None,
         pod_ip: Callable[[pod_pb2.Pod], str] = lambda pod: "127.0.0.1",
         runner: ProbeRunner | None = None,
+        exec_runner: ProbeRunner | None = None,
     ) -> None:
         self.clock = clock or Clock()
         self._events = events
         self._on_change = on_change
         self._exec_context = exec_context
         self._pod_ip = pod_ip
-        self._handlers = Handlers()
+        self._handlers = Handlers(exec_runner)
         self.runner: ProbeRunner = runner or self._handlers.run
         self._pods: dict[str, dict[str, ContainerProbes]] = {}
 

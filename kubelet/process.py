@@ -22,9 +22,9 @@ shim has written everything (its lock is free), or after LOG_DRAIN_WAIT seconds 
 the container started keeps the pipes open, so a finished container's log is complete when
 its status says so. Only the current and the previous instance's logs are kept.
 
-restartPolicy Always/OnFailure/Never decides whether an exited container starts again; restarts
-wait a crash-loop back-off (10 s doubling to 300 s by default, reset after a container ran for
-twice the maximum), shown as waiting reason CrashLoopBackOff. A command that cannot start is
+The lifecycle decisions (restartPolicy, the crash-loop back-off, init containers, a changed
+image, state.json) are kubelet/kuberuntime.py's, shared with the CRI runtime; this module starts,
+observes and stops processes. A command that cannot start is
 waiting reason RunContainerError with the OS error, retried with the same back-off. A running
 container whose image changed (kubelet/runtime.py `definition_changed`) is stopped as on
 deletion and started again at once, whatever the restartPolicy: there are no images here, so
@@ -49,7 +49,6 @@ import asyncio
 import contextlib
 import errno
 import fcntl
-import json
 import logging
 import os
 import shutil
@@ -62,13 +61,11 @@ from pathlib import Path
 from kubelet import logshim
 from kubelet.crilog import writer_active
 from kubelet.envvars import (
-    CONFIG_ERROR_REASON,
-    ContainerConfigError,
     EnvSources,
     expand,
-    make_environment,
     static_environment,
 )
+from kubelet.kuberuntime import KubeRuntime
 from kubelet.runtime import (
     RUNNING,
     TERMINATED,
@@ -76,10 +73,7 @@ from kubelet.runtime import (
     ContainerRecord,
     PodRecord,
     Termination,
-    definition_changed,
     definition_changed_message,
-    initialized,
-    pod_phase,
     start_events,
 )
 from tinykube.clock import Clock
@@ -106,7 +100,7 @@ def proc_start_time(pid: int) -> str | None:
     return fields[19]
 
 
-class ProcessRuntime:
+class ProcessRuntime(KubeRuntime):
     def __init__(
         self,
         root_dir: Path,
@@ -118,131 +112,48 @@ class ProcessRuntime:
         node_ip: str = "127.0.0.1",
         env_sources: EnvSources | None = None,
     ) -> None:
-        self.root = root_dir / "pods"
         # Containers share the node's network: HOST_IP/POD_IP tell them the address to bind.
-        self.node_ip = node_ip
-        self.env_sources = env_sources or EnvSources(host_ip=lambda _node: node_ip)
-        # pod uid -> container -> the variables its running instance was started with, for its
-        # exec probes (after a kubelet restart: the spec's static ones).
-        self._envs: dict[str, dict[str, dict[str, str]]] = {}
-        self.clock = clock or Clock()
-        self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
-        self.poll_interval: float | None = poll_interval
-        self._pods: dict[str, PodRecord] = {}
+        super().__init__(
+            root_dir,
+            clock=clock,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
+            poll_interval=poll_interval,
+            node_ip=node_ip,
+            env_sources=env_sources,
+        )
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         # Our log shims, to be reaped once they exit (after a kubelet restart they are init's).
         self._shims: list[subprocess.Popen[bytes]] = []
         # Container pid -> wall time its exit was first seen, while its log drains.
         self._exited_at: dict[int, float] = {}
-        # (pod uid, container) found running in state.json but gone when `load` ran (the
-        # node rebooted, or `tinykube up` stopped everything): restarted at once, no back-off.
-        self._gone_at_load: set[tuple[str, str]] = set()
 
-    # ---- persistence ----
+    def _adopted(self, crec: ContainerRecord) -> bool:
+        return proc_start_time(crec.pid) == crec.proc_start
 
-    def _pod_dir(self, uid: str) -> Path:
-        return self.root / uid
+    def _before_sync(self) -> None:
+        self._reap_shims()
 
-    def _save(self, rec: PodRecord) -> None:
-        directory = self._pod_dir(rec.uid)
-        directory.mkdir(parents=True, exist_ok=True)
-        data = {
-            "uid": rec.uid,
-            "namespace": rec.namespace,
-            "name": rec.name,
-            "start_time": rec.start_time,
-            "final_phase": rec.final_phase,
-            "final_reason": rec.final_reason,
-            "final_message": rec.final_message,
-            "containers": {n: c.to_json() for n, c in rec.containers.items()},
-            "init_containers": {n: c.to_json() for n, c in rec.init_containers.items()},
+    def exec_context(
+        self, pod: pod_pb2.Pod, container: pod_pb2.Container
+    ) -> tuple[dict[str, str], str]:
+        """The environment and working directory of the container's processes (and of its exec
+        probes)."""
+        pod_dir = self._pod_dir(pod.metadata.uid)
+        # A container sees only its own environment, as in Kubernetes, plus what a process
+        # needs to find programs and a home.
+        env = {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "HOME": str(pod_dir),
+            "HOSTNAME": pod.metadata.name,
+            "HOST_IP": self.node_ip,
+            "POD_IP": self.node_ip,
         }
-        tmp = directory / "state.json.tmp"
-        tmp.write_text(json.dumps(data))
-        tmp.replace(directory / "state.json")
+        resolved = self._envs.get(pod.metadata.uid, {}).get(container.name)
+        env.update(static_environment(container) if resolved is None else resolved)
+        return env, container.workingDir or str(pod_dir)
 
-    def load(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        for state in sorted(self.root.glob("*/state.json")):
-            try:
-                data = json.loads(state.read_text())
-                rec = PodRecord(
-                    uid=data["uid"],
-                    namespace=data["namespace"],
-                    name=data["name"],
-                    start_time=data["start_time"],
-                    final_phase=data.get("final_phase", ""),
-                    final_reason=data.get("final_reason", ""),
-                    final_message=data.get("final_message", ""),
-                    containers={
-                        n: ContainerRecord.from_json(c) for n, c in data["containers"].items()
-                    },
-                    init_containers={
-                        n: ContainerRecord.from_json(c)
-                        for n, c in data.get("init_containers", {}).items()
-                    },
-                )
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                log.warning("ignoring unreadable state %s: %s", state, exc)
-                continue
-            self._pods[rec.uid] = rec
-            running = [
-                c
-                for c in (*rec.init_containers.values(), *rec.containers.values())
-                if c.state == RUNNING
-            ]
-            adopted = [c.name for c in running if proc_start_time(c.pid) == c.proc_start]
-            self._gone_at_load.update((rec.uid, c.name) for c in running if c.name not in adopted)
-            log.info(
-                "restored pod %s/%s (%s); adopted running containers: %s",
-                rec.namespace,
-                rec.name,
-                rec.uid,
-                ", ".join(adopted) or "none",
-            )
-        return list(self._pods)
-
-    def known_pods(self) -> list[str]:
-        return list(self._pods)
-
-    def record(self, uid: str) -> PodRecord | None:
-        return self._pods.get(uid)
-
-    def instance_log(self, uid: str, container: str, instance: int) -> Path:
-        """The log file of one instance (restart count) of a container."""
-        return self._pod_dir(uid) / "logs" / container / f"{instance}.log"
-
-    def log_path(self, uid: str, container: str, *, previous: bool = False) -> Path | None:
-        """The instance `kubectl logs` shows, from this runtime's own record.
-
-        The current instance is the running or terminated one, or, while a crashed container
-        waits to restart, the one that crashed (Kubernetes shows lastState then, for plain and
-        `--previous` alike). Previous is the instance before a running or terminated one. None
-        if there is no previous instance.
-        """
-        rec = self._pods.get(uid)
-        crec = None
-        if rec is not None:
-            crec = rec.containers.get(container) or rec.init_containers.get(container)
-        if crec is None:
-            return None if previous else self.instance_log(uid, container, 0)
-        current = crec.restart_count
-        if previous and crec.state != WAITING:
-            if crec.last is None or current == 0:
-                return None
-            current -= 1
-        elif previous and crec.last is None:
-            return None
-        return self.instance_log(uid, container, current)
-
-    # ---- the lifecycle ----
-
-    def _now(self) -> float:
-        return self.clock.now().timestamp()
-
-    def _exit_status(self, uid: str, crec: ContainerRecord) -> Termination | None:
+    async def _exit_status(self, uid: str, crec: ContainerRecord) -> Termination | None:
         """The container's termination if its process has exited, else None."""
         child = self._children.get(crec.pid)
         if child is not None:
@@ -276,115 +187,7 @@ class ProcessRuntime:
             container_id=f"process://{crec.pid}",
         )
 
-    def _backoff(self, crec: ContainerRecord) -> float:
-        delay = min(self.backoff_initial * (2**crec.backoff_exp), self.backoff_max)
-        crec.backoff_exp += 1
-        return float(delay)
-
-    def _observe_exits(
-        self, pod: pod_pb2.Pod, rec: PodRecord, records: dict[str, ContainerRecord], init: bool
-    ) -> bool:
-        changed = False
-        policy = pod.spec.restartPolicy or "Always"
-        for crec in records.values():
-            if crec.state != RUNNING:
-                continue
-            term = self._exit_status(rec.uid, crec)
-            if term is None:
-                continue
-            changed = True
-            log.info(
-                "pod %s/%s container %s exited with %d",
-                rec.namespace,
-                rec.name,
-                crec.name,
-                term.exit_code,
-            )
-            if term.finished_at - crec.started_at >= 2 * self.backoff_max:
-                crec.backoff_exp = 0  # it ran long enough to forget earlier crashes
-            if init:
-                # An init container that succeeded is done; one that failed is retried unless
-                # the pod's restartPolicy is Never.
-                restart = term.exit_code != 0 and policy != "Never"
-            else:
-                restart = policy == "Always" or (policy == "OnFailure" and term.exit_code != 0)
-            lost_at_load = (rec.uid, crec.name) in self._gone_at_load
-            self._gone_at_load.discard((rec.uid, crec.name))
-            if restart and lost_at_load:
-                # Lost while no kubelet ran, not a crash: start it again now, as a kubelet
-                # does after a node reboot (the restart count still grows).
-                crec.last = term
-                crec.terminated = None
-                crec.next_start = term.finished_at
-                crec.state = WAITING
-                crec.waiting_reason = "ContainerCreating"
-                crec.waiting_message = ""
-            elif restart:
-                rec.events.append(
-                    (
-                        "Warning",
-                        "BackOff",
-                        f"Back-off restarting failed container {crec.name} in pod "
-                        f"{rec.name}_{rec.namespace}({rec.uid})",
-                    )
-                )
-                crec.last = term
-                crec.terminated = None
-                delay = self._backoff(crec)
-                crec.next_start = term.finished_at + delay
-                crec.state = WAITING
-                crec.waiting_reason = "CrashLoopBackOff"
-                crec.waiting_message = (
-                    f"back-off {delay:g}s restarting failed container={crec.name} "
-                    f"pod={rec.name}_{rec.namespace}({rec.uid})"
-                )
-            else:
-                crec.state = TERMINATED
-                crec.terminated = term
-        return changed
-
-    def exec_context(
-        self, pod: pod_pb2.Pod, container: pod_pb2.Container
-    ) -> tuple[dict[str, str], str]:
-        """The environment and working directory of the container's processes (and of its exec
-        probes)."""
-        pod_dir = self._pod_dir(pod.metadata.uid)
-        # A container sees only its own environment, as in Kubernetes, plus what a process
-        # needs to find programs and a home.
-        env = {
-            "PATH": os.environ.get("PATH", os.defpath),
-            "HOME": str(pod_dir),
-            "HOSTNAME": pod.metadata.name,
-            "HOST_IP": self.node_ip,
-            "POD_IP": self.node_ip,
-        }
-        resolved = self._envs.get(pod.metadata.uid, {}).get(container.name)
-        env.update(static_environment(container) if resolved is None else resolved)
-        return env, container.workingDir or str(pod_dir)
-
-    def _config_error(self, rec: PodRecord, crec: ContainerRecord, message: str) -> None:
-        """The container cannot be configured (kube's CreateContainerConfigError): it waits
-        and is tried again after the initial back-off (not doubled: kube's pod worker retries
-        a failed sync every 10 s)."""
-        crec.state = WAITING
-        crec.waiting_reason = CONFIG_ERROR_REASON
-        crec.waiting_message = message
-        crec.next_start = self._now() + self.backoff_initial
-        log.warning("pod %s/%s container %s: %s", rec.namespace, rec.name, crec.name, message)
-        rec.events.append(("Warning", "Failed", f"Error: {message}"))
-
-    async def _start(
-        self, pod: pod_pb2.Pod, rec: PodRecord, container: pod_pb2.Container, crec: ContainerRecord
-    ) -> None:
-        try:
-            resolved = await make_environment(pod, container, self.env_sources)
-        except ContainerConfigError as exc:
-            self._config_error(rec, crec, str(exc))
-            return
-        self._envs.setdefault(rec.uid, {})[container.name] = resolved
-        self._launch(pod, rec, container, crec, resolved)
-
-    def _launch(
+    async def _launch(
         self,
         pod: pod_pb2.Pod,
         rec: PodRecord,
@@ -412,7 +215,8 @@ class ProcessRuntime:
                 error = f"failed to start the container's log shim: {exc}"
         if not error:
             try:
-                child = subprocess.Popen(
+                # A fork/exec: quick, made inline as before the hook became async.
+                child = subprocess.Popen(  # noqa: ASYNC220
                     argv,
                     stdin=subprocess.DEVNULL,
                     stdout=out_w,
@@ -518,56 +322,6 @@ class ProcessRuntime:
                     )
         return ""
 
-    async def sync_pod(self, pod: pod_pb2.Pod) -> PodRecord:
-        self._reap_shims()
-        uid = pod.metadata.uid
-        rec = self._pods.get(uid)
-        changed = False
-        if rec is None:
-            rec = PodRecord(uid, pod.metadata.namespace, pod.metadata.name, self._now())
-            self._pods[uid] = rec
-            changed = True
-        if rec.final_phase:
-            return rec
-        changed |= self._observe_exits(pod, rec, rec.init_containers, init=True)
-        changed |= self._observe_exits(pod, rec, rec.containers, init=False)
-        now = self._now()
-        if not initialized(pod, rec):
-            # Init containers run one at a time, in order, each to success.
-            for container in pod.spec.initContainers:
-                crec = rec.init_containers.get(container.name)
-                if crec is None:
-                    crec = rec.init_containers[container.name] = ContainerRecord(container.name)
-                    changed = True
-                if crec.state == TERMINATED and crec.terminated and crec.terminated.exit_code == 0:
-                    continue
-                if crec.state == WAITING and now >= crec.next_start:
-                    await self._start(pod, rec, container, crec)
-                    changed = True
-                break
-        else:
-            for container in pod.spec.containers:
-                crec = rec.containers.get(container.name)
-                if crec is None:
-                    crec = rec.containers[container.name] = ContainerRecord(container.name)
-                    changed = True
-                if definition_changed(container, crec):
-                    await self._kill_changed(pod, rec, crec)
-                elif crec.state == WAITING and crec.image and crec.image != container.image:
-                    # Kube's back-off is per container hash: a new image starts afresh, now.
-                    crec.next_start, crec.backoff_exp = 0.0, 0
-                if crec.state != WAITING or now < crec.next_start:
-                    continue
-                await self._start(pod, rec, container, crec)
-                changed = True
-        phase = pod_phase(pod, rec)
-        if phase in ("Succeeded", "Failed"):
-            rec.final_phase = phase
-            changed = True
-        if changed:
-            self._save(rec)
-        return rec
-
     def _signal(self, crec: ContainerRecord, sig: signal.Signals) -> None:
         if crec.pid <= 0:
             return
@@ -664,8 +418,3 @@ class ProcessRuntime:
         crec.state = WAITING
         crec.waiting_reason, crec.waiting_message = "ContainerCreating", ""
         crec.next_start = 0.0
-
-    def forget(self, uid: str) -> None:
-        self._pods.pop(uid, None)
-        self._envs.pop(uid, None)
-        shutil.rmtree(self._pod_dir(uid), ignore_errors=True)

@@ -22,6 +22,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from kubelet.envvars import EnvSources
 from tinykube.meta import timestamp
+from tinykube.quantity import QuantityError, parse_quantity
 from tinykube.v1 import pod_pb2
 
 WAITING, RUNNING, TERMINATED = "waiting", "running", "terminated"
@@ -63,6 +64,10 @@ class ContainerRecord:
     # The image its current (or last) instance was started from: status.containerStatuses[].image,
     # and what `definition_changed` compares with the spec's.
     image: str = ""
+    # CRI runtimes: the runtime's id of the current (or last) instance (containerID without
+    # its scheme) and the image id it reports (status.containerStatuses[].imageID).
+    container_id: str = ""
+    image_ref: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,6 +99,9 @@ class PodRecord:
     # Wall time the runtime wants another sync at (a container waits for its ConfigMap or
     # Secret); 0: none. For runtimes that are not polled.
     retry_at: float = 0.0
+    # CRI runtimes: the pod sandbox's id and IPs (status.podIP, podIPs); empty: the node's.
+    sandbox_id: str = ""
+    pod_ips: list[str] = field(default_factory=list)
 
 
 class Runtime(Protocol):
@@ -271,9 +279,35 @@ def _digest(image: str, command: tuple[str, ...], args: tuple[str, ...]) -> str:
     return "sha256:" + hashlib.sha256(what.encode()).hexdigest()
 
 
+def _amount(text: str) -> object:
+    try:
+        return parse_quantity(text)
+    except QuantityError:
+        return text
+
+
+def qos_class(pod: pod_pb2.Pod) -> str:
+    """kube's GetPodQOS: Guaranteed when every container limits cpu and memory with requests
+    equal to the limits, BestEffort when none requests or limits either, else Burstable."""
+    if pod.status.qosClass:
+        return pod.status.qosClass
+    any_set = False
+    guaranteed = True
+    for c in (*pod.spec.initContainers, *pod.spec.containers):
+        req, lim = c.resources.requests, c.resources.limits
+        for name in ("cpu", "memory"):
+            if name in req or name in lim:
+                any_set = True
+            if name not in lim or (name in req and _amount(req[name]) != _amount(lim[name])):
+                guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
 def _created(crec: ContainerRecord) -> bool:
     """Whether the container exists in the runtime (Kubernetes reports an imageID only then)."""
-    return crec.state != WAITING or crec.last is not None or bool(crec.pid)
+    return crec.state != WAITING or crec.last is not None or bool(crec.pid or crec.container_id)
 
 
 def _fill_status(
@@ -282,11 +316,13 @@ def _fill_status(
     cs.name = container.name
     cs.image = crec.image or container.image
     if _created(crec):
-        cs.imageID = image_id(container, cs.image)
+        cs.imageID = crec.image_ref or image_id(container, cs.image)
     cs.restartCount = crec.restart_count
     cs.ready = _succeeded(crec)
     cs.started = crec.state == RUNNING
-    if crec.pid:
+    if crec.container_id:
+        cs.containerID = f"{prefix}{crec.container_id}"
+    elif crec.pid:
         cs.containerID = f"{prefix}{crec.pid}"
     cs.state.CopyFrom(_state(crec))
     if crec.last is not None:
@@ -314,12 +350,17 @@ def build_pod_status(
     status.phase = pod_phase(pod, rec)
     status.reason, status.message = rec.final_reason, rec.final_message
     status.hostIP = host_ip
-    status.podIP = host_ip  # the process runtime shares the node's network
+    # The process runtime (and a hostNetwork pod) shares the node's network; a CRI sandbox
+    # has its own IPs.
+    pod_ips = rec.pod_ips or ([host_ip] if host_ip else [])
+    status.podIP = pod_ips[0] if pod_ips else ""
     if host_ip:
         status.hostIPs.add(ip=host_ip)
-        status.podIPs.add(ip=host_ip)
+    for ip in pod_ips:
+        status.podIPs.add(ip=ip)
     status.startTime.CopyFrom(epoch_ts(rec.start_time))
-    status.qosClass = previous.qosClass
+    # As kube's kubelet (generateAPIPodStatus): the pod's QoS class from its resources.
+    status.qosClass = previous.qosClass or qos_class(pod)
     is_initialized = initialized(pod, rec)
     incomplete: list[str] = []
     for container in pod.spec.initContainers:
@@ -337,13 +378,15 @@ def build_pod_status(
         cs.name = container.name
         cs.image = crec.image or container.image  # until a changed image's restart: the old one
         if _created(crec):
-            cs.imageID = image_id(container, cs.image)
+            cs.imageID = crec.image_ref or image_id(container, cs.image)
         cs.restartCount = crec.restart_count
         running = crec.state == RUNNING
         started, ready = (probes or {}).get(container.name, (running, running))
         cs.started = running and started
         cs.ready = running and started and ready
-        if crec.pid:
+        if crec.container_id:
+            cs.containerID = f"{container_id_prefix}{crec.container_id}"
+        elif crec.pid:
             cs.containerID = f"{container_id_prefix}{crec.pid}"
         cs.state.CopyFrom(_state(crec))
         if crec.last is not None:

@@ -86,6 +86,14 @@ class Settings:
     poll_interval: float = 0.5
     fake_nodes: int = 0
     node_name_prefix: str = "hollow-"
+    # The CRI runtime (runtime "cri"): its endpoint, the node's pod CIDR (else the Node's
+    # spec.podCIDR), the CNI config directory the kubelet writes its network to, the bridge,
+    # and the cgroup under which pods' cgroups go.
+    container_runtime_endpoint: str = ""
+    pod_cidr: str = ""
+    cni_conf_dir: Path | None = None
+    cni_bridge: str = "tkcni0"
+    cgroup_root: str = "/tinykube"
     # --kubeconfig, --insecure and the serving certificate (tinykube/tls.py)
     security: Security = field(default_factory=Security)
 
@@ -200,10 +208,46 @@ class Settings:
             default="hollow-",
             help="fake runtime: names of the hosted nodes are PREFIX0, PREFIX1, ...",
         )
+        p.add_argument(
+            "--container-runtime-endpoint",
+            default="",
+            help="a CRI runtime's socket (unix:///path/containerd.sock): pods run as its "
+            "containers (default: the process runtime)",
+        )
+        p.add_argument(
+            "--pod-cidr",
+            default="",
+            help="CRI runtime: this node's pod CIDR (default: the Node's spec.podCIDR)",
+        )
+        p.add_argument(
+            "--cni-conf-dir",
+            default="",
+            help="CRI runtime: where the kubelet writes the node's CNI network config "
+            "(the runtime's CNI conf_dir)",
+        )
+        p.add_argument(
+            "--cni-bridge", default="tkcni0", help="CRI runtime: the pod network's bridge"
+        )
+        p.add_argument(
+            "--cgroup-root",
+            default="/tinykube",
+            help="CRI runtime: the cgroup (cgroupfs) under which pods' cgroups are made",
+        )
         add_flags(p)
         a = p.parse_args(argv)
         if a.fake_nodes and a.runtime != "fake":
             p.error("--fake-nodes needs --runtime fake")
+        runtime = a.runtime
+        if a.container_runtime_endpoint:
+            if not a.container_runtime_endpoint.startswith("unix:///"):
+                p.error(
+                    "--container-runtime-endpoint: must be unix:///<absolute path to the socket>"
+                )
+            if a.fake_nodes:
+                p.error("--container-runtime-endpoint cannot be used with --fake-nodes")
+            runtime = "cri"
+        if len(a.cni_bridge) > 15:
+            p.error("--cni-bridge: a Linux interface name has at most 15 characters")
         capacity = {
             "cpu": str(os.cpu_count() or 1),
             "memory": f"{machine_memory_kib()}Ki",
@@ -219,7 +263,7 @@ class Settings:
             bind_address=listen_address(a.bind_address or a.node_ip, a.port),
             node_ip=a.node_ip,
             metrics_port=a.metrics_port,
-            runtime=a.runtime,
+            runtime=runtime,
             root_dir=root.absolute(),
             labels=a.node_labels,
             taints=a.register_with_taints,
@@ -232,4 +276,9 @@ class Settings:
             poll_interval=a.poll_interval,
             fake_nodes=a.fake_nodes,
             node_name_prefix=a.node_name_prefix,
+            container_runtime_endpoint=a.container_runtime_endpoint,
+            pod_cidr=a.pod_cidr,
+            cni_conf_dir=Path(a.cni_conf_dir).absolute() if a.cni_conf_dir else None,
+            cni_bridge=a.cni_bridge,
+            cgroup_root=a.cgroup_root,
         )

@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -38,6 +39,7 @@ from types import FrameType
 
 from tinykube import launcher
 from tinykube.cli.common import DEFAULT_SERVER, Context
+from tinykube.containerd import BUSYBOX_IMAGE, NodeRuntimes, install_hint, missing_prerequisites
 from tinykube.quantity import QuantityError, parse_quantity
 from tinykube.tls import INSECURE_WARNING
 
@@ -60,7 +62,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--kubelets", type=int, default=2, help="number of kubelets, node-1..node-N (default 2)"
     )
     parser.add_argument(
-        "--kubelet-runtime", default="process", choices=("process", "fake"), help="pod runtime"
+        "--runtime",
+        "--kubelet-runtime",
+        dest="kubelet_runtime",
+        default="process",
+        choices=("process", "fake", "containerd"),
+        help="pod runtime: process (local processes), fake (Running at once), containerd (real "
+        "containers: one containerd per node with its own pod network; needs root and "
+        "Debian's containerd runc containernetworking-plugins busybox-static)",
     )
     parser.add_argument(
         "--node-capacity",
@@ -139,7 +148,8 @@ def build_cluster(args: argparse.Namespace) -> launcher.LocalCluster:
         scheduler=not args.no_scheduler,
         controller=not args.no_controller,
         kubelets=nodes,
-        kubelet_runtime=args.kubelet_runtime,
+        # containerd: the kubelets' --container-runtime-endpoint selects their CRI runtime.
+        kubelet_runtime="process" if args.kubelet_runtime == "containerd" else args.kubelet_runtime,
         etcd_port=port(args.etcd_port, launcher.DEFAULT_ETCD_PORT),
         scheduler_port=port(args.scheduler_port, launcher.DEFAULT_SCHEDULER_PORT),
         controller_port=port(args.controller_port, launcher.DEFAULT_CONTROLLER_PORT),
@@ -207,6 +217,36 @@ def machine_share(
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     cluster = build_cluster(args)
+    runtimes: NodeRuntimes | None = None
+    if args.kubelet_runtime == "containerd":
+        missing = missing_prerequisites()
+        if missing:
+            for why in missing:
+                ctx.eprint(f"error: {why}")
+            ctx.eprint(f"to run pods in containerd: {install_hint()}")
+            return 1
+        nodes = [f"node-{i}" for i in range(1, args.kubelets + 1)]
+        runtimes = NodeRuntimes(Path(cluster.work_dir) / "containerd", nodes)
+        ctx.print(f"starting containerd for {', '.join(nodes)} ...")
+        try:
+            for name, flags in runtimes.start().items():
+                cluster.extra_args.setdefault(name, []).extend(flags)
+        except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+            runtimes.stop()
+            ctx.eprint(f"error: containerd: {exc}")
+            return 1
+        ctx.print(f"image {BUSYBOX_IMAGE} is on every node (kubectl run x --image={BUSYBOX_IMAGE})")
+        if runtimes.registry is not None:
+            ctx.print(
+                f"registry {runtimes.registry.address} (docker-registry): the nodes pull "
+                f"{runtimes.registry.address}/busybox:1 from it"
+            )
+        else:
+            ctx.print("no local registry: apt-get install docker-registry to have one")
+    return _run(cluster, ctx, runtimes)
+
+
+def _run(cluster: launcher.LocalCluster, ctx: Context, runtimes: NodeRuntimes | None) -> int:
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -245,6 +285,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         ctx.print("stopping ...")
     finally:
         cluster.stop()
+        if runtimes is not None:
+            # The pods' containers, then containerd, its mounts, the bridges and cgroups.
+            runtimes.stop()
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, signal.default_int_handler)
     ctx.print("stopped.")

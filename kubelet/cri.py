@@ -1,0 +1,794 @@
+"""The `cri` runtime: pods are pod sandboxes and containers of a CRI runtime (containerd).
+
+Selected by the kubelet's `--container-runtime-endpoint unix:///path/to/containerd.sock`, as
+kube's. The pod lifecycle decisions are kubelet/kuberuntime.py's (`KubeRuntime.sync_pod`, kube's
+computePodActions: sandbox, init containers in order, start/restart by restartPolicy, a changed
+image restarts its container, crash-loop back-off, records persisted in state.json), shared
+with the process runtime; this one supplies how a pod and its containers are created, started,
+stopped and observed, over the CRI gRPC API (tinykube/cri/v1, package runtime.v1):
+
+- the sandbox (`_prepare_pod`): RunPodSandbox with the pod's own network namespace (or the
+  node's for `hostNetwork: true`), its hostPorts as port mappings, a cgroup parent per pod under
+  the kubelet's cgroup root; the pod's IPs come from PodSandboxStatus. A sandbox found not ready
+  (killed, or lost with its runtime) is recreated with attempt + 1 and its containers killed
+  ("SandboxChanged"), as kube does.
+- images (`_ensure_image`): imagePullPolicy Always / IfNotPresent / Never (kube's default: Always
+  for `:latest` or no tag), PullImage, Events Pulling / Pulled / Failed worded as the kubelet's,
+  ErrImagePull and then ImagePullBackOff with the crash-loop back-off's timings (10 s doubling to
+  300 s); ErrImageNeverPull for a missing image with policy Never.
+- containers: CreateContainer (command/args expanded, env, resources as
+  LinuxContainerResources: cpu shares from the request, CFS quota from the limit, memory limit,
+  oom_score_adj by QoS class) and StartContainer; logs at the path the process runtime uses
+  (`<root>/pods/<uid>/logs/<container>/<instance>.log`, CRI format, written by the runtime), so
+  `kubectl logs` reads them alike; ContainerStatus for exits, its reason kept (`OOMKilled`).
+- stopping: StopContainer with the grace period, then StopPodSandbox and RemovePodSandbox.
+
+Probes: exec ones run in the container through ExecSync, httpGet/tcpSocket/grpc ones reach
+the pod's IP. Not yet here: volumes, hostIPC/hostPID, securityContext.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from kubelet.envvars import expand
+from kubelet.kuberuntime import KubeRuntime
+from kubelet.metrics import ContainerUsage
+from kubelet.prober import MAX_OUTPUT, Outcome, ProbeTarget
+from kubelet.runtime import (
+    RUNNING,
+    TERMINATED,
+    WAITING,
+    ContainerRecord,
+    PodRecord,
+    Termination,
+    definition_changed_message,
+    qos_class,
+)
+from tinykube.clock import Clock
+from tinykube.cri.v1 import cri_pb2 as cri
+from tinykube.cri.v1 import cri_pb2_grpc as cri_grpc
+from tinykube.quantity import milli_value, value
+from tinykube.v1 import node_pb2, pod_pb2
+
+log = logging.getLogger(__name__)
+
+# kube's pkg/kubelet/cm: cpu shares per CPU, the minimum shares, the CFS period and minimum quota.
+SHARES_PER_CPU = 1024
+MIN_SHARES = 2
+QUOTA_PERIOD = 100_000
+MIN_QUOTA = 1000
+# kube's pkg/kubelet/qos: oom_score_adj by QoS class.
+GUARANTEED_OOM_SCORE_ADJ = -997
+BEST_EFFORT_OOM_SCORE_ADJ = 1000
+CALL_TIMEOUT = 120.0
+# kube's QoS cgroups under the kubelet's cgroup root (Guaranteed pods sit at the root).
+QOS_CGROUPS = {"Burstable": "/burstable", "BestEffort": "/besteffort"}
+# kube's nodeStatusMaxImages.
+NODE_STATUS_MAX_IMAGES = 50
+
+
+def default_pull_policy(image: str) -> str:
+    """kube's defaulting of imagePullPolicy: Always for the `latest` tag or no tag (and no
+    digest), else IfNotPresent."""
+    if "@" in image:
+        return "IfNotPresent"
+    last = image.rsplit("/", 1)[-1]
+    tag = last.rsplit(":", 1)[1] if ":" in last else ""
+    return "Always" if tag in ("", "latest") else "IfNotPresent"
+
+
+def pull_policy(container: pod_pb2.Container) -> str:
+    return container.imagePullPolicy or default_pull_policy(container.image)
+
+
+def _quantity(resources: Any, name: str) -> str:
+    return str(resources[name]) if name in resources else ""
+
+
+def linux_resources(
+    pod: pod_pb2.Pod, container: pod_pb2.Container, machine_memory: int
+) -> cri.LinuxContainerResources:
+    """The container's requests and limits as kube's kuberuntime writes them for Linux."""
+    res = cri.LinuxContainerResources()
+    req, lim = container.resources.requests, container.resources.limits
+    cpu_request = milli_value(_quantity(req, "cpu")) if "cpu" in req else 0
+    if not cpu_request and "cpu" in lim:
+        cpu_request = milli_value(_quantity(lim, "cpu"))
+    res.cpu_shares = max(MIN_SHARES, cpu_request * SHARES_PER_CPU // 1000)
+    if "cpu" in lim:
+        res.cpu_period = QUOTA_PERIOD
+        res.cpu_quota = max(MIN_QUOTA, milli_value(_quantity(lim, "cpu")) * QUOTA_PERIOD // 1000)
+    if "memory" in lim:
+        res.memory_limit_in_bytes = value(_quantity(lim, "memory"))
+    qos = qos_class(pod)
+    if qos == "Guaranteed":
+        res.oom_score_adj = GUARANTEED_OOM_SCORE_ADJ
+    elif qos == "BestEffort":
+        res.oom_score_adj = BEST_EFFORT_OOM_SCORE_ADJ
+    else:
+        memory_request = value(_quantity(req, "memory")) if "memory" in req else 0
+        adj = 1000 - (1000 * memory_request) // max(1, machine_memory)
+        res.oom_score_adj = 999 if adj >= 1000 else max(2, adj)
+    return res
+
+
+def _labels(pod: pod_pb2.Pod) -> dict[str, str]:
+    return {
+        "io.kubernetes.pod.name": pod.metadata.name,
+        "io.kubernetes.pod.namespace": pod.metadata.namespace,
+        "io.kubernetes.pod.uid": pod.metadata.uid,
+    }
+
+
+def sandbox_config(
+    pod: pod_pb2.Pod, attempt: int, log_dir: Path, cgroup_parent: str
+) -> cri.PodSandboxConfig:
+    """kube's generatePodSandboxConfig, for what tinykube supports."""
+    host_network = pod.spec.hostNetwork
+    config = cri.PodSandboxConfig(
+        metadata=cri.PodSandboxMetadata(
+            name=pod.metadata.name,
+            uid=pod.metadata.uid,
+            namespace=pod.metadata.namespace,
+            attempt=attempt,
+        ),
+        hostname="" if host_network else (pod.spec.hostname or pod.metadata.name),
+        log_directory=str(log_dir),
+        labels=_labels(pod),
+        annotations=dict(pod.metadata.annotations),
+    )
+    for container in pod.spec.containers:
+        for port in container.ports:
+            if not port.hostPort:
+                continue
+            config.port_mappings.add(
+                protocol=cri.Protocol.Value(port.protocol or "TCP"),
+                container_port=port.containerPort,
+                host_port=port.hostPort,
+                host_ip=port.hostIP,
+            )
+    linux = config.linux
+    linux.cgroup_parent = cgroup_parent
+    ns = linux.security_context.namespace_options
+    ns.network = cri.NODE if host_network else cri.POD
+    ns.pid = cri.CONTAINER
+    ns.ipc = cri.POD
+    return config
+
+
+def container_config(
+    pod: pod_pb2.Pod,
+    container: pod_pb2.Container,
+    image_ref: str,
+    attempt: int,
+    env: dict[str, str],
+    machine_memory: int,
+) -> cri.ContainerConfig:
+    """kube's generateContainerConfig, for what tinykube supports: $(VAR) in command and args
+    expanded from the container's environment."""
+    config = cri.ContainerConfig(
+        metadata=cri.ContainerMetadata(name=container.name, attempt=attempt),
+        image=cri.ImageSpec(image=image_ref, user_specified_image=container.image),
+        command=[expand(a, env) for a in container.command],
+        args=[expand(a, env) for a in container.args],
+        working_dir=container.workingDir,
+        envs=[cri.KeyValue(key=k, value=v) for k, v in env.items()],
+        labels={**_labels(pod), "io.kubernetes.container.name": container.name},
+        annotations={
+            "io.kubernetes.container.restartCount": str(attempt),
+            "io.kubernetes.container.image": container.image,
+        },
+        log_path=f"{container.name}/{attempt}.log",
+        stdin=getattr(container, "stdin", False),
+        tty=getattr(container, "tty", False),
+    )
+    config.linux.resources.CopyFrom(linux_resources(pod, container, machine_memory))
+    sc = config.linux.security_context
+    ns = sc.namespace_options
+    ns.network = cri.NODE if pod.spec.hostNetwork else cri.POD
+    ns.pid = cri.CONTAINER
+    ns.ipc = cri.POD
+    return config
+
+
+def _seconds(nanos: int) -> float:
+    return nanos / 1e9 if nanos else 0.0
+
+
+def _error(exc: grpc.aio.AioRpcError) -> str:
+    return exc.details() or str(exc.code())
+
+
+class CRIRuntime(KubeRuntime):
+    container_id_prefix = "containerd://"
+
+    def __init__(
+        self,
+        root_dir: Path,
+        endpoint: str,
+        *,
+        clock: Clock | None = None,
+        backoff_initial: float = 10.0,
+        backoff_max: float = 300.0,
+        poll_interval: float = 1.0,
+        node_ip: str = "127.0.0.1",
+        cgroup_root: str = "/tinykube",
+        machine_memory: int = 4 << 30,
+    ) -> None:
+        super().__init__(
+            root_dir,
+            clock=clock,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
+            poll_interval=poll_interval,
+            node_ip=node_ip,
+        )
+        self.endpoint = endpoint
+        self.cgroup_root = cgroup_root.rstrip("/") or ""
+        self.machine_memory = machine_memory
+        self._channel: grpc.aio.Channel | None = None
+        self._runtime: cri_grpc.RuntimeServiceAsyncStub | None = None
+        self._images: cri_grpc.ImageServiceAsyncStub | None = None
+        # (uid, container) -> ids of exited instances still in the runtime, oldest first: the
+        # last one is kept (as kube keeps one dead container per container), older ones removed.
+        self._dead: dict[tuple[str, str], list[str]] = {}
+        # uid -> wall time before which a failed sandbox creation is not tried again.
+        self._sandbox_retry: dict[str, float] = {}
+        # uid -> the config its sandbox was created with (CreateContainer passes it again) and
+        # the next attempt number.
+        self._sandbox_configs: dict[str, cri.PodSandboxConfig] = {}
+        self._attempts: dict[str, int] = {}
+        # Pods told (one Event each) that they wait for the pod network.
+        self._network_waiting: set[str] = set()
+
+    # ---- the connection ----
+
+    def _stubs(self) -> tuple[cri_grpc.RuntimeServiceAsyncStub, cri_grpc.ImageServiceAsyncStub]:
+        if self._runtime is None or self._images is None:
+            target = self.endpoint
+            if target.startswith("unix:///"):
+                target = "unix:" + target[len("unix://") :]
+            self._channel = grpc.aio.insecure_channel(target)
+            self._runtime = cri_grpc.RuntimeServiceStub(self._channel)
+            self._images = cri_grpc.ImageServiceStub(self._channel)
+        return self._runtime, self._images
+
+    @property
+    def rt(self) -> cri_grpc.RuntimeServiceAsyncStub:
+        return self._stubs()[0]
+
+    @property
+    def images(self) -> cri_grpc.ImageServiceAsyncStub:
+        return self._stubs()[1]
+
+    async def version(self) -> cri.VersionResponse:
+        resp: cri.VersionResponse = await self.rt.Version(
+            cri.VersionRequest(version="v1"), timeout=CALL_TIMEOUT
+        )
+        if resp.runtime_name:
+            self.container_id_prefix = f"{resp.runtime_name}://"
+        return resp
+
+    async def list_images(self) -> list[cri.Image]:
+        resp = await self.images.ListImages(cri.ListImagesRequest(), timeout=CALL_TIMEOUT)
+        return list(resp.images)
+
+    async def container_stats(self) -> list[ContainerUsage]:
+        """Every container's cumulative CPU time and memory working set (ListContainerStats),
+        with its pod's namespace and name."""
+        resp = await self.rt.ListContainerStats(
+            cri.ListContainerStatsRequest(), timeout=CALL_TIMEOUT
+        )
+        out = []
+        for st in resp.stats:
+            labels = st.attributes.labels
+            out.append(
+                ContainerUsage(
+                    namespace=labels.get("io.kubernetes.pod.namespace", ""),
+                    pod=labels.get("io.kubernetes.pod.name", ""),
+                    container=st.attributes.metadata.name,
+                    cpu_seconds=st.cpu.usage_core_nano_seconds.value / 1e9,
+                    memory_working_set_bytes=st.memory.working_set_bytes.value,
+                    timestamp=max(st.cpu.timestamp, st.memory.timestamp) / 1e9,
+                )
+            )
+        return out
+
+    async def node_images(self) -> list[node_pb2.ContainerImage]:
+        """status.images as the kubelet reports them: every image's digests and tags, largest
+        first, at most NODE_STATUS_MAX_IMAGES."""
+        images = sorted(await self.list_images(), key=lambda i: i.size, reverse=True)
+        out = []
+        for image in images[:NODE_STATUS_MAX_IMAGES]:
+            names = [*image.repo_digests, *image.repo_tags]
+            if names:
+                out.append(node_pb2.ContainerImage(names=names, sizeBytes=image.size))
+        return out
+
+    async def exec_probe(self, target: ProbeTarget, probe: pod_pb2.Probe) -> Outcome:
+        """An exec probe, run in the container by the runtime (ExecSync), with the probe's
+        timeout; the command's output is the message."""
+        static = {e.name: e.value for e in target.container.env}
+        argv = [expand(arg, static) for arg in probe.exec.command]
+        rec = self._pods.get(target.pod.metadata.uid)
+        crec = rec.containers.get(target.container.name) if rec is not None else None
+        if crec is None or not crec.container_id:
+            return Outcome(None, "container is not running")
+        timeout = probe.timeoutSeconds or 1
+        try:
+            resp = await self.rt.ExecSync(
+                cri.ExecSyncRequest(container_id=crec.container_id, cmd=argv, timeout=timeout),
+                timeout=timeout + CALL_TIMEOUT,
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return Outcome(False, f'command "{" ".join(argv)}" timed out')
+            return Outcome(False, _error(exc))
+        text = (resp.stdout + resp.stderr)[:MAX_OUTPUT].decode(errors="replace")
+        return Outcome(resp.exit_code == 0, text)
+
+    def pod_ip(self, pod: pod_pb2.Pod) -> str:
+        """Where probes reach the pod: its sandbox's IP, or the node's (hostNetwork)."""
+        rec = self._pods.get(pod.metadata.uid)
+        return rec.pod_ips[0] if rec is not None and rec.pod_ips else self.node_ip
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = self._runtime = self._images = None
+
+    def _adopted(self, crec: ContainerRecord) -> bool:
+        """Whether the runtime still runs a container recorded as running before this kubelet
+        started (asked once per container at start, blocking: the pod workers are not running
+        yet). One that is gone (the runtime's pods were removed, the node rebooted) starts
+        again at once, as after a reboot; one that exited meanwhile is observed as an exit."""
+        if not crec.container_id:
+            return False
+        target = self.endpoint
+        if target.startswith("unix:///"):
+            target = "unix:" + target[len("unix://") :]
+        try:
+            with grpc.insecure_channel(target) as channel:
+                cri_grpc.RuntimeServiceStub(channel).ContainerStatus(
+                    cri.ContainerStatusRequest(container_id=crec.container_id), timeout=30
+                )
+        except grpc.RpcError as exc:
+            code = exc.code() if isinstance(exc, grpc.Call) else None
+            if code == grpc.StatusCode.NOT_FOUND:
+                return False
+            log.warning("container %s: %s", crec.container_id[:12], exc)
+        return True
+
+    def _pod_cgroup(self, uid: str, qos: str) -> str:
+        """The pod's cgroup, by QoS class as kube lays them out under its cgroup root:
+        Guaranteed pods directly, Burstable and BestEffort ones under their class's cgroup."""
+        return f"{self.cgroup_root}{QOS_CGROUPS.get(qos, '')}/pod{uid}"
+
+    # ---- the sandbox ----
+
+    async def _prepare_pod(self, pod: pod_pb2.Pod, rec: PodRecord) -> bool:
+        uid = rec.uid
+        if rec.sandbox_id:
+            try:
+                status = (
+                    await self.rt.PodSandboxStatus(
+                        cri.PodSandboxStatusRequest(pod_sandbox_id=rec.sandbox_id),
+                        timeout=CALL_TIMEOUT,
+                    )
+                ).status
+                ready = status.state == cri.SANDBOX_READY
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+                ready = False
+            if ready:
+                if not pod.spec.hostNetwork and status.network.ip:
+                    ips = [status.network.ip, *(a.ip for a in status.network.additional_ips)]
+                    if ips != rec.pod_ips:
+                        rec.pod_ips = ips
+                        self._save(rec)
+                return True
+            # kube: the sandbox changed; kill what runs in it and create it again.
+            rec.events.append(
+                (
+                    "Normal",
+                    "SandboxChanged",
+                    "Pod sandbox changed, it will be killed and re-created.",
+                )
+            )
+            await self._stop_containers(rec, 0)
+            for crec in (*rec.containers.values(), *rec.init_containers.values()):
+                self._lost(crec)
+            await self._remove_sandbox(rec.sandbox_id)
+            rec.sandbox_id = ""
+        now = self._now()
+        if now < self._sandbox_retry.get(uid, 0.0):
+            return False
+        if not pod.spec.hostNetwork:
+            why = await self._network_not_ready()
+            if why:
+                # kube: pods needing the pod network wait for the runtime's NetworkReady.
+                if uid not in self._network_waiting:
+                    self._network_waiting.add(uid)
+                    rec.events.append(
+                        ("Warning", "NetworkNotReady", f"network is not ready: {why}")
+                    )
+                self._sandbox_retry[uid] = now + 1.0
+                return False
+            self._network_waiting.discard(uid)
+        attempt = self._attempts.get(uid, 0)
+        config = sandbox_config(
+            pod, attempt, self._log_dir(uid), self._pod_cgroup(uid, qos_class(pod))
+        )
+        self._log_dir(uid).mkdir(parents=True, exist_ok=True)
+        try:
+            resp = await self.rt.RunPodSandbox(
+                cri.RunPodSandboxRequest(config=config), timeout=CALL_TIMEOUT
+            )
+        except grpc.aio.AioRpcError as exc:
+            message = f"Failed to create pod sandbox: {_error(exc)}"
+            log.warning("pod %s/%s: %s", rec.namespace, rec.name, message)
+            rec.events.append(("Warning", "FailedCreatePodSandBox", message))
+            self._sandbox_retry[uid] = now + self.backoff_initial
+            # The runtime may keep the failed sandbox (and its name): remove what is not
+            # ready, and try the next attempt number, as kube does.
+            self._attempts[uid] = attempt + 1
+            await self._remove_not_ready(uid)
+            return False
+        self._sandbox_retry.pop(uid, None)
+        rec.sandbox_id = resp.pod_sandbox_id
+        self._attempts[uid] = attempt + 1
+        self._sandbox_configs[uid] = config
+        status = (
+            await self.rt.PodSandboxStatus(
+                cri.PodSandboxStatusRequest(pod_sandbox_id=rec.sandbox_id), timeout=CALL_TIMEOUT
+            )
+        ).status
+        if pod.spec.hostNetwork or not status.network.ip:
+            rec.pod_ips = []
+        else:
+            rec.pod_ips = [status.network.ip, *(a.ip for a in status.network.additional_ips)]
+        self._save(rec)
+        log.info(
+            "pod %s/%s: sandbox %s, IPs %s",
+            rec.namespace,
+            rec.name,
+            rec.sandbox_id[:12],
+            rec.pod_ips or "the node's",
+        )
+        return True
+
+    async def _network_not_ready(self) -> str:
+        """Why the runtime's pod network is not ready (its NetworkReady condition), or ""."""
+        resp = await self.rt.Status(cri.StatusRequest(), timeout=CALL_TIMEOUT)
+        for cond in resp.status.conditions:
+            if cond.type == "NetworkReady" and not cond.status:
+                return (
+                    "container runtime network not ready: NetworkReady=false "
+                    f"reason:{cond.reason} message:{cond.message}"
+                )
+        return ""
+
+    async def _remove_not_ready(self, uid: str) -> None:
+        req = cri.ListPodSandboxRequest(
+            filter=cri.PodSandboxFilter(
+                label_selector={"io.kubernetes.pod.uid": uid},
+                state=cri.PodSandboxStateValue(state=cri.SANDBOX_NOTREADY),
+            )
+        )
+        try:
+            items = (await self.rt.ListPodSandbox(req, timeout=CALL_TIMEOUT)).items
+        except grpc.aio.AioRpcError as exc:
+            log.warning("pod %s: listing its sandboxes: %s", uid, _error(exc))
+            return
+        for sandbox in items:
+            await self._remove_sandbox(sandbox.id)
+
+    def _log_dir(self, uid: str) -> Path:
+        return self._pod_dir(uid) / "logs"
+
+    def _lost(self, crec: ContainerRecord) -> None:
+        """A running container whose sandbox went away: it exited, to start again."""
+        if crec.state == RUNNING:
+            crec.state = TERMINATED
+            crec.terminated = Termination(
+                exit_code=137,
+                reason="Error",
+                started_at=crec.started_at,
+                finished_at=self._now(),
+                container_id=self.container_id_prefix + crec.container_id,
+            )
+
+    async def _remove_sandbox(self, sandbox_id: str) -> None:
+        try:
+            await self.rt.StopPodSandbox(
+                cri.StopPodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=CALL_TIMEOUT
+            )
+            await self.rt.RemovePodSandbox(
+                cri.RemovePodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=CALL_TIMEOUT
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.NOT_FOUND:
+                log.warning("sandbox %s: %s", sandbox_id[:12], _error(exc))
+
+    # ---- images ----
+
+    async def _image_present(self, image: str) -> cri.Image | None:
+        resp = await self.images.ImageStatus(
+            cri.ImageStatusRequest(image=cri.ImageSpec(image=image)), timeout=CALL_TIMEOUT
+        )
+        return resp.image if resp.HasField("image") and resp.image.id else None
+
+    async def _ensure_image(
+        self, pod: pod_pb2.Pod, rec: PodRecord, container: pod_pb2.Container, crec: ContainerRecord
+    ) -> str | None:
+        """The image id to create the container from, pulling as imagePullPolicy says; None
+        if the image cannot be had (the container then waits, with the kubelet's reason)."""
+        image = container.image
+        policy = pull_policy(container)
+        present = None if policy == "Always" else await self._image_present(image)
+        if present is not None:
+            rec.events.append(
+                ("Normal", "Pulled", f'Container image "{image}" already present on machine')
+            )
+            return present.id
+        if policy == "Never":
+            message = f'Container image "{image}" is not present with pull policy of Never'
+            self._image_error(rec, crec, "ErrImageNeverPull", message, backoff=False)
+            return None
+        rec.events.append(("Normal", "Pulling", f'Pulling image "{image}"'))
+        started = time.monotonic()
+        try:
+            resp = await self.images.PullImage(
+                cri.PullImageRequest(image=cri.ImageSpec(image=image)), timeout=CALL_TIMEOUT
+            )
+        except grpc.aio.AioRpcError as exc:
+            message = f'Failed to pull image "{image}": {_error(exc)}'
+            rec.events.append(("Warning", "Failed", message))
+            self._image_error(rec, crec, "ErrImagePull", message, backoff=True)
+            return None
+        took = time.monotonic() - started
+        pulled = await self._image_present(resp.image_ref or image)
+        size = f" Image size: {pulled.size} bytes." if pulled is not None else ""
+        rec.events.append(
+            (
+                "Normal",
+                "Pulled",
+                f'Successfully pulled image "{image}" in {took:.3f}s '
+                f"({took:.3f}s including waiting).{size}",
+            )
+        )
+        return resp.image_ref or image
+
+    def _image_error(
+        self, rec: PodRecord, crec: ContainerRecord, reason: str, message: str, *, backoff: bool
+    ) -> None:
+        crec.state = WAITING
+        crec.waiting_reason = reason
+        crec.waiting_message = message
+        delay = self._backoff(crec) if backoff else self.backoff_initial
+        crec.next_start = self._now() + delay
+        rec.events.append(("Warning", "Failed", f"Error: {reason}"))
+        log.warning("pod %s/%s container %s: %s", rec.namespace, rec.name, crec.name, message)
+
+    # ---- containers ----
+
+    async def _launch(
+        self,
+        pod: pod_pb2.Pod,
+        rec: PodRecord,
+        container: pod_pb2.Container,
+        crec: ContainerRecord,
+        resolved: dict[str, str],
+    ) -> None:
+        image_ref = await self._ensure_image(pod, rec, container, crec)
+        if image_ref is None:
+            return
+        instance = crec.restart_count + (1 if crec.last is not None else 0)
+        env = {"HOSTNAME": pod.spec.hostname or pod.metadata.name, **resolved}
+        config = container_config(pod, container, image_ref, instance, env, self.machine_memory)
+        sandbox = self._sandbox_configs.get(rec.uid) or sandbox_config(
+            pod, 0, self._log_dir(rec.uid), self._pod_cgroup(rec.uid, qos_class(pod))
+        )
+        # The log file of this instance is the runtime's to create.
+        log_file = self.instance_log(rec.uid, container.name, instance)
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        log_file.unlink(missing_ok=True)
+        container_id = ""
+        try:
+            created = await self.rt.CreateContainer(
+                cri.CreateContainerRequest(
+                    pod_sandbox_id=rec.sandbox_id, config=config, sandbox_config=sandbox
+                ),
+                timeout=CALL_TIMEOUT,
+            )
+            container_id = created.container_id
+            await self.rt.StartContainer(
+                cri.StartContainerRequest(container_id=container_id), timeout=CALL_TIMEOUT
+            )
+        except grpc.aio.AioRpcError as exc:
+            reason = "RunContainerError" if container_id else "CreateContainerError"
+            error = _error(exc)
+            if container_id:
+                await self._remove_container(container_id)
+            delay = self._backoff(crec)
+            crec.state = WAITING
+            crec.waiting_reason, crec.waiting_message = reason, error
+            crec.next_start = self._now() + delay
+            rec.events.append(("Warning", "Failed", f"Error: {error}"))
+            log.warning("pod %s/%s container %s: %s", rec.namespace, rec.name, crec.name, error)
+            return
+        if crec.container_id:
+            await self._retire(rec.uid, crec.name, crec.container_id)
+        if crec.last is not None:
+            crec.restart_count += 1
+        crec.container_id = container_id
+        crec.pid = 0
+        crec.started_at = self._now()
+        crec.state = RUNNING
+        crec.waiting_reason = crec.waiting_message = ""
+        crec.terminated = None
+        crec.image = container.image
+        # imageID as kube reports it: the runtime's image_ref of the container (a repository
+        # digest for a pulled image, else the image id).
+        st = await self._container_status(container_id)
+        crec.image_ref = st.image_ref if st is not None and st.image_ref else image_ref
+        rec.events.append(("Normal", "Created", f"Created container: {container.name}"))
+        rec.events.append(("Normal", "Started", f"Started container {container.name}"))
+        log.info(
+            "pod %s/%s container %s started: %s",
+            rec.namespace,
+            rec.name,
+            crec.name,
+            container_id[:12],
+        )
+
+    async def _retire(self, uid: str, name: str, container_id: str) -> None:
+        """Keep the last exited instance of a container, remove older ones."""
+        dead = self._dead.setdefault((uid, name), [])
+        if container_id not in dead:
+            dead.append(container_id)
+        while len(dead) > 1:
+            await self._remove_container(dead.pop(0))
+
+    async def _remove_container(self, container_id: str) -> None:
+        try:
+            await self.rt.RemoveContainer(
+                cri.RemoveContainerRequest(container_id=container_id), timeout=CALL_TIMEOUT
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.NOT_FOUND:
+                log.warning("container %s: %s", container_id[:12], _error(exc))
+
+    async def _container_status(self, container_id: str) -> cri.ContainerStatus | None:
+        try:
+            resp = await self.rt.ContainerStatus(
+                cri.ContainerStatusRequest(container_id=container_id), timeout=CALL_TIMEOUT
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                return None
+            raise
+        status: cri.ContainerStatus = resp.status
+        return status
+
+    def _termination(self, crec: ContainerRecord, st: cri.ContainerStatus | None) -> Termination:
+        cid = self.container_id_prefix + crec.container_id
+        if st is None:
+            return Termination(
+                exit_code=137,
+                reason="ContainerStatusUnknown",
+                message="The container could not be located when the pod was terminated",
+                started_at=crec.started_at,
+                finished_at=self._now(),
+                container_id=cid,
+            )
+        code = st.exit_code
+        reason = st.reason or ("Completed" if code == 0 else "Error")
+        return Termination(
+            exit_code=code,
+            reason=reason,
+            message=st.message,
+            started_at=_seconds(st.started_at) or crec.started_at,
+            finished_at=_seconds(st.finished_at) or self._now(),
+            container_id=cid,
+        )
+
+    async def _exit_status(self, uid: str, crec: ContainerRecord) -> Termination | None:
+        if not crec.container_id:
+            return None
+        st = await self._container_status(crec.container_id)
+        if st is not None and st.state in (cri.CONTAINER_RUNNING, cri.CONTAINER_CREATED):
+            return None
+        return self._termination(crec, st)
+
+    async def _stop(self, crec: ContainerRecord, grace_seconds: float) -> None:
+        try:
+            await self.rt.StopContainer(
+                cri.StopContainerRequest(
+                    container_id=crec.container_id, timeout=int(max(0.0, grace_seconds))
+                ),
+                timeout=CALL_TIMEOUT + grace_seconds,
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.NOT_FOUND:
+                raise
+
+    async def _stop_containers(self, rec: PodRecord, grace_seconds: float) -> None:
+        running = [
+            c
+            for c in (*rec.init_containers.values(), *rec.containers.values())
+            if c.state == RUNNING and c.container_id
+        ]
+        for crec in running:
+            rec.events.append(("Normal", "Killing", f"Stopping container {crec.name}"))
+        await asyncio.gather(*(self._stop(c, grace_seconds) for c in running))
+        for crec in running:
+            crec.state = TERMINATED
+            crec.terminated = self._termination(
+                crec, await self._container_status(crec.container_id)
+            )
+
+    async def kill_pod(self, uid: str, grace_seconds: float) -> None:
+        rec = self._pods.get(uid)
+        if rec is None:
+            return
+        await self._stop_containers(rec, grace_seconds)
+        if rec.sandbox_id:
+            await self._remove_sandbox(rec.sandbox_id)
+            rec.sandbox_id = ""
+        await self._remove_not_ready(uid)  # left by failed creations
+        self._network_waiting.discard(uid)
+        for key in [k for k in self._dead if k[0] == uid]:
+            del self._dead[key]
+        self._remove_pod_cgroups(uid)
+        self._sandbox_configs.pop(uid, None)
+        self._save(rec)
+
+    def _remove_pod_cgroups(self, uid: str) -> None:
+        """The pod's cgroup under each v1 controller (runc removes its containers' own)."""
+        base = Path("/sys/fs/cgroup")
+        if not base.is_dir():
+            return
+        for qos in ("Guaranteed", "Burstable", "BestEffort"):
+            relative = self._pod_cgroup(uid, qos).lstrip("/")
+            for controller in base.iterdir():
+                path = controller / relative
+                if path.is_dir():
+                    try:
+                        os.rmdir(path)
+                    except OSError as exc:
+                        log.debug("cgroup %s: %s", path, exc)
+
+    async def kill_container(self, uid: str, name: str, grace_seconds: float, why: str) -> None:
+        rec = self._pods.get(uid)
+        crec = rec.containers.get(name) if rec is not None else None
+        if rec is None or crec is None or crec.state != RUNNING or not crec.container_id:
+            return
+        rec.events.append(("Normal", "Killing", why))
+        await self._stop(crec, grace_seconds)
+
+    async def _kill_changed(self, pod: pod_pb2.Pod, rec: PodRecord, crec: ContainerRecord) -> None:
+        why = definition_changed_message(crec.name)
+        rec.events.append(("Normal", "Killing", why))
+        spec = pod.spec
+        grace = (
+            spec.terminationGracePeriodSeconds
+            if spec.HasField("terminationGracePeriodSeconds")
+            else 30
+        )
+        await self._stop(crec, float(grace))
+        crec.last = self._termination(crec, await self._container_status(crec.container_id))
+        crec.terminated = None
+        crec.state = WAITING
+        crec.waiting_reason, crec.waiting_message = "ContainerCreating", ""
+        crec.next_start = 0.0

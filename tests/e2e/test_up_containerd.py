@@ -1,0 +1,174 @@
+"""`tinykube up --runtime containerd` with the real kubectl: two nodes, each with its own
+containerd, pod CIDR and bridge; a Deployment from the local registry spreads over both, every
+pod with its own IP, and a pod reaches a pod on the other node. Ctrl-C leaves the machine as
+found (processes, mounts, bridges, CNI chains, cgroups, ip_forward).
+
+Prerequisites as in test_cri_containerd (tests/e2e/crisupport.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import queue
+import signal
+import subprocess
+import threading
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.e2e.conftest import READY_LINE, processes_in, tinykube_command, venv_bin
+from tests.e2e.crisupport import cri_prerequisites
+from tests.e2e.waiting import eventually
+from tinykube.containerd import FORWARD, ContainerdPaths, iptables_chains
+from tinykube.cri.v1 import cri_pb2 as cri
+from tinykube.cri.v1 import cri_pb2_grpc as cri_grpc
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def _pump(stream: Any, lines: queue.Queue[str | None]) -> None:
+    for line in stream:
+        lines.put(line.rstrip("\n"))
+    lines.put(None)
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return str(resp.read().decode().strip())
+
+
+def _start_up(data: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*tinykube_command(), "up", "--runtime", "containerd", "--free-ports", "--data-dir",
+         str(data)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _leftovers(data: Path, chains: set[tuple[str, str]], forward: str) -> list[str]:
+    """What `up` left on the machine."""
+    left = [f"process {pid}" for pid in processes_in(data)]
+    with open("/proc/self/mountinfo") as f:
+        left += [f"mount {m.split()[4]}" for m in f if str(data) in m]
+    left += [f"bridge {p.name}" for p in Path("/sys/class/net").glob("tkcni*")]
+    left += [f"socket dir {p}" for p in Path("/tmp").glob("tkctd-*")]
+    left += [f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob("*/tinykube")]
+    left += [f"chain {c}" for c in iptables_chains() - chains if c[1].startswith("CNI-")]
+    if FORWARD.read_text().strip() != forward:
+        left.append("net.ipv4.ip_forward changed")
+    return left
+
+
+async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
+    cri_prerequisites()
+    forward = FORWARD.read_text().strip()
+    chains = iptables_chains()
+    data = tmp_path / "data"
+    process = _start_up(data)
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True).start()
+    output: list[str] = []
+
+    async def ready() -> bool | None:
+        while True:
+            try:
+                line = lines.get_nowait()
+            except queue.Empty:
+                return None
+            if line is None:
+                pytest.fail("tinykube up exited:\n" + "\n".join(output))
+            output.append(line)
+            if line == READY_LINE:
+                return True
+
+    def kubectl(*args: str) -> str:
+        done = subprocess.run(
+            [str(venv_bin() / "kubectl"), "--kubeconfig", str(data / "kubeconfig"), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    try:
+        await eventually(ready, 240)
+        registry = next(
+            line.split()[1] for line in output if line.startswith("registry 127.0.0.1:")
+        )
+        kubectl("create", "namespace", "web")
+        serve = "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www"
+        kubectl(
+            "create", "deployment", "web", f"--image={registry}/busybox:1", "--replicas=4",
+            "-n", "web", "--", "/bin/sh", "-c", serve,
+        )  # fmt: skip
+
+        async def spread() -> list[dict[str, Any]] | None:
+            items = json.loads(await asyncio.to_thread(kubectl, "get", "pods", "-n", "web",
+                                                       "-o", "json"))["items"]  # fmt: skip
+            up = [p for p in items if p["status"].get("phase") == "Running"]
+            nodes = {p["spec"]["nodeName"] for p in up}
+            return up if len(up) == 4 and len(nodes) == 2 else None
+
+        up = await eventually(spread, 180)
+        ips = {p["status"]["podIP"] for p in up}
+        assert len(ips) == 4
+        nodes = json.loads(kubectl("get", "nodes", "-o", "json"))["items"]
+        cidrs = {n["metadata"]["name"]: ipaddress.IPv4Network(n["spec"]["podCIDR"]) for n in nodes}
+        assert len(set(cidrs.values())) == 2
+        for p in up:
+            assert ipaddress.IPv4Address(p["status"]["podIP"]) in cidrs[p["spec"]["nodeName"]]
+        for n in nodes:
+            assert n["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
+
+        # A pod on node-1 reaches a pod on node-2.
+        src = next(p for p in up if p["spec"]["nodeName"] == "node-1")
+        dst = next(p for p in up if p["spec"]["nodeName"] == "node-2")
+        container_id = src["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+        sock = ContainerdPaths(data / "containerd" / "node-1").socket
+        with grpc.insecure_channel(f"unix:{sock}") as channel:
+            out = cri_grpc.RuntimeServiceStub(channel).ExecSync(
+                cri.ExecSyncRequest(
+                    container_id=container_id,
+                    cmd=["ping", "-c", "1", "-W", "5", dst["status"]["podIP"]],
+                    timeout=30,
+                ),
+                timeout=60,
+            )
+        assert out.exit_code == 0, (out.stdout, out.stderr)
+
+        # A Service in front of them answers through the proxies, from the pods' IPs.
+        kubectl("expose", "deployment", "web", "--port", "8080", "-n", "web")
+        ip = kubectl("get", "service", "web", "-n", "web", "-o", "jsonpath={.spec.clusterIP}")
+        names = {p["metadata"]["name"] for p in up}
+
+        async def answers() -> set[str] | None:
+            seen: set[str] = set()
+            for _ in range(40):
+                try:
+                    seen.add(await asyncio.to_thread(_get, f"http://{ip}:8080/"))
+                except OSError:
+                    return None
+            return seen if len(seen) >= 2 else None
+
+        seen = await eventually(answers, 120)
+        assert seen <= names, (seen, names)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            process.wait(120)
+        while (line := lines.get(timeout=10)) is not None:
+            output.append(line)
+    assert process.returncode == 0, "\n".join(output)
+    assert output[-1] == "stopped.", "\n".join(output)
+    assert _leftovers(data, chains, forward) == []
