@@ -208,6 +208,9 @@ _NESTED: dict[str, Schema] = {
         6: ("ports", "+ContainerPort"),
         7: ("env", "+EnvVar"),
         14: ("imagePullPolicy", "string"),
+        16: ("stdin", "bool"),
+        17: ("stdinOnce", "bool"),
+        18: ("tty", "bool"),
         19: ("envFrom", "+EnvFromSource"),
     },
     "ContainerPort": {
