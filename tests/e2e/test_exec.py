@@ -1,0 +1,191 @@
+"""kubectl exec, cp and port-forward (and the Python client's `stream`) against `tinykube up`:
+the apiserver's pods/exec, pods/portforward relayed over WebSockets to the process runtime's
+kubelet (apiserver/podstream.py, kubelet/streaming.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import CLIResult, UpCluster, venv_bin
+from tests.e2e.kubectl_output import ok
+
+pytestmark = pytest.mark.e2e
+
+k8s = pytest.importorskip("kubernetes.client")
+k8s_config = pytest.importorskip("kubernetes.config")
+stream = pytest.importorskip("kubernetes.stream").stream
+
+PODS = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: box
+spec:
+  containers:
+  - name: main
+    image: busybox
+    command: [sleep, "86400"]
+    workingDir: /tmp
+    env:
+    - {name: GREETING, value: hello-from-env}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tinykube_up: UpCluster) -> Iterator[UpCluster]:
+    ok(tinykube_up.kubectl("apply", "-f", "-", stdin=PODS))
+    ok(tinykube_up.kubectl("wait", "--for=condition=Ready", "pod/box", "--timeout=60s"))
+    yield tinykube_up
+
+
+def test_exec_echo(cluster: UpCluster) -> None:
+    done = cluster.kubectl("exec", "box", "--", "echo", "hi")
+    assert (done.code, done.out, done.err) == (0, "hi\n", "")
+
+
+def test_exec_sees_the_containers_env_and_working_directory(cluster: UpCluster) -> None:
+    done = cluster.kubectl("exec", "box", "--", "sh", "-c", 'echo "$GREETING $(pwd)"')
+    assert (done.code, done.out) == (0, "hello-from-env /tmp\n"), done.err
+
+
+def test_exec_stderr_goes_to_stderr(cluster: UpCluster) -> None:
+    done = cluster.kubectl("exec", "box", "--", "sh", "-c", "echo out; echo err >&2")
+    assert (done.code, done.out, done.err) == (0, "out\n", "err\n")
+
+
+def test_exec_exit_code(cluster: UpCluster) -> None:
+    done = cluster.kubectl("exec", "box", "--", "sh", "-c", "exit 3")
+    assert done.code == 3
+    assert done.err == "command terminated with exit code 3\n"
+
+
+def test_exec_stdin_through_cat(cluster: UpCluster) -> None:
+    text = "".join(f"line {i}\n" for i in range(2000))
+    done = cluster.kubectl("exec", "-i", "box", "--", "cat", stdin=text)
+    assert done.code == 0, done.err
+    assert done.out == text
+
+
+def test_exec_missing_command(cluster: UpCluster) -> None:
+    done = cluster.kubectl("exec", "box", "--", "no-such-program-here")
+    assert done.code != 0
+    assert 'exec: "no-such-program-here": executable file not found in $PATH' in done.err
+
+
+def test_exec_unknown_container(cluster: UpCluster) -> None:
+    done = cluster.kubectl("exec", "box", "-c", "nope", "--", "true")
+    assert done.code == 1
+    assert "container nope is not valid for pod box" in done.err
+
+
+def test_exec_tty_under_a_pty(cluster: UpCluster) -> None:
+    """`kubectl exec -it` from a terminal (script(1) gives kubectl one): the command sees a
+    terminal of the client's size."""
+    if shutil.which("script") is None:
+        pytest.skip("script(1) is not installed")
+    kubectl = f"{venv_bin() / 'kubectl'} --kubeconfig {cluster.kubeconfig}"
+    command = f"stty cols 91 rows 33; {kubectl} exec -it box -- sh -c 'tty; stty size; exit 4'"
+    done = subprocess.run(
+        ["script", "-qec", command, "/dev/null"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "/dev/pts/" in done.stdout, done.stdout + done.stderr
+    assert "33 91" in done.stdout, done.stdout
+    assert done.returncode == 4, done.stdout
+
+
+def test_cp_directory_round_trip(cluster: UpCluster, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("alpha\n")
+    (src / "sub" / "b.bin").write_bytes(os.urandom(300_000))
+    inside = f"/tmp/tinykube-cp-{os.getpid()}"
+    try:
+        ok(cluster.kubectl("cp", str(src), f"box:{inside}"))
+        back = tmp_path / "back"
+        ok(cluster.kubectl("cp", f"box:{inside}", str(back)))
+        for rel in ("a.txt", "sub/b.bin"):
+            assert _digest(back / rel) == _digest(src / rel), rel
+    finally:
+        shutil.rmtree(inside, ignore_errors=True)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_python_client_stream(cluster: UpCluster) -> None:
+    api = k8s.CoreV1Api(k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+    out = stream(
+        api.connect_get_namespaced_pod_exec,
+        "box",
+        "default",
+        command=["sh", "-c", "echo one; echo two"],
+        stderr=True,
+        stdin=False,
+        stdout=True,
+        tty=False,
+    )
+    assert out == "one\ntwo\n"
+    resp = stream(
+        api.connect_get_namespaced_pod_exec,
+        "box",
+        "default",
+        command=["sh", "-c", "exit 5"],
+        stderr=True,
+        stdin=False,
+        stdout=True,
+        tty=False,
+        _preload_content=False,
+    )
+    resp.run_forever(timeout=30)
+    assert resp.returncode == 5
+
+
+def _as_token(cluster: UpCluster, tmp_path: Path, token: str, *args: str) -> CLIResult:
+    """kubectl with a kubeconfig that presents only `token` (no client certificate)."""
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    config["users"] = [{"name": "token", "user": {"token": token}}]
+    for ctx in config["contexts"]:
+        ctx["context"]["user"] = "token"
+    path = tmp_path / "token.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    done = subprocess.run(
+        [str(venv_bin() / "kubectl"), "--kubeconfig", str(path), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return CLIResult(done.returncode, done.stdout, done.stderr)
+
+
+def test_user_without_pods_exec_is_refused(cluster: UpCluster, tmp_path: Path) -> None:
+    ok(cluster.kubectl("create", "serviceaccount", "viewer"))
+    ok(
+        cluster.kubectl(
+            "create",
+            "rolebinding",
+            "viewer",
+            "--clusterrole=view",
+            "--serviceaccount=default:viewer",
+        )
+    )
+    token = ok(cluster.kubectl("create", "token", "viewer")).strip()
+    done = _as_token(cluster, tmp_path, token, "exec", "box", "--", "true")
+    assert done.code == 1
+    assert (
+        'pods "box" is forbidden: User "system:serviceaccount:default:viewer" cannot create '
+        'resource "pods/exec" in API group "" in the namespace "default"'
+    ) in done.err
