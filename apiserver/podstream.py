@@ -10,7 +10,8 @@ refusals (`container not found ("x")`) are plain HTTP errors, which kubectl prin
 "unable to upgrade connection: ".
 
 Protocols (tinykube/remotecommand.py): exec and attach speak `v5.channel.k8s.io` or
-`v4.channel.k8s.io`, port-forward `v4.channel.k8s.io` (the Python client's); the client's first
+`v4.channel.k8s.io`, port-forward kubectl's SPDY/3.1 tunnel (apiserver/portforward.py) or
+`v4.channel.k8s.io` (the Python client's); the client's first
 offered one that the server speaks is chosen. Each WebSocket message goes to the kubelet as one
 frame and back, unchanged. A request that is not a WebSocket upgrade (kubectl's SPDY/3.1
 fallback) is a 400 naming what is served. Closing either side ends the other: a client that
@@ -26,11 +27,13 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import grpc
 from aiohttp import WSMsgType, web
 
 from apiserver.podlogs import KubeletUnreachableError, kubelet_address
+from apiserver.portforward import TUNNEL_PROTOCOL, Call, SpdyTunnel
 from tinykube import remotecommand as rc
 from tinykube.errors import BadRequestError, from_rpc_error, from_status
 from tinykube.serving import CHANNEL_OPTIONS
@@ -85,8 +88,6 @@ def check_options(kind: str, options: StreamOptions) -> None:
         raise BadRequestError("you must specify at least 1 command")
     if kind in ("exec", "attach") and not (options.stdin or options.stdout or options.stderr):
         raise BadRequestError("you must specify at least 1 of stdin, stdout, stderr")
-    if kind == "portforward" and not options.ports:
-        raise BadRequestError("at least 1 port is required (query parameter ports)")
 
 
 class PodStreams:
@@ -112,7 +113,11 @@ class PodStreams:
         container = None if kind == "portforward" else pick_container(pod, options.container)
         if not pod.spec.nodeName:
             raise BadRequestError(f"pod {name} does not have a host assigned")
-        protocols = rc.PORT_FORWARD_PROTOCOLS if kind == "portforward" else rc.EXEC_PROTOCOLS
+        protocols = (
+            (TUNNEL_PROTOCOL, *rc.PORT_FORWARD_PROTOCOLS)
+            if kind == "portforward"
+            else rc.EXEC_PROTOCOLS
+        )
         ws = web.WebSocketResponse(
             protocols=protocols, autoping=True, compress=False, max_msg_size=MAX_MESSAGE
         )
@@ -127,6 +132,9 @@ class PodStreams:
                 f"none of the WebSocket subprotocols offered is served for pods/{kind}; "
                 f"offer one of: {', '.join(protocols)}"
             )
+        if kind == "portforward" and ready.protocol != TUNNEL_PROTOCOL and not options.ports:
+            # The SPDY tunnel names its ports per stream; the channel protocol up front.
+            raise BadRequestError("at least 1 port is required (query parameter ports)")
         node = await self.get_node(pod.spec.nodeName)
         address = kubelet_address(node)
         start = kubelet_pb2.StreamStart(
@@ -146,6 +154,8 @@ class PodStreams:
             creds = replace(creds, server_name=node.metadata.name)
         async with creds.channel(address, CHANNEL_OPTIONS) as channel:
             stub = kubelet_pb2_grpc.KubeletStub(channel)
+            if ready.protocol == TUNNEL_PROTOCOL:
+                return await self._tunnel(request, ws, stub, start, node.metadata.name, address)
             method = {"exec": stub.Exec, "attach": stub.Attach, "portforward": stub.PortForward}
             call = method[kind]()
             try:
@@ -154,6 +164,39 @@ class PodStreams:
                 await self._relay(ws, call)
             finally:
                 call.cancel()
+        return ws
+
+    async def _tunnel(
+        self,
+        request: web.Request,
+        ws: web.WebSocketResponse,
+        stub: kubelet_pb2_grpc.KubeletStub,
+        start: kubelet_pb2.StreamStart,
+        node: str,
+        address: str,
+    ) -> web.WebSocketResponse:
+        """kubectl's SPDY tunnel: one kubelet call per forwarded connection."""
+
+        async def open_call(port: int) -> Call:
+            one = kubelet_pb2.StreamStart()
+            one.CopyFrom(start)
+            one.protocol = rc.V4
+            del one.ports[:]
+            one.ports.append(port)
+            call = cast(Call, stub.PortForward())  # type: ignore[call-arg]
+            try:
+                await self._accept(call, one, node, address)
+            except BaseException:
+                call.cancel()
+                raise
+            return call
+
+        await ws.prepare(request)
+        try:
+            await SpdyTunnel(ws, open_call).run()
+        finally:
+            with contextlib.suppress(Exception):
+                await ws.close()
         return ws
 
     async def _accept(

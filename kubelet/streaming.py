@@ -456,7 +456,18 @@ class StreamingService(KubeletService):
             out.put_nowait(rc.frame(err_ch, rc.port_prefix(port)))
         pending: dict[int, list[bytes]] = {}
 
+        remaining = len(ports)
+
         async def connect(i: int, port: int) -> None:
+            nonlocal remaining
+            try:
+                await forward(i, port)
+            finally:
+                remaining -= 1
+                if remaining == 0:
+                    out.put_nowait(None)  # every connection has ended: so does the stream
+
+        async def forward(i: int, port: int) -> None:
             data_ch, err_ch = rc.port_channels(i)
             try:
                 reader, writer = await asyncio.open_connection(host, port)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -189,3 +191,147 @@ def test_user_without_pods_exec_is_refused(cluster: UpCluster, tmp_path: Path) -
         'pods "box" is forbidden: User "system:serviceaccount:default:viewer" cannot create '
         'resource "pods/exec" in API group "" in the namespace "default"'
     ) in done.err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def web(cluster: UpCluster) -> Iterator[tuple[int, int]]:
+    """A pod `web` with two containers serving HTTP (python3 -m http.server) on two ports of
+    the node (the process runtime's pods share it), and a Service `web` in front of the first."""
+    a, b = _free_port(), _free_port()
+    manifest = f"""
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  labels: {{app: web}}
+spec:
+  containers:
+  - name: a
+    image: python:3
+    command: [{sys.executable}, -m, http.server, "{a}"]
+    ports: [{{containerPort: {a}}}]
+    readinessProbe: {{tcpSocket: {{port: {a}}}, periodSeconds: 1}}
+  - name: b
+    image: python:3
+    command: [{sys.executable}, -m, http.server, "{b}"]
+    ports: [{{containerPort: {b}}}]
+    readinessProbe: {{tcpSocket: {{port: {b}}}, periodSeconds: 1}}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+spec:
+  selector: {{app: web}}
+  ports:
+  - {{port: 80, targetPort: {a}}}
+"""
+    ok(cluster.kubectl("apply", "-f", "-", stdin=manifest))
+    ok(cluster.kubectl("wait", "--for=condition=Ready", "pod/web", "--timeout=60s"))
+    yield a, b
+
+
+class _PortForward:
+    """A running `kubectl port-forward`, ready once it has printed its Forwarding lines."""
+
+    def __init__(self, cluster: UpCluster, target: str, *mappings: str) -> None:
+        self.process = subprocess.Popen(
+            [
+                str(venv_bin() / "kubectl"),
+                "--kubeconfig",
+                str(cluster.kubeconfig),
+                "port-forward",
+                target,
+                *mappings,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        for _ in mappings:
+            line = self.process.stdout.readline()
+            assert line.startswith("Forwarding from"), line + self._stderr()
+
+    def _stderr(self) -> str:
+        if self.process.poll() is None:
+            return ""
+        assert self.process.stderr is not None
+        return self.process.stderr.read()
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+
+
+def _get(port: int, path: str = "/") -> tuple[int, bytes]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as resp:
+        return resp.status, resp.read()
+
+
+def test_port_forward_pod_carries_100_requests(cluster: UpCluster, web: tuple[int, int]) -> None:
+    local = _free_port()
+    pf = _PortForward(cluster, "pod/web", f"{local}:{web[0]}")
+    try:
+        for _ in range(100):
+            status, body = _get(local)
+            assert status == 200
+            assert b"Directory listing" in body
+    finally:
+        pf.close()
+
+
+def test_port_forward_several_ports(cluster: UpCluster, web: tuple[int, int]) -> None:
+    la, lb = _free_port(), _free_port()
+    pf = _PortForward(cluster, "pod/web", f"{la}:{web[0]}", f"{lb}:{web[1]}")
+    try:
+        assert _get(la)[0] == 200
+        assert _get(lb)[0] == 200
+    finally:
+        pf.close()
+
+
+def test_port_forward_service(cluster: UpCluster, web: tuple[int, int]) -> None:
+    local = _free_port()
+    pf = _PortForward(cluster, "svc/web", f"{local}:80")
+    try:
+        for _ in range(100):
+            assert _get(local)[0] == 200
+    finally:
+        pf.close()
+
+
+def test_port_forward_to_a_closed_port_reports_the_error(cluster: UpCluster) -> None:
+    local, closed = _free_port(), _free_port()
+    pf = _PortForward(cluster, "pod/box", f"{local}:{closed}")
+    try:
+        with pytest.raises(OSError):
+            _get(local)
+        assert pf.process.poll() is None or pf.process.returncode != 0
+    finally:
+        pf.close()
+
+
+def test_python_client_port_forward(cluster: UpCluster, web: tuple[int, int]) -> None:
+    portforward = pytest.importorskip("kubernetes.stream").portforward
+    api = k8s.CoreV1Api(k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+    pf = portforward(
+        api.connect_get_namespaced_pod_portforward, "web", "default", ports=str(web[0])
+    )
+    sock = pf.socket(web[0])
+    sock.setblocking(True)
+    sock.sendall(b"GET / HTTP/1.0\r\nHost: web\r\n\r\n")
+    reply = b""
+    while chunk := sock.recv(65536):
+        reply += chunk
+    sock.close()
+    assert reply.startswith(b"HTTP/1.0 200"), reply[:200]
+    assert pf.error(web[0]) is None
