@@ -41,7 +41,7 @@ INTERNAL_ERROR = 6
 
 MAX_DATA = 0xFFFFFF
 # The most a peer may put in one frame before the connection is refused as garbage.
-MAX_FRAME = 16 * 1024 * 1024
+MAX_FRAME = 1024 * 1024
 
 # SPDY/3's header compression dictionary (draft 3, section 2.6.10.1): these words, each with
 # its length as 4 bytes big-endian, then a run of common header values.
