@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -335,3 +336,196 @@ def test_python_client_port_forward(cluster: UpCluster, web: tuple[int, int]) ->
     sock.close()
     assert reply.startswith(b"HTTP/1.0 200"), reply[:200]
     assert pf.error(web[0]) is None
+
+
+def _process(*parts: str) -> int:
+    """The pid of the one process whose command line (arguments joined by spaces) contains
+    every one of `parts`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ") + b" "
+            except OSError:
+                continue
+            if all(part.encode() in cmdline for part in parts):
+                found.append(int(entry))
+    assert len(found) == 1, (parts, found)
+    return found[0]
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == pid and stat[0] != "Z":
+                kids.append(int(entry))
+    return kids
+
+
+def test_200_execs_leak_nothing(cluster: UpCluster) -> None:
+    """200 Python-client exec calls: the kubelet's and the apiserver's open files and the
+    kubelet's child processes are back where they were."""
+    node = ok(cluster.kubectl("get", "pod", "box", "-o", "jsonpath={.spec.nodeName}"))
+    kubelet = _process("-m kubelet ", f"--kubeconfig {cluster.data_dir}/kubelet-{node}.conf ")
+    rest_port = cluster.rest_url.rsplit(":", 1)[1]
+    apiserver = _process("-m apiserver ", f"--rest-port {rest_port} ")
+    api = k8s.CoreV1Api(k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+
+    def run(i: int) -> None:
+        out = stream(
+            api.connect_get_namespaced_pod_exec,
+            "box",
+            "default",
+            command=["echo", str(i)],
+            stderr=True,
+            stdin=False,
+            stdout=True,
+            tty=False,
+        )
+        assert out == f"{i}\n"
+
+    run(-1)  # connections and caches warmed up
+    before = (
+        len(os.listdir(f"/proc/{kubelet}/fd")),
+        len(os.listdir(f"/proc/{apiserver}/fd")),
+        len(_children(kubelet)),
+    )
+    for i in range(200):
+        run(i)
+    # A stream's ends are released just after its last message: wait for them to settle.
+    deadline = time.monotonic() + 30
+    while True:
+        after = (
+            len(os.listdir(f"/proc/{kubelet}/fd")),
+            len(os.listdir(f"/proc/{apiserver}/fd")),
+            len(_children(kubelet)),
+        )
+        if all(a <= b for a, b in zip(after, before, strict=True)) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert after[0] <= before[0], f"kubelet fds {before[0]} -> {after[0]}"
+    assert after[1] <= before[1] + 2, f"apiserver fds {before[1]} -> {after[1]}"
+    assert after[2] <= before[2], f"kubelet children {before[2]} -> {after[2]}"
+
+
+def test_a_disconnected_client_ends_its_exec_process(cluster: UpCluster) -> None:
+    marker = f"tinykube-exec-gone-{os.getpid()}"
+    proc = subprocess.Popen(
+        [
+            str(venv_bin() / "kubectl"),
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "exec",
+            "box",
+            "--",
+            "sh",
+            "-c",
+            f"exec sleep 3600 # {marker}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not _pids_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _pids_with(marker), "the exec'd process never started"
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 30
+    while _pids_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _pids_with(marker) == []
+
+
+def _pids_with(word: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if word.encode() in cmdline and state != "Z" and int(entry) != os.getpid():
+                found.append(int(entry))
+    return found
+
+
+NODE2_POD = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: elsewhere
+spec:
+  nodeName: node-2
+  containers:
+  - name: main
+    image: busybox
+    command: [sleep, "86400"]
+"""
+
+
+def test_a_nodes_credentials_are_refused_on_another_nodes_pods(cluster: UpCluster) -> None:
+    ok(cluster.kubectl("apply", "-f", "-", stdin=NODE2_POD))
+    ok(cluster.kubectl("wait", "--for=condition=Ready", "pod/elsewhere", "--timeout=60s"))
+    # Through the apiserver: kubectl's first GET of the pod is refused by the Node authorizer,
+    # and pods/exec itself by RBAC (nodes are given no pods/exec).
+    node1 = str(cluster.data_dir / "kubelet-node-1.conf")
+    done = subprocess.run(
+        [str(venv_bin() / "kubectl"), "--kubeconfig", node1, "exec", "elsewhere", "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr == (
+        'Error from server (Forbidden): pods "elsewhere" is forbidden: User "system:node:node-1" '
+        'cannot get resource "pods" in API group "" in the namespace "default": no relationship '
+        "found between node 'node-1' and this object\n"
+    )
+    api = k8s.CoreV1Api(k8s_config.new_client_from_config(config_file=node1))
+    with pytest.raises(Exception, match="403") as refused:
+        stream(
+            api.connect_get_namespaced_pod_exec,
+            "elsewhere",
+            "default",
+            command=["true"],
+            stdout=True,
+            stderr=True,
+            stdin=False,
+            tty=False,
+        )
+    assert 'cannot create resource \\"pods/exec\\"' in str(refused.value) or (
+        'cannot create resource "pods/exec"' in str(refused.value)
+    ), str(refused.value)
+    # Straight to node-2's kubelet with node-1's certificate: its authorizer refuses.
+    import grpc
+
+    from tinykube.v1 import kubelet_pb2, kubelet_pb2_grpc
+
+    pki = cluster.pki_dir
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=(pki / "ca.crt").read_bytes(),
+        private_key=(pki / "kubelet-node-1.key").read_bytes(),
+        certificate_chain=(pki / "kubelet-node-1.crt").read_bytes(),
+    )
+    address = cluster.endpoints["kubelet-node-2"]
+    options = (("grpc.ssl_target_name_override", "node-2"),)
+    with grpc.secure_channel(address, creds, options) as channel:
+        stub = kubelet_pb2_grpc.KubeletStub(channel)
+        start = kubelet_pb2.StreamStart(
+            namespace="default", name="elsewhere", container="main", command=["true"], stdout=True
+        )
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.Exec(iter([kubelet_pb2.StreamFrame(start=start)]), timeout=30))
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "Forbidden (user=system:node:node-1, verb=create, resource=nodes" in str(
+        err.value.details()
+    )
