@@ -60,6 +60,7 @@ import sys
 from pathlib import Path
 
 from kubelet import logshim
+from kubelet.attach import StdinPipes
 from kubelet.crilog import writer_active
 from kubelet.envvars import (
     CONFIG_ERROR_REASON,
@@ -131,6 +132,8 @@ class ProcessRuntime:
         self.poll_interval: float | None = poll_interval
         self._pods: dict[str, PodRecord] = {}
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        # Containers with `stdin: true` read a pipe whose write end attach uses.
+        self.stdin_pipes = StdinPipes()
         # Our log shims, to be reaped once they exit (after a kubelet restart they are init's).
         self._shims: list[subprocess.Popen[bytes]] = []
         # Container pid -> wall time its exit was first seen, while its log drains.
@@ -411,10 +414,11 @@ class ProcessRuntime:
             except OSError as exc:
                 error = f"failed to start the container's log shim: {exc}"
         if not error:
+            stdin = self.stdin_pipes.open(rec.uid, container.name) if container.stdin else -1
             try:
                 child = subprocess.Popen(
                     argv,
-                    stdin=subprocess.DEVNULL,
+                    stdin=stdin if stdin >= 0 else subprocess.DEVNULL,
                     stdout=out_w,
                     stderr=err_w,
                     cwd=cwd,
@@ -429,6 +433,8 @@ class ProcessRuntime:
                 # Only the container holds the write ends now: the shim sees EOF when it ends.
                 os.close(out_w)
                 os.close(err_w)
+                if stdin >= 0:
+                    os.close(stdin)
         now = self._now()
         if error:
             delay = self._backoff(crec)
@@ -668,4 +674,5 @@ class ProcessRuntime:
     def forget(self, uid: str) -> None:
         self._pods.pop(uid, None)
         self._envs.pop(uid, None)
+        self.stdin_pipes.forget(uid)
         shutil.rmtree(self._pod_dir(uid), ignore_errors=True)

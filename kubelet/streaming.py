@@ -43,6 +43,7 @@ from typing import Any
 
 import grpc
 
+from kubelet.crilog import LogFormatError, parse_record, writer_active
 from kubelet.logs import KubeletService
 from kubelet.process import ProcessRuntime
 from kubelet.runtime import RUNNING, Runtime
@@ -64,6 +65,8 @@ log = logging.getLogger(__name__)
 DEFAULT_IDLE_TIMEOUT = 4 * 3600.0
 DEFAULT_MAX_STREAMS = 256
 READ_SIZE = rc.MAX_FRAME - 1
+# How often an attach looks for new output in the container's log.
+ATTACH_POLL = 0.05
 # Identities allowed nodes/proxy on every kubelet (kube grants them through RBAC).
 APISERVER_CLIENT = "kube-apiserver-kubelet-client"
 ADMIN_GROUPS = frozenset({"system:masters", "kubeadm:cluster-admins"})
@@ -245,11 +248,17 @@ class StreamingService(KubeletService):
     ) -> AsyncIterator[kubelet_pb2.StreamFrame]:
         start = await self._first(request_iterator, context)
         try:
-            self._check(context, start, container_needed=True)
-            raise UnimplementedError("attach is not supported by the process runtime yet")
+            pod, container = self._check(context, start, container_needed=True)
+            self._admit()
         except TinykubeError as exc:
             await abort_with(context, exc)  # type: ignore[arg-type]
-        yield kubelet_pb2.StreamFrame()  # pragma: no cover - unreachable
+        assert container is not None
+        self.active += 1
+        try:
+            async for out in self._attach(pod, container, start, request_iterator):
+                yield out
+        finally:
+            self.active -= 1
 
     async def PortForward(
         self, request_iterator: AsyncIterator[kubelet_pb2.StreamFrame], context: Context
@@ -404,6 +413,87 @@ class StreamingService(KubeletService):
             for fd in to_close:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+
+    # ---- attach -----------------------------------------------------------------------------
+
+    async def _attach(
+        self,
+        pod: pod_pb2.Pod,
+        container: pod_pb2.Container,
+        start: kubelet_pb2.StreamStart,
+        request_iterator: AsyncIterator[kubelet_pb2.StreamFrame],
+    ) -> AsyncIterator[kubelet_pb2.StreamFrame]:
+        """The container's output from now on (its log, followed) and, with `stdin`, its
+        stdin pipe; ends when the container's output does or the client goes away."""
+        assert isinstance(self.runtime, ProcessRuntime)
+        uid = pod.metadata.uid
+        path = self.runtime.log_path(uid, container.name)
+        pipes = self.runtime.stdin_pipes
+        fd = pipes.writer(uid, container.name) if start.stdin and container.stdin else -1
+        yield kubelet_pb2.StreamFrame()  # accepted
+        stdin = _Stdin(fd, master_tty=False)
+        once = container.stdinOnce
+
+        async def client() -> None:
+            async for msg in request_iterator:
+                stdin.touch()
+                try:
+                    channel, data = rc.parse(msg.data)
+                except ValueError:
+                    continue
+                if channel == rc.STDIN:
+                    await stdin.write(data)
+                elif channel == rc.CLOSE and start.protocol == rc.V5:
+                    with contextlib.suppress(ValueError):
+                        if rc.close_signal(data) == rc.STDIN:
+                            stdin.close()
+                            if once:
+                                pipes.close(uid, container.name)
+
+        pump = asyncio.ensure_future(client())
+        offset = path.stat().st_size if path is not None and path.exists() else 0
+        pending = b""
+        try:
+            while path is not None:
+                active = writer_active(path)
+                try:
+                    with path.open("rb") as f:
+                        f.seek(offset)
+                        more = f.read(READ_SIZE)
+                except FileNotFoundError:
+                    more = b""
+                offset += len(more)
+                pending += more
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    try:
+                        record = parse_record(line)
+                    except LogFormatError:
+                        continue
+                    channel = (
+                        rc.STDERR if record.stream == "stderr" and not start.tty else rc.STDOUT
+                    )
+                    if (channel == rc.STDOUT and start.stdout) or (
+                        channel == rc.STDERR and start.stderr
+                    ):
+                        yield _frame(channel, record.text)
+                if more:
+                    continue
+                if not active:
+                    break  # the container has ended and its output is all sent
+                if pump.done():
+                    return  # the client went away
+                if stdin.idle_since() >= self.idle_timeout:
+                    return
+                await asyncio.sleep(ATTACH_POLL)
+            yield _frame(rc.ERROR, rc.success_status())
+        finally:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pump
+            stdin.close()
+            if once:
+                pipes.close(uid, container.name)
 
     def _idle(self, stdin: _Stdin) -> float:
         return max(1.0, min(60.0, self.idle_timeout - stdin.idle_since()))

@@ -529,3 +529,59 @@ def test_a_nodes_credentials_are_refused_on_another_nodes_pods(cluster: UpCluste
     assert "Forbidden (user=system:node:node-1, verb=create, resource=nodes" in str(
         err.value.details()
     )
+
+
+def test_run_i_rm_attaches_stdin_and_deletes_the_pod(cluster: UpCluster) -> None:
+    done = cluster.kubectl(
+        "run",
+        "-i",
+        "--rm",
+        "--restart=Never",
+        "once",
+        "--image=busybox",
+        "--command",
+        "--",
+        "sh",
+        "-c",
+        "read x; echo got $x",
+        stdin="hello\n",
+        timeout=120,
+    )
+    assert done.code == 0, done.err
+    assert done.out == 'got hello\npod "once" deleted from default namespace\n'
+    assert cluster.kubectl("get", "pod", "once").code == 1
+
+
+ATTACHABLE = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: reader
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox
+    command:
+    - sh
+    - -c
+    - 'while read line; do echo "echo: $line"; echo "err: $line" >&2; done; echo bye'
+    stdin: true
+    stdinOnce: true
+"""
+
+
+def test_attach_to_a_stdin_container(cluster: UpCluster) -> None:
+    """`kubectl attach -i`: input reaches the container's stdin, its stdout and stderr come
+    back apart; stdinOnce closes its stdin when the attach's input ends, so it finishes."""
+    ok(cluster.kubectl("apply", "-f", "-", stdin=ATTACHABLE))
+    ok(cluster.kubectl("wait", "--for=condition=Ready", "pod/reader", "--timeout=60s"))
+    done = cluster.kubectl("attach", "-i", "reader", stdin="one\ntwo\n", timeout=120)
+    assert done.code == 0, done.err
+    assert done.out == "echo: one\necho: two\nbye\n"
+    assert "err: one\nerr: two\n" in done.err
+    ok(
+        cluster.kubectl(
+            "wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/reader", "--timeout=60s"
+        )
+    )
