@@ -37,6 +37,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
 import termios
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -141,8 +142,12 @@ def _set_winsize(fd: int, width: int, height: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
 
 
-def _controlling_tty() -> None:  # pragma: no cover - runs in the child
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+# Makes the pty on stdin the controlling terminal of the new session, then becomes the command:
+# a separate program rather than a preexec_fn, which is unsafe in the threaded kubelet.
+_CTTY = (
+    "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
 
 
 def _spawn(
@@ -156,6 +161,8 @@ def _spawn(
     tty: bool,
 ) -> subprocess.Popen[bytes]:
     """Start an exec'd process in its own session (quick: fork and exec)."""
+    if tty:
+        argv = [sys.executable, "-I", "-S", "-c", _CTTY, *argv]
     return subprocess.Popen(
         argv,
         stdin=stdin,
@@ -164,7 +171,6 @@ def _spawn(
         cwd=cwd,
         env=env,
         start_new_session=True,
-        preexec_fn=_controlling_tty if tty else None,
         close_fds=True,
     )
 
