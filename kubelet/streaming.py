@@ -132,6 +132,17 @@ class _FdReader:
         self.stop()
         self.queue.put_nowait((self.channel, None))
 
+    def drain(self) -> None:
+        """Queue what the fd holds right now (the writer may never close it)."""
+        while self.open:
+            try:
+                data = os.read(self.fd, READ_SIZE)
+            except OSError:
+                return
+            if not data:
+                return
+            self.queue.put_nowait((self.channel, data))
+
     def stop(self) -> None:
         if self.open:
             self.open = False
@@ -375,26 +386,46 @@ class StreamingService(KubeletService):
         )
         waiter = asyncio.ensure_future(asyncio.to_thread(proc.wait))
         open_readers = len(readers)
+        getter: asyncio.Future[tuple[int, bytes | None]] | None = None
         try:
             while open_readers:
-                try:
-                    channel, data = await asyncio.wait_for(queue.get(), self._idle(stdin))
-                except TimeoutError:
-                    if stdin.idle_since() >= self.idle_timeout:
-                        log.info(
-                            "exec pid %d: idle for %.0fs, closing", proc.pid, self.idle_timeout
-                        )
-                        return
+                if getter is None:
+                    getter = asyncio.ensure_future(queue.get())
+                waits: set[asyncio.Future[Any]] = {getter}
+                if not waiter.done():
+                    waits.add(waiter)
+                done, _ = await asyncio.wait(
+                    waits, timeout=self._idle(stdin), return_when=asyncio.FIRST_COMPLETED
+                )
+                if getter in done:
+                    channel, data = getter.result()
+                    getter = None
+                    if data is None:
+                        open_readers -= 1
+                        if start.tty:
+                            break  # the terminal is gone once the process has ended
+                        continue
+                    stdin.touch()
+                    if channel == rc.STDOUT and not start.stdout:
+                        continue
+                    yield _frame(channel, data)
                     continue
-                if data is None:
-                    open_readers -= 1
-                    if start.tty:
-                        break  # the terminal is gone once the process has ended
-                    continue
-                stdin.touch()
-                if channel == rc.STDOUT and not start.stdout:
-                    continue
-                yield _frame(channel, data)
+                if waiter.done():
+                    # The command has ended; its output may still be held open by processes
+                    # it left running in the background: what is there now is sent, then the
+                    # stream ends, as a container runtime's exec does.
+                    for r in readers:
+                        r.drain()
+                    while not queue.empty():
+                        channel, data = queue.get_nowait()
+                        if data and (channel != rc.STDOUT or start.stdout):
+                            yield _frame(channel, data)
+                    break
+                if stdin.idle_since() >= self.idle_timeout:
+                    log.info("exec pid %d: idle for %.0fs, closing", proc.pid, self.idle_timeout)
+                    return
+            if getter is not None:
+                getter.cancel()
             code = await waiter
             if code == 0:
                 yield _frame(rc.ERROR, rc.success_status())

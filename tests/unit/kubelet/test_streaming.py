@@ -5,6 +5,7 @@ the stream limit, the idle timeout, and the process ended with its stream."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import AsyncIterator
@@ -221,3 +222,20 @@ def test_kubelet_authorizer() -> None:
     authorize(("someone", ["system:masters"]), "n1")
     with pytest.raises(ForbiddenError, match=r"user=system:node:n2, verb=create, resource=nodes"):
         authorize(("system:node:n2", ["system:nodes"]), "n1")
+
+
+async def test_exec_ends_with_its_command_even_if_a_background_child_holds_stdout(
+    tmp_path: Path,
+) -> None:
+    service = _service(tmp_path)
+    pidfile = tmp_path / "bg"
+    script = f"echo started; sleep 600 & echo $! > {pidfile}; exit 2"
+    client = Client(_start("sh", "-c", script, stdout=True, stderr=True))
+    try:
+        out = await asyncio.wait_for(_collect(service.Exec(client.frames(), ctx())), 60)
+        assert out[rc.STDOUT] == b"started\n"
+        assert rc.exit_code_of(out[rc.ERROR]) == 2
+    finally:
+        if pidfile.exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pidfile.read_text()), 9)
