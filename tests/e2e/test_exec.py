@@ -585,3 +585,38 @@ def test_attach_to_a_stdin_container(cluster: UpCluster) -> None:
             "wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/reader", "--timeout=60s"
         )
     )
+
+
+def test_port_forward_deployment(cluster: UpCluster) -> None:
+    """kubectl resolves deploy/NAME to one of its pods, then forwards as to a pod."""
+    port = _free_port()
+    manifest = f"""
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: site
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {{app: site}}
+  template:
+    metadata:
+      labels: {{app: site}}
+    spec:
+      containers:
+      - name: http
+        image: python:3
+        command: [{sys.executable}, -m, http.server, "{port}"]
+        ports: [{{containerPort: {port}}}]
+        readinessProbe: {{tcpSocket: {{port: {port}}}, periodSeconds: 1}}
+"""
+    ok(cluster.kubectl("apply", "-f", "-", stdin=manifest))
+    ok(cluster.kubectl("rollout", "status", "deploy/site", "--timeout=90s", timeout=120))
+    local = _free_port()
+    pf = _PortForward(cluster, "deploy/site", f"{local}:{port}")
+    try:
+        for _ in range(10):
+            assert _get(local)[0] == 200
+    finally:
+        pf.close()
+        ok(cluster.kubectl("delete", "deploy", "site", "--wait=false"))
