@@ -470,6 +470,7 @@ class StreamingService(KubeletService):
         yield kubelet_pb2.StreamFrame()  # accepted
         stdin = _Stdin(fd, master_tty=False)
         once = container.stdinOnce
+        crlf = start.tty and container.tty
 
         async def client() -> None:
             async for msg in request_iterator:
@@ -479,6 +480,10 @@ class StreamingService(KubeletService):
                 except ValueError:
                     continue
                 if channel == rc.STDIN:
+                    if crlf:
+                        # A terminal's Enter is "\r"; the container reads a pipe, not a
+                        # terminal, so the line discipline's ICRNL is done here.
+                        data = data.replace(b"\r", b"\n")
                     await stdin.write(data)
                 elif channel == rc.CLOSE and start.protocol == rc.V5:
                     with contextlib.suppress(ValueError):

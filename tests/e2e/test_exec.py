@@ -620,3 +620,40 @@ spec:
     finally:
         pf.close()
         ok(cluster.kubectl("delete", "deploy", "site", "--wait=false"))
+
+
+def test_run_it_rm_under_a_terminal(cluster: UpCluster) -> None:
+    """`kubectl run -it --rm` from a terminal (script(1)): the Enter typed reaches the container
+    as the end of a line, its answer comes back, and the pod is deleted."""
+    if shutil.which("script") is None:
+        pytest.skip("script(1) is not installed")
+    kubectl = f"{venv_bin() / 'kubectl'} --kubeconfig {cluster.kubeconfig}"
+    command = (
+        f"{kubectl} run -it --rm --restart=Never typed --image=busybox --command -- "
+        "sh -c 'read x; echo got $x'"
+    )
+    proc = subprocess.Popen(
+        ["script", "-qec", command, "/dev/null"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(b"hello\r")
+        proc.stdin.flush()
+        out = b""
+        deadline = time.monotonic() + 120
+        while b'pod "typed" deleted' not in out and time.monotonic() < deadline:
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            out += chunk
+        assert b"got hello" in out, out
+        assert b'pod "typed" deleted from default namespace' in out, out
+        assert proc.wait(60) == 0
+    finally:
+        proc.stdin.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
