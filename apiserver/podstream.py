@@ -35,7 +35,7 @@ from aiohttp import WSMsgType, web
 from apiserver.podlogs import KubeletUnreachableError, kubelet_address
 from apiserver.portforward import TUNNEL_PROTOCOL, Call, SpdyTunnel
 from tinykube import remotecommand as rc
-from tinykube.errors import BadRequestError, from_rpc_error, from_status
+from tinykube.errors import BadRequestError, NotFoundError, from_rpc_error, from_status
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.tls import PLAINTEXT, Credentials
 from tinykube.v1 import kubelet_pb2, kubelet_pb2_grpc, node_pb2, pod_pb2
@@ -82,6 +82,18 @@ def pick_container(pod: pod_pb2.Pod, container: str) -> pod_pb2.Container:
     raise BadRequestError(f"container {container} is not valid for pod {name}")
 
 
+def check_running(pod: pod_pb2.Pod, container: str) -> None:
+    """What the kubelet would answer for a container that is not running, as the pod's status
+    tells it (so that kubectl's SPDY retry after a refused WebSocket hears the same)."""
+    if pod.status.phase in ("Succeeded", "Failed"):
+        raise BadRequestError(
+            f"cannot exec into a container in a completed pod; current phase is {pod.status.phase}"
+        )
+    status = next((s for s in pod.status.containerStatuses if s.name == container), None)
+    if status is None or not status.state.HasField("running"):
+        raise NotFoundError(f'container not found ("{container}")')
+
+
 def check_options(kind: str, options: StreamOptions) -> None:
     """kube's checks of exec and attach options (400s in its words)."""
     if kind == "exec" and not options.command:
@@ -113,6 +125,8 @@ class PodStreams:
         container = None if kind == "portforward" else pick_container(pod, options.container)
         if not pod.spec.nodeName:
             raise BadRequestError(f"pod {name} does not have a host assigned")
+        if container is not None:
+            check_running(pod, container.name)
         protocols = (
             (TUNNEL_PROTOCOL, *rc.PORT_FORWARD_PROTOCOLS)
             if kind == "portforward"

@@ -657,3 +657,26 @@ def test_run_it_rm_under_a_terminal(cluster: UpCluster) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_exec_into_a_container_that_is_not_running(cluster: UpCluster) -> None:
+    manifest = """
+apiVersion: v1
+kind: Pod
+metadata: {name: broken}
+spec:
+  containers:
+  - {name: c, image: busybox, command: [no-such-program-anywhere]}
+"""
+    ok(cluster.kubectl("apply", "-f", "-", stdin=manifest))
+    ok(
+        cluster.kubectl(
+            "wait",
+            "--for=jsonpath={.status.containerStatuses[0].state.waiting.reason}=RunContainerError",
+            "pod/broken",
+            "--timeout=60s",
+        )
+    )
+    done = cluster.kubectl("exec", "broken", "--", "true")
+    assert done.code == 1
+    assert done.err == 'error: unable to upgrade connection: container not found ("c")\n'

@@ -58,15 +58,23 @@ async def cluster(
             code, body, _ = await c.call("POST", PODS, pod(name, node, *commands, **extra))
             assert code == 201, body
 
+        broken = pod("broken", "n1")
+        broken["spec"]["containers"][0]["command"] = ["no-such-program-anywhere"]
+        code, body, _ = await c.call("POST", PODS, broken)
+        assert code == 201, body
+
         async def phases() -> bool:
             _, box, _ = await c.call("GET", f"{PODS}/box")
             _, done, _ = await c.call("GET", f"{PODS}/done")
+            _, broken, _ = await c.call("GET", f"{PODS}/broken")
+            statuses = broken["status"].get("containerStatuses") or [{}]
             return bool(
                 box["status"].get("phase") == "Running"
                 and done["status"].get("phase") == "Succeeded"
+                and statuses[0].get("state", {}).get("waiting")
             )
 
-        await eventually(phases, "box Running and done Succeeded")
+        await eventually(phases, "box Running, done Succeeded, broken waiting")
         yield c
     finally:
         await session.close()
@@ -149,6 +157,7 @@ async def _refusal(cluster: Cluster, url: str, **kw: Any) -> tuple[int, dict[str
         ),
         ("nowhere", {"stdout": "1"}, ("true",), 400, "pod nowhere does not have a host assigned"),
         ("ghost", {"stdout": "1"}, ("true",), 404, 'pods "ghost" not found'),
+        ("broken", {"stdout": "1"}, ("true",), 404, 'container not found ("c")'),
         (
             "done",
             {"stdout": "1"},
