@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import itertools
 import logging
 import os
 import shutil
@@ -159,6 +160,36 @@ _CTTY = (
     "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
     "os.execvp(sys.argv[1], sys.argv[1:])"
 )
+
+
+async def _exited(proc: subprocess.Popen[bytes]) -> int:
+    """The process's exit status, awaited on the event loop (a pidfd turns readable when it
+    exits), not in a thread: the default executor's few threads would let only that many
+    streams wait at once."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        fd = -1
+    if fd < 0:  # no pidfd (old kernel): poll
+        for _ in itertools.count():
+            if proc.poll() is not None:
+                return proc.returncode
+            await asyncio.sleep(0.05)
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    loop.add_reader(fd, ready)
+    try:
+        if proc.poll() is None:
+            await done
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+    return proc.wait()
 
 
 def _spawn(
@@ -384,16 +415,15 @@ class StreamingService(KubeletService):
                 request_iterator, stdin, master if start.tty else -1, start.protocol
             )
         )
-        waiter = asyncio.ensure_future(asyncio.to_thread(proc.wait))
+        waiter = asyncio.ensure_future(_exited(proc))
         open_readers = len(readers)
         getter: asyncio.Future[tuple[int, bytes | None]] | None = None
         try:
             while open_readers:
                 if getter is None:
                     getter = asyncio.ensure_future(queue.get())
-                waits: set[asyncio.Future[Any]] = {getter}
-                if not waiter.done():
-                    waits.add(waiter)
+                # An ended command answers at once: its queued output is taken first.
+                waits: set[asyncio.Future[Any]] = {getter, waiter}
                 done, _ = await asyncio.wait(
                     waits, timeout=self._idle(stdin), return_when=asyncio.FIRST_COMPLETED
                 )
@@ -414,10 +444,17 @@ class StreamingService(KubeletService):
                     # The command has ended; its output may still be held open by processes
                     # it left running in the background: what is there now is sent, then the
                     # stream ends, as a container runtime's exec does.
+                    # Everything is collected before the first yield (other tasks run there).
+                    last: list[tuple[int, bytes | None]] = []
+                    if getter.done() and not getter.cancelled():
+                        last.append(getter.result())
+                    getter.cancel()
+                    getter = None
                     for r in readers:
                         r.drain()
                     while not queue.empty():
-                        channel, data = queue.get_nowait()
+                        last.append(queue.get_nowait())
+                    for channel, data in last:
                         if data and (channel != rc.STDOUT or start.stdout):
                             yield _frame(channel, data)
                     break

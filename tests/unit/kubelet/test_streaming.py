@@ -239,3 +239,22 @@ async def test_exec_ends_with_its_command_even_if_a_background_child_holds_stdou
         if pidfile.exists():
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pidfile.read_text()), 9)
+
+
+async def test_many_streams_wait_at_once(tmp_path: Path) -> None:
+    """Twelve execs blocked on their stdin do not keep a thirteenth from finishing (exits are
+    awaited on the event loop, not in a small thread pool)."""
+    service = _service(tmp_path)
+    blocked = [Client(_start("cat", stdin=True, stdout=True)) for _ in range(12)]
+    calls = [asyncio.ensure_future(_collect(service.Exec(c.frames(), ctx()))) for c in blocked]
+    for _ in range(600):
+        if service.active == len(blocked):
+            break
+        await asyncio.sleep(0.01)
+    quick = Client(_start("echo", "hi", stdout=True))
+    out = await asyncio.wait_for(_collect(service.Exec(quick.frames(), ctx())), 60)
+    assert out[rc.STDOUT] == b"hi\n"
+    for c in blocked:
+        c.send(rc.CLOSE, bytes([rc.STDIN]))
+    for result in await asyncio.wait_for(asyncio.gather(*calls), 60):
+        assert rc.exit_code_of(result[rc.ERROR]) == 0
