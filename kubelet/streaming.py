@@ -251,6 +251,11 @@ class StreamingService(KubeletService):
         if pod is None:
             raise NotFoundError(f'pod "{start.name}" not found on this node')
         if pod.status.phase in ("Succeeded", "Failed"):
+            if not container_needed:
+                raise BadRequestError(
+                    "unable to forward port because pod is not running. Current status="
+                    f"{pod.status.phase}"
+                )
             raise BadRequestError(
                 f"cannot exec into a container in a completed pod; current phase is "
                 f"{pod.status.phase}"
