@@ -2044,6 +2044,9 @@ _GO_ORDER = {
         "readinessProbe",
         "startupProbe",
         "imagePullPolicy",
+        "stdin",
+        "stdinOnce",
+        "tty",
     ],
 }
 

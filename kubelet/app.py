@@ -23,7 +23,6 @@ from google.protobuf.message import Message
 from kubelet.cri import CRIRuntime
 from kubelet.envvars import EnvSources
 from kubelet.fake import FakeRuntime
-from kubelet.logs import KubeletService
 from kubelet.metrics import Metrics
 from kubelet.node import NodeAgent, NodeConfig
 from kubelet.pods import PodManager
@@ -31,6 +30,7 @@ from kubelet.prober import ProbeManager
 from kubelet.process import ProcessRuntime
 from kubelet.runtime import Runtime
 from kubelet.settings import Settings, machine_memory_kib
+from kubelet.streaming import StreamingService
 from tinykube.client import Client
 from tinykube.clock import Clock
 from tinykube.containerd import write_cni_config
@@ -79,7 +79,13 @@ class Kubelet:
         self.server = GrpcServer(
             settings.bind_address, ["tinykube.v1.Kubelet"], tls=settings.security.serving()
         )
-        service = KubeletService(self._get_pod, self.runtime, clock=self.clock)
+        service = StreamingService(
+            self._get_pod,
+            self.runtime,
+            clock=self.clock,
+            node_names=frozenset(self.node_names),
+            idle_timeout=settings.streaming_connection_idle_timeout,
+        )
         self.server.add(lambda s: kubelet_pb2_grpc.add_KubeletServicer_to_server(service, s))
         self.port = 0
         self.metrics = Metrics()

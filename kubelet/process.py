@@ -59,6 +59,7 @@ import sys
 from pathlib import Path
 
 from kubelet import logshim
+from kubelet.attach import StdinPipes
 from kubelet.crilog import writer_active
 from kubelet.envvars import (
     EnvSources,
@@ -123,6 +124,8 @@ class ProcessRuntime(KubeRuntime):
             env_sources=env_sources,
         )
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        # Containers with `stdin: true` read a pipe whose write end attach uses.
+        self.stdin_pipes = StdinPipes()
         # Our log shims, to be reaped once they exit (after a kubelet restart they are init's).
         self._shims: list[subprocess.Popen[bytes]] = []
         # Container pid -> wall time its exit was first seen, while its log drains.
@@ -214,11 +217,12 @@ class ProcessRuntime(KubeRuntime):
             except OSError as exc:
                 error = f"failed to start the container's log shim: {exc}"
         if not error:
+            stdin = self.stdin_pipes.open(rec.uid, container.name) if container.stdin else -1
             try:
                 # A fork/exec: quick, made inline as before the hook became async.
                 child = subprocess.Popen(  # noqa: ASYNC220
                     argv,
-                    stdin=subprocess.DEVNULL,
+                    stdin=stdin if stdin >= 0 else subprocess.DEVNULL,
                     stdout=out_w,
                     stderr=err_w,
                     cwd=cwd,
@@ -233,6 +237,8 @@ class ProcessRuntime(KubeRuntime):
                 # Only the container holds the write ends now: the shim sees EOF when it ends.
                 os.close(out_w)
                 os.close(err_w)
+                if stdin >= 0:
+                    os.close(stdin)
         now = self._now()
         if error:
             delay = self._backoff(crec)
@@ -418,3 +424,7 @@ class ProcessRuntime(KubeRuntime):
         crec.state = WAITING
         crec.waiting_reason, crec.waiting_message = "ContainerCreating", ""
         crec.next_start = 0.0
+
+    def forget(self, uid: str) -> None:
+        super().forget(uid)
+        self.stdin_pipes.forget(uid)

@@ -85,6 +85,8 @@ class Settings:
     backoff_max: float = 300.0
     poll_interval: float = 0.5
     fake_nodes: int = 0
+    # exec, attach and port-forward streams with no traffic for this long are closed.
+    streaming_connection_idle_timeout: float = 4 * 3600.0
     node_name_prefix: str = "hollow-"
     # The CRI runtime (runtime "cri"): its endpoint, the node's pod CIDR (else the Node's
     # spec.podCIDR), the CNI config directory the kubelet writes its network to, the bridge,
@@ -202,6 +204,12 @@ class Settings:
             default=0.5,
             help="how often running containers are checked for exits (default 500ms)",
         )
+        p.add_argument(
+            "--streaming-connection-idle-timeout",
+            type=parse_duration,
+            default=4 * 3600.0,
+            help="close exec, attach and port-forward streams idle this long (default 4h)",
+        )
         p.add_argument("--fake-nodes", type=int, default=0, help="fake runtime: host N nodes")
         p.add_argument(
             "--node-name-prefix",
@@ -275,6 +283,7 @@ class Settings:
             backoff_max=a.crash_loop_backoff_max,
             poll_interval=a.poll_interval,
             fake_nodes=a.fake_nodes,
+            streaming_connection_idle_timeout=a.streaming_connection_idle_timeout,
             node_name_prefix=a.node_name_prefix,
             container_runtime_endpoint=a.container_runtime_endpoint,
             pod_cidr=a.pod_cidr,

@@ -167,8 +167,8 @@ _AGGREGATE_TO_EDIT = (
     # Recorded only: tinykube has no impersonation (Impersonate-User headers are not read).
     rule(("impersonate",), (_CORE,), ("serviceaccounts",)),
     # kube's "read on escalating resources": view must not read secrets, edit does.
-    rule(READ, (_CORE,), ("secrets",)),
-    rule(WRITE, (_CORE,), ("pods",)),
+    rule(READ, (_CORE,), ("pods/attach", "pods/exec", "pods/portforward", "secrets")),
+    rule(WRITE, (_CORE,), ("pods", "pods/attach", "pods/exec", "pods/portforward")),
     rule(("create",), (_CORE,), ("pods/eviction",)),
     rule(WRITE, (_CORE,), ("serviceaccounts", "services", "configmaps", "secrets", "events")),
     rule(("create",), (_CORE,), ("serviceaccounts/token",)),

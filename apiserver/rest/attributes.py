@@ -14,6 +14,7 @@ k8s.io/apiserver/pkg/endpoints/request/requestinfo.go does, before any routing:
   subresource ("status", "binding", "eviction", "log", "scale"); /api/v1/namespaces/<name> is the
   namespace resource itself (its own namespace is <name>), as are .../namespaces/<name>/status and
   /finalize.
+- A GET of pods/exec, pods/attach or pods/portforward (a WebSocket upgrade) is `create`.
 - A list or watch whose field selector pins metadata.name=<x> names <x>.
 
 Pure functions, so front ends and tests agree on what a request means.
@@ -27,6 +28,7 @@ from apiserver.auth.authorizer import Attributes, non_resource, selected_name
 
 _SPECIAL_VERBS = ("proxy", "watch")
 _NAMESPACE_SUBRESOURCES = ("status", "finalize")
+_STREAMING_SUBRESOURCES = ("exec", "attach", "portforward")
 _METHOD_VERBS = {
     "POST": "create",
     "GET": "get",
@@ -74,6 +76,10 @@ def rest_attributes(method: str, path: str, query: Mapping[str, str]) -> Attribu
         name = selected_name(field_selector)
     if not name and verb == "delete":
         verb = "deletecollection"
+    if verb == "get" and resource == "pods" and subresource in _STREAMING_SUBRESOURCES:
+        # kubectl's WebSocket upgrades are GETs; kube authorizes them as `create` (its
+        # AuthorizePodWebsocketUpgradeCreatePermission), as the POSTs of SPDY are.
+        verb = "create"
     return Attributes(
         verb=verb,
         resource=resource,

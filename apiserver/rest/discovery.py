@@ -106,6 +106,10 @@ def _subresources(info: KindInfo) -> tuple[Subresource, ...]:
         # version (policy/v1); otherwise it falls back to plain deletes.
         subs.append(Subresource("eviction", "Eviction", ("create",), "policy", "v1"))
         subs.append(Subresource("log", "Pod", ("get",)))
+        # WebSocket streams relayed to the kubelet (apiserver/podstream.py).
+        subs.append(Subresource("attach", "PodAttachOptions", ("create", "get")))
+        subs.append(Subresource("exec", "PodExecOptions", ("create", "get")))
+        subs.append(Subresource("portforward", "PodPortForwardOptions", ("create", "get")))
     if info.kind == SERVICE_ACCOUNT.kind:
         # TokenRequest (apiserver/auth/tokenrequest.py): `kubectl create token`.
         subs.append(

@@ -36,6 +36,7 @@ from multidict import MultiMapping
 from apiserver import fieldmanager
 from apiserver.deletion import delete_options_errors, policy_of
 from apiserver.podlogs import PodLogOptions, PodLogs
+from apiserver.podstream import PodStreams, StreamOptions
 from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
 from apiserver.rest import eventsview, kubeproto, patch, tables
@@ -57,6 +58,7 @@ from apiserver.rest.status import (
 from apiserver.settings import Settings
 from apiserver.validation import validate_namespace
 from apiserver.watchcache import encode_json_event
+from tinykube import remotecommand as rc
 from tinykube.clock import Clock
 from tinykube.errors import (
     AlreadyExistsError,
@@ -414,6 +416,10 @@ class ResourceHandlers:
         if sub == "log" and res.info.kind == POD.kind:
             if method == "GET":
                 return await self.logs(request, target, q, service)
+            raise method_not_allowed()
+        if sub in ("exec", "attach", "portforward") and res.info.kind == POD.kind:
+            if method in ("GET", "POST"):
+                return await self.pod_stream(request, target, sub, service)
             raise method_not_allowed()
         if sub == "eviction" and res.info.kind == POD.kind:
             if method == "POST":
@@ -1520,6 +1526,43 @@ class ResourceHandlers:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await pending
             await chunks.aclose()
+
+    # ---- pods/exec, pods/attach, pods/portforward --------------------------------------------
+
+    async def pod_stream(
+        self, request: web.Request, target: Target, kind: str, service: ResourceStore
+    ) -> web.StreamResponse:
+        """GET or POST pods/NAME/{exec,attach,portforward}: a WebSocket relayed to the
+        pod's kubelet (apiserver/podstream.py)."""
+        q = Query(request.query)
+        ports: list[int] = []
+        if kind == "portforward":
+            try:
+                ports = rc.parse_ports(request.query.getall("ports", []))
+            except ValueError as exc:
+                raise BadRequestError(str(exc)) from None
+        options = StreamOptions(
+            container=q.text("container"),
+            command=request.query.getall("command", []) if kind == "exec" else (),
+            stdin=q.flag("stdin"),
+            stdout=q.flag("stdout"),
+            stderr=q.flag("stderr"),
+            tty=q.flag("tty"),
+            ports=ports,
+        )
+        nodes = self.services[NODE.kind]
+
+        async def get_pod(namespace: str, name: str) -> pod_pb2.Pod:
+            req = message_from(meta_pb2.GetRequest, {"namespace": namespace, "name": name})
+            return await service.get(req)  # type: ignore[return-value]
+
+        async def get_node(name: str) -> node_pb2.Node:
+            return await nodes.get(meta_pb2.GetRequest(name=name))  # type: ignore[return-value]
+
+        streams = PodStreams(get_pod, get_node, self.kubelet_credentials)
+        return await streams.serve(
+            request, kind, target.namespace or "", target.name or "", options
+        )
 
     # ---- replicasets/scale, deployments/scale ----------------------------------------------------
 

@@ -242,7 +242,7 @@ def test_forbidden_message_shows_the_spec_diff() -> None:
         '+ \t\t\tCommand: {"sleep", "60"},\n'
         "  \t\t\tArgs: nil,\n"
         '  \t\t\tWorkingDir: "",\n'
-        "  \t\t\t... // 8 identical fields\n"
+        "  \t\t\t... // 11 identical fields\n"
         "  \t\t},\n"
         "  \t},\n"
         '  \tRestartPolicy: "Always",\n'

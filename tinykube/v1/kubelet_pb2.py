@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tinykube/v1/kubelet.proto\x12\x0btinykube.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\x02\n\x0bLogsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tcontainer\x18\x03 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x04 \x01(\x08\x12\x16\n\ttailLines\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12\x17\n\nlimitBytes\x18\x06 \x01(\x03H\x01\x88\x01\x01\x12\x10\n\x08previous\x18\x07 \x01(\x08\x12\x12\n\ntimestamps\x18\x08 \x01(\x08\x12\x19\n\x0csinceSeconds\x18\t \x01(\x03H\x02\x88\x01\x01\x12-\n\tsinceTime\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x0c\n\n_tailLinesB\r\n\x0b_limitBytesB\x0f\n\r_sinceSeconds\"\x18\n\x08LogChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x32\x44\n\x07Kubelet\x12\x39\n\x04Logs\x12\x18.tinykube.v1.LogsRequest\x1a\x15.tinykube.v1.LogChunk0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tinykube/v1/kubelet.proto\x12\x0btinykube.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\x02\n\x0bLogsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tcontainer\x18\x03 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x04 \x01(\x08\x12\x16\n\ttailLines\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12\x17\n\nlimitBytes\x18\x06 \x01(\x03H\x01\x88\x01\x01\x12\x10\n\x08previous\x18\x07 \x01(\x08\x12\x12\n\ntimestamps\x18\x08 \x01(\x08\x12\x19\n\x0csinceSeconds\x18\t \x01(\x03H\x02\x88\x01\x01\x12-\n\tsinceTime\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x0c\n\n_tailLinesB\r\n\x0b_limitBytesB\x0f\n\r_sinceSeconds\"\x18\n\x08LogChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"\xaf\x01\n\x0bStreamStart\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tcontainer\x18\x03 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x04 \x03(\t\x12\r\n\x05stdin\x18\x05 \x01(\x08\x12\x0e\n\x06stdout\x18\x06 \x01(\x08\x12\x0e\n\x06stderr\x18\x07 \x01(\x08\x12\x0b\n\x03tty\x18\x08 \x01(\x08\x12\x10\n\x08protocol\x18\t \x01(\t\x12\r\n\x05ports\x18\n \x03(\x05\"D\n\x0bStreamFrame\x12\'\n\x05start\x18\x01 \x01(\x0b\x32\x18.tinykube.v1.StreamStart\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x32\x8d\x02\n\x07Kubelet\x12\x39\n\x04Logs\x12\x18.tinykube.v1.LogsRequest\x1a\x15.tinykube.v1.LogChunk0\x01\x12>\n\x04\x45xec\x12\x18.tinykube.v1.StreamFrame\x1a\x18.tinykube.v1.StreamFrame(\x01\x30\x01\x12@\n\x06\x41ttach\x12\x18.tinykube.v1.StreamFrame\x1a\x18.tinykube.v1.StreamFrame(\x01\x30\x01\x12\x45\n\x0bPortForward\x12\x18.tinykube.v1.StreamFrame\x1a\x18.tinykube.v1.StreamFrame(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,6 +36,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LOGSREQUEST']._serialized_end=364
   _globals['_LOGCHUNK']._serialized_start=366
   _globals['_LOGCHUNK']._serialized_end=390
-  _globals['_KUBELET']._serialized_start=392
-  _globals['_KUBELET']._serialized_end=460
+  _globals['_STREAMSTART']._serialized_start=393
+  _globals['_STREAMSTART']._serialized_end=568
+  _globals['_STREAMFRAME']._serialized_start=570
+  _globals['_STREAMFRAME']._serialized_end=638
+  _globals['_KUBELET']._serialized_start=641
+  _globals['_KUBELET']._serialized_end=910
 # @@protoc_insertion_point(module_scope)

@@ -3,9 +3,11 @@
 isort:skip_file
 The kubelet's own API, served by every kubelet process (port 10250 by default)."""
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -100,3 +102,89 @@ class LogChunk(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LogChunk: _TypeAlias = LogChunk  # noqa: Y015
+
+@_typing.final
+class StreamStart(_message.Message):
+    """What an Exec or Attach stream connects to: the first client message of the stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    CONTAINER_FIELD_NUMBER: _builtins.int
+    COMMAND_FIELD_NUMBER: _builtins.int
+    STDIN_FIELD_NUMBER: _builtins.int
+    STDOUT_FIELD_NUMBER: _builtins.int
+    STDERR_FIELD_NUMBER: _builtins.int
+    TTY_FIELD_NUMBER: _builtins.int
+    PROTOCOL_FIELD_NUMBER: _builtins.int
+    PORTS_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    name: _builtins.str
+    container: _builtins.str
+    stdin: _builtins.bool
+    stdout: _builtins.bool
+    stderr: _builtins.bool
+    tty: _builtins.bool
+    protocol: _builtins.str
+    """The channel protocol the client and the apiserver agreed on, as its WebSocket
+    subprotocol: "v5.channel.k8s.io", "v4.channel.k8s.io" (exec, attach, port-forward).
+    """
+    @_builtins.property
+    def command(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Exec only: the command (not run through a shell)."""
+
+    @_builtins.property
+    def ports(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """PortForward only: the pod's ports, in the order of the client's channels."""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        name: _builtins.str = ...,
+        container: _builtins.str = ...,
+        command: _abc.Iterable[_builtins.str] | None = ...,
+        stdin: _builtins.bool = ...,
+        stdout: _builtins.bool = ...,
+        stderr: _builtins.bool = ...,
+        tty: _builtins.bool = ...,
+        protocol: _builtins.str = ...,
+        ports: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["command", b"command", "container", b"container", "name", b"name", "namespace", b"namespace", "ports", b"ports", "protocol", b"protocol", "stderr", b"stderr", "stdin", b"stdin", "stdout", b"stdout", "tty", b"tty"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamStart: _TypeAlias = StreamStart  # noqa: Y015
+
+@_typing.final
+class StreamFrame(_message.Message):
+    """One message of a streaming call. The client's first carries `start`; after that, and in
+    every kubelet message, `data` is one WebSocket message of the negotiated protocol (the
+    channel byte, then the bytes). The kubelet's first message is empty: the stream is accepted
+    (a refusal is the call's status instead).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    @_builtins.property
+    def start(self) -> Global___StreamStart: ...
+    def __init__(
+        self,
+        *,
+        start: Global___StreamStart | None = ...,
+        data: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["start", b"start"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamFrame: _TypeAlias = StreamFrame  # noqa: Y015

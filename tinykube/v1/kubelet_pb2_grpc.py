@@ -39,6 +39,21 @@ class KubeletStub:
                 request_serializer=tinykube_dot_v1_dot_kubelet__pb2.LogsRequest.SerializeToString,
                 response_deserializer=tinykube_dot_v1_dot_kubelet__pb2.LogChunk.FromString,
                 _registered_method=True)
+        self.Exec = channel.stream_stream(
+                '/tinykube.v1.Kubelet/Exec',
+                request_serializer=tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.FromString,
+                _registered_method=True)
+        self.Attach = channel.stream_stream(
+                '/tinykube.v1.Kubelet/Attach',
+                request_serializer=tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.FromString,
+                _registered_method=True)
+        self.PortForward = channel.stream_stream(
+                '/tinykube.v1.Kubelet/PortForward',
+                request_serializer=tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.FromString,
+                _registered_method=True)
 
 
 class KubeletServicer:
@@ -51,6 +66,28 @@ class KubeletServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Exec(self, request_iterator, context):
+        """Runs a command in a container (kubectl exec): stdin, stdout, stderr, the error channel
+        with the exit status and terminal resizes, as remotecommand's channels.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Attach(self, request_iterator, context):
+        """Connects to the container's own process (kubectl attach, kubectl run -it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PortForward(self, request_iterator, context):
+        """Connects the client's channels to the pod's ports (kubectl port-forward).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KubeletServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -58,6 +95,21 @@ def add_KubeletServicer_to_server(servicer, server):
                     servicer.Logs,
                     request_deserializer=tinykube_dot_v1_dot_kubelet__pb2.LogsRequest.FromString,
                     response_serializer=tinykube_dot_v1_dot_kubelet__pb2.LogChunk.SerializeToString,
+            ),
+            'Exec': grpc.stream_stream_rpc_method_handler(
+                    servicer.Exec,
+                    request_deserializer=tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.FromString,
+                    response_serializer=tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.SerializeToString,
+            ),
+            'Attach': grpc.stream_stream_rpc_method_handler(
+                    servicer.Attach,
+                    request_deserializer=tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.FromString,
+                    response_serializer=tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.SerializeToString,
+            ),
+            'PortForward': grpc.stream_stream_rpc_method_handler(
+                    servicer.PortForward,
+                    request_deserializer=tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.FromString,
+                    response_serializer=tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -87,6 +139,87 @@ class Kubelet:
             '/tinykube.v1.Kubelet/Logs',
             tinykube_dot_v1_dot_kubelet__pb2.LogsRequest.SerializeToString,
             tinykube_dot_v1_dot_kubelet__pb2.LogChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Exec(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tinykube.v1.Kubelet/Exec',
+            tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.SerializeToString,
+            tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Attach(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tinykube.v1.Kubelet/Attach',
+            tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.SerializeToString,
+            tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PortForward(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tinykube.v1.Kubelet/PortForward',
+            tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.SerializeToString,
+            tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.FromString,
             options,
             channel_credentials,
             insecure,

@@ -33,12 +33,28 @@ class KubeletStub:
     def __new__(cls, channel: _aio.Channel) -> KubeletAsyncStub: ...
     Logs: _grpc.UnaryStreamMultiCallable[_kubelet_pb2.LogsRequest, _kubelet_pb2.LogChunk]
     """A container's stdout and stderr, as the process runtime wrote them to its log file."""
+    Exec: _grpc.StreamStreamMultiCallable[_kubelet_pb2.StreamFrame, _kubelet_pb2.StreamFrame]
+    """Runs a command in a container (kubectl exec): stdin, stdout, stderr, the error channel
+    with the exit status and terminal resizes, as remotecommand's channels.
+    """
+    Attach: _grpc.StreamStreamMultiCallable[_kubelet_pb2.StreamFrame, _kubelet_pb2.StreamFrame]
+    """Connects to the container's own process (kubectl attach, kubectl run -it)."""
+    PortForward: _grpc.StreamStreamMultiCallable[_kubelet_pb2.StreamFrame, _kubelet_pb2.StreamFrame]
+    """Connects the client's channels to the pod's ports (kubectl port-forward)."""
 
 @_typing.type_check_only
 class KubeletAsyncStub(KubeletStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Logs: _aio.UnaryStreamMultiCallable[_kubelet_pb2.LogsRequest, _kubelet_pb2.LogChunk]  # type: ignore[assignment]
     """A container's stdout and stderr, as the process runtime wrote them to its log file."""
+    Exec: _aio.StreamStreamMultiCallable[_kubelet_pb2.StreamFrame, _kubelet_pb2.StreamFrame]  # type: ignore[assignment]
+    """Runs a command in a container (kubectl exec): stdin, stdout, stderr, the error channel
+    with the exit status and terminal resizes, as remotecommand's channels.
+    """
+    Attach: _aio.StreamStreamMultiCallable[_kubelet_pb2.StreamFrame, _kubelet_pb2.StreamFrame]  # type: ignore[assignment]
+    """Connects to the container's own process (kubectl attach, kubectl run -it)."""
+    PortForward: _aio.StreamStreamMultiCallable[_kubelet_pb2.StreamFrame, _kubelet_pb2.StreamFrame]  # type: ignore[assignment]
+    """Connects the client's channels to the pod's ports (kubectl port-forward)."""
 
 class KubeletServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -48,5 +64,31 @@ class KubeletServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_kubelet_pb2.LogChunk], _abc.AsyncIterator[_kubelet_pb2.LogChunk]]:
         """A container's stdout and stderr, as the process runtime wrote them to its log file."""
+
+    @_abc_1.abstractmethod
+    def Exec(
+        self,
+        request_iterator: _MaybeAsyncIterator[_kubelet_pb2.StreamFrame],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_kubelet_pb2.StreamFrame], _abc.AsyncIterator[_kubelet_pb2.StreamFrame]]:
+        """Runs a command in a container (kubectl exec): stdin, stdout, stderr, the error channel
+        with the exit status and terminal resizes, as remotecommand's channels.
+        """
+
+    @_abc_1.abstractmethod
+    def Attach(
+        self,
+        request_iterator: _MaybeAsyncIterator[_kubelet_pb2.StreamFrame],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_kubelet_pb2.StreamFrame], _abc.AsyncIterator[_kubelet_pb2.StreamFrame]]:
+        """Connects to the container's own process (kubectl attach, kubectl run -it)."""
+
+    @_abc_1.abstractmethod
+    def PortForward(
+        self,
+        request_iterator: _MaybeAsyncIterator[_kubelet_pb2.StreamFrame],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_kubelet_pb2.StreamFrame], _abc.AsyncIterator[_kubelet_pb2.StreamFrame]]:
+        """Connects the client's channels to the pod's ports (kubectl port-forward)."""
 
 def add_KubeletServicer_to_server(servicer: KubeletServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

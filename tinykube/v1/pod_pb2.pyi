@@ -592,11 +592,20 @@ class Container(_message.Message):
     READINESSPROBE_FIELD_NUMBER: _builtins.int
     STARTUPPROBE_FIELD_NUMBER: _builtins.int
     ENVFROM_FIELD_NUMBER: _builtins.int
+    STDIN_FIELD_NUMBER: _builtins.int
+    STDINONCE_FIELD_NUMBER: _builtins.int
+    TTY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     image: _builtins.str
     workingDir: _builtins.str
     imagePullPolicy: _builtins.str
     """Always, IfNotPresent, Never."""
+    stdin: _builtins.bool
+    """Keep a stdin open for the container's process, which `kubectl attach` connects to."""
+    stdinOnce: _builtins.bool
+    """Close that stdin when the first attach ends (the process then reads EOF)."""
+    tty: _builtins.bool
+    """Give the container's process a terminal (also asked for by stdin-attached exec/attach)."""
     @_builtins.property
     def command(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -639,10 +648,13 @@ class Container(_message.Message):
         readinessProbe: Global___Probe | None = ...,
         startupProbe: Global___Probe | None = ...,
         envFrom: _abc.Iterable[Global___EnvFromSource] | None = ...,
+        stdin: _builtins.bool = ...,
+        stdinOnce: _builtins.bool = ...,
+        tty: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["livenessProbe", b"livenessProbe", "readinessProbe", b"readinessProbe", "resources", b"resources", "startupProbe", b"startupProbe"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "env", b"env", "envFrom", b"envFrom", "image", b"image", "imagePullPolicy", b"imagePullPolicy", "livenessProbe", b"livenessProbe", "name", b"name", "ports", b"ports", "readinessProbe", b"readinessProbe", "resources", b"resources", "startupProbe", b"startupProbe", "workingDir", b"workingDir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "env", b"env", "envFrom", b"envFrom", "image", b"image", "imagePullPolicy", b"imagePullPolicy", "livenessProbe", b"livenessProbe", "name", b"name", "ports", b"ports", "readinessProbe", b"readinessProbe", "resources", b"resources", "startupProbe", b"startupProbe", "stdin", b"stdin", "stdinOnce", b"stdinOnce", "tty", b"tty", "workingDir", b"workingDir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

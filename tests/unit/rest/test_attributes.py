@@ -32,12 +32,21 @@ def route(group: str, plural: str, sub: str, namespaced: bool) -> None:
     rows: list[tuple[str, str, dict[str, str], Attributes]]
     if sub:
         one = f"{base}/x/{sub}"
+        # A GET of a pod's stream (a WebSocket upgrade) is authorized as create, as kube's.
+        streaming = plural == "pods" and sub in ("exec", "attach", "portforward")
         rows = [
             (
                 "GET",
                 one,
                 {},
-                a("get", plural, group, subresource=sub, namespace=own, name="x"),
+                a(
+                    "create" if streaming else "get",
+                    plural,
+                    group,
+                    subresource=sub,
+                    namespace=own,
+                    name="x",
+                ),
             ),
             (
                 "PUT",

@@ -1,0 +1,293 @@
+"""pods/exec, pods/attach and pods/portforward: a client's WebSocket relayed to the kubelet.
+
+As kube-apiserver's ExecREST/AttachREST/PortForwardREST, the apiserver checks the request (the
+pod, the container, the options), finds the pod's kubelet and hands the stream over; here the
+kubelet's side is its `Exec`/`Attach`/`PortForward` bidirectional gRPC calls (kubelet.proto),
+reached like pods/log's (apiserver/podlogs.py: the node's address and kubelet port, the
+apiserver's kubelet-client certificate, the kubelet's serving certificate checked for the node's
+name). The WebSocket upgrade happens only once the kubelet has accepted the stream, so its
+refusals (`container not found ("x")`) are plain HTTP errors, which kubectl prints after
+"unable to upgrade connection: ".
+
+Protocols (tinykube/remotecommand.py): exec and attach speak `v5.channel.k8s.io` or
+`v4.channel.k8s.io`, port-forward kubectl's SPDY/3.1 tunnel (apiserver/portforward.py) or
+`v4.channel.k8s.io` (the Python client's); the client's first
+offered one that the server speaks is chosen. Each WebSocket message goes to the kubelet as one
+frame and back, unchanged. A request that is not a WebSocket upgrade (kubectl's SPDY/3.1
+fallback) is a 400 naming what is served. Closing either side ends the other: a client that
+goes away cancels the kubelet call, which ends the exec'd process.
+
+Concurrency: one coroutine per stream and one helper task relaying the client's messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import cast
+
+import grpc
+from aiohttp import WSMsgType, web
+
+from apiserver.podlogs import KubeletUnreachableError, kubelet_address
+from apiserver.portforward import TUNNEL_PROTOCOL, Call, SpdyTunnel
+from tinykube import remotecommand as rc
+from tinykube.errors import BadRequestError, NotFoundError, from_rpc_error, from_status
+from tinykube.serving import CHANNEL_OPTIONS
+from tinykube.tls import PLAINTEXT, Credentials
+from tinykube.v1 import kubelet_pb2, kubelet_pb2_grpc, node_pb2, pod_pb2
+
+log = logging.getLogger(__name__)
+
+GetPod = Callable[[str, str], Awaitable[pod_pb2.Pod]]
+GetNode = Callable[[str], Awaitable[node_pb2.Node]]
+
+# How long the kubelet may take to accept a stream.
+ACCEPT_TIMEOUT = 30.0
+MAX_MESSAGE = 4 * 1024 * 1024
+_UNREACHABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNKNOWN}
+)
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """PodExecOptions, PodAttachOptions or PodPortForwardOptions from the query string."""
+
+    container: str = ""
+    command: Sequence[str] = ()
+    stdin: bool = False
+    stdout: bool = False
+    stderr: bool = False
+    tty: bool = False
+    ports: Sequence[int] = field(default_factory=tuple)
+
+
+def pick_container(pod: pod_pb2.Pod, container: str) -> pod_pb2.Container:
+    """The container by kube-apiserver's rules (one container may go unnamed)."""
+    name = pod.metadata.name
+    if not container:
+        names = [c.name for c in pod.spec.containers]
+        if len(names) == 1:
+            return pod.spec.containers[0]
+        raise BadRequestError(
+            f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]"
+        )
+    for c in pod.spec.containers:
+        if c.name == container:
+            return c
+    raise BadRequestError(f"container {container} is not valid for pod {name}")
+
+
+def check_running(pod: pod_pb2.Pod, container: str) -> None:
+    """What the kubelet would answer for a container that is not running, as the pod's status
+    tells it (so that kubectl's SPDY retry after a refused WebSocket hears the same)."""
+    if pod.status.phase in ("Succeeded", "Failed"):
+        raise BadRequestError(
+            f"cannot exec into a container in a completed pod; current phase is {pod.status.phase}"
+        )
+    status = next((s for s in pod.status.containerStatuses if s.name == container), None)
+    if status is None or not status.state.HasField("running"):
+        raise NotFoundError(f'container not found ("{container}")')
+
+
+def check_options(kind: str, options: StreamOptions) -> None:
+    """kube's checks of exec and attach options (400s in its words)."""
+    if kind == "exec" and not options.command:
+        raise BadRequestError("you must specify at least 1 command")
+    if kind in ("exec", "attach") and not (options.stdin or options.stdout or options.stderr):
+        raise BadRequestError("you must specify at least 1 of stdin, stdout, stderr")
+
+
+class PodStreams:
+    """Checks a streaming request, opens the kubelet's call and relays the WebSocket."""
+
+    def __init__(
+        self, get_pod: GetPod, get_node: GetNode, credentials: Credentials = PLAINTEXT
+    ) -> None:
+        self.get_pod = get_pod
+        self.get_node = get_node
+        self.credentials = credentials
+
+    async def serve(
+        self,
+        request: web.Request,
+        kind: str,
+        namespace: str,
+        name: str,
+        options: StreamOptions,
+    ) -> web.StreamResponse:
+        pod = await self.get_pod(namespace, name)
+        check_options(kind, options)
+        container = None if kind == "portforward" else pick_container(pod, options.container)
+        if not pod.spec.nodeName:
+            raise BadRequestError(f"pod {name} does not have a host assigned")
+        if container is not None:
+            check_running(pod, container.name)
+        protocols = (
+            (TUNNEL_PROTOCOL, *rc.PORT_FORWARD_PROTOCOLS)
+            if kind == "portforward"
+            else rc.EXEC_PROTOCOLS
+        )
+        ws = web.WebSocketResponse(
+            protocols=protocols, autoping=True, compress=False, max_msg_size=MAX_MESSAGE
+        )
+        ready = ws.can_prepare(request)
+        if not ready.ok:
+            raise BadRequestError(
+                f"pods/{kind} is served over WebSockets only (an Upgrade: websocket request "
+                f"with subprotocol {' or '.join(protocols)}); SPDY/3.1 upgrades are not supported"
+            )
+        if ready.protocol is None:
+            raise BadRequestError(
+                f"none of the WebSocket subprotocols offered is served for pods/{kind}; "
+                f"offer one of: {', '.join(protocols)}"
+            )
+        if kind == "portforward" and ready.protocol != TUNNEL_PROTOCOL and not options.ports:
+            # The SPDY tunnel names its ports per stream; the channel protocol up front.
+            raise BadRequestError("at least 1 port is required (query parameter ports)")
+        node = await self.get_node(pod.spec.nodeName)
+        address = kubelet_address(node)
+        start = kubelet_pb2.StreamStart(
+            namespace=namespace,
+            name=name,
+            container=container.name if container is not None else "",
+            command=list(options.command),
+            stdin=options.stdin,
+            stdout=options.stdout,
+            stderr=options.stderr and not options.tty,
+            tty=options.tty,
+            protocol=ready.protocol,
+            ports=list(options.ports),
+        )
+        creds = self.credentials
+        if not creds.insecure:
+            creds = replace(creds, server_name=node.metadata.name)
+        async with creds.channel(address, CHANNEL_OPTIONS) as channel:
+            stub = kubelet_pb2_grpc.KubeletStub(channel)
+            if ready.protocol == TUNNEL_PROTOCOL:
+                return await self._tunnel(request, ws, stub, start, node.metadata.name, address)
+            method = {"exec": stub.Exec, "attach": stub.Attach, "portforward": stub.PortForward}
+            call = method[kind]()
+            try:
+                await self._accept(call, start, node.metadata.name, address)
+                await ws.prepare(request)
+                await self._relay(ws, call)
+            finally:
+                call.cancel()
+        return ws
+
+    async def _tunnel(
+        self,
+        request: web.Request,
+        ws: web.WebSocketResponse,
+        stub: kubelet_pb2_grpc.KubeletStub,
+        start: kubelet_pb2.StreamStart,
+        node: str,
+        address: str,
+    ) -> web.WebSocketResponse:
+        """kubectl's SPDY tunnel: one kubelet call per forwarded connection."""
+
+        async def open_call(port: int) -> Call:
+            one = kubelet_pb2.StreamStart()
+            one.CopyFrom(start)
+            one.protocol = rc.V4
+            del one.ports[:]
+            one.ports.append(port)
+            call = cast(Call, stub.PortForward())  # type: ignore[call-arg]
+            try:
+                await self._accept(call, one, node, address)
+            except BaseException:
+                call.cancel()
+                raise
+            return call
+
+        await ws.prepare(request)
+        try:
+            await SpdyTunnel(ws, open_call).run()
+        finally:
+            with contextlib.suppress(Exception):
+                await ws.close()
+        return ws
+
+    async def _accept(
+        self,
+        call: grpc.aio.StreamStreamCall[kubelet_pb2.StreamFrame, kubelet_pb2.StreamFrame],
+        start: kubelet_pb2.StreamStart,
+        node: str,
+        address: str,
+    ) -> None:
+        try:
+            await call.write(kubelet_pb2.StreamFrame(start=start))
+            first = await asyncio.wait_for(call.read(), ACCEPT_TIMEOUT)
+        except (grpc.RpcError, TimeoutError) as exc:
+            first = None
+            if isinstance(exc, TimeoutError):
+                raise KubeletUnreachableError(
+                    f"error talking to the kubelet of node {node} at {address}: no answer"
+                ) from exc
+            raise self._error(exc, node, address) from exc
+        if first is grpc.aio.EOF or first is None:
+            code = await call.code()
+            details = await call.details()
+            if code in _UNREACHABLE:
+                raise KubeletUnreachableError(
+                    f"error talking to the kubelet of node {node} at {address}: {details}"
+                )
+            raise from_status(code, details or code.name)
+
+    @staticmethod
+    def _error(exc: grpc.RpcError, node: str, address: str) -> Exception:
+        code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+        if code in _UNREACHABLE:
+            details = exc.details() if hasattr(exc, "details") else str(exc)
+            return KubeletUnreachableError(
+                f"error talking to the kubelet of node {node} at {address}: {details}"
+            )
+        return from_rpc_error(exc)
+
+    async def _relay(
+        self,
+        ws: web.WebSocketResponse,
+        call: grpc.aio.StreamStreamCall[kubelet_pb2.StreamFrame, kubelet_pb2.StreamFrame],
+    ) -> None:
+        async def upstream() -> None:
+            """The client's messages to the kubelet; its close ends our side of the call."""
+            try:
+                async for msg in ws:
+                    if msg.type == WSMsgType.BINARY:
+                        data = msg.data
+                    elif msg.type == WSMsgType.TEXT:
+                        data = msg.data.encode()
+                    else:
+                        continue
+                    await call.write(kubelet_pb2.StreamFrame(data=data))
+            except (grpc.RpcError, asyncio.InvalidStateError, ConnectionError):
+                return
+            # The client is gone: the kubelet call ends (and with it the process).
+            call.cancel()
+
+        up = asyncio.ensure_future(upstream())
+        try:
+            while True:
+                try:
+                    msg = await call.read()
+                except grpc.RpcError:
+                    break
+                if msg is grpc.aio.EOF or not isinstance(msg, kubelet_pb2.StreamFrame):
+                    break
+                if ws.closed:
+                    break
+                try:
+                    await ws.send_bytes(msg.data)
+                except ConnectionError:
+                    break
+        finally:
+            up.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await up
+            with contextlib.suppress(Exception):
+                await ws.close()
