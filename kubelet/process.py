@@ -101,6 +101,27 @@ def proc_start_time(pid: int) -> str | None:
     return fields[19]
 
 
+def live_group_members(pgid: int) -> list[int]:
+    """Pids of the processes of process group `pgid` that have not exited (zombies excluded)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+# How long a stopped container's processes may take to die of SIGKILL: the signal is delivered
+# when each is next scheduled, which on a loaded machine is not at once.
+KILL_SETTLE_SECONDS = 5.0
+
+
 class ProcessRuntime(KubeRuntime):
     def __init__(
         self,
@@ -364,6 +385,13 @@ class ProcessRuntime(KubeRuntime):
             self._exited_at.pop(crec.pid, None)
             if child is not None:
                 await asyncio.to_thread(child.wait)
+            # Stopped means every process of the container is gone, as a CRI StopContainer
+            # returns once its cgroup is empty: SIGKILL reaches the group's members when each
+            # is next scheduled, not when killpg returns.
+            for _ in range(int(KILL_SETTLE_SECONDS / 0.01)):  # real processes, real time
+                if not live_group_members(crec.pid):
+                    break
+                await asyncio.sleep(0.01)
             crec.state = TERMINATED
             crec.terminated = Termination(
                 exit_code=137 if grace_seconds <= 0 else 143,

@@ -13,7 +13,7 @@ import pytest
 
 from kubelet.crilog import LogFormatError, parse_record, writer_active
 from kubelet.envvars import EnvSources
-from kubelet.process import LOG_DRAIN_WAIT, ProcessRuntime, proc_start_time
+from kubelet.process import LOG_DRAIN_WAIT, ProcessRuntime, live_group_members, proc_start_time
 from kubelet.runtime import RUNNING, TERMINATED, WAITING, PodRecord, build_pod_status
 from tests.unit.controller.fakes import FakeResource
 from tinykube.clock import Clock, FakeClock
@@ -210,22 +210,6 @@ async def test_kill_escalates_to_sigkill_after_the_grace_period(tmp_path: Path) 
     await rt.kill_pod("u7", 0.3)
     assert proc_start_time(pid) is None
     assert not live_group_members(pid), "a process of the container survived"
-
-
-def live_group_members(pgid: int) -> list[int]:
-    """Pids of non-zombie processes in process group `pgid`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            found.append(int(entry.name))
-    return found
 
 
 def with_init(uid: str, init_cmd: list[str], policy: str = "Always") -> pod_pb2.Pod:
