@@ -32,17 +32,22 @@ from tinykube.v1 import service_pb2
 DEFAULT_CLUSTER_IP_RANGE = "127.100.0.0/16"
 DEFAULT_NODE_PORT_RANGE = "30000-32767"
 _ATTEMPTS = 16
-LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
+_THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")
 
 
 def parse_ip_range(text: str) -> ipaddress.IPv4Network:
-    """A CIDR inside 127.0.0.0/8 (so every address is local on Linux without iptables)."""
+    """An IPv4 CIDR of at least a /30. The default lies inside 127.0.0.0/8 (every address is
+    local on Linux, what the process runtime's user-space proxy listens on); a range outside
+    loopback (kube's 10.96.0.0/12, given by `tinykube up --runtime containerd`) is served by the
+    proxy's nftables mode, which DNATs it inside pods' network namespaces too."""
     try:
         net = ipaddress.ip_network(text.strip(), strict=True)
     except ValueError as exc:
         raise ValueError(f"invalid service cluster IP range {text!r}: {exc}") from None
-    if not isinstance(net, ipaddress.IPv4Network) or not net.subnet_of(LOOPBACK):
-        raise ValueError(f"service cluster IP range {text!r} must lie inside 127.0.0.0/8")
+    if not isinstance(net, ipaddress.IPv4Network):
+        raise ValueError(f"service cluster IP range {text!r} must be an IPv4 CIDR")
+    if net.is_multicast or net.is_unspecified or net.subnet_of(_THIS_NETWORK):
+        raise ValueError(f"service cluster IP range {text!r} is not a unicast range")
     if net.num_addresses < 4:
         raise ValueError(f"service cluster IP range {text!r} is too small (at least a /30)")
     return net

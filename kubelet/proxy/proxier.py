@@ -87,7 +87,9 @@ def group_slices(slices: Iterable[endpointslice_pb2.EndpointSlice]) -> dict[str,
     return grouped
 
 
-def ready_endpoints(slices: Slices | None, port_name: str) -> list[Endpoint]:
+def ready_endpoints(
+    slices: Slices | None, port_name: str, *, protocol: str = "TCP"
+) -> list[Endpoint]:
     """The (ip, port) pairs one service port sends to: the ready endpoints, or when none is
     ready the serving terminating ones, in slice order, each pair once."""
     ready: list[Endpoint] = []
@@ -97,7 +99,7 @@ def ready_endpoints(slices: Slices | None, port_name: str) -> list[Endpoint]:
         if eps.addressType != "IPv4":
             continue
         for p in eps.ports:
-            if p.name != port_name or (p.protocol or "TCP") != "TCP" or not p.HasField("port"):
+            if p.name != port_name or (p.protocol or "TCP") != protocol or not p.HasField("port"):
                 continue
             for e in eps.endpoints:
                 if not e.addresses:
@@ -188,6 +190,8 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 
 
 class Proxier:
+    mode = "userspace"
+
     def __init__(
         self,
         metrics: Metrics,

@@ -153,7 +153,8 @@ async def test_no_duplicates_under_concurrency() -> None:
 
 def test_range_flags_are_checked() -> None:
     assert str(parse_ip_range("127.100.0.0/16")) == "127.100.0.0/16"
-    for bad in ("10.0.0.0/16", "127.100.0.1/16", "nope", "127.0.0.0/31"):
+    assert str(parse_ip_range("10.96.0.0/12")) == "10.96.0.0/12"  # the nftables mode's range
+    for bad in ("0.0.0.0/8", "224.0.0.0/8", "127.100.0.1/16", "nope", "127.0.0.0/31", "fd00::/64"):
         with pytest.raises(ValueError):
             parse_ip_range(bad)
     assert parse_port_range("30000-32767") == (30000, 32767)
