@@ -25,7 +25,14 @@ import pytest
 from tests.e2e.conftest import READY_LINE, processes_in, tinykube_command, venv_bin
 from tests.e2e.crisupport import cri_prerequisites
 from tests.e2e.waiting import eventually
-from tinykube.containerd import FORWARD, ContainerdPaths, iptables_chains
+from tinykube.containerd import (
+    FORWARD,
+    PROXY_TABLE_PREFIX,
+    SERVICE_CIDR,
+    ContainerdPaths,
+    iptables_chains,
+    nft_tables,
+)
 from tinykube.cri.v1 import cri_pb2 as cri
 from tinykube.cri.v1 import cri_pb2_grpc as cri_grpc
 
@@ -64,6 +71,7 @@ def _leftovers(data: Path, chains: set[tuple[str, str]], forward: str) -> list[s
     left += [f"socket dir {p}" for p in Path("/tmp").glob("tkctd-*")]
     left += [f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob("*/tinykube")]
     left += [f"chain {c}" for c in iptables_chains() - chains if c[1].startswith("CNI-")]
+    left += [f"nft table {t}" for t in nft_tables() if t.startswith(PROXY_TABLE_PREFIX)]
     if FORWARD.read_text().strip() != forward:
         left.append("net.ipv4.ip_forward changed")
     return left
@@ -163,6 +171,27 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
 
         seen = await eventually(answers, 120)
         assert seen <= names, (seen, names)
+        # From inside a pod's network namespace too: the proxies' nftables DNAT (the cluster
+        # IP is in 10.96.0.0/12, not loopback).
+        assert ipaddress.IPv4Address(ip) in ipaddress.IPv4Network(SERVICE_CIDR)
+        from_pod: set[str] = set()
+        with grpc.insecure_channel(f"unix:{sock}") as channel:
+            for _ in range(30):
+                got = cri_grpc.RuntimeServiceStub(channel).ExecSync(
+                    cri.ExecSyncRequest(
+                        container_id=container_id,
+                        cmd=[
+                            "wget",
+                            "-qO-",
+                            f"http://{ip}:8080/",
+                        ],  # -T segfaults Debian 12 busybox
+                        timeout=30,
+                    ),
+                    timeout=60,
+                )
+                assert got.exit_code == 0, (got.stdout, got.stderr)
+                from_pod.add(got.stdout.decode().strip())
+        assert len(from_pod) >= 2 and from_pod <= names, (from_pod, names)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
