@@ -35,6 +35,14 @@ _ATTEMPTS = 16
 _THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")
 
 
+# A headless Service's clusterIP: no address is allocated (DNS answers with its pods' IPs).
+HEADLESS = "None"
+
+
+def _allocated(cluster_ip: str) -> bool:
+    return bool(cluster_ip) and cluster_ip != HEADLESS
+
+
 def parse_ip_range(text: str) -> ipaddress.IPv4Network:
     """An IPv4 CIDR of at least a /30. The default lies inside 127.0.0.0/8 (every address is
     local on Linux, what the process runtime's user-space proxy listens on); a range outside
@@ -119,7 +127,7 @@ class ServiceAllocator:
 
     def keys_of(self, spec: service_pb2.ServiceSpec) -> list[bytes]:
         """Every claim key a stored Service holds (released when it is deleted)."""
-        keys = [self.ip_key(spec.clusterIP)] if spec.clusterIP else []
+        keys = [self.ip_key(spec.clusterIP)] if _allocated(spec.clusterIP) else []
         keys += [self.port_key(p.nodePort) for p in spec.ports if p.nodePort]
         return keys
 
@@ -128,7 +136,7 @@ class ServiceAllocator:
     def validate(self, spec: service_pb2.ServiceSpec) -> list[FieldError]:
         """Requested values outside the configured ranges (format errors included)."""
         errs: list[FieldError] = []
-        if spec.clusterIP:
+        if _allocated(spec.clusterIP):
             try:
                 ip = ipaddress.ip_address(spec.clusterIP)
             except ValueError:
@@ -185,7 +193,7 @@ class ServiceAllocator:
         for key in wanted:
             if key not in held:
                 out.claims.append((key, owner.encode()))
-        if new.clusterIP:
+        if _allocated(new.clusterIP):
             out.requested[self.ip_key(new.clusterIP)] = ("spec.clusterIP", new.clusterIP)
         for i, p in enumerate(new.ports):
             if p.nodePort:
@@ -245,12 +253,15 @@ class ServiceAllocator:
     async def fill(self, spec: service_pb2.ServiceSpec, avoid: set[bytes]) -> None:
         """Give `spec` a cluster IP and nodePorts (NodePort services) where unset, avoiding
         keys that lost a race on an earlier attempt."""
-        if not spec.clusterIP:
+        if spec.clusterIP == HEADLESS:
+            spec.clusterIPs[:] = [HEADLESS]
+        elif not spec.clusterIP:
             avoid_ips = {
                 k[len(self.ip_prefix) :].decode() for k in avoid if k.startswith(self.ip_prefix)
             }
             spec.clusterIP = await self._pick_ip(avoid_ips)
-        spec.clusterIPs[:] = [spec.clusterIP]
+        if spec.clusterIP != HEADLESS:
+            spec.clusterIPs[:] = [spec.clusterIP]
         if spec.type == "NodePort":
             taken_here = {p.nodePort for p in spec.ports if p.nodePort}
             avoid_ports = {

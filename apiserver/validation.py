@@ -1567,7 +1567,7 @@ SESSION_AFFINITIES = ("ClientIP", "None")
 IP_FAMILY_POLICIES = ("SingleStack",)
 IP_FAMILIES = ("IPv4",)
 TRAFFIC_POLICIES = ("Cluster", "Local")
-SERVICE_PROTOCOLS = ("TCP",)
+SERVICE_PROTOCOLS = ("TCP", "UDP", "SCTP")
 _IANA_SVC_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
 
 
@@ -1584,6 +1584,10 @@ def validate_service(svc: service_pb2.Service) -> list[FieldError]:
     errs.extend(dns1123_label("metadata.name", svc.metadata.name) if svc.metadata.name else [])
     if spec.type not in SERVICE_TYPES:
         errs.append(unsupported("spec.type", spec.type, SERVICE_TYPES))
+    if spec.clusterIP == "None" and spec.type == "NodePort":
+        errs.append(
+            invalid("spec.clusterIP", "None", "may not be set to 'None' for NodePort services")
+        )
     for path, value, allowed in (
         ("spec.sessionAffinity", spec.sessionAffinity, SESSION_AFFINITIES),
         ("spec.ipFamilyPolicy", spec.ipFamilyPolicy, IP_FAMILY_POLICIES),

@@ -161,3 +161,29 @@ def test_range_flags_are_checked() -> None:
     for bad in ("1-0", "x", "0-5", "30000-70000"):
         with pytest.raises(ValueError):
             parse_port_range(bad)
+
+
+async def test_headless_service_gets_no_address() -> None:
+    store = MemStore()
+    alloc = allocator(store)
+    headless = await create(alloc, store, "h", spec(ip="None"))
+    assert headless.clusterIP == "None" and list(headless.clusterIPs) == ["None"]
+    assert alloc.keys_of(headless) == [] and alloc.validate(headless) == []
+    # two headless Services claim nothing between them
+    await create(alloc, store, "h2", spec(ip="None"))
+
+
+def test_headless_and_udp_validation() -> None:
+    from apiserver.validation import validate_service
+
+    svc = service_pb2.Service()
+    svc.metadata.name = "dns"
+    svc.spec.CopyFrom(spec(ip="None"))
+    svc.spec.ports[0].protocol = "UDP"
+    svc.spec.sessionAffinity = "None"  # the defaults the apiserver fills in
+    svc.spec.internalTrafficPolicy = "Cluster"
+    svc.spec.ipFamilyPolicy = "SingleStack"
+    assert validate_service(svc) == []
+    svc.spec.type = "NodePort"
+    errs = [str(e) for e in validate_service(svc)]
+    assert any("may not be set to 'None' for NodePort services" in e for e in errs), errs
