@@ -28,6 +28,7 @@ import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 CNI_BIN_DIR = "/usr/lib/cni"
 BUSYBOX = "/bin/busybox"
@@ -436,6 +437,8 @@ CLUSTER_CIDR = "10.244.0.0/16"
 # Services' cluster IPs under the containerd runtime (kube's default range): outside loopback,
 # so pods reach them from their own network namespaces through the proxies' nftables DNAT.
 SERVICE_CIDR = "10.96.0.0/12"
+# kube's well-known cluster DNS address: the tenth of the service range.
+KUBE_DNS_IP = "10.96.0.10"
 # Each node proxy's nftables table (several nodes share this machine's kernel).
 PROXY_TABLE_PREFIX = "tinykube-proxy-"
 # The walkthrough's image, built and imported into every node's containerd by `tinykube up
@@ -528,10 +531,29 @@ class NodeRuntimes:
             # kube-proxy's nftables mode, masquerading all cluster-IP traffic (kube's
             # --masquerade-all): replies between pods on one bridge then come back through the
             # host's conntrack without br_netfilter, which this machine's sysctls may lack.
+            args[f"kubelet-{node}"] += ["--cluster-dns", KUBE_DNS_IP]
             args[f"proxy-{node}"] = [
                 "--proxy-mode", "nftables", "--nft-table", f"{PROXY_TABLE_PREFIX}{node}",
             ]  # fmt: skip
         return args
+
+    def dns_address(self) -> str:
+        """host:port the cluster DNS listens on: a free port on the address this host sends
+        from (pods reach it through kube-dns's cluster IP, DNATed there by the proxies)."""
+        out = subprocess.run(
+            ["ip", "-4", "route", "get", KUBE_DNS_IP], capture_output=True, text=True, check=False
+        ).stdout.split()
+        host = out[out.index("src") + 1] if "src" in out else ""
+        if not host or host.startswith("127."):
+            raise RuntimeError(
+                "cluster DNS: no non-loopback address to serve pods from (no route to "
+                f"{KUBE_DNS_IP}: give this machine a default route)"
+            )
+        import socket
+
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind((host, 0))
+            return f"{host}:{s.getsockname()[1]}"
 
     def stop(self) -> None:
         if self.registry is not None:
@@ -559,6 +581,52 @@ class NodeRuntimes:
                 subprocess.run(
                     ["nft", "delete", "table", "ip", table], capture_output=True, check=False
                 )
+
+
+async def publish_dns(client: Any, address: str) -> None:
+    """The kube-dns Service in kube-system at KUBE_DNS_IP (ports dns/UDP and dns-tcp/TCP 53)
+    and, as it has no selector, its EndpointSlice naming the DNS process's address."""
+    from google.protobuf import json_format
+
+    from tinykube.v1 import endpointslice_pb2, service_pb2
+
+    host, port = address.rsplit(":", 1)
+    ports = [("dns", "UDP"), ("dns-tcp", "TCP")]
+    svc = json_format.ParseDict(
+        {
+            "metadata": {
+                "name": "kube-dns",
+                "namespace": "kube-system",
+                "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"},
+            },
+            "spec": {
+                "clusterIP": KUBE_DNS_IP,
+                "ports": [
+                    {"name": n, "protocol": p, "port": 53, "targetPort": int(port)}
+                    for n, p in ports
+                ],
+            },
+        },
+        service_pb2.Service(),
+    )
+    eps = json_format.ParseDict(
+        {
+            "metadata": {
+                "name": "kube-dns-host",
+                "namespace": "kube-system",
+                "labels": {
+                    "kubernetes.io/service-name": "kube-dns",
+                    "endpointslice.kubernetes.io/managed-by": "tinykube-up",
+                },
+            },
+            "addressType": "IPv4",
+            "ports": [{"name": n, "protocol": p, "port": int(port)} for n, p in ports],
+            "endpoints": [{"addresses": [host], "conditions": {"ready": True}}],
+        },
+        endpointslice_pb2.EndpointSlice(),
+    )
+    await client.services.create(svc)
+    await client.endpoint_slices.create(eps)
 
 
 def nft_tables() -> set[str]:

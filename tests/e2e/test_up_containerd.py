@@ -192,6 +192,29 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
                 assert got.exit_code == 0, (got.stdout, got.stderr)
                 from_pod.add(got.stdout.decode().strip())
         assert len(from_pod) >= 2 and from_pod <= names, (from_pod, names)
+        # By name: the pod's resolv.conf names kube-dns (10.96.0.10), the cluster DNS answers
+        # with the Service's cluster IP, and the request reaches the pods.
+        by_name: set[str] = set()
+        with grpc.insecure_channel(f"unix:{sock}") as channel:
+            stub = cri_grpc.RuntimeServiceStub(channel)
+
+            def run(*cmd: str) -> str:
+                got = stub.ExecSync(
+                    cri.ExecSyncRequest(container_id=container_id, cmd=list(cmd), timeout=30),
+                    timeout=60,
+                )
+                assert got.exit_code == 0, (cmd, got.stdout, got.stderr)
+                return got.stdout.decode()
+
+            conf = run("cat", "/etc/resolv.conf")
+            assert "nameserver 10.96.0.10" in conf, conf
+            assert "search web.svc.cluster.local svc.cluster.local cluster.local" in conf, conf
+            assert "ndots:5" in conf, conf
+            looked_up = run("nslookup", "web.web.svc.cluster.local")
+            assert ip in looked_up, looked_up
+            for _ in range(30):
+                by_name.add(run("wget", "-qO-", "http://web:8080/").strip())
+        assert len(by_name) >= 2 and by_name <= names, (by_name, names)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
