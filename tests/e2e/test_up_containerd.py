@@ -15,6 +15,7 @@ import queue
 import signal
 import subprocess
 import threading
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -214,7 +215,49 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
             assert ip in looked_up, looked_up
             for _ in range(30):
                 by_name.add(run("wget", "-qO-", "http://web:8080/").strip())
-        assert len(by_name) >= 2 and by_name <= names, (by_name, names)
+            assert len(by_name) >= 2 and by_name <= names, (by_name, names)
+            # A headless Service resolves to its ready pods' IPs.
+            kubectl(
+                "expose", "deployment", "web", "--name", "direct", "--port", "8080",
+                "--cluster-ip", "None", "-n", "web",
+            )  # fmt: skip
+
+            def headless() -> set[str] | None:
+                got = stub.ExecSync(
+                    cri.ExecSyncRequest(
+                        container_id=container_id,
+                        cmd=["nslookup", "direct.web.svc.cluster.local"],
+                        timeout=30,
+                    ),
+                    timeout=60,
+                )
+                if got.exit_code != 0:  # NXDOMAIN until the DNS's informers see it
+                    return None
+                out = got.stdout.decode()
+                found = {ln.split()[-1] for ln in out.splitlines() if ln.startswith("Address")}
+                return found if ips <= found else None
+
+            found = await eventually(lambda: asyncio.to_thread(headless), 60)
+            assert ip not in found
+            # Scaled to 0: the Service refuses at once; back to 4 it answers again.
+            kubectl("scale", "deployment", "web", "--replicas=0", "-n", "web")
+
+            def refused() -> bool | None:
+                # the pods are gone (the one above too): asked from the host, the nftables
+                # table's reject answers with a reset at once
+                try:
+                    _get(f"http://{ip}:8080/")
+                except ConnectionRefusedError:
+                    return True
+                except urllib.error.URLError as exc:
+                    return True if isinstance(exc.reason, ConnectionRefusedError) else None
+                except OSError:
+                    return None
+                return None
+
+            assert await eventually(lambda: asyncio.to_thread(refused), 120)
+            kubectl("scale", "deployment", "web", "--replicas=4", "-n", "web")
+            assert await eventually(answers, 180)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
