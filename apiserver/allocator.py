@@ -255,12 +255,14 @@ class ServiceAllocator:
         keys that lost a race on an earlier attempt."""
         if spec.clusterIP == HEADLESS:
             spec.clusterIPs[:] = [HEADLESS]
+        elif spec.type == "ExternalName":
+            pass  # a CNAME in cluster DNS: no address
         elif not spec.clusterIP:
             avoid_ips = {
                 k[len(self.ip_prefix) :].decode() for k in avoid if k.startswith(self.ip_prefix)
             }
             spec.clusterIP = await self._pick_ip(avoid_ips)
-        if spec.clusterIP != HEADLESS:
+        if _allocated(spec.clusterIP):
             spec.clusterIPs[:] = [spec.clusterIP]
         if spec.type == "NodePort":
             taken_here = {p.nodePort for p in spec.ports if p.nodePort}

@@ -1561,7 +1561,7 @@ def validate_lease(lease: Message) -> list[FieldError]:
     return errs
 
 
-SERVICE_TYPES = ("ClusterIP", "NodePort")
+SERVICE_TYPES = ("ClusterIP", "NodePort", "ExternalName")
 # Accepted as Kubernetes does, and recorded; the proxy treats every Service alike.
 SESSION_AFFINITIES = ("ClientIP", "None")
 IP_FAMILY_POLICIES = ("SingleStack",)
@@ -1584,6 +1584,13 @@ def validate_service(svc: service_pb2.Service) -> list[FieldError]:
     errs.extend(dns1123_label("metadata.name", svc.metadata.name) if svc.metadata.name else [])
     if spec.type not in SERVICE_TYPES:
         errs.append(unsupported("spec.type", spec.type, SERVICE_TYPES))
+    if spec.type == "ExternalName":
+        if not spec.externalName:
+            errs.append(required("spec.externalName"))
+        else:
+            errs.extend(dns1123_subdomain("spec.externalName", spec.externalName.rstrip(".")))
+        if spec.clusterIP and spec.clusterIP != "None":
+            errs.append(forbidden("spec.clusterIPs", "may not be set for ExternalName services"))
     if spec.clusterIP == "None" and spec.type == "NodePort":
         errs.append(
             invalid("spec.clusterIP", "None", "may not be set to 'None' for NodePort services")
@@ -1602,8 +1609,8 @@ def validate_service(svc: service_pb2.Service) -> list[FieldError]:
     for i, family in enumerate(spec.ipFamilies):
         if family not in IP_FAMILIES:
             errs.append(unsupported(f"spec.ipFamilies[{i}]", family, IP_FAMILIES))
-    if not spec.ports:
-        errs.append(required("spec.ports"))
+    if not spec.ports and spec.clusterIP != "None" and spec.type != "ExternalName":
+        errs.append(required("spec.ports"))  # headless and ExternalName Services need none
     names: set[str] = set()
     ports: set[tuple[int, str]] = set()
     for i, p in enumerate(spec.ports):

@@ -65,7 +65,7 @@ class ClusterRecords:
             rec.namespaces.add(ns)
             fqdn = f"{name}.{ns}.svc.{domain}"
             if spec.type == "ExternalName":
-                target = getattr(spec, "externalName", "")
+                target = spec.externalName
                 if target:
                     rec.add(fqdn, "CNAME", target.rstrip(".") + ".")
                 continue
@@ -73,7 +73,7 @@ class ClusterRecords:
             if not headless:
                 rec.add(fqdn, "A", spec.clusterIP)
                 rec.add(_reverse(spec.clusterIP), "PTR", fqdn + ".")
-            publish = bool(getattr(spec, "publishNotReadyAddresses", False))
+            publish = spec.publishNotReadyAddresses
             targets: list[tuple[str, str]] = []  # (endpoint fqdn, ip) of a headless Service
             eps_by_port: dict[str, list[tuple[str, int]]] = {}
             for eps in slices.get(f"{ns}/{name}", ()):

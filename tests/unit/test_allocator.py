@@ -187,3 +187,30 @@ def test_headless_and_udp_validation() -> None:
     svc.spec.type = "NodePort"
     errs = [str(e) for e in validate_service(svc)]
     assert any("may not be set to 'None' for NodePort services" in e for e in errs), errs
+
+
+async def test_external_name_service() -> None:
+    from apiserver.validation import validate_service
+
+    store = MemStore()
+    alloc = allocator(store)
+    s = service_pb2.ServiceSpec(type="ExternalName", externalName="smtp.example.org")
+    got = await create(alloc, store, "mail", s)
+    assert got.clusterIP == "" and list(got.clusterIPs) == [] and alloc.keys_of(got) == []
+    svc = service_pb2.Service()
+    svc.metadata.name = "mail"
+    svc.spec.CopyFrom(got)
+    svc.spec.sessionAffinity = "None"
+    svc.spec.internalTrafficPolicy = "Cluster"
+    svc.spec.ipFamilyPolicy = "SingleStack"
+    assert validate_service(svc) == []  # no ports needed
+    svc.spec.externalName = ""
+    assert [str(e) for e in validate_service(svc)] == [
+        str(e) for e in validate_service(svc) if "spec.externalName" in str(e)
+    ]
+    assert any("Required value" in str(e) for e in validate_service(svc))
+    svc.spec.externalName = "Not_A_Name"
+    assert any("spec.externalName" in str(e) for e in validate_service(svc))
+    svc.spec.externalName, svc.spec.clusterIP = "smtp.example.org", "127.100.0.3"
+    errs = [str(e) for e in validate_service(svc)]
+    assert any("may not be set for ExternalName services" in e for e in errs), errs

@@ -173,3 +173,22 @@ async def test_server_udp_tcp_and_forwarding() -> None:
     finally:
         await dead.stop()
     await asyncio.sleep(0)
+
+
+def test_external_name_is_a_cname_and_not_ready_published() -> None:
+    ext = service("mail", "shop", {"type": "ExternalName", "externalName": "smtp.example.org"})
+    db = service(
+        "db",
+        "shop",
+        {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        },
+    )
+    not_ready = [{"addresses": ["10.244.2.9"], "conditions": {"ready": False}}]
+    rec = ClusterRecords.build([ext, db], {"shop/db": [eps("db", "shop", not_ready)]})
+    reply = ask(rec, "mail.shop.svc.cluster.local.")
+    assert reply.answer[0].rdtype == dns.rdatatype.CNAME
+    assert texts(reply) == ["smtp.example.org."]
+    assert texts(ask(rec, "db.shop.svc.cluster.local.")) == ["10.244.2.9"]
