@@ -131,6 +131,8 @@ def desired_state(
     backends: dict[ServicePortName, list[Endpoint]] = {}
     for svc in services:
         meta = svc.metadata
+        if svc.spec.clusterIP in ("", "None") or svc.spec.type == "ExternalName":
+            continue  # headless and ExternalName Services are DNS only
         ep = endpoints.get(f"{meta.namespace}/{meta.name}")
         for sp in svc.spec.ports:
             if (sp.protocol or "TCP") != "TCP":
