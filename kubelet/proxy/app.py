@@ -46,6 +46,7 @@ class Proxy:
                 table=settings.nft_table,
                 cluster_cidr=settings.cluster_cidr,
                 min_sync_period=settings.min_sync_period,
+                node_name=settings.node_name,
             )
         else:
             self.proxier = Proxier(

@@ -20,8 +20,10 @@ Its layout follows kube-proxy's:
   outside the cluster CIDR (or all, with no cluster CIDR known) for masquerade, then with
   `sessionAffinity: ClientIP` sends a client found in an endpoint's affinity set to that
   endpoint, and otherwise picks one with `numgen random mod N vmap { 0 : goto ..., ... }`;
-- `external-<hash>-...` for node ports: masquerade (externalTrafficPolicy Cluster), then the
-  service chain;
+- `external-<hash>-...` for node ports: externalTrafficPolicy Cluster masquerades and spreads
+  over every endpoint, Local keeps the client's address and uses this node's endpoints
+  (EndpointSlice nodeName); internalTrafficPolicy Local limits the cluster IP the same way; with
+  Local and no endpoint on this node the traffic is dropped, as kube's "no local endpoints";
 - a chain per endpoint `endpoint-<hash>-<ns>/<name>/<proto>/<port>__<ip>/<port>`: a packet from
   the endpoint itself (hairpin: a pod reaching itself through its Service) is marked for
   masquerade, the client is added to the affinity set (`update @affinity-... { ip saddr }`, the
@@ -131,8 +133,10 @@ def build_ruleset(
     endpoints: Mapping[str, Slices],
     node_ip: str,
     cluster_cidr: str = "",
+    node_name: str = "",
 ) -> Ruleset:
-    """The table for these Services and their slices (pure)."""
+    """The table for these Services and their slices (pure); `node_name` tells this node's
+    endpoints (trafficPolicy Local)."""
     rs = Ruleset(chains=_static_chains(node_ip))
     maps: dict[str, list[str]] = {name: [] for name in MAP_TYPES}
     for svc in sorted(services, key=lambda s: (s.metadata.namespace, s.metadata.name)):
@@ -144,6 +148,7 @@ def build_ruleset(
         affinity = spec.sessionAffinity == "ClientIP"
         # service.proto has no sessionAffinityConfig yet: kube's default timeout
         timeout = DEFAULT_AFFINITY_TIMEOUT
+        local = _local_addresses(endpoints.get(key), node_name)
         for sp in spec.ports:
             proto = _proto(sp.protocol)
             port_id = f"{key}/{proto}/{sp.name}"
@@ -157,36 +162,70 @@ def build_ruleset(
                         f"{proto} . {node_port} : goto reject-chain"
                     )
                 continue
-            svc_chain = f"service-{_hash(port_id)}-{port_id}"
-            rules: list[str] = []
+            # trafficPolicy Local: only this node's endpoints; none here drops the traffic
+            # (kube's "no local endpoints"), unlike no endpoints at all, which rejects
+            internal = (
+                [e for e in eps if e[0] in local] if spec.internalTrafficPolicy == "Local" else eps
+            )
+            etp_local = spec.externalTrafficPolicy == "Local"
+            external = [e for e in eps if e[0] in local] if etp_local else eps
+            chains: dict[tuple[str, int], str] = {}
+            svc_rules: list[str] = []
             masq_match = f"ip daddr {cluster_ip} {proto} dport {int(sp.port)}"
             if cluster_cidr:
-                rules.append(f"{masq_match} ip saddr != {cluster_cidr} jump mark-for-masquerade")
+                svc_rules.append(
+                    f"{masq_match} ip saddr != {cluster_cidr} jump mark-for-masquerade"
+                )
             else:
-                rules.append(f"{masq_match} jump mark-for-masquerade")
-            ep_chains: list[str] = []
-            for ip, port in eps:
+                svc_rules.append(f"{masq_match} jump mark-for-masquerade")
+            for ip, port in dict.fromkeys([*internal, *external]):
                 ep_id = f"{port_id}__{ip}/{port}"
                 ep_chain = f"endpoint-{_hash(ep_id)}-{ep_id}"
-                ep_chains.append(ep_chain)
+                chains[(ip, port)] = ep_chain
                 ep_rules = [f"ip saddr {ip} jump mark-for-masquerade"]
                 if affinity:
                     aff_set = f"affinity-{_hash(ep_id)}-{ep_id}"
                     rs.sets[aff_set] = timeout
                     ep_rules.append(f"update @{aff_set} {{ ip saddr }}")
-                    rules.append(f"ip saddr @{aff_set} goto {ep_chain}")
+                    if (ip, port) in internal:
+                        svc_rules.append(f"ip saddr @{aff_set} goto {ep_chain}")
                 ep_rules.append(f"meta l4proto {proto} dnat to {ip}:{port}")
                 rs.chains[ep_chain] = tuple(ep_rules)
-            vmap = ", ".join(f"{i} : goto {c}" for i, c in enumerate(ep_chains))
-            rules.append(f"numgen random mod {len(ep_chains)} vmap {{ {vmap} }}")
-            rs.chains[svc_chain] = tuple(rules)
-            maps["service-ips"].append(f"{ip_key} : goto {svc_chain}")
-            if node_port and node_ip:
-                ext_chain = f"external-{_hash(port_id)}-{port_id}"
-                rs.chains[ext_chain] = ("jump mark-for-masquerade", f"goto {svc_chain}")
-                maps["service-nodeports"].append(f"{proto} . {node_port} : goto {ext_chain}")
+            if internal:
+                svc_chain = f"service-{_hash(port_id)}-{port_id}"
+                svc_rules.append(_numgen([chains[e] for e in internal]))
+                rs.chains[svc_chain] = tuple(svc_rules)
+                maps["service-ips"].append(f"{ip_key} : goto {svc_chain}")
+            else:
+                maps["no-endpoint-services"].append(f"{ip_key} : drop")
+            if not (node_port and node_ip):
+                continue
+            if not external:
+                maps["no-endpoint-nodeports"].append(f"{proto} . {node_port} : drop")
+                continue
+            ext_chain = f"external-{_hash(port_id)}-{port_id}"
+            # externalTrafficPolicy Cluster masquerades (the reply must come back here);
+            # Local keeps the client's address and uses this node's endpoints only
+            ext_rules = [] if etp_local else ["jump mark-for-masquerade"]
+            rs.chains[ext_chain] = (*ext_rules, _numgen([chains[e] for e in external]))
+            maps["service-nodeports"].append(f"{proto} . {node_port} : goto {ext_chain}")
     rs.maps = {name: tuple(elements) for name, elements in maps.items()}
     return rs
+
+
+def _numgen(chains: Sequence[str]) -> str:
+    vmap = ", ".join(f"{i} : goto {c}" for i, c in enumerate(chains))
+    return f"numgen random mod {len(chains)} vmap {{ {vmap} }}"
+
+
+def _local_addresses(slices: Slices | None, node_name: str) -> set[str]:
+    """Addresses of the endpoints on `node_name` (EndpointSlice endpoints' nodeName)."""
+    return {
+        e.addresses[0]
+        for eps in slices or ()
+        for e in eps.endpoints
+        if e.addresses and node_name and e.nodeName == node_name
+    }
 
 
 def _q(name: str) -> str:
@@ -317,12 +356,14 @@ class NftablesProxier:
         table: str = DEFAULT_TABLE,
         cluster_cidr: str = "",
         min_sync_period: float = 1.0,
+        node_name: str = "",
     ) -> None:
         if cluster_cidr:
             ipaddress.IPv4Network(cluster_cidr)  # a bad flag fails at start, not at sync
         self.metrics = metrics
         self.table = table
         self.cluster_cidr = cluster_cidr
+        self.node_name = node_name
         self.min_sync_period = min_sync_period
         self.applied: Ruleset | None = None
         self._last_sync = 0.0
@@ -337,7 +378,7 @@ class NftablesProxier:
         if wait > 0:
             await asyncio.sleep(wait)  # changes meanwhile are read below: one transaction
         self._last_sync = time.monotonic()
-        new = build_ruleset(services, endpoints, node_ip, self.cluster_cidr)
+        new = build_ruleset(services, endpoints, node_ip, self.cluster_cidr, self.node_name)
         if self.applied is None:
             script = render_full(self.table, new)
         else:

@@ -168,3 +168,25 @@ def test_no_cluster_cidr_masquerades_all_cluster_ip_traffic() -> None:
 def test_mode_choice(mode: str, cidr: str, expected: str) -> None:
     got, why = choose_mode(Settings(node_name="n", proxy_mode=mode, cluster_cidr=cidr))
     assert got == expected and why
+
+
+def test_traffic_policy_local_uses_this_nodes_endpoints_only() -> None:
+    services, slices = fixture()
+    web = services[0]
+    web.spec.internalTrafficPolicy = "Local"
+    web.spec.externalTrafficPolicy = "Local"
+    eps = slices["default/web"][0]
+    eps.endpoints[0].nodeName = "node-1"  # 10.244.1.5
+    eps.endpoints[1].nodeName = "node-2"  # 10.244.2.7
+    rs = build_ruleset(services, slices, "192.168.1.10", "10.244.0.0/16", node_name="node-1")
+    svc_chain = next(c for c in rs.chains if c.startswith("service-") and "/web/" in c)
+    ext_chain = next(c for c in rs.chains if c.startswith("external-") and "/web/" in c)
+    assert rs.chains[svc_chain][-1].startswith("numgen random mod 1 vmap")
+    assert "10.244.1.5" in rs.chains[svc_chain][-1]
+    # Local external traffic keeps the client's address: no masquerade
+    assert len(rs.chains[ext_chain]) == 1 and "10.244.1.5" in rs.chains[ext_chain][0]
+    # on a node with no local endpoint: dropped (not rejected, as kube)
+    other = build_ruleset(services, slices, "192.168.1.11", "10.244.0.0/16", node_name="node-3")
+    assert "10.96.0.20 . tcp . 80 : drop" in other.maps["no-endpoint-services"]
+    assert "tcp . 30080 : drop" in other.maps["no-endpoint-nodeports"]
+    assert not [c for c in other.chains if "/web/" in c]
