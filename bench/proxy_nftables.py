@@ -48,6 +48,69 @@ def fixture(services: int, endpoints: int) -> tuple[list[Any], dict[str, list[An
     return svcs, slices
 
 
+def request_latency(requests: int) -> dict[str, float]:
+    """TCP connect + one request + reply + close, p50/p99 in ms: to a server on 10.244.0.1:8080
+    directly, and through cluster IP 10.96.0.1:80 (one endpoint: that server), loopback in this
+    namespace (the NAT's cost, not a network's)."""
+    import socket
+    import threading
+
+    for cmd in (
+        ["ip", "link", "set", "lo", "up"],
+        ["ip", "addr", "add", "10.244.0.1/32", "dev", "lo"],
+        ["ip", "route", "add", "10.96.0.0/12", "dev", "lo"],
+    ):
+        subprocess.run(cmd, check=True)
+    srv = socket.socket()
+    srv.bind(("10.244.0.1", 8080))
+    srv.listen(128)
+
+    def serve() -> None:
+        while True:
+            conn, _ = srv.accept()
+            conn.recv(64)
+            conn.sendall(b"ok")
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    def timed(host: str, port: int) -> list[float]:
+        out: list[float] = []
+        for _ in range(requests):
+            t0 = time.perf_counter()
+            with socket.create_connection((host, port), timeout=5) as c:
+                c.sendall(b"GET")
+                c.recv(64)
+            out.append((time.perf_counter() - t0) * 1000)
+        out.sort()
+        return out
+
+    svc = service_pb2.Service()
+    svc.metadata.name, svc.metadata.namespace = "lat", "bench"
+    svc.spec.clusterIP = "10.96.0.1"
+    svc.spec.ports.add(name="", port=80, protocol="TCP")
+    eps = endpointslice_pb2.EndpointSlice(addressType="IPv4")
+    eps.metadata.name, eps.metadata.namespace = "lat-x", "bench"
+    eps.metadata.labels["kubernetes.io/service-name"] = "lat"
+    eps.ports.add(name="", port=8080, protocol="TCP")
+    eps.endpoints.add(addresses=["10.244.0.1"]).conditions.ready = True
+    proxier = NftablesProxier(Metrics(), table="tinykube-proxy-latency", min_sync_period=0.0)
+    asyncio.run(proxier.sync([svc], {"bench/lat": [eps]}, ""))
+    direct = timed("10.244.0.1", 8080)
+    via = timed("10.96.0.1", 80)
+    asyncio.run(proxier.close())
+
+    def pct(xs: list[float], q: float) -> float:
+        return round(xs[min(len(xs) - 1, int(len(xs) * q))], 3)
+
+    return {
+        "direct_p50_ms": pct(direct, 0.5),
+        "direct_p99_ms": pct(direct, 0.99),
+        "cluster_ip_p50_ms": pct(via, 0.5),
+        "cluster_ip_p99_ms": pct(via, 0.99),
+    }
+
+
 async def run(services: int, endpoints: int, changes: int) -> dict[str, Any]:
     svcs, slices = fixture(services, endpoints)
     proxier = NftablesProxier(Metrics(), table="tinykube-proxy-bench", min_sync_period=0.0)
@@ -82,12 +145,16 @@ def main() -> None:
     p.add_argument("--services", type=int, default=1000)
     p.add_argument("--endpoints", type=int, default=10)
     p.add_argument("--changes", type=int, default=50)
+    p.add_argument("--requests", type=int, default=0, help="also time N requests (latency)")
     a = p.parse_args()
     if os.environ.get("TINYKUBE_BENCH_NETNS") != "1":
         env = {**os.environ, "TINYKUBE_BENCH_NETNS": "1"}
         sys.exit(subprocess.call(["unshare", "-n", sys.executable, "-m", "bench.proxy_nftables",
                                   *sys.argv[1:]], env=env))  # fmt: skip
-    print(json.dumps(asyncio.run(run(a.services, a.endpoints, a.changes))))
+    result = asyncio.run(run(a.services, a.endpoints, a.changes))
+    if a.requests:
+        result.update(request_latency(a.requests))
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
