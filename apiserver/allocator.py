@@ -37,6 +37,9 @@ _THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")
 
 # A headless Service's clusterIP: no address is allocated (DNS answers with its pods' IPs).
 HEADLESS = "None"
+# Service types that get node ports (LoadBalancer ones too, as kube's allocateLoadBalancerNodePorts
+# default).
+NODE_PORT_TYPES = ("NodePort", "LoadBalancer")
 
 
 def _allocated(cluster_ip: str) -> bool:
@@ -162,9 +165,12 @@ class ServiceAllocator:
             if not p.nodePort:
                 continue
             path = f"spec.ports[{i}].nodePort"
-            if spec.type != "NodePort":
+            if spec.type not in NODE_PORT_TYPES:
                 errs.append(
-                    FieldError(path, "Forbidden: may not be used when `type` is 'ClusterIP'")
+                    FieldError(
+                        path,
+                        f"Forbidden: may not be used when `type` is '{spec.type or 'ClusterIP'}'",
+                    )
                 )
             elif not low <= p.nodePort <= high:
                 errs.append(
@@ -264,7 +270,7 @@ class ServiceAllocator:
             spec.clusterIP = await self._pick_ip(avoid_ips)
         if _allocated(spec.clusterIP):
             spec.clusterIPs[:] = [spec.clusterIP]
-        if spec.type == "NodePort":
+        if spec.type in NODE_PORT_TYPES:
             taken_here = {p.nodePort for p in spec.ports if p.nodePort}
             avoid_ports = {
                 int(k[len(self.port_prefix) :]) for k in avoid if k.startswith(self.port_prefix)

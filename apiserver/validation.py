@@ -1561,7 +1561,7 @@ def validate_lease(lease: Message) -> list[FieldError]:
     return errs
 
 
-SERVICE_TYPES = ("ClusterIP", "NodePort", "ExternalName")
+SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
 # Accepted as Kubernetes does, and recorded; the proxy treats every Service alike.
 SESSION_AFFINITIES = ("ClientIP", "None")
 IP_FAMILY_POLICIES = ("SingleStack",)
@@ -1591,9 +1591,9 @@ def validate_service(svc: service_pb2.Service) -> list[FieldError]:
             errs.extend(dns1123_subdomain("spec.externalName", spec.externalName.rstrip(".")))
         if spec.clusterIP and spec.clusterIP != "None":
             errs.append(forbidden("spec.clusterIPs", "may not be set for ExternalName services"))
-    if spec.clusterIP == "None" and spec.type == "NodePort":
+    if spec.clusterIP == "None" and spec.type in ("NodePort", "LoadBalancer"):
         errs.append(
-            invalid("spec.clusterIP", "None", "may not be set to 'None' for NodePort services")
+            invalid("spec.clusterIP", "None", f"may not be set to 'None' for {spec.type} services")
         )
     for path, value, allowed in (
         ("spec.sessionAffinity", spec.sessionAffinity, SESSION_AFFINITIES),

@@ -149,14 +149,19 @@ def build_ruleset(
         # service.proto has no sessionAffinityConfig yet: kube's default timeout
         timeout = DEFAULT_AFFINITY_TIMEOUT
         local = _local_addresses(endpoints.get(key), node_name)
+        # status.loadBalancer.ingress IPs (set by a load balancer controller) are external
+        lb_ips = [i.ip for i in svc.status.loadBalancer.ingress if i.ip]
         for sp in spec.ports:
             proto = _proto(sp.protocol)
             port_id = f"{key}/{proto}/{sp.name}"
             eps = ready_endpoints(endpoints.get(key), sp.name, protocol=(sp.protocol or "TCP"))
             ip_key = f"{cluster_ip} . {proto} . {int(sp.port)}"
             node_port = int(sp.nodePort) if spec.type in ("NodePort", "LoadBalancer") else 0
+            lb_keys = [f"{lb} . {proto} . {int(sp.port)}" for lb in lb_ips]
             if not eps:
                 maps["no-endpoint-services"].append(f"{ip_key} : goto reject-chain")
+                for lb_key in lb_keys:
+                    maps["no-endpoint-services"].append(f"{lb_key} : goto reject-chain")
                 if node_port and node_ip:
                     maps["no-endpoint-nodeports"].append(
                         f"{proto} . {node_port} : goto reject-chain"
@@ -198,17 +203,24 @@ def build_ruleset(
                 maps["service-ips"].append(f"{ip_key} : goto {svc_chain}")
             else:
                 maps["no-endpoint-services"].append(f"{ip_key} : drop")
-            if not (node_port and node_ip):
+            with_node_port = bool(node_port and node_ip)
+            if not (with_node_port or lb_keys):
                 continue
             if not external:
-                maps["no-endpoint-nodeports"].append(f"{proto} . {node_port} : drop")
+                if with_node_port:
+                    maps["no-endpoint-nodeports"].append(f"{proto} . {node_port} : drop")
+                for lb_key in lb_keys:
+                    maps["no-endpoint-services"].append(f"{lb_key} : drop")
                 continue
             ext_chain = f"external-{_hash(port_id)}-{port_id}"
             # externalTrafficPolicy Cluster masquerades (the reply must come back here);
             # Local keeps the client's address and uses this node's endpoints only
             ext_rules = [] if etp_local else ["jump mark-for-masquerade"]
             rs.chains[ext_chain] = (*ext_rules, _numgen([chains[e] for e in external]))
-            maps["service-nodeports"].append(f"{proto} . {node_port} : goto {ext_chain}")
+            if with_node_port:
+                maps["service-nodeports"].append(f"{proto} . {node_port} : goto {ext_chain}")
+            for lb_key in lb_keys:
+                maps["service-ips"].append(f"{lb_key} : goto {ext_chain}")
     rs.maps = {name: tuple(elements) for name, elements in maps.items()}
     return rs
 

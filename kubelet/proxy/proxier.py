@@ -144,7 +144,7 @@ def desired_state(
                 continue
             if svc.spec.clusterIP:
                 routes[Listener(svc.spec.clusterIP, int(sp.port))] = spn
-            if svc.spec.type == "NodePort" and sp.nodePort and node_ip:
+            if svc.spec.type in ("NodePort", "LoadBalancer") and sp.nodePort and node_ip:
                 routes[Listener(node_ip, int(sp.nodePort))] = spn
     return routes, backends
 

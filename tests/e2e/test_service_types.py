@@ -79,3 +79,17 @@ def test_udp_port(tinykube_up: UpCluster) -> None:
     assert made.code == 0, made.err
     svc = json.loads(ok(tinykube_up.kubectl("get", "service", "dns-udp", "-o", "json")))
     assert svc["spec"]["ports"][0]["protocol"] == "UDP"
+
+
+def test_load_balancer_service_gets_node_ports_and_waits_for_an_address(
+    tinykube_up: UpCluster,
+) -> None:
+    created = tinykube_up.kubectl("create", "service", "loadbalancer", "lb", "--tcp=80:8080")
+    assert created.code == 0, created.err
+    svc = json.loads(ok(tinykube_up.kubectl("get", "service", "lb", "-o", "json")))
+    assert svc["spec"]["type"] == "LoadBalancer"
+    assert 30000 <= svc["spec"]["ports"][0]["nodePort"] <= 32767
+    assert svc["spec"]["externalTrafficPolicy"] == "Cluster"
+    row = ok(tinykube_up.kubectl("get", "service", "lb")).splitlines()[1].split()
+    # no load balancer controller assigns an address: kube shows <pending> then too
+    assert row[1] == "LoadBalancer" and row[3] == "<pending>", row

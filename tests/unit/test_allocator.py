@@ -214,3 +214,15 @@ async def test_external_name_service() -> None:
     svc.spec.externalName, svc.spec.clusterIP = "smtp.example.org", "127.100.0.3"
     errs = [str(e) for e in validate_service(svc)]
     assert any("may not be set for ExternalName services" in e for e in errs), errs
+
+
+async def test_load_balancer_services_get_node_ports() -> None:
+    store = MemStore()
+    alloc = allocator(store)
+    s = spec(node_port=True)
+    s.type = "LoadBalancer"
+    got = await create(alloc, store, "lb", s)
+    assert got.clusterIP and 30000 <= got.ports[0].nodePort <= 30004
+    cluster_ip = spec(ports=(30001,))
+    errs = [str(e) for e in alloc.validate(cluster_ip)]
+    assert errs == ["spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'"]

@@ -190,3 +190,17 @@ def test_traffic_policy_local_uses_this_nodes_endpoints_only() -> None:
     assert "10.96.0.20 . tcp . 80 : drop" in other.maps["no-endpoint-services"]
     assert "tcp . 30080 : drop" in other.maps["no-endpoint-nodeports"]
     assert not [c for c in other.chains if "/web/" in c]
+
+
+def test_load_balancer_ingress_ips_go_to_the_external_chain() -> None:
+    services, slices = fixture()
+    web = services[0]
+    web.spec.type = "LoadBalancer"
+    web.status.loadBalancer.ingress.add(ip="172.18.255.1")
+    rs = build_ruleset(services, slices, "192.168.1.10", "10.244.0.0/16")
+    ext = next(c for c in rs.chains if c.startswith("external-") and "/web/" in c)
+    assert f"172.18.255.1 . tcp . 80 : goto {ext}" in rs.maps["service-ips"]
+    assert f"tcp . 30080 : goto {ext}" in rs.maps["service-nodeports"]
+    slices["default/web"] = []
+    rs = build_ruleset(services, slices, "192.168.1.10", "10.244.0.0/16")
+    assert "172.18.255.1 . tcp . 80 : goto reject-chain" in rs.maps["no-endpoint-services"]
