@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 import dns.asyncquery
 import dns.exception
+import dns.flags
 import dns.message
 import dns.rcode
 
@@ -74,9 +75,14 @@ class DnsServer:
             log.debug("malformed query: %s", exc)
             return _formerr(wire)
         self.queries += 1
-        reply = self.records().answer(query)
-        if reply is None:
-            reply = await self.forward(query, tcp=tcp)
+        try:
+            reply = self.records().answer(query)
+            if reply is None:
+                reply = await self.forward(query, tcp=tcp)
+        except Exception:  # a bug answers SERVFAIL, never silence
+            log.exception("answering %s", query.question)
+            reply = dns.message.make_response(query)
+            reply.set_rcode(dns.rcode.SERVFAIL)
         limit = 65535 if tcp else max(512, query.payload if query.edns >= 0 else 512)
         try:
             return reply.to_wire(max_size=limit)
