@@ -288,7 +288,13 @@ def default_probe(probe: pod_pb2.Probe) -> None:
 
 def keep_service_allocations(new: service_pb2.ServiceSpec, old: service_pb2.ServiceSpec) -> None:
     """An Update that leaves clusterIP or a nodePort out keeps the allocated one (applying the
-    original manifest again must not change or free them)."""
+    original manifest again must not change or free them). A change to type ExternalName
+    drops the cluster IP the update kept (kube's dropTypeDependentFields): it is released."""
+    if new.type == "ExternalName" and old.type != "ExternalName":
+        if new.clusterIP in ("", old.clusterIP):
+            new.clusterIP = ""
+            del new.clusterIPs[:]
+        return
     if not new.clusterIP:
         new.clusterIP = old.clusterIP
         new.clusterIPs[:] = old.clusterIPs

@@ -1967,7 +1967,11 @@ def validate_update(info: KindInfo, new: Message, old: Message) -> list[FieldErr
         errs.append(invalid("spec.selector", shown, "field is immutable"))
     if info.kind == SERVICE.kind:
         nip, oip = new.spec.clusterIP, old.spec.clusterIP  # type: ignore[attr-defined]
-        if nip != oip:
+        # kube's exceptions: to type ExternalName (the address is dropped) and from it (one is
+        # allocated)
+        to_external = new.spec.type == "ExternalName" and not nip  # type: ignore[attr-defined]
+        from_external = old.spec.type == "ExternalName" and not oip  # type: ignore[attr-defined]
+        if nip != oip and not (to_external or from_external):
             errs.append(invalid("spec.clusterIP", nip, "field is immutable"))
     if info.kind in (ROLE_BINDING.kind, CLUSTER_ROLE_BINDING.kind):
         ref = new.roleRef  # type: ignore[attr-defined]

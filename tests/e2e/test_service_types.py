@@ -93,3 +93,32 @@ def test_load_balancer_service_gets_node_ports_and_waits_for_an_address(
     row = ok(tinykube_up.kubectl("get", "service", "lb")).splitlines()[1].split()
     # no load balancer controller assigns an address: kube shows <pending> then too
     assert row[1] == "LoadBalancer" and row[3] == "<pending>", row
+
+
+def test_type_change_to_external_name_releases_the_cluster_ip(tinykube_up: UpCluster) -> None:
+    ok(tinykube_up.kubectl("create", "service", "clusterip", "was-ip", "--tcp=80:8080"))
+    before = json.loads(ok(tinykube_up.kubectl("get", "service", "was-ip", "-o", "json")))
+    assert before["spec"]["clusterIP"]
+    patch = json.dumps({"spec": {"type": "ExternalName", "externalName": "db.example.org"}})
+    patched = tinykube_up.kubectl("patch", "service", "was-ip", "-p", patch)
+    assert patched.code == 0, patched.err
+    after = json.loads(ok(tinykube_up.kubectl("get", "service", "was-ip", "-o", "json")))
+    assert after["spec"]["type"] == "ExternalName"
+    assert not after["spec"].get("clusterIP") and not after["spec"].get("clusterIPs")
+    # the address is free again: a new Service may ask for it
+    manifest = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "reuse"},
+            "spec": {"clusterIP": before["spec"]["clusterIP"], "ports": [{"port": 80}]},
+        }
+    )
+    reused = tinykube_up.kubectl("create", "-f", "-", stdin=manifest)
+    assert reused.code == 0, reused.err
+    # and back: a ClusterIP Service again gets an address
+    back = json.dumps({"spec": {"type": "ClusterIP", "externalName": None}})
+    patched = tinykube_up.kubectl("patch", "service", "was-ip", "-p", back)
+    assert patched.code == 0, patched.err
+    again = json.loads(ok(tinykube_up.kubectl("get", "service", "was-ip", "-o", "json")))
+    assert again["spec"]["clusterIP"] and again["spec"]["clusterIP"] != before["spec"]["clusterIP"]
