@@ -32,17 +32,33 @@ from tinykube.v1 import service_pb2
 DEFAULT_CLUSTER_IP_RANGE = "127.100.0.0/16"
 DEFAULT_NODE_PORT_RANGE = "30000-32767"
 _ATTEMPTS = 16
-LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
+_THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")
+
+
+# A headless Service's clusterIP: no address is allocated (DNS answers with its pods' IPs).
+HEADLESS = "None"
+# Service types that get node ports (LoadBalancer ones too, as kube's allocateLoadBalancerNodePorts
+# default).
+NODE_PORT_TYPES = ("NodePort", "LoadBalancer")
+
+
+def _allocated(cluster_ip: str) -> bool:
+    return bool(cluster_ip) and cluster_ip != HEADLESS
 
 
 def parse_ip_range(text: str) -> ipaddress.IPv4Network:
-    """A CIDR inside 127.0.0.0/8 (so every address is local on Linux without iptables)."""
+    """An IPv4 CIDR of at least a /30. The default lies inside 127.0.0.0/8 (every address is
+    local on Linux, what the process runtime's user-space proxy listens on); a range outside
+    loopback (kube's 10.96.0.0/12, given by `tinykube up --runtime containerd`) is served by the
+    proxy's nftables mode, which DNATs it inside pods' network namespaces too."""
     try:
         net = ipaddress.ip_network(text.strip(), strict=True)
     except ValueError as exc:
         raise ValueError(f"invalid service cluster IP range {text!r}: {exc}") from None
-    if not isinstance(net, ipaddress.IPv4Network) or not net.subnet_of(LOOPBACK):
-        raise ValueError(f"service cluster IP range {text!r} must lie inside 127.0.0.0/8")
+    if not isinstance(net, ipaddress.IPv4Network):
+        raise ValueError(f"service cluster IP range {text!r} must be an IPv4 CIDR")
+    if net.is_multicast or net.is_unspecified or net.subnet_of(_THIS_NETWORK):
+        raise ValueError(f"service cluster IP range {text!r} is not a unicast range")
     if net.num_addresses < 4:
         raise ValueError(f"service cluster IP range {text!r} is too small (at least a /30)")
     return net
@@ -114,7 +130,7 @@ class ServiceAllocator:
 
     def keys_of(self, spec: service_pb2.ServiceSpec) -> list[bytes]:
         """Every claim key a stored Service holds (released when it is deleted)."""
-        keys = [self.ip_key(spec.clusterIP)] if spec.clusterIP else []
+        keys = [self.ip_key(spec.clusterIP)] if _allocated(spec.clusterIP) else []
         keys += [self.port_key(p.nodePort) for p in spec.ports if p.nodePort]
         return keys
 
@@ -123,7 +139,7 @@ class ServiceAllocator:
     def validate(self, spec: service_pb2.ServiceSpec) -> list[FieldError]:
         """Requested values outside the configured ranges (format errors included)."""
         errs: list[FieldError] = []
-        if spec.clusterIP:
+        if _allocated(spec.clusterIP):
             try:
                 ip = ipaddress.ip_address(spec.clusterIP)
             except ValueError:
@@ -149,9 +165,12 @@ class ServiceAllocator:
             if not p.nodePort:
                 continue
             path = f"spec.ports[{i}].nodePort"
-            if spec.type != "NodePort":
+            if spec.type not in NODE_PORT_TYPES:
                 errs.append(
-                    FieldError(path, "Forbidden: may not be used when `type` is 'ClusterIP'")
+                    FieldError(
+                        path,
+                        f"Forbidden: may not be used when `type` is '{spec.type or 'ClusterIP'}'",
+                    )
                 )
             elif not low <= p.nodePort <= high:
                 errs.append(
@@ -180,7 +199,7 @@ class ServiceAllocator:
         for key in wanted:
             if key not in held:
                 out.claims.append((key, owner.encode()))
-        if new.clusterIP:
+        if _allocated(new.clusterIP):
             out.requested[self.ip_key(new.clusterIP)] = ("spec.clusterIP", new.clusterIP)
         for i, p in enumerate(new.ports):
             if p.nodePort:
@@ -240,13 +259,18 @@ class ServiceAllocator:
     async def fill(self, spec: service_pb2.ServiceSpec, avoid: set[bytes]) -> None:
         """Give `spec` a cluster IP and nodePorts (NodePort services) where unset, avoiding
         keys that lost a race on an earlier attempt."""
-        if not spec.clusterIP:
+        if spec.clusterIP == HEADLESS:
+            spec.clusterIPs[:] = [HEADLESS]
+        elif spec.type == "ExternalName":
+            pass  # a CNAME in cluster DNS: no address
+        elif not spec.clusterIP:
             avoid_ips = {
                 k[len(self.ip_prefix) :].decode() for k in avoid if k.startswith(self.ip_prefix)
             }
             spec.clusterIP = await self._pick_ip(avoid_ips)
-        spec.clusterIPs[:] = [spec.clusterIP]
-        if spec.type == "NodePort":
+        if _allocated(spec.clusterIP):
+            spec.clusterIPs[:] = [spec.clusterIP]
+        if spec.type in NODE_PORT_TYPES:
             taken_here = {p.nodePort for p in spec.ports if p.nodePort}
             avoid_ports = {
                 int(k[len(self.port_prefix) :]) for k in avoid if k.startswith(self.port_prefix)

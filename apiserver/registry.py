@@ -257,7 +257,7 @@ def default_service_spec(spec: service_pb2.ServiceSpec) -> None:
         spec.ipFamilyPolicy = "SingleStack"
     if not spec.HasField("internalTrafficPolicy"):
         spec.internalTrafficPolicy = "Cluster"
-    if spec.type == "NodePort" and not spec.externalTrafficPolicy:
+    if spec.type in ("NodePort", "LoadBalancer") and not spec.externalTrafficPolicy:
         spec.externalTrafficPolicy = "Cluster"
     for port in spec.ports:
         if not port.protocol:
@@ -288,11 +288,20 @@ def default_probe(probe: pod_pb2.Probe) -> None:
 
 def keep_service_allocations(new: service_pb2.ServiceSpec, old: service_pb2.ServiceSpec) -> None:
     """An Update that leaves clusterIP or a nodePort out keeps the allocated one (applying the
-    original manifest again must not change or free them)."""
+    original manifest again must not change or free them). A change to type ExternalName
+    drops the cluster IP the update kept (kube's dropTypeDependentFields): it is released."""
+    if new.type == "ExternalName" and old.type != "ExternalName":
+        if new.clusterIP in ("", old.clusterIP):
+            new.clusterIP = ""
+            del new.clusterIPs[:]
+        return
     if not new.clusterIP:
         new.clusterIP = old.clusterIP
         new.clusterIPs[:] = old.clusterIPs
-    if new.type != "NodePort" or old.type != "NodePort":
+    if new.type not in ("NodePort", "LoadBalancer") or old.type not in (
+        "NodePort",
+        "LoadBalancer",
+    ):
         return
     by_name = {(p.name, p.port): p.nodePort for p in old.ports}
     by_port = {p.port: p.nodePort for p in old.ports}

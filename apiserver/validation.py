@@ -1561,13 +1561,13 @@ def validate_lease(lease: Message) -> list[FieldError]:
     return errs
 
 
-SERVICE_TYPES = ("ClusterIP", "NodePort")
+SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
 # Accepted as Kubernetes does, and recorded; the proxy treats every Service alike.
 SESSION_AFFINITIES = ("ClientIP", "None")
 IP_FAMILY_POLICIES = ("SingleStack",)
 IP_FAMILIES = ("IPv4",)
 TRAFFIC_POLICIES = ("Cluster", "Local")
-SERVICE_PROTOCOLS = ("TCP",)
+SERVICE_PROTOCOLS = ("TCP", "UDP", "SCTP")
 _IANA_SVC_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
 
 
@@ -1584,6 +1584,17 @@ def validate_service(svc: service_pb2.Service) -> list[FieldError]:
     errs.extend(dns1123_label("metadata.name", svc.metadata.name) if svc.metadata.name else [])
     if spec.type not in SERVICE_TYPES:
         errs.append(unsupported("spec.type", spec.type, SERVICE_TYPES))
+    if spec.type == "ExternalName":
+        if not spec.externalName:
+            errs.append(required("spec.externalName"))
+        else:
+            errs.extend(dns1123_subdomain("spec.externalName", spec.externalName.rstrip(".")))
+        if spec.clusterIP and spec.clusterIP != "None":
+            errs.append(forbidden("spec.clusterIPs", "may not be set for ExternalName services"))
+    if spec.clusterIP == "None" and spec.type in ("NodePort", "LoadBalancer"):
+        errs.append(
+            invalid("spec.clusterIP", "None", f"may not be set to 'None' for {spec.type} services")
+        )
     for path, value, allowed in (
         ("spec.sessionAffinity", spec.sessionAffinity, SESSION_AFFINITIES),
         ("spec.ipFamilyPolicy", spec.ipFamilyPolicy, IP_FAMILY_POLICIES),
@@ -1598,8 +1609,8 @@ def validate_service(svc: service_pb2.Service) -> list[FieldError]:
     for i, family in enumerate(spec.ipFamilies):
         if family not in IP_FAMILIES:
             errs.append(unsupported(f"spec.ipFamilies[{i}]", family, IP_FAMILIES))
-    if not spec.ports:
-        errs.append(required("spec.ports"))
+    if not spec.ports and spec.clusterIP != "None" and spec.type != "ExternalName":
+        errs.append(required("spec.ports"))  # headless and ExternalName Services need none
     names: set[str] = set()
     ports: set[tuple[int, str]] = set()
     for i, p in enumerate(spec.ports):
@@ -1956,7 +1967,11 @@ def validate_update(info: KindInfo, new: Message, old: Message) -> list[FieldErr
         errs.append(invalid("spec.selector", shown, "field is immutable"))
     if info.kind == SERVICE.kind:
         nip, oip = new.spec.clusterIP, old.spec.clusterIP  # type: ignore[attr-defined]
-        if nip != oip:
+        # kube's exceptions: to type ExternalName (the address is dropped) and from it (one is
+        # allocated)
+        to_external = new.spec.type == "ExternalName" and not nip  # type: ignore[attr-defined]
+        from_external = old.spec.type == "ExternalName" and not oip  # type: ignore[attr-defined]
+        if nip != oip and not (to_external or from_external):
             errs.append(invalid("spec.clusterIP", nip, "field is immutable"))
     if info.kind in (ROLE_BINDING.kind, CLUSTER_ROLE_BINDING.kind):
         ref = new.roleRef  # type: ignore[attr-defined]

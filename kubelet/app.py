@@ -20,7 +20,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from kubelet.cri import CRIRuntime
+from kubelet.cri import CRIRuntime, PodDNS
 from kubelet.envvars import EnvSources
 from kubelet.fake import FakeRuntime
 from kubelet.metrics import Metrics
@@ -62,6 +62,7 @@ class Kubelet:
                 poll_interval=max(settings.poll_interval, 1.0),
                 node_ip=settings.node_ip,
                 cgroup_root=settings.cgroup_root,
+                dns=PodDNS(settings.cluster_dns, settings.cluster_domain, settings.resolv_conf),
                 machine_memory=machine_memory_kib() * 1024,
             )
         elif settings.runtime == "process":

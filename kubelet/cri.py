@@ -33,6 +33,7 @@ import asyncio
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -129,8 +130,66 @@ def _labels(pod: pod_pb2.Pod) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class PodDNS:
+    """kube's kubelet DNS configurer: the resolv.conf (servers, searches, options) the runtime
+    writes into a pod's sandbox. dnsPolicy ClusterFirst (the default): the cluster DNS server,
+    searches `<ns>.svc.<domain> svc.<domain> <domain>` then the host's, `ndots:5`; a hostNetwork
+    pod's ClusterFirst, and Default: the host's resolv.conf; ClusterFirstWithHostNet: cluster
+    DNS even with hostNetwork; None: nothing (pod.proto has no dnsConfig yet). Without a cluster
+    DNS server ClusterFirst falls back to Default, as kube's kubelet does."""
+
+    cluster_dns: str = ""
+    domain: str = "cluster.local"
+    resolv_conf: str = ""
+
+    def host(self) -> tuple[list[str], list[str], list[str]]:
+        servers: list[str] = []
+        searches: list[str] = []
+        options: list[str] = []
+        if not self.resolv_conf:
+            return servers, searches, options
+        try:
+            text = Path(self.resolv_conf).read_text()
+        except OSError:
+            return servers, searches, options
+        for line in text.splitlines():
+            parts = line.split("#", 1)[0].split()
+            if not parts:
+                continue
+            if parts[0] == "nameserver" and len(parts) > 1:
+                servers.append(parts[1])
+            elif parts[0] in ("search", "domain"):
+                searches = parts[1:]
+            elif parts[0] == "options":
+                options += parts[1:]
+        return servers, searches, options
+
+    def config(self, pod: pod_pb2.Pod) -> cri.DNSConfig:
+        policy = pod.spec.dnsPolicy or "ClusterFirst"
+        if policy == "None":
+            return cri.DNSConfig()
+        servers, searches, options = self.host()
+        cluster = self.cluster_dns and (
+            policy == "ClusterFirstWithHostNet"
+            or (policy == "ClusterFirst" and not pod.spec.hostNetwork)
+        )
+        if not cluster:
+            return cri.DNSConfig(servers=servers, searches=searches, options=options)
+        d = self.domain
+        ns = pod.metadata.namespace or "default"
+        own = [f"{ns}.svc.{d}", f"svc.{d}", d]
+        # kube caps search domains at 32 (MaxDNSSearchPaths)
+        search = own + [s for s in searches if s not in own]
+        return cri.DNSConfig(servers=[self.cluster_dns], searches=search[:32], options=["ndots:5"])
+
+
 def sandbox_config(
-    pod: pod_pb2.Pod, attempt: int, log_dir: Path, cgroup_parent: str
+    pod: pod_pb2.Pod,
+    attempt: int,
+    log_dir: Path,
+    cgroup_parent: str,
+    dns: PodDNS | None = None,
 ) -> cri.PodSandboxConfig:
     """kube's generatePodSandboxConfig, for what tinykube supports."""
     host_network = pod.spec.hostNetwork
@@ -156,6 +215,8 @@ def sandbox_config(
                 host_port=port.hostPort,
                 host_ip=port.hostIP,
             )
+    if dns is not None:
+        config.dns_config.CopyFrom(dns.config(pod))
     linux = config.linux
     linux.cgroup_parent = cgroup_parent
     ns = linux.security_context.namespace_options
@@ -223,7 +284,9 @@ class CRIRuntime(KubeRuntime):
         node_ip: str = "127.0.0.1",
         cgroup_root: str = "/tinykube",
         machine_memory: int = 4 << 30,
+        dns: PodDNS | None = None,
     ) -> None:
+        self.dns = dns or PodDNS()
         super().__init__(
             root_dir,
             clock=clock,
@@ -427,7 +490,7 @@ class CRIRuntime(KubeRuntime):
             self._network_waiting.discard(uid)
         attempt = self._attempts.get(uid, 0)
         config = sandbox_config(
-            pod, attempt, self._log_dir(uid), self._pod_cgroup(uid, qos_class(pod))
+            pod, attempt, self._log_dir(uid), self._pod_cgroup(uid, qos_class(pod)), self.dns
         )
         self._log_dir(uid).mkdir(parents=True, exist_ok=True)
         try:
@@ -597,7 +660,7 @@ class CRIRuntime(KubeRuntime):
         env = {"HOSTNAME": pod.spec.hostname or pod.metadata.name, **resolved}
         config = container_config(pod, container, image_ref, instance, env, self.machine_memory)
         sandbox = self._sandbox_configs.get(rec.uid) or sandbox_config(
-            pod, 0, self._log_dir(rec.uid), self._pod_cgroup(rec.uid, qos_class(pod))
+            pod, 0, self._log_dir(rec.uid), self._pod_cgroup(rec.uid, qos_class(pod)), self.dns
         )
         # The log file of this instance is the runtime's to create.
         log_file = self.instance_log(rec.uid, container.name, instance)

@@ -96,6 +96,12 @@ class Settings:
     cni_conf_dir: Path | None = None
     cni_bridge: str = "tkcni0"
     cgroup_root: str = "/tinykube"
+    # Pods' DNS (CRI runtime; kube's --cluster-dns / --cluster-domain / --resolv-conf): the
+    # nameserver of dnsPolicy ClusterFirst pods, their search domains' suffix, and the host's
+    # resolv.conf that dnsPolicy Default copies ("" for none).
+    cluster_dns: str = ""
+    cluster_domain: str = "cluster.local"
+    resolv_conf: str = "/etc/resolv.conf"
     # --kubeconfig, --insecure and the serving certificate (tinykube/tls.py)
     security: Security = field(default_factory=Security)
 
@@ -241,6 +247,15 @@ class Settings:
             default="/tinykube",
             help="CRI runtime: the cgroup (cgroupfs) under which pods' cgroups are made",
         )
+        p.add_argument(
+            "--cluster-dns", default="", help="CRI runtime: ClusterFirst pods' nameserver IP"
+        )
+        p.add_argument("--cluster-domain", default="cluster.local", help="the cluster's DNS domain")
+        p.add_argument(
+            "--resolv-conf",
+            default="/etc/resolv.conf",
+            help="the resolver config dnsPolicy Default pods get ('' for none)",
+        )
         add_flags(p)
         a = p.parse_args(argv)
         if a.fake_nodes and a.runtime != "fake":
@@ -290,4 +305,7 @@ class Settings:
             cni_conf_dir=Path(a.cni_conf_dir).absolute() if a.cni_conf_dir else None,
             cni_bridge=a.cni_bridge,
             cgroup_root=a.cgroup_root,
+            cluster_dns=a.cluster_dns,
+            cluster_domain=a.cluster_domain.strip("."),
+            resolv_conf=a.resolv_conf,
         )

@@ -28,12 +28,13 @@ import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 CNI_BIN_DIR = "/usr/lib/cni"
 BUSYBOX = "/bin/busybox"
 PAUSE_IMAGE = "tinykube.local/pause:1"
 # What to install when something is missing (Debian's package names).
-APT_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "busybox-static")
+APT_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "busybox-static", "nftables")
 NAMESPACE = "k8s.io"
 
 
@@ -53,6 +54,8 @@ def missing_prerequisites() -> list[str]:
             )
     if not os.access(BUSYBOX, os.X_OK):
         why.append(f"{BUSYBOX} is missing (apt-get install busybox-static)")
+    if shutil.which("nft") is None:
+        why.append("nft is not installed (apt-get install nftables): the proxies' nftables mode")
     return why
 
 
@@ -431,6 +434,13 @@ def oci_image(
 FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 # The pods' addresses: each Node gets a /24 of it from the controller manager's node IPAM.
 CLUSTER_CIDR = "10.244.0.0/16"
+# Services' cluster IPs under the containerd runtime (kube's default range): outside loopback,
+# so pods reach them from their own network namespaces through the proxies' nftables DNAT.
+SERVICE_CIDR = "10.96.0.0/12"
+# kube's well-known cluster DNS address: the tenth of the service range.
+KUBE_DNS_IP = "10.96.0.10"
+# Each node proxy's nftables table (several nodes share this machine's kernel).
+PROXY_TABLE_PREFIX = "tinykube-proxy-"
 # The walkthrough's image, built and imported into every node's containerd by `tinykube up
 # --runtime containerd`: busybox, running a shell loop unless given a command.
 BUSYBOX_IMAGE = "tinykube.local/busybox:1"
@@ -470,6 +480,7 @@ class NodeRuntimes:
         # Set once start found the bridges free: stop removes only what is ours.
         self._owns_network = False
         self._chains: set[tuple[str, str]] = set()
+        self._tables: set[str] = set()
 
     def bridge(self, i: int) -> str:
         return f"tkcni{i}"
@@ -494,8 +505,10 @@ class NodeRuntimes:
         self._forward = FORWARD.read_text().strip() if FORWARD.exists() else ""
         self._chains = iptables_chains() if shutil.which("iptables-save") else set()
         self._owns_network = True
+        self._tables = nft_tables()
         args: dict[str, list[str]] = {
-            "controller": ["--allocate-node-cidrs", "--cluster-cidr", self.cluster_cidr]
+            "controller": ["--allocate-node-cidrs", "--cluster-cidr", self.cluster_cidr],
+            "apiserver": ["--service-cluster-ip-range", SERVICE_CIDR],
         }
         if shutil.which("docker-registry") is not None:
             self.registry = Registry(self.base / "registry", _free_port(REGISTRY_PORT))
@@ -515,7 +528,32 @@ class NodeRuntimes:
                 "--cni-bridge", self.bridge(i),
                 "--cgroup-root", self.cgroup_root(node),
             ]  # fmt: skip
+            # kube-proxy's nftables mode, masquerading all cluster-IP traffic (kube's
+            # --masquerade-all): replies between pods on one bridge then come back through the
+            # host's conntrack without br_netfilter, which this machine's sysctls may lack.
+            args[f"kubelet-{node}"] += ["--cluster-dns", KUBE_DNS_IP]
+            args[f"proxy-{node}"] = [
+                "--proxy-mode", "nftables", "--nft-table", f"{PROXY_TABLE_PREFIX}{node}",
+            ]  # fmt: skip
         return args
+
+    def dns_address(self) -> str:
+        """host:port the cluster DNS listens on: a free port on the address this host sends
+        from (pods reach it through kube-dns's cluster IP, DNATed there by the proxies)."""
+        out = subprocess.run(
+            ["ip", "-4", "route", "get", KUBE_DNS_IP], capture_output=True, text=True, check=False
+        ).stdout.split()
+        host = out[out.index("src") + 1] if "src" in out else ""
+        if not host or host.startswith("127."):
+            raise RuntimeError(
+                "cluster DNS: no non-loopback address to serve pods from (no route to "
+                f"{KUBE_DNS_IP}: give this machine a default route)"
+            )
+        import socket
+
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind((host, 0))
+            return f"{host}:{s.getsockname()[1]}"
 
     def stop(self) -> None:
         if self.registry is not None:
@@ -537,6 +575,66 @@ class NodeRuntimes:
             remove_chains({c for c in iptables_chains() - self._chains if c[1].startswith("CNI-")})
         if self._forward and FORWARD.read_text().strip() != self._forward:
             FORWARD.write_text(self._forward)
+        # A proxy that died without deleting its table (SIGKILL) leaves it: remove ours.
+        for table in nft_tables() - self._tables:
+            if table.startswith(PROXY_TABLE_PREFIX):
+                subprocess.run(
+                    ["nft", "delete", "table", "ip", table], capture_output=True, check=False
+                )
+
+
+async def publish_dns(client: Any, address: str) -> None:
+    """The kube-dns Service in kube-system at KUBE_DNS_IP (ports dns/UDP and dns-tcp/TCP 53)
+    and, as it has no selector, its EndpointSlice naming the DNS process's address."""
+    from google.protobuf import json_format
+
+    from tinykube.v1 import endpointslice_pb2, service_pb2
+
+    host, port = address.rsplit(":", 1)
+    ports = [("dns", "UDP"), ("dns-tcp", "TCP")]
+    svc = json_format.ParseDict(
+        {
+            "metadata": {
+                "name": "kube-dns",
+                "namespace": "kube-system",
+                "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"},
+            },
+            "spec": {
+                "clusterIP": KUBE_DNS_IP,
+                "ports": [
+                    {"name": n, "protocol": p, "port": 53, "targetPort": int(port)}
+                    for n, p in ports
+                ],
+            },
+        },
+        service_pb2.Service(),
+    )
+    eps = json_format.ParseDict(
+        {
+            "metadata": {
+                "name": "kube-dns-host",
+                "namespace": "kube-system",
+                "labels": {
+                    "kubernetes.io/service-name": "kube-dns",
+                    "endpointslice.kubernetes.io/managed-by": "tinykube-up",
+                },
+            },
+            "addressType": "IPv4",
+            "ports": [{"name": n, "protocol": p, "port": int(port)} for n, p in ports],
+            "endpoints": [{"addresses": [host], "conditions": {"ready": True}}],
+        },
+        endpointslice_pb2.EndpointSlice(),
+    )
+    await client.services.create(svc)
+    await client.endpoint_slices.create(eps)
+
+
+def nft_tables() -> set[str]:
+    """The names of the kernel's `ip` family nftables tables (empty without nft)."""
+    if shutil.which("nft") is None:
+        return set()
+    out = subprocess.run(["nft", "list", "tables", "ip"], capture_output=True, text=True)
+    return {ln.split()[-1] for ln in out.stdout.splitlines() if ln.startswith("table ip ")}
 
 
 def remove_cgroups(root: str, *, leaf_only: bool = False) -> None:

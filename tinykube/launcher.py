@@ -114,6 +114,9 @@ COMPONENT_KUBECONFIGS = {
         "system:kube-controller-manager",
     ),
     "kubelet.proxy": ("proxy.conf", "proxy", "system:kube-proxy"),
+    # Cluster DNS (kubelet/dns) runs on the host beside the proxies and reads what they read
+    # (Services, EndpointSlices): it uses the proxies' identity.
+    "kubelet.dns": ("proxy.conf", "proxy", "system:kube-proxy"),
 }
 
 
@@ -560,6 +563,9 @@ class LocalCluster:
             if comp.module == "controller"
             else []
         )
+        if comp.module == "kubelet.dns":
+            # its gRPC health server: the first node proxy's serving certificate (same host)
+            node = next((_node_of(c) for c in self.components.values() if _node_of(c)), "")
         serving = {
             "scheduler": "scheduler-serving",
             "controller": "controller-manager-serving",

@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 from kubelet.proxy.metrics import Metrics
+from kubelet.proxy.nftables import NftablesProxier, nft_available
 from kubelet.proxy.proxier import Connector, Proxier, group_slices, open_tcp
 from kubelet.proxy.settings import Settings
 from tinykube.client import Client
@@ -37,12 +38,25 @@ class Proxy:
         self.settings = settings
         self.clock = clock or Clock()
         self.metrics = Metrics()
-        self.proxier = Proxier(
-            self.metrics,
-            connect=connect,
-            connect_timeout=settings.connect_timeout,
-            buffer_size=settings.buffer_size,
-        )
+        mode, why = choose_mode(settings)
+        self.proxier: Proxier | NftablesProxier
+        if mode == "nftables":
+            self.proxier = NftablesProxier(
+                self.metrics,
+                table=settings.nft_table,
+                cluster_cidr=settings.cluster_cidr,
+                min_sync_period=settings.min_sync_period,
+                node_name=settings.node_name,
+            )
+        else:
+            self.proxier = Proxier(
+                self.metrics,
+                connect=connect,
+                connect_timeout=settings.connect_timeout,
+                buffer_size=settings.buffer_size,
+            )
+        self.metrics.mode.labels(mode).set(1)
+        log.info("proxy mode %s (%s)", mode, why)
         self.server = GrpcServer(settings.bind_address, [], tls=settings.security.serving())
         self.node_ip = settings.node_ip
         self.port = 0
@@ -128,6 +142,23 @@ class Proxy:
                         await self.server.set_serving(True)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._dirty.wait(), s.sync_period)
+
+
+def choose_mode(settings: Settings) -> tuple[str, str]:
+    """The proxy mode and why: --proxy-mode, or for auto nftables when the pods have their own
+    network (--cluster-cidr) and nft can run here, userspace otherwise."""
+    if settings.proxy_mode == "userspace":
+        return "userspace", "--proxy-mode userspace"
+    why_not = nft_available()
+    if settings.proxy_mode == "nftables":
+        if why_not:
+            raise SystemExit(f"--proxy-mode nftables: {why_not}")
+        return "nftables", "--proxy-mode nftables"
+    if not settings.cluster_cidr:
+        return "userspace", "auto: no --cluster-cidr (pods share the host's network)"
+    if why_not:
+        return "userspace", f"auto: {why_not}"
+    return "nftables", f"auto: --cluster-cidr {settings.cluster_cidr}, root, nft installed"
 
 
 def _host(bind_address: str) -> str:

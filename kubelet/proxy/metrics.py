@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 
 class Metrics:
@@ -34,6 +34,18 @@ class Metrics:
         )
         self.listeners = Gauge(
             "proxy_listeners", "Sockets listening for services.", registry=self.registry
+        )
+
+        self.mode = Gauge(
+            "proxy_mode",
+            "1 for the mode this proxy runs in (userspace or nftables).",
+            ["mode"],
+            registry=self.registry,
+        )
+        self.sync_seconds = Histogram(
+            "proxy_sync_proxy_rules_duration_seconds",
+            "Seconds one nftables transaction took to apply (nftables mode).",
+            registry=self.registry,
         )
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:

@@ -87,7 +87,9 @@ def group_slices(slices: Iterable[endpointslice_pb2.EndpointSlice]) -> dict[str,
     return grouped
 
 
-def ready_endpoints(slices: Slices | None, port_name: str) -> list[Endpoint]:
+def ready_endpoints(
+    slices: Slices | None, port_name: str, *, protocol: str = "TCP"
+) -> list[Endpoint]:
     """The (ip, port) pairs one service port sends to: the ready endpoints, or when none is
     ready the serving terminating ones, in slice order, each pair once."""
     ready: list[Endpoint] = []
@@ -97,7 +99,7 @@ def ready_endpoints(slices: Slices | None, port_name: str) -> list[Endpoint]:
         if eps.addressType != "IPv4":
             continue
         for p in eps.ports:
-            if p.name != port_name or (p.protocol or "TCP") != "TCP" or not p.HasField("port"):
+            if p.name != port_name or (p.protocol or "TCP") != protocol or not p.HasField("port"):
                 continue
             for e in eps.endpoints:
                 if not e.addresses:
@@ -129,6 +131,8 @@ def desired_state(
     backends: dict[ServicePortName, list[Endpoint]] = {}
     for svc in services:
         meta = svc.metadata
+        if svc.spec.clusterIP in ("", "None") or svc.spec.type == "ExternalName":
+            continue  # headless and ExternalName Services are DNS only
         ep = endpoints.get(f"{meta.namespace}/{meta.name}")
         for sp in svc.spec.ports:
             if (sp.protocol or "TCP") != "TCP":
@@ -140,7 +144,7 @@ def desired_state(
                 continue
             if svc.spec.clusterIP:
                 routes[Listener(svc.spec.clusterIP, int(sp.port))] = spn
-            if svc.spec.type == "NodePort" and sp.nodePort and node_ip:
+            if svc.spec.type in ("NodePort", "LoadBalancer") and sp.nodePort and node_ip:
                 routes[Listener(node_ip, int(sp.nodePort))] = spn
     return routes, backends
 
@@ -188,6 +192,8 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 
 
 class Proxier:
+    mode = "userspace"
+
     def __init__(
         self,
         metrics: Metrics,

@@ -28,6 +28,15 @@ class Settings:
     sync_period: float = 5.0
     # Bytes read per chunk when copying a connection.
     buffer_size: int = 64 * 1024
+    # userspace, nftables, or auto: nftables when the pods have a network of their own
+    # (--cluster-cidr given), this process is root and `nft` is installed; userspace otherwise.
+    proxy_mode: str = "auto"
+    # The nftables mode's table (ip family); several node proxies on one machine each own one.
+    nft_table: str = "tinykube-proxy"
+    # The pod network; cluster-IP traffic from outside it is masqueraded (kube's --cluster-cidr).
+    cluster_cidr: str = ""
+    # nftables transactions at least this many seconds apart (kube's minSyncPeriod).
+    min_sync_period: float = 1.0
     # --kubeconfig, --insecure and the serving certificate (tinykube/tls.py)
     security: Security = field(default_factory=Security)
 
@@ -61,6 +70,24 @@ class Settings:
             default=cls.connect_timeout,
             help="seconds a backend has to accept before the next endpoint is tried",
         )
+        p.add_argument(
+            "--proxy-mode",
+            choices=("auto", "userspace", "nftables"),
+            default=os.environ.get("TINYKUBE_PROXY_MODE", "auto"),
+            help="auto: nftables with --cluster-cidr as root with nft installed, else userspace",
+        )
+        p.add_argument("--nft-table", default=cls.nft_table, help="the nftables mode's table")
+        p.add_argument(
+            "--cluster-cidr",
+            default=os.environ.get("TINYKUBE_CLUSTER_CIDR", ""),
+            help="the pods' network (traffic from outside it to cluster IPs is masqueraded)",
+        )
+        p.add_argument(
+            "--min-sync-period",
+            type=float,
+            default=cls.min_sync_period,
+            help="seconds between two nftables transactions at least",
+        )
         add_flags(p)
         a = p.parse_args(argv)
         if not a.node_name:
@@ -74,4 +101,8 @@ class Settings:
             node_ip=a.node_ip,
             metrics_port=a.metrics_port,
             connect_timeout=a.connect_timeout,
+            proxy_mode=a.proxy_mode,
+            nft_table=a.nft_table,
+            cluster_cidr=a.cluster_cidr,
+            min_sync_period=a.min_sync_period,
         )

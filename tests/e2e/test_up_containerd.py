@@ -15,6 +15,7 @@ import queue
 import signal
 import subprocess
 import threading
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,14 @@ import pytest
 from tests.e2e.conftest import READY_LINE, processes_in, tinykube_command, venv_bin
 from tests.e2e.crisupport import cri_prerequisites
 from tests.e2e.waiting import eventually
-from tinykube.containerd import FORWARD, ContainerdPaths, iptables_chains
+from tinykube.containerd import (
+    FORWARD,
+    PROXY_TABLE_PREFIX,
+    SERVICE_CIDR,
+    ContainerdPaths,
+    iptables_chains,
+    nft_tables,
+)
 from tinykube.cri.v1 import cri_pb2 as cri
 from tinykube.cri.v1 import cri_pb2_grpc as cri_grpc
 
@@ -64,6 +72,7 @@ def _leftovers(data: Path, chains: set[tuple[str, str]], forward: str) -> list[s
     left += [f"socket dir {p}" for p in Path("/tmp").glob("tkctd-*")]
     left += [f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob("*/tinykube")]
     left += [f"chain {c}" for c in iptables_chains() - chains if c[1].startswith("CNI-")]
+    left += [f"nft table {t}" for t in nft_tables() if t.startswith(PROXY_TABLE_PREFIX)]
     if FORWARD.read_text().strip() != forward:
         left.append("net.ipv4.ip_forward changed")
     return left
@@ -163,6 +172,92 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
 
         seen = await eventually(answers, 120)
         assert seen <= names, (seen, names)
+        # From inside a pod's network namespace too: the proxies' nftables DNAT (the cluster
+        # IP is in 10.96.0.0/12, not loopback).
+        assert ipaddress.IPv4Address(ip) in ipaddress.IPv4Network(SERVICE_CIDR)
+        from_pod: set[str] = set()
+        with grpc.insecure_channel(f"unix:{sock}") as channel:
+            for _ in range(30):
+                got = cri_grpc.RuntimeServiceStub(channel).ExecSync(
+                    cri.ExecSyncRequest(
+                        container_id=container_id,
+                        cmd=[
+                            "wget",
+                            "-qO-",
+                            f"http://{ip}:8080/",
+                        ],  # -T segfaults Debian 12 busybox
+                        timeout=30,
+                    ),
+                    timeout=60,
+                )
+                assert got.exit_code == 0, (got.stdout, got.stderr)
+                from_pod.add(got.stdout.decode().strip())
+        assert len(from_pod) >= 2 and from_pod <= names, (from_pod, names)
+        # By name: the pod's resolv.conf names kube-dns (10.96.0.10), the cluster DNS answers
+        # with the Service's cluster IP, and the request reaches the pods.
+        by_name: set[str] = set()
+        with grpc.insecure_channel(f"unix:{sock}") as channel:
+            stub = cri_grpc.RuntimeServiceStub(channel)
+
+            def run(*cmd: str) -> str:
+                got = stub.ExecSync(
+                    cri.ExecSyncRequest(container_id=container_id, cmd=list(cmd), timeout=30),
+                    timeout=60,
+                )
+                assert got.exit_code == 0, (cmd, got.stdout, got.stderr)
+                return got.stdout.decode()
+
+            conf = run("cat", "/etc/resolv.conf")
+            assert "nameserver 10.96.0.10" in conf, conf
+            assert "search web.svc.cluster.local svc.cluster.local cluster.local" in conf, conf
+            assert "ndots:5" in conf, conf
+            looked_up = run("nslookup", "web.web.svc.cluster.local")
+            assert ip in looked_up, looked_up
+            for _ in range(30):
+                by_name.add(run("wget", "-qO-", "http://web:8080/").strip())
+            assert len(by_name) >= 2 and by_name <= names, (by_name, names)
+            # A headless Service resolves to its ready pods' IPs.
+            kubectl(
+                "expose", "deployment", "web", "--name", "direct", "--port", "8080",
+                "--cluster-ip", "None", "-n", "web",
+            )  # fmt: skip
+
+            def headless() -> set[str] | None:
+                got = stub.ExecSync(
+                    cri.ExecSyncRequest(
+                        container_id=container_id,
+                        cmd=["nslookup", "direct.web.svc.cluster.local"],
+                        timeout=30,
+                    ),
+                    timeout=60,
+                )
+                if got.exit_code != 0:  # NXDOMAIN until the DNS's informers see it
+                    return None
+                out = got.stdout.decode()
+                found = {ln.split()[-1] for ln in out.splitlines() if ln.startswith("Address")}
+                return found if ips <= found else None
+
+            found = await eventually(lambda: asyncio.to_thread(headless), 60)
+            assert ip not in found
+            # Scaled to 0: the Service refuses at once; back to 4 it answers again.
+            kubectl("scale", "deployment", "web", "--replicas=0", "-n", "web")
+
+            def refused() -> bool | None:
+                # the pods are gone (the one above too): asked from the host, the nftables
+                # table's reject answers with a reset at once
+                try:
+                    _get(f"http://{ip}:8080/")
+                except ConnectionRefusedError:
+                    return True
+                except urllib.error.URLError as exc:
+                    return True if isinstance(exc.reason, ConnectionRefusedError) else None
+                except OSError:
+                    return None
+                return None
+
+            assert await eventually(lambda: asyncio.to_thread(refused), 120)
+            kubectl("scale", "deployment", "web", "--replicas=4", "-n", "web")
+            assert await eventually(answers, 180)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)

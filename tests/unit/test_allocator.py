@@ -153,10 +153,76 @@ async def test_no_duplicates_under_concurrency() -> None:
 
 def test_range_flags_are_checked() -> None:
     assert str(parse_ip_range("127.100.0.0/16")) == "127.100.0.0/16"
-    for bad in ("10.0.0.0/16", "127.100.0.1/16", "nope", "127.0.0.0/31"):
+    assert str(parse_ip_range("10.96.0.0/12")) == "10.96.0.0/12"  # the nftables mode's range
+    for bad in ("0.0.0.0/8", "224.0.0.0/8", "127.100.0.1/16", "nope", "127.0.0.0/31", "fd00::/64"):
         with pytest.raises(ValueError):
             parse_ip_range(bad)
     assert parse_port_range("30000-32767") == (30000, 32767)
     for bad in ("1-0", "x", "0-5", "30000-70000"):
         with pytest.raises(ValueError):
             parse_port_range(bad)
+
+
+async def test_headless_service_gets_no_address() -> None:
+    store = MemStore()
+    alloc = allocator(store)
+    headless = await create(alloc, store, "h", spec(ip="None"))
+    assert headless.clusterIP == "None" and list(headless.clusterIPs) == ["None"]
+    assert alloc.keys_of(headless) == [] and alloc.validate(headless) == []
+    # two headless Services claim nothing between them
+    await create(alloc, store, "h2", spec(ip="None"))
+
+
+def test_headless_and_udp_validation() -> None:
+    from apiserver.validation import validate_service
+
+    svc = service_pb2.Service()
+    svc.metadata.name = "dns"
+    svc.spec.CopyFrom(spec(ip="None"))
+    svc.spec.ports[0].protocol = "UDP"
+    svc.spec.sessionAffinity = "None"  # the defaults the apiserver fills in
+    svc.spec.internalTrafficPolicy = "Cluster"
+    svc.spec.ipFamilyPolicy = "SingleStack"
+    assert validate_service(svc) == []
+    svc.spec.type = "NodePort"
+    errs = [str(e) for e in validate_service(svc)]
+    assert any("may not be set to 'None' for NodePort services" in e for e in errs), errs
+
+
+async def test_external_name_service() -> None:
+    from apiserver.validation import validate_service
+
+    store = MemStore()
+    alloc = allocator(store)
+    s = service_pb2.ServiceSpec(type="ExternalName", externalName="smtp.example.org")
+    got = await create(alloc, store, "mail", s)
+    assert got.clusterIP == "" and list(got.clusterIPs) == [] and alloc.keys_of(got) == []
+    svc = service_pb2.Service()
+    svc.metadata.name = "mail"
+    svc.spec.CopyFrom(got)
+    svc.spec.sessionAffinity = "None"
+    svc.spec.internalTrafficPolicy = "Cluster"
+    svc.spec.ipFamilyPolicy = "SingleStack"
+    assert validate_service(svc) == []  # no ports needed
+    svc.spec.externalName = ""
+    assert [str(e) for e in validate_service(svc)] == [
+        str(e) for e in validate_service(svc) if "spec.externalName" in str(e)
+    ]
+    assert any("Required value" in str(e) for e in validate_service(svc))
+    svc.spec.externalName = "Not_A_Name"
+    assert any("spec.externalName" in str(e) for e in validate_service(svc))
+    svc.spec.externalName, svc.spec.clusterIP = "smtp.example.org", "127.100.0.3"
+    errs = [str(e) for e in validate_service(svc)]
+    assert any("may not be set for ExternalName services" in e for e in errs), errs
+
+
+async def test_load_balancer_services_get_node_ports() -> None:
+    store = MemStore()
+    alloc = allocator(store)
+    s = spec(node_port=True)
+    s.type = "LoadBalancer"
+    got = await create(alloc, store, "lb", s)
+    assert got.clusterIP and 30000 <= got.ports[0].nodePort <= 30004
+    cluster_ip = spec(ports=(30001,))
+    errs = [str(e) for e in alloc.validate(cluster_ip)]
+    assert errs == ["spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'"]

@@ -26,6 +26,7 @@ them from where `up` runs (`tool_command`): `.venv/bin/tinykube` unless PATH fin
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
@@ -39,7 +40,15 @@ from types import FrameType
 
 from tinykube import launcher
 from tinykube.cli.common import DEFAULT_SERVER, Context
-from tinykube.containerd import BUSYBOX_IMAGE, NodeRuntimes, install_hint, missing_prerequisites
+from tinykube.containerd import (
+    BUSYBOX_IMAGE,
+    KUBE_DNS_IP,
+    NodeRuntimes,
+    install_hint,
+    missing_prerequisites,
+    publish_dns,
+)
+from tinykube.localetcd import free_port
 from tinykube.quantity import QuantityError, parse_quantity
 from tinykube.tls import INSECURE_WARNING
 
@@ -231,6 +240,13 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         try:
             for name, flags in runtimes.start().items():
                 cluster.extra_args.setdefault(name, []).extend(flags)
+            dns_address = runtimes.dns_address()
+            cluster.components["dns"] = launcher.Component(
+                "dns",
+                "kubelet.dns",
+                free_port(launcher.HOST),
+                ["--dns-address", dns_address],
+            )
         except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
             runtimes.stop()
             ctx.eprint(f"error: containerd: {exc}")
@@ -265,6 +281,10 @@ def _run(cluster: launcher.LocalCluster, ctx: Context, runtimes: NodeRuntimes | 
             ctx.eprint(f"error: {exc}")
             return 1
         signal.signal(signal.SIGINT, on_signal)
+        if runtimes is not None and "dns" in cluster.components:
+            dns = cluster.components["dns"].args[-1]
+            asyncio.run(_publish_dns(cluster, dns))
+            ctx.print(f"cluster DNS {dns}: Service kube-system/kube-dns {KUBE_DNS_IP}")
         endpoints = cluster.addresses
         width = max(len(n) for n in [*endpoints, "REST API"]) + 2
         ctx.print("tinykube is up:")
@@ -292,6 +312,13 @@ def _run(cluster: launcher.LocalCluster, ctx: Context, runtimes: NodeRuntimes | 
         signal.signal(signal.SIGINT, signal.default_int_handler)
     ctx.print("stopped.")
     return 0
+
+
+async def _publish_dns(cluster: launcher.LocalCluster, address: str) -> None:
+    from tinykube.client import Client
+
+    async with Client(cluster.api_address, credentials=cluster.credentials) as client:
+        await publish_dns(client, address)
 
 
 def tool_command(

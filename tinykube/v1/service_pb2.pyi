@@ -96,10 +96,12 @@ class ServiceSpec(_message.Message):
     IPFAMILYPOLICY_FIELD_NUMBER: _builtins.int
     EXTERNALTRAFFICPOLICY_FIELD_NUMBER: _builtins.int
     INTERNALTRAFFICPOLICY_FIELD_NUMBER: _builtins.int
+    EXTERNALNAME_FIELD_NUMBER: _builtins.int
+    PUBLISHNOTREADYADDRESSES_FIELD_NUMBER: _builtins.int
     clusterIP: _builtins.str
     """Allocated by the apiserver from --service-cluster-ip-range unless given; immutable."""
     type: _builtins.str
-    """ClusterIP (default) or NodePort."""
+    """ClusterIP (default), NodePort or ExternalName (a DNS CNAME to externalName, no cluster IP)."""
     sessionAffinity: _builtins.str
     """The fields below are Kubernetes' defaults, recorded so that clients see what they see
     against Kubernetes; the proxy forwards every connection the same way (no ClientIP
@@ -112,6 +114,14 @@ class ServiceSpec(_message.Message):
     """NodePort services: Cluster (the default) or Local."""
     internalTrafficPolicy: _builtins.str
     """Cluster (the default) or Local."""
+    externalName: _builtins.str
+    """ExternalName services: the DNS name (lower case RFC 1123 subdomain) cluster DNS answers
+    with as a CNAME.
+    """
+    publishNotReadyAddresses: _builtins.bool
+    """Cluster DNS publishes the addresses of endpoints that are not ready too (headless
+    Services' A and SRV records).
+    """
     @_builtins.property
     def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___ServicePort]: ...
     @_builtins.property
@@ -139,10 +149,12 @@ class ServiceSpec(_message.Message):
         ipFamilyPolicy: _builtins.str | None = ...,
         externalTrafficPolicy: _builtins.str = ...,
         internalTrafficPolicy: _builtins.str | None = ...,
+        externalName: _builtins.str = ...,
+        publishNotReadyAddresses: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_internalTrafficPolicy", b"_internalTrafficPolicy", "_ipFamilyPolicy", b"_ipFamilyPolicy", "internalTrafficPolicy", b"internalTrafficPolicy", "ipFamilyPolicy", b"ipFamilyPolicy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_internalTrafficPolicy", b"_internalTrafficPolicy", "_ipFamilyPolicy", b"_ipFamilyPolicy", "clusterIP", b"clusterIP", "clusterIPs", b"clusterIPs", "externalTrafficPolicy", b"externalTrafficPolicy", "internalTrafficPolicy", b"internalTrafficPolicy", "ipFamilies", b"ipFamilies", "ipFamilyPolicy", b"ipFamilyPolicy", "ports", b"ports", "selector", b"selector", "sessionAffinity", b"sessionAffinity", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_internalTrafficPolicy", b"_internalTrafficPolicy", "_ipFamilyPolicy", b"_ipFamilyPolicy", "clusterIP", b"clusterIP", "clusterIPs", b"clusterIPs", "externalName", b"externalName", "externalTrafficPolicy", b"externalTrafficPolicy", "internalTrafficPolicy", b"internalTrafficPolicy", "ipFamilies", b"ipFamilies", "ipFamilyPolicy", b"ipFamilyPolicy", "ports", b"ports", "publishNotReadyAddresses", b"publishNotReadyAddresses", "selector", b"selector", "sessionAffinity", b"sessionAffinity", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__internalTrafficPolicy: _TypeAlias = _typing.Literal["internalTrafficPolicy"]  # noqa: Y015
     _WhichOneofArgType__internalTrafficPolicy: _TypeAlias = _typing.Literal["_internalTrafficPolicy", b"_internalTrafficPolicy"]  # noqa: Y015

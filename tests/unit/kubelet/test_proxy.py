@@ -188,3 +188,15 @@ def test_settings_require_a_node_name() -> None:
     assert (s.node_name, s.node_ip, s.bind_address) == ("n1", "127.0.1.1", "127.0.0.1:0")
     with pytest.raises(SystemExit):
         Settings.from_args([])
+
+
+def test_headless_and_external_name_services_get_no_listener() -> None:
+    eps = {"default/web": endpoints("127.0.1.1")}
+    headless = service()
+    headless.spec.clusterIP = "None"
+    external = service()
+    external.spec.clusterIP, external.spec.type = "", "ExternalName"
+    external.spec.externalName = "smtp.example.org"
+    for svc in (headless, external):
+        routes, backends = desired_state([svc], eps, "127.0.1.9")
+        assert routes == {} and backends == {}
