@@ -201,7 +201,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
     p.add_argument(
         "--service-cluster-ip-range",
         default=_env("SERVICE_CLUSTER_IP_RANGE", _DEFAULTS.service_cluster_ip_range),
-        help="IPv4 CIDR Services' cluster IPs come from (default inside 127.0.0.0/8 for the user-space proxy; 10.96.0.0/12 under the proxy's nftables mode)",
+        help="IPv4 CIDR Services' cluster IPs come from (default inside 127.0.0.0/8 for the "
+        "user-space proxy; 10.96.0.0/12 under the proxy's nftables mode)",
     )
     p.add_argument(
         "--service-node-port-range",

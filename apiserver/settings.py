@@ -85,8 +85,8 @@ class Settings:
     shutdown_grace_seconds: float = 5.0
     # Default grace period of pods that do not set terminationGracePeriodSeconds.
     default_termination_grace_seconds: int = 30
-    # Services' cluster IPs come from this CIDR (default inside 127.0.0.0/8: local on any Linux host,
-    # for the user-space proxy; `tinykube up --runtime containerd` passes 10.96.0.0/12).
+    # Services' cluster IPs come from this CIDR (default inside 127.0.0.0/8: local on any Linux
+    # host, for the user-space proxy; `tinykube up --runtime containerd` passes 10.96.0.0/12).
     service_cluster_ip_range: str = "127.100.0.0/16"
     # NodePort services' node ports come from this inclusive range.
     service_node_port_range: str = "30000-32767"

@@ -26,6 +26,7 @@ from kubelet.crilog import (
 from kubelet.fake import FakeRuntime
 from kubelet.logs import KubeletService, log_options
 from kubelet.logshim import LineSplitter, record, rfc3339nano
+from kubelet.streaming import StreamingService
 from tinykube.clock import Clock, FakeClock
 from tinykube.v1 import kubelet_pb2, pod_pb2
 
@@ -264,7 +265,7 @@ async def test_instances_timestamps_since_and_errors(tmp_path: Path) -> None:
     restarted = make_pod("main")
     restarted.status.containerStatuses[0].lastState.terminated.exitCode = 1
     clock = FakeClock(datetime.fromtimestamp(T0 // S + 60, tz=UTC))
-    service = KubeletService(lambda ns, n: pods.get((ns, n)), runtime, clock=clock)
+    service = StreamingService(lambda ns, n: pods.get((ns, n)), runtime, clock=clock)
     since = kubelet_pb2.LogsRequest(namespace="default", name="web")
     since.sinceTime.seconds = T0 // S + 3
     cases: list[tuple[pod_pb2.Pod, kubelet_pb2.LogsRequest, bytes]] = [
@@ -307,7 +308,7 @@ async def test_instances_timestamps_since_and_errors(tmp_path: Path) -> None:
 async def test_follow_streams_until_the_shim_lets_go(tmp_path: Path) -> None:
     runtime = FilesRuntime(tmp_path)
     pods = {("default", "web"): make_pod("main")}
-    service = KubeletService(lambda ns, n: pods.get((ns, n)), runtime, clock=Clock())
+    service = StreamingService(lambda ns, n: pods.get((ns, n)), runtime, clock=Clock())
     with runtime.current.open("ab") as shim:
         fcntl.flock(shim, fcntl.LOCK_EX)  # as the log shim holds it while it may write
         shim.write(cri((0, "stdout", "F", "first")) + b"2026-12-01T10:00:01Z stdout F sec")
@@ -325,7 +326,7 @@ async def test_follow_streams_until_the_shim_lets_go(tmp_path: Path) -> None:
 async def test_follow_ends_when_the_pod_is_gone(tmp_path: Path) -> None:
     runtime = FilesRuntime(tmp_path)
     pods = {("default", "web"): make_pod("main")}
-    service = KubeletService(lambda ns, n: pods.get((ns, n)), runtime, clock=Clock())
+    service = StreamingService(lambda ns, n: pods.get((ns, n)), runtime, clock=Clock())
     with runtime.current.open("ab") as shim:
         fcntl.flock(shim, fcntl.LOCK_EX)
         task = asyncio.create_task(collect(service, request(follow=True)))
@@ -338,7 +339,7 @@ async def test_follow_ends_when_the_pod_is_gone(tmp_path: Path) -> None:
 async def test_follow_stops_at_the_byte_limit(tmp_path: Path) -> None:
     runtime = FilesRuntime(tmp_path)
     runtime.current.write_bytes(LOG)
-    service = KubeletService(lambda ns, n: make_pod("main"), runtime, clock=Clock())
+    service = StreamingService(lambda ns, n: make_pod("main"), runtime, clock=Clock())
     with runtime.current.open("ab") as shim:
         fcntl.flock(shim, fcntl.LOCK_EX)
         out, _ = await asyncio.wait_for(collect(service, request(follow=True, limitBytes=3)), 5)
@@ -346,7 +347,7 @@ async def test_follow_stops_at_the_byte_limit(tmp_path: Path) -> None:
 
 
 async def test_fake_runtime_has_no_logs() -> None:
-    service = KubeletService(lambda ns, n: make_pod("main"), FakeRuntime())
+    service = StreamingService(lambda ns, n: make_pod("main"), FakeRuntime())
     _, ctx = await collect(service, request())
     assert ctx.code == grpc.StatusCode.UNIMPLEMENTED
 
@@ -385,7 +386,7 @@ async def test_log_status_refusals(tmp_path: Path) -> None:
         (_crash_looping(), {"previous": True}, b"then\n", ""),
     ]
     for pod, fields, want, error in cases:
-        service = KubeletService(lambda ns, n, p=pod: p, runtime)  # type: ignore[misc]
+        service = StreamingService(lambda ns, n, p=pod: p, runtime)  # type: ignore[misc]
         out, ctx = await collect(service, request(**fields))
         assert (out, ctx.details) == (want, error), fields
         if error:
