@@ -23,6 +23,8 @@ plugins tinykube has, in kube-apiserver's order, with its rules and messages:
   account's) automountServiceAccountToken is false, the pod gets kube's projected
   `kube-api-access-<5 random>` volume (apiserver/serviceaccount.py) mounted read-only at
   /var/run/secrets/kubernetes.io/serviceaccount in every container that mounts nothing there;
+  an apiserver without --service-account-signing-key-file (tinykube's insecure mode; kube's
+  apiserver does not start without one) adds none, as no token could be minted for it.
   tinykube pods have no imagePullSecrets to copy from the account.
 - Priority: a new pod's spec.priority (and spec.preemptionPolicy, when the class has one) come
   from its priorityClassName, or from the global default class when it names none (which also
@@ -120,6 +122,9 @@ class Admission:
         self._ns_prefix = f"{prefix}/{NAMESPACE.plural}/".encode()
         self._pc_prefix = f"{prefix}/{PRIORITY_CLASS.plural}/".encode()
         self._sa_prefix = f"{prefix}/{SERVICE_ACCOUNT.plural}/".encode()
+        # Whether pods get the kube-api-access token volume: only an apiserver with a service
+        # account signing key can mint its tokens (kube-apiserver does not start without one).
+        self.mount_tokens = True
         # Namespaces whose deletion this apiserver started -> until when to look them up live.
         self._deleting: dict[str, float] = {}
         # (cache state object, cache revision) -> the global default class at that point.
@@ -223,7 +228,7 @@ class Admission:
                 f'error looking up service account {namespace}/{name}: serviceaccount "{name}" '
                 "not found",
             )
-        if should_automount(spec, account):
+        if self.mount_tokens and should_automount(spec, account):
             add_api_access_volume(spec, random_suffix())
 
     async def service_account_exists(self, namespace: str, name: str) -> bool:

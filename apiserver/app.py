@@ -260,6 +260,8 @@ class APIServer:
         # Service account tokens: issued by TokenRequest with the signing key, accepted as
         # bearer tokens when signed by one of the verification keys (apiserver/auth/tokens.py).
         self.token_issuer, sa_keys = service_account_keys(settings)
+        # Without a signing key no token can be minted: pods get no kube-api-access volume.
+        self.admission.mount_tokens = self.token_issuer is not None
         if sa_keys:
             lookup = CacheLookup(self.caches, prefix)
             self.authenticator.service_accounts = TokenAuthenticator(

@@ -23,6 +23,7 @@ from google.protobuf.message import Message
 from kubelet.cri import CRIRuntime
 from kubelet.envvars import EnvSources
 from kubelet.fake import FakeRuntime
+from kubelet.kuberuntime import KubeRuntime
 from kubelet.logs import KubeletService
 from kubelet.metrics import Metrics
 from kubelet.node import NodeAgent, NodeConfig
@@ -31,11 +32,13 @@ from kubelet.prober import ProbeManager
 from kubelet.process import ProcessRuntime
 from kubelet.runtime import Runtime
 from kubelet.settings import Settings, machine_memory_kib
+from kubelet.volumes import rest_token_minter
 from tinykube.client import Client
 from tinykube.clock import Clock
 from tinykube.containerd import write_cni_config
 from tinykube.events import WARNING, EventRecorder
 from tinykube.informer import Informer
+from tinykube.kubeconfig import load as load_kubeconfig
 from tinykube.serving import GrpcServer
 from tinykube.v1 import kubelet_pb2_grpc, node_pb2, pod_pb2
 
@@ -154,6 +157,16 @@ class Kubelet:
                 host_ip=lambda _node: s.node_ip,
                 allocatable=lambda node: _allocatable(nodes.store.get(node)),
             )
+            if isinstance(self.runtime, KubeRuntime):
+                # Volumes: ConfigMaps and Secrets by GET, tokens by TokenRequest over REST.
+                volumes = self.runtime.volumes
+                volumes.api = client
+                volumes.allocatable = lambda node: _allocatable(nodes.store.get(node))
+                if s.security.kubeconfig:
+                    config = load_kubeconfig(s.security.kubeconfig)
+                    volumes.mint_token = rest_token_minter(
+                        config.server, config.credentials.ssl_context()
+                    )
 
             refused = self._refused_by(events)
             nodes.on_handler_error = refused

@@ -247,6 +247,18 @@ async def test_kubectl_get_sa_table(api: Api) -> None:
 
 
 async def test_admission_mounts_kube_api_access_unless_automount_is_false(api: Api) -> None:
+    # This apiserver has no signing key, so it mounts no tokens: no volume.
+    assert not api.running.server.admission.mount_tokens
+    assert list((await api.create_pod(make_pod("keyless"))).spec.volumes) == []
+    # With a key (tests/e2e run with one), every pod gets kube's token volume.
+    api.running.server.admission.mount_tokens = True
+    try:
+        await _check_kube_api_access(api)
+    finally:
+        api.running.server.admission.mount_tokens = False
+
+
+async def _check_kube_api_access(api: Api) -> None:
     status, body = await api.call(
         "POST",
         "/api/v1/namespaces/default/pods",
