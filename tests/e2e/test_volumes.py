@@ -1,0 +1,158 @@
+"""Pod volumes under `tinykube up` (process runtime) with the real kubectl.
+
+A configMap volume's file changes in the running container when the ConfigMap changes; a secret
+volume's files have its defaultMode; an emptyDir is shared by two containers; every pod gets
+kube's kube-api-access volume, whose token, CA and namespace let the official Python client,
+run inside the pod, list pods. Process-runtime containers find their mounts under
+$TINYKUBE_ROOT (docs/cri.md). Each test uses names of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+from tests.e2e.conftest import UpCluster
+from tests.e2e.kubectl_output import ok
+from tests.e2e.waiting import until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def apply(cluster: UpCluster, manifest: dict[str, object]) -> None:
+    ok(cluster.kubectl("apply", "-f", "-", stdin=json.dumps(manifest)))
+
+
+def logs(cluster: UpCluster, pod: str, container: str = "") -> str:
+    args = ["logs", pod] + (["-c", container] if container else [])
+    result = cluster.kubectl(*args)
+    return result.out if result.code == 0 else ""
+
+
+def pod(
+    name: str, containers: list[dict[str, object]], volumes: list[dict[str, object]]
+) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": containers, "volumes": volumes},
+    }
+
+
+def sh(name: str, script: str, mounts: list[dict[str, object]]) -> dict[str, object]:
+    return {
+        "name": name,
+        "image": "busybox",
+        "command": ["sh", "-c", script],
+        "volumeMounts": mounts,
+    }
+
+
+def test_a_config_map_update_reaches_the_running_container(tinykube_up: UpCluster) -> None:
+    ok(tinykube_up.kubectl("create", "configmap", "vol-cfg", "--from-literal=greeting=hello"))
+    script = 'while true; do echo "seen=$(cat $TINYKUBE_ROOT/etc/cfg/greeting)"; sleep 0.3; done'
+    apply(
+        tinykube_up,
+        pod(
+            "vol-cm",
+            [sh("main", script, [{"name": "cfg", "mountPath": "/etc/cfg", "readOnly": True}])],
+            [{"name": "cfg", "configMap": {"name": "vol-cfg"}}],
+        ),
+    )
+    until(lambda: "seen=hello" in logs(tinykube_up, "vol-cm"), "the ConfigMap's file")
+    ok(
+        tinykube_up.kubectl(
+            "patch", "configmap", "vol-cfg", "-p", json.dumps({"data": {"greeting": "bye"}})
+        )
+    )
+    until(lambda: "seen=bye" in logs(tinykube_up, "vol-cm"), "the updated file", limit=90)
+    out = ok(tinykube_up.kubectl("get", "pod", "vol-cm", "-o", "json"))
+    assert json.loads(out)["status"]["containerStatuses"][0]["restartCount"] == 0
+    ok(tinykube_up.kubectl("delete", "pod", "vol-cm", "--wait=true"))
+
+
+def test_a_secret_volume_has_its_default_mode(tinykube_up: UpCluster) -> None:
+    ok(
+        tinykube_up.kubectl(
+            "create", "secret", "generic", "vol-sec", "--from-literal=password=s3cret"
+        )
+    )
+    script = (
+        'echo "mode=$(stat -L -c %a $TINYKUBE_ROOT/etc/sec/password) '
+        'value=$(cat $TINYKUBE_ROOT/etc/sec/password)"; sleep 3600'
+    )
+    apply(
+        tinykube_up,
+        pod(
+            "vol-secret",
+            [sh("main", script, [{"name": "sec", "mountPath": "/etc/sec"}])],
+            [{"name": "sec", "secret": {"secretName": "vol-sec", "defaultMode": 0o400}}],
+        ),
+    )
+    until(lambda: "mode=400 value=s3cret" in logs(tinykube_up, "vol-secret"), "the secret's file")
+
+
+def test_an_empty_dir_is_shared_by_two_containers(tinykube_up: UpCluster) -> None:
+    writer = sh(
+        "writer",
+        "echo from-writer > $TINYKUBE_ROOT/data/shared; sleep 3600",
+        [{"name": "scratch", "mountPath": "/data"}],
+    )
+    reader = sh(
+        "reader",
+        "while true; do cat $TINYKUBE_ROOT/work/shared 2>/dev/null; sleep 0.3; done",
+        [{"name": "scratch", "mountPath": "/work"}],
+    )
+    apply(tinykube_up, pod("vol-empty", [writer, reader], [{"name": "scratch", "emptyDir": {}}]))
+    until(lambda: "from-writer" in logs(tinykube_up, "vol-empty", "reader"), "the shared file")
+
+
+def test_bad_mounts_are_refused_with_kubes_message(tinykube_up: UpCluster) -> None:
+    bad = pod("vol-bad", [sh("main", "true", [{"name": "x", "mountPath": "/x"}])], [])
+    result = tinykube_up.kubectl("apply", "-f", "-", stdin=json.dumps(bad))
+    assert result.code != 0
+    assert 'spec.containers[0].volumeMounts[0].name: Not found: "x"' in result.err
+
+
+def test_the_python_client_lists_pods_in_cluster_with_its_token(tinykube_up: UpCluster) -> None:
+    ok(
+        tinykube_up.kubectl(
+            "create", "rolebinding", "vol-view", "--clusterrole=view",
+            "--serviceaccount=default:default",
+        )
+    )  # fmt: skip
+    program = textwrap.dedent(
+        """
+        import os
+        from kubernetes import client, config
+        sa = os.environ["TINYKUBE_ROOT"] + "/var/run/secrets/kubernetes.io/serviceaccount"
+        config.load_incluster_config(token_filename=sa + "/token", cert_filename=sa + "/ca.crt")
+        ns = open(sa + "/namespace").read()
+        names = [p.metadata.name for p in client.CoreV1Api().list_namespaced_pod(ns).items]
+        print("pods:", " ".join(sorted(names)), flush=True)
+        """
+    )
+    manifest = pod("vol-incluster", [], [])
+    manifest["spec"]["containers"] = [  # type: ignore[index]
+        {
+            "name": "main",
+            "image": "python",
+            "command": ["sh", "-c", f'{sys.executable} -c "$PROGRAM"; sleep 3600'],
+            "env": [{"name": "PROGRAM", "value": program}],
+        }
+    ]
+    apply(tinykube_up, manifest)
+    got = until(
+        lambda: (
+            "pods:" in logs(tinykube_up, "vol-incluster") and logs(tinykube_up, "vol-incluster")
+        ),
+        "the client's answer",
+        limit=90,
+    )
+    assert "vol-incluster" in got, got
+    spec = json.loads(ok(tinykube_up.kubectl("get", "pod", "vol-incluster", "-o", "json")))["spec"]
+    assert spec["volumes"][0]["name"].startswith("kube-api-access-")
