@@ -152,10 +152,13 @@ class Kubelet:
             # Containers' envFrom and valueFrom: ConfigMaps and Secrets by GET (the Node
             # authorizer allows those a pod bound to the node references), limits defaulted
             # to the node's allocatable as the informer has it.
+            # Services, for the service variables (kube's kubelet watches them all).
+            services: Informer[Any] = Informer.for_resource(client.services, clock=self.clock)
             self.runtime.env_sources = EnvSources(
                 api=client,
                 host_ip=lambda _node: s.node_ip,
                 allocatable=lambda node: _allocatable(nodes.store.get(node)),
+                services=lambda: services.store.list(),
             )
             if isinstance(self.runtime, KubeRuntime):
                 # Volumes: ConfigMaps and Secrets by GET, tokens by TokenRequest over REST.
@@ -246,6 +249,10 @@ class Kubelet:
                     if isinstance(self.runtime, CRIRuntime):
                         tg.create_task(self._pod_network(nodes), name="pod-network")
                         tg.create_task(self._resource_stats(self.runtime), name="stats")
+                    if isinstance(self.runtime, KubeRuntime):
+                        # The service variables need the Services before pods start.
+                        tg.create_task(services.run(), name="informer-services")
+                        await services.wait_synced()
                     tg.create_task(self.pods.run(), name="informer-pods")
                     await self.pods.wait_synced()
                     live = {p.metadata.uid for p in self.pods.store.list()}

@@ -1555,6 +1555,7 @@ class PodSpec(_message.Message):
     AUTOMOUNTSERVICEACCOUNTTOKEN_FIELD_NUMBER: _builtins.int
     ACTIVEDEADLINESECONDS_FIELD_NUMBER: _builtins.int
     VOLUMES_FIELD_NUMBER: _builtins.int
+    ENABLESERVICELINKS_FIELD_NUMBER: _builtins.int
     restartPolicy: _builtins.str
     """Always (default), OnFailure, Never."""
     terminationGracePeriodSeconds: _builtins.int
@@ -1588,6 +1589,10 @@ class PodSpec(_message.Message):
     activeDeadlineSeconds: _builtins.int
     """Seconds the pod may be active on its node (from status.startTime) before the kubelet fails
     it with reason DeadlineExceeded. May be set, or lowered, on a running pod.
+    """
+    enableServiceLinks: _builtins.bool
+    """Whether the kubelet sets docker-link variables for the Services of the pod's namespace
+    (true when unset); KUBERNETES_SERVICE_HOST and _PORT are set either way.
     """
     @_builtins.property
     def initContainers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Container]: ...
@@ -1632,15 +1637,18 @@ class PodSpec(_message.Message):
         automountServiceAccountToken: _builtins.bool | None = ...,
         activeDeadlineSeconds: _builtins.int | None = ...,
         volumes: _abc.Iterable[Global___Volume] | None = ...,
+        enableServiceLinks: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "priority", b"priority", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_enableServiceLinks", b"_enableServiceLinks", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "enableServiceLinks", b"enableServiceLinks", "priority", b"priority", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "containers", b"containers", "dnsPolicy", b"dnsPolicy", "hostNetwork", b"hostNetwork", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "preemptionPolicy", b"preemptionPolicy", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "schedulingGates", b"schedulingGates", "serviceAccount", b"serviceAccount", "serviceAccountName", b"serviceAccountName", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations", "topologySpreadConstraints", b"topologySpreadConstraints", "volumes", b"volumes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_enableServiceLinks", b"_enableServiceLinks", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "containers", b"containers", "dnsPolicy", b"dnsPolicy", "enableServiceLinks", b"enableServiceLinks", "hostNetwork", b"hostNetwork", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "preemptionPolicy", b"preemptionPolicy", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "schedulingGates", b"schedulingGates", "serviceAccount", b"serviceAccount", "serviceAccountName", b"serviceAccountName", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations", "topologySpreadConstraints", b"topologySpreadConstraints", "volumes", b"volumes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__activeDeadlineSeconds: _TypeAlias = _typing.Literal["activeDeadlineSeconds"]  # noqa: Y015
     _WhichOneofArgType__activeDeadlineSeconds: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds"]  # noqa: Y015
     _WhichOneofReturnType__automountServiceAccountToken: _TypeAlias = _typing.Literal["automountServiceAccountToken"]  # noqa: Y015
     _WhichOneofArgType__automountServiceAccountToken: _TypeAlias = _typing.Literal["_automountServiceAccountToken", b"_automountServiceAccountToken"]  # noqa: Y015
+    _WhichOneofReturnType__enableServiceLinks: _TypeAlias = _typing.Literal["enableServiceLinks"]  # noqa: Y015
+    _WhichOneofArgType__enableServiceLinks: _TypeAlias = _typing.Literal["_enableServiceLinks", b"_enableServiceLinks"]  # noqa: Y015
     _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
     _WhichOneofReturnType__terminationGracePeriodSeconds: _TypeAlias = _typing.Literal["terminationGracePeriodSeconds"]  # noqa: Y015
@@ -1649,6 +1657,8 @@ class PodSpec(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__activeDeadlineSeconds) -> _WhichOneofReturnType__activeDeadlineSeconds | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__automountServiceAccountToken) -> _WhichOneofReturnType__automountServiceAccountToken | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__enableServiceLinks) -> _WhichOneofReturnType__enableServiceLinks | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
     @_typing.overload
