@@ -94,6 +94,7 @@ def test_a_secret_volume_has_its_default_mode(tinykube_up: UpCluster) -> None:
         ),
     )
     until(lambda: "mode=400 value=s3cret" in logs(tinykube_up, "vol-secret"), "the secret's file")
+    ok(tinykube_up.kubectl("delete", "pod", "vol-secret", "--wait=true"))
 
 
 def test_an_empty_dir_is_shared_by_two_containers(tinykube_up: UpCluster) -> None:
@@ -109,6 +110,16 @@ def test_an_empty_dir_is_shared_by_two_containers(tinykube_up: UpCluster) -> Non
     )
     apply(tinykube_up, pod("vol-empty", [writer, reader], [{"name": "scratch", "emptyDir": {}}]))
     until(lambda: "from-writer" in logs(tinykube_up, "vol-empty", "reader"), "the shared file")
+    ok(tinykube_up.kubectl("delete", "pod", "vol-empty", "--wait=true"))
+
+
+def test_the_kubernetes_service_points_at_the_apiserver(tinykube_up: UpCluster) -> None:
+    svc = json.loads(ok(tinykube_up.kubectl("get", "service", "kubernetes", "-o", "json")))
+    assert svc["spec"]["clusterIP"] == "127.100.0.1"
+    assert svc["spec"]["ports"][0]["name"] == "https" and svc["spec"]["ports"][0]["port"] == 443
+    rest_port = int(tinykube_up.rest_url.rsplit(":", 1)[1])
+    ep = json.loads(ok(tinykube_up.kubectl("get", "endpoints", "kubernetes", "-o", "json")))
+    assert ep["subsets"][0]["ports"][0]["port"] == rest_port
 
 
 def test_bad_mounts_are_refused_with_kubes_message(tinykube_up: UpCluster) -> None:
@@ -128,9 +139,13 @@ def test_the_python_client_lists_pods_in_cluster_with_its_token(tinykube_up: UpC
     program = textwrap.dedent(
         """
         import os
-        from kubernetes import client, config
+        from kubernetes import client
+        from kubernetes.config.incluster_config import InClusterConfigLoader
         sa = os.environ["TINYKUBE_ROOT"] + "/var/run/secrets/kubernetes.io/serviceaccount"
-        config.load_incluster_config(token_filename=sa + "/token", cert_filename=sa + "/ca.crt")
+        print("api:", os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"])
+        # load_incluster_config() with the token and CA where the process runtime has them.
+        loader = InClusterConfigLoader(token_filename=sa + "/token", cert_filename=sa + "/ca.crt")
+        loader.load_and_set()
         ns = open(sa + "/namespace").read()
         names = [p.metadata.name for p in client.CoreV1Api().list_namespaced_pod(ns).items]
         print("pods:", " ".join(sorted(names)), flush=True)
@@ -146,13 +161,13 @@ def test_the_python_client_lists_pods_in_cluster_with_its_token(tinykube_up: UpC
         }
     ]
     apply(tinykube_up, manifest)
-    got = until(
-        lambda: (
-            "pods:" in logs(tinykube_up, "vol-incluster") and logs(tinykube_up, "vol-incluster")
-        ),
-        "the client's answer",
-        limit=90,
-    )
-    assert "vol-incluster" in got, got
+
+    def answer() -> str:
+        out = logs(tinykube_up, "vol-incluster")
+        return out if "pods:" in out or "Traceback" in out else ""
+
+    got = until(answer, "the client's answer", limit=90)
+    assert "api: 127.100.0.1 443" in got and "vol-incluster" in got, got
     spec = json.loads(ok(tinykube_up.kubectl("get", "pod", "vol-incluster", "-o", "json")))["spec"]
     assert spec["volumes"][0]["name"].startswith("kube-api-access-")
+    ok(tinykube_up.kubectl("delete", "pod", "vol-incluster", "--wait=true"))
