@@ -158,7 +158,7 @@ class VolumeManager:
         self,
         pods_root: Path,
         *,
-        resync: float = 2.0,
+        resync: float = 5.0,
         now: Callable[[], float] = time.time,
     ) -> None:
         self.root = pods_root

@@ -342,3 +342,28 @@ async def test_volume_mounts_are_validated_in_pods_and_templates(api: Api) -> No
     got = body["spec"]["template"]["spec"]
     assert got["volumes"] == [{"name": "data", "emptyDir": {}}]
     assert got["containers"][0]["volumeMounts"] == [{"name": "data", "mountPath": "/data"}]
+
+
+async def test_the_apiserver_keeps_the_kubernetes_service_and_its_endpoints(api: Api) -> None:
+    rest_port = int(api.base.rsplit(":", 1)[1])
+
+    async def fetch(kind: str) -> Any:
+        status, body = await api.call("GET", f"/api/v1/namespaces/default/{kind}/kubernetes")
+        return body if status == 200 else None
+
+    for _ in range(600):  # up to a minute on a loaded machine
+        svc, ep = await fetch("services"), await fetch("endpoints")
+        if svc and ep:
+            break
+        await asyncio.sleep(0.1)
+    assert svc["spec"]["clusterIP"] == "127.100.0.1"
+    assert svc["spec"]["ports"] == [
+        {"name": "https", "protocol": "TCP", "port": 443, "targetPort": rest_port}
+    ]
+    assert svc["metadata"]["labels"] == {"component": "apiserver", "provider": "kubernetes"}
+    assert ep["subsets"] == [
+        {
+            "addresses": [{"ip": "127.0.0.1"}],
+            "ports": [{"name": "https", "port": rest_port, "protocol": "TCP"}],
+        }
+    ]

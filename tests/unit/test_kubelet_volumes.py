@@ -188,3 +188,40 @@ async def test_host_path_types(tmp_path: Path) -> None:
         await vm.setup(
             _pod([{"name": "h", "hostPath": {"path": str(made), "type": "File"}}]), force=True
         )
+
+
+def test_service_variables_as_kubes_kubelet_sets_them() -> None:
+    from google.protobuf.struct_pb2 import Value
+
+    from apiserver.masterservice import service_ip
+    from kubelet.envvars import service_environment
+    from tinykube.v1 import service_pb2
+
+    def svc(ns: str, name: str, ip: str, *ports: tuple[str, int]) -> service_pb2.Service:
+        s = service_pb2.Service()
+        s.metadata.name, s.metadata.namespace, s.spec.clusterIP = name, ns, ip
+        for port_name, port in ports:
+            s.spec.ports.add(name=port_name, port=port, protocol="TCP", targetPort=Value())
+        return s
+
+    services = [
+        svc("default", "kubernetes", service_ip("127.100.0.0/16"), ("https", 443)),
+        svc("team", "my-db", "127.100.3.4", ("sql", 5432), ("", 9000)),
+        svc("team", "headless", "None", ("x", 1)),
+        svc("other", "elsewhere", "127.100.9.9", ("x", 1)),
+    ]
+    env = service_environment(services, "team")
+    assert env["KUBERNETES_SERVICE_HOST"] == "127.100.0.1"
+    assert env["KUBERNETES_SERVICE_PORT"] == env["KUBERNETES_SERVICE_PORT_HTTPS"] == "443"
+    assert env["KUBERNETES_PORT"] == "tcp://127.100.0.1:443"
+    assert env["KUBERNETES_PORT_443_TCP_ADDR"] == "127.100.0.1"
+    assert env["MY_DB_SERVICE_HOST"] == "127.100.3.4"
+    assert env["MY_DB_SERVICE_PORT"] == env["MY_DB_SERVICE_PORT_SQL"] == "5432"
+    assert env["MY_DB_PORT"] == "tcp://127.100.3.4:5432"
+    assert env["MY_DB_PORT_9000_TCP"] == "tcp://127.100.3.4:9000"
+    assert env["MY_DB_PORT_9000_TCP_PROTO"] == "tcp"
+    assert env["MY_DB_PORT_9000_TCP_PORT"] == "9000"
+    assert not any(k.startswith(("HEADLESS", "ELSEWHERE")) for k in env)
+    # enableServiceLinks: false keeps only the master service's.
+    only = service_environment(services, "team", links=False)
+    assert {k.split("_")[0] for k in only} == {"KUBERNETES"}
