@@ -2009,6 +2009,7 @@ _DIFF_CONTEXT = 2
 # named here come after, in the .proto's order).
 _GO_ORDER = {
     "PodSpec": [
+        "volumes",
         "initContainers",
         "containers",
         "restartPolicy",
@@ -2028,6 +2029,7 @@ _GO_ORDER = {
         "priorityClassName",
         "priority",
         "preemptionPolicy",
+        "enableServiceLinks",
         "topologySpreadConstraints",
         "schedulingGates",
     ],
@@ -2041,6 +2043,7 @@ _GO_ORDER = {
         "envFrom",
         "env",
         "resources",
+        "volumeMounts",
         "livenessProbe",
         "readinessProbe",
         "startupProbe",
