@@ -10,8 +10,10 @@ $TINYKUBE_ROOT (docs/cri.md). Each test uses names of its own.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -129,6 +131,14 @@ def test_bad_mounts_are_refused_with_kubes_message(tinykube_up: UpCluster) -> No
     assert 'spec.containers[0].volumeMounts[0].name: Not found: "x"' in result.err
 
 
+def _can_bind_443() -> bool:
+    """Whether the proxy may listen on the kubernetes Service's port 443 (root, or a lowered
+    net.ipv4.ip_unprivileged_port_start)."""
+    start = Path("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+    return os.geteuid() == 0 or (start.exists() and int(start.read_text()) <= 443)
+
+
+@pytest.mark.skipif(not _can_bind_443(), reason="the proxy cannot listen on port 443 unprivileged")
 def test_the_python_client_lists_pods_in_cluster_with_its_token(tinykube_up: UpCluster) -> None:
     ok(
         tinykube_up.kubectl(
