@@ -19,8 +19,13 @@ plugins tinykube has, in kube-apiserver's order, with its rules and messages:
   etcd, and "default", which the controller manager creates right after its namespace, is
   looked for ten times 100-200 ms apart first, as kube's plugin does. A mirror pod (annotation
   kubernetes.io/config.mirror) may name no account and reference no Secret. Only pod creates
-  are checked (an account deleted later leaves its pods alone); tokens are not mounted (no
-  token machinery), and tinykube pods have no imagePullSecrets to copy from the account.
+  are checked (an account deleted later leaves its pods alone). Unless the pod's (else the
+  account's) automountServiceAccountToken is false, the pod gets kube's projected
+  `kube-api-access-<5 random>` volume (apiserver/serviceaccount.py) mounted read-only at
+  /var/run/secrets/kubernetes.io/serviceaccount in every container that mounts nothing there;
+  an apiserver without --service-account-signing-key-file (tinykube's insecure mode; kube's
+  apiserver does not start without one) adds none, as no token could be minted for it.
+  tinykube pods have no imagePullSecrets to copy from the account.
 - Priority: a new pod's spec.priority (and spec.preemptionPolicy, when the class has one) come
   from its priorityClassName, or from the global default class when it names none (which also
   fills in priorityClassName); no default class means priority 0 and PreemptLowerPriority.
@@ -40,8 +45,11 @@ from typing import Protocol
 
 from apiserver.serviceaccount import (
     DEFAULT_SERVICE_ACCOUNT,
+    add_api_access_volume,
     convert_pod_spec,
+    random_suffix,
     set_pod_service_account,
+    should_automount,
 )
 from apiserver.storage import KV, ListResult
 from apiserver.validation import SYSTEM_PRIORITY_CLASSES
@@ -49,7 +57,7 @@ from apiserver.watchcache import CachedObject
 from tinykube.clock import Clock
 from tinykube.errors import ForbiddenError, NotFoundError
 from tinykube.kinds import NAMESPACE, POD, PRIORITY_CLASS, SERVICE_ACCOUNT, KindInfo
-from tinykube.v1 import namespace_pb2, pod_pb2, priorityclass_pb2
+from tinykube.v1 import namespace_pb2, pod_pb2, priorityclass_pb2, serviceaccount_pb2
 
 # The namespaces every cluster has (created by the apiserver at start), which may not be
 # deleted. Kubernetes protects default, kube-system and kube-public this way and recreates
@@ -114,6 +122,9 @@ class Admission:
         self._ns_prefix = f"{prefix}/{NAMESPACE.plural}/".encode()
         self._pc_prefix = f"{prefix}/{PRIORITY_CLASS.plural}/".encode()
         self._sa_prefix = f"{prefix}/{SERVICE_ACCOUNT.plural}/".encode()
+        # Whether pods get the kube-api-access token volume: only an apiserver with a service
+        # account signing key can mint its tokens (kube-apiserver does not start without one).
+        self.mount_tokens = True
         # Namespaces whose deletion this apiserver started -> until when to look them up live.
         self._deleting: dict[str, float] = {}
         # (cache state object, cache revision) -> the global default class at that point.
@@ -210,29 +221,41 @@ class Admission:
             set_pod_service_account(spec, DEFAULT_SERVICE_ACCOUNT)
         namespace = pod.metadata.namespace
         name = spec.serviceAccountName
-        if not await self.service_account_exists(namespace, name):
+        account = await self.service_account(namespace, name)
+        if account is None:
             raise self._pod_forbidden(
                 pod,
                 f'error looking up service account {namespace}/{name}: serviceaccount "{name}" '
                 "not found",
             )
+        if self.mount_tokens and should_automount(spec, account):
+            add_api_access_volume(spec, random_suffix())
 
     async def service_account_exists(self, namespace: str, name: str) -> bool:
-        """Whether ServiceAccount namespace/name exists: the cache, else etcd (several times
-        for "default", which its controller is about to create in a new namespace)."""
+        return await self.service_account(namespace, name) is not None
+
+    async def service_account(
+        self, namespace: str, name: str
+    ) -> serviceaccount_pb2.ServiceAccount | None:
+        """ServiceAccount namespace/name, or None: the cache, else etcd (several times for
+        "default", which its controller is about to create in a new namespace). Never mutate
+        it."""
         key = self._sa_prefix + f"{namespace}/{name}".encode()
-        if key in self.accounts.state:
-            return True
+        cached = self.accounts.state.get(key)
+        if cached is not None:
+            return cached.obj  # type: ignore[return-value]
         attempts = _DEFAULT_ACCOUNT_ATTEMPTS if name == DEFAULT_SERVICE_ACCOUNT else 1
         interval = random.uniform(*_ACCOUNT_RETRY_SECONDS)
         for attempt in range(attempts):
             if attempt:
                 await self.clock.sleep(interval)
-                if key in self.accounts.state:
-                    return True
-            if await self.storage.get(key) is not None:
-                return True
-        return False
+                cached = self.accounts.state.get(key)
+                if cached is not None:
+                    return cached.obj  # type: ignore[return-value]
+            kv = await self.storage.get(key)
+            if kv is not None:
+                return serviceaccount_pb2.ServiceAccount.FromString(kv.value)
+        return None
 
     # ---- Priority --------------------------------------------------------------------------
 
@@ -330,7 +353,10 @@ class Admission:
 
 def _references_secrets(spec: pod_pb2.PodSpec) -> bool:
     """Whether a container reads a Secret (podutil.VisitPodSecretNames over what tinykube pods
-    have: env secretKeyRef and envFrom secretRef)."""
+    have: env secretKeyRef, envFrom secretRef, secret and projected secret volumes)."""
+    for vol in spec.volumes:
+        if vol.HasField("secret") or any(s.HasField("secret") for s in vol.projected.sources):
+            return True
     for c in (*spec.initContainers, *spec.containers):
         if any(e.valueFrom.HasField("secretKeyRef") for e in c.env):
             return True

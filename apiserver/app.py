@@ -30,6 +30,7 @@ from typing import Any
 from aiohttp import web
 from google.protobuf.message import Message
 
+from apiserver import masterservice
 from apiserver.admission import SYSTEM_NAMESPACES, Admission, system_priority_classes
 from apiserver.allocator import ServiceAllocator
 from apiserver.auth import bootstrap
@@ -66,6 +67,7 @@ from tinykube.kinds import (
     ALL_KINDS,
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
+    ENDPOINTS,
     NAMESPACE,
     NODE,
     POD,
@@ -260,6 +262,8 @@ class APIServer:
         # Service account tokens: issued by TokenRequest with the signing key, accepted as
         # bearer tokens when signed by one of the verification keys (apiserver/auth/tokens.py).
         self.token_issuer, sa_keys = service_account_keys(settings)
+        # Without a signing key no token can be minted: pods get no kube-api-access volume.
+        self.admission.mount_tokens = self.token_issuer is not None
         if sa_keys:
             lookup = CacheLookup(self.caches, prefix)
             self.authenticator.service_accounts = TokenAuthenticator(
@@ -375,6 +379,10 @@ class APIServer:
             # etcd is not there yet: keep trying in the background.
             self._tasks.append(asyncio.create_task(self._policy_loop(), name="bootstrap-policy"))
         self._tasks.append(asyncio.create_task(self._health_loop(), name="health"))
+        if self.rest is not None:
+            self._tasks.append(
+                asyncio.create_task(self._master_service_loop(), name="master-service")
+            )
         if self.settings.compaction_interval_seconds > 0:
             self._tasks.append(asyncio.create_task(self._compaction_loop(), name="compaction"))
         log.info("apiserver serving on %s (etcd %s)", self.address, self.storage.target)
@@ -491,6 +499,24 @@ class APIServer:
             ok = False
         await self._set_serving(ok)
         return ok
+
+    async def _master_service_loop(self) -> None:
+        """The default/kubernetes Service and this apiserver's Endpoints (apiserver/
+        masterservice.py), at start and every RECONCILE_SECONDS."""
+        cluster_ip = masterservice.service_ip(self.settings.service_cluster_ip_range)
+        host = self.rest_address.rsplit(":", 1)[0].strip("[]")
+        while True:
+            try:
+                await masterservice.reconcile(
+                    self.services[SERVICE.kind],
+                    self.services[ENDPOINTS.kind],
+                    cluster_ip,
+                    host,
+                    self.rest_port,
+                )
+            except TinykubeError as exc:
+                log.warning("the kubernetes Service is not reconciled yet: %s", exc)
+            await self.clock.sleep(masterservice.RECONCILE_SECONDS)
 
     async def _health_loop(self) -> None:
         while True:

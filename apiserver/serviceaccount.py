@@ -11,19 +11,36 @@ Kubernetes' rules, as pkg/registry/core/serviceaccount and pkg/apis/core/v1 have
 - The ServiceAccount admission plugin (apiserver/admission.py) names "default" for a pod that
   names none and refuses a pod whose account does not exist.
 
-Tokens come from TokenRequest (apiserver/auth/tokenrequest.py) and token Secrets (the
-controller manager's serviceaccount-token controller); there is no projected token volume, so
-automountServiceAccountToken is recorded and has no effect.
+- The admission plugin's token volume (kube's mountServiceAccountToken): a pod whose
+  automountServiceAccountToken (else its account's) is not false gets a projected volume
+  `kube-api-access-<5 random>` of a serviceAccountToken (expirationSeconds 3607, path token),
+  ConfigMap kube-root-ca.crt's ca.crt and the downward API's metadata.namespace (path
+  namespace), defaultMode 0644, mounted read-only at /var/run/secrets/kubernetes.io/
+  serviceaccount in every container (init containers too) that mounts nothing there. The
+  kubelet mints the token through TokenRequest (apiserver/auth/tokenrequest.py).
 Pure functions over messages.
 """
 
 from __future__ import annotations
+
+import random
 
 from tinykube.v1 import pod_pb2, serviceaccount_pb2
 
 # The account a pod runs as when it names none (admission's DefaultServiceAccountName), which
 # the controller manager's serviceaccount controller keeps in every active namespace.
 DEFAULT_SERVICE_ACCOUNT = "default"
+
+# kube's DefaultAPITokenMountPath, the token volume's name prefix, its token lifetime
+# (kube's 1 h plus 7 s, so clients can tell a projected token from a legacy one) and the
+# ConfigMap the controller manager publishes the cluster CA in.
+API_TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+API_ACCESS_PREFIX = "kube-api-access-"
+API_TOKEN_EXPIRATION_SECONDS = 3607
+ROOT_CA_CONFIG_MAP = "kube-root-ca.crt"
+ROOT_CA_KEY = "ca.crt"
+# The alphabet of apimachinery's rand.String (no vowels, no confusable digits).
+_RAND_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
 def prepare(sa: serviceaccount_pb2.ServiceAccount) -> None:
@@ -45,3 +62,52 @@ def convert_pod_spec(spec: pod_pb2.PodSpec) -> None:
 def set_pod_service_account(spec: pod_pb2.PodSpec, name: str) -> None:
     spec.serviceAccountName = name
     spec.serviceAccount = name
+
+
+def random_suffix(length: int = 5) -> str:
+    return "".join(random.choice(_RAND_ALPHABET) for _ in range(length))
+
+
+def should_automount(spec: pod_pb2.PodSpec, account: serviceaccount_pb2.ServiceAccount) -> bool:
+    if spec.HasField("automountServiceAccountToken"):
+        return spec.automountServiceAccountToken
+    if account.HasField("automountServiceAccountToken"):
+        return account.automountServiceAccountToken
+    return True
+
+
+def api_access_volume(name: str) -> pod_pb2.Volume:
+    """kube's TokenVolumeSource: the projected token, CA and namespace volume."""
+    vol = pod_pb2.Volume(name=name)
+    vol.projected.defaultMode = 0o644
+    token = vol.projected.sources.add().serviceAccountToken
+    token.expirationSeconds = API_TOKEN_EXPIRATION_SECONDS
+    token.path = "token"
+    ca = vol.projected.sources.add().configMap
+    ca.name = ROOT_CA_CONFIG_MAP
+    ca.items.add(key=ROOT_CA_KEY, path=ROOT_CA_KEY)
+    ns = vol.projected.sources.add().downwardAPI
+    ns.items.add(
+        path="namespace",
+        fieldRef=pod_pb2.ObjectFieldSelector(apiVersion="v1", fieldPath="metadata.namespace"),
+    )
+    return vol
+
+
+def add_api_access_volume(spec: pod_pb2.PodSpec, suffix: str) -> None:
+    """Adds the token volume and its mounts, as kube's admission (nothing when every container
+    already mounts something at the token path)."""
+    containers = [
+        c
+        for c in (*spec.initContainers, *spec.containers)
+        if not any(m.mountPath == API_TOKEN_MOUNT_PATH for m in c.volumeMounts)
+    ]
+    if not containers:
+        return
+    taken = {v.name for v in spec.volumes}
+    name = API_ACCESS_PREFIX + suffix
+    while name in taken:
+        name = API_ACCESS_PREFIX + random_suffix()
+    spec.volumes.append(api_access_volume(name))
+    for c in containers:
+        c.volumeMounts.add(name=name, readOnly=True, mountPath=API_TOKEN_MOUNT_PATH)

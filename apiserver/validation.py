@@ -795,6 +795,7 @@ def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
                 if c.name in names:
                     errs.append(duplicate(f"{cp}.name", c.name))
                 names.add(c.name)
+    errs.extend(validate_pod_volumes(path, spec))
     if spec.restartPolicy not in RESTART_POLICIES:
         errs.append(unsupported(f"{path}.restartPolicy", spec.restartPolicy, RESTART_POLICIES))
     if spec.dnsPolicy not in DNS_POLICIES:
@@ -2023,6 +2024,7 @@ _DIFF_CONTEXT = 2
 # named here come after, in the .proto's order).
 _GO_ORDER = {
     "PodSpec": [
+        "volumes",
         "initContainers",
         "containers",
         "restartPolicy",
@@ -2042,6 +2044,7 @@ _GO_ORDER = {
         "priorityClassName",
         "priority",
         "preemptionPolicy",
+        "enableServiceLinks",
         "topologySpreadConstraints",
         "schedulingGates",
     ],
@@ -2055,6 +2058,7 @@ _GO_ORDER = {
         "envFrom",
         "env",
         "resources",
+        "volumeMounts",
         "livenessProbe",
         "readinessProbe",
         "startupProbe",
@@ -2491,3 +2495,304 @@ def _url_list(path: str, urls: Iterable[str], detail: str) -> FieldError:
     """field.Invalid with a []string value, which Go prints with %#v."""
     shown = "[]string{" + ", ".join(_q(u) for u in urls) + "}"
     return FieldError(path, f"Invalid value: {shown}: {detail}")
+
+
+# ---- pod volumes and volume mounts (kube's ValidateVolumes, ValidateVolumeMounts) -----------
+# The sources tinykube's kubelet prepares: hostPath, emptyDir, secret, downwardAPI, configMap
+# and projected; the checks, paths and wording are kube's. kube does not require an absolute
+# mountPath at the API (a Linux kubelet refuses a relative one when it starts the container).
+
+HOST_PATH_TYPES = (
+    "",
+    "BlockDevice",
+    "CharDevice",
+    "Directory",
+    "DirectoryOrCreate",
+    "File",
+    "FileOrCreate",
+    "Socket",
+)
+STORAGE_MEDIA = ("", "Memory", "HugePages")
+FILE_MODE_MSG = "must be a number between 0 and 0777 (octal), both inclusive"
+# validVolumeDownwardAPIFieldPathExpressions (besides subscripted labels and annotations).
+VOLUME_FIELD_PATHS = (
+    "metadata.annotations",
+    "metadata.labels",
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+)
+VOLUME_SOURCES = ("hostPath", "emptyDir", "secret", "downwardAPI", "configMap", "projected")
+# A projected token's lifetime bounds (kube's ValidateServiceAccountTokenProjection).
+MIN_TOKEN_SECONDS = 600
+MAX_TOKEN_SECONDS = 1 << 32
+
+
+def _backsteps(path: str, target: str) -> list[FieldError]:
+    """validatePathNoBacksteps: no '..' path element."""
+    if ".." in target.replace("\\", "/").split("/"):
+        return [invalid(path, target, "must not contain '..'")]
+    return []
+
+
+def _local_descending_path(path: str, target: str) -> list[FieldError]:
+    """validateLocalDescendingPath: relative, no '..' element."""
+    errs: list[FieldError] = []
+    if target.startswith("/"):
+        errs.append(invalid(path, target, "must be a relative path"))
+    errs.extend(_backsteps(path, target))
+    return errs
+
+
+def _local_non_reserved_path(path: str, target: str) -> list[FieldError]:
+    """validateLocalNonReservedPath: as descending, and not starting with '..' (the atomic
+    writer's own names)."""
+    errs = _local_descending_path(path, target)
+    if target.startswith(".."):
+        errs.append(invalid(path, target, "must not start with '..'"))
+    return errs
+
+
+def _file_mode(path: str, mode: int) -> list[FieldError]:
+    if not 0 <= mode <= 0o777:
+        return [invalid(path, mode, FILE_MODE_MSG)]
+    return []
+
+
+def _key_to_paths(path: str, items: Iterable[pod_pb2.KeyToPath]) -> list[FieldError]:
+    errs: list[FieldError] = []
+    for i, item in enumerate(items):
+        ip = f"{path}[{i}]"
+        if not item.key:
+            errs.append(required(f"{ip}.key"))
+        if not item.path:
+            errs.append(required(f"{ip}.path"))
+        else:
+            errs.extend(_local_non_reserved_path(f"{ip}.path", item.path))
+        if item.HasField("mode"):
+            errs.extend(_file_mode(f"{ip}.mode", item.mode))
+    return errs
+
+
+def _downward_api_files(
+    path: str, items: Iterable[pod_pb2.DownwardAPIVolumeFile]
+) -> list[FieldError]:
+    errs: list[FieldError] = []
+    for i, item in enumerate(items):
+        ip = f"{path}[{i}]"
+        if not item.path:
+            errs.append(required(f"{ip}.path"))
+        else:
+            errs.extend(_local_non_reserved_path(f"{ip}.path", item.path))
+        has_field, has_resource = item.HasField("fieldRef"), item.HasField("resourceFieldRef")
+        if has_field and has_resource:
+            errs.append(
+                invalid(
+                    ip,
+                    "resource",
+                    "fieldRef and resourceFieldRef can not be specified simultaneously",
+                )
+            )
+        elif has_field:
+            errs.extend(_volume_field_selector(f"{ip}.fieldRef", item.fieldRef))
+        elif has_resource:
+            rp = f"{ip}.resourceFieldRef"
+            if not item.resourceFieldRef.containerName:
+                errs.append(required(f"{rp}.containerName"))
+            errs.extend(_resource_field_selector(rp, item.resourceFieldRef))
+        else:
+            errs.append(required(ip, "one of fieldRef and resourceFieldRef is required"))
+        if item.HasField("mode"):
+            errs.extend(_file_mode(f"{ip}.mode", item.mode))
+    return errs
+
+
+def _volume_field_selector(path: str, ref: pod_pb2.ObjectFieldSelector) -> list[FieldError]:
+    if not ref.fieldPath:
+        return [required(f"{path}.fieldPath")]
+    try:
+        internal = convert_pod_field_path(ref.apiVersion, ref.fieldPath)
+    except ValueError as exc:
+        return [invalid(f"{path}.fieldPath", ref.fieldPath, f"error converting fieldPath: {exc}")]
+    split = split_subscripted_path(internal)
+    if split is not None:
+        head, subscript = split
+        key = subscript.lower() if head == "metadata.annotations" else subscript
+        return [invalid(path, key, p) for p in validate_label_key(key)]
+    if internal not in VOLUME_FIELD_PATHS:
+        return [unsupported(f"{path}.fieldPath", internal, VOLUME_FIELD_PATHS)]
+    return []
+
+
+def _projected(path: str, source: pod_pb2.ProjectedVolumeSource) -> list[FieldError]:
+    errs: list[FieldError] = []
+    paths: set[str] = set()
+    for i, src in enumerate(source.sources):
+        sp = f"{path}.sources[{i}]"
+        kinds = [
+            k
+            for k in ("secret", "configMap", "downwardAPI", "serviceAccountToken")
+            if src.HasField(k)
+        ]
+        if not kinds:
+            errs.append(required(sp, "must specify exactly 1 volume type"))
+            continue
+        for extra in kinds[1:]:
+            errs.append(
+                forbidden(f"{sp}.{extra}", "may not specify more than 1 volume type per source")
+            )
+        kind = kinds[0]
+        file_paths: list[str] = []
+        if kind == "secret" or kind == "configMap":
+            proj = src.secret if kind == "secret" else src.configMap
+            if not proj.name:
+                errs.append(required(f"{sp}.{kind}.name"))
+            errs.extend(_key_to_paths(f"{sp}.{kind}.items", proj.items))
+            file_paths = [item.path for item in proj.items]
+        elif kind == "downwardAPI":
+            errs.extend(_downward_api_files(f"{sp}.downwardAPI.items", src.downwardAPI.items))
+            file_paths = [item.path for item in src.downwardAPI.items]
+        else:
+            tok = src.serviceAccountToken
+            tp = f"{sp}.serviceAccountToken"
+            if tok.HasField("expirationSeconds"):
+                if tok.expirationSeconds < MIN_TOKEN_SECONDS:
+                    errs.append(
+                        invalid(
+                            f"{tp}.expirationSeconds",
+                            tok.expirationSeconds,
+                            "may not specify a duration less than 10 minutes",
+                        )
+                    )
+                elif tok.expirationSeconds > MAX_TOKEN_SECONDS:
+                    errs.append(
+                        invalid(
+                            f"{tp}.expirationSeconds",
+                            tok.expirationSeconds,
+                            "may not specify a duration larger than 2^32 seconds",
+                        )
+                    )
+            if not tok.path:
+                errs.append(required(f"{tp}.path"))
+            else:
+                errs.extend(_local_non_reserved_path(f"{tp}.path", tok.path))
+            file_paths = [tok.path]
+        for fp in file_paths:
+            if fp and fp in paths:
+                errs.append(invalid(sp, fp, "conflicting duplicate paths"))
+            paths.add(fp)
+    if source.HasField("defaultMode"):
+        errs.extend(_file_mode(f"{path}.defaultMode", source.defaultMode))
+    return errs
+
+
+def _volume_source(path: str, vol: pod_pb2.Volume) -> list[FieldError]:
+    kinds = [k for k in VOLUME_SOURCES if vol.HasField(k)]  # type: ignore[arg-type]
+    if not kinds:
+        return [required(path, "must specify a volume type")]
+    errs = [forbidden(f"{path}.{k}", "may not specify more than 1 volume type") for k in kinds[1:]]
+    kind = kinds[0]
+    kp = f"{path}.{kind}"
+    if kind == "hostPath":
+        if not vol.hostPath.path:
+            errs.append(required(f"{kp}.path"))
+        else:
+            errs.extend(_backsteps(f"{kp}.path", vol.hostPath.path))
+        if vol.hostPath.HasField("type") and vol.hostPath.type not in HOST_PATH_TYPES:
+            errs.append(unsupported(f"{kp}.type", vol.hostPath.type, HOST_PATH_TYPES))
+    elif kind == "emptyDir":
+        if vol.emptyDir.medium not in STORAGE_MEDIA:
+            errs.append(unsupported(f"{kp}.medium", vol.emptyDir.medium, STORAGE_MEDIA))
+        if vol.emptyDir.HasField("sizeLimit"):
+            try:
+                size = parse_quantity(vol.emptyDir.sizeLimit)
+            except QuantityError:
+                errs.append(
+                    invalid(
+                        f"{kp}.sizeLimit",
+                        vol.emptyDir.sizeLimit,
+                        "quantities must match the regular expression "
+                        "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+                    )
+                )
+            else:
+                if size < 0:
+                    errs.append(
+                        forbidden(
+                            f"{kp}.sizeLimit", "SizeLimit field must be a valid resource quantity"
+                        )
+                    )
+    elif kind in ("secret", "configMap"):
+        name = vol.secret.secretName if kind == "secret" else vol.configMap.name
+        src = vol.secret if kind == "secret" else vol.configMap
+        if not name:
+            errs.append(required(f"{kp}.{'secretName' if kind == 'secret' else 'name'}"))
+        if src.HasField("defaultMode"):
+            errs.extend(_file_mode(f"{kp}.defaultMode", src.defaultMode))
+        errs.extend(_key_to_paths(f"{kp}.items", src.items))
+    elif kind == "downwardAPI":
+        if vol.downwardAPI.HasField("defaultMode"):
+            errs.extend(_file_mode(f"{kp}.defaultMode", vol.downwardAPI.defaultMode))
+        errs.extend(_downward_api_files(f"{kp}.items", vol.downwardAPI.items))
+    else:
+        errs.extend(_projected(kp, vol.projected))
+    return errs
+
+
+def validate_volumes(
+    path: str, volumes: Iterable[pod_pb2.Volume]
+) -> tuple[list[FieldError], set[str]]:
+    """kube's ValidateVolumes: the errors and the names of the volumes declared."""
+    errs: list[FieldError] = []
+    names: set[str] = set()
+    for i, vol in enumerate(volumes):
+        vp = f"{path}[{i}]"
+        if not vol.name:
+            errs.append(required(f"{vp}.name"))
+        else:
+            errs.extend(dns1123_label(f"{vp}.name", vol.name))
+            if vol.name in names:
+                errs.append(duplicate(f"{vp}.name", vol.name))
+        errs.extend(_volume_source(vp, vol))
+        if vol.name:
+            names.add(vol.name)
+    return errs, names
+
+
+def not_found(path: str, value: str) -> FieldError:
+    return FieldError(path, f"Not found: {_q(value)}")
+
+
+def validate_volume_mounts(
+    path: str, mounts: Iterable[pod_pb2.VolumeMount], volumes: set[str]
+) -> list[FieldError]:
+    """kube's ValidateVolumeMounts for one container."""
+    errs: list[FieldError] = []
+    seen: set[str] = set()
+    for i, m in enumerate(mounts):
+        mp = f"{path}[{i}]"
+        if not m.name:
+            errs.append(required(f"{mp}.name"))
+        elif m.name not in volumes:
+            errs.append(not_found(f"{mp}.name", m.name))
+        if not m.mountPath:
+            errs.append(required(f"{mp}.mountPath"))
+        elif m.mountPath in seen:
+            errs.append(invalid(f"{mp}.mountPath", m.mountPath, "must be unique"))
+        seen.add(m.mountPath)
+        if m.subPath:
+            errs.extend(_local_descending_path(f"{mp}.subPath", m.subPath))
+    return errs
+
+
+def validate_pod_volumes(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
+    errs, names = validate_volumes(f"{path}.volumes", spec.volumes)
+    for group, containers in (
+        ("initContainers", spec.initContainers),
+        ("containers", spec.containers),
+    ):
+        for i, c in enumerate(containers):
+            errs.extend(
+                validate_volume_mounts(f"{path}.{group}[{i}].volumeMounts", c.volumeMounts, names)
+            )
+    return errs

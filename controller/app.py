@@ -40,6 +40,7 @@ from controller.namespace import NamespaceController
 from controller.nodeipam import CIDRSet, NodeIPAMController
 from controller.nodelifecycle import NODE_LEASE_NAMESPACE, NodeLifecycleController
 from controller.replicaset import ReplicaSetController
+from controller.rootcacert import RootCACertPublisher
 from controller.serviceaccount import ServiceAccountsController
 from controller.settings import Settings
 from controller.tokens import TokensController
@@ -430,7 +431,8 @@ class ControllerManager:
             n = s.concurrent_ttl_after_finished_syncs
             workers.append(("ttl-after-finished", ttl_queue, ttl.sync, n))
 
-        if "namespace" in s.controllers or "serviceaccount" in s.controllers:
+        publish_ca = "root-ca-cert-publisher" in s.controllers and bool(s.root_ca)
+        if "namespace" in s.controllers or "serviceaccount" in s.controllers or publish_ca:
             namespaces: Informer[Any] = Informer.for_resource(client.namespaces, clock=self.clock)
             informers.append(namespaces)
         if "namespace" in s.controllers:
@@ -464,6 +466,19 @@ class ControllerManager:
             self.metrics.track_queue("serviceaccount", sa_queue.__len__)
             # One worker, as kube-controller-manager runs this controller.
             workers.append(("serviceaccount", sa_queue, sac.sync, 1))
+
+        if publish_ca:
+            root_cms: Informer[Any] = Informer.for_resource(client.config_maps, clock=self.clock)
+            informers.append(root_cms)
+            ca_queue: WorkQueue[str] = WorkQueue(self.clock, name="root_ca_cert_publisher")
+            cap = RootCACertPublisher(
+                client.config_maps, namespaces.store, root_cms.store, ca_queue, root_ca=s.root_ca
+            )
+            namespaces.add_handler(cap.on_namespace_add, cap.on_namespace_update)
+            root_cms.add_handler(cap.on_config_map, cap.on_config_map_update, cap.on_config_map)
+            queues.append(ca_queue)
+            self.metrics.track_queue("root-ca-cert-publisher", ca_queue.__len__)
+            workers.append(("root-ca-cert-publisher", ca_queue, cap.sync, 1))
 
         if "serviceaccount-token" in s.controllers and s.service_account_key is not None:
             token_secrets: Informer[Any] = Informer.for_resource(client.secrets, clock=self.clock)

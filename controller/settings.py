@@ -67,6 +67,7 @@ class Settings:
         "daemonset",
         "serviceaccount",
         "serviceaccount-token",
+        "root-ca-cert-publisher",
         "endpointslice",
         "endpointslicemirroring",
         "nodeipam",

@@ -23,6 +23,7 @@ from google.protobuf.message import Message
 from kubelet.cri import CRIRuntime, PodDNS
 from kubelet.envvars import EnvSources
 from kubelet.fake import FakeRuntime
+from kubelet.kuberuntime import KubeRuntime
 from kubelet.metrics import Metrics
 from kubelet.node import NodeAgent, NodeConfig
 from kubelet.pods import PodManager
@@ -31,11 +32,13 @@ from kubelet.process import ProcessRuntime
 from kubelet.runtime import Runtime
 from kubelet.settings import Settings, machine_memory_kib
 from kubelet.streaming import StreamingService
+from kubelet.volumes import rest_token_minter
 from tinykube.client import Client
 from tinykube.clock import Clock
 from tinykube.containerd import write_cni_config
 from tinykube.events import WARNING, EventRecorder
 from tinykube.informer import Informer
+from tinykube.kubeconfig import load as load_kubeconfig
 from tinykube.serving import GrpcServer
 from tinykube.v1 import kubelet_pb2_grpc, node_pb2, pod_pb2
 
@@ -156,11 +159,24 @@ class Kubelet:
             # Containers' envFrom and valueFrom: ConfigMaps and Secrets by GET (the Node
             # authorizer allows those a pod bound to the node references), limits defaulted
             # to the node's allocatable as the informer has it.
+            # Services, for the service variables (kube's kubelet watches them all).
+            services: Informer[Any] = Informer.for_resource(client.services, clock=self.clock)
             self.runtime.env_sources = EnvSources(
                 api=client,
                 host_ip=lambda _node: s.node_ip,
                 allocatable=lambda node: _allocatable(nodes.store.get(node)),
+                services=lambda: services.store.list(),
             )
+            if isinstance(self.runtime, KubeRuntime):
+                # Volumes: ConfigMaps and Secrets by GET, tokens by TokenRequest over REST.
+                volumes = self.runtime.volumes
+                volumes.api = client
+                volumes.allocatable = lambda node: _allocatable(nodes.store.get(node))
+                if s.security.kubeconfig:
+                    config = load_kubeconfig(s.security.kubeconfig)
+                    volumes.mint_token = rest_token_minter(
+                        config.server, config.credentials.ssl_context()
+                    )
 
             refused = self._refused_by(events)
             nodes.on_handler_error = refused
@@ -240,6 +256,10 @@ class Kubelet:
                     if isinstance(self.runtime, CRIRuntime):
                         tg.create_task(self._pod_network(nodes), name="pod-network")
                         tg.create_task(self._resource_stats(self.runtime), name="stats")
+                    if isinstance(self.runtime, KubeRuntime):
+                        # The service variables need the Services before pods start.
+                        tg.create_task(services.run(), name="informer-services")
+                        await services.wait_synced()
                     tg.create_task(self.pods.run(), name="informer-pods")
                     await self.pods.wait_synced()
                     live = {p.metadata.uid for p in self.pods.store.list()}

@@ -659,6 +659,12 @@ class CRIRuntime(KubeRuntime):
         instance = crec.restart_count + (1 if crec.last is not None else 0)
         env = {"HOSTNAME": pod.spec.hostname or pod.metadata.name, **resolved}
         config = container_config(pod, container, image_ref, instance, env, self.machine_memory)
+        # The pod's volumes (kubelet/volumes.py), bind-mounted by the runtime (kube's
+        # makeMounts: CRI Mount entries, in the container's order).
+        for m in self._mounts.get(rec.uid, {}).get(container.name, []):
+            config.mounts.add(
+                container_path=m.container_path, host_path=str(m.host_path), readonly=m.read_only
+            )
         sandbox = self._sandbox_configs.get(rec.uid) or sandbox_config(
             pod, 0, self._log_dir(rec.uid), self._pod_cgroup(rec.uid, qos_class(pod)), self.dns
         )

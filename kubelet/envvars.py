@@ -24,7 +24,7 @@ Concurrency: coroutines on the caller's loop; no state beyond one resolution's f
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Protocol
@@ -33,7 +33,7 @@ from tinykube.errors import NotFoundError, TinykubeError
 from tinykube.fieldpath import split_subscripted_path
 from tinykube.protocols import ResourceAPI
 from tinykube.quantity import QuantityError, parse_quantity
-from tinykube.v1 import configmap_pb2, pod_pb2, secret_pb2
+from tinykube.v1 import configmap_pb2, pod_pb2, secret_pb2, service_pb2
 
 # kube's pod workers retry a failed sync (a container waiting on its config) after 10 s.
 CONFIG_RETRY_SECONDS = 10.0
@@ -60,6 +60,10 @@ def _no_allocatable(node: str) -> Mapping[str, str]:
     return {}
 
 
+def _no_services() -> Iterable[service_pb2.Service]:
+    return ()
+
+
 @dataclass
 class EnvSources:
     """Where values come from besides the pod: the API (None: no client, as a kubelet without
@@ -68,6 +72,8 @@ class EnvSources:
     api: EnvAPI | None = None
     host_ip: Callable[[str], str] = field(default=_no_ip)
     allocatable: Callable[[str], Mapping[str, str]] = field(default=_no_allocatable)
+    # Every Service the kubelet knows (its informer), for the service variables.
+    services: Callable[[], Iterable[service_pb2.Service]] = field(default=_no_services)
 
 
 def expand(text: str, *mappings: Mapping[str, str]) -> str:
@@ -268,8 +274,9 @@ async def make_environment(
     pod: pod_pb2.Pod, container: pod_pb2.Container, sources: EnvSources
 ) -> dict[str, str]:
     """The container's variables, in the order they are defined; raises ContainerConfigError."""
-    env: dict[str, str] = {}
     ns = pod.metadata.namespace
+    links = not pod.spec.HasField("enableServiceLinks") or pod.spec.enableServiceLinks
+    env: dict[str, str] = service_environment(sources.services(), ns, links=links)
     fetch = _Fetcher(sources.api, ns)
     for source in container.envFrom:
         if source.HasField("configMapRef"):
@@ -313,4 +320,57 @@ async def make_environment(
             env[var.name] = value if isinstance(value, str) else _text(value)
         else:
             env[var.name] = ""
+    return env
+
+
+# ---- Service variables (kube's getServiceEnvVarMap and envvars.FromServices) ----------------
+
+# The Services of `default` every pod gets, enableServiceLinks or not (kube's masterServices).
+MASTER_SERVICES = ("kubernetes",)
+
+
+def _env_name(name: str) -> str:
+    return name.upper().replace("-", "_")
+
+
+def service_environment(
+    services: Iterable[service_pb2.Service], namespace: str, *, links: bool = True
+) -> dict[str, str]:
+    """The variables kube's kubelet sets for Services: for `default/kubernetes` always, and
+    with `links` for every Service of the pod's namespace that has a cluster IP:
+    <NAME>_SERVICE_HOST, <NAME>_SERVICE_PORT (the first port), <NAME>_SERVICE_PORT_<PORT NAME>,
+    and the docker-link ones (<NAME>_PORT=tcp://ip:port, <NAME>_PORT_<port>_<PROTO>[_PROTO,
+    _PORT, _ADDR]). A Service of the pod's namespace wins over the master one of the same name."""
+    chosen: dict[str, service_pb2.Service] = {}
+    for svc in services:
+        ip = svc.spec.clusterIP
+        if not ip or ip == "None":
+            continue
+        name = svc.metadata.name
+        if svc.metadata.namespace == namespace and links:
+            chosen[name] = svc
+        elif svc.metadata.namespace == "default" and name in MASTER_SERVICES:
+            chosen.setdefault(name, svc)
+    env: dict[str, str] = {}
+    for name in sorted(chosen):
+        svc = chosen[name]
+        prefix = _env_name(name)
+        ip = svc.spec.clusterIP
+        ports = list(svc.spec.ports)
+        env[f"{prefix}_SERVICE_HOST"] = ip
+        if ports:
+            env[f"{prefix}_SERVICE_PORT"] = str(ports[0].port)
+        for port in ports:
+            if port.name:
+                env[f"{prefix}_SERVICE_PORT_{_env_name(port.name)}"] = str(port.port)
+        if ports:
+            first = ports[0]
+            env[f"{prefix}_PORT"] = f"{(first.protocol or 'TCP').lower()}://{ip}:{first.port}"
+        for port in ports:
+            proto = (port.protocol or "TCP").lower()
+            link = f"{prefix}_PORT_{port.port}_{proto.upper()}"
+            env[link] = f"{proto}://{ip}:{port.port}"
+            env[f"{link}_PROTO"] = proto
+            env[f"{link}_PORT"] = str(port.port)
+            env[f"{link}_ADDR"] = ip
     return env

@@ -46,6 +46,7 @@ from kubelet.runtime import (
     initialized,
     pod_phase,
 )
+from kubelet.volumes import ContainerMount, VolumeManager, container_mounts
 from tinykube.clock import Clock
 from tinykube.v1 import pod_pb2
 
@@ -72,6 +73,8 @@ class KubeRuntime:
         # pod uid -> container -> the variables its running instance was started with, for its
         # exec probes (after a kubelet restart: the spec's static ones).
         self._envs: dict[str, dict[str, dict[str, str]]] = {}
+        # pod uid -> container -> the mounts its running instance was started with.
+        self._mounts: dict[str, dict[str, list[ContainerMount]]] = {}
         self.clock = clock or Clock()
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
@@ -80,6 +83,10 @@ class KubeRuntime:
         # (pod uid, container) found running in state.json but gone when `load` ran (the
         # node rebooted, or `tinykube up` stopped everything): restarted at once, no back-off.
         self._gone_at_load: set[tuple[str, str]] = set()
+        # The pods' volumes (kubelet/volumes.py), under each pod's directory.
+        self.volumes = VolumeManager(self.root)
+        # pod uid -> why its volumes could not be set up at the last sync ("" when they were).
+        self._volume_errors: dict[str, str] = {}
 
     # ---- persistence ----
     def _pod_dir(self, uid: str) -> Path:
@@ -267,13 +274,32 @@ class KubeRuntime:
     async def _start(
         self, pod: pod_pb2.Pod, rec: PodRecord, container: pod_pb2.Container, crec: ContainerRecord
     ) -> None:
+        if self._volume_errors.get(rec.uid):
+            self._config_error(rec, crec, self._volume_errors[rec.uid])
+            return
         try:
             resolved = await make_environment(pod, container, self.env_sources)
+            mounts = container_mounts(container, self.volumes.paths(rec.uid))
         except ContainerConfigError as exc:
             self._config_error(rec, crec, str(exc))
             return
         self._envs.setdefault(rec.uid, {})[container.name] = resolved
+        self._mounts.setdefault(rec.uid, {})[container.name] = mounts
         await self._launch(pod, rec, container, crec, resolved)
+
+    async def _setup_volumes(self, pod: pod_pb2.Pod) -> None:
+        """Prepare (or refresh) the pod's volumes; a failure is kept for the containers that
+        start next, which wait with CreateContainerConfigError and kube's message."""
+        if not pod.spec.volumes:
+            return
+        try:
+            await self.volumes.setup(pod)
+        except ContainerConfigError as exc:
+            self._volume_errors[pod.metadata.uid] = f"failed to set up volumes: {exc}"
+        except OSError as exc:
+            self._volume_errors[pod.metadata.uid] = f"failed to set up volumes: {exc}"
+        else:
+            self._volume_errors.pop(pod.metadata.uid, None)
 
     async def _prepare_pod(self, pod: pod_pb2.Pod, rec: PodRecord) -> bool:
         """Make the pod's sandbox ready (kube's computePodActions: create or recreate it);
@@ -307,6 +333,8 @@ class KubeRuntime:
         changed |= await self._observe_exits(pod, rec, rec.init_containers, init=True)
         changed |= await self._observe_exits(pod, rec, rec.containers, init=False)
         now = self._now()
+        if not pod.metadata.HasField("deletionTimestamp"):
+            await self._setup_volumes(pod)
         if not await self._prepare_pod(pod, rec):
             pass  # no sandbox yet: containers wait (the runtime recorded why)
         elif not initialized(pod, rec):
@@ -350,6 +378,9 @@ class KubeRuntime:
     def forget(self, uid: str) -> None:
         self._pods.pop(uid, None)
         self._envs.pop(uid, None)
+        self._mounts.pop(uid, None)
+        self._volume_errors.pop(uid, None)
+        self.volumes.teardown(uid)
         shutil.rmtree(self._pod_dir(uid), ignore_errors=True)
 
     # ---- what a runtime supplies ----

@@ -10,6 +10,12 @@ Failed "Error: <why>", tried again after the initial back-off. Exits are noticed
 (`Popen.poll` for our children, /proc for processes adopted after a kubelet restart) every
 `poll_interval` seconds.
 
+Volumes (kubelet/volumes.py) are prepared under `<root>/pods/<uid>/volumes/` before the
+containers start, as for CRI; a process cannot have them mounted at their mountPath without a
+mount namespace of its own, so each container with volumeMounts gets `$TINYKUBE_ROOT`, a
+directory where `$TINYKUBE_ROOT<mountPath>` is a symlink to the volume (or its subPath).
+readOnly cannot be enforced there (documented in docs/cri.md).
+
 Logs are kept per container instance, as the kubelet's CRI logs are:
 `<root>/pods/<uid>/logs/<container>/<restartCount>.log`, in the CRI format. Before each
 instance starts, the runtime opens and flock()s its file and starts a log shim
@@ -77,11 +83,16 @@ from kubelet.runtime import (
     definition_changed_message,
     start_events,
 )
+from kubelet.volumes import ContainerMount
 from tinykube.clock import Clock
 from tinykube.v1 import pod_pb2
 
 log = logging.getLogger(__name__)
 
+# The variable naming the directory under which a container finds its volumeMounts: each
+# mountPath is `$TINYKUBE_ROOT<mountPath>`, a symlink to the volume on the node (a process has
+# no mount namespace of its own; see docs/cri.md).
+ROOT_ENV = "TINYKUBE_ROOT"
 # How long an exited container's status waits for its log shim to finish writing.
 LOG_DRAIN_WAIT = 2.0
 SHIM = Path(logshim.__file__)
@@ -173,9 +184,26 @@ class ProcessRuntime(KubeRuntime):
             "HOST_IP": self.node_ip,
             "POD_IP": self.node_ip,
         }
+        if container.volumeMounts:
+            env[ROOT_ENV] = str(self._root_view(pod.metadata.uid, container.name))
         resolved = self._envs.get(pod.metadata.uid, {}).get(container.name)
         env.update(static_environment(container) if resolved is None else resolved)
         return env, container.workingDir or str(pod_dir)
+
+    def _root_view(self, uid: str, container: str) -> Path:
+        return self._pod_dir(uid) / "roots" / container
+
+    def _make_root_view(self, uid: str, container: str, mounts: list[ContainerMount]) -> None:
+        """The container's view of its mounts: `<view>/<mountPath>` a symlink to the volume
+        (or its subPath) on the node, made afresh at each start."""
+        view = self._root_view(uid, container)
+        shutil.rmtree(view, ignore_errors=True)
+        view.mkdir(parents=True)
+        for m in mounts:
+            link = view / m.container_path.lstrip("/")
+            link.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                link.symlink_to(m.host_path)
 
     async def _exit_status(self, uid: str, crec: ContainerRecord) -> Termination | None:
         """The container's termination if its process has exited, else None."""
@@ -232,6 +260,13 @@ class ProcessRuntime(KubeRuntime):
             error = self._ports_taken(container)
         # The instance this start makes: restart_count counts the starts after the first.
         instance = crec.restart_count + (1 if crec.last is not None else 0)
+        if not error and container.volumeMounts:
+            try:
+                self._make_root_view(
+                    rec.uid, container.name, self._mounts.get(rec.uid, {}).get(container.name, [])
+                )
+            except OSError as exc:
+                error = f"failed to prepare the container's mounts: {exc}"
         if not error:
             try:
                 out_w, err_w = self._start_shim(rec.uid, container.name, instance)

@@ -357,6 +357,7 @@ APISERVER_DNS = (
 
 
 FAKE_KUBELETS = "tinykube:fake-kubelets"
+KUBERNETES_SERVICE_IP = "127.100.0.1"
 
 
 def cluster_specs(
@@ -376,7 +377,9 @@ def cluster_specs(
     (`etcd_member_specs`)."""
     node_ips = node_ips or {}
     dns = tuple(dict.fromkeys((*APISERVER_DNS, *hosts)))
-    addrs = tuple(dict.fromkeys(("127.0.0.1", *ips)))
+    # 127.100.0.1: the kubernetes Service's cluster IP under the default service CIDR
+    # (apiserver/masterservice.py), which in-cluster clients dial.
+    addrs = tuple(dict.fromkeys(("127.0.0.1", KUBERNETES_SERVICE_IP, *ips)))
     specs = [
         CertSpec("apiserver", "kube-apiserver", dns_names=dns, ip_addresses=addrs, server=True),
         # etcd's own server and peer certificates also authenticate it as a client (kubeadm's do)

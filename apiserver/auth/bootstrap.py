@@ -502,6 +502,10 @@ def _controllers() -> list[tuple[rbac_pb2.ClusterRole, str]]:
             ],
         ),
         (
+            "root-ca-cert-publisher",
+            [rule(("create", "update"), (_CORE,), ("configmaps",)), _events()],
+        ),
+        (
             "service-account-controller",
             [rule(("create",), (_CORE,), ("serviceaccounts",)), _events()],
         ),

@@ -14,9 +14,9 @@ the authorizer has no opinion (RBAC decides). For a node:
   pods bound to it).
 - leases: get, create, update, patch, delete of the Lease named after it in kube-node-lease.
 - secrets, configmaps: get (and list/watch of one named object) of one that a pod bound to
-  the node references, through a container's env valueFrom (configMapKeyRef, secretKeyRef) or
-  envFrom, as kube's graph of pods, nodes and what they use (tinykube pods have no volumes);
-  anything else about them is refused. Volumes are refused.
+  the node references, through a container's env valueFrom (configMapKeyRef, secretKeyRef),
+  envFrom, or a configMap, secret or projected volume, as kube's graph of pods, nodes and what
+  they use; anything else about them is refused. PersistentVolumes are refused.
 - serviceaccounts/token: create, for an account a pod bound to the node runs as (kube's graph
   edge pod -> serviceaccount); NodeRestriction admission (`admit_node_token`) then requires the
   token to be bound to a pod on that node, by name and uid, as kube's admitServiceAccount.
@@ -96,8 +96,8 @@ Reference = tuple[str, str, str]
 
 def pod_references(pod: pod_pb2.Pod) -> frozenset[Reference]:
     """The configmaps and secrets a pod's containers read (kube's VisitPodConfigmapNames and
-    VisitPodSecretNames, over what a tinykube pod can name: env valueFrom and envFrom), and
-    the service account it runs as."""
+    VisitPodSecretNames, over what a tinykube pod can name: env valueFrom, envFrom and
+    volumes), and the service account it runs as."""
     ns = pod.metadata.namespace
     out: set[Reference] = set()
     if pod.spec.serviceAccountName:
@@ -115,6 +115,17 @@ def pod_references(pod: pod_pb2.Pod) -> frozenset[Reference]:
                 out.add(("configmaps", ns, var.valueFrom.configMapKeyRef.name))
             if var.valueFrom.HasField("secretKeyRef"):
                 out.add(("secrets", ns, var.valueFrom.secretKeyRef.name))
+    for vol in pod.spec.volumes:
+        if vol.HasField("configMap"):
+            out.add(("configmaps", ns, vol.configMap.name))
+        elif vol.HasField("secret"):
+            out.add(("secrets", ns, vol.secret.secretName))
+        elif vol.HasField("projected"):
+            for src in vol.projected.sources:
+                if src.HasField("configMap"):
+                    out.add(("configmaps", ns, src.configMap.name))
+                elif src.HasField("secret"):
+                    out.add(("secrets", ns, src.secret.name))
     return frozenset(out)
 
 

@@ -666,3 +666,69 @@ async def test_resource_metrics_from_the_runtimes_stats(
     line = next(x for x in text.splitlines() if x.startswith(prefix))
     assert float(line.split()[1]) > 0
     assert f'pod_cpu_usage_seconds_total{{namespace="{namespace}",pod="measured"}}' in text
+
+
+async def test_volumes_are_real_mounts_in_the_container(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    """A configMap volume (updated in place), a Memory emptyDir (a tmpfs) and the projected
+    service account token at kube's path, as bind mounts; gone once the pod is."""
+    kubectl(cluster, "create", "configmap", "cfg", "-n", namespace, "--from-literal=greeting=hi")
+    sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+    script = (
+        "while true; do "
+        'echo "seen=$(cat /etc/cfg/greeting) ns=$(cat ' + sa + "/namespace) "
+        "token=$(head -c 3 " + sa + "/token) "
+        "fs=$(grep ' /scratch ' /proc/mounts | cut -d' ' -f3)\"; sleep 0.5; done"
+    )
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "vols", "namespace": namespace},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "app",
+                    "image": WEB,
+                    "command": ["/bin/sh", "-c", script],
+                    "volumeMounts": [
+                        {"name": "cfg", "mountPath": "/etc/cfg", "readOnly": True},
+                        {"name": "scratch", "mountPath": "/scratch"},
+                    ],
+                }
+            ],
+            "volumes": [
+                {"name": "cfg", "configMap": {"name": "cfg"}},
+                {"name": "scratch", "emptyDir": {"medium": "Memory"}},
+            ],
+        },
+    }
+    kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(manifest))
+
+    async def logs_with(text: str) -> str:
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [str(venv_bin() / "kubectl"), "--kubeconfig", str(cluster.kubeconfig),
+             "logs", "vols", "-n", namespace, "--tail", "1"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        return done.stdout if text in done.stdout else ""
+
+    line = await eventually(lambda: logs_with("seen=hi"), 120, "the mounted files")
+    # The token is a JWT ("eyJ..."), the namespace the pod's, /scratch a tmpfs.
+    assert f"ns={namespace} token=eyJ fs=tmpfs" in line, line
+    kubectl(
+        cluster, "patch", "configmap", "cfg", "-n", namespace, "-p", '{"data":{"greeting":"yo"}}'
+    )
+    await eventually(lambda: logs_with("seen=yo"), 90, "the updated file")
+    uid = json.loads(kubectl(cluster, "get", "pod", "vols", "-n", namespace, "-o", "json"))[
+        "metadata"
+    ]["uid"]
+    kubectl(cluster, "delete", "pod", "vols", "-n", namespace, "--wait=true")
+
+    async def unmounted() -> bool:
+        mounts = await asyncio.to_thread(Path("/proc/self/mountinfo").read_text)
+        return uid not in mounts
+
+    await eventually(unmounted, 60, "the pod's tmpfs unmounted")

@@ -340,15 +340,17 @@ def test_get_services_and_endpoints(cluster: UpCluster) -> None:
     assert_output(
         ok(cluster.kubectl("get", "svc")),
         """
-NAME    TYPE       CLUSTER-IP   EXTERNAL-IP   PORT(S)          AGE
-hello   NodePort   <ip>         <none>        8080:<*>/TCP   <age>
+NAME         TYPE        CLUSTER-IP    EXTERNAL-IP   PORT(S)          AGE
+hello        NodePort    <ip>          <none>        8080:<*>/TCP   <age>
+kubernetes   ClusterIP   127.100.0.1   <none>        443/TCP          <age>
 """,
     )
     assert_output(
         ok(cluster.kubectl("get", "svc", "-o", "wide")),
         """
-NAME    TYPE       CLUSTER-IP   EXTERNAL-IP   PORT(S)          AGE   SELECTOR
-hello   NodePort   <ip>         <none>        8080:<*>/TCP   <age>   app=hello
+NAME         TYPE        CLUSTER-IP    EXTERNAL-IP   PORT(S)          AGE   SELECTOR
+hello        NodePort    <ip>          <none>        8080:<*>/TCP   <age>   app=hello
+kubernetes   ClusterIP   127.100.0.1   <none>        443/TCP          <age>   <none>
 """,
     )
     ips = ok(
@@ -358,8 +360,9 @@ hello   NodePort   <ip>         <none>        8080:<*>/TCP   <age>   app=hello
     assert_output(
         ok(cluster.kubectl("get", "ep")),
         f"""
-NAME    ENDPOINTS   AGE
-hello   {endpoints}   <age>
+NAME         ENDPOINTS   AGE
+hello        {endpoints}   <age>
+kubernetes   <ip>:<*>   <age>
 """,
     )
     ep = json.loads(ok(cluster.kubectl("get", "endpoints", "hello", "-o", "json")))
@@ -490,14 +493,21 @@ Containers:
       cpu:        100m
       memory:     32Mi
     Environment:  <none>
-    Mounts:       <none>
+    Mounts:
+      /var/run/secrets/kubernetes.io/serviceaccount from kube-api-access-<*> (ro)
 Conditions:
   Type              Status
   PodScheduled      True
   Initialized       True
   ContainersReady   True
   Ready             True
-Volumes:            <none>
+Volumes:
+  kube-api-access-<*>:
+    Type:                    Projected (a volume that contains injected data from multiple sources)
+    TokenExpirationSeconds:  3607
+    ConfigMapName:           kube-root-ca.crt
+    Optional:                false
+    DownwardAPI:             true
 QoS Class:          Burstable
 Node-Selectors:     <none>
 Tolerations:        <none>

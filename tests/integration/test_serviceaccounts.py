@@ -244,3 +244,126 @@ async def test_kubectl_get_sa_table(api: Api) -> None:
     assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "Secrets", "Age"]
     cells = {row["cells"][0]: row["cells"][1] for row in table["rows"]}
     assert cells["default"] == 0
+
+
+async def test_admission_mounts_kube_api_access_unless_automount_is_false(api: Api) -> None:
+    # This apiserver has no signing key, so it mounts no tokens: no volume.
+    assert not api.running.server.admission.mount_tokens
+    assert list((await api.create_pod(make_pod("keyless"))).spec.volumes) == []
+    # With a key (tests/e2e run with one), every pod gets kube's token volume.
+    api.running.server.admission.mount_tokens = True
+    try:
+        await _check_kube_api_access(api)
+    finally:
+        api.running.server.admission.mount_tokens = False
+
+
+async def _check_kube_api_access(api: Api) -> None:
+    status, body = await api.call(
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "with-token"},
+            "spec": {
+                "initContainers": [{"name": "i", "image": "b"}],
+                "containers": [{"name": "c", "image": "b"}],
+            },
+        },
+    )
+    assert status == 201, body
+    (vol,) = body["spec"]["volumes"]
+    name = vol["name"]
+    assert name.startswith("kube-api-access-") and len(name) == len("kube-api-access-") + 5
+    sources = vol["projected"]["sources"]
+    assert sources[0] == {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}
+    assert sources[1]["configMap"]["name"] == "kube-root-ca.crt"
+    assert sources[2]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert vol["projected"]["defaultMode"] == 420
+    for c in (*body["spec"]["initContainers"], *body["spec"]["containers"]):
+        assert c["volumeMounts"] == [
+            {
+                "name": name,
+                "readOnly": True,
+                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+            }
+        ]
+    pod = make_pod("no-token")
+    pod.spec.automountServiceAccountToken = False
+    created = await api.create_pod(pod)
+    assert list(created.spec.volumes) == []
+    # The account's own automountServiceAccountToken: false (robot, above) decides too.
+    pod = make_pod("robot-no-token")
+    pod.spec.serviceAccountName = "robot"
+    created = await api.create_pod(pod)
+    assert list(created.spec.volumes) == []
+
+
+async def test_volume_mounts_are_validated_in_pods_and_templates(api: Api) -> None:
+    spec = {
+        "containers": [
+            {"name": "c", "image": "b", "volumeMounts": [{"name": "x", "mountPath": "/x"}]}
+        ],
+        "volumes": [{"name": "data", "emptyDir": {}}],
+    }
+    status, body = await api.call(
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad-mount"}, "spec": spec},
+    )
+    assert status == 422, body
+    assert body["details"]["causes"] == [
+        {
+            "reason": "FieldValueNotFound",
+            "message": 'Not found: "x"',
+            "field": "spec.containers[0].volumeMounts[0].name",
+        }
+    ]
+    template = {"metadata": {"labels": {"app": "v"}}, "spec": spec}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "vols"},
+        "spec": {"selector": {"matchLabels": {"app": "v"}}, "template": template},
+    }
+    status, body = await api.call(
+        "POST", "/apis/apps/v1/namespaces/default/deployments", deployment
+    )
+    assert status == 422, body
+    assert body["details"]["causes"][0]["field"] == (
+        "spec.template.spec.containers[0].volumeMounts[0].name"
+    )
+    spec["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]  # type: ignore[index]
+    status, body = await api.call(
+        "POST", "/apis/apps/v1/namespaces/default/deployments", deployment
+    )
+    assert status == 201, body
+    got = body["spec"]["template"]["spec"]
+    assert got["volumes"] == [{"name": "data", "emptyDir": {}}]
+    assert got["containers"][0]["volumeMounts"] == [{"name": "data", "mountPath": "/data"}]
+
+
+async def test_the_apiserver_keeps_the_kubernetes_service_and_its_endpoints(api: Api) -> None:
+    rest_port = int(api.base.rsplit(":", 1)[1])
+
+    async def fetch(kind: str) -> Any:
+        status, body = await api.call("GET", f"/api/v1/namespaces/default/{kind}/kubernetes")
+        return body if status == 200 else None
+
+    for _ in range(600):  # up to a minute on a loaded machine
+        svc, ep = await fetch("services"), await fetch("endpoints")
+        if svc and ep:
+            break
+        await asyncio.sleep(0.1)
+    assert svc["spec"]["clusterIP"] == "127.100.0.1"
+    assert svc["spec"]["ports"] == [
+        {"name": "https", "protocol": "TCP", "port": 443, "targetPort": rest_port}
+    ]
+    assert svc["metadata"]["labels"] == {"component": "apiserver", "provider": "kubernetes"}
+    assert ep["subsets"] == [
+        {
+            "addresses": [{"ip": "127.0.0.1"}],
+            "ports": [{"name": "https", "port": rest_port, "protocol": "TCP"}],
+        }
+    ]

@@ -233,6 +233,7 @@ def test_forbidden_message_shows_the_spec_diff() -> None:
     (error,) = [str(e) for e in validate_pod_update(new, old)]
     assert error == FORBIDDEN + (
         "  core.PodSpec{\n"
+        "  \tVolumes: nil,\n"
         '  \tInitContainers: {{Name: "init", Image: "busybox:1.36", Command: {"true"}}},\n'
         "  \tContainers: []core.Container{\n"
         "  \t\t{\n"
@@ -242,12 +243,12 @@ def test_forbidden_message_shows_the_spec_diff() -> None:
         '+ \t\t\tCommand: {"sleep", "60"},\n'
         "  \t\t\tArgs: nil,\n"
         '  \t\t\tWorkingDir: "",\n'
-        "  \t\t\t... // 11 identical fields\n"
+        "  \t\t\t... // 12 identical fields\n"
         "  \t\t},\n"
         "  \t},\n"
         '  \tRestartPolicy: "Always",\n'
         "  \tTerminationGracePeriodSeconds: &30,\n"
-        "  \t... // 17 identical fields\n"
+        "  \t... // 18 identical fields\n"
         "  }"
     )
 

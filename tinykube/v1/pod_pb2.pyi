@@ -595,6 +595,7 @@ class Container(_message.Message):
     STDIN_FIELD_NUMBER: _builtins.int
     STDINONCE_FIELD_NUMBER: _builtins.int
     TTY_FIELD_NUMBER: _builtins.int
+    VOLUMEMOUNTS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     image: _builtins.str
     workingDir: _builtins.str
@@ -632,6 +633,10 @@ class Container(_message.Message):
     def envFrom(self) -> _containers.RepeatedCompositeFieldContainer[Global___EnvFromSource]:
         """Variables from ConfigMaps and Secrets, set before `env` (which wins on a clash)."""
 
+    @_builtins.property
+    def volumeMounts(self) -> _containers.RepeatedCompositeFieldContainer[Global___VolumeMount]:
+        """Numbered apart from the fields after 13."""
+
     def __init__(
         self,
         *,
@@ -651,10 +656,11 @@ class Container(_message.Message):
         stdin: _builtins.bool = ...,
         stdinOnce: _builtins.bool = ...,
         tty: _builtins.bool = ...,
+        volumeMounts: _abc.Iterable[Global___VolumeMount] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["livenessProbe", b"livenessProbe", "readinessProbe", b"readinessProbe", "resources", b"resources", "startupProbe", b"startupProbe"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "env", b"env", "envFrom", b"envFrom", "image", b"image", "imagePullPolicy", b"imagePullPolicy", "livenessProbe", b"livenessProbe", "name", b"name", "ports", b"ports", "readinessProbe", b"readinessProbe", "resources", b"resources", "startupProbe", b"startupProbe", "stdin", b"stdin", "stdinOnce", b"stdinOnce", "tty", b"tty", "workingDir", b"workingDir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "env", b"env", "envFrom", b"envFrom", "image", b"image", "imagePullPolicy", b"imagePullPolicy", "livenessProbe", b"livenessProbe", "name", b"name", "ports", b"ports", "readinessProbe", b"readinessProbe", "resources", b"resources", "startupProbe", b"startupProbe", "stdin", b"stdin", "stdinOnce", b"stdinOnce", "tty", b"tty", "volumeMounts", b"volumeMounts", "workingDir", b"workingDir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1043,6 +1049,479 @@ class Toleration(_message.Message):
 Global___Toleration: _TypeAlias = Toleration  # noqa: Y015
 
 @_typing.final
+class VolumeMount(_message.Message):
+    """---- Volumes (spec.volumes, containers[].volumeMounts), with Kubernetes' field names. ----
+
+    Where a container sees a volume. The process runtime has no mount namespace without root: see
+    docs/cri.md for how it makes a mount available.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    READONLY_FIELD_NUMBER: _builtins.int
+    MOUNTPATH_FIELD_NUMBER: _builtins.int
+    SUBPATH_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The name of one of the pod's volumes."""
+    readOnly: _builtins.bool
+    mountPath: _builtins.str
+    """An absolute path in the container; unique in the container."""
+    subPath: _builtins.str
+    """A path inside the volume to mount instead of its root (relative, no "..")."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        readOnly: _builtins.bool = ...,
+        mountPath: _builtins.str = ...,
+        subPath: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mountPath", b"mountPath", "name", b"name", "readOnly", b"readOnly", "subPath", b"subPath"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VolumeMount: _TypeAlias = VolumeMount  # noqa: Y015
+
+@_typing.final
+class EmptyDirVolumeSource(_message.Message):
+    """A scratch directory that lives as long as the pod on its node."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEDIUM_FIELD_NUMBER: _builtins.int
+    SIZELIMIT_FIELD_NUMBER: _builtins.int
+    medium: _builtins.str
+    """"" (the node's disk) or "Memory" (a tmpfs)."""
+    sizeLimit: _builtins.str
+    """A Quantity."""
+    def __init__(
+        self,
+        *,
+        medium: _builtins.str = ...,
+        sizeLimit: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_sizeLimit", b"_sizeLimit", "sizeLimit", b"sizeLimit"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_sizeLimit", b"_sizeLimit", "medium", b"medium", "sizeLimit", b"sizeLimit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__sizeLimit: _TypeAlias = _typing.Literal["sizeLimit"]  # noqa: Y015
+    _WhichOneofArgType__sizeLimit: _TypeAlias = _typing.Literal["_sizeLimit", b"_sizeLimit"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__sizeLimit) -> _WhichOneofReturnType__sizeLimit | None: ...
+
+Global___EmptyDirVolumeSource: _TypeAlias = EmptyDirVolumeSource  # noqa: Y015
+
+@_typing.final
+class KeyToPath(_message.Message):
+    """One key of a ConfigMap or Secret projected to a file `path` (relative, no "..")."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    path: _builtins.str
+    mode: _builtins.int
+    """File mode bits (0-0777); defaultMode when unset."""
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+        path: _builtins.str = ...,
+        mode: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_mode", b"_mode", "mode", b"mode"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_mode", b"_mode", "key", b"key", "mode", b"mode", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__mode: _TypeAlias = _typing.Literal["mode"]  # noqa: Y015
+    _WhichOneofArgType__mode: _TypeAlias = _typing.Literal["_mode", b"_mode"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__mode) -> _WhichOneofReturnType__mode | None: ...
+
+Global___KeyToPath: _TypeAlias = KeyToPath  # noqa: Y015
+
+@_typing.final
+class ConfigMapVolumeSource(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    DEFAULTMODE_FIELD_NUMBER: _builtins.int
+    OPTIONAL_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    defaultMode: _builtins.int
+    """File mode bits of the files, 0644 when unset."""
+    optional: _builtins.bool
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyToPath]:
+        """Only these keys, at these paths; every key when empty."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        items: _abc.Iterable[Global___KeyToPath] | None = ...,
+        defaultMode: _builtins.int | None = ...,
+        optional: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_defaultMode", b"_defaultMode", "_optional", b"_optional", "defaultMode", b"defaultMode", "optional", b"optional"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_defaultMode", b"_defaultMode", "_optional", b"_optional", "defaultMode", b"defaultMode", "items", b"items", "name", b"name", "optional", b"optional"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__defaultMode: _TypeAlias = _typing.Literal["defaultMode"]  # noqa: Y015
+    _WhichOneofArgType__defaultMode: _TypeAlias = _typing.Literal["_defaultMode", b"_defaultMode"]  # noqa: Y015
+    _WhichOneofReturnType__optional: _TypeAlias = _typing.Literal["optional"]  # noqa: Y015
+    _WhichOneofArgType__optional: _TypeAlias = _typing.Literal["_optional", b"_optional"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__defaultMode) -> _WhichOneofReturnType__defaultMode | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__optional) -> _WhichOneofReturnType__optional | None: ...
+
+Global___ConfigMapVolumeSource: _TypeAlias = ConfigMapVolumeSource  # noqa: Y015
+
+@_typing.final
+class SecretVolumeSource(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SECRETNAME_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    DEFAULTMODE_FIELD_NUMBER: _builtins.int
+    OPTIONAL_FIELD_NUMBER: _builtins.int
+    secretName: _builtins.str
+    defaultMode: _builtins.int
+    optional: _builtins.bool
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyToPath]: ...
+    def __init__(
+        self,
+        *,
+        secretName: _builtins.str = ...,
+        items: _abc.Iterable[Global___KeyToPath] | None = ...,
+        defaultMode: _builtins.int | None = ...,
+        optional: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_defaultMode", b"_defaultMode", "_optional", b"_optional", "defaultMode", b"defaultMode", "optional", b"optional"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_defaultMode", b"_defaultMode", "_optional", b"_optional", "defaultMode", b"defaultMode", "items", b"items", "optional", b"optional", "secretName", b"secretName"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__defaultMode: _TypeAlias = _typing.Literal["defaultMode"]  # noqa: Y015
+    _WhichOneofArgType__defaultMode: _TypeAlias = _typing.Literal["_defaultMode", b"_defaultMode"]  # noqa: Y015
+    _WhichOneofReturnType__optional: _TypeAlias = _typing.Literal["optional"]  # noqa: Y015
+    _WhichOneofArgType__optional: _TypeAlias = _typing.Literal["_optional", b"_optional"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__defaultMode) -> _WhichOneofReturnType__defaultMode | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__optional) -> _WhichOneofReturnType__optional | None: ...
+
+Global___SecretVolumeSource: _TypeAlias = SecretVolumeSource  # noqa: Y015
+
+@_typing.final
+class HostPathVolumeSource(_message.Message):
+    """A directory of the node. type: "", DirectoryOrCreate, Directory, FileOrCreate, File, Socket,
+    CharDevice, BlockDevice.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    type: _builtins.str
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        type: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_type", b"_type", "type", b"type"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_type", b"_type", "path", b"path", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__type: _TypeAlias = _typing.Literal["type"]  # noqa: Y015
+    _WhichOneofArgType__type: _TypeAlias = _typing.Literal["_type", b"_type"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__type) -> _WhichOneofReturnType__type | None: ...
+
+Global___HostPathVolumeSource: _TypeAlias = HostPathVolumeSource  # noqa: Y015
+
+@_typing.final
+class DownwardAPIVolumeFile(_message.Message):
+    """A file holding a field of the pod (fieldRef) or of a container's resources
+    (resourceFieldRef); exactly one is set.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    FIELDREF_FIELD_NUMBER: _builtins.int
+    RESOURCEFIELDREF_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    mode: _builtins.int
+    @_builtins.property
+    def fieldRef(self) -> Global___ObjectFieldSelector: ...
+    @_builtins.property
+    def resourceFieldRef(self) -> Global___ResourceFieldSelector: ...
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        fieldRef: Global___ObjectFieldSelector | None = ...,
+        resourceFieldRef: Global___ResourceFieldSelector | None = ...,
+        mode: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_mode", b"_mode", "fieldRef", b"fieldRef", "mode", b"mode", "resourceFieldRef", b"resourceFieldRef"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_mode", b"_mode", "fieldRef", b"fieldRef", "mode", b"mode", "path", b"path", "resourceFieldRef", b"resourceFieldRef"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__mode: _TypeAlias = _typing.Literal["mode"]  # noqa: Y015
+    _WhichOneofArgType__mode: _TypeAlias = _typing.Literal["_mode", b"_mode"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__mode) -> _WhichOneofReturnType__mode | None: ...
+
+Global___DownwardAPIVolumeFile: _TypeAlias = DownwardAPIVolumeFile  # noqa: Y015
+
+@_typing.final
+class DownwardAPIVolumeSource(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    DEFAULTMODE_FIELD_NUMBER: _builtins.int
+    defaultMode: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___DownwardAPIVolumeFile]: ...
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___DownwardAPIVolumeFile] | None = ...,
+        defaultMode: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_defaultMode", b"_defaultMode", "defaultMode", b"defaultMode"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_defaultMode", b"_defaultMode", "defaultMode", b"defaultMode", "items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__defaultMode: _TypeAlias = _typing.Literal["defaultMode"]  # noqa: Y015
+    _WhichOneofArgType__defaultMode: _TypeAlias = _typing.Literal["_defaultMode", b"_defaultMode"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__defaultMode) -> _WhichOneofReturnType__defaultMode | None: ...
+
+Global___DownwardAPIVolumeSource: _TypeAlias = DownwardAPIVolumeSource  # noqa: Y015
+
+@_typing.final
+class ServiceAccountTokenProjection(_message.Message):
+    """A token for the pod's ServiceAccount, minted by the kubelet through TokenRequest and renewed
+    before 80% of its lifetime.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AUDIENCE_FIELD_NUMBER: _builtins.int
+    EXPIRATIONSECONDS_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    audience: _builtins.str
+    """The apiserver's audiences when empty."""
+    expirationSeconds: _builtins.int
+    """At least 600; 3600 when unset."""
+    path: _builtins.str
+    def __init__(
+        self,
+        *,
+        audience: _builtins.str = ...,
+        expirationSeconds: _builtins.int | None = ...,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_expirationSeconds", b"_expirationSeconds", "expirationSeconds", b"expirationSeconds"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expirationSeconds", b"_expirationSeconds", "audience", b"audience", "expirationSeconds", b"expirationSeconds", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__expirationSeconds: _TypeAlias = _typing.Literal["expirationSeconds"]  # noqa: Y015
+    _WhichOneofArgType__expirationSeconds: _TypeAlias = _typing.Literal["_expirationSeconds", b"_expirationSeconds"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__expirationSeconds) -> _WhichOneofReturnType__expirationSeconds | None: ...
+
+Global___ServiceAccountTokenProjection: _TypeAlias = ServiceAccountTokenProjection  # noqa: Y015
+
+@_typing.final
+class ConfigMapProjection(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    OPTIONAL_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    optional: _builtins.bool
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyToPath]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        items: _abc.Iterable[Global___KeyToPath] | None = ...,
+        optional: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_optional", b"_optional", "optional", b"optional"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_optional", b"_optional", "items", b"items", "name", b"name", "optional", b"optional"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__optional: _TypeAlias = _typing.Literal["optional"]  # noqa: Y015
+    _WhichOneofArgType__optional: _TypeAlias = _typing.Literal["_optional", b"_optional"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__optional) -> _WhichOneofReturnType__optional | None: ...
+
+Global___ConfigMapProjection: _TypeAlias = ConfigMapProjection  # noqa: Y015
+
+@_typing.final
+class SecretProjection(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    OPTIONAL_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    optional: _builtins.bool
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyToPath]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        items: _abc.Iterable[Global___KeyToPath] | None = ...,
+        optional: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_optional", b"_optional", "optional", b"optional"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_optional", b"_optional", "items", b"items", "name", b"name", "optional", b"optional"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__optional: _TypeAlias = _typing.Literal["optional"]  # noqa: Y015
+    _WhichOneofArgType__optional: _TypeAlias = _typing.Literal["_optional", b"_optional"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__optional) -> _WhichOneofReturnType__optional | None: ...
+
+Global___SecretProjection: _TypeAlias = SecretProjection  # noqa: Y015
+
+@_typing.final
+class DownwardAPIProjection(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___DownwardAPIVolumeFile]: ...
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___DownwardAPIVolumeFile] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DownwardAPIProjection: _TypeAlias = DownwardAPIProjection  # noqa: Y015
+
+@_typing.final
+class VolumeProjection(_message.Message):
+    """Exactly one source is set."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SECRET_FIELD_NUMBER: _builtins.int
+    DOWNWARDAPI_FIELD_NUMBER: _builtins.int
+    CONFIGMAP_FIELD_NUMBER: _builtins.int
+    SERVICEACCOUNTTOKEN_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def secret(self) -> Global___SecretProjection: ...
+    @_builtins.property
+    def downwardAPI(self) -> Global___DownwardAPIProjection: ...
+    @_builtins.property
+    def configMap(self) -> Global___ConfigMapProjection: ...
+    @_builtins.property
+    def serviceAccountToken(self) -> Global___ServiceAccountTokenProjection: ...
+    def __init__(
+        self,
+        *,
+        secret: Global___SecretProjection | None = ...,
+        downwardAPI: Global___DownwardAPIProjection | None = ...,
+        configMap: Global___ConfigMapProjection | None = ...,
+        serviceAccountToken: Global___ServiceAccountTokenProjection | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["configMap", b"configMap", "downwardAPI", b"downwardAPI", "secret", b"secret", "serviceAccountToken", b"serviceAccountToken"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configMap", b"configMap", "downwardAPI", b"downwardAPI", "secret", b"secret", "serviceAccountToken", b"serviceAccountToken"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VolumeProjection: _TypeAlias = VolumeProjection  # noqa: Y015
+
+@_typing.final
+class ProjectedVolumeSource(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCES_FIELD_NUMBER: _builtins.int
+    DEFAULTMODE_FIELD_NUMBER: _builtins.int
+    defaultMode: _builtins.int
+    @_builtins.property
+    def sources(self) -> _containers.RepeatedCompositeFieldContainer[Global___VolumeProjection]: ...
+    def __init__(
+        self,
+        *,
+        sources: _abc.Iterable[Global___VolumeProjection] | None = ...,
+        defaultMode: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_defaultMode", b"_defaultMode", "defaultMode", b"defaultMode"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_defaultMode", b"_defaultMode", "defaultMode", b"defaultMode", "sources", b"sources"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__defaultMode: _TypeAlias = _typing.Literal["defaultMode"]  # noqa: Y015
+    _WhichOneofArgType__defaultMode: _TypeAlias = _typing.Literal["_defaultMode", b"_defaultMode"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__defaultMode) -> _WhichOneofReturnType__defaultMode | None: ...
+
+Global___ProjectedVolumeSource: _TypeAlias = ProjectedVolumeSource  # noqa: Y015
+
+@_typing.final
+class Volume(_message.Message):
+    """A named volume of a pod: exactly one source is set."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    HOSTPATH_FIELD_NUMBER: _builtins.int
+    EMPTYDIR_FIELD_NUMBER: _builtins.int
+    SECRET_FIELD_NUMBER: _builtins.int
+    DOWNWARDAPI_FIELD_NUMBER: _builtins.int
+    CONFIGMAP_FIELD_NUMBER: _builtins.int
+    PROJECTED_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """A DNS label, unique in the pod."""
+    @_builtins.property
+    def hostPath(self) -> Global___HostPathVolumeSource: ...
+    @_builtins.property
+    def emptyDir(self) -> Global___EmptyDirVolumeSource: ...
+    @_builtins.property
+    def secret(self) -> Global___SecretVolumeSource: ...
+    @_builtins.property
+    def downwardAPI(self) -> Global___DownwardAPIVolumeSource: ...
+    @_builtins.property
+    def configMap(self) -> Global___ConfigMapVolumeSource: ...
+    @_builtins.property
+    def projected(self) -> Global___ProjectedVolumeSource: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        hostPath: Global___HostPathVolumeSource | None = ...,
+        emptyDir: Global___EmptyDirVolumeSource | None = ...,
+        secret: Global___SecretVolumeSource | None = ...,
+        downwardAPI: Global___DownwardAPIVolumeSource | None = ...,
+        configMap: Global___ConfigMapVolumeSource | None = ...,
+        projected: Global___ProjectedVolumeSource | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["configMap", b"configMap", "downwardAPI", b"downwardAPI", "emptyDir", b"emptyDir", "hostPath", b"hostPath", "projected", b"projected", "secret", b"secret"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configMap", b"configMap", "downwardAPI", b"downwardAPI", "emptyDir", b"emptyDir", "hostPath", b"hostPath", "name", b"name", "projected", b"projected", "secret", b"secret"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Volume: _TypeAlias = Volume  # noqa: Y015
+
+@_typing.final
 class PodSpec(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1087,6 +1566,8 @@ class PodSpec(_message.Message):
     SERVICEACCOUNT_FIELD_NUMBER: _builtins.int
     AUTOMOUNTSERVICEACCOUNTTOKEN_FIELD_NUMBER: _builtins.int
     ACTIVEDEADLINESECONDS_FIELD_NUMBER: _builtins.int
+    VOLUMES_FIELD_NUMBER: _builtins.int
+    ENABLESERVICELINKS_FIELD_NUMBER: _builtins.int
     restartPolicy: _builtins.str
     """Always (default), OnFailure, Never."""
     terminationGracePeriodSeconds: _builtins.int
@@ -1114,10 +1595,16 @@ class PodSpec(_message.Message):
     either from the other).
     """
     automountServiceAccountToken: _builtins.bool
-    """Recorded only: tinykube mints no tokens (no TokenRequest, no projected token volume)."""
+    """false: the ServiceAccount admission adds no kube-api-access volume (unset: the
+    ServiceAccount's automountServiceAccountToken decides; true or unset there adds it).
+    """
     activeDeadlineSeconds: _builtins.int
     """Seconds the pod may be active on its node (from status.startTime) before the kubelet fails
     it with reason DeadlineExceeded. May be set, or lowered, on a running pod.
+    """
+    enableServiceLinks: _builtins.bool
+    """Whether the kubelet sets docker-link variables for the Services of the pod's namespace
+    (true when unset); KUBERNETES_SERVICE_HOST and _PORT are set either way.
     """
     @_builtins.property
     def initContainers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Container]: ...
@@ -1133,6 +1620,10 @@ class PodSpec(_message.Message):
     def topologySpreadConstraints(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopologySpreadConstraint]: ...
     @_builtins.property
     def schedulingGates(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodSchedulingGate]: ...
+    @_builtins.property
+    def volumes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Volume]:
+        """Numbered apart from the fields after 25."""
+
     def __init__(
         self,
         *,
@@ -1157,15 +1648,19 @@ class PodSpec(_message.Message):
         serviceAccount: _builtins.str = ...,
         automountServiceAccountToken: _builtins.bool | None = ...,
         activeDeadlineSeconds: _builtins.int | None = ...,
+        volumes: _abc.Iterable[Global___Volume] | None = ...,
+        enableServiceLinks: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "priority", b"priority", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_enableServiceLinks", b"_enableServiceLinks", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "enableServiceLinks", b"enableServiceLinks", "priority", b"priority", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "containers", b"containers", "dnsPolicy", b"dnsPolicy", "hostNetwork", b"hostNetwork", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "preemptionPolicy", b"preemptionPolicy", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "schedulingGates", b"schedulingGates", "serviceAccount", b"serviceAccount", "serviceAccountName", b"serviceAccountName", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations", "topologySpreadConstraints", b"topologySpreadConstraints"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_enableServiceLinks", b"_enableServiceLinks", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "containers", b"containers", "dnsPolicy", b"dnsPolicy", "enableServiceLinks", b"enableServiceLinks", "hostNetwork", b"hostNetwork", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "preemptionPolicy", b"preemptionPolicy", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "schedulingGates", b"schedulingGates", "serviceAccount", b"serviceAccount", "serviceAccountName", b"serviceAccountName", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations", "topologySpreadConstraints", b"topologySpreadConstraints", "volumes", b"volumes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__activeDeadlineSeconds: _TypeAlias = _typing.Literal["activeDeadlineSeconds"]  # noqa: Y015
     _WhichOneofArgType__activeDeadlineSeconds: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds"]  # noqa: Y015
     _WhichOneofReturnType__automountServiceAccountToken: _TypeAlias = _typing.Literal["automountServiceAccountToken"]  # noqa: Y015
     _WhichOneofArgType__automountServiceAccountToken: _TypeAlias = _typing.Literal["_automountServiceAccountToken", b"_automountServiceAccountToken"]  # noqa: Y015
+    _WhichOneofReturnType__enableServiceLinks: _TypeAlias = _typing.Literal["enableServiceLinks"]  # noqa: Y015
+    _WhichOneofArgType__enableServiceLinks: _TypeAlias = _typing.Literal["_enableServiceLinks", b"_enableServiceLinks"]  # noqa: Y015
     _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
     _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
     _WhichOneofReturnType__terminationGracePeriodSeconds: _TypeAlias = _typing.Literal["terminationGracePeriodSeconds"]  # noqa: Y015
@@ -1174,6 +1669,8 @@ class PodSpec(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__activeDeadlineSeconds) -> _WhichOneofReturnType__activeDeadlineSeconds | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__automountServiceAccountToken) -> _WhichOneofReturnType__automountServiceAccountToken | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__enableServiceLinks) -> _WhichOneofReturnType__enableServiceLinks | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
     @_typing.overload

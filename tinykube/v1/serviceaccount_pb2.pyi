@@ -3,7 +3,8 @@
 isort:skip_file
 ServiceAccounts (v1): an identity for the processes of pods, one per name in a namespace.
 Every namespace has one called "default" (the controller manager's serviceaccount
-controller). Namespaced. Tokens are not minted (no TokenRequest, no projected volumes).
+controller). Namespaced. Tokens come from TokenRequest; pods get them in the projected
+kube-api-access volume.
 """
 
 from collections import abc as _abc
@@ -37,7 +38,9 @@ class ServiceAccount(_message.Message):
     apiVersion: _builtins.str
     kind: _builtins.str
     automountServiceAccountToken: _builtins.bool
-    """Whether pods running as this account get an API token mounted (recorded only)."""
+    """false: pods running as this account get no kube-api-access token volume, unless the pod
+    sets its own automountServiceAccountToken.
+    """
     @_builtins.property
     def metadata(self) -> _meta_pb2.ObjectMeta: ...
     @_builtins.property

@@ -3,7 +3,8 @@
 isort:skip_file
 ServiceAccounts (v1): an identity for the processes of pods, one per name in a namespace.
 Every namespace has one called "default" (the controller manager's serviceaccount
-controller). Namespaced. Tokens are not minted (no TokenRequest, no projected volumes).
+controller). Namespaced. Tokens come from TokenRequest; pods get them in the projected
+kube-api-access volume.
 """
 
 from collections import abc as _abc

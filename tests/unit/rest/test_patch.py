@@ -1049,6 +1049,14 @@ def test_json_patch_error_keeps_the_reason_as_cause() -> None:
 
 # Repeated fields that Kubernetes' types leave without a patchStrategy (atomic lists).
 ATOMIC_IN_KUBERNETES = {
+    # k8s.io/api/core/v1 volume sources: no patchStrategy (+listType=atomic).
+    ("tinykube.v1.ConfigMapVolumeSource", "items"),
+    ("tinykube.v1.SecretVolumeSource", "items"),
+    ("tinykube.v1.ConfigMapProjection", "items"),
+    ("tinykube.v1.SecretProjection", "items"),
+    ("tinykube.v1.DownwardAPIVolumeSource", "items"),
+    ("tinykube.v1.DownwardAPIProjection", "items"),
+    ("tinykube.v1.ProjectedVolumeSource", "sources"),
     # k8s.io/api/core/v1 probes: +listType=atomic.
     ("tinykube.v1.ExecAction", "command"),
     ("tinykube.v1.HTTPGetAction", "httpHeaders"),
