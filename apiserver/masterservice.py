@@ -3,7 +3,8 @@ reconciler keeps them, so pods find the API (`KUBERNETES_SERVICE_HOST`, kube's i
 config; the kubelet sets the variables).
 
 - Service `kubernetes` in `default`: ClusterIP, the first address of the service CIDR
-  (127.100.0.1 by default; the apiserver's serving certificate carries it, tinykube/pki.py),
+  (127.100.0.1 by default, 10.96.0.1 under kube's range; the apiserver's serving certificate
+  carries both, tinykube/pki.py),
   port 443 named `https` (TCP), targetPort the apiserver's REST port, no selector, label
   `component: apiserver` and `provider: kubernetes` as kube's. It is created when missing and
   its ports put back when they differ.

@@ -357,7 +357,10 @@ APISERVER_DNS = (
 
 
 FAKE_KUBELETS = "tinykube:fake-kubelets"
-KUBERNETES_SERVICE_IP = "127.100.0.1"
+# The kubernetes Service's cluster IP (apiserver/masterservice.py: the first address of the
+# service CIDR) under each range tinykube uses: the default one inside 127.0.0.0/8 (the
+# user-space proxy) and kube's 10.96.0.0/12 (`up --runtime containerd`, the nftables proxy).
+KUBERNETES_SERVICE_IPS = ("127.100.0.1", "10.96.0.1")
 
 
 def cluster_specs(
@@ -377,9 +380,8 @@ def cluster_specs(
     (`etcd_member_specs`)."""
     node_ips = node_ips or {}
     dns = tuple(dict.fromkeys((*APISERVER_DNS, *hosts)))
-    # 127.100.0.1: the kubernetes Service's cluster IP under the default service CIDR
-    # (apiserver/masterservice.py), which in-cluster clients dial.
-    addrs = tuple(dict.fromkeys(("127.0.0.1", KUBERNETES_SERVICE_IP, *ips)))
+    # The kubernetes Service's cluster IPs, which in-cluster clients dial.
+    addrs = tuple(dict.fromkeys(("127.0.0.1", *KUBERNETES_SERVICE_IPS, *ips)))
     specs = [
         CertSpec("apiserver", "kube-apiserver", dns_names=dns, ip_addresses=addrs, server=True),
         # etcd's own server and peer certificates also authenticate it as a client (kubeadm's do)
