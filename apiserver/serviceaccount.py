@@ -23,6 +23,7 @@ Pure functions over messages.
 
 from __future__ import annotations
 
+import functools
 import random
 
 from tinykube.v1 import pod_pb2, serviceaccount_pb2
@@ -78,7 +79,16 @@ def should_automount(spec: pod_pb2.PodSpec, account: serviceaccount_pb2.ServiceA
 
 def api_access_volume(name: str) -> pod_pb2.Volume:
     """kube's TokenVolumeSource: the projected token, CA and namespace volume."""
-    vol = pod_pb2.Volume(name=name)
+    vol = pod_pb2.Volume()
+    vol.CopyFrom(_api_access_template())
+    vol.name = name
+    return vol
+
+
+@functools.cache
+def _api_access_template() -> pod_pb2.Volume:
+    # Built once: every pod's copy is one CopyFrom (the create path's admission runs per pod).
+    vol = pod_pb2.Volume()
     vol.projected.defaultMode = 0o644
     token = vol.projected.sources.add().serviceAccountToken
     token.expirationSeconds = API_TOKEN_EXPIRATION_SECONDS
@@ -108,6 +118,8 @@ def add_api_access_volume(spec: pod_pb2.PodSpec, suffix: str) -> None:
     name = API_ACCESS_PREFIX + suffix
     while name in taken:
         name = API_ACCESS_PREFIX + random_suffix()
-    spec.volumes.append(api_access_volume(name))
+    vol = spec.volumes.add()
+    vol.CopyFrom(_api_access_template())
+    vol.name = name
     for c in containers:
         c.volumeMounts.add(name=name, readOnly=True, mountPath=API_TOKEN_MOUNT_PATH)

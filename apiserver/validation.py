@@ -2753,10 +2753,29 @@ def validate_volumes(
             errs.extend(dns1123_label(f"{vp}.name", vol.name))
             if vol.name in names:
                 errs.append(duplicate(f"{vp}.name", vol.name))
-        errs.extend(_volume_source(vp, vol))
+        if not _known_valid_source(vol):
+            errs.extend(_volume_source(vp, vol))
         if vol.name:
             names.add(vol.name)
     return errs, names
+
+
+def _known_valid_source(vol: pod_pb2.Volume) -> bool:
+    """Whether the volume's one source is one already found valid. Every pod carries the same
+    kube-api-access projected volume (ServiceAccount admission) and a workload's pods the same
+    volumes: their checks run once per distinct source, not once per pod."""
+    kinds = [k for k in VOLUME_SOURCES if vol.HasField(k)]  # type: ignore[arg-type]
+    if len(kinds) != 1:
+        return False
+    source: Message = getattr(vol, kinds[0])
+    return _source_is_valid(kinds[0], source.SerializeToString(deterministic=True))
+
+
+@functools.lru_cache(maxsize=1024)
+def _source_is_valid(kind: str, data: bytes) -> bool:
+    vol = pod_pb2.Volume()
+    getattr(vol, kind).ParseFromString(data)
+    return not _volume_source("", vol)
 
 
 def not_found(path: str, value: str) -> FieldError:
