@@ -435,7 +435,11 @@ def convert_pod_field_path(api_version: str, path: str) -> str:
     return path
 
 
-def _object_field_selector(path: str, ref: pod_pb2.ObjectFieldSelector) -> list[FieldError]:
+def _object_field_selector(
+    path: str, ref: pod_pb2.ObjectFieldSelector, allowed: Sequence[str] = ENV_FIELD_PATHS
+) -> list[FieldError]:
+    """kube's validateObjectFieldSelector: `allowed` is the field paths the caller takes (an
+    env var's, by default, or a downward API volume's)."""
     # An empty apiVersion stands for the API's default, v1.
     if not ref.fieldPath:
         return [required(f"{path}.fieldPath")]
@@ -448,8 +452,8 @@ def _object_field_selector(path: str, ref: pod_pb2.ObjectFieldSelector) -> list[
         head, subscript = split
         key = subscript.lower() if head == "metadata.annotations" else subscript
         return [invalid(path, key, p) for p in validate_label_key(key)]
-    if internal not in ENV_FIELD_PATHS:
-        return [unsupported(f"{path}.fieldPath", internal, ENV_FIELD_PATHS)]
+    if internal not in allowed:
+        return [unsupported(f"{path}.fieldPath", internal, allowed)]
     return []
 
 
@@ -2608,20 +2612,7 @@ def _downward_api_files(
 
 
 def _volume_field_selector(path: str, ref: pod_pb2.ObjectFieldSelector) -> list[FieldError]:
-    if not ref.fieldPath:
-        return [required(f"{path}.fieldPath")]
-    try:
-        internal = convert_pod_field_path(ref.apiVersion, ref.fieldPath)
-    except ValueError as exc:
-        return [invalid(f"{path}.fieldPath", ref.fieldPath, f"error converting fieldPath: {exc}")]
-    split = split_subscripted_path(internal)
-    if split is not None:
-        head, subscript = split
-        key = subscript.lower() if head == "metadata.annotations" else subscript
-        return [invalid(path, key, p) for p in validate_label_key(key)]
-    if internal not in VOLUME_FIELD_PATHS:
-        return [unsupported(f"{path}.fieldPath", internal, VOLUME_FIELD_PATHS)]
-    return []
+    return _object_field_selector(path, ref, VOLUME_FIELD_PATHS)
 
 
 def _projected(path: str, source: pod_pb2.ProjectedVolumeSource) -> list[FieldError]:
