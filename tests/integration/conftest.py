@@ -13,7 +13,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import pytest
@@ -38,6 +38,9 @@ from tinykube.v1 import (
     serviceaccount_pb2_grpc,
 )
 
+if TYPE_CHECKING:
+    from kubelet.app import Kubelet
+
 _counter = itertools.count()
 
 
@@ -46,6 +49,14 @@ class RunningAPIServer:
     address: str
     settings: Settings
     server: APIServer
+
+
+async def stop_kubelet(kubelet: Kubelet) -> None:
+    """Stop an in-process kubelet and the containers it runs. A kubelet alone leaves them
+    running on purpose (a restarted one adopts them); a test must leave no process behind."""
+    await kubelet.stop()
+    for uid in kubelet.runtime.known_pods():
+        await kubelet.runtime.kill_pod(uid, 0)
 
 
 def make_settings(etcd_endpoint: str, **overrides: object) -> Settings:

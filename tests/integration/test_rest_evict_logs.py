@@ -29,7 +29,12 @@ import pytest
 
 from kubelet.app import Kubelet
 from kubelet.settings import Settings as KubeletSettings
-from tests.integration.conftest import RunningAPIServer, make_settings, start_apiserver
+from tests.integration.conftest import (
+    RunningAPIServer,
+    make_settings,
+    start_apiserver,
+    stop_kubelet,
+)
 from tinykube.localetcd import EtcdServer
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import meta_pb2, pod_pb2, pod_pb2_grpc
@@ -112,7 +117,7 @@ async def cluster(
     finally:
         await session.close()
         for kubelet in kubelets.values():
-            await kubelet.stop()
+            await stop_kubelet(kubelet)
         await running.server.stop()
 
 

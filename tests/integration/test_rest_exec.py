@@ -15,7 +15,7 @@ import pytest
 
 from kubelet.app import Kubelet
 from kubelet.settings import Settings as KubeletSettings
-from tests.integration.conftest import make_settings, start_apiserver
+from tests.integration.conftest import make_settings, start_apiserver, stop_kubelet
 from tests.integration.test_rest_evict_logs import Cluster, eventually, pod
 from tinykube import remotecommand as rc
 from tinykube.localetcd import EtcdServer
@@ -78,7 +78,7 @@ async def cluster(
         yield c
     finally:
         await session.close()
-        await kubelet.stop()
+        await stop_kubelet(kubelet)
         await running.server.stop()
 
 
