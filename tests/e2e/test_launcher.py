@@ -37,6 +37,9 @@ async def run_bound_pod(address: str, node: str) -> None:
     pod.metadata.namespace = "default"
     pod.spec.nodeName = node
     pod.spec.containers.add(name="c", image="busybox", command=["sleep", "300"])
+    # No controller manager runs here, so nothing publishes the kube-root-ca.crt ConfigMap the
+    # kube-api-access volume projects: the pod would wait for it, as in Kubernetes.
+    pod.spec.automountServiceAccountToken = False
     async with Client(address) as client:
         await client.pods.create(pod)
         for _ in range(300):
