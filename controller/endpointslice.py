@@ -95,6 +95,28 @@ def slice_prefix(name: str) -> str:
     return prefix if len(prefix) <= 253 - 5 else "endpointslice-"
 
 
+def new_slice(
+    owner_kind: str, owner: meta_pb2.ObjectMeta, labels: Mapping[str, str], ports: list[Port]
+) -> Slice:
+    """A new IPv4 EndpointSlice for the Service or Endpoints `owner` (its controller owner),
+    named by generateName from the owner's name, as both slice controllers make them."""
+    eps = Slice(apiVersion="discovery.k8s.io/v1", kind="EndpointSlice", addressType="IPv4")
+    meta = eps.metadata
+    meta.generateName = slice_prefix(owner.name)
+    meta.namespace = owner.namespace
+    meta.labels.update(labels)
+    meta.ownerReferences.add(
+        apiVersion="v1",
+        kind=owner_kind,
+        name=owner.name,
+        uid=owner.uid,
+        controller=True,
+        blockOwnerDeletion=True,
+    )
+    eps.ports.extend(ports)
+    return eps
+
+
 def slice_labels(
     current: Mapping[str, str],
     owner_labels: Mapping[str, str],
@@ -453,21 +475,7 @@ class EndpointSliceController(ServicePodHandlers):
 
     def new_slice_for(self, svc: Service) -> Callable[[list[Port]], Slice]:
         def new(ports: list[Port]) -> Slice:
-            eps = Slice(apiVersion="discovery.k8s.io/v1", kind="EndpointSlice", addressType="IPv4")
-            meta = eps.metadata
-            meta.generateName = slice_prefix(svc.metadata.name)
-            meta.namespace = svc.metadata.namespace
-            meta.labels.update(self.labels_for(svc, {}))
-            meta.ownerReferences.add(
-                apiVersion="v1",
-                kind="Service",
-                name=svc.metadata.name,
-                uid=svc.metadata.uid,
-                controller=True,
-                blockOwnerDeletion=True,
-            )
-            eps.ports.extend(ports)
-            return eps
+            return new_slice("Service", svc.metadata, self.labels_for(svc, {}), ports)
 
         return new
 

@@ -38,11 +38,11 @@ from controller.endpointslice import (
     WriteTracker,
     endpoint_key,
     index_slices,
+    new_slice,
     port_key,
     reconcile_slices,
     service_of,
     slice_labels,
-    slice_prefix,
     slices_for,
 )
 from controller.util import key_of
@@ -135,21 +135,7 @@ class EndpointSliceMirroringController:
 
     def _new_slice_for(self, ep: Endpoints) -> Callable[[list[Port]], Slice]:
         def new(ports: list[Port]) -> Slice:
-            eps = Slice(apiVersion="discovery.k8s.io/v1", kind="EndpointSlice", addressType="IPv4")
-            meta = eps.metadata
-            meta.generateName = slice_prefix(ep.metadata.name)
-            meta.namespace = ep.metadata.namespace
-            meta.labels.update(self._labels(ep))
-            meta.ownerReferences.add(
-                apiVersion="v1",
-                kind="Endpoints",
-                name=ep.metadata.name,
-                uid=ep.metadata.uid,
-                controller=True,
-                blockOwnerDeletion=True,
-            )
-            eps.ports.extend(ports)
-            return eps
+            return new_slice("Endpoints", ep.metadata, self._labels(ep), ports)
 
         return new
 
