@@ -40,7 +40,7 @@ import struct
 import subprocess
 import sys
 import termios
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import grpc
@@ -289,12 +289,9 @@ class StreamingService(KubeletService):
         except TinykubeError as exc:
             await abort_with(context, exc)  # type: ignore[arg-type]
         assert container is not None
-        self.active += 1
-        try:
+        with self._counting():
             async for out in self._exec(pod, container, start, request_iterator):
                 yield out
-        finally:
-            self.active -= 1
 
     async def Attach(
         self, request_iterator: AsyncIterator[kubelet_pb2.StreamFrame], context: Context
@@ -306,12 +303,9 @@ class StreamingService(KubeletService):
         except TinykubeError as exc:
             await abort_with(context, exc)  # type: ignore[arg-type]
         assert container is not None
-        self.active += 1
-        try:
+        with self._counting():
             async for out in self._attach(pod, container, start, request_iterator):
                 yield out
-        finally:
-            self.active -= 1
 
     async def PortForward(
         self, request_iterator: AsyncIterator[kubelet_pb2.StreamFrame], context: Context
@@ -324,10 +318,16 @@ class StreamingService(KubeletService):
             self._admit()
         except TinykubeError as exc:
             await abort_with(context, exc)  # type: ignore[arg-type]
-        self.active += 1
-        try:
+        with self._counting():
             async for out in self._port_forward(list(start.ports), request_iterator):
                 yield out
+
+    @contextlib.contextmanager
+    def _counting(self) -> Iterator[None]:
+        """An admitted stream, counted in `active` (what `_admit` bounds) while it is open."""
+        self.active += 1
+        try:
+            yield
         finally:
             self.active -= 1
 
