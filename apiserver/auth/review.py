@@ -105,14 +105,7 @@ def self_subject_access_review(
         status["denied"] = True
     if decision.reason:
         status["reason"] = decision.reason
-    metadata = review.get("metadata")
-    return {
-        "kind": KIND,
-        "apiVersion": f"{GROUP}/v1",
-        "metadata": dict(metadata) if isinstance(metadata, Mapping) else {},
-        "spec": dict(spec),
-        "status": status,
-    }
+    return _answer(KIND, review, spec, status)
 
 
 # ---- SelfSubjectRulesReview ---------------------------------------------------------------
@@ -138,7 +131,7 @@ def self_subject_rules_review(
         spec = {}
     namespace = spec.get("namespace", "")
     if not isinstance(namespace, str):
-        raise _rules_invalid([FieldError("spec.namespace", "must be a string")])
+        raise _kind_invalid(RULES_KIND, "", [FieldError("spec.namespace", "must be a string")])
     resource_rules: list[dict[str, Any]] = []
     non_resource_rules: list[dict[str, Any]] = []
     errors: list[str] = []
@@ -177,19 +170,7 @@ def self_subject_rules_review(
     }
     if errors:
         status["evaluationError"] = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
-    metadata = review.get("metadata")
-    return {
-        "kind": RULES_KIND,
-        "apiVersion": f"{GROUP}/v1",
-        "metadata": dict(metadata) if isinstance(metadata, Mapping) else {},
-        "spec": dict(spec),
-        "status": status,
-    }
-
-
-def _rules_invalid(causes: list[FieldError]) -> InvalidError:
-    body = str(causes[0]) if len(causes) == 1 else "[" + ", ".join(map(str, causes)) + "]"
-    return InvalidError(f'{RULES_KIND}.{GROUP} "" is invalid: {body}', causes)
+    return _answer(RULES_KIND, review, spec, status)
 
 
 # ---- SubjectAccessReview, LocalSubjectAccessReview, TokenReview ---------------------------------
@@ -208,6 +189,7 @@ def _kind_invalid(kind: str, name: str, causes: list[FieldError]) -> InvalidErro
 def _answer(
     kind: str, review: Mapping[str, Any], spec: Mapping[str, Any], status: dict[str, Any]
 ) -> dict[str, Any]:
+    """A review as the apiserver answers it: the request's metadata and spec, and the status."""
     metadata = review.get("metadata")
     return {
         "kind": kind,
