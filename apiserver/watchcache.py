@@ -60,6 +60,7 @@ from tinykube.errors import (
     TinykubeError,
     UnavailableError,
 )
+from tinykube.protowire import varint_bytes
 from tinykube.selectors import EVERYTHING, FIELD_EVERYTHING, FieldSelector, LabelSelector
 
 log = logging.getLogger(__name__)
@@ -70,26 +71,14 @@ DELETED = "DELETED"
 BOOKMARK = "BOOKMARK"
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
 _TYPE_FIELD = {
-    t: b"\x0a" + _varint(len(t)) + t.encode() for t in (ADDED, MODIFIED, DELETED, BOOKMARK)
+    t: b"\x0a" + varint_bytes(len(t)) + t.encode() for t in (ADDED, MODIFIED, DELETED, BOOKMARK)
 }
 
 
 def encode_event(event_type: str, data: bytes) -> bytes:
     """Wire bytes of `<Kind>WatchEvent{type, object}` from the object's serialized bytes."""
-    return _TYPE_FIELD[event_type] + b"\x12" + _varint(len(data)) + data
+    return _TYPE_FIELD[event_type] + b"\x12" + varint_bytes(len(data)) + data
 
 
 # A WatchBatch message stays well under every client's receive limit (the initial replay of a
@@ -128,7 +117,7 @@ def iter_batch_messages(events: list[Queued]) -> Iterator[bytes]:
             yield b"".join(parts)
             parts = []
             size = 0
-        head = b"\x0a" + _varint(len(data))
+        head = b"\x0a" + varint_bytes(len(data))
         parts.append(head)
         parts.append(data)
         size += len(head) + len(data)
@@ -145,16 +134,16 @@ def encode_list(
 ) -> bytes:
     """Wire bytes of `<Kind>List{metadata{resourceVersion, continue, remainingItemCount},
     items}`."""
-    meta = b"\x0a" + _varint(len(resource_version.encode())) + resource_version.encode()
+    meta = b"\x0a" + varint_bytes(len(resource_version.encode())) + resource_version.encode()
     if continue_token:
         tok = continue_token.encode()
-        meta += b"\x12" + _varint(len(tok)) + tok
+        meta += b"\x12" + varint_bytes(len(tok)) + tok
     if remaining is not None:
-        meta += b"\x18" + _varint(remaining)
-    parts = [b"\x0a", _varint(len(meta)), meta]
+        meta += b"\x18" + varint_bytes(remaining)
+    parts = [b"\x0a", varint_bytes(len(meta)), meta]
     for data in items:
         parts.append(b"\x12")
-        parts.append(_varint(len(data)))
+        parts.append(varint_bytes(len(data)))
         parts.append(data)
     return b"".join(parts)
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from apiserver.rest.kubeproto_tables import MESSAGES
 from tinykube.errors import BadRequestError
+from tinykube.protowire import delimited, field_key, varint_bytes
 
 MAGIC = b"k8s\x00"
 
@@ -307,27 +308,6 @@ def decode(body: bytes) -> dict[str, Any]:
 
 
 # ---- encoding --------------------------------------------------------------------------------
-
-
-def varint_bytes(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def field_key(number: int, wire: int) -> bytes:
-    return varint_bytes(number << 3 | wire)
-
-
-def delimited(number: int, payload: bytes) -> bytes:
-    return field_key(number, 2) + varint_bytes(len(payload)) + payload
 
 
 def _encode_time(value: Any, micro: bool) -> bytes:

@@ -19,9 +19,9 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from apiserver.rest.kubeproto import delimited as _len
-from apiserver.rest.kubeproto import field_key as _key
-from apiserver.rest.kubeproto import varint_bytes as _varint
+from tinykube.protowire import delimited as _len
+from tinykube.protowire import field_key as _key
+from tinykube.protowire import varint_bytes as _varint
 
 JSON = dict[str, Any]
 
@@ -48,7 +48,7 @@ def encode_document(doc: JSON) -> bytes:
     )
 
 
-# -- wire format (varints and length-delimited fields: apiserver/rest/kubeproto.py) ------------
+# -- wire format (varints and length-delimited fields: tinykube/protowire.py) -----------------
 
 
 # An encoder takes (field number, JSON value, where) and returns the field's bytes.

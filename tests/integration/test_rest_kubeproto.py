@@ -18,6 +18,7 @@ from tests.integration.conftest import RunningAPIServer, make_settings, start_ap
 from tinykube.kinds import POD
 from tinykube.localetcd import EtcdServer
 from tinykube.manifest import parse_as
+from tinykube.protowire import delimited
 
 pytestmark = pytest.mark.integration
 
@@ -214,7 +215,7 @@ async def test_fields_tinykube_does_not_model_follow_field_validation(rest: Rest
 
     # A field number no Kubernetes version has: reported the same way
     def odd(name: str) -> bytes:
-        meta = kubeproto.delimited(1, kubeproto.delimited(1, name.encode()))
+        meta = delimited(1, delimited(1, name.encode()))
         return kubeproto.envelope("v1", "ConfigMap", meta + b"\xf8\x01\x01")  # field 31 = 1
 
     strict = f"{CMS}?fieldValidation=Strict"

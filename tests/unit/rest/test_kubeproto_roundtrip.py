@@ -23,6 +23,7 @@ from apiserver.rest.kubeproto_tables import MESSAGES
 from tinykube.errors import BadRequestError
 from tinykube.kinds import ALL_KINDS, BY_KIND, KindInfo
 from tinykube.manifest import parse_as
+from tinykube.protowire import delimited
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
 
@@ -231,9 +232,9 @@ def test_delete_options_as_client_go_sends_them() -> None:
     propagationPolicy 4, dryRun 5; a pointer field set to zero is kept."""
     raw = (
         b"\x08\x00"  # gracePeriodSeconds 0
-        + kubeproto.delimited(2, kubeproto.delimited(1, b"u-1") + kubeproto.delimited(2, b"7"))
-        + kubeproto.delimited(4, b"Foreground")
-        + kubeproto.delimited(5, b"All")
+        + delimited(2, delimited(1, b"u-1") + delimited(2, b"7"))
+        + delimited(4, b"Foreground")
+        + delimited(5, b"All")
     )
     body = kubeproto.envelope("v1", "DeleteOptions", raw)
     assert kubeproto.delete_options(body) == {
@@ -347,7 +348,7 @@ def test_mangled_bodies_are_bad_requests_never_crashes() -> None:
     revision = kubeproto.envelope(
         "apps/v1",
         "ControllerRevision",
-        kubeproto.delimited(2, kubeproto.delimited(1, b"[" * 100000 + b"]" * 100000)),
+        delimited(2, delimited(1, b"[" * 100000 + b"]" * 100000)),
     )
     with pytest.raises(BadRequestError, match="not JSON"):
         kubeproto.decode(revision)
