@@ -1,143 +1,22 @@
-"""`tinykube up` in a subprocess, then the README's grpcurl walkthrough and the CLI against it.
+"""`tinykube up` in a subprocess, then tinykube's own CLI against it.
 
-The walkthrough commands are not copied here: they are read from README.md (the `console`
-blocks between the walkthrough markers), run in order by one bash process with the real grpcurl
-from the virtualenv, and each command's output is checked against the README's: every line the
-README shows must appear, in order (`...` marks trimmed output), after values that differ per
-run (uids, resourceVersions, timestamps) are masked on both sides.
+The grpcurl walkthrough that used to be checked here lives in docs/grpcurl.md now;
+tests/e2e/test_docs_commands.py runs it with every other page's commands.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import UpCluster, tinykube_command, venv_bin
+from tests.e2e.conftest import UpCluster, tinykube_command
 
 pytestmark = pytest.mark.e2e
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-START_MARK = "<!-- walkthrough:start -->"
-END_MARK = "<!-- walkthrough:end -->"
-README_ADDRESS = "localhost:6443"
-# where the README's grpcurl commands find the CA and the admin's certificate
-README_PKI = ".tinykube/pki/"
-
-_VOLATILE = re.compile(
-    r'"(uid|resource_version|resourceVersion|generation|creation_timestamp|creationTimestamp|'
-    r"deletion_timestamp|deletionTimestamp|deletion_grace_period_seconds|last_transition_time|"
-    r'lastTransitionTime|time_added|timeAdded|start_time|startTime)": "[^"]*"'
-)
-
-
-@dataclass
-class Step:
-    command: str
-    expected: list[str]
-
-    @property
-    def expects_error(self) -> bool:
-        return any(line.strip() == "ERROR:" for line in self.expected)
-
-
-def walkthrough_steps(text: str) -> list[Step]:
-    """The `$ command` lines of the walkthrough's console blocks, each with the output shown."""
-    section = text.split(START_MARK, 1)[1].split(END_MARK, 1)[0]
-    steps: list[Step] = []
-    for block in re.findall(r"```console\n(.*?)```", section, re.DOTALL):
-        lines = block.splitlines()
-        i = 0
-        while i < len(lines):
-            line = lines[i]
-            if not line.startswith("$ "):
-                steps[-1].expected.append(line)
-                i += 1
-                continue
-            command = line[2:]
-            while command.endswith("\\") and i + 1 < len(lines):
-                i += 1
-                command = command[:-1] + lines[i]
-            steps.append(Step(command, []))
-            i += 1
-    return steps
-
-
-def normalise(line: str) -> str:
-    return _VOLATILE.sub(lambda m: f'"{m.group(1)}": "*"', line.strip())
-
-
-def missing_line(expected: list[str], actual: list[str]) -> str | None:
-    """The first expected line not found (in order) in `actual`, or None if all are there."""
-    remaining = iter(normalise(a) for a in actual)
-    for line in expected:
-        want = normalise(line)
-        if not want or want == "...":
-            continue
-        if not any(got == want for got in remaining):
-            return line
-    return None
-
-
-def run_steps(steps: list[Step], api: str, pki: Path) -> list[tuple[int, list[str]]]:
-    """Run every command in one bash (so `RV=$(...)` carries over); (exit code, output) each."""
-    script = ["set -u", f'export PATH="{venv_bin()}:$PATH"']
-    for n, step in enumerate(steps):
-        command = step.command.replace(README_ADDRESS, api).replace(README_PKI, f"{pki}/")
-        script += [f"echo '@@@BEGIN {n}'", f"{{ {command} ; }} 2>&1", f'echo "@@@END {n} $?"']
-    done = subprocess.run(
-        ["bash", "-c", "\n".join(script)], capture_output=True, text=True, timeout=300
-    )
-    results: list[tuple[int, list[str]]] = []
-    current: list[str] = []
-    for line in done.stdout.splitlines():
-        if line.startswith("@@@BEGIN "):
-            current = []
-        elif line.startswith("@@@END "):
-            results.append((int(line.split()[2]), current))
-        else:
-            current.append(line)
-    assert len(results) == len(steps), f"walkthrough script died:\n{done.stdout}\n{done.stderr}"
-    return results
-
-
-def test_readme_walkthrough_parses() -> None:
-    steps = walkthrough_steps(README.read_text())
-    commands = [s.command for s in steps]
-    assert any("tinykube.v1.Pods/Bind" in c for c in commands)
-    assert any("tinykube.v1.Pods/Watch" in c and "$RV" in c for c in commands)
-    assert sum(s.expects_error for s in steps) >= 3  # watch end, AlreadyExists, Aborted
-    assert all(c.startswith(("grpcurl ", "RV=", "LEASE_RV=")) for c in commands)
-
-
-def test_output_matching_masks_volatile_values_and_keeps_order() -> None:
-    shown = ['  "uid": "aaa",', "...", '"name": "web"', '"phase": "Pending"']
-    actual = ["{", '"uid": "bbb",', '"x": 1', '"name": "web"', '"phase": "Pending"', "}"]
-    assert missing_line(shown, actual) is None
-    assert missing_line(list(reversed(shown)), actual) == '"name": "web"'
-    assert missing_line(['"name": "db"'], actual) == '"name": "db"'
-
-
-def test_grpcurl_walkthrough_from_readme(tinykube_up: UpCluster) -> None:
-    steps = walkthrough_steps(README.read_text())
-    results = run_steps(steps, tinykube_up.api, tinykube_up.pki_dir)
-    for step, (code, output) in zip(steps, results, strict=True):
-        shown = "\n".join(output)
-        if step.expects_error:
-            assert code != 0, f"expected an error from:\n$ {step.command}\n{shown}"
-        else:
-            assert code == 0, f"failed ({code}):\n$ {step.command}\n{shown}"
-        missing = missing_line(step.expected, output)
-        assert missing is None, (
-            f"README line {missing!r} not in the output of:\n$ {step.command}\n{shown}"
-        )
-
 
 MANIFEST = """\
 apiVersion: v1

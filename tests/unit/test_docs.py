@@ -1,6 +1,7 @@
-"""What the README, docs/compose.md, the Dockerfile and examples/ tell a new user still holds.
+"""What the README, docs/, the Dockerfile and examples/ tell a new user still holds.
 
-Each check reads the files as a user would copy from them; none starts anything.
+Each check reads the files as a user would copy from them; none starts anything. The pages'
+commands are run by tests/e2e/test_docs_commands.py; here only how they are read is checked.
 """
 
 from __future__ import annotations
@@ -13,6 +14,16 @@ from typing import Any
 import pytest
 
 from apiserver.validation import validate
+from tests.docblocks import (
+    NOT_RUN,
+    Block,
+    block_steps,
+    doc_pages,
+    missing_line,
+    named_tests,
+    normalise,
+    parse_page,
+)
 from tinykube import kinds
 from tinykube.cli.main import main
 from tinykube.manifest import load_manifests
@@ -20,15 +31,13 @@ from tinykube.quantity import parse_quantity
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+CLI_PAGE = (ROOT / "docs" / "cli.md").read_text()
 EXAMPLES = ROOT / "examples"
 
 
 def readme_pods_yaml() -> str:
-    """The `pods.yaml` the README's CLI section applies (the yaml block after "where")."""
-    after = README.split("where `pods.yaml` is", 1)[1]
-    match = re.search(r"```yaml\n(.*?)```", after, re.DOTALL)
-    assert match is not None
-    return match.group(1)
+    """The `pods.yaml` docs/cli.md has the reader save and apply."""
+    return parse_page(ROOT / "docs" / "cli.md").files["pods.yaml"]
 
 
 def selected_by(selector: dict[str, str], labels: dict[str, str]) -> bool:
@@ -83,8 +92,8 @@ def test_the_image_exposes_every_port_the_compose_file_serves() -> None:
     assert {"6443", "8080", "10250", "10257", "10259", "10256"} <= exposed
 
 
-def test_the_readme_shows_each_node_its_own_address() -> None:
-    cli = README.split("## The `tinykube` CLI", 1)[1].split("where `pods.yaml` is", 1)[0]
+def test_the_cli_page_shows_each_node_its_own_address() -> None:
+    cli = CLI_PAGE.split("## Client commands", 1)[1]
     assert "127.0.0.1   node-" not in cli
     assert "node-1/127.0.1.1" in cli
 
@@ -148,3 +157,133 @@ def test_the_pdb_example_covers_the_replicaset_example() -> None:
     )
     budget.metadata.namespace = "default"  # what the apiserver fills in
     assert validate(pdb.info, budget) == []
+
+
+# -- the pages' command blocks (run by tests/e2e/test_docs_commands.py) ---------------------------
+
+
+def test_every_marked_block_names_existing_tests_that_cover_it() -> None:
+    for path in doc_pages():
+        for marker in parse_page(path).markers:
+            named = named_tests(marker)
+            assert named, f"{path.name}: {marker!r} names no test"
+            for name in named:
+                assert (ROOT / name).exists(), f"{path.name}: {marker!r} names a missing {name}"
+
+
+def test_the_marks_are_where_the_test_needs_them() -> None:
+    compose = parse_page(ROOT / "docs" / "compose.md")
+    assert compose.not_run is not None and compose.steps == []  # a page-wide mark
+    cri = parse_page(ROOT / "docs" / "cri.md")
+    assert all(b.not_run for b in cri.blocks if b.lang == "sh")
+    readme = parse_page(ROOT / "README.md")
+    (make,) = [b for b in readme.blocks if any("make up" in line for line in b.body)]
+    assert make.not_run is not None and make.lang == "sh"
+    assert not any("make " in s.command for s in readme.steps)
+    assert any(s.command.startswith("kubectl apply") for s in readme.steps)
+
+
+def github_anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, - for spaces."""
+    anchors = set()
+    for heading in re.findall(r"^#+ (.+)$", text, re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchors.add(slug)
+    return anchors
+
+
+def test_every_docs_page_is_in_the_readme_index_and_every_link_resolves() -> None:
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert f"(docs/{page.name})" in README, f"README's index lacks docs/{page.name}"
+    for path in doc_pages():
+        text = path.read_text()
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", text):
+            if "://" in target or not (target or anchor):
+                continue
+            linked = path.parent / target if target else path
+            assert linked.exists(), f"{path.name} links to a missing {target}"
+            if anchor and linked.suffix == ".md":
+                assert anchor in github_anchors(linked.read_text()), (
+                    f"{path.name} links to #{anchor}, which {linked.name} has no heading for"
+                )
+
+
+def test_the_grpcurl_walkthrough_is_read_as_commands_with_their_output() -> None:
+    steps = parse_page(ROOT / "docs" / "grpcurl.md").steps
+    commands = [s.command for s in steps]
+    assert any("tinykube.v1.Pods/Bind" in c for c in commands)
+    assert any("tinykube.v1.Pods/Watch" in c and "$RV" in c for c in commands)
+    assert sum(s.expects_error for s in steps) >= 3  # watch end, AlreadyExists, Aborted
+    assert all(c.startswith(("grpcurl ", "RV=", "LEASE_RV=")) for c in commands)
+
+
+def test_console_and_sh_blocks_become_steps() -> None:
+    console = Block(
+        "console",
+        "console",
+        ["$ echo a \\", "  b   # note", "a b", "$ false", "error: no"],
+        1,
+        None,
+    )
+    first, second = block_steps(console)
+    assert (first.command, first.expected, first.expects_error) == (
+        "echo a   b   # note",
+        ["a b"],
+        False,
+    )
+    assert (second.command, second.expects_error) == ("false", True)
+    sh = Block("sh", "sh", ["# a comment", "", "make up   # runs"], 1, None)
+    assert [s.command for s in block_steps(sh)] == ["make up   # runs"]
+
+
+def test_a_mark_skips_the_block_under_it(tmp_path: Path) -> None:
+    page = tmp_path / "p.md"
+    page.write_text(
+        f"# P\n\nintro\n\n## S\n\n{NOT_RUN} needs root. Covered by `tests/x.py`.\n\n"
+        "```sh\nrm -rf /\n```\n\n```sh\ntrue\n```\n"
+    )
+    parsed = parse_page(page)
+    assert [s.command for s in parsed.steps] == ["true"]
+    assert parsed.not_run is None and named_tests(parsed.markers[0]) == ["tests/x.py"]
+    page.write_text(f"# P\n\n{NOT_RUN} needs Docker (`tests/y.py`).\n\nText.\n\n```sh\ntrue\n```\n")
+    assert parse_page(page).steps == []
+
+
+def test_output_matching_masks_volatile_values_and_keeps_order() -> None:
+    shown = ['  "uid": "aaa",', "...", '"name": "web"', '"phase": "Pending"']
+    actual = ["{", '"uid": "bbb",', '"x": 1', '"name": "web"', '"phase": "Pending"', "}"]
+    assert missing_line(shown, actual) is None
+    assert missing_line(list(reversed(shown)), actual) == '"name": "web"'
+    assert missing_line(['"name": "db"'], actual) == '"name": "db"'
+
+
+@pytest.mark.parametrize(
+    ("shown", "actual"),
+    [
+        (
+            "web-4ldr9   1/1   Running   0   5s    127.0.1.2   node-2",
+            "web-x7k2p 1/1 Running 0 3m56s 127.0.1.1 node-1",
+        ),
+        (
+            "Start Time:  Sat, 05 Dec 2026 18:43:33 +0000",
+            "Start Time: Mon, 07 Dec 2026 01:02:03 +0000",
+        ),
+        ("2026-12-05T18:41:31.675952038Z from envFrom", "2026-12-06T01:00:00.1Z from envFrom"),
+        ("UID   c34b9f01-5eaf-4d6b-a534-cedb8e71b94b", "UID 0475de72-ee2b-4981-95c8-b2c9be185d2c"),
+        ("hello-5d4f8c7b9-abcde", "hello-6c9d7f8b45-zz9zz"),
+    ],
+)
+def test_what_changes_between_runs_is_masked(shown: str, actual: str) -> None:
+    assert normalise(shown) == normalise(actual)
+
+
+@pytest.mark.parametrize(
+    ("shown", "actual"),
+    [
+        ("replicaset.apps/web scaled", "replicaset.apps/web configured"),
+        ("web   5   5   5   13s", "web 5 5 4 13s"),
+        ("memory limit 64Mi", "memory limit 32Mi"),
+    ],
+)
+def test_what_matters_is_not_masked(shown: str, actual: str) -> None:
+    assert normalise(shown) != normalise(actual)
