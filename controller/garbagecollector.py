@@ -1,10 +1,10 @@
 """Garbage collector: cascading deletion through ownerReferences, as Kubernetes does it.
 
 A much smaller cousin of Kubernetes' graph-based garbage collector: the "graph" is the informer
-caches plus an owner-uid index over the dependent kinds (pods, ReplicaSets, ControllerRevisions
-and EndpointSlices, the kinds that carry ownerReferences here). Every kind with a cache can be
-an owner. Three propagation modes, chosen by the apiserver at Delete time (apiserver/deletion.py)
-through finalizers:
+caches plus an owner-uid index over every kind it is given (the controller manager gives it
+every kind the API serves but Events, found by discovery and looked for again periodically,
+controller/discovery.py), each of which can be an owner and a dependent. Three propagation
+modes, chosen by the apiserver at Delete time (apiserver/deletion.py) through finalizers:
 
 - Background (no finalizer): the owner is gone at once. A dependent all of whose owners are gone
   (absent, or present with another uid) is deleted with a uid precondition; one that lost only
@@ -33,6 +33,7 @@ from typing import Any
 
 from controller.api import ClientAPI, PodIndex, Queue, Store
 from controller.util import is_terminating, key_of, split_key
+from tinykube import kinds
 from tinykube.errors import ConflictError, NotFoundError, PreconditionFailedError
 from tinykube.protocols import ResourceAPI
 
@@ -74,29 +75,49 @@ class GarbageCollector:
         apis: Mapping[str, ResourceAPI[Any]] | None = None,
     ) -> None:
         """`stores` maps a kind ("Pod", "ReplicaSet", "Node") to its informer cache; `apis` adds
-        the API of owner kinds beyond pods, ReplicaSets and nodes ("Deployment", "Job")."""
+        the API of owner kinds beyond pods, ReplicaSets and nodes ("Deployment", "Job").
+        `add_kind` adds more (the controller manager adds every kind the API serves)."""
         self.client = client
-        self.apis = dict(apis or {})
-        self.stores = stores
-        self.queue = queue
-        self.dependent_kinds = ("Pod", "ReplicaSet", "ControllerRevision", "EndpointSlice")
-        self.indexes = {
-            kind: PodIndex(store) for kind, store in stores.items() if kind in self.dependent_kinds
+        self.apis: dict[str, ResourceAPI[Any]] = {
+            "Pod": client.pods,
+            "ReplicaSet": client.replica_sets,
+            "Node": client.nodes,
+            **(apis or {}),
         }
+        self.stores: dict[str, Store[Any]] = {}
+        self.queue = queue
+        self.indexes: dict[str, PodIndex] = {}
+        self.cluster_scoped: set[str] = set()
+        for kind, store in stores.items():
+            info = kinds.BY_KIND.get(kind)
+            self.add_kind(kind, store, namespaced=info.namespaced if info else True)
+
+    def knows(self, kind: str) -> bool:
+        return kind in self.stores
+
+    def add_kind(
+        self,
+        kind: str,
+        store: Store[Any],
+        api: ResourceAPI[Any] | None = None,
+        *,
+        namespaced: bool = True,
+    ) -> None:
+        """Collect `kind` too: as an owner (looked up in `store`, confirmed through `api`) and
+        as a dependent (its ownerReferences indexed)."""
+        self.stores[kind] = store
+        if api is not None:
+            self.apis[kind] = api
+        self.indexes[kind] = PodIndex(store)
+        if not namespaced:
+            self.cluster_scoped.add(kind)
 
     def _api(self, kind: str) -> ResourceAPI[Any] | None:
-        apis: dict[str, ResourceAPI[Any]] = {
-            "Pod": self.client.pods,
-            "ReplicaSet": self.client.replica_sets,
-            "Node": self.client.nodes,
-            **self.apis,
-        }
-        return apis.get(kind)
+        return self.apis.get(kind)
 
-    @staticmethod
-    def _owner_key(kind: str, namespace: str, name: str) -> tuple[str, str]:
+    def _owner_key(self, kind: str, namespace: str, name: str) -> tuple[str, str]:
         """(namespace for the API, cache key) of an owner named by a dependent in `namespace`."""
-        ns = namespace if kind != "Node" else ""
+        ns = "" if kind in self.cluster_scoped else namespace
         return ns, f"{ns}/{name}" if ns else name
 
     def _dependents(self, uid: str) -> Iterable[tuple[str, Any]]:
