@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from controller.controllers import (
@@ -100,3 +102,15 @@ def test_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         Settings.from_args(["--controllers", "*,-garbage-collection"])
     assert '--controllers: "-garbage-collection" is not in the list' in capsys.readouterr().err
+
+
+def test_the_docs_list_every_controller_with_its_aliases() -> None:
+    page = (Path(__file__).parents[3] / "docs" / "controller-manager.md").read_text()
+    rows = {
+        cells[0]: cells[1]
+        for line in page.splitlines()
+        if line.startswith("| ") and line.count("|") == 4
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    for d in CONTROLLERS:
+        assert rows.get(d.name) == ", ".join(d.aliases), d.name
