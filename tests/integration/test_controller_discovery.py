@@ -7,11 +7,15 @@ import asyncio
 
 import pytest
 
+from controller.app import ControllerManager
 from controller.discovery import Discovery, DiscoveryError
+from controller.settings import Settings as ControllerSettings
 from tests.integration.conftest import RunningAPIServer, make_pod
 from tinykube import kinds
 from tinykube.client import Client
+from tinykube.errors import NotFoundError
 from tinykube.informer import InformerFactory
+from tinykube.v1 import configmap_pb2, secret_pb2
 
 pytestmark = pytest.mark.integration
 
@@ -68,3 +72,50 @@ async def test_the_factory_shares_one_informer_per_kind(
             assert nodes.has_synced()
         finally:
             await factory.shutdown()
+
+
+async def test_the_garbage_collector_collects_kinds_no_controller_reads(
+    module_apiserver: RunningAPIServer,
+) -> None:
+    """A ConfigMap owned by a Secret goes with it: neither kind is read by any controller, so
+    only discovery brings them to the collector."""
+    manager = ControllerManager(
+        ControllerSettings(
+            apiserver=module_apiserver.address,
+            bind_address="127.0.0.1:0",
+            leader_elect=False,
+            controllers=("garbage-collector-controller",),
+        )
+    )
+    await manager.start()
+    try:
+        async with Client(module_apiserver.address) as client:
+            await asyncio.wait_for(manager.leading.wait(), 30)
+            owner = secret_pb2.Secret()
+            owner.metadata.name, owner.metadata.namespace = "owner", "default"
+            owner = await client.secrets.create(owner)
+            cm = configmap_pb2.ConfigMap()
+            cm.metadata.name, cm.metadata.namespace = "dependent", "default"
+            cm.metadata.ownerReferences.add(
+                apiVersion="v1", kind="Secret", name="owner", uid=owner.metadata.uid
+            )
+            await client.config_maps.create(cm)
+            collected = asyncio.Event()
+            watcher = InformerFactory(client).for_kind(kinds.CONFIG_MAP, namespace="default")
+
+            def on_delete(cm: configmap_pb2.ConfigMap) -> None:
+                if cm.metadata.name == "dependent":
+                    collected.set()
+
+            watcher.add_handler(on_delete=on_delete)
+            task = watcher.start()
+            try:
+                await asyncio.wait_for(watcher.wait_synced(), 30)
+                await client.secrets.delete("owner", "default")
+                await asyncio.wait_for(collected.wait(), 30)
+            finally:
+                task.cancel()
+            with pytest.raises(NotFoundError):
+                await client.config_maps.get("dependent", "default")
+    finally:
+        await manager.stop()
