@@ -77,8 +77,9 @@ async def test_the_factory_shares_one_informer_per_kind(
 async def test_the_garbage_collector_collects_kinds_no_controller_reads(
     module_apiserver: RunningAPIServer,
 ) -> None:
-    """A ConfigMap owned by a Secret goes with it: neither kind is read by any controller, so
-    only discovery brings them to the collector."""
+    """A ConfigMap owned by a Secret goes with it, and a ConfigMap deleted with
+    propagationPolicy Orphan loses its `orphan` finalizer and goes: no controller reads either
+    kind, so only discovery brings them to the collector."""
     manager = ControllerManager(
         ControllerSettings(
             apiserver=module_apiserver.address,
@@ -94,28 +95,36 @@ async def test_the_garbage_collector_collects_kinds_no_controller_reads(
             owner = secret_pb2.Secret()
             owner.metadata.name, owner.metadata.namespace = "owner", "default"
             owner = await client.secrets.create(owner)
-            cm = configmap_pb2.ConfigMap()
-            cm.metadata.name, cm.metadata.namespace = "dependent", "default"
-            cm.metadata.ownerReferences.add(
-                apiVersion="v1", kind="Secret", name="owner", uid=owner.metadata.uid
-            )
-            await client.config_maps.create(cm)
-            collected = asyncio.Event()
+            for name in ("dependent", "orphaning"):
+                cm = configmap_pb2.ConfigMap()
+                cm.metadata.name, cm.metadata.namespace = name, "default"
+                if name == "dependent":
+                    cm.metadata.ownerReferences.add(
+                        apiVersion="v1", kind="Secret", name="owner", uid=owner.metadata.uid
+                    )
+                await client.config_maps.create(cm)
+            gone = {"dependent": asyncio.Event(), "orphaning": asyncio.Event()}
             watcher = InformerFactory(client).for_kind(kinds.CONFIG_MAP, namespace="default")
 
             def on_delete(cm: configmap_pb2.ConfigMap) -> None:
-                if cm.metadata.name == "dependent":
-                    collected.set()
+                if cm.metadata.name in gone:
+                    gone[cm.metadata.name].set()
 
             watcher.add_handler(on_delete=on_delete)
             task = watcher.start()
             try:
                 await asyncio.wait_for(watcher.wait_synced(), 30)
                 await client.secrets.delete("owner", "default")
-                await asyncio.wait_for(collected.wait(), 30)
+                marked = await client.config_maps.delete(
+                    "orphaning", "default", propagation_policy="Orphan"
+                )
+                assert list(marked.metadata.finalizers) == ["orphan"]
+                await asyncio.wait_for(gone["dependent"].wait(), 30)
+                await asyncio.wait_for(gone["orphaning"].wait(), 30)
             finally:
                 task.cancel()
-            with pytest.raises(NotFoundError):
-                await client.config_maps.get("dependent", "default")
+            for name in gone:
+                with pytest.raises(NotFoundError):
+                    await client.config_maps.get(name, "default")
     finally:
         await manager.stop()
