@@ -229,7 +229,13 @@ async def start_garbage_collector(ctx: ControllerContext) -> Running:
                 continue
             informer = inf.for_kind(info)
             api = ctx.client.resource(info)
-            gc.add_kind(info.kind, informer.store, api, namespaced=info.namespaced)
+            gc.add_kind(
+                info.kind,
+                informer.store,
+                api,
+                namespaced=info.namespaced,
+                has_synced=informer.has_synced,
+            )
             informer.add_handler(*gc.handlers(info.kind))
 
     await watch_kinds()

@@ -34,7 +34,12 @@ from typing import Any
 from controller.api import ClientAPI, PodIndex, Queue, Store
 from controller.util import is_terminating, key_of, split_key
 from tinykube import kinds
-from tinykube.errors import ConflictError, NotFoundError, PreconditionFailedError
+from tinykube.errors import (
+    ConflictError,
+    NotFoundError,
+    PreconditionFailedError,
+    UnavailableError,
+)
 from tinykube.protocols import ResourceAPI
 
 log = logging.getLogger(__name__)
@@ -88,6 +93,7 @@ class GarbageCollector:
         self.queue = queue
         self.indexes: dict[str, PodIndex] = {}
         self.cluster_scoped: set[str] = set()
+        self._synced: dict[str, Callable[[], bool]] = {}
         for kind, store in stores.items():
             info = kinds.BY_KIND.get(kind)
             self.add_kind(kind, store, namespaced=info.namespaced if info else True)
@@ -102,10 +108,14 @@ class GarbageCollector:
         api: ResourceAPI[Any] | None = None,
         *,
         namespaced: bool = True,
+        has_synced: Callable[[], bool] | None = None,
     ) -> None:
         """Collect `kind` too: as an owner (looked up in `store`, confirmed through `api`) and
-        as a dependent (its ownerReferences indexed)."""
+        as a dependent (its ownerReferences indexed). `has_synced`: whether `store` holds the
+        whole kind yet (a kind found after the start has an informer still listing)."""
         self.stores[kind] = store
+        if has_synced is not None:
+            self._synced[kind] = has_synced
         if api is not None:
             self.apis[kind] = api
         self.indexes[kind] = PodIndex(store)
@@ -232,7 +242,18 @@ class GarbageCollector:
         with contextlib.suppress(NotFoundError, PreconditionFailedError, ConflictError):
             await api.delete(name, namespace, uid=obj.metadata.uid, propagation_policy=policy)
 
+    def _check_dependents_known(self, kind: str, owner: Any) -> None:
+        """Refuse to finish an owner's orphan or foreground deletion while a kind's cache is
+        still listing: a dependent it has not delivered yet would be missed (kube's collector
+        waits for new monitors to sync). The worker requeues the owner with backoff."""
+        listing = sorted(k for k, synced in self._synced.items() if not synced())
+        if listing:
+            raise UnavailableError(
+                f"{kind} {key_of(owner)}: waiting for the caches of {', '.join(listing)} to sync"
+            )
+
     async def _orphan_dependents(self, kind: str, owner: Any) -> None:
+        self._check_dependents_known(kind, owner)
         uid = owner.metadata.uid
         for dep_kind, dep in list(self._dependents(uid)):
             await self._remove_references(dep_kind, dep, {uid})
@@ -240,6 +261,7 @@ class GarbageCollector:
             log.info("orphaned the dependents of %s %s", kind, key_of(owner))
 
     async def _delete_dependents(self, kind: str, owner: Any) -> None:
+        self._check_dependents_known(kind, owner)
         uid = owner.metadata.uid
         blocking = 0
         for dep_kind, dep in self._dependents(uid):

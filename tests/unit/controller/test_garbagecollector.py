@@ -16,6 +16,7 @@ from controller.garbagecollector import GarbageCollector
 from controller.replicaset import new_controller_ref
 from tests.unit.controller.fakes import FakeClient, FakeQueue, FakeResource, FakeStore
 from tinykube.clock import FakeClock
+from tinykube.errors import UnavailableError
 from tinykube.v1 import configmap_pb2, meta_pb2, namespace_pb2, pod_pb2, replicaset_pb2
 
 
@@ -340,3 +341,18 @@ async def test_any_kind_added_is_collected_with_cluster_scoped_owners_looked_up_
     await env.settle()
     assert config_maps.objects == {}
     assert env.gone == ["Namespace:team", "ConfigMap:default/settings"]
+
+
+async def test_an_owner_waits_while_a_dependent_kinds_cache_is_still_listing() -> None:
+    env = Env()
+    listed = False
+    config_maps = FakeResource("ConfigMap", configmap_pb2.ConfigMap, env.clock, itertools.count(1))
+    env.gc.add_kind("ConfigMap", FakeStore(config_maps), config_maps, has_synced=lambda: listed)
+    await env.rs("web")
+    await env.client.replica_sets.delete("web", "default", propagation_policy="Foreground")
+    with pytest.raises(UnavailableError, match="waiting for the caches of ConfigMap to sync"):
+        await env.gc.sync("ReplicaSet:default/web")
+    assert "default/web" in env.client.replica_sets.objects  # the finalizer stays
+    listed = True
+    await env.gc.sync("ReplicaSet:default/web")
+    assert "default/web" not in env.client.replica_sets.objects
