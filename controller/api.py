@@ -129,3 +129,13 @@ class PodIndex:
 
     def dependents_of(self, uid: str) -> list[Any]:
         return self._lookup(OWNER_UID_INDEX, uid, _owner_uids)
+
+    def claim_candidates(self, owner: Any) -> list[Any]:
+        """What a claim for `owner` looks at: what it controls plus the orphans in its
+        namespace (never every object of the kind)."""
+        namespace = owner.metadata.namespace
+        return [
+            obj
+            for obj in self.controlled_by(owner.metadata.uid) + self.orphans(namespace)
+            if obj.metadata.namespace == namespace
+        ]

@@ -33,7 +33,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from controller.api import NullRecorder, PodIndex, Queue, Recorder, Store
+from controller.controllerref import ControllerRefManager
 from controller.daemonutil import (
+    API_VERSION,
     HASH_LABEL,
     KIND,
     DaemonSet,
@@ -45,10 +47,8 @@ from controller.daemonutil import (
     creation_order,
     eligibility_check,
     is_pod_updated,
-    new_controller_ref,
     new_revision,
     node_should_run,
-    owns,
     pod_for_node,
     revision_matches,
     rolling_update_plan,
@@ -330,59 +330,17 @@ class DaemonSetController:
 
     # ---- pods by node ----
 
+    def _ref_manager(self, ds: DaemonSet) -> ControllerRefManager:
+        return ControllerRefManager(ds, API_VERSION, KIND, self.client.daemon_sets)
+
     async def _claim_pods(self, ds: DaemonSet) -> list[Pod]:
         """kube's getDaemonPods: pods `ds` controls, after adopting matching orphans and
         releasing owned pods whose labels no longer match."""
-        namespace = ds.metadata.namespace
-        candidates = self.pod_index.controlled_by(ds.metadata.uid) + [
-            p for p in self.pod_index.orphans(namespace) if p.metadata.namespace == namespace
-        ]
-        owned: list[Pod] = []
-        can_adopt: bool | None = None
-        for pod in candidates:
-            if pod.metadata.namespace != namespace:
-                continue
-            matches = selects(ds, pod.metadata.labels)
-            if owns(ds, pod):
-                if matches:
-                    owned.append(pod)
-                else:
-                    await self._release(ds, pod)
-                continue
-            if controller_ref(pod.metadata) is not None or not matches or is_terminating(pod):
-                continue
-            if can_adopt is None:
-                can_adopt = await self._can_adopt(ds)
-            if can_adopt and await self._adopt(ds, pod):
-                owned.append(pod)
-        return owned
-
-    async def _can_adopt(self, ds: DaemonSet) -> bool:
-        """Re-read the DaemonSet live: never adopt for a deleted or recreated owner."""
-        try:
-            fresh = await self.client.daemon_sets.get(ds.metadata.name, ds.metadata.namespace)
-        except NotFoundError:
-            return False
-        return fresh.metadata.uid == ds.metadata.uid and not is_terminating(fresh)
-
-    async def _adopt(self, ds: DaemonSet, obj: Any) -> bool:
-        updated = _copy(obj)
-        updated.metadata.ownerReferences.append(new_controller_ref(ds))
-        api: Any = self.client.pods if isinstance(obj, Pod) else self.client.controller_revisions
-        try:
-            await api.update(updated)
-        except (ConflictError, NotFoundError):
-            return False
-        return True
-
-    async def _release(self, ds: DaemonSet, obj: Any) -> None:
-        updated = _copy(obj)
-        keep = [r for r in updated.metadata.ownerReferences if r.uid != ds.metadata.uid]
-        del updated.metadata.ownerReferences[:]
-        updated.metadata.ownerReferences.extend(keep)
-        api: Any = self.client.pods if isinstance(obj, Pod) else self.client.controller_revisions
-        with contextlib.suppress(ConflictError, NotFoundError):
-            await api.update(updated)
+        return await self._ref_manager(ds).claim(
+            self.pod_index.claim_candidates(ds),
+            lambda pod: selects(ds, pod.metadata.labels),
+            self.client.pods,
+        )
 
     async def _nodes_to_daemon_pods(
         self, ds: DaemonSet, *, include_deleted_terminal: bool = False
@@ -590,29 +548,11 @@ class DaemonSetController:
 
     async def _controlled_histories(self, ds: DaemonSet) -> list[ControllerRevision]:
         """kube's controlledHistories: revisions `ds` controls, after adoption and release."""
-        namespace = ds.metadata.namespace
-        candidates = self.history_index.controlled_by(ds.metadata.uid) + [
-            r for r in self.history_index.orphans(namespace) if r.metadata.namespace == namespace
-        ]
-        owned: list[ControllerRevision] = []
-        can_adopt: bool | None = None
-        for cr in candidates:
-            if cr.metadata.namespace != namespace:
-                continue
-            matches = selects(ds, cr.metadata.labels)
-            if owns(ds, cr):
-                if matches:
-                    owned.append(cr)
-                else:
-                    await self._release(ds, cr)
-                continue
-            if controller_ref(cr.metadata) is not None or not matches or is_terminating(cr):
-                continue
-            if can_adopt is None:
-                can_adopt = await self._can_adopt(ds)
-            if can_adopt and await self._adopt(ds, cr):
-                owned.append(cr)
-        return owned
+        return await self._ref_manager(ds).claim(
+            self.history_index.claim_candidates(ds),
+            lambda cr: selects(ds, cr.metadata.labels),
+            self.client.controller_revisions,
+        )
 
     async def _construct_history(
         self, ds: DaemonSet

@@ -23,6 +23,7 @@ from typing import Any
 
 from google.protobuf.struct_pb2 import Struct
 
+from controller import controllerref
 from controller.nodelifecycle import toleration_matches
 from controller.util import (
     fnv32a,
@@ -99,14 +100,7 @@ def node_name_affinity(affinity: pod_pb2.Affinity, node_name: str) -> None:
 
 
 def new_controller_ref(ds: DaemonSet) -> meta_pb2.OwnerReference:
-    return meta_pb2.OwnerReference(
-        apiVersion=API_VERSION,
-        kind=KIND,
-        name=ds.metadata.name,
-        uid=ds.metadata.uid,
-        controller=True,
-        blockOwnerDeletion=True,
-    )
+    return controllerref.new_controller_ref(ds, API_VERSION, KIND)
 
 
 def template_generation(ds: DaemonSet) -> int | None:

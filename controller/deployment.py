@@ -30,8 +30,10 @@ import logging
 from datetime import datetime
 from typing import Protocol
 
+from controller import controllerref
 from controller import deploymentutil as du
 from controller.api import NullRecorder, PodIndex, Queue, Recorder, Store
+from controller.controllerref import ControllerRefManager
 from controller.deploymentutil import Deployment, ReplicaSet
 from controller.util import (
     controller_ref,
@@ -63,14 +65,7 @@ class DeploymentClientAPI(Protocol):
 
 
 def new_controller_ref(d: Deployment) -> meta_pb2.OwnerReference:
-    return meta_pb2.OwnerReference(
-        apiVersion=API_VERSION,
-        kind=KIND,
-        name=d.metadata.name,
-        uid=d.metadata.uid,
-        controller=True,
-        blockOwnerDeletion=True,
-    )
+    return controllerref.new_controller_ref(d, API_VERSION, KIND)
 
 
 def _copy(obj: ReplicaSet) -> ReplicaSet:
@@ -214,57 +209,12 @@ class DeploymentController:
     # ---- ReplicaSets: claim, find, create ----
 
     async def _claim_replica_sets(self, d: Deployment) -> list[ReplicaSet]:
-        namespace = d.metadata.namespace
-        candidates = self.rs_index.controlled_by(d.metadata.uid) + [
-            rs for rs in self.rs_index.orphans(namespace) if rs.metadata.namespace == namespace
-        ]
-        owned: list[ReplicaSet] = []
-        can_adopt: bool | None = None
-        for rs in candidates:
-            if rs.metadata.namespace != namespace:
-                continue
-            ref = controller_ref(rs.metadata)
-            matches = selector_matches(d.spec.selector, rs.metadata.labels)
-            if ref is not None:
-                if ref.uid != d.metadata.uid:
-                    continue
-                if matches:
-                    owned.append(rs)
-                elif not is_terminating(d):
-                    await self._release(d, rs)
-                continue
-            if not matches or is_terminating(d) or is_terminating(rs):
-                continue
-            if can_adopt is None:
-                can_adopt = await self._can_adopt(d)
-            if can_adopt:
-                adopted = await self._adopt(d, rs)
-                if adopted is not None:
-                    owned.append(adopted)
-        return owned
-
-    async def _can_adopt(self, d: Deployment) -> bool:
-        try:
-            fresh = await self.client.deployments.get(d.metadata.name, d.metadata.namespace)
-        except NotFoundError:
-            return False
-        return fresh.metadata.uid == d.metadata.uid and not is_terminating(fresh)
-
-    async def _adopt(self, d: Deployment, rs: ReplicaSet) -> ReplicaSet | None:
-        updated = _copy(rs)
-        updated.metadata.ownerReferences.append(new_controller_ref(d))
-        try:
-            return await self.client.replica_sets.update(updated)
-        except (ConflictError, NotFoundError):
-            return None
-
-    async def _release(self, d: Deployment, rs: ReplicaSet) -> None:
-        updated = _copy(rs)
-        keep = [r for r in updated.metadata.ownerReferences if r.uid != d.metadata.uid]
-        del updated.metadata.ownerReferences[:]
-        updated.metadata.ownerReferences.extend(keep)
-        with contextlib.suppress(ConflictError, NotFoundError):
-            await self.client.replica_sets.update(updated)
+        manager = ControllerRefManager(d, API_VERSION, KIND, self.client.deployments)
+        return await manager.claim(
+            self.rs_index.claim_candidates(d),
+            lambda rs: selector_matches(d.spec.selector, rs.metadata.labels),
+            self.client.replica_sets,
+        )
 
     async def _new_and_old(
         self, d: Deployment, rss: list[ReplicaSet], *, create: bool, now: datetime | None = None

@@ -1,10 +1,10 @@
 """Garbage collector: cascading deletion through ownerReferences, as Kubernetes does it.
 
 A much smaller cousin of Kubernetes' graph-based garbage collector: the "graph" is the informer
-caches plus an owner-uid index over the dependent kinds (pods, ReplicaSets, ControllerRevisions
-and EndpointSlices, the kinds that carry ownerReferences here). Every kind with a cache can be
-an owner. Three propagation modes, chosen by the apiserver at Delete time (apiserver/deletion.py)
-through finalizers:
+caches plus an owner-uid index over every kind it is given (the controller manager gives it
+every kind the API serves but Events, found by discovery and looked for again periodically,
+controller/discovery.py), each of which can be an owner and a dependent. Three propagation
+modes, chosen by the apiserver at Delete time (apiserver/deletion.py) through finalizers:
 
 - Background (no finalizer): the owner is gone at once. A dependent all of whose owners are gone
   (absent, or present with another uid) is deleted with a uid precondition; one that lost only
@@ -33,7 +33,13 @@ from typing import Any
 
 from controller.api import ClientAPI, PodIndex, Queue, Store
 from controller.util import is_terminating, key_of, split_key
-from tinykube.errors import ConflictError, NotFoundError, PreconditionFailedError
+from tinykube import kinds
+from tinykube.errors import (
+    ConflictError,
+    NotFoundError,
+    PreconditionFailedError,
+    UnavailableError,
+)
 from tinykube.protocols import ResourceAPI
 
 log = logging.getLogger(__name__)
@@ -74,29 +80,54 @@ class GarbageCollector:
         apis: Mapping[str, ResourceAPI[Any]] | None = None,
     ) -> None:
         """`stores` maps a kind ("Pod", "ReplicaSet", "Node") to its informer cache; `apis` adds
-        the API of owner kinds beyond pods, ReplicaSets and nodes ("Deployment", "Job")."""
+        the API of owner kinds beyond pods, ReplicaSets and nodes ("Deployment", "Job").
+        `add_kind` adds more (the controller manager adds every kind the API serves)."""
         self.client = client
-        self.apis = dict(apis or {})
-        self.stores = stores
-        self.queue = queue
-        self.dependent_kinds = ("Pod", "ReplicaSet", "ControllerRevision", "EndpointSlice")
-        self.indexes = {
-            kind: PodIndex(store) for kind, store in stores.items() if kind in self.dependent_kinds
+        self.apis: dict[str, ResourceAPI[Any]] = {
+            "Pod": client.pods,
+            "ReplicaSet": client.replica_sets,
+            "Node": client.nodes,
+            **(apis or {}),
         }
+        self.stores: dict[str, Store[Any]] = {}
+        self.queue = queue
+        self.indexes: dict[str, PodIndex] = {}
+        self.cluster_scoped: set[str] = set()
+        self._synced: dict[str, Callable[[], bool]] = {}
+        for kind, store in stores.items():
+            info = kinds.BY_KIND.get(kind)
+            self.add_kind(kind, store, namespaced=info.namespaced if info else True)
+
+    def knows(self, kind: str) -> bool:
+        return kind in self.stores
+
+    def add_kind(
+        self,
+        kind: str,
+        store: Store[Any],
+        api: ResourceAPI[Any] | None = None,
+        *,
+        namespaced: bool = True,
+        has_synced: Callable[[], bool] | None = None,
+    ) -> None:
+        """Collect `kind` too: as an owner (looked up in `store`, confirmed through `api`) and
+        as a dependent (its ownerReferences indexed). `has_synced`: whether `store` holds the
+        whole kind yet (a kind found after the start has an informer still listing)."""
+        self.stores[kind] = store
+        if has_synced is not None:
+            self._synced[kind] = has_synced
+        if api is not None:
+            self.apis[kind] = api
+        self.indexes[kind] = PodIndex(store)
+        if not namespaced:
+            self.cluster_scoped.add(kind)
 
     def _api(self, kind: str) -> ResourceAPI[Any] | None:
-        apis: dict[str, ResourceAPI[Any]] = {
-            "Pod": self.client.pods,
-            "ReplicaSet": self.client.replica_sets,
-            "Node": self.client.nodes,
-            **self.apis,
-        }
-        return apis.get(kind)
+        return self.apis.get(kind)
 
-    @staticmethod
-    def _owner_key(kind: str, namespace: str, name: str) -> tuple[str, str]:
+    def _owner_key(self, kind: str, namespace: str, name: str) -> tuple[str, str]:
         """(namespace for the API, cache key) of an owner named by a dependent in `namespace`."""
-        ns = namespace if kind != "Node" else ""
+        ns = "" if kind in self.cluster_scoped else namespace
         return ns, f"{ns}/{name}" if ns else name
 
     def _dependents(self, uid: str) -> Iterable[tuple[str, Any]]:
@@ -211,7 +242,18 @@ class GarbageCollector:
         with contextlib.suppress(NotFoundError, PreconditionFailedError, ConflictError):
             await api.delete(name, namespace, uid=obj.metadata.uid, propagation_policy=policy)
 
+    def _check_dependents_known(self, kind: str, owner: Any) -> None:
+        """Refuse to finish an owner's orphan or foreground deletion while a kind's cache is
+        still listing: a dependent it has not delivered yet would be missed (kube's collector
+        waits for new monitors to sync). The worker requeues the owner with backoff."""
+        listing = sorted(k for k, synced in self._synced.items() if not synced())
+        if listing:
+            raise UnavailableError(
+                f"{kind} {key_of(owner)}: waiting for the caches of {', '.join(listing)} to sync"
+            )
+
     async def _orphan_dependents(self, kind: str, owner: Any) -> None:
+        self._check_dependents_known(kind, owner)
         uid = owner.metadata.uid
         for dep_kind, dep in list(self._dependents(uid)):
             await self._remove_references(dep_kind, dep, {uid})
@@ -219,6 +261,7 @@ class GarbageCollector:
             log.info("orphaned the dependents of %s %s", kind, key_of(owner))
 
     async def _delete_dependents(self, kind: str, owner: Any) -> None:
+        self._check_dependents_known(kind, owner)
         uid = owner.metadata.uid
         blocking = 0
         for dep_kind, dep in self._dependents(uid):

@@ -35,7 +35,6 @@ Concurrency: one asyncio event loop; the work queues never hand out one key twic
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 from collections.abc import Iterable, Sequence
@@ -44,6 +43,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from controller.api import NullRecorder, PodIndex, Queue, Recorder, Store
+from controller.controllerref import ControllerRefManager, new_controller_ref
 from controller.expectations import Expectations
 from controller.replicaset import pods_to_delete, slow_start_batch
 from controller.util import (
@@ -535,14 +535,18 @@ def ensure_condition(
 
 
 def new_job_controller_ref(job: Job) -> meta_pb2.OwnerReference:
-    return meta_pb2.OwnerReference(
-        apiVersion=API_VERSION,
-        kind=KIND,
-        name=job.metadata.name,
-        uid=job.metadata.uid,
-        controller=True,
-        blockOwnerDeletion=True,
-    )
+    return new_controller_ref(job, API_VERSION, KIND)
+
+
+def _add_tracking_finalizer(pod: Pod) -> None:
+    if jobs.TRACKING_FINALIZER not in pod.metadata.finalizers:
+        pod.metadata.finalizers.append(jobs.TRACKING_FINALIZER)
+
+
+def _remove_tracking_finalizer(pod: Pod) -> None:
+    fins = [f for f in pod.metadata.finalizers if f != jobs.TRACKING_FINALIZER]
+    del pod.metadata.finalizers[:]
+    pod.metadata.finalizers.extend(fins)
 
 
 def pod_for_job(job: Job, index: int | None, replaced: Pod | None = None) -> Pod:
@@ -1022,66 +1026,15 @@ class JobController:
 
     async def _pods_for_job(self, job: Job) -> list[Pod]:
         """getPodsForJob: ours, plus matching orphans adopted (with the tracking finalizer);
-        ours that no longer match are released."""
-        namespace = job.metadata.namespace
-        candidates = self.pod_index.controlled_by(job.metadata.uid) + [
-            p for p in self.pod_index.orphans(namespace) if p.metadata.namespace == namespace
-        ]
-        owned: list[Pod] = []
-        can_adopt: bool | None = None
-        selector = job.spec.selector
-        for pod in candidates:
-            if pod.metadata.namespace != namespace:
-                continue
-            ref = controller_ref(pod.metadata)
-            matches = selector_matches(selector, pod.metadata.labels)
-            if ref is not None:
-                if ref.uid != job.metadata.uid:
-                    continue
-                if matches:
-                    owned.append(pod)
-                elif not is_terminating(job):
-                    await self._release(job, pod)
-                continue
-            if not matches or is_terminating(job) or is_terminating(pod):
-                continue
-            if can_adopt is None:
-                can_adopt = await self._can_adopt(job)
-            if can_adopt:
-                adopted = await self._adopt(job, pod)
-                if adopted is not None:
-                    owned.append(adopted)
-        return owned
-
-    async def _can_adopt(self, job: Job) -> bool:
-        try:
-            fresh = await self.client.jobs.get(job.metadata.name, job.metadata.namespace)
-        except NotFoundError:
-            return False
-        return fresh.metadata.uid == job.metadata.uid and not is_terminating(fresh)
-
-    async def _adopt(self, job: Job, pod: Pod) -> Pod | None:
-        updated = Pod()
-        updated.CopyFrom(pod)
-        updated.metadata.ownerReferences.append(new_job_controller_ref(job))
-        if jobs.TRACKING_FINALIZER not in updated.metadata.finalizers:
-            updated.metadata.finalizers.append(jobs.TRACKING_FINALIZER)
-        try:
-            return await self.client.pods.update(updated)
-        except (ConflictError, NotFoundError):
-            return None
-
-    async def _release(self, job: Job, pod: Pod) -> None:
-        updated = Pod()
-        updated.CopyFrom(pod)
-        keep = [r for r in updated.metadata.ownerReferences if r.uid != job.metadata.uid]
-        del updated.metadata.ownerReferences[:]
-        updated.metadata.ownerReferences.extend(keep)
-        fins = [f for f in updated.metadata.finalizers if f != jobs.TRACKING_FINALIZER]
-        del updated.metadata.finalizers[:]
-        updated.metadata.finalizers.extend(fins)
-        with contextlib.suppress(ConflictError, NotFoundError):
-            await self.client.pods.update(updated)
+        ours that no longer match are released (and lose it)."""
+        manager = ControllerRefManager(job, API_VERSION, KIND, self.client.jobs)
+        return await manager.claim(
+            self.pod_index.claim_candidates(job),
+            lambda pod: selector_matches(job.spec.selector, pod.metadata.labels),
+            self.client.pods,
+            on_adopt=_add_tracking_finalizer,
+            on_release=_remove_tracking_finalizer,
+        )
 
     async def _delete_active_pods(
         self, job: Job, pods: Sequence[Pod]

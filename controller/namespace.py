@@ -3,10 +3,11 @@
 Modelled on kube-controller-manager's pkg/controller/namespace. Deleting a namespace only marks
 it (deletionTimestamp, phase Terminating; the apiserver refuses new content in it). Informer
 handlers enqueue terminating namespaces, and a namespace again when one of its pods goes;
-`sync(name)` is level-triggered: it deletes every object of every namespaced kind in
-`tinykube.kinds` in the namespace (each with its kind's default options, so pods get their
-grace period), lists what is left, and records the outcome in the namespace's status
-conditions as Kubernetes does (NamespaceDeletionDiscoveryFailure,
+`sync(name)` is level-triggered: it asks which namespaced kinds the API serves (discovery,
+controller/discovery.py; a failure is the NamespaceDeletionDiscoveryFailure condition and a
+retry), deletes every object of each in the namespace (each with its kind's default options,
+so pods get their grace period), lists what is left, and records the outcome in the
+namespace's status conditions as Kubernetes does (NamespaceDeletionDiscoveryFailure,
 NamespaceDeletionGroupVersionParsingFailure, NamespaceDeletionContentFailure,
 NamespaceContentRemaining, NamespaceFinalizersRemaining). While content remains it looks again
 after a short wait; once nothing is left it removes the `kubernetes` finalizer through
@@ -17,7 +18,7 @@ namespace at a time; many namespaces sync concurrently on one event loop.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from controller.api import Queue, Store
@@ -119,7 +120,11 @@ class NamespaceController:
         *,
         clock: Clock | None = None,
         recheck_seconds: float = RECHECK_SECONDS,
+        discover: Callable[[], Awaitable[Sequence[tuple[KindInfo, ContentAPI]]]] | None = None,
     ) -> None:
+        """`contents`: the kinds to empty; or `discover`, asked at every sync (the kinds the
+        API serves now, custom ones included)."""
+        self.discover = discover
         self.namespaces = namespaces
         self.ns_store = ns_store
         self.contents = contents
@@ -151,10 +156,19 @@ class NamespaceController:
         ns = self.ns_store.get(key)
         if ns is None or not is_terminating(ns) or FINALIZER not in ns.spec.finalizers:
             return
+        contents = self.contents
+        if self.discover is not None:
+            try:
+                contents = await self.discover()
+            except TinykubeError as exc:
+                # Nothing can be known empty: say so on the namespace and try again later.
+                problem = ("DiscoveryFailed", f"Discovery failed for some groups: {exc.message}")
+                await self._update_conditions(ns, {DISCOVERY_FAILURE: problem})
+                raise
         remaining: dict[str, int] = {}
         by_finalizer: dict[str, int] = {}
         failures: list[str] = []
-        for info, api in self.contents:
+        for info, api in contents:
             try:
                 left = await self._delete_all(info, api, key)
             except TinykubeError as exc:

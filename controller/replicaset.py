@@ -11,13 +11,14 @@ queue guarantees one sync per key at a time; many keys sync concurrently on one 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
+from controller import controllerref
 from controller.api import ClientAPI, NullRecorder, PodIndex, Queue, Recorder, Store
+from controller.controllerref import ControllerRefManager
 from controller.expectations import Expectations
 from controller.util import (
     controller_ref,
@@ -31,7 +32,6 @@ from controller.util import (
     resolve_controller_ref,
     selector_is_empty,
     selector_matches,
-    split_key,
     ts_to_datetime,
 )
 from tinykube.clock import Clock
@@ -62,14 +62,7 @@ def desired_replicas(rs: ReplicaSet) -> int:
 
 
 def new_controller_ref(rs: ReplicaSet) -> meta_pb2.OwnerReference:
-    return meta_pb2.OwnerReference(
-        apiVersion=API_VERSION,
-        kind=KIND,
-        name=rs.metadata.name,
-        uid=rs.metadata.uid,
-        controller=True,
-        blockOwnerDeletion=True,
-    )
+    return controllerref.new_controller_ref(rs, API_VERSION, KIND)
 
 
 def pod_from_template(rs: ReplicaSet) -> Pod:
@@ -254,13 +247,9 @@ class ReplicaSetController:
         if rs is None:
             self.expectations.delete(key)
             return
-        namespace, _ = split_key(key)
         needs_sync = self.expectations.satisfied(key)
         # Ours, plus orphans we might adopt: the only pods a sync can care about.
-        candidates = self.pod_index.controlled_by(rs.metadata.uid) + [
-            p for p in self.pod_index.orphans(namespace) if p.metadata.namespace == namespace
-        ]
-        all_pods = [p for p in candidates if p.metadata.namespace == namespace]
+        all_pods = self.pod_index.claim_candidates(rs)
         active = [p for p in all_pods if is_pod_active(p)]
         owned = await self._claim_pods(rs, active)
 
@@ -284,53 +273,10 @@ class ReplicaSetController:
         selector = rs.spec.selector
         if selector_is_empty(selector):
             return []
-        owned: list[Pod] = []
-        can_adopt: bool | None = None
-        for pod in pods:
-            ref = controller_ref(pod.metadata)
-            matches = selector_matches(selector, pod.metadata.labels)
-            if ref is not None:
-                if ref.uid != rs.metadata.uid:
-                    continue  # someone else's
-                if matches:
-                    owned.append(pod)
-                elif not is_terminating(rs):
-                    await self._release(rs, pod)
-                continue
-            if not matches or is_terminating(rs) or is_terminating(pod):
-                continue
-            if can_adopt is None:
-                can_adopt = await self._can_adopt(rs)
-            if can_adopt and await self._adopt(rs, pod):
-                owned.append(pod)
-        return owned
-
-    async def _can_adopt(self, rs: ReplicaSet) -> bool:
-        """Re-read the ReplicaSet live: never adopt for a deleted or recreated owner."""
-        try:
-            fresh = await self.client.replica_sets.get(rs.metadata.name, rs.metadata.namespace)
-        except NotFoundError:
-            return False
-        return fresh.metadata.uid == rs.metadata.uid and not is_terminating(fresh)
-
-    async def _adopt(self, rs: ReplicaSet, pod: Pod) -> bool:
-        updated = Pod()
-        updated.CopyFrom(pod)
-        updated.metadata.ownerReferences.append(new_controller_ref(rs))
-        try:
-            await self.client.pods.update(updated)
-        except (ConflictError, NotFoundError):
-            return False  # changed or gone under us; the next sync sees the truth
-        return True
-
-    async def _release(self, rs: ReplicaSet, pod: Pod) -> None:
-        updated = Pod()
-        updated.CopyFrom(pod)
-        keep = [r for r in updated.metadata.ownerReferences if r.uid != rs.metadata.uid]
-        del updated.metadata.ownerReferences[:]
-        updated.metadata.ownerReferences.extend(keep)
-        with contextlib.suppress(ConflictError, NotFoundError):
-            await self.client.pods.update(updated)
+        manager = ControllerRefManager(rs, API_VERSION, KIND, self.client.replica_sets)
+        return await manager.claim(
+            pods, lambda p: selector_matches(selector, p.metadata.labels), self.client.pods
+        )
 
     async def _manage_replicas(
         self, rs: ReplicaSet, owned: list[Pod], related: list[Pod]

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from controller.controllers import CONTROLLERS, check_selection
 from controller.nodeipam import CIDRSet
 from tinykube.flags import add_apiserver_flag, apiserver_flag, listen_address, parse_duration
 from tinykube.jwt import KeyFileError, PrivateKey, load_private_key
@@ -53,25 +54,11 @@ class Settings:
     concurrent_service_endpoint_syncs: int = 5
     # --kubeconfig, --insecure and the serving certificate (tinykube/tls.py)
     security: Security = field(default_factory=Security)
-    controllers: tuple[str, ...] = (
-        "replicaset",
-        "deployment",
-        "nodelifecycle",
-        "garbagecollector",
-        "endpoints",
-        "disruption",
-        "namespace",
-        "job",
-        "ttl-after-finished",
-        "clusterrole-aggregation",
-        "daemonset",
-        "serviceaccount",
-        "serviceaccount-token",
-        "root-ca-cert-publisher",
-        "endpointslice",
-        "endpointslicemirroring",
-        "nodeipam",
-    )
+    # kube's --controllers: "*" (every controller on by default), "name", "-name"; names or
+    # aliases from controller/controllers.py (the first entry naming a controller decides).
+    controllers: tuple[str, ...] = ("*",)
+    # How often the garbage collector asks which kinds the API serves (kube's 30 s).
+    gc_resync_period: float = 30.0
     # The node IPAM controller (runs only with allocate_node_cidrs): Nodes' spec.podCIDR from
     # cluster_cidr, subnets of node_cidr_mask_size bits.
     allocate_node_cidrs: bool = False
@@ -194,10 +181,9 @@ class Settings:
         p.add_argument(
             "--controllers",
             default="*",
-            help="comma-separated controllers to run: "
-            "replicaset,deployment,nodelifecycle,garbagecollector,endpoints,disruption,namespace,"
-            "job,ttl-after-finished,clusterrole-aggregation,daemonset,serviceaccount,"
-            "serviceaccount-token,endpointslice,endpointslicemirroring,nodeipam",
+            help="a list of controllers to enable: '*' enables all on-by-default controllers, "
+            "'foo' the controller named 'foo', '-foo' disables it (default '*'). All "
+            "controllers: " + ", ".join(d.name for d in CONTROLLERS),
         )
         p.add_argument(
             "--allocate-node-cidrs",
@@ -293,14 +279,11 @@ class Settings:
             p.error(str(exc))
         except OSError as exc:
             p.error(f"--root-ca-file {a.root_ca_file!r}: {exc.strerror or exc}")
-        wanted = (
-            cls.controllers
-            if a.controllers == "*"
-            else tuple(c.strip() for c in a.controllers.split(",") if c.strip())
-        )
-        unknown = set(wanted) - set(cls.controllers)
-        if unknown:
-            p.error(f"unknown controllers: {', '.join(sorted(unknown))}")
+        wanted = tuple(c.strip() for c in a.controllers.split(",") if c.strip())
+        try:
+            check_selection(wanted)
+        except ValueError as exc:
+            p.error(f"--controllers: {exc}")
         for flag in ("node_eviction_rate", "secondary_node_eviction_rate"):
             if not getattr(a, flag) >= 0:
                 p.error(f"--{flag.replace('_', '-')} must be 0 or more, not {getattr(a, flag)}")

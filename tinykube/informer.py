@@ -38,7 +38,7 @@ import asyncio
 import builtins
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, Protocol
 
 from google.protobuf.message import Message
 from typing_extensions import TypeVar
@@ -440,3 +440,83 @@ class Informer(Generic[T]):
             except Exception:
                 log.exception("%s: on_handler_error failed", self.name)
         return False
+
+
+class _Resources(Protocol):
+    """What the factory builds informers from (tinykube.client.Client)."""
+
+    def resource(self, kind: Any) -> ResourceClient[Any, Any, Any]: ...
+
+
+class InformerFactory:
+    """client-go's SharedInformerFactory: one informer per kind (and per namespace and
+    selectors, for the rare user that narrows its watch), made on first use and shared by
+    every consumer, so a kind is listed and watched once however many controllers read it.
+
+    `start()` runs every informer made so far that is not running yet (call it again after
+    asking for more: it is idempotent); `wait_for_cache_sync()` waits for the started ones;
+    `shutdown()` cancels them all. Handlers registered before the first sync see the initial
+    list as adds; one registered later gets adds for what the store holds at once.
+    """
+
+    def __init__(
+        self,
+        client: _Resources,
+        *,
+        clock: Clock | None = None,
+        on_handler_error: Callable[[Any, Exception], object] | None = None,
+    ) -> None:
+        self._client = client
+        self.clock = clock or Clock()
+        self.on_handler_error = on_handler_error
+        self._informers: dict[tuple[str, str, str, str], Informer[Any]] = {}
+        self._tasks: dict[tuple[str, str, str, str], asyncio.Task[None]] = {}
+
+    def for_kind(
+        self,
+        kind: Any,
+        *,
+        namespace: str = "",
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> Informer[Any]:
+        """The shared informer of `kind` (a Kind name, plural or KindInfo), made if new."""
+        resource = self._client.resource(kind)
+        key = (resource.info.plural, namespace, label_selector, field_selector)
+        informer = self._informers.get(key)
+        if informer is None:
+            name = "/".join(p for p in key if p)
+            informer = Informer.for_resource(
+                resource,
+                namespace,
+                label_selector,
+                field_selector,
+                clock=self.clock,
+                name=name,
+                on_handler_error=self.on_handler_error,
+            )
+            self._informers[key] = informer
+        return informer
+
+    @property
+    def informers(self) -> builtins.list[Informer[Any]]:
+        return builtins.list(self._informers.values())
+
+    def start(self) -> None:
+        """Run every informer not running yet, each in its own task."""
+        for key, informer in self._informers.items():
+            if key not in self._tasks:
+                self._tasks[key] = informer.start()
+
+    async def wait_for_cache_sync(self) -> None:
+        """Wait until every started informer has delivered its first list."""
+        started = [self._informers[key] for key in self._tasks]
+        await asyncio.gather(*(informer.wait_synced() for informer in started))
+
+    async def shutdown(self) -> None:
+        """Cancel every informer's task and wait for them to end."""
+        tasks = builtins.list(self._tasks.values())
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

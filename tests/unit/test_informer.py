@@ -10,7 +10,7 @@ import pytest
 
 from tinykube.clock import FakeClock
 from tinykube.errors import ResourceExpiredError, UnavailableError
-from tinykube.informer import Informer, Store, meta_namespace_key
+from tinykube.informer import Informer, InformerFactory, Store, meta_namespace_key
 from tinykube.v1 import meta_pb2, pod_pb2
 
 
@@ -392,3 +392,87 @@ def test_store_indexes_accept_str_iterable_or_none() -> None:
         store.add_index("node", lambda p: None)
     assert store.get_by_name("a", "default") is None
     assert meta_namespace_key(pod("x", namespace="")) == "x"
+
+
+# ---- the shared informer factory --------------------------------------------------------------
+
+
+class FactoryResource:
+    """A ResourceClient stand-in: lists what it holds, then a watch that waits forever."""
+
+    def __init__(self, plural: str, items: list[pod_pb2.Pod]) -> None:
+        self.info = type("Info", (), {"plural": plural})()
+        self.items = items
+        self.lists: list[tuple[str, str, str]] = []
+        self.release = asyncio.Event()
+
+    async def list(
+        self, namespace: str = "", *, label_selector: str = "", field_selector: str = ""
+    ) -> Any:
+        self.lists.append((namespace, label_selector, field_selector))
+        await self.release.wait()
+        listed = pod_pb2.PodList(items=self.items)
+        listed.metadata.resourceVersion = "7"
+        return listed
+
+    async def watch(self, namespace: str = "", **kwargs: Any) -> AsyncIterator[Any]:
+        await asyncio.Event().wait()
+        yield  # pragma: no cover
+
+
+class FactoryClient:
+    def __init__(self) -> None:
+        self.by_kind = {
+            "Pod": FactoryResource("pods", [pod("a"), pod("b")]),
+            "Node": FactoryResource("nodes", []),
+        }
+
+    def resource(self, kind: Any) -> Any:
+        return self.by_kind[kind]
+
+
+async def test_the_factory_makes_one_informer_per_kind_and_selectors() -> None:
+    client = FactoryClient()
+    factory = InformerFactory(client, clock=FakeClock())
+    pods = factory.for_kind("Pod")
+    assert factory.for_kind("Pod") is pods
+    narrowed = factory.for_kind("Pod", namespace="default", field_selector="spec.nodeName=n1")
+    assert narrowed is not pods
+    assert (pods.name, narrowed.name) == ("pods", "pods/default/spec.nodeName=n1")
+    assert factory.informers == [pods, narrowed]
+
+
+async def test_the_factory_starts_each_informer_once_and_waits_for_the_started_ones() -> None:
+    client = FactoryClient()
+    refused: list[str] = []
+    factory = InformerFactory(
+        client, clock=FakeClock(), on_handler_error=lambda obj, exc: refused.append(str(exc))
+    )
+    pods = factory.for_kind("Pod")
+    seen: list[str] = []
+
+    def on_add(p: pod_pb2.Pod) -> None:
+        if p.metadata.name == "b":
+            raise ValueError("cannot take b")
+        seen.append(p.metadata.name)
+
+    pods.add_handler(on_add)
+    factory.start()
+    factory.start()
+    syncing = asyncio.ensure_future(factory.wait_for_cache_sync())
+    await asyncio.sleep(0)
+    assert not syncing.done()  # the list has not answered yet
+    client.by_kind["Pod"].release.set()
+    await asyncio.wait_for(syncing, 5)
+    assert client.by_kind["Pod"].lists == [("", "", "")]  # one list: started once
+    assert (seen, refused) == (["a"], ["cannot take b"])  # the factory's error hook is used
+    # Asked for after start: runs at the next start(), and only then is waited for.
+    nodes = factory.for_kind("Node")
+    await factory.wait_for_cache_sync()
+    assert not nodes.has_synced()
+    client.by_kind["Node"].release.set()
+    factory.start()
+    await asyncio.wait_for(factory.wait_for_cache_sync(), 5)
+    assert nodes.has_synced()
+    await factory.shutdown()
+    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("informer-")]

@@ -7,6 +7,7 @@ records the order in which objects vanish.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -15,7 +16,8 @@ from controller.garbagecollector import GarbageCollector
 from controller.replicaset import new_controller_ref
 from tests.unit.controller.fakes import FakeClient, FakeQueue, FakeResource, FakeStore
 from tinykube.clock import FakeClock
-from tinykube.v1 import meta_pb2, pod_pb2, replicaset_pb2
+from tinykube.errors import UnavailableError
+from tinykube.v1 import configmap_pb2, meta_pb2, namespace_pb2, pod_pb2, replicaset_pb2
 
 
 def _copy(obj: Any) -> Any:
@@ -307,3 +309,50 @@ async def test_dependents_honour_their_own_propagation_finalizer() -> None:
     del env.client.replica_sets.objects["default/web"]
     await env.gc.sync("Pod:default/a")
     assert ("delete/Orphan", "default/a") in env.client.pods.calls
+
+
+# ---- kinds added at run time (the controller manager adds every kind the API serves) --------
+
+
+async def test_any_kind_added_is_collected_with_cluster_scoped_owners_looked_up_unnamespaced() -> (
+    None
+):
+    env = Env()
+    config_maps = FakeResource("ConfigMap", configmap_pb2.ConfigMap, env.clock, itertools.count(1))
+    assert not env.gc.knows("ConfigMap")
+    env.gc.add_kind("ConfigMap", FakeStore(config_maps), config_maps)
+    namespaces = env.client.namespaces
+    env.gc.add_kind("Namespace", FakeStore(namespaces), namespaces, namespaced=False)
+    env.resources["ConfigMap"] = config_maps
+    env.resources["Namespace"] = env.client.namespaces
+    env._seen = env._snapshot()
+    owner = namespace_pb2.Namespace()
+    owner.metadata.name = "team"
+    owner = await env.client.namespaces.create(owner)
+    cm = configmap_pb2.ConfigMap()
+    cm.metadata.name, cm.metadata.namespace = "settings", "default"
+    cm.metadata.ownerReferences.add(
+        apiVersion="v1", kind="Namespace", name="team", uid=owner.metadata.uid
+    )
+    await config_maps.create(cm)
+    await env.settle()
+    assert list(config_maps.objects) == ["default/settings"]  # its owner lives (as "team")
+    await env.client.namespaces.delete("team")
+    await env.settle()
+    assert config_maps.objects == {}
+    assert env.gone == ["Namespace:team", "ConfigMap:default/settings"]
+
+
+async def test_an_owner_waits_while_a_dependent_kinds_cache_is_still_listing() -> None:
+    env = Env()
+    listed = False
+    config_maps = FakeResource("ConfigMap", configmap_pb2.ConfigMap, env.clock, itertools.count(1))
+    env.gc.add_kind("ConfigMap", FakeStore(config_maps), config_maps, has_synced=lambda: listed)
+    await env.rs("web")
+    await env.client.replica_sets.delete("web", "default", propagation_policy="Foreground")
+    with pytest.raises(UnavailableError, match="waiting for the caches of ConfigMap to sync"):
+        await env.gc.sync("ReplicaSet:default/web")
+    assert "default/web" in env.client.replica_sets.objects  # the finalizer stays
+    listed = True
+    await env.gc.sync("ReplicaSet:default/web")
+    assert "default/web" not in env.client.replica_sets.objects

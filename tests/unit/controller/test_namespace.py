@@ -251,3 +251,39 @@ def test_a_pod_going_away_enqueues_its_namespace_only_while_it_terminates() -> N
     assert queue.added == ["team"]
     controller.on_namespace_update(namespace(terminating=False), namespace())
     assert queue.added == ["team", "team"]
+
+
+async def test_the_kinds_to_empty_are_discovered_at_each_sync() -> None:
+    pods, secrets = FakeContent([pod("a")]), FakeContent([pod("s")])
+    served: list[tuple[kinds.KindInfo, Any]] = [(kinds.POD, pods)]
+
+    async def discover() -> list[tuple[kinds.KindInfo, Any]]:
+        return list(served)
+
+    namespaces = FakeNamespaces(namespace())
+    queue = FakeQueue()
+    controller = NamespaceController(
+        namespaces, namespaces, [], queue, clock=FakeClock(NOW), discover=discover
+    )
+    served.append((kinds.SECRET, secrets))  # a kind served since the controller started
+    await controller.sync("team")
+    assert (pods.deletes, secrets.deletes) == (["team/a"], ["team/s"])
+    assert namespaces.finalized == [[]]
+
+
+async def test_a_failed_discovery_is_a_condition_and_a_retry_never_a_finalize() -> None:
+    async def discover() -> list[tuple[kinds.KindInfo, Any]]:
+        raise UnavailableError("connection refused")
+
+    namespaces = FakeNamespaces(namespace())
+    controller = NamespaceController(
+        namespaces, namespaces, [], FakeQueue(), clock=FakeClock(NOW), discover=discover
+    )
+    with pytest.raises(UnavailableError):
+        await controller.sync("team")
+    assert conditions(namespaces.ns)["NamespaceDeletionDiscoveryFailure"] == (
+        "True",
+        "DiscoveryFailed",
+        "Discovery failed for some groups: connection refused",
+    )
+    assert namespaces.finalized == []
