@@ -52,7 +52,7 @@ from apiserver.auth.tokens import (
 from apiserver.flowcontrol import Limiter
 from apiserver.grpcapi import GrpcResource, MetricsInterceptor
 from apiserver.metrics import Metrics
-from apiserver.registry import INDEX_FIELD, Strategy, fields_of
+from apiserver.registry import strategy_for
 from apiserver.resources import ResourceStore
 from apiserver.rest.app import RestServer
 from apiserver.rest.authapi import AuthAPI
@@ -173,7 +173,12 @@ class APIServer:
         )
         for info in ALL_KINDS:
             key_prefix = f"{prefix}/{info.plural}/".encode()
-            codec = Codec(info.message, info.namespaced, fields_of(info.kind), json=KindCodec(info))
+            strategy = strategy_for(
+                info, default_grace_seconds=settings.default_termination_grace_seconds
+            )
+            codec = Codec(
+                info.message, info.namespaced, strategy.field_values, json=KindCodec(info)
+            )
             cache = WatchCache(
                 kind=info.kind,
                 prefix=key_prefix,
@@ -186,7 +191,7 @@ class APIServer:
                 watcher_queue_bytes=settings.watcher_queue_bytes,
                 bookmark_interval=settings.bookmark_interval_seconds,
                 wait_timeout=settings.cache_wait_seconds,
-                index_field=INDEX_FIELD.get(info.kind),
+                index_field=strategy.index_field,
                 clock=self.clock,
             )
             self.caches[info.kind] = cache
@@ -195,9 +200,7 @@ class APIServer:
                 storage=self.storage,
                 cache=cache,
                 codec=codec,
-                strategy=Strategy(
-                    info, default_grace_seconds=settings.default_termination_grace_seconds
-                ),
+                strategy=strategy,
                 settings=settings,
                 clock=self.clock,
                 key_prefix=key_prefix,
