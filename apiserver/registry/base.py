@@ -66,11 +66,13 @@ class Strategy(Generic[M]):
     def __init__(self, info: KindInfo, *, default_grace_seconds: int = 30) -> None:
         self.info = info
         self.default_grace_seconds = default_grace_seconds
-        fields = info.message.DESCRIPTOR.fields_by_name
-        self._has_spec = "spec" in fields
+        self._message = info.message
+        self._has_spec = "spec" in info.message.DESCRIPTOR.fields_by_name
 
     def typed(self, obj: Message) -> M:
-        """`obj` as the kind's message: the store holds `info.message` objects only."""
+        """`obj` as the kind's message (the one place a `Message` is narrowed to `M`)."""
+        if type(obj) is not self._message:
+            raise TypeError(f"{self.info.kind} strategy given a {type(obj).__name__}")
         return cast(M, obj)
 
     # ---- hooks a kind overrides ----------------------------------------------------------------

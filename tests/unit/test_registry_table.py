@@ -20,6 +20,7 @@ from apiserver.registry.base import Strategy
 from apiserver.registry.pod import PodStrategy
 from apiserver.registry.rbac import RoleStrategy
 from tinykube.kinds import ALL_KINDS, CLUSTER_ROLE, POD, ROLE, KindInfo
+from tinykube.v1 import node_pb2
 
 
 def test_every_kind_has_a_strategy_and_nothing_else_does() -> None:
@@ -53,3 +54,8 @@ def test_selectable_fields_are_the_keys_the_strategy_computes(info: KindInfo) ->
 
 def test_the_watch_cache_indexes_pods_by_node_and_nodes_by_name() -> None:
     assert INDEX_FIELD == {"Pod": "spec.nodeName", "Node": "metadata.name"}
+
+
+def test_a_strategy_refuses_another_kinds_message() -> None:
+    with pytest.raises(TypeError, match="Pod strategy given a Node"):
+        strategy_for(POD).validate_create(node_pb2.Node())
