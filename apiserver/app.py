@@ -52,7 +52,7 @@ from apiserver.auth.tokens import (
 from apiserver.flowcontrol import Limiter
 from apiserver.grpcapi import GrpcResource, MetricsInterceptor
 from apiserver.metrics import Metrics
-from apiserver.registry import strategy_for
+from apiserver.registry import INDEX_FIELD, fields_of, strategy_for
 from apiserver.resources import ResourceStore
 from apiserver.rest.app import RestServer
 from apiserver.rest.authapi import AuthAPI
@@ -173,12 +173,7 @@ class APIServer:
         )
         for info in ALL_KINDS:
             key_prefix = f"{prefix}/{info.plural}/".encode()
-            strategy = strategy_for(
-                info, default_grace_seconds=settings.default_termination_grace_seconds
-            )
-            codec = Codec(
-                info.message, info.namespaced, strategy.field_values, json=KindCodec(info)
-            )
+            codec = Codec(info.message, info.namespaced, fields_of(info.kind), json=KindCodec(info))
             cache = WatchCache(
                 kind=info.kind,
                 prefix=key_prefix,
@@ -191,7 +186,7 @@ class APIServer:
                 watcher_queue_bytes=settings.watcher_queue_bytes,
                 bookmark_interval=settings.bookmark_interval_seconds,
                 wait_timeout=settings.cache_wait_seconds,
-                index_field=strategy.index_field,
+                index_field=INDEX_FIELD.get(info.kind),
                 clock=self.clock,
             )
             self.caches[info.kind] = cache
@@ -200,7 +195,9 @@ class APIServer:
                 storage=self.storage,
                 cache=cache,
                 codec=codec,
-                strategy=strategy,
+                strategy=strategy_for(
+                    info, default_grace_seconds=settings.default_termination_grace_seconds
+                ),
                 settings=settings,
                 clock=self.clock,
                 key_prefix=key_prefix,

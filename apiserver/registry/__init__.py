@@ -5,8 +5,8 @@ Each kind's module (`pod.py`, `service.py`, ...) holds its defaults, validation 
 update, status update), update rules, status reset and selectable fields in a subclass of
 `base.Strategy`. `STRATEGIES` maps each kind to its class (a kind listed twice is an error
 when this package is imported), and `strategy_for(info)` is the one lookup the apiserver uses.
-A kind with no behaviour of its own would get `base.Strategy` itself, named in the table all
-the same (today every kind has some).
+`base.Strategy` is abstract: a kind with nothing particular to it still has a class saying so
+(its `check` finds nothing), named in the table like every other.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ Pure functions of their arguments, run once per write attempt; no I/O, no shared
 from __future__ import annotations
 
 import uuid
+from abc import ABC, abstractmethod
 from datetime import datetime
 from typing import ClassVar, Generic, Protocol, TypeVar, cast
 
@@ -53,8 +54,9 @@ def part(obj: Message, name: str) -> Message:
     return cast(Message, getattr(obj, name))
 
 
-class Strategy(Generic[M]):
-    """Create, update and status-update rules of one kind (the generic ones here)."""
+class Strategy(ABC, Generic[M]):
+    """Create, update and status-update rules of one kind (the generic ones here). Abstract:
+    every kind says what it validates (`check`), if only that nothing is particular to it."""
 
     # The field selector keys the kind supports (kube's SelectableFields / GetAttrs).
     selectable_fields: ClassVar[tuple[str, ...]] = META_FIELDS
@@ -86,9 +88,9 @@ class Strategy(Generic[M]):
     def on_status_update(self, merged: M, new: M) -> None:
         """What an UpdateStatus takes from `new` besides the status."""
 
+    @abstractmethod
     def check(self, obj: M) -> list[FieldError]:
         """What is wrong with `obj` as it would be stored, beyond metadata."""
-        return []
 
     def check_update(self, new: M, old: M) -> list[FieldError]:
         """What may not change between `old` and `new`, beyond name and namespace."""

@@ -33,7 +33,7 @@ def test_every_kind_has_a_strategy_and_nothing_else_does() -> None:
 
 def test_a_kind_listed_twice_is_refused_naming_both_classes() -> None:
     with pytest.raises(DuplicateKindError, match="kind Pod has two strategies: PodStrategy and"):
-        build_table(((POD, PodStrategy), (ROLE, RoleStrategy), (POD, Strategy)))
+        build_table(((POD, PodStrategy), (ROLE, RoleStrategy), (POD, RoleStrategy)))
     # One class may serve several kinds (Role and ClusterRole).
     table = build_table(((ROLE, RoleStrategy), (CLUSTER_ROLE, RoleStrategy)))
     assert table == {"Role": RoleStrategy, "ClusterRole": RoleStrategy}
@@ -59,3 +59,8 @@ def test_the_watch_cache_indexes_pods_by_node_and_nodes_by_name() -> None:
 def test_a_strategy_refuses_another_kinds_message() -> None:
     with pytest.raises(TypeError, match="Pod strategy given a Node"):
         strategy_for(POD).validate_create(node_pb2.Node())
+
+
+def test_the_base_strategy_is_abstract_so_no_kind_gets_it_by_mistake() -> None:
+    with pytest.raises(TypeError, match="abstract"):
+        Strategy(POD)  # type: ignore[abstract]
