@@ -22,6 +22,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.struct_pb2 import Value
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from tinykube.errors import FieldError
 from tinykube.fieldpath import split_subscripted_path
@@ -213,9 +214,9 @@ def validate_metadata(
 
 def quantity_map(
     path: str, resources: Mapping[str, str]
-) -> tuple[list[FieldError], dict[str, object]]:
+) -> tuple[list[FieldError], dict[str, Fraction]]:
     errs: list[FieldError] = []
-    values: dict[str, object] = {}
+    values: dict[str, Fraction] = {}
     for name in sorted(resources):
         text = resources[name]
         # only short strings are memoised: a hostile object could fill the cache with long ones
@@ -223,7 +224,7 @@ def quantity_map(
         key_problems, shown, problem, q = check(name, text)
         for kp in key_problems:
             errs.append(invalid(path, name, kp))
-        if problem:
+        if q is None:  # a quantity is parsed exactly when it has no problem
             errs.append(invalid(f"{path}[{name}]", shown, problem))
             continue
         values[name] = q
@@ -297,7 +298,7 @@ def validate_container(path: str, c: pod_pb2.Container) -> list[FieldError]:
     errs.extend(lim_errs)
     errs.extend(req_errs)
     for name in sorted(requests):
-        if name in limits and requests[name] > limits[name]:  # type: ignore[operator]
+        if name in limits and requests[name] > limits[name]:
             errs.append(
                 invalid(
                     f"{rpath}.requests",
@@ -1265,8 +1266,8 @@ def _plan(descriptor: Descriptor) -> tuple[tuple[str, str, int], ...]:
     return tuple(plan)
 
 
-def _time_ok(ts: Message) -> bool:
-    return _MIN_SECONDS <= ts.seconds <= _MAX_SECONDS and 0 <= ts.nanos < 10**9  # type: ignore[attr-defined, no-any-return]
+def _time_ok(ts: Timestamp) -> bool:
+    return _MIN_SECONDS <= ts.seconds <= _MAX_SECONDS and 0 <= ts.nanos < 10**9
 
 
 def _finite(value: Value) -> bool:
@@ -1282,8 +1283,8 @@ def _finite(value: Value) -> bool:
 
 
 def _all_printable(msg: Message) -> bool:
-    if msg.DESCRIPTOR.full_name == _VALUE:
-        return _finite(msg)  # type: ignore[arg-type]
+    if isinstance(msg, Value):
+        return _finite(msg)
     for name, _, shape in _plan(msg.DESCRIPTOR):
         if shape in (_LIST, _MAP):
             value = getattr(msg, name)
@@ -1371,7 +1372,15 @@ VOLUME_FIELD_PATHS = (
     "metadata.namespace",
     "metadata.uid",
 )
-VOLUME_SOURCES = ("hostPath", "emptyDir", "secret", "downwardAPI", "configMap", "projected")
+VolumeSource = Literal["hostPath", "emptyDir", "secret", "downwardAPI", "configMap", "projected"]
+VOLUME_SOURCES: tuple[VolumeSource, ...] = (
+    "hostPath",
+    "emptyDir",
+    "secret",
+    "downwardAPI",
+    "configMap",
+    "projected",
+)
 # A projected token's lifetime bounds (kube's ValidateServiceAccountTokenProjection).
 MIN_TOKEN_SECONDS = 600
 MAX_TOKEN_SECONDS = 1 << 32
@@ -1523,7 +1532,7 @@ def _projected(path: str, source: pod_pb2.ProjectedVolumeSource) -> list[FieldEr
 
 
 def _volume_source(path: str, vol: pod_pb2.Volume) -> list[FieldError]:
-    kinds = [k for k in VOLUME_SOURCES if vol.HasField(k)]  # type: ignore[arg-type]
+    kinds = [k for k in VOLUME_SOURCES if vol.HasField(k)]
     if not kinds:
         return [required(path, "must specify a volume type")]
     errs = [forbidden(f"{path}.{k}", "may not specify more than 1 volume type") for k in kinds[1:]]
@@ -1600,7 +1609,7 @@ def _known_valid_source(vol: pod_pb2.Volume) -> bool:
     """Whether the volume's one source is one already found valid. Every pod carries the same
     kube-api-access projected volume (ServiceAccount admission) and a workload's pods the same
     volumes: their checks run once per distinct source, not once per pod."""
-    kinds = [k for k in VOLUME_SOURCES if vol.HasField(k)]  # type: ignore[arg-type]
+    kinds = [k for k in VOLUME_SOURCES if vol.HasField(k)]
     if len(kinds) != 1:
         return False
     source: Message = getattr(vol, kinds[0])
