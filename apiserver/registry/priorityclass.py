@@ -33,9 +33,7 @@ def _preemption_policy(path: str, value: str) -> list[FieldError]:
 # Kubernetes' system priority classes: no other class may have a name starting "system-".
 SYSTEM_PRIORITY_CLASS_PREFIX = "system-"
 
-
 SYSTEM_CRITICAL_PRIORITY = 2 * 1000000000
-
 
 SYSTEM_PRIORITY_CLASSES: dict[str, tuple[int, str]] = {
     "system-node-critical": (
@@ -48,7 +46,6 @@ SYSTEM_PRIORITY_CLASSES: dict[str, tuple[int, str]] = {
         "another node if necessary.",
     ),
 }
-
 
 HIGHEST_USER_DEFINABLE_PRIORITY = 1000000000
 

@@ -86,9 +86,7 @@ def validate_role(
 
 SERVICE_ACCOUNT_KIND = "ServiceAccount"
 
-
 USER_KIND = "User"
-
 
 GROUP_KIND = "Group"
 

@@ -31,22 +31,16 @@ from tinykube.v1 import service_pb2
 
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
 
-
 # Accepted as Kubernetes does, and recorded; the proxy treats every Service alike.
 SESSION_AFFINITIES = ("ClientIP", "None")
 
-
 IP_FAMILY_POLICIES = ("SingleStack",)
-
 
 IP_FAMILIES = ("IPv4",)
 
-
 TRAFFIC_POLICIES = ("Cluster", "Local")
 
-
 SERVICE_PROTOCOLS = ("TCP", "UDP", "SCTP")
-
 
 _IANA_SVC_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
 

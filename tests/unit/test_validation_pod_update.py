@@ -8,7 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from apiserver.registry import strategy_for
-from apiserver.registry.pod import pod_spec_diff, validate_pod_update
+from apiserver.registry.godiff import pod_spec_diff
+from apiserver.registry.pod import validate_pod_update
 from apiserver.validation import no_template_deadline, validate_pod_spec
 from tinykube.kinds import POD
 from tinykube.v1 import pod_pb2
