@@ -7,6 +7,9 @@ update, status update), update rules, status reset and selectable fields in a su
 when this package is imported), and `strategy_for(info)` is the one lookup the apiserver uses.
 `base.Strategy` is abstract: a kind with nothing particular to it still has a class saying so
 (its `check` finds nothing), named in the table like every other.
+
+The table is built once at import and only read afterwards; strategies hold no mutable state,
+so one per kind serves every concurrent request.
 """
 
 from __future__ import annotations
