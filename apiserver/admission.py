@@ -43,6 +43,7 @@ import random
 from collections.abc import Mapping
 from typing import Protocol
 
+from apiserver.registry.priorityclass import SYSTEM_PRIORITY_CLASSES
 from apiserver.serviceaccount import (
     DEFAULT_SERVICE_ACCOUNT,
     add_api_access_volume,
@@ -52,7 +53,6 @@ from apiserver.serviceaccount import (
     should_automount,
 )
 from apiserver.storage import KV, ListResult
-from apiserver.validation import SYSTEM_PRIORITY_CLASSES
 from apiserver.watchcache import CachedObject
 from tinykube.clock import Clock
 from tinykube.errors import ForbiddenError, NotFoundError

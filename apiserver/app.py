@@ -52,7 +52,7 @@ from apiserver.auth.tokens import (
 from apiserver.flowcontrol import Limiter
 from apiserver.grpcapi import GrpcResource, MetricsInterceptor
 from apiserver.metrics import Metrics
-from apiserver.registry import INDEX_FIELD, Strategy, fields_of
+from apiserver.registry import INDEX_FIELD, fields_of, strategy_for
 from apiserver.resources import ResourceStore
 from apiserver.rest.app import RestServer
 from apiserver.rest.authapi import AuthAPI
@@ -195,7 +195,7 @@ class APIServer:
                 storage=self.storage,
                 cache=cache,
                 codec=codec,
-                strategy=Strategy(
+                strategy=strategy_for(
                     info, default_grace_seconds=settings.default_termination_grace_seconds
                 ),
                 settings=settings,

@@ -17,8 +17,8 @@ Kubernetes' rules for the two kinds, message for message:
   and for base64 that Go's StdEncoding refuses (`illegal base64 data at input byte 4`), before
   protobuf's laxer parser sees it. Neither message contains the value.
 
-Pure functions over protobuf messages and JSON dicts; `apiserver.registry.Strategy` and the
-REST codec call them.
+Pure functions over protobuf messages and JSON dicts; the two kinds' strategies
+(apiserver/registry/configmap.py, secret.py) and the REST codec call them.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
-
-from google.protobuf.message import Message
 
 from apiserver.validation import (
     config_map_key_problems,
@@ -70,14 +68,7 @@ def _utf8_len(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode())
 
 
-# ---- strategy -------------------------------------------------------------------------------
-
-
-def prepare(info: KindInfo, obj: Message) -> None:
-    """Create and update alike: a Secret's defaults and stringData, no generation for either."""
-    obj.metadata.generation = 0  # type: ignore[attr-defined]
-    if info.kind == SECRET.kind:
-        prepare_secret(obj)  # type: ignore[arg-type]
+# ---- defaults -------------------------------------------------------------------------------
 
 
 def prepare_secret(secret: secret_pb2.Secret) -> None:
@@ -90,20 +81,6 @@ def prepare_secret(secret: secret_pb2.Secret) -> None:
 
 
 # ---- validation ---------------------------------------------------------------------------
-
-
-def validate(info: KindInfo, obj: Message) -> list[FieldError]:
-    """ValidateConfigMap / ValidateSecret (metadata is apiserver.validation's)."""
-    if info.kind == CONFIG_MAP.kind:
-        return validate_config_map(obj)  # type: ignore[arg-type]
-    return validate_secret(obj)  # type: ignore[arg-type]
-
-
-def validate_update(info: KindInfo, new: Message, old: Message) -> list[FieldError]:
-    """ValidateConfigMapUpdate / ValidateSecretUpdate, without the part `validate` repeats."""
-    if info.kind == CONFIG_MAP.kind:
-        return validate_config_map_update(new, old)  # type: ignore[arg-type]
-    return validate_secret_update(new, old)  # type: ignore[arg-type]
 
 
 def validate_config_map(cm: configmap_pb2.ConfigMap) -> list[FieldError]:

@@ -1,9 +1,11 @@
-"""Validation of API objects, naming every bad field in Kubernetes' JSON spelling and wording.
+"""Shared field checks of API objects, naming every bad field in Kubernetes' JSON spelling and
+wording: field errors, metadata, DNS names, labels and selectors, quantities, JSON-printable
+times and numbers, and the pod spec's pieces (containers, env, probes, volumes, affinity,
+placement) that Pods and the workload kinds' templates share.
 
-`validate(info, obj)` checks an object as it would be stored (after defaulting);
-`validate_update(info, new, old)` adds the rules about what may change. Both return a list of
-`FieldError`s (empty: valid) that the server turns into one INVALID_ARGUMENT
-(`InvalidError.for_object`). Pure functions, no I/O.
+What is particular to one kind lives in its module under `apiserver/registry/`, whose strategy
+calls these. Each check returns a list of `FieldError`s (empty: valid) that the server turns
+into one INVALID_ARGUMENT (`InvalidError.for_object`). Pure functions, no I/O.
 """
 
 from __future__ import annotations
@@ -12,37 +14,18 @@ import functools
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
-from typing import Literal, cast
+from typing import Literal, Protocol
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.struct_pb2 import Value
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from tinykube.errors import FieldError
 from tinykube.fieldpath import split_subscripted_path
-from tinykube.kinds import (
-    CLUSTER_ROLE,
-    CLUSTER_ROLE_BINDING,
-    DEPLOYMENT,
-    ENDPOINTS,
-    EVENT,
-    LEASE,
-    NAMESPACE,
-    NODE,
-    POD,
-    POD_DISRUPTION_BUDGET,
-    PRIORITY_CLASS,
-    RBAC_GROUP,
-    RBAC_KINDS,
-    REPLICA_SET,
-    ROLE,
-    ROLE_BINDING,
-    SERVICE,
-    KindInfo,
-)
 from tinykube.meta import int_or_string, int_or_string_problem
 from tinykube.quantity import (
     MAX_DIGITS,
@@ -56,24 +39,13 @@ from tinykube.quantity import (
 from tinykube.selectors import (
     DNS1123_SUBDOMAIN_MSG,
     QUALIFIED_NAME_MSG,
-    SelectorError,
-    from_proto,
-    label_selector_problems,
     validate_label_key,
     validate_label_value,
 )
 from tinykube.v1 import (
-    deployment_pb2,
-    endpoints_pb2,
     meta_pb2,
     namespace_pb2,
-    node_pb2,
     pod_pb2,
-    poddisruptionbudget_pb2,
-    priorityclass_pb2,
-    rbac_pb2,
-    replicaset_pb2,
-    service_pb2,
 )
 
 # \Z, not $: $ also matches before a trailing newline, which would let "web\n" through.
@@ -90,26 +62,25 @@ DNS1123_LABEL_MSG = (
 
 RESTART_POLICIES = ("Always", "OnFailure", "Never")
 DNS_POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
-POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 CONDITION_STATUSES = ("True", "False", "Unknown")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 TOLERATION_OPERATORS = ("Equal", "Exists")
 NODE_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 PROTOCOLS = ("TCP", "UDP", "SCTP")
+MAX_INT32 = 2**31 - 1
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-EVENT_TYPES = ("Normal", "Warning")
 
 
 _GO_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 _GO_QUOTE = str.maketrans({**{chr(c): f"\\x{c:02x}" for c in (*range(0x20), 0x7F)}, **_GO_ESCAPES})
 
 
-def _q(value: object) -> str:
+def go_quote(value: object) -> str:
     """Go's %q for the strings we show: double-quoted, control characters escaped."""
     return '"' + str(value).translate(_GO_QUOTE) + '"'
 
 
-def _value_text(value: Value) -> float | str:
+def value_text(value: Value) -> float | str:
     """A google.protobuf.Value as its JSON text, for messages about a bad IntOrString."""
     if value.WhichOneof("kind") == "number_value":
         return value.number_value
@@ -121,13 +92,13 @@ def required(path: str, detail: str = "") -> FieldError:
 
 
 def invalid(path: str, value: object, detail: str) -> FieldError:
-    shown = _q(value) if isinstance(value, str) else str(value)
+    shown = go_quote(value) if isinstance(value, str) else str(value)
     return FieldError(path, f"Invalid value: {shown}: {detail}")
 
 
 def unsupported(path: str, value: str, supported: Iterable[str]) -> FieldError:
-    allowed = ", ".join(_q(s) for s in supported)
-    return FieldError(path, f"Unsupported value: {_q(value)}: supported values: {allowed}")
+    allowed = ", ".join(go_quote(s) for s in supported)
+    return FieldError(path, f"Unsupported value: {go_quote(value)}: supported values: {allowed}")
 
 
 def forbidden(path: str, detail: str) -> FieldError:
@@ -135,7 +106,7 @@ def forbidden(path: str, detail: str) -> FieldError:
 
 
 def duplicate(path: str, value: str) -> FieldError:
-    return FieldError(path, f"Duplicate value: {_q(value)}")
+    return FieldError(path, f"Duplicate value: {go_quote(value)}")
 
 
 def too_long(path: str, value: str, limit: int) -> FieldError:
@@ -169,7 +140,7 @@ def dns1123_label(path: str, value: str) -> list[FieldError]:
     return errs
 
 
-def _labels(path: str, labels: Mapping[str, str]) -> list[FieldError]:
+def validate_labels(path: str, labels: Mapping[str, str]) -> list[FieldError]:
     errs: list[FieldError] = []
     for key in sorted(labels):
         for p in validate_label_key(key):
@@ -180,29 +151,29 @@ def _labels(path: str, labels: Mapping[str, str]) -> list[FieldError]:
     return errs
 
 
-def validate_metadata(info: KindInfo, meta: meta_pb2.ObjectMeta) -> list[FieldError]:
+# kube's ValidateNameFunc: the problems of a name at a path ("metadata.name").
+NameCheck = Callable[[str, str], list[FieldError]]
+
+
+def validate_metadata(
+    meta: meta_pb2.ObjectMeta, *, namespaced: bool, name_problems: NameCheck = dns1123_subdomain
+) -> list[FieldError]:
+    """kube's ValidateObjectMeta: the name (by the kind's rule, a DNS subdomain unless the
+    kind says), the namespace as the kind's scope wants it, labels, annotations, finalizers,
+    owner references and generation."""
     errs: list[FieldError] = []
     if not meta.name:
         errs.append(required("metadata.name", "name or generateName is required"))
-    elif info.kind == LEASE.kind or info.kind == EVENT.kind:
-        errs.extend(dns1123_subdomain("metadata.name", meta.name))
-    elif info in RBAC_KINDS:
-        # RBAC names are path segments ("system:node"), as Kubernetes' minimalNameRequirements.
-        errs.extend(
-            invalid("metadata.name", meta.name, m) for m in path_segment_problems(meta.name)
-        )
-    elif info.kind == NAMESPACE.kind:
-        errs.extend(dns1123_label("metadata.name", meta.name))
     else:
-        errs.extend(dns1123_subdomain("metadata.name", meta.name))
-    if info.namespaced:
+        errs.extend(name_problems("metadata.name", meta.name))
+    if namespaced:
         if not meta.namespace:
             errs.append(required("metadata.namespace"))
         else:
             errs.extend(dns1123_label("metadata.namespace", meta.namespace))
     elif meta.namespace:
         errs.append(forbidden("metadata.namespace", "not allowed on this type"))
-    errs.extend(_labels("metadata.labels", meta.labels))
+    errs.extend(validate_labels("metadata.labels", meta.labels))
     for key in sorted(meta.annotations):
         # Annotation keys are checked lowercased (a prefix such as Example.com/ is accepted).
         for p in validate_label_key(key.lower()):
@@ -241,11 +212,11 @@ def validate_metadata(info: KindInfo, meta: meta_pb2.ObjectMeta) -> list[FieldEr
     return errs
 
 
-def _quantity_map(
+def quantity_map(
     path: str, resources: Mapping[str, str]
-) -> tuple[list[FieldError], dict[str, object]]:
+) -> tuple[list[FieldError], dict[str, Fraction]]:
     errs: list[FieldError] = []
-    values: dict[str, object] = {}
+    values: dict[str, Fraction] = {}
     for name in sorted(resources):
         text = resources[name]
         # only short strings are memoised: a hostile object could fill the cache with long ones
@@ -253,7 +224,7 @@ def _quantity_map(
         key_problems, shown, problem, q = check(name, text)
         for kp in key_problems:
             errs.append(invalid(path, name, kp))
-        if problem:
+        if q is None:  # a quantity is parsed exactly when it has no problem
             errs.append(invalid(f"{path}[{name}]", shown, problem))
             continue
         values[name] = q
@@ -322,12 +293,12 @@ def validate_container(path: str, c: pod_pb2.Container) -> list[FieldError]:
     errs.extend(validate_env(f"{path}.env", c.env))
     errs.extend(validate_env_from(f"{path}.envFrom", c.envFrom))
     rpath = f"{path}.resources"
-    lim_errs, limits = _quantity_map(f"{rpath}.limits", c.resources.limits)
-    req_errs, requests = _quantity_map(f"{rpath}.requests", c.resources.requests)
+    lim_errs, limits = quantity_map(f"{rpath}.limits", c.resources.limits)
+    req_errs, requests = quantity_map(f"{rpath}.requests", c.resources.requests)
     errs.extend(lim_errs)
     errs.extend(req_errs)
     for name in sorted(requests):
-        if name in limits and requests[name] > limits[name]:  # type: ignore[operator]
+        if name in limits and requests[name] > limits[name]:
             errs.append(
                 invalid(
                     f"{rpath}.requests",
@@ -636,7 +607,7 @@ def _port_num_or_name(path: str, port: Value) -> list[FieldError]:
     """ValidatePortNumOrName; unset is the number 0, as a Go IntOrString's zero value."""
     problem = int_or_string_problem(port)
     if problem:
-        return [invalid(path, _value_text(port), problem)]
+        return [invalid(path, value_text(port), problem)]
     held = int_or_string(port)
     if isinstance(held, str):
         return [invalid(path, held, p) for p in port_name_problems(held)]
@@ -825,7 +796,7 @@ def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
         errs.extend(dns1123_subdomain(f"{path}.serviceAccountName", spec.serviceAccountName))
     if spec.nodeName:
         errs.extend(dns1123_subdomain(f"{path}.nodeName", spec.nodeName))
-    errs.extend(_labels(f"{path}.nodeSelector", spec.nodeSelector))
+    errs.extend(validate_labels(f"{path}.nodeSelector", spec.nodeSelector))
     na = spec.affinity.nodeAffinity
     req = na.requiredDuringSchedulingIgnoredDuringExecution
     ap = f"{path}.affinity.nodeAffinity"
@@ -905,7 +876,7 @@ def no_template_deadline(spec: pod_pb2.PodSpec, owner: str) -> list[FieldError]:
     ]
 
 
-def _json(value: object) -> str:
+def json_text(value: object) -> str:
     """A bad value Kubernetes prints as JSON (maps, lists of objects)."""
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
@@ -918,7 +889,7 @@ def _label_name(path: str, key: str) -> list[FieldError]:
     return [invalid(path, key, p) for p in problems]
 
 
-def _kube_label_selector(path: str, sel: meta_pb2.LabelSelector) -> list[FieldError]:
+def validate_label_selector(path: str, sel: meta_pb2.LabelSelector) -> list[FieldError]:
     """Kubernetes' metav1 ValidateLabelSelector, message for message."""
     errs: list[FieldError] = []
     for key in sorted(sel.matchLabels):
@@ -998,8 +969,8 @@ def _match_label_keys(
 
 def _pod_affinity_term(path: str, term: pod_pb2.PodAffinityTerm) -> list[FieldError]:
     errs: list[FieldError] = []
-    errs.extend(_kube_label_selector(f"{path}.labelSelector", term.labelSelector))
-    errs.extend(_kube_label_selector(f"{path}.namespaceSelector", term.namespaceSelector))
+    errs.extend(validate_label_selector(f"{path}.labelSelector", term.labelSelector))
+    errs.extend(validate_label_selector(f"{path}.namespaceSelector", term.namespaceSelector))
     for name in term.namespaces:
         errs.extend(dns1123_label(f"{path}.namespace", name))
     sel = term.labelSelector if term.HasField("labelSelector") else None
@@ -1072,7 +1043,7 @@ def _topology_spread_constraints(
         # checked as pod affinity's are, on the merged selector.
         sel = c.labelSelector if c.HasField("labelSelector") else None
         errs.extend(_match_label_keys(cp, c.matchLabelKeys, (), sel))
-        errs.extend(_kube_label_selector(f"{cp}.labelSelector", c.labelSelector))
+        errs.extend(validate_label_selector(f"{cp}.labelSelector", c.labelSelector))
     return errs
 
 
@@ -1104,97 +1075,31 @@ def validate_pod_placement(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]
     return errs
 
 
-def _conditions(path: str, conditions: Iterable[Message]) -> list[FieldError]:
+class Condition(Protocol):
+    """What every kind's status condition has (PodCondition, NodeCondition, metav1.Condition)."""
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+
+def validate_conditions(path: str, conditions: Iterable[Condition]) -> list[FieldError]:
     errs: list[FieldError] = []
     for i, cond in enumerate(conditions):
         cp = f"{path}[{i}]"
-        if not cond.type:  # type: ignore[attr-defined]
+        if not cond.type:
             errs.append(required(f"{cp}.type"))
-        if cond.status not in CONDITION_STATUSES:  # type: ignore[attr-defined]
-            errs.append(unsupported(f"{cp}.status", cond.status, CONDITION_STATUSES))  # type: ignore[attr-defined]
+        if cond.status not in CONDITION_STATUSES:
+            errs.append(unsupported(f"{cp}.status", cond.status, CONDITION_STATUSES))
     return errs
 
 
-def validate_pod(pod: pod_pb2.Pod) -> list[FieldError]:
-    errs = validate_pod_spec("spec", pod.spec)
-    if pod.spec.nodeName and pod.spec.schedulingGates:
-        # Only a pod (not a template) can be created bound; Bind refuses a gated pod too.
-        errs.append(
-            forbidden("spec.nodeName", "cannot be set until all schedulingGates have been cleared")
-        )
-    return errs + validate_pod_priority(pod.spec) + validate_pod_status(pod)
-
-
-def _preemption_policy(path: str, value: str) -> list[FieldError]:
-    if not value:
-        return [required(path)]
-    if value not in PREEMPTION_POLICIES:
-        return [unsupported(path, value, PREEMPTION_POLICIES)]
-    return []
-
-
-def validate_pod_priority(spec: pod_pb2.PodSpec) -> list[FieldError]:
-    """A pod's priorityClassName: a DNS subdomain, as Kubernetes' (its preemptionPolicy is
-    checked with the other scheduling fields)."""
-    if spec.priorityClassName:
-        return dns1123_subdomain("spec.priorityClassName", spec.priorityClassName)
-    return []
-
-
-# Kubernetes' system priority classes: no other class may have a name starting "system-".
-SYSTEM_PRIORITY_CLASS_PREFIX = "system-"
-SYSTEM_CRITICAL_PRIORITY = 2 * 1000000000
-SYSTEM_PRIORITY_CLASSES: dict[str, tuple[int, str]] = {
-    "system-node-critical": (
-        SYSTEM_CRITICAL_PRIORITY + 1000,
-        "Used for system critical pods that must not be moved from their current node.",
-    ),
-    "system-cluster-critical": (
-        SYSTEM_CRITICAL_PRIORITY,
-        "Used for system critical pods that must run in the cluster, but can be moved to "
-        "another node if necessary.",
-    ),
-}
-HIGHEST_USER_DEFINABLE_PRIORITY = 1000000000
-
-
-def validate_priority_class(pc: priorityclass_pb2.PriorityClass) -> list[FieldError]:
-    """Kubernetes' ValidatePriorityClass: "system-" names are the built-in classes only (with
-    their value, not global defaults), other classes have a value of at most 1000000000."""
-    errs: list[FieldError] = []
-    name = pc.metadata.name
-    if name.startswith(SYSTEM_PRIORITY_CLASS_PREFIX):
-        known = SYSTEM_PRIORITY_CLASSES.get(name)
-        if known is None:
-            problem = f"{name} is not a known system priority class"
-        elif pc.value != known[0]:
-            problem = f"value of {name} PriorityClass must be {known[0]}"
-        elif pc.globalDefault:
-            problem = f"globalDefault of {name} PriorityClass must be false"
-        else:
-            problem = ""
-        if problem:
-            errs.append(
-                forbidden(
-                    "metadata.name",
-                    f"priority class names with '{SYSTEM_PRIORITY_CLASS_PREFIX}' prefix are "
-                    f"reserved for system use only. error: {problem}",
-                )
-            )
-    elif pc.value > HIGHEST_USER_DEFINABLE_PRIORITY:
-        errs.append(
-            forbidden(
-                "value",
-                "maximum allowed value of a user defined priority is "
-                f"{HIGHEST_USER_DEFINABLE_PRIORITY}",
-            )
-        )
-    if pc.HasField("preemptionPolicy"):
-        errs.extend(_preemption_policy("preemptionPolicy", pc.preemptionPolicy))
-    return errs
-
-
-# The finalizer every namespace gets at creation; the namespace controller removes it.
+# The finalizer every namespace gets at creation; the namespace controller removes it. The
+# namespace's finalizer check stays here, not in apiserver/registry/namespace.py, while the
+# store's and the REST dry run's Finalize (apiserver/resources.py, rest/handlers.py) call it by
+# this name; NamespaceStrategy.validate_finalize is the way in for new callers.
 NAMESPACE_FINALIZER = "kubernetes"
 
 
@@ -1217,118 +1122,7 @@ def validate_namespace(ns: namespace_pb2.Namespace, *, indexed: bool = False) ->
     return errs
 
 
-def validate_namespace_status(ns: namespace_pb2.Namespace) -> list[FieldError]:
-    """The phase follows deletion: Active until deletionTimestamp is set, then Terminating
-    (Kubernetes names the field status.Phase)."""
-    if not ns.metadata.HasField("deletionTimestamp"):
-        if ns.status.phase != "Active":
-            return [
-                invalid(
-                    "status.Phase",
-                    ns.status.phase,
-                    "may only be 'Active' if `deletionTimestamp` is empty",
-                )
-            ]
-    elif ns.status.phase != "Terminating":
-        return [
-            invalid(
-                "status.Phase",
-                ns.status.phase,
-                "may only be 'Terminating' if `deletionTimestamp` is not empty",
-            )
-        ]
-    return []
-
-
-def validate_pod_status(pod: pod_pb2.Pod) -> list[FieldError]:
-    errs: list[FieldError] = []
-    if pod.status.phase not in POD_PHASES:
-        errs.append(unsupported("status.phase", pod.status.phase, POD_PHASES))
-    errs.extend(_conditions("status.conditions", pod.status.conditions))
-    return errs
-
-
-def validate_node(node: node_pb2.Node) -> list[FieldError]:
-    return validate_node_spec(node) + validate_node_status(node)
-
-
-def validate_node_spec(node: node_pb2.Node) -> list[FieldError]:
-    errs: list[FieldError] = []
-    seen: set[tuple[str, str]] = set()
-    for i, t in enumerate(node.spec.taints):
-        tp = f"spec.taints[{i}]"
-        if not t.key:
-            errs.append(required(f"{tp}.key"))
-        else:
-            for p in validate_label_key(t.key):
-                errs.append(invalid(f"{tp}.key", t.key, p))
-        for p in validate_label_value(t.value):
-            errs.append(invalid(f"{tp}.value", t.value, p))
-        if t.effect not in TAINT_EFFECTS:
-            errs.append(unsupported(f"{tp}.effect", t.effect, TAINT_EFFECTS))
-        if (t.key, t.effect) in seen:
-            errs.append(duplicate(f"{tp}", f"{t.key}:{t.effect}"))
-        seen.add((t.key, t.effect))
-    return errs
-
-
-def validate_node_status(node: node_pb2.Node) -> list[FieldError]:
-    errs: list[FieldError] = []
-    for field_name, resources in (
-        ("capacity", node.status.capacity),
-        ("allocatable", node.status.allocatable),
-    ):
-        qerrs, _ = _quantity_map(f"status.{field_name}", resources)
-        errs.extend(qerrs)
-    errs.extend(_conditions("status.conditions", node.status.conditions))
-    return errs
-
-
-def validate_replica_set(rs: replicaset_pb2.ReplicaSet) -> list[FieldError]:
-    errs: list[FieldError] = []
-    spec = rs.spec
-    if spec.replicas < 0:
-        errs.append(invalid("spec.replicas", spec.replicas, "must be greater than or equal to 0"))
-    if spec.minReadySeconds < 0:
-        errs.append(
-            invalid(
-                "spec.minReadySeconds", spec.minReadySeconds, "must be greater than or equal to 0"
-            )
-        )
-    sel = spec.selector
-    if not sel.matchLabels and not sel.matchExpressions:
-        errs.append(required("spec.selector"))
-    else:
-        for f, m in label_selector_problems(sel, "spec.selector"):
-            errs.append(FieldError(f, m))
-    errs.extend(_labels("spec.template.metadata.labels", spec.template.metadata.labels))
-    if sel.matchLabels or sel.matchExpressions:
-        try:
-            selector = from_proto(sel)
-        except SelectorError:
-            selector = None
-        if selector is not None and not selector.matches(spec.template.metadata.labels):
-            errs.append(
-                invalid(
-                    "spec.template.metadata.labels",
-                    ",".join(f"{k}={v}" for k, v in sorted(spec.template.metadata.labels.items())),
-                    "`selector` does not match template `labels`",
-                )
-            )
-    errs.extend(validate_pod_spec("spec.template.spec", spec.template.spec))
-    errs.extend(no_template_deadline(spec.template.spec, "ReplicaSet"))
-    for name, value in (
-        ("replicas", rs.status.replicas),
-        ("readyReplicas", rs.status.readyReplicas),
-        ("availableReplicas", rs.status.availableReplicas),
-        ("fullyLabeledReplicas", rs.status.fullyLabeledReplicas),
-    ):
-        if value < 0:
-            errs.append(invalid(f"status.{name}", value, "must be greater than or equal to 0"))
-    return errs
-
-
-class _GoValue:
+class GoValue:
     """A value Kubernetes prints with Go's %#v or a String method: shown as is, unquoted."""
 
     def __init__(self, text: str) -> None:
@@ -1338,56 +1132,33 @@ class _GoValue:
         return self.text
 
 
-def go_string_map(labels: Mapping[str, str]) -> _GoValue:
+def go_string_map(labels: Mapping[str, str]) -> GoValue:
     """A map[string]string as Go's %#v prints it (keys sorted, as fmt sorts them)."""
     if not labels:
-        return _GoValue("map[string]string(nil)")
-    inner = ", ".join(f"{_q(k)}:{_q(v)}" for k, v in sorted(labels.items()))
-    return _GoValue("map[string]string{" + inner + "}")
+        return GoValue("map[string]string(nil)")
+    inner = ", ".join(f"{go_quote(k)}:{go_quote(v)}" for k, v in sorted(labels.items()))
+    return GoValue("map[string]string{" + inner + "}")
 
 
-def go_label_selector(sel: meta_pb2.LabelSelector) -> _GoValue:
+def go_label_selector(sel: meta_pb2.LabelSelector) -> GoValue:
     """A metav1.LabelSelector as Go's %#v prints it, as Kubernetes' immutable-field errors do."""
     labels = go_string_map(sel.matchLabels).text
     if sel.matchExpressions:
         reqs = []
         for r in sel.matchExpressions:
             values = (
-                "[]string{" + ", ".join(_q(v) for v in r.values) + "}"
+                "[]string{" + ", ".join(go_quote(v) for v in r.values) + "}"
                 if r.values
                 else "[]string(nil)"
             )
             reqs.append(
-                f"v1.LabelSelectorRequirement{{Key:{_q(r.key)}, Operator:{_q(r.operator)}, "
-                f"Values:{values}}}"
+                f"v1.LabelSelectorRequirement{{Key:{go_quote(r.key)}, "
+                f"Operator:{go_quote(r.operator)}, Values:{values}}}"
             )
         exprs = "[]v1.LabelSelectorRequirement{" + ", ".join(reqs) + "}"
     else:
         exprs = "[]v1.LabelSelectorRequirement(nil)"
-    return _GoValue(f"v1.LabelSelector{{MatchLabels:{labels}, MatchExpressions:{exprs}}}")
-
-
-DEPLOYMENT_STRATEGIES = ("Recreate", "RollingUpdate")
-
-
-def _int_or_string_shown(value: Value) -> _GoValue:
-    """An IntOrString as its String method prints it (Kubernetes' messages use it)."""
-    held = int_or_string(value)
-    return _GoValue(str(held) if held is not None else str(_value_text(value)))
-
-
-def _positive_int_or_percent(path: str, value: Value) -> list[FieldError]:
-    """Kubernetes' apps ValidatePositiveIntOrPercent (no upper bound)."""
-    if int_or_string_problem(value) or not _is_set(value):
-        return [invalid(path, _value_text(value), "must be an integer or percentage (e.g '5%')")]
-    held = int_or_string(value)
-    if isinstance(held, int):
-        if held < 0:
-            return [invalid(path, held, "must be greater than or equal to 0")]
-        return []
-    if held is not None and not _PERCENT_RE.match(held):
-        return [invalid(path, _GoValue(held), PERCENT_MSG)]
-    return []
+    return GoValue(f"v1.LabelSelector{{MatchLabels:{labels}, MatchExpressions:{exprs}}}")
 
 
 def int_or_percent_value(value: Value) -> int:
@@ -1401,290 +1172,24 @@ def int_or_percent_value(value: Value) -> int:
     return 0
 
 
-def validate_deployment_strategy(strategy: deployment_pb2.DeploymentStrategy) -> list[FieldError]:
-    """Kubernetes' ValidateDeploymentStrategy and ValidateRollingUpdateDeployment."""
-    path = "spec.strategy"
-    if strategy.type == "Recreate":
-        if strategy.HasField("rollingUpdate"):
-            return [
-                forbidden(
-                    f"{path}.rollingUpdate",
-                    "may not be specified when strategy `type` is 'Recreate'",
-                )
-            ]
-        return []
-    if strategy.type != "RollingUpdate":
-        return [unsupported(path, strategy.type, DEPLOYMENT_STRATEGIES)]
-    ru = strategy.rollingUpdate
-    rp = f"{path}.rollingUpdate"
-    errs = _positive_int_or_percent(f"{rp}.maxUnavailable", ru.maxUnavailable)
-    errs += _positive_int_or_percent(f"{rp}.maxSurge", ru.maxSurge)
-    if int_or_percent_value(ru.maxUnavailable) == 0 and int_or_percent_value(ru.maxSurge) == 0:
-        errs.append(
-            invalid(
-                f"{rp}.maxUnavailable",
-                _int_or_string_shown(ru.maxUnavailable),
-                "may not be 0 when `maxSurge` is 0",
-            )
-        )
-    held = int_or_string(ru.maxUnavailable)
-    if isinstance(held, str) and _PERCENT_RE.match(held) and int(held[:-1]) > 100:
-        errs.append(
-            invalid(f"{rp}.maxUnavailable", _GoValue(held), "must not be greater than 100%")
-        )
-    return errs
-
-
-def validate_deployment(d: deployment_pb2.Deployment) -> list[FieldError]:
-    """Kubernetes' ValidateDeploymentSpec (after the apps/v1 defaults) and its status checks."""
-    errs: list[FieldError] = []
-    spec = d.spec
-    nonneg = "must be greater than or equal to 0"
-    if spec.replicas < 0:
-        errs.append(invalid("spec.replicas", spec.replicas, nonneg))
-    sel = spec.selector
-    if not spec.HasField("selector"):
-        errs.append(required("spec.selector"))
-    else:
-        for f, m in label_selector_problems(sel, "spec.selector"):
-            errs.append(FieldError(f, m))
-        if not sel.matchLabels and not sel.matchExpressions:
-            errs.append(
-                invalid(
-                    "spec.selector",
-                    go_label_selector(sel),
-                    "empty selector is invalid for deployment",
-                )
-            )
-    tmpl = spec.template
-    errs.extend(_labels("spec.template.metadata.labels", tmpl.metadata.labels))
-    if sel.matchLabels or sel.matchExpressions:
-        try:
-            selector = from_proto(sel)
-        except SelectorError:
-            selector = None
-        if selector is not None and not selector.matches(tmpl.metadata.labels):
-            errs.append(
-                invalid(
-                    "spec.template.metadata.labels",
-                    go_string_map(tmpl.metadata.labels),
-                    "`selector` does not match template `labels`",
-                )
-            )
-    errs.extend(validate_pod_spec("spec.template.spec", tmpl.spec))
-    if tmpl.spec.restartPolicy != "Always":
-        errs.append(
-            unsupported("spec.template.spec.restartPolicy", tmpl.spec.restartPolicy, ("Always",))
-        )
-    errs.extend(no_template_deadline(tmpl.spec, "ReplicaSet"))
-    errs.extend(validate_deployment_strategy(spec.strategy))
-    if spec.minReadySeconds < 0:
-        errs.append(invalid("spec.minReadySeconds", spec.minReadySeconds, nonneg))
-    if spec.HasField("revisionHistoryLimit") and spec.revisionHistoryLimit < 0:
-        errs.append(invalid("spec.revisionHistoryLimit", spec.revisionHistoryLimit, nonneg))
-    if spec.HasField("progressDeadlineSeconds"):
-        pds = spec.progressDeadlineSeconds
-        if pds < 0:
-            errs.append(invalid("spec.progressDeadlineSeconds", pds, nonneg))
-        if pds <= spec.minReadySeconds:
-            errs.append(
-                invalid("spec.progressDeadlineSeconds", pds, "must be greater than minReadySeconds")
-            )
-    errs.extend(validate_deployment_status(d))
-    return errs
-
-
-def validate_deployment_status(d: deployment_pb2.Deployment) -> list[FieldError]:
-    """Kubernetes' ValidateDeploymentStatus: no count is negative, and none exceeds replicas."""
-    errs: list[FieldError] = []
-    st = d.status
-    nonneg = "must be greater than or equal to 0"
-    for name, value in (
-        ("observedGeneration", st.observedGeneration),
-        ("replicas", st.replicas),
-        ("updatedReplicas", st.updatedReplicas),
-        ("readyReplicas", st.readyReplicas),
-        ("availableReplicas", st.availableReplicas),
-        ("unavailableReplicas", st.unavailableReplicas),
-    ):
-        if value < 0:
-            errs.append(invalid(f"status.{name}", value, nonneg))
-    if st.HasField("terminatingReplicas") and st.terminatingReplicas < 0:
-        errs.append(invalid("status.terminatingReplicas", st.terminatingReplicas, nonneg))
-    if st.HasField("collisionCount") and st.collisionCount < 0:
-        errs.append(invalid("status.collisionCount", st.collisionCount, nonneg))
-    msg = "cannot be greater than status.replicas"
-    if st.updatedReplicas > st.replicas:
-        errs.append(invalid("status.updatedReplicas", st.updatedReplicas, msg))
-    if st.readyReplicas > st.replicas:
-        errs.append(invalid("status.readyReplicas", st.readyReplicas, msg))
-    if st.availableReplicas > st.replicas:
-        errs.append(invalid("status.availableReplicas", st.availableReplicas, msg))
-    if st.availableReplicas > st.readyReplicas:
-        errs.append(
-            invalid(
-                "status.availableReplicas",
-                st.availableReplicas,
-                "cannot be greater than readyReplicas",
-            )
-        )
-    for i, cond in enumerate(st.conditions):
-        cp = f"status.conditions[{i}]"
-        if not cond.type:
-            errs.append(required(f"{cp}.type"))
-        if cond.status not in CONDITION_STATUSES:
-            errs.append(unsupported(f"{cp}.status", cond.status, CONDITION_STATUSES))
-    return errs
-
-
-def validate_event(event: Message) -> list[FieldError]:
-    errs: list[FieldError] = []
-    if event.type and event.type not in EVENT_TYPES:  # type: ignore[attr-defined]
-        errs.append(unsupported("type", event.type, EVENT_TYPES))  # type: ignore[attr-defined]
-    if event.count < 0:  # type: ignore[attr-defined]
-        errs.append(invalid("count", event.count, "must be greater than or equal to 0"))  # type: ignore[attr-defined]
-    return errs
-
-
-def validate_lease(lease: Message) -> list[FieldError]:
-    errs: list[FieldError] = []
-    spec = lease.spec  # type: ignore[attr-defined]
-    if spec.HasField("leaseDurationSeconds") and spec.leaseDurationSeconds <= 0:
-        errs.append(
-            invalid(
-                "spec.leaseDurationSeconds", spec.leaseDurationSeconds, "must be greater than 0"
-            )
-        )
-    if spec.leaseTransitions < 0:
-        errs.append(
-            invalid(
-                "spec.leaseTransitions",
-                spec.leaseTransitions,
-                "must be greater than or equal to 0",
-            )
-        )
-    return errs
-
-
-SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
-# Accepted as Kubernetes does, and recorded; the proxy treats every Service alike.
-SESSION_AFFINITIES = ("ClientIP", "None")
-IP_FAMILY_POLICIES = ("SingleStack",)
-IP_FAMILIES = ("IPv4",)
-TRAFFIC_POLICIES = ("Cluster", "Local")
-SERVICE_PROTOCOLS = ("TCP", "UDP", "SCTP")
-_IANA_SVC_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
-
-
-def _port_number(path: str, value: int) -> list[FieldError]:
+def port_number(path: str, value: int) -> list[FieldError]:
     if not 1 <= value <= 65535:
         return [invalid(path, value, "must be between 1 and 65535, inclusive")]
     return []
 
 
-def validate_service(svc: service_pb2.Service) -> list[FieldError]:
-    """Shape only; the apiserver's allocator checks clusterIP and nodePort against its ranges."""
-    errs: list[FieldError] = []
-    spec = svc.spec
-    errs.extend(dns1123_label("metadata.name", svc.metadata.name) if svc.metadata.name else [])
-    if spec.type not in SERVICE_TYPES:
-        errs.append(unsupported("spec.type", spec.type, SERVICE_TYPES))
-    if spec.type == "ExternalName":
-        if not spec.externalName:
-            errs.append(required("spec.externalName"))
-        else:
-            errs.extend(dns1123_subdomain("spec.externalName", spec.externalName.rstrip(".")))
-        if spec.clusterIP and spec.clusterIP != "None":
-            errs.append(forbidden("spec.clusterIPs", "may not be set for ExternalName services"))
-    if spec.clusterIP == "None" and spec.type in ("NodePort", "LoadBalancer"):
-        errs.append(
-            invalid("spec.clusterIP", "None", f"may not be set to 'None' for {spec.type} services")
-        )
-    for path, value, allowed in (
-        ("spec.sessionAffinity", spec.sessionAffinity, SESSION_AFFINITIES),
-        ("spec.ipFamilyPolicy", spec.ipFamilyPolicy, IP_FAMILY_POLICIES),
-        ("spec.internalTrafficPolicy", spec.internalTrafficPolicy, TRAFFIC_POLICIES),
-    ):
-        if value not in allowed:
-            errs.append(unsupported(path, value, allowed))
-    if spec.externalTrafficPolicy and spec.externalTrafficPolicy not in TRAFFIC_POLICIES:
-        errs.append(
-            unsupported("spec.externalTrafficPolicy", spec.externalTrafficPolicy, TRAFFIC_POLICIES)
-        )
-    for i, family in enumerate(spec.ipFamilies):
-        if family not in IP_FAMILIES:
-            errs.append(unsupported(f"spec.ipFamilies[{i}]", family, IP_FAMILIES))
-    if not spec.ports and spec.clusterIP != "None" and spec.type != "ExternalName":
-        errs.append(required("spec.ports"))  # headless and ExternalName Services need none
-    names: set[str] = set()
-    ports: set[tuple[int, str]] = set()
-    for i, p in enumerate(spec.ports):
-        pp = f"spec.ports[{i}]"
-        if len(spec.ports) > 1 and not p.name:
-            errs.append(required(f"{pp}.name"))
-        elif p.name:
-            errs.extend(dns1123_label(f"{pp}.name", p.name))
-            if p.name in names:
-                errs.append(duplicate(f"{pp}.name", p.name))
-            names.add(p.name)
-        if p.protocol not in SERVICE_PROTOCOLS:
-            errs.append(unsupported(f"{pp}.protocol", p.protocol, SERVICE_PROTOCOLS))
-        errs.extend(_port_number(f"{pp}.port", p.port))
-        if (p.port, p.protocol) in ports:
-            errs.append(duplicate(pp, f"{p.port}/{p.protocol}"))
-        ports.add((p.port, p.protocol))
-        target = int_or_string(p.targetPort)
-        problem = int_or_string_problem(p.targetPort)
-        if problem:
-            errs.append(invalid(f"{pp}.targetPort", _value_text(p.targetPort), problem))
-        elif isinstance(target, int):
-            errs.extend(_port_number(f"{pp}.targetPort", target))
-        elif target is not None and (len(target) > 15 or not _IANA_SVC_NAME_RE.match(target)):
-            errs.append(
-                invalid(
-                    f"{pp}.targetPort",
-                    target,
-                    "must be a port number (1-65535) or an IANA_SVC_NAME (at most 15 lower case "
-                    "alphanumeric characters or '-')",
-                )
-            )
-        if p.nodePort and not 1 <= p.nodePort <= 65535:
-            errs.extend(_port_number(f"{pp}.nodePort", p.nodePort))
-    errs.extend(_labels("spec.selector", spec.selector))
-    return errs
-
-
-def validate_endpoints(ep: endpoints_pb2.ServiceEndpoints) -> list[FieldError]:
-    errs: list[FieldError] = []
-    for i, subset in enumerate(ep.subsets):
-        sp = f"subsets[{i}]"
-        for group, addresses in (
-            ("addresses", subset.addresses),
-            ("notReadyAddresses", subset.notReadyAddresses),
-        ):
-            for j, a in enumerate(addresses):
-                if not a.ip:
-                    errs.append(required(f"{sp}.{group}[{j}].ip"))
-        for j, port in enumerate(subset.ports):
-            errs.extend(_port_number(f"{sp}.ports[{j}].port", port.port))
-            if port.protocol and port.protocol not in PROTOCOLS:
-                errs.append(unsupported(f"{sp}.ports[{j}].protocol", port.protocol, PROTOCOLS))
-    return errs
-
-
-UNHEALTHY_POD_EVICTION_POLICIES = ("AlwaysAllow", "IfHealthyBudget")
-_PERCENT_RE = re.compile(r"^[0-9]+%\Z")
+PERCENT_RE = re.compile(r"^[0-9]+%\Z")
 PERCENT_MSG = (
     "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or "
     "'93%', regex used for validation is '[0-9]+%')"
 )
 
 
-def _int_or_percent(path: str, value: Value) -> list[FieldError]:
+def int_or_percent(path: str, value: Value) -> list[FieldError]:
     """Kubernetes' ValidatePositiveIntOrPercent and IsNotMoreThan100Percent."""
     problem = int_or_string_problem(value)
     if problem:
-        return [invalid(path, _value_text(value), "must be an integer or percentage (e.g '5%')")]
+        return [invalid(path, value_text(value), "must be an integer or percentage (e.g '5%')")]
     held = int_or_string(value)
     if isinstance(held, int):
         if held < 0:
@@ -1695,74 +1200,16 @@ def _int_or_percent(path: str, value: Value) -> list[FieldError]:
         return []
     if held is None:
         return []
-    if not _PERCENT_RE.match(held):
+    if not PERCENT_RE.match(held):
         return [invalid(path, held, PERCENT_MSG)]
     if int(held[:-1]) > 100:
         return [invalid(path, held, "must not be greater than 100%")]
     return []
 
 
-def _is_set(value: Value) -> bool:
+def is_set(value: Value) -> bool:
     """Whether an IntOrString field is present (JSON null is absent, as for a Go nil pointer)."""
     return value.WhichOneof("kind") not in (None, "null_value")
-
-
-def validate_pdb(pdb: poddisruptionbudget_pb2.PodDisruptionBudget) -> list[FieldError]:
-    """Kubernetes' ValidatePodDisruptionBudget (spec) and its status checks."""
-    errs: list[FieldError] = []
-    spec = pdb.spec
-    has_min, has_max = _is_set(spec.minAvailable), _is_set(spec.maxUnavailable)
-    if has_min and has_max:
-        low, high = (
-            json.dumps(held) if (held := int_or_string(v)) is not None else _value_text(v)
-            for v in (spec.minAvailable, spec.maxUnavailable)
-        )
-        shown = f"{{minAvailable: {low}, maxUnavailable: {high}}}"
-        errs.append(
-            FieldError(
-                "spec",
-                f"Invalid value: {shown}: minAvailable and maxUnavailable cannot be both set",
-            )
-        )
-    if has_min:
-        errs.extend(_int_or_percent("spec.minAvailable", spec.minAvailable))
-    if has_max:
-        errs.extend(_int_or_percent("spec.maxUnavailable", spec.maxUnavailable))
-    for f, m in label_selector_problems(spec.selector, "spec.selector"):
-        errs.append(FieldError(f, m))
-    if spec.HasField("unhealthyPodEvictionPolicy") and (
-        spec.unhealthyPodEvictionPolicy not in UNHEALTHY_POD_EVICTION_POLICIES
-    ):
-        errs.append(
-            unsupported(
-                "spec.unhealthyPodEvictionPolicy",
-                spec.unhealthyPodEvictionPolicy,
-                UNHEALTHY_POD_EVICTION_POLICIES,
-            )
-        )
-    errs.extend(validate_pdb_status(pdb))
-    return errs
-
-
-def validate_pdb_status(pdb: poddisruptionbudget_pb2.PodDisruptionBudget) -> list[FieldError]:
-    """Kubernetes' ValidatePodDisruptionBudgetStatusUpdate: no count is negative."""
-    errs: list[FieldError] = []
-    status = pdb.status
-    for name, value in (
-        ("disruptionsAllowed", status.disruptionsAllowed),
-        ("currentHealthy", status.currentHealthy),
-        ("desiredHealthy", status.desiredHealthy),
-        ("expectedPods", status.expectedPods),
-    ):
-        if value < 0:
-            errs.append(invalid(f"status.{name}", value, "must be greater than or equal to 0"))
-    for i, cond in enumerate(status.conditions):
-        cp = f"status.conditions[{i}]"
-        if not cond.type:
-            errs.append(required(f"{cp}.type"))
-        if cond.status not in CONDITION_STATUSES:
-            errs.append(unsupported(f"{cp}.status", cond.status, CONDITION_STATUSES))
-    return errs
 
 
 # What protobuf's JSON form, and so the REST API, can print: times from 0001-01-01T00:00:00Z
@@ -1819,8 +1266,8 @@ def _plan(descriptor: Descriptor) -> tuple[tuple[str, str, int], ...]:
     return tuple(plan)
 
 
-def _time_ok(ts: Message) -> bool:
-    return _MIN_SECONDS <= ts.seconds <= _MAX_SECONDS and 0 <= ts.nanos < 10**9  # type: ignore[attr-defined, no-any-return]
+def _time_ok(ts: Timestamp) -> bool:
+    return _MIN_SECONDS <= ts.seconds <= _MAX_SECONDS and 0 <= ts.nanos < 10**9
 
 
 def _finite(value: Value) -> bool:
@@ -1836,8 +1283,8 @@ def _finite(value: Value) -> bool:
 
 
 def _all_printable(msg: Message) -> bool:
-    if msg.DESCRIPTOR.full_name == _VALUE:
-        return _finite(msg)  # type: ignore[arg-type]
+    if isinstance(msg, Value):
+        return _finite(msg)
     for name, _, shape in _plan(msg.DESCRIPTOR):
         if shape in (_LIST, _MAP):
             value = getattr(msg, name)
@@ -1900,607 +1347,6 @@ def printable(path: str, msg: Message) -> list[FieldError]:
     return errs
 
 
-def validate(info: KindInfo, obj: Message) -> list[FieldError]:
-    """Every problem with `obj` as it would be stored."""
-    errs = validate_metadata(info, obj.metadata)  # type: ignore[attr-defined]
-    errs.extend(printable("", obj))
-    if info.kind == POD.kind:
-        errs.extend(validate_pod(obj))  # type: ignore[arg-type]
-    elif info.kind == NODE.kind:
-        errs.extend(validate_node(obj))  # type: ignore[arg-type]
-    elif info.kind == REPLICA_SET.kind:
-        errs.extend(validate_replica_set(obj))  # type: ignore[arg-type]
-    elif info.kind == DEPLOYMENT.kind:
-        errs.extend(validate_deployment(obj))  # type: ignore[arg-type]
-    elif info.kind == EVENT.kind:
-        errs.extend(validate_event(obj))
-    elif info.kind == LEASE.kind:
-        errs.extend(validate_lease(obj))
-    elif info.kind == SERVICE.kind:
-        errs.extend(validate_service(obj))  # type: ignore[arg-type]
-    elif info.kind == ENDPOINTS.kind:
-        errs.extend(validate_endpoints(obj))  # type: ignore[arg-type]
-    elif info.kind == POD_DISRUPTION_BUDGET.kind:
-        errs.extend(validate_pdb(obj))  # type: ignore[arg-type]
-    elif info.kind in (ROLE.kind, CLUSTER_ROLE.kind):
-        errs.extend(validate_role(obj, namespaced=info.namespaced))  # type: ignore[arg-type]
-    elif info.kind in (ROLE_BINDING.kind, CLUSTER_ROLE_BINDING.kind):
-        errs.extend(validate_role_binding(obj, namespaced=info.namespaced))  # type: ignore[arg-type]
-    elif info.kind == NAMESPACE.kind:
-        errs.extend(validate_namespace(obj))  # type: ignore[arg-type]
-    elif info.kind == PRIORITY_CLASS.kind:
-        errs.extend(validate_priority_class(obj))  # type: ignore[arg-type]
-    return errs
-
-
-def validate_status(info: KindInfo, obj: Message) -> list[FieldError]:
-    """Every problem with `obj` after an UpdateStatus.
-
-    UpdateStatus stores the stored object with only its status replaced, so metadata and spec
-    are what passed validation when they were written: for pods and nodes (the kinds whose
-    status is written often, by kubelets) only the status is checked, as Kubernetes'
-    ValidatePodStatusUpdate does. Other kinds are checked whole.
-    """
-    if info.kind == POD.kind:
-        return validate_pod_status(obj) + printable("status", obj.status)  # type: ignore[arg-type, attr-defined]
-    if info.kind == NODE.kind:
-        return validate_node_status(obj) + printable("status", obj.status)  # type: ignore[arg-type, attr-defined]
-    if info.kind == POD_DISRUPTION_BUDGET.kind:
-        # The eviction API and the disruption controller write it often; the spec is as stored.
-        return validate_pdb_status(obj) + printable("status", obj.status)  # type: ignore[arg-type, attr-defined]
-    if info.kind == NAMESPACE.kind:
-        return validate(info, obj) + validate_namespace_status(obj)  # type: ignore[arg-type]
-    return validate(info, obj)
-
-
-def validate_update(info: KindInfo, new: Message, old: Message) -> list[FieldError]:
-    """What may not change between `old` and `new`."""
-    errs: list[FieldError] = []
-    nm, om = new.metadata, old.metadata  # type: ignore[attr-defined]
-    if nm.name != om.name:
-        errs.append(invalid("metadata.name", nm.name, "field is immutable"))
-    if nm.namespace != om.namespace:
-        errs.append(invalid("metadata.namespace", nm.namespace, "field is immutable"))
-    if info.kind == POD.kind:
-        errs.extend(validate_pod_update(new, old))  # type: ignore[arg-type]
-    if (
-        info.kind == REPLICA_SET.kind and new.spec.selector != old.spec.selector  # type: ignore[attr-defined]
-    ):
-        errs.append(invalid("spec.selector", "", "field is immutable"))
-    if info.kind == DEPLOYMENT.kind and new.spec.selector != old.spec.selector:  # type: ignore[attr-defined]
-        shown = go_label_selector(new.spec.selector)  # type: ignore[attr-defined]
-        errs.append(invalid("spec.selector", shown, "field is immutable"))
-    if info.kind == SERVICE.kind:
-        nip, oip = new.spec.clusterIP, old.spec.clusterIP  # type: ignore[attr-defined]
-        # kube's exceptions: to type ExternalName (the address is dropped) and from it (one is
-        # allocated)
-        to_external = new.spec.type == "ExternalName" and not nip  # type: ignore[attr-defined]
-        from_external = old.spec.type == "ExternalName" and not oip  # type: ignore[attr-defined]
-        if nip != oip and not (to_external or from_external):
-            errs.append(invalid("spec.clusterIP", nip, "field is immutable"))
-    if info.kind in (ROLE_BINDING.kind, CLUSTER_ROLE_BINDING.kind):
-        ref = new.roleRef  # type: ignore[attr-defined]
-        if ref != old.roleRef:  # type: ignore[attr-defined]
-            errs.append(
-                FieldError(
-                    "roleRef", f"Invalid value: {_role_ref_text(ref)}: cannot change roleRef"
-                )
-            )
-    if info.kind == PRIORITY_CLASS.kind:
-        errs.extend(validate_priority_class_update(new, old))  # type: ignore[arg-type]
-    return errs
-
-
-def validate_priority_class_update(
-    new: priorityclass_pb2.PriorityClass, old: priorityclass_pb2.PriorityClass
-) -> list[FieldError]:
-    """Kubernetes' ValidatePriorityClassUpdate: value and preemptionPolicy are immutable."""
-    errs: list[FieldError] = []
-    if new.value != old.value:
-        errs.append(forbidden("value", "may not be changed in an update."))
-    if new.preemptionPolicy != old.preemptionPolicy:
-        errs.append(invalid("preemptionPolicy", new.preemptionPolicy, "field is immutable"))
-    return errs
-
-
-# Kubernetes' updatablePodSpecFields, joined as its Forbidden message joins them.
-UPDATABLE_POD_SPEC_FIELDS = (
-    "`spec.containers[*].image`",
-    "`spec.initContainers[*].image`",
-    "`spec.activeDeadlineSeconds`",
-    "`spec.tolerations` (only additions to existing tolerations)",
-    "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
-)
-POD_UPDATE_FORBIDDEN = "pod updates may not change fields other than " + ",".join(
-    UPDATABLE_POD_SPEC_FIELDS
-)
-MAX_INT32 = 2**31 - 1
-# Go's field names where they are not the JSON name with its first letter raised.
-_GO_NAMES = {
-    "dnsPolicy": "DNSPolicy",
-    "serviceAccount": "DeprecatedServiceAccount",
-    "tty": "TTY",
-    "hostIP": "HostIP",
-}
-# go-cmp's reporter shows this many unchanged fields either side of a change.
-_DIFF_CONTEXT = 2
-# The order of Go's core.PodSpec and core.Container fields, which the diff follows (fields not
-# named here come after, in the .proto's order).
-_GO_ORDER = {
-    "PodSpec": [
-        "volumes",
-        "initContainers",
-        "containers",
-        "restartPolicy",
-        "terminationGracePeriodSeconds",
-        "activeDeadlineSeconds",
-        "dnsPolicy",
-        "nodeSelector",
-        "serviceAccountName",
-        "serviceAccount",
-        "automountServiceAccountToken",
-        "nodeName",
-        "hostNetwork",
-        "hostname",
-        "affinity",
-        "schedulerName",
-        "tolerations",
-        "priorityClassName",
-        "priority",
-        "preemptionPolicy",
-        "enableServiceLinks",
-        "topologySpreadConstraints",
-        "schedulingGates",
-    ],
-    "Container": [
-        "name",
-        "image",
-        "command",
-        "args",
-        "workingDir",
-        "ports",
-        "envFrom",
-        "env",
-        "resources",
-        "volumeMounts",
-        "livenessProbe",
-        "readinessProbe",
-        "startupProbe",
-        "imagePullPolicy",
-        "stdin",
-        "stdinOnce",
-        "tty",
-    ],
-}
-
-
-def _go_name(field: FieldDescriptor) -> str:
-    return _GO_NAMES.get(field.json_name, field.json_name[:1].upper() + field.json_name[1:])
-
-
-def _go_scalar(field: FieldDescriptor, value: object) -> str:
-    if isinstance(value, str):
-        return _q(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, Message):
-        return _go_message(value)
-    return str(value)
-
-
-def _go_message(msg: Message) -> str:
-    parts = [f"{_go_name(f)}: {_go_field(msg, f)}" for f, _ in msg.ListFields()]
-    return "{" + ", ".join(parts) + "}"
-
-
-def _go_field(msg: Message, field: FieldDescriptor) -> str:
-    """One field's value in Go's %+v-like notation, as go-cmp prints values."""
-    value = getattr(msg, field.name)
-    if field.message_type is not None and field.message_type.GetOptions().map_entry:
-        if not value:
-            return "nil"
-        vf = field.message_type.fields_by_name["value"]
-        return "{" + ", ".join(f"{_q(k)}: {_go_scalar(vf, value[k])}" for k in sorted(value)) + "}"
-    if field.is_repeated:
-        if not value:
-            return "nil"
-        return "{" + ", ".join(_go_scalar(field, v) for v in value) + "}"
-    if field.has_presence and not msg.HasField(field.name):
-        return "nil"
-    shown = _go_scalar(field, value)
-    # Optional scalars and nested structs are pointers in Go's PodSpec.
-    return "&" + shown if field.has_presence else shown
-
-
-def _go_diff(old: Message, new: Message, depth: int) -> list[str]:
-    """go-cmp's Diff of two messages of one type, the lines between its braces: a changed
-    field as `-`/`+` lines, changed messages and equal-length lists of messages opened up,
-    runs of unchanged fields beyond the context shown as `... // N identical fields`."""
-    pad = "\t" * depth
-    rows: list[tuple[bool, list[str]]] = []
-    descriptor = cast(Descriptor, old.DESCRIPTOR)
-    order = _GO_ORDER.get(descriptor.name, [])
-    for field in sorted(
-        descriptor.fields,
-        key=lambda f: order.index(f.json_name) if f.json_name in order else len(order),
-    ):
-        name = _go_name(field)
-        ov, nv = getattr(old, field.name), getattr(new, field.name)
-        if ov == nv and (
-            not field.has_presence or old.HasField(field.name) == new.HasField(field.name)
-        ):
-            rows.append((True, [f"  {pad}{name}: {_go_field(old, field)},"]))
-            continue
-        is_map = field.message_type is not None and field.message_type.GetOptions().map_entry
-        if field.message_type is not None and not is_map:
-            type_name = f"core.{field.message_type.name}"
-            if not field.is_repeated:
-                if old.HasField(field.name) and new.HasField(field.name):
-                    rows.append(
-                        (
-                            False,
-                            [
-                                f"  {pad}{name}: &{type_name}{{",
-                                *_go_diff(ov, nv, depth + 1),
-                                f"  {pad}}},",
-                            ],
-                        )
-                    )
-                    continue
-            elif len(ov) == len(nv):
-                lines = [f"  {pad}{name}: []{type_name}{{"]
-                for o, n in zip(ov, nv, strict=True):
-                    if o == n:
-                        lines.append(f"  {pad}\t{_go_message(o)},")
-                    else:
-                        lines += [f"  {pad}\t{{", *_go_diff(o, n, depth + 2), f"  {pad}\t}},"]
-                rows.append((False, [*lines, f"  {pad}}},"]))
-                continue
-        rows.append(
-            (
-                False,
-                [
-                    f"- {pad}{name}: {_go_field(old, field)},",
-                    f"+ {pad}{name}: {_go_field(new, field)},",
-                ],
-            )
-        )
-    changed = [i for i, (same, _) in enumerate(rows) if not same]
-    shown = {j for i in changed for j in range(i - _DIFF_CONTEXT, i + _DIFF_CONTEXT + 1)}
-    out: list[str] = []
-    skipped = 0
-    for i, (_, lines) in enumerate(rows):
-        if i in shown:
-            if skipped:
-                out.append(f"  {pad}... // {skipped} identical fields")
-                skipped = 0
-            out.extend(lines)
-        else:
-            skipped += 1
-    if skipped:
-        out.append(f"  {pad}... // {skipped} identical fields")
-    return out
-
-
-def pod_spec_diff(old: pod_pb2.PodSpec, new: pod_pb2.PodSpec) -> str:
-    """What Kubernetes appends to its Forbidden pod update message: go-cmp's Diff of the
-    stored spec and the requested one (less the fields that may change)."""
-    return "\n".join(["  core.PodSpec{", *_go_diff(old, new, 1), "  }"])
-
-
-def _as_dict(message: Message) -> object:
-    return json_format.MessageToDict(message)
-
-
-def _only_added_tolerations(
-    new: Sequence[pod_pb2.Toleration], old: Sequence[pod_pb2.Toleration]
-) -> list[FieldError]:
-    """Kubernetes' validateOnlyAddedTolerations: every old toleration is still there, except
-    that its tolerationSeconds may change."""
-    for o in old:
-        if not any(
-            (o.key, o.operator, o.value, o.effect) == (n.key, n.operator, n.value, n.effect)
-            for n in new
-        ):
-            return [
-                forbidden(
-                    "spec.tolerations",
-                    "existing toleration can not be modified except its tolerationSeconds",
-                )
-            ]
-    return []
-
-
-def _only_deleted_gates(
-    new: Sequence[pod_pb2.PodSchedulingGate], old: Sequence[pod_pb2.PodSchedulingGate]
-) -> list[FieldError]:
-    old_names = {g.name for g in old}
-    return [
-        forbidden(
-            f"spec.schedulingGates[{i}].name",
-            f"only deletion is allowed, but found new scheduling gate '{g.name}'",
-        )
-        for i, g in enumerate(new)
-        if g.name not in old_names
-    ]
-
-
-def _term_has_only_additions(new: pod_pb2.NodeSelectorTerm, old: pod_pb2.NodeSelectorTerm) -> bool:
-    if not old.matchExpressions and not old.matchFields:
-        return not new.matchExpressions and not new.matchFields
-    for new_reqs, old_reqs in (
-        (new.matchExpressions, old.matchExpressions),
-        (new.matchFields, old.matchFields),
-    ):
-        if old_reqs and list(new_reqs[: len(old_reqs)]) != list(old_reqs):
-            return False
-    return True
-
-
-def _gated_node_affinity_changes(new: pod_pb2.PodSpec, old: pod_pb2.PodSpec) -> list[FieldError]:
-    """Kubernetes' validateNodeAffinityMutation: a gated pod's required node affinity may only
-    narrow (requirements appended to its existing terms); with none, anything may be set."""
-    old_na, new_na = old.affinity.nodeAffinity, new.affinity.nodeAffinity
-    if not old_na.HasField("requiredDuringSchedulingIgnoredDuringExecution"):
-        return []
-    old_terms = list(old_na.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms)
-    new_terms = list(new_na.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms)
-    tp = (
-        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-        ".nodeSelectorTerms"
-    )
-    if old_terms and len(old_terms) != len(new_terms):
-        shown = _json([_as_dict(t) for t in new_terms]) if new_terms else "null"
-        return [
-            FieldError(
-                tp,
-                f"Invalid value: {shown}: no additions/deletions to non-empty NodeSelectorTerms "
-                "list are allowed",
-            )
-        ]
-    return [
-        FieldError(
-            f"{tp}[{i}]",
-            f"Invalid value: {_json(_as_dict(new_terms[i]))}: only additions are allowed (no "
-            "mutations or deletions)",
-        )
-        for i in range(len(old_terms))
-        if not _term_has_only_additions(new_terms[i], old_terms[i])
-    ]
-
-
-def _container_updates(
-    path: str, new: Sequence[pod_pb2.Container], old: Sequence[pod_pb2.Container]
-) -> tuple[list[FieldError], bool]:
-    """Kubernetes' ValidateContainerUpdates: the containers stay (their images may change,
-    never to empty or padded names); True when the count changed and nothing else is checked."""
-    if len(new) != len(old):
-        return [forbidden(path, "pod updates may not add or remove containers")], True
-    errs: list[FieldError] = []
-    for i, c in enumerate(new):
-        # An empty image is also the spec's own `Required value`, reported once.
-        if c.image and c.image.strip() != c.image:
-            errs.append(
-                invalid(
-                    f"{path}[{i}].image", c.image, "must not have leading or trailing whitespace"
-                )
-            )
-    return errs, False
-
-
-def _active_deadline_update(
-    ns: pod_pb2.PodSpec, os_: pod_pb2.PodSpec
-) -> tuple[list[FieldError], bool]:
-    """Set when unset, or lowered; never unset or raised. True when kube stops checking (a
-    value out of range, or raised)."""
-    path = "spec.activeDeadlineSeconds"
-    if ns.HasField("activeDeadlineSeconds"):
-        value = ns.activeDeadlineSeconds
-        if value < 0 or value > MAX_INT32:
-            return [invalid(path, value, f"must be between 0 and {MAX_INT32}, inclusive")], True
-        if os_.HasField("activeDeadlineSeconds") and os_.activeDeadlineSeconds < value:
-            return [invalid(path, value, "must be less than or equal to previous value")], True
-    elif os_.HasField("activeDeadlineSeconds"):
-        detail = "must not update from a positive integer to nil value"
-        return [invalid(path, "null", detail)], False
-    return [], False
-
-
-def validate_pod_update(new: pod_pb2.Pod, old: pod_pb2.Pod) -> list[FieldError]:
-    """Kubernetes' ValidatePodUpdate over tinykube's pod spec: container images,
-    activeDeadlineSeconds (set or lowered), tolerations (additions; tolerationSeconds may
-    change), schedulingGates (deletions) and terminationGracePeriodSeconds (to 1 from a
-    negative value) may change; a pod that still has scheduling gates may also gain
-    nodeSelector entries and narrow its required node affinity. Anything else is kube's
-    Forbidden `spec` error, the diff of the specs after it."""
-    ns, os_ = new.spec, old.spec
-    errs: list[FieldError] = []
-    for path, new_cs, old_cs in (
-        ("spec.containers", ns.containers, os_.containers),
-        ("spec.initContainers", ns.initContainers, os_.initContainers),
-    ):
-        container_errs, stop = _container_updates(path, new_cs, old_cs)
-        errs.extend(container_errs)
-        if stop:
-            return errs
-    deadline_errs, stop = _active_deadline_update(ns, os_)
-    errs.extend(deadline_errs)
-    if stop:
-        return errs
-    errs.extend(_only_added_tolerations(ns.tolerations, os_.tolerations))
-    errs.extend(_only_deleted_gates(ns.schedulingGates, os_.schedulingGates))
-    if ns == os_:
-        return errs
-    munged = pod_pb2.PodSpec()
-    munged.CopyFrom(ns)
-    # The fields that may change, with their own checks above, are compared as the old ones.
-    for mc, oc in (
-        *zip(munged.containers, os_.containers, strict=True),
-        *zip(munged.initContainers, os_.initContainers, strict=True),
-    ):
-        mc.image = oc.image
-    if os_.HasField("activeDeadlineSeconds"):
-        munged.activeDeadlineSeconds = os_.activeDeadlineSeconds
-    else:
-        munged.ClearField("activeDeadlineSeconds")
-    del munged.tolerations[:]
-    munged.tolerations.extend(os_.tolerations)
-    del munged.schedulingGates[:]
-    munged.schedulingGates.extend(os_.schedulingGates)
-    if (
-        os_.HasField("terminationGracePeriodSeconds")
-        and os_.terminationGracePeriodSeconds < 0
-        and munged.HasField("terminationGracePeriodSeconds")
-        and munged.terminationGracePeriodSeconds == 1
-    ):
-        munged.terminationGracePeriodSeconds = os_.terminationGracePeriodSeconds
-    if os_.schedulingGates:
-        if munged.nodeSelector != os_.nodeSelector:
-            if any(munged.nodeSelector.get(k) != v for k, v in os_.nodeSelector.items()):
-                errs.append(
-                    FieldError(
-                        "spec.nodeSelector",
-                        f"Invalid value: {_json(dict(munged.nodeSelector))}: only additions to "
-                        "spec.nodeSelector are allowed (no mutations or deletions)",
-                    )
-                )
-            munged.nodeSelector.clear()
-            munged.nodeSelector.update(os_.nodeSelector)
-        if munged.affinity.nodeAffinity != os_.affinity.nodeAffinity:
-            errs.extend(_gated_node_affinity_changes(munged, os_))
-            if os_.affinity.HasField("nodeAffinity"):
-                munged.affinity.nodeAffinity.CopyFrom(os_.affinity.nodeAffinity)
-            else:
-                munged.affinity.ClearField("nodeAffinity")
-            if not os_.HasField("affinity") and not munged.affinity.ListFields():
-                munged.ClearField("affinity")
-    if munged != os_:
-        errs.append(forbidden("spec", f"{POD_UPDATE_FORBIDDEN}\n{pod_spec_diff(os_, munged)}"))
-    return errs
-
-
-# ---- RBAC (Kubernetes' pkg/apis/rbac/validation) ----------------------------------------------
-
-
-def path_segment_problems(name: str) -> list[str]:
-    """apimachinery's IsValidPathSegmentName: what RBAC accepts as a name."""
-    if name in (".", ".."):
-        return [f"may not be '{name}'"]
-    return [f"may not contain '{c}'" for c in ("/", "%") if c in name]
-
-
-def _policy_rule(path: str, rule: rbac_pb2.PolicyRule, *, namespaced: bool) -> list[FieldError]:
-    errs: list[FieldError] = []
-    if not rule.verbs:
-        errs.append(required(f"{path}.verbs", "verbs must contain at least one value"))
-    if rule.nonResourceURLs:
-        where = f"{path}.nonResourceURLs"
-        if namespaced:
-            detail = "namespaced rules cannot apply to non-resource URLs"
-            errs.append(_url_list(where, rule.nonResourceURLs, detail))
-        if rule.apiGroups or rule.resources or rule.resourceNames:
-            detail = "rules cannot apply to both regular resources and non-resource URLs"
-            errs.append(_url_list(where, rule.nonResourceURLs, detail))
-        return errs
-    if not rule.apiGroups:
-        errs.append(
-            required(f"{path}.apiGroups", "resource rules must supply at least one api group")
-        )
-    if not rule.resources:
-        errs.append(
-            required(f"{path}.resources", "resource rules must supply at least one resource")
-        )
-    if rule.resourceNames and len(rule.resources) > 1:
-        errs.append(
-            required(f"{path}.resourceNames", "resource names cannot apply to multiple resources")
-        )
-    return errs
-
-
-def validate_role(
-    role: rbac_pb2.Role | rbac_pb2.ClusterRole, *, namespaced: bool
-) -> list[FieldError]:
-    """A Role (namespaced) or ClusterRole: its rules, and a ClusterRole's aggregationRule."""
-    errs: list[FieldError] = []
-    for i, rule in enumerate(role.rules):
-        errs.extend(_policy_rule(f"rules[{i}]", rule, namespaced=namespaced))
-    if isinstance(role, rbac_pb2.ClusterRole) and role.HasField("aggregationRule"):
-        selectors = role.aggregationRule.clusterRoleSelectors
-        if not selectors:
-            errs.append(
-                required(
-                    "aggregationRule.clusterRoleSelectors",
-                    "at least one clusterRoleSelector required if aggregationRule is non-nil",
-                )
-            )
-        for i, selector in enumerate(selectors):
-            for f, m in label_selector_problems(
-                selector, f"aggregationRule.clusterRoleSelectors[{i}]"
-            ):
-                errs.append(FieldError(f, m))
-    return errs
-
-
-SERVICE_ACCOUNT_KIND = "ServiceAccount"
-USER_KIND = "User"
-GROUP_KIND = "Group"
-
-
-def _subject(path: str, subject: rbac_pb2.Subject, *, namespaced: bool) -> list[FieldError]:
-    errs: list[FieldError] = []
-    if not subject.name:
-        errs.append(required(f"{path}.name"))
-    if subject.kind == SERVICE_ACCOUNT_KIND:
-        if subject.name:
-            errs.extend(dns1123_subdomain(f"{path}.name", subject.name))
-        if subject.apiGroup:
-            errs.append(unsupported(f"{path}.apiGroup", subject.apiGroup, [""]))
-        if not namespaced and not subject.namespace:
-            errs.append(required(f"{path}.namespace"))
-    elif subject.kind in (USER_KIND, GROUP_KIND):
-        if not subject.name:
-            what = "user" if subject.kind == USER_KIND else "group"
-            errs.append(invalid(f"{path}.name", "", f"{what} name cannot be empty"))
-        if subject.apiGroup != RBAC_GROUP:
-            errs.append(unsupported(f"{path}.apiGroup", subject.apiGroup, [RBAC_GROUP]))
-    else:
-        errs.append(
-            unsupported(f"{path}.kind", subject.kind, [SERVICE_ACCOUNT_KIND, USER_KIND, GROUP_KIND])
-        )
-    return errs
-
-
-def validate_role_binding(
-    binding: rbac_pb2.RoleBinding | rbac_pb2.ClusterRoleBinding, *, namespaced: bool
-) -> list[FieldError]:
-    """A RoleBinding (roleRef: Role or ClusterRole) or ClusterRoleBinding (ClusterRole only)."""
-    errs: list[FieldError] = []
-    ref = binding.roleRef
-    if ref.apiGroup != RBAC_GROUP:
-        errs.append(unsupported("roleRef.apiGroup", ref.apiGroup, [RBAC_GROUP]))
-    kinds = ("Role", "ClusterRole") if namespaced else ("ClusterRole",)
-    if ref.kind not in kinds:
-        errs.append(unsupported("roleRef.kind", ref.kind, kinds))
-    if not ref.name:
-        errs.append(required("roleRef.name"))
-    else:
-        errs.extend(invalid("roleRef.name", ref.name, m) for m in path_segment_problems(ref.name))
-    for i, subject in enumerate(binding.subjects):
-        errs.extend(_subject(f"subjects[{i}]", subject, namespaced=namespaced))
-    return errs
-
-
-def _role_ref_text(ref: rbac_pb2.RoleRef) -> str:
-    """A RoleRef as Go's %#v prints kube's struct in the immutability error."""
-    return f"rbac.RoleRef{{APIGroup:{_q(ref.apiGroup)}, Kind:{_q(ref.kind)}, Name:{_q(ref.name)}}}"
-
-
-def _url_list(path: str, urls: Iterable[str], detail: str) -> FieldError:
-    """field.Invalid with a []string value, which Go prints with %#v."""
-    shown = "[]string{" + ", ".join(_q(u) for u in urls) + "}"
-    return FieldError(path, f"Invalid value: {shown}: {detail}")
-
-
 # ---- pod volumes and volume mounts (kube's ValidateVolumes, ValidateVolumeMounts) -----------
 # The sources tinykube's kubelet prepares: hostPath, emptyDir, secret, downwardAPI, configMap
 # and projected; the checks, paths and wording are kube's. kube does not require an absolute
@@ -2526,7 +1372,15 @@ VOLUME_FIELD_PATHS = (
     "metadata.namespace",
     "metadata.uid",
 )
-VOLUME_SOURCES = ("hostPath", "emptyDir", "secret", "downwardAPI", "configMap", "projected")
+VolumeSource = Literal["hostPath", "emptyDir", "secret", "downwardAPI", "configMap", "projected"]
+VOLUME_SOURCES: tuple[VolumeSource, ...] = (
+    "hostPath",
+    "emptyDir",
+    "secret",
+    "downwardAPI",
+    "configMap",
+    "projected",
+)
 # A projected token's lifetime bounds (kube's ValidateServiceAccountTokenProjection).
 MIN_TOKEN_SECONDS = 600
 MAX_TOKEN_SECONDS = 1 << 32
@@ -2678,7 +1532,7 @@ def _projected(path: str, source: pod_pb2.ProjectedVolumeSource) -> list[FieldEr
 
 
 def _volume_source(path: str, vol: pod_pb2.Volume) -> list[FieldError]:
-    kinds = [k for k in VOLUME_SOURCES if vol.HasField(k)]  # type: ignore[arg-type]
+    kinds = [k for k in VOLUME_SOURCES if vol.HasField(k)]
     if not kinds:
         return [required(path, "must specify a volume type")]
     errs = [forbidden(f"{path}.{k}", "may not specify more than 1 volume type") for k in kinds[1:]]
@@ -2755,7 +1609,7 @@ def _known_valid_source(vol: pod_pb2.Volume) -> bool:
     """Whether the volume's one source is one already found valid. Every pod carries the same
     kube-api-access projected volume (ServiceAccount admission) and a workload's pods the same
     volumes: their checks run once per distinct source, not once per pod."""
-    kinds = [k for k in VOLUME_SOURCES if vol.HasField(k)]  # type: ignore[arg-type]
+    kinds = [k for k in VOLUME_SOURCES if vol.HasField(k)]
     if len(kinds) != 1:
         return False
     source: Message = getattr(vol, kinds[0])
@@ -2770,7 +1624,7 @@ def _source_is_valid(kind: str, data: bytes) -> bool:
 
 
 def not_found(path: str, value: str) -> FieldError:
-    return FieldError(path, f"Not found: {_q(value)}")
+    return FieldError(path, f"Not found: {go_quote(value)}")
 
 
 def validate_volume_mounts(

@@ -25,8 +25,9 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from apiserver.registry.event import EVENT_TYPES
 from apiserver.rest.codec import KindCodec, dumps
-from apiserver.validation import EVENT_TYPES, dns1123_subdomain, invalid, required
+from apiserver.validation import dns1123_subdomain, invalid, required
 from apiserver.watchcache import encode_json_event
 from tinykube.errors import FieldError
 from tinykube.kinds import EVENT

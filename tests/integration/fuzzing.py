@@ -48,7 +48,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from apiserver import validation
+from apiserver.registry import strategy_for
 from tests.integration.conftest import RunningAPIServer, make_settings, start_apiserver
 from tinykube.kinds import ALL_KINDS, KindInfo
 from tinykube.serving import CHANNEL_OPTIONS
@@ -1131,7 +1131,7 @@ class FuzzTarget:
         invalid: list[str] = []
         for info in ALL_KINDS:
             for obj in await self.stored(info):
-                errors = validation.validate(info, obj)
+                errors = strategy_for(info).validate_create(obj)
                 if errors:
                     meta = obj.metadata  # type: ignore[attr-defined]
                     shown = "; ".join(str(e) for e in errors)

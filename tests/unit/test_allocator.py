@@ -174,7 +174,7 @@ async def test_headless_service_gets_no_address() -> None:
 
 
 def test_headless_and_udp_validation() -> None:
-    from apiserver.validation import validate_service
+    from apiserver.registry.service import validate_service
 
     svc = service_pb2.Service()
     svc.metadata.name = "dns"
@@ -190,7 +190,7 @@ def test_headless_and_udp_validation() -> None:
 
 
 async def test_external_name_service() -> None:
-    from apiserver.validation import validate_service
+    from apiserver.registry.service import validate_service
 
     store = MemStore()
     alloc = allocator(store)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from apiserver.validation import validate_pod
+from apiserver.registry.pod import validate_pod
 from tinykube.v1 import pod_pb2
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"

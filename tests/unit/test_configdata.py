@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from apiserver import configdata, validation
-from apiserver.registry import Strategy
+from apiserver.registry import strategy_for
 from apiserver.rest import kubeproto
 from tinykube.errors import BadRequestError
 from tinykube.kinds import CONFIG_MAP, SECRET
@@ -72,7 +72,7 @@ def test_go_json_object_problem(raw: bytes, problem: str) -> None:
 
 
 def test_string_data_wins_and_is_dropped_on_create_and_update() -> None:
-    strategy = Strategy(SECRET)
+    strategy = strategy_for(SECRET)
     secret = secret_pb2.Secret(
         metadata=meta_pb2.ObjectMeta(name="s", namespace="default"),
         data={"a": b"1", "b": b"2"},
@@ -102,8 +102,8 @@ def test_immutable_secret_keeps_its_data() -> None:
     new = secret_pb2.Secret()
     new.CopyFrom(old)
     new.stringData["a"] = "2"
-    Strategy(SECRET).prepare_for_update(new, old)
-    assert [str(e) for e in Strategy(SECRET).validate_update(new, old)] == [
+    strategy_for(SECRET).prepare_for_update(new, old)
+    assert [str(e) for e in strategy_for(SECRET).validate_update(new, old)] == [
         "data: Forbidden: field is immutable when `immutable` is set"
     ]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from apiserver.validation import validate
+from apiserver.registry import strategy_for
 from tests.docblocks import (
     NOT_RUN,
     Block,
@@ -137,13 +137,10 @@ def test_make_install_says_what_it_does_and_shows_pips_progress() -> None:
 def test_the_scheduling_examples_are_valid_as_the_apiserver_checks_them(name: str) -> None:
     from datetime import UTC, datetime
 
-    from apiserver.registry import Strategy
-    from apiserver.validation import validate
-
     (item,) = load_manifests((EXAMPLES / f"{name}.yaml").read_text())
-    Strategy(item.info).prepare_for_create(item.obj, datetime.now(UTC))
+    strategy_for(item.info).prepare_for_create(item.obj, datetime.now(UTC))
     item.obj.metadata.namespace = "default"  # type: ignore[attr-defined]
-    assert validate(item.info, item.obj) == []
+    assert strategy_for(item.info).validate_create(item.obj) == []
 
 
 def test_the_pdb_example_covers_the_replicaset_example() -> None:
@@ -156,7 +153,7 @@ def test_the_pdb_example_covers_the_replicaset_example() -> None:
         dict(budget.spec.selector.matchLabels), dict(template.spec.template.metadata.labels)
     )
     budget.metadata.namespace = "default"  # what the apiserver fills in
-    assert validate(pdb.info, budget) == []
+    assert strategy_for(pdb.info).validate_create(budget) == []
 
 
 # -- the pages' command blocks (run by tests/e2e/test_docs_commands.py) ---------------------------

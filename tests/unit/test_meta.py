@@ -9,8 +9,7 @@ import pytest
 from google.protobuf import json_format
 from google.protobuf.struct_pb2 import ListValue, Value
 
-from apiserver.registry import default_service_spec
-from apiserver.validation import validate_service
+from apiserver.registry.service import default_service_spec, validate_service
 from tinykube.manifest import load_manifests, to_dict
 from tinykube.meta import (
     get_continue,

@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from apiserver.admission import Admission, system_priority_classes
-from apiserver.registry import Strategy, fields_of
+from apiserver.registry import fields_of, strategy_for
 from apiserver.storage import KV, ListResult
-from apiserver.validation import validate, validate_status, validate_update
 from apiserver.watchcache import CachedObject, Codec
 from tinykube.clock import FakeClock
 from tinykube.errors import ForbiddenError, NotFoundError
@@ -34,7 +33,7 @@ PREFIX = "/registry"
 
 def make_namespace(name: str = "team", **labels: str) -> namespace_pb2.Namespace:
     ns = namespace_pb2.Namespace(metadata=meta_pb2.ObjectMeta(name=name, labels=labels))
-    Strategy(NAMESPACE).prepare_for_create(ns, NOW)
+    strategy_for(NAMESPACE).prepare_for_create(ns, NOW)
     return ns
 
 
@@ -45,12 +44,12 @@ def make_class(
     pc.metadata.name = name
     if policy is not None:
         pc.preemptionPolicy = policy
-    Strategy(PRIORITY_CLASS).prepare_for_create(pc, NOW)
+    strategy_for(PRIORITY_CLASS).prepare_for_create(pc, NOW)
     return pc
 
 
 def messages(info: KindInfo, obj: Any) -> list[str]:
-    return [str(e) for e in validate(info, obj)]
+    return [str(e) for e in strategy_for(info).validate_create(obj)]
 
 
 # ---- namespaces -----------------------------------------------------------------------------
@@ -61,7 +60,7 @@ def test_a_new_namespace_is_active_with_the_kubernetes_finalizer_and_its_name_la
     assert ns.status.phase == "Active"
     assert list(ns.spec.finalizers) == ["kubernetes"]
     assert dict(ns.metadata.labels) == {"team": "a", "kubernetes.io/metadata.name": "team"}
-    assert validate(NAMESPACE, ns) == []
+    assert strategy_for(NAMESPACE).validate_create(ns) == []
 
 
 def test_the_name_label_cannot_be_changed_and_update_keeps_finalizers_and_status() -> None:
@@ -71,7 +70,7 @@ def test_the_name_label_cannot_be_changed_and_update_keeps_finalizers_and_status
     new.metadata.labels["kubernetes.io/metadata.name"] = "other"
     del new.spec.finalizers[:]
     new.status.phase = "Terminating"
-    Strategy(NAMESPACE).prepare_for_update(new, old)
+    strategy_for(NAMESPACE).prepare_for_update(new, old)
     assert new.metadata.labels["kubernetes.io/metadata.name"] == "team"
     assert list(new.spec.finalizers) == ["kubernetes"]
     assert new.status.phase == "Active"
@@ -83,7 +82,7 @@ def test_finalize_replaces_only_spec_finalizers() -> None:
     sent.CopyFrom(old)
     del sent.spec.finalizers[:]
     sent.metadata.labels["x"] = "y"
-    merged: Any = Strategy(NAMESPACE).prepare_for_finalize(sent, old)
+    merged: Any = strategy_for(NAMESPACE).prepare_for_finalize(sent, old)
     assert list(merged.spec.finalizers) == []
     assert "x" not in merged.metadata.labels
 
@@ -119,7 +118,7 @@ def test_namespace_validation(
 def test_a_domain_qualified_finalizer_is_fine() -> None:
     ns = make_namespace()
     ns.spec.finalizers.append("example.com/cleanup")
-    assert validate(NAMESPACE, ns) == []
+    assert strategy_for(NAMESPACE).validate_create(ns) == []
 
 
 @pytest.mark.parametrize(
@@ -146,7 +145,7 @@ def test_namespace_phase_follows_deletion(deleting: bool, phase: str, expected: 
     if deleting:
         ns.metadata.deletionTimestamp.CopyFrom(timestamp(NOW))
     ns.status.phase = phase
-    assert [str(e) for e in validate_status(NAMESPACE, ns)] == expected
+    assert [str(e) for e in strategy_for(NAMESPACE).validate_status_update(ns, ns)] == expected
 
 
 def test_namespaces_select_on_status_phase() -> None:
@@ -161,7 +160,7 @@ def test_a_class_defaults_to_preempting_lower_priority() -> None:
     pc = make_class()
     assert pc.preemptionPolicy == "PreemptLowerPriority"
     assert pc.apiVersion == "scheduling.k8s.io/v1"
-    assert validate(PRIORITY_CLASS, pc) == []
+    assert strategy_for(PRIORITY_CLASS).validate_create(pc) == []
 
 
 @pytest.mark.parametrize(
@@ -210,8 +209,8 @@ def test_priority_class_validation(
 
 def test_the_built_in_classes_are_valid() -> None:
     for pc in system_priority_classes():
-        Strategy(PRIORITY_CLASS).prepare_for_create(pc, NOW)
-        assert validate(PRIORITY_CLASS, pc) == []
+        strategy_for(PRIORITY_CLASS).prepare_for_create(pc, NOW)
+        assert strategy_for(PRIORITY_CLASS).validate_create(pc) == []
     assert {pc.metadata.name: pc.value for pc in system_priority_classes()} == {
         "system-node-critical": 2000001000,
         "system-cluster-critical": 2000000000,
@@ -222,13 +221,13 @@ def test_value_and_preemption_policy_are_immutable() -> None:
     old = make_class()
     new = make_class(value=5, policy="Never")
     new.description = "changed"
-    assert [str(e) for e in validate_update(PRIORITY_CLASS, new, old)] == [
+    assert [str(e) for e in strategy_for(PRIORITY_CLASS).check_update(new, old)] == [
         "value: Forbidden: may not be changed in an update.",
         'preemptionPolicy: Invalid value: "Never": field is immutable',
     ]
     described = make_class()
     described.description = "only this changed"
-    assert validate_update(PRIORITY_CLASS, described, old) == []
+    assert strategy_for(PRIORITY_CLASS).check_update(described, old) == []
 
 
 # ---- pods' priority fields ------------------------------------------------------------------
@@ -245,7 +244,7 @@ def raw_pod(name: str = "web", namespace: str = "default", **spec: Any) -> pod_p
 def make_pod(name: str = "web", namespace: str = "default", **spec: Any) -> pod_pb2.Pod:
     """A pod as stored: defaults applied."""
     pod = raw_pod(name, namespace, **spec)
-    Strategy(POD).prepare_for_create(pod, NOW)
+    strategy_for(POD).prepare_for_create(pod, NOW)
     return pod
 
 
@@ -267,11 +266,11 @@ def test_a_pod_update_keeps_its_admitted_priority_and_may_not_change_it() -> Non
             containers=[pod_pb2.Container(name="c", image="busybox")], priorityClassName="high"
         ),
     )
-    Strategy(POD).prepare_for_update(new, old)
+    strategy_for(POD).prepare_for_update(new, old)
     assert (new.spec.priority, new.spec.preemptionPolicy) == (1000, "Never")
-    assert validate_update(POD, new, old) == []
+    assert strategy_for(POD).check_update(new, old) == []
     new.spec.priority = 5
-    assert [e.field for e in validate_update(POD, new, old)] == ["spec"]
+    assert [e.field for e in strategy_for(POD).check_update(new, old)] == ["spec"]
 
 
 # ---- admission ------------------------------------------------------------------------------

@@ -12,13 +12,12 @@ import pytest
 from google.protobuf import json_format
 
 from apiserver.podmutation import SCHEDULING_GATED, SCHEDULING_GATED_MESSAGE
-from apiserver.registry import Strategy
-from apiserver.validation import validate, validate_update
+from apiserver.registry import strategy_for
 from tinykube.kinds import POD
 from tinykube.v1 import meta_pb2, pod_pb2
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-STRATEGY = Strategy(POD)
+STRATEGY = strategy_for(POD)
 
 
 def created(spec: dict[str, object], labels: dict[str, str] | None = None) -> pod_pb2.Pod:
@@ -78,7 +77,7 @@ def test_affinity_terms_fold_match_and_mismatch_label_keys_from_the_pods_labels(
     assert expressions(preferred.labelSelector) == [("app", "NotIn", ["web"])]
     anti = aff.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]
     assert expressions(anti.labelSelector) == [("app", "In", ["web"]), ("rev", "NotIn", ["7"])]
-    assert validate(POD, pod) == []
+    assert strategy_for(POD).validate_create(pod) == []
 
 
 @pytest.mark.parametrize(
@@ -162,11 +161,11 @@ def test_replica_set_templates_are_not_folded() -> None:
         },
         replicaset_pb2.ReplicaSet(),
     )
-    Strategy(REPLICA_SET).prepare_for_create(rs, NOW)
+    strategy_for(REPLICA_SET).prepare_for_create(rs, NOW)
     anti = rs.spec.template.spec.affinity.podAntiAffinity
     t = anti.requiredDuringSchedulingIgnoredDuringExecution
     assert expressions(t[0].labelSelector) == []  # folded when each pod is created
-    assert validate(REPLICA_SET, rs) == []
+    assert strategy_for(REPLICA_SET).validate_create(rs) == []
 
 
 # ---- scheduling-gated condition, preemptionPolicy ---------------------------------------------
@@ -370,7 +369,7 @@ def test_removing_the_last_gate_leaves_the_condition_to_the_scheduler() -> None:
     new.CopyFrom(old)
     del new.spec.schedulingGates[:]
     STRATEGY.prepare_for_update(new, old)
-    assert validate_update(POD, new, old) == []
+    assert strategy_for(POD).check_update(new, old) == []
     # Update keeps the status: the condition stays until Bind or an Unschedulable verdict.
     assert [c.reason for c in new.status.conditions] == [SCHEDULING_GATED]
     assert new.metadata.generation == old.metadata.generation + 1

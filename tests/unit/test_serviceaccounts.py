@@ -7,8 +7,7 @@ import asyncio
 
 import pytest
 
-from apiserver.registry import Strategy
-from apiserver.validation import validate, validate_update
+from apiserver.registry import strategy_for
 from tests.unit.test_namespaces_priority import (
     NOW,
     World,
@@ -30,7 +29,7 @@ def stored_account(
     name: str = "robot", namespace: str = "team"
 ) -> serviceaccount_pb2.ServiceAccount:
     sa = make_account(namespace, name)
-    Strategy(SERVICE_ACCOUNT).prepare_for_create(sa, NOW)
+    strategy_for(SERVICE_ACCOUNT).prepare_for_create(sa, NOW)
     return sa
 
 
@@ -48,7 +47,7 @@ def test_the_strategy_keeps_only_secret_names_and_sets_no_generation() -> None:
     sa = make_account("team", "robot")
     sa.secrets.add(name="token", namespace="elsewhere", kind="Secret", uid="u")
     sa.automountServiceAccountToken = False
-    Strategy(SERVICE_ACCOUNT).prepare_for_create(sa, NOW)
+    strategy_for(SERVICE_ACCOUNT).prepare_for_create(sa, NOW)
     assert [ref for ref in sa.secrets] == [meta_pb2.ObjectReference(name="token")]
     assert sa.metadata.generation == 0
     assert sa.apiVersion == "v1" and sa.kind == "ServiceAccount"
@@ -87,9 +86,9 @@ def test_service_account_name_is_immutable_on_pod_update() -> None:
     new = pod_pb2.Pod()
     new.CopyFrom(old)
     new.spec.serviceAccountName = "robot"
-    Strategy(POD).prepare_for_update(new, old)
+    strategy_for(POD).prepare_for_update(new, old)
     assert (new.spec.serviceAccountName, new.spec.serviceAccount) == ("robot", "robot")
-    errs = [str(e) for e in validate(POD, new) + validate_update(POD, new, old)]
+    errs = [str(e) for e in strategy_for(POD).validate_update(new, old)]
     assert len(errs) == 1 and errs[0].startswith(
         "spec: Forbidden: pod updates may not change fields other than"
     )

@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 from google.protobuf.message import Message
 
-from apiserver.registry import Strategy
-from apiserver.validation import validate, validate_status, validate_update
+from apiserver.registry import strategy_for
 from tinykube.errors import FieldError, InvalidError
 from tinykube.kinds import EVENT, LEASE, NODE, POD, REPLICA_SET, SERVICE, KindInfo
 from tinykube.meta import generate_name
@@ -36,7 +35,7 @@ def make_pod(**changes: object) -> pod_pb2.Pod:
             ]
         ),
     )
-    Strategy(POD).prepare_for_create(pod, NOW)
+    strategy_for(POD).prepare_for_create(pod, NOW)
     return pod
 
 
@@ -46,7 +45,7 @@ def messages(errors: list[FieldError]) -> list[str]:
 
 def test_valid_pod_has_no_errors_and_gets_defaults() -> None:
     pod = make_pod()
-    assert validate(POD, pod) == []
+    assert strategy_for(POD).validate_create(pod) == []
     assert pod.apiVersion == "v1" and pod.kind == "Pod"
     assert pod.metadata.uid and pod.metadata.generation == 1
     assert pod.metadata.creationTimestamp.ToDatetime(tzinfo=UTC) == NOW
@@ -70,11 +69,11 @@ def test_defaults_ports_tolerations_and_client_status_is_dropped() -> None:
         ),
         status=pod_pb2.PodStatus(phase="Running"),
     )
-    Strategy(POD).prepare_for_create(pod, NOW)
+    strategy_for(POD).prepare_for_create(pod, NOW)
     assert pod.spec.containers[0].ports[0].protocol == "TCP"
     assert pod.spec.tolerations[0].operator == "Equal"
     assert pod.status.phase == "Pending"
-    assert validate(POD, pod) == []
+    assert strategy_for(POD).validate_create(pod) == []
 
 
 def _set(path: str, value: object) -> Callable[[pod_pb2.Pod], None]:
@@ -183,7 +182,7 @@ def _set(path: str, value: object) -> Callable[[pod_pb2.Pod], None]:
 def test_pod_validation_messages(mutate: Callable[[pod_pb2.Pod], None], expected: str) -> None:
     pod = make_pod()
     mutate(pod)
-    errors = messages(validate(POD, pod))
+    errors = messages(strategy_for(POD).validate_create(pod))
     assert any(e.startswith(expected) for e in errors), errors
 
 
@@ -192,7 +191,7 @@ def test_every_bad_field_is_named_in_one_error() -> None:
     pod.metadata.name = "Web_1"
     pod.spec.restartPolicy = "Sometimes"
     pod.spec.containers[0].resources.requests["cpu"] = "1x"
-    err = InvalidError.for_object("Pod", pod.metadata.name, validate(POD, pod))
+    err = InvalidError.for_object("Pod", pod.metadata.name, strategy_for(POD).validate_create(pod))
     assert err.message.startswith('Pod "Web_1" is invalid: metadata.name: Invalid value: "Web_1"')
     assert "spec.containers[0].resources.requests[cpu]" in err.message
     assert "spec.restartPolicy" in err.message
@@ -205,7 +204,7 @@ def test_node_validation() -> None:
         spec=node_pb2.NodeSpec(taints=[node_pb2.Taint(key="k", effect="Sometimes")]),
         status=node_pb2.NodeStatus(capacity={"cpu": "four"}),
     )
-    errors = messages(validate(NODE, node))
+    errors = messages(strategy_for(NODE).validate_create(node))
     assert "metadata.namespace: Forbidden: not allowed on this type" in errors
     assert any(
         e.startswith('spec.taints[0].effect: Unsupported value: "Sometimes"') for e in errors
@@ -250,7 +249,9 @@ def test_quantities_must_fit_int64_in_their_unit(
         metadata=meta_pb2.ObjectMeta(name="n1"),
         status=node_pb2.NodeStatus(capacity={resource: text}, allocatable={resource: text}),
     )
-    got = messages(validate(POD, pod)) + messages(validate(NODE, node))
+    got = messages(strategy_for(POD).validate_create(pod)) + messages(
+        strategy_for(NODE).validate_create(node)
+    )
     if expected is None:
         assert got == []
         return
@@ -277,13 +278,15 @@ def make_rs(replicas: int = 2, selector: dict[str, str] | None = None) -> replic
             ),
         ),
     )
-    Strategy(REPLICA_SET).prepare_for_create(rs, NOW)
+    strategy_for(REPLICA_SET).prepare_for_create(rs, NOW)
     return rs
 
 
 def test_replica_set_validation() -> None:
-    assert validate(REPLICA_SET, make_rs()) == []
-    errors = messages(validate(REPLICA_SET, make_rs(replicas=-1, selector={"app": "db"})))
+    assert strategy_for(REPLICA_SET).validate_create(make_rs()) == []
+    errors = messages(
+        strategy_for(REPLICA_SET).validate_create(make_rs(replicas=-1, selector={"app": "db"}))
+    )
     assert "spec.replicas: Invalid value: -1: must be greater than or equal to 0" in errors
     assert (
         'spec.template.metadata.labels: Invalid value: "app=web": `selector` does not match '
@@ -291,12 +294,14 @@ def test_replica_set_validation() -> None:
     )
     rs = make_rs()
     rs.spec.ClearField("selector")
-    assert "spec.selector: Required value" in messages(validate(REPLICA_SET, rs))
+    assert "spec.selector: Required value" in messages(
+        strategy_for(REPLICA_SET).validate_create(rs)
+    )
 
 
 def test_replica_set_replicas_default_to_one() -> None:
     rs = replicaset_pb2.ReplicaSet(metadata=meta_pb2.ObjectMeta(name="a", namespace="default"))
-    Strategy(REPLICA_SET).prepare_for_create(rs, NOW)
+    strategy_for(REPLICA_SET).prepare_for_create(rs, NOW)
     assert rs.spec.replicas == 1
 
 
@@ -305,17 +310,21 @@ def test_lease_and_event() -> None:
         metadata=meta_pb2.ObjectMeta(name="n1", namespace="kube-node-lease"),
         spec=lease_pb2.LeaseSpec(leaseDurationSeconds=0),
     )
-    assert any("spec.leaseDurationSeconds" in m for m in messages(validate(LEASE, lease)))
+    assert any(
+        "spec.leaseDurationSeconds" in m
+        for m in messages(strategy_for(LEASE).validate_create(lease))
+    )
     from tinykube.v1 import event_pb2
 
     ev = event_pb2.Event(metadata=meta_pb2.ObjectMeta(name="e1", namespace="default"), type="Bad")
     assert any(
-        m.startswith('type: Unsupported value: "Bad"') for m in messages(validate(EVENT, ev))
+        m.startswith('type: Unsupported value: "Bad"')
+        for m in messages(strategy_for(EVENT).validate_create(ev))
     )
 
 
 def test_update_keeps_status_and_bumps_generation_on_spec_change() -> None:
-    strategy = Strategy(POD)
+    strategy = strategy_for(POD)
     old = make_pod()
     old.status.phase = "Running"
     new = pod_pb2.Pod()
@@ -333,7 +342,7 @@ def test_update_keeps_status_and_bumps_generation_on_spec_change() -> None:
 
 
 def test_status_update_keeps_spec_and_metadata() -> None:
-    strategy = Strategy(POD)
+    strategy = strategy_for(POD)
     old = make_pod()
     new = pod_pb2.Pod()
     new.CopyFrom(old)
@@ -352,15 +361,15 @@ def test_immutable_fields_on_update() -> None:
     new = pod_pb2.Pod()
     new.CopyFrom(old)
     new.spec.containers[0].image = "other"  # images may change
-    assert messages(validate_update(POD, new, old)) == []
+    assert messages(strategy_for(POD).check_update(new, old)) == []
     new.spec.nodeName = "n1"  # only through Bind: kube's Forbidden spec, the diff naming it
-    (error,) = messages(validate_update(POD, new, old))
+    (error,) = messages(strategy_for(POD).check_update(new, old))
     assert error.startswith("spec: Forbidden: pod updates may not change")
     assert '- \tNodeName: "",\n+ \tNodeName: "n1",' in error
     rs_old = make_rs()
     rs_new = make_rs(selector={"app": "db"})
     assert 'spec.selector: Invalid value: "": field is immutable' in messages(
-        validate_update(REPLICA_SET, rs_new, rs_old)
+        strategy_for(REPLICA_SET).check_update(rs_new, rs_old)
     )
 
 
@@ -378,7 +387,7 @@ def make_service(type_: str) -> service_pb2.Service:
         spec=service_pb2.ServiceSpec(type=type_, selector={"app": "web"}),
     )
     svc.spec.ports.add(port=80)
-    Strategy(SERVICE).prepare_for_create(svc, NOW)
+    strategy_for(SERVICE).prepare_for_create(svc, NOW)
     return svc
 
 
@@ -389,7 +398,7 @@ def test_service_defaults_are_kubernetes(type_: str, external: str) -> None:
     assert list(spec.ipFamilies) == ["IPv4"] and spec.ipFamilyPolicy == "SingleStack"
     assert spec.internalTrafficPolicy == "Cluster"
     assert spec.externalTrafficPolicy == external
-    assert validate(SERVICE, make_service(type_)) == []
+    assert strategy_for(SERVICE).validate_create(make_service(type_)) == []
 
 
 @pytest.mark.parametrize(
@@ -424,7 +433,7 @@ def test_service_defaults_are_kubernetes(type_: str, external: str) -> None:
 def test_service_policy_validation(field: str, value: str, expected: str) -> None:
     svc = make_service("NodePort")
     setattr(svc.spec, field, value)
-    assert messages(validate(SERVICE, svc)) == [expected]
+    assert messages(strategy_for(SERVICE).validate_create(svc)) == [expected]
 
 
 def _annotations(total: int, value_char: str = "x") -> dict[str, str]:
@@ -522,7 +531,7 @@ def test_metadata_limits(
 ) -> None:
     pod = make_pod()
     mutate(pod.metadata)
-    got = [m for m in messages(validate(POD, pod)) if m.startswith("metadata.")]
+    got = [m for m in messages(strategy_for(POD).validate_create(pod)) if m.startswith("metadata.")]
     assert len(got) == len(expected), got
     for message, want in zip(got, expected, strict=True):
         assert message.startswith(want), (message, want)
@@ -550,7 +559,7 @@ def placement_pod(spec: dict[str, object], labels: dict[str, str] | None = None)
         "spec": {"containers": [{"name": "c", "image": "busybox"}], **spec},
     }
     pod = json_format.ParseDict(body, pod_pb2.Pod())
-    Strategy(POD).prepare_for_create(pod, NOW)
+    strategy_for(POD).prepare_for_create(pod, NOW)
     return pod
 
 
@@ -761,7 +770,7 @@ SELECTOR = {"matchLabels": {"app": "web"}}
     ],
 )
 def test_pod_placement_validation_messages(spec: dict[str, object], expected: str) -> None:
-    errors = messages(validate(POD, placement_pod(spec)))
+    errors = messages(strategy_for(POD).validate_create(placement_pod(spec)))
     assert any(e.startswith(expected) for e in errors), errors
 
 
@@ -782,7 +791,14 @@ def test_pod_placement_validation_messages(spec: dict[str, object], expected: st
     ],
 )
 def test_valid_pod_placement_fields(spec: dict[str, object]) -> None:
-    assert messages(validate(POD, placement_pod(spec, labels={"app": "web", "rev": "7"}))) == []
+    assert (
+        messages(
+            strategy_for(POD).validate_create(
+                placement_pod(spec, labels={"app": "web", "rev": "7"})
+            )
+        )
+        == []
+    )
 
 
 def _lease(seconds: int, nanos: int = 0) -> lease_pb2.Lease:
@@ -877,7 +893,11 @@ FINITE = "must be a finite number: JSON has no NaN or Infinity"
 def test_times_must_be_printable_as_rfc3339(
     info: KindInfo, obj: Message, status_only: bool, expected: list[str]
 ) -> None:
-    errors = validate_status(info, obj) if status_only else validate(info, obj)
+    errors = (
+        strategy_for(info).validate_status_update(obj, obj)
+        if status_only
+        else strategy_for(info).validate_create(obj)
+    )
     assert messages(errors) == expected
 
 
@@ -908,4 +928,4 @@ def _managed_fields(fields: dict[str, Any]) -> pod_pb2.Pod:
     ],
 )
 def test_numbers_must_be_printable_as_json(fields: dict[str, object], expected: list[str]) -> None:
-    assert messages(validate(POD, _managed_fields(fields))) == expected
+    assert messages(strategy_for(POD).validate_create(_managed_fields(fields))) == expected

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from apiserver.registry import Strategy
+from apiserver.registry import strategy_for
 from tinykube.kinds import CONTROLLER_REVISION, DAEMON_SET
 from tinykube.manifest import to_dict
 from tinykube.v1 import controllerrevision_pb2, daemonset_pb2
@@ -45,12 +45,12 @@ def make_ds(**changes: Any) -> daemonset_pb2.DaemonSet:
         {"metadata": {"name": "agent", "namespace": "default"}, "spec": spec},
         daemonset_pb2.DaemonSet(),
     )
-    Strategy(DAEMON_SET).prepare_for_create(ds, NOW)
+    strategy_for(DAEMON_SET).prepare_for_create(ds, NOW)
     return ds
 
 
 def errors(ds: daemonset_pb2.DaemonSet) -> list[str]:
-    return [str(e) for e in Strategy(DAEMON_SET).validate_create(ds)]
+    return [str(e) for e in strategy_for(DAEMON_SET).validate_create(ds)]
 
 
 def test_defaults_as_apps_v1() -> None:
@@ -180,7 +180,7 @@ def _updated(old: daemonset_pb2.DaemonSet, fn: Any) -> daemonset_pb2.DaemonSet:
     new = daemonset_pb2.DaemonSet()
     new.CopyFrom(old)
     fn(new)
-    Strategy(DAEMON_SET).prepare_for_update(new, old)
+    strategy_for(DAEMON_SET).prepare_for_update(new, old)
     return new
 
 
@@ -193,7 +193,7 @@ def test_selector_is_immutable() -> None:
         ds.spec.template.metadata.labels["tier"] = "x"
 
     new = _updated(old, change)
-    assert [str(e) for e in Strategy(DAEMON_SET).validate_update(new, old)] == [
+    assert [str(e) for e in strategy_for(DAEMON_SET).validate_update(new, old)] == [
         "spec.selector: Invalid value: &LabelSelector{MatchLabels:map[string]string{app: agent,"
         "tier: x,},MatchExpressions:[]LabelSelectorRequirement{},}: field is immutable"
     ]
@@ -229,8 +229,8 @@ def test_status_counts_and_collision_count() -> None:
     new.CopyFrom(old)
     new.status.numberReady = -1
     new.status.collisionCount = 1
-    merged = Strategy(DAEMON_SET).prepare_for_status_update(new, old)
-    assert [str(e) for e in Strategy(DAEMON_SET).validate_status_update(merged, old)] == [
+    merged = strategy_for(DAEMON_SET).prepare_for_status_update(new, old)
+    assert [str(e) for e in strategy_for(DAEMON_SET).validate_status_update(merged, old)] == [
         "status.numberReady: Invalid value: -1: must be greater than or equal to 0",
         "status.collisionCount: Invalid value: 1: cannot be decremented",
     ]
@@ -243,12 +243,12 @@ def make_revision(data: dict[str, Any] | None, revision: int = 1) -> Any:
     if data is not None:
         cr.data.update(data)
     cr.revision = revision
-    Strategy(CONTROLLER_REVISION).prepare_for_create(cr, NOW)
+    strategy_for(CONTROLLER_REVISION).prepare_for_create(cr, NOW)
     return cr
 
 
 def test_controller_revision_validation() -> None:
-    strategy = Strategy(CONTROLLER_REVISION)
+    strategy = strategy_for(CONTROLLER_REVISION)
     assert [str(e) for e in strategy.validate_create(make_revision({"a": 1}))] == []
     assert [str(e) for e in strategy.validate_create(make_revision(None))] == [
         "data: Required value: data is mandatory"
@@ -283,7 +283,7 @@ def test_the_example_is_valid() -> None:
 
     path = Path(__file__).resolve().parents[2] / "examples" / "daemonset.yaml"
     (item,) = load_manifests(path.read_text())
-    strategy = Strategy(item.info)
+    strategy = strategy_for(item.info)
     strategy.prepare_for_create(item.obj, NOW)
     item.obj.metadata.namespace = "default"  # type: ignore[attr-defined]
     assert strategy.validate_create(item.obj) == []

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from apiserver.registry import Strategy
+from apiserver.registry import strategy_for
 from tinykube.kinds import DEPLOYMENT
 from tinykube.manifest import to_dict
 from tinykube.v1 import deployment_pb2
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-STRATEGY = Strategy(DEPLOYMENT)
+STRATEGY = strategy_for(DEPLOYMENT)
 PERCENT = (
     "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or "
     "'93%', regex used for validation is '[0-9]+%')"

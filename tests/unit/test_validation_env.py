@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from apiserver.registry import Strategy
-from apiserver.validation import validate
+from apiserver.registry import strategy_for
 from tinykube.kinds import POD
 from tinykube.v1 import pod_pb2
 
@@ -44,8 +43,8 @@ def errors(container: dict[str, Any], *, init: bool = False) -> list[str]:
     pod = json_format.ParseDict(
         {"metadata": {"name": "web", "namespace": "default"}, "spec": spec}, pod_pb2.Pod()
     )
-    Strategy(POD).prepare_for_create(pod, NOW)
-    return [str(e) for e in validate(POD, pod)]
+    strategy_for(POD).prepare_for_create(pod, NOW)
+    return [str(e) for e in strategy_for(POD).validate_create(pod)]
 
 
 def env(*items: dict[str, Any]) -> dict[str, Any]:
@@ -272,9 +271,9 @@ def test_the_env_example_is_valid_as_the_apiserver_checks_it() -> None:
     items = load_manifests(text)
     assert [i.info.kind for i in items] == ["ConfigMap", "Secret", "Pod"]
     pod = items[2].obj
-    Strategy(POD).prepare_for_create(pod, NOW)
+    strategy_for(POD).prepare_for_create(pod, NOW)
     pod.metadata.namespace = "default"  # type: ignore[attr-defined]
-    assert validate(POD, pod) == []
+    assert strategy_for(POD).validate_create(pod) == []
     c = pod.spec.containers[0]  # type: ignore[attr-defined]
     kinds = {f.name for e in c.env for f, _ in e.valueFrom.ListFields()}
     assert kinds == {"fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef"}

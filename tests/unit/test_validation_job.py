@@ -13,13 +13,13 @@ from datetime import UTC, datetime
 import pytest
 from google.protobuf import json_format
 
-from apiserver.registry import Strategy
+from apiserver.registry import strategy_for
 from tinykube import jobs
 from tinykube.kinds import JOB
 from tinykube.v1 import job_pb2
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
-STRATEGY = Strategy(JOB)
+STRATEGY = strategy_for(JOB)
 
 
 def job_from(spec: dict[str, object], name: str = "pi") -> job_pb2.Job:

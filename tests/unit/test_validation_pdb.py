@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from apiserver.registry import Strategy
-from apiserver.validation import validate, validate_status
+from apiserver.registry import strategy_for
 from tinykube.kinds import POD_DISRUPTION_BUDGET as PDB
 from tinykube.v1 import poddisruptionbudget_pb2 as pdb_pb2
 
@@ -25,7 +24,7 @@ def make_pdb(spec: dict[str, Any]) -> pdb_pb2.PodDisruptionBudget:
         {"metadata": {"name": "web", "namespace": "default"}, "spec": spec},
         pdb_pb2.PodDisruptionBudget(),
     )
-    Strategy(PDB).prepare_for_create(pdb, NOW)
+    strategy_for(PDB).prepare_for_create(pdb, NOW)
     return pdb
 
 
@@ -91,13 +90,13 @@ SELECTOR = {"matchLabels": {"app": "web"}}
     ],
 )
 def test_pdb_spec_validation(spec: dict[str, Any], expected: list[str]) -> None:
-    assert [str(e) for e in validate(PDB, make_pdb(spec))] == expected
+    assert [str(e) for e in strategy_for(PDB).validate_create(make_pdb(spec))] == expected
 
 
 def test_create_drops_the_clients_status() -> None:
     pdb = make_pdb({"minAvailable": 1})
     pdb.status.disruptionsAllowed = 5
-    Strategy(PDB).prepare_for_create(pdb, NOW)
+    strategy_for(PDB).prepare_for_create(pdb, NOW)
     assert not pdb.HasField("status")
     assert pdb.apiVersion == "policy/v1"
     assert pdb.metadata.generation == 1
@@ -107,7 +106,7 @@ def test_spec_change_bumps_generation_and_keeps_status() -> None:
     old = make_pdb({"minAvailable": 1})
     old.status.disruptionsAllowed = 1
     new = make_pdb({"minAvailable": 2})
-    Strategy(PDB).prepare_for_update(new, old)
+    strategy_for(PDB).prepare_for_update(new, old)
     assert new.metadata.generation == 2
     assert new.status.disruptionsAllowed == 1
 
@@ -115,6 +114,6 @@ def test_spec_change_bumps_generation_and_keeps_status() -> None:
 def test_status_counts_are_not_negative() -> None:
     pdb = make_pdb({"minAvailable": 1})
     pdb.status.disruptionsAllowed = -1
-    assert [str(e) for e in validate_status(PDB, pdb)] == [
+    assert [str(e) for e in strategy_for(PDB).validate_status_update(pdb, pdb)] == [
         "status.disruptionsAllowed: Invalid value: -1: must be greater than or equal to 0"
     ]

@@ -7,14 +7,10 @@ from collections.abc import Callable
 
 import pytest
 
-from apiserver.validation import (
-    no_template_deadline,
-    pod_spec_diff,
-    validate,
-    validate_pod_spec,
-    validate_pod_update,
-    validate_update,
-)
+from apiserver.registry import strategy_for
+from apiserver.registry.godiff import pod_spec_diff
+from apiserver.registry.pod import validate_pod_update
+from apiserver.validation import no_template_deadline, validate_pod_spec
 from tinykube.kinds import POD
 from tinykube.v1 import pod_pb2
 
@@ -273,7 +269,7 @@ def test_validate_update_reports_an_empty_image_once() -> None:
     new = pod_pb2.Pod()
     new.CopyFrom(old)
     new.spec.containers[0].image = ""
-    errors = [str(e) for e in validate(POD, new) + validate_update(POD, new, old)]
+    errors = [str(e) for e in strategy_for(POD).validate_update(new, old)]
     assert errors.count("spec.containers[0].image: Required value") == 1
 
 

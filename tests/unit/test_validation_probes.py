@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from apiserver.registry import Strategy
-from apiserver.validation import validate
+from apiserver.registry import strategy_for
 from tinykube.kinds import POD, REPLICA_SET
 from tinykube.v1 import pod_pb2, replicaset_pb2
 
@@ -27,12 +26,12 @@ def pod_with(container: dict[str, Any], *, init: bool = False) -> pod_pb2.Pod:
     pod = json_format.ParseDict(
         {"metadata": {"name": "web", "namespace": "default"}, "spec": spec}, pod_pb2.Pod()
     )
-    Strategy(POD).prepare_for_create(pod, NOW)
+    strategy_for(POD).prepare_for_create(pod, NOW)
     return pod
 
 
 def errors_of(pod: pod_pb2.Pod) -> list[str]:
-    return [str(e) for e in validate(POD, pod)]
+    return [str(e) for e in strategy_for(POD).validate_create(pod)]
 
 
 def test_probe_defaults_are_kubernetes() -> None:
@@ -80,9 +79,9 @@ def test_replica_set_templates_get_probe_defaults() -> None:
         },
         replicaset_pb2.ReplicaSet(),
     )
-    Strategy(REPLICA_SET).prepare_for_create(rs, NOW)
+    strategy_for(REPLICA_SET).prepare_for_create(rs, NOW)
     assert rs.spec.template.spec.containers[0].readinessProbe.periodSeconds == 10
-    assert validate(REPLICA_SET, rs) == []
+    assert strategy_for(REPLICA_SET).validate_create(rs) == []
 
 
 P = "spec.containers[0]"

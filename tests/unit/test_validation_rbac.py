@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from apiserver.registry import Strategy
-from apiserver.validation import validate, validate_update
+from apiserver.registry import strategy_for
 from tinykube.kinds import (
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
@@ -22,7 +21,7 @@ from tinykube.v1 import meta_pb2, rbac_pb2
 
 
 def messages(info: KindInfo, obj: Any) -> list[str]:
-    return [str(e) for e in validate(info, obj)]
+    return [str(e) for e in strategy_for(info).validate_create(obj)]
 
 
 def role(info: KindInfo = ROLE, **rule: Any) -> Any:
@@ -238,9 +237,9 @@ def test_bindings(
 def test_role_ref_is_immutable(info: KindInfo) -> None:
     old = binding(info, user())
     same = binding(info, user("bob"))
-    assert [str(e) for e in validate_update(info, same, old)] == []
+    assert [str(e) for e in strategy_for(info).check_update(same, old)] == []
     moved = binding(info, user(), name="edit")
-    assert [str(e) for e in validate_update(info, moved, old)] == [
+    assert [str(e) for e in strategy_for(info).check_update(moved, old)] == [
         'roleRef: Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", '
         'Kind:"ClusterRole", Name:"edit"}: cannot change roleRef'
     ]
@@ -256,7 +255,7 @@ def test_defaults_put_users_groups_and_the_role_ref_in_the_rbac_group() -> None:
             rbac_pb2.Subject(kind="ServiceAccount", name="ci"),
         ],
     )
-    apply: Callable[[Any, datetime], None] = Strategy(ROLE_BINDING).prepare_for_create
+    apply: Callable[[Any, datetime], None] = strategy_for(ROLE_BINDING).prepare_for_create
     apply(obj, datetime(2026, 1, 1, tzinfo=UTC))
     assert obj.roleRef.apiGroup == RBAC_GROUP
     assert [s.apiGroup for s in obj.subjects] == [RBAC_GROUP, RBAC_GROUP, ""]

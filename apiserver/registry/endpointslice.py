@@ -19,7 +19,9 @@ Pure functions over messages.
 from __future__ import annotations
 
 import ipaddress
+from datetime import datetime
 
+from apiserver.registry.base import Strategy
 from apiserver.validation import (
     dns1123_label,
     dns1123_subdomain,
@@ -201,3 +203,18 @@ def validate_update(new: EndpointSlice, old: EndpointSlice) -> list[FieldError]:
     if new.addressType != old.addressType:
         return [invalid("addressType", new.addressType, "field is immutable")]
     return []
+
+
+class EndpointSliceStrategy(Strategy[EndpointSlice]):
+    def default(self, obj: EndpointSlice, now: datetime) -> None:
+        prepare(obj)
+
+    def on_update(self, new: EndpointSlice, old: EndpointSlice) -> None:
+        prepare(new)
+        bump_generation(new, old)
+
+    def check(self, obj: EndpointSlice) -> list[FieldError]:
+        return validate(obj)
+
+    def check_update(self, new: EndpointSlice, old: EndpointSlice) -> list[FieldError]:
+        return validate_update(new, old)

@@ -3,17 +3,21 @@
 As Kubernetes' pkg/apis/batch/v1 defaults (SetDefaults_Job), pkg/registry/batch/job strategy
 (the generated selector and template labels) and pkg/apis/batch/validation (ValidateJob,
 ValidateJobUpdate, ValidateJobStatusUpdate): the same checks in the same order, with the same
-field paths and wording. Pure functions, no I/O; apiserver/registry.py calls them.
+field paths and wording. UpdateStatus checks only the status and its transitions, as for
+pods. Pure functions, no I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from apiserver import validation as v
+from apiserver.registry.base import META_FIELDS, Strategy
+from apiserver.registry.podspec import default_pod_spec
 from tinykube import jobs
 from tinykube.errors import FieldError
 from tinykube.selectors import SelectorError, from_proto, validate_label_key
@@ -109,7 +113,7 @@ def _go_ints(values: Iterable[int]) -> str:
 
 def _go_strings(values: Sequence[str]) -> str:
     """A []string as Go's %q prints it: ["a" "b"]."""
-    return "[" + " ".join(v._q(s) for s in values) + "]"
+    return "[" + " ".join(v.go_quote(s) for s in values) + "]"
 
 
 def _has(msg: Message, name: str) -> bool:
@@ -328,12 +332,14 @@ def _job_spec(spec: job_pb2.JobSpec) -> list[FieldError]:
                 v.unsupported("spec.podReplacementPolicy", policy, POD_REPLACEMENT_POLICIES)
             )
     tmpl = spec.template
-    errs.extend(v._labels("spec.template.metadata.labels", tmpl.metadata.labels))
+    errs.extend(v.validate_labels("spec.template.metadata.labels", tmpl.metadata.labels))
     errs.extend(v.validate_pod_spec("spec.template.spec", tmpl.spec))
     restart = tmpl.spec.restartPolicy
     rp = "spec.template.spec.restartPolicy"
     if restart in ("Always", ""):
-        errs.append(v.required(rp, f"valid values: {v._q('OnFailure')}, {v._q('Never')}"))
+        errs.append(
+            v.required(rp, f"valid values: {v.go_quote('OnFailure')}, {v.go_quote('Never')}")
+        )
     elif restart not in JOB_RESTART_POLICIES:
         errs.append(v.unsupported(rp, restart, JOB_RESTART_POLICIES))
     elif spec.HasField("podFailurePolicy") and restart != "Never":
@@ -417,7 +423,7 @@ def validate_job(job: job_pb2.Job) -> list[FieldError]:
     if not spec.HasField("selector"):
         errs.append(v.required("spec.selector"))
     else:
-        errs.extend(v._kube_label_selector("spec.selector", sel))
+        errs.extend(v.validate_label_selector("spec.selector", sel))
     try:
         selector = from_proto(sel) if spec.HasField("selector") else None
     except SelectorError:
@@ -574,3 +580,33 @@ def validate_job_status_update(new: job_pb2.Job, old: job_pb2.Job) -> list[Field
             )
         )
     return errs
+
+
+class JobStrategy(Strategy[job_pb2.Job]):
+    selectable_fields = (*META_FIELDS, "status.successful")
+
+    def default(self, obj: job_pb2.Job, now: datetime) -> None:
+        prepare_for_create(obj)
+        default_pod_spec(obj.spec.template.spec, self.default_grace_seconds)
+
+    def on_update(self, new: job_pb2.Job, old: job_pb2.Job) -> None:
+        prepare_for_update(new, old)
+        default_pod_spec(new.spec.template.spec, self.default_grace_seconds)
+
+    def check(self, obj: job_pb2.Job) -> list[FieldError]:
+        return validate_job(obj)
+
+    def check_update(self, new: job_pb2.Job, old: job_pb2.Job) -> list[FieldError]:
+        return validate_job_update(new, old)
+
+    def check_status(self, new: job_pb2.Job, old: job_pb2.Job) -> list[FieldError]:
+        # Like pods': the spec is as stored; only the status and its transitions.
+        return validate_job_status_update(new, old) + v.printable("status", new.status)
+
+    def fields(self, obj: job_pb2.Job) -> dict[str, str]:
+        return {
+            "metadata.name": obj.metadata.name,
+            "metadata.namespace": obj.metadata.namespace,
+            # kube's name for the count of succeeded pods.
+            "status.successful": str(obj.status.succeeded),
+        }

@@ -1,34 +1,32 @@
-"""DaemonSets and ControllerRevisions (apps/v1) in the registry: defaults and validation.
+"""DaemonSets (apps/v1) in the registry: defaults, validation and the template generation.
 
 Kubernetes' SetDefaults_DaemonSet (updateStrategy RollingUpdate with maxUnavailable 1 and maxSurge
 0, revisionHistoryLimit 10), its daemonSetStrategy (the template generation kept in the
 `deprecated.daemonset.template.generation` annotation, as apps/v1 carries it: 1 at creation, one
 more on every template change, never written by clients) and ValidateDaemonSet /
-ValidateDaemonSetUpdate / ValidateDaemonSetStatusUpdate / ValidateControllerRevision, message for
-message. The generic metadata checks and the pod template's spec checks are
-`apiserver.validation`'s; this module adds what is particular to the two kinds.
+ValidateDaemonSetUpdate / ValidateDaemonSetStatusUpdate, message for message. The generic
+metadata checks and the pod template's spec checks are `apiserver.validation`'s; this module
+adds what is particular to the kind (ControllerRevisions are apiserver/registry/
+controllerrevision.py's).
 
-Pure functions over protobuf messages, called by `apiserver.registry.Strategy`.
+Pure functions over protobuf messages.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from typing import Any
+from datetime import datetime
 
-from google.protobuf import json_format
 from google.protobuf.struct_pb2 import Value
 
 from apiserver import validation
+from apiserver.registry.base import Strategy
+from apiserver.registry.podspec import default_pod_spec
 from apiserver.validation import invalid, required, unsupported
 from tinykube.errors import FieldError
-from tinykube.kinds import CONTROLLER_REVISION, DAEMON_SET
 from tinykube.meta import annotation_int, int_or_string, set_int_or_string
 from tinykube.selectors import SelectorError, from_proto
-from tinykube.v1 import controllerrevision_pb2, daemonset_pb2, meta_pb2
-
-KINDS = frozenset({DAEMON_SET.kind, CONTROLLER_REVISION.kind})
+from tinykube.v1 import daemonset_pb2, meta_pb2
 
 ROLLING_UPDATE = "RollingUpdate"
 ON_DELETE = "OnDelete"
@@ -95,7 +93,9 @@ def prepare_for_update(new: daemonset_pb2.DaemonSet, old: daemonset_pb2.DaemonSe
 
 def go_map(labels: Mapping[str, str]) -> str:
     """A map[string]string as Go's %#v prints it (field.Invalid's fallback for a map)."""
-    items = ", ".join(f"{validation._q(k)}:{validation._q(v)}" for k, v in sorted(labels.items()))
+    items = ", ".join(
+        f"{validation.go_quote(k)}:{validation.go_quote(v)}" for k, v in sorted(labels.items())
+    )
     return f"map[string]string{{{items}}}"
 
 
@@ -119,7 +119,7 @@ def _strategy_text(strategy: daemonset_pb2.DaemonSetUpdateStrategy) -> str:
         if strategy.HasField("rollingUpdate")
         else "(*apps.RollingUpdateDaemonSet)(nil)"
     )
-    kind = validation._q(strategy.type)
+    kind = validation.go_quote(strategy.type)
     return f"apps.DaemonSetUpdateStrategy{{Type:{kind}, RollingUpdate:{rolling}}}"
 
 
@@ -130,7 +130,7 @@ def validate_update_strategy(
     if strategy.type == ON_DELETE:
         return []
     if strategy.type != ROLLING_UPDATE:
-        allowed = ", ".join(validation._q(s) for s in UPDATE_STRATEGIES)
+        allowed = ", ".join(validation.go_quote(s) for s in UPDATE_STRATEGIES)
         return [
             FieldError(
                 path,
@@ -143,7 +143,7 @@ def validate_update_strategy(
     rolling = strategy.rollingUpdate
     errs: list[FieldError] = []
     for name, value in (("maxUnavailable", rolling.maxUnavailable), ("maxSurge", rolling.maxSurge)):
-        errs.extend(validation._int_or_percent(f"{rp}.{name}", value))
+        errs.extend(validation.int_or_percent(f"{rp}.{name}", value))
     has_unavailable = validation.int_or_percent_value(rolling.maxUnavailable) != 0
     has_surge = validation.int_or_percent_value(rolling.maxSurge) != 0
     if has_unavailable and has_surge:
@@ -162,7 +162,7 @@ def validate_daemon_set_spec(spec: daemonset_pb2.DaemonSetSpec) -> list[FieldErr
     labels = spec.template.metadata.labels
     mismatch = True  # a nil selector selects nothing
     if spec.HasField("selector"):
-        errs.extend(validation._kube_label_selector("spec.selector", spec.selector))
+        errs.extend(validation.validate_label_selector("spec.selector", spec.selector))
         try:
             mismatch = not from_proto(spec.selector).matches(labels)
         except SelectorError:
@@ -182,7 +182,7 @@ def validate_daemon_set_spec(spec: daemonset_pb2.DaemonSetSpec) -> list[FieldErr
                 f"Invalid value: {selector_text(sel)}: empty selector is invalid for daemonset",
             )
         )
-    errs.extend(validation._labels("spec.template.metadata.labels", labels))
+    errs.extend(validation.validate_labels("spec.template.metadata.labels", labels))
     errs.extend(validation.validate_pod_spec("spec.template.spec", spec.template.spec))
     if spec.template.spec.restartPolicy != "Always":
         errs.append(
@@ -223,57 +223,6 @@ def validate_daemon_set_status(status: daemonset_pb2.DaemonSetStatus) -> list[Fi
     return errs
 
 
-def validate_controller_revision(cr: controllerrevision_pb2.ControllerRevision) -> list[FieldError]:
-    """ValidateControllerRevision (the metadata is checked by the caller)."""
-    errs: list[FieldError] = []
-    if not cr.HasField("data"):
-        errs.append(required("data", "data is mandatory"))
-    if cr.revision < 0:
-        errs.append(invalid("revision", cr.revision, _NONNEGATIVE))
-    return errs
-
-
-def validate(kind: str, obj: object) -> list[FieldError]:
-    """What is wrong with a DaemonSet or ControllerRevision as it would be stored, beyond the
-    generic metadata checks."""
-    if kind == DAEMON_SET.kind:
-        ds: daemonset_pb2.DaemonSet = obj  # type: ignore[assignment]
-        return validate_daemon_set_spec(ds.spec) + validate_daemon_set_status(ds.status)
-    if kind == CONTROLLER_REVISION.kind:
-        return validate_controller_revision(obj)  # type: ignore[arg-type]
-    return []
-
-
-def _whole(value: Any) -> Any:
-    """JSON numbers as they were written: a Struct holds 80 as 80.0."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _whole(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_whole(v) for v in value]
-    return value
-
-
-def validate_update(kind: str, new: object, old: object) -> list[FieldError]:
-    """What may not change: a DaemonSet's selector (apps/v1), a ControllerRevision's data."""
-    if kind == DAEMON_SET.kind:
-        nd: daemonset_pb2.DaemonSet = new  # type: ignore[assignment]
-        od: daemonset_pb2.DaemonSet = old  # type: ignore[assignment]
-        if nd.spec.selector != od.spec.selector or (
-            nd.spec.HasField("selector") != od.spec.HasField("selector")
-        ):
-            shown = selector_text(nd.spec.selector) if nd.spec.HasField("selector") else "null"
-            return [FieldError("spec.selector", f"Invalid value: {shown}: field is immutable")]
-    if kind == CONTROLLER_REVISION.kind:
-        nc: controllerrevision_pb2.ControllerRevision = new  # type: ignore[assignment]
-        oc: controllerrevision_pb2.ControllerRevision = old  # type: ignore[assignment]
-        if nc.data != oc.data:
-            shown = json.dumps(_whole(json_format.MessageToDict(nc.data)), sort_keys=True)
-            return [FieldError("data", f"Invalid value: {shown}: field is immutable")]
-    return []
-
-
 def validate_status_update(
     new: daemonset_pb2.DaemonSet, old: daemonset_pb2.DaemonSet
 ) -> list[FieldError]:
@@ -288,16 +237,28 @@ def validate_status_update(
     return errs
 
 
-__all__ = [
-    "KINDS",
-    "ON_DELETE",
-    "ROLLING_UPDATE",
-    "TEMPLATE_GENERATION_ANNOTATION",
-    "default_daemon_set",
-    "prepare_for_create",
-    "prepare_for_update",
-    "template_generation",
-    "validate",
-    "validate_status_update",
-    "validate_update",
-]
+DS = daemonset_pb2.DaemonSet
+
+
+class DaemonSetStrategy(Strategy[DS]):
+    def default(self, obj: DS, now: datetime) -> None:
+        prepare_for_create(obj)
+        default_pod_spec(obj.spec.template.spec, self.default_grace_seconds)
+
+    def on_update(self, new: DS, old: DS) -> None:
+        default_pod_spec(new.spec.template.spec, self.default_grace_seconds)
+        prepare_for_update(new, old)
+
+    def check(self, obj: DS) -> list[FieldError]:
+        return validate_daemon_set_spec(obj.spec) + validate_daemon_set_status(obj.status)
+
+    def check_update(self, new: DS, old: DS) -> list[FieldError]:
+        """apps/v1's selector never changes."""
+        ns, os_ = new.spec, old.spec
+        if ns.selector != os_.selector or ns.HasField("selector") != os_.HasField("selector"):
+            shown = selector_text(ns.selector) if ns.HasField("selector") else "null"
+            return [FieldError("spec.selector", f"Invalid value: {shown}: field is immutable")]
+        return []
+
+    def check_status(self, new: DS, old: DS) -> list[FieldError]:
+        return self.validate_generic(new) + validate_status_update(new, old)
