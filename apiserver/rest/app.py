@@ -33,12 +33,12 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from apiserver.accesslog import LogLimiter, access_log, go_duration
 from apiserver.auth.authn import StaleTokenError
 from apiserver.auth.authorizer import ALL_UNAUTHENTICATED, ANONYMOUS, Authorizer, Identity
 from apiserver.auth.filters import REQUESTER, Enforcer, needs_requester
 from apiserver.auth.review import self_subject_access_review, self_subject_rules_review
 from apiserver.flowcontrol import Limiter
-from apiserver.grpcapi import LogLimiter, access_log, go_duration
 from apiserver.metrics import Metrics
 from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
