@@ -42,7 +42,7 @@ from apiserver.flowcontrol import Limiter
 from apiserver.metrics import Metrics
 from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
-from apiserver.rest import kubeproto, patch
+from apiserver.rest import kubeproto
 from apiserver.rest.attributes import rest_attributes
 from apiserver.rest.authapi import AuthAPI
 from apiserver.rest.codec import AS_PROTOBUF, PROTOBUF, dumps, negotiate
@@ -70,6 +70,7 @@ from apiserver.rest.status import (
     status_of,
 )
 from apiserver.settings import Settings
+from tinykube import fieldfacts
 from tinykube.clock import Clock
 from tinykube.errors import InvalidError, TinykubeError
 from tinykube.tls import PLAINTEXT, Credentials
@@ -155,7 +156,7 @@ class RestServer:
         self.metrics = metrics
         self.health = health
         self.discovery = Discovery()
-        self.openapi = OpenAPI(self.discovery.schemas, patch.patch_meta, version=GIT_VERSION)
+        self.openapi = OpenAPI(self.discovery.schemas, fieldfacts.patch_meta, version=GIT_VERSION)
         self.handlers = ResourceHandlers(
             services, settings=settings, clock=clock, kubelet_credentials=kubelet_credentials
         )

@@ -32,6 +32,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from apiserver.rest import openapi_proto
+from tinykube.fieldfacts import REQUIRED
 from tinykube.kinds import SCALABLE_KINDS, KindInfo
 from tinykube.manifest import QUANTITY_FIELDS
 from tinykube.v1 import meta_pb2
@@ -80,68 +81,6 @@ _RENAMED = {
 }
 # map<string, string> fields that hold resource amounts: Kubernetes types them ResourceList.
 _QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
-
-# The fields Kubernetes marks required, by Kubernetes type name (JSON names); only those the
-# message has are emitted. Added to tinykube.zerofields.REQUIRED_FIELDS, generated from
-# Kubernetes' schemas for every message reached from a kind, so what matters here are the types
-# that table does not walk (lists, Binding).
-_REQUIRED: dict[str, tuple[str, ...]] = {
-    "Container": ("name",),
-    "ContainerPort": ("containerPort",),
-    "EnvVar": ("name",),
-    "HTTPGetAction": ("port",),
-    "HTTPHeader": ("name", "value"),
-    "TCPSocketAction": ("port",),
-    "GRPCAction": ("port",),
-    "PodSpec": ("containers",),
-    "NodeSelector": ("nodeSelectorTerms",),
-    "NodeSelectorRequirement": ("key", "operator"),
-    "PreferredSchedulingTerm": ("weight", "preference"),
-    "PodCondition": ("type", "status"),
-    "ContainerStatus": ("name", "ready", "restartCount", "image"),
-    "ContainerStateTerminated": ("exitCode",),
-    "Taint": ("key", "effect"),
-    "NodeCondition": ("type", "status"),
-    "NodeAddress": ("type", "address"),
-    "NodeSystemInfo": (
-        "machineID",
-        "bootID",
-        "kernelVersion",
-        "osImage",
-        "containerRuntimeVersion",
-        "kubeletVersion",
-        "operatingSystem",
-        "architecture",
-    ),
-    "DaemonEndpoint": ("Port",),
-    "ReplicaSetSpec": ("selector",),
-    "ReplicaSetCondition": ("type", "status"),
-    "ReplicaSetStatus": ("replicas",),
-    "DeploymentSpec": ("selector", "template"),
-    "DeploymentCondition": ("type", "status"),
-    "DaemonSetSpec": ("selector", "template"),
-    "DaemonSetCondition": ("type", "status"),
-    "DaemonSetStatus": (
-        "currentNumberScheduled",
-        "numberMisscheduled",
-        "desiredNumberScheduled",
-        "numberReady",
-    ),
-    "ControllerRevision": ("revision",),
-    "LabelSelectorRequirement": ("key", "operator"),
-    "OwnerReference": ("apiVersion", "kind", "name", "uid"),
-    "Event": ("metadata", "involvedObject"),
-    "ServicePort": ("port",),
-    "EndpointAddress": ("ip",),
-    "EndpointPort": ("port",),
-    "EndpointSlice": ("addressType", "endpoints"),
-    "Endpoint": ("addresses",),
-    # Same short name as core/v1 EndpointPort, nothing required (a full name wins).
-    "io.k8s.api.discovery.v1.EndpointPort": (),
-    "io.k8s.api.events.v1.Event": ("eventTime",),
-    "Binding": ("target",),
-    "PodList": ("items",),
-}
 
 # Descriptions of the fields every object and list has, where the .proto says nothing.
 _COMMON_FIELDS = {
@@ -698,7 +637,7 @@ class _SchemaBuilder:
         # table for the types that one does not walk (lists, Binding).
         wanted = (
             *REQUIRED_FIELDS.get(desc.full_name, ()),
-            *_REQUIRED.get(name, _REQUIRED.get(name.rsplit(".", 1)[1], ())),
+            *REQUIRED.get(name, REQUIRED.get(name.rsplit(".", 1)[1], ())),
         )
         required = [r for r in dict.fromkeys(wanted) if r in props]
         if required:

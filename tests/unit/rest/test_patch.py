@@ -20,14 +20,13 @@ from apiserver.rest.patch import (
     JSON_PATCH,
     MERGE_PATCH,
     PATCH_CONTENT_TYPES,
-    PATCH_META,
     REJECTED,
     STRATEGIC_MERGE_PATCH,
     _go_stable_sort,
     apply_patch,
-    patch_meta,
 )
 from tinykube.errors import BadRequestError, InvalidError, RequestEntityTooLargeError
+from tinykube.fieldfacts import PATCH_META, patch_meta
 from tinykube.kinds import ALL_KINDS
 from tinykube.v1 import node_pb2, pod_pb2, replicaset_pb2, service_pb2
 
