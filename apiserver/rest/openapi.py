@@ -33,7 +33,7 @@ from google.protobuf.message import Message
 
 from apiserver.rest import openapi_proto
 from tinykube.fieldfacts import REQUIRED
-from tinykube.kinds import SCALABLE_KINDS, KindInfo
+from tinykube.kinds import KindInfo
 from tinykube.manifest import QUANTITY_FIELDS
 from tinykube.v1 import meta_pb2
 from tinykube.zerofields import REQUIRED_FIELDS
@@ -1180,7 +1180,7 @@ def _kind_paths(info: KindInfo, obj: str, lst: str, binding: str | None) -> list
                 f"status of the specified {kind}",
             )
         )
-    if kind in SCALABLE_KINDS:
+    if info.scale is not None:
         paths.append(
             _subresource_path(
                 f"{prefix}{scope}/{plural}/{{name}}/scale",
