@@ -17,7 +17,10 @@ What differs from kube, and why:
   controllerrevisions; jobs; leases; poddisruptionbudgets; the RBAC kinds;
   selfsubjectaccessreviews and selfsubjectreviews; tokenreviews and subjectaccessreviews for
   `system:auth-delegator`, serviceaccounts/token): volumes and the rest are left out of every
-  role. `view` reads serviceaccounts, `edit` writes them, may impersonate them and create
+  role. A rule over one kind is built from the kind's facts (`kind_rule`: group, plural,
+  declared subresources); tests/unit/test_kindfacts.py checks every other name against what
+  discovery serves.
+  `view` reads serviceaccounts, `edit` writes them, may impersonate them and create
   their tokens (as kube's). `system:service-account-issuer-discovery` lets every service
   account read the OIDC discovery documents, as kube's binding does. As kube's, `view`
   reads configmaps but not secrets (reading a Secret is an escalation); `edit` (and so `admin`)
@@ -45,7 +48,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tinykube.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING, RBAC_GROUP
+from tinykube.kinds import (
+    CLUSTER_ROLE,
+    CLUSTER_ROLE_BINDING,
+    DAEMON_SET,
+    DEPLOYMENT,
+    JOB,
+    LEASE,
+    NAMESPACE,
+    POD_DISRUPTION_BUDGET,
+    RBAC_GROUP,
+    REPLICA_SET,
+    KindInfo,
+)
 from tinykube.pki import FAKE_KUBELETS
 from tinykube.v1 import meta_pb2, rbac_pb2
 
@@ -83,6 +98,17 @@ def rule(
         resources=list(resources),
         resourceNames=list(names),
     )
+
+
+def kind_rule(verbs: Iterable[str], info: KindInfo, *subresources: str) -> rbac_pb2.PolicyRule:
+    """A rule over one kind and some of its subresources, named from the kind's facts (group,
+    plural, subresources); a subresource the kind does not declare is a programming error."""
+    declared = {s.name for s in info.all_subresources}
+    unknown = [s for s in subresources if s not in declared]
+    if unknown:
+        raise ValueError(f"{info.plural} has no subresource {', '.join(unknown)}")
+    names = (info.plural, *(f"{info.plural}/{s}" for s in subresources))
+    return rule(verbs, (info.group,), names)
 
 
 def url_rule(verbs: Iterable[str], urls: Iterable[str]) -> rbac_pb2.PolicyRule:
@@ -154,11 +180,11 @@ _AGGREGATE_TO_VIEW = (
         ("pods", "serviceaccounts", "services", "services/status", "endpoints", "configmaps"),
     ),
     rule(READ, (_CORE,), ("events", "pods/status", "namespaces/status", "pods/log")),
-    rule(READ, (_CORE,), ("namespaces",)),
-    rule(READ, (_APPS,), ("replicasets", "replicasets/status", "replicasets/scale")),
-    rule(READ, (_APPS,), ("deployments", "deployments/status", "deployments/scale")),
-    rule(READ, (_POLICY,), ("poddisruptionbudgets", "poddisruptionbudgets/status")),
-    rule(READ, (_BATCH,), ("jobs", "jobs/status")),
+    kind_rule(READ, NAMESPACE),
+    kind_rule(READ, REPLICA_SET, "status", "scale"),
+    kind_rule(READ, DEPLOYMENT, "status", "scale"),
+    kind_rule(READ, POD_DISRUPTION_BUDGET, "status"),
+    kind_rule(READ, JOB, "status"),
     rule(READ, (_APPS,), ("controllerrevisions", "daemonsets", "daemonsets/status")),
     # As kube's: read only, in view and so edit and admin (CVE-2021-25740 took the writes away).
     rule(READ, (_DISCOVERY_GROUP,), ("endpointslices",)),
@@ -172,12 +198,12 @@ _AGGREGATE_TO_EDIT = (
     rule(("create",), (_CORE,), ("pods/eviction",)),
     rule(WRITE, (_CORE,), ("serviceaccounts", "services", "configmaps", "secrets", "events")),
     rule(("create",), (_CORE,), ("serviceaccounts/token",)),
-    rule(WRITE, (_APPS,), ("replicasets", "replicasets/scale")),
-    rule(WRITE, (_APPS,), ("deployments", "deployments/scale")),
-    rule(WRITE, (_POLICY,), ("poddisruptionbudgets",)),
-    rule(WRITE, (_BATCH,), ("jobs",)),
-    rule(READ_WRITE, (_COORDINATION,), ("leases",)),
-    rule(WRITE, (_APPS,), ("daemonsets",)),
+    kind_rule(WRITE, REPLICA_SET, "scale"),
+    kind_rule(WRITE, DEPLOYMENT, "scale"),
+    kind_rule(WRITE, POD_DISRUPTION_BUDGET),
+    kind_rule(WRITE, JOB),
+    kind_rule(READ_WRITE, LEASE),
+    kind_rule(WRITE, DAEMON_SET),
 )
 _AGGREGATE_TO_ADMIN = (rule(READ_WRITE, (RBAC_GROUP,), ("roles", "rolebindings")),)
 
@@ -327,7 +353,7 @@ def cluster_roles() -> list[rbac_pb2.ClusterRole]:
                 rule(READ, (_APPS,), ("replicasets",)),
                 rule(READ, (_POLICY,), ("poddisruptionbudgets",)),
                 rule(("create",), (_AUTHZ,), ("subjectaccessreviews",)),
-                rule(READ, (_CORE,), ("namespaces",)),
+                kind_rule(READ, NAMESPACE),
             ],
         ),
         cluster_role(

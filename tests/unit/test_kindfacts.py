@@ -3,12 +3,13 @@ messages they describe and with what the apiserver serves from them."""
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from google.protobuf import descriptor_pool
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from apiserver.auth import bootstrap
 from apiserver.rest.discovery import RESOURCES, Discovery
 from tinykube import fieldfacts
 from tinykube.kinds import ALL_KINDS, ALL_VERBS, BY_KIND, SCALABLE_KINDS, STATUS_VERBS, KindInfo
@@ -130,3 +131,38 @@ def test_atomic_fields_are_structs_or_maps_that_exist() -> None:
 def test_stored_resources_come_from_the_kinds() -> None:
     stored = [r for r in RESOURCES if r.info is not None and r.view is None]
     assert [r.info for r in stored] == list(ALL_KINDS)
+
+
+def _bootstrap_rules() -> list[tuple[str, Any]]:
+    roles = [(r.metadata.name, r.rules) for r in bootstrap.cluster_roles()]
+    return [(name, rule) for name, rules in roles for rule in rules]
+
+
+# Names kube's policy authorizes that are no served path, copied from its roles as they are:
+# <resource>/finalizers (what OwnerReferencesPermissionEnforcement checks before an owner
+# reference may block its owner's deletion), endpoints/restricted (EndpointRestrictions), the
+# legacy core `bindings` resource beside pods/binding, and the disruption controller's */scale.
+_AUTHORIZATION_ONLY = {"finalizers", "restricted"}
+_KUBE_POLICY_ONLY = {("", "bindings"), ("*", "*/scale")}
+
+
+def test_bootstrap_roles_name_only_served_resources_and_subresources() -> None:
+    """Every resource in the bootstrap RBAC policy is one discovery serves (from the kind
+    facts), in its group, with the subresource the kind declares: a renamed plural or a
+    dropped subresource fails here instead of silently granting nothing."""
+    served = {(r.group, r.plural): r for r in RESOURCES}
+    unknown = []
+    for role, rule in _bootstrap_rules():
+        if "*" in rule.resources or not rule.resources:
+            continue
+        for group in rule.apiGroups:
+            for name in rule.resources:
+                plural, _, sub = name.partition("/")
+                if (group, name) in _KUBE_POLICY_ONLY:
+                    continue
+                resource = served.get((group, plural))
+                if resource is None or (
+                    sub and sub not in _AUTHORIZATION_ONLY and resource.subresource(sub) is None
+                ):
+                    unknown.append(f"{role}: {group or 'core'}/{name}")
+    assert not unknown
