@@ -15,6 +15,16 @@ name, as the OpenAPI documents name definitions. Pure data; no imports of the pr
 
 from __future__ import annotations
 
+# tinykube message names that are not Kubernetes' Go type names: protobuf gives services and
+# messages one namespace, and the events.k8s.io view needs its own messages. Errors and the
+# OpenAPI definitions name the Go type.
+KUBE_TYPE_NAMES: dict[str, str] = {
+    "ServiceEndpoints": "Endpoints",
+    "EndpointSlicePort": "EndpointPort",
+    "EventsV1Event": "Event",
+    "EventsV1EventList": "EventList",
+}
+
 # (message full name, JSON field) -> (patchStrategy, patchMergeKey), from the struct tags of
 # k8s.io/api and k8s.io/apimachinery. Every other repeated field tinykube has is atomic there
 # (no patchStrategy: a strategic patch replaces it whole), including NodeSpec.taints,

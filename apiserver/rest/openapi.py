@@ -32,7 +32,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from apiserver.rest import openapi_proto
-from tinykube.fieldfacts import REQUIRED
+from tinykube.fieldfacts import KUBE_TYPE_NAMES, REQUIRED
 from tinykube.kinds import KindInfo
 from tinykube.manifest import QUANTITY_FIELDS
 from tinykube.v1 import meta_pb2
@@ -72,13 +72,6 @@ _META_MESSAGES = frozenset(
     }
 )
 _CORE_MESSAGES = frozenset({"ObjectReference", "PodTemplateSpec", "Binding"})
-# Messages whose Kubernetes name differs: protobuf gives services and messages one namespace.
-_RENAMED = {
-    "ServiceEndpoints": "Endpoints",
-    "EndpointSlicePort": "EndpointPort",
-    "EventsV1Event": "Event",
-    "EventsV1EventList": "EventList",
-}
 # map<string, string> fields that hold resource amounts: Kubernetes types them ResourceList.
 _QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
 
@@ -467,7 +460,7 @@ def _name_messages(kinds: Sequence[KindInfo]) -> dict[str, str]:
     def visit(desc: Descriptor, group: str, version: str) -> None:
         if desc.full_name in names or desc.GetOptions().map_entry:
             return
-        short = _RENAMED.get(desc.name, desc.name)
+        short = KUBE_TYPE_NAMES.get(desc.name, desc.name)
         group, version = file_group.get(desc.file.name, (group, version))
         if desc.name in _META_MESSAGES:
             names[desc.full_name] = f"{META}.{short}"

@@ -38,7 +38,7 @@ import jsonpatch
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from tinykube.errors import BadRequestError, InvalidError, RequestEntityTooLargeError
-from tinykube.fieldfacts import PATCH_META
+from tinykube.fieldfacts import KUBE_TYPE_NAMES, PATCH_META
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -58,9 +58,6 @@ UNSUPPORTED_MEDIA_TYPE = (
     "application/json-patch+json, application/merge-patch+json, "
     "application/strategic-merge-patch+json"
 )
-
-# tinykube message names that are not Kubernetes' Go type names (errors name the Go type).
-_GO_NAMES = {"ServiceEndpoints": "Endpoints", "EndpointSlicePort": "EndpointPort"}
 
 
 def apply_patch(
@@ -288,7 +285,7 @@ def _find_field(message: Descriptor, key: str) -> FieldDescriptor | None:
 
 def _go_name(message: Any) -> str:
     name = str(getattr(message, "name", "object"))
-    return _GO_NAMES.get(name, name)
+    return KUBE_TYPE_NAMES.get(name, name)
 
 
 def _retain_keys_and_strategy(strategies: list[str]) -> str:
