@@ -11,6 +11,11 @@ own (apiserver/rest/kubeproto_tables.py), read by the protobuf codec only.
 
 Keys are (tinykube message full name, JSON field name); REQUIRED is keyed by Kubernetes type
 name, as the OpenAPI documents name definitions. Pure data; no imports of the process packages.
+
+A table rather than custom options on the .proto fields: these are Kubernetes' facts about its
+types, not about tinykube's wire format, they are read only by Python, and options would make
+every *_pb2 module change with each fact. tests/unit/test_kindfacts.py checks each row names a
+field that exists, of the right shape.
 """
 
 from __future__ import annotations
