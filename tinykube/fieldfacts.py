@@ -30,6 +30,13 @@ KUBE_TYPE_NAMES: dict[str, str] = {
     "EventsV1EventList": "EventList",
 }
 
+# Fields holding resource amounts (Kubernetes' resource.Quantity, a string): the
+# map<string, string> fields Kubernetes types ResourceList, by name, and single fields by
+# (message, field). OpenAPI types them Quantity; manifests read a YAML number there as one
+# ("cpu: 1").
+QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
+QUANTITY_FIELDS = frozenset({("tinykube.v1.ResourceFieldSelector", "divisor")})
+
 # (message full name, JSON field) -> (patchStrategy, patchMergeKey), from the struct tags of
 # k8s.io/api and k8s.io/apimachinery. Every other repeated field tinykube has is atomic there
 # (no patchStrategy: a strategic patch replaces it whole), including NodeSpec.taints,

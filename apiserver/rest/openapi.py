@@ -32,9 +32,8 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from apiserver.rest import openapi_proto
-from tinykube.fieldfacts import KUBE_TYPE_NAMES, REQUIRED
+from tinykube.fieldfacts import KUBE_TYPE_NAMES, QUANTITY_FIELDS, QUANTITY_MAPS, REQUIRED
 from tinykube.kinds import KindInfo
-from tinykube.manifest import QUANTITY_FIELDS
 from tinykube.v1 import meta_pb2
 from tinykube.zerofields import REQUIRED_FIELDS
 
@@ -72,8 +71,6 @@ _META_MESSAGES = frozenset(
     }
 )
 _CORE_MESSAGES = frozenset({"ObjectReference", "PodTemplateSpec", "Binding"})
-# map<string, string> fields that hold resource amounts: Kubernetes types them ResourceList.
-_QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
 
 # Descriptions of the fields every object and list has, where the .proto says nothing.
 _COMMON_FIELDS = {
@@ -653,7 +650,7 @@ class _SchemaBuilder:
         entry = field.message_type
         if entry is not None and entry.GetOptions().map_entry:
             value = entry.fields_by_name["value"]
-            if json_name in _QUANTITY_MAPS and value.type == FieldDescriptor.TYPE_STRING:
+            if json_name in QUANTITY_MAPS and value.type == FieldDescriptor.TYPE_STRING:
                 values: JSON = _ref(QUANTITY)
             else:
                 values = self._scalar_or_ref(value, where)
