@@ -44,6 +44,7 @@ from tinykube.errors import BadRequestError, ConflictError
 from tinykube.fieldfacts import ATOMIC, list_map_keys, patch_meta
 from tinykube.kinds import KindInfo
 from tinykube.manifest import to_dict
+from tinykube.zerofields import ZERO_FIELDS
 
 Path = tuple[str, ...]
 FieldSet = set[Path]
@@ -54,8 +55,6 @@ FIELDS_V1 = "FieldsV1"
 
 # Key fields that have a default, used when an item omits them (as the schema's default).
 _KEY_DEFAULTS: dict[str, Any] = {"protocol": "TCP"}
-# Lists Go serializes even when empty (no omitempty): the zero object already holds them.
-_ALWAYS_PRESENT: frozenset[tuple[str, str]] = frozenset({("tinykube.v1.PodSpec", "containers")})
 # Metadata every writer sets implicitly (Kubernetes' stripped fields).
 _STRIPPED_META = frozenset(
     {
@@ -122,7 +121,9 @@ def _fields(message: Descriptor) -> dict[str, _Type]:
                 out[name] = _Type(_LEAF)
             elif meta[1] and _is_message(f):
                 keys = list_map_keys(message.full_name, name, meta[1])
-                present = (message.full_name, name) in _ALWAYS_PRESENT
+                # Go serializes it even when empty (no omitempty, as tinykube.zerofields
+                # records): the zero object already holds it.
+                present = ZERO_FIELDS.get(message.full_name, {}).get(name) == []
                 out[name] = _Type(_ASSOC, f.message_type, keys, inline=present)
             else:
                 out[name] = _Type(_SET)
