@@ -3,6 +3,7 @@ messages they describe and with what the apiserver serves from them."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, cast
 
 import pytest
@@ -11,6 +12,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from apiserver.auth import bootstrap
 from apiserver.rest.discovery import RESOURCES, Discovery
+from apiserver.rest.openapi import OpenAPI
 from tinykube import fieldfacts
 from tinykube.kinds import ALL_KINDS, ALL_VERBS, BY_KIND, SCALABLE_KINDS, STATUS_VERBS, KindInfo
 
@@ -166,3 +168,15 @@ def test_bootstrap_roles_name_only_served_resources_and_subresources() -> None:
                 ):
                     unknown.append(f"{role}: {group or 'core'}/{name}")
     assert not unknown
+
+
+def test_openapi_paths_follow_the_status_and_scale_facts() -> None:
+    d = Discovery()
+    paths = json.loads(OpenAPI(d.schemas, fieldfacts.patch_meta, proto_dir=None).v2_json())["paths"]
+    for info in ALL_KINDS:
+        prefix = f"/apis/{info.group}/{info.version}" if info.group else f"/api/{info.version}"
+        scope = "/namespaces/{namespace}" if info.namespaced else ""
+        item = f"{prefix}{scope}/{info.plural}/{{name}}"
+        assert item in paths
+        assert (f"{item}/status" in paths) == info.has_status, info.kind
+        assert (f"{item}/scale" in paths) == (info.scale is not None), info.kind
