@@ -65,6 +65,13 @@ READ_VERBS = ("get", "list", "watch")
 STATUS_VERBS = ("get", "patch", "update")
 
 
+def api_package(group: str) -> str:
+    """The Go package of an API group in k8s.io/api (and the prefix of its OpenAPI definition
+    names, io.k8s.api.<package>): "core" for the core group, else the group's first label
+    ("rbac" for rbac.authorization.k8s.io)."""
+    return "core" if not group else group.split(".")[0]
+
+
 @dataclass(frozen=True)
 class Subresource:
     """One subresource of a kind, as discovery lists it ("pods/log")."""

@@ -33,7 +33,7 @@ from google.protobuf.message import Message
 
 from apiserver.rest import openapi_proto
 from tinykube.fieldfacts import KUBE_TYPE_NAMES, QUANTITY_FIELDS, QUANTITY_MAPS, REQUIRED
-from tinykube.kinds import KindInfo
+from tinykube.kinds import KindInfo, api_package
 from tinykube.v1 import meta_pb2
 from tinykube.zerofields import REQUIRED_FIELDS
 
@@ -442,11 +442,6 @@ def _desc(message: type[Message]) -> Descriptor:
 # -- naming ------------------------------------------------------------------------------------
 
 
-def _api_package(group: str) -> str:
-    """io.k8s.api.<package>: "core" for the core group, else the group's first label."""
-    return "core" if not group else group.split(".")[0]
-
-
 def _name_messages(kinds: Sequence[KindInfo]) -> dict[str, str]:
     """Map every proto message the kinds reach to its Kubernetes definition name."""
     file_group: dict[str, tuple[str, str]] = {}
@@ -464,7 +459,7 @@ def _name_messages(kinds: Sequence[KindInfo]) -> dict[str, str]:
         elif desc.name in _CORE_MESSAGES:
             names[desc.full_name] = f"io.k8s.api.core.v1.{short}"
         else:
-            names[desc.full_name] = f"io.k8s.api.{_api_package(group)}.{version}.{short}"
+            names[desc.full_name] = f"io.k8s.api.{api_package(group)}.{version}.{short}"
         for field in desc.fields:
             sub = field.message_type
             if sub is None or sub.full_name.startswith("google.protobuf."):
