@@ -17,8 +17,9 @@ The rules are structured-merge-diff's (sigs.k8s.io/structured-merge-diff, merge.
 - `update` records a non-apply write: the manager's Update entry gains the fields the write
   added or changed, every other manager loses them, and removed fields leave every manager.
 
-Which list is keyed by what comes from apiserver/rest/patch.py's `patch_meta` (the strategic
-merge keys) widened where Kubernetes' list-map keys are longer (ports by port and protocol).
+Which list is keyed by what, and which structs and maps are atomic, come from the field facts
+(tinykube/fieldfacts.py): the strategic merge keys, widened where Kubernetes' list-map keys are
+longer (ports by port and protocol).
 Fields every write owns implicitly (apiVersion, kind, name, namespace, uid, resourceVersion,
 generation, creationTimestamp, managedFields) are in no set, and the main resource's sets never
 hold `status` (the status subresource's hold only `status`), as Kubernetes' reset fields.
@@ -39,10 +40,11 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
-from apiserver.rest.patch import patch_meta
 from tinykube.errors import BadRequestError, ConflictError
+from tinykube.fieldfacts import ATOMIC, list_map_keys, patch_meta
 from tinykube.kinds import KindInfo
 from tinykube.manifest import to_dict
+from tinykube.zerofields import ZERO_FIELDS
 
 Path = tuple[str, ...]
 FieldSet = set[Path]
@@ -51,29 +53,8 @@ APPLY = "Apply"
 UPDATE = "Update"
 FIELDS_V1 = "FieldsV1"
 
-# Kubernetes' list-map keys where they are longer than the strategic merge key.
-_LIST_KEYS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("tinykube.v1.Container", "ports"): ("containerPort", "protocol"),
-    ("tinykube.v1.ServiceSpec", "ports"): ("port", "protocol"),
-    ("tinykube.v1.PodSpec", "topologySpreadConstraints"): ("topologyKey", "whenUnsatisfiable"),
-}
 # Key fields that have a default, used when an item omits them (as the schema's default).
 _KEY_DEFAULTS: dict[str, Any] = {"protocol": "TCP"}
-# Structs and maps Kubernetes marks atomic (structType/mapType=atomic): owned whole.
-_ATOMIC: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("tinykube.v1.ReplicaSetSpec", "selector"),
-        ("tinykube.v1.DeploymentSpec", "selector"),
-        ("tinykube.v1.DaemonSetSpec", "selector"),
-        ("tinykube.v1.ServiceSpec", "selector"),
-        ("tinykube.v1.PodSpec", "nodeSelector"),
-        ("tinykube.v1.PodAffinityTerm", "labelSelector"),
-        ("tinykube.v1.PodAffinityTerm", "namespaceSelector"),
-        ("tinykube.v1.TopologySpreadConstraint", "labelSelector"),
-    }
-)
-# Lists Go serializes even when empty (no omitempty): the zero object already holds them.
-_ALWAYS_PRESENT: frozenset[tuple[str, str]] = frozenset({("tinykube.v1.PodSpec", "containers")})
 # Metadata every writer sets implicitly (Kubernetes' stripped fields).
 _STRIPPED_META = frozenset(
     {
@@ -124,7 +105,7 @@ def _fields(message: Descriptor) -> dict[str, _Type]:
     out: dict[str, _Type] = {}
     for f in message.fields:
         name = f.json_name
-        atomic = (message.full_name, name) in _ATOMIC
+        atomic = (message.full_name, name) in ATOMIC
         repeated = bool(getattr(f, "is_repeated", False)) or (
             getattr(f, "label", 0) == FieldDescriptor.LABEL_REPEATED
         )
@@ -139,8 +120,10 @@ def _fields(message: Descriptor) -> dict[str, _Type]:
             if meta is None or meta[0] != "merge":
                 out[name] = _Type(_LEAF)
             elif meta[1] and _is_message(f):
-                keys = _LIST_KEYS.get((message.full_name, name), (meta[1],))
-                present = (message.full_name, name) in _ALWAYS_PRESENT
+                keys = list_map_keys(message.full_name, name, meta[1])
+                # Go serializes it even when empty (no omitempty, as tinykube.zerofields
+                # records): the zero object already holds it.
+                present = ZERO_FIELDS.get(message.full_name, {}).get(name) == []
                 out[name] = _Type(_ASSOC, f.message_type, keys, inline=present)
             else:
                 out[name] = _Type(_SET)

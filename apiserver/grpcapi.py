@@ -28,6 +28,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
+from apiserver.accesslog import LogLimiter, access_log, go_duration
 from apiserver.auth.filters import REQUESTER, Enforcer, needs_requester
 from apiserver.flowcontrol import (
     RETRY_AFTER_SECONDS,
@@ -50,42 +51,10 @@ from tinykube.kinds import ALL_KINDS, NAMESPACE, POD, KindInfo
 from tinykube.v1 import meta_pb2, pod_pb2
 
 log = logging.getLogger(__name__)
-# The access log (`--access-log`), shared with the REST front end's lines.
-access_log = logging.getLogger("apiserver.access")
-
-
-def go_duration(seconds: float) -> str:
-    """A duration as Go's time.Duration prints it (the latency of kube's httplog)."""
-    if seconds >= 1:
-        return f"{seconds:.6g}s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.6g}ms"
-    return f"{seconds * 1e6:.6g}µs"
 
 
 def _code_name(code: Any) -> str:
     return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
-
-
-class LogLimiter:
-    """Lets one log line through per `interval` seconds and counts the ones it held back, so a
-    client that sends garbage in a loop cannot flood the log."""
-
-    def __init__(self, interval: float, monotonic: Callable[[], float] = time.monotonic) -> None:
-        self.interval = interval
-        self.monotonic = monotonic
-        self._next = float("-inf")
-        self.suppressed = 0
-
-    def allow(self) -> int | None:
-        """None to stay silent; else how many lines were held back since the last one."""
-        now = self.monotonic()
-        if now < self._next:
-            self.suppressed += 1
-            return None
-        self._next = now + self.interval
-        held, self.suppressed = self.suppressed, 0
-        return held
 
 
 _UNDECODABLE_LOG = LogLimiter(60.0)

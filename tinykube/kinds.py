@@ -1,7 +1,10 @@
 """The registry of API kinds: one row per kind tying together its name, messages and service.
 
-The apiserver, the typed client and the CLI all read this table, so adding a kind means adding a
-.proto file and one row here.
+Each row declares the kind's facts once: Kubernetes' group, version, plural, scope, short names,
+categories, verbs, subresources and scale paths. The apiserver (discovery, OpenAPI, routing,
+RBAC bootstrap), the typed client and the CLI all read this table, so adding a kind means adding
+a .proto file and one row here. The facts about fields (patch strategies, list keys, required
+fields) are tinykube.fieldfacts'.
 """
 
 from __future__ import annotations
@@ -55,6 +58,45 @@ from tinykube.v1 import (
 # The core group's version: Pods, Nodes, Events, Services and Endpoints are "v1" objects.
 API_VERSION = "v1"
 
+# The verbs a stored kind serves (kube's discovery lists them in this order), those of a kind
+# listed but not modelled, and those of the status and scale subresources.
+ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+READ_VERBS = ("get", "list", "watch")
+STATUS_VERBS = ("get", "patch", "update")
+
+
+def api_package(group: str) -> str:
+    """The Go package of an API group in k8s.io/api (and the prefix of its OpenAPI definition
+    names, io.k8s.api.<package>): "core" for the core group, else the group's first label
+    ("rbac" for rbac.authorization.k8s.io)."""
+    return "core" if not group else group.split(".")[0]
+
+
+@dataclass(frozen=True)
+class Subresource:
+    """One subresource of a kind, as discovery lists it ("pods/log")."""
+
+    name: str  # "status"
+    kind: str  # the kind it answers with: "Pod", "Binding", "Scale"
+    verbs: tuple[str, ...]
+    group: str = ""  # of `kind`, when it differs from the resource's ("autoscaling")
+    version: str = ""
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A kind's scale subresource (autoscaling/v1 Scale): where its replicas and selector are,
+    as a CustomResourceDefinition's `subresources.scale` names them (JSON paths)."""
+
+    spec_replicas_path: str = ".spec.replicas"
+    status_replicas_path: str = ".status.replicas"
+    # A LabelSelector object for the built-in kinds; Scale's status.selector prints it as text.
+    label_selector_path: str = ".spec.selector"
+
+    @property
+    def subresource(self) -> Subresource:
+        return Subresource("scale", "Scale", STATUS_VERBS, "autoscaling", "v1")
+
 
 @dataclass(frozen=True)
 class KindInfo:
@@ -82,6 +124,22 @@ class KindInfo:
     # Success Status (pods, services and service accounts; clients' typed delete calls
     # deserialize the answer as the kind).
     returns_deleted_object: bool = False
+    # Discovery categories: `kubectl get all` lists the kinds in "all".
+    categories: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = ALL_VERBS
+    # Subresources besides status (`has_status`) and scale (`scale`), in discovery's order.
+    subresources: tuple[Subresource, ...] = ()
+    scale: Scale | None = None
+
+    @property
+    def all_subresources(self) -> tuple[Subresource, ...]:
+        """Every subresource, as discovery lists them: the kind's own, scale, status."""
+        subs = list(self.subresources)
+        if self.scale is not None:
+            subs.append(self.scale.subresource)
+        if self.has_status:
+            subs.append(Subresource("status", self.kind, STATUS_VERBS))
+        return tuple(subs)
 
     @property
     def api_version(self) -> str:
@@ -110,6 +168,18 @@ POD = KindInfo(
     has_status=True,
     short_names=("po", "pod"),
     returns_deleted_object=True,
+    categories=("all",),
+    subresources=(
+        Subresource("binding", "Binding", ("create",)),
+        # kubectl drain evicts only when discovery lists pods/eviction with its group and
+        # version (policy/v1); otherwise it falls back to plain deletes.
+        Subresource("eviction", "Eviction", ("create",), "policy", "v1"),
+        Subresource("log", "Pod", ("get",)),
+        # WebSocket streams relayed to the kubelet (apiserver/podstream.py).
+        Subresource("attach", "PodAttachOptions", ("create", "get")),
+        Subresource("exec", "PodExecOptions", ("create", "get")),
+        Subresource("portforward", "PodPortForwardOptions", ("create", "get")),
+    ),
 )
 NODE = KindInfo(
     kind="Node",
@@ -143,6 +213,8 @@ REPLICA_SET = KindInfo(
     has_status=True,
     short_names=("rs", "replicaset"),
     group="apps",
+    categories=("all",),
+    scale=Scale(),
 )
 DEPLOYMENT = KindInfo(
     kind="Deployment",
@@ -160,6 +232,8 @@ DEPLOYMENT = KindInfo(
     has_status=True,
     short_names=("deploy", "deployment"),
     group="apps",
+    categories=("all",),
+    scale=Scale(),
 )
 EVENT = KindInfo(
     kind="Event",
@@ -211,6 +285,7 @@ SERVICE = KindInfo(
     has_status=True,
     short_names=("svc", "service"),
     returns_deleted_object=True,
+    categories=("all",),
 )
 # The message is ServiceEndpoints: protobuf gives the service tinykube.v1.Endpoints that name.
 ENDPOINTS = KindInfo(
@@ -262,6 +337,9 @@ NAMESPACE = KindInfo(
     add_servicer=namespace_pb2_grpc.add_NamespacesServicer_to_server,
     has_status=True,
     short_names=("ns", "namespace"),
+    # As kube-apiserver: namespaces are deleted one at a time, never as a collection.
+    verbs=tuple(v for v in ALL_VERBS if v != "deletecollection"),
+    subresources=(Subresource("finalize", "Namespace", ("update",)),),
 )
 PRIORITY_CLASS = KindInfo(
     kind="PriorityClass",
@@ -311,11 +389,10 @@ JOB = KindInfo(
     has_status=True,
     short_names=("job",),
     group="batch",
+    categories=("all",),
 )
 ALL_KINDS += (JOB,)
 
-# Kinds with a scale subresource (autoscaling/v1 Scale over spec.replicas): kubectl scale.
-SCALABLE_KINDS: frozenset[str] = frozenset({REPLICA_SET.kind, DEPLOYMENT.kind})
 # RBAC (rbac.authorization.k8s.io/v1): what the apiserver's authorizer evaluates.
 RBAC_GROUP = "rbac.authorization.k8s.io"
 
@@ -366,6 +443,7 @@ DAEMON_SET = KindInfo(
     has_status=True,
     short_names=("ds", "daemonset"),
     group="apps",
+    categories=("all",),
 )
 CONTROLLER_REVISION = KindInfo(
     kind="ControllerRevision",
@@ -436,6 +514,10 @@ SERVICE_ACCOUNT = KindInfo(
     has_status=False,
     short_names=("sa", "serviceaccount"),
     returns_deleted_object=True,
+    subresources=(
+        # TokenRequest (apiserver/auth/tokenrequest.py): `kubectl create token`.
+        Subresource("token", "TokenRequest", ("create",), "authentication.k8s.io", "v1"),
+    ),
 )
 ALL_KINDS += (SERVICE_ACCOUNT,)
 
@@ -460,6 +542,8 @@ ENDPOINT_SLICE = KindInfo(
 ALL_KINDS += (ENDPOINT_SLICE,)
 BY_KIND: dict[str, KindInfo] = {k.kind: k for k in ALL_KINDS}
 BY_PLURAL: dict[str, KindInfo] = {k.plural: k for k in ALL_KINDS}
+# Kinds with a scale subresource (autoscaling/v1 Scale over spec.replicas): kubectl scale.
+SCALABLE_KINDS: frozenset[str] = frozenset(k.kind for k in ALL_KINDS if k.scale is not None)
 
 
 def lookup(resource: str) -> KindInfo:

@@ -18,7 +18,7 @@ file that names them, the `-data` forms are base64 PEM; `token` and `tokenFile` 
 token; `tls-server-name` overrides the name checked in the server's certificate. An `http://`
 server means plaintext. It returns a `ClientConfig`: the REST URL, the gRPC address (the
 extension's addresses, else the server URL's host:port), the namespace and the
-`tls.Credentials`.
+`credentials.Credentials`.
 
 Pure apart from reading and writing the files.
 """
@@ -35,8 +35,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from tinykube.credentials import PLAINTEXT, Credentials, TLSConfigError, read_file
 from tinykube.flags import split_addresses
-from tinykube.tls import PLAINTEXT, Credentials, TLSConfigError, read_file
 
 NAME = "tinykube"
 GRPC_EXTENSION = "tinykube.io/grpc"

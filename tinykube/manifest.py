@@ -30,13 +30,9 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
+from tinykube.fieldfacts import QUANTITY_FIELDS, QUANTITY_MAPS
 from tinykube.kinds import API_VERSION, BY_KIND, KindInfo
 from tinykube.zerofields import ZERO_FIELDS
-
-# map<string,string> fields holding quantities: a YAML number there is a quantity ("cpu: 1").
-QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
-# Single string fields holding a quantity, by (message, field): a number there is one too.
-QUANTITY_FIELDS = frozenset({("tinykube.v1.ResourceFieldSelector", "divisor")})
 
 # Kubernetes IntOrString fields are google.protobuf.Values (a JSON number or string); protobuf
 # prints a number as a float (8080.0), Kubernetes as an integer.

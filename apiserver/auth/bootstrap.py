@@ -17,7 +17,11 @@ What differs from kube, and why:
   controllerrevisions; jobs; leases; poddisruptionbudgets; the RBAC kinds;
   selfsubjectaccessreviews and selfsubjectreviews; tokenreviews and subjectaccessreviews for
   `system:auth-delegator`, serviceaccounts/token): volumes and the rest are left out of every
-  role. `view` reads serviceaccounts, `edit` writes them, may impersonate them and create
+  role. A rule over one kind is built from the kind's facts (`kind_rule`, `subresource_rule`:
+  group, plural, declared subresources); rules naming several kinds, reviews or kube's
+  authorization-only names (`<resource>/finalizers`) are written out, and
+  tests/unit/test_kindfacts.py checks those against what discovery serves.
+  `view` reads serviceaccounts, `edit` writes them, may impersonate them and create
   their tokens (as kube's). `system:service-account-issuer-discovery` lets every service
   account read the OIDC discovery documents, as kube's binding does. As kube's, `view`
   reads configmaps but not secrets (reading a Secret is an escalation); `edit` (and so `admin`)
@@ -45,7 +49,28 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tinykube.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING, RBAC_GROUP
+from tinykube.kinds import (
+    CLUSTER_ROLE,
+    CLUSTER_ROLE_BINDING,
+    CONFIG_MAP,
+    CONTROLLER_REVISION,
+    DAEMON_SET,
+    DEPLOYMENT,
+    ENDPOINT_SLICE,
+    ENDPOINTS,
+    JOB,
+    LEASE,
+    NAMESPACE,
+    NODE,
+    POD,
+    POD_DISRUPTION_BUDGET,
+    RBAC_GROUP,
+    REPLICA_SET,
+    SECRET,
+    SERVICE,
+    SERVICE_ACCOUNT,
+    KindInfo,
+)
 from tinykube.pki import FAKE_KUBELETS
 from tinykube.v1 import meta_pb2, rbac_pb2
 
@@ -65,9 +90,7 @@ _APPS = "apps"
 _AUTHZ = "authorization.k8s.io"
 _AUTHN = "authentication.k8s.io"
 _COORDINATION = "coordination.k8s.io"
-_POLICY = "policy"
 _BATCH = "batch"
-_DISCOVERY_GROUP = "discovery.k8s.io"
 _EVENTS = "events.k8s.io"
 
 
@@ -83,6 +106,26 @@ def rule(
         resources=list(resources),
         resourceNames=list(names),
     )
+
+
+def kind_rule(verbs: Iterable[str], info: KindInfo, *subresources: str) -> rbac_pb2.PolicyRule:
+    """A rule over one kind and some of its subresources, named from the kind's facts (group,
+    plural, subresources); a subresource the kind does not declare is a programming error."""
+    declared = {s.name for s in info.all_subresources}
+    unknown = [s for s in subresources if s not in declared]
+    if unknown:
+        raise ValueError(f"{info.plural} has no subresource {', '.join(unknown)}")
+    names = (info.plural, *(f"{info.plural}/{s}" for s in subresources))
+    return rule(verbs, (info.group,), names)
+
+
+def subresource_rule(
+    verbs: Iterable[str], info: KindInfo, *subresources: str
+) -> rbac_pb2.PolicyRule:
+    """A rule over subresources of one kind only ("pods/status"), named from its facts as
+    `kind_rule`'s are."""
+    whole = kind_rule(verbs, info, *subresources)
+    return rule(whole.verbs, whole.apiGroups, whole.resources[1:])
 
 
 def url_rule(verbs: Iterable[str], urls: Iterable[str]) -> rbac_pb2.PolicyRule:
@@ -154,30 +197,30 @@ _AGGREGATE_TO_VIEW = (
         ("pods", "serviceaccounts", "services", "services/status", "endpoints", "configmaps"),
     ),
     rule(READ, (_CORE,), ("events", "pods/status", "namespaces/status", "pods/log")),
-    rule(READ, (_CORE,), ("namespaces",)),
-    rule(READ, (_APPS,), ("replicasets", "replicasets/status", "replicasets/scale")),
-    rule(READ, (_APPS,), ("deployments", "deployments/status", "deployments/scale")),
-    rule(READ, (_POLICY,), ("poddisruptionbudgets", "poddisruptionbudgets/status")),
-    rule(READ, (_BATCH,), ("jobs", "jobs/status")),
+    kind_rule(READ, NAMESPACE),
+    kind_rule(READ, REPLICA_SET, "status", "scale"),
+    kind_rule(READ, DEPLOYMENT, "status", "scale"),
+    kind_rule(READ, POD_DISRUPTION_BUDGET, "status"),
+    kind_rule(READ, JOB, "status"),
     rule(READ, (_APPS,), ("controllerrevisions", "daemonsets", "daemonsets/status")),
     # As kube's: read only, in view and so edit and admin (CVE-2021-25740 took the writes away).
-    rule(READ, (_DISCOVERY_GROUP,), ("endpointslices",)),
+    kind_rule(READ, ENDPOINT_SLICE),
 )
 _AGGREGATE_TO_EDIT = (
     # Recorded only: tinykube has no impersonation (Impersonate-User headers are not read).
-    rule(("impersonate",), (_CORE,), ("serviceaccounts",)),
+    kind_rule(("impersonate",), SERVICE_ACCOUNT),
     # kube's "read on escalating resources": view must not read secrets, edit does.
     rule(READ, (_CORE,), ("pods/attach", "pods/exec", "pods/portforward", "secrets")),
-    rule(WRITE, (_CORE,), ("pods", "pods/attach", "pods/exec", "pods/portforward")),
-    rule(("create",), (_CORE,), ("pods/eviction",)),
+    kind_rule(WRITE, POD, "attach", "exec", "portforward"),
+    subresource_rule(("create",), POD, "eviction"),
     rule(WRITE, (_CORE,), ("serviceaccounts", "services", "configmaps", "secrets", "events")),
-    rule(("create",), (_CORE,), ("serviceaccounts/token",)),
-    rule(WRITE, (_APPS,), ("replicasets", "replicasets/scale")),
-    rule(WRITE, (_APPS,), ("deployments", "deployments/scale")),
-    rule(WRITE, (_POLICY,), ("poddisruptionbudgets",)),
-    rule(WRITE, (_BATCH,), ("jobs",)),
-    rule(READ_WRITE, (_COORDINATION,), ("leases",)),
-    rule(WRITE, (_APPS,), ("daemonsets",)),
+    subresource_rule(("create",), SERVICE_ACCOUNT, "token"),
+    kind_rule(WRITE, REPLICA_SET, "scale"),
+    kind_rule(WRITE, DEPLOYMENT, "scale"),
+    kind_rule(WRITE, POD_DISRUPTION_BUDGET),
+    kind_rule(WRITE, JOB),
+    kind_rule(READ_WRITE, LEASE),
+    kind_rule(WRITE, DAEMON_SET),
 )
 _AGGREGATE_TO_ADMIN = (rule(READ_WRITE, (RBAC_GROUP,), ("roles", "rolebindings")),)
 
@@ -213,16 +256,16 @@ _DISCOVERY = (*_HEALTH_AND_VERSION, "/openapi", "/openapi/*", "/api", "/api/*", 
 _NODE_RULES = (
     rule(("create",), ("authentication.k8s.io",), ("tokenreviews",)),
     rule(("create",), (_AUTHZ,), ("subjectaccessreviews", "localsubjectaccessreviews")),
-    rule(READ, (_CORE,), ("services",)),
-    rule(("create", "get", "list", "watch"), (_CORE,), ("nodes",)),
-    rule(("update", "patch"), (_CORE,), ("nodes/status",)),
-    rule(("update", "patch"), (_CORE,), ("nodes",)),
+    kind_rule(READ, SERVICE),
+    kind_rule(("create", "get", "list", "watch"), NODE),
+    subresource_rule(("update", "patch"), NODE, "status"),
+    kind_rule(("update", "patch"), NODE),
     _events(),
-    rule(("create", "delete"), (_CORE,), ("pods",)),
-    rule(("update", "patch"), (_CORE,), ("pods/status",)),
-    rule(("create",), (_CORE,), ("pods/eviction",)),
-    rule(("get",), (_CORE,), ("endpoints",)),
-    rule(("get", "create", "update", "patch", "delete"), (_COORDINATION,), ("leases",)),
+    kind_rule(("create", "delete"), POD),
+    subresource_rule(("update", "patch"), POD, "status"),
+    subresource_rule(("create",), POD, "eviction"),
+    kind_rule(("get",), ENDPOINTS),
+    kind_rule(("get", "create", "update", "patch", "delete"), LEASE),
 )
 
 
@@ -233,12 +276,12 @@ _NODE_RULES = (
 # (and no NodeRestriction admission, which applies to node identities only). For scale tests;
 # a real kubelet keeps its system:node:<name> identity.
 _FAKE_KUBELET_RULES = (
-    rule(("get", "list", "watch", "create", "update", "patch"), (_CORE,), ("nodes",)),
-    rule(("update", "patch"), (_CORE,), ("nodes/status",)),
-    rule(("get", "list", "watch", "delete"), (_CORE,), ("pods",)),
-    rule(("update", "patch"), (_CORE,), ("pods/status",)),
-    rule(("create",), (_CORE,), ("pods/eviction",)),
-    rule(("get", "list", "watch", "create", "update", "patch"), (_COORDINATION,), ("leases",)),
+    kind_rule(("get", "list", "watch", "create", "update", "patch"), NODE),
+    subresource_rule(("update", "patch"), NODE, "status"),
+    kind_rule(("get", "list", "watch", "delete"), POD),
+    subresource_rule(("update", "patch"), POD, "status"),
+    subresource_rule(("create",), POD, "eviction"),
+    kind_rule(("get", "list", "watch", "create", "update", "patch"), LEASE),
     _events(),
     rule(READ, (_CORE,), ("services", "endpoints")),
 )
@@ -308,33 +351,33 @@ def cluster_roles() -> list[rbac_pb2.ClusterRole]:
             "system:node-proxier",
             [
                 rule(("list", "watch"), (_CORE,), ("services", "endpoints")),
-                rule(READ, (_CORE,), ("nodes",)),
+                kind_rule(READ, NODE),
                 _events(),
-                rule(("list", "watch"), (_DISCOVERY_GROUP,), ("endpointslices",)),
+                kind_rule(("list", "watch"), ENDPOINT_SLICE),
             ],
         ),
         cluster_role(
             "system:kube-scheduler",
             [
                 _events(),
-                rule(("create",), (_COORDINATION,), ("leases",)),
+                kind_rule(("create",), LEASE),
                 rule(("get", "update"), (_COORDINATION,), ("leases",), (SCHEDULER_LEASE,)),
-                rule(READ, (_CORE,), ("nodes",)),
-                rule(("get", "list", "watch", "delete"), (_CORE,), ("pods",)),
+                kind_rule(READ, NODE),
+                kind_rule(("get", "list", "watch", "delete"), POD),
                 rule(("create",), (_CORE,), ("pods/binding", "bindings")),
-                rule(("patch", "update"), (_CORE,), ("pods/status",)),
-                rule(READ, (_CORE,), ("services",)),
-                rule(READ, (_APPS,), ("replicasets",)),
-                rule(READ, (_POLICY,), ("poddisruptionbudgets",)),
+                subresource_rule(("patch", "update"), POD, "status"),
+                kind_rule(READ, SERVICE),
+                kind_rule(READ, REPLICA_SET),
+                kind_rule(READ, POD_DISRUPTION_BUDGET),
                 rule(("create",), (_AUTHZ,), ("subjectaccessreviews",)),
-                rule(READ, (_CORE,), ("namespaces",)),
+                kind_rule(READ, NAMESPACE),
             ],
         ),
         cluster_role(
             "system:kube-controller-manager",
             [
                 _events(),
-                rule(("create",), (_COORDINATION,), ("leases",)),
+                kind_rule(("create",), LEASE),
                 rule(
                     ("get", "update"),
                     (_COORDINATION,),
@@ -343,10 +386,10 @@ def cluster_roles() -> list[rbac_pb2.ClusterRole]:
                 ),
                 # kube's "fundamental resources": the serviceaccount controller's accounts and
                 # the serviceaccount-token controller's Secrets.
-                rule(("create",), (_CORE,), ("serviceaccounts",)),
-                rule(("get", "update", "delete"), (_CORE,), ("secrets",)),
+                kind_rule(("create",), SERVICE_ACCOUNT),
+                kind_rule(("get", "update", "delete"), SECRET),
                 rule(("get",), (_CORE,), ("namespaces", "serviceaccounts")),
-                rule(("update",), (_CORE,), ("serviceaccounts",)),
+                kind_rule(("update",), SERVICE_ACCOUNT),
                 rule(("create",), (_AUTHZ,), ("subjectaccessreviews",)),
                 rule(("list", "watch"), "*", "*"),
             ],
@@ -366,65 +409,56 @@ def _controllers() -> list[tuple[rbac_pb2.ClusterRole, str]]:
         (
             # Writes any rules into aggregated roles, so it may escalate clusterroles.
             "clusterrole-aggregation-controller",
-            [
-                rule(
-                    ("escalate", "get", "list", "watch", "update", "patch"),
-                    (RBAC_GROUP,),
-                    ("clusterroles",),
-                )
-            ],
+            [kind_rule(("escalate", "get", "list", "watch", "update", "patch"), CLUSTER_ROLE)],
         ),
         (
             "replicaset-controller",
             [
-                rule(("get", "list", "watch", "update"), (_APPS,), ("replicasets",)),
-                rule(("update",), (_APPS,), ("replicasets/status",)),
+                kind_rule(("get", "list", "watch", "update"), REPLICA_SET),
+                subresource_rule(("update",), REPLICA_SET, "status"),
                 rule(("update",), (_APPS,), ("replicasets/finalizers",)),
-                rule(("list", "watch", "patch", "create", "delete"), (_CORE,), ("pods",)),
+                kind_rule(("list", "watch", "patch", "create", "delete"), POD),
                 _events(),
             ],
         ),
         (
             "deployment-controller",
             [
-                rule(("get", "list", "watch", "update"), (_APPS,), ("deployments",)),
-                rule(("update",), (_APPS,), ("deployments/status",)),
+                kind_rule(("get", "list", "watch", "update"), DEPLOYMENT),
+                subresource_rule(("update",), DEPLOYMENT, "status"),
                 rule(("update",), (_APPS,), ("deployments/finalizers",)),
-                rule(
-                    ("get", "list", "watch", "create", "update", "patch", "delete"),
-                    (_APPS,),
-                    ("replicasets",),
+                kind_rule(
+                    ("get", "list", "watch", "create", "update", "patch", "delete"), REPLICA_SET
                 ),
-                rule(("get", "list", "update", "watch"), (_CORE,), ("pods",)),
+                kind_rule(("get", "list", "update", "watch"), POD),
                 _events(),
             ],
         ),
         (
             "node-controller",
             [
-                rule(("get", "list", "update", "delete", "patch"), (_CORE,), ("nodes",)),
-                rule(("patch", "update"), (_CORE,), ("nodes/status",)),
-                rule(("patch", "update"), (_CORE,), ("pods/status",)),
-                rule(("list", "delete"), (_CORE,), ("pods",)),
+                kind_rule(("get", "list", "update", "delete", "patch"), NODE),
+                subresource_rule(("patch", "update"), NODE, "status"),
+                subresource_rule(("patch", "update"), POD, "status"),
+                kind_rule(("list", "delete"), POD),
                 _events(),
-                rule(("get",), (_CORE,), ("pods",)),
+                kind_rule(("get",), POD),
             ],
         ),
         (
             "daemon-set-controller",
             [
-                rule(READ, (_APPS,), ("daemonsets",)),
-                rule(("update",), (_APPS,), ("daemonsets/status",)),
+                kind_rule(READ, DAEMON_SET),
+                subresource_rule(("update",), DAEMON_SET, "status"),
                 rule(("update",), (_APPS,), ("daemonsets/finalizers",)),
-                rule(("list", "watch"), (_CORE,), ("nodes",)),
-                rule(("list", "watch", "create", "delete", "patch"), (_CORE,), ("pods",)),
+                kind_rule(("list", "watch"), NODE),
+                kind_rule(("list", "watch", "create", "delete", "patch"), POD),
                 # kube's role also creates pods/binding (daemon pods were bound by the
                 # controller before 1.12); the scheduler places them now, and here the role's
                 # rights are the whole controller manager's.
-                rule(
+                kind_rule(
                     ("get", "list", "watch", "create", "delete", "update", "patch"),
-                    (_APPS,),
-                    ("controllerrevisions",),
+                    CONTROLLER_REVISION,
                 ),
                 _events(),
             ],
@@ -437,7 +471,7 @@ def _controllers() -> list[tuple[rbac_pb2.ClusterRole, str]]:
             "endpoint-controller",
             [
                 rule(READ, (_CORE,), ("services", "pods")),
-                rule(("get", "list", "create", "update", "delete"), (_CORE,), ("endpoints",)),
+                kind_rule(("get", "list", "create", "update", "delete"), ENDPOINTS),
                 rule(("create",), (_CORE,), ("endpoints/restricted",)),
                 _events(),
             ],
@@ -448,11 +482,7 @@ def _controllers() -> list[tuple[rbac_pb2.ClusterRole, str]]:
                 rule(READ, (_CORE,), ("services", "pods", "nodes")),
                 # Slices are owned by their Service with blockOwnerDeletion.
                 rule(("update",), (_CORE,), ("services/finalizers",)),
-                rule(
-                    ("get", "list", "create", "update", "delete"),
-                    (_DISCOVERY_GROUP,),
-                    ("endpointslices",),
-                ),
+                kind_rule(("get", "list", "create", "update", "delete"), ENDPOINT_SLICE),
                 _events(),
             ],
         ),
@@ -462,56 +492,52 @@ def _controllers() -> list[tuple[rbac_pb2.ClusterRole, str]]:
                 rule(READ, (_CORE,), ("services", "endpoints")),
                 rule(("update",), (_CORE,), ("services/finalizers",)),
                 rule(("update",), (_CORE,), ("endpoints/finalizers",)),
-                rule(
-                    ("get", "list", "create", "update", "delete"),
-                    (_DISCOVERY_GROUP,),
-                    ("endpointslices",),
-                ),
+                kind_rule(("get", "list", "create", "update", "delete"), ENDPOINT_SLICE),
                 _events(),
             ],
         ),
         (
             "namespace-controller",
             [
-                rule(("get", "list", "watch", "delete"), (_CORE,), ("namespaces",)),
-                rule(("update",), (_CORE,), ("namespaces/finalize", "namespaces/status")),
+                kind_rule(("get", "list", "watch", "delete"), NAMESPACE),
+                subresource_rule(("update",), NAMESPACE, "finalize", "status"),
                 rule(("get", "list", "delete", "deletecollection"), "*", "*"),
             ],
         ),
         (
             "disruption-controller",
             [
-                rule(READ, (_APPS,), ("replicasets",)),
-                rule(READ, (_POLICY,), ("poddisruptionbudgets",)),
-                rule(("update",), (_POLICY,), ("poddisruptionbudgets/status",)),
+                kind_rule(READ, REPLICA_SET),
+                kind_rule(READ, POD_DISRUPTION_BUDGET),
+                subresource_rule(("update",), POD_DISRUPTION_BUDGET, "status"),
                 rule(("get",), "*", ("*/scale",)),
                 _events(),
-                rule(("patch", "update"), (_CORE,), ("pods/status",)),
+                subresource_rule(("patch", "update"), POD, "status"),
             ],
         ),
         (
             "job-controller",
             [
-                rule(("get", "list", "watch", "update", "patch"), (_BATCH,), ("jobs",)),
-                rule(("update", "patch"), (_BATCH,), ("jobs/status",)),
+                kind_rule(("get", "list", "watch", "update", "patch"), JOB),
+                subresource_rule(("update", "patch"), JOB, "status"),
                 rule(("update",), (_BATCH,), ("jobs/finalizers",)),
                 # kube's rule has patch only: tinykube's gRPC API removes the tracking
                 # finalizer with an update.
-                rule(("list", "watch", "create", "delete", "patch", "update"), (_CORE,), ("pods",)),
+                kind_rule(("list", "watch", "create", "delete", "patch", "update"), POD),
                 _events(),
             ],
         ),
         (
             "root-ca-cert-publisher",
-            [rule(("create", "update"), (_CORE,), ("configmaps",)), _events()],
+            [kind_rule(("create", "update"), CONFIG_MAP), _events()],
         ),
         (
             "service-account-controller",
-            [rule(("create",), (_CORE,), ("serviceaccounts",)), _events()],
+            [kind_rule(("create",), SERVICE_ACCOUNT), _events()],
         ),
         (
             "ttl-after-finished-controller",
-            [rule(("get", "list", "watch", "delete"), (_BATCH,), ("jobs",)), _events()],
+            [kind_rule(("get", "list", "watch", "delete"), JOB), _events()],
         ),
     ]
     return [(cluster_role(CONTROLLER_PREFIX + name, rules), name) for name, rules in roles]

@@ -33,16 +33,16 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from apiserver.accesslog import LogLimiter, access_log, go_duration
 from apiserver.auth.authn import StaleTokenError
 from apiserver.auth.authorizer import ALL_UNAUTHENTICATED, ANONYMOUS, Authorizer, Identity
 from apiserver.auth.filters import REQUESTER, Enforcer, needs_requester
 from apiserver.auth.review import self_subject_access_review, self_subject_rules_review
 from apiserver.flowcontrol import Limiter
-from apiserver.grpcapi import LogLimiter, access_log, go_duration
 from apiserver.metrics import Metrics
 from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
-from apiserver.rest import kubeproto, patch
+from apiserver.rest import kubeproto
 from apiserver.rest.attributes import rest_attributes
 from apiserver.rest.authapi import AuthAPI
 from apiserver.rest.codec import AS_PROTOBUF, PROTOBUF, dumps, negotiate
@@ -70,6 +70,7 @@ from apiserver.rest.status import (
     status_of,
 )
 from apiserver.settings import Settings
+from tinykube import fieldfacts
 from tinykube.clock import Clock
 from tinykube.errors import InvalidError, TinykubeError
 from tinykube.tls import PLAINTEXT, Credentials
@@ -155,7 +156,7 @@ class RestServer:
         self.metrics = metrics
         self.health = health
         self.discovery = Discovery()
-        self.openapi = OpenAPI(self.discovery.schemas, patch.patch_meta, version=GIT_VERSION)
+        self.openapi = OpenAPI(self.discovery.schemas, fieldfacts.patch_meta, version=GIT_VERSION)
         self.handlers = ResourceHandlers(
             services, settings=settings, clock=clock, kubelet_credentials=kubelet_credentials
         )

@@ -1,7 +1,8 @@
 """What the REST API serves, and the discovery documents that tell clients so.
 
 `RESOURCES` lists every resource at its Kubernetes group, version and path: the kinds of
-`tinykube.kinds` (stored, every verb) and the kinds Kubernetes clients routinely list that
+`tinykube.kinds` (stored; their verbs, short names, categories and subresources are the kind's
+facts there) and the kinds Kubernetes clients routinely list that
 tinykube does not model (`stored=False`: LIST and WATCH answer an empty list, GET is
 NotFound, writes are 405). From it come the legacy documents (`/api`, `/api/v1`, `/apis`,
 `/apis/<group>`, `/apis/<group>/<version>`) and aggregated discovery
@@ -16,20 +17,7 @@ from typing import Any
 
 from apiserver.rest.codec import parse_accept
 from apiserver.rest.eventsview import EVENTS_V1
-from tinykube.kinds import (
-    ALL_KINDS,
-    DAEMON_SET,
-    DEPLOYMENT,
-    EVENT,
-    JOB,
-    NAMESPACE,
-    POD,
-    REPLICA_SET,
-    SCALABLE_KINDS,
-    SERVICE,
-    SERVICE_ACCOUNT,
-    KindInfo,
-)
+from tinykube.kinds import ALL_KINDS, EVENT, READ_VERBS, KindInfo, Subresource
 
 # The Kubernetes release whose API tinykube serves; "+tinykube" marks the implementation
 # (build metadata in semver terms, as vendors' builds do: v1.37.0+k3s1).
@@ -38,19 +26,6 @@ KUBE_MINOR = "37"
 GIT_VERSION = f"v{KUBE_MAJOR}.{KUBE_MINOR}.0+tinykube"
 
 AGGREGATED_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
-
-READ_VERBS = ("get", "list", "watch")
-ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
-STATUS_VERBS = ("get", "patch", "update")
-
-
-@dataclass(frozen=True)
-class Subresource:
-    name: str  # "status"
-    kind: str  # the kind it answers with: "Pod", "Binding", "Scale"
-    verbs: tuple[str, ...]
-    group: str = ""  # of `kind`, when it differs from the resource's ("autoscaling")
-    version: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,12 +54,9 @@ class Resource:
     def verbs(self) -> tuple[str, ...]:
         if self.only_verbs:
             return self.only_verbs
-        if not self.stored:
+        if self.info is None:
             return READ_VERBS
-        if self.kind == NAMESPACE.kind:
-            # As kube-apiserver: namespaces are deleted one at a time, never as a collection.
-            return tuple(v for v in ALL_VERBS if v != "deletecollection")
-        return ALL_VERBS
+        return self.info.verbs
 
     @property
     def singular(self) -> str:
@@ -98,36 +70,6 @@ class Resource:
         return next((s for s in self.subresources if s.name == name), None)
 
 
-def _subresources(info: KindInfo) -> tuple[Subresource, ...]:
-    subs: list[Subresource] = []
-    if info.kind == POD.kind:
-        subs.append(Subresource("binding", "Binding", ("create",)))
-        # kubectl drain evicts only when discovery lists pods/eviction with its group and
-        # version (policy/v1); otherwise it falls back to plain deletes.
-        subs.append(Subresource("eviction", "Eviction", ("create",), "policy", "v1"))
-        subs.append(Subresource("log", "Pod", ("get",)))
-        # WebSocket streams relayed to the kubelet (apiserver/podstream.py).
-        subs.append(Subresource("attach", "PodAttachOptions", ("create", "get")))
-        subs.append(Subresource("exec", "PodExecOptions", ("create", "get")))
-        subs.append(Subresource("portforward", "PodPortForwardOptions", ("create", "get")))
-    if info.kind == SERVICE_ACCOUNT.kind:
-        # TokenRequest (apiserver/auth/tokenrequest.py): `kubectl create token`.
-        subs.append(
-            Subresource("token", "TokenRequest", ("create",), "authentication.k8s.io", "v1")
-        )
-    if info.kind in SCALABLE_KINDS:
-        subs.append(Subresource("scale", "Scale", STATUS_VERBS, "autoscaling", "v1"))
-    if info.kind == NAMESPACE.kind:
-        subs.append(Subresource("finalize", "Namespace", ("update",)))
-    if info.has_status:
-        subs.append(Subresource("status", info.kind, STATUS_VERBS))
-    return tuple(subs)
-
-
-# `kubectl get all` covers the kinds Kubernetes puts in the "all" category.
-_ALL_CATEGORY = {POD.kind, REPLICA_SET.kind, SERVICE.kind, DEPLOYMENT.kind, JOB.kind}
-
-
 def _stored(info: KindInfo) -> Resource:
     # tinykube's short names include the singular ("pod"); Kubernetes lists only real
     # abbreviations ("po") and serves the singular separately.
@@ -139,13 +81,11 @@ def _stored(info: KindInfo) -> Resource:
         kind=info.kind,
         namespaced=info.namespaced,
         short_names=shorts,
-        categories=("all",) if info.kind in _ALL_CATEGORY else (),
-        subresources=_subresources(info),
+        categories=info.categories,
+        subresources=info.all_subresources,
         info=info,
     )
 
-
-_ALL_CATEGORY.add(DAEMON_SET.kind)
 
 # Kinds kube-scheduler, kubectl and client-go programs list that tinykube does not model, in
 # their real groups and versions. Listed in discovery so such clients start and see nothing.

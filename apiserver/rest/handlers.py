@@ -39,7 +39,7 @@ from apiserver.podlogs import PodLogOptions, PodLogs
 from apiserver.podstream import PodStreams, StreamOptions
 from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
-from apiserver.rest import eventsview, kubeproto, patch, tables
+from apiserver.rest import eventsview, kubeproto, patch
 from apiserver.rest.codec import AS_JSON, AS_PROTOBUF, AS_TABLE, AS_YAML, PROTOBUF, KindCodec, dumps
 from apiserver.rest.discovery import Resource
 from apiserver.rest.status import (
@@ -59,6 +59,7 @@ from apiserver.settings import Settings
 from apiserver.validation import validate_namespace
 from apiserver.watchcache import encode_json_event
 from tinykube import remotecommand as rc
+from tinykube import tables
 from tinykube.clock import Clock
 from tinykube.errors import (
     AlreadyExistsError,

@@ -32,8 +32,8 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from apiserver.rest import openapi_proto
-from tinykube.kinds import SCALABLE_KINDS, KindInfo
-from tinykube.manifest import QUANTITY_FIELDS
+from tinykube.fieldfacts import KUBE_TYPE_NAMES, QUANTITY_FIELDS, QUANTITY_MAPS, REQUIRED
+from tinykube.kinds import KindInfo, api_package
 from tinykube.v1 import meta_pb2
 from tinykube.zerofields import REQUIRED_FIELDS
 
@@ -71,77 +71,6 @@ _META_MESSAGES = frozenset(
     }
 )
 _CORE_MESSAGES = frozenset({"ObjectReference", "PodTemplateSpec", "Binding"})
-# Messages whose Kubernetes name differs: protobuf gives services and messages one namespace.
-_RENAMED = {
-    "ServiceEndpoints": "Endpoints",
-    "EndpointSlicePort": "EndpointPort",
-    "EventsV1Event": "Event",
-    "EventsV1EventList": "EventList",
-}
-# map<string, string> fields that hold resource amounts: Kubernetes types them ResourceList.
-_QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable"})
-
-# The fields Kubernetes marks required, by Kubernetes type name (JSON names); only those the
-# message has are emitted. Added to tinykube.zerofields.REQUIRED_FIELDS, generated from
-# Kubernetes' schemas for every message reached from a kind, so what matters here are the types
-# that table does not walk (lists, Binding).
-_REQUIRED: dict[str, tuple[str, ...]] = {
-    "Container": ("name",),
-    "ContainerPort": ("containerPort",),
-    "EnvVar": ("name",),
-    "HTTPGetAction": ("port",),
-    "HTTPHeader": ("name", "value"),
-    "TCPSocketAction": ("port",),
-    "GRPCAction": ("port",),
-    "PodSpec": ("containers",),
-    "NodeSelector": ("nodeSelectorTerms",),
-    "NodeSelectorRequirement": ("key", "operator"),
-    "PreferredSchedulingTerm": ("weight", "preference"),
-    "PodCondition": ("type", "status"),
-    "ContainerStatus": ("name", "ready", "restartCount", "image"),
-    "ContainerStateTerminated": ("exitCode",),
-    "Taint": ("key", "effect"),
-    "NodeCondition": ("type", "status"),
-    "NodeAddress": ("type", "address"),
-    "NodeSystemInfo": (
-        "machineID",
-        "bootID",
-        "kernelVersion",
-        "osImage",
-        "containerRuntimeVersion",
-        "kubeletVersion",
-        "operatingSystem",
-        "architecture",
-    ),
-    "DaemonEndpoint": ("Port",),
-    "ReplicaSetSpec": ("selector",),
-    "ReplicaSetCondition": ("type", "status"),
-    "ReplicaSetStatus": ("replicas",),
-    "DeploymentSpec": ("selector", "template"),
-    "DeploymentCondition": ("type", "status"),
-    "DaemonSetSpec": ("selector", "template"),
-    "DaemonSetCondition": ("type", "status"),
-    "DaemonSetStatus": (
-        "currentNumberScheduled",
-        "numberMisscheduled",
-        "desiredNumberScheduled",
-        "numberReady",
-    ),
-    "ControllerRevision": ("revision",),
-    "LabelSelectorRequirement": ("key", "operator"),
-    "OwnerReference": ("apiVersion", "kind", "name", "uid"),
-    "Event": ("metadata", "involvedObject"),
-    "ServicePort": ("port",),
-    "EndpointAddress": ("ip",),
-    "EndpointPort": ("port",),
-    "EndpointSlice": ("addressType", "endpoints"),
-    "Endpoint": ("addresses",),
-    # Same short name as core/v1 EndpointPort, nothing required (a full name wins).
-    "io.k8s.api.discovery.v1.EndpointPort": (),
-    "io.k8s.api.events.v1.Event": ("eventTime",),
-    "Binding": ("target",),
-    "PodList": ("items",),
-}
 
 # Descriptions of the fields every object and list has, where the .proto says nothing.
 _COMMON_FIELDS = {
@@ -513,11 +442,6 @@ def _desc(message: type[Message]) -> Descriptor:
 # -- naming ------------------------------------------------------------------------------------
 
 
-def _api_package(group: str) -> str:
-    """io.k8s.api.<package>: "core" for the core group, else the group's first label."""
-    return "core" if not group else group.split(".")[0]
-
-
 def _name_messages(kinds: Sequence[KindInfo]) -> dict[str, str]:
     """Map every proto message the kinds reach to its Kubernetes definition name."""
     file_group: dict[str, tuple[str, str]] = {}
@@ -528,14 +452,14 @@ def _name_messages(kinds: Sequence[KindInfo]) -> dict[str, str]:
     def visit(desc: Descriptor, group: str, version: str) -> None:
         if desc.full_name in names or desc.GetOptions().map_entry:
             return
-        short = _RENAMED.get(desc.name, desc.name)
+        short = KUBE_TYPE_NAMES.get(desc.name, desc.name)
         group, version = file_group.get(desc.file.name, (group, version))
         if desc.name in _META_MESSAGES:
             names[desc.full_name] = f"{META}.{short}"
         elif desc.name in _CORE_MESSAGES:
             names[desc.full_name] = f"io.k8s.api.core.v1.{short}"
         else:
-            names[desc.full_name] = f"io.k8s.api.{_api_package(group)}.{version}.{short}"
+            names[desc.full_name] = f"io.k8s.api.{api_package(group)}.{version}.{short}"
         for field in desc.fields:
             sub = field.message_type
             if sub is None or sub.full_name.startswith("google.protobuf."):
@@ -698,7 +622,7 @@ class _SchemaBuilder:
         # table for the types that one does not walk (lists, Binding).
         wanted = (
             *REQUIRED_FIELDS.get(desc.full_name, ()),
-            *_REQUIRED.get(name, _REQUIRED.get(name.rsplit(".", 1)[1], ())),
+            *REQUIRED.get(name, REQUIRED.get(name.rsplit(".", 1)[1], ())),
         )
         required = [r for r in dict.fromkeys(wanted) if r in props]
         if required:
@@ -721,7 +645,7 @@ class _SchemaBuilder:
         entry = field.message_type
         if entry is not None and entry.GetOptions().map_entry:
             value = entry.fields_by_name["value"]
-            if json_name in _QUANTITY_MAPS and value.type == FieldDescriptor.TYPE_STRING:
+            if json_name in QUANTITY_MAPS and value.type == FieldDescriptor.TYPE_STRING:
                 values: JSON = _ref(QUANTITY)
             else:
                 values = self._scalar_or_ref(value, where)
@@ -1241,7 +1165,7 @@ def _kind_paths(info: KindInfo, obj: str, lst: str, binding: str | None) -> list
                 f"status of the specified {kind}",
             )
         )
-    if kind in SCALABLE_KINDS:
+    if info.scale is not None:
         paths.append(
             _subresource_path(
                 f"{prefix}{scope}/{plural}/{{name}}/scale",

@@ -18,12 +18,12 @@ patch types behave as kube-apiserver's:
   there), `$deleteFromPrimitiveList/<field>`, `$setElementOrder/<field>` and `$retainKeys`.
   Element order follows apimachinery exactly, including its use of Go's stable sort.
 
-The merge strategy and key of each list field come from `PATCH_META`, the one table mirroring
-the `patchStrategy`/`patchMergeKey` struct tags of Kubernetes' types for the fields tinykube
-has; the OpenAPI documents read it through `patch_meta`. Kubernetes answers some malformed
-strategic patches with a 500 (its error is untyped there); tinykube answers 400 with the same
-text, since bad input is never a server error. Pure functions, no I/O; the original is not
-modified.
+The merge strategy and key of each list field come from `tinykube.fieldfacts.PATCH_META`, the
+one table of field facts (the `patchStrategy`/`patchMergeKey` struct tags of Kubernetes' types
+for the fields tinykube has), which the OpenAPI documents and the field manager read too.
+Kubernetes answers some malformed strategic patches with a 500 (its error is untyped there);
+tinykube answers 400 with the same text, since bad input is never a server error. Pure
+functions, no I/O; the original is not modified.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import jsonpatch
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from tinykube.errors import BadRequestError, InvalidError, RequestEntityTooLargeError
+from tinykube.fieldfacts import KUBE_TYPE_NAMES, PATCH_META
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -57,48 +58,6 @@ UNSUPPORTED_MEDIA_TYPE = (
     "application/json-patch+json, application/merge-patch+json, "
     "application/strategic-merge-patch+json"
 )
-
-# (message full name, JSON field) -> (patchStrategy, patchMergeKey), from the struct tags of
-# k8s.io/api and k8s.io/apimachinery. Every other repeated field tinykube has is atomic there
-# (no patchStrategy: a strategic patch replaces it whole), including NodeSpec.taints,
-# PodSpec.tolerations, PodStatus.containerStatuses and Endpoints.subsets;
-# tests/unit/rest/test_patch.py lists them and fails when a new repeated field is in neither.
-PATCH_META: dict[tuple[str, str], tuple[str, str]] = {
-    ("tinykube.v1.ObjectMeta", "ownerReferences"): ("merge", "uid"),
-    ("tinykube.v1.ObjectMeta", "finalizers"): ("merge", ""),
-    ("tinykube.v1.PodSpec", "initContainers"): ("merge", "name"),
-    ("tinykube.v1.PodSpec", "topologySpreadConstraints"): ("merge", "topologyKey"),
-    ("tinykube.v1.PodSpec", "schedulingGates"): ("merge", "name"),
-    ("tinykube.v1.PodSpec", "containers"): ("merge", "name"),
-    ("tinykube.v1.Container", "ports"): ("merge", "containerPort"),
-    ("tinykube.v1.Container", "env"): ("merge", "name"),
-    # kube's is "merge,retainKeys": the retained keys matter only for a volume's source.
-    ("tinykube.v1.PodSpec", "volumes"): ("merge", "name"),
-    ("tinykube.v1.Container", "volumeMounts"): ("merge", "mountPath"),
-    ("tinykube.v1.PodStatus", "conditions"): ("merge", "type"),
-    ("tinykube.v1.PodStatus", "podIPs"): ("merge", "ip"),
-    ("tinykube.v1.PodStatus", "hostIPs"): ("merge", "ip"),
-    ("tinykube.v1.NodeStatus", "conditions"): ("merge", "type"),
-    ("tinykube.v1.NodeStatus", "addresses"): ("merge", "type"),
-    ("tinykube.v1.ReplicaSetStatus", "conditions"): ("merge", "type"),
-    ("tinykube.v1.DeploymentStatus", "conditions"): ("merge", "type"),
-    ("tinykube.v1.ServiceSpec", "ports"): ("merge", "port"),
-    ("tinykube.v1.PodDisruptionBudgetStatus", "conditions"): ("merge", "type"),
-    ("tinykube.v1.DaemonSetStatus", "conditions"): ("merge", "type"),
-    ("tinykube.v1.NamespaceStatus", "conditions"): ("merge", "type"),
-    ("tinykube.v1.JobStatus", "conditions"): ("merge", "type"),
-    ("tinykube.v1.ServiceAccount", "secrets"): ("merge", "name"),
-}
-
-# tinykube message names that are not Kubernetes' Go type names (errors name the Go type).
-_GO_NAMES = {"ServiceEndpoints": "Endpoints", "EndpointSlicePort": "EndpointPort"}
-
-
-def patch_meta(message_full_name: str, json_field: str) -> tuple[str, str] | None:
-    """The (patchStrategy, patchMergeKey) of a field, or None where Kubernetes has none.
-
-    A primitive list with the merge strategy has an empty merge key: ("merge", "")."""
-    return PATCH_META.get((message_full_name, json_field))
 
 
 def apply_patch(
@@ -326,7 +285,7 @@ def _find_field(message: Descriptor, key: str) -> FieldDescriptor | None:
 
 def _go_name(message: Any) -> str:
     name = str(getattr(message, "name", "object"))
-    return _GO_NAMES.get(name, name)
+    return KUBE_TYPE_NAMES.get(name, name)
 
 
 def _retain_keys_and_strategy(strategies: list[str]) -> str:

@@ -400,7 +400,7 @@ async def test_a_rest_watcher_too_slow_gets_its_error_event_and_the_stream_close
 
 
 def test_the_access_log_has_a_line_per_request(caplog: pytest.LogCaptureFixture) -> None:
-    from apiserver.grpcapi import go_duration
+    from apiserver.accesslog import go_duration
 
     assert go_duration(0.0021) == "2.1ms" and go_duration(1.5) == "1.5s"
 

@@ -276,8 +276,11 @@ def test_get_pods_table_and_wide(server: FakeServer) -> None:
         "NODE",
         "NOMINATED",
         "NODE",
+        # As kubectl against kube: the apiserver's Table has this wide column too.
+        "READINESS",
+        "GATES",
     ]
-    assert out.splitlines()[1].split()[-3:] == ["10.0.0.7", "node-1", "<none>"]
+    assert out.splitlines()[1].split()[-4:] == ["10.0.0.7", "node-1", "<none>", "<none>"]
 
 
 def test_get_all_namespaces_adds_namespace_column(server: FakeServer) -> None:

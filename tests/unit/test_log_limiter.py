@@ -1,10 +1,10 @@
-"""apiserver.grpcapi.LogLimiter: one line per interval, the rest counted."""
+"""apiserver.accesslog.LogLimiter: one line per interval, the rest counted."""
 
 from __future__ import annotations
 
 import pytest
 
-from apiserver.grpcapi import LogLimiter
+from apiserver.accesslog import LogLimiter
 
 
 @pytest.mark.parametrize(

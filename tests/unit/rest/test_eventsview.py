@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-from apiserver.rest import patch
 from apiserver.rest.discovery import Discovery
 from apiserver.rest.eventsview import (
     EventsViewCodec,
@@ -15,6 +14,7 @@ from apiserver.rest.eventsview import (
     validate_create,
 )
 from apiserver.rest.openapi import OpenAPI
+from tinykube import fieldfacts
 from tinykube.errors import BadRequestError
 from tinykube.v1 import event_pb2
 
@@ -144,7 +144,7 @@ def test_discovery_and_openapi_serve_the_view() -> None:
         ("ev",),
     )
     assert "create" in events.verbs and "watch" in events.verbs
-    api = OpenAPI(d.schemas, patch.patch_meta)
+    api = OpenAPI(d.schemas, fieldfacts.patch_meta)
     doc = json.loads(api.v3_document("apis/events.k8s.io/v1") or b"{}")
     schema = doc["components"]["schemas"]["io.k8s.api.events.v1.Event"]
     assert {"note", "regarding", "reportingController", "deprecatedCount"} <= set(

@@ -20,16 +20,15 @@ from apiserver.rest.patch import (
     JSON_PATCH,
     MERGE_PATCH,
     PATCH_CONTENT_TYPES,
-    PATCH_META,
     REJECTED,
     STRATEGIC_MERGE_PATCH,
     _go_stable_sort,
     apply_patch,
-    patch_meta,
 )
 from tinykube.errors import BadRequestError, InvalidError, RequestEntityTooLargeError
+from tinykube.fieldfacts import PATCH_META, patch_meta
 from tinykube.kinds import ALL_KINDS
-from tinykube.v1 import node_pb2, pod_pb2, replicaset_pb2, service_pb2
+from tinykube.v1 import endpoints_pb2, eventsv1_pb2, node_pb2, pod_pb2, replicaset_pb2, service_pb2
 
 POD_D = pod_pb2.Pod.DESCRIPTOR
 NODE_D = node_pb2.Node.DESCRIPTOR
@@ -1282,3 +1281,16 @@ def test_lists_of_lists_are_unprocessable() -> None:
         run(STRATEGIC_MERGE_PATCH, doc, {"metadata": {"finalizers": [["a"]]}}, POD_D)
     assert type(caught.value) is InvalidError
     assert str(caught.value.__cause__) == "lists of lists are not supported"
+
+
+def test_errors_name_kubernetes_type_for_renamed_messages() -> None:
+    """Errors name Kubernetes' Go type (tinykube.fieldfacts.KUBE_TYPE_NAMES), not tinykube's
+    message: events.k8s.io/v1's Event, core's Endpoints."""
+    renamed = (
+        (eventsv1_pb2.EventsV1Event.DESCRIPTOR, "Event"),
+        (endpoints_pb2.ServiceEndpoints.DESCRIPTOR, "Endpoints"),
+    )
+    for descriptor, kube in renamed:
+        with pytest.raises(InvalidError) as err:
+            apply_patch(MERGE_PATCH, {}, b"[1]", descriptor)
+        assert str(err.value).startswith(f"{kube} is invalid: patch"), str(err.value)

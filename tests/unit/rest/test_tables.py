@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from apiserver.rest import tables
-from tinykube import kinds
+from tinykube import kinds, tables
 from tinykube.duration import human_duration
 from tinykube.errors import BadRequestError, InternalError
 from tinykube.manifest import to_dict

@@ -1,5 +1,8 @@
 """Server-side printing: the meta.k8s.io/v1 Table kube-apiserver answers for
-`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`.
+`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`. The apiserver serves it
+(apiserver/rest/handlers.py); the tinykube CLI, which talks gRPC where there is no Table, prints
+the same columns and cells (tinykube/cli/printers.py), so a kind's printer columns are declared
+once, here.
 
 kubectl asks for a Table on every `get` and prints its cells as they come, hiding priority-1
 columns unless `-o wide`; so the columns, their order and every cell's text here are the ones
