@@ -21,6 +21,7 @@ import dataclasses
 import json
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
@@ -31,9 +32,10 @@ from apiserver import fieldmanager, validation
 from apiserver.admission import Admission
 from apiserver.allocator import Claims, ServiceAllocator
 from apiserver.auth.escalation import EscalationGuard
-from apiserver.auth.filters import REQUESTER, admit_node_write
+from apiserver.auth.filters import admit_node_write
 from apiserver.deletion import check_policy, gc_finalizers, policy_of
 from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy
+from apiserver.requestcontext import INTERNAL, RequestContext
 from apiserver.settings import Settings
 from apiserver.storage import KV, Storage, WriteResult
 from apiserver.validation import invalid, required, unsupported
@@ -87,6 +89,15 @@ class _Current:
     obj: Message  # a private copy, free to mutate
     revision: int  # its etcd mod_revision
     authoritative: bool  # read from etcd (or proven by the client's resourceVersion)
+
+
+class _Reread(Exception):
+    """An attempt's answer rests on a cached copy that only etcd may confirm: read again."""
+
+
+# An update's transform (kube's UpdateFunc): the current object (a private copy, never to be
+# mutated; None when it does not exist and the update may create it) -> the object wanted.
+Transform = Callable[[Message | None], Awaitable[Message]]
 
 
 # ASCII digits only, as Go's strconv reads a resourceVersion: Python's int() also takes
@@ -228,7 +239,9 @@ class ResourceStore:
         if cached:
             hit = self.cache.state.get(key)
             if hit is not None and (revision == 0 or hit.revision == revision):
-                return _Current(self.info.message.FromString(hit.data), hit.revision, revision != 0)
+                obj = self.info.message.FromString(hit.data)
+                obj.metadata.resourceVersion = str(hit.revision)  # type: ignore[attr-defined]
+                return _Current(obj, hit.revision, revision != 0)
         kv = await self.storage.get(key)
         if kv is None:
             return None
@@ -342,26 +355,34 @@ class ResourceStore:
 
     # ---- Create ----------------------------------------------------------------------------
 
-    async def create(self, request: Message, *, field_manager: str | None = None) -> Message:
-        """Create the object. `field_manager` records its fields in managedFields (operation
-        Update); None leaves managedFields as the request has them (an apply computed them)."""
+    async def create(self, request: Message, ctx: RequestContext = INTERNAL) -> Message:
+        """Create the object. `ctx.field_manager` records its fields in managedFields
+        (operation Update); None leaves managedFields as the request has them (an apply
+        computed them). A dry run (`ctx.dry_run`) runs every step the write runs (admission,
+        NodeRestriction, escalation, defaults, validation, cluster IP / nodePort allocation
+        without claiming anything, the name's uniqueness) and answers the object as it would be
+        stored, without a resourceVersion, writing nothing."""
         obj: Message = getattr(request, self.info.request_field)
         meta = obj.metadata  # type: ignore[attr-defined]
         self._check_size(request, meta.name or meta.generateName)
+        return await self._create(obj, ctx)
+
+    async def _create(self, obj: Message, ctx: RequestContext) -> Message:
+        meta = obj.metadata  # type: ignore[attr-defined]
         meta.namespace = self._namespace(meta.namespace)
         generated = not meta.name and bool(meta.generateName)
         # Mutating admission runs before the strategy, as in kube-apiserver (the Priority
         # plugin's preemptionPolicy comes before the strategy's default).
         await self.admit(obj)
         # NodeRestriction is admission too: it refuses a node's write before validation.
-        self._admit_node("create", "", meta.namespace, meta.name, obj, None)
+        self._admit_node(ctx, "create", "", meta.namespace, meta.name, obj, None)
         if self.escalation is not None:
             # Before validation, as kube's policybased RBAC storage wraps the store.
-            self.escalation.admit(self.info.kind, obj, None, REQUESTER.get())
+            self.escalation.admit(self.info.kind, obj, None, ctx.identity)
         self.strategy.prepare_for_create(obj, self.clock.now())
-        if field_manager is not None:
+        if ctx.field_manager is not None:
             fieldmanager.record_update(
-                None, obj, self.info, manager=field_manager, now=self.clock.now()
+                None, obj, self.info, manager=ctx.field_manager, now=self.clock.now()
             )
         for _attempt in range(3):
             if generated:
@@ -373,6 +394,8 @@ class ResourceStore:
             if errors:
                 raise InvalidError.for_object(self.info.qualified_kind, meta.name, errors)
             await self.admit_validated(obj, None)
+            if ctx.dry_run:
+                return await self._dry_create(obj)
             if self.allocator is not None:
                 result = await self._create_allocated(meta.namespace, meta.name, obj)
             else:
@@ -393,8 +416,36 @@ class ResourceStore:
                 break
         raise AlreadyExistsError(f'{self.plural} "{meta.name}" already exists')
 
+    async def _dry_create(self, obj: Message) -> Message:
+        """The end of a dry-run create: what the write's transaction would refuse (the size
+        limit, a requested cluster IP or nodePort that is taken, the name in use), checked
+        against etcd without writing; unset cluster IPs and nodePorts are filled with free
+        values, reserving none."""
+        meta = obj.metadata  # type: ignore[attr-defined]
+        key = self.key(meta.namespace, meta.name)
+        if self.allocator is not None:
+            await self._dry_allocate(obj, None)
+        self._stored_value(obj)  # refuses an object over max_object_bytes
+        if await self.storage.get(key) is not None:
+            raise AlreadyExistsError(f'{self.plural} "{meta.name}" already exists')
+        meta.resourceVersion = ""
+        return obj
+
+    async def _dry_allocate(self, new: Message, old: Message | None) -> None:
+        assert self.allocator is not None
+        meta = new.metadata  # type: ignore[attr-defined]
+        await self.allocator.dry_run(
+            self.info.kind,
+            meta.name,
+            f"{meta.namespace}/{meta.name}",
+            new.spec,  # type: ignore[attr-defined]
+            old.spec if old is not None else None,  # type: ignore[attr-defined]
+            self.storage.get,
+        )
+
     def _admit_node(
         self,
+        ctx: RequestContext,
         verb: str,
         subresource: str,
         namespace: str,
@@ -402,11 +453,12 @@ class ResourceStore:
         obj: Message | None,
         old: Message | None,
     ) -> None:
-        """NodeRestriction admission when a node sends the request (one ContextVar read
-        otherwise): a kubelet writes only its own Node, Lease and pods' status."""
-        if REQUESTER.get() is not None:
+        """NodeRestriction admission when a node sends the request: a kubelet writes only its
+        own Node, Lease and pods' status."""
+        if ctx.identity is not None:
             info = self.info
             admit_node_write(
+                ctx.identity,
                 verb,
                 info.plural,
                 info.group,
@@ -540,132 +592,203 @@ class ResourceStore:
             remaining = max(first_count - len(collected), 0)
         return ListPage(str(revision), collected, token, remaining)
 
-    # ---- Update / UpdateStatus -------------------------------------------------------------
+    # ---- Update / UpdateStatus / finalize: one GuaranteedUpdate ------------------------------
 
-    async def update(self, request: Message, *, field_manager: str | None = None) -> Message:
-        """Update the object; `field_manager` as for `create`. A request without
-        managedFields keeps the stored ones."""
-        return await self._update(request, status=False, field_manager=field_manager)
+    async def update(self, request: Message, ctx: RequestContext = INTERNAL) -> Message:
+        """Replace the object; `ctx` as for `create`. A request without managedFields keeps
+        the stored ones. Its resourceVersion, if any, must be the stored one."""
+        return await self._replace(request, ctx, "")
 
-    async def update_status(self, request: Message, *, field_manager: str | None = None) -> Message:
-        """Replace the status; `field_manager` records the change (subresource status)."""
-        return await self._update(request, status=True, field_manager=field_manager)
+    async def update_status(self, request: Message, ctx: RequestContext = INTERNAL) -> Message:
+        """Replace the status; `ctx.field_manager` records the change (subresource status)."""
+        return await self._replace(request, ctx, "status")
 
-    async def finalize(self, request: Message, *, field_manager: str | None = None) -> Message:
+    async def finalize(self, request: Message, ctx: RequestContext = INTERNAL) -> Message:
         """Namespaces only (Kubernetes' namespaces/finalize): replace spec.finalizers. A
         namespace being deleted that is left without finalizers is removed."""
         if self.info.kind != NAMESPACE.kind:
             raise UnimplementedError(f"{self.plural} have no finalize subresource")
-        return await self._update(request, status=False, finalize=True, field_manager=field_manager)
+        return await self._replace(request, ctx, "finalize")
 
-    async def _update(
-        self,
-        request: Message,
-        *,
-        status: bool,
-        finalize: bool = False,
-        field_manager: str | None = None,
-    ) -> Message:
+    async def _replace(self, request: Message, ctx: RequestContext, subresource: str) -> Message:
         obj: Message = getattr(request, self.info.request_field)
         meta = obj.metadata  # type: ignore[attr-defined]
         if not meta.name:
             raise InvalidError.for_object(self.info.qualified_kind, "", [required("metadata.name")])
         self._check_size(request, meta.name)
-        meta.namespace = self._namespace(meta.namespace)
-        key = self.key(meta.namespace, meta.name)
         expected = _parse_rv(meta.resourceVersion) if meta.resourceVersion else 0
-        cur = await self._current(key, revision=expected)
+
+        async def replace(_old: Message | None) -> Message:
+            return obj
+
+        new, _ = await self.guaranteed_update(
+            meta.namespace, meta.name, replace, ctx, subresource=subresource, expected=expected
+        )
+        return new
+
+    async def guaranteed_update(
+        self,
+        namespace: str,
+        name: str,
+        transform: Transform,
+        ctx: RequestContext = INTERNAL,
+        *,
+        subresource: str = "",
+        expected: int = 0,
+        create_missing: bool = False,
+    ) -> tuple[Message, bool]:
+        """Every update's one path (kube's GuaranteedUpdate): read the current object (the
+        watch cache's copy first, etcd's when that is not proven current), `transform` it
+        (old -> the object the client wants: a PUT's body, a patched or applied object, a
+        scaled one), run admission and NodeRestriction and the escalation check, the
+        strategy's update rules and validation, then compare-and-swap on the revision read.
+        A lost race runs the transform again on the new current object, so unconditional
+        updates and patches retry; a transform whose result names a resourceVersion (a PUT
+        with one, a patch that sets it) must match the stored one (Conflict otherwise).
+
+        `subresource` "" (spec and metadata), "status" or "finalize" picks the strategy's
+        rules. `expected` is the revision the caller already names (a PUT's), so the cache's
+        copy is used only at that revision. `create_missing` (server-side apply) creates the
+        object from `transform(None)` when it does not exist. A dry run runs everything and
+        stops before etcd, answering the object as it would be stored. Returns (object,
+        created)."""
+        namespace = self._namespace(namespace)
+        key = self.key(namespace, name)
+        # A dry run has no compare-and-swap to prove a cached copy: it reads etcd.
+        cur = await self._current(key, revision=expected, cached=not ctx.dry_run)
         for _attempt in range(_CAS_ATTEMPTS):
             if cur is None:
-                raise self._not_found(meta.name)
-            if expected and expected != cur.revision:
+                if not create_missing:
+                    raise self._not_found(name)
+                obj = await transform(None)
+                self._check_size(obj, name)
+                try:
+                    return await self._create(obj, ctx), True
+                except AlreadyExistsError:
+                    # Created meanwhile: apply to it.
+                    cur = await self._current(key, cached=False)
+                    if cur is None:
+                        raise
+                    continue
+            try:
+                outcome = await self._try_update(
+                    key, namespace, name, cur, transform, ctx, subresource
+                )
+            except (TinykubeError, _Reread):
+                # Only etcd's answer may justify an error (or a no-op answer).
                 if cur.authoritative:
-                    raise self._conflict(meta.name)
+                    raise
                 cur = await self._current(key, cached=False)
                 continue
-            old = cur.obj
-            old_uid = old.metadata.uid  # type: ignore[attr-defined]
-            if meta.uid and meta.uid != old_uid:
-                # The client's object is an earlier incarnation of this name.
-                if not cur.authoritative:
-                    cur = await self._current(key, cached=False)
-                    continue
-                raise self._conflict(
-                    meta.name,
-                    f"Precondition failed: UID in precondition: {meta.uid}, UID in object meta: "
-                    f"{old_uid}",
-                )
-            if status:
-                new = self.strategy.prepare_for_status_update(obj, old)
-                errors = self.strategy.validate_status_update(new, old)
-            elif finalize:
-                new = self.strategy.prepare_for_finalize(obj, old)
-                errors = validation.validate_namespace(new, indexed=True)  # type: ignore[arg-type]
+            if isinstance(outcome, _Current) or outcome is None:
+                # The compare-and-swap lost a race: transform the current object again.
+                cur = outcome
+                continue
+            return outcome, False
+        raise self._conflict(name)
+
+    async def _try_update(
+        self,
+        key: bytes,
+        namespace: str,
+        name: str,
+        cur: _Current,
+        transform: Transform,
+        ctx: RequestContext,
+        subresource: str,
+    ) -> Message | _Current | None:
+        """One attempt of `guaranteed_update`: the object written (or, dry, that would be), or
+        the current object after a lost compare-and-swap (None: it is gone)."""
+        old = cur.obj
+        obj = await transform(old)
+        meta = obj.metadata  # type: ignore[attr-defined]
+        meta.namespace = namespace
+        if meta.resourceVersion and _parse_rv(meta.resourceVersion) != cur.revision:
+            raise self._conflict(name)
+        old_uid = old.metadata.uid  # type: ignore[attr-defined]
+        if meta.uid and meta.uid != old_uid:
+            # The client's object is an earlier incarnation of this name.
+            raise self._conflict(
+                name,
+                f"Precondition failed: UID in precondition: {meta.uid}, UID in object meta: "
+                f"{old_uid}",
+            )
+        if subresource == "status":
+            new = self.strategy.prepare_for_status_update(obj, old)
+            errors = self.strategy.validate_status_update(new, old)
+        elif subresource == "finalize":
+            new = self.strategy.prepare_for_finalize(obj, old)
+            errors = validation.validate_namespace(new, indexed=True)  # type: ignore[arg-type]
+        else:
+            new = type(obj)()
+            new.CopyFrom(obj)
+            self.strategy.prepare_for_update(new, old)
+            errors = self.strategy.validate_update(new, old)
+            if self.allocator is not None:
+                errors += self.allocator.validate(new.spec)  # type: ignore[attr-defined]
+            fieldmanager.keep_managed_fields(new, old)
+        new.metadata.resourceVersion = old.metadata.resourceVersion  # type: ignore[attr-defined]
+        if ctx.field_manager is not None and not errors:
+            fieldmanager.record_update(
+                old,
+                new,
+                self.info,
+                manager=ctx.field_manager,
+                now=self.clock.now(),
+                subresource=subresource,
+            )
+        self._admit_node(ctx, "update", subresource, namespace, name, new, old)
+        if self.escalation is not None and not subresource:
+            self.escalation.admit(self.info.kind, new, old, ctx.identity)
+        if not errors and not subresource:
+            await self.admit_validated(new, old)
+        if errors:
+            raise InvalidError.for_object(self.info.qualified_kind, name, errors)
+        if new == old:
+            if not cur.authoritative:
+                raise _Reread
+            return old  # a no-op write keeps the resourceVersion, as Kubernetes does
+        nmeta = new.metadata  # type: ignore[attr-defined]
+        removing = (
+            nmeta.HasField("deletionTimestamp")
+            and not nmeta.finalizers
+            and nmeta.deletionGracePeriodSeconds == 0
+            and not (self.info.kind == NAMESPACE.kind and new.spec.finalizers)  # type: ignore[attr-defined]
+        )
+        allocating = self.allocator is not None and subresource != "status"
+        if ctx.dry_run:
+            if allocating and not removing:
+                await self._dry_allocate(new, old)
+            self._stored_value(new)  # refuses an object over max_object_bytes
+            return new
+        if removing:
+            # The last finalizer is gone from an object being deleted: remove it.
+            result = await self.storage.delete(key, cur.revision, release=self._held(old))
+            if result.succeeded:
+                return new
+        else:
+            if allocating:
+                result = await self._update_allocated(key, new, old, cur.revision)
             else:
-                new = type(obj)()
-                new.CopyFrom(obj)
-                self.strategy.prepare_for_update(new, old)
-                errors = self.strategy.validate_update(new, old)
-                if self.allocator is not None:
-                    errors += self.allocator.validate(new.spec)  # type: ignore[attr-defined]
-                fieldmanager.keep_managed_fields(new, old)
-            new.metadata.resourceVersion = old.metadata.resourceVersion  # type: ignore[attr-defined]
-            if field_manager is not None and not errors:
-                fieldmanager.record_update(
-                    old,
-                    new,
-                    self.info,
-                    manager=field_manager,
-                    now=self.clock.now(),
-                    subresource="status" if status else "finalize" if finalize else "",
-                )
-            sub = "status" if status else "finalize" if finalize else ""
-            self._admit_node("update", sub, meta.namespace, meta.name, new, old)
-            if self.escalation is not None and not status and not finalize:
-                self.escalation.admit(self.info.kind, new, old, REQUESTER.get())
-            if not errors and not status and not finalize:
-                await self.admit_validated(new, old)
-            if errors or new == old:
-                if not cur.authoritative:
-                    cur = await self._current(key, cached=False)
-                    continue
-                if errors:
-                    raise InvalidError.for_object(self.info.qualified_kind, meta.name, errors)
-                return old  # a no-op write keeps the resourceVersion, as Kubernetes does
-            nmeta = new.metadata  # type: ignore[attr-defined]
-            if (
-                nmeta.HasField("deletionTimestamp")
-                and not nmeta.finalizers
-                and nmeta.deletionGracePeriodSeconds == 0
-                and not (self.info.kind == NAMESPACE.kind and new.spec.finalizers)  # type: ignore[attr-defined]
-            ):
-                # The last finalizer is gone from an object being deleted: remove it.
-                result = await self.storage.delete(key, cur.revision, release=self._held(old))
-                if result.succeeded:
-                    return new
-            else:
-                if self.allocator is not None and not status:
-                    result = await self._update_allocated(key, new, old, cur.revision)
-                else:
-                    result = await self.storage.update(key, self._stored_value(new), cur.revision)
-                if result.succeeded:
-                    nmeta.resourceVersion = str(result.revision)
-                    return new
-            if expected:
-                raise self._conflict(meta.name)
-            # An unconditional update lost a race: apply it again to the current value.
-            cur = self._after_failure(result)
-        raise self._conflict(meta.name)
+                result = await self.storage.update(key, self._stored_value(new), cur.revision)
+            if result.succeeded:
+                nmeta.resourceVersion = str(result.revision)
+                return new
+        return self._after_failure(result)
 
     # ---- Delete ----------------------------------------------------------------------------
 
-    async def delete(self, request: meta_pb2.DeleteRequest) -> Message:
+    async def delete(
+        self, request: meta_pb2.DeleteRequest, ctx: RequestContext = INTERNAL
+    ) -> Message:
         """Delete, or mark as deleting: graceful pods and objects held by finalizers stay,
         with deletionTimestamp set, until the kubelet or the finalizers' owners let go.
 
         propagationPolicy (apiserver/deletion.py) decides the garbage collector's finalizers:
         Orphan and Foreground keep the object until the collector has dealt with its
-        dependents. Returns the object as stored (marked) or as it was (deleted).
+        dependents. Returns the object as stored (marked) or as it was (deleted). A dry run
+        checks what the delete checks (options, preconditions, admission, NodeRestriction)
+        and answers the same object, writing nothing.
         """
         if not request.name:
             raise InvalidError(f"{self.info.kind} name is required")
@@ -677,17 +800,17 @@ class ResourceStore:
         if self.info.kind == NAMESPACE.kind:
             if self.admission is not None:
                 self.admission.check_delete(self.info, request.name)
-            marked = await self._start_namespace_deletion(request, key)
+            marked = await self._start_namespace_deletion(request, key, ctx)
             if marked is not None:
                 return marked
         pre = request.preconditions
-        cur = await self._current(key)
+        cur = await self._current(key, cached=not ctx.dry_run)
         for _attempt in range(_CAS_ATTEMPTS):
             if cur is None:
                 raise self._not_found(request.name)
             obj = cur.obj
             meta = obj.metadata  # type: ignore[attr-defined]
-            self._admit_node("delete", "", namespace, request.name, None, obj)
+            self._admit_node(ctx, "delete", "", namespace, request.name, None, obj)
             problem = self._precondition_failure(request.name, pre, meta)
             grace = 0
             if self.info.kind == POD.kind:
@@ -736,11 +859,15 @@ class ResourceStore:
                     nmeta.deletionTimestamp.CopyFrom(deadline)
                 if not marked or nmeta.deletionGracePeriodSeconds > grace:
                     nmeta.deletionGracePeriodSeconds = grace
+                if ctx.dry_run:
+                    return obj
                 result = await self.storage.update(key, self._stored_value(obj), cur.revision)
                 if result.succeeded:
                     nmeta.resourceVersion = str(result.revision)
                     return obj
             else:
+                if ctx.dry_run:
+                    return obj
                 result = await self.storage.delete(key, cur.revision, release=self._held(obj))
                 if result.succeeded:
                     return obj
@@ -748,13 +875,13 @@ class ResourceStore:
         raise self._conflict(request.name)
 
     async def _start_namespace_deletion(
-        self, request: meta_pb2.DeleteRequest, key: bytes
+        self, request: meta_pb2.DeleteRequest, key: bytes, ctx: RequestContext
     ) -> Message | None:
         """A namespace's first Delete, as kube-apiserver's namespace storage: set
         deletionTimestamp and phase Terminating (the namespace controller then empties it and
         finalizes it). Returns the namespace as stored, or None when the generic delete
         applies: it is already terminating with no spec.finalizers left, or had none."""
-        cur = await self._current(key)
+        cur = await self._current(key, cached=not ctx.dry_run)
         for _attempt in range(_CAS_ATTEMPTS):
             if cur is None:
                 raise self._not_found(request.name)
@@ -774,6 +901,8 @@ class ResourceStore:
             ns.status.phase = "Terminating"  # type: ignore[attr-defined]
             # No propagation finalizers: tinykube's garbage collector does not track namespaces
             # (Kubernetes' would), and one would hold the namespace forever.
+            if ctx.dry_run:
+                return ns
             result = await self.storage.update(key, self._stored_value(ns), cur.revision)
             if result.succeeded:
                 meta.resourceVersion = str(result.revision)
@@ -809,11 +938,18 @@ class ResourceStore:
 
     # ---- Bind ------------------------------------------------------------------------------
 
-    async def bind(self, request: pod_pb2.BindRequest) -> pod_pb2.BindResponse:
-        rv = await self._bind(request.binding)
+    async def bind(
+        self, request: pod_pb2.BindRequest, ctx: RequestContext = INTERNAL
+    ) -> pod_pb2.BindResponse:
+        """Assign the pod to a node (pods/binding). A dry run checks everything the bind
+        checks (the binding, the pod's uid, deletion, node and scheduling gates, that the node
+        exists) and answers the pod's current resourceVersion, writing nothing."""
+        rv = await self._bind(request.binding, ctx)
         return pod_pb2.BindResponse(resourceVersion=rv)
 
-    async def bind_batch(self, request: pod_pb2.BindBatchRequest) -> pod_pb2.BindBatchResponse:
+    async def bind_batch(
+        self, request: pod_pb2.BindBatchRequest, ctx: RequestContext = INTERNAL
+    ) -> pod_pb2.BindBatchResponse:
         """Each binding exactly as Bind (its own compare-and-swap, its own status), all
         concurrently: one RPC's overhead for many binds. The storage layer may commit several
         of them in one etcd txn; one failing compare never fails another binding."""
@@ -829,7 +965,7 @@ class ResourceStore:
                 namespace=self._namespace(binding.metadata.namespace),
             )
             try:
-                result.resourceVersion = await self._bind(binding)
+                result.resourceVersion = await self._bind(binding, ctx)
             except Exception as exc:
                 if not isinstance(exc, TinykubeError):
                     log.exception("BindBatch item %s failed", binding.metadata.name)
@@ -840,7 +976,7 @@ class ResourceStore:
         results = await asyncio.gather(*(one(b) for b in request.bindings))
         return pod_pb2.BindBatchResponse(results=results)
 
-    async def _bind(self, binding: pod_pb2.Binding) -> str:
+    async def _bind(self, binding: pod_pb2.Binding, ctx: RequestContext) -> str:
         name = binding.metadata.name
         namespace = self._namespace(binding.metadata.namespace)
         target = binding.target
@@ -855,7 +991,7 @@ class ResourceStore:
             raise InvalidError.for_object("Binding", name, problems)
         key = self.key(namespace, name)
         node_key = self.node_prefix + target.name.encode()
-        cur = await self._current(key)
+        cur = await self._current(key, cached=not ctx.dry_run)
         # Set once an attempt of ours failed in flight and may have landed.
         maybe_bound = False
         for _attempt in range(_CAS_ATTEMPTS):
@@ -891,6 +1027,11 @@ class ResourceStore:
                     cur = await self._current(key, cached=False)
                     continue
                 raise problem
+            if ctx.dry_run:
+                # The write's transaction requires the node: so does its dry run.
+                if await self.storage.get(node_key) is None:
+                    raise NotFoundError(f'{NODE.plural} "{target.name}" not found')
+                return str(cur.revision)
             pod.spec.nodeName = target.name
             # As kube-apiserver since v1.34 (ClearingNominatedNodeNameAfterBinding): a bound
             # pod's preemption nomination is spent.
@@ -910,7 +1051,9 @@ class ResourceStore:
 
     # ---- Evict -----------------------------------------------------------------------------
 
-    async def evict(self, request: pod_pb2.EvictRequest) -> pod_pb2.EvictResponse:
+    async def evict(
+        self, request: pod_pb2.EvictRequest, ctx: RequestContext = INTERNAL
+    ) -> pod_pb2.EvictResponse:
         """Delete a pod through `delete` once its disruption budgets allow it (pods/eviction).
 
         As kube-apiserver's eviction: a pod that is terminal (Succeeded, Failed), Pending or
@@ -920,7 +1063,8 @@ class ResourceStore:
         Any other pod goes through `check_disruption_budgets` first. Before the delete the pod
         gets the DisruptionTarget condition (EvictionByEvictionAPI, "Eviction API: evicting"),
         so it says why it is terminating. deleteOptions' gracePeriodSeconds and preconditions
-        are Delete's; dryRun ["All"] checks everything and writes nothing. Raises
+        are Delete's; dryRun ["All"] (or `ctx.dry_run`) checks everything, the delete's checks
+        included, and writes nothing. Raises
         NotFoundError for a missing pod, ConflictError for a failed precondition, InvalidError
         for bad options, and whatever the budget check raises.
         """
@@ -932,7 +1076,7 @@ class ResourceStore:
             raise InvalidError.for_object("Eviction.policy", name, [required("metadata.name")])
         namespace = self._namespace(eviction.metadata.namespace)
         options = eviction.deleteOptions
-        dry_run = _eviction_dry_run(name, options)
+        dry_run = _eviction_dry_run(name, options) or ctx.dry_run
         key = self.key(namespace, name)
         caller_rv = bool(options.preconditions.resourceVersion)
         for attempt in range(_CAS_ATTEMPTS):
@@ -940,7 +1084,7 @@ class ResourceStore:
             if cur is None:
                 raise self._not_found(name)
             pod: pod_pb2.Pod = cur.obj  # type: ignore[assignment]
-            self._admit_node("create", "eviction", namespace, name, None, pod)
+            self._admit_node(ctx, "create", "eviction", namespace, name, None, pod)
             req = meta_pb2.DeleteRequest(namespace=namespace, name=name)
             if options.HasField("gracePeriodSeconds"):
                 req.gracePeriodSeconds = options.gracePeriodSeconds
@@ -967,11 +1111,11 @@ class ResourceStore:
                 if ours:
                     req.preconditions.resourceVersion = pod.metadata.resourceVersion
             if dry_run:
-                self._check_eviction_preconditions(req, pod)
+                await self.delete(req, dataclasses.replace(ctx, dry_run=True))
                 return pod_pb2.EvictResponse(pod=pod)
             try:
                 await self._mark_disruption_target(key, req, cur)
-                deleted = await self.delete(req)
+                deleted = await self.delete(req, ctx)
             except ConflictError:
                 if ours and attempt < _CAS_ATTEMPTS - 1:
                     continue  # the pod changed (it may have started): decide again
@@ -1082,13 +1226,6 @@ class ResourceStore:
             f'Operation cannot be fulfilled on poddisruptionbudgets.policy "{name}": '
             "couldn't update PodDisruptionBudget due to conflicts"
         )
-
-    def _check_eviction_preconditions(self, req: meta_pb2.DeleteRequest, pod: pod_pb2.Pod) -> None:
-        """What `delete` would refuse, for a dry run (which must not reach `delete`)."""
-        _check_grace_period(req)
-        problem = self._precondition_failure(pod.metadata.name, req.preconditions, pod.metadata)
-        if problem is not None:
-            raise problem
 
     def _precondition_failure(
         self, name: str, pre: meta_pb2.Preconditions, meta: meta_pb2.ObjectMeta
