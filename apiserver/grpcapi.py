@@ -38,6 +38,8 @@ from apiserver.flowcontrol import (
 )
 from apiserver.grpcattributes import grpc_attributes
 from apiserver.metrics import Metrics
+from apiserver.namespacestore import NamespaceStore
+from apiserver.podstore import PodStore
 from apiserver.requestcontext import RequestContext, dry_run_of
 from apiserver.resources import ResourceStore
 from apiserver.watchcache import encode_list, iter_batch_messages
@@ -48,7 +50,7 @@ from tinykube.errors import (
     TinykubeError,
     abort_with,
 )
-from tinykube.kinds import ALL_KINDS, NAMESPACE, POD, KindInfo
+from tinykube.kinds import ALL_KINDS, KindInfo
 from tinykube.v1 import meta_pb2, pod_pb2
 
 log = logging.getLogger(__name__)
@@ -616,13 +618,13 @@ class GrpcResource:
             methods["UpdateStatus"] = unary(
                 _writing(resource.update_status), request_decoder(info.update_request), _serialize
             )
-        if info.kind == NAMESPACE.kind:
+        if isinstance(resource, NamespaceStore):
             methods["Finalize"] = unary(
                 _writing(resource.finalize, managed=True),
                 request_decoder(info.update_request),
                 _serialize,
             )
-        if info.kind == POD.kind:
+        if isinstance(resource, PodStore):
             methods["Bind"] = unary(
                 _writing(resource.bind), request_decoder(pod_pb2.BindRequest), _serialize
             )

@@ -37,7 +37,9 @@ from multidict import MultiMapping
 from apiserver import fieldmanager
 from apiserver.auth.authorizer import Identity
 from apiserver.deletion import delete_options_errors, policy_of
+from apiserver.namespacestore import NamespaceStore
 from apiserver.podlogs import PodLogOptions, PodLogs
+from apiserver.podstore import PodStore
 from apiserver.podstream import PodStreams, StreamOptions
 from apiserver.requestcontext import RequestContext
 from apiserver.resources import ResourceStore
@@ -925,6 +927,7 @@ class ResourceHandlers:
         obj, warnings = await self._decoded(request, target, q)
         self._check_name(target, obj)
         req = service.info.update_request(**{service.info.request_field: obj})
+        assert isinstance(service, NamespaceStore)  # routed by kind
         new = await service.finalize(req, ctx)
         return await self._answer_object(request, target, q, new, warnings=warnings)
 
@@ -1212,6 +1215,7 @@ class ResourceHandlers:
                 f'Binding in version "v1" cannot be handled as a Binding: {exc}'
             ) from None
         res = StatusResource(service.info, target.name or "", "binding")
+        assert isinstance(service, PodStore)  # routed by kind
         try:
             await service.bind(pod_pb2.BindRequest(binding=msg), ctx)
         except (AlreadyExistsError, PreconditionFailedError) as exc:
@@ -1284,6 +1288,7 @@ class ResourceHandlers:
                 f'Eviction in version "v1" cannot be handled as a Eviction: {exc}'
             ) from None
         # The Eviction's deleteOptions.dryRun (merged with the query's) says if it is dry.
+        assert isinstance(service, PodStore)  # routed by kind
         await service.evict(
             pod_pb2.EvictRequest(eviction=msg), RequestContext(request.get(IDENTITY))
         )
