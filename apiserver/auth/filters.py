@@ -216,6 +216,8 @@ def admit_node_write(
     old: Any | None,
 ) -> None:
     """NodeRestriction for a write `requester` makes: ForbiddenError when a node may not."""
+    if not node_name_of(requester)[1]:
+        return  # only nodes are restricted: no attributes to build for anyone else
     attrs = Attributes(verb, resource, group, subresource, namespace, name)
     refused = node_restriction(requester, attrs, obj, old)
     if refused is not None:
