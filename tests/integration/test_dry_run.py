@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -34,6 +38,7 @@ from tinykube.kinds import (
     SERVICE_ACCOUNT,
     KindInfo,
 )
+from tinykube.kubeconfig import write_kubeconfig
 from tinykube.localetcd import EtcdServer, EtcdTLS
 from tinykube.pki import PKI, CertSpec, cluster_specs
 from tinykube.tls import Credentials
@@ -573,3 +578,75 @@ async def test_a_grpc_dry_run_other_than_all_is_invalid_argument(
     assert answer.code == "INVALID_ARGUMENT"
     assert 'Unsupported value: "Nope": supported values: "All"' in answer.message
     assert "dryRun[" in answer.message
+
+
+# ---- kubectl's --dry-run=server ---------------------------------------------------------------
+
+KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
+
+
+def _kubectl(cluster: Cluster, directory: Path, manifest: dict[str, Any], *args: str) -> Any:
+    assert KUBECTL is not None
+    creds = cluster.creds("admin")
+    config = write_kubeconfig(
+        directory / "admin.conf",
+        cluster.server.rest_url,
+        ca=creds.ca,
+        cert=creds.cert,
+        key=creds.key,
+    )
+    path = directory / "manifest.json"
+    path.write_text(json.dumps(manifest))
+    return subprocess.run(
+        [KUBECTL, "--kubeconfig", str(config), *args, "-f", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"HOME": str(directory), "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+
+
+def _node_port_service(name: str, node_port: int = 0) -> dict[str, Any]:
+    port: dict[str, Any] = {"port": 80}
+    if node_port:
+        port["nodePort"] = node_port
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"type": "NodePort", "selector": {"app": "web"}, "ports": [port]},
+    }
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
+async def test_kubectl_dry_run_server_shows_allocations_and_refusals(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    before, allocated = await cluster.keys(SERVICE, NS), await cluster.allocations()
+    done = await asyncio.to_thread(
+        _kubectl,
+        cluster,
+        tmp_path,
+        _node_port_service("by-kubectl"),
+        "create",
+        "--dry-run=server",
+        "-o",
+        "json",
+    )
+    assert done.returncode == 0, done.stderr
+    spec = json.loads(done.stdout)["spec"]
+    assert spec["clusterIP"] and 30000 <= spec["ports"][0]["nodePort"] <= 32767
+    refused = await asyncio.to_thread(
+        _kubectl,
+        cluster,
+        tmp_path,
+        _node_port_service("clash", 30555),
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+    )
+    assert refused.returncode != 0
+    assert "provided port is already allocated" in refused.stderr
+    assert await cluster.keys(SERVICE, NS) == before
+    assert await cluster.allocations() == allocated
