@@ -28,6 +28,7 @@ from google.protobuf.json_format import MessageToDict
 
 from apiserver.app import APIServer
 from tests.integration.conftest import make_node, make_pod, make_settings
+from tinykube.client import Client
 from tinykube.kinds import (
     NAMESPACE,
     NODE,
@@ -650,3 +651,25 @@ async def test_kubectl_dry_run_server_shows_allocations_and_refusals(
     assert "provided port is already allocated" in refused.stderr
     assert await cluster.keys(SERVICE, NS) == before
     assert await cluster.allocations() == allocated
+
+
+async def test_the_python_clients_dry_run_stores_nothing(cluster: Cluster) -> None:
+    async with Client(
+        cluster.server.address, credentials=cluster.creds("admin"), retries=0, timeout=10
+    ) as client:
+        before = await cluster.keys(SERVICE, NS)
+        svc = service_pb2.Service(
+            metadata=meta_pb2.ObjectMeta(name="by-client", namespace=NS),
+            spec=service_pb2.ServiceSpec(
+                selector={"app": "web"}, ports=[service_pb2.ServicePort(port=80)]
+            ),
+        )
+        shown = await client.services.create(svc, dry_run=True)
+        assert shown.spec.clusterIP and not shown.metadata.resourceVersion
+        first = await client.services.get("first", NS)
+        first.metadata.labels["tier"] = "edge"
+        updated = await client.services.update(first, dry_run=True)
+        assert updated.metadata.labels["tier"] == "edge"
+        deleted = await client.services.delete("first", NS, dry_run=True)
+        assert deleted.metadata.name == "first"
+        assert await cluster.keys(SERVICE, NS) == before
