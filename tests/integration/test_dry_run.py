@@ -673,3 +673,36 @@ async def test_the_python_clients_dry_run_stores_nothing(cluster: Cluster) -> No
         deleted = await client.services.delete("first", NS, dry_run=True)
         assert deleted.metadata.name == "first"
         assert await cluster.keys(SERVICE, NS) == before
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_dry_run_namespace_delete_and_finalize_store_nothing(
+    cluster: Cluster, transport: str
+) -> None:
+    before = await cluster.keys(NAMESPACE)
+    ns: Any = await cluster.server.services[NAMESPACE.kind].get(meta_pb2.GetRequest(name=NS))
+    assert list(ns.spec.finalizers) == ["kubernetes"]
+    del ns.spec.finalizers[:]
+    if transport == "grpc":
+        deleted = await cluster.grpc(
+            "admin", NAMESPACE, "Delete", meta_pb2.DeleteRequest(name=NS, dryRun=["All"])
+        )
+        finalized = await cluster.grpc(
+            "admin",
+            NAMESPACE,
+            "Finalize",
+            namespace_pb2.UpdateNamespaceRequest(namespace=ns, dryRun=["All"]),
+        )
+        assert (deleted.code, finalized.code) == ("OK", "OK"), (deleted, finalized)
+    else:
+        deleted = await cluster.rest("admin", "DELETE", f"/api/v1/namespaces/{NS}?dryRun=All")
+        body = _rest_body(ns, "Namespace")
+        finalized = await cluster.rest(
+            "admin", "PUT", f"/api/v1/namespaces/{NS}/finalize?dryRun=All", body
+        )
+        assert (deleted.code, finalized.code) == ("200", "200"), (deleted, finalized)
+    # The delete would mark it Terminating; the finalize would empty spec.finalizers.
+    assert deleted.body["status"]["phase"] == "Terminating"
+    assert deleted.body["metadata"]["deletionTimestamp"]
+    assert not finalized.body.get("spec", {}).get("finalizers")
+    assert await cluster.keys(NAMESPACE) == before
