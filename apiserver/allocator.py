@@ -316,16 +316,39 @@ class ServiceAllocator:
                 return result
             for key in result.taken:
                 if key in requested_before:
-                    path, value = requested_before[key]
-                    what = "IP" if key.startswith(self.ip_prefix) else "port"
-                    raise AlreadyExistsError(
-                        f'{kind} "{name}" is invalid: {path}: Invalid value: "{value}": '
-                        f"provided {what} is already allocated"
-                    )
+                    raise self._taken(kind, name, key, requested_before[key])
             avoid.update(result.taken)
         raise ResourceExhaustedError(
             f'{kind} "{name}": could not allocate a cluster IP / nodePort after {_ATTEMPTS} '
             "attempts (heavy contention); try again"
+        )
+
+    async def dry_run(
+        self,
+        kind: str,
+        name: str,
+        owner: str,
+        spec: service_pb2.ServiceSpec,
+        old: service_pb2.ServiceSpec | None,
+        get: Callable[[bytes], Awaitable[object | None]],
+    ) -> None:
+        """`write` for a dry run: unset values are filled with values free now (nothing is
+        reserved), and a value the client asked for that is taken (`get` finds its claim key)
+        is the same AlreadyExistsError the write's transaction would make."""
+        requested = self.plan(owner, spec, old).requested
+        await self.fill(spec, set())
+        for key, _ in self.plan(owner, spec, old).claims:
+            if key in requested and await get(key) is not None:
+                raise self._taken(kind, name, key, requested[key])
+
+    def _taken(
+        self, kind: str, name: str, key: bytes, field: tuple[str, str]
+    ) -> AlreadyExistsError:
+        path, value = field
+        what = "IP" if key.startswith(self.ip_prefix) else "port"
+        return AlreadyExistsError(
+            f'{kind} "{name}" is invalid: {path}: Invalid value: "{value}": '
+            f"provided {what} is already allocated"
         )
 
 

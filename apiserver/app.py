@@ -52,6 +52,8 @@ from apiserver.auth.tokens import (
 from apiserver.flowcontrol import Limiter
 from apiserver.grpcapi import GrpcResource, MetricsInterceptor
 from apiserver.metrics import Metrics
+from apiserver.namespacestore import NamespaceStore
+from apiserver.podstore import PodStore
 from apiserver.registry import INDEX_FIELD, fields_of, strategy_for
 from apiserver.resources import ResourceStore
 from apiserver.rest.app import RestServer
@@ -190,22 +192,29 @@ class APIServer:
                 clock=self.clock,
             )
             self.caches[info.kind] = cache
-            self.services[info.kind] = ResourceStore(
-                info,
-                storage=self.storage,
-                cache=cache,
-                codec=codec,
-                strategy=strategy_for(
+            common: dict[str, Any] = {
+                "storage": self.storage,
+                "cache": cache,
+                "codec": codec,
+                "strategy": strategy_for(
                     info, default_grace_seconds=settings.default_termination_grace_seconds
                 ),
-                settings=settings,
-                clock=self.clock,
-                key_prefix=key_prefix,
-                node_prefix=f"{prefix}/{NODE.plural}/".encode(),
-                allocator=self.allocator if info.kind == SERVICE.kind else None,
-            )
+                "settings": settings,
+                "clock": self.clock,
+                "key_prefix": key_prefix,
+                "allocator": self.allocator if info.kind == SERVICE.kind else None,
+            }
+            if info.kind == POD.kind:
+                node_prefix = f"{prefix}/{NODE.plural}/".encode()
+                self.services[info.kind] = PodStore(info, node_prefix=node_prefix, **common)
+            elif info.kind == NAMESPACE.kind:
+                self.services[info.kind] = NamespaceStore(info, **common)
+            else:
+                self.services[info.kind] = ResourceStore(info, **common)
         # Evictions consult the pods' disruption budgets.
-        self.services[POD.kind].budgets = self.services[POD_DISRUPTION_BUDGET.kind]
+        pod_store = self.services[POD.kind]
+        assert isinstance(pod_store, PodStore)
+        pod_store.budgets = self.services[POD_DISRUPTION_BUDGET.kind]
         self.admission = Admission(self.caches, self.storage, prefix=prefix, clock=self.clock)
         for store in self.services.values():
             store.admission = self.admission

@@ -29,15 +29,19 @@ import grpc
 from google.protobuf.message import Message
 
 from apiserver.accesslog import LogLimiter, access_log, go_duration
-from apiserver.auth.filters import REQUESTER, Enforcer, needs_requester
+from apiserver.auth.authorizer import Identity
+from apiserver.auth.filters import Enforcer
 from apiserver.flowcontrol import (
     RETRY_AFTER_SECONDS,
     TOO_MANY_REQUESTS,
     Limiter,
     RequestInfo,
 )
-from apiserver.grpcattributes import grpc_api_group, grpc_attributes
+from apiserver.grpcattributes import grpc_attributes
 from apiserver.metrics import Metrics
+from apiserver.namespacestore import NamespaceStore
+from apiserver.podstore import PodStore
+from apiserver.requestcontext import RequestContext, dry_run_of
 from apiserver.resources import ResourceStore
 from apiserver.watchcache import encode_list, iter_batch_messages
 from tinykube.errors import (
@@ -47,7 +51,7 @@ from tinykube.errors import (
     TinykubeError,
     abort_with,
 )
-from tinykube.kinds import ALL_KINDS, NAMESPACE, POD, KindInfo
+from tinykube.kinds import ALL_KINDS, KindInfo
 from tinykube.v1 import meta_pb2, pod_pb2
 
 log = logging.getLogger(__name__)
@@ -362,7 +366,9 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         admit, acquire, release = limiter.admit, limiter.acquire, limiter.release
         count = self._counter
 
-        async def limited(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        async def limited(
+            request: Any, context: grpc.aio.ServicerContext[Any, Any], *identity: Identity
+        ) -> Any:
             info = request_info(request)
             seat = admit(info)
             if seat is None:
@@ -372,7 +378,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                 context.set_trailing_metadata(_PUSHBACK)
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, TOO_MANY_REQUESTS)
             try:
-                return await inner(request, context)
+                return await inner(request, context, *identity)
             finally:
                 release(seat)
 
@@ -380,36 +386,28 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
 
 
 def _enforced(
-    inner: Callable[[Any, Any], Awaitable[Any]], enforcer: Enforcer, method: str
+    inner: Callable[..., Awaitable[Any]], enforcer: Enforcer, method: str
 ) -> Callable[[Any, Any], Awaitable[Any]]:
     """`inner` behind authentication, impersonation and authorization (apiserver/auth/
     filters.py); raises AuthenticationError (UNAUTHENTICATED) or ForbiddenError
-    (PERMISSION_DENIED) before it runs. A node's identity, and that of any RBAC request, is
-    left in `REQUESTER` for NodeRestriction and the escalation check in the resource layer."""
+    (PERMISSION_DENIED) before it runs. The identity is passed on to `inner` (a third argument)
+    for the request context the resource layer's NodeRestriction and escalation check read."""
     identify, check = enforcer.grpc_identity, enforcer.check
-    # Decided once per method: RBAC writes need the requester (the escalation check).
-    group = grpc_api_group(method)
 
     async def enforced(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         identity = identify(context)
         if request.__class__ is not Undecodable:  # the handler answers that one (400)
             for attrs in grpc_attributes(method, request):
                 check(identity, attrs)
-        if not needs_requester(identity, group):
-            return await inner(request, context)
-        token = REQUESTER.set(identity)
-        try:
-            return await inner(request, context)
-        finally:
-            REQUESTER.reset(token)
+        return await inner(request, context, identity)
 
     return enforced
 
 
-def _unary(call: Callable[[Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
-    """A gRPC unary handler (request, context) over a resource method (request)."""
+def _unary(call: Callable[[Any], Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """A gRPC unary handler (request, context[, identity]) over a read (request)."""
 
-    async def handle(request: Any, context: Any) -> Any:
+    async def handle(request: Any, context: Any, identity: Identity | None = None) -> Any:
         if request.__class__ is Undecodable:
             raise request.reject()
         return await call(request)
@@ -423,17 +421,29 @@ def _unary(call: Callable[[Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaita
 FIELD_MANAGER_HEADER = "x-field-manager"
 
 
-def _managed(call: Callable[..., Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
-    """As `_unary`, passing the caller's field manager (if it names one) to the write."""
+def _writing(
+    call: Callable[[Any, RequestContext], Awaitable[Any]],
+    *,
+    managed: bool = False,
+    dry_runnable: bool = True,
+) -> Callable[..., Awaitable[Any]]:
+    """A gRPC unary handler (request, context[, identity]) over a write (request, ctx): the
+    request context carries who calls (None under --insecure), the request's dryRun
+    (`dry_runnable`: ["All"] or nothing, anything else INVALID_ARGUMENT naming the field)
+    and, when `managed`, the caller's field manager (if it names one)."""
 
-    async def handle(request: Any, context: Any) -> Any:
+    async def handle(request: Any, context: Any, identity: Identity | None = None) -> Any:
         if request.__class__ is Undecodable:
             raise request.reject()
         manager = None
-        for key, value in context.invocation_metadata() or ():
-            if key == FIELD_MANAGER_HEADER:
-                manager = value if isinstance(value, str) else value.decode()
-        return await call(request, field_manager=manager)
+        if managed:
+            for key, value in context.invocation_metadata() or ():
+                if key == FIELD_MANAGER_HEADER:
+                    manager = value if isinstance(value, str) else value.decode()
+        dry_run = dry_run_of(request.dryRun) if dry_runnable else False
+        return await call(
+            request, RequestContext(identity=identity, dry_run=dry_run, field_manager=manager)
+        )
 
     return handle
 
@@ -462,17 +472,32 @@ class GrpcResource:
     def __init__(self, resource: ResourceStore) -> None:
         self.resource = resource
 
-    async def list(self, request: meta_pb2.ListRequest | Undecodable, context: Any) -> bytes:
+    async def list(
+        self,
+        request: meta_pb2.ListRequest | Undecodable,
+        context: Any,
+        identity: Identity | None = None,
+    ) -> bytes:
         if isinstance(request, Undecodable):
             raise request.reject()
         page = await self.resource.list_page(request)
         return encode_list(page.revision, [o.data for o in page.items], page.token, page.remaining)
 
-    async def watch(self, request: meta_pb2.WatchRequest | Undecodable, context: Any) -> None:
+    async def watch(
+        self,
+        request: meta_pb2.WatchRequest | Undecodable,
+        context: Any,
+        identity: Identity | None = None,
+    ) -> None:
         """One message per event (Kubernetes' shape; what grpcurl users see)."""
         await self._watch(request, context.write, batched=False)
 
-    async def watch_batch(self, request: meta_pb2.WatchRequest | Undecodable, context: Any) -> None:
+    async def watch_batch(
+        self,
+        request: meta_pb2.WatchRequest | Undecodable,
+        context: Any,
+        identity: Identity | None = None,
+    ) -> None:
         """Everything queued for the watcher since the last write, in one message.
 
         Each gRPC message costs tens of microseconds on both ends whatever its size, and a busy
@@ -537,15 +562,19 @@ class GrpcResource:
         unary = grpc.unary_unary_rpc_method_handler
         methods: dict[str, Any] = {
             "Create": unary(
-                _managed(resource.create), request_decoder(info.create_request), _serialize
+                _writing(resource.create, managed=True),
+                request_decoder(info.create_request),
+                _serialize,
             ),
             "Get": unary(_unary(resource.get), request_decoder(meta_pb2.GetRequest), _serialize),
             "List": unary(self.list, request_decoder(meta_pb2.ListRequest), _serialize),
             "Update": unary(
-                _managed(resource.update), request_decoder(info.update_request), _serialize
+                _writing(resource.update, managed=True),
+                request_decoder(info.update_request),
+                _serialize,
             ),
             "Delete": unary(
-                _unary(resource.delete), request_decoder(meta_pb2.DeleteRequest), _serialize
+                _writing(resource.delete), request_decoder(meta_pb2.DeleteRequest), _serialize
             ),
             "Watch": grpc.unary_stream_rpc_method_handler(
                 self.watch, request_decoder(meta_pb2.WatchRequest), _serialize
@@ -556,20 +585,27 @@ class GrpcResource:
         }
         if info.has_status:
             methods["UpdateStatus"] = unary(
-                _unary(resource.update_status), request_decoder(info.update_request), _serialize
+                _writing(resource.update_status), request_decoder(info.update_request), _serialize
             )
-        if info.kind == NAMESPACE.kind:
+        if isinstance(resource, NamespaceStore):
             methods["Finalize"] = unary(
-                _managed(resource.finalize), request_decoder(info.update_request), _serialize
+                _writing(resource.finalize, managed=True),
+                request_decoder(info.update_request),
+                _serialize,
             )
-        if info.kind == POD.kind:
+        if isinstance(resource, PodStore):
             methods["Bind"] = unary(
-                _unary(resource.bind), request_decoder(pod_pb2.BindRequest), _serialize
+                _writing(resource.bind), request_decoder(pod_pb2.BindRequest), _serialize
             )
             methods["BindBatch"] = unary(
-                _unary(resource.bind_batch), request_decoder(pod_pb2.BindBatchRequest), _serialize
+                _writing(resource.bind_batch, dry_runnable=False),
+                request_decoder(pod_pb2.BindBatchRequest),
+                _serialize,
             )
+            # An Eviction's dry run is its deleteOptions.dryRun.
             methods["Evict"] = unary(
-                _unary(resource.evict), request_decoder(pod_pb2.EvictRequest), _serialize
+                _writing(resource.evict, dry_runnable=False),
+                request_decoder(pod_pb2.EvictRequest),
+                _serialize,
             )
         return grpc.method_handlers_generic_handler(info.service, methods)

@@ -1,19 +1,23 @@
 """The resource layer: one `ResourceStore` per kind in `tinykube.kinds`, shared by both front ends.
 
-`ResourceStore` implements create/get/list/update/update_status/delete/watch (and, for pods, bind,
-bind_batch and evict) over `Storage` (writes and point reads go to etcd) and the kind's
-`WatchCache` (unpaged lists and watches): validation, defaults, optimistic concurrency, graceful
-deletion, finalizers, Bind's compare-and-swap. It is transport-neutral: methods take and return
-the API's messages (a list returns the watch cache's objects, already encoded once; a watch
-registers a `Watcher` on the cache) and raise `TinykubeError`s. The gRPC front end
-(apiserver/grpcapi.py) and the REST front end (apiserver/rest/) are codecs and routers over it,
-so a rule lives here once. Everything runs on the event loop; a request's etcd round trips are
-its only awaits, and writes are compare-and-swap so concurrent requests are safe.
+`ResourceStore` implements create/get/list/update/update_status/delete/watch over `Storage`
+(writes and point reads go to etcd) and the kind's `WatchCache` (unpaged lists and watches):
+validation, defaults, optimistic concurrency, graceful deletion, finalizers. Every update goes
+through one pipeline, `guaranteed_update` (kube's GuaranteedUpdate: read, transform, admit,
+validate, compare-and-swap, retry on conflict), and every write takes the request's
+`RequestContext` (apiserver/requestcontext.py: identity, dry run, field manager); a dry run
+runs every check and stops before etcd. Pods (bind, evict) and namespaces (finalize, deletion
+lifecycle) have their own stores over this one: apiserver/podstore.py and
+apiserver/namespacestore.py. It is transport-neutral: methods take and return the API's
+messages (a list returns the watch cache's objects, already encoded once; a watch registers a
+`Watcher` on the cache) and raise `TinykubeError`s. The gRPC front end (apiserver/grpcapi.py)
+and the REST front end (apiserver/rest/) are codecs and routers over it, so a rule lives here
+once. Everything runs on the event loop; a request's etcd round trips are its only awaits, and
+writes are compare-and-swap so concurrent requests are safe.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import builtins
@@ -21,22 +25,24 @@ import dataclasses
 import json
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import NamedTuple
 
 from google.protobuf.message import Message
 
-from apiserver import fieldmanager, validation
+from apiserver import fieldmanager
 from apiserver.admission import Admission
 from apiserver.allocator import Claims, ServiceAllocator
 from apiserver.auth.escalation import EscalationGuard
-from apiserver.auth.filters import REQUESTER, admit_node_write
-from apiserver.deletion import check_policy, gc_finalizers, policy_of
+from apiserver.auth.filters import admit_node_write
+from apiserver.deletion import check_policy, gc_finalizers
 from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy
+from apiserver.requestcontext import INTERNAL, RequestContext
 from apiserver.settings import Settings
 from apiserver.storage import KV, Storage, WriteResult
-from apiserver.validation import invalid, required, unsupported
+from apiserver.validation import required
 from apiserver.watchcache import (
     CachedObject,
     Codec,
@@ -44,26 +50,21 @@ from apiserver.watchcache import (
     WatchCache,
     Watcher,
 )
-from tinykube import disruption
 from tinykube.clock import Clock
 from tinykube.errors import (
     AlreadyExistsError,
     BadRequestError,
     ConflictError,
-    DisruptionBudgetError,
-    ForbiddenError,
+    FieldError,
     InvalidError,
-    MultipleBudgetsError,
     NotFoundError,
-    PreconditionFailedError,
     RequestEntityTooLargeError,
     ResourceExpiredError,
     TinykubeError,
     UnimplementedError,
-    to_status,
 )
-from tinykube.kinds import NAMESPACE, NODE, POD, KindInfo
-from tinykube.meta import generate_name, get_continue, set_timestamp, timestamp
+from tinykube.kinds import KindInfo
+from tinykube.meta import generate_name, get_continue, timestamp
 from tinykube.selectors import (
     FieldSelector,
     LabelSelector,
@@ -72,8 +73,7 @@ from tinykube.selectors import (
     parse_field_selector,
     parse_label_selector,
 )
-from tinykube.v1 import meta_pb2, pod_pb2
-from tinykube.v1 import poddisruptionbudget_pb2 as pdb_pb2
+from tinykube.v1 import meta_pb2
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,15 @@ class _Current:
     obj: Message  # a private copy, free to mutate
     revision: int  # its etcd mod_revision
     authoritative: bool  # read from etcd (or proven by the client's resourceVersion)
+
+
+class _Reread(Exception):
+    """An attempt's answer rests on a cached copy that only etcd may confirm: read again."""
+
+
+# An update's transform (kube's UpdateFunc): the current object (a private copy, never to be
+# mutated; None when it does not exist and the update may create it) -> the object wanted.
+Transform = Callable[[Message | None], Awaitable[Message]]
 
 
 # ASCII digits only, as Go's strconv reads a resourceVersion: Python's int() also takes
@@ -162,7 +171,6 @@ class ResourceStore:
         settings: Settings,
         clock: Clock,
         key_prefix: bytes,
-        node_prefix: bytes,
         allocator: ServiceAllocator | None = None,
         admission: Admission | None = None,
     ) -> None:
@@ -174,14 +182,11 @@ class ResourceStore:
         self.settings = settings
         self.clock = clock
         self.prefix = key_prefix  # b"/registry/pods/"
-        self.node_prefix = node_prefix  # b"/registry/nodes/" (Bind checks the node)
         # Services only: cluster IPs and nodePorts claimed in the same txn as each write.
         self.allocator = allocator
         # NamespaceLifecycle and Priority (apiserver/admission.py); None admits everything.
         self.admission = admission
         self.plural = info.plural
-        # Pods only: the PodDisruptionBudgets store evictions consult (APIServer wires it).
-        self.budgets: ResourceStore | None = None
         # The four RBAC kinds only, when authorization is on: privilege escalation prevention
         # (apiserver/auth/escalation.py). None everywhere else.
         self.escalation: EscalationGuard | None = None
@@ -228,7 +233,9 @@ class ResourceStore:
         if cached:
             hit = self.cache.state.get(key)
             if hit is not None and (revision == 0 or hit.revision == revision):
-                return _Current(self.info.message.FromString(hit.data), hit.revision, revision != 0)
+                obj = self.info.message.FromString(hit.data)
+                obj.metadata.resourceVersion = str(hit.revision)  # type: ignore[attr-defined]
+                return _Current(obj, hit.revision, revision != 0)
         kv = await self.storage.get(key)
         if kv is None:
             return None
@@ -342,26 +349,34 @@ class ResourceStore:
 
     # ---- Create ----------------------------------------------------------------------------
 
-    async def create(self, request: Message, *, field_manager: str | None = None) -> Message:
-        """Create the object. `field_manager` records its fields in managedFields (operation
-        Update); None leaves managedFields as the request has them (an apply computed them)."""
+    async def create(self, request: Message, ctx: RequestContext = INTERNAL) -> Message:
+        """Create the object. `ctx.field_manager` records its fields in managedFields
+        (operation Update); None leaves managedFields as the request has them (an apply
+        computed them). A dry run (`ctx.dry_run`) runs every step the write runs (admission,
+        NodeRestriction, escalation, defaults, validation, cluster IP / nodePort allocation
+        without claiming anything, the name's uniqueness) and answers the object as it would be
+        stored, without a resourceVersion, writing nothing."""
         obj: Message = getattr(request, self.info.request_field)
         meta = obj.metadata  # type: ignore[attr-defined]
         self._check_size(request, meta.name or meta.generateName)
+        return await self._create(obj, ctx)
+
+    async def _create(self, obj: Message, ctx: RequestContext) -> Message:
+        meta = obj.metadata  # type: ignore[attr-defined]
         meta.namespace = self._namespace(meta.namespace)
         generated = not meta.name and bool(meta.generateName)
         # Mutating admission runs before the strategy, as in kube-apiserver (the Priority
         # plugin's preemptionPolicy comes before the strategy's default).
         await self.admit(obj)
         # NodeRestriction is admission too: it refuses a node's write before validation.
-        self._admit_node("create", "", meta.namespace, meta.name, obj, None)
+        self._admit_node(ctx, "create", "", meta.namespace, meta.name, obj, None)
         if self.escalation is not None:
             # Before validation, as kube's policybased RBAC storage wraps the store.
-            self.escalation.admit(self.info.kind, obj, None, REQUESTER.get())
+            self.escalation.admit(self.info.kind, obj, None, ctx.identity)
         self.strategy.prepare_for_create(obj, self.clock.now())
-        if field_manager is not None:
+        if ctx.field_manager is not None:
             fieldmanager.record_update(
-                None, obj, self.info, manager=field_manager, now=self.clock.now()
+                None, obj, self.info, manager=ctx.field_manager, now=self.clock.now()
             )
         for _attempt in range(3):
             if generated:
@@ -373,6 +388,8 @@ class ResourceStore:
             if errors:
                 raise InvalidError.for_object(self.info.qualified_kind, meta.name, errors)
             await self.admit_validated(obj, None)
+            if ctx.dry_run:
+                return await self._dry_create(obj)
             if self.allocator is not None:
                 result = await self._create_allocated(meta.namespace, meta.name, obj)
             else:
@@ -393,8 +410,36 @@ class ResourceStore:
                 break
         raise AlreadyExistsError(f'{self.plural} "{meta.name}" already exists')
 
+    async def _dry_create(self, obj: Message) -> Message:
+        """The end of a dry-run create: what the write's transaction would refuse (the size
+        limit, a requested cluster IP or nodePort that is taken, the name in use), checked
+        against etcd without writing; unset cluster IPs and nodePorts are filled with free
+        values, reserving none."""
+        meta = obj.metadata  # type: ignore[attr-defined]
+        key = self.key(meta.namespace, meta.name)
+        if self.allocator is not None:
+            await self._dry_allocate(obj, None)
+        self._stored_value(obj)  # refuses an object over max_object_bytes
+        if await self.storage.get(key) is not None:
+            raise AlreadyExistsError(f'{self.plural} "{meta.name}" already exists')
+        meta.resourceVersion = ""
+        return obj
+
+    async def _dry_allocate(self, new: Message, old: Message | None) -> None:
+        assert self.allocator is not None
+        meta = new.metadata  # type: ignore[attr-defined]
+        await self.allocator.dry_run(
+            self.info.kind,
+            meta.name,
+            f"{meta.namespace}/{meta.name}",
+            new.spec,  # type: ignore[attr-defined]
+            old.spec if old is not None else None,  # type: ignore[attr-defined]
+            self.storage.get,
+        )
+
     def _admit_node(
         self,
+        ctx: RequestContext,
         verb: str,
         subresource: str,
         namespace: str,
@@ -402,11 +447,12 @@ class ResourceStore:
         obj: Message | None,
         old: Message | None,
     ) -> None:
-        """NodeRestriction admission when a node sends the request (one ContextVar read
-        otherwise): a kubelet writes only its own Node, Lease and pods' status."""
-        if REQUESTER.get() is not None:
+        """NodeRestriction admission when a node sends the request: a kubelet writes only its
+        own Node, Lease and pods' status."""
+        if ctx.identity is not None:
             info = self.info
             admit_node_write(
+                ctx.identity,
                 verb,
                 info.plural,
                 info.group,
@@ -540,165 +586,219 @@ class ResourceStore:
             remaining = max(first_count - len(collected), 0)
         return ListPage(str(revision), collected, token, remaining)
 
-    # ---- Update / UpdateStatus -------------------------------------------------------------
+    # ---- Update / UpdateStatus / finalize: one GuaranteedUpdate ------------------------------
 
-    async def update(self, request: Message, *, field_manager: str | None = None) -> Message:
-        """Update the object; `field_manager` as for `create`. A request without
-        managedFields keeps the stored ones."""
-        return await self._update(request, status=False, field_manager=field_manager)
+    async def update(self, request: Message, ctx: RequestContext = INTERNAL) -> Message:
+        """Replace the object; `ctx` as for `create`. A request without managedFields keeps
+        the stored ones. Its resourceVersion, if any, must be the stored one."""
+        return await self._replace(request, ctx, "")
 
-    async def update_status(self, request: Message, *, field_manager: str | None = None) -> Message:
-        """Replace the status; `field_manager` records the change (subresource status)."""
-        return await self._update(request, status=True, field_manager=field_manager)
+    async def update_status(self, request: Message, ctx: RequestContext = INTERNAL) -> Message:
+        """Replace the status; `ctx.field_manager` records the change (subresource status)."""
+        return await self._replace(request, ctx, "status")
 
-    async def finalize(self, request: Message, *, field_manager: str | None = None) -> Message:
-        """Namespaces only (Kubernetes' namespaces/finalize): replace spec.finalizers. A
-        namespace being deleted that is left without finalizers is removed."""
-        if self.info.kind != NAMESPACE.kind:
-            raise UnimplementedError(f"{self.plural} have no finalize subresource")
-        return await self._update(request, status=False, finalize=True, field_manager=field_manager)
-
-    async def _update(
-        self,
-        request: Message,
-        *,
-        status: bool,
-        finalize: bool = False,
-        field_manager: str | None = None,
-    ) -> Message:
+    async def _replace(self, request: Message, ctx: RequestContext, subresource: str) -> Message:
         obj: Message = getattr(request, self.info.request_field)
         meta = obj.metadata  # type: ignore[attr-defined]
         if not meta.name:
             raise InvalidError.for_object(self.info.qualified_kind, "", [required("metadata.name")])
         self._check_size(request, meta.name)
-        meta.namespace = self._namespace(meta.namespace)
-        key = self.key(meta.namespace, meta.name)
         expected = _parse_rv(meta.resourceVersion) if meta.resourceVersion else 0
-        cur = await self._current(key, revision=expected)
+
+        async def replace(_old: Message | None) -> Message:
+            return obj
+
+        new, _ = await self.guaranteed_update(
+            meta.namespace, meta.name, replace, ctx, subresource=subresource, expected=expected
+        )
+        return new
+
+    async def guaranteed_update(
+        self,
+        namespace: str,
+        name: str,
+        transform: Transform,
+        ctx: RequestContext = INTERNAL,
+        *,
+        subresource: str = "",
+        expected: int = 0,
+        create_missing: bool = False,
+    ) -> tuple[Message, bool]:
+        """Every update's one path (kube's GuaranteedUpdate): read the current object (the
+        watch cache's copy first, etcd's when that is not proven current), `transform` it
+        (old -> the object the client wants: a PUT's body, a patched or applied object, a
+        scaled one), run admission and NodeRestriction and the escalation check, the
+        strategy's update rules and validation, then compare-and-swap on the revision read.
+        A lost race runs the transform again on the new current object, so unconditional
+        updates and patches retry; a transform whose result names a resourceVersion (a PUT
+        with one, a patch that sets it) must match the stored one (Conflict otherwise).
+
+        `subresource` "" (spec and metadata), "status" or "finalize" picks the strategy's
+        rules. `expected` is the revision the caller already names (a PUT's), so the cache's
+        copy is used only at that revision. `create_missing` (server-side apply) creates the
+        object from `transform(None)` when it does not exist. A dry run runs everything and
+        stops before etcd, answering the object as it would be stored. Returns (object,
+        created)."""
+        namespace = self._namespace(namespace)
+        key = self.key(namespace, name)
+        # A dry run has no compare-and-swap to prove a cached copy: it reads etcd.
+        cur = await self._current(key, revision=expected, cached=not ctx.dry_run)
         for _attempt in range(_CAS_ATTEMPTS):
             if cur is None:
-                raise self._not_found(meta.name)
-            if expected and expected != cur.revision:
+                if not create_missing:
+                    raise self._not_found(name)
+                obj = await transform(None)
+                self._check_size(obj, name)
+                try:
+                    return await self._create(obj, ctx), True
+                except AlreadyExistsError:
+                    # Created meanwhile: apply to it.
+                    cur = await self._current(key, cached=False)
+                    if cur is None:
+                        raise
+                    continue
+            try:
+                outcome = await self._try_update(
+                    key, namespace, name, cur, transform, ctx, subresource
+                )
+            except (TinykubeError, _Reread):
+                # Only etcd's answer may justify an error (or a no-op answer).
                 if cur.authoritative:
-                    raise self._conflict(meta.name)
+                    raise
                 cur = await self._current(key, cached=False)
                 continue
-            old = cur.obj
-            old_uid = old.metadata.uid  # type: ignore[attr-defined]
-            if meta.uid and meta.uid != old_uid:
-                # The client's object is an earlier incarnation of this name.
-                if not cur.authoritative:
-                    cur = await self._current(key, cached=False)
-                    continue
-                raise self._conflict(
-                    meta.name,
-                    f"Precondition failed: UID in precondition: {meta.uid}, UID in object meta: "
-                    f"{old_uid}",
-                )
-            if status:
-                new = self.strategy.prepare_for_status_update(obj, old)
-                errors = self.strategy.validate_status_update(new, old)
-            elif finalize:
-                new = self.strategy.prepare_for_finalize(obj, old)
-                errors = validation.validate_namespace(new, indexed=True)  # type: ignore[arg-type]
+            if isinstance(outcome, _Current) or outcome is None:
+                # The compare-and-swap lost a race: transform the current object again.
+                cur = outcome
+                continue
+            return outcome, False
+        raise self._conflict(name)
+
+    async def _try_update(
+        self,
+        key: bytes,
+        namespace: str,
+        name: str,
+        cur: _Current,
+        transform: Transform,
+        ctx: RequestContext,
+        subresource: str,
+    ) -> Message | _Current | None:
+        """One attempt of `guaranteed_update`: the object written (or, dry, that would be), or
+        the current object after a lost compare-and-swap (None: it is gone)."""
+        old = cur.obj
+        obj = await transform(old)
+        meta = obj.metadata  # type: ignore[attr-defined]
+        meta.namespace = namespace
+        if meta.resourceVersion and _parse_rv(meta.resourceVersion) != cur.revision:
+            raise self._conflict(name)
+        old_uid = old.metadata.uid  # type: ignore[attr-defined]
+        if meta.uid and meta.uid != old_uid:
+            # The client's object is an earlier incarnation of this name.
+            raise self._conflict(
+                name,
+                f"Precondition failed: UID in precondition: {meta.uid}, UID in object meta: "
+                f"{old_uid}",
+            )
+        new, errors = self._prepare_update(subresource, obj, old)
+        new.metadata.resourceVersion = old.metadata.resourceVersion  # type: ignore[attr-defined]
+        if ctx.field_manager is not None and not errors:
+            fieldmanager.record_update(
+                old,
+                new,
+                self.info,
+                manager=ctx.field_manager,
+                now=self.clock.now(),
+                subresource=subresource,
+            )
+        self._admit_node(ctx, "update", subresource, namespace, name, new, old)
+        if self.escalation is not None and not subresource:
+            self.escalation.admit(self.info.kind, new, old, ctx.identity)
+        if not errors and not subresource:
+            await self.admit_validated(new, old)
+        if errors:
+            raise InvalidError.for_object(self.info.qualified_kind, name, errors)
+        if new == old:
+            if not cur.authoritative:
+                raise _Reread
+            return old  # a no-op write keeps the resourceVersion, as Kubernetes does
+        nmeta = new.metadata  # type: ignore[attr-defined]
+        removing = (
+            nmeta.HasField("deletionTimestamp")
+            and not nmeta.finalizers
+            and nmeta.deletionGracePeriodSeconds == 0
+            and not self._held_by_spec(new)
+        )
+        allocating = self.allocator is not None and subresource != "status"
+        if ctx.dry_run:
+            if allocating and not removing:
+                await self._dry_allocate(new, old)
+            self._stored_value(new)  # refuses an object over max_object_bytes
+            return new
+        if removing:
+            # The last finalizer is gone from an object being deleted: remove it.
+            result = await self.storage.delete(key, cur.revision, release=self._held(old))
+            if result.succeeded:
+                return new
+        else:
+            if allocating:
+                result = await self._update_allocated(key, new, old, cur.revision)
             else:
-                new = type(obj)()
-                new.CopyFrom(obj)
-                self.strategy.prepare_for_update(new, old)
-                errors = self.strategy.validate_update(new, old)
-                if self.allocator is not None:
-                    errors += self.allocator.validate(new.spec)  # type: ignore[attr-defined]
-                fieldmanager.keep_managed_fields(new, old)
-            new.metadata.resourceVersion = old.metadata.resourceVersion  # type: ignore[attr-defined]
-            if field_manager is not None and not errors:
-                fieldmanager.record_update(
-                    old,
-                    new,
-                    self.info,
-                    manager=field_manager,
-                    now=self.clock.now(),
-                    subresource="status" if status else "finalize" if finalize else "",
-                )
-            sub = "status" if status else "finalize" if finalize else ""
-            self._admit_node("update", sub, meta.namespace, meta.name, new, old)
-            if self.escalation is not None and not status and not finalize:
-                self.escalation.admit(self.info.kind, new, old, REQUESTER.get())
-            if not errors and not status and not finalize:
-                await self.admit_validated(new, old)
-            if errors or new == old:
-                if not cur.authoritative:
-                    cur = await self._current(key, cached=False)
-                    continue
-                if errors:
-                    raise InvalidError.for_object(self.info.qualified_kind, meta.name, errors)
-                return old  # a no-op write keeps the resourceVersion, as Kubernetes does
-            nmeta = new.metadata  # type: ignore[attr-defined]
-            if (
-                nmeta.HasField("deletionTimestamp")
-                and not nmeta.finalizers
-                and nmeta.deletionGracePeriodSeconds == 0
-                and not (self.info.kind == NAMESPACE.kind and new.spec.finalizers)  # type: ignore[attr-defined]
-            ):
-                # The last finalizer is gone from an object being deleted: remove it.
-                result = await self.storage.delete(key, cur.revision, release=self._held(old))
-                if result.succeeded:
-                    return new
-            else:
-                if self.allocator is not None and not status:
-                    result = await self._update_allocated(key, new, old, cur.revision)
-                else:
-                    result = await self.storage.update(key, self._stored_value(new), cur.revision)
-                if result.succeeded:
-                    nmeta.resourceVersion = str(result.revision)
-                    return new
-            if expected:
-                raise self._conflict(meta.name)
-            # An unconditional update lost a race: apply it again to the current value.
-            cur = self._after_failure(result)
-        raise self._conflict(meta.name)
+                result = await self.storage.update(key, self._stored_value(new), cur.revision)
+            if result.succeeded:
+                nmeta.resourceVersion = str(result.revision)
+                return new
+        return self._after_failure(result)
+
+    def _prepare_update(
+        self, subresource: str, obj: Message, old: Message
+    ) -> tuple[Message, list[FieldError]]:
+        """The strategy's update rules for `subresource` ("" or "status"): the object to
+        store, and what is invalid about it."""
+        if subresource == "status":
+            new = self.strategy.prepare_for_status_update(obj, old)
+            return new, self.strategy.validate_status_update(new, old)
+        if subresource:
+            raise UnimplementedError(f"{self.plural} have no {subresource} subresource")
+        new = type(obj)()
+        new.CopyFrom(obj)
+        self.strategy.prepare_for_update(new, old)
+        errors = self.strategy.validate_update(new, old)
+        if self.allocator is not None:
+            errors += self.allocator.validate(new.spec)  # type: ignore[attr-defined]
+        fieldmanager.keep_managed_fields(new, old)
+        return new, errors
 
     # ---- Delete ----------------------------------------------------------------------------
 
-    async def delete(self, request: meta_pb2.DeleteRequest) -> Message:
+    async def delete(
+        self, request: meta_pb2.DeleteRequest, ctx: RequestContext = INTERNAL
+    ) -> Message:
         """Delete, or mark as deleting: graceful pods and objects held by finalizers stay,
         with deletionTimestamp set, until the kubelet or the finalizers' owners let go.
 
         propagationPolicy (apiserver/deletion.py) decides the garbage collector's finalizers:
         Orphan and Foreground keep the object until the collector has dealt with its
-        dependents. Returns the object as stored (marked) or as it was (deleted).
+        dependents. Returns the object as stored (marked) or as it was (deleted). A dry run
+        checks what the delete checks (options, preconditions, admission, NodeRestriction)
+        and answers the same object, writing nothing.
         """
         if not request.name:
             raise InvalidError(f"{self.info.kind} name is required")
         check_policy(request.propagationPolicy)
         namespace = self._namespace(request.namespace)
         key = self.key(namespace, request.name)
-        has_grace = request.HasField("gracePeriodSeconds")
         _check_grace_period(request)
-        if self.info.kind == NAMESPACE.kind:
-            if self.admission is not None:
-                self.admission.check_delete(self.info, request.name)
-            marked = await self._start_namespace_deletion(request, key)
-            if marked is not None:
-                return marked
         pre = request.preconditions
-        cur = await self._current(key)
+        cur = await self._current(key, cached=not ctx.dry_run)
         for _attempt in range(_CAS_ATTEMPTS):
             if cur is None:
                 raise self._not_found(request.name)
             obj = cur.obj
             meta = obj.metadata  # type: ignore[attr-defined]
-            self._admit_node("delete", "", namespace, request.name, None, obj)
+            self._admit_node(ctx, "delete", "", namespace, request.name, None, obj)
             problem = self._precondition_failure(request.name, pre, meta)
-            grace = 0
-            if self.info.kind == POD.kind:
-                pod: pod_pb2.Pod = obj  # type: ignore[assignment]
-                grace = (
-                    request.gracePeriodSeconds
-                    if has_grace
-                    else pod.spec.terminationGracePeriodSeconds
-                )
-                if not pod.spec.nodeName:
-                    grace = 0  # never ran anywhere: nothing to stop
+            grace = self._grace_period(obj, request)
             marked = meta.HasField("deletionTimestamp")
             # A graceful deletion under way is only ever shortened; its finalizers stay as
             # they are (as kube-apiserver: DeleteOptions cannot change them once it started).
@@ -736,52 +836,29 @@ class ResourceStore:
                     nmeta.deletionTimestamp.CopyFrom(deadline)
                 if not marked or nmeta.deletionGracePeriodSeconds > grace:
                     nmeta.deletionGracePeriodSeconds = grace
+                if ctx.dry_run:
+                    return obj
                 result = await self.storage.update(key, self._stored_value(obj), cur.revision)
                 if result.succeeded:
                     nmeta.resourceVersion = str(result.revision)
                     return obj
             else:
+                if ctx.dry_run:
+                    return obj
                 result = await self.storage.delete(key, cur.revision, release=self._held(obj))
                 if result.succeeded:
                     return obj
             cur = self._after_failure(result)
         raise self._conflict(request.name)
 
-    async def _start_namespace_deletion(
-        self, request: meta_pb2.DeleteRequest, key: bytes
-    ) -> Message | None:
-        """A namespace's first Delete, as kube-apiserver's namespace storage: set
-        deletionTimestamp and phase Terminating (the namespace controller then empties it and
-        finalizes it). Returns the namespace as stored, or None when the generic delete
-        applies: it is already terminating with no spec.finalizers left, or had none."""
-        cur = await self._current(key)
-        for _attempt in range(_CAS_ATTEMPTS):
-            if cur is None:
-                raise self._not_found(request.name)
-            ns = cur.obj
-            meta = ns.metadata  # type: ignore[attr-defined]
-            problem = self._precondition_failure(request.name, request.preconditions, meta)
-            if problem is not None:
-                if not cur.authoritative:
-                    cur = await self._current(key, cached=False)
-                    continue
-                raise problem
-            if not ns.spec.finalizers:  # type: ignore[attr-defined]
-                return None
-            if meta.HasField("deletionTimestamp"):
-                return ns  # terminating already; the controller finishes it
-            meta.deletionTimestamp.CopyFrom(timestamp(self.clock.now()))
-            ns.status.phase = "Terminating"  # type: ignore[attr-defined]
-            # No propagation finalizers: tinykube's garbage collector does not track namespaces
-            # (Kubernetes' would), and one would hold the namespace forever.
-            result = await self.storage.update(key, self._stored_value(ns), cur.revision)
-            if result.succeeded:
-                meta.resourceVersion = str(result.revision)
-                if self.admission is not None:
-                    self.admission.namespace_deleting(meta.name)
-                return ns
-            cur = self._after_failure(result)
-        raise self._conflict(request.name)
+    def _grace_period(self, obj: Message, request: meta_pb2.DeleteRequest) -> int:
+        """Seconds a deletion of `obj` waits before the object goes: none, but for pods."""
+        return 0
+
+    def _held_by_spec(self, obj: Message) -> bool:
+        """Whether `obj`, being deleted with no finalizers left, is still held by its spec
+        (a namespace's spec.finalizers); such an object is not removed by an update."""
+        return False
 
     # ---- Watch -----------------------------------------------------------------------------
 
@@ -807,289 +884,6 @@ class ResourceStore:
             json=json,
         )
 
-    # ---- Bind ------------------------------------------------------------------------------
-
-    async def bind(self, request: pod_pb2.BindRequest) -> pod_pb2.BindResponse:
-        rv = await self._bind(request.binding)
-        return pod_pb2.BindResponse(resourceVersion=rv)
-
-    async def bind_batch(self, request: pod_pb2.BindBatchRequest) -> pod_pb2.BindBatchResponse:
-        """Each binding exactly as Bind (its own compare-and-swap, its own status), all
-        concurrently: one RPC's overhead for many binds. The storage layer may commit several
-        of them in one etcd txn; one failing compare never fails another binding."""
-        if len(request.bindings) > MAX_BIND_BATCH:
-            raise InvalidError(
-                f"BindBatch: at most {MAX_BIND_BATCH} bindings per request, "
-                f"got {len(request.bindings)}"
-            )
-
-        async def one(binding: pod_pb2.Binding) -> pod_pb2.BindResult:
-            result = pod_pb2.BindResult(
-                name=binding.metadata.name,
-                namespace=self._namespace(binding.metadata.namespace),
-            )
-            try:
-                result.resourceVersion = await self._bind(binding)
-            except Exception as exc:
-                if not isinstance(exc, TinykubeError):
-                    log.exception("BindBatch item %s failed", binding.metadata.name)
-                code, result.message = to_status(exc)
-                result.code = code.value[0]
-            return result
-
-        results = await asyncio.gather(*(one(b) for b in request.bindings))
-        return pod_pb2.BindBatchResponse(results=results)
-
-    async def _bind(self, binding: pod_pb2.Binding) -> str:
-        name = binding.metadata.name
-        namespace = self._namespace(binding.metadata.namespace)
-        target = binding.target
-        problems = []
-        if not name:
-            problems.append(required("metadata.name"))
-        if target.kind not in ("", "Node"):
-            problems.append(invalid("target.kind", target.kind, 'must be "Node"'))
-        if not target.name:
-            problems.append(required("target.name"))
-        if problems:
-            raise InvalidError.for_object("Binding", name, problems)
-        key = self.key(namespace, name)
-        node_key = self.node_prefix + target.name.encode()
-        cur = await self._current(key)
-        # Set once an attempt of ours failed in flight and may have landed.
-        maybe_bound = False
-        for _attempt in range(_CAS_ATTEMPTS):
-            if cur is None:
-                raise self._not_found(name)
-            pod: pod_pb2.Pod = cur.obj  # type: ignore[assignment]
-            if maybe_bound and pod.spec.nodeName == target.name and cur.authoritative:
-                # Our earlier attempt bound it (and the pod changed since, its kubelet's
-                # status, say): the bind succeeded. Any bind to this node is the same bind.
-                return str(cur.revision)
-            problem: TinykubeError | None = None
-            if binding.metadata.uid and binding.metadata.uid != pod.metadata.uid:
-                problem = PreconditionFailedError(
-                    f"Precondition failed: UID in precondition: {binding.metadata.uid}, "
-                    f"UID in object meta: {pod.metadata.uid}"
-                )
-            elif pod.metadata.HasField("deletionTimestamp"):
-                problem = PreconditionFailedError(
-                    f"pod {namespace}/{name} is being deleted, cannot be assigned to a host"
-                )
-            elif pod.spec.nodeName:
-                problem = AlreadyExistsError(
-                    f"pod {namespace}/{name} is already assigned to node {pod.spec.nodeName}"
-                )
-            elif pod.spec.schedulingGates:
-                # Kubernetes' binding storage: a pod still gated is not ready to be scheduled.
-                problem = ConflictError(
-                    f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} has '
-                    "non-empty .spec.schedulingGates"
-                )
-            if problem is not None:
-                if not cur.authoritative:
-                    cur = await self._current(key, cached=False)
-                    continue
-                raise problem
-            pod.spec.nodeName = target.name
-            # As kube-apiserver since v1.34 (ClearingNominatedNodeNameAfterBinding): a bound
-            # pod's preemption nomination is spent.
-            pod.status.nominatedNodeName = ""
-            _set_scheduled(pod, self.clock)
-            result = await self.storage.update(
-                key, self._stored_value(pod), cur.revision, require=(node_key,)
-            )
-            if result.succeeded:
-                return str(result.revision)
-            if result.missing:
-                raise NotFoundError(f'{NODE.plural} "{target.name}" not found')
-            maybe_bound = maybe_bound or result.maybe_applied
-            # The pod changed under us (a status update, say): retry on its current value.
-            cur = self._after_failure(result)
-        raise self._conflict(name)
-
-    # ---- Evict -----------------------------------------------------------------------------
-
-    async def evict(self, request: pod_pb2.EvictRequest) -> pod_pb2.EvictResponse:
-        """Delete a pod through `delete` once its disruption budgets allow it (pods/eviction).
-
-        As kube-apiserver's eviction: a pod that is terminal (Succeeded, Failed), Pending or
-        already being deleted disrupts nothing, so it is deleted without consulting budgets;
-        a Pending one is deleted on the condition that it is still the version read (unless
-        the caller named a resourceVersion), so a pod that starts meanwhile is looked at again.
-        Any other pod goes through `check_disruption_budgets` first. Before the delete the pod
-        gets the DisruptionTarget condition (EvictionByEvictionAPI, "Eviction API: evicting"),
-        so it says why it is terminating. deleteOptions' gracePeriodSeconds and preconditions
-        are Delete's; dryRun ["All"] checks everything and writes nothing. Raises
-        NotFoundError for a missing pod, ConflictError for a failed precondition, InvalidError
-        for bad options, and whatever the budget check raises.
-        """
-        if self.info.kind != POD.kind:
-            raise UnimplementedError(f"{self.plural} cannot be evicted")
-        eviction = request.eviction
-        name = eviction.metadata.name
-        if not name:
-            raise InvalidError.for_object("Eviction.policy", name, [required("metadata.name")])
-        namespace = self._namespace(eviction.metadata.namespace)
-        options = eviction.deleteOptions
-        dry_run = _eviction_dry_run(name, options)
-        key = self.key(namespace, name)
-        caller_rv = bool(options.preconditions.resourceVersion)
-        for attempt in range(_CAS_ATTEMPTS):
-            cur = await self._current(key, cached=False)
-            if cur is None:
-                raise self._not_found(name)
-            pod: pod_pb2.Pod = cur.obj  # type: ignore[assignment]
-            self._admit_node("create", "eviction", namespace, name, None, pod)
-            req = meta_pb2.DeleteRequest(namespace=namespace, name=name)
-            if options.HasField("gracePeriodSeconds"):
-                req.gracePeriodSeconds = options.gracePeriodSeconds
-            req.preconditions.CopyFrom(options.preconditions)
-            req.propagationPolicy = policy_of(
-                options.propagationPolicy if options.HasField("propagationPolicy") else None,
-                options.orphanDependents if options.HasField("orphanDependents") else None,
-            )
-            phase = pod.status.phase or "Pending"
-            ignores_budgets = phase in ("Succeeded", "Failed", "Pending") or (
-                pod.metadata.HasField("deletionTimestamp")
-            )
-            ours = False
-            unhealthy_under: str | None = None
-            if not ignores_budgets:
-                unhealthy_under = await self.check_disruption_budgets(pod, dry_run=dry_run)
-                if unhealthy_under is not None and not caller_rv:
-                    # Let through without spending the budget because it is not Ready:
-                    # delete only the version judged, so a pod that became Ready meanwhile
-                    # is not taken.
-                    req.preconditions.resourceVersion = pod.metadata.resourceVersion
-            elif phase == "Pending" and not pod.metadata.HasField("deletionTimestamp"):
-                ours = not caller_rv
-                if ours:
-                    req.preconditions.resourceVersion = pod.metadata.resourceVersion
-            if dry_run:
-                self._check_eviction_preconditions(req, pod)
-                return pod_pb2.EvictResponse(pod=pod)
-            try:
-                await self._mark_disruption_target(key, req, cur)
-                deleted = await self.delete(req)
-            except ConflictError:
-                if ours and attempt < _CAS_ATTEMPTS - 1:
-                    continue  # the pod changed (it may have started): decide again
-                if unhealthy_under is not None and not caller_rv:
-                    # As kube-apiserver: the client may retry, and the pod is judged again.
-                    raise _still_processing(unhealthy_under) from None
-                raise
-            return pod_pb2.EvictResponse(pod=deleted)  # type: ignore[arg-type]
-        raise self._conflict(name)
-
-    async def _mark_disruption_target(
-        self, key: bytes, req: meta_pb2.DeleteRequest, cur: _Current | None
-    ) -> None:
-        """kube-apiserver's addConditionAndDeletePod, before the delete: on the latest pod,
-        once the delete's preconditions hold, the DisruptionTarget condition (reason
-        EvictionByEvictionAPI), written by compare-and-swap (a lost race is applied again to
-        the current pod). A resourceVersion precondition then names the version written, so
-        the delete still takes only the pod judged. ConflictError for a failed precondition."""
-        name = req.name
-        for _attempt in range(_CAS_ATTEMPTS):
-            if cur is None:
-                raise self._not_found(name)
-            pod: pod_pb2.Pod = cur.obj  # type: ignore[assignment]
-            problem = self._precondition_failure(name, req.preconditions, pod.metadata)
-            if problem is not None:
-                raise problem
-            if not _set_eviction_condition(pod, self.clock.now()):
-                return  # already marked so
-            result = await self.storage.update(key, self._stored_value(pod), cur.revision)
-            if result.succeeded:
-                if req.preconditions.resourceVersion:
-                    req.preconditions.resourceVersion = str(result.revision)
-                return
-            cur = self._after_failure(result)
-        raise self._conflict(name)
-
-    async def check_disruption_budgets(self, pod: pod_pb2.Pod, *, dry_run: bool) -> str | None:
-        """The PodDisruptionBudget check of an eviction (kube-apiserver's EvictionREST).
-
-        Finds the budgets in the pod's namespace whose selector matches it: none lets the
-        eviction through; more than one is MultipleBudgetsError. A pod that is not Ready is
-        let through without spending the budget when the budget's unhealthyPodEvictionPolicy
-        is AlwaysAllow, or (IfHealthyBudget, the default) while currentHealthy >=
-        desiredHealthy > 0; the budget's name is returned so `evict` deletes only the version
-        judged. Otherwise the budget must allow a disruption: it is decremented and the pod
-        recorded in status.disruptedPods by a compare-and-swap on the budget's
-        resourceVersion (re-read and retried on conflict, so two evictions never spend one
-        disruption), skipped when `dry_run`. Raises DisruptionBudgetError (429) when the
-        budget allows none or its status is behind its generation, ForbiddenError when its
-        disruptedPods map is full, ConflictError after too many lost races.
-        """
-        budgets = self.budgets
-        if budgets is None:
-            return None
-        # A consistent read, as kube's eviction lists the budgets from storage: a budget
-        # written just before the eviction must count (List with resourceVersion "" waits
-        # for the watch cache to hold everything etcd had, or reads etcd).
-        _rv, current, _ = await budgets.list_objects(
-            meta_pb2.ListRequest(namespace=pod.metadata.namespace)
-        )
-        matching = [
-            o.obj
-            for o in current
-            if disruption.selects(o.obj, pod)  # type: ignore[arg-type]
-        ]
-        if not matching:
-            return None
-        if len(matching) > 1:
-            raise MultipleBudgetsError(
-                "This pod has more than one PodDisruptionBudget, which the eviction "
-                "subresource does not support."
-            )
-        pdb = pdb_pb2.PodDisruptionBudget()
-        pdb.CopyFrom(matching[0])  # type: ignore[arg-type]
-        name = pdb.metadata.name
-        if not disruption.is_pod_ready(pod):
-            status = pdb.status
-            if pdb.spec.unhealthyPodEvictionPolicy == disruption.ALWAYS_ALLOW or (
-                status.currentHealthy >= status.desiredHealthy and status.desiredHealthy > 0
-            ):
-                return name
-        key = budgets.key(pdb.metadata.namespace, name)
-        for _attempt in range(_CAS_ATTEMPTS):
-            _check_budget(pdb)
-            status = pdb.status
-            status.disruptionsAllowed -= 1
-            if status.disruptionsAllowed == 0:
-                disruption.update_disruption_allowed_condition(pdb, self.clock.now())
-            if dry_run:
-                return None
-            set_timestamp(status.disruptedPods[pod.metadata.name], self.clock.now())
-            try:
-                await budgets.update_status(
-                    pdb_pb2.UpdatePodDisruptionBudgetRequest(podDisruptionBudget=pdb)
-                )
-                return None
-            except ConflictError:
-                pass  # another eviction (or the controller) wrote it first: judge again
-            except NotFoundError:
-                return None  # the budget is gone: nothing protects the pod any more
-            cur = await budgets._current(key, cached=False)
-            if cur is None:
-                return None
-            pdb = cur.obj  # type: ignore[assignment]
-            if not disruption.selects(pdb, pod):
-                return None
-        raise ConflictError(
-            f'Operation cannot be fulfilled on poddisruptionbudgets.policy "{name}": '
-            "couldn't update PodDisruptionBudget due to conflicts"
-        )
-
-    def _check_eviction_preconditions(self, req: meta_pb2.DeleteRequest, pod: pod_pb2.Pod) -> None:
-        """What `delete` would refuse, for a dry run (which must not reach `delete`)."""
-        _check_grace_period(req)
-        problem = self._precondition_failure(pod.metadata.name, req.preconditions, pod.metadata)
-        if problem is not None:
-            raise problem
-
     def _precondition_failure(
         self, name: str, pre: meta_pb2.Preconditions, meta: meta_pb2.ObjectMeta
     ) -> ConflictError | None:
@@ -1110,115 +904,8 @@ class ResourceStore:
         return None
 
 
-_REFUSED = "Cannot evict pod as it would violate the pod's disruption budget."
-
-
-# The condition kube-apiserver's eviction sets on a pod before deleting it.
-DISRUPTION_TARGET = "DisruptionTarget"
-EVICTION_REASON = "EvictionByEvictionAPI"
-EVICTION_MESSAGE = "Eviction API: evicting"
-_EVICTION_CONDITION = ("True", EVICTION_REASON, EVICTION_MESSAGE)
-
-
-def _set_eviction_condition(pod: pod_pb2.Pod, now: datetime) -> bool:
-    """podutil.UpdatePodCondition with DisruptionTarget=True/EvictionByEvictionAPI: the
-    transition time moves only when the status changes; False when nothing changed."""
-    for cond in pod.status.conditions:
-        if cond.type == DISRUPTION_TARGET:
-            if (cond.status, cond.reason, cond.message) == _EVICTION_CONDITION:
-                return False
-            if cond.status != "True":
-                set_timestamp(cond.lastTransitionTime, now)
-            cond.status, cond.reason, cond.message = "True", EVICTION_REASON, EVICTION_MESSAGE
-            return True
-    added = pod.status.conditions.add(
-        type=DISRUPTION_TARGET, status="True", reason=EVICTION_REASON, message=EVICTION_MESSAGE
-    )
-    set_timestamp(added.lastTransitionTime, now)
-    return True
-
-
-def _still_processing(name: str) -> DisruptionBudgetError:
-    """kube-apiserver's createTooManyRequestsError: retry in 10 s."""
-    return DisruptionBudgetError(
-        _REFUSED,
-        f"The disruption budget {name} is still being processed by the server.",
-        retry_after_seconds=10,
-    )
-
-
-def _check_budget(pdb: pdb_pb2.PodDisruptionBudget) -> None:
-    """checkAndDecrement's refusals, in Kubernetes' order."""
-    name, status = pdb.metadata.name, pdb.status
-    if status.observedGeneration < pdb.metadata.generation:
-        raise _still_processing(name)
-    forbidden = {"name": name, "group": "policy", "kind": "poddisruptionbudget"}
-    if status.disruptionsAllowed < 0:
-        raise ForbiddenError(
-            f'poddisruptionbudget.policy "{name}" is forbidden: pdb disruptions allowed is '
-            "negative",
-            forbidden,
-        )
-    if len(status.disruptedPods) > disruption.MAX_DISRUPTED_PODS:
-        raise ForbiddenError(
-            f'poddisruptionbudget.policy "{name}" is forbidden: DisruptedPods map too big - '
-            "too many evictions not confirmed by PDB controller",
-            forbidden,
-        )
-    if status.disruptionsAllowed == 0:
-        raise DisruptionBudgetError(
-            _REFUSED,
-            f"The disruption budget {name} needs {status.desiredHealthy} healthy pods and has "
-            f"{status.currentHealthy} currently",
-        )
-
-
 def _check_grace_period(request: meta_pb2.DeleteRequest) -> None:
     if request.HasField("gracePeriodSeconds") and request.gracePeriodSeconds < 0:
         raise InvalidError(
             f"invalid gracePeriodSeconds {request.gracePeriodSeconds}: must not be negative"
         )
-
-
-def _set_scheduled(pod: pod_pb2.Pod, clock: Clock) -> None:
-    now = clock.now()
-    for cond in pod.status.conditions:
-        if cond.type == "PodScheduled":
-            if cond.status != "True":
-                cond.status = "True"
-                set_timestamp(cond.lastTransitionTime, now)
-            cond.reason = ""
-            cond.message = ""
-            return
-    cond = pod.status.conditions.add(type="PodScheduled", status="True")
-    set_timestamp(cond.lastTransitionTime, now)
-
-
-_PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
-
-
-def _eviction_dry_run(name: str, options: meta_pb2.DeleteOptions) -> bool:
-    """Whether an Eviction's deleteOptions ask for a dry run; bad options are InvalidError."""
-    problems = []
-    for i, value in enumerate(options.dryRun):
-        if value != "All":
-            problems.append(unsupported(f"deleteOptions.dryRun[{i}]", value, ("All",)))
-    if options.HasField("propagationPolicy") and (
-        options.propagationPolicy not in _PROPAGATION_POLICIES
-    ):
-        problems.append(
-            unsupported(
-                "deleteOptions.propagationPolicy", options.propagationPolicy, _PROPAGATION_POLICIES
-            )
-        )
-    if options.HasField("gracePeriodSeconds") and options.gracePeriodSeconds < 0:
-        problems.append(
-            invalid(
-                "deleteOptions.gracePeriodSeconds",
-                options.gracePeriodSeconds,
-                "must be greater than or equal to 0",
-            )
-        )
-    if problems:
-        raise InvalidError.for_object("Eviction.policy", name, problems)
-    return bool(options.dryRun)

@@ -44,7 +44,6 @@ from tinykube.selectors import (
 )
 from tinykube.v1 import (
     meta_pb2,
-    namespace_pb2,
     pod_pb2,
 )
 
@@ -1093,32 +1092,6 @@ def validate_conditions(path: str, conditions: Iterable[Condition]) -> list[Fiel
             errs.append(required(f"{cp}.type"))
         if cond.status not in CONDITION_STATUSES:
             errs.append(unsupported(f"{cp}.status", cond.status, CONDITION_STATUSES))
-    return errs
-
-
-# The finalizer every namespace gets at creation; the namespace controller removes it. The
-# namespace's finalizer check stays here, not in apiserver/registry/namespace.py, while the
-# store's and the REST dry run's Finalize (apiserver/resources.py, rest/handlers.py) call it by
-# this name; NamespaceStrategy.validate_finalize is the way in for new callers.
-NAMESPACE_FINALIZER = "kubernetes"
-
-
-def validate_namespace(ns: namespace_pb2.Namespace, *, indexed: bool = False) -> list[FieldError]:
-    """Kubernetes' ValidateNamespace: every spec.finalizers entry is a qualified name, and
-    one without a "/" is a standard finalizer name ("kubernetes" is the only one). Errors
-    name `spec.finalizers`, or `spec.finalizers[i]` when `indexed` (a Finalize, as Kubernetes'
-    ValidateNamespaceFinalizeUpdate)."""
-    errs: list[FieldError] = []
-    for i, fin in enumerate(ns.spec.finalizers):
-        at = f"spec.finalizers[{i}]" if indexed else "spec.finalizers"
-        for p in validate_label_key(fin):
-            errs.append(invalid(at, fin, p))
-        if "/" not in fin and fin != NAMESPACE_FINALIZER:
-            errs.append(
-                invalid(
-                    at, fin, "name is neither a standard finalizer name nor is it fully qualified"
-                )
-            )
     return errs
 
 

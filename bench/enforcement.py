@@ -35,8 +35,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from apiserver.auth.authn import Authenticator
-from apiserver.auth.filters import REQUESTER, Enforcer, admit_node_write
+from apiserver.auth.filters import Enforcer, admit_node_write
 from apiserver.grpcapi import _enforced
+from apiserver.requestcontext import RequestContext
 from apiserver.rest.attributes import rest_attributes
 from tinykube.pki import PKI, cluster_specs
 from tinykube.tls import Credentials, ServingTLS
@@ -73,7 +74,7 @@ class FakeTransport:
         return self.ssl if name == "ssl_object" else None
 
 
-async def _nothing(request: Any, context: Any) -> None:
+async def _nothing(request: Any, context: Any, identity: Any = None) -> None:
     return None
 
 
@@ -171,13 +172,13 @@ def main() -> None:
             )
         )
 
-        async def node_write(request: Any, context: Any) -> None:
+        async def node_write(request: Any, context: Any, identity: Any) -> None:
             # What the resource layer adds for a node's write: NodeRestriction on old and new.
             admit_node_write(
-                "update", "pods", "", "status", "default", "pod-1", status.pod, status.pod
+                identity, "update", "pods", "", "status", "default", "pod-1", status.pod, status.pod
             )
 
-        cases: dict[str, tuple[str, Any, str, Callable[[Any, Any], Awaitable[None]]]] = {
+        cases: dict[str, tuple[str, Any, str, Callable[..., Awaitable[None]]]] = {
             "scheduler bind": ("/tinykube.v1.Pods/Bind", bind, "scheduler", _nothing),
             "kubelet pod status update": (
                 "/tinykube.v1.Pods/UpdateStatus",
@@ -213,8 +214,7 @@ def main() -> None:
         def rest_get() -> None:
             identity = enforcer.rest_identity(transport, "/api/v1/pods", {})
             enforcer.check(identity, rest_attributes("GET", "/api/v1/pods", query))
-            token = REQUESTER.set(identity)
-            REQUESTER.reset(token)
+            RequestContext(identity=identity)  # what the REST front end passes the store
 
         rest_us = min(timeit.repeat(rest_get, number=n, repeat=r)) / n * 1e6
         out["cases"]["kubelet REST list of its pods"] = round(rest_us, 2)

@@ -138,6 +138,8 @@ log = logging.getLogger(__name__)
 # A generateName Create whose generated name is taken is tried with a new name this many times
 # in all, as the apiserver does for the names it generates.
 GENERATE_NAME_ATTEMPTS = 3
+# Kubernetes' dryRun value: every check of the write runs, nothing is stored.
+DRY_RUN_ALL = "All"
 
 _STATUS_BY_NUMBER: dict[int, grpc.StatusCode] = {c.value[0]: c for c in grpc.StatusCode}
 
@@ -190,11 +192,17 @@ class ResourceClient(Generic[T, L, E]):
     def _wrap(self, obj: T) -> Message:
         return self.info.create_request(**{self.info.request_field: obj})
 
-    async def create(self, obj: T) -> T:
+    async def create(self, obj: T, *, dry_run: bool = False) -> T:
         """Create `obj`. Retried as the module docstring says: a retry returns the object its
         own earlier attempt created. An object with only generateName is named here, as the
-        apiserver would name it, so that its Create can be resent like a named one."""
+        apiserver would name it, so that its Create can be resent like a named one.
+        `dry_run` (Kubernetes' dryRun ["All"]): every check of the create runs and the object
+        as it would be stored comes back, but nothing is stored (safe to retry)."""
         meta: Any = cast(Any, obj).metadata
+        if dry_run:
+            request = self._wrap(obj)
+            cast(Any, request).dryRun.append(DRY_RUN_ALL)
+            return cast(T, await self._call("Create", request))
         if meta.name or not meta.generateName:
             # (No name at all is the apiserver's INVALID_ARGUMENT to give.)
             return await self._create_named(self._wrap(obj))
@@ -297,18 +305,26 @@ class ResourceClient(Generic[T, L, E]):
             if not token or page_size <= 0:
                 return items, rv
 
-    async def update(self, obj: T) -> T:
+    async def update(self, obj: T, *, dry_run: bool = False) -> T:
         """Update `obj`; retried on every transient failure only if it carries
-        metadata.resourceVersion (a precondition), else only if it was never sent."""
-        request = self.info.update_request(**{self.info.request_field: obj})
-        return cast(T, await self._call("Update", request, retry_if=_update_retry(obj)))
+        metadata.resourceVersion (a precondition), else only if it was never sent.
+        `dry_run`: checked and answered as the update would be, nothing stored."""
+        request = self._update_request(obj, dry_run)
+        return cast(T, await self._call("Update", request, retry_if=_update_retry(obj, dry_run)))
 
-    async def update_status(self, obj: T) -> T:
+    async def update_status(self, obj: T, *, dry_run: bool = False) -> T:
         """Update `obj`'s status; retried as `update`."""
         if not self.info.has_status:
             raise TypeError(f"{self.info.kind} has no status subresource")
-        request = self.info.update_request(**{self.info.request_field: obj})
-        return cast(T, await self._call("UpdateStatus", request, retry_if=_update_retry(obj)))
+        request = self._update_request(obj, dry_run)
+        retry_if = _update_retry(obj, dry_run)
+        return cast(T, await self._call("UpdateStatus", request, retry_if=retry_if))
+
+    def _update_request(self, obj: T, dry_run: bool) -> Message:
+        request: Any = self.info.update_request(**{self.info.request_field: obj})
+        if dry_run:
+            request.dryRun.append(DRY_RUN_ALL)
+        return cast(Message, request)
 
     async def finalize(self, obj: T) -> T:
         """Namespaces only: replace spec.finalizers (Kubernetes' namespaces/finalize); retried
@@ -327,11 +343,17 @@ class ResourceClient(Generic[T, L, E]):
         uid: str = "",
         resource_version: str = "",
         propagation_policy: str = "",
+        dry_run: bool = False,
     ) -> T:
         """Delete (or mark as deleting) one object. `propagation_policy` is Kubernetes':
-        "Orphan", "Foreground", "Background" or "" for the kind's default."""
+        "Orphan", "Foreground", "Background" or "" for the kind's default. `dry_run`: the
+        delete's checks run and the object comes back as the delete would leave it (marked
+        or as it was), nothing deleted."""
         request = meta_pb2.DeleteRequest(
-            namespace=namespace, name=name, propagationPolicy=propagation_policy
+            namespace=namespace,
+            name=name,
+            propagationPolicy=propagation_policy,
+            dryRun=[DRY_RUN_ALL] if dry_run else [],
         )
         if grace_period_seconds is not None:
             request.gracePeriodSeconds = grace_period_seconds
@@ -828,10 +850,11 @@ class Client:
         await self.close()
 
 
-def _update_retry(obj: Message) -> Callable[[BaseException], bool]:
-    """The retry rule of an Update: always with a resourceVersion precondition, else unsent."""
+def _update_retry(obj: Message, dry_run: bool = False) -> Callable[[BaseException], bool]:
+    """The retry rule of an Update: always with a resourceVersion precondition or for a dry
+    run (which changes nothing), else only if unsent."""
     meta: Any = cast(Any, obj).metadata
-    return is_retryable if meta.resourceVersion else is_unsent
+    return is_retryable if meta.resourceVersion or dry_run else is_unsent
 
 
 def _has_field(msg: Any, name: str) -> bool:

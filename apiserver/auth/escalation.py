@@ -23,11 +23,12 @@ to one verb, group, resource and name, then merged per group and resource, sorte
 `{APIGroups:[""], Resources:["nodes"], Verbs:["delete"]}`; a binding whose role cannot be
 resolved adds `; resolution errors: [...]`.
 
-Who asks is `REQUESTER` (apiserver/auth/filters.py), which both front ends set for requests to
-the RBAC group. None means the apiserver's own in-process write (bootstrap reconciliation):
-trusted, as kube-apiserver's loopback client is in system:masters. The guard is installed on the
-four RBAC stores only when authorization is on, so --insecure stays open and other kinds pay
-nothing. Pure and synchronous: the rule resolver reads the RBAC authorizer's in-memory indexes.
+Who asks is the request context's identity (apiserver/requestcontext.py), which both front
+ends pass to the store with every write. None means the apiserver's own in-process write
+(bootstrap reconciliation): trusted, as kube-apiserver's loopback client is in system:masters.
+The guard is installed on the four RBAC stores only when authorization is on, so --insecure
+stays open and other kinds pay nothing. Pure and synchronous: the rule resolver reads the RBAC
+authorizer's in-memory indexes.
 """
 
 from __future__ import annotations

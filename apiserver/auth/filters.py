@@ -14,10 +14,10 @@ kube-apiserver's filter chain (WithAuthentication, WithImpersonation, WithAuthor
   message (PERMISSION_DENIED / 403).
 
 NodeRestriction admission and RBAC's escalation check need the stored object, so the resource
-layer does them (`admit_node_write`, apiserver/auth/escalation.py): the front ends put the
-identity in `REQUESTER`, a context variable of the request's task, when a node sends the request
-or it is for the RBAC group (`needs_requester`), and `ResourceStore` consults it where it has the
-old and new objects; for every other request it is None and costs one `ContextVar.get`.
+layer does them (`admit_node_write`, apiserver/auth/escalation.py): the front ends pass the
+identity to `ResourceStore` in the request's `RequestContext` (apiserver/requestcontext.py),
+and the store consults it where it has the old and new objects; for an identity that is not a
+node NodeRestriction costs one `node_name_of`.
 
 Cost: a connection's certificate identity is memoized (by the transport for REST, by its PEM
 for gRPC, in the authenticator), RBAC memoizes its answers, and the Node authorizer is a few
@@ -28,7 +28,6 @@ Pure and synchronous; runs on the event loop.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from contextvars import ContextVar
 from typing import Any
 
 import grpc
@@ -48,7 +47,6 @@ from apiserver.auth.authorizer import (
 )
 from apiserver.auth.node import node_restriction
 from tinykube.errors import BadRequestError, ForbiddenError
-from tinykube.kinds import RBAC_GROUP
 
 IMPERSONATE_USER = "Impersonate-User"
 IMPERSONATE_GROUP = "Impersonate-Group"
@@ -64,10 +62,6 @@ UNAUTHORIZED = "Unauthorized"
 TRANSPORT_MEMO_LIMIT = 4096
 _UNKNOWN = object()
 
-# The identity of the request being served, set only for nodes (NodeRestriction admission) and
-# for requests to the RBAC group (the escalation check); None for in-process writes.
-REQUESTER: ContextVar[Identity | None] = ContextVar("tinykube_requester", default=None)
-
 
 def unauthorized() -> AuthenticationError:
     return AuthenticationError(UNAUTHORIZED)
@@ -75,12 +69,6 @@ def unauthorized() -> AuthenticationError:
 
 def is_node(identity: Identity) -> bool:
     return node_name_of(identity)[1]
-
-
-def needs_requester(identity: Identity, api_group: str) -> bool:
-    """Whether the resource layer must see who sends this request: a node (NodeRestriction)
-    or anyone writing RBAC objects (privilege escalation prevention)."""
-    return api_group == RBAC_GROUP or node_name_of(identity)[1]
 
 
 class Enforcer:
@@ -217,6 +205,7 @@ def _all(headers: Mapping[str, str], key: str) -> list[str]:
 
 
 def admit_node_write(
+    requester: Identity,
     verb: str,
     resource: str,
     group: str,
@@ -226,10 +215,9 @@ def admit_node_write(
     obj: Any | None,
     old: Any | None,
 ) -> None:
-    """NodeRestriction for the write the current request makes, if a node makes it."""
-    requester = REQUESTER.get()
-    if requester is None:
-        return
+    """NodeRestriction for a write `requester` makes: ForbiddenError when a node may not."""
+    if not node_name_of(requester)[1]:
+        return  # only nodes are restricted: no attributes to build for anyone else
     attrs = Attributes(verb, resource, group, subresource, namespace, name)
     refused = node_restriction(requester, attrs, obj, old)
     if refused is not None:

@@ -1,6 +1,6 @@
 """TokenRequest (serviceaccounts/token) and what service account tokens are checked against.
 
-`TokenRequests.create(namespace, name, body, dry_run)` answers
+`TokenRequests.create(namespace, name, body, ctx)` answers
 POST /api/v1/namespaces/<ns>/serviceaccounts/<name>/token as kube's
 pkg/registry/core/serviceaccount/storage/token.go does: the body is an
 authentication.k8s.io/v1 TokenRequest; its metadata name and namespace, when set, must match the
@@ -28,7 +28,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from apiserver.auth.filters import REQUESTER
+from apiserver.auth.authorizer import Identity
 from apiserver.auth.node import admit_node_token
 from apiserver.auth.tokens import (
     DEFAULT_EXPIRATION_SECONDS,
@@ -39,6 +39,7 @@ from apiserver.auth.tokens import (
     TokenIssuer,
     claims,
 )
+from apiserver.requestcontext import INTERNAL, RequestContext
 from apiserver.resources import ResourceStore
 from apiserver.watchcache import WatchCache
 from tinykube.clock import Clock
@@ -214,9 +215,10 @@ class TokenRequests:
         spec["audiences"] = list(audiences) or list(self.issuer.audiences)
         return spec
 
-    async def _admit_node(self, namespace: str, name: str, spec: Mapping[str, Any]) -> None:
+    async def _admit_node(
+        self, requester: Identity | None, namespace: str, name: str, spec: Mapping[str, Any]
+    ) -> None:
         """NodeRestriction: a kubelet's token must be bound to a pod on its node."""
-        requester = REQUESTER.get()
         if requester is None:
             return
         ref = spec.get("boundObjectRef")
@@ -232,10 +234,16 @@ class TokenRequests:
             raise ForbiddenError(refused)
 
     async def create(
-        self, namespace: str, name: str, body: Mapping[str, Any], *, dry_run: bool = False
+        self,
+        namespace: str,
+        name: str,
+        body: Mapping[str, Any],
+        ctx: RequestContext = INTERNAL,
     ) -> dict[str, Any]:
+        """The TokenRequest answered for `ctx.identity`; a dry run (`ctx.dry_run`) answers
+        without a token."""
         spec = self._spec(name, namespace, body)
-        await self._admit_node(namespace, name, spec)
+        await self._admit_node(ctx.identity, namespace, name, spec)
         sa = await self._get(SERVICE_ACCOUNT.kind, namespace, name)
         pod_ref = secret_ref = node_ref = None
         ref = spec.get("boundObjectRef")
@@ -284,7 +292,7 @@ class TokenRequests:
                 now.replace(microsecond=0) + timedelta(seconds=seconds)
             ),
         }
-        if not dry_run:
+        if not ctx.dry_run:
             token_claims = claims(
                 issuer=self.issuer.issuer,
                 namespace=namespace,

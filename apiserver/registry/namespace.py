@@ -12,14 +12,32 @@ from datetime import datetime
 from google.protobuf.message import Message
 
 from apiserver.registry.base import META_FIELDS, Strategy
-from apiserver.validation import (
-    NAMESPACE_FINALIZER,
-    dns1123_label,
-    invalid,
-    validate_namespace,
-)
+from apiserver.validation import dns1123_label, invalid
 from tinykube.errors import FieldError
+from tinykube.selectors import validate_label_key
 from tinykube.v1 import namespace_pb2
+
+# The finalizer every namespace gets at creation; the namespace controller removes it.
+NAMESPACE_FINALIZER = "kubernetes"
+
+
+def validate_namespace(ns: namespace_pb2.Namespace, *, indexed: bool = False) -> list[FieldError]:
+    """Kubernetes' ValidateNamespace: every spec.finalizers entry is a qualified name, and
+    one without a "/" is a standard finalizer name ("kubernetes" is the only one). Errors
+    name `spec.finalizers`, or `spec.finalizers[i]` when `indexed` (a Finalize, as Kubernetes'
+    ValidateNamespaceFinalizeUpdate)."""
+    errs: list[FieldError] = []
+    for i, fin in enumerate(ns.spec.finalizers):
+        at = f"spec.finalizers[{i}]" if indexed else "spec.finalizers"
+        for p in validate_label_key(fin):
+            errs.append(invalid(at, fin, p))
+        if "/" not in fin and fin != NAMESPACE_FINALIZER:
+            errs.append(
+                invalid(
+                    at, fin, "name is neither a standard finalizer name nor is it fully qualified"
+                )
+            )
+    return errs
 
 
 def validate_namespace_status(ns: namespace_pb2.Namespace) -> list[FieldError]:

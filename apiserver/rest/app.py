@@ -36,7 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from apiserver.accesslog import LogLimiter, access_log, go_duration
 from apiserver.auth.authn import StaleTokenError
 from apiserver.auth.authorizer import ALL_UNAUTHENTICATED, ANONYMOUS, Authorizer, Identity
-from apiserver.auth.filters import REQUESTER, Enforcer, needs_requester
+from apiserver.auth.filters import Enforcer
 from apiserver.auth.review import self_subject_access_review, self_subject_rules_review
 from apiserver.flowcontrol import Limiter
 from apiserver.metrics import Metrics
@@ -56,7 +56,7 @@ from apiserver.rest.discovery import (
     version_info,
     wants_aggregated,
 )
-from apiserver.rest.handlers import ResourceHandlers, Target, read_body
+from apiserver.rest.handlers import IDENTITY, ResourceHandlers, Target, read_body
 from apiserver.rest.inflight import inflight_middleware
 from apiserver.rest.openapi import OpenAPI
 from apiserver.rest.status import (
@@ -85,7 +85,7 @@ OPENAPI_V2_PROTOBUF_TYPE = "application/com.github.proto-openapi.spec.v2.v1.0+pr
 _NAMESPACE_SUBRESOURCES = ("status", "finalize")
 _RESOURCE = web.RequestKey("tinykube_resource", StatusResource)
 # Who the request acts as, once the enforcer has authenticated it.
-_IDENTITY = web.RequestKey("tinykube_identity", Identity)
+_IDENTITY = IDENTITY
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Named health checks: name -> "is it passing".
 HealthChecks = Callable[[], Mapping[str, bool]]
@@ -244,13 +244,7 @@ class RestServer:
         except TinykubeError as exc:
             return self._error_response(exc, None, request)
         request[_IDENTITY] = identity
-        if not needs_requester(identity, attrs.api_group):
-            return await handler(request)
-        token = REQUESTER.set(identity)
-        try:
-            return await handler(request)
-        finally:
-            REQUESTER.reset(token)
+        return await handler(request)
 
     def requester(self, request: web.Request) -> Identity:
         """Who `request` acts as: the enforcer's answer, else `identify`'s (--insecure)."""
@@ -453,7 +447,7 @@ class RestServer:
         if sub == "token" and resource.kind == "ServiceAccount" and namespace and name:
             if self.auth_api is None:
                 raise not_found_path()
-            return await self.auth_api.token(request, namespace, name)
+            return await self.auth_api.token(request, namespace, name, request.get(_IDENTITY))
         if namespace is not None and not resource.namespaced:
             raise not_found_path()
         if resource.namespaced and namespace is None and name is not None:

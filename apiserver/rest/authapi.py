@@ -33,6 +33,7 @@ from apiserver.auth.review import (
 )
 from apiserver.auth.tokenrequest import TokenRequests
 from apiserver.auth.tokens import PublicKey, jwks, openid_configuration
+from apiserver.requestcontext import RequestContext
 from apiserver.rest import codec as codecs
 from apiserver.rest.codec import dumps
 from apiserver.rest.discovery import (
@@ -241,13 +242,17 @@ class AuthAPI:
 
     # ---- serviceaccounts/token -----------------------------------------------------------------
 
-    async def token(self, request: web.Request, namespace: str, name: str) -> web.Response:
+    async def token(
+        self, request: web.Request, namespace: str, name: str, identity: Identity | None
+    ) -> web.Response:
+        """POST serviceaccounts/NAME/token, for `identity` (None: --insecure)."""
         if self.token_requests is None:
             raise not_found_path()
         body = await self._body(request)
         dry_run = "All" in request.query.getall("dryRun", [])
+        ctx = RequestContext(identity=identity, dry_run=dry_run)
         try:
-            answer = await self.token_requests.create(namespace, name, body, dry_run=dry_run)
+            answer = await self.token_requests.create(namespace, name, body, ctx)
         except InvalidError as exc:
             if not exc.causes:
                 raise

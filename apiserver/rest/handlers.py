@@ -7,7 +7,8 @@ gRPC front end takes and calls the kind's `apiserver.resources.ResourceStore` (v
 defaults, storage, the watch cache and Bind's compare-and-swap exist only there); answers are
 encoded by `codec.KindCodec`.
 LIST from the watch cache and every REST watch reuse each object version's cached JSON.
-`dryRun=All` runs the kind's strategy (defaults, validation) without writing. Handlers run on
+`dryRun=All` is a flag of the store's request context (apiserver/requestcontext.py): every
+check of the write runs, and nothing is written. Handlers run on
 the apiserver's event loop; a watch handler waits on its watcher's queue and ends at
 timeoutSeconds, when the client leaves (aiohttp cancels it), or with an ERROR event.
 """
@@ -34,9 +35,13 @@ from google.protobuf.message import Message
 from multidict import MultiMapping
 
 from apiserver import fieldmanager
+from apiserver.auth.authorizer import Identity
 from apiserver.deletion import delete_options_errors, policy_of
+from apiserver.namespacestore import NamespaceStore
 from apiserver.podlogs import PodLogOptions, PodLogs
+from apiserver.podstore import PodStore
 from apiserver.podstream import PodStreams, StreamOptions
+from apiserver.requestcontext import RequestContext
 from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
 from apiserver.rest import eventsview, kubeproto, patch
@@ -56,7 +61,6 @@ from apiserver.rest.status import (
     unsupported_media_type,
 )
 from apiserver.settings import Settings
-from apiserver.validation import validate_namespace
 from apiserver.watchcache import encode_json_event
 from tinykube import remotecommand as rc
 from tinykube import tables
@@ -64,7 +68,6 @@ from tinykube.clock import Clock
 from tinykube.errors import (
     AlreadyExistsError,
     BadRequestError,
-    ConflictError,
     FieldError,
     InvalidError,
     NotFoundError,
@@ -73,7 +76,6 @@ from tinykube.errors import (
     TinykubeError,
 )
 from tinykube.kinds import NAMESPACE, NODE, POD, SCALABLE_KINDS
-from tinykube.meta import generate_name
 from tinykube.tls import PLAINTEXT, Credentials
 from tinykube.v1 import meta_pb2, node_pb2, pod_pb2
 
@@ -81,8 +83,6 @@ APPLY_PATCH = "application/apply-patch+yaml"
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
-# Attempts of a PATCH that loses a race with another writer (Kubernetes retries too).
-_PATCH_ATTEMPTS = 5
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 # A follow that has no output yet still sends its headers after this many seconds.
 _LOG_HEADERS_AFTER = 1.0
@@ -94,6 +94,8 @@ MAX_GRACE_SECONDS = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 _INT32_MAX = 2**31 - 1
 _GO_INT = re.compile(r"[+-]?[0-9]+\Z")
+# Who a request acts as, once the enforcer has authenticated it (unset under --insecure).
+IDENTITY = web.RequestKey("tinykube_identity", Identity)
 
 
 @dataclass(frozen=True)
@@ -570,6 +572,15 @@ class ResourceHandlers:
                 )
         return bool(values)
 
+    def _context(
+        self, request: web.Request, q: Query, *, field_manager: str | None = None
+    ) -> RequestContext:
+        """The write's request context: who sends it (None under --insecure), the query's
+        dryRun, and the field manager to record."""
+        return RequestContext(
+            identity=request.get(IDENTITY), dry_run=self._dry_run(q), field_manager=field_manager
+        )
+
     @staticmethod
     def query_all(q: Query, name: str) -> list[str]:
         return [v for v in q.query.getall(name, []) if v != ""]
@@ -872,38 +883,13 @@ class ResourceHandlers:
     async def create(
         self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
-        dry_run = self._dry_run(q)
+        ctx = self._context(request, q, field_manager=self._field_manager(request, q))
         obj, warnings = await self._decoded(request, target, q)
         self._namespace_for(target, obj)
         info = service.info
         self._check_view_create(target, obj)
-        if dry_run:
-            created = await self._dry_run_create(service, obj)
-        else:
-            created = await service.create(
-                info.create_request(**{info.request_field: obj}),
-                field_manager=self._field_manager(request, q),
-            )
+        created = await service.create(info.create_request(**{info.request_field: obj}), ctx)
         return await self._answer_object(request, target, q, created, code=201, warnings=warnings)
-
-    async def _dry_run_create(self, service: ResourceStore, obj: Message) -> Message:
-        meta = obj.metadata  # type: ignore[attr-defined]
-        await service.admit(obj)
-        service.strategy.prepare_for_create(obj, self.clock.now())
-        if not meta.name and meta.generateName:
-            meta.name = generate_name(meta.generateName)
-            service.strategy.canonicalize(obj)
-        errors = service.strategy.validate_create(obj)
-        if service.allocator is not None:
-            errors += service.allocator.validate(obj.spec)  # type: ignore[attr-defined]
-        if errors:
-            raise InvalidError.for_object(service.info.qualified_kind, meta.name, errors)
-        await service.admit_validated(obj, None)
-        req = message_from(meta_pb2.GetRequest, {"namespace": meta.namespace, "name": meta.name})
-        with contextlib.suppress(NotFoundError):
-            await service.get(req)
-            raise AlreadyExistsError(f'{service.info.plural} "{meta.name}" already exists')
-        return obj
 
     def _check_name(self, target: Target, obj: Message) -> None:
         meta = obj.metadata  # type: ignore[attr-defined]
@@ -924,84 +910,27 @@ class ResourceHandlers:
         *,
         status: bool,
     ) -> web.Response:
-        dry_run = self._dry_run(q)
+        ctx = self._context(request, q, field_manager=self._field_manager(request, q))
         obj, warnings = await self._decoded(request, target, q)
         self._check_name(target, obj)
         self._namespace_for(target, obj)
-        updated = await self._write(
-            service,
-            obj,
-            status=status,
-            dry_run=dry_run,
-            field_manager=self._field_manager(request, q),
-        )
+        info = service.info
+        req = info.update_request(**{info.request_field: obj})
+        write = service.update_status if status else service.update
+        updated = await write(req, ctx)
         return await self._answer_object(request, target, q, updated, warnings=warnings)
 
     async def finalize(
         self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
         """PUT namespaces/{name}/finalize: replace spec.finalizers (nothing else changes)."""
-        dry_run = self._dry_run(q)
+        ctx = self._context(request, q, field_manager=self._field_manager(request, q))
         obj, warnings = await self._decoded(request, target, q)
         self._check_name(target, obj)
-        if dry_run:
-            meta = obj.metadata  # type: ignore[attr-defined]
-            old = await service.get(message_from(meta_pb2.GetRequest, {"name": meta.name}))
-            new = service.strategy.prepare_for_finalize(obj, old)
-            errors = validate_namespace(new, indexed=True)  # type: ignore[arg-type]
-            if errors:
-                raise InvalidError.for_object(service.info.qualified_kind, meta.name, errors)
-        else:
-            req = service.info.update_request(**{service.info.request_field: obj})
-            new = await service.finalize(req, field_manager=self._field_manager(request, q))
+        req = service.info.update_request(**{service.info.request_field: obj})
+        assert isinstance(service, NamespaceStore)  # routed by kind
+        new = await service.finalize(req, ctx)
         return await self._answer_object(request, target, q, new, warnings=warnings)
-
-    async def _write(
-        self,
-        service: ResourceStore,
-        obj: Message,
-        *,
-        status: bool,
-        dry_run: bool,
-        field_manager: str | None = None,
-    ) -> Message:
-        info = service.info
-        if dry_run:
-            return await self._dry_run_update(service, obj, status=status)
-        req = info.update_request(**{info.request_field: obj})
-        if status:
-            return await service.update_status(req, field_manager=field_manager)
-        return await service.update(req, field_manager=field_manager)
-
-    async def _dry_run_update(
-        self, service: ResourceStore, obj: Message, *, status: bool
-    ) -> Message:
-        meta = obj.metadata  # type: ignore[attr-defined]
-        req = message_from(meta_pb2.GetRequest, {"namespace": meta.namespace, "name": meta.name})
-        old = await service.get(req)
-        codec = KindCodec(service.info)
-        new_rv = codec.object_dict(obj).get("metadata", {}).get("resourceVersion", "")
-        old_rv = codec.object_dict(old).get("metadata", {}).get("resourceVersion", "")
-        if new_rv and new_rv != old_rv:
-            raise ConflictError(
-                f'Operation cannot be fulfilled on {service.info.plural} "{meta.name}": the '
-                "object has been modified; please apply your changes to the latest version and "
-                "try again"
-            )
-        strategy = service.strategy
-        if status:
-            new = strategy.prepare_for_status_update(obj, old)
-            errors = strategy.validate_status_update(new, old)
-        else:
-            new = type(obj)()
-            new.CopyFrom(obj)
-            strategy.prepare_for_update(new, old)
-            errors = strategy.validate_update(new, old)
-        if errors:
-            raise InvalidError.for_object(service.info.qualified_kind, meta.name, errors)
-        if not status:
-            await service.admit_validated(new, old)
-        return new
 
     # ---- PATCH ------------------------------------------------------------------------------
 
@@ -1035,57 +964,32 @@ class ResourceHandlers:
                 "FieldValueForbidden",
             )
         body, media = await self._patch_body(request)
-        dry_run = self._dry_run(q)
+        ctx = self._context(request, q, field_manager=self._field_manager(request, q))
         validation = q.choice("fieldValidation", ("Strict", "Warn", "Ignore"), "Warn")
-        info = service.info
         kcodec = self._codec(target)
-        get = message_from(
-            meta_pb2.GetRequest, {"namespace": target.namespace or "", "name": target.name}
-        )
-        for attempt in range(_PATCH_ATTEMPTS):
-            current: Message | None
-            try:
-                current = await service.get(get)
-            except NotFoundError:
-                if media != APPLY_PATCH or status:
-                    raise
-                original: dict[str, Any] = {}
-                current = None
-            else:
-                original = kcodec.object_dict(current)
-            patched: Any
-            patched = patch.apply_patch(media, original, body, kcodec.info.message.DESCRIPTOR)
-            if not isinstance(patched, dict):
+        descriptor: Any = kcodec.info.message.DESCRIPTOR
+        warnings: list[str] = []
+
+        async def patched(current: Message | None) -> Message:
+            assert current is not None  # a patch never creates
+            result = patch.apply_patch(media, kcodec.object_dict(current), body, descriptor)
+            if not isinstance(result, dict):
                 raise BadRequestError("the patch must produce an object")
-            obj, warnings = kcodec.decode(patched, validation, patched=True)
+            obj, found = kcodec.decode(result, validation, patched=True)
+            warnings[:] = found
             self._check_name(target, obj)
             self._namespace_for(target, obj)
-            if current is None:
-                if dry_run:
-                    created = await self._dry_run_create(service, obj)
-                else:
-                    created = await service.create(info.create_request(**{info.request_field: obj}))
-                return await self._answer_object(
-                    request, target, q, created, code=201, warnings=warnings
-                )
-            ours = original.get("metadata", {}).get("resourceVersion", "")
-            theirs = patched.get("metadata", {}).get("resourceVersion", "")
-            try:
-                updated = await self._write(
-                    service,
-                    obj,
-                    status=status,
-                    dry_run=dry_run,
-                    field_manager=self._field_manager(request, q),
-                )
-            except ConflictError:
-                # Only a race with another writer is retried; a resourceVersion the patch
-                # itself names is the client's precondition.
-                if theirs != ours or attempt == _PATCH_ATTEMPTS - 1:
-                    raise
-                continue
-            return await self._answer_object(request, target, q, updated, warnings=warnings)
-        raise AssertionError("unreachable")
+            return obj
+
+        assert target.name is not None
+        updated, _ = await service.guaranteed_update(
+            target.namespace or "",
+            target.name,
+            patched,
+            ctx,
+            subresource="status" if status else "",
+        )
+        return await self._answer_object(request, target, q, updated, warnings=warnings)
 
     # ---- server-side apply ------------------------------------------------------------------
 
@@ -1121,7 +1025,6 @@ class ResourceHandlers:
         if status:
             raise unsupported_media_type([JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH])
         force = q.flag("force")
-        dry_run = self._dry_run(q)
         validation = q.choice("fieldValidation", ("Strict", "Warn", "Ignore"), "Warn")
         body, _ = await self._body(request, [APPLY_PATCH])
         config = codecs.parse_object_body(body, codecs.YAML)  # YAML, and so JSON too
@@ -1144,58 +1047,38 @@ class ResourceHandlers:
                 f"the name of the object ({meta.get('name')}) does not match the name on the "
                 f"URL ({target.name})"
             )
-        get = message_from(
-            meta_pb2.GetRequest, {"namespace": target.namespace or "", "name": target.name}
-        )
-        for attempt in range(_PATCH_ATTEMPTS):
-            current: Message | None
-            try:
-                current = await service.get(get)
-            except NotFoundError:
-                current, live = None, {}
-            else:
-                live = kcodec.object_dict(current)
-            try:
-                applied = fieldmanager.apply(
-                    live,
-                    config,
-                    descriptor,
-                    manager=manager,
-                    api_version=kcodec.info.api_version,
-                    now=fieldmanager.rfc3339(self.clock.now()),
-                    force=force,
-                    has_status=info.has_status,
-                )
-            except fieldmanager.ApplyConflict as exc:
-                raise RestError(409, "Conflict", exc.message, {"causes": exc.causes}) from exc
-            obj, _ = kcodec.decode(applied.obj, "Ignore")
+        # The applied object carries the managedFields the apply computed.
+        ctx = self._context(request, q, field_manager=None)
+        now = fieldmanager.rfc3339(self.clock.now())
+
+        async def applied(current: Message | None) -> Message:
+            live = kcodec.object_dict(current) if current is not None else {}
+            result = fieldmanager.apply(
+                live,
+                config,
+                descriptor,
+                manager=manager,
+                api_version=kcodec.info.api_version,
+                now=now,
+                force=force,
+                has_status=info.has_status,
+            )
+            obj, _ = kcodec.decode(result.obj, "Ignore")
             self._check_name(target, obj)
             self._namespace_for(target, obj)
             if current is None:
                 self._check_view_create(target, obj)
-                if dry_run:
-                    created = await self._dry_run_create(service, obj)
-                else:
-                    req = info.create_request(**{info.request_field: obj})
-                    try:
-                        created = await service.create(req)
-                    except AlreadyExistsError:
-                        if attempt == _PATCH_ATTEMPTS - 1:
-                            raise
-                        continue  # created meanwhile: apply to it
-                return await self._answer_object(
-                    request, target, q, created, code=201, warnings=warnings
-                )
-            ours = live.get("metadata", {}).get("resourceVersion", "")
-            theirs = applied.obj.get("metadata", {}).get("resourceVersion", "")
-            try:
-                updated = await self._write(service, obj, status=False, dry_run=dry_run)
-            except ConflictError:
-                if theirs != ours or attempt == _PATCH_ATTEMPTS - 1:
-                    raise
-                continue
-            return await self._answer_object(request, target, q, updated, warnings=warnings)
-        raise AssertionError("unreachable")
+            return obj
+
+        assert target.name is not None
+        try:
+            obj, created = await service.guaranteed_update(
+                target.namespace or "", target.name, applied, ctx, create_missing=True
+            )
+        except fieldmanager.ApplyConflict as exc:
+            raise RestError(409, "Conflict", exc.message, {"causes": exc.causes}) from exc
+        code = 201 if created else 200
+        return await self._answer_object(request, target, q, obj, code=code, warnings=warnings)
 
     # ---- DELETE -----------------------------------------------------------------------------
 
@@ -1238,21 +1121,18 @@ class ResourceHandlers:
         namespace: str,
         name: str,
         options: Mapping[str, Any],
-        dry_run: bool,
+        ctx: RequestContext,
     ) -> Message:
-        req = self._delete_request(namespace, name, options)
-        if dry_run:
-            get = message_from(meta_pb2.GetRequest, {"namespace": namespace, "name": name})
-            return await service.get(get)
-        return await service.delete(req)
+        return await service.delete(self._delete_request(namespace, name, options), ctx)
 
     async def delete(
         self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
         options = await self._delete_options(request, q)
         dry_run = bool(self._eviction_dry_run(q, options.get("dryRun"), "DeleteOptions."))
+        ctx = RequestContext(identity=request.get(IDENTITY), dry_run=dry_run)
         assert target.name is not None
-        obj = await self._delete_one(service, target.namespace or "", target.name, options, dry_run)
+        obj = await self._delete_one(service, target.namespace or "", target.name, options, ctx)
         data = self._object_dict(target, obj)
         pending = "deletionTimestamp" in data.get("metadata", {})
         fmt = self._accept(request, table=False)
@@ -1282,6 +1162,7 @@ class ResourceHandlers:
         error stops the request."""
         options = await self._delete_options(request, q)
         dry_run = bool(self._eviction_dry_run(q, options.get("dryRun"), "DeleteOptions."))
+        ctx = RequestContext(identity=request.get(IDENTITY), dry_run=dry_run)
         fmt = self._accept(request, table=False)
         data = self._list_request(target, q, watch=False)
         req = message_from(meta_pb2.ListRequest, data)
@@ -1289,7 +1170,7 @@ class ResourceHandlers:
         for item in items:
             meta = item.obj.metadata  # type: ignore[attr-defined]
             with contextlib.suppress(NotFoundError):  # deleted meanwhile: as asked
-                await self._delete_one(service, meta.namespace, meta.name, options, dry_run)
+                await self._delete_one(service, meta.namespace, meta.name, options, ctx)
         kcodec = self._codec(target)
         if target.resource.view is not None:
             listed = [kcodec.object_json(item.obj) for item in items]
@@ -1302,7 +1183,7 @@ class ResourceHandlers:
     async def bind(
         self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
-        dry_run = self._dry_run(q)
+        ctx = self._context(request, q)
         body, media = await self._body(request, _WITH_PROTOBUF)
         doc = _object_body(body, media)
         if doc.get("kind") not in (None, "", "Binding"):
@@ -1335,11 +1216,9 @@ class ResourceHandlers:
                 f'Binding in version "v1" cannot be handled as a Binding: {exc}'
             ) from None
         res = StatusResource(service.info, target.name or "", "binding")
+        assert isinstance(service, PodStore)  # routed by kind
         try:
-            if dry_run:
-                await self._dry_run_bind(service, msg)
-            else:
-                await service.bind(pod_pb2.BindRequest(binding=msg))
+            await service.bind(pod_pb2.BindRequest(binding=msg), ctx)
         except (AlreadyExistsError, PreconditionFailedError) as exc:
             raise self._binding_conflict(exc, res) from exc
         fmt = self._accept(request, table=False)
@@ -1352,21 +1231,6 @@ class ResourceHandlers:
         on = "pods" if exc.message.startswith("Precondition failed") else "pods/binding"
         message = f'Operation cannot be fulfilled on {on} "{res.name}": {exc.message}'
         return RestError(409, "Conflict", message, {"name": res.name, "kind": on})
-
-    async def _dry_run_bind(self, service: ResourceStore, binding: Message) -> None:
-        meta = binding.metadata  # type: ignore[attr-defined]
-        req = message_from(meta_pb2.GetRequest, {"namespace": meta.namespace, "name": meta.name})
-        pod = await service.get(req)
-        data = KindCodec(service.info).object_dict(pod)
-        node = data.get("spec", {}).get("nodeName")
-        if node:
-            raise AlreadyExistsError(
-                f"pod {meta.namespace}/{meta.name} is already assigned to node {node}"
-            )
-        if not binding.target.name:  # type: ignore[attr-defined]
-            raise InvalidError.for_object(
-                "Binding", meta.name, [FieldError("target.name", "Required value")]
-            )
 
     # ---- pods/eviction ----------------------------------------------------------------------
 
@@ -1424,7 +1288,11 @@ class ResourceHandlers:
             raise BadRequestError(
                 f'Eviction in version "v1" cannot be handled as a Eviction: {exc}'
             ) from None
-        await service.evict(pod_pb2.EvictRequest(eviction=msg))
+        # The Eviction's deleteOptions.dryRun (merged with the query's) says if it is dry.
+        assert isinstance(service, PodStore)  # routed by kind
+        await service.evict(
+            pod_pb2.EvictRequest(eviction=msg), RequestContext(request.get(IDENTITY))
+        )
         fmt = self._accept(request, table=False)
         return self._respond(fmt, dumps(success_body(201)), code=201)
 
@@ -1610,14 +1478,16 @@ class ResourceHandlers:
                 media = MERGE_PATCH  # Scale has no lists: a strategic merge is a merge
         else:
             body, media = await self._body(request, _WITH_PROTOBUF)
-        dry_run = self._dry_run(q)
+        if request.method == "PATCH" and media == APPLY_PATCH:
+            raise unsupported_media_type([JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH])
+        ctx = self._context(request, q)
         kcodec = self.codecs[service.info.kind]
-        for attempt in range(_PATCH_ATTEMPTS):
-            rs = await self._get_rs(target, service)
+
+        async def scaled(current: Message | None) -> Message:
+            assert current is not None
+            rs = kcodec.object_dict(current)
             scale = self._scale(rs)
             if request.method == "PATCH":
-                if media == APPLY_PATCH:
-                    raise unsupported_media_type([JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH])
                 new_scale = patch.apply_patch(media, scale, body, None)
             else:
                 new_scale = _object_body(body, media)
@@ -1642,20 +1512,21 @@ class ResourceHandlers:
                         )
                     ],
                 )
+            # A resourceVersion the Scale names is the client's precondition.
             wanted_rv = (new_scale.get("metadata") or {}).get("resourceVersion", "")
-            ours = rs.get("metadata", {}).get("resourceVersion", "")
             rs.setdefault("spec", {})["replicas"] = replicas
-            rs["metadata"]["resourceVersion"] = wanted_rv or ours
+            rs["metadata"]["resourceVersion"] = wanted_rv or rs["metadata"].get(
+                "resourceVersion", ""
+            )
             obj, _ = kcodec.decode(rs, "Ignore")
-            try:
-                updated = await self._write(service, obj, status=False, dry_run=dry_run)
-            except ConflictError:
-                if (wanted_rv and wanted_rv != ours) or attempt == _PATCH_ATTEMPTS - 1:
-                    raise
-                continue
-            fmt = self._accept(request, table=False)
-            return self._respond(fmt, dumps(self._scale(kcodec.object_dict(updated))))
-        raise AssertionError("unreachable")
+            return obj
+
+        assert target.name is not None
+        updated, _ = await service.guaranteed_update(
+            target.namespace or "", target.name, scaled, ctx
+        )
+        fmt = self._accept(request, table=False)
+        return self._respond(fmt, dumps(self._scale(kcodec.object_dict(updated))))
 
     # ---- kinds tinykube does not model ------------------------------------------------------
 

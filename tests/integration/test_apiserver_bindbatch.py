@@ -12,7 +12,7 @@ import asyncio
 import grpc
 import pytest
 
-from apiserver.resources import MAX_BIND_BATCH
+from apiserver.podstore import MAX_BIND_BATCH
 from tests.integration.conftest import (
     RunningAPIServer,
     Stubs,

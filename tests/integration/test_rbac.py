@@ -14,6 +14,7 @@ import pytest
 
 from apiserver.auth import bootstrap
 from apiserver.auth.authorizer import Attributes, Identity
+from apiserver.podstore import PodStore
 from apiserver.rest.app import anonymous
 from tests.integration.conftest import (
     RunningAPIServer,
@@ -302,6 +303,7 @@ async def test_access_review_errors(served: RunningAPIServer) -> None:
 async def test_the_node_authorizer_follows_the_pod_cache(served: RunningAPIServer) -> None:
     server = served.server
     pods = server.services["Pod"]
+    assert isinstance(pods, PodStore)
     nodes = server.services["Node"]
     await nodes.create(node_pb2.CreateNodeRequest(node=make_node("node-a")))
     await pods.create(pod_pb2.CreatePodRequest(pod=make_pod("bound-a")))

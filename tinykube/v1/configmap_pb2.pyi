@@ -186,16 +186,22 @@ class CreateConfigMapRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CONFIGMAP_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def configMap(self) -> Global___ConfigMap: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         configMap: Global___ConfigMap | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["configMap", b"configMap"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["configMap", b"configMap"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configMap", b"configMap", "dryRun", b"dryRun"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -206,16 +212,22 @@ class UpdateConfigMapRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CONFIGMAP_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def configMap(self) -> Global___ConfigMap: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         configMap: Global___ConfigMap | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["configMap", b"configMap"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["configMap", b"configMap"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configMap", b"configMap", "dryRun", b"dryRun"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -135,16 +135,22 @@ class CreateControllerRevisionRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CONTROLLERREVISION_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def controllerRevision(self) -> Global___ControllerRevision: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         controllerRevision: Global___ControllerRevision | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["controllerRevision", b"controllerRevision"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["controllerRevision", b"controllerRevision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["controllerRevision", b"controllerRevision", "dryRun", b"dryRun"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -155,16 +161,22 @@ class UpdateControllerRevisionRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CONTROLLERREVISION_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def controllerRevision(self) -> Global___ControllerRevision: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         controllerRevision: Global___ControllerRevision | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["controllerRevision", b"controllerRevision"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["controllerRevision", b"controllerRevision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["controllerRevision", b"controllerRevision", "dryRun", b"dryRun"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

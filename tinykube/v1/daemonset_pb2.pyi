@@ -317,16 +317,22 @@ class CreateDaemonSetRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DAEMONSET_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def daemonSet(self) -> Global___DaemonSet: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         daemonSet: Global___DaemonSet | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["daemonSet", b"daemonSet"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["daemonSet", b"daemonSet"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["daemonSet", b"daemonSet", "dryRun", b"dryRun"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -337,16 +343,22 @@ class UpdateDaemonSetRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DAEMONSET_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def daemonSet(self) -> Global___DaemonSet: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         daemonSet: Global___DaemonSet | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["daemonSet", b"daemonSet"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["daemonSet", b"daemonSet"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["daemonSet", b"daemonSet", "dryRun", b"dryRun"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -344,16 +344,22 @@ class CreateDeploymentRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DEPLOYMENT_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def deployment(self) -> Global___Deployment: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         deployment: Global___Deployment | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deployment", b"deployment"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deployment", b"deployment"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deployment", b"deployment", "dryRun", b"dryRun"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -364,16 +370,22 @@ class UpdateDeploymentRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DEPLOYMENT_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def deployment(self) -> Global___Deployment: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         deployment: Global___Deployment | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deployment", b"deployment"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deployment", b"deployment"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deployment", b"deployment", "dryRun", b"dryRun"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -224,16 +224,22 @@ class CreateEndpointsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ENDPOINTS_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def endpoints(self) -> Global___ServiceEndpoints: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         endpoints: Global___ServiceEndpoints | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["endpoints", b"endpoints"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoints", b"endpoints"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dryRun", b"dryRun", "endpoints", b"endpoints"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -244,16 +250,22 @@ class UpdateEndpointsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ENDPOINTS_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def endpoints(self) -> Global___ServiceEndpoints: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         endpoints: Global___ServiceEndpoints | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["endpoints", b"endpoints"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoints", b"endpoints"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dryRun", b"dryRun", "endpoints", b"endpoints"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

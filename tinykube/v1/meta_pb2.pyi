@@ -507,6 +507,7 @@ class DeleteRequest(_message.Message):
     GRACEPERIODSECONDS_FIELD_NUMBER: _builtins.int
     PRECONDITIONS_FIELD_NUMBER: _builtins.int
     PROPAGATIONPOLICY_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     name: _builtins.str
     gracePeriodSeconds: _builtins.int
@@ -521,6 +522,10 @@ class DeleteRequest(_message.Message):
     """
     @_builtins.property
     def preconditions(self) -> Global___Preconditions: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: the delete's checks run, nothing is deleted (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
@@ -529,10 +534,11 @@ class DeleteRequest(_message.Message):
         gracePeriodSeconds: _builtins.int | None = ...,
         preconditions: Global___Preconditions | None = ...,
         propagationPolicy: _builtins.str = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_gracePeriodSeconds", b"_gracePeriodSeconds", "gracePeriodSeconds", b"gracePeriodSeconds", "preconditions", b"preconditions"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gracePeriodSeconds", b"_gracePeriodSeconds", "gracePeriodSeconds", b"gracePeriodSeconds", "name", b"name", "namespace", b"namespace", "preconditions", b"preconditions", "propagationPolicy", b"propagationPolicy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gracePeriodSeconds", b"_gracePeriodSeconds", "dryRun", b"dryRun", "gracePeriodSeconds", b"gracePeriodSeconds", "name", b"name", "namespace", b"namespace", "preconditions", b"preconditions", "propagationPolicy", b"propagationPolicy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__gracePeriodSeconds: _TypeAlias = _typing.Literal["gracePeriodSeconds"]  # noqa: Y015
     _WhichOneofArgType__gracePeriodSeconds: _TypeAlias = _typing.Literal["_gracePeriodSeconds", b"_gracePeriodSeconds"]  # noqa: Y015

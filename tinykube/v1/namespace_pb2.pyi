@@ -218,16 +218,22 @@ class CreateNamespaceRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def namespace(self) -> Global___Namespace: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         namespace: Global___Namespace | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dryRun", b"dryRun", "namespace", b"namespace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -238,16 +244,22 @@ class UpdateNamespaceRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def namespace(self) -> Global___Namespace: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         namespace: Global___Namespace | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dryRun", b"dryRun", "namespace", b"namespace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -310,16 +310,22 @@ class CreatePodDisruptionBudgetRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PODDISRUPTIONBUDGET_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def podDisruptionBudget(self) -> Global___PodDisruptionBudget: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         podDisruptionBudget: Global___PodDisruptionBudget | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["podDisruptionBudget", b"podDisruptionBudget"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["podDisruptionBudget", b"podDisruptionBudget"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dryRun", b"dryRun", "podDisruptionBudget", b"podDisruptionBudget"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -330,16 +336,22 @@ class UpdatePodDisruptionBudgetRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PODDISRUPTIONBUDGET_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def podDisruptionBudget(self) -> Global___PodDisruptionBudget: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         podDisruptionBudget: Global___PodDisruptionBudget | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["podDisruptionBudget", b"podDisruptionBudget"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["podDisruptionBudget", b"podDisruptionBudget"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dryRun", b"dryRun", "podDisruptionBudget", b"podDisruptionBudget"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

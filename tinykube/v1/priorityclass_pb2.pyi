@@ -143,16 +143,22 @@ class CreatePriorityClassRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PRIORITYCLASS_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def priorityClass(self) -> Global___PriorityClass: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         priorityClass: Global___PriorityClass | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["priorityClass", b"priorityClass"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["priorityClass", b"priorityClass"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dryRun", b"dryRun", "priorityClass", b"priorityClass"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -163,16 +169,22 @@ class UpdatePriorityClassRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PRIORITYCLASS_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def priorityClass(self) -> Global___PriorityClass: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         priorityClass: Global___PriorityClass | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["priorityClass", b"priorityClass"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["priorityClass", b"priorityClass"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dryRun", b"dryRun", "priorityClass", b"priorityClass"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -256,16 +256,22 @@ class CreateReplicaSetRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REPLICASET_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def replicaSet(self) -> Global___ReplicaSet: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         replicaSet: Global___ReplicaSet | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["replicaSet", b"replicaSet"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["replicaSet", b"replicaSet"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dryRun", b"dryRun", "replicaSet", b"replicaSet"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -276,16 +282,22 @@ class UpdateReplicaSetRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REPLICASET_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def replicaSet(self) -> Global___ReplicaSet: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
     def __init__(
         self,
         *,
         replicaSet: Global___ReplicaSet | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["replicaSet", b"replicaSet"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["replicaSet", b"replicaSet"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dryRun", b"dryRun", "replicaSet", b"replicaSet"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
