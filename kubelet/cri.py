@@ -57,6 +57,7 @@ from kubelet.runtime import (
 from tinykube.clock import Clock
 from tinykube.cri.v1 import cri_pb2 as cri
 from tinykube.cri.v1 import cri_pb2_grpc as cri_grpc
+from tinykube.errors import InternalError, NotFoundError
 from tinykube.quantity import milli_value, value
 from tinykube.v1 import node_pb2, pod_pb2
 
@@ -250,6 +251,7 @@ def container_config(
         },
         log_path=f"{container.name}/{attempt}.log",
         stdin=getattr(container, "stdin", False),
+        stdin_once=getattr(container, "stdinOnce", False),
         tty=getattr(container, "tty", False),
     )
     config.linux.resources.CopyFrom(linux_resources(pod, container, machine_memory))
@@ -861,3 +863,42 @@ class CRIRuntime(KubeRuntime):
         crec.state = WAITING
         crec.waiting_reason, crec.waiting_message = "ContainerCreating", ""
         crec.next_start = 0.0
+
+    # ---- streaming: URLs on the runtime's streaming server (kubelet/cristream.py) ----
+
+    async def _stream_url(self, call: Any, request: Any) -> str:
+        try:
+            resp = await call(request, timeout=CALL_TIMEOUT)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                raise NotFoundError(_error(exc)) from exc
+            raise InternalError(_error(exc)) from exc
+        url: str = resp.url
+        return url
+
+    async def exec_url(
+        self,
+        container_id: str,
+        cmd: list[str],
+        *,
+        stdin: bool,
+        stdout: bool,
+        stderr: bool,
+        tty: bool,
+    ) -> str:
+        req = cri.ExecRequest(
+            container_id=container_id, cmd=cmd, stdin=stdin, stdout=stdout, stderr=stderr, tty=tty
+        )
+        return await self._stream_url(self.rt.Exec, req)
+
+    async def attach_url(
+        self, container_id: str, *, stdin: bool, stdout: bool, stderr: bool, tty: bool
+    ) -> str:
+        req = cri.AttachRequest(
+            container_id=container_id, stdin=stdin, stdout=stdout, stderr=stderr, tty=tty
+        )
+        return await self._stream_url(self.rt.Attach, req)
+
+    async def port_forward_url(self, sandbox_id: str, ports: list[int]) -> str:
+        req = cri.PortForwardRequest(pod_sandbox_id=sandbox_id, port=ports)
+        return await self._stream_url(self.rt.PortForward, req)

@@ -45,10 +45,12 @@ from typing import Any
 
 import grpc
 
+from kubelet import cristream
+from kubelet.cri import CRIRuntime
 from kubelet.crilog import LogFormatError, parse_record, writer_active
 from kubelet.logs import KubeletService
 from kubelet.process import ProcessRuntime
-from kubelet.runtime import RUNNING, Runtime
+from kubelet.runtime import RUNNING, ContainerRecord, Runtime
 from tinykube import remotecommand as rc
 from tinykube.clock import Clock
 from tinykube.errors import (
@@ -243,7 +245,7 @@ class StreamingService(KubeletService):
     ) -> tuple[pod_pb2.Pod, pod_pb2.Container | None]:
         node = ",".join(sorted(self.node_names)) or "this node"
         authorize(peer_identity(context), node)
-        if not isinstance(self.runtime, ProcessRuntime):
+        if not isinstance(self.runtime, ProcessRuntime | CRIRuntime):
             raise UnimplementedError(
                 "this kubelet's runtime does not stream (exec, attach, port-forward)"
             )
@@ -263,11 +265,20 @@ class StreamingService(KubeletService):
         if not container_needed:
             return pod, None
         spec = next((c for c in pod.spec.containers if c.name == start.container), None)
-        rec = self.runtime.record(pod.metadata.uid)
-        crec = rec.containers.get(start.container) if rec is not None else None
-        if spec is None or crec is None or crec.state != RUNNING:
+        crec = self._running(pod, start.container)
+        if spec is None or crec is None:
             raise NotFoundError(f'container not found ("{start.container}")')
         return pod, spec
+
+    def _running(self, pod: pod_pb2.Pod, name: str) -> ContainerRecord | None:
+        """The runtime's record of the pod's container `name` while it runs."""
+        rec = self.runtime.record(pod.metadata.uid)
+        crec = rec.containers.get(name) if rec is not None else None
+        if crec is None or crec.state != RUNNING:
+            return None
+        if isinstance(self.runtime, CRIRuntime) and not crec.container_id:
+            return None
+        return crec
 
     def _admit(self) -> None:
         if self.active >= self.max_streams:
@@ -290,7 +301,11 @@ class StreamingService(KubeletService):
             await abort_with(context, exc)  # type: ignore[arg-type]
         assert container is not None
         with self._counting():
-            async for out in self._exec(pod, container, start, request_iterator):
+            if isinstance(self.runtime, CRIRuntime):
+                stream = self._cri_exec(pod, container, start, request_iterator)
+            else:
+                stream = self._exec(pod, container, start, request_iterator)
+            async for out in _accepted(stream, context):
                 yield out
 
     async def Attach(
@@ -304,7 +319,11 @@ class StreamingService(KubeletService):
             await abort_with(context, exc)  # type: ignore[arg-type]
         assert container is not None
         with self._counting():
-            async for out in self._attach(pod, container, start, request_iterator):
+            if isinstance(self.runtime, CRIRuntime):
+                stream = self._cri_attach(pod, container, start, request_iterator)
+            else:
+                stream = self._attach(pod, container, start, request_iterator)
+            async for out in _accepted(stream, context):
                 yield out
 
     async def PortForward(
@@ -314,13 +333,100 @@ class StreamingService(KubeletService):
         try:
             if not start.ports:
                 raise BadRequestError("at least one port must be given")
-            self._check(context, start, container_needed=False)
+            pod, _ = self._check(context, start, container_needed=False)
             self._admit()
         except TinykubeError as exc:
             await abort_with(context, exc)  # type: ignore[arg-type]
         with self._counting():
-            async for out in self._port_forward(list(start.ports), request_iterator):
+            if isinstance(self.runtime, CRIRuntime):
+                stream = self._cri_port_forward(pod, list(start.ports), request_iterator)
+            else:
+                stream = self._port_forward(list(start.ports), request_iterator)
+            async for out in _accepted(stream, context):
                 yield out
+
+    # ---- the CRI runtime: its streaming server, relayed (kubelet/cristream.py) -------------
+
+    async def _cri_exec(
+        self,
+        pod: pod_pb2.Pod,
+        container: pod_pb2.Container,
+        start: kubelet_pb2.StreamStart,
+        request_iterator: AsyncIterator[kubelet_pb2.StreamFrame],
+    ) -> AsyncIterator[kubelet_pb2.StreamFrame]:
+        assert isinstance(self.runtime, CRIRuntime)
+        crec = self._running(pod, container.name)
+        if crec is None:
+            raise NotFoundError(f'container not found ("{container.name}")')
+        stderr = start.stderr and not start.tty
+        url = await self.runtime.exec_url(
+            crec.container_id,
+            list(start.command),
+            stdin=start.stdin,
+            stdout=start.stdout,
+            stderr=stderr,
+            tty=start.tty,
+        )
+        async for out in cristream.remotecommand(
+            url,
+            stdin=start.stdin,
+            stdout=start.stdout,
+            stderr=stderr,
+            tty=start.tty,
+            protocol=start.protocol,
+            request_iterator=request_iterator,
+            idle_timeout=self.idle_timeout,
+            command=list(start.command),
+        ):
+            yield out
+
+    async def _cri_attach(
+        self,
+        pod: pod_pb2.Pod,
+        container: pod_pb2.Container,
+        start: kubelet_pb2.StreamStart,
+        request_iterator: AsyncIterator[kubelet_pb2.StreamFrame],
+    ) -> AsyncIterator[kubelet_pb2.StreamFrame]:
+        """As kube's kubelet: the terminal is the container's (its `tty`), whatever the
+        client asked; stdin only when the container keeps one open."""
+        assert isinstance(self.runtime, CRIRuntime)
+        crec = self._running(pod, container.name)
+        if crec is None:
+            raise NotFoundError(f'container not found ("{container.name}")')
+        tty = container.tty
+        stdin = start.stdin and container.stdin
+        stderr = start.stderr and not tty
+        url = await self.runtime.attach_url(
+            crec.container_id, stdin=stdin, stdout=start.stdout, stderr=stderr, tty=tty
+        )
+        async for out in cristream.remotecommand(
+            url,
+            stdin=stdin,
+            stdout=start.stdout,
+            stderr=stderr,
+            tty=tty,
+            protocol=start.protocol,
+            request_iterator=request_iterator,
+            idle_timeout=self.idle_timeout,
+        ):
+            yield out
+
+    async def _cri_port_forward(
+        self,
+        pod: pod_pb2.Pod,
+        ports: list[int],
+        request_iterator: AsyncIterator[kubelet_pb2.StreamFrame],
+    ) -> AsyncIterator[kubelet_pb2.StreamFrame]:
+        assert isinstance(self.runtime, CRIRuntime)
+        rec = self.runtime.record(pod.metadata.uid)
+        if rec is None or not rec.sandbox_id:
+            raise BadRequestError(
+                "unable to forward port because pod is not running. Current status="
+                f"{pod.status.phase or 'Pending'}"
+            )
+        url = await self.runtime.port_forward_url(rec.sandbox_id, ports)
+        async for out in cristream.port_forward(url, ports, request_iterator, self.idle_timeout):
+            yield out
 
     @contextlib.contextmanager
     def _counting(self) -> Iterator[None]:
@@ -750,6 +856,23 @@ class _Stdin:
             with contextlib.suppress(OSError):
                 os.close(self.fd)
         self.closed = True
+
+
+async def _accepted(
+    stream: AsyncIterator[kubelet_pb2.StreamFrame], context: Context
+) -> AsyncIterator[kubelet_pb2.StreamFrame]:
+    """`stream`'s frames; an error before its first frame (the accepting one) ends the call
+    with its status, as the checks' errors do."""
+    try:
+        first = await anext(stream)
+    except StopAsyncIteration:
+        return
+    except TinykubeError as exc:
+        await abort_with(context, exc)  # type: ignore[arg-type]
+        return
+    yield first
+    async for out in stream:
+        yield out
 
 
 def _frame(channel: int, data: bytes) -> kubelet_pb2.StreamFrame:

@@ -1,0 +1,222 @@
+"""kubectl exec, attach, cp and port-forward into real containers: the kubelet's streaming calls
+relayed to containerd's streaming server (kubelet/cristream.py) under the CRI runtime.
+
+Reuses test_cri_containerd's private containerd and cluster (its fixtures; the same cleanup
+leaves the machine as found). Needs root and Debian's containerd, runc,
+containernetworking-plugins and busybox-static, installed or skipped as there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import venv_bin
+from tests.e2e.test_cri_containerd import WEB, cluster, containerd, kubectl  # noqa: F401
+from tinykube.launcher import LocalCluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
+
+NS = "cri-stream"
+BOX = f"""
+apiVersion: v1
+kind: Pod
+metadata:
+  name: box
+  namespace: {NS}
+  annotations: {{kubectl.kubernetes.io/default-container: main}}
+spec:
+  containers:
+  - name: main
+    image: {WEB}
+    command: [sh, -c, "mkdir -p /www && echo hello-from-httpd > /www/index.html && exec httpd -f -p 8080 -h /www"]
+    workingDir: /tmp
+    env:
+    - {{name: GREETING, value: hello-from-env}}
+  - name: reader
+    image: {WEB}
+    command: [sh, -c, 'while read line; do echo "echo: $line"; echo "err: $line" >&2; done; echo bye; sleep 3600']
+    stdin: true
+    stdinOnce: true
+"""  # noqa: E501
+
+
+def run(cl: LocalCluster, *args: str, stdin: str | bytes | None = None) -> tuple[int, str, str]:
+    done = subprocess.run(
+        [str(venv_bin() / "kubectl"), "--kubeconfig", str(cl.kubeconfig), "-n", NS, *args],
+        input=stdin.encode() if isinstance(stdin, str) else stdin,
+        capture_output=True,
+        timeout=120,
+    )
+    return (
+        done.returncode,
+        done.stdout.decode(errors="replace"),
+        done.stderr.decode(errors="replace"),
+    )
+
+
+@pytest.fixture(scope="module")
+def box(cluster: LocalCluster) -> Iterator[LocalCluster]:  # noqa: F811
+    kubectl(cluster, "create", "namespace", NS)
+    kubectl(cluster, "apply", "-f", "-", stdin=BOX)
+    kubectl(cluster, "wait", "-n", NS, "--for=condition=Ready", "pod/box", "--timeout=120s")
+    yield cluster
+    kubectl(cluster, "delete", "namespace", NS, "--wait=false")
+    kubectl(cluster, "delete", "pods", "--all", "-n", NS, "--grace-period=0", "--force")
+
+
+def test_exec_echo_env_and_working_directory(box: LocalCluster) -> None:
+    assert run(box, "exec", "box", "--", "echo", "hi") == (0, "hi\n", "")
+    code, out, err = run(box, "exec", "box", "--", "sh", "-c", 'echo "$GREETING $(pwd)"')
+    assert (code, out) == (0, "hello-from-env /tmp\n"), err
+
+
+def test_exec_stderr_and_exit_code(box: LocalCluster) -> None:
+    assert run(box, "exec", "box", "--", "sh", "-c", "echo out; echo err >&2") == (
+        0,
+        "out\n",
+        "err\n",
+    )
+    code, _, err = run(box, "exec", "box", "--", "sh", "-c", "exit 3")
+    assert (code, err) == (3, "command terminated with exit code 3\n")
+
+
+def test_exec_missing_command_and_container(box: LocalCluster) -> None:
+    code, _, err = run(box, "exec", "box", "-c", "main", "--", "no-such-command")
+    assert code != 0
+    assert "no-such-command" in err, err
+    code, _, err = run(box, "exec", "box", "-c", "nope", "--", "true")
+    assert code == 1
+    assert "container nope is not valid for pod box" in err, err
+
+
+def test_exec_stdin_through_cat(box: LocalCluster) -> None:
+    text = "".join(f"line {i}\n" for i in range(5000))
+    code, out, err = run(box, "exec", "-i", "box", "-c", "main", "--", "cat", stdin=text)
+    assert code == 0, err
+    assert out == text
+
+
+def test_exec_tty_under_a_pty(box: LocalCluster) -> None:
+    """`kubectl exec -it` from a terminal: containerd gives the command a terminal of the
+    client's size."""
+    if shutil.which("script") is None:
+        pytest.skip("script(1) is not installed")
+    kubectl_cmd = f"{venv_bin() / 'kubectl'} --kubeconfig {box.kubeconfig} -n {NS}"
+    command = (
+        f"stty cols 91 rows 33; {kubectl_cmd} exec -it box -c main -- "
+        "sh -c 'tty; stty size; exit 4'"
+    )
+    done = subprocess.run(
+        ["script", "-qec", command, "/dev/null"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "/dev/pts/" in done.stdout, done.stdout + done.stderr
+    assert "33 91" in done.stdout, done.stdout
+    assert done.returncode == 4, done.stdout
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_cp_directory_round_trip(box: LocalCluster, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("alpha\n")
+    (src / "sub" / "b.bin").write_bytes(os.urandom(300_000))
+    code, _, err = run(box, "cp", "-c", "main", str(src), "box:/tmp/copied")
+    assert code == 0, err
+    code, out, err = run(box, "exec", "box", "-c", "main", "--", "ls", "/tmp/copied/sub")
+    assert (code, out) == (0, "b.bin\n"), err
+    back = tmp_path / "back"
+    code, _, err = run(box, "cp", "-c", "main", "box:/tmp/copied", str(back))
+    assert code == 0, err
+    for rel in ("a.txt", "sub/b.bin"):
+        assert _digest(back / rel) == _digest(src / rel), rel
+
+
+def test_attach_to_a_stdin_container(box: LocalCluster) -> None:
+    """`kubectl attach -i`: input reaches the container's stdin (containerd keeps it open),
+    stdout and stderr come back apart; stdinOnce closes it when the attach's input ends."""
+    code, out, err = run(box, "attach", "-i", "box", "-c", "reader", stdin="one\ntwo\n")
+    assert code == 0, err
+    assert out == "echo: one\necho: two\nbye\n" or out.startswith("echo: one\necho: two\n"), out
+    assert "err: one\nerr: two\n" in err, err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_port_forward_carries_100_requests(box: LocalCluster) -> None:
+    """kubectl's port-forward (SPDY in a WebSocket to the apiserver), one kubelet call per
+    connection, each a SPDY connection to containerd dialing the port in the pod's netns."""
+    local = _free_port()
+    proc = subprocess.Popen(
+        [
+            str(venv_bin() / "kubectl"),
+            "--kubeconfig",
+            str(box.kubeconfig),
+            "-n",
+            NS,
+            "port-forward",
+            "pod/box",
+            f"{local}:8080",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("Forwarding from"), line
+        for _ in range(100):
+            with urllib.request.urlopen(f"http://127.0.0.1:{local}/", timeout=30) as resp:
+                assert resp.status == 200
+                assert resp.read() == b"hello-from-httpd\n"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_port_forward_to_a_closed_port_reports_the_error(box: LocalCluster) -> None:
+    local = _free_port()
+    proc = subprocess.Popen(
+        [
+            str(venv_bin() / "kubectl"),
+            "--kubeconfig",
+            str(box.kubeconfig),
+            "-n",
+            NS,
+            "port-forward",
+            "pod/box",
+            f"{local}:9",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("Forwarding from")
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{local}/", timeout=30).read()
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "error forwarding port 9 to pod" in err, err
