@@ -339,7 +339,9 @@ async def port_forward(
             headers = {"port": str(port), "requestID": str(i)}
             # kubectl's order: the error stream, closed at once (nothing is written to it),
             # then the data stream.
-            error_sids[conn.open_stream({"streamType": "error", **headers}, fin=True)] = i
+            error_sid = conn.open_stream({"streamType": "error", **headers})
+            await conn.write(error_sid, b"", fin=True)
+            error_sids[error_sid] = i
             data_sids[conn.open_stream({"streamType": "data", **headers})] = i
         by_index = {i: sid for sid, i in data_sids.items()}
         yield kubelet_pb2.StreamFrame()  # accepted
@@ -361,15 +363,20 @@ async def port_forward(
                 await conn.write(sid, b"", fin=True)
 
         open_data = set(data_sids)
+        # A port's connection has ended once the runtime has closed both its streams: it
+        # closes the data stream first when the dial fails, then writes the error.
+        open_streams = set(data_sids) | set(error_sids)
         pump = asyncio.ensure_future(client())
         try:
-            while open_data:
+            while open_streams:
                 try:
                     event = await asyncio.wait_for(conn.events.get(), idle_timeout)
                 except TimeoutError:
                     return
                 if event.stream == 0:
                     return
+                if event.fin:
+                    open_streams.discard(event.stream)
                 if event.stream in data_sids:
                     i = data_sids[event.stream]
                     if event.data:

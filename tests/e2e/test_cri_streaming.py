@@ -25,6 +25,11 @@ from tinykube.launcher import LocalCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
+# Its own bridge, cgroup root and pod network (read by test_cri_containerd's fixtures), so that
+# it may run while test_cri_containerd does.
+BRIDGE = "tkcni-stream"
+CGROUP_ROOT = "/tinykube-e2e-stream"
+CLUSTER_CIDR = "10.246.0.0/16"
 NS = "cri-stream"
 BOX = f"""
 apiVersion: v1
@@ -37,16 +42,32 @@ spec:
   containers:
   - name: main
     image: {WEB}
-    command: [sh, -c, "mkdir -p /www && echo hello-from-httpd > /www/index.html && exec httpd -f -p 8080 -h /www"]
+    command:
+    - sh
+    - -c
+    - mkdir -p /www && echo hello-from-httpd > /www/index.html && exec httpd -f -p 8080 -h /www
     workingDir: /tmp
     env:
     - {{name: GREETING, value: hello-from-env}}
-  - name: reader
+"""
+READER = f"""
+apiVersion: v1
+kind: Pod
+metadata:
+  name: reader
+  namespace: {NS}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
     image: {WEB}
-    command: [sh, -c, 'while read line; do echo "echo: $line"; echo "err: $line" >&2; done; echo bye; sleep 3600']
+    command:
+    - sh
+    - -c
+    - 'while read line; do echo "echo: $line"; echo "err: $line" >&2; done; echo bye'
     stdin: true
     stdinOnce: true
-"""  # noqa: E501
+"""
 
 
 def run(cl: LocalCluster, *args: str, stdin: str | bytes | None = None) -> tuple[int, str, str]:
@@ -150,10 +171,13 @@ def test_cp_directory_round_trip(box: LocalCluster, tmp_path: Path) -> None:
 def test_attach_to_a_stdin_container(box: LocalCluster) -> None:
     """`kubectl attach -i`: input reaches the container's stdin (containerd keeps it open),
     stdout and stderr come back apart; stdinOnce closes it when the attach's input ends."""
-    code, out, err = run(box, "attach", "-i", "box", "-c", "reader", stdin="one\ntwo\n")
+    kubectl(box, "apply", "-f", "-", stdin=READER)
+    kubectl(box, "wait", "-n", NS, "--for=condition=Ready", "pod/reader", "--timeout=120s")
+    code, out, err = run(box, "attach", "-i", "reader", stdin="one\ntwo\n")
     assert code == 0, err
-    assert out == "echo: one\necho: two\nbye\n" or out.startswith("echo: one\necho: two\n"), out
+    assert out == "echo: one\necho: two\nbye\n"
     assert "err: one\nerr: two\n" in err, err
+    kubectl(box, "wait", "-n", NS, "--for=jsonpath={.status.phase}=Succeeded", "pod/reader")
 
 
 def _free_port() -> int:
