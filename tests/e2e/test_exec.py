@@ -241,7 +241,9 @@ spec:
 class _PortForward:
     """A running `kubectl port-forward`, ready once it has printed its Forwarding lines."""
 
-    def __init__(self, cluster: UpCluster, target: str, *mappings: str) -> None:
+    def __init__(
+        self, cluster: UpCluster, target: str, *mappings: str, env: dict[str, str] | None = None
+    ) -> None:
         self.process = subprocess.Popen(
             [
                 str(venv_bin() / "kubectl"),
@@ -254,6 +256,7 @@ class _PortForward:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env={**os.environ, **(env or {})},
         )
         assert self.process.stdout is not None
         for _ in mappings:
@@ -680,3 +683,87 @@ spec:
     done = cluster.kubectl("exec", "broken", "--", "true")
     assert done.code == 1
     assert done.err == 'error: unable to upgrade connection: container not found ("c")\n'
+
+
+# kubectl's switches for its plain SPDY/3.1 clients (what it falls back to, and what client-go's
+# SPDY executor and older kubectls speak): apiserver/spdyupgrade.py.
+SPDY = {"KUBECTL_REMOTE_COMMAND_WEBSOCKETS": "false", "KUBECTL_PORT_FORWARD_WEBSOCKETS": "false"}
+
+
+def test_spdy_exec_echo_stdin_and_exit_code(cluster: UpCluster) -> None:
+    done = cluster.kubectl("exec", "box", "--", "sh", "-c", "echo out; echo err >&2", env=SPDY)
+    assert (done.code, done.out, done.err) == (0, "out\n", "err\n")
+    text = "".join(f"line {i}\n" for i in range(3000))
+    done = cluster.kubectl("exec", "-i", "box", "--", "cat", stdin=text, env=SPDY)
+    assert (done.code, done.out) == (0, text), done.err
+    done = cluster.kubectl("exec", "box", "--", "sh", "-c", "exit 3", env=SPDY)
+    assert (done.code, done.err) == (3, "command terminated with exit code 3\n")
+    done = cluster.kubectl("exec", "box", "-c", "nope", "--", "true", env=SPDY)
+    assert done.code == 1
+    assert "container nope is not valid for pod box" in done.err, done.err
+
+
+def test_spdy_exec_tty_and_resize(cluster: UpCluster) -> None:
+    if shutil.which("script") is None:
+        pytest.skip("script(1) is not installed")
+    kubectl = f"{venv_bin() / 'kubectl'} --kubeconfig {cluster.kubeconfig}"
+    command = f"stty cols 97 rows 31; {kubectl} exec -it box -- sh -c 'tty; stty size; exit 4'"
+    done = subprocess.run(
+        ["script", "-qec", command, "/dev/null"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **SPDY},
+    )
+    assert "/dev/pts/" in done.stdout, done.stdout + done.stderr
+    assert "31 97" in done.stdout, done.stdout
+    assert done.returncode == 4, done.stdout
+
+
+def test_spdy_cp_round_trip(cluster: UpCluster, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "b.bin").write_bytes(os.urandom(200_000))
+    inside = f"/tmp/tinykube-spdy-cp-{os.getpid()}"
+    try:
+        ok(cluster.kubectl("cp", str(src), f"box:{inside}", env=SPDY))
+        back = tmp_path / "back"
+        ok(cluster.kubectl("cp", f"box:{inside}", str(back), env=SPDY))
+        assert _digest(back / "sub" / "b.bin") == _digest(src / "sub" / "b.bin")
+    finally:
+        shutil.rmtree(inside, ignore_errors=True)
+
+
+def test_spdy_port_forward_carries_100_requests(cluster: UpCluster, web: tuple[int, int]) -> None:
+    la, lb = _free_port(), _free_port()
+    pf = _PortForward(cluster, "pod/web", f"{la}:{web[0]}", f"{lb}:{web[1]}", env=SPDY)
+    try:
+        for _ in range(100):
+            assert _get(la)[0] == 200
+        assert _get(lb)[0] == 200
+    finally:
+        pf.close()
+
+
+def test_spdy_without_a_common_protocol_is_refused(cluster: UpCluster) -> None:
+    """kube's handshake: no protocol in common is a 403 naming both lists."""
+    client = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    request = client.param_serialize(
+        "POST",
+        "/api/v1/namespaces/default/pods/box/exec",
+        query_params=[("command", "true"), ("stdout", "true")],
+        header_params={
+            "Connection": "Upgrade",
+            "Upgrade": "SPDY/3.1",
+            "X-Stream-Protocol-Version": "v9.channel.k8s.io",
+        },
+        auth_settings=["BearerToken"],
+    )
+    resp = client.call_api(*request)
+    body = resp.read().decode()
+    assert resp.status == 403, body
+    assert (
+        "unable to negotiate protocol: client supports [v9.channel.k8s.io], "
+        "server supports [v4.channel.k8s.io]"
+    ) in body, body
