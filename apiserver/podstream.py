@@ -87,6 +87,11 @@ def pick_container(pod: pod_pb2.Pod, container: str) -> pod_pb2.Container:
     for c in pod.spec.containers:
         if c.name == container:
             return c
+    for ec in pod.spec.ephemeralContainers:
+        if ec.name == container:
+            # exec and attach reach an ephemeral container as any other (kube's
+            # podutil.AllContainers); the kubelet knows it by its name.
+            return pod_pb2.Container(name=ec.name, stdin=ec.stdin, tty=ec.tty)
     raise BadRequestError(f"container {container} is not valid for pod {name}")
 
 
@@ -97,7 +102,8 @@ def check_running(pod: pod_pb2.Pod, container: str) -> None:
         raise BadRequestError(
             f"cannot exec into a container in a completed pod; current phase is {pod.status.phase}"
         )
-    status = next((s for s in pod.status.containerStatuses if s.name == container), None)
+    statuses = (*pod.status.containerStatuses, *pod.status.ephemeralContainerStatuses)
+    status = next((s for s in statuses if s.name == container), None)
     if status is None or not status.state.HasField("running"):
         raise NotFoundError(f'container not found ("{container}")')
 

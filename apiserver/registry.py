@@ -21,6 +21,7 @@ from apiserver import (
     configdata,
     daemonset,
     endpointslice,
+    ephemeral,
     podmutation,
     serviceaccount,
     validation,
@@ -409,6 +410,9 @@ class Strategy:
             spec.restartPolicy = "Always"
         if not spec.dnsPolicy:
             spec.dnsPolicy = "ClusterFirst"
+        # kube's SetDefaults_PodSpec: always a securityContext, {} at least (kubectl debug
+        # dereferences it).
+        spec.securityContext.SetInParent()
         if not spec.HasField("terminationGracePeriodSeconds"):
             spec.terminationGracePeriodSeconds = self.default_grace_seconds
         for c in (*spec.initContainers, *spec.containers):
@@ -447,6 +451,8 @@ class Strategy:
 
     def validate_create(self, obj: Message) -> list[FieldError]:
         errs = validation.validate(self.info, obj)
+        if self.info.kind == POD.kind:
+            errs.extend(ephemeral.validate_create(obj))  # type: ignore[arg-type]
         if self.info.kind == JOB.kind:
             errs.extend(batch.validate_job(obj))  # type: ignore[arg-type]
         elif self.info.kind in daemonset.KINDS:

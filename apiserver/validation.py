@@ -13,6 +13,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from fractions import Fraction
 from typing import Literal, cast
 
@@ -2306,6 +2307,11 @@ def _active_deadline_update(
     return [], False
 
 
+# Set while pods/ephemeralcontainers writes (apiserver/ephemeral.py, which has checked the
+# change): the pod update may then change spec.ephemeralContainers, and only through it.
+EPHEMERAL_WRITE: ContextVar[bool] = ContextVar("ephemeral_write", default=False)
+
+
 def validate_pod_update(new: pod_pb2.Pod, old: pod_pb2.Pod) -> list[FieldError]:
     """Kubernetes' ValidatePodUpdate over tinykube's pod spec: container images,
     activeDeadlineSeconds (set or lowered), tolerations (additions; tolerationSeconds may
@@ -2347,6 +2353,9 @@ def validate_pod_update(new: pod_pb2.Pod, old: pod_pb2.Pod) -> list[FieldError]:
     munged.tolerations.extend(os_.tolerations)
     del munged.schedulingGates[:]
     munged.schedulingGates.extend(os_.schedulingGates)
+    if EPHEMERAL_WRITE.get():
+        del munged.ephemeralContainers[:]
+        munged.ephemeralContainers.extend(os_.ephemeralContainers)
     if (
         os_.HasField("terminationGracePeriodSeconds")
         and os_.terminationGracePeriodSeconds < 0

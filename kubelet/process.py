@@ -134,6 +134,9 @@ KILL_SETTLE_SECONDS = 5.0
 
 
 class ProcessRuntime(KubeRuntime):
+    # No images: `kubectl debug --image=...` without a command gets a shell, as debug images do.
+    ephemeral_default_command = ("sh",)
+
     def __init__(
         self,
         root_dir: Path,
@@ -404,7 +407,11 @@ class ProcessRuntime(KubeRuntime):
             return
         running = [
             c
-            for c in (*rec.init_containers.values(), *rec.containers.values())
+            for c in (
+                *rec.init_containers.values(),
+                *rec.containers.values(),
+                *rec.ephemeral_containers.values(),
+            )
             if c.state == RUNNING and c.pid > 0
         ]
         for crec in running:

@@ -50,7 +50,7 @@ from kubelet.cri import CRIRuntime
 from kubelet.crilog import LogFormatError, parse_record, writer_active
 from kubelet.logs import KubeletService
 from kubelet.process import ProcessRuntime
-from kubelet.runtime import RUNNING, ContainerRecord, Runtime
+from kubelet.runtime import RUNNING, ContainerRecord, Runtime, as_container, ephemeral_record
 from tinykube import remotecommand as rc
 from tinykube.clock import Clock
 from tinykube.errors import (
@@ -265,6 +265,15 @@ class StreamingService(KubeletService):
         if not container_needed:
             return pod, None
         spec = next((c for c in pod.spec.containers if c.name == start.container), None)
+        if spec is None:
+            spec = next(
+                (
+                    as_container(pod, ec)
+                    for ec in pod.spec.ephemeralContainers
+                    if ec.name == start.container
+                ),
+                None,
+            )
         crec = self._running(pod, start.container)
         if spec is None or crec is None:
             raise NotFoundError(f'container not found ("{start.container}")')
@@ -273,7 +282,9 @@ class StreamingService(KubeletService):
     def _running(self, pod: pod_pb2.Pod, name: str) -> ContainerRecord | None:
         """The runtime's record of the pod's container `name` while it runs."""
         rec = self.runtime.record(pod.metadata.uid)
-        crec = rec.containers.get(name) if rec is not None else None
+        crec = None
+        if rec is not None:
+            crec = rec.containers.get(name) or ephemeral_record(pod, rec, name)
         if crec is None or crec.state != RUNNING:
             return None
         if isinstance(self.runtime, CRIRuntime) and not crec.container_id:

@@ -102,6 +102,8 @@ def _subresources(info: KindInfo) -> tuple[Subresource, ...]:
     subs: list[Subresource] = []
     if info.kind == POD.kind:
         subs.append(Subresource("binding", "Binding", ("create",)))
+        # kubectl debug (apiserver/ephemeral.py).
+        subs.append(Subresource("ephemeralcontainers", "Pod", ("get", "patch", "update")))
         # kubectl drain evicts only when discovery lists pods/eviction with its group and
         # version (policy/v1); otherwise it falls back to plain deletes.
         subs.append(Subresource("eviction", "Eviction", ("create",), "policy", "v1"))

@@ -39,7 +39,7 @@ from apiserver.podlogs import PodLogOptions, PodLogs
 from apiserver.podstream import PodStreams, StreamOptions
 from apiserver.resources import ResourceStore
 from apiserver.rest import codec as codecs
-from apiserver.rest import eventsview, kubeproto, patch, tables
+from apiserver.rest import ephemeral, eventsview, kubeproto, patch, tables
 from apiserver.rest.codec import AS_JSON, AS_PROTOBUF, AS_TABLE, AS_YAML, PROTOBUF, KindCodec, dumps
 from apiserver.rest.discovery import Resource
 from apiserver.rest.status import (
@@ -421,6 +421,8 @@ class ResourceHandlers:
             if method in ("GET", "POST"):
                 return await self.pod_stream(request, target, sub, service)
             raise method_not_allowed()
+        if sub == "ephemeralcontainers" and res.info.kind == POD.kind:
+            return await ephemeral.serve(self, request, target, q, service)  # type: ignore[no-any-return]
         if sub == "eviction" and res.info.kind == POD.kind:
             if method == "POST":
                 return await self.evict(request, target, q, service)

@@ -70,6 +70,7 @@ PATCH_META: dict[tuple[str, str], tuple[str, str]] = {
     ("tinykube.v1.PodSpec", "topologySpreadConstraints"): ("merge", "topologyKey"),
     ("tinykube.v1.PodSpec", "schedulingGates"): ("merge", "name"),
     ("tinykube.v1.PodSpec", "containers"): ("merge", "name"),
+    ("tinykube.v1.PodSpec", "ephemeralContainers"): ("merge", "name"),
     ("tinykube.v1.Container", "ports"): ("merge", "containerPort"),
     ("tinykube.v1.Container", "env"): ("merge", "name"),
     # kube's is "merge,retainKeys": the retained keys matter only for a volume's source.

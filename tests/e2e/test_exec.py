@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -767,3 +768,98 @@ def test_spdy_without_a_common_protocol_is_refused(cluster: UpCluster) -> None:
         "unable to negotiate protocol: client supports [v9.channel.k8s.io], "
         "server supports [v4.channel.k8s.io]"
     ) in body, body
+
+
+def _ephemeral_status(cluster: UpCluster, name: str) -> dict[str, Any]:
+    import json
+
+    pod = json.loads(ok(cluster.kubectl("get", "pod", "box", "-o", "json")))
+    for status in pod["status"].get("ephemeralContainerStatuses", []):
+        if status["name"] == name:
+            return dict(status)
+    return {}
+
+
+def test_debug_adds_an_ephemeral_container_with_the_targets_environment(
+    cluster: UpCluster,
+) -> None:
+    """`kubectl debug POD --image=... --target=main -- cmd`: pods/ephemeralcontainers gains the
+    container, the kubelet runs it once in the pod (the process runtime: with the target's
+    environment; the image is not used), its status and log are the pod's."""
+    ok(
+        cluster.kubectl(
+            "debug", "box", "--image=busybox", "--target=main", "-c", "dbg1",
+            "--", "sh", "-c", 'echo "debugging with $GREETING"',
+        )
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not _ephemeral_status(cluster, "dbg1").get("state", {}).get("terminated"):
+        assert time.monotonic() < deadline, _ephemeral_status(cluster, "dbg1")
+        time.sleep(0.2)
+    terminated = _ephemeral_status(cluster, "dbg1")["state"]["terminated"]
+    assert terminated["exitCode"] == 0, terminated
+    assert ok(cluster.kubectl("logs", "box", "-c", "dbg1")) == "debugging with hello-from-env\n"
+    # Never restarted, and the pod's own containers untouched.
+    assert _ephemeral_status(cluster, "dbg1")["restartCount"] == 0
+    assert ok(cluster.kubectl("get", "pod", "box", "-o", "jsonpath={.status.phase}")) == "Running"
+
+
+def test_debug_i_attaches_to_the_ephemeral_container(cluster: UpCluster) -> None:
+    done = cluster.kubectl(
+        "debug", "-i", "box", "--image=busybox", "--target=main", "-c", "dbg2",
+        "--", "sh", "-c", 'read x; echo "got $x"',
+        stdin="hello\n", timeout=120,
+    )  # fmt: skip
+    assert done.code == 0, done.err
+    assert "got hello" in done.out, done.out
+
+
+def test_ephemeral_containers_may_only_be_added(cluster: UpCluster) -> None:
+    ok(
+        cluster.kubectl(
+            "debug", "box", "--image=busybox", "-c", "dbg3", "--", "sh", "-c", "sleep 300"
+        )
+    )
+    changed = cluster.kubectl(
+        "patch", "pod", "box", "--subresource=ephemeralcontainers", "--type=json",
+        "-p", '[{"op": "replace", "path": "/spec/ephemeralContainers/2/image", "value": "x"}]',
+    )  # fmt: skip
+    assert changed.code == 1
+    assert (
+        'The Pod "box" is invalid: spec.ephemeralContainers[2]: Forbidden: existing ephemeral '
+        'containers "dbg3" may not be changed'
+    ) in changed.err, changed.err
+    removed = cluster.kubectl(
+        "patch", "pod", "box", "--subresource=ephemeralcontainers", "--type=json",
+        "-p", '[{"op": "remove", "path": "/spec/ephemeralContainers/2"}]',
+    )  # fmt: skip
+    assert removed.code == 1
+    assert 'existing ephemeral containers "dbg3" may not be removed' in removed.err, removed.err
+    bad = cluster.kubectl(
+        "patch", "pod", "box", "--subresource=ephemeralcontainers", "--type=json",
+        "-p", '[{"op": "add", "path": "/spec/ephemeralContainers/-", "value": {"name": "main",'
+        ' "image": "busybox", "ports": [{"containerPort": 80}], "targetContainerName": "nope"}}]',
+    )  # fmt: skip
+    assert bad.code == 1
+    for part in (
+        'spec.ephemeralContainers[3].name: Duplicate value: "main"',
+        "spec.ephemeralContainers[3].ports: Forbidden: cannot be set for an Ephemeral Container",
+        'spec.ephemeralContainers[3].targetContainerName: Not found: "nope"',
+    ):
+        assert part in bad.err, bad.err
+    # A plain pod update may not touch them; a new pod may not have them.
+    plain = cluster.kubectl(
+        "patch", "pod", "box", "--type=json",
+        "-p", '[{"op": "remove", "path": "/spec/ephemeralContainers/2"}]',
+    )  # fmt: skip
+    assert plain.code == 1
+    assert "pod updates may not change fields other than" in plain.err, plain.err
+    created = cluster.kubectl(
+        "run", "eph", "--image=busybox", "--restart=Never",
+        "--overrides", '{"spec": {"ephemeralContainers": [{"name": "e", "image": "busybox"}]}}',
+        "--", "sleep", "1",
+    )  # fmt: skip
+    assert created.code == 1
+    assert "spec.ephemeralContainers: Forbidden: cannot be set on create" in created.err, (
+        created.err
+    )
