@@ -5,8 +5,8 @@ back to when its WebSocket attempt fails, and what client-go's SPDY executor (ku
 The client sends `Connection: Upgrade`, `Upgrade: SPDY/3.1` and the protocols it speaks as
 `X-Stream-Protocol-Version` headers (remotecommand `v4.channel.k8s.io`, ..., or
 `portforward.k8s.io`); the server picks one (kube's httpstream.Handshake: the client's first
-one the server speaks; none in common is a 403 naming both lists), answers 101 with it, and the
-connection is SPDY from then on.
+one the server speaks; none offered is a 400, none in common a 403 naming both lists), answers
+101 with it, and the connection is SPDY from then on.
 
 aiohttp serves only WebSocket upgrades, but its request handler lets a response take the
 connection over: `RequestHandler.set_parser` (what `WebSocketResponse` itself uses) routes every
@@ -38,7 +38,7 @@ from aiohttp import web
 
 from tinykube import remotecommand as rc
 from tinykube import spdy
-from tinykube.errors import ForbiddenError
+from tinykube.errors import BadRequestError, ForbiddenError
 from tinykube.v1 import kubelet_pb2
 
 log = logging.getLogger(__name__)
@@ -68,13 +68,15 @@ def negotiate(request: web.Request, supported: Iterable[str]) -> str:
         for p in value.split(",")
         if p.strip()
     ]
+    if not offered:
+        raise BadRequestError(f"unable to upgrade: {PROTOCOL_HEADER} is required")
     served = list(supported)
     for p in offered:
         if p in served:
             return p
     raise ForbiddenError(
         "unable to upgrade: unable to negotiate protocol: client supports "
-        f"[{' '.join(offered)}], server supports [{' '.join(served)}]"
+        f"[{' '.join(offered)}], server accepts [{' '.join(served)}]"
     )
 
 

@@ -766,7 +766,7 @@ def test_spdy_without_a_common_protocol_is_refused(cluster: UpCluster) -> None:
     assert resp.status == 403, body
     assert (
         "unable to negotiate protocol: client supports [v9.channel.k8s.io], "
-        "server supports [v4.channel.k8s.io]"
+        "server accepts [v4.channel.k8s.io]"
     ) in body, body
 
 
