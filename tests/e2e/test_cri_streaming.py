@@ -9,13 +9,17 @@ containernetworking-plugins and busybox-static, installed or skipped as there.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import socket
 import subprocess
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -235,12 +239,60 @@ def test_port_forward_to_a_closed_port_reports_the_error(box: LocalCluster) -> N
         stderr=subprocess.PIPE,
         text=True,
     )
+    lines: list[str] = []
     try:
-        assert proc.stdout is not None
+        assert proc.stdout is not None and proc.stderr is not None
         assert proc.stdout.readline().startswith("Forwarding from")
+        # kubectl prints the error stream's message once it has read it, after the local
+        # connection has failed: its stderr is read until it does.
+        stderr = proc.stderr
+        reader = threading.Thread(target=lambda: lines.extend(stderr), daemon=True)
+        reader.start()
         with pytest.raises(OSError):
             urllib.request.urlopen(f"http://127.0.0.1:{local}/", timeout=30).read()
+        deadline = time.monotonic() + 60
+        while not any("error forwarding port 9 to pod" in line for line in lines):
+            assert time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.1)
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=30)
-    assert "error forwarding port 9 to pod" in err, err
+        proc.wait(30)
+
+
+def test_debug_runs_an_ephemeral_container_in_the_pods_sandbox(box: LocalCluster) -> None:
+    """`kubectl debug --image`: containerd runs the image as a container of the pod's sandbox,
+    so it shares the pod's network (the httpd on localhost:8080)."""
+    code, _, err = run(
+        box, "debug", "box", f"--image={WEB}", "--target=main", "-c", "dbg",
+        "--", "sh", "-c", "wget -qO- http://localhost:8080/",
+    )  # fmt: skip
+    assert code == 0, err
+    pods = json.loads(kubectl(box, "get", "pod", "box", "-n", NS, "-o", "json"))
+    assert [c["name"] for c in pods["spec"]["ephemeralContainers"]] == ["dbg"]
+
+    def terminated() -> dict[str, Any] | None:
+        pod = json.loads(kubectl(box, "get", "pod", "box", "-n", NS, "-o", "json"))
+        for status in pod["status"].get("ephemeralContainerStatuses", []):
+            if status["name"] == "dbg" and "terminated" in status["state"]:
+                return dict(status["state"]["terminated"])
+        return None
+
+    deadline = time.monotonic() + 120
+    while (state := terminated()) is None:
+        assert time.monotonic() < deadline, "the ephemeral container did not finish"
+        time.sleep(0.5)
+    assert state["exitCode"] == 0, state
+    code, out, err = run(box, "logs", "box", "-c", "dbg")
+    assert (code, out) == (0, "hello-from-httpd\n"), err
+
+
+def test_spdy_exec_into_a_container(box: LocalCluster) -> None:
+    """kubectl's plain SPDY/3.1 client (apiserver/spdyupgrade.py) against containerd."""
+    env = {"KUBECTL_REMOTE_COMMAND_WEBSOCKETS": "false"}
+    text = "".join(f"line {i}\n" for i in range(2000))
+    done = subprocess.run(
+        [str(venv_bin() / "kubectl"), "--kubeconfig", str(box.kubeconfig), "-n", NS,
+         "exec", "-i", "box", "--", "cat"],
+        input=text.encode(), capture_output=True, timeout=120, env={**os.environ, **env},
+    )  # fmt: skip
+    assert (done.returncode, done.stdout.decode()) == (0, text), done.stderr
