@@ -38,7 +38,6 @@ import shutil
 import signal
 import struct
 import subprocess
-import sys
 import termios
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -46,6 +45,7 @@ from typing import Any
 import grpc
 
 from kubelet import cristream
+from kubelet.attach import terminal_argv
 from kubelet.cri import CRIRuntime
 from kubelet.crilog import LogFormatError, parse_record, writer_active
 from kubelet.logs import KubeletService
@@ -156,14 +156,6 @@ def _set_winsize(fd: int, width: int, height: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
 
 
-# Makes the pty on stdin the controlling terminal of the new session, then becomes the command:
-# a separate program rather than a preexec_fn, which is unsafe in the threaded kubelet.
-_CTTY = (
-    "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
-    "os.execvp(sys.argv[1], sys.argv[1:])"
-)
-
-
 async def _exited(proc: subprocess.Popen[bytes]) -> int:
     """The process's exit status, awaited on the event loop (a pidfd turns readable when it
     exits), not in a thread: the default executor's few threads would let only that many
@@ -206,7 +198,7 @@ def _spawn(
 ) -> subprocess.Popen[bytes]:
     """Start an exec'd process in its own session (quick: fork and exec)."""
     if tty:
-        argv = [sys.executable, "-I", "-S", "-c", _CTTY, *argv]
+        argv = terminal_argv(argv)
     return subprocess.Popen(
         argv,
         stdin=stdin,
@@ -629,7 +621,8 @@ class StreamingService(KubeletService):
         yield kubelet_pb2.StreamFrame()  # accepted
         stdin = _Stdin(fd, master_tty=False)
         once = container.stdinOnce
-        crlf = start.tty and container.tty
+        # A tty container's terminal master, for resizes (its input is `fd` too).
+        terminal = pipes.writer(uid, container.name) if container.tty else -1
 
         async def client() -> None:
             async for msg in request_iterator:
@@ -639,11 +632,10 @@ class StreamingService(KubeletService):
                 except ValueError:
                     continue
                 if channel == rc.STDIN:
-                    if crlf:
-                        # A terminal's Enter is "\r"; the container reads a pipe, not a
-                        # terminal, so the line discipline's ICRNL is done here.
-                        data = data.replace(b"\r", b"\n")
                     await stdin.write(data)
+                elif channel == rc.RESIZE and terminal >= 0:
+                    with contextlib.suppress(ValueError, OSError):
+                        _set_winsize(terminal, *rc.parse_resize(data))
                 elif channel == rc.CLOSE and start.protocol == rc.V5:
                     with contextlib.suppress(ValueError):
                         if rc.close_signal(data) == rc.STDIN:
@@ -693,6 +685,8 @@ class StreamingService(KubeletService):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await pump
             stdin.close()
+            if terminal >= 0:
+                os.close(terminal)
             if once:
                 pipes.close(uid, container.name)
 

@@ -627,14 +627,15 @@ spec:
 
 
 def test_run_it_rm_under_a_terminal(cluster: UpCluster) -> None:
-    """`kubectl run -it --rm` from a terminal (script(1)): the Enter typed reaches the container
-    as the end of a line, its answer comes back, and the pod is deleted."""
+    """`kubectl run -it --rm` from a terminal (script(1)): the container's stdio is a terminal
+    of its own (kubelet/attach.py) sized as the client's; the Enter typed reaches it as the end
+    of a line, its answer comes back, and the pod is deleted."""
     if shutil.which("script") is None:
         pytest.skip("script(1) is not installed")
     kubectl = f"{venv_bin() / 'kubectl'} --kubeconfig {cluster.kubeconfig}"
     command = (
-        f"{kubectl} run -it --rm --restart=Never typed --image=busybox --command -- "
-        "sh -c 'read x; echo got $x'"
+        f"stty cols 101 rows 41; {kubectl} run -it --rm --restart=Never typed --image=busybox "
+        "--command -- sh -c 'read x; tty; stty size; echo got $x'"
     )
     proc = subprocess.Popen(
         ["script", "-qec", command, "/dev/null"],
@@ -654,6 +655,8 @@ def test_run_it_rm_under_a_terminal(cluster: UpCluster) -> None:
                 break
             out += chunk
         assert b"got hello" in out, out
+        assert b"/dev/pts/" in out, out
+        assert b"41 101" in out, out
         assert b'pod "typed" deleted from default namespace' in out, out
         assert proc.wait(60) == 0
     finally:

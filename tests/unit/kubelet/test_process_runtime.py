@@ -470,3 +470,40 @@ async def test_a_nul_byte_in_a_value_is_a_run_error_not_a_crash(
     crec = rec.containers["c"]
     assert crec.state == WAITING and crec.waiting_reason == "RunContainerError"
     assert "embedded null byte" in crec.waiting_message
+
+
+async def test_a_tty_container_runs_on_a_terminal_of_its_own(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """`tty: true`: stdin, stdout and stderr are a pseudo-terminal's slave (its controlling
+    terminal); its output, stderr included, is the log's stdout; the kubelet keeps the master
+    as its stdin, and stdinOnce's end is the terminal's end of file."""
+    rt = runtime(tmp_path, clock)
+    pod = make_pod("tty1", "sh", "-c", "tty; echo err >&2; read x; echo got $x", policy="Never")
+    pod.spec.containers[0].tty = True
+    pod.spec.containers[0].stdin = True
+    await settle(rt, pod, RUNNING)
+    fd = rt.stdin_pipes.writer("tty1", "c")
+    assert fd >= 0 and os.isatty(fd)
+    os.write(fd, b"hello\r")  # a terminal's Enter: the line discipline makes it a newline
+    os.close(fd)
+    rec = await settle(rt, pod, TERMINATED)
+    assert rec.containers["c"].terminated is not None
+    assert rec.containers["c"].terminated.exit_code == 0
+    recs = records(rt.log_path("tty1", "c"))
+    assert {stream for stream, _ in recs} == {"stdout"}
+    out = "".join(t for _, t in recs)
+    assert "/dev/pts/" in out and "err" in out and "got hello" in out, out
+
+
+async def test_a_tty_containers_stdin_once_ends_with_end_of_file(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    rt = runtime(tmp_path, clock)
+    pod = make_pod("tty2", "sh", "-c", "cat; echo done", policy="Never")
+    pod.spec.containers[0].tty = True
+    pod.spec.containers[0].stdin = True
+    await settle(rt, pod, RUNNING)
+    rt.stdin_pipes.close("tty2", "c")  # what the first attach's end does for stdinOnce
+    await settle(rt, pod, TERMINATED)
+    assert "done" in text(rt.log_path("tty2", "c"))
