@@ -296,3 +296,42 @@ def test_spdy_exec_into_a_container(box: LocalCluster) -> None:
         input=text.encode(), capture_output=True, timeout=120, env={**os.environ, **env},
     )  # fmt: skip
     assert (done.returncode, done.stdout.decode()) == (0, text), done.stderr
+
+
+def test_run_it_rm_gets_the_containers_terminal(box: LocalCluster) -> None:
+    """`kubectl run -it --rm` from a terminal: containerd gives the `tty: true` container its
+    terminal, attach carries the keys typed and the client's size, and the pod is deleted."""
+    if shutil.which("script") is None:
+        pytest.skip("script(1) is not installed")
+    kubectl_cmd = f"{venv_bin() / 'kubectl'} --kubeconfig {box.kubeconfig} -n {NS}"
+    command = (
+        f"stty cols 101 rows 41; {kubectl_cmd} run -it --rm --restart=Never typed "
+        f"--image={WEB} --command -- sh -c 'read x; tty; stty size; echo got $x'"
+    )
+    proc = subprocess.Popen(
+        ["script", "-qec", command, "/dev/null"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(b"hello\r")
+        proc.stdin.flush()
+        out = b""
+        deadline = time.monotonic() + 120
+        while b'pod "typed" deleted' not in out and time.monotonic() < deadline:
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            out += chunk
+        assert b"got hello" in out, out
+        assert b"/dev/pts/" in out, out
+        assert b"41 101" in out, out
+        assert b'pod "typed" deleted' in out, out
+        assert proc.wait(60) == 0
+    finally:
+        proc.stdin.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
