@@ -52,6 +52,7 @@ from kubelet.runtime import (
     PodRecord,
     Termination,
     definition_changed_message,
+    ephemeral_target,
     qos_class,
 )
 from tinykube.clock import Clock
@@ -661,6 +662,12 @@ class CRIRuntime(KubeRuntime):
         instance = crec.restart_count + (1 if crec.last is not None else 0)
         env = {"HOSTNAME": pod.spec.hostname or pod.metadata.name, **resolved}
         config = container_config(pod, container, image_ref, instance, env, self.machine_memory)
+        # An ephemeral container with a target joins the target's PID namespace (kube's
+        # NamespaceMode TARGET), so `kubectl debug --target` sees its processes.
+        target = rec.containers.get(ephemeral_target(pod, container.name))
+        if target is not None and target.container_id:
+            ns = config.linux.security_context.namespace_options
+            ns.pid, ns.target_id = cri.TARGET, target.container_id
         # The pod's volumes (kubelet/volumes.py), bind-mounted by the runtime (kube's
         # makeMounts: CRI Mount entries, in the container's order).
         for m in self._mounts.get(rec.uid, {}).get(container.name, []):

@@ -323,6 +323,14 @@ def as_container(pod: pod_pb2.Pod, ec: pod_pb2.EphemeralContainer) -> pod_pb2.Co
     return container
 
 
+def ephemeral_target(pod: pod_pb2.Pod, name: str) -> str:
+    """The targetContainerName of the pod's ephemeral container `name` ("" if none)."""
+    for ec in pod.spec.ephemeralContainers:
+        if ec.name == name:
+            return ec.targetContainerName
+    return ""
+
+
 def ephemeral_record(pod: pod_pb2.Pod, rec: PodRecord, name: str) -> ContainerRecord | None:
     """The record of ephemeral container `name`, if the pod has one by that name."""
     if not any(ec.name == name for ec in pod.spec.ephemeralContainers):

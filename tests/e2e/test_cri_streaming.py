@@ -260,11 +260,12 @@ def test_port_forward_to_a_closed_port_reports_the_error(box: LocalCluster) -> N
 
 
 def test_debug_runs_an_ephemeral_container_in_the_pods_sandbox(box: LocalCluster) -> None:
-    """`kubectl debug --image`: containerd runs the image as a container of the pod's sandbox,
-    so it shares the pod's network (the httpd on localhost:8080)."""
+    """`kubectl debug --image --target`: containerd runs the image as a container of the pod's
+    sandbox, so it shares the pod's network (the httpd on localhost:8080), in the target's PID
+    namespace (it sees httpd)."""
     code, _, err = run(
         box, "debug", "box", f"--image={WEB}", "--target=main", "-c", "dbg",
-        "--", "sh", "-c", "wget -qO- http://localhost:8080/",
+        "--", "sh", "-c", "wget -qO- http://localhost:8080/; ps -o comm | grep -c httpd",
     )  # fmt: skip
     assert code == 0, err
     pods = json.loads(kubectl(box, "get", "pod", "box", "-n", NS, "-o", "json"))
@@ -283,7 +284,7 @@ def test_debug_runs_an_ephemeral_container_in_the_pods_sandbox(box: LocalCluster
         time.sleep(0.5)
     assert state["exitCode"] == 0, state
     code, out, err = run(box, "logs", "box", "-c", "dbg")
-    assert (code, out) == (0, "hello-from-httpd\n"), err
+    assert (code, out) == (0, "hello-from-httpd\n1\n"), err
 
 
 def test_spdy_exec_into_a_container(box: LocalCluster) -> None:
