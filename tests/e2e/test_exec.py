@@ -823,6 +823,13 @@ def test_ephemeral_containers_may_only_be_added(cluster: UpCluster) -> None:
             "debug", "box", "--image=busybox", "-c", "dbg3", "--", "sh", "-c", "sleep 300"
         )
     )
+    # exec reaches a running ephemeral container as any other.
+    deadline = time.monotonic() + 60
+    while "running" not in _ephemeral_status(cluster, "dbg3").get("state", {}):
+        assert time.monotonic() < deadline, _ephemeral_status(cluster, "dbg3")
+        time.sleep(0.2)
+    done = cluster.kubectl("exec", "box", "-c", "dbg3", "--", "sh", "-c", "echo in dbg3")
+    assert (done.code, done.out) == (0, "in dbg3\n"), done.err
     changed = cluster.kubectl(
         "patch", "pod", "box", "--subresource=ephemeralcontainers", "--type=json",
         "-p", '[{"op": "replace", "path": "/spec/ephemeralContainers/2/image", "value": "x"}]',
@@ -866,3 +873,40 @@ def test_ephemeral_containers_may_only_be_added(cluster: UpCluster) -> None:
     assert "spec.ephemeralContainers: Forbidden: cannot be set on create" in created.err, (
         created.err
     )
+
+
+def test_debug_it_under_a_terminal(cluster: UpCluster) -> None:
+    """`kubectl debug -it --target`: the ephemeral container gets a terminal of its own, the
+    target's environment, and the keys typed."""
+    if shutil.which("script") is None:
+        pytest.skip("script(1) is not installed")
+    kubectl = f"{venv_bin() / 'kubectl'} --kubeconfig {cluster.kubeconfig}"
+    command = (
+        f"{kubectl} debug -it box --image=busybox --target=main -c dbg4 -- "
+        "sh -c 'read x; tty; echo got $x $GREETING'"
+    )
+    proc = subprocess.Popen(
+        ["script", "-qec", command, "/dev/null"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(b"hello\r")
+        proc.stdin.flush()
+        out = b""
+        deadline = time.monotonic() + 120
+        while b"got hello" not in out and time.monotonic() < deadline:
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            out += chunk
+        assert b"got hello hello-from-env" in out, out
+        assert b"/dev/pts/" in out, out
+        assert proc.wait(60) == 0, out
+    finally:
+        proc.stdin.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
