@@ -25,6 +25,7 @@ import pytest
 
 from tests.e2e.conftest import venv_bin
 from tests.e2e.test_cri_containerd import WEB, cluster, containerd, kubectl  # noqa: F401
+from tinykube.containerd import Containerd
 from tinykube.launcher import LocalCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -336,3 +337,48 @@ def test_run_it_rm_gets_the_containers_terminal(box: LocalCluster) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _kubelet_pid(endpoint: str) -> int:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if b"-m kubelet " in cmdline and endpoint.encode() in cmdline:
+                found.append(int(entry))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_300_execs_leak_nothing(box: LocalCluster, containerd: Containerd) -> None:  # noqa: F811
+    """300 Python-client exec calls: the kubelet's and containerd's open files are back where
+    they were (each call is a CRI Exec and a SPDY connection to containerd's stream server)."""
+    k8s = pytest.importorskip("kubernetes")
+    from kubernetes.stream import stream
+
+    api = k8s.client.CoreV1Api(k8s.config.new_client_from_config(config_file=str(box.kubeconfig)))
+    kubelet = _kubelet_pid(containerd.paths.endpoint)
+    assert containerd.proc is not None
+    runtime = containerd.proc.pid
+
+    def one(i: int) -> None:
+        out = stream(
+            api.connect_get_namespaced_pod_exec, "box", NS, command=["echo", str(i)],
+            container="main", stderr=True, stdin=False, stdout=True, tty=False,
+        )  # fmt: skip
+        assert out == f"{i}\n"
+
+    one(-1)
+    before = (len(os.listdir(f"/proc/{kubelet}/fd")), len(os.listdir(f"/proc/{runtime}/fd")))
+    for i in range(300):
+        one(i)
+    deadline = time.monotonic() + 60
+    while True:
+        after = (len(os.listdir(f"/proc/{kubelet}/fd")), len(os.listdir(f"/proc/{runtime}/fd")))
+        if all(a <= b + 2 for a, b in zip(after, before, strict=True)):
+            break
+        assert time.monotonic() < deadline, f"open files (kubelet, containerd) {before} -> {after}"
+        time.sleep(0.5)
