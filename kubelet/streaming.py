@@ -1,4 +1,4 @@
-"""The kubelet's streaming calls for the process runtime: Exec, Attach and PortForward.
+"""The kubelet's streaming calls: Exec, Attach and PortForward.
 
 The apiserver relays a client's upgraded WebSocket connection (pods/exec, pods/attach,
 pods/portforward) to these bidirectional gRPC calls message for message: after the client's
@@ -19,6 +19,10 @@ the HTTP error kubectl prints after "unable to upgrade connection: ".
   container with `stdin: true`) and its output, read from the container's log as it is written.
 - PortForward connects each port's channels to a TCP connection to the pod's address (the node's,
   for the process runtime) on that port.
+- Under the CRI runtime all three go to the runtime's streaming server instead (the URL of CRI
+  Exec, Attach, PortForward), relayed frame for frame by kubelet/cristream.py; attach takes the
+  container's own `tty` and `stdin` as kube's kubelet does. Ephemeral containers are reached
+  by name as any other.
 
 Limits: at most `max_streams` calls at once per kubelet (more are RESOURCE_EXHAUSTED), and a
 stream with no traffic either way for `idle_timeout` seconds is closed (kube's
