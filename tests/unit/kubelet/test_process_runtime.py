@@ -507,3 +507,41 @@ async def test_a_tty_containers_stdin_once_ends_with_end_of_file(
     rt.stdin_pipes.close("tty2", "c")  # what the first attach's end does for stdinOnce
     await settle(rt, pod, TERMINATED)
     assert "done" in text(rt.log_path("tty2", "c"))
+
+
+async def test_an_ephemeral_container_runs_once_with_its_targets_environment(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    rt = runtime(tmp_path, clock)
+    pod = make_pod("eph1", "sleep", "60")
+    pod.spec.containers[0].env.add(name="GREETING", value="hi")
+    await settle(rt, pod, RUNNING)
+    pod.spec.ephemeralContainers.add(
+        name="dbg", image="busybox", command=["sh", "-c", "echo eph $GREETING; exit 2"],
+        targetContainerName="c",
+    )  # fmt: skip
+    for _ in range(200):
+        rec = await rt.sync_pod(pod)
+        crec = rec.ephemeral_containers.get("dbg")
+        if crec is not None and crec.state == TERMINATED:
+            break
+        await asyncio.sleep(0.02)
+    assert crec is not None and crec.terminated is not None
+    assert crec.terminated.exit_code == 2
+    clock.advance(3600)
+    for _ in range(5):  # never restarted, whatever the pod's restartPolicy (Always)
+        rec = await rt.sync_pod(pod)
+    assert rec.ephemeral_containers["dbg"].state == TERMINATED
+    assert rec.ephemeral_containers["dbg"].restart_count == 0
+    assert text(rt.log_path("eph1", "dbg")) == "eph hi\n"
+    status = build_pod_status(pod, rec, "10.0.0.1", pod_pb2.PodStatus(), 0.0)
+    assert [s.name for s in status.ephemeralContainerStatuses] == ["dbg"]
+    assert status.ephemeralContainerStatuses[0].state.terminated.exitCode == 2
+    assert status.phase == "Running"
+    # The kubelet's state keeps it across a restart.
+    again = runtime(tmp_path, clock)
+    again.load()
+    restored = again.record("eph1")
+    assert restored is not None
+    assert restored.ephemeral_containers["dbg"].state == TERMINATED
+    await rt.kill_pod("eph1", 0)
