@@ -105,8 +105,12 @@ def pick_container(pod: pod_pb2.Pod, container: str) -> str:
         inits = [c.name for c in pod.spec.initContainers]
         if inits:
             message += f" or one of the init containers: [{' '.join(inits)}]"
+        ephemerals = [c.name for c in pod.spec.ephemeralContainers]
+        if ephemerals:
+            message += f" or one of the ephemeral containers: [{' '.join(ephemerals)}]"
         raise BadRequestError(message)
     known = {c.name for c in (*pod.spec.containers, *pod.spec.initContainers)}
+    known.update(c.name for c in pod.spec.ephemeralContainers)
     if container not in known:
         raise BadRequestError(f"container {container} is not valid for pod {name}")
     return container

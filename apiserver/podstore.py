@@ -16,6 +16,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from apiserver import fieldmanager
 from apiserver.deletion import policy_of
 from apiserver.requestcontext import INTERNAL, RequestContext
 from apiserver.resources import _CAS_ATTEMPTS, ResourceStore, _Current
@@ -26,6 +27,7 @@ from tinykube.errors import (
     AlreadyExistsError,
     ConflictError,
     DisruptionBudgetError,
+    FieldError,
     ForbiddenError,
     InvalidError,
     MultipleBudgetsError,
@@ -53,6 +55,18 @@ class PodStore(ResourceStore):
         self.node_prefix = node_prefix  # b"/registry/nodes/" (Bind checks the node)
         # The PodDisruptionBudgets store evictions consult (APIServer wires it).
         self.budgets: ResourceStore | None = None
+
+    def _prepare_update(
+        self, subresource: str, obj: Message, old: Message
+    ) -> tuple[Message, list[FieldError]]:
+        """pods/ephemeralcontainers (`kubectl debug`): only spec.ephemeralContainers changes,
+        by kube's rules (apiserver/ephemeral.py); the managed fields stay as stored."""
+        if subresource == "ephemeralcontainers":
+            strategy: Any = self.strategy
+            new = strategy.prepare_for_ephemeral_update(obj, old)
+            fieldmanager.keep_managed_fields(new, old)
+            return new, strategy.validate_ephemeral_update(new, old)
+        return super()._prepare_update(subresource, obj, old)
 
     def _grace_period(self, obj: Message, request: meta_pb2.DeleteRequest) -> int:
         """The request's gracePeriodSeconds, else the pod's terminationGracePeriodSeconds; 0

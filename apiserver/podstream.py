@@ -11,11 +11,11 @@ refusals (`container not found ("x")`) are plain HTTP errors, which kubectl prin
 
 Protocols (tinykube/remotecommand.py): exec and attach speak `v5.channel.k8s.io` or
 `v4.channel.k8s.io`, port-forward kubectl's SPDY/3.1 tunnel (apiserver/portforward.py) or
-`v4.channel.k8s.io` (the Python client's); the client's first
-offered one that the server speaks is chosen. Each WebSocket message goes to the kubelet as one
-frame and back, unchanged. A request that is not a WebSocket upgrade (kubectl's SPDY/3.1
-fallback) is a 400 naming what is served. Closing either side ends the other: a client that
-goes away cancels the kubelet call, which ends the exec'd process.
+`v4.channel.k8s.io` (the Python client's); the client's first offered one that the server
+speaks is chosen. Each WebSocket message goes to the kubelet as one frame and back, unchanged.
+A plain SPDY/3.1 upgrade (kubectl's fallback, client-go's SPDY executor) is served too
+(apiserver/spdyupgrade.py); any other request is a 400 naming both. Closing either side ends
+the other: a client that goes away cancels the kubelet call, which ends the exec'd process.
 
 Concurrency: one coroutine per stream and one helper task relaying the client's messages.
 """
@@ -27,13 +27,21 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import cast
+from typing import Any, cast
 
 import grpc
 from aiohttp import WSMsgType, web
 
 from apiserver.podlogs import KubeletUnreachableError, kubelet_address
-from apiserver.portforward import TUNNEL_PROTOCOL, Call, SpdyTunnel
+from apiserver.portforward import TUNNEL_PROTOCOL, Call, SpdyTunnel, WsPipe
+from apiserver.spdyupgrade import (
+    PORT_FORWARD_PROTOCOLS,
+    REMOTECOMMAND_PROTOCOLS,
+    RemoteCommand,
+    is_spdy_upgrade,
+    negotiate,
+    upgrade,
+)
 from tinykube import remotecommand as rc
 from tinykube.errors import BadRequestError, NotFoundError, from_rpc_error, from_status
 from tinykube.serving import CHANNEL_OPTIONS
@@ -79,6 +87,11 @@ def pick_container(pod: pod_pb2.Pod, container: str) -> pod_pb2.Container:
     for c in pod.spec.containers:
         if c.name == container:
             return c
+    for ec in pod.spec.ephemeralContainers:
+        if ec.name == container:
+            # exec and attach reach an ephemeral container as any other (kube's
+            # podutil.AllContainers); the kubelet knows it by its name.
+            return pod_pb2.Container(name=ec.name, stdin=ec.stdin, tty=ec.tty)
     raise BadRequestError(f"container {container} is not valid for pod {name}")
 
 
@@ -89,7 +102,8 @@ def check_running(pod: pod_pb2.Pod, container: str) -> None:
         raise BadRequestError(
             f"cannot exec into a container in a completed pod; current phase is {pod.status.phase}"
         )
-    status = next((s for s in pod.status.containerStatuses if s.name == container), None)
+    statuses = (*pod.status.containerStatuses, *pod.status.ephemeralContainerStatuses)
+    status = next((s for s in statuses if s.name == container), None)
     if status is None or not status.state.HasField("running"):
         raise NotFoundError(f'container not found ("{container}")')
 
@@ -137,9 +151,11 @@ class PodStreams:
         )
         ready = ws.can_prepare(request)
         if not ready.ok:
+            if is_spdy_upgrade(request):
+                return await self._serve_spdy(request, kind, pod, container, options)
             raise BadRequestError(
-                f"pods/{kind} is served over WebSockets only (an Upgrade: websocket request "
-                f"with subprotocol {' or '.join(protocols)}); SPDY/3.1 upgrades are not supported"
+                f"pods/{kind} is served over WebSockets (an Upgrade: websocket request with "
+                f"subprotocol {' or '.join(protocols)}) or SPDY/3.1 (Upgrade: SPDY/3.1)"
             )
         if ready.protocol is None:
             raise BadRequestError(
@@ -151,22 +167,8 @@ class PodStreams:
             raise BadRequestError("at least 1 port is required (query parameter ports)")
         node = await self.get_node(pod.spec.nodeName)
         address = kubelet_address(node)
-        start = kubelet_pb2.StreamStart(
-            namespace=namespace,
-            name=name,
-            container=container.name if container is not None else "",
-            command=list(options.command),
-            stdin=options.stdin,
-            stdout=options.stdout,
-            stderr=options.stderr and not options.tty,
-            tty=options.tty,
-            protocol=ready.protocol,
-            ports=list(options.ports),
-        )
-        creds = self.credentials
-        if not creds.insecure:
-            creds = replace(creds, server_name=node.metadata.name)
-        async with creds.channel(address, CHANNEL_OPTIONS) as channel:
+        start = _start(pod, container, options, ready.protocol)
+        async with self._channel(node, address) as channel:
             stub = kubelet_pb2_grpc.KubeletStub(channel)
             if ready.protocol == TUNNEL_PROTOCOL:
                 return await self._tunnel(request, ws, stub, start, node.metadata.name, address)
@@ -180,16 +182,20 @@ class PodStreams:
                 call.cancel()
         return ws
 
-    async def _tunnel(
+    def _channel(self, node: node_pb2.Node, address: str) -> Any:
+        creds = self.credentials
+        if not creds.insecure:
+            creds = replace(creds, server_name=node.metadata.name)
+        return creds.channel(address, CHANNEL_OPTIONS)
+
+    def _port_calls(
         self,
-        request: web.Request,
-        ws: web.WebSocketResponse,
         stub: kubelet_pb2_grpc.KubeletStub,
         start: kubelet_pb2.StreamStart,
         node: str,
         address: str,
-    ) -> web.WebSocketResponse:
-        """kubectl's SPDY tunnel: one kubelet call per forwarded connection."""
+    ) -> Callable[[int], Awaitable[Call]]:
+        """Opens one accepted kubelet PortForward call for one forwarded connection."""
 
         async def open_call(port: int) -> Call:
             one = kubelet_pb2.StreamStart()
@@ -205,13 +211,68 @@ class PodStreams:
                 raise
             return call
 
+        return open_call
+
+    async def _tunnel(
+        self,
+        request: web.Request,
+        ws: web.WebSocketResponse,
+        stub: kubelet_pb2_grpc.KubeletStub,
+        start: kubelet_pb2.StreamStart,
+        node: str,
+        address: str,
+    ) -> web.WebSocketResponse:
+        """kubectl's SPDY tunnel: one kubelet call per forwarded connection."""
         await ws.prepare(request)
         try:
-            await SpdyTunnel(ws, open_call).run()
+            await SpdyTunnel(WsPipe(ws), self._port_calls(stub, start, node, address)).run()
         finally:
             with contextlib.suppress(Exception):
                 await ws.close()
         return ws
+
+    async def _serve_spdy(
+        self,
+        request: web.Request,
+        kind: str,
+        pod: pod_pb2.Pod,
+        container: pod_pb2.Container | None,
+        options: StreamOptions,
+    ) -> web.StreamResponse:
+        """A plain SPDY/3.1 upgrade (apiserver/spdyupgrade.py): port-forward's streams as in
+        the WebSocket tunnel; exec and attach as remotecommand v4, the kubelet's call accepted
+        before the 101 answer so its refusals are HTTP errors too."""
+        supported = PORT_FORWARD_PROTOCOLS if kind == "portforward" else REMOTECOMMAND_PROTOCOLS
+        protocol = negotiate(request, supported)
+        node = await self.get_node(pod.spec.nodeName)
+        address = kubelet_address(node)
+        # The kubelet hears v5's close signal for stdin's end (its FIN here).
+        start = _start(pod, container, options, rc.V5)
+        async with self._channel(node, address) as channel:
+            stub = kubelet_pb2_grpc.KubeletStub(channel)
+            if kind == "portforward":
+                resp, conn = await upgrade(request, protocol)
+                try:
+                    await SpdyTunnel(
+                        conn, self._port_calls(stub, start, node.metadata.name, address)
+                    ).run()
+                finally:
+                    conn.close()
+                return resp
+            call = stub.Exec() if kind == "exec" else stub.Attach()
+            try:
+                await self._accept(call, start, node.metadata.name, address)
+                resp, conn = await upgrade(request, protocol)
+                await RemoteCommand(
+                    conn,
+                    stdin=options.stdin,
+                    stdout=options.stdout,
+                    stderr=options.stderr,
+                    tty=options.tty,
+                ).run(call)
+            finally:
+                call.cancel()
+            return resp
 
     async def _accept(
         self,
@@ -291,3 +352,23 @@ class PodStreams:
                 await up
             with contextlib.suppress(Exception):
                 await ws.close()
+
+
+def _start(
+    pod: pod_pb2.Pod,
+    container: pod_pb2.Container | None,
+    options: StreamOptions,
+    protocol: str,
+) -> kubelet_pb2.StreamStart:
+    return kubelet_pb2.StreamStart(
+        namespace=pod.metadata.namespace,
+        name=pod.metadata.name,
+        container=container.name if container is not None else "",
+        command=list(options.command),
+        stdin=options.stdin,
+        stdout=options.stdout,
+        stderr=options.stderr and not options.tty,
+        tty=options.tty,
+        protocol=protocol,
+        ports=list(options.ports),
+    )

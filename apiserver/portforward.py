@@ -22,6 +22,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import grpc
 from aiohttp import WSMsgType, web
@@ -49,9 +50,36 @@ class _Pair:
     task: asyncio.Task[None] | None = None
 
 
-class SpdyTunnel:
-    def __init__(self, ws: web.WebSocketResponse, open_call: OpenCall) -> None:
+class Pipe(Protocol):
+    """The bytes of the client's SPDY connection: a WebSocket's binary messages (`WsPipe`) or
+    the raw connection of a plain SPDY/3.1 upgrade (apiserver/spdyupgrade.py)."""
+
+    async def read(self) -> bytes | None: ...
+
+    async def write(self, data: bytes) -> None: ...
+
+
+class WsPipe:
+    def __init__(self, ws: web.WebSocketResponse) -> None:
         self.ws = ws
+
+    async def read(self) -> bytes | None:
+        while True:
+            msg = await self.ws.receive()
+            if msg.type == WSMsgType.BINARY:
+                data: bytes = msg.data
+                return data
+            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+                return None
+
+    async def write(self, data: bytes) -> None:
+        if not self.ws.closed:
+            await self.ws.send_bytes(data)
+
+
+class SpdyTunnel:
+    def __init__(self, pipe: Pipe, open_call: OpenCall) -> None:
+        self.pipe = pipe
         self.open_call = open_call
         self.reader = spdy.FrameReader()
         self.headers = spdy.HeaderCodec()
@@ -62,16 +90,13 @@ class SpdyTunnel:
 
     async def send(self, frame: bytes) -> None:
         async with self.lock:
-            if not self.ws.closed:
-                await self.ws.send_bytes(frame)
+            await self.pipe.write(frame)
 
     async def run(self) -> None:
         try:
-            async for msg in self.ws:
-                if msg.type != WSMsgType.BINARY:
-                    continue
+            while (data := await self.pipe.read()) is not None:
                 try:
-                    frames = self.reader.feed(msg.data)
+                    frames = self.reader.feed(data)
                     for frame in frames:
                         if not await self._handle(frame):
                             return

@@ -597,6 +597,13 @@ class ResourceStore:
         """Replace the status; `ctx.field_manager` records the change (subresource status)."""
         return await self._replace(request, ctx, "status")
 
+    async def update_subresource(
+        self, request: Message, subresource: str, ctx: RequestContext = INTERNAL
+    ) -> Message:
+        """Replace the object through one of its subresources' update rules (e.g. pods'
+        ephemeralcontainers; see `_prepare_update`)."""
+        return await self._replace(request, ctx, subresource)
+
     async def _replace(self, request: Message, ctx: RequestContext, subresource: str) -> Message:
         obj: Message = getattr(request, self.info.request_field)
         meta = obj.metadata  # type: ignore[attr-defined]

@@ -52,11 +52,13 @@ from kubelet.runtime import (
     PodRecord,
     Termination,
     definition_changed_message,
+    ephemeral_target,
     qos_class,
 )
 from tinykube.clock import Clock
 from tinykube.cri.v1 import cri_pb2 as cri
 from tinykube.cri.v1 import cri_pb2_grpc as cri_grpc
+from tinykube.errors import InternalError, NotFoundError
 from tinykube.quantity import milli_value, value
 from tinykube.v1 import node_pb2, pod_pb2
 
@@ -250,6 +252,7 @@ def container_config(
         },
         log_path=f"{container.name}/{attempt}.log",
         stdin=getattr(container, "stdin", False),
+        stdin_once=getattr(container, "stdinOnce", False),
         tty=getattr(container, "tty", False),
     )
     config.linux.resources.CopyFrom(linux_resources(pod, container, machine_memory))
@@ -659,6 +662,12 @@ class CRIRuntime(KubeRuntime):
         instance = crec.restart_count + (1 if crec.last is not None else 0)
         env = {"HOSTNAME": pod.spec.hostname or pod.metadata.name, **resolved}
         config = container_config(pod, container, image_ref, instance, env, self.machine_memory)
+        # An ephemeral container with a target joins the target's PID namespace (kube's
+        # NamespaceMode TARGET), so `kubectl debug --target` sees its processes.
+        target = rec.containers.get(ephemeral_target(pod, container.name))
+        if target is not None and target.container_id:
+            ns = config.linux.security_context.namespace_options
+            ns.pid, ns.target_id = cri.TARGET, target.container_id
         # The pod's volumes (kubelet/volumes.py), bind-mounted by the runtime (kube's
         # makeMounts: CRI Mount entries, in the container's order).
         for m in self._mounts.get(rec.uid, {}).get(container.name, []):
@@ -861,3 +870,42 @@ class CRIRuntime(KubeRuntime):
         crec.state = WAITING
         crec.waiting_reason, crec.waiting_message = "ContainerCreating", ""
         crec.next_start = 0.0
+
+    # ---- streaming: URLs on the runtime's streaming server (kubelet/cristream.py) ----
+
+    async def _stream_url(self, call: Any, request: Any) -> str:
+        try:
+            resp = await call(request, timeout=CALL_TIMEOUT)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                raise NotFoundError(_error(exc)) from exc
+            raise InternalError(_error(exc)) from exc
+        url: str = resp.url
+        return url
+
+    async def exec_url(
+        self,
+        container_id: str,
+        cmd: list[str],
+        *,
+        stdin: bool,
+        stdout: bool,
+        stderr: bool,
+        tty: bool,
+    ) -> str:
+        req = cri.ExecRequest(
+            container_id=container_id, cmd=cmd, stdin=stdin, stdout=stdout, stderr=stderr, tty=tty
+        )
+        return await self._stream_url(self.rt.Exec, req)
+
+    async def attach_url(
+        self, container_id: str, *, stdin: bool, stdout: bool, stderr: bool, tty: bool
+    ) -> str:
+        req = cri.AttachRequest(
+            container_id=container_id, stdin=stdin, stdout=stdout, stderr=stderr, tty=tty
+        )
+        return await self._stream_url(self.rt.Attach, req)
+
+    async def port_forward_url(self, sandbox_id: str, ports: list[int]) -> str:
+        req = cri.PortForwardRequest(pod_sandbox_id=sandbox_id, port=ports)
+        return await self._stream_url(self.rt.PortForward, req)

@@ -42,6 +42,7 @@ from kubelet.runtime import (
     ContainerRecord,
     PodRecord,
     Termination,
+    as_container,
     definition_changed,
     initialized,
     pod_phase,
@@ -55,6 +56,10 @@ log = logging.getLogger(__name__)
 
 class KubeRuntime:
     """The pod lifecycle; subclasses supply the container primitives."""
+
+    # What an ephemeral container without a command runs (an image's entrypoint for a runtime
+    # with images; the process runtime has none).
+    ephemeral_default_command: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -107,6 +112,7 @@ class KubeRuntime:
             "pod_ips": rec.pod_ips,
             "containers": {n: c.to_json() for n, c in rec.containers.items()},
             "init_containers": {n: c.to_json() for n, c in rec.init_containers.items()},
+            "ephemeral_containers": {n: c.to_json() for n, c in rec.ephemeral_containers.items()},
         }
         tmp = directory / "state.json.tmp"
         tmp.write_text(json.dumps(data))
@@ -135,6 +141,10 @@ class KubeRuntime:
                         n: ContainerRecord.from_json(c)
                         for n, c in data.get("init_containers", {}).items()
                     },
+                    ephemeral_containers={
+                        n: ContainerRecord.from_json(c)
+                        for n, c in data.get("ephemeral_containers", {}).items()
+                    },
                 )
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 log.warning("ignoring unreadable state %s: %s", state, exc)
@@ -142,7 +152,11 @@ class KubeRuntime:
             self._pods[rec.uid] = rec
             running = [
                 c
-                for c in (*rec.init_containers.values(), *rec.containers.values())
+                for c in (
+                    *rec.init_containers.values(),
+                    *rec.containers.values(),
+                    *rec.ephemeral_containers.values(),
+                )
                 if c.state == RUNNING
             ]
             adopted = [c.name for c in running if self._adopted(c)]
@@ -199,7 +213,13 @@ class KubeRuntime:
         return float(delay)
 
     async def _observe_exits(
-        self, pod: pod_pb2.Pod, rec: PodRecord, records: dict[str, ContainerRecord], init: bool
+        self,
+        pod: pod_pb2.Pod,
+        rec: PodRecord,
+        records: dict[str, ContainerRecord],
+        init: bool,
+        *,
+        restarts: bool = True,
     ) -> bool:
         changed = False
         policy = pod.spec.restartPolicy or "Always"
@@ -225,6 +245,7 @@ class KubeRuntime:
                 restart = term.exit_code != 0 and policy != "Never"
             else:
                 restart = policy == "Always" or (policy == "OnFailure" and term.exit_code != 0)
+            restart = restart and restarts
             lost_at_load = (rec.uid, crec.name) in self._gone_at_load
             self._gone_at_load.discard((rec.uid, crec.name))
             if restart and lost_at_load:
@@ -332,6 +353,9 @@ class KubeRuntime:
             return rec
         changed |= await self._observe_exits(pod, rec, rec.init_containers, init=True)
         changed |= await self._observe_exits(pod, rec, rec.containers, init=False)
+        changed |= await self._observe_exits(
+            pod, rec, rec.ephemeral_containers, init=False, restarts=False
+        )
         now = self._now()
         if not pod.metadata.HasField("deletionTimestamp"):
             await self._setup_volumes(pod)
@@ -367,6 +391,7 @@ class KubeRuntime:
                     continue
                 await self._start(pod, rec, container, crec)
                 changed = True
+            changed |= await self._start_ephemeral(pod, rec)
         phase = pod_phase(pod, rec)
         if phase in ("Succeeded", "Failed"):
             rec.final_phase = phase
@@ -374,6 +399,32 @@ class KubeRuntime:
         if changed:
             self._save(rec)
         return rec
+
+    async def _start_ephemeral(self, pod: pod_pb2.Pod, rec: PodRecord) -> bool:
+        """Start each ephemeral container once, in the running pod (kube's kubelet never
+        restarts one, whatever the pod's restartPolicy)."""
+        changed = False
+        for ec in pod.spec.ephemeralContainers:
+            if ec.name in rec.ephemeral_containers or pod.metadata.HasField("deletionTimestamp"):
+                continue
+            crec = rec.ephemeral_containers[ec.name] = ContainerRecord(ec.name)
+            container = as_container(pod, ec)
+            if not container.command and self.ephemeral_default_command:
+                container.command.extend(self.ephemeral_default_command)
+            await self._start(pod, rec, container, crec)
+            if crec.state == WAITING:  # it could not start: never again
+                message = crec.waiting_message or crec.waiting_reason
+                now = self._now()
+                crec.state = TERMINATED
+                crec.terminated = Termination(
+                    exit_code=128,
+                    reason="StartError",
+                    message=message,
+                    started_at=now,
+                    finished_at=now,
+                )
+            changed = True
+        return changed
 
     def forget(self, uid: str) -> None:
         self._pods.pop(uid, None)

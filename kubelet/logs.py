@@ -42,7 +42,11 @@ FOLLOW_POLL = 0.2
 
 def _check_log_status(pod: pod_pb2.Pod, container: str, *, previous: bool) -> None:
     """Refuse, in the kubelet's words, a container that has no log to show yet."""
-    statuses = [*pod.status.containerStatuses, *pod.status.initContainerStatuses]
+    statuses = [
+        *pod.status.containerStatuses,
+        *pod.status.initContainerStatuses,
+        *pod.status.ephemeralContainerStatuses,
+    ]
     status = next((s for s in statuses if s.name == container), None)
     where = f'container "{container}" in pod "{pod.metadata.name}"'
     if previous:
@@ -102,7 +106,11 @@ class KubeletService(kubelet_pb2_grpc.KubeletServicer):
                     f"choose one of: [{' '.join(names)}]"
                 )
             container = names[0]
-        elif container not in names and container not in [c.name for c in pod.spec.initContainers]:
+        elif (
+            container not in names
+            and container not in [c.name for c in pod.spec.initContainers]
+            and container not in [c.name for c in pod.spec.ephemeralContainers]
+        ):
             raise InvalidError(f"container {container} is not valid for pod {request.name}")
         _check_log_status(pod, container, previous=request.previous)
         path = self.runtime.log_path(pod.metadata.uid, container, previous=request.previous)

@@ -65,7 +65,7 @@ import sys
 from pathlib import Path
 
 from kubelet import logshim
-from kubelet.attach import StdinPipes
+from kubelet.attach import StdinPipes, open_terminal, terminal_argv
 from kubelet.crilog import writer_active
 from kubelet.envvars import (
     EnvSources,
@@ -134,6 +134,9 @@ KILL_SETTLE_SECONDS = 5.0
 
 
 class ProcessRuntime(KubeRuntime):
+    # No images: `kubectl debug --image=...` without a command gets a shell, as debug images do.
+    ephemeral_default_command = ("sh",)
+
     def __init__(
         self,
         root_dir: Path,
@@ -267,20 +270,34 @@ class ProcessRuntime(KubeRuntime):
                 )
             except OSError as exc:
                 error = f"failed to prepare the container's mounts: {exc}"
+        # A `tty: true` container's stdio is a pseudo-terminal (kubelet/attach.py): the shim
+        # reads the terminal's output into the log, the kubelet keeps its master for attach's
+        # input and resizes.
+        master = slave = -1
         if not error:
             try:
-                out_w, err_w = self._start_shim(rec.uid, container.name, instance)
+                if container.tty:
+                    master, slave = open_terminal()
+                out_w, err_w = self._start_shim(rec.uid, container.name, instance, master)
             except OSError as exc:
                 error = f"failed to start the container's log shim: {exc}"
+                for fd in (master, slave):
+                    if fd >= 0:
+                        os.close(fd)
         if not error:
-            stdin = self.stdin_pipes.open(rec.uid, container.name) if container.stdin else -1
+            if slave >= 0:
+                stdin, out_w, err_w = os.dup(slave), slave, err_w
+                self.stdin_pipes.adopt(rec.uid, container.name, master)
+                argv, env = terminal_argv(argv), {"TERM": "xterm", **env}
+            else:
+                stdin = self.stdin_pipes.open(rec.uid, container.name) if container.stdin else -1
             try:
                 # A fork/exec: quick, made inline as before the hook became async.
                 child = subprocess.Popen(  # noqa: ASYNC220
                     argv,
                     stdin=stdin if stdin >= 0 else subprocess.DEVNULL,
                     stdout=out_w,
-                    stderr=err_w,
+                    stderr=slave if slave >= 0 else err_w,
                     cwd=cwd,
                     env=env,
                     start_new_session=True,
@@ -320,8 +337,13 @@ class ProcessRuntime(KubeRuntime):
             "pod %s/%s container %s started: pid %d", rec.namespace, rec.name, crec.name, child.pid
         )
 
-    def _start_shim(self, uid: str, container: str, instance: int) -> tuple[int, int]:
+    def _start_shim(
+        self, uid: str, container: str, instance: int, terminal: int = -1
+    ) -> tuple[int, int]:
         """Start the log shim of a container instance; the write ends of its stdout and stderr.
+        With a `terminal` (a pty's master) the shim reads the container's output from it (a
+        duplicate) instead: the stdout returned is then -1 and the stderr /dev/null (the
+        container writes both to the terminal's slave).
 
         The log file is created and exclusively locked here, before the shim runs, so that the
         lock is held from before the container's first write until the shim's last.
@@ -337,8 +359,12 @@ class ProcessRuntime(KubeRuntime):
             log_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             fds.append(log_fd)
             fcntl.flock(log_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            out_r, out_w = os.pipe()
-            fds += [out_r, out_w]
+            if terminal >= 0:
+                out_r, out_w = os.dup(terminal), -1
+                fds.append(out_r)
+            else:
+                out_r, out_w = os.pipe()
+                fds += [out_r, out_w]
             err_r, err_w = os.pipe()
             fds += [err_r, err_w]
             shim = subprocess.Popen(
@@ -358,6 +384,10 @@ class ProcessRuntime(KubeRuntime):
         self._shims.append(shim)
         for fd in (log_fd, out_r, err_r):
             os.close(fd)
+        if terminal >= 0:
+            # The container writes only to its terminal: the shim's stderr ends now.
+            os.close(err_w)
+            err_w = os.open(os.devnull, os.O_WRONLY)
         return out_w, err_w
 
     def _reap_shims(self) -> None:
@@ -404,7 +434,11 @@ class ProcessRuntime(KubeRuntime):
             return
         running = [
             c
-            for c in (*rec.init_containers.values(), *rec.containers.values())
+            for c in (
+                *rec.init_containers.values(),
+                *rec.containers.values(),
+                *rec.ephemeral_containers.values(),
+            )
             if c.state == RUNNING and c.pid > 0
         ]
         for crec in running:

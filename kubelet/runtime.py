@@ -102,6 +102,8 @@ class PodRecord:
     # CRI runtimes: the pod sandbox's id and IPs (status.podIP, podIPs); empty: the node's.
     sandbox_id: str = ""
     pod_ips: list[str] = field(default_factory=list)
+    # spec.ephemeralContainers (`kubectl debug`): each started once, never restarted.
+    ephemeral_containers: dict[str, ContainerRecord] = field(default_factory=dict)
 
 
 class Runtime(Protocol):
@@ -305,6 +307,37 @@ def qos_class(pod: pod_pb2.Pod) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
+def as_container(pod: pod_pb2.Pod, ec: pod_pb2.EphemeralContainer) -> pod_pb2.Container:
+    """An ephemeral container as the Container the runtimes start (the messages share their
+    field numbers). With `targetContainerName` it also gets that container's environment
+    first (the process runtime's stand-in for sharing its namespaces)."""
+    container = pod_pb2.Container()
+    container.MergeFromString(ec.SerializeToString())
+    target = next((c for c in pod.spec.containers if c.name == ec.targetContainerName), None)
+    if target is not None:
+        env = [*target.env, *container.env]
+        env_from = [*target.envFrom, *container.envFrom]
+        del container.env[:], container.envFrom[:]
+        container.env.extend(env)
+        container.envFrom.extend(env_from)
+    return container
+
+
+def ephemeral_target(pod: pod_pb2.Pod, name: str) -> str:
+    """The targetContainerName of the pod's ephemeral container `name` ("" if none)."""
+    for ec in pod.spec.ephemeralContainers:
+        if ec.name == name:
+            return ec.targetContainerName
+    return ""
+
+
+def ephemeral_record(pod: pod_pb2.Pod, rec: PodRecord, name: str) -> ContainerRecord | None:
+    """The record of ephemeral container `name`, if the pod has one by that name."""
+    if not any(ec.name == name for ec in pod.spec.ephemeralContainers):
+        return None
+    return rec.ephemeral_containers.get(name)
+
+
 def _created(crec: ContainerRecord) -> bool:
     """Whether the container exists in the runtime (Kubernetes reports an imageID only then)."""
     return crec.state != WAITING or crec.last is not None or bool(crec.pid or crec.container_id)
@@ -393,6 +426,11 @@ def build_pod_status(
             _fill_terminated(cs.lastState, crec.last)
         if not cs.ready:
             not_ready.append(container.name)
+    for ec in pod.spec.ephemeralContainers:
+        crec = rec.ephemeral_containers.get(ec.name) or ContainerRecord(ec.name)
+        cs = status.ephemeralContainerStatuses.add()
+        _fill_status(cs, as_container(pod, ec), crec, container_id_prefix)
+        cs.ready = False  # never ready: an ephemeral container serves nothing
     for cond in previous.conditions:
         if cond.type not in OWN_CONDITIONS:
             status.conditions.append(cond)

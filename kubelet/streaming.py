@@ -1,4 +1,4 @@
-"""The kubelet's streaming calls for the process runtime: Exec, Attach and PortForward.
+"""The kubelet's streaming calls: Exec, Attach and PortForward.
 
 The apiserver relays a client's upgraded WebSocket connection (pods/exec, pods/attach,
 pods/portforward) to these bidirectional gRPC calls message for message: after the client's
@@ -19,6 +19,10 @@ the HTTP error kubectl prints after "unable to upgrade connection: ".
   container with `stdin: true`) and its output, read from the container's log as it is written.
 - PortForward connects each port's channels to a TCP connection to the pod's address (the node's,
   for the process runtime) on that port.
+- Under the CRI runtime all three go to the runtime's streaming server instead (the URL of CRI
+  Exec, Attach, PortForward), relayed frame for frame by kubelet/cristream.py; attach takes the
+  container's own `tty` and `stdin` as kube's kubelet does. Ephemeral containers are reached
+  by name as any other.
 
 Limits: at most `max_streams` calls at once per kubelet (more are RESOURCE_EXHAUSTED), and a
 stream with no traffic either way for `idle_timeout` seconds is closed (kube's
@@ -38,17 +42,19 @@ import shutil
 import signal
 import struct
 import subprocess
-import sys
 import termios
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import grpc
 
+from kubelet import cristream
+from kubelet.attach import terminal_argv
+from kubelet.cri import CRIRuntime
 from kubelet.crilog import LogFormatError, parse_record, writer_active
 from kubelet.logs import KubeletService
 from kubelet.process import ProcessRuntime
-from kubelet.runtime import RUNNING, Runtime
+from kubelet.runtime import RUNNING, ContainerRecord, Runtime, as_container, ephemeral_record
 from tinykube import remotecommand as rc
 from tinykube.clock import Clock
 from tinykube.errors import (
@@ -154,14 +160,6 @@ def _set_winsize(fd: int, width: int, height: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
 
 
-# Makes the pty on stdin the controlling terminal of the new session, then becomes the command:
-# a separate program rather than a preexec_fn, which is unsafe in the threaded kubelet.
-_CTTY = (
-    "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
-    "os.execvp(sys.argv[1], sys.argv[1:])"
-)
-
-
 async def _exited(proc: subprocess.Popen[bytes]) -> int:
     """The process's exit status, awaited on the event loop (a pidfd turns readable when it
     exits), not in a thread: the default executor's few threads would let only that many
@@ -204,7 +202,7 @@ def _spawn(
 ) -> subprocess.Popen[bytes]:
     """Start an exec'd process in its own session (quick: fork and exec)."""
     if tty:
-        argv = [sys.executable, "-I", "-S", "-c", _CTTY, *argv]
+        argv = terminal_argv(argv)
     return subprocess.Popen(
         argv,
         stdin=stdin,
@@ -243,7 +241,7 @@ class StreamingService(KubeletService):
     ) -> tuple[pod_pb2.Pod, pod_pb2.Container | None]:
         node = ",".join(sorted(self.node_names)) or "this node"
         authorize(peer_identity(context), node)
-        if not isinstance(self.runtime, ProcessRuntime):
+        if not isinstance(self.runtime, ProcessRuntime | CRIRuntime):
             raise UnimplementedError(
                 "this kubelet's runtime does not stream (exec, attach, port-forward)"
             )
@@ -263,11 +261,31 @@ class StreamingService(KubeletService):
         if not container_needed:
             return pod, None
         spec = next((c for c in pod.spec.containers if c.name == start.container), None)
-        rec = self.runtime.record(pod.metadata.uid)
-        crec = rec.containers.get(start.container) if rec is not None else None
-        if spec is None or crec is None or crec.state != RUNNING:
+        if spec is None:
+            spec = next(
+                (
+                    as_container(pod, ec)
+                    for ec in pod.spec.ephemeralContainers
+                    if ec.name == start.container
+                ),
+                None,
+            )
+        crec = self._running(pod, start.container)
+        if spec is None or crec is None:
             raise NotFoundError(f'container not found ("{start.container}")')
         return pod, spec
+
+    def _running(self, pod: pod_pb2.Pod, name: str) -> ContainerRecord | None:
+        """The runtime's record of the pod's container `name` while it runs."""
+        rec = self.runtime.record(pod.metadata.uid)
+        crec = None
+        if rec is not None:
+            crec = rec.containers.get(name) or ephemeral_record(pod, rec, name)
+        if crec is None or crec.state != RUNNING:
+            return None
+        if isinstance(self.runtime, CRIRuntime) and not crec.container_id:
+            return None
+        return crec
 
     def _admit(self) -> None:
         if self.active >= self.max_streams:
@@ -290,7 +308,11 @@ class StreamingService(KubeletService):
             await abort_with(context, exc)  # type: ignore[arg-type]
         assert container is not None
         with self._counting():
-            async for out in self._exec(pod, container, start, request_iterator):
+            if isinstance(self.runtime, CRIRuntime):
+                stream = self._cri_exec(pod, container, start, request_iterator)
+            else:
+                stream = self._exec(pod, container, start, request_iterator)
+            async for out in _accepted(stream, context):
                 yield out
 
     async def Attach(
@@ -304,7 +326,11 @@ class StreamingService(KubeletService):
             await abort_with(context, exc)  # type: ignore[arg-type]
         assert container is not None
         with self._counting():
-            async for out in self._attach(pod, container, start, request_iterator):
+            if isinstance(self.runtime, CRIRuntime):
+                stream = self._cri_attach(pod, container, start, request_iterator)
+            else:
+                stream = self._attach(pod, container, start, request_iterator)
+            async for out in _accepted(stream, context):
                 yield out
 
     async def PortForward(
@@ -314,13 +340,100 @@ class StreamingService(KubeletService):
         try:
             if not start.ports:
                 raise BadRequestError("at least one port must be given")
-            self._check(context, start, container_needed=False)
+            pod, _ = self._check(context, start, container_needed=False)
             self._admit()
         except TinykubeError as exc:
             await abort_with(context, exc)  # type: ignore[arg-type]
         with self._counting():
-            async for out in self._port_forward(list(start.ports), request_iterator):
+            if isinstance(self.runtime, CRIRuntime):
+                stream = self._cri_port_forward(pod, list(start.ports), request_iterator)
+            else:
+                stream = self._port_forward(list(start.ports), request_iterator)
+            async for out in _accepted(stream, context):
                 yield out
+
+    # ---- the CRI runtime: its streaming server, relayed (kubelet/cristream.py) -------------
+
+    async def _cri_exec(
+        self,
+        pod: pod_pb2.Pod,
+        container: pod_pb2.Container,
+        start: kubelet_pb2.StreamStart,
+        request_iterator: AsyncIterator[kubelet_pb2.StreamFrame],
+    ) -> AsyncIterator[kubelet_pb2.StreamFrame]:
+        assert isinstance(self.runtime, CRIRuntime)
+        crec = self._running(pod, container.name)
+        if crec is None:
+            raise NotFoundError(f'container not found ("{container.name}")')
+        stderr = start.stderr and not start.tty
+        url = await self.runtime.exec_url(
+            crec.container_id,
+            list(start.command),
+            stdin=start.stdin,
+            stdout=start.stdout,
+            stderr=stderr,
+            tty=start.tty,
+        )
+        async for out in cristream.remotecommand(
+            url,
+            stdin=start.stdin,
+            stdout=start.stdout,
+            stderr=stderr,
+            tty=start.tty,
+            protocol=start.protocol,
+            request_iterator=request_iterator,
+            idle_timeout=self.idle_timeout,
+            command=list(start.command),
+        ):
+            yield out
+
+    async def _cri_attach(
+        self,
+        pod: pod_pb2.Pod,
+        container: pod_pb2.Container,
+        start: kubelet_pb2.StreamStart,
+        request_iterator: AsyncIterator[kubelet_pb2.StreamFrame],
+    ) -> AsyncIterator[kubelet_pb2.StreamFrame]:
+        """As kube's kubelet: the terminal is the container's (its `tty`), whatever the
+        client asked; stdin only when the container keeps one open."""
+        assert isinstance(self.runtime, CRIRuntime)
+        crec = self._running(pod, container.name)
+        if crec is None:
+            raise NotFoundError(f'container not found ("{container.name}")')
+        tty = container.tty
+        stdin = start.stdin and container.stdin
+        stderr = start.stderr and not tty
+        url = await self.runtime.attach_url(
+            crec.container_id, stdin=stdin, stdout=start.stdout, stderr=stderr, tty=tty
+        )
+        async for out in cristream.remotecommand(
+            url,
+            stdin=stdin,
+            stdout=start.stdout,
+            stderr=stderr,
+            tty=tty,
+            protocol=start.protocol,
+            request_iterator=request_iterator,
+            idle_timeout=self.idle_timeout,
+        ):
+            yield out
+
+    async def _cri_port_forward(
+        self,
+        pod: pod_pb2.Pod,
+        ports: list[int],
+        request_iterator: AsyncIterator[kubelet_pb2.StreamFrame],
+    ) -> AsyncIterator[kubelet_pb2.StreamFrame]:
+        assert isinstance(self.runtime, CRIRuntime)
+        rec = self.runtime.record(pod.metadata.uid)
+        if rec is None or not rec.sandbox_id:
+            raise BadRequestError(
+                "unable to forward port because pod is not running. Current status="
+                f"{pod.status.phase or 'Pending'}"
+            )
+        url = await self.runtime.port_forward_url(rec.sandbox_id, ports)
+        async for out in cristream.port_forward(url, ports, request_iterator, self.idle_timeout):
+            yield out
 
     @contextlib.contextmanager
     def _counting(self) -> Iterator[None]:
@@ -512,7 +625,8 @@ class StreamingService(KubeletService):
         yield kubelet_pb2.StreamFrame()  # accepted
         stdin = _Stdin(fd, master_tty=False)
         once = container.stdinOnce
-        crlf = start.tty and container.tty
+        # A tty container's terminal master, for resizes (its input is `fd` too).
+        terminal = pipes.writer(uid, container.name) if container.tty else -1
 
         async def client() -> None:
             async for msg in request_iterator:
@@ -522,11 +636,10 @@ class StreamingService(KubeletService):
                 except ValueError:
                     continue
                 if channel == rc.STDIN:
-                    if crlf:
-                        # A terminal's Enter is "\r"; the container reads a pipe, not a
-                        # terminal, so the line discipline's ICRNL is done here.
-                        data = data.replace(b"\r", b"\n")
                     await stdin.write(data)
+                elif channel == rc.RESIZE and terminal >= 0:
+                    with contextlib.suppress(ValueError, OSError):
+                        _set_winsize(terminal, *rc.parse_resize(data))
                 elif channel == rc.CLOSE and start.protocol == rc.V5:
                     with contextlib.suppress(ValueError):
                         if rc.close_signal(data) == rc.STDIN:
@@ -576,6 +689,8 @@ class StreamingService(KubeletService):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await pump
             stdin.close()
+            if terminal >= 0:
+                os.close(terminal)
             if once:
                 pipes.close(uid, container.name)
 
@@ -750,6 +865,23 @@ class _Stdin:
             with contextlib.suppress(OSError):
                 os.close(self.fd)
         self.closed = True
+
+
+async def _accepted(
+    stream: AsyncIterator[kubelet_pb2.StreamFrame], context: Context
+) -> AsyncIterator[kubelet_pb2.StreamFrame]:
+    """`stream`'s frames; an error before its first frame (the accepting one) ends the call
+    with its status, as the checks' errors do."""
+    try:
+        first = await anext(stream)
+    except StopAsyncIteration:
+        return
+    except TinykubeError as exc:
+        await abort_with(context, exc)  # type: ignore[arg-type]
+        return
+    yield first
+    async for out in stream:
+        yield out
 
 
 def _frame(channel: int, data: bytes) -> kubelet_pb2.StreamFrame:

@@ -171,6 +171,8 @@ POD = KindInfo(
     categories=("all",),
     subresources=(
         Subresource("binding", "Binding", ("create",)),
+        # kubectl debug (apiserver/ephemeral.py).
+        Subresource("ephemeralcontainers", "Pod", ("get", "patch", "update")),
         # kubectl drain evicts only when discovery lists pods/eviction with its group and
         # version (policy/v1); otherwise it falls back to plain deletes.
         Subresource("eviction", "Eviction", ("create",), "policy", "v1"),

@@ -15,7 +15,7 @@ from datetime import datetime
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from apiserver import podmutation
+from apiserver import ephemeral, podmutation
 from apiserver.registry.base import META_FIELDS, Strategy
 from apiserver.registry.godiff import pod_spec_diff
 from apiserver.registry.podspec import default_pod_spec
@@ -303,6 +303,20 @@ class PodStrategy(Strategy[pod_pb2.Pod]):
 
     def check(self, obj: pod_pb2.Pod) -> list[FieldError]:
         return validate_pod(obj)
+
+    def validate_create(self, obj: Message) -> list[FieldError]:
+        # Ephemeral containers come only through pods/ephemeralcontainers (apiserver/ephemeral.py).
+        pod = self.typed(obj)
+        return self.validate_object(pod) + ephemeral.validate_create(pod)
+
+    def prepare_for_ephemeral_update(self, new: Message, old: Message) -> Message:
+        """pods/ephemeralcontainers: the stored pod with only the new ephemeral containers (kube's
+        dropNonEphemeralContainerUpdates); resourceVersion stays the client's precondition."""
+        return ephemeral.prepare(self.typed(new), self.typed(old))
+
+    def validate_ephemeral_update(self, new: Message, old: Message) -> list[FieldError]:
+        """kube's ValidatePodEphemeralContainersUpdate."""
+        return ephemeral.validate_update(self.typed(new), self.typed(old))
 
     def check_update(self, new: pod_pb2.Pod, old: pod_pb2.Pod) -> list[FieldError]:
         return validate_pod_update(new, old)

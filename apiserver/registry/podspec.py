@@ -39,6 +39,9 @@ def default_pod_spec(spec: pod_pb2.PodSpec, grace_seconds: int) -> None:
         spec.restartPolicy = "Always"
     if not spec.dnsPolicy:
         spec.dnsPolicy = "ClusterFirst"
+    # kube's SetDefaults_PodSpec: always a securityContext, {} at least (kubectl debug
+    # dereferences it).
+    spec.securityContext.SetInParent()
     if not spec.HasField("terminationGracePeriodSeconds"):
         spec.terminationGracePeriodSeconds = grace_seconds
     for c in (*spec.initContainers, *spec.containers):

@@ -424,6 +424,17 @@ class ResourceHandlers:
             if method in ("GET", "POST"):
                 return await self.pod_stream(request, target, sub, service)
             raise method_not_allowed()
+        if sub == "ephemeralcontainers" and res.info.kind == POD.kind:
+            # kubectl debug (apiserver/ephemeral.py; the pod store's subresource rules).
+            if method == "GET":
+                return await self.get(request, target, q, service)
+            if method == "PUT":
+                return await self.update(request, target, q, service, subresource=sub)
+            if method == "PATCH":
+                if codecs.content_type_of(request.headers.get("Content-Type", "")) == APPLY_PATCH:
+                    raise unsupported_media_type([JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH])
+                return await self.patch_object(request, target, q, service, subresource=sub)
+            raise method_not_allowed()
         if sub == "eviction" and res.info.kind == POD.kind:
             if method == "POST":
                 return await self.evict(request, target, q, service)
@@ -908,16 +919,21 @@ class ResourceHandlers:
         q: Query,
         service: ResourceStore,
         *,
-        status: bool,
+        status: bool = False,
+        subresource: str = "",
     ) -> web.Response:
+        """PUT of the object, its status (`status`) or another subresource's update rules."""
         ctx = self._context(request, q, field_manager=self._field_manager(request, q))
         obj, warnings = await self._decoded(request, target, q)
         self._check_name(target, obj)
         self._namespace_for(target, obj)
         info = service.info
         req = info.update_request(**{info.request_field: obj})
-        write = service.update_status if status else service.update
-        updated = await write(req, ctx)
+        if subresource:
+            updated = await service.update_subresource(req, subresource, ctx)
+        else:
+            write = service.update_status if status else service.update
+            updated = await write(req, ctx)
         return await self._answer_object(request, target, q, updated, warnings=warnings)
 
     async def finalize(
@@ -953,7 +969,8 @@ class ResourceHandlers:
         q: Query,
         service: ResourceStore,
         *,
-        status: bool,
+        status: bool = False,
+        subresource: str = "",
     ) -> web.Response:
         if codecs.content_type_of(request.headers.get("Content-Type", "")) == APPLY_PATCH:
             return await self.apply_object(request, target, q, service, status=status)
@@ -987,7 +1004,7 @@ class ResourceHandlers:
             target.name,
             patched,
             ctx,
-            subresource="status" if status else "",
+            subresource=subresource or ("status" if status else ""),
         )
         return await self._answer_object(request, target, q, updated, warnings=warnings)
 

@@ -65,12 +65,18 @@ METRICS_PORT = _free_port()
 
 
 @pytest.fixture(scope="module")
-def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]:
+def containerd(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Containerd]:
     cri_prerequisites()
+    # A module reusing these fixtures names its own bridge and cgroup root (module constants
+    # BRIDGE, CGROUP_ROOT), so that it may run beside this one.
+    bridge = getattr(request.module, "BRIDGE", BRIDGE)
+    cgroup_root = getattr(request.module, "CGROUP_ROOT", CGROUP_ROOT)
     forward = FORWARD.read_text().strip()
     chains = iptables_chains()
-    had_bridge = Path(f"/sys/class/net/{BRIDGE}").exists()
-    assert not had_bridge, f"bridge {BRIDGE} already exists on this machine"
+    had_bridge = Path(f"/sys/class/net/{bridge}").exists()
+    assert not had_bridge, f"bridge {bridge} already exists on this machine"
     ctd = Containerd(tmp_path_factory.mktemp("containerd"))
     try:
         ctd.start()
@@ -83,15 +89,15 @@ def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]
         with contextlib.suppress(Exception):
             ctd.remove_all_pods()
         ctd.stop()
-        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
         remove_chains(iptables_chains() - chains)
         if FORWARD.read_text().strip() != forward:
             FORWARD.write_text(forward)
-        remove_cgroups(CGROUP_ROOT)
+        remove_cgroups(cgroup_root)
     # What the cleanup could not undo fails the module's last test.
     left = [f"chain {c}" for c in iptables_chains() - chains]
-    left += [f"bridge {BRIDGE}"] if Path(f"/sys/class/net/{BRIDGE}").exists() else []
-    left += [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{CGROUP_ROOT.lstrip('/')}")]
+    left += [f"bridge {bridge}"] if Path(f"/sys/class/net/{bridge}").exists() else []
+    left += [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{cgroup_root.lstrip('/')}")]
     with open("/proc/self/mountinfo") as f:
         left += [m.split()[4] for m in f if str(ctd.paths.base) in m]
     assert not left, f"left on the machine: {left}"
@@ -127,8 +133,13 @@ def registry(
 
 @pytest.fixture(scope="module")
 async def cluster(
-    containerd: Containerd, tmp_path_factory: pytest.TempPathFactory
+    containerd: Containerd,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[LocalCluster]:
+    bridge = getattr(request.module, "BRIDGE", BRIDGE)
+    cgroup_root = getattr(request.module, "CGROUP_ROOT", CGROUP_ROOT)
+    cluster_cidr = getattr(request.module, "CLUSTER_CIDR", CLUSTER_CIDR)
     if not has_main("scheduler") or not has_main("controller"):
         pytest.skip("needs the scheduler and the controller manager")
     cl = LocalCluster(
@@ -137,12 +148,12 @@ async def cluster(
         extra_args={
             # The node IPAM controller gives the Node its pod CIDR; the kubelet writes its CNI
             # network from it.
-            "controller": ["--allocate-node-cidrs", "--cluster-cidr", CLUSTER_CIDR],
+            "controller": ["--allocate-node-cidrs", "--cluster-cidr", cluster_cidr],
             "kubelet": [
                 "--container-runtime-endpoint", containerd.paths.endpoint,
                 "--cni-conf-dir", str(containerd.paths.cni_conf_dir),
-                "--cni-bridge", BRIDGE,
-                "--cgroup-root", CGROUP_ROOT,
+                "--cni-bridge", bridge,
+                "--cgroup-root", cgroup_root,
                 "--crash-loop-backoff", "2s",
                 "--crash-loop-backoff-max", "4s",
                 "--node-status-update-frequency", "1s",

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -241,7 +242,9 @@ spec:
 class _PortForward:
     """A running `kubectl port-forward`, ready once it has printed its Forwarding lines."""
 
-    def __init__(self, cluster: UpCluster, target: str, *mappings: str) -> None:
+    def __init__(
+        self, cluster: UpCluster, target: str, *mappings: str, env: dict[str, str] | None = None
+    ) -> None:
         self.process = subprocess.Popen(
             [
                 str(venv_bin() / "kubectl"),
@@ -254,6 +257,7 @@ class _PortForward:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env={**os.environ, **(env or {})},
         )
         assert self.process.stdout is not None
         for _ in mappings:
@@ -623,14 +627,15 @@ spec:
 
 
 def test_run_it_rm_under_a_terminal(cluster: UpCluster) -> None:
-    """`kubectl run -it --rm` from a terminal (script(1)): the Enter typed reaches the container
-    as the end of a line, its answer comes back, and the pod is deleted."""
+    """`kubectl run -it --rm` from a terminal (script(1)): the container's stdio is a terminal
+    of its own (kubelet/attach.py) sized as the client's; the Enter typed reaches it as the end
+    of a line, its answer comes back, and the pod is deleted."""
     if shutil.which("script") is None:
         pytest.skip("script(1) is not installed")
     kubectl = f"{venv_bin() / 'kubectl'} --kubeconfig {cluster.kubeconfig}"
     command = (
-        f"{kubectl} run -it --rm --restart=Never typed --image=busybox --command -- "
-        "sh -c 'read x; echo got $x'"
+        f"stty cols 101 rows 41; {kubectl} run -it --rm --restart=Never typed --image=busybox "
+        "--command -- sh -c 'read x; tty; stty size; echo got $x'"
     )
     proc = subprocess.Popen(
         ["script", "-qec", command, "/dev/null"],
@@ -650,6 +655,8 @@ def test_run_it_rm_under_a_terminal(cluster: UpCluster) -> None:
                 break
             out += chunk
         assert b"got hello" in out, out
+        assert b"/dev/pts/" in out, out
+        assert b"41 101" in out, out
         assert b'pod "typed" deleted from default namespace' in out, out
         assert proc.wait(60) == 0
     finally:
@@ -680,3 +687,226 @@ spec:
     done = cluster.kubectl("exec", "broken", "--", "true")
     assert done.code == 1
     assert done.err == 'error: unable to upgrade connection: container not found ("c")\n'
+
+
+# kubectl's switches for its plain SPDY/3.1 clients (what it falls back to, and what client-go's
+# SPDY executor and older kubectls speak): apiserver/spdyupgrade.py.
+SPDY = {"KUBECTL_REMOTE_COMMAND_WEBSOCKETS": "false", "KUBECTL_PORT_FORWARD_WEBSOCKETS": "false"}
+
+
+def test_spdy_exec_echo_stdin_and_exit_code(cluster: UpCluster) -> None:
+    done = cluster.kubectl("exec", "box", "--", "sh", "-c", "echo out; echo err >&2", env=SPDY)
+    assert (done.code, done.out, done.err) == (0, "out\n", "err\n")
+    text = "".join(f"line {i}\n" for i in range(3000))
+    done = cluster.kubectl("exec", "-i", "box", "--", "cat", stdin=text, env=SPDY)
+    assert (done.code, done.out) == (0, text), done.err
+    done = cluster.kubectl("exec", "box", "--", "sh", "-c", "exit 3", env=SPDY)
+    assert (done.code, done.err) == (3, "command terminated with exit code 3\n")
+    done = cluster.kubectl("exec", "box", "-c", "nope", "--", "true", env=SPDY)
+    assert done.code == 1
+    assert "container nope is not valid for pod box" in done.err, done.err
+
+
+def test_spdy_exec_tty_and_resize(cluster: UpCluster) -> None:
+    if shutil.which("script") is None:
+        pytest.skip("script(1) is not installed")
+    kubectl = f"{venv_bin() / 'kubectl'} --kubeconfig {cluster.kubeconfig}"
+    command = f"stty cols 97 rows 31; {kubectl} exec -it box -- sh -c 'tty; stty size; exit 4'"
+    done = subprocess.run(
+        ["script", "-qec", command, "/dev/null"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **SPDY},
+    )
+    assert "/dev/pts/" in done.stdout, done.stdout + done.stderr
+    assert "31 97" in done.stdout, done.stdout
+    assert done.returncode == 4, done.stdout
+
+
+def test_spdy_cp_round_trip(cluster: UpCluster, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "b.bin").write_bytes(os.urandom(200_000))
+    inside = f"/tmp/tinykube-spdy-cp-{os.getpid()}"
+    try:
+        ok(cluster.kubectl("cp", str(src), f"box:{inside}", env=SPDY))
+        back = tmp_path / "back"
+        ok(cluster.kubectl("cp", f"box:{inside}", str(back), env=SPDY))
+        assert _digest(back / "sub" / "b.bin") == _digest(src / "sub" / "b.bin")
+    finally:
+        shutil.rmtree(inside, ignore_errors=True)
+
+
+def test_spdy_port_forward_carries_100_requests(cluster: UpCluster, web: tuple[int, int]) -> None:
+    la, lb = _free_port(), _free_port()
+    pf = _PortForward(cluster, "pod/web", f"{la}:{web[0]}", f"{lb}:{web[1]}", env=SPDY)
+    try:
+        for _ in range(100):
+            assert _get(la)[0] == 200
+        assert _get(lb)[0] == 200
+    finally:
+        pf.close()
+
+
+def test_spdy_without_a_common_protocol_is_refused(cluster: UpCluster) -> None:
+    """kube's handshake: no protocol in common is a 403 naming both lists."""
+    client = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    request = client.param_serialize(
+        "POST",
+        "/api/v1/namespaces/default/pods/box/exec",
+        query_params=[("command", "true"), ("stdout", "true")],
+        header_params={
+            "Connection": "Upgrade",
+            "Upgrade": "SPDY/3.1",
+            "X-Stream-Protocol-Version": "v9.channel.k8s.io",
+        },
+        auth_settings=["BearerToken"],
+    )
+    resp = client.call_api(*request)
+    body = resp.read().decode()
+    assert resp.status == 403, body
+    assert (
+        "unable to negotiate protocol: client supports [v9.channel.k8s.io], "
+        "server accepts [v4.channel.k8s.io]"
+    ) in body, body
+
+
+def _ephemeral_status(cluster: UpCluster, name: str) -> dict[str, Any]:
+    import json
+
+    pod = json.loads(ok(cluster.kubectl("get", "pod", "box", "-o", "json")))
+    for status in pod["status"].get("ephemeralContainerStatuses", []):
+        if status["name"] == name:
+            return dict(status)
+    return {}
+
+
+def test_debug_adds_an_ephemeral_container_with_the_targets_environment(
+    cluster: UpCluster,
+) -> None:
+    """`kubectl debug POD --image=... --target=main -- cmd`: pods/ephemeralcontainers gains the
+    container, the kubelet runs it once in the pod (the process runtime: with the target's
+    environment; the image is not used), its status and log are the pod's."""
+    ok(
+        cluster.kubectl(
+            "debug", "box", "--image=busybox", "--target=main", "-c", "dbg1",
+            "--", "sh", "-c", 'echo "debugging with $GREETING"',
+        )
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not _ephemeral_status(cluster, "dbg1").get("state", {}).get("terminated"):
+        assert time.monotonic() < deadline, _ephemeral_status(cluster, "dbg1")
+        time.sleep(0.2)
+    terminated = _ephemeral_status(cluster, "dbg1")["state"]["terminated"]
+    assert terminated["exitCode"] == 0, terminated
+    assert ok(cluster.kubectl("logs", "box", "-c", "dbg1")) == "debugging with hello-from-env\n"
+    # Never restarted, and the pod's own containers untouched.
+    assert _ephemeral_status(cluster, "dbg1")["restartCount"] == 0
+    assert ok(cluster.kubectl("get", "pod", "box", "-o", "jsonpath={.status.phase}")) == "Running"
+
+
+def test_debug_i_attaches_to_the_ephemeral_container(cluster: UpCluster) -> None:
+    done = cluster.kubectl(
+        "debug", "-i", "box", "--image=busybox", "--target=main", "-c", "dbg2",
+        "--", "sh", "-c", 'read x; echo "got $x"',
+        stdin="hello\n", timeout=120,
+    )  # fmt: skip
+    assert done.code == 0, done.err
+    assert "got hello" in done.out, done.out
+
+
+def test_ephemeral_containers_may_only_be_added(cluster: UpCluster) -> None:
+    ok(
+        cluster.kubectl(
+            "debug", "box", "--image=busybox", "-c", "dbg3", "--", "sh", "-c", "sleep 300"
+        )
+    )
+    # exec reaches a running ephemeral container as any other.
+    deadline = time.monotonic() + 60
+    while "running" not in _ephemeral_status(cluster, "dbg3").get("state", {}):
+        assert time.monotonic() < deadline, _ephemeral_status(cluster, "dbg3")
+        time.sleep(0.2)
+    done = cluster.kubectl("exec", "box", "-c", "dbg3", "--", "sh", "-c", "echo in dbg3")
+    assert (done.code, done.out) == (0, "in dbg3\n"), done.err
+    changed = cluster.kubectl(
+        "patch", "pod", "box", "--subresource=ephemeralcontainers", "--type=json",
+        "-p", '[{"op": "replace", "path": "/spec/ephemeralContainers/2/image", "value": "x"}]',
+    )  # fmt: skip
+    assert changed.code == 1
+    assert (
+        'The Pod "box" is invalid: spec.ephemeralContainers[2]: Forbidden: existing ephemeral '
+        'containers "dbg3" may not be changed'
+    ) in changed.err, changed.err
+    removed = cluster.kubectl(
+        "patch", "pod", "box", "--subresource=ephemeralcontainers", "--type=json",
+        "-p", '[{"op": "remove", "path": "/spec/ephemeralContainers/2"}]',
+    )  # fmt: skip
+    assert removed.code == 1
+    assert 'existing ephemeral containers "dbg3" may not be removed' in removed.err, removed.err
+    bad = cluster.kubectl(
+        "patch", "pod", "box", "--subresource=ephemeralcontainers", "--type=json",
+        "-p", '[{"op": "add", "path": "/spec/ephemeralContainers/-", "value": {"name": "main",'
+        ' "image": "busybox", "ports": [{"containerPort": 80}], "targetContainerName": "nope"}}]',
+    )  # fmt: skip
+    assert bad.code == 1
+    for part in (
+        'spec.ephemeralContainers[3].name: Duplicate value: "main"',
+        "spec.ephemeralContainers[3].ports: Forbidden: cannot be set for an Ephemeral Container",
+        'spec.ephemeralContainers[3].targetContainerName: Not found: "nope"',
+    ):
+        assert part in bad.err, bad.err
+    # A plain pod update may not touch them; a new pod may not have them.
+    plain = cluster.kubectl(
+        "patch", "pod", "box", "--type=json",
+        "-p", '[{"op": "remove", "path": "/spec/ephemeralContainers/2"}]',
+    )  # fmt: skip
+    assert plain.code == 1
+    assert "pod updates may not change fields other than" in plain.err, plain.err
+    created = cluster.kubectl(
+        "run", "eph", "--image=busybox", "--restart=Never",
+        "--overrides", '{"spec": {"ephemeralContainers": [{"name": "e", "image": "busybox"}]}}',
+        "--", "sleep", "1",
+    )  # fmt: skip
+    assert created.code == 1
+    assert "spec.ephemeralContainers: Forbidden: cannot be set on create" in created.err, (
+        created.err
+    )
+
+
+def test_debug_it_under_a_terminal(cluster: UpCluster) -> None:
+    """`kubectl debug -it --target`: the ephemeral container gets a terminal of its own, the
+    target's environment, and the keys typed."""
+    if shutil.which("script") is None:
+        pytest.skip("script(1) is not installed")
+    kubectl = f"{venv_bin() / 'kubectl'} --kubeconfig {cluster.kubeconfig}"
+    command = (
+        f"{kubectl} debug -it box --image=busybox --target=main -c dbg4 -- "
+        "sh -c 'read x; tty; echo got $x $GREETING'"
+    )
+    proc = subprocess.Popen(
+        ["script", "-qec", command, "/dev/null"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(b"hello\r")
+        proc.stdin.flush()
+        out = b""
+        deadline = time.monotonic() + 120
+        while b"got hello" not in out and time.monotonic() < deadline:
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            out += chunk
+        assert b"got hello hello-from-env" in out, out
+        assert b"/dev/pts/" in out, out
+        assert proc.wait(60) == 0, out
+    finally:
+        proc.stdin.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -182,17 +182,33 @@ async def test_exec_refusals(
     assert message in body["message"]
 
 
-async def test_a_request_that_is_not_a_websocket_names_what_is_served(cluster: Cluster) -> None:
+async def test_a_request_that_is_not_an_upgrade_names_what_is_served(cluster: Cluster) -> None:
     url = exec_url(cluster, "box", "true", stdout="1")
-    async with cluster.session.post(
-        url, headers={"Connection": "Upgrade", "Upgrade": "SPDY/3.1"}
-    ) as resp:
+    async with cluster.session.post(url) as resp:
         body = await resp.json()
     assert resp.status == 400
     assert body["message"] == (
-        "pods/exec is served over WebSockets only (an Upgrade: websocket request with "
-        "subprotocol v5.channel.k8s.io or v4.channel.k8s.io); SPDY/3.1 upgrades are not "
-        "supported"
+        "pods/exec is served over WebSockets (an Upgrade: websocket request with subprotocol "
+        "v5.channel.k8s.io or v4.channel.k8s.io) or SPDY/3.1 (Upgrade: SPDY/3.1)"
+    )
+
+
+async def test_a_spdy_upgrade_needs_a_common_protocol(cluster: Cluster) -> None:
+    """kube's httpstream.Handshake: no X-Stream-Protocol-Version is a 400, none in common a
+    403 naming both lists."""
+    url = exec_url(cluster, "box", "true", stdout="1")
+    upgrade = {"Connection": "Upgrade", "Upgrade": "SPDY/3.1"}
+    async with cluster.session.post(url, headers=upgrade) as resp:
+        body = await resp.json()
+    assert resp.status == 400
+    assert body["message"] == "unable to upgrade: X-Stream-Protocol-Version is required"
+    headers = {**upgrade, "X-Stream-Protocol-Version": "v2.channel.k8s.io, v1.channel.k8s.io"}
+    async with cluster.session.post(url, headers=headers) as resp:
+        body = await resp.json()
+    assert resp.status == 403
+    assert body["message"] == (
+        "unable to upgrade: unable to negotiate protocol: client supports [v2.channel.k8s.io "
+        "v1.channel.k8s.io], server accepts [v4.channel.k8s.io]"
     )
 
 

@@ -667,6 +667,112 @@ class Container(_message.Message):
 Global___Container: _TypeAlias = Container  # noqa: Y015
 
 @_typing.final
+class PodSecurityContext(_message.Message):
+    """The pod's securityContext. Its fields come with the securityContext support of the kubelet
+    branch (same message name and PodSpec field number); here only its presence: kube defaults it
+    to {} on every pod, and `kubectl debug` reads it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PodSecurityContext: _TypeAlias = PodSecurityContext  # noqa: Y015
+
+@_typing.final
+class EphemeralContainer(_message.Message):
+    """A container added to a running pod for debugging (`kubectl debug`), through the
+    pods/ephemeralcontainers subresource only: Container's fields, numbered as there (ports,
+    resources and probes are refused for it), and the container whose environment and
+    namespaces it shares.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    IMAGE_FIELD_NUMBER: _builtins.int
+    COMMAND_FIELD_NUMBER: _builtins.int
+    ARGS_FIELD_NUMBER: _builtins.int
+    WORKINGDIR_FIELD_NUMBER: _builtins.int
+    PORTS_FIELD_NUMBER: _builtins.int
+    ENV_FIELD_NUMBER: _builtins.int
+    RESOURCES_FIELD_NUMBER: _builtins.int
+    IMAGEPULLPOLICY_FIELD_NUMBER: _builtins.int
+    LIVENESSPROBE_FIELD_NUMBER: _builtins.int
+    READINESSPROBE_FIELD_NUMBER: _builtins.int
+    STARTUPPROBE_FIELD_NUMBER: _builtins.int
+    ENVFROM_FIELD_NUMBER: _builtins.int
+    STDIN_FIELD_NUMBER: _builtins.int
+    STDINONCE_FIELD_NUMBER: _builtins.int
+    TTY_FIELD_NUMBER: _builtins.int
+    VOLUMEMOUNTS_FIELD_NUMBER: _builtins.int
+    TARGETCONTAINERNAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    image: _builtins.str
+    workingDir: _builtins.str
+    imagePullPolicy: _builtins.str
+    stdin: _builtins.bool
+    stdinOnce: _builtins.bool
+    tty: _builtins.bool
+    targetContainerName: _builtins.str
+    @_builtins.property
+    def command(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerPort]: ...
+    @_builtins.property
+    def env(self) -> _containers.RepeatedCompositeFieldContainer[Global___EnvVar]: ...
+    @_builtins.property
+    def resources(self) -> Global___ResourceRequirements: ...
+    @_builtins.property
+    def livenessProbe(self) -> Global___Probe: ...
+    @_builtins.property
+    def readinessProbe(self) -> Global___Probe: ...
+    @_builtins.property
+    def startupProbe(self) -> Global___Probe: ...
+    @_builtins.property
+    def envFrom(self) -> _containers.RepeatedCompositeFieldContainer[Global___EnvFromSource]: ...
+    @_builtins.property
+    def volumeMounts(self) -> _containers.RepeatedCompositeFieldContainer[Global___VolumeMount]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        image: _builtins.str = ...,
+        command: _abc.Iterable[_builtins.str] | None = ...,
+        args: _abc.Iterable[_builtins.str] | None = ...,
+        workingDir: _builtins.str = ...,
+        ports: _abc.Iterable[Global___ContainerPort] | None = ...,
+        env: _abc.Iterable[Global___EnvVar] | None = ...,
+        resources: Global___ResourceRequirements | None = ...,
+        imagePullPolicy: _builtins.str = ...,
+        livenessProbe: Global___Probe | None = ...,
+        readinessProbe: Global___Probe | None = ...,
+        startupProbe: Global___Probe | None = ...,
+        envFrom: _abc.Iterable[Global___EnvFromSource] | None = ...,
+        stdin: _builtins.bool = ...,
+        stdinOnce: _builtins.bool = ...,
+        tty: _builtins.bool = ...,
+        volumeMounts: _abc.Iterable[Global___VolumeMount] | None = ...,
+        targetContainerName: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["livenessProbe", b"livenessProbe", "readinessProbe", b"readinessProbe", "resources", b"resources", "startupProbe", b"startupProbe"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "env", b"env", "envFrom", b"envFrom", "image", b"image", "imagePullPolicy", b"imagePullPolicy", "livenessProbe", b"livenessProbe", "name", b"name", "ports", b"ports", "readinessProbe", b"readinessProbe", "resources", b"resources", "startupProbe", b"startupProbe", "stdin", b"stdin", "stdinOnce", b"stdinOnce", "targetContainerName", b"targetContainerName", "tty", b"tty", "volumeMounts", b"volumeMounts", "workingDir", b"workingDir"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EphemeralContainer: _TypeAlias = EphemeralContainer  # noqa: Y015
+
+@_typing.final
 class NodeSelectorRequirement(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1568,6 +1674,8 @@ class PodSpec(_message.Message):
     ACTIVEDEADLINESECONDS_FIELD_NUMBER: _builtins.int
     VOLUMES_FIELD_NUMBER: _builtins.int
     ENABLESERVICELINKS_FIELD_NUMBER: _builtins.int
+    EPHEMERALCONTAINERS_FIELD_NUMBER: _builtins.int
+    SECURITYCONTEXT_FIELD_NUMBER: _builtins.int
     restartPolicy: _builtins.str
     """Always (default), OnFailure, Never."""
     terminationGracePeriodSeconds: _builtins.int
@@ -1624,6 +1732,12 @@ class PodSpec(_message.Message):
     def volumes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Volume]:
         """Numbered apart from the fields after 25."""
 
+    @_builtins.property
+    def ephemeralContainers(self) -> _containers.RepeatedCompositeFieldContainer[Global___EphemeralContainer]:
+        """Added (never changed or removed) through pods/ephemeralcontainers only."""
+
+    @_builtins.property
+    def securityContext(self) -> Global___PodSecurityContext: ...
     def __init__(
         self,
         *,
@@ -1650,10 +1764,12 @@ class PodSpec(_message.Message):
         activeDeadlineSeconds: _builtins.int | None = ...,
         volumes: _abc.Iterable[Global___Volume] | None = ...,
         enableServiceLinks: _builtins.bool | None = ...,
+        ephemeralContainers: _abc.Iterable[Global___EphemeralContainer] | None = ...,
+        securityContext: Global___PodSecurityContext | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_enableServiceLinks", b"_enableServiceLinks", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "enableServiceLinks", b"enableServiceLinks", "priority", b"priority", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_enableServiceLinks", b"_enableServiceLinks", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "enableServiceLinks", b"enableServiceLinks", "priority", b"priority", "securityContext", b"securityContext", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_enableServiceLinks", b"_enableServiceLinks", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "containers", b"containers", "dnsPolicy", b"dnsPolicy", "enableServiceLinks", b"enableServiceLinks", "hostNetwork", b"hostNetwork", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "preemptionPolicy", b"preemptionPolicy", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "schedulingGates", b"schedulingGates", "serviceAccount", b"serviceAccount", "serviceAccountName", b"serviceAccountName", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations", "topologySpreadConstraints", b"topologySpreadConstraints", "volumes", b"volumes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_enableServiceLinks", b"_enableServiceLinks", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "containers", b"containers", "dnsPolicy", b"dnsPolicy", "enableServiceLinks", b"enableServiceLinks", "ephemeralContainers", b"ephemeralContainers", "hostNetwork", b"hostNetwork", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "preemptionPolicy", b"preemptionPolicy", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "schedulingGates", b"schedulingGates", "securityContext", b"securityContext", "serviceAccount", b"serviceAccount", "serviceAccountName", b"serviceAccountName", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations", "topologySpreadConstraints", b"topologySpreadConstraints", "volumes", b"volumes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__activeDeadlineSeconds: _TypeAlias = _typing.Literal["activeDeadlineSeconds"]  # noqa: Y015
     _WhichOneofArgType__activeDeadlineSeconds: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds"]  # noqa: Y015
@@ -1933,6 +2049,7 @@ class PodStatus(_message.Message):
     QOSCLASS_FIELD_NUMBER: _builtins.int
     PODIPS_FIELD_NUMBER: _builtins.int
     HOSTIPS_FIELD_NUMBER: _builtins.int
+    EPHEMERALCONTAINERSTATUSES_FIELD_NUMBER: _builtins.int
     phase: _builtins.str
     """Pending, Running, Succeeded, Failed, Unknown."""
     message: _builtins.str
@@ -1955,6 +2072,8 @@ class PodStatus(_message.Message):
 
     @_builtins.property
     def hostIPs(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostIP]: ...
+    @_builtins.property
+    def ephemeralContainerStatuses(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerStatus]: ...
     def __init__(
         self,
         *,
@@ -1971,10 +2090,11 @@ class PodStatus(_message.Message):
         qosClass: _builtins.str = ...,
         podIPs: _abc.Iterable[Global___PodIP] | None = ...,
         hostIPs: _abc.Iterable[Global___HostIP] | None = ...,
+        ephemeralContainerStatuses: _abc.Iterable[Global___ContainerStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["startTime", b"startTime"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["conditions", b"conditions", "containerStatuses", b"containerStatuses", "hostIP", b"hostIP", "hostIPs", b"hostIPs", "initContainerStatuses", b"initContainerStatuses", "message", b"message", "nominatedNodeName", b"nominatedNodeName", "phase", b"phase", "podIP", b"podIP", "podIPs", b"podIPs", "qosClass", b"qosClass", "reason", b"reason", "startTime", b"startTime"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conditions", b"conditions", "containerStatuses", b"containerStatuses", "ephemeralContainerStatuses", b"ephemeralContainerStatuses", "hostIP", b"hostIP", "hostIPs", b"hostIPs", "initContainerStatuses", b"initContainerStatuses", "message", b"message", "nominatedNodeName", b"nominatedNodeName", "phase", b"phase", "podIP", b"podIP", "podIPs", b"podIPs", "qosClass", b"qosClass", "reason", b"reason", "startTime", b"startTime"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

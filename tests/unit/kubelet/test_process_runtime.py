@@ -470,3 +470,78 @@ async def test_a_nul_byte_in_a_value_is_a_run_error_not_a_crash(
     crec = rec.containers["c"]
     assert crec.state == WAITING and crec.waiting_reason == "RunContainerError"
     assert "embedded null byte" in crec.waiting_message
+
+
+async def test_a_tty_container_runs_on_a_terminal_of_its_own(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """`tty: true`: stdin, stdout and stderr are a pseudo-terminal's slave (its controlling
+    terminal); its output, stderr included, is the log's stdout; the kubelet keeps the master
+    as its stdin, and stdinOnce's end is the terminal's end of file."""
+    rt = runtime(tmp_path, clock)
+    pod = make_pod("tty1", "sh", "-c", "tty; echo err >&2; read x; echo got $x", policy="Never")
+    pod.spec.containers[0].tty = True
+    pod.spec.containers[0].stdin = True
+    await settle(rt, pod, RUNNING)
+    fd = rt.stdin_pipes.writer("tty1", "c")
+    assert fd >= 0 and os.isatty(fd)
+    os.write(fd, b"hello\r")  # a terminal's Enter: the line discipline makes it a newline
+    os.close(fd)
+    rec = await settle(rt, pod, TERMINATED)
+    assert rec.containers["c"].terminated is not None
+    assert rec.containers["c"].terminated.exit_code == 0
+    recs = records(rt.log_path("tty1", "c"))
+    assert {stream for stream, _ in recs} == {"stdout"}
+    out = "".join(t for _, t in recs)
+    assert "/dev/pts/" in out and "err" in out and "got hello" in out, out
+
+
+async def test_a_tty_containers_stdin_once_ends_with_end_of_file(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    rt = runtime(tmp_path, clock)
+    pod = make_pod("tty2", "sh", "-c", "cat; echo done", policy="Never")
+    pod.spec.containers[0].tty = True
+    pod.spec.containers[0].stdin = True
+    await settle(rt, pod, RUNNING)
+    rt.stdin_pipes.close("tty2", "c")  # what the first attach's end does for stdinOnce
+    await settle(rt, pod, TERMINATED)
+    assert "done" in text(rt.log_path("tty2", "c"))
+
+
+async def test_an_ephemeral_container_runs_once_with_its_targets_environment(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    rt = runtime(tmp_path, clock)
+    pod = make_pod("eph1", "sleep", "60")
+    pod.spec.containers[0].env.add(name="GREETING", value="hi")
+    await settle(rt, pod, RUNNING)
+    pod.spec.ephemeralContainers.add(
+        name="dbg", image="busybox", command=["sh", "-c", "echo eph $GREETING; exit 2"],
+        targetContainerName="c",
+    )  # fmt: skip
+    for _ in range(200):
+        rec = await rt.sync_pod(pod)
+        crec = rec.ephemeral_containers.get("dbg")
+        if crec is not None and crec.state == TERMINATED:
+            break
+        await asyncio.sleep(0.02)
+    assert crec is not None and crec.terminated is not None
+    assert crec.terminated.exit_code == 2
+    clock.advance(3600)
+    for _ in range(5):  # never restarted, whatever the pod's restartPolicy (Always)
+        rec = await rt.sync_pod(pod)
+    assert rec.ephemeral_containers["dbg"].state == TERMINATED
+    assert rec.ephemeral_containers["dbg"].restart_count == 0
+    assert text(rt.log_path("eph1", "dbg")) == "eph hi\n"
+    status = build_pod_status(pod, rec, "10.0.0.1", pod_pb2.PodStatus(), 0.0)
+    assert [s.name for s in status.ephemeralContainerStatuses] == ["dbg"]
+    assert status.ephemeralContainerStatuses[0].state.terminated.exitCode == 2
+    assert status.phase == "Running"
+    # The kubelet's state keeps it across a restart.
+    again = runtime(tmp_path, clock)
+    again.load()
+    restored = again.record("eph1")
+    assert restored is not None
+    assert restored.ephemeral_containers["dbg"].state == TERMINATED
+    await rt.kill_pod("eph1", 0)

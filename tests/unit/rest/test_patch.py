@@ -1073,6 +1073,10 @@ ATOMIC_IN_KUBERNETES = {
     ("tinykube.v1.ObjectMeta", "managedFields"),
     ("tinykube.v1.NamespaceSpec", "finalizers"),
     ("tinykube.v1.Container", "command"),
+    ("tinykube.v1.EphemeralContainer", "command"),
+    ("tinykube.v1.EphemeralContainer", "args"),
+    ("tinykube.v1.EphemeralContainer", "envFrom"),
+    ("tinykube.v1.PodStatus", "ephemeralContainerStatuses"),
     ("tinykube.v1.Container", "args"),
     # k8s.io/api/core/v1 Container.envFrom: +listType=atomic, no patchStrategy.
     ("tinykube.v1.Container", "envFrom"),

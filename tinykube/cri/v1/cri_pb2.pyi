@@ -1913,6 +1913,156 @@ class ExecSyncResponse(_message.Message):
 Global___ExecSyncResponse: _TypeAlias = ExecSyncResponse  # noqa: Y015
 
 @_typing.final
+class ExecRequest(_message.Message):
+    """Exec, Attach and PortForward answer a URL on the runtime's streaming server, which speaks
+    kube's remotecommand and portforward protocols (kubelet/cristream.py).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTAINER_ID_FIELD_NUMBER: _builtins.int
+    CMD_FIELD_NUMBER: _builtins.int
+    TTY_FIELD_NUMBER: _builtins.int
+    STDIN_FIELD_NUMBER: _builtins.int
+    STDOUT_FIELD_NUMBER: _builtins.int
+    STDERR_FIELD_NUMBER: _builtins.int
+    container_id: _builtins.str
+    tty: _builtins.bool
+    stdin: _builtins.bool
+    stdout: _builtins.bool
+    stderr: _builtins.bool
+    @_builtins.property
+    def cmd(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        container_id: _builtins.str = ...,
+        cmd: _abc.Iterable[_builtins.str] | None = ...,
+        tty: _builtins.bool = ...,
+        stdin: _builtins.bool = ...,
+        stdout: _builtins.bool = ...,
+        stderr: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cmd", b"cmd", "container_id", b"container_id", "stderr", b"stderr", "stdin", b"stdin", "stdout", b"stdout", "tty", b"tty"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecRequest: _TypeAlias = ExecRequest  # noqa: Y015
+
+@_typing.final
+class ExecResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    URL_FIELD_NUMBER: _builtins.int
+    url: _builtins.str
+    def __init__(
+        self,
+        *,
+        url: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecResponse: _TypeAlias = ExecResponse  # noqa: Y015
+
+@_typing.final
+class AttachRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTAINER_ID_FIELD_NUMBER: _builtins.int
+    STDIN_FIELD_NUMBER: _builtins.int
+    TTY_FIELD_NUMBER: _builtins.int
+    STDOUT_FIELD_NUMBER: _builtins.int
+    STDERR_FIELD_NUMBER: _builtins.int
+    container_id: _builtins.str
+    stdin: _builtins.bool
+    tty: _builtins.bool
+    stdout: _builtins.bool
+    stderr: _builtins.bool
+    def __init__(
+        self,
+        *,
+        container_id: _builtins.str = ...,
+        stdin: _builtins.bool = ...,
+        tty: _builtins.bool = ...,
+        stdout: _builtins.bool = ...,
+        stderr: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["container_id", b"container_id", "stderr", b"stderr", "stdin", b"stdin", "stdout", b"stdout", "tty", b"tty"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AttachRequest: _TypeAlias = AttachRequest  # noqa: Y015
+
+@_typing.final
+class AttachResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    URL_FIELD_NUMBER: _builtins.int
+    url: _builtins.str
+    def __init__(
+        self,
+        *,
+        url: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AttachResponse: _TypeAlias = AttachResponse  # noqa: Y015
+
+@_typing.final
+class PortForwardRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POD_SANDBOX_ID_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    pod_sandbox_id: _builtins.str
+    @_builtins.property
+    def port(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        pod_sandbox_id: _builtins.str = ...,
+        port: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pod_sandbox_id", b"pod_sandbox_id", "port", b"port"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PortForwardRequest: _TypeAlias = PortForwardRequest  # noqa: Y015
+
+@_typing.final
+class PortForwardResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    URL_FIELD_NUMBER: _builtins.int
+    url: _builtins.str
+    def __init__(
+        self,
+        *,
+        url: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PortForwardResponse: _TypeAlias = PortForwardResponse  # noqa: Y015
+
+@_typing.final
 class ImageFilter(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

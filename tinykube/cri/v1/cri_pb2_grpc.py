@@ -99,6 +99,21 @@ class RuntimeServiceStub:
                 request_serializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecSyncRequest.SerializeToString,
                 response_deserializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecSyncResponse.FromString,
                 _registered_method=True)
+        self.Exec = channel.unary_unary(
+                '/runtime.v1.RuntimeService/Exec',
+                request_serializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecRequest.SerializeToString,
+                response_deserializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecResponse.FromString,
+                _registered_method=True)
+        self.Attach = channel.unary_unary(
+                '/runtime.v1.RuntimeService/Attach',
+                request_serializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.AttachRequest.SerializeToString,
+                response_deserializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.AttachResponse.FromString,
+                _registered_method=True)
+        self.PortForward = channel.unary_unary(
+                '/runtime.v1.RuntimeService/PortForward',
+                request_serializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.PortForwardRequest.SerializeToString,
+                response_deserializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.PortForwardResponse.FromString,
+                _registered_method=True)
         self.ListContainerStats = channel.unary_unary(
                 '/runtime.v1.RuntimeService/ListContainerStats',
                 request_serializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.ListContainerStatsRequest.SerializeToString,
@@ -192,6 +207,24 @@ class RuntimeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Exec(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Attach(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PortForward(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListContainerStats(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -271,6 +304,21 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     servicer.ExecSync,
                     request_deserializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecSyncRequest.FromString,
                     response_serializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecSyncResponse.SerializeToString,
+            ),
+            'Exec': grpc.unary_unary_rpc_method_handler(
+                    servicer.Exec,
+                    request_deserializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecRequest.FromString,
+                    response_serializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecResponse.SerializeToString,
+            ),
+            'Attach': grpc.unary_unary_rpc_method_handler(
+                    servicer.Attach,
+                    request_deserializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.AttachRequest.FromString,
+                    response_serializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.AttachResponse.SerializeToString,
+            ),
+            'PortForward': grpc.unary_unary_rpc_method_handler(
+                    servicer.PortForward,
+                    request_deserializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.PortForwardRequest.FromString,
+                    response_serializer=tinykube_dot_cri_dot_v1_dot_cri__pb2.PortForwardResponse.SerializeToString,
             ),
             'ListContainerStats': grpc.unary_unary_rpc_method_handler(
                     servicer.ListContainerStats,
@@ -634,6 +682,87 @@ class RuntimeService:
             '/runtime.v1.RuntimeService/ExecSync',
             tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecSyncRequest.SerializeToString,
             tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecSyncResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Exec(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/Exec',
+            tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecRequest.SerializeToString,
+            tinykube_dot_cri_dot_v1_dot_cri__pb2.ExecResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Attach(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/Attach',
+            tinykube_dot_cri_dot_v1_dot_cri__pb2.AttachRequest.SerializeToString,
+            tinykube_dot_cri_dot_v1_dot_cri__pb2.AttachResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PortForward(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/PortForward',
+            tinykube_dot_cri_dot_v1_dot_cri__pb2.PortForwardRequest.SerializeToString,
+            tinykube_dot_cri_dot_v1_dot_cri__pb2.PortForwardResponse.FromString,
             options,
             channel_credentials,
             insecure,

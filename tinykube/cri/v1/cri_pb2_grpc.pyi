@@ -48,6 +48,9 @@ class RuntimeServiceStub:
     ListContainers: _grpc.UnaryUnaryMultiCallable[_cri_pb2.ListContainersRequest, _cri_pb2.ListContainersResponse]
     ContainerStatus: _grpc.UnaryUnaryMultiCallable[_cri_pb2.ContainerStatusRequest, _cri_pb2.ContainerStatusResponse]
     ExecSync: _grpc.UnaryUnaryMultiCallable[_cri_pb2.ExecSyncRequest, _cri_pb2.ExecSyncResponse]
+    Exec: _grpc.UnaryUnaryMultiCallable[_cri_pb2.ExecRequest, _cri_pb2.ExecResponse]
+    Attach: _grpc.UnaryUnaryMultiCallable[_cri_pb2.AttachRequest, _cri_pb2.AttachResponse]
+    PortForward: _grpc.UnaryUnaryMultiCallable[_cri_pb2.PortForwardRequest, _cri_pb2.PortForwardResponse]
     ListContainerStats: _grpc.UnaryUnaryMultiCallable[_cri_pb2.ListContainerStatsRequest, _cri_pb2.ListContainerStatsResponse]
     Status: _grpc.UnaryUnaryMultiCallable[_cri_pb2.StatusRequest, _cri_pb2.StatusResponse]
 
@@ -67,6 +70,9 @@ class RuntimeServiceAsyncStub(RuntimeServiceStub):
     ListContainers: _aio.UnaryUnaryMultiCallable[_cri_pb2.ListContainersRequest, _cri_pb2.ListContainersResponse]  # type: ignore[assignment]
     ContainerStatus: _aio.UnaryUnaryMultiCallable[_cri_pb2.ContainerStatusRequest, _cri_pb2.ContainerStatusResponse]  # type: ignore[assignment]
     ExecSync: _aio.UnaryUnaryMultiCallable[_cri_pb2.ExecSyncRequest, _cri_pb2.ExecSyncResponse]  # type: ignore[assignment]
+    Exec: _aio.UnaryUnaryMultiCallable[_cri_pb2.ExecRequest, _cri_pb2.ExecResponse]  # type: ignore[assignment]
+    Attach: _aio.UnaryUnaryMultiCallable[_cri_pb2.AttachRequest, _cri_pb2.AttachResponse]  # type: ignore[assignment]
+    PortForward: _aio.UnaryUnaryMultiCallable[_cri_pb2.PortForwardRequest, _cri_pb2.PortForwardResponse]  # type: ignore[assignment]
     ListContainerStats: _aio.UnaryUnaryMultiCallable[_cri_pb2.ListContainerStatsRequest, _cri_pb2.ListContainerStatsResponse]  # type: ignore[assignment]
     Status: _aio.UnaryUnaryMultiCallable[_cri_pb2.StatusRequest, _cri_pb2.StatusResponse]  # type: ignore[assignment]
 
@@ -161,6 +167,27 @@ class RuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cri_pb2.ExecSyncRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cri_pb2.ExecSyncResponse, _abc.Awaitable[_cri_pb2.ExecSyncResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Exec(
+        self,
+        request: _cri_pb2.ExecRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cri_pb2.ExecResponse, _abc.Awaitable[_cri_pb2.ExecResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Attach(
+        self,
+        request: _cri_pb2.AttachRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cri_pb2.AttachResponse, _abc.Awaitable[_cri_pb2.AttachResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def PortForward(
+        self,
+        request: _cri_pb2.PortForwardRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cri_pb2.PortForwardResponse, _abc.Awaitable[_cri_pb2.PortForwardResponse]]: ...
 
     @_abc_1.abstractmethod
     def ListContainerStats(
