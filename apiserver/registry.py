@@ -259,6 +259,7 @@ def default_service_spec(spec: service_pb2.ServiceSpec) -> None:
         spec.internalTrafficPolicy = "Cluster"
     if spec.type in ("NodePort", "LoadBalancer") and not spec.externalTrafficPolicy:
         spec.externalTrafficPolicy = "Cluster"
+    default_service_affinity_and_lb(spec)
     for port in spec.ports:
         if not port.protocol:
             port.protocol = "TCP"
@@ -266,6 +267,20 @@ def default_service_spec(spec: service_pb2.ServiceSpec) -> None:
             port.targetPort
         ):
             set_int_or_string(port.targetPort, port.port)
+
+
+# kube's DefaultClientIPServiceAffinitySeconds
+DEFAULT_CLIENT_IP_AFFINITY_SECONDS = 10800
+
+
+def default_service_affinity_and_lb(spec: service_pb2.ServiceSpec) -> None:
+    """kube's SetDefaults_Service for sessionAffinityConfig (ClientIP: a 10800 s timeout) and
+    allocateLoadBalancerNodePorts (LoadBalancer: true)."""
+    client_ip = spec.sessionAffinityConfig.clientIP
+    if spec.sessionAffinity == "ClientIP" and not client_ip.HasField("timeoutSeconds"):
+        client_ip.timeoutSeconds = DEFAULT_CLIENT_IP_AFFINITY_SECONDS
+    if spec.type == "LoadBalancer" and not spec.HasField("allocateLoadBalancerNodePorts"):
+        spec.allocateLoadBalancerNodePorts = True
 
 
 def default_probe(probe: pod_pb2.Probe) -> None:
@@ -298,10 +313,11 @@ def keep_service_allocations(new: service_pb2.ServiceSpec, old: service_pb2.Serv
     if not new.clusterIP:
         new.clusterIP = old.clusterIP
         new.clusterIPs[:] = old.clusterIPs
-    if new.type not in ("NodePort", "LoadBalancer") or old.type not in (
-        "NodePort",
-        "LoadBalancer",
-    ):
+    if old.type == "LoadBalancer" and new.type != "LoadBalancer":
+        # kube's dropTypeDependentFields: the load balancer fields go with the type
+        new.ClearField("allocateLoadBalancerNodePorts")
+        new.ClearField("loadBalancerClass")
+    if not (wants_node_ports(new) and old.type in ("NodePort", "LoadBalancer")):
         return
     by_name = {(p.name, p.port): p.nodePort for p in old.ports}
     by_port = {p.port: p.nodePort for p in old.ports}
@@ -310,6 +326,15 @@ def keep_service_allocations(new: service_pb2.ServiceSpec, old: service_pb2.Serv
             p.nodePort = by_name.get((p.name, p.port)) or by_port.get(p.port, 0)
         if p.nodePort == 0 and i < len(old.ports) and old.ports[i].name == p.name:
             p.nodePort = old.ports[i].nodePort  # the same port entry, renumbered
+
+
+def wants_node_ports(spec: service_pb2.ServiceSpec) -> bool:
+    """NodePort Services, and LoadBalancer ones unless allocateLoadBalancerNodePorts is false."""
+    if spec.type == "LoadBalancer":
+        return spec.allocateLoadBalancerNodePorts or not spec.HasField(
+            "allocateLoadBalancerNodePorts"
+        )
+    return spec.type == "NodePort"
 
 
 _BINDING_KINDS = frozenset({ROLE_BINDING.kind, CLUSTER_ROLE_BINDING.kind})

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import math
 import re
@@ -804,6 +805,7 @@ def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
         errs.append(unsupported(f"{path}.restartPolicy", spec.restartPolicy, RESTART_POLICIES))
     if spec.dnsPolicy not in DNS_POLICIES:
         errs.append(unsupported(f"{path}.dnsPolicy", spec.dnsPolicy, DNS_POLICIES))
+    errs.extend(validate_pod_dns_config(path, spec))
     if spec.HasField("terminationGracePeriodSeconds") and spec.terminationGracePeriodSeconds < 0:
         errs.append(
             invalid(
@@ -1651,6 +1653,8 @@ def validate_service(svc: service_pb2.Service) -> list[FieldError]:
         if p.nodePort and not 1 <= p.nodePort <= 65535:
             errs.extend(_port_number(f"{pp}.nodePort", p.nodePort))
     errs.extend(_labels("spec.selector", spec.selector))
+    errs.extend(validate_service_session_affinity(spec))
+    errs.extend(validate_service_load_balancer(spec))
     return errs
 
 
@@ -1978,6 +1982,7 @@ def validate_update(info: KindInfo, new: Message, old: Message) -> list[FieldErr
         from_external = old.spec.type == "ExternalName" and not oip  # type: ignore[attr-defined]
         if nip != oip and not (to_external or from_external):
             errs.append(invalid("spec.clusterIP", nip, "field is immutable"))
+        errs.extend(validate_service_load_balancer_update(new.spec, old.spec))  # type: ignore[attr-defined]
     if info.kind in (ROLE_BINDING.kind, CLUSTER_ROLE_BINDING.kind):
         ref = new.roleRef  # type: ignore[attr-defined]
         if ref != old.roleRef:  # type: ignore[attr-defined]
@@ -2805,4 +2810,133 @@ def validate_pod_volumes(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
             errs.extend(
                 validate_volume_mounts(f"{path}.{group}[{i}].volumeMounts", c.volumeMounts, names)
             )
+    return errs
+
+
+# ---- Services' load balancer and session affinity fields, pods' dnsConfig ------------------
+# Kept apart so that they move as they are into the per-kind registry modules: validate_service
+# calls the first two, validate_update the third, validate_pod_spec the last.
+
+# kube's core.MaxClientIPServiceAffinitySeconds
+MAX_CLIENT_IP_AFFINITY_SECONDS = 86400
+# kube's MaxDNSNameservers, MaxDNSSearchPaths, MaxDNSSearchListChars (libc's limits)
+MAX_DNS_NAMESERVERS = 3
+MAX_DNS_SEARCH_PATHS = 32
+MAX_DNS_SEARCH_LIST_CHARS = 2048
+
+
+def _go_strings(values: Iterable[str]) -> _GoValue:
+    return _GoValue("[]string{" + ", ".join(_q(v) for v in values) + "}")
+
+
+def validate_service_session_affinity(spec: service_pb2.ServiceSpec) -> list[FieldError]:
+    """sessionAffinityConfig: required with ClientIP (the defaults fill it), forbidden with
+    None; clientIP.timeoutSeconds in 1..86400."""
+    path = "spec.sessionAffinityConfig"
+    if spec.sessionAffinity == "None":
+        if spec.HasField("sessionAffinityConfig"):
+            return [forbidden(path, "must not be set when session affinity is None")]
+        return []
+    if spec.sessionAffinity != "ClientIP":
+        return []
+    when = "when session affinity type is ClientIP"
+    if not spec.HasField("sessionAffinityConfig"):
+        return [required(path, when)]
+    if not spec.sessionAffinityConfig.HasField("clientIP"):
+        return [required(f"{path}.clientIP", when)]
+    client_ip = spec.sessionAffinityConfig.clientIP
+    if not client_ip.HasField("timeoutSeconds"):
+        return [required(f"{path}.clientIP.timeoutSeconds", when)]
+    timeout = client_ip.timeoutSeconds
+    if not 0 < timeout <= MAX_CLIENT_IP_AFFINITY_SECONDS:
+        detail = f"must be greater than 0 and less than {MAX_CLIENT_IP_AFFINITY_SECONDS}"
+        return [invalid(f"{path}.clientIP.timeoutSeconds", timeout, detail)]
+    return []
+
+
+def validate_service_load_balancer(spec: service_pb2.ServiceSpec) -> list[FieldError]:
+    """allocateLoadBalancerNodePorts and loadBalancerClass: LoadBalancer Services only (the
+    former defaulted there), the class a qualified name as a label key."""
+    errs: list[FieldError] = []
+    lb = spec.type == "LoadBalancer"
+    only_lb = "may only be used when `type` is 'LoadBalancer'"
+    if lb and not spec.HasField("allocateLoadBalancerNodePorts"):
+        errs.append(required("spec.allocateLoadBalancerNodePorts"))
+    elif not lb and spec.HasField("allocateLoadBalancerNodePorts"):
+        errs.append(forbidden("spec.allocateLoadBalancerNodePorts", only_lb))
+    if spec.HasField("loadBalancerClass"):
+        if not lb:
+            errs.append(forbidden("spec.loadBalancerClass", only_lb))
+        else:
+            errs.extend(_label_name("spec.loadBalancerClass", spec.loadBalancerClass))
+    return errs
+
+
+def validate_service_load_balancer_update(
+    new: service_pb2.ServiceSpec, old: service_pb2.ServiceSpec
+) -> list[FieldError]:
+    """A LoadBalancer Service's class may not change while it stays a LoadBalancer."""
+    if new.type != "LoadBalancer" or old.type != "LoadBalancer":
+        return []
+    if new.HasField("loadBalancerClass") == old.HasField("loadBalancerClass") and (
+        new.loadBalancerClass == old.loadBalancerClass
+    ):
+        return []
+    value: object = new.loadBalancerClass if new.HasField("loadBalancerClass") else _GoValue("null")
+    return [invalid("spec.loadBalancerClass", value, "may not change once set")]
+
+
+def validate_pod_dns_config(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
+    """kube's validatePodDNSConfig: dnsPolicy None needs dnsConfig with a nameserver; at most 3
+    nameservers (IP addresses), 32 search domains of 2048 characters with their spaces (DNS
+    subdomains, a trailing dot allowed), options with names."""
+    errs: list[FieldError] = []
+    dp = f"{path}.dnsConfig"
+    has = spec.HasField("dnsConfig")
+    cfg = spec.dnsConfig
+    if spec.dnsPolicy == "None":
+        if not has:
+            return [required(dp, "must provide `dnsConfig` when `dnsPolicy` is None")]
+        if not cfg.nameservers:
+            detail = "must provide at least one DNS nameserver when `dnsPolicy` is None"
+            return [required(f"{dp}.nameservers", detail)]
+    if not has:
+        return errs
+    if len(cfg.nameservers) > MAX_DNS_NAMESERVERS:
+        errs.append(
+            invalid(
+                f"{dp}.nameservers",
+                _go_strings(cfg.nameservers),
+                f"must not have more than {MAX_DNS_NAMESERVERS} nameservers",
+            )
+        )
+    for i, ns in enumerate(cfg.nameservers):
+        try:
+            ipaddress.ip_address(ns)
+        except ValueError:
+            detail = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
+            errs.append(invalid(f"{dp}.nameservers[{i}]", ns, detail))
+    if len(cfg.searches) > MAX_DNS_SEARCH_PATHS:
+        errs.append(
+            invalid(
+                f"{dp}.searches",
+                _go_strings(cfg.searches),
+                f"must not have more than {MAX_DNS_SEARCH_PATHS} search paths",
+            )
+        )
+    if len(" ".join(cfg.searches)) > MAX_DNS_SEARCH_LIST_CHARS:
+        errs.append(
+            invalid(
+                f"{dp}.searches",
+                _go_strings(cfg.searches),
+                f"must not have more than {MAX_DNS_SEARCH_LIST_CHARS} characters (including "
+                "spaces) in the search list",
+            )
+        )
+    for i, search in enumerate(cfg.searches):
+        # a trailing dot is fine (an absolute name)
+        errs.extend(dns1123_subdomain(f"{dp}.searches[{i}]", search.removesuffix(".")))
+    for i, option in enumerate(cfg.options):
+        if not option.name:
+            errs.append(required(f"{dp}.options[{i}]", "Option.Name must not be empty"))
     return errs

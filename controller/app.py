@@ -42,6 +42,7 @@ from controller.nodelifecycle import NODE_LEASE_NAMESPACE, NodeLifecycleControll
 from controller.replicaset import ReplicaSetController
 from controller.rootcacert import RootCACertPublisher
 from controller.serviceaccount import ServiceAccountsController
+from controller.servicelb import AddressPool, ServiceLBController
 from controller.settings import Settings
 from controller.tokens import TokensController
 from controller.ttlafterfinished import TTLAfterFinishedController
@@ -68,6 +69,7 @@ EVENT_SOURCES = {
     "job": "job-controller",
     "daemonset": "daemonset-controller",
     "nodeipam": "cidrAllocator",
+    "service-lb": "service-lb-controller",
 }
 
 
@@ -421,6 +423,23 @@ class ControllerManager:
             queues.append(ipam_queue)
             self.metrics.track_queue("nodeipam", ipam_queue.__len__)
             workers.append(("nodeipam", ipam_queue, ipam.sync, 1))
+
+        if "service-lb" in s.controllers:
+            if svc_inf not in informers:
+                informers.append(svc_inf)
+            lb_queue: WorkQueue[str] = WorkQueue(self.clock, name="service-lb")
+            lbc = ServiceLBController(
+                client,
+                svc_inf.store,
+                lb_queue,
+                AddressPool(s.service_lb_pool),
+                lb_class=s.service_lb_class,
+                recorder=recorders["service-lb"],
+            )
+            svc_inf.add_handler(lbc.on_add, lbc.on_update, lbc.on_delete)
+            queues.append(lb_queue)
+            self.metrics.track_queue("service-lb", lb_queue.__len__)
+            workers.append(("service-lb", lb_queue, lbc.sync, 1))
 
         if "ttl-after-finished" in s.controllers:
             ttl_queue: WorkQueue[str] = WorkQueue(self.clock, name="ttl_jobs_to_delete")

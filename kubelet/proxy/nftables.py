@@ -51,14 +51,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kubelet.proxy.metrics import Metrics
-from kubelet.proxy.proxier import Slices, ready_endpoints
+from kubelet.proxy.proxier import Slices, affinity_timeout, ready_endpoints, vip_ingress_ips
 from tinykube.v1 import service_pb2
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TABLE = "tinykube-proxy"
 MASQ_MARK = "0x4000"
-DEFAULT_AFFINITY_TIMEOUT = 10800  # kube's default sessionAffinityConfig.clientIP.timeoutSeconds
 
 BASE_CHAINS: dict[str, str] = {
     "filter-prerouting-pre-dnat": ("type filter hook prerouting priority -110; policy accept;"),
@@ -145,12 +144,12 @@ def build_ruleset(
         if not cluster_ip or cluster_ip == "None" or spec.type == "ExternalName":
             continue
         key = f"{svc.metadata.namespace}/{svc.metadata.name}"
-        affinity = spec.sessionAffinity == "ClientIP"
-        # service.proto has no sessionAffinityConfig yet: kube's default timeout
-        timeout = DEFAULT_AFFINITY_TIMEOUT
+        # sessionAffinityConfig.clientIP.timeoutSeconds (10800 s by default)
+        timeout = affinity_timeout(svc)
+        affinity = timeout > 0
         local = _local_addresses(endpoints.get(key), node_name)
-        # status.loadBalancer.ingress IPs (set by a load balancer controller) are external
-        lb_ips = [i.ip for i in svc.status.loadBalancer.ingress if i.ip]
+        # status.loadBalancer.ingress IPs (the service-lb controller's, ipMode VIP) are external
+        lb_ips = vip_ingress_ips(svc)
         for sp in spec.ports:
             proto = _proto(sp.protocol)
             port_id = f"{key}/{proto}/{sp.name}"
@@ -300,6 +299,16 @@ def render_update(table: str, old: Ruleset, new: Ruleset) -> str:
     rewritten, changed maps flushed and refilled, chains and sets gone deleted (after the maps
     and chains that referred to them changed, in the same transaction)."""
     lines: list[str] = []
+    # A set whose timeout changed (sessionAffinityConfig) is recreated: the rules naming it
+    # are flushed first (a set in use cannot be deleted) and written again below.
+    retimed = [n for n, t in new.sets.items() if n in old.sets and old.sets[n] != t]
+    touched = {
+        chain
+        for chain, rules in old.chains.items()
+        if any(f"@{n} " in r or r.endswith(f"@{n}") for r in rules for n in retimed)
+    }
+    for name in touched:
+        lines.append(f"flush chain ip {table} {_q(name)}")
     for name, timeout in new.sets.items():
         if old.sets.get(name) != timeout:
             if name in old.sets:
@@ -316,8 +325,8 @@ def render_update(table: str, old: Ruleset, new: Ruleset) -> str:
             lines.append(f"flush map ip {table} {name}")
             lines += _elements(table, name, elements)
     for name, rules in new.chains.items():
-        if old.chains.get(name) != rules:
-            if name in old.chains:
+        if old.chains.get(name) != rules or name in touched:
+            if name in old.chains and name not in touched:
                 lines.append(f"flush chain ip {table} {_q(name)}")
             lines += _chain_lines(table, name, rules)
     gone = [n for n in old.chains if n not in new.chains]
