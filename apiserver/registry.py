@@ -313,8 +313,16 @@ def keep_service_allocations(new: service_pb2.ServiceSpec, old: service_pb2.Serv
     if not new.clusterIP:
         new.clusterIP = old.clusterIP
         new.clusterIPs[:] = old.clusterIPs
+    # kube's dropTypeDependentFields: what a type needs goes with it, unless the update
+    # changed it itself (then validation judges it)
+    external = ("NodePort", "LoadBalancer")
+    if old.type in external and new.type not in external:
+        same = [p.nodePort for p in new.ports] == [p.nodePort for p in old.ports][: len(new.ports)]
+        for p in new.ports if same else ():
+            p.nodePort = 0
+        if new.externalTrafficPolicy == old.externalTrafficPolicy:
+            new.externalTrafficPolicy = ""
     if old.type == "LoadBalancer" and new.type != "LoadBalancer":
-        # kube's dropTypeDependentFields: the load balancer fields go with the type
         new.ClearField("allocateLoadBalancerNodePorts")
         new.ClearField("loadBalancerClass")
     if not (wants_node_ports(new) and old.type in ("NodePort", "LoadBalancer")):

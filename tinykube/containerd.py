@@ -439,6 +439,9 @@ CLUSTER_CIDR = "10.244.0.0/16"
 SERVICE_CIDR = "10.96.0.0/12"
 # kube's well-known cluster DNS address: the tenth of the service range.
 KUBE_DNS_IP = "10.96.0.10"
+# LoadBalancer Services' addresses (the controller manager's service-lb): outside loopback and
+# next to the service range, DNATed by the proxies like cluster IPs, from the host and pods.
+LB_POOL = "10.112.0.0/24"
 # Each node proxy's nftables table (several nodes share this machine's kernel).
 PROXY_TABLE_PREFIX = "tinykube-proxy-"
 # The walkthrough's image, built and imported into every node's containerd by `tinykube up
@@ -507,7 +510,13 @@ class NodeRuntimes:
         self._owns_network = True
         self._tables = nft_tables()
         args: dict[str, list[str]] = {
-            "controller": ["--allocate-node-cidrs", "--cluster-cidr", self.cluster_cidr],
+            "controller": [
+                "--allocate-node-cidrs",
+                "--cluster-cidr",
+                self.cluster_cidr,
+                "--service-lb-pool",
+                LB_POOL,
+            ],  # fmt: skip
             "apiserver": ["--service-cluster-ip-range", SERVICE_CIDR],
         }
         if shutil.which("docker-registry") is not None:
