@@ -516,7 +516,7 @@ class NodeRuntimes:
                 self.cluster_cidr,
                 "--service-lb-pool",
                 LB_POOL,
-            ],  # fmt: skip
+            ],
             "apiserver": ["--service-cluster-ip-range", SERVICE_CIDR],
         }
         if shutil.which("docker-registry") is not None:
