@@ -204,3 +204,30 @@ def test_load_balancer_ingress_ips_go_to_the_external_chain() -> None:
     slices["default/web"] = []
     rs = build_ruleset(services, slices, "192.168.1.10", "10.244.0.0/16")
     assert "172.18.255.1 . tcp . 80 : goto reject-chain" in rs.maps["no-endpoint-services"]
+
+
+def test_affinity_timeout_and_ip_mode_proxy() -> None:
+    services, slices = fixture()
+    sticky = services[1]
+    sticky.spec.sessionAffinityConfig.clientIP.timeoutSeconds = 600
+    old = build_ruleset(services, slices, "192.168.1.10", "10.244.0.0/16")
+    assert set(old.sets.values()) == {600}
+    sticky.spec.sessionAffinityConfig.clientIP.timeoutSeconds = 30
+    web = services[0]
+    web.spec.type = "LoadBalancer"
+    web.status.loadBalancer.ingress.add(ip="172.18.255.2", ipMode="Proxy")
+    new = build_ruleset(services, slices, "192.168.1.10", "10.244.0.0/16")
+    assert set(new.sets.values()) == {30}
+    assert not any("172.18.255.2" in e for e in new.maps["service-ips"])
+    script = render_update(TABLE, old, new).splitlines()
+    # a set in use cannot be deleted: its rules are flushed first and written again after
+    aff = next(iter(new.sets))
+    users = [c for c, rules in old.chains.items() if any(f"@{aff}" in r for r in rules)]
+    first_delete = script.index(f"delete set ip {TABLE} {aff}")
+    for chain in users:
+        assert script.index(f"flush chain ip {TABLE} {chain}") < first_delete
+        assert any(line.startswith(f"add rule ip {TABLE} {chain} ") for line in script)
+    assert (
+        f"add set ip {TABLE} {aff} {{ type ipv4_addr; flags dynamic,timeout; timeout 30s; }}"
+        in script
+    )
