@@ -387,6 +387,8 @@ class NftablesProxier:
         self.node_name = node_name
         self.min_sync_period = min_sync_period
         self.applied: Ruleset | None = None
+        # partial syncs the kernel refused, each followed by a full rewrite
+        self.full_rewrites = 0
         self._last_sync = 0.0
 
     async def sync(
@@ -410,6 +412,7 @@ class NftablesProxier:
         rc, err = await run_nft(script)
         if rc != 0 and self.applied is not None:
             log.warning("partial nftables sync failed (%s); rewriting table %s", err, self.table)
+            self.full_rewrites += 1
             rc, err = await run_nft(render_full(self.table, new))
         if rc != 0:
             self.applied = None
