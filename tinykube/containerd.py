@@ -484,6 +484,7 @@ class NodeRuntimes:
         self._owns_network = False
         self._chains: set[tuple[str, str]] = set()
         self._tables: set[str] = set()
+        self._all_tables: set[tuple[str, str]] = set()
 
     def bridge(self, i: int) -> str:
         return f"tkcni{i}"
@@ -509,6 +510,7 @@ class NodeRuntimes:
         self._chains = iptables_chains() if shutil.which("iptables-save") else set()
         self._owns_network = True
         self._tables = nft_tables()
+        self._all_tables = nft_all_tables()
         args: dict[str, list[str]] = {
             "controller": [
                 "--allocate-node-cidrs",
@@ -582,6 +584,7 @@ class NodeRuntimes:
         if shutil.which("iptables-save"):
             # CNI's chains (portmap's CNI-HOSTPORT-*, the bridge's CNI-*) made since start.
             remove_chains({c for c in iptables_chains() - self._chains if c[1].startswith("CNI-")})
+        remove_new_empty_iptables_tables(self._all_tables)
         if self._forward and FORWARD.read_text().strip() != self._forward:
             FORWARD.write_text(self._forward)
         # A proxy that died without deleting its table (SIGKILL) leaves it: remove ours.
@@ -636,6 +639,45 @@ async def publish_dns(client: Any, address: str) -> None:
     )
     await client.services.create(svc)
     await client.endpoint_slices.create(eps)
+
+
+def nft_all_tables() -> set[tuple[str, str]]:
+    """(family, name) of every nftables table of the kernel (empty without nft)."""
+    if shutil.which("nft") is None:
+        return set()
+    out = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    return {
+        (parts[1], parts[2])
+        for parts in (ln.split() for ln in out.splitlines())
+        if len(parts) == 3 and parts[0] == "table"
+    }
+
+
+# The tables iptables-nft makes (CNI portmap's iptables calls create them; deleting its chains
+# leaves them behind, holding only empty base chains).
+IPTABLES_NFT_TABLES = ("nat", "filter", "mangle", "raw")
+
+
+def remove_new_empty_iptables_tables(before: set[tuple[str, str]]) -> list[str]:
+    """Delete the iptables-nft tables (ip/ip6 nat, filter, ...) made since `before` that hold no
+    rule, set or map any more; the deleted ones as `family name`."""
+    removed: list[str] = []
+    for family, name in sorted(nft_all_tables() - before):
+        if family not in ("ip", "ip6") or name not in IPTABLES_NFT_TABLES:
+            continue
+        listing = subprocess.run(
+            ["nft", "-j", "list", "table", family, name], capture_output=True, text=True
+        )
+        try:
+            items = json.loads(listing.stdout)["nftables"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if any(key in item for item in items for key in ("rule", "set", "map", "element")):
+            continue  # someone else's rules: not ours to remove
+        done = subprocess.run(["nft", "delete", "table", family, name], capture_output=True)
+        if done.returncode == 0:
+            removed.append(f"{family} {name}")
+    return removed
 
 
 def nft_tables() -> set[str]:

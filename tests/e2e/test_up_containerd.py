@@ -32,6 +32,7 @@ from tinykube.containerd import (
     SERVICE_CIDR,
     ContainerdPaths,
     iptables_chains,
+    nft_all_tables,
     nft_tables,
 )
 from tinykube.cri.v1 import cri_pb2 as cri
@@ -63,7 +64,9 @@ def _start_up(data: Path) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def _leftovers(data: Path, chains: set[tuple[str, str]], forward: str) -> list[str]:
+def _leftovers(
+    data: Path, chains: set[tuple[str, str]], forward: str, tables: set[tuple[str, str]]
+) -> list[str]:
     """What `up` left on the machine."""
     left = [f"process {pid}" for pid in processes_in(data)]
     with open("/proc/self/mountinfo") as f:
@@ -73,6 +76,7 @@ def _leftovers(data: Path, chains: set[tuple[str, str]], forward: str) -> list[s
     left += [f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob("*/tinykube")]
     left += [f"chain {c}" for c in iptables_chains() - chains if c[1].startswith("CNI-")]
     left += [f"nft table {t}" for t in nft_tables() if t.startswith(PROXY_TABLE_PREFIX)]
+    left += [f"nft table {f} {t}" for f, t in nft_all_tables() - tables]
     if FORWARD.read_text().strip() != forward:
         left.append("net.ipv4.ip_forward changed")
     return left
@@ -82,6 +86,7 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
     cri_prerequisites()
     forward = FORWARD.read_text().strip()
     chains = iptables_chains()
+    tables = nft_all_tables()
     data = tmp_path / "data"
     process = _start_up(data)
     lines: queue.Queue[str | None] = queue.Queue()
@@ -266,4 +271,4 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
             output.append(line)
     assert process.returncode == 0, "\n".join(output)
     assert output[-1] == "stopped.", "\n".join(output)
-    assert _leftovers(data, chains, forward) == []
+    assert _leftovers(data, chains, forward, tables) == []
