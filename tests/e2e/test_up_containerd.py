@@ -28,6 +28,7 @@ from tests.e2e.crisupport import cri_prerequisites
 from tests.e2e.waiting import eventually
 from tinykube.containerd import (
     FORWARD,
+    LB_POOL,
     PROXY_TABLE_PREFIX,
     SERVICE_CIDR,
     ContainerdPaths,
@@ -221,6 +222,31 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
             for _ in range(30):
                 by_name.add(run("wget", "-qO-", "http://web:8080/").strip())
             assert len(by_name) >= 2 and by_name <= names, (by_name, names)
+            # A LoadBalancer Service gets an address from up's pool (10.112.0.0/24), which
+            # answers from the host and from a pod through the proxies' DNAT.
+            kubectl(
+                "expose", "deployment", "web", "--name", "lb", "--port", "80",
+                "--target-port", "8080", "--type", "LoadBalancer", "-n", "web",
+            )  # fmt: skip
+
+            def external_ip() -> str | None:
+                got = json.loads(kubectl("get", "service", "lb", "-n", "web", "-o", "json"))
+                ingress = got.get("status", {}).get("loadBalancer", {}).get("ingress", [])
+                return ingress[0]["ip"] if ingress else None
+
+            lb_ip = await eventually(lambda: asyncio.to_thread(external_ip), 60)
+            assert ipaddress.IPv4Address(lb_ip) in ipaddress.IPv4Network(LB_POOL)
+            row = kubectl("get", "service", "lb", "-n", "web").splitlines()[1].split()
+            assert row[3] == lb_ip, row
+
+            async def lb_answers() -> str | None:
+                try:
+                    return await asyncio.to_thread(_get, f"http://{lb_ip}/")
+                except OSError:
+                    return None
+
+            assert await eventually(lb_answers, 60) in names
+            assert run("wget", "-qO-", f"http://{lb_ip}/").strip() in names
             # A headless Service resolves to its ready pods' IPs.
             kubectl(
                 "expose", "deployment", "web", "--name", "direct", "--port", "8080",
