@@ -439,6 +439,9 @@ CLUSTER_CIDR = "10.244.0.0/16"
 SERVICE_CIDR = "10.96.0.0/12"
 # kube's well-known cluster DNS address: the tenth of the service range.
 KUBE_DNS_IP = "10.96.0.10"
+# The cluster DNS's own address (NodeLocal DNSCache's link-local one), on the loopback
+# interface while `up --runtime containerd` runs.
+DNS_LOCAL_IP = "169.254.20.10"
 # LoadBalancer Services' addresses (the controller manager's service-lb): outside loopback and
 # next to the service range, DNATed by the proxies like cluster IPs, from the host and pods.
 LB_POOL = "10.112.0.0/24"
@@ -485,6 +488,8 @@ class NodeRuntimes:
         self._chains: set[tuple[str, str]] = set()
         self._tables: set[str] = set()
         self._all_tables: set[tuple[str, str]] = set()
+        # Whether dns_address added DNS_LOCAL_IP to the loopback interface (stop removes it).
+        self._added_dns_ip = False
 
     def bridge(self, i: int) -> str:
         return f"tkcni{i}"
@@ -549,22 +554,31 @@ class NodeRuntimes:
         return args
 
     def dns_address(self) -> str:
-        """host:port the cluster DNS listens on: a free port on the address this host sends
-        from (pods reach it through kube-dns's cluster IP, DNATed there by the proxies)."""
-        out = subprocess.run(
-            ["ip", "-4", "route", "get", KUBE_DNS_IP], capture_output=True, text=True, check=False
-        ).stdout.split()
-        host = out[out.index("src") + 1] if "src" in out else ""
-        if not host or host.startswith("127."):
-            raise RuntimeError(
-                "cluster DNS: no non-loopback address to serve pods from (no route to "
-                f"{KUBE_DNS_IP}: give this machine a default route)"
+        """host:port the cluster DNS listens on: DNS_LOCAL_IP, added to the loopback interface
+        (removed at stop) unless the machine has it already, port 53 when free. Local to this
+        machine and nothing else: pods reach it through kube-dns's cluster IP, DNATed by the
+        proxies, and no other host can query (and forward through) it."""
+        if not _has_address(DNS_LOCAL_IP):
+            subprocess.run(
+                ["ip", "addr", "add", f"{DNS_LOCAL_IP}/32", "dev", "lo"],
+                capture_output=True,
+                check=True,
             )
+            self._added_dns_ip = True
         import socket
 
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind((host, 0))
-            return f"{host}:{s.getsockname()[1]}"
+        for port in (53, 0):
+            with (
+                socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp,
+                socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp,
+            ):
+                try:
+                    udp.bind((DNS_LOCAL_IP, port))
+                    tcp.bind((DNS_LOCAL_IP, udp.getsockname()[1]))
+                except OSError:
+                    continue
+                return f"{DNS_LOCAL_IP}:{udp.getsockname()[1]}"
+        raise RuntimeError(f"cluster DNS: no free port on {DNS_LOCAL_IP}")
 
     def stop(self) -> None:
         if self.registry is not None:
@@ -587,6 +601,13 @@ class NodeRuntimes:
         remove_new_empty_iptables_tables(self._all_tables)
         if self._forward and FORWARD.read_text().strip() != self._forward:
             FORWARD.write_text(self._forward)
+        if self._added_dns_ip:
+            subprocess.run(
+                ["ip", "addr", "del", f"{DNS_LOCAL_IP}/32", "dev", "lo"],
+                capture_output=True,
+                check=False,
+            )
+            self._added_dns_ip = False
         # A proxy that died without deleting its table (SIGKILL) leaves it: remove ours.
         for table in nft_tables() - self._tables:
             if table.startswith(PROXY_TABLE_PREFIX):
@@ -639,6 +660,13 @@ async def publish_dns(client: Any, address: str) -> None:
     )
     await client.services.create(svc)
     await client.endpoint_slices.create(eps)
+
+
+def _has_address(ip: str) -> bool:
+    out = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=False
+    ).stdout
+    return any(f" {ip}/" in line for line in out.splitlines())
 
 
 def nft_all_tables() -> set[tuple[str, str]]:

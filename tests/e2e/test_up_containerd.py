@@ -27,6 +27,7 @@ from tests.e2e.conftest import READY_LINE, processes_in, tinykube_command, venv_
 from tests.e2e.crisupport import cri_prerequisites
 from tests.e2e.waiting import eventually
 from tinykube.containerd import (
+    DNS_LOCAL_IP,
     FORWARD,
     LB_POOL,
     PROXY_TABLE_PREFIX,
@@ -65,8 +66,18 @@ def _start_up(data: Path) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+def _lo_addresses() -> str:
+    return subprocess.run(
+        ["ip", "-4", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True
+    ).stdout
+
+
 def _leftovers(
-    data: Path, chains: set[tuple[str, str]], forward: str, tables: set[tuple[str, str]]
+    data: Path,
+    chains: set[tuple[str, str]],
+    forward: str,
+    tables: set[tuple[str, str]],
+    had_dns_ip: bool,
 ) -> list[str]:
     """What `up` left on the machine."""
     left = [f"process {pid}" for pid in processes_in(data)]
@@ -78,6 +89,8 @@ def _leftovers(
     left += [f"chain {c}" for c in iptables_chains() - chains if c[1].startswith("CNI-")]
     left += [f"nft table {t}" for t in nft_tables() if t.startswith(PROXY_TABLE_PREFIX)]
     left += [f"nft table {f} {t}" for f, t in nft_all_tables() - tables]
+    if DNS_LOCAL_IP in _lo_addresses() and not had_dns_ip:
+        left.append(f"address {DNS_LOCAL_IP} on lo")
     if FORWARD.read_text().strip() != forward:
         left.append("net.ipv4.ip_forward changed")
     return left
@@ -88,6 +101,7 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
     forward = FORWARD.read_text().strip()
     chains = iptables_chains()
     tables = nft_all_tables()
+    had_dns_ip = DNS_LOCAL_IP in _lo_addresses()
     data = tmp_path / "data"
     process = _start_up(data)
     lines: queue.Queue[str | None] = queue.Queue()
@@ -213,6 +227,8 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
                 assert got.exit_code == 0, (cmd, got.stdout, got.stderr)
                 return got.stdout.decode()
 
+            # the DNS listens on its link-local address only, reached through kube-dns
+            assert any(f"cluster DNS {DNS_LOCAL_IP}:" in line for line in output), output
             conf = run("cat", "/etc/resolv.conf")
             assert "nameserver 10.96.0.10" in conf, conf
             assert "search web.svc.cluster.local svc.cluster.local cluster.local" in conf, conf
@@ -297,4 +313,4 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
             output.append(line)
     assert process.returncode == 0, "\n".join(output)
     assert output[-1] == "stopped.", "\n".join(output)
-    assert _leftovers(data, chains, forward, tables) == []
+    assert _leftovers(data, chains, forward, tables, had_dns_ip) == []
