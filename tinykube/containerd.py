@@ -439,9 +439,10 @@ CLUSTER_CIDR = "10.244.0.0/16"
 SERVICE_CIDR = "10.96.0.0/12"
 # kube's well-known cluster DNS address: the tenth of the service range.
 KUBE_DNS_IP = "10.96.0.10"
-# The cluster DNS's own address (NodeLocal DNSCache's link-local one), on the loopback
-# interface while `up --runtime containerd` runs.
-DNS_LOCAL_IP = "169.254.20.10"
+# The cluster DNS's own address, on the loopback interface while `up --runtime containerd`
+# runs: next to the service range and the load balancer pool, outside both (NodeLocal
+# DNSCache's link-local 169.254.20.10 cannot be an EndpointSlice address).
+DNS_LOCAL_IP = "10.112.255.10"
 # LoadBalancer Services' addresses (the controller manager's service-lb): outside loopback and
 # next to the service range, DNATed by the proxies like cluster IPs, from the host and pods.
 LB_POOL = "10.112.0.0/24"

@@ -235,6 +235,7 @@ def test_compose_file_shape() -> None:
         "apiserver": {"apiserver"},
         "scheduler": {"scheduler"},
         "controller-manager": {"controller-manager"},
+        "dns": {"dns"},
         **{f"node-{i}": {f"kubelet-{i}", f"proxy-{i}"} for i in (1, 2, 3)},
     }
     kubelets = [s for name, s in services.items() if name.startswith("kubelet-")]
@@ -266,6 +267,13 @@ def test_compose_file_shape() -> None:
         for name, s in services.items()
         if name.startswith("kubelet-")
     }
+    # The cluster DNS listens on its own address only; the kubelets (and so their pods) name
+    # it as their DNS server, behind Docker's embedded one.
+    dns = [str(a) for a in services["dns"]["command"]]
+    assert dns[:3] == ["python", "-m", "kubelet.dns"]
+    assert flag(dns, "--dns-address") == f"{ips['dns']}:53"
+    for kubelet in kubelets:
+        assert kubelet["dns"] == [ips["dns"]]
     proxies = {n: s for n, s in services.items() if "kubelet.proxy" in s["command"]}
     assert len(proxies) == len(kubelets)
     for name, proxy in proxies.items():
