@@ -8,7 +8,8 @@ address:port once (the first slice by name wins). Endpoints with `ready` true (o
 used; when none is ready, those that are serving and terminating are (kube-proxy's fallback, so
 a Service whose every pod is shutting down still reaches the pods that still serve).
 
-`desired_state(services, slices, node_ip)` is pure: it maps every listening address to the
+`desired_state(services, slices, node_ip)` is pure: it maps every listening address (cluster
+IPs, node ports, and LoadBalancer Services' ipMode-VIP ingress IPs at the service port) to the
 service port it serves and every service port to its ready endpoints. `Proxier.sync` applies it:
 it closes listeners no longer wanted and opens new ones. A service port listens only while it
 has at least one ready endpoint, so a Service with none refuses connections at once (the kernel
@@ -21,10 +22,13 @@ forwards correctly, and one proxy exiting does not take a cluster IP down. nodeP
 the node's own IP (in a LocalCluster give kubelets distinct loopback IPs, 127.0.1.x), so each
 node's nodePort is served by that node's proxy.
 
-An accepted connection goes to the next endpoint in round-robin order; one that refuses (or does
-not accept within the connect timeout) is skipped and the next is tried; when all fail the client
-gets a reset. Bytes are copied both ways with back-pressure (`drain` after each write); EOF on
-one side is passed on as a half-close to the other, an error on either side aborts both.
+An accepted connection goes to the next endpoint in round-robin order (with `sessionAffinity:
+ClientIP`, a client whose last connection is younger than the Service's
+sessionAffinityConfig.clientIP.timeoutSeconds goes to that connection's endpoint first); one
+that refuses (or does not accept within the connect timeout) is skipped and the next is tried;
+when all fail the client gets a reset. Bytes are copied both ways with back-pressure (`drain`
+after each write); EOF on one side is passed on as a half-close to the other, an error on either
+side aborts both.
 
 Concurrency: one asyncio event loop; the route table is replaced wholesale by `sync`, and a new
 connection reads it once when accepted.

@@ -104,11 +104,12 @@ class ServiceSpec(_message.Message):
     clusterIP: _builtins.str
     """Allocated by the apiserver from --service-cluster-ip-range unless given; immutable."""
     type: _builtins.str
-    """ClusterIP (default), NodePort or ExternalName (a DNS CNAME to externalName, no cluster IP)."""
+    """ClusterIP (default), NodePort, LoadBalancer (an address from the controller manager's
+    service-lb pool) or ExternalName (a DNS CNAME to externalName, no cluster IP).
+    """
     sessionAffinity: _builtins.str
     """The fields below are Kubernetes' defaults, recorded so that clients see what they see
-    against Kubernetes; the proxy forwards every connection the same way (no ClientIP
-    affinity, single-stack IPv4, every endpoint cluster-wide).
+    against Kubernetes (single-stack IPv4 only).
     None (the default) or ClientIP: a client's connections go to the endpoint its first one
     went to, until sessionAffinityConfig.clientIP.timeoutSeconds pass without one.
     """
