@@ -2052,6 +2052,7 @@ _GO_ORDER = {
         "tolerations",
         "priorityClassName",
         "priority",
+        "dnsConfig",
         "preemptionPolicy",
         "enableServiceLinks",
         "topologySpreadConstraints",

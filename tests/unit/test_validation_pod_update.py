@@ -248,7 +248,7 @@ def test_forbidden_message_shows_the_spec_diff() -> None:
         "  \t},\n"
         '  \tRestartPolicy: "Always",\n'
         "  \tTerminationGracePeriodSeconds: &30,\n"
-        "  \t... // 18 identical fields\n"
+        "  \t... // 19 identical fields\n"
         "  }"
     )
 
