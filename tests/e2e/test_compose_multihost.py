@@ -578,6 +578,19 @@ def tcp_answer(host: str, port: int) -> str:
         return ""
 
 
+def dns_answer(server: str, name: str) -> list[str]:
+    """The A records `server` answers for `name` over UDP; [] on any failure."""
+    import dns.exception
+    import dns.message
+    import dns.query
+
+    try:
+        reply = dns.query.udp(dns.message.make_query(name, "A"), server, timeout=2)
+    except (dns.exception.DNSException, OSError):
+        return []
+    return sorted(r.to_text() for rrset in reply.answer for r in rrset)
+
+
 @needs_root
 def test_compose_pod_reaches_a_service_on_another_node(
     compose: ComposeHosts, tmp_path: Path
@@ -643,6 +656,14 @@ def test_compose_pod_reaches_a_service_on_another_node(
     )
     echo = json.loads(cluster.run("get", "services", "echo", "-o", "json").stdout)
     cluster_ip, node_port = echo["spec"]["clusterIP"], echo["spec"]["ports"][0]["nodePort"]
+    # The compose file's cluster DNS answers the Service's name with its cluster IP.
+    dns_ip = compose.ip_of("dns")
+    wait_for(
+        "the cluster DNS answering echo.default.svc.cluster.local",
+        lambda: dns_answer(dns_ip, "echo.default.svc.cluster.local") == [cluster_ip],
+        60,
+        compose,
+    )
     targets = [f"{cluster_ip}:{ECHO_PORT}"]
     targets += [f"{compose.ip_of(svc)}:{node_port}" for _, svc in sorted(kubelets.items())]
 
