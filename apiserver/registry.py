@@ -309,8 +309,7 @@ def keep_service_allocations(new: service_pb2.ServiceSpec, old: service_pb2.Serv
         if new.clusterIP in ("", old.clusterIP):
             new.clusterIP = ""
             del new.clusterIPs[:]
-        return
-    if not new.clusterIP:
+    elif not new.clusterIP:
         new.clusterIP = old.clusterIP
         new.clusterIPs[:] = old.clusterIPs
     # kube's dropTypeDependentFields: what a type needs goes with it, unless the update

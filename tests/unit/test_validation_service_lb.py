@@ -175,3 +175,15 @@ def test_pod_dns_search_limits() -> None:
     assert next(str(e) for e in validate_pod_dns_config("spec", long)).endswith(
         "must not have more than 2048 characters (including spaces) in the search list"
     )
+
+
+def test_load_balancer_to_external_name_drops_cluster_ip_and_node_ports() -> None:
+    old = service("LoadBalancer", clusterIP="10.96.0.9")
+    old.spec.ports[0].nodePort = 30080
+    new = service_pb2.Service()
+    new.CopyFrom(old)
+    new.spec.type = "ExternalName"
+    new.spec.externalName = "db.example.org"
+    Strategy(SERVICE).prepare_for_update(new, old)
+    assert not new.spec.clusterIP and new.spec.ports[0].nodePort == 0
+    assert messages(new) == [] and [str(e) for e in validate_update(SERVICE, new, old)] == []
