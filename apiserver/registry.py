@@ -335,6 +335,13 @@ def keep_service_allocations(new: service_pb2.ServiceSpec, old: service_pb2.Serv
             p.nodePort = old.ports[i].nodePort  # the same port entry, renumbered
 
 
+def default_load_balancer_status(status: service_pb2.LoadBalancerStatus) -> None:
+    """kube's defaults (1.30+): an ingress point with an ip has ipMode VIP unless said."""
+    for ingress in status.ingress:
+        if ingress.ip and not ingress.HasField("ipMode"):
+            ingress.ipMode = "VIP"
+
+
 def wants_node_ports(spec: service_pb2.ServiceSpec) -> bool:
     """NodePort Services, and LoadBalancer ones unless allocateLoadBalancerNodePorts is false."""
     if spec.type == "LoadBalancer":
@@ -546,6 +553,8 @@ class Strategy:
         merged = type(old)()
         merged.CopyFrom(old)
         merged.status.CopyFrom(new.status)  # type: ignore[attr-defined]
+        if self.info.kind == SERVICE.kind:
+            default_load_balancer_status(merged.status.loadBalancer)  # type: ignore[attr-defined]
         if self.info.kind == DEPLOYMENT.kind:
             # Kubernetes' deployment status strategy keeps only spec and labels: the controller
             # records the current revision annotation with the status.

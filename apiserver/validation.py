@@ -1655,6 +1655,7 @@ def validate_service(svc: service_pb2.Service) -> list[FieldError]:
     errs.extend(_labels("spec.selector", spec.selector))
     errs.extend(validate_service_session_affinity(spec))
     errs.extend(validate_service_load_balancer(spec))
+    errs.extend(validate_load_balancer_status(svc.status.loadBalancer))
     return errs
 
 
@@ -2816,7 +2817,8 @@ def validate_pod_volumes(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
 
 # ---- Services' load balancer and session affinity fields, pods' dnsConfig ------------------
 # Kept apart so that they move as they are into the per-kind registry modules: validate_service
-# calls the first two, validate_update the third, validate_pod_spec the last.
+# calls the session affinity, load balancer and load balancer status ones, validate_update the
+# load balancer update one, validate_pod_spec validate_pod_dns_config.
 
 # kube's core.MaxClientIPServiceAffinitySeconds
 MAX_CLIENT_IP_AFFINITY_SECONDS = 86400
@@ -2885,6 +2887,38 @@ def validate_service_load_balancer_update(
         return []
     value: object = new.loadBalancerClass if new.HasField("loadBalancerClass") else _GoValue("null")
     return [invalid("spec.loadBalancerClass", value, "may not change once set")]
+
+
+IP_MODES = ("Proxy", "VIP")
+
+
+def validate_load_balancer_status(status: service_pb2.LoadBalancerStatus) -> list[FieldError]:
+    """kube's ValidateLoadBalancerStatus: each ingress point's ip an IP address, its hostname a
+    DNS name (not an address), ipMode VIP or Proxy and only with an ip."""
+    errs: list[FieldError] = []
+    for i, ingress in enumerate(status.ingress):
+        path = f"status.loadBalancer.ingress[{i}]"
+        if ingress.ip:
+            try:
+                ipaddress.ip_address(ingress.ip)
+            except ValueError:
+                errs.append(invalid(f"{path}.ip", ingress.ip, "must be a valid IP address"))
+        if ingress.hostname:
+            errs.extend(dns1123_subdomain(f"{path}.hostname", ingress.hostname))
+            try:
+                ipaddress.ip_address(ingress.hostname)
+            except ValueError:
+                pass
+            else:
+                detail = "must be a DNS name, not an IP address"
+                errs.append(invalid(f"{path}.hostname", ingress.hostname, detail))
+        if ingress.HasField("ipMode"):
+            if not ingress.ip:
+                detail = "may not be specified when `ip` is not set"
+                errs.append(forbidden(f"{path}.ipMode", detail))
+            elif ingress.ipMode not in IP_MODES:
+                errs.append(unsupported(f"{path}.ipMode", ingress.ipMode, IP_MODES))
+    return errs
 
 
 def validate_pod_dns_config(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:

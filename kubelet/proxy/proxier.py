@@ -268,10 +268,13 @@ class Proxier:
             if (timeout := affinity_timeout(svc))
             for sp in svc.spec.ports
         }
-        self.sticky = {
+        now = self.now()
+        self.sticky = {  # gone service ports and endpoints, and expired clients, dropped
             k: v
             for k, v in self.sticky.items()
-            if k[0] in self.affinity and v[0] in backends.get(k[0], ())
+            if k[0] in self.affinity
+            and v[0] in backends.get(k[0], ())
+            and now - v[1] < self.affinity[k[0]]
         }
         for listener in [lst for lst in self.servers if lst not in routes]:
             server = self.servers.pop(listener)

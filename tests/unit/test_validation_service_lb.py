@@ -187,3 +187,26 @@ def test_load_balancer_to_external_name_drops_cluster_ip_and_node_ports() -> Non
     Strategy(SERVICE).prepare_for_update(new, old)
     assert not new.spec.clusterIP and new.spec.ports[0].nodePort == 0
     assert messages(new) == [] and [str(e) for e in validate_update(SERVICE, new, old)] == []
+
+
+def test_load_balancer_status_ip_mode_default_and_validation() -> None:
+    old = service("LoadBalancer")
+    new = service_pb2.Service()
+    new.CopyFrom(old)
+    new.status.loadBalancer.ingress.add(ip="192.0.2.10")
+    merged = Strategy(SERVICE).prepare_for_status_update(new, old)
+    assert merged.status.loadBalancer.ingress[0].ipMode == "VIP"  # type: ignore[attr-defined]
+    bad = service("LoadBalancer")
+    bad.status.loadBalancer.ingress.add(ip="nope")
+    bad.status.loadBalancer.ingress.add(hostname="lb.example.org", ipMode="VIP")
+    bad.status.loadBalancer.ingress.add(ip="192.0.2.11", ipMode="Direct")
+    bad.status.loadBalancer.ingress.add(hostname="192.0.2.12")
+    assert messages(bad) == [
+        'status.loadBalancer.ingress[0].ip: Invalid value: "nope": must be a valid IP address',
+        "status.loadBalancer.ingress[1].ipMode: Forbidden: may not be specified when `ip` is "
+        "not set",
+        'status.loadBalancer.ingress[2].ipMode: Unsupported value: "Direct": supported values: '
+        '"Proxy", "VIP"',
+        'status.loadBalancer.ingress[3].hostname: Invalid value: "192.0.2.12": must be a DNS '
+        "name, not an IP address",
+    ]
