@@ -2867,6 +2867,12 @@ def validate_service_load_balancer(spec: service_pb2.ServiceSpec) -> list[FieldE
         errs.append(required("spec.allocateLoadBalancerNodePorts"))
     elif not lb and spec.HasField("allocateLoadBalancerNodePorts"):
         errs.append(forbidden("spec.allocateLoadBalancerNodePorts", only_lb))
+    if spec.loadBalancerIP:
+        try:
+            ipaddress.ip_address(spec.loadBalancerIP)
+        except ValueError:
+            detail = "must be a valid IP address"
+            errs.append(invalid("spec.loadBalancerIP", spec.loadBalancerIP, detail))
     if spec.HasField("loadBalancerClass"):
         if not lb:
             errs.append(forbidden("spec.loadBalancerClass", only_lb))

@@ -9,8 +9,11 @@ controller's when it is a LoadBalancer with no `spec.loadBalancerClass` or with 
 (`--service-lb-class`, `tinykube.io/service-lb` by default); others belong to another
 implementation and are never touched. Each of ours gets one address, written as
 `status.loadBalancer.ingress: [{ip, ipMode: VIP}]` (VIP: the proxies DNAT it, kube's 1.30+
-field); an address it already holds is kept across restarts. A Service that stops being a
-LoadBalancer has its pool addresses removed from its status; a deleted one frees its address.
+field); an address it already holds is kept across restarts. `spec.loadBalancerIP`
+(deprecated in kube, honoured by MetalLB) asks for one address of the pool: a Service asking
+for one outside the pool or held by another gets none (an `AllocationFailed` Event says why).
+A Service that stops being a LoadBalancer has its pool addresses removed from its status; a
+deleted one frees its address.
 Two Services claiming one address in their status (written by hand): the first seen keeps it,
 the other is given a new one. When the pool is empty the Service stays `<pending>` with a
 Warning Event `AllocationFailed` and is retried whenever an address is freed.
@@ -200,27 +203,34 @@ class ServiceLBController:
             return
         self._starved.discard(key)
         current = ingress_ips(svc)
-        keep = next((ip for ip in current if self.pool.claim(ip, key)), "")
+        wanted = svc.spec.loadBalancerIP
+        if wanted:
+            keep = wanted if self.pool.claim(wanted, key) else ""
+        else:
+            keep = next((ip for ip in current if self.pool.claim(ip, key)), "")
         if self.pool.release(key, keep=keep):
             self._wake_starved()
-        ip = keep or self.pool.allocate(key)
+        ip = keep or (None if wanted else self.pool.allocate(key))
         if ip is None:
             self._starved.add(key)
-            log.warning("service %s: no free address in pool %s", key, self.pool.text)
+            if not wanted:
+                why = f"no available IPs in pool {self.pool.text}"
+            elif wanted not in self.pool:
+                why = f'"{wanted}" is not in pool {self.pool.text}'
+            else:
+                why = f'"{wanted}" is already in use by {self.pool.owner.get(wanted, "")}'
+            log.warning("service %s: no address: %s", key, why)
             await self._event(
-                svc, WARNING, ALLOCATION_FAILED, f'Failed to allocate IP for "{key}": no '
-                f"available IPs in pool {self.pool.text}"
-            )  # fmt: skip
+                svc, WARNING, ALLOCATION_FAILED, f'Failed to allocate IP for "{key}": {why}'
+            )
+            if current and any(i in self.pool for i in current):
+                await self._write(svc, [])  # what it had is not what it asks for
             return
         want = service_pb2.LoadBalancerIngress(ip=ip, ipMode=IP_MODE_VIP)
         if list(svc.status.loadBalancer.ingress) == [want]:
             return
-        updated = Service()
-        updated.CopyFrom(svc)
-        del updated.status.loadBalancer.ingress[:]
-        updated.status.loadBalancer.ingress.append(want)
         try:
-            await self.client.services.update_status(updated)
+            await self._write(svc, [want])
         except NotFoundError:
             self.pool.release(key)
             return
@@ -231,6 +241,13 @@ class ServiceLBController:
         if ip != keep:
             log.info("service %s: load balancer address %s", key, ip)
             await self._event(svc, NORMAL, IP_ALLOCATED, f'Assigned IP ["{ip}"]')
+
+    async def _write(self, svc: Service, ingress: list[service_pb2.LoadBalancerIngress]) -> None:
+        updated = Service()
+        updated.CopyFrom(svc)
+        del updated.status.loadBalancer.ingress[:]
+        updated.status.loadBalancer.ingress.extend(ingress)
+        await self.client.services.update_status(updated)
 
     async def _release(self, svc: Service) -> None:
         """A Service that is not (or no longer) ours: the pool's addresses leave its status."""
@@ -243,12 +260,8 @@ class ServiceLBController:
         kept = [i for i in ingress if not (i.ip and i.ip in self.pool)]
         if len(kept) == len(ingress):
             return
-        updated = Service()
-        updated.CopyFrom(svc)
-        del updated.status.loadBalancer.ingress[:]
-        updated.status.loadBalancer.ingress.extend(kept)
         try:
-            await self.client.services.update_status(updated)
+            await self._write(svc, kept)
         except NotFoundError:
             return
         log.info("service %s: type %s, load balancer address released", key, svc.spec.type)

@@ -179,6 +179,28 @@ async def test_load_balancer_service_gets_an_external_ip_that_answers(
     ok(tinykube_up.kubectl("delete", "deployment", "lbweb"))
 
 
+async def test_load_balancer_ip_picks_the_pool_address(tinykube_up: UpCluster) -> None:
+    manifest = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "lb-fixed"},
+            "spec": {
+                "type": "LoadBalancer",
+                "loadBalancerIP": "127.101.0.200",
+                "ports": [{"port": 80}],
+            },
+        }
+    )
+    assert tinykube_up.kubectl("create", "-f", "-", stdin=manifest).code == 0
+
+    async def external_ip() -> str | None:
+        row = ok(tinykube_up.kubectl("get", "service", "lb-fixed")).splitlines()[1].split()
+        return row[3] if row[3] != "<pending>" else None
+
+    assert await eventually(external_ip, 60, "the asked-for EXTERNAL-IP") == "127.101.0.200"
+
+
 def test_load_balancer_fields_are_validated(tinykube_up: UpCluster) -> None:
     manifest = json.dumps(
         {

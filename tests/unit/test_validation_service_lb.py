@@ -210,3 +210,10 @@ def test_load_balancer_status_ip_mode_default_and_validation() -> None:
         'status.loadBalancer.ingress[3].hostname: Invalid value: "192.0.2.12": must be a DNS '
         "name, not an IP address",
     ]
+
+
+def test_load_balancer_ip_must_be_an_address() -> None:
+    assert messages(service("LoadBalancer", loadBalancerIP="10.112.0.7")) == []
+    assert messages(service("LoadBalancer", loadBalancerIP="lb.example")) == [
+        'spec.loadBalancerIP: Invalid value: "lb.example": must be a valid IP address'
+    ]

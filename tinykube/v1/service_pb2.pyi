@@ -101,6 +101,7 @@ class ServiceSpec(_message.Message):
     SESSIONAFFINITYCONFIG_FIELD_NUMBER: _builtins.int
     ALLOCATELOADBALANCERNODEPORTS_FIELD_NUMBER: _builtins.int
     LOADBALANCERCLASS_FIELD_NUMBER: _builtins.int
+    LOADBALANCERIP_FIELD_NUMBER: _builtins.int
     clusterIP: _builtins.str
     """Allocated by the apiserver from --service-cluster-ip-range unless given; immutable."""
     type: _builtins.str
@@ -132,6 +133,10 @@ class ServiceSpec(_message.Message):
     loadBalancerClass: _builtins.str
     """LoadBalancer services only, immutable: the load balancer implementation that serves the
     Service; unset is the cluster's default one (the controller manager's service-lb).
+    """
+    loadBalancerIP: _builtins.str
+    """LoadBalancer services only (deprecated in Kubernetes, still honoured by MetalLB and the
+    service-lb controller): the pool address the Service asks for.
     """
     @_builtins.property
     def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___ServicePort]: ...
@@ -169,10 +174,11 @@ class ServiceSpec(_message.Message):
         sessionAffinityConfig: Global___SessionAffinityConfig | None = ...,
         allocateLoadBalancerNodePorts: _builtins.bool | None = ...,
         loadBalancerClass: _builtins.str | None = ...,
+        loadBalancerIP: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_allocateLoadBalancerNodePorts", b"_allocateLoadBalancerNodePorts", "_internalTrafficPolicy", b"_internalTrafficPolicy", "_ipFamilyPolicy", b"_ipFamilyPolicy", "_loadBalancerClass", b"_loadBalancerClass", "allocateLoadBalancerNodePorts", b"allocateLoadBalancerNodePorts", "internalTrafficPolicy", b"internalTrafficPolicy", "ipFamilyPolicy", b"ipFamilyPolicy", "loadBalancerClass", b"loadBalancerClass", "sessionAffinityConfig", b"sessionAffinityConfig"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_allocateLoadBalancerNodePorts", b"_allocateLoadBalancerNodePorts", "_internalTrafficPolicy", b"_internalTrafficPolicy", "_ipFamilyPolicy", b"_ipFamilyPolicy", "_loadBalancerClass", b"_loadBalancerClass", "allocateLoadBalancerNodePorts", b"allocateLoadBalancerNodePorts", "clusterIP", b"clusterIP", "clusterIPs", b"clusterIPs", "externalName", b"externalName", "externalTrafficPolicy", b"externalTrafficPolicy", "internalTrafficPolicy", b"internalTrafficPolicy", "ipFamilies", b"ipFamilies", "ipFamilyPolicy", b"ipFamilyPolicy", "loadBalancerClass", b"loadBalancerClass", "ports", b"ports", "publishNotReadyAddresses", b"publishNotReadyAddresses", "selector", b"selector", "sessionAffinity", b"sessionAffinity", "sessionAffinityConfig", b"sessionAffinityConfig", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_allocateLoadBalancerNodePorts", b"_allocateLoadBalancerNodePorts", "_internalTrafficPolicy", b"_internalTrafficPolicy", "_ipFamilyPolicy", b"_ipFamilyPolicy", "_loadBalancerClass", b"_loadBalancerClass", "allocateLoadBalancerNodePorts", b"allocateLoadBalancerNodePorts", "clusterIP", b"clusterIP", "clusterIPs", b"clusterIPs", "externalName", b"externalName", "externalTrafficPolicy", b"externalTrafficPolicy", "internalTrafficPolicy", b"internalTrafficPolicy", "ipFamilies", b"ipFamilies", "ipFamilyPolicy", b"ipFamilyPolicy", "loadBalancerClass", b"loadBalancerClass", "loadBalancerIP", b"loadBalancerIP", "ports", b"ports", "publishNotReadyAddresses", b"publishNotReadyAddresses", "selector", b"selector", "sessionAffinity", b"sessionAffinity", "sessionAffinityConfig", b"sessionAffinityConfig", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__allocateLoadBalancerNodePorts: _TypeAlias = _typing.Literal["allocateLoadBalancerNodePorts"]  # noqa: Y015
     _WhichOneofArgType__allocateLoadBalancerNodePorts: _TypeAlias = _typing.Literal["_allocateLoadBalancerNodePorts", b"_allocateLoadBalancerNodePorts"]  # noqa: Y015

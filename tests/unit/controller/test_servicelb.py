@@ -132,3 +132,35 @@ async def test_other_classes_are_left_alone_and_ours_is_served() -> None:
         await ctrl.sync(key)
     assert _ingress(client, "theirs") == [("198.51.100.7", "")]
     assert _ingress(client, "ours") == [("192.0.2.1", "VIP")]
+
+
+async def test_load_balancer_ip_asks_for_an_address_of_the_pool() -> None:
+    client, ctrl, queue, recorder = _setup("192.0.2.0/29")
+    a = _svc(client, "a")
+    a.spec.loadBalancerIP = "192.0.2.5"
+    ctrl.on_add(a)
+    await ctrl.sync("default/a")
+    assert _ingress(client, "a") == [("192.0.2.5", "VIP")]
+    # taken by a, or outside the pool: nothing, and an Event saying why
+    b = _svc(client, "b")
+    b.spec.loadBalancerIP = "192.0.2.5"
+    ctrl.on_add(b)
+    await ctrl.sync("default/b")
+    assert _ingress(client, "b") == []
+    assert recorder.events[-1] == (
+        "Warning",
+        ALLOCATION_FAILED,
+        'Failed to allocate IP for "default/b": "192.0.2.5" is already in use by default/a',
+    )
+    c = _svc(client, "c", ingress="192.0.2.1")
+    c.spec.loadBalancerIP = "198.51.100.1"
+    ctrl.on_add(c)
+    await ctrl.sync("default/c")
+    assert _ingress(client, "c") == []  # what it had is released: it asks for another
+    assert "not in pool 192.0.2.0/29" in recorder.events[-1][2]
+    assert "192.0.2.1" not in ctrl.pool.owner
+    # a frees .5: b gets it
+    ctrl.on_delete(client.services.objects.pop("default/a"))
+    assert "default/b" in queue.added
+    await ctrl.sync("default/b")
+    assert _ingress(client, "b") == [("192.0.2.5", "VIP")]
