@@ -194,6 +194,14 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
 
         seen = await eventually(answers, 120)
         assert seen <= names, (seen, names)
+
+        async def all_serving() -> bool:
+            # Ready is "running" here (no probe): a pod's httpd may not listen yet, and a
+            # request DNATed to it is refused. The loop below asserts on every request.
+            got = await answers()
+            return got is not None and got == names
+
+        assert await eventually(all_serving, 120)
         # From inside a pod's network namespace too: the proxies' nftables DNAT (the cluster
         # IP is in 10.96.0.0/12, not loopback).
         assert ipaddress.IPv4Address(ip) in ipaddress.IPv4Network(SERVICE_CIDR)
