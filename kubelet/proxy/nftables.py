@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import ipaddress
 import logging
@@ -57,6 +58,9 @@ from tinykube.v1 import service_pb2
 log = logging.getLogger(__name__)
 
 DEFAULT_TABLE = "tinykube-proxy"
+# A refused `nft -f` is tried this many more times before a partial sync falls back to a full
+# one (and a full one gives up until the next sync).
+NFT_RETRIES = 2
 MASQ_MARK = "0x4000"
 
 BASE_CHAINS: dict[str, str] = {
@@ -352,6 +356,7 @@ def nft_available() -> str | None:
 
 
 async def run_nft(script: str, *args: str) -> tuple[int, str]:
+    """`nft -f -` with `script` on stdin: (exit code, stderr)."""
     proc = await asyncio.create_subprocess_exec(
         "nft",
         *args,
@@ -361,7 +366,19 @@ async def run_nft(script: str, *args: str) -> tuple[int, str]:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    _, err = await proc.communicate(script.encode())
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(script.encode())
+        await proc.stdin.drain()
+    except (BrokenPipeError, ConnectionResetError, RuntimeError):
+        # nft exited before reading its input (its cache setup failed: "Interrupted system
+        # call" when another process changes the ruleset meanwhile); its stderr says why.
+        # uvloop reports the closed pipe as RuntimeError, asyncio's own loop as BrokenPipe.
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            proc.stdin.close()
+    _, err = await proc.communicate()
     return proc.returncode or 0, err.decode(errors="replace").strip()
 
 
@@ -410,6 +427,14 @@ class NftablesProxier:
             return
         started = time.monotonic()
         rc, err = await run_nft(script)
+        for attempt in range(1, NFT_RETRIES + 1):
+            if rc == 0:
+                break
+            # a refused transaction changed nothing: the same one again, after a moment (nft
+            # fails at times while other processes change the ruleset)
+            log.info("nft -f failed for table %s (%s); attempt %d", self.table, err, attempt + 1)
+            await asyncio.sleep(0.1 * attempt)
+            rc, err = await run_nft(script)
         if rc != 0 and self.applied is not None:
             log.warning("partial nftables sync failed (%s); rewriting table %s", err, self.table)
             self.full_rewrites += 1

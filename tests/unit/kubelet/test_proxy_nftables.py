@@ -231,3 +231,45 @@ def test_affinity_timeout_and_ip_mode_proxy() -> None:
         f"add set ip {TABLE} {aff} {{ type ipv4_addr; flags dynamic,timeout; timeout 30s; }}"
         in script
     )
+
+
+def test_nft_exiting_before_reading_its_input_is_a_failed_sync_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nft that fails at start without reading stdin (its cache setup interrupted by another
+    process's ruleset change) closes the pipe: uvloop raised RuntimeError out of communicate
+    and the proxy loop restarted. Now it is a failed attempt, retried."""
+    import asyncio
+
+    import uvloop
+    from prometheus_client import CollectorRegistry
+
+    from kubelet.proxy.metrics import Metrics
+    from kubelet.proxy.nftables import NftablesProxier, run_nft
+
+    calls = tmp_path / "calls"
+    nft = tmp_path / "nft"
+    nft.write_text(
+        "#!/bin/sh\n"
+        f'echo x >> "{calls}"\n'
+        f'if [ "$(wc -l < "{calls}")" -lt 3 ]; then\n'
+        '  echo "Error: cache initialization failed: Interrupted system call" >&2; exit 1\n'
+        "fi\n"
+        "cat > /dev/null\n"
+    )
+    nft.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    services, slices = fixture()
+
+    async def main() -> tuple[int, str, bool]:
+        rc, err = await run_nft("x" * 1_000_000)  # more than a pipe holds
+        calls.unlink()
+        proxier = NftablesProxier(Metrics(CollectorRegistry()), min_sync_period=0.0)
+        await proxier.sync(services, slices, "192.168.1.10")
+        return rc, err, proxier.applied is not None
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        rc, err, applied = runner.run(main())
+    assert rc == 1 and "Interrupted system call" in err
+    assert applied  # the third attempt went through
+    assert len(calls.read_text().splitlines()) == 3
