@@ -35,7 +35,7 @@ RUN groupadd --system --gid 10001 tinykube \
  && useradd --system --uid 10001 --gid tinykube --home-dir /var/lib/tinykube --create-home tinykube \
  && cd /var/lib/tinykube \
  && install -d -o tinykube -g tinykube -m 0755 \
-      etcd etcd-1 etcd-2 apiserver scheduler controller-manager node-1 node-2 node-3
+      etcd etcd-1 etcd-2 apiserver scheduler controller-manager dns node-1 node-2 node-3
 COPY --from=build /opt/tinykube /opt/tinykube
 ENV PATH=/opt/tinykube/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 USER tinykube

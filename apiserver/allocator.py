@@ -270,7 +270,16 @@ class ServiceAllocator:
             spec.clusterIP = await self._pick_ip(avoid_ips)
         if _allocated(spec.clusterIP):
             spec.clusterIPs[:] = [spec.clusterIP]
-        if spec.type in NODE_PORT_TYPES:
+        # allocateLoadBalancerNodePorts false: a LoadBalancer Service gets no node ports (those
+        # it names are still claimed)
+        wanted = spec.type == "NodePort" or (
+            spec.type == "LoadBalancer"
+            and (
+                spec.allocateLoadBalancerNodePorts
+                or not spec.HasField("allocateLoadBalancerNodePorts")
+            )
+        )
+        if wanted:
             taken_here = {p.nodePort for p in spec.ports if p.nodePort}
             avoid_ports = {
                 int(k[len(self.port_prefix) :]) for k in avoid if k.startswith(self.port_prefix)

@@ -11,6 +11,7 @@ into one INVALID_ARGUMENT (`InvalidError.for_object`). Pure functions, no I/O.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import math
 import re
@@ -774,6 +775,7 @@ def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
         errs.append(unsupported(f"{path}.restartPolicy", spec.restartPolicy, RESTART_POLICIES))
     if spec.dnsPolicy not in DNS_POLICIES:
         errs.append(unsupported(f"{path}.dnsPolicy", spec.dnsPolicy, DNS_POLICIES))
+    errs.extend(validate_pod_dns_config(path, spec))
     if spec.HasField("terminationGracePeriodSeconds") and spec.terminationGracePeriodSeconds < 0:
         errs.append(
             invalid(
@@ -880,7 +882,7 @@ def json_text(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
-def _label_name(path: str, key: str) -> list[FieldError]:
+def label_name(path: str, key: str) -> list[FieldError]:
     """Kubernetes' ValidateLabelName: an empty name part is both empty and not matching."""
     problems = validate_label_key(key)
     if key.count("/") <= 1 and not key.rpartition("/")[2]:
@@ -892,7 +894,7 @@ def validate_label_selector(path: str, sel: meta_pb2.LabelSelector) -> list[Fiel
     """Kubernetes' metav1 ValidateLabelSelector, message for message."""
     errs: list[FieldError] = []
     for key in sorted(sel.matchLabels):
-        errs.extend(_label_name(f"{path}.matchLabels", key))
+        errs.extend(label_name(f"{path}.matchLabels", key))
         for p in validate_label_value(sel.matchLabels[key]):
             errs.append(invalid(f"{path}.matchLabels", sel.matchLabels[key], p))
     for i, expr in enumerate(sel.matchExpressions):
@@ -912,7 +914,7 @@ def validate_label_selector(path: str, sel: meta_pb2.LabelSelector) -> list[Fiel
                 )
         else:
             errs.append(invalid(f"{ep}.operator", expr.operator, "not a valid selector operator"))
-        errs.extend(_label_name(f"{ep}.key", expr.key))
+        errs.extend(label_name(f"{ep}.key", expr.key))
         for j, value in enumerate(expr.values):
             for p in validate_label_value(value):
                 errs.append(invalid(f"{ep}.values[{j}]", value, p))
@@ -939,7 +941,7 @@ def _match_label_keys(
             )
             continue
         for i, key in enumerate(keys):
-            errs.extend(_label_name(f"{path}.{name}[{i}]", key))
+            errs.extend(label_name(f"{path}.{name}[{i}]", key))
     if sel is not None:
         index = {key: i for i, key in enumerate(match)}
         seen = set(sel.matchLabels)
@@ -976,7 +978,7 @@ def _pod_affinity_term(path: str, term: pod_pb2.PodAffinityTerm) -> list[FieldEr
     errs.extend(_match_label_keys(path, term.matchLabelKeys, term.mismatchLabelKeys, sel))
     if not term.topologyKey:
         errs.append(required(f"{path}.topologyKey", "can not be empty"))
-    errs.extend(_label_name(f"{path}.topologyKey", term.topologyKey))
+    errs.extend(label_name(f"{path}.topologyKey", term.topologyKey))
     return errs
 
 
@@ -1058,7 +1060,7 @@ def validate_pod_placement(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]
     gates: set[str] = set()
     for i, gate in enumerate(spec.schedulingGates):
         gp = f"{path}.schedulingGates[{i}]"
-        errs.extend(_label_name(gp, gate.name))
+        errs.extend(label_name(gp, gate.name))
         if gate.name in gates:
             errs.append(duplicate(gp, gate.name))
         gates.add(gate.name)
@@ -1632,4 +1634,71 @@ def validate_pod_volumes(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
             errs.extend(
                 validate_volume_mounts(f"{path}.{group}[{i}].volumeMounts", c.volumeMounts, names)
             )
+    return errs
+
+
+def go_strings(values: Iterable[str]) -> GoValue:
+    """A []string as Go's %#v prints it in Kubernetes' messages."""
+    return GoValue("[]string{" + ", ".join(go_quote(v) for v in values) + "}")
+
+
+# kube's MaxDNSNameservers, MaxDNSSearchPaths, MaxDNSSearchListChars (libc's limits)
+MAX_DNS_NAMESERVERS = 3
+MAX_DNS_SEARCH_PATHS = 32
+MAX_DNS_SEARCH_LIST_CHARS = 2048
+
+
+def validate_pod_dns_config(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
+    """kube's validatePodDNSConfig: dnsPolicy None needs dnsConfig with a nameserver; at most 3
+    nameservers (IP addresses), 32 search domains of 2048 characters with their spaces (DNS
+    subdomains, a trailing dot allowed), options with names."""
+    errs: list[FieldError] = []
+    dp = f"{path}.dnsConfig"
+    has = spec.HasField("dnsConfig")
+    cfg = spec.dnsConfig
+    if spec.dnsPolicy == "None":
+        if not has:
+            return [required(dp, "must provide `dnsConfig` when `dnsPolicy` is None")]
+        if not cfg.nameservers:
+            detail = "must provide at least one DNS nameserver when `dnsPolicy` is None"
+            return [required(f"{dp}.nameservers", detail)]
+    if not has:
+        return errs
+    if len(cfg.nameservers) > MAX_DNS_NAMESERVERS:
+        errs.append(
+            invalid(
+                f"{dp}.nameservers",
+                go_strings(cfg.nameservers),
+                f"must not have more than {MAX_DNS_NAMESERVERS} nameservers",
+            )
+        )
+    for i, ns in enumerate(cfg.nameservers):
+        try:
+            ipaddress.ip_address(ns)
+        except ValueError:
+            detail = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
+            errs.append(invalid(f"{dp}.nameservers[{i}]", ns, detail))
+    if len(cfg.searches) > MAX_DNS_SEARCH_PATHS:
+        errs.append(
+            invalid(
+                f"{dp}.searches",
+                go_strings(cfg.searches),
+                f"must not have more than {MAX_DNS_SEARCH_PATHS} search paths",
+            )
+        )
+    if len(" ".join(cfg.searches)) > MAX_DNS_SEARCH_LIST_CHARS:
+        errs.append(
+            invalid(
+                f"{dp}.searches",
+                go_strings(cfg.searches),
+                f"must not have more than {MAX_DNS_SEARCH_LIST_CHARS} characters (including "
+                "spaces) in the search list",
+            )
+        )
+    for i, search in enumerate(cfg.searches):
+        # a trailing dot is fine (an absolute name)
+        errs.extend(dns1123_subdomain(f"{dp}.searches[{i}]", search.removesuffix(".")))
+    for i, option in enumerate(cfg.options):
+        if not option.name:
+            errs.append(required(f"{dp}.options[{i}]", "Option.Name must not be empty"))
     return errs

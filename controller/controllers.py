@@ -42,6 +42,7 @@ from controller.nodelifecycle import NodeLifecycleController
 from controller.replicaset import ReplicaSetController
 from controller.rootcacert import RootCACertPublisher
 from controller.serviceaccount import ServiceAccountsController
+from controller.servicelb import AddressPool, ServiceLBController
 from controller.tokens import TokensController
 from controller.ttlafterfinished import TTLAfterFinishedController
 from tinykube import kinds
@@ -347,6 +348,23 @@ async def start_node_ipam(ctx: ControllerContext) -> Running | None:
     return Running([Workers("nodeipam", queue, c.sync, 1)])
 
 
+async def start_service_lb(ctx: ControllerContext) -> Running:
+    """LoadBalancer Services' addresses from --service-lb-pool (controller/servicelb.py)."""
+    s = ctx.settings
+    services = ctx.informers.for_kind(kinds.SERVICE)
+    queue = ctx.queue("service-lb", "service-lb")
+    c = ServiceLBController(
+        ctx.client,
+        services.store,
+        queue,
+        AddressPool(s.service_lb_pool),
+        lb_class=s.service_lb_class,
+        recorder=ctx.recorder("service-lb-controller"),
+    )
+    services.add_handler(c.on_add, c.on_update, c.on_delete)
+    return Running([Workers("service-lb", queue, c.sync, 1)])
+
+
 async def start_ttl_after_finished(ctx: ControllerContext) -> Running:
     jobs = ctx.informers.for_kind(kinds.JOB)
     queue = ctx.queue("ttl_jobs_to_delete", "ttl-after-finished")
@@ -503,6 +521,7 @@ CONTROLLERS: tuple[ControllerDescriptor, ...] = (
     ),
     ControllerDescriptor("node-lifecycle-controller", ("nodelifecycle",), start_node_lifecycle),
     ControllerDescriptor("node-ipam-controller", ("nodeipam",), start_node_ipam),
+    ControllerDescriptor("service-lb-controller", ("service-lb", "service"), start_service_lb),
 )
 
 

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 
 from controller.controllers import CONTROLLERS, check_selection
 from controller.nodeipam import CIDRSet
+from controller.servicelb import DEFAULT_CLASS as DEFAULT_LB_CLASS
+from controller.servicelb import DEFAULT_POOL as DEFAULT_LB_POOL
+from controller.servicelb import AddressPool
 from tinykube.flags import add_apiserver_flag, apiserver_flag, listen_address, parse_duration
 from tinykube.jwt import KeyFileError, PrivateKey, load_private_key
 from tinykube.tls import Security, add_flags, security_from_args
@@ -64,6 +67,10 @@ class Settings:
     allocate_node_cidrs: bool = False
     cluster_cidr: str = ""
     node_cidr_mask_size: int = 24
+    # The service-lb controller: LoadBalancer Services' addresses from this pool (CIDRs or
+    # first-last ranges), for Services without a loadBalancerClass or with this one.
+    service_lb_pool: str = DEFAULT_LB_POOL
+    service_lb_class: str = DEFAULT_LB_CLASS
     # kube-controller-manager's --service-account-private-key-file (the token controller signs
     # token Secrets with it; without it that controller is off) and --root-ca-file (their
     # ca.crt), read at start.
@@ -201,6 +208,17 @@ class Settings:
             help="prefix length of each Node's pod CIDR (default 24)",
         )
         p.add_argument(
+            "--service-lb-pool",
+            default=cls.service_lb_pool,
+            help="LoadBalancer Services' addresses: CIDRs or first-last ranges, comma separated "
+            f"(default {cls.service_lb_pool}: loopback, for the userspace proxy)",
+        )
+        p.add_argument(
+            "--service-lb-class",
+            default=cls.service_lb_class,
+            help="the loadBalancerClass the service-lb controller serves besides none",
+        )
+        p.add_argument(
             "--concurrent-daemonset-syncs",
             type=int,
             default=2,
@@ -305,6 +323,10 @@ class Settings:
                 CIDRSet(a.cluster_cidr, a.node_cidr_mask_size)
             except ValueError as exc:
                 p.error(f"--cluster-cidr {a.cluster_cidr!r}: {exc}")
+        try:
+            AddressPool(a.service_lb_pool)
+        except ValueError as exc:
+            p.error(str(exc))
         identity = a.identity or f"{socket.gethostname()}_{uuid.uuid4()}"
         security = security_from_args(a)
         return cls(
@@ -342,6 +364,8 @@ class Settings:
             allocate_node_cidrs=allocate,
             cluster_cidr=a.cluster_cidr,
             node_cidr_mask_size=a.node_cidr_mask_size,
+            service_lb_pool=a.service_lb_pool,
+            service_lb_class=a.service_lb_class,
             service_account_key=sa_key,
             root_ca=root_ca,
         )

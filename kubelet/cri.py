@@ -33,6 +33,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,8 +139,9 @@ class PodDNS:
     writes into a pod's sandbox. dnsPolicy ClusterFirst (the default): the cluster DNS server,
     searches `<ns>.svc.<domain> svc.<domain> <domain>` then the host's, `ndots:5`; a hostNetwork
     pod's ClusterFirst, and Default: the host's resolv.conf; ClusterFirstWithHostNet: cluster
-    DNS even with hostNetwork; None: nothing (pod.proto has no dnsConfig yet). Without a cluster
-    DNS server ClusterFirst falls back to Default, as kube's kubelet does."""
+    DNS even with hostNetwork; None: nothing. The pod's dnsConfig is added to that (all of it
+    with None). Without a cluster DNS server ClusterFirst falls back to Default, as kube's
+    kubelet does."""
 
     cluster_dns: str = ""
     domain: str = "cluster.local"
@@ -168,22 +170,57 @@ class PodDNS:
         return servers, searches, options
 
     def config(self, pod: pod_pb2.Pod) -> cri.DNSConfig:
+        servers, searches, options = self._base(pod)
+        if pod.spec.HasField("dnsConfig"):
+            # kube's appendDNSConfig: nameservers and searches appended (duplicates dropped),
+            # options merged by name, the pod's value winning
+            extra = pod.spec.dnsConfig
+            servers = list(dict.fromkeys([*servers, *extra.nameservers]))
+            searches = list(dict.fromkeys([*searches, *extra.searches]))
+            options = _merge_options(options, extra.options)
+        # kube's limits (formDNSConfigFitsLimits): 3 nameservers, 32 search domains of 2048
+        # characters with their spaces
+        searches = searches[:MAX_DNS_SEARCH_PATHS]
+        while searches and len(" ".join(searches)) > MAX_DNS_SEARCH_LIST_CHARS:
+            searches.pop()
+        return cri.DNSConfig(
+            servers=servers[:MAX_DNS_NAMESERVERS], searches=searches, options=options
+        )
+
+    def _base(self, pod: pod_pb2.Pod) -> tuple[list[str], list[str], list[str]]:
+        """What dnsPolicy gives, before the pod's dnsConfig."""
         policy = pod.spec.dnsPolicy or "ClusterFirst"
         if policy == "None":
-            return cri.DNSConfig()
+            return [], [], []
         servers, searches, options = self.host()
         cluster = self.cluster_dns and (
             policy == "ClusterFirstWithHostNet"
             or (policy == "ClusterFirst" and not pod.spec.hostNetwork)
         )
         if not cluster:
-            return cri.DNSConfig(servers=servers, searches=searches, options=options)
+            return servers, searches, options
         d = self.domain
         ns = pod.metadata.namespace or "default"
         own = [f"{ns}.svc.{d}", f"svc.{d}", d]
-        # kube caps search domains at 32 (MaxDNSSearchPaths)
-        search = own + [s for s in searches if s not in own]
-        return cri.DNSConfig(servers=[self.cluster_dns], searches=search[:32], options=["ndots:5"])
+        return [self.cluster_dns], own + [s for s in searches if s not in own], ["ndots:5"]
+
+
+MAX_DNS_NAMESERVERS = 3
+MAX_DNS_SEARCH_PATHS = 32
+MAX_DNS_SEARCH_LIST_CHARS = 2048
+
+
+def _merge_options(base: list[str], extra: Iterable[pod_pb2.PodDNSConfigOption]) -> list[str]:
+    """resolv.conf options (`name` or `name:value`): the pod's replace the same name's."""
+    merged: dict[str, str] = {}
+    for text in base:
+        name = text.split(":", 1)[0]
+        merged[name] = text
+    for option in extra:
+        merged[option.name] = (
+            f"{option.name}:{option.value}" if option.HasField("value") else option.name
+        )
+    return list(merged.values())
 
 
 def sandbox_config(

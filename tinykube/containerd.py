@@ -439,6 +439,13 @@ CLUSTER_CIDR = "10.244.0.0/16"
 SERVICE_CIDR = "10.96.0.0/12"
 # kube's well-known cluster DNS address: the tenth of the service range.
 KUBE_DNS_IP = "10.96.0.10"
+# The cluster DNS's own address, on the loopback interface while `up --runtime containerd`
+# runs: next to the service range and the load balancer pool, outside both (NodeLocal
+# DNSCache's link-local 169.254.20.10 cannot be an EndpointSlice address).
+DNS_LOCAL_IP = "10.112.255.10"
+# LoadBalancer Services' addresses (the controller manager's service-lb): outside loopback and
+# next to the service range, DNATed by the proxies like cluster IPs, from the host and pods.
+LB_POOL = "10.112.0.0/24"
 # Each node proxy's nftables table (several nodes share this machine's kernel).
 PROXY_TABLE_PREFIX = "tinykube-proxy-"
 # The walkthrough's image, built and imported into every node's containerd by `tinykube up
@@ -481,6 +488,9 @@ class NodeRuntimes:
         self._owns_network = False
         self._chains: set[tuple[str, str]] = set()
         self._tables: set[str] = set()
+        self._all_tables: set[tuple[str, str]] = set()
+        # Whether dns_address added DNS_LOCAL_IP to the loopback interface (stop removes it).
+        self._added_dns_ip = False
 
     def bridge(self, i: int) -> str:
         return f"tkcni{i}"
@@ -506,8 +516,15 @@ class NodeRuntimes:
         self._chains = iptables_chains() if shutil.which("iptables-save") else set()
         self._owns_network = True
         self._tables = nft_tables()
+        self._all_tables = nft_all_tables()
         args: dict[str, list[str]] = {
-            "controller": ["--allocate-node-cidrs", "--cluster-cidr", self.cluster_cidr],
+            "controller": [
+                "--allocate-node-cidrs",
+                "--cluster-cidr",
+                self.cluster_cidr,
+                "--service-lb-pool",
+                LB_POOL,
+            ],
             "apiserver": ["--service-cluster-ip-range", SERVICE_CIDR],
         }
         if shutil.which("docker-registry") is not None:
@@ -538,22 +555,31 @@ class NodeRuntimes:
         return args
 
     def dns_address(self) -> str:
-        """host:port the cluster DNS listens on: a free port on the address this host sends
-        from (pods reach it through kube-dns's cluster IP, DNATed there by the proxies)."""
-        out = subprocess.run(
-            ["ip", "-4", "route", "get", KUBE_DNS_IP], capture_output=True, text=True, check=False
-        ).stdout.split()
-        host = out[out.index("src") + 1] if "src" in out else ""
-        if not host or host.startswith("127."):
-            raise RuntimeError(
-                "cluster DNS: no non-loopback address to serve pods from (no route to "
-                f"{KUBE_DNS_IP}: give this machine a default route)"
+        """host:port the cluster DNS listens on: DNS_LOCAL_IP, added to the loopback interface
+        (removed at stop) unless the machine has it already, port 53 when free. Local to this
+        machine and nothing else: pods reach it through kube-dns's cluster IP, DNATed by the
+        proxies, and no other host can query (and forward through) it."""
+        if not _has_address(DNS_LOCAL_IP):
+            subprocess.run(
+                ["ip", "addr", "add", f"{DNS_LOCAL_IP}/32", "dev", "lo"],
+                capture_output=True,
+                check=True,
             )
+            self._added_dns_ip = True
         import socket
 
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind((host, 0))
-            return f"{host}:{s.getsockname()[1]}"
+        for port in (53, 0):
+            with (
+                socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp,
+                socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp,
+            ):
+                try:
+                    udp.bind((DNS_LOCAL_IP, port))
+                    tcp.bind((DNS_LOCAL_IP, udp.getsockname()[1]))
+                except OSError:
+                    continue
+                return f"{DNS_LOCAL_IP}:{udp.getsockname()[1]}"
+        raise RuntimeError(f"cluster DNS: no free port on {DNS_LOCAL_IP}")
 
     def stop(self) -> None:
         if self.registry is not None:
@@ -573,8 +599,16 @@ class NodeRuntimes:
         if shutil.which("iptables-save"):
             # CNI's chains (portmap's CNI-HOSTPORT-*, the bridge's CNI-*) made since start.
             remove_chains({c for c in iptables_chains() - self._chains if c[1].startswith("CNI-")})
+        remove_new_empty_iptables_tables(self._all_tables)
         if self._forward and FORWARD.read_text().strip() != self._forward:
             FORWARD.write_text(self._forward)
+        if self._added_dns_ip:
+            subprocess.run(
+                ["ip", "addr", "del", f"{DNS_LOCAL_IP}/32", "dev", "lo"],
+                capture_output=True,
+                check=False,
+            )
+            self._added_dns_ip = False
         # A proxy that died without deleting its table (SIGKILL) leaves it: remove ours.
         for table in nft_tables() - self._tables:
             if table.startswith(PROXY_TABLE_PREFIX):
@@ -627,6 +661,52 @@ async def publish_dns(client: Any, address: str) -> None:
     )
     await client.services.create(svc)
     await client.endpoint_slices.create(eps)
+
+
+def _has_address(ip: str) -> bool:
+    out = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=False
+    ).stdout
+    return any(f" {ip}/" in line for line in out.splitlines())
+
+
+def nft_all_tables() -> set[tuple[str, str]]:
+    """(family, name) of every nftables table of the kernel (empty without nft)."""
+    if shutil.which("nft") is None:
+        return set()
+    out = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    return {
+        (parts[1], parts[2])
+        for parts in (ln.split() for ln in out.splitlines())
+        if len(parts) == 3 and parts[0] == "table"
+    }
+
+
+# The tables iptables-nft makes (CNI portmap's iptables calls create them; deleting its chains
+# leaves them behind, holding only empty base chains).
+IPTABLES_NFT_TABLES = ("nat", "filter", "mangle", "raw")
+
+
+def remove_new_empty_iptables_tables(before: set[tuple[str, str]]) -> list[str]:
+    """Delete the iptables-nft tables (ip/ip6 nat, filter, ...) made since `before` that hold no
+    rule, set or map any more; the deleted ones as `family name`."""
+    removed: list[str] = []
+    for family, name in sorted(nft_all_tables() - before):
+        if family not in ("ip", "ip6") or name not in IPTABLES_NFT_TABLES:
+            continue
+        listing = subprocess.run(
+            ["nft", "-j", "list", "table", family, name], capture_output=True, text=True
+        )
+        try:
+            items = json.loads(listing.stdout)["nftables"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if any(key in item for item in items for key in ("rule", "set", "map", "element")):
+            continue  # someone else's rules: not ours to remove
+        done = subprocess.run(["nft", "delete", "table", family, name], capture_output=True)
+        if done.returncode == 0:
+            removed.append(f"{family} {name}")
+    return removed
 
 
 def nft_tables() -> set[str]:

@@ -424,6 +424,14 @@ def cluster_specs(
             ip_addresses=addrs,
             server=True,
         ),
+        # the cluster DNS's gRPC health port (a multi-host cluster's `dns` bundle)
+        CertSpec(
+            "dns-serving",
+            "kube-dns",
+            dns_names=("localhost", *hosts),
+            ip_addresses=addrs,
+            server=True,
+        ),
         CertSpec("scheduler", "system:kube-scheduler", client=True),
         CertSpec("controller-manager", "system:kube-controller-manager", client=True),
         CertSpec("proxy", "system:kube-proxy", client=True),

@@ -50,6 +50,7 @@ _GO_ORDER = {
         "tolerations",
         "priorityClassName",
         "priority",
+        "dnsConfig",
         "preemptionPolicy",
         "enableServiceLinks",
         "topologySpreadConstraints",

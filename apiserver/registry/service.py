@@ -9,16 +9,19 @@ addresses against their ranges. Pure functions.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from datetime import datetime
 
 from apiserver.registry.base import META_FIELDS, Strategy
 from apiserver.validation import (
+    GoValue,
     dns1123_label,
     dns1123_subdomain,
     duplicate,
     forbidden,
     invalid,
+    label_name,
     port_number,
     required,
     unsupported,
@@ -114,7 +117,139 @@ def validate_service(svc: service_pb2.Service) -> list[FieldError]:
         if p.nodePort and not 1 <= p.nodePort <= 65535:
             errs.extend(port_number(f"{pp}.nodePort", p.nodePort))
     errs.extend(validate_labels("spec.selector", spec.selector))
+    errs.extend(validate_service_session_affinity(spec))
+    errs.extend(validate_service_load_balancer(spec))
+    errs.extend(validate_load_balancer_status(svc.status.loadBalancer))
     return errs
+
+
+# kube's core.MaxClientIPServiceAffinitySeconds
+MAX_CLIENT_IP_AFFINITY_SECONDS = 86400
+
+
+def validate_service_session_affinity(spec: service_pb2.ServiceSpec) -> list[FieldError]:
+    """sessionAffinityConfig: required with ClientIP (the defaults fill it), forbidden with
+    None; clientIP.timeoutSeconds in 1..86400."""
+    path = "spec.sessionAffinityConfig"
+    if spec.sessionAffinity == "None":
+        if spec.HasField("sessionAffinityConfig"):
+            return [forbidden(path, "must not be set when session affinity is None")]
+        return []
+    if spec.sessionAffinity != "ClientIP":
+        return []
+    when = "when session affinity type is ClientIP"
+    if not spec.HasField("sessionAffinityConfig"):
+        return [required(path, when)]
+    if not spec.sessionAffinityConfig.HasField("clientIP"):
+        return [required(f"{path}.clientIP", when)]
+    client_ip = spec.sessionAffinityConfig.clientIP
+    if not client_ip.HasField("timeoutSeconds"):
+        return [required(f"{path}.clientIP.timeoutSeconds", when)]
+    timeout = client_ip.timeoutSeconds
+    if not 0 < timeout <= MAX_CLIENT_IP_AFFINITY_SECONDS:
+        detail = f"must be greater than 0 and less than {MAX_CLIENT_IP_AFFINITY_SECONDS}"
+        return [invalid(f"{path}.clientIP.timeoutSeconds", timeout, detail)]
+    return []
+
+
+def validate_service_load_balancer(spec: service_pb2.ServiceSpec) -> list[FieldError]:
+    """allocateLoadBalancerNodePorts and loadBalancerClass: LoadBalancer Services only (the
+    former defaulted there), the class a qualified name as a label key."""
+    errs: list[FieldError] = []
+    lb = spec.type == "LoadBalancer"
+    only_lb = "may only be used when `type` is 'LoadBalancer'"
+    if lb and not spec.HasField("allocateLoadBalancerNodePorts"):
+        errs.append(required("spec.allocateLoadBalancerNodePorts"))
+    elif not lb and spec.HasField("allocateLoadBalancerNodePorts"):
+        errs.append(forbidden("spec.allocateLoadBalancerNodePorts", only_lb))
+    if spec.loadBalancerIP:
+        try:
+            ipaddress.ip_address(spec.loadBalancerIP)
+        except ValueError:
+            detail = "must be a valid IP address"
+            errs.append(invalid("spec.loadBalancerIP", spec.loadBalancerIP, detail))
+    if spec.HasField("loadBalancerClass"):
+        if not lb:
+            errs.append(forbidden("spec.loadBalancerClass", only_lb))
+        else:
+            errs.extend(label_name("spec.loadBalancerClass", spec.loadBalancerClass))
+    return errs
+
+
+def validate_service_load_balancer_update(
+    new: service_pb2.ServiceSpec, old: service_pb2.ServiceSpec
+) -> list[FieldError]:
+    """A LoadBalancer Service's class may not change while it stays a LoadBalancer."""
+    if new.type != "LoadBalancer" or old.type != "LoadBalancer":
+        return []
+    if new.HasField("loadBalancerClass") == old.HasField("loadBalancerClass") and (
+        new.loadBalancerClass == old.loadBalancerClass
+    ):
+        return []
+    value: object = new.loadBalancerClass if new.HasField("loadBalancerClass") else GoValue("null")
+    return [invalid("spec.loadBalancerClass", value, "may not change once set")]
+
+
+IP_MODES = ("Proxy", "VIP")
+
+
+def validate_load_balancer_status(status: service_pb2.LoadBalancerStatus) -> list[FieldError]:
+    """kube's ValidateLoadBalancerStatus: each ingress point's ip an IP address, its hostname a
+    DNS name (not an address), ipMode VIP or Proxy and only with an ip."""
+    errs: list[FieldError] = []
+    for i, ingress in enumerate(status.ingress):
+        path = f"status.loadBalancer.ingress[{i}]"
+        if ingress.ip:
+            try:
+                ipaddress.ip_address(ingress.ip)
+            except ValueError:
+                errs.append(invalid(f"{path}.ip", ingress.ip, "must be a valid IP address"))
+        if ingress.hostname:
+            errs.extend(dns1123_subdomain(f"{path}.hostname", ingress.hostname))
+            try:
+                ipaddress.ip_address(ingress.hostname)
+            except ValueError:
+                pass
+            else:
+                detail = "must be a DNS name, not an IP address"
+                errs.append(invalid(f"{path}.hostname", ingress.hostname, detail))
+        if ingress.HasField("ipMode"):
+            if not ingress.ip:
+                detail = "may not be specified when `ip` is not set"
+                errs.append(forbidden(f"{path}.ipMode", detail))
+            elif ingress.ipMode not in IP_MODES:
+                errs.append(unsupported(f"{path}.ipMode", ingress.ipMode, IP_MODES))
+    return errs
+
+
+# kube's DefaultClientIPServiceAffinitySeconds
+DEFAULT_CLIENT_IP_AFFINITY_SECONDS = 10800
+
+
+def default_service_affinity_and_lb(spec: service_pb2.ServiceSpec) -> None:
+    """kube's SetDefaults_Service for sessionAffinityConfig (ClientIP: a 10800 s timeout) and
+    allocateLoadBalancerNodePorts (LoadBalancer: true)."""
+    client_ip = spec.sessionAffinityConfig.clientIP
+    if spec.sessionAffinity == "ClientIP" and not client_ip.HasField("timeoutSeconds"):
+        client_ip.timeoutSeconds = DEFAULT_CLIENT_IP_AFFINITY_SECONDS
+    if spec.type == "LoadBalancer" and not spec.HasField("allocateLoadBalancerNodePorts"):
+        spec.allocateLoadBalancerNodePorts = True
+
+
+def default_load_balancer_status(status: service_pb2.LoadBalancerStatus) -> None:
+    """kube's defaults (1.30+): an ingress point with an ip has ipMode VIP unless said."""
+    for ingress in status.ingress:
+        if ingress.ip and not ingress.HasField("ipMode"):
+            ingress.ipMode = "VIP"
+
+
+def wants_node_ports(spec: service_pb2.ServiceSpec) -> bool:
+    """NodePort Services, and LoadBalancer ones unless allocateLoadBalancerNodePorts is false."""
+    if spec.type == "LoadBalancer":
+        return spec.allocateLoadBalancerNodePorts or not spec.HasField(
+            "allocateLoadBalancerNodePorts"
+        )
+    return spec.type == "NodePort"
 
 
 def default_service_spec(spec: service_pb2.ServiceSpec) -> None:
@@ -134,6 +269,7 @@ def default_service_spec(spec: service_pb2.ServiceSpec) -> None:
         spec.internalTrafficPolicy = "Cluster"
     if spec.type in ("NodePort", "LoadBalancer") and not spec.externalTrafficPolicy:
         spec.externalTrafficPolicy = "Cluster"
+    default_service_affinity_and_lb(spec)
     for port in spec.ports:
         if not port.protocol:
             port.protocol = "TCP"
@@ -151,14 +287,22 @@ def keep_service_allocations(new: service_pb2.ServiceSpec, old: service_pb2.Serv
         if new.clusterIP in ("", old.clusterIP):
             new.clusterIP = ""
             del new.clusterIPs[:]
-        return
-    if not new.clusterIP:
+    elif not new.clusterIP:
         new.clusterIP = old.clusterIP
         new.clusterIPs[:] = old.clusterIPs
-    if new.type not in ("NodePort", "LoadBalancer") or old.type not in (
-        "NodePort",
-        "LoadBalancer",
-    ):
+    # kube's dropTypeDependentFields: what a type needs goes with it, unless the update
+    # changed it itself (then validation judges it)
+    external = ("NodePort", "LoadBalancer")
+    if old.type in external and new.type not in external:
+        same = [p.nodePort for p in new.ports] == [p.nodePort for p in old.ports][: len(new.ports)]
+        for p in new.ports if same else ():
+            p.nodePort = 0
+        if new.externalTrafficPolicy == old.externalTrafficPolicy:
+            new.externalTrafficPolicy = ""
+    if old.type == "LoadBalancer" and new.type != "LoadBalancer":
+        new.ClearField("allocateLoadBalancerNodePorts")
+        new.ClearField("loadBalancerClass")
+    if not (wants_node_ports(new) and old.type in ("NodePort", "LoadBalancer")):
         return
     by_name = {(p.name, p.port): p.nodePort for p in old.ports}
     by_port = {p.port: p.nodePort for p in old.ports}
@@ -180,6 +324,9 @@ class ServiceStrategy(Strategy[service_pb2.Service]):
         default_service_spec(new.spec)
         keep_service_allocations(new.spec, old.spec)
 
+    def on_status_update(self, merged: service_pb2.Service, new: service_pb2.Service) -> None:
+        default_load_balancer_status(merged.status.loadBalancer)
+
     def check(self, obj: service_pb2.Service) -> list[FieldError]:
         return validate_service(obj)
 
@@ -189,9 +336,11 @@ class ServiceStrategy(Strategy[service_pb2.Service]):
         # allocated)
         to_external = new.spec.type == "ExternalName" and not nip
         from_external = old.spec.type == "ExternalName" and not oip
+        errs: list[FieldError] = []
         if nip != oip and not (to_external or from_external):
-            return [invalid("spec.clusterIP", nip, "field is immutable")]
-        return []
+            errs.append(invalid("spec.clusterIP", nip, "field is immutable"))
+        errs.extend(validate_service_load_balancer_update(new.spec, old.spec))
+        return errs
 
     def fields(self, obj: service_pb2.Service) -> dict[str, str]:
         return {

@@ -1,14 +1,16 @@
 """Cluster DNS answers (pure), as CoreDNS's `kubernetes` plugin gives them for the zone
 `cluster.local` (and the reverse zone of Services' and pods' addresses):
 
-- `<svc>.<ns>.svc.cluster.local` A: the cluster IP; for a headless Service (`clusterIP: None`)
-  the ready endpoints' IPs (all of them with `publishNotReadyAddresses`); an ExternalName
-  Service answers a CNAME to its `externalName`;
+- `<svc>.<ns>.svc.cluster.local` A (AAAA for IPv6): the cluster IPs; for a headless Service
+  (`clusterIP: None`) the ready endpoints' IPs, A from IPv4 EndpointSlices and AAAA from IPv6
+  ones (all of them with `publishNotReadyAddresses`); an ExternalName Service answers a CNAME
+  to its `externalName`;
 - `_<port>._<proto>.<svc>.<ns>.svc.cluster.local` SRV for named ports: priority 0, weight
   100 / number of records, the port, and the Service's name (headless: each endpoint's
   `<hostname or ip-with-dashes>.<svc>.<ns>.svc.cluster.local`, whose A record is its IP);
-- `<a-b-c-d>.<ns>.pod.cluster.local` A: a-b-c-d as an address (CoreDNS's `pods insecure`);
-- `<d>.<c>.<b>.<a>.in-addr.arpa` PTR for cluster IPs and headless endpoints (other reverse
+- `<a-b-c-d>.<ns>.pod.cluster.local` A: a-b-c-d as an address, and `<2001-db8--5>` AAAA
+  (CoreDNS's `pods insecure`);
+- `in-addr.arpa` and `ip6.arpa` PTR for cluster IPs and headless endpoints (other reverse
   names are forwarded);
 - a name in the zone that matches nothing is NXDOMAIN with the zone's SOA in the authority
   section; a name that exists without records of the asked type is NOERROR with no answer
@@ -71,25 +73,28 @@ class ClusterRecords:
                 continue
             headless = spec.clusterIP in ("None", "")
             if not headless:
-                rec.add(fqdn, "A", spec.clusterIP)
-                rec.add(_reverse(spec.clusterIP), "PTR", fqdn + ".")
+                for cip in dict.fromkeys([spec.clusterIP, *spec.clusterIPs]):
+                    if cip and cip != "None":
+                        rec.add(fqdn, _address_type(cip), cip)
+                        rec.add(_reverse(cip), "PTR", fqdn + ".")
             publish = spec.publishNotReadyAddresses
             targets: list[tuple[str, str]] = []  # (endpoint fqdn, ip) of a headless Service
             eps_by_port: dict[str, list[tuple[str, int]]] = {}
             for eps in slices.get(f"{ns}/{name}", ()):
-                if eps.addressType != "IPv4":
-                    continue
+                if eps.addressType not in ("IPv4", "IPv6"):
+                    continue  # FQDN slices name no address
+                rtype = "A" if eps.addressType == "IPv4" else "AAAA"
                 for e in eps.endpoints:
                     c = e.conditions
                     ready = not c.HasField("ready") or c.ready
                     if not (ready or publish) or not e.addresses:
                         continue
                     ip = e.addresses[0]
-                    host = e.hostname or ip.replace(".", "-")
+                    host = e.hostname or _dashed(ip)
                     target = f"{host}.{fqdn}"
                     if headless:
-                        rec.add(fqdn, "A", ip)
-                        rec.add(target, "A", ip)
+                        rec.add(fqdn, rtype, ip)
+                        rec.add(target, rtype, ip)
                         rec.add(_reverse(ip), "PTR", target + ".")
                         targets.append((target, ip))
                     for p in eps.ports:
@@ -124,7 +129,7 @@ class ClusterRecords:
     def in_zone(self, qname: str) -> bool:
         """Names of the cluster domain, and the PTR names of known addresses (other reverse
         names go upstream, as CoreDNS's `fallthrough in-addr.arpa`)."""
-        if qname.endswith(".in-addr.arpa"):
+        if qname.endswith((".in-addr.arpa", ".ip6.arpa")):
             return qname in self.records
         return qname == self.domain or qname.endswith("." + self.domain)
 
@@ -158,11 +163,12 @@ class ClusterRecords:
         if qtype == "SRV":  # the targets' addresses, as CoreDNS adds them
             for text in values:
                 target = text.split()[-1].rstrip(".")
-                addresses = self.records.get(target, {}).get("A", [])
-                if addresses:
-                    reply.additional.append(
-                        dns.rrset.from_text(target + ".", TTL, "IN", "A", *addresses)
-                    )
+                for rtype in ("A", "AAAA"):
+                    addresses = self.records.get(target, {}).get(rtype, [])
+                    if addresses:
+                        reply.additional.append(
+                            dns.rrset.from_text(target + ".", TTL, "IN", rtype, *addresses)
+                        )
         return reply
 
     def _lookup(self, qname: str) -> dict[str, list[str]] | None:
@@ -189,12 +195,26 @@ class ClusterRecords:
         labels = qname[: -len(suffix)].split(".")
         if len(labels) != 2:
             return None
+        # a-b-c-d (IPv4) or 2001-db8--1 (IPv6, a dash for each colon), as CoreDNS reads them
+        text = labels[0]
         try:
-            ip = ipaddress.IPv4Address(labels[0].replace("-", "."))
+            return {"A": [str(ipaddress.IPv4Address(text.replace("-", ".")))]}
+        except ValueError:
+            pass
+        try:
+            return {"AAAA": [str(ipaddress.IPv6Address(text.replace("-", ":")))]}
         except ValueError:
             return None
-        return {"A": [str(ip)]}
 
 
 def _reverse(ip: str) -> str:
     return dns.reversename.from_address(ip).to_text(omit_final_dot=True)
+
+
+def _address_type(ip: str) -> str:
+    return "AAAA" if ":" in ip else "A"
+
+
+def _dashed(ip: str) -> str:
+    """An address as one DNS label: dots (IPv4) or colons (IPv6) as dashes, as CoreDNS."""
+    return ip.replace(".", "-").replace(":", "-")

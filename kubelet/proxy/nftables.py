@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import ipaddress
 import logging
@@ -51,14 +52,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kubelet.proxy.metrics import Metrics
-from kubelet.proxy.proxier import Slices, ready_endpoints
+from kubelet.proxy.proxier import Slices, affinity_timeout, ready_endpoints, vip_ingress_ips
 from tinykube.v1 import service_pb2
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TABLE = "tinykube-proxy"
+# A refused `nft -f` is tried this many more times before a partial sync falls back to a full
+# one (and a full one gives up until the next sync).
+NFT_RETRIES = 2
 MASQ_MARK = "0x4000"
-DEFAULT_AFFINITY_TIMEOUT = 10800  # kube's default sessionAffinityConfig.clientIP.timeoutSeconds
 
 BASE_CHAINS: dict[str, str] = {
     "filter-prerouting-pre-dnat": ("type filter hook prerouting priority -110; policy accept;"),
@@ -145,12 +148,12 @@ def build_ruleset(
         if not cluster_ip or cluster_ip == "None" or spec.type == "ExternalName":
             continue
         key = f"{svc.metadata.namespace}/{svc.metadata.name}"
-        affinity = spec.sessionAffinity == "ClientIP"
-        # service.proto has no sessionAffinityConfig yet: kube's default timeout
-        timeout = DEFAULT_AFFINITY_TIMEOUT
+        # sessionAffinityConfig.clientIP.timeoutSeconds (10800 s by default)
+        timeout = affinity_timeout(svc)
+        affinity = timeout > 0
         local = _local_addresses(endpoints.get(key), node_name)
-        # status.loadBalancer.ingress IPs (set by a load balancer controller) are external
-        lb_ips = [i.ip for i in svc.status.loadBalancer.ingress if i.ip]
+        # status.loadBalancer.ingress IPs (the service-lb controller's, ipMode VIP) are external
+        lb_ips = vip_ingress_ips(svc)
         for sp in spec.ports:
             proto = _proto(sp.protocol)
             port_id = f"{key}/{proto}/{sp.name}"
@@ -300,6 +303,16 @@ def render_update(table: str, old: Ruleset, new: Ruleset) -> str:
     rewritten, changed maps flushed and refilled, chains and sets gone deleted (after the maps
     and chains that referred to them changed, in the same transaction)."""
     lines: list[str] = []
+    # A set whose timeout changed (sessionAffinityConfig) is recreated: the rules naming it
+    # are flushed first (a set in use cannot be deleted) and written again below.
+    retimed = [n for n, t in new.sets.items() if n in old.sets and old.sets[n] != t]
+    touched = {
+        chain
+        for chain, rules in old.chains.items()
+        if any(f"@{n} " in r or r.endswith(f"@{n}") for r in rules for n in retimed)
+    }
+    for name in touched:
+        lines.append(f"flush chain ip {table} {_q(name)}")
     for name, timeout in new.sets.items():
         if old.sets.get(name) != timeout:
             if name in old.sets:
@@ -316,8 +329,8 @@ def render_update(table: str, old: Ruleset, new: Ruleset) -> str:
             lines.append(f"flush map ip {table} {name}")
             lines += _elements(table, name, elements)
     for name, rules in new.chains.items():
-        if old.chains.get(name) != rules:
-            if name in old.chains:
+        if old.chains.get(name) != rules or name in touched:
+            if name in old.chains and name not in touched:
                 lines.append(f"flush chain ip {table} {_q(name)}")
             lines += _chain_lines(table, name, rules)
     gone = [n for n in old.chains if n not in new.chains]
@@ -343,6 +356,7 @@ def nft_available() -> str | None:
 
 
 async def run_nft(script: str, *args: str) -> tuple[int, str]:
+    """`nft -f -` with `script` on stdin: (exit code, stderr)."""
     proc = await asyncio.create_subprocess_exec(
         "nft",
         *args,
@@ -352,7 +366,19 @@ async def run_nft(script: str, *args: str) -> tuple[int, str]:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    _, err = await proc.communicate(script.encode())
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(script.encode())
+        await proc.stdin.drain()
+    except (BrokenPipeError, ConnectionResetError, RuntimeError):
+        # nft exited before reading its input (its cache setup failed: "Interrupted system
+        # call" when another process changes the ruleset meanwhile); its stderr says why.
+        # uvloop reports the closed pipe as RuntimeError, asyncio's own loop as BrokenPipe.
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            proc.stdin.close()
+    _, err = await proc.communicate()
     return proc.returncode or 0, err.decode(errors="replace").strip()
 
 
@@ -378,6 +404,8 @@ class NftablesProxier:
         self.node_name = node_name
         self.min_sync_period = min_sync_period
         self.applied: Ruleset | None = None
+        # partial syncs the kernel refused, each followed by a full rewrite
+        self.full_rewrites = 0
         self._last_sync = 0.0
 
     async def sync(
@@ -399,8 +427,17 @@ class NftablesProxier:
             return
         started = time.monotonic()
         rc, err = await run_nft(script)
+        for attempt in range(1, NFT_RETRIES + 1):
+            if rc == 0:
+                break
+            # a refused transaction changed nothing: the same one again, after a moment (nft
+            # fails at times while other processes change the ruleset)
+            log.info("nft -f failed for table %s (%s); attempt %d", self.table, err, attempt + 1)
+            await asyncio.sleep(0.1 * attempt)
+            rc, err = await run_nft(script)
         if rc != 0 and self.applied is not None:
             log.warning("partial nftables sync failed (%s); rewriting table %s", err, self.table)
+            self.full_rewrites += 1
             rc, err = await run_nft(render_full(self.table, new))
         if rc != 0:
             self.applied = None

@@ -8,7 +8,8 @@ address:port once (the first slice by name wins). Endpoints with `ready` true (o
 used; when none is ready, those that are serving and terminating are (kube-proxy's fallback, so
 a Service whose every pod is shutting down still reaches the pods that still serve).
 
-`desired_state(services, slices, node_ip)` is pure: it maps every listening address to the
+`desired_state(services, slices, node_ip)` is pure: it maps every listening address (cluster
+IPs, node ports, and LoadBalancer Services' ipMode-VIP ingress IPs at the service port) to the
 service port it serves and every service port to its ready endpoints. `Proxier.sync` applies it:
 it closes listeners no longer wanted and opens new ones. A service port listens only while it
 has at least one ready endpoint, so a Service with none refuses connections at once (the kernel
@@ -21,10 +22,13 @@ forwards correctly, and one proxy exiting does not take a cluster IP down. nodeP
 the node's own IP (in a LocalCluster give kubelets distinct loopback IPs, 127.0.1.x), so each
 node's nodePort is served by that node's proxy.
 
-An accepted connection goes to the next endpoint in round-robin order; one that refuses (or does
-not accept within the connect timeout) is skipped and the next is tried; when all fail the client
-gets a reset. Bytes are copied both ways with back-pressure (`drain` after each write); EOF on
-one side is passed on as a half-close to the other, an error on either side aborts both.
+An accepted connection goes to the next endpoint in round-robin order (with `sessionAffinity:
+ClientIP`, a client whose last connection is younger than the Service's
+sessionAffinityConfig.clientIP.timeoutSeconds goes to that connection's endpoint first); one
+that refuses (or does not accept within the connect timeout) is skipped and the next is tried;
+when all fail the client gets a reset. Bytes are copied both ways with back-pressure (`drain`
+after each write); EOF on one side is passed on as a half-close to the other, an error on either
+side aborts both.
 
 Concurrency: one asyncio event loop; the route table is replaced wholesale by `sync`, and a new
 connection reads it once when accepted.
@@ -37,6 +41,7 @@ import contextlib
 import logging
 import socket
 import struct
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +77,7 @@ class Listener:
 
 Slices = Sequence[endpointslice_pb2.EndpointSlice]
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+DEFAULT_AFFINITY_TIMEOUT = 10800  # kube's default sessionAffinityConfig.clientIP.timeoutSeconds
 
 
 def group_slices(slices: Iterable[endpointslice_pb2.EndpointSlice]) -> dict[str, list[Any]]:
@@ -146,7 +152,32 @@ def desired_state(
                 routes[Listener(svc.spec.clusterIP, int(sp.port))] = spn
             if svc.spec.type in ("NodePort", "LoadBalancer") and sp.nodePort and node_ip:
                 routes[Listener(node_ip, int(sp.nodePort))] = spn
+            for lb_ip in vip_ingress_ips(svc):
+                routes[Listener(lb_ip, int(sp.port))] = spn
     return routes, backends
+
+
+def vip_ingress_ips(svc: service_pb2.Service) -> list[str]:
+    """A LoadBalancer Service's `status.loadBalancer.ingress` IPs the proxy answers on: those
+    with ipMode VIP (or unset); ipMode Proxy means the load balancer delivers to the node
+    itself, as kube-proxy leaves them."""
+    if svc.spec.type != "LoadBalancer":
+        return []
+    return [
+        i.ip
+        for i in svc.status.loadBalancer.ingress
+        if i.ip and (not i.HasField("ipMode") or i.ipMode == "VIP")
+    ]
+
+
+def affinity_timeout(svc: service_pb2.Service) -> int:
+    """Seconds a ClientIP-affine client sticks to its endpoint; 0 without ClientIP affinity."""
+    if svc.spec.sessionAffinity != "ClientIP":
+        return 0
+    client_ip = svc.spec.sessionAffinityConfig.clientIP
+    if client_ip.HasField("timeoutSeconds") and client_ip.timeoutSeconds > 0:
+        return int(client_ip.timeoutSeconds)
+    return DEFAULT_AFFINITY_TIMEOUT
 
 
 class RoundRobin:
@@ -201,8 +232,15 @@ class Proxier:
         connect: Connector = open_tcp,
         connect_timeout: float = 2.0,
         buffer_size: int = 64 * 1024,
+        now: Callable[[], float] = time.monotonic,
     ) -> None:
         self.metrics = metrics
+        self.now = now
+        # ClientIP affinity: the timeout of each affine service port, and per (service port,
+        # client address) the endpoint it went to and when it was last used (kube's userspace
+        # proxier's affinity state).
+        self.affinity: dict[ServicePortName, int] = {}
+        self.sticky: dict[tuple[ServicePortName, str], tuple[Endpoint, float]] = {}
         self.connect = connect
         self.connect_timeout = connect_timeout
         self.buffer_size = buffer_size
@@ -220,9 +258,24 @@ class Proxier:
         endpoints: Mapping[str, Slices],
         node_ip: str,
     ) -> None:
+        services = list(services)
         routes, backends = desired_state(services, endpoints, node_ip)
         self.lb.set_all(backends)
         self.routes = routes
+        self.affinity = {
+            ServicePortName(svc.metadata.namespace, svc.metadata.name, sp.name): timeout
+            for svc in services
+            if (timeout := affinity_timeout(svc))
+            for sp in svc.spec.ports
+        }
+        now = self.now()
+        self.sticky = {  # gone service ports and endpoints, and expired clients, dropped
+            k: v
+            for k, v in self.sticky.items()
+            if k[0] in self.affinity
+            and v[0] in backends.get(k[0], ())
+            and now - v[1] < self.affinity[k[0]]
+        }
         for listener in [lst for lst in self.servers if lst not in routes]:
             server = self.servers.pop(listener)
             server.close()  # stops listening; connections being forwarded carry on
@@ -268,12 +321,25 @@ class Proxier:
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
 
+    def _order(self, spn: ServicePortName, client: str) -> list[Endpoint]:
+        """The endpoints to try: round robin, a ClientIP-affine client's own one first while
+        its timeout has not passed since its last connection."""
+        order = self.lb.order(spn)
+        timeout = self.affinity.get(spn, 0)
+        if timeout and client:
+            held = self.sticky.get((spn, client))
+            if held is not None and self.now() - held[1] < timeout and held[0] in order:
+                order.remove(held[0])
+                order.insert(0, held[0])
+        return order
+
     async def dial(
-        self, spn: ServicePortName
+        self, spn: ServicePortName, client: str = ""
     ) -> tuple[Endpoint, asyncio.StreamReader, asyncio.StreamWriter] | None:
-        """Connect to the next endpoint that accepts, round robin; None when none does."""
+        """Connect to the next endpoint that accepts, round robin (a ClientIP-affine client's
+        own endpoint first); None when none does."""
         service = str(spn)
-        for host, port in self.lb.order(spn):
+        for host, port in self._order(spn, client):
             try:
                 reader, writer = await asyncio.wait_for(
                     self.connect(host, port), self.connect_timeout
@@ -282,6 +348,8 @@ class Proxier:
                 log.info("%s: endpoint %s:%d failed (%s); trying the next", spn, host, port, exc)
                 self.metrics.errors.labels(service, "endpoint_refused").inc()
                 continue
+            if client and spn in self.affinity:
+                self.sticky[(spn, client)] = ((host, port), self.now())
             return (host, port), reader, writer
         return None
 
@@ -294,7 +362,8 @@ class Proxier:
             return
         service = str(spn)
         self.metrics.connections.labels(service).inc()
-        picked = await self.dial(spn)
+        peer = writer.get_extra_info("peername")
+        picked = await self.dial(spn, str(peer[0]) if peer else "")
         if picked is None:
             self.metrics.errors.labels(service, "no_endpoints").inc()
             _reset(writer)

@@ -235,6 +235,7 @@ def test_compose_file_shape() -> None:
         "apiserver": {"apiserver"},
         "scheduler": {"scheduler"},
         "controller-manager": {"controller-manager"},
+        "dns": {"dns"},
         **{f"node-{i}": {f"kubelet-{i}", f"proxy-{i}"} for i in (1, 2, 3)},
     }
     kubelets = [s for name, s in services.items() if name.startswith("kubelet-")]
@@ -266,6 +267,13 @@ def test_compose_file_shape() -> None:
         for name, s in services.items()
         if name.startswith("kubelet-")
     }
+    # The cluster DNS listens on its own address only; the kubelets (and so their pods) name
+    # it as their DNS server, behind Docker's embedded one.
+    dns = [str(a) for a in services["dns"]["command"]]
+    assert dns[:3] == ["python", "-m", "kubelet.dns"]
+    assert flag(dns, "--dns-address") == f"{ips['dns']}:53"
+    for kubelet in kubelets:
+        assert kubelet["dns"] == [ips["dns"]]
     proxies = {n: s for n, s in services.items() if "kubelet.proxy" in s["command"]}
     assert len(proxies) == len(kubelets)
     for name, proxy in proxies.items():
@@ -570,6 +578,19 @@ def tcp_answer(host: str, port: int) -> str:
         return ""
 
 
+def dns_answer(server: str, name: str) -> list[str]:
+    """The A records `server` answers for `name` over UDP; [] on any failure."""
+    import dns.exception
+    import dns.message
+    import dns.query
+
+    try:
+        reply = dns.query.udp(dns.message.make_query(name, "A"), server, timeout=2)
+    except (dns.exception.DNSException, OSError):
+        return []
+    return sorted(r.to_text() for rrset in reply.answer for r in rrset)
+
+
 @needs_root
 def test_compose_pod_reaches_a_service_on_another_node(
     compose: ComposeHosts, tmp_path: Path
@@ -635,6 +656,14 @@ def test_compose_pod_reaches_a_service_on_another_node(
     )
     echo = json.loads(cluster.run("get", "services", "echo", "-o", "json").stdout)
     cluster_ip, node_port = echo["spec"]["clusterIP"], echo["spec"]["ports"][0]["nodePort"]
+    # The compose file's cluster DNS answers the Service's name with its cluster IP.
+    dns_ip = compose.ip_of("dns")
+    wait_for(
+        "the cluster DNS answering echo.default.svc.cluster.local",
+        lambda: dns_answer(dns_ip, "echo.default.svc.cluster.local") == [cluster_ip],
+        60,
+        compose,
+    )
     targets = [f"{cluster_ip}:{ECHO_PORT}"]
     targets += [f"{compose.ip_of(svc)}:{node_port}" for _, svc in sorted(kubelets.items())]
 

@@ -36,10 +36,12 @@ from tinykube.containerd import (
     Containerd,
     Registry,
     iptables_chains,
+    nft_all_tables,
     oci_image,
     push_image,
     remove_cgroups,
     remove_chains,
+    remove_new_empty_iptables_tables,
 )
 from tinykube.cri.v1 import cri_pb2 as cri
 from tinykube.cri.v1 import cri_pb2_grpc as cri_grpc
@@ -75,6 +77,7 @@ def containerd(
     cgroup_root = getattr(request.module, "CGROUP_ROOT", CGROUP_ROOT)
     forward = FORWARD.read_text().strip()
     chains = iptables_chains()
+    tables = nft_all_tables()
     had_bridge = Path(f"/sys/class/net/{bridge}").exists()
     assert not had_bridge, f"bridge {bridge} already exists on this machine"
     ctd = Containerd(tmp_path_factory.mktemp("containerd"))
@@ -91,11 +94,13 @@ def containerd(
         ctd.stop()
         subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
         remove_chains(iptables_chains() - chains)
+        remove_new_empty_iptables_tables(tables)
         if FORWARD.read_text().strip() != forward:
             FORWARD.write_text(forward)
         remove_cgroups(cgroup_root)
     # What the cleanup could not undo fails the module's last test.
     left = [f"chain {c}" for c in iptables_chains() - chains]
+    left += [f"nft table {f} {t}" for f, t in nft_all_tables() - tables]
     left += [f"bridge {bridge}"] if Path(f"/sys/class/net/{bridge}").exists() else []
     left += [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{cgroup_root.lstrip('/')}")]
     with open("/proc/self/mountinfo") as f:

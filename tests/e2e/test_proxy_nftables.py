@@ -75,6 +75,19 @@ def test_client_ip_affinity_keeps_one_backend(observed: dict[str, Any]) -> None:
 def test_no_endpoints_refuses_at_once(observed: dict[str, Any]) -> None:
     assert observed["scaled_to_0"] == {"refused": 3}
     assert observed["node_port_scaled_to_0"] == {"refused": 3}
+    assert observed["load_balancer_scaled_to_0"] == {"refused": 3}
+
+
+def test_load_balancer_ingress_ip_spreads_over_the_endpoints(observed: dict[str, Any]) -> None:
+    assert set(observed["load_balancer"]) == PODS, observed["load_balancer"]
+
+
+def test_affinity_timeout_change_is_a_partial_sync(observed: dict[str, Any]) -> None:
+    assert observed["retimed_full_rewrites"] == 0
+    assert "timeout 30s" in observed["sticky_sets"], observed["sticky_sets"]
+    assert "timeout 3h" not in observed["sticky_sets"], observed["sticky_sets"]
+    assert len(observed["sticky_after_retime"]) == 1
+    assert set(observed["sticky_after_retime"]) <= PODS
 
 
 def test_table_gone_after_close(observed: dict[str, Any]) -> None:

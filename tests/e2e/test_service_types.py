@@ -3,12 +3,18 @@ up`, with kube-apiserver's validation messages."""
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import json
+import socket
+import sys
+import urllib.request
 
 import pytest
 
 from tests.e2e.conftest import UpCluster
 from tests.e2e.kubectl_output import ok
+from tests.e2e.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -81,18 +87,155 @@ def test_udp_port(tinykube_up: UpCluster) -> None:
     assert svc["spec"]["ports"][0]["protocol"] == "UDP"
 
 
-def test_load_balancer_service_gets_node_ports_and_waits_for_an_address(
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _http_get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return str(resp.read().decode().strip())
+
+
+async def test_load_balancer_service_gets_an_external_ip_that_answers(
     tinykube_up: UpCluster,
 ) -> None:
-    created = tinykube_up.kubectl("create", "service", "loadbalancer", "lb", "--tcp=80:8080")
+    """kubectl makes a LoadBalancer Service in front of a Deployment; the controller manager's
+    service-lb gives it an address from its pool (loopback under the process runtime), `kubectl
+    get svc` shows it as EXTERNAL-IP, and HTTP to it reaches the pod through the proxies."""
+    pod_port, port = _free_port(), _free_port()
+    serve = (
+        'echo "$HOSTNAME" > index.html; '
+        f'exec {sys.executable} -m http.server {pod_port} --bind "$POD_IP"'
+    )
+    made = tinykube_up.kubectl(
+        "create", "deployment", "lbweb", "--image=python", f"--port={pod_port}", "--",
+        "sh", "-c", serve,
+    )  # fmt: skip
+    assert made.code == 0, made.err
+    created = tinykube_up.kubectl(
+        "create", "service", "loadbalancer", "lbweb", f"--tcp={port}:{pod_port}"
+    )
     assert created.code == 0, created.err
-    svc = json.loads(ok(tinykube_up.kubectl("get", "service", "lb", "-o", "json")))
+    svc = json.loads(ok(tinykube_up.kubectl("get", "service", "lbweb", "-o", "json")))
     assert svc["spec"]["type"] == "LoadBalancer"
     assert 30000 <= svc["spec"]["ports"][0]["nodePort"] <= 32767
     assert svc["spec"]["externalTrafficPolicy"] == "Cluster"
-    row = ok(tinykube_up.kubectl("get", "service", "lb")).splitlines()[1].split()
-    # no load balancer controller assigns an address: kube shows <pending> then too
-    assert row[1] == "LoadBalancer" and row[3] == "<pending>", row
+    assert svc["spec"]["allocateLoadBalancerNodePorts"] is True
+
+    async def external_ip() -> str | None:
+        got = json.loads(ok(tinykube_up.kubectl("get", "service", "lbweb", "-o", "json")))
+        ingress = got.get("status", {}).get("loadBalancer", {}).get("ingress", [])
+        return ingress[0]["ip"] if ingress else None
+
+    ip = await eventually(external_ip, 60, "an EXTERNAL-IP")
+    got = json.loads(ok(tinykube_up.kubectl("get", "service", "lbweb", "-o", "json")))
+    assert got["status"]["loadBalancer"]["ingress"] == [{"ip": ip, "ipMode": "VIP"}]
+    assert ipaddress.IPv4Address(ip) in ipaddress.IPv4Network("127.101.0.0/24")
+    row = ok(tinykube_up.kubectl("get", "service", "lbweb")).splitlines()[1].split()
+    assert row[1] == "LoadBalancer" and row[3] == ip, row
+    pods = json.loads(ok(tinykube_up.kubectl("get", "pods", "-l", "app=lbweb", "-o", "json")))
+
+    async def answer() -> str | None:
+        try:
+            return await asyncio.to_thread(_http_get, f"http://{ip}:{port}/")
+        except OSError:
+            return None
+
+    name = await eventually(answer, 120, f"an answer on {ip}:{port}")
+    assert name in {p["metadata"]["name"] for p in pods["items"]}, name
+    # Back to ClusterIP: the address leaves the status and returns to the pool.
+    patch = json.dumps({"spec": {"type": "ClusterIP"}})
+    patched = tinykube_up.kubectl("patch", "service", "lbweb", "-p", patch)
+    assert patched.code == 0, patched.err
+
+    async def released() -> bool:
+        got = json.loads(ok(tinykube_up.kubectl("get", "service", "lbweb", "-o", "json")))
+        return not got.get("status", {}).get("loadBalancer", {}).get("ingress")
+
+    assert await eventually(released, 60, "the address released")
+    after = json.loads(ok(tinykube_up.kubectl("get", "service", "lbweb", "-o", "json")))
+    assert "allocateLoadBalancerNodePorts" not in after["spec"]
+    # allocateLoadBalancerNodePorts false: no node ports; a class that is not ours: no address
+    manifest = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "lb-other"},
+            "spec": {
+                "type": "LoadBalancer",
+                "allocateLoadBalancerNodePorts": False,
+                "loadBalancerClass": "example.com/other",
+                "ports": [{"port": 80}],
+            },
+        }
+    )
+    assert tinykube_up.kubectl("create", "-f", "-", stdin=manifest).code == 0
+    other = json.loads(ok(tinykube_up.kubectl("get", "service", "lb-other", "-o", "json")))
+    assert "nodePort" not in other["spec"]["ports"][0]
+    row = ok(tinykube_up.kubectl("get", "service", "lb-other")).splitlines()[1].split()
+    assert row[3] == "<pending>", row
+    ok(tinykube_up.kubectl("delete", "deployment", "lbweb"))
+
+
+async def test_load_balancer_ip_picks_the_pool_address(tinykube_up: UpCluster) -> None:
+    manifest = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "lb-fixed"},
+            "spec": {
+                "type": "LoadBalancer",
+                "loadBalancerIP": "127.101.0.200",
+                "ports": [{"port": 80}],
+            },
+        }
+    )
+    assert tinykube_up.kubectl("create", "-f", "-", stdin=manifest).code == 0
+
+    async def external_ip() -> str | None:
+        row = ok(tinykube_up.kubectl("get", "service", "lb-fixed")).splitlines()[1].split()
+        return row[3] if row[3] != "<pending>" else None
+
+    assert await eventually(external_ip, 60, "the asked-for EXTERNAL-IP") == "127.101.0.200"
+
+
+def test_load_balancer_fields_are_validated(tinykube_up: UpCluster) -> None:
+    manifest = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "bad-lb"},
+            "spec": {
+                "loadBalancerClass": "example.com/other",
+                "sessionAffinity": "ClientIP",
+                "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 90000}},
+                "ports": [{"port": 80}],
+            },
+        }
+    )
+    bad = tinykube_up.kubectl("create", "-f", "-", stdin=manifest)
+    assert bad.code == 1, bad.out
+    assert (
+        "spec.loadBalancerClass: Forbidden: may only be used when `type` is 'LoadBalancer'"
+        in bad.err
+    ), bad.err
+    assert (
+        "spec.sessionAffinityConfig.clientIP.timeoutSeconds: Invalid value: 90000: must be "
+        "greater than 0 and less than 86400" in bad.err
+    ), bad.err
+    good = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "sticky"},
+            "spec": {"sessionAffinity": "ClientIP", "ports": [{"port": 80}]},
+        }
+    )
+    assert tinykube_up.kubectl("create", "-f", "-", stdin=good).code == 0
+    svc = json.loads(ok(tinykube_up.kubectl("get", "service", "sticky", "-o", "json")))
+    assert svc["spec"]["sessionAffinityConfig"] == {"clientIP": {"timeoutSeconds": 10800}}
 
 
 def test_type_change_to_external_name_releases_the_cluster_ip(tinykube_up: UpCluster) -> None:

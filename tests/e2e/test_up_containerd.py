@@ -27,11 +27,15 @@ from tests.e2e.conftest import READY_LINE, processes_in, tinykube_command, venv_
 from tests.e2e.crisupport import cri_prerequisites
 from tests.e2e.waiting import eventually
 from tinykube.containerd import (
+    DNS_LOCAL_IP,
     FORWARD,
+    KUBE_DNS_IP,
+    LB_POOL,
     PROXY_TABLE_PREFIX,
     SERVICE_CIDR,
     ContainerdPaths,
     iptables_chains,
+    nft_all_tables,
     nft_tables,
 )
 from tinykube.cri.v1 import cri_pb2 as cri
@@ -63,16 +67,32 @@ def _start_up(data: Path) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def _leftovers(data: Path, chains: set[tuple[str, str]], forward: str) -> list[str]:
+def _lo_addresses() -> str:
+    return subprocess.run(
+        ["ip", "-4", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True
+    ).stdout
+
+
+def _leftovers(
+    data: Path,
+    chains: set[tuple[str, str]],
+    forward: str,
+    tables: set[tuple[str, str]],
+    had_dns_ip: bool,
+) -> list[str]:
     """What `up` left on the machine."""
     left = [f"process {pid}" for pid in processes_in(data)]
     with open("/proc/self/mountinfo") as f:
         left += [f"mount {m.split()[4]}" for m in f if str(data) in m]
-    left += [f"bridge {p.name}" for p in Path("/sys/class/net").glob("tkcni*")]
+    # up's bridges are tkcni1..N (another test's tkcni-<name> is not ours)
+    left += [f"bridge {p.name}" for p in Path("/sys/class/net").glob("tkcni[0-9]*")]
     left += [f"socket dir {p}" for p in Path("/tmp").glob("tkctd-*")]
     left += [f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob("*/tinykube")]
     left += [f"chain {c}" for c in iptables_chains() - chains if c[1].startswith("CNI-")]
     left += [f"nft table {t}" for t in nft_tables() if t.startswith(PROXY_TABLE_PREFIX)]
+    left += [f"nft table {f} {t}" for f, t in nft_all_tables() - tables]
+    if DNS_LOCAL_IP in _lo_addresses() and not had_dns_ip:
+        left.append(f"address {DNS_LOCAL_IP} on lo")
     if FORWARD.read_text().strip() != forward:
         left.append("net.ipv4.ip_forward changed")
     return left
@@ -82,6 +102,8 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
     cri_prerequisites()
     forward = FORWARD.read_text().strip()
     chains = iptables_chains()
+    tables = nft_all_tables()
+    had_dns_ip = DNS_LOCAL_IP in _lo_addresses()
     data = tmp_path / "data"
     process = _start_up(data)
     lines: queue.Queue[str | None] = queue.Queue()
@@ -172,6 +194,14 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
 
         seen = await eventually(answers, 120)
         assert seen <= names, (seen, names)
+
+        async def all_serving() -> bool:
+            # Ready is "running" here (no probe): a pod's httpd may not listen yet, and a
+            # request DNATed to it is refused. The loop below asserts on every request.
+            got = await answers()
+            return got is not None and got == names
+
+        assert await eventually(all_serving, 120)
         # From inside a pod's network namespace too: the proxies' nftables DNAT (the cluster
         # IP is in 10.96.0.0/12, not loopback).
         assert ipaddress.IPv4Address(ip) in ipaddress.IPv4Network(SERVICE_CIDR)
@@ -207,6 +237,8 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
                 assert got.exit_code == 0, (cmd, got.stdout, got.stderr)
                 return got.stdout.decode()
 
+            # the DNS listens on its link-local address only, reached through kube-dns
+            assert any(f"cluster DNS {DNS_LOCAL_IP}:" in line for line in output), output
             conf = run("cat", "/etc/resolv.conf")
             assert "nameserver 10.96.0.10" in conf, conf
             assert "search web.svc.cluster.local svc.cluster.local cluster.local" in conf, conf
@@ -216,6 +248,93 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
             for _ in range(30):
                 by_name.add(run("wget", "-qO-", "http://web:8080/").strip())
             assert len(by_name) >= 2 and by_name <= names, (by_name, names)
+            # A pod's dnsConfig: dnsPolicy None writes it alone into resolv.conf, and its
+            # search domain makes the short name resolve.
+            manifest = tmp_path / "dnscfg.json"
+            manifest.write_text(
+                json.dumps(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {"name": "dnscfg", "namespace": "web"},
+                        "spec": {
+                            "nodeName": "node-1",
+                            "dnsPolicy": "None",
+                            "dnsConfig": {
+                                "nameservers": [KUBE_DNS_IP],
+                                "searches": ["web.svc.cluster.local", "example.test"],
+                                "options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}],
+                            },
+                            "containers": [
+                                {
+                                    "name": "main",
+                                    "image": f"{registry}/busybox:1",
+                                    "command": ["sleep", "3600"],
+                                }
+                            ],
+                        },
+                    }
+                )
+            )
+            kubectl("apply", "-f", str(manifest))
+
+            def dnscfg_container() -> str | None:
+                got = json.loads(kubectl("get", "pod", "dnscfg", "-n", "web", "-o", "json"))
+                statuses = got["status"].get("containerStatuses", [])
+                if not statuses or "running" not in statuses[0].get("state", {}):
+                    return None
+                return str(statuses[0]["containerID"].split("://", 1)[1])
+
+            dnscfg = await eventually(lambda: asyncio.to_thread(dnscfg_container), 120)
+
+            def run_in(cid: str, *cmd: str) -> str:
+                got = stub.ExecSync(
+                    cri.ExecSyncRequest(container_id=cid, cmd=list(cmd), timeout=30), timeout=60
+                )
+                assert got.exit_code == 0, (cmd, got.stdout, got.stderr)
+                return got.stdout.decode()
+
+            conf = run_in(dnscfg, "cat", "/etc/resolv.conf")
+            assert f"nameserver {KUBE_DNS_IP}" in conf, conf
+            assert "search web.svc.cluster.local example.test" in conf, conf
+            assert "ndots:2" in conf and "edns0" in conf and "ndots:5" not in conf, conf
+
+            def short_name() -> str | None:
+                got = stub.ExecSync(
+                    cri.ExecSyncRequest(
+                        container_id=dnscfg, cmd=["wget", "-qO-", "http://web:8080/"], timeout=30
+                    ),
+                    timeout=60,
+                )
+                return got.stdout.decode().strip() if got.exit_code == 0 else None
+
+            # (a new pod's first lookups have failed once: the answer is waited for)
+            assert await eventually(lambda: asyncio.to_thread(short_name), 60) in names
+            # A LoadBalancer Service gets an address from up's pool (10.112.0.0/24), which
+            # answers from the host and from a pod through the proxies' DNAT.
+            kubectl(
+                "expose", "deployment", "web", "--name", "lb", "--port", "80",
+                "--target-port", "8080", "--type", "LoadBalancer", "-n", "web",
+            )  # fmt: skip
+
+            def external_ip() -> str | None:
+                got = json.loads(kubectl("get", "service", "lb", "-n", "web", "-o", "json"))
+                ingress = got.get("status", {}).get("loadBalancer", {}).get("ingress", [])
+                return ingress[0]["ip"] if ingress else None
+
+            lb_ip = await eventually(lambda: asyncio.to_thread(external_ip), 60)
+            assert ipaddress.IPv4Address(lb_ip) in ipaddress.IPv4Network(LB_POOL)
+            row = kubectl("get", "service", "lb", "-n", "web").splitlines()[1].split()
+            assert row[3] == lb_ip, row
+
+            async def lb_answers() -> str | None:
+                try:
+                    return await asyncio.to_thread(_get, f"http://{lb_ip}/")
+                except OSError:
+                    return None
+
+            assert await eventually(lb_answers, 60) in names
+            assert run("wget", "-qO-", f"http://{lb_ip}/").strip() in names
             # A headless Service resolves to its ready pods' IPs.
             kubectl(
                 "expose", "deployment", "web", "--name", "direct", "--port", "8080",
@@ -266,4 +385,4 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
             output.append(line)
     assert process.returncode == 0, "\n".join(output)
     assert output[-1] == "stopped.", "\n".join(output)
-    assert _leftovers(data, chains, forward) == []
+    assert _leftovers(data, chains, forward, tables, had_dns_ip) == []

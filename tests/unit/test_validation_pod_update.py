@@ -244,7 +244,7 @@ def test_forbidden_message_shows_the_spec_diff() -> None:
         "  \t},\n"
         '  \tRestartPolicy: "Always",\n'
         "  \tTerminationGracePeriodSeconds: &30,\n"
-        "  \t... // 20 identical fields\n"
+        "  \t... // 21 identical fields\n"
         "  }"
     )
 

@@ -13,6 +13,7 @@ mounted read-only where it runs:
   admin.conf (its health check and `docker compose exec apiserver tinykube ...`)
 - `scheduler/`, `controller-manager/`: ca.crt, serving.crt/key, and scheduler.conf /
   controller-manager.conf
+- `dns/`: ca.crt, serving.crt/key and dns.conf (the cluster DNS, as system:kube-proxy)
 - `<node>/`: ca.crt, kubelet.crt/key (its serving certificate), kubelet.conf, proxy.crt/key,
   proxy.conf
 - `admin/`: ca.crt, admin.crt/key and kubeconfig, for the user (`--admin-server`: the address
@@ -170,6 +171,10 @@ def write_bundles(
     # kube-controller-manager's --service-account-private-key-file: token Secrets' signer.
     _copy(sa.key, cm / "sa.key")
     conf(cm / "controller-manager.conf", "controller-manager", "system:kube-controller-manager")
+    # the cluster DNS reads Services and EndpointSlices as the proxies do (kube-proxy's
+    # identity, as `tinykube up` runs it)
+    dns = bundle("dns", {"serving": "dns-serving"})
+    conf(dns / "dns.conf", "proxy", "system:kube-proxy")
     for node in nodes:
         out = bundle(node, {"kubelet": f"kubelet-{node}-serving", "proxy": f"proxy-{node}-serving"})
         conf(out / "kubelet.conf", f"kubelet-{node}", f"system:node:{node}")

@@ -1676,6 +1676,7 @@ class PodSpec(_message.Message):
     ENABLESERVICELINKS_FIELD_NUMBER: _builtins.int
     EPHEMERALCONTAINERS_FIELD_NUMBER: _builtins.int
     SECURITYCONTEXT_FIELD_NUMBER: _builtins.int
+    DNSCONFIG_FIELD_NUMBER: _builtins.int
     restartPolicy: _builtins.str
     """Always (default), OnFailure, Never."""
     terminationGracePeriodSeconds: _builtins.int
@@ -1685,8 +1686,8 @@ class PodSpec(_message.Message):
     priority: _builtins.int
     hostname: _builtins.str
     dnsPolicy: _builtins.str
-    """ClusterFirst (the default), ClusterFirstWithHostNet, Default, None. Recorded only: pods of
-    the process runtime use the machine's resolver.
+    """ClusterFirst (the default), ClusterFirstWithHostNet, Default, None. Pods of the process
+    runtime use the machine's resolver; the CRI kubelet writes each sandbox's resolv.conf.
     """
     preemptionPolicy: _builtins.str
     """PreemptLowerPriority (the default, from the pod's PriorityClass) or Never."""
@@ -1738,6 +1739,12 @@ class PodSpec(_message.Message):
 
     @_builtins.property
     def securityContext(self) -> Global___PodSecurityContext: ...
+    @_builtins.property
+    def dnsConfig(self) -> Global___PodDNSConfig:
+        """Nameservers, search domains and resolver options added to what dnsPolicy gives (all of
+        the resolv.conf with dnsPolicy None). Numbered apart from the fields before.
+        """
+
     def __init__(
         self,
         *,
@@ -1766,10 +1773,11 @@ class PodSpec(_message.Message):
         enableServiceLinks: _builtins.bool | None = ...,
         ephemeralContainers: _abc.Iterable[Global___EphemeralContainer] | None = ...,
         securityContext: Global___PodSecurityContext | None = ...,
+        dnsConfig: Global___PodDNSConfig | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_enableServiceLinks", b"_enableServiceLinks", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "enableServiceLinks", b"enableServiceLinks", "priority", b"priority", "securityContext", b"securityContext", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_enableServiceLinks", b"_enableServiceLinks", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "dnsConfig", b"dnsConfig", "enableServiceLinks", b"enableServiceLinks", "priority", b"priority", "securityContext", b"securityContext", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_enableServiceLinks", b"_enableServiceLinks", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "containers", b"containers", "dnsPolicy", b"dnsPolicy", "enableServiceLinks", b"enableServiceLinks", "ephemeralContainers", b"ephemeralContainers", "hostNetwork", b"hostNetwork", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "preemptionPolicy", b"preemptionPolicy", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "schedulingGates", b"schedulingGates", "securityContext", b"securityContext", "serviceAccount", b"serviceAccount", "serviceAccountName", b"serviceAccountName", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations", "topologySpreadConstraints", b"topologySpreadConstraints", "volumes", b"volumes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_enableServiceLinks", b"_enableServiceLinks", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "containers", b"containers", "dnsConfig", b"dnsConfig", "dnsPolicy", b"dnsPolicy", "enableServiceLinks", b"enableServiceLinks", "ephemeralContainers", b"ephemeralContainers", "hostNetwork", b"hostNetwork", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "preemptionPolicy", b"preemptionPolicy", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "schedulingGates", b"schedulingGates", "securityContext", b"securityContext", "serviceAccount", b"serviceAccount", "serviceAccountName", b"serviceAccountName", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations", "topologySpreadConstraints", b"topologySpreadConstraints", "volumes", b"volumes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__activeDeadlineSeconds: _TypeAlias = _typing.Literal["activeDeadlineSeconds"]  # noqa: Y015
     _WhichOneofArgType__activeDeadlineSeconds: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds"]  # noqa: Y015
@@ -1793,6 +1801,62 @@ class PodSpec(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__terminationGracePeriodSeconds) -> _WhichOneofReturnType__terminationGracePeriodSeconds | None: ...
 
 Global___PodSpec: _TypeAlias = PodSpec  # noqa: Y015
+
+@_typing.final
+class PodDNSConfigOption(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    value: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        value: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "value", b"value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "name", b"name", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__value: _TypeAlias = _typing.Literal["value"]  # noqa: Y015
+    _WhichOneofArgType__value: _TypeAlias = _typing.Literal["_value", b"_value"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__value) -> _WhichOneofReturnType__value | None: ...
+
+Global___PodDNSConfigOption: _TypeAlias = PodDNSConfigOption  # noqa: Y015
+
+@_typing.final
+class PodDNSConfig(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESERVERS_FIELD_NUMBER: _builtins.int
+    SEARCHES_FIELD_NUMBER: _builtins.int
+    OPTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def nameservers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """At most 3 IP addresses."""
+
+    @_builtins.property
+    def searches(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """At most 32, 2048 characters with the spaces between them."""
+
+    @_builtins.property
+    def options(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodDNSConfigOption]: ...
+    def __init__(
+        self,
+        *,
+        nameservers: _abc.Iterable[_builtins.str] | None = ...,
+        searches: _abc.Iterable[_builtins.str] | None = ...,
+        options: _abc.Iterable[Global___PodDNSConfigOption] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["nameservers", b"nameservers", "options", b"options", "searches", b"searches"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PodDNSConfig: _TypeAlias = PodDNSConfig  # noqa: Y015
 
 @_typing.final
 class PodCondition(_message.Message):

@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from tinykube.v1 import meta_pb2 as tinykube_dot_v1_dot_meta__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tinykube/v1/service.proto\x12\x0btinykube.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16tinykube/v1/meta.proto\"\x7f\n\x0bServicePort\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12*\n\ntargetPort\x18\x06 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x10\n\x08nodePort\x18\x05 \x01(\x05J\x04\x08\x04\x10\x05\"\xc8\x03\n\x0bServiceSpec\x12\'\n\x05ports\x18\x01 \x03(\x0b\x32\x18.tinykube.v1.ServicePort\x12\x38\n\x08selector\x18\x02 \x03(\x0b\x32&.tinykube.v1.ServiceSpec.SelectorEntry\x12\x11\n\tclusterIP\x18\x03 \x01(\t\x12\x0c\n\x04type\x18\x04 \x01(\t\x12\x17\n\x0fsessionAffinity\x18\x05 \x01(\t\x12\x12\n\nclusterIPs\x18\x06 \x03(\t\x12\x12\n\nipFamilies\x18\x07 \x03(\t\x12\x1b\n\x0eipFamilyPolicy\x18\x08 \x01(\tH\x00\x88\x01\x01\x12\x1d\n\x15\x65xternalTrafficPolicy\x18\t \x01(\t\x12\"\n\x15internalTrafficPolicy\x18\n \x01(\tH\x01\x88\x01\x01\x12\x14\n\x0c\x65xternalName\x18\x0b \x01(\t\x12 \n\x18publishNotReadyAddresses\x18\x0c \x01(\x08\x1a/\n\rSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x11\n\x0f_ipFamilyPolicyB\x18\n\x16_internalTrafficPolicy\"J\n\nPortStatus\x12\x0c\n\x04port\x18\x01 \x01(\x05\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\x12\n\x05\x65rror\x18\x03 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_error\"{\n\x13LoadBalancerIngress\x12\n\n\x02ip\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x13\n\x06ipMode\x18\x03 \x01(\tH\x00\x88\x01\x01\x12&\n\x05ports\x18\x04 \x03(\x0b\x32\x17.tinykube.v1.PortStatusB\t\n\x07_ipMode\"M\n\x12LoadBalancerStatus\x12\x31\n\x07ingress\x18\x02 \x03(\x0b\x32 .tinykube.v1.LoadBalancerIngressJ\x04\x08\x01\x10\x02\"F\n\rServiceStatus\x12\x35\n\x0cloadBalancer\x18\x01 \x01(\x0b\x32\x1f.tinykube.v1.LoadBalancerStatus\"\xaa\x01\n\x07Service\x12\x12\n\napiVersion\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.tinykube.v1.ObjectMeta\x12&\n\x04spec\x18\x04 \x01(\x0b\x32\x18.tinykube.v1.ServiceSpec\x12*\n\x06status\x18\x05 \x01(\x0b\x32\x1a.tinykube.v1.ServiceStatus\"[\n\x0bServiceList\x12\'\n\x08metadata\x18\x01 \x01(\x0b\x32\x15.tinykube.v1.ListMeta\x12#\n\x05items\x18\x02 \x03(\x0b\x32\x14.tinykube.v1.Service\"G\n\x11ServiceWatchEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12$\n\x06object\x18\x02 \x01(\x0b\x32\x14.tinykube.v1.Service\"H\n\x16ServiceWatchEventBatch\x12.\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1e.tinykube.v1.ServiceWatchEvent\"M\n\x14\x43reateServiceRequest\x12%\n\x07service\x18\x01 \x01(\x0b\x32\x14.tinykube.v1.Service\x12\x0e\n\x06\x64ryRun\x18\x02 \x03(\t\"M\n\x14UpdateServiceRequest\x12%\n\x07service\x18\x01 \x01(\x0b\x32\x14.tinykube.v1.Service\x12\x0e\n\x06\x64ryRun\x18\x02 \x03(\t2\x9d\x04\n\x08Services\x12\x41\n\x06\x43reate\x12!.tinykube.v1.CreateServiceRequest\x1a\x14.tinykube.v1.Service\x12\x34\n\x03Get\x12\x17.tinykube.v1.GetRequest\x1a\x14.tinykube.v1.Service\x12:\n\x04List\x12\x18.tinykube.v1.ListRequest\x1a\x18.tinykube.v1.ServiceList\x12\x41\n\x06Update\x12!.tinykube.v1.UpdateServiceRequest\x1a\x14.tinykube.v1.Service\x12G\n\x0cUpdateStatus\x12!.tinykube.v1.UpdateServiceRequest\x1a\x14.tinykube.v1.Service\x12:\n\x06\x44\x65lete\x12\x1a.tinykube.v1.DeleteRequest\x1a\x14.tinykube.v1.Service\x12\x44\n\x05Watch\x12\x19.tinykube.v1.WatchRequest\x1a\x1e.tinykube.v1.ServiceWatchEvent0\x01\x12N\n\nWatchBatch\x12\x19.tinykube.v1.WatchRequest\x1a#.tinykube.v1.ServiceWatchEventBatch0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tinykube/v1/service.proto\x12\x0btinykube.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16tinykube/v1/meta.proto\"\x7f\n\x0bServicePort\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12*\n\ntargetPort\x18\x06 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x10\n\x08nodePort\x18\x05 \x01(\x05J\x04\x08\x04\x10\x05\"\xa7\x05\n\x0bServiceSpec\x12\'\n\x05ports\x18\x01 \x03(\x0b\x32\x18.tinykube.v1.ServicePort\x12\x38\n\x08selector\x18\x02 \x03(\x0b\x32&.tinykube.v1.ServiceSpec.SelectorEntry\x12\x11\n\tclusterIP\x18\x03 \x01(\t\x12\x0c\n\x04type\x18\x04 \x01(\t\x12\x17\n\x0fsessionAffinity\x18\x05 \x01(\t\x12\x12\n\nclusterIPs\x18\x06 \x03(\t\x12\x12\n\nipFamilies\x18\x07 \x03(\t\x12\x1b\n\x0eipFamilyPolicy\x18\x08 \x01(\tH\x00\x88\x01\x01\x12\x1d\n\x15\x65xternalTrafficPolicy\x18\t \x01(\t\x12\"\n\x15internalTrafficPolicy\x18\n \x01(\tH\x01\x88\x01\x01\x12\x14\n\x0c\x65xternalName\x18\x0b \x01(\t\x12 \n\x18publishNotReadyAddresses\x18\x0c \x01(\x08\x12\x41\n\x15sessionAffinityConfig\x18\r \x01(\x0b\x32\".tinykube.v1.SessionAffinityConfig\x12*\n\x1d\x61llocateLoadBalancerNodePorts\x18\x0e \x01(\x08H\x02\x88\x01\x01\x12\x1e\n\x11loadBalancerClass\x18\x0f \x01(\tH\x03\x88\x01\x01\x12\x16\n\x0eloadBalancerIP\x18\x10 \x01(\t\x1a/\n\rSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x11\n\x0f_ipFamilyPolicyB\x18\n\x16_internalTrafficPolicyB \n\x1e_allocateLoadBalancerNodePortsB\x14\n\x12_loadBalancerClass\"@\n\x0e\x43lientIPConfig\x12\x1b\n\x0etimeoutSeconds\x18\x01 \x01(\x05H\x00\x88\x01\x01\x42\x11\n\x0f_timeoutSeconds\"F\n\x15SessionAffinityConfig\x12-\n\x08\x63lientIP\x18\x01 \x01(\x0b\x32\x1b.tinykube.v1.ClientIPConfig\"J\n\nPortStatus\x12\x0c\n\x04port\x18\x01 \x01(\x05\x12\x10\n\x08protocol\x18\x02 \x01(\t\x12\x12\n\x05\x65rror\x18\x03 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_error\"{\n\x13LoadBalancerIngress\x12\n\n\x02ip\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x13\n\x06ipMode\x18\x03 \x01(\tH\x00\x88\x01\x01\x12&\n\x05ports\x18\x04 \x03(\x0b\x32\x17.tinykube.v1.PortStatusB\t\n\x07_ipMode\"M\n\x12LoadBalancerStatus\x12\x31\n\x07ingress\x18\x02 \x03(\x0b\x32 .tinykube.v1.LoadBalancerIngressJ\x04\x08\x01\x10\x02\"F\n\rServiceStatus\x12\x35\n\x0cloadBalancer\x18\x01 \x01(\x0b\x32\x1f.tinykube.v1.LoadBalancerStatus\"\xaa\x01\n\x07Service\x12\x12\n\napiVersion\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.tinykube.v1.ObjectMeta\x12&\n\x04spec\x18\x04 \x01(\x0b\x32\x18.tinykube.v1.ServiceSpec\x12*\n\x06status\x18\x05 \x01(\x0b\x32\x1a.tinykube.v1.ServiceStatus\"[\n\x0bServiceList\x12\'\n\x08metadata\x18\x01 \x01(\x0b\x32\x15.tinykube.v1.ListMeta\x12#\n\x05items\x18\x02 \x03(\x0b\x32\x14.tinykube.v1.Service\"G\n\x11ServiceWatchEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12$\n\x06object\x18\x02 \x01(\x0b\x32\x14.tinykube.v1.Service\"H\n\x16ServiceWatchEventBatch\x12.\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1e.tinykube.v1.ServiceWatchEvent\"M\n\x14\x43reateServiceRequest\x12%\n\x07service\x18\x01 \x01(\x0b\x32\x14.tinykube.v1.Service\x12\x0e\n\x06\x64ryRun\x18\x02 \x03(\t\"M\n\x14UpdateServiceRequest\x12%\n\x07service\x18\x01 \x01(\x0b\x32\x14.tinykube.v1.Service\x12\x0e\n\x06\x64ryRun\x18\x02 \x03(\t2\x9d\x04\n\x08Services\x12\x41\n\x06\x43reate\x12!.tinykube.v1.CreateServiceRequest\x1a\x14.tinykube.v1.Service\x12\x34\n\x03Get\x12\x17.tinykube.v1.GetRequest\x1a\x14.tinykube.v1.Service\x12:\n\x04List\x12\x18.tinykube.v1.ListRequest\x1a\x18.tinykube.v1.ServiceList\x12\x41\n\x06Update\x12!.tinykube.v1.UpdateServiceRequest\x1a\x14.tinykube.v1.Service\x12G\n\x0cUpdateStatus\x12!.tinykube.v1.UpdateServiceRequest\x1a\x14.tinykube.v1.Service\x12:\n\x06\x44\x65lete\x12\x1a.tinykube.v1.DeleteRequest\x1a\x14.tinykube.v1.Service\x12\x44\n\x05Watch\x12\x19.tinykube.v1.WatchRequest\x1a\x1e.tinykube.v1.ServiceWatchEvent0\x01\x12N\n\nWatchBatch\x12\x19.tinykube.v1.WatchRequest\x1a#.tinykube.v1.ServiceWatchEventBatch0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,29 +38,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SERVICEPORT']._serialized_start=96
   _globals['_SERVICEPORT']._serialized_end=223
   _globals['_SERVICESPEC']._serialized_start=226
-  _globals['_SERVICESPEC']._serialized_end=682
-  _globals['_SERVICESPEC_SELECTORENTRY']._serialized_start=590
-  _globals['_SERVICESPEC_SELECTORENTRY']._serialized_end=637
-  _globals['_PORTSTATUS']._serialized_start=684
-  _globals['_PORTSTATUS']._serialized_end=758
-  _globals['_LOADBALANCERINGRESS']._serialized_start=760
-  _globals['_LOADBALANCERINGRESS']._serialized_end=883
-  _globals['_LOADBALANCERSTATUS']._serialized_start=885
-  _globals['_LOADBALANCERSTATUS']._serialized_end=962
-  _globals['_SERVICESTATUS']._serialized_start=964
-  _globals['_SERVICESTATUS']._serialized_end=1034
-  _globals['_SERVICE']._serialized_start=1037
-  _globals['_SERVICE']._serialized_end=1207
-  _globals['_SERVICELIST']._serialized_start=1209
-  _globals['_SERVICELIST']._serialized_end=1300
-  _globals['_SERVICEWATCHEVENT']._serialized_start=1302
-  _globals['_SERVICEWATCHEVENT']._serialized_end=1373
-  _globals['_SERVICEWATCHEVENTBATCH']._serialized_start=1375
-  _globals['_SERVICEWATCHEVENTBATCH']._serialized_end=1447
-  _globals['_CREATESERVICEREQUEST']._serialized_start=1449
-  _globals['_CREATESERVICEREQUEST']._serialized_end=1526
-  _globals['_UPDATESERVICEREQUEST']._serialized_start=1528
-  _globals['_UPDATESERVICEREQUEST']._serialized_end=1605
-  _globals['_SERVICES']._serialized_start=1608
-  _globals['_SERVICES']._serialized_end=2149
+  _globals['_SERVICESPEC']._serialized_end=905
+  _globals['_SERVICESPEC_SELECTORENTRY']._serialized_start=757
+  _globals['_SERVICESPEC_SELECTORENTRY']._serialized_end=804
+  _globals['_CLIENTIPCONFIG']._serialized_start=907
+  _globals['_CLIENTIPCONFIG']._serialized_end=971
+  _globals['_SESSIONAFFINITYCONFIG']._serialized_start=973
+  _globals['_SESSIONAFFINITYCONFIG']._serialized_end=1043
+  _globals['_PORTSTATUS']._serialized_start=1045
+  _globals['_PORTSTATUS']._serialized_end=1119
+  _globals['_LOADBALANCERINGRESS']._serialized_start=1121
+  _globals['_LOADBALANCERINGRESS']._serialized_end=1244
+  _globals['_LOADBALANCERSTATUS']._serialized_start=1246
+  _globals['_LOADBALANCERSTATUS']._serialized_end=1323
+  _globals['_SERVICESTATUS']._serialized_start=1325
+  _globals['_SERVICESTATUS']._serialized_end=1395
+  _globals['_SERVICE']._serialized_start=1398
+  _globals['_SERVICE']._serialized_end=1568
+  _globals['_SERVICELIST']._serialized_start=1570
+  _globals['_SERVICELIST']._serialized_end=1661
+  _globals['_SERVICEWATCHEVENT']._serialized_start=1663
+  _globals['_SERVICEWATCHEVENT']._serialized_end=1734
+  _globals['_SERVICEWATCHEVENTBATCH']._serialized_start=1736
+  _globals['_SERVICEWATCHEVENTBATCH']._serialized_end=1808
+  _globals['_CREATESERVICEREQUEST']._serialized_start=1810
+  _globals['_CREATESERVICEREQUEST']._serialized_end=1887
+  _globals['_UPDATESERVICEREQUEST']._serialized_start=1889
+  _globals['_UPDATESERVICEREQUEST']._serialized_end=1966
+  _globals['_SERVICES']._serialized_start=1969
+  _globals['_SERVICES']._serialized_end=2510
 # @@protoc_insertion_point(module_scope)

@@ -98,15 +98,21 @@ class ServiceSpec(_message.Message):
     INTERNALTRAFFICPOLICY_FIELD_NUMBER: _builtins.int
     EXTERNALNAME_FIELD_NUMBER: _builtins.int
     PUBLISHNOTREADYADDRESSES_FIELD_NUMBER: _builtins.int
+    SESSIONAFFINITYCONFIG_FIELD_NUMBER: _builtins.int
+    ALLOCATELOADBALANCERNODEPORTS_FIELD_NUMBER: _builtins.int
+    LOADBALANCERCLASS_FIELD_NUMBER: _builtins.int
+    LOADBALANCERIP_FIELD_NUMBER: _builtins.int
     clusterIP: _builtins.str
     """Allocated by the apiserver from --service-cluster-ip-range unless given; immutable."""
     type: _builtins.str
-    """ClusterIP (default), NodePort or ExternalName (a DNS CNAME to externalName, no cluster IP)."""
+    """ClusterIP (default), NodePort, LoadBalancer (an address from the controller manager's
+    service-lb pool) or ExternalName (a DNS CNAME to externalName, no cluster IP).
+    """
     sessionAffinity: _builtins.str
     """The fields below are Kubernetes' defaults, recorded so that clients see what they see
-    against Kubernetes; the proxy forwards every connection the same way (no ClientIP
-    affinity, single-stack IPv4, every endpoint cluster-wide).
-    None (the default) or ClientIP.
+    against Kubernetes (single-stack IPv4 only).
+    None (the default) or ClientIP: a client's connections go to the endpoint its first one
+    went to, until sessionAffinityConfig.clientIP.timeoutSeconds pass without one.
     """
     ipFamilyPolicy: _builtins.str
     """SingleStack (the only policy)."""
@@ -122,6 +128,16 @@ class ServiceSpec(_message.Message):
     """Cluster DNS publishes the addresses of endpoints that are not ready too (headless
     Services' A and SRV records).
     """
+    allocateLoadBalancerNodePorts: _builtins.bool
+    """LoadBalancer services only (defaulted to true): false allocates no node ports."""
+    loadBalancerClass: _builtins.str
+    """LoadBalancer services only, immutable: the load balancer implementation that serves the
+    Service; unset is the cluster's default one (the controller manager's service-lb).
+    """
+    loadBalancerIP: _builtins.str
+    """LoadBalancer services only (deprecated in Kubernetes, still honoured by MetalLB and the
+    service-lb controller): the pool address the Service asks for.
+    """
     @_builtins.property
     def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___ServicePort]: ...
     @_builtins.property
@@ -135,6 +151,10 @@ class ServiceSpec(_message.Message):
     @_builtins.property
     def ipFamilies(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """[IPv4] (the only family)."""
+
+    @_builtins.property
+    def sessionAffinityConfig(self) -> Global___SessionAffinityConfig:
+        """ClientIP affinity only: its timeout (defaulted to 10800 s, 1..86400)."""
 
     def __init__(
         self,
@@ -151,21 +171,74 @@ class ServiceSpec(_message.Message):
         internalTrafficPolicy: _builtins.str | None = ...,
         externalName: _builtins.str = ...,
         publishNotReadyAddresses: _builtins.bool = ...,
+        sessionAffinityConfig: Global___SessionAffinityConfig | None = ...,
+        allocateLoadBalancerNodePorts: _builtins.bool | None = ...,
+        loadBalancerClass: _builtins.str | None = ...,
+        loadBalancerIP: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_internalTrafficPolicy", b"_internalTrafficPolicy", "_ipFamilyPolicy", b"_ipFamilyPolicy", "internalTrafficPolicy", b"internalTrafficPolicy", "ipFamilyPolicy", b"ipFamilyPolicy"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_allocateLoadBalancerNodePorts", b"_allocateLoadBalancerNodePorts", "_internalTrafficPolicy", b"_internalTrafficPolicy", "_ipFamilyPolicy", b"_ipFamilyPolicy", "_loadBalancerClass", b"_loadBalancerClass", "allocateLoadBalancerNodePorts", b"allocateLoadBalancerNodePorts", "internalTrafficPolicy", b"internalTrafficPolicy", "ipFamilyPolicy", b"ipFamilyPolicy", "loadBalancerClass", b"loadBalancerClass", "sessionAffinityConfig", b"sessionAffinityConfig"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_internalTrafficPolicy", b"_internalTrafficPolicy", "_ipFamilyPolicy", b"_ipFamilyPolicy", "clusterIP", b"clusterIP", "clusterIPs", b"clusterIPs", "externalName", b"externalName", "externalTrafficPolicy", b"externalTrafficPolicy", "internalTrafficPolicy", b"internalTrafficPolicy", "ipFamilies", b"ipFamilies", "ipFamilyPolicy", b"ipFamilyPolicy", "ports", b"ports", "publishNotReadyAddresses", b"publishNotReadyAddresses", "selector", b"selector", "sessionAffinity", b"sessionAffinity", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_allocateLoadBalancerNodePorts", b"_allocateLoadBalancerNodePorts", "_internalTrafficPolicy", b"_internalTrafficPolicy", "_ipFamilyPolicy", b"_ipFamilyPolicy", "_loadBalancerClass", b"_loadBalancerClass", "allocateLoadBalancerNodePorts", b"allocateLoadBalancerNodePorts", "clusterIP", b"clusterIP", "clusterIPs", b"clusterIPs", "externalName", b"externalName", "externalTrafficPolicy", b"externalTrafficPolicy", "internalTrafficPolicy", b"internalTrafficPolicy", "ipFamilies", b"ipFamilies", "ipFamilyPolicy", b"ipFamilyPolicy", "loadBalancerClass", b"loadBalancerClass", "loadBalancerIP", b"loadBalancerIP", "ports", b"ports", "publishNotReadyAddresses", b"publishNotReadyAddresses", "selector", b"selector", "sessionAffinity", b"sessionAffinity", "sessionAffinityConfig", b"sessionAffinityConfig", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__allocateLoadBalancerNodePorts: _TypeAlias = _typing.Literal["allocateLoadBalancerNodePorts"]  # noqa: Y015
+    _WhichOneofArgType__allocateLoadBalancerNodePorts: _TypeAlias = _typing.Literal["_allocateLoadBalancerNodePorts", b"_allocateLoadBalancerNodePorts"]  # noqa: Y015
     _WhichOneofReturnType__internalTrafficPolicy: _TypeAlias = _typing.Literal["internalTrafficPolicy"]  # noqa: Y015
     _WhichOneofArgType__internalTrafficPolicy: _TypeAlias = _typing.Literal["_internalTrafficPolicy", b"_internalTrafficPolicy"]  # noqa: Y015
     _WhichOneofReturnType__ipFamilyPolicy: _TypeAlias = _typing.Literal["ipFamilyPolicy"]  # noqa: Y015
     _WhichOneofArgType__ipFamilyPolicy: _TypeAlias = _typing.Literal["_ipFamilyPolicy", b"_ipFamilyPolicy"]  # noqa: Y015
+    _WhichOneofReturnType__loadBalancerClass: _TypeAlias = _typing.Literal["loadBalancerClass"]  # noqa: Y015
+    _WhichOneofArgType__loadBalancerClass: _TypeAlias = _typing.Literal["_loadBalancerClass", b"_loadBalancerClass"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__allocateLoadBalancerNodePorts) -> _WhichOneofReturnType__allocateLoadBalancerNodePorts | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__internalTrafficPolicy) -> _WhichOneofReturnType__internalTrafficPolicy | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__ipFamilyPolicy) -> _WhichOneofReturnType__ipFamilyPolicy | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__loadBalancerClass) -> _WhichOneofReturnType__loadBalancerClass | None: ...
 
 Global___ServiceSpec: _TypeAlias = ServiceSpec  # noqa: Y015
+
+@_typing.final
+class ClientIPConfig(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TIMEOUTSECONDS_FIELD_NUMBER: _builtins.int
+    timeoutSeconds: _builtins.int
+    def __init__(
+        self,
+        *,
+        timeoutSeconds: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_timeoutSeconds", b"_timeoutSeconds", "timeoutSeconds", b"timeoutSeconds"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_timeoutSeconds", b"_timeoutSeconds", "timeoutSeconds", b"timeoutSeconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__timeoutSeconds: _TypeAlias = _typing.Literal["timeoutSeconds"]  # noqa: Y015
+    _WhichOneofArgType__timeoutSeconds: _TypeAlias = _typing.Literal["_timeoutSeconds", b"_timeoutSeconds"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__timeoutSeconds) -> _WhichOneofReturnType__timeoutSeconds | None: ...
+
+Global___ClientIPConfig: _TypeAlias = ClientIPConfig  # noqa: Y015
+
+@_typing.final
+class SessionAffinityConfig(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLIENTIP_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def clientIP(self) -> Global___ClientIPConfig: ...
+    def __init__(
+        self,
+        *,
+        clientIP: Global___ClientIPConfig | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["clientIP", b"clientIP"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clientIP", b"clientIP"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionAffinityConfig: _TypeAlias = SessionAffinityConfig  # noqa: Y015
 
 @_typing.final
 class PortStatus(_message.Message):

@@ -42,6 +42,7 @@ def test_the_table_uses_kubes_names_and_every_name_is_unique() -> None:
         "clusterrole-aggregation-controller",
         "node-lifecycle-controller",
         "node-ipam-controller",
+        "service-lb-controller",
         "root-ca-certificate-publisher-controller",
     } == ALL
     known = canonical_names()  # raises on a name used twice

@@ -11,6 +11,7 @@ import dns.flags
 import dns.message
 import dns.rcode
 import dns.rdatatype
+import dns.reversename
 import pytest
 from google.protobuf import json_format
 
@@ -192,3 +193,50 @@ def test_external_name_is_a_cname_and_not_ready_published() -> None:
     assert reply.answer[0].rdtype == dns.rdatatype.CNAME
     assert texts(reply) == ["smtp.example.org."]
     assert texts(ask(rec, "db.shop.svc.cluster.local.")) == ["10.244.2.9"]
+
+
+def test_aaaa_records_from_ipv6_endpoint_slices_and_pod_names() -> None:
+    db = service(
+        "db",
+        "shop",
+        {"clusterIP": "None", "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]},
+    )
+    v4 = eps("db", "shop", [{"addresses": ["10.244.1.5"], "conditions": {"ready": True}}])
+    v6 = eps(
+        "db",
+        "shop",
+        [
+            {"addresses": ["fd00:10:244::5"], "conditions": {"ready": True}},
+            {"addresses": ["fd00:10:244::7"], "conditions": {"ready": True}, "hostname": "db-0"},
+        ],
+    )
+    v6.addressType = "IPv6"
+    v6.metadata.name = "db-y"
+    rec = ClusterRecords.build([db], {"shop/db": [v4, v6]})
+    assert texts(ask(rec, "db.shop.svc.cluster.local.")) == ["10.244.1.5"]
+    assert texts(ask(rec, "db.shop.svc.cluster.local.", "AAAA")) == [
+        "fd00:10:244::5",
+        "fd00:10:244::7",
+    ]
+    assert texts(ask(rec, "db-0.db.shop.svc.cluster.local.", "AAAA")) == ["fd00:10:244::7"]
+    assert texts(ask(rec, "fd00-10-244--5.db.shop.svc.cluster.local.", "AAAA")) == [
+        "fd00:10:244::5"
+    ]
+    # an IPv6-only name has no A: NODATA, not NXDOMAIN
+    nodata = ask(rec, "db-0.db.shop.svc.cluster.local.", "A")
+    assert nodata.rcode() == dns.rcode.NOERROR and not nodata.answer
+    assert nodata.authority[0].rdtype == dns.rdatatype.SOA
+    srv = ask(rec, "_http._tcp.db.shop.svc.cluster.local.", "SRV")
+    assert {(r.name.to_text(), dns.rdatatype.to_text(r.rdtype)) for r in srv.additional} == {
+        ("10-244-1-5.db.shop.svc.cluster.local.", "A"),
+        ("fd00-10-244--5.db.shop.svc.cluster.local.", "AAAA"),
+        ("db-0.db.shop.svc.cluster.local.", "AAAA"),
+    }
+    ptr = dns.reversename.from_address("fd00:10:244::7").to_text()
+    assert texts(ask(rec, ptr, "PTR")) == ["db-0.db.shop.svc.cluster.local."]
+    # pods: a dash for each colon
+    assert texts(ask(rec, "fd00-10-244--9.shop.pod.cluster.local.", "AAAA")) == ["fd00:10:244::9"]
+    pod_nodata = ask(rec, "fd00-10-244--9.shop.pod.cluster.local.", "A")
+    assert pod_nodata.rcode() == dns.rcode.NOERROR and not pod_nodata.answer
+    v4_pod = ask(rec, "10-244-3-4.shop.pod.cluster.local.", "AAAA")
+    assert v4_pod.rcode() == dns.rcode.NOERROR and not v4_pod.answer

@@ -51,3 +51,36 @@ def test_default_host_network_and_none(tmp_path: Path) -> None:
     assert list(PodDNS("", "cluster.local", host_conf(tmp_path)).config(pod()).servers) == [
         "192.0.2.53"
     ]
+
+
+def test_dns_config_is_added_to_the_policy(tmp_path: Path) -> None:
+    dns = PodDNS("10.96.0.10", "cluster.local", host_conf(tmp_path))
+    p = pod()
+    cfg = p.spec.dnsConfig
+    cfg.nameservers.extend(["192.0.2.99", "10.96.0.10"])  # a duplicate is dropped
+    cfg.searches.extend(["extra.example", "cluster.local"])
+    cfg.options.add(name="ndots", value="2")  # replaces the policy's ndots:5
+    cfg.options.add(name="edns0")
+    got = dns.config(p)
+    assert list(got.servers) == ["10.96.0.10", "192.0.2.99"]
+    assert list(got.searches) == [
+        "shop.svc.cluster.local",
+        "svc.cluster.local",
+        "cluster.local",
+        "corp.example",
+        "extra.example",
+    ]
+    assert list(got.options) == ["ndots:2", "edns0"]
+
+
+def test_dns_policy_none_is_the_dns_config_alone(tmp_path: Path) -> None:
+    dns = PodDNS("10.96.0.10", "cluster.local", host_conf(tmp_path))
+    p = pod("None")
+    p.spec.dnsConfig.nameservers.extend(["1.1.1.1", "1.0.0.1", "8.8.8.8", "8.8.4.4"])
+    p.spec.dnsConfig.searches.extend([f"s{i}.example" for i in range(40)])
+    p.spec.dnsConfig.options.add(name="timeout", value="1")
+    got = dns.config(p)
+    # the kubelet's limits: 3 nameservers, 32 search domains
+    assert list(got.servers) == ["1.1.1.1", "1.0.0.1", "8.8.8.8"]
+    assert list(got.searches) == [f"s{i}.example" for i in range(32)]
+    assert list(got.options) == ["timeout:1"]

@@ -200,3 +200,43 @@ def test_headless_and_external_name_services_get_no_listener() -> None:
     for svc in (headless, external):
         routes, backends = desired_state([svc], eps, "127.0.1.9")
         assert routes == {} and backends == {}
+
+
+def test_load_balancer_ingress_ips_get_listeners_unless_ip_mode_proxy() -> None:
+    svc = service("LoadBalancer", node_port=30080)
+    svc.status.loadBalancer.ingress.add(ip="127.101.0.1", ipMode="VIP")
+    svc.status.loadBalancer.ingress.add(ip="127.101.0.2")  # no ipMode: VIP
+    svc.status.loadBalancer.ingress.add(ip="127.101.0.3", ipMode="Proxy")
+    routes, _ = desired_state([svc], {"default/web": endpoints("10.0.0.1")}, "127.0.1.1")
+    assert set(routes) == {
+        Listener("127.100.0.7", 80),
+        Listener("127.0.1.1", 30080),
+        Listener("127.101.0.1", 80),
+        Listener("127.101.0.2", 80),
+    }
+
+
+async def test_client_ip_affinity_keeps_a_client_on_its_endpoint_until_the_timeout() -> None:
+    now = [1000.0]
+    p = Proxier(
+        Metrics(CollectorRegistry()), connect=FakeConnector(refusing=set()), now=lambda: now[0]
+    )
+    svc = service()
+    svc.spec.sessionAffinity = "ClientIP"
+    svc.spec.sessionAffinityConfig.clientIP.timeoutSeconds = 60
+    await p.sync([svc], {"default/web": endpoints("a", "b", "c")}, "")
+    try:
+        first = await p.dial(WEB, "192.0.2.7")
+        assert first is not None
+        for _ in range(5):
+            again = await p.dial(WEB, "192.0.2.7")
+            assert again is not None and again[0] == first[0]
+            now[0] += 59  # each connection renews it
+        # another client is spread, then sticks to its own
+        second = await p.dial(WEB, "192.0.2.8")
+        assert second is not None
+        assert p._order(WEB, "192.0.2.8")[0] == second[0]
+        now[0] += 61  # expired: round robin again, so two orders in a row start apart
+        assert p._order(WEB, "192.0.2.7")[0] != p._order(WEB, "192.0.2.7")[0]
+    finally:
+        await p.close()

@@ -204,3 +204,72 @@ def test_load_balancer_ingress_ips_go_to_the_external_chain() -> None:
     slices["default/web"] = []
     rs = build_ruleset(services, slices, "192.168.1.10", "10.244.0.0/16")
     assert "172.18.255.1 . tcp . 80 : goto reject-chain" in rs.maps["no-endpoint-services"]
+
+
+def test_affinity_timeout_and_ip_mode_proxy() -> None:
+    services, slices = fixture()
+    sticky = services[1]
+    sticky.spec.sessionAffinityConfig.clientIP.timeoutSeconds = 600
+    old = build_ruleset(services, slices, "192.168.1.10", "10.244.0.0/16")
+    assert set(old.sets.values()) == {600}
+    sticky.spec.sessionAffinityConfig.clientIP.timeoutSeconds = 30
+    web = services[0]
+    web.spec.type = "LoadBalancer"
+    web.status.loadBalancer.ingress.add(ip="172.18.255.2", ipMode="Proxy")
+    new = build_ruleset(services, slices, "192.168.1.10", "10.244.0.0/16")
+    assert set(new.sets.values()) == {30}
+    assert not any("172.18.255.2" in e for e in new.maps["service-ips"])
+    script = render_update(TABLE, old, new).splitlines()
+    # a set in use cannot be deleted: its rules are flushed first and written again after
+    aff = next(iter(new.sets))
+    users = [c for c, rules in old.chains.items() if any(f"@{aff}" in r for r in rules)]
+    first_delete = script.index(f"delete set ip {TABLE} {aff}")
+    for chain in users:
+        assert script.index(f"flush chain ip {TABLE} {chain}") < first_delete
+        assert any(line.startswith(f"add rule ip {TABLE} {chain} ") for line in script)
+    assert (
+        f"add set ip {TABLE} {aff} {{ type ipv4_addr; flags dynamic,timeout; timeout 30s; }}"
+        in script
+    )
+
+
+def test_nft_exiting_before_reading_its_input_is_a_failed_sync_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nft that fails at start without reading stdin (its cache setup interrupted by another
+    process's ruleset change) closes the pipe: uvloop raised RuntimeError out of communicate
+    and the proxy loop restarted. Now it is a failed attempt, retried."""
+    import asyncio
+
+    import uvloop
+    from prometheus_client import CollectorRegistry
+
+    from kubelet.proxy.metrics import Metrics
+    from kubelet.proxy.nftables import NftablesProxier, run_nft
+
+    calls = tmp_path / "calls"
+    nft = tmp_path / "nft"
+    nft.write_text(
+        "#!/bin/sh\n"
+        f'echo x >> "{calls}"\n'
+        f'if [ "$(wc -l < "{calls}")" -lt 3 ]; then\n'
+        '  echo "Error: cache initialization failed: Interrupted system call" >&2; exit 1\n'
+        "fi\n"
+        "cat > /dev/null\n"
+    )
+    nft.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    services, slices = fixture()
+
+    async def main() -> tuple[int, str, bool]:
+        rc, err = await run_nft("x" * 1_000_000)  # more than a pipe holds
+        calls.unlink()
+        proxier = NftablesProxier(Metrics(CollectorRegistry()), min_sync_period=0.0)
+        await proxier.sync(services, slices, "192.168.1.10")
+        return rc, err, proxier.applied is not None
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        rc, err, applied = runner.run(main())
+    assert rc == 1 and "Interrupted system call" in err
+    assert applied  # the third attempt went through
+    assert len(calls.read_text().splitlines()) == 3

@@ -1048,6 +1048,10 @@ def test_json_patch_error_keeps_the_reason_as_cause() -> None:
 
 # Repeated fields that Kubernetes' types leave without a patchStrategy (atomic lists).
 ATOMIC_IN_KUBERNETES = {
+    # PodDNSConfig: +listType=atomic.
+    ("tinykube.v1.PodDNSConfig", "nameservers"),
+    ("tinykube.v1.PodDNSConfig", "searches"),
+    ("tinykube.v1.PodDNSConfig", "options"),
     # k8s.io/api/core/v1 volume sources: no patchStrategy (+listType=atomic).
     ("tinykube.v1.ConfigMapVolumeSource", "items"),
     ("tinykube.v1.SecretVolumeSource", "items"),
