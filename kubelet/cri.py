@@ -42,8 +42,10 @@ import grpc.aio
 
 from kubelet.envvars import expand
 from kubelet.kuberuntime import KubeRuntime
+from kubelet.lifecycle import ExecHook, ExecResult
 from kubelet.metrics import ContainerUsage
 from kubelet.prober import MAX_OUTPUT, Outcome, ProbeTarget
+from kubelet.pullsecrets import Credential, credentials, matching
 from kubelet.runtime import (
     RUNNING,
     TERMINATED,
@@ -54,11 +56,13 @@ from kubelet.runtime import (
     definition_changed_message,
     qos_class,
 )
+from kubelet.security import effective, verify_run_as_non_root
 from tinykube.clock import Clock
 from tinykube.cri.v1 import cri_pb2 as cri
 from tinykube.cri.v1 import cri_pb2_grpc as cri_grpc
+from tinykube.errors import TinykubeError
 from tinykube.quantity import milli_value, value
-from tinykube.v1 import node_pb2, pod_pb2
+from tinykube.v1 import node_pb2, pod_pb2, secret_pb2
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +227,42 @@ def sandbox_config(
     ns.network = cri.NODE if host_network else cri.POD
     ns.pid = cri.CONTAINER
     ns.ipc = cri.POD
+    # kube's generatePodSandboxLinuxConfig: the pod's user, groups, and privileged when any
+    # container is (containerd refuses a privileged container in an unprivileged sandbox).
+    psc = pod.spec.securityContext
+    sandbox_sc = linux.security_context
+    if psc.HasField("runAsUser"):
+        sandbox_sc.run_as_user.value = psc.runAsUser
+    if psc.HasField("runAsGroup"):
+        sandbox_sc.run_as_group.value = psc.runAsGroup
+    groups = list(psc.supplementalGroups)
+    if psc.HasField("fsGroup") and psc.fsGroup not in groups:
+        groups.append(psc.fsGroup)
+    sandbox_sc.supplemental_groups.extend(groups)
+    sandbox_sc.privileged = any(
+        c.securityContext.privileged for c in (*pod.spec.initContainers, *pod.spec.containers)
+    )
     return config
+
+
+def security_context(
+    pod: pod_pb2.Pod, container: pod_pb2.Container, sc: cri.LinuxContainerSecurityContext
+) -> None:
+    """kube's convertToRuntimeSecurityContext of the effective securityContext
+    (kubelet/security.py): user, group, the pod's groups, privileged, a read-only root,
+    no_new_privs for allowPrivilegeEscalation: false, capabilities as written."""
+    eff = effective(pod, container)
+    if eff.run_as_user is not None:
+        sc.run_as_user.value = eff.run_as_user
+    if eff.run_as_group is not None:
+        sc.run_as_group.value = eff.run_as_group
+    sc.supplemental_groups.extend(eff.groups)
+    sc.privileged = eff.privileged
+    sc.readonly_rootfs = eff.read_only_root
+    sc.no_new_privs = not eff.allow_privilege_escalation
+    if eff.add_capabilities or eff.drop_capabilities:
+        sc.capabilities.add_capabilities.extend(eff.add_capabilities)
+        sc.capabilities.drop_capabilities.extend(eff.drop_capabilities)
 
 
 def container_config(
@@ -254,6 +293,7 @@ def container_config(
     )
     config.linux.resources.CopyFrom(linux_resources(pod, container, machine_memory))
     sc = config.linux.security_context
+    security_context(pod, container, sc)
     ns = sc.namespace_options
     ns.network = cri.NODE if pod.spec.hostNetwork else cri.POD
     ns.pid = cri.CONTAINER
@@ -398,6 +438,28 @@ class CRIRuntime(KubeRuntime):
             return Outcome(False, _error(exc))
         text = (resp.stdout + resp.stderr)[:MAX_OUTPUT].decode(errors="replace")
         return Outcome(resp.exit_code == 0, text)
+
+    def _exec_hook(
+        self, pod: pod_pb2.Pod, container: pod_pb2.Container, crec: ContainerRecord
+    ) -> ExecHook:
+        """An exec hook runs in the container through ExecSync, with no timeout of its own
+        (kube's RunInContainer with timeout 0); the caller bounds a preStop hook."""
+        container_id = crec.container_id
+
+        async def run(argv: list[str]) -> ExecResult:
+            try:
+                resp = await self.rt.ExecSync(
+                    cri.ExecSyncRequest(container_id=container_id, cmd=argv, timeout=0)
+                )
+            except grpc.aio.AioRpcError as exc:
+                return ExecResult(-1, "", "", _error(exc))
+            return ExecResult(
+                resp.exit_code,
+                resp.stdout[:MAX_OUTPUT].decode(errors="replace"),
+                resp.stderr[:MAX_OUTPUT].decode(errors="replace"),
+            )
+
+        return run
 
     def pod_ip(self, pod: pod_pb2.Pod) -> str:
         """Where probes reach the pod: its sandbox's IP, or the node's (hostNetwork)."""
@@ -610,12 +672,25 @@ class CRIRuntime(KubeRuntime):
             return None
         rec.events.append(("Normal", "Pulling", f'Pulling image "{image}"'))
         started = time.monotonic()
-        try:
-            resp = await self.images.PullImage(
-                cri.PullImageRequest(image=cri.ImageSpec(image=image)), timeout=CALL_TIMEOUT
+        # kube's puller: each matching credential of the pod's pull secrets in turn (the most
+        # specific registry key first) until one pulls; none matching: no credentials.
+        auths: list[cri.AuthConfig | None] = [
+            cri.AuthConfig(
+                username=c.username, password=c.password, server_address=c.registry.split("/")[0]
             )
-        except grpc.aio.AioRpcError as exc:
-            message = f'Failed to pull image "{image}": {_error(exc)}'
+            for c in matching(await self._pull_credentials(pod, rec), image)
+        ] or [None]
+        for auth in auths:
+            try:
+                resp = await self.images.PullImage(
+                    cri.PullImageRequest(image=cri.ImageSpec(image=image), auth=auth),
+                    timeout=CALL_TIMEOUT,
+                )
+                break
+            except grpc.aio.AioRpcError as exc:
+                error = exc
+        else:
+            message = f'Failed to pull image "{image}": {_error(error)}'
             rec.events.append(("Warning", "Failed", message))
             self._image_error(rec, crec, "ErrImagePull", message, backoff=True)
             return None
@@ -631,6 +706,32 @@ class CRIRuntime(KubeRuntime):
             )
         )
         return resp.image_ref or image
+
+    async def _pull_credentials(self, pod: pod_pb2.Pod, rec: PodRecord) -> list[Credential]:
+        """The registry credentials of the pod's imagePullSecrets (kubelet/pullsecrets.py);
+        a Secret that cannot be read is an Event, as kube's getPullSecretsForPod words it,
+        and the pull is tried without it."""
+        api = self.env_sources.api
+        if not pod.spec.imagePullSecrets or api is None:
+            return []
+        found: list[secret_pb2.Secret] = []
+        failed: list[str] = []
+        for ref in pod.spec.imagePullSecrets:
+            try:
+                found.append(await api.secrets.get(ref.name, pod.metadata.namespace))
+            except TinykubeError as exc:
+                log.info("pod %s/%s: pull secret %s: %s", rec.namespace, rec.name, ref.name, exc)
+                failed.append(ref.name)
+        if failed:
+            rec.events.append(
+                (
+                    "Warning",
+                    "FailedToRetrieveImagePullSecret",
+                    f"Unable to retrieve some image pull secrets ({', '.join(failed)}); "
+                    "attempting to pull the image may not succeed.",
+                )
+            )
+        return credentials(found)
 
     def _image_error(
         self, rec: PodRecord, crec: ContainerRecord, reason: str, message: str, *, backoff: bool
@@ -656,6 +757,19 @@ class CRIRuntime(KubeRuntime):
         image_ref = await self._ensure_image(pod, rec, container, crec)
         if image_ref is None:
             return
+        if effective(pod, container).run_as_non_root:
+            # kube's getImageUser: the image's numeric user, else its user name, else root.
+            image = await self._image_present(image_ref)
+            uid: int | None = 0
+            name = ""
+            if image is not None and image.HasField("uid"):
+                uid = image.uid.value
+            elif image is not None and image.username:
+                uid, name = None, image.username
+            refused = verify_run_as_non_root(pod, container, uid, name)
+            if refused:
+                self._config_error(rec, crec, refused)
+                return
         instance = crec.restart_count + (1 if crec.last is not None else 0)
         env = {"HOSTNAME": pod.spec.hostname or pod.metadata.name, **resolved}
         config = container_config(pod, container, image_ref, instance, env, self.machine_memory)
@@ -800,11 +914,18 @@ class CRIRuntime(KubeRuntime):
         ]
         for crec in running:
             rec.events.append(("Normal", "Killing", f"Stopping container {crec.name}"))
-        await asyncio.gather(*(self._stop(c, grace_seconds) for c in running))
+
+        async def stop(crec: ContainerRecord) -> None:
+            # kube's killContainer: the preStop hook, then StopContainer with what is left.
+            await self._stop(crec, await self._pre_stop(rec.uid, crec, grace_seconds))
+
+        await asyncio.gather(*(stop(c) for c in running))
         for crec in running:
             crec.state = TERMINATED
-            crec.terminated = self._termination(
-                crec, await self._container_status(crec.container_id)
+            crec.terminated = self._with_message(
+                rec.uid,
+                crec,
+                self._termination(crec, await self._container_status(crec.container_id)),
             )
 
     async def kill_pod(self, uid: str, grace_seconds: float) -> None:
@@ -844,7 +965,7 @@ class CRIRuntime(KubeRuntime):
         if rec is None or crec is None or crec.state != RUNNING or not crec.container_id:
             return
         rec.events.append(("Normal", "Killing", why))
-        await self._stop(crec, grace_seconds)
+        await self._stop(crec, await self._pre_stop(uid, crec, grace_seconds))
 
     async def _kill_changed(self, pod: pod_pb2.Pod, rec: PodRecord, crec: ContainerRecord) -> None:
         why = definition_changed_message(crec.name)
@@ -855,8 +976,10 @@ class CRIRuntime(KubeRuntime):
             if spec.HasField("terminationGracePeriodSeconds")
             else 30
         )
-        await self._stop(crec, float(grace))
-        crec.last = self._termination(crec, await self._container_status(crec.container_id))
+        await self._stop(crec, await self._pre_stop(rec.uid, crec, float(grace)))
+        crec.last = self._with_message(
+            rec.uid, crec, self._termination(crec, await self._container_status(crec.container_id))
+        )
         crec.terminated = None
         crec.state = WAITING
         crec.waiting_reason, crec.waiting_message = "ContainerCreating", ""

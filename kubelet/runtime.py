@@ -68,6 +68,10 @@ class ContainerRecord:
     # its scheme) and the image id it reports (status.containerStatuses[].imageID).
     container_id: str = ""
     image_ref: str = ""
+    # The node's file behind the current instance's terminationMessagePath ("" if none), and
+    # its terminationMessagePolicy (kubelet/lifecycle.py reads them when it ends).
+    message_file: str = ""
+    message_policy: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
