@@ -676,7 +676,10 @@ class CRIRuntime(KubeRuntime):
         # specific registry key first) until one pulls; none matching: no credentials.
         auths: list[cri.AuthConfig | None] = [
             cri.AuthConfig(
-                username=c.username, password=c.password, server_address=c.registry.split("/")[0]
+                username=c.username,
+                password=c.password,
+                # containerd reads it as a URL and compares its host with the image's.
+                server_address="https://" + c.registry.split("/")[0],
             )
             for c in matching(await self._pull_credentials(pod, rec), image)
         ] or [None]
