@@ -24,7 +24,9 @@ stopped and observed, over the CRI gRPC API (tinykube/cri/v1, package runtime.v1
 - stopping: StopContainer with the grace period, then StopPodSandbox and RemovePodSandbox.
 
 Probes: exec ones run in the container through ExecSync, httpGet/tcpSocket/grpc ones reach
-the pod's IP. Not yet here: volumes, hostIPC/hostPID, securityContext.
+the pod's IP; so do lifecycle hooks (kubelet/lifecycle.py). securityContext becomes the CRI
+LinuxContainerSecurityContext (kubelet/security.py); imagePullSecrets become PullImage's
+AuthConfig (kubelet/pullsecrets.py). Not yet here: hostIPC/hostPID, seccomp, AppArmor.
 """
 
 from __future__ import annotations
