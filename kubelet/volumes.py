@@ -12,11 +12,14 @@ layout is kube's: `<root-dir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<volume>
   writer: the payload goes to a fresh hidden `..<timestamp>` directory, the `..data` symlink is
   swapped to it with one rename, and each top-level name is a symlink through `..data`, so a
   reader sees either the old set of files or the new one, never a mix. Items select keys
-  (`key` to `path`, `mode`); defaultMode is 0644 when unset. These are re-read from the
-  apiserver every `resync` seconds while the pod runs (kube's kubelet re-syncs a pod's volumes
-  about every minute; tinykube uses a shorter period), so a changed ConfigMap or Secret shows in
-  the running container's files. A missing ConfigMap or Secret that is not optional stops the
-  pod's containers from starting with kube's message (`configmap "x" not found`), retried.
+  (`key` to `path`, `mode`); defaultMode is 0644 when unset. With `cache` (the kubelet sets
+  it: kubelet/objectcache.py, kube's watch-based manager) the ConfigMaps and Secrets come from
+  watches of exactly the objects the node's pods mount, and a change rewrites the files at the
+  pod's next sync (the cache wakes its worker); the volumes are also rewritten every `resync`
+  seconds (downward API, tokens). Without a cache they are re-read with a GET every `resync`
+  seconds. Either way a changed ConfigMap or Secret shows in the running container's files.
+  A missing ConfigMap or Secret that is not optional stops the pod's containers from starting
+  with kube's message (`configmap "x" not found`), retried.
 - projected serviceAccountToken: a token from TokenRequest (`mint_token`, bound to the pod),
   fetched again once 80% of its lifetime has passed (kube's token manager), or after a day.
   The audience defaults to the apiserver's.
@@ -48,8 +51,9 @@ from kubelet.envvars import (
     pod_field_value,
     resource_value,
 )
+from kubelet.objectcache import ObjectCache, Ref, volume_refs
 from tinykube.quantity import parse_quantity
-from tinykube.v1 import pod_pb2
+from tinykube.v1 import configmap_pb2, pod_pb2, secret_pb2
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +144,42 @@ class _PodVolumes:
     next_sync: float = 0.0
     tokens: dict[tuple[str, str], _Token] = field(default_factory=dict)
     tmpfs: list[Path] = field(default_factory=list)
+    # What the cache held of the pod's ConfigMaps and Secrets at the last setup.
+    versions: tuple[tuple[Ref, bool, str], ...] = ()
+
+
+def _versions(cache: ObjectCache, pod: pod_pb2.Pod) -> tuple[tuple[Ref, bool, str], ...]:
+    out = []
+    for ref in sorted(volume_refs(pod)):
+        synced, obj = cache.get(ref)
+        out.append((ref, synced, obj.metadata.resourceVersion if obj is not None else ""))
+    return tuple(out)
+
+
+class _CachedFetcher(_Fetcher):
+    """Reads from the watch-based cache once its watch has synced, else GETs."""
+
+    def __init__(self, api: EnvAPI | None, namespace: str, cache: ObjectCache) -> None:
+        super().__init__(api, namespace)
+        self.cache = cache
+
+    async def config_map(self, name: str, optional: bool) -> configmap_pb2.ConfigMap | None:
+        synced, obj = self.cache.get(("configmaps", self.namespace, name))
+        if not synced:
+            return await super().config_map(name, optional)
+        if obj is None and not optional:
+            raise ContainerConfigError(f'configmap "{name}" not found')
+        found: configmap_pb2.ConfigMap | None = obj
+        return found
+
+    async def secret(self, name: str, optional: bool) -> secret_pb2.Secret | None:
+        synced, obj = self.cache.get(("secrets", self.namespace, name))
+        if not synced:
+            return await super().secret(name, optional)
+        if obj is None and not optional:
+            raise ContainerConfigError(f'secret "{name}" not found')
+        found: secret_pb2.Secret | None = obj
+        return found
 
 
 def _labels_text(values: Mapping[str, str]) -> str:
@@ -169,6 +209,9 @@ class VolumeManager:
         self.allocatable: Callable[[str], Mapping[str, str]] = lambda _node: {}
         self._pods: dict[str, _PodVolumes] = {}
         self.as_root = os.geteuid() == 0
+        # The watch-based cache of the ConfigMaps and Secrets the pods mount
+        # (kubelet/objectcache.py); None: GET them at each resync.
+        self.cache: ObjectCache | None = None
 
     def volume_dir(self, uid: str, plugin: str, name: str) -> Path:
         return self.root / uid / "volumes" / PLUGIN_DIRS[plugin] / name
@@ -183,12 +226,25 @@ class VolumeManager:
         uid = pod.metadata.uid
         state = self._pods.setdefault(uid, _PodVolumes())
         now = self.now()
-        if not force and now < state.next_sync and len(state.paths) == len(pod.spec.volumes):
+        fetcher: _Fetcher
+        if self.cache is not None:
+            self.cache.register(pod)
+            fetcher = _CachedFetcher(self.api, pod.metadata.namespace, self.cache)
+            versions = _versions(self.cache, pod)
+        else:
+            fetcher = _Fetcher(self.api, pod.metadata.namespace)
+            versions = ()
+        if (
+            not force
+            and now < state.next_sync
+            and len(state.paths) == len(pod.spec.volumes)
+            and versions == state.versions
+        ):
             return dict(state.paths)
-        fetcher = _Fetcher(self.api, pod.metadata.namespace)
         for vol in pod.spec.volumes:
             state.paths[vol.name] = await self._setup_one(pod, vol, state, fetcher, now)
         state.next_sync = now + self.resync
+        state.versions = versions
         return dict(state.paths)
 
     async def _setup_one(
@@ -362,6 +418,8 @@ class VolumeManager:
 
     def teardown(self, uid: str) -> None:
         """Unmount the pod's tmpfs volumes and remove its volume directories."""
+        if self.cache is not None:
+            self.cache.unregister(uid)
         state = self._pods.pop(uid, None)
         volumes = self.root / uid / "volumes"
         mounted = list(state.tmpfs) if state else []
