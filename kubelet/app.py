@@ -32,6 +32,7 @@ from kubelet.prober import ProbeManager
 from kubelet.process import ProcessRuntime
 from kubelet.runtime import Runtime
 from kubelet.settings import Settings, machine_memory_kib
+from kubelet.stats import StatsProvider
 from kubelet.streaming import StreamingService
 from kubelet.volumes import rest_token_minter
 from tinykube.client import Client
@@ -94,6 +95,12 @@ class Kubelet:
             idle_timeout=settings.streaming_connection_idle_timeout,
         )
         self.server.add(lambda s: kubelet_pb2_grpc.add_KubeletServicer_to_server(service, s))
+        service.stats = StatsProvider(
+            settings.node_name,
+            settings.root_dir,
+            self.runtime,
+            lambda: self.pods.store.list() if self.pods is not None else [],
+        )
         self.port = 0
         self.metrics = Metrics()
         self.manager: PodManager | None = None

@@ -404,6 +404,7 @@ class CRIRuntime(KubeRuntime):
                     cpu_seconds=st.cpu.usage_core_nano_seconds.value / 1e9,
                     memory_working_set_bytes=st.memory.working_set_bytes.value,
                     timestamp=max(st.cpu.timestamp, st.memory.timestamp) / 1e9,
+                    uid=labels.get("io.kubernetes.pod.uid", ""),
                 )
             )
         return out

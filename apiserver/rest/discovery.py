@@ -23,6 +23,7 @@ from tinykube.kinds import (
     EVENT,
     JOB,
     NAMESPACE,
+    NODE,
     POD,
     REPLICA_SET,
     SCALABLE_KINDS,
@@ -119,6 +120,11 @@ def _subresources(info: KindInfo) -> tuple[Subresource, ...]:
         subs.append(Subresource("scale", "Scale", STATUS_VERBS, "autoscaling", "v1"))
     if info.kind == NAMESPACE.kind:
         subs.append(Subresource("finalize", "Namespace", ("update",)))
+    if info.kind == NODE.kind:
+        # Relayed to the kubelet (apiserver/nodeproxy.py): GET stats/summary.
+        subs.append(
+            Subresource("proxy", "NodeProxyOptions", ("create", "delete", "get", "patch", "update"))
+        )
     if info.has_status:
         subs.append(Subresource("status", info.kind, STATUS_VERBS))
     return tuple(subs)

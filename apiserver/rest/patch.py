@@ -75,6 +75,7 @@ PATCH_META: dict[tuple[str, str], tuple[str, str]] = {
     # kube's is "merge,retainKeys": the retained keys matter only for a volume's source.
     ("tinykube.v1.PodSpec", "volumes"): ("merge", "name"),
     ("tinykube.v1.Container", "volumeMounts"): ("merge", "mountPath"),
+    ("tinykube.v1.PodSpec", "imagePullSecrets"): ("merge", "name"),
     ("tinykube.v1.PodStatus", "conditions"): ("merge", "type"),
     ("tinykube.v1.PodStatus", "podIPs"): ("merge", "ip"),
     ("tinykube.v1.PodStatus", "hostIPs"): ("merge", "ip"),

@@ -1022,3 +1022,25 @@ async def test_image_pull_secrets_authenticate_to_the_registry(
         kubectl(cluster, "delete", "pods", "--all", "-n", namespace, "--wait=true")
     finally:
         await asyncio.to_thread(private.stop)
+
+
+async def test_stats_summary_from_the_runtimes_container_stats(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    """kube's summary API through nodes/proxy: the pods' usage from ListContainerStats."""
+    kubectl(cluster, "run", "busy", f"--image={WEB}", "-n", namespace)
+
+    async def listed() -> dict[str, Any] | None:
+        out = await asyncio.to_thread(
+            kubectl, cluster, "get", "--raw", f"/api/v1/nodes/{NODE}/proxy/stats/summary"
+        )
+        for p in json.loads(out)["pods"]:
+            if p["podRef"]["namespace"] == namespace and p["containers"]:
+                return dict(p)
+        return None
+
+    stats = await eventually(listed, 120, "the pod in the summary")
+    (container,) = stats["containers"]
+    assert container["name"] == "busy"
+    assert container["memory"]["workingSetBytes"] > 0
+    assert container["cpu"]["usageCoreNanoSeconds"] > 0

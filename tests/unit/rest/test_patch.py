@@ -1049,6 +1049,10 @@ def test_json_patch_error_keeps_the_reason_as_cause() -> None:
 
 # Repeated fields that Kubernetes' types leave without a patchStrategy (atomic lists).
 ATOMIC_IN_KUBERNETES = {
+    # k8s.io/api/core/v1 security contexts: no patchStrategy (+listType=atomic).
+    ("tinykube.v1.Capabilities", "add"),
+    ("tinykube.v1.Capabilities", "drop"),
+    ("tinykube.v1.PodSecurityContext", "supplementalGroups"),
     # k8s.io/api/core/v1 volume sources: no patchStrategy (+listType=atomic).
     ("tinykube.v1.ConfigMapVolumeSource", "items"),
     ("tinykube.v1.SecretVolumeSource", "items"),
