@@ -34,7 +34,7 @@ from kubelet.runtime import Runtime
 from kubelet.settings import Settings, machine_memory_kib
 from kubelet.stats import StatsProvider
 from kubelet.streaming import StreamingService
-from kubelet.volumes import rest_token_minter
+from kubelet.volumes import RestTokenMinter, rest_token_minter
 from tinykube.client import Client
 from tinykube.clock import Clock
 from tinykube.containerd import write_cni_config
@@ -286,8 +286,11 @@ class Kubelet:
                     self.ready.set()
             finally:
                 await manager.stop()
-                if isinstance(self.runtime, KubeRuntime) and self.runtime.volumes.cache:
-                    await self.runtime.volumes.cache.close()
+                if isinstance(self.runtime, KubeRuntime):
+                    if self.runtime.volumes.cache:
+                        await self.runtime.volumes.cache.close()
+                    if isinstance(self.runtime.volumes.mint_token, RestTokenMinter):
+                        await self.runtime.volumes.mint_token.close()
 
     async def _resource_stats(self, runtime: CRIRuntime) -> None:
         """Refresh the resource metrics from the runtime's container stats every 10 s."""
