@@ -81,6 +81,8 @@ CALL_TIMEOUT = 120.0
 QOS_CGROUPS = {"Burstable": "/burstable", "BestEffort": "/besteffort"}
 # kube's nodeStatusMaxImages.
 NODE_STATUS_MAX_IMAGES = 50
+# kube's PLEG relist period: how old the shared snapshot of sandbox and container states may be.
+RELIST_SECONDS = 1.0
 
 
 def default_pull_policy(image: str) -> str:
@@ -354,6 +356,10 @@ class CRIRuntime(KubeRuntime):
         self._attempts: dict[str, int] = {}
         # Pods told (one Event each) that they wait for the pod network.
         self._network_waiting: set[str] = set()
+        # kube's PLEG relist: (taken at, sandbox id -> state, container id -> state), shared
+        # by the pod workers, so a steady pod costs no RPC of its own per poll.
+        self._relist: tuple[float, dict[str, int], dict[str, int]] | None = None
+        self._relisting: asyncio.Future[tuple[dict[str, int], dict[str, int]]] | None = None
 
     # ---- the connection ----
 
@@ -507,6 +513,12 @@ class CRIRuntime(KubeRuntime):
         uid = rec.uid
         if rec.sandbox_id:
             try:
+                sandbox_states = (await self._states())[0]
+            except grpc.aio.AioRpcError:
+                sandbox_states = {}
+            if sandbox_states.get(rec.sandbox_id) == cri.SANDBOX_READY:
+                return True  # ready at the last relist: its IPs are the ones recorded
+            try:
                 status = (
                     await self.rt.PodSandboxStatus(
                         cri.PodSandboxStatusRequest(pod_sandbox_id=rec.sandbox_id),
@@ -594,6 +606,29 @@ class CRIRuntime(KubeRuntime):
             rec.pod_ips or "the node's",
         )
         return True
+
+    async def _states(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Every sandbox's and container's state, from one ListPodSandbox and one
+        ListContainers at most every RELIST_SECONDS (kube's PLEG relist), shared by all pod
+        workers: per-pod status calls every second would load the runtime in proportion to
+        the pods, slowing the starts of the others. What was created after the snapshot is
+        not in it: callers then ask the runtime about that one."""
+        if self._relist is not None and time.monotonic() - self._relist[0] < RELIST_SECONDS:
+            return self._relist[1], self._relist[2]
+        if self._relisting is None or self._relisting.done():
+            self._relisting = asyncio.ensure_future(self._list_states())
+        return await asyncio.shield(self._relisting)
+
+    async def _list_states(self) -> tuple[dict[str, int], dict[str, int]]:
+        taken = time.monotonic()
+        sandboxes = await self.rt.ListPodSandbox(cri.ListPodSandboxRequest(), timeout=CALL_TIMEOUT)
+        containers = await self.rt.ListContainers(cri.ListContainersRequest(), timeout=CALL_TIMEOUT)
+        states = (
+            {s.id: int(s.state) for s in sandboxes.items},
+            {c.id: int(c.state) for c in containers.containers},
+        )
+        self._relist = (taken, *states)
+        return states
 
     async def _network_not_ready(self) -> str:
         """Why the runtime's pod network is not ready (its NetworkReady condition), or ""."""
@@ -895,6 +930,12 @@ class CRIRuntime(KubeRuntime):
     async def _exit_status(self, uid: str, crec: ContainerRecord) -> Termination | None:
         if not crec.container_id:
             return None
+        try:
+            container_states = (await self._states())[1]
+        except grpc.aio.AioRpcError:
+            container_states = {}
+        if container_states.get(crec.container_id) == cri.CONTAINER_RUNNING:
+            return None  # running at the last relist
         st = await self._container_status(crec.container_id)
         if st is not None and st.state in (cri.CONTAINER_RUNNING, cri.CONTAINER_CREATED):
             return None
