@@ -478,9 +478,13 @@ class KubeRuntime:
         changed |= await self._observe_exits(pod, rec, rec.init_containers, init=True)
         changed |= await self._observe_exits(pod, rec, rec.containers, init=False)
         now = self._now()
-        if not pod.metadata.HasField("deletionTimestamp"):
-            await self._setup_volumes(pod)
-        if not await self._prepare_pod(pod, rec):
+        # The volumes are needed by the containers, not by the sandbox: both are made at once
+        # (a sandbox takes the runtime a second or more on a busy node).
+        if pod.metadata.HasField("deletionTimestamp"):
+            ready = await self._prepare_pod(pod, rec)
+        else:
+            _, ready = await asyncio.gather(self._setup_volumes(pod), self._prepare_pod(pod, rec))
+        if not ready:
             pass  # no sandbox yet: containers wait (the runtime recorded why)
         elif not initialized(pod, rec):
             # Init containers run one at a time, in order, each to success.
