@@ -333,6 +333,22 @@ def _fill_status(
         _fill_terminated(cs.lastState, crec.last)
 
 
+# kube's MaxPodTerminationMessageLogLength: all of a pod's termination messages together.
+MAX_POD_MESSAGE_BYTES = 12 * 1024
+
+
+def _cap_messages(pod: pod_pb2.Pod, status: pod_pb2.PodStatus) -> None:
+    """kube's status manager (normalizeStatus): each terminated message keeps at most its share
+    of MAX_POD_MESSAGE_BYTES, its first bytes."""
+    containers = len(pod.spec.containers) + len(pod.spec.initContainers)
+    share = MAX_POD_MESSAGE_BYTES // max(1, containers)
+    for cs in (*status.initContainerStatuses, *status.containerStatuses):
+        for state in (cs.state, cs.lastState):
+            data = state.terminated.message.encode()
+            if len(data) > share:
+                state.terminated.message = data[:share].decode(errors="ignore")
+
+
 def build_pod_status(
     pod: pod_pb2.Pod,
     rec: PodRecord,
@@ -397,6 +413,7 @@ def build_pod_status(
             _fill_terminated(cs.lastState, crec.last)
         if not cs.ready:
             not_ready.append(container.name)
+    _cap_messages(pod, status)
     for cond in previous.conditions:
         if cond.type not in OWN_CONDITIONS:
             status.conditions.append(cond)

@@ -16,7 +16,15 @@ from aiohttp import web
 from kubelet.lifecycle import ExecResult, log_tail, run_hook, termination_message
 from kubelet.process import ProcessRuntime
 from kubelet.pullsecrets import Credential, credentials, image_registry, matching
-from kubelet.runtime import RUNNING, TERMINATED, WAITING, PodRecord
+from kubelet.runtime import (
+    RUNNING,
+    TERMINATED,
+    WAITING,
+    ContainerRecord,
+    PodRecord,
+    Termination,
+    build_pod_status,
+)
 from kubelet.security import effective, verify_run_as_non_root
 from tinykube.clock import Clock
 from tinykube.v1 import pod_pb2, secret_pb2
@@ -355,3 +363,19 @@ def test_pull_secret_credentials_and_matching() -> None:
     assert [c.username for c in matching(creds, "127.0.0.1:5000/other:1")] == ["alice"]
     assert [c.username for c in matching(creds, "nginx:1.27")] == ["hub"]
     assert matching(creds, "quay.io/x/y") == []
+
+
+def test_a_pods_messages_share_12_kib() -> None:
+    pod = make_pod("cap", "true")
+    for i in range(3):
+        pod.spec.containers.add(name=f"c{i}", image="x")
+    rec = PodRecord("cap", "default", "p", 0.0)
+    for c in pod.spec.containers:
+        rec.containers[c.name] = ContainerRecord(
+            c.name,
+            state=TERMINATED,
+            terminated=Termination(1, "Error", 0.0, 1.0, message="x" * 4096),
+        )
+    status = build_pod_status(pod, rec, "10.0.0.1", pod_pb2.PodStatus(), 2.0)
+    # 4 containers: 3072 bytes each.
+    assert [len(cs.state.terminated.message) for cs in status.containerStatuses] == [3072] * 4
