@@ -356,6 +356,9 @@ class CRIRuntime(KubeRuntime):
         self._attempts: dict[str, int] = {}
         # Pods told (one Event each) that they wait for the pod network.
         self._network_waiting: set[str] = set()
+        self._network_ready_until = 0.0
+        # image id -> the imageID its containers report (`_remember_ref`).
+        self._image_refs: dict[str, str] = {}
         # kube's PLEG relist: (taken at, sandbox id -> state, container id -> state), shared
         # by the pod workers, so a steady pod costs no RPC of its own per poll.
         self._relist: tuple[float, dict[str, int], dict[str, int]] | None = None
@@ -631,7 +634,11 @@ class CRIRuntime(KubeRuntime):
         return states
 
     async def _network_not_ready(self) -> str:
-        """Why the runtime's pod network is not ready (its NetworkReady condition), or ""."""
+        """Why the runtime's pod network is not ready (its NetworkReady condition), or "".
+        A ready network is believed for RELIST_SECONDS (kube's kubelet reads the runtime's
+        status periodically, not per pod), so a burst of new pods asks once."""
+        if time.monotonic() < self._network_ready_until:
+            return ""
         resp = await self.rt.Status(cri.StatusRequest(), timeout=CALL_TIMEOUT)
         for cond in resp.status.conditions:
             if cond.type == "NetworkReady" and not cond.status:
@@ -639,6 +646,7 @@ class CRIRuntime(KubeRuntime):
                     "container runtime network not ready: NetworkReady=false "
                     f"reason:{cond.reason} message:{cond.message}"
                 )
+        self._network_ready_until = time.monotonic() + RELIST_SECONDS
         return ""
 
     async def _remove_not_ready(self, uid: str) -> None:
@@ -703,6 +711,7 @@ class CRIRuntime(KubeRuntime):
             rec.events.append(
                 ("Normal", "Pulled", f'Container image "{image}" already present on machine')
             )
+            self._remember_ref(present)
             return present.id
         if policy == "Never":
             message = f'Container image "{image}" is not present with pull policy of Never'
@@ -737,6 +746,8 @@ class CRIRuntime(KubeRuntime):
             return None
         took = time.monotonic() - started
         pulled = await self._image_present(resp.image_ref or image)
+        if pulled is not None:
+            self._remember_ref(pulled)
         size = f" Image size: {pulled.size} bytes." if pulled is not None else ""
         rec.events.append(
             (
@@ -773,6 +784,11 @@ class CRIRuntime(KubeRuntime):
                 )
             )
         return credentials(found)
+
+    def _remember_ref(self, image: cri.Image) -> None:
+        """The imageID a container of this image reports, as containerd's ContainerStatus
+        gives it (the first repository digest, else the image id), known without asking."""
+        self._image_refs[image.id] = image.repo_digests[0] if image.repo_digests else image.id
 
     def _image_error(
         self, rec: PodRecord, crec: ContainerRecord, reason: str, message: str, *, backoff: bool
@@ -864,8 +880,12 @@ class CRIRuntime(KubeRuntime):
         crec.image = container.image
         # imageID as kube reports it: the runtime's image_ref of the container (a repository
         # digest for a pulled image, else the image id).
-        st = await self._container_status(container_id)
-        crec.image_ref = st.image_ref if st is not None and st.image_ref else image_ref
+        known = self._image_refs.get(image_ref)
+        if known:
+            crec.image_ref = known
+        else:
+            st = await self._container_status(container_id)
+            crec.image_ref = st.image_ref if st is not None and st.image_ref else image_ref
         rec.events.append(("Normal", "Created", f"Created container: {container.name}"))
         rec.events.append(("Normal", "Started", f"Started container {container.name}"))
         log.info(
