@@ -266,6 +266,7 @@ class VolumeManager:
                 target.chmod(0o777)
                 if vol.emptyDir.medium == "Memory" and self.as_root:
                     self._mount_tmpfs(target, vol.emptyDir.sizeLimit, state)
+                self._own(pod, target, read_only=False)
             return target
         payload: dict[str, tuple[bytes, int]] = {}
         if kind == "configMap":
@@ -291,11 +292,47 @@ class VolumeManager:
             payload = self._downward(pod, vol.downwardAPI.items, mode)
         else:
             payload = await self._projected(pod, vol, state, fetcher, now)
+        if self._fs_group(pod) is not None:
+            # The group's read bit is part of what is written (and compared next time).
+            payload = {k: (c, m | stat.S_IRUSR | stat.S_IRGRP) for k, (c, m) in payload.items()}
         if AtomicWriter(target).write(payload):
+            self._own(pod, target, read_only=True)
             log.info(
                 "pod %s/%s: volume %s written", pod.metadata.namespace, pod.metadata.name, vol.name
             )
         return target
+
+    def _fs_group(self, pod: pod_pb2.Pod) -> int | None:
+        psc = pod.spec.securityContext
+        return psc.fsGroup if psc.HasField("fsGroup") and self.as_root else None
+
+    def _own(self, pod: pod_pb2.Pod, target: Path, *, read_only: bool) -> None:
+        """kube's SetVolumeOwnership for the pod's fsGroup (a root kubelet only): every file
+        and directory of the volume gets that group, files group-readable (and -writable
+        unless the volume is read-only: configMap, secret, downwardAPI, projected),
+        directories setgid so new files inherit the group."""
+        gid = self._fs_group(pod)
+        if gid is None:
+            return
+        mask = (
+            (stat.S_IRUSR | stat.S_IRGRP)
+            if read_only
+            else (stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IWGRP)
+        )
+        for root, dirs, files in os.walk(target):
+            for name in [*dirs, *files, ""]:
+                path = os.path.join(root, name) if name else root
+                try:
+                    os.lchown(path, -1, gid)
+                    info = os.lstat(path)
+                    if stat.S_ISLNK(info.st_mode):
+                        continue
+                    mode = stat.S_IMODE(info.st_mode) | mask
+                    if stat.S_ISDIR(info.st_mode):
+                        mode |= stat.S_ISGID | stat.S_IXUSR | stat.S_IXGRP
+                    os.chmod(path, mode)
+                except OSError as exc:
+                    log.warning("fsGroup %d on %s: %s", gid, path, exc)
 
     def _downward(
         self,
