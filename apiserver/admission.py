@@ -230,6 +230,9 @@ class Admission:
             )
         if self.mount_tokens and should_automount(spec, account):
             add_api_access_volume(spec, random_suffix())
+        if not spec.imagePullSecrets:
+            # kube's ServiceAccount admission: a pod naming no pull secrets gets its account's.
+            spec.imagePullSecrets.extend(account.imagePullSecrets)
 
     async def service_account_exists(self, namespace: str, name: str) -> bool:
         return await self.service_account(namespace, name) is not None

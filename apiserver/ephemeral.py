@@ -34,7 +34,7 @@ from tinykube.errors import FieldError, InvalidError
 from tinykube.v1 import pod_pb2
 
 # What an ephemeral container may not have (kube's validateEphemeralContainers).
-_FORBIDDEN = ("ports", "resources", "livenessProbe", "readinessProbe", "startupProbe")
+_FORBIDDEN = ("ports", "resources", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle")
 
 
 def prepare(new: pod_pb2.Pod, old: pod_pb2.Pod) -> pod_pb2.Pod:

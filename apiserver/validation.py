@@ -699,6 +699,114 @@ def _container_probes(path: str, c: pod_pb2.Container, *, init: bool) -> list[Fi
     return errs
 
 
+TERMINATION_MESSAGE_POLICIES = ("File", "FallbackToLogsOnError")
+_LIFECYCLE_HANDLERS = ("exec", "httpGet", "tcpSocket", "sleep")
+_ID_RANGE = f"must be between 0 and {2**31 - 1}, inclusive"
+
+
+def _lifecycle_handler(
+    path: str, handler: pod_pb2.LifecycleHandler, grace: int | None
+) -> list[FieldError]:
+    """kube's validateLifecycleHandler: exactly one handler; tcpSocket is accepted as kube
+    accepts it (and fails when run); sleep must fit in the pod's grace period."""
+    errs: list[FieldError] = []
+    handlers = 0
+    for name in _LIFECYCLE_HANDLERS:
+        if not handler.HasField(name):  # type: ignore[arg-type]
+            continue
+        hp = f"{path}.{name}"
+        if handlers:
+            errs.append(forbidden(hp, "may not specify more than 1 handler type"))
+            continue
+        handlers += 1
+        if name == "sleep":
+            seconds = handler.sleep.seconds
+            limit = 30 if grace is None else grace
+            if not 0 <= seconds <= limit:
+                errs.append(
+                    invalid(
+                        f"{hp}.seconds",
+                        seconds,
+                        "must be non-negative and less than terminationGracePeriodSeconds "
+                        f"({limit})",
+                    )
+                )
+            continue
+        probe = pod_pb2.Probe()
+        getattr(probe, name).CopyFrom(getattr(handler, name))
+        errs.extend(_probe_handler(path, probe))
+    if not handlers:
+        errs.append(required(path, "must specify a handler type"))
+    return errs
+
+
+def _container_lifecycle(
+    path: str, c: pod_pb2.Container, *, init: bool, grace: int | None
+) -> list[FieldError]:
+    """lifecycle (forbidden on init containers, as kube without restartable ones),
+    terminationMessagePolicy and securityContext of a container."""
+    errs: list[FieldError] = []
+    if c.HasField("lifecycle"):
+        if init:
+            errs.append(
+                forbidden(
+                    f"{path}.lifecycle",
+                    "may not be set for init containers without restartPolicy=Always",
+                )
+            )
+        else:
+            for hook in ("postStart", "preStop"):
+                if c.lifecycle.HasField(hook):
+                    errs.extend(
+                        _lifecycle_handler(
+                            f"{path}.lifecycle.{hook}", getattr(c.lifecycle, hook), grace
+                        )
+                    )
+    policy = c.terminationMessagePolicy
+    # "" is what a spec validated before defaulting holds (defaulting makes it "File").
+    if policy and policy not in TERMINATION_MESSAGE_POLICIES:
+        errs.append(
+            unsupported(f"{path}.terminationMessagePolicy", policy, TERMINATION_MESSAGE_POLICIES)
+        )
+    if c.HasField("securityContext"):
+        sc = c.securityContext
+        sp = f"{path}.securityContext"
+        for name in ("runAsUser", "runAsGroup"):
+            if sc.HasField(name) and not 0 <= getattr(sc, name) <= 2**31 - 1:
+                errs.append(invalid(f"{sp}.{name}", getattr(sc, name), _ID_RANGE))
+        no_escalation = sc.HasField("allowPrivilegeEscalation") and not sc.allowPrivilegeEscalation
+        if no_escalation and sc.privileged:
+            errs.append(
+                invalid(
+                    sp,
+                    "",
+                    "cannot set `allowPrivilegeEscalation` to false and `privileged` to true",
+                )
+            )
+        if no_escalation and "CAP_SYS_ADMIN" in sc.capabilities.add:
+            errs.append(
+                invalid(
+                    sp,
+                    "",
+                    "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` "
+                    "CAP_SYS_ADMIN",
+                )
+            )
+    return errs
+
+
+def _pod_security_context(path: str, sc: pod_pb2.PodSecurityContext) -> list[FieldError]:
+    """kube's ValidatePodSecurityContext: user and group ids in range."""
+    errs: list[FieldError] = []
+    for name in ("runAsUser", "runAsGroup", "fsGroup"):
+        if sc.HasField(name) and not 0 <= getattr(sc, name) <= 2**31 - 1:
+            errs.append(invalid(f"{path}.{name}", getattr(sc, name), _ID_RANGE))
+    for i, gid in enumerate(sc.supplementalGroups):
+        if not 0 <= gid <= 2**31 - 1:
+            errs.append(invalid(f"{path}.supplementalGroups[{i}]", gid, _ID_RANGE))
+    return errs
+
+
 def _node_selector_requirement(path: str, req: pod_pb2.NodeSelectorRequirement) -> list[FieldError]:
     errs: list[FieldError] = []
     for p in validate_label_key(req.key):
@@ -758,6 +866,16 @@ def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
     if not spec.containers:
         errs.append(required(f"{path}.containers"))
     names: set[str] = set()
+    grace = (
+        spec.terminationGracePeriodSeconds
+        if spec.HasField("terminationGracePeriodSeconds")
+        else None
+    )
+    if spec.HasField("securityContext"):
+        errs.extend(_pod_security_context(f"{path}.securityContext", spec.securityContext))
+    for i, ref in enumerate(spec.imagePullSecrets):
+        if not ref.name:
+            errs.append(required(f"{path}.imagePullSecrets[{i}].name"))
     for group, containers in (
         ("initContainers", spec.initContainers),
         ("containers", spec.containers),
@@ -766,6 +884,7 @@ def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
             cp = f"{path}.{group}[{i}]"
             errs.extend(validate_container(cp, c))
             errs.extend(_container_probes(cp, c, init=group == "initContainers"))
+            errs.extend(_container_lifecycle(cp, c, init=group == "initContainers", grace=grace))
             if c.name:
                 if c.name in names:
                     errs.append(duplicate(f"{cp}.name", c.name))

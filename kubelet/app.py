@@ -26,13 +26,15 @@ from kubelet.fake import FakeRuntime
 from kubelet.kuberuntime import KubeRuntime
 from kubelet.metrics import Metrics
 from kubelet.node import NodeAgent, NodeConfig
+from kubelet.objectcache import ObjectCache
 from kubelet.pods import PodManager
 from kubelet.prober import ProbeManager
 from kubelet.process import ProcessRuntime
 from kubelet.runtime import Runtime
 from kubelet.settings import Settings, machine_memory_kib
+from kubelet.stats import StatsProvider
 from kubelet.streaming import StreamingService
-from kubelet.volumes import rest_token_minter
+from kubelet.volumes import RestTokenMinter, rest_token_minter
 from tinykube.client import Client
 from tinykube.clock import Clock
 from tinykube.containerd import write_cni_config
@@ -47,6 +49,8 @@ log = logging.getLogger(__name__)
 REGISTER_CONCURRENCY = 50
 # How often the CRI runtime's container stats are read (kube's housekeeping interval).
 STATS_PERIOD = 10.0
+# How often a pod's volumes are rewritten besides the watches' changes (kube's pod resync).
+VOLUME_RESYNC_SECONDS = 60.0
 
 
 class Kubelet:
@@ -91,6 +95,12 @@ class Kubelet:
             idle_timeout=settings.streaming_connection_idle_timeout,
         )
         self.server.add(lambda s: kubelet_pb2_grpc.add_KubeletServicer_to_server(service, s))
+        service.stats = StatsProvider(
+            settings.node_name,
+            settings.root_dir,
+            self.runtime,
+            lambda: self.pods.store.list() if self.pods is not None else [],
+        )
         self.port = 0
         self.metrics = Metrics()
         self.manager: PodManager | None = None
@@ -171,6 +181,15 @@ class Kubelet:
                 # Volumes: ConfigMaps and Secrets by GET, tokens by TokenRequest over REST.
                 volumes = self.runtime.volumes
                 volumes.api = client
+
+                # kube's watch-based ConfigMap/Secret managers: watch what the pods mount, wake
+                # their workers on a change; the periodic rewrite is then kube's minute.
+                def wake_pods(uids: set[str]) -> None:
+                    for uid in uids:
+                        manager.wake(uid)
+
+                volumes.cache = ObjectCache(client, on_change=wake_pods, clock=self.clock)
+                volumes.resync = VOLUME_RESYNC_SECONDS
                 volumes.allocatable = lambda node: _allocatable(nodes.store.get(node))
                 if s.security.kubeconfig:
                     config = load_kubeconfig(s.security.kubeconfig)
@@ -267,6 +286,11 @@ class Kubelet:
                     self.ready.set()
             finally:
                 await manager.stop()
+                if isinstance(self.runtime, KubeRuntime):
+                    if self.runtime.volumes.cache:
+                        await self.runtime.volumes.cache.close()
+                    if isinstance(self.runtime.volumes.mint_token, RestTokenMinter):
+                        await self.runtime.volumes.mint_token.close()
 
     async def _resource_stats(self, runtime: CRIRuntime) -> None:
         """Refresh the resource metrics from the runtime's container stats every 10 s."""

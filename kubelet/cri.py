@@ -24,7 +24,9 @@ stopped and observed, over the CRI gRPC API (tinykube/cri/v1, package runtime.v1
 - stopping: StopContainer with the grace period, then StopPodSandbox and RemovePodSandbox.
 
 Probes: exec ones run in the container through ExecSync, httpGet/tcpSocket/grpc ones reach
-the pod's IP. Not yet here: volumes, hostIPC/hostPID, securityContext.
+the pod's IP; so do lifecycle hooks (kubelet/lifecycle.py). securityContext becomes the CRI
+LinuxContainerSecurityContext (kubelet/security.py); imagePullSecrets become PullImage's
+AuthConfig (kubelet/pullsecrets.py). Not yet here: hostIPC/hostPID, seccomp, AppArmor.
 """
 
 from __future__ import annotations
@@ -43,8 +45,10 @@ import grpc.aio
 
 from kubelet.envvars import expand
 from kubelet.kuberuntime import KubeRuntime
+from kubelet.lifecycle import ExecHook, ExecResult
 from kubelet.metrics import ContainerUsage
 from kubelet.prober import MAX_OUTPUT, Outcome, ProbeTarget
+from kubelet.pullsecrets import Credential, credentials, matching
 from kubelet.runtime import (
     RUNNING,
     TERMINATED,
@@ -56,12 +60,13 @@ from kubelet.runtime import (
     ephemeral_target,
     qos_class,
 )
+from kubelet.security import effective, verify_run_as_non_root
 from tinykube.clock import Clock
 from tinykube.cri.v1 import cri_pb2 as cri
 from tinykube.cri.v1 import cri_pb2_grpc as cri_grpc
-from tinykube.errors import InternalError, NotFoundError
+from tinykube.errors import InternalError, NotFoundError, TinykubeError
 from tinykube.quantity import milli_value, value
-from tinykube.v1 import node_pb2, pod_pb2
+from tinykube.v1 import node_pb2, pod_pb2, secret_pb2
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +83,8 @@ CALL_TIMEOUT = 120.0
 QOS_CGROUPS = {"Burstable": "/burstable", "BestEffort": "/besteffort"}
 # kube's nodeStatusMaxImages.
 NODE_STATUS_MAX_IMAGES = 50
+# kube's PLEG relist period: how old the shared snapshot of sandbox and container states may be.
+RELIST_SECONDS = 1.0
 
 
 def default_pull_policy(image: str) -> str:
@@ -262,7 +269,42 @@ def sandbox_config(
     ns.network = cri.NODE if host_network else cri.POD
     ns.pid = cri.CONTAINER
     ns.ipc = cri.POD
+    # kube's generatePodSandboxLinuxConfig: the pod's user, groups, and privileged when any
+    # container is (containerd refuses a privileged container in an unprivileged sandbox).
+    psc = pod.spec.securityContext
+    sandbox_sc = linux.security_context
+    if psc.HasField("runAsUser"):
+        sandbox_sc.run_as_user.value = psc.runAsUser
+    if psc.HasField("runAsGroup"):
+        sandbox_sc.run_as_group.value = psc.runAsGroup
+    groups = list(psc.supplementalGroups)
+    if psc.HasField("fsGroup") and psc.fsGroup not in groups:
+        groups.append(psc.fsGroup)
+    sandbox_sc.supplemental_groups.extend(groups)
+    sandbox_sc.privileged = any(
+        c.securityContext.privileged for c in (*pod.spec.initContainers, *pod.spec.containers)
+    )
     return config
+
+
+def security_context(
+    pod: pod_pb2.Pod, container: pod_pb2.Container, sc: cri.LinuxContainerSecurityContext
+) -> None:
+    """kube's convertToRuntimeSecurityContext of the effective securityContext
+    (kubelet/security.py): user, group, the pod's groups, privileged, a read-only root,
+    no_new_privs for allowPrivilegeEscalation: false, capabilities as written."""
+    eff = effective(pod, container)
+    if eff.run_as_user is not None:
+        sc.run_as_user.value = eff.run_as_user
+    if eff.run_as_group is not None:
+        sc.run_as_group.value = eff.run_as_group
+    sc.supplemental_groups.extend(eff.groups)
+    sc.privileged = eff.privileged
+    sc.readonly_rootfs = eff.read_only_root
+    sc.no_new_privs = not eff.allow_privilege_escalation
+    if eff.add_capabilities or eff.drop_capabilities:
+        sc.capabilities.add_capabilities.extend(eff.add_capabilities)
+        sc.capabilities.drop_capabilities.extend(eff.drop_capabilities)
 
 
 def container_config(
@@ -294,6 +336,7 @@ def container_config(
     )
     config.linux.resources.CopyFrom(linux_resources(pod, container, machine_memory))
     sc = config.linux.security_context
+    security_context(pod, container, sc)
     ns = sc.namespace_options
     ns.network = cri.NODE if pod.spec.hostNetwork else cri.POD
     ns.pid = cri.CONTAINER
@@ -352,6 +395,13 @@ class CRIRuntime(KubeRuntime):
         self._attempts: dict[str, int] = {}
         # Pods told (one Event each) that they wait for the pod network.
         self._network_waiting: set[str] = set()
+        self._network_ready_until = 0.0
+        # image id -> the imageID its containers report (`_remember_ref`).
+        self._image_refs: dict[str, str] = {}
+        # kube's PLEG relist: (taken at, sandbox id -> state, container id -> state), shared
+        # by the pod workers, so a steady pod costs no RPC of its own per poll.
+        self._relist: tuple[float, dict[str, int], dict[str, int]] | None = None
+        self._relisting: asyncio.Future[tuple[dict[str, int], dict[str, int]]] | None = None
 
     # ---- the connection ----
 
@@ -402,6 +452,7 @@ class CRIRuntime(KubeRuntime):
                     cpu_seconds=st.cpu.usage_core_nano_seconds.value / 1e9,
                     memory_working_set_bytes=st.memory.working_set_bytes.value,
                     timestamp=max(st.cpu.timestamp, st.memory.timestamp) / 1e9,
+                    uid=labels.get("io.kubernetes.pod.uid", ""),
                 )
             )
         return out
@@ -438,6 +489,28 @@ class CRIRuntime(KubeRuntime):
             return Outcome(False, _error(exc))
         text = (resp.stdout + resp.stderr)[:MAX_OUTPUT].decode(errors="replace")
         return Outcome(resp.exit_code == 0, text)
+
+    def _exec_hook(
+        self, pod: pod_pb2.Pod, container: pod_pb2.Container, crec: ContainerRecord
+    ) -> ExecHook:
+        """An exec hook runs in the container through ExecSync, with no timeout of its own
+        (kube's RunInContainer with timeout 0); the caller bounds a preStop hook."""
+        container_id = crec.container_id
+
+        async def run(argv: list[str]) -> ExecResult:
+            try:
+                resp = await self.rt.ExecSync(
+                    cri.ExecSyncRequest(container_id=container_id, cmd=argv, timeout=0)
+                )
+            except grpc.aio.AioRpcError as exc:
+                return ExecResult(-1, "", "", _error(exc))
+            return ExecResult(
+                resp.exit_code,
+                resp.stdout[:MAX_OUTPUT].decode(errors="replace"),
+                resp.stderr[:MAX_OUTPUT].decode(errors="replace"),
+            )
+
+        return run
 
     def pod_ip(self, pod: pod_pb2.Pod) -> str:
         """Where probes reach the pod: its sandbox's IP, or the node's (hostNetwork)."""
@@ -481,6 +554,12 @@ class CRIRuntime(KubeRuntime):
     async def _prepare_pod(self, pod: pod_pb2.Pod, rec: PodRecord) -> bool:
         uid = rec.uid
         if rec.sandbox_id:
+            try:
+                sandbox_states = (await self._states())[0]
+            except grpc.aio.AioRpcError:
+                sandbox_states = {}
+            if sandbox_states.get(rec.sandbox_id) == cri.SANDBOX_READY:
+                return True  # ready at the last relist: its IPs are the ones recorded
             try:
                 status = (
                     await self.rt.PodSandboxStatus(
@@ -570,8 +649,35 @@ class CRIRuntime(KubeRuntime):
         )
         return True
 
+    async def _states(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Every sandbox's and container's state, from one ListPodSandbox and one
+        ListContainers at most every RELIST_SECONDS (kube's PLEG relist), shared by all pod
+        workers: per-pod status calls every second would load the runtime in proportion to
+        the pods, slowing the starts of the others. What was created after the snapshot is
+        not in it: callers then ask the runtime about that one."""
+        if self._relist is not None and time.monotonic() - self._relist[0] < RELIST_SECONDS:
+            return self._relist[1], self._relist[2]
+        if self._relisting is None or self._relisting.done():
+            self._relisting = asyncio.ensure_future(self._list_states())
+        return await asyncio.shield(self._relisting)
+
+    async def _list_states(self) -> tuple[dict[str, int], dict[str, int]]:
+        taken = time.monotonic()
+        sandboxes = await self.rt.ListPodSandbox(cri.ListPodSandboxRequest(), timeout=CALL_TIMEOUT)
+        containers = await self.rt.ListContainers(cri.ListContainersRequest(), timeout=CALL_TIMEOUT)
+        states = (
+            {s.id: int(s.state) for s in sandboxes.items},
+            {c.id: int(c.state) for c in containers.containers},
+        )
+        self._relist = (taken, *states)
+        return states
+
     async def _network_not_ready(self) -> str:
-        """Why the runtime's pod network is not ready (its NetworkReady condition), or ""."""
+        """Why the runtime's pod network is not ready (its NetworkReady condition), or "".
+        A ready network is believed for RELIST_SECONDS (kube's kubelet reads the runtime's
+        status periodically, not per pod), so a burst of new pods asks once."""
+        if time.monotonic() < self._network_ready_until:
+            return ""
         resp = await self.rt.Status(cri.StatusRequest(), timeout=CALL_TIMEOUT)
         for cond in resp.status.conditions:
             if cond.type == "NetworkReady" and not cond.status:
@@ -579,6 +685,7 @@ class CRIRuntime(KubeRuntime):
                     "container runtime network not ready: NetworkReady=false "
                     f"reason:{cond.reason} message:{cond.message}"
                 )
+        self._network_ready_until = time.monotonic() + RELIST_SECONDS
         return ""
 
     async def _remove_not_ready(self, uid: str) -> None:
@@ -643,6 +750,7 @@ class CRIRuntime(KubeRuntime):
             rec.events.append(
                 ("Normal", "Pulled", f'Container image "{image}" already present on machine')
             )
+            self._remember_ref(present)
             return present.id
         if policy == "Never":
             message = f'Container image "{image}" is not present with pull policy of Never'
@@ -650,17 +758,35 @@ class CRIRuntime(KubeRuntime):
             return None
         rec.events.append(("Normal", "Pulling", f'Pulling image "{image}"'))
         started = time.monotonic()
-        try:
-            resp = await self.images.PullImage(
-                cri.PullImageRequest(image=cri.ImageSpec(image=image)), timeout=CALL_TIMEOUT
+        # kube's puller: each matching credential of the pod's pull secrets in turn (the most
+        # specific registry key first) until one pulls; none matching: no credentials.
+        auths: list[cri.AuthConfig | None] = [
+            cri.AuthConfig(
+                username=c.username,
+                password=c.password,
+                # containerd reads it as a URL and compares its host with the image's.
+                server_address="https://" + c.registry.split("/")[0],
             )
-        except grpc.aio.AioRpcError as exc:
-            message = f'Failed to pull image "{image}": {_error(exc)}'
+            for c in matching(await self._pull_credentials(pod, rec), image)
+        ] or [None]
+        for auth in auths:
+            try:
+                resp = await self.images.PullImage(
+                    cri.PullImageRequest(image=cri.ImageSpec(image=image), auth=auth),
+                    timeout=CALL_TIMEOUT,
+                )
+                break
+            except grpc.aio.AioRpcError as exc:
+                error = exc
+        else:
+            message = f'Failed to pull image "{image}": {_error(error)}'
             rec.events.append(("Warning", "Failed", message))
             self._image_error(rec, crec, "ErrImagePull", message, backoff=True)
             return None
         took = time.monotonic() - started
         pulled = await self._image_present(resp.image_ref or image)
+        if pulled is not None:
+            self._remember_ref(pulled)
         size = f" Image size: {pulled.size} bytes." if pulled is not None else ""
         rec.events.append(
             (
@@ -671,6 +797,37 @@ class CRIRuntime(KubeRuntime):
             )
         )
         return resp.image_ref or image
+
+    async def _pull_credentials(self, pod: pod_pb2.Pod, rec: PodRecord) -> list[Credential]:
+        """The registry credentials of the pod's imagePullSecrets (kubelet/pullsecrets.py);
+        a Secret that cannot be read is an Event, as kube's getPullSecretsForPod words it,
+        and the pull is tried without it."""
+        api = self.env_sources.api
+        if not pod.spec.imagePullSecrets or api is None:
+            return []
+        found: list[secret_pb2.Secret] = []
+        failed: list[str] = []
+        for ref in pod.spec.imagePullSecrets:
+            try:
+                found.append(await api.secrets.get(ref.name, pod.metadata.namespace))
+            except TinykubeError as exc:
+                log.info("pod %s/%s: pull secret %s: %s", rec.namespace, rec.name, ref.name, exc)
+                failed.append(ref.name)
+        if failed:
+            rec.events.append(
+                (
+                    "Warning",
+                    "FailedToRetrieveImagePullSecret",
+                    f"Unable to retrieve some image pull secrets ({', '.join(failed)}); "
+                    "attempting to pull the image may not succeed.",
+                )
+            )
+        return credentials(found)
+
+    def _remember_ref(self, image: cri.Image) -> None:
+        """The imageID a container of this image reports, as containerd's ContainerStatus
+        gives it (the first repository digest, else the image id), known without asking."""
+        self._image_refs[image.id] = image.repo_digests[0] if image.repo_digests else image.id
 
     def _image_error(
         self, rec: PodRecord, crec: ContainerRecord, reason: str, message: str, *, backoff: bool
@@ -696,6 +853,19 @@ class CRIRuntime(KubeRuntime):
         image_ref = await self._ensure_image(pod, rec, container, crec)
         if image_ref is None:
             return
+        if effective(pod, container).run_as_non_root:
+            # kube's getImageUser: the image's numeric user, else its user name, else root.
+            image = await self._image_present(image_ref)
+            uid: int | None = 0
+            name = ""
+            if image is not None and image.HasField("uid"):
+                uid = image.uid.value
+            elif image is not None and image.username:
+                uid, name = None, image.username
+            refused = verify_run_as_non_root(pod, container, uid, name)
+            if refused:
+                self._config_error(rec, crec, refused)
+                return
         instance = crec.restart_count + (1 if crec.last is not None else 0)
         env = {"HOSTNAME": pod.spec.hostname or pod.metadata.name, **resolved}
         config = container_config(pod, container, image_ref, instance, env, self.machine_memory)
@@ -755,8 +925,12 @@ class CRIRuntime(KubeRuntime):
         crec.image = container.image
         # imageID as kube reports it: the runtime's image_ref of the container (a repository
         # digest for a pulled image, else the image id).
-        st = await self._container_status(container_id)
-        crec.image_ref = st.image_ref if st is not None and st.image_ref else image_ref
+        known = self._image_refs.get(image_ref)
+        if known:
+            crec.image_ref = known
+        else:
+            st = await self._container_status(container_id)
+            crec.image_ref = st.image_ref if st is not None and st.image_ref else image_ref
         rec.events.append(("Normal", "Created", f"Created container: {container.name}"))
         rec.events.append(("Normal", "Started", f"Started container {container.name}"))
         log.info(
@@ -821,6 +995,12 @@ class CRIRuntime(KubeRuntime):
     async def _exit_status(self, uid: str, crec: ContainerRecord) -> Termination | None:
         if not crec.container_id:
             return None
+        try:
+            container_states = (await self._states())[1]
+        except grpc.aio.AioRpcError:
+            container_states = {}
+        if container_states.get(crec.container_id) == cri.CONTAINER_RUNNING:
+            return None  # running at the last relist
         st = await self._container_status(crec.container_id)
         if st is not None and st.state in (cri.CONTAINER_RUNNING, cri.CONTAINER_CREATED):
             return None
@@ -846,11 +1026,18 @@ class CRIRuntime(KubeRuntime):
         ]
         for crec in running:
             rec.events.append(("Normal", "Killing", f"Stopping container {crec.name}"))
-        await asyncio.gather(*(self._stop(c, grace_seconds) for c in running))
+
+        async def stop(crec: ContainerRecord) -> None:
+            # kube's killContainer: the preStop hook, then StopContainer with what is left.
+            await self._stop(crec, await self._pre_stop(rec.uid, crec, grace_seconds))
+
+        await asyncio.gather(*(stop(c) for c in running))
         for crec in running:
             crec.state = TERMINATED
-            crec.terminated = self._termination(
-                crec, await self._container_status(crec.container_id)
+            crec.terminated = self._with_message(
+                rec.uid,
+                crec,
+                self._termination(crec, await self._container_status(crec.container_id)),
             )
 
     async def kill_pod(self, uid: str, grace_seconds: float) -> None:
@@ -890,7 +1077,7 @@ class CRIRuntime(KubeRuntime):
         if rec is None or crec is None or crec.state != RUNNING or not crec.container_id:
             return
         rec.events.append(("Normal", "Killing", why))
-        await self._stop(crec, grace_seconds)
+        await self._stop(crec, await self._pre_stop(uid, crec, grace_seconds))
 
     async def _kill_changed(self, pod: pod_pb2.Pod, rec: PodRecord, crec: ContainerRecord) -> None:
         why = definition_changed_message(crec.name)
@@ -901,8 +1088,10 @@ class CRIRuntime(KubeRuntime):
             if spec.HasField("terminationGracePeriodSeconds")
             else 30
         )
-        await self._stop(crec, float(grace))
-        crec.last = self._termination(crec, await self._container_status(crec.container_id))
+        await self._stop(crec, await self._pre_stop(rec.uid, crec, float(grace)))
+        crec.last = self._with_message(
+            rec.uid, crec, self._termination(crec, await self._container_status(crec.container_id))
+        )
         crec.terminated = None
         crec.state = WAITING
         crec.waiting_reason, crec.waiting_message = "ContainerCreating", ""

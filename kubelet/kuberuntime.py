@@ -24,8 +24,12 @@ Concurrency: one event loop; a pod's worker is the only caller for its pod.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
+import os
+import secrets
 import shutil
 from pathlib import Path
 
@@ -34,6 +38,12 @@ from kubelet.envvars import (
     ContainerConfigError,
     EnvSources,
     make_environment,
+)
+from kubelet.lifecycle import (
+    MIN_GRACE_SECONDS,
+    ExecHook,
+    run_hook,
+    termination_message,
 )
 from kubelet.runtime import (
     RUNNING,
@@ -92,6 +102,11 @@ class KubeRuntime:
         self.volumes = VolumeManager(self.root)
         # pod uid -> why its volumes could not be set up at the last sync ("" when they were).
         self._volume_errors: dict[str, str] = {}
+        # pod uid -> the pod as last synced: what the kill paths read preStop hooks from.
+        self._specs: dict[str, pod_pb2.Pod] = {}
+        # (pod uid, container) -> the message of a failed postStart hook, until the killed
+        # container's exit is observed (it then waits with reason PostStartHookError).
+        self._hook_failures: dict[tuple[str, str], str] = {}
 
     # ---- persistence ----
     def _pod_dir(self, uid: str) -> Path:
@@ -229,6 +244,7 @@ class KubeRuntime:
             term = await self._exit_status(rec.uid, crec)
             if term is None:
                 continue
+            term = self._with_message(rec.uid, crec, term)
             changed = True
             log.info(
                 "pod %s/%s container %s exited with %d",
@@ -248,7 +264,16 @@ class KubeRuntime:
             restart = restart and restarts
             lost_at_load = (rec.uid, crec.name) in self._gone_at_load
             self._gone_at_load.discard((rec.uid, crec.name))
-            if restart and lost_at_load:
+            hook_failure = self._hook_failures.pop((rec.uid, crec.name), "")
+            if restart and hook_failure:
+                # kube's reason cache: the start failed (PostStartHookError) until the next.
+                crec.last = term
+                crec.terminated = None
+                crec.next_start = term.finished_at + self._backoff(crec)
+                crec.state = WAITING
+                crec.waiting_reason = "PostStartHookError"
+                crec.waiting_message = hook_failure
+            elif restart and lost_at_load:
                 # Lost while no kubelet ran, not a crash: start it again now, as a kubelet
                 # does after a node reboot (the restart count still grows).
                 crec.last = term
@@ -304,9 +329,128 @@ class KubeRuntime:
         except ContainerConfigError as exc:
             self._config_error(rec, crec, str(exc))
             return
+        message_mount = self._message_file(rec.uid, container, crec)
+        if message_mount is not None:
+            mounts = [*mounts, message_mount]
         self._envs.setdefault(rec.uid, {})[container.name] = resolved
         self._mounts.setdefault(rec.uid, {})[container.name] = mounts
         await self._launch(pod, rec, container, crec, resolved)
+        if crec.state == RUNNING and container.lifecycle.HasField("postStart"):
+            await self._post_start(pod, rec, container, crec)
+
+    # ---- lifecycle hooks and termination messages (kubelet/lifecycle.py) ----
+
+    def _message_file(
+        self, uid: str, container: pod_pb2.Container, crec: ContainerRecord
+    ) -> ContainerMount | None:
+        """A fresh empty file (mode 0666) for the instance about to start, seen by the
+        container at its terminationMessagePath, as kube's makeMounts makes it
+        (`<pod dir>/containers/<name>/<random id>`); the previous instance's is removed (its
+        message is already in the container's lastState)."""
+        if crec.message_file:
+            with contextlib.suppress(OSError):
+                os.unlink(crec.message_file)
+        crec.message_file = ""
+        crec.message_policy = container.terminationMessagePolicy or "File"
+        if not container.terminationMessagePath:
+            return None
+        directory = self._pod_dir(uid) / "containers" / container.name
+        path = directory / secrets.token_hex(4)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            path.touch()
+            path.chmod(0o666)
+        except OSError as exc:
+            log.warning("termination-log file %s: %s", path, exc)
+            return None
+        crec.message_file = str(path)
+        return ContainerMount(container.terminationMessagePath, path, False)
+
+    def _with_message(self, uid: str, crec: ContainerRecord, term: Termination) -> Termination:
+        """The termination with what the container left at its terminationMessagePath (or its
+        log's tail) appended to the runtime's message, as kube's convertToKubeContainerStatus."""
+        text = termination_message(
+            crec.message_file,
+            crec.message_policy,
+            term.exit_code,
+            term.reason,
+            self.instance_log(uid, crec.name, crec.restart_count),
+        )
+        if text:
+            term.message = f"{term.message}: {text}" if term.message else text
+        return term
+
+    def _hook_ip(self, uid: str) -> str:
+        rec = self._pods.get(uid)
+        return rec.pod_ips[0] if rec is not None and rec.pod_ips else self.node_ip
+
+    async def _run_hook(
+        self,
+        pod: pod_pb2.Pod,
+        container: pod_pb2.Container,
+        crec: ContainerRecord,
+        handler: pod_pb2.LifecycleHandler,
+    ) -> str:
+        return await run_hook(
+            handler,
+            pod,
+            container,
+            exec_hook=self._exec_hook(pod, container, crec),
+            pod_ip=self._hook_ip(pod.metadata.uid),
+            sleep=self.clock.sleep,
+        )
+
+    async def _post_start(
+        self, pod: pod_pb2.Pod, rec: PodRecord, container: pod_pb2.Container, crec: ContainerRecord
+    ) -> None:
+        """kube's startContainer step 4: run the postStart hook; if it fails, kill the
+        container (its preStop hook runs first, as kube's killContainer does) and have it
+        wait with reason PostStartHookError once its exit is observed."""
+        message = await self._run_hook(pod, container, crec, container.lifecycle.postStart)
+        if not message:
+            return
+        log.warning("pod %s/%s container %s: %s", rec.namespace, rec.name, crec.name, message)
+        rec.events.append(("Warning", "FailedPostStartHook", "PostStartHook failed"))
+        self._hook_failures[(rec.uid, crec.name)] = message
+        grace = (
+            pod.spec.terminationGracePeriodSeconds
+            if pod.spec.HasField("terminationGracePeriodSeconds")
+            else 30
+        )
+        await self.kill_container(rec.uid, crec.name, float(grace), "FailedPostStartHook")
+
+    async def _pre_stop(self, uid: str, crec: ContainerRecord, grace: float) -> float:
+        """Run the container's preStop hook inside `grace` (kube's executePreStopHook); the
+        grace left for stopping it: what the hook did not use, in whole seconds as kube
+        counts, at least MIN_GRACE_SECONDS. No hook, or no grace: `grace` unchanged."""
+        pod = self._specs.get(uid)
+        container = None
+        if pod is not None:
+            container = next((c for c in pod.spec.containers if c.name == crec.name), None)
+        if pod is None or container is None or grace <= 0:
+            return grace
+        if not container.lifecycle.HasField("preStop"):
+            return grace
+        started = self.clock.monotonic()
+        try:
+            async with asyncio.timeout(grace):
+                message = await self._run_hook(pod, container, crec, container.lifecycle.preStop)
+        except TimeoutError:
+            log.info(
+                "pod %s container %s: preStop hook not completed in grace period %gs",
+                uid,
+                crec.name,
+                grace,
+            )
+        else:
+            if message:
+                log.warning("pod %s container %s: %s", uid, crec.name, message)
+                rec = self._pods.get(uid)
+                if rec is not None:
+                    # Not the hook's output: it may hold secrets (kube words it so too).
+                    rec.events.append(("Warning", "FailedPreStopHook", "PreStopHook failed"))
+        used = int(self.clock.monotonic() - started)
+        return float(max(MIN_GRACE_SECONDS, grace - used))
 
     async def _setup_volumes(self, pod: pod_pb2.Pod) -> None:
         """Prepare (or refresh) the pod's volumes; a failure is kept for the containers that
@@ -343,6 +487,7 @@ class KubeRuntime:
     async def sync_pod(self, pod: pod_pb2.Pod) -> PodRecord:
         self._before_sync()
         uid = pod.metadata.uid
+        self._specs[uid] = pod
         rec = self._pods.get(uid)
         changed = False
         if rec is None:
@@ -357,9 +502,13 @@ class KubeRuntime:
             pod, rec, rec.ephemeral_containers, init=False, restarts=False
         )
         now = self._now()
-        if not pod.metadata.HasField("deletionTimestamp"):
-            await self._setup_volumes(pod)
-        if not await self._prepare_pod(pod, rec):
+        # The volumes are needed by the containers, not by the sandbox: both are made at once
+        # (a sandbox takes the runtime a second or more on a busy node).
+        if pod.metadata.HasField("deletionTimestamp"):
+            ready = await self._prepare_pod(pod, rec)
+        else:
+            _, ready = await asyncio.gather(self._setup_volumes(pod), self._prepare_pod(pod, rec))
+        if not ready:
             pass  # no sandbox yet: containers wait (the runtime recorded why)
         elif not initialized(pod, rec):
             # Init containers run one at a time, in order, each to success.
@@ -431,6 +580,9 @@ class KubeRuntime:
         self._envs.pop(uid, None)
         self._mounts.pop(uid, None)
         self._volume_errors.pop(uid, None)
+        self._specs.pop(uid, None)
+        for key in [k for k in self._hook_failures if k[0] == uid]:
+            del self._hook_failures[key]
         self.volumes.teardown(uid)
         shutil.rmtree(self._pod_dir(uid), ignore_errors=True)
 
@@ -445,6 +597,12 @@ class KubeRuntime:
 
     async def _exit_status(self, uid: str, crec: ContainerRecord) -> Termination | None:
         """The running container's termination if it has exited, else None."""
+        raise NotImplementedError
+
+    def _exec_hook(
+        self, pod: pod_pb2.Pod, container: pod_pb2.Container, crec: ContainerRecord
+    ) -> ExecHook:
+        """How an exec hook's command runs in this container."""
         raise NotImplementedError
 
     async def _launch(

@@ -17,6 +17,7 @@ non-blocking enough (local files) to be done inline.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import grpc
 
 from kubelet.crilog import LogOptions, LogWriter, tail_start, writer_active
 from kubelet.runtime import Runtime
+from kubelet.stats import StatsProvider, authorize_stats
 from tinykube.clock import Clock
 from tinykube.errors import (
     InvalidError,
@@ -91,6 +93,25 @@ class KubeletService(kubelet_pb2_grpc.KubeletServicer):
         self.get_pod = get_pod
         self.runtime = runtime
         self.clock = clock or Clock()
+        # The summary API's source (kubelet/stats.py); the kubelet sets it.
+        self.stats: StatsProvider | None = None
+
+    async def Summary(
+        self,
+        request: kubelet_pb2.SummaryRequest,
+        context: grpc.aio.ServicerContext[kubelet_pb2.SummaryRequest, kubelet_pb2.SummaryResponse],
+    ) -> kubelet_pb2.SummaryResponse:
+        """kube's /stats/summary, for callers allowed nodes/stats."""
+        from kubelet.streaming import peer_identity  # streaming builds on this module
+
+        try:
+            if self.stats is None:
+                raise UnimplementedError("this kubelet serves no stats")
+            authorize_stats(peer_identity(context), self.stats.node_name)  # type: ignore[arg-type]
+            summary = await self.stats.summary(request.onlyCpuAndMemory)
+        except TinykubeError as exc:
+            await abort_with(context, exc)  # type: ignore[arg-type]
+        return kubelet_pb2.SummaryResponse(json=json.dumps(summary).encode())
 
     def _resolve(self, request: kubelet_pb2.LogsRequest) -> tuple[pod_pb2.Pod, Path]:
         namespace = request.namespace or "default"

@@ -23,6 +23,7 @@ class ContainerUsage:
     cpu_seconds: float
     memory_working_set_bytes: int
     timestamp: float
+    uid: str = ""
 
 
 class ResourceCollector(Collector):

@@ -63,6 +63,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from kubelet import logshim
 from kubelet.attach import StdinPipes, open_terminal, terminal_argv
@@ -73,6 +74,8 @@ from kubelet.envvars import (
     static_environment,
 )
 from kubelet.kuberuntime import KubeRuntime
+from kubelet.lifecycle import ExecHook, ExecResult
+from kubelet.prober import MAX_OUTPUT
 from kubelet.runtime import (
     RUNNING,
     TERMINATED,
@@ -83,6 +86,7 @@ from kubelet.runtime import (
     definition_changed_message,
     start_events,
 )
+from kubelet.security import effective, verify_run_as_non_root
 from kubelet.volumes import ContainerMount
 from tinykube.clock import Clock
 from tinykube.v1 import pod_pb2
@@ -187,11 +191,65 @@ class ProcessRuntime(KubeRuntime):
             "HOST_IP": self.node_ip,
             "POD_IP": self.node_ip,
         }
-        if container.volumeMounts:
+        if container.volumeMounts or container.terminationMessagePath:
             env[ROOT_ENV] = str(self._root_view(pod.metadata.uid, container.name))
         resolved = self._envs.get(pod.metadata.uid, {}).get(container.name)
         env.update(static_environment(container) if resolved is None else resolved)
         return env, container.workingDir or str(pod_dir)
+
+    def _exec_hook(
+        self, pod: pod_pb2.Pod, container: pod_pb2.Container, crec: ContainerRecord
+    ) -> ExecHook:
+        """An exec hook runs as the container's own processes do: its environment and working
+        directory, its own session (killed with its group if the hook is abandoned)."""
+        env, cwd = self.exec_context(pod, container)
+
+        async def run(argv: list[str]) -> ExecResult:
+            if not argv:
+                return ExecResult(-1, "", "", "no command given")
+            if "/" not in argv[0] and shutil.which(argv[0], path=env["PATH"]) is None:
+                return ExecResult(-1, "", "", f'exec: "{argv[0]}": executable file not found')
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    env=env,
+                    cwd=cwd,
+                    start_new_session=True,
+                    **self._credentials(pod, container),
+                )
+            except (OSError, ValueError) as exc:
+                return ExecResult(-1, "", "", f"exec: {exc}")
+            try:
+                out, err = await proc.communicate()
+            finally:
+                if proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    await proc.wait()
+            code = proc.returncode if proc.returncode is not None else -1
+            text = out[:MAX_OUTPUT].decode(errors="replace")
+            return ExecResult(code, text, err[:MAX_OUTPUT].decode(errors="replace"))
+
+        return run
+
+    def _credentials(self, pod: pod_pb2.Pod, container: pod_pb2.Container) -> dict[str, Any]:
+        """Popen's user, group and extra_groups from the effective securityContext
+        (kubelet/security.py) when the kubelet is root (setuid/setgid/setgroups in the child);
+        nothing else of a securityContext applies to a process (docs/cri.md)."""
+        eff = effective(pod, container)
+        if eff.run_as_user is None and eff.run_as_group is None and not eff.groups:
+            return {}
+        if os.geteuid() != 0:
+            return {}  # not root: the container runs as the kubelet's user (docs/cri.md)
+        out: dict[str, Any] = {"extra_groups": eff.groups}
+        if eff.run_as_user is not None:
+            out["user"] = eff.run_as_user
+        if eff.run_as_group is not None:
+            out["group"] = eff.run_as_group
+        return out
 
     def _root_view(self, uid: str, container: str) -> Path:
         return self._pod_dir(uid) / "roots" / container
@@ -261,13 +319,18 @@ class ProcessRuntime(KubeRuntime):
             error = f'exec: "{argv[0]}": executable file not found in $PATH'
         else:
             error = self._ports_taken(container)
+        if not error:
+            # The "image" user of a process is the kubelet's own.
+            refused = verify_run_as_non_root(pod, container, os.geteuid(), "")
+            if refused:
+                self._config_error(rec, crec, refused)
+                return
         # The instance this start makes: restart_count counts the starts after the first.
         instance = crec.restart_count + (1 if crec.last is not None else 0)
-        if not error and container.volumeMounts:
+        mounts = self._mounts.get(rec.uid, {}).get(container.name, [])
+        if not error and mounts:
             try:
-                self._make_root_view(
-                    rec.uid, container.name, self._mounts.get(rec.uid, {}).get(container.name, [])
-                )
+                self._make_root_view(rec.uid, container.name, mounts)
             except OSError as exc:
                 error = f"failed to prepare the container's mounts: {exc}"
         # A `tty: true` container's stdio is a pseudo-terminal (kubelet/attach.py): the shim
@@ -302,6 +365,7 @@ class ProcessRuntime(KubeRuntime):
                     env=env,
                     start_new_session=True,
                     close_fds=True,
+                    **self._credentials(pod, container),
                 )
             except (OSError, ValueError) as exc:
                 # ValueError: a variable the OS cannot take (a NUL byte in a Secret's value).
@@ -443,33 +507,47 @@ class ProcessRuntime(KubeRuntime):
         ]
         for crec in running:
             rec.events.append(("Normal", "Killing", f"Stopping container {crec.name}"))
-            self._signal(crec, signal.SIGTERM)
-        deadline = self.clock.monotonic() + max(0.0, grace_seconds)
-        while any(self._alive(c) for c in running) and self.clock.monotonic() < deadline:
-            await self.clock.sleep(0.1)
-        for crec in running:
-            # The whole group: children the container started die with it.
-            self._signal(crec, signal.SIGKILL)
-            child = self._children.pop(crec.pid, None)
-            self._exited_at.pop(crec.pid, None)
-            if child is not None:
-                await asyncio.to_thread(child.wait)
-            # Stopped means every process of the container is gone, as a CRI StopContainer
-            # returns once its cgroup is empty: SIGKILL reaches the group's members when each
-            # is next scheduled, not when killpg returns.
-            for _ in range(int(KILL_SETTLE_SECONDS / 0.01)):  # real processes, real time
-                if not live_group_members(crec.pid):
-                    break
-                await asyncio.sleep(0.01)
-            crec.state = TERMINATED
-            crec.terminated = Termination(
-                exit_code=137 if grace_seconds <= 0 else 143,
-                reason="Error",
-                started_at=crec.started_at,
-                finished_at=self._now(),
-            )
+        # Each container as kube's killContainer, all at once: its preStop hook, then SIGTERM
+        # and SIGKILL after the grace the hook left.
+        await asyncio.gather(*(self._kill_one(uid, c, grace_seconds) for c in running))
         if running:
             self._save(rec)
+
+    async def _kill_one(self, uid: str, crec: ContainerRecord, grace_seconds: float) -> None:
+        grace = await self._pre_stop(uid, crec, grace_seconds)
+        self._signal(crec, signal.SIGTERM)
+        deadline = self.clock.monotonic() + max(0.0, grace)
+        while self._alive(crec) and self.clock.monotonic() < deadline:
+            await self.clock.sleep(0.1)
+        # The whole group: children the container started die with it.
+        self._signal(crec, signal.SIGKILL)
+        child = self._children.pop(crec.pid, None)
+        self._exited_at.pop(crec.pid, None)
+        code = None
+        if child is not None:
+            code = await asyncio.to_thread(child.wait)
+        # Stopped means every process of the container is gone, as a CRI StopContainer
+        # returns once its cgroup is empty: SIGKILL reaches the group's members when each
+        # is next scheduled, not when killpg returns.
+        for _ in range(int(KILL_SETTLE_SECONDS / 0.01)):  # real processes, real time
+            if not live_group_members(crec.pid):
+                break
+            await asyncio.sleep(0.01)
+        if code is not None and code >= 0:
+            exit_code = code  # it exited by itself within the grace period
+        else:
+            exit_code = 137 if grace_seconds <= 0 or code == -signal.SIGKILL else 143
+        crec.state = TERMINATED
+        crec.terminated = self._with_message(
+            uid,
+            crec,
+            Termination(
+                exit_code=exit_code,
+                reason="Completed" if exit_code == 0 else "Error",
+                started_at=crec.started_at,
+                finished_at=self._now(),
+            ),
+        )
 
     async def kill_container(self, uid: str, name: str, grace_seconds: float, why: str) -> None:
         rec = self._pods.get(uid)
@@ -478,6 +556,7 @@ class ProcessRuntime(KubeRuntime):
             return
         rec.events.append(("Normal", "Killing", why))
         log.info("pod %s/%s container %s: %s", rec.namespace, rec.name, name, why)
+        grace_seconds = await self._pre_stop(uid, crec, grace_seconds)
         self._signal(crec, signal.SIGTERM)
         deadline = self.clock.monotonic() + max(0.0, grace_seconds)
         while self._alive(crec) and self.clock.monotonic() < deadline:
@@ -493,14 +572,18 @@ class ProcessRuntime(KubeRuntime):
         why = definition_changed_message(crec.name)
         rec.events.append(("Normal", "Killing", why))
         log.info("pod %s/%s container %s: %s", rec.namespace, rec.name, crec.name, why)
-        self._signal(crec, signal.SIGTERM)
         spec = pod.spec
-        grace = (
-            spec.terminationGracePeriodSeconds
-            if spec.HasField("terminationGracePeriodSeconds")
-            else 30
+        grace = await self._pre_stop(
+            rec.uid,
+            crec,
+            float(
+                spec.terminationGracePeriodSeconds
+                if spec.HasField("terminationGracePeriodSeconds")
+                else 30
+            ),
         )
-        deadline = self.clock.monotonic() + max(0, grace)
+        self._signal(crec, signal.SIGTERM)
+        deadline = self.clock.monotonic() + max(0.0, grace)
         while self._alive(crec) and self.clock.monotonic() < deadline:
             await self.clock.sleep(0.1)
         self._signal(crec, signal.SIGKILL)
@@ -509,13 +592,17 @@ class ProcessRuntime(KubeRuntime):
         code = -signal.SIGKILL if child is None else await asyncio.to_thread(child.wait)
         sig = -code if code < 0 else 0
         exit_code = 128 + sig if sig else code
-        crec.last = Termination(
-            exit_code=exit_code,
-            signal=sig,
-            reason="Completed" if exit_code == 0 else "Error",
-            started_at=crec.started_at,
-            finished_at=self._now(),
-            container_id=f"process://{crec.pid}",
+        crec.last = self._with_message(
+            rec.uid,
+            crec,
+            Termination(
+                exit_code=exit_code,
+                signal=sig,
+                reason="Completed" if exit_code == 0 else "Error",
+                started_at=crec.started_at,
+                finished_at=self._now(),
+                container_id=f"process://{crec.pid}",
+            ),
         )
         crec.terminated = None
         crec.state = WAITING

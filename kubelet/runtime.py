@@ -68,6 +68,10 @@ class ContainerRecord:
     # its scheme) and the image id it reports (status.containerStatuses[].imageID).
     container_id: str = ""
     image_ref: str = ""
+    # The node's file behind the current instance's terminationMessagePath ("" if none), and
+    # its terminationMessagePolicy (kubelet/lifecycle.py reads them when it ends).
+    message_file: str = ""
+    message_policy: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -362,6 +366,22 @@ def _fill_status(
         _fill_terminated(cs.lastState, crec.last)
 
 
+# kube's MaxPodTerminationMessageLogLength: all of a pod's termination messages together.
+MAX_POD_MESSAGE_BYTES = 12 * 1024
+
+
+def _cap_messages(pod: pod_pb2.Pod, status: pod_pb2.PodStatus) -> None:
+    """kube's status manager (normalizeStatus): each terminated message keeps at most its share
+    of MAX_POD_MESSAGE_BYTES, its first bytes."""
+    containers = len(pod.spec.containers) + len(pod.spec.initContainers)
+    share = MAX_POD_MESSAGE_BYTES // max(1, containers)
+    for cs in (*status.initContainerStatuses, *status.containerStatuses):
+        for state in (cs.state, cs.lastState):
+            data = state.terminated.message.encode()
+            if len(data) > share:
+                state.terminated.message = data[:share].decode(errors="ignore")
+
+
 def build_pod_status(
     pod: pod_pb2.Pod,
     rec: PodRecord,
@@ -431,6 +451,7 @@ def build_pod_status(
         cs = status.ephemeralContainerStatuses.add()
         _fill_status(cs, as_container(pod, ec), crec, container_id_prefix)
         cs.ready = False  # never ready: an ephemeral container serves nothing
+    _cap_messages(pod, status)
     for cond in previous.conditions:
         if cond.type not in OWN_CONDITIONS:
             status.conditions.append(cond)

@@ -12,11 +12,14 @@ layout is kube's: `<root-dir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<volume>
   writer: the payload goes to a fresh hidden `..<timestamp>` directory, the `..data` symlink is
   swapped to it with one rename, and each top-level name is a symlink through `..data`, so a
   reader sees either the old set of files or the new one, never a mix. Items select keys
-  (`key` to `path`, `mode`); defaultMode is 0644 when unset. These are re-read from the
-  apiserver every `resync` seconds while the pod runs (kube's kubelet re-syncs a pod's volumes
-  about every minute; tinykube uses a shorter period), so a changed ConfigMap or Secret shows in
-  the running container's files. A missing ConfigMap or Secret that is not optional stops the
-  pod's containers from starting with kube's message (`configmap "x" not found`), retried.
+  (`key` to `path`, `mode`); defaultMode is 0644 when unset. With `cache` (the kubelet sets
+  it: kubelet/objectcache.py, kube's watch-based manager) the ConfigMaps and Secrets come from
+  watches of exactly the objects the node's pods mount, and a change rewrites the files at the
+  pod's next sync (the cache wakes its worker); the volumes are also rewritten every `resync`
+  seconds (downward API, tokens). Without a cache they are re-read with a GET every `resync`
+  seconds. Either way a changed ConfigMap or Secret shows in the running container's files.
+  A missing ConfigMap or Secret that is not optional stops the pod's containers from starting
+  with kube's message (`configmap "x" not found`), retried.
 - projected serviceAccountToken: a token from TokenRequest (`mint_token`, bound to the pod),
   fetched again once 80% of its lifetime has passed (kube's token manager), or after a day.
   The audience defaults to the apiserver's.
@@ -48,8 +51,9 @@ from kubelet.envvars import (
     pod_field_value,
     resource_value,
 )
+from kubelet.objectcache import ObjectCache, Ref, volume_refs
 from tinykube.quantity import parse_quantity
-from tinykube.v1 import pod_pb2
+from tinykube.v1 import configmap_pb2, pod_pb2, secret_pb2
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +144,42 @@ class _PodVolumes:
     next_sync: float = 0.0
     tokens: dict[tuple[str, str], _Token] = field(default_factory=dict)
     tmpfs: list[Path] = field(default_factory=list)
+    # What the cache held of the pod's ConfigMaps and Secrets at the last setup.
+    versions: tuple[tuple[Ref, bool, str], ...] = ()
+
+
+def _versions(cache: ObjectCache, pod: pod_pb2.Pod) -> tuple[tuple[Ref, bool, str], ...]:
+    out = []
+    for ref in sorted(volume_refs(pod)):
+        synced, obj = cache.get(ref)
+        out.append((ref, synced, obj.metadata.resourceVersion if obj is not None else ""))
+    return tuple(out)
+
+
+class _CachedFetcher(_Fetcher):
+    """Reads from the watch-based cache once its watch has synced, else GETs."""
+
+    def __init__(self, api: EnvAPI | None, namespace: str, cache: ObjectCache) -> None:
+        super().__init__(api, namespace)
+        self.cache = cache
+
+    async def config_map(self, name: str, optional: bool) -> configmap_pb2.ConfigMap | None:
+        synced, obj = self.cache.get(("configmaps", self.namespace, name))
+        if not synced:
+            return await super().config_map(name, optional)
+        if obj is None and not optional:
+            raise ContainerConfigError(f'configmap "{name}" not found')
+        found: configmap_pb2.ConfigMap | None = obj
+        return found
+
+    async def secret(self, name: str, optional: bool) -> secret_pb2.Secret | None:
+        synced, obj = self.cache.get(("secrets", self.namespace, name))
+        if not synced:
+            return await super().secret(name, optional)
+        if obj is None and not optional:
+            raise ContainerConfigError(f'secret "{name}" not found')
+        found: secret_pb2.Secret | None = obj
+        return found
 
 
 def _labels_text(values: Mapping[str, str]) -> str:
@@ -169,6 +209,9 @@ class VolumeManager:
         self.allocatable: Callable[[str], Mapping[str, str]] = lambda _node: {}
         self._pods: dict[str, _PodVolumes] = {}
         self.as_root = os.geteuid() == 0
+        # The watch-based cache of the ConfigMaps and Secrets the pods mount
+        # (kubelet/objectcache.py); None: GET them at each resync.
+        self.cache: ObjectCache | None = None
 
     def volume_dir(self, uid: str, plugin: str, name: str) -> Path:
         return self.root / uid / "volumes" / PLUGIN_DIRS[plugin] / name
@@ -183,12 +226,25 @@ class VolumeManager:
         uid = pod.metadata.uid
         state = self._pods.setdefault(uid, _PodVolumes())
         now = self.now()
-        if not force and now < state.next_sync and len(state.paths) == len(pod.spec.volumes):
+        fetcher: _Fetcher
+        if self.cache is not None:
+            self.cache.register(pod)
+            fetcher = _CachedFetcher(self.api, pod.metadata.namespace, self.cache)
+            versions = _versions(self.cache, pod)
+        else:
+            fetcher = _Fetcher(self.api, pod.metadata.namespace)
+            versions = ()
+        if (
+            not force
+            and now < state.next_sync
+            and len(state.paths) == len(pod.spec.volumes)
+            and versions == state.versions
+        ):
             return dict(state.paths)
-        fetcher = _Fetcher(self.api, pod.metadata.namespace)
         for vol in pod.spec.volumes:
             state.paths[vol.name] = await self._setup_one(pod, vol, state, fetcher, now)
         state.next_sync = now + self.resync
+        state.versions = versions
         return dict(state.paths)
 
     async def _setup_one(
@@ -210,6 +266,7 @@ class VolumeManager:
                 target.chmod(0o777)
                 if vol.emptyDir.medium == "Memory" and self.as_root:
                     self._mount_tmpfs(target, vol.emptyDir.sizeLimit, state)
+                self._own(pod, target, read_only=False)
             return target
         payload: dict[str, tuple[bytes, int]] = {}
         if kind == "configMap":
@@ -235,11 +292,47 @@ class VolumeManager:
             payload = self._downward(pod, vol.downwardAPI.items, mode)
         else:
             payload = await self._projected(pod, vol, state, fetcher, now)
+        if self._fs_group(pod) is not None:
+            # The group's read bit is part of what is written (and compared next time).
+            payload = {k: (c, m | stat.S_IRUSR | stat.S_IRGRP) for k, (c, m) in payload.items()}
         if AtomicWriter(target).write(payload):
+            self._own(pod, target, read_only=True)
             log.info(
                 "pod %s/%s: volume %s written", pod.metadata.namespace, pod.metadata.name, vol.name
             )
         return target
+
+    def _fs_group(self, pod: pod_pb2.Pod) -> int | None:
+        psc = pod.spec.securityContext
+        return psc.fsGroup if psc.HasField("fsGroup") and self.as_root else None
+
+    def _own(self, pod: pod_pb2.Pod, target: Path, *, read_only: bool) -> None:
+        """kube's SetVolumeOwnership for the pod's fsGroup (a root kubelet only): every file
+        and directory of the volume gets that group, files group-readable (and -writable
+        unless the volume is read-only: configMap, secret, downwardAPI, projected),
+        directories setgid so new files inherit the group."""
+        gid = self._fs_group(pod)
+        if gid is None:
+            return
+        mask = (
+            (stat.S_IRUSR | stat.S_IRGRP)
+            if read_only
+            else (stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IWGRP)
+        )
+        for root, dirs, files in os.walk(target):
+            for name in [*dirs, *files, ""]:
+                path = os.path.join(root, name) if name else root
+                try:
+                    os.lchown(path, -1, gid)
+                    info = os.lstat(path)
+                    if stat.S_ISLNK(info.st_mode):
+                        continue
+                    mode = stat.S_IMODE(info.st_mode) | mask
+                    if stat.S_ISDIR(info.st_mode):
+                        mode |= stat.S_ISGID | stat.S_IXUSR | stat.S_IXGRP
+                    os.chmod(path, mode)
+                except OSError as exc:
+                    log.warning("fsGroup %d on %s: %s", gid, path, exc)
 
     def _downward(
         self,
@@ -362,6 +455,8 @@ class VolumeManager:
 
     def teardown(self, uid: str) -> None:
         """Unmount the pod's tmpfs volumes and remove its volume directories."""
+        if self.cache is not None:
+            self.cache.unregister(uid)
         state = self._pods.pop(uid, None)
         volumes = self.root / uid / "volumes"
         mounted = list(state.tmpfs) if state else []
@@ -476,12 +571,19 @@ def container_mounts(
     return out
 
 
-def rest_token_minter(server: str, ssl_context: ssl.SSLContext | None) -> TokenMinter:
+class RestTokenMinter:
     """A TokenMinter that asks the apiserver's REST API (TokenRequest, bound to the pod) with
-    the kubelet's own credentials; the Node authorizer lets it ask only for its pods."""
+    the kubelet's own credentials; the Node authorizer lets it ask only for its pods. One
+    keep-alive HTTP client for all pods (a TLS handshake per token cost each pod start a few
+    milliseconds of CPU on both ends); `close` it when the kubelet stops."""
 
-    async def mint(
-        namespace: str, account: str, audience: str, seconds: int, pod: str, uid: str
+    def __init__(self, server: str, ssl_context: ssl.SSLContext | None) -> None:
+        self.server = server.rstrip("/")
+        self.ssl_context = ssl_context
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __call__(
+        self, namespace: str, account: str, audience: str, seconds: int, pod: str, uid: str
     ) -> tuple[str, float]:
         body = {
             "apiVersion": "authentication.k8s.io/v1",
@@ -492,12 +594,11 @@ def rest_token_minter(server: str, ssl_context: ssl.SSLContext | None) -> TokenM
                 "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid},
             },
         }
-        url = f"{server.rstrip('/')}/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token"
+        url = f"{self.server}/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token"
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         try:
-            async with (
-                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
-                session.post(url, json=body, ssl=ssl_context or False) as resp,
-            ):
+            async with self._session.post(url, json=body, ssl=self.ssl_context or False) as resp:
                 answer = await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise ContainerConfigError(f"failed to fetch token: {exc}") from None
@@ -508,4 +609,11 @@ def rest_token_minter(server: str, ssl_context: ssl.SSLContext | None) -> TokenM
         expires = datetime.fromisoformat(status["expirationTimestamp"].replace("Z", "+00:00"))
         return str(status["token"]), expires.timestamp()
 
-    return mint
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def rest_token_minter(server: str, ssl_context: ssl.SSLContext | None) -> RestTokenMinter:
+    return RestTokenMinter(server, ssl_context)

@@ -15,6 +15,7 @@ standard library (busybox-static inside), which `ctr images import` loads.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import gzip
 import hashlib
@@ -743,6 +744,7 @@ def push_image(
     entrypoint: list[str],
     *,
     image: tuple[bytes, dict[str, bytes]] | None = None,
+    credentials: tuple[str, str] | None = None,
 ) -> str:
     """Push the image of `oci_blobs` to a registry over the distribution API (plain HTTP, a
     registry on this machine): each blob by a monolithic upload, then the manifest under `tag`.
@@ -753,15 +755,21 @@ def push_image(
 
     manifest, blobs = image or oci_blobs(entrypoint)
     base = f"http://{registry}/v2/{repository}"
+    auth: dict[str, str] = {}
+    if credentials is not None:
+        token = base64.b64encode(":".join(credentials).encode()).decode()
+        auth["Authorization"] = f"Basic {token}"
     for digest, data in blobs.items():
-        head = urllib.request.Request(f"{base}/blobs/{digest}", method="HEAD")
+        head = urllib.request.Request(f"{base}/blobs/{digest}", method="HEAD", headers=auth)
         try:
             with urllib.request.urlopen(head, timeout=30):
                 continue  # already there
         except urllib.error.HTTPError as exc:
             if exc.code != 404:
                 raise
-        start = urllib.request.Request(f"{base}/blobs/uploads/", method="POST", data=b"")
+        start = urllib.request.Request(
+            f"{base}/blobs/uploads/", method="POST", data=b"", headers=auth
+        )
         with urllib.request.urlopen(start, timeout=30) as resp:
             location = urllib.parse.urljoin(f"http://{registry}/", resp.headers["Location"])
         sep = "&" if "?" in location else "?"
@@ -769,7 +777,7 @@ def push_image(
             f"{location}{sep}digest={urllib.parse.quote(digest)}",
             method="PUT",
             data=data,
-            headers={"Content-Type": "application/octet-stream"},
+            headers={"Content-Type": "application/octet-stream", **auth},
         )
         with urllib.request.urlopen(put, timeout=60):
             pass
@@ -777,20 +785,45 @@ def push_image(
         f"{base}/manifests/{tag}",
         method="PUT",
         data=manifest,
-        headers={"Content-Type": MANIFEST_TYPE},
+        headers={"Content-Type": MANIFEST_TYPE, **auth},
     )
     with urllib.request.urlopen(put, timeout=30):
         pass
     return "sha256:" + hashlib.sha256(manifest).hexdigest()
 
 
+def bcrypt_hash(password: str) -> str:
+    """A bcrypt ($2b$) hash for an htpasswd file: libc's crypt (libxcrypt on Debian), else
+    apache2-utils' htpasswd."""
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import crypt
+
+        hashed = crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH))
+        if hashed and hashed.startswith("$2"):
+            return hashed
+    except ImportError:
+        pass
+    if shutil.which("htpasswd"):
+        out = subprocess.run(
+            ["htpasswd", "-nbB", "u", password], capture_output=True, text=True, check=True
+        ).stdout
+        return out.strip().split(":", 1)[1]
+    raise RuntimeError("no bcrypt: libc crypt lacks it and htpasswd (apache2-utils) is missing")
+
+
 class Registry:
     """The CNCF distribution registry (Debian's docker-registry) on 127.0.0.1, its storage under
     `base`; stopped by its PID."""
 
-    def __init__(self, base: Path, port: int) -> None:
+    def __init__(self, base: Path, port: int, users: dict[str, str] | None = None) -> None:
         self.base = base
         self.port = port
+        # user -> password: the registry asks for them (htpasswd basic auth, bcrypt entries).
+        self.users = users or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -798,6 +831,7 @@ class Registry:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> None:
+        import urllib.error
         import urllib.request
 
         self.base.mkdir(parents=True, exist_ok=True)
@@ -809,6 +843,11 @@ class Registry:
             "  delete:\n    enabled: true\n"
             f"http:\n  addr: {self.address}\n"
         )
+        if self.users:
+            htpasswd = self.base / "htpasswd"
+            htpasswd.write_text("".join(f"{u}:{bcrypt_hash(p)}\n" for u, p in self.users.items()))
+            with config.open("a") as f:
+                f.write(f"auth:\n  htpasswd:\n    realm: tinykube\n    path: {htpasswd}\n")
         log = open(self.base / "registry.log", "ab")  # noqa: SIM115 (the child keeps it)
         self.proc = subprocess.Popen(
             ["docker-registry", "serve", str(config)],
@@ -825,6 +864,10 @@ class Registry:
             try:
                 with urllib.request.urlopen(f"http://{self.address}/v2/", timeout=2):
                     return
+            except urllib.error.HTTPError as exc:
+                if exc.code == 401:
+                    return  # up, and asking for credentials
+                raise
             except OSError:
                 if time.monotonic() > deadline:
                     raise RuntimeError(

@@ -55,6 +55,7 @@ PATCH_META: dict[tuple[str, str], tuple[str, str]] = {
     # kube's is "merge,retainKeys": the retained keys matter only for a volume's source.
     ("tinykube.v1.PodSpec", "volumes"): ("merge", "name"),
     ("tinykube.v1.Container", "volumeMounts"): ("merge", "mountPath"),
+    ("tinykube.v1.PodSpec", "imagePullSecrets"): ("merge", "name"),
     ("tinykube.v1.EphemeralContainer", "ports"): ("merge", "containerPort"),
     ("tinykube.v1.EphemeralContainer", "env"): ("merge", "name"),
     ("tinykube.v1.EphemeralContainer", "volumeMounts"): ("merge", "mountPath"),

@@ -198,6 +198,10 @@ NODE = KindInfo(
     add_servicer=node_pb2_grpc.add_NodesServicer_to_server,
     has_status=True,
     short_names=("no", "node"),
+    # Relayed to the kubelet (apiserver/nodeproxy.py): GET stats/summary.
+    subresources=(
+        Subresource("proxy", "NodeProxyOptions", ("create", "delete", "get", "patch", "update")),
+    ),
 )
 REPLICA_SET = KindInfo(
     kind="ReplicaSet",

@@ -96,12 +96,14 @@ Reference = tuple[str, str, str]
 
 def pod_references(pod: pod_pb2.Pod) -> frozenset[Reference]:
     """The configmaps and secrets a pod's containers read (kube's VisitPodConfigmapNames and
-    VisitPodSecretNames, over what a tinykube pod can name: env valueFrom, envFrom and
-    volumes), and the service account it runs as."""
+    VisitPodSecretNames, over what a tinykube pod can name: imagePullSecrets, env valueFrom,
+    envFrom and volumes), and the service account it runs as."""
     ns = pod.metadata.namespace
     out: set[Reference] = set()
     if pod.spec.serviceAccountName:
         out.add(("serviceaccounts", ns, pod.spec.serviceAccountName))
+    for ref in pod.spec.imagePullSecrets:
+        out.add(("secrets", ns, ref.name))
     for c in (*pod.spec.initContainers, *pod.spec.containers):
         for source in c.envFrom:
             if source.HasField("configMapRef"):

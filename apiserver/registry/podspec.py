@@ -61,6 +61,15 @@ def default_pod_spec(spec: pod_pb2.PodSpec, grace_seconds: int) -> None:
                 "divisor"
             ):
                 source.resourceFieldRef.divisor = "0"
+        # kube's SetDefaults_Container and SetDefaults_HTTPGetAction (lifecycle hooks too).
+        if not c.terminationMessagePath:
+            c.terminationMessagePath = "/dev/termination-log"
+        if not c.terminationMessagePolicy:
+            c.terminationMessagePolicy = "File"
+        for hook in (c.lifecycle.postStart, c.lifecycle.preStop):
+            if hook.HasField("httpGet"):
+                hook.httpGet.path = hook.httpGet.path or "/"
+                hook.httpGet.scheme = hook.httpGet.scheme or "HTTP"
         if not c.imagePullPolicy:
             tag = c.image.rsplit("/", 1)[-1]
             c.imagePullPolicy = (

@@ -56,7 +56,7 @@ from apiserver.rest.discovery import (
     version_info,
     wants_aggregated,
 )
-from apiserver.rest.handlers import IDENTITY, ResourceHandlers, Target, read_body
+from apiserver.rest.handlers import IDENTITY, PROXY_PATH, ResourceHandlers, Target, read_body
 from apiserver.rest.inflight import inflight_middleware
 from apiserver.rest.openapi import OpenAPI
 from apiserver.rest.status import (
@@ -430,8 +430,13 @@ class RestServer:
         own = core and len(rest) == 3 and rest[2] in _NAMESPACE_SUBRESOURCES
         if rest[0] == "namespaces" and len(rest) >= 3 and not own:
             namespace, rest = rest[1], rest[2:]
-        if len(rest) > 3:
+        # nodes/NAME/proxy/<path>: the path goes to the kubelet (apiserver/nodeproxy.py).
+        proxied = core and len(rest) > 3 and rest[0] == "nodes" and rest[2] == "proxy"
+        if len(rest) > 3 and not proxied:
             raise not_found_path()
+        if proxied:
+            request[PROXY_PATH] = "/".join(rest[3:])
+            rest = rest[:3]
         resource = gv.resource(rest[0])
         if resource is None:
             raise not_found_path()

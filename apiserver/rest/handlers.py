@@ -38,6 +38,7 @@ from apiserver import fieldmanager
 from apiserver.auth.authorizer import Identity
 from apiserver.deletion import delete_options_errors, policy_of
 from apiserver.namespacestore import NamespaceStore
+from apiserver.nodeproxy import proxy_get
 from apiserver.podlogs import PodLogOptions, PodLogs
 from apiserver.podstore import PodStore
 from apiserver.podstream import PodStreams, StreamOptions
@@ -84,6 +85,8 @@ JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+# The path after nodes/NAME/proxy/ of a nodes/proxy request (set by the router).
+PROXY_PATH = web.RequestKey("tinykube_proxy_path", str)
 # A follow that has no output yet still sends its headers after this many seconds.
 _LOG_HEADERS_AFTER = 1.0
 # The Eviction versions pods/eviction takes, as kube-apiserver (it answers policy/v1).
@@ -434,6 +437,10 @@ class ResourceHandlers:
                 if codecs.content_type_of(request.headers.get("Content-Type", "")) == APPLY_PATCH:
                     raise unsupported_media_type([JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH])
                 return await self.patch_object(request, target, q, service, subresource=sub)
+            raise method_not_allowed()
+        if sub == "proxy" and res.info.kind == NODE.kind:
+            if method == "GET":
+                return await self.node_proxy(request, target, service)
             raise method_not_allowed()
         if sub == "eviction" and res.info.kind == POD.kind:
             if method == "POST":
@@ -1412,6 +1419,18 @@ class ResourceHandlers:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await pending
             await chunks.aclose()
+
+    # ---- nodes/proxy ------------------------------------------------------------------------
+
+    async def node_proxy(
+        self, request: web.Request, target: Target, service: ResourceStore
+    ) -> web.Response:
+        """GET nodes/NAME/proxy/PATH: the kubelet's answer (apiserver/nodeproxy.py)."""
+        node: node_pb2.Node = await service.get(meta_pb2.GetRequest(name=target.name or ""))  # type: ignore[assignment]
+        body = await proxy_get(
+            node, request.get(PROXY_PATH, ""), dict(request.query), self.kubelet_credentials
+        )
+        return web.Response(body=body, headers={"Content-Type": "application/json"})
 
     # ---- pods/exec, pods/attach, pods/portforward --------------------------------------------
 

@@ -748,3 +748,315 @@ async def test_volumes_are_real_mounts_in_the_container(
         return uid not in mounts
 
     await eventually(unmounted, 60, "the pod's tmpfs unmounted")
+
+
+async def _logs(cl: LocalCluster, ns: str, pod: str, *args: str) -> str:
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [str(venv_bin() / "kubectl"), "--kubeconfig", str(cl.kubeconfig),
+         "logs", pod, "-n", ns, *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    return done.stdout
+
+
+def _events(cl: LocalCluster, ns: str) -> list[tuple[str, str]]:
+    out = kubectl(cl, "get", "events", "-n", ns, "-o", "json")
+    return [(e["reason"], e["message"]) for e in json.loads(out)["items"]]
+
+
+async def test_lifecycle_hooks_and_termination_messages(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    """postStart runs in the container once it started, preStop before its SIGTERM; what a
+    container writes at /dev/termination-log (or, FallbackToLogsOnError, its log's tail) is
+    its terminated state's message."""
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o777)
+    wait = "while true; do sleep 0.2; done"
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "hooks", "namespace": namespace},
+        "spec": {
+            "terminationGracePeriodSeconds": 20,
+            "containers": [
+                {
+                    "name": "app",
+                    "image": WEB,
+                    "command": [
+                        "/bin/sh", "-c",
+                        "trap 'test -f /out/prestop && echo after-hook > /out/term; exit 0' TERM; "
+                        + wait,
+                    ],
+                    "lifecycle": {
+                        "postStart": {"exec": {"command": ["sh", "-c", "echo up > /out/post"]}},
+                        "preStop": {"exec": {"command": ["sh", "-c", "echo hook > /out/prestop"]}},
+                    },
+                    "volumeMounts": [{"name": "out", "mountPath": "/out"}],
+                }
+            ],
+            "volumes": [{"name": "out", "hostPath": {"path": str(out)}}],
+        },
+    }  # fmt: skip
+    kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(manifest))
+
+    async def running() -> bool:
+        items = await asyncio.to_thread(pods, cluster, namespace)
+        return bool(items) and items[0]["status"].get("phase") == "Running"
+
+    await eventually(running, 120, "the hooks pod running")
+    # The kubelet reports Running only once postStart has returned.
+    assert (out / "post").read_text() == "up\n"
+    kubectl(cluster, "delete", "pod", "hooks", "-n", namespace, "--wait=true", "--timeout=60s")
+    assert (out / "prestop").read_text() == "hook\n"
+    assert (out / "term").read_text() == "after-hook\n"
+
+    messages = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "msgs", "namespace": namespace},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "file",
+                    "image": WEB,
+                    "command": [
+                        "/bin/sh", "-c", "printf 'out of disk' > /dev/termination-log; exit 1",
+                    ],
+                },
+                {
+                    "name": "logs",
+                    "image": WEB,
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                    "command": ["/bin/sh", "-c", "echo first; echo last words; exit 2"],
+                },
+            ],
+        },
+    }  # fmt: skip
+    kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(messages))
+
+    async def terminated() -> dict[str, dict[str, Any]] | None:
+        items = await asyncio.to_thread(pods, cluster, namespace)
+        found = {
+            s["name"]: s["state"]["terminated"]
+            for p in items
+            for s in p["status"].get("containerStatuses", [])
+            if "terminated" in s["state"]
+        }
+        return found if len(found) == 2 else None
+
+    done = await eventually(terminated, 120, "both containers terminated")
+    assert (done["file"]["exitCode"], done["file"]["message"]) == (1, "out of disk")
+    assert (done["logs"]["exitCode"], done["logs"]["message"]) == (2, "first\nlast words\n")
+    pod = json.loads(kubectl(cluster, "get", "pod", "msgs", "-n", namespace, "-o", "json"))
+    assert pod["spec"]["containers"][0]["terminationMessagePath"] == "/dev/termination-log"
+    assert pod["spec"]["containers"][0]["terminationMessagePolicy"] == "File"
+
+
+async def test_a_failing_post_start_hook_kills_the_container(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "badhook", "namespace": namespace},
+        "spec": {
+            "terminationGracePeriodSeconds": 2,
+            "containers": [
+                {
+                    "name": "app",
+                    "image": WEB,
+                    "lifecycle": {"postStart": {"exec": {"command": ["sh", "-c", "exit 3"]}}},
+                }
+            ],
+        },
+    }
+    kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(manifest))
+
+    async def failed() -> dict[str, Any] | None:
+        items = await asyncio.to_thread(pods, cluster, namespace)
+        for p in items:
+            for s in p["status"].get("containerStatuses", []):
+                if s["restartCount"] >= 1 or s["state"].get("waiting", {}).get("reason") in (
+                    "PostStartHookError",
+                    "CrashLoopBackOff",
+                ):
+                    return dict(s)
+        return None
+
+    await eventually(failed, 120, "the container killed for its hook")
+    events = await asyncio.to_thread(_events, cluster, namespace)
+    assert ("FailedPostStartHook", "PostStartHook failed") in events, events
+    assert ("Killing", "FailedPostStartHook") in events, events
+
+
+async def test_security_context_users_groups_read_only_root_and_capabilities(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    script = (
+        'echo "ids=$(id -u):$(id -g):$(id -G)"; '
+        "if touch /probe 2>/dev/null; then echo rootfs=rw; else echo rootfs=ro; fi; "
+        "grep CapEff /proc/self/status; sleep 3600"
+    )
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "ids", "namespace": namespace},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "securityContext": {
+                "runAsUser": 1000, "runAsGroup": 3000, "supplementalGroups": [4000],
+            },
+            "containers": [
+                {
+                    "name": "app",
+                    "image": WEB,
+                    "command": ["/bin/sh", "-c", script],
+                    "securityContext": {
+                        "readOnlyRootFilesystem": True,
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }  # fmt: skip
+    kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(manifest))
+
+    async def logged() -> str:
+        text = await _logs(cluster, namespace, "ids")
+        return text if "CapEff" in text else ""
+
+    text = await eventually(logged, 120, "the ids pod's output")
+    assert "ids=1000:3000:3000 4000\n" in text, text
+    assert "rootfs=ro\n" in text, text
+    assert "CapEff:\t0000000000000000" in text, text
+
+    nonroot = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "nonroot", "namespace": namespace},
+        "spec": {
+            "securityContext": {"runAsNonRoot": True},
+            "containers": [{"name": "app", "image": WEB}],
+        },
+    }
+    kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(nonroot))
+
+    async def refused() -> dict[str, Any] | None:
+        pod = json.loads(kubectl(cluster, "get", "pod", "nonroot", "-n", namespace, "-o", "json"))
+        for s in pod["status"].get("containerStatuses", []):
+            waiting = s["state"].get("waiting", {})
+            if waiting.get("reason") == "CreateContainerConfigError":
+                return {"uid": pod["metadata"]["uid"], **waiting}
+        return None
+
+    waiting = await eventually(refused, 120, "CreateContainerConfigError")
+    assert waiting["message"] == (
+        "container has runAsNonRoot and image will run as root "
+        f'(pod: "nonroot_{namespace}({waiting["uid"]})", container: app)'
+    )
+
+
+async def test_image_pull_secrets_authenticate_to_the_registry(
+    cluster: LocalCluster, registry: Registry, namespace: str, tmp_path: Path
+) -> None:
+    """A registry that wants a password (htpasswd): pulls with the pod's imagePullSecrets, or
+    its ServiceAccount's, succeed; without them the pull is refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    private = Registry(tmp_path / "private", port, users={"alice": "s3cret"})
+    await asyncio.to_thread(private.start)
+    try:
+        image = f"{private.address}/secret-app:1"
+        await asyncio.to_thread(
+            push_image,
+            private.address,
+            "secret-app",
+            "1",
+            ["/bin/sh", "-c", "sleep 3600"],
+            credentials=("alice", "s3cret"),
+        )
+        kubectl(
+            cluster, "create", "secret", "docker-registry", "regcred", "-n", namespace,
+            f"--docker-server={private.address}", "--docker-username=alice",
+            "--docker-password=s3cret",
+        )  # fmt: skip
+
+        def pod(name: str, secrets: list[str]) -> str:
+            spec: dict[str, Any] = {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "app", "image": image}],
+            }
+            if secrets:
+                spec["imagePullSecrets"] = [{"name": n} for n in secrets]
+            body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+            return json.dumps(body)
+
+        kubectl(cluster, "apply", "-n", namespace, "-f", "-", stdin=pod("with", ["regcred"]))
+        kubectl(cluster, "apply", "-n", namespace, "-f", "-", stdin=pod("without", []))
+
+        async def state(name: str) -> dict[str, Any]:
+            p = json.loads(
+                await asyncio.to_thread(kubectl, cluster, "get", "pod", name, "-n", namespace,
+                                        "-o", "json")
+            )  # fmt: skip
+            statuses = p["status"].get("containerStatuses", [{}])
+            return dict(statuses[0].get("state", {}))
+
+        async def with_running() -> bool:
+            return "running" in await state("with")
+
+        async def without_refused() -> str:
+            waiting = (await state("without")).get("waiting", {})
+            return str(waiting.get("message", "")) if waiting.get("reason") in (
+                "ErrImagePull", "ImagePullBackOff"
+            ) else ""  # fmt: skip
+
+        await eventually(with_running, 120, "the pod with pull secrets running")
+        await eventually(without_refused, 120, "the pod without them refused")
+        events = await asyncio.to_thread(_events, cluster, namespace)
+        assert any(r == "Failed" and "401 Unauthorized" in m for r, m in events), events
+
+        # The ServiceAccount's imagePullSecrets are the pod's when it names none (admission).
+        kubectl(
+            cluster, "patch", "serviceaccount", "default", "-n", namespace,
+            "-p", '{"imagePullSecrets": [{"name": "regcred"}]}',
+        )  # fmt: skip
+        kubectl(cluster, "apply", "-n", namespace, "-f", "-", stdin=pod("via-sa", []))
+        got = json.loads(kubectl(cluster, "get", "pod", "via-sa", "-n", namespace, "-o", "json"))
+        assert got["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+
+        async def sa_running() -> bool:
+            return "running" in await state("via-sa")
+
+        await eventually(sa_running, 120, "the pod with its account's pull secrets running")
+        kubectl(cluster, "delete", "pods", "--all", "-n", namespace, "--wait=true")
+    finally:
+        await asyncio.to_thread(private.stop)
+
+
+async def test_stats_summary_from_the_runtimes_container_stats(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    """kube's summary API through nodes/proxy: the pods' usage from ListContainerStats."""
+    kubectl(cluster, "run", "busy", f"--image={WEB}", "-n", namespace)
+
+    async def listed() -> dict[str, Any] | None:
+        out = await asyncio.to_thread(
+            kubectl, cluster, "get", "--raw", f"/api/v1/nodes/{NODE}/proxy/stats/summary"
+        )
+        for p in json.loads(out)["pods"]:
+            if p["podRef"]["namespace"] == namespace and p["containers"]:
+                return dict(p)
+        return None
+
+    stats = await eventually(listed, 120, "the pod in the summary")
+    (container,) = stats["containers"]
+    assert container["name"] == "busy"
+    assert container["memory"]["workingSetBytes"] > 0
+    assert container["cpu"]["usageCoreNanoSeconds"] > 0

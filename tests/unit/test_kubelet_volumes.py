@@ -225,3 +225,30 @@ def test_service_variables_as_kubes_kubelet_sets_them() -> None:
     # enableServiceLinks: false keeps only the master service's.
     only = service_environment(services, "team", links=False)
     assert {k.split("_")[0] for k in only} == {"KUBERNETES"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's group needs root")
+async def test_fs_group_owns_the_volumes(tmp_path: Path) -> None:
+    """kube's SetVolumeOwnership: the pod's fsGroup on every file, group-readable secrets
+    (even with defaultMode 0400), a setgid emptyDir; no rewrite at the next setup."""
+    api = FakeAPI()
+    sec = secret_pb2.Secret()
+    sec.data["password"] = b"pw"
+    api.secs["s"] = sec
+    pod = _pod(
+        [
+            {"name": "sec", "secret": {"secretName": "s", "defaultMode": 0o400}},
+            {"name": "scratch", "emptyDir": {}},
+        ]
+    )
+    pod.spec.securityContext.fsGroup = 2345
+    vm = VolumeManager(tmp_path)
+    vm.api = api  # type: ignore[assignment]
+    paths = await vm.setup(pod)
+    secret_file = paths["sec"] / "password"
+    assert (secret_file.stat().st_gid, _mode(secret_file)) == (2345, 0o440)
+    scratch = paths["scratch"].stat()
+    assert scratch.st_gid == 2345 and scratch.st_mode & stat.S_ISGID
+    data = os.readlink(paths["sec"] / "..data")
+    await vm.setup(pod, force=True)
+    assert os.readlink(paths["sec"] / "..data") == data  # nothing rewritten

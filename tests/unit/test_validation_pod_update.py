@@ -239,12 +239,12 @@ def test_forbidden_message_shows_the_spec_diff() -> None:
         '+ \t\t\tCommand: {"sleep", "60"},\n'
         "  \t\t\tArgs: nil,\n"
         '  \t\t\tWorkingDir: "",\n'
-        "  \t\t\t... // 12 identical fields\n"
+        "  \t\t\t... // 16 identical fields\n"
         "  \t\t},\n"
         "  \t},\n"
         '  \tRestartPolicy: "Always",\n'
         "  \tTerminationGracePeriodSeconds: &30,\n"
-        "  \t... // 21 identical fields\n"
+        "  \t... // 22 identical fields\n"
         "  }"
     )
 

@@ -186,7 +186,10 @@ def test_load_balancer_to_external_name_drops_cluster_ip_and_node_ports() -> Non
     new.spec.externalName = "db.example.org"
     strategy_for(SERVICE).prepare_for_update(new, old)
     assert not new.spec.clusterIP and new.spec.ports[0].nodePort == 0
-    assert messages(new) == [] and [str(e) for e in strategy_for(SERVICE).validate_update(new, old)] == []
+    assert (
+        messages(new) == []
+        and [str(e) for e in strategy_for(SERVICE).validate_update(new, old)] == []
+    )
 
 
 def test_load_balancer_status_ip_mode_default_and_validation() -> None:

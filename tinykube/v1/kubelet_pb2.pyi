@@ -188,3 +188,45 @@ class StreamFrame(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StreamFrame: _TypeAlias = StreamFrame  # noqa: Y015
+
+@_typing.final
+class SummaryRequest(_message.Message):
+    """kube's summary API (the kubelet's /stats/summary)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ONLYCPUANDMEMORY_FIELD_NUMBER: _builtins.int
+    onlyCpuAndMemory: _builtins.bool
+    """Only the CPU and memory figures (kube's only_cpu_and_memory=true)."""
+    def __init__(
+        self,
+        *,
+        onlyCpuAndMemory: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["onlyCpuAndMemory", b"onlyCpuAndMemory"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SummaryRequest: _TypeAlias = SummaryRequest  # noqa: Y015
+
+@_typing.final
+class SummaryResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JSON_FIELD_NUMBER: _builtins.int
+    json: _builtins.bytes
+    """kube's stats/v1alpha1 Summary, as the JSON the kubelet serves."""
+    def __init__(
+        self,
+        *,
+        json: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["json", b"json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SummaryResponse: _TypeAlias = SummaryResponse  # noqa: Y015

@@ -54,6 +54,11 @@ class KubeletStub:
                 request_serializer=tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.SerializeToString,
                 response_deserializer=tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.FromString,
                 _registered_method=True)
+        self.Summary = channel.unary_unary(
+                '/tinykube.v1.Kubelet/Summary',
+                request_serializer=tinykube_dot_v1_dot_kubelet__pb2.SummaryRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_kubelet__pb2.SummaryResponse.FromString,
+                _registered_method=True)
 
 
 class KubeletServicer:
@@ -88,6 +93,13 @@ class KubeletServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Summary(self, request, context):
+        """The node's and its pods' CPU, memory and file system usage; callers need nodes/stats.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KubeletServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -110,6 +122,11 @@ def add_KubeletServicer_to_server(servicer, server):
                     servicer.PortForward,
                     request_deserializer=tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.FromString,
                     response_serializer=tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.SerializeToString,
+            ),
+            'Summary': grpc.unary_unary_rpc_method_handler(
+                    servicer.Summary,
+                    request_deserializer=tinykube_dot_v1_dot_kubelet__pb2.SummaryRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_kubelet__pb2.SummaryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -220,6 +237,33 @@ class Kubelet:
             '/tinykube.v1.Kubelet/PortForward',
             tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.SerializeToString,
             tinykube_dot_v1_dot_kubelet__pb2.StreamFrame.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Summary(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.Kubelet/Summary',
+            tinykube_dot_v1_dot_kubelet__pb2.SummaryRequest.SerializeToString,
+            tinykube_dot_v1_dot_kubelet__pb2.SummaryResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,6 +41,8 @@ class KubeletStub:
     """Connects to the container's own process (kubectl attach, kubectl run -it)."""
     PortForward: _grpc.StreamStreamMultiCallable[_kubelet_pb2.StreamFrame, _kubelet_pb2.StreamFrame]
     """Connects the client's channels to the pod's ports (kubectl port-forward)."""
+    Summary: _grpc.UnaryUnaryMultiCallable[_kubelet_pb2.SummaryRequest, _kubelet_pb2.SummaryResponse]
+    """The node's and its pods' CPU, memory and file system usage; callers need nodes/stats."""
 
 @_typing.type_check_only
 class KubeletAsyncStub(KubeletStub):
@@ -55,6 +57,8 @@ class KubeletAsyncStub(KubeletStub):
     """Connects to the container's own process (kubectl attach, kubectl run -it)."""
     PortForward: _aio.StreamStreamMultiCallable[_kubelet_pb2.StreamFrame, _kubelet_pb2.StreamFrame]  # type: ignore[assignment]
     """Connects the client's channels to the pod's ports (kubectl port-forward)."""
+    Summary: _aio.UnaryUnaryMultiCallable[_kubelet_pb2.SummaryRequest, _kubelet_pb2.SummaryResponse]  # type: ignore[assignment]
+    """The node's and its pods' CPU, memory and file system usage; callers need nodes/stats."""
 
 class KubeletServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -90,5 +94,13 @@ class KubeletServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_kubelet_pb2.StreamFrame], _abc.AsyncIterator[_kubelet_pb2.StreamFrame]]:
         """Connects the client's channels to the pod's ports (kubectl port-forward)."""
+
+    @_abc_1.abstractmethod
+    def Summary(
+        self,
+        request: _kubelet_pb2.SummaryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kubelet_pb2.SummaryResponse, _abc.Awaitable[_kubelet_pb2.SummaryResponse]]:
+        """The node's and its pods' CPU, memory and file system usage; callers need nodes/stats."""
 
 def add_KubeletServicer_to_server(servicer: KubeletServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

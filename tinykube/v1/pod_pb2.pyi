@@ -576,6 +576,235 @@ class Probe(_message.Message):
 Global___Probe: _TypeAlias = Probe  # noqa: Y015
 
 @_typing.final
+class LifecycleHandler(_message.Message):
+    """A lifecycle hook's handler: exactly one of exec, httpGet, tcpSocket and sleep is set.
+    tcpSocket is accepted and never run, as in Kubernetes (where it is deprecated).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXEC_FIELD_NUMBER: _builtins.int
+    HTTPGET_FIELD_NUMBER: _builtins.int
+    TCPSOCKET_FIELD_NUMBER: _builtins.int
+    SLEEP_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def exec(self) -> Global___ExecAction:
+        """Run in the container (CRI ExecSync; the process runtime: a process with the container's
+        environment and working directory); a non-zero exit is a failure.
+        """
+
+    @_builtins.property
+    def httpGet(self) -> Global___HTTPGetAction:
+        """A GET to the pod's IP (the node's for the process runtime); only a failed connection is
+        a failure, as in Kubernetes.
+        """
+
+    @_builtins.property
+    def tcpSocket(self) -> Global___TCPSocketAction: ...
+    @_builtins.property
+    def sleep(self) -> Global___SleepAction: ...
+    def __init__(
+        self,
+        *,
+        exec: Global___ExecAction | None = ...,
+        httpGet: Global___HTTPGetAction | None = ...,
+        tcpSocket: Global___TCPSocketAction | None = ...,
+        sleep: Global___SleepAction | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["exec", b"exec", "httpGet", b"httpGet", "sleep", b"sleep", "tcpSocket", b"tcpSocket"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exec", b"exec", "httpGet", b"httpGet", "sleep", b"sleep", "tcpSocket", b"tcpSocket"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LifecycleHandler: _TypeAlias = LifecycleHandler  # noqa: Y015
+
+@_typing.final
+class SleepAction(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SECONDS_FIELD_NUMBER: _builtins.int
+    seconds: _builtins.int
+    def __init__(
+        self,
+        *,
+        seconds: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["seconds", b"seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SleepAction: _TypeAlias = SleepAction  # noqa: Y015
+
+@_typing.final
+class Lifecycle(_message.Message):
+    """Hooks the kubelet runs right after a container starts (postStart: a failure kills the
+    container) and before it stops it (preStop: inside the termination grace period).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POSTSTART_FIELD_NUMBER: _builtins.int
+    PRESTOP_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def postStart(self) -> Global___LifecycleHandler: ...
+    @_builtins.property
+    def preStop(self) -> Global___LifecycleHandler: ...
+    def __init__(
+        self,
+        *,
+        postStart: Global___LifecycleHandler | None = ...,
+        preStop: Global___LifecycleHandler | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["postStart", b"postStart", "preStop", b"preStop"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["postStart", b"postStart", "preStop", b"preStop"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Lifecycle: _TypeAlias = Lifecycle  # noqa: Y015
+
+@_typing.final
+class Capabilities(_message.Message):
+    """Linux capabilities to add to or drop from a container's default set ("NET_ADMIN", "ALL")."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADD_FIELD_NUMBER: _builtins.int
+    DROP_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def add(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def drop(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        add: _abc.Iterable[_builtins.str] | None = ...,
+        drop: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add", b"add", "drop", b"drop"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Capabilities: _TypeAlias = Capabilities  # noqa: Y015
+
+@_typing.final
+class SecurityContext(_message.Message):
+    """A container's securityContext; where it and the pod's both set a field, the container's wins."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CAPABILITIES_FIELD_NUMBER: _builtins.int
+    PRIVILEGED_FIELD_NUMBER: _builtins.int
+    RUNASUSER_FIELD_NUMBER: _builtins.int
+    RUNASNONROOT_FIELD_NUMBER: _builtins.int
+    READONLYROOTFILESYSTEM_FIELD_NUMBER: _builtins.int
+    ALLOWPRIVILEGEESCALATION_FIELD_NUMBER: _builtins.int
+    RUNASGROUP_FIELD_NUMBER: _builtins.int
+    privileged: _builtins.bool
+    runAsUser: _builtins.int
+    runAsNonRoot: _builtins.bool
+    readOnlyRootFilesystem: _builtins.bool
+    allowPrivilegeEscalation: _builtins.bool
+    runAsGroup: _builtins.int
+    @_builtins.property
+    def capabilities(self) -> Global___Capabilities: ...
+    def __init__(
+        self,
+        *,
+        capabilities: Global___Capabilities | None = ...,
+        privileged: _builtins.bool | None = ...,
+        runAsUser: _builtins.int | None = ...,
+        runAsNonRoot: _builtins.bool | None = ...,
+        readOnlyRootFilesystem: _builtins.bool | None = ...,
+        allowPrivilegeEscalation: _builtins.bool | None = ...,
+        runAsGroup: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_allowPrivilegeEscalation", b"_allowPrivilegeEscalation", "_privileged", b"_privileged", "_readOnlyRootFilesystem", b"_readOnlyRootFilesystem", "_runAsGroup", b"_runAsGroup", "_runAsNonRoot", b"_runAsNonRoot", "_runAsUser", b"_runAsUser", "allowPrivilegeEscalation", b"allowPrivilegeEscalation", "capabilities", b"capabilities", "privileged", b"privileged", "readOnlyRootFilesystem", b"readOnlyRootFilesystem", "runAsGroup", b"runAsGroup", "runAsNonRoot", b"runAsNonRoot", "runAsUser", b"runAsUser"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_allowPrivilegeEscalation", b"_allowPrivilegeEscalation", "_privileged", b"_privileged", "_readOnlyRootFilesystem", b"_readOnlyRootFilesystem", "_runAsGroup", b"_runAsGroup", "_runAsNonRoot", b"_runAsNonRoot", "_runAsUser", b"_runAsUser", "allowPrivilegeEscalation", b"allowPrivilegeEscalation", "capabilities", b"capabilities", "privileged", b"privileged", "readOnlyRootFilesystem", b"readOnlyRootFilesystem", "runAsGroup", b"runAsGroup", "runAsNonRoot", b"runAsNonRoot", "runAsUser", b"runAsUser"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__allowPrivilegeEscalation: _TypeAlias = _typing.Literal["allowPrivilegeEscalation"]  # noqa: Y015
+    _WhichOneofArgType__allowPrivilegeEscalation: _TypeAlias = _typing.Literal["_allowPrivilegeEscalation", b"_allowPrivilegeEscalation"]  # noqa: Y015
+    _WhichOneofReturnType__privileged: _TypeAlias = _typing.Literal["privileged"]  # noqa: Y015
+    _WhichOneofArgType__privileged: _TypeAlias = _typing.Literal["_privileged", b"_privileged"]  # noqa: Y015
+    _WhichOneofReturnType__readOnlyRootFilesystem: _TypeAlias = _typing.Literal["readOnlyRootFilesystem"]  # noqa: Y015
+    _WhichOneofArgType__readOnlyRootFilesystem: _TypeAlias = _typing.Literal["_readOnlyRootFilesystem", b"_readOnlyRootFilesystem"]  # noqa: Y015
+    _WhichOneofReturnType__runAsGroup: _TypeAlias = _typing.Literal["runAsGroup"]  # noqa: Y015
+    _WhichOneofArgType__runAsGroup: _TypeAlias = _typing.Literal["_runAsGroup", b"_runAsGroup"]  # noqa: Y015
+    _WhichOneofReturnType__runAsNonRoot: _TypeAlias = _typing.Literal["runAsNonRoot"]  # noqa: Y015
+    _WhichOneofArgType__runAsNonRoot: _TypeAlias = _typing.Literal["_runAsNonRoot", b"_runAsNonRoot"]  # noqa: Y015
+    _WhichOneofReturnType__runAsUser: _TypeAlias = _typing.Literal["runAsUser"]  # noqa: Y015
+    _WhichOneofArgType__runAsUser: _TypeAlias = _typing.Literal["_runAsUser", b"_runAsUser"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__allowPrivilegeEscalation) -> _WhichOneofReturnType__allowPrivilegeEscalation | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__privileged) -> _WhichOneofReturnType__privileged | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__readOnlyRootFilesystem) -> _WhichOneofReturnType__readOnlyRootFilesystem | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__runAsGroup) -> _WhichOneofReturnType__runAsGroup | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__runAsNonRoot) -> _WhichOneofReturnType__runAsNonRoot | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__runAsUser) -> _WhichOneofReturnType__runAsUser | None: ...
+
+Global___SecurityContext: _TypeAlias = SecurityContext  # noqa: Y015
+
+@_typing.final
+class PodSecurityContext(_message.Message):
+    """The pod's securityContext: defaults for its containers, and the groups every container gets."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNASUSER_FIELD_NUMBER: _builtins.int
+    RUNASNONROOT_FIELD_NUMBER: _builtins.int
+    SUPPLEMENTALGROUPS_FIELD_NUMBER: _builtins.int
+    FSGROUP_FIELD_NUMBER: _builtins.int
+    RUNASGROUP_FIELD_NUMBER: _builtins.int
+    runAsUser: _builtins.int
+    runAsNonRoot: _builtins.bool
+    fsGroup: _builtins.int
+    runAsGroup: _builtins.int
+    @_builtins.property
+    def supplementalGroups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        runAsUser: _builtins.int | None = ...,
+        runAsNonRoot: _builtins.bool | None = ...,
+        supplementalGroups: _abc.Iterable[_builtins.int] | None = ...,
+        fsGroup: _builtins.int | None = ...,
+        runAsGroup: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_fsGroup", b"_fsGroup", "_runAsGroup", b"_runAsGroup", "_runAsNonRoot", b"_runAsNonRoot", "_runAsUser", b"_runAsUser", "fsGroup", b"fsGroup", "runAsGroup", b"runAsGroup", "runAsNonRoot", b"runAsNonRoot", "runAsUser", b"runAsUser"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fsGroup", b"_fsGroup", "_runAsGroup", b"_runAsGroup", "_runAsNonRoot", b"_runAsNonRoot", "_runAsUser", b"_runAsUser", "fsGroup", b"fsGroup", "runAsGroup", b"runAsGroup", "runAsNonRoot", b"runAsNonRoot", "runAsUser", b"runAsUser", "supplementalGroups", b"supplementalGroups"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__fsGroup: _TypeAlias = _typing.Literal["fsGroup"]  # noqa: Y015
+    _WhichOneofArgType__fsGroup: _TypeAlias = _typing.Literal["_fsGroup", b"_fsGroup"]  # noqa: Y015
+    _WhichOneofReturnType__runAsGroup: _TypeAlias = _typing.Literal["runAsGroup"]  # noqa: Y015
+    _WhichOneofArgType__runAsGroup: _TypeAlias = _typing.Literal["_runAsGroup", b"_runAsGroup"]  # noqa: Y015
+    _WhichOneofReturnType__runAsNonRoot: _TypeAlias = _typing.Literal["runAsNonRoot"]  # noqa: Y015
+    _WhichOneofArgType__runAsNonRoot: _TypeAlias = _typing.Literal["_runAsNonRoot", b"_runAsNonRoot"]  # noqa: Y015
+    _WhichOneofReturnType__runAsUser: _TypeAlias = _typing.Literal["runAsUser"]  # noqa: Y015
+    _WhichOneofArgType__runAsUser: _TypeAlias = _typing.Literal["_runAsUser", b"_runAsUser"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__fsGroup) -> _WhichOneofReturnType__fsGroup | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__runAsGroup) -> _WhichOneofReturnType__runAsGroup | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__runAsNonRoot) -> _WhichOneofReturnType__runAsNonRoot | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__runAsUser) -> _WhichOneofReturnType__runAsUser | None: ...
+
+Global___PodSecurityContext: _TypeAlias = PodSecurityContext  # noqa: Y015
+
+@_typing.final
 class Container(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -596,6 +825,10 @@ class Container(_message.Message):
     STDINONCE_FIELD_NUMBER: _builtins.int
     TTY_FIELD_NUMBER: _builtins.int
     VOLUMEMOUNTS_FIELD_NUMBER: _builtins.int
+    LIFECYCLE_FIELD_NUMBER: _builtins.int
+    TERMINATIONMESSAGEPATH_FIELD_NUMBER: _builtins.int
+    TERMINATIONMESSAGEPOLICY_FIELD_NUMBER: _builtins.int
+    SECURITYCONTEXT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     image: _builtins.str
     workingDir: _builtins.str
@@ -607,6 +840,14 @@ class Container(_message.Message):
     """Close that stdin when the first attach ends (the process then reads EOF)."""
     tty: _builtins.bool
     """Give the container's process a terminal (also asked for by stdin-attached exec/attach)."""
+    terminationMessagePath: _builtins.str
+    """Where the container may write why it ended (status...terminated.message, at most 4096
+    bytes); "/dev/termination-log" when unset.
+    """
+    terminationMessagePolicy: _builtins.str
+    """File (the default) or FallbackToLogsOnError: a container that failed without writing
+    a message gets the tail of its log (at most 80 lines and 2048 bytes).
+    """
     @_builtins.property
     def command(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -637,6 +878,12 @@ class Container(_message.Message):
     def volumeMounts(self) -> _containers.RepeatedCompositeFieldContainer[Global___VolumeMount]:
         """Numbered apart from the fields after 13."""
 
+    @_builtins.property
+    def lifecycle(self) -> Global___Lifecycle:
+        """Numbered apart from the fields after 30."""
+
+    @_builtins.property
+    def securityContext(self) -> Global___SecurityContext: ...
     def __init__(
         self,
         *,
@@ -657,34 +904,18 @@ class Container(_message.Message):
         stdinOnce: _builtins.bool = ...,
         tty: _builtins.bool = ...,
         volumeMounts: _abc.Iterable[Global___VolumeMount] | None = ...,
+        lifecycle: Global___Lifecycle | None = ...,
+        terminationMessagePath: _builtins.str = ...,
+        terminationMessagePolicy: _builtins.str = ...,
+        securityContext: Global___SecurityContext | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["livenessProbe", b"livenessProbe", "readinessProbe", b"readinessProbe", "resources", b"resources", "startupProbe", b"startupProbe"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lifecycle", b"lifecycle", "livenessProbe", b"livenessProbe", "readinessProbe", b"readinessProbe", "resources", b"resources", "securityContext", b"securityContext", "startupProbe", b"startupProbe"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "env", b"env", "envFrom", b"envFrom", "image", b"image", "imagePullPolicy", b"imagePullPolicy", "livenessProbe", b"livenessProbe", "name", b"name", "ports", b"ports", "readinessProbe", b"readinessProbe", "resources", b"resources", "startupProbe", b"startupProbe", "stdin", b"stdin", "stdinOnce", b"stdinOnce", "tty", b"tty", "volumeMounts", b"volumeMounts", "workingDir", b"workingDir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "env", b"env", "envFrom", b"envFrom", "image", b"image", "imagePullPolicy", b"imagePullPolicy", "lifecycle", b"lifecycle", "livenessProbe", b"livenessProbe", "name", b"name", "ports", b"ports", "readinessProbe", b"readinessProbe", "resources", b"resources", "securityContext", b"securityContext", "startupProbe", b"startupProbe", "stdin", b"stdin", "stdinOnce", b"stdinOnce", "terminationMessagePath", b"terminationMessagePath", "terminationMessagePolicy", b"terminationMessagePolicy", "tty", b"tty", "volumeMounts", b"volumeMounts", "workingDir", b"workingDir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Container: _TypeAlias = Container  # noqa: Y015
-
-@_typing.final
-class PodSecurityContext(_message.Message):
-    """The pod's securityContext. Its fields come with the securityContext support of the kubelet
-    branch (same message name and PodSpec field number); here only its presence: kube defaults it
-    to {} on every pod, and `kubectl debug` reads it.
-    """
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    def __init__(
-        self,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___PodSecurityContext: _TypeAlias = PodSecurityContext  # noqa: Y015
 
 @_typing.final
 class EphemeralContainer(_message.Message):
@@ -713,6 +944,10 @@ class EphemeralContainer(_message.Message):
     STDINONCE_FIELD_NUMBER: _builtins.int
     TTY_FIELD_NUMBER: _builtins.int
     VOLUMEMOUNTS_FIELD_NUMBER: _builtins.int
+    LIFECYCLE_FIELD_NUMBER: _builtins.int
+    TERMINATIONMESSAGEPATH_FIELD_NUMBER: _builtins.int
+    TERMINATIONMESSAGEPOLICY_FIELD_NUMBER: _builtins.int
+    SECURITYCONTEXT_FIELD_NUMBER: _builtins.int
     TARGETCONTAINERNAME_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     image: _builtins.str
@@ -721,6 +956,8 @@ class EphemeralContainer(_message.Message):
     stdin: _builtins.bool
     stdinOnce: _builtins.bool
     tty: _builtins.bool
+    terminationMessagePath: _builtins.str
+    terminationMessagePolicy: _builtins.str
     targetContainerName: _builtins.str
     @_builtins.property
     def command(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
@@ -742,6 +979,10 @@ class EphemeralContainer(_message.Message):
     def envFrom(self) -> _containers.RepeatedCompositeFieldContainer[Global___EnvFromSource]: ...
     @_builtins.property
     def volumeMounts(self) -> _containers.RepeatedCompositeFieldContainer[Global___VolumeMount]: ...
+    @_builtins.property
+    def lifecycle(self) -> Global___Lifecycle: ...
+    @_builtins.property
+    def securityContext(self) -> Global___SecurityContext: ...
     def __init__(
         self,
         *,
@@ -762,11 +1003,15 @@ class EphemeralContainer(_message.Message):
         stdinOnce: _builtins.bool = ...,
         tty: _builtins.bool = ...,
         volumeMounts: _abc.Iterable[Global___VolumeMount] | None = ...,
+        lifecycle: Global___Lifecycle | None = ...,
+        terminationMessagePath: _builtins.str = ...,
+        terminationMessagePolicy: _builtins.str = ...,
+        securityContext: Global___SecurityContext | None = ...,
         targetContainerName: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["livenessProbe", b"livenessProbe", "readinessProbe", b"readinessProbe", "resources", b"resources", "startupProbe", b"startupProbe"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lifecycle", b"lifecycle", "livenessProbe", b"livenessProbe", "readinessProbe", b"readinessProbe", "resources", b"resources", "securityContext", b"securityContext", "startupProbe", b"startupProbe"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "env", b"env", "envFrom", b"envFrom", "image", b"image", "imagePullPolicy", b"imagePullPolicy", "livenessProbe", b"livenessProbe", "name", b"name", "ports", b"ports", "readinessProbe", b"readinessProbe", "resources", b"resources", "startupProbe", b"startupProbe", "stdin", b"stdin", "stdinOnce", b"stdinOnce", "targetContainerName", b"targetContainerName", "tty", b"tty", "volumeMounts", b"volumeMounts", "workingDir", b"workingDir"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "env", b"env", "envFrom", b"envFrom", "image", b"image", "imagePullPolicy", b"imagePullPolicy", "lifecycle", b"lifecycle", "livenessProbe", b"livenessProbe", "name", b"name", "ports", b"ports", "readinessProbe", b"readinessProbe", "resources", b"resources", "securityContext", b"securityContext", "startupProbe", b"startupProbe", "stdin", b"stdin", "stdinOnce", b"stdinOnce", "targetContainerName", b"targetContainerName", "terminationMessagePath", b"terminationMessagePath", "terminationMessagePolicy", b"terminationMessagePolicy", "tty", b"tty", "volumeMounts", b"volumeMounts", "workingDir", b"workingDir"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1675,8 +1920,9 @@ class PodSpec(_message.Message):
     VOLUMES_FIELD_NUMBER: _builtins.int
     ENABLESERVICELINKS_FIELD_NUMBER: _builtins.int
     EPHEMERALCONTAINERS_FIELD_NUMBER: _builtins.int
-    SECURITYCONTEXT_FIELD_NUMBER: _builtins.int
     DNSCONFIG_FIELD_NUMBER: _builtins.int
+    SECURITYCONTEXT_FIELD_NUMBER: _builtins.int
+    IMAGEPULLSECRETS_FIELD_NUMBER: _builtins.int
     restartPolicy: _builtins.str
     """Always (default), OnFailure, Never."""
     terminationGracePeriodSeconds: _builtins.int
@@ -1738,11 +1984,21 @@ class PodSpec(_message.Message):
         """Added (never changed or removed) through pods/ephemeralcontainers only."""
 
     @_builtins.property
-    def securityContext(self) -> Global___PodSecurityContext: ...
-    @_builtins.property
     def dnsConfig(self) -> Global___PodDNSConfig:
         """Nameservers, search domains and resolver options added to what dnsPolicy gives (all of
         the resolv.conf with dnsPolicy None). Numbered apart from the fields before.
+        """
+
+    @_builtins.property
+    def securityContext(self) -> Global___PodSecurityContext:
+        """Numbered apart from the fields after 41; kube defaults it to {} on every pod (kubectl
+        debug reads it).
+        """
+
+    @_builtins.property
+    def imagePullSecrets(self) -> _containers.RepeatedCompositeFieldContainer[_meta_pb2.LocalObjectReference]:
+        """kubernetes.io/dockerconfigjson Secrets of the pod's namespace the kubelet pulls its
+        images with (the ServiceAccount's imagePullSecrets are added at admission).
         """
 
     def __init__(
@@ -1772,12 +2028,13 @@ class PodSpec(_message.Message):
         volumes: _abc.Iterable[Global___Volume] | None = ...,
         enableServiceLinks: _builtins.bool | None = ...,
         ephemeralContainers: _abc.Iterable[Global___EphemeralContainer] | None = ...,
-        securityContext: Global___PodSecurityContext | None = ...,
         dnsConfig: Global___PodDNSConfig | None = ...,
+        securityContext: Global___PodSecurityContext | None = ...,
+        imagePullSecrets: _abc.Iterable[_meta_pb2.LocalObjectReference] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_enableServiceLinks", b"_enableServiceLinks", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "dnsConfig", b"dnsConfig", "enableServiceLinks", b"enableServiceLinks", "priority", b"priority", "securityContext", b"securityContext", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_enableServiceLinks", b"_enableServiceLinks", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "containers", b"containers", "dnsConfig", b"dnsConfig", "dnsPolicy", b"dnsPolicy", "enableServiceLinks", b"enableServiceLinks", "ephemeralContainers", b"ephemeralContainers", "hostNetwork", b"hostNetwork", "hostname", b"hostname", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "preemptionPolicy", b"preemptionPolicy", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "schedulingGates", b"schedulingGates", "securityContext", b"securityContext", "serviceAccount", b"serviceAccount", "serviceAccountName", b"serviceAccountName", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations", "topologySpreadConstraints", b"topologySpreadConstraints", "volumes", b"volumes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds", "_automountServiceAccountToken", b"_automountServiceAccountToken", "_enableServiceLinks", b"_enableServiceLinks", "_priority", b"_priority", "_terminationGracePeriodSeconds", b"_terminationGracePeriodSeconds", "activeDeadlineSeconds", b"activeDeadlineSeconds", "affinity", b"affinity", "automountServiceAccountToken", b"automountServiceAccountToken", "containers", b"containers", "dnsConfig", b"dnsConfig", "dnsPolicy", b"dnsPolicy", "enableServiceLinks", b"enableServiceLinks", "ephemeralContainers", b"ephemeralContainers", "hostNetwork", b"hostNetwork", "hostname", b"hostname", "imagePullSecrets", b"imagePullSecrets", "initContainers", b"initContainers", "nodeName", b"nodeName", "nodeSelector", b"nodeSelector", "preemptionPolicy", b"preemptionPolicy", "priority", b"priority", "priorityClassName", b"priorityClassName", "restartPolicy", b"restartPolicy", "schedulerName", b"schedulerName", "schedulingGates", b"schedulingGates", "securityContext", b"securityContext", "serviceAccount", b"serviceAccount", "serviceAccountName", b"serviceAccountName", "terminationGracePeriodSeconds", b"terminationGracePeriodSeconds", "tolerations", b"tolerations", "topologySpreadConstraints", b"topologySpreadConstraints", "volumes", b"volumes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__activeDeadlineSeconds: _TypeAlias = _typing.Literal["activeDeadlineSeconds"]  # noqa: Y015
     _WhichOneofArgType__activeDeadlineSeconds: _TypeAlias = _typing.Literal["_activeDeadlineSeconds", b"_activeDeadlineSeconds"]  # noqa: Y015

@@ -1052,6 +1052,10 @@ ATOMIC_IN_KUBERNETES = {
     ("tinykube.v1.PodDNSConfig", "nameservers"),
     ("tinykube.v1.PodDNSConfig", "searches"),
     ("tinykube.v1.PodDNSConfig", "options"),
+    # k8s.io/api/core/v1 security contexts: no patchStrategy (+listType=atomic).
+    ("tinykube.v1.Capabilities", "add"),
+    ("tinykube.v1.Capabilities", "drop"),
+    ("tinykube.v1.PodSecurityContext", "supplementalGroups"),
     # k8s.io/api/core/v1 volume sources: no patchStrategy (+listType=atomic).
     ("tinykube.v1.ConfigMapVolumeSource", "items"),
     ("tinykube.v1.SecretVolumeSource", "items"),

@@ -1140,9 +1140,34 @@ class LinuxContainerResources(_message.Message):
 Global___LinuxContainerResources: _TypeAlias = LinuxContainerResources  # noqa: Y015
 
 @_typing.final
+class Capability(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADD_CAPABILITIES_FIELD_NUMBER: _builtins.int
+    DROP_CAPABILITIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def add_capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def drop_capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        add_capabilities: _abc.Iterable[_builtins.str] | None = ...,
+        drop_capabilities: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_capabilities", b"add_capabilities", "drop_capabilities", b"drop_capabilities"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Capability: _TypeAlias = Capability  # noqa: Y015
+
+@_typing.final
 class LinuxContainerSecurityContext(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    CAPABILITIES_FIELD_NUMBER: _builtins.int
     PRIVILEGED_FIELD_NUMBER: _builtins.int
     NAMESPACE_OPTIONS_FIELD_NUMBER: _builtins.int
     RUN_AS_USER_FIELD_NUMBER: _builtins.int
@@ -1156,6 +1181,8 @@ class LinuxContainerSecurityContext(_message.Message):
     readonly_rootfs: _builtins.bool
     no_new_privs: _builtins.bool
     @_builtins.property
+    def capabilities(self) -> Global___Capability: ...
+    @_builtins.property
     def namespace_options(self) -> Global___NamespaceOption: ...
     @_builtins.property
     def run_as_user(self) -> Global___Int64Value: ...
@@ -1166,6 +1193,7 @@ class LinuxContainerSecurityContext(_message.Message):
     def __init__(
         self,
         *,
+        capabilities: Global___Capability | None = ...,
         privileged: _builtins.bool = ...,
         namespace_options: Global___NamespaceOption | None = ...,
         run_as_user: Global___Int64Value | None = ...,
@@ -1175,9 +1203,9 @@ class LinuxContainerSecurityContext(_message.Message):
         no_new_privs: _builtins.bool = ...,
         run_as_group: Global___Int64Value | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["namespace_options", b"namespace_options", "run_as_group", b"run_as_group", "run_as_user", b"run_as_user"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "namespace_options", b"namespace_options", "run_as_group", b"run_as_group", "run_as_user", b"run_as_user"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace_options", b"namespace_options", "no_new_privs", b"no_new_privs", "privileged", b"privileged", "readonly_rootfs", b"readonly_rootfs", "run_as_group", b"run_as_group", "run_as_user", b"run_as_user", "run_as_username", b"run_as_username", "supplemental_groups", b"supplemental_groups"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "namespace_options", b"namespace_options", "no_new_privs", b"no_new_privs", "privileged", b"privileged", "readonly_rootfs", b"readonly_rootfs", "run_as_group", b"run_as_group", "run_as_user", b"run_as_user", "run_as_username", b"run_as_username", "supplemental_groups", b"supplemental_groups"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
