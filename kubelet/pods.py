@@ -87,6 +87,18 @@ class PodWorker:
 
     def update(self, pod: pod_pb2.Pod) -> None:
         self.latest = pod
+        stored = self.stored
+        if (
+            stored is not None
+            and pod.metadata.resourceVersion
+            and pod.metadata.resourceVersion == stored.metadata.resourceVersion
+            and pod == stored
+        ):
+            # The watch's echo of our own last UpdateStatus, exactly what the apiserver answered
+            # it with: nothing in it is new, so a sync would build the same status and write
+            # nothing (kube's kubelet does not resync on a status-only update either). Half the
+            # syncs of a pod that starts at once.
+            return
         self.wake.set()
 
     def vanish(self, pod: pod_pb2.Pod) -> None:

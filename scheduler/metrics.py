@@ -50,6 +50,7 @@ class Metrics:
             registry=self.registry,
         )
 
+        self._attempt_children: dict[str, tuple[Counter, Histogram]] = {}
         self.bind_batch = Histogram(
             "scheduler_bind_batch_size",
             "Bindings per Pods/BindBatch RPC (binds ready at the same moment share one).",
@@ -65,8 +66,16 @@ class Metrics:
         self.registry.register(_EventsDropped(dropped))
 
     def observe_attempt(self, result: str, seconds: float) -> None:
-        self.attempts.labels(result=result).inc()
-        self.attempt_duration.labels(result=result).observe(seconds)
+        # Once per pod: `labels()` takes a lock and builds its key on every call, so each
+        # result's two children are looked up once and kept.
+        children = self._attempt_children.get(result)
+        if children is None:
+            children = self._attempt_children[result] = (
+                self.attempts.labels(result=result),
+                self.attempt_duration.labels(result=result),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     def observe_e2e(self, seconds: float) -> None:
         self.e2e.observe(seconds)

@@ -225,3 +225,43 @@ async def test_crash_looping_container_with_a_new_image_starts_at_once(tmp_path:
     crec = rec.containers["web"]
     assert (crec.state, crec.image, crec.restart_count) == (RUNNING, "busybox:1.37", 1)
     await rt.kill_pod("u4", 0)
+
+
+class CountingRuntime(FakeRuntime):
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock)
+        self.syncs = 0
+
+    async def sync_pod(self, pod: pod_pb2.Pod) -> Any:
+        self.syncs += 1
+        return await super().sync_pod(pod)
+
+
+async def test_the_echo_of_our_own_status_write_does_not_resync_the_pod() -> None:
+    """The watch delivers every UpdateStatus back: that version holds nothing new, so the worker
+    does not sync again; any other version (someone's label, say) still syncs."""
+    clock = FakeClock()
+    client = FakeClient(clock)
+    runtime = CountingRuntime(clock)
+    manager = PodManager(client, runtime, {"n1"}, lambda _n: "10.0.0.5", clock=clock)
+    pod = await client.pods.create(bound_pod())
+    manager.on_add(pod)
+    worker = manager.workers[pod.metadata.uid]
+    await wait_for(lambda: worker.stored is not None)
+    assert runtime.syncs == 1
+    echo = client.pods.objects["default/web"]
+    assert worker.stored is not None
+    assert echo.metadata.resourceVersion == worker.stored.metadata.resourceVersion
+    manager.on_update(pod, echo)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert runtime.syncs == 1
+    assert worker.latest is echo  # kept for the next sync all the same
+
+    labelled = pod_pb2.Pod()
+    labelled.CopyFrom(echo)
+    labelled.metadata.labels["team"] = "a"
+    labelled = await client.pods.update(labelled)
+    manager.on_update(echo, labelled)
+    await wait_for(lambda: runtime.syncs == 2)
+    assert len(client.pods.objects["default/web"].status.containerStatuses) == 1
