@@ -28,7 +28,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from google.protobuf.message import Message
 
@@ -39,7 +39,7 @@ from apiserver.auth.escalation import EscalationGuard
 from apiserver.auth.filters import admit_node_write
 from apiserver.deletion import check_policy, gc_finalizers
 from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy
-from apiserver.requestcontext import INTERNAL, RequestContext
+from apiserver.requestcontext import DRY_RUN_ALL, INTERNAL, RequestContext
 from apiserver.settings import Settings
 from apiserver.storage import KV, Storage, WriteResult
 from apiserver.validation import required
@@ -50,12 +50,14 @@ from apiserver.watchcache import (
     WatchCache,
     Watcher,
 )
+from apiserver.webhooks import WebhookDispatcher, WebhookRequest, user_info
 from tinykube.clock import Clock
 from tinykube.errors import (
     AlreadyExistsError,
     BadRequestError,
     ConflictError,
     FieldError,
+    InternalError,
     InvalidError,
     NotFoundError,
     RequestEntityTooLargeError,
@@ -64,6 +66,7 @@ from tinykube.errors import (
     UnimplementedError,
 )
 from tinykube.kinds import KindInfo
+from tinykube.manifest import ManifestError, parse_as, to_dict
 from tinykube.meta import generate_name, get_continue, timestamp
 from tinykube.selectors import (
     FieldSelector,
@@ -186,6 +189,8 @@ class ResourceStore:
         self.allocator = allocator
         # NamespaceLifecycle and Priority (apiserver/admission.py); None admits everything.
         self.admission = admission
+        # Admission webhooks (apiserver/webhooks.py); None calls none.
+        self.webhooks: WebhookDispatcher | None = None
         self.plural = info.plural
         # The four RBAC kinds only, when authorization is on: privilege escalation prevention
         # (apiserver/auth/escalation.py). None everywhere else.
@@ -368,6 +373,10 @@ class ResourceStore:
         # Mutating admission runs before the strategy, as in kube-apiserver (the Priority
         # plugin's preemptionPolicy comes before the strategy's default).
         await self.admit(obj)
+        if self.webhooks is not None and self.webhooks.active():
+            mutated = await self._mutating_webhooks("CREATE", "", obj, None, ctx)
+            if mutated is not None:
+                obj.CopyFrom(mutated)
         # NodeRestriction is admission too: it refuses a node's write before validation.
         self._admit_node(ctx, "create", "", meta.namespace, meta.name, obj, None)
         if self.escalation is not None:
@@ -388,6 +397,8 @@ class ResourceStore:
             if errors:
                 raise InvalidError.for_object(self.info.qualified_kind, meta.name, errors)
             await self.admit_validated(obj, None)
+            if self.webhooks is not None and self.webhooks.active():
+                await self._validating_webhooks("CREATE", "", obj, None, ctx)
             if ctx.dry_run:
                 return await self._dry_create(obj)
             if self.allocator is not None:
@@ -472,6 +483,95 @@ class ResourceStore:
         """The validating admission of a create (`old` None) or update."""
         if self.admission is not None:
             await self.admission.validate(self.info, obj, old)
+
+    # ---- admission webhooks ----------------------------------------------------------------
+
+    def _webhook_request(
+        self,
+        operation: str,
+        subresource: str,
+        obj: Message | None,
+        old: Message | None,
+        ctx: RequestContext,
+        options: dict[str, Any] | None,
+    ) -> WebhookRequest:
+        info = self.info
+        either = obj if obj is not None else old
+        meta = either.metadata  # type: ignore[union-attr]
+        if options is None:
+            options = {
+                "kind": "CreateOptions" if operation == "CREATE" else "UpdateOptions",
+                "apiVersion": "meta.k8s.io/v1",
+            }
+            if ctx.field_manager:
+                options["fieldManager"] = ctx.field_manager
+            if ctx.dry_run:
+                options["dryRun"] = [DRY_RUN_ALL]
+        return WebhookRequest(
+            group=info.group,
+            version=info.version,
+            kind=info.kind,
+            resource=info.plural,
+            subresource=subresource,
+            namespace=meta.namespace if info.namespaced else "",
+            name=meta.name,
+            operation=operation,
+            object=self._json(obj) if obj is not None else None,
+            old_object=self._json(old) if old is not None else None,
+            dry_run=ctx.dry_run,
+            user_info=user_info(ctx.identity),
+            options=options,
+            warnings=ctx.warnings,
+        )
+
+    def _json(self, obj: Message) -> dict[str, Any]:
+        data = to_dict(obj)
+        return {
+            "kind": self.info.kind,
+            "apiVersion": self.info.api_version,
+            **{k: v for k, v in data.items() if k not in ("kind", "apiVersion")},
+        }
+
+    async def _mutating_webhooks(
+        self,
+        operation: str,
+        subresource: str,
+        obj: Message | None,
+        old: Message | None,
+        ctx: RequestContext,
+        options: dict[str, Any] | None = None,
+    ) -> Message | None:
+        """The mutating webhooks (apiserver/webhooks.py) on `obj`: the object they made, or
+        None when they changed nothing."""
+        assert self.webhooks is not None
+        if not self.webhooks.hooks(True):
+            return None
+        req = self._webhook_request(operation, subresource, obj, old, ctx, options)
+        if not await self.webhooks.mutate(req) or req.object is None:
+            return None
+        try:
+            mutated, _unknown = parse_as(self.info, req.object, drop_unknown=True)
+        except ManifestError as exc:
+            raise InternalError(
+                f"the object mutated by admission webhooks cannot be decoded: {exc}"
+            ) from exc
+        return mutated
+
+    async def _validating_webhooks(
+        self,
+        operation: str,
+        subresource: str,
+        obj: Message | None,
+        old: Message | None,
+        ctx: RequestContext,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        assert self.webhooks is not None
+        if not self.webhooks.hooks(False):
+            return
+        await self.webhooks.validate(
+            self._webhook_request(operation, subresource, obj, old, ctx, options)
+        )
 
     # ---- Get -------------------------------------------------------------------------------
 
@@ -688,6 +788,11 @@ class ResourceStore:
         the current object after a lost compare-and-swap (None: it is gone)."""
         old = cur.obj
         obj = await transform(old)
+        if self.webhooks is not None and self.webhooks.active():
+            obj.metadata.namespace = namespace  # type: ignore[attr-defined]
+            mutated = await self._mutating_webhooks("UPDATE", subresource, obj, old, ctx)
+            if mutated is not None:
+                obj = mutated
         meta = obj.metadata  # type: ignore[attr-defined]
         meta.namespace = namespace
         if meta.resourceVersion and _parse_rv(meta.resourceVersion) != cur.revision:
@@ -716,6 +821,8 @@ class ResourceStore:
             self.escalation.admit(self.info.kind, new, old, ctx.identity)
         if not errors and not subresource:
             await self.admit_validated(new, old)
+        if not errors and self.webhooks is not None and self.webhooks.active():
+            await self._validating_webhooks("UPDATE", subresource, new, old, ctx)
         if errors:
             raise InvalidError.for_object(self.info.qualified_kind, name, errors)
         if new == old:
@@ -791,6 +898,10 @@ class ResourceStore:
         _check_grace_period(request)
         pre = request.preconditions
         cur = await self._current(key, cached=not ctx.dry_run)
+        if cur is not None and self.webhooks is not None and self.webhooks.active():
+            options = _delete_options(request, ctx)
+            await self._mutating_webhooks("DELETE", "", None, cur.obj, ctx, options)
+            await self._validating_webhooks("DELETE", "", None, cur.obj, ctx, options)
         for _attempt in range(_CAS_ATTEMPTS):
             if cur is None:
                 raise self._not_found(request.name)
@@ -909,3 +1020,15 @@ def _check_grace_period(request: meta_pb2.DeleteRequest) -> None:
         raise InvalidError(
             f"invalid gracePeriodSeconds {request.gracePeriodSeconds}: must not be negative"
         )
+
+
+def _delete_options(request: meta_pb2.DeleteRequest, ctx: RequestContext) -> dict[str, Any]:
+    """The DeleteOptions an admission webhook sees."""
+    options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"}
+    if request.HasField("gracePeriodSeconds"):
+        options["gracePeriodSeconds"] = request.gracePeriodSeconds
+    if request.propagationPolicy:
+        options["propagationPolicy"] = request.propagationPolicy
+    if ctx.dry_run:
+        options["dryRun"] = [DRY_RUN_ALL]
+    return options

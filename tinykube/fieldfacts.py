@@ -28,6 +28,9 @@ KUBE_TYPE_NAMES: dict[str, str] = {
     "EndpointSlicePort": "EndpointPort",
     "EventsV1Event": "Event",
     "EventsV1EventList": "EventList",
+    # admissionregistration.k8s.io (prefixed: apiextensions has types of the same names).
+    "AdmissionServiceReference": "ServiceReference",
+    "AdmissionWebhookClientConfig": "WebhookClientConfig",
 }
 
 # Fields holding resource amounts (Kubernetes' resource.Quantity, a string): the
