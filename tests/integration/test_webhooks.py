@@ -104,7 +104,8 @@ async def hooks(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Hooks
     )
     paths = pki.ensure_all([spec])["webhook"]
     received: dict[str, list[dict[str, Any]]] = {}
-    state = Hooks(url="", ca=Path(pki.ca_cert_path).read_bytes(), received=received)
+    ca = await asyncio.to_thread(Path(pki.ca_cert_path).read_bytes)
+    state = Hooks(url="", ca=ca, received=received)
 
     async def handle(request: web.Request) -> web.Response:
         review = await request.json()
@@ -164,7 +165,7 @@ async def rest(etcd_server: EtcdServer) -> AsyncIterator[Rest]:
 
 async def _until(condition: Callable[[], bool]) -> None:
     async with asyncio.timeout(30):
-        while not condition():
+        while not condition():  # noqa: ASYNC110 (the apiserver's caches, no event to wait on)
             await asyncio.sleep(0.02)
 
 
@@ -209,6 +210,7 @@ async def configure(
     }
     status, created, _ = await rest.call("POST", collection, body)
     assert status == 201, created
+    assert isinstance(created, dict)
     dispatcher = rest.running.server.webhooks
     names = {w["name"] for w in webhooks}
     mutating = collection == MUTATING
