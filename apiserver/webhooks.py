@@ -49,10 +49,10 @@ from typing import Any, Protocol
 import aiohttp
 import jsonpatch
 
+from apiserver.crd.cel import Program
 from apiserver.registry.admissionregistration import (
     MATCH_CONDITION_VARIABLES,
     Compiler,
-    Program,
     cel_compiler,
 )
 from apiserver.watchcache import CachedObject
@@ -279,9 +279,6 @@ class WebhookDispatcher:
     def _compile(self, config: str, mutating: bool, spec: Any) -> _Hook:
         conditions = []
         for cond in spec.matchConditions:
-            if self._compiler is None:
-                conditions.append(_Condition(cond.name, None, "CEL is not available"))
-                continue
             program, errors = self._compiler(cond.expression, MATCH_CONDITION_VARIABLES, "")
             detail = "; ".join(e.message for e in errors)
             conditions.append(_Condition(cond.name, program, detail))

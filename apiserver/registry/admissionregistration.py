@@ -8,23 +8,21 @@ Never (mutating), a service's port 443. Validation: webhook names are fully qual
 admissionReviewVersions include v1 or v1beta1, timeoutSeconds 1..30, exactly one of url or
 service (url https, no user info, fragment or query), rules' operations, groups, versions and
 resources (wildcards and subresources as kube allows them), matchConditions' names unique and
-their CEL expressions compiling (apiserver/crd/cel.py, when this build has it). Pure
+their CEL expressions compiling (apiserver/crd/cel.py). Pure
 functions; the dispatcher is apiserver/webhooks.py.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
+from apiserver.crd.cel import Program, compile_expression
 from apiserver.registry.base import Strategy
 from apiserver.validation import (
     dns1123_subdomain,
     duplicate,
-    forbidden,
     invalid,
     required,
     unsupported,
@@ -52,22 +50,12 @@ Webhook = ar.MutatingWebhook | ar.ValidatingWebhook
 Configuration = ar.MutatingWebhookConfiguration | ar.ValidatingWebhookConfiguration
 
 
-class Program(Protocol):
-    """A compiled CEL expression (apiserver.crd.cel.Program)."""
-
-    def evaluate(self, activation: dict[str, Any]) -> Any: ...
-
-
 Compiler = Callable[[str, Sequence[str], str], tuple[Program | None, list[FieldError]]]
 
 
-def cel_compiler() -> Compiler | None:
-    """apiserver.crd.cel.compile_expression, or None when this build has no CEL module."""
-    try:
-        module = importlib.import_module("apiserver.crd.cel")
-    except ImportError:
-        return None
-    return cast(Compiler, module.compile_expression)
+def cel_compiler() -> Compiler:
+    """The CEL compiler of matchConditions (apiserver/crd/cel.py)."""
+    return compile_expression
 
 
 def set_defaults(hook: Webhook) -> None:
@@ -248,7 +236,7 @@ def validate_client_config(path: str, config: ar.AdmissionWebhookClientConfig) -
 
 
 def validate_match_conditions(
-    path: str, conditions: Iterable[ar.MatchCondition], compiler: Compiler | None
+    path: str, conditions: Iterable[ar.MatchCondition], compiler: Compiler
 ) -> list[FieldError]:
     conditions = list(conditions)
     errs: list[FieldError] = []
@@ -270,19 +258,13 @@ def validate_match_conditions(
             seen.add(cond.name)
         if not cond.expression:
             errs.append(required(f"{cp}.expression"))
-        elif compiler is None:
-            errs.append(
-                forbidden(
-                    f"{cp}.expression", "CEL expressions are not available in this apiserver build"
-                )
-            )
         else:
             _, problems = compiler(cond.expression, MATCH_CONDITION_VARIABLES, f"{cp}.expression")
             errs += problems
     return errs
 
 
-def validate_webhook(path: str, hook: Webhook, compiler: Compiler | None) -> list[FieldError]:
+def validate_webhook(path: str, hook: Webhook, compiler: Compiler) -> list[FieldError]:
     """kube's validateMutatingWebhook / validateValidatingWebhook (v1 rules)."""
     errs = _fully_qualified(f"{path}.name", hook.name)
     for i, rule in enumerate(hook.rules):
@@ -341,7 +323,7 @@ def _review_versions(path: str, versions: list[str]) -> list[FieldError]:
     return errs
 
 
-def validate_configuration(config: Configuration, compiler: Compiler | None) -> list[FieldError]:
+def validate_configuration(config: Configuration, compiler: Compiler) -> list[FieldError]:
     errs: list[FieldError] = []
     seen: set[str] = set()
     hooks: Sequence[Webhook] = config.webhooks

@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import grpc
 import pytest
 from aiohttp import web
 
 from tests.integration.conftest import RunningAPIServer, make_settings, start_apiserver
 from tinykube.localetcd import EtcdServer
 from tinykube.pki import PKI, CertSpec
+from tinykube.v1 import pod_pb2, pod_pb2_grpc
 
 pytestmark = pytest.mark.integration
 
@@ -540,3 +542,151 @@ async def test_warnings_reach_the_client_as_warning_headers(rest: Rest, hooks: H
         assert resp.headers.getall("Warning") == ['299 - "this pod is watched by a webhook"']
     finally:
         await unconfigure(rest, VALIDATING, "warn")
+
+
+async def test_match_conditions_skip_the_call_and_their_errors_follow_failure_policy(
+    rest: Rest, hooks: Hooks
+) -> None:
+    conditions = [
+        {"name": "named-ok", "expression": "object.metadata.name != 'skip-me'"},
+        {
+            "name": "mc-labelled",
+            "expression": "has(object.metadata.labels) && 'mc' in object.metadata.labels",
+        },
+    ]
+    await configure(
+        rest,
+        VALIDATING,
+        "mc",
+        webhook("mc.example.com", hooks, "/deny-plain", matchConditions=conditions),
+        webhook(
+            "mc-error.example.com",
+            hooks,
+            "/allow",
+            failurePolicy="Ignore",
+            matchConditions=[
+                {"name": "broken", "expression": "object.metadata.labels['nope'] == 'x'"}
+            ],
+        ),
+    )
+    try:
+        status, body, _ = await rest.call("POST", pods(), pod("skip-me", mc="y"))
+        assert status == 201, body
+        status, body, _ = await rest.call("POST", pods(), pod("no-label"))
+        assert status == 201, body
+        status, body, _ = await rest.call("POST", pods(), pod("called", mc="y"))
+        assert status == 400, body
+        assert body["message"].startswith('admission webhook "mc.example.com" denied')
+    finally:
+        await unconfigure(rest, VALIDATING, "mc")
+    await configure(
+        rest,
+        VALIDATING,
+        "mc-fail",
+        webhook(
+            "mc-fail.example.com",
+            hooks,
+            "/allow",
+            matchConditions=[
+                {"name": "broken", "expression": "object.metadata.labels['nope'] == 'x'"}
+            ],
+        ),
+    )
+    try:
+        status, body, _ = await rest.call("POST", pods(), pod("mc-broken", a="b"))
+        assert status == 500, body
+        assert body["message"].startswith(
+            'Internal error occurred: failed calling webhook "mc-fail.example.com": '
+            "failed evaluating match condition 'broken'"
+        )
+    finally:
+        await unconfigure(rest, VALIDATING, "mc-fail")
+
+
+async def test_a_match_condition_that_does_not_compile_is_refused(rest: Rest, hooks: Hooks) -> None:
+    bad = webhook(
+        "cel.example.com",
+        hooks,
+        "/allow",
+        matchConditions=[
+            {"name": "a", "expression": "object.metadata.name =="},
+            {"name": "a", "expression": "true"},
+        ],
+    )
+    body = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "bad-cel"},
+        "webhooks": [bad],
+    }
+    status, answer, _ = await rest.call("POST", MUTATING, body)
+    assert status == 422, answer
+    fields = {c["field"]: c["message"] for c in answer["details"]["causes"]}
+    assert fields["webhooks[0].matchConditions[0].expression"].startswith(
+        'Invalid value: "object.metadata.name ==": compilation failed'
+    )
+    assert fields["webhooks[0].matchConditions[1].name"] == 'Duplicate value: "a"'
+
+
+async def test_a_webhook_behind_a_service_is_reached_at_its_endpoints(
+    rest: Rest, hooks: Hooks
+) -> None:
+    port = int(hooks.url.rsplit(":", 1)[1])
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "webhooks"}}
+    assert (await rest.call("POST", "/api/v1/namespaces", ns))[0] == 201
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "hooks"},
+        "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]},
+    }
+    status, body, _ = await rest.call("POST", "/api/v1/namespaces/webhooks/services", svc)
+    assert status == 201, body
+    eps = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": "hooks-1", "labels": {"kubernetes.io/service-name": "hooks"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}],
+        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+    }
+    slices = "/apis/discovery.k8s.io/v1/namespaces/webhooks/endpointslices"
+    status, body, _ = await rest.call("POST", slices, eps)
+    assert status == 201, body
+    dispatcher = rest.running.server.webhooks
+    key = f"{rest.running.settings.etcd_prefix}/endpointslices/webhooks/hooks-1".encode()
+    await _until(lambda: key in dispatcher.slices.state)
+    hook = webhook(
+        "svc.example.com", hooks, "/label", objectSelector={"matchLabels": {"via": "svc"}}
+    )
+    hook["clientConfig"] = {
+        "service": {"namespace": "webhooks", "name": "hooks", "path": "/label"},
+        "caBundle": base64.b64encode(hooks.ca).decode(),
+    }
+    created = await configure(rest, MUTATING, "svc", hook)
+    assert created["webhooks"][0]["clientConfig"]["service"]["port"] == 443
+    try:
+        status, body, _ = await rest.call("POST", pods(), pod("via-svc", via="svc"))
+        assert status == 201, body
+        assert body["metadata"]["labels"] == {"via": "svc", "injected": "yes"}
+    finally:
+        await unconfigure(rest, MUTATING, "svc")
+
+
+async def test_warnings_reach_a_grpc_client_as_trailing_metadata(rest: Rest, hooks: Hooks) -> None:
+    await configure(rest, VALIDATING, "warn-grpc", webhook("warn.example.com", hooks, "/warn"))
+    channel = grpc.aio.insecure_channel(rest.running.address)
+    try:
+        stub = pod_pb2_grpc.PodsStub(channel)
+        msg = pod_pb2.Pod()
+        msg.metadata.name = "warned-grpc"
+        msg.metadata.namespace = "default"
+        msg.spec.containers.add(name="c", image="busybox")
+        call = stub.Create(pod_pb2.CreatePodRequest(pod=msg))
+        created = await call
+        assert created.metadata.uid
+        trailing = await call.trailing_metadata()
+        assert ("warning", "this pod is watched by a webhook") in list(trailing or ())
+    finally:
+        await channel.close()
+        await unconfigure(rest, VALIDATING, "warn-grpc")
