@@ -21,8 +21,10 @@ from urllib.parse import urlsplit
 from apiserver.crd.cel import Program, compile_expression
 from apiserver.registry.base import Strategy
 from apiserver.validation import (
+    GoValue,
     dns1123_subdomain,
     duplicate,
+    go_quote,
     invalid,
     required,
     unsupported,
@@ -93,9 +95,16 @@ def _fully_qualified(path: str, name: str) -> list[FieldError]:
     return []
 
 
+def _go_strings(values: Sequence[str]) -> GoValue:
+    """A []string as Go's %#v prints it (kube's Invalid value of a list)."""
+    return GoValue("[]string{" + ", ".join(go_quote(v) for v in values) + "}")
+
+
 def _one_star(path: str, values: Sequence[str], what: str) -> list[FieldError]:
     if "*" in values and len(values) > 1:
-        return [invalid(path, list(values), f"if '*' is present, must not specify other {what}")]
+        return [
+            invalid(path, _go_strings(values), f"if '*' is present, must not specify other {what}")
+        ]
     return []
 
 
@@ -114,7 +123,9 @@ def _resources(path: str, resources: Sequence[str]) -> list[FieldError]:
         if res == "*/*" and len(resources) > 1:
             errs.append(
                 invalid(
-                    path, list(resources), "if '*/*' is present, must not specify other resources"
+                    path,
+                    _go_strings(resources),
+                    "if '*/*' is present, must not specify other resources",
                 )
             )
             continue
@@ -137,7 +148,7 @@ def _resources(path: str, resources: Sequence[str]) -> list[FieldError]:
         errs.append(
             invalid(
                 path,
-                list(resources),
+                _go_strings(resources),
                 "if '*' is present, must not specify other resources without subresources",
             )
         )
@@ -145,14 +156,18 @@ def _resources(path: str, resources: Sequence[str]) -> list[FieldError]:
         if "*" in subs and len(subs) > 1:
             errs.append(
                 invalid(
-                    path, list(resources), f"if '{main}/*' is present, must not specify {main}/x"
+                    path,
+                    _go_strings(resources),
+                    f"if '{main}/*' is present, must not specify {main}/x",
                 )
             )
         if main != "*" and "*" in with_sub and subs & with_sub["*"]:
             sub = sorted(subs & with_sub["*"])[0]
             errs.append(
                 invalid(
-                    path, list(resources), f"if '*/{sub}' is present, must not specify {main}/{sub}"
+                    path,
+                    _go_strings(resources),
+                    f"if '*/{sub}' is present, must not specify {main}/{sub}",
                 )
             )
     return errs
@@ -316,7 +331,7 @@ def _review_versions(path: str, versions: list[str]) -> list[FieldError]:
         errs.append(
             invalid(
                 path,
-                versions,
+                _go_strings(versions),
                 f"must include at least one of {', '.join(ADMISSION_REVIEW_VERSIONS)}",
             )
         )
