@@ -117,6 +117,9 @@ class PodStore(ResourceStore):
             problems.append(required("target.name"))
         if problems:
             raise InvalidError.for_object("Binding", name, problems)
+        # Admission webhooks see a CREATE of pods/binding (the Binding as the object).
+        await self.subresource_webhooks("binding", binding, "", ctx)
+        target = binding.target
         key = self.key(namespace, name)
         node_key = self.node_prefix + target.name.encode()
         cur = await self._current(key, cached=not ctx.dry_run)
@@ -203,6 +206,10 @@ class PodStore(ResourceStore):
         namespace = self._namespace(eviction.metadata.namespace)
         options = eviction.deleteOptions
         dry_run = _eviction_dry_run(name, options) or ctx.dry_run
+        # Admission webhooks see a CREATE of pods/eviction (the policy/v1 Eviction).
+        webhook_ctx = dataclasses.replace(ctx, dry_run=dry_run)
+        await self.subresource_webhooks("eviction", eviction, "policy", webhook_ctx)
+        options = eviction.deleteOptions
         key = self.key(namespace, name)
         caller_rv = bool(options.preconditions.resourceVersion)
         for attempt in range(_CAS_ATTEMPTS):

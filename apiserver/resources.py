@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NamedTuple
 
+from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from apiserver import fieldmanager
@@ -499,14 +500,8 @@ class ResourceStore:
         either = obj if obj is not None else old
         meta = either.metadata  # type: ignore[union-attr]
         if options is None:
-            options = {
-                "kind": "CreateOptions" if operation == "CREATE" else "UpdateOptions",
-                "apiVersion": "meta.k8s.io/v1",
-            }
-            if ctx.field_manager:
-                options["fieldManager"] = ctx.field_manager
-            if ctx.dry_run:
-                options["dryRun"] = [DRY_RUN_ALL]
+            kind = "CreateOptions" if operation == "CREATE" else "UpdateOptions"
+            options = self._create_options(ctx, kind)
         return WebhookRequest(
             group=info.group,
             version=info.version,
@@ -572,6 +567,63 @@ class ResourceStore:
         await self.webhooks.validate(
             self._webhook_request(operation, subresource, obj, old, ctx, options)
         )
+
+    async def subresource_webhooks(
+        self,
+        subresource: str,
+        obj: Message,
+        kind_group: str,
+        ctx: RequestContext,
+    ) -> None:
+        """The webhooks of a CREATE on a subresource whose body is another kind (pods/binding's
+        Binding, pods/eviction's policy/v1 Eviction): mutating (their patches applied to `obj`
+        in place), then validating."""
+        if self.webhooks is None or not self.webhooks.active():
+            return
+        meta = obj.metadata  # type: ignore[attr-defined]
+        descriptor = obj.DESCRIPTOR
+        version = "v1"
+        data = to_dict(obj)
+        data["apiVersion"] = f"{kind_group}/{version}" if kind_group else version
+        data["kind"] = descriptor.name
+        req = WebhookRequest(
+            group=self.info.group,
+            version=self.info.version,
+            kind=descriptor.name,
+            resource=self.info.plural,
+            subresource=subresource,
+            namespace=self._namespace(meta.namespace),
+            name=meta.name,
+            operation="CREATE",
+            object=data,
+            old_object=None,
+            dry_run=ctx.dry_run,
+            user_info=user_info(ctx.identity),
+            options=self._create_options(ctx),
+            warnings=ctx.warnings,
+            kind_group=kind_group,
+            kind_version=version,
+        )
+        if await self.webhooks.mutate(req) and req.object is not None:
+            patched = {k: v for k, v in req.object.items() if k not in ("apiVersion", "kind")}
+            try:
+                fresh = type(obj)()
+                json_format.ParseDict(patched, fresh, ignore_unknown_fields=True)
+            except json_format.ParseError as exc:
+                raise InternalError(
+                    f"the object mutated by admission webhooks cannot be decoded: {exc}"
+                ) from exc
+            obj.CopyFrom(fresh)
+        await self.webhooks.validate(req)
+
+    @staticmethod
+    def _create_options(ctx: RequestContext, kind: str = "CreateOptions") -> dict[str, Any]:
+        options: dict[str, Any] = {"kind": kind, "apiVersion": "meta.k8s.io/v1"}
+        if ctx.field_manager:
+            options["fieldManager"] = ctx.field_manager
+        if ctx.dry_run:
+            options["dryRun"] = [DRY_RUN_ALL]
+        return options
 
     # ---- Get -------------------------------------------------------------------------------
 

@@ -124,6 +124,10 @@ class WebhookRequest:
     warnings: list[str] | None = None
     # `<webhook name>/<key>` -> value, from the responses' auditAnnotations.
     audit_annotations: dict[str, str] = field(default_factory=dict)
+    # The object's group/version when it differs from the resource's (pods/eviction carries
+    # a policy/v1 Eviction).
+    kind_group: str | None = None
+    kind_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -471,7 +475,11 @@ class WebhookDispatcher:
         log.warning("ignoring webhook failure (failurePolicy Ignore): %s", message)
 
     def _admission_request(self, uid: str, req: WebhookRequest) -> dict[str, Any]:
-        kind = {"group": req.group, "version": req.version, "kind": req.kind}
+        kind = {
+            "group": req.group if req.kind_group is None else req.kind_group,
+            "version": req.version if req.kind_version is None else req.kind_version,
+            "kind": req.kind,
+        }
         resource = {"group": req.group, "version": req.version, "resource": req.resource}
         out: dict[str, Any] = {
             "uid": uid,

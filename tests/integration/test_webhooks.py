@@ -690,3 +690,53 @@ async def test_warnings_reach_a_grpc_client_as_trailing_metadata(rest: Rest, hoo
     finally:
         await channel.close()
         await unconfigure(rest, VALIDATING, "warn-grpc")
+
+
+async def test_binding_and_eviction_are_creates_of_pod_subresources(
+    rest: Rest, hooks: Hooks
+) -> None:
+    rules = [
+        {
+            "operations": ["CREATE"],
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods/binding", "pods/eviction"],
+        }
+    ]
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "sub-node"}}
+    assert (await rest.call("POST", "/api/v1/nodes", node))[0] == 201
+    status, body, _ = await rest.call("POST", pods(), pod("sub-1"))
+    assert status == 201, body
+    await configure(
+        rest, VALIDATING, "subs", webhook("subs.example.com", hooks, "/allow", rules=rules)
+    )
+    try:
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "sub-1"},
+            "target": {"kind": "Node", "name": "sub-node"},
+        }
+        status, body, _ = await rest.call("POST", pods() + "/sub-1/binding", binding)
+        assert status == 201, body
+        eviction = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": "sub-1", "namespace": "default"},
+        }
+        status, body, _ = await rest.call("POST", pods() + "/sub-1/eviction", eviction)
+        assert status == 201, body
+        seen = [
+            r["request"]
+            for r in hooks.requests("/allow")
+            if r["request"].get("subResource") in ("binding", "eviction")
+        ]
+        assert [(r["subResource"], r["kind"]) for r in seen] == [
+            ("binding", {"group": "", "version": "v1", "kind": "Binding"}),
+            ("eviction", {"group": "policy", "version": "v1", "kind": "Eviction"}),
+        ]
+        assert seen[0]["resource"] == {"group": "", "version": "v1", "resource": "pods"}
+        assert seen[0]["object"]["target"]["name"] == "sub-node"
+        assert seen[1]["object"]["apiVersion"] == "policy/v1"
+    finally:
+        await unconfigure(rest, VALIDATING, "subs")
