@@ -495,14 +495,19 @@ class ResourceStore:
         old: Message | None,
         ctx: RequestContext,
         options: dict[str, Any] | None,
-    ) -> WebhookRequest:
+        *,
+        mutating: bool,
+    ) -> WebhookRequest | None:
+        """The request the webhooks see, or None when no webhook's rules match it (the
+        objects' JSON is made only for a write some webhook may see)."""
+        assert self.webhooks is not None
         info = self.info
         either = obj if obj is not None else old
         meta = either.metadata  # type: ignore[union-attr]
         if options is None:
             kind = "CreateOptions" if operation == "CREATE" else "UpdateOptions"
             options = self._create_options(ctx, kind)
-        return WebhookRequest(
+        req = WebhookRequest(
             group=info.group,
             version=info.version,
             kind=info.kind,
@@ -511,13 +516,18 @@ class ResourceStore:
             namespace=meta.namespace if info.namespaced else "",
             name=meta.name,
             operation=operation,
-            object=self._json(obj) if obj is not None else None,
-            old_object=self._json(old) if old is not None else None,
+            object=None,
+            old_object=None,
             dry_run=ctx.dry_run,
             user_info=user_info(ctx.identity),
             options=options,
             warnings=ctx.warnings,
         )
+        if not self.webhooks.rules_match(mutating, req):
+            return None
+        req.object = self._json(obj) if obj is not None else None
+        req.old_object = self._json(old) if old is not None else None
+        return req
 
     def _json(self, obj: Message) -> dict[str, Any]:
         data = to_dict(obj)
@@ -541,8 +551,8 @@ class ResourceStore:
         assert self.webhooks is not None
         if not self.webhooks.hooks(True):
             return None
-        req = self._webhook_request(operation, subresource, obj, old, ctx, options)
-        if not await self.webhooks.mutate(req) or req.object is None:
+        req = self._webhook_request(operation, subresource, obj, old, ctx, options, mutating=True)
+        if req is None or not await self.webhooks.mutate(req) or req.object is None:
             return None
         try:
             mutated, _unknown = parse_as(self.info, req.object, drop_unknown=True)
@@ -564,9 +574,9 @@ class ResourceStore:
         assert self.webhooks is not None
         if not self.webhooks.hooks(False):
             return
-        await self.webhooks.validate(
-            self._webhook_request(operation, subresource, obj, old, ctx, options)
-        )
+        req = self._webhook_request(operation, subresource, obj, old, ctx, options, mutating=False)
+        if req is not None:
+            await self.webhooks.validate(req)
 
     async def subresource_webhooks(
         self,
@@ -583,9 +593,6 @@ class ResourceStore:
         meta = obj.metadata  # type: ignore[attr-defined]
         descriptor = obj.DESCRIPTOR
         version = "v1"
-        data = to_dict(obj)
-        data["apiVersion"] = f"{kind_group}/{version}" if kind_group else version
-        data["kind"] = descriptor.name
         req = WebhookRequest(
             group=self.info.group,
             version=self.info.version,
@@ -595,7 +602,7 @@ class ResourceStore:
             namespace=self._namespace(meta.namespace),
             name=meta.name,
             operation="CREATE",
-            object=data,
+            object=None,
             old_object=None,
             dry_run=ctx.dry_run,
             user_info=user_info(ctx.identity),
@@ -604,6 +611,12 @@ class ResourceStore:
             kind_group=kind_group,
             kind_version=version,
         )
+        if not (self.webhooks.rules_match(True, req) or self.webhooks.rules_match(False, req)):
+            return
+        data = to_dict(obj)
+        data["apiVersion"] = f"{kind_group}/{version}" if kind_group else version
+        data["kind"] = descriptor.name
+        req.object = data
         if await self.webhooks.mutate(req) and req.object is not None:
             patched = {k: v for k, v in req.object.items() if k not in ("apiVersion", "kind")}
             try:

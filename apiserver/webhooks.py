@@ -207,6 +207,11 @@ def rule_matches(rule: ar.RuleWithOperations, req: WebhookRequest, namespaced: b
     return True
 
 
+def _namespaced(req: WebhookRequest) -> bool:
+    """Whether the request is about a namespaced object (a Namespace itself is not)."""
+    return bool(req.namespace) and not (req.resource == NAMESPACE.plural and not req.group)
+
+
 def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
     if not obj:
         return {}
@@ -319,11 +324,17 @@ class WebhookDispatcher:
             return {}
         return namespace_pb2.Namespace.FromString(kv.value).metadata.labels
 
-    async def _matches(self, hook: _Hook, req: WebhookRequest) -> bool:
-        namespaced = bool(req.namespace) and not (
-            req.resource == NAMESPACE.plural and not req.group
+    def rules_match(self, mutating: bool, req: WebhookRequest) -> bool:
+        """Whether any webhook of the kind's rules match `req` (its objects not needed)."""
+        namespaced = _namespaced(req)
+        return any(
+            rule_matches(r, req, namespaced)
+            for hook in self.hooks(mutating)
+            for r in hook.spec.rules
         )
-        if not any(rule_matches(r, req, namespaced) for r in hook.spec.rules):
+
+    async def _matches(self, hook: _Hook, req: WebhookRequest) -> bool:
+        if not any(rule_matches(r, req, _namespaced(req)) for r in hook.spec.rules):
             return False
         if hook.namespace_selector is not None:
             labels = await self._namespace_labels(req)
