@@ -70,6 +70,11 @@ PATCH_META: dict[tuple[str, str], tuple[str, str]] = {
     ("tinykube.v1.NamespaceStatus", "conditions"): ("merge", "type"),
     ("tinykube.v1.JobStatus", "conditions"): ("merge", "type"),
     ("tinykube.v1.ServiceAccount", "secrets"): ("merge", "name"),
+    # admissionregistration.k8s.io: webhooks and their matchConditions by name.
+    ("tinykube.v1.MutatingWebhookConfiguration", "webhooks"): ("merge", "name"),
+    ("tinykube.v1.ValidatingWebhookConfiguration", "webhooks"): ("merge", "name"),
+    ("tinykube.v1.MutatingWebhook", "matchConditions"): ("merge", "name"),
+    ("tinykube.v1.ValidatingWebhook", "matchConditions"): ("merge", "name"),
 }
 
 

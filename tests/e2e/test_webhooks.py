@@ -153,6 +153,19 @@ def test_a_mutating_webhook_injects_a_label(tinykube_up: UpCluster, server: Serv
     assert ok(tinykube_up.kubectl("apply", "-f", "-", stdin=manifest)) == (
         "mutatingwebhookconfiguration.admissionregistration.k8s.io/inject-label created\n"
     )
+    # Applied again with a change: kubectl's three-way strategic merge (webhooks by name).
+    changed = manifest.replace("timeoutSeconds: 5", "timeoutSeconds: 7")
+    assert ok(tinykube_up.kubectl("apply", "-f", "-", stdin=changed)) == (
+        "mutatingwebhookconfiguration.admissionregistration.k8s.io/inject-label configured\n"
+    )
+    timeout = tinykube_up.kubectl(
+        "get",
+        "mutatingwebhookconfiguration",
+        "inject-label",
+        "-o",
+        "jsonpath={.webhooks[0].timeoutSeconds}",
+    )
+    assert ok(timeout) == "7"
     listed = ok(tinykube_up.kubectl("get", "mutatingwebhookconfigurations"))
     header, row = listed.splitlines()[:2]
     assert header.split() == ["NAME", "WEBHOOKS", "AGE"]
