@@ -243,12 +243,14 @@ class PodStore(ResourceStore):
                 ours = not caller_rv
                 if ours:
                     req.preconditions.resourceVersion = pod.metadata.resourceVersion
+            # As kube-apiserver, the eviction's own delete is not admitted again: its webhooks
+            # saw the pods/eviction CREATE.
             if dry_run:
-                await self.delete(req, dataclasses.replace(ctx, dry_run=True))
+                await self.delete(req, dataclasses.replace(ctx, dry_run=True), admit=False)
                 return pod_pb2.EvictResponse(pod=pod)
             try:
                 await self._mark_disruption_target(key, req, cur)
-                deleted = await self.delete(req, ctx)
+                deleted = await self.delete(req, ctx, admit=False)
             except ConflictError:
                 if ours and attempt < _CAS_ATTEMPTS - 1:
                     continue  # the pod changed (it may have started): decide again

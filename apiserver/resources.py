@@ -629,6 +629,15 @@ class ResourceStore:
             obj.CopyFrom(fresh)
         await self.webhooks.validate(req)
 
+    async def delete_webhooks(
+        self, request: meta_pb2.DeleteRequest, obj: Message, ctx: RequestContext
+    ) -> None:
+        """The admission webhooks of a DELETE of `obj` (the old object; no new one)."""
+        if self.webhooks is not None and self.webhooks.active():
+            options = _delete_options(request, ctx)
+            await self._mutating_webhooks("DELETE", "", None, obj, ctx, options)
+            await self._validating_webhooks("DELETE", "", None, obj, ctx, options)
+
     @staticmethod
     def _create_options(ctx: RequestContext, kind: str = "CreateOptions") -> dict[str, Any]:
         options: dict[str, Any] = {"kind": kind, "apiVersion": "meta.k8s.io/v1"}
@@ -944,7 +953,11 @@ class ResourceStore:
     # ---- Delete ----------------------------------------------------------------------------
 
     async def delete(
-        self, request: meta_pb2.DeleteRequest, ctx: RequestContext = INTERNAL
+        self,
+        request: meta_pb2.DeleteRequest,
+        ctx: RequestContext = INTERNAL,
+        *,
+        admit: bool = True,
     ) -> Message:
         """Delete, or mark as deleting: graceful pods and objects held by finalizers stay,
         with deletionTimestamp set, until the kubelet or the finalizers' owners let go.
@@ -963,10 +976,8 @@ class ResourceStore:
         _check_grace_period(request)
         pre = request.preconditions
         cur = await self._current(key, cached=not ctx.dry_run)
-        if cur is not None and self.webhooks is not None and self.webhooks.active():
-            options = _delete_options(request, ctx)
-            await self._mutating_webhooks("DELETE", "", None, cur.obj, ctx, options)
-            await self._validating_webhooks("DELETE", "", None, cur.obj, ctx, options)
+        if cur is not None and admit:
+            await self.delete_webhooks(request, cur.obj, ctx)
         for _attempt in range(_CAS_ATTEMPTS):
             if cur is None:
                 raise self._not_found(request.name)

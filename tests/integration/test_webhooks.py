@@ -740,3 +740,86 @@ async def test_binding_and_eviction_are_creates_of_pod_subresources(
         assert seen[1]["object"]["apiVersion"] == "policy/v1"
     finally:
         await unconfigure(rest, VALIDATING, "subs")
+
+
+async def test_namespaces_are_matched_by_their_own_labels_and_deletes_are_admitted(
+    rest: Rest, hooks: Hooks
+) -> None:
+    rules = [
+        {
+            "operations": ["CREATE", "DELETE"],
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["namespaces", "pods"],
+        }
+    ]
+    await configure(
+        rest,
+        VALIDATING,
+        "ns-own",
+        webhook(
+            "ns-own.example.com",
+            hooks,
+            "/deny-plain",
+            rules=rules,
+            namespaceSelector={"matchLabels": {"locked": "yes"}},
+        ),
+    )
+    try:
+        locked = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": "locked-ns", "labels": {"locked": "yes"}},
+        }
+        status, body, _ = await rest.call("POST", "/api/v1/namespaces", locked)
+        assert status == 400, body
+        assert "ns-own.example.com" in body["message"]
+        free: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": "free-ns"},
+        }
+        status, body, _ = await rest.call("POST", "/api/v1/namespaces", free)
+        assert status == 201, body
+        # Labelled afterwards: its deletion (marking it Terminating) is refused.
+        free["metadata"]["labels"] = {"locked": "yes"}
+        status, body, _ = await rest.call("PUT", "/api/v1/namespaces/free-ns", free)
+        assert status == 200, body
+        status, body, _ = await rest.call("DELETE", "/api/v1/namespaces/free-ns")
+        assert status == 400, body
+        assert "ns-own.example.com" in body["message"]
+        status, ns, _ = await rest.call("GET", "/api/v1/namespaces/free-ns")
+        assert ns["status"]["phase"] == "Active"
+    finally:
+        await unconfigure(rest, VALIDATING, "ns-own")
+
+
+async def test_an_eviction_is_admitted_once_as_its_create(rest: Rest, hooks: Hooks) -> None:
+    rules = [
+        {
+            "operations": ["DELETE"],
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods"],
+        }
+    ]
+    status, body, _ = await rest.call("POST", pods(), pod("evicted-1"))
+    assert status == 201, body
+    await configure(
+        rest,
+        VALIDATING,
+        "no-pod-deletes",
+        webhook("nodel.example.com", hooks, "/deny-plain", rules=rules),
+    )
+    try:
+        status, body, _ = await rest.call("DELETE", pods() + "/evicted-1")
+        assert status == 400, body
+        eviction = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": "evicted-1", "namespace": "default"},
+        }
+        status, body, _ = await rest.call("POST", pods() + "/evicted-1/eviction", eviction)
+        assert status == 201, body
+    finally:
+        await unconfigure(rest, VALIDATING, "no-pod-deletes")
