@@ -519,7 +519,12 @@ class WebhookDispatcher:
         api_version = ADMISSION_V1 if "v1" in versions or not versions else ADMISSION_V1BETA1
         review = {"kind": "AdmissionReview", "apiVersion": api_version, "request": request}
         url, server_name = self._target(hook)
-        context = self._ssl_context(bytes(hook.spec.clientConfig.caBundle))
+        try:
+            context = self._ssl_context(bytes(hook.spec.clientConfig.caBundle))
+        except (ssl.SSLError, ValueError) as exc:
+            raise _CallError(
+                f"could not get REST client: unable to load root certificates: {exc}"
+            ) from exc
         session = self._client()
         body = json.dumps(review, separators=(",", ":")).encode()
         try:

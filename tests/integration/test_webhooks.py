@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import shutil
 import ssl
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -823,3 +825,36 @@ async def test_an_eviction_is_admitted_once_as_its_create(rest: Rest, hooks: Hoo
         assert status == 201, body
     finally:
         await unconfigure(rest, VALIDATING, "no-pod-deletes")
+
+
+async def test_a_ca_bundle_that_is_not_pem_fails_the_call(rest: Rest, hooks: Hooks) -> None:
+    hook = webhook(
+        "badca.example.com", hooks, "/allow", objectSelector={"matchLabels": {"ca": "bad"}}
+    )
+    hook["clientConfig"]["caBundle"] = base64.b64encode(b"not a certificate").decode()
+    await configure(rest, VALIDATING, "badca", hook)
+    try:
+        status, body, _ = await rest.call("POST", pods(), pod("badca-1", ca="bad"))
+        assert status == 500, body
+        assert body["message"].startswith(
+            'Internal error occurred: failed calling webhook "badca.example.com": could not get '
+            "REST client: unable to load root certificates"
+        )
+        # Another CA than the server's: the TLS handshake fails, under failurePolicy Fail.
+        other = PKI(Path(tempfile.mkdtemp(prefix="other-ca-")))
+        other.ensure_all([CertSpec("x", "x", client=True)])
+        hook["clientConfig"]["caBundle"] = base64.b64encode(
+            other.ca_cert_path.read_bytes()
+        ).decode()
+        hook["name"] = "otherca.example.com"
+        await unconfigure(rest, VALIDATING, "badca")
+        await configure(rest, VALIDATING, "otherca", hook)
+        status, body, _ = await rest.call("POST", pods(), pod("otherca-1", ca="bad"))
+        assert status == 500, body
+        assert "failed calling webhook" in body["message"]
+        assert "certificate verify failed" in body["message"]
+        shutil.rmtree(other.directory)
+    finally:
+        for name in ("badca", "otherca"):
+            if (await rest.call("GET", f"{VALIDATING}/{name}"))[0] == 200:
+                await unconfigure(rest, VALIDATING, name)
