@@ -24,11 +24,14 @@ import aiohttp
 import grpc
 import pytest
 from aiohttp import web
+from google.protobuf import json_format
 
 from tests.integration.conftest import RunningAPIServer, make_settings, start_apiserver
+from tinykube.client import Client
+from tinykube.errors import InvalidError
 from tinykube.localetcd import EtcdServer
 from tinykube.pki import PKI, CertSpec
-from tinykube.v1 import pod_pb2, pod_pb2_grpc
+from tinykube.v1 import admissionregistration_pb2, pod_pb2, pod_pb2_grpc
 
 pytestmark = pytest.mark.integration
 
@@ -858,3 +861,26 @@ async def test_a_ca_bundle_that_is_not_pem_fails_the_call(rest: Rest, hooks: Hoo
         for name in ("badca", "otherca"):
             if (await rest.call("GET", f"{VALIDATING}/{name}"))[0] == 200:
                 await unconfigure(rest, VALIDATING, name)
+
+
+async def test_configurations_over_grpc_with_the_typed_client(rest: Rest, hooks: Hooks) -> None:
+    config = admissionregistration_pb2.ValidatingWebhookConfiguration()
+    json_format.ParseDict(
+        {
+            "metadata": {"name": "grpc-made"},
+            "webhooks": [webhook("grpc.example.com", hooks, "/allow")],
+        },
+        config,
+    )
+    async with Client(rest.running.address, timeout=10.0) as client:
+        made = await client.validating_webhook_configurations.create(config)
+        assert made.webhooks[0].failurePolicy == "Fail"
+        assert made.webhooks[0].timeoutSeconds == 10
+        listed = await client.validating_webhook_configurations.list()
+        assert "grpc-made" in {c.metadata.name for c in listed.items}
+        config.webhooks[0].sideEffects = "Unknown"
+        config.metadata.name = "grpc-bad"
+        with pytest.raises(InvalidError) as refused:
+            await client.validating_webhook_configurations.create(config)
+        assert 'webhooks[0].sideEffects: Unsupported value: "Unknown"' in str(refused.value)
+        await client.validating_webhook_configurations.delete("grpc-made")
