@@ -8,7 +8,8 @@ order, and are compiled once per cache revision. A webhook is called when a rule
 request (operation, group, version, resource/subresource, scope), the namespace's labels match
 its namespaceSelector (a Namespace's own labels for a namespace; other cluster-scoped objects
 always match), the old or new object's labels match its objectSelector, and every
-matchCondition (CEL, apiserver/crd/cel.py) is true. The matcher works on group, version,
+matchCondition (CEL, apiserver/crd/cel.py) is true; writes of the admission configurations
+themselves never go to webhooks (kube's exemption). The matcher works on group, version,
 resource and subresource strings and objects as JSON, so custom resources go through it
 unchanged. matchPolicy Equivalent has nothing to widen to: every tinykube resource is served
 at one version.
@@ -71,6 +72,7 @@ from tinykube.errors import (
     UnavailableError,
 )
 from tinykube.kinds import (
+    ADMISSION_GROUP,
     ENDPOINT_SLICE,
     MUTATING_WEBHOOK_CONFIGURATION,
     NAMESPACE,
@@ -207,6 +209,24 @@ def rule_matches(rule: ar.RuleWithOperations, req: WebhookRequest, namespaced: b
     return True
 
 
+# kube's IsExemptAdmissionConfigurationResource: writes of the admission configurations
+# themselves never go to webhooks (a broken webhook could otherwise lock itself in).
+EXEMPT_RESOURCES = frozenset(
+    {
+        "mutatingwebhookconfigurations",
+        "validatingwebhookconfigurations",
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicybindings",
+        "mutatingadmissionpolicies",
+        "mutatingadmissionpolicybindings",
+    }
+)
+
+
+def exempt(req: WebhookRequest) -> bool:
+    return req.group == ADMISSION_GROUP and req.resource in EXEMPT_RESOURCES
+
+
 def _namespaced(req: WebhookRequest) -> bool:
     """Whether the request is about a namespaced object (a Namespace itself is not)."""
     return bool(req.namespace) and not (req.resource == NAMESPACE.plural and not req.group)
@@ -326,6 +346,8 @@ class WebhookDispatcher:
 
     def rules_match(self, mutating: bool, req: WebhookRequest) -> bool:
         """Whether any webhook of the kind's rules match `req` (its objects not needed)."""
+        if exempt(req):
+            return False
         namespaced = _namespaced(req)
         return any(
             rule_matches(r, req, namespaced)
@@ -334,6 +356,8 @@ class WebhookDispatcher:
         )
 
     async def _matches(self, hook: _Hook, req: WebhookRequest) -> bool:
+        if exempt(req):
+            return False
         if not any(rule_matches(r, req, _namespaced(req)) for r in hook.spec.rules):
             return False
         if hook.namespace_selector is not None:

@@ -15,7 +15,7 @@ from apiserver.registry.admissionregistration import (
     validate_configuration,
     validate_url,
 )
-from apiserver.webhooks import WebhookRequest, denied, rule_matches
+from apiserver.webhooks import WebhookRequest, denied, exempt, rule_matches
 from tinykube.v1 import admissionregistration_pb2 as ar
 
 
@@ -271,3 +271,10 @@ def test_a_refusal_keeps_the_webhooks_code_and_reason() -> None:
     assert (
         plain.message == 'admission webhook "x.example.com" denied the request without explanation'
     )
+
+
+def test_the_configurations_themselves_are_exempt() -> None:
+    req = _req("validatingwebhookconfigurations")
+    req.group = "admissionregistration.k8s.io"
+    assert exempt(req)
+    assert not exempt(_req("pods"))
