@@ -217,11 +217,12 @@ class APIServer:
         assert isinstance(pod_store, PodStore)
         pod_store.budgets = self.services[POD_DISRUPTION_BUDGET.kind]
         self.admission = Admission(self.caches, self.storage, prefix=prefix, clock=self.clock)
-        # Admission webhooks (apiserver/webhooks.py), over the configurations' caches.
+        # Admission webhooks (apiserver/webhooks.py), over the configurations' caches: part
+        # of admission, so every store holding it calls them.
         self.webhooks = WebhookDispatcher(self.caches, self.storage, prefix=prefix)
+        self.admission.webhooks = self.webhooks
         for store in self.services.values():
             store.admission = self.admission
-            store.webhooks = self.webhooks
         # The system namespaces and priority classes exist (created at start when missing).
         self._bootstrapped = False
         self.storage.set_exclusive(self._plainly_watched_kind)

@@ -190,14 +190,18 @@ class ResourceStore:
         self.allocator = allocator
         # NamespaceLifecycle and Priority (apiserver/admission.py); None admits everything.
         self.admission = admission
-        # Admission webhooks (apiserver/webhooks.py); None calls none.
-        self.webhooks: WebhookDispatcher | None = None
         self.plural = info.plural
         # The four RBAC kinds only, when authorization is on: privilege escalation prevention
         # (apiserver/auth/escalation.py). None everywhere else.
         self.escalation: EscalationGuard | None = None
         # Kinds without their own entry (new rows in tinykube.kinds) select by metadata only.
         self.supported_fields = SELECTABLE_FIELDS.get(info.kind, META_FIELDS)
+
+    @property
+    def webhooks(self) -> WebhookDispatcher | None:
+        """The admission webhooks (apiserver/webhooks.py), which come with the admission
+        plugins, so every store given them (custom kinds' too) calls the webhooks."""
+        return self.admission.webhooks if self.admission is not None else None
 
     # ---- helpers ---------------------------------------------------------------------------
 
