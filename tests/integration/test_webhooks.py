@@ -28,7 +28,7 @@ from google.protobuf import json_format
 
 from tests.integration.conftest import RunningAPIServer, make_settings, start_apiserver
 from tinykube.client import Client
-from tinykube.errors import InvalidError
+from tinykube.errors import ForbiddenError, InvalidError
 from tinykube.localetcd import EtcdServer
 from tinykube.pki import PKI, CertSpec
 from tinykube.v1 import admissionregistration_pb2, pod_pb2, pod_pb2_grpc
@@ -884,3 +884,70 @@ async def test_configurations_over_grpc_with_the_typed_client(rest: Rest, hooks:
             await client.validating_webhook_configurations.create(config)
         assert 'webhooks[0].sideEffects: Unsupported value: "Unknown"' in str(refused.value)
         await client.validating_webhook_configurations.delete("grpc-made")
+
+
+async def test_updates_and_status_updates_are_mutated_and_validated(
+    rest: Rest, hooks: Hooks
+) -> None:
+    status, created, _ = await rest.call("POST", pods(), pod("upd-1", phase="one"))
+    assert status == 201, created
+    update_rules = [
+        {
+            "operations": ["UPDATE"],
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods", "pods/status"],
+        }
+    ]
+    await configure(
+        rest,
+        MUTATING,
+        "upd",
+        webhook(
+            "upd.example.com",
+            hooks,
+            "/label",
+            rules=update_rules,
+            objectSelector={"matchLabels": {"phase": "two"}},
+        ),
+    )
+    try:
+        created["metadata"]["labels"]["phase"] = "two"
+        status, updated, _ = await rest.call("PUT", pods() + "/upd-1", created)
+        assert status == 200, updated
+        assert updated["metadata"]["labels"] == {"phase": "two", "injected": "yes"}
+        req = hooks.requests("/label")[-1]["request"]
+        assert req["operation"] == "UPDATE" and "subResource" not in req
+        assert req["oldObject"]["metadata"]["labels"] == {"phase": "one"}
+        assert req["options"]["kind"] == "UpdateOptions"
+        updated["status"] = {"phase": "Pending", "message": "from a test"}
+        status, body, _ = await rest.call("PUT", pods() + "/upd-1/status", updated)
+        assert status == 200, body
+        req = hooks.requests("/label")[-1]["request"]
+        assert req["subResource"] == "status"
+        assert req["requestSubResource"] == "status"
+    finally:
+        await unconfigure(rest, MUTATING, "upd")
+
+
+async def test_a_refusal_over_grpc_carries_the_webhooks_code(rest: Rest, hooks: Hooks) -> None:
+    await configure(
+        rest,
+        VALIDATING,
+        "deny-grpc",
+        webhook("deny.example.com", hooks, "/deny", objectSelector={"matchLabels": {"app": "bad"}}),
+    )
+    try:
+        msg = pod_pb2.Pod()
+        msg.metadata.name = "bad-grpc"
+        msg.metadata.namespace = "default"
+        msg.metadata.labels["app"] = "bad"
+        msg.spec.containers.add(name="c", image="busybox")
+        async with Client(rest.running.address, timeout=10.0) as client:
+            with pytest.raises(ForbiddenError) as refused:
+                await client.pods.create(msg)
+        assert str(refused.value) == (
+            'admission webhook "deny.example.com" denied the request: pods named bad-* are refused'
+        )
+    finally:
+        await unconfigure(rest, VALIDATING, "deny-grpc")
