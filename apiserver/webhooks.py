@@ -567,7 +567,7 @@ class WebhookDispatcher:
                 f'failed to call webhook: Post "{url}": context deadline exceeded'
             ) from exc
         except (aiohttp.ClientError, OSError, ssl.SSLError) as exc:
-            raise _CallError(f'failed to call webhook: Post "{url}": {exc}') from exc
+            raise _CallError(f'failed to call webhook: Post "{url}": {_go_error(exc)}') from exc
         if not 200 <= status < 300:
             raise _CallError(
                 f"received invalid webhook response: status code {status}: "
@@ -652,6 +652,19 @@ class WebhookDispatcher:
         raise _CallError(
             f'failed to call webhook: service "{namespace}/{name}" has no ready endpoints'
         )
+
+
+def _go_error(exc: BaseException) -> str:
+    """A failed connection as Go's net/http words the common cases (what kube-apiserver's
+    message shows), else the error's own text."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return "tls: failed to verify certificate: x509: certificate signed by unknown authority"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        target = f"{exc.host}:{exc.port}"
+        if isinstance(exc.os_error, ConnectionRefusedError):
+            return f"dial tcp {target}: connect: connection refused"
+        return f"dial tcp {target}: {exc.os_error.strerror or exc.os_error}"
+    return str(exc) or type(exc).__name__
 
 
 def denied(name: str, status: Any) -> TinykubeError:

@@ -441,9 +441,10 @@ async def test_failure_policy_fail_refuses_and_ignore_survives_a_dead_webhook(
         status, body, _ = await rest.call("POST", pods(), pod("dead-fail", dead="y"))
         assert status == 500, body
         assert body["reason"] == "InternalError"
-        assert body["message"].startswith(
+        assert body["message"] == (
             'Internal error occurred: failed calling webhook "dead.example.com": failed to call '
-            'webhook: Post "https://127.0.0.1:1/x?timeout=10s":'
+            'webhook: Post "https://127.0.0.1:1/x?timeout=10s": dial tcp 127.0.0.1:1: connect: '
+            "connection refused"
         )
     finally:
         await unconfigure(rest, VALIDATING, "dead")
@@ -855,7 +856,9 @@ async def test_a_ca_bundle_that_is_not_pem_fails_the_call(rest: Rest, hooks: Hoo
         status, body, _ = await rest.call("POST", pods(), pod("otherca-1", ca="bad"))
         assert status == 500, body
         assert "failed calling webhook" in body["message"]
-        assert "certificate verify failed" in body["message"]
+        assert body["message"].endswith(
+            "tls: failed to verify certificate: x509: certificate signed by unknown authority"
+        )
         shutil.rmtree(other.directory)
     finally:
         for name in ("badca", "otherca"):
