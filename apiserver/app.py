@@ -219,7 +219,9 @@ class APIServer:
         self.admission = Admission(self.caches, self.storage, prefix=prefix, clock=self.clock)
         # Admission webhooks (apiserver/webhooks.py), over the configurations' caches: part
         # of admission, so every store holding it calls them.
-        self.webhooks = WebhookDispatcher(self.caches, self.storage, prefix=prefix)
+        self.webhooks = WebhookDispatcher(
+            self.caches, self.storage, prefix=prefix, metrics=self.metrics
+        )
         self.admission.webhooks = self.webhooks
         for store in self.services.values():
             store.admission = self.admission

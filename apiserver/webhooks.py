@@ -42,6 +42,7 @@ import copy
 import json
 import logging
 import ssl
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ import aiohttp
 import jsonpatch
 
 from apiserver.crd.cel import Program
+from apiserver.metrics import Metrics
 from apiserver.registry.admissionregistration import (
     MATCH_CONDITION_VARIABLES,
     Compiler,
@@ -262,6 +264,7 @@ class WebhookDispatcher:
         *,
         prefix: str,
         compiler: Compiler | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.mutating_cache = caches[MUTATING_WEBHOOK_CONFIGURATION.kind]
         self.validating_cache = caches[VALIDATING_WEBHOOK_CONFIGURATION.kind]
@@ -269,6 +272,7 @@ class WebhookDispatcher:
         self.services = caches[SERVICE.kind]
         self.slices = caches[ENDPOINT_SLICE.kind]
         self.storage = storage
+        self.metrics = metrics
         self._ns_prefix = f"{prefix}/{NAMESPACE.plural}/".encode()
         self._svc_prefix = f"{prefix}/{SERVICE.plural}/"
         self._compiler = compiler if compiler is not None else cel_compiler()
@@ -488,19 +492,53 @@ class WebhookDispatcher:
             return None
         if req.dry_run and hook.spec.sideEffects not in NO_SIDE_EFFECTS_ON_DRY_RUN:
             raise BadRequestError(f'admission webhook "{hook.name}" does not support dry run')
+        start = time.perf_counter()
         try:
             response = await self._call(hook, request)
         except _CallError as exc:
+            self._observe(hook, req, start, rejected=True, error="calling_webhook_error", code=0)
             self._failed(hook, str(exc))
             return None
+        allowed = response.get("allowed") is True
+        self._observe(hook, req, start, rejected=not allowed, error="no_error", code=0)
         for warning in response.get("warnings") or ():
             if req.warnings is not None and isinstance(warning, str):
                 req.warnings.append(warning)
         for key, value in (response.get("auditAnnotations") or {}).items():
             req.audit_annotations[f"{hook.name}/{key}"] = str(value)
-        if response.get("allowed") is not True:
-            raise denied(hook.name, response.get("status"))
+        if not allowed:
+            error = denied(hook.name, response.get("status"))
+            if self.metrics is not None and error.rest_status is not None:
+                self.metrics.webhook_rejections.labels(
+                    hook.name,
+                    _hook_type(hook),
+                    req.operation,
+                    "no_error",
+                    str(error.rest_status["code"]),
+                ).inc()
+            raise error
         return response
+
+    def _observe(
+        self,
+        hook: _Hook,
+        req: WebhookRequest,
+        start: float,
+        *,
+        rejected: bool,
+        error: str,
+        code: int,
+    ) -> None:
+        if self.metrics is None:
+            return
+        kind = _hook_type(hook)
+        self.metrics.webhook_duration.labels(
+            hook.name, kind, req.operation, str(rejected).lower()
+        ).observe(time.perf_counter() - start)
+        if error != "no_error":
+            self.metrics.webhook_rejections.labels(
+                hook.name, kind, req.operation, error, str(code)
+            ).inc()
 
     def _failed(self, hook: _Hook, reason: str) -> None:
         """Raise under failurePolicy Fail; log and go on under Ignore."""
@@ -652,6 +690,10 @@ class WebhookDispatcher:
         raise _CallError(
             f'failed to call webhook: service "{namespace}/{name}" has no ready endpoints'
         )
+
+
+def _hook_type(hook: _Hook) -> str:
+    return "admit" if hook.mutating else "validating"
 
 
 def _go_error(exc: BaseException) -> str:

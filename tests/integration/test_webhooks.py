@@ -380,6 +380,30 @@ async def test_validating_webhook_refuses_with_kube_message_and_code(
             'admission webhook "deny.example.com" denied the request: pods named bad-* are refused'
         )
         assert body["reason"] == "Forbidden"
+        registry = rest.running.server.metrics.registry
+        labels = {
+            "name": "deny.example.com",
+            "type": "validating",
+            "operation": "CREATE",
+            "error_type": "no_error",
+            "rejection_code": "403",
+        }
+        assert (
+            registry.get_sample_value("apiserver_admission_webhook_rejection_count_total", labels)
+            == 1.0
+        )
+        assert (
+            registry.get_sample_value(
+                "apiserver_admission_webhook_admission_duration_seconds_count",
+                {
+                    "name": "deny.example.com",
+                    "type": "validating",
+                    "operation": "CREATE",
+                    "rejected": "true",
+                },
+            )
+            == 1.0
+        )
         status, body, _ = await rest.call("POST", pods(), pod("plain-1", app="plain"))
         assert status == 400, body
         assert body["message"] == (
