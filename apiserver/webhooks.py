@@ -51,6 +51,7 @@ from typing import Any, Protocol
 import aiohttp
 import jsonpatch
 
+from apiserver.auth.authorizer import Identity
 from apiserver.crd.cel import Program
 from apiserver.metrics import Metrics
 from apiserver.registry.admissionregistration import (
@@ -241,7 +242,8 @@ def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
     return labels if isinstance(labels, dict) else {}
 
 
-def user_info(identity: Any) -> dict[str, Any]:
+def user_info(identity: Identity | None) -> dict[str, Any]:
+    """The AdmissionRequest's userInfo; the apiserver's own writes are kube's loopback user."""
     if identity is None:
         return {"username": "system:apiserver", "groups": ["system:masters"]}
     info: dict[str, Any] = {"username": identity.name}
