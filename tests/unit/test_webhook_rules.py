@@ -4,6 +4,7 @@ Pure: no server, no etcd."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -15,7 +16,8 @@ from apiserver.registry.admissionregistration import (
     validate_configuration,
     validate_url,
 )
-from apiserver.webhooks import WebhookRequest, denied, exempt, rule_matches
+from apiserver.webhooks import WebhookDispatcher, WebhookRequest, denied, exempt, rule_matches
+from tinykube.errors import BadRequestError
 from tinykube.v1 import admissionregistration_pb2 as ar
 
 
@@ -278,3 +280,42 @@ def test_the_configurations_themselves_are_exempt() -> None:
     req.group = "admissionregistration.k8s.io"
     assert exempt(req)
     assert not exempt(_req("pods"))
+
+
+@dataclass
+class _Cached:
+    obj: Any
+
+
+@dataclass
+class _Cache:
+    state: dict[bytes, Any] = field(default_factory=dict)
+    revision: int = 1
+
+
+class _NoStorage:
+    async def get(self, key: bytes) -> Any:
+        return None
+
+
+async def test_a_dry_run_refuses_a_webhook_with_side_effects() -> None:
+    # Only a configuration stored by an older API can say "Some": v1 validation refuses it.
+    config = _config(sideEffects="Some")
+    caches = {
+        kind: _Cache()
+        for kind in (
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+            "Namespace",
+            "Service",
+            "EndpointSlice",
+        )
+    }
+    caches["ValidatingWebhookConfiguration"].state[b"k"] = _Cached(config)
+    dispatcher = WebhookDispatcher(caches, _NoStorage(), prefix="/registry")
+    req = _req("pods")
+    req.dry_run = True
+    with pytest.raises(BadRequestError) as refused:
+        await dispatcher.validate(req)
+    assert str(refused.value) == 'admission webhook "check.example.com" does not support dry run'
+    await dispatcher.close()
