@@ -49,7 +49,11 @@ class NamespaceStore(ResourceStore):
                 return None
             if meta.HasField("deletionTimestamp"):
                 return ns  # terminating already; the controller finishes it
-            if admit:
+            if admit and self.webhooks_see("DELETE", "", request.name):
+                if not cur.authoritative:
+                    # The webhooks judge the namespace etcd holds, not a cached copy.
+                    cur = await self._current(key, cached=False)
+                    continue
                 # The admission webhooks of the DELETE (once: a lost race below retries only
                 # the write).
                 await self.delete_webhooks(request, ns, ctx)

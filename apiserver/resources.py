@@ -382,6 +382,10 @@ class ResourceStore:
             mutated = await self._mutating_webhooks("CREATE", "", obj, None, ctx)
             if mutated is not None:
                 obj.CopyFrom(mutated)
+                # CopyFrom detaches the sub-messages taken before it.
+                meta = obj.metadata  # type: ignore[attr-defined]
+                meta.namespace = self._namespace(meta.namespace)
+                generated = not meta.name and bool(meta.generateName)
         # NodeRestriction is admission too: it refuses a node's write before validation.
         self._admit_node(ctx, "create", "", meta.namespace, meta.name, obj, None)
         if self.escalation is not None:
@@ -632,6 +636,26 @@ class ResourceStore:
                 ) from exc
             obj.CopyFrom(fresh)
         await self.webhooks.validate(req)
+
+    def webhooks_see(self, operation: str, namespace: str, name: str) -> bool:
+        """Whether some webhook's rules name this kind's `operation` (no objects needed)."""
+        hooks = self.webhooks
+        if hooks is None or not hooks.active():
+            return False
+        info = self.info
+        req = WebhookRequest(
+            group=info.group,
+            version=info.version,
+            kind=info.kind,
+            resource=info.plural,
+            subresource="",
+            namespace=namespace if info.namespaced else "",
+            name=name,
+            operation=operation,
+            object=None,
+            old_object=None,
+        )
+        return hooks.rules_match(True, req) or hooks.rules_match(False, req)
 
     async def delete_webhooks(
         self, request: meta_pb2.DeleteRequest, obj: Message, ctx: RequestContext
@@ -980,8 +1004,12 @@ class ResourceStore:
         _check_grace_period(request)
         pre = request.preconditions
         cur = await self._current(key, cached=not ctx.dry_run)
-        if cur is not None and admit:
-            await self.delete_webhooks(request, cur.obj, ctx)
+        if cur is not None and admit and self.webhooks_see("DELETE", namespace, request.name):
+            if not cur.authoritative:
+                # The webhooks judge the object etcd holds, not a cached copy.
+                cur = await self._current(key, cached=False)
+            if cur is not None:
+                await self.delete_webhooks(request, cur.obj, ctx)
         for _attempt in range(_CAS_ATTEMPTS):
             if cur is None:
                 raise self._not_found(request.name)

@@ -326,6 +326,15 @@ async def test_mutating_webhook_injects_a_label(rest: Rest, hooks: Hooks) -> Non
         assert req["options"]["kind"] == "CreateOptions"
         status, stored, _ = await rest.call("GET", pods() + "/mutated")
         assert stored["metadata"]["labels"] == {"injected": "yes"}
+        assert created["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
+        # A generated name is made after the mutating webhooks, on what they made.
+        generated = pod("")
+        generated["metadata"] = {"generateName": "gen-"}
+        status, made, _ = await rest.call("POST", pods(), generated)
+        assert status == 201, made
+        assert made["metadata"]["name"].startswith("gen-")
+        assert made["metadata"]["resourceVersion"]
+        assert made["metadata"]["labels"] == {"injected": "yes"}
     finally:
         await unconfigure(rest, MUTATING, "inject")
 
@@ -684,8 +693,10 @@ async def test_a_webhook_behind_a_service_is_reached_at_its_endpoints(
     status, body, _ = await rest.call("POST", slices, eps)
     assert status == 201, body
     dispatcher = rest.running.server.webhooks
-    key = f"{rest.running.settings.etcd_prefix}/endpointslices/webhooks/hooks-1".encode()
-    await _until(lambda: key in dispatcher.slices.state)
+    prefix = rest.running.settings.etcd_prefix
+    key = f"{prefix}/endpointslices/webhooks/hooks-1".encode()
+    svc_key = f"{prefix}/services/webhooks/hooks".encode()
+    await _until(lambda: key in dispatcher.slices.state and svc_key in dispatcher.services.state)
     hook = webhook(
         "svc.example.com", hooks, "/label", objectSelector={"matchLabels": {"via": "svc"}}
     )
