@@ -54,6 +54,7 @@ from apiserver.serviceaccount import (
 )
 from apiserver.storage import KV, ListResult
 from apiserver.watchcache import CachedObject
+from apiserver.webhooks import WebhookDispatcher
 from tinykube.clock import Clock
 from tinykube.errors import ForbiddenError, NotFoundError
 from tinykube.kinds import NAMESPACE, POD, PRIORITY_CLASS, SERVICE_ACCOUNT, KindInfo
@@ -129,6 +130,9 @@ class Admission:
         self._deleting: dict[str, float] = {}
         # (cache state object, cache revision) -> the global default class at that point.
         self._default: tuple[int, int, priorityclass_pb2.PriorityClass | None] | None = None
+        # The admission webhooks (apiserver/webhooks.py), which the stores call after these
+        # plugins; set by the apiserver.
+        self.webhooks: WebhookDispatcher | None = None
 
     # ---- create / update -------------------------------------------------------------------
 

@@ -63,6 +63,7 @@ from apiserver.serviceaccount import DEFAULT_SERVICE_ACCOUNT
 from apiserver.settings import Settings
 from apiserver.storage import Storage
 from apiserver.watchcache import Codec, WatchCache
+from apiserver.webhooks import WebhookDispatcher
 from tinykube.clock import Clock
 from tinykube.errors import AlreadyExistsError, NotFoundError, TinykubeError, UnavailableError
 from tinykube.kinds import (
@@ -216,6 +217,12 @@ class APIServer:
         assert isinstance(pod_store, PodStore)
         pod_store.budgets = self.services[POD_DISRUPTION_BUDGET.kind]
         self.admission = Admission(self.caches, self.storage, prefix=prefix, clock=self.clock)
+        # Admission webhooks (apiserver/webhooks.py), over the configurations' caches: part
+        # of admission, so every store holding it calls them.
+        self.webhooks = WebhookDispatcher(
+            self.caches, self.storage, prefix=prefix, metrics=self.metrics
+        )
+        self.admission.webhooks = self.webhooks
         for store in self.services.values():
             store.admission = self.admission
         # The system namespaces and priority classes exist (created at start when missing).
@@ -442,6 +449,7 @@ class APIServer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        await self.webhooks.close()
         await self.storage.close()
 
     async def _set_serving(self, serving: bool) -> None:

@@ -441,11 +441,31 @@ def _writing(
                 if key == FIELD_MANAGER_HEADER:
                     manager = value if isinstance(value, str) else value.decode()
         dry_run = dry_run_of(request.dryRun) if dry_runnable else False
-        return await call(
-            request, RequestContext(identity=identity, dry_run=dry_run, field_manager=manager)
-        )
+        warnings: list[str] = []
+        try:
+            return await call(
+                request,
+                RequestContext(
+                    identity=identity, dry_run=dry_run, field_manager=manager, warnings=warnings
+                ),
+            )
+        finally:
+            if warnings:
+                # Admission webhooks' warnings, as kube's Warning headers: one "warning" entry
+                # each (metadata values are ASCII).
+                context.set_trailing_metadata(
+                    tuple((WARNING_METADATA_KEY, _ascii(text)) for text in warnings)
+                )
 
     return handle
+
+
+# The trailing metadata key carrying a warning for the client (REST's Warning header).
+WARNING_METADATA_KEY = "warning"
+
+
+def _ascii(text: str) -> str:
+    return text.encode("ascii", "backslashreplace").decode()
 
 
 async def _write(

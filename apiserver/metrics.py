@@ -99,6 +99,21 @@ class Metrics:
             ["kind", "method"],
             registry=r,
         )
+        # Admission webhooks, as kube-apiserver's (type "admit" for mutating, "validating").
+        self.webhook_duration = Histogram(
+            "apiserver_admission_webhook_admission_duration_seconds",
+            "Admission webhook latency by webhook name, type, operation and whether it refused.",
+            ["name", "type", "operation", "rejected"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.webhook_rejections = Counter(
+            "apiserver_admission_webhook_rejection_count",
+            "Admission webhook refusals and failures by webhook name, type, operation, "
+            "error type (calling_webhook_error, no_error) and code.",
+            ["name", "type", "operation", "error_type", "rejection_code"],
+            registry=r,
+        )
         self.etcd_txn_batch_size = Histogram(
             "apiserver_etcd_txn_batch_size",
             "Writes per etcd Txn (concurrent single-key writes share one; see txnbatch.py).",

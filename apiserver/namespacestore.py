@@ -27,7 +27,7 @@ class NamespaceStore(ResourceStore):
         return await self._replace(request, ctx, "finalize")
 
     async def _start_namespace_deletion(
-        self, request: meta_pb2.DeleteRequest, key: bytes, ctx: RequestContext
+        self, request: meta_pb2.DeleteRequest, key: bytes, ctx: RequestContext, *, admit: bool
     ) -> Message | None:
         """A namespace's first Delete, as kube-apiserver's namespace storage: set
         deletionTimestamp and phase Terminating (the namespace controller then empties it and
@@ -49,6 +49,15 @@ class NamespaceStore(ResourceStore):
                 return None
             if meta.HasField("deletionTimestamp"):
                 return ns  # terminating already; the controller finishes it
+            if admit and self.webhooks_see("DELETE", "", request.name):
+                if not cur.authoritative:
+                    # The webhooks judge the namespace etcd holds, not a cached copy.
+                    cur = await self._current(key, cached=False)
+                    continue
+                # The admission webhooks of the DELETE (once: a lost race below retries only
+                # the write).
+                await self.delete_webhooks(request, ns, ctx)
+                admit = False
             meta.deletionTimestamp.CopyFrom(timestamp(self.clock.now()))
             ns.status.phase = "Terminating"  # type: ignore[attr-defined]
             # No propagation finalizers: tinykube's garbage collector does not track namespaces
@@ -76,7 +85,11 @@ class NamespaceStore(ResourceStore):
         return bool(obj.spec.finalizers)  # type: ignore[attr-defined]
 
     async def delete(
-        self, request: meta_pb2.DeleteRequest, ctx: RequestContext = INTERNAL
+        self,
+        request: meta_pb2.DeleteRequest,
+        ctx: RequestContext = INTERNAL,
+        *,
+        admit: bool = True,
     ) -> Message:
         """Start the namespace's deletion (see `_start_namespace_deletion`), or delete it as
         any object once it has no spec.finalizers left."""
@@ -86,7 +99,9 @@ class NamespaceStore(ResourceStore):
         _check_grace_period(request)
         if self.admission is not None:
             self.admission.check_delete(self.info, request.name)
-        marked = await self._start_namespace_deletion(request, self.key("", request.name), ctx)
+        marked = await self._start_namespace_deletion(
+            request, self.key("", request.name), ctx, admit=admit
+        )
         if marked is not None:
             return marked
-        return await super().delete(request, ctx)
+        return await super().delete(request, ctx, admit=admit)

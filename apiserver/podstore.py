@@ -131,6 +131,9 @@ class PodStore(ResourceStore):
             problems.append(required("target.name"))
         if problems:
             raise InvalidError.for_object("Binding", name, problems)
+        # Admission webhooks see a CREATE of pods/binding (the Binding as the object).
+        await self.subresource_webhooks("binding", binding, "", ctx)
+        target = binding.target
         key = self.key(namespace, name)
         node_key = self.node_prefix + target.name.encode()
         cur = await self._current(key, cached=not ctx.dry_run)
@@ -217,6 +220,10 @@ class PodStore(ResourceStore):
         namespace = self._namespace(eviction.metadata.namespace)
         options = eviction.deleteOptions
         dry_run = _eviction_dry_run(name, options) or ctx.dry_run
+        # Admission webhooks see a CREATE of pods/eviction (the policy/v1 Eviction).
+        webhook_ctx = dataclasses.replace(ctx, dry_run=dry_run)
+        await self.subresource_webhooks("eviction", eviction, "policy", webhook_ctx)
+        options = eviction.deleteOptions
         key = self.key(namespace, name)
         caller_rv = bool(options.preconditions.resourceVersion)
         for attempt in range(_CAS_ATTEMPTS):
@@ -250,12 +257,14 @@ class PodStore(ResourceStore):
                 ours = not caller_rv
                 if ours:
                     req.preconditions.resourceVersion = pod.metadata.resourceVersion
+            # As kube-apiserver, the eviction's own delete is not admitted again: its webhooks
+            # saw the pods/eviction CREATE.
             if dry_run:
-                await self.delete(req, dataclasses.replace(ctx, dry_run=True))
+                await self.delete(req, dataclasses.replace(ctx, dry_run=True), admit=False)
                 return pod_pb2.EvictResponse(pod=pod)
             try:
                 await self._mark_disruption_target(key, req, cur)
-                deleted = await self.delete(req, ctx)
+                deleted = await self.delete(req, ctx, admit=False)
             except ConflictError:
                 if ours and attempt < _CAS_ATTEMPTS - 1:
                     continue  # the pod changed (it may have started): decide again

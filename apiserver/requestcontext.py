@@ -28,6 +28,9 @@ class RequestContext:
     # Records the write's fields in managedFields (operation Update); None keeps the
     # request's managedFields as they are (an apply computed them, or gRPC named none).
     field_manager: str | None = None
+    # Where admission webhooks' warnings go, for the front end to send (REST Warning headers,
+    # gRPC trailing metadata); None: nobody reads them.
+    warnings: list[str] | None = None
 
 
 INTERNAL = RequestContext()

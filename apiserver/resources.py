@@ -28,8 +28,9 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from apiserver import fieldmanager
@@ -39,7 +40,7 @@ from apiserver.auth.escalation import EscalationGuard
 from apiserver.auth.filters import admit_node_write
 from apiserver.deletion import check_policy, gc_finalizers
 from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy
-from apiserver.requestcontext import INTERNAL, RequestContext
+from apiserver.requestcontext import DRY_RUN_ALL, INTERNAL, RequestContext
 from apiserver.settings import Settings
 from apiserver.storage import KV, Storage, WriteResult
 from apiserver.validation import required
@@ -50,12 +51,14 @@ from apiserver.watchcache import (
     WatchCache,
     Watcher,
 )
+from apiserver.webhooks import WebhookDispatcher, WebhookRequest, user_info
 from tinykube.clock import Clock
 from tinykube.errors import (
     AlreadyExistsError,
     BadRequestError,
     ConflictError,
     FieldError,
+    InternalError,
     InvalidError,
     NotFoundError,
     RequestEntityTooLargeError,
@@ -64,6 +67,7 @@ from tinykube.errors import (
     UnimplementedError,
 )
 from tinykube.kinds import KindInfo
+from tinykube.manifest import ManifestError, parse_as, to_dict
 from tinykube.meta import generate_name, get_continue, timestamp
 from tinykube.selectors import (
     FieldSelector,
@@ -192,6 +196,12 @@ class ResourceStore:
         self.escalation: EscalationGuard | None = None
         # Kinds without their own entry (new rows in tinykube.kinds) select by metadata only.
         self.supported_fields = SELECTABLE_FIELDS.get(info.kind, META_FIELDS)
+
+    @property
+    def webhooks(self) -> WebhookDispatcher | None:
+        """The admission webhooks (apiserver/webhooks.py), which come with the admission
+        plugins, so every store given them (custom kinds' too) calls the webhooks."""
+        return self.admission.webhooks if self.admission is not None else None
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -368,6 +378,14 @@ class ResourceStore:
         # Mutating admission runs before the strategy, as in kube-apiserver (the Priority
         # plugin's preemptionPolicy comes before the strategy's default).
         await self.admit(obj)
+        if self.webhooks is not None and self.webhooks.active():
+            mutated = await self._mutating_webhooks("CREATE", "", obj, None, ctx)
+            if mutated is not None:
+                obj.CopyFrom(mutated)
+                # CopyFrom detaches the sub-messages taken before it.
+                meta = obj.metadata  # type: ignore[attr-defined]
+                meta.namespace = self._namespace(meta.namespace)
+                generated = not meta.name and bool(meta.generateName)
         # NodeRestriction is admission too: it refuses a node's write before validation.
         self._admit_node(ctx, "create", "", meta.namespace, meta.name, obj, None)
         if self.escalation is not None:
@@ -388,6 +406,8 @@ class ResourceStore:
             if errors:
                 raise InvalidError.for_object(self.info.qualified_kind, meta.name, errors)
             await self.admit_validated(obj, None)
+            if self.webhooks is not None and self.webhooks.active():
+                await self._validating_webhooks("CREATE", "", obj, None, ctx)
             if ctx.dry_run:
                 return await self._dry_create(obj)
             if self.allocator is not None:
@@ -472,6 +492,188 @@ class ResourceStore:
         """The validating admission of a create (`old` None) or update."""
         if self.admission is not None:
             await self.admission.validate(self.info, obj, old)
+
+    # ---- admission webhooks ----------------------------------------------------------------
+
+    def _webhook_request(
+        self,
+        operation: str,
+        subresource: str,
+        obj: Message | None,
+        old: Message | None,
+        ctx: RequestContext,
+        options: dict[str, Any] | None,
+        *,
+        mutating: bool,
+    ) -> WebhookRequest | None:
+        """The request the webhooks see, or None when no webhook's rules match it (the
+        objects' JSON is made only for a write some webhook may see)."""
+        assert self.webhooks is not None
+        info = self.info
+        either = obj if obj is not None else old
+        meta = either.metadata  # type: ignore[union-attr]
+        if options is None:
+            kind = "CreateOptions" if operation == "CREATE" else "UpdateOptions"
+            options = self._create_options(ctx, kind)
+        req = WebhookRequest(
+            group=info.group,
+            version=info.version,
+            kind=info.kind,
+            resource=info.plural,
+            subresource=subresource,
+            namespace=meta.namespace if info.namespaced else "",
+            name=meta.name,
+            operation=operation,
+            object=None,
+            old_object=None,
+            dry_run=ctx.dry_run,
+            user_info=user_info(ctx.identity),
+            options=options,
+            warnings=ctx.warnings,
+        )
+        if not self.webhooks.rules_match(mutating, req):
+            return None
+        req.object = self._json(obj) if obj is not None else None
+        req.old_object = self._json(old) if old is not None else None
+        return req
+
+    def _json(self, obj: Message) -> dict[str, Any]:
+        data = to_dict(obj)
+        return {
+            "kind": self.info.kind,
+            "apiVersion": self.info.api_version,
+            **{k: v for k, v in data.items() if k not in ("kind", "apiVersion")},
+        }
+
+    async def _mutating_webhooks(
+        self,
+        operation: str,
+        subresource: str,
+        obj: Message | None,
+        old: Message | None,
+        ctx: RequestContext,
+        options: dict[str, Any] | None = None,
+    ) -> Message | None:
+        """The mutating webhooks (apiserver/webhooks.py) on `obj`: the object they made, or
+        None when they changed nothing."""
+        assert self.webhooks is not None
+        if not self.webhooks.hooks(True):
+            return None
+        req = self._webhook_request(operation, subresource, obj, old, ctx, options, mutating=True)
+        if req is None or not await self.webhooks.mutate(req) or req.object is None:
+            return None
+        try:
+            mutated, _unknown = parse_as(self.info, req.object, drop_unknown=True)
+        except ManifestError as exc:
+            raise InternalError(
+                f"the object mutated by admission webhooks cannot be decoded: {exc}"
+            ) from exc
+        return mutated
+
+    async def _validating_webhooks(
+        self,
+        operation: str,
+        subresource: str,
+        obj: Message | None,
+        old: Message | None,
+        ctx: RequestContext,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        assert self.webhooks is not None
+        if not self.webhooks.hooks(False):
+            return
+        req = self._webhook_request(operation, subresource, obj, old, ctx, options, mutating=False)
+        if req is not None:
+            await self.webhooks.validate(req)
+
+    async def subresource_webhooks(
+        self,
+        subresource: str,
+        obj: Message,
+        kind_group: str,
+        ctx: RequestContext,
+    ) -> None:
+        """The webhooks of a CREATE on a subresource whose body is another kind (pods/binding's
+        Binding, pods/eviction's policy/v1 Eviction): mutating (their patches applied to `obj`
+        in place), then validating."""
+        if self.webhooks is None or not self.webhooks.active():
+            return
+        meta = obj.metadata  # type: ignore[attr-defined]
+        descriptor = obj.DESCRIPTOR
+        version = "v1"
+        req = WebhookRequest(
+            group=self.info.group,
+            version=self.info.version,
+            kind=descriptor.name,
+            resource=self.info.plural,
+            subresource=subresource,
+            namespace=self._namespace(meta.namespace),
+            name=meta.name,
+            operation="CREATE",
+            object=None,
+            old_object=None,
+            dry_run=ctx.dry_run,
+            user_info=user_info(ctx.identity),
+            options=self._create_options(ctx),
+            warnings=ctx.warnings,
+            kind_group=kind_group,
+            kind_version=version,
+        )
+        if not (self.webhooks.rules_match(True, req) or self.webhooks.rules_match(False, req)):
+            return
+        data = to_dict(obj)
+        data["apiVersion"] = f"{kind_group}/{version}" if kind_group else version
+        data["kind"] = descriptor.name
+        req.object = data
+        if await self.webhooks.mutate(req) and req.object is not None:
+            patched = {k: v for k, v in req.object.items() if k not in ("apiVersion", "kind")}
+            try:
+                fresh = type(obj)()
+                json_format.ParseDict(patched, fresh, ignore_unknown_fields=True)
+            except json_format.ParseError as exc:
+                raise InternalError(
+                    f"the object mutated by admission webhooks cannot be decoded: {exc}"
+                ) from exc
+            obj.CopyFrom(fresh)
+        await self.webhooks.validate(req)
+
+    def webhooks_see(self, operation: str, namespace: str, name: str) -> bool:
+        """Whether some webhook's rules name this kind's `operation` (no objects needed)."""
+        hooks = self.webhooks
+        if hooks is None or not hooks.active():
+            return False
+        info = self.info
+        req = WebhookRequest(
+            group=info.group,
+            version=info.version,
+            kind=info.kind,
+            resource=info.plural,
+            subresource="",
+            namespace=namespace if info.namespaced else "",
+            name=name,
+            operation=operation,
+            object=None,
+            old_object=None,
+        )
+        return hooks.rules_match(True, req) or hooks.rules_match(False, req)
+
+    async def delete_webhooks(
+        self, request: meta_pb2.DeleteRequest, obj: Message, ctx: RequestContext
+    ) -> None:
+        """The admission webhooks of a DELETE of `obj` (the old object; no new one)."""
+        if self.webhooks is not None and self.webhooks.active():
+            options = _delete_options(request, ctx)
+            await self._mutating_webhooks("DELETE", "", None, obj, ctx, options)
+            await self._validating_webhooks("DELETE", "", None, obj, ctx, options)
+
+    @staticmethod
+    def _create_options(ctx: RequestContext, kind: str = "CreateOptions") -> dict[str, Any]:
+        options: dict[str, Any] = {"kind": kind, "apiVersion": "meta.k8s.io/v1"}
+        if ctx.field_manager:
+            options["fieldManager"] = ctx.field_manager
+        if ctx.dry_run:
+            options["dryRun"] = [DRY_RUN_ALL]
+        return options
 
     # ---- Get -------------------------------------------------------------------------------
 
@@ -695,6 +897,11 @@ class ResourceStore:
         the current object after a lost compare-and-swap (None: it is gone)."""
         old = cur.obj
         obj = await transform(old)
+        if self.webhooks is not None and self.webhooks.active():
+            obj.metadata.namespace = namespace  # type: ignore[attr-defined]
+            mutated = await self._mutating_webhooks("UPDATE", subresource, obj, old, ctx)
+            if mutated is not None:
+                obj = mutated
         meta = obj.metadata  # type: ignore[attr-defined]
         meta.namespace = namespace
         if meta.resourceVersion and _parse_rv(meta.resourceVersion) != cur.revision:
@@ -723,6 +930,8 @@ class ResourceStore:
             self.escalation.admit(self.info.kind, new, old, ctx.identity)
         if not errors and not subresource:
             await self.admit_validated(new, old)
+        if not errors and self.webhooks is not None and self.webhooks.active():
+            await self._validating_webhooks("UPDATE", subresource, new, old, ctx)
         if errors:
             raise InvalidError.for_object(self.info.qualified_kind, name, errors)
         if new == old:
@@ -779,7 +988,11 @@ class ResourceStore:
     # ---- Delete ----------------------------------------------------------------------------
 
     async def delete(
-        self, request: meta_pb2.DeleteRequest, ctx: RequestContext = INTERNAL
+        self,
+        request: meta_pb2.DeleteRequest,
+        ctx: RequestContext = INTERNAL,
+        *,
+        admit: bool = True,
     ) -> Message:
         """Delete, or mark as deleting: graceful pods and objects held by finalizers stay,
         with deletionTimestamp set, until the kubelet or the finalizers' owners let go.
@@ -798,6 +1011,12 @@ class ResourceStore:
         _check_grace_period(request)
         pre = request.preconditions
         cur = await self._current(key, cached=not ctx.dry_run)
+        if cur is not None and admit and self.webhooks_see("DELETE", namespace, request.name):
+            if not cur.authoritative:
+                # The webhooks judge the object etcd holds, not a cached copy.
+                cur = await self._current(key, cached=False)
+            if cur is not None:
+                await self.delete_webhooks(request, cur.obj, ctx)
         for _attempt in range(_CAS_ATTEMPTS):
             if cur is None:
                 raise self._not_found(request.name)
@@ -916,3 +1135,15 @@ def _check_grace_period(request: meta_pb2.DeleteRequest) -> None:
         raise InvalidError(
             f"invalid gracePeriodSeconds {request.gracePeriodSeconds}: must not be negative"
         )
+
+
+def _delete_options(request: meta_pb2.DeleteRequest, ctx: RequestContext) -> dict[str, Any]:
+    """The DeleteOptions an admission webhook sees."""
+    options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"}
+    if request.HasField("gracePeriodSeconds"):
+        options["gracePeriodSeconds"] = request.gracePeriodSeconds
+    if request.propagationPolicy:
+        options["propagationPolicy"] = request.propagationPolicy
+    if ctx.dry_run:
+        options["dryRun"] = [DRY_RUN_ALL]
+    return options

@@ -105,6 +105,7 @@ from tinykube.retry import (
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.tls import Credentials, TransportSecurityError, ambient_credentials, explain
 from tinykube.v1 import (
+    admissionregistration_pb2,
     configmap_pb2,
     controllerrevision_pb2,
     daemonset_pb2,
@@ -489,6 +490,16 @@ class Client:
         endpointslice_pb2.EndpointSliceList,
         endpointslice_pb2.EndpointSliceWatchEvent,
     ]
+    mutating_webhook_configurations: ResourceClient[
+        admissionregistration_pb2.MutatingWebhookConfiguration,
+        admissionregistration_pb2.MutatingWebhookConfigurationList,
+        admissionregistration_pb2.MutatingWebhookConfigurationWatchEvent,
+    ]
+    validating_webhook_configurations: ResourceClient[
+        admissionregistration_pb2.ValidatingWebhookConfiguration,
+        admissionregistration_pb2.ValidatingWebhookConfigurationList,
+        admissionregistration_pb2.ValidatingWebhookConfigurationWatchEvent,
+    ]
 
     def __init__(
         self,
@@ -579,6 +590,17 @@ class Client:
         )
         self.endpoint_slices = ResourceClient(kinds.ENDPOINT_SLICE, self)
         self._by_kind[kinds.ENDPOINT_SLICE.kind] = self.endpoint_slices
+        self.mutating_webhook_configurations = ResourceClient(
+            kinds.MUTATING_WEBHOOK_CONFIGURATION, self
+        )
+        self.validating_webhook_configurations = ResourceClient(
+            kinds.VALIDATING_WEBHOOK_CONFIGURATION, self
+        )
+        for webhooks in (
+            self.mutating_webhook_configurations,
+            self.validating_webhook_configurations,
+        ):
+            self._by_kind[webhooks.info.kind] = webhooks
 
     def resource(self, kind: str | KindInfo) -> ResourceClient[Any, Any, Any]:
         """The untyped ResourceClient for a kind given as KindInfo, Kind, plural or short name."""

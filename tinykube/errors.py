@@ -33,6 +33,9 @@ class TinykubeError(Exception):
     # refused because its namespace is missing): (group, plural, name), for the REST Status'
     # details. Server side only; not carried over gRPC.
     subject: tuple[str, str, str] | None = None
+    # The REST Status to send as it is, when another server chose it (an admission webhook's
+    # refusal: its code, reason and details). Server side only.
+    rest_status: dict[str, Any] | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

@@ -28,6 +28,9 @@ KUBE_TYPE_NAMES: dict[str, str] = {
     "EndpointSlicePort": "EndpointPort",
     "EventsV1Event": "Event",
     "EventsV1EventList": "EventList",
+    # admissionregistration.k8s.io (prefixed: apiextensions has types of the same names).
+    "AdmissionServiceReference": "ServiceReference",
+    "AdmissionWebhookClientConfig": "WebhookClientConfig",
 }
 
 # Fields holding resource amounts (Kubernetes' resource.Quantity, a string): the
@@ -72,6 +75,11 @@ PATCH_META: dict[tuple[str, str], tuple[str, str]] = {
     ("tinykube.v1.NamespaceStatus", "conditions"): ("merge", "type"),
     ("tinykube.v1.JobStatus", "conditions"): ("merge", "type"),
     ("tinykube.v1.ServiceAccount", "secrets"): ("merge", "name"),
+    # admissionregistration.k8s.io: webhooks and their matchConditions by name.
+    ("tinykube.v1.MutatingWebhookConfiguration", "webhooks"): ("merge", "name"),
+    ("tinykube.v1.ValidatingWebhookConfiguration", "webhooks"): ("merge", "name"),
+    ("tinykube.v1.MutatingWebhook", "matchConditions"): ("merge", "name"),
+    ("tinykube.v1.ValidatingWebhook", "matchConditions"): ("merge", "name"),
 }
 
 

@@ -15,6 +15,8 @@ from typing import Any
 from google.protobuf.message import Message
 
 from tinykube.v1 import (
+    admissionregistration_pb2,
+    admissionregistration_pb2_grpc,
     configmap_pb2,
     configmap_pb2_grpc,
     controllerrevision_pb2,
@@ -546,6 +548,43 @@ ENDPOINT_SLICE = KindInfo(
     group="discovery.k8s.io",
 )
 ALL_KINDS += (ENDPOINT_SLICE,)
+# admissionregistration.k8s.io/v1: the admission webhooks the apiserver calls on writes
+# (apiserver/webhooks.py). Cluster-scoped.
+ADMISSION_GROUP = "admissionregistration.k8s.io"
+
+
+def _webhook_kind(kind: str, plural: str, field: str) -> KindInfo:
+    return KindInfo(
+        kind=kind,
+        plural=plural,
+        namespaced=False,
+        message=getattr(admissionregistration_pb2, kind),
+        list_message=getattr(admissionregistration_pb2, f"{kind}List"),
+        watch_event=getattr(admissionregistration_pb2, f"{kind}WatchEvent"),
+        create_request=getattr(admissionregistration_pb2, f"Create{kind}Request"),
+        update_request=getattr(admissionregistration_pb2, f"Update{kind}Request"),
+        request_field=field,
+        service=f"tinykube.v1.{kind}s",
+        stub=getattr(admissionregistration_pb2_grpc, f"{kind}sStub"),
+        add_servicer=getattr(admissionregistration_pb2_grpc, f"add_{kind}sServicer_to_server"),
+        has_status=False,
+        short_names=(kind.lower(),),
+        group=ADMISSION_GROUP,
+        categories=("api-extensions",),
+    )
+
+
+MUTATING_WEBHOOK_CONFIGURATION = _webhook_kind(
+    "MutatingWebhookConfiguration",
+    "mutatingwebhookconfigurations",
+    "mutatingWebhookConfiguration",
+)
+VALIDATING_WEBHOOK_CONFIGURATION = _webhook_kind(
+    "ValidatingWebhookConfiguration",
+    "validatingwebhookconfigurations",
+    "validatingWebhookConfiguration",
+)
+ALL_KINDS += (MUTATING_WEBHOOK_CONFIGURATION, VALIDATING_WEBHOOK_CONFIGURATION)
 BY_KIND: dict[str, KindInfo] = {k.kind: k for k in ALL_KINDS}
 BY_PLURAL: dict[str, KindInfo] = {k.plural: k for k in ALL_KINDS}
 # Kinds with a scale subresource (autoscaling/v1 Scale over spec.replicas): kubectl scale.

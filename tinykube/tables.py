@@ -942,6 +942,28 @@ def _controller_revision_cells(cr: Mapping[str, Any], clock: _Clock) -> _Cells:
 _PRINTERS["DaemonSet"] = _daemon_set_cells
 _PRINTERS["ControllerRevision"] = _controller_revision_cells
 
+# admissionregistration.k8s.io/v1 webhook configurations (kube's printMutatingWebhook,
+# printValidatingWebhook): how many webhooks each holds.
+for _webhook_kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+    _COLUMNS[_webhook_kind] = (
+        _NAME_COLUMN,
+        _col("Webhooks", "integer", "Webhooks indicates the number of webhooks in the object."),
+        _AGE_COLUMN,
+    )
+
+
+def _webhook_configuration_cells(config: Mapping[str, Any], clock: _Clock) -> _Cells:
+    meta = config.get("metadata") or {}
+    return [
+        meta.get("name", ""),
+        len(config.get("webhooks") or ()),
+        clock.since(meta.get("creationTimestamp"), config, "metadata.creationTimestamp"),
+    ]
+
+
+_PRINTERS["MutatingWebhookConfiguration"] = _webhook_configuration_cells
+_PRINTERS["ValidatingWebhookConfiguration"] = _webhook_configuration_cells
+
 # core/v1 ConfigMaps and Secrets (kube's printConfigMap, printSecret): counts of keys, never
 # values. Kube declares the Data columns "string" although their cells are integers.
 _COLUMNS["ConfigMap"] = (

@@ -10,6 +10,7 @@ requires) is what tinykube's OpenAPI documents publish.
 from typing import Any
 
 ZERO_FIELDS: dict[str, dict[str, Any]] = {
+    'tinykube.v1.AdmissionServiceReference': {'name': '', 'namespace': ''},
     'tinykube.v1.ClusterRoleBinding': {'roleRef': {'apiGroup': '', 'kind': '', 'name': ''}},
     'tinykube.v1.ConfigMapKeySelector': {'key': ''},
     'tinykube.v1.Container': {'name': '', 'resources': {}},
@@ -83,6 +84,11 @@ ZERO_FIELDS: dict[str, dict[str, Any]] = {
     'tinykube.v1.KeyToPath': {'key': '', 'path': ''},
     'tinykube.v1.LabelSelectorRequirement': {'key': '', 'operator': ''},
     'tinykube.v1.Lease': {'spec': {}},
+    'tinykube.v1.MatchCondition': {'expression': '', 'name': ''},
+    'tinykube.v1.MutatingWebhook': {'admissionReviewVersions': [],
+                                    'clientConfig': {},
+                                    'name': '',
+                                    'sideEffects': ''},
     'tinykube.v1.Namespace': {'spec': {}, 'status': {}},
     'tinykube.v1.NamespaceCondition': {'lastTransitionTime': None, 'status': '', 'type': ''},
     'tinykube.v1.Node': {'spec': {},
@@ -180,6 +186,10 @@ ZERO_FIELDS: dict[str, dict[str, Any]] = {
     'tinykube.v1.TopologySpreadConstraint': {'maxSkew': 0,
                                              'topologyKey': '',
                                              'whenUnsatisfiable': ''},
+    'tinykube.v1.ValidatingWebhook': {'admissionReviewVersions': [],
+                                      'clientConfig': {},
+                                      'name': '',
+                                      'sideEffects': ''},
     'tinykube.v1.Volume': {'name': ''},
     'tinykube.v1.VolumeMount': {'mountPath': '', 'name': ''},
     'tinykube.v1.WeightedPodAffinityTerm': {'podAffinityTerm': {'topologyKey': ''}, 'weight': 0},
@@ -187,6 +197,7 @@ ZERO_FIELDS: dict[str, dict[str, Any]] = {
 
 
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
+    'tinykube.v1.AdmissionServiceReference': ('namespace', 'name'),
     'tinykube.v1.ClusterRoleBinding': ('roleRef',),
     'tinykube.v1.ConfigMapKeySelector': ('key',),
     'tinykube.v1.Container': ('name',),
@@ -222,6 +233,11 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     'tinykube.v1.JobSpec': ('template',),
     'tinykube.v1.KeyToPath': ('key', 'path'),
     'tinykube.v1.LabelSelectorRequirement': ('key', 'operator'),
+    'tinykube.v1.MatchCondition': ('name', 'expression'),
+    'tinykube.v1.MutatingWebhook': ('name',
+                                    'clientConfig',
+                                    'sideEffects',
+                                    'admissionReviewVersions'),
     'tinykube.v1.NamespaceCondition': ('type', 'status'),
     'tinykube.v1.NodeAddress': ('type', 'address'),
     'tinykube.v1.NodeCondition': ('type', 'status'),
@@ -270,6 +286,10 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     'tinykube.v1.TCPSocketAction': ('port',),
     'tinykube.v1.Taint': ('key', 'effect'),
     'tinykube.v1.TopologySpreadConstraint': ('maxSkew', 'topologyKey', 'whenUnsatisfiable'),
+    'tinykube.v1.ValidatingWebhook': ('name',
+                                      'clientConfig',
+                                      'sideEffects',
+                                      'admissionReviewVersions'),
     'tinykube.v1.Volume': ('name',),
     'tinykube.v1.VolumeMount': ('name', 'mountPath'),
     'tinykube.v1.WeightedPodAffinityTerm': ('weight', 'podAffinityTerm'),

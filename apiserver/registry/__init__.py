@@ -20,6 +20,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from apiserver.registry import base
+from apiserver.registry.admissionregistration import WebhookConfigurationStrategy
 from apiserver.registry.base import META_FIELDS
 from apiserver.registry.configmap import ConfigMapStrategy
 from apiserver.registry.controllerrevision import ControllerRevisionStrategy
@@ -53,6 +54,7 @@ from tinykube.kinds import (
     EVENT,
     JOB,
     LEASE,
+    MUTATING_WEBHOOK_CONFIGURATION,
     NAMESPACE,
     NODE,
     POD,
@@ -64,6 +66,7 @@ from tinykube.kinds import (
     SECRET,
     SERVICE,
     SERVICE_ACCOUNT,
+    VALIDATING_WEBHOOK_CONFIGURATION,
     KindInfo,
 )
 
@@ -113,6 +116,8 @@ STRATEGIES: dict[str, StrategyClass] = build_table(
         (CLUSTER_ROLE, RoleStrategy),
         (ROLE_BINDING, BindingStrategy),
         (CLUSTER_ROLE_BINDING, BindingStrategy),
+        (MUTATING_WEBHOOK_CONFIGURATION, WebhookConfigurationStrategy),
+        (VALIDATING_WEBHOOK_CONFIGURATION, WebhookConfigurationStrategy),
     )
 )
 

@@ -56,7 +56,14 @@ from apiserver.rest.discovery import (
     version_info,
     wants_aggregated,
 )
-from apiserver.rest.handlers import IDENTITY, PROXY_PATH, ResourceHandlers, Target, read_body
+from apiserver.rest.handlers import (
+    IDENTITY,
+    PROXY_PATH,
+    WARNINGS,
+    ResourceHandlers,
+    Target,
+    read_body,
+)
 from apiserver.rest.inflight import inflight_middleware
 from apiserver.rest.openapi import OpenAPI
 from apiserver.rest.status import (
@@ -345,14 +352,19 @@ class RestServer:
         fmt = negotiate(request.headers.get("Accept", ""), table=False) or ""
         encoded = kubeproto.encode(body) if fmt.startswith(AS_PROTOBUF) else None
         if encoded is not None:
-            return web.Response(
+            resp = web.Response(
                 status=code, body=encoded, headers={"Content-Type": PROTOBUF, **headers}
             )
-        return web.Response(
-            status=code,
-            body=dumps(body),
-            headers={"Content-Type": "application/json", **headers},
-        )
+        else:
+            resp = web.Response(
+                status=code,
+                body=dumps(body),
+                headers={"Content-Type": "application/json", **headers},
+            )
+        # Admission webhooks' warnings reach the client with a refusal too.
+        for text in request.get(WARNINGS, ()):
+            resp.headers.add("Warning", '299 - "' + text.replace('"', '\\"') + '"')
+        return resp
 
     # ---- routing ----------------------------------------------------------------------------
 

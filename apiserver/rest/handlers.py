@@ -99,6 +99,8 @@ _INT32_MAX = 2**31 - 1
 _GO_INT = re.compile(r"[+-]?[0-9]+\Z")
 # Who a request acts as, once the enforcer has authenticated it (unset under --insecure).
 IDENTITY = web.RequestKey("tinykube_identity", Identity)
+# The warnings a write's admission webhooks gave, sent as Warning headers with its answer.
+WARNINGS = web.RequestKey("tinykube_warnings", list[str])
 
 
 @dataclass(frozen=True)
@@ -595,8 +597,13 @@ class ResourceHandlers:
     ) -> RequestContext:
         """The write's request context: who sends it (None under --insecure), the query's
         dryRun, and the field manager to record."""
+        warnings: list[str] = []
+        request[WARNINGS] = warnings
         return RequestContext(
-            identity=request.get(IDENTITY), dry_run=self._dry_run(q), field_manager=field_manager
+            identity=request.get(IDENTITY),
+            dry_run=self._dry_run(q),
+            field_manager=field_manager,
+            warnings=warnings,
         )
 
     @staticmethod
@@ -635,12 +642,14 @@ class ResourceHandlers:
         warnings: Sequence[str] = (),
     ) -> web.Response:
         fmt = self._accept(request, table=True)
+        warnings = [*warnings, *request.get(WARNINGS, ())]
         if fmt == AS_TABLE:
             # Tables print the stored kind's fields, whichever version was asked for.
             assert target.resource.info is not None
             data = self.codecs[target.resource.info.kind].object_dict(obj)
             rv = str(data.get("metadata", {}).get("resourceVersion", ""))
-            return self._respond(fmt, self._table(target, q, [data], rv), code=code)
+            table = self._table(target, q, [data], rv)
+            return self._respond(fmt, table, code=code, warnings=warnings)
         return self._respond(fmt, self._object(target, obj), code=code, warnings=warnings)
 
     # ---- GET / LIST -------------------------------------------------------------------------

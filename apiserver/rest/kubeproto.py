@@ -71,6 +71,7 @@ def fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
 # API group -> the tables' package prefix (all served versions are v1).
 _PACKAGES = {
     "": "core",
+    "admissionregistration.k8s.io": "admissionregistration",
     "apps": "apps",
     "batch": "batch",
     "policy": "policy",

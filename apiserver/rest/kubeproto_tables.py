@@ -1839,3 +1839,72 @@ MESSAGES: dict[str, dict[int, Field]] = {
         2: ("items", "[]message", "scheduling.PriorityClass"),
     },
 }
+
+# admissionregistration.k8s.io/v1 (webhook configurations).
+_WEBHOOK_COMMON: dict[int, Field] = {
+    1: ("name", "string", ""),
+    2: ("clientConfig", "message", "admissionregistration.WebhookClientConfig"),
+    3: ("rules", "[]message", "admissionregistration.RuleWithOperations"),
+    4: ("failurePolicy", "*string", ""),
+    5: ("namespaceSelector", "*message", "meta.LabelSelector"),
+    6: ("sideEffects", "*string", ""),
+    7: ("timeoutSeconds", "*int", ""),
+    8: ("admissionReviewVersions", "[]string", ""),
+    9: ("matchPolicy", "*string", ""),
+}
+MESSAGES.update(
+    {
+        "admissionregistration.MutatingWebhook": {
+            **_WEBHOOK_COMMON,
+            10: ("reinvocationPolicy", "*string", ""),
+            11: ("objectSelector", "*message", "meta.LabelSelector"),
+            12: ("matchConditions", "[]message", "admissionregistration.MatchCondition"),
+        },
+        "admissionregistration.ValidatingWebhook": {
+            **_WEBHOOK_COMMON,
+            10: ("objectSelector", "*message", "meta.LabelSelector"),
+            11: ("matchConditions", "[]message", "admissionregistration.MatchCondition"),
+        },
+        "admissionregistration.WebhookClientConfig": {
+            1: ("service", "*message", "admissionregistration.ServiceReference"),
+            2: ("caBundle", "bytes", ""),
+            3: ("url", "*string", ""),
+        },
+        "admissionregistration.ServiceReference": {
+            1: ("namespace", "string", ""),
+            2: ("name", "string", ""),
+            3: ("path", "*string", ""),
+            4: ("port", "*int", ""),
+        },
+        "admissionregistration.RuleWithOperations": {
+            1: ("operations", "[]string", ""),
+            2: ("", "inline", "admissionregistration.Rule"),
+        },
+        "admissionregistration.Rule": {
+            1: ("apiGroups", "[]string", ""),
+            2: ("apiVersions", "[]string", ""),
+            3: ("resources", "[]string", ""),
+            4: ("scope", "*string", ""),
+        },
+        "admissionregistration.MatchCondition": {
+            1: ("name", "string", ""),
+            2: ("expression", "string", ""),
+        },
+        "admissionregistration.MutatingWebhookConfiguration": {
+            1: ("metadata", "message", "meta.ObjectMeta"),
+            2: ("webhooks", "[]message", "admissionregistration.MutatingWebhook"),
+        },
+        "admissionregistration.MutatingWebhookConfigurationList": {
+            1: ("metadata", "message", "meta.ListMeta"),
+            2: ("items", "[]message", "admissionregistration.MutatingWebhookConfiguration"),
+        },
+        "admissionregistration.ValidatingWebhookConfiguration": {
+            1: ("metadata", "message", "meta.ObjectMeta"),
+            2: ("webhooks", "[]message", "admissionregistration.ValidatingWebhook"),
+        },
+        "admissionregistration.ValidatingWebhookConfigurationList": {
+            1: ("metadata", "message", "meta.ListMeta"),
+            2: ("items", "[]message", "admissionregistration.ValidatingWebhookConfiguration"),
+        },
+    }
+)

@@ -218,6 +218,8 @@ def status_of(
     res = resource or Resource()
     if isinstance(exc, RestError):
         return exc.code, status_body(exc.code, exc.reason, exc.message, exc.details), exc.headers
+    if isinstance(exc, TinykubeError) and exc.rest_status is not None:
+        return int(exc.rest_status["code"]), exc.rest_status, {}
     if isinstance(exc, AuthenticationError):
         return 401, status_body(401, "Unauthorized", exc.message), {}
     if isinstance(exc, RequestEntityTooLargeError):

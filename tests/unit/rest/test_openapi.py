@@ -85,6 +85,14 @@ DEFINITION_NAMES = [
         "io.k8s.api.discovery.v1.EndpointSlice",
         "io.k8s.api.discovery.v1.EndpointSliceList",
     ),
+    *(
+        (
+            kind,
+            f"io.k8s.api.admissionregistration.v1.{kind}",
+            f"io.k8s.api.admissionregistration.v1.{kind}List",
+        )
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+    ),
 ]
 
 
@@ -246,6 +254,7 @@ def test_v3_index_names_each_document_with_its_hash(api: OpenAPI) -> None:
     index = json.loads(api.v3_index())
     assert set(index["paths"]) == {
         "api/v1",
+        "apis/admissionregistration.k8s.io/v1",
         "apis/apps/v1",
         "apis/batch/v1",
         "apis/coordination.k8s.io/v1",

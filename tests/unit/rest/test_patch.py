@@ -1132,6 +1132,15 @@ ATOMIC_IN_KUBERNETES = {
     ("tinykube.v1.Endpoint", "addresses"),
     ("tinykube.v1.EndpointHints", "forNodes"),
     ("tinykube.v1.EndpointHints", "forZones"),
+    # admissionregistration/v1: rules, their lists and admissionReviewVersions listType=atomic
+    ("tinykube.v1.MutatingWebhook", "rules"),
+    ("tinykube.v1.ValidatingWebhook", "rules"),
+    ("tinykube.v1.MutatingWebhook", "admissionReviewVersions"),
+    ("tinykube.v1.ValidatingWebhook", "admissionReviewVersions"),
+    ("tinykube.v1.RuleWithOperations", "operations"),
+    ("tinykube.v1.RuleWithOperations", "apiGroups"),
+    ("tinykube.v1.RuleWithOperations", "apiVersions"),
+    ("tinykube.v1.RuleWithOperations", "resources"),
 }
 
 

@@ -169,6 +169,8 @@ COLUMNS = {
         ("PreemptionPolicy", 0),
     ],
     "ConfigMap": [("Name", 0), ("Data", 0), ("Age", 0)],
+    "MutatingWebhookConfiguration": [("Name", 0), ("Webhooks", 0), ("Age", 0)],
+    "ValidatingWebhookConfiguration": [("Name", 0), ("Webhooks", 0), ("Age", 0)],
     "Secret": [("Name", 0), ("Type", 0), ("Data", 0), ("Age", 0)],
     "ServiceAccount": [("Name", 0), ("Secrets", 0), ("Age", 0)],
     "EndpointSlice": [("Name", 0), ("AddressType", 0), ("Ports", 0), ("Endpoints", 0), ("Age", 0)],
