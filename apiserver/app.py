@@ -49,6 +49,7 @@ from apiserver.auth.tokens import (
     load_private_key,
     load_public_keys,
 )
+from apiserver.crd import controller as crd_controller
 from apiserver.flowcontrol import Limiter
 from apiserver.grpcapi import GrpcResource, MetricsInterceptor
 from apiserver.metrics import Metrics
@@ -69,6 +70,7 @@ from tinykube.kinds import (
     ALL_KINDS,
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
+    CUSTOM_RESOURCE_DEFINITION,
     ENDPOINTS,
     NAMESPACE,
     NODE,
@@ -388,6 +390,13 @@ class APIServer:
             # etcd is not there yet: keep trying in the background.
             self._tasks.append(asyncio.create_task(self._policy_loop(), name="bootstrap-policy"))
         self._tasks.append(asyncio.create_task(self._health_loop(), name="health"))
+        # The CRD naming and establishing controllers (apiserver/crd/controller.py).
+        self._tasks.append(
+            asyncio.create_task(
+                crd_controller.run(self.services[CUSTOM_RESOURCE_DEFINITION.kind]),
+                name="crd-controller",
+            )
+        )
         if self.rest is not None:
             self._tasks.append(
                 asyncio.create_task(self._master_service_loop(), name="master-service")

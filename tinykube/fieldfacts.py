@@ -28,6 +28,8 @@ KUBE_TYPE_NAMES: dict[str, str] = {
     "EndpointSlicePort": "EndpointPort",
     "EventsV1Event": "Event",
     "EventsV1EventList": "EventList",
+    "ConversionServiceReference": "ServiceReference",
+    "ConversionWebhookClientConfig": "WebhookClientConfig",
 }
 
 # Fields holding resource amounts (Kubernetes' resource.Quantity, a string): the

@@ -15,6 +15,8 @@ from typing import Any
 from google.protobuf.message import Message
 
 from tinykube.v1 import (
+    apiextensions_pb2,
+    apiextensions_pb2_grpc,
     configmap_pb2,
     configmap_pb2_grpc,
     controllerrevision_pb2,
@@ -540,6 +542,28 @@ ENDPOINT_SLICE = KindInfo(
     group="discovery.k8s.io",
 )
 ALL_KINDS += (ENDPOINT_SLICE,)
+
+# apiextensions.k8s.io/v1 CustomResourceDefinitions: kinds defined at run time (docs/crds.md).
+APIEXTENSIONS_GROUP = "apiextensions.k8s.io"
+CUSTOM_RESOURCE_DEFINITION = KindInfo(
+    kind="CustomResourceDefinition",
+    plural="customresourcedefinitions",
+    namespaced=False,
+    message=apiextensions_pb2.CustomResourceDefinition,
+    list_message=apiextensions_pb2.CustomResourceDefinitionList,
+    watch_event=apiextensions_pb2.CustomResourceDefinitionWatchEvent,
+    create_request=apiextensions_pb2.CreateCustomResourceDefinitionRequest,
+    update_request=apiextensions_pb2.UpdateCustomResourceDefinitionRequest,
+    request_field="customResourceDefinition",
+    service="tinykube.v1.CustomResourceDefinitions",
+    stub=apiextensions_pb2_grpc.CustomResourceDefinitionsStub,
+    add_servicer=apiextensions_pb2_grpc.add_CustomResourceDefinitionsServicer_to_server,
+    has_status=True,
+    short_names=("crd", "crds"),
+    group=APIEXTENSIONS_GROUP,
+    categories=("api-extensions",),
+)
+ALL_KINDS += (CUSTOM_RESOURCE_DEFINITION,)
 BY_KIND: dict[str, KindInfo] = {k.kind: k for k in ALL_KINDS}
 BY_PLURAL: dict[str, KindInfo] = {k.plural: k for k in ALL_KINDS}
 # Kinds with a scale subresource (autoscaling/v1 Scale over spec.replicas): kubectl scale.

@@ -23,6 +23,7 @@ from apiserver.registry import base
 from apiserver.registry.base import META_FIELDS
 from apiserver.registry.configmap import ConfigMapStrategy
 from apiserver.registry.controllerrevision import ControllerRevisionStrategy
+from apiserver.registry.customresourcedefinition import CustomResourceDefinitionStrategy
 from apiserver.registry.daemonset import DaemonSetStrategy
 from apiserver.registry.deployment import DeploymentStrategy
 from apiserver.registry.endpoints import EndpointsStrategy
@@ -46,6 +47,7 @@ from tinykube.kinds import (
     CLUSTER_ROLE_BINDING,
     CONFIG_MAP,
     CONTROLLER_REVISION,
+    CUSTOM_RESOURCE_DEFINITION,
     DAEMON_SET,
     DEPLOYMENT,
     ENDPOINT_SLICE,
@@ -113,6 +115,7 @@ STRATEGIES: dict[str, StrategyClass] = build_table(
         (CLUSTER_ROLE, RoleStrategy),
         (ROLE_BINDING, BindingStrategy),
         (CLUSTER_ROLE_BINDING, BindingStrategy),
+        (CUSTOM_RESOURCE_DEFINITION, CustomResourceDefinitionStrategy),
     )
 )
 

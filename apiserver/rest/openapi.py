@@ -33,7 +33,7 @@ from google.protobuf.message import Message
 
 from apiserver.rest import openapi_proto
 from tinykube.fieldfacts import KUBE_TYPE_NAMES, QUANTITY_FIELDS, QUANTITY_MAPS, REQUIRED
-from tinykube.kinds import KindInfo, api_package
+from tinykube.kinds import APIEXTENSIONS_GROUP, KindInfo, api_package
 from tinykube.v1 import meta_pb2
 from tinykube.zerofields import REQUIRED_FIELDS
 
@@ -54,6 +54,8 @@ PATCH = f"{META}.Patch"
 RAW_EXTENSION = "io.k8s.apimachinery.pkg.runtime.RawExtension"
 SCALE = "io.k8s.api.autoscaling.v1.Scale"
 EVICTION = "io.k8s.api.policy.v1.Eviction"
+# The CRD's types live in k8s.io/apiextensions-apiserver, not k8s.io/api.
+_APIEXTENSIONS_PACKAGE = "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions"
 
 # The proto messages that are apimachinery's meta/v1 types in Kubernetes; every other message
 # belongs to the API package of the kind that declares it (ObjectReference and PodTemplateSpec
@@ -458,6 +460,8 @@ def _name_messages(kinds: Sequence[KindInfo]) -> dict[str, str]:
             names[desc.full_name] = f"{META}.{short}"
         elif desc.name in _CORE_MESSAGES:
             names[desc.full_name] = f"io.k8s.api.core.v1.{short}"
+        elif group == APIEXTENSIONS_GROUP:
+            names[desc.full_name] = f"{_APIEXTENSIONS_PACKAGE}.{version}.{short}"
         else:
             names[desc.full_name] = f"io.k8s.api.{api_package(group)}.{version}.{short}"
         for field in desc.fields:

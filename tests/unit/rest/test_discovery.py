@@ -22,6 +22,7 @@ def test_every_group_version_has_its_resources() -> None:
         "apis/rbac.authorization.k8s.io/v1",
         # kube-aggregator's priorities: storage 16800 before coordination 16500
         "apis/storage.k8s.io/v1",
+        "apis/apiextensions.k8s.io/v1",
         "apis/scheduling.k8s.io/v1",
         "apis/coordination.k8s.io/v1",
         "apis/discovery.k8s.io/v1",

@@ -164,6 +164,8 @@ def _paths(value: Any, prefix: str = "") -> set[str]:
 
 @pytest.mark.parametrize("info", ALL_KINDS, ids=[k.kind for k in ALL_KINDS])
 def test_every_modelled_field_of_every_kind_round_trips(info: KindInfo) -> None:
+    if not kubeproto.supports(info.api_version, info.kind):
+        pytest.skip(f"{info.kind} is served as JSON only (its schema has no protobuf table)")
     doc = canonical(full_object(info))
     back = round_trip(copy.deepcopy(doc))
     missing = sorted(_paths(doc) - _paths(back))

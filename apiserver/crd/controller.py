@@ -1,0 +1,87 @@
+"""The CRD controllers of the apiserver process (kube runs its apiextensions controllers in the
+apiserver too): naming and establishing (apiserver/crd/names.py decides), on every apiserver.
+
+`run(store)` watches the CustomResourceDefinitions' watch cache and, after each batch of
+events, reconciles every CRD's status: acceptedNames, NamesAccepted and Established. Each
+write is a status update through the store's one write pipeline (compare-and-swap, retried on
+a conflict), so two apiservers of an HA pair reconciling the same CRD agree: the decision is a
+function of the CRDs' current state, and the second write finds nothing to change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from google.protobuf.message import Message
+
+from apiserver.crd import names
+from apiserver.requestcontext import INTERNAL
+from apiserver.resources import ResourceStore
+from tinykube.errors import ConflictError, NotFoundError, TinykubeError
+from tinykube.v1 import apiextensions_pb2
+
+log = logging.getLogger(__name__)
+
+CRD = apiextensions_pb2.CustomResourceDefinition
+# After an error (etcd away), the next try.
+RETRY_SECONDS = 1.0
+
+
+def _crds(store: ResourceStore) -> list[CRD]:
+    crds = []
+    for cached in store.cache.state.values():
+        obj = cached.obj
+        assert isinstance(obj, CRD)
+        crds.append(obj)
+    return sorted(
+        crds, key=lambda c: (c.metadata.creationTimestamp.ToNanoseconds(), c.metadata.name)
+    )
+
+
+async def reconcile_all(store: ResourceStore) -> int:
+    """One pass over every CRD, oldest first (an older CRD keeps a contested name); how many
+    statuses were written."""
+    written = 0
+    for crd in _crds(store):
+
+        async def transform(old: Message | None) -> Message:
+            assert isinstance(old, CRD)
+            new = names.reconcile(old, _crds(store), store.clock.now())
+            return old if new is None else new
+
+        if names.reconcile(crd, _crds(store), store.clock.now()) is None:
+            continue
+        try:
+            await store.guaranteed_update(
+                "", crd.metadata.name, transform, INTERNAL, subresource="status"
+            )
+            written += 1
+        except (NotFoundError, ConflictError):
+            continue  # deleted meanwhile; a conflict is retried by the next event
+    return written
+
+
+async def run(store: ResourceStore) -> None:
+    """Reconcile on every change of a CRD, until cancelled."""
+    cache = store.cache
+    while True:
+        try:
+            watcher, _ = await cache.watch(resource_version=None)
+        except TinykubeError as exc:
+            log.warning("the CRD controller cannot watch yet: %s", exc)
+            await store.clock.sleep(RETRY_SECONDS)
+            continue
+        try:
+            while True:
+                await reconcile_all(store)
+                # The written statuses come back as events too: the next pass finds them right.
+                if not await watcher.drain_events():
+                    break
+        except asyncio.CancelledError:
+            raise
+        except TinykubeError as exc:
+            log.warning("the CRD controller's pass failed: %s", exc)
+            await store.clock.sleep(RETRY_SECONDS)
+        finally:
+            cache.unregister(watcher)

@@ -1,0 +1,290 @@
+"""CustomResourceDefinitions against a real apiserver on a real etcd: the real kubectl applies,
+waits for Established and lists them; kube's validation refuses a bad one (422, kube's
+wording); the naming controller refuses a name another CRD of the group holds; the Python
+client reads them back as V1CustomResourceDefinition; the storage version joins
+storedVersions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from tests.integration.conftest import RunningAPIServer, make_settings, start_apiserver
+from tinykube.localetcd import EtcdServer
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
+needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
+
+
+def crontab_crd(name: str = "crontabs", short: str = "ct", kind: str = "CronTab") -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{name}.stable.example.com"},
+        "spec": {
+            "group": "stable.example.com",
+            "scope": "Namespaced",
+            "names": {"plural": name, "singular": name[:-1], "kind": kind, "shortNames": [short]},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "properties": {
+                                        "cronSpec": {"type": "string"},
+                                        "replicas": {"type": "integer", "minimum": 1, "default": 1},
+                                    },
+                                },
+                                "status": {
+                                    "type": "object",
+                                    "properties": {"replicas": {"type": "integer"}},
+                                },
+                            },
+                        }
+                    },
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                        },
+                    },
+                    "additionalPrinterColumns": [
+                        {"name": "Spec", "type": "string", "jsonPath": ".spec.cronSpec"},
+                        {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
+                    ],
+                }
+            ],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+async def served(etcd_server: EtcdServer) -> AsyncIterator[RunningAPIServer]:
+    running = await start_apiserver(make_settings(etcd_server.endpoint, rest_port=0))
+    try:
+        yield running
+    finally:
+        await running.server.stop()
+
+
+async def in_thread(fn: Callable[[], T]) -> T:
+    return await asyncio.to_thread(fn)
+
+
+async def kubectl(
+    running: RunningAPIServer, home: Path, *args: str, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    assert KUBECTL is not None
+    command = [KUBECTL, "--server", f"http://{running.server.rest_address}", *args]
+    env = {**os.environ, "HOME": str(home), "KUBECONFIG": str(home / "none")}
+    return await in_thread(
+        lambda: subprocess.run(
+            command, input=stdin, capture_output=True, text=True, timeout=120, env=env, check=False
+        )
+    )
+
+
+def extensions(running: RunningAPIServer) -> Any:
+    config = k8s.Configuration()
+    config.host = f"http://{running.server.rest_address}"
+    return k8s.ApiextensionsV1Api(k8s.ApiClient(config))
+
+
+@needs_kubectl
+async def test_kubectl_applies_a_crd_that_becomes_established(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    manifest = yaml.safe_dump(crontab_crd())
+    applied = await kubectl(served, tmp_path, "apply", "-f", "-", stdin=manifest)
+    assert (applied.returncode, applied.stdout, applied.stderr) == (
+        0,
+        "customresourcedefinition.apiextensions.k8s.io/crontabs.stable.example.com created\n",
+        "",
+    )
+    waited = await kubectl(
+        served, tmp_path, "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/crontabs.stable.example.com",
+    )  # fmt: skip
+    assert waited.returncode == 0, waited.stderr
+    assert (
+        waited.stdout
+        == "customresourcedefinition.apiextensions.k8s.io/crontabs.stable.example.com "
+        "condition met\n"
+    )
+    got = await kubectl(served, tmp_path, "get", "crd", "crontabs.stable.example.com", "-o", "json")
+    crd = json.loads(got.stdout)
+    status = crd["status"]
+    assert status["acceptedNames"]["plural"] == "crontabs"
+    assert status["acceptedNames"]["shortNames"] == ["ct"]
+    assert status["storedVersions"] == ["v1"]
+    conds = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert conds == {
+        "NamesAccepted": ("True", "NoConflicts"),
+        "Established": ("True", "InitialNamesAccepted"),
+    }
+    version = crd["spec"]["versions"][0]
+    # The schema comes back as written (whole numbers stay integers); kube's defaults are set.
+    replicas = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["replicas"]
+    assert replicas == {"type": "integer", "minimum": 1, "default": 1}
+    assert version["subresources"]["status"] == {}
+    assert crd["spec"]["names"]["listKind"] == "CronTabList"
+    assert crd["spec"]["conversion"] == {"strategy": "None"}
+    listed = await kubectl(served, tmp_path, "get", "crds")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "CREATED", "AT"]
+    assert lines[1].split()[0] == "crontabs.stable.example.com"
+    # A second apply with no change is unchanged; the Python client reads the CRD.
+    again = await kubectl(served, tmp_path, "apply", "-f", "-", stdin=manifest)
+    assert again.stdout.endswith("unchanged\n"), again
+    read: Any = await in_thread(
+        lambda: extensions(served).read_custom_resource_definition("crontabs.stable.example.com")
+    )
+    assert read.spec.names.kind == "CronTab"
+    assert read.spec.versions[0].subresources.scale.spec_replicas_path == ".spec.replicas"
+
+
+@needs_kubectl
+async def test_kubectl_gets_kubes_validation_errors(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    bad = crontab_crd("badtabs", "bt", "BadTab")
+    bad["metadata"]["name"] = "badtab.stable.example.com"
+    bad["spec"]["scope"] = "Global"
+    bad["spec"]["versions"][0]["storage"] = False
+    created = await kubectl(served, tmp_path, "create", "-f", "-", stdin=yaml.safe_dump(bad))
+    assert created.returncode == 1
+    assert created.stderr.startswith(
+        'The CustomResourceDefinition "badtab.stable.example.com" is invalid: '
+    ), created.stderr
+    for problem in (
+        'metadata.name: Invalid value: "badtab.stable.example.com": '
+        'must be spec.names.plural+"."+spec.group',
+        'spec.scope: Unsupported value: "Global": supported values: "Cluster", "Namespaced"',
+        "must have exactly one version marked as storage version",
+    ):
+        assert problem in created.stderr
+
+
+@needs_kubectl
+async def test_a_short_name_held_by_another_crd_of_the_group_is_not_accepted(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    first = await kubectl(
+        served,
+        tmp_path,
+        "create",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump(crontab_crd("alphas", "al", "Alpha")),
+    )
+    assert first.returncode == 0, first.stderr
+    waited = await kubectl(
+        served,
+        tmp_path,
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/alphas.stable.example.com",
+    )
+    assert waited.returncode == 0, waited.stderr
+    second = await kubectl(
+        served,
+        tmp_path,
+        "create",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump(crontab_crd("betas", "al", "Beta")),
+    )
+    assert second.returncode == 0, second.stderr
+    waited = await kubectl(
+        served,
+        tmp_path,
+        "wait",
+        "--for=condition=NamesAccepted=False",
+        "--timeout=60s",
+        "crd/betas.stable.example.com",
+    )
+    assert waited.returncode == 0, waited.stderr
+    got = await kubectl(served, tmp_path, "get", "crd", "betas.stable.example.com", "-o", "json")
+    conds = {c["type"]: c for c in json.loads(got.stdout)["status"]["conditions"]}
+    assert (conds["NamesAccepted"]["reason"], conds["NamesAccepted"]["message"]) == (
+        "ShortNamesConflict",
+        '"al" is already in use',
+    )
+    assert (conds["Established"]["status"], conds["Established"]["reason"]) == (
+        "False",
+        "NotAccepted",
+    )
+    # Changing the short name resolves it: the CRD is then established.
+    patched = await kubectl(
+        served, tmp_path, "patch", "crd", "betas.stable.example.com", "--type=merge",
+        "-p", '{"spec": {"names": {"shortNames": ["be"]}}}',
+    )  # fmt: skip
+    assert patched.returncode == 0, patched.stderr
+    waited = await kubectl(
+        served,
+        tmp_path,
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/betas.stable.example.com",
+    )
+    assert waited.returncode == 0, waited.stderr
+
+
+@needs_kubectl
+async def test_scope_is_immutable_once_established_and_delete_removes_it(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    created = await kubectl(
+        served,
+        tmp_path,
+        "create",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump(crontab_crd("gammas", "ga", "Gamma")),
+    )
+    assert created.returncode == 0, created.stderr
+    waited = await kubectl(
+        served,
+        tmp_path,
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/gammas.stable.example.com",
+    )
+    assert waited.returncode == 0, waited.stderr
+    patched = await kubectl(
+        served, tmp_path, "patch", "crd", "gammas.stable.example.com", "--type=merge",
+        "-p", '{"spec": {"scope": "Cluster"}}',
+    )  # fmt: skip
+    assert patched.returncode == 1
+    assert 'spec.scope: Invalid value: "Cluster": field is immutable' in patched.stderr
+    deleted = await kubectl(served, tmp_path, "delete", "crd", "gammas.stable.example.com")
+    assert deleted.returncode == 0, deleted.stderr
+    assert (
+        deleted.stdout
+        == 'customresourcedefinition.apiextensions.k8s.io "gammas.stable.example.com" deleted\n'
+    )

@@ -1,0 +1,238 @@
+"""CustomResourceDefinitions: kube's validation of the kind and the naming controller's
+decisions (apiserver/registry/customresourcedefinition.py, apiserver/crd/names.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from google.protobuf import json_format
+
+from apiserver.crd import names
+from apiserver.registry import strategy_for
+from apiserver.registry.customresourcedefinition import (
+    default_crd,
+    simple_json_path_problem,
+    validate_crd,
+)
+from tinykube.kinds import CUSTOM_RESOURCE_DEFINITION
+from tinykube.manifest import to_dict
+from tinykube.v1 import apiextensions_pb2
+
+CRD = apiextensions_pb2.CustomResourceDefinition
+NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+
+
+def manifest(**changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "crontabs.stable.example.com"},
+        "spec": {
+            "group": "stable.example.com",
+            "scope": "Namespaced",
+            "names": {
+                "plural": "crontabs",
+                "singular": "crontab",
+                "kind": "CronTab",
+                "shortNames": ["ct"],
+            },
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "properties": {"replicas": {"type": "integer", "minimum": 1}},
+                                }
+                            },
+                        }
+                    },
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                        },
+                    },
+                    "additionalPrinterColumns": [
+                        {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"}
+                    ],
+                }
+            ],
+        },
+    }
+    body["spec"].update(changes)
+    return body
+
+
+def crd(body: dict[str, Any] | None = None) -> CRD:
+    obj = json_format.ParseDict(body or manifest(), CRD())
+    default_crd(obj)
+    return obj
+
+
+def problems(obj: CRD) -> list[str]:
+    return [str(e) for e in validate_crd(obj)]
+
+
+def test_a_valid_crd_has_no_problems_and_gets_kubes_defaults() -> None:
+    obj = crd()
+    assert problems(obj) == []
+    assert obj.spec.names.listKind == "CronTabList"
+    assert obj.spec.conversion.strategy == "None"
+
+
+def test_the_schema_prints_whole_numbers_and_the_empty_status_subresource() -> None:
+    out = to_dict(crd())
+    version = out["spec"]["versions"][0]
+    replicas = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["replicas"]
+    assert replicas == {"type": "integer", "minimum": 1}
+    assert version["subresources"]["status"] == {}
+
+
+def test_the_name_must_be_plural_dot_group() -> None:
+    body = manifest()
+    body["metadata"]["name"] = "crontab.stable.example.com"
+    assert problems(crd(body)) == [
+        'metadata.name: Invalid value: "crontab.stable.example.com": '
+        'must be spec.names.plural+"."+spec.group'
+    ]
+
+
+def test_group_needs_a_dot_and_scope_is_namespaced_or_cluster() -> None:
+    body = manifest(group="example", scope="Global")
+    body["metadata"]["name"] = "crontabs.example"
+    assert problems(crd(body)) == [
+        'spec.group: Invalid value: "example": should be a domain with at least one dot',
+        'spec.scope: Unsupported value: "Global": supported values: "Cluster", "Namespaced"',
+    ]
+
+
+def test_exactly_one_storage_version_with_unique_dns_label_names() -> None:
+    body = manifest()
+    v1 = body["spec"]["versions"][0]
+    body["spec"]["versions"] = [v1, {**v1, "name": "v1"}, {**v1, "name": "V2", "storage": False}]
+    got = problems(crd(body))
+    assert 'spec.versions[1].name: Duplicate value: "v1"' in got
+    assert any(
+        p.startswith('spec.versions[2].name: Invalid value: "V2": a DNS-1035 label') for p in got
+    )
+    assert any(
+        p.startswith("spec.versions: Invalid value:")
+        and p.endswith("must have exactly one version marked as storage version")
+        for p in got
+    )
+
+
+def test_versions_need_a_schema_and_simple_json_paths() -> None:
+    body = manifest()
+    v = body["spec"]["versions"][0]
+    del v["schema"]
+    v["subresources"]["scale"] = {
+        "specReplicasPath": ".status.replicas",
+        "statusReplicasPath": "status.replicas",
+    }
+    v["additionalPrinterColumns"] = [{"name": "X", "type": "map", "jsonPath": "spec"}]
+    v0 = "spec.versions[0]"
+    assert problems(crd(body)) == [
+        f"{v0}.schema.openAPIV3Schema: Required value: schemas are required",
+        f'{v0}.subresources.scale.specReplicasPath: Invalid value: ".status.replicas": '
+        "should be a json path under .spec",
+        f'{v0}.subresources.scale.statusReplicasPath: Invalid value: "status.replicas": '
+        "must be a simple json path starting with .",
+        f'{v0}.additionalPrinterColumns[0].type: Unsupported value: "map": '
+        'supported values: "integer", "number", "string", "boolean", "date"',
+        f'{v0}.additionalPrinterColumns[0].jsonPath: Invalid value: "spec": '
+        "must be a simple json path starting with .",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("path", "ok"),
+    [
+        (".spec.replicas", True),
+        (".status.conditions[0].type", True),
+        (".metadata.labels['app.kubernetes.io/name']", True),
+        (".spec..x", False),
+        ("spec", False),
+    ],
+)
+def test_simple_json_paths(path: str, ok: bool) -> None:
+    assert (simple_json_path_problem(path) == "") is ok
+
+
+def test_kind_and_list_kind_are_checked() -> None:
+    body = manifest()
+    body["spec"]["names"] = {"plural": "crontabs", "kind": "Cron_Tab", "listKind": "Cron_Tab"}
+    got = problems(crd(body))[1:]  # [0]: the singular defaulted from the kind
+    assert got[0].startswith(
+        'spec.names.kind: Invalid value: "Cron_Tab": '
+        "may have mixed case, but should otherwise match:"
+    )
+    assert (
+        'spec.names.listKind: Invalid value: "Cron_Tab": kind and listKind may not be the same'
+        in got
+    )
+
+
+def test_create_resets_the_status_and_records_the_storage_version() -> None:
+    strategy = strategy_for(CUSTOM_RESOURCE_DEFINITION)
+    obj = crd()
+    obj.status.storedVersions.append("v0")
+    strategy.prepare_for_create(obj, NOW)
+    assert list(obj.status.storedVersions) == ["v1"]
+    assert obj.metadata.uid
+
+
+def test_scope_is_immutable_once_established() -> None:
+    strategy = strategy_for(CUSTOM_RESOURCE_DEFINITION)
+    old = crd()
+    strategy.prepare_for_create(old, NOW)
+    new = CRD()
+    new.CopyFrom(old)
+    new.spec.scope = "Cluster"
+    assert strategy.check_update(new, old) == []
+    old.status.conditions.add(type="Established", status="True")
+    assert [str(e) for e in strategy.check_update(new, old)] == [
+        'spec.scope: Invalid value: "Cluster": field is immutable'
+    ]
+
+
+def accepted(obj: CRD) -> CRD:
+    new = names.reconcile(obj, [], NOW)
+    assert new is not None
+    return new
+
+
+def test_the_naming_controller_accepts_free_names_and_establishes() -> None:
+    obj = accepted(crd())
+    assert obj.status.acceptedNames.plural == "crontabs"
+    assert list(obj.status.acceptedNames.shortNames) == ["ct"]
+    conds = {c.type: (c.status, c.reason, c.message) for c in obj.status.conditions}
+    assert conds == {
+        "NamesAccepted": ("True", "NoConflicts", "no conflicts found"),
+        "Established": ("True", "InitialNamesAccepted", "the initial names have been accepted"),
+    }
+    assert names.reconcile(obj, [], NOW) is None
+
+
+def test_a_name_another_crd_of_the_group_serves_is_refused() -> None:
+    first = accepted(crd())
+    body = manifest()
+    body["metadata"]["name"] = "crontabz.stable.example.com"
+    body["spec"]["names"] = {"plural": "crontabz", "kind": "CronTabz", "shortNames": ["ct"]}
+    second = names.reconcile(crd(body), [first], NOW)
+    assert second is not None
+    conds = {c.type: (c.status, c.reason, c.message) for c in second.status.conditions}
+    assert conds["NamesAccepted"] == ("False", "ShortNamesConflict", '"ct" is already in use')
+    assert conds["Established"] == ("False", "NotAccepted", "not all names are accepted")
+    # The names that do not conflict are accepted.
+    assert second.status.acceptedNames.plural == "crontabz"
+    assert list(second.status.acceptedNames.shortNames) == []
