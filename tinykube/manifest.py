@@ -48,6 +48,10 @@ _WHOLE_STRUCTS = frozenset(
     }
 )
 
+# The messages apiserver/crd/serving.py builds for custom kinds: their top-level fields are
+# google.protobuf.Values holding any JSON (not IntOrStrings); whole numbers print as integers.
+CUSTOM_PREFIX = "tinykube.custom."
+
 # Kubernetes' metav1.MicroTime fields print with exactly six fractional digits
 # ("2026-12-01T10:00:00.000000Z", what client-go parses them with); every other time is a
 # metav1.Time (whole seconds, as stored). protobuf prints 0, 3, 6 or 9 digits.
@@ -381,7 +385,11 @@ def _check_fields(
             value[key] = str(item)
         elif f.type != FieldDescriptor.TYPE_MESSAGE:
             _check_scalar(f, item, here, errors)
-        elif f.message_type.full_name == _VALUE and not _is_repeated(f):
+        elif (
+            f.message_type.full_name == _VALUE
+            and not _is_repeated(f)
+            and not desc.full_name.startswith(CUSTOM_PREFIX)
+        ):
             _check_int_or_string(item, here, errors)
 
 
@@ -546,6 +554,8 @@ def _shape(desc: Any) -> _Shape:
                 fields[f.json_name] = (_MICRO, None, repeated)
             elif f.cpp_type in _INT64_TYPES:
                 fields[f.json_name] = (_INT64, None, repeated)
+            elif desc.full_name.startswith(CUSTOM_PREFIX) and f.message_type is not None:
+                fields[f.json_name] = (_WHOLE, None, repeated)
             elif f.message_type is not None and f.message_type.full_name == _VALUE:
                 fields[f.json_name] = (_VALUE_INT, None, repeated)
             elif (desc.full_name, f.name) in _WHOLE_STRUCTS:

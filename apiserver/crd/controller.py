@@ -11,15 +11,18 @@ function of the CRDs' current state, and the second write finds nothing to chang
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from google.protobuf.message import Message
 
 from apiserver.crd import names
+from apiserver.crd.serving import CustomResources
+from apiserver.registry.customresourcedefinition import CLEANUP_FINALIZER, is_established
 from apiserver.requestcontext import INTERNAL
 from apiserver.resources import ResourceStore
 from tinykube.errors import ConflictError, NotFoundError, TinykubeError
-from tinykube.v1 import apiextensions_pb2
+from tinykube.v1 import apiextensions_pb2, meta_pb2
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +65,62 @@ async def reconcile_all(store: ResourceStore) -> int:
     return written
 
 
-async def run(store: ResourceStore) -> None:
-    """Reconcile on every change of a CRD, until cancelled."""
+async def _set_finalizer(store: ResourceStore, name: str, present: bool) -> None:
+    async def transform(old: Message | None) -> Message:
+        assert isinstance(old, CRD)
+        new = CRD()
+        new.CopyFrom(old)
+        finalizers = [f for f in new.metadata.finalizers if f != CLEANUP_FINALIZER]
+        if present:
+            finalizers.append(CLEANUP_FINALIZER)
+        del new.metadata.finalizers[:]
+        new.metadata.finalizers.extend(finalizers)
+        return new
+
+    await store.guaranteed_update("", name, transform, INTERNAL)
+
+
+async def cleanup(store: ResourceStore, custom: CustomResources) -> bool:
+    """kube's CRD finalizer: an Established CRD carries customresourcecleanup; a deleted one
+    has every custom object deleted first, then the finalizer goes and the CRD with it.
+    True while some deleted CRD still has objects (they may be held by their finalizers)."""
+    pending = False
+    for crd in _crds(store):
+        name = crd.metadata.name
+        has = CLEANUP_FINALIZER in crd.metadata.finalizers
+        try:
+            if not crd.metadata.HasField("deletionTimestamp"):
+                if not has and is_established(crd):
+                    await _set_finalizer(store, name, True)
+                continue
+            if not has:
+                continue
+            objects = custom.store_of(name)
+            if objects is not None:
+                if not objects.cache.synced.is_set():
+                    pending = True
+                    continue
+                left = [c.obj for c in objects.cache.state.values()]
+                for obj in left:
+                    meta = obj.metadata  # type: ignore[attr-defined]
+                    if meta.HasField("deletionTimestamp"):
+                        continue
+                    with contextlib.suppress(NotFoundError, ConflictError):
+                        await objects.delete(
+                            meta_pb2.DeleteRequest(namespace=meta.namespace, name=meta.name)
+                        )
+                if left:
+                    pending = True
+                    continue
+            await _set_finalizer(store, name, False)
+        except (NotFoundError, ConflictError):
+            continue
+    return pending
+
+
+async def run(store: ResourceStore, custom: CustomResources | None = None) -> None:
+    """Reconcile on every change of a CRD, until cancelled; `custom` is told the CRDs after
+    each pass (it serves the Established ones' kinds)."""
     cache = store.cache
     while True:
         try:
@@ -75,6 +132,14 @@ async def run(store: ResourceStore) -> None:
         try:
             while True:
                 await reconcile_all(store)
+                if custom is not None:
+                    custom.sync(_crds(store))
+                    if await cleanup(store, custom):
+                        # Objects are still going: look again soon even if no CRD changes.
+                        with contextlib.suppress(TimeoutError):
+                            if not await asyncio.wait_for(watcher.drain_events(), RETRY_SECONDS):
+                                break
+                        continue
                 # The written statuses come back as events too: the next pass finds them right.
                 if not await watcher.drain_events():
                     break

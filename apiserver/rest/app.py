@@ -45,14 +45,16 @@ from apiserver.rest import codec as codecs
 from apiserver.rest import kubeproto
 from apiserver.rest.attributes import rest_attributes
 from apiserver.rest.authapi import AuthAPI
-from apiserver.rest.codec import AS_PROTOBUF, PROTOBUF, dumps, negotiate
+from apiserver.rest.codec import AS_PROTOBUF, PROTOBUF, KindCodec, dumps, negotiate
 from apiserver.rest.discovery import (
     AGGREGATED_TYPE,
     AUTH_REVIEWS,
     GIT_VERSION,
+    RESOURCES,
     SELF_SUBJECT_ACCESS_REVIEW,
     SELF_SUBJECT_RULES_REVIEW,
     Discovery,
+    stored_resource,
     version_info,
     wants_aggregated,
 )
@@ -384,6 +386,15 @@ class RestServer:
         if head in (".well-known", "openid") and self.auth_api is not None:
             return self.auth_api.discovery(request, path)
         raise not_found_path()
+
+    def set_custom_resources(self, stores: Mapping[str, ResourceStore]) -> None:
+        """Serve these custom kinds (apiserver/crd/serving.py) besides the built-in ones: their
+        discovery entries and codecs (the handlers share the apiserver's store table)."""
+        self.discovery = Discovery(
+            RESOURCES + tuple(stored_resource(s.info) for s in stores.values())
+        )
+        for kind, store in stores.items():
+            self.handlers.codecs[kind] = KindCodec(store.info)
 
     def _paths(self) -> list[str]:
         paths = ["/api", "/apis", "/healthz", "/livez", "/metrics", "/readyz", "/version"]

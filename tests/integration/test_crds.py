@@ -288,3 +288,56 @@ async def test_scope_is_immutable_once_established_and_delete_removes_it(
         deleted.stdout
         == 'customresourcedefinition.apiextensions.k8s.io "gammas.stable.example.com" deleted\n'
     )
+
+
+CRONTAB = """
+apiVersion: stable.example.com/v1
+kind: CronTab
+metadata:
+  name: nightly
+  labels:
+    tier: batch
+spec:
+  cronSpec: "0 3 * * *"
+  replicas: 2
+"""
+
+
+async def established(running: RunningAPIServer, home: Path, crd: dict[str, Any]) -> None:
+    created = await kubectl(running, home, "apply", "-f", "-", stdin=yaml.safe_dump(crd))
+    assert created.returncode == 0, created.stderr
+    name = crd["metadata"]["name"]
+    waited = await kubectl(
+        running, home, "wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}"
+    )
+    assert waited.returncode == 0, waited.stderr
+
+
+@needs_kubectl
+async def test_kubectl_creates_gets_lists_and_deletes_custom_objects(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    await established(served, tmp_path, crontab_crd("deltas", "dt", "Delta"))
+    manifest = CRONTAB.replace("CronTab", "Delta")
+    created = await kubectl(served, tmp_path, "create", "-f", "-", stdin=manifest)
+    assert created.returncode == 0, created.stderr
+    assert (created.returncode, created.stdout, created.stderr) == (
+        0,
+        "delta.stable.example.com/nightly created\n",
+        "",
+    )
+    got = await kubectl(served, tmp_path, "get", "deltas", "nightly", "-o", "json")
+    assert got.returncode == 0, got.stderr
+    obj = json.loads(got.stdout)
+    assert obj["apiVersion"] == "stable.example.com/v1"
+    assert obj["kind"] == "Delta"
+    assert obj["spec"] == {"cronSpec": "0 3 * * *", "replicas": 2}
+    assert obj["metadata"]["namespace"] == "default"
+    assert int(obj["metadata"]["resourceVersion"]) > 0
+    listed = await kubectl(served, tmp_path, "get", "dt", "-l", "tier=batch", "-o", "name")
+    assert listed.stdout == "delta.stable.example.com/nightly\n", listed.stderr
+    deleted = await kubectl(served, tmp_path, "delete", "delta", "nightly")
+    assert deleted.stdout == 'delta.stable.example.com "nightly" deleted from default namespace\n'
+    gone = await kubectl(served, tmp_path, "get", "deltas", "nightly")
+    assert gone.returncode == 1
+    assert 'deltas.stable.example.com "nightly" not found' in gone.stderr

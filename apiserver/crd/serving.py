@@ -1,0 +1,388 @@
+"""Custom objects served through the same store as the built-in kinds.
+
+A custom kind is built at run time from its CRD (kube's customresource_handler.go builds a
+REST storage per CRD the same way): `custom_kind(crd)` makes a `KindInfo` whose message is a
+protobuf type made for it (`tinykube.custom.g<N>.<Kind>`: apiVersion, kind, metadata as the
+built-in kinds' ObjectMeta, and every other top-level property of the schema, `spec` and
+`status` included, as a google.protobuf.Value holding any JSON). Because it is a message like
+any other, the generic machinery works unchanged over it: the store's one write pipeline
+(`ResourceStore.guaranteed_update`: dry run, preconditions, finalizers, graceful deletion,
+managedFields, compare-and-swap), the watch cache, label and field selectors, pagination,
+the REST handlers (JSON and merge patches; strategic merge is refused with 415 as kube does),
+discovery and RBAC by group and resource.
+
+What differs is here:
+- `CustomResourceStore` keeps the object's JSON in etcd (as kube does for custom objects),
+  under kube's key shape `/registry/<group>/<plural>/[<namespace>/]<name>`, so the message
+  type built for a changed schema reads what an older one wrote;
+- `CustomResourceStrategy`: pruning and defaulting from the schema on every write, validation
+  against the schema (apiserver/crd/schema.py) and its x-kubernetes-validations
+  (apiserver/crd/cel.py: transition rules see the old object on update), and the status
+  subresource (status writes change only the status, other writes keep the stored status;
+  without the subresource the status is an ordinary field);
+- `CustomResources` keeps the served kinds in step with the Established CRDs (called by the
+  CRD controller after each pass, on every apiserver).
+
+Only the storage version is served (conversion between versions is not implemented).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import itertools
+import json
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from google.protobuf import (
+    descriptor_pb2,
+    descriptor_pool,
+    json_format,
+    message_factory,
+    struct_pb2,
+)
+from google.protobuf.message import Message
+
+from apiserver.registry.base import META_FIELDS, Strategy
+from apiserver.registry.customresourcedefinition import (
+    CLEANUP_FINALIZER,
+    is_established,
+    schema_dict,
+    storage_version,
+)
+from apiserver.resources import ResourceStore
+from apiserver.storage import KV
+from apiserver.watchcache import CachedObject, Codec
+from tinykube.errors import FieldError, InvalidError
+from tinykube.kinds import STATUS_VERBS, KindInfo, Subresource
+from tinykube.manifest import CUSTOM_PREFIX, to_dict
+from tinykube.v1 import apiextensions_pb2, meta_pb2
+
+log = logging.getLogger(__name__)
+
+CRD = apiextensions_pb2.CustomResourceDefinition
+_HEAD = ("apiVersion", "kind", "metadata")
+_builds = itertools.count(1)
+_NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
+# Loaded into the default pool before any custom type refers to them.
+_DEPENDENCIES = (meta_pb2.DESCRIPTOR.name, struct_pb2.DESCRIPTOR.name)
+CUSTOM_PACKAGE = CUSTOM_PREFIX.rstrip(".")
+
+
+def _top_level(schema: dict[str, Any], has_status: bool) -> list[str]:
+    props = [p for p in (schema.get("properties") or {}) if p not in _HEAD]
+    if has_status and "status" not in props:
+        props.append("status")
+    return sorted(props)
+
+
+@dataclass(frozen=True)
+class _Types:
+    message: type[Message]
+    list_message: type[Message]
+    watch_event: type[Message]
+    create_request: type[Message]
+
+
+def _message_types(kind: str, props: list[str]) -> _Types:
+    """Protobuf types for one custom kind, in a package of their own (a new one per build, so
+    a changed schema never collides with the old types)."""
+    package = f"{CUSTOM_PACKAGE}.g{next(_builds)}"
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name=package.replace(".", "/") + ".proto", package=package, syntax="proto3"
+    )
+    fdp.dependency.extend(_DEPENDENCIES)
+    f = descriptor_pb2.FieldDescriptorProto
+    string, msg = f.TYPE_STRING, f.TYPE_MESSAGE
+    optional, repeated = f.LABEL_OPTIONAL, f.LABEL_REPEATED
+    obj = fdp.message_type.add(name=kind)
+    obj.field.add(name="apiVersion", json_name="apiVersion", number=1, type=string, label=optional)
+    obj.field.add(name="kind", json_name="kind", number=2, type=string, label=optional)
+    obj.field.add(
+        name="metadata", json_name="metadata", number=3, type=msg, label=optional,
+        type_name=".tinykube.v1.ObjectMeta",
+    )  # fmt: skip
+    for i, prop in enumerate(props):
+        name = prop if prop.isidentifier() else "f_" + _NOT_IDENTIFIER.sub("_", prop)
+        obj.field.add(
+            name=name, json_name=prop, number=4 + i, type=msg, label=optional,
+            type_name=".google.protobuf.Value",
+        )  # fmt: skip
+    full = f".{package}.{kind}"
+    lst = fdp.message_type.add(name=f"{kind}List")
+    lst.field.add(
+        name="metadata", json_name="metadata", number=1, type=msg, label=optional,
+        type_name=".tinykube.v1.ListMeta",
+    )  # fmt: skip
+    lst.field.add(
+        name="items", json_name="items", number=2, type=msg, label=repeated, type_name=full
+    )
+    event = fdp.message_type.add(name=f"{kind}WatchEvent")
+    event.field.add(name="type", json_name="type", number=1, type=string, label=optional)
+    event.field.add(
+        name="object", json_name="object", number=2, type=msg, label=optional, type_name=full
+    )
+    request = fdp.message_type.add(name=f"{kind}Request")
+    request.field.add(
+        name="object", json_name="object", number=1, type=msg, label=optional, type_name=full
+    )
+    request.field.add(name="dryRun", json_name="dryRun", number=2, type=string, label=repeated)
+    pool = descriptor_pool.Default()
+    pool.Add(fdp)
+
+    def cls(name: str) -> type[Message]:
+        return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
+
+    return _Types(cls(kind), cls(f"{kind}List"), cls(f"{kind}WatchEvent"), cls(f"{kind}Request"))
+
+
+def _version(crd: CRD) -> apiextensions_pb2.CustomResourceDefinitionVersion:
+    name = storage_version(crd)
+    return next(v for v in crd.spec.versions if v.name == name)
+
+
+def custom_kind(crd: CRD) -> KindInfo:
+    """The served kind of `crd`'s storage version, with the CRD's accepted names."""
+    version = _version(crd)
+    names = crd.status.acceptedNames
+    has_status = version.subresources.HasField("status")
+    types = _message_types(names.kind, _top_level(schema_dict(version), has_status))
+    shorts = tuple(names.shortNames)
+    return KindInfo(
+        kind=names.kind,
+        plural=names.plural,
+        namespaced=crd.spec.scope == "Namespaced",
+        message=types.message,
+        list_message=types.list_message,
+        watch_event=types.watch_event,
+        create_request=types.create_request,
+        update_request=types.create_request,
+        request_field="object",
+        service=f"{CUSTOM_PACKAGE}.{names.kind}",
+        stub=object,  # no gRPC service of its own (the CustomResources service is generic)
+        add_servicer=None,
+        has_status=has_status,
+        short_names=(*shorts, names.singular) if names.singular else shorts,
+        group=crd.spec.group,
+        version=version.name,
+        categories=tuple(names.categories),
+        subresources=(),
+        scale=None,
+    )
+
+
+def object_dict(obj: Message) -> dict[str, Any]:
+    """A custom object as JSON (whole numbers as integers)."""
+    return to_dict(obj, zero_fields=False)
+
+
+def from_dict(message: type[Message], data: dict[str, Any]) -> Message:
+    obj = message()
+    known = {f.json_name for f in obj.DESCRIPTOR.fields}
+    json_format.ParseDict({k: v for k, v in data.items() if k in known}, obj)
+    return obj
+
+
+def _schema_module(name: str) -> Any:
+    try:
+        return importlib.import_module(f"apiserver.crd.{name}")
+    except ModuleNotFoundError:
+        return None
+
+
+class CustomResourceStrategy(Strategy[Message]):
+    """kube's customResourceStrategy: the schema's pruning, defaults and validation, the CEL
+    rules, the status subresource."""
+
+    def __init__(self, info: KindInfo, crd: CRD) -> None:
+        super().__init__(info)
+        version = _version(crd)
+        self.schema = schema_dict(version)
+        self.selectable = tuple(s.jsonPath.lstrip(".") for s in version.selectableFields)
+        self._schema_mod = _schema_module("schema")
+        cel = _schema_module("cel")
+        self.rules: Any = None
+        if cel is not None and self.schema:
+            self.rules, _ = cel.compile_rules(self.schema, "")
+
+    def _shape(self, obj: Message) -> None:
+        """Prune and default `obj` in place (through its JSON)."""
+        if self._schema_mod is None or not self.schema:
+            return
+        data = object_dict(obj)
+        self._schema_mod.prune(data, self.schema)
+        self._schema_mod.default(data, self.schema)
+        obj.Clear()
+        obj.MergeFrom(from_dict(type(obj), data))
+
+    def default(self, obj: Message, now: datetime) -> None:
+        self._shape(obj)
+
+    def on_update(self, new: Message, old: Message) -> None:
+        self._shape(new)
+
+    def on_status_update(self, merged: Message, new: Message) -> None:
+        self._shape(merged)
+
+    def _problems(self, new: Message, old: Message | None) -> list[FieldError]:
+        errs: list[FieldError] = []
+        data = object_dict(new)
+        if self._schema_mod is not None and self.schema:
+            errs.extend(self._schema_mod.validate(data, self.schema))
+        if self.rules is not None:
+            errs.extend(self.rules.validate(data, None if old is None else object_dict(old)))
+        return errs
+
+    def check(self, obj: Message) -> list[FieldError]:
+        return self._problems(obj, None)
+
+    def check_updated(self, new: Message, old: Message) -> list[FieldError]:
+        return self._problems(new, old)
+
+    def check_status(self, new: Message, old: Message) -> list[FieldError]:
+        return self.validate_generic(new) + self._problems(new, old)
+
+    def fields(self, obj: Message) -> dict[str, str]:
+        out = super().fields(obj)
+        if self.selectable:
+            data = object_dict(obj)
+            for path in self.selectable:
+                value: Any = data
+                for part in path.split("."):
+                    value = value.get(part) if isinstance(value, dict) else None
+                if value is not None and not isinstance(value, dict | list):
+                    out[path] = json.dumps(value) if isinstance(value, bool) else str(value)
+                else:
+                    out[path] = ""
+        return out
+
+
+class JsonCodec(Codec):
+    """A custom kind's watch-cache codec: its objects are JSON in etcd."""
+
+    def decode(self, key: bytes, value: bytes, revision: int) -> CachedObject:
+        obj = from_dict(self.message, json.loads(value))
+        return super().decode(key, obj.SerializeToString(), revision)
+
+
+class CustomResourceStore(ResourceStore):
+    """A custom kind's store: the object's JSON in etcd, everything else the generic store's."""
+
+    def _decode(self, kv: KV) -> Message:
+        obj = from_dict(self.info.message, json.loads(kv.value))
+        obj.metadata.resourceVersion = str(kv.mod_revision)  # type: ignore[attr-defined]
+        return obj
+
+    def _stored_value(self, obj: Message) -> bytes:
+        # The size check of the generic store, then the JSON kube would store.
+        super()._stored_value(obj)
+        data = object_dict(obj)
+        data.get("metadata", {}).pop("resourceVersion", None)
+        return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+
+
+@dataclass
+class Served:
+    """One served custom kind and the CRD state it was built from."""
+
+    crd_uid: str
+    signature: str
+    store: CustomResourceStore
+    task: asyncio.Task[None]
+
+
+def signature(crd: CRD) -> str:
+    """What, when it changes, makes the served kind be rebuilt."""
+    return (
+        crd.spec.SerializeToString(deterministic=True).hex()
+        + crd.status.acceptedNames.SerializeToString(deterministic=True).hex()
+    )
+
+
+def should_serve(crd: CRD) -> bool:
+    return is_established(crd) and bool(crd.status.acceptedNames.kind)
+
+
+class CustomResources:
+    """The custom kinds this apiserver serves, kept in step with the CRDs.
+
+    `make_store(info, crd)` builds and starts a store (its watch cache running) and
+    `register`/`unregister` publish it to the front ends: the caller (apiserver/app.py) owns
+    those. Keyed by the CRD's name."""
+
+    def __init__(
+        self,
+        make_store: Callable[[KindInfo, CRD], tuple[CustomResourceStore, asyncio.Task[None]]],
+        publish: Callable[[dict[str, CustomResourceStore]], None],
+        builtin_kinds: frozenset[str],
+    ) -> None:
+        self.make_store = make_store
+        self.publish = publish
+        self.builtin_kinds = builtin_kinds
+        self.served: dict[str, Served] = {}
+
+    def store_of(self, crd_name: str) -> CustomResourceStore | None:
+        served = self.served.get(crd_name)
+        return None if served is None else served.store
+
+    def sync(self, crds: list[CRD]) -> None:
+        wanted = {c.metadata.name: c for c in crds if should_serve(c)}
+        changed = False
+        for name in list(self.served):
+            crd = wanted.get(name)
+            served = self.served[name]
+            if (
+                crd is None
+                or crd.metadata.uid != served.crd_uid
+                or signature(crd) != served.signature
+            ):
+                served.task.cancel()
+                del self.served[name]
+                changed = True
+        for name, crd in wanted.items():
+            if name in self.served:
+                continue
+            if crd.status.acceptedNames.kind in self.builtin_kinds:
+                log.warning(
+                    "CRD %s: kind %s is a built-in kind's name; not served",
+                    name,
+                    crd.status.acceptedNames.kind,
+                )
+                continue
+            info = custom_kind(crd)
+            store, task = self.make_store(info, crd)
+            self.served[name] = Served(crd.metadata.uid, signature(crd), store, task)
+            changed = True
+        if changed:
+            self.publish({s.store.info.kind: s.store for s in self.served.values()})
+
+    async def stop(self) -> None:
+        for served in self.served.values():
+            served.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await served.task
+        self.served.clear()
+
+
+def invalid(kind: str, name: str, errs: list[FieldError]) -> InvalidError:
+    return InvalidError.for_object(kind, name, errs)
+
+
+__all__ = [
+    "CLEANUP_FINALIZER",
+    "CUSTOM_PACKAGE",
+    "META_FIELDS",
+    "STATUS_VERBS",
+    "CustomResourceStore",
+    "CustomResourceStrategy",
+    "CustomResources",
+    "JsonCodec",
+    "Subresource",
+    "custom_kind",
+]
