@@ -1,0 +1,1 @@
+"""Custom resources: CRDs, their schemas and CEL rules."""
