@@ -425,6 +425,16 @@ _MAX_FLOAT32 = 3.4028234663852886e38
 _MAX_JSON_INT = float(2**53)
 
 
+_KINDS: dict[type, str] = {
+    str: "string",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    dict: "object",
+    list: "array",
+}
+
+
 def _json_kind(value: JSON) -> str:
     """kube-openapi's JSON type of a decoded value (big integers decode as float64 in Go)."""
     if isinstance(value, str):
@@ -493,6 +503,7 @@ class _Node:
         "one_of",
         "pattern",
         "pattern_src",
+        "plain",
         "preserve",
         "properties",
         "required",
@@ -587,6 +598,17 @@ class _Node:
             or self.min_properties is not None
         )
         self.combined = bool(self.all_of or self.any_of or self.one_of or self.not_)
+        # Nothing to check past the type.
+        self.plain = not (
+            self.combined
+            or self.stringy
+            or self.format_check is not None
+            or self.numeric
+            or self.format in ("int32", "float")
+            or self.sliced
+            or self.enum is not None
+            or self.objecty
+        )
         children = [*self.properties.values(), self.additional, self.items]
         self.needs_list_check: bool = self.list_type in ("set", "map") or any(
             c is not None and c.needs_list_check for c in children
@@ -706,6 +728,15 @@ def _child(rel: str, key: str) -> str:
     return f"{rel}.{key}" if rel else key
 
 
+def _passes_plain(n: _Node, v: JSON) -> bool:
+    """The fast path: a node with nothing but a type, and a value (not an integer, whose
+    range matters, nor null) of that type."""
+    if not n.plain:
+        return False
+    kind = _KINDS.get(type(v))
+    return kind is not None and kind != "integer" and (not n.types or kind in n.types)
+
+
 class _Validator:
     __slots__ = ("base", "errs")
 
@@ -738,15 +769,16 @@ class _Validator:
             if n.enum is not None and ("z",) not in n.enum_keys:
                 self.enum_fail(n, value, rel)
             return
-        kind = _json_kind(value)
-        # type
-        if (
-            n.types
-            and kind not in n.types
-            and not (
-                (kind == "number" and "integer" in n.types and _is_json_integer(value))
-                or (kind == "integer" and "number" in n.types)
-            )
+        kind = _KINDS.get(type(value)) or _json_kind(value)
+        if kind == "integer" and not _MIN_INT64 <= value <= _MAX_INT64:
+            kind = "number"
+        types = n.types
+        if not types or kind in types:
+            if n.plain:
+                return
+        elif not (
+            (kind == "number" and "integer" in types and _is_json_integer(value))
+            or (kind == "integer" and "number" in types)
         ):
             shown = kind
             if n.format and kind not in ("string", "array", "object"):
@@ -948,7 +980,8 @@ class _Validator:
         items = n.items
         if items is not None:
             for i, v in enumerate(value):
-                self.node(items, v, f"{rel}[{i}]")
+                if not _passes_plain(items, v):
+                    self.node(items, v, f"{rel}[{i}]")
         size = len(value)
         if n.min_items is not None and size < n.min_items:
             self.errs.append(
@@ -992,11 +1025,13 @@ class _Validator:
         elif n.additional is not None:
             add = n.additional
             for k, v in value.items():
-                if k not in props:
+                if k not in props and not _passes_plain(add, v):
                     self.node(add, v, f"{rel}.{k}")
-        for k, sub in props.items():
-            if k in value:
-                self.node(sub, value[k], f"{rel}.{k}" if rel else k)
+        if props:
+            for k, v in value.items():
+                sub = props.get(k)
+                if sub is not None and not _passes_plain(sub, v):
+                    self.node(sub, v, f"{rel}.{k}" if rel else k)
         for k in n.required:
             if k not in value:
                 errs.append(_required(self.field(f"{rel}.{k}")))
@@ -1393,87 +1428,83 @@ _META_FIELDS = frozenset(("apiVersion", "kind", "metadata"))
 
 
 def _prune_object(root: _Node, value: JSON) -> list[str]:
-    out: list[str] = []
-    if not isinstance(value, dict):
-        return out
+    if type(value) is not dict:
+        return []
     meta = value.get("metadata")
-    meta_unknown = _prune_meta(meta, "metadata") if isinstance(meta, dict) else []
-    _prune(value, root, "", out, embedded_root=True)
-    out.sort()
-    _prune_nulls(value, root)
+    meta_unknown = _prune_meta(meta, "metadata") if type(meta) is dict else []
+    pruned = _prune(value, root, embedded=True, nulls=True)
+    pruned.sort()
     coerced: list[str] = []
-    _coerce(value, root, "", coerced, is_root=True)
-    coerced.sort()
-    return meta_unknown + out + coerced
+    if root.needs_embedded_check:
+        _coerce(value, root, "", coerced, is_root=True)
+        coerced.sort()
+    return meta_unknown + pruned + coerced
+
+
+def _under_key(key: str, paths: list[str]) -> list[str]:
+    return [f"{key}{p}" if p[0] == "[" else f"{key}.{p}" for p in paths]
+
+
+def _under_index(i: int, paths: list[str]) -> list[str]:
+    return [f"[{i}]{p}" if p[0] == "[" else f"[{i}].{p}" for p in paths]
+
+
+def _drops_null(sub: _Node | None) -> bool:
+    """PruneNonNullableNullsWithoutDefaults: a null with a schema that neither allows nor
+    defaults it goes."""
+    return sub is not None and not sub.nullable and not sub.has_default
 
 
 def _prune(
-    x: JSON, s: _Node | None, path: str, out: list[str], *, embedded_root: bool = False
-) -> None:
-    if s is not None and s.preserve:
-        _skip_prune(x, s, path, out)
-        return
-    if isinstance(x, dict):
+    x: JSON, s: _Node | None, *, embedded: bool = False, nulls: bool = False, skip: bool = False
+) -> list[str]:
+    """kube's pruning.Prune of one value (and, with `nulls`, the non-nullable nulls): the
+    dropped unknown fields' paths, relative to x. `skip`: the items of a list under
+    x-kubernetes-preserve-unknown-fields keep their unknown fields too (kube's skipPrune)."""
+    out: list[str] = []
+    if type(x) is dict:
         if s is None:
-            for k in list(x):
-                out.append(_join(path, k))
-                del x[k]
-            return
-        embedded = s.embedded or embedded_root
+            if not skip:
+                out.extend(x)
+                x.clear()
+            return out
+        preserve = s.preserve or skip
+        embedded = embedded or s.embedded
         props = s.properties
-        for k in list(x):
-            if embedded and k in _META_FIELDS:
-                continue
-            prop = props.get(k)
-            if prop is not None:
-                _prune(x[k], prop, _join(path, k), out)
-            elif s.additional_allows is not None:
-                _prune(x[k], s.additional, _join(path, k), out)
-            else:
-                if k not in _META_FIELDS or path:
-                    out.append(_join(path, k))
-                del x[k]
-    elif isinstance(x, list):
-        items = s.items if s is not None else None
-        for i, v in enumerate(x):
-            if isinstance(v, (dict, list)):
-                _prune(v, items, f"{path}[{i}]", out)
-
-
-def _skip_prune(x: JSON, s: _Node, path: str, out: list[str]) -> None:
-    if isinstance(x, dict):
-        for k, v in x.items():
-            if s.embedded and k in _META_FIELDS:
-                continue
-            prop = s.properties.get(k)
-            if prop is not None:
-                _prune(v, prop, _join(path, k), out)
-            elif s.additional is not None:
-                _prune(v, s.additional, _join(path, k), out)
-    elif isinstance(x, list) and s.items is not None:
-        for i, v in enumerate(x):
-            _skip_prune(v, s.items, f"{path}[{i}]", out)
-
-
-def _prune_nulls(x: JSON, s: _Node | None) -> None:
-    if isinstance(x, dict):
+        add = s.additional
+        has_add = s.additional_allows is not None
         for k in list(x):
             v = x[k]
-            sub: _Node | None = None
-            if s is not None:
-                sub = s.properties.get(k)
-                if sub is None:
-                    sub = s.additional
-            if v is None:
-                if sub is not None and not sub.nullable and not sub.has_default:
+            prop = props.get(k)
+            if embedded and k in _META_FIELDS:
+                if nulls and v is None and _drops_null(prop or add):
                     del x[k]
-            elif isinstance(v, (dict, list)):
-                _prune_nulls(v, sub)
-    elif isinstance(x, list):
+                continue
+            if prop is None and has_add:
+                prop = add
+            elif prop is None:
+                if not preserve:
+                    out.append(k)
+                    del x[k]
+                continue
+            if v is None:
+                if nulls and _drops_null(prop):
+                    del x[k]
+            elif type(v) is dict or type(v) is list:
+                sub = _prune(v, prop, nulls=nulls)
+                if sub:
+                    out.extend(_under_key(k, sub))
+    elif type(x) is list:
         items = s.items if s is not None else None
-        for v in x:
-            if isinstance(v, (dict, list)):
-                _prune_nulls(v, items)
+        skip = skip or (s is not None and s.preserve)
+        if skip and items is None:
+            return out
+        for i, v in enumerate(x):
+            if type(v) is dict or type(v) is list:
+                sub = _prune(v, items, nulls=nulls, skip=skip)
+                if sub:
+                    out.extend(_under_index(i, sub))
+    return out
 
 
 def _coerce(x: JSON, s: _Node | None, path: str, out: list[str], *, is_root: bool = False) -> None:
@@ -1933,7 +1964,7 @@ def _defaults(
         dp = f"{p}.default"
         if not inside_meta:
             pruned = _deepcopy(d)
-            _prune(pruned, n, "", [], embedded_root=n.embedded)
+            _prune(pruned, n, embedded=n.embedded)
             if pruned != d:
                 errs.append(_invalid(dp, d, "must not have unknown fields"))
         before = len(errs)
