@@ -7,6 +7,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from apiserver.crd.schema import (
     compile_schema,
@@ -1036,3 +1038,149 @@ def test_compile_is_cached_per_schema_object() -> None:
     schema = obj_schema(x={"type": "string"})
     assert compile_schema(schema) is compile_schema(schema)
     assert compile_schema(copy.deepcopy(schema)) is not compile_schema(schema)
+
+
+def test_prune_keeps_unknown_fields_of_list_items_under_preserve() -> None:
+    # kube's skipPrune: a list under x-kubernetes-preserve-unknown-fields keeps its items'
+    # unknown fields, though its items' known properties are pruned.
+    schema = obj_schema(
+        p={
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": True,
+            "properties": {
+                "l": {
+                    "type": "array",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                    "items": {
+                        "type": "object",
+                        "properties": {"o": {"type": "object", "properties": {}}},
+                    },
+                }
+            },
+        }
+    )
+    obj = cr(p={"l": [{"free": 1, "o": {"drop": 2}}]})
+    assert prune(obj, schema) == ["spec.p.l[0].o.drop"]
+    assert obj["spec"]["p"] == {"l": [{"free": 1, "o": {}}]}
+
+
+def test_prune_preserving_root_keeps_metadata() -> None:
+    schema = {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "properties": {"metadata": {"type": "object"}},
+    }
+    obj = cr(anything={"x": 1})
+    obj["metadata"]["labels"] = {"a": "b"}
+    want = copy.deepcopy(obj)
+    assert prune(obj, schema) == []
+    assert obj == want
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties (hypothesis): values made from a schema validate; prune and default settle at once
+
+SCALARS = st.sampled_from(["string", "integer", "number", "boolean"])
+
+
+@st.composite
+def schemas(draw: st.DrawFn, depth: int = 0) -> dict[str, Any]:
+    kinds = ["scalar", "object", "array", "map"] if depth < 3 else ["scalar"]
+    kind = draw(st.sampled_from(kinds))
+    s: dict[str, Any]
+    if kind == "scalar":
+        t = draw(SCALARS)
+        s = {"type": t}
+        if t == "string" and draw(st.booleans()):
+            s["maxLength"] = draw(st.integers(1, 8))
+        if t == "string" and draw(st.booleans()):
+            s["enum"] = draw(st.lists(st.text(max_size=4), min_size=1, max_size=3, unique=True))
+            s.pop("maxLength", None)
+        if t == "integer" and draw(st.booleans()):
+            s["minimum"] = draw(st.integers(-5, 5))
+            s["maximum"] = s["minimum"] + draw(st.integers(0, 10))
+        if draw(st.booleans()):
+            s["nullable"] = True
+    elif kind == "object":
+        names = draw(st.lists(st.sampled_from("abcdefg"), max_size=4, unique=True))
+        s = {"type": "object", "properties": {n: draw(schemas(depth + 1)) for n in names}}
+        with_required: bool = draw(st.booleans())
+        if names and with_required:
+            s["required"] = names[:1]
+    elif kind == "array":
+        s = {"type": "array", "items": draw(schemas(depth + 1))}
+        if draw(st.booleans()):
+            s["maxItems"] = draw(st.integers(0, 3))
+    else:
+        s = {"type": "object", "additionalProperties": draw(schemas(depth + 1))}
+    if kind == "scalar" and draw(st.booleans()):
+        s["default"] = draw(value_of(s))
+        if s["default"] is None:
+            del s["default"]
+    return s
+
+
+@st.composite
+def value_of(draw: st.DrawFn, s: dict[str, Any]) -> Any:
+    # kube-openapi checks an enum on null too: null is only valid when the enum lists it.
+    if s.get("nullable") and "enum" not in s and draw(st.integers(0, 5)) == 0:
+        return None
+    t = s["type"]
+    if "enum" in s:
+        return draw(st.sampled_from(s["enum"]))
+    if t == "string":
+        return draw(st.text(max_size=s.get("maxLength", 10)))
+    if t == "integer":
+        return draw(st.integers(s.get("minimum", -(2**40)), s.get("maximum", 2**40)))
+    if t == "number":
+        return draw(st.floats(allow_nan=False, allow_infinity=False, width=64))
+    if t == "boolean":
+        return draw(st.booleans())
+    if t == "array":
+        size = draw(st.integers(0, s.get("maxItems", 3)))
+        return [draw(value_of(s["items"])) for _ in range(size)]
+    if "additionalProperties" in s:
+        keys = draw(st.lists(st.sampled_from("xyz"), max_size=3, unique=True))
+        return {k: draw(value_of(s["additionalProperties"])) for k in keys}
+    props = s["properties"]
+    out = {}
+    for name, sub in props.items():
+        if name in s.get("required", ()) or draw(st.booleans()):
+            out[name] = draw(value_of(sub))
+    return out
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-10, 10) | st.text(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("abxyz"), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_values_made_from_the_schema_validate(data: st.DataObject) -> None:
+    spec = data.draw(schemas())
+    schema = {"type": "object", "properties": {"spec": spec}}
+    obj = cr()
+    obj["spec"] = data.draw(value_of(spec))
+    assert schema_problems(schema, ROOT) == []
+    assert validate(obj, schema) == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_prune_and_default_settle_in_one_pass(data: st.DataObject) -> None:
+    spec = data.draw(schemas())
+    schema = {"type": "object", "properties": {"spec": spec}}
+    obj = cr()
+    # Anything at all: known fields, unknown fields, wrong types, nulls.
+    obj["spec"] = data.draw(st.one_of(value_of(spec), JSON_VALUES))
+    prune(obj, schema)
+    default(obj, schema)
+    once = copy.deepcopy(obj)
+    assert prune(obj, schema) == []
+    default(obj, schema)
+    assert obj == once
