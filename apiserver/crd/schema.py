@@ -2284,11 +2284,72 @@ def _structural_init_error(s: Any) -> str | None:
     return None
 
 
-def _schema_problems(schema: Any, path: str) -> list[FieldError]:
+# JSONSchemaProps' fields allowed at the root when the status subresource is on (kube keeps the
+# status's validation intact when it cuts properties[status] out).
+_ROOT_WITH_STATUS = {
+    "description": "Description",
+    "type": "Type",
+    "format": "Format",
+    "title": "Title",
+    "maximum": "Maximum",
+    "exclusiveMaximum": "ExclusiveMaximum",
+    "minimum": "Minimum",
+    "exclusiveMinimum": "ExclusiveMinimum",
+    "maxLength": "MaxLength",
+    "minLength": "MinLength",
+    "pattern": "Pattern",
+    "maxItems": "MaxItems",
+    "minItems": "MinItems",
+    "uniqueItems": "UniqueItems",
+    "multipleOf": "MultipleOf",
+    "required": "Required",
+    "items": "Items",
+    "properties": "Properties",
+    "externalDocs": "ExternalDocs",
+    "example": "Example",
+    "x-kubernetes-preserve-unknown-fields": "XPreserveUnknownFields",
+    "x-kubernetes-validations": "XValidations",
+}
+
+
+def _status_root_problems(schema: Mapping[str, Any], path: str) -> list[FieldError]:
+    for key, value in schema.items():
+        if not _meaningful(value) and not (
+            key in ("maximum", "minimum", "maxLength", "minLength", "maxItems", "minItems")
+            and value is not None
+        ):
+            continue
+        if key == "type":
+            if value != "object":
+                return [
+                    _invalid(
+                        f"{path}.type",
+                        value,
+                        'only "object" is allowed as the type at the root of the schema if the '
+                        "status subresource is enabled",
+                    )
+                ]
+            continue
+        if key not in _ROOT_WITH_STATUS:
+            allowed = " ".join(_ROOT_WITH_STATUS.values())
+            return [
+                _invalid(
+                    path,
+                    dict(schema),
+                    f"only [{allowed}] fields are allowed at the root of the schema if the status "
+                    "subresource is enabled",
+                )
+            ]
+    return []
+
+
+def _schema_problems(schema: Any, path: str, status_subresource: bool) -> list[FieldError]:
     shape = _shape_problems(schema, path)
     if shape:
         return shape
     errs: list[FieldError] = []
+    if status_subresource:
+        errs.extend(_status_root_problems(schema, path))
     if schema.get("nullable") is True:
         errs.append(_forbidden(f"{path}.nullable", "nullable cannot be true at the root"))
     init_error = _structural_init_error(schema)
@@ -2321,9 +2382,15 @@ def default(value: JSON, schema: dict[str, Any]) -> None:
     compile_schema(schema).default(value)
 
 
-def schema_problems(schema: dict[str, Any], path: str) -> list[FieldError]:
-    """The CRD's schema itself, as kube's CRD validation checks an openAPIV3Schema."""
-    return _schema_problems(schema, path)
+def schema_problems(
+    schema: dict[str, Any], path: str, *, status_subresource: bool = False
+) -> list[FieldError]:
+    """The CRD's schema itself, as kube's CRD validation checks an openAPIV3Schema: JSON types
+    of its fields, structural rules, defaults (pruned and valid), list and map types, the static
+    parts of x-kubernetes-validations (their CEL is cel.py's). With `status_subresource` (the
+    version has a status subresource) the root allows only what survives cutting out
+    properties[status]."""
+    return _schema_problems(schema, path, status_subresource)
 
 
 __all__ = [

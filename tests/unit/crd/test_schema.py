@@ -1184,3 +1184,137 @@ def test_prune_and_default_settle_in_one_pass(data: st.DataObject) -> None:
     assert prune(obj, schema) == []
     default(obj, schema)
     assert obj == once
+
+
+# ---------------------------------------------------------------------------------------------
+# A schema as controller-gen writes it (descriptions everywhere, metav1.Condition in status)
+
+CONDITION = {
+    "description": "Condition contains details for one aspect of the current state.",
+    "type": "object",
+    "required": ["lastTransitionTime", "message", "reason", "status", "type"],
+    "properties": {
+        "lastTransitionTime": {"type": "string", "format": "date-time"},
+        "message": {"type": "string", "maxLength": 32768},
+        "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+        "reason": {
+            "type": "string",
+            "maxLength": 1024,
+            "minLength": 1,
+            "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+        },
+        "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+        "type": {
+            "type": "string",
+            "maxLength": 316,
+            "pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+            "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+        },
+    },
+}
+CONTROLLER_GEN: dict[str, Any] = {
+    "description": "Widget is the Schema for the widgets API.",
+    "type": "object",
+    "properties": {
+        "apiVersion": {"description": "APIVersion defines the versioned schema.", "type": "string"},
+        "kind": {"description": "Kind is a string value.", "type": "string"},
+        "metadata": {"type": "object"},
+        "spec": {
+            "description": "WidgetSpec defines the desired state.",
+            "type": "object",
+            "properties": {
+                "replicas": {"type": "integer", "format": "int32", "default": 1, "minimum": 0},
+                "selector": {
+                    "type": "object",
+                    "x-kubernetes-map-type": "atomic",
+                    "properties": {
+                        "matchLabels": {
+                            "type": "object",
+                            "additionalProperties": {"type": "string"},
+                        }
+                    },
+                },
+                "resources": {
+                    "type": "object",
+                    "additionalProperties": {
+                        "anyOf": [{"type": "integer"}, {"type": "string"}],
+                        "pattern": "^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|"
+                        "[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$",
+                        "x-kubernetes-int-or-string": True,
+                    },
+                },
+            },
+        },
+        "status": {
+            "type": "object",
+            "properties": {
+                "conditions": {
+                    "type": "array",
+                    "items": CONDITION,
+                    "x-kubernetes-list-map-keys": ["type"],
+                    "x-kubernetes-list-type": "map",
+                }
+            },
+        },
+    },
+}
+
+
+def test_controller_gen_schema() -> None:
+    assert problems(CONTROLLER_GEN) == []
+    assert problems_with_status(CONTROLLER_GEN) == []
+    obj = cr(selector={"matchLabels": {"app": "w"}}, resources={"cpu": "500m", "pods": 3})
+    obj["status"] = {
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "AsExpected",
+                "message": "",
+                "lastTransitionTime": "2026-12-05T19:30:00Z",
+            },
+            {
+                "type": "Ready",
+                "status": "Maybe",
+                "reason": "no spaces allowed",
+                "message": "",
+                "lastTransitionTime": "2026-12-05T19:30:00Z",
+            },
+        ]
+    }
+    assert prune(obj, CONTROLLER_GEN) == []
+    default(obj, CONTROLLER_GEN)
+    assert obj["spec"]["replicas"] == 1
+    assert messages(obj, CONTROLLER_GEN) == [
+        'status.conditions[1].status: Unsupported value: "Maybe": supported values: '
+        '"True", "False", "Unknown"',
+        'status.conditions[1].reason: Invalid value: "no spaces allowed": '
+        "status.conditions[1].reason in body should match "
+        "'^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$'",
+        'status.conditions[1]: Duplicate value: {"type":"Ready"}',
+    ]
+    obj["spec"]["resources"]["cpu"] = "lots"
+    assert messages(obj["spec"], CONTROLLER_GEN["properties"]["spec"], "spec")[0] == (
+        'spec.resources.cpu: Invalid value: "lots": resources.cpu in body should match \''
+        + CONTROLLER_GEN["properties"]["spec"]["properties"]["resources"]["additionalProperties"][
+            "pattern"
+        ]
+        + "'"
+    )
+
+
+def problems_with_status(schema: dict[str, Any]) -> list[str]:
+    return [str(e) for e in schema_problems(schema, ROOT, status_subresource=True)]
+
+
+def test_status_subresource_restricts_the_root() -> None:
+    schema = {"type": "object", "properties": {}, "minProperties": 1}
+    assert problems(schema) == []
+    [only] = problems_with_status(schema)
+    assert only.startswith(f'{ROOT}: Invalid value: {{"minProperties":1,')
+    assert only.endswith(
+        "only [Description Type Format Title Maximum ExclusiveMaximum Minimum ExclusiveMinimum "
+        "MaxLength MinLength Pattern MaxItems MinItems UniqueItems MultipleOf Required Items "
+        "Properties ExternalDocs Example XPreserveUnknownFields XValidations] fields are "
+        "allowed at the root of the schema if the status subresource is enabled"
+    )
