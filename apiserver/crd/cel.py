@@ -51,6 +51,9 @@ OLD_SELF = "oldSelf"
 _OLD_VALUE = "__tinykube_old_value"
 _HAS_OLD = "__tinykube_has_old"
 
+# Rules whose estimate is at most this are charged it at run time without a walk over the value.
+_CHEAP = 100.0
+
 REASONS = ("FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired", "FieldValueDuplicate")
 
 _T = _cel.Type
@@ -267,6 +270,7 @@ def _coerce(value: Any, schema: Any) -> Any:
 # ---- errors ------------------------------------------------------------------------------------
 
 # cel-cpp's runtime error texts as cel-go words them (what kube's messages quote).
+_COST_LIMIT_EXCEEDED = "operation cancelled: actual cost limit exceeded"
 _RUNTIME_ERRORS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
     (re.compile(r'Key not found in map\s*:\s*"?(.*?)"?$'), lambda m: f"no such key: {m[1]}"),
     (re.compile(r"Index error: index=(-?\d+)"), lambda m: f"index out of bounds: {m[1]}"),
@@ -274,6 +278,8 @@ _RUNTIME_ERRORS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], .
     (re.compile(r"divide by zero|division by zero"), lambda m: "division by zero"),
     (re.compile(r"modulus by zero"), lambda m: "modulus by zero"),
     (re.compile(r"no_such_field|No such field"), lambda m: "no such key"),
+    # cel-cpp's own guard: at most 10,000 comprehension iterations per evaluation
+    (re.compile(r"Iteration budget exceeded"), lambda m: _COST_LIMIT_EXCEEDED),
 )
 _STATUS_PREFIX = re.compile(r"^[A-Z_]+: ")
 _NEWLINES = re.compile(r"[\n\r]+")
@@ -356,7 +362,9 @@ class _Rule:
     message_program: Any | None
     reason: str | None
     field_path: str  # normalized (kube's NormalizedRuleFieldPath), "" when unset
-    cost: int
+    ast: _Ast  # the checked expression, for the runtime cost
+    cost: float  # estimated cost of one evaluation, from the schema's bounds
+    message_cost: float
 
     def error_string(self) -> str:
         return self.message.strip() if self.message else self.rule.strip()
@@ -463,7 +471,6 @@ class RuleSet:
         old_value = None
         if old is not None:
             old_value = _coerce(old, node.schema) if node.coerce else old
-        size = _size_of(self_value)
         for rule in node.rules:
             if rule.uses_old_self and old is None and not rule.optional_old_self:
                 continue  # a transition rule needs an existing value to compare with
@@ -473,15 +480,16 @@ class RuleSet:
                 activation[_HAS_OLD] = old is not None
             elif rule.uses_old_self:
                 activation[OLD_SELF] = old_value
-            cost = _runtime_cost(rule.cost, size)
+            cost = rule.cost
+            if cost > _CHEAP:
+                cost = _actual_cost(rule.ast, self_value, old_value)
             if cost > PER_CALL_LIMIT:
                 errs.append(
                     _invalid(
                         path,
                         shown,
-                        "'operation cancelled: actual cost limit exceeded': no further "
-                        "validation rules will be run due to call cost exceeds limit for "
-                        f"rule: {rule.error_string()}",
+                        f"'{_COST_LIMIT_EXCEEDED}': no further validation rules will be run "
+                        f"due to call cost exceeds limit for rule: {rule.error_string()}",
                     )
                 )
                 budget.remaining = -1
@@ -497,10 +505,21 @@ class RuleSet:
                 )
                 budget.remaining = -1
                 return False
-            budget.remaining -= cost
+            budget.remaining -= math.ceil(cost)
             ok, result = _eval(rule.program, activation)
             if not ok:
                 text = str(result)
+                if text == _COST_LIMIT_EXCEEDED:
+                    errs.append(
+                        _invalid(
+                            path,
+                            shown,
+                            f"'{text}': no further validation rules will be run due to call "
+                            f"cost exceeds limit for rule: {rule.error_string()}",
+                        )
+                    )
+                    budget.remaining = -1
+                    return False
                 if text.startswith("no such overload"):
                     detail = (
                         f"'{text}': call arguments did not match a supported operator, "
@@ -734,10 +753,25 @@ class _Compiler:
             result = self.rule(schema, raw, rule_path, self_type, uncorrelatable)
             if result is None:
                 continue
-            cost = result.cost * cardinality
-            self.total_cost += cost
-            self.costs.append((f"{rule_path}.rule", cost))
-            compiled.append(result)
+            ok = True
+            for what, where, one in (
+                ("rule", "rule", result.cost),
+                ("messageExpression", "messageExpression", result.message_cost),
+            ):
+                cost = one * cardinality
+                if cost > STATIC_ESTIMATED_COST_LIMIT:
+                    self.errors.append(
+                        FieldError(
+                            f"{rule_path}.{where}",
+                            f"Forbidden: estimated {what} cost exceeds budget by factor of "
+                            f"{_factor(cost, STATIC_ESTIMATED_COST_LIMIT)}{_COST_HINT}",
+                        )
+                    )
+                    ok = False
+                self.total_cost += cost
+                self.costs.append((f"{rule_path}.{where}", cost))
+            if ok:
+                compiled.append(result)
         return compiled
 
     def rule(
@@ -887,16 +921,11 @@ class _Compiler:
                     )
                 )
                 ok = False
-        cost = _cost(program, schema)
-        if cost > STATIC_ESTIMATED_COST_LIMIT:
-            self.errors.append(
-                FieldError(
-                    f"{rule_path}.rule",
-                    "Forbidden: estimated rule cost exceeds budget by factor of "
-                    f"{_factor(cost, STATIC_ESTIMATED_COST_LIMIT)}{_COST_HINT}",
-                )
-            )
-            ok = False
+        ast = _checked_ast(program)
+        cost = _cost(ast, schema)
+        message_cost = (
+            _cost(_checked_ast(message_program), schema) if message_program is not None else 0.0
+        )
         if not ok:
             return None
         return _Rule(
@@ -909,7 +938,9 @@ class _Compiler:
             message_program=message_program,
             reason=reason if isinstance(reason, str) else None,
             field_path=field_path,
-            cost=int(cost),
+            ast=ast,
+            cost=cost,
+            message_cost=message_cost,
         )
 
 
@@ -931,8 +962,7 @@ def _max_elements(schema: dict[str, Any]) -> float:
         bound = schema.get(key)
         if isinstance(bound, int) and not isinstance(bound, bool):
             return float(bound)
-    # an unbounded list: the smallest element (2 bytes, `""` or `{}`, plus a comma) in 3 MiB
-    return float((MAX_REQUEST_SIZE_BYTES - 2) // 3)
+    return _unbounded_elements(schema)
 
 
 # ---- field paths -------------------------------------------------------------------------------
@@ -1070,19 +1100,401 @@ def compile_expression(
 
 
 # ---- cost --------------------------------------------------------------------------------------
+#
+# cel-cpp (and so cel-expr-python) has no cost accounting, so kube's three limits are modelled
+# here over the checked expression, which cel-expr-python hands out serialized
+# (`Expression.serialize()`: a google.protobuf.Any of a cel.expr.CheckedExpr, decoded below
+# from the wire format with the field numbers of cel/expr/syntax.proto):
+#
+# - estimated cost (CRD validation): cel-go's estimator in outline. Identifiers and field
+#   selections cost 1, calls 1 plus their arguments, string functions a tenth of the string's
+#   size per call, `in` on a list its size, a comprehension its range's size times its body.
+#   Sizes come from the schema (maxLength, maxItems, maxProperties; without them, what fits in
+#   kube's 3 MiB request limit), and a rule under lists and maps is multiplied by how many
+#   times it can run (the schema's cardinality). Per rule over 10M is Forbidden; all rules of
+#   a schema together over 100M is Forbidden.
+# - runtime cost: the same walk with the actual sizes of `self` instead of the schema's bounds
+#   (not cel-go's count of executed steps: short-circuits are not credited, so it is an upper
+#   bound of it), checked before the rule runs against kube's per-call limit (1M) and charged
+#   to kube's per-object budget (10M). cel-cpp cannot be interrupted mid-evaluation, so nothing
+#   is time-based; a rule whose estimate is tiny is charged its static estimate without a walk.
+# - cel-cpp's own guard, not configurable through cel-expr-python: an evaluation stops after
+#   10,000 comprehension iterations in all ("Iteration budget exceeded"), reported as kube's
+#   per-call limit. Kube's cost limit allows more (a plain `all` over ~250k items), so a rule
+#   iterating over more than 9,999 items (or nested loops over more than ~99x99) fails here
+#   where kube's would pass.
 
 
-def _cost(program: Any, schema: dict[str, Any]) -> float:
-    """Placeholder replaced below."""
+@dataclass
+class _Ast:
+    kind: str  # const, ident, select, call, list, map, comprehension
+    name: str = ""  # identifier, selected field, function
+    test_only: bool = False
+    target: _Ast | None = None
+    args: list[_Ast] = field(default_factory=list)
+    size: int = 0  # a string or bytes literal's length
+    iter_var: str = ""
+    accu_var: str = ""
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = buf[i]
+        i += 1
+        result |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return result, i
+
+
+def _wire(buf: bytes) -> Iterator[tuple[int, Any]]:
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        number, wire_type = key >> 3, key & 7
+        value: Any
+        if wire_type == 0:
+            value, i = _varint(buf, i)
+        elif wire_type == 2:
+            n, i = _varint(buf, i)
+            value = buf[i : i + n]
+            i += n
+        elif wire_type == 1:
+            value, i = buf[i : i + 8], i + 8
+        elif wire_type == 5:
+            value, i = buf[i : i + 4], i + 4
+        else:
+            raise ValueError(f"unsupported wire type {wire_type}")
+        yield number, value
+
+
+def _decode_expr(buf: bytes) -> _Ast:
+    for number, value in _wire(buf):
+        if number == 3:  # Constant
+            size = 0
+            for n, v in _wire(value):
+                if n in (6, 7):  # string_value, bytes_value
+                    size = len(v)
+            return _Ast("const", size=size)
+        if number == 4:  # Ident
+            name = next((v.decode() for n, v in _wire(value) if n == 1), "")
+            return _Ast("ident", name=name)
+        if number == 5:  # Select
+            out = _Ast("select")
+            for n, v in _wire(value):
+                if n == 1:
+                    out.target = _decode_expr(v)
+                elif n == 2:
+                    out.name = v.decode()
+                elif n == 3:
+                    out.test_only = bool(v)
+            return out
+        if number == 6:  # Call
+            out = _Ast("call")
+            for n, v in _wire(value):
+                if n == 1:
+                    out.target = _decode_expr(v)
+                elif n == 2:
+                    out.name = v.decode()
+                elif n == 3:
+                    out.args.append(_decode_expr(v))
+            return out
+        if number == 7:  # CreateList
+            return _Ast("list", args=[_decode_expr(v) for n, v in _wire(value) if n == 1])
+        if number == 8:  # CreateStruct: its entries' keys and values
+            out = _Ast("map")
+            for n, entry in _wire(value):
+                if n == 2:
+                    out.args.extend(_decode_expr(v) for m, v in _wire(entry) if m in (3, 4))
+            return out
+        if number == 9:  # Comprehension: range, init, condition, step, result
+            out = _Ast("comprehension")
+            parts: dict[int, _Ast] = {}
+            for n, v in _wire(value):
+                if n == 1:
+                    out.iter_var = v.decode()
+                elif n == 3:
+                    out.accu_var = v.decode()
+                elif n in (2, 4, 5, 6, 7):
+                    parts[n] = _decode_expr(v)
+            out.args = [parts.get(n, _Ast("const")) for n in (2, 4, 5, 6, 7)]
+            return out
+    return _Ast("const")
+
+
+def _checked_ast(program: Any) -> _Ast:
+    any_fields = dict(_wire(program.serialize()))
+    expr_field = 4 if any_fields.get(1, b"").endswith(b"CheckedExpr") else 2
+    return _decode_expr(dict(_wire(any_fields.get(2, b""))).get(expr_field, b""))
+
+
+# Unbounded sizes, as kube's estimates from the 3 MiB request limit: a string without
+# maxLength, and a list or map without maxItems/maxProperties (the smallest element, `""` or
+# `{}` or a digit, plus its comma).
+_UNBOUNDED_STRING = MAX_REQUEST_SIZE_BYTES - 2
+
+
+class _Sized:
+    """What the estimator knows of a value: its schema (or its actual value) and its size."""
+
+    __slots__ = ("schema", "size", "value")
+
+    def __init__(self, size: float, schema: Any = None, value: Any = None) -> None:
+        self.size = size
+        self.schema = schema
+        self.value = value
+
+
+def _schema_size(schema: Any) -> float:
+    if not isinstance(schema, dict):
+        return 1.0
+    kind = schema.get("type")
+    if kind == "string" or schema.get("x-kubernetes-int-or-string"):
+        bound = schema.get("maxLength")
+        return float(bound) if isinstance(bound, int) else float(_UNBOUNDED_STRING)
+    if kind == "array":
+        bound = schema.get("maxItems")
+        return float(bound) if isinstance(bound, int) else _unbounded_elements(schema)
+    if kind == "object" or schema.get("x-kubernetes-preserve-unknown-fields"):
+        bound = schema.get("maxProperties")
+        if isinstance(bound, int):
+            return float(bound)
+        if schema.get("properties") and not schema.get("additionalProperties"):
+            return float(len(schema["properties"]))
+        return _unbounded_elements(schema)
     return 1.0
 
 
-def _size_of(value: Any) -> int:
-    return 1
+def _min_serialized(schema: Any) -> int:
+    """The fewest JSON bytes a value of this schema takes (`""`, `0`, `true`, `{}`, `[]`)."""
+    if not isinstance(schema, dict):
+        return 1
+    kind = schema.get("type")
+    return {"string": 2, "integer": 1, "number": 1, "boolean": 4}.get(str(kind), 2)
 
 
-def _runtime_cost(static_cost: int, size: int) -> int:
-    return 1
+def _unbounded_elements(schema: dict[str, Any]) -> float:
+    """How many items (or entries) of this list (or map) fit in kube's 3 MiB request."""
+    if schema.get("type") == "array":
+        element = _min_serialized(schema.get("items"))
+    else:  # an entry: "":<value>
+        element = 3 + _min_serialized(schema.get("additionalProperties"))
+    return float((MAX_REQUEST_SIZE_BYTES - 2) // (element + 1))
 
 
-_ = math
+def _value_size(value: Any) -> float:
+    if isinstance(value, str | bytes | list | dict):
+        return float(len(value))
+    return 1.0
+
+
+def _sized_schema(schema: Any) -> _Sized:
+    return _Sized(_schema_size(schema), schema=schema)
+
+
+def _sized_value(value: Any) -> _Sized:
+    return _Sized(_value_size(value), value=value, schema=_ACTUAL)
+
+
+_ACTUAL = object()  # marks a _Sized that carries an actual value
+_UNKNOWN = _Sized(1.0)
+
+
+def _select(base: _Sized, name: str) -> _Sized:
+    if base.schema is _ACTUAL:
+        value = base.value.get(name) if isinstance(base.value, dict) else None
+        return _sized_value(value)
+    schema = base.schema
+    if isinstance(schema, dict):
+        props = schema.get("properties")
+        if isinstance(props, dict) and name in props:
+            return _sized_schema(props[name])
+        if isinstance(schema.get("additionalProperties"), dict):
+            return _sized_schema(schema["additionalProperties"])
+        if name in ("apiVersion", "kind"):
+            return _Sized(float(_UNBOUNDED_STRING))
+    return _UNKNOWN
+
+
+def _element(base: _Sized) -> _Sized:
+    """An element of a list (or a value of a map): the largest one for actual values."""
+    if base.schema is _ACTUAL:
+        items = base.value.values() if isinstance(base.value, dict) else base.value
+        if isinstance(items, list) or isinstance(base.value, dict):
+            largest = max(items, key=_value_size, default=None)
+            return _sized_value(largest)
+        return _UNKNOWN
+    schema = base.schema
+    if isinstance(schema, dict):
+        for key in ("items", "additionalProperties"):
+            if isinstance(schema.get(key), dict):
+                return _sized_schema(schema[key])
+        if schema.get("type") == "object" and schema.get("properties"):
+            return _Sized(float(_UNBOUNDED_STRING))
+    return _UNKNOWN
+
+
+def _iteration_item(base: _Sized) -> _Sized:
+    """What a comprehension's variable ranges over: list elements, map keys."""
+    if base.schema is _ACTUAL:
+        if isinstance(base.value, dict):
+            return _Sized(float(max((len(k) for k in base.value), default=0)))
+        return _element(base)
+    schema = base.schema
+    if isinstance(schema, dict) and schema.get("type") == "object":
+        return _Sized(float(_UNBOUNDED_STRING))
+    return _element(base)
+
+
+# cel-go's per-call cost of string functions: a tenth of a traversal per byte.
+_STRING_FUNCTIONS = frozenset(
+    {
+        "contains",
+        "startsWith",
+        "endsWith",
+        "matches",
+        "lowerAscii",
+        "upperAscii",
+        "split",
+        "replace",
+        "indexOf",
+        "lastIndexOf",
+        "trim",
+        "substring",
+        "join",
+        "format",
+        "quote",
+        "reverse",
+        "url",
+        "isURL",
+        "quantity",
+        "isQuantity",
+        "string",
+        "_+_",
+    }
+)
+# functions whose result is about as large as their first operand
+_SIZE_PRESERVING = frozenset(
+    {
+        "lowerAscii",
+        "upperAscii",
+        "replace",
+        "trim",
+        "substring",
+        "join",
+        "format",
+        "quote",
+        "reverse",
+        "split",
+        "string",
+        "sort",
+        "distinct",
+    }
+)
+_LIST_FUNCTIONS = frozenset({"isSorted", "sum", "min", "max", "sort", "distinct"})
+_COMPARISONS = frozenset({"_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"})
+_FREE_CALLS = frozenset({"_&&_", "_||_", "!_", "_?_:_"})
+
+
+def _is_map(sized: _Sized) -> bool:
+    if sized.schema is _ACTUAL:
+        return isinstance(sized.value, dict)
+    return isinstance(sized.schema, dict) and sized.schema.get("type") == "object"
+
+
+class _Estimator:
+    def __init__(self, variables: dict[str, _Sized]) -> None:
+        self.variables = dict(variables)
+        self.accumulators: set[str] = set()
+
+    def cost(self, node: _Ast) -> tuple[float, _Sized]:
+        """(cost, size of the result)."""
+        if node.kind == "const":
+            return 0.0, _Sized(float(node.size))
+        if node.kind == "ident":
+            return 1.0, self.variables.get(node.name, _UNKNOWN)
+        if node.kind == "select":
+            assert node.target is not None
+            base_cost, base = self.cost(node.target)
+            return base_cost + 1.0, _select(base, node.name)
+        if node.kind in ("list", "map"):
+            total = 0.0
+            largest = 0.0
+            for arg in node.args:
+                c, sized = self.cost(arg)
+                total += c
+                largest = max(largest, sized.size)
+            return total + 10.0, _Sized(float(len(node.args)))
+        if node.kind == "comprehension":
+            return self.comprehension(node)
+        return self.call(node)
+
+    def call(self, node: _Ast) -> tuple[float, _Sized]:
+        name = node.name
+        # logical operators and the comprehensions' internal helpers cost only their operands
+        total = 0.0 if name in _FREE_CALLS or name.startswith("@") else 1.0
+        operands: list[_Sized] = []
+        if node.target is not None:
+            c, sized = self.cost(node.target)
+            total += c
+            operands.append(sized)
+        for arg in node.args:
+            c, sized = self.cost(arg)
+            total += c
+            operands.append(sized)
+        if name == "_+_" and node.args and node.args[0].name in self.accumulators:
+            pass  # a comprehension's list append: cel-go appends in place
+        elif name in _COMPARISONS and operands:
+            total += math.ceil(0.1 * min(o.size for o in operands))
+        elif name in _STRING_FUNCTIONS and operands:
+            total += math.ceil(0.1 * max(o.size for o in operands))
+            if name == "matches" and len(operands) > 1:
+                total += math.ceil(0.1 * operands[0].size * max(operands[1].size, 1.0))
+        elif name == "@in" and len(operands) > 1:
+            if not _is_map(operands[1]):
+                total += operands[1].size
+        elif name in _LIST_FUNCTIONS and operands:
+            total += max(o.size for o in operands)
+        if name == "_[_]" and operands:
+            return total, _element(operands[0])
+        if name == "_+_":
+            return total, _Sized(sum(o.size for o in operands))
+        if name in _SIZE_PRESERVING and operands:
+            return total, _Sized(operands[0].size)
+        if name in ("dyn", "optional.of", "value", "orValue") and operands:
+            return total, operands[0] if name != "orValue" else _Sized(
+                max(o.size for o in operands)
+            )
+        return total, _Sized(1.0)
+
+    def comprehension(self, node: _Ast) -> tuple[float, _Sized]:
+        range_, init, condition, step, result = node.args
+        range_cost, range_sized = self.cost(range_)
+        init_cost, _ = self.cost(init)
+        saved = dict(self.variables)
+        self.variables[node.iter_var] = _iteration_item(range_sized)
+        self.variables[node.accu_var] = _Sized(range_sized.size)
+        self.accumulators.add(node.accu_var)
+        condition_cost, _ = self.cost(condition)
+        step_cost, _ = self.cost(step)
+        result_cost, _ = self.cost(result)
+        self.accumulators.discard(node.accu_var)
+        self.variables = saved
+        body = range_sized.size * (condition_cost + step_cost)
+        return range_cost + init_cost + body + result_cost, _Sized(range_sized.size)
+
+
+def _cost(ast: _Ast, schema: dict[str, Any]) -> float:
+    """The estimated cost of a rule at a schema level (one evaluation)."""
+    self_size = _sized_schema(schema)
+    estimator = _Estimator({SELF: self_size, OLD_SELF: self_size, _OLD_VALUE: self_size})
+    return estimator.cost(ast)[0]
+
+
+def _actual_cost(ast: _Ast, value: Any, old: Any) -> float:
+    """The same estimate over the actual values (kube's runtime cost, see above)."""
+    estimator = _Estimator(
+        {SELF: _sized_value(value), OLD_SELF: _sized_value(old), _OLD_VALUE: _sized_value(old)}
+    )
+    return estimator.cost(ast)[0]

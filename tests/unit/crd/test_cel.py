@@ -121,13 +121,17 @@ def test_a_rule_at_the_root_is_reported_at_kubes_nil_path() -> None:
             "failed rule: self.isSorted()",
         ),
         (
-            with_rules({"type": "array", "items": INT}, {"rule": "self.map(x, x * 2).sum() <= 10"}),
+            with_rules(
+                {"type": "array", "items": INT, "maxItems": 100},
+                {"rule": "self.map(x, x * 2).sum() <= 10"},
+            ),
             [3, 4],
             "failed rule: self.map(x, x * 2).sum() <= 10",
         ),
         (
             with_rules(
-                {"type": "array", "items": INT}, {"rule": "self.filter(x, x > 1).max() < 4"}
+                {"type": "array", "items": INT, "maxItems": 100},
+                {"rule": "self.filter(x, x > 1).max() < 4"},
             ),
             [3, 4],
             "failed rule: self.filter(x, x > 1).max() < 4",
@@ -436,3 +440,92 @@ def test_compile_expression_values_and_errors() -> None:
     )
     program, errs = compile_expression("nope", ["object"], "spec.expression")
     assert program is None and "undeclared reference to 'nope'" in str(errs[0])
+
+
+# ---- cost --------------------------------------------------------------------------------------
+
+
+def test_estimated_cost_refuses_unbounded_nested_loops() -> None:
+    names = {"type": "array", "items": STR}
+    quadratic = "self.all(x, self.exists(y, x == y))"
+    errs = compile_errors(obj(names=with_rules(names, {"rule": quadratic})))
+    at = f"{ROOT}.properties[names].x-kubernetes-validations[0].rule"
+    assert errs[0] == (
+        f"{at}: Forbidden: estimated rule cost exceeds budget by factor of more than 100x "
+        "(try simplifying the rule, or adding maxItems, maxProperties, and maxLength where "
+        "arrays, maps, and strings are declared)"
+    )
+    # bounded, the same rule is accepted
+    bounded = {**names, "maxItems": 50, "items": {**STR, "maxLength": 20}}
+    assert compile_errors(obj(names=with_rules(bounded, {"rule": quadratic}))) == []
+
+
+def test_a_rule_under_an_unbounded_list_is_multiplied_by_its_cardinality() -> None:
+    item = with_rules({**STR, "maxLength": 1000}, {"rule": "self.matches('^[a-z]+$')"})
+    at = f"{ROOT}.properties[l].items.x-kubernetes-validations[0].rule"
+    errs = compile_errors(obj(l={"type": "array", "items": item}))
+    assert errs[0].startswith(f"{at}: Forbidden: estimated rule cost exceeds budget by factor")
+    assert errs[-1].startswith(
+        f"{ROOT}: Forbidden: x-kubernetes-validations estimated rule cost total for entire "
+        "OpenAPIv3 schema exceeds budget by factor of"
+    )
+    assert compile_errors(obj(l={"type": "array", "items": item, "maxItems": 10})) == []
+
+
+def test_runtime_cost_limit_per_call() -> None:
+    # from the schema (a string of up to 3 MiB) the rule is under the per-rule estimate limit;
+    # at run time it is charged by the string actually sent
+    schema = obj(text=with_rules(STR, {"rule": "self.matches('^[a-z]+$')"}))
+    rules, errs = compile_rules(schema, ROOT)
+    assert errs == []
+    assert [str(e) for e in rules.validate({"text": "a" * 100_000}, None)] == []
+    assert [str(e) for e in rules.validate({"text": "a" * 2_000_000}, None)] == [
+        "text: Invalid value: \"string\": 'operation cancelled: actual cost limit exceeded': "
+        "no further validation rules will be run due to call cost exceeds limit for rule: "
+        "self.matches('^[a-z]+$')"
+    ]
+
+
+def test_estimated_cost_factor() -> None:
+    names = {"type": "array", "maxItems": 2000, "items": {**STR, "maxLength": 10}}
+    rule = {"rule": "self.all(x, self.exists(y, x == y))"}
+    assert compile_errors(obj(names=with_rules(names, rule))) == [
+        f"{ROOT}.properties[names].x-kubernetes-validations[0].rule: Forbidden: estimated rule "
+        "cost exceeds budget by factor of 2.4x (try simplifying the rule, or adding maxItems, "
+        "maxProperties, and maxLength where arrays, maps, and strings are declared)"
+    ]
+    names["maxItems"] = 1000
+    assert compile_errors(obj(names=with_rules(names, rule))) == []
+
+
+def test_runtime_budget_per_object() -> None:
+    # each call is under the per-call limit, all of them together over the object's budget
+    text = {**STR, "maxLength": 100_000}
+    item = with_rules(
+        text,
+        {"rule": "self.matches('^[a-z]+$')"},
+        {"rule": "!self.contains('zz')"},
+        {"rule": "!self.startsWith('zz')"},
+    )
+    schema = obj(texts={"type": "array", "maxItems": 100, "items": item})
+    rules, errs = compile_rules(schema, ROOT)
+    assert errs == []
+    assert [str(e) for e in rules.validate({"texts": ["abc"] * 100}, None)] == []
+    got = [str(e) for e in rules.validate({"texts": ["a" * 100_000] * 100}, None)]
+    assert got[-1].endswith(
+        'Invalid value: "string": validation failed due to running out of cost budget, '
+        "no further validation rules will be run"
+    )
+    assert len(got) == 1
+
+
+def test_cel_cpps_iteration_guard_reads_as_the_per_call_limit() -> None:
+    schema = obj(n=with_rules({"type": "array", "items": INT}, {"rule": "self.all(x, x >= 0)"}))
+    rules, errs = compile_rules(schema, ROOT)
+    assert errs == []
+    assert [str(e) for e in rules.validate({"n": list(range(9999))}, None)] == []
+    assert [str(e) for e in rules.validate({"n": list(range(10_000))}, None)] == [
+        "n: Invalid value: \"array\": 'operation cancelled: actual cost limit exceeded': no "
+        "further validation rules will be run due to call cost exceeds limit for rule: "
+        "self.all(x, x >= 0)"
+    ]
