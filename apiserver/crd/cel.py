@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import math
 import re
+import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from cel_expr_python import cel as _cel
@@ -35,6 +37,7 @@ from cel_expr_python.ext import ext_bindings, ext_math, ext_optional, ext_string
 
 from apiserver.validation import go_quote
 from tinykube.errors import FieldError
+from tinykube.quantity import QuantityError, format_quantity, parse_quantity, quantity_format
 
 # k8s.io/apiserver/pkg/apis/cel/config.go and apiextensions' validation.
 PER_CALL_LIMIT = 1_000_000
@@ -57,6 +60,7 @@ _CHEAP = 100.0
 REASONS = ("FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired", "FieldValueDuplicate")
 
 _T = _cel.Type
+_QUANTITY_PATTERN = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
 
 
 class _Env:
@@ -131,19 +135,21 @@ def _max(items: list[Any]) -> Any:
         raise _CelError("no such overload") from exc
 
 
-def _quantity_of(text: str) -> str:
-    from tinykube.quantity import QuantityError, parse_quantity
-
+def _quantity(text: str) -> Fraction:
     try:
-        parse_quantity(text)
+        return parse_quantity(text)
     except QuantityError as exc:
-        raise _CelError(f"quantities must match the regular expression {exc}") from exc
+        raise _CelError(
+            f"quantities must match the regular expression '{_QUANTITY_PATTERN}'"
+        ) from exc
+
+
+def _quantity_of(text: str) -> str:
+    _quantity(text)
     return text
 
 
 def _is_quantity(text: str) -> bool:
-    from tinykube.quantity import QuantityError, parse_quantity
-
     try:
         parse_quantity(text)
     except QuantityError:
@@ -151,15 +157,110 @@ def _is_quantity(text: str) -> bool:
     return True
 
 
-def _quantity_value(text: str) -> Any:
-    from tinykube.quantity import parse_quantity
-
-    return parse_quantity(text)
-
-
 def _quantity_compare(a: str, b: str) -> int:
-    x, y = _quantity_value(a), _quantity_value(b)
+    x, y = _quantity(a), _quantity(b)
     return int(x > y) - int(x < y)
+
+
+def _quantity_sum(a: str, b: Any, sign: int) -> str:
+    other = Fraction(b) if isinstance(b, int) and not isinstance(b, bool) else _quantity(str(b))
+    return format_quantity(_quantity(a) + sign * other, quantity_format(a))
+
+
+def _quantity_as_integer(a: str) -> int:
+    amount = _quantity(a)
+    if amount.denominator != 1 or not -(2**63) <= amount < 2**63:
+        raise _CelError("cannot convert value to integer")
+    return int(amount)
+
+
+def _quantity_sign(a: str) -> int:
+    amount = _quantity(a)
+    return int(amount > 0) - int(amount < 0)
+
+
+def _regex(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise _CelError(f"invalid regular expression: {exc}") from exc
+
+
+def _find(text: str, pattern: str) -> str:
+    m = _regex(pattern).search(text)
+    return m.group(0) if m else ""
+
+
+def _find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
+    found = [m.group(0) for m in _regex(pattern).finditer(text)]
+    return found if limit < 0 else found[:limit]
+
+
+def _url(text: str) -> urllib.parse.SplitResult:
+    """Go's url.ParseRequestURI, as kube's url() library: an absolute URL or an absolute
+    path."""
+    try:
+        parts = urllib.parse.urlsplit(text)
+    except ValueError as exc:
+        raise _CelError(f"URL parse error during conversion from string: {exc}") from exc
+    if not (parts.scheme or text.startswith("/")) or parts.fragment:
+        raise _CelError(
+            f'URL parse error during conversion from string: parse "{text}": invalid URI for '
+            "request"
+        )
+    return parts
+
+
+def _url_of(text: str) -> str:
+    _url(text)
+    return text
+
+
+def _is_url(text: str) -> bool:
+    try:
+        _url(text)
+    except _CelError:
+        return False
+    return True
+
+
+def _url_host(text: str) -> str:
+    return _url(text).netloc.rsplit("@", 1)[-1]
+
+
+def _url_hostname(text: str) -> str:
+    return _url(text).hostname or ""
+
+
+def _url_port(text: str) -> str:
+    host = _url_host(text)
+    if host.startswith("["):
+        end = host.find("]")
+        return host[end + 2 :] if host[end + 1 : end + 2] == ":" else ""
+    return host.rsplit(":", 1)[1] if ":" in host else ""
+
+
+def _url_query(text: str) -> dict[str, list[str]]:
+    return urllib.parse.parse_qs(_url(text).query, keep_blank_values=True)
+
+
+def _sets_contains(a: list[Any], b: list[Any]) -> bool:
+    return all(any(_same(x, y) for y in a) for x in b)
+
+
+def _sets_equivalent(a: list[Any], b: list[Any]) -> bool:
+    return _sets_contains(a, b) and _sets_contains(b, a)
+
+
+def _sets_intersects(a: list[Any], b: list[Any]) -> bool:
+    return any(any(_same(x, y) for y in a) for x in b)
+
+
+def _same(x: Any, y: Any) -> bool:
+    """CEL equality of two plain values: 1 == 1.0, but true != 1."""
+    if isinstance(x, bool) or isinstance(y, bool):
+        return type(x) is type(y) and x == y
+    return bool(x == y)
 
 
 def _library() -> list[Any]:
@@ -185,20 +286,138 @@ def _library() -> list[Any]:
         decl("sum", "list_sum", _T.DYN, [dyn_list], _sum),
         decl("min", "list_min", _T.DYN, [dyn_list], _min),
         decl("max", "list_max", _T.DYN, [dyn_list], _max),
-        # quantity('1Gi') is kept as its validated string; compareTo/isGreaterThan/... compare
-        # the amounts exactly.
+        # kube's quantity library: a quantity is its (validated) string; the methods compare
+        # and add the exact amounts.
+        free("quantity", "string_to_quantity", _T.STRING, [_T.STRING], _quantity_of),
         free("isQuantity", "is_quantity_string", _T.BOOL, [_T.STRING], _is_quantity),
+        decl("compareTo", "quantity_compare", _T.INT, [_T.STRING, _T.STRING], _quantity_compare),
+        decl(
+            "isGreaterThan",
+            "quantity_greater",
+            _T.BOOL,
+            [_T.STRING, _T.STRING],
+            lambda a, b: _quantity_compare(a, b) > 0,
+        ),
+        decl(
+            "isLessThan",
+            "quantity_less",
+            _T.BOOL,
+            [_T.STRING, _T.STRING],
+            lambda a, b: _quantity_compare(a, b) < 0,
+        ),
         _cel.FunctionDecl(
-            "compareQuantity",
+            "add",
             [
                 _cel.Overload(
-                    "compare_quantity",
-                    return_type=_T.INT,
+                    "quantity_add",
+                    return_type=_T.STRING,
                     parameters=[_T.STRING, _T.STRING],
-                    is_member=False,
-                    impl=_quantity_compare,
-                )
+                    is_member=True,
+                    impl=lambda a, b: _quantity_sum(a, b, 1),
+                ),
+                _cel.Overload(
+                    "quantity_add_int",
+                    return_type=_T.STRING,
+                    parameters=[_T.STRING, _T.INT],
+                    is_member=True,
+                    impl=lambda a, b: _quantity_sum(a, b, 1),
+                ),
             ],
+        ),
+        _cel.FunctionDecl(
+            "sub",
+            [
+                _cel.Overload(
+                    "quantity_sub",
+                    return_type=_T.STRING,
+                    parameters=[_T.STRING, _T.STRING],
+                    is_member=True,
+                    impl=lambda a, b: _quantity_sum(a, b, -1),
+                ),
+                _cel.Overload(
+                    "quantity_sub_int",
+                    return_type=_T.STRING,
+                    parameters=[_T.STRING, _T.INT],
+                    is_member=True,
+                    impl=lambda a, b: _quantity_sum(a, b, -1),
+                ),
+            ],
+        ),
+        decl("asInteger", "quantity_as_integer", _T.INT, [_T.STRING], _quantity_as_integer),
+        decl(
+            "isInteger",
+            "quantity_is_integer",
+            _T.BOOL,
+            [_T.STRING],
+            lambda a: _quantity(a).denominator == 1,
+        ),
+        decl(
+            "asApproximateFloat",
+            "quantity_as_float",
+            _T.DOUBLE,
+            [_T.STRING],
+            lambda a: float(_quantity(a)),
+        ),
+        decl("sign", "quantity_sign", _T.INT, [_T.STRING], _quantity_sign),
+        # kube's regex library
+        decl("find", "string_find", _T.STRING, [_T.STRING, _T.STRING], _find),
+        _cel.FunctionDecl(
+            "findAll",
+            [
+                _cel.Overload(
+                    "string_find_all",
+                    return_type=_T.List(_T.STRING),
+                    parameters=[_T.STRING, _T.STRING],
+                    is_member=True,
+                    impl=_find_all,
+                ),
+                _cel.Overload(
+                    "string_find_all_n",
+                    return_type=_T.List(_T.STRING),
+                    parameters=[_T.STRING, _T.STRING, _T.INT],
+                    is_member=True,
+                    impl=_find_all,
+                ),
+            ],
+        ),
+        # kube's URL library: a URL is its (validated) string
+        free("url", "string_to_url", _T.STRING, [_T.STRING], _url_of),
+        free("isURL", "is_url_string", _T.BOOL, [_T.STRING], _is_url),
+        decl("getScheme", "url_get_scheme", _T.STRING, [_T.STRING], lambda u: _url(u).scheme),
+        decl("getHost", "url_get_host", _T.STRING, [_T.STRING], _url_host),
+        decl("getHostname", "url_get_hostname", _T.STRING, [_T.STRING], _url_hostname),
+        decl("getPort", "url_get_port", _T.STRING, [_T.STRING], _url_port),
+        decl(
+            "getEscapedPath", "url_get_escaped_path", _T.STRING, [_T.STRING], lambda u: _url(u).path
+        ),
+        decl(
+            "getQuery",
+            "url_get_query",
+            _T.Map(_T.STRING, _T.List(_T.STRING)),
+            [_T.STRING],
+            _url_query,
+        ),
+        # kube's sets library
+        free(
+            "sets.contains",
+            "list_sets_contains_list",
+            _T.BOOL,
+            [dyn_list, dyn_list],
+            _sets_contains,
+        ),
+        free(
+            "sets.equivalent",
+            "list_sets_equivalent_list",
+            _T.BOOL,
+            [dyn_list, dyn_list],
+            _sets_equivalent,
+        ),
+        free(
+            "sets.intersects",
+            "list_sets_intersects_list",
+            _T.BOOL,
+            [dyn_list, dyn_list],
+            _sets_intersects,
         ),
     ]
 

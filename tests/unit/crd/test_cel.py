@@ -529,3 +529,91 @@ def test_cel_cpps_iteration_guard_reads_as_the_per_call_limit() -> None:
         "further validation rules will be run due to call cost exceeds limit for rule: "
         "self.all(x, x >= 0)"
     ]
+
+
+# ---- kube's library additions ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expression", "want"),
+    [
+        ("[1, 2, 2].isSorted() && !['b', 'a'].isSorted()", True),
+        ("[1, 2, 3].sum()", 6),
+        ("[1.5, 2.5].sum()", 4.0),
+        ("[].sum()", 0),
+        ("[3, 1, 2].min() == 1 && [3, 1, 2].max() == 3", True),
+        ("'AbC'.lowerAscii() + 'AbC'.upperAscii()", "abcABC"),
+        ("'a,b'.split(',')", ["a", "b"]),
+        ("['a', 'b'].join('/')", "a/b"),
+        ("'hello'.indexOf('l') + 'hello'.lastIndexOf('l')", 5),
+        ("'abc123def45'.find('[0-9]+')", "123"),
+        ("'abc123def45'.findAll('[0-9]+')", ["123", "45"]),
+        ("'abc123def45'.findAll('[0-9]+', 1)", ["123"]),
+        ("quantity('1Gi').isGreaterThan(quantity('500Mi'))", True),
+        ("quantity('1Gi').compareTo(quantity('1024Mi'))", 0),
+        ("quantity('1Gi').add(quantity('512Mi'))", "1536Mi"),
+        ("quantity('100m').add(quantity('1'))", "1100m"),
+        ("quantity('1').sub(2)", "-1"),
+        ("quantity('2k').asInteger()", 2000),
+        ("quantity('1.5').isInteger()", False),
+        ("quantity('-3').sign()", -1),
+        ("isQuantity('1x') || !isQuantity('1Gi')", False),
+        ("url('https://example.com:8443/a/b?x=1&x=2').getScheme()", "https"),
+        ("url('https://example.com:8443/a/b?x=1&x=2').getHost()", "example.com:8443"),
+        ("url('https://example.com:8443/a/b?x=1&x=2').getHostname()", "example.com"),
+        ("url('https://example.com:8443/a/b?x=1&x=2').getPort()", "8443"),
+        ("url('https://example.com:8443/a/b?x=1&x=2').getEscapedPath()", "/a/b"),
+        ("url('https://example.com:8443/a/b?x=1&x=2').getQuery()", {"x": ["1", "2"]}),
+        ("isURL('/a/path') && !isURL('no scheme')", True),
+        ("sets.contains([1, 2, 3], [1, 2]) && !sets.contains([1], [2])", True),
+        ("sets.equivalent([1, 2], [2, 1, 1])", True),
+        ("sets.intersects([1, 2], [2, 3]) && !sets.intersects([1], [2])", True),
+        ("optional.of(1).hasValue() && optional.none().orValue(2) == 2", True),
+        ("cel.bind(x, 2, x * x)", 4),
+        ("math.greatest(1, 5, 3)", 5),
+    ],
+)
+def test_library(expression: str, want: Any) -> None:
+    program, errs = compile_expression(expression, [], "x")
+    assert errs == [] and program is not None
+    assert program.evaluate({}) == want
+
+
+@pytest.mark.parametrize(
+    ("expression", "error"),
+    [
+        ("quantity('bad') == quantity('1')", "quantities must match the regular expression"),
+        ("url('no scheme') == ''", 'parse "no scheme": invalid URI for request'),
+        ("[].min() == 0", "min(list) argument must not be empty"),
+        ("{'a': 1}['b'] == 1", "no such key: b"),
+        ("[1][3] == 1", "index out of bounds: 3"),
+        ("1 / 0 == 1", "division by zero"),
+        ("9223372036854775807 + 1 > 0", "integer overflow"),
+        ("dyn(1) + dyn('a') == 1", "no such overload"),
+    ],
+)
+def test_runtime_errors_in_cel_gos_words(expression: str, error: str) -> None:
+    program, errs = compile_expression(expression, [], "x")
+    assert errs == [] and program is not None
+    with pytest.raises(EvaluationError) as caught:
+        program.evaluate({})
+    assert error in str(caught.value)
+
+
+def test_a_runtime_error_of_a_rule_names_the_rule() -> None:
+    schema = obj(
+        v=with_rules(
+            {"x-kubernetes-int-or-string": True},
+            {"rule": "self + 1 > 0", "message": "must be positive"},
+            {"rule": "self / 0 > 0"},
+        )
+    )
+    assert messages(schema, {"v": "x"}) == [
+        "v: Invalid value: \"\": 'no such overload': call arguments did not match a supported "
+        "operator, function or macro signature for rule: must be positive",
+        "v: Invalid value: \"\": 'no such overload': call arguments did not match a "
+        "supported operator, function or macro signature for rule: self / 0 > 0",
+    ]
+    assert messages(schema, {"v": 1}) == [
+        'v: Invalid value: "": division by zero evaluating rule: self / 0 > 0'
+    ]
