@@ -24,6 +24,8 @@ compilation and safe to share between requests.
 
 from __future__ import annotations
 
+import base64
+import datetime
 import math
 import re
 import urllib.parse
@@ -430,6 +432,8 @@ def _decl_type(schema: Any) -> Any:
     if not isinstance(schema, dict) or schema.get("x-kubernetes-int-or-string"):
         return _T.DYN
     kind = schema.get("type")
+    if kind == "string" and schema.get("format") in _FORMAT_TYPES:
+        return _FORMAT_TYPES[schema["format"]]
     if kind == "object":
         additional = schema.get("additionalProperties")
         if isinstance(additional, dict) and not schema.get("properties"):
@@ -445,10 +449,21 @@ def _decl_type(schema: Any) -> Any:
     }.get(str(kind), _T.DYN)
 
 
+_FORMAT_TYPES = {
+    "byte": _T.BYTES,
+    "duration": _T.DURATION,
+    "date": _T.TIMESTAMP,
+    "date-time": _T.TIMESTAMP,
+}
+
+
 def _has_number(schema: Any) -> bool:
+    """Whether values of this schema need `_coerce` (numbers, formatted strings)."""
     if not isinstance(schema, dict):
         return False
-    if schema.get("type") == "number":
+    if schema.get("type") == "number" or (
+        schema.get("type") == "string" and schema.get("format") in _FORMAT_TYPES
+    ):
         return True
     return any(_has_number(sub) for sub in _children(schema))
 
@@ -470,6 +485,8 @@ def _coerce(value: Any, schema: Any) -> Any:
     kind = schema.get("type")
     if kind == "number" and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if kind == "string" and isinstance(value, str) and schema.get("format") in _FORMAT_TYPES:
+        return _formatted(value, schema["format"])
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         items = schema["items"]
         return [_coerce(v, items) for v in value]
@@ -484,6 +501,59 @@ def _coerce(value: Any, schema: Any) -> Any:
             out[k] = _coerce(v, sub) if sub is not None else v
         return out
     return value
+
+
+_GO_DURATION_PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|µs|μs|ms|s|m|h|d|w)")
+_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 604800.0,
+}
+
+
+def _formatted(value: str, fmt: str) -> Any:
+    """A formatted string as kube's CEL sees it (bytes, duration, timestamp); unchanged when it
+    does not parse (schema validation reports that)."""
+    try:
+        if fmt == "byte":
+            return base64.b64decode(value, validate=True)
+        if fmt == "date":
+            return datetime.datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=datetime.UTC)
+        if fmt == "date-time":
+            parsed = datetime.datetime.fromisoformat(value.replace("z", "Z"))
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
+        if fmt == "duration":
+            return _go_duration(value)
+    except (ValueError, TypeError):
+        return value
+    return value
+
+
+def _go_duration(text: str) -> datetime.timedelta:
+    """Go's time.ParseDuration (and strfmt's d and w units): "1h30m", "-1.5h", "300ms"."""
+    body = text.strip()
+    sign = -1.0 if body.startswith("-") else 1.0
+    body = body.lstrip("+-")
+    if body == "0":
+        return datetime.timedelta(0)
+    seconds = 0.0
+    pos = 0
+    while pos < len(body):
+        m = _GO_DURATION_PART.match(body, pos)
+        if m is None or m[1] in ("", "."):
+            raise ValueError(f"invalid duration {text!r}")
+        seconds += float(m[1]) * _DURATION_UNITS[m[2]]
+        pos = m.end()
+    if not body:
+        raise ValueError(f"invalid duration {text!r}")
+    return datetime.timedelta(seconds=sign * seconds)
 
 
 # ---- errors ------------------------------------------------------------------------------------

@@ -617,3 +617,26 @@ def test_a_runtime_error_of_a_rule_names_the_rule() -> None:
     assert messages(schema, {"v": 1}) == [
         'v: Invalid value: "": division by zero evaluating rule: self / 0 > 0'
     ]
+
+
+def test_formatted_strings_are_timestamps_durations_and_bytes() -> None:
+    def fmt(name: str, rule: str) -> dict[str, Any]:
+        return with_rules({**STR, "format": name}, {"rule": rule})
+
+    schema = obj(
+        t=fmt("date-time", "self > timestamp('2020-01-01T00:00:00Z')"),
+        d=fmt("duration", "self < duration('1h')"),
+        day=fmt("date", "self.getFullYear() == 2024"),
+        b=fmt("byte", "size(self) == 3"),
+    )
+    good = {"t": "2021-05-01T10:00:00Z", "d": "30m", "day": "2024-02-03", "b": "YWJj"}
+    assert messages(schema, good) == []
+    bad = {"t": "2019-05-01T10:00:00+02:00", "d": "1h30m", "day": "2023-02-03", "b": "YWI="}
+    assert messages(schema, bad) == [
+        "t: Invalid value: \"string\": failed rule: self > timestamp('2020-01-01T00:00:00Z')",
+        "d: Invalid value: \"string\": failed rule: self < duration('1h')",
+        'day: Invalid value: "string": failed rule: self.getFullYear() == 2024',
+        'b: Invalid value: "string": failed rule: size(self) == 3',
+    ]
+    # a typed string is checked at compile time
+    assert "found no matching overload" in compile_errors(obj(d=fmt("duration", "self > 1")))[0]
