@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import itertools
 import json
 import logging
@@ -49,6 +48,8 @@ from google.protobuf import (
 )
 from google.protobuf.message import Message
 
+from apiserver.crd import cel
+from apiserver.crd import schema as crdschema
 from apiserver.registry.base import META_FIELDS, Strategy
 from apiserver.registry.customresourcedefinition import (
     CLEANUP_FINALIZER,
@@ -189,13 +190,6 @@ def from_dict(message: type[Message], data: dict[str, Any]) -> Message:
     return obj
 
 
-def _schema_module(name: str) -> Any:
-    try:
-        return importlib.import_module(f"apiserver.crd.{name}")
-    except ModuleNotFoundError:
-        return None
-
-
 class CustomResourceStrategy(Strategy[Message]):
     """kube's customResourceStrategy: the schema's pruning, defaults and validation, the CEL
     rules, the status subresource."""
@@ -205,19 +199,16 @@ class CustomResourceStrategy(Strategy[Message]):
         version = _version(crd)
         self.schema = schema_dict(version)
         self.selectable = tuple(s.jsonPath.lstrip(".") for s in version.selectableFields)
-        self._schema_mod = _schema_module("schema")
-        cel = _schema_module("cel")
-        self.rules: Any = None
-        if cel is not None and self.schema:
-            self.rules, _ = cel.compile_rules(self.schema, "")
+        self.compiled = crdschema.compile_schema(self.schema) if self.schema else None
+        self.rules = cel.compile_rules(self.schema, "")[0] if self.schema else None
 
     def _shape(self, obj: Message) -> None:
         """Prune and default `obj` in place (through its JSON)."""
-        if self._schema_mod is None or not self.schema:
+        if self.compiled is None:
             return
         data = object_dict(obj)
-        self._schema_mod.prune(data, self.schema)
-        self._schema_mod.default(data, self.schema)
+        self.compiled.prune(data)
+        self.compiled.default(data)
         obj.Clear()
         obj.MergeFrom(from_dict(type(obj), data))
 
@@ -233,8 +224,8 @@ class CustomResourceStrategy(Strategy[Message]):
     def _problems(self, new: Message, old: Message | None) -> list[FieldError]:
         errs: list[FieldError] = []
         data = object_dict(new)
-        if self._schema_mod is not None and self.schema:
-            errs.extend(self._schema_mod.validate(data, self.schema))
+        if self.compiled is not None:
+            errs.extend(self.compiled.validate(data))
         if self.rules is not None:
             errs.extend(self.rules.validate(data, None if old is None else object_dict(old)))
         return errs

@@ -13,13 +13,14 @@ one. Pure functions.
 
 from __future__ import annotations
 
-import importlib
 import re
 from datetime import datetime
 from typing import Any
 
 from google.protobuf import json_format
 
+from apiserver.crd import cel
+from apiserver.crd import schema as crdschema
 from apiserver.registry.base import Strategy
 from apiserver.validation import (
     dns1123_subdomain,
@@ -222,19 +223,12 @@ def _column_problems(
     return errs
 
 
-def _schema_problems(path: str, schema: dict[str, Any]) -> list[FieldError]:
-    """The structural schema checks (crdschema's `schema_problems`) and the compilation of its
-    x-kubernetes-validations (crdcel's `compile_rules`). Until those modules are part of the
-    tree (they are built on their own branches) no schema check runs."""
-    try:
-        crdschema = importlib.import_module("apiserver.crd.schema")
-        cel = importlib.import_module("apiserver.crd.cel")
-    except ModuleNotFoundError:
-        return []
-    errs: list[FieldError] = list(crdschema.schema_problems(schema, path))
+def _schema_problems(path: str, schema: dict[str, Any], status: bool) -> list[FieldError]:
+    """The structural schema checks (apiserver/crd/schema.py) and the compilation of its
+    x-kubernetes-validations (apiserver/crd/cel.py)."""
+    errs = crdschema.schema_problems(schema, path, status_subresource=status)
     _, cel_errs = cel.compile_rules(schema, path)
-    errs.extend(cel_errs)
-    return errs
+    return errs + cel_errs
 
 
 def validate_crd(crd: CRD) -> list[FieldError]:
@@ -297,7 +291,8 @@ def validate_crd(crd: CRD) -> list[FieldError]:
         if not v.schema.HasField("openAPIV3Schema"):
             errs.append(required(f"{vpath}.schema.openAPIV3Schema", "schemas are required"))
         else:
-            errs.extend(_schema_problems(f"{vpath}.schema.openAPIV3Schema", schema_dict(v)))
+            status = v.subresources.HasField("status")
+            errs.extend(_schema_problems(f"{vpath}.schema.openAPIV3Schema", schema_dict(v), status))
         if v.subresources.HasField("scale"):
             errs.extend(_scale_problems(f"{vpath}.subresources.scale", v.subresources.scale))
         columns: set[str] = set()
