@@ -213,6 +213,9 @@ class CustomResourceStrategy(Strategy[Message]):
         obj.MergeFrom(from_dict(type(obj), data))
 
     def default(self, obj: Message, now: datetime) -> None:
+        if self.info.has_status:
+            # kube's PrepareForCreate: the status is the status subresource's to write.
+            obj.ClearField("status")
         self._shape(obj)
 
     def on_update(self, new: Message, old: Message) -> None:

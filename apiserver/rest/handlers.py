@@ -76,6 +76,7 @@ from tinykube.errors import (
     TinykubeError,
 )
 from tinykube.kinds import NAMESPACE, NODE, POD, SCALABLE_KINDS
+from tinykube.manifest import CUSTOM_PREFIX
 from tinykube.tls import PLAINTEXT, Credentials
 from tinykube.v1 import meta_pb2, node_pb2, pod_pb2
 
@@ -963,6 +964,11 @@ class ResourceHandlers:
                 "Forbidden: may not be specified for non-apply patch",
                 "FieldValueForbidden",
             )
+        if service.info.message.DESCRIPTOR.full_name.startswith(CUSTOM_PREFIX):
+            # Custom objects have no patch strategies: kube refuses a strategic merge (415).
+            media = codecs.content_type_of(request.headers.get("Content-Type", ""))
+            if media == STRATEGIC_PATCH:
+                raise unsupported_media_type([JSON_PATCH, MERGE_PATCH, APPLY_PATCH])
         body, media = await self._patch_body(request)
         ctx = self._context(request, q, field_manager=self._field_manager(request, q))
         validation = q.choice("fieldValidation", ("Strict", "Warn", "Ignore"), "Warn")

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 from kubernetes import client as k8s
+from kubernetes import watch as k8s_watch
 
 from tests.integration.conftest import RunningAPIServer, make_settings, start_apiserver
 from tinykube.localetcd import EtcdServer
@@ -341,3 +342,196 @@ async def test_kubectl_creates_gets_lists_and_deletes_custom_objects(
     gone = await kubectl(served, tmp_path, "get", "deltas", "nightly")
     assert gone.returncode == 1
     assert 'deltas.stable.example.com "nightly" not found' in gone.stderr
+
+
+def validated_crd(name: str, kind: str, short: str) -> dict[str, Any]:
+    crd = crontab_crd(name, short, kind)
+    spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec_schema["properties"]["cronSpec"]["pattern"] = r"^(\S+ ){4}\S+$"
+    spec_schema["properties"]["image"] = {"type": "string", "default": "busybox"}
+    spec_schema["x-kubernetes-validations"] = [
+        {"rule": "self.replicas <= 10", "message": "at most 10 replicas"},
+        {
+            "rule": "!has(oldSelf.cronSpec) || self.cronSpec == oldSelf.cronSpec",
+            "message": "cronSpec is immutable",
+        },
+    ]
+    return crd
+
+
+@needs_kubectl
+async def test_schema_validation_pruning_defaults_and_cel_rules(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    await established(served, tmp_path, validated_crd("epsilons", "Epsilon", "ep"))
+    body = CRONTAB.replace("CronTab", "Epsilon").replace("replicas: 2", "replicas: 2\n  extra: 1")
+    created = await kubectl(served, tmp_path, "create", "--validate=false", "-f", "-", stdin=body)
+    assert created.returncode == 0, created.stderr
+    got = json.loads(
+        (await kubectl(served, tmp_path, "get", "epsilon", "nightly", "-o", "json")).stdout
+    )
+    # The unknown field is pruned, the default applied.
+    assert got["spec"] == {"cronSpec": "0 3 * * *", "replicas": 2, "image": "busybox"}
+    # The schema refuses a bad value with kube's wording.
+    bad = (
+        CRONTAB.replace("CronTab", "Epsilon")
+        .replace("nightly", "bad")
+        .replace("replicas: 2", "replicas: 0")
+    )
+    refused = await kubectl(served, tmp_path, "create", "-f", "-", stdin=bad)
+    assert refused.returncode == 1
+    assert (
+        'The Epsilon "bad" is invalid: spec.replicas: Invalid value: 0: '
+        "spec.replicas in body should be greater than or equal to 1" in refused.stderr
+    ), refused.stderr
+    # A CEL rule refuses a create and a transition rule an update.
+    many = (
+        CRONTAB.replace("CronTab", "Epsilon")
+        .replace("nightly", "many")
+        .replace("replicas: 2", "replicas: 11")
+    )
+    refused = await kubectl(served, tmp_path, "create", "-f", "-", stdin=many)
+    assert refused.returncode == 1
+    assert 'spec: Invalid value: "object": at most 10 replicas' in refused.stderr, refused.stderr
+    patched = await kubectl(
+        served, tmp_path, "patch", "epsilon", "nightly", "--type=merge",
+        "-p", '{"spec": {"cronSpec": "0 4 * * *"}}',
+    )  # fmt: skip
+    assert patched.returncode == 1
+    assert "cronSpec is immutable" in patched.stderr, patched.stderr
+    # Strategic merge patches are refused as kube does (415).
+    smp = await kubectl(
+        served, tmp_path, "patch", "epsilon", "nightly", "--type=strategic",
+        "-p", '{"spec": {"replicas": 3}}',
+    )  # fmt: skip
+    assert smp.returncode == 1
+    assert smp.stderr == (
+        "error: application/strategic-merge-patch+json is not supported by "
+        "stable.example.com/v1, Kind=Epsilon: the body of the request was in an unknown format - "
+        "accepted media types include: application/json-patch+json, "
+        "application/merge-patch+json, application/apply-patch+yaml\n"
+    )
+    json_patch = await kubectl(
+        served, tmp_path, "patch", "epsilon", "nightly", "--type=json",
+        "-p", '[{"op": "replace", "path": "/spec/replicas", "value": 3}]',
+    )  # fmt: skip
+    assert json_patch.returncode == 0, json_patch.stderr
+
+
+@needs_kubectl
+async def test_status_subresource(served: RunningAPIServer, tmp_path: Path) -> None:
+    await established(served, tmp_path, crontab_crd("zetas", "zt", "Zeta"))
+    body = CRONTAB.replace("CronTab", "Zeta") + "status:\n  replicas: 5\n"
+    created = await kubectl(served, tmp_path, "create", "-f", "-", stdin=body)
+    assert created.returncode == 0, created.stderr
+    got = json.loads(
+        (await kubectl(served, tmp_path, "get", "zeta", "nightly", "-o", "json")).stdout
+    )
+    # With the status subresource, a create's status is dropped ...
+    assert "status" not in got or got["status"] in ({}, None)
+    assert got["metadata"]["generation"] == 1
+    status = await kubectl(
+        served, tmp_path, "patch", "zeta", "nightly", "--subresource=status", "--type=merge",
+        "-p", '{"status": {"replicas": 2}, "spec": {"replicas": 7}}',
+    )  # fmt: skip
+    assert status.returncode == 0, status.stderr
+    got = json.loads(
+        (await kubectl(served, tmp_path, "get", "zeta", "nightly", "-o", "json")).stdout
+    )
+    # ... a status write changes only the status ...
+    assert got["status"] == {"replicas": 2}
+    assert got["spec"]["replicas"] == 2
+    main = await kubectl(
+        served, tmp_path, "patch", "zeta", "nightly", "--type=merge",
+        "-p", '{"status": {"replicas": 9}, "spec": {"replicas": 3}}',
+    )  # fmt: skip
+    assert main.returncode == 0, main.stderr
+    got = json.loads(
+        (await kubectl(served, tmp_path, "get", "zeta", "nightly", "-o", "json")).stdout
+    )
+    # ... and a main write keeps the stored status; a spec change bumps the generation.
+    assert (got["status"], got["spec"]["replicas"], got["metadata"]["generation"]) == (
+        {"replicas": 2},
+        3,
+        2,
+    )
+
+
+def custom_api(running: RunningAPIServer) -> Any:
+    config = k8s.Configuration()
+    config.host = f"http://{running.server.rest_address}"
+    return k8s.CustomObjectsApi(k8s.ApiClient(config))
+
+
+async def test_python_client_custom_objects_and_watch(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    if KUBECTL is None:
+        pytest.skip("kubectl is not installed")
+    await established(served, tmp_path, crontab_crd("etas", "et", "Eta"))
+    api = custom_api(served)
+    group, version = "stable.example.com", "v1"
+    listed: Any = await in_thread(
+        lambda: api.list_namespaced_custom_object(group, version, "default", "etas")
+    )
+    assert listed["items"] == []
+    rv = listed["metadata"]["resourceVersion"]
+    body = {
+        "apiVersion": f"{group}/{version}",
+        "kind": "Eta",
+        "metadata": {"name": "py"},
+        "spec": {"cronSpec": "* * * * *"},
+    }
+    created: Any = await in_thread(
+        lambda: api.create_namespaced_custom_object(group, version, "default", "etas", body)
+    )
+    # The schema's default.
+    assert created["spec"] == {"cronSpec": "* * * * *", "replicas": 1}
+
+    def watch_one() -> list[tuple[str, str]]:
+        w: Any = k8s_watch.Watch()  # type: ignore[no-untyped-call]
+        seen = []
+        for event in w.stream(
+            api.list_namespaced_custom_object, group, version, "default", "etas",
+            resource_version=rv, timeout_seconds=10,
+        ):  # fmt: skip
+            seen.append((event["type"], event["object"]["metadata"]["name"]))
+            w.stop()
+        return seen
+
+    assert await in_thread(watch_one) == [("ADDED", "py")]
+    by_field: Any = await in_thread(
+        lambda: api.list_namespaced_custom_object(
+            group, version, "default", "etas", field_selector="metadata.name=py"
+        )
+    )
+    assert [o["metadata"]["name"] for o in by_field["items"]] == ["py"]
+    await in_thread(
+        lambda: api.delete_namespaced_custom_object(group, version, "default", "etas", "py")
+    )
+
+
+@needs_kubectl
+async def test_deleting_a_crd_deletes_its_objects_first(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    await established(served, tmp_path, crontab_crd("thetas", "th", "Theta"))
+    # The controller adds the cleanup finalizer to an Established CRD.
+    finalized = await kubectl(
+        served, tmp_path, "wait", "--timeout=60s", "crd/thetas.stable.example.com",
+        "--for=jsonpath={.metadata.finalizers[0]}=customresourcecleanup.apiextensions.k8s.io",
+    )  # fmt: skip
+    assert finalized.returncode == 0, finalized.stderr
+    for name in ("a", "b"):
+        body = CRONTAB.replace("CronTab", "Theta").replace("nightly", name)
+        created = await kubectl(served, tmp_path, "create", "-f", "-", stdin=body)
+        assert created.returncode == 0, created.stderr
+    deleted = await kubectl(
+        served, tmp_path, "delete", "crd", "thetas.stable.example.com", "--timeout=60s"
+    )
+    assert deleted.returncode == 0, deleted.stderr
+    # The objects went before the CRD: nothing is left under their etcd prefix.
+    prefix = f"{served.settings.prefix}/stable.example.com/thetas/".encode()
+    assert (await served.server.storage.list_prefix(prefix)).kvs == []
+    gone = await kubectl(served, tmp_path, "get", "crd", "thetas.stable.example.com")
+    assert gone.returncode == 1
