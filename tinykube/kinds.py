@@ -101,6 +101,18 @@ class Scale:
 
 
 @dataclass(frozen=True)
+class PrinterColumn:
+    """One additionalPrinterColumn of a CustomResourceDefinition version."""
+
+    name: str
+    type: str  # integer, number, string, boolean, date
+    json_path: str  # ".spec.replicas"
+    format: str = ""
+    description: str = ""
+    priority: int = 0
+
+
+@dataclass(frozen=True)
 class KindInfo:
     """Everything generic code needs to know about one kind."""
 
@@ -132,6 +144,11 @@ class KindInfo:
     # Subresources besides status (`has_status`) and scale (`scale`), in discovery's order.
     subresources: tuple[Subresource, ...] = ()
     scale: Scale | None = None
+    # A custom kind's (CRD's) additionalPrinterColumns; built-in kinds' tables are
+    # tinykube.tables'.
+    printer_columns: tuple[PrinterColumn, ...] = ()
+    # A kind built at run time from a CustomResourceDefinition (apiserver/crd/serving.py).
+    custom: bool = False
 
     @property
     def all_subresources(self) -> tuple[Subresource, ...]:

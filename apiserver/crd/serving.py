@@ -61,7 +61,7 @@ from apiserver.resources import ResourceStore
 from apiserver.storage import KV
 from apiserver.watchcache import CachedObject, Codec
 from tinykube.errors import FieldError, InvalidError
-from tinykube.kinds import STATUS_VERBS, KindInfo, Subresource
+from tinykube.kinds import STATUS_VERBS, KindInfo, PrinterColumn, Subresource
 from tinykube.manifest import CUSTOM_PREFIX, to_dict
 from tinykube.v1 import apiextensions_pb2, meta_pb2
 
@@ -175,6 +175,18 @@ def custom_kind(crd: CRD) -> KindInfo:
         categories=tuple(names.categories),
         subresources=(),
         scale=None,
+        printer_columns=tuple(
+            PrinterColumn(
+                c.name,
+                c.type,
+                c.jsonPath,
+                format=c.format,
+                description=c.description,
+                priority=c.priority,
+            )
+            for c in version.additionalPrinterColumns
+        ),
+        custom=True,
     )
 
 

@@ -535,3 +535,33 @@ async def test_deleting_a_crd_deletes_its_objects_first(
     assert (await served.server.storage.list_prefix(prefix)).kvs == []
     gone = await kubectl(served, tmp_path, "get", "crd", "thetas.stable.example.com")
     assert gone.returncode == 1
+
+
+@needs_kubectl
+async def test_kubectl_get_prints_the_additional_printer_columns(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    crd = crontab_crd("iotas", "io", "Iota")
+    crd["spec"]["versions"][0]["additionalPrinterColumns"].append(
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+    )
+    await established(served, tmp_path, crd)
+    created = await kubectl(
+        served, tmp_path, "create", "-f", "-", stdin=CRONTAB.replace("CronTab", "Iota")
+    )
+    assert created.returncode == 0, created.stderr
+    listed = await kubectl(served, tmp_path, "get", "iotas")
+    assert listed.returncode == 0, listed.stderr
+    header, row = listed.stdout.splitlines()
+    assert header.split() == ["NAME", "SPEC", "REPLICAS", "AGE"]
+    assert row.split()[:7] == ["nightly", "0", "3", "*", "*", "*", "2"]
+    # A kind without columns: NAME and AGE.
+    plain = crontab_crd("lambdas", "lm", "Lambda")
+    del plain["spec"]["versions"][0]["additionalPrinterColumns"]
+    await established(served, tmp_path, plain)
+    created = await kubectl(
+        served, tmp_path, "create", "-f", "-", stdin=CRONTAB.replace("CronTab", "Lambda")
+    )
+    assert created.returncode == 0, created.stderr
+    listed = await kubectl(served, tmp_path, "get", "lambdas")
+    assert listed.stdout.splitlines()[0].split() == ["NAME", "AGE"], listed

@@ -3,6 +3,7 @@ decisions (apiserver/registry/customresourcedefinition.py, apiserver/crd/names.p
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,7 +17,8 @@ from apiserver.registry.customresourcedefinition import (
     simple_json_path_problem,
     validate_crd,
 )
-from tinykube.kinds import CUSTOM_RESOURCE_DEFINITION
+from tinykube import tables
+from tinykube.kinds import CUSTOM_RESOURCE_DEFINITION, PrinterColumn
 from tinykube.manifest import to_dict
 from tinykube.v1 import apiextensions_pb2
 
@@ -236,3 +238,47 @@ def test_a_name_another_crd_of_the_group_serves_is_refused() -> None:
     # The names that do not conflict are accepted.
     assert second.status.acceptedNames.plural == "crontabz"
     assert list(second.status.acceptedNames.shortNames) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        (".spec.replicas", 3),
+        (".status.conditions[0].type", "Ready"),
+        (".status.conditions[1].type", None),
+        (".metadata.labels['app.kubernetes.io/name']", "web"),
+        (".spec.missing.deeper", None),
+    ],
+)
+def test_printer_column_json_paths(path: str, expected: object) -> None:
+    obj = {
+        "metadata": {"labels": {"app.kubernetes.io/name": "web"}},
+        "spec": {"replicas": 3},
+        "status": {"conditions": [{"type": "Ready"}]},
+    }
+    assert tables.json_path_value(obj, path) == expected
+
+
+def test_a_custom_kinds_table_has_its_printer_columns() -> None:
+    info = dataclasses.replace(
+        CUSTOM_RESOURCE_DEFINITION,
+        kind="CronTab",
+        custom=True,
+        printer_columns=(
+            PrinterColumn("Replicas", "integer", ".spec.replicas", priority=1),
+            PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
+        ),
+    )
+    obj = {
+        "metadata": {"name": "a", "creationTimestamp": "2026-12-05T11:59:00Z"},
+        "spec": {"replicas": 2.0},
+    }
+    assert [(c["name"], c["type"], c["priority"]) for c in tables.column_definitions(info)] == [
+        ("Name", "string", 0),
+        ("Replicas", "integer", 1),
+        ("Age", "date", 0),
+    ]
+    (row,) = tables.rows(info, [obj], now=NOW)
+    assert row["cells"] == ["a", 2, "60s"]
+    plain = dataclasses.replace(info, printer_columns=())
+    assert [c["name"] for c in tables.column_definitions(plain)] == ["Name", "Age"]
