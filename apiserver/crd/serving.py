@@ -61,7 +61,7 @@ from apiserver.resources import ResourceStore
 from apiserver.storage import KV
 from apiserver.watchcache import CachedObject, Codec
 from tinykube.errors import FieldError, InvalidError
-from tinykube.kinds import STATUS_VERBS, KindInfo, PrinterColumn, Subresource
+from tinykube.kinds import STATUS_VERBS, KindInfo, PrinterColumn, Scale, Subresource
 from tinykube.manifest import CUSTOM_PREFIX, to_dict
 from tinykube.v1 import apiextensions_pb2, meta_pb2
 
@@ -148,6 +148,13 @@ def _version(crd: CRD) -> apiextensions_pb2.CustomResourceDefinitionVersion:
     return next(v for v in crd.spec.versions if v.name == name)
 
 
+def _scale(version: apiextensions_pb2.CustomResourceDefinitionVersion) -> Scale | None:
+    if not version.subresources.HasField("scale"):
+        return None
+    paths = version.subresources.scale
+    return Scale(paths.specReplicasPath, paths.statusReplicasPath, paths.labelSelectorPath)
+
+
 def custom_kind(crd: CRD) -> KindInfo:
     """The served kind of `crd`'s storage version, with the CRD's accepted names."""
     version = _version(crd)
@@ -174,7 +181,7 @@ def custom_kind(crd: CRD) -> KindInfo:
         version=version.name,
         categories=tuple(names.categories),
         subresources=(),
-        scale=None,
+        scale=_scale(version),
         printer_columns=tuple(
             PrinterColumn(
                 c.name,

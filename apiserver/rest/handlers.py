@@ -75,7 +75,7 @@ from tinykube.errors import (
     ResourceExpiredError,
     TinykubeError,
 )
-from tinykube.kinds import NAMESPACE, NODE, POD, SCALABLE_KINDS
+from tinykube.kinds import NAMESPACE, NODE, POD, KindInfo, Scale
 from tinykube.manifest import CUSTOM_PREFIX
 from tinykube.tls import PLAINTEXT, Credentials
 from tinykube.v1 import meta_pb2, node_pb2, pod_pb2
@@ -433,7 +433,7 @@ class ResourceHandlers:
             if method == "PUT":
                 return await self.finalize(request, target, q, service)
             raise method_not_allowed()
-        if sub == "scale" and res.info.kind in SCALABLE_KINDS:
+        if sub == "scale" and res.info.scale is not None:
             if method == "GET":
                 return await self.get_scale(request, target, q, service)
             if method in ("PUT", "PATCH"):
@@ -1441,22 +1441,33 @@ class ResourceHandlers:
 
     # ---- replicasets/scale, deployments/scale ----------------------------------------------------
 
-    def _scale(self, rs: dict[str, Any]) -> dict[str, Any]:
+    def _scale(self, rs: dict[str, Any], info: KindInfo) -> dict[str, Any]:
+        """autoscaling/v1 Scale of an object, from its kind's scale paths (a CRD's
+        subresources.scale, or spec.replicas / status.replicas / spec.selector)."""
+        paths = info.scale or Scale()
         meta = rs.get("metadata", {})
         scale_meta = {
             k: meta[k]
             for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
             if k in meta
         }
-        status: dict[str, Any] = {"replicas": rs.get("status", {}).get("replicas", 0)}
-        selector = label_selector_text(rs.get("spec", {}).get("selector") or {})
-        if selector:
+        status: dict[str, Any] = {
+            "replicas": _whole(tables.json_path_value(rs, paths.status_replicas_path)) or 0
+        }
+        selector = (
+            tables.json_path_value(rs, paths.label_selector_path)
+            if paths.label_selector_path
+            else None
+        )
+        if isinstance(selector, dict):
+            selector = label_selector_text(selector)
+        if selector and isinstance(selector, str):
             status["selector"] = selector
         return {
             "kind": "Scale",
             "apiVersion": "autoscaling/v1",
             "metadata": scale_meta,
-            "spec": {"replicas": rs.get("spec", {}).get("replicas", 0)},
+            "spec": {"replicas": _whole(tables.json_path_value(rs, paths.spec_replicas_path)) or 0},
             "status": status,
         }
 
@@ -1472,7 +1483,7 @@ class ResourceHandlers:
     ) -> web.Response:
         rs = await self._get_rs(target, service)
         fmt = self._accept(request, table=False)
-        return self._respond(fmt, dumps(self._scale(rs)))
+        return self._respond(fmt, dumps(self._scale(rs, service.info)))
 
     async def update_scale(
         self, request: web.Request, target: Target, q: Query, service: ResourceStore
@@ -1492,7 +1503,7 @@ class ResourceHandlers:
         async def scaled(current: Message | None) -> Message:
             assert current is not None
             rs = kcodec.object_dict(current)
-            scale = self._scale(rs)
+            scale = self._scale(rs, service.info)
             if request.method == "PATCH":
                 new_scale = patch.apply_patch(media, scale, body, None)
             else:
@@ -1520,7 +1531,7 @@ class ResourceHandlers:
                 )
             # A resourceVersion the Scale names is the client's precondition.
             wanted_rv = (new_scale.get("metadata") or {}).get("resourceVersion", "")
-            rs.setdefault("spec", {})["replicas"] = replicas
+            _set_path(rs, (service.info.scale or Scale()).spec_replicas_path, replicas)
             rs["metadata"]["resourceVersion"] = wanted_rv or rs["metadata"].get(
                 "resourceVersion", ""
             )
@@ -1532,7 +1543,7 @@ class ResourceHandlers:
             target.namespace or "", target.name, scaled, ctx
         )
         fmt = self._accept(request, table=False)
-        return self._respond(fmt, dumps(self._scale(kcodec.object_dict(updated))))
+        return self._respond(fmt, dumps(self._scale(kcodec.object_dict(updated), service.info)))
 
     # ---- kinds tinykube does not model ------------------------------------------------------
 
@@ -1610,3 +1621,21 @@ class ResourceHandlers:
         with contextlib.suppress(TimeoutError):
             await asyncio.sleep(timeout)
         return resp
+
+
+def _whole(value: Any) -> Any:
+    """A JSON number as Go decodes an int64 field: 3.0 is 3."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _set_path(obj: dict[str, Any], path: str, value: Any) -> None:
+    """Set a dotted JSON path (".spec.replicas"), making the objects on the way."""
+    keys = path.lstrip(".").split(".")
+    for key in keys[:-1]:
+        nxt = obj.get(key)
+        if not isinstance(nxt, dict):
+            nxt = obj[key] = {}
+        obj = nxt
+    obj[keys[-1]] = value

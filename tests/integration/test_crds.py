@@ -565,3 +565,48 @@ async def test_kubectl_get_prints_the_additional_printer_columns(
     assert created.returncode == 0, created.stderr
     listed = await kubectl(served, tmp_path, "get", "lambdas")
     assert listed.stdout.splitlines()[0].split() == ["NAME", "AGE"], listed
+
+
+@needs_kubectl
+async def test_kubectl_scale_and_discovery(served: RunningAPIServer, tmp_path: Path) -> None:
+    crd = crontab_crd("mus", "mm", "Mu")
+    crd["spec"]["names"]["categories"] = ["all", "crontabs"]
+    crd["spec"]["versions"][0]["subresources"]["scale"]["labelSelectorPath"] = ".status.selector"
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][
+        "selector"
+    ] = {"type": "string"}
+    await established(served, tmp_path, crd)
+    created = await kubectl(
+        served, tmp_path, "create", "-f", "-", stdin=CRONTAB.replace("CronTab", "Mu")
+    )
+    assert created.returncode == 0, created.stderr
+    scaled = await kubectl(served, tmp_path, "scale", "mu", "nightly", "--replicas=4")
+    assert (scaled.returncode, scaled.stdout) == (0, "mu.stable.example.com/nightly scaled\n"), (
+        scaled
+    )
+    got = await kubectl(served, tmp_path, "get", "mu", "nightly", "-o", "jsonpath={.spec.replicas}")
+    assert got.stdout == "4"
+    raw = await kubectl(
+        served,
+        tmp_path,
+        "get",
+        "--raw",
+        "/apis/stable.example.com/v1/namespaces/default/mus/nightly/scale",
+    )
+    scale = json.loads(raw.stdout)
+    assert (scale["kind"], scale["spec"], scale["status"]) == (
+        "Scale",
+        {"replicas": 4},
+        {"replicas": 0},
+    )
+    resources = json.loads(
+        (await kubectl(served, tmp_path, "get", "--raw", "/apis/stable.example.com/v1")).stdout
+    )
+    entries = {r["name"]: r for r in resources["resources"]}
+    assert entries["mus"]["shortNames"] == ["mm"]
+    assert entries["mus"]["categories"] == ["all", "crontabs"]
+    assert entries["mus"]["kind"] == "Mu"
+    assert entries["mus/scale"]["kind"] == "Scale"
+    assert entries["mus/status"]["kind"] == "Mu"
+    by_category = await kubectl(served, tmp_path, "get", "crontabs", "-o", "name")
+    assert "mu.stable.example.com/nightly" in by_category.stdout.split(), by_category
