@@ -610,3 +610,49 @@ async def test_kubectl_scale_and_discovery(served: RunningAPIServer, tmp_path: P
     assert entries["mus/status"]["kind"] == "Mu"
     by_category = await kubectl(served, tmp_path, "get", "crontabs", "-o", "name")
     assert "mu.stable.example.com/nightly" in by_category.stdout.split(), by_category
+
+
+@needs_kubectl
+async def test_kubectl_apply_client_and_server_side(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    await established(served, tmp_path, crontab_crd("nus", "nn", "Nu"))
+    manifest = CRONTAB.replace("CronTab", "Nu")
+    applied = await kubectl(served, tmp_path, "apply", "-f", "-", stdin=manifest)
+    assert (applied.returncode, applied.stdout) == (0, "nu.stable.example.com/nightly created\n"), (
+        applied
+    )
+    changed = manifest.replace("replicas: 2", "replicas: 3")
+    applied = await kubectl(served, tmp_path, "apply", "-f", "-", stdin=changed)
+    assert (applied.returncode, applied.stdout) == (
+        0,
+        "nu.stable.example.com/nightly configured\n",
+    ), applied
+    ssa = manifest.replace("nightly", "ssa")
+    applied = await kubectl(served, tmp_path, "apply", "--server-side", "-f", "-", stdin=ssa)
+    assert (applied.returncode, applied.stdout) == (
+        0,
+        "nu.stable.example.com/ssa serverside-applied\n",
+    ), applied
+    got = json.loads(
+        (
+            await kubectl(
+                served, tmp_path, "get", "nu", "ssa", "-o", "json", "--show-managed-fields"
+            )
+        ).stdout
+    )
+    managers = {m["manager"]: m for m in got["metadata"]["managedFields"]}
+    assert managers["kubectl"]["operation"] == "Apply"
+    assert "f:spec" in managers["kubectl"]["fieldsV1"]
+    again = await kubectl(
+        served,
+        tmp_path,
+        "apply",
+        "--server-side",
+        "-f",
+        "-",
+        stdin=ssa.replace("replicas: 2", "replicas: 5"),
+    )
+    assert again.returncode == 0, again.stderr
+    got = json.loads((await kubectl(served, tmp_path, "get", "nu", "ssa", "-o", "json")).stdout)
+    assert got["spec"]["replicas"] == 5
