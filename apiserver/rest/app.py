@@ -395,6 +395,9 @@ class RestServer:
         )
         for kind, store in stores.items():
             self.handlers.codecs[kind] = KindCodec(store.info)
+        self.openapi.set_custom_kinds(
+            [(s.info, getattr(s.strategy, "schema", {})) for s in stores.values()]
+        )
 
     def _paths(self) -> list[str]:
         paths = ["/api", "/apis", "/healthz", "/livez", "/metrics", "/readyz", "/version"]

@@ -656,3 +656,22 @@ async def test_kubectl_apply_client_and_server_side(
     assert again.returncode == 0, again.stderr
     got = json.loads((await kubectl(served, tmp_path, "get", "nu", "ssa", "-o", "json")).stdout)
     assert got["spec"]["replicas"] == 5
+
+
+@needs_kubectl
+async def test_kubectl_explain_reads_the_schema(served: RunningAPIServer, tmp_path: Path) -> None:
+    crd = crontab_crd("xis", "xi", "Xi")
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec["description"] = "What the Xi should run."
+    spec["properties"]["cronSpec"]["description"] = "When, in cron syntax."
+    await established(served, tmp_path, crd)
+    explained = await kubectl(served, tmp_path, "explain", "xis.spec")
+    assert explained.returncode == 0, explained.stderr
+    text = explained.stdout
+    assert "GROUP:      stable.example.com" in text
+    assert "KIND:       Xi" in text
+    assert "What the Xi should run." in text
+    assert "cronSpec\t<string>" in text
+    assert "When, in cron syntax." in text
+    field = await kubectl(served, tmp_path, "explain", "xi.spec.replicas")
+    assert "FIELD: replicas <integer>" in field.stdout, field
