@@ -231,6 +231,11 @@ class CustomResourceStrategy(Strategy[Message]):
         obj.Clear()
         obj.MergeFrom(from_dict(type(obj), data))
 
+    def unknown_fields(self, data: dict[str, Any]) -> list[str]:
+        """The paths pruning drops from a request body (`data` is changed): what
+        fieldValidation Strict refuses and Warn warns about."""
+        return [] if self.compiled is None else self.compiled.prune(data)
+
     def default(self, obj: Message, now: datetime) -> None:
         if self.info.has_status:
             # kube's PrepareForCreate: the status is the status subresource's to write.

@@ -394,7 +394,9 @@ class RestServer:
             RESOURCES + tuple(stored_resource(s.info) for s in stores.values())
         )
         for kind, store in stores.items():
-            self.handlers.codecs[kind] = KindCodec(store.info)
+            self.handlers.codecs[kind] = KindCodec(
+                store.info, getattr(store.strategy, "unknown_fields", None)
+            )
         self.openapi.set_custom_kinds(
             [(s.info, getattr(s.strategy, "schema", {})) for s in stores.values()]
         )

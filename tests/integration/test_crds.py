@@ -675,3 +675,22 @@ async def test_kubectl_explain_reads_the_schema(served: RunningAPIServer, tmp_pa
     assert "When, in cron syntax." in text
     field = await kubectl(served, tmp_path, "explain", "xi.spec.replicas")
     assert "FIELD: replicas <integer>" in field.stdout, field
+
+
+@needs_kubectl
+async def test_unknown_fields_follow_field_validation(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    await established(served, tmp_path, crontab_crd("omicrons", "om", "Omicron"))
+    body = CRONTAB.replace("CronTab", "Omicron").replace(
+        "replicas: 2", "replicas: 2\n  color: blue"
+    )
+    strict = await kubectl(served, tmp_path, "create", "-f", "-", stdin=body)
+    assert strict.returncode == 1
+    assert strict.stderr == (
+        'Error from server (BadRequest): error when creating "STDIN": Omicron in version "v1" '
+        'cannot be handled as a Omicron: strict decoding error: unknown field "spec.color"\n'
+    )
+    warned = await kubectl(served, tmp_path, "create", "--validate=warn", "-f", "-", stdin=body)
+    assert warned.returncode == 0, warned.stderr
+    assert 'unknown field "spec.color"' in warned.stderr
