@@ -57,7 +57,12 @@ from apiserver.crd.serving import (
     JsonCodec,
 )
 from apiserver.flowcontrol import Limiter
-from apiserver.grpcapi import GrpcResource, MetricsInterceptor
+from apiserver.grpcapi import (
+    CUSTOM_RESOURCES_SERVICE,
+    GrpcCustomResources,
+    GrpcResource,
+    MetricsInterceptor,
+)
 from apiserver.metrics import Metrics
 from apiserver.namespacestore import NamespaceStore
 from apiserver.podstore import PodStore
@@ -267,7 +272,7 @@ class APIServer:
                 self.services[kind].escalation = guard
         self.grpc = GrpcServer(
             settings.bind_address,
-            [info.service for info in ALL_KINDS],
+            [*(info.service for info in ALL_KINDS), CUSTOM_RESOURCES_SERVICE],
             interceptors=[
                 MetricsInterceptor(
                     self.metrics, self.limiter, self.enforcer, access_log=settings.access_log
@@ -275,7 +280,10 @@ class APIServer:
             ],
             tls=self.serving_tls,
         )
-        handlers = tuple(GrpcResource(r).handler() for r in self.services.values())
+        handlers = (
+            *(GrpcResource(r).handler() for r in self.services.values()),
+            GrpcCustomResources(self.custom.lookup, self.custom.stores).handler(),
+        )
         self.grpc.add(lambda s: s.add_generic_rpc_handlers(handlers))
         self._tasks: list[asyncio.Task[None]] = []
         self.port = 0

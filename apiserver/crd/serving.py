@@ -345,6 +345,18 @@ class CustomResources:
         self.builtin_kinds = builtin_kinds
         self.served: dict[str, Served] = {}
 
+    def stores(self) -> list[ResourceStore]:
+        """The stores of the kinds served now."""
+        return [s.store for s in self.served.values()]
+
+    def lookup(self, group: str, version: str, plural: str) -> ResourceStore | None:
+        """The store serving `plural` in `group`/`version`, if one does."""
+        for served in self.served.values():
+            info = served.store.info
+            if (info.group, info.version, info.plural) == (group, version, plural):
+                return served.store
+        return None
+
     def store_of(self, crd_name: str) -> CustomResourceStore | None:
         served = self.served.get(crd_name)
         return None if served is None else served.store

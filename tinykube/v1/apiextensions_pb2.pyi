@@ -612,3 +612,186 @@ class UpdateCustomResourceDefinitionRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UpdateCustomResourceDefinitionRequest: _TypeAlias = UpdateCustomResourceDefinitionRequest  # noqa: Y015
+
+@_typing.final
+class CustomResourceRequest(_message.Message):
+    """The generic service of custom objects (kinds defined by CRDs): the kind is named by group,
+    version and plural in each request, the object is its JSON as a Struct.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    PLURAL_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    OBJECT_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
+    LABELSELECTOR_FIELD_NUMBER: _builtins.int
+    FIELDSELECTOR_FIELD_NUMBER: _builtins.int
+    RESOURCEVERSION_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    CONTINUE_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    version: _builtins.str
+    plural: _builtins.str
+    namespace: _builtins.str
+    name: _builtins.str
+    """Get, Delete."""
+    labelSelector: _builtins.str
+    """List, Watch."""
+    fieldSelector: _builtins.str
+    resourceVersion: _builtins.str
+    limit: _builtins.int
+    @_builtins.property
+    def object(self) -> _struct_pb2.Struct:
+        """Create, Update, UpdateStatus: the whole object (apiVersion, kind, metadata, ...)."""
+
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        version: _builtins.str = ...,
+        plural: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        name: _builtins.str = ...,
+        object: _struct_pb2.Struct | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
+        labelSelector: _builtins.str = ...,
+        fieldSelector: _builtins.str = ...,
+        resourceVersion: _builtins.str = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["object", b"object"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["continue", b"continue", "dryRun", b"dryRun", "fieldSelector", b"fieldSelector", "group", b"group", "labelSelector", b"labelSelector", "limit", b"limit", "name", b"name", "namespace", b"namespace", "object", b"object", "plural", b"plural", "resourceVersion", b"resourceVersion", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CustomResourceRequest: _TypeAlias = CustomResourceRequest  # noqa: Y015
+
+@_typing.final
+class CustomResourceList(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCEVERSION_FIELD_NUMBER: _builtins.int
+    CONTINUE_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    resourceVersion: _builtins.str
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[_struct_pb2.Struct]: ...
+    def __init__(
+        self,
+        *,
+        resourceVersion: _builtins.str = ...,
+        items: _abc.Iterable[_struct_pb2.Struct] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["continue", b"continue", "items", b"items", "resourceVersion", b"resourceVersion"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CustomResourceList: _TypeAlias = CustomResourceList  # noqa: Y015
+
+@_typing.final
+class CustomResourceWatchEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    OBJECT_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    @_builtins.property
+    def object(self) -> _struct_pb2.Struct: ...
+    def __init__(
+        self,
+        *,
+        type: _builtins.str = ...,
+        object: _struct_pb2.Struct | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["object", b"object"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["object", b"object", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CustomResourceWatchEvent: _TypeAlias = CustomResourceWatchEvent  # noqa: Y015
+
+@_typing.final
+class CustomResourceKind(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    PLURAL_FIELD_NUMBER: _builtins.int
+    NAMESPACED_FIELD_NUMBER: _builtins.int
+    SHORTNAMES_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    version: _builtins.str
+    kind: _builtins.str
+    plural: _builtins.str
+    namespaced: _builtins.bool
+    status: _builtins.bool
+    """Whether the status subresource exists (UpdateStatus)."""
+    @_builtins.property
+    def shortNames(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        version: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        plural: _builtins.str = ...,
+        namespaced: _builtins.bool = ...,
+        shortNames: _abc.Iterable[_builtins.str] | None = ...,
+        status: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "kind", b"kind", "namespaced", b"namespaced", "plural", b"plural", "shortNames", b"shortNames", "status", b"status", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CustomResourceKind: _TypeAlias = CustomResourceKind  # noqa: Y015
+
+@_typing.final
+class ListCustomResourceKindsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCustomResourceKindsRequest: _TypeAlias = ListCustomResourceKindsRequest  # noqa: Y015
+
+@_typing.final
+class CustomResourceKinds(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KINDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def kinds(self) -> _containers.RepeatedCompositeFieldContainer[Global___CustomResourceKind]: ...
+    def __init__(
+        self,
+        *,
+        kinds: _abc.Iterable[Global___CustomResourceKind] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kinds", b"kinds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CustomResourceKinds: _TypeAlias = CustomResourceKinds  # noqa: Y015

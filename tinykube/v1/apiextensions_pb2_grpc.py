@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from tinykube.v1 import apiextensions_pb2 as tinykube_dot_v1_dot_apiextensions__pb2
 from tinykube.v1 import meta_pb2 as tinykube_dot_v1_dot_meta__pb2
 
@@ -389,6 +390,380 @@ class CustomResourceDefinitions:
             '/tinykube.v1.CustomResourceDefinitions/WatchBatch',
             tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
             tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceDefinitionWatchEventBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class CustomResourcesStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Create = channel.unary_unary(
+                '/tinykube.v1.CustomResources/Create',
+                request_serializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_struct__pb2.Struct.FromString,
+                _registered_method=True)
+        self.Get = channel.unary_unary(
+                '/tinykube.v1.CustomResources/Get',
+                request_serializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_struct__pb2.Struct.FromString,
+                _registered_method=True)
+        self.List = channel.unary_unary(
+                '/tinykube.v1.CustomResources/List',
+                request_serializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceList.FromString,
+                _registered_method=True)
+        self.Update = channel.unary_unary(
+                '/tinykube.v1.CustomResources/Update',
+                request_serializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_struct__pb2.Struct.FromString,
+                _registered_method=True)
+        self.UpdateStatus = channel.unary_unary(
+                '/tinykube.v1.CustomResources/UpdateStatus',
+                request_serializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_struct__pb2.Struct.FromString,
+                _registered_method=True)
+        self.Delete = channel.unary_unary(
+                '/tinykube.v1.CustomResources/Delete',
+                request_serializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_struct__pb2.Struct.FromString,
+                _registered_method=True)
+        self.Watch = channel.unary_stream(
+                '/tinykube.v1.CustomResources/Watch',
+                request_serializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceWatchEvent.FromString,
+                _registered_method=True)
+        self.ListKinds = channel.unary_unary(
+                '/tinykube.v1.CustomResources/ListKinds',
+                request_serializer=tinykube_dot_v1_dot_apiextensions__pb2.ListCustomResourceKindsRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceKinds.FromString,
+                _registered_method=True)
+
+
+class CustomResourcesServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def Create(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Get(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def List(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Update(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Delete(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Watch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListKinds(self, request, context):
+        """The custom kinds this apiserver serves now (for discovery by tinykube's controllers).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_CustomResourcesServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Create': grpc.unary_unary_rpc_method_handler(
+                    servicer.Create,
+                    request_deserializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_struct__pb2.Struct.SerializeToString,
+            ),
+            'Get': grpc.unary_unary_rpc_method_handler(
+                    servicer.Get,
+                    request_deserializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_struct__pb2.Struct.SerializeToString,
+            ),
+            'List': grpc.unary_unary_rpc_method_handler(
+                    servicer.List,
+                    request_deserializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceList.SerializeToString,
+            ),
+            'Update': grpc.unary_unary_rpc_method_handler(
+                    servicer.Update,
+                    request_deserializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_struct__pb2.Struct.SerializeToString,
+            ),
+            'UpdateStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateStatus,
+                    request_deserializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_struct__pb2.Struct.SerializeToString,
+            ),
+            'Delete': grpc.unary_unary_rpc_method_handler(
+                    servicer.Delete,
+                    request_deserializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_struct__pb2.Struct.SerializeToString,
+            ),
+            'Watch': grpc.unary_stream_rpc_method_handler(
+                    servicer.Watch,
+                    request_deserializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceWatchEvent.SerializeToString,
+            ),
+            'ListKinds': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListKinds,
+                    request_deserializer=tinykube_dot_v1_dot_apiextensions__pb2.ListCustomResourceKindsRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceKinds.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'tinykube.v1.CustomResources', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('tinykube.v1.CustomResources', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class CustomResources:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Create(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.CustomResources/Create',
+            tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.SerializeToString,
+            google_dot_protobuf_dot_struct__pb2.Struct.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Get(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.CustomResources/Get',
+            tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.SerializeToString,
+            google_dot_protobuf_dot_struct__pb2.Struct.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def List(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.CustomResources/List',
+            tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.SerializeToString,
+            tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Update(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.CustomResources/Update',
+            tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.SerializeToString,
+            google_dot_protobuf_dot_struct__pb2.Struct.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.CustomResources/UpdateStatus',
+            tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.SerializeToString,
+            google_dot_protobuf_dot_struct__pb2.Struct.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Delete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.CustomResources/Delete',
+            tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.SerializeToString,
+            google_dot_protobuf_dot_struct__pb2.Struct.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Watch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tinykube.v1.CustomResources/Watch',
+            tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceRequest.SerializeToString,
+            tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceWatchEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListKinds(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.CustomResources/ListKinds',
+            tinykube_dot_v1_dot_apiextensions__pb2.ListCustomResourceKindsRequest.SerializeToString,
+            tinykube_dot_v1_dot_apiextensions__pb2.CustomResourceKinds.FromString,
             options,
             channel_credentials,
             insecure,

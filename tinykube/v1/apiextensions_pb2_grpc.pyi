@@ -6,6 +6,7 @@ v3 schema, served by the apiserver (apiserver/crd/, docs/crds.md).
 """
 
 from collections import abc as _abc
+from google.protobuf import struct_pb2 as _struct_pb2
 from grpc import aio as _aio
 from tinykube.v1 import apiextensions_pb2 as _apiextensions_pb2
 from tinykube.v1 import meta_pb2 as _meta_pb2
@@ -116,3 +117,91 @@ class CustomResourceDefinitionsServicer(metaclass=_abc_1.ABCMeta):
         """Watch with events grouped per message (what tinykube's own clients use)."""
 
 def add_CustomResourceDefinitionsServicer_to_server(servicer: CustomResourceDefinitionsServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class CustomResourcesStub:
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> CustomResourcesAsyncStub: ...
+    Create: _grpc.UnaryUnaryMultiCallable[_apiextensions_pb2.CustomResourceRequest, _struct_pb2.Struct]
+    Get: _grpc.UnaryUnaryMultiCallable[_apiextensions_pb2.CustomResourceRequest, _struct_pb2.Struct]
+    List: _grpc.UnaryUnaryMultiCallable[_apiextensions_pb2.CustomResourceRequest, _apiextensions_pb2.CustomResourceList]
+    Update: _grpc.UnaryUnaryMultiCallable[_apiextensions_pb2.CustomResourceRequest, _struct_pb2.Struct]
+    UpdateStatus: _grpc.UnaryUnaryMultiCallable[_apiextensions_pb2.CustomResourceRequest, _struct_pb2.Struct]
+    Delete: _grpc.UnaryUnaryMultiCallable[_apiextensions_pb2.CustomResourceRequest, _struct_pb2.Struct]
+    Watch: _grpc.UnaryStreamMultiCallable[_apiextensions_pb2.CustomResourceRequest, _apiextensions_pb2.CustomResourceWatchEvent]
+    ListKinds: _grpc.UnaryUnaryMultiCallable[_apiextensions_pb2.ListCustomResourceKindsRequest, _apiextensions_pb2.CustomResourceKinds]
+    """The custom kinds this apiserver serves now (for discovery by tinykube's controllers)."""
+
+@_typing.type_check_only
+class CustomResourcesAsyncStub(CustomResourcesStub):
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    Create: _aio.UnaryUnaryMultiCallable[_apiextensions_pb2.CustomResourceRequest, _struct_pb2.Struct]  # type: ignore[assignment]
+    Get: _aio.UnaryUnaryMultiCallable[_apiextensions_pb2.CustomResourceRequest, _struct_pb2.Struct]  # type: ignore[assignment]
+    List: _aio.UnaryUnaryMultiCallable[_apiextensions_pb2.CustomResourceRequest, _apiextensions_pb2.CustomResourceList]  # type: ignore[assignment]
+    Update: _aio.UnaryUnaryMultiCallable[_apiextensions_pb2.CustomResourceRequest, _struct_pb2.Struct]  # type: ignore[assignment]
+    UpdateStatus: _aio.UnaryUnaryMultiCallable[_apiextensions_pb2.CustomResourceRequest, _struct_pb2.Struct]  # type: ignore[assignment]
+    Delete: _aio.UnaryUnaryMultiCallable[_apiextensions_pb2.CustomResourceRequest, _struct_pb2.Struct]  # type: ignore[assignment]
+    Watch: _aio.UnaryStreamMultiCallable[_apiextensions_pb2.CustomResourceRequest, _apiextensions_pb2.CustomResourceWatchEvent]  # type: ignore[assignment]
+    ListKinds: _aio.UnaryUnaryMultiCallable[_apiextensions_pb2.ListCustomResourceKindsRequest, _apiextensions_pb2.CustomResourceKinds]  # type: ignore[assignment]
+    """The custom kinds this apiserver serves now (for discovery by tinykube's controllers)."""
+
+class CustomResourcesServicer(metaclass=_abc_1.ABCMeta):
+    @_abc_1.abstractmethod
+    def Create(
+        self,
+        request: _apiextensions_pb2.CustomResourceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_struct_pb2.Struct, _abc.Awaitable[_struct_pb2.Struct]]: ...
+
+    @_abc_1.abstractmethod
+    def Get(
+        self,
+        request: _apiextensions_pb2.CustomResourceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_struct_pb2.Struct, _abc.Awaitable[_struct_pb2.Struct]]: ...
+
+    @_abc_1.abstractmethod
+    def List(
+        self,
+        request: _apiextensions_pb2.CustomResourceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_apiextensions_pb2.CustomResourceList, _abc.Awaitable[_apiextensions_pb2.CustomResourceList]]: ...
+
+    @_abc_1.abstractmethod
+    def Update(
+        self,
+        request: _apiextensions_pb2.CustomResourceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_struct_pb2.Struct, _abc.Awaitable[_struct_pb2.Struct]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateStatus(
+        self,
+        request: _apiextensions_pb2.CustomResourceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_struct_pb2.Struct, _abc.Awaitable[_struct_pb2.Struct]]: ...
+
+    @_abc_1.abstractmethod
+    def Delete(
+        self,
+        request: _apiextensions_pb2.CustomResourceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_struct_pb2.Struct, _abc.Awaitable[_struct_pb2.Struct]]: ...
+
+    @_abc_1.abstractmethod
+    def Watch(
+        self,
+        request: _apiextensions_pb2.CustomResourceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_apiextensions_pb2.CustomResourceWatchEvent], _abc.AsyncIterator[_apiextensions_pb2.CustomResourceWatchEvent]]: ...
+
+    @_abc_1.abstractmethod
+    def ListKinds(
+        self,
+        request: _apiextensions_pb2.ListCustomResourceKindsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_apiextensions_pb2.CustomResourceKinds, _abc.Awaitable[_apiextensions_pb2.CustomResourceKinds]]:
+        """The custom kinds this apiserver serves now (for discovery by tinykube's controllers)."""
+
+def add_CustomResourcesServicer_to_server(servicer: CustomResourcesServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
