@@ -80,6 +80,25 @@ async def _set_finalizer(store: ResourceStore, name: str, present: bool) -> None
     await store.guaranteed_update("", name, transform, INTERNAL)
 
 
+async def _set_terminating(store: ResourceStore, name: str) -> None:
+    """kube's Terminating condition while the objects of a deleted CRD go."""
+
+    async def transform(old: Message | None) -> Message:
+        assert isinstance(old, CRD)
+        new = CRD()
+        new.CopyFrom(old)
+        cond = names.Condition(
+            type=names.TERMINATING,
+            status="True",
+            reason="InstanceDeletionInProgress",
+            message="CustomResource deletion is in progress",
+        )
+        names.set_condition(new, cond, store.clock.now())
+        return new
+
+    await store.guaranteed_update("", name, transform, INTERNAL, subresource="status")
+
+
 async def cleanup(store: ResourceStore, custom: CustomResources) -> bool:
     """kube's CRD finalizer: an Established CRD carries customresourcecleanup; a deleted one
     has every custom object deleted first, then the finalizer goes and the CRD with it.
@@ -96,6 +115,10 @@ async def cleanup(store: ResourceStore, custom: CustomResources) -> bool:
             if not has:
                 continue
             objects = custom.store_of(name)
+            if objects is not None:
+                objects.terminating = True
+            if names.find_condition(crd, names.TERMINATING) is None:
+                await _set_terminating(store, name)
             if objects is not None:
                 if not objects.cache.synced.is_set():
                     pending = True

@@ -57,10 +57,11 @@ from apiserver.registry.customresourcedefinition import (
     schema_dict,
     storage_version,
 )
+from apiserver.requestcontext import RequestContext
 from apiserver.resources import ResourceStore
 from apiserver.storage import KV
 from apiserver.watchcache import CachedObject, Codec
-from tinykube.errors import FieldError, InvalidError
+from tinykube.errors import FieldError, InvalidError, UnimplementedError
 from tinykube.kinds import STATUS_VERBS, KindInfo, PrinterColumn, Scale, Subresource
 from tinykube.manifest import CUSTOM_PREFIX, to_dict
 from tinykube.v1 import apiextensions_pb2, meta_pb2
@@ -290,7 +291,17 @@ class JsonCodec(Codec):
 
 
 class CustomResourceStore(ResourceStore):
-    """A custom kind's store: the object's JSON in etcd, everything else the generic store's."""
+    """A custom kind's store: the object's JSON in etcd, everything else the generic store's.
+    While its CRD is being deleted (`terminating`) creates are refused, as kube's."""
+
+    terminating = False
+
+    async def _create(self, obj: Message, ctx: RequestContext) -> Message:
+        if self.terminating:
+            raise UnimplementedError(
+                "create not allowed while custom resource definition is terminating"
+            )
+        return await super()._create(obj, ctx)
 
     def _decode(self, kv: KV) -> Message:
         obj = from_dict(self.info.message, json.loads(kv.value))

@@ -837,3 +837,48 @@ async def test_grpc_custom_resources_service(served: RunningAPIServer, tmp_path:
         )
     finally:
         await channel.close()
+
+
+@needs_kubectl
+async def test_a_crd_whose_objects_are_held_is_terminating_until_they_go(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    await established(served, tmp_path, crontab_crd("sigmas", "sg", "Sigma"))
+    held = CRONTAB.replace("CronTab", "Sigma").replace(
+        "  labels:", "  finalizers: [example.com/hold]\n  labels:"
+    )
+    created = await kubectl(served, tmp_path, "create", "-f", "-", stdin=held)
+    assert created.returncode == 0, created.stderr
+    deleting = await kubectl(
+        served, tmp_path, "delete", "crd", "sigmas.stable.example.com", "--wait=false"
+    )
+    assert deleting.returncode == 0, deleting.stderr
+    waited = await kubectl(
+        served, tmp_path, "wait", "--for=condition=Terminating", "--timeout=60s",
+        "crd/sigmas.stable.example.com",
+    )  # fmt: skip
+    assert waited.returncode == 0, waited.stderr
+    # The object is being deleted (its finalizer holds it); no new object may be created.
+    got = json.loads(
+        (await kubectl(served, tmp_path, "get", "sigma", "nightly", "-o", "json")).stdout
+    )
+    assert got["metadata"]["deletionTimestamp"]
+    another = CRONTAB.replace("CronTab", "Sigma").replace("nightly", "late")
+    refused = await kubectl(served, tmp_path, "create", "-f", "-", stdin=another)
+    assert refused.returncode == 1
+    assert "create not allowed while custom resource definition is terminating" in refused.stderr
+    released = await kubectl(
+        served,
+        tmp_path,
+        "patch",
+        "sigma",
+        "nightly",
+        "--type=merge",
+        "-p",
+        '{"metadata": {"finalizers": null}}',
+    )
+    assert released.returncode == 0, released.stderr
+    waited = await kubectl(
+        served, tmp_path, "wait", "--for=delete", "--timeout=60s", "crd/sigmas.stable.example.com"
+    )
+    assert waited.returncode == 0, waited.stderr
