@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -625,7 +625,7 @@ class GrpcCustomResources:
     def __init__(
         self,
         lookup: Callable[[str, str, str], ResourceStore | None],
-        kinds: Callable[[], list[ResourceStore]],
+        kinds: Callable[[], Sequence[ResourceStore]],
     ) -> None:
         self.lookup = lookup
         self.kinds = kinds

@@ -23,7 +23,9 @@ What differs is here:
 - `CustomResources` keeps the served kinds in step with the Established CRDs (called by the
   CRD controller after each pass, on every apiserver).
 
-Only the storage version is served (conversion between versions is not implemented).
+Every served version has its own kind (its schema, subresources and printer columns) and store
+over the same etcd keys; objects are stored with the storage version's apiVersion and, as with
+kube's conversion strategy None, only the apiVersion differs between versions.
 """
 
 from __future__ import annotations
@@ -50,9 +52,8 @@ from google.protobuf.message import Message
 
 from apiserver.crd import cel
 from apiserver.crd import schema as crdschema
-from apiserver.registry.base import META_FIELDS, Strategy
+from apiserver.registry.base import Strategy
 from apiserver.registry.customresourcedefinition import (
-    CLEANUP_FINALIZER,
     is_established,
     schema_dict,
     storage_version,
@@ -61,8 +62,8 @@ from apiserver.requestcontext import RequestContext
 from apiserver.resources import ResourceStore
 from apiserver.storage import KV
 from apiserver.watchcache import CachedObject, Codec
-from tinykube.errors import FieldError, InvalidError, UnimplementedError
-from tinykube.kinds import STATUS_VERBS, KindInfo, PrinterColumn, Scale, Subresource
+from tinykube.errors import FieldError, UnimplementedError
+from tinykube.kinds import KindInfo, PrinterColumn, Scale
 from tinykube.manifest import CUSTOM_PREFIX, to_dict
 from tinykube.v1 import apiextensions_pb2, meta_pb2
 
@@ -144,9 +145,34 @@ def _message_types(kind: str, props: list[str]) -> _Types:
     return _Types(cls(kind), cls(f"{kind}List"), cls(f"{kind}WatchEvent"), cls(f"{kind}Request"))
 
 
-def _version(crd: CRD) -> apiextensions_pb2.CustomResourceDefinitionVersion:
-    name = storage_version(crd)
+def _version(crd: CRD, name: str = "") -> apiextensions_pb2.CustomResourceDefinitionVersion:
+    """The version called `name` (default: the storage version)."""
+    name = name or storage_version(crd)
     return next(v for v in crd.spec.versions if v.name == name)
+
+
+_KUBE_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
+
+
+def version_priority(name: str) -> tuple[int, int, int, str]:
+    """kube's version ordering (discovery lists the preferred version first): GA before beta
+    before alpha, higher numbers first, then versions not shaped like Kubernetes' by name."""
+    m = _KUBE_VERSION.match(name)
+    if m is None:
+        return (3, 0, 0, name)
+    level = {None: 0, "beta": 1, "alpha": 2}[m.group(2)]
+    return (level, -int(m.group(1)), -int(m.group(3) or 0), name)
+
+
+def served_versions(crd: CRD) -> list[str]:
+    """The CRD's served versions, preferred first."""
+    return sorted((v.name for v in crd.spec.versions if v.served), key=version_priority)
+
+
+def store_key(info: KindInfo) -> str:
+    """How the apiserver's store table names a custom kind's version (built-in kinds are named
+    by kind; custom ones may share a kind across versions and groups)."""
+    return info.service
 
 
 def _scale(version: apiextensions_pb2.CustomResourceDefinitionVersion) -> Scale | None:
@@ -156,9 +182,10 @@ def _scale(version: apiextensions_pb2.CustomResourceDefinitionVersion) -> Scale 
     return Scale(paths.specReplicasPath, paths.statusReplicasPath, paths.labelSelectorPath)
 
 
-def custom_kind(crd: CRD) -> KindInfo:
-    """The served kind of `crd`'s storage version, with the CRD's accepted names."""
-    version = _version(crd)
+def custom_kind(crd: CRD, version_name: str = "") -> KindInfo:
+    """The served kind of one of `crd`'s versions (default: the storage version), with the
+    CRD's accepted names."""
+    version = _version(crd, version_name)
     names = crd.status.acceptedNames
     has_status = version.subresources.HasField("status")
     types = _message_types(names.kind, _top_level(schema_dict(version), has_status))
@@ -173,7 +200,7 @@ def custom_kind(crd: CRD) -> KindInfo:
         create_request=types.create_request,
         update_request=types.create_request,
         request_field="object",
-        service=f"{CUSTOM_PACKAGE}.{names.kind}",
+        service=f"{CUSTOM_PACKAGE}/{crd.spec.group}/{version.name}/{names.kind}",
         stub=object,  # no gRPC service of its own (the CustomResources service is generic)
         add_servicer=None,
         has_status=has_status,
@@ -216,7 +243,7 @@ class CustomResourceStrategy(Strategy[Message]):
 
     def __init__(self, info: KindInfo, crd: CRD) -> None:
         super().__init__(info)
-        version = _version(crd)
+        version = _version(crd, info.version)
         self.schema = schema_dict(version)
         self.selectable = tuple(s.jsonPath.lstrip(".") for s in version.selectableFields)
         self.compiled = crdschema.compile_schema(self.schema) if self.schema else None
@@ -295,6 +322,9 @@ class CustomResourceStore(ResourceStore):
     While its CRD is being deleted (`terminating`) creates are refused, as kube's."""
 
     terminating = False
+    # The apiVersion objects are stored with (the CRD's storage version; conversion None
+    # changes only the apiVersion between versions).
+    storage_api_version = ""
 
     async def _create(self, obj: Message, ctx: RequestContext) -> Message:
         if self.terminating:
@@ -313,6 +343,8 @@ class CustomResourceStore(ResourceStore):
         super()._stored_value(obj)
         data = object_dict(obj)
         data.get("metadata", {}).pop("resourceVersion", None)
+        data["apiVersion"] = self.storage_api_version or self.info.api_version
+        data["kind"] = self.info.kind
         return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
 
 
@@ -322,8 +354,10 @@ class Served:
 
     crd_uid: str
     signature: str
-    store: CustomResourceStore
-    task: asyncio.Task[None]
+    # One per served version, preferred first; `storage` is the storage version's.
+    stores: list[CustomResourceStore]
+    tasks: list[asyncio.Task[None]]
+    storage: CustomResourceStore
 
 
 def signature(crd: CRD) -> str:
@@ -356,21 +390,21 @@ class CustomResources:
         self.builtin_kinds = builtin_kinds
         self.served: dict[str, Served] = {}
 
-    def stores(self) -> list[ResourceStore]:
+    def stores(self) -> list[CustomResourceStore]:
         """The stores of the kinds served now."""
-        return [s.store for s in self.served.values()]
+        return [store for s in self.served.values() for store in s.stores]
 
     def lookup(self, group: str, version: str, plural: str) -> ResourceStore | None:
         """The store serving `plural` in `group`/`version`, if one does."""
-        for served in self.served.values():
-            info = served.store.info
+        for store in self.stores():
+            info = store.info
             if (info.group, info.version, info.plural) == (group, version, plural):
-                return served.store
+                return store
         return None
 
     def store_of(self, crd_name: str) -> CustomResourceStore | None:
         served = self.served.get(crd_name)
-        return None if served is None else served.store
+        return None if served is None else served.storage
 
     def sync(self, crds: list[CRD]) -> None:
         wanted = {c.metadata.name: c for c in crds if should_serve(c)}
@@ -383,7 +417,8 @@ class CustomResources:
                 or crd.metadata.uid != served.crd_uid
                 or signature(crd) != served.signature
             ):
-                served.task.cancel()
+                for task in served.tasks:
+                    task.cancel()
                 del self.served[name]
                 changed = True
         for name, crd in wanted.items():
@@ -396,34 +431,31 @@ class CustomResources:
                     crd.status.acceptedNames.kind,
                 )
                 continue
-            info = custom_kind(crd)
-            store, task = self.make_store(info, crd)
-            self.served[name] = Served(crd.metadata.uid, signature(crd), store, task)
+            stores, tasks = [], []
+            storage = storage_version(crd)
+            for version in served_versions(crd):
+                store, task = self.make_store(custom_kind(crd, version), crd)
+                store.storage_api_version = f"{crd.spec.group}/{storage}"
+                stores.append(store)
+                tasks.append(task)
+            if not stores:
+                continue
+            by_version = {s.info.version: s for s in stores}
+            self.served[name] = Served(
+                crd.metadata.uid,
+                signature(crd),
+                stores,
+                tasks,
+                by_version.get(storage, stores[0]),
+            )
             changed = True
         if changed:
-            self.publish({s.store.info.kind: s.store for s in self.served.values()})
+            self.publish({store_key(s.info): s for s in self.stores()})
 
     async def stop(self) -> None:
         for served in self.served.values():
-            served.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await served.task
+            for task in served.tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         self.served.clear()
-
-
-def invalid(kind: str, name: str, errs: list[FieldError]) -> InvalidError:
-    return InvalidError.for_object(kind, name, errs)
-
-
-__all__ = [
-    "CLEANUP_FINALIZER",
-    "CUSTOM_PACKAGE",
-    "META_FIELDS",
-    "STATUS_VERBS",
-    "CustomResourceStore",
-    "CustomResourceStrategy",
-    "CustomResources",
-    "JsonCodec",
-    "Subresource",
-    "custom_kind",
-]

@@ -379,7 +379,7 @@ class ResourceHandlers:
         res = target.resource
         if res.info is None:
             return await self._unmodeled(request, target, q)
-        service = self.services[res.info.kind]
+        service = self.services[store_key(res.info)]
         sub = target.subresource
         if target.name is None:
             if method == "GET":
@@ -449,7 +449,7 @@ class ResourceHandlers:
         if res.view is not None:
             return self.view_codecs[res.view.api_version]
         assert res.info is not None
-        return self.codecs[res.info.kind]
+        return self.codecs[store_key(res.info)]
 
     def _convert_lines(self, target: Target, lines: list[bytes]) -> list[bytes]:
         """Watch lines (the watch cache's core JSON) in the resource's version."""
@@ -621,7 +621,7 @@ class ResourceHandlers:
         if fmt == AS_TABLE:
             # Tables print the stored kind's fields, whichever version was asked for.
             assert target.resource.info is not None
-            data = self.codecs[target.resource.info.kind].object_dict(obj)
+            data = self.codecs[store_key(target.resource.info)].object_dict(obj)
             rv = str(data.get("metadata", {}).get("resourceVersion", ""))
             return self._respond(fmt, self._table(target, q, [data], rv), code=code)
         return self._respond(fmt, self._object(target, obj), code=code, warnings=warnings)
@@ -1476,7 +1476,7 @@ class ResourceHandlers:
             meta_pb2.GetRequest, {"namespace": target.namespace or "", "name": target.name}
         )
         rs = await service.get(get)
-        return self.codecs[service.info.kind].object_dict(rs)
+        return self.codecs[store_key(service.info)].object_dict(rs)
 
     async def get_scale(
         self, request: web.Request, target: Target, q: Query, service: ResourceStore
@@ -1498,7 +1498,7 @@ class ResourceHandlers:
         if request.method == "PATCH" and media == APPLY_PATCH:
             raise unsupported_media_type([JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH])
         ctx = self._context(request, q)
-        kcodec = self.codecs[service.info.kind]
+        kcodec = self.codecs[store_key(service.info)]
 
         async def scaled(current: Message | None) -> Message:
             assert current is not None
@@ -1639,3 +1639,10 @@ def _set_path(obj: dict[str, Any], path: str, value: Any) -> None:
             nxt = obj[key] = {}
         obj = nxt
     obj[keys[-1]] = value
+
+
+def store_key(info: KindInfo) -> str:
+    """A kind's key in the apiserver's store table: the kind for the built-in ones, the
+    service name (group, version and kind) for a CRD's, whose kind may repeat across versions
+    and groups (apiserver/crd/serving.py)."""
+    return info.service if info.custom else info.kind

@@ -882,3 +882,37 @@ async def test_a_crd_whose_objects_are_held_is_terminating_until_they_go(
         served, tmp_path, "wait", "--for=delete", "--timeout=60s", "crd/sigmas.stable.example.com"
     )
     assert waited.returncode == 0, waited.stderr
+
+
+@needs_kubectl
+async def test_every_served_version_is_served(served: RunningAPIServer, tmp_path: Path) -> None:
+    crd = crontab_crd("taus", "ta", "Tau")
+    v1 = crd["spec"]["versions"][0]
+    beta = json.loads(json.dumps(v1))
+    beta["name"], beta["storage"] = "v1beta1", False
+    del beta["additionalPrinterColumns"]
+    crd["spec"]["versions"] = [beta, v1]
+    await established(served, tmp_path, crd)
+    body = CRONTAB.replace("CronTab", "Tau").replace(
+        "stable.example.com/v1", "stable.example.com/v1beta1"
+    )
+    created = await kubectl(served, tmp_path, "create", "-f", "-", stdin=body)
+    assert created.returncode == 0, created.stderr
+    # Read through either version; stored as the storage version.
+    for version in ("v1", "v1beta1"):
+        raw = await kubectl(
+            served, tmp_path, "get", "--raw",
+            f"/apis/stable.example.com/{version}/namespaces/default/taus/nightly",
+        )  # fmt: skip
+        assert json.loads(raw.stdout)["apiVersion"] == f"stable.example.com/{version}", raw
+    key = f"{served.settings.prefix}/stable.example.com/taus/default/nightly".encode()
+    stored = await served.server.storage.get(key)
+    assert stored is not None
+    assert json.loads(stored.value)["apiVersion"] == "stable.example.com/v1"
+    group = json.loads(
+        (await kubectl(served, tmp_path, "get", "--raw", "/apis/stable.example.com")).stdout
+    )
+    assert group["preferredVersion"]["version"] == "v1"
+    # kubectl uses the preferred version.
+    got = await kubectl(served, tmp_path, "get", "tau", "nightly", "-o", "jsonpath={.apiVersion}")
+    assert got.stdout == "stable.example.com/v1"
