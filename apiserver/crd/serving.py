@@ -169,6 +169,24 @@ def served_versions(crd: CRD) -> list[str]:
     return sorted((v.name for v in crd.spec.versions if v.served), key=version_priority)
 
 
+def deprecation_warning(crd: CRD, name: str) -> str:
+    """What kube warns on each request of a deprecated version: its deprecationWarning, or
+    "<group>/<version> <Kind> is deprecated" naming a preferred served version to use."""
+    version = _version(crd, name)
+    if not version.deprecated:
+        return ""
+    if version.HasField("deprecationWarning"):
+        return version.deprecationWarning
+    group, kind = crd.spec.group, crd.status.acceptedNames.kind or crd.spec.names.kind
+    text = f"{group}/{name} {kind} is deprecated"
+    for other in served_versions(crd):
+        if other != name and not _version(crd, other).deprecated:
+            if version_priority(other) < version_priority(name):
+                text += f"; use {group}/{other} {kind}"
+            break
+    return text
+
+
 def store_key(info: KindInfo) -> str:
     """How the apiserver's store table names a custom kind's version (built-in kinds are named
     by kind; custom ones may share a kind across versions and groups)."""
@@ -325,6 +343,8 @@ class CustomResourceStore(ResourceStore):
     # The apiVersion objects are stored with (the CRD's storage version; conversion None
     # changes only the apiVersion between versions).
     storage_api_version = ""
+    # kube's Warning header on every request of a deprecated version ("" when not deprecated).
+    deprecation_warning = ""
 
     async def _create(self, obj: Message, ctx: RequestContext) -> Message:
         if self.terminating:
@@ -436,6 +456,7 @@ class CustomResources:
             for version in served_versions(crd):
                 store, task = self.make_store(custom_kind(crd, version), crd)
                 store.storage_api_version = f"{crd.spec.group}/{storage}"
+                store.deprecation_warning = deprecation_warning(crd, version)
                 stores.append(store)
                 tasks.append(task)
             if not stores:

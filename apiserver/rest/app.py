@@ -58,7 +58,7 @@ from apiserver.rest.discovery import (
     version_info,
     wants_aggregated,
 )
-from apiserver.rest.handlers import IDENTITY, ResourceHandlers, Target, read_body
+from apiserver.rest.handlers import IDENTITY, ResourceHandlers, Target, read_body, store_key
 from apiserver.rest.inflight import inflight_middleware
 from apiserver.rest.openapi import OpenAPI
 from apiserver.rest.status import (
@@ -472,7 +472,14 @@ class RestServer:
             raise not_found_path()
         target = Target(resource, namespace, name, sub)
         request[_RESOURCE] = StatusResource(resource.view or resource.info, name or "", sub or "")
-        return await self.handlers.handle(request, target)
+        response = await self.handlers.handle(request, target)
+        if resource.info is None or not resource.info.custom:
+            return response
+        service = self.handlers.services.get(store_key(resource.info))
+        warning = getattr(service, "deprecation_warning", "")
+        if warning and not response.prepared:
+            response.headers.add("Warning", '299 - "' + warning.replace('"', '\\"') + '"')
+        return response
 
     async def _access_review(
         self, request: web.Request, rest: list[str], *, rules: bool = False

@@ -889,7 +889,7 @@ async def test_every_served_version_is_served(served: RunningAPIServer, tmp_path
     crd = crontab_crd("taus", "ta", "Tau")
     v1 = crd["spec"]["versions"][0]
     beta = json.loads(json.dumps(v1))
-    beta["name"], beta["storage"] = "v1beta1", False
+    beta["name"], beta["storage"], beta["deprecated"] = "v1beta1", False, True
     del beta["additionalPrinterColumns"]
     crd["spec"]["versions"] = [beta, v1]
     await established(served, tmp_path, crd)
@@ -898,6 +898,10 @@ async def test_every_served_version_is_served(served: RunningAPIServer, tmp_path
     )
     created = await kubectl(served, tmp_path, "create", "-f", "-", stdin=body)
     assert created.returncode == 0, created.stderr
+    # The deprecated version warns, naming the version to use.
+    assert created.stderr == (
+        "Warning: stable.example.com/v1beta1 Tau is deprecated; use stable.example.com/v1 Tau\n"
+    )
     # Read through either version; stored as the storage version.
     for version in ("v1", "v1beta1"):
         raw = await kubectl(
