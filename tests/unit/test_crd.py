@@ -8,9 +8,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from google.protobuf import json_format
+from google.protobuf import json_format, struct_pb2
 
 from apiserver.crd import names
+from apiserver.crd.serving import deprecation_warning, version_priority
+from apiserver.grpcattributes import grpc_attributes
 from apiserver.registry import strategy_for
 from apiserver.registry.customresourcedefinition import (
     default_crd,
@@ -282,3 +284,52 @@ def test_a_custom_kinds_table_has_its_printer_columns() -> None:
     assert row["cells"] == ["a", 2, "60s"]
     plain = dataclasses.replace(info, printer_columns=())
     assert [c["name"] for c in tables.column_definitions(plain)] == ["Name", "Age"]
+
+
+def test_versions_are_ordered_as_kube_orders_them() -> None:
+    names_ = ["v1alpha1", "v2beta1", "v1", "foo", "v1beta2", "v2", "v1beta1"]
+    assert sorted(names_, key=version_priority) == [
+        "v2", "v1", "v2beta1", "v1beta2", "v1beta1", "v1alpha1", "foo",
+    ]  # fmt: skip
+
+
+def test_deprecated_versions_warn_as_kube() -> None:
+    body = manifest()
+    v1 = body["spec"]["versions"][0]
+    body["spec"]["versions"] = [
+        {**v1, "name": "v1beta1", "storage": False, "deprecated": True},
+        v1,
+        {
+            **v1,
+            "name": "v1alpha1",
+            "storage": False,
+            "deprecated": True,
+            "deprecationWarning": "gone soon",
+        },
+    ]
+    obj = accepted(crd(body))
+    assert deprecation_warning(obj, "v1") == ""
+    assert deprecation_warning(obj, "v1beta1") == (
+        "stable.example.com/v1beta1 CronTab is deprecated; use stable.example.com/v1 CronTab"
+    )
+    assert deprecation_warning(obj, "v1alpha1") == "gone soon"
+
+
+def test_grpc_custom_resources_are_authorized_by_the_requests_resource() -> None:
+    obj = struct_pb2.Struct()
+    obj.update({"metadata": {"name": "n", "namespace": "team"}})
+    request = apiextensions_pb2.CustomResourceRequest(
+        group="stable.example.com", version="v1", plural="crontabs", object=obj
+    )
+    (create,) = grpc_attributes("/tinykube.v1.CustomResources/Create", request)
+    assert (create.verb, create.resource, create.api_group, create.namespace, create.name) == (
+        "create", "crontabs", "stable.example.com", "team", "",
+    )  # fmt: skip
+    (status,) = grpc_attributes("/tinykube.v1.CustomResources/UpdateStatus", request)
+    assert (status.verb, status.subresource, status.name) == ("update", "status", "n")
+    listing = apiextensions_pb2.CustomResourceRequest(
+        group="stable.example.com", plural="crontabs", namespace="team"
+    )
+    (watch,) = grpc_attributes("/tinykube.v1.CustomResources/Watch", listing)
+    assert (watch.verb, watch.namespace) == ("watch", "team")
+    assert grpc_attributes("/tinykube.v1.CustomResources/ListKinds", request) == ()
