@@ -663,6 +663,9 @@ def _enum_key(v: JSON) -> Any:
     return ("j", go_json(v))
 
 
+_NO_OLD: Any = object()
+
+
 class CompiledSchema:
     """A schema compiled once: validate, prune and default custom objects against it."""
 
@@ -672,14 +675,15 @@ class CompiledSchema:
         self.schema = schema
         self.root = _Node(schema)
 
-    def validate(self, value: JSON, path: str = "") -> list[FieldError]:
+    def validate(self, value: JSON, path: str = "", *, old: JSON = _NO_OLD) -> list[FieldError]:
         v = _Validator(path)
         v.node(self.root, value, "")
         errs = v.errs
         root = self.root
         if root.needs_embedded_check and isinstance(value, dict):
             errs.extend(_embedded_problems(root, value, path, is_root=True))
-        if root.needs_list_check:
+        # On update kube checks list sets and maps only when the old object passed them.
+        if root.needs_list_check and (old is _NO_OLD or not _list_problems(root, old, path)):
             errs.extend(_list_problems(root, value, path))
         return _dedupe(errs)
 
@@ -1394,8 +1398,8 @@ def _embedded_resource_problems(x: dict[str, JSON], path: str) -> list[FieldErro
                 errs.append(_invalid(p, v, "must be a string"))
             elif not v:
                 errs.append(_invalid(p, v, "must not be empty"))
-            elif v.count("/") > 1 or (v.startswith("/") and v != "/"):
-                errs.append(_invalid(p, v, _GROUP_VERSION_ERR + go_quote(v)))
+            elif v.count("/") > 1:
+                errs.append(_invalid(p, v, _GROUP_VERSION_ERR + v))
         elif k == "kind":
             p = _join(path, k)
             if not isinstance(v, str):
@@ -2366,10 +2370,13 @@ def _schema_problems(schema: Any, path: str, status_subresource: bool) -> list[F
 # The interface
 
 
-def validate(value: JSON, schema: dict[str, Any], path: str = "") -> list[FieldError]:
+def validate(
+    value: JSON, schema: dict[str, Any], path: str = "", *, old: JSON = _NO_OLD
+) -> list[FieldError]:
     """A custom object (or, with path "status", its status) against its schema: kube-openapi's
-    checks, embedded resources' apiVersion/kind/metadata, and list-type set/map uniqueness."""
-    return compile_schema(schema).validate(value, path)
+    checks, embedded resources' apiVersion/kind/metadata, and list-type set/map uniqueness
+    (on an update, given the `old` object, only when the old object had no such duplicates)."""
+    return compile_schema(schema).validate(value, path, old=old)
 
 
 def prune(value: JSON, schema: dict[str, Any]) -> list[str]:

@@ -1318,3 +1318,20 @@ def test_status_subresource_restricts_the_root() -> None:
         "Properties ExternalDocs Example XPreserveUnknownFields XValidations] fields are "
         "allowed at the root of the schema if the status subresource is enabled"
     )
+
+
+def test_embedded_resource_group_version() -> None:
+    value = {"apiVersion": "a/b/c", "kind": "Pod"}
+    assert messages(cr(t=value), obj_schema(t=EMBEDDED)) == [
+        'spec.t.apiVersion: Invalid value: "a/b/c": unexpected GroupVersion string: a/b/c'
+    ]
+
+
+def test_list_duplicates_are_ratcheted_on_update() -> None:
+    schema = obj_schema(
+        x={"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}
+    )
+    dup = ['spec.x[1]: Duplicate value: "a"']
+    assert messages(cr(x=["a", "a"]), schema) == dup
+    assert [str(e) for e in validate(cr(x=["a", "a"]), schema, old=cr(x=["b"]))] == dup
+    assert validate(cr(x=["a", "a", "b"]), schema, old=cr(x=["a", "a"])) == []
