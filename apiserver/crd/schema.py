@@ -785,7 +785,7 @@ class _Validator:
             or (kind == "integer" and "number" in types)
         ):
             shown = kind
-            if n.format and kind not in ("string", "array", "object"):
+            if n.format and kind not in ("string", "array"):
                 value_format = {"integer": "int64", "number": "float64"}.get(kind, "")
                 if value_format != n.format:
                     shown_type = n.format

@@ -366,6 +366,22 @@ VALUE_CASES: list[tuple[str, dict[str, Any], Any, list[str]]] = [
         ['<nil>: Invalid value: "": "spec.x" must not validate the schema (not)'],
     ),
     (
+        "bool for int32: kube-openapi names the format",
+        {"type": "integer", "format": "int32"},
+        True,
+        ['spec.x: Invalid value: "": spec.x in body must be of type int32: ""'],
+    ),
+    (
+        "fraction for int32",
+        {"type": "integer", "format": "int32"},
+        1.5,
+        [
+            'spec.x: Invalid value: "float64": spec.x in body must be of type int32: "float64"',
+            '<nil>: Invalid value: "": Checked value must be of type integer with format int32 '
+            "in spec.x",
+        ],
+    ),
+    (
         "x-kubernetes-preserve-unknown-fields accepts anything",
         {"x-kubernetes-preserve-unknown-fields": True},
         {"a": [1, {"b": None}]},
@@ -993,6 +1009,66 @@ SCHEMA_CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         "wrong JSON type in the schema",
         {"type": "object", "properties": {"a": {"type": "string", "maxLength": "3"}}},
         [f'{ROOT}.properties[a].maxLength: Invalid value: "3": must be an integer'],
+    ),
+    (
+        "set of non-atomic objects",
+        {
+            "type": "object",
+            "properties": {
+                "l": {
+                    "type": "array",
+                    "x-kubernetes-list-type": "set",
+                    "items": {"type": "object", "properties": {"a": {"type": "string"}}},
+                }
+            },
+        },
+        [
+            f"{ROOT}.properties[l].items.x-kubernetes-map-type: Invalid value: null: must be "
+            "atomic as item of a list with x-kubernetes-list-type=set"
+        ],
+    ),
+    (
+        "default in an embedded resource's metadata is allowed",
+        {
+            "type": "object",
+            "properties": {
+                "t": {
+                    "type": "object",
+                    "x-kubernetes-embedded-resource": True,
+                    "properties": {
+                        "metadata": {
+                            "type": "object",
+                            "properties": {"name": {"type": "string", "default": "n"}},
+                        },
+                        "kind": {"type": "string"},
+                        "apiVersion": {"type": "string"},
+                    },
+                }
+            },
+        },
+        [],
+    ),
+    (
+        "nullable list-map key",
+        {
+            "type": "object",
+            "properties": {
+                "l": {
+                    "type": "array",
+                    "x-kubernetes-list-type": "map",
+                    "x-kubernetes-list-map-keys": ["k"],
+                    "items": {
+                        "type": "object",
+                        "required": ["k"],
+                        "properties": {"k": {"type": "string", "nullable": True}},
+                    },
+                }
+            },
+        },
+        [
+            f"{ROOT}.properties[l].items.properties[k].nullable: Forbidden: this property is in "
+            "x-kubernetes-list-map-keys, so it cannot be nullable"
+        ],
     ),
     (
         "rule without text",
