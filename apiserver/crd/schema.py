@@ -7,6 +7,12 @@ A schema is compiled once into a tree of `_Node`s (`compile_schema`, cached by t
 identity: a schema must not be changed after its first use); the four module functions are the
 interface the CRD registry calls. Everything here is pure: no I/O, no clock, safe from any thread.
 
+Kube's quirks kept on purpose, because clients see them: the summaries of anyOf/oneOf/allOf/not
+and the int32/float range checks are reported at field "<nil>" (the path prefix, when given);
+messages name the field relative to the validated value ("replicas in body ..." under the
+"status" prefix); a null fails an enum that does not list null; defaults under
+additionalProperties are not checked at CRD validation.
+
 Decisions where kube's behaviour is an accident rather than a rule:
 - a value of the wrong JSON type always fails the type check (kube-openapi lets a list through
   where a string with a format is declared);
@@ -2402,8 +2408,13 @@ def schema_problems(
 
 __all__ = [
     "CompiledSchema",
+    "GoRegexp",
+    "bad_value",
     "compile_schema",
     "default",
+    "go_float",
+    "go_json",
+    "go_quote",
     "prune",
     "schema_problems",
     "validate",
