@@ -717,13 +717,27 @@ _CACHE: dict[int, tuple[Mapping[str, Any], CompiledSchema]] = {}
 _CACHE_LIMIT = 512
 
 
+_BY_TEXT: dict[str, CompiledSchema] = {}
+
+
 def compile_schema(schema: Mapping[str, Any]) -> CompiledSchema:
     """The compiled form of a schema, cached by the dict's identity (kept alive in the cache,
-    so an id is never reused while cached)."""
+    so an id is never reused while cached), then by its JSON text, so that a caller handing in
+    a fresh copy of the same schema does not pay for compiling it again."""
     hit = _CACHE.get(id(schema))
     if hit is not None and hit[0] is schema:
         return hit[1]
-    compiled = CompiledSchema(schema)
+    try:
+        text = json.dumps(schema, sort_keys=True)
+    except (TypeError, ValueError):
+        text = ""
+    compiled = _BY_TEXT.get(text) if text else None
+    if compiled is None:
+        compiled = CompiledSchema(schema)
+        if text:
+            if len(_BY_TEXT) >= _CACHE_LIMIT:
+                _BY_TEXT.pop(next(iter(_BY_TEXT)))
+            _BY_TEXT[text] = compiled
     if len(_CACHE) >= _CACHE_LIMIT:
         _CACHE.pop(next(iter(_CACHE)))
     _CACHE[id(schema)] = (schema, compiled)

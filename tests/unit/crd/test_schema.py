@@ -1110,10 +1110,11 @@ def test_go_json_sorts_keys_and_escapes_html() -> None:
     )
 
 
-def test_compile_is_cached_per_schema_object() -> None:
+def test_compile_is_cached_per_schema_object_and_text() -> None:
     schema = obj_schema(x={"type": "string"})
     assert compile_schema(schema) is compile_schema(schema)
-    assert compile_schema(copy.deepcopy(schema)) is not compile_schema(schema)
+    assert compile_schema(copy.deepcopy(schema)) is compile_schema(schema)
+    assert compile_schema(obj_schema(x={"type": "integer"})) is not compile_schema(schema)
 
 
 def test_prune_keeps_unknown_fields_of_list_items_under_preserve() -> None:
