@@ -1973,36 +1973,74 @@ def _nested_completeness(
 def _default_problems(s: Mapping[str, Any], p: str) -> list[FieldError]:
     """ValidateDefaults: every default (outside additionalProperties) is pruned and valid."""
     errs: list[FieldError] = []
-    _defaults(_Node(s), p, False, errs, is_root=True)
+    _defaults(_Node(s), p, None, errs, is_root=True)
     return errs
 
 
+def _surrounding(steps: tuple[str | None, ...], value: JSON) -> dict[str, JSON]:
+    """kube's SurroundingObjectFunc: a default inside an embedded resource's TypeMeta or
+    ObjectMeta, placed into an otherwise empty object of that resource (None: a list item)."""
+    inner: JSON = value
+    for step in reversed(steps):
+        inner = [inner] if step is None else {step: inner}
+    out: dict[str, JSON] = {"apiVersion": "validation/v1", "kind": "Validation"}
+    assert isinstance(inner, dict)
+    out.update(inner)
+    return out
+
+
+def _aggregate(errs: list[FieldError]) -> str:
+    """utilerrors.NewAggregate(...).Error()."""
+    texts = list(dict.fromkeys(str(e) for e in errs))
+    return texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+
+
 def _defaults(
-    n: _Node, p: str, inside_meta: bool, errs: list[FieldError], *, is_root: bool = False
+    n: _Node,
+    p: str,
+    meta_steps: tuple[str | None, ...] | None,
+    errs: list[FieldError],
+    *,
+    is_root: bool = False,
 ) -> None:
+    """meta_steps: where we are below an embedded resource's apiVersion/kind/metadata, or None."""
     embedded = n.embedded or is_root
     if n.embedded:
-        inside_meta = False
+        meta_steps = None
     if n.has_default:
         d = n.default
         dp = f"{p}.default"
-        if not inside_meta:
+        before = len(errs)
+        if meta_steps is not None:
+            obj = _surrounding(meta_steps, _deepcopy(d))
+            problems = _embedded_resource_problems(obj, "")
+            if problems:
+                errs.append(
+                    _invalid(dp, d, f"must result in valid metadata: {_aggregate(problems)}")
+                )
+        else:
             pruned = _deepcopy(d)
             _prune(pruned, n, embedded=n.embedded)
             if pruned != d:
                 errs.append(_invalid(dp, d, "must not have unknown fields"))
-        before = len(errs)
-        if n.embedded and isinstance(d, dict):
-            errs.extend(_embedded_resource_problems(d, dp))
+            if n.embedded and isinstance(d, dict):
+                errs.extend(_embedded_resource_problems(d, dp))
         if len(errs) == before:
             v = _Validator(dp)
             v.node(n, d, "")
             errs.extend(_dedupe(v.errs))
+    steps: tuple[str | None, ...] | None
     if n.items is not None:
-        _defaults(n.items, f"{p}.items", inside_meta, errs)
+        steps = None if meta_steps is None else (*meta_steps, None)
+        _defaults(n.items, f"{p}.items", steps, errs)
     for k, sub in n.properties.items():
-        sub_inside = inside_meta or (embedded and k in _META_FIELDS)
-        _defaults(sub, f"{p}.properties[{k}]", sub_inside, errs)
+        if meta_steps is not None:
+            steps = (*meta_steps, k)
+        elif embedded and k in _META_FIELDS:
+            steps = (k,)
+        else:
+            steps = None
+        _defaults(sub, f"{p}.properties[{k}]", steps, errs)
 
 
 class _SchemaRules:

@@ -1412,3 +1412,50 @@ def test_list_duplicates_are_ratcheted_on_update() -> None:
     assert messages(cr(x=["a", "a"]), schema) == dup
     assert [str(e) for e in validate(cr(x=["a", "a"]), schema, old=cr(x=["b"]))] == dup
     assert validate(cr(x=["a", "a", "b"]), schema, old=cr(x=["a", "a"])) == []
+
+
+def test_defaults_in_embedded_metadata_must_make_valid_metadata() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "t": {
+                "type": "object",
+                "x-kubernetes-embedded-resource": True,
+                "properties": {
+                    "apiVersion": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "metadata": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string", "default": "a/b"},
+                            "labels": {
+                                "type": "object",
+                                "additionalProperties": {"type": "string"},
+                            },
+                        },
+                    },
+                },
+            }
+        },
+    }
+    assert problems(schema) == [
+        f"{ROOT}.properties[t].properties[metadata].properties[name].default: Invalid value: "
+        '"a/b": must result in valid metadata: metadata.name: Invalid value: "a/b": may not '
+        "contain '/'"
+    ]
+
+
+def test_root_metadata_name_constraints_apply() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "metadata": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "maxLength": 5}},
+            }
+        },
+    }
+    assert problems(schema) == []
+    obj = cr()
+    obj["metadata"]["name"] = "much-too-long"
+    assert messages(obj, schema) == ["metadata.name: Too long: may not be more than 5 bytes"]
