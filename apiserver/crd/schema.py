@@ -1307,7 +1307,8 @@ def _prune_meta(meta: dict[str, JSON], prefix: str) -> list[str]:
             unknown.append(f"{prefix}.{k}")
             del meta[k]
             continue
-        if v is None or v == "" or v == {} or v == []:
+        # generation is a plain int64 (omitempty); deletionGracePeriodSeconds a pointer.
+        if v is None or v == "" or v == {} or v == [] or (k == "generation" and v == 0):
             del meta[k]
             continue
         if isinstance(kind, dict) and isinstance(v, list):

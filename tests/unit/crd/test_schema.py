@@ -1459,3 +1459,28 @@ def test_root_metadata_name_constraints_apply() -> None:
     obj = cr()
     obj["metadata"]["name"] = "much-too-long"
     assert messages(obj, schema) == ["metadata.name: Too long: may not be more than 5 bytes"]
+
+
+def test_prune_root_metadata_as_object_meta_round_trips() -> None:
+    schema = obj_schema(x={"type": "string"})
+    obj = cr(x="a")
+    obj["metadata"] = {
+        "name": "w",
+        "namespace": "",
+        "labels": {},
+        "generation": 0,
+        "creationTimestamp": None,
+        "ownerReferences": [{"apiVersion": "v1", "kind": "K", "name": "o", "uid": "u", "x": 1}],
+        "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {}}, "y": 2}],
+        "selfish": True,
+    }
+    assert prune(obj, schema) == [
+        "metadata.ownerReferences[0].x",
+        "metadata.managedFields[0].y",
+        "metadata.selfish",
+    ]
+    assert obj["metadata"] == {
+        "name": "w",
+        "ownerReferences": [{"apiVersion": "v1", "kind": "K", "name": "o", "uid": "u"}],
+        "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {}}}],
+    }
