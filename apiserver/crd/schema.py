@@ -2279,13 +2279,66 @@ def _openapi(
                         )
                     )
     for i, rule in enumerate(s.get("x-kubernetes-validations") or ()):
-        _rule_problems(rule, f"{p}.x-kubernetes-validations[{i}]", errs)
+        _rule_problems(rule, s, f"{p}.x-kubernetes-validations[{i}]", errs)
 
 
 _NEWLINES = re.compile(r"[\n\r]+")
+_PATH_TOKENS = re.compile(r"'(?:[^'\\]|\\.)*'|[.\[\]]|[^.\[\]']+|'.*")
 
 
-def _rule_problems(rule: Mapping[str, Any], p: str, errs: list[FieldError]) -> None:
+def field_path_problem(json_path: str, schema: Mapping[str, Any]) -> str | None:
+    """kube's ValidFieldPath: why a rule's fieldPath (".spec.a", "['a.b']") does not name a
+    field of the schema it sits on, or None when it does."""
+    tokens = _PATH_TOKENS.findall(json_path)
+    s: Any = schema
+    i = 0
+
+    def step(name: str) -> str | None:
+        nonlocal s
+        props = s.get("properties") if isinstance(s, dict) else None
+        if isinstance(props, dict):
+            if name not in props:
+                return "does not refer to a valid field"
+            s = props[name]
+        elif isinstance(s, dict) and s.get("additionalProperties") is not None:
+            ap = s["additionalProperties"]
+            s = ap if isinstance(ap, dict) else {}
+        else:
+            return "does not refer to a valid field"
+        return None
+
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok == "[":
+            if i + 1 >= len(tokens):
+                return "unexpected end of JSON path"
+            lit = tokens[i + 1]
+            if len(lit) < 2 or lit[0] != "'" or lit[-1] != "'":
+                return f"expected single quoted string but got {lit}"
+            name = lit[1:-1].replace("\\'", "'").replace("\\\\", "\\")
+            problem = step(name)
+            if problem:
+                return problem
+            if i + 2 >= len(tokens):
+                return "unexpected end of JSON path"
+            if tokens[i + 2] != "]":
+                return f"expected ] but got {tokens[i + 2]}"
+            i += 3
+        elif tok == ".":
+            if i + 1 >= len(tokens):
+                return "unexpected end of JSON path"
+            problem = step(tokens[i + 1])
+            if problem:
+                return problem
+            i += 2
+        else:
+            return f"expected [ or . but got: {tok}"
+    return None
+
+
+def _rule_problems(
+    rule: Mapping[str, Any], schema: Mapping[str, Any], p: str, errs: list[FieldError]
+) -> None:
     """The static checks of one x-kubernetes-validations rule (CEL compilation is cel.py's)."""
     text = rule.get("rule") or ""
     message = rule.get("message") or ""
@@ -2313,6 +2366,8 @@ def _rule_problems(rule: Mapping[str, Any], p: str, errs: list[FieldError]) -> N
         errs.append(_invalid(f"{p}.fieldPath", field_path, "must be non-empty if specified"))
     if _NEWLINES.search(field_path):
         errs.append(_invalid(f"{p}.fieldPath", field_path, "must not contain line breaks"))
+    if field_path and field_path_problem(field_path, schema) is not None:
+        errs.append(_invalid(f"{p}.fieldPath", field_path, "must be a valid path"))
 
 
 _UNSUPPORTED_IN_STRUCTURAL = (
@@ -2465,6 +2520,7 @@ __all__ = [
     "bad_value",
     "compile_schema",
     "default",
+    "field_path_problem",
     "go_float",
     "go_json",
     "go_quote",

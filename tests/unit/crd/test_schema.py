@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from apiserver.crd.schema import (
     compile_schema,
     default,
+    field_path_problem,
     go_float,
     go_json,
     prune,
@@ -1071,6 +1072,21 @@ SCHEMA_CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         ],
     ),
     (
+        "rule fieldPath must name a field",
+        {
+            "type": "object",
+            "properties": {"a": {"type": "string"}},
+            "x-kubernetes-validations": [
+                {"rule": "true", "fieldPath": ".a"},
+                {"rule": "true", "fieldPath": ".b"},
+            ],
+        },
+        [
+            f'{ROOT}.x-kubernetes-validations[1].fieldPath: Invalid value: ".b": '
+            "must be a valid path"
+        ],
+    ),
+    (
         "rule without text",
         {"type": "object", "x-kubernetes-validations": [{"rule": " "}]},
         [f"{ROOT}.x-kubernetes-validations[0].rule: Required value: rule is not specified"],
@@ -1484,3 +1500,29 @@ def test_prune_root_metadata_as_object_meta_round_trips() -> None:
         "ownerReferences": [{"apiVersion": "v1", "kind": "K", "name": "o", "uid": "u"}],
         "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {}}}],
     }
+
+
+@pytest.mark.parametrize(
+    ("path", "want"),
+    [
+        (".a", None),
+        (".a['b.c']", None),
+        (".m.anything.x", None),
+        (".a.b", "does not refer to a valid field"),
+        ("a", "expected [ or . but got: a"),
+        (".a[0]", "expected single quoted string but got 0"),
+        (".a[", "unexpected end of JSON path"),
+    ],
+)
+def test_field_path_problem(path: str, want: str | None) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {"type": "object", "properties": {"b.c": {"type": "string"}}},
+            "m": {
+                "type": "object",
+                "additionalProperties": {"type": "object", "properties": {"x": {"type": "string"}}},
+            },
+        },
+    }
+    assert field_path_problem(path, schema) == want
