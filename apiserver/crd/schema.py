@@ -748,10 +748,6 @@ def compile_schema(schema: Mapping[str, Any]) -> CompiledSchema:
 # Validation (kube-openapi's SchemaValidator, in its validator order)
 
 
-def _child(rel: str, key: str) -> str:
-    return f"{rel}.{key}" if rel else key
-
-
 def _passes_plain(n: _Node, v: JSON) -> bool:
     """The fast path: a node with nothing but a type, and a value (not an integer, whose
     range matters, nor null) of that type."""
