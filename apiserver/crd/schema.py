@@ -294,6 +294,15 @@ def _is_duration(s: str) -> bool:
     return False
 
 
+_NAMED_ADDRESS = re.compile(r"^[^<>]*<([^<>]+)>\s*\Z")
+
+
+def _is_email(s: str) -> bool:
+    """Go's mail.ParseAddress, roughly: an address, bare or as `Name <address>`."""
+    m = _NAMED_ADDRESS.match(s)
+    return _EMAIL.match(m[1] if m else s.strip()) is not None
+
+
 def _is_hostname(s: str) -> bool:
     if not s or len(s) > 255:
         return False
@@ -382,7 +391,7 @@ def _is_isbn13(s: str) -> bool:
 _STRING_FORMATS: dict[str, Callable[[str], bool]] = {
     "bsonobjectid": lambda s: re.match(r"^[0-9a-fA-F]{24}\Z", s) is not None,
     "uri": _is_uri,
-    "email": lambda s: _EMAIL.match(s.strip().strip("<>")) is not None,
+    "email": lambda s: _is_email(s),
     "hostname": _is_hostname,
     "ipv4": _is_ipv4,
     "ipv6": _is_ipv6,

@@ -1526,3 +1526,31 @@ def test_field_path_problem(path: str, want: str | None) -> None:
         },
     }
     assert field_path_problem(path, schema) == want
+
+
+@pytest.mark.parametrize(
+    ("fmt", "good", "bad"),
+    [
+        ("hostname", "example.com", "-bad"),
+        ("email", "Ann <ann@example.com>", "nope"),
+        ("mac", "01:23:45:67:89:ab", "01:23"),
+        ("duration", "1h30m", "soon"),
+        ("uri", "https://example.com/a", "not a uri"),
+        ("ipv6", "::1", "1.2.3.4"),
+        ("cidr", "fd00::/8", "10.0.0.0/33"),
+        ("bsonobjectid", "507f1f77bcf86cd799439011", "x"),
+        ("isbn", "978-0321751041", "123"),
+        ("hexcolor", "#fff", "#ggg"),
+        ("rgbcolor", "rgb(1,2,3)", "rgb(300,1,1)"),
+        ("ssn", "123-45-6789", "12-3"),
+        ("uuid4", "0a2e8e2c-1c5b-4b2c-9a4e-7e6f3e5e2b11", "0a2e8e2c-1c5b-3b2c-9a4e-7e6f3e5e2b11"),
+        ("k8s-long-name", "a.b-c", "a_b"),
+    ],
+)
+def test_string_formats(fmt: str, good: str, bad: str) -> None:
+    schema = obj_schema(x={"type": "string", "format": fmt})
+    assert validate(cr(x=good), schema) == []
+    assert messages(cr(x=bad), schema) == [
+        f"spec.x: Invalid value: {go_json(bad)}: spec.x in body must be of type {fmt}: "
+        f"{go_json(bad)}"
+    ]
