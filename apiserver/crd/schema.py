@@ -758,12 +758,17 @@ def compile_schema(schema: Mapping[str, Any]) -> CompiledSchema:
 
 
 def _passes_plain(n: _Node, v: JSON) -> bool:
-    """The fast path: a node with nothing but a type, and a value (not an integer, whose
-    range matters, nor null) of that type."""
+    """The fast path: a node with nothing but a type, and a (non-null) value of that type."""
     if not n.plain:
         return False
     kind = _KINDS.get(type(v))
-    return kind is not None and kind != "integer" and (not n.types or kind in n.types)
+    if kind is None:
+        return False
+    if kind == "integer":
+        if not _MIN_INT64 <= v <= _MAX_INT64:
+            return False
+        return not n.types or "integer" in n.types or "number" in n.types
+    return not n.types or kind in n.types
 
 
 class _Validator:
@@ -1067,7 +1072,8 @@ class _Validator:
 
     def combinations(self, n: _Node, value: JSON, rel: str) -> None:
         errs = self.errs
-        if n.any_of:
+        # A branch that is only a type the value has (int-or-string's anyOf) settles it at once.
+        if n.any_of and not any(_passes_plain(b, value) for b in n.any_of):
             best: list[FieldError] | None = None
             ok = False
             for branch in n.any_of:
