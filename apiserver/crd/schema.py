@@ -88,6 +88,8 @@ def _fixed(digits: str, x: int) -> str:
 
 def _json_float(f: float) -> str:
     """encoding/json's float64: plain below 1e21, exponent (e-7, e+21) outside."""
+    if not math.isfinite(f):
+        return go_float(f)  # json.Marshal refuses these; field.Error then prints %v
     if f == 0:
         return "0"
     digits, x = _digits(f)
@@ -552,7 +554,8 @@ class _Node:
         self.multiple_of = _num(s.get("multipleOf"))
         self.max_length = _int(s.get("maxLength"))
         self.min_length = _int(s.get("minLength"))
-        self.pattern_src = s.get("pattern") or ""
+        pattern = s.get("pattern")
+        self.pattern_src = pattern if isinstance(pattern, str) else ""
         self.pattern: GoRegexp | None = None
         if isinstance(self.pattern_src, str) and self.pattern_src:
             compiled = GoRegexp(self.pattern_src)
@@ -562,8 +565,7 @@ class _Node:
         self.unique_items = bool(s.get("uniqueItems"))
         self.max_properties = _int(s.get("maxProperties"))
         self.min_properties = _int(s.get("minProperties"))
-        req = s.get("required")
-        self.required: tuple[str, ...] = tuple(r for r in req if isinstance(r, str)) if req else ()
+        self.required = tuple(r for r in _seq(s.get("required")) if isinstance(r, str))
         props = s.get("properties")
         self.properties: dict[str, _Node] = (
             {k: _Node(v) for k, v in props.items() if isinstance(v, dict)}
@@ -578,9 +580,9 @@ class _Node:
         )
         items = s.get("items")
         self.items: _Node | None = _Node(items) if isinstance(items, dict) else None
-        self.all_of = [_Node(x) for x in s.get("allOf") or () if isinstance(x, dict)]
-        self.any_of = [_Node(x) for x in s.get("anyOf") or () if isinstance(x, dict)]
-        self.one_of = [_Node(x) for x in s.get("oneOf") or () if isinstance(x, dict)]
+        self.all_of = [_Node(x) for x in _seq(s.get("allOf")) if isinstance(x, dict)]
+        self.any_of = [_Node(x) for x in _seq(s.get("anyOf")) if isinstance(x, dict)]
+        self.one_of = [_Node(x) for x in _seq(s.get("oneOf")) if isinstance(x, dict)]
         nt = s.get("not")
         self.not_: _Node | None = _Node(nt) if isinstance(nt, dict) else None
         self.preserve = s.get("x-kubernetes-preserve-unknown-fields") is True
@@ -652,6 +654,10 @@ class _Node:
         if fmt:
             return f"{prefix} value must be of type {self.type} with format {fmt} in {rel}"
         return f"{prefix} value must be of type {self.type} (default format) in {rel}"
+
+
+def _seq(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
 
 
 def _num(v: Any) -> float | None:

@@ -1554,3 +1554,58 @@ def test_string_formats(fmt: str, good: str, bad: str) -> None:
         f"spec.x: Invalid value: {go_json(bad)}: spec.x in body must be of type {fmt}: "
         f"{go_json(bad)}"
     ]
+
+
+SCHEMA_KEYS = st.sampled_from(
+    [
+        "type",
+        "properties",
+        "items",
+        "additionalProperties",
+        "required",
+        "enum",
+        "default",
+        "nullable",
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "not",
+        "pattern",
+        "format",
+        "minimum",
+        "maxLength",
+        "x-kubernetes-int-or-string",
+        "x-kubernetes-preserve-unknown-fields",
+        "x-kubernetes-embedded-resource",
+        "x-kubernetes-list-type",
+        "x-kubernetes-list-map-keys",
+        "x-kubernetes-validations",
+        "metadata",
+    ]
+)
+ODD_VALUES = st.one_of(
+    JSON_VALUES,
+    st.sampled_from(["object", "array", "string", "integer", "map", "set", "(", "date"]),
+    st.floats(allow_nan=False),
+)
+GARBAGE_SCHEMAS = st.recursive(
+    st.dictionaries(SCHEMA_KEYS, ODD_VALUES, max_size=4),
+    lambda inner: st.dictionaries(
+        SCHEMA_KEYS, st.one_of(inner, st.lists(inner, max_size=2), ODD_VALUES), max_size=4
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(GARBAGE_SCHEMAS, JSON_VALUES)
+def test_nothing_raises_on_odd_schemas_and_values(schema: dict[str, Any], value: Any) -> None:
+    """Bad input gets field errors, never an exception (the apiserver would answer 500)."""
+    schema_problems(schema, ROOT)
+    schema_problems(schema, ROOT, status_subresource=True)
+    obj = cr()
+    obj["spec"] = value
+    validate(obj, schema)
+    prune(obj, schema)
+    default(obj, schema)
+    validate(value, schema, "status")
