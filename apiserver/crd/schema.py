@@ -669,7 +669,7 @@ def _num(v: Any) -> float | None:
 def _int(v: Any) -> int | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    return int(v)
+    return int(v) if math.isfinite(v) else None
 
 
 def _enum_key(v: JSON) -> Any:
@@ -932,7 +932,7 @@ class _Validator:
             problem = n._bound_problem(factor, "MultipleOf", rel)
             if problem:
                 self.plain(problem)
-            if is_int and problem is None:
+            if is_int and problem is None and math.isfinite(factor):
                 ifactor = int(factor)
                 if ifactor <= 0:
                     field = field or self.field(rel)
@@ -977,7 +977,7 @@ class _Validator:
             if problem:
                 self.plain(problem)
             excl = n.exclusive_minimum
-            if is_int and problem is None:
+            if is_int and problem is None and math.isfinite(b):
                 ib = int(b)
                 if value < ib or (excl and value <= ib):
                     word = "greater than" if excl else "greater than or equal to"
@@ -999,7 +999,7 @@ class _Validator:
             if problem:
                 self.plain(problem)
             excl = n.exclusive_maximum
-            if is_int and problem is None:
+            if is_int and problem is None and math.isfinite(b):
                 ib = int(b)
                 if value > ib or (excl and value >= ib):
                     word = "less than" if excl else "less than or equal to"
