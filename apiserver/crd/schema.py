@@ -7,6 +7,12 @@ A schema is compiled once into a tree of `_Node`s (`compile_schema`, cached by t
 identity: a schema must not be changed after its first use); the four module functions are the
 interface the CRD registry calls. Everything here is pure: no I/O, no clock, safe from any thread.
 
+Kube's quirks kept on purpose, because clients see them: the summaries of anyOf/oneOf/allOf/not
+and the int32/float range checks are reported at field "<nil>" (the path prefix, when given);
+messages name the field relative to the validated value ("replicas in body ..." under the
+"status" prefix); a null fails an enum that does not list null; defaults under
+additionalProperties are not checked at CRD validation.
+
 Decisions where kube's behaviour is an accident rather than a rule:
 - a value of the wrong JSON type always fails the type check (kube-openapi lets a list through
   where a string with a format is declared);
@@ -82,6 +88,8 @@ def _fixed(digits: str, x: int) -> str:
 
 def _json_float(f: float) -> str:
     """encoding/json's float64: plain below 1e21, exponent (e-7, e+21) outside."""
+    if not math.isfinite(f):
+        return go_float(f)  # json.Marshal refuses these; field.Error then prints %v
     if f == 0:
         return "0"
     digits, x = _digits(f)
@@ -288,6 +296,15 @@ def _is_duration(s: str) -> bool:
     return False
 
 
+_NAMED_ADDRESS = re.compile(r"^[^<>]*<([^<>]+)>\s*\Z")
+
+
+def _is_email(s: str) -> bool:
+    """Go's mail.ParseAddress, roughly: an address, bare or as `Name <address>`."""
+    m = _NAMED_ADDRESS.match(s)
+    return _EMAIL.match(m[1] if m else s.strip()) is not None
+
+
 def _is_hostname(s: str) -> bool:
     if not s or len(s) > 255:
         return False
@@ -376,7 +393,7 @@ def _is_isbn13(s: str) -> bool:
 _STRING_FORMATS: dict[str, Callable[[str], bool]] = {
     "bsonobjectid": lambda s: re.match(r"^[0-9a-fA-F]{24}\Z", s) is not None,
     "uri": _is_uri,
-    "email": lambda s: _EMAIL.match(s.strip().strip("<>")) is not None,
+    "email": lambda s: _is_email(s),
     "hostname": _is_hostname,
     "ipv4": _is_ipv4,
     "ipv6": _is_ipv6,
@@ -537,7 +554,8 @@ class _Node:
         self.multiple_of = _num(s.get("multipleOf"))
         self.max_length = _int(s.get("maxLength"))
         self.min_length = _int(s.get("minLength"))
-        self.pattern_src = s.get("pattern") or ""
+        pattern = s.get("pattern")
+        self.pattern_src = pattern if isinstance(pattern, str) else ""
         self.pattern: GoRegexp | None = None
         if isinstance(self.pattern_src, str) and self.pattern_src:
             compiled = GoRegexp(self.pattern_src)
@@ -547,8 +565,7 @@ class _Node:
         self.unique_items = bool(s.get("uniqueItems"))
         self.max_properties = _int(s.get("maxProperties"))
         self.min_properties = _int(s.get("minProperties"))
-        req = s.get("required")
-        self.required: tuple[str, ...] = tuple(r for r in req if isinstance(r, str)) if req else ()
+        self.required = tuple(r for r in _seq(s.get("required")) if isinstance(r, str))
         props = s.get("properties")
         self.properties: dict[str, _Node] = (
             {k: _Node(v) for k, v in props.items() if isinstance(v, dict)}
@@ -563,9 +580,9 @@ class _Node:
         )
         items = s.get("items")
         self.items: _Node | None = _Node(items) if isinstance(items, dict) else None
-        self.all_of = [_Node(x) for x in s.get("allOf") or () if isinstance(x, dict)]
-        self.any_of = [_Node(x) for x in s.get("anyOf") or () if isinstance(x, dict)]
-        self.one_of = [_Node(x) for x in s.get("oneOf") or () if isinstance(x, dict)]
+        self.all_of = [_Node(x) for x in _seq(s.get("allOf")) if isinstance(x, dict)]
+        self.any_of = [_Node(x) for x in _seq(s.get("anyOf")) if isinstance(x, dict)]
+        self.one_of = [_Node(x) for x in _seq(s.get("oneOf")) if isinstance(x, dict)]
         nt = s.get("not")
         self.not_: _Node | None = _Node(nt) if isinstance(nt, dict) else None
         self.preserve = s.get("x-kubernetes-preserve-unknown-fields") is True
@@ -639,6 +656,10 @@ class _Node:
         return f"{prefix} value must be of type {self.type} (default format) in {rel}"
 
 
+def _seq(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
 def _num(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
@@ -648,7 +669,7 @@ def _num(v: Any) -> float | None:
 def _int(v: Any) -> int | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    return int(v)
+    return int(v) if math.isfinite(v) else None
 
 
 def _enum_key(v: JSON) -> Any:
@@ -663,6 +684,9 @@ def _enum_key(v: JSON) -> Any:
     return ("j", go_json(v))
 
 
+_NO_OLD: Any = object()
+
+
 class CompiledSchema:
     """A schema compiled once: validate, prune and default custom objects against it."""
 
@@ -672,14 +696,15 @@ class CompiledSchema:
         self.schema = schema
         self.root = _Node(schema)
 
-    def validate(self, value: JSON, path: str = "") -> list[FieldError]:
+    def validate(self, value: JSON, path: str = "", *, old: JSON = _NO_OLD) -> list[FieldError]:
         v = _Validator(path)
         v.node(self.root, value, "")
         errs = v.errs
         root = self.root
         if root.needs_embedded_check and isinstance(value, dict):
             errs.extend(_embedded_problems(root, value, path, is_root=True))
-        if root.needs_list_check:
+        # On update kube checks list sets and maps only when the old object passed them.
+        if root.needs_list_check and (old is _NO_OLD or not _list_problems(root, old, path)):
             errs.extend(_list_problems(root, value, path))
         return _dedupe(errs)
 
@@ -707,13 +732,27 @@ _CACHE: dict[int, tuple[Mapping[str, Any], CompiledSchema]] = {}
 _CACHE_LIMIT = 512
 
 
+_BY_TEXT: dict[str, CompiledSchema] = {}
+
+
 def compile_schema(schema: Mapping[str, Any]) -> CompiledSchema:
     """The compiled form of a schema, cached by the dict's identity (kept alive in the cache,
-    so an id is never reused while cached)."""
+    so an id is never reused while cached), then by its JSON text, so that a caller handing in
+    a fresh copy of the same schema does not pay for compiling it again."""
     hit = _CACHE.get(id(schema))
     if hit is not None and hit[0] is schema:
         return hit[1]
-    compiled = CompiledSchema(schema)
+    try:
+        text = json.dumps(schema, sort_keys=True)
+    except (TypeError, ValueError):
+        text = ""
+    compiled = _BY_TEXT.get(text) if text else None
+    if compiled is None:
+        compiled = CompiledSchema(schema)
+        if text:
+            if len(_BY_TEXT) >= _CACHE_LIMIT:
+                _BY_TEXT.pop(next(iter(_BY_TEXT)))
+            _BY_TEXT[text] = compiled
     if len(_CACHE) >= _CACHE_LIMIT:
         _CACHE.pop(next(iter(_CACHE)))
     _CACHE[id(schema)] = (schema, compiled)
@@ -724,17 +763,18 @@ def compile_schema(schema: Mapping[str, Any]) -> CompiledSchema:
 # Validation (kube-openapi's SchemaValidator, in its validator order)
 
 
-def _child(rel: str, key: str) -> str:
-    return f"{rel}.{key}" if rel else key
-
-
 def _passes_plain(n: _Node, v: JSON) -> bool:
-    """The fast path: a node with nothing but a type, and a value (not an integer, whose
-    range matters, nor null) of that type."""
+    """The fast path: a node with nothing but a type, and a (non-null) value of that type."""
     if not n.plain:
         return False
     kind = _KINDS.get(type(v))
-    return kind is not None and kind != "integer" and (not n.types or kind in n.types)
+    if kind is None:
+        return False
+    if kind == "integer":
+        if not _MIN_INT64 <= v <= _MAX_INT64:
+            return False
+        return not n.types or "integer" in n.types or "number" in n.types
+    return not n.types or kind in n.types
 
 
 class _Validator:
@@ -781,7 +821,7 @@ class _Validator:
             or (kind == "integer" and "number" in types)
         ):
             shown = kind
-            if n.format and kind not in ("string", "array", "object"):
+            if n.format and kind not in ("string", "array"):
                 value_format = {"integer": "int64", "number": "float64"}.get(kind, "")
                 if value_format != n.format:
                     shown_type = n.format
@@ -892,7 +932,7 @@ class _Validator:
             problem = n._bound_problem(factor, "MultipleOf", rel)
             if problem:
                 self.plain(problem)
-            if is_int and problem is None:
+            if is_int and problem is None and math.isfinite(factor):
                 ifactor = int(factor)
                 if ifactor <= 0:
                     field = field or self.field(rel)
@@ -937,7 +977,7 @@ class _Validator:
             if problem:
                 self.plain(problem)
             excl = n.exclusive_minimum
-            if is_int and problem is None:
+            if is_int and problem is None and math.isfinite(b):
                 ib = int(b)
                 if value < ib or (excl and value <= ib):
                     word = "greater than" if excl else "greater than or equal to"
@@ -959,7 +999,7 @@ class _Validator:
             if problem:
                 self.plain(problem)
             excl = n.exclusive_maximum
-            if is_int and problem is None:
+            if is_int and problem is None and math.isfinite(b):
                 ib = int(b)
                 if value > ib or (excl and value >= ib):
                     word = "less than" if excl else "less than or equal to"
@@ -1038,7 +1078,8 @@ class _Validator:
 
     def combinations(self, n: _Node, value: JSON, rel: str) -> None:
         errs = self.errs
-        if n.any_of:
+        # A branch that is only a type the value has (int-or-string's anyOf) settles it at once.
+        if n.any_of and not any(_passes_plain(b, value) for b in n.any_of):
             best: list[FieldError] | None = None
             ok = False
             for branch in n.any_of:
@@ -1283,7 +1324,8 @@ def _prune_meta(meta: dict[str, JSON], prefix: str) -> list[str]:
             unknown.append(f"{prefix}.{k}")
             del meta[k]
             continue
-        if v is None or v == "" or v == {} or v == []:
+        # generation is a plain int64 (omitempty); deletionGracePeriodSeconds a pointer.
+        if v is None or v == "" or v == {} or v == [] or (k == "generation" and v == 0):
             del meta[k]
             continue
         if isinstance(kind, dict) and isinstance(v, list):
@@ -1394,8 +1436,8 @@ def _embedded_resource_problems(x: dict[str, JSON], path: str) -> list[FieldErro
                 errs.append(_invalid(p, v, "must be a string"))
             elif not v:
                 errs.append(_invalid(p, v, "must not be empty"))
-            elif v.count("/") > 1 or (v.startswith("/") and v != "/"):
-                errs.append(_invalid(p, v, _GROUP_VERSION_ERR + go_quote(v)))
+            elif v.count("/") > 1:
+                errs.append(_invalid(p, v, _GROUP_VERSION_ERR + v))
         elif k == "kind":
             p = _join(path, k)
             if not isinstance(v, str):
@@ -1949,36 +1991,74 @@ def _nested_completeness(
 def _default_problems(s: Mapping[str, Any], p: str) -> list[FieldError]:
     """ValidateDefaults: every default (outside additionalProperties) is pruned and valid."""
     errs: list[FieldError] = []
-    _defaults(_Node(s), p, False, errs, is_root=True)
+    _defaults(_Node(s), p, None, errs, is_root=True)
     return errs
 
 
+def _surrounding(steps: tuple[str | None, ...], value: JSON) -> dict[str, JSON]:
+    """kube's SurroundingObjectFunc: a default inside an embedded resource's TypeMeta or
+    ObjectMeta, placed into an otherwise empty object of that resource (None: a list item)."""
+    inner: JSON = value
+    for step in reversed(steps):
+        inner = [inner] if step is None else {step: inner}
+    out: dict[str, JSON] = {"apiVersion": "validation/v1", "kind": "Validation"}
+    assert isinstance(inner, dict)
+    out.update(inner)
+    return out
+
+
+def _aggregate(errs: list[FieldError]) -> str:
+    """utilerrors.NewAggregate(...).Error()."""
+    texts = list(dict.fromkeys(str(e) for e in errs))
+    return texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+
+
 def _defaults(
-    n: _Node, p: str, inside_meta: bool, errs: list[FieldError], *, is_root: bool = False
+    n: _Node,
+    p: str,
+    meta_steps: tuple[str | None, ...] | None,
+    errs: list[FieldError],
+    *,
+    is_root: bool = False,
 ) -> None:
+    """meta_steps: where we are below an embedded resource's apiVersion/kind/metadata, or None."""
     embedded = n.embedded or is_root
     if n.embedded:
-        inside_meta = False
+        meta_steps = None
     if n.has_default:
         d = n.default
         dp = f"{p}.default"
-        if not inside_meta:
+        before = len(errs)
+        if meta_steps is not None:
+            obj = _surrounding(meta_steps, _deepcopy(d))
+            problems = _embedded_resource_problems(obj, "")
+            if problems:
+                errs.append(
+                    _invalid(dp, d, f"must result in valid metadata: {_aggregate(problems)}")
+                )
+        else:
             pruned = _deepcopy(d)
             _prune(pruned, n, embedded=n.embedded)
             if pruned != d:
                 errs.append(_invalid(dp, d, "must not have unknown fields"))
-        before = len(errs)
-        if n.embedded and isinstance(d, dict):
-            errs.extend(_embedded_resource_problems(d, dp))
+            if n.embedded and isinstance(d, dict):
+                errs.extend(_embedded_resource_problems(d, dp))
         if len(errs) == before:
             v = _Validator(dp)
             v.node(n, d, "")
             errs.extend(_dedupe(v.errs))
+    steps: tuple[str | None, ...] | None
     if n.items is not None:
-        _defaults(n.items, f"{p}.items", inside_meta, errs)
+        steps = None if meta_steps is None else (*meta_steps, None)
+        _defaults(n.items, f"{p}.items", steps, errs)
     for k, sub in n.properties.items():
-        sub_inside = inside_meta or (embedded and k in _META_FIELDS)
-        _defaults(sub, f"{p}.properties[{k}]", sub_inside, errs)
+        if meta_steps is not None:
+            steps = (*meta_steps, k)
+        elif embedded and k in _META_FIELDS:
+            steps = (k,)
+        else:
+            steps = None
+        _defaults(sub, f"{p}.properties[{k}]", steps, errs)
 
 
 class _SchemaRules:
@@ -2216,13 +2296,66 @@ def _openapi(
                         )
                     )
     for i, rule in enumerate(s.get("x-kubernetes-validations") or ()):
-        _rule_problems(rule, f"{p}.x-kubernetes-validations[{i}]", errs)
+        _rule_problems(rule, s, f"{p}.x-kubernetes-validations[{i}]", errs)
 
 
 _NEWLINES = re.compile(r"[\n\r]+")
+_PATH_TOKENS = re.compile(r"'(?:[^'\\]|\\.)*'|[.\[\]]|[^.\[\]']+|'.*")
 
 
-def _rule_problems(rule: Mapping[str, Any], p: str, errs: list[FieldError]) -> None:
+def field_path_problem(json_path: str, schema: Mapping[str, Any]) -> str | None:
+    """kube's ValidFieldPath: why a rule's fieldPath (".spec.a", "['a.b']") does not name a
+    field of the schema it sits on, or None when it does."""
+    tokens = _PATH_TOKENS.findall(json_path)
+    s: Any = schema
+    i = 0
+
+    def step(name: str) -> str | None:
+        nonlocal s
+        props = s.get("properties") if isinstance(s, dict) else None
+        if isinstance(props, dict):
+            if name not in props:
+                return "does not refer to a valid field"
+            s = props[name]
+        elif isinstance(s, dict) and s.get("additionalProperties") is not None:
+            ap = s["additionalProperties"]
+            s = ap if isinstance(ap, dict) else {}
+        else:
+            return "does not refer to a valid field"
+        return None
+
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok == "[":
+            if i + 1 >= len(tokens):
+                return "unexpected end of JSON path"
+            lit = tokens[i + 1]
+            if len(lit) < 2 or lit[0] != "'" or lit[-1] != "'":
+                return f"expected single quoted string but got {lit}"
+            name = lit[1:-1].replace("\\'", "'").replace("\\\\", "\\")
+            problem = step(name)
+            if problem:
+                return problem
+            if i + 2 >= len(tokens):
+                return "unexpected end of JSON path"
+            if tokens[i + 2] != "]":
+                return f"expected ] but got {tokens[i + 2]}"
+            i += 3
+        elif tok == ".":
+            if i + 1 >= len(tokens):
+                return "unexpected end of JSON path"
+            problem = step(tokens[i + 1])
+            if problem:
+                return problem
+            i += 2
+        else:
+            return f"expected [ or . but got: {tok}"
+    return None
+
+
+def _rule_problems(
+    rule: Mapping[str, Any], schema: Mapping[str, Any], p: str, errs: list[FieldError]
+) -> None:
     """The static checks of one x-kubernetes-validations rule (CEL compilation is cel.py's)."""
     text = rule.get("rule") or ""
     message = rule.get("message") or ""
@@ -2250,6 +2383,8 @@ def _rule_problems(rule: Mapping[str, Any], p: str, errs: list[FieldError]) -> N
         errs.append(_invalid(f"{p}.fieldPath", field_path, "must be non-empty if specified"))
     if _NEWLINES.search(field_path):
         errs.append(_invalid(f"{p}.fieldPath", field_path, "must not contain line breaks"))
+    if field_path and field_path_problem(field_path, schema) is not None:
+        errs.append(_invalid(f"{p}.fieldPath", field_path, "must be a valid path"))
 
 
 _UNSUPPORTED_IN_STRUCTURAL = (
@@ -2366,10 +2501,13 @@ def _schema_problems(schema: Any, path: str, status_subresource: bool) -> list[F
 # The interface
 
 
-def validate(value: JSON, schema: dict[str, Any], path: str = "") -> list[FieldError]:
+def validate(
+    value: JSON, schema: dict[str, Any], path: str = "", *, old: JSON = _NO_OLD
+) -> list[FieldError]:
     """A custom object (or, with path "status", its status) against its schema: kube-openapi's
-    checks, embedded resources' apiVersion/kind/metadata, and list-type set/map uniqueness."""
-    return compile_schema(schema).validate(value, path)
+    checks, embedded resources' apiVersion/kind/metadata, and list-type set/map uniqueness
+    (on an update, given the `old` object, only when the old object had no such duplicates)."""
+    return compile_schema(schema).validate(value, path, old=old)
 
 
 def prune(value: JSON, schema: dict[str, Any]) -> list[str]:
@@ -2395,8 +2533,14 @@ def schema_problems(
 
 __all__ = [
     "CompiledSchema",
+    "GoRegexp",
+    "bad_value",
     "compile_schema",
     "default",
+    "field_path_problem",
+    "go_float",
+    "go_json",
+    "go_quote",
     "prune",
     "schema_problems",
     "validate",

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from apiserver.crd.schema import (
     compile_schema,
     default,
+    field_path_problem,
     go_float,
     go_json,
     prune,
@@ -364,6 +365,22 @@ VALUE_CASES: list[tuple[str, dict[str, Any], Any, list[str]]] = [
         {"type": "string", "not": {"enum": ["forbidden"]}},
         "forbidden",
         ['<nil>: Invalid value: "": "spec.x" must not validate the schema (not)'],
+    ),
+    (
+        "bool for int32: kube-openapi names the format",
+        {"type": "integer", "format": "int32"},
+        True,
+        ['spec.x: Invalid value: "": spec.x in body must be of type int32: ""'],
+    ),
+    (
+        "fraction for int32",
+        {"type": "integer", "format": "int32"},
+        1.5,
+        [
+            'spec.x: Invalid value: "float64": spec.x in body must be of type int32: "float64"',
+            '<nil>: Invalid value: "": Checked value must be of type integer with format int32 '
+            "in spec.x",
+        ],
     ),
     (
         "x-kubernetes-preserve-unknown-fields accepts anything",
@@ -995,6 +1012,81 @@ SCHEMA_CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         [f'{ROOT}.properties[a].maxLength: Invalid value: "3": must be an integer'],
     ),
     (
+        "set of non-atomic objects",
+        {
+            "type": "object",
+            "properties": {
+                "l": {
+                    "type": "array",
+                    "x-kubernetes-list-type": "set",
+                    "items": {"type": "object", "properties": {"a": {"type": "string"}}},
+                }
+            },
+        },
+        [
+            f"{ROOT}.properties[l].items.x-kubernetes-map-type: Invalid value: null: must be "
+            "atomic as item of a list with x-kubernetes-list-type=set"
+        ],
+    ),
+    (
+        "default in an embedded resource's metadata is allowed",
+        {
+            "type": "object",
+            "properties": {
+                "t": {
+                    "type": "object",
+                    "x-kubernetes-embedded-resource": True,
+                    "properties": {
+                        "metadata": {
+                            "type": "object",
+                            "properties": {"name": {"type": "string", "default": "n"}},
+                        },
+                        "kind": {"type": "string"},
+                        "apiVersion": {"type": "string"},
+                    },
+                }
+            },
+        },
+        [],
+    ),
+    (
+        "nullable list-map key",
+        {
+            "type": "object",
+            "properties": {
+                "l": {
+                    "type": "array",
+                    "x-kubernetes-list-type": "map",
+                    "x-kubernetes-list-map-keys": ["k"],
+                    "items": {
+                        "type": "object",
+                        "required": ["k"],
+                        "properties": {"k": {"type": "string", "nullable": True}},
+                    },
+                }
+            },
+        },
+        [
+            f"{ROOT}.properties[l].items.properties[k].nullable: Forbidden: this property is in "
+            "x-kubernetes-list-map-keys, so it cannot be nullable"
+        ],
+    ),
+    (
+        "rule fieldPath must name a field",
+        {
+            "type": "object",
+            "properties": {"a": {"type": "string"}},
+            "x-kubernetes-validations": [
+                {"rule": "true", "fieldPath": ".a"},
+                {"rule": "true", "fieldPath": ".b"},
+            ],
+        },
+        [
+            f'{ROOT}.x-kubernetes-validations[1].fieldPath: Invalid value: ".b": '
+            "must be a valid path"
+        ],
+    ),
+    (
         "rule without text",
         {"type": "object", "x-kubernetes-validations": [{"rule": " "}]},
         [f"{ROOT}.x-kubernetes-validations[0].rule: Required value: rule is not specified"],
@@ -1034,10 +1126,11 @@ def test_go_json_sorts_keys_and_escapes_html() -> None:
     )
 
 
-def test_compile_is_cached_per_schema_object() -> None:
+def test_compile_is_cached_per_schema_object_and_text() -> None:
     schema = obj_schema(x={"type": "string"})
     assert compile_schema(schema) is compile_schema(schema)
-    assert compile_schema(copy.deepcopy(schema)) is not compile_schema(schema)
+    assert compile_schema(copy.deepcopy(schema)) is compile_schema(schema)
+    assert compile_schema(obj_schema(x={"type": "integer"})) is not compile_schema(schema)
 
 
 def test_prune_keeps_unknown_fields_of_list_items_under_preserve() -> None:
@@ -1318,3 +1411,201 @@ def test_status_subresource_restricts_the_root() -> None:
         "Properties ExternalDocs Example XPreserveUnknownFields XValidations] fields are "
         "allowed at the root of the schema if the status subresource is enabled"
     )
+
+
+def test_embedded_resource_group_version() -> None:
+    value = {"apiVersion": "a/b/c", "kind": "Pod"}
+    assert messages(cr(t=value), obj_schema(t=EMBEDDED)) == [
+        'spec.t.apiVersion: Invalid value: "a/b/c": unexpected GroupVersion string: a/b/c'
+    ]
+
+
+def test_list_duplicates_are_ratcheted_on_update() -> None:
+    schema = obj_schema(
+        x={"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}
+    )
+    dup = ['spec.x[1]: Duplicate value: "a"']
+    assert messages(cr(x=["a", "a"]), schema) == dup
+    assert [str(e) for e in validate(cr(x=["a", "a"]), schema, old=cr(x=["b"]))] == dup
+    assert validate(cr(x=["a", "a", "b"]), schema, old=cr(x=["a", "a"])) == []
+
+
+def test_defaults_in_embedded_metadata_must_make_valid_metadata() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "t": {
+                "type": "object",
+                "x-kubernetes-embedded-resource": True,
+                "properties": {
+                    "apiVersion": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "metadata": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string", "default": "a/b"},
+                            "labels": {
+                                "type": "object",
+                                "additionalProperties": {"type": "string"},
+                            },
+                        },
+                    },
+                },
+            }
+        },
+    }
+    assert problems(schema) == [
+        f"{ROOT}.properties[t].properties[metadata].properties[name].default: Invalid value: "
+        '"a/b": must result in valid metadata: metadata.name: Invalid value: "a/b": may not '
+        "contain '/'"
+    ]
+
+
+def test_root_metadata_name_constraints_apply() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "metadata": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "maxLength": 5}},
+            }
+        },
+    }
+    assert problems(schema) == []
+    obj = cr()
+    obj["metadata"]["name"] = "much-too-long"
+    assert messages(obj, schema) == ["metadata.name: Too long: may not be more than 5 bytes"]
+
+
+def test_prune_root_metadata_as_object_meta_round_trips() -> None:
+    schema = obj_schema(x={"type": "string"})
+    obj = cr(x="a")
+    obj["metadata"] = {
+        "name": "w",
+        "namespace": "",
+        "labels": {},
+        "generation": 0,
+        "creationTimestamp": None,
+        "ownerReferences": [{"apiVersion": "v1", "kind": "K", "name": "o", "uid": "u", "x": 1}],
+        "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {}}, "y": 2}],
+        "selfish": True,
+    }
+    assert prune(obj, schema) == [
+        "metadata.ownerReferences[0].x",
+        "metadata.managedFields[0].y",
+        "metadata.selfish",
+    ]
+    assert obj["metadata"] == {
+        "name": "w",
+        "ownerReferences": [{"apiVersion": "v1", "kind": "K", "name": "o", "uid": "u"}],
+        "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {}}}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("path", "want"),
+    [
+        (".a", None),
+        (".a['b.c']", None),
+        (".m.anything.x", None),
+        (".a.b", "does not refer to a valid field"),
+        ("a", "expected [ or . but got: a"),
+        (".a[0]", "expected single quoted string but got 0"),
+        (".a[", "unexpected end of JSON path"),
+    ],
+)
+def test_field_path_problem(path: str, want: str | None) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {"type": "object", "properties": {"b.c": {"type": "string"}}},
+            "m": {
+                "type": "object",
+                "additionalProperties": {"type": "object", "properties": {"x": {"type": "string"}}},
+            },
+        },
+    }
+    assert field_path_problem(path, schema) == want
+
+
+@pytest.mark.parametrize(
+    ("fmt", "good", "bad"),
+    [
+        ("hostname", "example.com", "-bad"),
+        ("email", "Ann <ann@example.com>", "nope"),
+        ("mac", "01:23:45:67:89:ab", "01:23"),
+        ("duration", "1h30m", "soon"),
+        ("uri", "https://example.com/a", "not a uri"),
+        ("ipv6", "::1", "1.2.3.4"),
+        ("cidr", "fd00::/8", "10.0.0.0/33"),
+        ("bsonobjectid", "507f1f77bcf86cd799439011", "x"),
+        ("isbn", "978-0321751041", "123"),
+        ("hexcolor", "#fff", "#ggg"),
+        ("rgbcolor", "rgb(1,2,3)", "rgb(300,1,1)"),
+        ("ssn", "123-45-6789", "12-3"),
+        ("uuid4", "0a2e8e2c-1c5b-4b2c-9a4e-7e6f3e5e2b11", "0a2e8e2c-1c5b-3b2c-9a4e-7e6f3e5e2b11"),
+        ("k8s-long-name", "a.b-c", "a_b"),
+    ],
+)
+def test_string_formats(fmt: str, good: str, bad: str) -> None:
+    schema = obj_schema(x={"type": "string", "format": fmt})
+    assert validate(cr(x=good), schema) == []
+    assert messages(cr(x=bad), schema) == [
+        f"spec.x: Invalid value: {go_json(bad)}: spec.x in body must be of type {fmt}: "
+        f"{go_json(bad)}"
+    ]
+
+
+SCHEMA_KEYS = st.sampled_from(
+    [
+        "type",
+        "properties",
+        "items",
+        "additionalProperties",
+        "required",
+        "enum",
+        "default",
+        "nullable",
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "not",
+        "pattern",
+        "format",
+        "minimum",
+        "maxLength",
+        "x-kubernetes-int-or-string",
+        "x-kubernetes-preserve-unknown-fields",
+        "x-kubernetes-embedded-resource",
+        "x-kubernetes-list-type",
+        "x-kubernetes-list-map-keys",
+        "x-kubernetes-validations",
+        "metadata",
+    ]
+)
+ODD_VALUES = st.one_of(
+    JSON_VALUES,
+    st.sampled_from(["object", "array", "string", "integer", "map", "set", "(", "date"]),
+    st.floats(allow_nan=False),
+)
+GARBAGE_SCHEMAS = st.recursive(
+    st.dictionaries(SCHEMA_KEYS, ODD_VALUES, max_size=4),
+    lambda inner: st.dictionaries(
+        SCHEMA_KEYS, st.one_of(inner, st.lists(inner, max_size=2), ODD_VALUES), max_size=4
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(GARBAGE_SCHEMAS, st.one_of(JSON_VALUES, st.floats(), st.integers()))
+def test_nothing_raises_on_odd_schemas_and_values(schema: dict[str, Any], value: Any) -> None:
+    """Bad input gets field errors, never an exception (the apiserver would answer 500)."""
+    schema_problems(schema, ROOT)
+    schema_problems(schema, ROOT, status_subresource=True)
+    obj = cr()
+    obj["spec"] = value
+    validate(obj, schema)
+    prune(obj, schema)
+    default(obj, schema)
+    validate(value, schema, "status")
