@@ -964,7 +964,7 @@ class _Compiler:
         out = _Node(type_name=str(schema.get("type") or ""), schema=schema)
         rules = schema.get("x-kubernetes-validations")
         if isinstance(rules, list) and rules:
-            out.rules = self.rules(schema, rules, path, uncorrelatable, cardinality)
+            out.rules = self.rules(schema, rules, path, uncorrelatable, cardinality, resource_root)
             out.coerce = _has_number(schema)
         props = schema.get("properties")
         if isinstance(props, dict):
@@ -1032,6 +1032,7 @@ class _Compiler:
         path: str,
         uncorrelatable: str | None,
         cardinality: float,
+        resource_root: bool,
     ) -> list[_Rule]:
         self_type = _decl_type(schema)
         compiled: list[_Rule] = []
@@ -1039,7 +1040,7 @@ class _Compiler:
             rule_path = f"{path}.x-kubernetes-validations[{i}]"
             if not isinstance(raw, dict):
                 continue
-            result = self.rule(schema, raw, rule_path, self_type, uncorrelatable)
+            result = self.rule(schema, raw, rule_path, self_type, uncorrelatable, resource_root)
             if result is None:
                 continue
             ok = True
@@ -1070,6 +1071,7 @@ class _Compiler:
         rule_path: str,
         self_type: Any,
         uncorrelatable: str | None,
+        resource_root: bool,
     ) -> _Rule | None:
         text = raw.get("rule")
         if not isinstance(text, str) or not text.strip():
@@ -1173,6 +1175,18 @@ class _Compiler:
                 _invalid_rule(f"{rule_path}.rule", raw, "cel expression must evaluate to a bool")
             )
             return None
+        ast, positions = _checked(program)
+        shift = source.find(text)  # the cel.bind wrapper of optionalOldSelf rules, else 0
+        undefined = _undefined_fields(ast, _with_root_fields(schema) if resource_root else schema)
+        if undefined:
+            issues = "\n".join(
+                _located(text, max(positions.get(i, 0) - shift, 0), f"undefined field '{name}'")
+                for i, name in undefined
+            )
+            self.errors.append(
+                _invalid_rule(f"{rule_path}.rule", raw, f"compilation failed: {issues}")
+            )
+            return None
         if uses_old_self and uncorrelatable is not None:
             self.errors.append(
                 FieldError(
@@ -1210,7 +1224,6 @@ class _Compiler:
                     )
                 )
                 ok = False
-        ast = _checked_ast(program)
         cost = _cost(ast, schema)
         message_cost = (
             _cost(_checked_ast(message_program), schema) if message_program is not None else 0.0
@@ -1424,6 +1437,7 @@ class _Ast:
     size: int = 0  # a string or bytes literal's length
     iter_var: str = ""
     accu_var: str = ""
+    id: int = 0
 
 
 def _varint(buf: bytes, i: int) -> tuple[int, int]:
@@ -1459,7 +1473,15 @@ def _wire(buf: bytes) -> Iterator[tuple[int, Any]]:
 
 
 def _decode_expr(buf: bytes) -> _Ast:
-    for number, value in _wire(buf):
+    fields = list(_wire(buf))
+    expr_id = next((v for n, v in fields if n == 2 and isinstance(v, int)), 0)
+    node = _decode_kind(fields)
+    node.id = expr_id
+    return node
+
+
+def _decode_kind(fields: list[tuple[int, Any]]) -> _Ast:
+    for number, value in fields:
         if number == 3:  # Constant
             size = 0
             for n, v in _wire(value):
@@ -1513,9 +1535,124 @@ def _decode_expr(buf: bytes) -> _Ast:
 
 
 def _checked_ast(program: Any) -> _Ast:
+    return _checked(program)[0]
+
+
+def _checked(program: Any) -> tuple[_Ast, dict[int, int]]:
+    """The checked expression and its source positions (expression id -> offset)."""
     any_fields = dict(_wire(program.serialize()))
+    checked = dict(_wire(any_fields.get(2, b"")))
     expr_field = 4 if any_fields.get(1, b"").endswith(b"CheckedExpr") else 2
-    return _decode_expr(dict(_wire(any_fields.get(2, b""))).get(expr_field, b""))
+    positions: dict[int, int] = {}
+    source_info = checked.get(5 if expr_field == 4 else 3, b"")
+    for n, entry in _wire(source_info):
+        if n == 4:  # positions: map<int64, int32>
+            kv = dict(_wire(entry))
+            positions[int(kv.get(1, 0))] = int(kv.get(2, 0))
+    return _decode_expr(checked.get(expr_field, b"")), positions
+
+
+# What of a resource's root CEL sees (kube's WithTypeAndObjectMeta): apiVersion, kind and
+# only the name and generateName of its metadata.
+_ROOT_FIELDS = {
+    "apiVersion": {"type": "string"},
+    "kind": {"type": "string"},
+    "metadata": {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "generateName": {"type": "string"}},
+    },
+}
+
+
+def _with_root_fields(schema: Any) -> Any:
+    if not isinstance(schema, dict):
+        return schema
+    props = dict(schema.get("properties") or {})
+    props.update(_ROOT_FIELDS)
+    return {**schema, "properties": props}
+
+
+def _undefined_fields(ast: _Ast, schema: Any) -> list[tuple[int, str]]:
+    """Field selections of `self` that its object schema does not declare (kube's typed
+    objects make them compile errors: `undefined field 'foo'`). (expression id, field)."""
+    found: list[tuple[int, str]] = []
+    scopes: dict[str, Any] = {SELF: schema}
+
+    def closed(s: Any) -> bool:
+        return (
+            isinstance(s, dict)
+            and s.get("type") == "object"
+            and isinstance(s.get("properties"), dict)
+            and not s.get("additionalProperties")
+            and not s.get("x-kubernetes-preserve-unknown-fields")
+        )
+
+    def resolve(node: _Ast) -> Any:
+        if node.kind == "ident":
+            return scopes.get(node.name)
+        if node.kind == "select" and node.target is not None:
+            base = resolve(node.target)
+            if not isinstance(base, dict):
+                return None
+            props = base.get("properties")
+            if closed(base) and isinstance(props, dict):
+                if node.name not in props:
+                    found.append((node.id, node.name))
+                    return None
+                sub = props[node.name]
+                if isinstance(sub, dict) and sub.get("x-kubernetes-embedded-resource"):
+                    return _with_root_fields(sub)
+                return sub
+            if isinstance(props, dict) and node.name in props:
+                return props[node.name]
+            additional = base.get("additionalProperties")
+            return additional if isinstance(additional, dict) else None
+        if node.kind == "call" and node.name == "_[_]" and len(node.args) == 2:
+            base = resolve(node.args[0])
+            resolve(node.args[1])
+            return _element_schema(base)
+        if node.kind == "comprehension":
+            range_, init, condition, step, result = node.args
+            base = resolve(range_)
+            resolve(init)
+            saved = dict(scopes)
+            scopes.pop(node.accu_var, None)
+            if isinstance(base, dict) and base.get("type") == "array":
+                scopes[node.iter_var] = _element_schema(base)
+            else:
+                scopes.pop(node.iter_var, None)
+            for part in (condition, step, result):
+                resolve(part)
+            scopes.clear()
+            scopes.update(saved)
+            return None
+        if node.target is not None:
+            resolve(node.target)
+        for arg in node.args:
+            resolve(arg)
+        return None
+
+    resolve(ast)
+    return found
+
+
+def _element_schema(schema: Any) -> Any:
+    if not isinstance(schema, dict):
+        return None
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            return schema[key]
+    return None
+
+
+def _located(source: str, offset: int, message: str) -> str:
+    """A compile error as cel-go prints it: the location, the line and a caret."""
+    line_no = source.count("\n", 0, offset) + 1
+    start = source.rfind("\n", 0, offset) + 1
+    end = source.find("\n", offset)
+    line = source[start : end if end >= 0 else len(source)]
+    column = offset - start + 1
+    return f"ERROR: <input>:{line_no}:{column}: {message}\n | {line}\n | {'.' * (column - 1)}^"
 
 
 # Unbounded sizes, as kube's estimates from the 3 MiB request limit: a string without

@@ -68,9 +68,12 @@ SPEC = with_rules(
         ("self.ratio > 0.5", {"ratio": 1}, []),  # a JSON 1 of a `number` schema is a double
         ("self.ratio + 0.5 == 1.5", {"ratio": 1}, []),
         (
-            "self.nope == 1",
-            {"name": "x"},
-            ['spec: Invalid value: "object": no such key: nope evaluating rule: self.nope == 1'],
+            "self.name == 'x'",
+            {"replicas": 1},
+            [
+                'spec: Invalid value: "object": no such key: name evaluating rule: '
+                "self.name == 'x'"
+            ],
         ),
         ("self.name.lowerAscii() == 'abc'", {"name": "ABC"}, []),
         ("self.name.upperAscii() == 'ABC'", {"name": "abc"}, []),
@@ -640,3 +643,35 @@ def test_formatted_strings_are_timestamps_durations_and_bytes() -> None:
     ]
     # a typed string is checked at compile time
     assert "found no matching overload" in compile_errors(obj(d=fmt("duration", "self > 1")))[0]
+
+
+def test_undefined_fields_of_an_object_are_compile_errors() -> None:
+    spec = obj(
+        a=INT,
+        labels={"type": "object", "additionalProperties": STR},
+        items={"type": "array", "items": obj(b=INT)},
+    )
+    schema = with_rules(
+        obj(spec=spec, free={"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+        {"rule": "self.spec.nope == 1"},
+        {"rule": "self.spec.labels.anything == 'x' && self.free.whatever == 1"},
+        {"rule": "self.metadata.name == 'x' && self.kind == 'X'"},
+        {"rule": "self.metadata.labels.size() > 0"},
+        {"rule": "has(self.spec.b)"},
+        {"rule": "self.spec.items.all(s, s.zz == 1)"},
+    )
+    at = f"{ROOT}.x-kubernetes-validations"
+    errs = compile_errors(schema)
+    assert errs[0] == (
+        f"{at}[0].rule: Invalid value: {rule_repr('self.spec.nope == 1')}: compilation failed: "
+        "ERROR: <input>:1:10: undefined field 'nope'\n | self.spec.nope == 1\n | .........^"
+    )
+    # a resource's root shows only metadata.name and metadata.generateName, as kube's
+    assert errs[1].startswith(f"{at}[3].rule: ")
+    assert errs[1].endswith(
+        "compilation failed: ERROR: <input>:1:14: undefined field 'labels'"
+        "\n | self.metadata.labels.size() > 0\n | .............^"
+    )
+    assert "undefined field 'b'" in errs[2] and errs[2].startswith(f"{at}[4].rule")
+    assert "undefined field 'zz'" in errs[3] and errs[3].startswith(f"{at}[5].rule")
+    assert len(errs) == 4
