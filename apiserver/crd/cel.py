@@ -5,18 +5,22 @@ Kubernetes' apiextensions-apiserver `pkg/apiserver/schema/cel` carried over onto
 well-kept CEL library, so nothing here parses or interprets CEL itself). `compile_rules` compiles
 every rule of a CRD's schema once (a `RuleSet`); `RuleSet.validate` walks an object with its
 schema and evaluates each rule with `self` (and `oldSelf` for transition rules) bound to the value
-at the rule's level. `compile_expression` compiles a free expression over named variables
+at the rule's level. `compile_expression` compiles a free expression over named `dyn` variables
 (webhooks' matchConditions).
 
-Types: `self` is typed from the schema where CEL can check it (string, int, double, bool, lists
-and maps of those); objects are `map(string, dyn)` and int-or-string / preserve-unknown-fields
-values are `dyn`, so a wrong field of an object is a runtime error ("no such key"), where kube's
-object types catch it at compile time.
+Types: `self` is typed from the schema where cel-cpp can check it (string, int, double, bool,
+bytes, duration and timestamp for formatted strings, lists and maps of those); objects are
+`map(string, dyn)` and int-or-string / preserve-unknown-fields values `dyn`. Selecting a field
+an object's schema does not declare is kube's compile error (`undefined field 'foo'`, checked
+here over the checked expression); other type errors inside objects (`self.name + 1` where
+name is a string) surface at run time as kube's "no such overload", where kube's typed objects
+catch them at compile time.
 
-Cost: cel-cpp has no cost accounting, so kube's estimated and runtime cost limits are modelled
-by `_cost` (an estimate over the checked expression with the schema's maxItems / maxLength /
-maxProperties, as kube's estimator does) and a runtime budget per object computed from the
-actual sizes; see `_cost` for how it differs from cel-go's.
+Library: cel-cpp's standard library with its strings, math, optional and bindings extensions,
+plus kube's additions (lists isSorted/sum/min/max, regex find/findAll, quantity, url, sets) as
+Python functions; a quantity and a URL are their validated strings (not opaque types).
+
+Cost: cel-cpp has no cost accounting; see "cost" below for how kube's limits are modelled.
 
 Pure and synchronous: no I/O, no globals besides constants; a RuleSet is immutable after
 compilation and safe to share between requests.
@@ -1368,14 +1372,16 @@ def _valid_field_path(text: str, schema: dict[str, Any]) -> tuple[str, str]:
 class Program:
     """A compiled free expression (webhooks' matchConditions)."""
 
-    def __init__(self, expression: str, program: Any) -> None:
+    def __init__(self, expression: str, program: Any, variables: Sequence[str] = ()) -> None:
         self.expression = expression
         self._program = program
+        self._unset = dict.fromkeys(variables)
 
     def evaluate(self, activation: dict[str, Any]) -> Any:
         """The expression's value as plain Python (bool, int, float, str, bytes, list, dict,
-        None); raises `EvaluationError` with cel-go's wording of a runtime error."""
-        ok, result = _eval(self._program, activation)
+        None); raises `EvaluationError` with cel-go's wording of a runtime error. A declared
+        variable missing from `activation` is null (oldObject on a create)."""
+        ok, result = _eval(self._program, {**self._unset, **activation})
         if not ok:
             raise EvaluationError(str(result))
         return result
@@ -1398,7 +1404,7 @@ def compile_expression(
         program = env.compile(expression)
     except Exception as exc:
         return None, [_invalid(path, expression, f"compilation failed: {_compile_error_text(exc)}")]
-    return Program(expression, program), []
+    return Program(expression, program, variables), []
 
 
 # ---- cost --------------------------------------------------------------------------------------

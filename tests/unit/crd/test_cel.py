@@ -427,6 +427,9 @@ def test_compile_expression_for_match_conditions() -> None:
     assert program.evaluate(activation) is True
     activation["request"] = {"operation": "UPDATE"}
     assert program.evaluate(activation) is False
+    # a variable left out is null
+    request = {"operation": "UPDATE"}
+    assert program.evaluate({"object": {"metadata": {"name": "web"}}, "request": request}) is False
     with pytest.raises(EvaluationError, match="no such key: metadata"):
         program.evaluate({"object": {}, "oldObject": None, "request": {"operation": "CREATE"}})
 
