@@ -708,20 +708,32 @@ class RuleSet:
         old: Any,
         budget: _Budget,
         errs: list[FieldError],
+        anchor: tuple[Any, Any] | None = None,
     ) -> None:
+        """`anchor` is (new, old) of this value or, under a list whose items do not correlate,
+        of the nearest value that does: kube's ratcheting keeps a failing rule that does not
+        use oldSelf from refusing an update that leaves that value unchanged."""
         if value is None:
             return
-        if node.rules and not self._expressions(node, path, value, old, budget, errs):
+        if old is not None:
+            anchor = (value, old)
+        if node.rules and not self._expressions(node, path, value, old, budget, errs, anchor):
             return
         for sub in node.all_of:
-            self._validate(sub, path, value, old, budget, errs)
+            self._validate(sub, path, value, old, budget, errs, anchor)
             if budget.remaining < 0:
                 return
         if isinstance(value, list) and node.items is not None:
             olds = _correlate(node.map_keys, old)
             for i, item in enumerate(value):
-                old_item = olds(item) if olds is not None else None
-                self._validate(node.items, _index(path, i), item, old_item, budget, errs)
+                if olds is not None:
+                    old_item = olds(item)
+                    item_anchor = None
+                else:
+                    old_item, item_anchor = None, anchor
+                self._validate(
+                    node.items, _index(path, i), item, old_item, budget, errs, item_anchor
+                )
                 if budget.remaining < 0:
                     return
         elif isinstance(value, dict):
@@ -746,6 +758,7 @@ class RuleSet:
         old: Any,
         budget: _Budget,
         errs: list[FieldError],
+        anchor: tuple[Any, Any] | None,
     ) -> bool:
         """Evaluates the rules of one level; False when the budget ran out."""
         shown = node.type_name
@@ -841,6 +854,8 @@ class RuleSet:
                 detail = (
                     rule.message.strip() if rule.message else f"failed rule: {rule.rule.strip()}"
                 )
+            if not rule.uses_old_self and anchor is not None and anchor[0] == anchor[1]:
+                continue  # ratcheted: kube turns this into a warning
             errs.append(_for_reason(where, shown, detail, rule.reason))
         return True
 

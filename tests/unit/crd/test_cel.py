@@ -678,3 +678,33 @@ def test_undefined_fields_of_an_object_are_compile_errors() -> None:
     assert "undefined field 'b'" in errs[2] and errs[2].startswith(f"{at}[4].rule")
     assert "undefined field 'zz'" in errs[3] and errs[3].startswith(f"{at}[5].rule")
     assert len(errs) == 4
+
+
+def test_ratcheting_an_unchanged_value_passes_a_failing_rule() -> None:
+    # kube's CRDValidationRatcheting: a rule without oldSelf does not refuse an update that
+    # leaves its value as it was (a rule tightened after objects were stored)
+    tight = with_rules(STR, {"rule": "self.size() < 3", "message": "too long"})
+    schema = obj(
+        a=tight,
+        b=tight,
+        tags={"type": "array", "items": tight},
+        ports={
+            "type": "array",
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+            "items": obj(name=tight),
+        },
+    )
+    old = {"a": "long", "b": "long", "tags": ["long"], "ports": [{"name": "long"}]}
+    assert messages(schema, old, old) == []
+    new = {"a": "long", "b": "longer", "tags": ["long", "x"], "ports": [{"name": "long"}]}
+    assert messages(schema, new, old) == [
+        'b: Invalid value: "string": too long',
+        'tags[0]: Invalid value: "string": too long',
+    ]
+    assert messages(schema, new) == [
+        'a: Invalid value: "string": too long',
+        'b: Invalid value: "string": too long',
+        'tags[0]: Invalid value: "string": too long',
+        'ports[0].name: Invalid value: "string": too long',
+    ]
