@@ -435,6 +435,8 @@ def _decl_type(schema: Any) -> Any:
     """The CEL type of a value of this schema (kube's SchemaDeclType, objects as maps)."""
     if not isinstance(schema, dict) or schema.get("x-kubernetes-int-or-string"):
         return _T.DYN
+    if schema.get("nullable"):
+        return _T.DYN  # a null inside a typed list or map would not convert
     kind = schema.get("type")
     if kind == "string" and schema.get("format") in _FORMAT_TYPES:
         return _FORMAT_TYPES[schema["format"]]

@@ -708,3 +708,21 @@ def test_ratcheting_an_unchanged_value_passes_a_failing_rule() -> None:
         'tags[0]: Invalid value: "string": too long',
         'ports[0].name: Invalid value: "string": too long',
     ]
+
+
+def test_nullable_items_and_all_of_rules() -> None:
+    schema = obj(
+        names=with_rules(
+            {"type": "array", "items": {**STR, "nullable": True}},
+            {"rule": "self.all(x, x == null || x.size() > 0)", "message": "empty name"},
+        ),
+        spec={
+            **obj(a=INT),
+            "allOf": [{"x-kubernetes-validations": [{"rule": "self.a > 0", "message": "a>0"}]}],
+        },
+    )
+    assert messages(schema, {"names": ["x", None], "spec": {"a": 1}}) == []
+    assert messages(schema, {"names": [""], "spec": {"a": 0}}) == [
+        'names: Invalid value: "array": empty name',
+        'spec: Invalid value: "object": a>0',
+    ]
