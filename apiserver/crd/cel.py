@@ -1180,15 +1180,21 @@ class _Compiler:
             env = self.envs.get({SELF: self_type, _OLD_VALUE: self_type, _HAS_OLD: _T.BOOL})
             source = (
                 f"cel.bind({OLD_SELF}, {_HAS_OLD} ? optional.of({_OLD_VALUE}) : "
-                f"optional.none(), {text}\n)"
+                f"optional.none(),\n{text}\n)"
             )
         try:
             program = env.compile(source)
         except Exception as exc:
+            issues = _compile_error_text(exc)
+            if source != text:  # the rule starts on the wrapper's second line
+                issues = re.sub(r"<input>:(\d+):", lambda m: f"<input>:{int(m[1]) - 1}:", issues)
+                try:  # syntax errors (which may sit at the wrapper's end) from the rule alone
+                    env_plain.compile(text)
+                except Exception as plain_exc:
+                    if "Syntax error" in str(plain_exc):
+                        issues = _compile_error_text(plain_exc)
             self.errors.append(
-                _invalid_rule(
-                    f"{rule_path}.rule", raw, f"compilation failed: {_compile_error_text(exc)}"
-                )
+                _invalid_rule(f"{rule_path}.rule", raw, f"compilation failed: {issues}")
             )
             return None
         if program.return_type() not in (_T.BOOL, _T.DYN):

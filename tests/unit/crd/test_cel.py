@@ -726,3 +726,33 @@ def test_nullable_items_and_all_of_rules() -> None:
         'names: Invalid value: "array": empty name',
         'spec: Invalid value: "object": a>0',
     ]
+
+
+def test_optional_old_self_compile_errors_point_into_the_rule() -> None:
+    rule = {"rule": "oldSelf.orValue(1) ==", "optionalOldSelf": True}
+    errs = compile_errors(obj(v=with_rules(INT, rule)))
+    assert len(errs) == 1
+    assert "compilation failed: ERROR: <input>:1:22: Syntax error" in errs[0]
+    assert "\n | oldSelf.orValue(1) ==\n | .....................^" in errs[0]
+    assert "OptionalOldSelf:(*bool)(true)" in errs[0]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": "x", "x-kubernetes-validations": "nope"},
+        {"type": "array", "items": [1], "x-kubernetes-validations": [None, 1, {"rule": 5}]},
+        {"type": "object", "additionalProperties": True, "maxProperties": "x"},
+        {"x-kubernetes-validations": [{"rule": "self", "fieldPath": 3, "reason": []}]},
+        {
+            "type": "array",
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": "name",
+            "items": with_rules(obj(name=STR), {"rule": "self == oldSelf"}),
+        },
+    ],
+)
+def test_malformed_schemas_do_not_raise(schema: dict[str, Any]) -> None:
+    rules, _ = compile_rules(schema, ROOT)
+    rules.validate([{"name": "a"}], [{"name": "b"}])
+    rules.validate({"a": 1}, None)
