@@ -1223,11 +1223,12 @@ class _Compiler:
                 )
             )
             ok = False
-        if optional_old_self and not uses_old_self:
+        if raw.get("optionalOldSelf") is not None and not uses_old_self:
+            shown = str(bool(raw.get("optionalOldSelf"))).lower()
             self.errors.append(
                 FieldError(
                     f"{rule_path}.optionalOldSelf",
-                    "Invalid value: true: may not be set if oldSelf is not used in rule",
+                    f"Invalid value: {shown}: may not be set if oldSelf is not used in rule",
                 )
             )
             ok = False
