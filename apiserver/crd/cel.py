@@ -463,13 +463,70 @@ _FORMAT_TYPES = {
 }
 
 
+# kube's property name escaping (k8s.io/apiserver/pkg/cel/escaping.go): a property `foo-bar` is
+# `self.foo__dash__bar` in CEL, `namespace` is `self.__namespace__`.
+_CEL_RESERVED = frozenset(
+    [
+        "true",
+        "false",
+        "null",
+        "in",
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "for",
+        "function",
+        "if",
+        "import",
+        "let",
+        "loop",
+        "package",
+        "namespace",
+        "return",
+        "var",
+        "void",
+        "while",
+    ]
+)
+_CEL_IDENTIFIER = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_ESCAPES = (("__", "__underscores__"), (".", "__dot__"), ("-", "__dash__"), ("/", "__slash__"))
+
+
+def escape_property(name: str) -> str | None:
+    """A property's name in CEL, or None when it cannot be written there."""
+    if name in _CEL_RESERVED:
+        return f"__{name}__"
+    escaped = name
+    for old, new in _ESCAPES:
+        escaped = escaped.replace(old, new)
+    return escaped if _CEL_IDENTIFIER.match(escaped) else None
+
+
+def _escaped_properties(schema: dict[str, Any]) -> dict[str, Any]:
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for name, sub in props.items():
+        cel_name = escape_property(str(name))
+        if cel_name is not None:
+            out[cel_name] = sub
+    return out
+
+
 def _has_number(schema: Any) -> bool:
-    """Whether values of this schema need `_coerce` (numbers, formatted strings)."""
+    """Whether values of this schema need `_coerce` (numbers, formatted strings, property
+    names CEL sees escaped)."""
     if not isinstance(schema, dict):
         return False
     if schema.get("type") == "number" or (
         schema.get("type") == "string" and schema.get("format") in _FORMAT_TYPES
     ):
+        return True
+    props = schema.get("properties")
+    if isinstance(props, dict) and any(escape_property(str(k)) != k for k in props):
         return True
     return any(_has_number(sub) for sub in _children(schema))
 
@@ -502,9 +559,15 @@ def _coerce(value: Any, schema: Any) -> Any:
         out: dict[str, Any] = {}
         for k, v in value.items():
             sub = props.get(k) if isinstance(props, dict) else None
-            if sub is None and isinstance(additional, dict):
+            key = k
+            if sub is not None:
+                escaped = escape_property(k)
+                if escaped is None:
+                    continue  # not addressable from CEL
+                key = escaped
+            elif isinstance(additional, dict):
                 sub = additional
-            out[k] = _coerce(v, sub) if sub is not None else v
+            out[key] = _coerce(v, sub) if sub is not None else v
         return out
     return value
 
@@ -1624,7 +1687,7 @@ def _undefined_fields(ast: _Ast, schema: Any) -> list[tuple[int, str]]:
             base = resolve(node.target)
             if not isinstance(base, dict):
                 return None
-            props = base.get("properties")
+            props = _escaped_properties(base) if isinstance(base.get("properties"), dict) else None
             if closed(base) and isinstance(props, dict):
                 if node.name not in props:
                     found.append((node.id, node.name))
@@ -1763,8 +1826,8 @@ def _select(base: _Sized, name: str) -> _Sized:
         return _sized_value(value)
     schema = base.schema
     if isinstance(schema, dict):
-        props = schema.get("properties")
-        if isinstance(props, dict) and name in props:
+        props = _escaped_properties(schema)
+        if name in props:
             return _sized_schema(props[name])
         if isinstance(schema.get("additionalProperties"), dict):
             return _sized_schema(schema["additionalProperties"])

@@ -756,3 +756,39 @@ def test_malformed_schemas_do_not_raise(schema: dict[str, Any]) -> None:
     rules, _ = compile_rules(schema, ROOT)
     rules.validate([{"name": "a"}], [{"name": "b"}])
     rules.validate({"a": 1}, None)
+
+
+def test_property_names_are_escaped_as_kube_does() -> None:
+    schema = with_rules(
+        obj(
+            **{
+                "foo-bar": INT,
+                "namespace": STR,
+                "a.b": INT,
+                "x__y": INT,
+                "labels": {"type": "object", "additionalProperties": STR},
+            }
+        ),
+        {"rule": "self.foo__dash__bar > 0", "message": "dash"},
+        {"rule": "self.__namespace__ == 'ns'", "message": "reserved"},
+        {"rule": "self.a__dot__b == self.x__underscores__y", "message": "dot"},
+        {"rule": "self.labels['app.kubernetes.io/name'] == 'web'", "message": "map keys stay"},
+    )
+    good = {
+        "foo-bar": 1,
+        "namespace": "ns",
+        "a.b": 2,
+        "x__y": 2,
+        "labels": {"app.kubernetes.io/name": "web"},
+    }
+    assert messages(obj(v=schema), {"v": good}) == []
+    bad = {**good, "foo-bar": 0, "namespace": "x", "a.b": 3}
+    assert messages(obj(v=schema), {"v": bad}) == [
+        'v: Invalid value: "object": dash',
+        'v: Invalid value: "object": reserved',
+        'v: Invalid value: "object": dot',
+    ]
+    assert (
+        "undefined field 'foo'"
+        in compile_errors(obj(v=with_rules(schema, {"rule": "self.foo == 1"})))[0]
+    )
