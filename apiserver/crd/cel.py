@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import ipaddress
 import math
 import re
 import urllib.parse
@@ -250,6 +251,52 @@ def _url_query(text: str) -> dict[str, list[str]]:
     return urllib.parse.parse_qs(_url(text).query, keep_blank_values=True)
 
 
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """kube's ip(): an IPv4 or IPv6 address, no zone, no IPv4-mapped IPv6."""
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError as exc:
+        raise _CelError(f"IP Address {text!r} parse error during conversion from string") from exc
+    if isinstance(addr, ipaddress.IPv6Address) and (addr.ipv4_mapped or addr.scope_id):
+        raise _CelError(f"IPv4-mapped IPv6 address {text!r} is not allowed")
+    return addr
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        _ip(text)
+    except _CelError:
+        return False
+    return True
+
+
+def _cidr(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError as exc:
+        raise _CelError(
+            f"network address parse error during conversion from string: {exc}"
+        ) from exc
+
+
+def _is_cidr(text: str) -> bool:
+    try:
+        _cidr(text)
+    except _CelError:
+        return False
+    return True
+
+
+def _contains_ip(cidr: str, ip: str) -> bool:
+    network, addr = _cidr(cidr), _ip(ip)
+    return addr.version == network.version and addr in network
+
+
+def _contains_cidr(cidr: str, other: str) -> bool:
+    network, sub = _cidr(cidr), _cidr(other)
+    return sub.version == network.version and sub.subnet_of(network)  # type: ignore[arg-type]
+
+
 def _sets_contains(a: list[Any], b: list[Any]) -> bool:
     return all(any(_same(x, y) for y in a) for x in b)
 
@@ -403,6 +450,54 @@ def _library() -> list[Any]:
             [_T.STRING],
             _url_query,
         ),
+        # kube's IP and CIDR libraries: addresses and networks are their (validated) strings
+        free("ip", "string_to_ip", _T.STRING, [_T.STRING], lambda t: str(_ip(t)) and t),
+        free("isIP", "is_ip", _T.BOOL, [_T.STRING], _is_ip),
+        free("cidr", "string_to_cidr", _T.STRING, [_T.STRING], lambda t: str(_cidr(t)) and t),
+        free("isCIDR", "is_cidr", _T.BOOL, [_T.STRING], _is_cidr),
+        decl("family", "ip_family", _T.INT, [_T.STRING], lambda t: _ip(t).version),
+        decl("isLoopback", "ip_is_loopback", _T.BOOL, [_T.STRING], lambda t: _ip(t).is_loopback),
+        decl(
+            "isUnspecified",
+            "ip_is_unspecified",
+            _T.BOOL,
+            [_T.STRING],
+            lambda t: _ip(t).is_unspecified,
+        ),
+        decl(
+            "isGlobalUnicast",
+            "ip_is_global_unicast",
+            _T.BOOL,
+            [_T.STRING],
+            lambda t: (
+                not (
+                    _ip(t).is_loopback
+                    or _ip(t).is_multicast
+                    or _ip(t).is_unspecified
+                    or _ip(t).is_link_local
+                    or t == "255.255.255.255"
+                )
+            ),
+        ),
+        decl(
+            "isLinkLocalUnicast",
+            "ip_is_link_local_unicast",
+            _T.BOOL,
+            [_T.STRING],
+            lambda t: _ip(t).is_link_local,
+        ),
+        decl("containsIP", "cidr_contains_ip", _T.BOOL, [_T.STRING, _T.STRING], _contains_ip),
+        decl(
+            "containsCIDR",
+            "cidr_contains_cidr",
+            _T.BOOL,
+            [_T.STRING, _T.STRING],
+            _contains_cidr,
+        ),
+        decl(
+            "prefixLength", "cidr_prefix_length", _T.INT, [_T.STRING], lambda t: _cidr(t).prefixlen
+        ),
+        decl("masked", "cidr_masked", _T.STRING, [_T.STRING], lambda t: str(_cidr(t))),
         # kube's sets library
         free(
             "sets.contains",
