@@ -75,11 +75,11 @@ class _Env:
     milliseconds, so compile_rules builds each distinct one once)."""
 
     def __init__(self) -> None:
-        self._envs: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+        self._envs: dict[tuple[tuple[str, str], ...], Any] = {}
 
     def get(self, variables: dict[str, Any]) -> Any:
         key = tuple(sorted((name, t.name()) for name, t in variables.items()))
-        env = self._envs.get((",", key))
+        env = self._envs.get(key)
         if env is None:
             env = _cel.NewEnv(
                 variables=variables,
@@ -91,7 +91,7 @@ class _Env:
                 ],
                 functions=_library(),
             )
-            self._envs[(",", key)] = env
+            self._envs[key] = env
         return env
 
 
@@ -754,10 +754,6 @@ def _compile_error_text(exc: Exception) -> str:
     return re.sub(r"\s*\[[A-Z_]+\]$", "", text)
 
 
-def _go_string(value: str) -> str:
-    return go_quote(value)
-
-
 def _rule_repr(rule: dict[str, Any]) -> str:
     """The rule as Go's %#v of apiextensions.ValidationRule (kube's field.Invalid value)."""
     reason = rule.get("reason")
@@ -765,18 +761,18 @@ def _rule_repr(rule: dict[str, Any]) -> str:
     reason_text = (
         "(*apiextensions.FieldValueErrorReason)(nil)"
         if reason is None
-        else f"(*apiextensions.FieldValueErrorReason)({_go_string(str(reason))})"
+        else f"(*apiextensions.FieldValueErrorReason)({go_quote(str(reason))})"
     )
     optional_text = (
         "(*bool)(nil)" if optional is None else f"(*bool)({str(bool(optional)).lower()})"
     )
     return (
         "apiextensions.ValidationRule{"
-        f"Rule:{_go_string(str(rule.get('rule') or ''))}, "
-        f"Message:{_go_string(str(rule.get('message') or ''))}, "
-        f"MessageExpression:{_go_string(str(rule.get('messageExpression') or ''))}, "
+        f"Rule:{go_quote(str(rule.get('rule') or ''))}, "
+        f"Message:{go_quote(str(rule.get('message') or ''))}, "
+        f"MessageExpression:{go_quote(str(rule.get('messageExpression') or ''))}, "
         f"Reason:{reason_text}, "
-        f"FieldPath:{_go_string(str(rule.get('fieldPath') or ''))}, "
+        f"FieldPath:{go_quote(str(rule.get('fieldPath') or ''))}, "
         f"OptionalOldSelf:{optional_text}}}"
     )
 
@@ -1049,12 +1045,7 @@ def _eval(program: Any, activation: dict[str, Any]) -> tuple[bool, Any]:
         return False, _runtime_error_text(str(exc))
     if result.type() == _T.ERROR:
         return False, _runtime_error_text(str(result.value()))
-    return True, _plain(result)
-
-
-def _plain(result: Any) -> Any:
-    value = result.plain_value()
-    return value
+    return True, result.plain_value()
 
 
 def _correlate(map_keys: tuple[str, ...] | None, old: Any) -> Callable[[Any], Any] | None:
