@@ -1245,79 +1245,47 @@ class _Compiler:
     ) -> _Rule | None:
         text = raw.get("rule")
         if not isinstance(text, str) or not text.strip():
-            self.errors.append(
-                FieldError(f"{rule_path}.rule", "Required value: rule is not specified")
-            )
-            return None
-        ok = True
-        at = rule_path
+            return None  # "rule is not specified": schema.py's (kube's schema errors)
+        # Kube compiles a level's rules only when its static checks passed. Those checks
+        # (message, messageExpression, reason, fieldPath) are reported by schema.py's
+        # schema_problems; here they only keep the rule from compiling, so that the CRD's
+        # errors are not reported twice. schema.py has no check of the message's length, so
+        # that one is reported here.
         message = raw.get("message") or ""
         if not isinstance(message, str):
             message = str(message)
-        if message and not message.strip():
-            self.errors.append(
-                _invalid(f"{at}.message", message, "message must be non-empty if specified")
-            )
-            ok = False
-        elif len(message) > 2048:
+        ok = True
+        if len(message) > 2048:
             self.errors.append(
                 _invalid(
-                    f"{at}.message",
+                    f"{rule_path}.message",
                     message[:10] + "...",
                     "message must have a maximum length of 2048 characters",
                 )
             )
             ok = False
-        elif _NEWLINES.search(message.strip()):
-            self.errors.append(
-                _invalid(f"{at}.message", message, "message must not contain line breaks")
-            )
-            ok = False
-        elif _NEWLINES.search(text.strip()) and not message.strip():
-            self.errors.append(
-                FieldError(
-                    f"{at}.message",
-                    "Required value: message must be specified if rule contains line breaks",
-                )
-            )
-            ok = False
+        elif message.strip():
+            ok = not _NEWLINES.search(message.strip())
+        else:  # no message: allowed unless the message is blank or the rule spans lines
+            ok = not message and not _NEWLINES.search(text.strip())
         message_expression = raw.get("messageExpression") or ""
         if not isinstance(message_expression, str):
             message_expression = str(message_expression)
         if message_expression and not message_expression.strip():
-            self.errors.append(
-                FieldError(
-                    f"{at}.messageExpression",
-                    "Required value: messageExpression must be non-empty if specified",
-                )
-            )
             ok = False
         reason = raw.get("reason")
         if reason is not None and reason not in REASONS:
-            allowed = ", ".join(go_quote(r) for r in sorted(REASONS))
-            self.errors.append(
-                FieldError(
-                    f"{at}.reason",
-                    f"Unsupported value: {go_quote(str(reason))}: supported values: {allowed}",
-                )
-            )
             ok = False
         field_path = ""
         raw_field_path = raw.get("fieldPath")
         if raw_field_path is not None and raw_field_path != "":
             shown_path = str(raw_field_path)
-            if not shown_path.strip():
-                problem = "fieldPath must be non-empty if specified"
-            elif _NEWLINES.search(shown_path):
-                problem = "fieldPath must not contain line breaks"
+            if not shown_path.strip() or _NEWLINES.search(shown_path):
+                ok = False
             else:
                 field_path, why = _valid_field_path(shown_path, schema)
-                problem = f"fieldPath must be a valid path: {why}" if why else ""
-            if problem:
-                self.errors.append(_invalid(f"{at}.fieldPath", shown_path, problem))
-                ok = False
+                ok = ok and not why
         if not ok:
-            # kube compiles a level's rules only when its schema checks passed
             return None
         optional_old_self = bool(raw.get("optionalOldSelf"))
         env_plain = self.envs.get({SELF: self_type, OLD_SELF: self_type})
