@@ -40,7 +40,7 @@ from fractions import Fraction
 from typing import Any
 
 from cel_expr_python import cel as _cel
-from cel_expr_python.ext import ext_bindings, ext_math, ext_optional, ext_strings
+from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
 
 from apiserver.validation import go_quote
 from tinykube.errors import FieldError
@@ -88,6 +88,7 @@ class _Env:
                     ext_math.ExtMath(),
                     ext_optional.ExtOptional(),
                     ext_bindings.ExtBindings(),
+                    ext_encoders.ExtEncoders(),
                 ],
                 functions=_library(),
             )
@@ -140,6 +141,45 @@ def _max(items: list[Any]) -> Any:
         return max(items)
     except TypeError as exc:
         raise _CelError("no such overload") from exc
+
+
+def _slice(items: list[Any], start: int, end: int) -> list[Any]:
+    if start < 0 or end < 0:
+        raise _CelError(f"cannot slice({start}, {end}), negative indexes not supported")
+    if start > end:
+        raise _CelError(
+            f"cannot slice({start}, {end}), start index must be less than or equal to end index"
+        )
+    if end > len(items):
+        raise _CelError(f"cannot slice({start}, {end}), list is length {len(items)}")
+    return items[start:end]
+
+
+def _flatten(items: list[Any], depth: int = 1) -> list[Any]:
+    if depth < 0:
+        raise _CelError("level must be non-negative")
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, list) and depth > 0:
+            out.extend(_flatten(item, depth - 1))
+        else:
+            out.append(item)
+    return out
+
+
+def _distinct(items: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for item in items:
+        if not any(_same(item, seen) for seen in out):
+            out.append(item)
+    return out
+
+
+def _sort(items: list[Any]) -> list[Any]:
+    try:
+        return sorted(items)
+    except TypeError as exc:
+        raise _CelError("list elements must have the same type") from exc
 
 
 def _quantity(text: str) -> Fraction:
@@ -412,6 +452,40 @@ def _library() -> list[Any]:
             lambda a: float(_quantity(a)),
         ),
         decl("sign", "quantity_sign", _T.INT, [_T.STRING], _quantity_sign),
+        # cel-go's lists extension (kube enables it): slice, flatten, distinct, sort
+        _cel.FunctionDecl(
+            "slice",
+            [
+                _cel.Overload(
+                    "list_slice",
+                    return_type=dyn_list,
+                    parameters=[dyn_list, _T.INT, _T.INT],
+                    is_member=True,
+                    impl=_slice,
+                )
+            ],
+        ),
+        _cel.FunctionDecl(
+            "flatten",
+            [
+                _cel.Overload(
+                    "list_flatten",
+                    return_type=dyn_list,
+                    parameters=[dyn_list],
+                    is_member=True,
+                    impl=_flatten,
+                ),
+                _cel.Overload(
+                    "list_flatten_int",
+                    return_type=dyn_list,
+                    parameters=[dyn_list, _T.INT],
+                    is_member=True,
+                    impl=_flatten,
+                ),
+            ],
+        ),
+        decl("distinct", "list_distinct", dyn_list, [dyn_list], _distinct),
+        decl("sort", "list_sort", dyn_list, [dyn_list], _sort),
         # kube's regex library
         decl("find", "string_find", _T.STRING, [_T.STRING, _T.STRING], _find),
         _cel.FunctionDecl(
