@@ -2037,9 +2037,13 @@ _SIZE_PRESERVING = frozenset(
         "string",
         "sort",
         "distinct",
+        "slice",
+        "flatten",
     }
 )
-_LIST_FUNCTIONS = frozenset({"isSorted", "sum", "min", "max", "sort", "distinct"})
+_LIST_FUNCTIONS = frozenset(
+    {"isSorted", "sum", "min", "max", "sort", "distinct", "slice", "flatten", "sets.contains"}
+)
 _COMPARISONS = frozenset({"_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"})
 _FREE_CALLS = frozenset({"_&&_", "_||_", "!_", "_?_:_"})
 
