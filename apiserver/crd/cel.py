@@ -5,18 +5,22 @@ Kubernetes' apiextensions-apiserver `pkg/apiserver/schema/cel` carried over onto
 well-kept CEL library, so nothing here parses or interprets CEL itself). `compile_rules` compiles
 every rule of a CRD's schema once (a `RuleSet`); `RuleSet.validate` walks an object with its
 schema and evaluates each rule with `self` (and `oldSelf` for transition rules) bound to the value
-at the rule's level. `compile_expression` compiles a free expression over named variables
+at the rule's level. `compile_expression` compiles a free expression over named `dyn` variables
 (webhooks' matchConditions).
 
-Types: `self` is typed from the schema where CEL can check it (string, int, double, bool, lists
-and maps of those); objects are `map(string, dyn)` and int-or-string / preserve-unknown-fields
-values are `dyn`, so a wrong field of an object is a runtime error ("no such key"), where kube's
-object types catch it at compile time.
+Types: `self` is typed from the schema where cel-cpp can check it (string, int, double, bool,
+bytes, duration and timestamp for formatted strings, lists and maps of those); objects are
+`map(string, dyn)` and int-or-string / preserve-unknown-fields values `dyn`. Selecting a field
+an object's schema does not declare is kube's compile error (`undefined field 'foo'`, checked
+here over the checked expression); other type errors inside objects (`self.name + 1` where
+name is a string) surface at run time as kube's "no such overload", where kube's typed objects
+catch them at compile time.
 
-Cost: cel-cpp has no cost accounting, so kube's estimated and runtime cost limits are modelled
-by `_cost` (an estimate over the checked expression with the schema's maxItems / maxLength /
-maxProperties, as kube's estimator does) and a runtime budget per object computed from the
-actual sizes; see `_cost` for how it differs from cel-go's.
+Library: cel-cpp's standard library with its strings, math, optional and bindings extensions,
+plus kube's additions (lists isSorted/sum/min/max, regex find/findAll, quantity, url, sets) as
+Python functions; a quantity and a URL are their validated strings (not opaque types).
+
+Cost: cel-cpp has no cost accounting; see "cost" below for how kube's limits are modelled.
 
 Pure and synchronous: no I/O, no globals besides constants; a RuleSet is immutable after
 compilation and safe to share between requests.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import ipaddress
 import math
 import re
 import urllib.parse
@@ -35,7 +40,7 @@ from fractions import Fraction
 from typing import Any
 
 from cel_expr_python import cel as _cel
-from cel_expr_python.ext import ext_bindings, ext_math, ext_optional, ext_strings
+from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
 
 from apiserver.validation import go_quote
 from tinykube.errors import FieldError
@@ -70,11 +75,11 @@ class _Env:
     milliseconds, so compile_rules builds each distinct one once)."""
 
     def __init__(self) -> None:
-        self._envs: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+        self._envs: dict[tuple[tuple[str, str], ...], Any] = {}
 
     def get(self, variables: dict[str, Any]) -> Any:
         key = tuple(sorted((name, t.name()) for name, t in variables.items()))
-        env = self._envs.get((",", key))
+        env = self._envs.get(key)
         if env is None:
             env = _cel.NewEnv(
                 variables=variables,
@@ -83,10 +88,11 @@ class _Env:
                     ext_math.ExtMath(),
                     ext_optional.ExtOptional(),
                     ext_bindings.ExtBindings(),
+                    ext_encoders.ExtEncoders(),
                 ],
                 functions=_library(),
             )
-            self._envs[(",", key)] = env
+            self._envs[key] = env
         return env
 
 
@@ -135,6 +141,45 @@ def _max(items: list[Any]) -> Any:
         return max(items)
     except TypeError as exc:
         raise _CelError("no such overload") from exc
+
+
+def _slice(items: list[Any], start: int, end: int) -> list[Any]:
+    if start < 0 or end < 0:
+        raise _CelError(f"cannot slice({start}, {end}), negative indexes not supported")
+    if start > end:
+        raise _CelError(
+            f"cannot slice({start}, {end}), start index must be less than or equal to end index"
+        )
+    if end > len(items):
+        raise _CelError(f"cannot slice({start}, {end}), list is length {len(items)}")
+    return items[start:end]
+
+
+def _flatten(items: list[Any], depth: int = 1) -> list[Any]:
+    if depth < 0:
+        raise _CelError("level must be non-negative")
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, list) and depth > 0:
+            out.extend(_flatten(item, depth - 1))
+        else:
+            out.append(item)
+    return out
+
+
+def _distinct(items: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for item in items:
+        if not any(_same(item, seen) for seen in out):
+            out.append(item)
+    return out
+
+
+def _sort(items: list[Any]) -> list[Any]:
+    try:
+        return sorted(items)
+    except TypeError as exc:
+        raise _CelError("list elements must have the same type") from exc
 
 
 def _quantity(text: str) -> Fraction:
@@ -244,6 +289,52 @@ def _url_port(text: str) -> str:
 
 def _url_query(text: str) -> dict[str, list[str]]:
     return urllib.parse.parse_qs(_url(text).query, keep_blank_values=True)
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """kube's ip(): an IPv4 or IPv6 address, no zone, no IPv4-mapped IPv6."""
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError as exc:
+        raise _CelError(f"IP Address {text!r} parse error during conversion from string") from exc
+    if isinstance(addr, ipaddress.IPv6Address) and (addr.ipv4_mapped or addr.scope_id):
+        raise _CelError(f"IPv4-mapped IPv6 address {text!r} is not allowed")
+    return addr
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        _ip(text)
+    except _CelError:
+        return False
+    return True
+
+
+def _cidr(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError as exc:
+        raise _CelError(
+            f"network address parse error during conversion from string: {exc}"
+        ) from exc
+
+
+def _is_cidr(text: str) -> bool:
+    try:
+        _cidr(text)
+    except _CelError:
+        return False
+    return True
+
+
+def _contains_ip(cidr: str, ip: str) -> bool:
+    network, addr = _cidr(cidr), _ip(ip)
+    return addr.version == network.version and addr in network
+
+
+def _contains_cidr(cidr: str, other: str) -> bool:
+    network, sub = _cidr(cidr), _cidr(other)
+    return sub.version == network.version and sub.subnet_of(network)  # type: ignore[arg-type]
 
 
 def _sets_contains(a: list[Any], b: list[Any]) -> bool:
@@ -361,6 +452,40 @@ def _library() -> list[Any]:
             lambda a: float(_quantity(a)),
         ),
         decl("sign", "quantity_sign", _T.INT, [_T.STRING], _quantity_sign),
+        # cel-go's lists extension (kube enables it): slice, flatten, distinct, sort
+        _cel.FunctionDecl(
+            "slice",
+            [
+                _cel.Overload(
+                    "list_slice",
+                    return_type=dyn_list,
+                    parameters=[dyn_list, _T.INT, _T.INT],
+                    is_member=True,
+                    impl=_slice,
+                )
+            ],
+        ),
+        _cel.FunctionDecl(
+            "flatten",
+            [
+                _cel.Overload(
+                    "list_flatten",
+                    return_type=dyn_list,
+                    parameters=[dyn_list],
+                    is_member=True,
+                    impl=_flatten,
+                ),
+                _cel.Overload(
+                    "list_flatten_int",
+                    return_type=dyn_list,
+                    parameters=[dyn_list, _T.INT],
+                    is_member=True,
+                    impl=_flatten,
+                ),
+            ],
+        ),
+        decl("distinct", "list_distinct", dyn_list, [dyn_list], _distinct),
+        decl("sort", "list_sort", dyn_list, [dyn_list], _sort),
         # kube's regex library
         decl("find", "string_find", _T.STRING, [_T.STRING, _T.STRING], _find),
         _cel.FunctionDecl(
@@ -399,6 +524,54 @@ def _library() -> list[Any]:
             [_T.STRING],
             _url_query,
         ),
+        # kube's IP and CIDR libraries: addresses and networks are their (validated) strings
+        free("ip", "string_to_ip", _T.STRING, [_T.STRING], lambda t: str(_ip(t)) and t),
+        free("isIP", "is_ip", _T.BOOL, [_T.STRING], _is_ip),
+        free("cidr", "string_to_cidr", _T.STRING, [_T.STRING], lambda t: str(_cidr(t)) and t),
+        free("isCIDR", "is_cidr", _T.BOOL, [_T.STRING], _is_cidr),
+        decl("family", "ip_family", _T.INT, [_T.STRING], lambda t: _ip(t).version),
+        decl("isLoopback", "ip_is_loopback", _T.BOOL, [_T.STRING], lambda t: _ip(t).is_loopback),
+        decl(
+            "isUnspecified",
+            "ip_is_unspecified",
+            _T.BOOL,
+            [_T.STRING],
+            lambda t: _ip(t).is_unspecified,
+        ),
+        decl(
+            "isGlobalUnicast",
+            "ip_is_global_unicast",
+            _T.BOOL,
+            [_T.STRING],
+            lambda t: (
+                not (
+                    _ip(t).is_loopback
+                    or _ip(t).is_multicast
+                    or _ip(t).is_unspecified
+                    or _ip(t).is_link_local
+                    or t == "255.255.255.255"
+                )
+            ),
+        ),
+        decl(
+            "isLinkLocalUnicast",
+            "ip_is_link_local_unicast",
+            _T.BOOL,
+            [_T.STRING],
+            lambda t: _ip(t).is_link_local,
+        ),
+        decl("containsIP", "cidr_contains_ip", _T.BOOL, [_T.STRING, _T.STRING], _contains_ip),
+        decl(
+            "containsCIDR",
+            "cidr_contains_cidr",
+            _T.BOOL,
+            [_T.STRING, _T.STRING],
+            _contains_cidr,
+        ),
+        decl(
+            "prefixLength", "cidr_prefix_length", _T.INT, [_T.STRING], lambda t: _cidr(t).prefixlen
+        ),
+        decl("masked", "cidr_masked", _T.STRING, [_T.STRING], lambda t: str(_cidr(t))),
         # kube's sets library
         free(
             "sets.contains",
@@ -431,6 +604,8 @@ def _decl_type(schema: Any) -> Any:
     """The CEL type of a value of this schema (kube's SchemaDeclType, objects as maps)."""
     if not isinstance(schema, dict) or schema.get("x-kubernetes-int-or-string"):
         return _T.DYN
+    if schema.get("nullable"):
+        return _T.DYN  # a null inside a typed list or map would not convert
     kind = schema.get("type")
     if kind == "string" and schema.get("format") in _FORMAT_TYPES:
         return _FORMAT_TYPES[schema["format"]]
@@ -457,13 +632,70 @@ _FORMAT_TYPES = {
 }
 
 
+# kube's property name escaping (k8s.io/apiserver/pkg/cel/escaping.go): a property `foo-bar` is
+# `self.foo__dash__bar` in CEL, `namespace` is `self.__namespace__`.
+_CEL_RESERVED = frozenset(
+    [
+        "true",
+        "false",
+        "null",
+        "in",
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "for",
+        "function",
+        "if",
+        "import",
+        "let",
+        "loop",
+        "package",
+        "namespace",
+        "return",
+        "var",
+        "void",
+        "while",
+    ]
+)
+_CEL_IDENTIFIER = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_ESCAPES = (("__", "__underscores__"), (".", "__dot__"), ("-", "__dash__"), ("/", "__slash__"))
+
+
+def escape_property(name: str) -> str | None:
+    """A property's name in CEL, or None when it cannot be written there."""
+    if name in _CEL_RESERVED:
+        return f"__{name}__"
+    escaped = name
+    for old, new in _ESCAPES:
+        escaped = escaped.replace(old, new)
+    return escaped if _CEL_IDENTIFIER.match(escaped) else None
+
+
+def _escaped_properties(schema: dict[str, Any]) -> dict[str, Any]:
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for name, sub in props.items():
+        cel_name = escape_property(str(name))
+        if cel_name is not None:
+            out[cel_name] = sub
+    return out
+
+
 def _has_number(schema: Any) -> bool:
-    """Whether values of this schema need `_coerce` (numbers, formatted strings)."""
+    """Whether values of this schema need `_coerce` (numbers, formatted strings, property
+    names CEL sees escaped)."""
     if not isinstance(schema, dict):
         return False
     if schema.get("type") == "number" or (
         schema.get("type") == "string" and schema.get("format") in _FORMAT_TYPES
     ):
+        return True
+    props = schema.get("properties")
+    if isinstance(props, dict) and any(escape_property(str(k)) != k for k in props):
         return True
     return any(_has_number(sub) for sub in _children(schema))
 
@@ -496,9 +728,15 @@ def _coerce(value: Any, schema: Any) -> Any:
         out: dict[str, Any] = {}
         for k, v in value.items():
             sub = props.get(k) if isinstance(props, dict) else None
-            if sub is None and isinstance(additional, dict):
+            key = k
+            if sub is not None:
+                escaped = escape_property(k)
+                if escaped is None:
+                    continue  # not addressable from CEL
+                key = escaped
+            elif isinstance(additional, dict):
                 sub = additional
-            out[k] = _coerce(v, sub) if sub is not None else v
+            out[key] = _coerce(v, sub) if sub is not None else v
         return out
     return value
 
@@ -590,10 +828,6 @@ def _compile_error_text(exc: Exception) -> str:
     return re.sub(r"\s*\[[A-Z_]+\]$", "", text)
 
 
-def _go_string(value: str) -> str:
-    return go_quote(value)
-
-
 def _rule_repr(rule: dict[str, Any]) -> str:
     """The rule as Go's %#v of apiextensions.ValidationRule (kube's field.Invalid value)."""
     reason = rule.get("reason")
@@ -601,18 +835,18 @@ def _rule_repr(rule: dict[str, Any]) -> str:
     reason_text = (
         "(*apiextensions.FieldValueErrorReason)(nil)"
         if reason is None
-        else f"(*apiextensions.FieldValueErrorReason)({_go_string(str(reason))})"
+        else f"(*apiextensions.FieldValueErrorReason)({go_quote(str(reason))})"
     )
     optional_text = (
         "(*bool)(nil)" if optional is None else f"(*bool)({str(bool(optional)).lower()})"
     )
     return (
         "apiextensions.ValidationRule{"
-        f"Rule:{_go_string(str(rule.get('rule') or ''))}, "
-        f"Message:{_go_string(str(rule.get('message') or ''))}, "
-        f"MessageExpression:{_go_string(str(rule.get('messageExpression') or ''))}, "
+        f"Rule:{go_quote(str(rule.get('rule') or ''))}, "
+        f"Message:{go_quote(str(rule.get('message') or ''))}, "
+        f"MessageExpression:{go_quote(str(rule.get('messageExpression') or ''))}, "
         f"Reason:{reason_text}, "
-        f"FieldPath:{_go_string(str(rule.get('fieldPath') or ''))}, "
+        f"FieldPath:{go_quote(str(rule.get('fieldPath') or ''))}, "
         f"OptionalOldSelf:{optional_text}}}"
     )
 
@@ -704,20 +938,32 @@ class RuleSet:
         old: Any,
         budget: _Budget,
         errs: list[FieldError],
+        anchor: tuple[Any, Any] | None = None,
     ) -> None:
+        """`anchor` is (new, old) of this value or, under a list whose items do not correlate,
+        of the nearest value that does: kube's ratcheting keeps a failing rule that does not
+        use oldSelf from refusing an update that leaves that value unchanged."""
         if value is None:
             return
-        if node.rules and not self._expressions(node, path, value, old, budget, errs):
+        if old is not None:
+            anchor = (value, old)
+        if node.rules and not self._expressions(node, path, value, old, budget, errs, anchor):
             return
         for sub in node.all_of:
-            self._validate(sub, path, value, old, budget, errs)
+            self._validate(sub, path, value, old, budget, errs, anchor)
             if budget.remaining < 0:
                 return
         if isinstance(value, list) and node.items is not None:
             olds = _correlate(node.map_keys, old)
             for i, item in enumerate(value):
-                old_item = olds(item) if olds is not None else None
-                self._validate(node.items, _index(path, i), item, old_item, budget, errs)
+                if olds is not None:
+                    old_item = olds(item)
+                    item_anchor = None
+                else:
+                    old_item, item_anchor = None, anchor
+                self._validate(
+                    node.items, _index(path, i), item, old_item, budget, errs, item_anchor
+                )
                 if budget.remaining < 0:
                     return
         elif isinstance(value, dict):
@@ -742,6 +988,7 @@ class RuleSet:
         old: Any,
         budget: _Budget,
         errs: list[FieldError],
+        anchor: tuple[Any, Any] | None,
     ) -> bool:
         """Evaluates the rules of one level; False when the budget ran out."""
         shown = node.type_name
@@ -837,6 +1084,8 @@ class RuleSet:
                 detail = (
                     rule.message.strip() if rule.message else f"failed rule: {rule.rule.strip()}"
                 )
+            if not rule.uses_old_self and anchor is not None and anchor[0] == anchor[1]:
+                continue  # ratcheted: kube turns this into a warning
             errs.append(_for_reason(where, shown, detail, rule.reason))
         return True
 
@@ -870,12 +1119,7 @@ def _eval(program: Any, activation: dict[str, Any]) -> tuple[bool, Any]:
         return False, _runtime_error_text(str(exc))
     if result.type() == _T.ERROR:
         return False, _runtime_error_text(str(result.value()))
-    return True, _plain(result)
-
-
-def _plain(result: Any) -> Any:
-    value = result.plain_value()
-    return value
+    return True, result.plain_value()
 
 
 def _correlate(map_keys: tuple[str, ...] | None, old: Any) -> Callable[[Any], Any] | None:
@@ -964,7 +1208,7 @@ class _Compiler:
         out = _Node(type_name=str(schema.get("type") or ""), schema=schema)
         rules = schema.get("x-kubernetes-validations")
         if isinstance(rules, list) and rules:
-            out.rules = self.rules(schema, rules, path, uncorrelatable, cardinality)
+            out.rules = self.rules(schema, rules, path, uncorrelatable, cardinality, resource_root)
             out.coerce = _has_number(schema)
         props = schema.get("properties")
         if isinstance(props, dict):
@@ -1032,6 +1276,7 @@ class _Compiler:
         path: str,
         uncorrelatable: str | None,
         cardinality: float,
+        resource_root: bool,
     ) -> list[_Rule]:
         self_type = _decl_type(schema)
         compiled: list[_Rule] = []
@@ -1039,7 +1284,7 @@ class _Compiler:
             rule_path = f"{path}.x-kubernetes-validations[{i}]"
             if not isinstance(raw, dict):
                 continue
-            result = self.rule(schema, raw, rule_path, self_type, uncorrelatable)
+            result = self.rule(schema, raw, rule_path, self_type, uncorrelatable, resource_root)
             if result is None:
                 continue
             ok = True
@@ -1070,82 +1315,51 @@ class _Compiler:
         rule_path: str,
         self_type: Any,
         uncorrelatable: str | None,
+        resource_root: bool,
     ) -> _Rule | None:
         text = raw.get("rule")
         if not isinstance(text, str) or not text.strip():
-            self.errors.append(
-                FieldError(f"{rule_path}.rule", "Required value: rule is not specified")
-            )
-            return None
-        ok = True
-        at = rule_path
+            return None  # "rule is not specified": schema.py's (kube's schema errors)
+        # Kube compiles a level's rules only when its static checks passed. Those checks
+        # (message, messageExpression, reason, fieldPath) are reported by schema.py's
+        # schema_problems; here they only keep the rule from compiling, so that the CRD's
+        # errors are not reported twice. schema.py has no check of the message's length, so
+        # that one is reported here.
         message = raw.get("message") or ""
         if not isinstance(message, str):
             message = str(message)
-        if message and not message.strip():
-            self.errors.append(
-                _invalid(f"{at}.message", message, "message must be non-empty if specified")
-            )
-            ok = False
-        elif len(message) > 2048:
+        ok = True
+        if len(message) > 2048:
             self.errors.append(
                 _invalid(
-                    f"{at}.message",
+                    f"{rule_path}.message",
                     message[:10] + "...",
                     "message must have a maximum length of 2048 characters",
                 )
             )
             ok = False
-        elif _NEWLINES.search(message.strip()):
-            self.errors.append(
-                _invalid(f"{at}.message", message, "message must not contain line breaks")
-            )
-            ok = False
-        elif _NEWLINES.search(text.strip()) and not message.strip():
-            self.errors.append(
-                FieldError(
-                    f"{at}.message",
-                    "Required value: message must be specified if rule contains line breaks",
-                )
-            )
-            ok = False
+        elif message.strip():
+            ok = not _NEWLINES.search(message.strip())
+        else:  # no message: allowed unless the message is blank or the rule spans lines
+            ok = not message and not _NEWLINES.search(text.strip())
         message_expression = raw.get("messageExpression") or ""
         if not isinstance(message_expression, str):
             message_expression = str(message_expression)
         if message_expression and not message_expression.strip():
-            self.errors.append(
-                FieldError(
-                    f"{at}.messageExpression",
-                    "Required value: messageExpression must be non-empty if specified",
-                )
-            )
             ok = False
         reason = raw.get("reason")
         if reason is not None and reason not in REASONS:
-            allowed = ", ".join(go_quote(r) for r in sorted(REASONS))
-            self.errors.append(
-                FieldError(
-                    f"{at}.reason",
-                    f"Unsupported value: {go_quote(str(reason))}: supported values: {allowed}",
-                )
-            )
             ok = False
         field_path = ""
         raw_field_path = raw.get("fieldPath")
         if raw_field_path is not None and raw_field_path != "":
             shown_path = str(raw_field_path)
-            if not shown_path.strip():
-                problem = "fieldPath must be non-empty if specified"
-            elif _NEWLINES.search(shown_path):
-                problem = "fieldPath must not contain line breaks"
+            if not shown_path.strip() or _NEWLINES.search(shown_path):
+                ok = False
             else:
                 field_path, why = _valid_field_path(shown_path, schema)
-                problem = f"fieldPath must be a valid path: {why}" if why else ""
-            if problem:
-                self.errors.append(_invalid(f"{at}.fieldPath", shown_path, problem))
-                ok = False
+                ok = ok and not why
         if not ok:
-            # kube compiles a level's rules only when its schema checks passed
             return None
         optional_old_self = bool(raw.get("optionalOldSelf"))
         env_plain = self.envs.get({SELF: self_type, OLD_SELF: self_type})
@@ -1157,20 +1371,38 @@ class _Compiler:
             env = self.envs.get({SELF: self_type, _OLD_VALUE: self_type, _HAS_OLD: _T.BOOL})
             source = (
                 f"cel.bind({OLD_SELF}, {_HAS_OLD} ? optional.of({_OLD_VALUE}) : "
-                f"optional.none(), {text}\n)"
+                f"optional.none(),\n{text}\n)"
             )
         try:
             program = env.compile(source)
         except Exception as exc:
+            issues = _compile_error_text(exc)
+            if source != text:  # the rule starts on the wrapper's second line
+                issues = re.sub(r"<input>:(\d+):", lambda m: f"<input>:{int(m[1]) - 1}:", issues)
+                try:  # syntax errors (which may sit at the wrapper's end) from the rule alone
+                    env_plain.compile(text)
+                except Exception as plain_exc:
+                    if "Syntax error" in str(plain_exc):
+                        issues = _compile_error_text(plain_exc)
             self.errors.append(
-                _invalid_rule(
-                    f"{rule_path}.rule", raw, f"compilation failed: {_compile_error_text(exc)}"
-                )
+                _invalid_rule(f"{rule_path}.rule", raw, f"compilation failed: {issues}")
             )
             return None
         if program.return_type() not in (_T.BOOL, _T.DYN):
             self.errors.append(
                 _invalid_rule(f"{rule_path}.rule", raw, "cel expression must evaluate to a bool")
+            )
+            return None
+        ast, positions = _checked(program)
+        shift = source.find(text)  # the cel.bind wrapper of optionalOldSelf rules, else 0
+        undefined = _undefined_fields(ast, _with_root_fields(schema) if resource_root else schema)
+        if undefined:
+            issues = "\n".join(
+                _located(text, max(positions.get(i, 0) - shift, 0), f"undefined field '{name}'")
+                for i, name in undefined
+            )
+            self.errors.append(
+                _invalid_rule(f"{rule_path}.rule", raw, f"compilation failed: {issues}")
             )
             return None
         if uses_old_self and uncorrelatable is not None:
@@ -1182,11 +1414,12 @@ class _Compiler:
                 )
             )
             ok = False
-        if optional_old_self and not uses_old_self:
+        if raw.get("optionalOldSelf") is not None and not uses_old_self:
+            shown = str(bool(raw.get("optionalOldSelf"))).lower()
             self.errors.append(
                 FieldError(
                     f"{rule_path}.optionalOldSelf",
-                    "Invalid value: true: may not be set if oldSelf is not used in rule",
+                    f"Invalid value: {shown}: may not be set if oldSelf is not used in rule",
                 )
             )
             ok = False
@@ -1210,7 +1443,6 @@ class _Compiler:
                     )
                 )
                 ok = False
-        ast = _checked_ast(program)
         cost = _cost(ast, schema)
         message_cost = (
             _cost(_checked_ast(message_program), schema) if message_program is not None else 0.0
@@ -1355,14 +1587,16 @@ def _valid_field_path(text: str, schema: dict[str, Any]) -> tuple[str, str]:
 class Program:
     """A compiled free expression (webhooks' matchConditions)."""
 
-    def __init__(self, expression: str, program: Any) -> None:
+    def __init__(self, expression: str, program: Any, variables: Sequence[str] = ()) -> None:
         self.expression = expression
         self._program = program
+        self._unset = dict.fromkeys(variables)
 
     def evaluate(self, activation: dict[str, Any]) -> Any:
         """The expression's value as plain Python (bool, int, float, str, bytes, list, dict,
-        None); raises `EvaluationError` with cel-go's wording of a runtime error."""
-        ok, result = _eval(self._program, activation)
+        None); raises `EvaluationError` with cel-go's wording of a runtime error. A declared
+        variable missing from `activation` is null (oldObject on a create)."""
+        ok, result = _eval(self._program, {**self._unset, **activation})
         if not ok:
             raise EvaluationError(str(result))
         return result
@@ -1385,7 +1619,7 @@ def compile_expression(
         program = env.compile(expression)
     except Exception as exc:
         return None, [_invalid(path, expression, f"compilation failed: {_compile_error_text(exc)}")]
-    return Program(expression, program), []
+    return Program(expression, program, variables), []
 
 
 # ---- cost --------------------------------------------------------------------------------------
@@ -1424,6 +1658,7 @@ class _Ast:
     size: int = 0  # a string or bytes literal's length
     iter_var: str = ""
     accu_var: str = ""
+    id: int = 0
 
 
 def _varint(buf: bytes, i: int) -> tuple[int, int]:
@@ -1459,7 +1694,15 @@ def _wire(buf: bytes) -> Iterator[tuple[int, Any]]:
 
 
 def _decode_expr(buf: bytes) -> _Ast:
-    for number, value in _wire(buf):
+    fields = list(_wire(buf))
+    expr_id = next((v for n, v in fields if n == 2 and isinstance(v, int)), 0)
+    node = _decode_kind(fields)
+    node.id = expr_id
+    return node
+
+
+def _decode_kind(fields: list[tuple[int, Any]]) -> _Ast:
+    for number, value in fields:
         if number == 3:  # Constant
             size = 0
             for n, v in _wire(value):
@@ -1513,9 +1756,124 @@ def _decode_expr(buf: bytes) -> _Ast:
 
 
 def _checked_ast(program: Any) -> _Ast:
+    return _checked(program)[0]
+
+
+def _checked(program: Any) -> tuple[_Ast, dict[int, int]]:
+    """The checked expression and its source positions (expression id -> offset)."""
     any_fields = dict(_wire(program.serialize()))
+    checked = dict(_wire(any_fields.get(2, b"")))
     expr_field = 4 if any_fields.get(1, b"").endswith(b"CheckedExpr") else 2
-    return _decode_expr(dict(_wire(any_fields.get(2, b""))).get(expr_field, b""))
+    positions: dict[int, int] = {}
+    source_info = checked.get(5 if expr_field == 4 else 3, b"")
+    for n, entry in _wire(source_info):
+        if n == 4:  # positions: map<int64, int32>
+            kv = dict(_wire(entry))
+            positions[int(kv.get(1, 0))] = int(kv.get(2, 0))
+    return _decode_expr(checked.get(expr_field, b"")), positions
+
+
+# What of a resource's root CEL sees (kube's WithTypeAndObjectMeta): apiVersion, kind and
+# only the name and generateName of its metadata.
+_ROOT_FIELDS = {
+    "apiVersion": {"type": "string"},
+    "kind": {"type": "string"},
+    "metadata": {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "generateName": {"type": "string"}},
+    },
+}
+
+
+def _with_root_fields(schema: Any) -> Any:
+    if not isinstance(schema, dict):
+        return schema
+    props = dict(schema.get("properties") or {})
+    props.update(_ROOT_FIELDS)
+    return {**schema, "properties": props}
+
+
+def _undefined_fields(ast: _Ast, schema: Any) -> list[tuple[int, str]]:
+    """Field selections of `self` that its object schema does not declare (kube's typed
+    objects make them compile errors: `undefined field 'foo'`). (expression id, field)."""
+    found: list[tuple[int, str]] = []
+    scopes: dict[str, Any] = {SELF: schema}
+
+    def closed(s: Any) -> bool:
+        return (
+            isinstance(s, dict)
+            and s.get("type") == "object"
+            and isinstance(s.get("properties"), dict)
+            and not s.get("additionalProperties")
+            and not s.get("x-kubernetes-preserve-unknown-fields")
+        )
+
+    def resolve(node: _Ast) -> Any:
+        if node.kind == "ident":
+            return scopes.get(node.name)
+        if node.kind == "select" and node.target is not None:
+            base = resolve(node.target)
+            if not isinstance(base, dict):
+                return None
+            props = _escaped_properties(base) if isinstance(base.get("properties"), dict) else None
+            if closed(base) and isinstance(props, dict):
+                if node.name not in props:
+                    found.append((node.id, node.name))
+                    return None
+                sub = props[node.name]
+                if isinstance(sub, dict) and sub.get("x-kubernetes-embedded-resource"):
+                    return _with_root_fields(sub)
+                return sub
+            if isinstance(props, dict) and node.name in props:
+                return props[node.name]
+            additional = base.get("additionalProperties")
+            return additional if isinstance(additional, dict) else None
+        if node.kind == "call" and node.name == "_[_]" and len(node.args) == 2:
+            base = resolve(node.args[0])
+            resolve(node.args[1])
+            return _element_schema(base)
+        if node.kind == "comprehension":
+            range_, init, condition, step, result = node.args
+            base = resolve(range_)
+            resolve(init)
+            saved = dict(scopes)
+            scopes.pop(node.accu_var, None)
+            if isinstance(base, dict) and base.get("type") == "array":
+                scopes[node.iter_var] = _element_schema(base)
+            else:
+                scopes.pop(node.iter_var, None)
+            for part in (condition, step, result):
+                resolve(part)
+            scopes.clear()
+            scopes.update(saved)
+            return None
+        if node.target is not None:
+            resolve(node.target)
+        for arg in node.args:
+            resolve(arg)
+        return None
+
+    resolve(ast)
+    return found
+
+
+def _element_schema(schema: Any) -> Any:
+    if not isinstance(schema, dict):
+        return None
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            return schema[key]
+    return None
+
+
+def _located(source: str, offset: int, message: str) -> str:
+    """A compile error as cel-go prints it: the location, the line and a caret."""
+    line_no = source.count("\n", 0, offset) + 1
+    start = source.rfind("\n", 0, offset) + 1
+    end = source.find("\n", offset)
+    line = source[start : end if end >= 0 else len(source)]
+    column = offset - start + 1
+    return f"ERROR: <input>:{line_no}:{column}: {message}\n | {line}\n | {'.' * (column - 1)}^"
 
 
 # Unbounded sizes, as kube's estimates from the 3 MiB request limit: a string without
@@ -1596,8 +1954,8 @@ def _select(base: _Sized, name: str) -> _Sized:
         return _sized_value(value)
     schema = base.schema
     if isinstance(schema, dict):
-        props = schema.get("properties")
-        if isinstance(props, dict) and name in props:
+        props = _escaped_properties(schema)
+        if name in props:
             return _sized_schema(props[name])
         if isinstance(schema.get("additionalProperties"), dict):
             return _sized_schema(schema["additionalProperties"])
@@ -1679,9 +2037,13 @@ _SIZE_PRESERVING = frozenset(
         "string",
         "sort",
         "distinct",
+        "slice",
+        "flatten",
     }
 )
-_LIST_FUNCTIONS = frozenset({"isSorted", "sum", "min", "max", "sort", "distinct"})
+_LIST_FUNCTIONS = frozenset(
+    {"isSorted", "sum", "min", "max", "sort", "distinct", "slice", "flatten", "sets.contains"}
+)
 _COMPARISONS = frozenset({"_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"})
 _FREE_CALLS = frozenset({"_&&_", "_||_", "!_", "_?_:_"})
 

@@ -68,9 +68,12 @@ SPEC = with_rules(
         ("self.ratio > 0.5", {"ratio": 1}, []),  # a JSON 1 of a `number` schema is a double
         ("self.ratio + 0.5 == 1.5", {"ratio": 1}, []),
         (
-            "self.nope == 1",
-            {"name": "x"},
-            ['spec: Invalid value: "object": no such key: nope evaluating rule: self.nope == 1'],
+            "self.name == 'x'",
+            {"replicas": 1},
+            [
+                'spec: Invalid value: "object": no such key: name evaluating rule: '
+                "self.name == 'x'"
+            ],
         ),
         ("self.name.lowerAscii() == 'abc'", {"name": "ABC"}, []),
         ("self.name.upperAscii() == 'ABC'", {"name": "abc"}, []),
@@ -359,50 +362,49 @@ def test_compile_errors_in_kubes_shape() -> None:
         "compilation failed: ERROR: <input>:1:13: found no matching overload for '_+_'" in errs[2]
     )
     assert "undeclared reference to 'nope.x'" in errs[3]
-    assert errs[4] == f"{at}[4].rule: Required value: rule is not specified"
-    assert len(errs) == 5
+    # an empty rule is schema.py's error ("rule is not specified"), not reported twice
+    assert len(errs) == 4
 
 
 def test_rule_field_checks() -> None:
     schema = obj(
         spec=with_rules(
             obj(a=INT),
-            {"rule": "true", "reason": "Nope"},
-            {"rule": "true", "fieldPath": ".zz"},
-            {"rule": "true", "fieldPath": ".a[0]"},
-            {"rule": "true", "message": "two\nlines"},
-            {"rule": "self.a > 0 &&\n true"},
+            # schema.py reports these (kube's schema errors); the rules are just not compiled
+            {"rule": "bad syntax (", "reason": "Nope"},
+            {"rule": "bad syntax (", "fieldPath": ".zz"},
+            {"rule": "bad syntax (", "fieldPath": ".a[0]"},
+            {"rule": "bad syntax (", "message": "two\nlines"},
+            {"rule": "self.a > 0 &&\n bad syntax ("},
+            {"rule": "bad syntax (", "messageExpression": " "},
+            {"rule": "  "},
+            # and these are the CEL errors
             {"rule": "true", "messageExpression": "1"},
             {"rule": "true", "messageExpression": "'a' +"},
             {"rule": "true", "optionalOldSelf": True},
+            {"rule": "true", "optionalOldSelf": False},
+            {"rule": "true", "message": "x" * 2049},
         )
     )
     at = f"{ROOT}.properties[spec].x-kubernetes-validations"
     errs = compile_errors(schema)
-    assert errs[:5] == [
-        f'{at}[0].reason: Unsupported value: "Nope": supported values: "FieldValueDuplicate", '
-        '"FieldValueForbidden", "FieldValueInvalid", "FieldValueRequired"',
-        f'{at}[1].fieldPath: Invalid value: ".zz": fieldPath must be a valid path: '
-        "does not refer to a valid field",
-        f'{at}[2].fieldPath: Invalid value: ".a[0]": fieldPath must be a valid path: '
-        "expected single quoted string but got 0",
-        f'{at}[3].message: Invalid value: "two\\nlines": message must not contain line breaks',
-        f"{at}[4].message: Required value: message must be specified if rule contains line breaks",
-    ]
-    assert errs[5] == (
-        f"{at}[5].messageExpression: Invalid value: "
+    assert errs[0] == (
+        f"{at}[7].messageExpression: Invalid value: "
         f"{rule_repr('true', MessageExpression='1')}: must evaluate to a string"
     )
-    assert errs[6].startswith(
-        f"{at}[6].messageExpression: Invalid value: "
+    assert errs[1].startswith(
+        f"{at}[8].messageExpression: Invalid value: "
         f"{rule_repr('true', MessageExpression=chr(39) + 'a' + chr(39) + ' +')}: "
         "messageExpression compilation failed: ERROR: <input>:1:6: Syntax error"
     )
-    assert errs[7] == (
-        f"{at}[7].optionalOldSelf: Invalid value: true: may not be set if oldSelf is not used "
-        "in rule"
-    )
-    assert len(errs) == 8
+    assert errs[2:] == [
+        f"{at}[9].optionalOldSelf: Invalid value: true: may not be set if oldSelf is not used "
+        "in rule",
+        f"{at}[10].optionalOldSelf: Invalid value: false: may not be set if oldSelf is not used "
+        "in rule",
+        f'{at}[11].message: Invalid value: "xxxxxxxxxx...": message must have a maximum length '
+        "of 2048 characters",
+    ]
 
 
 # ---- free expressions --------------------------------------------------------------------------
@@ -424,6 +426,9 @@ def test_compile_expression_for_match_conditions() -> None:
     assert program.evaluate(activation) is True
     activation["request"] = {"operation": "UPDATE"}
     assert program.evaluate(activation) is False
+    # a variable left out is null
+    request = {"operation": "UPDATE"}
+    assert program.evaluate({"object": {"metadata": {"name": "web"}}, "request": request}) is False
     with pytest.raises(EvaluationError, match="no such key: metadata"):
         program.evaluate({"object": {}, "oldObject": None, "request": {"operation": "CREATE"}})
 
@@ -568,7 +573,21 @@ def test_cel_cpps_iteration_guard_reads_as_the_per_call_limit() -> None:
         ("sets.contains([1, 2, 3], [1, 2]) && !sets.contains([1], [2])", True),
         ("sets.equivalent([1, 2], [2, 1, 1])", True),
         ("sets.intersects([1, 2], [2, 3]) && !sets.intersects([1], [2])", True),
+        ("isIP('10.0.0.1') && isIP('::1') && !isIP('10.0.0') && !isIP('::ffff:1.2.3.4')", True),
+        ("ip('10.0.0.1').family() + ip('::1').family()", 10),
+        ("ip('127.0.0.1').isLoopback() && ip('0.0.0.0').isUnspecified()", True),
+        ("cidr('10.0.0.0/8').containsIP('10.1.2.3')", True),
+        ("cidr('10.0.0.0/8').containsCIDR('10.1.0.0/16')", True),
+        ("cidr('10.0.0.0/8').prefixLength()", 8),
+        ("isCIDR('10.0.0.0/8') && !isCIDR('10.0.0.0/33')", True),
         ("optional.of(1).hasValue() && optional.none().orValue(2) == 2", True),
+        ("{'a': 1}.?b.orValue(7) + [1, 2][?5].orValue(9)", 16),
+        ("[1, 2, 3].slice(1, 2)", [2]),
+        ("[[1], [2, [3]]].flatten(2)", [1, 2, 3]),
+        ("[1, 2, 1].distinct()", [1, 2]),
+        ("[3, 1, 2].sort()", [1, 2, 3]),
+        ("base64.encode(b'a')", "YQ=="),
+        ("'abc'.reverse() + strings.quote('x')", 'cba"x"'),
         ("cel.bind(x, 2, x * x)", 4),
         ("math.greatest(1, 5, 3)", 5),
     ],
@@ -640,3 +659,149 @@ def test_formatted_strings_are_timestamps_durations_and_bytes() -> None:
     ]
     # a typed string is checked at compile time
     assert "found no matching overload" in compile_errors(obj(d=fmt("duration", "self > 1")))[0]
+
+
+def test_undefined_fields_of_an_object_are_compile_errors() -> None:
+    spec = obj(
+        a=INT,
+        labels={"type": "object", "additionalProperties": STR},
+        items={"type": "array", "items": obj(b=INT)},
+    )
+    schema = with_rules(
+        obj(spec=spec, free={"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+        {"rule": "self.spec.nope == 1"},
+        {"rule": "self.spec.labels.anything == 'x' && self.free.whatever == 1"},
+        {"rule": "self.metadata.name == 'x' && self.kind == 'X'"},
+        {"rule": "self.metadata.labels.size() > 0"},
+        {"rule": "has(self.spec.b)"},
+        {"rule": "self.spec.items.all(s, s.zz == 1)"},
+    )
+    at = f"{ROOT}.x-kubernetes-validations"
+    errs = compile_errors(schema)
+    assert errs[0] == (
+        f"{at}[0].rule: Invalid value: {rule_repr('self.spec.nope == 1')}: compilation failed: "
+        "ERROR: <input>:1:10: undefined field 'nope'\n | self.spec.nope == 1\n | .........^"
+    )
+    # a resource's root shows only metadata.name and metadata.generateName, as kube's
+    assert errs[1].startswith(f"{at}[3].rule: ")
+    assert errs[1].endswith(
+        "compilation failed: ERROR: <input>:1:14: undefined field 'labels'"
+        "\n | self.metadata.labels.size() > 0\n | .............^"
+    )
+    assert "undefined field 'b'" in errs[2] and errs[2].startswith(f"{at}[4].rule")
+    assert "undefined field 'zz'" in errs[3] and errs[3].startswith(f"{at}[5].rule")
+    assert len(errs) == 4
+
+
+def test_ratcheting_an_unchanged_value_passes_a_failing_rule() -> None:
+    # kube's CRDValidationRatcheting: a rule without oldSelf does not refuse an update that
+    # leaves its value as it was (a rule tightened after objects were stored)
+    tight = with_rules(STR, {"rule": "self.size() < 3", "message": "too long"})
+    schema = obj(
+        a=tight,
+        b=tight,
+        tags={"type": "array", "items": tight},
+        ports={
+            "type": "array",
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+            "items": obj(name=tight),
+        },
+    )
+    old = {"a": "long", "b": "long", "tags": ["long"], "ports": [{"name": "long"}]}
+    assert messages(schema, old, old) == []
+    new = {"a": "long", "b": "longer", "tags": ["long", "x"], "ports": [{"name": "long"}]}
+    assert messages(schema, new, old) == [
+        'b: Invalid value: "string": too long',
+        'tags[0]: Invalid value: "string": too long',
+    ]
+    assert messages(schema, new) == [
+        'a: Invalid value: "string": too long',
+        'b: Invalid value: "string": too long',
+        'tags[0]: Invalid value: "string": too long',
+        'ports[0].name: Invalid value: "string": too long',
+    ]
+
+
+def test_nullable_items_and_all_of_rules() -> None:
+    schema = obj(
+        names=with_rules(
+            {"type": "array", "items": {**STR, "nullable": True}},
+            {"rule": "self.all(x, x == null || x.size() > 0)", "message": "empty name"},
+        ),
+        spec={
+            **obj(a=INT),
+            "allOf": [{"x-kubernetes-validations": [{"rule": "self.a > 0", "message": "a>0"}]}],
+        },
+    )
+    assert messages(schema, {"names": ["x", None], "spec": {"a": 1}}) == []
+    assert messages(schema, {"names": [""], "spec": {"a": 0}}) == [
+        'names: Invalid value: "array": empty name',
+        'spec: Invalid value: "object": a>0',
+    ]
+
+
+def test_optional_old_self_compile_errors_point_into_the_rule() -> None:
+    rule = {"rule": "oldSelf.orValue(1) ==", "optionalOldSelf": True}
+    errs = compile_errors(obj(v=with_rules(INT, rule)))
+    assert len(errs) == 1
+    assert "compilation failed: ERROR: <input>:1:22: Syntax error" in errs[0]
+    assert "\n | oldSelf.orValue(1) ==\n | .....................^" in errs[0]
+    assert "OptionalOldSelf:(*bool)(true)" in errs[0]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": "x", "x-kubernetes-validations": "nope"},
+        {"type": "array", "items": [1], "x-kubernetes-validations": [None, 1, {"rule": 5}]},
+        {"type": "object", "additionalProperties": True, "maxProperties": "x"},
+        {"x-kubernetes-validations": [{"rule": "self", "fieldPath": 3, "reason": []}]},
+        {
+            "type": "array",
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": "name",
+            "items": with_rules(obj(name=STR), {"rule": "self == oldSelf"}),
+        },
+    ],
+)
+def test_malformed_schemas_do_not_raise(schema: dict[str, Any]) -> None:
+    rules, _ = compile_rules(schema, ROOT)
+    rules.validate([{"name": "a"}], [{"name": "b"}])
+    rules.validate({"a": 1}, None)
+
+
+def test_property_names_are_escaped_as_kube_does() -> None:
+    schema = with_rules(
+        obj(
+            **{
+                "foo-bar": INT,
+                "namespace": STR,
+                "a.b": INT,
+                "x__y": INT,
+                "labels": {"type": "object", "additionalProperties": STR},
+            }
+        ),
+        {"rule": "self.foo__dash__bar > 0", "message": "dash"},
+        {"rule": "self.__namespace__ == 'ns'", "message": "reserved"},
+        {"rule": "self.a__dot__b == self.x__underscores__y", "message": "dot"},
+        {"rule": "self.labels['app.kubernetes.io/name'] == 'web'", "message": "map keys stay"},
+    )
+    good = {
+        "foo-bar": 1,
+        "namespace": "ns",
+        "a.b": 2,
+        "x__y": 2,
+        "labels": {"app.kubernetes.io/name": "web"},
+    }
+    assert messages(obj(v=schema), {"v": good}) == []
+    bad = {**good, "foo-bar": 0, "namespace": "x", "a.b": 3}
+    assert messages(obj(v=schema), {"v": bad}) == [
+        'v: Invalid value: "object": dash',
+        'v: Invalid value: "object": reserved',
+        'v: Invalid value: "object": dot',
+    ]
+    assert (
+        "undefined field 'foo'"
+        in compile_errors(obj(v=with_rules(schema, {"rule": "self.foo == 1"})))[0]
+    )
