@@ -920,3 +920,83 @@ async def test_every_served_version_is_served(served: RunningAPIServer, tmp_path
     # kubectl uses the preferred version.
     got = await kubectl(served, tmp_path, "get", "tau", "nightly", "-o", "jsonpath={.apiVersion}")
     assert got.stdout == "stable.example.com/v1"
+
+
+OPERATOR = """
+import kopf
+
+
+@kopf.on.create("stable.example.com", "v1", "upsilons")
+def created(spec, patch, **_):
+    patch.status["seen"] = spec.get("cronSpec", "")
+
+
+@kopf.on.delete("stable.example.com", "v1", "upsilons")
+def deleted(name, logger, **_):
+    logger.info(f"goodbye {name}")
+"""
+
+
+@needs_kubectl
+async def test_a_kopf_operator_reconciles_custom_objects(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    pytest.importorskip("kopf")
+    kopf_bin = Path(sys.executable).parent / "kopf"
+    crd = crontab_crd("upsilons", "up", "Upsilon")
+    status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    status["properties"]["seen"] = {"type": "string"}  # else pruned, as kube prunes it
+    await established(served, tmp_path, crd)
+    (tmp_path / "op.py").write_text(OPERATOR)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "c", "cluster": {"server": f"http://{served.server.rest_address}"}}
+                ],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    env = {**os.environ, "HOME": str(tmp_path), "KUBECONFIG": str(kubeconfig)}
+    operator = await in_thread(
+        lambda: subprocess.Popen(
+            [str(kopf_bin), "run", "--standalone", "--namespace=default", str(tmp_path / "op.py")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+    )
+    try:
+        body = CRONTAB.replace("CronTab", "Upsilon")
+        created = await kubectl(served, tmp_path, "create", "-f", "-", stdin=body)
+        assert created.returncode == 0, created.stderr
+        seen = await kubectl(
+            served, tmp_path, "wait", "--timeout=60s", "upsilon/nightly",
+            "--for=jsonpath={.status.seen}=0 3 * * *",
+        )  # fmt: skip
+        if seen.returncode != 0:
+            operator.terminate()
+            logs = (await in_thread(lambda: operator.communicate(timeout=30)))[0]
+            pytest.fail(f"{seen.stderr}\n{logs[-4000:]}")
+        got = json.loads(
+            (await kubectl(served, tmp_path, "get", "upsilon", "nightly", "-o", "json")).stdout
+        )
+        assert "kopf.zalando.org/KopfFinalizerMarker" in got["metadata"]["finalizers"]
+        # The delete waits for the operator's delete handler, which lets the finalizer go.
+        deleted = await kubectl(served, tmp_path, "delete", "upsilon", "nightly", "--timeout=60s")
+        assert deleted.returncode == 0, deleted.stderr
+    finally:
+        operator.terminate()
+        try:
+            output, _ = await in_thread(lambda: operator.communicate(timeout=30))
+        except subprocess.TimeoutExpired:
+            operator.kill()
+            output, _ = await in_thread(operator.communicate)
+    assert "goodbye nightly" in output, output[-3000:]
