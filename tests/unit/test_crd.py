@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format, struct_pb2
 
+from apiserver.auth.rbac import Rule, rule_allows
 from apiserver.crd import names
 from apiserver.crd.serving import deprecation_warning, version_priority
 from apiserver.grpcattributes import grpc_attributes
@@ -19,6 +20,7 @@ from apiserver.registry.customresourcedefinition import (
     simple_json_path_problem,
     validate_crd,
 )
+from apiserver.rest.attributes import rest_attributes
 from tinykube import tables
 from tinykube.kinds import CUSTOM_RESOURCE_DEFINITION, PrinterColumn
 from tinykube.manifest import to_dict
@@ -333,3 +335,20 @@ def test_grpc_custom_resources_are_authorized_by_the_requests_resource() -> None
     (watch,) = grpc_attributes("/tinykube.v1.CustomResources/Watch", listing)
     assert (watch.verb, watch.namespace) == ("watch", "team")
     assert grpc_attributes("/tinykube.v1.CustomResources/ListKinds", request) == ()
+
+
+def test_rbac_sees_a_custom_object_by_its_group_and_resource() -> None:
+    """RBAC needs nothing particular for custom kinds: a role names their group and plural."""
+    attrs = rest_attributes(
+        "PUT", "/apis/stable.example.com/v1/namespaces/team/crontabs/nightly/scale", {}
+    )
+    assert (attrs.verb, attrs.api_group, attrs.resource, attrs.subresource) == (
+        "update", "stable.example.com", "crontabs", "scale",
+    )  # fmt: skip
+    assert (attrs.namespace, attrs.name) == ("team", "nightly")
+    reader = Rule(
+        verbs=("get", "list"), api_groups=("stable.example.com",), resources=("crontabs",)
+    )
+    listing = rest_attributes("GET", "/apis/stable.example.com/v1/namespaces/team/crontabs", {})
+    assert rule_allows(reader, listing)
+    assert not rule_allows(reader, attrs)
