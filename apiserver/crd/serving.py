@@ -291,6 +291,21 @@ class CustomResourceStrategy(Strategy[Message]):
     def on_update(self, new: Message, old: Message) -> None:
         self._shape(new)
 
+    def prepare_for_update(self, new: Message, old: Message) -> None:
+        """kube's customResourceStrategy: any change besides metadata (and the status, with
+        the status subresource) bumps metadata.generation, not only a spec change."""
+        super().prepare_for_update(new, old)
+        meta, old_meta = new.metadata, old.metadata  # type: ignore[attr-defined]
+        if meta.generation != old_meta.generation:
+            return
+        skip = {"apiVersion", "kind", "metadata", *(("status",) if self.info.has_status else ())}
+        for field in new.DESCRIPTOR.fields:
+            if field.name in skip:
+                continue
+            if getattr(new, field.name) != getattr(old, field.name):
+                meta.generation = old_meta.generation + 1
+                return
+
     def on_status_update(self, merged: Message, new: Message) -> None:
         self._shape(merged)
 

@@ -425,7 +425,9 @@ async def test_schema_validation_pruning_defaults_and_cel_rules(
 
 
 @needs_kubectl
-async def test_status_subresource(served: RunningAPIServer, tmp_path: Path) -> None:
+async def test_status_subresource_generation_and_describe(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
     await established(served, tmp_path, crontab_crd("zetas", "zt", "Zeta"))
     body = CRONTAB.replace("CronTab", "Zeta") + "status:\n  replicas: 5\n"
     created = await kubectl(served, tmp_path, "create", "-f", "-", stdin=body)
@@ -461,6 +463,23 @@ async def test_status_subresource(served: RunningAPIServer, tmp_path: Path) -> N
         3,
         2,
     )
+    # A label change is metadata: no new generation.
+    labeled = await kubectl(served, tmp_path, "label", "zeta", "nightly", "extra=yes")
+    assert labeled.returncode == 0, labeled.stderr
+    got = json.loads(
+        (await kubectl(served, tmp_path, "get", "zeta", "nightly", "-o", "json")).stdout
+    )
+    assert got["metadata"]["generation"] == 2
+    described = await kubectl(served, tmp_path, "describe", "zeta", "nightly")
+    assert described.returncode == 0, described.stderr
+    for line in (
+        "Name:         nightly",
+        "Namespace:    default",
+        "API Version:  stable.example.com/v1",
+        "Kind:         Zeta",
+    ):
+        assert line in described.stdout, described.stdout
+    assert "Cron Spec:  0 3 * * *" in described.stdout, described.stdout
 
 
 def custom_api(running: RunningAPIServer) -> Any:

@@ -12,7 +12,13 @@ from google.protobuf import json_format, struct_pb2
 
 from apiserver.auth.rbac import Rule, rule_allows
 from apiserver.crd import names
-from apiserver.crd.serving import deprecation_warning, version_priority
+from apiserver.crd.serving import (
+    CustomResourceStrategy,
+    custom_kind,
+    deprecation_warning,
+    from_dict,
+    version_priority,
+)
 from apiserver.grpcattributes import grpc_attributes
 from apiserver.registry import strategy_for
 from apiserver.registry.customresourcedefinition import (
@@ -352,3 +358,27 @@ def test_rbac_sees_a_custom_object_by_its_group_and_resource() -> None:
     listing = rest_attributes("GET", "/apis/stable.example.com/v1/namespaces/team/crontabs", {})
     assert rule_allows(reader, listing)
     assert not rule_allows(reader, attrs)
+
+
+def test_custom_objects_bump_generation_on_any_non_metadata_change() -> None:
+    body = manifest()
+    schema = body["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema["properties"]["data"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    obj = accepted(crd(body))
+    info = custom_kind(obj)
+    strategy = CustomResourceStrategy(info, obj)
+    old = from_dict(info.message, {"metadata": {"name": "a", "generation": 1}, "data": {"k": 1}})
+    new = from_dict(info.message, {"metadata": {"name": "a"}, "data": {"k": 2}})
+    strategy.prepare_for_update(new, old)
+    assert new.metadata.generation == 2  # type: ignore[attr-defined]
+    same = from_dict(
+        info.message, {"metadata": {"name": "a", "labels": {"x": "y"}}, "data": {"k": 1}}
+    )
+    strategy.prepare_for_update(same, old)
+    assert same.metadata.generation == 1  # type: ignore[attr-defined]
+    # With the status subresource a status change is not a new generation either.
+    status = from_dict(
+        info.message, {"metadata": {"name": "a"}, "data": {"k": 1}, "status": {"replicas": 3}}
+    )
+    strategy.prepare_for_update(status, old)
+    assert status.metadata.generation == 1  # type: ignore[attr-defined]
