@@ -25,7 +25,10 @@ from google.protobuf import json_format, struct_pb2
 from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 
+from controller.discovery import Discovery
 from tests.integration.conftest import RunningAPIServer, make_settings, start_apiserver
+from tinykube.client import Client
+from tinykube.errors import NotFoundError
 from tinykube.localetcd import EtcdServer
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import apiextensions_pb2, apiextensions_pb2_grpc
@@ -1019,3 +1022,29 @@ async def test_a_kopf_operator_reconciles_custom_objects(
             operator.kill()
             output, _ = await in_thread(operator.communicate)
     assert "goodbye nightly" in output, output[-3000:]
+
+
+async def test_the_controller_managers_discovery_finds_custom_kinds(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    if KUBECTL is None:
+        pytest.skip("kubectl is not installed")
+    await established(served, tmp_path, crontab_crd("phis", "ph", "Phi"))
+    for name in ("a", "b"):
+        body = CRONTAB.replace("CronTab", "Phi").replace("nightly", name)
+        created = await kubectl(served, tmp_path, "create", "-n", "default", "-f", "-", stdin=body)
+        assert created.returncode == 0, created.stderr
+    async with Client(served.address) as client:
+        contents = dict(
+            (f"{info.plural}.{info.group}", api)
+            for info, api in await Discovery(client).namespaced_contents()
+        )
+        assert "pods." in contents
+        phis = contents["phis.stable.example.com"]
+        listed = await phis.list("default")
+        assert sorted(o.metadata.name for o in listed.items) == ["a", "b"]
+        assert all(o.metadata.uid for o in listed.items)
+        await phis.delete("a", "default")
+        assert [o.metadata.name for o in (await phis.list("default")).items] == ["b"]
+        with pytest.raises(NotFoundError):
+            await phis.delete("a", "default")
