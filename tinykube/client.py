@@ -105,6 +105,7 @@ from tinykube.retry import (
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.tls import Credentials, TransportSecurityError, ambient_credentials, explain
 from tinykube.v1 import (
+    apiextensions_pb2,
     configmap_pb2,
     controllerrevision_pb2,
     daemonset_pb2,
@@ -489,6 +490,11 @@ class Client:
         endpointslice_pb2.EndpointSliceList,
         endpointslice_pb2.EndpointSliceWatchEvent,
     ]
+    custom_resource_definitions: ResourceClient[
+        apiextensions_pb2.CustomResourceDefinition,
+        apiextensions_pb2.CustomResourceDefinitionList,
+        apiextensions_pb2.CustomResourceDefinitionWatchEvent,
+    ]
 
     def __init__(
         self,
@@ -579,6 +585,8 @@ class Client:
         )
         self.endpoint_slices = ResourceClient(kinds.ENDPOINT_SLICE, self)
         self._by_kind[kinds.ENDPOINT_SLICE.kind] = self.endpoint_slices
+        self.custom_resource_definitions = ResourceClient(kinds.CUSTOM_RESOURCE_DEFINITION, self)
+        self._by_kind[kinds.CUSTOM_RESOURCE_DEFINITION.kind] = self.custom_resource_definitions
 
     def resource(self, kind: str | KindInfo) -> ResourceClient[Any, Any, Any]:
         """The untyped ResourceClient for a kind given as KindInfo, Kind, plural or short name."""
