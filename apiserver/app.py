@@ -49,12 +49,24 @@ from apiserver.auth.tokens import (
     load_private_key,
     load_public_keys,
 )
+from apiserver.crd import controller as crd_controller
+from apiserver.crd.serving import (
+    CustomResources,
+    CustomResourceStore,
+    CustomResourceStrategy,
+    JsonCodec,
+)
 from apiserver.flowcontrol import Limiter
-from apiserver.grpcapi import GrpcResource, MetricsInterceptor
+from apiserver.grpcapi import (
+    CUSTOM_RESOURCES_SERVICE,
+    GrpcCustomResources,
+    GrpcResource,
+    MetricsInterceptor,
+)
 from apiserver.metrics import Metrics
 from apiserver.namespacestore import NamespaceStore
 from apiserver.podstore import PodStore
-from apiserver.registry import INDEX_FIELD, fields_of, strategy_for
+from apiserver.registry import INDEX_FIELD, META_FIELDS, fields_of, strategy_for
 from apiserver.resources import ResourceStore
 from apiserver.rest.app import RestServer
 from apiserver.rest.authapi import AuthAPI
@@ -70,6 +82,7 @@ from tinykube.kinds import (
     ALL_KINDS,
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
+    CUSTOM_RESOURCE_DEFINITION,
     ENDPOINTS,
     NAMESPACE,
     NODE,
@@ -85,6 +98,7 @@ from tinykube.kinds import (
 from tinykube.serving import GrpcServer, ListenError
 from tinykube.tls import PLAINTEXT, Credentials, ServingTLS, TLSConfigError
 from tinykube.v1 import meta_pb2, namespace_pb2, priorityclass_pb2, serviceaccount_pb2
+from tinykube.v1.apiextensions_pb2 import CustomResourceDefinition
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +239,11 @@ class APIServer:
         self.admission.webhooks = self.webhooks
         for store in self.services.values():
             store.admission = self.admission
+        # Custom kinds of Established CRDs (apiserver/crd/serving.py), kept in step by the CRD
+        # controller.
+        self.custom = CustomResources(
+            self._custom_store, self._publish_custom, frozenset(k.kind for k in ALL_KINDS)
+        )
         # The system namespaces and priority classes exist (created at start when missing).
         self._bootstrapped = False
         self.storage.set_exclusive(self._plainly_watched_kind)
@@ -260,7 +279,7 @@ class APIServer:
                 self.services[kind].escalation = guard
         self.grpc = GrpcServer(
             settings.bind_address,
-            [info.service for info in ALL_KINDS],
+            [*(info.service for info in ALL_KINDS), CUSTOM_RESOURCES_SERVICE],
             interceptors=[
                 MetricsInterceptor(
                     self.metrics, self.limiter, self.enforcer, access_log=settings.access_log
@@ -268,7 +287,10 @@ class APIServer:
             ],
             tls=self.serving_tls,
         )
-        handlers = tuple(GrpcResource(r).handler() for r in self.services.values())
+        handlers = (
+            *(GrpcResource(r).handler() for r in self.services.values()),
+            GrpcCustomResources(self.custom.lookup, self.custom.stores).handler(),
+        )
         self.grpc.add(lambda s: s.add_generic_rpc_handlers(handlers))
         self._tasks: list[asyncio.Task[None]] = []
         self.port = 0
@@ -395,6 +417,13 @@ class APIServer:
             # etcd is not there yet: keep trying in the background.
             self._tasks.append(asyncio.create_task(self._policy_loop(), name="bootstrap-policy"))
         self._tasks.append(asyncio.create_task(self._health_loop(), name="health"))
+        # The CRD naming and establishing controllers (apiserver/crd/controller.py).
+        self._tasks.append(
+            asyncio.create_task(
+                crd_controller.run(self.services[CUSTOM_RESOURCE_DEFINITION.kind], self.custom),
+                name="crd-controller",
+            )
+        )
         if self.rest is not None:
             self._tasks.append(
                 asyncio.create_task(self._master_service_loop(), name="master-service")
@@ -410,6 +439,62 @@ class APIServer:
         if self.rest is not None:
             log.info("apiserver REST API on %s", self.rest_url)
         return self.port
+
+    def _custom_store(
+        self, info: KindInfo, crd: CustomResourceDefinition
+    ) -> tuple[CustomResourceStore, asyncio.Task[None]]:
+        """A custom kind's store over its own watch cache (running from now on)."""
+        settings = self.settings
+        key_prefix = f"{settings.prefix}/{info.group}/{info.plural}/".encode()
+        strategy = CustomResourceStrategy(info, crd)
+        codec = JsonCodec(
+            info.message, info.namespaced, strategy.field_values, json=KindCodec(info)
+        )
+        cache = WatchCache(
+            kind=info.kind,
+            prefix=key_prefix,
+            codec=codec,
+            storage=self.storage,
+            metrics=self.metrics,
+            window_size=settings.watch_cache_size,
+            window_bytes=settings.watch_cache_bytes,
+            watcher_queue_size=settings.watcher_queue_size,
+            watcher_queue_bytes=settings.watcher_queue_bytes,
+            bookmark_interval=settings.bookmark_interval_seconds,
+            wait_timeout=settings.cache_wait_seconds,
+            clock=self.clock,
+        )
+        store = CustomResourceStore(
+            info,
+            storage=self.storage,
+            cache=cache,
+            codec=codec,
+            strategy=strategy,
+            settings=settings,
+            clock=self.clock,
+            key_prefix=key_prefix,
+            admission=self.admission,
+        )
+        store.supported_fields = (*META_FIELDS, *strategy.selectable)
+
+        async def run() -> None:
+            try:
+                await cache.run()
+            finally:
+                cache.terminate_all(
+                    UnavailableError(f"the {info.plural}.{info.group} kind is no longer served"),
+                    "removed",
+                )
+
+        return store, asyncio.create_task(run(), name=f"watchcache-{info.plural}.{info.group}")
+
+    def _publish_custom(self, stores: dict[str, CustomResourceStore]) -> None:
+        """Serve exactly these custom kinds (with the built-in ones) over REST."""
+        for kind in [k for k, s in self.services.items() if isinstance(s, CustomResourceStore)]:
+            del self.services[kind]
+        self.services.update(stores)
+        if self.rest is not None:
+            self.rest.set_custom_resources(stores)
 
     async def reconcile_policy(self) -> dict[str, int]:
         """Reconcile the bootstrap RBAC policy (apiserver/auth/reconcile.py): create what is
@@ -450,6 +535,7 @@ class APIServer:
                 await task
         self._tasks.clear()
         await self.webhooks.close()
+        await self.custom.stop()
         await self.storage.close()
 
     async def _set_serving(self, serving: bool) -> None:

@@ -22,10 +22,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
+from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import Message
 
 from apiserver.accesslog import LogLimiter, access_log, go_duration
@@ -48,11 +49,13 @@ from tinykube.errors import (
     RETRY_PUSHBACK_KEY,
     BadRequestError,
     DeadlineExceededError,
+    NotFoundError,
     TinykubeError,
     abort_with,
 )
 from tinykube.kinds import ALL_KINDS, KindInfo
-from tinykube.v1 import meta_pb2, pod_pb2
+from tinykube.manifest import ManifestError, parse_as, to_dict
+from tinykube.v1 import apiextensions_pb2, meta_pb2, pod_pb2
 
 log = logging.getLogger(__name__)
 
@@ -629,3 +632,195 @@ class GrpcResource:
                 _serialize,
             )
         return grpc.method_handlers_generic_handler(info.service, methods)
+
+
+CUSTOM_RESOURCES_SERVICE = "tinykube.v1.CustomResources"
+
+
+class GrpcCustomResources:
+    """`tinykube.v1.CustomResources`: custom objects over gRPC, the kind named in each request
+    (group, version, plural) and the object as its JSON in a Struct. `lookup` finds the served
+    kind's store (None: NOT_FOUND, as REST's 404 for a path nobody serves); `kinds` lists them."""
+
+    def __init__(
+        self,
+        lookup: Callable[[str, str, str], ResourceStore | None],
+        kinds: Callable[[], Sequence[ResourceStore]],
+    ) -> None:
+        self.lookup = lookup
+        self.kinds = kinds
+
+    def _store(self, request: apiextensions_pb2.CustomResourceRequest) -> ResourceStore:
+        store = self.lookup(request.group, request.version, request.plural)
+        if store is None:
+            raise NotFoundError(
+                f"the server could not find the requested resource "
+                f"({request.plural}.{request.group}/{request.version})"
+            )
+        return store
+
+    @staticmethod
+    def _object(store: ResourceStore, request: apiextensions_pb2.CustomResourceRequest) -> Message:
+        data = _whole(json_format.MessageToDict(request.object))
+        info = store.info
+        for key, want in (("apiVersion", info.api_version), ("kind", info.kind)):
+            if data.get(key, want) not in ("", want):
+                raise BadRequestError(
+                    f"object.{key}: {data[key]!r} is not this kind's (wanted {want!r})"
+                )
+        try:
+            obj, _ = parse_as(info, data)
+        except ManifestError as exc:
+            raise BadRequestError(f"object: {exc}") from None
+        if store.info.namespaced and request.namespace:
+            obj.metadata.namespace = request.namespace  # type: ignore[attr-defined]
+        return obj
+
+    @staticmethod
+    def _struct(store: ResourceStore, obj: Message) -> struct_pb2.Struct:
+        data = to_dict(obj)
+        data["apiVersion"], data["kind"] = store.info.api_version, store.info.kind
+        out = struct_pb2.Struct()
+        out.update(data)
+        return out
+
+    async def create(
+        self, request: apiextensions_pb2.CustomResourceRequest, ctx: RequestContext
+    ) -> struct_pb2.Struct:
+        store = self._store(request)
+        obj = self._object(store, request)
+        created = await store.create(
+            store.info.create_request(**{store.info.request_field: obj}), ctx
+        )
+        return self._struct(store, created)
+
+    async def update(
+        self, request: apiextensions_pb2.CustomResourceRequest, ctx: RequestContext
+    ) -> struct_pb2.Struct:
+        store = self._store(request)
+        obj = self._object(store, request)
+        updated = await store.update(
+            store.info.update_request(**{store.info.request_field: obj}), ctx
+        )
+        return self._struct(store, updated)
+
+    async def update_status(
+        self, request: apiextensions_pb2.CustomResourceRequest, ctx: RequestContext
+    ) -> struct_pb2.Struct:
+        store = self._store(request)
+        if not store.info.has_status:
+            raise NotFoundError(f"{store.info.plural}.{store.info.group} has no status subresource")
+        obj = self._object(store, request)
+        updated = await store.update_status(
+            store.info.update_request(**{store.info.request_field: obj}), ctx
+        )
+        return self._struct(store, updated)
+
+    async def delete(
+        self, request: apiextensions_pb2.CustomResourceRequest, ctx: RequestContext
+    ) -> struct_pb2.Struct:
+        store = self._store(request)
+        deleted = await store.delete(
+            meta_pb2.DeleteRequest(namespace=request.namespace, name=request.name), ctx
+        )
+        return self._struct(store, deleted)
+
+    async def get(self, request: apiextensions_pb2.CustomResourceRequest) -> struct_pb2.Struct:
+        store = self._store(request)
+        obj = await store.get(meta_pb2.GetRequest(namespace=request.namespace, name=request.name))
+        return self._struct(store, obj)
+
+    async def list(
+        self, request: Any, context: Any, identity: Identity | None = None
+    ) -> apiextensions_pb2.CustomResourceList:
+        if isinstance(request, Undecodable):
+            raise request.reject()
+        store = self._store(request)
+        page = await store.list_page(
+            meta_pb2.ListRequest(
+                namespace=request.namespace,
+                labelSelector=request.labelSelector,
+                fieldSelector=request.fieldSelector,
+                limit=request.limit,
+                resourceVersion=request.resourceVersion,
+                **{"continue": getattr(request, "continue")},
+            )
+        )
+        out = apiextensions_pb2.CustomResourceList(resourceVersion=page.revision)
+        setattr(out, "continue", page.token)
+        for cached in page.items:
+            out.items.append(self._struct(store, cached.obj))
+        return out
+
+    async def watch(self, request: Any, context: Any, identity: Identity | None = None) -> None:
+        if isinstance(request, Undecodable):
+            raise request.reject()
+        store = self._store(request)
+        watcher, batch = await store.open_watch(
+            meta_pb2.WatchRequest(
+                namespace=request.namespace,
+                labelSelector=request.labelSelector,
+                fieldSelector=request.fieldSelector,
+                resourceVersion=request.resourceVersion,
+            )
+        )
+        deadline = store.settings.write_timeout_seconds
+        try:
+            while True:
+                for data, _ in batch:
+                    event = store.info.watch_event.FromString(data)
+                    out = apiextensions_pb2.CustomResourceWatchEvent(type=event.type)  # type: ignore[attr-defined]
+                    out.object.CopyFrom(self._struct(store, event.object))  # type: ignore[attr-defined]
+                    await _write(context.write, out.SerializeToString(), deadline)
+                batch = await watcher.drain_events()
+                if not batch:
+                    return
+        finally:
+            store.cache.unregister(watcher)
+
+    async def list_kinds(
+        self, request: Any, context: Any, identity: Identity | None = None
+    ) -> apiextensions_pb2.CustomResourceKinds:
+        out = apiextensions_pb2.CustomResourceKinds()
+        for store in self.kinds():
+            info = store.info
+            out.kinds.add(
+                group=info.group,
+                version=info.version,
+                kind=info.kind,
+                plural=info.plural,
+                namespaced=info.namespaced,
+                shortNames=[s for s in info.short_names if s != info.kind.lower()],
+                status=info.has_status,
+            )
+        return out
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        unary = grpc.unary_unary_rpc_method_handler
+        decode = request_decoder(apiextensions_pb2.CustomResourceRequest)
+        methods: dict[str, Any] = {
+            "Create": unary(_writing(self.create, managed=True), decode, _serialize),
+            "Get": unary(_unary(self.get), decode, _serialize),
+            "List": unary(self.list, decode, _serialize),
+            "Update": unary(_writing(self.update, managed=True), decode, _serialize),
+            "UpdateStatus": unary(_writing(self.update_status), decode, _serialize),
+            "Delete": unary(_writing(self.delete), decode, _serialize),
+            "Watch": grpc.unary_stream_rpc_method_handler(self.watch, decode, _serialize),
+            "ListKinds": unary(
+                self.list_kinds,
+                request_decoder(apiextensions_pb2.ListCustomResourceKindsRequest),
+                _serialize,
+            ),
+        }
+        return grpc.method_handlers_generic_handler(CUSTOM_RESOURCES_SERVICE, methods)
+
+
+def _whole(value: Any) -> Any:
+    """A Struct's numbers are doubles: whole ones were JSON integers."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    return value

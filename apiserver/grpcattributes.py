@@ -53,6 +53,46 @@ METHOD_VERBS: dict[str, tuple[str, str]] = {
 _BY_SERVICE: dict[str, KindInfo] = {info.service: info for info in ALL_KINDS}
 
 
+# The generic service of custom objects: the kind is in each request (group, plural).
+CUSTOM_RESOURCES = "tinykube.v1.CustomResources"
+
+
+def _custom_attributes(name: str, request: Any) -> tuple[Attributes, ...]:
+    """tinykube.v1.CustomResources: the resource and namespace the request names (ListKinds
+    is discovery: no resource attributes, open as REST discovery is)."""
+    verbs = METHOD_VERBS.get(name)
+    if verbs is None:
+        return ()
+    verb, sub = verbs
+    if name in ("List", "Watch"):
+        selector = request.fieldSelector
+        return (
+            Attributes(
+                verb,
+                request.plural,
+                request.group,
+                sub,
+                request.namespace,
+                selected_name(selector),
+                True,
+                "",
+                selector,
+            ),
+        )
+    if name in ("Get", "Delete"):
+        obj_name = request.name
+    elif name == "Create":
+        obj_name = ""
+    namespace = request.namespace
+    if name in ("Create", "Update", "UpdateStatus"):
+        metadata = request.object.fields.get("metadata")
+        fields = metadata.struct_value.fields if metadata is not None else {}
+        namespace = namespace or (fields["namespace"].string_value if "namespace" in fields else "")
+        if name != "Create":
+            obj_name = fields["name"].string_value if "name" in fields else ""
+    return (Attributes(verb, request.plural, request.group, sub, namespace, obj_name),)
+
+
 def _split(method: str) -> tuple[str, str]:
     """ "/tinykube.v1.Pods/Get" -> ("tinykube.v1.Pods", "Get")."""
     service, _, name = method.lstrip("/").partition("/")
@@ -68,6 +108,8 @@ def grpc_api_group(method: str) -> str:
 def grpc_attributes(method: str, request: Any) -> tuple[Attributes, ...]:
     """The attributes to authorize for one call (empty: not a resource request)."""
     service, name = _split(method)
+    if service == CUSTOM_RESOURCES:
+        return _custom_attributes(name, request)
     info = _BY_SERVICE.get(service)
     verbs = METHOD_VERBS.get(name)
     if info is None or verbs is None:

@@ -6,8 +6,8 @@ without a code change. The controller manager speaks the typed gRPC API, whose d
 gRPC server reflection: `ListServices` names every service the apiserver serves
 ("tinykube.v1.Pods", ...). A kind is served when its service is; the kinds' facts (Kind,
 plural, scope) come from `tinykube.kinds`, the table the typed client is built from.
-Custom kinds will join here when the apiserver serves them over gRPC (a generic custom
-resources service), as the rows this module adds beside the table's.
+Custom kinds come from the apiserver's generic `tinykube.v1.CustomResources` service
+(`ListKinds`): the namespace controller empties them through it too (`CustomContent`).
 
 No caching: the garbage collector asks again every resync period, the namespace controller
 once per sync of a namespace being deleted (kube's namespace deleter does the same).
@@ -15,16 +15,19 @@ once per sync of a namespace being deleted (kube's namespace deleter does the sa
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from google.protobuf import json_format
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from tinykube import kinds
-from tinykube.errors import TinykubeError
+from tinykube.errors import TinykubeError, from_rpc_error
 from tinykube.kinds import KindInfo
+from tinykube.v1 import apiextensions_pb2, apiextensions_pb2_grpc, meta_pb2
 
 if TYPE_CHECKING:
     from tinykube.client import Client
@@ -88,6 +91,81 @@ class Discovery:
         return [k for k in served if k.kind not in GC_IGNORED_KINDS]
 
     async def namespaced_contents(self) -> list[tuple[KindInfo, Any]]:
-        """Every served namespaced kind with its API (list, delete), for emptying a namespace.
+        """Every served namespaced kind with its API (list, delete), for emptying a namespace:
+        the typed kinds and the custom kinds of CRDs (tinykube.v1.CustomResources/ListKinds).
         Raises DiscoveryError if the apiserver cannot answer."""
-        return [(k, self.client.resource(k)) for k in await self.served_kinds() if k.namespaced]
+        services = await served_services(self.client.channel, self.timeout)
+        contents: list[tuple[KindInfo, Any]] = [
+            (k, self.client.resource(k)) for k in kinds_served(services) if k.namespaced
+        ]
+        if CUSTOM_RESOURCES in services:
+            stub = apiextensions_pb2_grpc.CustomResourcesStub(self.client.channel)
+            try:
+                served: Any = await stub.ListKinds(
+                    apiextensions_pb2.ListCustomResourceKindsRequest(), timeout=self.timeout
+                )
+            except grpc.RpcError as exc:
+                raise DiscoveryError(f"custom resource kinds: {exc}") from exc
+            for kind in served.kinds:
+                if kind.namespaced:
+                    info = dataclasses.replace(
+                        kinds.CUSTOM_RESOURCE_DEFINITION,
+                        kind=kind.kind,
+                        plural=kind.plural,
+                        group=kind.group,
+                        version=kind.version,
+                        namespaced=True,
+                        short_names=(),
+                        categories=(),
+                        custom=True,
+                    )
+                    contents.append((info, CustomContent(stub, kind, self.timeout)))
+        return contents
+
+
+CUSTOM_RESOURCES = "tinykube.v1.CustomResources"
+
+
+@dataclasses.dataclass
+class CustomObject:
+    """A custom object as the namespace controller reads it: its metadata."""
+
+    metadata: meta_pb2.ObjectMeta
+
+
+@dataclasses.dataclass
+class CustomObjectList:
+    items: list[CustomObject]
+
+
+class CustomContent:
+    """List and delete of one custom kind through tinykube.v1.CustomResources (what the
+    namespace controller needs of a kind: controller/namespace.py's ContentAPI)."""
+
+    def __init__(self, stub: Any, kind: Any, timeout: float) -> None:
+        self.stub = stub
+        self.where = {"group": kind.group, "version": kind.version, "plural": kind.plural}
+        self.timeout = timeout
+
+    async def list(self, namespace: str = "") -> CustomObjectList:
+        request = apiextensions_pb2.CustomResourceRequest(**self.where, namespace=namespace)
+        listed = await self._call(self.stub.List, request)
+        items = []
+        for obj in listed.items:
+            meta = meta_pb2.ObjectMeta()
+            data = json_format.MessageToDict(obj).get("metadata") or {}
+            json_format.ParseDict(data, meta, ignore_unknown_fields=True)
+            items.append(CustomObject(meta))
+        return CustomObjectList(items)
+
+    async def delete(self, name: str, namespace: str = "") -> Any:
+        request = apiextensions_pb2.CustomResourceRequest(
+            **self.where, namespace=namespace, name=name
+        )
+        return await self._call(self.stub.Delete, request)
+
+    async def _call(self, method: Any, request: Any) -> Any:
+        try:
+            return await method(request, timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise from_rpc_error(exc) from None

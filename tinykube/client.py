@@ -106,6 +106,7 @@ from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.tls import Credentials, TransportSecurityError, ambient_credentials, explain
 from tinykube.v1 import (
     admissionregistration_pb2,
+    apiextensions_pb2,
     configmap_pb2,
     controllerrevision_pb2,
     daemonset_pb2,
@@ -500,6 +501,11 @@ class Client:
         admissionregistration_pb2.ValidatingWebhookConfigurationList,
         admissionregistration_pb2.ValidatingWebhookConfigurationWatchEvent,
     ]
+    custom_resource_definitions: ResourceClient[
+        apiextensions_pb2.CustomResourceDefinition,
+        apiextensions_pb2.CustomResourceDefinitionList,
+        apiextensions_pb2.CustomResourceDefinitionWatchEvent,
+    ]
 
     def __init__(
         self,
@@ -601,6 +607,8 @@ class Client:
             self.validating_webhook_configurations,
         ):
             self._by_kind[webhooks.info.kind] = webhooks
+        self.custom_resource_definitions = ResourceClient(kinds.CUSTOM_RESOURCE_DEFINITION, self)
+        self._by_kind[kinds.CUSTOM_RESOURCE_DEFINITION.kind] = self.custom_resource_definitions
 
     def resource(self, kind: str | KindInfo) -> ResourceClient[Any, Any, Any]:
         """The untyped ResourceClient for a kind given as KindInfo, Kind, plural or short name."""

@@ -31,6 +31,8 @@ KUBE_TYPE_NAMES: dict[str, str] = {
     # admissionregistration.k8s.io (prefixed: apiextensions has types of the same names).
     "AdmissionServiceReference": "ServiceReference",
     "AdmissionWebhookClientConfig": "WebhookClientConfig",
+    "ConversionServiceReference": "ServiceReference",
+    "ConversionWebhookClientConfig": "WebhookClientConfig",
 }
 
 # Fields holding resource amounts (Kubernetes' resource.Quantity, a string): the

@@ -17,6 +17,8 @@ from google.protobuf.message import Message
 from tinykube.v1 import (
     admissionregistration_pb2,
     admissionregistration_pb2_grpc,
+    apiextensions_pb2,
+    apiextensions_pb2_grpc,
     configmap_pb2,
     configmap_pb2_grpc,
     controllerrevision_pb2,
@@ -101,6 +103,18 @@ class Scale:
 
 
 @dataclass(frozen=True)
+class PrinterColumn:
+    """One additionalPrinterColumn of a CustomResourceDefinition version."""
+
+    name: str
+    type: str  # integer, number, string, boolean, date
+    json_path: str  # ".spec.replicas"
+    format: str = ""
+    description: str = ""
+    priority: int = 0
+
+
+@dataclass(frozen=True)
 class KindInfo:
     """Everything generic code needs to know about one kind."""
 
@@ -132,6 +146,11 @@ class KindInfo:
     # Subresources besides status (`has_status`) and scale (`scale`), in discovery's order.
     subresources: tuple[Subresource, ...] = ()
     scale: Scale | None = None
+    # A custom kind's (CRD's) additionalPrinterColumns; built-in kinds' tables are
+    # tinykube.tables'.
+    printer_columns: tuple[PrinterColumn, ...] = ()
+    # A kind built at run time from a CustomResourceDefinition (apiserver/crd/serving.py).
+    custom: bool = False
 
     @property
     def all_subresources(self) -> tuple[Subresource, ...]:
@@ -585,6 +604,28 @@ VALIDATING_WEBHOOK_CONFIGURATION = _webhook_kind(
     "validatingWebhookConfiguration",
 )
 ALL_KINDS += (MUTATING_WEBHOOK_CONFIGURATION, VALIDATING_WEBHOOK_CONFIGURATION)
+
+# apiextensions.k8s.io/v1 CustomResourceDefinitions: kinds defined at run time (docs/crds.md).
+APIEXTENSIONS_GROUP = "apiextensions.k8s.io"
+CUSTOM_RESOURCE_DEFINITION = KindInfo(
+    kind="CustomResourceDefinition",
+    plural="customresourcedefinitions",
+    namespaced=False,
+    message=apiextensions_pb2.CustomResourceDefinition,
+    list_message=apiextensions_pb2.CustomResourceDefinitionList,
+    watch_event=apiextensions_pb2.CustomResourceDefinitionWatchEvent,
+    create_request=apiextensions_pb2.CreateCustomResourceDefinitionRequest,
+    update_request=apiextensions_pb2.UpdateCustomResourceDefinitionRequest,
+    request_field="customResourceDefinition",
+    service="tinykube.v1.CustomResourceDefinitions",
+    stub=apiextensions_pb2_grpc.CustomResourceDefinitionsStub,
+    add_servicer=apiextensions_pb2_grpc.add_CustomResourceDefinitionsServicer_to_server,
+    has_status=True,
+    short_names=("crd", "crds"),
+    group=APIEXTENSIONS_GROUP,
+    categories=("api-extensions",),
+)
+ALL_KINDS += (CUSTOM_RESOURCE_DEFINITION,)
 BY_KIND: dict[str, KindInfo] = {k.kind: k for k in ALL_KINDS}
 BY_PLURAL: dict[str, KindInfo] = {k.plural: k for k in ALL_KINDS}
 # Kinds with a scale subresource (autoscaling/v1 Scale over spec.replicas): kubectl scale.

@@ -40,7 +40,17 @@ _VALUE = "google.protobuf.Value"
 # A ControllerRevision's data is a Struct holding any JSON; its numbers are doubles in protobuf,
 # and the whole ones were integers in the JSON it was made from (a container's port, a count).
 # (managedFields' fieldsV1, the other Struct, holds no numbers: it is not walked.)
-_REVISION_DATA = ("tinykube.v1.ControllerRevision", "data")
+# A CustomResourceDefinition's schema is one too (`minimum: 1`, `maxLength: 63`).
+_WHOLE_STRUCTS = frozenset(
+    {
+        ("tinykube.v1.ControllerRevision", "data"),
+        ("tinykube.v1.CustomResourceValidation", "openAPIV3Schema"),
+    }
+)
+
+# The messages apiserver/crd/serving.py builds for custom kinds: their top-level fields are
+# google.protobuf.Values holding any JSON (not IntOrStrings); whole numbers print as integers.
+CUSTOM_PREFIX = "tinykube.custom."
 
 # Kubernetes' metav1.MicroTime fields print with exactly six fractional digits
 # ("2026-12-01T10:00:00.000000Z", what client-go parses them with); every other time is a
@@ -375,7 +385,11 @@ def _check_fields(
             value[key] = str(item)
         elif f.type != FieldDescriptor.TYPE_MESSAGE:
             _check_scalar(f, item, here, errors)
-        elif f.message_type.full_name == _VALUE and not _is_repeated(f):
+        elif (
+            f.message_type.full_name == _VALUE
+            and not _is_repeated(f)
+            and not desc.full_name.startswith(CUSTOM_PREFIX)
+        ):
             _check_int_or_string(item, here, errors)
 
 
@@ -540,9 +554,11 @@ def _shape(desc: Any) -> _Shape:
                 fields[f.json_name] = (_MICRO, None, repeated)
             elif f.cpp_type in _INT64_TYPES:
                 fields[f.json_name] = (_INT64, None, repeated)
+            elif desc.full_name.startswith(CUSTOM_PREFIX) and f.message_type is not None:
+                fields[f.json_name] = (_WHOLE, None, repeated)
             elif f.message_type is not None and f.message_type.full_name == _VALUE:
                 fields[f.json_name] = (_VALUE_INT, None, repeated)
-            elif (desc.full_name, f.name) == _REVISION_DATA:
+            elif (desc.full_name, f.name) in _WHOLE_STRUCTS:
                 fields[f.json_name] = (_WHOLE, None, repeated)
         zeros = ZERO_FIELDS.get(desc.full_name, {})
         shape = _Shape(fields, tuple((k, v, isinstance(v, dict | list)) for k, v in zeros.items()))

@@ -23,13 +23,15 @@ not mutate the objects while the Table is in use.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from tinykube.duration import human_duration
 from tinykube.errors import BadRequestError, InternalError
-from tinykube.kinds import KindInfo
+from tinykube.kinds import KindInfo, PrinterColumn
 
 TABLE_API_VERSION: Final = "meta.k8s.io/v1"
 INCLUDE_OBJECT_VALUES: Final = ("Metadata", "None", "Object")
@@ -262,9 +264,31 @@ _COLUMNS_RBAC: Final = {
 }
 
 
+# A custom kind without additionalPrinterColumns: Name and Age (kube's default for CRDs).
+_CUSTOM_AGE = PrinterColumn(
+    "Age",
+    "date",
+    ".metadata.creationTimestamp",
+    description="CreationTimestamp is a timestamp representing the server time when this "
+    "object was created.",
+)
+
+
+def _custom_columns(info: KindInfo) -> tuple[PrinterColumn, ...]:
+    return info.printer_columns or (_CUSTOM_AGE,)
+
+
 def column_definitions(info: KindInfo) -> list[dict[str, Any]]:
     """The Table's columnDefinitions for `info`'s kind, in Kubernetes' order, each with name,
     type, format, description and priority (1: shown only by `kubectl get -o wide`)."""
+    if info.custom:
+        return [
+            dict(_NAME_COLUMN),
+            *(
+                _col(c.name, c.type, c.description, priority=c.priority, format_=c.format)
+                for c in _custom_columns(info)
+            ),
+        ]
     columns = _COLUMNS.get(info.kind) or _COLUMNS_RBAC.get(info.kind, _DEFAULT_COLUMNS)
     return [dict(c) for c in columns]
 
@@ -1104,6 +1128,67 @@ def _check_include_object(include_object: str) -> str:
     return include_object
 
 
+_JSON_PATH_STEP = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]|\['([^']*)'\]|\[\"([^\"]*)\"\]")
+
+
+def json_path_value(obj: Any, path: str) -> Any:
+    """The value at a simple JSON path (".spec.replicas", ".status.conditions[0].type",
+    ".metadata.labels['app']"); None where the path leads nowhere."""
+    value = obj
+    pos = 0
+    while pos < len(path):
+        m = _JSON_PATH_STEP.match(path, pos)
+        if m is None:
+            return None
+        pos = m.end()
+        key, index = m.group(1) or m.group(3) or m.group(4), m.group(2)
+        if index is not None:
+            if not isinstance(value, list) or int(index) >= len(value):
+                return None
+            value = value[int(index)]
+        elif isinstance(value, dict):
+            value = value.get(key or "")
+        else:
+            return None
+    return value
+
+
+def _custom_cell(column: PrinterColumn, value: Any, clock: _Clock, obj: Mapping[str, Any]) -> Any:
+    """kube's cellForJSONValue: the column's type decides the cell; missing is null."""
+    if value is None:
+        return None
+    kind = column.type
+    if kind == "integer" and isinstance(value, int | float) and not isinstance(value, bool):
+        return int(value)
+    if kind == "number" and isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    if kind == "boolean" and isinstance(value, bool):
+        return value
+    if kind == "string" and isinstance(value, str):
+        return value
+    if kind == "date" and isinstance(value, str):
+        try:
+            return clock.since(value, obj, column.json_path)
+        except InternalError:
+            return "<invalid>"
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return value if kind == "string" else None
+
+
+def _custom_printer(info: KindInfo) -> Callable[[Mapping[str, Any], _Clock], _Cells]:
+    columns = _custom_columns(info)
+
+    def cells(obj: Mapping[str, Any], clock: _Clock) -> _Cells:
+        name = (obj.get("metadata") or {}).get("name", "")
+        return [
+            name,
+            *(_custom_cell(c, json_path_value(obj, c.json_path), clock, obj) for c in columns),
+        ]
+
+    return cells
+
+
 def rows(
     info: KindInfo,
     objects: Sequence[dict[str, Any]],
@@ -1119,7 +1204,7 @@ def rows(
     InternalError naming the object and field for a timestamp that is not RFC 3339.
     """
     mode = _check_include_object(include_object)
-    printer = _PRINTERS.get(info.kind, _default_cells)
+    printer = _custom_printer(info) if info.custom else _PRINTERS.get(info.kind, _default_cells)
     clock = _Clock(now, info.kind)
     is_pod = info.kind == "Pod"
     out: list[dict[str, Any]] = []

@@ -24,6 +24,7 @@ from apiserver.registry.admissionregistration import WebhookConfigurationStrateg
 from apiserver.registry.base import META_FIELDS
 from apiserver.registry.configmap import ConfigMapStrategy
 from apiserver.registry.controllerrevision import ControllerRevisionStrategy
+from apiserver.registry.customresourcedefinition import CustomResourceDefinitionStrategy
 from apiserver.registry.daemonset import DaemonSetStrategy
 from apiserver.registry.deployment import DeploymentStrategy
 from apiserver.registry.endpoints import EndpointsStrategy
@@ -47,6 +48,7 @@ from tinykube.kinds import (
     CLUSTER_ROLE_BINDING,
     CONFIG_MAP,
     CONTROLLER_REVISION,
+    CUSTOM_RESOURCE_DEFINITION,
     DAEMON_SET,
     DEPLOYMENT,
     ENDPOINT_SLICE,
@@ -118,6 +120,7 @@ STRATEGIES: dict[str, StrategyClass] = build_table(
         (CLUSTER_ROLE_BINDING, BindingStrategy),
         (MUTATING_WEBHOOK_CONFIGURATION, WebhookConfigurationStrategy),
         (VALIDATING_WEBHOOK_CONFIGURATION, WebhookConfigurationStrategy),
+        (CUSTOM_RESOURCE_DEFINITION, CustomResourceDefinitionStrategy),
     )
 )
 

@@ -45,14 +45,16 @@ from apiserver.rest import codec as codecs
 from apiserver.rest import kubeproto
 from apiserver.rest.attributes import rest_attributes
 from apiserver.rest.authapi import AuthAPI
-from apiserver.rest.codec import AS_PROTOBUF, PROTOBUF, dumps, negotiate
+from apiserver.rest.codec import AS_PROTOBUF, PROTOBUF, KindCodec, dumps, negotiate
 from apiserver.rest.discovery import (
     AGGREGATED_TYPE,
     AUTH_REVIEWS,
     GIT_VERSION,
+    RESOURCES,
     SELF_SUBJECT_ACCESS_REVIEW,
     SELF_SUBJECT_RULES_REVIEW,
     Discovery,
+    stored_resource,
     version_info,
     wants_aggregated,
 )
@@ -63,6 +65,7 @@ from apiserver.rest.handlers import (
     ResourceHandlers,
     Target,
     read_body,
+    store_key,
 )
 from apiserver.rest.inflight import inflight_middleware
 from apiserver.rest.openapi import OpenAPI
@@ -397,6 +400,20 @@ class RestServer:
             return self.auth_api.discovery(request, path)
         raise not_found_path()
 
+    def set_custom_resources(self, stores: Mapping[str, ResourceStore]) -> None:
+        """Serve these custom kinds (apiserver/crd/serving.py) besides the built-in ones: their
+        discovery entries and codecs (the handlers share the apiserver's store table)."""
+        self.discovery = Discovery(
+            RESOURCES + tuple(stored_resource(s.info) for s in stores.values())
+        )
+        for kind, store in stores.items():
+            self.handlers.codecs[kind] = KindCodec(
+                store.info, getattr(store.strategy, "unknown_fields", None)
+            )
+        self.openapi.set_custom_kinds(
+            [(s.info, getattr(s.strategy, "schema", {})) for s in stores.values()]
+        )
+
     def _paths(self) -> list[str]:
         paths = ["/api", "/apis", "/healthz", "/livez", "/metrics", "/readyz", "/version"]
         paths += ["/openapi/v2", "/openapi/v3"]
@@ -473,7 +490,14 @@ class RestServer:
             raise not_found_path()
         target = Target(resource, namespace, name, sub)
         request[_RESOURCE] = StatusResource(resource.view or resource.info, name or "", sub or "")
-        return await self.handlers.handle(request, target)
+        response = await self.handlers.handle(request, target)
+        if resource.info is None or not resource.info.custom:
+            return response
+        service = self.handlers.services.get(store_key(resource.info))
+        warning = getattr(service, "deprecation_warning", "")
+        if warning and not response.prepared:
+            response.headers.add("Warning", '299 - "' + warning.replace('"', '\\"') + '"')
+        return response
 
     async def _access_review(
         self, request: web.Request, rest: list[str], *, rules: bool = False

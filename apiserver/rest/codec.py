@@ -13,8 +13,10 @@ functions and immutable objects.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,8 +46,12 @@ def dumps(data: Any) -> bytes:
 class KindCodec:
     """One kind's objects as Kubernetes JSON (the watch cache's JsonEncoder)."""
 
-    def __init__(self, info: KindInfo) -> None:
+    def __init__(
+        self, info: KindInfo, unknown_fields: Callable[[dict[str, Any]], list[str]] | None = None
+    ) -> None:
         self.info = info
+        # A custom kind's schema pruning: the paths of the fields it would drop (in place).
+        self.unknown_fields = unknown_fields
         self._head = {"kind": info.kind, "apiVersion": info.api_version}
         self._list_head = (
             b'{"kind":"'
@@ -128,6 +134,8 @@ class KindCodec:
             obj, unknown = parse_as(info, doc, drop_unknown=True)
         except ManifestError as exc:
             raise BadRequestError(f"{_cannot_handle(info)}: {exc}") from exc
+        if self.unknown_fields is not None:
+            unknown = [*unknown, *self.unknown_fields(copy.deepcopy(doc))]
         messages = [f'unknown field "{path}"' for path in unknown]
         if messages and validation == "Strict":
             error = "strict decoding error: " + ", ".join(messages)

@@ -70,7 +70,8 @@ class Resource:
         return next((s for s in self.subresources if s.name == name), None)
 
 
-def _stored(info: KindInfo) -> Resource:
+def stored_resource(info: KindInfo) -> Resource:
+    """The discovery entry of a stored kind (a built-in one, or a custom kind of a CRD)."""
     # tinykube's short names include the singular ("pod"); Kubernetes lists only real
     # abbreviations ("po") and serves the singular separately.
     shorts = tuple(s for s in info.short_names if s not in (info.kind.lower(), info.plural))
@@ -165,7 +166,7 @@ EVENTS_V1_RESOURCE = Resource(
 )
 
 RESOURCES: tuple[Resource, ...] = (
-    *(_stored(i) for i in ALL_KINDS),
+    *(stored_resource(i) for i in ALL_KINDS),
     EVENTS_V1_RESOURCE,
     *UNMODELED,
     TOKEN_REVIEW,

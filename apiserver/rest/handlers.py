@@ -76,7 +76,8 @@ from tinykube.errors import (
     ResourceExpiredError,
     TinykubeError,
 )
-from tinykube.kinds import NAMESPACE, NODE, POD, SCALABLE_KINDS
+from tinykube.kinds import NAMESPACE, NODE, POD, KindInfo, Scale
+from tinykube.manifest import CUSTOM_PREFIX
 from tinykube.tls import PLAINTEXT, Credentials
 from tinykube.v1 import meta_pb2, node_pb2, pod_pb2
 
@@ -383,7 +384,7 @@ class ResourceHandlers:
         res = target.resource
         if res.info is None:
             return await self._unmodeled(request, target, q)
-        service = self.services[res.info.kind]
+        service = self.services[store_key(res.info)]
         sub = target.subresource
         if target.name is None:
             if method == "GET":
@@ -452,7 +453,7 @@ class ResourceHandlers:
             if method == "PUT":
                 return await self.finalize(request, target, q, service)
             raise method_not_allowed()
-        if sub == "scale" and res.info.kind in SCALABLE_KINDS:
+        if sub == "scale" and res.info.scale is not None:
             if method == "GET":
                 return await self.get_scale(request, target, q, service)
             if method in ("PUT", "PATCH"):
@@ -468,7 +469,7 @@ class ResourceHandlers:
         if res.view is not None:
             return self.view_codecs[res.view.api_version]
         assert res.info is not None
-        return self.codecs[res.info.kind]
+        return self.codecs[store_key(res.info)]
 
     def _convert_lines(self, target: Target, lines: list[bytes]) -> list[bytes]:
         """Watch lines (the watch cache's core JSON) in the resource's version."""
@@ -646,7 +647,7 @@ class ResourceHandlers:
         if fmt == AS_TABLE:
             # Tables print the stored kind's fields, whichever version was asked for.
             assert target.resource.info is not None
-            data = self.codecs[target.resource.info.kind].object_dict(obj)
+            data = self.codecs[store_key(target.resource.info)].object_dict(obj)
             rv = str(data.get("metadata", {}).get("resourceVersion", ""))
             table = self._table(target, q, [data], rv)
             return self._respond(fmt, table, code=code, warnings=warnings)
@@ -996,6 +997,11 @@ class ResourceHandlers:
                 "Forbidden: may not be specified for non-apply patch",
                 "FieldValueForbidden",
             )
+        if service.info.message.DESCRIPTOR.full_name.startswith(CUSTOM_PREFIX):
+            # Custom objects have no patch strategies: kube refuses a strategic merge (415).
+            media = codecs.content_type_of(request.headers.get("Content-Type", ""))
+            if media == STRATEGIC_PATCH:
+                raise unsupported_media_type([JSON_PATCH, MERGE_PATCH, APPLY_PATCH])
         body, media = await self._patch_body(request)
         ctx = self._context(request, q, field_manager=self._field_manager(request, q))
         validation = q.choice("fieldValidation", ("Strict", "Warn", "Ignore"), "Warn")
@@ -1480,22 +1486,33 @@ class ResourceHandlers:
 
     # ---- replicasets/scale, deployments/scale ----------------------------------------------------
 
-    def _scale(self, rs: dict[str, Any]) -> dict[str, Any]:
+    def _scale(self, rs: dict[str, Any], info: KindInfo) -> dict[str, Any]:
+        """autoscaling/v1 Scale of an object, from its kind's scale paths (a CRD's
+        subresources.scale, or spec.replicas / status.replicas / spec.selector)."""
+        paths = info.scale or Scale()
         meta = rs.get("metadata", {})
         scale_meta = {
             k: meta[k]
             for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
             if k in meta
         }
-        status: dict[str, Any] = {"replicas": rs.get("status", {}).get("replicas", 0)}
-        selector = label_selector_text(rs.get("spec", {}).get("selector") or {})
-        if selector:
+        status: dict[str, Any] = {
+            "replicas": _whole(tables.json_path_value(rs, paths.status_replicas_path)) or 0
+        }
+        selector = (
+            tables.json_path_value(rs, paths.label_selector_path)
+            if paths.label_selector_path
+            else None
+        )
+        if isinstance(selector, dict):
+            selector = label_selector_text(selector)
+        if selector and isinstance(selector, str):
             status["selector"] = selector
         return {
             "kind": "Scale",
             "apiVersion": "autoscaling/v1",
             "metadata": scale_meta,
-            "spec": {"replicas": rs.get("spec", {}).get("replicas", 0)},
+            "spec": {"replicas": _whole(tables.json_path_value(rs, paths.spec_replicas_path)) or 0},
             "status": status,
         }
 
@@ -1504,14 +1521,14 @@ class ResourceHandlers:
             meta_pb2.GetRequest, {"namespace": target.namespace or "", "name": target.name}
         )
         rs = await service.get(get)
-        return self.codecs[service.info.kind].object_dict(rs)
+        return self.codecs[store_key(service.info)].object_dict(rs)
 
     async def get_scale(
         self, request: web.Request, target: Target, q: Query, service: ResourceStore
     ) -> web.Response:
         rs = await self._get_rs(target, service)
         fmt = self._accept(request, table=False)
-        return self._respond(fmt, dumps(self._scale(rs)))
+        return self._respond(fmt, dumps(self._scale(rs, service.info)))
 
     async def update_scale(
         self, request: web.Request, target: Target, q: Query, service: ResourceStore
@@ -1526,12 +1543,12 @@ class ResourceHandlers:
         if request.method == "PATCH" and media == APPLY_PATCH:
             raise unsupported_media_type([JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH])
         ctx = self._context(request, q)
-        kcodec = self.codecs[service.info.kind]
+        kcodec = self.codecs[store_key(service.info)]
 
         async def scaled(current: Message | None) -> Message:
             assert current is not None
             rs = kcodec.object_dict(current)
-            scale = self._scale(rs)
+            scale = self._scale(rs, service.info)
             if request.method == "PATCH":
                 new_scale = patch.apply_patch(media, scale, body, None)
             else:
@@ -1559,7 +1576,7 @@ class ResourceHandlers:
                 )
             # A resourceVersion the Scale names is the client's precondition.
             wanted_rv = (new_scale.get("metadata") or {}).get("resourceVersion", "")
-            rs.setdefault("spec", {})["replicas"] = replicas
+            _set_path(rs, (service.info.scale or Scale()).spec_replicas_path, replicas)
             rs["metadata"]["resourceVersion"] = wanted_rv or rs["metadata"].get(
                 "resourceVersion", ""
             )
@@ -1571,7 +1588,7 @@ class ResourceHandlers:
             target.namespace or "", target.name, scaled, ctx
         )
         fmt = self._accept(request, table=False)
-        return self._respond(fmt, dumps(self._scale(kcodec.object_dict(updated))))
+        return self._respond(fmt, dumps(self._scale(kcodec.object_dict(updated), service.info)))
 
     # ---- kinds tinykube does not model ------------------------------------------------------
 
@@ -1649,3 +1666,28 @@ class ResourceHandlers:
         with contextlib.suppress(TimeoutError):
             await asyncio.sleep(timeout)
         return resp
+
+
+def _whole(value: Any) -> Any:
+    """A JSON number as Go decodes an int64 field: 3.0 is 3."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _set_path(obj: dict[str, Any], path: str, value: Any) -> None:
+    """Set a dotted JSON path (".spec.replicas"), making the objects on the way."""
+    keys = path.lstrip(".").split(".")
+    for key in keys[:-1]:
+        nxt = obj.get(key)
+        if not isinstance(nxt, dict):
+            nxt = obj[key] = {}
+        obj = nxt
+    obj[keys[-1]] = value
+
+
+def store_key(info: KindInfo) -> str:
+    """A kind's key in the apiserver's store table: the kind for the built-in ones, the
+    service name (group, version and kind) for a CRD's, whose kind may repeat across versions
+    and groups (apiserver/crd/serving.py)."""
+    return info.service if info.custom else info.kind

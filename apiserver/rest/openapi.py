@@ -33,7 +33,7 @@ from google.protobuf.message import Message
 
 from apiserver.rest import openapi_proto
 from tinykube.fieldfacts import KUBE_TYPE_NAMES, QUANTITY_FIELDS, QUANTITY_MAPS, REQUIRED
-from tinykube.kinds import KindInfo, api_package
+from tinykube.kinds import APIEXTENSIONS_GROUP, KindInfo, api_package
 from tinykube.v1 import meta_pb2
 from tinykube.zerofields import REQUIRED_FIELDS
 
@@ -54,6 +54,20 @@ PATCH = f"{META}.Patch"
 RAW_EXTENSION = "io.k8s.apimachinery.pkg.runtime.RawExtension"
 SCALE = "io.k8s.api.autoscaling.v1.Scale"
 EVICTION = "io.k8s.api.policy.v1.Eviction"
+_API_VERSION_TEXT = (
+    "APIVersion defines the versioned schema of this representation of an object. Servers "
+    "should convert recognized schemas to the latest internal value, and may reject "
+    "unrecognized values. More info: https://git.k8s.io/community/contributors/devel/"
+    "sig-architecture/api-conventions.md#resources"
+)
+_KIND_TEXT = (
+    "Kind is a string value representing the REST resource this object represents. Servers "
+    "may infer this from the endpoint the client submits requests to. Cannot be updated. In "
+    "CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/"
+    "api-conventions.md#types-kinds"
+)
+# The CRD's types live in k8s.io/apiextensions-apiserver, not k8s.io/api.
+_APIEXTENSIONS_PACKAGE = "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions"
 
 # The proto messages that are apimachinery's meta/v1 types in Kubernetes; every other message
 # belongs to the API package of the kind that declares it (ObjectReference and PodTemplateSpec
@@ -341,6 +355,64 @@ class OpenAPI:
             }
         )
 
+        self._builtin_v3 = dict(self._v3_docs)
+        self._builtin_hashes = dict(self._v3_hashes)
+
+    def set_custom_kinds(self, kinds: Sequence[tuple[KindInfo, JSON]]) -> None:
+        """Publish v3 documents for custom kinds (CRDs), each with its openAPIV3Schema: one
+        document per group-version, the kind's definition named as kube names it
+        (`com.example.stable.v1.CronTab`) with apiVersion, kind and metadata added and its
+        x-kubernetes-group-version-kind, so `kubectl explain` finds it."""
+        docs: dict[str, JSON] = {}
+        meta = f"{META}.ObjectMeta"
+        for info, schema in kinds:
+            gv = f"apis/{info.group}/{info.version}"
+            doc = docs.setdefault(
+                gv,
+                {
+                    "openapi": "3.0.0",
+                    "info": {"title": "Kubernetes CRD Swagger", "version": "v0.1.0"},
+                    "paths": {},
+                    "components": {"schemas": {}},
+                },
+            )
+            definition: JSON = json.loads(json.dumps(schema or {"type": "object"}))
+            definition.setdefault("type", "object")
+            props = definition.setdefault("properties", {})
+            props["apiVersion"] = {"type": "string", "description": _API_VERSION_TEXT}
+            props["kind"] = {"type": "string", "description": _KIND_TEXT}
+            props["metadata"] = {
+                "allOf": [{"$ref": f"#/components/schemas/{meta}"}],
+                "description": "Standard object's metadata. More info: "
+                "https://git.k8s.io/community/contributors/devel/sig-architecture/"
+                "api-conventions.md#metadata",
+            }
+            definition["x-kubernetes-group-version-kind"] = [
+                {"group": info.group, "kind": info.kind, "version": info.version}
+            ]
+            name = ".".join([*reversed(info.group.split(".")), info.version, info.kind])
+            schemas = doc["components"]["schemas"]
+            schemas[name] = definition
+            doc["paths"].update(_custom_paths(info, name))
+            for ref in sorted(_reachable(self._definitions, [meta])):
+                schemas[ref] = _V3_SCHEMAS.get(ref) or _to_v3(self._definitions[ref])
+        self._v3_docs = dict(self._builtin_v3)
+        self._v3_hashes = dict(self._builtin_hashes)
+        for gv, doc in docs.items():
+            if gv in self._v3_docs:
+                continue
+            data = _encode(doc)
+            self._v3_docs[gv] = data
+            self._v3_hashes[gv] = hashlib.sha512(data).hexdigest().upper()
+        self._v3_index = _encode(
+            {
+                "paths": {
+                    gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash={self._v3_hashes[gv]}"}
+                    for gv in self._v3_docs
+                }
+            }
+        )
+
     # -- the served bytes ----------------------------------------------------------------------
 
     def v2_json(self) -> bytes:
@@ -435,6 +507,36 @@ class OpenAPI:
         }
 
 
+def _custom_paths(info: KindInfo, definition: str) -> JSON:
+    """A custom kind's REST paths with their operations' GVK (what `kubectl explain` maps a
+    resource to its definition by): list and create on the collection, get, replace, patch
+    and delete on an object."""
+    gvk = {"group": info.group, "kind": info.kind, "version": info.version}
+    ns = "namespaces/{namespace}/" if info.namespaced else ""
+    base = f"/apis/{info.group}/{info.version}/{ns}{info.plural}"
+    ref = {"$ref": f"#/components/schemas/{definition}"}
+
+    def op(action: str, op_id: str) -> JSON:
+        return {
+            "operationId": f"{op_id}{info.kind}",
+            "responses": {
+                "200": {"description": "OK", "content": {"application/json": {"schema": ref}}}
+            },
+            "x-kubernetes-action": action,
+            "x-kubernetes-group-version-kind": gvk,
+        }
+
+    return {
+        base: {"get": op("list", "list"), "post": op("post", "create")},
+        base + "/{name}": {
+            "get": op("get", "read"),
+            "put": op("put", "replace"),
+            "patch": op("patch", "patch"),
+            "delete": op("delete", "delete"),
+        },
+    }
+
+
 def _desc(message: type[Message]) -> Descriptor:
     return cast(Descriptor, message.DESCRIPTOR)
 
@@ -458,6 +560,8 @@ def _name_messages(kinds: Sequence[KindInfo]) -> dict[str, str]:
             names[desc.full_name] = f"{META}.{short}"
         elif desc.name in _CORE_MESSAGES:
             names[desc.full_name] = f"io.k8s.api.core.v1.{short}"
+        elif group == APIEXTENSIONS_GROUP:
+            names[desc.full_name] = f"{_APIEXTENSIONS_PACKAGE}.{version}.{short}"
         else:
             names[desc.full_name] = f"io.k8s.api.{api_package(group)}.{version}.{short}"
         for field in desc.fields:

@@ -66,7 +66,8 @@ def fill(msg: Message, depth: int = 0) -> None:
         elif t.full_name == "google.protobuf.Value":
             target.number_value = 1
         elif t.full_name == "google.protobuf.Struct":
-            target.update({"a": "b"})
+            # A CRD's schema is a JSONSchemaProps, any other Struct any JSON object.
+            target.update({"type": "object"} if f.name == "openAPIV3Schema" else {"a": "b"})
         elif not t.full_name.startswith("google.protobuf.") and depth < DEPTH:
             fill(target, depth + 1)
 

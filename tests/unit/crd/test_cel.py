@@ -68,9 +68,12 @@ SPEC = with_rules(
         ("self.ratio > 0.5", {"ratio": 1}, []),  # a JSON 1 of a `number` schema is a double
         ("self.ratio + 0.5 == 1.5", {"ratio": 1}, []),
         (
-            "self.nope == 1",
-            {"name": "x"},
-            ['spec: Invalid value: "object": no such key: nope evaluating rule: self.nope == 1'],
+            "self.name == 'x'",
+            {"replicas": 1},
+            [
+                'spec: Invalid value: "object": no such key: name evaluating rule: '
+                "self.name == 'x'"
+            ],
         ),
         ("self.name.lowerAscii() == 'abc'", {"name": "ABC"}, []),
         ("self.name.upperAscii() == 'ABC'", {"name": "abc"}, []),
@@ -121,13 +124,17 @@ def test_a_rule_at_the_root_is_reported_at_kubes_nil_path() -> None:
             "failed rule: self.isSorted()",
         ),
         (
-            with_rules({"type": "array", "items": INT}, {"rule": "self.map(x, x * 2).sum() <= 10"}),
+            with_rules(
+                {"type": "array", "items": INT, "maxItems": 100},
+                {"rule": "self.map(x, x * 2).sum() <= 10"},
+            ),
             [3, 4],
             "failed rule: self.map(x, x * 2).sum() <= 10",
         ),
         (
             with_rules(
-                {"type": "array", "items": INT}, {"rule": "self.filter(x, x > 1).max() < 4"}
+                {"type": "array", "items": INT, "maxItems": 100},
+                {"rule": "self.filter(x, x > 1).max() < 4"},
             ),
             [3, 4],
             "failed rule: self.filter(x, x > 1).max() < 4",
@@ -355,50 +362,49 @@ def test_compile_errors_in_kubes_shape() -> None:
         "compilation failed: ERROR: <input>:1:13: found no matching overload for '_+_'" in errs[2]
     )
     assert "undeclared reference to 'nope.x'" in errs[3]
-    assert errs[4] == f"{at}[4].rule: Required value: rule is not specified"
-    assert len(errs) == 5
+    # an empty rule is schema.py's error ("rule is not specified"), not reported twice
+    assert len(errs) == 4
 
 
 def test_rule_field_checks() -> None:
     schema = obj(
         spec=with_rules(
             obj(a=INT),
-            {"rule": "true", "reason": "Nope"},
-            {"rule": "true", "fieldPath": ".zz"},
-            {"rule": "true", "fieldPath": ".a[0]"},
-            {"rule": "true", "message": "two\nlines"},
-            {"rule": "self.a > 0 &&\n true"},
+            # schema.py reports these (kube's schema errors); the rules are just not compiled
+            {"rule": "bad syntax (", "reason": "Nope"},
+            {"rule": "bad syntax (", "fieldPath": ".zz"},
+            {"rule": "bad syntax (", "fieldPath": ".a[0]"},
+            {"rule": "bad syntax (", "message": "two\nlines"},
+            {"rule": "self.a > 0 &&\n bad syntax ("},
+            {"rule": "bad syntax (", "messageExpression": " "},
+            {"rule": "  "},
+            # and these are the CEL errors
             {"rule": "true", "messageExpression": "1"},
             {"rule": "true", "messageExpression": "'a' +"},
             {"rule": "true", "optionalOldSelf": True},
+            {"rule": "true", "optionalOldSelf": False},
+            {"rule": "true", "message": "x" * 2049},
         )
     )
     at = f"{ROOT}.properties[spec].x-kubernetes-validations"
     errs = compile_errors(schema)
-    assert errs[:5] == [
-        f'{at}[0].reason: Unsupported value: "Nope": supported values: "FieldValueDuplicate", '
-        '"FieldValueForbidden", "FieldValueInvalid", "FieldValueRequired"',
-        f'{at}[1].fieldPath: Invalid value: ".zz": fieldPath must be a valid path: '
-        "does not refer to a valid field",
-        f'{at}[2].fieldPath: Invalid value: ".a[0]": fieldPath must be a valid path: '
-        "expected single quoted string but got 0",
-        f'{at}[3].message: Invalid value: "two\\nlines": message must not contain line breaks',
-        f"{at}[4].message: Required value: message must be specified if rule contains line breaks",
-    ]
-    assert errs[5] == (
-        f"{at}[5].messageExpression: Invalid value: "
+    assert errs[0] == (
+        f"{at}[7].messageExpression: Invalid value: "
         f"{rule_repr('true', MessageExpression='1')}: must evaluate to a string"
     )
-    assert errs[6].startswith(
-        f"{at}[6].messageExpression: Invalid value: "
+    assert errs[1].startswith(
+        f"{at}[8].messageExpression: Invalid value: "
         f"{rule_repr('true', MessageExpression=chr(39) + 'a' + chr(39) + ' +')}: "
         "messageExpression compilation failed: ERROR: <input>:1:6: Syntax error"
     )
-    assert errs[7] == (
-        f"{at}[7].optionalOldSelf: Invalid value: true: may not be set if oldSelf is not used "
-        "in rule"
-    )
-    assert len(errs) == 8
+    assert errs[2:] == [
+        f"{at}[9].optionalOldSelf: Invalid value: true: may not be set if oldSelf is not used "
+        "in rule",
+        f"{at}[10].optionalOldSelf: Invalid value: false: may not be set if oldSelf is not used "
+        "in rule",
+        f'{at}[11].message: Invalid value: "xxxxxxxxxx...": message must have a maximum length '
+        "of 2048 characters",
+    ]
 
 
 # ---- free expressions --------------------------------------------------------------------------
@@ -420,6 +426,9 @@ def test_compile_expression_for_match_conditions() -> None:
     assert program.evaluate(activation) is True
     activation["request"] = {"operation": "UPDATE"}
     assert program.evaluate(activation) is False
+    # a variable left out is null
+    request = {"operation": "UPDATE"}
+    assert program.evaluate({"object": {"metadata": {"name": "web"}}, "request": request}) is False
     with pytest.raises(EvaluationError, match="no such key: metadata"):
         program.evaluate({"object": {}, "oldObject": None, "request": {"operation": "CREATE"}})
 
@@ -436,3 +445,363 @@ def test_compile_expression_values_and_errors() -> None:
     )
     program, errs = compile_expression("nope", ["object"], "spec.expression")
     assert program is None and "undeclared reference to 'nope'" in str(errs[0])
+
+
+# ---- cost --------------------------------------------------------------------------------------
+
+
+def test_estimated_cost_refuses_unbounded_nested_loops() -> None:
+    names = {"type": "array", "items": STR}
+    quadratic = "self.all(x, self.exists(y, x == y))"
+    errs = compile_errors(obj(names=with_rules(names, {"rule": quadratic})))
+    at = f"{ROOT}.properties[names].x-kubernetes-validations[0].rule"
+    assert errs[0] == (
+        f"{at}: Forbidden: estimated rule cost exceeds budget by factor of more than 100x "
+        "(try simplifying the rule, or adding maxItems, maxProperties, and maxLength where "
+        "arrays, maps, and strings are declared)"
+    )
+    # bounded, the same rule is accepted
+    bounded = {**names, "maxItems": 50, "items": {**STR, "maxLength": 20}}
+    assert compile_errors(obj(names=with_rules(bounded, {"rule": quadratic}))) == []
+
+
+def test_a_rule_under_an_unbounded_list_is_multiplied_by_its_cardinality() -> None:
+    item = with_rules({**STR, "maxLength": 1000}, {"rule": "self.matches('^[a-z]+$')"})
+    at = f"{ROOT}.properties[l].items.x-kubernetes-validations[0].rule"
+    errs = compile_errors(obj(l={"type": "array", "items": item}))
+    assert errs[0].startswith(f"{at}: Forbidden: estimated rule cost exceeds budget by factor")
+    assert errs[-1].startswith(
+        f"{ROOT}: Forbidden: x-kubernetes-validations estimated rule cost total for entire "
+        "OpenAPIv3 schema exceeds budget by factor of"
+    )
+    assert compile_errors(obj(l={"type": "array", "items": item, "maxItems": 10})) == []
+
+
+def test_runtime_cost_limit_per_call() -> None:
+    # from the schema (a string of up to 3 MiB) the rule is under the per-rule estimate limit;
+    # at run time it is charged by the string actually sent
+    schema = obj(text=with_rules(STR, {"rule": "self.matches('^[a-z]+$')"}))
+    rules, errs = compile_rules(schema, ROOT)
+    assert errs == []
+    assert [str(e) for e in rules.validate({"text": "a" * 100_000}, None)] == []
+    assert [str(e) for e in rules.validate({"text": "a" * 2_000_000}, None)] == [
+        "text: Invalid value: \"string\": 'operation cancelled: actual cost limit exceeded': "
+        "no further validation rules will be run due to call cost exceeds limit for rule: "
+        "self.matches('^[a-z]+$')"
+    ]
+
+
+def test_estimated_cost_factor() -> None:
+    names = {"type": "array", "maxItems": 2000, "items": {**STR, "maxLength": 10}}
+    rule = {"rule": "self.all(x, self.exists(y, x == y))"}
+    assert compile_errors(obj(names=with_rules(names, rule))) == [
+        f"{ROOT}.properties[names].x-kubernetes-validations[0].rule: Forbidden: estimated rule "
+        "cost exceeds budget by factor of 2.4x (try simplifying the rule, or adding maxItems, "
+        "maxProperties, and maxLength where arrays, maps, and strings are declared)"
+    ]
+    names["maxItems"] = 1000
+    assert compile_errors(obj(names=with_rules(names, rule))) == []
+
+
+def test_runtime_budget_per_object() -> None:
+    # each call is under the per-call limit, all of them together over the object's budget
+    text = {**STR, "maxLength": 100_000}
+    item = with_rules(
+        text,
+        {"rule": "self.matches('^[a-z]+$')"},
+        {"rule": "!self.contains('zz')"},
+        {"rule": "!self.startsWith('zz')"},
+    )
+    schema = obj(texts={"type": "array", "maxItems": 100, "items": item})
+    rules, errs = compile_rules(schema, ROOT)
+    assert errs == []
+    assert [str(e) for e in rules.validate({"texts": ["abc"] * 100}, None)] == []
+    got = [str(e) for e in rules.validate({"texts": ["a" * 100_000] * 100}, None)]
+    assert got[-1].endswith(
+        'Invalid value: "string": validation failed due to running out of cost budget, '
+        "no further validation rules will be run"
+    )
+    assert len(got) == 1
+
+
+def test_cel_cpps_iteration_guard_reads_as_the_per_call_limit() -> None:
+    schema = obj(n=with_rules({"type": "array", "items": INT}, {"rule": "self.all(x, x >= 0)"}))
+    rules, errs = compile_rules(schema, ROOT)
+    assert errs == []
+    assert [str(e) for e in rules.validate({"n": list(range(9999))}, None)] == []
+    assert [str(e) for e in rules.validate({"n": list(range(10_000))}, None)] == [
+        "n: Invalid value: \"array\": 'operation cancelled: actual cost limit exceeded': no "
+        "further validation rules will be run due to call cost exceeds limit for rule: "
+        "self.all(x, x >= 0)"
+    ]
+
+
+# ---- kube's library additions ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expression", "want"),
+    [
+        ("[1, 2, 2].isSorted() && !['b', 'a'].isSorted()", True),
+        ("[1, 2, 3].sum()", 6),
+        ("[1.5, 2.5].sum()", 4.0),
+        ("[].sum()", 0),
+        ("[3, 1, 2].min() == 1 && [3, 1, 2].max() == 3", True),
+        ("'AbC'.lowerAscii() + 'AbC'.upperAscii()", "abcABC"),
+        ("'a,b'.split(',')", ["a", "b"]),
+        ("['a', 'b'].join('/')", "a/b"),
+        ("'hello'.indexOf('l') + 'hello'.lastIndexOf('l')", 5),
+        ("'abc123def45'.find('[0-9]+')", "123"),
+        ("'abc123def45'.findAll('[0-9]+')", ["123", "45"]),
+        ("'abc123def45'.findAll('[0-9]+', 1)", ["123"]),
+        ("quantity('1Gi').isGreaterThan(quantity('500Mi'))", True),
+        ("quantity('1Gi').compareTo(quantity('1024Mi'))", 0),
+        ("quantity('1Gi').add(quantity('512Mi'))", "1536Mi"),
+        ("quantity('100m').add(quantity('1'))", "1100m"),
+        ("quantity('1').sub(2)", "-1"),
+        ("quantity('2k').asInteger()", 2000),
+        ("quantity('1.5').isInteger()", False),
+        ("quantity('-3').sign()", -1),
+        ("isQuantity('1x') || !isQuantity('1Gi')", False),
+        ("url('https://example.com:8443/a/b?x=1&x=2').getScheme()", "https"),
+        ("url('https://example.com:8443/a/b?x=1&x=2').getHost()", "example.com:8443"),
+        ("url('https://example.com:8443/a/b?x=1&x=2').getHostname()", "example.com"),
+        ("url('https://example.com:8443/a/b?x=1&x=2').getPort()", "8443"),
+        ("url('https://example.com:8443/a/b?x=1&x=2').getEscapedPath()", "/a/b"),
+        ("url('https://example.com:8443/a/b?x=1&x=2').getQuery()", {"x": ["1", "2"]}),
+        ("isURL('/a/path') && !isURL('no scheme')", True),
+        ("sets.contains([1, 2, 3], [1, 2]) && !sets.contains([1], [2])", True),
+        ("sets.equivalent([1, 2], [2, 1, 1])", True),
+        ("sets.intersects([1, 2], [2, 3]) && !sets.intersects([1], [2])", True),
+        ("isIP('10.0.0.1') && isIP('::1') && !isIP('10.0.0') && !isIP('::ffff:1.2.3.4')", True),
+        ("ip('10.0.0.1').family() + ip('::1').family()", 10),
+        ("ip('127.0.0.1').isLoopback() && ip('0.0.0.0').isUnspecified()", True),
+        ("cidr('10.0.0.0/8').containsIP('10.1.2.3')", True),
+        ("cidr('10.0.0.0/8').containsCIDR('10.1.0.0/16')", True),
+        ("cidr('10.0.0.0/8').prefixLength()", 8),
+        ("isCIDR('10.0.0.0/8') && !isCIDR('10.0.0.0/33')", True),
+        ("optional.of(1).hasValue() && optional.none().orValue(2) == 2", True),
+        ("{'a': 1}.?b.orValue(7) + [1, 2][?5].orValue(9)", 16),
+        ("[1, 2, 3].slice(1, 2)", [2]),
+        ("[[1], [2, [3]]].flatten(2)", [1, 2, 3]),
+        ("[1, 2, 1].distinct()", [1, 2]),
+        ("[3, 1, 2].sort()", [1, 2, 3]),
+        ("base64.encode(b'a')", "YQ=="),
+        ("'abc'.reverse() + strings.quote('x')", 'cba"x"'),
+        ("cel.bind(x, 2, x * x)", 4),
+        ("math.greatest(1, 5, 3)", 5),
+    ],
+)
+def test_library(expression: str, want: Any) -> None:
+    program, errs = compile_expression(expression, [], "x")
+    assert errs == [] and program is not None
+    assert program.evaluate({}) == want
+
+
+@pytest.mark.parametrize(
+    ("expression", "error"),
+    [
+        ("quantity('bad') == quantity('1')", "quantities must match the regular expression"),
+        ("url('no scheme') == ''", 'parse "no scheme": invalid URI for request'),
+        ("[].min() == 0", "min(list) argument must not be empty"),
+        ("{'a': 1}['b'] == 1", "no such key: b"),
+        ("[1][3] == 1", "index out of bounds: 3"),
+        ("1 / 0 == 1", "division by zero"),
+        ("9223372036854775807 + 1 > 0", "integer overflow"),
+        ("dyn(1) + dyn('a') == 1", "no such overload"),
+    ],
+)
+def test_runtime_errors_in_cel_gos_words(expression: str, error: str) -> None:
+    program, errs = compile_expression(expression, [], "x")
+    assert errs == [] and program is not None
+    with pytest.raises(EvaluationError) as caught:
+        program.evaluate({})
+    assert error in str(caught.value)
+
+
+def test_a_runtime_error_of_a_rule_names_the_rule() -> None:
+    schema = obj(
+        v=with_rules(
+            {"x-kubernetes-int-or-string": True},
+            {"rule": "self + 1 > 0", "message": "must be positive"},
+            {"rule": "self / 0 > 0"},
+        )
+    )
+    assert messages(schema, {"v": "x"}) == [
+        "v: Invalid value: \"\": 'no such overload': call arguments did not match a supported "
+        "operator, function or macro signature for rule: must be positive",
+        "v: Invalid value: \"\": 'no such overload': call arguments did not match a "
+        "supported operator, function or macro signature for rule: self / 0 > 0",
+    ]
+    assert messages(schema, {"v": 1}) == [
+        'v: Invalid value: "": division by zero evaluating rule: self / 0 > 0'
+    ]
+
+
+def test_formatted_strings_are_timestamps_durations_and_bytes() -> None:
+    def fmt(name: str, rule: str) -> dict[str, Any]:
+        return with_rules({**STR, "format": name}, {"rule": rule})
+
+    schema = obj(
+        t=fmt("date-time", "self > timestamp('2020-01-01T00:00:00Z')"),
+        d=fmt("duration", "self < duration('1h')"),
+        day=fmt("date", "self.getFullYear() == 2024"),
+        b=fmt("byte", "size(self) == 3"),
+    )
+    good = {"t": "2021-05-01T10:00:00Z", "d": "30m", "day": "2024-02-03", "b": "YWJj"}
+    assert messages(schema, good) == []
+    bad = {"t": "2019-05-01T10:00:00+02:00", "d": "1h30m", "day": "2023-02-03", "b": "YWI="}
+    assert messages(schema, bad) == [
+        "t: Invalid value: \"string\": failed rule: self > timestamp('2020-01-01T00:00:00Z')",
+        "d: Invalid value: \"string\": failed rule: self < duration('1h')",
+        'day: Invalid value: "string": failed rule: self.getFullYear() == 2024',
+        'b: Invalid value: "string": failed rule: size(self) == 3',
+    ]
+    # a typed string is checked at compile time
+    assert "found no matching overload" in compile_errors(obj(d=fmt("duration", "self > 1")))[0]
+
+
+def test_undefined_fields_of_an_object_are_compile_errors() -> None:
+    spec = obj(
+        a=INT,
+        labels={"type": "object", "additionalProperties": STR},
+        items={"type": "array", "items": obj(b=INT)},
+    )
+    schema = with_rules(
+        obj(spec=spec, free={"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+        {"rule": "self.spec.nope == 1"},
+        {"rule": "self.spec.labels.anything == 'x' && self.free.whatever == 1"},
+        {"rule": "self.metadata.name == 'x' && self.kind == 'X'"},
+        {"rule": "self.metadata.labels.size() > 0"},
+        {"rule": "has(self.spec.b)"},
+        {"rule": "self.spec.items.all(s, s.zz == 1)"},
+    )
+    at = f"{ROOT}.x-kubernetes-validations"
+    errs = compile_errors(schema)
+    assert errs[0] == (
+        f"{at}[0].rule: Invalid value: {rule_repr('self.spec.nope == 1')}: compilation failed: "
+        "ERROR: <input>:1:10: undefined field 'nope'\n | self.spec.nope == 1\n | .........^"
+    )
+    # a resource's root shows only metadata.name and metadata.generateName, as kube's
+    assert errs[1].startswith(f"{at}[3].rule: ")
+    assert errs[1].endswith(
+        "compilation failed: ERROR: <input>:1:14: undefined field 'labels'"
+        "\n | self.metadata.labels.size() > 0\n | .............^"
+    )
+    assert "undefined field 'b'" in errs[2] and errs[2].startswith(f"{at}[4].rule")
+    assert "undefined field 'zz'" in errs[3] and errs[3].startswith(f"{at}[5].rule")
+    assert len(errs) == 4
+
+
+def test_ratcheting_an_unchanged_value_passes_a_failing_rule() -> None:
+    # kube's CRDValidationRatcheting: a rule without oldSelf does not refuse an update that
+    # leaves its value as it was (a rule tightened after objects were stored)
+    tight = with_rules(STR, {"rule": "self.size() < 3", "message": "too long"})
+    schema = obj(
+        a=tight,
+        b=tight,
+        tags={"type": "array", "items": tight},
+        ports={
+            "type": "array",
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+            "items": obj(name=tight),
+        },
+    )
+    old = {"a": "long", "b": "long", "tags": ["long"], "ports": [{"name": "long"}]}
+    assert messages(schema, old, old) == []
+    new = {"a": "long", "b": "longer", "tags": ["long", "x"], "ports": [{"name": "long"}]}
+    assert messages(schema, new, old) == [
+        'b: Invalid value: "string": too long',
+        'tags[0]: Invalid value: "string": too long',
+    ]
+    assert messages(schema, new) == [
+        'a: Invalid value: "string": too long',
+        'b: Invalid value: "string": too long',
+        'tags[0]: Invalid value: "string": too long',
+        'ports[0].name: Invalid value: "string": too long',
+    ]
+
+
+def test_nullable_items_and_all_of_rules() -> None:
+    schema = obj(
+        names=with_rules(
+            {"type": "array", "items": {**STR, "nullable": True}},
+            {"rule": "self.all(x, x == null || x.size() > 0)", "message": "empty name"},
+        ),
+        spec={
+            **obj(a=INT),
+            "allOf": [{"x-kubernetes-validations": [{"rule": "self.a > 0", "message": "a>0"}]}],
+        },
+    )
+    assert messages(schema, {"names": ["x", None], "spec": {"a": 1}}) == []
+    assert messages(schema, {"names": [""], "spec": {"a": 0}}) == [
+        'names: Invalid value: "array": empty name',
+        'spec: Invalid value: "object": a>0',
+    ]
+
+
+def test_optional_old_self_compile_errors_point_into_the_rule() -> None:
+    rule = {"rule": "oldSelf.orValue(1) ==", "optionalOldSelf": True}
+    errs = compile_errors(obj(v=with_rules(INT, rule)))
+    assert len(errs) == 1
+    assert "compilation failed: ERROR: <input>:1:22: Syntax error" in errs[0]
+    assert "\n | oldSelf.orValue(1) ==\n | .....................^" in errs[0]
+    assert "OptionalOldSelf:(*bool)(true)" in errs[0]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": "x", "x-kubernetes-validations": "nope"},
+        {"type": "array", "items": [1], "x-kubernetes-validations": [None, 1, {"rule": 5}]},
+        {"type": "object", "additionalProperties": True, "maxProperties": "x"},
+        {"x-kubernetes-validations": [{"rule": "self", "fieldPath": 3, "reason": []}]},
+        {
+            "type": "array",
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": "name",
+            "items": with_rules(obj(name=STR), {"rule": "self == oldSelf"}),
+        },
+    ],
+)
+def test_malformed_schemas_do_not_raise(schema: dict[str, Any]) -> None:
+    rules, _ = compile_rules(schema, ROOT)
+    rules.validate([{"name": "a"}], [{"name": "b"}])
+    rules.validate({"a": 1}, None)
+
+
+def test_property_names_are_escaped_as_kube_does() -> None:
+    schema = with_rules(
+        obj(
+            **{
+                "foo-bar": INT,
+                "namespace": STR,
+                "a.b": INT,
+                "x__y": INT,
+                "labels": {"type": "object", "additionalProperties": STR},
+            }
+        ),
+        {"rule": "self.foo__dash__bar > 0", "message": "dash"},
+        {"rule": "self.__namespace__ == 'ns'", "message": "reserved"},
+        {"rule": "self.a__dot__b == self.x__underscores__y", "message": "dot"},
+        {"rule": "self.labels['app.kubernetes.io/name'] == 'web'", "message": "map keys stay"},
+    )
+    good = {
+        "foo-bar": 1,
+        "namespace": "ns",
+        "a.b": 2,
+        "x__y": 2,
+        "labels": {"app.kubernetes.io/name": "web"},
+    }
+    assert messages(obj(v=schema), {"v": good}) == []
+    bad = {**good, "foo-bar": 0, "namespace": "x", "a.b": 3}
+    assert messages(obj(v=schema), {"v": bad}) == [
+        'v: Invalid value: "object": dash',
+        'v: Invalid value: "object": reserved',
+        'v: Invalid value: "object": dot',
+    ]
+    assert (
+        "undefined field 'foo'"
+        in compile_errors(obj(v=with_rules(schema, {"rule": "self.foo == 1"})))[0]
+    )

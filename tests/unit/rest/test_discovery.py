@@ -23,6 +23,7 @@ def test_every_group_version_has_its_resources() -> None:
         # kube-aggregator's priorities: storage 16800 before coordination 16500
         "apis/storage.k8s.io/v1",
         "apis/admissionregistration.k8s.io/v1",
+        "apis/apiextensions.k8s.io/v1",
         "apis/scheduling.k8s.io/v1",
         "apis/coordination.k8s.io/v1",
         "apis/discovery.k8s.io/v1",

@@ -47,6 +47,11 @@ def group_version(group: str) -> str:
 
 
 DEFINITION_NAMES = [
+    (
+        "CustomResourceDefinition",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition",
+        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionList",
+    ),
     ("Pod", f"{CORE}.Pod", f"{CORE}.PodList"),
     ("Node", f"{CORE}.Node", f"{CORE}.NodeList"),
     ("ReplicaSet", "io.k8s.api.apps.v1.ReplicaSet", "io.k8s.api.apps.v1.ReplicaSetList"),
@@ -255,6 +260,7 @@ def test_v3_index_names_each_document_with_its_hash(api: OpenAPI) -> None:
     assert set(index["paths"]) == {
         "api/v1",
         "apis/admissionregistration.k8s.io/v1",
+        "apis/apiextensions.k8s.io/v1",
         "apis/apps/v1",
         "apis/batch/v1",
         "apis/coordination.k8s.io/v1",

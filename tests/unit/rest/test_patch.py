@@ -1056,6 +1056,15 @@ ATOMIC_IN_KUBERNETES = {
     ("tinykube.v1.Capabilities", "add"),
     ("tinykube.v1.Capabilities", "drop"),
     ("tinykube.v1.PodSecurityContext", "supplementalGroups"),
+    # k8s.io/apiextensions-apiserver v1: no patchStrategy tags anywhere.
+    ("tinykube.v1.CustomResourceDefinitionNames", "shortNames"),
+    ("tinykube.v1.CustomResourceDefinitionNames", "categories"),
+    ("tinykube.v1.CustomResourceDefinitionSpec", "versions"),
+    ("tinykube.v1.CustomResourceDefinitionVersion", "additionalPrinterColumns"),
+    ("tinykube.v1.CustomResourceDefinitionVersion", "selectableFields"),
+    ("tinykube.v1.WebhookConversion", "conversionReviewVersions"),
+    ("tinykube.v1.CustomResourceDefinitionStatus", "conditions"),
+    ("tinykube.v1.CustomResourceDefinitionStatus", "storedVersions"),
     # k8s.io/api/core/v1 volume sources: no patchStrategy (+listType=atomic).
     ("tinykube.v1.ConfigMapVolumeSource", "items"),
     ("tinykube.v1.SecretVolumeSource", "items"),

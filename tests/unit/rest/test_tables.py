@@ -76,6 +76,7 @@ def test_human_duration(seconds: float, expected: str) -> None:
 # --- column definitions ---------------------------------------------------------------------
 
 COLUMNS = {
+    "CustomResourceDefinition": [("Name", 0), ("Created At", 0)],
     "Pod": [
         ("Name", 0),
         ("Ready", 0),
