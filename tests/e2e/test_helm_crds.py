@@ -59,10 +59,10 @@ def test_chart_with_a_crd(tinykube_up: UpCluster, which: str, tmp_path: Path) ->
         "size": "3",
         "color": "red",
     }
-    # The printer columns of the CRD, an unset status.phase as <none>.
+    # The printer columns of the CRD; an unset status.phase is an empty cell.
     assert _rows(tinykube_up, ns) == [
         ["NAME", "SIZE", "COLOR", "PHASE"],
-        ["shop-widget", "3", "red", "<none>"],
+        ["shop-widget", "3", "red"],
     ]
     ok(
         tinykube_up.kubectl(
@@ -112,7 +112,7 @@ def test_chart_with_a_crd(tinykube_up: UpCluster, which: str, tmp_path: Path) ->
     }
     assert _rows(tinykube_up, ns) == [
         ["NAME", "SIZE", "COLOR", "PHASE"],
-        ["again-widget", "7", "red", "<none>"],
+        ["again-widget", "7", "red"],
     ]
     helm("uninstall", "again", "-n", ns, "--wait", "--timeout", "120s")
     assert ok(tinykube_up.kubectl("get", "widgets,cm", "-n", ns, "-o", "name")).split() == [
