@@ -88,6 +88,28 @@ def test_chart_with_a_crd(tinykube_up: UpCluster, which: str, tmp_path: Path) ->
         "color": "blue",
     }
     assert _rows(tinykube_up, ns)[1] == ["shop-widget", "5", "blue", "Ready"]
+    # helm 3 writes with a three-way merge patch (an Update), helm 4 with server-side apply
+    managers = {
+        m["manager"]: m["operation"]
+        for m in _get(tinykube_up, "widget", "shop-widget", "-n", ns, "--show-managed-fields")[
+            "metadata"
+        ]["managedFields"]
+    }
+    assert managers["helm"] == ("Update" if which == "helm3" else "Apply"), managers
+
+    # A field of the spec that another manager sets and the chart does not survive upgrades
+    # (helm 4's apply owns only the fields it sets, not the whole spec).
+    ok(
+        tinykube_up.kubectl(
+            "patch", "widget", "shop-widget", "-n", ns, "--type=merge",
+            "-p", '{"spec": {"note": "by hand"}}',
+        )
+    )  # fmt: skip
+    helm("upgrade", "shop", str(CHART), "-n", ns, "--set", "size=6,color=blue", "--wait")
+    widget = _get(tinykube_up, "widget", "shop-widget", "-n", ns)
+    assert widget["spec"] == {"size": 6, "color": "blue", "note": "by hand"}
+    assert widget["status"] == {"phase": "Ready"}
+
     # helm does not upgrade a CRD: the one it created is unchanged
     after = _get(tinykube_up, "crd", CRD)
     assert after["metadata"]["uid"] == crd["metadata"]["uid"]
