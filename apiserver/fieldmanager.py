@@ -20,6 +20,10 @@ The rules are structured-merge-diff's (sigs.k8s.io/structured-merge-diff, merge.
 Which list is keyed by what, and which structs and maps are atomic, come from the field facts
 (tinykube/fieldfacts.py): the strategic merge keys, widened where Kubernetes' list-map keys are
 longer (ports by port and protocol).
+A `google.protobuf.Value` field (a custom kind's top-level properties) holds free JSON: its
+objects are walked field by field (so two managers own different fields of a custom object's
+spec, as with its schema in Kubernetes), its lists and scalars are atomic, as a CRD's lists
+without `x-kubernetes-list-type`.
 Fields every write owns implicitly (apiVersion, kind, name, namespace, uid, resourceVersion,
 generation, creationTimestamp, managedFields) are in no set, and the main resource's sets never
 hold `status` (the status subresource's hold only `status`), as Kubernetes' reset fields.
@@ -71,6 +75,8 @@ _STRIPPED_META = frozenset(
 _STRIPPED_TOP = frozenset({"apiVersion", "kind"})
 
 _LEAF, _STRUCT, _MAP, _ASSOC, _SET = "leaf", "struct", "map", "assoc", "set"
+_JSON = "json"  # free JSON (google.protobuf.Value): objects by field, anything else atomic
+_VALUE = "google.protobuf.Value"
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,8 @@ def _fields(message: Descriptor) -> dict[str, _Type]:
                 out[name] = _Type(_ASSOC, f.message_type, keys, inline=present)
             else:
                 out[name] = _Type(_SET)
+        elif f.message_type is not None and f.message_type.full_name == _VALUE and not atomic:
+            out[name] = _Type(_JSON)
         elif _is_message(f) and not atomic and f.message_type is not None:
             out[name] = _Type(_STRUCT, f.message_type, inline=_inline(f.message_type))
         else:
@@ -284,8 +292,11 @@ def _set_of(value: Any, t: _Type, where: Path, out: FieldSet) -> None:
     if value is None:
         out.add(where)
         return
-    if t.kind == _LEAF:
+    if t.kind == _LEAF or (t.kind == _JSON and (not isinstance(value, dict) or not value)):
         out.add(where)
+    elif t.kind == _JSON:
+        for key, child in value.items():
+            _set_of(child, t, (*where, "f:" + key), out)
     elif t.kind == _STRUCT:
         assert t.message is not None
         if not isinstance(value, dict):
@@ -393,7 +404,15 @@ def _compare(lv: Any, rv: Any, t: _Type, where: Path, c: Comparison) -> None:
     if t.kind == _LEAF or (_empty(lv) and _empty(rv)):
         _leaf(lv, rv, where, c)
         return
-    if t.kind == _STRUCT:
+    if t.kind == _JSON:
+        if not all(v is _ABSENT or isinstance(v, dict) for v in (lv, rv)):
+            _leaf(lv, rv, where, c)
+            return
+        lm = lv if isinstance(lv, dict) else {}
+        rm = rv if isinstance(rv, dict) else {}
+        for key in {**lm, **rm}:
+            _compare(lm.get(key, _ABSENT), rm.get(key, _ABSENT), t, (*where, "f:" + key), c)
+    elif t.kind == _STRUCT:
         assert t.message is not None
         _compare_struct(lv if lv is not _ABSENT else None, rv, t.message, where, c)
     elif t.kind == _MAP:
@@ -468,6 +487,10 @@ def _merge_struct(live: Any, config: Mapping[str, Any], message: Descriptor, whe
 def _merge(live: Any, value: Any, t: _Type, where: Path) -> Any:
     if live is _ABSENT or live is None or value is None or t.kind == _LEAF:
         return copy.deepcopy(value)
+    if t.kind == _JSON and isinstance(value, dict) and isinstance(live, dict):
+        for key, child in value.items():
+            live[key] = _merge(live.get(key, _ABSENT), child, t, (*where, "f:" + key))
+        return live
     if t.kind == _STRUCT and isinstance(value, dict):
         assert t.message is not None
         return _merge_struct(live, value, t.message, where)
@@ -517,6 +540,8 @@ def _remove_one(root: dict[str, Any], path: Path, message: Descriptor) -> None:
             if t.kind == _STRUCT:
                 assert t.message is not None
                 t = _fields(t.message).get(key, _Type(_LEAF))
+            elif t.kind == _JSON:
+                pass  # an object's fields are free JSON too
             else:
                 t = _Type(_STRUCT, t.message) if t.message is not None else _Type(_LEAF)
             node = node[key]

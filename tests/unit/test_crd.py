@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format, struct_pb2
 
+from apiserver import fieldmanager as fm
 from apiserver.auth.rbac import Rule, rule_allows
 from apiserver.crd import names
 from apiserver.crd.serving import (
@@ -382,3 +383,60 @@ def test_custom_objects_bump_generation_on_any_non_metadata_change() -> None:
     )
     strategy.prepare_for_update(status, old)
     assert status.metadata.generation == 1  # type: ignore[attr-defined]
+
+
+# ---- managed fields of custom objects (apiserver/fieldmanager.py over google.protobuf.Value)
+
+
+def _cron(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "stable.example.com/v1",
+        "kind": "CronTab",
+        "metadata": {"name": "a"},
+        "spec": dict(spec),
+    }
+
+
+def _owners(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["manager"]: e["fieldsV1"] for e in obj["metadata"]["managedFields"]}
+
+
+def test_managers_own_fields_of_a_custom_objects_spec_not_the_whole_spec() -> None:
+    """As Kubernetes' field manager with the CRD's schema: each manager owns the fields it
+    set, so applying other fields of the spec neither conflicts nor drops them."""
+    message: Any = custom_kind(accepted(crd())).message.DESCRIPTOR
+    t0, t1, t2 = "2026-12-05T12:00:00Z", "2026-12-05T12:01:00Z", "2026-12-05T12:02:00Z"
+    kw: dict[str, Any] = {"api_version": "stable.example.com/v1", "has_status": True}
+    live = fm.apply(
+        {}, _cron(replicas=1, cronSpec="* * * * *"), message, manager="helm", now=t0, **kw
+    ).obj
+    assert _owners(live)["helm"] == {"f:spec": {"f:cronSpec": {}, "f:replicas": {}}}
+    # another manager (kubectl patch: an Update) sets a field of the spec helm does not apply
+    new = {**live, "spec": {**live["spec"], "note": {"by": "ops"}, "tags": ["a"]}}
+    entries = fm.update(live, new, message, manager="kubectl-patch", now=t1, **kw)
+    assert entries is not None
+    new["metadata"] = {**new["metadata"], "managedFields": entries}
+    assert _owners(new)["kubectl-patch"] == {
+        "f:spec": {"f:note": {".": {}, "f:by": {}}, "f:tags": {}}  # lists are atomic
+    }
+    assert _owners(new)["helm"] == {"f:spec": {"f:cronSpec": {}, "f:replicas": {}}}
+    # helm applies a changed replicas: no conflict, and the other manager's fields stay
+    got = fm.apply(
+        new, _cron(replicas=2, cronSpec="* * * * *"), message, manager="helm", now=t2, **kw
+    ).obj
+    assert got["spec"] == {
+        "replicas": 2,
+        "cronSpec": "* * * * *",
+        "note": {"by": "ops"},
+        "tags": ["a"],
+    }
+    # helm stops applying cronSpec: it goes (helm owned it alone); note stays
+    got = fm.apply(got, _cron(replicas=2), message, manager="helm", now=t2, **kw).obj
+    assert got["spec"] == {"replicas": 2, "note": {"by": "ops"}, "tags": ["a"]}
+    # changing a field another manager owns is a conflict naming that field
+    with pytest.raises(fm.ApplyConflict) as info:
+        fm.apply(got, _cron(replicas=2, note={"by": "helm"}), message, manager="helm", now=t2, **kw)
+    assert info.value.message == (
+        'Apply failed with 1 conflict: conflict with "kubectl-patch" using stable.example.com/v1: '
+        ".spec.note.by"
+    )
