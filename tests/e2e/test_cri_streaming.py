@@ -131,6 +131,17 @@ def test_exec_stdin_through_cat(box: LocalCluster) -> None:
     assert out == text
 
 
+# The client's terminal size reaches containerd's pty as a resize after the process has started
+# (CRI's Exec and Attach carry no initial size; containerd applies the resize stream once the
+# process exists, as it does for kube's kubelet), so a command that reads the size at once can
+# race it and see 0 rows (busybox's `stty size` then prints a stale errno and nothing else).
+# The commands wait up to 5 s for the size, as an interactive shell would simply see it.
+STTY_SIZE = (
+    'i=0; until s=$(stty size 2>/dev/null) && [ "${s%% *}" -gt 0 ] 2>/dev/null; '
+    'do i=$((i+1)); [ "$i" -gt 100 ] && break; sleep 0.05; done; echo "size $s"'
+)
+
+
 def test_exec_tty_under_a_pty(box: LocalCluster) -> None:
     """`kubectl exec -it` from a terminal: containerd gives the command a terminal of the
     client's size."""
@@ -139,7 +150,7 @@ def test_exec_tty_under_a_pty(box: LocalCluster) -> None:
     kubectl_cmd = f"{venv_bin() / 'kubectl'} --kubeconfig {box.kubeconfig} -n {NS}"
     command = (
         f"stty cols 91 rows 33; {kubectl_cmd} exec -it box -c main -- "
-        "sh -c 'tty; stty size; exit 4'"
+        f"sh -c 'tty; {STTY_SIZE}; exit 4'"
     )
     done = subprocess.run(
         ["script", "-qec", command, "/dev/null"],
@@ -149,7 +160,7 @@ def test_exec_tty_under_a_pty(box: LocalCluster) -> None:
         timeout=120,
     )
     assert "/dev/pts/" in done.stdout, done.stdout + done.stderr
-    assert "33 91" in done.stdout, done.stdout
+    assert "size 33 91" in done.stdout, done.stdout
     assert done.returncode == 4, done.stdout
 
 
@@ -308,7 +319,7 @@ def test_run_it_rm_gets_the_containers_terminal(box: LocalCluster) -> None:
     kubectl_cmd = f"{venv_bin() / 'kubectl'} --kubeconfig {box.kubeconfig} -n {NS}"
     command = (
         f"stty cols 101 rows 41; {kubectl_cmd} run -it --rm --restart=Never typed "
-        f"--image={WEB} --command -- sh -c 'read x; tty; stty size; echo got $x'"
+        f"--image={WEB} --command -- sh -c 'read x; tty; {STTY_SIZE}; echo got $x'"
     )
     proc = subprocess.Popen(
         ["script", "-qec", command, "/dev/null"],
@@ -329,7 +340,7 @@ def test_run_it_rm_gets_the_containers_terminal(box: LocalCluster) -> None:
             out += chunk
         assert b"got hello" in out, out
         assert b"/dev/pts/" in out, out
-        assert b"41 101" in out, out
+        assert b"size 41 101" in out, out
         assert b'pod "typed" deleted' in out, out
         assert proc.wait(60) == 0
     finally:
