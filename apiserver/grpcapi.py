@@ -1,7 +1,8 @@
 """The gRPC front end: one service per kind, a codec and a router over `apiserver.resources`.
 
 `GrpcResource(resource).handler()` registers a kind's methods (Create, Get, List, Update,
-UpdateStatus, Delete, Watch, WatchBatch; for pods Bind, BindBatch and Evict, for namespaces
+UpdateStatus, Delete, Watch, WatchBatch; for pods Bind, BindBatch, UpdateStatusBatch and Evict, for
+namespaces
 Finalize) with
 `grpc.method_handlers_generic_handler` rather than the generated `add_*Servicer_to_server`, so
 List and Watch can return the watch cache's pre-encoded bytes (the response serializer passes
@@ -144,6 +145,7 @@ _VERBS: dict[str, tuple[str, str]] = {
     "Delete": ("delete", ""),
     "Bind": ("create", "binding"),
     "BindBatch": ("create", "binding"),
+    "UpdateStatusBatch": ("update", "status"),
     "Evict": ("create", "eviction"),
     "Finalize": ("update", "finalize"),
 }
@@ -623,6 +625,11 @@ class GrpcResource:
             methods["BindBatch"] = unary(
                 _writing(resource.bind_batch, dry_runnable=False),
                 request_decoder(pod_pb2.BindBatchRequest),
+                _serialize,
+            )
+            methods["UpdateStatusBatch"] = unary(
+                _writing(resource.update_status_batch, dry_runnable=False),
+                request_decoder(pod_pb2.UpdateStatusBatchRequest),
                 _serialize,
             )
             # An Eviction's dry run is its deleteOptions.dryRun.

@@ -15,6 +15,7 @@ equivalent REST request (apiserver/rest/attributes.py), so one policy governs bo
 | Delete | delete | | the request's |
 | Pods/Bind | create | binding | the pod's |
 | Pods/BindBatch | create | binding | each pod's (one attribute set per distinct pod) |
+| Pods/UpdateStatusBatch | update | status | each pod's (one attribute set per distinct pod) |
 | Pods/Evict | create | eviction | the pod's |
 | Namespaces/Finalize | update | finalize | the namespace's |
 
@@ -46,6 +47,7 @@ METHOD_VERBS: dict[str, tuple[str, str]] = {
     "Delete": ("delete", ""),
     "Bind": ("create", "binding"),
     "BindBatch": ("create", "binding"),
+    "UpdateStatusBatch": ("update", "status"),
     "Evict": ("create", "eviction"),
     "Finalize": ("update", "finalize"),
 }
@@ -141,12 +143,13 @@ def grpc_attributes(method: str, request: Any) -> tuple[Attributes, ...]:
     elif name == "Bind":
         meta = request.binding.metadata
         namespace, obj_name = meta.namespace, meta.name
-    elif name == "BindBatch":
+    elif name in ("BindBatch", "UpdateStatusBatch"):
         seen: dict[tuple[str, str], Attributes] = {}
-        for binding in request.bindings:
+        items = request.bindings if name == "BindBatch" else request.pods
+        for item in items:
             key = (
-                (binding.metadata.namespace or "default") if namespaced else "",
-                binding.metadata.name,
+                (item.metadata.namespace or "default") if namespaced else "",
+                item.metadata.name,
             )
             if key not in seen:
                 seen[key] = Attributes(verb, plural, group, sub, key[0], key[1])

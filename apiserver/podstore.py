@@ -45,10 +45,12 @@ log = logging.getLogger(__name__)
 
 # Bindings per BindBatch: each is its own compare-and-swap, all in flight at once.
 MAX_BIND_BATCH = 1000
+# Pods per UpdateStatusBatch, likewise.
+MAX_STATUS_BATCH = 1000
 
 
 class PodStore(ResourceStore):
-    """The pods' `ResourceStore`, with Bind, BindBatch and Evict."""
+    """The pods' `ResourceStore`, with Bind, BindBatch, UpdateStatusBatch and Evict."""
 
     def __init__(self, info: KindInfo, *, node_prefix: bytes, **kwargs: Any) -> None:
         super().__init__(info, **kwargs)
@@ -117,6 +119,36 @@ class PodStore(ResourceStore):
 
         results = await asyncio.gather(*(one(b) for b in request.bindings))
         return pod_pb2.BindBatchResponse(results=results)
+
+    async def update_status_batch(
+        self, request: pod_pb2.UpdateStatusBatchRequest, ctx: RequestContext = INTERNAL
+    ) -> pod_pb2.UpdateStatusBatchResponse:
+        """Each pod exactly as UpdateStatus (its own admission, NodeRestriction, validation and
+        compare-and-swap, its own status code), all concurrently: one RPC's overhead for many
+        status writes, which a kubelet's pods make together. The storage layer may commit
+        several of them in one etcd txn."""
+        if len(request.pods) > MAX_STATUS_BATCH:
+            raise InvalidError(
+                f"UpdateStatusBatch: at most {MAX_STATUS_BATCH} pods per request, "
+                f"got {len(request.pods)}"
+            )
+
+        async def one(pod: pod_pb2.Pod) -> pod_pb2.UpdateStatusResult:
+            result = pod_pb2.UpdateStatusResult(
+                name=pod.metadata.name, namespace=self._namespace(pod.metadata.namespace)
+            )
+            try:
+                stored = await self.replace_object(pod, ctx, "status")
+                result.resourceVersion = stored.metadata.resourceVersion  # type: ignore[attr-defined]
+            except Exception as exc:
+                if not isinstance(exc, TinykubeError):
+                    log.exception("UpdateStatusBatch item %s failed", pod.metadata.name)
+                code, result.message = to_status(exc)
+                result.code = code.value[0]
+            return result
+
+        results = await asyncio.gather(*(one(p) for p in request.pods))
+        return pod_pb2.UpdateStatusBatchResponse(results=results)
 
     async def _bind(self, binding: pod_pb2.Binding, ctx: RequestContext) -> str:
         name = binding.metadata.name

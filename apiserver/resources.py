@@ -807,11 +807,24 @@ class ResourceStore:
         return await self._replace(request, ctx, subresource)
 
     async def _replace(self, request: Message, ctx: RequestContext, subresource: str) -> Message:
-        obj: Message = getattr(request, self.info.request_field)
+        return await self.replace_object(
+            getattr(request, self.info.request_field), ctx, subresource, request
+        )
+
+    async def replace_object(
+        self,
+        obj: Message,
+        ctx: RequestContext,
+        subresource: str = "",
+        request: Message | None = None,
+    ) -> Message:
+        """An update (or a subresource's, e.g. "status") of `obj` as sent (its resourceVersion,
+        if set, a precondition); the size limit applies to `request` (the whole message that
+        carried it), else to `obj`."""
         meta = obj.metadata  # type: ignore[attr-defined]
         if not meta.name:
             raise InvalidError.for_object(self.info.qualified_kind, "", [required("metadata.name")])
-        self._check_size(request, meta.name)
+        self._check_size(obj if request is None else request, meta.name)
         expected = _parse_rv(meta.resourceVersion) if meta.resourceVersion else 0
 
         async def replace(_old: Message | None) -> Message:

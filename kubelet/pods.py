@@ -6,7 +6,8 @@ anything else is ignored, so a kubelet never runs another node's pod) and keeps 
 (SIGTERM, SIGKILL after the grace period) and then deletes the pod object with grace 0 and a uid
 precondition, confirming the deletion as the kubelet does; if the pod vanished from the API
 (force-deleted), it kills the containers at once; otherwise it calls `runtime.sync_pod`, turns
-the record into a PodStatus and writes it with UpdateStatus when it changed (retrying on
+the record into a PodStatus and writes it with UpdateStatus when it changed (through
+`StatusWriter`: writes ready together share one UpdateStatusBatch RPC; retrying on
 conflict with a fresh read), or when someone else changed what it reported (the node lifecycle
 controller's Ready=False while the node was out of touch): written again, as the kubelet's status
 manager reconciles. Conditions the kubelet does not own (PodScheduled, DisruptionTarget) are
@@ -43,6 +44,7 @@ from typing import Any, Protocol
 from kubelet.api import KubeletAPI
 from kubelet.prober import ProbeManager
 from kubelet.runtime import PodRecord, Runtime, build_pod_status, with_others_conditions
+from kubelet.statuswriter import StatusWriter
 from tinykube.clock import Clock
 from tinykube.errors import ConflictError, NotFoundError, PreconditionFailedError, TinykubeError
 from tinykube.v1 import pod_pb2
@@ -254,7 +256,11 @@ class PodWorker:
             updated.CopyFrom(current)
             updated.status.CopyFrom(with_others_conditions(status, current.status))
             try:
-                self.stored = await self.manager.client.pods.update_status(updated)
+                # The status subresource stores the status as sent (its metadata and spec
+                # those of the stored pod, which the resourceVersion precondition proves are
+                # these): the answer is the new resourceVersion.
+                updated.metadata.resourceVersion = await self.manager.status.write(updated)
+                self.stored = updated
                 self.last_posted = status
                 return
             except NotFoundError:
@@ -291,6 +297,8 @@ class PodManager:
         self.node_names = node_names
         self.host_ip = host_ip
         self.clock = clock or Clock()
+        # Status writes ready together share one Pods/UpdateStatusBatch RPC.
+        self.status = StatusWriter(client)
         self.workers: dict[str, PodWorker] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -366,5 +374,6 @@ class PodManager:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.status.close()
         if self.probes is not None:
             await self.probes.close()

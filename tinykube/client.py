@@ -779,6 +779,39 @@ class Client:
             await self._recognise_binds(items, out)
         return out
 
+    async def update_status_batch(self, pods: Sequence[pod_pb2.Pod]) -> list[str | TinykubeError]:
+        """Write several pods' status in one RPC (Pods/UpdateStatusBatch); each pod is its own
+        UpdateStatus on the server, exactly as `pods.update_status`.
+
+        Returns one entry per pod, in order: the pod's new resourceVersion (its stored status
+        is the one sent), or the error the same `update_status` would have raised
+        (ConflictError, NotFoundError, ForbiddenError, InvalidError, ...). Only a failure of the
+        whole RPC raises; it is retried on UNAVAILABLE and DEADLINE_EXCEEDED when every pod
+        carries a resourceVersion (a precondition: a write of an earlier attempt that landed
+        then answers a conflict, never a double write), else only if unsent.
+        """
+        request = pod_pb2.UpdateStatusBatchRequest(pods=pods)
+        retry_if = is_retryable if all(p.metadata.resourceVersion for p in pods) else is_unsent
+        response: pod_pb2.UpdateStatusBatchResponse = await self._unary(
+            self.pods._stubs,
+            "UpdateStatusBatch",
+            request,
+            "tinykube.v1.Pods/UpdateStatusBatch",
+            retry_if=retry_if,
+        )
+        if len(response.results) != len(pods):
+            raise TinykubeError(
+                f"UpdateStatusBatch answered {len(response.results)} results for {len(pods)} pods"
+            )
+        out: list[str | TinykubeError] = []
+        for r in response.results:
+            if r.code == 0:
+                out.append(r.resourceVersion)
+            else:
+                code = _STATUS_BY_NUMBER.get(r.code, grpc.StatusCode.UNKNOWN)
+                out.append(from_status(code, r.message))
+        return out
+
     async def _recognise_binds(
         self, items: Sequence[BindItem], out: list[str | TinykubeError]
     ) -> None:

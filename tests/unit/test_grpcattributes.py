@@ -55,6 +55,9 @@ def request_for(info: KindInfo, method: str) -> Any:
             for n in ("x", "y", "x")
         ]
         return pod_pb2.BindBatchRequest(bindings=b)
+    if method == "UpdateStatusBatch":
+        pods = [pod_pb2.Pod(metadata=meta_pb2.ObjectMeta(name=n, namespace=ns)) for n in "xyx"]
+        return pod_pb2.UpdateStatusBatchRequest(pods=pods)
     assert method == "Evict"
     return pod_pb2.EvictRequest(
         eviction=pod_pb2.Eviction(metadata=meta_pb2.ObjectMeta(name="x", namespace=ns))
@@ -78,7 +81,7 @@ def expected_for(info: KindInfo, method: str) -> tuple[Attributes, ...]:
         return (one(name="", field_selector="status.phase=Running"),)
     if method in ("Watch", "WatchBatch"):
         return (one(field_selector="metadata.name=x"),)
-    if method == "BindBatch":
+    if method in ("BindBatch", "UpdateStatusBatch"):
         return (one("x"), one("y"))
     return (one(),)
 

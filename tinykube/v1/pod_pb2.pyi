@@ -2736,6 +2736,91 @@ class BindBatchResponse(_message.Message):
 Global___BindBatchResponse: _TypeAlias = BindBatchResponse  # noqa: Y015
 
 @_typing.final
+class UpdateStatusBatchRequest(_message.Message):
+    """UpdateStatusBatch: several pods' status writes in one RPC (a kubelet groups the writes that are
+    ready at the same moment, as the scheduler groups its binds). Each pod is exactly its own
+    UpdateStatus: the same authorization (update pods/status), NodeRestriction, validation and
+    resourceVersion precondition, its own compare-and-swap; one failing does not affect the others.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PODS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def pods(self) -> _containers.RepeatedCompositeFieldContainer[Global___Pod]: ...
+    def __init__(
+        self,
+        *,
+        pods: _abc.Iterable[Global___Pod] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pods", b"pods"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateStatusBatchRequest: _TypeAlias = UpdateStatusBatchRequest  # noqa: Y015
+
+@_typing.final
+class UpdateStatusResult(_message.Message):
+    """The outcome of one pod of an UpdateStatusBatch. `code` is the gRPC status code number the same
+    UpdateStatus would have returned (0 OK, 5 NOT_FOUND, 10 ABORTED for a resourceVersion conflict,
+    ...), with its message; on success `resourceVersion` is the pod's new resourceVersion (the stored
+    status is the one sent: the status subresource keeps it as given).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    RESOURCEVERSION_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    namespace: _builtins.str
+    resourceVersion: _builtins.str
+    code: _builtins.int
+    message: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        resourceVersion: _builtins.str = ...,
+        code: _builtins.int = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message", "name", b"name", "namespace", b"namespace", "resourceVersion", b"resourceVersion"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateStatusResult: _TypeAlias = UpdateStatusResult  # noqa: Y015
+
+@_typing.final
+class UpdateStatusBatchResponse(_message.Message):
+    """One result per pod, in the request's order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___UpdateStatusResult]: ...
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___UpdateStatusResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateStatusBatchResponse: _TypeAlias = UpdateStatusBatchResponse  # noqa: Y015
+
+@_typing.final
 class Eviction(_message.Message):
     """Eviction (policy/v1) asks for a pod to be deleted in a way that respects its disruption
     budgets: what `kubectl drain` posts to pods/eviction.

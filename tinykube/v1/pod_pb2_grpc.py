@@ -85,6 +85,11 @@ class PodsStub:
                 request_serializer=tinykube_dot_v1_dot_pod__pb2.BindBatchRequest.SerializeToString,
                 response_deserializer=tinykube_dot_v1_dot_pod__pb2.BindBatchResponse.FromString,
                 _registered_method=True)
+        self.UpdateStatusBatch = channel.unary_unary(
+                '/tinykube.v1.Pods/UpdateStatusBatch',
+                request_serializer=tinykube_dot_v1_dot_pod__pb2.UpdateStatusBatchRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_pod__pb2.UpdateStatusBatchResponse.FromString,
+                _registered_method=True)
         self.Evict = channel.unary_unary(
                 '/tinykube.v1.Pods/Evict',
                 request_serializer=tinykube_dot_v1_dot_pod__pb2.EvictRequest.SerializeToString,
@@ -157,6 +162,12 @@ class PodsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateStatusBatch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Evict(self, request, context):
         """Deletes the pod through Delete's path once its disruption budgets allow it.
         """
@@ -216,6 +227,11 @@ def add_PodsServicer_to_server(servicer, server):
                     servicer.BindBatch,
                     request_deserializer=tinykube_dot_v1_dot_pod__pb2.BindBatchRequest.FromString,
                     response_serializer=tinykube_dot_v1_dot_pod__pb2.BindBatchResponse.SerializeToString,
+            ),
+            'UpdateStatusBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateStatusBatch,
+                    request_deserializer=tinykube_dot_v1_dot_pod__pb2.UpdateStatusBatchRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_pod__pb2.UpdateStatusBatchResponse.SerializeToString,
             ),
             'Evict': grpc.unary_unary_rpc_method_handler(
                     servicer.Evict,
@@ -493,6 +509,33 @@ class Pods:
             '/tinykube.v1.Pods/BindBatch',
             tinykube_dot_v1_dot_pod__pb2.BindBatchRequest.SerializeToString,
             tinykube_dot_v1_dot_pod__pb2.BindBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateStatusBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.Pods/UpdateStatusBatch',
+            tinykube_dot_v1_dot_pod__pb2.UpdateStatusBatchRequest.SerializeToString,
+            tinykube_dot_v1_dot_pod__pb2.UpdateStatusBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,6 +44,7 @@ class PodsStub:
     Bind: _grpc.UnaryUnaryMultiCallable[_pod_pb2.BindRequest, _pod_pb2.BindResponse]
     """Sets spec.nodeName and condition PodScheduled=True in one compare-and-swap."""
     BindBatch: _grpc.UnaryUnaryMultiCallable[_pod_pb2.BindBatchRequest, _pod_pb2.BindBatchResponse]
+    UpdateStatusBatch: _grpc.UnaryUnaryMultiCallable[_pod_pb2.UpdateStatusBatchRequest, _pod_pb2.UpdateStatusBatchResponse]
     Evict: _grpc.UnaryUnaryMultiCallable[_pod_pb2.EvictRequest, _pod_pb2.EvictResponse]
     """Deletes the pod through Delete's path once its disruption budgets allow it."""
 
@@ -62,6 +63,7 @@ class PodsAsyncStub(PodsStub):
     Bind: _aio.UnaryUnaryMultiCallable[_pod_pb2.BindRequest, _pod_pb2.BindResponse]  # type: ignore[assignment]
     """Sets spec.nodeName and condition PodScheduled=True in one compare-and-swap."""
     BindBatch: _aio.UnaryUnaryMultiCallable[_pod_pb2.BindBatchRequest, _pod_pb2.BindBatchResponse]  # type: ignore[assignment]
+    UpdateStatusBatch: _aio.UnaryUnaryMultiCallable[_pod_pb2.UpdateStatusBatchRequest, _pod_pb2.UpdateStatusBatchResponse]  # type: ignore[assignment]
     Evict: _aio.UnaryUnaryMultiCallable[_pod_pb2.EvictRequest, _pod_pb2.EvictResponse]  # type: ignore[assignment]
     """Deletes the pod through Delete's path once its disruption budgets allow it."""
 
@@ -137,6 +139,13 @@ class PodsServicer(metaclass=_abc_1.ABCMeta):
         request: _pod_pb2.BindBatchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pod_pb2.BindBatchResponse, _abc.Awaitable[_pod_pb2.BindBatchResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateStatusBatch(
+        self,
+        request: _pod_pb2.UpdateStatusBatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pod_pb2.UpdateStatusBatchResponse, _abc.Awaitable[_pod_pb2.UpdateStatusBatchResponse]]: ...
 
     @_abc_1.abstractmethod
     def Evict(
