@@ -158,7 +158,9 @@ class Kubelet:
         async with Client(s.apiserver, credentials=s.security.credentials()) as client:
             single = s.fake_nodes == 0
             node_selector = f"metadata.name={s.node_name}" if single else ""
-            pod_selector = f"spec.nodeName={s.node_name}" if single else ""
+            # A kubelet never sees unscheduled pods (kube's spec.nodeName=<node>); one process
+            # hosting many (hollow) nodes takes every bound pod and keeps its own nodes'.
+            pod_selector = f"spec.nodeName={s.node_name}" if single else "spec.nodeName!="
             nodes: Informer[Any] = Informer.for_resource(
                 client.nodes, field_selector=node_selector, clock=self.clock
             )
