@@ -259,7 +259,8 @@ class PodWorker:
                 # The status subresource stores the status as sent (its metadata and spec
                 # those of the stored pod, which the resourceVersion precondition proves are
                 # these): the answer is the new resourceVersion.
-                updated.metadata.resourceVersion = await self.manager.status.write(updated)
+                writer = self.manager.status_writer(pod.spec.nodeName)
+                updated.metadata.resourceVersion = await writer.write(updated)
                 self.stored = updated
                 self.last_posted = status
                 return
@@ -297,10 +298,18 @@ class PodManager:
         self.node_names = node_names
         self.host_ip = host_ip
         self.clock = clock or Clock()
-        # Status writes ready together share one Pods/UpdateStatusBatch RPC.
-        self.status = StatusWriter(client)
+        # Per node: the status writes of one node's pods that are ready together share one
+        # Pods/UpdateStatusBatch RPC. Never across nodes, even in a process hosting many
+        # (hollow) nodes: the apiserver sees the calls that as many real kubelets would make.
+        self._status_writers: dict[str, StatusWriter] = {}
         self.workers: dict[str, PodWorker] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+
+    def status_writer(self, node: str) -> StatusWriter:
+        writer = self._status_writers.get(node)
+        if writer is None:
+            writer = self._status_writers[node] = StatusWriter(self.client)
+        return writer
 
     def _mine(self, pod: pod_pb2.Pod) -> bool:
         return pod.spec.nodeName in self.node_names
@@ -374,6 +383,7 @@ class PodManager:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self.status.close()
+        for writer in self._status_writers.values():
+            await writer.close()
         if self.probes is not None:
             await self.probes.close()

@@ -8,8 +8,10 @@ that are ready at the same moment share one RPC, as the scheduler's binds share 
 (no timer: an idle kubelet adds no latency), and while `max_in_flight` RPCs are out new writes
 wait and leave together (at most `max_batch` per RPC) as soon as one returns. The apiserver
 still runs every pod as its own UpdateStatus (NodeRestriction, validation, compare-and-swap);
-what is saved is the per-RPC cost on both ends, which dominates when many pods start together
-(a node's pods after a restart, or a process hosting many hollow nodes).
+what is saved is the per-RPC cost on both ends, which dominates when many of a node's pods
+change together (after a kubelet restart, a DaemonSet rollout, a burst of pods landing on the
+node). The kubelet keeps one writer per node, so a process hosting many (hollow) nodes makes
+the calls as many real kubelets would, never one call across nodes.
 
 The status subresource stores the status as sent, so the answer carries only the new
 resourceVersion, not the pod.
