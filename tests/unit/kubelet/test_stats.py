@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,16 @@ async def test_summary_of_a_running_container(tmp_path: Path) -> None:
     pod.metadata.name, pod.metadata.namespace, pod.metadata.uid = "p", "default", "u1"
     pod.spec.containers.add(name="c", image="x", command=["sh", "-c", "exec sleep 30"])
     await rt.sync_pod(pod)
+    # A just-started container's process group can report a resident size of 0 for a moment
+    # (seen on a loaded machine: the summary then said workingSetBytes 0); wait for the
+    # running command's pages, as the assertions below are about a running container.
+    rec = rt.record("u1")
+    assert rec is not None
+    pid = rec.containers["c"].pid
+    deadline = time.monotonic() + 10
+    while (u := group_usage(pid, 0.0)) is None or u.working_set == 0:
+        assert time.monotonic() < deadline, "the container's process never mapped any memory"
+        await asyncio.sleep(0.01)
     stats = StatsProvider("n1", tmp_path, rt, lambda: [pod])
     try:
         first = await stats.summary()
