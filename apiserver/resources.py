@@ -375,8 +375,10 @@ class ResourceStore:
         meta = obj.metadata  # type: ignore[attr-defined]
         meta.namespace = self._namespace(meta.namespace)
         generated = not meta.name and bool(meta.generateName)
-        # Mutating admission runs before the strategy, as in kube-apiserver (the Priority
-        # plugin's preemptionPolicy comes before the strategy's default).
+        # kube-apiserver defaults a body as it decodes it, so admission sees the defaults.
+        self.strategy.set_defaults(obj)
+        # Mutating admission runs before the strategy's PrepareForCreate, as in kube-apiserver
+        # (the Priority plugin's preemptionPolicy comes before the strategy's fallback).
         await self.admit(obj)
         if self.webhooks is not None and self.webhooks.active():
             mutated = await self._mutating_webhooks("CREATE", "", obj, None, ctx)
@@ -897,6 +899,8 @@ class ResourceStore:
         the current object after a lost compare-and-swap (None: it is gone)."""
         old = cur.obj
         obj = await transform(old)
+        # The decoded body's defaults (a patch's result is decoded, so defaulted, too).
+        self.strategy.set_defaults(obj)
         if self.webhooks is not None and self.webhooks.active():
             obj.metadata.namespace = namespace  # type: ignore[attr-defined]
             mutated = await self._mutating_webhooks("UPDATE", subresource, obj, old, ctx)
