@@ -462,7 +462,7 @@ async def test_mutating_webhooks_see_a_custom_objects_schema_defaults(
     assert status == 201, body
     gadgets = "/apis/hooks.example.com/v1/namespaces/default/gadgets"
     async with asyncio.timeout(30):
-        while (await rest.call("GET", gadgets))[0] != 200:
+        while (await rest.call("GET", gadgets))[0] != 200:  # noqa: ASYNC110 (polls the API until it serves the new kind)
             await asyncio.sleep(0.05)
     rules = [
         {
