@@ -39,6 +39,7 @@ from apiserver.allocator import Claims, ServiceAllocator
 from apiserver.auth.escalation import EscalationGuard
 from apiserver.auth.filters import admit_node_write
 from apiserver.deletion import check_policy, gc_finalizers
+from apiserver.policies import PolicyDispatcher
 from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy
 from apiserver.requestcontext import DRY_RUN_ALL, INTERNAL, RequestContext
 from apiserver.settings import Settings
@@ -202,6 +203,11 @@ class ResourceStore:
         """The admission webhooks (apiserver/webhooks.py), which come with the admission
         plugins, so every store given them (custom kinds' too) calls the webhooks."""
         return self.admission.webhooks if self.admission is not None else None
+
+    @property
+    def policies(self) -> PolicyDispatcher | None:
+        """ValidatingAdmissionPolicy (apiserver/policies.py), with the admission plugins."""
+        return self.admission.policies if self.admission is not None else None
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -408,8 +414,7 @@ class ResourceStore:
             if errors:
                 raise InvalidError.for_object(self.info.qualified_kind, meta.name, errors)
             await self.admit_validated(obj, None)
-            if self.webhooks is not None and self.webhooks.active():
-                await self._validating_webhooks("CREATE", "", obj, None, ctx)
+            await self._validating_admission("CREATE", "", obj, None, ctx)
             if ctx.dry_run:
                 return await self._dry_create(obj)
             if self.allocator is not None:
@@ -497,7 +502,7 @@ class ResourceStore:
 
     # ---- admission webhooks ----------------------------------------------------------------
 
-    def _webhook_request(
+    def _attributes(
         self,
         operation: str,
         subresource: str,
@@ -505,19 +510,16 @@ class ResourceStore:
         old: Message | None,
         ctx: RequestContext,
         options: dict[str, Any] | None,
-        *,
-        mutating: bool,
-    ) -> WebhookRequest | None:
-        """The request the webhooks see, or None when no webhook's rules match it (the
-        objects' JSON is made only for a write some webhook may see)."""
-        assert self.webhooks is not None
+    ) -> WebhookRequest:
+        """The admission attributes of a write (kube's admission.Attributes), without the
+        objects' JSON: `_with_objects` adds it once some plugin's rules name the request."""
         info = self.info
         either = obj if obj is not None else old
         meta = either.metadata  # type: ignore[union-attr]
         if options is None:
             kind = "CreateOptions" if operation == "CREATE" else "UpdateOptions"
             options = self._create_options(ctx, kind)
-        req = WebhookRequest(
+        return WebhookRequest(
             group=info.group,
             version=info.version,
             kind=info.kind,
@@ -533,8 +535,10 @@ class ResourceStore:
             options=options,
             warnings=ctx.warnings,
         )
-        if not self.webhooks.rules_match(mutating, req):
-            return None
+
+    def _with_objects(
+        self, req: WebhookRequest, obj: Message | None, old: Message | None
+    ) -> WebhookRequest:
         req.object = self._json(obj) if obj is not None else None
         req.old_object = self._json(old) if old is not None else None
         return req
@@ -561,8 +565,11 @@ class ResourceStore:
         assert self.webhooks is not None
         if not self.webhooks.hooks(True):
             return None
-        req = self._webhook_request(operation, subresource, obj, old, ctx, options, mutating=True)
-        if req is None or not await self.webhooks.mutate(req) or req.object is None:
+        req = self._attributes(operation, subresource, obj, old, ctx, options)
+        if not self.webhooks.rules_match(True, req):
+            return None
+        self._with_objects(req, obj, old)
+        if not await self.webhooks.mutate(req) or req.object is None:
             return None
         try:
             mutated, _unknown = parse_as(self.info, req.object, drop_unknown=True)
@@ -572,7 +579,7 @@ class ResourceStore:
             ) from exc
         return mutated
 
-    async def _validating_webhooks(
+    async def _validating_admission(
         self,
         operation: str,
         subresource: str,
@@ -581,12 +588,25 @@ class ResourceStore:
         ctx: RequestContext,
         options: dict[str, Any] | None = None,
     ) -> None:
-        assert self.webhooks is not None
-        if not self.webhooks.hooks(False):
+        """The validating admission of a write that sees other objects' state: the
+        ValidatingAdmissionPolicies (apiserver/policies.py), then the validating webhooks, as
+        kube-apiserver orders the two plugins. Costs nothing when neither has configurations,
+        and makes the objects' JSON only when some policy's or webhook's rules name the write."""
+        policies, hooks = self.policies, self.webhooks
+        by_policy = policies is not None and policies.active()
+        by_hook = hooks is not None and bool(hooks.hooks(False))
+        if not (by_policy or by_hook):
             return
-        req = self._webhook_request(operation, subresource, obj, old, ctx, options, mutating=False)
-        if req is not None:
-            await self.webhooks.validate(req)
+        req = self._attributes(operation, subresource, obj, old, ctx, options)
+        by_policy = by_policy and policies is not None and policies.wants(req)
+        by_hook = by_hook and hooks is not None and hooks.rules_match(False, req)
+        if not (by_policy or by_hook):
+            return
+        self._with_objects(req, obj, old)
+        if by_policy and policies is not None:
+            await policies.validate(req)
+        if by_hook and hooks is not None:
+            await hooks.validate(req)
 
     async def subresource_webhooks(
         self,
@@ -640,9 +660,12 @@ class ResourceStore:
         await self.webhooks.validate(req)
 
     def webhooks_see(self, operation: str, namespace: str, name: str) -> bool:
-        """Whether some webhook's rules name this kind's `operation` (no objects needed)."""
-        hooks = self.webhooks
-        if hooks is None or not hooks.active():
+        """Whether some webhook's or admission policy's rules name this kind's `operation`
+        (no objects needed)."""
+        hooks, policies = self.webhooks, self.policies
+        by_hook = hooks is not None and hooks.active()
+        by_policy = policies is not None and policies.active()
+        if not (by_hook or by_policy):
             return False
         info = self.info
         req = WebhookRequest(
@@ -657,16 +680,22 @@ class ResourceStore:
             object=None,
             old_object=None,
         )
-        return hooks.rules_match(True, req) or hooks.rules_match(False, req)
+        if (
+            by_hook
+            and hooks is not None
+            and (hooks.rules_match(True, req) or hooks.rules_match(False, req))
+        ):
+            return True
+        return by_policy and policies is not None and policies.wants(req)
 
     async def delete_webhooks(
         self, request: meta_pb2.DeleteRequest, obj: Message, ctx: RequestContext
     ) -> None:
         """The admission webhooks of a DELETE of `obj` (the old object; no new one)."""
+        options = _delete_options(request, ctx)
         if self.webhooks is not None and self.webhooks.active():
-            options = _delete_options(request, ctx)
             await self._mutating_webhooks("DELETE", "", None, obj, ctx, options)
-            await self._validating_webhooks("DELETE", "", None, obj, ctx, options)
+        await self._validating_admission("DELETE", "", None, obj, ctx, options)
 
     @staticmethod
     def _create_options(ctx: RequestContext, kind: str = "CreateOptions") -> dict[str, Any]:
@@ -934,8 +963,8 @@ class ResourceStore:
             self.escalation.admit(self.info.kind, new, old, ctx.identity)
         if not errors and not subresource:
             await self.admit_validated(new, old)
-        if not errors and self.webhooks is not None and self.webhooks.active():
-            await self._validating_webhooks("UPDATE", subresource, new, old, ctx)
+        if not errors:
+            await self._validating_admission("UPDATE", subresource, new, old, ctx)
         if errors:
             raise InvalidError.for_object(self.info.qualified_kind, name, errors)
         if new == old:
