@@ -95,6 +95,8 @@ from tinykube.kinds import (
     ROLE_BINDING,
     SERVICE,
     SERVICE_ACCOUNT,
+    VALIDATING_ADMISSION_POLICY,
+    VALIDATING_ADMISSION_POLICY_BINDING,
     KindInfo,
 )
 from tinykube.manifest import to_dict
@@ -245,6 +247,8 @@ class APIServer:
         self.admission.policies = PolicyDispatcher(
             self.caches, self.storage, prefix=prefix, params=self._param_source
         )
+        for policy_kind in (VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING):
+            self.services[policy_kind.kind].answer_when_cached = True
         for store in self.services.values():
             store.admission = self.admission
         # Custom kinds of Established CRDs (apiserver/crd/serving.py), kept in step by the CRD

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from google.protobuf.message import Message
 
@@ -74,13 +74,22 @@ VALIDATION_FAILURE_ANNOTATION = "validation.policy.admission.k8s.io/validation_f
 _REASON_CODES = {"Forbidden": 403, "Unauthorized": 401, "RequestEntityTooLarge": 413}
 
 
+class ParamCache(Protocol):
+    """What the plugin reads of a param kind's watch cache (apiserver.watchcache.WatchCache)."""
+
+    @property
+    def state(self) -> Mapping[bytes, CachedObject]: ...
+
+    async def wait_fresh(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class ParamSource:
     """Where a policy's paramKind lives: its watch cache, and how its objects become JSON."""
 
     namespaced: bool
     prefix: bytes  # the kind's etcd key prefix: prefix + b"<namespace>/<name>" or b"<name>"
-    cache: CacheView
+    cache: ParamCache
     to_json: Callable[[Message], dict[str, Any]]
 
 
@@ -353,7 +362,7 @@ class PolicyDispatcher:
                 ):
                     continue
                 try:
-                    params = self._collect_params(policy, binding, req)
+                    params = await self._collect_params(policy, binding, req)
                 except _ConfigError as exc:
                     if policy.fail_closed:
                         denials.append(
@@ -390,7 +399,7 @@ class PolicyDispatcher:
         if denials:
             raise _denied(req, denials[0])
 
-    def _collect_params(
+    async def _collect_params(
         self, policy: _Policy, binding: _Binding, req: WebhookRequest
     ) -> list[dict[str, Any] | None]:
         """kube's CollectParams: the params to evaluate the policy with ([None] without)."""
@@ -415,20 +424,11 @@ class PolicyDispatcher:
             raise _ConfigError(
                 "paramRef.namespace must not be provided for a cluster-scoped `paramKind`"
             )
-        state = source.cache.state
-        found: list[CachedObject] = []
-        if ref.name:
-            hit = state.get(prefix + ref.name.encode())
-            if hit is not None:
-                found.append(hit)
-        else:
-            selector = _selector(ref.selector)
-            for key in sorted(k for k in state if k.startswith(prefix)):
-                hit = state[key]
-                if b"/" in key[len(prefix) :]:
-                    continue
-                if selector is None or selector.matches(hit.labels):
-                    found.append(hit)
+        found = _params_in(source.cache.state, prefix, ref)
+        if not found and await source.cache.wait_fresh():
+            # None in the cache: look again once it holds what etcd has now, so a param
+            # created just before the request counts (kube's informer may lag here).
+            found = _params_in(source.cache.state, prefix, ref)
         if not found:
             if ref.parameterNotFoundAction != "Allow":
                 raise _ConfigError(
@@ -520,6 +520,24 @@ class PolicyDispatcher:
                             "validationActions": list(binding.actions),
                         }
                     )
+
+
+def _params_in(
+    state: Mapping[bytes, CachedObject], prefix: bytes, ref: ar.ParamRef
+) -> list[CachedObject]:
+    """The objects `ref` names among `state`'s keys under `prefix`."""
+    if ref.name:
+        hit = state.get(prefix + ref.name.encode())
+        return [] if hit is None else [hit]
+    selector = _selector(ref.selector)
+    found: list[CachedObject] = []
+    for key in sorted(k for k in state if k.startswith(prefix)):
+        if b"/" in key[len(prefix) :]:
+            continue
+        hit = state[key]
+        if selector is None or selector.matches(hit.labels):
+            found.append(hit)
+    return found
 
 
 class _ConfigError(Exception):

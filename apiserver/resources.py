@@ -195,6 +195,8 @@ class ResourceStore:
         # The four RBAC kinds only, when authorization is on: privilege escalation prevention
         # (apiserver/auth/escalation.py). None everywhere else.
         self.escalation: EscalationGuard | None = None
+        # Whether a write is answered only once the watch cache holds it (`_settled`).
+        self.answer_when_cached = False
         # Kinds without their own entry (new rows in tinykube.kinds) select by metadata only.
         self.supported_fields = SELECTABLE_FIELDS.get(info.kind, META_FIELDS)
 
@@ -375,7 +377,17 @@ class ResourceStore:
         obj: Message = getattr(request, self.info.request_field)
         meta = obj.metadata  # type: ignore[attr-defined]
         self._check_size(request, meta.name or meta.generateName)
-        return await self._create(obj, ctx)
+        return await self._settled(await self._create(obj, ctx), ctx)
+
+    async def _settled(self, obj: Message, ctx: RequestContext) -> Message:
+        """`obj` once this apiserver's watch cache holds the write, for kinds that ask
+        (`answer_when_cached`: admission policies, so a policy applied through an apiserver is
+        in force there when the client hears back). Other kinds answer at once."""
+        if self.answer_when_cached and not ctx.dry_run:
+            rv = obj.metadata.resourceVersion  # type: ignore[attr-defined]
+            if rv:
+                await self.cache.wait_for_revision(int(rv))
+        return obj
 
     async def _create(self, obj: Message, ctx: RequestContext) -> Message:
         meta = obj.metadata  # type: ignore[attr-defined]
@@ -890,7 +902,7 @@ class ResourceStore:
                 obj = await transform(None)
                 self._check_size(obj, name)
                 try:
-                    return await self._create(obj, ctx), True
+                    return await self._settled(await self._create(obj, ctx), ctx), True
                 except AlreadyExistsError:
                     # Created meanwhile: apply to it.
                     cur = await self._current(key, cached=False)
@@ -911,7 +923,7 @@ class ResourceStore:
                 # The compare-and-swap lost a race: transform the current object again.
                 cur = outcome
                 continue
-            return outcome, False
+            return await self._settled(outcome, ctx), False
         raise self._conflict(name)
 
     async def _try_update(
