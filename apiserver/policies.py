@@ -53,7 +53,7 @@ from apiserver.webhooks import (
     exempt,
     object_labels,
     request_namespaced,
-    rule_matches,
+    resource_matches,
 )
 from tinykube.errors import TinykubeError
 from tinykube.kinds import (
@@ -71,6 +71,8 @@ MAX_MESSAGE_EXPRESSION_BYTES = 5 * 1024
 # kube's maxAuditAnnotationValueLength.
 MAX_AUDIT_ANNOTATION_BYTES = 10 * 1024
 VALIDATION_FAILURE_ANNOTATION = "validation.policy.admission.k8s.io/validation_failure"
+# How many distinct request shapes wants() remembers before starting over.
+_WANTED_MEMO_SIZE = 4096
 _REASON_CODES = {"Forbidden": 403, "Unauthorized": 401, "RequestEntityTooLarge": 413}
 
 
@@ -107,11 +109,50 @@ class _Expr:
 
 
 @dataclass(frozen=True)
+class _Rule:
+    """A NamedRuleWithOperations as Python sets (protobuf containers are slow to search)."""
+
+    operations: frozenset[str]
+    groups: frozenset[str]
+    versions: frozenset[str]
+    resources: tuple[str, ...]
+    scope: str
+    names: frozenset[str]
+
+    @classmethod
+    def of(cls, rule: ar.NamedRuleWithOperations) -> _Rule:
+        return cls(
+            frozenset(rule.operations),
+            frozenset(rule.apiGroups),
+            frozenset(rule.apiVersions),
+            tuple(rule.resources),
+            rule.scope if rule.HasField("scope") else "*",
+            frozenset(rule.resourceNames),
+        )
+
+    def matches(self, req: WebhookRequest, namespaced: bool) -> bool:
+        """kube's rules.Matcher, and resourceNames when given."""
+        if "*" not in self.operations and req.operation not in self.operations:
+            return False
+        if "*" not in self.groups and req.group not in self.groups:
+            return False
+        if "*" not in self.versions and req.version not in self.versions:
+            return False
+        if not resource_matches(self.resources, req.resource, req.subresource):
+            return False
+        if (self.scope == "Cluster" and namespaced) or (
+            self.scope == "Namespaced" and not namespaced
+        ):
+            return False
+        return not self.names or req.name in self.names
+
+
+@dataclass(frozen=True)
 class _Match:
     namespace_selector: LabelSelector | None  # None: everything
     object_selector: LabelSelector | None
-    rules: tuple[ar.NamedRuleWithOperations, ...]
-    exclude: tuple[ar.NamedRuleWithOperations, ...]
+    rules: tuple[_Rule, ...]
+    exclude: tuple[_Rule, ...]
 
 
 @dataclass(frozen=True)
@@ -168,26 +209,20 @@ def _compile_match(match: ar.MatchResources) -> _Match:
     return _Match(
         namespace_selector=_selector(match.namespaceSelector),
         object_selector=_selector(match.objectSelector),
-        rules=tuple(match.resourceRules),
-        exclude=tuple(match.excludeResourceRules),
+        rules=tuple(_Rule.of(r) for r in match.resourceRules),
+        exclude=tuple(_Rule.of(r) for r in match.excludeResourceRules),
     )
-
-
-def _named_rule_matches(rule: ar.NamedRuleWithOperations, req: WebhookRequest, ns: bool) -> bool:
-    if rule.resourceNames and req.name not in rule.resourceNames:
-        return False
-    return rule_matches(rule, req, ns)
 
 
 def resources_match(match: _Match, req: WebhookRequest, *, empty_matches: bool) -> bool:
     """kube's matching of resourceRules less excludeResourceRules (objects not needed). An
     empty resourceRules matches everything when `empty_matches` (a binding's matchResources)."""
     namespaced = request_namespaced(req)
-    if any(_named_rule_matches(r, req, namespaced) for r in match.exclude):
+    if any(r.matches(req, namespaced) for r in match.exclude):
         return False
     if not match.rules:
         return empty_matches
-    return any(_named_rule_matches(r, req, namespaced) for r in match.rules)
+    return any(r.matches(req, namespaced) for r in match.rules)
 
 
 class PolicyDispatcher:
@@ -212,6 +247,10 @@ class PolicyDispatcher:
         # (uid, generation) -> the policy compiled.
         self._policies: dict[tuple[str, int], _Policy] = {}
         self._memo: tuple[int, int, int, int, tuple[_Hook, ...]] | None = None
+        # wants()'s answers for the current hooks, by what the rules look at.
+        self._wanted: dict[tuple[str, str, str, str, str, bool, str], bool] = {}
+        self._wanted_for: tuple[_Hook, ...] | None = None
+        self._names_matter = False
 
     # ---- configuration -----------------------------------------------------------------------
 
@@ -289,15 +328,39 @@ class PolicyDispatcher:
     def wants(self, req: WebhookRequest) -> bool:
         """Whether some bound policy's rules (and one of its bindings') name `req`: only then
         are its objects made JSON."""
-        if exempt(req):
-            return False
-        for hook in self.hooks():
-            if resources_match(hook.policy.match, req, empty_matches=False) and any(
-                b.match is None or resources_match(b.match, req, empty_matches=True)
-                for b in hook.bindings
-            ):
-                return True
-        return False
+        hooks = self.hooks()
+        if hooks is not self._wanted_for:
+            self._wanted_for = hooks
+            self._wanted.clear()
+            self._names_matter = any(
+                rule.names
+                for hook in hooks
+                for match in (hook.policy.match, *(b.match for b in hook.bindings if b.match))
+                for rule in (*match.rules, *match.exclude)
+            )
+        key = (
+            req.operation,
+            req.group,
+            req.version,
+            req.resource,
+            req.subresource,
+            bool(req.namespace),
+            req.name if self._names_matter else "",
+        )
+        wanted = self._wanted.get(key)
+        if wanted is None:
+            wanted = not exempt(req) and any(
+                resources_match(hook.policy.match, req, empty_matches=False)
+                and any(
+                    b.match is None or resources_match(b.match, req, empty_matches=True)
+                    for b in hook.bindings
+                )
+                for hook in hooks
+            )
+            if len(self._wanted) >= _WANTED_MEMO_SIZE:
+                self._wanted.clear()
+            self._wanted[key] = wanted
+        return wanted
 
     async def _namespace(self, req: WebhookRequest) -> namespace_pb2.Namespace | None:
         if not req.namespace:

@@ -178,7 +178,7 @@ def _selector(sel: Any) -> LabelSelector | None:
     return from_proto(sel)
 
 
-def _resource_matches(patterns: Sequence[str], resource: str, subresource: str) -> bool:
+def resource_matches(patterns: Sequence[str], resource: str, subresource: str) -> bool:
     for pattern in patterns:
         if pattern == "*/*":
             return True
@@ -204,7 +204,7 @@ def rule_matches(
         return False
     if "*" not in rule.apiVersions and req.version not in rule.apiVersions:
         return False
-    if not _resource_matches(rule.resources, req.resource, req.subresource):
+    if not resource_matches(rule.resources, req.resource, req.subresource):
         return False
     scope = rule.scope if rule.HasField("scope") else "*"
     if scope == "Cluster":
