@@ -627,10 +627,14 @@ class ResourceStore:
         kind_group: str,
         ctx: RequestContext,
     ) -> None:
-        """The webhooks of a CREATE on a subresource whose body is another kind (pods/binding's
-        Binding, pods/eviction's policy/v1 Eviction): mutating (their patches applied to `obj`
-        in place), then validating."""
-        if self.webhooks is None or not self.webhooks.active():
+        """The admission webhooks and policies of a CREATE on a subresource whose body is
+        another kind (pods/binding's Binding, pods/eviction's policy/v1 Eviction): mutating
+        webhooks (their patches applied to `obj` in place), then the policies, then the
+        validating webhooks."""
+        hooks, policies = self.webhooks, self.policies
+        by_hook = hooks is not None and hooks.active()
+        by_policy = policies is not None and policies.active()
+        if not (by_hook or by_policy):
             return
         meta = obj.metadata  # type: ignore[attr-defined]
         descriptor = obj.DESCRIPTOR
@@ -653,13 +657,16 @@ class ResourceStore:
             kind_group=kind_group,
             kind_version=version,
         )
-        if not (self.webhooks.rules_match(True, req) or self.webhooks.rules_match(False, req)):
+        mutating = by_hook and hooks is not None and hooks.rules_match(True, req)
+        validating = by_hook and hooks is not None and hooks.rules_match(False, req)
+        by_policy = by_policy and policies is not None and policies.wants(req)
+        if not (mutating or validating or by_policy):
             return
         data = to_dict(obj)
         data["apiVersion"] = f"{kind_group}/{version}" if kind_group else version
         data["kind"] = descriptor.name
         req.object = data
-        if await self.webhooks.mutate(req) and req.object is not None:
+        if mutating and hooks is not None and await hooks.mutate(req) and req.object is not None:
             patched = {k: v for k, v in req.object.items() if k not in ("apiVersion", "kind")}
             try:
                 fresh = type(obj)()
@@ -669,7 +676,10 @@ class ResourceStore:
                     f"the object mutated by admission webhooks cannot be decoded: {exc}"
                 ) from exc
             obj.CopyFrom(fresh)
-        await self.webhooks.validate(req)
+        if by_policy and policies is not None:
+            await policies.validate(req)
+        if validating and hooks is not None:
+            await hooks.validate(req)
 
     def webhooks_see(self, operation: str, namespace: str, name: str) -> bool:
         """Whether some webhook's or admission policy's rules name this kind's `operation`

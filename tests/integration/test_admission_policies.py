@@ -16,9 +16,14 @@ from typing import Any
 
 import aiohttp
 import pytest
+from google.protobuf import json_format
 
 from tests.integration.conftest import RunningAPIServer, make_settings, start_apiserver
+from tinykube.client import Client
+from tinykube.errors import ForbiddenError, InvalidError
 from tinykube.localetcd import EtcdServer
+from tinykube.v1 import admissionregistration_pb2 as ar
+from tinykube.v1 import deployment_pb2
 
 pytestmark = pytest.mark.integration
 
@@ -437,3 +442,99 @@ async def test_an_evaluation_error_follows_the_failure_policy(rest: Rest) -> Non
                 await rest.call("DELETE", f"{DEPLOYMENTS}/{name}")
         finally:
             await unbind(rest, name)
+
+
+async def test_policies_over_grpc_with_the_typed_client(rest: Rest) -> None:
+    policy = ar.ValidatingAdmissionPolicy()
+    json_format.ParseDict(
+        {
+            "metadata": {"name": "grpc-made"},
+            "spec": {
+                "matchConstraints": deployment_rules(),
+                "validations": [{"expression": "object.spec.replicas < 2", "reason": "Forbidden"}],
+            },
+        },
+        policy,
+    )
+    binding = ar.ValidatingAdmissionPolicyBinding()
+    json_format.ParseDict(
+        {
+            "metadata": {"name": "grpc-made"},
+            "spec": {"policyName": "grpc-made", "validationActions": ["Deny"]},
+        },
+        binding,
+    )
+    async with Client(rest.running.address, timeout=10.0) as client:
+        made = await client.validating_admission_policies.create(policy)
+        assert made.spec.failurePolicy == "Fail"
+        assert made.status.observedGeneration == 1
+        await client.validating_admission_policy_bindings.create(binding)
+        listed = await client.validating_admission_policies.list()
+        assert "grpc-made" in {p.metadata.name for p in listed.items}
+        deployment_msg = deployment_pb2.Deployment()
+        json_format.ParseDict(deployment("grpc-big", 3), deployment_msg)
+        deployment_msg.metadata.namespace = "default"
+        with pytest.raises(ForbiddenError) as refused:
+            await client.deployments.create(deployment_msg)
+        assert str(refused.value) == (
+            "deployments.apps \"grpc-big\" is forbidden: ValidatingAdmissionPolicy 'grpc-made' "
+            "with binding 'grpc-made' denied request: failed expression: "
+            "object.spec.replicas < 2"
+        )
+        bad = ar.ValidatingAdmissionPolicy()
+        bad.metadata.name = "grpc-bad"
+        with pytest.raises(InvalidError) as invalid:
+            await client.validating_admission_policies.create(bad)
+        assert "spec.matchConstraints: Required value" in str(invalid.value)
+        await client.validating_admission_policy_bindings.delete("grpc-made")
+        await client.validating_admission_policies.delete("grpc-made")
+
+
+async def test_an_eviction_is_judged_as_a_create_of_pods_eviction(rest: Rest) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "protected", "labels": {"keep": "yes"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    status, body, _ = await rest.call("POST", "/api/v1/namespaces/default/pods", pod)
+    assert status == 201, body
+    await bind(
+        rest,
+        {
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods/eviction"],
+                    }
+                ]
+            },
+            "validations": [
+                {
+                    "expression": "request.name != 'protected'",
+                    "messageExpression": "'pod ' + request.name + ' may not be evicted by ' + "
+                    "object.kind",
+                }
+            ],
+        },
+        "no-eviction",
+    )
+    try:
+        eviction = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": "protected", "namespace": "default"},
+        }
+        status, body, _ = await rest.call(
+            "POST", "/api/v1/namespaces/default/pods/protected/eviction", eviction
+        )
+        assert status == 422, body
+        assert body["message"].endswith(
+            "denied request: pod protected may not be evicted by Eviction"
+        ), body
+    finally:
+        await unbind(rest, "no-eviction")
+        await rest.call("DELETE", "/api/v1/namespaces/default/pods/protected")
