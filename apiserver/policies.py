@@ -34,6 +34,7 @@ All on the event loop; the only awaits are the namespace's etcd read when the ca
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -438,8 +439,7 @@ class PolicyDispatcher:
                         )
                     continue
                 if request is None:
-                    request = admission_request("", req)
-                    request.pop("uid", None)
+                    request = admission_request(str(uuid.uuid4()), req)
                 ns_obj = await namespace() if _namespace_object_wanted(req) else None
                 base = {
                     "object": req.object,
