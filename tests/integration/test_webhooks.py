@@ -392,7 +392,7 @@ async def test_mutating_webhooks_see_the_kinds_defaults_and_the_server_defaults_
                 ],
             ),
         )
-        deployment = {
+        deployment: dict[str, Any] = {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
             "metadata": {"name": "defaulted", "namespace": "default"},
