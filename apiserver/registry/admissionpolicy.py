@@ -3,13 +3,13 @@
 pkg/apis/admissionregistration (v1 defaults.go, validation.go).
 
 Defaults: a policy's failurePolicy Fail; matchConstraints' and a binding's matchResources'
-matchPolicy Equivalent, empty namespaceSelector and objectSelector, rules' scope "*"; a
-paramRef's parameterNotFoundAction Deny. Validation: a policy needs matchConstraints with
-resourceRules, at least one validation or audit annotation, expressions that compile (CEL,
-apiserver/crd/cel.py, every variable `dyn`: errors are reported on the field in kube's
-`compilation failed: ERROR: <input>:...` shape), unique variable names that are CEL
-identifiers, reasons kube knows; a binding needs a policyName, validationActions from
-Deny/Warn/Audit (not Deny and Warn together), a paramRef with exactly one of name and selector.
+matchPolicy Equivalent, empty namespaceSelector and objectSelector, rules' scope "*" (v1 has
+no default for a paramRef's parameterNotFoundAction: it is required). Validation: a policy
+needs matchConstraints with resourceRules, at least one validation or audit annotation,
+expressions that compile (CEL, apiserver/crd/cel.py, every variable `dyn`: errors are reported
+on the field in kube's `compilation failed: ERROR: <input>:...` shape), unique variable names
+that are CEL identifiers, reasons kube knows; a binding needs a policyName, validationActions
+from Deny/Warn/Audit (not Deny and Warn together), a paramRef with exactly one of name and selector.
 
 The status is the server's: created and updated with `observedGeneration` at the spec's
 generation and an empty `typeChecking` (tinykube checks expressions against `dyn`, so it has no
@@ -114,9 +114,6 @@ def default_binding(binding: ar.ValidatingAdmissionPolicyBinding) -> None:
     spec = binding.spec
     if spec.HasField("matchResources"):
         default_match_resources(spec.matchResources)
-    ref = spec.paramRef
-    if spec.HasField("paramRef") and not ref.HasField("parameterNotFoundAction"):
-        ref.parameterNotFoundAction = "Deny"
 
 
 def _named_rule(path: str, rule: ar.NamedRuleWithOperations) -> list[FieldError]:

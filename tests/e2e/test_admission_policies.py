@@ -120,6 +120,8 @@ def test_a_policy_refuses_with_kubes_message(tinykube_up: UpCluster) -> None:
     assert row.split()[:3] == ["replica-limit-binding", "replica-limit", "<unset>"]
     described = ok(tinykube_up.kubectl("describe", "validatingadmissionpolicy", "replica-limit"))
     assert "replica-limit" in described and "object.spec.replicas <= 5" in described
+    explained = ok(tinykube_up.kubectl("explain", "validatingadmissionpolicy.spec.validations"))
+    assert "FIELD: validations" in explained and "expression" in explained
     generation = tinykube_up.kubectl(
         "get", "validatingadmissionpolicy", "replica-limit",
         "-o", "jsonpath={.status.observedGeneration}",

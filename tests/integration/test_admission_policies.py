@@ -150,7 +150,7 @@ async def test_kinds_get_kube_defaults_status_and_validation(rest: Rest) -> None
     assert match["resourceRules"][0]["scope"] == "*"
     assert created["status"]["observedGeneration"] == 1
     assert created["status"]["typeChecking"] == {}
-    binding = {
+    binding: dict[str, Any] = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
         "metadata": {"name": "defaults"},
@@ -160,9 +160,18 @@ async def test_kinds_get_kube_defaults_status_and_validation(rest: Rest) -> None
             "paramRef": {"name": "limits"},
         },
     }
+    status, refused, _ = await rest.call("POST", BINDINGS, binding)
+    assert status == 422, refused
+    assert refused["message"] == (
+        'ValidatingAdmissionPolicyBinding.admissionregistration.k8s.io "defaults" is invalid: '
+        "spec.paramRef.parameterNotFoundAction: Required value"
+    )
+    binding["spec"]["paramRef"]["parameterNotFoundAction"] = "Allow"
+    binding["spec"]["matchResources"] = {"resourceRules": deployment_rules()["resourceRules"]}
     status, made, _ = await rest.call("POST", BINDINGS, binding)
     assert status == 201, made
-    assert made["spec"]["paramRef"]["parameterNotFoundAction"] == "Deny"
+    match = made["spec"]["matchResources"]
+    assert match["matchPolicy"] == "Equivalent" and match["namespaceSelector"] == {}
     await rest.call("DELETE", f"{BINDINGS}/defaults")
     await rest.call("DELETE", f"{POLICIES}/defaults")
 
