@@ -43,6 +43,7 @@ import random
 from collections.abc import Mapping
 from typing import Protocol
 
+from apiserver.policies import PolicyDispatcher
 from apiserver.registry.priorityclass import SYSTEM_PRIORITY_CLASSES
 from apiserver.serviceaccount import (
     DEFAULT_SERVICE_ACCOUNT,
@@ -133,6 +134,9 @@ class Admission:
         # The admission webhooks (apiserver/webhooks.py), which the stores call after these
         # plugins; set by the apiserver.
         self.webhooks: WebhookDispatcher | None = None
+        # ValidatingAdmissionPolicy (apiserver/policies.py), run before the validating
+        # webhooks; set by the apiserver.
+        self.policies: PolicyDispatcher | None = None
 
     # ---- create / update -------------------------------------------------------------------
 

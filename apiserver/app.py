@@ -55,6 +55,7 @@ from apiserver.crd.serving import (
     CustomResourceStore,
     CustomResourceStrategy,
     JsonCodec,
+    object_dict,
 )
 from apiserver.flowcontrol import Limiter
 from apiserver.grpcapi import (
@@ -66,6 +67,7 @@ from apiserver.grpcapi import (
 from apiserver.metrics import Metrics
 from apiserver.namespacestore import NamespaceStore
 from apiserver.podstore import PodStore
+from apiserver.policies import ParamSource, PolicyDispatcher
 from apiserver.registry import INDEX_FIELD, META_FIELDS, fields_of, strategy_for
 from apiserver.resources import ResourceStore
 from apiserver.rest.app import RestServer
@@ -93,8 +95,11 @@ from tinykube.kinds import (
     ROLE_BINDING,
     SERVICE,
     SERVICE_ACCOUNT,
+    VALIDATING_ADMISSION_POLICY,
+    VALIDATING_ADMISSION_POLICY_BINDING,
     KindInfo,
 )
+from tinykube.manifest import to_dict
 from tinykube.serving import GrpcServer, ListenError
 from tinykube.tls import PLAINTEXT, Credentials, ServingTLS, TLSConfigError
 from tinykube.v1 import meta_pb2, namespace_pb2, priorityclass_pb2, serviceaccount_pb2
@@ -237,6 +242,13 @@ class APIServer:
             self.caches, self.storage, prefix=prefix, metrics=self.metrics
         )
         self.admission.webhooks = self.webhooks
+        # ValidatingAdmissionPolicy (apiserver/policies.py), over the policies' and bindings'
+        # caches; params come from any served kind's cache.
+        self.admission.policies = PolicyDispatcher(
+            self.caches, self.storage, prefix=prefix, params=self._param_source
+        )
+        for policy_kind in (VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING):
+            self.services[policy_kind.kind].answer_when_cached = True
         for store in self.services.values():
             store.admission = self.admission
         # Custom kinds of Established CRDs (apiserver/crd/serving.py), kept in step by the CRD
@@ -439,6 +451,20 @@ class APIServer:
         if self.rest is not None:
             log.info("apiserver REST API on %s", self.rest_url)
         return self.port
+
+    def _param_source(self, api_version: str, kind: str) -> ParamSource | None:
+        """Where a ValidatingAdmissionPolicy's paramKind is kept: a built-in kind's watch
+        cache, or a served custom kind's."""
+        group, _, version = api_version.rpartition("/")
+        for info in ALL_KINDS:
+            if (info.group, info.version, info.kind) == (group, version, kind):
+                cache = self.caches[info.kind]
+                return ParamSource(info.namespaced, cache.prefix, cache, to_dict)
+        for store in self.custom.stores():
+            info = store.info
+            if (info.group, info.version, info.kind) == (group, version, kind):
+                return ParamSource(info.namespaced, store.cache.prefix, store.cache, object_dict)
+        return None
 
     def _custom_store(
         self, info: KindInfo, crd: CustomResourceDefinition

@@ -39,6 +39,7 @@ from apiserver.allocator import Claims, ServiceAllocator
 from apiserver.auth.escalation import EscalationGuard
 from apiserver.auth.filters import admit_node_write
 from apiserver.deletion import check_policy, gc_finalizers
+from apiserver.policies import PolicyDispatcher
 from apiserver.registry import META_FIELDS, SELECTABLE_FIELDS, Strategy
 from apiserver.requestcontext import DRY_RUN_ALL, INTERNAL, RequestContext
 from apiserver.settings import Settings
@@ -194,6 +195,8 @@ class ResourceStore:
         # The four RBAC kinds only, when authorization is on: privilege escalation prevention
         # (apiserver/auth/escalation.py). None everywhere else.
         self.escalation: EscalationGuard | None = None
+        # Whether a write is answered only once the watch cache holds it (`_settled`).
+        self.answer_when_cached = False
         # Kinds without their own entry (new rows in tinykube.kinds) select by metadata only.
         self.supported_fields = SELECTABLE_FIELDS.get(info.kind, META_FIELDS)
 
@@ -202,6 +205,11 @@ class ResourceStore:
         """The admission webhooks (apiserver/webhooks.py), which come with the admission
         plugins, so every store given them (custom kinds' too) calls the webhooks."""
         return self.admission.webhooks if self.admission is not None else None
+
+    @property
+    def policies(self) -> PolicyDispatcher | None:
+        """ValidatingAdmissionPolicy (apiserver/policies.py), with the admission plugins."""
+        return self.admission.policies if self.admission is not None else None
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -369,14 +377,26 @@ class ResourceStore:
         obj: Message = getattr(request, self.info.request_field)
         meta = obj.metadata  # type: ignore[attr-defined]
         self._check_size(request, meta.name or meta.generateName)
-        return await self._create(obj, ctx)
+        return await self._settled(await self._create(obj, ctx), ctx)
+
+    async def _settled(self, obj: Message, ctx: RequestContext) -> Message:
+        """`obj` once this apiserver's watch cache holds the write, for kinds that ask
+        (`answer_when_cached`: admission policies, so a policy applied through an apiserver is
+        in force there when the client hears back). Other kinds answer at once."""
+        if self.answer_when_cached and not ctx.dry_run:
+            rv = obj.metadata.resourceVersion  # type: ignore[attr-defined]
+            if rv:
+                await self.cache.wait_for_revision(int(rv))
+        return obj
 
     async def _create(self, obj: Message, ctx: RequestContext) -> Message:
         meta = obj.metadata  # type: ignore[attr-defined]
         meta.namespace = self._namespace(meta.namespace)
         generated = not meta.name and bool(meta.generateName)
-        # Mutating admission runs before the strategy, as in kube-apiserver (the Priority
-        # plugin's preemptionPolicy comes before the strategy's default).
+        # kube-apiserver defaults a body as it decodes it, so admission sees the defaults.
+        self.strategy.set_defaults(obj)
+        # Mutating admission runs before the strategy's PrepareForCreate, as in kube-apiserver
+        # (the Priority plugin's preemptionPolicy comes before the strategy's fallback).
         await self.admit(obj)
         if self.webhooks is not None and self.webhooks.active():
             mutated = await self._mutating_webhooks("CREATE", "", obj, None, ctx)
@@ -406,8 +426,7 @@ class ResourceStore:
             if errors:
                 raise InvalidError.for_object(self.info.qualified_kind, meta.name, errors)
             await self.admit_validated(obj, None)
-            if self.webhooks is not None and self.webhooks.active():
-                await self._validating_webhooks("CREATE", "", obj, None, ctx)
+            await self._validating_admission("CREATE", "", obj, None, ctx)
             if ctx.dry_run:
                 return await self._dry_create(obj)
             if self.allocator is not None:
@@ -495,7 +514,7 @@ class ResourceStore:
 
     # ---- admission webhooks ----------------------------------------------------------------
 
-    def _webhook_request(
+    def _attributes(
         self,
         operation: str,
         subresource: str,
@@ -503,19 +522,16 @@ class ResourceStore:
         old: Message | None,
         ctx: RequestContext,
         options: dict[str, Any] | None,
-        *,
-        mutating: bool,
-    ) -> WebhookRequest | None:
-        """The request the webhooks see, or None when no webhook's rules match it (the
-        objects' JSON is made only for a write some webhook may see)."""
-        assert self.webhooks is not None
+    ) -> WebhookRequest:
+        """The admission attributes of a write (kube's admission.Attributes), without the
+        objects' JSON: `_with_objects` adds it once some plugin's rules name the request."""
         info = self.info
         either = obj if obj is not None else old
         meta = either.metadata  # type: ignore[union-attr]
         if options is None:
             kind = "CreateOptions" if operation == "CREATE" else "UpdateOptions"
             options = self._create_options(ctx, kind)
-        req = WebhookRequest(
+        return WebhookRequest(
             group=info.group,
             version=info.version,
             kind=info.kind,
@@ -531,8 +547,10 @@ class ResourceStore:
             options=options,
             warnings=ctx.warnings,
         )
-        if not self.webhooks.rules_match(mutating, req):
-            return None
+
+    def _with_objects(
+        self, req: WebhookRequest, obj: Message | None, old: Message | None
+    ) -> WebhookRequest:
         req.object = self._json(obj) if obj is not None else None
         req.old_object = self._json(old) if old is not None else None
         return req
@@ -559,8 +577,11 @@ class ResourceStore:
         assert self.webhooks is not None
         if not self.webhooks.hooks(True):
             return None
-        req = self._webhook_request(operation, subresource, obj, old, ctx, options, mutating=True)
-        if req is None or not await self.webhooks.mutate(req) or req.object is None:
+        req = self._attributes(operation, subresource, obj, old, ctx, options)
+        if not self.webhooks.rules_match(True, req):
+            return None
+        self._with_objects(req, obj, old)
+        if not await self.webhooks.mutate(req) or req.object is None:
             return None
         try:
             mutated, _unknown = parse_as(self.info, req.object, drop_unknown=True)
@@ -570,7 +591,7 @@ class ResourceStore:
             ) from exc
         return mutated
 
-    async def _validating_webhooks(
+    async def _validating_admission(
         self,
         operation: str,
         subresource: str,
@@ -579,12 +600,25 @@ class ResourceStore:
         ctx: RequestContext,
         options: dict[str, Any] | None = None,
     ) -> None:
-        assert self.webhooks is not None
-        if not self.webhooks.hooks(False):
+        """The validating admission of a write that sees other objects' state: the
+        ValidatingAdmissionPolicies (apiserver/policies.py), then the validating webhooks, as
+        kube-apiserver orders the two plugins. Costs nothing when neither has configurations,
+        and makes the objects' JSON only when some policy's or webhook's rules name the write."""
+        policies, hooks = self.policies, self.webhooks
+        by_policy = policies is not None and policies.active()
+        by_hook = hooks is not None and bool(hooks.hooks(False))
+        if not (by_policy or by_hook):
             return
-        req = self._webhook_request(operation, subresource, obj, old, ctx, options, mutating=False)
-        if req is not None:
-            await self.webhooks.validate(req)
+        req = self._attributes(operation, subresource, obj, old, ctx, options)
+        by_policy = by_policy and policies is not None and policies.wants(req)
+        by_hook = by_hook and hooks is not None and hooks.rules_match(False, req)
+        if not (by_policy or by_hook):
+            return
+        self._with_objects(req, obj, old)
+        if by_policy and policies is not None:
+            await policies.validate(req)
+        if by_hook and hooks is not None:
+            await hooks.validate(req)
 
     async def subresource_webhooks(
         self,
@@ -593,10 +627,14 @@ class ResourceStore:
         kind_group: str,
         ctx: RequestContext,
     ) -> None:
-        """The webhooks of a CREATE on a subresource whose body is another kind (pods/binding's
-        Binding, pods/eviction's policy/v1 Eviction): mutating (their patches applied to `obj`
-        in place), then validating."""
-        if self.webhooks is None or not self.webhooks.active():
+        """The admission webhooks and policies of a CREATE on a subresource whose body is
+        another kind (pods/binding's Binding, pods/eviction's policy/v1 Eviction): mutating
+        webhooks (their patches applied to `obj` in place), then the policies, then the
+        validating webhooks."""
+        hooks, policies = self.webhooks, self.policies
+        by_hook = hooks is not None and hooks.active()
+        by_policy = policies is not None and policies.active()
+        if not (by_hook or by_policy):
             return
         meta = obj.metadata  # type: ignore[attr-defined]
         descriptor = obj.DESCRIPTOR
@@ -619,13 +657,16 @@ class ResourceStore:
             kind_group=kind_group,
             kind_version=version,
         )
-        if not (self.webhooks.rules_match(True, req) or self.webhooks.rules_match(False, req)):
+        mutating = by_hook and hooks is not None and hooks.rules_match(True, req)
+        validating = by_hook and hooks is not None and hooks.rules_match(False, req)
+        by_policy = by_policy and policies is not None and policies.wants(req)
+        if not (mutating or validating or by_policy):
             return
         data = to_dict(obj)
         data["apiVersion"] = f"{kind_group}/{version}" if kind_group else version
         data["kind"] = descriptor.name
         req.object = data
-        if await self.webhooks.mutate(req) and req.object is not None:
+        if mutating and hooks is not None and await hooks.mutate(req) and req.object is not None:
             patched = {k: v for k, v in req.object.items() if k not in ("apiVersion", "kind")}
             try:
                 fresh = type(obj)()
@@ -635,12 +676,18 @@ class ResourceStore:
                     f"the object mutated by admission webhooks cannot be decoded: {exc}"
                 ) from exc
             obj.CopyFrom(fresh)
-        await self.webhooks.validate(req)
+        if by_policy and policies is not None:
+            await policies.validate(req)
+        if validating and hooks is not None:
+            await hooks.validate(req)
 
     def webhooks_see(self, operation: str, namespace: str, name: str) -> bool:
-        """Whether some webhook's rules name this kind's `operation` (no objects needed)."""
-        hooks = self.webhooks
-        if hooks is None or not hooks.active():
+        """Whether some webhook's or admission policy's rules name this kind's `operation`
+        (no objects needed)."""
+        hooks, policies = self.webhooks, self.policies
+        by_hook = hooks is not None and hooks.active()
+        by_policy = policies is not None and policies.active()
+        if not (by_hook or by_policy):
             return False
         info = self.info
         req = WebhookRequest(
@@ -655,16 +702,22 @@ class ResourceStore:
             object=None,
             old_object=None,
         )
-        return hooks.rules_match(True, req) or hooks.rules_match(False, req)
+        if (
+            by_hook
+            and hooks is not None
+            and (hooks.rules_match(True, req) or hooks.rules_match(False, req))
+        ):
+            return True
+        return by_policy and policies is not None and policies.wants(req)
 
     async def delete_webhooks(
         self, request: meta_pb2.DeleteRequest, obj: Message, ctx: RequestContext
     ) -> None:
         """The admission webhooks of a DELETE of `obj` (the old object; no new one)."""
+        options = _delete_options(request, ctx)
         if self.webhooks is not None and self.webhooks.active():
-            options = _delete_options(request, ctx)
             await self._mutating_webhooks("DELETE", "", None, obj, ctx, options)
-            await self._validating_webhooks("DELETE", "", None, obj, ctx, options)
+        await self._validating_admission("DELETE", "", None, obj, ctx, options)
 
     @staticmethod
     def _create_options(ctx: RequestContext, kind: str = "CreateOptions") -> dict[str, Any]:
@@ -872,7 +925,7 @@ class ResourceStore:
                 obj = await transform(None)
                 self._check_size(obj, name)
                 try:
-                    return await self._create(obj, ctx), True
+                    return await self._settled(await self._create(obj, ctx), ctx), True
                 except AlreadyExistsError:
                     # Created meanwhile: apply to it.
                     cur = await self._current(key, cached=False)
@@ -893,7 +946,7 @@ class ResourceStore:
                 # The compare-and-swap lost a race: transform the current object again.
                 cur = outcome
                 continue
-            return outcome, False
+            return await self._settled(outcome, ctx), False
         raise self._conflict(name)
 
     async def _try_update(
@@ -910,6 +963,8 @@ class ResourceStore:
         the current object after a lost compare-and-swap (None: it is gone)."""
         old = cur.obj
         obj = await transform(old)
+        # The decoded body's defaults (a patch's result is decoded, so defaulted, too).
+        self.strategy.set_defaults(obj)
         if self.webhooks is not None and self.webhooks.active():
             obj.metadata.namespace = namespace  # type: ignore[attr-defined]
             mutated = await self._mutating_webhooks("UPDATE", subresource, obj, old, ctx)
@@ -943,8 +998,8 @@ class ResourceStore:
             self.escalation.admit(self.info.kind, new, old, ctx.identity)
         if not errors and not subresource:
             await self.admit_validated(new, old)
-        if not errors and self.webhooks is not None and self.webhooks.active():
-            await self._validating_webhooks("UPDATE", subresource, new, old, ctx)
+        if not errors:
+            await self._validating_admission("UPDATE", subresource, new, old, ctx)
         if errors:
             raise InvalidError.for_object(self.info.qualified_kind, name, errors)
         if new == old:

@@ -178,7 +178,7 @@ def _selector(sel: Any) -> LabelSelector | None:
     return from_proto(sel)
 
 
-def _resource_matches(patterns: Sequence[str], resource: str, subresource: str) -> bool:
+def resource_matches(patterns: Sequence[str], resource: str, subresource: str) -> bool:
     for pattern in patterns:
         if pattern == "*/*":
             return True
@@ -193,7 +193,9 @@ def _resource_matches(patterns: Sequence[str], resource: str, subresource: str) 
     return False
 
 
-def rule_matches(rule: ar.RuleWithOperations, req: WebhookRequest, namespaced: bool) -> bool:
+def rule_matches(
+    rule: ar.RuleWithOperations | ar.NamedRuleWithOperations, req: WebhookRequest, namespaced: bool
+) -> bool:
     """kube's rules.Matcher: operation, group, version, resource/subresource and scope."""
     ops = rule.operations
     if "*" not in ops and req.operation not in ops:
@@ -202,7 +204,7 @@ def rule_matches(rule: ar.RuleWithOperations, req: WebhookRequest, namespaced: b
         return False
     if "*" not in rule.apiVersions and req.version not in rule.apiVersions:
         return False
-    if not _resource_matches(rule.resources, req.resource, req.subresource):
+    if not resource_matches(rule.resources, req.resource, req.subresource):
         return False
     scope = rule.scope if rule.HasField("scope") else "*"
     if scope == "Cluster":
@@ -230,12 +232,12 @@ def exempt(req: WebhookRequest) -> bool:
     return req.group == ADMISSION_GROUP and req.resource in EXEMPT_RESOURCES
 
 
-def _namespaced(req: WebhookRequest) -> bool:
+def request_namespaced(req: WebhookRequest) -> bool:
     """Whether the request is about a namespaced object (a Namespace itself is not)."""
     return bool(req.namespace) and not (req.resource == NAMESPACE.plural and not req.group)
 
 
-def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
+def object_labels(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
     if not obj:
         return {}
     labels = (obj.get("metadata") or {}).get("labels") or {}
@@ -254,6 +256,37 @@ def user_info(identity: Identity | None) -> dict[str, Any]:
     if identity.extra:
         info["extra"] = {key: list(values) for key, values in identity.extra}
     return info
+
+
+def admission_request(uid: str, req: WebhookRequest) -> dict[str, Any]:
+    """The AdmissionRequest of `req` (what webhooks receive and CEL's `request` is)."""
+    kind = {
+        "group": req.group if req.kind_group is None else req.kind_group,
+        "version": req.version if req.kind_version is None else req.kind_version,
+        "kind": req.kind,
+    }
+    resource = {"group": req.group, "version": req.version, "resource": req.resource}
+    out: dict[str, Any] = {
+        "uid": uid,
+        "kind": kind,
+        "resource": resource,
+        "requestKind": kind,
+        "requestResource": resource,
+    }
+    if req.subresource:
+        out["subResource"] = req.subresource
+        out["requestSubResource"] = req.subresource
+    if req.name:
+        out["name"] = req.name
+    if req.namespace:
+        out["namespace"] = req.namespace
+    out["operation"] = req.operation
+    out["userInfo"] = req.user_info
+    out["object"] = req.object
+    out["oldObject"] = req.old_object
+    out["dryRun"] = req.dry_run
+    out["options"] = req.options
+    return out
 
 
 class WebhookDispatcher:
@@ -338,7 +371,7 @@ class WebhookDispatcher:
         the old one on delete), else the request's namespace's; None for other cluster-scoped
         objects (they always match)."""
         if req.resource == NAMESPACE.plural and not req.group:
-            return _labels(req.object if req.object is not None else req.old_object)
+            return object_labels(req.object if req.object is not None else req.old_object)
         if not req.namespace:
             return None
         key = self._ns_prefix + req.namespace.encode()
@@ -354,7 +387,7 @@ class WebhookDispatcher:
         """Whether any webhook of the kind's rules match `req` (its objects not needed)."""
         if exempt(req):
             return False
-        namespaced = _namespaced(req)
+        namespaced = request_namespaced(req)
         return any(
             rule_matches(r, req, namespaced)
             for hook in self.hooks(mutating)
@@ -364,7 +397,7 @@ class WebhookDispatcher:
     async def _matches(self, hook: _Hook, req: WebhookRequest) -> bool:
         if exempt(req):
             return False
-        if not any(rule_matches(r, req, _namespaced(req)) for r in hook.spec.rules):
+        if not any(rule_matches(r, req, request_namespaced(req)) for r in hook.spec.rules):
             return False
         if hook.namespace_selector is not None:
             labels = await self._namespace_labels(req)
@@ -372,7 +405,9 @@ class WebhookDispatcher:
                 return False
         if hook.object_selector is not None:
             sel = hook.object_selector
-            if not (sel.matches(_labels(req.object)) or sel.matches(_labels(req.old_object))):
+            if not (
+                sel.matches(object_labels(req.object)) or sel.matches(object_labels(req.old_object))
+            ):
                 return False
         return True
 
@@ -485,7 +520,7 @@ class WebhookDispatcher:
         if not await self._matches(hook, req):
             return None
         uid = str(uuid.uuid4())
-        request = self._admission_request(uid, req)
+        request = admission_request(uid, req)
         try:
             if hook.conditions and not self._conditions_hold(hook, req, request):
                 return None
@@ -548,35 +583,6 @@ class WebhookDispatcher:
         if hook.fail_closed:
             raise InternalError(message)
         log.warning("ignoring webhook failure (failurePolicy Ignore): %s", message)
-
-    def _admission_request(self, uid: str, req: WebhookRequest) -> dict[str, Any]:
-        kind = {
-            "group": req.group if req.kind_group is None else req.kind_group,
-            "version": req.version if req.kind_version is None else req.kind_version,
-            "kind": req.kind,
-        }
-        resource = {"group": req.group, "version": req.version, "resource": req.resource}
-        out: dict[str, Any] = {
-            "uid": uid,
-            "kind": kind,
-            "resource": resource,
-            "requestKind": kind,
-            "requestResource": resource,
-        }
-        if req.subresource:
-            out["subResource"] = req.subresource
-            out["requestSubResource"] = req.subresource
-        if req.name:
-            out["name"] = req.name
-        if req.namespace:
-            out["namespace"] = req.namespace
-        out["operation"] = req.operation
-        out["userInfo"] = req.user_info
-        out["object"] = req.object
-        out["oldObject"] = req.old_object
-        out["dryRun"] = req.dry_run
-        out["options"] = req.options
-        return out
 
     async def _call(self, hook: _Hook, request: dict[str, Any]) -> dict[str, Any]:
         versions = list(hook.spec.admissionReviewVersions)
@@ -725,7 +731,7 @@ def denied(name: str, status: Any) -> TinykubeError:
         message = f"{head}: {result['reason']}"
     else:
         message = f"{head} without explanation"
-    error = _error_for_http(code, message)
+    error = error_for_http(code, message)
     body: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
@@ -742,7 +748,7 @@ def denied(name: str, status: Any) -> TinykubeError:
     return error
 
 
-def _error_for_http(code: int, message: str) -> TinykubeError:
+def error_for_http(code: int, message: str) -> TinykubeError:
     """The error class whose REST code is `code` (the gRPC status follows from it)."""
     classes: dict[int, type[TinykubeError]] = {
         401: UnauthenticatedError,

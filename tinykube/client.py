@@ -501,6 +501,16 @@ class Client:
         admissionregistration_pb2.ValidatingWebhookConfigurationList,
         admissionregistration_pb2.ValidatingWebhookConfigurationWatchEvent,
     ]
+    validating_admission_policies: ResourceClient[
+        admissionregistration_pb2.ValidatingAdmissionPolicy,
+        admissionregistration_pb2.ValidatingAdmissionPolicyList,
+        admissionregistration_pb2.ValidatingAdmissionPolicyWatchEvent,
+    ]
+    validating_admission_policy_bindings: ResourceClient[
+        admissionregistration_pb2.ValidatingAdmissionPolicyBinding,
+        admissionregistration_pb2.ValidatingAdmissionPolicyBindingList,
+        admissionregistration_pb2.ValidatingAdmissionPolicyBindingWatchEvent,
+    ]
     custom_resource_definitions: ResourceClient[
         apiextensions_pb2.CustomResourceDefinition,
         apiextensions_pb2.CustomResourceDefinitionList,
@@ -602,9 +612,15 @@ class Client:
         self.validating_webhook_configurations = ResourceClient(
             kinds.VALIDATING_WEBHOOK_CONFIGURATION, self
         )
+        self.validating_admission_policies = ResourceClient(kinds.VALIDATING_ADMISSION_POLICY, self)
+        self.validating_admission_policy_bindings = ResourceClient(
+            kinds.VALIDATING_ADMISSION_POLICY_BINDING, self
+        )
         for webhooks in (
             self.mutating_webhook_configurations,
             self.validating_webhook_configurations,
+            self.validating_admission_policies,
+            self.validating_admission_policy_bindings,
         ):
             self._by_kind[webhooks.info.kind] = webhooks
         self.custom_resource_definitions = ResourceClient(kinds.CUSTOM_RESOURCE_DEFINITION, self)

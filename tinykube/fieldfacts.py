@@ -31,6 +31,7 @@ KUBE_TYPE_NAMES: dict[str, str] = {
     # admissionregistration.k8s.io (prefixed: apiextensions has types of the same names).
     "AdmissionServiceReference": "ServiceReference",
     "AdmissionWebhookClientConfig": "WebhookClientConfig",
+    "ValidatingAdmissionPolicyCondition": "Condition",
     "ConversionServiceReference": "ServiceReference",
     "ConversionWebhookClientConfig": "WebhookClientConfig",
 }
@@ -82,6 +83,8 @@ PATCH_META: dict[tuple[str, str], tuple[str, str]] = {
     ("tinykube.v1.ValidatingWebhookConfiguration", "webhooks"): ("merge", "name"),
     ("tinykube.v1.MutatingWebhook", "matchConditions"): ("merge", "name"),
     ("tinykube.v1.ValidatingWebhook", "matchConditions"): ("merge", "name"),
+    ("tinykube.v1.ValidatingAdmissionPolicySpec", "matchConditions"): ("merge", "name"),
+    ("tinykube.v1.ValidatingAdmissionPolicyStatus", "conditions"): ("merge", "type"),
 }
 
 

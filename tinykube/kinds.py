@@ -9,6 +9,7 @@ fields) are tinykube.fieldfacts'.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -572,7 +573,8 @@ ALL_KINDS += (ENDPOINT_SLICE,)
 ADMISSION_GROUP = "admissionregistration.k8s.io"
 
 
-def _webhook_kind(kind: str, plural: str, field: str) -> KindInfo:
+def _webhook_kind(kind: str, plural: str, field: str, service: str = "") -> KindInfo:
+    service = service or f"{kind}s"
     return KindInfo(
         kind=kind,
         plural=plural,
@@ -583,9 +585,9 @@ def _webhook_kind(kind: str, plural: str, field: str) -> KindInfo:
         create_request=getattr(admissionregistration_pb2, f"Create{kind}Request"),
         update_request=getattr(admissionregistration_pb2, f"Update{kind}Request"),
         request_field=field,
-        service=f"tinykube.v1.{kind}s",
-        stub=getattr(admissionregistration_pb2_grpc, f"{kind}sStub"),
-        add_servicer=getattr(admissionregistration_pb2_grpc, f"add_{kind}sServicer_to_server"),
+        service=f"tinykube.v1.{service}",
+        stub=getattr(admissionregistration_pb2_grpc, f"{service}Stub"),
+        add_servicer=getattr(admissionregistration_pb2_grpc, f"add_{service}Servicer_to_server"),
         has_status=False,
         short_names=(kind.lower(),),
         group=ADMISSION_GROUP,
@@ -604,6 +606,22 @@ VALIDATING_WEBHOOK_CONFIGURATION = _webhook_kind(
     "validatingWebhookConfiguration",
 )
 ALL_KINDS += (MUTATING_WEBHOOK_CONFIGURATION, VALIDATING_WEBHOOK_CONFIGURATION)
+# CEL admission policies the apiserver runs itself (apiserver/policies.py); kube 1.30's v1.
+VALIDATING_ADMISSION_POLICY = dataclasses.replace(
+    _webhook_kind(
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        "validatingAdmissionPolicy",
+        "ValidatingAdmissionPolicies",
+    ),
+    has_status=True,
+)
+VALIDATING_ADMISSION_POLICY_BINDING = _webhook_kind(
+    "ValidatingAdmissionPolicyBinding",
+    "validatingadmissionpolicybindings",
+    "validatingAdmissionPolicyBinding",
+)
+ALL_KINDS += (VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING)
 
 # apiextensions.k8s.io/v1 CustomResourceDefinitions: kinds defined at run time (docs/crds.md).
 APIEXTENSIONS_GROUP = "apiextensions.k8s.io"

@@ -282,6 +282,10 @@ class CustomResourceStrategy(Strategy[Message]):
         fieldValidation Strict refuses and Warn warns about."""
         return [] if self.compiled is None else self.compiled.prune(data)
 
+    def decode_defaults(self, obj: Message) -> None:
+        # kube's decoder for custom resources prunes and defaults from the structural schema.
+        self._shape(obj)
+
     def default(self, obj: Message, now: datetime) -> None:
         if self.info.has_status:
             # kube's PrepareForCreate: the status is the status subresource's to write.

@@ -20,6 +20,10 @@ from typing import Any
 from google.protobuf.message import Message
 
 from apiserver.registry import base
+from apiserver.registry.admissionpolicy import (
+    ValidatingAdmissionPolicyBindingStrategy,
+    ValidatingAdmissionPolicyStrategy,
+)
 from apiserver.registry.admissionregistration import WebhookConfigurationStrategy
 from apiserver.registry.base import META_FIELDS
 from apiserver.registry.configmap import ConfigMapStrategy
@@ -68,6 +72,8 @@ from tinykube.kinds import (
     SECRET,
     SERVICE,
     SERVICE_ACCOUNT,
+    VALIDATING_ADMISSION_POLICY,
+    VALIDATING_ADMISSION_POLICY_BINDING,
     VALIDATING_WEBHOOK_CONFIGURATION,
     KindInfo,
 )
@@ -120,6 +126,8 @@ STRATEGIES: dict[str, StrategyClass] = build_table(
         (CLUSTER_ROLE_BINDING, BindingStrategy),
         (MUTATING_WEBHOOK_CONFIGURATION, WebhookConfigurationStrategy),
         (VALIDATING_WEBHOOK_CONFIGURATION, WebhookConfigurationStrategy),
+        (VALIDATING_ADMISSION_POLICY, ValidatingAdmissionPolicyStrategy),
+        (VALIDATING_ADMISSION_POLICY_BINDING, ValidatingAdmissionPolicyBindingStrategy),
         (CUSTOM_RESOURCE_DEFINITION, CustomResourceDefinitionStrategy),
     )
 )

@@ -354,6 +354,10 @@ def validate_configuration(config: Configuration, compiler: Compiler) -> list[Fi
 class WebhookConfigurationStrategy(Strategy[Configuration]):
     """Both configuration kinds: their messages differ only in reinvocationPolicy."""
 
+    def decode_defaults(self, obj: Configuration) -> None:
+        for hook in obj.webhooks:
+            set_defaults(hook)
+
     def default(self, obj: Configuration, now: datetime) -> None:
         for hook in obj.webhooks:
             set_defaults(hook)

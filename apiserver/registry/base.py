@@ -82,6 +82,13 @@ class Strategy(ABC, Generic[M]):
     def default(self, obj: M, now: datetime) -> None:
         """The kind's defaults on create, after the generic metadata is set."""
 
+    def decode_defaults(self, obj: M) -> None:
+        """The kind's defaulting functions (kube's SetDefaults_<Kind>), which kube-apiserver
+        applies when it decodes a request body, so mutating admission already sees them.
+        The store applies them to a create's or update's object before admission; `default`
+        and `on_update` apply them again to what admission made (as kube defaults a mutating
+        webhook's patched object)."""
+
     def on_update(self, new: M, old: M) -> None:
         """The kind's defaults and carried-over fields on update, before the generation bump."""
 
@@ -113,6 +120,12 @@ class Strategy(ABC, Generic[M]):
     def name_problems(self, path: str, name: str) -> list[FieldError]:
         """kube's ValidateNameFunc of the kind: a DNS subdomain unless the kind says."""
         return validation.dns1123_subdomain(path, name)
+
+    # ---- decoding ------------------------------------------------------------------------------
+
+    def set_defaults(self, obj: Message) -> None:
+        """Apply the kind's decode-time defaults (`decode_defaults`) to `obj` in place."""
+        self.decode_defaults(self.typed(obj))
 
     # ---- create --------------------------------------------------------------------------------
 

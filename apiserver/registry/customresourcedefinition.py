@@ -403,6 +403,9 @@ def validate_status(crd: CRD) -> list[FieldError]:
 class CustomResourceDefinitionStrategy(Strategy[CRD]):
     reset_status_on_create = True
 
+    def decode_defaults(self, obj: CRD) -> None:
+        default_crd(obj)
+
     def default(self, obj: CRD, now: datetime) -> None:
         default_crd(obj)
         # kube's PrepareForCreate: the storage version is the first stored one.

@@ -241,6 +241,10 @@ DS = daemonset_pb2.DaemonSet
 
 
 class DaemonSetStrategy(Strategy[DS]):
+    def decode_defaults(self, obj: DS) -> None:
+        default_daemon_set(obj)
+        default_pod_spec(obj.spec.template.spec, self.default_grace_seconds)
+
     def default(self, obj: DS, now: datetime) -> None:
         prepare_for_create(obj)
         default_pod_spec(obj.spec.template.spec, self.default_grace_seconds)

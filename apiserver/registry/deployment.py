@@ -226,6 +226,10 @@ def default_deployment_spec(spec: deployment_pb2.DeploymentSpec) -> None:
 class DeploymentStrategy(Strategy[deployment_pb2.Deployment]):
     reset_status_on_create = True
 
+    def decode_defaults(self, obj: deployment_pb2.Deployment) -> None:
+        default_deployment_spec(obj.spec)
+        default_pod_spec(obj.spec.template.spec, self.default_grace_seconds)
+
     def default(self, obj: deployment_pb2.Deployment, now: datetime) -> None:
         default_deployment_spec(obj.spec)
         default_pod_spec(obj.spec.template.spec, self.default_grace_seconds)

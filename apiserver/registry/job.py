@@ -585,6 +585,10 @@ def validate_job_status_update(new: job_pb2.Job, old: job_pb2.Job) -> list[Field
 class JobStrategy(Strategy[job_pb2.Job]):
     selectable_fields = (*META_FIELDS, "status.successful")
 
+    def decode_defaults(self, obj: job_pb2.Job) -> None:
+        default_job(obj)
+        default_pod_spec(obj.spec.template.spec, self.default_grace_seconds)
+
     def default(self, obj: job_pb2.Job, now: datetime) -> None:
         prepare_for_create(obj)
         default_pod_spec(obj.spec.template.spec, self.default_grace_seconds)

@@ -292,6 +292,9 @@ class PodStrategy(Strategy[pod_pb2.Pod]):
     index_field = "spec.nodeName"
     reset_status_on_create = True
 
+    def decode_defaults(self, obj: pod_pb2.Pod) -> None:
+        default_pod_spec(obj.spec, self.default_grace_seconds)
+
     def default(self, obj: pod_pb2.Pod, now: datetime) -> None:
         obj.status.phase = "Pending"
         default_pod_spec(obj.spec, self.default_grace_seconds)

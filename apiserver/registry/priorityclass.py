@@ -99,6 +99,9 @@ def validate_priority_class_update(
 
 
 class PriorityClassStrategy(Strategy[priorityclass_pb2.PriorityClass]):
+    def decode_defaults(self, obj: priorityclass_pb2.PriorityClass) -> None:
+        self._defaults(obj)
+
     def default(self, obj: priorityclass_pb2.PriorityClass, now: datetime) -> None:
         self._defaults(obj)
 

@@ -180,6 +180,9 @@ class BindingStrategy(Strategy[Binding]):
     def name_problems(self, path: str, name: str) -> list[FieldError]:
         return _path_segment(path, name)
 
+    def decode_defaults(self, obj: Binding) -> None:
+        default_binding(obj)
+
     def default(self, obj: Binding, now: datetime) -> None:
         default_binding(obj)
 

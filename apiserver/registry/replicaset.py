@@ -75,6 +75,9 @@ class ReplicaSetStrategy(Strategy[replicaset_pb2.ReplicaSet]):
     selectable_fields = (*META_FIELDS, "status.replicas")
     reset_status_on_create = True
 
+    def decode_defaults(self, obj: replicaset_pb2.ReplicaSet) -> None:
+        self._defaults(obj)
+
     def default(self, obj: replicaset_pb2.ReplicaSet, now: datetime) -> None:
         self._defaults(obj)
 

@@ -317,6 +317,9 @@ class ServiceStrategy(Strategy[service_pb2.Service]):
     selectable_fields = (*META_FIELDS, "spec.clusterIP", "spec.type")
     reset_status_on_create = True
 
+    def decode_defaults(self, obj: service_pb2.Service) -> None:
+        default_service_spec(obj.spec)
+
     def default(self, obj: service_pb2.Service, now: datetime) -> None:
         default_service_spec(obj.spec)
 

@@ -1908,3 +1908,92 @@ MESSAGES.update(
         },
     }
 )
+
+# admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy and its binding.
+MESSAGES.update(
+    {
+        "admissionregistration.ValidatingAdmissionPolicy": {
+            1: ("metadata", "message", "meta.ObjectMeta"),
+            2: ("spec", "message", "admissionregistration.ValidatingAdmissionPolicySpec"),
+            3: ("status", "message", "admissionregistration.ValidatingAdmissionPolicyStatus"),
+        },
+        "admissionregistration.ValidatingAdmissionPolicyList": {
+            1: ("metadata", "message", "meta.ListMeta"),
+            2: ("items", "[]message", "admissionregistration.ValidatingAdmissionPolicy"),
+        },
+        "admissionregistration.ValidatingAdmissionPolicySpec": {
+            1: ("paramKind", "*message", "admissionregistration.ParamKind"),
+            2: ("matchConstraints", "*message", "admissionregistration.MatchResources"),
+            3: ("validations", "[]message", "admissionregistration.Validation"),
+            4: ("failurePolicy", "*string", ""),
+            5: ("auditAnnotations", "[]message", "admissionregistration.AuditAnnotation"),
+            6: ("matchConditions", "[]message", "admissionregistration.MatchCondition"),
+            7: ("variables", "[]message", "admissionregistration.Variable"),
+        },
+        "admissionregistration.ValidatingAdmissionPolicyStatus": {
+            1: ("observedGeneration", "int", ""),
+            2: ("typeChecking", "*message", "admissionregistration.TypeChecking"),
+            3: ("conditions", "[]message", "meta.Condition"),
+        },
+        "admissionregistration.TypeChecking": {
+            1: ("expressionWarnings", "[]message", "admissionregistration.ExpressionWarning"),
+        },
+        "admissionregistration.ExpressionWarning": {
+            2: ("fieldRef", "string", ""),
+            3: ("warning", "string", ""),
+        },
+        "admissionregistration.ParamKind": {
+            1: ("apiVersion", "string", ""),
+            2: ("kind", "string", ""),
+        },
+        "admissionregistration.MatchResources": {
+            1: ("namespaceSelector", "*message", "meta.LabelSelector"),
+            2: ("objectSelector", "*message", "meta.LabelSelector"),
+            3: ("resourceRules", "[]message", "admissionregistration.NamedRuleWithOperations"),
+            4: (
+                "excludeResourceRules",
+                "[]message",
+                "admissionregistration.NamedRuleWithOperations",
+            ),
+            7: ("matchPolicy", "*string", ""),
+        },
+        "admissionregistration.NamedRuleWithOperations": {
+            1: ("resourceNames", "[]string", ""),
+            2: ("", "inline", "admissionregistration.RuleWithOperations"),
+        },
+        "admissionregistration.Validation": {
+            1: ("expression", "string", ""),
+            2: ("message", "string", ""),
+            3: ("reason", "*string", ""),
+            4: ("messageExpression", "string", ""),
+        },
+        "admissionregistration.AuditAnnotation": {
+            1: ("key", "string", ""),
+            2: ("valueExpression", "string", ""),
+        },
+        "admissionregistration.Variable": {
+            1: ("name", "string", ""),
+            2: ("expression", "string", ""),
+        },
+        "admissionregistration.ValidatingAdmissionPolicyBinding": {
+            1: ("metadata", "message", "meta.ObjectMeta"),
+            2: ("spec", "message", "admissionregistration.ValidatingAdmissionPolicyBindingSpec"),
+        },
+        "admissionregistration.ValidatingAdmissionPolicyBindingList": {
+            1: ("metadata", "message", "meta.ListMeta"),
+            2: ("items", "[]message", "admissionregistration.ValidatingAdmissionPolicyBinding"),
+        },
+        "admissionregistration.ValidatingAdmissionPolicyBindingSpec": {
+            1: ("policyName", "string", ""),
+            2: ("paramRef", "*message", "admissionregistration.ParamRef"),
+            3: ("matchResources", "*message", "admissionregistration.MatchResources"),
+            4: ("validationActions", "[]string", ""),
+        },
+        "admissionregistration.ParamRef": {
+            1: ("name", "string", ""),
+            2: ("namespace", "string", ""),
+            3: ("selector", "*message", "meta.LabelSelector"),
+            4: ("parameterNotFoundAction", "*string", ""),
+        },
+    }
+)

@@ -75,6 +75,15 @@ def _answer(path: str, request: dict[str, Any]) -> dict[str, Any]:
             {"op": "add", "path": "/metadata/annotations", "value": {"seen-label": "yes"}},
         ]
         return {"uid": uid, "allowed": True, "patchType": "JSONPatch", "patch": _patch(ops)}
+    if path == "/drop-defaults":
+        # Removes defaulted fields: the server defaults what a mutating webhook made again.
+        obj = request["object"]
+        ops = []
+        if "restartPolicy" in obj.get("spec", {}):
+            ops.append({"op": "remove", "path": "/spec/restartPolicy"})
+        if "size" in obj.get("spec", {}):
+            ops.append({"op": "remove", "path": "/spec/size"})
+        return {"uid": uid, "allowed": True, "patchType": "JSONPatch", "patch": _patch(ops)}
     if path == "/deny":
         return {
             "uid": uid,
@@ -337,6 +346,158 @@ async def test_mutating_webhook_injects_a_label(rest: Rest, hooks: Hooks) -> Non
         assert made["metadata"]["labels"] == {"injected": "yes"}
     finally:
         await unconfigure(rest, MUTATING, "inject")
+
+
+async def test_mutating_webhooks_see_the_kinds_defaults_and_the_server_defaults_again(
+    rest: Rest, hooks: Hooks
+) -> None:
+    """kube-apiserver defaults a body as it decodes it, so a mutating webhook sees the pod's
+    defaults; what the webhook removes is defaulted again before validation."""
+    await configure(
+        rest, MUTATING, "defaults", webhook("drop.example.com", hooks, "/drop-defaults")
+    )
+    try:
+        status, created, _ = await rest.call("POST", pods(), pod("defaulted"))
+        assert status == 201, created
+        seen = hooks.requests("/drop-defaults")[-1]["request"]["object"]
+        spec = seen["spec"]
+        assert spec["restartPolicy"] == "Always"
+        assert spec["dnsPolicy"] == "ClusterFirst"
+        assert spec["terminationGracePeriodSeconds"] == 30
+        assert spec["securityContext"] == {}
+        container = spec["containers"][0]
+        assert container["imagePullPolicy"] == "Always"
+        assert container["terminationMessagePath"] == "/dev/termination-log"
+        # Admission plugins before the webhooks ran too (ServiceAccount), PrepareForCreate not.
+        assert spec["serviceAccountName"] == "default"
+        assert "uid" not in seen["metadata"] and not seen.get("status")
+        # The webhook removed restartPolicy; the stored pod has it again.
+        assert created["spec"]["restartPolicy"] == "Always"
+        # An update's body is defaulted too before the webhooks see it.
+        await configure(
+            rest,
+            MUTATING,
+            "defaults-update",
+            webhook(
+                "update.example.com",
+                hooks,
+                "/allow-update",
+                rules=[
+                    {
+                        "operations": ["UPDATE"],
+                        "apiGroups": ["apps"],
+                        "apiVersions": ["v1"],
+                        "resources": ["deployments"],
+                    }
+                ],
+            ),
+        )
+        deployment: dict[str, Any] = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "defaulted", "namespace": "default"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "d"}},
+                "template": {
+                    "metadata": {"labels": {"app": "d"}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox:1"}]},
+                },
+            },
+        }
+        path = "/apis/apps/v1/namespaces/default/deployments"
+        status, made, _ = await rest.call("POST", path, deployment)
+        assert status == 201, made
+        deployment["metadata"]["resourceVersion"] = made["metadata"]["resourceVersion"]
+        status, updated, _ = await rest.call("PUT", f"{path}/defaulted", deployment)
+        assert status == 200, updated
+        seen = hooks.requests("/allow-update")[-1]["request"]["object"]
+        assert seen["spec"]["replicas"] == 1
+        assert seen["spec"]["strategy"]["type"] == "RollingUpdate"
+        template = seen["spec"]["template"]["spec"]
+        assert template["restartPolicy"] == "Always"
+        assert template["containers"][0]["imagePullPolicy"] == "IfNotPresent"
+        await rest.call("DELETE", f"{path}/defaulted")
+        await unconfigure(rest, MUTATING, "defaults-update")
+    finally:
+        await unconfigure(rest, MUTATING, "defaults")
+
+
+async def test_mutating_webhooks_see_a_custom_objects_schema_defaults(
+    rest: Rest, hooks: Hooks
+) -> None:
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.hooks.example.com"},
+        "spec": {
+            "group": "hooks.example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "properties": {
+                                        "size": {"type": "integer", "default": 3},
+                                        "colour": {"type": "string"},
+                                    },
+                                }
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    status, body, _ = await rest.call(
+        "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd
+    )
+    assert status == 201, body
+    gadgets = "/apis/hooks.example.com/v1/namespaces/default/gadgets"
+    async with asyncio.timeout(30):
+        while (await rest.call("GET", gadgets))[0] != 200:  # noqa: ASYNC110 (polls the API until it serves the new kind)
+            await asyncio.sleep(0.05)
+    rules = [
+        {
+            "operations": ["CREATE"],
+            "apiGroups": ["hooks.example.com"],
+            "apiVersions": ["v1"],
+            "resources": ["gadgets"],
+        }
+    ]
+    await configure(
+        rest,
+        MUTATING,
+        "gadgets",
+        webhook("gadget.example.com", hooks, "/drop-defaults", rules=rules),
+    )
+    try:
+        gadget = {
+            "apiVersion": "hooks.example.com/v1",
+            "kind": "Gadget",
+            "metadata": {"name": "g1"},
+            "spec": {"colour": "red", "unknown": "pruned"},
+        }
+        status, created, _ = await rest.call("POST", gadgets, gadget)
+        assert status == 201, created
+        seen = hooks.requests("/drop-defaults")[-1]["request"]["object"]
+        # Pruned and defaulted as the body was decoded.
+        assert seen["spec"] == {"colour": "red", "size": 3}
+        # The webhook removed size; the schema's default is applied again after it.
+        assert created["spec"] == {"colour": "red", "size": 3}
+    finally:
+        await unconfigure(rest, MUTATING, "gadgets")
+        await rest.call(
+            "DELETE",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gadgets.hooks.example.com",
+        )
 
 
 async def test_reinvocation_runs_an_if_needed_webhook_again(rest: Rest, hooks: Hooks) -> None:

@@ -9,6 +9,7 @@ Kubernetes'; the apiserver calls the webhooks they name from its write pipeline.
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from tinykube.v1 import meta_pb2 as _meta_pb2
 import builtins as _builtins
@@ -610,3 +611,717 @@ class UpdateValidatingWebhookConfigurationRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UpdateValidatingWebhookConfigurationRequest: _TypeAlias = UpdateValidatingWebhookConfigurationRequest  # noqa: Y015
+
+@_typing.final
+class ParamKind(_message.Message):
+    """---- ValidatingAdmissionPolicy and its binding (CEL policies run in the apiserver) ---------
+
+    The kind a policy's bindings name as their parameters.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    APIVERSION_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    apiVersion: _builtins.str
+    kind: _builtins.str
+    def __init__(
+        self,
+        *,
+        apiVersion: _builtins.str = ...,
+        kind: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apiVersion", b"apiVersion", "kind", b"kind"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ParamKind: _TypeAlias = ParamKind  # noqa: Y015
+
+@_typing.final
+class NamedRuleWithOperations(_message.Message):
+    """A rule of MatchResources: RuleWithOperations, optionally limited to some object names."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCENAMES_FIELD_NUMBER: _builtins.int
+    OPERATIONS_FIELD_NUMBER: _builtins.int
+    APIGROUPS_FIELD_NUMBER: _builtins.int
+    APIVERSIONS_FIELD_NUMBER: _builtins.int
+    RESOURCES_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
+    scope: _builtins.str
+    @_builtins.property
+    def resourceNames(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def operations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def apiGroups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def apiVersions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def resources(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        resourceNames: _abc.Iterable[_builtins.str] | None = ...,
+        operations: _abc.Iterable[_builtins.str] | None = ...,
+        apiGroups: _abc.Iterable[_builtins.str] | None = ...,
+        apiVersions: _abc.Iterable[_builtins.str] | None = ...,
+        resources: _abc.Iterable[_builtins.str] | None = ...,
+        scope: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_scope", b"_scope", "scope", b"scope"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_scope", b"_scope", "apiGroups", b"apiGroups", "apiVersions", b"apiVersions", "operations", b"operations", "resourceNames", b"resourceNames", "resources", b"resources", "scope", b"scope"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__scope: _TypeAlias = _typing.Literal["scope"]  # noqa: Y015
+    _WhichOneofArgType__scope: _TypeAlias = _typing.Literal["_scope", b"_scope"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__scope) -> _WhichOneofReturnType__scope | None: ...
+
+Global___NamedRuleWithOperations: _TypeAlias = NamedRuleWithOperations  # noqa: Y015
+
+@_typing.final
+class MatchResources(_message.Message):
+    """Which requests a policy (or its binding) is about; exclusions win over inclusions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACESELECTOR_FIELD_NUMBER: _builtins.int
+    OBJECTSELECTOR_FIELD_NUMBER: _builtins.int
+    RESOURCERULES_FIELD_NUMBER: _builtins.int
+    EXCLUDERESOURCERULES_FIELD_NUMBER: _builtins.int
+    MATCHPOLICY_FIELD_NUMBER: _builtins.int
+    matchPolicy: _builtins.str
+    """Exact or Equivalent (the default)."""
+    @_builtins.property
+    def namespaceSelector(self) -> _meta_pb2.LabelSelector: ...
+    @_builtins.property
+    def objectSelector(self) -> _meta_pb2.LabelSelector: ...
+    @_builtins.property
+    def resourceRules(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamedRuleWithOperations]: ...
+    @_builtins.property
+    def excludeResourceRules(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamedRuleWithOperations]: ...
+    def __init__(
+        self,
+        *,
+        namespaceSelector: _meta_pb2.LabelSelector | None = ...,
+        objectSelector: _meta_pb2.LabelSelector | None = ...,
+        resourceRules: _abc.Iterable[Global___NamedRuleWithOperations] | None = ...,
+        excludeResourceRules: _abc.Iterable[Global___NamedRuleWithOperations] | None = ...,
+        matchPolicy: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_matchPolicy", b"_matchPolicy", "matchPolicy", b"matchPolicy", "namespaceSelector", b"namespaceSelector", "objectSelector", b"objectSelector"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_matchPolicy", b"_matchPolicy", "excludeResourceRules", b"excludeResourceRules", "matchPolicy", b"matchPolicy", "namespaceSelector", b"namespaceSelector", "objectSelector", b"objectSelector", "resourceRules", b"resourceRules"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__matchPolicy: _TypeAlias = _typing.Literal["matchPolicy"]  # noqa: Y015
+    _WhichOneofArgType__matchPolicy: _TypeAlias = _typing.Literal["_matchPolicy", b"_matchPolicy"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__matchPolicy) -> _WhichOneofReturnType__matchPolicy | None: ...
+
+Global___MatchResources: _TypeAlias = MatchResources  # noqa: Y015
+
+@_typing.final
+class Validation(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXPRESSION_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGEEXPRESSION_FIELD_NUMBER: _builtins.int
+    expression: _builtins.str
+    message: _builtins.str
+    reason: _builtins.str
+    """Unauthorized, Forbidden, Invalid (the default) or RequestEntityTooLarge."""
+    messageExpression: _builtins.str
+    def __init__(
+        self,
+        *,
+        expression: _builtins.str = ...,
+        message: _builtins.str = ...,
+        reason: _builtins.str | None = ...,
+        messageExpression: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_reason", b"_reason", "reason", b"reason"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_reason", b"_reason", "expression", b"expression", "message", b"message", "messageExpression", b"messageExpression", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__reason: _TypeAlias = _typing.Literal["reason"]  # noqa: Y015
+    _WhichOneofArgType__reason: _TypeAlias = _typing.Literal["_reason", b"_reason"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reason) -> _WhichOneofReturnType__reason | None: ...
+
+Global___Validation: _TypeAlias = Validation  # noqa: Y015
+
+@_typing.final
+class AuditAnnotation(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    VALUEEXPRESSION_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    valueExpression: _builtins.str
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+        valueExpression: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "valueExpression", b"valueExpression"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuditAnnotation: _TypeAlias = AuditAnnotation  # noqa: Y015
+
+@_typing.final
+class Variable(_message.Message):
+    """A named CEL expression, `variables.<name>` in the policy's other expressions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    EXPRESSION_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    expression: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        expression: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expression", b"expression", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Variable: _TypeAlias = Variable  # noqa: Y015
+
+@_typing.final
+class ValidatingAdmissionPolicySpec(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARAMKIND_FIELD_NUMBER: _builtins.int
+    MATCHCONSTRAINTS_FIELD_NUMBER: _builtins.int
+    VALIDATIONS_FIELD_NUMBER: _builtins.int
+    FAILUREPOLICY_FIELD_NUMBER: _builtins.int
+    AUDITANNOTATIONS_FIELD_NUMBER: _builtins.int
+    MATCHCONDITIONS_FIELD_NUMBER: _builtins.int
+    VARIABLES_FIELD_NUMBER: _builtins.int
+    failurePolicy: _builtins.str
+    """Fail (the default) or Ignore."""
+    @_builtins.property
+    def paramKind(self) -> Global___ParamKind: ...
+    @_builtins.property
+    def matchConstraints(self) -> Global___MatchResources: ...
+    @_builtins.property
+    def validations(self) -> _containers.RepeatedCompositeFieldContainer[Global___Validation]: ...
+    @_builtins.property
+    def auditAnnotations(self) -> _containers.RepeatedCompositeFieldContainer[Global___AuditAnnotation]: ...
+    @_builtins.property
+    def matchConditions(self) -> _containers.RepeatedCompositeFieldContainer[Global___MatchCondition]: ...
+    @_builtins.property
+    def variables(self) -> _containers.RepeatedCompositeFieldContainer[Global___Variable]: ...
+    def __init__(
+        self,
+        *,
+        paramKind: Global___ParamKind | None = ...,
+        matchConstraints: Global___MatchResources | None = ...,
+        validations: _abc.Iterable[Global___Validation] | None = ...,
+        failurePolicy: _builtins.str | None = ...,
+        auditAnnotations: _abc.Iterable[Global___AuditAnnotation] | None = ...,
+        matchConditions: _abc.Iterable[Global___MatchCondition] | None = ...,
+        variables: _abc.Iterable[Global___Variable] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_failurePolicy", b"_failurePolicy", "failurePolicy", b"failurePolicy", "matchConstraints", b"matchConstraints", "paramKind", b"paramKind"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failurePolicy", b"_failurePolicy", "auditAnnotations", b"auditAnnotations", "failurePolicy", b"failurePolicy", "matchConditions", b"matchConditions", "matchConstraints", b"matchConstraints", "paramKind", b"paramKind", "validations", b"validations", "variables", b"variables"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__failurePolicy: _TypeAlias = _typing.Literal["failurePolicy"]  # noqa: Y015
+    _WhichOneofArgType__failurePolicy: _TypeAlias = _typing.Literal["_failurePolicy", b"_failurePolicy"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__failurePolicy) -> _WhichOneofReturnType__failurePolicy | None: ...
+
+Global___ValidatingAdmissionPolicySpec: _TypeAlias = ValidatingAdmissionPolicySpec  # noqa: Y015
+
+@_typing.final
+class ExpressionWarning(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIELDREF_FIELD_NUMBER: _builtins.int
+    WARNING_FIELD_NUMBER: _builtins.int
+    fieldRef: _builtins.str
+    warning: _builtins.str
+    def __init__(
+        self,
+        *,
+        fieldRef: _builtins.str = ...,
+        warning: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fieldRef", b"fieldRef", "warning", b"warning"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExpressionWarning: _TypeAlias = ExpressionWarning  # noqa: Y015
+
+@_typing.final
+class TypeChecking(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXPRESSIONWARNINGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def expressionWarnings(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExpressionWarning]: ...
+    def __init__(
+        self,
+        *,
+        expressionWarnings: _abc.Iterable[Global___ExpressionWarning] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expressionWarnings", b"expressionWarnings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TypeChecking: _TypeAlias = TypeChecking  # noqa: Y015
+
+@_typing.final
+class ValidatingAdmissionPolicyCondition(_message.Message):
+    """metav1.Condition."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    OBSERVEDGENERATION_FIELD_NUMBER: _builtins.int
+    LASTTRANSITIONTIME_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    status: _builtins.str
+    observedGeneration: _builtins.int
+    reason: _builtins.str
+    message: _builtins.str
+    @_builtins.property
+    def lastTransitionTime(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        type: _builtins.str = ...,
+        status: _builtins.str = ...,
+        observedGeneration: _builtins.int = ...,
+        lastTransitionTime: _timestamp_pb2.Timestamp | None = ...,
+        reason: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lastTransitionTime", b"lastTransitionTime"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lastTransitionTime", b"lastTransitionTime", "message", b"message", "observedGeneration", b"observedGeneration", "reason", b"reason", "status", b"status", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValidatingAdmissionPolicyCondition: _TypeAlias = ValidatingAdmissionPolicyCondition  # noqa: Y015
+
+@_typing.final
+class ValidatingAdmissionPolicyStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBSERVEDGENERATION_FIELD_NUMBER: _builtins.int
+    TYPECHECKING_FIELD_NUMBER: _builtins.int
+    CONDITIONS_FIELD_NUMBER: _builtins.int
+    observedGeneration: _builtins.int
+    @_builtins.property
+    def typeChecking(self) -> Global___TypeChecking: ...
+    @_builtins.property
+    def conditions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ValidatingAdmissionPolicyCondition]: ...
+    def __init__(
+        self,
+        *,
+        observedGeneration: _builtins.int = ...,
+        typeChecking: Global___TypeChecking | None = ...,
+        conditions: _abc.Iterable[Global___ValidatingAdmissionPolicyCondition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["typeChecking", b"typeChecking"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conditions", b"conditions", "observedGeneration", b"observedGeneration", "typeChecking", b"typeChecking"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValidatingAdmissionPolicyStatus: _TypeAlias = ValidatingAdmissionPolicyStatus  # noqa: Y015
+
+@_typing.final
+class ValidatingAdmissionPolicy(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    APIVERSION_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    SPEC_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    apiVersion: _builtins.str
+    kind: _builtins.str
+    @_builtins.property
+    def metadata(self) -> _meta_pb2.ObjectMeta: ...
+    @_builtins.property
+    def spec(self) -> Global___ValidatingAdmissionPolicySpec: ...
+    @_builtins.property
+    def status(self) -> Global___ValidatingAdmissionPolicyStatus: ...
+    def __init__(
+        self,
+        *,
+        apiVersion: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        metadata: _meta_pb2.ObjectMeta | None = ...,
+        spec: Global___ValidatingAdmissionPolicySpec | None = ...,
+        status: Global___ValidatingAdmissionPolicyStatus | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata", "spec", b"spec", "status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apiVersion", b"apiVersion", "kind", b"kind", "metadata", b"metadata", "spec", b"spec", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValidatingAdmissionPolicy: _TypeAlias = ValidatingAdmissionPolicy  # noqa: Y015
+
+@_typing.final
+class ValidatingAdmissionPolicyList(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    METADATA_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def metadata(self) -> _meta_pb2.ListMeta: ...
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___ValidatingAdmissionPolicy]: ...
+    def __init__(
+        self,
+        *,
+        metadata: _meta_pb2.ListMeta | None = ...,
+        items: _abc.Iterable[Global___ValidatingAdmissionPolicy] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "metadata", b"metadata"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValidatingAdmissionPolicyList: _TypeAlias = ValidatingAdmissionPolicyList  # noqa: Y015
+
+@_typing.final
+class ValidatingAdmissionPolicyWatchEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    OBJECT_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    @_builtins.property
+    def object(self) -> Global___ValidatingAdmissionPolicy: ...
+    def __init__(
+        self,
+        *,
+        type: _builtins.str = ...,
+        object: Global___ValidatingAdmissionPolicy | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["object", b"object"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["object", b"object", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValidatingAdmissionPolicyWatchEvent: _TypeAlias = ValidatingAdmissionPolicyWatchEvent  # noqa: Y015
+
+@_typing.final
+class ValidatingAdmissionPolicyWatchEventBatch(_message.Message):
+    """WatchBatch's message: the events that were ready together, in order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___ValidatingAdmissionPolicyWatchEvent]: ...
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___ValidatingAdmissionPolicyWatchEvent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValidatingAdmissionPolicyWatchEventBatch: _TypeAlias = ValidatingAdmissionPolicyWatchEventBatch  # noqa: Y015
+
+@_typing.final
+class CreateValidatingAdmissionPolicyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALIDATINGADMISSIONPOLICY_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def validatingAdmissionPolicy(self) -> Global___ValidatingAdmissionPolicy: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
+    def __init__(
+        self,
+        *,
+        validatingAdmissionPolicy: Global___ValidatingAdmissionPolicy | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["validatingAdmissionPolicy", b"validatingAdmissionPolicy"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dryRun", b"dryRun", "validatingAdmissionPolicy", b"validatingAdmissionPolicy"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateValidatingAdmissionPolicyRequest: _TypeAlias = CreateValidatingAdmissionPolicyRequest  # noqa: Y015
+
+@_typing.final
+class UpdateValidatingAdmissionPolicyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALIDATINGADMISSIONPOLICY_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def validatingAdmissionPolicy(self) -> Global___ValidatingAdmissionPolicy: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
+    def __init__(
+        self,
+        *,
+        validatingAdmissionPolicy: Global___ValidatingAdmissionPolicy | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["validatingAdmissionPolicy", b"validatingAdmissionPolicy"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dryRun", b"dryRun", "validatingAdmissionPolicy", b"validatingAdmissionPolicy"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateValidatingAdmissionPolicyRequest: _TypeAlias = UpdateValidatingAdmissionPolicyRequest  # noqa: Y015
+
+@_typing.final
+class ParamRef(_message.Message):
+    """Where a binding's parameters come from: one object by name, or every object a selector
+    matches, in the request's namespace unless a namespace is given.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    SELECTOR_FIELD_NUMBER: _builtins.int
+    PARAMETERNOTFOUNDACTION_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    namespace: _builtins.str
+    parameterNotFoundAction: _builtins.str
+    """Allow or Deny: what a missing parameter means."""
+    @_builtins.property
+    def selector(self) -> _meta_pb2.LabelSelector: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        selector: _meta_pb2.LabelSelector | None = ...,
+        parameterNotFoundAction: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_parameterNotFoundAction", b"_parameterNotFoundAction", "parameterNotFoundAction", b"parameterNotFoundAction", "selector", b"selector"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_parameterNotFoundAction", b"_parameterNotFoundAction", "name", b"name", "namespace", b"namespace", "parameterNotFoundAction", b"parameterNotFoundAction", "selector", b"selector"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__parameterNotFoundAction: _TypeAlias = _typing.Literal["parameterNotFoundAction"]  # noqa: Y015
+    _WhichOneofArgType__parameterNotFoundAction: _TypeAlias = _typing.Literal["_parameterNotFoundAction", b"_parameterNotFoundAction"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__parameterNotFoundAction) -> _WhichOneofReturnType__parameterNotFoundAction | None: ...
+
+Global___ParamRef: _TypeAlias = ParamRef  # noqa: Y015
+
+@_typing.final
+class ValidatingAdmissionPolicyBindingSpec(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POLICYNAME_FIELD_NUMBER: _builtins.int
+    PARAMREF_FIELD_NUMBER: _builtins.int
+    MATCHRESOURCES_FIELD_NUMBER: _builtins.int
+    VALIDATIONACTIONS_FIELD_NUMBER: _builtins.int
+    policyName: _builtins.str
+    @_builtins.property
+    def paramRef(self) -> Global___ParamRef: ...
+    @_builtins.property
+    def matchResources(self) -> Global___MatchResources: ...
+    @_builtins.property
+    def validationActions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Deny, Warn, Audit."""
+
+    def __init__(
+        self,
+        *,
+        policyName: _builtins.str = ...,
+        paramRef: Global___ParamRef | None = ...,
+        matchResources: Global___MatchResources | None = ...,
+        validationActions: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["matchResources", b"matchResources", "paramRef", b"paramRef"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["matchResources", b"matchResources", "paramRef", b"paramRef", "policyName", b"policyName", "validationActions", b"validationActions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValidatingAdmissionPolicyBindingSpec: _TypeAlias = ValidatingAdmissionPolicyBindingSpec  # noqa: Y015
+
+@_typing.final
+class ValidatingAdmissionPolicyBinding(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    APIVERSION_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    SPEC_FIELD_NUMBER: _builtins.int
+    apiVersion: _builtins.str
+    kind: _builtins.str
+    @_builtins.property
+    def metadata(self) -> _meta_pb2.ObjectMeta: ...
+    @_builtins.property
+    def spec(self) -> Global___ValidatingAdmissionPolicyBindingSpec: ...
+    def __init__(
+        self,
+        *,
+        apiVersion: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        metadata: _meta_pb2.ObjectMeta | None = ...,
+        spec: Global___ValidatingAdmissionPolicyBindingSpec | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata", "spec", b"spec"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apiVersion", b"apiVersion", "kind", b"kind", "metadata", b"metadata", "spec", b"spec"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValidatingAdmissionPolicyBinding: _TypeAlias = ValidatingAdmissionPolicyBinding  # noqa: Y015
+
+@_typing.final
+class ValidatingAdmissionPolicyBindingList(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    METADATA_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def metadata(self) -> _meta_pb2.ListMeta: ...
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___ValidatingAdmissionPolicyBinding]: ...
+    def __init__(
+        self,
+        *,
+        metadata: _meta_pb2.ListMeta | None = ...,
+        items: _abc.Iterable[Global___ValidatingAdmissionPolicyBinding] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "metadata", b"metadata"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValidatingAdmissionPolicyBindingList: _TypeAlias = ValidatingAdmissionPolicyBindingList  # noqa: Y015
+
+@_typing.final
+class ValidatingAdmissionPolicyBindingWatchEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    OBJECT_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    @_builtins.property
+    def object(self) -> Global___ValidatingAdmissionPolicyBinding: ...
+    def __init__(
+        self,
+        *,
+        type: _builtins.str = ...,
+        object: Global___ValidatingAdmissionPolicyBinding | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["object", b"object"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["object", b"object", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValidatingAdmissionPolicyBindingWatchEvent: _TypeAlias = ValidatingAdmissionPolicyBindingWatchEvent  # noqa: Y015
+
+@_typing.final
+class ValidatingAdmissionPolicyBindingWatchEventBatch(_message.Message):
+    """WatchBatch's message: the events that were ready together, in order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___ValidatingAdmissionPolicyBindingWatchEvent]: ...
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___ValidatingAdmissionPolicyBindingWatchEvent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValidatingAdmissionPolicyBindingWatchEventBatch: _TypeAlias = ValidatingAdmissionPolicyBindingWatchEventBatch  # noqa: Y015
+
+@_typing.final
+class CreateValidatingAdmissionPolicyBindingRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALIDATINGADMISSIONPOLICYBINDING_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def validatingAdmissionPolicyBinding(self) -> Global___ValidatingAdmissionPolicyBinding: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
+    def __init__(
+        self,
+        *,
+        validatingAdmissionPolicyBinding: Global___ValidatingAdmissionPolicyBinding | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["validatingAdmissionPolicyBinding", b"validatingAdmissionPolicyBinding"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dryRun", b"dryRun", "validatingAdmissionPolicyBinding", b"validatingAdmissionPolicyBinding"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateValidatingAdmissionPolicyBindingRequest: _TypeAlias = CreateValidatingAdmissionPolicyBindingRequest  # noqa: Y015
+
+@_typing.final
+class UpdateValidatingAdmissionPolicyBindingRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALIDATINGADMISSIONPOLICYBINDING_FIELD_NUMBER: _builtins.int
+    DRYRUN_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def validatingAdmissionPolicyBinding(self) -> Global___ValidatingAdmissionPolicyBinding: ...
+    @_builtins.property
+    def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
+    def __init__(
+        self,
+        *,
+        validatingAdmissionPolicyBinding: Global___ValidatingAdmissionPolicyBinding | None = ...,
+        dryRun: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["validatingAdmissionPolicyBinding", b"validatingAdmissionPolicyBinding"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dryRun", b"dryRun", "validatingAdmissionPolicyBinding", b"validatingAdmissionPolicyBinding"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateValidatingAdmissionPolicyBindingRequest: _TypeAlias = UpdateValidatingAdmissionPolicyBindingRequest  # noqa: Y015

@@ -685,3 +685,706 @@ class ValidatingWebhookConfigurations:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class ValidatingAdmissionPoliciesStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Create = channel.unary_unary(
+                '/tinykube.v1.ValidatingAdmissionPolicies/Create',
+                request_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.CreateValidatingAdmissionPolicyRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicy.FromString,
+                _registered_method=True)
+        self.Get = channel.unary_unary(
+                '/tinykube.v1.ValidatingAdmissionPolicies/Get',
+                request_serializer=tinykube_dot_v1_dot_meta__pb2.GetRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicy.FromString,
+                _registered_method=True)
+        self.List = channel.unary_unary(
+                '/tinykube.v1.ValidatingAdmissionPolicies/List',
+                request_serializer=tinykube_dot_v1_dot_meta__pb2.ListRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyList.FromString,
+                _registered_method=True)
+        self.Update = channel.unary_unary(
+                '/tinykube.v1.ValidatingAdmissionPolicies/Update',
+                request_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.UpdateValidatingAdmissionPolicyRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicy.FromString,
+                _registered_method=True)
+        self.UpdateStatus = channel.unary_unary(
+                '/tinykube.v1.ValidatingAdmissionPolicies/UpdateStatus',
+                request_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.UpdateValidatingAdmissionPolicyRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicy.FromString,
+                _registered_method=True)
+        self.Delete = channel.unary_unary(
+                '/tinykube.v1.ValidatingAdmissionPolicies/Delete',
+                request_serializer=tinykube_dot_v1_dot_meta__pb2.DeleteRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicy.FromString,
+                _registered_method=True)
+        self.Watch = channel.unary_stream(
+                '/tinykube.v1.ValidatingAdmissionPolicies/Watch',
+                request_serializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyWatchEvent.FromString,
+                _registered_method=True)
+        self.WatchBatch = channel.unary_stream(
+                '/tinykube.v1.ValidatingAdmissionPolicies/WatchBatch',
+                request_serializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyWatchEventBatch.FromString,
+                _registered_method=True)
+
+
+class ValidatingAdmissionPoliciesServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def Create(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Get(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def List(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Update(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Delete(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Watch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchBatch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ValidatingAdmissionPoliciesServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Create': grpc.unary_unary_rpc_method_handler(
+                    servicer.Create,
+                    request_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.CreateValidatingAdmissionPolicyRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicy.SerializeToString,
+            ),
+            'Get': grpc.unary_unary_rpc_method_handler(
+                    servicer.Get,
+                    request_deserializer=tinykube_dot_v1_dot_meta__pb2.GetRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicy.SerializeToString,
+            ),
+            'List': grpc.unary_unary_rpc_method_handler(
+                    servicer.List,
+                    request_deserializer=tinykube_dot_v1_dot_meta__pb2.ListRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyList.SerializeToString,
+            ),
+            'Update': grpc.unary_unary_rpc_method_handler(
+                    servicer.Update,
+                    request_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.UpdateValidatingAdmissionPolicyRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicy.SerializeToString,
+            ),
+            'UpdateStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateStatus,
+                    request_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.UpdateValidatingAdmissionPolicyRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicy.SerializeToString,
+            ),
+            'Delete': grpc.unary_unary_rpc_method_handler(
+                    servicer.Delete,
+                    request_deserializer=tinykube_dot_v1_dot_meta__pb2.DeleteRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicy.SerializeToString,
+            ),
+            'Watch': grpc.unary_stream_rpc_method_handler(
+                    servicer.Watch,
+                    request_deserializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyWatchEvent.SerializeToString,
+            ),
+            'WatchBatch': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchBatch,
+                    request_deserializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyWatchEventBatch.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'tinykube.v1.ValidatingAdmissionPolicies', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('tinykube.v1.ValidatingAdmissionPolicies', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ValidatingAdmissionPolicies:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Create(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.ValidatingAdmissionPolicies/Create',
+            tinykube_dot_v1_dot_admissionregistration__pb2.CreateValidatingAdmissionPolicyRequest.SerializeToString,
+            tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicy.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Get(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.ValidatingAdmissionPolicies/Get',
+            tinykube_dot_v1_dot_meta__pb2.GetRequest.SerializeToString,
+            tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicy.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def List(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.ValidatingAdmissionPolicies/List',
+            tinykube_dot_v1_dot_meta__pb2.ListRequest.SerializeToString,
+            tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Update(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.ValidatingAdmissionPolicies/Update',
+            tinykube_dot_v1_dot_admissionregistration__pb2.UpdateValidatingAdmissionPolicyRequest.SerializeToString,
+            tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicy.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.ValidatingAdmissionPolicies/UpdateStatus',
+            tinykube_dot_v1_dot_admissionregistration__pb2.UpdateValidatingAdmissionPolicyRequest.SerializeToString,
+            tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicy.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Delete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.ValidatingAdmissionPolicies/Delete',
+            tinykube_dot_v1_dot_meta__pb2.DeleteRequest.SerializeToString,
+            tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicy.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Watch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tinykube.v1.ValidatingAdmissionPolicies/Watch',
+            tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
+            tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyWatchEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tinykube.v1.ValidatingAdmissionPolicies/WatchBatch',
+            tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
+            tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyWatchEventBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class ValidatingAdmissionPolicyBindingsStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Create = channel.unary_unary(
+                '/tinykube.v1.ValidatingAdmissionPolicyBindings/Create',
+                request_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.CreateValidatingAdmissionPolicyBindingRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBinding.FromString,
+                _registered_method=True)
+        self.Get = channel.unary_unary(
+                '/tinykube.v1.ValidatingAdmissionPolicyBindings/Get',
+                request_serializer=tinykube_dot_v1_dot_meta__pb2.GetRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBinding.FromString,
+                _registered_method=True)
+        self.List = channel.unary_unary(
+                '/tinykube.v1.ValidatingAdmissionPolicyBindings/List',
+                request_serializer=tinykube_dot_v1_dot_meta__pb2.ListRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBindingList.FromString,
+                _registered_method=True)
+        self.Update = channel.unary_unary(
+                '/tinykube.v1.ValidatingAdmissionPolicyBindings/Update',
+                request_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.UpdateValidatingAdmissionPolicyBindingRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBinding.FromString,
+                _registered_method=True)
+        self.Delete = channel.unary_unary(
+                '/tinykube.v1.ValidatingAdmissionPolicyBindings/Delete',
+                request_serializer=tinykube_dot_v1_dot_meta__pb2.DeleteRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBinding.FromString,
+                _registered_method=True)
+        self.Watch = channel.unary_stream(
+                '/tinykube.v1.ValidatingAdmissionPolicyBindings/Watch',
+                request_serializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBindingWatchEvent.FromString,
+                _registered_method=True)
+        self.WatchBatch = channel.unary_stream(
+                '/tinykube.v1.ValidatingAdmissionPolicyBindings/WatchBatch',
+                request_serializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBindingWatchEventBatch.FromString,
+                _registered_method=True)
+
+
+class ValidatingAdmissionPolicyBindingsServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def Create(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Get(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def List(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Update(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Delete(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Watch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchBatch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ValidatingAdmissionPolicyBindingsServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Create': grpc.unary_unary_rpc_method_handler(
+                    servicer.Create,
+                    request_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.CreateValidatingAdmissionPolicyBindingRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBinding.SerializeToString,
+            ),
+            'Get': grpc.unary_unary_rpc_method_handler(
+                    servicer.Get,
+                    request_deserializer=tinykube_dot_v1_dot_meta__pb2.GetRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBinding.SerializeToString,
+            ),
+            'List': grpc.unary_unary_rpc_method_handler(
+                    servicer.List,
+                    request_deserializer=tinykube_dot_v1_dot_meta__pb2.ListRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBindingList.SerializeToString,
+            ),
+            'Update': grpc.unary_unary_rpc_method_handler(
+                    servicer.Update,
+                    request_deserializer=tinykube_dot_v1_dot_admissionregistration__pb2.UpdateValidatingAdmissionPolicyBindingRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBinding.SerializeToString,
+            ),
+            'Delete': grpc.unary_unary_rpc_method_handler(
+                    servicer.Delete,
+                    request_deserializer=tinykube_dot_v1_dot_meta__pb2.DeleteRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBinding.SerializeToString,
+            ),
+            'Watch': grpc.unary_stream_rpc_method_handler(
+                    servicer.Watch,
+                    request_deserializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBindingWatchEvent.SerializeToString,
+            ),
+            'WatchBatch': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchBatch,
+                    request_deserializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBindingWatchEventBatch.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'tinykube.v1.ValidatingAdmissionPolicyBindings', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('tinykube.v1.ValidatingAdmissionPolicyBindings', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ValidatingAdmissionPolicyBindings:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Create(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.ValidatingAdmissionPolicyBindings/Create',
+            tinykube_dot_v1_dot_admissionregistration__pb2.CreateValidatingAdmissionPolicyBindingRequest.SerializeToString,
+            tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBinding.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Get(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.ValidatingAdmissionPolicyBindings/Get',
+            tinykube_dot_v1_dot_meta__pb2.GetRequest.SerializeToString,
+            tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBinding.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def List(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.ValidatingAdmissionPolicyBindings/List',
+            tinykube_dot_v1_dot_meta__pb2.ListRequest.SerializeToString,
+            tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBindingList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Update(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.ValidatingAdmissionPolicyBindings/Update',
+            tinykube_dot_v1_dot_admissionregistration__pb2.UpdateValidatingAdmissionPolicyBindingRequest.SerializeToString,
+            tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBinding.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Delete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tinykube.v1.ValidatingAdmissionPolicyBindings/Delete',
+            tinykube_dot_v1_dot_meta__pb2.DeleteRequest.SerializeToString,
+            tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBinding.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Watch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tinykube.v1.ValidatingAdmissionPolicyBindings/Watch',
+            tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
+            tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBindingWatchEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tinykube.v1.ValidatingAdmissionPolicyBindings/WatchBatch',
+            tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
+            tinykube_dot_v1_dot_admissionregistration__pb2.ValidatingAdmissionPolicyBindingWatchEventBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

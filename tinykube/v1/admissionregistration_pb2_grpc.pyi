@@ -184,3 +184,164 @@ class ValidatingWebhookConfigurationsServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_admissionregistration_pb2.ValidatingWebhookConfigurationWatchEventBatch], _abc.AsyncIterator[_admissionregistration_pb2.ValidatingWebhookConfigurationWatchEventBatch]]: ...
 
 def add_ValidatingWebhookConfigurationsServicer_to_server(servicer: ValidatingWebhookConfigurationsServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class ValidatingAdmissionPoliciesStub:
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> ValidatingAdmissionPoliciesAsyncStub: ...
+    Create: _grpc.UnaryUnaryMultiCallable[_admissionregistration_pb2.CreateValidatingAdmissionPolicyRequest, _admissionregistration_pb2.ValidatingAdmissionPolicy]
+    Get: _grpc.UnaryUnaryMultiCallable[_meta_pb2.GetRequest, _admissionregistration_pb2.ValidatingAdmissionPolicy]
+    List: _grpc.UnaryUnaryMultiCallable[_meta_pb2.ListRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyList]
+    Update: _grpc.UnaryUnaryMultiCallable[_admissionregistration_pb2.UpdateValidatingAdmissionPolicyRequest, _admissionregistration_pb2.ValidatingAdmissionPolicy]
+    UpdateStatus: _grpc.UnaryUnaryMultiCallable[_admissionregistration_pb2.UpdateValidatingAdmissionPolicyRequest, _admissionregistration_pb2.ValidatingAdmissionPolicy]
+    Delete: _grpc.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _admissionregistration_pb2.ValidatingAdmissionPolicy]
+    Watch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyWatchEvent]
+    WatchBatch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyWatchEventBatch]
+
+@_typing.type_check_only
+class ValidatingAdmissionPoliciesAsyncStub(ValidatingAdmissionPoliciesStub):
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    Create: _aio.UnaryUnaryMultiCallable[_admissionregistration_pb2.CreateValidatingAdmissionPolicyRequest, _admissionregistration_pb2.ValidatingAdmissionPolicy]  # type: ignore[assignment]
+    Get: _aio.UnaryUnaryMultiCallable[_meta_pb2.GetRequest, _admissionregistration_pb2.ValidatingAdmissionPolicy]  # type: ignore[assignment]
+    List: _aio.UnaryUnaryMultiCallable[_meta_pb2.ListRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyList]  # type: ignore[assignment]
+    Update: _aio.UnaryUnaryMultiCallable[_admissionregistration_pb2.UpdateValidatingAdmissionPolicyRequest, _admissionregistration_pb2.ValidatingAdmissionPolicy]  # type: ignore[assignment]
+    UpdateStatus: _aio.UnaryUnaryMultiCallable[_admissionregistration_pb2.UpdateValidatingAdmissionPolicyRequest, _admissionregistration_pb2.ValidatingAdmissionPolicy]  # type: ignore[assignment]
+    Delete: _aio.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _admissionregistration_pb2.ValidatingAdmissionPolicy]  # type: ignore[assignment]
+    Watch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyWatchEvent]  # type: ignore[assignment]
+    WatchBatch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyWatchEventBatch]  # type: ignore[assignment]
+
+class ValidatingAdmissionPoliciesServicer(metaclass=_abc_1.ABCMeta):
+    @_abc_1.abstractmethod
+    def Create(
+        self,
+        request: _admissionregistration_pb2.CreateValidatingAdmissionPolicyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admissionregistration_pb2.ValidatingAdmissionPolicy, _abc.Awaitable[_admissionregistration_pb2.ValidatingAdmissionPolicy]]: ...
+
+    @_abc_1.abstractmethod
+    def Get(
+        self,
+        request: _meta_pb2.GetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admissionregistration_pb2.ValidatingAdmissionPolicy, _abc.Awaitable[_admissionregistration_pb2.ValidatingAdmissionPolicy]]: ...
+
+    @_abc_1.abstractmethod
+    def List(
+        self,
+        request: _meta_pb2.ListRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admissionregistration_pb2.ValidatingAdmissionPolicyList, _abc.Awaitable[_admissionregistration_pb2.ValidatingAdmissionPolicyList]]: ...
+
+    @_abc_1.abstractmethod
+    def Update(
+        self,
+        request: _admissionregistration_pb2.UpdateValidatingAdmissionPolicyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admissionregistration_pb2.ValidatingAdmissionPolicy, _abc.Awaitable[_admissionregistration_pb2.ValidatingAdmissionPolicy]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateStatus(
+        self,
+        request: _admissionregistration_pb2.UpdateValidatingAdmissionPolicyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admissionregistration_pb2.ValidatingAdmissionPolicy, _abc.Awaitable[_admissionregistration_pb2.ValidatingAdmissionPolicy]]: ...
+
+    @_abc_1.abstractmethod
+    def Delete(
+        self,
+        request: _meta_pb2.DeleteRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admissionregistration_pb2.ValidatingAdmissionPolicy, _abc.Awaitable[_admissionregistration_pb2.ValidatingAdmissionPolicy]]: ...
+
+    @_abc_1.abstractmethod
+    def Watch(
+        self,
+        request: _meta_pb2.WatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_admissionregistration_pb2.ValidatingAdmissionPolicyWatchEvent], _abc.AsyncIterator[_admissionregistration_pb2.ValidatingAdmissionPolicyWatchEvent]]: ...
+
+    @_abc_1.abstractmethod
+    def WatchBatch(
+        self,
+        request: _meta_pb2.WatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_admissionregistration_pb2.ValidatingAdmissionPolicyWatchEventBatch], _abc.AsyncIterator[_admissionregistration_pb2.ValidatingAdmissionPolicyWatchEventBatch]]: ...
+
+def add_ValidatingAdmissionPoliciesServicer_to_server(servicer: ValidatingAdmissionPoliciesServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class ValidatingAdmissionPolicyBindingsStub:
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> ValidatingAdmissionPolicyBindingsAsyncStub: ...
+    Create: _grpc.UnaryUnaryMultiCallable[_admissionregistration_pb2.CreateValidatingAdmissionPolicyBindingRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyBinding]
+    Get: _grpc.UnaryUnaryMultiCallable[_meta_pb2.GetRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyBinding]
+    List: _grpc.UnaryUnaryMultiCallable[_meta_pb2.ListRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyBindingList]
+    Update: _grpc.UnaryUnaryMultiCallable[_admissionregistration_pb2.UpdateValidatingAdmissionPolicyBindingRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyBinding]
+    Delete: _grpc.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyBinding]
+    Watch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyBindingWatchEvent]
+    WatchBatch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyBindingWatchEventBatch]
+
+@_typing.type_check_only
+class ValidatingAdmissionPolicyBindingsAsyncStub(ValidatingAdmissionPolicyBindingsStub):
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    Create: _aio.UnaryUnaryMultiCallable[_admissionregistration_pb2.CreateValidatingAdmissionPolicyBindingRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyBinding]  # type: ignore[assignment]
+    Get: _aio.UnaryUnaryMultiCallable[_meta_pb2.GetRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyBinding]  # type: ignore[assignment]
+    List: _aio.UnaryUnaryMultiCallable[_meta_pb2.ListRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyBindingList]  # type: ignore[assignment]
+    Update: _aio.UnaryUnaryMultiCallable[_admissionregistration_pb2.UpdateValidatingAdmissionPolicyBindingRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyBinding]  # type: ignore[assignment]
+    Delete: _aio.UnaryUnaryMultiCallable[_meta_pb2.DeleteRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyBinding]  # type: ignore[assignment]
+    Watch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyBindingWatchEvent]  # type: ignore[assignment]
+    WatchBatch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _admissionregistration_pb2.ValidatingAdmissionPolicyBindingWatchEventBatch]  # type: ignore[assignment]
+
+class ValidatingAdmissionPolicyBindingsServicer(metaclass=_abc_1.ABCMeta):
+    @_abc_1.abstractmethod
+    def Create(
+        self,
+        request: _admissionregistration_pb2.CreateValidatingAdmissionPolicyBindingRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admissionregistration_pb2.ValidatingAdmissionPolicyBinding, _abc.Awaitable[_admissionregistration_pb2.ValidatingAdmissionPolicyBinding]]: ...
+
+    @_abc_1.abstractmethod
+    def Get(
+        self,
+        request: _meta_pb2.GetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admissionregistration_pb2.ValidatingAdmissionPolicyBinding, _abc.Awaitable[_admissionregistration_pb2.ValidatingAdmissionPolicyBinding]]: ...
+
+    @_abc_1.abstractmethod
+    def List(
+        self,
+        request: _meta_pb2.ListRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admissionregistration_pb2.ValidatingAdmissionPolicyBindingList, _abc.Awaitable[_admissionregistration_pb2.ValidatingAdmissionPolicyBindingList]]: ...
+
+    @_abc_1.abstractmethod
+    def Update(
+        self,
+        request: _admissionregistration_pb2.UpdateValidatingAdmissionPolicyBindingRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admissionregistration_pb2.ValidatingAdmissionPolicyBinding, _abc.Awaitable[_admissionregistration_pb2.ValidatingAdmissionPolicyBinding]]: ...
+
+    @_abc_1.abstractmethod
+    def Delete(
+        self,
+        request: _meta_pb2.DeleteRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admissionregistration_pb2.ValidatingAdmissionPolicyBinding, _abc.Awaitable[_admissionregistration_pb2.ValidatingAdmissionPolicyBinding]]: ...
+
+    @_abc_1.abstractmethod
+    def Watch(
+        self,
+        request: _meta_pb2.WatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_admissionregistration_pb2.ValidatingAdmissionPolicyBindingWatchEvent], _abc.AsyncIterator[_admissionregistration_pb2.ValidatingAdmissionPolicyBindingWatchEvent]]: ...
+
+    @_abc_1.abstractmethod
+    def WatchBatch(
+        self,
+        request: _meta_pb2.WatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_admissionregistration_pb2.ValidatingAdmissionPolicyBindingWatchEventBatch], _abc.AsyncIterator[_admissionregistration_pb2.ValidatingAdmissionPolicyBindingWatchEventBatch]]: ...
+
+def add_ValidatingAdmissionPolicyBindingsServicer_to_server(servicer: ValidatingAdmissionPolicyBindingsServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -96,7 +96,12 @@ DEFINITION_NAMES = [
             f"io.k8s.api.admissionregistration.v1.{kind}",
             f"io.k8s.api.admissionregistration.v1.{kind}List",
         )
-        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for kind in (
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        )
     ),
 ]
 

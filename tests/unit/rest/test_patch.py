@@ -1150,6 +1150,20 @@ ATOMIC_IN_KUBERNETES = {
     ("tinykube.v1.RuleWithOperations", "apiGroups"),
     ("tinykube.v1.RuleWithOperations", "apiVersions"),
     ("tinykube.v1.RuleWithOperations", "resources"),
+    # ValidatingAdmissionPolicy and its binding: listType=atomic (validationActions is a
+    # listType=set of strings)
+    ("tinykube.v1.ValidatingAdmissionPolicySpec", "validations"),
+    ("tinykube.v1.ValidatingAdmissionPolicySpec", "auditAnnotations"),
+    ("tinykube.v1.ValidatingAdmissionPolicySpec", "variables"),
+    ("tinykube.v1.MatchResources", "resourceRules"),
+    ("tinykube.v1.MatchResources", "excludeResourceRules"),
+    ("tinykube.v1.NamedRuleWithOperations", "resourceNames"),
+    ("tinykube.v1.NamedRuleWithOperations", "operations"),
+    ("tinykube.v1.NamedRuleWithOperations", "apiGroups"),
+    ("tinykube.v1.NamedRuleWithOperations", "apiVersions"),
+    ("tinykube.v1.NamedRuleWithOperations", "resources"),
+    ("tinykube.v1.TypeChecking", "expressionWarnings"),
+    ("tinykube.v1.ValidatingAdmissionPolicyBindingSpec", "validationActions"),
 }
 
 

@@ -172,6 +172,13 @@ COLUMNS = {
     "ConfigMap": [("Name", 0), ("Data", 0), ("Age", 0)],
     "MutatingWebhookConfiguration": [("Name", 0), ("Webhooks", 0), ("Age", 0)],
     "ValidatingWebhookConfiguration": [("Name", 0), ("Webhooks", 0), ("Age", 0)],
+    "ValidatingAdmissionPolicy": [("Name", 0), ("Validations", 0), ("ParamKind", 0), ("Age", 0)],
+    "ValidatingAdmissionPolicyBinding": [
+        ("Name", 0),
+        ("PolicyName", 0),
+        ("ParamRef", 0),
+        ("Age", 0),
+    ],
     "Secret": [("Name", 0), ("Type", 0), ("Data", 0), ("Age", 0)],
     "ServiceAccount": [("Name", 0), ("Secrets", 0), ("Age", 0)],
     "EndpointSlice": [("Name", 0), ("AddressType", 0), ("Ports", 0), ("Endpoints", 0), ("Age", 0)],
