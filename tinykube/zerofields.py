@@ -11,6 +11,7 @@ from typing import Any
 
 ZERO_FIELDS: dict[str, dict[str, Any]] = {
     'tinykube.v1.AdmissionServiceReference': {'name': '', 'namespace': ''},
+    'tinykube.v1.AppArmorProfile': {'type': ''},
     'tinykube.v1.ClusterRoleBinding': {'roleRef': {'apiGroup': '', 'kind': '', 'name': ''}},
     'tinykube.v1.ConfigMapKeySelector': {'key': ''},
     'tinykube.v1.Container': {'name': '', 'resources': {}},
@@ -190,6 +191,7 @@ ZERO_FIELDS: dict[str, dict[str, Any]] = {
     'tinykube.v1.ResourceFieldSelector': {'divisor': '0', 'resource': ''},
     'tinykube.v1.RoleBinding': {'roleRef': {'apiGroup': '', 'kind': '', 'name': ''}},
     'tinykube.v1.RoleRef': {'apiGroup': '', 'kind': '', 'name': ''},
+    'tinykube.v1.SeccompProfile': {'type': ''},
     'tinykube.v1.SecretKeySelector': {'key': ''},
     'tinykube.v1.SelectableField': {'jsonPath': ''},
     'tinykube.v1.Service': {'spec': {}, 'status': {'loadBalancer': {}}},
@@ -216,6 +218,7 @@ ZERO_FIELDS: dict[str, dict[str, Any]] = {
 
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     'tinykube.v1.AdmissionServiceReference': ('namespace', 'name'),
+    'tinykube.v1.AppArmorProfile': ('type',),
     'tinykube.v1.ClusterRoleBinding': ('roleRef',),
     'tinykube.v1.ConfigMapKeySelector': ('key',),
     'tinykube.v1.Container': ('name',),
@@ -305,6 +308,7 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     'tinykube.v1.ResourceFieldSelector': ('resource',),
     'tinykube.v1.RoleBinding': ('roleRef',),
     'tinykube.v1.RoleRef': ('kind', 'name'),
+    'tinykube.v1.SeccompProfile': ('type',),
     'tinykube.v1.SecretKeySelector': ('key',),
     'tinykube.v1.SelectableField': ('jsonPath',),
     'tinykube.v1.ServiceAccountTokenProjection': ('path',),
