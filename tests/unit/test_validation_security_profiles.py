@@ -98,7 +98,9 @@ def test_apparmor_errors_are_kubes() -> None:
 
 def test_fs_group_change_policy() -> None:
     for policy in ("Always", "OnRootMismatch"):
-        ok = pod_with({}, spec={"securityContext": {"fsGroup": 2000, "fsGroupChangePolicy": policy}})
+        ok = pod_with(
+            {}, spec={"securityContext": {"fsGroup": 2000, "fsGroupChangePolicy": policy}}
+        )
         assert errors_of(ok) == []
     pod = pod_with({}, spec={"securityContext": {"fsGroupChangePolicy": "Never"}})
     assert errors_of(pod) == [
