@@ -32,10 +32,10 @@ from typing import Any
 
 import pytest
 
+from kubelet.security import apparmor_enabled
 from tests.e2e.conftest import READY_LINE, processes_in, tinykube_command, venv_bin
 from tests.e2e.crisupport import cri_prerequisites
 from tests.e2e.waiting import eventually
-from kubelet.security import apparmor_enabled
 from tinykube.containerd import APISERVER_LOCAL_IP
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
