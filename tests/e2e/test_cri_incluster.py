@@ -246,8 +246,15 @@ async def test_incluster_config_seccomp_and_fsgroup(tmp_path: Path) -> None:
             f'User "system:serviceaccount:{NS}:robot" cannot delete resource "pods"'
             in refused.stderr
         ), refused.stderr
-        looked_up = in_pod("client", "nslookup", "kubernetes.default.svc.cluster.local").stdout
-        assert "10.96.0.1" in looked_up, looked_up
+
+        def looked_up() -> str | None:
+            # (a new pod's first lookup has been seen to fail once: the answer is waited for,
+            # as in test_up_containerd)
+            got = in_pod("client", "nslookup", "kubernetes.default.svc.cluster.local", check=False)
+            return got.stdout if got.returncode == 0 else None
+
+        answer = await eventually(lambda: asyncio.to_thread(looked_up), 60)
+        assert "10.96.0.1" in answer, answer
 
         # seccomp: RuntimeDefault filters, and denies what the runtime's profile denies.
         def seccomp_mode(pod: str) -> str:
