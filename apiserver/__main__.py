@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import ipaddress
 import logging
 import os
 import sys
@@ -53,6 +54,12 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         type=int,
         default=None,
         help="shorthand for --bind-address 127.0.0.1:PORT",
+    )
+    p.add_argument(
+        "--advertise-address",
+        default=_env("ADVERTISE_ADDRESS", _DEFAULTS.advertise_address),
+        help="the IP the kubernetes Service's endpoints name (default: the --bind-address "
+        "host); the REST API is served on it too (env TINYKUBE_ADVERTISE_ADDRESS)",
     )
     p.add_argument(
         "--metrics-port",
@@ -218,6 +225,13 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         parse_port_range(args.service_node_port_range)
     except ValueError as exc:
         p.error(str(exc))
+    if args.advertise_address:
+        try:
+            advertised = ipaddress.ip_address(args.advertise_address)
+        except ValueError:
+            p.error(f"--advertise-address {args.advertise_address!r} is not an IP address")
+        if advertised.is_unspecified:
+            p.error(f"--advertise-address {args.advertise_address}: must be a unicast address")
     for flag in ("max_requests_inflight", "max_mutating_requests_inflight"):
         if getattr(args, flag) < 0:
             p.error(f"--{flag.replace('_', '-')} can not be negative value")
@@ -226,6 +240,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         etcd_endpoints=args.etcd_servers,
         etcd_prefix=args.etcd_prefix,
         bind_address=bind,
+        advertise_address=args.advertise_address,
         metrics_port=args.metrics_port,
         rest_port=args.rest_port,
         watch_cache_size=args.watch_cache_size,

@@ -417,6 +417,19 @@ class APIServer:
                 await self.grpc.stop(0)
                 why = os.strerror(exc.errno) if exc.errno else str(exc)
                 raise ListenError("--rest-port", f"{host}:{self.settings.rest_port}", why) from exc
+            advertised = self.settings.advertise_address
+            if advertised and advertised != host and host not in ("0.0.0.0", "::"):
+                # Pods reach the API at the advertised address (the kubernetes Service's
+                # endpoint), on the same port.
+                try:
+                    await self.rest.listen_also(advertised, self.rest_port)
+                except OSError as exc:
+                    await self.rest.stop()
+                    await self.grpc.stop(0)
+                    why = os.strerror(exc.errno) if exc.errno else str(exc)
+                    raise ListenError(
+                        "--advertise-address", f"{advertised}:{self.rest_port}", why
+                    ) from exc
         await self._set_serving(False)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(
@@ -633,7 +646,7 @@ class APIServer:
         """The default/kubernetes Service and this apiserver's Endpoints (apiserver/
         masterservice.py), at start and every RECONCILE_SECONDS."""
         cluster_ip = masterservice.service_ip(self.settings.service_cluster_ip_range)
-        host = self.rest_address.rsplit(":", 1)[0].strip("[]")
+        host = self.settings.advertise_address or self.rest_address.rsplit(":", 1)[0].strip("[]")
         while True:
             try:
                 await masterservice.reconcile(

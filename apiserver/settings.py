@@ -88,6 +88,12 @@ class Settings:
     # Services' cluster IPs come from this CIDR (default inside 127.0.0.0/8: local on any Linux
     # host, for the user-space proxy; `tinykube up --runtime containerd` passes 10.96.0.0/12).
     service_cluster_ip_range: str = "127.100.0.0/16"
+    # kube-apiserver's --advertise-address: the IP the `kubernetes` Service's endpoints name,
+    # which pods reach through the Service's cluster IP. "" means bind_address's host. When it
+    # is another address than that host (and the host is not a wildcard), the REST API is also
+    # served on it, at the same port: pods in their own network namespaces cannot reach the
+    # host's 127.0.0.1 (`up --runtime containerd` advertises an address on `lo`).
+    advertise_address: str = ""
     # NodePort services' node ports come from this inclusive range.
     service_node_port_range: str = "30000-32767"
 

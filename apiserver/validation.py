@@ -792,11 +792,13 @@ def _container_lifecycle(
                     "CAP_SYS_ADMIN",
                 )
             )
+        errs.extend(_security_profiles(sp, sc))
     return errs
 
 
 def _pod_security_context(path: str, sc: pod_pb2.PodSecurityContext) -> list[FieldError]:
-    """kube's ValidatePodSecurityContext: user and group ids in range."""
+    """kube's ValidatePodSecurityContext: user and group ids in range, fsGroupChangePolicy,
+    the seccomp and AppArmor profiles."""
     errs: list[FieldError] = []
     for name in ("runAsUser", "runAsGroup", "fsGroup"):
         if sc.HasField(name) and not 0 <= getattr(sc, name) <= 2**31 - 1:
@@ -804,6 +806,101 @@ def _pod_security_context(path: str, sc: pod_pb2.PodSecurityContext) -> list[Fie
     for i, gid in enumerate(sc.supplementalGroups):
         if not 0 <= gid <= 2**31 - 1:
             errs.append(invalid(f"{path}.supplementalGroups[{i}]", gid, _ID_RANGE))
+    if (
+        sc.HasField("fsGroupChangePolicy")
+        and sc.fsGroupChangePolicy not in FS_GROUP_CHANGE_POLICIES
+    ):
+        errs.append(
+            unsupported(
+                f"{path}.fsGroupChangePolicy", sc.fsGroupChangePolicy, FS_GROUP_CHANGE_POLICIES
+            )
+        )
+    errs.extend(_security_profiles(path, sc))
+    return errs
+
+
+# kube's PodFSGroupChangePolicy values, sorted as its NotSupported message lists them.
+FS_GROUP_CHANGE_POLICIES = ("Always", "OnRootMismatch")
+# kube's SeccompProfileType and AppArmorProfileType values, in its messages' order.
+PROFILE_TYPES = ("Localhost", "RuntimeDefault", "Unconfined")
+# PATH_MAX - 1: the longest AppArmor localhostProfile.
+_APPARMOR_PROFILE_MAX = 4095
+
+
+def _security_profiles(
+    path: str, sc: pod_pb2.PodSecurityContext | pod_pb2.SecurityContext
+) -> list[FieldError]:
+    """kube's validateSeccompProfileField and ValidateAppArmorProfileField for a pod's or a
+    container's securityContext."""
+    errs: list[FieldError] = []
+    if sc.HasField("seccompProfile"):
+        sp, fp = sc.seccompProfile, f"{path}.seccompProfile"
+        if not sp.type:
+            errs.append(required(f"{fp}.type", "type is required when seccompProfile is set"))
+        elif sp.type not in PROFILE_TYPES:
+            errs.append(unsupported(f"{fp}.type", sp.type, PROFILE_TYPES))
+        if sp.type == "Localhost":
+            if not sp.HasField("localhostProfile"):
+                errs.append(
+                    required(f"{fp}.localhostProfile", "must be set when seccomp type is Localhost")
+                )
+            else:
+                local = sp.localhostProfile
+                if local.startswith("/"):
+                    errs.append(invalid(f"{fp}.localhostProfile", local, "must be a relative path"))
+                if ".." in local.split("/"):
+                    errs.append(invalid(f"{fp}.localhostProfile", local, "must not contain '..'"))
+        elif sp.HasField("localhostProfile"):
+            # kube shows the whole profile (Go's %#v of the struct, whose pointer it prints
+            # as an address; here the string it points at).
+            shown = (
+                f"core.SeccompProfile{{Type:{go_quote(sp.type)}, "
+                f"LocalhostProfile:{go_quote(sp.localhostProfile)}}}"
+            )
+            errs.append(
+                FieldError(
+                    f"{fp}.localhostProfile",
+                    f"Invalid value: {shown}: can only be set when seccomp type is Localhost",
+                )
+            )
+    if sc.HasField("appArmorProfile"):
+        ap, fp = sc.appArmorProfile, f"{path}.appArmorProfile"
+        if ap.type == "Localhost":
+            if not ap.HasField("localhostProfile"):
+                errs.append(
+                    required(
+                        f"{fp}.localhostProfile", "must be set when AppArmor type is Localhost"
+                    )
+                )
+            else:
+                local = ap.localhostProfile
+                if local.strip() != local:
+                    errs.append(
+                        invalid(
+                            f"{fp}.localhostProfile", local, "must not be padded with whitespace"
+                        )
+                    )
+                elif not local:
+                    errs.append(
+                        required(
+                            f"{fp}.localhostProfile", "must be set when AppArmor type is Localhost"
+                        )
+                    )
+                if len(local.encode()) > _APPARMOR_PROFILE_MAX:
+                    errs.append(too_long(f"{fp}.localhostProfile", local, _APPARMOR_PROFILE_MAX))
+        elif ap.type in ("RuntimeDefault", "Unconfined"):
+            if ap.HasField("localhostProfile"):
+                errs.append(
+                    invalid(
+                        f"{fp}.localhostProfile",
+                        ap.localhostProfile,
+                        "can only be set when AppArmor type is Localhost",
+                    )
+                )
+        elif not ap.type:
+            errs.append(required(f"{fp}.type", "type is required when appArmorProfile is set"))
+        else:
+            errs.append(unsupported(f"{fp}.type", ap.type, PROFILE_TYPES))
     return errs
 
 

@@ -69,6 +69,7 @@ class Kubelet:
                 poll_interval=max(settings.poll_interval, 1.0),
                 node_ip=settings.node_ip,
                 cgroup_root=settings.cgroup_root,
+                seccomp_default=settings.seccomp_default,
                 dns=PodDNS(settings.cluster_dns, settings.cluster_domain, settings.resolv_conf),
                 machine_memory=machine_memory_kib() * 1024,
             )

@@ -26,7 +26,11 @@ stopped and observed, over the CRI gRPC API (tinykube/cri/v1, package runtime.v1
 Probes: exec ones run in the container through ExecSync, httpGet/tcpSocket/grpc ones reach
 the pod's IP; so do lifecycle hooks (kubelet/lifecycle.py). securityContext becomes the CRI
 LinuxContainerSecurityContext (kubelet/security.py); imagePullSecrets become PullImage's
-AuthConfig (kubelet/pullsecrets.py). Not yet here: hostIPC/hostPID, seccomp, AppArmor.
+AuthConfig (kubelet/pullsecrets.py); seccompProfile and appArmorProfile become the
+SecurityProfiles of the sandbox and the containers (kube's getSeccompProfile,
+getAppArmorProfile; Localhost seccomp profiles under <root-dir>/seccomp). A container that
+asks for AppArmor on a host without it waits with CreateContainerConfigError (kube rejects
+such a pod at admission). Not yet here: hostIPC/hostPID.
 """
 
 from __future__ import annotations
@@ -60,7 +64,16 @@ from kubelet.runtime import (
     ephemeral_target,
     qos_class,
 )
-from kubelet.security import effective, verify_run_as_non_root
+from kubelet.security import (
+    APPARMOR_DISABLED,
+    Profile,
+    apparmor_enabled,
+    apparmor_profile,
+    apparmor_required,
+    effective,
+    seccomp_profile,
+    verify_run_as_non_root,
+)
 from tinykube.clock import Clock
 from tinykube.cri.v1 import cri_pb2 as cri
 from tinykube.cri.v1 import cri_pb2_grpc as cri_grpc
@@ -236,6 +249,9 @@ def sandbox_config(
     log_dir: Path,
     cgroup_parent: str,
     dns: PodDNS | None = None,
+    *,
+    seccomp_root: Path = Path("/var/lib/kubelet/seccomp"),
+    seccomp_default: bool = False,
 ) -> cri.PodSandboxConfig:
     """kube's generatePodSandboxConfig, for what tinykube supports."""
     host_network = pod.spec.hostNetwork
@@ -284,15 +300,39 @@ def sandbox_config(
     sandbox_sc.privileged = any(
         c.securityContext.privileged for c in (*pod.spec.initContainers, *pod.spec.containers)
     )
+    # kube: the sandbox gets the pod's seccomp profile.
+    _set_profile(
+        sandbox_sc.seccomp,
+        seccomp_profile(pod, None, seccomp_root, default_runtime=seccomp_default),
+    )
     return config
 
 
+def _set_profile(target: cri.SecurityProfile, profile: Profile) -> None:
+    kind, ref = profile
+    target.profile_type = cri.SecurityProfile.ProfileType.Value(kind)
+    target.localhost_ref = ref
+
+
 def security_context(
-    pod: pod_pb2.Pod, container: pod_pb2.Container, sc: cri.LinuxContainerSecurityContext
+    pod: pod_pb2.Pod,
+    container: pod_pb2.Container,
+    sc: cri.LinuxContainerSecurityContext,
+    *,
+    seccomp_root: Path = Path("/var/lib/kubelet/seccomp"),
+    seccomp_default: bool = False,
 ) -> None:
     """kube's convertToRuntimeSecurityContext of the effective securityContext
     (kubelet/security.py): user, group, the pod's groups, privileged, a read-only root,
-    no_new_privs for allowPrivilegeEscalation: false, capabilities as written."""
+    no_new_privs for allowPrivilegeEscalation: false, capabilities as written; the seccomp
+    profile always (Unconfined when none is set, as kube), the AppArmor one when set."""
+    _set_profile(
+        sc.seccomp,
+        seccomp_profile(pod, container, seccomp_root, default_runtime=seccomp_default),
+    )
+    apparmor = apparmor_profile(pod, container)
+    if apparmor is not None:
+        _set_profile(sc.apparmor, apparmor)
     eff = effective(pod, container)
     if eff.run_as_user is not None:
         sc.run_as_user.value = eff.run_as_user
@@ -314,6 +354,9 @@ def container_config(
     attempt: int,
     env: dict[str, str],
     machine_memory: int,
+    *,
+    seccomp_root: Path = Path("/var/lib/kubelet/seccomp"),
+    seccomp_default: bool = False,
 ) -> cri.ContainerConfig:
     """kube's generateContainerConfig, for what tinykube supports: $(VAR) in command and args
     expanded from the container's environment."""
@@ -336,7 +379,7 @@ def container_config(
     )
     config.linux.resources.CopyFrom(linux_resources(pod, container, machine_memory))
     sc = config.linux.security_context
-    security_context(pod, container, sc)
+    security_context(pod, container, sc, seccomp_root=seccomp_root, seccomp_default=seccomp_default)
     ns = sc.namespace_options
     ns.network = cri.NODE if pod.spec.hostNetwork else cri.POD
     ns.pid = cri.CONTAINER
@@ -368,8 +411,13 @@ class CRIRuntime(KubeRuntime):
         cgroup_root: str = "/tinykube",
         machine_memory: int = 4 << 30,
         dns: PodDNS | None = None,
+        seccomp_default: bool = False,
     ) -> None:
         self.dns = dns or PodDNS()
+        # kube's seccompProfileRoot (<root-dir>/seccomp) and --seccomp-default.
+        self.seccomp_root = Path(root_dir).absolute() / "seccomp"
+        self.seccomp_default = seccomp_default
+        self.apparmor = apparmor_enabled()
         super().__init__(
             root_dir,
             clock=clock,
@@ -609,7 +657,13 @@ class CRIRuntime(KubeRuntime):
             self._network_waiting.discard(uid)
         attempt = self._attempts.get(uid, 0)
         config = sandbox_config(
-            pod, attempt, self._log_dir(uid), self._pod_cgroup(uid, qos_class(pod)), self.dns
+            pod,
+            attempt,
+            self._log_dir(uid),
+            self._pod_cgroup(uid, qos_class(pod)),
+            self.dns,
+            seccomp_root=self.seccomp_root,
+            seccomp_default=self.seccomp_default,
         )
         self._log_dir(uid).mkdir(parents=True, exist_ok=True)
         try:
@@ -866,9 +920,21 @@ class CRIRuntime(KubeRuntime):
             if refused:
                 self._config_error(rec, crec, refused)
                 return
+        if not self.apparmor and apparmor_required(pod, container):
+            self._config_error(rec, crec, APPARMOR_DISABLED)
+            return
         instance = crec.restart_count + (1 if crec.last is not None else 0)
         env = {"HOSTNAME": pod.spec.hostname or pod.metadata.name, **resolved}
-        config = container_config(pod, container, image_ref, instance, env, self.machine_memory)
+        config = container_config(
+            pod,
+            container,
+            image_ref,
+            instance,
+            env,
+            self.machine_memory,
+            seccomp_root=self.seccomp_root,
+            seccomp_default=self.seccomp_default,
+        )
         # An ephemeral container with a target joins the target's PID namespace (kube's
         # NamespaceMode TARGET), so `kubectl debug --target` sees its processes.
         target = rec.containers.get(ephemeral_target(pod, container.name))
@@ -882,7 +948,13 @@ class CRIRuntime(KubeRuntime):
                 container_path=m.container_path, host_path=str(m.host_path), readonly=m.read_only
             )
         sandbox = self._sandbox_configs.get(rec.uid) or sandbox_config(
-            pod, 0, self._log_dir(rec.uid), self._pod_cgroup(rec.uid, qos_class(pod)), self.dns
+            pod,
+            0,
+            self._log_dir(rec.uid),
+            self._pod_cgroup(rec.uid, qos_class(pod)),
+            self.dns,
+            seccomp_root=self.seccomp_root,
+            seccomp_default=self.seccomp_default,
         )
         # The log file of this instance is the runtime's to create.
         log_file = self.instance_log(rec.uid, container.name, instance)

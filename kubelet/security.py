@@ -2,12 +2,16 @@
 and kuberuntime's security_context.go): the container's fields win over the pod's; the pod's
 supplementalGroups and fsGroup are extra groups of every container. `verify_run_as_non_root`
 is kube's verifyRunAsNonRoot, whose error keeps the container waiting with
-CreateContainerConfigError. Pure functions.
+CreateContainerConfigError. `seccomp_profile` and `apparmor_profile` are kube's
+getSeccompProfile and getAppArmorProfile (kuberuntime helpers.go): the container's field,
+else the pod's, as (type, localhost ref). Pure functions, but for `apparmor_enabled`.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kubelet.lifecycle import pod_ref
 from tinykube.v1 import pod_pb2
@@ -83,3 +87,68 @@ def verify_run_as_non_root(
             f"cannot verify user is non-root {who}"
         )
     return ""
+
+
+# A profile as the CRI's SecurityProfile carries it: RuntimeDefault, Unconfined or Localhost,
+# and for Localhost the profile's path (seccomp) or name (AppArmor).
+Profile = tuple[str, str]
+
+
+def seccomp_profile(
+    pod: pod_pb2.Pod,
+    container: pod_pb2.Container | None,
+    root: Path,
+    *,
+    default_runtime: bool = False,
+) -> Profile:
+    """kube's getSeccompProfile: the container's seccompProfile, else the pod's (`container`
+    None: the pod sandbox's, the pod's only), else RuntimeDefault under the kubelet's
+    --seccomp-default, else Unconfined. A Localhost profile's path is `root` (the kubelet's
+    <root-dir>/seccomp) joined with localhostProfile."""
+    sp: pod_pb2.SeccompProfile | None = None
+    if container is not None and container.securityContext.HasField("seccompProfile"):
+        sp = container.securityContext.seccompProfile
+    elif pod.spec.securityContext.HasField("seccompProfile"):
+        sp = pod.spec.securityContext.seccompProfile
+    if sp is None:
+        return ("RuntimeDefault" if default_runtime else "Unconfined", "")
+    if sp.type == "RuntimeDefault":
+        return ("RuntimeDefault", "")
+    if sp.type == "Localhost":
+        if not sp.localhostProfile:
+            # kube's words; the apiserver's validation makes this unreachable.
+            raise ValueError("localhostProfile must be set if seccompProfile type is Localhost.")
+        return ("Localhost", os.path.normpath(os.path.join(root, sp.localhostProfile)))
+    return ("Unconfined", "")
+
+
+def apparmor_profile(pod: pod_pb2.Pod, container: pod_pb2.Container) -> Profile | None:
+    """kube's getAppArmorProfile: the container's appArmorProfile, else the pod's; None when
+    neither sets one (the runtime then applies its default where AppArmor is enabled)."""
+    if container.securityContext.HasField("appArmorProfile"):
+        ap = container.securityContext.appArmorProfile
+    elif pod.spec.securityContext.HasField("appArmorProfile"):
+        ap = pod.spec.securityContext.appArmorProfile
+    else:
+        return None
+    if ap.type == "Localhost":
+        return ("Localhost", ap.localhostProfile)
+    return (ap.type, "")
+
+
+def apparmor_required(pod: pod_pb2.Pod, container: pod_pb2.Container) -> bool:
+    """kube's apparmor isRequired, for one container: a profile other than Unconfined."""
+    profile = apparmor_profile(pod, container)
+    return profile is not None and profile[0] != "Unconfined"
+
+
+def apparmor_enabled(module: Path = Path("/sys/module/apparmor/parameters/enabled")) -> bool:
+    """Whether this host enforces AppArmor (kube's apparmor.IsEnabled reads the same file)."""
+    try:
+        return module.read_text().strip().startswith("Y")
+    except OSError:
+        return False
+
+
+# kube's AppArmor admit message on a host without AppArmor (reason "AppArmor").
+APPARMOR_DISABLED = "Cannot enforce AppArmor: AppArmor is not enabled on the host"

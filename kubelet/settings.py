@@ -96,6 +96,8 @@ class Settings:
     cni_conf_dir: Path | None = None
     cni_bridge: str = "tkcni0"
     cgroup_root: str = "/tinykube"
+    # kube's --seccomp-default: RuntimeDefault for containers that set no seccompProfile.
+    seccomp_default: bool = False
     # Pods' DNS (CRI runtime; kube's --cluster-dns / --cluster-domain / --resolv-conf): the
     # nameserver of dnsPolicy ClusterFirst pods, their search domains' suffix, and the host's
     # resolv.conf that dnsPolicy Default copies ("" for none).
@@ -248,6 +250,12 @@ class Settings:
             help="CRI runtime: the cgroup (cgroupfs) under which pods' cgroups are made",
         )
         p.add_argument(
+            "--seccomp-default",
+            action="store_true",
+            help="CRI runtime: the runtime's default seccomp profile for containers that set "
+            "none (kube's --seccomp-default; profiles of type Localhost live in ROOT_DIR/seccomp)",
+        )
+        p.add_argument(
             "--cluster-dns", default="", help="CRI runtime: ClusterFirst pods' nameserver IP"
         )
         p.add_argument("--cluster-domain", default="cluster.local", help="the cluster's DNS domain")
@@ -305,6 +313,7 @@ class Settings:
             cni_conf_dir=Path(a.cni_conf_dir).absolute() if a.cni_conf_dir else None,
             cni_bridge=a.cni_bridge,
             cgroup_root=a.cgroup_root,
+            seccomp_default=a.seccomp_default,
             cluster_dns=a.cluster_dns,
             cluster_domain=a.cluster_domain.strip("."),
             resolv_conf=a.resolv_conf,

@@ -307,32 +307,13 @@ class VolumeManager:
         return psc.fsGroup if psc.HasField("fsGroup") and self.as_root else None
 
     def _own(self, pod: pod_pb2.Pod, target: Path, *, read_only: bool) -> None:
-        """kube's SetVolumeOwnership for the pod's fsGroup (a root kubelet only): every file
-        and directory of the volume gets that group, files group-readable (and -writable
-        unless the volume is read-only: configMap, secret, downwardAPI, projected),
-        directories setgid so new files inherit the group."""
+        """kube's SetVolumeOwnership for the pod's fsGroup (a root kubelet only). kube's
+        emptyDir, configMap, secret, downwardAPI and projected plugins pass no
+        fsGroupChangePolicy (nil): these volumes are changed whole every time, whatever the pod
+        says; the policy is for persistent volumes, which tinykube does not have yet."""
         gid = self._fs_group(pod)
-        if gid is None:
-            return
-        mask = (
-            (stat.S_IRUSR | stat.S_IRGRP)
-            if read_only
-            else (stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IWGRP)
-        )
-        for root, dirs, files in os.walk(target):
-            for name in [*dirs, *files, ""]:
-                path = os.path.join(root, name) if name else root
-                try:
-                    os.lchown(path, -1, gid)
-                    info = os.lstat(path)
-                    if stat.S_ISLNK(info.st_mode):
-                        continue
-                    mode = stat.S_IMODE(info.st_mode) | mask
-                    if stat.S_ISDIR(info.st_mode):
-                        mode |= stat.S_ISGID | stat.S_IXUSR | stat.S_IXGRP
-                    os.chmod(path, mode)
-                except OSError as exc:
-                    log.warning("fsGroup %d on %s: %s", gid, path, exc)
+        if gid is not None:
+            set_volume_ownership(target, gid, None, read_only=read_only)
 
     def _downward(
         self,
@@ -467,6 +448,59 @@ class VolumeManager:
         for target in dict.fromkeys(mounted):
             subprocess.run(["umount", str(target)], capture_output=True, check=False)
         shutil.rmtree(volumes, ignore_errors=True)
+
+
+# kube's volume_linux.go masks: group read and write (read only for read-only volumes), and
+# the execute (search) bits directories get.
+_RW_MASK = 0o660
+_RO_MASK = 0o440
+_EXEC_MASK = 0o110
+
+
+def set_volume_ownership(
+    target: Path, gid: int, change_policy: str | None, *, read_only: bool
+) -> bool:
+    """kube's SetVolumeOwnership: every file and directory under `target` gets group `gid`
+    (lchown, symlinks not followed), files group-readable (and -writable unless read-only),
+    directories also searchable and setgid so new files inherit the group. With
+    `change_policy` OnRootMismatch, nothing is done when the root already has the group,
+    those permission bits and setgid (kube's skipPermissionChange); None or Always: the whole
+    tree every time. False when it was skipped."""
+    if change_policy == "OnRootMismatch" and not _requires_permission_change(
+        target, gid, read_only
+    ):
+        log.debug("skipping permission and ownership change for volume %s", target)
+        return False
+    mask = _RO_MASK if read_only else _RW_MASK
+    for root, dirs, files in os.walk(target):
+        for name in [*dirs, *files, ""]:
+            path = os.path.join(root, name) if name else root
+            try:
+                os.lchown(path, -1, gid)
+                info = os.lstat(path)
+                if stat.S_ISLNK(info.st_mode):
+                    # chmod would change the file it points at, overriding its mode.
+                    continue
+                mode = stat.S_IMODE(info.st_mode) | mask
+                if stat.S_ISDIR(info.st_mode):
+                    mode |= stat.S_ISGID | _EXEC_MASK
+                os.chmod(path, mode)
+            except OSError as exc:
+                log.warning("fsGroup %d on %s: %s", gid, path, exc)
+    return True
+
+
+def _requires_permission_change(target: Path, gid: int, read_only: bool) -> bool:
+    """kube's requiresPermissionChange: the root's group differs, or it is not a directory,
+    or its mode lacks the group bits the volume needs or setgid."""
+    try:
+        info = os.stat(target)
+    except OSError:
+        return True
+    if info.st_gid != gid or not stat.S_ISDIR(info.st_mode):
+        return True
+    want = (_RO_MASK if read_only else _RW_MASK) | _EXEC_MASK
+    return (stat.S_IMODE(info.st_mode) & want) != want or not info.st_mode & stat.S_ISGID
 
 
 def _source(vol: pod_pb2.Volume) -> str:

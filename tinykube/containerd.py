@@ -444,6 +444,11 @@ KUBE_DNS_IP = "10.96.0.10"
 # runs: next to the service range and the load balancer pool, outside both (NodeLocal
 # DNSCache's link-local 169.254.20.10 cannot be an EndpointSlice address).
 DNS_LOCAL_IP = "10.112.255.10"
+# The apiservers' --advertise-address under `up --runtime containerd`, on the loopback
+# interface as DNS_LOCAL_IP is: the `kubernetes` Service's endpoint, which pods reach through
+# its cluster IP (10.96.0.1, DNATed by the proxies); 127.0.0.1 is not routable from a pod's
+# network namespace.
+APISERVER_LOCAL_IP = "10.112.255.1"
 # LoadBalancer Services' addresses (the controller manager's service-lb): outside loopback and
 # next to the service range, DNATed by the proxies like cluster IPs, from the host and pods.
 LB_POOL = "10.112.0.0/24"
@@ -492,6 +497,8 @@ class NodeRuntimes:
         self._all_tables: set[tuple[str, str]] = set()
         # Whether dns_address added DNS_LOCAL_IP to the loopback interface (stop removes it).
         self._added_dns_ip = False
+        # Whether advertise_address added APISERVER_LOCAL_IP there (stop removes it).
+        self._added_api_ip = False
 
     def bridge(self, i: int) -> str:
         return f"tkcni{i}"
@@ -582,6 +589,19 @@ class NodeRuntimes:
                 return f"{DNS_LOCAL_IP}:{udp.getsockname()[1]}"
         raise RuntimeError(f"cluster DNS: no free port on {DNS_LOCAL_IP}")
 
+    def advertise_address(self) -> str:
+        """The apiservers' --advertise-address: APISERVER_LOCAL_IP, added to the loopback
+        interface (removed at stop) unless the machine has it already. Only this machine
+        reaches it; its pods through the kubernetes Service's cluster IP."""
+        if not _has_address(APISERVER_LOCAL_IP):
+            subprocess.run(
+                ["ip", "addr", "add", f"{APISERVER_LOCAL_IP}/32", "dev", "lo"],
+                capture_output=True,
+                check=True,
+            )
+            self._added_api_ip = True
+        return APISERVER_LOCAL_IP
+
     def stop(self) -> None:
         if self.registry is not None:
             self.registry.stop()
@@ -610,6 +630,13 @@ class NodeRuntimes:
                 check=False,
             )
             self._added_dns_ip = False
+        if self._added_api_ip:
+            subprocess.run(
+                ["ip", "addr", "del", f"{APISERVER_LOCAL_IP}/32", "dev", "lo"],
+                capture_output=True,
+                check=False,
+            )
+            self._added_api_ip = False
         # A proxy that died without deleting its table (SIGKILL) leaves it: remove ours.
         for table in nft_tables() - self._tables:
             if table.startswith(PROXY_TABLE_PREFIX):

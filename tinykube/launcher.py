@@ -253,6 +253,7 @@ class LocalCluster:
         controllers: int | None = None,
         etcd_members: int | None = None,
         apiservers: int | None = None,
+        advertise_address: str = "",
     ) -> None:
         """Ports 0 pick free ports. `kubelet_port` is the first kubelet's; the i-th gets +i.
 
@@ -264,6 +265,9 @@ class LocalCluster:
 
         `ha`: 3 etcd members and 2 apiservers unless `etcd_members` / `apiservers` say how many.
         `schedulers` / `controllers`: how many of each (leader-elected; default 1, 2 with `ha`).
+        `advertise_address`: every apiserver's --advertise-address (the `kubernetes` Service's
+        endpoint, served beside 127.0.0.1 and carried by the serving certificate); "" is
+        127.0.0.1. `up --runtime containerd` sets it to an address its pods can reach.
         """
         self.die_with_parent = die_with_parent
         self._lock: IO[str] | None = None
@@ -276,6 +280,7 @@ class LocalCluster:
         self.logs_dir = self.work_dir / "logs"
         self.extra_args: dict[str, list[str]] = {k: list(v) for k, v in (extra_args or {}).items()}
         self.kubelet_runtime = kubelet_runtime
+        self.advertise_address = advertise_address
         self.start_timeout = start_timeout
         self.stop_grace = stop_grace
         self.env = dict(env or {})
@@ -443,7 +448,8 @@ class LocalCluster:
             write_kubeconfig(self.kubeconfig, self.rest_url, grpc_server=self._apiserver_targets())
             return
         node_ips = self._node_ips()
-        ips = tuple(dict.fromkeys((HOST, *node_ips.values())))
+        advertised = (self.advertise_address,) if self.advertise_address else ()
+        ips = tuple(dict.fromkeys((HOST, *advertised, *node_ips.values())))
         members = [(f"etcd-{i}", HOST) for i in range(self.etcd_member_count)]
         specs = cluster_specs(
             list(node_ips),
@@ -785,6 +791,8 @@ class LocalCluster:
                 etcd = self.etcd.url if self.etcd is not None else self.etcd_endpoint
             base += ["--etcd-servers", etcd, "--bind-address", comp.address]
             base += ["--rest-port", self.rest_addresses[comp.name].rsplit(":", 1)[1]]
+            if self.advertise_address:
+                base += ["--advertise-address", self.advertise_address]
         else:
             # The other processes take the host and the port as separate flags.
             base += ["--apiserver", self._apiserver_targets(), "--bind-address", comp.host]

@@ -11,6 +11,7 @@ from typing import Any
 
 ZERO_FIELDS: dict[str, dict[str, Any]] = {
     'tinykube.v1.AdmissionServiceReference': {'name': '', 'namespace': ''},
+    'tinykube.v1.AppArmorProfile': {'type': ''},
     'tinykube.v1.AuditAnnotation': {'key': '', 'valueExpression': ''},
     'tinykube.v1.ClusterRoleBinding': {'roleRef': {'apiGroup': '', 'kind': '', 'name': ''}},
     'tinykube.v1.ConfigMapKeySelector': {'key': ''},
@@ -192,6 +193,7 @@ ZERO_FIELDS: dict[str, dict[str, Any]] = {
     'tinykube.v1.ResourceFieldSelector': {'divisor': '0', 'resource': ''},
     'tinykube.v1.RoleBinding': {'roleRef': {'apiGroup': '', 'kind': '', 'name': ''}},
     'tinykube.v1.RoleRef': {'apiGroup': '', 'kind': '', 'name': ''},
+    'tinykube.v1.SeccompProfile': {'type': ''},
     'tinykube.v1.SecretKeySelector': {'key': ''},
     'tinykube.v1.SelectableField': {'jsonPath': ''},
     'tinykube.v1.Service': {'spec': {}, 'status': {'loadBalancer': {}}},
@@ -228,6 +230,7 @@ ZERO_FIELDS: dict[str, dict[str, Any]] = {
 
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     'tinykube.v1.AdmissionServiceReference': ('namespace', 'name'),
+    'tinykube.v1.AppArmorProfile': ('type',),
     'tinykube.v1.AuditAnnotation': ('key', 'valueExpression'),
     'tinykube.v1.ClusterRoleBinding': ('roleRef',),
     'tinykube.v1.ConfigMapKeySelector': ('key',),
@@ -319,6 +322,7 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     'tinykube.v1.ResourceFieldSelector': ('resource',),
     'tinykube.v1.RoleBinding': ('roleRef',),
     'tinykube.v1.RoleRef': ('kind', 'name'),
+    'tinykube.v1.SeccompProfile': ('type',),
     'tinykube.v1.SecretKeySelector': ('key',),
     'tinykube.v1.SelectableField': ('jsonPath',),
     'tinykube.v1.ServiceAccountTokenProjection': ('path',),

@@ -228,6 +228,23 @@ class RestServer:
         self._address = f"{shown}:{self.port}"
         return self.port
 
+    async def listen_also(self, host: str, port: int) -> None:
+        """Serve the same API on host:port as well (after `start`): the apiserver's
+        --advertise-address when it is not the address it binds."""
+        assert self._runner is not None, "listen_also before start"
+        site: web.BaseSite
+        if self.ssl_context is None:
+            site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        else:
+            site = _TlsSite(
+                self._runner,
+                host,
+                port,
+                self.ssl_context,
+                self.settings.read_header_timeout_seconds,
+            )
+        await site.start()
+
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()

@@ -252,3 +252,25 @@ async def test_fs_group_owns_the_volumes(tmp_path: Path) -> None:
     data = os.readlink(paths["sec"] / "..data")
     await vm.setup(pod, force=True)
     assert os.readlink(paths["sec"] / "..data") == data  # nothing rewritten
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's group needs root")
+async def test_fs_group_change_policy_does_not_spare_ephemeral_volumes(tmp_path: Path) -> None:
+    """kube's secret, configMap, downwardAPI, projected and emptyDir plugins pass no
+    fsGroupChangePolicy: with OnRootMismatch (the root's group already right) a Secret's
+    update still gets the group on its new files."""
+    api = FakeAPI()
+    sec = secret_pb2.Secret()
+    sec.data["password"] = b"pw"
+    api.secs["s"] = sec
+    pod = _pod([{"name": "sec", "secret": {"secretName": "s"}}])
+    pod.spec.securityContext.fsGroup = 2345
+    pod.spec.securityContext.fsGroupChangePolicy = "OnRootMismatch"
+    vm = VolumeManager(tmp_path)
+    vm.api = api  # type: ignore[assignment]
+    paths = await vm.setup(pod)
+    assert paths["sec"].stat().st_gid == 2345
+    sec.data["token"] = b"t"
+    await vm.setup(pod, force=True)
+    new = paths["sec"] / "token"
+    assert (new.stat().st_gid, _mode(new)) == (2345, 0o644 | 0o040)

@@ -241,6 +241,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             for name, flags in runtimes.start().items():
                 cluster.extra_args.setdefault(name, []).extend(flags)
             dns_address = runtimes.dns_address()
+            # The kubernetes Service's endpoint, reachable from the pods' network namespaces.
+            cluster.advertise_address = runtimes.advertise_address()
             cluster.components["dns"] = launcher.Component(
                 "dns",
                 "kubelet.dns",

@@ -705,6 +705,8 @@ class SecurityContext(_message.Message):
     READONLYROOTFILESYSTEM_FIELD_NUMBER: _builtins.int
     ALLOWPRIVILEGEESCALATION_FIELD_NUMBER: _builtins.int
     RUNASGROUP_FIELD_NUMBER: _builtins.int
+    SECCOMPPROFILE_FIELD_NUMBER: _builtins.int
+    APPARMORPROFILE_FIELD_NUMBER: _builtins.int
     privileged: _builtins.bool
     runAsUser: _builtins.int
     runAsNonRoot: _builtins.bool
@@ -713,6 +715,10 @@ class SecurityContext(_message.Message):
     runAsGroup: _builtins.int
     @_builtins.property
     def capabilities(self) -> Global___Capabilities: ...
+    @_builtins.property
+    def seccompProfile(self) -> Global___SeccompProfile: ...
+    @_builtins.property
+    def appArmorProfile(self) -> Global___AppArmorProfile: ...
     def __init__(
         self,
         *,
@@ -723,10 +729,12 @@ class SecurityContext(_message.Message):
         readOnlyRootFilesystem: _builtins.bool | None = ...,
         allowPrivilegeEscalation: _builtins.bool | None = ...,
         runAsGroup: _builtins.int | None = ...,
+        seccompProfile: Global___SeccompProfile | None = ...,
+        appArmorProfile: Global___AppArmorProfile | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_allowPrivilegeEscalation", b"_allowPrivilegeEscalation", "_privileged", b"_privileged", "_readOnlyRootFilesystem", b"_readOnlyRootFilesystem", "_runAsGroup", b"_runAsGroup", "_runAsNonRoot", b"_runAsNonRoot", "_runAsUser", b"_runAsUser", "allowPrivilegeEscalation", b"allowPrivilegeEscalation", "capabilities", b"capabilities", "privileged", b"privileged", "readOnlyRootFilesystem", b"readOnlyRootFilesystem", "runAsGroup", b"runAsGroup", "runAsNonRoot", b"runAsNonRoot", "runAsUser", b"runAsUser"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_allowPrivilegeEscalation", b"_allowPrivilegeEscalation", "_privileged", b"_privileged", "_readOnlyRootFilesystem", b"_readOnlyRootFilesystem", "_runAsGroup", b"_runAsGroup", "_runAsNonRoot", b"_runAsNonRoot", "_runAsUser", b"_runAsUser", "allowPrivilegeEscalation", b"allowPrivilegeEscalation", "appArmorProfile", b"appArmorProfile", "capabilities", b"capabilities", "privileged", b"privileged", "readOnlyRootFilesystem", b"readOnlyRootFilesystem", "runAsGroup", b"runAsGroup", "runAsNonRoot", b"runAsNonRoot", "runAsUser", b"runAsUser", "seccompProfile", b"seccompProfile"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_allowPrivilegeEscalation", b"_allowPrivilegeEscalation", "_privileged", b"_privileged", "_readOnlyRootFilesystem", b"_readOnlyRootFilesystem", "_runAsGroup", b"_runAsGroup", "_runAsNonRoot", b"_runAsNonRoot", "_runAsUser", b"_runAsUser", "allowPrivilegeEscalation", b"allowPrivilegeEscalation", "capabilities", b"capabilities", "privileged", b"privileged", "readOnlyRootFilesystem", b"readOnlyRootFilesystem", "runAsGroup", b"runAsGroup", "runAsNonRoot", b"runAsNonRoot", "runAsUser", b"runAsUser"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_allowPrivilegeEscalation", b"_allowPrivilegeEscalation", "_privileged", b"_privileged", "_readOnlyRootFilesystem", b"_readOnlyRootFilesystem", "_runAsGroup", b"_runAsGroup", "_runAsNonRoot", b"_runAsNonRoot", "_runAsUser", b"_runAsUser", "allowPrivilegeEscalation", b"allowPrivilegeEscalation", "appArmorProfile", b"appArmorProfile", "capabilities", b"capabilities", "privileged", b"privileged", "readOnlyRootFilesystem", b"readOnlyRootFilesystem", "runAsGroup", b"runAsGroup", "runAsNonRoot", b"runAsNonRoot", "runAsUser", b"runAsUser", "seccompProfile", b"seccompProfile"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__allowPrivilegeEscalation: _TypeAlias = _typing.Literal["allowPrivilegeEscalation"]  # noqa: Y015
     _WhichOneofArgType__allowPrivilegeEscalation: _TypeAlias = _typing.Literal["_allowPrivilegeEscalation", b"_allowPrivilegeEscalation"]  # noqa: Y015
@@ -756,6 +764,62 @@ class SecurityContext(_message.Message):
 Global___SecurityContext: _TypeAlias = SecurityContext  # noqa: Y015
 
 @_typing.final
+class SeccompProfile(_message.Message):
+    """A pod's or container's seccomp profile: RuntimeDefault, Unconfined, or Localhost with
+    localhostProfile, a path relative to the kubelet's seccomp directory (<root-dir>/seccomp).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    LOCALHOSTPROFILE_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    localhostProfile: _builtins.str
+    def __init__(
+        self,
+        *,
+        type: _builtins.str = ...,
+        localhostProfile: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_localhostProfile", b"_localhostProfile", "localhostProfile", b"localhostProfile"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_localhostProfile", b"_localhostProfile", "localhostProfile", b"localhostProfile", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__localhostProfile: _TypeAlias = _typing.Literal["localhostProfile"]  # noqa: Y015
+    _WhichOneofArgType__localhostProfile: _TypeAlias = _typing.Literal["_localhostProfile", b"_localhostProfile"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__localhostProfile) -> _WhichOneofReturnType__localhostProfile | None: ...
+
+Global___SeccompProfile: _TypeAlias = SeccompProfile  # noqa: Y015
+
+@_typing.final
+class AppArmorProfile(_message.Message):
+    """A pod's or container's AppArmor profile: RuntimeDefault, Unconfined, or Localhost with
+    localhostProfile, the name of a profile loaded on the node.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    LOCALHOSTPROFILE_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    localhostProfile: _builtins.str
+    def __init__(
+        self,
+        *,
+        type: _builtins.str = ...,
+        localhostProfile: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_localhostProfile", b"_localhostProfile", "localhostProfile", b"localhostProfile"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_localhostProfile", b"_localhostProfile", "localhostProfile", b"localhostProfile", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__localhostProfile: _TypeAlias = _typing.Literal["localhostProfile"]  # noqa: Y015
+    _WhichOneofArgType__localhostProfile: _TypeAlias = _typing.Literal["_localhostProfile", b"_localhostProfile"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__localhostProfile) -> _WhichOneofReturnType__localhostProfile | None: ...
+
+Global___AppArmorProfile: _TypeAlias = AppArmorProfile  # noqa: Y015
+
+@_typing.final
 class PodSecurityContext(_message.Message):
     """The pod's securityContext: defaults for its containers, and the groups every container gets."""
 
@@ -766,12 +830,21 @@ class PodSecurityContext(_message.Message):
     SUPPLEMENTALGROUPS_FIELD_NUMBER: _builtins.int
     FSGROUP_FIELD_NUMBER: _builtins.int
     RUNASGROUP_FIELD_NUMBER: _builtins.int
+    FSGROUPCHANGEPOLICY_FIELD_NUMBER: _builtins.int
+    SECCOMPPROFILE_FIELD_NUMBER: _builtins.int
+    APPARMORPROFILE_FIELD_NUMBER: _builtins.int
     runAsUser: _builtins.int
     runAsNonRoot: _builtins.bool
     fsGroup: _builtins.int
     runAsGroup: _builtins.int
+    fsGroupChangePolicy: _builtins.str
+    """OnRootMismatch or Always (the default): how fsGroup changes a volume's ownership."""
     @_builtins.property
     def supplementalGroups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def seccompProfile(self) -> Global___SeccompProfile: ...
+    @_builtins.property
+    def appArmorProfile(self) -> Global___AppArmorProfile: ...
     def __init__(
         self,
         *,
@@ -780,13 +853,18 @@ class PodSecurityContext(_message.Message):
         supplementalGroups: _abc.Iterable[_builtins.int] | None = ...,
         fsGroup: _builtins.int | None = ...,
         runAsGroup: _builtins.int | None = ...,
+        fsGroupChangePolicy: _builtins.str | None = ...,
+        seccompProfile: Global___SeccompProfile | None = ...,
+        appArmorProfile: Global___AppArmorProfile | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_fsGroup", b"_fsGroup", "_runAsGroup", b"_runAsGroup", "_runAsNonRoot", b"_runAsNonRoot", "_runAsUser", b"_runAsUser", "fsGroup", b"fsGroup", "runAsGroup", b"runAsGroup", "runAsNonRoot", b"runAsNonRoot", "runAsUser", b"runAsUser"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_fsGroup", b"_fsGroup", "_fsGroupChangePolicy", b"_fsGroupChangePolicy", "_runAsGroup", b"_runAsGroup", "_runAsNonRoot", b"_runAsNonRoot", "_runAsUser", b"_runAsUser", "appArmorProfile", b"appArmorProfile", "fsGroup", b"fsGroup", "fsGroupChangePolicy", b"fsGroupChangePolicy", "runAsGroup", b"runAsGroup", "runAsNonRoot", b"runAsNonRoot", "runAsUser", b"runAsUser", "seccompProfile", b"seccompProfile"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fsGroup", b"_fsGroup", "_runAsGroup", b"_runAsGroup", "_runAsNonRoot", b"_runAsNonRoot", "_runAsUser", b"_runAsUser", "fsGroup", b"fsGroup", "runAsGroup", b"runAsGroup", "runAsNonRoot", b"runAsNonRoot", "runAsUser", b"runAsUser", "supplementalGroups", b"supplementalGroups"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fsGroup", b"_fsGroup", "_fsGroupChangePolicy", b"_fsGroupChangePolicy", "_runAsGroup", b"_runAsGroup", "_runAsNonRoot", b"_runAsNonRoot", "_runAsUser", b"_runAsUser", "appArmorProfile", b"appArmorProfile", "fsGroup", b"fsGroup", "fsGroupChangePolicy", b"fsGroupChangePolicy", "runAsGroup", b"runAsGroup", "runAsNonRoot", b"runAsNonRoot", "runAsUser", b"runAsUser", "seccompProfile", b"seccompProfile", "supplementalGroups", b"supplementalGroups"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__fsGroup: _TypeAlias = _typing.Literal["fsGroup"]  # noqa: Y015
     _WhichOneofArgType__fsGroup: _TypeAlias = _typing.Literal["_fsGroup", b"_fsGroup"]  # noqa: Y015
+    _WhichOneofReturnType__fsGroupChangePolicy: _TypeAlias = _typing.Literal["fsGroupChangePolicy"]  # noqa: Y015
+    _WhichOneofArgType__fsGroupChangePolicy: _TypeAlias = _typing.Literal["_fsGroupChangePolicy", b"_fsGroupChangePolicy"]  # noqa: Y015
     _WhichOneofReturnType__runAsGroup: _TypeAlias = _typing.Literal["runAsGroup"]  # noqa: Y015
     _WhichOneofArgType__runAsGroup: _TypeAlias = _typing.Literal["_runAsGroup", b"_runAsGroup"]  # noqa: Y015
     _WhichOneofReturnType__runAsNonRoot: _TypeAlias = _typing.Literal["runAsNonRoot"]  # noqa: Y015
@@ -795,6 +873,8 @@ class PodSecurityContext(_message.Message):
     _WhichOneofArgType__runAsUser: _TypeAlias = _typing.Literal["_runAsUser", b"_runAsUser"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__fsGroup) -> _WhichOneofReturnType__fsGroup | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__fsGroupChangePolicy) -> _WhichOneofReturnType__fsGroupChangePolicy | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__runAsGroup) -> _WhichOneofReturnType__runAsGroup | None: ...
     @_typing.overload

@@ -116,3 +116,30 @@ def test_container_config_expands_variables_and_names_the_log() -> None:
 )
 def test_qos_class_is_kubes(requests: dict[str, str], limits: dict[str, str], qos: str) -> None:
     assert qos_class(_pod(requests=requests, limits=limits)) == qos
+
+
+def test_seccomp_profiles_as_kubes_kubelet_passes_them() -> None:
+    """kube's getSeccompProfile: the container's field, else the pod's, else Unconfined (or
+    RuntimeDefault under --seccomp-default); Localhost under the kubelet's seccomp root. The
+    sandbox gets the pod's."""
+    root = Path("/var/lib/tk/seccomp")
+    pod = _pod()
+    c = pod.spec.containers[0]
+    seccomp = container_config(pod, c, "sha256:abc", 0, {}, GIB, seccomp_root=root)
+    assert seccomp.linux.security_context.seccomp.profile_type == cri.SecurityProfile.Unconfined
+    assert not seccomp.linux.security_context.HasField("apparmor")
+    on = container_config(pod, c, "i", 0, {}, GIB, seccomp_root=root, seccomp_default=True)
+    assert on.linux.security_context.seccomp.profile_type == cri.SecurityProfile.RuntimeDefault
+    pod.spec.securityContext.seccompProfile.type = "RuntimeDefault"
+    box = sandbox_config(pod, 0, Path("/logs"), "/x", seccomp_root=root)
+    assert box.linux.security_context.seccomp.profile_type == cri.SecurityProfile.RuntimeDefault
+    c.securityContext.seccompProfile.type = "Localhost"
+    c.securityContext.seccompProfile.localhostProfile = "profiles/./deny.json"
+    c.securityContext.appArmorProfile.type = "Unconfined"
+    got = container_config(pod, c, "i", 0, {}, GIB, seccomp_root=root).linux.security_context
+    assert got.seccomp.profile_type == cri.SecurityProfile.Localhost
+    assert got.seccomp.localhost_ref == "/var/lib/tk/seccomp/profiles/deny.json"
+    assert got.apparmor.profile_type == cri.SecurityProfile.Unconfined
+    # the sandbox keeps the pod's profile
+    box = sandbox_config(pod, 0, Path("/logs"), "/x", seccomp_root=root)
+    assert box.linux.security_context.seccomp.profile_type == cri.SecurityProfile.RuntimeDefault

@@ -269,6 +269,47 @@ class Int64Value(_message.Message):
 Global___Int64Value: _TypeAlias = Int64Value  # noqa: Y015
 
 @_typing.final
+class SecurityProfile(_message.Message):
+    """A seccomp or AppArmor profile: the runtime's default, none, or one on the node
+    (localhost_ref: a seccomp profile's path, an AppArmor profile's name).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _ProfileType:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _ProfileTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[SecurityProfile._ProfileType.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        RuntimeDefault: SecurityProfile._ProfileType.ValueType  # 0
+        Unconfined: SecurityProfile._ProfileType.ValueType  # 1
+        Localhost: SecurityProfile._ProfileType.ValueType  # 2
+
+    class ProfileType(_ProfileType, metaclass=_ProfileTypeEnumTypeWrapper): ...
+    RuntimeDefault: SecurityProfile.ProfileType.ValueType  # 0
+    Unconfined: SecurityProfile.ProfileType.ValueType  # 1
+    Localhost: SecurityProfile.ProfileType.ValueType  # 2
+
+    PROFILE_TYPE_FIELD_NUMBER: _builtins.int
+    LOCALHOST_REF_FIELD_NUMBER: _builtins.int
+    profile_type: Global___SecurityProfile.ProfileType.ValueType
+    localhost_ref: _builtins.str
+    def __init__(
+        self,
+        *,
+        profile_type: Global___SecurityProfile.ProfileType.ValueType = ...,
+        localhost_ref: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["localhost_ref", b"localhost_ref", "profile_type", b"profile_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SecurityProfile: _TypeAlias = SecurityProfile  # noqa: Y015
+
+@_typing.final
 class LinuxSandboxSecurityContext(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -278,6 +319,8 @@ class LinuxSandboxSecurityContext(_message.Message):
     SUPPLEMENTAL_GROUPS_FIELD_NUMBER: _builtins.int
     PRIVILEGED_FIELD_NUMBER: _builtins.int
     RUN_AS_GROUP_FIELD_NUMBER: _builtins.int
+    SECCOMP_FIELD_NUMBER: _builtins.int
+    APPARMOR_FIELD_NUMBER: _builtins.int
     readonly_rootfs: _builtins.bool
     privileged: _builtins.bool
     @_builtins.property
@@ -288,6 +331,10 @@ class LinuxSandboxSecurityContext(_message.Message):
     def supplemental_groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
     def run_as_group(self) -> Global___Int64Value: ...
+    @_builtins.property
+    def seccomp(self) -> Global___SecurityProfile: ...
+    @_builtins.property
+    def apparmor(self) -> Global___SecurityProfile: ...
     def __init__(
         self,
         *,
@@ -297,10 +344,12 @@ class LinuxSandboxSecurityContext(_message.Message):
         supplemental_groups: _abc.Iterable[_builtins.int] | None = ...,
         privileged: _builtins.bool = ...,
         run_as_group: Global___Int64Value | None = ...,
+        seccomp: Global___SecurityProfile | None = ...,
+        apparmor: Global___SecurityProfile | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["namespace_options", b"namespace_options", "run_as_group", b"run_as_group", "run_as_user", b"run_as_user"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["apparmor", b"apparmor", "namespace_options", b"namespace_options", "run_as_group", b"run_as_group", "run_as_user", b"run_as_user", "seccomp", b"seccomp"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace_options", b"namespace_options", "privileged", b"privileged", "readonly_rootfs", b"readonly_rootfs", "run_as_group", b"run_as_group", "run_as_user", b"run_as_user", "supplemental_groups", b"supplemental_groups"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apparmor", b"apparmor", "namespace_options", b"namespace_options", "privileged", b"privileged", "readonly_rootfs", b"readonly_rootfs", "run_as_group", b"run_as_group", "run_as_user", b"run_as_user", "seccomp", b"seccomp", "supplemental_groups", b"supplemental_groups"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1176,6 +1225,8 @@ class LinuxContainerSecurityContext(_message.Message):
     SUPPLEMENTAL_GROUPS_FIELD_NUMBER: _builtins.int
     NO_NEW_PRIVS_FIELD_NUMBER: _builtins.int
     RUN_AS_GROUP_FIELD_NUMBER: _builtins.int
+    SECCOMP_FIELD_NUMBER: _builtins.int
+    APPARMOR_FIELD_NUMBER: _builtins.int
     privileged: _builtins.bool
     run_as_username: _builtins.str
     readonly_rootfs: _builtins.bool
@@ -1190,6 +1241,10 @@ class LinuxContainerSecurityContext(_message.Message):
     def supplemental_groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
     def run_as_group(self) -> Global___Int64Value: ...
+    @_builtins.property
+    def seccomp(self) -> Global___SecurityProfile: ...
+    @_builtins.property
+    def apparmor(self) -> Global___SecurityProfile: ...
     def __init__(
         self,
         *,
@@ -1202,10 +1257,12 @@ class LinuxContainerSecurityContext(_message.Message):
         supplemental_groups: _abc.Iterable[_builtins.int] | None = ...,
         no_new_privs: _builtins.bool = ...,
         run_as_group: Global___Int64Value | None = ...,
+        seccomp: Global___SecurityProfile | None = ...,
+        apparmor: Global___SecurityProfile | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "namespace_options", b"namespace_options", "run_as_group", b"run_as_group", "run_as_user", b"run_as_user"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["apparmor", b"apparmor", "capabilities", b"capabilities", "namespace_options", b"namespace_options", "run_as_group", b"run_as_group", "run_as_user", b"run_as_user", "seccomp", b"seccomp"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "namespace_options", b"namespace_options", "no_new_privs", b"no_new_privs", "privileged", b"privileged", "readonly_rootfs", b"readonly_rootfs", "run_as_group", b"run_as_group", "run_as_user", b"run_as_user", "run_as_username", b"run_as_username", "supplemental_groups", b"supplemental_groups"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apparmor", b"apparmor", "capabilities", b"capabilities", "namespace_options", b"namespace_options", "no_new_privs", b"no_new_privs", "privileged", b"privileged", "readonly_rootfs", b"readonly_rootfs", "run_as_group", b"run_as_group", "run_as_user", b"run_as_user", "run_as_username", b"run_as_username", "seccomp", b"seccomp", "supplemental_groups", b"supplemental_groups"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
