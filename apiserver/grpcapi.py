@@ -721,7 +721,13 @@ class GrpcCustomResources:
     ) -> struct_pb2.Struct:
         store = self._store(request)
         deleted = await store.delete(
-            meta_pb2.DeleteRequest(namespace=request.namespace, name=request.name), ctx
+            meta_pb2.DeleteRequest(
+                namespace=request.namespace,
+                name=request.name,
+                preconditions=request.preconditions,
+                propagationPolicy=request.propagationPolicy,
+            ),
+            ctx,
         )
         return self._struct(store, deleted)
 

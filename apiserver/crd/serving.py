@@ -452,6 +452,8 @@ class CustomResources:
                 or crd.metadata.uid != served.crd_uid
                 or signature(crd) != served.signature
             ):
+                for store in served.stores:
+                    store.cache.stop_error = None  # its watches end cleanly, not UNAVAILABLE
                 for task in served.tasks:
                     task.cancel()
                 del self.served[name]

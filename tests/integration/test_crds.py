@@ -31,7 +31,7 @@ from tinykube.client import Client
 from tinykube.errors import NotFoundError
 from tinykube.localetcd import EtcdServer
 from tinykube.serving import CHANNEL_OPTIONS
-from tinykube.v1 import apiextensions_pb2, apiextensions_pb2_grpc
+from tinykube.v1 import apiextensions_pb2, apiextensions_pb2_grpc, meta_pb2
 
 pytestmark = pytest.mark.integration
 
@@ -854,9 +854,31 @@ async def test_grpc_custom_resources_service(served: RunningAPIServer, tmp_path:
                 )
             )
         assert missing.value.code() == grpc.StatusCode.NOT_FOUND
-        await stub.Delete(
-            apiextensions_pb2.CustomResourceRequest(**where, namespace="default", name="g")
+        # Delete takes preconditions and a propagation policy (the garbage collector's).
+        with pytest.raises(grpc.aio.AioRpcError) as stale:
+            await stub.Delete(
+                apiextensions_pb2.CustomResourceRequest(
+                    **where,
+                    namespace="default",
+                    name="g",
+                    preconditions=meta_pb2.Preconditions(uid="not-its-uid"),
+                )
+            )
+        assert stale.value.code() == grpc.StatusCode.ABORTED
+        assert "Precondition failed: UID in precondition: not-its-uid" in (
+            stale.value.details() or ""
         )
+        marked = await stub.Delete(
+            apiextensions_pb2.CustomResourceRequest(
+                **where,
+                namespace="default",
+                name="g",
+                preconditions=meta_pb2.Preconditions(uid=created_dict["metadata"]["uid"]),
+                propagationPolicy="Foreground",
+            )
+        )
+        meta = json_format.MessageToDict(marked)["metadata"]
+        assert meta["finalizers"] == ["foregroundDeletion"] and meta["deletionTimestamp"]
     finally:
         await channel.close()
 
