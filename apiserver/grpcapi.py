@@ -54,7 +54,7 @@ from tinykube.errors import (
     abort_with,
 )
 from tinykube.kinds import ALL_KINDS, KindInfo
-from tinykube.manifest import ManifestError, parse_as, to_dict
+from tinykube.manifest import ManifestError, hold_big_ints, parse_as, to_dict
 from tinykube.v1 import apiextensions_pb2, meta_pb2, pod_pb2
 
 log = logging.getLogger(__name__)
@@ -679,6 +679,11 @@ class GrpcCustomResources:
     @staticmethod
     def _struct(store: ResourceStore, obj: Message) -> struct_pb2.Struct:
         data = to_dict(obj)
+        for key, value in data.items():
+            if key != "metadata":
+                # A Struct's numbers are doubles: an integer beyond 2^53 goes as
+                # {"\u0000int64": "<decimal>"}, and comes back so, exact (docs/crds.md).
+                data[key] = hold_big_ints(value)
         data["apiVersion"], data["kind"] = store.info.api_version, store.info.kind
         out = struct_pb2.Struct()
         out.update(data)

@@ -267,6 +267,10 @@ def parse_as(
     if errors:
         raise ManifestError("; ".join(errors))
     obj = info.message()
+    if info.message.DESCRIPTOR.full_name.startswith(CUSTOM_PREFIX):
+        for key, value in body.items():
+            if key not in ("apiVersion", "kind", "metadata"):
+                body[key] = hold_big_ints(value)
     try:
         json_format.ParseDict(body, obj, ignore_unknown_fields=False)
     except json_format.ParseError as exc:
@@ -611,10 +615,35 @@ def _copy_json(value: Any) -> Any:
     return value
 
 
+# A custom object's JSON is held in google.protobuf.Values, whose numbers are doubles: exact
+# to 2^53. Kubernetes keeps a custom object's integers as int64, so one beyond 2^53 (within
+# int64) rides in its Value as this one-key object (`hold_big_ints`), and `to_dict` gives the
+# integer back. (A NUL starts no key a person writes; past int64, kube too has a float64.)
+BIG_INT_KEY = "\u0000int64"
+_EXACT_IN_DOUBLE = 2**53
+_INT64_LOW, _INT64_HIGH = -(2**63), 2**63 - 1
+
+
+def hold_big_ints(value: Any) -> Any:
+    """`value` (JSON) with every integer a double cannot hold exactly, and int64 can, wrapped
+    for a google.protobuf.Value (see BIG_INT_KEY)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > _EXACT_IN_DOUBLE and _INT64_LOW <= value <= _INT64_HIGH:
+            return {BIG_INT_KEY: str(value)}
+        return value
+    if isinstance(value, dict):
+        return {k: hold_big_ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [hold_big_ints(v) for v in value]
+    return value
+
+
 def _whole_numbers(value: Any) -> Any:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
+        if len(value) == 1 and BIG_INT_KEY in value:
+            return int(value[BIG_INT_KEY])
         return {k: _whole_numbers(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_whole_numbers(v) for v in value]

@@ -64,7 +64,7 @@ from apiserver.storage import KV
 from apiserver.watchcache import CachedObject, Codec
 from tinykube.errors import FieldError, UnimplementedError
 from tinykube.kinds import KindInfo, PrinterColumn, Scale
-from tinykube.manifest import CUSTOM_PREFIX, to_dict
+from tinykube.manifest import CUSTOM_PREFIX, hold_big_ints, to_dict
 from tinykube.v1 import apiextensions_pb2, meta_pb2
 
 log = logging.getLogger(__name__)
@@ -249,9 +249,13 @@ def object_dict(obj: Message) -> dict[str, Any]:
 
 
 def from_dict(message: type[Message], data: dict[str, Any]) -> Message:
+    """A custom object from its JSON; integers beyond 2^53 stay exact (hold_big_ints)."""
     obj = message()
     known = {f.json_name for f in obj.DESCRIPTOR.fields}
-    json_format.ParseDict({k: v for k, v in data.items() if k in known}, obj)
+    json_format.ParseDict(
+        {k: v if k in _HEAD else hold_big_ints(v) for k, v in data.items() if k in known},
+        obj,
+    )
     return obj
 
 

@@ -1070,3 +1070,170 @@ async def test_the_controller_managers_discovery_finds_custom_kinds(
         assert [o.metadata.name for o in (await phis.list("default")).items] == ["b"]
         with pytest.raises(NotFoundError):
             await phis.delete("a", "default")
+
+
+BIG = 2**53 + 1  # 9007199254740993: the first integer a double cannot hold
+
+
+def numbers_crd(root_preserves: bool = False) -> dict[str, Any]:
+    crd = crontab_crd("numbers", "nb", "Number")
+    version = crd["spec"]["versions"][0]
+    del version["subresources"], version["additionalPrinterColumns"]
+    schema = version["schema"]["openAPIV3Schema"]
+    schema["properties"]["spec"] = {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "properties": {
+            "count": {"type": "integer", "format": "int64"},
+            "capped": {"type": "integer", "maximum": 2**53, "minimum": -(2**53)},
+        },
+    }
+    if root_preserves:
+        schema["x-kubernetes-preserve-unknown-fields"] = True
+    return crd
+
+
+async def _rest(
+    session: aiohttp.ClientSession, method: str, url: str, body: Any = None, **headers: str
+) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body)
+    async with session.request(method, url, data=data, headers=headers) as r:
+        return r.status, json.loads(await r.text())
+
+
+async def test_integers_beyond_2_to_the_53_stay_exact(served: RunningAPIServer) -> None:
+    """kube keeps a custom object's integers as int64: create, get, list, watch, merge and JSON
+    patch, and the etcd JSON (read back by the watch cache) keep 2^53 + 1 and int64's ends."""
+    base = f"http://{served.server.rest_address}"
+    objects = base + "/apis/stable.example.com/v1/namespaces/default/numbers"
+    spec = {"count": BIG, "nested": {"list": [2**63 - 1, -(2**63), -BIG, 2**53, 1.5]}}
+    async with aiohttp.ClientSession() as session:
+        status, crd = await _rest(
+            session,
+            "POST",
+            base + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            numbers_crd(),
+            **{"Content-Type": "application/json"},
+        )
+        assert status == 201, crd
+        status = 404
+        body = {"apiVersion": "stable.example.com/v1", "kind": "Number", "metadata": {"name": "n"}}
+        while status == 404:  # until the kind is served
+            status, listed = await _rest(session, "GET", objects)
+            if status == 404:
+                await asyncio.sleep(0.05)
+        json_type = {"Content-Type": "application/json"}
+        async with session.get(
+            objects + f"?watch=1&resourceVersion={listed['metadata']['resourceVersion']}"
+        ) as watch:
+            status, created = await _rest(
+                session, "POST", objects, {**body, "spec": spec}, **json_type
+            )
+            assert status == 201, created
+            assert created["spec"] == spec
+            event = json.loads(await watch.content.readline())
+        assert event["type"] == "ADDED" and event["object"]["spec"] == spec
+        status, got = await _rest(session, "GET", objects + "/n")
+        assert got["spec"] == spec
+        status, listed = await _rest(session, "GET", objects)
+        assert listed["items"][0]["spec"] == spec
+        status, patched = await _rest(
+            session,
+            "PATCH",
+            objects + "/n",
+            {"spec": {"count": BIG + 2}},
+            **{"Content-Type": "application/merge-patch+json"},
+        )
+        assert status == 200, patched
+        assert patched["spec"]["count"] == BIG + 2
+        assert patched["spec"]["nested"] == spec["nested"]
+        status, patched = await _rest(
+            session,
+            "PATCH",
+            objects + "/n",
+            [{"op": "test", "path": "/spec/count", "value": BIG + 2},
+             {"op": "replace", "path": "/spec/count", "value": -BIG}],
+            **{"Content-Type": "application/json-patch+json"},
+        )  # fmt: skip
+        assert status == 200, patched
+        assert patched["spec"]["count"] == -BIG
+        # Server-side apply (its merge and managedFields work on the JSON) keeps them too.
+        status, applied = await _rest(
+            session, "PATCH", objects + "/n?fieldManager=numbers&force=true",
+            {**body, "spec": {"count": BIG + 4}},
+            **{"Content-Type": "application/apply-patch+yaml"},
+        )  # fmt: skip
+        assert status == 200, applied
+        assert applied["spec"]["count"] == BIG + 4
+        assert applied["spec"]["nested"] == spec["nested"]
+        # The schema's bounds are doubles in kube (JSONSchemaProps.Maximum is a float64): 2^53
+        # is allowed, 2^53 + 1 is past it.
+        status, ok = await _rest(
+            session, "PATCH", objects + "/n", {"spec": {"capped": 2**53}},
+            **{"Content-Type": "application/merge-patch+json"},
+        )  # fmt: skip
+        assert status == 200 and ok["spec"]["capped"] == 2**53, ok
+        status, refused = await _rest(
+            session, "PATCH", objects + "/n", {"spec": {"capped": BIG}},
+            **{"Content-Type": "application/merge-patch+json"},
+        )  # fmt: skip
+        assert status == 422, refused
+        assert "spec.capped in body should be less than or equal to" in refused["message"]
+        # A fraction is refused by the schema's format int64, with kube's message.
+        status, refused = await _rest(
+            session, "PATCH", objects + "/n", {"spec": {"count": 1.5}},
+            **{"Content-Type": "application/merge-patch+json"},
+        )  # fmt: skip
+        assert status == 422, refused
+        assert "spec.count in body must be of type int64" in refused["message"]
+
+
+async def test_integers_beyond_2_to_the_53_over_grpc(served: RunningAPIServer) -> None:
+    """A Struct's numbers are doubles: CustomResources carries an integer beyond 2^53 as
+    {"\\u0000int64": "<decimal>"} both ways, so a client that writes back what it read (the
+    garbage collector does) keeps it exact; REST shows the integer."""
+    base = f"http://{served.server.rest_address}"
+    objects = base + "/apis/stable.example.com/v1/namespaces/default/numbers"
+    async with aiohttp.ClientSession() as session:
+        status, _ = await _rest(
+            session,
+            "POST",
+            base + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            numbers_crd(),
+            **{"Content-Type": "application/json"},
+        )
+        assert status in (201, 409)
+        status = 404
+        while status == 404:
+            status, _ = await _rest(session, "GET", objects)
+            if status == 404:
+                await asyncio.sleep(0.05)
+        body = {
+            "apiVersion": "stable.example.com/v1",
+            "kind": "Number",
+            "metadata": {"name": "g"},
+            "spec": {"count": BIG, "small": 7},
+        }
+        status, created = await _rest(
+            session, "POST", objects, body, **{"Content-Type": "application/json"}
+        )
+        assert status == 201, created
+        channel = grpc.aio.insecure_channel(served.address, options=list(CHANNEL_OPTIONS))
+        try:
+            stub = apiextensions_pb2_grpc.CustomResourcesStub(channel)
+            where: dict[str, Any] = {
+                "group": "stable.example.com", "version": "v1", "plural": "numbers",
+                "namespace": "default",
+            }  # fmt: skip
+            got = await stub.Get(apiextensions_pb2.CustomResourceRequest(**where, name="g"))
+            data = json_format.MessageToDict(got)
+            assert data["spec"] == {"count": {"\u0000int64": str(BIG)}, "small": 7.0}
+            data["metadata"]["labels"] = {"touched": "yes"}
+            back = struct_pb2.Struct()
+            back.update(data)
+            await stub.Update(apiextensions_pb2.CustomResourceRequest(**where, object=back))
+        finally:
+            await channel.close()
+        status, after = await _rest(session, "GET", objects + "/g")
+        assert after["metadata"]["labels"] == {"touched": "yes"}
+        assert after["spec"] == {"count": BIG, "small": 7}
