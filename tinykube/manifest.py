@@ -261,16 +261,14 @@ def parse_as(
     """
     body = copy.deepcopy(doc)
     body["apiVersion"] = info.api_version
+    if info.message.DESCRIPTOR.full_name.startswith(CUSTOM_PREFIX):
+        body = custom_body(info.message.DESCRIPTOR, body)
     errors: list[str] = []
     unknown: list[str] | None = [] if drop_unknown else None
     _check_fields(info.message.DESCRIPTOR, body, "", errors, unknown)
     if errors:
         raise ManifestError("; ".join(errors))
     obj = info.message()
-    if info.message.DESCRIPTOR.full_name.startswith(CUSTOM_PREFIX):
-        for key, value in body.items():
-            if key not in ("apiVersion", "kind", "metadata"):
-                body[key] = hold_big_ints(value)
     try:
         json_format.ParseDict(body, obj, ignore_unknown_fields=False)
     except json_format.ParseError as exc:
@@ -526,7 +524,7 @@ def to_dict(obj: Message, *, zero_fields: bool = True) -> dict[str, Any]:
 
 
 # What `_normalise_output` does to a field's JSON value (fields needing nothing are not listed).
-_MAP, _MESSAGE, _MICRO, _INT64, _VALUE_INT, _WHOLE = range(6)
+_MAP, _MESSAGE, _MICRO, _INT64, _VALUE_INT, _WHOLE, _SPREAD = range(7)
 
 
 @dataclass(frozen=True)
@@ -558,6 +556,8 @@ def _shape(desc: Any) -> _Shape:
                 fields[f.json_name] = (_MICRO, None, repeated)
             elif f.cpp_type in _INT64_TYPES:
                 fields[f.json_name] = (_INT64, None, repeated)
+            elif desc.full_name.startswith(CUSTOM_PREFIX) and f.name == UNKNOWN_FIELDS:
+                fields[f.json_name] = (_SPREAD, None, False)
             elif desc.full_name.startswith(CUSTOM_PREFIX) and f.message_type is not None:
                 fields[f.json_name] = (_WHOLE, None, repeated)
             elif f.message_type is not None and f.message_type.full_name == _VALUE:
@@ -573,12 +573,15 @@ def _shape(desc: Any) -> _Shape:
 def _normalise_output(desc: Any, data: dict[str, Any], zero_fields: bool = False) -> None:
     shape = _shape(desc)
     fields = shape.fields
+    spread: dict[str, Any] | None = None
     for key, value in data.items():
         entry = fields.get(key)
         if entry is None:
             continue
         action, sub, repeated = entry
-        if action == _MESSAGE:
+        if action == _SPREAD:
+            spread = value
+        elif action == _MESSAGE:
             for element in value if repeated else [value]:
                 _normalise_output(sub, element, zero_fields)
         elif action == _MAP:
@@ -599,6 +602,12 @@ def _normalise_output(desc: Any, data: dict[str, Any], zero_fields: bool = False
                 data[key] = int(value)
         else:
             data[key] = _whole_numbers(value)
+    if spread is not None:
+        # A custom object's top-level fields its schema does not name, kept under a root
+        # x-kubernetes-preserve-unknown-fields: back where they were written.
+        del data[UNKNOWN_FIELDS]
+        for key, value in spread.items():
+            data.setdefault(key, _whole_numbers(value))
     if zero_fields:
         # proto3 dropped these zero values; the table's (a handful per message) are complete,
         # nested zeros included, so what is added here needs no walk of its own.
@@ -622,6 +631,37 @@ def _copy_json(value: Any) -> Any:
 BIG_INT_KEY = "\u0000int64"
 _EXACT_IN_DOUBLE = 2**53
 _INT64_LOW, _INT64_HIGH = -(2**63), 2**63 - 1
+
+
+# The field of a custom kind's message holding the top-level fields its schema does not name,
+# kept when the schema's root has x-kubernetes-preserve-unknown-fields (apiserver/crd/serving.py
+# adds it); `custom_body` fills it and `to_dict` spreads it back over the top level.
+UNKNOWN_FIELDS = "x__unknown_fields"
+_HEAD_FIELDS = ("apiVersion", "kind", "metadata")
+_KNOWN: dict[str, tuple[frozenset[str], bool]] = {}
+
+
+def custom_body(desc: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """A custom object's JSON shaped for its message `desc`: integers beyond 2^53 held
+    (hold_big_ints), and, if the message keeps unknown top-level fields, those moved into its
+    UNKNOWN_FIELDS field. Fields it neither names nor keeps stay as they are (unknown)."""
+    known = _KNOWN.get(desc.full_name)
+    if known is None:
+        names = frozenset(f.json_name for f in desc.fields if f.name != UNKNOWN_FIELDS)
+        known = _KNOWN[desc.full_name] = (names, UNKNOWN_FIELDS in desc.fields_by_name)
+    names, keeps = known
+    out: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _HEAD_FIELDS:
+            out[key] = value
+        elif key in names or not keeps:
+            out[key] = hold_big_ints(value)
+        else:
+            extra[key] = hold_big_ints(value)
+    if extra:
+        out[UNKNOWN_FIELDS] = extra
+    return out
 
 
 def hold_big_ints(value: Any) -> Any:

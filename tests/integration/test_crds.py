@@ -1075,8 +1075,10 @@ async def test_the_controller_managers_discovery_finds_custom_kinds(
 BIG = 2**53 + 1  # 9007199254740993: the first integer a double cannot hold
 
 
-def numbers_crd(root_preserves: bool = False) -> dict[str, Any]:
-    crd = crontab_crd("numbers", "nb", "Number")
+def numbers_crd(
+    root_preserves: bool = False, names: tuple[str, str, str] = ("numbers", "nb", "Number")
+) -> dict[str, Any]:
+    crd = crontab_crd(*names)
     version = crd["spec"]["versions"][0]
     del version["subresources"], version["additionalPrinterColumns"]
     schema = version["schema"]["openAPIV3Schema"]
@@ -1237,3 +1239,63 @@ async def test_integers_beyond_2_to_the_53_over_grpc(served: RunningAPIServer) -
         status, after = await _rest(session, "GET", objects + "/g")
         assert after["metadata"]["labels"] == {"touched": "yes"}
         assert after["spec"] == {"count": BIG, "small": 7}
+
+
+async def test_a_root_that_preserves_unknown_fields_keeps_top_level_ones(
+    served: RunningAPIServer,
+) -> None:
+    """kube keeps the top-level fields a schema does not name when its root has
+    x-kubernetes-preserve-unknown-fields: true (and prunes them without it)."""
+    base = f"http://{served.server.rest_address}"
+    json_type = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession() as session:
+        for names, preserves in ((("opens", "op", "Open"), True), (("shuts", "sh", "Shut"), False)):
+            status, crd = await _rest(
+                session,
+                "POST",
+                base + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                numbers_crd(preserves, names),
+                **json_type,
+            )
+            assert status == 201, crd
+            objects = base + f"/apis/stable.example.com/v1/namespaces/default/{names[0]}"
+            status = 404
+            while status == 404:
+                status, _ = await _rest(session, "GET", objects)
+                if status == 404:
+                    await asyncio.sleep(0.05)
+            body = {
+                "apiVersion": "stable.example.com/v1",
+                "kind": names[2],
+                "metadata": {"name": "o"},
+                "spec": {"count": 1},
+                "data": {"k": "v", "n": BIG},
+                "x__unknown_fields": "mine",
+                "top": 3,
+            }
+            # Strict field validation: nothing is unknown under the root's preserve.
+            status, created = await _rest(
+                session, "POST", objects + "?fieldValidation=Strict", body, **json_type
+            )
+            if not preserves:
+                assert status == 400, created
+                assert 'unknown field "data"' in created["message"], created
+                status, created = await _rest(session, "POST", objects, body, **json_type)
+                assert status == 201, created
+                assert set(created) == {"apiVersion", "kind", "metadata", "spec"}
+                continue
+            assert status == 201, created
+            for got in (created, (await _rest(session, "GET", objects + "/o"))[1]):
+                assert {k: got[k] for k in ("data", "x__unknown_fields", "top")} == {
+                    "data": {"k": "v", "n": BIG},
+                    "x__unknown_fields": "mine",
+                    "top": 3,
+                }
+            status, patched = await _rest(
+                session, "PATCH", objects + "/o", {"top": None, "more": [1]},
+                **{"Content-Type": "application/merge-patch+json"},
+            )  # fmt: skip
+            assert status == 200, patched
+            assert "top" not in patched and patched["more"] == [1]
+            assert patched["metadata"]["generation"] == 2
+            assert patched["data"] == {"k": "v", "n": BIG}
