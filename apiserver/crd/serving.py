@@ -50,6 +50,7 @@ from google.protobuf import (
 )
 from google.protobuf.message import Message
 
+from apiserver import fieldmanager
 from apiserver.crd import cel
 from apiserver.crd import schema as crdschema
 from apiserver.registry.base import Strategy
@@ -214,10 +215,11 @@ def custom_kind(crd: CRD, version_name: str = "") -> KindInfo:
     names = crd.status.acceptedNames
     has_status = version.subresources.HasField("status")
     schema = schema_dict(version)
-    types = _message_types(
-        names.kind,
-        _top_level(schema, has_status),
-        schema.get("x-kubernetes-preserve-unknown-fields") is True,
+    keeps_unknown = schema.get("x-kubernetes-preserve-unknown-fields") is True
+    types = _message_types(names.kind, _top_level(schema, has_status), keeps_unknown)
+    # Server-side apply and managedFields follow the schema's list and map types.
+    fieldmanager.register_custom_schema(
+        types.message.DESCRIPTOR, schema, keeps_unknown=keeps_unknown
     )
     shorts = tuple(names.shortNames)
     return KindInfo(

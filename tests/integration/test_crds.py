@@ -1299,3 +1299,63 @@ async def test_a_root_that_preserves_unknown_fields_keeps_top_level_ones(
             assert "top" not in patched and patched["more"] == [1]
             assert patched["metadata"]["generation"] == 2
             assert patched["data"] == {"k": "v", "n": BIG}
+
+
+@needs_kubectl
+async def test_server_side_apply_merges_a_map_list_by_its_keys(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    """Two appliers (kubectl apply --server-side) owning different items of a list with
+    x-kubernetes-list-type: map merge by key, and conflict on each other's items, as kube."""
+    crd = crontab_crd("routes", "rt", "Route")
+    version = crd["spec"]["versions"][0]
+    version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["ports"] = {
+        "type": "array",
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["name"],
+        "items": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {"name": {"type": "string"}, "port": {"type": "integer"}},
+        },
+    }
+    await established(served, tmp_path, crd)
+
+    def route(*ports: tuple[str, int]) -> str:
+        return yaml.safe_dump(
+            {
+                "apiVersion": "stable.example.com/v1",
+                "kind": "Route",
+                "metadata": {"name": "r", "namespace": "default"},
+                "spec": {"ports": [{"name": n, "port": p} for n, p in ports]},
+            }
+        )
+
+    async def apply_as(manager: str, *ports: tuple[str, int]) -> subprocess.CompletedProcess[str]:
+        return await kubectl(
+            served, tmp_path, "apply", "--server-side", f"--field-manager={manager}", "-f", "-",
+            stdin=route(*ports),
+        )  # fmt: skip
+
+    done = await apply_as("alice", ("a", 1))
+    assert done.returncode == 0, done.stderr
+    done = await apply_as("bob", ("b", 2))
+    assert done.returncode == 0, done.stderr
+    got = await kubectl(
+        served, tmp_path, "get", "route", "r", "-o", "json", "--show-managed-fields"
+    )
+    obj = json.loads(got.stdout)
+    assert obj["spec"]["ports"] == [{"name": "a", "port": 1}, {"name": "b", "port": 2}]
+    owners = {
+        e["manager"]: e["fieldsV1"]["f:spec"]["f:ports"] for e in obj["metadata"]["managedFields"]
+    }
+    assert list(owners["alice"]) == ['k:{"name":"a"}']
+    assert list(owners["bob"]) == ['k:{"name":"b"}']
+    done = await apply_as("bob", ("b", 2), ("a", 3))
+    assert done.returncode != 0
+    assert 'conflict with "alice": .spec.ports[name="a"].port' in done.stderr, done.stderr
+    # Alice dropping her item removes it; Bob's stays.
+    done = await apply_as("alice")
+    assert done.returncode == 0, done.stderr
+    got = await kubectl(served, tmp_path, "get", "route", "r", "-o", "jsonpath={.spec.ports}")
+    assert json.loads(got.stdout) == [{"name": "b", "port": 2}]
