@@ -556,7 +556,7 @@ def _shape(desc: Any) -> _Shape:
                 fields[f.json_name] = (_MICRO, None, repeated)
             elif f.cpp_type in _INT64_TYPES:
                 fields[f.json_name] = (_INT64, None, repeated)
-            elif desc.full_name.startswith(CUSTOM_PREFIX) and f.name == UNKNOWN_FIELDS:
+            elif desc.full_name.startswith(CUSTOM_PREFIX) and _holds_unknown(f):
                 fields[f.json_name] = (_SPREAD, None, False)
             elif desc.full_name.startswith(CUSTOM_PREFIX) and f.message_type is not None:
                 fields[f.json_name] = (_WHOLE, None, repeated)
@@ -647,8 +647,9 @@ def custom_body(desc: Any, data: dict[str, Any]) -> dict[str, Any]:
     UNKNOWN_FIELDS field. Fields it neither names nor keeps stay as they are (unknown)."""
     known = _KNOWN.get(desc.full_name)
     if known is None:
-        names = frozenset(f.json_name for f in desc.fields if f.name != UNKNOWN_FIELDS)
-        known = _KNOWN[desc.full_name] = (names, UNKNOWN_FIELDS in desc.fields_by_name)
+        keeps = any(_holds_unknown(f) for f in desc.fields)
+        names = frozenset(f.json_name for f in desc.fields if not _holds_unknown(f))
+        known = _KNOWN[desc.full_name] = (names, keeps)
     names, keeps = known
     out: dict[str, Any] = {}
     extra: dict[str, Any] = {}
@@ -662,6 +663,15 @@ def custom_body(desc: Any, data: dict[str, Any]) -> dict[str, Any]:
     if extra:
         out[UNKNOWN_FIELDS] = extra
     return out
+
+
+def _holds_unknown(f: Any) -> bool:
+    """The UNKNOWN_FIELDS Struct of a custom kind's message (not a property so named)."""
+    return bool(
+        f.name == UNKNOWN_FIELDS
+        and f.message_type is not None
+        and f.message_type.full_name == "google.protobuf.Struct"
+    )
 
 
 def hold_big_ints(value: Any) -> Any:
