@@ -20,10 +20,12 @@ The rules are structured-merge-diff's (sigs.k8s.io/structured-merge-diff, merge.
 Which list is keyed by what, and which structs and maps are atomic, come from the field facts
 (tinykube/fieldfacts.py): the strategic merge keys, widened where Kubernetes' list-map keys are
 longer (ports by port and protocol).
-A `google.protobuf.Value` field (a custom kind's top-level properties) holds free JSON: its
-objects are walked field by field (so two managers own different fields of a custom object's
-spec, as with its schema in Kubernetes), its lists and scalars are atomic, as a CRD's lists
-without `x-kubernetes-list-type`.
+A `google.protobuf.Value` field (a custom kind's top-level properties) holds free JSON, walked
+by its CRD's schema when the kind registered one (`register_custom_schema`, as kube builds
+structured-merge-diff's types from the schema): objects field by field (so two managers own
+different fields of a custom object's spec) unless `x-kubernetes-map-type: atomic`, lists
+with `x-kubernetes-list-type: map` item by item on their `x-kubernetes-list-map-keys`, `set`
+lists as unions, other lists and scalars atomic.
 Fields every write owns implicitly (apiVersion, kind, name, namespace, uid, resourceVersion,
 generation, creationTimestamp, managedFields) are in no set, and the main resource's sets never
 hold `status` (the status subresource's hold only `status`), as Kubernetes' reset fields.
@@ -89,6 +91,88 @@ class _Type:
     # Go stores it inline (a non-pointer struct): an object's zero value already holds it,
     # so creating the object does not add it as a member of its own.
     inline: bool = False
+    # Free JSON (_JSON) under a CRD's schema: the schema node of an object's value (its fields'
+    # types), or of a keyed list's items. None: no schema (objects by field, lists atomic).
+    json: _Json | None = None
+
+
+_FREE = _Type(_JSON)
+
+
+class _Json:
+    """One node of a CRD's structural schema, as the field manager reads it (kube builds the
+    same facts for structured-merge-diff from the schema): an object's properties and
+    additionalProperties, an array's items, `x-kubernetes-list-type` (atomic, set, map) with
+    `x-kubernetes-list-map-keys`, and `x-kubernetes-map-type` (granular, atomic)."""
+
+    __slots__ = ("additional", "properties", "type")
+
+    def __init__(self, schema: Mapping[str, Any]) -> None:
+        self.properties = {
+            k: _Json(v) for k, v in (schema.get("properties") or {}).items() if isinstance(v, dict)
+        }
+        add = schema.get("additionalProperties")
+        self.additional = _Json(add) if isinstance(add, dict) else None
+        self.type = self._type(schema)
+
+    def _type(self, schema: Mapping[str, Any]) -> _Type:
+        kind = schema.get("type")
+        if schema.get("x-kubernetes-int-or-string") or kind not in ("object", "array", None):
+            return _Type(_LEAF)
+        if kind == "array":
+            items = schema.get("items")
+            node = _Json(items) if isinstance(items, dict) else None
+            list_type = schema.get("x-kubernetes-list-type")
+            if list_type == "map":
+                keys = tuple(str(k) for k in schema.get("x-kubernetes-list-map-keys") or ())
+                return _Type(_ASSOC, keys=keys, json=node)
+            if list_type == "set":
+                return _Type(_SET)
+            return _Type(_LEAF)  # atomic, as a CRD's list without a list type
+        if schema.get("x-kubernetes-map-type") == "atomic":
+            return _Type(_LEAF)
+        if kind is None and not self.properties and self.additional is None:
+            return _FREE  # x-kubernetes-preserve-unknown-fields without a type: any JSON
+        return _Type(_JSON, json=self)
+
+    def child(self, key: str) -> _Type:
+        node = self.properties.get(key) or self.additional
+        return node.type if node is not None else _FREE
+
+
+def _child(t: _Type, key: str) -> _Type:
+    """The type of field `key` of an object of free JSON type `t`."""
+    return t.json.child(key) if t.json is not None else t
+
+
+def _item(t: _Type) -> _Type:
+    """The type of an item of a keyed list `t` whose items are free JSON (a CRD's)."""
+    return t.json.type if t.json is not None else _FREE
+
+
+# Custom kinds' messages (by full name: a new one per build of a kind) and their top-level
+# properties' schema nodes, registered by apiserver/crd/serving.py as it builds the kind,
+# before any object of it is written. The built-in kinds' facts are tinykube.fieldfacts'.
+_CUSTOM_SCHEMAS: dict[str, tuple[dict[str, _Json], bool]] = {}
+
+
+def register_custom_schema(
+    message: Any, schema: Mapping[str, Any], *, keeps_unknown: bool = False
+) -> None:
+    """Walk the google.protobuf.Value fields of custom kind `message` by its CRD `schema` (the
+    version's openAPIV3Schema); `keeps_unknown`: its top-level fields the schema does not name
+    are kept (root x-kubernetes-preserve-unknown-fields), and owned as free JSON."""
+    props = {
+        k: _Json(v) for k, v in (schema.get("properties") or {}).items() if isinstance(v, dict)
+    }
+    _CUSTOM_SCHEMAS[message.full_name] = (props, keeps_unknown)
+
+
+def _undeclared(message: Descriptor) -> _Type | None:
+    """The type of a field `message` does not declare: free JSON where a custom kind keeps
+    such fields, else None (not in the schema)."""
+    custom = _CUSTOM_SCHEMAS.get(message.full_name)
+    return _FREE if custom is not None and custom[1] else None
 
 
 def _is_message(f: FieldDescriptor) -> bool:
@@ -134,7 +218,9 @@ def _fields(message: Descriptor) -> dict[str, _Type]:
             else:
                 out[name] = _Type(_SET)
         elif f.message_type is not None and f.message_type.full_name == _VALUE and not atomic:
-            out[name] = _Type(_JSON)
+            custom = _CUSTOM_SCHEMAS.get(message.full_name)
+            node = custom[0].get(name) if custom is not None else None
+            out[name] = node.type if node is not None else _FREE
         elif _is_message(f) and not atomic and f.message_type is not None:
             out[name] = _Type(_STRUCT, f.message_type, inline=_inline(f.message_type))
         else:
@@ -259,7 +345,7 @@ def _children(message: Descriptor | None, value: Any, where: Path) -> dict[str, 
     known = _fields(message)
     out: dict[str, _Type | None] = {}
     for key in value:
-        t = known.get(key)
+        t = known.get(key) or _undeclared(message)
         if t is None:
             raise BadRequestError(
                 f"{path_string((*where, 'f:' + key))}: field not declared in schema"
@@ -296,7 +382,7 @@ def _set_of(value: Any, t: _Type, where: Path, out: FieldSet) -> None:
         out.add(where)
     elif t.kind == _JSON:
         for key, child in value.items():
-            _set_of(child, t, (*where, "f:" + key), out)
+            _set_of(child, _child(t, key), (*where, "f:" + key), out)
     elif t.kind == _STRUCT:
         assert t.message is not None
         if not isinstance(value, dict):
@@ -318,6 +404,10 @@ def _set_of(value: Any, t: _Type, where: Path, out: FieldSet) -> None:
             out.add(here)
             if t.kind == _ASSOC and t.message is not None:
                 _set_of_struct(item, t.message, here, out)
+            elif t.kind == _ASSOC and isinstance(item, dict):
+                item_type = _item(t)
+                for key, child in item.items():
+                    _set_of(child, _child(item_type, key), (*here, "f:" + key), out)
 
 
 def drop_undeclared(config: Mapping[str, Any], message: Descriptor) -> dict[str, Any]:
@@ -332,7 +422,7 @@ def _drop_struct(value: Any, message: Descriptor) -> Any:
     known = _fields(message)
     out = {}
     for key, child in value.items():
-        t = known.get(key)
+        t = known.get(key) or _undeclared(message)
         if t is not None:
             out[key] = _drop(child, t)
     return out
@@ -383,7 +473,7 @@ def _compare_struct(old: Any, new: Any, message: Descriptor, where: Path, c: Com
     for key in {**olds, **news}:
         if key == "managedFields" and where == ("f:metadata",):
             continue
-        t = known.get(key, _Type(_LEAF))
+        t = known.get(key) or _undeclared(message) or _Type(_LEAF)
         lv = olds.get(key, _ABSENT)
         rv = news.get(key, _ABSENT)
         if lv is _ABSENT and t.inline and isinstance(old, dict):
@@ -411,7 +501,9 @@ def _compare(lv: Any, rv: Any, t: _Type, where: Path, c: Comparison) -> None:
         lm = lv if isinstance(lv, dict) else {}
         rm = rv if isinstance(rv, dict) else {}
         for key in {**lm, **rm}:
-            _compare(lm.get(key, _ABSENT), rm.get(key, _ABSENT), t, (*where, "f:" + key), c)
+            _compare(
+                lm.get(key, _ABSENT), rm.get(key, _ABSENT), _child(t, key), (*where, "f:" + key), c
+            )
     elif t.kind == _STRUCT:
         assert t.message is not None
         _compare_struct(lv if lv is not _ABSENT else None, rv, t.message, where, c)
@@ -441,6 +533,8 @@ def _compare(lv: Any, rv: Any, t: _Type, where: Path, c: Comparison) -> None:
                     c,
                 )
                 _member(a, b, here, c)
+            elif t.kind == _ASSOC:
+                _compare(a, b, _item(t), here, c)
             else:
                 _leaf(a, b, here, c)
     _member(lv, rv, where, c)
@@ -479,7 +573,7 @@ def _merge_struct(live: Any, config: Mapping[str, Any], message: Descriptor, whe
     out = live if isinstance(live, dict) else {}
     known = _fields(message)
     for key, value in config.items():
-        t = known.get(key, _Type(_LEAF))
+        t = known.get(key) or _undeclared(message) or _Type(_LEAF)
         out[key] = _merge(out.get(key, _ABSENT), value, t, (*where, "f:" + key))
     return out
 
@@ -489,7 +583,7 @@ def _merge(live: Any, value: Any, t: _Type, where: Path) -> Any:
         return copy.deepcopy(value)
     if t.kind == _JSON and isinstance(value, dict) and isinstance(live, dict):
         for key, child in value.items():
-            live[key] = _merge(live.get(key, _ABSENT), child, t, (*where, "f:" + key))
+            live[key] = _merge(live.get(key, _ABSENT), child, _child(t, key), (*where, "f:" + key))
         return live
     if t.kind == _STRUCT and isinstance(value, dict):
         assert t.message is not None
@@ -507,9 +601,11 @@ def _merge(live: Any, value: Any, t: _Type, where: Path) -> Any:
         items = list(index.values())
         for element, item in _index(value, t, where, strict=True).items():
             if element in positions:
+                at = positions[element]
                 if t.kind == _ASSOC and t.message is not None:
-                    at = positions[element]
                     items[at] = _merge_struct(items[at], item, t.message, (*where, element))
+                elif t.kind == _ASSOC:
+                    items[at] = _merge(items[at], item, _item(t), (*where, element))
             else:
                 positions[element] = len(items)
                 items.append(copy.deepcopy(item))
@@ -539,9 +635,9 @@ def _remove_one(root: dict[str, Any], path: Path, message: Descriptor) -> None:
                 return
             if t.kind == _STRUCT:
                 assert t.message is not None
-                t = _fields(t.message).get(key, _Type(_LEAF))
+                t = _fields(t.message).get(key) or _undeclared(t.message) or _Type(_LEAF)
             elif t.kind == _JSON:
-                pass  # an object's fields are free JSON too
+                t = _child(t, key)
             else:
                 t = _Type(_STRUCT, t.message) if t.message is not None else _Type(_LEAF)
             node = node[key]
@@ -565,7 +661,10 @@ def _remove_one(root: dict[str, Any], path: Path, message: Descriptor) -> None:
                 del node[found]
                 return
             node = node[found]
-            t = _Type(_STRUCT, t.message) if t.message is not None else _Type(_LEAF)
+            if t.message is not None:
+                t = _Type(_STRUCT, t.message)
+            else:
+                t = _item(t) if t.kind == _ASSOC else _Type(_LEAF)
         else:
             return
 

@@ -55,7 +55,7 @@ from tinykube.errors import (
     abort_with,
 )
 from tinykube.kinds import ALL_KINDS, KindInfo
-from tinykube.manifest import ManifestError, parse_as, to_dict
+from tinykube.manifest import ManifestError, hold_big_ints, parse_as, to_dict
 from tinykube.v1 import apiextensions_pb2, meta_pb2, pod_pb2
 
 log = logging.getLogger(__name__)
@@ -686,6 +686,11 @@ class GrpcCustomResources:
     @staticmethod
     def _struct(store: ResourceStore, obj: Message) -> struct_pb2.Struct:
         data = to_dict(obj)
+        for key, value in data.items():
+            if key != "metadata":
+                # A Struct's numbers are doubles: an integer beyond 2^53 goes as
+                # {"\u0000int64": "<decimal>"}, and comes back so, exact (docs/crds.md).
+                data[key] = hold_big_ints(value)
         data["apiVersion"], data["kind"] = store.info.api_version, store.info.kind
         out = struct_pb2.Struct()
         out.update(data)
@@ -728,7 +733,13 @@ class GrpcCustomResources:
     ) -> struct_pb2.Struct:
         store = self._store(request)
         deleted = await store.delete(
-            meta_pb2.DeleteRequest(namespace=request.namespace, name=request.name), ctx
+            meta_pb2.DeleteRequest(
+                namespace=request.namespace,
+                name=request.name,
+                preconditions=request.preconditions,
+                propagationPolicy=request.propagationPolicy,
+            ),
+            ctx,
         )
         return self._struct(store, deleted)
 

@@ -435,6 +435,13 @@ class WatchCache:
         self.event_revision = 0
         self.synced = asyncio.Event()
         self.healthy = False
+        # What open watches end with when `run()` stops: by default the apiserver is going
+        # away (UNAVAILABLE, so clients resume elsewhere); None, a clean end of the stream, when
+        # the kind itself stops being served (a CRD deleted or changed: apiserver/crd/serving.py),
+        # as kube ends the watches of a custom resource's storage it tears down.
+        self.stop_error: TinykubeError | None = UnavailableError(
+            "watch closed: the apiserver is shutting down"
+        )
         self._unindexed: set[Watcher] = set()
         self._indexed: dict[str, set[Watcher]] = {}
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -487,7 +494,7 @@ class WatchCache:
         finally:
             bookmarks.cancel()
             for w in self.watchers():
-                w.close(UnavailableError("watch closed: the apiserver is shutting down"))
+                w.close(self.stop_error)
 
     async def _relist(self) -> None:
         result = await self.storage.list_prefix(self.prefix)

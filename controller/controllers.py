@@ -21,14 +21,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from controller.clusterroleaggregation import ClusterRoleAggregationController
+from controller.customresources import CustomResourceAPI, custom_kind_key
 from controller.daemonset import DaemonSetController
 from controller.deployment import DeploymentController
-from controller.discovery import Discovery
+from controller.discovery import Discovery, DiscoveryError, kinds_served, served_services
 from controller.disruption import DisruptionController
 from controller.endpoints import EndpointsController
 from controller.endpointslice import EndpointSliceController
@@ -47,8 +48,9 @@ from controller.tokens import TokensController
 from controller.ttlafterfinished import TTLAfterFinishedController
 from tinykube import kinds
 from tinykube.clock import Clock
+from tinykube.errors import NotFoundError
 from tinykube.events import EventRecorder
-from tinykube.informer import InformerFactory
+from tinykube.informer import Informer, InformerFactory
 from tinykube.workqueue import WorkQueue
 
 if TYPE_CHECKING:
@@ -218,14 +220,64 @@ async def start_job(ctx: ControllerContext) -> Running:
 
 
 async def start_garbage_collector(ctx: ControllerContext) -> Running:
-    """Kube's garbage collector over every kind the API serves (discovered, and looked for
-    again every `gc_resync_period`, so kinds served later are collected too)."""
+    """Kube's garbage collector over every kind the API serves, custom kinds included
+    (discovered, and looked for again every `gc_resync_period` as kube's collector resyncs its
+    monitors, and at once when a CRD changes, so a kind served later is collected within
+    moments and a deleted CRD's kind is dropped)."""
     s, inf = ctx.settings, ctx.informers
     queue = ctx.queue("garbagecollector", "garbagecollector")
     gc = GarbageCollector(ctx.client, {}, queue)
+    # The custom kinds' informers are the collector's own (kube's GC monitors): made when a
+    # CRD's kind appears, stopped when it goes.
+    custom: dict[str, tuple[str, asyncio.Task[None]]] = {}  # kind -> (version, informer)
+    wake = asyncio.Event()
+    crds: Informer[Any] | None = None
 
-    async def watch_kinds() -> None:
-        for info in await ctx.discovery.collectable_kinds():
+    def add_custom_kind(kind: Any) -> None:
+        api = CustomResourceAPI(ctx.client, kind)
+        key = custom_kind_key(kind.kind, kind.group)
+
+        # The kind stops being served when its CRD goes: its watch ends and the next one is
+        # NotFound. That is news for discovery (which drops the kind), not a failure to log.
+        async def watch(resource_version: str) -> AsyncIterator[Any]:
+            try:
+                async for event in api.watch(resource_version=resource_version):
+                    yield event
+            except NotFoundError:
+                wake.set()
+
+        async def list_all() -> Any:
+            try:
+                return await api.list()
+            except NotFoundError:
+                wake.set()
+                raise
+
+        informer: Informer[Any] = Informer(
+            list_all,
+            watch,
+            clock=ctx.clock,
+            name=api.name,
+            on_handler_error=inf.on_handler_error,
+        )
+        gc.add_kind(
+            key, informer.store, api, namespaced=kind.namespaced, has_synced=informer.has_synced
+        )
+        informer.add_handler(*gc.handlers(key))
+        custom[key] = (kind.version, informer.start())
+        log.info("garbage collector: collecting %s", key)
+
+    async def watch_kinds() -> bool:
+        """Watch every kind served now and drop the custom kinds no longer served; False if an
+        Established CRD's kind is not served yet (the apiserver is a moment behind)."""
+        try:
+            services = await served_services(ctx.client.channel, ctx.discovery.timeout)
+        except DiscoveryError as exc:
+            if gc.kinds():
+                raise
+            log.warning("%s; watching every known kind", exc)
+            services = {k.service for k in kinds.ALL_KINDS}
+        for info in ctx.discovery.collectable(kinds_served(services)):
             if gc.knows(info.kind):
                 continue
             informer = inf.for_kind(info)
@@ -238,26 +290,75 @@ async def start_garbage_collector(ctx: ControllerContext) -> Running:
                 has_synced=informer.has_synced,
             )
             informer.add_handler(*gc.handlers(info.kind))
+        # One per kind: the preferred version (ListKinds lists each served version,
+        # preferred first; with conversion None any of them reads every object).
+        served: dict[str, Any] = {}
+        versions: dict[str, set[str]] = {}
+        for k in await ctx.discovery.custom_kinds(services):
+            key = custom_kind_key(k.kind, k.group)
+            served.setdefault(key, k)
+            versions.setdefault(key, set()).add(k.version)
+        for key in [k for k in custom if k not in served]:
+            log.info("garbage collector: %s is no longer served", key)
+            custom.pop(key)[1].cancel()
+            gc.remove_kind(key)
+        for key, kind in served.items():
+            running = custom.get(key)
+            if running is not None and running[0] not in versions[key]:
+                running[1].cancel()  # its version is no longer served: watch another
+                running = None
+            if running is None:
+                add_custom_kind(kind)
+        if crds is None:
+            return True
+        wanted = {
+            custom_kind_key(c.status.acceptedNames.kind, c.spec.group)
+            for c in crds.store.list()
+            if c.status.acceptedNames.kind
+            and not c.metadata.HasField("deletionTimestamp")
+            and any(x.type == "Established" and x.status == "True" for x in c.status.conditions)
+        }
+        return wanted <= set(served)
 
     await watch_kinds()
+    if gc.knows(kinds.CUSTOM_RESOURCE_DEFINITION.kind):
+        crds = inf.for_kind(kinds.CUSTOM_RESOURCE_DEFINITION)
+        crds.add_handler(lambda _: wake.set(), lambda _o, _n: wake.set(), lambda _: wake.set())
 
     async def resync_kinds() -> None:
-        while True:
-            await ctx.clock.sleep(s.gc_resync_period)
-            try:
-                await watch_kinds()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning(
-                    "garbage collector: rediscovery failed: %s: %s", type(exc).__name__, exc
-                )
-                continue
-            inf.start()  # the informers of kinds found just now
+        period = s.gc_resync_period
+        try:
+            while True:
+                await _sleep_or_wake(ctx.clock, period, wake)
+                wake.clear()
+                try:
+                    complete = await watch_kinds()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning(
+                        "garbage collector: rediscovery failed: %s: %s", type(exc).__name__, exc
+                    )
+                    complete = False
+                inf.start()  # the informers of built-in kinds found just now
+                period = s.gc_resync_period if complete else min(1.0, s.gc_resync_period)
+        finally:
+            for _version, task in custom.values():
+                task.cancel()
 
     return Running(
         [Workers("garbagecollector", queue, gc.sync, s.concurrent_gc_syncs)], [resync_kinds]
     )
+
+
+async def _sleep_or_wake(clock: Clock, seconds: float, wake: asyncio.Event) -> None:
+    """Return after `seconds` on `clock`, or as soon as `wake` is set."""
+    tasks = {asyncio.ensure_future(clock.sleep(seconds)), asyncio.ensure_future(wake.wait())}
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 async def start_endpoints(ctx: ControllerContext) -> Running:

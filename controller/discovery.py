@@ -7,7 +7,8 @@ gRPC server reflection: `ListServices` names every service the apiserver serves
 ("tinykube.v1.Pods", ...). A kind is served when its service is; the kinds' facts (Kind,
 plural, scope) come from `tinykube.kinds`, the table the typed client is built from.
 Custom kinds come from the apiserver's generic `tinykube.v1.CustomResources` service
-(`ListKinds`): the namespace controller empties them through it too (`CustomContent`).
+(`ListKinds`); the garbage collector watches them and the namespace controller empties them
+through it too (controller/customresources.py).
 
 No caching: the garbage collector asks again every resync period, the namespace controller
 once per sync of a namespace being deleted (kube's namespace deleter does the same).
@@ -21,13 +22,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from google.protobuf import json_format
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from controller.customresources import CustomResourceAPI
 from tinykube import kinds
-from tinykube.errors import TinykubeError, from_rpc_error
+from tinykube.errors import TinykubeError
 from tinykube.kinds import KindInfo
-from tinykube.v1 import apiextensions_pb2, apiextensions_pb2_grpc, meta_pb2
+from tinykube.v1 import apiextensions_pb2, apiextensions_pb2_grpc
 
 if TYPE_CHECKING:
     from tinykube.client import Client
@@ -88,7 +89,28 @@ class Discovery:
         except DiscoveryError as exc:
             log.warning("%s; watching every known kind", exc)
             served = list(kinds.ALL_KINDS)
+        return self.collectable(served)
+
+    @staticmethod
+    def collectable(served: Sequence[KindInfo]) -> list[KindInfo]:
         return [k for k in served if k.kind not in GC_IGNORED_KINDS]
+
+    async def custom_kinds(self, services: set[str] | None = None) -> list[Any]:
+        """The custom kinds (CustomResourceKind: group, version, kind, plural, namespaced) the
+        apiserver serves now, from tinykube.v1.CustomResources/ListKinds; none if it does not
+        serve that service. Raises DiscoveryError if the apiserver cannot answer."""
+        if services is None:
+            services = await served_services(self.client.channel, self.timeout)
+        if CUSTOM_RESOURCES not in services:
+            return []
+        stub = apiextensions_pb2_grpc.CustomResourcesStub(self.client.channel)
+        try:
+            served: Any = await stub.ListKinds(
+                apiextensions_pb2.ListCustomResourceKindsRequest(), timeout=self.timeout
+            )
+        except grpc.RpcError as exc:
+            raise DiscoveryError(f"custom resource kinds: {exc}") from exc
+        return list(served.kinds)
 
     async def namespaced_contents(self) -> list[tuple[KindInfo, Any]]:
         """Every served namespaced kind with its API (list, delete), for emptying a namespace:
@@ -98,74 +120,31 @@ class Discovery:
         contents: list[tuple[KindInfo, Any]] = [
             (k, self.client.resource(k)) for k in kinds_served(services) if k.namespaced
         ]
-        if CUSTOM_RESOURCES in services:
-            stub = apiextensions_pb2_grpc.CustomResourcesStub(self.client.channel)
-            try:
-                served: Any = await stub.ListKinds(
-                    apiextensions_pb2.ListCustomResourceKindsRequest(), timeout=self.timeout
-                )
-            except grpc.RpcError as exc:
-                raise DiscoveryError(f"custom resource kinds: {exc}") from exc
-            for kind in served.kinds:
-                if kind.namespaced:
-                    info = dataclasses.replace(
-                        kinds.CUSTOM_RESOURCE_DEFINITION,
-                        kind=kind.kind,
-                        plural=kind.plural,
-                        group=kind.group,
-                        version=kind.version,
-                        namespaced=True,
-                        short_names=(),
-                        categories=(),
-                        custom=True,
+        for kind in await self.custom_kinds(services):
+            if kind.namespaced:
+                contents.append(
+                    (
+                        custom_kind_info(kind),
+                        CustomResourceAPI(self.client, kind, timeout=self.timeout),
                     )
-                    contents.append((info, CustomContent(stub, kind, self.timeout)))
+                )
         return contents
 
 
 CUSTOM_RESOURCES = "tinykube.v1.CustomResources"
 
 
-@dataclasses.dataclass
-class CustomObject:
-    """A custom object as the namespace controller reads it: its metadata."""
-
-    metadata: meta_pb2.ObjectMeta
-
-
-@dataclasses.dataclass
-class CustomObjectList:
-    items: list[CustomObject]
-
-
-class CustomContent:
-    """List and delete of one custom kind through tinykube.v1.CustomResources (what the
-    namespace controller needs of a kind: controller/namespace.py's ContentAPI)."""
-
-    def __init__(self, stub: Any, kind: Any, timeout: float) -> None:
-        self.stub = stub
-        self.where = {"group": kind.group, "version": kind.version, "plural": kind.plural}
-        self.timeout = timeout
-
-    async def list(self, namespace: str = "") -> CustomObjectList:
-        request = apiextensions_pb2.CustomResourceRequest(**self.where, namespace=namespace)
-        listed = await self._call(self.stub.List, request)
-        items = []
-        for obj in listed.items:
-            meta = meta_pb2.ObjectMeta()
-            data = json_format.MessageToDict(obj).get("metadata") or {}
-            json_format.ParseDict(data, meta, ignore_unknown_fields=True)
-            items.append(CustomObject(meta))
-        return CustomObjectList(items)
-
-    async def delete(self, name: str, namespace: str = "") -> Any:
-        request = apiextensions_pb2.CustomResourceRequest(
-            **self.where, namespace=namespace, name=name
-        )
-        return await self._call(self.stub.Delete, request)
-
-    async def _call(self, method: Any, request: Any) -> Any:
-        try:
-            return await method(request, timeout=self.timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise from_rpc_error(exc) from None
+def custom_kind_info(kind: Any) -> KindInfo:
+    """A KindInfo naming a custom kind (a CustomResourceKind) for the controllers' messages and
+    conditions; it has no typed client."""
+    return dataclasses.replace(
+        kinds.CUSTOM_RESOURCE_DEFINITION,
+        kind=kind.kind,
+        plural=kind.plural,
+        group=kind.group,
+        version=kind.version,
+        namespaced=kind.namespaced,
+        short_names=(),
+        categories=(),
+        custom=True,
+    )

@@ -3,8 +3,11 @@
 A much smaller cousin of Kubernetes' graph-based garbage collector: the "graph" is the informer
 caches plus an owner-uid index over every kind it is given (the controller manager gives it
 every kind the API serves but Events, found by discovery and looked for again periodically,
-controller/discovery.py), each of which can be an owner and a dependent. Three propagation
-modes, chosen by the apiserver at Delete time (apiserver/deletion.py) through finalizers:
+controller/discovery.py; custom kinds of CRDs too, keyed "Kind.group" and read through the
+generic CustomResources service, controller/customresources.py), each of which can be an owner
+and a dependent; an ownerReference's kind is resolved with its apiVersion's group (`ref_kind`).
+Three propagation modes, chosen by the apiserver at Delete time (apiserver/deletion.py) through
+finalizers:
 
 - Background (no finalizer): the owner is gone at once. A dependent all of whose owners are gone
   (absent, or present with another uid) is deleted with a uid precondition; one that lost only
@@ -32,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from controller.api import ClientAPI, PodIndex, Queue, Store
+from controller.customresources import custom_kind_key
 from controller.util import is_terminating, key_of, split_key
 from tinykube import kinds
 from tinykube.errors import (
@@ -93,6 +97,8 @@ class GarbageCollector:
         self.queue = queue
         self.indexes: dict[str, PodIndex] = {}
         self.cluster_scoped: set[str] = set()
+        # Custom kinds collected once and no longer served (their CRD was deleted).
+        self.removed_kinds: set[str] = set()
         self._synced: dict[str, Callable[[], bool]] = {}
         for kind, store in stores.items():
             info = kinds.BY_KIND.get(kind)
@@ -100,6 +106,37 @@ class GarbageCollector:
 
     def knows(self, kind: str) -> bool:
         return kind in self.stores
+
+    def kinds(self) -> list[str]:
+        return list(self.stores)
+
+    def remove_kind(self, kind: str) -> None:
+        """Stop collecting `kind`: its CRD is gone, and its objects with it (a CRD's deletion
+        deletes them first). References to it dangle from now on, and the dependents of the
+        objects its cache still held are looked at again (their deletions may not have reached
+        the cache before the kind went)."""
+        store = self.stores.get(kind)
+        if store is not None:
+            for obj in store.list():
+                for dep_kind, dep in self._dependents(obj.metadata.uid):
+                    self.queue.add(f"{dep_kind}:{key_of(dep)}")
+        self.removed_kinds.add(kind)
+        self.stores.pop(kind, None)
+        self.apis.pop(kind, None)
+        self.indexes.pop(kind, None)
+        self._synced.pop(kind, None)
+        self.cluster_scoped.discard(kind)
+
+    @staticmethod
+    def ref_kind(ref: Any) -> str:
+        """The kind an ownerReference names, as this collector keys kinds: a built-in kind by
+        its Kind, a custom kind by "Kind.group" (two groups may both have a `Widget`; a custom
+        `Deployment` is not apps' Deployment). Kubernetes resolves apiVersion and kind alike."""
+        group = ref.apiVersion.rpartition("/")[0]
+        info = kinds.BY_KIND.get(ref.kind)
+        if not group or (info is not None and info.group == group):
+            return str(ref.kind)
+        return custom_kind_key(ref.kind, group)
 
     def add_kind(
         self,
@@ -114,6 +151,7 @@ class GarbageCollector:
         as a dependent (its ownerReferences indexed). `has_synced`: whether `store` holds the
         whole kind yet (a kind found after the start has an informer still listing)."""
         self.stores[kind] = store
+        self.removed_kinds.discard(kind)
         if has_synced is not None:
             self._synced[kind] = has_synced
         if api is not None:
@@ -160,13 +198,14 @@ class GarbageCollector:
 
     def _notify_waiting_owners(self, obj: Any) -> None:
         for ref in obj.metadata.ownerReferences:
-            store = self.stores.get(ref.kind)
+            owner_kind = self.ref_kind(ref)
+            store = self.stores.get(owner_kind)
             if store is None:
                 continue
-            _, key = self._owner_key(ref.kind, obj.metadata.namespace, ref.name)
+            _, key = self._owner_key(owner_kind, obj.metadata.namespace, ref.name)
             owner = store.get(key)
             if owner is not None and owner.metadata.uid == ref.uid and deleting_dependents(owner):
-                self.queue.add(f"{ref.kind}:{key}")
+                self.queue.add(f"{owner_kind}:{key}")
 
     def handlers(self, kind: str) -> tuple[Callable[..., None], ...]:
         """(on_add, on_update, on_delete) for the informer of `kind`."""
@@ -181,6 +220,8 @@ class GarbageCollector:
     async def _owner_state(self, kind: str, namespace: str, name: str, uid: str) -> str:
         api = self._api(kind)
         store = self.stores.get(kind)
+        if kind in self.removed_kinds:
+            return DANGLING  # its CRD went, and every object of it before the CRD
         if api is None or store is None:
             return SOLID  # a kind we do not know: never delete on its account
         ns, key = self._owner_key(kind, namespace, name)
@@ -218,7 +259,7 @@ class GarbageCollector:
         namespace, name = split_key(key)
         states: dict[str, list[str]] = {SOLID: [], DANGLING: [], WAITING: []}
         for ref in obj.metadata.ownerReferences:
-            state = await self._owner_state(ref.kind, namespace, ref.name, ref.uid)
+            state = await self._owner_state(self.ref_kind(ref), namespace, ref.name, ref.uid)
             states[state].append(ref.uid)
         if states[SOLID]:
             stale = set(states[DANGLING]) | set(states[WAITING])

@@ -261,6 +261,8 @@ def parse_as(
     """
     body = copy.deepcopy(doc)
     body["apiVersion"] = info.api_version
+    if info.message.DESCRIPTOR.full_name.startswith(CUSTOM_PREFIX):
+        body = custom_body(info.message.DESCRIPTOR, body)
     errors: list[str] = []
     unknown: list[str] | None = [] if drop_unknown else None
     _check_fields(info.message.DESCRIPTOR, body, "", errors, unknown)
@@ -522,7 +524,7 @@ def to_dict(obj: Message, *, zero_fields: bool = True) -> dict[str, Any]:
 
 
 # What `_normalise_output` does to a field's JSON value (fields needing nothing are not listed).
-_MAP, _MESSAGE, _MICRO, _INT64, _VALUE_INT, _WHOLE = range(6)
+_MAP, _MESSAGE, _MICRO, _INT64, _VALUE_INT, _WHOLE, _SPREAD = range(7)
 
 
 @dataclass(frozen=True)
@@ -554,6 +556,8 @@ def _shape(desc: Any) -> _Shape:
                 fields[f.json_name] = (_MICRO, None, repeated)
             elif f.cpp_type in _INT64_TYPES:
                 fields[f.json_name] = (_INT64, None, repeated)
+            elif desc.full_name.startswith(CUSTOM_PREFIX) and _holds_unknown(f):
+                fields[f.json_name] = (_SPREAD, None, False)
             elif desc.full_name.startswith(CUSTOM_PREFIX) and f.message_type is not None:
                 fields[f.json_name] = (_WHOLE, None, repeated)
             elif f.message_type is not None and f.message_type.full_name == _VALUE:
@@ -569,12 +573,15 @@ def _shape(desc: Any) -> _Shape:
 def _normalise_output(desc: Any, data: dict[str, Any], zero_fields: bool = False) -> None:
     shape = _shape(desc)
     fields = shape.fields
+    spread: dict[str, Any] | None = None
     for key, value in data.items():
         entry = fields.get(key)
         if entry is None:
             continue
         action, sub, repeated = entry
-        if action == _MESSAGE:
+        if action == _SPREAD:
+            spread = value
+        elif action == _MESSAGE:
             for element in value if repeated else [value]:
                 _normalise_output(sub, element, zero_fields)
         elif action == _MAP:
@@ -595,6 +602,12 @@ def _normalise_output(desc: Any, data: dict[str, Any], zero_fields: bool = False
                 data[key] = int(value)
         else:
             data[key] = _whole_numbers(value)
+    if spread is not None:
+        # A custom object's top-level fields its schema does not name, kept under a root
+        # x-kubernetes-preserve-unknown-fields: back where they were written.
+        del data[UNKNOWN_FIELDS]
+        for key, value in spread.items():
+            data.setdefault(key, _whole_numbers(value))
     if zero_fields:
         # proto3 dropped these zero values; the table's (a handful per message) are complete,
         # nested zeros included, so what is added here needs no walk of its own.
@@ -611,10 +624,76 @@ def _copy_json(value: Any) -> Any:
     return value
 
 
+# A custom object's JSON is held in google.protobuf.Values, whose numbers are doubles: exact
+# to 2^53. Kubernetes keeps a custom object's integers as int64, so one beyond 2^53 (within
+# int64) rides in its Value as this one-key object (`hold_big_ints`), and `to_dict` gives the
+# integer back. (A NUL starts no key a person writes; past int64, kube too has a float64.)
+BIG_INT_KEY = "\u0000int64"
+_EXACT_IN_DOUBLE = 2**53
+_INT64_LOW, _INT64_HIGH = -(2**63), 2**63 - 1
+
+
+# The field of a custom kind's message holding the top-level fields its schema does not name,
+# kept when the schema's root has x-kubernetes-preserve-unknown-fields (apiserver/crd/serving.py
+# adds it); `custom_body` fills it and `to_dict` spreads it back over the top level.
+UNKNOWN_FIELDS = "x__unknown_fields"
+_HEAD_FIELDS = ("apiVersion", "kind", "metadata")
+_KNOWN: dict[str, tuple[frozenset[str], bool]] = {}
+
+
+def custom_body(desc: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """A custom object's JSON shaped for its message `desc`: integers beyond 2^53 held
+    (hold_big_ints), and, if the message keeps unknown top-level fields, those moved into its
+    UNKNOWN_FIELDS field. Fields it neither names nor keeps stay as they are (unknown)."""
+    known = _KNOWN.get(desc.full_name)
+    if known is None:
+        keeps = any(_holds_unknown(f) for f in desc.fields)
+        names = frozenset(f.json_name for f in desc.fields if not _holds_unknown(f))
+        known = _KNOWN[desc.full_name] = (names, keeps)
+    names, keeps = known
+    out: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _HEAD_FIELDS:
+            out[key] = value
+        elif key in names or not keeps:
+            out[key] = hold_big_ints(value)
+        else:
+            extra[key] = hold_big_ints(value)
+    if extra:
+        out[UNKNOWN_FIELDS] = extra
+    return out
+
+
+def _holds_unknown(f: Any) -> bool:
+    """The UNKNOWN_FIELDS Struct of a custom kind's message (not a property so named)."""
+    return bool(
+        f.name == UNKNOWN_FIELDS
+        and f.message_type is not None
+        and f.message_type.full_name == "google.protobuf.Struct"
+    )
+
+
+def hold_big_ints(value: Any) -> Any:
+    """`value` (JSON) with every integer a double cannot hold exactly, and int64 can, wrapped
+    for a google.protobuf.Value (see BIG_INT_KEY)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > _EXACT_IN_DOUBLE and _INT64_LOW <= value <= _INT64_HIGH:
+            return {BIG_INT_KEY: str(value)}
+        return value
+    if isinstance(value, dict):
+        return {k: hold_big_ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [hold_big_ints(v) for v in value]
+    return value
+
+
 def _whole_numbers(value: Any) -> Any:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
+        if len(value) == 1 and BIG_INT_KEY in value:
+            return int(value[BIG_INT_KEY])
         return {k: _whole_numbers(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_whole_numbers(v) for v in value]

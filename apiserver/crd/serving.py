@@ -50,6 +50,7 @@ from google.protobuf import (
 )
 from google.protobuf.message import Message
 
+from apiserver import fieldmanager
 from apiserver.crd import cel
 from apiserver.crd import schema as crdschema
 from apiserver.registry.base import Strategy
@@ -64,7 +65,7 @@ from apiserver.storage import KV
 from apiserver.watchcache import CachedObject, Codec
 from tinykube.errors import FieldError, UnimplementedError
 from tinykube.kinds import KindInfo, PrinterColumn, Scale
-from tinykube.manifest import CUSTOM_PREFIX, to_dict
+from tinykube.manifest import CUSTOM_PREFIX, UNKNOWN_FIELDS, custom_body, to_dict
 from tinykube.v1 import apiextensions_pb2, meta_pb2
 
 log = logging.getLogger(__name__)
@@ -93,9 +94,11 @@ class _Types:
     create_request: type[Message]
 
 
-def _message_types(kind: str, props: list[str]) -> _Types:
+def _message_types(kind: str, props: list[str], keep_unknown: bool = False) -> _Types:
     """Protobuf types for one custom kind, in a package of their own (a new one per build, so
-    a changed schema never collides with the old types)."""
+    a changed schema never collides with the old types). `keep_unknown` (the schema's root has
+    x-kubernetes-preserve-unknown-fields): a Struct field, UNKNOWN_FIELDS, holds the top-level
+    fields the schema does not name (tinykube/manifest.py fills it and spreads it back)."""
     package = f"{CUSTOM_PACKAGE}.g{next(_builds)}"
     fdp = descriptor_pb2.FileDescriptorProto(
         name=package.replace(".", "/") + ".proto", package=package, syntax="proto3"
@@ -116,6 +119,11 @@ def _message_types(kind: str, props: list[str]) -> _Types:
         obj.field.add(
             name=name, json_name=prop, number=4 + i, type=msg, label=optional,
             type_name=".google.protobuf.Value",
+        )  # fmt: skip
+    if keep_unknown and UNKNOWN_FIELDS not in props:
+        obj.field.add(
+            name=UNKNOWN_FIELDS, json_name=UNKNOWN_FIELDS, number=4 + len(props), type=msg,
+            label=optional, type_name=".google.protobuf.Struct",
         )  # fmt: skip
     full = f".{package}.{kind}"
     lst = fdp.message_type.add(name=f"{kind}List")
@@ -206,7 +214,13 @@ def custom_kind(crd: CRD, version_name: str = "") -> KindInfo:
     version = _version(crd, version_name)
     names = crd.status.acceptedNames
     has_status = version.subresources.HasField("status")
-    types = _message_types(names.kind, _top_level(schema_dict(version), has_status))
+    schema = schema_dict(version)
+    keeps_unknown = schema.get("x-kubernetes-preserve-unknown-fields") is True
+    types = _message_types(names.kind, _top_level(schema, has_status), keeps_unknown)
+    # Server-side apply and managedFields follow the schema's list and map types.
+    fieldmanager.register_custom_schema(
+        types.message.DESCRIPTOR, schema, keeps_unknown=keeps_unknown
+    )
     shorts = tuple(names.shortNames)
     return KindInfo(
         kind=names.kind,
@@ -249,9 +263,13 @@ def object_dict(obj: Message) -> dict[str, Any]:
 
 
 def from_dict(message: type[Message], data: dict[str, Any]) -> Message:
+    """A custom object from its JSON (tinykube/manifest.py's custom_body: integers beyond 2^53
+    stay exact, unknown top-level fields are kept if the kind keeps them, else dropped)."""
     obj = message()
-    known = {f.json_name for f in obj.DESCRIPTOR.fields}
-    json_format.ParseDict({k: v for k, v in data.items() if k in known}, obj)
+    desc = obj.DESCRIPTOR
+    known = {f.json_name for f in desc.fields}
+    body = custom_body(desc, data)
+    json_format.ParseDict({k: v for k, v in body.items() if k in known}, obj)
     return obj
 
 
@@ -456,6 +474,8 @@ class CustomResources:
                 or crd.metadata.uid != served.crd_uid
                 or signature(crd) != served.signature
             ):
+                for store in served.stores:
+                    store.cache.stop_error = None  # its watches end cleanly, not UNAVAILABLE
                 for task in served.tasks:
                     task.cancel()
                 del self.served[name]

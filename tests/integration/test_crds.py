@@ -31,7 +31,7 @@ from tinykube.client import Client
 from tinykube.errors import NotFoundError
 from tinykube.localetcd import EtcdServer
 from tinykube.serving import CHANNEL_OPTIONS
-from tinykube.v1 import apiextensions_pb2, apiextensions_pb2_grpc
+from tinykube.v1 import apiextensions_pb2, apiextensions_pb2_grpc, meta_pb2
 
 pytestmark = pytest.mark.integration
 
@@ -854,9 +854,31 @@ async def test_grpc_custom_resources_service(served: RunningAPIServer, tmp_path:
                 )
             )
         assert missing.value.code() == grpc.StatusCode.NOT_FOUND
-        await stub.Delete(
-            apiextensions_pb2.CustomResourceRequest(**where, namespace="default", name="g")
+        # Delete takes preconditions and a propagation policy (the garbage collector's).
+        with pytest.raises(grpc.aio.AioRpcError) as stale:
+            await stub.Delete(
+                apiextensions_pb2.CustomResourceRequest(
+                    **where,
+                    namespace="default",
+                    name="g",
+                    preconditions=meta_pb2.Preconditions(uid="not-its-uid"),
+                )
+            )
+        assert stale.value.code() == grpc.StatusCode.ABORTED
+        assert "Precondition failed: UID in precondition: not-its-uid" in (
+            stale.value.details() or ""
         )
+        marked = await stub.Delete(
+            apiextensions_pb2.CustomResourceRequest(
+                **where,
+                namespace="default",
+                name="g",
+                preconditions=meta_pb2.Preconditions(uid=created_dict["metadata"]["uid"]),
+                propagationPolicy="Foreground",
+            )
+        )
+        meta = json_format.MessageToDict(marked)["metadata"]
+        assert meta["finalizers"] == ["foregroundDeletion"] and meta["deletionTimestamp"]
     finally:
         await channel.close()
 
@@ -1048,3 +1070,292 @@ async def test_the_controller_managers_discovery_finds_custom_kinds(
         assert [o.metadata.name for o in (await phis.list("default")).items] == ["b"]
         with pytest.raises(NotFoundError):
             await phis.delete("a", "default")
+
+
+BIG = 2**53 + 1  # 9007199254740993: the first integer a double cannot hold
+
+
+def numbers_crd(
+    root_preserves: bool = False, names: tuple[str, str, str] = ("numbers", "nb", "Number")
+) -> dict[str, Any]:
+    crd = crontab_crd(*names)
+    version = crd["spec"]["versions"][0]
+    del version["subresources"], version["additionalPrinterColumns"]
+    schema = version["schema"]["openAPIV3Schema"]
+    schema["properties"]["spec"] = {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "properties": {
+            "count": {"type": "integer", "format": "int64"},
+            "capped": {"type": "integer", "maximum": 2**53, "minimum": -(2**53)},
+        },
+    }
+    if root_preserves:
+        schema["x-kubernetes-preserve-unknown-fields"] = True
+    return crd
+
+
+async def _rest(
+    session: aiohttp.ClientSession, method: str, url: str, body: Any = None, **headers: str
+) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body)
+    async with session.request(method, url, data=data, headers=headers) as r:
+        return r.status, json.loads(await r.text())
+
+
+async def test_integers_beyond_2_to_the_53_stay_exact(served: RunningAPIServer) -> None:
+    """kube keeps a custom object's integers as int64: create, get, list, watch, merge and JSON
+    patch, and the etcd JSON (read back by the watch cache) keep 2^53 + 1 and int64's ends."""
+    base = f"http://{served.server.rest_address}"
+    objects = base + "/apis/stable.example.com/v1/namespaces/default/numbers"
+    spec = {"count": BIG, "nested": {"list": [2**63 - 1, -(2**63), -BIG, 2**53, 1.5]}}
+    async with aiohttp.ClientSession() as session:
+        status, crd = await _rest(
+            session,
+            "POST",
+            base + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            numbers_crd(),
+            **{"Content-Type": "application/json"},
+        )
+        assert status == 201, crd
+        status = 404
+        body = {"apiVersion": "stable.example.com/v1", "kind": "Number", "metadata": {"name": "n"}}
+        while status == 404:  # until the kind is served
+            status, listed = await _rest(session, "GET", objects)
+            if status == 404:
+                await asyncio.sleep(0.05)
+        json_type = {"Content-Type": "application/json"}
+        async with session.get(
+            objects + f"?watch=1&resourceVersion={listed['metadata']['resourceVersion']}"
+        ) as watch:
+            status, created = await _rest(
+                session, "POST", objects, {**body, "spec": spec}, **json_type
+            )
+            assert status == 201, created
+            assert created["spec"] == spec
+            event = json.loads(await watch.content.readline())
+        assert event["type"] == "ADDED" and event["object"]["spec"] == spec
+        status, got = await _rest(session, "GET", objects + "/n")
+        assert got["spec"] == spec
+        status, listed = await _rest(session, "GET", objects)
+        assert listed["items"][0]["spec"] == spec
+        status, patched = await _rest(
+            session,
+            "PATCH",
+            objects + "/n",
+            {"spec": {"count": BIG + 2}},
+            **{"Content-Type": "application/merge-patch+json"},
+        )
+        assert status == 200, patched
+        assert patched["spec"]["count"] == BIG + 2
+        assert patched["spec"]["nested"] == spec["nested"]
+        status, patched = await _rest(
+            session,
+            "PATCH",
+            objects + "/n",
+            [{"op": "test", "path": "/spec/count", "value": BIG + 2},
+             {"op": "replace", "path": "/spec/count", "value": -BIG}],
+            **{"Content-Type": "application/json-patch+json"},
+        )  # fmt: skip
+        assert status == 200, patched
+        assert patched["spec"]["count"] == -BIG
+        # Server-side apply (its merge and managedFields work on the JSON) keeps them too.
+        status, applied = await _rest(
+            session, "PATCH", objects + "/n?fieldManager=numbers&force=true",
+            {**body, "spec": {"count": BIG + 4}},
+            **{"Content-Type": "application/apply-patch+yaml"},
+        )  # fmt: skip
+        assert status == 200, applied
+        assert applied["spec"]["count"] == BIG + 4
+        assert applied["spec"]["nested"] == spec["nested"]
+        # The schema's bounds are doubles in kube (JSONSchemaProps.Maximum is a float64): 2^53
+        # is allowed, 2^53 + 1 is past it.
+        status, ok = await _rest(
+            session, "PATCH", objects + "/n", {"spec": {"capped": 2**53}},
+            **{"Content-Type": "application/merge-patch+json"},
+        )  # fmt: skip
+        assert status == 200 and ok["spec"]["capped"] == 2**53, ok
+        status, refused = await _rest(
+            session, "PATCH", objects + "/n", {"spec": {"capped": BIG}},
+            **{"Content-Type": "application/merge-patch+json"},
+        )  # fmt: skip
+        assert status == 422, refused
+        assert "spec.capped in body should be less than or equal to" in refused["message"]
+        # A fraction is refused by the schema's format int64, with kube's message.
+        status, refused = await _rest(
+            session, "PATCH", objects + "/n", {"spec": {"count": 1.5}},
+            **{"Content-Type": "application/merge-patch+json"},
+        )  # fmt: skip
+        assert status == 422, refused
+        assert "spec.count in body must be of type int64" in refused["message"]
+
+
+async def test_integers_beyond_2_to_the_53_over_grpc(served: RunningAPIServer) -> None:
+    """A Struct's numbers are doubles: CustomResources carries an integer beyond 2^53 as
+    {"\\u0000int64": "<decimal>"} both ways, so a client that writes back what it read (the
+    garbage collector does) keeps it exact; REST shows the integer."""
+    base = f"http://{served.server.rest_address}"
+    objects = base + "/apis/stable.example.com/v1/namespaces/default/numbers"
+    async with aiohttp.ClientSession() as session:
+        status, _ = await _rest(
+            session,
+            "POST",
+            base + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            numbers_crd(),
+            **{"Content-Type": "application/json"},
+        )
+        assert status in (201, 409)
+        status = 404
+        while status == 404:
+            status, _ = await _rest(session, "GET", objects)
+            if status == 404:
+                await asyncio.sleep(0.05)
+        body = {
+            "apiVersion": "stable.example.com/v1",
+            "kind": "Number",
+            "metadata": {"name": "g"},
+            "spec": {"count": BIG, "small": 7},
+        }
+        status, created = await _rest(
+            session, "POST", objects, body, **{"Content-Type": "application/json"}
+        )
+        assert status == 201, created
+        channel = grpc.aio.insecure_channel(served.address, options=list(CHANNEL_OPTIONS))
+        try:
+            stub = apiextensions_pb2_grpc.CustomResourcesStub(channel)
+            where: dict[str, Any] = {
+                "group": "stable.example.com", "version": "v1", "plural": "numbers",
+                "namespace": "default",
+            }  # fmt: skip
+            got = await stub.Get(apiextensions_pb2.CustomResourceRequest(**where, name="g"))
+            data = json_format.MessageToDict(got)
+            assert data["spec"] == {"count": {"\u0000int64": str(BIG)}, "small": 7.0}
+            data["metadata"]["labels"] = {"touched": "yes"}
+            back = struct_pb2.Struct()
+            back.update(data)
+            await stub.Update(apiextensions_pb2.CustomResourceRequest(**where, object=back))
+        finally:
+            await channel.close()
+        status, after = await _rest(session, "GET", objects + "/g")
+        assert after["metadata"]["labels"] == {"touched": "yes"}
+        assert after["spec"] == {"count": BIG, "small": 7}
+
+
+async def test_a_root_that_preserves_unknown_fields_keeps_top_level_ones(
+    served: RunningAPIServer,
+) -> None:
+    """kube keeps the top-level fields a schema does not name when its root has
+    x-kubernetes-preserve-unknown-fields: true (and prunes them without it)."""
+    base = f"http://{served.server.rest_address}"
+    json_type = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession() as session:
+        for names, preserves in ((("opens", "op", "Open"), True), (("shuts", "sh", "Shut"), False)):
+            status, crd = await _rest(
+                session,
+                "POST",
+                base + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                numbers_crd(preserves, names),
+                **json_type,
+            )
+            assert status == 201, crd
+            objects = base + f"/apis/stable.example.com/v1/namespaces/default/{names[0]}"
+            status = 404
+            while status == 404:
+                status, _ = await _rest(session, "GET", objects)
+                if status == 404:
+                    await asyncio.sleep(0.05)
+            body = {
+                "apiVersion": "stable.example.com/v1",
+                "kind": names[2],
+                "metadata": {"name": "o"},
+                "spec": {"count": 1},
+                "data": {"k": "v", "n": BIG},
+                "x__unknown_fields": "mine",
+                "top": 3,
+            }
+            # Strict field validation: nothing is unknown under the root's preserve.
+            status, created = await _rest(
+                session, "POST", objects + "?fieldValidation=Strict", body, **json_type
+            )
+            if not preserves:
+                assert status == 400, created
+                assert 'unknown field "data"' in created["message"], created
+                status, created = await _rest(session, "POST", objects, body, **json_type)
+                assert status == 201, created
+                assert set(created) == {"apiVersion", "kind", "metadata", "spec"}
+                continue
+            assert status == 201, created
+            for got in (created, (await _rest(session, "GET", objects + "/o"))[1]):
+                assert {k: got[k] for k in ("data", "x__unknown_fields", "top")} == {
+                    "data": {"k": "v", "n": BIG},
+                    "x__unknown_fields": "mine",
+                    "top": 3,
+                }
+            status, patched = await _rest(
+                session, "PATCH", objects + "/o", {"top": None, "more": [1]},
+                **{"Content-Type": "application/merge-patch+json"},
+            )  # fmt: skip
+            assert status == 200, patched
+            assert "top" not in patched and patched["more"] == [1]
+            assert patched["metadata"]["generation"] == 2
+            assert patched["data"] == {"k": "v", "n": BIG}
+
+
+@needs_kubectl
+async def test_server_side_apply_merges_a_map_list_by_its_keys(
+    served: RunningAPIServer, tmp_path: Path
+) -> None:
+    """Two appliers (kubectl apply --server-side) owning different items of a list with
+    x-kubernetes-list-type: map merge by key, and conflict on each other's items, as kube."""
+    crd = crontab_crd("routes", "rt", "Route")
+    version = crd["spec"]["versions"][0]
+    version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["ports"] = {
+        "type": "array",
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["name"],
+        "items": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {"name": {"type": "string"}, "port": {"type": "integer"}},
+        },
+    }
+    await established(served, tmp_path, crd)
+
+    def route(*ports: tuple[str, int]) -> str:
+        return yaml.safe_dump(
+            {
+                "apiVersion": "stable.example.com/v1",
+                "kind": "Route",
+                "metadata": {"name": "r", "namespace": "default"},
+                "spec": {"ports": [{"name": n, "port": p} for n, p in ports]},
+            }
+        )
+
+    async def apply_as(manager: str, *ports: tuple[str, int]) -> subprocess.CompletedProcess[str]:
+        return await kubectl(
+            served, tmp_path, "apply", "--server-side", f"--field-manager={manager}", "-f", "-",
+            stdin=route(*ports),
+        )  # fmt: skip
+
+    done = await apply_as("alice", ("a", 1))
+    assert done.returncode == 0, done.stderr
+    done = await apply_as("bob", ("b", 2))
+    assert done.returncode == 0, done.stderr
+    got = await kubectl(
+        served, tmp_path, "get", "route", "r", "-o", "json", "--show-managed-fields"
+    )
+    obj = json.loads(got.stdout)
+    assert obj["spec"]["ports"] == [{"name": "a", "port": 1}, {"name": "b", "port": 2}]
+    owners = {
+        e["manager"]: e["fieldsV1"]["f:spec"]["f:ports"] for e in obj["metadata"]["managedFields"]
+    }
+    assert list(owners["alice"]) == ['k:{"name":"a"}']
+    assert list(owners["bob"]) == ['k:{"name":"b"}']
+    done = await apply_as("bob", ("b", 2), ("a", 3))
+    assert done.returncode != 0
+    assert 'conflict with "alice": .spec.ports[name="a"].port' in done.stderr, done.stderr
+    # Alice dropping her item removes it; Bob's stays.
+    done = await apply_as("alice")
+    assert done.returncode == 0, done.stderr
+    got = await kubectl(served, tmp_path, "get", "route", "r", "-o", "jsonpath={.spec.ports}")
+    assert json.loads(got.stdout) == [{"name": "b", "port": 2}]

@@ -385,3 +385,23 @@ def test_int_or_string_accepts_ints_whole_numbers_and_names(value: str, expected
     svc = load_manifests(SERVICE % value)[0].obj
     port = svc.spec.ports[0].targetPort  # type: ignore[attr-defined]
     assert (port.string_value or port.number_value) == expected
+
+
+def test_hold_big_ints_wraps_only_what_a_double_cannot_hold() -> None:
+    from tinykube.manifest import BIG_INT_KEY, _whole_numbers, hold_big_ints
+
+    data = {"a": [2**53, 2**53 + 1, -(2**63), 2**63 - 1, 2**63, True, 1.5], "b": {"c": -(2**60)}}
+    held = hold_big_ints(data)
+    assert held == {
+        "a": [
+            2**53,
+            {BIG_INT_KEY: str(2**53 + 1)},
+            {BIG_INT_KEY: str(-(2**63))},
+            {BIG_INT_KEY: str(2**63 - 1)},
+            2**63,  # past int64: kube too has only a float64 for it
+            True,
+            1.5,
+        ],
+        "b": {"c": {BIG_INT_KEY: str(-(2**60))}},
+    }
+    assert _whole_numbers(held) == data

@@ -633,6 +633,8 @@ class CustomResourceRequest(_message.Message):
     RESOURCEVERSION_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
     CONTINUE_FIELD_NUMBER: _builtins.int
+    PRECONDITIONS_FIELD_NUMBER: _builtins.int
+    PROPAGATIONPOLICY_FIELD_NUMBER: _builtins.int
     group: _builtins.str
     version: _builtins.str
     plural: _builtins.str
@@ -644,6 +646,7 @@ class CustomResourceRequest(_message.Message):
     fieldSelector: _builtins.str
     resourceVersion: _builtins.str
     limit: _builtins.int
+    propagationPolicy: _builtins.str
     @_builtins.property
     def object(self) -> _struct_pb2.Struct:
         """Create, Update, UpdateStatus: the whole object (apiVersion, kind, metadata, ...)."""
@@ -651,6 +654,13 @@ class CustomResourceRequest(_message.Message):
     @_builtins.property
     def dryRun(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """["All"]: every check of the write runs, nothing is stored (Kubernetes' dryRun)."""
+
+    @_builtins.property
+    def preconditions(self) -> _meta_pb2.Preconditions:
+        """Delete: the object's uid and resourceVersion must match (Kubernetes' preconditions), and
+        what becomes of its dependents ("Orphan", "Foreground", "Background"; "" the default,
+        Background), as meta.proto's DeleteRequest.
+        """
 
     def __init__(
         self,
@@ -666,10 +676,12 @@ class CustomResourceRequest(_message.Message):
         fieldSelector: _builtins.str = ...,
         resourceVersion: _builtins.str = ...,
         limit: _builtins.int = ...,
+        preconditions: _meta_pb2.Preconditions | None = ...,
+        propagationPolicy: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["object", b"object"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["object", b"object", "preconditions", b"preconditions"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["continue", b"continue", "dryRun", b"dryRun", "fieldSelector", b"fieldSelector", "group", b"group", "labelSelector", b"labelSelector", "limit", b"limit", "name", b"name", "namespace", b"namespace", "object", b"object", "plural", b"plural", "resourceVersion", b"resourceVersion", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["continue", b"continue", "dryRun", b"dryRun", "fieldSelector", b"fieldSelector", "group", b"group", "labelSelector", b"labelSelector", "limit", b"limit", "name", b"name", "namespace", b"namespace", "object", b"object", "plural", b"plural", "preconditions", b"preconditions", "propagationPolicy", b"propagationPolicy", "resourceVersion", b"resourceVersion", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -356,3 +356,110 @@ async def test_an_owner_waits_while_a_dependent_kinds_cache_is_still_listing() -
     listed = True
     await env.gc.sync("ReplicaSet:default/web")
     assert "default/web" not in env.client.replica_sets.objects
+
+
+# ---- custom kinds (CRDs): keyed "Kind.group", dropped when their CRD goes -------------------
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind", "key"),
+    [
+        ("v1", "ConfigMap", "ConfigMap"),
+        ("apps/v1", "ReplicaSet", "ReplicaSet"),
+        ("stable.example.com/v1", "CronTab", "CronTab.stable.example.com"),
+        # A custom kind named like a built-in one is not the built-in one.
+        ("example.com/v1", "Deployment", "Deployment.example.com"),
+        ("", "Pod", "Pod"),
+    ],
+)
+def test_ref_kind(api_version: str, kind: str, key: str) -> None:
+    ref = meta_pb2.OwnerReference(apiVersion=api_version, kind=kind, name="x", uid="u")
+    assert GarbageCollector.ref_kind(ref) == key
+
+
+def _widget_ref(owner: Any, *, block: bool = False) -> meta_pb2.OwnerReference:
+    return meta_pb2.OwnerReference(
+        apiVersion="example.com/v1",
+        kind="Widget",
+        name=owner.metadata.name,
+        uid=owner.metadata.uid,
+        blockOwnerDeletion=block,
+    )
+
+
+def _widget_env() -> tuple[Env, FakeResource[Any]]:
+    """An Env whose "Widget.example.com" kind is played by a fake resource of ReplicaSets."""
+    env = Env()
+    widgets: FakeResource[Any] = FakeResource(
+        "Widget", replicaset_pb2.ReplicaSet, env.clock, itertools.count(1000)
+    )
+    env.gc.add_kind("Widget.example.com", FakeStore(widgets), widgets)
+    env.resources["Widget.example.com"] = widgets
+    env._seen = env._snapshot()
+    return env, widgets
+
+
+async def _widget(widgets: FakeResource[Any], name: str, *owners: Any) -> Any:
+    w = replicaset_pb2.ReplicaSet()
+    w.metadata.name = name
+    w.metadata.namespace = "default"
+    for o in owners:
+        w.metadata.ownerReferences.append(
+            _widget_ref(o) if o.metadata.name.startswith("w") else new_controller_ref(o)
+        )
+    return await widgets.create(w)
+
+
+async def test_custom_owner_and_custom_dependent() -> None:
+    env, widgets = _widget_env()
+    rs = await env.rs("rs")
+    parent = await _widget(widgets, "w-parent", rs)  # a custom object owned by a built-in one
+    child = await _widget(widgets, "w-child", parent)  # custom owned by custom
+    pod = pod_pb2.Pod()
+    pod.metadata.name = "p"
+    pod.metadata.namespace = "default"
+    pod.metadata.ownerReferences.append(_widget_ref(child))  # built-in owned by custom
+    await env.client.pods.create(pod)
+    await env.settle()
+    assert sorted(widgets.objects) == ["default/w-child", "default/w-parent"]
+    await env.client.replica_sets.delete("rs", "default")
+    await env.settle()
+    assert env.gone == [
+        "ReplicaSet:default/rs",
+        "Widget.example.com:default/w-parent",
+        "Widget.example.com:default/w-child",
+        "Pod:default/p",
+    ]
+
+
+async def test_custom_foreground_owner_waits_for_blocking_dependents() -> None:
+    env, widgets = _widget_env()
+    owner = await _widget(widgets, "w-owner")
+    pod = pod_pb2.Pod()
+    pod.metadata.name = "p"
+    pod.metadata.namespace = "default"
+    pod.metadata.ownerReferences.append(_widget_ref(owner, block=True))
+    await env.client.pods.create(pod)
+    await widgets.delete("w-owner", "default", propagation_policy="Foreground")
+    await env.settle()
+    assert env.gone == ["Pod:default/p", "Widget.example.com:default/w-owner"]
+
+
+async def test_a_removed_custom_kind_leaves_dangling_references() -> None:
+    env, widgets = _widget_env()
+    owner = await _widget(widgets, "w-owner")
+    pod = pod_pb2.Pod()
+    pod.metadata.name = "p"
+    pod.metadata.namespace = "default"
+    pod.metadata.ownerReferences.append(_widget_ref(owner))
+    await env.client.pods.create(pod)
+    await env.settle()
+    # The CRD went with its objects, and the collector dropped the kind before its cache
+    # delivered the deletion: the pod's owner dangles all the same.
+    env.gc.remove_kind("Widget.example.com")
+    del env.resources["Widget.example.com"]
+    env._seen = env._snapshot()
+    assert env.queue.added == ["Pod:default/p"]
+    await env.settle()
+    assert "default/p" not in env.client.pods.objects
+    assert not env.gc.knows("Widget.example.com")
