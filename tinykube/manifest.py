@@ -594,7 +594,7 @@ def _normalise_output(desc: Any, data: dict[str, Any], zero_fields: bool = False
             if isinstance(value, float) and value.is_integer():
                 data[key] = int(value)
         else:
-            data[key] = _whole_numbers(value)
+            data[key] = whole_numbers(value)
     if zero_fields:
         # proto3 dropped these zero values; the table's (a handful per message) are complete,
         # nested zeros included, so what is added here needs no walk of its own.
@@ -611,13 +611,15 @@ def _copy_json(value: Any) -> Any:
     return value
 
 
-def _whole_numbers(value: Any) -> Any:
+def whole_numbers(value: Any) -> Any:
+    """JSON as it was written: protobuf's Struct and Value hold every number as a double, so
+    whole ones (80.0) go back to integers (80), inside objects and lists too."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
-        return {k: _whole_numbers(v) for k, v in value.items()}
+        return {k: whole_numbers(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_whole_numbers(v) for v in value]
+        return [whole_numbers(v) for v in value]
     return value
 
 
