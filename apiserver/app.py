@@ -196,20 +196,8 @@ class APIServer:
         for info in ALL_KINDS:
             key_prefix = f"{prefix}/{info.plural}/".encode()
             codec = Codec(info.message, info.namespaced, fields_of(info.kind), json=KindCodec(info))
-            cache = WatchCache(
-                kind=info.kind,
-                prefix=key_prefix,
-                codec=codec,
-                storage=self.storage,
-                metrics=self.metrics,
-                window_size=settings.watch_cache_size,
-                window_bytes=settings.watch_cache_bytes,
-                watcher_queue_size=settings.watcher_queue_size,
-                watcher_queue_bytes=settings.watcher_queue_bytes,
-                bookmark_interval=settings.bookmark_interval_seconds,
-                wait_timeout=settings.cache_wait_seconds,
-                index_field=INDEX_FIELD.get(info.kind),
-                clock=self.clock,
+            cache = self._watch_cache(
+                info, key_prefix, codec, index_field=INDEX_FIELD.get(info.kind)
             )
             self.caches[info.kind] = cache
             common: dict[str, Any] = {
@@ -479,6 +467,28 @@ class APIServer:
                 return ParamSource(info.namespaced, store.cache.prefix, store.cache, object_dict)
         return None
 
+    def _watch_cache(
+        self, info: KindInfo, prefix: bytes, codec: Codec, *, index_field: str | None = None
+    ) -> WatchCache:
+        """A kind's watch cache over the keys under `prefix`, sized and timed by the settings
+        (the same for built-in and custom kinds)."""
+        settings = self.settings
+        return WatchCache(
+            kind=info.kind,
+            prefix=prefix,
+            codec=codec,
+            storage=self.storage,
+            metrics=self.metrics,
+            window_size=settings.watch_cache_size,
+            window_bytes=settings.watch_cache_bytes,
+            watcher_queue_size=settings.watcher_queue_size,
+            watcher_queue_bytes=settings.watcher_queue_bytes,
+            bookmark_interval=settings.bookmark_interval_seconds,
+            wait_timeout=settings.cache_wait_seconds,
+            index_field=index_field,
+            clock=self.clock,
+        )
+
     def _custom_store(
         self, info: KindInfo, crd: CustomResourceDefinition
     ) -> tuple[CustomResourceStore, asyncio.Task[None]]:
@@ -489,20 +499,7 @@ class APIServer:
         codec = JsonCodec(
             info.message, info.namespaced, strategy.field_values, json=KindCodec(info)
         )
-        cache = WatchCache(
-            kind=info.kind,
-            prefix=key_prefix,
-            codec=codec,
-            storage=self.storage,
-            metrics=self.metrics,
-            window_size=settings.watch_cache_size,
-            window_bytes=settings.watch_cache_bytes,
-            watcher_queue_size=settings.watcher_queue_size,
-            watcher_queue_bytes=settings.watcher_queue_bytes,
-            bookmark_interval=settings.bookmark_interval_seconds,
-            wait_timeout=settings.cache_wait_seconds,
-            clock=self.clock,
-        )
+        cache = self._watch_cache(info, key_prefix, codec)
         store = CustomResourceStore(
             info,
             storage=self.storage,

@@ -55,7 +55,7 @@ from tinykube.errors import (
     abort_with,
 )
 from tinykube.kinds import ALL_KINDS, KindInfo
-from tinykube.manifest import ManifestError, hold_big_ints, parse_as, to_dict
+from tinykube.manifest import ManifestError, hold_big_ints, parse_as, to_dict, whole_numbers
 from tinykube.v1 import apiextensions_pb2, meta_pb2, pod_pb2
 
 log = logging.getLogger(__name__)
@@ -668,7 +668,7 @@ class GrpcCustomResources:
 
     @staticmethod
     def _object(store: ResourceStore, request: apiextensions_pb2.CustomResourceRequest) -> Message:
-        data = _whole(json_format.MessageToDict(request.object))
+        data = whole_numbers(json_format.MessageToDict(request.object))
         info = store.info
         for key, want in (("apiVersion", info.api_version), ("kind", info.kind)):
             if data.get(key, want) not in ("", want):
@@ -831,14 +831,3 @@ class GrpcCustomResources:
             ),
         }
         return grpc.method_handlers_generic_handler(CUSTOM_RESOURCES_SERVICE, methods)
-
-
-def _whole(value: Any) -> Any:
-    """A Struct's numbers are doubles: whole ones were JSON integers."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _whole(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_whole(v) for v in value]
-    return value

@@ -32,8 +32,9 @@ from typing import Any, cast
 import grpc
 from aiohttp import WSMsgType, web
 
+from apiserver.kubeletstream import Call, messages
 from apiserver.podlogs import KubeletUnreachableError, kubelet_address
-from apiserver.portforward import TUNNEL_PROTOCOL, Call, SpdyTunnel, WsPipe
+from apiserver.portforward import TUNNEL_PROTOCOL, SpdyTunnel, WsPipe
 from apiserver.spdyupgrade import (
     PORT_FORWARD_PROTOCOLS,
     REMOTECOMMAND_PROTOCOLS,
@@ -276,7 +277,7 @@ class PodStreams:
 
     async def _accept(
         self,
-        call: grpc.aio.StreamStreamCall[kubelet_pb2.StreamFrame, kubelet_pb2.StreamFrame],
+        call: Call,
         start: kubelet_pb2.StreamStart,
         node: str,
         address: str,
@@ -313,7 +314,7 @@ class PodStreams:
     async def _relay(
         self,
         ws: web.WebSocketResponse,
-        call: grpc.aio.StreamStreamCall[kubelet_pb2.StreamFrame, kubelet_pb2.StreamFrame],
+        call: Call,
     ) -> None:
         async def upstream() -> None:
             """The client's messages to the kubelet; its close ends our side of the call."""
@@ -333,19 +334,14 @@ class PodStreams:
 
         up = asyncio.ensure_future(upstream())
         try:
-            while True:
-                try:
-                    msg = await call.read()
-                except grpc.RpcError:
-                    break
-                if msg is grpc.aio.EOF or not isinstance(msg, kubelet_pb2.StreamFrame):
-                    break
-                if ws.closed:
-                    break
-                try:
-                    await ws.send_bytes(msg.data)
-                except ConnectionError:
-                    break
+            async with contextlib.aclosing(messages(call)) as frames:
+                async for data in frames:
+                    if ws.closed:
+                        break
+                    try:
+                        await ws.send_bytes(data)
+                    except ConnectionError:
+                        break
         finally:
             up.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -24,9 +24,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import grpc
 from aiohttp import WSMsgType, web
 
+from apiserver.kubeletstream import Call, channels
 from tinykube import remotecommand as rc
 from tinykube import spdy
 from tinykube.errors import TinykubeError
@@ -36,7 +36,6 @@ log = logging.getLogger(__name__)
 
 TUNNEL_PROTOCOL = "SPDY/3.1+portforward.k8s.io"
 
-Call = grpc.aio.StreamStreamCall[kubelet_pb2.StreamFrame, kubelet_pb2.StreamFrame]
 OpenCall = Callable[[int], Awaitable[Call]]  # a port's accepted kubelet call; TinykubeError
 
 
@@ -166,29 +165,20 @@ class SpdyTunnel:
             writer = asyncio.ensure_future(self._upstream(pair, call))
             skip = {0: 2, 1: 2}  # the port prefix on each channel
             try:
-                while True:
-                    try:
-                        msg = await call.read()
-                    except grpc.RpcError:
-                        break
-                    if msg is grpc.aio.EOF or not isinstance(msg, kubelet_pb2.StreamFrame):
-                        break
-                    try:
-                        channel, payload = rc.parse(msg.data)
-                    except ValueError:
-                        continue
-                    if skip.get(channel):
-                        cut = min(skip[channel], len(payload))
-                        skip[channel] -= cut
-                        payload = payload[cut:]
-                    if not payload:
-                        continue
-                    if channel == 0:
-                        for start in range(0, len(payload), spdy.MAX_DATA):
-                            chunk = payload[start : start + spdy.MAX_DATA]
-                            await self.send(spdy.data(pair.data_sid, chunk))
-                    elif channel == 1:
-                        await self.send(spdy.data(pair.error_sid, payload))
+                async with contextlib.aclosing(channels(call)) as frames:
+                    async for channel, payload in frames:
+                        if skip.get(channel):
+                            cut = min(skip[channel], len(payload))
+                            skip[channel] -= cut
+                            payload = payload[cut:]
+                        if not payload:
+                            continue
+                        if channel == 0:
+                            for start in range(0, len(payload), spdy.MAX_DATA):
+                                chunk = payload[start : start + spdy.MAX_DATA]
+                                await self.send(spdy.data(pair.data_sid, chunk))
+                        elif channel == 1:
+                            await self.send(spdy.data(pair.error_sid, payload))
             finally:
                 writer.cancel()
                 call.cancel()

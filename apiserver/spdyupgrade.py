@@ -36,6 +36,7 @@ from collections.abc import Iterable
 import grpc
 from aiohttp import web
 
+from apiserver.kubeletstream import Call, channels
 from tinykube import remotecommand as rc
 from tinykube import spdy
 from tinykube.errors import BadRequestError, ForbiddenError
@@ -51,8 +52,6 @@ PORT_FORWARD_PROTOCOLS = ("portforward.k8s.io",)
 STREAM_CREATION_TIMEOUT = 30.0
 # Writes wait while the transport holds more than this.
 WRITE_HIGH_WATER = 1 << 20
-
-Call = grpc.aio.StreamStreamCall[kubelet_pb2.StreamFrame, kubelet_pb2.StreamFrame]
 
 
 def is_spdy_upgrade(request: web.Request) -> bool:
@@ -246,21 +245,12 @@ class RemoteCommand:
     async def _relay(self, call: Call) -> None:
         """The kubelet call's frames onto the client's streams, then every stream closed."""
         out = {rc.STDOUT: "stdout", rc.STDERR: "stderr", rc.ERROR: "error"}
-        while True:
-            try:
-                msg = await call.read()
-            except grpc.RpcError:
-                break
-            if msg is grpc.aio.EOF or not isinstance(msg, kubelet_pb2.StreamFrame):
-                break
-            try:
-                channel, payload = rc.parse(msg.data)
-            except ValueError:
-                continue
-            sid = self.streams.get(out.get(channel, ""), 0)
-            if sid and payload:
-                for start in range(0, len(payload), spdy.MAX_DATA):
-                    await self.send(spdy.data(sid, payload[start : start + spdy.MAX_DATA]))
+        async with contextlib.aclosing(channels(call)) as frames:
+            async for channel, payload in frames:
+                sid = self.streams.get(out.get(channel, ""), 0)
+                if sid and payload:
+                    for start in range(0, len(payload), spdy.MAX_DATA):
+                        await self.send(spdy.data(sid, payload[start : start + spdy.MAX_DATA]))
         for kind in ("stdout", "stderr", "error"):
             sid = self.streams.get(kind, 0)
             if sid:

@@ -25,30 +25,10 @@ from typing import Any
 
 from tinykube.clock import Clock
 from tinykube.informer import Informer
+from tinykube.podrefs import Reference, volume_references
 from tinykube.v1 import pod_pb2
 
 log = logging.getLogger(__name__)
-
-# (resource: "configmaps" or "secrets", namespace, name)
-Ref = tuple[str, str, str]
-
-
-def volume_refs(pod: pod_pb2.Pod) -> set[Ref]:
-    """The ConfigMaps and Secrets the pod's volumes project."""
-    ns = pod.metadata.namespace
-    out: set[Ref] = set()
-    for vol in pod.spec.volumes:
-        if vol.HasField("configMap"):
-            out.add(("configmaps", ns, vol.configMap.name))
-        elif vol.HasField("secret"):
-            out.add(("secrets", ns, vol.secret.secretName))
-        elif vol.HasField("projected"):
-            for src in vol.projected.sources:
-                if src.HasField("configMap"):
-                    out.add(("configmaps", ns, src.configMap.name))
-                elif src.HasField("secret"):
-                    out.add(("secrets", ns, src.secret.name))
-    return out
 
 
 @dataclass
@@ -69,12 +49,12 @@ class ObjectCache:
         self.api = api
         self.on_change = on_change
         self.clock = clock or Clock()
-        self._watches: dict[Ref, _Watch] = {}
-        self._pods: dict[str, set[Ref]] = {}
+        self._watches: dict[Reference, _Watch] = {}
+        self._pods: dict[str, set[Reference]] = {}
 
     def register(self, pod: pod_pb2.Pod) -> None:
         uid = pod.metadata.uid
-        refs = volume_refs(pod)
+        refs = volume_references(pod)
         old = self._pods.get(uid, set())
         if refs == old:
             return
@@ -91,14 +71,14 @@ class ObjectCache:
         for ref in self._pods.pop(uid, set()):
             self._release(ref, uid)
 
-    def get(self, ref: Ref) -> tuple[bool, Any]:
+    def get(self, ref: Reference) -> tuple[bool, Any]:
         """(synced, object or None): not synced means ask the apiserver."""
         watch = self._watches.get(ref)
         if watch is None or not watch.informer.has_synced():
             return False, None
         return True, watch.informer.store.get_by_name(ref[2], ref[1])
 
-    def watched(self) -> list[Ref]:
+    def watched(self) -> list[Reference]:
         return sorted(self._watches)
 
     async def close(self) -> None:
@@ -111,7 +91,7 @@ class ObjectCache:
             with contextlib.suppress(asyncio.CancelledError):
                 await watch.task
 
-    def _start(self, ref: Ref) -> _Watch:
+    def _start(self, ref: Reference) -> _Watch:
         resource, namespace, name = ref
         client = self.api.config_maps if resource == "configmaps" else self.api.secrets
         informer: Informer[Any] = Informer.for_resource(
@@ -131,7 +111,7 @@ class ObjectCache:
         log.debug("watching %s %s/%s", resource, namespace, name)
         return _Watch(informer, informer.start())
 
-    def _release(self, ref: Ref, uid: str) -> None:
+    def _release(self, ref: Reference, uid: str) -> None:
         watch = self._watches.get(ref)
         if watch is None:
             return

@@ -51,7 +51,8 @@ from kubelet.envvars import (
     pod_field_value,
     resource_value,
 )
-from kubelet.objectcache import ObjectCache, Ref, volume_refs
+from kubelet.objectcache import ObjectCache
+from tinykube.podrefs import Reference, volume_references
 from tinykube.quantity import parse_quantity
 from tinykube.v1 import configmap_pb2, pod_pb2, secret_pb2
 
@@ -145,12 +146,12 @@ class _PodVolumes:
     tokens: dict[tuple[str, str], _Token] = field(default_factory=dict)
     tmpfs: list[Path] = field(default_factory=list)
     # What the cache held of the pod's ConfigMaps and Secrets at the last setup.
-    versions: tuple[tuple[Ref, bool, str], ...] = ()
+    versions: tuple[tuple[Reference, bool, str], ...] = ()
 
 
-def _versions(cache: ObjectCache, pod: pod_pb2.Pod) -> tuple[tuple[Ref, bool, str], ...]:
+def _versions(cache: ObjectCache, pod: pod_pb2.Pod) -> tuple[tuple[Reference, bool, str], ...]:
     out = []
-    for ref in sorted(volume_refs(pod)):
+    for ref in sorted(volume_references(pod)):
         synced, obj = cache.get(ref)
         out.append((ref, synced, obj.metadata.resourceVersion if obj is not None else ""))
     return tuple(out)

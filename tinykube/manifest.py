@@ -601,13 +601,13 @@ def _normalise_output(desc: Any, data: dict[str, Any], zero_fields: bool = False
             if isinstance(value, float) and value.is_integer():
                 data[key] = int(value)
         else:
-            data[key] = _whole_numbers(value)
+            data[key] = whole_numbers(value)
     if spread is not None:
         # A custom object's top-level fields its schema does not name, kept under a root
         # x-kubernetes-preserve-unknown-fields: back where they were written.
         del data[UNKNOWN_FIELDS]
         for key, value in spread.items():
-            data.setdefault(key, _whole_numbers(value))
+            data.setdefault(key, whole_numbers(value))
     if zero_fields:
         # proto3 dropped these zero values; the table's (a handful per message) are complete,
         # nested zeros included, so what is added here needs no walk of its own.
@@ -688,15 +688,18 @@ def hold_big_ints(value: Any) -> Any:
     return value
 
 
-def _whole_numbers(value: Any) -> Any:
+def whole_numbers(value: Any) -> Any:
+    """JSON as it was written: protobuf's Struct and Value hold every number as a double, so
+    whole ones (80.0) go back to integers (80), inside objects and lists too, and an integer
+    held for being beyond a double (BIG_INT_KEY) is given back."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
         if len(value) == 1 and BIG_INT_KEY in value:
             return int(value[BIG_INT_KEY])
-        return {k: _whole_numbers(v) for k, v in value.items()}
+        return {k: whole_numbers(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_whole_numbers(v) for v in value]
+        return [whole_numbers(v) for v in value]
     return value
 
 

@@ -14,9 +14,10 @@ the authorizer has no opinion (RBAC decides). For a node:
   pods bound to it).
 - leases: get, create, update, patch, delete of the Lease named after it in kube-node-lease.
 - secrets, configmaps: get (and list/watch of one named object) of one that a pod bound to
-  the node references, through a container's env valueFrom (configMapKeyRef, secretKeyRef),
-  envFrom, or a configMap, secret or projected volume, as kube's graph of pods, nodes and what
-  they use; anything else about them is refused. PersistentVolumes are refused.
+  the node references, through imagePullSecrets, a container's (init, regular or ephemeral)
+  env valueFrom (configMapKeyRef, secretKeyRef) or envFrom, or a configMap, secret or projected
+  volume (tinykube/podrefs.py), as kube's graph of pods, nodes and what they use; anything else
+  about them is refused. PersistentVolumes are refused.
 - serviceaccounts/token: create, for an account a pod bound to the node runs as (kube's graph
   edge pod -> serviceaccount); NodeRestriction admission (`admit_node_token`) then requires the
   token to be bound to a pod on that node, by name and uid, as kube's admitServiceAccount.
@@ -27,8 +28,9 @@ Which pod is bound to which node comes from the pod watch cache (`PodsFromCache`
 dictionary lookup of the pod's key, whose cached selectable fields hold spec.nodeName. What the
 bound pods reference is an index kept from the same cache's events (a cache listener): per
 (node, resource, namespace, name) the number of bound pods referencing it, so a check is one
-lookup. A pod's containers are immutable, so an event that leaves its node unchanged (every
-status write) costs one comparison, as kube's graph_populator skips such updates. Pure and
+lookup. A pod's containers are immutable and its ephemeral containers are only ever added, so
+an event that leaves its node and its number of ephemeral containers unchanged (every status
+write) costs two comparisons, as kube's graph_populator skips such updates. Pure and
 synchronous; runs on the event loop.
 """
 
@@ -49,6 +51,8 @@ from apiserver.auth.authorizer import (
 )
 from apiserver.auth.rbac import Rule, rules_allow
 from apiserver.watchcache import DELETED, CachedObject, CacheEvent, WatchCache
+from tinykube import podrefs
+from tinykube.podrefs import Reference
 from tinykube.selectors import SelectorError, parse_field_selector
 from tinykube.v1 import pod_pb2
 
@@ -90,44 +94,12 @@ class PodLocator(Protocol):
         ...
 
 
-# (resource, namespace, name) of a configmap or secret.
-Reference = tuple[str, str, str]
-
-
 def pod_references(pod: pod_pb2.Pod) -> frozenset[Reference]:
-    """The configmaps and secrets a pod's containers read (kube's VisitPodConfigmapNames and
-    VisitPodSecretNames, over what a tinykube pod can name: imagePullSecrets, env valueFrom,
-    envFrom and volumes), and the service account it runs as."""
-    ns = pod.metadata.namespace
-    out: set[Reference] = set()
+    """The configmaps and secrets a pod names (tinykube/podrefs.py, kube's
+    VisitPodConfigmapNames and VisitPodSecretNames), and the service account it runs as."""
+    out = podrefs.pod_references(pod)
     if pod.spec.serviceAccountName:
-        out.add(("serviceaccounts", ns, pod.spec.serviceAccountName))
-    for ref in pod.spec.imagePullSecrets:
-        out.add(("secrets", ns, ref.name))
-    for c in (*pod.spec.initContainers, *pod.spec.containers):
-        for source in c.envFrom:
-            if source.HasField("configMapRef"):
-                out.add(("configmaps", ns, source.configMapRef.name))
-            if source.HasField("secretRef"):
-                out.add(("secrets", ns, source.secretRef.name))
-        for var in c.env:
-            if not var.HasField("valueFrom"):
-                continue
-            if var.valueFrom.HasField("configMapKeyRef"):
-                out.add(("configmaps", ns, var.valueFrom.configMapKeyRef.name))
-            if var.valueFrom.HasField("secretKeyRef"):
-                out.add(("secrets", ns, var.valueFrom.secretKeyRef.name))
-    for vol in pod.spec.volumes:
-        if vol.HasField("configMap"):
-            out.add(("configmaps", ns, vol.configMap.name))
-        elif vol.HasField("secret"):
-            out.add(("secrets", ns, vol.secret.secretName))
-        elif vol.HasField("projected"):
-            for src in vol.projected.sources:
-                if src.HasField("configMap"):
-                    out.add(("configmaps", ns, src.configMap.name))
-                elif src.HasField("secret"):
-                    out.add(("secrets", ns, src.secret.name))
+        out.add(("serviceaccounts", pod.metadata.namespace, pod.spec.serviceAccountName))
     return frozenset(out)
 
 
@@ -139,14 +111,22 @@ class ReferenceIndex:
 
     def __init__(self) -> None:
         self.counts: dict[tuple[str, str, str, str], int] = {}
-        # pod key -> (its node, what it references): what to take back when it goes.
-        self.pods: dict[bytes, tuple[str, frozenset[Reference]]] = {}
+        # pod key -> (its node, what it references, its number of ephemeral containers): what
+        # to take back when it goes, and whether an update can have changed it.
+        self.pods: dict[bytes, tuple[str, frozenset[Reference], int]] = {}
 
     def set(self, key: bytes, node: str, pod: pod_pb2.Pod | None) -> None:
         """Record pod `key` as bound to `node` ("" or pod None: unbound or gone)."""
         old = self.pods.get(key)
-        if old is not None and pod is not None and old[0] == node:
-            return  # containers are immutable: same node, same references
+        if (
+            old is not None
+            and pod is not None
+            and old[0] == node
+            and old[2] == len(pod.spec.ephemeralContainers)
+        ):
+            # Containers are immutable and ephemeral ones are only ever added (kube's graph
+            # populator compares the same): same node, same references.
+            return
         if old is not None:
             del self.pods[key]
             for ref in old[1]:
@@ -159,7 +139,7 @@ class ReferenceIndex:
         if pod is None or not node:
             return
         refs = pod_references(pod) or _NONE
-        self.pods[key] = (node, refs)
+        self.pods[key] = (node, refs, len(pod.spec.ephemeralContainers))
         for ref in refs:
             full = (node, *ref)
             self.counts[full] = self.counts.get(full, 0) + 1

@@ -12,6 +12,7 @@ from google.protobuf import json_format
 from apiserver.registry.base import Strategy
 from apiserver.validation import invalid, required
 from tinykube.errors import FieldError
+from tinykube.manifest import whole_numbers
 from tinykube.v1 import controllerrevision_pb2
 
 _NONNEGATIVE = "must be greater than or equal to 0"
@@ -27,17 +28,6 @@ def validate_controller_revision(cr: controllerrevision_pb2.ControllerRevision) 
     return errs
 
 
-def _whole(value: object) -> object:
-    """JSON numbers as they were written: a Struct holds 80 as 80.0."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _whole(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_whole(v) for v in value]
-    return value
-
-
 Revision = controllerrevision_pb2.ControllerRevision
 
 
@@ -47,6 +37,6 @@ class ControllerRevisionStrategy(Strategy[Revision]):
 
     def check_update(self, new: Revision, old: Revision) -> list[FieldError]:
         if new.data != old.data:
-            shown = json.dumps(_whole(json_format.MessageToDict(new.data)), sort_keys=True)
+            shown = json.dumps(whole_numbers(json_format.MessageToDict(new.data)), sort_keys=True)
             return [FieldError("data", f"Invalid value: {shown}: field is immutable")]
         return []

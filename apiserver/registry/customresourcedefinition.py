@@ -31,6 +31,7 @@ from apiserver.validation import (
     unsupported,
 )
 from tinykube.errors import FieldError
+from tinykube.manifest import whole_numbers
 from tinykube.v1 import apiextensions_pb2
 
 CRD = apiextensions_pb2.CustomResourceDefinition
@@ -96,17 +97,7 @@ def schema_dict(version: apiextensions_pb2.CustomResourceDefinitionVersion) -> d
     """A version's openAPIV3Schema as JSON (whole numbers as ints, as the user wrote them)."""
     if not version.schema.HasField("openAPIV3Schema"):
         return {}
-    return _whole(json_format.MessageToDict(version.schema.openAPIV3Schema))  # type: ignore[no-any-return]
-
-
-def _whole(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _whole(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_whole(v) for v in value]
-    return value
+    return whole_numbers(json_format.MessageToDict(version.schema.openAPIV3Schema))  # type: ignore[no-any-return]
 
 
 def default_crd(crd: CRD) -> None:

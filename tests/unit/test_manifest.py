@@ -6,8 +6,17 @@ import json
 
 import pytest
 import yaml
+from google.protobuf import json_format, struct_pb2
 
-from tinykube.manifest import ManifestError, load_manifests, parse_object, to_dict, to_json, to_yaml
+from tinykube.manifest import (
+    ManifestError,
+    load_manifests,
+    parse_object,
+    to_dict,
+    to_json,
+    to_yaml,
+    whole_numbers,
+)
 from tinykube.v1 import lease_pb2, node_pb2, pod_pb2, replicaset_pb2
 
 MULTI = """\
@@ -388,7 +397,7 @@ def test_int_or_string_accepts_ints_whole_numbers_and_names(value: str, expected
 
 
 def test_hold_big_ints_wraps_only_what_a_double_cannot_hold() -> None:
-    from tinykube.manifest import BIG_INT_KEY, _whole_numbers, hold_big_ints
+    from tinykube.manifest import BIG_INT_KEY, hold_big_ints
 
     data = {"a": [2**53, 2**53 + 1, -(2**63), 2**63 - 1, 2**63, True, 1.5], "b": {"c": -(2**60)}}
     held = hold_big_ints(data)
@@ -404,4 +413,45 @@ def test_hold_big_ints_wraps_only_what_a_double_cannot_hold() -> None:
         ],
         "b": {"c": {BIG_INT_KEY: str(-(2**60))}},
     }
-    assert _whole_numbers(held) == data
+    assert whole_numbers(held) == data
+
+
+def test_whole_numbers_turns_whole_doubles_back_into_integers_and_nothing_else() -> None:
+    nan, inf = float("nan"), float("inf")
+    got = whole_numbers(
+        {
+            "port": 80.0,
+            "ratio": 0.5,
+            "flag": True,  # a bool is an int in Python, never a float: kept as it is
+            "off": False,
+            "count": 3,
+            "name": "80",
+            "none": None,
+            "negzero": -0.0,
+            "big": 1e300,
+            "nested": [[1.0, 2.5], {"deep": [{"x": 7.0}]}],
+            "nan": nan,
+            "inf": inf,
+            "-inf": -inf,
+        }
+    )
+    assert got["port"] == 80 and type(got["port"]) is int
+    assert got["ratio"] == 0.5
+    assert got["flag"] is True and got["off"] is False
+    assert got["count"] == 3 and got["name"] == "80" and got["none"] is None
+    assert got["negzero"] == 0 and type(got["negzero"]) is int
+    assert got["big"] == int(1e300) and type(got["big"]) is int
+    assert got["nested"] == [[1, 2.5], {"deep": [{"x": 7}]}]
+    assert type(got["nested"][0][0]) is int and type(got["nested"][1]["deep"][0]["x"]) is int
+    assert got["nan"] != got["nan"] and got["inf"] == inf and got["-inf"] == -inf
+    assert json.dumps(whole_numbers([1.0, [2.0], {"a": 3.0}])) == '[1, [2], {"a": 3}]'
+    # What the callers give it: a Struct read back as JSON, numbers all doubles.
+    struct = struct_pb2.Struct()
+    struct.update({"replicas": 3, "limits": {"cpu": 0.25}, "ports": [8080, 9090]})
+    assert whole_numbers(json_format.MessageToDict(struct)) == {
+        "replicas": 3,
+        "limits": {"cpu": 0.25},
+        "ports": [8080, 9090],
+    }
+    # Tuples and other values are not JSON from a Struct: passed through untouched.
+    assert whole_numbers((1.0,)) == (1.0,)

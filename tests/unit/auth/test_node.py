@@ -517,3 +517,31 @@ def test_the_cache_index_follows_binding_and_deletion() -> None:
     for listener in cache.listeners:
         listener(None)  # a relist replaced the state
     assert pods.index.counts == {}
+
+
+def test_an_ephemeral_container_added_to_a_bound_pod_grants_what_it_references() -> None:
+    # kube's graph populator re-adds a pod whose ephemeral containers changed (kubernetes#114984):
+    # `kubectl debug --env-from` a secret nothing else on the node uses must be readable.
+    cache = FakePodCache()
+    pods = PodsFromCache(cache, b"/registry/pods/")  # type: ignore[arg-type]
+    web = referencing_pod("web", "node-1", env_from=[("configMapRef", "web-config")])
+    cache.put(web)
+    assert not pods.referenced("node-1", "secrets", "default", "debug-token")
+    debugged = pod_pb2.Pod()
+    debugged.CopyFrom(web)
+    debug = debugged.spec.ephemeralContainers.add(name="debug", image="busybox")
+    debug.envFrom.add().secretRef.name = "debug-token"
+    debug.env.add(name="K").valueFrom.configMapKeyRef.name = "debug-config"
+    cache.put(debugged)  # the pods/ephemeralcontainers write
+    assert pods.referenced("node-1", "secrets", "default", "debug-token")
+    assert pods.referenced("node-1", "configmaps", "default", "debug-config")
+    assert pods.referenced("node-1", "configmaps", "default", "web-config")
+    assert (
+        NodeAuthorizer(pods)
+        .authorize(NODE1, a("get", "secrets", namespace="default", name="debug-token"))
+        .allowed
+    )
+    cache.put(debugged)  # a status write: counted once still
+    assert pods.index.counts[("node-1", "secrets", "default", "debug-token")] == 1
+    cache.delete("web")
+    assert pods.index.counts == {}

@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
-from apiserver import spdyupgrade
+from apiserver import kubeletstream, spdyupgrade
 from tinykube import remotecommand as rc
 from tinykube import spdy
 from tinykube.errors import BadRequestError, ForbiddenError
@@ -101,7 +101,7 @@ async def test_streams_relay_to_the_kubelet_call_and_back() -> None:
     conn.incoming.put_nowait(spdy.data(7, resize[10:]))
     conn.incoming.put_nowait(spdy.data(3, b"hi"))
     conn.incoming.put_nowait(spdy.data(3, b"", fin=True))
-    await asyncio.wait_for(command.run(cast(spdyupgrade.Call, call)), 10)
+    await asyncio.wait_for(command.run(cast(kubeletstream.Call, call)), 10)
     assert call.written == [
         rc.resize_message(90, 30),
         rc.frame(rc.STDIN, b"hi"),
