@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import math
 import os
@@ -41,7 +42,7 @@ import random
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,8 +55,8 @@ import sysmetrics
 from namespaces import ensure_namespace
 
 from tinykube.client import Client
-from tinykube.meta import set_int_or_string
 from tinykube.errors import ConflictError, NotFoundError, TinykubeError
+from tinykube.meta import set_int_or_string
 from tinykube.v1 import deployment_pb2, pod_pb2, service_pb2
 
 PROBE_NS = "load-probe"
@@ -200,7 +201,9 @@ class Health:
                 async for ev in self.client.nodes.watch(resource_version=rv):
                     if ev.type == "BOOKMARK":
                         continue
-                    self.node_event(ev.object.metadata.name, _ready(ev.object), ev.type == "DELETED")
+                    self.node_event(
+                        ev.object.metadata.name, _ready(ev.object), ev.type == "DELETED"
+                    )
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -269,7 +272,7 @@ class LoadRun(harness.Run):
         return out
 
     async def paced(
-        self, items: list[tuple[int, Callable[[], Awaitable[None]]]], qps: float
+        self, items: Sequence[tuple[int, Callable[[], Awaitable[None]]]], qps: float
     ) -> dict[str, Any]:
         """Run each item when its pods are due at `qps` pods/s offered (CL2's tuning set)."""
         sem = asyncio.Semaphore(IN_FLIGHT)
@@ -327,7 +330,12 @@ class LoadRun(harness.Run):
         for (ns, _), r in self.replicas.items():
             targets[ns] += r
 
+        next_log = [time.monotonic() + 30.0]
+
         def done() -> bool:
+            if time.monotonic() >= next_log[0]:
+                next_log[0] += 30.0
+                self.log(f"  waiting: {self.waiting_for or 'converged'}")
             self.waiting_for = {
                 ns: f"{rec.live_in.get(ns, 0)} live, {rec.good_in.get((ns, version), 0)} Running "
                 f"at version {version}, want {n}"
@@ -416,7 +424,7 @@ class LoadRun(harness.Run):
         for ns in sorted({ns for ns, _ in self.replicas}):
             began = time.monotonic()
             pods = rec.live_in.get(ns, 0)
-            await self.call("Namespaces/Delete", lambda ns=ns: client.namespaces.delete(ns))
+            await self.call("Namespaces/Delete", functools.partial(client.namespaces.delete, ns))
 
             async def gone(ns: str = ns) -> bool:
                 try:
@@ -510,7 +518,10 @@ class LoadRun(harness.Run):
         api_url = f"http://127.0.0.1:{self.api_metrics_port}/metrics"
         etcd_url = f"{self.etcd_url}/metrics"
         ctx = self.etcd_tls_context()
-        api_before, etcd_before = sysmetrics.scrape(api_url), sysmetrics.scrape(etcd_url, context=ctx)
+        api_before, etcd_before = (
+            sysmetrics.scrape(api_url),
+            sysmetrics.scrape(etcd_url, context=ctx),
+        )
         cpu_before = self.sampler.sample()
         self.client_latency.clear()
         self.client_errors.clear()
@@ -518,7 +529,11 @@ class LoadRun(harness.Run):
         self.phase_peak.clear()
         self.sampler.timeline = {}
         self.sampler.recording = True
-        lost_before, nr_before, exp_before = len(rec.lost), len(health.not_ready), len(health.expired)
+        lost_before, nr_before, exp_before = (
+            len(rec.lost),
+            len(health.not_ready),
+            len(health.expired),
+        )
         load_before = sysmetrics.load_average()
         profilers = await self.start_pyspy(name)
         start = time.time()
@@ -541,7 +556,9 @@ class LoadRun(harness.Run):
         tracks = [t for t in rec.pods.values() if start <= t.created <= end]
         startup = [t.running - t.created for t in tracks if t.running is not None]
         sched = [t.bound - t.created for t in tracks if t.bound is not None]
-        bound = [t.bound for t in rec.pods.values() if t.bound is not None and start <= t.bound <= end]
+        bound = [
+            t.bound for t in rec.pods.values() if t.bound is not None and start <= t.bound <= end
+        ]
         processes: dict[str, dict[str, float]] = {}
         kubelets = {"cpu_seconds": 0.0, "peak_rss_mib": 0.0, "processes": 0}
         for proc, after in cpu_after.items():
@@ -555,8 +572,9 @@ class LoadRun(harness.Run):
                 kubelets["processes"] += 1
         processes["kubelets"] = kubelets
         lists = {
-            scope: harness.percentiles([s for w, sc, s, _ in self.list_samples
-                                        if sc == scope and start <= w <= end])  # fmt: skip
+            scope: harness.percentiles(
+                [s for w, sc, s, _ in self.list_samples if sc == scope and start <= w <= end]
+            )
             for scope in ("namespace", "cluster")
         }
         for scope, row in lists.items():
@@ -591,10 +609,16 @@ class LoadRun(harness.Run):
             "apiserver_latency": api_lat,
             "mutating_p99_ms_max": mutating_p99,
             "harness_calls": {
-                k: {**{q: round(1000 * v[min(len(v) - 1, int(len(v) * p))], 1)
-                       for q, p in (("p50_ms", 0.5), ("p99_ms", 0.99))}, "count": len(v)}
-                for k, v in ((k, sorted(v)) for k, v in self.client_latency.items()) if v
-            },  # fmt: skip
+                k: {
+                    **{
+                        q: round(1000 * v[min(len(v) - 1, int(len(v) * p))], 1)
+                        for q, p in (("p50_ms", 0.5), ("p99_ms", 0.99))
+                    },
+                    "count": len(v),
+                }
+                for k, v in ((k, sorted(v)) for k, v in self.client_latency.items())
+                if v
+            },
             "harness_errors": dict(self.client_errors),
             "harness_first_errors": dict(self.first_errors),
             "list_latency": lists,
@@ -700,8 +724,8 @@ class LoadRun(harness.Run):
                     1
                     for p in listed
                     if p.metadata.namespace != PROBE_NS
-                    and (t := rec.pods.get(p.metadata.uid)) is not None
-                    and t.node != p.spec.nodeName
+                    and (track := rec.pods.get(p.metadata.uid)) is not None
+                    and track.node != p.spec.nodeName
                 )
                 self.result["final_list"] = {"pods": len(listed), "disagree": disagree}
                 self.result["watch"] = {"events": rec.events, "relists": rec.relists}
@@ -749,9 +773,7 @@ def etcd_state(scrape: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> 
         "etcd_mvcc_db_total_size_in_use_in_bytes": "db_in_use_mib",
         "etcd_server_quota_backend_bytes": "quota_mib",
     }
-    return {
-        names[m]: round(v / 2**20, 1) for (m, _), v in scrape.items() if m in names
-    }
+    return {names[m]: round(v / 2**20, 1) for (m, _), v in scrape.items() if m in names}
 
 
 MARKDOWN_HEADER = (
@@ -773,7 +795,7 @@ def markdown_rows(result: dict[str, Any]) -> str:
             key=lambda kv: kv[1], default=("-", 0.0),
         )  # fmt: skip
 
-        def cpu(n: str) -> str:
+        def cpu(n: str, pr: dict[str, Any] = pr) -> str:
             return f"{pr.get(n, {}).get('cpu_seconds', 0):.0f}"
 
         lst = p["list_latency"]

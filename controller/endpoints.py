@@ -34,6 +34,9 @@ Service = service_pb2.Service
 Endpoints = endpoints_pb2.ServiceEndpoints
 
 NAMESPACE_INDEX = "namespace"
+# Services by one pair of their selector: a pod can only be selected by a Service whose
+# pair it carries, so a pod event looks up its own labels instead of scanning every Service.
+SELECTOR_INDEX = "selector-pair"
 # Kubernetes sets this on Endpoints so readers can tell when the controller last wrote them.
 LAST_CHANGE_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
 
@@ -45,6 +48,17 @@ def selects(svc: Service, pod: Pod) -> bool:
         return False
     labels = pod.metadata.labels
     return all(labels.get(k) == v for k, v in selector.items())
+
+
+def selector_pair(svc: Service) -> str | None:
+    """The index value of a Service: its namespace and its selector's smallest key with that
+    key's value (every pair must match, so a selected pod carries this one); None for a
+    Service with no selector (it selects no pod)."""
+    selector = svc.spec.selector
+    if not selector:
+        return None
+    key = min(selector)
+    return f"{svc.metadata.namespace}\0{key}={selector[key]}"
 
 
 def resolve_target_port(port: service_pb2.ServicePort, pod: Pod) -> int | None:
@@ -137,6 +151,11 @@ class ServicePodHandlers:
             # Controllers sharing the pod informer share its indexes.
             with contextlib.suppress(ValueError):
                 indexed.add_index(NAMESPACE_INDEX, lambda p: str(p.metadata.namespace))
+        self._services_indexed = hasattr(services, "add_index") and hasattr(services, "by_index")
+        if self._services_indexed:
+            shared: Any = services
+            with contextlib.suppress(ValueError):
+                shared.add_index(SELECTOR_INDEX, selector_pair)
 
     # ---- handlers (sync callables: enqueue only) ---------------------------------------
 
@@ -150,7 +169,19 @@ class ServicePodHandlers:
         self.queue.add(key_of(svc))
 
     def _services_for(self, pod: Pod) -> list[str]:
-        return [key_of(s) for s in self.services.list() if selects(s, pod)]
+        """The keys of the Services selecting `pod`: from the selector index, the Services
+        keyed by one of the pod's label pairs (a cost in the pod's labels, not in the
+        cluster's Services), each then checked whole."""
+        if not self._services_indexed:
+            return [key_of(s) for s in self.services.list() if selects(s, pod)]
+        indexed: Any = self.services
+        ns = pod.metadata.namespace
+        found = []
+        for k, v in pod.metadata.labels.items():
+            for svc in indexed.by_index(SELECTOR_INDEX, f"{ns}\0{k}={v}"):
+                if selects(svc, pod):
+                    found.append(key_of(svc))
+        return found
 
     def on_pod_add(self, pod: Pod) -> None:
         for key in self._services_for(pod):

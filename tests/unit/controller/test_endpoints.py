@@ -9,6 +9,7 @@ import pytest
 from controller.endpoints import EndpointsController, compute_subsets, resolve_target_port
 from tests.unit.controller.fakes import FakeQueue, FakeResource, FakeStore
 from tinykube.clock import FakeClock
+from tinykube.informer import Store
 from tinykube.meta import int_or_string_value
 from tinykube.v1 import endpoints_pb2, pod_pb2, service_pb2
 
@@ -175,3 +176,38 @@ async def test_selectorless_service_is_left_alone(world) -> None:  # type: ignor
     await services.create(service(selector={}))
     await ctrl.sync("default/web")
     assert eps.objects == {}
+
+
+def test_pod_events_find_services_through_the_selector_index() -> None:
+    """With the informer's Store (indexed), a pod event finds the Services selecting it by its
+    own label pairs: other namespaces' Services with the same selector, Services whose
+    selector the pod only partly matches and Services without a selector are not queued; a
+    Service whose selector changes moves in the index."""
+    services: Store[service_pb2.Service] = Store()
+    queue = FakeQueue()
+    eps = FakeResource("Endpoints", endpoints_pb2.ServiceEndpoints, FakeClock(), itertools.count(1))
+
+    def put(svc: service_pb2.Service, namespace: str = "default") -> None:
+        svc.metadata.namespace = namespace
+        services._put(f"{namespace}/{svc.metadata.name}", svc)
+
+    put(service("web", {"app": "web"}))
+    put(service("web-v2", {"app": "web", "version": "2"}))
+    put(service("other-ns", {"app": "web"}), "prod")
+    put(service("none", {}))
+    put(service("db", {"app": "db"}))
+    ctrl = EndpointsController(eps, services, Store(), Store(), queue)
+    assert sorted(ctrl._services_for(pod("a", labels={"app": "web", "version": "1"}))) == [
+        "default/web"
+    ]
+    assert sorted(ctrl._services_for(pod("b", labels={"app": "web", "version": "2"}))) == [
+        "default/web",
+        "default/web-v2",
+    ]
+    put(service("db", {"version": "1"}))  # its selector changed: reindexed under version=1
+    assert sorted(ctrl._services_for(pod("a", labels={"app": "web", "version": "1"}))) == [
+        "default/db",
+        "default/web",
+    ]
+    ctrl.on_pod_add(pod("c", labels={"app": "db"}))
+    assert queue.added == []
