@@ -37,6 +37,9 @@ NAMESPACE_INDEX = "namespace"
 # Services by one pair of their selector: a pod can only be selected by a Service whose
 # pair it carries, so a pod event looks up its own labels instead of scanning every Service.
 SELECTOR_INDEX = "selector-pair"
+# Pods by each of their label pairs: a Service's sync reads the pods carrying its selector's
+# indexed pair, not every pod of the namespace.
+POD_LABEL_INDEX = "label-pair"
 # Kubernetes sets this on Endpoints so readers can tell when the controller last wrote them.
 LAST_CHANGE_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
 
@@ -59,6 +62,12 @@ def selector_pair(svc: Service) -> str | None:
         return None
     key = min(selector)
     return f"{svc.metadata.namespace}\0{key}={selector[key]}"
+
+
+def pod_label_pairs(pod: Pod) -> list[str]:
+    """The index values of a pod: its namespace with each of its label pairs."""
+    ns = pod.metadata.namespace
+    return [f"{ns}\0{k}={v}" for k, v in pod.metadata.labels.items()]
 
 
 def resolve_target_port(port: service_pb2.ServicePort, pod: Pod) -> int | None:
@@ -151,6 +160,8 @@ class ServicePodHandlers:
             # Controllers sharing the pod informer share its indexes.
             with contextlib.suppress(ValueError):
                 indexed.add_index(NAMESPACE_INDEX, lambda p: str(p.metadata.namespace))
+            with contextlib.suppress(ValueError):
+                indexed.add_index(POD_LABEL_INDEX, pod_label_pairs)
         self._services_indexed = hasattr(services, "add_index") and hasattr(services, "by_index")
         if self._services_indexed:
             shared: Any = services
@@ -196,6 +207,15 @@ class ServicePodHandlers:
     def on_pod_delete(self, pod: Pod) -> None:
         self.on_pod_add(pod)
 
+    def _pods_selected_by(self, svc: Service) -> list[Pod]:
+        """The pods that may be `svc`'s (the callers check `selects` on each): those carrying
+        its selector's indexed pair, else every pod of its namespace."""
+        pair = selector_pair(svc)
+        if not self._pods_indexed or pair is None:
+            return self._pods_in(svc.metadata.namespace)
+        indexed: Any = self.pods
+        return list(indexed.by_index(POD_LABEL_INDEX, pair))
+
     def _pods_in(self, namespace: str) -> list[Pod]:
         if self._pods_indexed:
             indexed: Any = self.pods
@@ -230,7 +250,7 @@ class EndpointsController(ServicePodHandlers):
             return
         if not svc.spec.selector:
             return
-        subsets = compute_subsets(svc, self._pods_in(namespace))
+        subsets = compute_subsets(svc, self._pods_selected_by(svc))
         if (
             current is not None
             and list(current.subsets) == subsets

@@ -521,7 +521,7 @@ class EndpointSliceController(ServicePodHandlers):
             if svc is None:
                 self.tracker.forget(key)
             return
-        desired, missing = self.desired(svc, self._pods_in(namespace))
+        desired, missing = self.desired(svc, self._pods_selected_by(svc))
         plan = reconcile_slices(
             live,
             desired,

@@ -211,3 +211,27 @@ def test_pod_events_find_services_through_the_selector_index() -> None:
     ]
     ctrl.on_pod_add(pod("c", labels={"app": "db"}))
     assert queue.added == []
+
+
+def test_sync_reads_only_the_pods_carrying_the_selectors_indexed_pair() -> None:
+    """With the informer's Store (indexed), a Service's candidate pods are those with its
+    selector's smallest pair, in its namespace; a relabelled pod moves in the index."""
+    pods: Store[pod_pb2.Pod] = Store()
+    eps = FakeResource("Endpoints", endpoints_pb2.ServiceEndpoints, FakeClock(), itertools.count(1))
+    ctrl = EndpointsController(eps, Store(), pods, Store(), FakeQueue())
+
+    def put(p: pod_pb2.Pod, namespace: str = "default") -> None:
+        p.metadata.namespace = namespace
+        pods._put(f"{namespace}/{p.metadata.name}", p)
+
+    put(pod("a", labels={"app": "web", "tier": "front"}))
+    put(pod("b", labels={"app": "web"}))
+    put(pod("c", labels={"app": "db"}))
+    put(pod("d", labels={"app": "web"}), "prod")
+    svc = service("web", {"tier": "front", "app": "web"})
+    # The candidates carry app=web (the smallest key); `selects` then checks the rest.
+    assert sorted(p.metadata.name for p in ctrl._pods_selected_by(svc)) == ["a", "b"]
+    (subset,) = compute_subsets(svc, ctrl._pods_selected_by(svc))
+    assert [a.targetRef.name for a in subset.addresses] == ["a"]
+    put(pod("b", labels={"app": "db"}))
+    assert sorted(p.metadata.name for p in ctrl._pods_selected_by(svc)) == ["a"]
