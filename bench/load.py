@@ -39,6 +39,8 @@ import json
 import math
 import os
 import random
+import shutil
+import signal
 import sys
 import time
 from collections import defaultdict
@@ -257,6 +259,8 @@ class LoadRun(harness.Run):
         self.phases: dict[str, Any] = {}
         self.phase_peak: dict[str, int] = {}
         self.waiting_for: dict[str, str] = {}
+        self.only_phases: list[str] = []  # --phases: run only these (default: every one)
+        self.load_start: list[float] = []
 
     # ---- writes, paced ------------------------------------------------------------------------
 
@@ -685,7 +689,7 @@ class LoadRun(harness.Run):
 
     async def execute(self) -> dict[str, Any]:
         self.log(f"load: {self.case['name']}/{self.workload['name']} {self.params}")
-        load_start = sysmetrics.load_average()
+        self.load_start = sysmetrics.load_average()
         began = time.monotonic()
         await asyncio.to_thread(self.cluster.start)
         tasks: list[asyncio.Task[Any]] = [asyncio.create_task(self.sampler.run())]
@@ -715,8 +719,14 @@ class LoadRun(harness.Run):
                             asyncio.create_task(self.watch_probe(client)),
                         ]
                         continue
+                    phase = str(op.get("phase", op["opcode"]))
+                    if self.only_phases and phase not in self.only_phases:
+                        continue
                     await self.measure(op, client, rec, health)
-                    if self.phases[str(op.get("phase", op["opcode"]))]["incomplete"]:
+                    # What is measured so far, in case the run is stopped before its end.
+                    partial = {**self.summary(), "complete": False, "partial": True}
+                    self.out_path().write_text(json.dumps(partial, indent=1))
+                    if self.phases[phase]["incomplete"]:
                         break
                 # A List after the run agrees with the watch on every pod's node.
                 listed = await harness.retry_list(lambda: client.pods.list_all(page_size=5000))
@@ -738,33 +748,43 @@ class LoadRun(harness.Run):
             for t in tasks:
                 t.cancel()
             await asyncio.to_thread(self.cluster.stop)
-        phases = self.phases
-        self.result.update(
-            {
-                "test_case": self.case["name"],
-                "workload": self.workload["name"],
-                "params": self.params,
-                "insecure": self.opts.insecure,
-                "deployments": len(self.plan),
-                "pods_target": sum(r for _, _, r in self.plan),
-                "phases": phases,
-                "invariants": {
-                    k: sum(p["invariants"][k] for p in phases.values())
-                    for k in ("pods_lost", "nodes_not_ready", "leases_expired", "pods_bound_twice")
-                },
-                "complete": all(not p["incomplete"] for p in phases.values())
-                and len(phases) == len(self.ops) - 1,
-                "wall_seconds": round(time.monotonic() - began, 1),
-                "machine": {"nproc": os.cpu_count(), "load_average_at_start": load_start},
-                "commit": harness.git_commit(),
-                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            }
-        )
-        if not self.opts.keep:
-            import shutil
-
-            shutil.rmtree(self.work, ignore_errors=True)
+            if not self.opts.keep:
+                shutil.rmtree(self.work, ignore_errors=True)
+        self.result.update(self.summary())
+        wanted = [
+            str(op.get("phase", op["opcode"]))
+            for op in self.ops
+            if op["opcode"] != "createNodes"
+            and (not self.only_phases or op.get("phase") in self.only_phases)
+        ]
+        done = list(self.phases)
+        incomplete = any(p["incomplete"] for p in self.phases.values())
+        self.result["complete"] = done == wanted and not incomplete
+        self.result["wall_seconds"] = round(time.monotonic() - began, 1)
         return self.result
+
+    def out_path(self) -> Path:
+        return self.opts.out_dir / f"{self.stem()}.json"
+
+    def summary(self) -> dict[str, Any]:
+        phases = self.phases
+        return {
+            **self.result,
+            "test_case": self.case["name"],
+            "workload": self.workload["name"],
+            "params": self.params,
+            "insecure": self.opts.insecure,
+            "deployments": len(self.plan),
+            "pods_target": sum(r for _, _, r in self.plan),
+            "phases": phases,
+            "invariants": {
+                k: sum(p["invariants"][k] for p in phases.values())
+                for k in ("pods_lost", "nodes_not_ready", "leases_expired", "pods_bound_twice")
+            },
+            "machine": {"nproc": os.cpu_count(), "load_average_at_start": self.load_start},
+            "commit": harness.git_commit(),
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
 
 
 def etcd_state(scrape: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[str, float]:
@@ -827,6 +847,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default="", help="py-spy these processes in every phase")
     p.add_argument("--timeout", type=float, default=0.0, help="seconds per phase's wait")
     p.add_argument("--keep", action="store_true", help="keep the cluster's work dir (logs)")
+    p.add_argument("--phases", default="", help="only these phases, e.g. create,scale")
     p.add_argument("--out-dir", type=Path, default=harness.RESULTS_DIR)
     a = p.parse_args(argv)
     opts = harness.Options(
@@ -844,8 +865,23 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"no workload {a.workload!r} in {a.workload_file}")
     case, workload = chosen[0]
     run = LoadRun(case, workload, opts)
-    result = asyncio.run(run.execute())
-    out = opts.out_dir / f"{run.stem()}.json"
+    run.only_phases = [x for x in a.phases.split(",") if x]
+
+    async def stoppable() -> dict[str, Any]:
+        # SIGTERM (and SIGINT, which a background job ignores) cancels the run: the cluster is
+        # stopped and the phases measured so far stay in the JSON.
+        task = asyncio.current_task()
+        assert task is not None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, task.cancel)
+        return await run.execute()
+
+    try:
+        result = asyncio.run(stoppable())
+    except asyncio.CancelledError:
+        print(f"stopped; the phases measured so far are in {run.out_path()}", flush=True)
+        return 1
+    out = run.out_path()
     out.write_text(json.dumps(result, indent=1))
     print(f"wrote {out}", flush=True)
     print(f"invariants: {json.dumps(result['invariants'])}; complete: {result['complete']}")
