@@ -15,13 +15,14 @@ Measured per phase: pod startup latency (create, as first seen by the harness's 
 pod watch, to Running on that watch; kube's definition) p50/p90/p99; bind throughput; server
 side latency p50/p99 of every gRPC method (verb and kind) from the apiserver's histogram, and
 the harness's own mutating calls client side; LIST latency of one namespace's pods (every 5 s)
-and of every pod in the cluster (every 30 s, one unpaged call); watch delivery lag (a probe
-pod, never scheduled, relabelled every second: its write's response to its event on the pod
-watch); CPU seconds and peak RSS of every process; etcd's db size and the apiserver's
-compactions; nodes that went NotReady (a node watch) and Leases that expired (polled every
-10 s: two successive renewTimes further apart than leaseDurationSeconds); pods lost (a
-Running pod that stopped running or vanished without being deleted, or any pod deleted in the
-create phase) or bound twice (the watch saw a second bind or a move).
+and of every pod in the cluster (every 30 s, or 10 times the last such LIST took; one unpaged
+call); watch delivery lag (a probe pod, never scheduled, relabelled every second: its write's
+response to its event on the pod watch); CPU seconds and peak RSS of every process; etcd's db
+size and the apiserver's compactions; nodes that went NotReady (a node watch) and Leases that
+expired (polled every 10 s: two successive renewTimes further apart than
+leaseDurationSeconds); pods lost (a Running pod that stopped running or vanished without being
+deleted, or any pod deleted in the create phase) or bound twice (the watch saw a second bind or
+a move). SIGTERM stops a run: the phase under way is measured as it stands, marked incomplete.
 
 Output: bench/results/Load-<workload>-<stamp>.json and a PNG per phase (bench/plot.py).
 Concurrency model: one asyncio loop; the harness's recorder (the pod watch), the node watch,
@@ -261,6 +262,7 @@ class LoadRun(harness.Run):
         self.waiting_for: dict[str, str] = {}
         self.only_phases: list[str] = []  # --phases: run only these (default: every one)
         self.load_start: list[float] = []
+        self.stopped = False  # SIGTERM arrived during a phase
 
     # ---- writes, paced ------------------------------------------------------------------------
 
@@ -464,7 +466,8 @@ class LoadRun(harness.Run):
                     self.list_samples.append(
                         (time.time(), "namespace", time.perf_counter() - began, len(items))
                     )
-            if time.monotonic() - last_all >= LIST_ALL_EVERY:
+            slow = max((d for _, sc, d, _ in self.list_samples[-50:] if sc == "cluster"), default=0)
+            if time.monotonic() - last_all >= max(LIST_ALL_EVERY, 10 * slow):
                 last_all = time.monotonic()
                 await self.list_all_once(client)
             await asyncio.sleep(LIST_NS_EVERY)
@@ -549,8 +552,15 @@ class LoadRun(harness.Run):
         except TimeoutError as exc:
             incomplete = f"{exc}: {self.waiting_for}"
             self.log(f"  {exc}")
+        except asyncio.CancelledError:
+            # Stopped (SIGTERM): what the phase did so far is measured and kept, then the run
+            # ends (execute re-raises).
+            incomplete = f"stopped; waiting for {self.waiting_for}"
+            self.stopped = True
+            self.log(f"  {incomplete}")
         seconds = time.monotonic() - t0
-        await self.list_all_once(client)  # at least one cluster-wide LIST per phase
+        if not self.stopped:
+            await self.list_all_once(client)  # at least one cluster-wide LIST per phase
         end = time.time()
         self.sampler.recording = False
         profiles = await self.stop_pyspy(profilers)
@@ -726,6 +736,8 @@ class LoadRun(harness.Run):
                     # What is measured so far, in case the run is stopped before its end.
                     partial = {**self.summary(), "complete": False, "partial": True}
                     self.out_path().write_text(json.dumps(partial, indent=1))
+                    if self.stopped:
+                        raise asyncio.CancelledError
                     if self.phases[phase]["incomplete"]:
                         break
                 # A List after the run agrees with the watch on every pod's node.
