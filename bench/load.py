@@ -701,9 +701,17 @@ class LoadRun(harness.Run):
         self.log(f"load: {self.case['name']}/{self.workload['name']} {self.params}")
         self.load_start = sysmetrics.load_average()
         began = time.monotonic()
-        await asyncio.to_thread(self.cluster.start)
-        tasks: list[asyncio.Task[Any]] = [asyncio.create_task(self.sampler.run())]
+        tasks: list[asyncio.Task[Any]] = []
         try:
+            # A SIGTERM while the cluster starts waits for the start, then stops the cluster.
+            starting = asyncio.ensure_future(asyncio.to_thread(self.cluster.start))
+            try:
+                await asyncio.shield(starting)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await starting
+                raise
+            tasks.append(asyncio.create_task(self.sampler.run()))
             self.sampler.pids.update({n: p.pid for n, p in self.cluster.processes.items()})
             self.sampler.pids["harness"] = os.getpid()
             async with Client(
