@@ -564,6 +564,12 @@ class LoadRun(harness.Run):
         end = time.time()
         self.sampler.recording = False
         profiles = await self.stop_pyspy(profilers)
+        for proc, prof in profiles.items():  # one collapsed-stacks file per phase
+            kept = self.opts.out_dir / str(prof.get("collapsed_stacks", ""))
+            if prof.get("collapsed_stacks") and kept.exists():
+                per_phase = kept.with_name(f"{self.stem()}-{name}-pyspy-{proc}.txt")
+                kept.rename(per_phase)
+                prof["collapsed_stacks"] = per_phase.name
         cpu_after = self.sampler.sample()
         api_after, etcd_after = sysmetrics.scrape(api_url), sysmetrics.scrape(etcd_url, context=ctx)
 
