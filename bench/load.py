@@ -754,13 +754,15 @@ class LoadRun(harness.Run):
                         raise asyncio.CancelledError
                     if self.phases[phase]["incomplete"]:
                         break
-                # A List after the run agrees with the watch on every pod's node.
+                # A List after the run agrees with the watch on every pod's node (a pod the
+                # watch has not yet seen bound, the List being newer, is no disagreement).
                 listed = await harness.retry_list(lambda: client.pods.list_all(page_size=5000))
                 disagree = sum(
                     1
                     for p in listed
                     if p.metadata.namespace != PROBE_NS
                     and (track := rec.pods.get(p.metadata.uid)) is not None
+                    and track.node
                     and track.node != p.spec.nodeName
                 )
                 self.result["final_list"] = {"pods": len(listed), "disagree": disagree}
