@@ -106,6 +106,8 @@ DEFAULT_POD: dict[str, Any] = {
     },
 }
 NODES_PER_KUBELET = 2500  # hollow nodes per fake kubelet process unless the op says otherwise
+# Ops whose pods the controller manager makes (the load test's are bench/load.py's).
+CONTROLLER_OPS = {"createReplicaSets", "createDeployments"}
 NO_SCHEDULER = "bench-no-scheduler"  # pods for nobody: the apiserver-alone ceiling
 
 
@@ -367,7 +369,7 @@ class Run:
         self.opts = opts
         self.run_no = run_no
         self.ops: list[dict[str, Any]] = case["workloadTemplate"]
-        self.needs_controller = any(op["opcode"] == "createReplicaSets" for op in self.ops)
+        self.needs_controller = any(op["opcode"] in CONTROLLER_OPS for op in self.ops)
         self.work = Path(tempfile.mkdtemp(prefix="tinykube-bench-"))
         self.api_metrics_port = free_port()
         self.sched_metrics_port = free_port()
@@ -444,7 +446,7 @@ class Run:
         if not resolve(op.get("kubelets", True), self.params):
             await self.create_bare_nodes(op, client, count)
             return
-        per = int(op.get("nodesPerKubelet", NODES_PER_KUBELET))
+        per = int(resolve(op.get("nodesPerKubelet", NODES_PER_KUBELET), self.params))
         procs = max(1, math.ceil(count / per))
         # A fake kubelet gives all its nodes one label set: one set per process, taken in turn
         # (so the label values split the nodes as evenly as scheduler_perf's round robin).

@@ -7,6 +7,7 @@ millisecond); the harness calls them from its sampling task once a second.
 from __future__ import annotations
 
 import collections
+import math
 import os
 import ssl
 import urllib.request
@@ -114,6 +115,50 @@ def histogram_means(
         for k, c in sorted(counts.items(), key=lambda kv: -kv[1])
         if c > 0
     }
+
+
+def histogram_quantiles(
+    before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+    after: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+    name: str,
+    by: tuple[str, ...],
+    quantiles: tuple[float, ...] = (0.5, 0.99),
+) -> dict[str, dict[str, float]]:
+    """Quantiles of histogram `name` between two scrapes, by labels, as Prometheus'
+    histogram_quantile computes them: linear within the bucket the rank falls in (a rank in
+    the +Inf bucket reports the highest finite bound). Seconds in, milliseconds out."""
+    buckets: dict[str, dict[float, float]] = collections.defaultdict(
+        lambda: collections.defaultdict(float)
+    )
+    for (metric, labels), value in after.items():
+        if metric != f"{name}_bucket":
+            continue
+        d = dict(labels)
+        key = "/".join(d.get(k, "") for k in by)
+        buckets[key][float(d["le"])] += value - before.get((metric, labels), 0.0)
+    out: dict[str, dict[str, float]] = {}
+    for key, cumulative in buckets.items():
+        bounds = sorted(cumulative)
+        total = cumulative[bounds[-1]] if bounds else 0.0
+        if total <= 0:
+            continue
+        row: dict[str, float] = {"count": int(total)}
+        for q in quantiles:
+            rank, lower, below = q * total, 0.0, 0.0
+            value = bounds[-2] if len(bounds) > 1 else 0.0
+            for bound in bounds:
+                if cumulative[bound] >= rank:
+                    if math.isinf(bound):
+                        value = lower
+                    else:
+                        inside = cumulative[bound] - below
+                        frac = (rank - below) / inside if inside > 0 else 1.0
+                        value = lower + (bound - lower) * frac
+                    break
+                lower, below = bound, cumulative[bound]
+            row[f"p{round(q * 100):d}_ms"] = round(1000 * value, 1)
+        out[key] = row
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["count"]))
 
 
 def pyspy_top(raw_path: Path, top: int = 25) -> dict[str, object]:

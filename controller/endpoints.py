@@ -34,6 +34,12 @@ Service = service_pb2.Service
 Endpoints = endpoints_pb2.ServiceEndpoints
 
 NAMESPACE_INDEX = "namespace"
+# Services by one pair of their selector: a pod can only be selected by a Service whose
+# pair it carries, so a pod event looks up its own labels instead of scanning every Service.
+SELECTOR_INDEX = "selector-pair"
+# Pods by each of their label pairs: a Service's sync reads the pods carrying its selector's
+# indexed pair, not every pod of the namespace.
+POD_LABEL_INDEX = "label-pair"
 # Kubernetes sets this on Endpoints so readers can tell when the controller last wrote them.
 LAST_CHANGE_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
 
@@ -45,6 +51,23 @@ def selects(svc: Service, pod: Pod) -> bool:
         return False
     labels = pod.metadata.labels
     return all(labels.get(k) == v for k, v in selector.items())
+
+
+def selector_pair(svc: Service) -> str | None:
+    """The index value of a Service: its namespace and its selector's smallest key with that
+    key's value (every pair must match, so a selected pod carries this one); None for a
+    Service with no selector (it selects no pod)."""
+    selector = svc.spec.selector
+    if not selector:
+        return None
+    key = min(selector)
+    return f"{svc.metadata.namespace}\0{key}={selector[key]}"
+
+
+def pod_label_pairs(pod: Pod) -> list[str]:
+    """The index values of a pod: its namespace with each of its label pairs."""
+    ns = pod.metadata.namespace
+    return [f"{ns}\0{k}={v}" for k, v in pod.metadata.labels.items()]
 
 
 def resolve_target_port(port: service_pb2.ServicePort, pod: Pod) -> int | None:
@@ -137,6 +160,13 @@ class ServicePodHandlers:
             # Controllers sharing the pod informer share its indexes.
             with contextlib.suppress(ValueError):
                 indexed.add_index(NAMESPACE_INDEX, lambda p: str(p.metadata.namespace))
+            with contextlib.suppress(ValueError):
+                indexed.add_index(POD_LABEL_INDEX, pod_label_pairs)
+        self._services_indexed = hasattr(services, "add_index") and hasattr(services, "by_index")
+        if self._services_indexed:
+            shared: Any = services
+            with contextlib.suppress(ValueError):
+                shared.add_index(SELECTOR_INDEX, selector_pair)
 
     # ---- handlers (sync callables: enqueue only) ---------------------------------------
 
@@ -150,7 +180,19 @@ class ServicePodHandlers:
         self.queue.add(key_of(svc))
 
     def _services_for(self, pod: Pod) -> list[str]:
-        return [key_of(s) for s in self.services.list() if selects(s, pod)]
+        """The keys of the Services selecting `pod`: from the selector index, the Services
+        keyed by one of the pod's label pairs (a cost in the pod's labels, not in the
+        cluster's Services), each then checked whole."""
+        if not self._services_indexed:
+            return [key_of(s) for s in self.services.list() if selects(s, pod)]
+        indexed: Any = self.services
+        ns = pod.metadata.namespace
+        found = []
+        for k, v in pod.metadata.labels.items():
+            for svc in indexed.by_index(SELECTOR_INDEX, f"{ns}\0{k}={v}"):
+                if selects(svc, pod):
+                    found.append(key_of(svc))
+        return found
 
     def on_pod_add(self, pod: Pod) -> None:
         for key in self._services_for(pod):
@@ -164,6 +206,15 @@ class ServicePodHandlers:
 
     def on_pod_delete(self, pod: Pod) -> None:
         self.on_pod_add(pod)
+
+    def _pods_selected_by(self, svc: Service) -> list[Pod]:
+        """The pods that may be `svc`'s (the callers check `selects` on each): those carrying
+        its selector's indexed pair, else every pod of its namespace."""
+        pair = selector_pair(svc)
+        if not self._pods_indexed or pair is None:
+            return self._pods_in(svc.metadata.namespace)
+        indexed: Any = self.pods
+        return list(indexed.by_index(POD_LABEL_INDEX, pair))
 
     def _pods_in(self, namespace: str) -> list[Pod]:
         if self._pods_indexed:
@@ -199,7 +250,7 @@ class EndpointsController(ServicePodHandlers):
             return
         if not svc.spec.selector:
             return
-        subsets = compute_subsets(svc, self._pods_in(namespace))
+        subsets = compute_subsets(svc, self._pods_selected_by(svc))
         if (
             current is not None
             and list(current.subsets) == subsets

@@ -43,7 +43,7 @@ from typing import Any
 
 from controller.api import Queue, Store
 from controller.endpoints import ServicePodHandlers, resolve_target_port, selects
-from controller.util import is_pod_ready, split_key
+from controller.util import is_pod_ready
 from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError
 from tinykube.protocols import ResourceAPI
 from tinykube.v1 import endpointslice_pb2, meta_pb2, node_pb2, pod_pb2, service_pb2
@@ -508,7 +508,6 @@ class EndpointSliceController(ServicePodHandlers):
         return groups, missing
 
     async def sync(self, key: str) -> None:
-        namespace, _ = split_key(key)
         svc = self.services.get(key)
         mine = slices_for(self.slices, self._slices_indexed, key, CONTROLLER_NAME)
         if self.tracker.stale(key, mine):
@@ -521,7 +520,7 @@ class EndpointSliceController(ServicePodHandlers):
             if svc is None:
                 self.tracker.forget(key)
             return
-        desired, missing = self.desired(svc, self._pods_in(namespace))
+        desired, missing = self.desired(svc, self._pods_selected_by(svc))
         plan = reconcile_slices(
             live,
             desired,

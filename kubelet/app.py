@@ -5,7 +5,9 @@ runs, on one event loop: the runtime's restore from disk, a Node informer and a 
 a `NodeAgent` per hosted node (registration, status loop, lease loop) and the `PodManager`.
 With the process runtime the informers watch only this node (field selectors
 `metadata.name=<node>` and `spec.nodeName=<node>`); with `--fake-nodes N` one informer each
-covers every node and pod and events are filtered locally, so N nodes cost two watches.
+covers every node and pod and events are filtered locally, so N nodes cost two watches, unless
+`--fake-pod-watch-per-node` gives every hosted node its own pod informer (`spec.nodeName=<node>`,
+the watch a real kubelet holds), for scale tests that want the apiserver to carry N of them.
 
 Stopping leaves containers running, as the kubelet does: a restarted kubelet adopts them.
 """
@@ -84,7 +86,7 @@ class Kubelet:
             )
         else:
             self.runtime = FakeRuntime(self.clock)
-        self.pods: Informer[Any] | None = None
+        self.pods: Informer[Any] | PodsPerNode | None = None
         self.server = GrpcServer(
             settings.bind_address, ["tinykube.v1.Kubelet"], tls=settings.security.serving()
         )
@@ -165,9 +167,12 @@ class Kubelet:
             nodes: Informer[Any] = Informer.for_resource(
                 client.nodes, field_selector=node_selector, clock=self.clock
             )
-            self.pods = Informer.for_resource(
-                client.pods, field_selector=pod_selector, clock=self.clock
-            )
+            if s.fake_nodes and s.fake_pod_watch_per_node:
+                self.pods = PodsPerNode(client, s.node_names, self.clock)
+            else:
+                self.pods = Informer.for_resource(
+                    client.pods, field_selector=pod_selector, clock=self.clock
+                )
             events = EventRecorder(client, "kubelet", host=s.node_name, clock=self.clock)
             # Containers' envFrom and valueFrom: ConfigMaps and Secrets by GET (the Node
             # authorizer allows those a pod bound to the node references), limits defaulted
@@ -336,3 +341,62 @@ def _report_crash(task: asyncio.Task[None]) -> None:
 def _host(bind_address: str) -> str:
     """The host of a host:port listen address: metrics listen where the component does."""
     return bind_address.rsplit(":", 1)[0].strip("[]") if ":" in bind_address else bind_address
+
+
+class _MergedPods:
+    """The pods of every per-node informer, read as one store (by key, or all)."""
+
+    def __init__(self, informers: list[Informer[Any]]) -> None:
+        self._informers = informers
+
+    def get(self, key: str) -> Any:
+        for informer in self._informers:
+            pod = informer.store.get(key)
+            if pod is not None:
+                return pod
+        return None
+
+    def list(self) -> list[Any]:
+        return [pod for informer in self._informers for pod in informer.store.list()]
+
+
+class PodsPerNode:
+    """One pod informer per hosted node (field selector `spec.nodeName=<node>`, each its own
+    list and watch as a real kubelet's), used as the one pod informer: the same handlers on
+    each, lookups across their stores."""
+
+    def __init__(self, client: Client, node_names: list[str], clock: Clock) -> None:
+        self.informers: list[Informer[Any]] = [
+            Informer.for_resource(
+                client.pods,
+                field_selector=f"spec.nodeName={name}",
+                clock=clock,
+                name=f"pods-{name}",
+            )
+            for name in node_names
+        ]
+        self.store = _MergedPods(self.informers)
+
+    @property
+    def on_handler_error(self) -> Callable[[Any, Exception], object] | None:
+        return self.informers[0].on_handler_error if self.informers else None
+
+    @on_handler_error.setter
+    def on_handler_error(self, fn: Callable[[Any, Exception], object] | None) -> None:
+        for informer in self.informers:
+            informer.on_handler_error = fn
+
+    def add_handler(
+        self,
+        on_add: Callable[[Any], object] | None = None,
+        on_update: Callable[[Any, Any], object] | None = None,
+        on_delete: Callable[[Any], object] | None = None,
+    ) -> None:
+        for informer in self.informers:
+            informer.add_handler(on_add, on_update, on_delete)
+
+    async def run(self) -> None:
+        await asyncio.gather(*(informer.run() for informer in self.informers))
+
+    async def wait_synced(self) -> None:
+        await asyncio.gather(*(informer.wait_synced() for informer in self.informers))

@@ -85,6 +85,9 @@ class Settings:
     backoff_max: float = 300.0
     poll_interval: float = 0.5
     fake_nodes: int = 0
+    # fake runtime: one pod watch per hosted node (spec.nodeName=<node>, as each real kubelet
+    # has) instead of one for all of them
+    fake_pod_watch_per_node: bool = False
     # exec, attach and port-forward streams with no traffic for this long are closed.
     streaming_connection_idle_timeout: float = 4 * 3600.0
     node_name_prefix: str = "hollow-"
@@ -220,6 +223,11 @@ class Settings:
         )
         p.add_argument("--fake-nodes", type=int, default=0, help="fake runtime: host N nodes")
         p.add_argument(
+            "--fake-pod-watch-per-node",
+            action="store_true",
+            help="fake runtime: a pod watch per hosted node, as real kubelets (default: one)",
+        )
+        p.add_argument(
             "--node-name-prefix",
             default="hollow-",
             help="fake runtime: names of the hosted nodes are PREFIX0, PREFIX1, ...",
@@ -306,6 +314,7 @@ class Settings:
             backoff_max=a.crash_loop_backoff_max,
             poll_interval=a.poll_interval,
             fake_nodes=a.fake_nodes,
+            fake_pod_watch_per_node=a.fake_pod_watch_per_node,
             streaming_connection_idle_timeout=a.streaming_connection_idle_timeout,
             node_name_prefix=a.node_name_prefix,
             container_runtime_endpoint=a.container_runtime_endpoint,

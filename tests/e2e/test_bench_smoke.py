@@ -69,3 +69,55 @@ def test_smoke_workload_binds_every_pod_exactly_once(tmp_path: Path) -> None:
     assert result["etcd_requests_per_second"]["Txn"] > 0
     assert result["ceilings"]["apiserver_create_alone"]["created"] == PODS
     assert result["ceilings"]["etcd_txn_put"]["per_second"] > 0
+
+
+def test_load_workload_keeps_its_invariants(tmp_path: Path) -> None:
+    """bench/load.py's CI size (10 hollow nodes, 300 pods in Deployments with a Service each):
+    every phase converges, no pod is lost or bound twice, no node goes NotReady and no Lease
+    expires; the figures of every phase are there. No speed is asserted."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "load.py"),
+            str(ROOT / "bench" / "workloads" / "load.yaml"),
+            "--workload",
+            "ci",
+            "--out-dir",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (out,) = tmp_path.glob("Load-ci-tls-*.json")
+    result = json.loads(out.read_text())
+    assert result["complete"], {k: p["incomplete"] for k, p in result["phases"].items()}
+    assert result["invariants"] == {
+        "pods_lost": 0,
+        "nodes_not_ready": 0,
+        "leases_expired": 0,
+        "pods_bound_twice": 0,
+    }
+    assert result["final_list"]["disagree"] == 0
+    assert result["health"]["nodes"] == 10
+    assert result["health"]["lease_polls"] > 0
+    phases = result["phases"]
+    assert list(phases) == ["create", "scale", "roll", "delete"]
+    assert result["pods_target"] == 300
+    create = phases["create"]
+    assert create["pods_created"] == 300
+    assert create["latency"]["startup"]["count"] == 300
+    assert create["pacing"]["pods_offered"] == 300
+    assert not create["harness_errors"], create["harness_first_errors"]
+    # The roll replaced every pod: as many new pods as the scaled Deployments hold.
+    assert phases["roll"]["pods_created"] == phases["roll"]["pacing"]["pods_offered"]
+    assert phases["delete"]["pacing"]["pods_deleted"] == phases["roll"]["pods_created"]
+    for p in phases.values():
+        assert p["apiserver_latency"], p["phase"]
+        assert p["list_latency"]["cluster"]["count"] >= 1
+        assert p["processes"]["apiserver"]["cpu_seconds"] > 0
+        assert p["etcd"]["db_mib"] > 0 and p["etcd"]["quota_mib"] == 8192
+        assert (tmp_path / f"{out.stem}-{p['phase']}.png").stat().st_size > 0
+    assert phases["create"]["apiserver_latency"]["Deployments/Create"]["count"] > 0

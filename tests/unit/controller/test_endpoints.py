@@ -9,6 +9,7 @@ import pytest
 from controller.endpoints import EndpointsController, compute_subsets, resolve_target_port
 from tests.unit.controller.fakes import FakeQueue, FakeResource, FakeStore
 from tinykube.clock import FakeClock
+from tinykube.informer import Store
 from tinykube.meta import int_or_string_value
 from tinykube.v1 import endpoints_pb2, pod_pb2, service_pb2
 
@@ -175,3 +176,62 @@ async def test_selectorless_service_is_left_alone(world) -> None:  # type: ignor
     await services.create(service(selector={}))
     await ctrl.sync("default/web")
     assert eps.objects == {}
+
+
+def test_pod_events_find_services_through_the_selector_index() -> None:
+    """With the informer's Store (indexed), a pod event finds the Services selecting it by its
+    own label pairs: other namespaces' Services with the same selector, Services whose
+    selector the pod only partly matches and Services without a selector are not queued; a
+    Service whose selector changes moves in the index."""
+    services: Store[service_pb2.Service] = Store()
+    queue = FakeQueue()
+    eps = FakeResource("Endpoints", endpoints_pb2.ServiceEndpoints, FakeClock(), itertools.count(1))
+
+    def put(svc: service_pb2.Service, namespace: str = "default") -> None:
+        svc.metadata.namespace = namespace
+        services._put(f"{namespace}/{svc.metadata.name}", svc)
+
+    put(service("web", {"app": "web"}))
+    put(service("web-v2", {"app": "web", "version": "2"}))
+    put(service("other-ns", {"app": "web"}), "prod")
+    put(service("none", {}))
+    put(service("db", {"app": "db"}))
+    ctrl = EndpointsController(eps, services, Store(), Store(), queue)
+    assert sorted(ctrl._services_for(pod("a", labels={"app": "web", "version": "1"}))) == [
+        "default/web"
+    ]
+    assert sorted(ctrl._services_for(pod("b", labels={"app": "web", "version": "2"}))) == [
+        "default/web",
+        "default/web-v2",
+    ]
+    put(service("db", {"version": "1"}))  # its selector changed: reindexed under version=1
+    assert sorted(ctrl._services_for(pod("a", labels={"app": "web", "version": "1"}))) == [
+        "default/db",
+        "default/web",
+    ]
+    ctrl.on_pod_add(pod("c", labels={"app": "db"}))
+    assert queue.added == []
+
+
+def test_sync_reads_only_the_pods_carrying_the_selectors_indexed_pair() -> None:
+    """With the informer's Store (indexed), a Service's candidate pods are those with its
+    selector's smallest pair, in its namespace; a relabelled pod moves in the index."""
+    pods: Store[pod_pb2.Pod] = Store()
+    eps = FakeResource("Endpoints", endpoints_pb2.ServiceEndpoints, FakeClock(), itertools.count(1))
+    ctrl = EndpointsController(eps, Store(), pods, Store(), FakeQueue())
+
+    def put(p: pod_pb2.Pod, namespace: str = "default") -> None:
+        p.metadata.namespace = namespace
+        pods._put(f"{namespace}/{p.metadata.name}", p)
+
+    put(pod("a", labels={"app": "web", "tier": "front"}))
+    put(pod("b", labels={"app": "web"}))
+    put(pod("c", labels={"app": "db"}))
+    put(pod("d", labels={"app": "web"}), "prod")
+    svc = service("web", {"tier": "front", "app": "web"})
+    # The candidates carry app=web (the smallest key); `selects` then checks the rest.
+    assert sorted(p.metadata.name for p in ctrl._pods_selected_by(svc)) == ["a", "b"]
+    (subset,) = compute_subsets(svc, ctrl._pods_selected_by(svc))
+    assert [a.targetRef.name for a in subset.addresses] == ["a"]
+    put(pod("b", labels={"app": "db"}))
+    assert sorted(p.metadata.name for p in ctrl._pods_selected_by(svc)) == ["a"]

@@ -55,6 +55,9 @@ def test_kubelet_defaults_and_overrides() -> None:
     assert s.lease_renew_interval == 1.0
     fake = Settings.from_args(["--runtime", "fake", "--fake-nodes", "3"])
     assert fake.node_names == ["hollow-0", "hollow-1", "hollow-2"]
+    assert not fake.fake_pod_watch_per_node
+    per_node = ["--runtime", "fake", "--fake-nodes", "3", "--fake-pod-watch-per-node"]
+    assert Settings.from_args(per_node).fake_pod_watch_per_node
 
 
 def test_bad_capacity_is_rejected() -> None:

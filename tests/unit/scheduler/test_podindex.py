@@ -188,3 +188,29 @@ def test_visible(registered: bool, listening: bool, info: PodInfo, want: bool) -
     if listening:
         cache.pod_index.listeners.append(lambda slot, info, sign: None)
     assert cache.pod_index.visible(info) is want
+
+
+def test_selectors_filed_under_their_rarest_pair_stay_exact_through_churn_and_eviction() -> None:
+    """Many Deployment-like selectors (a common pair and a rare one): each is filed under its
+    rarest pair, registration scans only the pods carrying it, and the counts equal a fresh
+    count through placements, relabels, removals and LRU evictions; selectors that pin no
+    single value (a two-value `in`, an existence test) are counted by a full scan."""
+    cache = make_cache(NodeBuilder("a"), NodeBuilder("b"))
+    cache.pod_index.max_selectors = 3
+    selectors = [parse_label_selector(f"group=load,deploy=d{i}") for i in range(4)]
+    selectors += [parse_label_selector("deploy in (d0,d1)"), parse_label_selector("tier")]
+    for i in range(12):
+        cache.add_pod(pod(f"p{i}", "ab"[i % 2], group="load", deploy=f"d{i % 4}"))
+
+    def check() -> None:
+        for sel in selectors:
+            assert per_node(cache, sel) == fresh(cache, sel), str(sel)
+
+    check()
+    cache.update_pod(pod("p0", "a", group="load", deploy="d1", tier="web"))
+    cache.remove_pod("default/p5")
+    cache.assume(pod("new", group="load", deploy="d2"), "b")
+    check()
+    filed = cache.pod_index._filed_under
+    assert all(pair is None or pair[0] == "deploy" for pair in filed.values()), filed
+    assert cache.pod_index.selectors == 3
