@@ -12,7 +12,9 @@ What kind's node image does with systemd, in one process tree (run with `init: t
    container's overlay root: overlayfs cannot have its upper directory on overlayfs), plus the
    compose registry as a plain-HTTP mirror (`--registry host:port`).
 3. the pause and `tinykube.local/busybox:1` images imported with ctr.
-4. the pod routes (kindnet's job): a child process that lists the Nodes every 10 s and
+4. the pod routes (kindnet's job): a child process that lists the Nodes every 10 s (with the
+   node's kube-proxy credentials, `--routes-kubeconfig`: the node authorizer lets a kubelet read
+   its own Node only) and
    routes each other node's spec.podCIDR through its InternalIP (`ip route replace`), removing
    routes of nodes that left. All node containers share one Docker network, so the next hop is
    on the link.
@@ -117,7 +119,7 @@ def apply_routes(want: dict[str, str]) -> None:
 
 async def sync_routes(node_name: str, interval: float) -> None:
     """kindnet's route loop: list the Nodes every `interval` seconds (one client, the kubelet's
-    kubeconfig from $KUBECONFIG) and make this node's routes to the others' pod CIDRs match."""
+    credentials from $KUBECONFIG) and make this node's routes to the others' pod CIDRs match."""
     from tinykube.client import Client
 
     async with Client.from_kubeconfig() as client:
@@ -145,11 +147,19 @@ def main() -> None:
     p.add_argument("--node-name", required=True, help="the Node whose routes are skipped")
     p.add_argument("--containerd-dir", default="/var/lib/node/containerd")
     p.add_argument("--registry", action="append", default=[], help="a plain-HTTP registry")
+    p.add_argument(
+        "--routes-kubeconfig",
+        default="",
+        help="the pod routes' credentials (default $KUBECONFIG): one that may list Nodes, as "
+        "kube-proxy's (a kubelet may read its own Node only)",
+    )
     a = p.parse_args(argv[:cut])
     kubelet = argv[cut + 1 :]
     writable_cgroups()
     start_containerd(Path(a.containerd_dir), a.registry)
-    subprocess.Popen([sys.executable, __file__, "routes", "--node-name", a.node_name])
+    routes = [sys.executable, __file__, "routes", "--node-name", a.node_name]
+    env = {**os.environ, "KUBECONFIG": a.routes_kubeconfig} if a.routes_kubeconfig else None
+    subprocess.Popen(routes, env=env)
     os.execvp(kubelet[0], kubelet)
 
 
