@@ -963,9 +963,14 @@ class ResourceStore:
         the current object after a lost compare-and-swap (None: it is gone)."""
         old = cur.obj
         obj = await transform(old)
-        # The decoded body's defaults (a patch's result is decoded, so defaulted, too).
-        self.strategy.set_defaults(obj)
-        if self.webhooks is not None and self.webhooks.active():
+        webhooks = self.webhooks is not None and self.webhooks.active()
+        if webhooks or subresource != "status":
+            # The decoded body's defaults (a patch's result is decoded, so defaulted, too). A
+            # status update stores the old object with the body's status only, so its body's
+            # defaults are seen by nobody but a webhook (a kubelet's status write is the
+            # hottest update: no pod spec walked for it).
+            self.strategy.set_defaults(obj)
+        if webhooks:
             obj.metadata.namespace = namespace  # type: ignore[attr-defined]
             mutated = await self._mutating_webhooks("UPDATE", subresource, obj, old, ctx)
             if mutated is not None:

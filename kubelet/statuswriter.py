@@ -13,8 +13,9 @@ change together (after a kubelet restart, a DaemonSet rollout, a burst of pods l
 node). The kubelet keeps one writer per node, so a process hosting many (hollow) nodes makes
 the calls as many real kubelets would, never one call across nodes.
 
-The status subresource stores the status as sent, so the answer carries only the new
-resourceVersion, not the pod.
+A write made while nothing is out, and a batch of one, go as a plain UpdateStatus: a batch of
+one would cost both ends more than the call it replaces. The status subresource stores the
+status as sent, so a batch's answer carries only each pod's new resourceVersion.
 
 Authorization covers a whole request, so a batch refused as a whole (PERMISSION_DENIED: one of
 its pods is no longer the node's to write) is sent again one UpdateStatus per pod, each getting
@@ -65,6 +66,15 @@ class StatusWriter(MicroBatcher[pod_pb2.Pod, str]):
         or raises the TinykubeError its own UpdateStatus would have raised."""
         if self._send_batch is None:
             return await self._send_one(pod)
+        if self._in_flight == 0 and not self.pending:
+            # Nothing out: this write goes alone, as a plain UpdateStatus (a batch of one
+            # costs both ends more); writes made while it is out queue and go together.
+            self._in_flight += 1
+            try:
+                return await self._send_one(pod)
+            finally:
+                self._in_flight -= 1
+                self._kick()
         return await self.enqueue(pod)
 
     async def _send_one(self, pod: pod_pb2.Pod) -> str:
@@ -83,10 +93,15 @@ class StatusWriter(MicroBatcher[pod_pb2.Pod, str]):
         pods = [p for p, _ in batch]
         results: list[Any]
         try:
-            if self._send_batch is None:  # became unbatched while this batch waited
+            if len(pods) == 1:  # alone: a plain UpdateStatus
+                results = list(
+                    await asyncio.gather(self._send_one(pods[0]), return_exceptions=True)
+                )
+            elif self._send_batch is None:  # became unbatched while this batch waited
                 raise UnimplementedError("UpdateStatusBatch")
-            self._on_batch(len(batch))
-            results = list(await self._send_batch(pods))
+            else:
+                self._on_batch(len(batch))
+                results = list(await self._send_batch(pods))
         except UnimplementedError:
             if self._send_batch is not None:
                 log.warning("apiserver does not serve Pods/UpdateStatusBatch; one RPC per pod")
