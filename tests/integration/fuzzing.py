@@ -1014,6 +1014,30 @@ SEEDS["EndpointSlice"] = {
     "ports": [{"name": "http", "protocol": "TCP", "port": 8080, "appProtocol": "http"}],
 }
 
+# A policy matching a resource nobody serves, so a fuzzed one that is stored judges nothing the
+# other requests do; its binding names it.
+SEEDS["ValidatingAdmissionPolicy"] = {
+    "metadata": _META,
+    "spec": {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": ["fuzz.example.com"],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE"],
+                    "resources": ["nothings"],
+                }
+            ]
+        },
+        "validations": [{"expression": "true", "message": "never refused"}],
+    },
+}
+SEEDS["ValidatingAdmissionPolicyBinding"] = {
+    "metadata": _META,
+    "spec": {"policyName": "seed", "validationActions": ["Deny"]},
+}
+
 
 def valid_object(info: KindInfo, name: str) -> Message:
     """A valid object of the kind, named `name` (in namespace default if namespaced)."""
