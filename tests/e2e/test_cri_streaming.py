@@ -135,11 +135,18 @@ def test_exec_stdin_through_cat(box: LocalCluster) -> None:
 # (CRI's Exec and Attach carry no initial size; containerd applies the resize stream once the
 # process exists, as it does for kube's kubelet), so a command that reads the size at once can
 # race it and see 0 rows (busybox's `stty size` then prints a stale errno and nothing else).
-# The commands wait up to 5 s for the size, as an interactive shell would simply see it.
+# The commands wait up to 20 s for the size, as an interactive shell would simply see it (5 s
+# was once not enough for `run -it --rm` in a clean-clone CI run; what the container then saw
+# was cut from pytest's message, so the assertions print the size lines themselves).
 STTY_SIZE = (
     'i=0; until s=$(stty size 2>/dev/null) && [ "${s%% *}" -gt 0 ] 2>/dev/null; '
-    'do i=$((i+1)); [ "$i" -gt 100 ] && break; sleep 0.05; done; echo "size $s"'
+    'do i=$((i+1)); [ "$i" -gt 400 ] && break; sleep 0.05; done; echo "size $s after $i"'
 )
+
+
+def _size_lines(out: bytes | str) -> str:
+    text = out.decode(errors="replace") if isinstance(out, bytes) else out
+    return " | ".join(line.strip() for line in text.splitlines() if "size" in line) or text[-400:]
 
 
 def test_exec_tty_under_a_pty(box: LocalCluster) -> None:
@@ -160,7 +167,7 @@ def test_exec_tty_under_a_pty(box: LocalCluster) -> None:
         timeout=120,
     )
     assert "/dev/pts/" in done.stdout, done.stdout + done.stderr
-    assert "size 33 91" in done.stdout, done.stdout
+    assert "size 33 91" in done.stdout, _size_lines(done.stdout)
     assert done.returncode == 4, done.stdout
 
 
@@ -340,7 +347,7 @@ def test_run_it_rm_gets_the_containers_terminal(box: LocalCluster) -> None:
             out += chunk
         assert b"got hello" in out, out
         assert b"/dev/pts/" in out, out
-        assert b"size 41 101" in out, out
+        assert b"size 41 101" in out, _size_lines(out)
         assert b'pod "typed" deleted' in out, out
         assert proc.wait(60) == 0
     finally:
