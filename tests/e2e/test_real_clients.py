@@ -720,6 +720,8 @@ def test_python_client_typed_over_every_kind(cluster: UpCluster, api_client: Any
     for api_name, suffix, namespaced, model, body in KINDS:
         try:
             _typed_round(api_client, api_name, suffix, namespaced, model, body)
+            if model == "V1Service":
+                _wait_service_slices_collected(api_client, body["metadata"]["name"])
         except Exception as exc:  # every kind is tried; the failures are reported together
             failures.append(f"{model}: {type(exc).__name__}: {exc}")
     assert not failures, "\n\n".join(failures)
@@ -729,6 +731,20 @@ def test_python_client_typed_over_every_kind(cluster: UpCluster, api_client: Any
     )
     assert review.status.incomplete is False
     assert any(r.verbs == ["*"] and r.resources == ["*"] for r in review.status.resource_rules)
+
+
+def _wait_service_slices_collected(api_client: Any, service: str) -> None:
+    """The EndpointSlice controller copies a Service's labels (`typed=table` here) onto the
+    slices it makes for it, and the garbage collector deletes them once the Service is gone,
+    some time after the Service's delete returned (as in kube). The EndpointSlice round lists
+    `typed=table` expecting nothing, so it must wait for that collection; waiting here also
+    checks that it happens."""
+    discovery = k8s.DiscoveryV1Api(api_client)
+    selector = f"kubernetes.io/service-name={service}"
+    deadline = time.monotonic() + EVENT_WAIT
+    while discovery.list_namespaced_endpoint_slice(NS, label_selector=selector).items:
+        assert time.monotonic() < deadline, f"the EndpointSlices of Service {service} remain"
+        time.sleep(0.2)
 
 
 def _typed_round(
