@@ -107,6 +107,10 @@ from tinykube.v1.apiextensions_pb2 import CustomResourceDefinition
 
 log = logging.getLogger(__name__)
 
+# How long a stopping apiserver tries to take itself out of default/kubernetes (etcd may be
+# the reason it stops).
+MASTER_REMOVAL_SECONDS = 3.0
+
 
 def serving_tls(settings: Settings) -> ServingTLS | None:
     """The certificate both front ends serve with (None: plaintext, --insecure)."""
@@ -293,6 +297,7 @@ class APIServer:
         )
         self.grpc.add(lambda s: s.add_generic_rpc_handlers(handlers))
         self._tasks: list[asyncio.Task[None]] = []
+        self._leases: masterservice.MasterLeases | None = None
         self.port = 0
         self._serving: bool | None = None
         self._etcd_ok = False
@@ -557,6 +562,14 @@ class APIServer:
     async def stop(self) -> None:
         """Graceful: NOT_SERVING, end every watch (clients re-watch elsewhere), drain, close."""
         await self._set_serving(False)
+        for task in self._tasks:
+            if task.get_name() == "master-service":
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(MASTER_REMOVAL_SECONDS):
+                await self._remove_master_endpoint()
         for cache in self.caches.values():
             cache.terminate_all(
                 UnavailableError("watch closed: the apiserver is shutting down"), "shutdown"
@@ -640,22 +653,52 @@ class APIServer:
         return ok
 
     async def _master_service_loop(self) -> None:
-        """The default/kubernetes Service and this apiserver's Endpoints (apiserver/
-        masterservice.py), at start and every RECONCILE_SECONDS."""
+        """The default/kubernetes Service, this apiserver's master lease and the Endpoints of
+        every live apiserver (apiserver/masterservice.py), at start and every
+        RECONCILE_SECONDS."""
         cluster_ip = masterservice.service_ip(self.settings.service_cluster_ip_range)
-        host = self.settings.advertise_address or self.rest_address.rsplit(":", 1)[0].strip("[]")
+        leases = self._master_leases()
         while True:
             try:
+                await leases.renew()
                 await masterservice.reconcile(
                     self.services[SERVICE.kind],
                     self.services[ENDPOINTS.kind],
                     cluster_ip,
-                    host,
                     self.rest_port,
+                    await leases.alive(),
                 )
             except TinykubeError as exc:
                 log.warning("the kubernetes Service is not reconciled yet: %s", exc)
             await self.clock.sleep(masterservice.RECONCILE_SECONDS)
+
+    def _master_leases(self) -> masterservice.MasterLeases:
+        if self._leases is None:
+            host = self.settings.advertise_address or self.rest_address.rsplit(":", 1)[0].strip(
+                "[]"
+            )
+            self._leases = masterservice.MasterLeases(
+                self.storage, self.settings.prefix, host, self.rest_port
+            )
+        return self._leases
+
+    async def _remove_master_endpoint(self) -> None:
+        """At shutdown: revoke this apiserver's master lease and rewrite the Endpoints without
+        it, so in-cluster clients stop being sent here (kube's RemoveEndpoints)."""
+        if self._leases is None:
+            return
+        cluster_ip = masterservice.service_ip(self.settings.service_cluster_ip_range)
+        try:
+            await self._leases.remove()
+            await masterservice.reconcile(
+                self.services[SERVICE.kind],
+                self.services[ENDPOINTS.kind],
+                cluster_ip,
+                self.rest_port,
+                await self._leases.alive(),
+            )
+        except TinykubeError as exc:
+            log.warning("could not take this apiserver out of default/kubernetes: %s", exc)
 
     async def _health_loop(self) -> None:
         while True:

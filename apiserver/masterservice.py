@@ -8,11 +8,15 @@ config; the kubelet sets the variables).
   port 443 named `https` (TCP), targetPort the apiserver's REST port, no selector, label
   `component: apiserver` and `provider: kubernetes` as kube's. It is created when missing and
   its ports put back when they differ.
-- Endpoints `kubernetes`: this apiserver's address and REST port (port named https) added
-  when missing; with several apiservers each adds its own (grouped by port, one subset per
-  port). The endpointslicemirroring controller mirrors them into an EndpointSlice, through
-  which the proxy forwards the cluster IP. An apiserver that stops is not removed (kube's
-  lease reconciler expires them; tinykube's clients fail over to the next address).
+- Endpoints `kubernetes`: the addresses of the apiservers that are up, as kube-apiserver's
+  lease endpoint reconciler (`--endpoint-reconciler-type=lease`, the default) keeps them.
+  Each apiserver writes its address and REST port under `<prefix>/masterleases/` with an etcd
+  lease of LEASE_TTL_SECONDS, renewed every RECONCILE_SECONDS, and rewrites the Endpoints to
+  the addresses whose leases are alive (grouped by port, one subset per port, addresses
+  sorted). An apiserver that is killed drops out when its lease expires; one that stops
+  gracefully revokes its lease and takes itself out at once (kube's RemoveEndpoints). The
+  endpointslicemirroring controller mirrors the Endpoints into an EndpointSlice, through
+  which the proxy forwards the cluster IP.
 
 `reconcile(services, endpoints, ...)` runs at start and every RECONCILE_SECONDS.
 """
@@ -21,11 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import logging
 
 from google.protobuf.struct_pb2 import Value
 
 from apiserver.resources import ResourceStore
+from apiserver.storage import Storage
 from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError
 from tinykube.v1 import endpoints_pb2, meta_pb2, service_pb2
 
@@ -35,7 +41,9 @@ NAME = "kubernetes"
 NAMESPACE = "default"
 PORT_NAME = "https"
 SERVICE_PORT = 443
+# kube-apiserver's DefaultEndpointReconcilerInterval and DefaultEndpointReconcilerTTL.
 RECONCILE_SECONDS = 10.0
+LEASE_TTL_SECONDS = 15
 LABELS = {"component": "apiserver", "provider": "kubernetes"}
 
 
@@ -56,9 +64,75 @@ def _service(cluster_ip: str, rest_port: int) -> service_pb2.Service:
     return svc
 
 
+class MasterLeases:
+    """This apiserver's master lease and the list of every live one (etcd keys with a TTL)."""
+
+    def __init__(self, storage: Storage, prefix: str, ip: str, port: int) -> None:
+        self.storage = storage
+        self.prefix = f"{prefix}/masterleases/".encode()
+        self.address = (ip, port)
+        self._lease = 0
+
+    def _key(self) -> bytes:
+        ip, port = self.address
+        return self.prefix + f"{ip}:{port}".encode()
+
+    async def renew(self) -> None:
+        ip, port = self.address
+        value = json.dumps({"ip": ip, "port": port}).encode()
+        self._lease = await self.storage.put_leased(
+            self._key(), value, LEASE_TTL_SECONDS, previous=self._lease
+        )
+
+    async def remove(self) -> None:
+        if self._lease:
+            await self.storage.revoke_lease(self._lease)
+            self._lease = 0
+
+    async def alive(self) -> list[tuple[str, int]]:
+        """The (ip, port) of every apiserver whose lease has not expired, sorted."""
+        found = set()
+        for kv in (await self.storage.list_prefix(self.prefix)).kvs:
+            try:
+                entry = json.loads(kv.value)
+                found.add((str(entry["ip"]), int(entry["port"])))
+            except (ValueError, KeyError, TypeError):
+                log.warning("ignoring a malformed master lease %r", kv.key)
+        return sorted(found)
+
+
+def _desired_subsets(addresses: list[tuple[str, int]]) -> list[endpoints_pb2.EndpointSubset]:
+    by_port: dict[int, list[str]] = {}
+    for ip, port in addresses:
+        by_port.setdefault(port, []).append(ip)
+    subsets = []
+    for port in sorted(by_port):
+        subset = endpoints_pb2.EndpointSubset()
+        for ip in sorted(set(by_port[port]), key=_ip_order):
+            subset.addresses.add(ip=ip)
+        subset.ports.add(name=PORT_NAME, port=port, protocol="TCP")
+        subsets.append(subset)
+    return subsets
+
+
+def _ip_order(ip: str) -> tuple[int, int | str]:
+    try:
+        parsed = ipaddress.ip_address(ip)
+    except ValueError:
+        return (2, ip)
+    return (parsed.version, int(parsed))
+
+
 async def reconcile(
-    services: ResourceStore, endpoints: ResourceStore, cluster_ip: str, ip: str, rest_port: int
+    services: ResourceStore,
+    endpoints: ResourceStore,
+    cluster_ip: str,
+    rest_port: int,
+    addresses: list[tuple[str, int]],
 ) -> None:
+    """The Service as it should be, and its Endpoints holding exactly `addresses` (the live
+    apiservers' (ip, port)). No addresses at all (etcd lost every lease) leaves the Endpoints
+    alone, as kube refuses to erase all of them."""
     get = meta_pb2.GetRequest(namespace=NAMESPACE, name=NAME)
     try:
         current = await services.get(get)
@@ -78,33 +152,29 @@ async def reconcile(
             updated.spec.ports.extend(want)
             with contextlib.suppress(ConflictError, NotFoundError):
                 await services.update(service_pb2.UpdateServiceRequest(service=updated))
+    if not addresses:
+        return
+    subsets = _desired_subsets(addresses)
     try:
         ep = await endpoints.get(get)
     except NotFoundError:
         new = endpoints_pb2.ServiceEndpoints(apiVersion="v1", kind="Endpoints")
         new.metadata.name, new.metadata.namespace = NAME, NAMESPACE
         new.metadata.labels.update(LABELS)
-        subset = new.subsets.add()
-        subset.addresses.add(ip=ip)
-        subset.ports.add(name=PORT_NAME, port=rest_port, protocol="TCP")
+        new.subsets.extend(subsets)
         with contextlib.suppress(AlreadyExistsError):
             await endpoints.create(endpoints_pb2.CreateEndpointsRequest(endpoints=new))
         return
     assert isinstance(ep, endpoints_pb2.ServiceEndpoints)
-    for subset in ep.subsets:
-        if any(p.port == rest_port for p in subset.ports) and any(
-            a.ip == ip for a in subset.addresses
-        ):
-            return
+    if list(ep.subsets) == subsets:
+        return
     updated_ep = endpoints_pb2.ServiceEndpoints()
     updated_ep.CopyFrom(ep)
-    for subset in updated_ep.subsets:
-        if any(p.port == rest_port for p in subset.ports):
-            subset.addresses.add(ip=ip)
-            break
-    else:
-        subset = updated_ep.subsets.add()
-        subset.addresses.add(ip=ip)
-        subset.ports.add(name=PORT_NAME, port=rest_port, protocol="TCP")
+    del updated_ep.subsets[:]
+    updated_ep.subsets.extend(subsets)
     with contextlib.suppress(ConflictError, NotFoundError):
         await endpoints.update(endpoints_pb2.UpdateEndpointsRequest(endpoints=updated_ep))
+        log.info(
+            "Endpoints default/kubernetes now %s",
+            ", ".join(f"{ip}:{port}" for ip, port in addresses),
+        )

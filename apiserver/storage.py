@@ -237,6 +237,7 @@ class Storage:
         self._channel: grpc.aio.Channel | None = None
         self._kv: Any = None
         self._watch: Any = None
+        self._lease: Any = None
         # Concurrent single-key writes share etcd txns (apiserver/txnbatch.py); Service
         # allocations, which write several keys, always go alone.
         self._batcher = (
@@ -263,6 +264,7 @@ class Storage:
             self._channel = self.credentials.channel(self.target, options)
             self._kv = rpc.KVStub(self._channel)
             self._watch = rpc.WatchStub(self._channel)
+            self._lease = rpc.LeaseStub(self._channel)
 
     async def close(self) -> None:
         if self._channel is not None:
@@ -551,6 +553,47 @@ class Storage:
             )
 
         await self._retrying("compact", attempt)
+
+    # ---- leased keys (kube's master leases) -------------------------------------------------
+
+    async def put_leased(self, key: bytes, value: bytes, ttl: int, *, previous: int = 0) -> int:
+        """Write `key` = `value` under a new etcd lease of `ttl` seconds, so the key vanishes
+        unless written again in time; revoke `previous` (the lease of the last such write).
+        Returns the new lease's ID. Plain writes: nobody compares these keys' revisions."""
+        self.connect()
+        grant = await self._retrying(
+            "lease",
+            lambda seconds: self._call(
+                "lease",
+                lambda: self._lease.LeaseGrant(
+                    rpc.LeaseGrantRequest(TTL=ttl), timeout=seconds, metadata=REQUIRE_LEADER
+                ),
+            ),
+        )
+        put = rpc.PutRequest(key=key, value=value, lease=grant.ID)
+        await self._retrying(
+            "put",
+            lambda seconds: self._call(
+                "put", lambda: self._kv.Put(put, timeout=seconds, metadata=REQUIRE_LEADER)
+            ),
+        )
+        if previous:
+            await self.revoke_lease(previous)
+        return int(grant.ID)
+
+    async def revoke_lease(self, lease: int) -> None:
+        """Revoke `lease` (its keys are deleted); one already expired is fine."""
+        self.connect()
+        try:
+            await self._call(
+                "lease",
+                lambda: self._lease.LeaseRevoke(
+                    rpc.LeaseRevokeRequest(ID=lease), timeout=self.timeout, metadata=REQUIRE_LEADER
+                ),
+            )
+        except InternalError as exc:
+            if "lease not found" not in str(exc):
+                raise
 
     # ---- watch -----------------------------------------------------------------------------
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
 import grpc
 import pytest
 
+from apiserver import masterservice
 from tests.integration.conftest import (
     RunningAPIServer,
     expect_error,
@@ -26,9 +27,11 @@ from tests.integration.conftest import (
     make_settings,
     start_apiserver,
 )
+from tinykube.errors import NotFoundError
 from tinykube.localetcd import EtcdServer
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import (
+    endpoints_pb2,
     meta_pb2,
     namespace_pb2,
     namespace_pb2_grpc,
@@ -367,3 +370,53 @@ async def test_the_apiserver_keeps_the_kubernetes_service_and_its_endpoints(api:
             "ports": [{"name": "https", "port": rest_port, "protocol": "TCP"}],
         }
     ]
+
+
+async def test_the_kubernetes_endpoints_follow_the_live_apiservers(
+    etcd_server: EtcdServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kube's lease endpoint reconciler: each apiserver keeps a master lease in etcd and the
+    Endpoints hold every apiserver whose lease is alive. A second apiserver joins; one that
+    stops gracefully leaves at once; one that dies (a lease nobody renews) leaves when the
+    lease expires."""
+    monkeypatch.setattr(masterservice, "RECONCILE_SECONDS", 0.3)
+    first = await start_apiserver(make_settings(etcd_server.endpoint, rest_port=0))
+    second = await start_apiserver(replace(first.settings, rest_port=0))
+    ports = [int(r.server.rest_address.rsplit(":", 1)[1]) for r in (first, second)]
+    stopped = False
+
+    async def subsets() -> list[Any]:
+        try:
+            ep = await first.server.services["Endpoints"].get(
+                meta_pb2.GetRequest(namespace="default", name="kubernetes")
+            )
+        except NotFoundError:
+            return []
+        assert isinstance(ep, endpoints_pb2.ServiceEndpoints)
+        return [([a.ip for a in s.addresses], [p.port for p in s.ports]) for s in ep.subsets]
+
+    async def until(want: list[Any], seconds: float) -> None:
+        for _ in range(int(seconds * 10)):
+            if await subsets() == want:
+                return
+            await asyncio.sleep(0.1)
+        assert await subsets() == want
+
+    try:
+        both = sorted([(["127.0.0.1"], [port]) for port in ports], key=lambda s: s[1])
+        await until(both, 30)
+        # A dead apiserver's lease: it shows up, then expires (etcd's shortest TTL is a few
+        # seconds) and the address is dropped with nobody removing it.
+        storage = first.server.storage
+        ghost = masterservice.MasterLeases(storage, first.settings.prefix, "127.0.0.9", 6443)
+        await storage.put_leased(ghost._key(), b'{"ip": "127.0.0.9", "port": 6443}', 2)
+        await until(sorted([*both, (["127.0.0.9"], [6443])], key=lambda s: s[1]), 30)
+        await until(both, 30)
+        # A graceful stop takes the apiserver out without waiting for its lease.
+        stopped = True
+        await second.server.stop()
+        await until([(["127.0.0.1"], [ports[0]])], 5)
+    finally:
+        if not stopped:
+            await second.server.stop()
+        await first.server.stop()
