@@ -94,6 +94,10 @@ class _Type:
     # Free JSON (_JSON) under a CRD's schema: the schema node of an object's value (its fields'
     # types), or of a keyed list's items. None: no schema (objects by field, lists atomic).
     json: _Json | None = None
+    # A CRD's keyed list: the defaults its items' schema gives key fields, which an item
+    # that omits the key takes (structured-merge-diff reads them from the schema). None: a
+    # built-in list, whose only defaulted key field is a port's protocol (_KEY_DEFAULTS).
+    key_defaults: tuple[tuple[str, Any], ...] | None = None
 
 
 _FREE = _Type(_JSON)
@@ -125,7 +129,13 @@ class _Json:
             list_type = schema.get("x-kubernetes-list-type")
             if list_type == "map":
                 keys = tuple(str(k) for k in schema.get("x-kubernetes-list-map-keys") or ())
-                return _Type(_ASSOC, keys=keys, json=node)
+                props = (items.get("properties") if isinstance(items, dict) else None) or {}
+                defaults = tuple(
+                    (k, props[k]["default"])
+                    for k in keys
+                    if isinstance(props.get(k), dict) and "default" in props[k]
+                )
+                return _Type(_ASSOC, keys=keys, json=node, key_defaults=defaults)
             if list_type == "set":
                 return _Type(_SET)
             return _Type(_LEAF)  # atomic, as a CRD's list without a list type
@@ -306,15 +316,16 @@ def _prefixes(paths: Iterable[Path]) -> set[Path]:
 _ABSENT: Any = object()
 
 
-def _item_key(item: Any, keys: tuple[str, ...], where: Path) -> str:
+def _item_key(item: Any, t: _Type, where: Path) -> str:
     if not isinstance(item, dict):
         raise BadRequestError(f"{path_string(where)}: expected an object in a list with keys")
+    defaults = _KEY_DEFAULTS if t.key_defaults is None else dict(t.key_defaults)
     values: dict[str, Any] = {}
-    for k in keys:
+    for k in t.keys:
         if k in item:
             values[k] = item[k]
-        elif k in _KEY_DEFAULTS:
-            values[k] = _KEY_DEFAULTS[k]
+        elif k in defaults:
+            values[k] = defaults[k]
         else:
             raise BadRequestError(
                 f"{path_string(where)}: associative list with keys has an element that omits "
@@ -327,7 +338,7 @@ def _index(items: Any, t: _Type, where: Path, *, strict: bool) -> dict[str, Any]
     """A list's items by path element (last one wins for duplicates, unless `strict`)."""
     out: dict[str, Any] = {}
     for item in items if isinstance(items, list) else []:
-        element = _item_key(item, t.keys, where) if t.kind == _ASSOC else "v:" + _compact(item)
+        element = _item_key(item, t, where) if t.kind == _ASSOC else "v:" + _compact(item)
         if strict and element in out:
             raise BadRequestError(
                 f"{path_string(where)}: duplicate entries for key {path_string((element,))}"
@@ -647,7 +658,7 @@ def _remove_one(root: dict[str, Any], path: Path, message: Descriptor) -> None:
             for i, item in enumerate(node):
                 try:
                     key_of = (
-                        _item_key(item, t.keys, where)
+                        _item_key(item, t, where)
                         if t.kind == _ASSOC
                         else "v:" + _compact(item)
                     )

@@ -5,6 +5,7 @@ with x-kubernetes-preserve-unknown-fields owns its undeclared top-level fields t
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -171,3 +172,20 @@ def test_an_update_records_items_of_a_map_list(widget: Any) -> None:
     assert entries is not None
     fields = entries[0]["fieldsV1"]
     assert list(fields["f:spec"]["f:ports"]) == ['k:{"name":"b","protocol":"TCP"}']
+
+
+def test_a_key_field_takes_its_default_from_the_crd_schema_only(widget: Any) -> None:
+    # The built-in default of a port's protocol (TCP) is no default of a CRD's key field.
+    with pytest.raises(BadRequestError, match='omits key field "protocol"'):
+        apply(widget, {}, obj(ports=[{"name": "a", "port": 1}]), "alice")
+    # A key field whose schema has a default takes it when an item omits it.
+    schema = copy.deepcopy(SCHEMA)
+    items = schema["properties"]["spec"]["properties"]["ports"]["items"]
+    items["properties"]["protocol"]["default"] = "SCTP"
+    types = _message_types("Gadget", ["spec"], keep_unknown=True)
+    gadget = types.message.DESCRIPTOR
+    fm.register_custom_schema(gadget, schema, keeps_unknown=True)
+    a = apply(gadget, {}, obj(ports=[{"name": "a", "port": 1}]), "alice")
+    assert list(fm.set_to_fields(owned(a, "alice"))["f:spec"]["f:ports"]) == [
+        'k:{"name":"a","protocol":"SCTP"}'
+    ]
