@@ -59,6 +59,9 @@ class FakeRuntime:
     def known_pods(self) -> list[str]:
         return list(self._pods)
 
+    def orphan_grace(self, uid: str) -> float:
+        return 0.0
+
     def record(self, uid: str) -> PodRecord | None:
         return self._pods.get(uid)
 

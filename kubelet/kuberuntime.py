@@ -33,6 +33,8 @@ import secrets
 import shutil
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
+
 from kubelet.envvars import (
     CONFIG_ERROR_REASON,
     ContainerConfigError,
@@ -40,6 +42,7 @@ from kubelet.envvars import (
     make_environment,
 )
 from kubelet.lifecycle import (
+    DEFAULT_GRACE_SECONDS,
     MIN_GRACE_SECONDS,
     ExecHook,
     run_hook,
@@ -133,6 +136,37 @@ class KubeRuntime:
         tmp.write_text(json.dumps(data))
         tmp.replace(directory / "state.json")
 
+    def _save_spec(self, pod: pod_pb2.Pod) -> None:
+        """Keep the pod as first synced in `<uid>/pod.pb`, so a restarted kubelet can stop
+        its containers as the spec says (preStop hooks, grace period) even when the object
+        is gone by then: kube's kubelet restores the same from its containers' labels."""
+        directory = self._pod_dir(pod.metadata.uid)
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / "pod.pb.tmp"
+        tmp.write_bytes(pod.SerializeToString())
+        tmp.replace(directory / "pod.pb")
+
+    def _load_spec(self, uid: str) -> None:
+        try:
+            data = (self._pod_dir(uid) / "pod.pb").read_bytes()
+        except OSError:
+            return
+        pod = pod_pb2.Pod()
+        try:
+            pod.ParseFromString(data)
+        except DecodeError as exc:
+            log.warning("ignoring the unreadable spec of pod %s: %s", uid, exc)
+            return
+        self._specs[uid] = pod
+
+    def orphan_grace(self, uid: str) -> float:
+        pod = self._specs.get(uid)
+        if pod is None:
+            return 0.0
+        if pod.spec.HasField("terminationGracePeriodSeconds"):
+            return float(pod.spec.terminationGracePeriodSeconds)
+        return float(DEFAULT_GRACE_SECONDS)
+
     def load(self) -> list[str]:
         if not self.root.is_dir():
             return []
@@ -165,6 +199,7 @@ class KubeRuntime:
                 log.warning("ignoring unreadable state %s: %s", state, exc)
                 continue
             self._pods[rec.uid] = rec
+            self._load_spec(rec.uid)
             running = [
                 c
                 for c in (
@@ -487,6 +522,8 @@ class KubeRuntime:
     async def sync_pod(self, pod: pod_pb2.Pod) -> PodRecord:
         self._before_sync()
         uid = pod.metadata.uid
+        if uid not in self._specs:
+            self._save_spec(pod)
         self._specs[uid] = pod
         rec = self._pods.get(uid)
         changed = False

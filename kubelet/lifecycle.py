@@ -49,6 +49,8 @@ LOG_TAIL_LINES = 80
 LOG_TAIL_BYTES = 2048
 # kube's minimumGracePeriodInSeconds: the least time a container gets after its preStop hook.
 MIN_GRACE_SECONDS = 2
+# A pod's terminationGracePeriodSeconds when its spec has none (kube's default).
+DEFAULT_GRACE_SECONDS = 30
 DEFAULT_MESSAGE_PATH = "/dev/termination-log"
 USER_AGENT = "kube-lifecycle/1.37"
 

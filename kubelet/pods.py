@@ -42,6 +42,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from kubelet.api import KubeletAPI
+from kubelet.lifecycle import DEFAULT_GRACE_SECONDS
 from kubelet.prober import ProbeManager
 from kubelet.runtime import PodRecord, Runtime, build_pod_status, with_others_conditions
 from kubelet.statuswriter import StatusWriter
@@ -51,7 +52,6 @@ from tinykube.v1 import pod_pb2
 
 log = logging.getLogger(__name__)
 
-DEFAULT_GRACE_SECONDS = 30
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 
@@ -359,16 +359,39 @@ class PodManager:
             self.on_event(reason)
         rec.events.clear()
 
-    async def cleanup_orphans(self, live_uids: set[str]) -> None:
-        """Kill what a previous run of this kubelet started for pods that no longer exist."""
+    async def cleanup_orphans(self, live_uids: set[str]) -> list[asyncio.Task[None]]:
+        """Kill what a previous run of this kubelet started for pods that no longer exist
+        (force-deleted while no kubelet ran), each in the background as kube's pod workers
+        do: the preStop hooks run and the containers get the grace period their spec gave,
+        which the runtime kept when it started them. Returns the killing tasks."""
+        started: list[asyncio.Task[None]] = []
         for uid in self.runtime.known_pods():
             if uid in live_uids or uid in self.workers:
                 continue
             rec = self.runtime.record(uid)
             name = f"{rec.namespace}/{rec.name}" if rec else uid
-            log.info("pod %s (%s) no longer exists; killing what is left of it", name, uid)
-            await self.runtime.kill_pod(uid, 0)
-            self.runtime.forget(uid)
+            grace = self.runtime.orphan_grace(uid)
+            log.info(
+                "pod %s (%s) no longer exists; killing what is left of it (grace %gs)",
+                name,
+                uid,
+                grace,
+            )
+            task = asyncio.get_running_loop().create_task(
+                self._kill_orphan(uid, grace), name=f"orphan-{name}"
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            started.append(task)
+        return started
+
+    async def _kill_orphan(self, uid: str, grace: float) -> None:
+        try:
+            await self.runtime.kill_pod(uid, grace)
+        except Exception:  # a runtime error must not end the kubelet; the next start retries
+            log.exception("killing what is left of pod %s failed", uid)
+            return
+        self.runtime.forget(uid)
 
     def wake(self, uid: str) -> None:
         """Have the pod's worker sync now (a probe result changed)."""

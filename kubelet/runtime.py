@@ -132,6 +132,12 @@ class Runtime(Protocol):
         """SIGTERM every container, SIGKILL what is left after the grace period."""
         ...
 
+    def orphan_grace(self, uid: str) -> float:
+        """The grace period to kill a pod with whose object is gone (force-deleted while no
+        kubelet ran): its spec's terminationGracePeriodSeconds as this runtime recorded it
+        when it started the pod (kube restores it from the container's labels), else 0."""
+        ...
+
     async def kill_container(self, uid: str, name: str, grace_seconds: float, why: str) -> None:
         """Stop one running container (a failed liveness probe), recording a Killing Event
         with `why`; its exit is then handled as any exit, restartPolicy deciding a restart."""

@@ -541,6 +541,36 @@ async def test_kubelet_restart_adopts_running_containers(
     )
 
 
+async def test_a_pod_force_deleted_while_its_kubelet_was_down_is_stopped_as_its_spec_says(
+    client: Client, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """kube's kubelet restores a gone pod's preStop hook and grace period from its containers
+    (their labels) and stops them with it; tinykube's keeps the spec it started them from."""
+    tok = token()
+    marker = tmp_path / "prestop"
+    pod = pod_pb2.Pod(apiVersion="v1", kind="Pod")
+    pod.metadata.name, pod.metadata.namespace = f"gone-{tok[:8]}", NS
+    pod.spec.nodeName = "node-1"
+    pod.spec.terminationGracePeriodSeconds = 7
+    c = pod.spec.containers.add(name="main", image="busybox", command=["sleep", tok])
+    c.lifecycle.preStop.exec.command.extend(["sh", "-c", f"echo stopped > {marker}"])
+    await client.pods.create(pod)
+    await eventually(
+        lambda: asyncio.sleep(0, bool(processes_running(["sleep", tok]))), what="the container"
+    )
+    await asyncio.to_thread(cluster.kill, "kubelet-node-1", signal.SIGKILL)
+    try:
+        await client.pods.delete(pod.metadata.name, NS, grace_period_seconds=0)
+        assert processes_running(["sleep", tok]), "the container outlives its kubelet"
+    finally:
+        await asyncio.to_thread(cluster.start_component, "kubelet-node-1")
+    await eventually(
+        lambda: asyncio.sleep(0, not processes_running(["sleep", tok])),
+        what="the orphaned container stopped by the restarted kubelet",
+    )
+    assert marker.read_text() == "stopped\n", "the preStop hook did not run"
+
+
 async def test_container_output_survives_a_kubelet_restart(
     client: Client, cluster: LocalCluster
 ) -> None:

@@ -219,7 +219,7 @@ async def test_orphans_from_a_previous_run_are_cleaned_up() -> None:
     runtime = FakeRuntime(clock)
     await runtime.sync_pod(bound_pod("stale", "n1"))
     manager = PodManager(client, runtime, {"n1"}, lambda _n: "h", clock=clock)
-    await manager.cleanup_orphans(set())
+    await asyncio.gather(*await manager.cleanup_orphans(set()))
     assert runtime.known_pods() == []
 
 
