@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import time
 from typing import Any
 
 import aiohttp
+from createlatency import creates, report
 
 from apiserver.app import APIServer
 from apiserver.settings import Settings
@@ -29,15 +29,6 @@ from apiserver.webhooks import WebhookRequest
 from tinykube.localetcd import EtcdServer
 
 GROUP = "/apis/admissionregistration.k8s.io/v1"
-
-
-def _pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
-    }
 
 
 def _policy(name: str, group: str, resource: str) -> dict[str, Any]:
@@ -97,39 +88,6 @@ async def _unbind(session: aiohttp.ClientSession, base: str, name: str) -> None:
             assert r.status == 200, await r.text()
 
 
-async def _creates(
-    session: aiohttp.ClientSession, base: str, prefix: str, count: int
-) -> list[float]:
-    times = []
-    for i in range(count):
-        body = json.dumps(_pod(f"{prefix}-{i}"))
-        start = time.perf_counter()
-        async with session.post(
-            base + "/api/v1/namespaces/default/pods",
-            data=body,
-            headers={"Content-Type": "application/json"},
-        ) as r:
-            await r.read()
-            if r.status != 201:
-                raise SystemExit(f"create failed: {r.status}")
-        times.append((time.perf_counter() - start) * 1000)
-    return times
-
-
-def _report(phase: str, times: list[float]) -> None:
-    ordered = sorted(times)
-    print(
-        json.dumps(
-            {
-                "phase": phase,
-                "creates": len(times),
-                "median_ms": round(statistics.median(times), 3),
-                "p90_ms": round(ordered[int(len(ordered) * 0.9)], 3),
-            }
-        )
-    )
-
-
 async def main(count: int, rounds: int) -> None:
     etcd = EtcdServer()
     etcd.start()
@@ -150,11 +108,11 @@ async def main(count: int, rounds: int) -> None:
         pods = _policy("pods-checked", "", "pods")
         phases: dict[str, list[float]] = {"none": [], "non-matching": [], "matching": []}
         async with aiohttp.ClientSession() as session:
-            await _creates(session, base, "warm", 20)
+            await creates(session, base, "warm", 20)
             for round_ in range(rounds):
-                phases["none"] += await _creates(session, base, f"none{round_}", count)
+                phases["none"] += await creates(session, base, f"none{round_}", count)
                 await _bind(session, base, other)
-                phases["non-matching"] += await _creates(session, base, f"other{round_}", count)
+                phases["non-matching"] += await creates(session, base, f"other{round_}", count)
                 if round_ == 0:
                     req = WebhookRequest(
                         group="", version="v1", kind="Pod", resource="pods", subresource="",
@@ -170,14 +128,14 @@ async def main(count: int, rounds: int) -> None:
                         json.dumps({"phase": "wants() non-matching", "us_per_call": round(per, 3)})
                     )
                 await _bind(session, base, pods)
-                phases["matching"] += await _creates(session, base, f"match{round_}", count)
+                phases["matching"] += await creates(session, base, f"match{round_}", count)
                 await _unbind(session, base, "pods-checked")
                 await _unbind(session, base, "deployments-only")
                 while policies.active():  # noqa: ASYNC110 (the cache, no event)
                     await asyncio.sleep(0.01)
-        _report("no policy", phases["none"])
-        _report("one non-matching policy", phases["non-matching"])
-        _report("one non-matching and one matching policy", phases["matching"])
+        report("no policy", phases["none"])
+        report("one non-matching policy", phases["non-matching"])
+        report("one non-matching and one matching policy", phases["matching"])
         await server.stop()
     finally:
         etcd.cleanup()

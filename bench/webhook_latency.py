@@ -19,14 +19,13 @@ import asyncio
 import base64
 import json
 import ssl
-import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
+from createlatency import creates, report
 
 from apiserver.app import APIServer
 from apiserver.settings import Settings
@@ -39,48 +38,6 @@ async def _allow(request: web.Request) -> web.Response:
     response = {"uid": review["request"]["uid"], "allowed": True}
     body = {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
     return web.json_response(body)
-
-
-def _pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
-    }
-
-
-async def _creates(
-    session: aiohttp.ClientSession, base: str, prefix: str, count: int
-) -> list[float]:
-    times = []
-    for i in range(count):
-        body = json.dumps(_pod(f"{prefix}-{i}"))
-        start = time.perf_counter()
-        async with session.post(
-            base + "/api/v1/namespaces/default/pods",
-            data=body,
-            headers={"Content-Type": "application/json"},
-        ) as r:
-            await r.read()
-            if r.status != 201:
-                raise SystemExit(f"create failed: {r.status}")
-        times.append((time.perf_counter() - start) * 1000)
-    return times
-
-
-def _report(phase: str, times: list[float]) -> None:
-    ordered = sorted(times)
-    print(
-        json.dumps(
-            {
-                "phase": phase,
-                "creates": len(times),
-                "median_ms": round(statistics.median(times), 3),
-                "p90_ms": round(ordered[int(len(ordered) * 0.9)], 3),
-            }
-        )
-    )
 
 
 def _config(port: int, ca: bytes) -> dict[str, Any]:
@@ -152,22 +109,22 @@ async def main(count: int, rounds: int) -> None:
         await server.start()
         base = f"http://{server.rest_address}"
         async with aiohttp.ClientSession() as session:
-            await _creates(session, base, "warm", 20)
+            await creates(session, base, "warm", 20)
             config = _config(port, pki.ca_cert_path.read_bytes())
             plain: list[float] = []
             hooked: list[float] = []
             # Alternate the phases so that the machine's load drifts over both alike.
             for round_ in range(rounds):
-                plain += await _creates(session, base, f"plain{round_}", count)
+                plain += await creates(session, base, f"plain{round_}", count)
                 await _configure(session, base, config, True)
                 while not server.webhooks.hooks(False):  # noqa: ASYNC110 (the cache, no event)
                     await asyncio.sleep(0.01)
-                hooked += await _creates(session, base, f"hooked{round_}", count)
+                hooked += await creates(session, base, f"hooked{round_}", count)
                 await _configure(session, base, config, False)
                 while server.webhooks.hooks(False):  # noqa: ASYNC110 (the cache, no event)
                     await asyncio.sleep(0.01)
-            _report("no webhook", plain)
-            _report("one validating webhook", hooked)
+            report("no webhook", plain)
+            report("one validating webhook", hooked)
         await server.stop()
         await runner.cleanup()
     finally:

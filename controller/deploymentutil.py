@@ -11,6 +11,8 @@ its own (callers pass `now`), so every rule here is table-tested on its own
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -342,17 +344,39 @@ def compute_hash(template: replicaset_pb2.PodTemplateSpec, collision_count: int 
     return safe_encode_string(str(fnv32a(data)))
 
 
+def template_key(template: replicaset_pb2.PodTemplateSpec) -> bytes:
+    """What `equal_ignore_hash` compares: a digest (BLAKE2b, 128 bits) of the canonical
+    template's JSON with sorted keys.
+
+    A Deployment sync compares the Deployment's template with every ReplicaSet's several times
+    (find_new_rs, find_old_rss, the scaling-event check), and the canonical form costs a walk
+    of the message in Python (about 0.25 ms for a small pod) while templates rarely change: the
+    digest is memoized by the template's serialized bytes (upb's deterministic encoding, a few
+    microseconds). Equal bytes are the same template; templates whose bytes differ (one has the
+    pod-template-hash label, or an empty `resources: {}`) still meet at the same digest.
+    """
+    return _canonical_digest(template.SerializeToString(deterministic=True))
+
+
+# A template's entry is its bytes and a digest, about 0.5 KiB for a small pod: 16,384 cover the
+# Deployments and ReplicaSets of a 1,000-node load test's roll (~10,000 templates) in ~8 MiB.
+@functools.lru_cache(maxsize=16384)
+def _canonical_digest(serialized: bytes) -> bytes:
+    doc = canonical_template(replicaset_pb2.PodTemplateSpec.FromString(serialized))
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.blake2b(text, digest_size=16).digest()
+
+
 def equal_ignore_hash(a: replicaset_pb2.PodTemplateSpec, b: replicaset_pb2.PodTemplateSpec) -> bool:
     """The templates are equal but for the pod-template-hash label (and empty parts)."""
-    if a == b:
-        return True
-    return canonical_template(a) == canonical_template(b)
+    return a == b or template_key(a) == template_key(b)
 
 
 def find_new_rs(d: Deployment, rss: Sequence[ReplicaSet]) -> ReplicaSet | None:
     """The oldest ReplicaSet whose template is the Deployment's (there should be one at most)."""
+    want = template_key(d.spec.template)
     for rs in sorted(rss, key=creation_key):
-        if equal_ignore_hash(rs.spec.template, d.spec.template):
+        if template_key(rs.spec.template) == want:
             return rs
     return None
 

@@ -50,10 +50,9 @@ class StatusWriter(MicroBatcher[pod_pb2.Pod, str]):
         max_in_flight: int = 2,
         on_batch: Callable[[int], None] = lambda size: None,
     ) -> None:
-        super().__init__(max_in_flight=max_in_flight)
+        super().__init__(max_in_flight=max_in_flight, max_batch=max_batch)
         self._client = client
         self._send_batch: SendBatch | None = getattr(client, "update_status_batch", None)
-        self.max_batch = max_batch
         self._on_batch = on_batch
 
     @property
@@ -80,11 +79,6 @@ class StatusWriter(MicroBatcher[pod_pb2.Pod, str]):
     async def _send_one(self, pod: pod_pb2.Pod) -> str:
         stored = await self._client.pods.update_status(pod)
         return str(stored.metadata.resourceVersion)
-
-    def take_batch(self) -> list[tuple[pod_pb2.Pod, asyncio.Future[str]]]:
-        batch = [(p, f) for p, f in self.pending[: self.max_batch] if not f.done()]
-        del self.pending[: self.max_batch]
-        return batch
 
     def abandoned(self) -> Exception:
         return TinykubeError("status write batch cancelled")
@@ -122,10 +116,4 @@ class StatusWriter(MicroBatcher[pod_pb2.Pod, str]):
             raise
         except Exception as exc:  # the whole RPC failed: every write in it failed
             results = [exc] * len(batch)
-        for (_, fut), result in zip(batch, results, strict=True):
-            if fut.done():
-                continue
-            if isinstance(result, BaseException):
-                fut.set_exception(result)
-            else:
-                fut.set_result(result)
+        self.settle(batch, results)

@@ -41,10 +41,9 @@ class BindBatcher(MicroBatcher[BindItem, str]):
         max_in_flight: int = 2,
         on_batch: Callable[[int], None] = lambda size: None,
     ) -> None:
-        super().__init__(max_in_flight=max_in_flight)
+        super().__init__(max_in_flight=max_in_flight, max_batch=max_batch)
         self._send_batch = send_batch
         self._send_one = send_one
-        self.max_batch = max_batch
         self._on_batch = on_batch
         self.batching = True  # False after the apiserver said UNIMPLEMENTED
 
@@ -54,18 +53,12 @@ class BindBatcher(MicroBatcher[BindItem, str]):
             return await self._send_one(item)
         return await self.enqueue(item)
 
-    def take_batch(self) -> list[tuple[BindItem, asyncio.Future[str]]]:
-        batch = [(i, f) for i, f in self.pending[: self.max_batch] if not f.done()]
-        del self.pending[: self.max_batch]
-        return batch
-
     def abandoned(self) -> Exception:
         return TinykubeError("bind batch cancelled")
 
     async def send(self, batch: list[tuple[BindItem, asyncio.Future[str]]]) -> None:
         self._on_batch(len(batch))
-        results: list[str | TinykubeError] | None = None
-        error: BaseException | None = None
+        results: Sequence[str | BaseException]
         try:
             results = await self._send_batch([item for item, _ in batch])
         except UnimplementedError:
@@ -73,19 +66,9 @@ class BindBatcher(MicroBatcher[BindItem, str]):
             self.batching = False
             results = await asyncio.gather(
                 *(self._send_one(item) for item, _ in batch), return_exceptions=True
-            )  # type: ignore[assignment]
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the whole RPC failed: every bind in it failed
-            error = exc
-        for k, (_, fut) in enumerate(batch):
-            if fut.done():
-                continue  # its binding cycle was cancelled
-            if results is None:
-                fut.set_exception(error or TinykubeError("bind batch failed"))
-                continue
-            r = results[k]
-            if isinstance(r, BaseException):
-                fut.set_exception(r)
-            else:
-                fut.set_result(r)
+            results = [exc] * len(batch)
+        self.settle(batch, results)

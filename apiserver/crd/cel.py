@@ -632,8 +632,8 @@ _FORMAT_TYPES = {
 }
 
 
-# kube's property name escaping (k8s.io/apiserver/pkg/cel/escaping.go): a property `foo-bar` is
-# `self.foo__dash__bar` in CEL, `namespace` is `self.__namespace__`.
+# CEL's reserved words (k8s.io/apiserver/pkg/cel/escaping.go): a property so named is
+# `self.__<name>__` in CEL (`namespace` is `self.__namespace__`), and no variable may be so named.
 _CEL_RESERVED = frozenset(
     [
         "true",
@@ -659,8 +659,15 @@ _CEL_RESERVED = frozenset(
         "while",
     ]
 )
-_CEL_IDENTIFIER = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_CEL_IDENTIFIER = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
+# kube's property name escaping (escaping.go): a property `foo-bar` is `self.foo__dash__bar`.
 _ESCAPES = (("__", "__underscores__"), (".", "__dot__"), ("-", "__dash__"), ("/", "__slash__"))
+
+
+def is_cel_identifier(name: str) -> bool:
+    """Whether `name` can name a CEL variable: an identifier, not a reserved word (kube's
+    isCELIdentifier, for a ValidatingAdmissionPolicy's variables)."""
+    return _CEL_IDENTIFIER.match(name) is not None and name not in _CEL_RESERVED
 
 
 def escape_property(name: str) -> str | None:

@@ -18,12 +18,12 @@ type warnings to report). Pure functions; the admission plugin is apiserver/poli
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import datetime
 
 from google.protobuf.message import Message
 
+from apiserver.crd.cel import is_cel_identifier
 from apiserver.registry.admissionregistration import (
     FAILURE_POLICIES,
     MATCH_POLICIES,
@@ -62,33 +62,6 @@ POLICY_VARIABLES = (
 REASONS = ("Unauthorized", "Forbidden", "Invalid", "RequestEntityTooLarge")
 VALIDATION_ACTIONS = ("Deny", "Warn", "Audit")
 PARAMETER_NOT_FOUND_ACTIONS = ("Allow", "Deny")
-_CEL_IDENTIFIER = re.compile(r"[_a-zA-Z][_a-zA-Z0-9]*\Z")
-# CEL's reserved words may not name a variable.
-_CEL_RESERVED = frozenset(
-    [
-        "true",
-        "false",
-        "null",
-        "in",
-        "as",
-        "break",
-        "const",
-        "continue",
-        "else",
-        "for",
-        "function",
-        "if",
-        "import",
-        "let",
-        "loop",
-        "package",
-        "namespace",
-        "return",
-        "var",
-        "void",
-        "while",
-    ]
-)
 MAX_VARIABLES = 64
 
 
@@ -202,7 +175,7 @@ def validate_policy(policy: ar.ValidatingAdmissionPolicy, compiler: Compiler) ->
         vp = f"spec.variables[{i}]"
         if not var.name:
             errs.append(required(f"{vp}.name"))
-        elif not _CEL_IDENTIFIER.match(var.name) or var.name in _CEL_RESERVED:
+        elif not is_cel_identifier(var.name):
             errs.append(invalid(f"{vp}.name", var.name, "name is not a valid CEL identifier"))
         elif var.name in names:
             errs.append(duplicate(f"{vp}.name", var.name))

@@ -163,7 +163,8 @@ def processes_in(directory: Path) -> list[int]:
     return found
 
 
-def _pump(stream: object, lines: queue.Queue[str | None]) -> None:
+def pump(stream: object, lines: queue.Queue[str | None]) -> None:
+    """Put each line of `stream` (a process's text output) on `lines`, then None at its end."""
     for line in stream:  # type: ignore[attr-defined]
         lines.put(line.rstrip("\n"))
     lines.put(None)
@@ -182,7 +183,7 @@ def tinykube_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpCluster]
         start_new_session=True,
     )
     lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True).start()
+    threading.Thread(target=pump, args=(process.stdout, lines), daemon=True).start()
     output: list[str] = []
     deadline = time.monotonic() + START_TIMEOUT
     try:

@@ -22,19 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import queue
 import shutil
-import signal
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kubelet.security import apparmor_enabled
-from tests.e2e.conftest import READY_LINE, processes_in, tinykube_command, venv_bin
-from tests.e2e.crisupport import cri_prerequisites
+from tests.e2e.conftest import processes_in, tinykube_command, venv_bin
+from tests.e2e.crisupport import UpContainerd, cri_prerequisites
 from tests.e2e.waiting import eventually
 from tinykube.containerd import APISERVER_LOCAL_IP
 
@@ -49,29 +46,11 @@ DENY_MKDIR = {
 }
 
 
-def _pump(stream: Any, lines: queue.Queue[str | None]) -> None:
-    for line in stream:
-        lines.put(line.rstrip("\n"))
-    lines.put(None)
-
-
 def _lo_has(ip: str) -> bool:
     out = subprocess.run(
         ["ip", "-4", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True
     ).stdout
     return f" {ip}/" in out
-
-
-def _start_up(data: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [*tinykube_command(), "up", "--runtime", "containerd", "--free-ports", "--data-dir",
-         str(data)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )  # fmt: skip
 
 
 def _build_and_push(context: Path, image: str) -> None:
@@ -109,36 +88,8 @@ async def test_incluster_config_seccomp_and_fsgroup(tmp_path: Path) -> None:
     cri_prerequisites()
     had_api_ip = _lo_has(APISERVER_LOCAL_IP)
     data = tmp_path / "data"
-    process = _start_up(data)
-    lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True).start()
-    output: list[str] = []
-
-    async def ready() -> bool | None:
-        while True:
-            try:
-                line = lines.get_nowait()
-            except queue.Empty:
-                return None
-            if line is None:
-                pytest.fail("tinykube up exited:\n" + "\n".join(output))
-            output.append(line)
-            if line == READY_LINE:
-                return True
-
-    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [str(venv_bin() / "kubectl"), "--kubeconfig", str(data / "kubeconfig"), *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if check:
-            assert done.returncode == 0, (args, done.stdout, done.stderr)
-        return done
-
-    def kubectl(*args: str) -> str:
-        return run(*args).stdout
+    cluster = UpContainerd(data)
+    run, kubectl = cluster.run, cluster.kubectl
 
     def in_pod(pod: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return run("exec", "-n", NS, pod, "--", *cmd, check=check)
@@ -152,11 +103,9 @@ async def test_incluster_config_seccomp_and_fsgroup(tmp_path: Path) -> None:
         await eventually(lambda: asyncio.to_thread(state), 180)
 
     try:
-        await eventually(ready, 240)
+        await eventually(cluster.ready, 240)
         assert _lo_has(APISERVER_LOCAL_IP)
-        registry = next(
-            line.split()[1] for line in output if line.startswith("registry 127.0.0.1:")
-        )
+        registry = cluster.registry
         # The kubernetes Service's EndpointSlice names the advertised address and REST port.
         server = kubectl(
             "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"
@@ -295,12 +244,8 @@ async def test_incluster_config_seccomp_and_fsgroup(tmp_path: Path) -> None:
         cfg = in_pod("client", "stat", "-L", "-c", "%g %a", "/cfg/key").stdout.split()
         assert cfg[0] == "2345" and int(cfg[1], 8) & 0o040, cfg
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            process.wait(120)
-        while (line := lines.get(timeout=10)) is not None:
-            output.append(line)
-    assert process.returncode == 0, "\n".join(output)
+        cluster.stop()
+    assert cluster.process.returncode == 0, "\n".join(cluster.output)
     assert processes_in(data) == []
     if not had_api_ip:
         assert not _lo_has(APISERVER_LOCAL_IP), "up left its advertise address on lo"

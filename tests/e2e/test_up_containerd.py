@@ -11,10 +11,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
-import queue
-import signal
 import subprocess
-import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -23,8 +20,8 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.e2e.conftest import READY_LINE, processes_in, tinykube_command, venv_bin
-from tests.e2e.crisupport import cri_prerequisites
+from tests.e2e.conftest import processes_in
+from tests.e2e.crisupport import UpContainerd, cri_prerequisites
 from tests.e2e.waiting import eventually
 from tinykube.containerd import (
     DNS_LOCAL_IP,
@@ -44,27 +41,9 @@ from tinykube.cri.v1 import cri_pb2_grpc as cri_grpc
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
-def _pump(stream: Any, lines: queue.Queue[str | None]) -> None:
-    for line in stream:
-        lines.put(line.rstrip("\n"))
-    lines.put(None)
-
-
 def _get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=5) as resp:
         return str(resp.read().decode().strip())
-
-
-def _start_up(data: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [*tinykube_command(), "up", "--runtime", "containerd", "--free-ports", "--data-dir",
-         str(data)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )  # fmt: skip
 
 
 def _lo_addresses() -> str:
@@ -105,38 +84,12 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
     tables = nft_all_tables()
     had_dns_ip = DNS_LOCAL_IP in _lo_addresses()
     data = tmp_path / "data"
-    process = _start_up(data)
-    lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True).start()
-    output: list[str] = []
-
-    async def ready() -> bool | None:
-        while True:
-            try:
-                line = lines.get_nowait()
-            except queue.Empty:
-                return None
-            if line is None:
-                pytest.fail("tinykube up exited:\n" + "\n".join(output))
-            output.append(line)
-            if line == READY_LINE:
-                return True
-
-    def kubectl(*args: str) -> str:
-        done = subprocess.run(
-            [str(venv_bin() / "kubectl"), "--kubeconfig", str(data / "kubeconfig"), *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+    cluster = UpContainerd(data)
+    kubectl, output = cluster.kubectl, cluster.output
 
     try:
-        await eventually(ready, 240)
-        registry = next(
-            line.split()[1] for line in output if line.startswith("registry 127.0.0.1:")
-        )
+        await eventually(cluster.ready, 240)
+        registry = cluster.registry
         kubectl("create", "namespace", "web")
         serve = "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www"
         kubectl(
@@ -378,11 +331,7 @@ async def test_up_runtime_containerd_two_nodes(tmp_path: Path) -> None:
             kubectl("scale", "deployment", "web", "--replicas=4", "-n", "web")
             assert await eventually(answers, 180)
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            process.wait(120)
-        while (line := lines.get(timeout=10)) is not None:
-            output.append(line)
-    assert process.returncode == 0, "\n".join(output)
+        cluster.stop()
+    assert cluster.process.returncode == 0, "\n".join(output)
     assert output[-1] == "stopped.", "\n".join(output)
     assert _leftovers(data, chains, forward, tables, had_dns_ip) == []

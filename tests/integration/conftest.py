@@ -8,13 +8,17 @@ with a unique etcd key prefix, so tests never see each other's objects. They yie
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import json
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import grpc
 import pytest
 
@@ -80,6 +84,54 @@ async def start_apiserver(settings: Settings) -> RunningAPIServer:
     server = APIServer(settings)
     await server.start()
     return RunningAPIServer(address=server.address, settings=settings, server=server)
+
+
+@dataclass
+class Rest:
+    """A JSON client of an in-process apiserver's REST API (`rest_apiserver`)."""
+
+    running: RunningAPIServer
+    session: aiohttp.ClientSession
+    base: str
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any, aiohttp.ClientResponse]:
+        """`body` sent as is if bytes or a string, else as JSON; the status, the answer (its
+        JSON decoded, else its text) and the response."""
+        data = body if isinstance(body, bytes | str) or body is None else json.dumps(body)
+        hdrs = {"Content-Type": "application/json"} if body is not None else {}
+        hdrs.update(headers or {})
+        async with self.session.request(method, self.base + path, data=data, headers=hdrs) as r:
+            raw = await r.read()
+            try:
+                parsed: Any = json.loads(raw)
+            except ValueError:
+                parsed = raw.decode()
+            return r.status, parsed, r
+
+
+@asynccontextmanager
+async def rest_apiserver(etcd_server: EtcdServer) -> AsyncIterator[Rest]:
+    """An apiserver serving its REST API (plain HTTP, a free port) and a session to call it."""
+    running = await start_apiserver(make_settings(etcd_server.endpoint, rest_port=0))
+    session = aiohttp.ClientSession()
+    try:
+        yield Rest(running, session, f"http://{running.server.rest_address}")
+    finally:
+        await session.close()
+        await running.server.stop()
+
+
+async def until(condition: Callable[[], bool], within: float = 30) -> None:
+    """Wait until `condition()` holds (the apiserver's caches: there is no event to wait on)."""
+    async with asyncio.timeout(within):
+        while not condition():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
 
 
 @pytest.fixture

@@ -8,17 +8,13 @@ condition: kube-apiserver's plugin also sees them through informers), then write
 
 from __future__ import annotations
 
-import asyncio
-import json
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
 from google.protobuf import json_format
 
-from tests.integration.conftest import RunningAPIServer, make_settings, start_apiserver
+from tests.integration.conftest import Rest, rest_apiserver, until
 from tinykube.client import Client
 from tinykube.errors import ForbiddenError, InvalidError
 from tinykube.localetcd import EtcdServer
@@ -27,44 +23,16 @@ from tinykube.v1 import deployment_pb2
 
 pytestmark = pytest.mark.integration
 
-JSON = {"Content-Type": "application/json"}
 GROUP = "/apis/admissionregistration.k8s.io/v1"
 POLICIES = f"{GROUP}/validatingadmissionpolicies"
 BINDINGS = f"{GROUP}/validatingadmissionpolicybindings"
 DEPLOYMENTS = "/apis/apps/v1/namespaces/default/deployments"
 
 
-@dataclass
-class Rest:
-    running: RunningAPIServer
-    session: aiohttp.ClientSession
-    base: str
-
-    async def call(
-        self, method: str, path: str, body: Any = None
-    ) -> tuple[int, Any, aiohttp.ClientResponse]:
-        data = None if body is None else json.dumps(body)
-        headers = JSON if body is not None else {}
-        async with self.session.request(method, self.base + path, data=data, headers=headers) as r:
-            raw = await r.read()
-            return r.status, json.loads(raw), r
-
-
 @pytest.fixture(scope="module")
 async def rest(etcd_server: EtcdServer) -> AsyncIterator[Rest]:
-    running = await start_apiserver(make_settings(etcd_server.endpoint, rest_port=0))
-    session = aiohttp.ClientSession()
-    try:
-        yield Rest(running, session, f"http://{running.server.rest_address}")
-    finally:
-        await session.close()
-        await running.server.stop()
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(30):
-        while not condition():  # noqa: ASYNC110 (the apiserver's caches, no event to wait on)
-            await asyncio.sleep(0.02)
+    async with rest_apiserver(etcd_server) as rest:
+        yield rest
 
 
 def _bound(rest: Rest) -> set[tuple[str, str]]:
@@ -105,13 +73,13 @@ async def bind(rest: Rest, policy_spec: dict[str, Any], name: str, **binding_spe
     }
     status, body, _ = await rest.call("POST", BINDINGS, binding)
     assert status == 201, body
-    await _until(lambda: (name, f"{name}-binding") in _bound(rest))
+    await until(lambda: (name, f"{name}-binding") in _bound(rest))
 
 
 async def unbind(rest: Rest, name: str) -> None:
     await rest.call("DELETE", f"{BINDINGS}/{name}-binding")
     await rest.call("DELETE", f"{POLICIES}/{name}")
-    await _until(lambda: all(p != name for p, _ in _bound(rest)))
+    await until(lambda: all(p != name for p, _ in _bound(rest)))
 
 
 def deployment(name: str, replicas: int, **labels: str) -> dict[str, Any]:
@@ -369,7 +337,7 @@ async def test_params_from_a_configmap_and_a_missing_param(rest: Rest) -> None:
         # The param gone, parameterNotFoundAction Deny refuses every matching write.
         await rest.call("DELETE", "/api/v1/namespaces/default/configmaps/limits")
         server = rest.running.server
-        await _until(lambda: not any(b"limits" in k for k in server.caches["ConfigMap"].state))
+        await until(lambda: not any(b"limits" in k for k in server.caches["ConfigMap"].state))
         status, body, _ = await rest.call("POST", DEPLOYMENTS, deployment("orphan", 1))
         assert status == 422, body
         assert body["message"] == (

@@ -12,13 +12,12 @@ import base64
 import json
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import pytest
 
-from tests.integration.conftest import RunningAPIServer, make_settings, start_apiserver
+from tests.integration.conftest import Rest, make_settings, rest_apiserver, start_apiserver
 from tinykube.localetcd import EtcdServer
 
 pytestmark = pytest.mark.integration
@@ -28,40 +27,10 @@ PODS = "/api/v1/namespaces/default/pods"
 RS = "/apis/apps/v1/namespaces/default/replicasets"
 
 
-@dataclass
-class Rest:
-    running: RunningAPIServer
-    session: aiohttp.ClientSession
-    base: str
-
-    async def call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        headers: dict[str, str] | None = None,
-    ) -> tuple[int, Any, aiohttp.ClientResponse]:
-        data = body if isinstance(body, bytes | str) or body is None else json.dumps(body)
-        hdrs = dict(JSON if body is not None else {})
-        hdrs.update(headers or {})
-        async with self.session.request(method, self.base + path, data=data, headers=hdrs) as r:
-            raw = await r.read()
-            try:
-                parsed: Any = json.loads(raw)
-            except ValueError:
-                parsed = raw.decode()
-            return r.status, parsed, r
-
-
 @pytest.fixture(scope="module")
 async def rest(etcd_server: EtcdServer) -> AsyncIterator[Rest]:
-    running = await start_apiserver(make_settings(etcd_server.endpoint, rest_port=0))
-    session = aiohttp.ClientSession()
-    try:
-        yield Rest(running, session, f"http://{running.server.rest_address}")
-    finally:
-        await session.close()
-        await running.server.stop()
+    async with rest_apiserver(etcd_server) as rest:
+        yield rest
 
 
 def pod(name: str, **labels: str) -> dict[str, Any]:

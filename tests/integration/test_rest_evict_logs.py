@@ -30,7 +30,7 @@ import pytest
 from kubelet.app import Kubelet
 from kubelet.settings import Settings as KubeletSettings
 from tests.integration.conftest import (
-    RunningAPIServer,
+    Rest,
     make_settings,
     start_apiserver,
     stop_kubelet,
@@ -46,24 +46,8 @@ KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shut
 
 
 @dataclass
-class Cluster:
-    running: RunningAPIServer
-    session: aiohttp.ClientSession
-    base: str
+class Cluster(Rest):
     kubelets: dict[str, Kubelet]
-
-    async def call(
-        self, method: str, path: str, body: Any = None
-    ) -> tuple[int, Any, aiohttp.ClientResponse]:
-        data = None if body is None else json.dumps(body)
-        headers = {"Content-Type": "application/json"} if body is not None else {}
-        async with self.session.request(method, self.base + path, data=data, headers=headers) as r:
-            raw = await r.read()
-            try:
-                parsed: Any = json.loads(raw)
-            except ValueError:
-                parsed = raw.decode()
-            return r.status, parsed, r
 
 
 async def eventually(check: Callable[[], Awaitable[Any]], what: str, limit: float = 30.0) -> Any:

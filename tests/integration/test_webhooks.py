@@ -15,18 +15,17 @@ import json
 import shutil
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import grpc
 import pytest
 from aiohttp import web
 from google.protobuf import json_format
 
-from tests.integration.conftest import RunningAPIServer, make_settings, start_apiserver
+from tests.integration.conftest import Rest, rest_apiserver, until
 from tinykube.client import Client
 from tinykube.errors import ForbiddenError, InvalidError
 from tinykube.localetcd import EtcdServer
@@ -35,7 +34,6 @@ from tinykube.v1 import admissionregistration_pb2, pod_pb2, pod_pb2_grpc
 
 pytestmark = pytest.mark.integration
 
-JSON = {"Content-Type": "application/json"}
 MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 VALIDATING = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 
@@ -152,37 +150,10 @@ async def hooks(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Hooks
         await runner.cleanup()
 
 
-@dataclass
-class Rest:
-    running: RunningAPIServer
-    session: aiohttp.ClientSession
-    base: str
-
-    async def call(
-        self, method: str, path: str, body: Any = None
-    ) -> tuple[int, Any, aiohttp.ClientResponse]:
-        data = None if body is None else json.dumps(body)
-        headers = JSON if body is not None else {}
-        async with self.session.request(method, self.base + path, data=data, headers=headers) as r:
-            raw = await r.read()
-            return r.status, json.loads(raw), r
-
-
 @pytest.fixture(scope="module")
 async def rest(etcd_server: EtcdServer) -> AsyncIterator[Rest]:
-    running = await start_apiserver(make_settings(etcd_server.endpoint, rest_port=0))
-    session = aiohttp.ClientSession()
-    try:
-        yield Rest(running, session, f"http://{running.server.rest_address}")
-    finally:
-        await session.close()
-        await running.server.stop()
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(30):
-        while not condition():  # noqa: ASYNC110 (the apiserver's caches, no event to wait on)
-            await asyncio.sleep(0.02)
+    async with rest_apiserver(etcd_server) as rest:
+        yield rest
 
 
 def webhook(name: str, hooks: Hooks, path: str, **extra: Any) -> dict[str, Any]:
@@ -230,7 +201,7 @@ async def configure(
     dispatcher = rest.running.server.webhooks
     names = {w["name"] for w in webhooks}
     mutating = collection == MUTATING
-    await _until(lambda: names <= {h.name for h in dispatcher.hooks(mutating)})
+    await until(lambda: names <= {h.name for h in dispatcher.hooks(mutating)})
     return created
 
 
@@ -239,7 +210,7 @@ async def unconfigure(rest: Rest, collection: str, name: str) -> None:
     assert status == 200, body
     dispatcher = rest.running.server.webhooks
     mutating = collection == MUTATING
-    await _until(lambda: all(h.config != name for h in dispatcher.hooks(mutating)))
+    await until(lambda: all(h.config != name for h in dispatcher.hooks(mutating)))
 
 
 def pod(name: str, namespace: str = "default", **labels: str) -> dict[str, Any]:
@@ -857,7 +828,7 @@ async def test_a_webhook_behind_a_service_is_reached_at_its_endpoints(
     prefix = rest.running.settings.etcd_prefix
     key = f"{prefix}/endpointslices/webhooks/hooks-1".encode()
     svc_key = f"{prefix}/services/webhooks/hooks".encode()
-    await _until(lambda: key in dispatcher.slices.state and svc_key in dispatcher.services.state)
+    await until(lambda: key in dispatcher.slices.state and svc_key in dispatcher.services.state)
     hook = webhook(
         "svc.example.com", hooks, "/label", objectSelector={"matchLabels": {"via": "svc"}}
     )

@@ -372,6 +372,25 @@ def test_hash_follows_the_template_and_the_collision_count() -> None:
     assert du.compute_hash(emptied, None) == ha
 
 
+def test_template_keys_follow_the_template_not_the_message() -> None:
+    # The key is memoized by the template's bytes: a template changed in place gets a new key,
+    # and templates equal but for the hash label and empty parts share one.
+    t = _template("nginx:1")
+    before = du.template_key(t)
+    t.spec.containers[0].image = "nginx:2"
+    assert du.template_key(t) != before and du.template_key(t) == du.template_key(
+        _template("nginx:2")
+    )
+    t.spec.containers[0].image = "nginx:1"
+    assert du.template_key(t) == before
+    labelled = _template("nginx:1")
+    labelled.metadata.labels[du.POD_TEMPLATE_HASH_LABEL] = "abc"
+    labelled.spec.containers[0].resources.SetInParent()
+    assert du.template_key(labelled) == before
+    del labelled.metadata.labels["app"]
+    assert du.template_key(labelled) != before
+
+
 # ---- revisions and annotations ----------------------------------------------------------------
 
 

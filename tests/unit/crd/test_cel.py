@@ -12,6 +12,8 @@ from apiserver.crd.cel import (
     EvaluationError,
     compile_expression,
     compile_rules,
+    escape_property,
+    is_cel_identifier,
 )
 
 ROOT = "spec.validation.openAPIV3Schema"
@@ -805,3 +807,26 @@ def test_property_names_are_escaped_as_kube_does() -> None:
         "undefined field 'foo'"
         in compile_errors(obj(v=with_rules(schema, {"rule": "self.foo == 1"})))[0]
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "identifier", "in_cel"),
+    [
+        ("replicas", True, "replicas"),
+        ("_x1", True, "_x1"),
+        ("namespace", False, "__namespace__"),  # reserved: escaped as a property
+        ("if", False, "__if__"),
+        ("foo-bar", False, "foo__dash__bar"),
+        ("a.b/c", False, "a__dot__b__slash__c"),
+        ("a__b", True, "a__underscores__b"),
+        ("1x", False, None),
+        ("x y", False, None),
+        ("x\n", False, None),  # as kube's Go regexp: the name must end where the match does
+        ("", False, None),
+    ],
+)
+def test_cel_identifiers_and_property_escaping(
+    name: str, identifier: bool, in_cel: str | None
+) -> None:
+    assert is_cel_identifier(name) is identifier
+    assert escape_property(name) == in_cel
