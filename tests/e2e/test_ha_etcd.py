@@ -11,10 +11,13 @@ serves the REST API too.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import signal
 import ssl
+import subprocess
 import urllib.request
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -25,11 +28,59 @@ from tests.e2e.test_workloads import schedulable
 from tests.e2e.waiting import eventually
 from tinykube.client import Client
 from tinykube.launcher import LocalCluster
+from tinykube.localetcd import find_etcd
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
 NODES = 10
 PODS = 150
+
+
+def name_diff(names: list[str], want: list[str]) -> str:
+    """What `names` has beyond or short of `want` (each wanted name once)."""
+    counts = Counter(names)
+    missing = sorted(n for n in want if n not in counts)
+    twice = sorted(n for n, c in counts.items() if c > 1)
+    wanted = set(want)
+    extra = sorted(n for n in counts if n not in wanted)
+    return f"{len(names)} items, missing {missing}, more than once {twice}, unexpected {extra}"
+
+
+def etcdctl(cluster: LocalCluster, endpoint: str, *args: str) -> str:
+    """etcdctl against one member, as the apiserver's etcd client."""
+    client = cluster.pki.paths("apiserver-etcd-client")
+    cmd = [
+        os.path.join(os.path.dirname(find_etcd()), "etcdctl"),
+        f"--endpoints=https://{endpoint}",
+        f"--cacert={cluster.pki.ca_cert_path}",
+        f"--cert={client.cert}",
+        f"--key={client.key}",
+        "--command-timeout=10s",
+        *args,
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    return done.stdout if done.returncode == 0 else f"etcdctl failed: {done.stderr.strip()}"
+
+
+def etcd_pods_by_member(cluster: LocalCluster, want: list[str]) -> str:
+    """Each member's own pod keys (a serializable read, the member's local state) and its
+    revision, raft index and KV hash: whether the members agree, and with which apiserver."""
+    prefix = "/registry/pods/default/"
+    lines = []
+    for name, member in cluster.etcd_members.items():
+        status = etcdctl(cluster, member.endpoint, "endpoint", "status", "-w", "json")
+        try:
+            st = json.loads(status)[0]["Status"]
+            state = f"revision {st['header']['revision']}, raft index {st['raftIndex']}"
+        except (ValueError, KeyError, IndexError):
+            state = status
+        hashkv = etcdctl(cluster, member.endpoint, "endpoint", "hashkv", "-w", "json")
+        keys = etcdctl(
+            cluster, member.endpoint, "get", prefix, "--prefix", "--keys-only", "--consistency=s"
+        )
+        names = [k[len(prefix) :] for k in keys.split() if k.startswith(prefix)]
+        lines.append(f"{name}: {state}; hashkv {hashkv.strip()}; {name_diff(names, want)}")
+    return "\n".join(lines)
 
 
 async def test_ha_cluster_rides_out_etcd_member_kills(tmp_path: Path) -> None:
@@ -92,9 +143,20 @@ async def test_ha_cluster_rides_out_etcd_member_kills(tmp_path: Path) -> None:
 
         await eventually(all_bound, 120, f"{PODS} pods seen bound through apiserver-2")
         want = sorted(f"ha-{i:04d}" for i in range(PODS))
-        for client in (one, two):
-            listed = (await client.pods.list("default")).items
-            assert sorted(p.metadata.name for p in listed) == want, "a pod lost or made twice"
+        for server, client in zip(cluster.apiserver_names, (one, two), strict=True):
+            answer = await client.pods.list("default")
+            listed = answer.items
+            got = sorted(p.metadata.name for p in listed)
+            if got != want:
+                by_member = await asyncio.to_thread(etcd_pods_by_member, cluster, want)
+                again = await client.pods.list("default")
+                pytest.fail(
+                    f"a pod lost or made twice: List through {server} at resourceVersion "
+                    f"{answer.metadata.resourceVersion}: {name_diff(got, want)}\n"
+                    f"List again at {again.metadata.resourceVersion}: "
+                    f"{name_diff([p.metadata.name for p in again.items], want)}\n"
+                    f"etcd members now:\n{by_member}\nlogs: {cluster.work_dir}"
+                )
         for p in listed:
             seen = [n for n in nodes_seen[p.metadata.name] if n]
             assert seen == [p.spec.nodeName], f"{p.metadata.name} was bound {seen}"

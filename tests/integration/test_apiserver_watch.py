@@ -382,7 +382,7 @@ class GatedStorage(Storage):
         gate = self.gate
         original = inner.batches
 
-        async def gated() -> AsyncIterator[tuple[list[Any], int, bool]]:
+        async def gated() -> AsyncIterator[tuple[list[Any], int, bool, bool]]:
             await gate.wait()
             async for batch in original():
                 yield batch

@@ -23,9 +23,14 @@ from apiserver.watchcache import (
     encode_event,
     encode_list,
 )
-from tinykube.errors import ResourceExhaustedError, ResourceExpiredError
+from tinykube.errors import ResourceExhaustedError, ResourceExpiredError, UnavailableError
 from tinykube.meta import get_continue
-from tinykube.selectors import parse_field_selector, parse_label_selector
+from tinykube.selectors import (
+    EVERYTHING,
+    FIELD_EVERYTHING,
+    parse_field_selector,
+    parse_label_selector,
+)
 from tinykube.v1 import meta_pb2, pod_pb2
 
 PREFIX = b"/registry/pods/"
@@ -344,14 +349,17 @@ def test_overflow_never_leaves_part_of_a_revision_queued() -> None:
 
 
 class ScriptedWatch:
-    """An etcd watch that yields a fixed script of (events, header revision, created)."""
+    """An etcd watch that yields a fixed script of (events, header revision, created[,
+    ordered]) (a progress notification is a requested one unless `ordered` says otherwise)."""
 
-    def __init__(self, script: list[tuple[list[WatchEvent], int, bool]]) -> None:
+    def __init__(self, script: list[Any]) -> None:
         self.script = script
 
     async def batches(self) -> Any:
         for item in self.script:
-            yield item
+            if isinstance(item, Exception):
+                raise item
+            yield item if len(item) == 4 else (*item, False)
 
     def request_progress(self) -> None:
         pass
@@ -361,7 +369,7 @@ class ScriptedWatch:
 
 
 class ScriptedStorage:
-    def __init__(self, script: list[tuple[list[WatchEvent], int, bool]]) -> None:
+    def __init__(self, script: list[Any]) -> None:
         self.script = script
 
     def watch(self, prefix: bytes, revision: int) -> ScriptedWatch:
@@ -391,3 +399,62 @@ async def test_progress_ahead_of_events_is_not_coverage(
     assert cache.event_revision == covered_to
     assert cache.state_covers(covered_to)
     assert cache.state_covers(revision) == (covered_to >= revision)
+
+
+class KilledMemberStorage:
+    """etcd whose watch history is `history` (etcd at `head` when the first watch starts): the
+    first watch stream answers the cache's progress request with `head` at once, ahead of the
+    events still queued behind it (etcd 3.5.1 does), then breaks (its member was SIGKILLed);
+    every later stream replays the history from its start revision. Records each start."""
+
+    def __init__(self, history: list[WatchEvent], head: int) -> None:
+        self.history = history
+        self.head = head
+        self.starts: list[int] = []
+
+    def watch(self, prefix: bytes, revision: int) -> ScriptedWatch:
+        self.starts.append(revision)
+        if len(self.starts) == 1:
+            lost = UnavailableError("etcd is unavailable: UNAVAILABLE: Socket closed")
+            return ScriptedWatch([([], revision - 1, True), ([], self.head, False), lost])
+        replay = [e for e in self.history if e.revision >= revision]
+        return ScriptedWatch([([], self.history[-1].revision, True), (replay, 0, False)])
+
+
+async def test_a_watch_broken_after_a_progress_ahead_of_its_events_resumes_before_them() -> None:
+    """The HA e2e test's flake: a pod created while the cache's etcd member was killed must
+    not be skipped by the resumed watch, nor missing from a consistent List the cache answers
+    afterwards (once later events show the state current)."""
+    cache = make_cache()
+    storage = KilledMemberStorage([put("late", 15), put("after", 21)], head=20)
+    cache.storage = storage  # type: ignore[assignment]
+    cache._apply([put("early", 12)])
+    cache.window_start = 11
+    with pytest.raises(UnavailableError):
+        await cache._watch_once()
+    assert (cache.revision, cache.event_revision) == (20, 12)
+    await cache._watch_once()
+    assert storage.starts == [13, 13]
+    assert cache.state_covers(21)
+    names = [o.obj.metadata.name for o in cache.snapshot("default", EVERYTHING, FIELD_EVERYTHING)]  # type: ignore[attr-defined]
+    assert names == ["after", "early", "late"]
+
+
+async def test_an_ordered_progress_notification_is_coverage_and_moves_the_resume_point() -> None:
+    """etcd's periodic progress notification comes after the watch's events: the state covers
+    its revision, and a watch broken after it resumes from there (a quiet kind does not replay
+    history from its last event)."""
+    cache = make_cache()
+    storage = KilledMemberStorage([put("after", 31)], head=0)
+    cache.storage = ScriptedStorage(  # type: ignore[assignment]
+        [([], 12, True), ([], 30, False, True), UnavailableError("etcd is unavailable")]
+    )
+    cache.revision = cache.event_revision = cache.window_start = 12
+    with pytest.raises(UnavailableError):
+        await cache._watch_once()
+    assert cache.event_revision == 30 and cache.state_covers(30)
+    storage.starts.append(0)  # as if it had served the first stream
+    cache.storage = storage  # type: ignore[assignment]
+    await cache._watch_once()
+    assert storage.starts == [0, 31]
+    assert cache.event_revision == 31
