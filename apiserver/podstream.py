@@ -32,7 +32,7 @@ from typing import Any, cast
 import grpc
 from aiohttp import WSMsgType, web
 
-from apiserver.kubeletstream import Call, messages
+from apiserver.kubeletstream import Call, messages, next_frame
 from apiserver.podlogs import KubeletUnreachableError, kubelet_address
 from apiserver.portforward import TUNNEL_PROTOCOL, SpdyTunnel, WsPipe
 from apiserver.spdyupgrade import (
@@ -284,15 +284,14 @@ class PodStreams:
     ) -> None:
         try:
             await call.write(kubelet_pb2.StreamFrame(start=start))
-            first = await asyncio.wait_for(call.read(), ACCEPT_TIMEOUT)
+            first = await asyncio.wait_for(next_frame(call), ACCEPT_TIMEOUT)
         except (grpc.RpcError, TimeoutError) as exc:
-            first = None
             if isinstance(exc, TimeoutError):
                 raise KubeletUnreachableError(
                     f"error talking to the kubelet of node {node} at {address}: no answer"
                 ) from exc
             raise self._error(exc, node, address) from exc
-        if first is grpc.aio.EOF or first is None:
+        if first is None:
             code = await call.code()
             details = await call.details()
             if code in _UNREACHABLE:
@@ -328,6 +327,8 @@ class PodStreams:
                         continue
                     await call.write(kubelet_pb2.StreamFrame(data=data))
             except (grpc.RpcError, asyncio.InvalidStateError, ConnectionError):
+                # A failed write: the kubelet has ended the call, whose last frames are still
+                # to be read (apiserver/kubeletstream.py).
                 return
             # The client is gone: the kubelet call ends (and with it the process).
             call.cancel()

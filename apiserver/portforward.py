@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import grpc
 from aiohttp import WSMsgType, web
 
 from apiserver.kubeletstream import Call, channels
@@ -199,7 +200,12 @@ class SpdyTunnel:
             if chunk is None:
                 call.cancel()
                 return
-            await call.write(kubelet_pb2.StreamFrame(data=rc.frame(0, chunk)))
+            try:
+                await call.write(kubelet_pb2.StreamFrame(data=rc.frame(0, chunk)))
+            except (grpc.RpcError, asyncio.InvalidStateError):
+                # The kubelet has ended the call (a dial error ends it at once): its last
+                # frames, the error among them, are still to be read (apiserver/kubeletstream.py).
+                return
 
     async def _error(self, pair: _Pair, message: str) -> None:
         await self.send(spdy.data(pair.error_sid, message.encode()))

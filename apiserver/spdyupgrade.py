@@ -203,7 +203,11 @@ class RemoteCommand:
         except spdy.ProtocolError as exc:
             log.info("remotecommand over SPDY: %s", exc)
             await self.send(spdy.goaway(self.last_stream, spdy.PROTOCOL_ERROR))
-        except (grpc.RpcError, asyncio.InvalidStateError, ConnectionError):
+        except (grpc.RpcError, asyncio.InvalidStateError):
+            # A failed write: the kubelet has ended the call, whose last frames (the exit
+            # status) are still to be read (apiserver/kubeletstream.py); no cancel.
+            return
+        except ConnectionError:
             pass
         # The client is gone (or has closed its side): the kubelet call ends with it.
         call.cancel()

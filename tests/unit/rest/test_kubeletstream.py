@@ -14,18 +14,27 @@ from tinykube.v1 import kubelet_pb2
 
 
 class FakeCall:
-    """Answers `read` from a script: a frame, grpc.aio.EOF, or an exception to raise."""
+    """A call's async iteration (what the relays read, never `read`) from a script: a frame,
+    grpc.aio.EOF for its end, or an exception to raise."""
 
     def __init__(self, *script: Any) -> None:
         self.script = list(script)
         self.reads = 0
 
-    async def read(self) -> Any:
+    def __aiter__(self) -> FakeCall:
+        return self
+
+    async def __anext__(self) -> Any:
         self.reads += 1
         item = self.script.pop(0)
         if isinstance(item, BaseException):
             raise item
+        if item is grpc.aio.EOF:
+            raise StopAsyncIteration
         return item
+
+    async def read(self) -> Any:
+        raise AssertionError("read() answers EOF once a failed write has marked the call done")
 
 
 def frame(data: bytes) -> kubelet_pb2.StreamFrame:
@@ -49,7 +58,7 @@ async def test_a_failed_or_cancelled_call_ends_the_frames() -> None:
         grpc.aio.AioRpcError(grpc.StatusCode.CANCELLED, grpc.aio.Metadata(), grpc.aio.Metadata()),
     )
     assert await collect(kubeletstream.messages(cast(kubeletstream.Call, failed))) == [b"\x01a"]
-    # Anything but a StreamFrame (a cancelled call's read answers None) ends it too.
+    # Anything but a StreamFrame ends it too.
     odd = FakeCall(frame(b"\x01a"), None, frame(b"\x01never"))
     assert await collect(kubeletstream.channels(cast(kubeletstream.Call, odd))) == [
         (rc.STDOUT, b"a")

@@ -70,8 +70,17 @@ class FakeCall:
     def __init__(self) -> None:
         self.written: list[bytes] = []
         self.replies: asyncio.Queue[Any] = asyncio.Queue()
+        self.cancelled = False
+        self.ended = False
+        self.failed = asyncio.Event()
 
     async def write(self, frame: kubelet_pb2.StreamFrame) -> None:
+        if self.ended:
+            # grpc.aio's failed write once the kubelet has ended the call.
+            self.failed.set()
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata()
+            )
         self.written.append(frame.data)
         channel, data = rc.parse(frame.data)
         if channel == rc.STDIN:
@@ -81,10 +90,17 @@ class FakeCall:
             self.replies.put_nowait(kubelet_pb2.StreamFrame(data=rc.frame(rc.ERROR, status)))
             self.replies.put_nowait(grpc.aio.EOF)
 
-    async def read(self) -> Any:
-        return await self.replies.get()
+    def __aiter__(self) -> FakeCall:
+        return self
+
+    async def __anext__(self) -> Any:
+        reply = await self.replies.get()
+        if reply is grpc.aio.EOF:
+            raise StopAsyncIteration
+        return reply
 
     def cancel(self) -> bool:
+        self.cancelled = True
         return True
 
 
@@ -116,3 +132,27 @@ async def test_streams_relay_to_the_kubelet_call_and_back() -> None:
     assert (5, b"", True) in data and (1, b"", True) in data
     assert frames[-1].control and frames[-1].type == spdy.GOAWAY
     assert conn.closed
+
+
+async def test_a_failed_write_neither_cancels_the_call_nor_loses_its_status() -> None:
+    """The command exited (its status sent, the call ended) while the client still sends
+    stdin: the failed write leaves the call to be read to its end."""
+    conn, call = FakeConn(), FakeCall()
+    codec = spdy.HeaderCodec()
+    command = spdyupgrade.RemoteCommand(
+        cast(spdyupgrade.RawConnection, conn), stdin=True, stdout=True, stderr=False, tty=False
+    )
+    for sid, kind in ((1, "error"), (3, "stdin"), (5, "stdout")):
+        conn.incoming.put_nowait(spdy.syn_stream(sid, codec.encode({"streamType": kind})))
+    status = rc.exit_status(3, ["sh"])
+    call.ended = True
+    conn.incoming.put_nowait(spdy.data(3, b"more input"))
+    relay = asyncio.ensure_future(command.run(cast(kubeletstream.Call, call)))
+    await asyncio.wait_for(call.failed.wait(), 10)
+    assert not call.cancelled
+    call.replies.put_nowait(kubelet_pb2.StreamFrame(data=rc.frame(rc.ERROR, status)))
+    call.replies.put_nowait(grpc.aio.EOF)
+    await asyncio.wait_for(relay, 10)
+    frames = spdy.FrameReader().feed(bytes(conn.out))
+    data = [(f.stream_id, f.payload, f.fin) for f in frames if not f.control]
+    assert (1, status, False) in data and (1, b"", True) in data
