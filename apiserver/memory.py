@@ -22,11 +22,6 @@ from tinykube.memreport import malloc_info
 SAMPLE = 200
 
 
-def _strings(values: Mapping[str, str]) -> int:
-    pairs = sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in values.items())
-    return sys.getsizeof(values) + pairs
-
-
 def decoded_bytes(cache: WatchCache, sample: list[CachedObject]) -> float:
     """Bytes one decoded message of the kind takes, on average over `sample` (0 if unknown)."""
     if not sample:
@@ -40,37 +35,31 @@ def decoded_bytes(cache: WatchCache, sample: list[CachedObject]) -> float:
 
 
 def _objects(objs: list[CachedObject]) -> dict[str, Any]:
-    seen_labels: set[int] = set()
-    seen_fields: set[int] = set()
-    out = {
-        "count": len(objs),
-        "data": 0,
-        "entry": 0,
-        "labels": 0,
-        "fields": 0,
-        "added_event": 0,
-        "json": 0,
-        "added_json": 0,
-        "with_json": 0,
-        "with_added_event": 0,
-    }
+    """What `objs` keep: bytes, entries, labels and field values (every shared object or string
+    counted once), and how many hold a decoded message now."""
+    seen: set[int] = set()
+
+    def once(x: object) -> int:
+        if id(x) in seen:
+            return 0
+        seen.add(id(x))
+        return sys.getsizeof(x)
+
+    out = {"count": len(objs), "data": 0, "entry": 0, "labels": 0, "fields": 0, "decoded_now": 0}
     for o in objs:
         out["data"] += sys.getsizeof(o.data)
         out["entry"] += sys.getsizeof(o)
-        if id(o.labels) not in seen_labels:
-            seen_labels.add(id(o.labels))
-            out["labels"] += _strings(o.labels)
-        if id(o.fields) not in seen_fields:
-            seen_fields.add(id(o.fields))
-            out["fields"] += _strings(o.fields)
-        if o._added is not None:
-            out["with_added_event"] += 1
-            out["added_event"] += sys.getsizeof(o._added)
-        if o._json is not None:
-            out["with_json"] += 1
-            out["json"] += sys.getsizeof(o._json)
-        if o._added_json is not None:
-            out["added_json"] += sys.getsizeof(o._added_json)
+        for part in ("labels", "fields"):
+            value: Mapping[str, str] = getattr(o, part)
+            size = once(value)
+            if size:
+                inner = getattr(value, "_values", None)  # a FieldValues' tuple
+                if inner is not None:
+                    size += once(inner)
+                size += sum(once(k) + once(v) for k, v in value.items())
+            out[part] += size
+        if getattr(o, "_obj", None) is not None:
+            out["decoded_now"] += 1
     return out
 
 
@@ -85,7 +74,14 @@ def cache_report(cache: WatchCache) -> dict[str, Any]:
                 old[id(o)] = o
         encodings += sum(
             sys.getsizeof(b)
-            for b in (ev._main, ev._added, ev._deleted_prev, ev._main_json, ev._deleted_prev_json)
+            for b in (
+                ev._main,
+                ev._added,
+                ev._deleted_prev,
+                ev._main_json,
+                getattr(ev, "_added_json", None),
+                ev._deleted_prev_json,
+            )
             if b is not None
         )
     step = max(1, len(state) // SAMPLE)
