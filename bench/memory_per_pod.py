@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import harness
 import load
 import sysmetrics
+from namespaces import ensure_namespace
 
 from tinykube.client import Client
 
@@ -142,6 +143,9 @@ class MemoryRun(load.LoadRun):
         if pods:
             point["list_all"] = await self.list_peak(client)
         self.checkpoints.append(point)
+        # What is measured so far, in case the run ends early.
+        partial = {**self.summary_of(0.0), "partial": True}
+        self.out_file().write_text(json.dumps(partial, indent=1))
         rss = {n: round(p["rss_bytes"] / 2**20) for n, p in procs.items() if "kubelet" not in n}
         self.log(f"checkpoint {label}: {pods} pods, RSS MiB {rss}, load {point['load_average']}")
 
@@ -164,7 +168,7 @@ class MemoryRun(load.LoadRun):
                 await self.create_nodes(nodes_op, client)
                 self.plan = load.deployment_plan(self.args.nodes, self.params)
                 for ns in sorted({ns for ns, _, _ in self.plan}):
-                    await load.ensure_namespace(client, ns)
+                    await ensure_namespace(client, ns)
                 if self.args.trace:
                     for name in REPORTED:
                         os.kill(self.pid(name), signal.SIGUSR1)
@@ -180,7 +184,14 @@ class MemoryRun(load.LoadRun):
                         part.append(plan.pop(0))
                     self.plan = part
                     self.log(f"step {step + 1}: {len(part)} Deployments")
-                    await self.phase_create({"qps": self.args.qps}, client, rec)
+                    try:
+                        await self.phase_create({"qps": self.args.qps}, client, rec)
+                    except TimeoutError as exc:
+                        # Measured as it stands (the pods that run), and no further step.
+                        self.log(f"  {exc}; checkpoint with the pods running now")
+                        made = sum(rec.good_in.values())
+                        await self.checkpoint(f"step{step + 1}-incomplete", made, client)
+                        break
                     made += sum(r for _, _, r in part)
                     await self.checkpoint(f"step{step + 1}", made, client)
         finally:
@@ -220,6 +231,9 @@ class MemoryRun(load.LoadRun):
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
 
+    def out_file(self) -> Path:
+        return self.opts.out_dir / f"{self.stem()}.json"
+
     def stem(self) -> str:
         return f"memory-{self.args.label}-{self.args.nodes}Nodes-{harness.STAMP}"
 
@@ -232,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--qps", type=float, default=150.0)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--settle", type=float, default=20.0)
-    p.add_argument("--timeout", type=float, default=0.0)
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per step's wait")
     p.add_argument("--report", action="store_true", help="memory reports at each checkpoint")
     p.add_argument("--trace", type=int, default=0, help="tracemalloc frames (0: off)")
     p.add_argument("--label", default="run")
@@ -251,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         result = asyncio.run(run.execute())
     finally:
         shutil.rmtree(reports, ignore_errors=True)
-    out = args.out_dir / f"{run.stem()}.json"
+    out = run.out_file()
     out.write_text(json.dumps(result, indent=1))
     print(f"wrote {out}")
     for name, row in result["per_pod"].items():
