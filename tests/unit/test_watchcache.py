@@ -411,8 +411,9 @@ async def test_decoded_message_kept_only_while_recent() -> None:
     assert a.obj is pod  # decoded again, it is among the recent ones for a while
     # A deletion event's last state is made from the bytes too.
     cache._apply([delete("a", 13)])
-    gone = cache.window[-1].cur
-    assert (gone.obj.metadata.name, gone.obj.metadata.resourceVersion) == ("a", "13")
+    gone = cache.window[-1].cur.obj
+    assert isinstance(gone, pod_pb2.Pod)
+    assert (gone.metadata.name, gone.metadata.resourceVersion) == ("a", "13")
 
 
 async def test_label_sets_and_field_names_shared() -> None:
