@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from apiserver.allocator import parse_ip_range, parse_port_range
 from apiserver.app import APIServer, service_account_keys
 from apiserver.auth.tokens import KeyFileError
+from apiserver.memory import watch_cache_report
 from apiserver.settings import Settings
-from tinykube import aio
+from tinykube import aio, memreport
 from tinykube.serving import configure_logging, run_until_signalled
 from tinykube.tls import INSECURE_WARNING
 
@@ -415,6 +416,7 @@ async def run(settings: Settings) -> None:
         host = settings.bind_address.rsplit(":", 1)[0].strip("[]") or "127.0.0.1"
         start_http_server(settings.metrics_port, addr=host, registry=server.metrics.registry)
     await server.start()
+    memreport.install(lambda: {"watch_caches": watch_cache_report(server.caches)})
     print(f"apiserver listening on {server.address}", flush=True)
     if server.rest is not None:
         print(f"apiserver REST API on {server.rest_url}", flush=True)

@@ -1173,6 +1173,13 @@ class ResourceStore:
         rv_text = request.resourceVersion
         rv = None if rv_text in ("", "0") else _parse_rv(rv_text)
         namespace = self._namespace(request.namespace) if request.namespace else ""
+        if rv_text == "":
+            # kube's "Get State and Start at Most Recent": the initial state holds every write
+            # made before the watch (a consistent read), where "0" takes the cache as it is.
+            # Without this a write acknowledged a moment before could arrive as a live event
+            # after the replay instead of in it. If the cache cannot confirm it is current in
+            # time it serves what it holds, as for "0".
+            await self.cache.wait_fresh()
         return await self.cache.watch(
             namespace=namespace,
             labels=labels,

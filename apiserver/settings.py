@@ -27,8 +27,8 @@ class Settings:
     # event's serialized object and the event encodings made for its watchers (gRPC event bytes,
     # REST JSON lines). 64 MiB keeps the whole 10,000-event window for objects up to ~6.5 KiB
     # (a bound pod with status is 1-3 KiB), so only big objects are bounded by it; it holds
-    # ~20-40 versions of an object at the 1.5 MiB limit, and the resident cost of a full window
-    # is about one and a half times it (the decoded message beside the bytes).
+    # ~20-40 versions of an object at the 1.5 MiB limit; a full window's resident cost is about
+    # the budget (the cache keeps no decoded message beside the bytes, apiserver/watchcache.py).
     watch_cache_bytes: int = 64 * 1024 * 1024
     # Events a single watcher may have queued before it is cut off as too slow...
     watcher_queue_size: int = 10_000

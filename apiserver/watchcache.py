@@ -2,12 +2,11 @@
 
 Modelled on the Kubernetes apiserver's cacher. Per kind, `WatchCache.run` lists the kind's prefix,
 then watches it from the list revision + 1. Each etcd event is decoded once into a `CachedObject`
-(message, serialized bytes with resourceVersion set, labels, selectable fields), applied to the
-current-state map and appended to a window of recent events, bounded both by count and by
+(serialized bytes with resourceVersion set, namespace, labels, selectable fields), applied to
+the current-state map and appended to a window of recent events, bounded both by count and by
 bytes: its objects' serialized bytes and the event encodings made for watchers (the lazily
 encoded gRPC event and REST JSON line are each as big as the object; without counting them a
-kind with watchers of both kinds held three times the budget). The decoded message is not
-counted: the resident cost is about one and a half times the budget. Every
+kind with watchers of both kinds held three times the budget). Every
 `<Kind>WatchEvent` is encoded once per variant by concatenating protobuf wire bytes, so N watchers
 cost N queue pushes, not N serializations.
 
@@ -25,9 +24,17 @@ cut off with RESOURCE_EXHAUSTED rather than slowing the others, and what it had 
 dropped at once (kube's cacheWatcher), so a client that stopped reading holds no memory.
 
 REST watchers (`Watcher.json`) get the same events as newline-delimited JSON lines
-(`{"type":..,"object":..}`, Kubernetes' watch stream). The JSON of each object version and of
-each event variant is encoded at most once, on first use, and kept beside the protobuf bytes,
-so a kind nobody watches over REST pays nothing and N REST watchers cost one encoding.
+(`{"type":..,"object":..}`, Kubernetes' watch stream). The JSON line of each event variant is
+encoded at most once, on first use, and kept with the window's event, so a kind nobody watches
+over REST pays nothing and N REST watchers cost one encoding.
+
+Memory (issue 26: the cache holds every object of a 150,000-pod cluster). A cached object keeps
+one encoded form, its protobuf bytes; the decoded message is made from them on demand and kept
+only while among its kind's most recently decoded (`DECODED_KEPT`; a decoded pod is ten times
+its bytes). Label sets are shared by the objects that carry the same one, selectable field
+values are a tuple of interned strings over one field index per kind, and nothing encoded for
+one reader (a REST list's JSON, a replay's ADDED event) is kept with the object: the window's
+events keep the encodings made for watchers, within the window's byte budget.
 
 If the etcd watch breaks, it resumes from the last revision it knows it has every event of
 (`event_revision`) + 1 (with several etcd members, usually on another one: etcd ends a watch on
@@ -49,6 +56,8 @@ import asyncio
 import collections
 import contextlib
 import logging
+import sys
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -166,29 +175,98 @@ class JsonEncoder(Protocol):
     def bookmark_json(self, revision: int) -> bytes: ...
 
 
-@dataclass(slots=True)
-class CachedObject:
-    """One decoded object version. Never mutate `obj`: it is shared by every reader."""
+# Decoded messages a kind keeps beside their bytes: the most recently decoded ones. A decoded
+# pod is about ten times its serialized bytes (upb's in-memory layout and arena slack: 10.5 KB
+# against 1.1 KB), so keeping one per cached object was most of the apiserver's bytes per pod.
+DECODED_KEPT = 256
 
-    key: bytes
-    namespace: str
-    obj: Message
-    data: bytes  # serialized obj, resourceVersion set
-    revision: int
-    labels: Mapping[str, str]
-    fields: Mapping[str, str]
-    _added: bytes | None = None
-    _json: bytes | None = None
-    _added_json: bytes | None = None
+
+class Labels(dict[str, str]):
+    """An object's labels, shared by every cached object with the same set (the pods of one
+    ReplicaSet). Never mutated once made."""
+
+    __slots__ = ("__weakref__",)
+
+
+class FieldValues(Mapping[str, str]):
+    """An object's selectable field values: the kind's field names (one index per kind) and a
+    tuple of interned values, instead of a dict per object (650 bytes for a pod's 11 fields)."""
+
+    __slots__ = ("_index", "_values")
+
+    def __init__(self, index: dict[str, int], values: tuple[str, ...]) -> None:
+        self._index = index
+        self._values = values
+
+    def __getitem__(self, key: str) -> str:
+        return self._values[self._index[key]]
+
+    def get(self, key: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        i = self._index.get(key)
+        return default if i is None else self._values[i]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._index
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"FieldValues({dict(self)!r})"
+
+
+class CachedObject:
+    """One object version as the cache keeps it: its serialized bytes (resourceVersion set) and
+    what filtering needs (namespace, labels, selectable fields). The decoded message `obj` is
+    made from the bytes when asked for and kept only while it is among its kind's
+    `DECODED_KEPT` most recently decoded (a CachedObject built without a codec keeps it).
+    Never mutate `obj`: it is shared by every reader."""
+
+    __slots__ = ("_codec", "_obj", "data", "fields", "key", "labels", "namespace", "revision")
+
+    def __init__(
+        self,
+        *,
+        key: bytes,
+        namespace: str,
+        obj: Message | None,
+        data: bytes,
+        revision: int,
+        labels: Mapping[str, str],
+        fields: Mapping[str, str],
+        codec: Codec | None = None,
+    ) -> None:
+        self.key = key
+        self.namespace = namespace
+        self.data = data
+        self.revision = revision
+        self.labels = labels
+        self.fields = fields
+        self._obj = obj
+        self._codec = codec
+
+    @property
+    def obj(self) -> Message:
+        obj = self._obj
+        if obj is None:
+            codec = self._codec
+            assert codec is not None, "a CachedObject without a message needs its codec"
+            obj = codec.load(self)
+        return obj
 
     def added_event(self) -> bytes:
-        if self._added is None:
-            self._added = encode_event(ADDED, self.data)
-        return self._added
+        return encode_event(ADDED, self.data)
 
 
 class Codec:
-    """How one kind's objects are decoded from etcd and described for filtering."""
+    """How one kind's objects are decoded from etcd and described for filtering.
+
+    Per kind it keeps the shared parts of its cached objects: label sets (one `Labels` per
+    distinct set, while any object holds it), the field names' index, and the ring of the
+    most recently decoded messages."""
 
     def __init__(
         self,
@@ -196,25 +274,62 @@ class Codec:
         namespaced: bool,
         fields_of: Callable[[Message], dict[str, str]],
         json: JsonEncoder | None = None,
+        decoded_kept: int = DECODED_KEPT,
     ) -> None:
         self.message = message
         self.namespaced = namespaced
         self.fields_of = fields_of
         self.json = json
+        self.decoded_kept = decoded_kept
         self._bookmark_json: tuple[int, bytes] | None = None
+        self._decoded: collections.deque[CachedObject] = collections.deque()
+        self._label_sets: weakref.WeakValueDictionary[frozenset[tuple[str, str]], Labels] = (
+            weakref.WeakValueDictionary()
+        )
+        self._no_labels = Labels()
+        self._field_index: dict[tuple[str, ...], dict[str, int]] = {}
+
+    def load(self, cached: CachedObject) -> Message:
+        """`cached`'s message decoded from its bytes (kept while it is among the recent)."""
+        obj = self.message.FromString(cached.data)
+        self._keep(cached, obj)
+        return obj
+
+    def _keep(self, cached: CachedObject, obj: Message) -> None:
+        cached._obj = obj
+        ring = self._decoded
+        ring.append(cached)
+        if len(ring) > self.decoded_kept:
+            ring.popleft()._obj = None
+
+    def labels_of(self, labels: Mapping[str, str]) -> Labels:
+        """The shared `Labels` equal to `labels`."""
+        if not labels:
+            return self._no_labels
+        items = frozenset(labels.items())
+        found = self._label_sets.get(items)
+        if found is None:
+            found = Labels({sys.intern(k): sys.intern(v) for k, v in items})
+            self._label_sets[items] = found
+        return found
+
+    def field_values(self, values: dict[str, str]) -> FieldValues:
+        """`values` as a `FieldValues` over the kind's shared field index."""
+        names = tuple(values)
+        index = self._field_index.get(names)
+        if index is None:
+            index = self._field_index.setdefault(names, {n: i for i, n in enumerate(names)})
+        return FieldValues(index, tuple(map(sys.intern, values.values())))
 
     def object_json(self, cached: CachedObject) -> bytes:
-        """The object's Kubernetes JSON, encoded on first use and kept with it."""
-        if cached._json is None:
-            if self.json is None:
-                raise TypeError("this codec has no JSON encoder")
-            cached._json = self.json.object_json(cached.obj)
-        return cached._json
+        """The object's Kubernetes JSON. Not kept with the object (a LIST of every pod would
+        keep a JSON copy of each): watch events keep the lines made from it."""
+        if self.json is None:
+            raise TypeError("this codec has no JSON encoder")
+        return self.json.object_json(cached.obj)
 
     def added_json(self, cached: CachedObject) -> bytes:
-        if cached._added_json is None:
-            cached._added_json = encode_json_event(ADDED, self.object_json(cached))
-        return cached._added_json
+        return encode_json_event(ADDED, self.object_json(cached))
 
     def bookmark_json(self, revision: int) -> bytes:
         if self._bookmark_json is None or self._bookmark_json[0] != revision:
@@ -227,30 +342,39 @@ class Codec:
         obj = self.message.FromString(value)
         meta = obj.metadata  # type: ignore[attr-defined]
         meta.resourceVersion = str(revision)
-        return CachedObject(
+        return self._cached(key, obj, revision)
+
+    def _cached(self, key: bytes, obj: Message, revision: int) -> CachedObject:
+        meta = obj.metadata  # type: ignore[attr-defined]
+        cached = CachedObject(
             key=key,
-            namespace=meta.namespace,
-            obj=obj,
+            namespace=sys.intern(meta.namespace),
+            obj=None,
             data=obj.SerializeToString(),
             revision=revision,
-            labels=dict(meta.labels),
-            fields=self.fields_of(obj),
+            labels=self.labels_of(meta.labels),
+            fields=self.field_values(self.fields_of(obj)),
+            codec=self,
         )
+        self._keep(cached, obj)
+        return cached
 
     def with_revision(self, cached: CachedObject, revision: int) -> CachedObject:
         """A copy of `cached` stamped with another resourceVersion (deletion events)."""
-        obj = self.message()
-        obj.CopyFrom(cached.obj)
+        obj = self.message.FromString(cached.data)
         obj.metadata.resourceVersion = str(revision)  # type: ignore[attr-defined]
-        return CachedObject(
+        out = CachedObject(
             key=cached.key,
             namespace=cached.namespace,
-            obj=obj,
+            obj=None,
             data=obj.SerializeToString(),
             revision=revision,
             labels=cached.labels,
             fields=cached.fields,
+            codec=self,
         )
+        self._keep(out, obj)
+        return out
 
     def bookmark(self, revision: int) -> bytes:
         obj = self.message()
@@ -268,6 +392,7 @@ class CacheEvent:
     _added: bytes | None = None
     _deleted_prev: bytes | None = None
     _main_json: bytes | None = None
+    _added_json: bytes | None = None
     _deleted_prev_json: bytes | None = None
     # What the window counts for this event against its byte budget (WatchCache._recount).
     counted: int = 0
@@ -281,6 +406,7 @@ class CacheEvent:
                 self._added,
                 self._deleted_prev,
                 self._main_json,
+                self._added_json,
                 self._deleted_prev_json,
             )
             if b is not None
@@ -764,7 +890,9 @@ class WatchCache:
         if cur_ok and prev_ok:
             return self._main_json(event)
         if cur_ok:
-            return codec.added_json(event.cur)
+            if event._added_json is None:
+                event._added_json = codec.added_json(event.cur)
+            return event._added_json
         if prev_ok:
             if event._deleted_prev_json is None:
                 assert event.prev is not None

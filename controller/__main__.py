@@ -6,7 +6,7 @@ import logging
 
 from controller.app import ControllerManager
 from controller.settings import Settings
-from tinykube import aio
+from tinykube import aio, memreport
 from tinykube.serving import configure_logging, run_until_signalled
 from tinykube.tls import start_checks
 
@@ -15,6 +15,7 @@ async def _main(settings: Settings) -> None:
     start_checks(settings.security, "controller")
     manager = ControllerManager(settings)
     port = await manager.start()
+    memreport.install()
     logging.getLogger("controller").info(
         "controller manager serving health on port %d, apiserver %s", port, settings.apiserver
     )

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from scheduler.app import SchedulerApp
 from scheduler.config import ConfigError, load_config
 from scheduler.settings import Settings
-from tinykube import aio
+from tinykube import aio, memreport
 from tinykube.flags import add_apiserver_flag, apiserver_flag
 from tinykube.serving import configure_logging
 from tinykube.tls import add_flags, security_from_args, start_checks
@@ -119,6 +119,7 @@ async def amain(settings: Settings) -> int:
         return 2
     app = SchedulerApp(settings, config)
     await app.start()
+    memreport.install()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

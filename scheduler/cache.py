@@ -43,7 +43,7 @@ from scheduler.podinfo import (
 )
 from tinykube.clock import Clock
 from tinykube.quantity import QuantityError, milli_value, value
-from tinykube.v1 import node_pb2
+from tinykube.v1 import node_pb2, pod_pb2
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -651,6 +651,17 @@ class SchedulerCache:
             state.deadline = None
             self.assumed.discard(key)
         return True
+
+    def keep_current(self, key: str, pod: pod_pb2.Pod) -> None:
+        """Let the cached PodInfo of `key` hold the informer's current version of its pod.
+
+        Called for an update that needed no re-parsing (same node, spec, labels and deletion
+        state: the kubelet's status writes), so every field derived from the pod still holds.
+        Otherwise the PodInfo kept the version it was parsed from (the pending pod) alive
+        beside the informer's: a second decoded pod, about 10 KB, per pod in the cluster."""
+        state = self.pods.get(key)
+        if state is not None and state.info.uid == pod.metadata.uid:
+            object.__setattr__(state.info, "pod", pod)
 
     def is_confirmed(self, key: str, uid: str, node: str) -> bool:
         """The pod is cached as bound to `node` (not merely assumed)."""

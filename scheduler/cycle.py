@@ -156,6 +156,8 @@ class Scheduler:
                     # re-parsing; only new labels (the pod counts of spreading and affinity) or
                     # a graceful deletion (preemption must know) refresh the cached pod
                     self.cache.add_pod(PodInfo.from_pod(pod))
+                else:
+                    self.cache.keep_current(key, pod)
                 if not was_placed:
                     # kube's AssignedPodAdd: a pod newly seen bound, our own binds included
                     self.queue.move_on_event(EventKind.POD_ADD, new=self.cache.pods[key].info)

@@ -86,12 +86,19 @@ class KindCodec:
         remaining: int | None = None,
     ) -> bytes:
         """`<Kind>List` from the items' JSON bytes, without re-encoding them."""
+        head = self.list_head(resource_version, continue_token, remaining)
+        return head + b",".join(items) + b"]}"
+
+    def list_head(
+        self, resource_version: str, continue_token: str = "", remaining: int | None = None
+    ) -> bytes:
+        """`list_json`'s bytes before the first item (`...,"items":[`); `]}` closes them."""
         meta: dict[str, Any] = {"resourceVersion": resource_version}
         if continue_token:
             meta["continue"] = continue_token
         if remaining is not None:
             meta["remainingItemCount"] = remaining
-        return self._list_head + dumps(meta) + b',"items":[' + b",".join(items) + b"]}"
+        return self._list_head + dumps(meta) + b',"items":['
 
     def list_dict(
         self, resource_version: str, items: list[dict[str, Any]], continue_token: str = ""

@@ -18,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import random
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -62,7 +63,7 @@ from apiserver.rest.status import (
     unsupported_media_type,
 )
 from apiserver.settings import Settings
-from apiserver.watchcache import encode_json_event
+from apiserver.watchcache import CachedObject, Codec, encode_json_event
 from tinykube import remotecommand as rc
 from tinykube import tables
 from tinykube.clock import Clock
@@ -89,6 +90,8 @@ INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 # The path after nodes/NAME/proxy/ of a nodes/proxy request (set by the router).
 PROXY_PATH = web.RequestKey("tinykube_proxy_path", str)
 # A follow that has no output yet still sends its headers after this many seconds.
+log = logging.getLogger(__name__)
+
 _LOG_HEADERS_AFTER = 1.0
 # The Eviction versions pods/eviction takes, as kube-apiserver (it answers policy/v1).
 EVICTION_VERSIONS = ("policy/v1", "policy/v1beta1")
@@ -98,6 +101,13 @@ MAX_GRACE_SECONDS = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 _INT32_MAX = 2**31 - 1
 _GO_INT = re.compile(r"[+-]?[0-9]+\Z")
+
+# A LIST of this many objects or more is streamed as it is encoded (`_stream_list`), in chunks
+# of about this many bytes; a Table's rows are made this many objects at a time.
+STREAM_LIST_ITEMS = 500
+STREAM_CHUNK_BYTES = 256 * 1024
+_TABLE_CHUNK = 200
+_TABLE_TYPE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 # Who a request acts as, once the enforcer has authenticated it (unset under --insecure).
 IDENTITY = web.RequestKey("tinykube_identity", Identity)
 # The warnings a write's admission webhooks gave, sent as Warning headers with its answer.
@@ -680,7 +690,7 @@ class ResourceHandlers:
 
     async def list_collection(
         self, request: web.Request, target: Target, q: Query, service: ResourceStore
-    ) -> web.Response:
+    ) -> web.StreamResponse:
         fmt = self._accept(request, table=True)
         limit = q.number("limit") or 0
         if limit < 0:
@@ -737,17 +747,98 @@ class ResourceHandlers:
         kcodec = self._codec(target)
         codec = service.codec
         revision_text, items, next_token = page.revision, page.items, page.token
+        stream = len(items) >= STREAM_LIST_ITEMS
         if fmt == AS_TABLE:
+            if stream:
+                return await self._stream_table(
+                    request, target, q, codec, items, revision_text, next_token, page.remaining
+                )
             objects = [json.loads(codec.object_json(o)) for o in items]
             body = self._table(target, q, objects, revision_text, next_token, page.remaining)
             return self._respond(fmt, body)
-        # The watch cache's JSON of each object, unless another version's view is asked for.
+        # The object's JSON in the kind's own version, unless another version's view is asked
+        # for.
+        encode: Callable[[CachedObject], bytes] = codec.object_json
         if target.resource.view is not None:
-            listed = [kcodec.object_json(o.obj) for o in items]
-        else:
-            listed = [codec.object_json(o) for o in items]
+            encode = lambda o: kcodec.object_json(o.obj)  # noqa: E731
+        if stream and fmt == AS_JSON:
+            head = kcodec.list_head(revision_text, next_token, page.remaining)
+            return await self._stream_list(request, codecs.JSON, head, map(encode, items))
+        listed = [encode(o) for o in items]
         body = kcodec.list_json(revision_text, listed, next_token, page.remaining)
         return self._respond(fmt, body)
+
+    async def _stream_table(
+        self,
+        request: web.Request,
+        target: Target,
+        q: Query,
+        codec: Codec,
+        items: Sequence[CachedObject],
+        resource_version: str,
+        continue_token: str,
+        remaining: int | None,
+    ) -> web.StreamResponse:
+        """A long LIST as a Table, its rows made and sent a chunk of objects at a time."""
+        include = q.choice("includeObject", ("None", "Metadata", "Object"), "Metadata")
+        info = target.resource.info
+        assert info is not None
+        now = self.clock.now()
+        # The Table without rows first: a bad includeObject is still a 400 before any byte.
+        table = tables.table(
+            info,
+            [],
+            resource_version=resource_version,
+            continue_token=continue_token,
+            remaining_item_count=remaining,
+            include_object=include,
+            now=now,
+        )
+        del table["rows"]
+        head = dumps(table)[:-1] + b',"rows":['
+
+        def rows() -> Iterator[bytes]:
+            for i in range(0, len(items), _TABLE_CHUNK):
+                chunk = [json.loads(codec.object_json(o)) for o in items[i : i + _TABLE_CHUNK]]
+                for row in tables.rows(info, chunk, include_object=include, now=now):
+                    yield dumps(row)
+
+        return await self._stream_list(request, _TABLE_TYPE, head, rows())
+
+    async def _stream_list(
+        self, request: web.Request, content_type: str, head: bytes, pieces: Iterable[bytes]
+    ) -> web.StreamResponse:
+        """Answer a long LIST as it is encoded, `STREAM_CHUNK_BYTES` at a time (kube's streaming
+        collection encoders): `head`, the pieces comma-separated, then `]}`. The apiserver holds
+        the list of cached objects and one chunk, not every item's encoding and their join (a
+        LIST of 150,000 pods as JSON is half a gigabyte, twice over), and other requests run
+        between the chunks. A failure after the first byte can only cut the answer short."""
+        resp = web.StreamResponse(status=200, headers={"Content-Type": content_type})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        parts = [head]
+        size = len(head)
+        sep = b""
+        try:
+            for piece in pieces:
+                parts.append(sep)
+                parts.append(piece)
+                sep = b","
+                size += len(piece) + 1
+                if size >= STREAM_CHUNK_BYTES:
+                    if not await self._send(request, resp, b"".join(parts)):
+                        return resp
+                    parts.clear()
+                    size = 0
+        except Exception:
+            log.exception("REST %s: encoding a streamed list failed", request.path)
+            if request.transport is not None:
+                request.transport.abort()
+            return resp
+        parts.append(b"]}")
+        if await self._send(request, resp, b"".join(parts)):
+            await resp.write_eof()
+        return resp
 
     # ---- WATCH ------------------------------------------------------------------------------
 

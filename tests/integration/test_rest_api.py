@@ -736,10 +736,13 @@ async def test_rest_watchers_share_one_encoding(rest: Rest) -> None:
         got = [await read_events(r, 1) for r in (a, b, c)]
     assert all(g[0]["object"]["metadata"]["name"] == "shared" for g in got)
     key = next(k for k in cache.state if k.endswith(b"/default/shared"))
-    cached = cache.state[key]
-    assert cached._json is not None  # encoded once, kept with the cached object
+    # Encoded once, kept with the window's event (not with the cached object: a LIST must not
+    # leave a JSON copy of every object behind).
+    event = next(e for e in cache.window if e.cur.key == key)
+    assert event._main_json is not None
+    assert not hasattr(cache.state[key], "_json")
     _, listed, _ = await rest.call("GET", f"{PODS}?labelSelector=share")
-    assert json.loads(cached._json) == listed["items"][0]
+    assert json.loads(event._main_json)["object"] == listed["items"][0]
 
 
 # ---- subresources --------------------------------------------------------------------------

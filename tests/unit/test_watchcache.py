@@ -458,3 +458,48 @@ async def test_an_ordered_progress_notification_is_coverage_and_moves_the_resume
     await cache._watch_once()
     assert storage.starts == [0, 31]
     assert cache.event_revision == 31
+# ---- what a cached object keeps ---------------------------------------------------------------
+
+
+async def test_decoded_message_kept_only_while_recent() -> None:
+    cache = make_cache(window=10)
+    cache.codec.decoded_kept = 2
+    cache._apply([put("a", 10, app="web"), put("b", 11), put("c", 12)])
+    a = cache.state[PREFIX + b"default/a"]
+    c = cache.state[PREFIX + b"default/c"]
+    # Three decoded, two kept: the oldest gave its message back, its bytes stay.
+    assert a._obj is None and c._obj is not None
+    pod = a.obj
+    assert isinstance(pod, pod_pb2.Pod)
+    assert (pod.metadata.name, pod.metadata.resourceVersion) == ("a", "10")
+    assert dict(pod.metadata.labels) == {"app": "web"}
+    assert a.obj is pod  # decoded again, it is among the recent ones for a while
+    # A deletion event's last state is made from the bytes too.
+    cache._apply([delete("a", 13)])
+    gone = cache.window[-1].cur.obj
+    assert isinstance(gone, pod_pb2.Pod)
+    assert (gone.metadata.name, gone.metadata.resourceVersion) == ("a", "13")
+
+
+async def test_label_sets_and_field_names_shared() -> None:
+    cache = make_cache()
+    cache._apply([put("a", 10, "n1", app="web"), put("b", 11, "n1", app="web"), put("c", 12)])
+    a, b, c = (cache.state[PREFIX + f"default/{n}".encode()] for n in "abc")
+    assert a.labels == {"app": "web"} and a.labels is b.labels
+    assert c.labels == {}
+    fields = a.fields
+    assert fields["spec.nodeName"] == "n1" and fields.get("metadata.name") == "a"
+    assert fields.get("no.such.field") is None and fields.get("no.such.field", "") == ""
+    assert "status.phase" in fields and "no.such.field" not in fields
+    assert dict(fields)["metadata.namespace"] == "default"
+    assert a.fields._index is c.fields._index  # type: ignore[attr-defined]
+    assert a.fields["spec.nodeName"] is b.fields["spec.nodeName"]  # interned
+    with pytest.raises(KeyError):
+        fields["no.such.field"]
+    # Selectors and the node index read them as before.
+    assert parse_field_selector("spec.nodeName=n1").matches(fields)
+    web = parse_label_selector("app=web")
+    assert [o.key for o in cache.snapshot("", web, FIELD_EVERYTHING)] == [
+        PREFIX + b"default/a",
+        PREFIX + b"default/b",
+    ]

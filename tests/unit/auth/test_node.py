@@ -505,6 +505,12 @@ def test_the_cache_index_follows_binding_and_deletion() -> None:
 
     twin = referencing_pod("twin", "node-1", env_from=[("configMapRef", "shared")])
     cache.put(twin)
+    index = pods.index
+    # Pods naming the same objects share one reference set (bytes per pod, issue 26).
+    assert (
+        index.pods[b"/registry/pods/default/twin"][1]
+        is index.pods[b"/registry/pods/default/early"][1]
+    )
     cache.delete("early")
     assert pods.referenced("node-1", "configmaps", "default", "shared"), "twin still uses it"
     cache.delete("twin")
@@ -513,6 +519,7 @@ def test_the_cache_index_follows_binding_and_deletion() -> None:
         ("node-2", "configmaps", "default", "shared"): 1,
         ("node-2", "secrets", "default", "token"): 1,
     }
+    assert list(index._sets) == [index.pods[b"/registry/pods/default/late"][1]]
     cache.state.clear()
     for listener in cache.listeners:
         listener(None)  # a relist replaced the state

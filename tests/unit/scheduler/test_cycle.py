@@ -431,3 +431,26 @@ async def test_namespace_relabel_moves_a_pod_whose_terms_select_namespaces() -> 
     assert api.bound["default/q"] == "n1"
     s.on_namespace_delete(_ns("cache-ns"))
     assert "cache-ns" not in s.cache.namespaces
+
+
+async def test_the_cache_keeps_the_informers_version_of_a_bound_pod() -> None:
+    # One decoded pod per pod in the scheduler, not also the pending version it was parsed from
+    # (bytes per pod, issue 26).
+    s, api, _ = make()
+    s.on_node_add(NodeBuilder("n1").alloc(cpu="2", memory="4Gi", pods="10").obj())
+    pending = PodBuilder("p").req(cpu="1").obj()
+    s.on_pod_add(pending)
+    await run_queue(s)
+    assert api.bound == {"default/p": "n1"}
+    bound = pod_pb2.Pod()
+    bound.CopyFrom(pending)
+    bound.spec.nodeName = "n1"
+    s.on_pod_update(pending, bound)  # the informer confirms the bind
+    running = pod_pb2.Pod()
+    running.CopyFrom(bound)
+    running.status.phase = "Running"
+    s.on_pod_update(bound, running)  # the kubelet's status write
+    info = s.cache.pods["default/p"].info
+    assert info.pod is running
+    assert not s.cache.is_assumed("default/p") and info.cpu == 1000
+    assert s.cache.pods["default/p"].node == "n1"
