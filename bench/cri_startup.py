@@ -327,11 +327,13 @@ async def measure(
     }
 
 
-def run(runtime: str, pods: int, nodes: int) -> dict[str, object]:
+def run(runtime: str, pods: int, nodes: int, oci_runtime: str = "") -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="tk-bench-") as tmp:
         names = [f"node-{i}" for i in range(1, nodes + 1)]
         runtimes = (
-            NodeRuntimes(Path(tmp) / "containerd", names) if runtime == "containerd" else None
+            NodeRuntimes(Path(tmp) / "containerd", names, oci_runtime=oci_runtime)
+            if runtime == "containerd"
+            else None
         )
         cl = LocalCluster(tmp, kubelets=names, extra_args={})
         try:
@@ -364,6 +366,11 @@ def main() -> None:
     p.add_argument("--runtime", choices=("containerd", "process", "both"), default="both")
     p.add_argument("--runs", type=int, default=1, help="runs of each runtime, one after another")
     p.add_argument("--out", type=Path, help="write each run's JSON into this directory")
+    p.add_argument(
+        "--oci-runtime",
+        default="",
+        help="the runc-compatible binary containerd's shims run (crun, say); default runc",
+    )
     a = p.parse_args()
     wanted = ["process", "containerd"] if a.runtime == "both" else [a.runtime]
     if "containerd" in wanted and missing_prerequisites():
@@ -371,13 +378,16 @@ def main() -> None:
     commit = _commit()
     for i in range(1, a.runs + 1):
         for runtime in wanted:
-            result = {"commit": commit, **run(runtime, a.pods, a.nodes)}
+            result = {"commit": commit, **run(runtime, a.pods, a.nodes, a.oci_runtime)}
+            if runtime == "containerd":
+                result["oci_runtime"] = a.oci_runtime or "runc"
             line = json.dumps(result)
             print(line, flush=True)
             if a.out is not None:
                 a.out.mkdir(parents=True, exist_ok=True)
                 stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-                name = f"{runtime}-{a.pods}pods-{commit}-{stamp}-run{i}.json"
+                kind = f"{runtime}-{a.oci_runtime.rsplit('/', 1)[-1]}" if a.oci_runtime else runtime
+                name = f"{kind}-{a.pods}pods-{commit}-{stamp}-run{i}.json"
                 (a.out / name).write_text(json.dumps(result, indent=1) + "\n")
 
 
