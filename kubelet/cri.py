@@ -476,6 +476,8 @@ class CRIRuntime(KubeRuntime):
         # Pods told (one Event each) that they wait for the pod network.
         self._network_waiting: set[str] = set()
         self._network_ready_until = 0.0
+        # The runtime Status call out now, which every pod that asks meanwhile waits for.
+        self._network_check: asyncio.Future[str] | None = None
         # image id -> the imageID its containers report (`_remember_ref`).
         self._image_refs: dict[str, str] = {}
         # kube's PLEG relist: (taken at, sandbox id -> state, container id -> state), shared
@@ -767,9 +769,16 @@ class CRIRuntime(KubeRuntime):
     async def _network_not_ready(self) -> str:
         """Why the runtime's pod network is not ready (its NetworkReady condition), or "".
         A ready network is believed for RELIST_SECONDS (kube's kubelet reads the runtime's
-        status periodically, not per pod), so a burst of new pods asks once."""
+        status periodically, not per pod), and the pods that ask while a Status call is out
+        share its answer, so a burst of new pods asks once (it asked once per pod: 50 pods
+        landing together made 50 Status calls, queued in the runtime with their sandboxes)."""
         if time.monotonic() < self._network_ready_until:
             return ""
+        if self._network_check is None or self._network_check.done():
+            self._network_check = asyncio.ensure_future(self._check_network())
+        return await asyncio.shield(self._network_check)
+
+    async def _check_network(self) -> str:
         resp = await self.rt.Status(cri.StatusRequest(), timeout=CALL_TIMEOUT)
         for cond in resp.status.conditions:
             if cond.type == "NetworkReady" and not cond.status:

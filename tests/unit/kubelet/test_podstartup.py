@@ -1,25 +1,28 @@
 """The pod startup trace (kubelet/podstartup.py): a pod worker logs "Observed pod startup
 duration" once, when its status write first reports Running, with the runtime's stage spans in
 order, and gives the seconds from seeing the pod to that write to its observer; a pod that was
-running before the worker started logs nothing. And the CRI operation types the kubelet's
-runtime metrics are labelled with (kube's)."""
+running before the worker started logs nothing. The CRI operation types the kubelet's runtime
+metrics are labelled with (kube's), and the runtime Status call that a burst of new pods shares
+(one, not one per pod)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
-from kubelet.cri import operation_type
+from kubelet.cri import CRIRuntime, operation_type
 from kubelet.fake import FakeRuntime
 from kubelet.pods import PodManager
 from kubelet.podstartup import LINE_PREFIX, StartupTrace, parse_line
 from kubelet.runtime import PodRecord
 from tests.unit.controller.fakes import FakeClient
 from tinykube.clock import FakeClock
+from tinykube.cri.v1 import cri_pb2 as cri
 from tinykube.v1 import pod_pb2
 
 
@@ -167,3 +170,33 @@ def test_trace_line_round_trip_and_foreign_lines() -> None:
 )
 def test_operation_types_are_kubes(method: str, kind: str) -> None:
     assert operation_type(method) == kind
+
+
+class CountingStatus:
+    """A CRI RuntimeService whose Status answers NetworkReady after a while, counting calls."""
+
+    def __init__(self, ready: bool = True) -> None:
+        self.calls = 0
+        self.ready = ready
+
+    async def Status(self, request: cri.StatusRequest, **_: Any) -> cri.StatusResponse:
+        self.calls += 1
+        await asyncio.sleep(0.01)
+        resp = cri.StatusResponse()
+        resp.status.conditions.add(type="NetworkReady", status=self.ready, reason="NoCNIConfig")
+        return resp
+
+
+@pytest.mark.parametrize("ready", [True, False])
+async def test_a_burst_of_new_pods_asks_the_runtime_for_its_network_once(
+    tmp_path: Path, ready: bool
+) -> None:
+    runtime = CRIRuntime(tmp_path, "unix:///nonexistent.sock")
+    fake = CountingStatus(ready)
+    runtime._runtime, runtime._images = cast(Any, fake), cast(Any, object())
+    answers = await asyncio.gather(*(runtime._network_not_ready() for _ in range(50)))
+    assert fake.calls == 1
+    assert set(answers) == ({""} if ready else {answers[0]}) and (answers[0] == "") == ready
+    # A ready network is believed for a while; a network that is not is asked again.
+    await runtime._network_not_ready()
+    assert fake.calls == (1 if ready else 2)
