@@ -125,6 +125,8 @@ class CpuMeter:
         self.containerd = [c.proc.pid for c in ctds if c.proc is not None]
         self.sockets = [str(c.paths.socket) for c in ctds]
         self.before: dict[int, tuple[float, float]] = {}
+        # How many runc shims there were at `stop` (one per pod sandbox expected).
+        self.shims = 0
 
     def _sample(self) -> dict[int, tuple[float, float, str]]:
         out: dict[int, tuple[float, float, str]] = {}
@@ -135,7 +137,9 @@ class CpuMeter:
             own, children, _ = cpu_split(pid)
             out[pid] = (own, children, "containerd")
         if self.sockets:
-            for pid, kind in runtime_processes(self.sockets).items():
+            found = runtime_processes(self.sockets)
+            self.shims = sum(1 for kind in found.values() if kind == "shim")
+            for pid, kind in found.items():
                 own, children, _ = cpu_split(pid)
                 out[pid] = (own, children, kind)
         return out
@@ -324,6 +328,7 @@ async def measure(
         "in_flight": in_flight,
         "cpu_s": cpu,
         "cpu_ms_per_pod": {k: round(v * 1000 / pods, 1) for k, v in cpu.items()},
+        "shims": meter.shims,
     }
 
 
