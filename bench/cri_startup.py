@@ -329,6 +329,16 @@ async def measure(
         "cpu_s": cpu,
         "cpu_ms_per_pod": {k: round(v * 1000 / pods, 1) for k, v in cpu.items()},
         "shims": meter.shims,
+        # Per pod: the bench's clocks (created, bound, running) and the kubelet's trace.
+        "pods_traced": {
+            name: {
+                "created": round(made, 6),
+                "bound": round(bound.get(name, 0.0), 6),
+                "running": round(running.get(name, 0.0), 6),
+                "kubelet": traces.get(f"default/{name}"),
+            }
+            for name, made in sorted(created.items())
+        },
     }
 
 
