@@ -61,6 +61,7 @@ class Kubelet:
         self.clock = clock or Clock()
         self.node_names = set(settings.node_names)
         self.runtime: Runtime
+        self.metrics = Metrics()
         if settings.runtime == "cri":
             self.runtime = CRIRuntime(
                 settings.root_dir,
@@ -74,6 +75,9 @@ class Kubelet:
                 seccomp_default=settings.seccomp_default,
                 dns=PodDNS(settings.cluster_dns, settings.cluster_domain, settings.resolv_conf),
                 machine_memory=machine_memory_kib() * 1024,
+                on_operation=lambda kind, seconds: self.metrics.runtime_operations.labels(
+                    kind
+                ).observe(seconds),
             )
         elif settings.runtime == "process":
             self.runtime = ProcessRuntime(
@@ -105,7 +109,6 @@ class Kubelet:
             lambda: self.pods.store.list() if self.pods is not None else [],
         )
         self.port = 0
-        self.metrics = Metrics()
         self.manager: PodManager | None = None
         self.ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -235,6 +238,7 @@ class Kubelet:
                 events=events,
                 on_event=lambda reason: self.metrics.container_events.labels(reason=reason).inc(),
                 probes=probes,
+                on_pod_started=self.metrics.pod_start.observe,
             )
             self.metrics.track_pods(lambda: len(manager.workers))
             self.manager = manager

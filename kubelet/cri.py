@@ -39,7 +39,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -387,6 +387,35 @@ def container_config(
     return config
 
 
+def operation_type(method: str) -> str:
+    """kube's operation_type label of a CRI method: `/runtime.v1.RuntimeService/RunPodSandbox`
+    is `run_podsandbox`, `.../ImageStatus` is `image_status`."""
+    name = method.rsplit("/", 1)[-1]
+    snake = "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in name).lstrip("_")
+    return snake.replace("pod_sandbox", "podsandbox")
+
+
+class OperationTimer(grpc.aio.UnaryUnaryClientInterceptor):
+    """Gives `observe` each unary CRI call's type and seconds, failed calls included (kube's
+    kubelet_runtime_operations_duration_seconds). Reads the clock when the call is issued and
+    when it completes; the call itself is untouched."""
+
+    def __init__(self, observe: Callable[[str, float], None]) -> None:
+        self.observe = observe
+
+    async def intercept_unary_unary(
+        self, continuation: Any, client_call_details: Any, request: Any
+    ) -> Any:
+        started = time.monotonic()
+        method = client_call_details.method
+        if isinstance(method, bytes):
+            method = method.decode()
+        kind = operation_type(method)
+        call = await continuation(client_call_details, request)
+        call.add_done_callback(lambda _call: self.observe(kind, time.monotonic() - started))
+        return call
+
+
 def _seconds(nanos: int) -> float:
     return nanos / 1e9 if nanos else 0.0
 
@@ -412,8 +441,11 @@ class CRIRuntime(KubeRuntime):
         machine_memory: int = 4 << 30,
         dns: PodDNS | None = None,
         seccomp_default: bool = False,
+        on_operation: Callable[[str, float], None] | None = None,
     ) -> None:
         self.dns = dns or PodDNS()
+        # Each CRI call's operation type and seconds (the kubelet's metrics).
+        self.on_operation = on_operation
         # kube's seccompProfileRoot (<root-dir>/seccomp) and --seccomp-default.
         self.seccomp_root = Path(root_dir).absolute() / "seccomp"
         self.seccomp_default = seccomp_default
@@ -444,6 +476,8 @@ class CRIRuntime(KubeRuntime):
         # Pods told (one Event each) that they wait for the pod network.
         self._network_waiting: set[str] = set()
         self._network_ready_until = 0.0
+        # The runtime Status call out now, which every pod that asks meanwhile waits for.
+        self._network_check: asyncio.Future[str] | None = None
         # image id -> the imageID its containers report (`_remember_ref`).
         self._image_refs: dict[str, str] = {}
         # kube's PLEG relist: (taken at, sandbox id -> state, container id -> state), shared
@@ -458,7 +492,8 @@ class CRIRuntime(KubeRuntime):
             target = self.endpoint
             if target.startswith("unix:///"):
                 target = "unix:" + target[len("unix://") :]
-            self._channel = grpc.aio.insecure_channel(target)
+            interceptors = [OperationTimer(self.on_operation)] if self.on_operation else None
+            self._channel = grpc.aio.insecure_channel(target, interceptors=interceptors)
             self._runtime = cri_grpc.RuntimeServiceStub(self._channel)
             self._images = cri_grpc.ImageServiceStub(self._channel)
         return self._runtime, self._images
@@ -666,11 +701,13 @@ class CRIRuntime(KubeRuntime):
             seccomp_default=self.seccomp_default,
         )
         self._log_dir(uid).mkdir(parents=True, exist_ok=True)
+        started = self._now()
         try:
             resp = await self.rt.RunPodSandbox(
                 cri.RunPodSandboxRequest(config=config), timeout=CALL_TIMEOUT
             )
         except grpc.aio.AioRpcError as exc:
+            rec.timings.append(("sandbox", started, self._now()))
             message = f"Failed to create pod sandbox: {_error(exc)}"
             log.warning("pod %s/%s: %s", rec.namespace, rec.name, message)
             rec.events.append(("Warning", "FailedCreatePodSandBox", message))
@@ -680,6 +717,8 @@ class CRIRuntime(KubeRuntime):
             self._attempts[uid] = attempt + 1
             await self._remove_not_ready(uid)
             return False
+        created = self._now()
+        rec.timings.append(("sandbox", started, created))
         self._sandbox_retry.pop(uid, None)
         rec.sandbox_id = resp.pod_sandbox_id
         self._attempts[uid] = attempt + 1
@@ -689,6 +728,7 @@ class CRIRuntime(KubeRuntime):
                 cri.PodSandboxStatusRequest(pod_sandbox_id=rec.sandbox_id), timeout=CALL_TIMEOUT
             )
         ).status
+        rec.timings.append(("sandbox_status", created, self._now()))
         if pod.spec.hostNetwork or not status.network.ip:
             rec.pod_ips = []
         else:
@@ -729,9 +769,16 @@ class CRIRuntime(KubeRuntime):
     async def _network_not_ready(self) -> str:
         """Why the runtime's pod network is not ready (its NetworkReady condition), or "".
         A ready network is believed for RELIST_SECONDS (kube's kubelet reads the runtime's
-        status periodically, not per pod), so a burst of new pods asks once."""
+        status periodically, not per pod), and the pods that ask while a Status call is out
+        share its answer, so a burst of new pods asks once (it asked once per pod: 50 pods
+        landing together made 50 Status calls, queued in the runtime with their sandboxes)."""
         if time.monotonic() < self._network_ready_until:
             return ""
+        if self._network_check is None or self._network_check.done():
+            self._network_check = asyncio.ensure_future(self._check_network())
+        return await asyncio.shield(self._network_check)
+
+    async def _check_network(self) -> str:
         resp = await self.rt.Status(cri.StatusRequest(), timeout=CALL_TIMEOUT)
         for cond in resp.status.conditions:
             if cond.type == "NetworkReady" and not cond.status:
@@ -904,7 +951,9 @@ class CRIRuntime(KubeRuntime):
         crec: ContainerRecord,
         resolved: dict[str, str],
     ) -> None:
+        started = self._now()
         image_ref = await self._ensure_image(pod, rec, container, crec)
+        rec.timings.append((f"image:{container.name}", started, self._now()))
         if image_ref is None:
             return
         if effective(pod, container).run_as_non_root:
@@ -961,6 +1010,7 @@ class CRIRuntime(KubeRuntime):
         log_file.parent.mkdir(parents=True, exist_ok=True)
         log_file.unlink(missing_ok=True)
         container_id = ""
+        stage, started = f"create:{container.name}", self._now()
         try:
             created = await self.rt.CreateContainer(
                 cri.CreateContainerRequest(
@@ -969,10 +1019,14 @@ class CRIRuntime(KubeRuntime):
                 timeout=CALL_TIMEOUT,
             )
             container_id = created.container_id
+            rec.timings.append((stage, started, self._now()))
+            stage, started = f"start:{container.name}", self._now()
             await self.rt.StartContainer(
                 cri.StartContainerRequest(container_id=container_id), timeout=CALL_TIMEOUT
             )
+            rec.timings.append((stage, started, self._now()))
         except grpc.aio.AioRpcError as exc:
+            rec.timings.append((stage, started, self._now()))
             reason = "RunContainerError" if container_id else "CreateContainerError"
             error = _error(exc)
             if container_id:

@@ -487,11 +487,22 @@ class KubeRuntime:
         used = int(self.clock.monotonic() - started)
         return float(max(MIN_GRACE_SECONDS, grace - used))
 
-    async def _setup_volumes(self, pod: pod_pb2.Pod) -> None:
+    async def _setup_volumes(self, pod: pod_pb2.Pod, rec: PodRecord) -> None:
         """Prepare (or refresh) the pod's volumes; a failure is kept for the containers that
-        start next, which wait with CreateContainerConfigError and kube's message."""
+        start next, which wait with CreateContainerConfigError and kube's message. Before the
+        pod's first container, the time it took is one of the pod's startup stages."""
         if not pod.spec.volumes:
             return
+        if not rec.containers and not rec.init_containers:
+            started = self._now()
+            try:
+                await self._set_up(pod)
+            finally:
+                rec.timings.append(("volumes", started, self._now()))
+        else:
+            await self._set_up(pod)
+
+    async def _set_up(self, pod: pod_pb2.Pod) -> None:
         try:
             await self.volumes.setup(pod)
         except ContainerConfigError as exc:
@@ -544,7 +555,9 @@ class KubeRuntime:
         if pod.metadata.HasField("deletionTimestamp"):
             ready = await self._prepare_pod(pod, rec)
         else:
-            _, ready = await asyncio.gather(self._setup_volumes(pod), self._prepare_pod(pod, rec))
+            _, ready = await asyncio.gather(
+                self._setup_volumes(pod, rec), self._prepare_pod(pod, rec)
+            )
         if not ready:
             pass  # no sandbox yet: containers wait (the runtime recorded why)
         elif not initialized(pod, rec):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -74,6 +74,11 @@ class ResourceCollector(Collector):
         yield from (cpu, mem, pod_cpu, pod_mem)
 
 
+# kube's: ExponentialBuckets(.005, 2.5, 14) for runtime operations; the pod start SLI's buckets.
+RUNTIME_OPERATION_BUCKETS = tuple(0.005 * 2.5**i for i in range(14))
+POD_START_BUCKETS = (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 600)
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -98,6 +103,20 @@ class Metrics:
             "kubelet_node_lease_renewals",
             "Node Lease renewals by result (success, error).",
             ["result"],
+            registry=self.registry,
+        )
+        self.runtime_operations = Histogram(
+            "kubelet_runtime_operations_duration_seconds",
+            "Duration in seconds of runtime operations. Broken down by operation type.",
+            ["operation_type"],
+            buckets=RUNTIME_OPERATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.pod_start = Histogram(
+            "kubelet_pod_start_duration_seconds",
+            "Duration in seconds from kubelet seeing a pod for the first time to the pod "
+            "starting to run",
+            buckets=POD_START_BUCKETS,
             registry=self.registry,
         )
 

@@ -27,6 +27,10 @@ containers with the pod's grace period and reports phase Failed, reason Deadline
 of that reason too); the deadline is also a time the worker wakes at, so a lowered deadline
 takes effect without waiting for a poll.
 
+Each worker traces its pod's start (kubelet/podstartup.py): when the kubelet first saw it, the
+runtime's stages, the status write that first reports it Running; logged once as kube's
+"Observed pod startup duration".
+
 `cleanup_orphans` (after the informer's first sync) kills pods the runtime still knows from a
 previous run whose objects are gone.
 
@@ -43,6 +47,7 @@ from typing import Any, Protocol
 
 from kubelet.api import KubeletAPI
 from kubelet.lifecycle import DEFAULT_GRACE_SECONDS
+from kubelet.podstartup import StartupTrace
 from kubelet.prober import ProbeManager
 from kubelet.runtime import PodRecord, Runtime, build_pod_status, with_others_conditions
 from kubelet.statuswriter import StatusWriter
@@ -86,6 +91,13 @@ class PodWorker:
         # The apiserver's answer to our last UpdateStatus: what it stored, at which revision.
         self.stored: pod_pb2.Pod | None = None
         self.task: asyncio.Task[None] | None = None
+        # Where the pod's start goes (kubelet/podstartup.py): from now, when the kubelet first
+        # sees the pod, to the status write that first reports it Running.
+        self.startup = StartupTrace(
+            f"{pod.metadata.namespace}/{pod.metadata.name}", manager.clock.now().timestamp()
+        )
+        # A pod reported started before (by an earlier run of this kubelet) has no start here.
+        self.startup.done = pod.status.phase in ("Running", "Succeeded", "Failed")
 
     def update(self, pod: pod_pb2.Pod) -> None:
         self.latest = pod
@@ -133,7 +145,11 @@ class PodWorker:
                     await self._confirm_deletion(pod)
                     m.runtime.forget(self.uid)
                     return
+                self.startup.sync_began(m.clock.now().timestamp())
                 rec = await m.runtime.sync_pod(pod)
+                if rec.timings:
+                    self.startup.add(rec.timings)
+                    rec.timings.clear()
                 deadline = await self._active_deadline(pod, rec)
                 retry_at = min((t for t in (rec.retry_at, deadline) if t), default=0.0)
                 verdicts = None
@@ -260,9 +276,14 @@ class PodWorker:
                 # those of the stored pod, which the resourceVersion precondition proves are
                 # these): the answer is the new resourceVersion.
                 writer = self.manager.status_writer(pod.spec.nodeName)
+                sent = self.manager.clock.now().timestamp()
                 updated.metadata.resourceVersion = await writer.write(updated)
                 self.stored = updated
                 self.last_posted = status
+                if status.phase == "Running" and not self.startup.done:
+                    self.startup.running(
+                        sent, self.manager.clock.now().timestamp(), self.manager.on_pod_started
+                    )
                 return
             except NotFoundError:
                 return  # deleted: the watch will tell the worker
@@ -288,8 +309,11 @@ class PodManager:
         events: Emitter | None = None,
         on_event: Callable[[str], object] = lambda reason: None,
         probes: ProbeManager | None = None,
+        on_pod_started: Callable[[float], None] | None = None,
     ) -> None:
         self.on_event = on_event
+        # Seconds from the kubelet seeing a pod to the write that reported it Running.
+        self.on_pod_started = on_pod_started
         # None: the runtime's containers are not probed (fake pods are ready at once).
         self.probes = probes
         self.client = client

@@ -100,6 +100,10 @@ class PodRecord:
     final_message: str = ""
     # (type, reason, message) of Events to record; drained by the pod worker, never persisted.
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    # (stage, start, end) wall times of what the runtime did for the pod (the sandbox with its
+    # CNI ADD, each container's image, create, start); drained by the pod worker into its
+    # startup trace (kubelet/podstartup.py), never persisted.
+    timings: list[tuple[str, float, float]] = field(default_factory=list)
     # Wall time the runtime wants another sync at (a container waits for its ConfigMap or
     # Secret); 0: none. For runtimes that are not polled.
     retry_at: float = 0.0

@@ -143,8 +143,11 @@ class ContainerdPaths:
         return f"unix://{self.socket}"
 
 
-def containerd_config(paths: ContainerdPaths) -> str:
+def containerd_config(paths: ContainerdPaths, oci_runtime: str = "") -> str:
+    """The config of a node's containerd. `oci_runtime`: the runc-compatible binary its runc
+    shims run (the shim's BinaryName: crun, say); "" is runc."""
     cri = 'plugins."io.containerd.grpc.v1.cri"'
+    binary = f'\n  BinaryName = "{oci_runtime}"' if oci_runtime else ""
     return f"""version = 2
 root = "{paths.root}"
 state = "{paths.state}"
@@ -181,7 +184,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   runtime_type = "io.containerd.runc.v2"
 
 [{cri}.containerd.runtimes.runc.options]
-  SystemdCgroup = false
+  SystemdCgroup = false{binary}
 
 [{cri}.cni]
   bin_dir = "{CNI_BIN_DIR}"
@@ -192,15 +195,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 class Containerd:
     """One containerd process with a private config; stopped by its PID."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, oci_runtime: str = "") -> None:
         self.paths = ContainerdPaths(base)
+        self.oci_runtime = oci_runtime
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> None:
         p = self.paths
         for d in (p.root, p.state, p.cni_conf_dir, p.cni_data_dir, p.socket_dir):
             d.mkdir(parents=True, exist_ok=True)
-        p.config.write_text(containerd_config(p))
+        p.config.write_text(containerd_config(p, self.oci_runtime))
         log = open(p.base / "containerd.log", "ab")  # noqa: SIM115 (the child keeps it)
         self.proc = subprocess.Popen(
             ["containerd", "--config", str(p.config)],
@@ -481,10 +485,19 @@ class NodeRuntimes:
     stopped by PID and its mounts unmounted, the bridges deleted, ip_forward restored, the
     kubelets' cgroups removed."""
 
-    def __init__(self, base: Path, nodes: list[str], cluster_cidr: str = CLUSTER_CIDR) -> None:
+    def __init__(
+        self,
+        base: Path,
+        nodes: list[str],
+        cluster_cidr: str = CLUSTER_CIDR,
+        *,
+        oci_runtime: str = "",
+    ) -> None:
         self.base = base
         self.nodes = nodes
         self.cluster_cidr = cluster_cidr
+        # The OCI runtime binary the shims run instead of runc (containerd_config).
+        self.oci_runtime = oci_runtime
         self.runtimes: dict[str, Containerd] = {}
         # A registry on this machine, when Debian's docker-registry is installed: images pushed
         # there are pulled by the nodes as from any registry.
@@ -540,7 +553,7 @@ class NodeRuntimes:
             self.registry.start()
             push_image(self.registry.address, "busybox", "1", BUSYBOX_ENTRYPOINT)
         for i, node in enumerate(self.nodes, start=1):
-            ctd = Containerd(self.base / node)
+            ctd = Containerd(self.base / node, self.oci_runtime)
             self.runtimes[node] = ctd
             ctd.start()
             ctd.ensure_pause_image()

@@ -29,6 +29,7 @@ from typing import Any
 import grpc
 import pytest
 
+from kubelet.podstartup import parse_line
 from tests.e2e.conftest import tinykube_command, venv_bin
 from tests.e2e.crisupport import cri_prerequisites
 from tests.e2e.waiting import eventually
@@ -682,6 +683,50 @@ async def test_resource_metrics_from_the_runtimes_stats(
     line = next(x for x in text.splitlines() if x.startswith(prefix))
     assert float(line.split()[1]) > 0
     assert f'pod_cpu_usage_seconds_total{{namespace="{namespace}",pod="measured"}}' in text
+
+
+async def test_a_pod_start_is_traced_and_the_runtime_calls_timed(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    """The kubelet's pod startup trace ("Observed pod startup duration", kubelet/podstartup.py)
+    names the pod's CRI stages in order, and its metrics time the CRI calls by kube's
+    operation types and the pod's start (kubelet_pod_start_duration_seconds)."""
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "traced", "namespace": namespace},
+        "spec": {"containers": [{"name": "app", "image": WEB}]},
+    }
+    kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(manifest))
+    pod = f"{namespace}/traced"
+
+    async def traced() -> dict[str, Any] | None:
+        text = await asyncio.to_thread(cluster.log_path(NODE).read_text, errors="replace")
+        found = [t for t in map(parse_line, text.splitlines()) if t and t["pod"] == pod]
+        return found[0] if found else None
+
+    trace = await eventually(traced, 120)
+    stages = [name for name, _, _ in trace["spans"]]
+    assert stages[-5:] == ["sandbox", "sandbox_status", "image:app", "create:app", "start:app"]
+    times = [trace["seen"], trace["first_sync"]]
+    for name in stages[-5:]:
+        _, start, end = next(s for s in trace["spans"] if s[0] == name)
+        times += [start, end]
+    times += [trace["status_sent"], trace["status_written"]]
+    assert times == sorted(times), trace
+
+    text = await asyncio.to_thread(_get, f"http://127.0.0.1:{METRICS_PORT}/metrics")
+    counts = {
+        line.split("{", 1)[1].split("}", 1)[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("kubelet_runtime_operations_duration_seconds_count{")
+    }
+    for kind in ("run_podsandbox", "podsandbox_status", "create_container", "start_container"):
+        assert counts.get(f'operation_type="{kind}"', 0) >= 1, (kind, counts)
+    started = [
+        x for x in text.splitlines() if x.startswith("kubelet_pod_start_duration_seconds_count")
+    ]
+    assert started and float(started[0].split()[1]) >= 1, started
 
 
 async def test_volumes_are_real_mounts_in_the_container(
