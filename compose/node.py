@@ -18,7 +18,14 @@ What kind's node image does with systemd, in one process tree (run with `init: t
    routes each other node's spec.podCIDR through its InternalIP (`ip route replace`), removing
    routes of nodes that left. All node containers share one Docker network, so the next hop is
    on the link.
-5. exec the kubelet (the arguments after `--`), so Docker's stop signal reaches it.
+5. masquerading (kindnet's too), with `--cluster-cidr`: the nftables table `ip tinykube-ipmasq`
+   masquerades traffic from the pods to anything outside the cluster CIDR (the compose
+   services: the cluster DNS, the apiserver, the registry), which has no route back to pod IPs;
+   pod to pod stays unNATed. And `net.bridge.bridge-nf-call-iptables=1` (per network namespace
+   since Linux 5.3; kubeadm's preflight wants it): a reply from a pod to a pod on the same
+   bridge that reached it through a Service's cluster IP is switched, not routed, and only
+   br_netfilter hands it to conntrack to undo the proxy's DNAT.
+6. exec the kubelet (the arguments after `--`), so Docker's stop signal reaches it.
 
 `python node.py routes --node-name N` runs step 4 alone (what step 4 starts).
 """
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import os
 import subprocess
 import sys
@@ -43,6 +51,8 @@ from tinykube.containerd import (
 )
 
 ROUTE_PROTO = "99"  # marks the routes this process owns (ip route ... proto 99)
+MASQ_TABLE = "tinykube-ipmasq"
+BRIDGE_NF = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
 
 
 def writable_cgroups() -> None:
@@ -88,6 +98,41 @@ def start_containerd(base: Path, registries: list[str]) -> Containerd:
     return ctd
 
 
+def masquerade(cluster_cidr: str) -> None:
+    """kindnet's masquerading: pod traffic leaving the cluster CIDR gets the node's address.
+    The table is written whole each start (the node's network namespace may be reused)."""
+    table = MASQ_TABLE
+    script = "\n".join(
+        [
+            f"add table ip {table}",
+            f"delete table ip {table}",
+            f"add table ip {table}",
+            f"add chain ip {table} postrouting "
+            "{ type nat hook postrouting priority srcnat; policy accept; }",
+            f"add rule ip {table} postrouting "
+            f"ip saddr {cluster_cidr} ip daddr != {cluster_cidr} masquerade",
+            "",
+        ]
+    )
+    subprocess.run(["nft", "-f", "-"], input=script, text=True, check=True)
+    print(f"node: pod traffic from {cluster_cidr} leaving it is masqueraded", flush=True)
+
+
+def bridge_netfilter() -> None:
+    """net.bridge.bridge-nf-call-iptables=1 in this network namespace, or a warning where the
+    kernel has no br_netfilter (then a Service answers a pod only from other nodes' pods)."""
+    if not BRIDGE_NF.exists():
+        print(
+            "node: warning: no br_netfilter (no /proc/sys/net/bridge): a pod reaching a Service "
+            "gets no answer from an endpoint on its own node (modprobe br_netfilter on the host)",
+            flush=True,
+        )
+        return
+    if BRIDGE_NF.read_text().strip() != "1":
+        BRIDGE_NF.write_text("1\n")
+        print("node: net.bridge.bridge-nf-call-iptables set to 1", flush=True)
+
+
 async def node_routes(client: Any, node_name: str) -> dict[str, str]:
     """podCIDR -> InternalIP of every other node that has both."""
     routes = {}
@@ -131,6 +176,13 @@ async def sync_routes(node_name: str, interval: float) -> None:
             await asyncio.sleep(interval)
 
 
+def _cidr(text: str) -> str:
+    try:
+        return str(ipaddress.IPv4Network(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an IPv4 CIDR: {exc}") from exc
+
+
 def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["routes"]:
@@ -141,7 +193,10 @@ def main() -> None:
         asyncio.run(sync_routes(a.node_name, a.interval))
         return
     if "--" not in argv:
-        sys.exit("usage: node.py [--node-name N] [--registry HOST:PORT]... -- KUBELET ARGV")
+        sys.exit(
+            "usage: node.py --node-name N [--registry HOST:PORT]... [--cluster-cidr CIDR] "
+            "-- KUBELET ARGV"
+        )
     cut = argv.index("--")
     p = argparse.ArgumentParser(prog="node.py")
     p.add_argument("--node-name", required=True, help="the Node whose routes are skipped")
@@ -153,9 +208,18 @@ def main() -> None:
         help="the pod routes' credentials (default $KUBECONFIG): one that may list Nodes, as "
         "kube-proxy's (a kubelet may read its own Node only)",
     )
+    p.add_argument(
+        "--cluster-cidr",
+        default="",
+        type=_cidr,
+        help="the pods' network: traffic from it to elsewhere is masqueraded (kindnet's)",
+    )
     a = p.parse_args(argv[:cut])
     kubelet = argv[cut + 1 :]
     writable_cgroups()
+    bridge_netfilter()
+    if a.cluster_cidr:
+        masquerade(a.cluster_cidr)
     start_containerd(Path(a.containerd_dir), a.registry)
     routes = [sys.executable, __file__, "routes", "--node-name", a.node_name]
     env = {**os.environ, "KUBECONFIG": a.routes_kubeconfig} if a.routes_kubeconfig else None

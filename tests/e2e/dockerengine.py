@@ -16,6 +16,14 @@ host's networking that outlives it:
   127.0.0.1 are served by Docker's userland proxy (`docker-proxy`), which is what serves a
   loopback-published port with `--iptables=true` too (Docker's DNAT rules skip 127.0.0.0/8).
 
+Its containers get a fair share of a loaded machine: on cgroup v1 every container's cgroup lies
+under Docker's parent `/docker`, which competes for CPU as one task of the root cgroup (1024
+shares), where the host's own processes each count as one. With forty runnable processes on the
+host (other work on a shared 2-core machine), the dozen containers of the compose cluster got
+about a fortieth of the CPU, and no health check of theirs finished within Docker's 4 s.
+`start()` gives `/docker` the shares of `CONTAINER_TASKS` processes and `stop()` restores them
+(or removes the parent it made).
+
 `stop()` ends the daemon by its PID (SIGTERM, SIGKILL after a grace period), then anything
 still running from its directory (its containerd, shims), unmounts what is left under the
 directory, deletes Docker's links (br-*, veth*) and iptables rules and chains (DOCKER*)
@@ -48,6 +56,11 @@ SYSCTLS = (
     "/proc/sys/net/bridge/bridge-nf-call-iptables",
     "/proc/sys/net/bridge/bridge-nf-call-ip6tables",
 )
+# Docker's cgroup parent for the cpu controller (cgroup v1, the cgroupfs driver), and how many
+# host processes' worth of CPU shares it gets while the engine runs (the compose cluster runs
+# about this many containers).
+DOCKER_CPU_CGROUP = Path("/sys/fs/cgroup/cpu/docker")
+CONTAINER_TASKS = 16
 PACKAGES = ("docker.io", "mmdebstrap")
 TOOLS = ("dockerd", "docker-proxy", "docker", "mmdebstrap")
 
@@ -226,6 +239,8 @@ class DockerEngine:
     links_before: set[str] = field(default_factory=set)
     rules_before: list[tuple[str, str]] = field(default_factory=list)
     sysctls_before: dict[str, str | None] = field(default_factory=dict)
+    # /docker's cpu.shares before start ("" when start made the cgroup; None: not touched)
+    cpu_shares_before: str | None = None
 
     @property
     def host(self) -> str:
@@ -257,6 +272,7 @@ class DockerEngine:
         self.links_before = _links()
         self.rules_before = _docker_rules()
         self.sysctls_before = {path: _read(path) for path in SYSCTLS}
+        self._weigh_containers()
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
                 self.argv(),
@@ -274,6 +290,26 @@ class DockerEngine:
                 return
             time.sleep(0.3)
         raise EngineError(f"dockerd not answering after {timeout}s:\n{self.log_tail()}")
+
+    def _weigh_containers(self) -> None:
+        """/docker's cpu.shares as CONTAINER_TASKS root-cgroup processes (see module doc)."""
+        if not DOCKER_CPU_CGROUP.parent.is_dir():  # cgroup v2, or no cpu controller
+            return
+        made = not DOCKER_CPU_CGROUP.exists()
+        DOCKER_CPU_CGROUP.mkdir(exist_ok=True)
+        shares = DOCKER_CPU_CGROUP / "cpu.shares"
+        self.cpu_shares_before = "" if made else shares.read_text().strip()
+        shares.write_text(f"{1024 * CONTAINER_TASKS}\n")
+
+    def _unweigh_containers(self) -> None:
+        if self.cpu_shares_before is None:
+            return
+        if self.cpu_shares_before:
+            (DOCKER_CPU_CGROUP / "cpu.shares").write_text(f"{self.cpu_shares_before}\n")
+        else:
+            with contextlib.suppress(OSError):  # still holding a container's: left to Docker
+                DOCKER_CPU_CGROUP.rmdir()
+        self.cpu_shares_before = None
 
     def server_version(self) -> str:
         done = subprocess.run(
@@ -303,6 +339,7 @@ class DockerEngine:
                 self.process.kill()
                 self.process.wait(timeout=10)
         remove_directory(self.directory)
+        self._unweigh_containers()
         for link in _links() - self.links_before:
             subprocess.run(["ip", "link", "delete", link], capture_output=True, check=False)
         _remove_rules([r for r in _docker_rules() if r not in self.rules_before])
