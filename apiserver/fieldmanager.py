@@ -658,9 +658,7 @@ def _remove_one(root: dict[str, Any], path: Path, message: Descriptor) -> None:
             for i, item in enumerate(node):
                 try:
                     key_of = (
-                        _item_key(item, t, where)
-                        if t.kind == _ASSOC
-                        else "v:" + _compact(item)
+                        _item_key(item, t, where) if t.kind == _ASSOC else "v:" + _compact(item)
                     )
                 except BadRequestError:
                     continue

@@ -458,6 +458,8 @@ async def test_an_ordered_progress_notification_is_coverage_and_moves_the_resume
     await cache._watch_once()
     assert storage.starts == [0, 31]
     assert cache.event_revision == 31
+
+
 # ---- what a cached object keeps ---------------------------------------------------------------
 
 
