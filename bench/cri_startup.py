@@ -316,9 +316,10 @@ async def measure(
         "pods": pods,
         "nodes": len(kubelets),
         "running": len(running),
-        "p50_s": round(statistics.median(latencies), 3),
-        "p99_s": round(percentile(latencies, 99), 3),
-        "max_s": round(max(latencies), 3),
+        # None when no pod ran (the runtime refused them all: see the kubelets' logs).
+        "p50_s": round(statistics.median(latencies), 3) if latencies else None,
+        "p99_s": round(percentile(latencies, 99), 3) if latencies else None,
+        "max_s": round(max(latencies), 3) if latencies else None,
         "kubelet_cpu_ms_per_pod": round((cpu1 - cpu0) * 1000 / pods, 1),
         "load1_before": load_before,
         "load1_after": os.getloadavg()[0],

@@ -10,8 +10,8 @@ reported phase Running (sent, answered). When that write is answered the kubelet
 
 (kube's kubelet logs its "Observed pod startup duration" alike), its JSON for tools such as
 bench/cri_startup.py, and feeds kubelet_pod_start_duration_seconds. Times are wall seconds
-(epoch), so they line up with other processes' clocks on the node. A pod whose containers
-never run (or that was running before this kubelet started) logs nothing.
+(epoch), so they line up with other processes' clocks on the node. A pod never reported
+Running (or running before this kubelet started) logs nothing.
 
 Concurrency: one event loop; a trace belongs to one pod worker.
 """
@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 log = logging.getLogger(__name__)
 
 LINE_PREFIX = "Observed pod startup duration "
+# The first spans a trace keeps: a pod that never runs (a sandbox or a pull failing again and
+# again, with back-off) adds a few each try, for as long as its worker lives.
+MAX_SPANS = 64
 
 
 @dataclass
@@ -42,7 +45,7 @@ class StartupTrace:
 
     def add(self, spans: list[tuple[str, float, float]]) -> None:
         if not self.done:
-            self.spans.extend(spans)
+            self.spans.extend(spans[: MAX_SPANS - len(self.spans)])
 
     def running(
         self, sent: float, written: float, observe: Callable[[float], None] | None = None

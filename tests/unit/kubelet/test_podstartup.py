@@ -18,7 +18,7 @@ import pytest
 from kubelet.cri import CRIRuntime, operation_type
 from kubelet.fake import FakeRuntime
 from kubelet.pods import PodManager
-from kubelet.podstartup import LINE_PREFIX, StartupTrace, parse_line
+from kubelet.podstartup import LINE_PREFIX, MAX_SPANS, StartupTrace, parse_line
 from kubelet.runtime import PodRecord
 from tests.unit.controller.fakes import FakeClient
 from tinykube.clock import FakeClock
@@ -200,3 +200,11 @@ async def test_a_burst_of_new_pods_asks_the_runtime_for_its_network_once(
     # A ready network is believed for a while; a network that is not is asked again.
     await runtime._network_not_ready()
     assert fake.calls == (1 if ready else 2)
+
+
+def test_a_pod_that_never_runs_keeps_a_bounded_trace() -> None:
+    trace = StartupTrace("ns/p", 0.0)
+    for i in range(1000):
+        trace.add([("sandbox", float(i), float(i) + 0.5)])
+    assert len(trace.spans) == MAX_SPANS
+    assert trace.spans[0] == ("sandbox", 0.0, 0.5)
