@@ -395,24 +395,29 @@ def operation_type(method: str) -> str:
     return snake.replace("pod_sandbox", "podsandbox")
 
 
-class OperationTimer(grpc.aio.UnaryUnaryClientInterceptor):
-    """Gives `observe` each unary CRI call's type and seconds, failed calls included (kube's
-    kubelet_runtime_operations_duration_seconds). Reads the clock when the call is issued and
-    when it completes; the call itself is untouched."""
+class TimedStub:
+    """A CRI service stub whose calls give `observe` their operation type and seconds, failed
+    calls included (kube's kubelet_runtime_operations_duration_seconds). A coroutine around
+    each call: a grpc.aio client interceptor, tried first, adds a task and a second call object
+    per call, and its frames were 2.5-5 % of a kubelet's py-spy samples in a 100-pod start."""
 
-    def __init__(self, observe: Callable[[str, float], None]) -> None:
-        self.observe = observe
+    def __init__(self, stub: Any, observe: Callable[[str, float], None]) -> None:
+        self._stub = stub
+        self._observe = observe
 
-    async def intercept_unary_unary(
-        self, continuation: Any, client_call_details: Any, request: Any
-    ) -> Any:
-        started = time.monotonic()
-        method = client_call_details.method
-        if isinstance(method, bytes):
-            method = method.decode()
-        kind = operation_type(method)
-        call = await continuation(client_call_details, request)
-        call.add_done_callback(lambda _call: self.observe(kind, time.monotonic() - started))
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._stub, name)
+        kind = operation_type(name)
+        observe = self._observe
+
+        async def call(request: Any, **kwargs: Any) -> Any:
+            started = time.monotonic()
+            try:
+                return await method(request, **kwargs)
+            finally:
+                observe(kind, time.monotonic() - started)
+
+        setattr(self, name, call)  # made once per method
         return call
 
 
@@ -492,10 +497,13 @@ class CRIRuntime(KubeRuntime):
             target = self.endpoint
             if target.startswith("unix:///"):
                 target = "unix:" + target[len("unix://") :]
-            interceptors = [OperationTimer(self.on_operation)] if self.on_operation else None
-            self._channel = grpc.aio.insecure_channel(target, interceptors=interceptors)
-            self._runtime = cri_grpc.RuntimeServiceStub(self._channel)
-            self._images = cri_grpc.ImageServiceStub(self._channel)
+            self._channel = grpc.aio.insecure_channel(target)
+            runtime: Any = cri_grpc.RuntimeServiceStub(self._channel)
+            images: Any = cri_grpc.ImageServiceStub(self._channel)
+            if self.on_operation is not None:
+                runtime = TimedStub(runtime, self.on_operation)
+                images = TimedStub(images, self.on_operation)
+            self._runtime, self._images = runtime, images
         return self._runtime, self._images
 
     @property

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import pytest
 
-from kubelet.cri import CRIRuntime, operation_type
+from kubelet.cri import CRIRuntime, TimedStub, operation_type
 from kubelet.fake import FakeRuntime
 from kubelet.pods import PodManager
 from kubelet.podstartup import LINE_PREFIX, MAX_SPANS, StartupTrace, parse_line
@@ -208,3 +208,21 @@ def test_a_pod_that_never_runs_keeps_a_bounded_trace() -> None:
         trace.add([("sandbox", float(i), float(i) + 0.5)])
     assert len(trace.spans) == MAX_SPANS
     assert trace.spans[0] == ("sandbox", 0.0, 0.5)
+
+
+async def test_timed_stub_reports_each_call_and_failures_too() -> None:
+    class Stub:
+        async def RunPodSandbox(self, request: str, **kwargs: Any) -> str:
+            await asyncio.sleep(0.01)
+            return f"sandbox for {request} {kwargs}"
+
+        async def StartContainer(self, request: str, **kwargs: Any) -> str:
+            raise RuntimeError("refused")
+
+    seen: list[tuple[str, float]] = []
+    stub = TimedStub(Stub(), lambda kind, seconds: seen.append((kind, seconds)))
+    assert await stub.RunPodSandbox("p", timeout=5) == "sandbox for p {'timeout': 5}"
+    with pytest.raises(RuntimeError):
+        await stub.StartContainer("c")
+    assert [kind for kind, _ in seen] == ["run_podsandbox", "start_container"]
+    assert seen[0][1] >= 0.01
