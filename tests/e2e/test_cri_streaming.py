@@ -131,17 +131,26 @@ def test_exec_stdin_through_cat(box: LocalCluster) -> None:
     assert out == text
 
 
-# The client's terminal size reaches containerd's pty as a resize after the process has started
+# The client's terminal size reaches containerd's pty as resizes after the process has started
 # (CRI's Exec and Attach carry no initial size; containerd applies the resize stream once the
 # process exists, as it does for kube's kubelet), so a command that reads the size at once can
-# race it and see 0 rows (busybox's `stty size` then prints a stale errno and nothing else).
-# The commands wait up to 20 s for the size, as an interactive shell would simply see it (5 s
-# was once not enough for `run -it --rm` in a clean-clone CI run; what the container then saw
-# was cut from pytest's message, so the assertions print the size lines themselves).
-STTY_SIZE = (
-    'i=0; until s=$(stty size 2>/dev/null) && [ "${s%% *}" -gt 0 ] 2>/dev/null; '
-    'do i=$((i+1)); [ "$i" -gt 400 ] && break; sleep 0.05; done; echo "size $s after $i"'
-)
+# race them and see 0 rows (busybox's `stty size` then prints a stale errno and nothing else).
+# And kubectl attach (so `run -it`) sends two sizes: the client's plus one row and one column,
+# then the client's (kubectl's "fake resizing +1" that makes a reattached screen redraw); a
+# command reading between the two sees the first: `size 42 102` for 41x101, in 2 of 30 runs
+# of `run -it` on a loaded machine when the commands waited for any size but 0. So they wait,
+# up to 20 s, for the client's size itself, as an interactive shell is redrawn on each SIGWINCH,
+# and print the first size they read.
+
+
+def stty_wait(rows: int, cols: int) -> str:
+    """A shell loop: wait until the terminal is `rows` x `cols` (at most 400 polls of 50 ms),
+    then print `size <rows> <cols> after <polls> (first <size>)`, or the last size seen."""
+    return (
+        f'i=0; first=; until s=$(stty size 2>/dev/null) && first="${{first:-$s}}" && '
+        f'[ "$s" = "{rows} {cols}" ]; do i=$((i+1)); [ "$i" -gt 400 ] && break; sleep 0.05; '
+        'done; echo "size $s after $i (first $first)"'
+    )
 
 
 def _size_lines(out: bytes | str) -> str:
@@ -157,7 +166,7 @@ def test_exec_tty_under_a_pty(box: LocalCluster) -> None:
     kubectl_cmd = f"{venv_bin() / 'kubectl'} --kubeconfig {box.kubeconfig} -n {NS}"
     command = (
         f"stty cols 91 rows 33; {kubectl_cmd} exec -it box -c main -- "
-        f"sh -c 'tty; {STTY_SIZE}; exit 4'"
+        f"sh -c 'tty; {stty_wait(33, 91)}; exit 4'"
     )
     done = subprocess.run(
         ["script", "-qec", command, "/dev/null"],
@@ -326,7 +335,7 @@ def test_run_it_rm_gets_the_containers_terminal(box: LocalCluster) -> None:
     kubectl_cmd = f"{venv_bin() / 'kubectl'} --kubeconfig {box.kubeconfig} -n {NS}"
     command = (
         f"stty cols 101 rows 41; {kubectl_cmd} run -it --rm --restart=Never typed "
-        f"--image={WEB} --command -- sh -c 'read x; tty; {STTY_SIZE}; echo got $x'"
+        f"--image={WEB} --command -- sh -c 'read x; tty; {stty_wait(41, 101)}; echo got $x'"
     )
     proc = subprocess.Popen(
         ["script", "-qec", command, "/dev/null"],
