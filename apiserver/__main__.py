@@ -137,6 +137,12 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         help="seconds between etcd compactions, 0 disables (env TINYKUBE_COMPACTION_INTERVAL)",
     )
     p.add_argument(
+        "--event-ttl",
+        default=_env("EVENT_TTL", f"{_DEFAULTS.event_ttl_seconds}s"),
+        help="how long an Event is kept after its last write, a duration (1h, 90m, 3600s); "
+        "0 keeps Events until deleted (env TINYKUBE_EVENT_TTL)",
+    )
+    p.add_argument(
         "--watch-cache-bytes",
         type=int,
         default=int(_env("WATCH_CACHE_BYTES", _DEFAULTS.watch_cache_bytes)),
@@ -253,6 +259,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         request_timeout_seconds=args.request_timeout,
         access_log=args.access_log or args.v >= 3,
         compaction_interval_seconds=args.compaction_interval,
+        event_ttl_seconds=_duration_seconds(p, "--event-ttl", args.event_ttl),
         max_request_bytes=args.max_request_bytes,
         max_object_bytes=args.max_object_bytes,
         max_requests_inflight=args.max_requests_inflight,

@@ -86,6 +86,7 @@ from tinykube.kinds import (
     CLUSTER_ROLE_BINDING,
     CUSTOM_RESOURCE_DEFINITION,
     ENDPOINTS,
+    EVENT,
     NAMESPACE,
     NODE,
     POD,
@@ -223,6 +224,8 @@ class APIServer:
                 self.services[info.kind] = NamespaceStore(info, **common)
             else:
                 self.services[info.kind] = ResourceStore(info, **common)
+            if info.kind == EVENT.kind:
+                self.services[info.kind].ttl_seconds = settings.event_ttl_seconds
         # Evictions consult the pods' disruption budgets.
         pod_store = self.services[POD.kind]
         assert isinstance(pod_store, PodStore)

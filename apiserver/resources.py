@@ -197,6 +197,9 @@ class ResourceStore:
         self.escalation: EscalationGuard | None = None
         # Whether a write is answered only once the watch cache holds it (`_settled`).
         self.answer_when_cached = False
+        # Seconds an object lives after its last write (kube's TTLFunc: Events, --event-ttl);
+        # 0: until deleted. Each create and update writes it under an etcd lease that long.
+        self.ttl_seconds = 0
         # Kinds without their own entry (new rows in tinykube.kinds) select by metadata only.
         self.supported_fields = SELECTABLE_FIELDS.get(info.kind, META_FIELDS)
 
@@ -433,7 +436,9 @@ class ResourceStore:
                 result = await self._create_allocated(meta.namespace, meta.name, obj)
             else:
                 result = await self.storage.create(
-                    self.key(meta.namespace, meta.name), self._stored_value(obj)
+                    self.key(meta.namespace, meta.name),
+                    self._stored_value(obj),
+                    ttl=self.ttl_seconds,
                 )
             if result.succeeded:
                 meta.resourceVersion = str(result.revision)
@@ -1033,7 +1038,9 @@ class ResourceStore:
             if allocating:
                 result = await self._update_allocated(key, new, old, cur.revision)
             else:
-                result = await self.storage.update(key, self._stored_value(new), cur.revision)
+                result = await self.storage.update(
+                    key, self._stored_value(new), cur.revision, ttl=self.ttl_seconds
+                )
             if result.succeeded:
                 nmeta.resourceVersion = str(result.revision)
                 return new
@@ -1137,7 +1144,9 @@ class ResourceStore:
                     nmeta.deletionGracePeriodSeconds = grace
                 if ctx.dry_run:
                     return obj
-                result = await self.storage.update(key, self._stored_value(obj), cur.revision)
+                result = await self.storage.update(
+                    key, self._stored_value(obj), cur.revision, ttl=self.ttl_seconds
+                )
                 if result.succeeded:
                     nmeta.resourceVersion = str(result.revision)
                     return obj

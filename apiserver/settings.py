@@ -50,6 +50,9 @@ class Settings:
     # One line per REST and gRPC request (kube-apiserver's httplog at -v=3): verb, URI, status,
     # latency, user agent, user, source address. Off by default (`--access-log` or `--v=3`).
     access_log: bool = False
+    # kube-apiserver's --event-ttl: an Event vanishes this long after its last write (etcd
+    # deletes it with its lease; watchers see it DELETED). 0 keeps Events until deleted.
+    event_ttl_seconds: int = 3600
     # How often etcd is compacted; the previous interval's revisions are kept. 0 disables.
     compaction_interval_seconds: float = 300.0
     # kube-apiserver's request body limit (3 MiB, twice etcd's: JSON is bigger than the stored

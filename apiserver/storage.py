@@ -180,6 +180,84 @@ def map_etcd_error(exc: BaseException) -> TinykubeError:
     return InternalError(f"etcd error: {type(exc).__name__}: {exc}")
 
 
+def lease_not_found(exc: BaseException) -> bool:
+    """Whether a failed write was refused for naming an etcd lease etcd does not know (etcd
+    checks a put's lease before applying anything, so nothing of the txn was written)."""
+    cause = exc.__cause__
+    return (
+        isinstance(cause, grpc.aio.AioRpcError)
+        and cause.code() == grpc.StatusCode.NOT_FOUND
+        and "lease not found" in (cause.details() or "")
+    )
+
+
+# kube-apiserver's etcd3 lease manager: writes asking for the same TTL share one etcd lease
+# while it is young, since a grant is an etcd write of its own (at 2 Events per pod, one per
+# Event would double the Events' etcd writes). A lease is granted for the TTL plus a reuse
+# window (5 % of the TTL, at most 60 s) and handed out during that window to at most 1,000
+# writes, so every object lives at least its TTL and at most TTL + window after its last write.
+LEASE_REUSE_FRACTION = 0.05
+LEASE_REUSE_MAX_SECONDS = 60
+LEASE_MAX_OBJECTS = 1000
+
+
+class TTLLeases:
+    """The current shared lease per TTL (`Storage.create`/`update`'s `ttl`)."""
+
+    def __init__(
+        self,
+        grant: Callable[[int], Awaitable[int]],
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._grant = grant
+        self._monotonic = monotonic
+        # ttl -> (lease ID, when it expires, objects given it)
+        self._current: dict[int, tuple[int, float, int]] = {}
+        self._lock = asyncio.Lock()
+
+    @staticmethod
+    def reuse_seconds(ttl: int) -> int:
+        return min(int(ttl * LEASE_REUSE_FRACTION), LEASE_REUSE_MAX_SECONDS)
+
+    def _reusable(self, ttl: int) -> int:
+        current = self._current.get(ttl)
+        if current is None:
+            return 0
+        lease, expires, objects = current
+        now = self._monotonic()
+        # Still valid for a whole TTL from now, not older than the reuse window, not full.
+        if (
+            now + ttl < expires
+            and now + ttl + self.reuse_seconds(ttl) >= expires
+            and objects < LEASE_MAX_OBJECTS
+        ):
+            self._current[ttl] = (lease, expires, objects + 1)
+            return lease
+        return 0
+
+    async def lease_for(self, ttl: int) -> int:
+        """The lease a write of `ttl` seconds goes under: the current one, or a new grant."""
+        lease = self._reusable(ttl)
+        if lease:
+            return lease
+        async with self._lock:  # one grant at a time: the writes queued behind it share it
+            lease = self._reusable(ttl)
+            if lease:
+                return lease
+            total = ttl + self.reuse_seconds(ttl)
+            now = self._monotonic()
+            lease = await self._grant(total)
+            self._current[ttl] = (lease, now + total, 1)
+            return lease
+
+    def forget(self, lease: int) -> None:
+        """`lease` is gone from etcd: grant a new one next time."""
+        for ttl, current in list(self._current.items()):
+            if current[0] == lease:
+                del self._current[ttl]
+
+
 def cluster_target(endpoints: Sequence[str]) -> str:
     """The gRPC target of several etcd members: `ipv4:ip:port,...`, names resolved now.
 
@@ -238,6 +316,8 @@ class Storage:
         self._kv: Any = None
         self._watch: Any = None
         self._lease: Any = None
+        # The etcd leases objects with a TTL (Events) are written under.
+        self.ttl_leases = TTLLeases(self.grant_lease)
         # Concurrent single-key writes share etcd txns (apiserver/txnbatch.py); Service
         # allocations, which write several keys, always go alone.
         self._batcher = (
@@ -466,11 +546,18 @@ class Storage:
         )
 
     async def create(
-        self, key: bytes, value: bytes, *, claims: Sequence[tuple[bytes, bytes]] = ()
+        self,
+        key: bytes,
+        value: bytes,
+        *,
+        claims: Sequence[tuple[bytes, bytes]] = (),
+        ttl: int = 0,
     ) -> WriteResult:
         """Put `key` only if it does not exist. The new revision, or the existing value.
 
         `claims` are created in the same transaction, each only if absent (`taken` on failure).
+        `ttl` > 0: the key is written under an etcd lease and vanishes between `ttl` and
+        `ttl` + the lease's reuse window seconds later unless written again (`TTLLeases`).
         """
         compare = rpc.Compare(
             key=key,
@@ -478,9 +565,17 @@ class Storage:
             target=rpc.Compare.CompareTarget.CREATE,
             create_revision=0,
         )
-        put = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))
-        return await self._txn(
-            "create", key, [compare], [put], claims=claims, written=value, base_revision=0
+        return await self._leased_txn(
+            ttl,
+            lambda lease: self._txn(
+                "create",
+                key,
+                [compare],
+                [rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))],
+                claims=claims,
+                written=value,
+                base_revision=0,
+            ),
         )
 
     async def update(
@@ -492,11 +587,12 @@ class Storage:
         require: tuple[bytes, ...] = (),
         claims: Sequence[tuple[bytes, bytes]] = (),
         release: Sequence[bytes] = (),
+        ttl: int = 0,
     ) -> WriteResult:
         """Put `key` only if it was last written at `mod_revision` (guaranteed update).
 
         `require`: other keys that must exist in the same transaction (Bind: the node); on
-        failure `missing` names those that did not.
+        failure `missing` names those that did not. `ttl`: as `create`'s (the write renews it).
         """
         compares = [
             rpc.Compare(
@@ -515,18 +611,39 @@ class Storage:
                     create_revision=0,
                 )
             )
-        put = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))
-        return await self._txn(
-            "update",
-            key,
-            compares,
-            [put],
-            require,
-            claims=claims,
-            release=release,
-            written=value,
-            base_revision=mod_revision,
+        return await self._leased_txn(
+            ttl,
+            lambda lease: self._txn(
+                "update",
+                key,
+                compares,
+                [rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))],
+                require,
+                claims=claims,
+                release=release,
+                written=value,
+                base_revision=mod_revision,
+            ),
         )
+
+    async def _leased_txn(
+        self, ttl: int, txn: Callable[[int], Awaitable[WriteResult]]
+    ) -> WriteResult:
+        """`txn(lease)`: with no `ttl` under no lease (0); else under the shared lease for
+        `ttl` (`TTLLeases`). A lease etcd no longer knows (it expired while the apiserver was
+        stalled longer than the ttl, or etcd's data was restored) refuses the txn whole: the
+        write goes again once under a newly granted lease."""
+        if ttl <= 0:
+            return await txn(0)
+        lease = await self.ttl_leases.lease_for(ttl)
+        try:
+            return await txn(lease)
+        except TinykubeError as exc:
+            if not lease_not_found(exc):
+                raise
+            log.info("etcd lease %x is gone; writing under a new one", lease)
+            self.ttl_leases.forget(lease)
+            return await txn(await self.ttl_leases.lease_for(ttl))
 
     async def delete(
         self, key: bytes, mod_revision: int, *, release: Sequence[bytes] = ()
@@ -554,12 +671,10 @@ class Storage:
 
         await self._retrying("compact", attempt)
 
-    # ---- leased keys (kube's master leases) -------------------------------------------------
+    # ---- leased keys (kube's master leases, objects with a TTL) -----------------------------
 
-    async def put_leased(self, key: bytes, value: bytes, ttl: int, *, previous: int = 0) -> int:
-        """Write `key` = `value` under a new etcd lease of `ttl` seconds, so the key vanishes
-        unless written again in time; revoke `previous` (the lease of the last such write).
-        Returns the new lease's ID. Plain writes: nobody compares these keys' revisions."""
+    async def grant_lease(self, ttl: int) -> int:
+        """A new etcd lease of `ttl` seconds; its ID."""
         self.connect()
         grant = await self._retrying(
             "lease",
@@ -570,7 +685,14 @@ class Storage:
                 ),
             ),
         )
-        put = rpc.PutRequest(key=key, value=value, lease=grant.ID)
+        return int(grant.ID)
+
+    async def put_leased(self, key: bytes, value: bytes, ttl: int, *, previous: int = 0) -> int:
+        """Write `key` = `value` under a new etcd lease of `ttl` seconds, so the key vanishes
+        unless written again in time; revoke `previous` (the lease of the last such write).
+        Returns the new lease's ID. Plain writes: nobody compares these keys' revisions."""
+        lease = await self.grant_lease(ttl)
+        put = rpc.PutRequest(key=key, value=value, lease=lease)
         await self._retrying(
             "put",
             lambda seconds: self._call(
@@ -579,7 +701,7 @@ class Storage:
         )
         if previous:
             await self.revoke_lease(previous)
-        return int(grant.ID)
+        return lease
 
     async def revoke_lease(self, lease: int) -> None:
         """Revoke `lease` (its keys are deleted); one already expired is fine."""

@@ -62,6 +62,8 @@ SLOW_TXN = 0.05
 _REFUSED = frozenset(
     {
         grpc.StatusCode.INVALID_ARGUMENT,
+        # "requested lease not found": etcd checks a put's lease before applying anything.
+        grpc.StatusCode.NOT_FOUND,
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         grpc.StatusCode.FAILED_PRECONDITION,
         grpc.StatusCode.PERMISSION_DENIED,
