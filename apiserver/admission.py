@@ -87,7 +87,7 @@ class CacheView(Protocol):
     def state(self) -> Mapping[bytes, CachedObject]: ...
 
     @property
-    def revision(self) -> int: ...
+    def state_revision(self) -> int: ...
 
     async def wait_fresh(self) -> bool: ...
 
@@ -285,14 +285,14 @@ class Admission:
         """The globalDefault class (the lowest-valued one if a race made several, as kube)."""
         cache = self.classes
         memo = self._default
-        if memo is not None and memo[0] == id(cache.state) and memo[1] == cache.revision:
+        if memo is not None and memo[0] == id(cache.state) and memo[1] == cache.state_revision:
             return memo[2]
         found: priorityclass_pb2.PriorityClass | None = None
         for cached in cache.state.values():
             pc: priorityclass_pb2.PriorityClass = cached.obj  # type: ignore[assignment]
             if pc.globalDefault and (found is None or pc.value < found.value):
                 found = pc
-        self._default = (id(cache.state), cache.revision, found)
+        self._default = (id(cache.state), cache.state_revision, found)
         return found
 
     async def _admit_pod(self, pod: pod_pb2.Pod) -> None:

@@ -264,7 +264,12 @@ class PolicyDispatcher:
         either cache moves, each policy compiled once per generation."""
         pstate, bstate = self.policy_cache.state, self.binding_cache.state
         memo = self._memo
-        key = (id(pstate), self.policy_cache.revision, id(bstate), self.binding_cache.revision)
+        key = (
+            id(pstate),
+            self.policy_cache.state_revision,
+            id(bstate),
+            self.binding_cache.state_revision,
+        )
         if memo is not None and memo[:4] == key:
             return memo[4]
         by_policy: dict[str, list[_Binding]] = {}

@@ -778,7 +778,7 @@ class ResourceStore:
             if not await cache.wait_for_revision(wanted) or not cache.state_covers(wanted):
                 return await self._list_paged(request, namespace, labels, fields)
         items = cache.snapshot(namespace, labels, fields)
-        return ListPage(str(cache.revision), items, "")
+        return ListPage(str(cache.state_revision), items, "")
 
     def continue_token_at(self, namespace: str, revision: int) -> str:
         """A continue token that lists from the first key at etcd `revision`: the REST

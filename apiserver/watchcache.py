@@ -917,7 +917,7 @@ class WatchCache:
                     self._etcd_watch.request_progress()
             # Let the progress notification arrive before stamping bookmarks.
             await self.clock.sleep(min(0.2, self.bookmark_interval / 4))
-            rev = self.revision
+            rev = self.state_revision
             data: bytes | None = None
             for w in self.watchers():
                 if w.bookmarks and not w.closed and rev > w.last_revision:
@@ -960,6 +960,15 @@ class WatchCache:
                 return False
         current = await self.storage.current_revision()
         return await self.wait_for_revision(current) and self.state_covers(current)
+
+    @property
+    def state_revision(self) -> int:
+        """The revision at which the cached state is exactly etcd's: every event up to it
+        applied, none after it. What a List answered from the cache, a watch's bookmarks and
+        a watch "from now" report: `revision` can run ahead of it by a requested progress
+        notification that etcd (< 3.5.8) sent before events still in flight, and a client
+        resuming from there (an informer's watch after its List) would never see them."""
+        return self.event_revision
 
     def state_covers(self, revision: int) -> bool:
         """Whether the cached state is known to hold every change up to `revision` (relisted or
@@ -1038,7 +1047,7 @@ class WatchCache:
             added = self.codec.added_json if json else CachedObject.added_event
             for obj in self.snapshot(namespace, labels, fields):
                 initial.append((added(obj), obj.revision))
-            w.last_revision = self.revision
+            w.last_revision = self.state_revision
         else:
             if resource_version < self.window_start:
                 raise ResourceExpiredError(
@@ -1053,7 +1062,7 @@ class WatchCache:
                     data = event.main_bytes()
                 if data is not None:
                     initial.append((data, event.revision))
-            w.last_revision = max(resource_version, self.revision)
+            w.last_revision = max(resource_version, self.state_revision)
         self._register(w)
         return w, initial
 

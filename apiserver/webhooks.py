@@ -100,7 +100,7 @@ class CacheView(Protocol):
     def state(self) -> Mapping[bytes, CachedObject]: ...
 
     @property
-    def revision(self) -> int: ...
+    def state_revision(self) -> int: ...
 
 
 class StorageView(Protocol):
@@ -330,7 +330,7 @@ class WebhookDispatcher:
         if not state:
             return ()
         memo = self._compiled.get(mutating)
-        if memo is not None and memo[0] == id(state) and memo[1] == cache.revision:
+        if memo is not None and memo[0] == id(state) and memo[1] == cache.state_revision:
             return memo[2]
         configs = sorted(
             (c.obj for c in state.values()),
@@ -341,7 +341,7 @@ class WebhookDispatcher:
             for spec in config.webhooks:  # type: ignore[attr-defined]
                 out.append(self._compile(config.metadata.name, mutating, spec))  # type: ignore[attr-defined]
         hooks = tuple(out)
-        self._compiled[mutating] = (id(state), cache.revision, hooks)
+        self._compiled[mutating] = (id(state), cache.state_revision, hooks)
         return hooks
 
     def _compile(self, config: str, mutating: bool, spec: Any) -> _Hook:

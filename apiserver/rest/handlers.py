@@ -867,7 +867,7 @@ class ResourceHandlers:
             )
         if q.has("sendInitialEvents") and not initial_end and rv in ("", "0"):
             # sendInitialEvents=false from "now": no synthetic ADDED events.
-            rv = str(service.cache.revision)
+            rv = str(service.cache.state_revision)
         data = self._list_request(target, q, watch=True)
         data["resourceVersion"] = rv
         req = message_from(meta_pb2.WatchRequest, data)
@@ -1696,7 +1696,7 @@ class ResourceHandlers:
             raise NotFoundError(
                 f'{res.plural}{"." + res.group if res.group else ""} "{target.name}" not found'
             )
-        revision = str(max((s.cache.revision for s in self.services.values()), default=0))
+        revision = str(max((s.cache.state_revision for s in self.services.values()), default=0))
         if q.flag("watch"):
             return await self._empty_watch(request, target, q, revision)
         fmt = self._accept(request, table=True)

@@ -268,7 +268,10 @@ async def test_bookmarks_only_when_asked(stubs: Stubs) -> None:
         meta_pb2.WatchRequest(resourceVersion=created.metadata.resourceVersion)
     )
     await stubs.nodes.Create(node_pb2.CreateNodeRequest(node=make_node("n1")))
-    msg = await asyncio.wait_for(with_bm.read(), 10)
+    # A bookmark names the revision the pod cache's state is complete at, which a quiet kind
+    # learns from etcd's periodic progress notification (every 5 s; the first after the pod's
+    # event may come two intervals later).
+    msg = await asyncio.wait_for(with_bm.read(), 20)
     assert isinstance(msg, pod_pb2.PodWatchEvent)
     assert msg.type == "BOOKMARK"
     assert int(msg.object.metadata.resourceVersion) > int(created.metadata.resourceVersion)

@@ -51,6 +51,10 @@ class FakeCache:
             ),
         }
 
+    @property
+    def state_revision(self) -> int:
+        return self.revision
+
     async def wait_fresh(self) -> bool:
         return True
 

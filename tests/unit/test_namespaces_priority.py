@@ -305,6 +305,10 @@ class FakeCache:
     async def wait_fresh(self) -> bool:
         return self.fresh
 
+    @property
+    def state_revision(self) -> int:
+        return self.revision
+
     def put(self, obj: Any) -> None:
         codec = Codec(self.info.message, self.info.namespaced, fields_of(self.info.kind))
         key = object_key(self.info, obj)

@@ -505,3 +505,21 @@ async def test_label_sets_and_field_names_shared() -> None:
         PREFIX + b"default/a",
         PREFIX + b"default/b",
     ]
+
+
+async def test_lists_and_bookmarks_report_the_revision_the_state_is_complete_at() -> None:
+    """A requested progress notification (etcd < 3.5.8) may name revision 20 while the pod
+    written at 15 is still in flight. A List from the cache that reported 20 would send the
+    informer's watch from 20, and the pod at 15 would never reach it: the List and the
+    bookmarks report 12 until the event arrives, and admission's memos see the state move."""
+    cache = make_cache()
+    cache.storage = ScriptedStorage([([], 12, True), ([], 20, False)])  # type: ignore[assignment]
+    cache.revision = cache.event_revision = cache.window_start = 12
+    await cache._watch_once()
+    assert (cache.revision, cache.state_revision) == (20, 12)
+    cache.synced.set()
+    w, _ = await cache.watch(resource_version=None, bookmarks=True)
+    assert w.last_revision == 12
+    cache.storage = ScriptedStorage([([put("late", 15)], 20, False)])  # type: ignore[assignment]
+    await cache._watch_once()
+    assert (cache.revision, cache.state_revision) == (20, 15)
