@@ -281,7 +281,7 @@ class LoadRun(harness.Run):
         self.load_start: list[float] = []
         self.stopped = False  # SIGTERM arrived during a phase
         self.checkpoint_every = CHECKPOINT_EVERY
-        self.checkpoints: dict[str, list[dict[str, Any]]] = {}  # phase -> its checkpoints
+        self.phase_checkpoints: dict[str, list[dict[str, Any]]] = {}  # phase -> its checkpoints
 
     # ---- writes, paced ------------------------------------------------------------------------
 
@@ -533,7 +533,7 @@ class LoadRun(harness.Run):
     ) -> None:
         """Every `checkpoint_every` seconds of a phase, what the cluster looks like so far (a
         phase of 150,000 pods lasts half an hour, and a run stopped in it keeps these)."""
-        points = self.checkpoints.setdefault(name, [])
+        points = self.phase_checkpoints.setdefault(name, [])
         api_url = f"http://127.0.0.1:{self.api_metrics_port}/metrics"
         etcd_url = f"{self.etcd_url}/metrics"
         ctx = self.etcd_tls_context()
@@ -547,7 +547,7 @@ class LoadRun(harness.Run):
             api_now = await asyncio.to_thread(sysmetrics.scrape, api_url)
             etcd_now = await asyncio.to_thread(sysmetrics.scrape, etcd_url, 5.0, ctx)
             points.append(
-                self.checkpoint(
+                self.phase_checkpoint(
                     rec, health, start, prev_wall, now, time.monotonic() - t0,
                     (api_first, api_prev, api_now), etcd_now, cpu_first, (lost0, nr0, exp0),
                 )
@@ -566,7 +566,7 @@ class LoadRun(harness.Run):
             with contextlib.suppress(OSError):
                 self.out_path().write_text(json.dumps(partial, indent=1))
 
-    def checkpoint(
+    def phase_checkpoint(
         self,
         rec: LoadRecorder,
         health: Health,
@@ -814,7 +814,7 @@ class LoadRun(harness.Run):
             },
             "load_average_before": load_before,
             "load_average_after": sysmetrics.load_average(),
-            "checkpoints": self.checkpoints.get(name, []),
+            "checkpoints": self.phase_checkpoints.get(name, []),
             "profiles": profiles,
         }
         for row in result["latency"].values():
@@ -950,7 +950,7 @@ class LoadRun(harness.Run):
             "pods_target": sum(r for _, _, r in self.plan),
             "phases": phases,
             # the phase under way's checkpoints too (a finished phase has its own copy)
-            "checkpoints": self.checkpoints,
+            "checkpoints": self.phase_checkpoints,
             "invariants": {
                 k: sum(p["invariants"][k] for p in phases.values())
                 for k in ("pods_lost", "nodes_not_ready", "leases_expired", "pods_bound_twice")
