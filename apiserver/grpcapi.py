@@ -53,6 +53,7 @@ from tinykube.errors import (
     NotFoundError,
     TinykubeError,
     abort_with,
+    deadline_passed,
 )
 from tinykube.kinds import ALL_KINDS, KindInfo
 from tinykube.manifest import ManifestError, hold_big_ints, parse_as, to_dict, whole_numbers
@@ -379,6 +380,8 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
             if seat is None:
                 seat = await acquire(info, context.peer(), context.time_remaining())
             if seat is None:
+                if deadline_passed(context):
+                    raise asyncio.CancelledError  # counted as DEADLINE_EXCEEDED by `unary`
                 count(short, "RESOURCE_EXHAUSTED")
                 context.set_trailing_metadata(_PUSHBACK)
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, TOO_MANY_REQUESTS)

@@ -23,6 +23,12 @@ expired (polled every 10 s: two successive renewTimes further apart than
 leaseDurationSeconds); pods lost (a Running pod that stopped running or vanished without being
 deleted, or any pod deleted in the create phase) or bound twice (the watch saw a second bind or
 a move). SIGTERM stops a run: the phase under way is measured as it stands, marked incomplete.
+Every `--checkpoint-every` seconds (60) of a phase a checkpoint records what the cluster looks
+like so far: pods Running and live, startup p99 of the pods created since the last one, the
+cluster-wide and namespace LISTs in that window, the worst mutating p99 in it, RSS and CPU of
+every process, etcd's db size and compactions, the invariants, and the load average; the JSON
+is rewritten at each, so a phase of 150,000 pods stopped half way keeps its curve.
+`python bench/load.py RUN.json --report` prints a saved run's tables and draws its checkpoints.
 
 Output: bench/results/Load-<workload>-<stamp>.json and a PNG per phase (bench/plot.py).
 Concurrency model: one asyncio loop; the harness's recorder (the pod watch), the node watch,
@@ -68,6 +74,17 @@ IN_FLIGHT = 64  # the harness's own writes in flight at most
 LIST_NS_EVERY = 5.0
 LIST_ALL_EVERY = 30.0
 LEASE_POLL = 10.0
+MUTATING = (
+    "Create",
+    "Update",
+    "UpdateStatus",
+    "UpdateStatusBatch",
+    "Delete",
+    "Bind",
+    "BindBatch",
+    "Patch",
+)
+CHECKPOINT_EVERY = 60.0  # seconds between a phase's checkpoints (--checkpoint-every)
 
 
 def deployment_plan(nodes: int, params: dict[str, Any]) -> list[tuple[str, str, int]]:
@@ -263,6 +280,8 @@ class LoadRun(harness.Run):
         self.only_phases: list[str] = []  # --phases: run only these (default: every one)
         self.load_start: list[float] = []
         self.stopped = False  # SIGTERM arrived during a phase
+        self.checkpoint_every = CHECKPOINT_EVERY
+        self.phase_checkpoints: dict[str, list[dict[str, Any]]] = {}  # phase -> its checkpoints
 
     # ---- writes, paced ------------------------------------------------------------------------
 
@@ -509,6 +528,127 @@ class LoadRun(harness.Run):
                 self.phase_peak[name] = max(self.phase_peak.get(name, 0), s.rss_bytes)
             await asyncio.sleep(1.0)
 
+    async def checkpoint_loop(
+        self, name: str, rec: LoadRecorder, health: Health, start: float, t0: float
+    ) -> None:
+        """Every `checkpoint_every` seconds of a phase, what the cluster looks like so far (a
+        phase of 150,000 pods lasts half an hour, and a run stopped in it keeps these)."""
+        points = self.phase_checkpoints.setdefault(name, [])
+        api_url = f"http://127.0.0.1:{self.api_metrics_port}/metrics"
+        etcd_url = f"{self.etcd_url}/metrics"
+        ctx = self.etcd_tls_context()
+        api_first = api_prev = await asyncio.to_thread(sysmetrics.scrape, api_url)
+        cpu_first = self.sampler.sample()
+        lost0, nr0, exp0 = len(rec.lost), len(health.not_ready), len(health.expired)
+        prev_wall = start
+        while True:
+            await asyncio.sleep(self.checkpoint_every)
+            now = time.time()
+            api_now = await asyncio.to_thread(sysmetrics.scrape, api_url)
+            etcd_now = await asyncio.to_thread(sysmetrics.scrape, etcd_url, 5.0, ctx)
+            points.append(
+                self.phase_checkpoint(
+                    rec, health, start, prev_wall, now, time.monotonic() - t0,
+                    (api_first, api_prev, api_now), etcd_now, cpu_first, (lost0, nr0, exp0),
+                )
+            )  # fmt: skip
+            api_prev, prev_wall = api_now, now
+            c = points[-1]
+            self.log(
+                f"  checkpoint {c['t']:.0f}s: {c['pods']['running']} Running of "
+                f"{c['pods']['live']} live, startup p99 {c['startup_window'].get('p99')}s, LIST "
+                f"all {c['list_cluster']} ns p99 {c['list_namespace'].get('p99')}s, mutating "
+                f"p99 {c['mutating_p99_ms']} ms, RSS MiB {c['rss_mib']}, etcd db "
+                f"{c['etcd'].get('db_mib')} MiB, load {c['load_average']}, invariants "
+                f"{c['invariants']}"
+            )
+            partial = {**self.summary(), "complete": False, "partial": True}
+            with contextlib.suppress(OSError):
+                self.out_path().write_text(json.dumps(partial, indent=1))
+
+    def phase_checkpoint(
+        self,
+        rec: LoadRecorder,
+        health: Health,
+        start: float,
+        since: float,
+        now: float,
+        t: float,
+        api: tuple[Any, Any, Any],
+        etcd_now: Any,
+        cpu_first: dict[str, sysmetrics.ProcSample],
+        marks: tuple[int, int, int],
+    ) -> dict[str, Any]:
+        api_first, api_prev, api_now = api
+        created = running = 0
+        window: list[float] = []
+        for tr in rec.pods.values():
+            if tr.created >= start:
+                created += 1
+                if tr.running is not None and tr.created >= since:
+                    window.append(tr.running - tr.created)
+            if tr.running is not None and not tr.deleted:
+                running += 1
+        startup = harness.percentiles(window)
+        startup.pop("cdf", None)
+        cluster = [
+            [round(s, 2), n] for w, sc, s, n in self.list_samples if sc == "cluster" and w >= since
+        ]
+        namespace = harness.percentiles(
+            [s for w, sc, s, _ in self.list_samples if sc == "namespace" and w >= since]
+        )
+        namespace.pop("cdf", None)
+        lat = sysmetrics.histogram_quantiles(
+            api_prev, api_now, "apiserver_request_duration_seconds", ("method",)
+        )
+        mutating = {k: v for k, v in lat.items() if k.split("/")[-1] in MUTATING}
+        worst = sorted(mutating.items(), key=lambda kv: -kv[1]["p99_ms"])[:4]
+        rss: dict[str, float] = {}
+        cpu: dict[str, float] = {}
+        kubelet_rss = kubelet_cpu = 0.0
+        for proc, s in self.sampler.last.items():
+            mib = round(s.rss_bytes / 2**20, 1)
+            used = s.cpu_seconds - (cpu_first[proc].cpu_seconds if proc in cpu_first else 0.0)
+            if proc.startswith("kubelet"):
+                kubelet_rss += mib
+                kubelet_cpu += used
+                rss["kubelet_max"] = max(rss.get("kubelet_max", 0.0), mib)
+            else:
+                rss[proc] = mib
+                cpu[proc] = round(used, 1)
+        rss["kubelets"] = round(kubelet_rss, 1)
+        cpu["kubelets"] = round(kubelet_cpu, 1)
+        lost0, nr0, exp0 = marks
+        return {
+            "t": round(t, 1),
+            "at": time.strftime("%H:%M:%S", time.gmtime(now)),
+            "load_average": sysmetrics.load_average(),
+            "pods": {
+                "live": len(rec.live),
+                "running": running,
+                "created_in_phase": created,
+                "good": sum(rec.good_in.values()),
+            },
+            "startup_window": startup,
+            "list_cluster": cluster,
+            "list_namespace": namespace,
+            "mutating_p99_ms": worst[0][1]["p99_ms"] if worst else 0.0,
+            "mutating_worst": {k: v["p99_ms"] for k, v in worst},
+            "rss_mib": rss,
+            "cpu_seconds": cpu,
+            "etcd": etcd_state(etcd_now),
+            "apiserver_compactions": {
+                dict(lab).get("result", ""): int(v - api_first.get((m, lab), 0.0))
+                for (m, lab), v in api_now.items()
+                if m == "apiserver_etcd_compactions_total"
+            },
+            "invariants": {
+                "pods_lost": len(rec.lost) - lost0,
+                "nodes_not_ready": len(health.not_ready) - nr0,
+                "leases_expired": len(health.expired) - exp0,
+            },
+        }
+
     # ---- one phase, measured ----------------------------------------------------------------
 
     async def measure(
@@ -547,6 +687,7 @@ class LoadRun(harness.Run):
         t0 = time.monotonic()
         incomplete = ""
         pacing: Any = None
+        checkpoints = asyncio.create_task(self.checkpoint_loop(name, rec, health, start, t0))
         try:
             pacing = await action(op, client, rec)
         except TimeoutError as exc:
@@ -559,6 +700,9 @@ class LoadRun(harness.Run):
             self.stopped = True
             self.log(f"  {incomplete}")
         seconds = time.monotonic() - t0
+        checkpoints.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await checkpoints
         if not self.stopped:
             await self.list_all_once(client)  # at least one cluster-wide LIST per phase
         end = time.time()
@@ -610,9 +754,8 @@ class LoadRun(harness.Run):
         api_lat = sysmetrics.histogram_quantiles(
             api_before, api_after, "apiserver_request_duration_seconds", ("method",)
         )
-        mutating = ("Create", "Update", "UpdateStatus", "Delete", "Bind", "BindBatch", "Patch")
         mutating_p99 = max(
-            (v["p99_ms"] for k, v in api_lat.items() if k.split("/")[-1] in mutating), default=0.0
+            (v["p99_ms"] for k, v in api_lat.items() if k.split("/")[-1] in MUTATING), default=0.0
         )
         result = {
             "phase": name,
@@ -671,6 +814,7 @@ class LoadRun(harness.Run):
             },
             "load_average_before": load_before,
             "load_average_after": sysmetrics.load_average(),
+            "checkpoints": self.phase_checkpoints.get(name, []),
             "profiles": profiles,
         }
         for row in result["latency"].values():
@@ -805,6 +949,8 @@ class LoadRun(harness.Run):
             "deployments": len(self.plan),
             "pods_target": sum(r for _, _, r in self.plan),
             "phases": phases,
+            # the phase under way's checkpoints too (a finished phase has its own copy)
+            "checkpoints": self.phase_checkpoints,
             "invariants": {
                 k: sum(p["invariants"][k] for p in phases.values())
                 for k in ("pods_lost", "nodes_not_ready", "leases_expired", "pods_bound_twice")
@@ -838,8 +984,7 @@ def markdown_rows(result: dict[str, Any]) -> str:
         s, pr, pacing = p["latency"]["startup"], p["processes"], p["pacing"] or {}
         worst = max(
             ((k, v["p99_ms"]) for k, v in p["apiserver_latency"].items()
-             if k.split("/")[-1] in ("Create", "Update", "UpdateStatus", "Delete", "BindBatch",
-                                     "Bind", "Patch")),
+             if k.split("/")[-1] in MUTATING),
             key=lambda kv: kv[1], default=("-", 0.0),
         )  # fmt: skip
 
@@ -867,17 +1012,112 @@ def markdown_rows(result: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+CHECKPOINT_HEADER = (
+    "| phase | t s (UTC) | load1 | pods Running / live | startup p99 s (window) | LIST all s "
+    "(items) | LIST ns p99 s | mutating p99 ms (worst) | RSS MiB api/etcd/sched/cm/kubelets "
+    "(largest) | CPU s api/etcd/sched/cm/kubelets | etcd db MiB (in use) | compactions | "
+    "lost/NotReady/expired |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def checkpoint_rows(result: dict[str, Any]) -> str:
+    """One row per checkpoint of every phase (the phase under way's too, in a partial run)."""
+    rows = []
+    for phase, points in result.get("checkpoints", {}).items():
+        for c in points:
+            rss, cpu, inv = c["rss_mib"], c["cpu_seconds"], c["invariants"]
+            worst = max(c["mutating_worst"].items(), key=lambda kv: kv[1], default=("-", 0.0))
+            lists = ", ".join(f"{s:g} ({n})" for s, n in c["list_cluster"]) or "-"
+            procs = ("apiserver", "etcd", "scheduler", "controller")
+            rows.append(
+                f"| {phase} | {c['t']:.0f} ({c['at']}) | {c['load_average'][0]} | "
+                f"{c['pods']['running']} / {c['pods']['live']} | "
+                f"{c['startup_window'].get('p99', '-')} | {lists} | "
+                f"{c['list_namespace'].get('p99', '-')} | {worst[1]:.0f} ({worst[0]}) | "
+                + "/".join(f"{rss.get(n, 0):.0f}" for n in procs)
+                + f"/{rss.get('kubelets', 0):.0f} ({rss.get('kubelet_max', 0):.0f}) | "
+                + "/".join(f"{cpu.get(n, 0):.0f}" for n in (*procs, "kubelets"))
+                + f" | {c['etcd'].get('db_mib', '-')} ({c['etcd'].get('db_in_use_mib', '-')}) | "
+                f"{c['apiserver_compactions'].get('ok', 0)} | "
+                f"{inv['pods_lost']}/{inv['nodes_not_ready']}/{inv['leases_expired']} |"
+            )
+    return "\n".join(rows)
+
+
+def plot_checkpoints(result: dict[str, Any], path: Path) -> None:
+    """RSS per process and the cluster-wide LIST against the pods, and the load, per checkpoint."""
+    import matplotlib.pyplot as plt  # bench/plot.py has chosen the Agg backend
+
+    points = [c for cs in result.get("checkpoints", {}).values() for c in cs]
+    if not points:
+        return
+    fig, (ax_rss, ax_list, ax_load) = plt.subplots(1, 3, figsize=(17, 4.8))
+    fig.suptitle(f"tinykube {result['test_case']}/{result['workload']}: checkpoints")
+    live = [c["pods"]["live"] for c in points]
+    for proc in ("apiserver", "etcd", "scheduler", "controller", "kubelets", "harness"):
+        ax_rss.plot(live, [c["rss_mib"].get(proc, 0) for c in points], marker=".", label=proc)
+    ax_rss.set_xlabel("pods live")
+    ax_rss.set_ylabel("RSS MiB")
+    ax_rss.set_title("RSS per process")
+    ax_rss.legend(loc="best", fontsize="x-small")
+    lists = [(n, s) for c in points for s, n in c["list_cluster"]]
+    if lists:
+        ax_list.plot([n for n, _ in lists], [s for _, s in lists], "o")
+    ax_list.set_xlabel("pods listed")
+    ax_list.set_ylabel("seconds")
+    ax_list.set_title("cluster-wide LIST (one unpaged call)")
+    ts = [c["t"] for c in points]
+    ax_load.plot(ts, [c["load_average"][0] for c in points], marker=".", label="load1")
+    ax_load.plot(
+        ts, [c["startup_window"].get("p99", 0) for c in points], marker=".", label="startup p99 s"
+    )
+    ax_load.set_xlabel("seconds into the phase")
+    ax_load.set_title("load average, pod startup p99")
+    ax_load.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def report(path: Path) -> None:
+    """The markdown tables of a saved run (a partial one too), and its checkpoint plot."""
+    result = json.loads(path.read_text())
+    print(MARKDOWN_HEADER)
+    print(markdown_rows(result))
+    print()
+    print(CHECKPOINT_HEADER)
+    print(checkpoint_rows(result), flush=True)
+    for name, p in result["phases"].items():
+        print(
+            f"- {name}: load {p['load_average_before']} -> {p['load_average_after']}; "
+            f"invariants {p['invariants']}; harness errors {p['harness_errors']}"
+        )
+    plot_checkpoints(result, path.with_name(f"{path.stem}-checkpoints.png"))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="tinykube load test (after ClusterLoader2)")
     p.add_argument("workload_file", type=Path)
-    p.add_argument("--workload", required=True, help="the workload name, e.g. 500Nodes")
+    p.add_argument("--workload", default="", help="the workload name, e.g. 500Nodes")
     p.add_argument("--insecure", action="store_true", help="a plaintext cluster, to compare")
     p.add_argument("--profile", default="", help="py-spy these processes in every phase")
     p.add_argument("--timeout", type=float, default=0.0, help="seconds per phase's wait")
     p.add_argument("--keep", action="store_true", help="keep the cluster's work dir (logs)")
     p.add_argument("--phases", default="", help="only these phases, e.g. create,scale")
     p.add_argument("--out-dir", type=Path, default=harness.RESULTS_DIR)
+    p.add_argument(
+        "--checkpoint-every",
+        type=float,
+        default=CHECKPOINT_EVERY,
+        help="seconds between checkpoints",
+    )
+    p.add_argument("--report", action="store_true", help="print a saved run's tables (a JSON path)")
     a = p.parse_args(argv)
+    if a.report:
+        report(a.workload_file)
+        return 0
+    if not a.workload:
+        p.error("--workload is required")
     opts = harness.Options(
         timeout=a.timeout,
         profile=tuple(x for x in a.profile.split(",") if x),
@@ -894,6 +1134,7 @@ def main(argv: list[str] | None = None) -> int:
     case, workload = chosen[0]
     run = LoadRun(case, workload, opts)
     run.only_phases = [x for x in a.phases.split(",") if x]
+    run.checkpoint_every = a.checkpoint_every
 
     async def stoppable() -> dict[str, Any]:
         # SIGTERM (and SIGINT, which a background job ignores) cancels the run: the cluster is
@@ -915,6 +1156,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"invariants: {json.dumps(result['invariants'])}; complete: {result['complete']}")
     print(MARKDOWN_HEADER)
     print(markdown_rows(result), flush=True)
+    print(CHECKPOINT_HEADER)
+    print(checkpoint_rows(result), flush=True)
+    with contextlib.suppress(Exception):
+        plot_checkpoints(result, out.with_name(f"{out.stem}-checkpoints.png"))
     ok = result["complete"] and not any(result["invariants"].values())
     return 0 if ok else 1
 

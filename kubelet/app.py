@@ -258,6 +258,8 @@ class Kubelet:
                         lease_duration_seconds=s.node_lease_duration_seconds,
                         status_update_frequency=s.node_status_update_frequency,
                         status_report_frequency=s.node_status_report_frequency,
+                        # hollow nodes start together; real kubelets at independent times
+                        first_report_spread=0.5 if s.fake_nodes > 1 else 0.0,
                     ),
                     lambda name=name: nodes.store.get(name),  # type: ignore[misc]
                     clock=self.clock,

@@ -63,6 +63,12 @@ class NodeConfig:
     lease_duration_seconds: int = 40
     status_update_frequency: float = 10.0
     status_report_frequency: float = 300.0
+    # The first periodic report after registration comes after a random (1 - spread, 1] share
+    # of status_report_frequency. 0 for a real kubelet; a process hosting many hollow nodes
+    # registers them all within seconds, and without a spread their 5-minute reports would hit
+    # the apiserver as one burst (2,000 Node status writes in 20 s at 2,000 nodes), where real
+    # kubelets, started at different times, report at independent phases.
+    first_report_spread: float = 0.0
 
 
 def desired_status(cfg: NodeConfig, hostname: str) -> node_pb2.NodeStatus:
@@ -215,6 +221,9 @@ class NodeAgent:
                 created = await self.client.nodes.update(created)
             log.info("node %s: already registered; refreshing its status", self.cfg.name)
         await self._post_status(created)
+        if self.cfg.first_report_spread > 0:
+            early = random.uniform(0.0, self.cfg.first_report_spread)
+            self._last_report -= early * self.cfg.status_report_frequency
 
     async def _refresh_images(self) -> None:
         if self.images is None:

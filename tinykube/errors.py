@@ -8,6 +8,7 @@ typed statuses, not exceptions; these are for failures that cross an API boundar
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, ClassVar, NoReturn, Self
 
@@ -236,7 +237,11 @@ async def abort_with(context: grpc.aio.ServicerContext[object, object], exc: Exc
     """Server side: end the RPC with the status that `exc` stands for.
 
     Unknown exceptions become INTERNAL with their type and text, never a bare traceback.
+    A call whose deadline has passed already has its status (gRPC sent DEADLINE_EXCEEDED);
+    it ends as cancelled (`deadline_passed`).
     """
+    if deadline_passed(context):
+        raise asyncio.CancelledError
     if isinstance(exc, DisruptionBudgetError):
         await context.abort(
             exc.code, exc.message, trailing_metadata=((REASON_METADATA_KEY, exc.reason),)
@@ -244,6 +249,16 @@ async def abort_with(context: grpc.aio.ServicerContext[object, object], exc: Exc
     if isinstance(exc, TinykubeError):
         await context.abort(exc.code, exc.message)
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def deadline_passed(context: grpc.aio.ServicerContext[Any, Any]) -> bool:
+    """The call's deadline has passed: gRPC core has sent DEADLINE_EXCEEDED and ended it, and
+    an abort now fails (ExecuteBatchError, then "Abort already called!" from the handler's
+    error path: two tracebacks and an INTERNAL in the metrics for a call the client had already
+    given up on). The handler learns of it late when the event loop is busy: its cancellation
+    is queued behind the work that made it late, so an abort can run first."""
+    remaining = context.time_remaining()
+    return remaining is not None and remaining <= 0
 
 
 def to_status(exc: Exception) -> tuple[grpc.StatusCode, str]:

@@ -21,11 +21,14 @@ class MemStore:
     def __init__(self) -> None:
         self.data: dict[bytes, bytes] = {}
         self.revision = 0
+        self.lists = 0
+        self.lost_claims = 0
 
     async def list_prefix(
         self, prefix: bytes, *, revision: int = 0, limit: int = 0, start: bytes = b""
     ) -> ListResult:
         await asyncio.sleep(0)
+        self.lists += 1
         kvs = [
             KV(k, v, 1, 1)
             for k, v in sorted(self.data.items())
@@ -38,6 +41,7 @@ class MemStore:
     ) -> WriteResult:
         await asyncio.sleep(0)
         taken = tuple(k for k, _ in claims if k in self.data)
+        self.lost_claims += len(taken)
         if key in self.data or taken:
             current = KV(key, self.data[key], 1, 1) if key in self.data else None
             return WriteResult(False, self.revision, current, (), taken)
@@ -149,6 +153,34 @@ async def test_no_duplicates_under_concurrency() -> None:
     assert len(set(ips)) == 40 and len(set(ports)) == 40
     claimed = [k for k in store.data if b"/ranges/" in k]
     assert len(claimed) == 80
+
+
+async def test_a_create_guesses_instead_of_reading_every_claim() -> None:
+    # Reading the range's claims on every create cost O(Services): 12 % of the apiserver's
+    # time while 2,000 Services were made. A guess is checked by the claim's compare-and-swap.
+    store = MemStore()
+    alloc = allocator(store, "127.100.0.0/16", "30000-32767")
+    specs = [await create(alloc, store, f"s{i}", spec(node_port=True)) for i in range(300)]
+    assert store.lists == 0
+    assert len({s.clusterIP for s in specs}) == 300
+    assert len({s.ports[0].nodePort for s in specs}) == 300
+    # A guess that loses (a second apiserver draws what the first one drew) is retried.
+    again = allocator(store, "127.100.0.0/16", "30000-32767")
+    more = await create(again, store, "t", spec())
+    assert more.clusterIP not in {s.clusterIP for s in specs}
+    assert store.lost_claims >= 1 and store.lists == 0
+
+
+async def test_a_nearly_full_range_is_listed_after_the_guesses_lose() -> None:
+    store = MemStore()
+    alloc = allocator(store, "127.100.0.0/28")  # 14 addresses
+    got = {(await create(alloc, store, f"s{i}", spec())).clusterIP for i in range(13)}
+    assert len(got) == 13
+    last = await create(alloc, store, "last", spec())  # found by listing, most likely
+    net = ipaddress.ip_network("127.100.0.0/28")
+    free = {str(net.network_address + i) for i in range(1, 15)} - got
+    assert {last.clusterIP} == free
+    assert store.lists >= 1
 
 
 def test_range_flags_are_checked() -> None:

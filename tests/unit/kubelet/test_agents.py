@@ -267,3 +267,39 @@ async def test_ready_heartbeat_moves_with_each_periodic_status_report() -> None:
     (ready,) = client.nodes.objects["n1"].status.conditions
     assert ready.lastHeartbeatTime.seconds - first.lastHeartbeatTime.seconds == 301
     assert ready.lastTransitionTime == first.lastTransitionTime
+
+
+async def test_hollow_nodes_spread_their_first_periodic_report() -> None:
+    """Nodes of one process registered together report at independent phases, each still
+    every status_report_frequency after its first report (a burst of every node's status
+    write every 5 minutes otherwise)."""
+    clock = FakeClock()
+    client = FakeClient(clock)
+    names = [f"n{i}" for i in range(40)]
+    agents = [
+        NodeAgent(
+            client,
+            config(name=name, status_report_frequency=300.0, first_report_spread=0.5),
+            lambda name=name: client.nodes.objects.get(name),  # type: ignore[misc]
+            clock=clock,
+        )
+        for name in names
+    ]
+    for agent in agents:
+        await agent.register()
+
+    async def tick(seconds: float) -> set[str]:
+        versions = {n: client.nodes.objects[n].metadata.resourceVersion for n in names}
+        clock.advance(seconds)
+        for agent in agents:
+            await agent.sync_status()
+        return {n for n in names if client.nodes.objects[n].metadata.resourceVersion != versions[n]}
+
+    assert await tick(149) == set()  # nobody before half the period
+    first = await tick(76)  # 225 s: about half of them
+    assert 0 < len(first) < len(names)
+    rest = await tick(76)  # 301 s: the others
+    assert rest == set(names) - first
+    assert await tick(200) == set()  # 501 s: each is 5 minutes from its own first report
+    assert await tick(50) == first  # 551 s (first at 225 s)
+    assert await tick(50) == rest  # 601 s (first at 301 s)
