@@ -18,7 +18,7 @@ equivalent REST request (apiserver/rest/attributes.py), so one policy governs bo
 | Pods/UpdateStatusBatch | update | status | each pod's (one attribute set per distinct pod) |
 | Pods/Evict | create | eviction | the pod's |
 | Namespaces/Finalize | update | finalize | the namespace's |
-| CreateStream, UpdateStream, UpdateStatusStream | each message as its Create, Update, UpdateStatus | | |
+| CreateStream, UpdateStream, UpdateStatusStream | per message, as the unary method | | |
 
 A namespace's own requests carry its name as their namespace too, as kube-apiserver's
 RequestInfo gives `/api/v1/namespaces/<name>`.
