@@ -2,7 +2,8 @@
 
 `NodeAgent` owns one node. `register()` creates the Node (or, when it exists from an earlier
 run, merges our labels into it and refreshes its status). `lease_loop()` renews
-kube-node-lease/<node> every quarter of the lease duration, retrying a failed renewal with
+kube-node-lease/<node> (through the node's own Leases/UpdateStream: each renewal is one Update,
+at a fraction of a call's cost) every quarter of the lease duration, retrying a failed renewal with
 backoff from 200 ms doubling to 7 s (as the kubelet does), but never waiting longer than the
 renew interval: with kube's defaults (40 s lease, 10 s interval) that is the kubelet's schedule;
 with a short lease, a kubelet that backed off through an apiserver restart would otherwise stay
@@ -33,6 +34,7 @@ from kubelet.api import KubeletAPI
 from tinykube.clock import Clock
 from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError, TinykubeError
 from tinykube.meta import timestamp
+from tinykube.protocols import pipelined
 from tinykube.v1 import lease_pb2, node_pb2
 
 log = logging.getLogger(__name__)
@@ -130,6 +132,9 @@ class NodeAgent:
         # A CRI runtime's images (status.images, ImageLocality's input); None: no images.
         self.images = images
         self.client = client
+        # The node's own Leases client: renewals go as messages of a Leases/UpdateStream no
+        # other node shares (one stream per node, as a real kubelet has its own connection).
+        self.leases = pipelined(client.leases)
         self.cfg = cfg
         self.get_node = get_node
         self.clock = clock or Clock()
@@ -272,7 +277,7 @@ class NodeAgent:
                 lease.spec.leaseDurationSeconds = self.cfg.lease_duration_seconds
                 lease.spec.renewTime.CopyFrom(now)
                 try:
-                    self._lease = await self.client.leases.create(lease)
+                    self._lease = await self.client.leases.create(lease)  # once: a call
                     return
                 except AlreadyExistsError:
                     self._lease = await self.client.leases.get(self.cfg.name, NODE_LEASE_NAMESPACE)
@@ -283,7 +288,7 @@ class NodeAgent:
         lease.spec.leaseDurationSeconds = self.cfg.lease_duration_seconds
         lease.spec.renewTime.CopyFrom(now)
         try:
-            self._lease = await self.client.leases.update(lease)
+            self._lease = await self.leases.update(lease)
         except (ConflictError, NotFoundError):
             self._lease = None  # re-read (or re-create) on the next attempt
             raise

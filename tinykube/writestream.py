@@ -83,21 +83,32 @@ class WriteStream:
         self._pending: collections.deque[asyncio.Future[Any]] = collections.deque()
         self._lock = asyncio.Lock()
         self._reader: asyncio.Task[None] | None = None
+        # Set once the current stream answered (or ended): the apiserver serves it.
+        self._served = asyncio.Event()
         self.supported = True
         self.opened = 0  # streams opened so far (tests, metrics)
 
     async def send(self, request: Message, timeout: float) -> Any:  # noqa: ASYNC109
         """The object the request wrote; raises its error (module docstring)."""
-        if not self.supported:
-            raise StreamUnsupported(self.what)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         async with self._lock:
-            call = self._call
-            if call is None:
-                call = self._call = self._open_call()
-                self.opened += 1
-                self._reader = loop.create_task(self._read(call), name=f"read {self.what}")
+            while True:
+                if not self.supported:
+                    raise StreamUnsupported(self.what)
+                call = self._call
+                if call is None:
+                    call = self._call = self._open_call()
+                    self.opened += 1
+                    self._served = asyncio.Event()
+                    self._reader = loop.create_task(self._read(call), name=f"read {self.what}")
+                    break
+                if self._served.is_set():
+                    break
+                # A new stream carries one request until its answer shows the apiserver
+                # serves the method: a second write to a call the server ended (UNIMPLEMENTED)
+                # makes grpc.aio end it locally as INTERNAL instead, hiding why.
+                await self._served.wait()
             # Queued before the write: the answer may be read before write() returns.
             self._pending.append(future)
             try:
@@ -136,11 +147,13 @@ class WriteStream:
 
     async def _read(self, call: Any) -> None:
         pending = self._pending
+        served = self._served
         try:
             while True:
                 result = await call.read()
                 if result is grpc.aio.EOF:
                     raise UnavailableError(f"{self.what}: the apiserver ended the stream")
+                served.set()
                 future = pending.popleft()
                 if not future.done():  # (its sender gave up: timed out or cancelled)
                     future.set_result(result)
@@ -182,6 +195,7 @@ class WriteStream:
         if self._call is call:
             self._call = None
             self._reader = None
+            self._served.set()  # senders waiting on this stream look again
         while self._pending:
             future = self._pending.popleft()
             if not future.done():

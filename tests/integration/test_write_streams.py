@@ -5,7 +5,9 @@ ALREADY_EXISTS, INVALID_ARGUMENT, ABORTED, an undecodable body), in order, a ref
 does not end the stream, a half-close ends it OK after the last answer and a cancel ends it
 with nothing left running on the server. The client (`Client(pipeline=True)`,
 `ResourceClient.pipelined()`) raises the unary call's error classes, keeps one stream per
-method, and falls back to unary calls where the server answers UNIMPLEMENTED. Authorization per
+method, and falls back to unary calls where the server answers UNIMPLEMENTED; a process of hollow
+nodes renews each node's Lease and writes its pods' status through streams of that node's own.
+Authorization per
 message (a node writing another node's Lease through its own stream) is in
 tests/integration/test_enforcement.py's matrix, which runs every write of the matrix through
 streams too (`grpc-stream`).
@@ -14,12 +16,22 @@ streams too (`grpc-stream`).
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+from prometheus_client import generate_latest
 
-from tests.integration.conftest import RunningAPIServer, Stubs, expect_error, make_pod
+from kubelet.app import Kubelet
+from kubelet.settings import Settings as KubeletSettings
+from tests.integration.conftest import (
+    RunningAPIServer,
+    Stubs,
+    expect_error,
+    make_pod,
+    stop_kubelet,
+)
 from tinykube.client import Client
 from tinykube.errors import AlreadyExistsError, ConflictError, InvalidError, NotFoundError
 from tinykube.v1 import lease_pb2, meta_pb2, pod_pb2
@@ -227,3 +239,54 @@ async def test_client_falls_back_to_unary_on_unimplemented() -> None:
             assert stream.opened == 1  # never tried again
     finally:
         await server.stop(0)
+
+
+def _requests(running: RunningAPIServer, method: str) -> float:
+    """apiserver_request_total{code="OK",method=`method`}, 0 if never counted."""
+    text = generate_latest(running.server.metrics.registry).decode()
+    line = f'apiserver_request_total{{code="OK",method="{method}"}} '
+    for row in text.splitlines():
+        if row.startswith(line):
+            return float(row[len(line) :])
+    return 0.0
+
+
+async def test_hollow_nodes_renew_and_report_through_streams_of_their_own(
+    apiserver: RunningAPIServer, tmp_path: Path
+) -> None:
+    kubelet = Kubelet(
+        KubeletSettings(
+            node_name="hollow",
+            apiserver=apiserver.address,
+            bind_address="127.0.0.1:0",
+            root_dir=tmp_path,
+            runtime="fake",
+            fake_nodes=3,
+            node_lease_duration_seconds=2,  # renewed every 0.5 s
+        )
+    )
+    await kubelet.start()
+    try:
+        async with Client(apiserver.address) as client:
+            pod = make_pod("on-hollow-1")
+            pod.spec.nodeName = "hollow-1"
+            await client.pods.create(pod)
+            async with asyncio.timeout(30):
+                while (await client.pods.get("on-hollow-1", "default")).status.phase != "Running":
+                    await asyncio.sleep(0.05)
+                # every node renewed its Lease a few times
+                while _requests(apiserver, "Leases/UpdateStream") < 9:  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+            leases = await client.leases.list("kube-node-lease")
+            assert sorted(lease.metadata.name for lease in leases.items) == [
+                "hollow-0",
+                "hollow-1",
+                "hollow-2",
+            ]
+        assert _requests(apiserver, "Pods/UpdateStatusStream") >= 1
+        assert _requests(apiserver, "Leases/Update") == 0  # no renewal went as a call
+        # One stream per node for its Lease, one for the pod's node's status writes; none
+        # shared between the nodes of the process.
+        assert len(_stream_tasks()) == 3 + 1
+    finally:
+        await stop_kubelet(kubelet)
