@@ -30,6 +30,7 @@ from typing import Any
 
 import grpc
 from google.protobuf import json_format, struct_pb2
+from google.protobuf.descriptor import FileDescriptor
 from google.protobuf.message import Message
 
 from apiserver.accesslog import LogLimiter, access_log, go_duration
@@ -728,7 +729,11 @@ def _declared_methods(info: KindInfo) -> frozenset[str]:
     """The method names the kind's service declares in its .proto (none for a custom kind)."""
     module = sys.modules.get(info.message.__module__)
     file = getattr(module, "DESCRIPTOR", None)
-    service = file.services_by_name.get(info.service.rpartition(".")[2]) if file else None
+    service = (
+        file.services_by_name.get(info.service.rpartition(".")[2])
+        if isinstance(file, FileDescriptor)
+        else None
+    )
     return frozenset(m.name for m in service.methods) if service is not None else frozenset()
 
 

@@ -81,6 +81,7 @@ from types import TracebackType
 from typing import Any, Generic, NamedTuple, Self, cast
 
 import grpc
+from google.protobuf.descriptor import FileDescriptor
 from google.protobuf.message import Message
 from typing_extensions import TypeVar
 
@@ -1020,7 +1021,11 @@ def _streamable_methods(info: KindInfo) -> dict[str, tuple[type[Message], str]]:
     result_type = write_result_type(info.message)
     module = sys.modules.get(info.message.__module__)
     file = getattr(module, "DESCRIPTOR", None)
-    service = file.services_by_name.get(info.service.rpartition(".")[2]) if file else None
+    service = (
+        file.services_by_name.get(info.service.rpartition(".")[2])
+        if isinstance(file, FileDescriptor)
+        else None
+    )
     if result_type is None or service is None:
         return {}
     declared = {m.name for m in service.methods}
