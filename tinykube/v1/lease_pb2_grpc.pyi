@@ -43,7 +43,8 @@ class LeasesStub:
     CreateStream: _grpc.StreamStreamMultiCallable[_lease_pb2.CreateLeaseRequest, _lease_pb2.LeaseWriteResult]
     """Write streams: each message is one request, run exactly as the unary method runs it
     (authorization, in-flight limit, admission, validation, storage); one answer per message,
-    in order. A request refused does not end the stream (docs/api.md).
+    in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+    request refused does not end the stream (docs/api.md).
     """
     UpdateStream: _grpc.StreamStreamMultiCallable[_lease_pb2.UpdateLeaseRequest, _lease_pb2.LeaseWriteResult]
 
@@ -61,7 +62,8 @@ class LeasesAsyncStub(LeasesStub):
     CreateStream: _aio.StreamStreamMultiCallable[_lease_pb2.CreateLeaseRequest, _lease_pb2.LeaseWriteResult]  # type: ignore[assignment]
     """Write streams: each message is one request, run exactly as the unary method runs it
     (authorization, in-flight limit, admission, validation, storage); one answer per message,
-    in order. A request refused does not end the stream (docs/api.md).
+    in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+    request refused does not end the stream (docs/api.md).
     """
     UpdateStream: _aio.StreamStreamMultiCallable[_lease_pb2.UpdateLeaseRequest, _lease_pb2.LeaseWriteResult]  # type: ignore[assignment]
 
@@ -124,7 +126,8 @@ class LeasesServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_lease_pb2.LeaseWriteResult], _abc.AsyncIterator[_lease_pb2.LeaseWriteResult]]:
         """Write streams: each message is one request, run exactly as the unary method runs it
         (authorization, in-flight limit, admission, validation, storage); one answer per message,
-        in order. A request refused does not end the stream (docs/api.md).
+        in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+        request refused does not end the stream (docs/api.md).
         """
 
     @_abc_1.abstractmethod

@@ -44,7 +44,8 @@ class NodesStub:
     CreateStream: _grpc.StreamStreamMultiCallable[_node_pb2.CreateNodeRequest, _node_pb2.NodeWriteResult]
     """Write streams: each message is one request, run exactly as the unary method runs it
     (authorization, in-flight limit, admission, validation, storage); one answer per message,
-    in order. A request refused does not end the stream (docs/api.md).
+    in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+    request refused does not end the stream (docs/api.md).
     """
     UpdateStream: _grpc.StreamStreamMultiCallable[_node_pb2.UpdateNodeRequest, _node_pb2.NodeWriteResult]
     UpdateStatusStream: _grpc.StreamStreamMultiCallable[_node_pb2.UpdateNodeRequest, _node_pb2.NodeWriteResult]
@@ -64,7 +65,8 @@ class NodesAsyncStub(NodesStub):
     CreateStream: _aio.StreamStreamMultiCallable[_node_pb2.CreateNodeRequest, _node_pb2.NodeWriteResult]  # type: ignore[assignment]
     """Write streams: each message is one request, run exactly as the unary method runs it
     (authorization, in-flight limit, admission, validation, storage); one answer per message,
-    in order. A request refused does not end the stream (docs/api.md).
+    in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+    request refused does not end the stream (docs/api.md).
     """
     UpdateStream: _aio.StreamStreamMultiCallable[_node_pb2.UpdateNodeRequest, _node_pb2.NodeWriteResult]  # type: ignore[assignment]
     UpdateStatusStream: _aio.StreamStreamMultiCallable[_node_pb2.UpdateNodeRequest, _node_pb2.NodeWriteResult]  # type: ignore[assignment]
@@ -135,7 +137,8 @@ class NodesServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_node_pb2.NodeWriteResult], _abc.AsyncIterator[_node_pb2.NodeWriteResult]]:
         """Write streams: each message is one request, run exactly as the unary method runs it
         (authorization, in-flight limit, admission, validation, storage); one answer per message,
-        in order. A request refused does not end the stream (docs/api.md).
+        in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+        request refused does not end the stream (docs/api.md).
         """
 
     @_abc_1.abstractmethod

@@ -193,7 +193,8 @@ class PodsServicer:
     def CreateStream(self, request_iterator, context):
         """Write streams: each message is one request, run exactly as the unary method runs it
         (authorization, in-flight limit, admission, validation, storage); one answer per message,
-        in order. A request refused does not end the stream (docs/api.md).
+        in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+        request refused does not end the stream (docs/api.md).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -50,7 +50,8 @@ class PodsStub:
     CreateStream: _grpc.StreamStreamMultiCallable[_pod_pb2.CreatePodRequest, _pod_pb2.PodWriteResult]
     """Write streams: each message is one request, run exactly as the unary method runs it
     (authorization, in-flight limit, admission, validation, storage); one answer per message,
-    in order. A request refused does not end the stream (docs/api.md).
+    in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+    request refused does not end the stream (docs/api.md).
     """
     UpdateStream: _grpc.StreamStreamMultiCallable[_pod_pb2.UpdatePodRequest, _pod_pb2.PodWriteResult]
     UpdateStatusStream: _grpc.StreamStreamMultiCallable[_pod_pb2.UpdatePodRequest, _pod_pb2.PodWriteResult]
@@ -76,7 +77,8 @@ class PodsAsyncStub(PodsStub):
     CreateStream: _aio.StreamStreamMultiCallable[_pod_pb2.CreatePodRequest, _pod_pb2.PodWriteResult]  # type: ignore[assignment]
     """Write streams: each message is one request, run exactly as the unary method runs it
     (authorization, in-flight limit, admission, validation, storage); one answer per message,
-    in order. A request refused does not end the stream (docs/api.md).
+    in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+    request refused does not end the stream (docs/api.md).
     """
     UpdateStream: _aio.StreamStreamMultiCallable[_pod_pb2.UpdatePodRequest, _pod_pb2.PodWriteResult]  # type: ignore[assignment]
     UpdateStatusStream: _aio.StreamStreamMultiCallable[_pod_pb2.UpdatePodRequest, _pod_pb2.PodWriteResult]  # type: ignore[assignment]
@@ -177,7 +179,8 @@ class PodsServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_pod_pb2.PodWriteResult], _abc.AsyncIterator[_pod_pb2.PodWriteResult]]:
         """Write streams: each message is one request, run exactly as the unary method runs it
         (authorization, in-flight limit, admission, validation, storage); one answer per message,
-        in order. A request refused does not end the stream (docs/api.md).
+        in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+        request refused does not end the stream (docs/api.md).
         """
 
     @_abc_1.abstractmethod
