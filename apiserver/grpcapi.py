@@ -2,8 +2,8 @@
 
 `GrpcResource(resource).handler()` registers a kind's methods (Create, Get, List, Update,
 UpdateStatus, Delete, Watch, WatchBatch; for pods Bind, BindBatch, UpdateStatusBatch and Evict, for
-namespaces
-Finalize) with
+namespaces Finalize; the write streams CreateStream, UpdateStream, UpdateStatusStream its .proto
+declares, each message run by the unary method's handler: `WriteStream`) with
 `grpc.method_handlers_generic_handler` rather than the generated `add_*Servicer_to_server`, so
 List and Watch can return the watch cache's pre-encoded bytes (the response serializer passes
 bytes through); the generated descriptors still drive reflection, so grpcurl sees the same
@@ -12,7 +12,8 @@ answers and streams watches. `MetricsInterceptor` counts and times every RPC, tu
 `TinykubeError`s into statuses in one place, and holds unary calls to the in-flight limit
 (apiserver/flowcontrol.py; watches are not counted): a call over it waits in its
 connection's queue, and one refused (queue full, or waited too long) ends RESOURCE_EXHAUSTED
-before its handler runs, with the retry hint in trailing metadata (`RETRY_PUSHBACK_KEY`).
+before its handler runs, with the retry hint in trailing metadata (`RETRY_PUSHBACK_KEY`); it
+does all of that per message of a write stream, each message's outcome its answer.
 Request deserializers (`request_decoder`) turn a body that is not the method's message into
 INVALID_ARGUMENT naming the problem, logged at most once a minute.
 Everything runs on the event loop.
