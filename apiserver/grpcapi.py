@@ -62,6 +62,7 @@ from tinykube.errors import (
 from tinykube.kinds import ALL_KINDS, KindInfo
 from tinykube.manifest import ManifestError, hold_big_ints, parse_as, to_dict, whole_numbers
 from tinykube.v1 import apiextensions_pb2, meta_pb2, pod_pb2
+from tinykube.writestream import MESSAGE_TIMEOUT_KEY
 
 log = logging.getLogger(__name__)
 
@@ -392,12 +393,11 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
             check = enforcer.check if enforcer is not None else None
             peer = context.peer()
             user = identity.name if identity is not None else ""
+            timeout = message_timeout(context)
+            loop = asyncio.get_running_loop()
 
-            async def answer(request: Any) -> bytes:
-                start = time.perf_counter()
-                warnings: list[str] = []
+            async def run(request: Any, warnings: list[str], deadline: float | None) -> bytes:
                 seat = None
-                code = "OK"
                 try:
                     if check is not None and request.__class__ is not Undecodable:
                         for attrs in grpc_attributes(method, request):
@@ -406,10 +406,32 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                         info = request_info(request)
                         seat = limiter.admit(info)
                         if seat is None:
-                            seat = await limiter.acquire(info, peer, None)
+                            left = None if deadline is None else deadline - loop.time()
+                            seat = await limiter.acquire(info, peer, left)
                         if seat is None:
                             raise TooManyRequestsError(TOO_MANY_REQUESTS, RETRY_AFTER_SECONDS)
-                    data = encode_write_result(await handle(request, context, identity, warnings))
+                    return encode_write_result(await handle(request, context, identity, warnings))
+                finally:
+                    if seat is not None:
+                        limiter.release(seat)  # type: ignore[union-attr]
+
+            async def answer(request: Any) -> bytes:
+                start = time.perf_counter()
+                warnings: list[str] = []
+                code = "OK"
+                try:
+                    if timeout is None:
+                        data = await run(request, warnings, None)
+                    else:
+                        deadline = loop.time() + timeout
+                        try:
+                            async with asyncio.timeout_at(deadline):
+                                data = await run(request, warnings, deadline)
+                        except TimeoutError:
+                            # As a unary call's deadline: its client has given up on it.
+                            raise DeadlineExceededError(
+                                f"the request's deadline ({timeout:g}s) passed"
+                            ) from None
                 except TinykubeError as exc:
                     code = exc.code.name
                     data = _error_result(exc, warnings)
@@ -423,8 +445,6 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                         None, grpc.StatusCode.INTERNAL.value[0], f"internal error: {exc!r}"
                     )
                 finally:
-                    if seat is not None:
-                        limiter.release(seat)  # type: ignore[union-attr]
                     count(short, code)
                     elapsed = time.perf_counter() - start
                     duration.observe(elapsed)
@@ -617,6 +637,20 @@ def _error_result(exc: TinykubeError, warnings: Sequence[str]) -> bytes:
 
 
 Answer = Callable[[Any], Coroutine[Any, Any, bytes]]
+
+
+def message_timeout(context: Any) -> float | None:
+    """The stream's per-message deadline in seconds (None: the client named none): how long
+    the client waits for each answer (`MESSAGE_TIMEOUT_KEY` metadata). Each message then has
+    that deadline, as a unary call has the client's (its wait for a seat of the in-flight limit
+    is a quarter of it; past it the request stops, DEADLINE_EXCEEDED). Without one the
+    apiserver, overloaded, ran requests whose clients had long given up and retried them."""
+    for key, value in context.invocation_metadata() or ():
+        if key == MESSAGE_TIMEOUT_KEY:
+            text = value if isinstance(value, str) else value.decode()
+            if text.isdigit() and 0 < int(text) <= 24 * 3600 * 1000:
+                return int(text) / 1000.0
+    return None
 
 
 class WriteStream:

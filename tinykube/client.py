@@ -131,7 +131,12 @@ from tinykube.v1 import (
     service_pb2,
     serviceaccount_pb2,
 )
-from tinykube.writestream import StreamUnsupported, WriteStream, write_result_type
+from tinykube.writestream import (
+    MESSAGE_TIMEOUT_KEY,
+    StreamUnsupported,
+    WriteStream,
+    write_result_type,
+)
 
 # T is the object type; L and E (its List and WatchEvent) default to Any so that
 # `ResourceClient[pod_pb2.Pod]` is a valid annotation too.
@@ -191,6 +196,8 @@ class ResourceClient(Generic[T, L, E]):
         result_type, field = self._streamable[method]
         owner = self._owner
         path = f"/{self.info.service}/{method}Stream"
+        # Each message's deadline on the apiserver: this client's per-call timeout.
+        timeout_metadata = ((MESSAGE_TIMEOUT_KEY, str(max(1, round(owner.timeout * 1000)))),)
 
         def stream_of(index: int) -> WriteStream:
             stream = streams.get((method, index))
@@ -201,7 +208,7 @@ class ResourceClient(Generic[T, L, E]):
                         path,
                         request_serializer=_serialize_message,
                         response_deserializer=result_type.FromString,
-                    )()
+                    )(metadata=timeout_metadata)
 
                 stream = streams[(method, index)] = WriteStream(
                     open_call, result_type, field, path.lstrip("/")

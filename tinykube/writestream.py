@@ -52,6 +52,12 @@ _STATUS_BY_NUMBER: dict[int, grpc.StatusCode] = {c.value[0]: c for c in grpc.Sta
 _STREAM_REFUSALS = frozenset((grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED))
 
 
+# Metadata of a write stream: how long the client waits for each answer (milliseconds); the
+# apiserver stops a request past it, as a unary call's deadline stops it
+# (apiserver/grpcapi.py reads it under the same name).
+MESSAGE_TIMEOUT_KEY = "tinykube-message-timeout-ms"
+
+
 class StreamUnsupported(Exception):
     """The apiserver does not serve this write stream (UNIMPLEMENTED): the request was not
     applied; send it as the unary call."""

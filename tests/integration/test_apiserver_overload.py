@@ -36,6 +36,7 @@ from tinykube.client import Client
 from tinykube.localetcd import EtcdServer
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import lease_pb2, meta_pb2, node_pb2, pod_pb2
+from tinykube.writestream import MESSAGE_TIMEOUT_KEY
 
 pytestmark = pytest.mark.integration
 
@@ -215,6 +216,30 @@ async def test_grpc_stream_messages_are_held_to_the_limit_one_by_one(overload: O
         await stream.done_writing()
         assert await stream.code() == grpc.StatusCode.OK
         assert o.limiter.executing == [0, 0]
+    finally:
+        await channel.close()
+
+
+async def test_grpc_stream_messages_have_the_clients_deadline(overload: Overload) -> None:
+    """A write stream names how long its client waits for each answer; a request still running
+    past that ends DEADLINE_EXCEEDED (as a unary call past its deadline), the stream goes on."""
+    o = overload
+    channel = grpc.aio.insecure_channel(o.running.address, options=list(CHANNEL_OPTIONS))
+    try:
+        stream: Any = channel.stream_stream(
+            "/tinykube.v1.Pods/CreateStream",
+            request_serializer=pod_pb2.CreatePodRequest.SerializeToString,
+            response_deserializer=pod_pb2.PodWriteResult.FromString,
+        )(metadata=((MESSAGE_TIMEOUT_KEY, "300"),))
+        await stream.write(pod_pb2.CreatePodRequest(pod=make_pod("held-forever")))  # gated
+        await stream.write(pod_pb2.CreatePodRequest(pod=make_pod("quick")))
+        late, quick = await stream.read(), await stream.read()
+        assert late.code == grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+        assert late.message == "the request's deadline (0.3s) passed"
+        assert quick.code == 0 and quick.pod.metadata.name == "quick"
+        await stream.done_writing()
+        assert await stream.code() == grpc.StatusCode.OK
+        assert o.limiter.executing == [0, 0]  # the late one gave its seat back
     finally:
         await channel.close()
 
