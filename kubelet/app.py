@@ -239,6 +239,7 @@ class Kubelet:
                 on_event=lambda reason: self.metrics.container_events.labels(reason=reason).inc(),
                 probes=probes,
                 on_pod_started=self.metrics.pod_start.observe,
+                write_streams=s.write_streams,
             )
             self.metrics.track_pods(lambda: len(manager.workers))
             self.manager = manager
@@ -258,6 +259,7 @@ class Kubelet:
                         lease_duration_seconds=s.node_lease_duration_seconds,
                         status_update_frequency=s.node_status_update_frequency,
                         status_report_frequency=s.node_status_report_frequency,
+                        write_streams=s.write_streams,
                     ),
                     lambda name=name: nodes.store.get(name),  # type: ignore[misc]
                     clock=self.clock,

@@ -263,6 +263,7 @@ async def test_hollow_nodes_renew_and_report_through_streams_of_their_own(
             runtime="fake",
             fake_nodes=3,
             node_lease_duration_seconds=2,  # renewed every 0.5 s
+            write_streams=True,
         )
     )
     await kubelet.start()
@@ -272,7 +273,7 @@ async def test_hollow_nodes_renew_and_report_through_streams_of_their_own(
             pod.spec.nodeName = "hollow-1"
             await client.pods.create(pod)
             async with asyncio.timeout(30):
-                while (await client.pods.get("on-hollow-1", "default")).status.phase != "Running":
+                while (await client.pods.get("on-hollow-1", "default")).status.phase != "Running":  # noqa: ASYNC110
                     await asyncio.sleep(0.05)
                 # every node renewed its Lease a few times
                 while _requests(apiserver, "Leases/UpdateStream") < 9:  # noqa: ASYNC110
