@@ -332,7 +332,7 @@ def _measure(tls_dir: str, mode: str, args: argparse.Namespace, tmp: str) -> dic
             ]
         client.stdin.write("end\n")
         client.stdin.flush()
-        client.wait(30)
+        client.wait(300)  # (under callgrind on a loaded machine it takes its time)
     finally:
         if client is not None and client.poll() is None:
             client.kill()
