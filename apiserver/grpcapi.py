@@ -2,8 +2,8 @@
 
 `GrpcResource(resource).handler()` registers a kind's methods (Create, Get, List, Update,
 UpdateStatus, Delete, Watch, WatchBatch; for pods Bind, BindBatch, UpdateStatusBatch and Evict, for
-namespaces
-Finalize) with
+namespaces Finalize; the write streams CreateStream, UpdateStream, UpdateStatusStream its .proto
+declares, each message run by the unary method's handler: `WriteStream`) with
 `grpc.method_handlers_generic_handler` rather than the generated `add_*Servicer_to_server`, so
 List and Watch can return the watch cache's pre-encoded bytes (the response serializer passes
 bytes through); the generated descriptors still drive reflection, so grpcurl sees the same
@@ -12,7 +12,8 @@ answers and streams watches. `MetricsInterceptor` counts and times every RPC, tu
 `TinykubeError`s into statuses in one place, and holds unary calls to the in-flight limit
 (apiserver/flowcontrol.py; watches are not counted): a call over it waits in its
 connection's queue, and one refused (queue full, or waited too long) ends RESOURCE_EXHAUSTED
-before its handler runs, with the retry hint in trailing metadata (`RETRY_PUSHBACK_KEY`).
+before its handler runs, with the retry hint in trailing metadata (`RETRY_PUSHBACK_KEY`); it
+does all of that per message of a write stream, each message's outcome its answer.
 Request deserializers (`request_decoder`) turn a body that is not the method's message into
 INVALID_ARGUMENT naming the problem, logged at most once a minute.
 Everything runs on the event loop.
@@ -21,13 +22,16 @@ Everything runs on the event loop.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import grpc
 from google.protobuf import json_format, struct_pb2
+from google.protobuf.descriptor import FileDescriptor
 from google.protobuf.message import Message
 
 from apiserver.accesslog import LogLimiter, access_log, go_duration
@@ -52,12 +56,14 @@ from tinykube.errors import (
     DeadlineExceededError,
     NotFoundError,
     TinykubeError,
+    TooManyRequestsError,
     abort_with,
     deadline_passed,
 )
 from tinykube.kinds import ALL_KINDS, KindInfo
 from tinykube.manifest import ManifestError, hold_big_ints, parse_as, to_dict, whole_numbers
 from tinykube.v1 import apiextensions_pb2, meta_pb2, pod_pb2
+from tinykube.writestream import MESSAGE_TIMEOUT_KEY
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +289,8 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
             return handler._replace(
                 unary_unary=self._logged(unary, method) if self.access_log else unary
             )
+        if isinstance(handler.stream_stream, WriteStream):
+            return handler._replace(stream_stream=self._write_stream(short, handler.stream_stream))
         if handler.unary_stream is not None:
             inner_stream: Any = handler.unary_stream
             if self.enforcer is not None:
@@ -360,6 +368,103 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
 
         return logged
 
+    def _write_stream(
+        self, short: str, stream: WriteStream
+    ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[None]]:
+        """A write stream with what the interceptor gives a unary call, per message: the
+        caller authenticated once (the stream's certificate or token: refused, the stream ends
+        UNAUTHENTICATED), then each request authorized as the unary call (a refusal is that
+        message's PERMISSION_DENIED), held to the in-flight limit (its RESOURCE_EXHAUSTED with
+        the retry hint), run, counted and timed under `short` ("Pods/CreateStream")."""
+        method, handle = stream.method, stream.handle
+        enforcer, limiter = self.enforcer, self.limiter
+        request_info = _request_info(method) if limiter is not None else None
+        count = self._counter
+        duration = self._histogram(short)
+        logged = self.access_log
+
+        async def serve(request_iterator: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            identity: Identity | None = None
+            if enforcer is not None:
+                try:
+                    identity = enforcer.grpc_identity(context)
+                except TinykubeError as exc:
+                    count(short, exc.code.name)
+                    await abort_with(context, exc)
+            check = enforcer.check if enforcer is not None else None
+            peer = context.peer()
+            user = identity.name if identity is not None else ""
+            timeout = message_timeout(context)
+            loop = asyncio.get_running_loop()
+
+            async def run(request: Any, warnings: list[str], deadline: float | None) -> bytes:
+                seat = None
+                try:
+                    if check is not None and request.__class__ is not Undecodable:
+                        for attrs in grpc_attributes(method, request):
+                            check(identity, attrs)  # type: ignore[arg-type]
+                    if limiter is not None and request_info is not None:
+                        info = request_info(request)
+                        seat = limiter.admit(info)
+                        if seat is None:
+                            left = None if deadline is None else deadline - loop.time()
+                            seat = await limiter.acquire(info, peer, left)
+                        if seat is None:
+                            raise TooManyRequestsError(TOO_MANY_REQUESTS, RETRY_AFTER_SECONDS)
+                    return encode_write_result(await handle(request, context, identity, warnings))
+                finally:
+                    if seat is not None:
+                        limiter.release(seat)  # type: ignore[union-attr]
+
+            async def answer(request: Any) -> bytes:
+                start = time.perf_counter()
+                warnings: list[str] = []
+                code = "OK"
+                try:
+                    if timeout is None:
+                        data = await run(request, warnings, None)
+                    else:
+                        deadline = loop.time() + timeout
+                        try:
+                            async with asyncio.timeout_at(deadline):
+                                data = await run(request, warnings, deadline)
+                        except TimeoutError:
+                            # As a unary call's deadline: its client has given up on it.
+                            raise DeadlineExceededError(
+                                f"the request's deadline ({timeout:g}s) passed"
+                            ) from None
+                except TinykubeError as exc:
+                    code = exc.code.name
+                    data = _error_result(exc, warnings)
+                except asyncio.CancelledError:
+                    code = "CANCELLED"
+                    raise
+                except Exception as exc:
+                    log.exception("%s failed", short)
+                    code = "INTERNAL"
+                    data = encode_write_result(
+                        None, grpc.StatusCode.INTERNAL.value[0], f"internal error: {exc!r}"
+                    )
+                finally:
+                    count(short, code)
+                    elapsed = time.perf_counter() - start
+                    duration.observe(elapsed)
+                    if logged:
+                        access_log.info(
+                            'GRPC method="/tinykube.v1.%s" latency="%s" user="%s" peer="%s" '
+                            "code=%s",
+                            short,
+                            go_duration(elapsed),
+                            user.replace('"', '\\"'),
+                            peer,
+                            code,
+                        )
+                return data
+
+            await serve_write_stream(context, answer)
+
+        return serve
+
     def _limited(
         self,
         inner: Callable[[Any, Any], Awaitable[Any]],
@@ -435,12 +540,18 @@ def _writing(
     managed: bool = False,
     dry_runnable: bool = True,
 ) -> Callable[..., Awaitable[Any]]:
-    """A gRPC unary handler (request, context[, identity]) over a write (request, ctx): the
-    request context carries who calls (None under --insecure), the request's dryRun
+    """A gRPC unary handler (request, context[, identity[, sink]]) over a write (request, ctx):
+    the request context carries who calls (None under --insecure), the request's dryRun
     (`dry_runnable`: ["All"] or nothing, anything else INVALID_ARGUMENT naming the field)
-    and, when `managed`, the caller's field manager (if it names one)."""
+    and, when `managed`, the caller's field manager (if it names one). Admission warnings go
+    to the call's trailing metadata, or into `sink` (a write stream's message answers them)."""
 
-    async def handle(request: Any, context: Any, identity: Identity | None = None) -> Any:
+    async def handle(
+        request: Any,
+        context: Any,
+        identity: Identity | None = None,
+        sink: list[str] | None = None,
+    ) -> Any:
         if request.__class__ is Undecodable:
             raise request.reject()
         manager = None
@@ -449,7 +560,8 @@ def _writing(
                 if key == FIELD_MANAGER_HEADER:
                     manager = value if isinstance(value, str) else value.decode()
         dry_run = dry_run_of(request.dryRun) if dry_runnable else False
-        warnings: list[str] = []
+        # A write stream's message collects its warnings into its answer (`sink`).
+        warnings: list[str] = [] if sink is None else sink
         try:
             return await call(
                 request,
@@ -458,7 +570,7 @@ def _writing(
                 ),
             )
         finally:
-            if warnings:
+            if warnings and sink is None:
                 # Admission webhooks' warnings, as kube's Warning headers: one "warning" entry
                 # each (metadata values are ASCII).
                 context.set_trailing_metadata(
@@ -470,6 +582,163 @@ def _writing(
 
 # The trailing metadata key carrying a warning for the client (REST's Warning header).
 WARNING_METADATA_KEY = "warning"
+
+
+# ---- write streams ----------------------------------------------------------------------------
+
+# A kind's .proto may declare a stream of each of these write methods: `<Method>Stream`.
+STREAMABLE_WRITES = ("Create", "Update", "UpdateStatus")
+STREAM_SUFFIX = "Stream"
+# Requests of one write stream running at once: the stream reads no further message until an
+# answer has left, so HTTP/2 flow control holds a client that sends faster than it is answered.
+MAX_PIPELINED = 128
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _length_delimited(tag: bytes, data: bytes) -> bytes:
+    return tag + _varint(len(data)) + data
+
+
+def encode_write_result(
+    obj: bytes | Message | None,
+    code: int = 0,
+    message: str = "",
+    warnings: Sequence[str] = (),
+    retry_after_ms: int = 0,
+) -> bytes:
+    """A `<Kind>WriteResult` (code 1, message 2, the object 3, warnings 4,
+    retryAfterMilliseconds 5: the same numbers in every kind's message) built around the
+    object's bytes, so one encoder serves every kind and the object is serialized once, as the
+    unary call serializes it."""
+    parts: list[bytes] = []
+    if code:
+        parts.append(b"\x08" + _varint(code))
+    if message:
+        parts.append(_length_delimited(b"\x12", message.encode()))
+    if obj is not None:
+        parts.append(_length_delimited(b"\x1a", _serialize(obj)))
+    for text in warnings:
+        parts.append(_length_delimited(b"\x22", text.encode()))
+    if retry_after_ms:
+        parts.append(b"\x28" + _varint(retry_after_ms))
+    return b"".join(parts)
+
+
+def _error_result(exc: TinykubeError, warnings: Sequence[str]) -> bytes:
+    retry_ms = 0
+    if isinstance(exc, TooManyRequestsError):
+        retry_ms = max(1, round(exc.retry_after * 1000))
+    return encode_write_result(None, exc.code.value[0], exc.message, warnings, retry_ms)
+
+
+Answer = Callable[[Any], Coroutine[Any, Any, bytes]]
+
+
+def message_timeout(context: Any) -> float | None:
+    """The stream's per-message deadline in seconds (None: the client named none): how long
+    the client waits for each answer (`MESSAGE_TIMEOUT_KEY` metadata). Each message then has
+    that deadline, as a unary call has the client's (its wait for a seat of the in-flight limit
+    is a quarter of it; past it the request stops, DEADLINE_EXCEEDED). Without one the
+    apiserver, overloaded, ran requests whose clients had long given up and retried them."""
+    for key, value in context.invocation_metadata() or ():
+        if key == MESSAGE_TIMEOUT_KEY:
+            text = value if isinstance(value, str) else value.decode()
+            if text.isdigit() and 0 < int(text) <= 24 * 3600 * 1000:
+                return int(text) / 1000.0
+    return None
+
+
+class WriteStream:
+    """The behaviour of a `<Method>Stream` method (stream-stream): every message is one request
+    of the unary `method`, run exactly as that call runs (`handle`: the same `_writing` handler),
+    answered by one `<Kind>WriteResult` in the order of the requests. Up to `MAX_PIPELINED`
+    requests of a stream run at once, each in its own task (a write waits on etcd; one at a
+    time would make a stream as slow as one call). A request that fails is answered with its
+    code and message, and the stream goes on; the stream ends when the client half-closes it
+    (after the last answer) or cancels it (requests still running are cancelled, as a
+    cancelled unary call's handler is).
+
+    Called directly (a server without `MetricsInterceptor`), messages run unguarded, as unary
+    handlers then do; the interceptor wraps it (`MetricsInterceptor._write_stream`) with
+    authentication once per stream and authorization, the in-flight limit, metrics and the
+    access log once per message."""
+
+    __slots__ = ("handle", "method")
+
+    def __init__(self, method: str, handle: Callable[..., Awaitable[Any]]) -> None:
+        self.method = method  # the unary method's full name, "/tinykube.v1.Pods/Create"
+        self.handle = handle
+
+    async def __call__(self, request_iterator: Any, context: Any) -> None:
+        handle = self.handle
+
+        async def answer(request: Any) -> bytes:
+            warnings: list[str] = []
+            try:
+                return encode_write_result(await handle(request, context, None, warnings))
+            except TinykubeError as exc:
+                return _error_result(exc, warnings)
+
+        await serve_write_stream(context, answer)
+
+
+async def serve_write_stream(context: Any, answer: Answer) -> None:
+    """Read a write stream's requests, run each as `answer(request)` in its own task (which
+    never raises but CancelledError: a failure is an answer), and write the answers in order."""
+    loop = asyncio.get_running_loop()
+    pending: collections.deque[asyncio.Task[bytes]] = collections.deque()
+    room = asyncio.Semaphore(MAX_PIPELINED)
+    more = asyncio.Event()
+    reading = True
+    me = asyncio.current_task()
+    write = context.write
+
+    async def writer() -> None:
+        while True:
+            while pending:
+                data = await pending[0]
+                pending.popleft()
+                await write(data)
+                room.release()
+            if not reading:
+                return
+            more.clear()
+            await more.wait()
+
+    def writer_done(task: asyncio.Task[None]) -> None:
+        # The stream broke under a write: stop reading too (gRPC usually cancels us first).
+        if not task.cancelled() and task.exception() is not None and me is not None:
+            me.cancel()
+
+    write_task = loop.create_task(writer())
+    write_task.add_done_callback(writer_done)
+    read = context.read
+    try:
+        while True:
+            await room.acquire()
+            request = await read()
+            if request is grpc.aio.EOF:
+                break
+            pending.append(loop.create_task(answer(request)))
+            more.set()
+        reading = False
+        more.set()
+        await write_task
+    finally:
+        if not write_task.done():
+            write_task.cancel()
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
 
 
 def _ascii(text: str) -> str:
@@ -492,6 +761,18 @@ async def _write(
         raise DeadlineExceededError(
             f"watch closed: the client took no data for {deadline:g}s (write deadline)"
         ) from None
+
+
+def _declared_methods(info: KindInfo) -> frozenset[str]:
+    """The method names the kind's service declares in its .proto (none for a custom kind)."""
+    module = sys.modules.get(info.message.__module__)
+    file = getattr(module, "DESCRIPTOR", None)
+    service = (
+        file.services_by_name.get(info.service.rpartition(".")[2])
+        if isinstance(file, FileDescriptor)
+        else None
+    )
+    return frozenset(m.name for m in service.methods) if service is not None else frozenset()
 
 
 class GrpcResource:
@@ -615,6 +896,16 @@ class GrpcResource:
             methods["UpdateStatus"] = unary(
                 _writing(resource.update_status), request_decoder(info.update_request), _serialize
             )
+        # The write streams the kind's .proto declares: each message runs as its unary method.
+        declared = _declared_methods(info)
+        for write in STREAMABLE_WRITES:
+            name = write + STREAM_SUFFIX
+            if name in declared and write in methods:
+                methods[name] = grpc.stream_stream_rpc_method_handler(
+                    WriteStream(f"/{info.service}/{write}", methods[write].unary_unary),
+                    methods[write].request_deserializer,
+                    _serialize,
+                )
         if isinstance(resource, NamespaceStore):
             methods["Finalize"] = unary(
                 _writing(resource.finalize, managed=True),

@@ -18,6 +18,7 @@ equivalent REST request (apiserver/rest/attributes.py), so one policy governs bo
 | Pods/UpdateStatusBatch | update | status | each pod's (one attribute set per distinct pod) |
 | Pods/Evict | create | eviction | the pod's |
 | Namespaces/Finalize | update | finalize | the namespace's |
+| CreateStream, UpdateStream, UpdateStatusStream | per message, as the unary method | | |
 
 A namespace's own requests carry its name as their namespace too, as kube-apiserver's
 RequestInfo gives `/api/v1/namespaces/<name>`.
@@ -50,7 +51,12 @@ METHOD_VERBS: dict[str, tuple[str, str]] = {
     "UpdateStatusBatch": ("update", "status"),
     "Evict": ("create", "eviction"),
     "Finalize": ("update", "finalize"),
+    # Write streams: `grpc_attributes` is asked per message, which is its unary method's request.
+    "CreateStream": ("create", ""),
+    "UpdateStream": ("update", ""),
+    "UpdateStatusStream": ("update", "status"),
 }
+_STREAM_SUFFIX = "Stream"
 
 _BY_SERVICE: dict[str, KindInfo] = {info.service: info for info in ALL_KINDS}
 
@@ -118,6 +124,8 @@ def grpc_attributes(method: str, request: Any) -> tuple[Attributes, ...]:
         return ()
     verb, sub = verbs
     plural, group, namespaced = info.plural, info.group, info.namespaced
+    if name.endswith(_STREAM_SUFFIX):
+        name = name[: -len(_STREAM_SUFFIX)]  # one message of a write stream: its unary request
     if name in ("List", "Watch", "WatchBatch"):
         selector = request.fieldSelector
         return (

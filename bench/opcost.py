@@ -14,7 +14,10 @@ after another (no concurrency: no batching, so the count is the same every run):
 - `create`: Pod Create, the harness's pod (requests, a scheduler nobody serves);
 - `bind`: Pod Bind to a node, one pod per call;
 - `status`: Pod UpdateStatus to Running, as a kubelet reports a started pod;
-- `lease`: Lease Update in kube-node-lease (renewTime), as a kubelet's heartbeat.
+- `lease`: Lease Update in kube-node-lease (renewTime), as a kubelet's heartbeat;
+- `create-stream`, `status-stream`, `lease-stream`: the same requests as messages of one
+  Pods/CreateStream, Pods/UpdateStatusStream and Leases/UpdateStream (`Client(pipeline=True)`),
+  one at a time too (new pods, bound between the phases; skipped for a tree without them).
 
 Before each phase the counters are zeroed (`callgrind_control --zero`), after it dumped
 (`--dump`); a phase's instructions over its requests is the figure, for every thread of the
@@ -38,7 +41,15 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
-PHASES = ("create", "bind", "status", "lease")
+PHASES = (
+    "create",
+    "bind",
+    "status",
+    "lease",
+    "create-stream",
+    "status-stream",
+    "lease-stream",
+)
 LEASES = 50
 
 
@@ -59,6 +70,16 @@ async def drive(address: str, count: int) -> None:
     def done(phase: str) -> None:
         print(f"done {phase}", flush=True)
 
+    def new_pod(name: str) -> Any:
+        pod = pod_pb2.Pod(apiVersion="v1", kind="Pod")
+        pod.metadata.name, pod.metadata.namespace = name, "default"
+        pod.metadata.labels["app"] = "cost"
+        pod.spec.schedulerName = "nobody"
+        c = pod.spec.containers.add(name="c", image="registry.k8s.io/pause:3.10")
+        c.resources.requests["cpu"] = "100m"
+        c.resources.requests["memory"] = "500Mi"
+        return pod
+
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     async with Client(address, timeout=600.0) as client:
@@ -70,14 +91,7 @@ async def drive(address: str, count: int) -> None:
         pods: list[Any] = []
         wait_for_go("create")
         for i in range(count):
-            pod = pod_pb2.Pod(apiVersion="v1", kind="Pod")
-            pod.metadata.name, pod.metadata.namespace = f"cost-{i:05d}", "default"
-            pod.metadata.labels["app"] = "cost"
-            pod.spec.schedulerName = "nobody"
-            c = pod.spec.containers.add(name="c", image="registry.k8s.io/pause:3.10")
-            c.resources.requests["cpu"] = "100m"
-            c.resources.requests["memory"] = "500Mi"
-            pods.append(await client.pods.create(pod))
+            pods.append(await client.pods.create(new_pod(f"cost-{i:05d}")))
         done("create")
 
         wait_for_go("bind")
@@ -116,6 +130,7 @@ async def drive(address: str, count: int) -> None:
             json_format.ParseDict(status, pod.status, ignore_unknown_fields=True)
             await client.pods.update_status(pod)
         done("status")
+        streams = hasattr(client.pods, "pipelined")
 
         leases = []
         for i in range(LEASES):
@@ -132,6 +147,41 @@ async def drive(address: str, count: int) -> None:
             lease.spec.renewTime.FromDatetime(renewed)
             leases[i % LEASES] = await client.leases.update(lease)
         done("lease")
+
+        if not streams:
+            for phase in ("create-stream", "status-stream", "lease-stream"):
+                print(f"skip {phase}", flush=True)
+            return
+        pods_s, leases_s = client.pods.pipelined(), client.leases.pipelined()
+        # Open both streams (and pass their first-answer wait) before the measured phases.
+        warm = await pods_s.create(new_pod("cost-s-warm"))
+        await client.bind("default", warm.metadata.name, "node-0", warm.metadata.uid)
+        warm = await client.pods.get(warm.metadata.name, "default")
+        json_format.ParseDict(status, warm.status, ignore_unknown_fields=True)
+        await pods_s.update_status(warm)
+        streamed = []
+        wait_for_go("create-stream")
+        for i in range(count):
+            streamed.append(await pods_s.create(new_pod(f"cost-s-{i:05d}")))
+        done("create-stream")
+        for pod in streamed:
+            await client.bind("default", pod.metadata.name, "node-0", pod.metadata.uid)
+        current = [await client.pods.get(p.metadata.name, "default") for p in streamed]
+        wait_for_go("status-stream")
+        for pod in current:
+            json_format.ParseDict(status, pod.status, ignore_unknown_fields=True)
+            await pods_s.update_status(pod)
+        done("status-stream")
+        lease = leases[0]
+        lease.spec.renewTime.FromDatetime(now)
+        leases[0] = await leases_s.update(lease)
+        wait_for_go("lease-stream")
+        for i in range(count):
+            lease = leases[i % LEASES]
+            renewed = now + datetime.timedelta(seconds=10 * (i // LEASES + count + 1))
+            lease.spec.renewTime.FromDatetime(renewed)
+            leases[i % LEASES] = await leases_s.update(lease)
+        done("lease-stream")
 
 
 # ---- the parent ------------------------------------------------------------------------------
@@ -202,6 +252,9 @@ def one_run(
             _callgrind_control("--instr=on", str(api.pid))
         for phase in PHASES:
             line = driver.stdout.readline().strip()
+            if line == f"skip {phase}":
+                result[phase] = None
+                continue
             if line != f"ready {phase}":
                 raise SystemExit(f"driver: expected 'ready {phase}', got {line!r}")
             if valgrind:

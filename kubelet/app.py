@@ -239,6 +239,7 @@ class Kubelet:
                 on_event=lambda reason: self.metrics.container_events.labels(reason=reason).inc(),
                 probes=probes,
                 on_pod_started=self.metrics.pod_start.observe,
+                write_streams=s.write_streams,
             )
             self.metrics.track_pods(lambda: len(manager.workers))
             self.manager = manager
@@ -260,6 +261,7 @@ class Kubelet:
                         status_report_frequency=s.node_status_report_frequency,
                         # hollow nodes start together; real kubelets at independent times
                         first_report_spread=0.5 if s.fake_nodes > 1 else 0.0,
+                        write_streams=s.write_streams,
                     ),
                     lambda name=name: nodes.store.get(name),  # type: ignore[misc]
                     clock=self.clock,

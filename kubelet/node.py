@@ -2,11 +2,13 @@
 
 `NodeAgent` owns one node. `register()` creates the Node (or, when it exists from an earlier
 run, merges our labels into it and refreshes its status). `lease_loop()` renews
-kube-node-lease/<node> every quarter of the lease duration, retrying a failed renewal with
-backoff from 200 ms doubling to 7 s (as the kubelet does), but never waiting longer than the
-renew interval: with kube's defaults (40 s lease, 10 s interval) that is the kubelet's schedule;
-with a short lease, a kubelet that backed off through an apiserver restart would otherwise stay
-silent past the node monitor grace period after the apiserver was back. `status_loop()`
+kube-node-lease/<node> (with --write-streams through the node's own Leases/UpdateStream: each
+renewal is one Update, at a fraction of a call's cost) every quarter of the lease duration,
+retrying a failed renewal with backoff from 200 ms doubling to 7 s (as the kubelet does), but
+never waiting longer than the renew interval: with kube's defaults (40 s lease, 10 s interval)
+that is the kubelet's schedule; with a short lease, a kubelet that backed off through an
+apiserver restart would otherwise stay silent past the node monitor grace period after the
+apiserver was back. `status_loop()`
 re-posts node status when it differs from what the node should say (Ready=True, capacity,
 addresses, ...) or has not been reported for `report_frequency`; that is how Ready returns to
 True after the node lifecycle controller marked it Unknown. The current Node is read from an
@@ -33,6 +35,7 @@ from kubelet.api import KubeletAPI
 from tinykube.clock import Clock
 from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError, TinykubeError
 from tinykube.meta import timestamp
+from tinykube.protocols import pipelined
 from tinykube.v1 import lease_pb2, node_pb2
 
 log = logging.getLogger(__name__)
@@ -69,6 +72,8 @@ class NodeConfig:
     # the apiserver as one burst (2,000 Node status writes in 20 s at 2,000 nodes), where real
     # kubelets, started at different times, report at independent phases.
     first_report_spread: float = 0.0
+    # Renewals as messages of the node's own Leases/UpdateStream (--write-streams).
+    write_streams: bool = False
 
 
 def desired_status(cfg: NodeConfig, hostname: str) -> node_pb2.NodeStatus:
@@ -136,6 +141,10 @@ class NodeAgent:
         # A CRI runtime's images (status.images, ImageLocality's input); None: no images.
         self.images = images
         self.client = client
+        # The node's own Leases client: with --write-streams renewals go as messages of a
+        # Leases/UpdateStream no other node shares (one stream per node, as a real kubelet has
+        # its own connection).
+        self.leases = pipelined(client.leases) if cfg.write_streams else client.leases
         self.cfg = cfg
         self.get_node = get_node
         self.clock = clock or Clock()
@@ -281,7 +290,7 @@ class NodeAgent:
                 lease.spec.leaseDurationSeconds = self.cfg.lease_duration_seconds
                 lease.spec.renewTime.CopyFrom(now)
                 try:
-                    self._lease = await self.client.leases.create(lease)
+                    self._lease = await self.client.leases.create(lease)  # once: a call
                     return
                 except AlreadyExistsError:
                     self._lease = await self.client.leases.get(self.cfg.name, NODE_LEASE_NAMESPACE)
@@ -292,7 +301,7 @@ class NodeAgent:
         lease.spec.leaseDurationSeconds = self.cfg.lease_duration_seconds
         lease.spec.renewTime.CopyFrom(now)
         try:
-            self._lease = await self.client.leases.update(lease)
+            self._lease = await self.leases.update(lease)
         except (ConflictError, NotFoundError):
             self._lease = None  # re-read (or re-create) on the next attempt
             raise

@@ -310,6 +310,7 @@ class PodManager:
         on_event: Callable[[str], object] = lambda reason: None,
         probes: ProbeManager | None = None,
         on_pod_started: Callable[[float], None] | None = None,
+        write_streams: bool = False,
     ) -> None:
         self.on_event = on_event
         # Seconds from the kubelet seeing a pod to the write that reported it Running.
@@ -326,13 +327,16 @@ class PodManager:
         # Pods/UpdateStatusBatch RPC. Never across nodes, even in a process hosting many
         # (hollow) nodes: the apiserver sees the calls that as many real kubelets would make.
         self._status_writers: dict[str, StatusWriter] = {}
+        self.write_streams = write_streams  # each writer's single writes on a stream of its own
         self.workers: dict[str, PodWorker] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def status_writer(self, node: str) -> StatusWriter:
         writer = self._status_writers.get(node)
         if writer is None:
-            writer = self._status_writers[node] = StatusWriter(self.client)
+            writer = self._status_writers[node] = StatusWriter(
+                self.client, streams=self.write_streams
+            )
         return writer
 
     def _mine(self, pod: pod_pb2.Pod) -> bool:

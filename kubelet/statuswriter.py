@@ -14,7 +14,11 @@ node). The kubelet keeps one writer per node, so a process hosting many (hollow)
 the calls as many real kubelets would, never one call across nodes.
 
 A write made while nothing is out, and a batch of one, go as a plain UpdateStatus: a batch of
-one would cost both ends more than the call it replaces. The status subresource stores the
+one would cost both ends more than the call it replaces. With `streams` (the kubelet's
+--write-streams) those go as messages of the node's own Pods/UpdateStatusStream (`pipelined`:
+one stream per writer, so per node; each message is
+exactly an UpdateStatus call to the apiserver, at a fraction of a call's cost on both ends;
+unary calls where the apiserver does not serve it). The status subresource stores the
 status as sent, so a batch's answer carries only each pod's new resourceVersion.
 
 Authorization covers a whole request, so a batch refused as a whole (PERMISSION_DENIED: one of
@@ -34,6 +38,7 @@ from typing import Any
 
 from tinykube.batching import MicroBatcher
 from tinykube.errors import ForbiddenError, TinykubeError, UnimplementedError
+from tinykube.protocols import pipelined
 from tinykube.v1 import pod_pb2
 
 log = logging.getLogger(__name__)
@@ -49,9 +54,12 @@ class StatusWriter(MicroBatcher[pod_pb2.Pod, str]):
         max_batch: int = 100,
         max_in_flight: int = 2,
         on_batch: Callable[[int], None] = lambda size: None,
+        streams: bool = False,
     ) -> None:
         super().__init__(max_in_flight=max_in_flight, max_batch=max_batch)
         self._client = client
+        # With `streams`: this writer's (so this node's) own write stream for single writes.
+        self._pods = pipelined(client.pods) if streams else client.pods
         self._send_batch: SendBatch | None = getattr(client, "update_status_batch", None)
         self._on_batch = on_batch
 
@@ -77,7 +85,7 @@ class StatusWriter(MicroBatcher[pod_pb2.Pod, str]):
         return await self.enqueue(pod)
 
     async def _send_one(self, pod: pod_pb2.Pod) -> str:
-        stored = await self._client.pods.update_status(pod)
+        stored = await self._pods.update_status(pod)
         return str(stored.metadata.resourceVersion)
 
     def abandoned(self) -> Exception:

@@ -71,14 +71,17 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import copy
 import logging
 import random
+import sys
 from asyncio import FIRST_COMPLETED
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Any, Generic, NamedTuple, Self, cast
 
 import grpc
+from google.protobuf.descriptor import FileDescriptor
 from google.protobuf.message import Message
 from typing_extensions import TypeVar
 
@@ -128,6 +131,12 @@ from tinykube.v1 import (
     service_pb2,
     serviceaccount_pb2,
 )
+from tinykube.writestream import (
+    MESSAGE_TIMEOUT_KEY,
+    StreamUnsupported,
+    WriteStream,
+    write_result_type,
+)
 
 # T is the object type; L and E (its List and WatchEvent) default to Any so that
 # `ResourceClient[pod_pb2.Pod]` is a valid annotation too.
@@ -163,6 +172,51 @@ class ResourceClient(Generic[T, L, E]):
         # One stub per apiserver, indexed as `owner.channels`.
         self._stubs: list[Any] = [info.stub(channel) for channel in owner.channels]
         self._owner = owner
+        # Write streams (tinykube/writestream.py) by (method, apiserver index), when this client
+        # pipelines its writes (`pipelined()`, or a Client made with pipeline=True); None: unary.
+        self._streams: dict[tuple[str, int], WriteStream] | None = {} if owner.pipeline else None
+        self._streamable = _streamable_methods(info)
+
+    def pipelined(self) -> ResourceClient[T, L, E]:
+        """This kind's client with write streams of its own: its Create, Update and UpdateStatus
+        go as messages of `<Method>Stream` (each run exactly as the unary call; docs/api.md)
+        where the kind declares one, on streams no other caller shares (a kubelet keeps one per
+        node, as a real kubelet has its own connection), and as unary calls where the apiserver
+        does not serve them. Everything else is this client's."""
+        view = copy.copy(self)
+        view._streams = {}
+        return view
+
+    def _stream_of(self, method: str) -> Callable[[int], WriteStream] | None:
+        """The write stream of `method` on apiserver `index` (made on first use), or None when
+        this client does not pipeline `method`."""
+        streams = self._streams
+        if streams is None or method not in self._streamable:
+            return None
+        result_type, field = self._streamable[method]
+        owner = self._owner
+        path = f"/{self.info.service}/{method}Stream"
+        # Each message's deadline on the apiserver: this client's per-call timeout.
+        timeout_metadata = ((MESSAGE_TIMEOUT_KEY, str(max(1, round(owner.timeout * 1000)))),)
+
+        def stream_of(index: int) -> WriteStream:
+            stream = streams.get((method, index))
+            if stream is None:
+
+                def open_call() -> Any:
+                    return owner.channels[index].stream_stream(
+                        path,
+                        request_serializer=_serialize_message,
+                        response_deserializer=result_type.FromString,
+                    )(metadata=timeout_metadata)
+
+                stream = streams[(method, index)] = WriteStream(
+                    open_call, result_type, field, path.lstrip("/")
+                )
+                owner._write_streams.append(stream)
+            return stream
+
+        return stream_of
 
     @property
     def _stub(self) -> Any:
@@ -189,6 +243,7 @@ class ResourceClient(Generic[T, L, E]):
             f"{self.info.service}/{method}",
             retry_if=retry_if,
             attempts=attempts,
+            stream_of=self._stream_of(method) if self._streams is not None else None,
         )
 
     def _wrap(self, obj: T) -> Message:
@@ -526,7 +581,12 @@ class Client:
         backoff_initial: float = INITIAL_BACKOFF,
         backoff_max: float = MAX_BACKOFF,
         credentials: Credentials | None = None,
+        pipeline: bool = False,
     ) -> None:
+        # Every kind's Create, Update and UpdateStatus as messages of write streams, one per
+        # method and apiserver, shared by this client's callers (ResourceClient.pipelined).
+        self.pipeline = pipeline
+        self._write_streams: list[WriteStream] = []
         self.targets = split_addresses(target)
         if not self.targets:
             raise ValueError("Client needs at least one apiserver address")
@@ -650,15 +710,32 @@ class Client:
         *,
         retry_if: Callable[[BaseException], bool] = is_retryable,
         attempts: Attempts | None = None,
+        stream_of: Callable[[int], WriteStream] | None = None,
     ) -> Any:
         """One unary call (`method` of the current apiserver's stub in `stubs`) with a deadline
         per attempt, retried while `retry_if` accepts the failure; each attempt goes to the
         apiserver current when it starts, so a retry after a failover goes to the next one.
         `attempts` (if given) learns whether a failed attempt may have landed. Within an
-        attempt, refusals of the in-flight limit are retried until its deadline."""
+        attempt, refusals of the in-flight limit are retried until its deadline. With
+        `stream_of`, an attempt is a message of that apiserver's write stream instead, while
+        the apiserver serves it; its failures are handled exactly as the call's."""
 
         async def send(seconds: float) -> Any:
             index = self._current
+            if stream_of is not None:
+                stream = stream_of(index)
+                if stream.supported:
+                    try:
+                        return await stream.send(request, seconds)
+                    except StreamUnsupported:
+                        pass  # not applied: the unary call below
+                    except TinykubeError as stream_err:
+                        failed = await self._stream_failed(index, stream_err)
+                        if attempts is not None:
+                            attempts.failed(failed)
+                        if failed is stream_err:
+                            raise
+                        raise failed from stream_err
             try:
                 return await getattr(stubs[index], method)(request, timeout=seconds)
             except grpc.RpcError as exc:
@@ -684,6 +761,16 @@ class Client:
         on a call itself (its own timeout cancelled it) and suspects the apiserver in use."""
         if len(self.channels) > 1:
             self._fail_over(self._current, DeadlineExceededError(reason))
+
+    async def _stream_failed(self, index: int, err: TinykubeError) -> TinykubeError:
+        """A write stream message's error as a unary call's `_call_failed` would give it: a TLS
+        mismatch explained, a failover when the apiserver in use may be gone."""
+        cause = err.__cause__
+        if isinstance(cause, grpc.RpcError):
+            err = await self.transport_error(cause, index) or err
+        if len(self.channels) > 1 and is_retryable(err) and index == self._current:
+            self._fail_over(index, err)
+        return err
 
     async def _call_failed(self, index: int, exc: grpc.RpcError) -> TinykubeError:
         """The tinykube error of a failed call to apiserver `index`; fails over to another
@@ -912,6 +999,8 @@ class Client:
         return TransportSecurityError(problem)
 
     async def close(self) -> None:
+        if self._write_streams:
+            await asyncio.gather(*(s.close() for s in self._write_streams))
         for channel in self.channels:
             await channel.close()
         if self._closing:
@@ -927,6 +1016,31 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _serialize_message(message: Message) -> bytes:
+    return message.SerializeToString()
+
+
+def _streamable_methods(info: KindInfo) -> dict[str, tuple[type[Message], str]]:
+    """The write methods whose `<Method>Stream` the kind's service declares: their answer
+    message (`<Kind>WriteResult`) and its object field."""
+    result_type = write_result_type(info.message)
+    module = sys.modules.get(info.message.__module__)
+    file = getattr(module, "DESCRIPTOR", None)
+    service = (
+        file.services_by_name.get(info.service.rpartition(".")[2])
+        if isinstance(file, FileDescriptor)
+        else None
+    )
+    if result_type is None or service is None:
+        return {}
+    declared = {m.name for m in service.methods}
+    return {
+        method: (result_type, info.request_field)
+        for method in ("Create", "Update", "UpdateStatus")
+        if f"{method}Stream" in declared
+    }
 
 
 def _update_retry(obj: Message, dry_run: bool = False) -> Callable[[BaseException], bool]:

@@ -36,3 +36,14 @@ class StatusResourceAPI(ResourceAPI[T], Protocol[T]):
     """A kind with a status subresource."""
 
     async def update_status(self, obj: T) -> T: ...
+
+
+R = TypeVar("R")
+
+
+def pipelined(api: R) -> R:
+    """`api` with write streams of its own (`ResourceClient.pipelined()`: its Create, Update and
+    UpdateStatus go as messages of streams no other caller shares, tinykube/writestream.py),
+    or `api` itself where it has none (an in-memory fake)."""
+    make = getattr(api, "pipelined", None)
+    return make() if make is not None else api

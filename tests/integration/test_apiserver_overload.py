@@ -36,6 +36,7 @@ from tinykube.client import Client
 from tinykube.localetcd import EtcdServer
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import lease_pb2, meta_pb2, node_pb2, pod_pb2
+from tinykube.writestream import MESSAGE_TIMEOUT_KEY
 
 pytestmark = pytest.mark.integration
 
@@ -177,6 +178,70 @@ async def test_grpc_over_the_limit_is_resource_exhausted_with_a_retry_hint(
     # Seats are given back: the limit admits again.
     await o.stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("after")), timeout=5)
     assert o.limiter.executing == [0, 0]
+
+
+async def test_grpc_stream_messages_are_held_to_the_limit_one_by_one(overload: Overload) -> None:
+    o = overload
+    channel = grpc.aio.insecure_channel(o.running.address, options=list(CHANNEL_OPTIONS))
+    try:
+        stream: Any = channel.stream_stream(
+            "/tinykube.v1.Pods/CreateStream",
+            request_serializer=pod_pb2.CreatePodRequest.SerializeToString,
+            response_deserializer=pod_pb2.PodWriteResult.FromString,
+        )()
+        # Two messages of one stream take the two mutating seats, as two calls would...
+        for k in range(MUTATING_LIMIT):
+            await stream.write(pod_pb2.CreatePodRequest(pod=make_pod(f"held-stream-{k}")))
+        await wait_for(lambda: o.limiter.executing[1] == MUTATING_LIMIT, "stream holds seats")
+        # ...so a unary Create is refused,
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await o.stubs.pods.Create(pod_pb2.CreatePodRequest(pod=make_pod("unary")), timeout=5)
+        assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        # and so is a third message, answered with the unary call's code, message and hint.
+        await stream.write(pod_pb2.CreatePodRequest(pod=make_pod("extra")))
+        await wait_for(
+            lambda: o.metric(
+                'apiserver_request_total{code="RESOURCE_EXHAUSTED",method="Pods/CreateStream"} 1.0'
+            ),
+            "the third message refused after waiting its limit in the queue",
+        )
+        o.gate.set()  # the held ones finish; answers go in order, the refusal last
+        answers = [await stream.read() for _ in range(MUTATING_LIMIT + 1)]
+        assert [a.code for a in answers] == [0, 0, grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]]
+        assert answers[2].message == TOO_MANY_REQUESTS
+        assert answers[2].retryAfterMilliseconds == 1000
+        # The stream goes on, and every seat was given back.
+        await stream.write(pod_pb2.CreatePodRequest(pod=make_pod("after")))
+        assert (await stream.read()).pod.metadata.name == "after"
+        await stream.done_writing()
+        assert await stream.code() == grpc.StatusCode.OK
+        assert o.limiter.executing == [0, 0]
+    finally:
+        await channel.close()
+
+
+async def test_grpc_stream_messages_have_the_clients_deadline(overload: Overload) -> None:
+    """A write stream names how long its client waits for each answer; a request still running
+    past that ends DEADLINE_EXCEEDED (as a unary call past its deadline), the stream goes on."""
+    o = overload
+    channel = grpc.aio.insecure_channel(o.running.address, options=list(CHANNEL_OPTIONS))
+    try:
+        stream: Any = channel.stream_stream(
+            "/tinykube.v1.Pods/CreateStream",
+            request_serializer=pod_pb2.CreatePodRequest.SerializeToString,
+            response_deserializer=pod_pb2.PodWriteResult.FromString,
+        )(metadata=((MESSAGE_TIMEOUT_KEY, "300"),))
+        await stream.write(pod_pb2.CreatePodRequest(pod=make_pod("held-forever")))  # gated
+        await stream.write(pod_pb2.CreatePodRequest(pod=make_pod("quick")))
+        late, quick = await stream.read(), await stream.read()
+        assert late.code == grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+        assert late.message == "the request's deadline (0.3s) passed"
+        assert quick.code == 0 and quick.pod.metadata.name == "quick"
+        await stream.done_writing()
+        assert await stream.code() == grpc.StatusCode.OK
+        assert o.limiter.executing == [0, 0]  # the late one gave its seat back
+    finally:
+        await channel.close()
 
 
 def _inqueue(o: Overload, count: int) -> bool:

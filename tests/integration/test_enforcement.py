@@ -373,7 +373,7 @@ ALLOWED: dict[str, set[str]] = {
 def expected_row(transport: str, who: str) -> dict[str, str]:
     if who in ("anonymous", "wrong token"):
         # gRPC's TLS port requires a client certificate; REST answers 401.
-        outcome = "refused" if transport == "grpc" else "unauth"
+        outcome = "refused" if transport.startswith("grpc") else "unauth"
         return dict.fromkeys(OPS, outcome)
     return {op: "allow" if who in ALLOWED[op] else "deny" for op in OPS}
 
@@ -411,6 +411,18 @@ async def _rest_outcome(
     return "allow", message
 
 
+def _client(cluster: Cluster, who: str, transport: str) -> Client:
+    """`who`'s gRPC client; "grpc-stream": its Create, Update and UpdateStatus calls go as
+    messages of write streams (docs/api.md), each authorized as its unary call."""
+    return Client(
+        cluster.server.address,
+        credentials=cluster.creds(who),
+        retries=0,
+        timeout=5,
+        pipeline=transport == "grpc-stream",
+    )
+
+
 def _session(cluster: Cluster, who: str) -> aiohttp.ClientSession:
     creds = cluster.creds(who)
     ctx = creds.ssl_context()
@@ -421,13 +433,17 @@ def _session(cluster: Cluster, who: str) -> aiohttp.ClientSession:
 async def _run_row(cluster: Cluster, transport: str, who: str) -> dict[str, tuple[str, str]]:
     server = cluster.server
     out: dict[str, tuple[str, str]] = {}
-    if transport == "grpc":
+    if transport.startswith("grpc"):
         async with (
-            Client(server.address, credentials=cluster.creds(who), retries=0, timeout=5) as c,
+            _client(cluster, who, transport) as c,
             Client(server.address, credentials=cluster.creds("admin"), timeout=5) as admin,
         ):
             for name, op in OPS.items():
                 out[name] = await _grpc_outcome(op, c, admin)
+            if transport == "grpc-stream" and who not in ("anonymous", "wrong token"):
+                # Every write went as a stream message; a refused one did not end its stream.
+                assert c._write_streams
+                assert all(s.supported and s.opened == 1 for s in c._write_streams)
         return out
     async with _session(cluster, who) as session, _session(cluster, "admin") as admin_session:
         for name, op in OPS.items():
@@ -436,7 +452,7 @@ async def _run_row(cluster: Cluster, transport: str, who: str) -> dict[str, tupl
 
 
 @pytest.mark.parametrize("who", IDENTITIES)
-@pytest.mark.parametrize("transport", ["grpc", "rest"])
+@pytest.mark.parametrize("transport", ["grpc", "grpc-stream", "rest"])
 async def test_the_matrix(cluster: Cluster, transport: str, who: str) -> None:
     got = await _run_row(cluster, transport, who)
     outcomes = {op: outcome for op, (outcome, _) in got.items()}
@@ -488,15 +504,15 @@ MESSAGES = [
 ]
 
 
-@pytest.mark.parametrize("transport", ["grpc", "rest"])
+@pytest.mark.parametrize("transport", ["grpc", "grpc-stream", "rest"])
 @pytest.mark.parametrize(("who", "op", "message"), MESSAGES)
 async def test_kubes_messages(
     cluster: Cluster, transport: str, who: str, op: str, message: str
 ) -> None:
     server = cluster.server
-    if transport == "grpc":
+    if transport.startswith("grpc"):
         async with (
-            Client(server.address, credentials=cluster.creds(who), retries=0, timeout=5) as c,
+            _client(cluster, who, transport) as c,
             Client(server.address, credentials=cluster.creds("admin"), timeout=5) as admin,
         ):
             got = await _grpc_outcome(OPS[op], c, admin)

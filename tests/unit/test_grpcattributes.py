@@ -28,8 +28,10 @@ def test_every_method_has_a_verb() -> None:
 
 
 def request_for(info: KindInfo, method: str) -> Any:
-    """A request naming namespace "team" (where the kind has one) and object "x"."""
+    """A request naming namespace "team" (where the kind has one) and object "x" (a write
+    stream's: one of its messages, its unary method's request)."""
     ns = "team" if info.namespaced else ""
+    method = method.removesuffix("Stream")
     if method in ("Get", "Delete"):
         return (
             meta_pb2.GetRequest(namespace=ns, name="x")
@@ -67,6 +69,7 @@ def request_for(info: KindInfo, method: str) -> Any:
 def expected_for(info: KindInfo, method: str) -> tuple[Attributes, ...]:
     verb, sub = METHOD_VERBS[method]
     ns = "team" if info.namespaced else ""
+    method = method.removesuffix("Stream")
 
     def one(name: str = "x", **kw: Any) -> Attributes:
         # A namespace's own requests carry its name as their namespace (kube's RequestInfo).

@@ -70,6 +70,16 @@ class LeasesStub:
                 request_serializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
                 response_deserializer=tinykube_dot_v1_dot_lease__pb2.LeaseWatchEventBatch.FromString,
                 _registered_method=True)
+        self.CreateStream = channel.stream_stream(
+                '/tinykube.v1.Leases/CreateStream',
+                request_serializer=tinykube_dot_v1_dot_lease__pb2.CreateLeaseRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_lease__pb2.LeaseWriteResult.FromString,
+                _registered_method=True)
+        self.UpdateStream = channel.stream_stream(
+                '/tinykube.v1.Leases/UpdateStream',
+                request_serializer=tinykube_dot_v1_dot_lease__pb2.UpdateLeaseRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_lease__pb2.LeaseWriteResult.FromString,
+                _registered_method=True)
 
 
 class LeasesServicer:
@@ -118,6 +128,22 @@ class LeasesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateStream(self, request_iterator, context):
+        """Write streams: each message is one request, run exactly as the unary method runs it
+        (authorization, in-flight limit, admission, validation, storage); one answer per message,
+        in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+        request refused does not end the stream (docs/api.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateStream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LeasesServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -155,6 +181,16 @@ def add_LeasesServicer_to_server(servicer, server):
                     servicer.WatchBatch,
                     request_deserializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.FromString,
                     response_serializer=tinykube_dot_v1_dot_lease__pb2.LeaseWatchEventBatch.SerializeToString,
+            ),
+            'CreateStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.CreateStream,
+                    request_deserializer=tinykube_dot_v1_dot_lease__pb2.CreateLeaseRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_lease__pb2.LeaseWriteResult.SerializeToString,
+            ),
+            'UpdateStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.UpdateStream,
+                    request_deserializer=tinykube_dot_v1_dot_lease__pb2.UpdateLeaseRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_lease__pb2.LeaseWriteResult.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -346,6 +382,60 @@ class Leases:
             '/tinykube.v1.Leases/WatchBatch',
             tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
             tinykube_dot_v1_dot_lease__pb2.LeaseWatchEventBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tinykube.v1.Leases/CreateStream',
+            tinykube_dot_v1_dot_lease__pb2.CreateLeaseRequest.SerializeToString,
+            tinykube_dot_v1_dot_lease__pb2.LeaseWriteResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tinykube.v1.Leases/UpdateStream',
+            tinykube_dot_v1_dot_lease__pb2.UpdateLeaseRequest.SerializeToString,
+            tinykube_dot_v1_dot_lease__pb2.LeaseWriteResult.FromString,
             options,
             channel_credentials,
             insecure,

@@ -40,6 +40,13 @@ class LeasesStub:
     Watch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _lease_pb2.LeaseWatchEvent]
     WatchBatch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _lease_pb2.LeaseWatchEventBatch]
     """Watch with events grouped per message (what tinykube's own clients use)."""
+    CreateStream: _grpc.StreamStreamMultiCallable[_lease_pb2.CreateLeaseRequest, _lease_pb2.LeaseWriteResult]
+    """Write streams: each message is one request, run exactly as the unary method runs it
+    (authorization, in-flight limit, admission, validation, storage); one answer per message,
+    in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+    request refused does not end the stream (docs/api.md).
+    """
+    UpdateStream: _grpc.StreamStreamMultiCallable[_lease_pb2.UpdateLeaseRequest, _lease_pb2.LeaseWriteResult]
 
 @_typing.type_check_only
 class LeasesAsyncStub(LeasesStub):
@@ -52,6 +59,13 @@ class LeasesAsyncStub(LeasesStub):
     Watch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _lease_pb2.LeaseWatchEvent]  # type: ignore[assignment]
     WatchBatch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _lease_pb2.LeaseWatchEventBatch]  # type: ignore[assignment]
     """Watch with events grouped per message (what tinykube's own clients use)."""
+    CreateStream: _aio.StreamStreamMultiCallable[_lease_pb2.CreateLeaseRequest, _lease_pb2.LeaseWriteResult]  # type: ignore[assignment]
+    """Write streams: each message is one request, run exactly as the unary method runs it
+    (authorization, in-flight limit, admission, validation, storage); one answer per message,
+    in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+    request refused does not end the stream (docs/api.md).
+    """
+    UpdateStream: _aio.StreamStreamMultiCallable[_lease_pb2.UpdateLeaseRequest, _lease_pb2.LeaseWriteResult]  # type: ignore[assignment]
 
 class LeasesServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -103,5 +117,24 @@ class LeasesServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_lease_pb2.LeaseWatchEventBatch], _abc.AsyncIterator[_lease_pb2.LeaseWatchEventBatch]]:
         """Watch with events grouped per message (what tinykube's own clients use)."""
+
+    @_abc_1.abstractmethod
+    def CreateStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_lease_pb2.CreateLeaseRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_lease_pb2.LeaseWriteResult], _abc.AsyncIterator[_lease_pb2.LeaseWriteResult]]:
+        """Write streams: each message is one request, run exactly as the unary method runs it
+        (authorization, in-flight limit, admission, validation, storage); one answer per message,
+        in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+        request refused does not end the stream (docs/api.md).
+        """
+
+    @_abc_1.abstractmethod
+    def UpdateStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_lease_pb2.UpdateLeaseRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_lease_pb2.LeaseWriteResult], _abc.AsyncIterator[_lease_pb2.LeaseWriteResult]]: ...
 
 def add_LeasesServicer_to_server(servicer: LeasesServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

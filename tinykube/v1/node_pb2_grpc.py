@@ -75,6 +75,21 @@ class NodesStub:
                 request_serializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
                 response_deserializer=tinykube_dot_v1_dot_node__pb2.NodeWatchEventBatch.FromString,
                 _registered_method=True)
+        self.CreateStream = channel.stream_stream(
+                '/tinykube.v1.Nodes/CreateStream',
+                request_serializer=tinykube_dot_v1_dot_node__pb2.CreateNodeRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_node__pb2.NodeWriteResult.FromString,
+                _registered_method=True)
+        self.UpdateStream = channel.stream_stream(
+                '/tinykube.v1.Nodes/UpdateStream',
+                request_serializer=tinykube_dot_v1_dot_node__pb2.UpdateNodeRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_node__pb2.NodeWriteResult.FromString,
+                _registered_method=True)
+        self.UpdateStatusStream = channel.stream_stream(
+                '/tinykube.v1.Nodes/UpdateStatusStream',
+                request_serializer=tinykube_dot_v1_dot_node__pb2.UpdateNodeRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_node__pb2.NodeWriteResult.FromString,
+                _registered_method=True)
 
 
 class NodesServicer:
@@ -129,6 +144,28 @@ class NodesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateStream(self, request_iterator, context):
+        """Write streams: each message is one request, run exactly as the unary method runs it
+        (authorization, in-flight limit, admission, validation, storage); one answer per message,
+        in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+        request refused does not end the stream (docs/api.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateStream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateStatusStream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodesServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -171,6 +208,21 @@ def add_NodesServicer_to_server(servicer, server):
                     servicer.WatchBatch,
                     request_deserializer=tinykube_dot_v1_dot_meta__pb2.WatchRequest.FromString,
                     response_serializer=tinykube_dot_v1_dot_node__pb2.NodeWatchEventBatch.SerializeToString,
+            ),
+            'CreateStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.CreateStream,
+                    request_deserializer=tinykube_dot_v1_dot_node__pb2.CreateNodeRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_node__pb2.NodeWriteResult.SerializeToString,
+            ),
+            'UpdateStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.UpdateStream,
+                    request_deserializer=tinykube_dot_v1_dot_node__pb2.UpdateNodeRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_node__pb2.NodeWriteResult.SerializeToString,
+            ),
+            'UpdateStatusStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.UpdateStatusStream,
+                    request_deserializer=tinykube_dot_v1_dot_node__pb2.UpdateNodeRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_node__pb2.NodeWriteResult.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -389,6 +441,87 @@ class Nodes:
             '/tinykube.v1.Nodes/WatchBatch',
             tinykube_dot_v1_dot_meta__pb2.WatchRequest.SerializeToString,
             tinykube_dot_v1_dot_node__pb2.NodeWatchEventBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tinykube.v1.Nodes/CreateStream',
+            tinykube_dot_v1_dot_node__pb2.CreateNodeRequest.SerializeToString,
+            tinykube_dot_v1_dot_node__pb2.NodeWriteResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tinykube.v1.Nodes/UpdateStream',
+            tinykube_dot_v1_dot_node__pb2.UpdateNodeRequest.SerializeToString,
+            tinykube_dot_v1_dot_node__pb2.NodeWriteResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateStatusStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tinykube.v1.Nodes/UpdateStatusStream',
+            tinykube_dot_v1_dot_node__pb2.UpdateNodeRequest.SerializeToString,
+            tinykube_dot_v1_dot_node__pb2.NodeWriteResult.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,6 +41,14 @@ class NodesStub:
     Watch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _node_pb2.NodeWatchEvent]
     WatchBatch: _grpc.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _node_pb2.NodeWatchEventBatch]
     """Watch with events grouped per message (what tinykube's own clients use)."""
+    CreateStream: _grpc.StreamStreamMultiCallable[_node_pb2.CreateNodeRequest, _node_pb2.NodeWriteResult]
+    """Write streams: each message is one request, run exactly as the unary method runs it
+    (authorization, in-flight limit, admission, validation, storage); one answer per message,
+    in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+    request refused does not end the stream (docs/api.md).
+    """
+    UpdateStream: _grpc.StreamStreamMultiCallable[_node_pb2.UpdateNodeRequest, _node_pb2.NodeWriteResult]
+    UpdateStatusStream: _grpc.StreamStreamMultiCallable[_node_pb2.UpdateNodeRequest, _node_pb2.NodeWriteResult]
 
 @_typing.type_check_only
 class NodesAsyncStub(NodesStub):
@@ -54,6 +62,14 @@ class NodesAsyncStub(NodesStub):
     Watch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _node_pb2.NodeWatchEvent]  # type: ignore[assignment]
     WatchBatch: _aio.UnaryStreamMultiCallable[_meta_pb2.WatchRequest, _node_pb2.NodeWatchEventBatch]  # type: ignore[assignment]
     """Watch with events grouped per message (what tinykube's own clients use)."""
+    CreateStream: _aio.StreamStreamMultiCallable[_node_pb2.CreateNodeRequest, _node_pb2.NodeWriteResult]  # type: ignore[assignment]
+    """Write streams: each message is one request, run exactly as the unary method runs it
+    (authorization, in-flight limit, admission, validation, storage); one answer per message,
+    in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+    request refused does not end the stream (docs/api.md).
+    """
+    UpdateStream: _aio.StreamStreamMultiCallable[_node_pb2.UpdateNodeRequest, _node_pb2.NodeWriteResult]  # type: ignore[assignment]
+    UpdateStatusStream: _aio.StreamStreamMultiCallable[_node_pb2.UpdateNodeRequest, _node_pb2.NodeWriteResult]  # type: ignore[assignment]
 
 class NodesServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -112,5 +128,31 @@ class NodesServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_node_pb2.NodeWatchEventBatch], _abc.AsyncIterator[_node_pb2.NodeWatchEventBatch]]:
         """Watch with events grouped per message (what tinykube's own clients use)."""
+
+    @_abc_1.abstractmethod
+    def CreateStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_node_pb2.CreateNodeRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_node_pb2.NodeWriteResult], _abc.AsyncIterator[_node_pb2.NodeWriteResult]]:
+        """Write streams: each message is one request, run exactly as the unary method runs it
+        (authorization, in-flight limit, admission, validation, storage); one answer per message,
+        in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+        request refused does not end the stream (docs/api.md).
+        """
+
+    @_abc_1.abstractmethod
+    def UpdateStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_node_pb2.UpdateNodeRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_node_pb2.NodeWriteResult], _abc.AsyncIterator[_node_pb2.NodeWriteResult]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateStatusStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_node_pb2.UpdateNodeRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_node_pb2.NodeWriteResult], _abc.AsyncIterator[_node_pb2.NodeWriteResult]]: ...
 
 def add_NodesServicer_to_server(servicer: NodesServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

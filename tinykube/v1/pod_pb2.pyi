@@ -2971,3 +2971,46 @@ class EvictResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EvictResponse: _TypeAlias = EvictResponse  # noqa: Y015
+
+@_typing.final
+class PodWriteResult(_message.Message):
+    """The answer to one request of a write stream (CreateStream, UpdateStream, UpdateStatusStream):
+    `code` is the gRPC status code number the same unary call would have ended with (0 OK,
+    3 INVALID_ARGUMENT, 5 NOT_FOUND, 6 ALREADY_EXISTS, 7 PERMISSION_DENIED, 10 ABORTED for a
+    resourceVersion conflict, 8 RESOURCE_EXHAUSTED when the in-flight limit refused it, ...), with
+    its message; on success the object as the unary call returns it. Answers come in the order of
+    the requests. `warnings` are the admission warnings the unary call sends as trailing
+    metadata; `retryAfterMilliseconds` is the in-flight limit's retry hint (trailing metadata
+    grpc-retry-pushback-ms of the unary call).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    POD_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
+    RETRYAFTERMILLISECONDS_FIELD_NUMBER: _builtins.int
+    code: _builtins.int
+    message: _builtins.str
+    retryAfterMilliseconds: _builtins.int
+    @_builtins.property
+    def pod(self) -> Global___Pod: ...
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        code: _builtins.int = ...,
+        message: _builtins.str = ...,
+        pod: Global___Pod | None = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
+        retryAfterMilliseconds: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message", "pod", b"pod", "retryAfterMilliseconds", b"retryAfterMilliseconds", "warnings", b"warnings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PodWriteResult: _TypeAlias = PodWriteResult  # noqa: Y015

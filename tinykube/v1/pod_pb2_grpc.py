@@ -95,6 +95,21 @@ class PodsStub:
                 request_serializer=tinykube_dot_v1_dot_pod__pb2.EvictRequest.SerializeToString,
                 response_deserializer=tinykube_dot_v1_dot_pod__pb2.EvictResponse.FromString,
                 _registered_method=True)
+        self.CreateStream = channel.stream_stream(
+                '/tinykube.v1.Pods/CreateStream',
+                request_serializer=tinykube_dot_v1_dot_pod__pb2.CreatePodRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_pod__pb2.PodWriteResult.FromString,
+                _registered_method=True)
+        self.UpdateStream = channel.stream_stream(
+                '/tinykube.v1.Pods/UpdateStream',
+                request_serializer=tinykube_dot_v1_dot_pod__pb2.UpdatePodRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_pod__pb2.PodWriteResult.FromString,
+                _registered_method=True)
+        self.UpdateStatusStream = channel.stream_stream(
+                '/tinykube.v1.Pods/UpdateStatusStream',
+                request_serializer=tinykube_dot_v1_dot_pod__pb2.UpdatePodRequest.SerializeToString,
+                response_deserializer=tinykube_dot_v1_dot_pod__pb2.PodWriteResult.FromString,
+                _registered_method=True)
 
 
 class PodsServicer:
@@ -175,6 +190,28 @@ class PodsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateStream(self, request_iterator, context):
+        """Write streams: each message is one request, run exactly as the unary method runs it
+        (authorization, in-flight limit, admission, validation, storage); one answer per message,
+        in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+        request refused does not end the stream (docs/api.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateStream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateStatusStream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PodsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -237,6 +274,21 @@ def add_PodsServicer_to_server(servicer, server):
                     servicer.Evict,
                     request_deserializer=tinykube_dot_v1_dot_pod__pb2.EvictRequest.FromString,
                     response_serializer=tinykube_dot_v1_dot_pod__pb2.EvictResponse.SerializeToString,
+            ),
+            'CreateStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.CreateStream,
+                    request_deserializer=tinykube_dot_v1_dot_pod__pb2.CreatePodRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_pod__pb2.PodWriteResult.SerializeToString,
+            ),
+            'UpdateStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.UpdateStream,
+                    request_deserializer=tinykube_dot_v1_dot_pod__pb2.UpdatePodRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_pod__pb2.PodWriteResult.SerializeToString,
+            ),
+            'UpdateStatusStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.UpdateStatusStream,
+                    request_deserializer=tinykube_dot_v1_dot_pod__pb2.UpdatePodRequest.FromString,
+                    response_serializer=tinykube_dot_v1_dot_pod__pb2.PodWriteResult.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -563,6 +615,87 @@ class Pods:
             '/tinykube.v1.Pods/Evict',
             tinykube_dot_v1_dot_pod__pb2.EvictRequest.SerializeToString,
             tinykube_dot_v1_dot_pod__pb2.EvictResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tinykube.v1.Pods/CreateStream',
+            tinykube_dot_v1_dot_pod__pb2.CreatePodRequest.SerializeToString,
+            tinykube_dot_v1_dot_pod__pb2.PodWriteResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tinykube.v1.Pods/UpdateStream',
+            tinykube_dot_v1_dot_pod__pb2.UpdatePodRequest.SerializeToString,
+            tinykube_dot_v1_dot_pod__pb2.PodWriteResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateStatusStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tinykube.v1.Pods/UpdateStatusStream',
+            tinykube_dot_v1_dot_pod__pb2.UpdatePodRequest.SerializeToString,
+            tinykube_dot_v1_dot_pod__pb2.PodWriteResult.FromString,
             options,
             channel_credentials,
             insecure,

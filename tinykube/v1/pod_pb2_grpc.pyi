@@ -47,6 +47,14 @@ class PodsStub:
     UpdateStatusBatch: _grpc.UnaryUnaryMultiCallable[_pod_pb2.UpdateStatusBatchRequest, _pod_pb2.UpdateStatusBatchResponse]
     Evict: _grpc.UnaryUnaryMultiCallable[_pod_pb2.EvictRequest, _pod_pb2.EvictResponse]
     """Deletes the pod through Delete's path once its disruption budgets allow it."""
+    CreateStream: _grpc.StreamStreamMultiCallable[_pod_pb2.CreatePodRequest, _pod_pb2.PodWriteResult]
+    """Write streams: each message is one request, run exactly as the unary method runs it
+    (authorization, in-flight limit, admission, validation, storage); one answer per message,
+    in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+    request refused does not end the stream (docs/api.md).
+    """
+    UpdateStream: _grpc.StreamStreamMultiCallable[_pod_pb2.UpdatePodRequest, _pod_pb2.PodWriteResult]
+    UpdateStatusStream: _grpc.StreamStreamMultiCallable[_pod_pb2.UpdatePodRequest, _pod_pb2.PodWriteResult]
 
 @_typing.type_check_only
 class PodsAsyncStub(PodsStub):
@@ -66,6 +74,14 @@ class PodsAsyncStub(PodsStub):
     UpdateStatusBatch: _aio.UnaryUnaryMultiCallable[_pod_pb2.UpdateStatusBatchRequest, _pod_pb2.UpdateStatusBatchResponse]  # type: ignore[assignment]
     Evict: _aio.UnaryUnaryMultiCallable[_pod_pb2.EvictRequest, _pod_pb2.EvictResponse]  # type: ignore[assignment]
     """Deletes the pod through Delete's path once its disruption budgets allow it."""
+    CreateStream: _aio.StreamStreamMultiCallable[_pod_pb2.CreatePodRequest, _pod_pb2.PodWriteResult]  # type: ignore[assignment]
+    """Write streams: each message is one request, run exactly as the unary method runs it
+    (authorization, in-flight limit, admission, validation, storage); one answer per message,
+    in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+    request refused does not end the stream (docs/api.md).
+    """
+    UpdateStream: _aio.StreamStreamMultiCallable[_pod_pb2.UpdatePodRequest, _pod_pb2.PodWriteResult]  # type: ignore[assignment]
+    UpdateStatusStream: _aio.StreamStreamMultiCallable[_pod_pb2.UpdatePodRequest, _pod_pb2.PodWriteResult]  # type: ignore[assignment]
 
 class PodsServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -154,5 +170,31 @@ class PodsServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_pod_pb2.EvictResponse, _abc.Awaitable[_pod_pb2.EvictResponse]]:
         """Deletes the pod through Delete's path once its disruption budgets allow it."""
+
+    @_abc_1.abstractmethod
+    def CreateStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_pod_pb2.CreatePodRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_pod_pb2.PodWriteResult], _abc.AsyncIterator[_pod_pb2.PodWriteResult]]:
+        """Write streams: each message is one request, run exactly as the unary method runs it
+        (authorization, in-flight limit, admission, validation, storage); one answer per message,
+        in order (the requests run at once, as concurrent calls: only the answers are ordered). A
+        request refused does not end the stream (docs/api.md).
+        """
+
+    @_abc_1.abstractmethod
+    def UpdateStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_pod_pb2.UpdatePodRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_pod_pb2.PodWriteResult], _abc.AsyncIterator[_pod_pb2.PodWriteResult]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateStatusStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_pod_pb2.UpdatePodRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_pod_pb2.PodWriteResult], _abc.AsyncIterator[_pod_pb2.PodWriteResult]]: ...
 
 def add_PodsServicer_to_server(servicer: PodsServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
