@@ -290,7 +290,7 @@ class _Cached:
 @dataclass
 class _Cache:
     state: dict[bytes, Any] = field(default_factory=dict)
-    revision: int = 1
+    state_revision: int = 1
 
 
 class _NoStorage:
