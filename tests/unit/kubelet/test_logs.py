@@ -216,6 +216,9 @@ class FakeContext:
         self.code, self.details = code, details
         raise Aborted(details)
 
+    def time_remaining(self) -> float | None:
+        return None  # no deadline
+
 
 class FilesRuntime(FakeRuntime):
     """A runtime whose instances' logs are given files: `current` and `previous`."""

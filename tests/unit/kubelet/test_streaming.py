@@ -35,6 +35,9 @@ class FakeContext:
     async def abort(self, code: grpc.StatusCode, details: str, **_: Any) -> None:
         raise Aborted(code, details)
 
+    def time_remaining(self) -> float | None:
+        return None  # no deadline
+
 
 def ctx() -> Any:
     return FakeContext()

@@ -172,6 +172,9 @@ class FakeContext:
     async def abort(self, code: grpc.StatusCode, message: str) -> None:
         raise Aborted(code, message)
 
+    def time_remaining(self) -> float | None:
+        return None  # no deadline
+
 
 async def test_simulate_does_not_bind_or_perturb() -> None:
     s = sched(NodeBuilder("a"), NodeBuilder("b").taint("dedicated", "gpu"))
