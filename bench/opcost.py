@@ -2,19 +2,32 @@
 
     python bench/opcost.py --count 200                          # this checkout
     python bench/opcost.py --tree /tmp/old --tree . --count 200   # against another commit
+    python bench/opcost.py --insecure --count 200               # plaintext, nobody checked
 
 CPU seconds per request move by 10-30 % with the machine's load (a shared 2-core machine is
 rarely quiet for long), so two commits compared by time need a quiet hour. The number of
 instructions the apiserver executes per request hardly moves: this script runs one apiserver
-(`--insecure`, from `--tree` through PYTHONPATH, so an older commit's `git archive` runs with
-this venv) under `valgrind --tool=callgrind` beside a plain etcd, and a driver process (this
-file with `--drive`, using the tree's own client) sends one kind of request at a time, one
-after another (no concurrency: no batching, so the count is the same every run):
+(from `--tree` through PYTHONPATH, so an older commit's `git archive` runs with this venv)
+under `valgrind --tool=callgrind` beside an etcd, and a driver process (this file with
+`--drive`, using the tree's own client) sends one kind of request at a time, one after another
+(no concurrency: no batching, so the count is the same every run).
 
-- `create`: Pod Create, the harness's pod (requests, a scheduler nobody serves);
-- `bind`: Pod Bind to a node, one pod per call;
-- `status`: Pod UpdateStatus to Running, as a kubelet reports a started pod;
-- `lease`: Lease Update in kube-node-lease (renewTime), as a kubelet's heartbeat.
+By default the apiserver runs as `tinykube up` runs it: TLS on its gRPC port and on its etcd
+link (certificates from tinykube.pki's `cluster_specs`, issued into the run's temporary
+directory), every request authenticated by its client certificate and authorized by
+Node,RBAC, with NodeRestriction admission. Each phase's requests come from the identity that
+sends them in a cluster:
+
+- `create`: Pod Create, the harness's pod (requests, a scheduler nobody serves), as
+  `system:kube-controller-manager` (the ReplicaSet controller's user; RBAC decides);
+- `bind`: Pod Bind to a node, one pod per call, as `system:kube-scheduler` (RBAC);
+- `status`: Pod UpdateStatus to Running, as the node's kubelet reports a started pod:
+  `system:node:node-0` in `system:nodes` (the Node authorizer and NodeRestriction);
+- `lease`: Lease Update in kube-node-lease (renewTime), as each of 50 kubelets' heartbeat:
+  `system:node:node-<i>` renews its own Lease over its own connection.
+
+`--insecure` runs it plaintext with nothing checked (every request anonymous), for comparison;
+the request stream is the same.
 
 Before each phase the counters are zeroed (`callgrind_control --zero`), after it dumped
 (`--dump`); a phase's instructions over its requests is the figure, for every thread of the
@@ -30,6 +43,7 @@ import asyncio
 import datetime
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,7 +59,22 @@ LEASES = 50
 # ---- the driver (runs with the tree under test on PYTHONPATH) ---------------------------------
 
 
-async def drive(address: str, count: int) -> None:
+def _credentials(entry: list[str] | None) -> Any:
+    """The tree's Credentials from [ca, cert, key] file paths (None: plaintext)."""
+    from tinykube.tls import PLAINTEXT, Credentials
+
+    if entry is None:
+        return PLAINTEXT
+    ca, cert, key = entry
+    return Credentials.from_files(ca_file=ca, cert_file=cert, key_file=key)
+
+
+async def drive(address: str, count: int, identities: dict[str, Any]) -> None:
+    """Send the phases' requests; `identities` names each sender's certificate files
+    ({"admin", "creator", "binder": [ca, cert, key], "nodes": [[ca, cert, key], ...]}) or is
+    empty (--insecure: one plaintext client sends everything)."""
+    from contextlib import AsyncExitStack
+
     from google.protobuf import json_format
 
     from tinykube.client import Client
@@ -61,12 +90,31 @@ async def drive(address: str, count: int) -> None:
 
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    async with Client(address, timeout=600.0) as client:
+    async with AsyncExitStack() as stack:
+        clients: dict[str, Any] = {}
+
+        async def client_of(name: str, entry: list[str] | None) -> Any:
+            if name not in clients:
+                made = Client(address, timeout=600.0, credentials=_credentials(entry))
+                clients[name] = await stack.enter_async_context(made)
+            return clients[name]
+
+        def node_entry(i: int) -> list[str] | None:
+            return identities["nodes"][i] if identities else None
+
+        def who(role: str) -> tuple[str, list[str] | None]:
+            # --insecure: one client for everything, as before.
+            return (role, identities[role]) if identities else ("plain", None)
+
+        admin = await client_of(*who("admin"))
+        creator = await client_of(*who("creator"))
+        binder = await client_of(*who("binder"))
+        kubelet = await client_of("node-0" if identities else "plain", node_entry(0))
         node = node_pb2.Node(apiVersion="v1", kind="Node")
         node.metadata.name = "node-0"
         for resources in (node.status.capacity, node.status.allocatable):
             resources.update({"cpu": "64", "memory": "256Gi", "pods": "110000"})
-        await client.nodes.create(node)
+        await admin.nodes.create(node)
         pods: list[Any] = []
         wait_for_go("create")
         for i in range(count):
@@ -77,15 +125,15 @@ async def drive(address: str, count: int) -> None:
             c = pod.spec.containers.add(name="c", image="registry.k8s.io/pause:3.10")
             c.resources.requests["cpu"] = "100m"
             c.resources.requests["memory"] = "500Mi"
-            pods.append(await client.pods.create(pod))
+            pods.append(await creator.pods.create(pod))
         done("create")
 
         wait_for_go("bind")
         for pod in pods:
-            await client.bind("default", pod.metadata.name, "node-0", pod.metadata.uid)
+            await binder.bind("default", pod.metadata.name, "node-0", pod.metadata.uid)
         done("bind")
 
-        current = [await client.pods.get(p.metadata.name, "default") for p in pods]
+        current = [await kubelet.pods.get(p.metadata.name, "default") for p in pods]
         wait_for_go("status")
         # As JSON, so fields an older tree's PodStatus lacks are left out.
         status = {
@@ -114,23 +162,28 @@ async def drive(address: str, count: int) -> None:
         }
         for pod in current:
             json_format.ParseDict(status, pod.status, ignore_unknown_fields=True)
-            await client.pods.update_status(pod)
+            await kubelet.pods.update_status(pod)
         done("status")
 
         leases = []
+        heartbeats = []
         for i in range(LEASES):
+            # Each node renews its own Lease over its own connection (NodeRestriction lets a
+            # node write only the Lease named after it).
+            beat = await client_of(f"node-{i}" if identities else "plain", node_entry(i))
             lease = lease_pb2.Lease(apiVersion="coordination.k8s.io/v1", kind="Lease")
             lease.metadata.name, lease.metadata.namespace = f"node-{i}", "kube-node-lease"
             lease.spec.holderIdentity = f"node-{i}"
             lease.spec.leaseDurationSeconds = 40
             lease.spec.renewTime.FromDatetime(now)
-            leases.append(await client.leases.create(lease))
+            leases.append(await beat.leases.create(lease))
+            heartbeats.append(beat)
         wait_for_go("lease")
         for i in range(count):
             lease = leases[i % LEASES]
             renewed = now + datetime.timedelta(seconds=10 * (i // LEASES + 1))
             lease.spec.renewTime.FromDatetime(renewed)
-            leases[i % LEASES] = await client.leases.update(lease)
+            leases[i % LEASES] = await heartbeats[i % LEASES].leases.update(lease)
         done("lease")
 
 
@@ -155,8 +208,56 @@ def _callgrind_control(*args: str) -> None:
     subprocess.run(["callgrind_control", *args], check=True, capture_output=True)
 
 
+def _security(work: Path) -> tuple[Any, list[str], dict[str, Any], Any]:
+    """`tinykube up`'s certificates for this run: etcd's TLS, the apiserver's flags (as
+    tinykube.launcher's `security_args`), the driver's identities and the parent's (admin)
+    credentials."""
+    from tinykube.localetcd import EtcdTLS
+    from tinykube.pki import PKI, cluster_specs
+    from tinykube.tls import Credentials
+
+    pki = PKI(work / "pki")
+    nodes = [f"node-{i}" for i in range(LEASES)]
+    # The nodes' serving certificates are for their kubelet ports, which nothing dials here.
+    pki.ensure_all([s for s in cluster_specs(nodes) if not s.name.endswith("-serving")])
+    pki.ensure_service_account_key()
+    ca = str(pki.ca_cert_path)
+    server, peer = pki.paths("etcd-server"), pki.paths("etcd-peer")
+    etcd_tls = EtcdTLS(str(server.cert), str(server.key), ca, str(peer.cert), str(peer.key))
+    api, etcd_client = pki.paths("apiserver"), pki.paths("apiserver-etcd-client")
+    kubelet_client = pki.paths("apiserver-kubelet-client")
+    flags = ["--tls-cert-file", str(api.cert), "--tls-private-key-file", str(api.key)]
+    flags += ["--client-ca-file", ca, "--etcd-cafile", ca]
+    flags += ["--etcd-certfile", str(etcd_client.cert), "--etcd-keyfile", str(etcd_client.key)]
+    flags += ["--kubelet-client-certificate", str(kubelet_client.cert)]
+    flags += ["--kubelet-client-key", str(kubelet_client.key)]
+    flags += ["--kubelet-certificate-authority", ca]
+    flags += ["--service-account-key-file", str(pki.service_account_pub_path)]
+    flags += ["--service-account-signing-key-file", str(pki.service_account_key_path)]
+
+    def entry(name: str) -> list[str]:
+        paths = pki.paths(name)
+        return [ca, str(paths.cert), str(paths.key)]
+
+    identities = {
+        "admin": entry("admin"),  # system:masters: the Node object
+        "creator": entry("controller-manager"),  # the ReplicaSet controller's user
+        "binder": entry("scheduler"),
+        "nodes": [entry(f"kubelet-{node}") for node in nodes],
+    }
+    admin = pki.paths("admin")
+    parent = Credentials.from_files(ca_file=ca, cert_file=str(admin.cert), key_file=str(admin.key))
+    return etcd_tls, flags, identities, parent
+
+
 def one_run(
-    tree: Path, count: int, valgrind: bool = True, cprofile: Path | None = None
+    tree: Path,
+    count: int,
+    valgrind: bool = True,
+    cprofile: Path | None = None,
+    *,
+    insecure: bool = False,
+    keep: bool = False,
 ) -> dict[str, Any]:
     sys.path.insert(0, str(HERE))
     from tinykube.health import wait_healthy
@@ -164,7 +265,12 @@ def one_run(
     from tinykube.tls import PLAINTEXT
 
     work = Path(tempfile.mkdtemp(prefix="tinykube-opcost-"))
-    etcd = EtcdServer(str(work / "etcd"), die_with_parent=True)
+    if insecure:
+        etcd_tls, security, identities, parent = None, ["--insecure"], {}, PLAINTEXT
+    else:
+        etcd_tls, security, identities, parent = _security(work)
+    (work / "identities.json").write_text(json.dumps(identities))
+    etcd = EtcdServer(str(work / "etcd"), die_with_parent=True, tls=etcd_tls)
     etcd.start()
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
     port = free_port()
@@ -177,20 +283,33 @@ def one_run(
     cmd += [sys.executable]
     if cprofile is not None:
         cprofile.mkdir(parents=True, exist_ok=True)
-        cmd += ["-m", "cProfile", "-o", str(cprofile / f"{tree.name}.pstats")]
-    cmd += ["-m", "apiserver", "--etcd-servers", etcd.endpoint]
-    cmd += ["--bind-address", f"127.0.0.1:{port}", "--rest-port", "-1", "--insecure"]
+        mode = "insecure" if insecure else "tls"
+        cmd += ["-m", "cProfile", "-o", str(cprofile / f"{tree.name}-{mode}.pstats")]
+    cmd += ["-m", "apiserver", "--etcd-servers", etcd.url]
+    cmd += ["--bind-address", f"127.0.0.1:{port}", "--rest-port", "-1", *security]
     # No periodic work of its own during a phase: compaction off.
     cmd += ["--compaction-interval", "0"]
     with open(work / "apiserver.log", "wb") as log:
         api = subprocess.Popen(cmd, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
     driver: subprocess.Popen[str] | None = None
-    result: dict[str, Any] = {"tree": str(tree), "count": count, "nproc": os.cpu_count()}
+    result: dict[str, Any] = {
+        "tree": str(tree),
+        "count": count,
+        "nproc": os.cpu_count(),
+        "security": "insecure" if insecure else "tls+Node,RBAC",
+    }
     try:
         address = f"127.0.0.1:{port}"
-        wait_healthy(address, 900, alive=lambda: api.poll() is None, credentials=PLAINTEXT)
+        wait_healthy(address, 900, alive=lambda: api.poll() is None, credentials=parent)
         driver = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--drive", address, str(count)],
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--drive",
+                address,
+                str(count),
+                str(work / "identities.json"),
+            ],
             cwd=tree,
             env=env,
             stdin=subprocess.PIPE,
@@ -228,7 +347,8 @@ def one_run(
                 "instructions_per_request": round(instructions / count),
                 "seconds_under_callgrind": seconds,
             }
-            print(f"{tree.name} {phase}: {instructions / count / 1e6:.2f} M/request",
+            print(f"{tree.name} {result['security']} {phase}: "
+                  f"{instructions / count / 1e6:.2f} M/request",
                   file=sys.stderr, flush=True)  # fmt: skip
         driver.wait(60)
         return result
@@ -242,11 +362,16 @@ def one_run(
             api.kill()
             api.wait()
         etcd.stop()
+        if keep:
+            print(f"kept {work}", file=sys.stderr, flush=True)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> int:
-    if len(sys.argv) == 4 and sys.argv[1] == "--drive":
-        asyncio.run(drive(sys.argv[2], int(sys.argv[3])))
+    if len(sys.argv) == 5 and sys.argv[1] == "--drive":
+        identities = json.loads(Path(sys.argv[4]).read_text())
+        asyncio.run(drive(sys.argv[2], int(sys.argv[3]), identities))
         return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--tree", type=Path, action="append", default=[], help="checkouts to run")
@@ -263,12 +388,25 @@ def main() -> int:
         help="run the apiserver under cProfile (no valgrind), writing DIR/<tree>.pstats: "
         "call counts per function are exact, so two trees' counts show what a request does more",
     )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plaintext apiserver and etcd, nothing authenticated or authorized (as "
+        "`tinykube up --insecure`), to compare with the default (TLS, Node,RBAC)",
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep each run's directory (callgrind dumps for callgrind_annotate, the "
+        "apiserver's log); by default it is removed",
+    )
     a = p.parse_args()
     trees = [t.resolve() for t in a.tree] or [HERE]
     for _ in range(a.runs):
         for tree in trees:
             valgrind = not (a.no_valgrind or a.cprofile)
-            print(json.dumps(one_run(tree, a.count, valgrind, a.cprofile)), flush=True)
+            result = one_run(tree, a.count, valgrind, a.cprofile, insecure=a.insecure, keep=a.keep)
+            print(json.dumps(result), flush=True)
     return 0
 
 
