@@ -44,6 +44,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -204,6 +205,46 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _signal_profiler(pid: int, work: Path, expect: str) -> None:
+    """Toggle the apiserver's profiler (`profiled`) and wait until it says it did."""
+    log = work / "apiserver.log"
+    seen = log.read_text(errors="replace").count(f"opcost: profile {expect}")
+    os.kill(pid, signal.SIGUSR1)
+    deadline = time.monotonic() + 120
+    while log.read_text(errors="replace").count(f"opcost: profile {expect}") == seen:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the apiserver's profiler never said {expect!r}")
+        time.sleep(0.1)
+
+
+def profiled(prefix: str, argv: list[str]) -> int:
+    """The apiserver (`python -m apiserver argv`) with a cProfile of its event loop's thread
+    per phase: SIGUSR1 starts a profile, the next one writes it to `<prefix>-<phase>.pstats`
+    (phases in `PHASES` order), so each phase's call counts are its own."""
+    import cProfile
+
+    from apiserver.__main__ import main as apiserver_main
+
+    current: list[cProfile.Profile] = []
+    phases = list(PHASES)
+
+    def toggle(signum: int, frame: Any) -> None:
+        if current:
+            profile = current.pop()
+            profile.disable()
+            phase = phases.pop(0)
+            profile.dump_stats(f"{prefix}-{phase}.pstats")
+            print(f"opcost: profile dumped {phase}", flush=True)
+        else:
+            profile = cProfile.Profile()
+            current.append(profile)
+            print("opcost: profile started", flush=True)
+            profile.enable()
+
+    signal.signal(signal.SIGUSR1, toggle)
+    return apiserver_main(argv)
+
+
 def _callgrind_control(*args: str) -> None:
     subprocess.run(["callgrind_control", *args], check=True, capture_output=True)
 
@@ -282,10 +323,14 @@ def one_run(
         cmd = []
     cmd += [sys.executable]
     if cprofile is not None:
+        # One profile per phase: SIGUSR1 starts one, the next dumps it (`profiled`).
         cprofile.mkdir(parents=True, exist_ok=True)
         mode = "insecure" if insecure else "tls"
-        cmd += ["-m", "cProfile", "-o", str(cprofile / f"{tree.name}-{mode}.pstats")]
-    cmd += ["-m", "apiserver", "--etcd-servers", etcd.url]
+        prefix = str(cprofile / f"{tree.name}-{mode}")
+        cmd += [str(Path(__file__).resolve()), "--profiled", prefix, "--"]
+    else:
+        cmd += ["-m", "apiserver"]
+    cmd += ["--etcd-servers", etcd.url]
     cmd += ["--bind-address", f"127.0.0.1:{port}", "--rest-port", "-1", *security]
     # No periodic work of its own during a phase: compaction off.
     cmd += ["--compaction-interval", "0"]
@@ -325,6 +370,8 @@ def one_run(
                 raise SystemExit(f"driver: expected 'ready {phase}', got {line!r}")
             if valgrind:
                 _callgrind_control("--zero", str(api.pid))
+            if cprofile is not None:
+                _signal_profiler(api.pid, work, "started")
             began, cpu = time.monotonic(), _cpu_seconds(api.pid)
             driver.stdin.write("go\n")
             driver.stdin.flush()
@@ -332,6 +379,8 @@ def one_run(
             if line != f"done {phase}":
                 raise SystemExit(f"driver: expected 'done {phase}', got {line!r}")
             seconds = round(time.monotonic() - began, 1)
+            if cprofile is not None:
+                _signal_profiler(api.pid, work, f"dumped {phase}")
             if not valgrind:
                 used = _cpu_seconds(api.pid) - cpu
                 result[phase] = {
@@ -369,6 +418,8 @@ def one_run(
 
 
 def main() -> int:
+    if len(sys.argv) > 3 and sys.argv[1] == "--profiled" and sys.argv[3] == "--":
+        return profiled(sys.argv[2], sys.argv[4:])
     if len(sys.argv) == 5 and sys.argv[1] == "--drive":
         identities = json.loads(Path(sys.argv[4]).read_text())
         asyncio.run(drive(sys.argv[2], int(sys.argv[3]), identities))
@@ -385,8 +436,9 @@ def main() -> int:
     p.add_argument(
         "--cprofile",
         type=Path,
-        help="run the apiserver under cProfile (no valgrind), writing DIR/<tree>.pstats: "
-        "call counts per function are exact, so two trees' counts show what a request does more",
+        help="run the apiserver under cProfile (no valgrind), writing one profile per phase, "
+        "DIR/<tree>-<tls|insecure>-<phase>.pstats: call counts per function are exact, so two "
+        "trees' counts show what a request does more",
     )
     p.add_argument(
         "--insecure",
