@@ -296,8 +296,11 @@ class PodStrategy(Strategy[pod_pb2.Pod]):
         default_pod_spec(obj.spec, self.default_grace_seconds)
 
     def default(self, obj: pod_pb2.Pod, now: datetime) -> None:
-        obj.status.phase = "Pending"
         default_pod_spec(obj.spec, self.default_grace_seconds)
+        self.default_created(obj, now)
+
+    def default_created(self, obj: pod_pb2.Pod, now: datetime) -> None:
+        obj.status.phase = "Pending"
         podmutation.prepare_pod_for_create(obj, now)
 
     def on_update(self, new: pod_pb2.Pod, old: pod_pb2.Pod) -> None:
