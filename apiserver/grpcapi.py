@@ -39,7 +39,7 @@ from apiserver.flowcontrol import (
     Limiter,
     RequestInfo,
 )
-from apiserver.grpcattributes import grpc_attributes
+from apiserver.grpcattributes import attributes_for
 from apiserver.metrics import Metrics
 from apiserver.namespacestore import NamespaceStore
 from apiserver.podstore import PodStore
@@ -398,11 +398,12 @@ def _enforced(
     (PERMISSION_DENIED) before it runs. The identity is passed on to `inner` (a third argument)
     for the request context the resource layer's NodeRestriction and escalation check read."""
     identify, check = enforcer.grpc_identity, enforcer.check
+    attributes = attributes_for(method)
 
     async def enforced(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         identity = identify(context)
         if request.__class__ is not Undecodable:  # the handler answers that one (400)
-            for attrs in grpc_attributes(method, request):
+            for attrs in attributes(request):
                 check(identity, attrs)
         return await inner(request, context, identity)
 

@@ -586,6 +586,8 @@ class WatchCache:
         self.listeners: list[Callable[[CacheEvent | None], None]] = []
         # Registered watchers that get one event per message (plain Watch).
         self.plain_watchers = 0
+        # The kind's events counter (a label lookup takes a lock and hashes a tuple).
+        self._events_applied = metrics.watch_cache_events.labels(kind)
 
     # ---- keeping in sync -------------------------------------------------------------------
 
@@ -704,7 +706,7 @@ class WatchCache:
         if events:
             self.event_revision = max(self.event_revision, events[-1].revision)
         decode = self.codec.decode
-        self.metrics.watch_cache_events.labels(self.kind).inc(len(events))
+        self._events_applied.inc(len(events))
         for ev in events:
             prev = self.state.get(ev.key)
             if ev.type == EVENT_DELETE:
