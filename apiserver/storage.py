@@ -77,8 +77,10 @@ _CHANNEL_OPTIONS = (
 # Multiple members: round_robin over every connected one (pick_first would stay on a member
 # that is up but has lost its quorum).
 _CLUSTER_OPTIONS = (("grpc.lb_policy_name", "round_robin"),)
-# etcd's rpctypes.MetadataRequireLeaderKey / MetadataHasLeader.
-REQUIRE_LEADER = (("hasleader", "true"),)
+# etcd's rpctypes.MetadataRequireLeaderKey / MetadataHasLeader. Built once as grpc.aio's
+# Metadata: a tuple is converted on every call (an ABC check and an OrderedDict per request).
+# Calls only read it.
+REQUIRE_LEADER = grpc.aio.Metadata(("hasleader", "true"))
 # Seconds one write attempt may take before it is sent again (see the module docstring;
 # --etcd-write-attempt-timeout).
 WRITE_ATTEMPT_TIMEOUT = 2.0

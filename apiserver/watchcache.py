@@ -399,18 +399,18 @@ class CacheEvent:
 
     def resident(self) -> int:
         """The event's bytes: its object's and each encoding made for watchers so far."""
-        return len(self.cur.data) + sum(
-            len(b)
-            for b in (
-                self._main,
-                self._added,
-                self._deleted_prev,
-                self._main_json,
-                self._added_json,
-                self._deleted_prev_json,
-            )
-            if b is not None
-        )
+        total = len(self.cur.data)
+        for b in (
+            self._main,
+            self._added,
+            self._deleted_prev,
+            self._main_json,
+            self._added_json,
+            self._deleted_prev_json,
+        ):
+            if b is not None:
+                total += len(b)
+        return total
 
     def main_bytes(self) -> bytes:
         if self._main is None:
