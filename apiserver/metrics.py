@@ -83,6 +83,7 @@ class LoopHistogram(Histogram):
             super().observe(amount)
             raise
 
+
 _LATENCY_BUCKETS = (
     0.0005,
     0.001,

@@ -31,6 +31,7 @@ from apiserver.validation import (
     validate_pod_spec,
 )
 from tinykube.errors import FieldError
+from tinykube.protowire import each
 from tinykube.v1 import pod_pb2
 
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
@@ -58,7 +59,7 @@ def validate_pod_status(pod: pod_pb2.Pod) -> list[FieldError]:
     errs: list[FieldError] = []
     if pod.status.phase not in POD_PHASES:
         errs.append(unsupported("status.phase", pod.status.phase, POD_PHASES))
-    errs.extend(validate_conditions("status.conditions", pod.status.conditions))
+    errs.extend(validate_conditions("status.conditions", each(pod.status.conditions)))
     return errs
 
 
