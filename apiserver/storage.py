@@ -57,6 +57,7 @@ from tinykube.errors import (
     TinykubeError,
     UnavailableError,
 )
+from tinykube.protowire import each
 from tinykube.tls import PLAINTEXT, Credentials
 
 T = TypeVar("T")
@@ -341,7 +342,7 @@ class Storage:
         )
         resp = await self._range("list", req)
         return ListResult(
-            [_kv(kv) for kv in resp.kvs],
+            [_kv(kv) for kv in each(resp.kvs)],
             int(resp.header.revision),
             bool(resp.more),
             int(resp.count),
@@ -683,7 +684,7 @@ class EtcdWatch:
                         bytes(ev.kv.value),
                         int(ev.kv.mod_revision),
                     )
-                    for ev in resp.events
+                    for ev in each(resp.events)
                 ]
                 yield events, int(resp.header.revision), False, resp.watch_id >= 0
         except grpc.aio.AioRpcError as exc:
