@@ -29,7 +29,7 @@ sends them in a cluster:
 `--insecure` runs it plaintext with nothing checked (every request anonymous), for comparison;
 the request stream is the same.
 
-Before each phase the apiserver is let settle (under 3 % of a CPU for 3 s: under callgrind it
+Before each phase the apiserver is let settle (under 15 % of a CPU for 3 s: under callgrind it
 reconciles the bootstrap RBAC policy for minutes after it reports healthy), and each
 identity's first requests are made (and retried until they succeed) before the first phase.
 Then the counters are zeroed (`callgrind_control --zero`), and after the phase dumped
@@ -262,15 +262,16 @@ def _dump_instructions(pid: int, work: Path) -> int:
     return _summary(dump)
 
 
-def _settle(pid: int, quiet: float = 0.03, seconds: float = 3.0, limit: float = 1200) -> None:
-    """Wait until the apiserver has used under `quiet` of a CPU for `seconds` in a row."""
+def _settle(pid: int, quiet: float = 0.15, seconds: float = 3.0, limit: float = 300) -> None:
+    """Wait until the apiserver has used under `quiet` of a CPU for `seconds` in a row (an
+    idle apiserver under callgrind, instrumenting, takes about 5 %), at most `limit`."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         cpu = _cpu_seconds(pid)
         time.sleep(seconds)
         if _cpu_seconds(pid) - cpu < quiet * seconds:
             return
-    raise SystemExit(f"the apiserver never went quiet within {limit:g}s")
+    print(f"opcost: the apiserver was still busy after {limit:g}s", file=sys.stderr, flush=True)
 
 
 def _signal_profiler(pid: int, work: Path, expect: str) -> None:
