@@ -43,7 +43,7 @@ from apiserver.flowcontrol import (
     Limiter,
     RequestInfo,
 )
-from apiserver.grpcattributes import grpc_attributes
+from apiserver.grpcattributes import attributes_for
 from apiserver.metrics import Metrics
 from apiserver.namespacestore import NamespaceStore
 from apiserver.podstore import PodStore
@@ -378,6 +378,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         the retry hint), run, counted and timed under `short` ("Pods/CreateStream")."""
         method, handle = stream.method, stream.handle
         enforcer, limiter = self.enforcer, self.limiter
+        attributes = attributes_for(method)
         request_info = _request_info(method) if limiter is not None else None
         count = self._counter
         duration = self._histogram(short)
@@ -401,7 +402,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                 seat = None
                 try:
                     if check is not None and request.__class__ is not Undecodable:
-                        for attrs in grpc_attributes(method, request):
+                        for attrs in attributes(request):
                             check(identity, attrs)  # type: ignore[arg-type]
                     if limiter is not None and request_info is not None:
                         info = request_info(request)
@@ -506,11 +507,12 @@ def _enforced(
     (PERMISSION_DENIED) before it runs. The identity is passed on to `inner` (a third argument)
     for the request context the resource layer's NodeRestriction and escalation check read."""
     identify, check = enforcer.grpc_identity, enforcer.check
+    attributes = attributes_for(method)
 
     async def enforced(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         identity = identify(context)
         if request.__class__ is not Undecodable:  # the handler answers that one (400)
-            for attrs in grpc_attributes(method, request):
+            for attrs in attributes(request):
                 check(identity, attrs)
         return await inner(request, context, identity)
 

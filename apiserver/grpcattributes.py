@@ -31,6 +31,7 @@ caller decides (health checks are open to everyone). Pure functions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from apiserver.auth.authorizer import Attributes, selected_name
@@ -115,57 +116,81 @@ def grpc_api_group(method: str) -> str:
 
 def grpc_attributes(method: str, request: Any) -> tuple[Attributes, ...]:
     """The attributes to authorize for one call (empty: not a resource request)."""
+    return attributes_for(method)(request)
+
+
+def _none(request: Any) -> tuple[Attributes, ...]:
+    return ()
+
+
+def attributes_for(method: str) -> Callable[[Any], tuple[Attributes, ...]]:
+    """`grpc_attributes` of `method` as a function of the request alone: what depends on the
+    method only (its kind, verb, which fields name the object) is looked up once, which the
+    gRPC front end does per method when it wraps its handler, not per call."""
     service, name = _split(method)
     if service == CUSTOM_RESOURCES:
-        return _custom_attributes(name, request)
+        return lambda request: _custom_attributes(name, request)
     info = _BY_SERVICE.get(service)
     verbs = METHOD_VERBS.get(name)
     if info is None or verbs is None:
-        return ()
+        return _none
     verb, sub = verbs
     plural, group, namespaced = info.plural, info.group, info.namespaced
     if name.endswith(_STREAM_SUFFIX):
         name = name[: -len(_STREAM_SUFFIX)]  # one message of a write stream: its unary request
     if name in ("List", "Watch", "WatchBatch"):
-        selector = request.fieldSelector
-        return (
-            Attributes(
-                verb,
-                plural,
-                group,
-                sub,
-                request.namespace if namespaced else "",
-                selected_name(selector),
-                True,
-                "",
-                selector,
-            ),
-        )
-    if name in ("Get", "Delete"):
-        namespace, obj_name = request.namespace, request.name
-    elif name == "Create":
-        namespace, obj_name = getattr(request, info.request_field).metadata.namespace, ""
-    elif name in ("Update", "UpdateStatus", "Finalize"):
-        meta = getattr(request, info.request_field).metadata
-        namespace, obj_name = meta.namespace, meta.name
-    elif name == "Bind":
-        meta = request.binding.metadata
-        namespace, obj_name = meta.namespace, meta.name
-    elif name in ("BindBatch", "UpdateStatusBatch"):
-        seen: dict[tuple[str, str], Attributes] = {}
-        items = request.bindings if name == "BindBatch" else request.pods
-        for item in items:
-            key = (
-                (item.metadata.namespace or "default") if namespaced else "",
-                item.metadata.name,
+
+        def listing(request: Any) -> tuple[Attributes, ...]:
+            selector = request.fieldSelector
+            return (
+                Attributes(
+                    verb,
+                    plural,
+                    group,
+                    sub,
+                    request.namespace if namespaced else "",
+                    selected_name(selector),
+                    True,
+                    "",
+                    selector,
+                ),
             )
-            if key not in seen:
-                seen[key] = Attributes(verb, plural, group, sub, key[0], key[1])
-        return tuple(seen.values())
-    else:  # Evict
-        meta = request.eviction.metadata
-        namespace, obj_name = meta.namespace, meta.name
-    namespace = (namespace or "default") if namespaced else ""
-    if info.kind == NAMESPACE.kind:
-        namespace = obj_name
-    return (Attributes(verb, plural, group, sub, namespace, obj_name),)
+
+        return listing
+    if name in ("BindBatch", "UpdateStatusBatch"):
+        items_field = "bindings" if name == "BindBatch" else "pods"
+
+        def batch(request: Any) -> tuple[Attributes, ...]:
+            seen: dict[tuple[str, str], Attributes] = {}
+            for item in getattr(request, items_field):
+                key = (
+                    (item.metadata.namespace or "default") if namespaced else "",
+                    item.metadata.name,
+                )
+                if key not in seen:
+                    seen[key] = Attributes(verb, plural, group, sub, key[0], key[1])
+            return tuple(seen.values())
+
+        return batch
+    is_namespace = info.kind == NAMESPACE.kind
+
+    def one(namespace: str, obj_name: str) -> tuple[Attributes, ...]:
+        namespace = (namespace or "default") if namespaced else ""
+        if is_namespace:
+            namespace = obj_name
+        return (Attributes(verb, plural, group, sub, namespace, obj_name),)
+
+    if name in ("Get", "Delete"):
+        return lambda request: one(request.namespace, request.name)
+    if name == "Create":
+        field = info.request_field
+        return lambda request: one(getattr(request, field).metadata.namespace, "")
+    # The object's own metadata names it: Update, UpdateStatus, Finalize (the kind's request
+    # field), Bind (the Binding), Evict (the Eviction).
+    field = {"Bind": "binding", "Evict": "eviction"}.get(name, info.request_field)
+
+    def named(request: Any) -> tuple[Attributes, ...]:
+        meta = getattr(request, field).metadata
+        return one(meta.namespace, meta.name)
+
+    return named

@@ -2,11 +2,87 @@
 
 Each `APIServer` owns a `Metrics` (several run in one test process, so nothing is registered in
 the global default registry); `__main__` serves `metrics.registry` over HTTP.
+
+The counters and histograms every request touches (about six updates per write) are
+prometheus_client's with their values' mutexes taken out (`LoopCounter`, `LoopHistogram`):
+prometheus_client takes a lock per value and walks the buckets in Python, about 2 µs an
+increment and 4 µs an observation, several percent of a Pod Create's CPU. Only the event loop's
+thread updates them; the metrics server's thread reads them, as it reads any Python float (a
+scrape may see one request's updates half applied, as it may with prometheus_client's own
+per-value locks). What they expose is prometheus_client's, sample for sample.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class _LoopValue:
+    """A metric value without a mutex (prometheus_client's MutexValue's interface)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float) -> None:
+        self.value += amount
+
+    def set(self, value: float, timestamp: float | None = None) -> None:
+        self.value = value
+
+    def set_exemplar(self, exemplar: Any) -> None:
+        pass
+
+    def get(self) -> float:
+        return self.value
+
+    def get_exemplar(self) -> None:
+        return None
+
+
+class LoopCounter(Counter):
+    """A Counter updated from the event loop's thread only (see the module docstring)."""
+
+    def _metric_init(self) -> None:
+        super()._metric_init()
+        self._value: Any = _LoopValue()
+
+    def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
+        if amount < 0 or exemplar:
+            super().inc(amount, exemplar)  # refuses, or keeps the exemplar
+            return
+        try:
+            self._value.value += amount
+        except AttributeError:  # a labelled parent: prometheus_client's error
+            super().inc(amount)
+            raise
+
+
+class LoopHistogram(Histogram):
+    """A Histogram updated from the event loop's thread only (see the module docstring)."""
+
+    def _metric_init(self) -> None:
+        super()._metric_init()
+        self._sum: Any = _LoopValue()
+        self._buckets: Any = [_LoopValue() for _ in self._upper_bounds]
+        self._bounds = tuple(self._upper_bounds)
+
+    def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
+        if exemplar:
+            super().observe(amount, exemplar)
+            return
+        try:
+            # The first bound at or above the amount: its bucket (the last is +Inf).
+            self._buckets[bisect_left(self._bounds, amount)].value += 1
+            self._sum.value += amount
+        except AttributeError:  # a labelled parent: prometheus_client's error
+            super().observe(amount)
+            raise
+
 
 _LATENCY_BUCKETS = (
     0.0005,
@@ -30,13 +106,13 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.requests = Counter(
+        self.requests = LoopCounter(
             "apiserver_request_total",
             "gRPC requests by method and status code.",
             ["method", "code"],
             registry=r,
         )
-        self.request_duration = Histogram(
+        self.request_duration = LoopHistogram(
             "apiserver_request_duration_seconds",
             "gRPC request latency by method (for Watch: until the stream is set up).",
             ["method"],
@@ -55,13 +131,13 @@ class Metrics:
             ["kind", "reason"],
             registry=r,
         )
-        self.etcd_requests = Counter(
+        self.etcd_requests = LoopCounter(
             "apiserver_etcd_requests_total",
             "Requests sent to etcd by operation and result.",
             ["operation", "result"],
             registry=r,
         )
-        self.etcd_request_duration = Histogram(
+        self.etcd_request_duration = LoopHistogram(
             "apiserver_etcd_request_duration_seconds",
             "etcd request latency by operation.",
             ["operation"],
@@ -80,19 +156,19 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-        self.watch_cache_events = Counter(
+        self.watch_cache_events = LoopCounter(
             "apiserver_watch_cache_events_total",
             "Events received from etcd by the watch cache, by kind.",
             ["kind"],
             registry=r,
         )
-        self.watch_events_sent = Counter(
+        self.watch_events_sent = LoopCounter(
             "apiserver_watch_events_sent_total",
             "Events written to client watch streams, by kind and method (Watch, WatchBatch).",
             ["kind", "method"],
             registry=r,
         )
-        self.watch_messages_sent = Counter(
+        self.watch_messages_sent = LoopCounter(
             "apiserver_watch_messages_sent_total",
             "gRPC messages written to client watch streams, by kind and method; "
             "events / messages is WatchBatch's average batch size.",
@@ -114,7 +190,7 @@ class Metrics:
             ["name", "type", "operation", "error_type", "rejection_code"],
             registry=r,
         )
-        self.etcd_txn_batch_size = Histogram(
+        self.etcd_txn_batch_size = LoopHistogram(
             "apiserver_etcd_txn_batch_size",
             "Writes per etcd Txn (concurrent single-key writes share one; see txnbatch.py).",
             buckets=(1, 2, 4, 8, 16, 32, 64, 128),

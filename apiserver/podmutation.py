@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from tinykube.meta import set_timestamp
+from tinykube.protowire import each
 from tinykube.v1 import meta_pb2, pod_pb2
 
 SCHEDULING_GATED = "SchedulingGated"
@@ -34,7 +35,7 @@ def apply_scheduling_gated_condition(pod: pod_pb2.Pod, now: datetime) -> None:
     """PodScheduled=False/SchedulingGated on a new pod with gates (unless it has one)."""
     if not pod.spec.schedulingGates:
         return
-    if any(c.type == "PodScheduled" for c in pod.status.conditions):
+    if any(c.type == "PodScheduled" for c in each(pod.status.conditions)):
         return
     cond = pod.status.conditions.add(
         type="PodScheduled",
@@ -65,11 +66,11 @@ def fold_label_keys(pod: pod_pb2.Pod) -> None:
     labels = pod.metadata.labels
     spec = pod.spec
     for affinity in (spec.affinity.podAffinity, spec.affinity.podAntiAffinity):
-        for weighted in affinity.preferredDuringSchedulingIgnoredDuringExecution:
+        for weighted in each(affinity.preferredDuringSchedulingIgnoredDuringExecution):
             _fold_term(weighted.podAffinityTerm, labels)
-        for term in affinity.requiredDuringSchedulingIgnoredDuringExecution:
+        for term in each(affinity.requiredDuringSchedulingIgnoredDuringExecution):
             _fold_term(term, labels)
-    for constraint in spec.topologySpreadConstraints:
+    for constraint in each(spec.topologySpreadConstraints):
         if constraint.HasField("labelSelector"):
             _fold(constraint.labelSelector, constraint.matchLabelKeys, "In", labels)
 

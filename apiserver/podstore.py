@@ -38,6 +38,7 @@ from tinykube.errors import (
 )
 from tinykube.kinds import NODE, KindInfo
 from tinykube.meta import set_timestamp
+from tinykube.protowire import each
 from tinykube.v1 import meta_pb2, pod_pb2
 from tinykube.v1 import poddisruptionbudget_pb2 as pdb_pb2
 
@@ -422,7 +423,7 @@ _EVICTION_CONDITION = ("True", EVICTION_REASON, EVICTION_MESSAGE)
 def _set_eviction_condition(pod: pod_pb2.Pod, now: datetime) -> bool:
     """podutil.UpdatePodCondition with DisruptionTarget=True/EvictionByEvictionAPI: the
     transition time moves only when the status changes; False when nothing changed."""
-    for cond in pod.status.conditions:
+    for cond in each(pod.status.conditions):
         if cond.type == DISRUPTION_TARGET:
             if (cond.status, cond.reason, cond.message) == _EVICTION_CONDITION:
                 return False
@@ -474,7 +475,7 @@ def _check_budget(pdb: pdb_pb2.PodDisruptionBudget) -> None:
 
 def _set_scheduled(pod: pod_pb2.Pod, clock: Clock) -> None:
     now = clock.now()
-    for cond in pod.status.conditions:
+    for cond in each(pod.status.conditions):
         if cond.type == "PodScheduled":
             if cond.status != "True":
                 cond.status = "True"

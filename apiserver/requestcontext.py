@@ -40,6 +40,8 @@ def dry_run_of(values: Sequence[str], field: str = "dryRun") -> bool:
     """Whether a request's dryRun list asks for a dry run: [] no, ["All"] yes; any other value
     is InvalidError naming the field (`dryRun[0]: Unsupported value: "x": supported values:
     "All"`)."""
+    if not values:
+        return False  # nearly every request: nothing to look at
     problems = [
         unsupported(f"{field}[{i}]", value, (DRY_RUN_ALL,))
         for i, value in enumerate(values)

@@ -398,12 +398,16 @@ class ResourceStore:
         generated = not meta.name and bool(meta.generateName)
         # kube-apiserver defaults a body as it decodes it, so admission sees the defaults.
         self.strategy.set_defaults(obj)
+        # Whether they still hold: the built-in plugins set whole fields; a webhook's object
+        # is decoded again, so defaulted again by `prepare_for_create`.
+        defaulted = True
         # Mutating admission runs before the strategy's PrepareForCreate, as in kube-apiserver
         # (the Priority plugin's preemptionPolicy comes before the strategy's fallback).
         await self.admit(obj)
         if self.webhooks is not None and self.webhooks.active():
             mutated = await self._mutating_webhooks("CREATE", "", obj, None, ctx)
             if mutated is not None:
+                defaulted = False
                 obj.CopyFrom(mutated)
                 # CopyFrom detaches the sub-messages taken before it.
                 meta = obj.metadata  # type: ignore[attr-defined]
@@ -414,7 +418,7 @@ class ResourceStore:
         if self.escalation is not None:
             # Before validation, as kube's policybased RBAC storage wraps the store.
             self.escalation.admit(self.info.kind, obj, None, ctx.identity)
-        self.strategy.prepare_for_create(obj, self.clock.now())
+        self.strategy.prepare_for_create(obj, self.clock.now(), defaulted=defaulted)
         if ctx.field_manager is not None:
             fieldmanager.record_update(
                 None, obj, self.info, manager=ctx.field_manager, now=self.clock.now()

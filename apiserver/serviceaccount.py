@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import random
 
+from tinykube.protowire import each
 from tinykube.v1 import pod_pb2, serviceaccount_pb2
 
 # The account a pod runs as when it names none (admission's DefaultServiceAccountName), which
@@ -109,12 +110,12 @@ def add_api_access_volume(spec: pod_pb2.PodSpec, suffix: str) -> None:
     already mounts something at the token path)."""
     containers = [
         c
-        for c in (*spec.initContainers, *spec.containers)
-        if not any(m.mountPath == API_TOKEN_MOUNT_PATH for m in c.volumeMounts)
+        for c in (*each(spec.initContainers), *each(spec.containers))
+        if not any(m.mountPath == API_TOKEN_MOUNT_PATH for m in each(c.volumeMounts))
     ]
     if not containers:
         return
-    taken = {v.name for v in spec.volumes}
+    taken = {v.name for v in each(spec.volumes)}
     name = API_ACCESS_PREFIX + suffix
     while name in taken:
         name = API_ACCESS_PREFIX + random_suffix()

@@ -57,6 +57,7 @@ from tinykube.errors import (
     TinykubeError,
     UnavailableError,
 )
+from tinykube.protowire import each
 from tinykube.tls import PLAINTEXT, Credentials
 
 T = TypeVar("T")
@@ -77,8 +78,10 @@ _CHANNEL_OPTIONS = (
 # Multiple members: round_robin over every connected one (pick_first would stay on a member
 # that is up but has lost its quorum).
 _CLUSTER_OPTIONS = (("grpc.lb_policy_name", "round_robin"),)
-# etcd's rpctypes.MetadataRequireLeaderKey / MetadataHasLeader.
-REQUIRE_LEADER = (("hasleader", "true"),)
+# etcd's rpctypes.MetadataRequireLeaderKey / MetadataHasLeader. Built once as grpc.aio's
+# Metadata: a tuple is converted on every call (an ABC check and an OrderedDict per request).
+# Calls only read it.
+REQUIRE_LEADER = grpc.aio.Metadata(("hasleader", "true"))
 # Seconds one write attempt may take before it is sent again (see the module docstring;
 # --etcd-write-attempt-timeout).
 WRITE_ATTEMPT_TIMEOUT = 2.0
@@ -419,7 +422,7 @@ class Storage:
         )
         resp = await self._range("list", req)
         return ListResult(
-            [_kv(kv) for kv in resp.kvs],
+            [_kv(kv) for kv in each(resp.kvs)],
             int(resp.header.revision),
             bool(resp.more),
             int(resp.count),
@@ -803,7 +806,7 @@ class EtcdWatch:
                         bytes(ev.kv.value),
                         int(ev.kv.mod_revision),
                     )
-                    for ev in resp.events
+                    for ev in each(resp.events)
                 ]
                 yield events, int(resp.header.revision), False, resp.watch_id >= 0
         except grpc.aio.AioRpcError as exc:

@@ -28,6 +28,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from tinykube.errors import FieldError
 from tinykube.fieldpath import split_subscripted_path
 from tinykube.meta import int_or_string, int_or_string_problem
+from tinykube.protowire import each as each
 from tinykube.quantity import (
     MAX_DIGITS,
     QuantityError,
@@ -182,14 +183,14 @@ def validate_metadata(
     if total > TOTAL_ANNOTATION_BYTES:
         errs.append(too_long("metadata.annotations", "", TOTAL_ANNOTATION_BYTES))
     seen: set[str] = set()
-    for i, fin in enumerate(meta.finalizers):
+    for i, fin in enumerate(each(meta.finalizers)):
         path = f"metadata.finalizers[{i}]"
         for p in validate_label_key(fin):
             errs.append(invalid(path, fin, p))
         if fin in seen:
             errs.append(duplicate(path, fin))
         seen.add(fin)
-    for i, ref in enumerate(meta.ownerReferences):
+    for i, ref in enumerate(each(meta.ownerReferences)):
         path = f"metadata.ownerReferences[{i}]"
         if not ref.kind:
             errs.append(required(f"{path}.kind"))
@@ -197,7 +198,7 @@ def validate_metadata(
             errs.append(required(f"{path}.name"))
         if not ref.uid:
             errs.append(required(f"{path}.uid"))
-    if sum(1 for r in meta.ownerReferences if r.controller) > 1:
+    if sum(1 for r in each(meta.ownerReferences) if r.controller) > 1:
         errs.append(
             invalid(
                 "metadata.ownerReferences",
@@ -270,7 +271,7 @@ def validate_container(path: str, c: pod_pb2.Container) -> list[FieldError]:
     if c.imagePullPolicy and c.imagePullPolicy not in PULL_POLICIES:
         errs.append(unsupported(f"{path}.imagePullPolicy", c.imagePullPolicy, PULL_POLICIES))
     port_names: set[str] = set()
-    for i, port in enumerate(c.ports):
+    for i, port in enumerate(each(c.ports)):
         pp = f"{path}.ports[{i}]"
         if not 1 <= port.containerPort <= 65535:
             errs.append(
@@ -290,8 +291,8 @@ def validate_container(path: str, c: pod_pb2.Container) -> list[FieldError]:
             if port.name in port_names:
                 errs.append(duplicate(f"{pp}.name", port.name))
             port_names.add(port.name)
-    errs.extend(validate_env(f"{path}.env", c.env))
-    errs.extend(validate_env_from(f"{path}.envFrom", c.envFrom))
+    errs.extend(validate_env(f"{path}.env", each(c.env)))
+    errs.extend(validate_env_from(f"{path}.envFrom", each(c.envFrom)))
     rpath = f"{path}.resources"
     lim_errs, limits = quantity_map(f"{rpath}.limits", c.resources.limits)
     req_errs, requests = quantity_map(f"{rpath}.requests", c.resources.requests)
@@ -635,7 +636,7 @@ def _probe_handler(path: str, probe: pod_pb2.Probe) -> list[FieldError]:
             errs.extend(_port_num_or_name(f"{hp}.port", http.port))
             if http.scheme not in HTTP_SCHEMES:
                 errs.append(unsupported(f"{hp}.scheme", http.scheme, HTTP_SCHEMES))
-            for header in http.httpHeaders:
+            for header in each(http.httpHeaders):
                 if not _HTTP_HEADER_NAME_RE.match(header.name):
                     errs.append(invalid(f"{hp}.httpHeaders", header.name, HTTP_HEADER_NAME_MSG))
         elif name == "tcpSocket":
@@ -803,7 +804,7 @@ def _pod_security_context(path: str, sc: pod_pb2.PodSecurityContext) -> list[Fie
     for name in ("runAsUser", "runAsGroup", "fsGroup"):
         if sc.HasField(name) and not 0 <= getattr(sc, name) <= 2**31 - 1:
             errs.append(invalid(f"{path}.{name}", getattr(sc, name), _ID_RANGE))
-    for i, gid in enumerate(sc.supplementalGroups):
+    for i, gid in enumerate(each(sc.supplementalGroups)):
         if not 0 <= gid <= 2**31 - 1:
             errs.append(invalid(f"{path}.supplementalGroups[{i}]", gid, _ID_RANGE))
     if (
@@ -939,9 +940,9 @@ def _node_selector_requirement(path: str, req: pod_pb2.NodeSelectorRequirement) 
 
 def _node_selector_term(path: str, term: pod_pb2.NodeSelectorTerm) -> list[FieldError]:
     errs: list[FieldError] = []
-    for i, req in enumerate(term.matchExpressions):
+    for i, req in enumerate(each(term.matchExpressions)):
         errs.extend(_node_selector_requirement(f"{path}.matchExpressions[{i}]", req))
-    for i, req in enumerate(term.matchFields):
+    for i, req in enumerate(each(term.matchFields)):
         fp = f"{path}.matchFields[{i}]"
         if req.key != "metadata.name":
             errs.append(invalid(f"{fp}.key", req.key, "not a valid field selector key"))
@@ -970,12 +971,12 @@ def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
     )
     if spec.HasField("securityContext"):
         errs.extend(_pod_security_context(f"{path}.securityContext", spec.securityContext))
-    for i, ref in enumerate(spec.imagePullSecrets):
+    for i, ref in enumerate(each(spec.imagePullSecrets)):
         if not ref.name:
             errs.append(required(f"{path}.imagePullSecrets[{i}].name"))
     for group, containers in (
-        ("initContainers", spec.initContainers),
-        ("containers", spec.containers),
+        ("initContainers", each(spec.initContainers)),
+        ("containers", each(spec.containers)),
     ):
         for i, c in enumerate(containers):
             cp = f"{path}.{group}[{i}]"
@@ -1023,14 +1024,14 @@ def validate_pod_spec(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
             errs.append(
                 required(f"{rp}.nodeSelectorTerms", "must have at least one node selector term")
             )
-        for i, term in enumerate(req.nodeSelectorTerms):
+        for i, term in enumerate(each(req.nodeSelectorTerms)):
             errs.extend(_node_selector_term(f"{rp}.nodeSelectorTerms[{i}]", term))
-    for i, pref in enumerate(na.preferredDuringSchedulingIgnoredDuringExecution):
+    for i, pref in enumerate(each(na.preferredDuringSchedulingIgnoredDuringExecution)):
         pp = f"{ap}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
         if not 1 <= pref.weight <= 100:
             errs.append(invalid(f"{pp}.weight", pref.weight, "must be in the range 1-100"))
         errs.extend(_node_selector_term(f"{pp}.preference", pref.preference))
-    for i, t in enumerate(spec.tolerations):
+    for i, t in enumerate(each(spec.tolerations)):
         tp = f"{path}.tolerations[{i}]"
         if t.key:
             for p in validate_label_key(t.key):
@@ -1113,7 +1114,7 @@ def validate_label_selector(path: str, sel: meta_pb2.LabelSelector) -> list[Fiel
         errs.extend(label_name(f"{path}.matchLabels", key))
         for p in validate_label_value(sel.matchLabels[key]):
             errs.append(invalid(f"{path}.matchLabels", sel.matchLabels[key], p))
-    for i, expr in enumerate(sel.matchExpressions):
+    for i, expr in enumerate(each(sel.matchExpressions)):
         ep = f"{path}.matchExpressions[{i}]"
         if expr.operator in ("In", "NotIn"):
             if not expr.values:
@@ -1131,7 +1132,7 @@ def validate_label_selector(path: str, sel: meta_pb2.LabelSelector) -> list[Fiel
         else:
             errs.append(invalid(f"{ep}.operator", expr.operator, "not a valid selector operator"))
         errs.extend(label_name(f"{ep}.key", expr.key))
-        for j, value in enumerate(expr.values):
+        for j, value in enumerate(each(expr.values)):
             for p in validate_label_value(value):
                 errs.append(invalid(f"{ep}.values[{j}]", value, p))
     return errs
@@ -1161,7 +1162,7 @@ def _match_label_keys(
     if sel is not None:
         index = {key: i for i, key in enumerate(match)}
         seen = set(sel.matchLabels)
-        for expr in sel.matchExpressions:
+        for expr in each(sel.matchExpressions):
             if expr.key in index and expr.key in seen:
                 errs.append(
                     invalid(
@@ -1188,7 +1189,7 @@ def _pod_affinity_term(path: str, term: pod_pb2.PodAffinityTerm) -> list[FieldEr
     errs: list[FieldError] = []
     errs.extend(validate_label_selector(f"{path}.labelSelector", term.labelSelector))
     errs.extend(validate_label_selector(f"{path}.namespaceSelector", term.namespaceSelector))
-    for name in term.namespaces:
+    for name in each(term.namespaces):
         errs.extend(dns1123_label(f"{path}.namespace", name))
     sel = term.labelSelector if term.HasField("labelSelector") else None
     errs.extend(_match_label_keys(path, term.matchLabelKeys, term.mismatchLabelKeys, sel))
@@ -1203,10 +1204,10 @@ def _pod_affinity(
 ) -> list[FieldError]:
     errs: list[FieldError] = []
     rp = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
-    for i, term in enumerate(aff.requiredDuringSchedulingIgnoredDuringExecution):
+    for i, term in enumerate(each(aff.requiredDuringSchedulingIgnoredDuringExecution)):
         errs.extend(_pod_affinity_term(f"{rp}[{i}]", term))
     pp = f"{path}.preferredDuringSchedulingIgnoredDuringExecution"
-    for i, weighted in enumerate(aff.preferredDuringSchedulingIgnoredDuringExecution):
+    for i, weighted in enumerate(each(aff.preferredDuringSchedulingIgnoredDuringExecution)):
         if not 1 <= weighted.weight <= 100:
             errs.append(invalid(f"{pp}[{i}].weight", weighted.weight, "must be in the range 1-100"))
         errs.extend(_pod_affinity_term(f"{pp}[{i}].podAffinityTerm", weighted.podAffinityTerm))
@@ -1274,7 +1275,7 @@ def validate_pod_placement(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]
             _pod_affinity(f"{path}.affinity.podAntiAffinity", spec.affinity.podAntiAffinity)
         )
     gates: set[str] = set()
-    for i, gate in enumerate(spec.schedulingGates):
+    for i, gate in enumerate(each(spec.schedulingGates)):
         gp = f"{path}.schedulingGates[{i}]"
         errs.extend(label_name(gp, gate.name))
         if gate.name in gates:
@@ -1336,9 +1337,9 @@ def go_label_selector(sel: meta_pb2.LabelSelector) -> GoValue:
     labels = go_string_map(sel.matchLabels).text
     if sel.matchExpressions:
         reqs = []
-        for r in sel.matchExpressions:
+        for r in each(sel.matchExpressions):
             values = (
-                "[]string{" + ", ".join(go_quote(v) for v in r.values) + "}"
+                "[]string{" + ", ".join(go_quote(v) for v in each(r.values)) + "}"
                 if r.values
                 else "[]string(nil)"
             )
@@ -1469,7 +1470,7 @@ def _finite(value: Value) -> bool:
     if kind == "struct_value":
         return all(_finite(v) for v in value.struct_value.fields.values())
     if kind == "list_value":
-        return all(_finite(v) for v in value.list_value.values)
+        return all(_finite(v) for v in each(value.list_value.values))
     return True
 
 
@@ -1663,7 +1664,7 @@ def _volume_field_selector(path: str, ref: pod_pb2.ObjectFieldSelector) -> list[
 def _projected(path: str, source: pod_pb2.ProjectedVolumeSource) -> list[FieldError]:
     errs: list[FieldError] = []
     paths: set[str] = set()
-    for i, src in enumerate(source.sources):
+    for i, src in enumerate(each(source.sources)):
         sp = f"{path}.sources[{i}]"
         kinds = [
             k
@@ -1684,10 +1685,10 @@ def _projected(path: str, source: pod_pb2.ProjectedVolumeSource) -> list[FieldEr
             if not proj.name:
                 errs.append(required(f"{sp}.{kind}.name"))
             errs.extend(_key_to_paths(f"{sp}.{kind}.items", proj.items))
-            file_paths = [item.path for item in proj.items]
+            file_paths = [item.path for item in each(proj.items)]
         elif kind == "downwardAPI":
             errs.extend(_downward_api_files(f"{sp}.downwardAPI.items", src.downwardAPI.items))
-            file_paths = [item.path for item in src.downwardAPI.items]
+            file_paths = [item.path for item in each(src.downwardAPI.items)]
         else:
             tok = src.serviceAccountToken
             tp = f"{sp}.serviceAccountToken"
@@ -1841,14 +1842,16 @@ def validate_volume_mounts(
 
 
 def validate_pod_volumes(path: str, spec: pod_pb2.PodSpec) -> list[FieldError]:
-    errs, names = validate_volumes(f"{path}.volumes", spec.volumes)
+    errs, names = validate_volumes(f"{path}.volumes", each(spec.volumes))
     for group, containers in (
-        ("initContainers", spec.initContainers),
-        ("containers", spec.containers),
+        ("initContainers", each(spec.initContainers)),
+        ("containers", each(spec.containers)),
     ):
         for i, c in enumerate(containers):
             errs.extend(
-                validate_volume_mounts(f"{path}.{group}[{i}].volumeMounts", c.volumeMounts, names)
+                validate_volume_mounts(
+                    f"{path}.{group}[{i}].volumeMounts", each(c.volumeMounts), names
+                )
             )
     return errs
 
@@ -1888,7 +1891,7 @@ def validate_pod_dns_config(path: str, spec: pod_pb2.PodSpec) -> list[FieldError
                 f"must not have more than {MAX_DNS_NAMESERVERS} nameservers",
             )
         )
-    for i, ns in enumerate(cfg.nameservers):
+    for i, ns in enumerate(each(cfg.nameservers)):
         try:
             ipaddress.ip_address(ns)
         except ValueError:
@@ -1911,10 +1914,10 @@ def validate_pod_dns_config(path: str, spec: pod_pb2.PodSpec) -> list[FieldError
                 "spaces) in the search list",
             )
         )
-    for i, search in enumerate(cfg.searches):
+    for i, search in enumerate(each(cfg.searches)):
         # a trailing dot is fine (an absolute name)
         errs.extend(dns1123_subdomain(f"{dp}.searches[{i}]", search.removesuffix(".")))
-    for i, option in enumerate(cfg.options):
+    for i, option in enumerate(each(cfg.options)):
         if not option.name:
             errs.append(required(f"{dp}.options[{i}]", "Option.Name must not be empty"))
     return errs

@@ -399,18 +399,18 @@ class CacheEvent:
 
     def resident(self) -> int:
         """The event's bytes: its object's and each encoding made for watchers so far."""
-        return len(self.cur.data) + sum(
-            len(b)
-            for b in (
-                self._main,
-                self._added,
-                self._deleted_prev,
-                self._main_json,
-                self._added_json,
-                self._deleted_prev_json,
-            )
-            if b is not None
-        )
+        total = len(self.cur.data)
+        for b in (
+            self._main,
+            self._added,
+            self._deleted_prev,
+            self._main_json,
+            self._added_json,
+            self._deleted_prev_json,
+        ):
+            if b is not None:
+                total += len(b)
+        return total
 
     def main_bytes(self) -> bytes:
         if self._main is None:
@@ -586,6 +586,8 @@ class WatchCache:
         self.listeners: list[Callable[[CacheEvent | None], None]] = []
         # Registered watchers that get one event per message (plain Watch).
         self.plain_watchers = 0
+        # The kind's events counter (a label lookup takes a lock and hashes a tuple).
+        self._events_applied = metrics.watch_cache_events.labels(kind)
 
     # ---- keeping in sync -------------------------------------------------------------------
 
@@ -704,7 +706,7 @@ class WatchCache:
         if events:
             self.event_revision = max(self.event_revision, events[-1].revision)
         decode = self.codec.decode
-        self.metrics.watch_cache_events.labels(self.kind).inc(len(events))
+        self._events_applied.inc(len(events))
         for ev in events:
             prev = self.state.get(ev.key)
             if ev.type == EVENT_DELETE:

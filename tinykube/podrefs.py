@@ -8,6 +8,7 @@ so that the two cannot disagree about a volume kind. Pure functions.
 
 from __future__ import annotations
 
+from tinykube.protowire import each
 from tinykube.v1 import pod_pb2
 
 # (resource: "configmaps" or "secrets", namespace, name)
@@ -19,13 +20,13 @@ def volume_references(pod: pod_pb2.Pod) -> set[Reference]:
     the configMap and secret sources of projected ones."""
     ns = pod.metadata.namespace
     out: set[Reference] = set()
-    for vol in pod.spec.volumes:
+    for vol in each(pod.spec.volumes):
         if vol.HasField("configMap"):
             out.add(("configmaps", ns, vol.configMap.name))
         elif vol.HasField("secret"):
             out.add(("secrets", ns, vol.secret.secretName))
         elif vol.HasField("projected"):
-            for src in vol.projected.sources:
+            for src in each(vol.projected.sources):
                 if src.HasField("configMap"):
                     out.add(("configmaps", ns, src.configMap.name))
                 elif src.HasField("secret"):
@@ -39,20 +40,20 @@ def pod_references(pod: pod_pb2.Pod) -> set[Reference]:
     podutil.AllContainers)."""
     ns = pod.metadata.namespace
     out = volume_references(pod)
-    for ref in pod.spec.imagePullSecrets:
+    for ref in each(pod.spec.imagePullSecrets):
         out.add(("secrets", ns, ref.name))
     containers: tuple[pod_pb2.Container | pod_pb2.EphemeralContainer, ...] = (
-        *pod.spec.initContainers,
-        *pod.spec.containers,
-        *pod.spec.ephemeralContainers,
+        *each(pod.spec.initContainers),
+        *each(pod.spec.containers),
+        *each(pod.spec.ephemeralContainers),
     )
     for c in containers:
-        for source in c.envFrom:
+        for source in each(c.envFrom):
             if source.HasField("configMapRef"):
                 out.add(("configmaps", ns, source.configMapRef.name))
             if source.HasField("secretRef"):
                 out.add(("secrets", ns, source.secretRef.name))
-        for var in c.env:
+        for var in each(c.env):
             if not var.HasField("valueFrom"):
                 continue
             if var.valueFrom.HasField("configMapKeyRef"):

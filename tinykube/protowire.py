@@ -1,8 +1,23 @@
 """Protocol buffers' wire format, written by hand where bytes are assembled without a message
 class: the watch cache's pre-encoded events and lists, Kubernetes' protobuf bodies and answers
-(apiserver/rest/kubeproto.py), the OpenAPI document's gnostic form. Pure functions."""
+(apiserver/rest/kubeproto.py), the OpenAPI document's gnostic form. Pure functions.
+
+Also `each`, how hot paths loop over a repeated field of a message (upb's containers)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def each(items: Sequence[T]) -> Sequence[T]:
+    """`items` (a protobuf repeated field) to loop over. upb ends a loop over a repeated field
+    by raising IndexError with a formatted message, about 2,000 instructions (bench/opcost.py:
+    54 such loops were 3 % of a Pod Create's instructions), and most of a pod's repeated fields
+    are empty: their slice, or nothing, ends without one."""
+    return items[:] if items else ()
 
 
 def varint_bytes(value: int) -> bytes:

@@ -125,11 +125,14 @@ class _Grant:
 class _Answer:
     """What the identity's rules allow for one (verb, group, resource, subresource, namespace):
     `any_name` is the source of a rule allowing every name (None if none does), `by_name` the
-    sources of rules limited to resourceNames, `errors` kube's resolver errors."""
+    sources of rules limited to resourceNames, `errors` kube's resolver errors. `decision` is
+    the answer for a request whose name does not matter (any_name, or no opinion), made once
+    with the memo entry rather than on every request."""
 
     any_name: str | None = None
     by_name: dict[str, str] = field(default_factory=dict)
     errors: str = ""
+    decision: Decision = NO_OPINION
 
 
 def _role_not_found(role_key: tuple[str, str, str]) -> str:
@@ -294,13 +297,11 @@ class RbacAuthorizer:
             if len(self._memo) >= MEMO_LIMIT:
                 self._memo.clear()
             answer = self._memo[key] = self._evaluate(identity, attrs)
-        if answer.any_name is not None:
-            return Decision(Outcome.ALLOW, answer.any_name)
-        if answer.by_name:
+        if answer.by_name and answer.any_name is None:
             source = answer.by_name.get(attrs.name)
             if source is not None:
                 return Decision(Outcome.ALLOW, source)
-        return Decision(Outcome.NO_OPINION, answer.errors) if answer.errors else NO_OPINION
+        return answer.decision
 
     def allows(self, identity: Identity, attrs: Attributes) -> bool:
         return self.authorize(identity, attrs).outcome is Outcome.ALLOW
@@ -375,4 +376,8 @@ class RbacAuthorizer:
         if errors:
             shown = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
             answer.errors = f"RBAC: {shown}"
+        if answer.any_name is not None:
+            answer.decision = Decision(Outcome.ALLOW, answer.any_name)
+        elif answer.errors:
+            answer.decision = Decision(Outcome.NO_OPINION, answer.errors)
         return answer

@@ -234,6 +234,9 @@ class DeploymentStrategy(Strategy[deployment_pb2.Deployment]):
         default_deployment_spec(obj.spec)
         default_pod_spec(obj.spec.template.spec, self.default_grace_seconds)
 
+    def default_created(self, obj: deployment_pb2.Deployment, now: datetime) -> None:
+        """Nothing: `default` is the decode-time defaults again."""
+
     def on_update(self, new: deployment_pb2.Deployment, old: deployment_pb2.Deployment) -> None:
         default_deployment_spec(new.spec)
         default_pod_spec(new.spec.template.spec, self.default_grace_seconds)

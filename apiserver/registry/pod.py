@@ -31,6 +31,7 @@ from apiserver.validation import (
     validate_pod_spec,
 )
 from tinykube.errors import FieldError
+from tinykube.protowire import each
 from tinykube.v1 import pod_pb2
 
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
@@ -58,7 +59,7 @@ def validate_pod_status(pod: pod_pb2.Pod) -> list[FieldError]:
     errs: list[FieldError] = []
     if pod.status.phase not in POD_PHASES:
         errs.append(unsupported("status.phase", pod.status.phase, POD_PHASES))
-    errs.extend(validate_conditions("status.conditions", pod.status.conditions))
+    errs.extend(validate_conditions("status.conditions", each(pod.status.conditions)))
     return errs
 
 
@@ -296,8 +297,11 @@ class PodStrategy(Strategy[pod_pb2.Pod]):
         default_pod_spec(obj.spec, self.default_grace_seconds)
 
     def default(self, obj: pod_pb2.Pod, now: datetime) -> None:
-        obj.status.phase = "Pending"
         default_pod_spec(obj.spec, self.default_grace_seconds)
+        self.default_created(obj, now)
+
+    def default_created(self, obj: pod_pb2.Pod, now: datetime) -> None:
+        obj.status.phase = "Pending"
         podmutation.prepare_pod_for_create(obj, now)
 
     def on_update(self, new: pod_pb2.Pod, old: pod_pb2.Pod) -> None:

@@ -7,7 +7,7 @@ Pure functions over messages, called by those kinds' strategies on create and up
 from __future__ import annotations
 
 from apiserver import serviceaccount
-from apiserver.validation import PROBE_KINDS
+from apiserver.validation import PROBE_KINDS, each
 from tinykube.v1 import pod_pb2
 
 
@@ -44,14 +44,14 @@ def default_pod_spec(spec: pod_pb2.PodSpec, grace_seconds: int) -> None:
     spec.securityContext.SetInParent()
     if not spec.HasField("terminationGracePeriodSeconds"):
         spec.terminationGracePeriodSeconds = grace_seconds
-    for c in (*spec.initContainers, *spec.containers):
-        for port in c.ports:
+    for c in (*each(spec.initContainers), *each(spec.containers)):
+        for port in each(c.ports):
             if not port.protocol:
                 port.protocol = "TCP"
         for kind in PROBE_KINDS:
             if c.HasField(kind):
                 default_probe(getattr(c, kind))
-        for env in c.env:
+        for env in each(c.env):
             # kube's SetDefaults_ObjectFieldSelector; an unset divisor is the zero Quantity,
             # which kube's JSON shows as "0".
             source = env.valueFrom
@@ -75,6 +75,6 @@ def default_pod_spec(spec: pod_pb2.PodSpec, grace_seconds: int) -> None:
             c.imagePullPolicy = (
                 "Always" if ":" not in tag or tag.endswith(":latest") else "IfNotPresent"
             )
-    for t in spec.tolerations:
+    for t in each(spec.tolerations):
         if not t.operator:
             t.operator = "Equal"

@@ -81,6 +81,9 @@ class ReplicaSetStrategy(Strategy[replicaset_pb2.ReplicaSet]):
     def default(self, obj: replicaset_pb2.ReplicaSet, now: datetime) -> None:
         self._defaults(obj)
 
+    def default_created(self, obj: replicaset_pb2.ReplicaSet, now: datetime) -> None:
+        """Nothing: `default` is the decode-time defaults again."""
+
     def on_update(self, new: replicaset_pb2.ReplicaSet, old: replicaset_pb2.ReplicaSet) -> None:
         self._defaults(new)
 
