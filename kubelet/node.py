@@ -139,6 +139,8 @@ class NodeAgent:
         self.registered = asyncio.Event()
         # Computed once: platform probes are slow and a fake kubelet may host thousands of nodes.
         self.desired = desired_status(cfg, self.hostname)
+        # The last Node whose status (but for conditions) was found equal to `desired`.
+        self._matched: node_pb2.Node | None = None
 
     def _ready_condition(self, previous: node_pb2.NodeCondition | None) -> node_pb2.NodeCondition:
         now = timestamp(self.clock.now())
@@ -166,17 +168,21 @@ class NodeAgent:
         return updated
 
     def needs_update(self, node: node_pb2.Node) -> bool:
-        want = self.desired
         ready = next((c for c in node.status.conditions if c.type == "Ready"), None)
         if ready is None or ready.status != "True":
             return True
         if any(c.status == "Unknown" for c in node.status.conditions):
             return True
-        have = node_pb2.NodeStatus()
-        have.CopyFrom(node.status)
-        del have.conditions[:]
-        if have != want:
-            return True
+        if node is not self._matched:
+            # The informer's objects are never changed in place, so the Node found equal last
+            # time is equal still: only a new one is copied and compared (5,000 hollow nodes
+            # ask every 10 s, and their Node changes about every 5 minutes).
+            have = node_pb2.NodeStatus()
+            have.CopyFrom(node.status)
+            del have.conditions[:]
+            if have != self.desired:
+                return True
+            self._matched = node
         return self.clock.monotonic() - self._last_report >= self.cfg.status_report_frequency
 
     async def register(self) -> None:
@@ -224,8 +230,10 @@ class NodeAgent:
         except Exception as exc:
             log.warning("node %s: listing images failed: %s", self.cfg.name, exc)
             return
-        del self.desired.images[:]
-        self.desired.images.extend(images)
+        if list(self.desired.images) != images:
+            del self.desired.images[:]
+            self.desired.images.extend(images)
+            self._matched = None
 
     async def _post_status(self, node: node_pb2.Node) -> None:
         await self._refresh_images()
