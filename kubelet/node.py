@@ -139,7 +139,8 @@ class NodeAgent:
         self.registered = asyncio.Event()
         # Computed once: platform probes are slow and a fake kubelet may host thousands of nodes.
         self.desired = desired_status(cfg, self.hostname)
-        # The last Node whose status (but for conditions) was found equal to `desired`.
+        # The last Node found Ready, with no condition Unknown, and its status (but for
+        # conditions) equal to `desired`.
         self._matched: node_pb2.Node | None = None
 
     def _ready_condition(self, previous: node_pb2.NodeCondition | None) -> node_pb2.NodeCondition:
@@ -168,15 +169,15 @@ class NodeAgent:
         return updated
 
     def needs_update(self, node: node_pb2.Node) -> bool:
-        ready = next((c for c in node.status.conditions if c.type == "Ready"), None)
-        if ready is None or ready.status != "True":
-            return True
-        if any(c.status == "Unknown" for c in node.status.conditions):
-            return True
         if node is not self._matched:
-            # The informer's objects are never changed in place, so the Node found equal last
-            # time is equal still: only a new one is copied and compared (5,000 hollow nodes
-            # ask every 10 s, and their Node changes about every 5 minutes).
+            # The informer's objects are never changed in place, so a Node found to say what
+            # it should (Ready, our status) says so still: only a new one is read and compared
+            # (5,000 hollow nodes ask every 10 s; their Node changes about every 5 minutes).
+            ready = next((c for c in node.status.conditions if c.type == "Ready"), None)
+            if ready is None or ready.status != "True":
+                return True
+            if any(c.status == "Unknown" for c in node.status.conditions):
+                return True
             have = node_pb2.NodeStatus()
             have.CopyFrom(node.status)
             del have.conditions[:]
