@@ -137,7 +137,10 @@ def one_run(tree: Path, nodes: int, pods: int, idle: float) -> dict[str, Any]:
 
     def start_kubelet(name: str, extra: list[str]) -> subprocess.Popen[bytes]:
         with open(work / f"{name}.log", "wb") as log:
-            proc = subprocess.Popen(kubelet_cmd + extra, cwd=tree, env=env, stdout=log, stderr=log)
+            # Each kubelet its own callgrind files: the dumps are numbered per output file.
+            out = f"--callgrind-out-file={work / name}.callgrind"
+            cmd = ["valgrind", "--tool=callgrind", out, *kubelet_cmd, *extra]
+            proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=log, stderr=log)
         procs.append(proc)
         asyncio.run(_nodes_ready(address, nodes, 900.0))
         # Every node has renewed its Lease once (and, by default, settled into its rhythm).
