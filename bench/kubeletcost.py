@@ -143,6 +143,12 @@ def one_run(tree: Path, nodes: int, pods: int, idle: float) -> dict[str, Any]:
             proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=log, stderr=log)
         procs.append(proc)
         asyncio.run(_nodes_ready(address, nodes, 900.0))
+        # The nodes may be Ready from an earlier kubelet: wait for this one's own start.
+        deadline = time.monotonic() + 900.0
+        while b"registered node(s)" not in (work / f"{name}.log").read_bytes():
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise SystemExit(f"{name} did not start; see {work / name}.log")
+            time.sleep(1.0)
         # Every node has renewed its Lease once (and, by default, settled into its rhythm).
         time.sleep(15.0)
         _control("--instr=on", str(proc.pid))
