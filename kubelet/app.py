@@ -244,6 +244,15 @@ class Kubelet:
             self.metrics.track_pods(lambda: len(manager.workers))
             self.manager = manager
             self.pods.add_handler(manager.on_add, manager.on_update, manager.on_delete)
+            # The counters looked up once: 5,000 hollow nodes renew 500 times a second.
+            renewals = {
+                ok: self.metrics.lease_renewals.labels(result="success" if ok else "error")
+                for ok in (True, False)
+            }
+
+            def renewed(ok: bool) -> None:
+                renewals[ok].inc()
+
             agents = [
                 NodeAgent(
                     client,
@@ -265,9 +274,7 @@ class Kubelet:
                     ),
                     lambda name=name: nodes.store.get(name),  # type: ignore[misc]
                     clock=self.clock,
-                    on_renewal=lambda ok: self.metrics.lease_renewals.labels(
-                        result="success" if ok else "error"
-                    ).inc(),
+                    on_renewal=renewed,
                     images=(
                         self.runtime.node_images if isinstance(self.runtime, CRIRuntime) else None
                     ),

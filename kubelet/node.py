@@ -154,6 +154,9 @@ class NodeAgent:
         self.registered = asyncio.Event()
         # Computed once: platform probes are slow and a fake kubelet may host thousands of nodes.
         self.desired = desired_status(cfg, self.hostname)
+        # The last Node found Ready, with no condition Unknown, and its status (but for
+        # conditions) equal to `desired`.
+        self._matched: node_pb2.Node | None = None
 
     def _ready_condition(self, previous: node_pb2.NodeCondition | None) -> node_pb2.NodeCondition:
         now = timestamp(self.clock.now())
@@ -181,17 +184,21 @@ class NodeAgent:
         return updated
 
     def needs_update(self, node: node_pb2.Node) -> bool:
-        want = self.desired
-        ready = next((c for c in node.status.conditions if c.type == "Ready"), None)
-        if ready is None or ready.status != "True":
-            return True
-        if any(c.status == "Unknown" for c in node.status.conditions):
-            return True
-        have = node_pb2.NodeStatus()
-        have.CopyFrom(node.status)
-        del have.conditions[:]
-        if have != want:
-            return True
+        if node is not self._matched:
+            # The informer's objects are never changed in place, so a Node found to say what
+            # it should (Ready, our status) says so still: only a new one is read and compared
+            # (5,000 hollow nodes ask every 10 s; their Node changes about every 5 minutes).
+            ready = next((c for c in node.status.conditions if c.type == "Ready"), None)
+            if ready is None or ready.status != "True":
+                return True
+            if any(c.status == "Unknown" for c in node.status.conditions):
+                return True
+            have = node_pb2.NodeStatus()
+            have.CopyFrom(node.status)
+            del have.conditions[:]
+            if have != self.desired:
+                return True
+            self._matched = node
         return self.clock.monotonic() - self._last_report >= self.cfg.status_report_frequency
 
     async def register(self) -> None:
@@ -242,8 +249,10 @@ class NodeAgent:
         except Exception as exc:
             log.warning("node %s: listing images failed: %s", self.cfg.name, exc)
             return
-        del self.desired.images[:]
-        self.desired.images.extend(images)
+        if list(self.desired.images) != images:
+            del self.desired.images[:]
+            self.desired.images.extend(images)
+            self._matched = None
 
     async def _post_status(self, node: node_pb2.Node) -> None:
         await self._refresh_images()

@@ -12,25 +12,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
 from kubelet.envvars import EnvSources
-from tinykube.meta import timestamp
 from tinykube.quantity import QuantityError, parse_quantity
 from tinykube.v1 import pod_pb2
 
 WAITING, RUNNING, TERMINATED = "waiting", "running", "terminated"
-
-
-def epoch_ts(seconds: float) -> Timestamp:
-    """A metav1.Time (whole seconds) of a Unix time."""
-    return timestamp(datetime.fromtimestamp(seconds, tz=UTC))
 
 
 @dataclass
@@ -220,16 +212,14 @@ def pod_phase(pod: pod_pb2.Pod, rec: PodRecord) -> str:
     return "Running"
 
 
-def _state(rec: ContainerRecord) -> pod_pb2.ContainerState:
-    state = pod_pb2.ContainerState()
+def _fill_state(state: pod_pb2.ContainerState, rec: ContainerRecord) -> None:
     if rec.state == RUNNING:
-        state.running.startedAt.CopyFrom(epoch_ts(rec.started_at))
+        state.running.startedAt.seconds = math.floor(rec.started_at)
     elif rec.state == TERMINATED and rec.terminated is not None:
         _fill_terminated(state, rec.terminated)
     else:
         state.waiting.reason = rec.waiting_reason
         state.waiting.message = rec.waiting_message
-    return state
 
 
 def _fill_terminated(state: pod_pb2.ContainerState, t: Termination) -> None:
@@ -239,27 +229,8 @@ def _fill_terminated(state: pod_pb2.ContainerState, t: Termination) -> None:
     term.reason = t.reason
     term.message = t.message
     if t.started_at:
-        term.startedAt.CopyFrom(epoch_ts(t.started_at))
-    term.finishedAt.CopyFrom(epoch_ts(t.finished_at))
-
-
-def _condition(
-    type_: str,
-    ok: bool,
-    previous: pod_pb2.PodStatus,
-    now: Timestamp,
-    reason: str = "",
-    message: str = "",
-) -> pod_pb2.PodCondition:
-    cond = pod_pb2.PodCondition(type=type_, status="True" if ok else "False")
-    if not ok:
-        cond.reason, cond.message = reason, message
-    old = next((c for c in previous.conditions if c.type == type_), None)
-    if old is not None and old.status == cond.status and old.HasField("lastTransitionTime"):
-        cond.lastTransitionTime.CopyFrom(old.lastTransitionTime)
-    else:
-        cond.lastTransitionTime.CopyFrom(now)
-    return cond
+        term.startedAt.seconds = math.floor(t.started_at)
+    term.finishedAt.seconds = math.floor(t.finished_at)
 
 
 OWN_CONDITIONS = ("Initialized", "ContainersReady", "Ready")
@@ -314,8 +285,13 @@ def qos_class(pod: pod_pb2.Pod) -> str:
         for name in ("cpu", "memory"):
             if name in req or name in lim:
                 any_set = True
-            if name not in lim or (name in req and _amount(req[name]) != _amount(lim[name])):
+            if name not in lim:
                 guaranteed = False
+            elif name in req:
+                # Equal strings are equal amounts: parse ("1" against "1000m") only if not.
+                want, limit = req[name], lim[name]
+                if want != limit and _amount(want) != _amount(limit):
+                    guaranteed = False
     if not any_set:
         return "BestEffort"
     return "Guaranteed" if guaranteed else "Burstable"
@@ -371,7 +347,7 @@ def _fill_status(
         cs.containerID = f"{prefix}{crec.container_id}"
     elif crec.pid:
         cs.containerID = f"{prefix}{crec.pid}"
-    cs.state.CopyFrom(_state(crec))
+    _fill_state(cs.state, crec)
     if crec.last is not None:
         _fill_terminated(cs.lastState, crec.last)
 
@@ -407,83 +383,132 @@ def build_pod_status(
     probes; any other running container is started and ready, as in Kubernetes.
     Conditions the kubelet does not own (PodScheduled) are kept from `previous`; transition
     times of ours are kept while their status does not change.
+
+    Every status write of a hollow kubelet builds one of these, so each message field is
+    written once in place and read back never (a protobuf access costs as much as a few
+    lines of Python).
     """
-    now_ts = epoch_ts(now)
+    spec = pod.spec
     status = pod_pb2.PodStatus()
-    status.phase = pod_phase(pod, rec)
-    status.reason, status.message = rec.final_reason, rec.final_message
+    status.phase = phase = pod_phase(pod, rec)
+    if rec.final_reason:
+        status.reason = rec.final_reason
+    if rec.final_message:
+        status.message = rec.final_message
     status.hostIP = host_ip
     # The process runtime (and a hostNetwork pod) shares the node's network; a CRI sandbox
     # has its own IPs.
     pod_ips = rec.pod_ips or ([host_ip] if host_ip else [])
-    status.podIP = pod_ips[0] if pod_ips else ""
+    if pod_ips:
+        status.podIP = pod_ips[0]
     if host_ip:
         status.hostIPs.add(ip=host_ip)
     for ip in pod_ips:
         status.podIPs.add(ip=ip)
-    status.startTime.CopyFrom(epoch_ts(rec.start_time))
+    status.startTime.seconds = math.floor(rec.start_time)
     # As kube's kubelet (generateAPIPodStatus): the pod's QoS class from its resources.
     status.qosClass = previous.qosClass or qos_class(pod)
     is_initialized = initialized(pod, rec)
     incomplete: list[str] = []
-    for container in pod.spec.initContainers:
+    for container in spec.initContainers:
         crec = rec.init_containers.get(container.name) or ContainerRecord(container.name)
         _fill_status(status.initContainerStatuses.add(), container, crec, container_id_prefix)
         if not _succeeded(crec):
             incomplete.append(container.name)
     not_ready: list[str] = []
-    for container in pod.spec.containers:
-        crec = rec.containers.get(container.name) or ContainerRecord(
-            container.name,
+    statuses = status.containerStatuses
+    for container in spec.containers:
+        name = container.name
+        crec = rec.containers.get(name) or ContainerRecord(
+            name,
             waiting_reason="ContainerCreating" if is_initialized else "PodInitializing",
         )
-        cs = status.containerStatuses.add()
-        cs.name = container.name
-        cs.image = crec.image or container.image  # until a changed image's restart: the old one
+        cs = statuses.add()
+        cs.name = name
+        image = crec.image or container.image  # until a changed image's restart: the old one
+        cs.image = image
         if _created(crec):
-            cs.imageID = crec.image_ref or image_id(container, cs.image)
-        cs.restartCount = crec.restart_count
+            cs.imageID = crec.image_ref or image_id(container, image)
+        if crec.restart_count:
+            cs.restartCount = crec.restart_count
         running = crec.state == RUNNING
-        started, ready = (probes or {}).get(container.name, (running, running))
+        started, ready = probes.get(name, (running, running)) if probes else (running, running)
+        container_ready = running and started and ready
         cs.started = running and started
-        cs.ready = running and started and ready
+        cs.ready = container_ready
         if crec.container_id:
             cs.containerID = f"{container_id_prefix}{crec.container_id}"
         elif crec.pid:
             cs.containerID = f"{container_id_prefix}{crec.pid}"
-        cs.state.CopyFrom(_state(crec))
+        _fill_state(cs.state, crec)
         if crec.last is not None:
             _fill_terminated(cs.lastState, crec.last)
-        if not cs.ready:
-            not_ready.append(container.name)
-    for ec in pod.spec.ephemeralContainers:
+        if not container_ready:
+            not_ready.append(name)
+    for ec in spec.ephemeralContainers:
         crec = rec.ephemeral_containers.get(ec.name) or ContainerRecord(ec.name)
         cs = status.ephemeralContainerStatuses.add()
         _fill_status(cs, as_container(pod, ec), crec, container_id_prefix)
         cs.ready = False  # never ready: an ephemeral container serves nothing
-    _cap_messages(pod, status)
+    if _has_messages(rec):
+        _cap_messages(pod, status)
+    conditions = status.conditions
+    before: dict[str, pod_pb2.PodCondition] = {}
     for cond in previous.conditions:
-        if cond.type not in OWN_CONDITIONS:
-            status.conditions.append(cond)
-    terminal = status.phase in ("Succeeded", "Failed")
+        if cond.type in OWN_CONDITIONS:
+            before.setdefault(cond.type, cond)
+        else:
+            conditions.append(cond)
+    terminal = phase in ("Succeeded", "Failed")
     if terminal:
         reason, message = "PodCompleted", ""
     else:
         reason = "ContainersNotReady"
         message = f"containers with unready status: [{' '.join(not_ready)}]"
     ready = not not_ready and not terminal
-    status.conditions.append(
-        _condition(
-            "Initialized",
-            is_initialized,
-            previous,
-            now_ts,
-            "ContainersNotInitialized",
-            f"containers with incomplete status: [{' '.join(incomplete)}]",
-        )
+    now_seconds = math.floor(now)
+    _add_condition(
+        conditions,
+        "Initialized",
+        is_initialized,
+        before,
+        now_seconds,
+        "ContainersNotInitialized",
+        f"containers with incomplete status: [{' '.join(incomplete)}]",
     )
-    status.conditions.append(
-        _condition("ContainersReady", ready, previous, now_ts, reason, message)
-    )
-    status.conditions.append(_condition("Ready", ready, previous, now_ts, reason, message))
+    _add_condition(conditions, "ContainersReady", ready, before, now_seconds, reason, message)
+    _add_condition(conditions, "Ready", ready, before, now_seconds, reason, message)
     return status
+
+
+def _has_messages(rec: PodRecord) -> bool:
+    """Whether any container's (last) termination has a message to cap."""
+    for records in (rec.init_containers, rec.containers):
+        for crec in records.values():
+            for t in (crec.terminated, crec.last):
+                if t is not None and t.message:
+                    return True
+    return False
+
+
+def _add_condition(
+    conditions: Any,
+    type_: str,
+    ok: bool,
+    before: Mapping[str, pod_pb2.PodCondition],
+    now_seconds: int,
+    reason: str,
+    message: str,
+) -> None:
+    """Append our condition `type_` (True if `ok`, else False with `reason` and `message`), its
+    lastTransitionTime kept from `before`'s condition of that type while its status does not
+    change, else now."""
+    value = "True" if ok else "False"
+    cond = conditions.add(type=type_, status=value)
+    if not ok:
+        cond.reason, cond.message = reason, message
+    old = before.get(type_)
+    if old is not None and old.status == value and old.HasField("lastTransitionTime"):
+        cond.lastTransitionTime.CopyFrom(old.lastTransitionTime)
+    else:
+        cond.lastTransitionTime.seconds = now_seconds

@@ -62,6 +62,26 @@ async def test_reregistration_keeps_the_node_and_restores_ready() -> None:
     assert not again.needs_update(client.nodes.objects["n1"])
 
 
+async def test_a_changed_node_is_compared_again_and_its_status_put_back() -> None:
+    clock = FakeClock()
+    client = FakeClient(clock)
+    agent = NodeAgent(client, config(), lambda: client.nodes.objects.get("n1"), clock=clock)
+    await agent.register()
+    node = client.nodes.objects["n1"]
+    assert not agent.needs_update(node)
+    assert not agent.needs_update(node)  # the same (unchanged) object: not compared again
+    # Someone else's write: a new object (as the informer delivers it) with other capacity.
+    changed = node_pb2.Node()
+    changed.CopyFrom(node)
+    changed.status.capacity["cpu"] = "64"
+    assert agent.needs_update(changed)
+    client.nodes.objects["n1"] = changed
+    await agent.sync_status()
+    assert client.nodes.objects["n1"].status.capacity["cpu"] == "4"
+    assert not agent.needs_update(client.nodes.objects["n1"])
+    assert agent.needs_update(changed)  # the old, different object is still different
+
+
 async def test_lease_is_created_then_renewed() -> None:
     clock = FakeClock()
     client = FakeClient(clock)
