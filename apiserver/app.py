@@ -574,9 +574,7 @@ class APIServer:
             async with asyncio.timeout(MASTER_REMOVAL_SECONDS):
                 await self._remove_master_endpoint()
         for cache in self.caches.values():
-            cache.terminate_all(
-                UnavailableError("watch closed: the apiserver is shutting down"), "shutdown"
-            )
+            cache.shut_down(UnavailableError("watch closed: the apiserver is shutting down"))
         await self.grpc.stop(self.settings.shutdown_grace_seconds)
         if self.rest is not None:
             await self.rest.stop()

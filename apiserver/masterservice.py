@@ -85,9 +85,15 @@ class MasterLeases:
         )
 
     async def remove(self) -> None:
-        if self._lease:
-            await self.storage.revoke_lease(self._lease)
-            self._lease = 0
+        lease, self._lease = self._lease, 0
+        if lease:
+            await self.storage.revoke_lease(lease)
+        # A renewal cancelled (the apiserver stopping) between its put and its revoke of the
+        # previous lease left the key under a lease this object never learned of, alive for
+        # its TTL: delete the key itself too.
+        kv = await self.storage.get(self._key())
+        if kv is not None:
+            await self.storage.delete(self._key(), kv.mod_revision)
 
     async def alive(self) -> list[tuple[str, int]]:
         """The (ip, port) of every apiserver whose lease has not expired, sorted."""

@@ -565,6 +565,8 @@ class WatchCache:
         # server is 3.5.1) can send to a watcher that still has events in flight, so a
         # consistent read trusts only this one, and a broken etcd watch resumes after it.
         self.event_revision = 0
+        # Set when the apiserver stops (`shut_down`): every watch ends, and none starts, with it.
+        self._shut_down: TinykubeError | None = None
         self.synced = asyncio.Event()
         self.healthy = False
         # What open watches end with when `run()` stops: by default the apiserver is going
@@ -906,6 +908,13 @@ class WatchCache:
     def watcher_count(self) -> int:
         return len(self._unindexed) + sum(len(ws) for ws in self._indexed.values())
 
+    def shut_down(self, error: TinykubeError) -> None:
+        """The apiserver is stopping: end every watch with `error`, and every watch that
+        registers from now on too (one still waiting for the cache to be fresh when the
+        others ended would otherwise hold the server's graceful stop for its whole grace)."""
+        self._shut_down = error
+        self.terminate_all(error, "shutdown")
+
     def terminate_all(self, error: TinykubeError, reason: str) -> None:
         for w in self.watchers():
             w.close(error)
@@ -1043,6 +1052,8 @@ class WatchCache:
             batched=batched,
             json=json,
         )
+        if self._shut_down is not None:
+            raise self._shut_down
         # No await from here on: the replay and the registration see the same cache state.
         initial: list[Queued] = []
         if resource_version is None:

@@ -420,3 +420,22 @@ async def test_the_kubernetes_endpoints_follow_the_live_apiservers(
         if not stopped:
             await second.server.stop()
         await first.server.stop()
+
+
+async def test_a_master_lease_renewal_cut_short_is_still_removed(
+    etcd_server: EtcdServer,
+) -> None:
+    """A renewal cancelled by the stop between its put (the key under a new lease) and its
+    revoke of the previous lease: the stop's removal deletes the key all the same."""
+    running = await start_apiserver(make_settings(etcd_server.endpoint))
+    try:
+        storage = running.server.storage
+        leases = masterservice.MasterLeases(storage, running.settings.prefix, "127.0.0.7", 6443)
+        await leases.renew()
+        assert ("127.0.0.7", 6443) in await leases.alive()
+        # What the cut-short renewal wrote: the key under a lease `leases` never learned of.
+        await storage.put_leased(leases._key(), b'{"ip": "127.0.0.7", "port": 6443}', 15)
+        await leases.remove()
+        assert ("127.0.0.7", 6443) not in await leases.alive()
+    finally:
+        await running.server.stop()

@@ -523,3 +523,15 @@ async def test_lists_and_bookmarks_report_the_revision_the_state_is_complete_at(
     cache.storage = ScriptedStorage([([put("late", 15)], 20, False)])  # type: ignore[assignment]
     await cache._watch_once()
     assert (cache.revision, cache.state_revision) == (20, 15)
+
+
+async def test_a_watch_registering_after_shut_down_ends_at_once() -> None:
+    """A watch still waiting for the cache (a consistent start) when the apiserver stopped
+    must not register afterwards: its RPC would hold the server's graceful stop."""
+    cache = make_cache()
+    cache.synced.set()
+    live, _ = await cache.watch(resource_version=None)
+    cache.shut_down(UnavailableError("watch closed: the apiserver is shutting down"))
+    assert live.closed and isinstance(live.error, UnavailableError)
+    with pytest.raises(UnavailableError, match="shutting down"):
+        await cache.watch(resource_version=None)
