@@ -115,7 +115,7 @@ NO_SCHEDULER = "bench-no-scheduler"  # pods for nobody: the apiserver-alone ceil
 class Options:
     creators: int = 1
     concurrency: int = 32
-    unary_creators: bool = False  # the creators' Creates as unary calls, not a write stream
+    stream_creators: bool = False  # the creators' Creates as write-stream messages, not calls
     timeout: float = 0.0  # per waiting op; 0: derived from the pod count
     profile: tuple[str, ...] = ()
     ceilings: bool = True
@@ -547,8 +547,8 @@ class Run:
             cmd += ["--template", str(tpl_file), "--namespace", namespace, "--prefix", "pod"]
             cmd += ["--count", str(share), "--start", str(start)]
             cmd += ["--concurrency", str(self.opts.concurrency)]
-            if self.opts.unary_creators:
-                cmd += ["--unary"]
+            if self.opts.stream_creators:
+                cmd += ["--stream"]
             if scheduler_name:
                 cmd += ["--scheduler-name", scheduler_name]
             if qps > 0:
@@ -1234,10 +1234,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--creators", type=int, default=1, help="pod creator processes")
     p.add_argument("--concurrency", type=int, default=32, help="Creates in flight per creator")
     p.add_argument(
-        "--unary-creators",
+        "--stream-creators",
         action="store_true",
-        help="the pod creators make unary Create calls (as before session 12), not one write "
-        "stream each",
+        help="the pod creators send their Creates as messages of one write stream each, not as "
+        "unary calls (as a Kubernetes client does)",
     )
     p.add_argument("--timeout", type=float, default=0.0, help="seconds per waiting op")
     p.add_argument("--profile", default="", help="py-spy these processes: scheduler,apiserver")
@@ -1259,7 +1259,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = Options(
         creators=a.creators,
         concurrency=a.concurrency,
-        unary_creators=a.unary_creators,
+        stream_creators=a.stream_creators,
         timeout=a.timeout,
         profile=tuple(x for x in a.profile.split(",") if x),
         ceilings=not a.no_ceilings,

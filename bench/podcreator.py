@@ -9,10 +9,11 @@ harness's watch for one event loop), or by hand:
 `--template` is a JSON file holding one Pod in Kubernetes JSON (lowerCamel fields); pods are named
 `<prefix>-<index>` (index from `--start`). `--scheduler-name` overrides spec.schedulerName (the
 harness uses a name no scheduler serves to measure Create alone). A fixed number of asyncio
-workers share one channel, so at most `--concurrency` Creates are in flight; they go as messages
-of one Pods/CreateStream (each exactly a Create to the apiserver, at a fraction of a call's cost
-on both ends; docs/api.md), or as unary calls with `--unary` or where the apiserver does not
-serve the stream. Prints one JSON line:
+workers share one channel, so at most `--concurrency` Creates are in flight; they go as unary
+calls (as a Kubernetes client makes them), or with `--stream` as messages of one
+Pods/CreateStream (each exactly a Create to the apiserver, at a fraction of a call's cost on
+both ends; docs/api.md), falling back to calls where the apiserver does not serve the stream.
+Prints one JSON line:
 {"created", "errors", "seconds", "per_second", "first_error"} and exits 0 unless nothing was made.
 """
 
@@ -44,7 +45,7 @@ async def create_pods(
     start: int = 0,
     concurrency: int = 32,
     qps: float = 0.0,
-    pipeline: bool = True,
+    pipeline: bool = False,
 ) -> dict[str, object]:
     """Create `count` pods with `concurrency` Creates in flight; the summary as a dict.
 
@@ -111,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--scheduler-name", default="")
     p.add_argument("--qps", type=float, default=0.0, help="offered Creates per second (0: max)")
-    p.add_argument("--unary", action="store_true", help="unary Create calls, no write stream")
+    p.add_argument(
+        "--stream", action="store_true", help="Creates as messages of one write stream, not calls"
+    )
     a = p.parse_args(argv)
     template = json_format.ParseDict(json.loads(Path(a.template).read_text()), pod_pb2.Pod())
     if a.scheduler_name:
@@ -126,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             start=a.start,
             concurrency=a.concurrency,
             qps=a.qps,
-            pipeline=not a.unary,
+            pipeline=a.stream,
         )
     )
     print(json.dumps(summary), flush=True)
