@@ -24,14 +24,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import grpc
 from google.protobuf import json_format, struct_pb2
-from google.protobuf.descriptor import FileDescriptor
 from google.protobuf.message import Message
 
 from apiserver.accesslog import LogLimiter, access_log, go_duration
@@ -63,7 +61,7 @@ from tinykube.errors import (
 from tinykube.kinds import ALL_KINDS, KindInfo
 from tinykube.manifest import ManifestError, hold_big_ints, parse_as, to_dict, whole_numbers
 from tinykube.v1 import apiextensions_pb2, meta_pb2, pod_pb2
-from tinykube.writestream import MESSAGE_TIMEOUT_KEY
+from tinykube.writestream import MESSAGE_TIMEOUT_KEY, declared_methods
 
 log = logging.getLogger(__name__)
 
@@ -765,18 +763,6 @@ async def _write(
         ) from None
 
 
-def _declared_methods(info: KindInfo) -> frozenset[str]:
-    """The method names the kind's service declares in its .proto (none for a custom kind)."""
-    module = sys.modules.get(info.message.__module__)
-    file = getattr(module, "DESCRIPTOR", None)
-    service = (
-        file.services_by_name.get(info.service.rpartition(".")[2])
-        if isinstance(file, FileDescriptor)
-        else None
-    )
-    return frozenset(m.name for m in service.methods) if service is not None else frozenset()
-
-
 class GrpcResource:
     """One kind's gRPC service over its `ResourceStore`."""
 
@@ -899,7 +885,7 @@ class GrpcResource:
                 _writing(resource.update_status), request_decoder(info.update_request), _serialize
             )
         # The write streams the kind's .proto declares: each message runs as its unary method.
-        declared = _declared_methods(info)
+        declared = declared_methods(info.message, info.service)
         for write in STREAMABLE_WRITES:
             name = write + STREAM_SUFFIX
             if name in declared and write in methods:

@@ -74,14 +74,12 @@ import builtins
 import copy
 import logging
 import random
-import sys
 from asyncio import FIRST_COMPLETED
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Any, Generic, NamedTuple, Self, cast
 
 import grpc
-from google.protobuf.descriptor import FileDescriptor
 from google.protobuf.message import Message
 from typing_extensions import TypeVar
 
@@ -135,6 +133,7 @@ from tinykube.writestream import (
     MESSAGE_TIMEOUT_KEY,
     StreamUnsupported,
     WriteStream,
+    declared_methods,
     write_result_type,
 )
 
@@ -1026,16 +1025,9 @@ def _streamable_methods(info: KindInfo) -> dict[str, tuple[type[Message], str]]:
     """The write methods whose `<Method>Stream` the kind's service declares: their answer
     message (`<Kind>WriteResult`) and its object field."""
     result_type = write_result_type(info.message)
-    module = sys.modules.get(info.message.__module__)
-    file = getattr(module, "DESCRIPTOR", None)
-    service = (
-        file.services_by_name.get(info.service.rpartition(".")[2])
-        if isinstance(file, FileDescriptor)
-        else None
-    )
-    if result_type is None or service is None:
+    if result_type is None:
         return {}
-    declared = {m.name for m in service.methods}
+    declared = declared_methods(info.message, info.service)
     return {
         method: (result_type, info.request_field)
         for method in ("Create", "Update", "UpdateStatus")

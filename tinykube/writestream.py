@@ -71,6 +71,20 @@ def write_result_type(message: type[Message]) -> type[Message] | None:
     return getattr(module, f"{message.DESCRIPTOR.name}WriteResult", None)
 
 
+def declared_methods(message: type[Message], service: str) -> frozenset[str]:
+    """The method names `service` (its full name) declares in the .proto of the kind's object
+    `message`; none where that module has no file descriptor (a custom kind)."""
+    import sys
+
+    from google.protobuf.descriptor import FileDescriptor
+
+    file = getattr(sys.modules.get(message.__module__), "DESCRIPTOR", None)
+    if not isinstance(file, FileDescriptor):
+        return frozenset()
+    found = file.services_by_name.get(service.rpartition(".")[2])
+    return frozenset(m.name for m in found.methods) if found is not None else frozenset()
+
+
 class WriteStream:
     """One `<Service>/<Method>Stream` on one channel (`open_call()` makes the call)."""
 
