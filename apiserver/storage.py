@@ -629,15 +629,22 @@ class Storage:
             ),
         )
 
-    async def _leased_txn(
+    def _leased_txn(
+        self, ttl: int, txn: Callable[[int], Awaitable[WriteResult]]
+    ) -> Awaitable[WriteResult]:
+        """`txn(lease)`: with no `ttl` under no lease (0), the txn's own awaitable (nearly
+        every write: no coroutine of its own); else under the shared lease for `ttl`."""
+        if ttl <= 0:
+            return txn(0)
+        return self._txn_under_lease(ttl, txn)
+
+    async def _txn_under_lease(
         self, ttl: int, txn: Callable[[int], Awaitable[WriteResult]]
     ) -> WriteResult:
-        """`txn(lease)`: with no `ttl` under no lease (0); else under the shared lease for
-        `ttl` (`TTLLeases`). A lease etcd no longer knows (it expired while the apiserver was
-        stalled longer than the ttl, or etcd's data was restored) refuses the txn whole: the
-        write goes again once under a newly granted lease."""
-        if ttl <= 0:
-            return await txn(0)
+        """`txn(lease)` under the shared lease for `ttl` (`TTLLeases`). A lease etcd no longer
+        knows (it expired while the apiserver was stalled longer than the ttl, or etcd's data
+        was restored) refuses the txn whole: the write goes again once under a newly granted
+        lease."""
         lease = await self.ttl_leases.lease_for(ttl)
         try:
             return await txn(lease)
