@@ -492,6 +492,7 @@ class APIServer:
             watcher_queue_size=settings.watcher_queue_size,
             watcher_queue_bytes=settings.watcher_queue_bytes,
             bookmark_interval=settings.bookmark_interval_seconds,
+            bookmark_frequency=settings.bookmark_frequency_seconds,
             wait_timeout=settings.cache_wait_seconds,
             index_field=index_field,
             clock=self.clock,

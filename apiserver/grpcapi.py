@@ -787,7 +787,7 @@ class GrpcResource:
         identity: Identity | None = None,
     ) -> None:
         """One message per event (Kubernetes' shape; what grpcurl users see)."""
-        await self._watch(request, context.write, batched=False)
+        await self._watch(request, context.write, batched=False, ends_in=context.time_remaining())
 
     async def watch_batch(
         self,
@@ -802,7 +802,7 @@ class GrpcResource:
         write completes, so this cuts the stream's cost by its batch size. An idle watch still
         gets every event at once: nothing waits to fill a batch.
         """
-        await self._watch(request, context.write, batched=True)
+        await self._watch(request, context.write, batched=True, ends_in=context.time_remaining())
 
     async def _watch(
         self,
@@ -810,11 +810,13 @@ class GrpcResource:
         write: Callable[[bytes], Awaitable[None]],
         *,
         batched: bool,
+        ends_in: float | None = None,
     ) -> None:
+        """`ends_in`: the seconds the call's deadline leaves (None: it has none)."""
         if isinstance(request, Undecodable):
             raise request.reject()
         resource = self.resource
-        watcher, initial = await resource.open_watch(request, batched=batched)
+        watcher, initial = await resource.open_watch(request, batched=batched, ends_in=ends_in)
         method = "WatchBatch" if batched else "Watch"
         events_sent = resource.cache.metrics.watch_events_sent.labels(resource.info.kind, method)
         messages_sent = resource.cache.metrics.watch_messages_sent.labels(

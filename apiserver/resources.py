@@ -1175,12 +1175,18 @@ class ResourceStore:
     # ---- Watch -----------------------------------------------------------------------------
 
     async def open_watch(
-        self, request: meta_pb2.WatchRequest, *, batched: bool = False, json: bool = False
+        self,
+        request: meta_pb2.WatchRequest,
+        *,
+        batched: bool = False,
+        json: bool = False,
+        ends_in: float | None = None,
     ) -> tuple[Watcher, builtins.list[Queued]]:
         """Register a watcher on the cache: it and the events to send before live ones.
 
         The caller owns the watcher and must `self.cache.unregister` it when done. `json`
         queues REST watch lines (see apiserver/watchcache.py) instead of protobuf events.
+        `ends_in`: seconds until the watch ends by its deadline, if it has one.
         """
         labels, fields = self._selectors(request.labelSelector, request.fieldSelector)
         rv_text = request.resourceVersion
@@ -1201,6 +1207,7 @@ class ResourceStore:
             bookmarks=request.allowWatchBookmarks,
             batched=batched,
             json=json,
+            ends_in=ends_in,
         )
 
     def _precondition_failure(

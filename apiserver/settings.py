@@ -80,8 +80,12 @@ class Settings:
     # watcher goes out at once, and while events keep coming the ones of the next window
     # share a message. 0 sends whatever is queued as soon as the previous write completes.
     watch_batch_window_seconds: float = 0.01
-    # Interval of BOOKMARK events on watches that ask for them.
+    # How often each watch cache asks etcd for progress (so a quiet kind's revision moves) and
+    # looks for watchers due a BOOKMARK.
     bookmark_interval_seconds: float = 5.0
+    # How often a watch that asks for bookmarks gets one (kube-apiserver's bookmarkFrequency:
+    # a minute), and 2 s before the watch's own deadline if that comes first.
+    bookmark_frequency_seconds: float = 60.0
     # How long a consistent List or a watch from a future revision waits for the cache.
     cache_wait_seconds: float = 3.0
     # Seconds the graceful shutdown lets in-flight RPCs finish.

@@ -56,6 +56,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import math
 import sys
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -440,6 +441,10 @@ class Watcher:
     json: bool = False
     index_value: str | None = None
     last_revision: int = 0
+    # On the cache's monotonic clock: when the watch ends by its deadline (0: none), and when
+    # it is next due a BOOKMARK (WatchCache._next_bookmark).
+    deadline: float = 0.0
+    next_bookmark: float = math.inf
     _queue: collections.deque[Queued] = field(default_factory=collections.deque)
     _queued_bytes: int = 0
     _wakeup: asyncio.Event = field(default_factory=asyncio.Event)
@@ -535,6 +540,7 @@ class WatchCache:
         window_bytes: int = 0,
         bookmark_interval: float,
         wait_timeout: float,
+        bookmark_frequency: float = 60.0,
         index_field: str | None = None,
         clock: Clock | None = None,
     ) -> None:
@@ -549,6 +555,7 @@ class WatchCache:
         self.watcher_queue_size = watcher_queue_size
         self.watcher_queue_bytes = watcher_queue_bytes
         self.bookmark_interval = bookmark_interval
+        self.bookmark_frequency = bookmark_frequency
         self.wait_timeout = wait_timeout
         self.index_field = index_field
         self.clock = clock or Clock()
@@ -921,23 +928,52 @@ class WatchCache:
             self.metrics.watchers_terminated.labels(self.kind, reason).inc()
 
     async def _bookmark_loop(self) -> None:
+        """Every `bookmark_interval` ask etcd for progress (a quiet kind's revision moves only
+        by it); every second send a BOOKMARK to each watcher that asked for them and is due
+        one (`_next_bookmark`: kube-apiserver's schedule, a minute apart and 2 s before the
+        watch's deadline), if the state moved past what it last received."""
+        tick = min(1.0, self.bookmark_interval)
+        monotonic = self.clock.monotonic
+        next_progress = monotonic() + self.bookmark_interval
         while True:
-            await self.clock.sleep(self.bookmark_interval)
-            with contextlib.suppress(Exception):
-                if self._etcd_watch is not None:
-                    self._etcd_watch.request_progress()
-            # Let the progress notification arrive before stamping bookmarks.
-            await self.clock.sleep(min(0.2, self.bookmark_interval / 4))
-            rev = self.state_revision
-            data: bytes | None = None
-            for w in self.watchers():
-                if w.bookmarks and not w.closed and rev > w.last_revision:
-                    if w.json:
-                        w.push(self.codec.bookmark_json(rev), rev)
-                        continue
-                    if data is None:
-                        data = self.codec.bookmark(rev)
-                    w.push(data, rev)
+            await self.clock.sleep(tick)
+            if monotonic() >= next_progress:
+                next_progress = monotonic() + self.bookmark_interval
+                with contextlib.suppress(Exception):
+                    if self._etcd_watch is not None:
+                        self._etcd_watch.request_progress()
+                # Let the progress notification arrive before stamping bookmarks.
+                await self.clock.sleep(min(0.2, self.bookmark_interval / 4))
+            self.send_due_bookmarks()
+
+    def send_due_bookmarks(self) -> None:
+        """A BOOKMARK at the state's revision to every watcher due one (see `_bookmark_loop`)."""
+        now = self.clock.monotonic()
+        rev = self.state_revision
+        data: bytes | None = None
+        for w in self.watchers():
+            if not w.bookmarks or w.closed or w.next_bookmark > now:
+                continue
+            w.next_bookmark = self._next_bookmark(w, now)
+            if rev <= w.last_revision:
+                continue
+            if w.json:
+                w.push(self.codec.bookmark_json(rev), rev)
+                continue
+            if data is None:
+                data = self.codec.bookmark(rev)
+            w.push(data, rev)
+
+    def _next_bookmark(self, w: Watcher, now: float) -> float:
+        """When `w` is next due a bookmark: `bookmark_frequency` from now, or 2 s before its
+        deadline if that comes first (so a client that resumes after the deadline resumes as
+        late as it can); never again once that moment has passed."""
+        due = now + self.bookmark_frequency
+        if w.deadline:
+            last = w.deadline - 2.0
+            if last < due:
+                return last if last > now else math.inf
+        return due
 
     # ---- consistency -----------------------------------------------------------------------
 
@@ -1020,11 +1056,14 @@ class WatchCache:
         bookmarks: bool = False,
         batched: bool = True,
         json: bool = False,
+        ends_in: float | None = None,
     ) -> tuple[Watcher, list[Queued]]:
         """Register a watcher; returns it and the events to send before live ones.
 
         `resource_version` None means "current state first" (synthetic ADDED events).
         `json`: events are REST watch lines (the codec must have a JSON encoder).
+        `ends_in`: seconds until the watch ends by its deadline, if it has one (its last
+        bookmark comes 2 s before).
         """
         if json and self.codec.json is None:
             raise TypeError(f"the {self.kind} watch cache has no JSON encoder")
@@ -1052,6 +1091,11 @@ class WatchCache:
             batched=batched,
             json=json,
         )
+        if bookmarks:
+            now = self.clock.monotonic()
+            if ends_in is not None:
+                w.deadline = now + ends_in
+            w.next_bookmark = self._next_bookmark(w, now)
         if self._shut_down is not None:
             raise self._shut_down
         # No await from here on: the replay and the registration see the same cache state.

@@ -873,7 +873,7 @@ class ResourceHandlers:
         req = message_from(meta_pb2.WatchRequest, data)
         kcodec = self._codec(target)
         try:
-            watcher, initial = await service.open_watch(req, json=True)
+            watcher, initial = await service.open_watch(req, json=True, ends_in=timeout)
         except ResourceExpiredError as exc:
             # As kube-apiserver's watch cache: the stream opens and carries one ERROR event.
             resp = await self._start_stream(request, fmt)

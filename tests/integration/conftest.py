@@ -73,6 +73,7 @@ def make_settings(etcd_endpoint: str, **overrides: object) -> Settings:
         metrics_port=0,
         compaction_interval_seconds=0,
         bookmark_interval_seconds=1.0,
+        bookmark_frequency_seconds=1.0,
         shutdown_grace_seconds=0.5,
         # No REST API unless a test asks (rest_port=0: a free port); 8080 would collide.
         rest_port=-1,

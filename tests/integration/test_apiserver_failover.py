@@ -163,7 +163,9 @@ async def test_bookmarks_keep_a_quiet_watch_resumable_on_an_apiserver_started_la
     """The informer watches namespace default, where nothing changes; the cluster's revision
     moves on elsewhere. B starts after that, so its window begins past every event the informer
     saw: only bookmarks (which carry the revision) let it resume on B without a relist."""
-    settings = make_settings(etcd_server.endpoint, bookmark_interval_seconds=0.5)
+    settings = make_settings(
+        etcd_server.endpoint, bookmark_interval_seconds=0.5, bookmark_frequency_seconds=0.5
+    )
     a = await start_apiserver(settings)
     proxy = await TcpProxy(a.address).start()
     # B's address is known from the start; it listens only later.

@@ -23,6 +23,7 @@ from apiserver.watchcache import (
     encode_event,
     encode_list,
 )
+from tinykube.clock import FakeClock
 from tinykube.errors import ResourceExhaustedError, ResourceExpiredError, UnavailableError
 from tinykube.meta import get_continue
 from tinykube.selectors import (
@@ -535,3 +536,37 @@ async def test_a_watch_registering_after_shut_down_ends_at_once() -> None:
     assert live.closed and isinstance(live.error, UnavailableError)
     with pytest.raises(UnavailableError, match="shutting down"):
         await cache.watch(resource_version=None)
+
+
+async def test_bookmarks_follow_kubes_schedule_a_minute_apart_and_before_the_deadline() -> None:
+    """kube-apiserver's cacheWatcher: a watch that asks for bookmarks gets one about a minute
+    after it started and every minute after, and one 2 s before its own deadline if that
+    comes first; none once that moment has passed, and none while its revision is current."""
+    clock = FakeClock()
+    cache = make_cache()
+    cache.clock = clock
+    cache.revision = cache.event_revision = 10
+    quiet, _ = await cache.watch(resource_version=None, bookmarks=True)
+    ending, _ = await cache.watch(resource_version=None, bookmarks=True, ends_in=30)
+    never, _ = await cache.watch(resource_version=None, bookmarks=False)
+    cache.event_revision = 11  # etcd's progress moved the state on
+    clock.advance(28)
+    cache.send_due_bookmarks()
+    assert (quiet.take_events(), never.take_events()) == ([], [])
+    assert [rev for _, rev in ending.take_events()] == [11]
+    clock.advance(32)
+    cache.event_revision = 12
+    cache.send_due_bookmarks()
+    assert [rev for _, rev in quiet.take_events()] == [12]
+    assert ending.take_events() == []  # its last bookmark was the one before the deadline
+    clock.advance(60)
+    cache.send_due_bookmarks()  # due again, but nothing moved: no bookmark
+    assert quiet.take_events() == []
+    cache.event_revision = 13
+    clock.advance(30)
+    cache.send_due_bookmarks()  # moved, but the next one is due only a minute after the last
+    assert quiet.take_events() == []
+    clock.advance(30)
+    cache.send_due_bookmarks()
+    assert [rev for _, rev in quiet.take_events()] == [13]
+    assert never.take_events() == []
