@@ -267,6 +267,8 @@ class APIServer:
         self._bootstrapped = False
         # The bootstrap RBAC policy has been reconciled once (readiness waits for it).
         self._policy_reconciled = False
+        # Set when stop() begins: from then on nothing reports SERVING again.
+        self._stopping = False
         self.storage.set_exclusive(self._plainly_watched_kind)
         # One in-flight limit for both front ends (apiserver/flowcontrol.py).
         self.limiter = Limiter(
@@ -583,6 +585,7 @@ class APIServer:
 
     async def stop(self) -> None:
         """Graceful: NOT_SERVING, end every watch (clients re-watch elsewhere), drain, close."""
+        self._stopping = True
         await self._set_serving(False)
         for task in self._tasks:
             if task.get_name() == "master-service":
@@ -671,6 +674,9 @@ class APIServer:
         except TinykubeError:
             self._etcd_ok = False
             ok = False
+        # The health loop runs on through the graceful stop's drain: it must not report
+        # SERVING again to the health watches (client-side health checking) of a draining server.
+        ok = ok and not self._stopping
         await self._set_serving(ok)
         return ok
 

@@ -1,14 +1,15 @@
 """Readiness waits for the bootstrap RBAC policy, as kube-apiserver's /readyz waits for its
 post-start hook rbac/bootstrap-roles: until one reconcile has completed, gRPC health is
 NOT_SERVING and /readyz and /healthz fail the check `poststarthook/rbac/bootstrap-roles`,
-while /livez passes.
+while /livez passes. The reconcile is held back for real: a validating webhook nobody answers
+(failurePolicy Fail) refuses the ClusterRole the second apiserver has to create again.
 
-The reconcile is held back for real: a validating webhook nobody answers (failurePolicy Fail)
-refuses the ClusterRole the second apiserver has to create again."""
+And a stopping apiserver stays NOT_SERVING through its graceful drain."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,9 +18,15 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.integration.conftest import RunningAPIServer, make_settings, start_apiserver
+from tests.integration.conftest import (
+    RunningAPIServer,
+    make_pod,
+    make_settings,
+    start_apiserver,
+)
 from tinykube.localetcd import EtcdServer
 from tinykube.serving import CHANNEL_OPTIONS
+from tinykube.v1 import pod_pb2, pod_pb2_grpc
 
 pytestmark = pytest.mark.integration
 
@@ -117,3 +124,23 @@ async def test_not_ready_until_the_bootstrap_policy_is_reconciled(
         assert status == 200, text
     finally:
         await second.server.stop()
+
+
+async def test_a_stopping_apiserver_never_reports_serving_again(etcd_server: EtcdServer) -> None:
+    running = await start_apiserver(make_settings(etcd_server.endpoint, shutdown_grace_seconds=2.5))
+    async with grpc.aio.insecure_channel(running.address, options=list(CHANNEL_OPTIONS)) as ch:
+        health = health_pb2_grpc.HealthStub(ch).Watch(health_pb2.HealthCheckRequest())
+        assert (await health.read()).status == health_pb2.HealthCheckResponse.SERVING
+        # A write stream left open holds the graceful stop for its whole grace, as a busy
+        # apiserver's calls in flight do, while the health loop ticks (every second).
+        writes = pod_pb2_grpc.PodsStub(ch).CreateStream()
+        await writes.write(pod_pb2.CreatePodRequest(pod=make_pod("held")))
+        await writes.read()
+        stopping = asyncio.create_task(running.server.stop())
+        seen = []
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            while (reply := await health.read()) is not grpc.aio.EOF:
+                seen.append(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+        await stopping
+        writes.cancel()
+    assert seen == ["NOT_SERVING"]
