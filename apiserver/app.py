@@ -11,6 +11,14 @@ Kubernetes' REST API (apiserver/rest) is served beside gRPC on `settings.rest_po
 same host, by aiohttp on the same event loop and over the same services; its health
 endpoints report the same etcd and cache checks as the gRPC health service.
 
+Readiness waits for the bootstrap RBAC policy (apiserver/auth/reconcile.py), as kube-apiserver's
+post-start hook `rbac/bootstrap-roles` holds /readyz and /healthz: the check
+`poststarthook/rbac/bootstrap-roles` fails, and gRPC health stays NOT_SERVING, until one
+reconcile has completed (retried every second while etcd refuses it; it never fails again
+after). So a component waiting for SERVING never starts to be refused for want of its
+ClusterRoleBinding. /livez leaves it out (kube's livez has it too, but behind
+--livez-grace-period; tinykube's livez is only about this process).
+
 TLS (tinykube/tls.py): with `tls_cert_file` both front ends serve the certificate, gRPC
 requiring and REST asking for a client certificate of `client_ca_file`; etcd is dialled with
 `etcd_*file`, kubelets (the log proxy) with `kubelet_client_*`. Without certificate settings
@@ -166,6 +174,10 @@ def service_account_keys(settings: Settings) -> tuple[TokenIssuer | None, tuple[
     return issuer, tuple(keys)
 
 
+# kube-apiserver's name for the check of its rbac/bootstrap-roles post-start hook.
+RBAC_BOOTSTRAP_CHECK = "poststarthook/rbac/bootstrap-roles"
+
+
 class APIServer:
     def __init__(
         self,
@@ -253,6 +265,10 @@ class APIServer:
         )
         # The system namespaces and priority classes exist (created at start when missing).
         self._bootstrapped = False
+        # The bootstrap RBAC policy has been reconciled once (readiness waits for it).
+        self._policy_reconciled = False
+        # Set when stop() begins: from then on nothing reports SERVING again.
+        self._stopping = False
         self.storage.set_exclusive(self._plainly_watched_kind)
         # One in-flight limit for both front ends (apiserver/flowcontrol.py).
         self.limiter = Limiter(
@@ -378,11 +394,13 @@ class APIServer:
         return f"{host}:{self.rest_port}"
 
     def health_checks(self) -> dict[str, bool]:
-        """The checks behind health: etcd answers, every watch cache synced and watching."""
+        """The checks behind health: etcd answers, every watch cache synced and watching, and
+        the bootstrap RBAC policy reconciled (kube's post-start hook check, by its name)."""
         return {
             "etcd": self._etcd_ok,
             "watch-cache-synced": all(c.synced.is_set() for c in self.caches.values()),
             "watch-cache-healthy": all(c.healthy for c in self.caches.values()),
+            RBAC_BOOTSTRAP_CHECK: self._policy_reconciled,
         }
 
     def _plainly_watched_kind(self, key: bytes) -> bytes | None:
@@ -432,11 +450,11 @@ class APIServer:
                 asyncio.gather(*(c.synced.wait() for c in self.caches.values())), sync_timeout
             )
         await self._bootstrap_within(sync_timeout)
-        await self._update_health()
         synced = all(c.synced.is_set() for c in self.caches.values())
         if not (synced and await self._ensure_policy()):
-            # etcd is not there yet: keep trying in the background.
+            # etcd is not there yet: keep trying in the background (not ready until then).
             self._tasks.append(asyncio.create_task(self._policy_loop(), name="bootstrap-policy"))
+        await self._update_health()
         self._tasks.append(asyncio.create_task(self._health_loop(), name="health"))
         # The CRD naming and establishing controllers (apiserver/crd/controller.py).
         self._tasks.append(
@@ -551,20 +569,24 @@ class APIServer:
         )
 
     async def _ensure_policy(self) -> bool:
-        """`reconcile_policy`; False if etcd did not answer."""
+        """`reconcile_policy`; False if it failed (etcd did not answer, a write was refused).
+        The first success passes the readiness check for good."""
         try:
             await self.reconcile_policy()
         except TinykubeError as exc:
             log.warning("bootstrap RBAC policy not reconciled yet: %s", exc)
             return False
+        self._policy_reconciled = True
         return True
 
     async def _policy_loop(self) -> None:
         while not await self._ensure_policy():
             await self.clock.sleep(1.0)
+        await self._update_health()
 
     async def stop(self) -> None:
         """Graceful: NOT_SERVING, end every watch (clients re-watch elsewhere), drain, close."""
+        self._stopping = True
         await self._set_serving(False)
         for task in self._tasks:
             if task.get_name() == "master-service":
@@ -647,10 +669,15 @@ class APIServer:
             self._etcd_ok = True
             if not self._bootstrapped:
                 await self.bootstrap()
-            ok = all(c.synced.is_set() and c.healthy for c in self.caches.values())
+            ok = self._policy_reconciled and all(
+                c.synced.is_set() and c.healthy for c in self.caches.values()
+            )
         except TinykubeError:
             self._etcd_ok = False
             ok = False
+        # The health loop runs on through the graceful stop's drain: it must not report
+        # SERVING again to the health watches (client-side health checking) of a draining server.
+        ok = ok and not self._stopping
         await self._set_serving(ok)
         return ok
 

@@ -172,11 +172,22 @@ def main() -> None:
             )
         )
 
-        async def node_write(request: Any, context: Any, identity: Any) -> None:
-            # What the resource layer adds for a node's write: NodeRestriction on old and new.
-            admit_node_write(
-                identity, "update", "pods", "", "status", "default", "pod-1", status.pod, status.pod
-            )
+        async def node_write(request: Any, context: Any, identity: Any = None) -> None:
+            # What the resource layer adds for a node's write: NodeRestriction on old and new,
+            # when the request has an identity (the enforced call; the bare one has none, as a
+            # handler on an --insecure apiserver, and the resource layer then checks nothing).
+            if identity is not None:
+                admit_node_write(
+                    identity,
+                    "update",
+                    "pods",
+                    "",
+                    "status",
+                    "default",
+                    "pod-1",
+                    status.pod,
+                    status.pod,
+                )
 
         cases: dict[str, tuple[str, Any, str, Callable[..., Awaitable[None]]]] = {
             "scheduler bind": ("/tinykube.v1.Pods/Bind", bind, "scheduler", _nothing),

@@ -40,9 +40,16 @@ on the watch, never moved) and that the apiserver counted as many successful Bin
 Output: bench/results/<case>-<workload>-<stamp>-runK.json and .png per run, and with --runs > 1
 a -summary.json with the medians and a Markdown row for bench/RESULTS.md.
 
-Concurrency model: one asyncio loop drives the cluster (blocking launcher calls go through
-`asyncio.to_thread`), the pod watch, a 1 s /proc sampler and the ops; the creators are separate
-processes so creating pods does not slow the watch that times them.
+Concurrency model: one asyncio loop drives the cluster (blocking launcher calls run in a
+thread through `Run.blocking`), the pod watch, a 1 s /proc sampler and the ops; the creators
+are separate processes so creating pods does not slow the watch that times them.
+
+SIGTERM and SIGINT end the run as its normal end does: the running op is cancelled, the
+creators and py-spy are killed, the cluster is stopped (its components run in sessions of
+their own, so no signal reaches them otherwise; a cluster still starting is stopped once its
+start returns), and the harness then dies of the same signal (exit status 143 or 130 in a
+shell). A second signal while stopping is ignored. Once the cluster is up it prints
+`cluster up: {name: pid, ...}`, the processes it started.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import ssl
 import statistics
@@ -411,6 +419,8 @@ class Run:
         self.result: dict[str, Any] = {}
         self.creator_stats: list[dict[str, Any]] = []
         self.churn_task: asyncio.Task[dict[str, int]] | None = None
+        # The creators and py-spy processes running now (killed if the run is cut short).
+        self.children: set[asyncio.subprocess.Process] = set()
         self.pending_churn: dict[str, Any] | None = None
         self.measured = False
 
@@ -467,7 +477,7 @@ class Run:
             if labels:
                 args += ["--node-labels", ",".join(f"{a}={b}" for a, b in labels.items())]
             name = f"kubelet-hollow-{group}-{k}"
-            await asyncio.to_thread(self.cluster.start_component, name, args)
+            await self.blocking(self.cluster.start_component, name, args)
             self.sampler.pids[name] = self.cluster.processes[name].pid
         self.log(f"createNodes: {procs} fake kubelet(s) for {count} nodes; waiting until Ready")
         began = time.monotonic()
@@ -560,8 +570,10 @@ class Run:
                 *cmd, stdout=asyncio.subprocess.PIPE, env=env
             )
             self.sampler.pids[f"creator-{k}"] = proc.pid
+            self.children.add(proc)
             procs.append(proc)
         outs = await asyncio.gather(*(p.communicate() for p in procs))
+        self.children.difference_update(procs)
         stats = [json.loads(out.decode().strip().splitlines()[-1]) for out, _ in outs]
         for k in range(n):
             self.sampler.pids.pop(f"creator-{k}", None)
@@ -672,11 +684,11 @@ class Run:
             # "From a backlog": every pod exists before the scheduler starts, so what is
             # measured is scheduling, binding and the kubelets alone (no Creates compete).
             self.log("  backlog: scheduler stopped while the pods are created")
-            await asyncio.to_thread(self.cluster.kill, "scheduler", signal.SIGTERM)
+            await self.blocking(self.cluster.kill, "scheduler", signal.SIGTERM)
             template = pod_template(self.case, resolve(op.get("podTemplate"), self.params))
             backlog = await self.run_creators(template, namespace, count)
             self.log(f"  created {backlog['created']} in {backlog['seconds']}s; starting scheduler")
-            await asyncio.to_thread(self.cluster.start_component, "scheduler")
+            await self.blocking(self.cluster.start_component, "scheduler")
             self.sampler.pids["scheduler"] = self.cluster.processes["scheduler"].pid
         api_url = f"http://127.0.0.1:{self.api_metrics_port}/metrics"
         etcd_url = f"{self.etcd_url}/metrics"
@@ -871,6 +883,7 @@ class Run:
                 "--nonblocking", "-o", str(out),
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
+            self.children.add(proc)
             started.append((name, proc, out))
         return started
 
@@ -885,6 +898,7 @@ class Run:
                 await asyncio.wait_for(proc.wait(), 30)
             except TimeoutError:
                 proc.kill()
+            self.children.discard(proc)
             summary = sysmetrics.pyspy_top(out)
             keep = self.opts.out_dir / f"{self.stem()}-pyspy-{name}.txt"
             with contextlib.suppress(OSError):
@@ -900,7 +914,7 @@ class Run:
         # updates would otherwise share the apiserver); etcd and the apiserver keep their data.
         for name in list(self.cluster.components):
             if name != "apiserver" and self.cluster.components[name].running():
-                await asyncio.to_thread(self.cluster.kill, name, signal.SIGTERM)
+                await self.blocking(self.cluster.kill, name, signal.SIGTERM)
         count = min(self.opts.ceiling_count, int(self.result.get("measured_pods", 500)))
         template = pod_template(self.case, None)
         self.log(f"ceiling: apiserver Create alone, {count} pods")
@@ -924,11 +938,19 @@ class Run:
     async def execute(self) -> dict[str, Any]:
         self.log(f"run {self.run_no}: {self.case['name']}/{self.workload['name']} {self.params}")
         load_start = sysmetrics.load_average()
-        await asyncio.to_thread(self.cluster.start)
+        try:
+            await self.blocking(self.cluster.start)
+        except asyncio.CancelledError:
+            # Cut short while starting: what did start is stopped (a failed start stops
+            # itself).
+            await self.blocking(self.cluster.stop)
+            self.remove_work()
+            raise
         sampler_task = asyncio.create_task(self.sampler.run())
         recorder_task: asyncio.Task[None] | None = None
         try:
             self.sampler.pids.update({n: p.pid for n, p in self.cluster.processes.items()})
+            self.log(f"cluster up: {json.dumps(self.sampler.pids)}")
             self.sampler.pids["harness"] = os.getpid()
             async with Client(
                 self.cluster.api_address, timeout=60.0, credentials=self.cluster.credentials
@@ -954,7 +976,11 @@ class Run:
             if recorder_task is not None:
                 recorder_task.cancel()
             sampler_task.cancel()
-            await asyncio.to_thread(self.cluster.stop)
+            if self.churn_task is not None:
+                self.churn_task.cancel()
+            self.kill_children()
+            await self.blocking(self.cluster.stop)
+            self.remove_work()
         self.result.update(
             {
                 "test_case": self.case["name"],
@@ -972,11 +998,27 @@ class Run:
             }
         )
         self.add_ratios()
-        if not self.opts.keep:
-            import shutil
-
-            shutil.rmtree(self.work, ignore_errors=True)
         return self.result
+
+    async def blocking(self, call: Callable[..., Any], *args: Any) -> Any:
+        """A blocking launcher call in a thread. Cancelled meanwhile (a signal), it is still
+        awaited to its end before the cancellation goes on: the launcher is not thread-safe, so
+        the teardown must not overlap a start or a kill, nor miss what a start spawned."""
+        return await _uncancelled(asyncio.to_thread(call, *args))
+
+    def remove_work(self) -> None:
+        """The cluster's work dir (etcd's data, logs) goes with it, unless --keep."""
+        if not self.opts.keep:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+    def kill_children(self) -> None:
+        """SIGKILL the creators and profilers still running (they are in our process group,
+        which the signal that cut the run short may not have reached)."""
+        for proc in self.children:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+        self.children.clear()
 
     def add_ratios(self) -> None:
         ceil = self.result.get("ceilings")
@@ -1172,6 +1214,25 @@ MARKDOWN_HEADER = (
 )
 
 
+async def _uncancelled(aw: Awaitable[Any]) -> Any:
+    """Await `aw` to its end even if this task is cancelled meanwhile; the cancellation is
+    raised once it has ended (its own error, if any, is logged then)."""
+    task = asyncio.ensure_future(aw)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = cancelled or not task.done()
+        except Exception:
+            break
+    if cancelled:
+        if not task.cancelled() and task.exception() is not None:
+            print(f"while stopping: {task.exception()!r}", flush=True)
+        raise asyncio.CancelledError
+    return task.result()
+
+
 async def run_workloads(
     path: Path, names: list[str], runs: int, opts: Options
 ) -> list[dict[str, Any]]:
@@ -1270,15 +1331,50 @@ def main(argv: list[str] | None = None) -> int:
         ha=a.ha,
     )
 
+    stopped_by: list[int] = []
+
     async def everything() -> list[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        main_task = asyncio.current_task()
+        assert main_task is not None
+
+        def stop(sig: int) -> None:
+            if stopped_by:
+                print(f"{signal.Signals(sig).name}: already stopping the cluster", flush=True)
+                return
+            stopped_by.append(sig)
+            print(f"{signal.Signals(sig).name}: stopping the cluster", flush=True)
+            main_task.cancel()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop, sig)
         out = []
-        for path in a.workload_file:
-            out += await run_workloads(path, a.workload, a.runs, opts)
+        try:
+            for path in a.workload_file:
+                out += await run_workloads(path, a.workload, a.runs, opts)
+        except asyncio.CancelledError:
+            if not stopped_by:
+                raise
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
         return out
 
     summaries = asyncio.run(everything())
+    if stopped_by:
+        return 128 + stopped_by[0]
     return 0 if summaries else 2
 
 
+def exit_as(code: int) -> None:
+    """Exit with `code`; 128 + SIGTERM or SIGINT by dying of that signal, as a shell's
+    parent expects of a program its signal stopped (everything is cleaned up by now)."""
+    if code - 128 in (signal.SIGTERM, signal.SIGINT):
+        sys.stdout.flush()
+        signal.signal(code - 128, signal.SIG_DFL)
+        os.kill(os.getpid(), code - 128)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_as(main())

@@ -404,8 +404,9 @@ class RestServer:
             return self._json(
                 version_info(f"{platform.system().lower()}/{_arch()}", self._build_date)
             )
-        if head in ("healthz", "livez", "readyz") and len(parts) <= 2:
-            return self._health(request, head, parts[1] if len(parts) == 2 else None)
+        if head in ("healthz", "livez", "readyz"):
+            # One check by its name, which may hold slashes (poststarthook/rbac/bootstrap-roles).
+            return self._health(request, head, "/".join(parts[1:]) or None)
         if parts == ["metrics"]:
             return web.Response(
                 body=generate_latest(self.metrics.registry),
@@ -570,7 +571,8 @@ class RestServer:
     def _health(self, request: web.Request, endpoint: str, only: str | None) -> web.Response:
         checks = {"ping": True, **self.health()}
         if endpoint == "livez":
-            # Liveness is about this process; a sick etcd must not get the apiserver killed.
+            # Liveness is about this process; a sick etcd must not get the apiserver killed,
+            # nor must a bootstrap policy etcd has not taken yet (readiness waits for that).
             checks = {"ping": True}
         if only is not None:
             if only not in checks:
