@@ -32,7 +32,7 @@ from google.protobuf.message import Message
 
 from apiserver.auth.escalation import covers
 from apiserver.auth.rbac import Rule
-from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError
+from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError, TinykubeError
 from tinykube.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING, KindInfo
 from tinykube.v1 import rbac_pb2
 
@@ -183,15 +183,25 @@ async def reconcile(
     bindings: Iterable[rbac_pb2.ClusterRoleBinding],
 ) -> dict[str, int]:
     """Reconcile every bootstrap object; how many were created, updated, recreated and
-    skipped as protected. Errors other than lost races propagate (etcd down: retry later)."""
+    skipped as protected. An object that cannot be written (etcd down, a refused write, endless
+    races) is logged and the rest are still reconciled, as kube's post-start hook does; then
+    the first such error is raised, so the caller tries the whole policy again later. (Stopping
+    at the first failure left every later object missing, and the components bound by them
+    Forbidden, for as long as one early object kept failing.)"""
     counts = {CREATE: 0, UPDATE: 0, RECREATE: 0, "protected": 0}
     work: list[tuple[KindInfo, Any]] = [
         *((CLUSTER_ROLE, r) for r in roles),
         *((CLUSTER_ROLE_BINDING, b) for b in bindings),
     ]
+    failed: list[TinykubeError] = []
     for info, expected in work:
-        result = await _reconcile_one(store, info, expected)
         name = expected.metadata.name
+        try:
+            result = await _reconcile_one(store, info, expected)
+        except TinykubeError as exc:
+            log.warning("unable to reconcile %s %s: %s", info.plural, name, exc)
+            failed.append(exc)
+            continue
         if result.protected:
             if result.operation != NONE:
                 counts["protected"] += 1
@@ -206,6 +216,10 @@ async def reconcile(
         if result.operation != NONE:
             counts[result.operation] += 1
             log.info("%s bootstrap %s %s", _PAST[result.operation], info.plural, name)
+    if failed:
+        if len(failed) > 1:
+            log.warning("%d bootstrap RBAC objects not reconciled", len(failed))
+        raise failed[0]
     return counts
 
 

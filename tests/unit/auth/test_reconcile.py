@@ -21,8 +21,8 @@ from apiserver.auth.reconcile import (
     reconcile_binding,
     reconcile_role,
 )
-from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError
-from tinykube.kinds import CLUSTER_ROLE, KindInfo
+from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError, UnavailableError
+from tinykube.kinds import CLUSTER_ROLE, CLUSTER_ROLE_BINDING, KindInfo
 from tinykube.v1 import rbac_pb2
 
 READ_PODS = rule(("get", "list"), ("",), ("pods",))
@@ -241,5 +241,27 @@ def test_reconcile_gives_up_on_endless_races() -> None:
         store.races = [NotFoundError] * 10
         with pytest.raises(ConflictError, match="exceeded maximum attempts"):
             await reconcile(store, [EXPECTED_ROLE], [])
+
+    asyncio.run(run())
+
+
+def test_an_object_that_cannot_be_written_does_not_hold_back_the_rest() -> None:
+    """kube's post-start hook: a failing object is reported and the others are still
+    reconciled; the error then makes the caller try again (readiness waits for a clean pass)."""
+
+    class RefusingStore(FakeStore):
+        async def create(self, info: KindInfo, obj: Message) -> object:
+            if obj.metadata.name == "view":  # type: ignore[attr-defined]
+                raise UnavailableError("etcd did not answer")
+            return await super().create(info, obj)
+
+    async def run() -> None:
+        store = RefusingStore()
+        roles, bindings = bootstrap.cluster_roles(), bootstrap.cluster_role_bindings()
+        with pytest.raises(UnavailableError, match="etcd did not answer"):
+            await reconcile(store, roles, bindings)
+        created = {name for _, name in store.writes}
+        assert created == {r.metadata.name for r in [*roles, *bindings]} - {"view"}  # type: ignore[attr-defined]
+        assert (CLUSTER_ROLE_BINDING.kind, "system:kube-controller-manager") in store.objects
 
     asyncio.run(run())
