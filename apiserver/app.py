@@ -176,6 +176,8 @@ def service_account_keys(settings: Settings) -> tuple[TokenIssuer | None, tuple[
 
 # kube-apiserver's name for the check of its rbac/bootstrap-roles post-start hook.
 RBAC_BOOTSTRAP_CHECK = "poststarthook/rbac/bootstrap-roles"
+# kube's readyz check that fails once the apiserver has begun to shut down.
+SHUTDOWN_CHECK = "shutdown"
 
 
 class APIServer:
@@ -394,13 +396,17 @@ class APIServer:
         return f"{host}:{self.rest_port}"
 
     def health_checks(self) -> dict[str, bool]:
-        """The checks behind health: etcd answers, every watch cache synced and watching, and
-        the bootstrap RBAC policy reconciled (kube's post-start hook check, by its name)."""
+        """The checks behind health: etcd answers, every watch cache synced and watching, the
+        bootstrap RBAC policy reconciled (kube's post-start hook check, by its name), and
+        `shutdown`, which fails once the graceful stop has begun (kube's readyz check of that
+        name: load balancers stop sending while in-flight requests drain; /healthz leaves it
+        out, as kube's does)."""
         return {
             "etcd": self._etcd_ok,
             "watch-cache-synced": all(c.synced.is_set() for c in self.caches.values()),
             "watch-cache-healthy": all(c.healthy for c in self.caches.values()),
             RBAC_BOOTSTRAP_CHECK: self._policy_reconciled,
+            SHUTDOWN_CHECK: not self._stopping,
         }
 
     def _plainly_watched_kind(self, key: bytes) -> bytes | None:

@@ -570,7 +570,9 @@ class RestServer:
 
     def _health(self, request: web.Request, endpoint: str, only: str | None) -> web.Response:
         checks = {"ping": True, **self.health()}
-        if endpoint == "livez":
+        if endpoint == "healthz":
+            checks.pop("shutdown", None)  # kube's readyz alone has it
+        elif endpoint == "livez":
             # Liveness is about this process; a sick etcd must not get the apiserver killed,
             # nor must a bootstrap policy etcd has not taken yet (readiness waits for that).
             checks = {"ping": True}

@@ -144,3 +144,42 @@ async def test_a_stopping_apiserver_never_reports_serving_again(etcd_server: Etc
         await stopping
         writes.cancel()
     assert seen == ["NOT_SERVING"]
+
+
+async def test_readyz_fails_its_shutdown_check_while_the_apiserver_drains(
+    etcd_server: EtcdServer, session: aiohttp.ClientSession
+) -> None:
+    """kube's readyz check `shutdown`: once the graceful stop begins /readyz fails it, so a
+    load balancer stops sending new requests while the ones in flight finish; /healthz has
+    no such check and /livez stays ok."""
+    running = await start_apiserver(
+        make_settings(etcd_server.endpoint, shutdown_grace_seconds=2.5, rest_port=0)
+    )
+    base = f"http://{running.server.rest_address}"
+    status, text = await call(session, "GET", base + "/readyz?verbose")
+    assert status == 200 and "[+]shutdown ok\n" in text, text
+    async with grpc.aio.insecure_channel(running.address, options=list(CHANNEL_OPTIONS)) as ch:
+        # A write stream left open holds the graceful stop for its grace.
+        writes = pod_pb2_grpc.PodsStub(ch).CreateStream()
+        await writes.write(pod_pb2.CreatePodRequest(pod=make_pod("held")))
+        await writes.read()
+        stopping = asyncio.create_task(running.server.stop())
+        try:
+            async with asyncio.timeout(2):
+                while True:
+                    status, text = await call(session, "GET", base + "/readyz?verbose")
+                    if status == 500:
+                        break
+                    await asyncio.sleep(0.02)
+            assert "[-]shutdown failed: reason withheld\n" in text, text
+            assert text.endswith("readyz check failed\n"), text
+            assert await call(session, "GET", base + "/readyz/shutdown") == (
+                500,
+                "internal server error: shutdown check failed",
+            )
+            status, text = await call(session, "GET", base + "/healthz?verbose")
+            assert status == 200 and "shutdown" not in text, text
+            assert await call(session, "GET", base + "/livez") == (200, "ok")
+        finally:
+            writes.cancel()
+            await stopping
