@@ -20,6 +20,7 @@ import asyncio
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -160,6 +161,7 @@ def main() -> int:
                 results.append(result)
     finally:
         etcd.stop()
+        shutil.rmtree(work, ignore_errors=True)
     if a.out is not None:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps(results, indent=1))
