@@ -179,6 +179,19 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         "(env TINYKUBE_MAX_MUTATING_REQUESTS_INFLIGHT)",
     )
     p.add_argument(
+        "--max-stream-messages-per-connection",
+        type=int,
+        default=int(
+            _env(
+                "MAX_STREAM_MESSAGES_PER_CONNECTION",
+                _DEFAULTS.max_stream_messages_per_connection,
+            )
+        ),
+        help="write-stream messages of one client connection run at once, over all its "
+        "streams; more wait unread in HTTP/2 flow control; 0: no bound "
+        "(env TINYKUBE_MAX_STREAM_MESSAGES_PER_CONNECTION)",
+    )
+    p.add_argument(
         "--etcd-timeout",
         type=float,
         default=float(_env("ETCD_TIMEOUT", _DEFAULTS.etcd_request_timeout_seconds)),
@@ -239,7 +252,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
             p.error(f"--advertise-address {args.advertise_address!r} is not an IP address")
         if advertised.is_unspecified:
             p.error(f"--advertise-address {args.advertise_address}: must be a unicast address")
-    for flag in ("max_requests_inflight", "max_mutating_requests_inflight"):
+    for flag in (
+        "max_requests_inflight",
+        "max_mutating_requests_inflight",
+        "max_stream_messages_per_connection",
+    ):
         if getattr(args, flag) < 0:
             p.error(f"--{flag.replace('_', '-')} can not be negative value")
     bind = args.bind_address if args.port is None else f"127.0.0.1:{args.port}"
@@ -264,6 +281,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
         max_object_bytes=args.max_object_bytes,
         max_requests_inflight=args.max_requests_inflight,
         max_mutating_requests_inflight=args.max_mutating_requests_inflight,
+        max_stream_messages_per_connection=args.max_stream_messages_per_connection,
         etcd_request_timeout_seconds=args.etcd_timeout,
         etcd_write_attempt_timeout_seconds=args.etcd_write_attempt_timeout,
         shutdown_grace_seconds=args.shutdown_grace,

@@ -65,7 +65,7 @@ from apiserver.crd.serving import (
     JsonCodec,
     object_dict,
 )
-from apiserver.flowcontrol import Limiter
+from apiserver.flowcontrol import Limiter, MessageGate
 from apiserver.grpcapi import (
     CUSTOM_RESOURCES_SERVICE,
     GrpcCustomResources,
@@ -302,12 +302,18 @@ class APIServer:
                 CLUSTER_ROLE_BINDING.kind,
             ):
                 self.services[kind].escalation = guard
+        # Write-stream messages of one connection handed to handlers at once (flowcontrol.py).
+        self.message_gate = MessageGate(settings.max_stream_messages_per_connection)
         self.grpc = GrpcServer(
             settings.bind_address,
             [*(info.service for info in ALL_KINDS), CUSTOM_RESOURCES_SERVICE],
             interceptors=[
                 MetricsInterceptor(
-                    self.metrics, self.limiter, self.enforcer, access_log=settings.access_log
+                    self.metrics,
+                    self.limiter,
+                    self.enforcer,
+                    gate=self.message_gate,
+                    access_log=settings.access_log,
                 )
             ],
             tls=self.serving_tls,

@@ -55,6 +55,17 @@ timed out. A waiter whose task is cancelled (the client went away, its deadline 
 its queue; if it was handed a seat in the same turn, before its task ran, it passes the seat
 on (`release`), and a cancelled future in a queue is skipped, never handed a seat.
 
+Write-stream messages of one connection (`MessageGate`, `ConnectionSlots`). gRPC core holds a
+unary call until the event loop accepts it, one at a time, so a burst of calls reaches the limit
+as fast as the loop takes them; a write stream has a read outstanding, so a burst of messages on
+many streams (a process of hollow kubelets renewing 2,500 Leases on a stream each) would reach
+it all at once, fill its connection's queue and be refused, each refusal retried a second
+later. So at most `MAX_STREAM_MESSAGES_PER_CONNECTION` messages of one connection are handed to
+handlers at once (kube-apiserver's HTTP/2 MAX_CONCURRENT_STREAMS does the same for a
+connection's requests); a stream whose message waits for its turn reads no further, and the
+rest of the burst waits in HTTP/2 flow control. The messages that pass meet unary calls in the
+same flow (their connection's) of the same limit: one queue per connection, taken in turn.
+
 grpc.aio's own `maximum_concurrent_rpcs` stays unset (no limit, as before): it would count the
 watch streams, which live for hours, and refuses with RESOURCE_EXHAUSTED and no retry hint.
 Calls gRPC core holds before the event loop accepts them are bounded by tinykube.serving's
@@ -458,6 +469,135 @@ class Seat(NamedTuple):
     pool: Pool
     mutating: bool
     by_level: list[int]
+
+
+# ---- write-stream messages per connection -----------------------------------------------------
+
+# Write-stream messages of one connection handed to handlers at once, over all its streams.
+# kube-apiserver admits at most 100 requests of one HTTP/2 connection at once (its
+# MAX_CONCURRENT_STREAMS, Go's client default; more wait in the client's transport), and a
+# flow of API Priority and Fairness may queue 300 (`QUEUE_LENGTH_LIMIT`): so a connection's burst
+# never fills its own queue (queue-full refusals, each retried a second later), and holds at most
+# a tenth of a level's `LEVEL_QUEUE_LIMIT`. bench/RESULTS.md, session 13 (streamflow), measured.
+MAX_STREAM_MESSAGES_PER_CONNECTION = 100
+
+
+class _Slot:
+    """A message waiting for its connection's slot: `future` is True once handed one, False
+    when its deadline passed first (decided once: the timer and `release` both check)."""
+
+    __slots__ = ("future", "timer")
+
+    def __init__(self, future: asyncio.Future[bool]) -> None:
+        self.future = future
+        self.timer: Timer | None = None
+
+
+class ConnectionSlots:
+    """The write-stream messages of one connection (peer) that run at once, at most `limit`.
+
+    A stream takes a slot for each message it reads (`take`, else `wait`) before handing the
+    message to its handler, and the slot is given back when the handler has the answer
+    (`release`). A stream waiting for a slot reads nothing more, so the rest of a burst waits
+    in HTTP/2 flow control (gRPC core stops widening a stream's window while nobody reads it),
+    as a unary call waits unaccepted in core, instead of in the in-flight limit's queues. The
+    waiting messages are served first come first served, whatever their stream: as a stream
+    has at most one message waiting, the connection's streams take turns. A freed slot is
+    handed straight to the oldest waiter, so `take` succeeds only when nobody waits.
+    """
+
+    __slots__ = ("_call_later", "limit", "peer", "running", "streams", "waiters", "waiting")
+
+    def __init__(self, peer: str, limit: int, call_later: CallLater) -> None:
+        self.peer = peer
+        self.limit = limit
+        self.running = 0
+        self.waiting = 0  # live waiters; `waiters` may also hold ones already decided
+        self.waiters: deque[_Slot] = deque()
+        self.streams = 0
+        self._call_later = call_later
+
+    def take(self) -> bool:
+        """A slot if one is free (nobody waits then)."""
+        if self.running < self.limit:
+            self.running += 1
+            return True
+        return False
+
+    async def wait(self, left: float | None) -> bool:
+        """Wait for a slot, at most `left` seconds (None: no deadline); False if the time
+        passed first (the message is then answered DEADLINE_EXCEEDED, never run)."""
+        if left is not None and left <= 0:
+            return False
+        slot = _Slot(asyncio.get_running_loop().create_future())
+        self.waiters.append(slot)
+        self.waiting += 1
+        if left is not None:
+            slot.timer = self._call_later(left, functools.partial(self._expire, slot))
+        try:
+            return await slot.future
+        except asyncio.CancelledError:
+            # The stream ended. Handed a slot in the same turn: give it back.
+            if slot.timer is not None:
+                slot.timer.cancel()
+            future = slot.future
+            if future.done() and not future.cancelled():
+                if future.result():
+                    self.release()
+            else:  # still queued: `release` skips a cancelled future
+                future.cancel()
+                self.waiting -= 1
+            raise
+
+    def _expire(self, slot: _Slot) -> None:
+        if not slot.future.done():
+            self.waiting -= 1
+            slot.future.set_result(False)  # left in `waiters`: `release` skips it
+
+    def release(self) -> None:
+        """Give a slot back: to the oldest live waiter, else free."""
+        waiters = self.waiters
+        while waiters:
+            slot = waiters.popleft()
+            if slot.future.done():  # expired or cancelled: decided already
+                continue
+            self.waiting -= 1
+            if slot.timer is not None:
+                slot.timer.cancel()
+            slot.future.set_result(True)  # the slot passes on: `running` stays
+            return
+        self.running -= 1
+
+
+class MessageGate:
+    """`ConnectionSlots` by peer (`context.peer()`, the in-flight limit's flow): a stream gets
+    its connection's with `open` and gives it up with `close`; the last stream of a
+    connection to close forgets it. `limit` 0: no bound (`enabled` False).
+
+    Concurrency: the event loop only, as `Limiter`."""
+
+    def __init__(
+        self,
+        limit: int = MAX_STREAM_MESSAGES_PER_CONNECTION,
+        *,
+        call_later: CallLater = _loop_call_later,
+    ) -> None:
+        self.limit = limit
+        self.enabled = limit > 0
+        self._call_later = call_later
+        self.connections: dict[str, ConnectionSlots] = {}
+
+    def open(self, peer: str) -> ConnectionSlots:
+        slots = self.connections.get(peer)
+        if slots is None:
+            slots = self.connections[peer] = ConnectionSlots(peer, self.limit, self._call_later)
+        slots.streams += 1
+        return slots
+
+    def close(self, slots: ConnectionSlots) -> None:
+        slots.streams -= 1
+        if slots.streams <= 0 and self.connections.get(slots.peer) is slots:
+            del self.connections[slots.peer]
 
 
 # What kube-apiserver answers a request over the limit: its body and Retry-After, in seconds.

@@ -13,7 +13,10 @@ answers and streams watches. `MetricsInterceptor` counts and times every RPC, tu
 (apiserver/flowcontrol.py; watches are not counted): a call over it waits in its
 connection's queue, and one refused (queue full, or waited too long) ends RESOURCE_EXHAUSTED
 before its handler runs, with the retry hint in trailing metadata (`RETRY_PUSHBACK_KEY`); it
-does all of that per message of a write stream, each message's outcome its answer.
+does all of that per message of a write stream, each message's outcome its answer, through the
+same per-request guard (`_guarded`). A connection's write-stream messages are handed to
+handlers at most `MessageGate.limit` at a time, the rest waiting unread (flowcontrol.py
+`ConnectionSlots`), as gRPC core holds unary calls until the event loop accepts them.
 Request deserializers (`request_decoder`) turn a body that is not the method's message into
 INVALID_ARGUMENT naming the problem, logged at most once a minute.
 Everything runs on the event loop.
@@ -38,7 +41,9 @@ from apiserver.auth.filters import Enforcer
 from apiserver.flowcontrol import (
     RETRY_AFTER_SECONDS,
     TOO_MANY_REQUESTS,
+    ConnectionSlots,
     Limiter,
+    MessageGate,
     RequestInfo,
 )
 from apiserver.grpcattributes import attributes_for
@@ -49,7 +54,6 @@ from apiserver.requestcontext import RequestContext, dry_run_of
 from apiserver.resources import ResourceStore
 from apiserver.watchcache import encode_list, iter_batch_messages
 from tinykube.errors import (
-    RETRY_PUSHBACK_KEY,
     BadRequestError,
     DeadlineExceededError,
     NotFoundError,
@@ -155,7 +159,6 @@ _VERBS: dict[str, tuple[str, str]] = {
     "Finalize": ("update", "finalize"),
 }
 _KIND_OF_SERVICE: dict[str, KindInfo] = {info.service: info for info in ALL_KINDS}
-_PUSHBACK = ((RETRY_PUSHBACK_KEY, str(RETRY_AFTER_SECONDS * 1000)),)
 
 
 def _namespace_of(method: str, info: KindInfo) -> Callable[[Any], str]:
@@ -201,9 +204,12 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         limiter: Limiter | None = None,
         enforcer: Enforcer | None = None,
         *,
+        gate: MessageGate | None = None,
         access_log: bool = False,
     ) -> None:
         self.metrics = metrics
+        # Write-stream messages of one connection handed to handlers at once (None: no bound).
+        self.gate = gate if gate is not None and gate.enabled else None
         # One line per RPC once it ends (`--access-log`), as the REST front end's.
         self.access_log = access_log
         self.limiter = limiter if limiter is not None and limiter.enabled else None
@@ -250,14 +256,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         count = self._counter
         duration = self._histogram(short)
         if handler.unary_unary is not None:
-            inner: Any = handler.unary_unary
-            limiter = self.limiter
-            request_info = _request_info(method) if limiter is not None else None
-            if limiter is not None and request_info is not None:
-                inner = self._limited(inner, limiter, request_info, short)
-            if self.enforcer is not None:
-                # Before the limit: a refused caller never takes a seat.
-                inner = _enforced(inner, self.enforcer, method)
+            inner: Any = _guarded(handler.unary_unary, method, self.enforcer, self.limiter)
 
             async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 start = time.perf_counter()
@@ -290,9 +289,8 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         if isinstance(handler.stream_stream, WriteStream):
             return handler._replace(stream_stream=self._write_stream(short, handler.stream_stream))
         if handler.unary_stream is not None:
-            inner_stream: Any = handler.unary_stream
-            if self.enforcer is not None:
-                inner_stream = _enforced(inner_stream, self.enforcer, method)
+            # (Watches are not held to the in-flight limit.)
+            inner_stream: Any = _guarded(handler.unary_stream, method, self.enforcer, None)
 
             # Streams write with context.write (a coroutine handler, not an async generator),
             # so wrapping them costs nothing per message. Their duration is not observed: a
@@ -371,13 +369,23 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
     ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[None]]:
         """A write stream with what the interceptor gives a unary call, per message: the
         caller authenticated once (the stream's certificate or token: refused, the stream ends
-        UNAUTHENTICATED), then each request authorized as the unary call (a refusal is that
-        message's PERMISSION_DENIED), held to the in-flight limit (its RESOURCE_EXHAUSTED with
-        the retry hint), run, counted and timed under `short` ("Pods/CreateStream")."""
+        UNAUTHENTICATED), then each request through `_guarded` as the unary call (authorized:
+        a refusal is that message's PERMISSION_DENIED; held to the in-flight limit: its
+        RESOURCE_EXHAUSTED with the retry hint), run, counted and timed under `short`
+        ("Pods/CreateStream"). At most `gate.limit` messages of one connection, over all its
+        streams, are handed to handlers at once (`ConnectionSlots`); a message that waits for
+        one past its deadline is answered DEADLINE_EXCEEDED without running."""
         method, handle = stream.method, stream.handle
-        enforcer, limiter = self.enforcer, self.limiter
-        attributes = attributes_for(method)
-        request_info = _request_info(method) if limiter is not None else None
+        enforcer, gate = self.enforcer, self.gate
+        guarded = _guarded(handle, method, enforcer, self.limiter)
+        if guarded is handle:  # nothing to check: a bare handler's signature
+
+            async def bare(
+                request: Any, context: Any, identity: Any, deadline: Any, sink: list[str]
+            ) -> Any:
+                return await handle(request, context, identity, sink)
+
+            guarded = bare
         count = self._counter
         duration = self._histogram(short)
         logged = self.access_log
@@ -390,43 +398,30 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                 except TinykubeError as exc:
                     count(short, exc.code.name)
                     await abort_with(context, exc)
-            check = enforcer.check if enforcer is not None else None
             peer = context.peer()
             user = identity.name if identity is not None else ""
             timeout = message_timeout(context)
-            loop = asyncio.get_running_loop()
 
-            async def run(request: Any, warnings: list[str], deadline: float | None) -> bytes:
-                seat = None
-                try:
-                    if check is not None and request.__class__ is not Undecodable:
-                        for attrs in attributes(request):
-                            check(identity, attrs)  # type: ignore[arg-type]
-                    if limiter is not None and request_info is not None:
-                        info = request_info(request)
-                        seat = limiter.admit(info)
-                        if seat is None:
-                            left = None if deadline is None else deadline - loop.time()
-                            seat = await limiter.acquire(info, peer, left)
-                        if seat is None:
-                            raise TooManyRequestsError(TOO_MANY_REQUESTS, RETRY_AFTER_SECONDS)
-                    return encode_write_result(await handle(request, context, identity, warnings))
-                finally:
-                    if seat is not None:
-                        limiter.release(seat)  # type: ignore[union-attr]
-
-            async def answer(request: Any) -> bytes:
+            async def answer(request: Any, deadline: float | None, admitted: bool) -> bytes:
                 start = time.perf_counter()
                 warnings: list[str] = []
                 code = "OK"
                 try:
-                    if timeout is None:
-                        data = await run(request, warnings, None)
+                    if not admitted:
+                        raise DeadlineExceededError(
+                            f"the request's deadline ({timeout:g}s) passed while it waited "
+                            "for its turn among its connection's stream messages"
+                        )
+                    if deadline is None:
+                        data = encode_write_result(
+                            await guarded(request, context, identity, None, warnings)
+                        )
                     else:
-                        deadline = loop.time() + timeout
                         try:
                             async with asyncio.timeout_at(deadline):
-                                data = await run(request, warnings, deadline)
+                                data = encode_write_result(
+                                    await guarded(request, context, identity, deadline, warnings)
+                                )
                         except TimeoutError:
                             # As a unary call's deadline: its client has given up on it.
                             raise DeadlineExceededError(
@@ -460,61 +455,87 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                         )
                 return data
 
-            await serve_write_stream(context, answer)
+            slots = gate.open(peer) if gate is not None else None
+            try:
+                await serve_write_stream(context, answer, slots, timeout)
+            finally:
+                if gate is not None and slots is not None:
+                    gate.close(slots)
 
         return serve
 
-    def _limited(
-        self,
-        inner: Callable[[Any, Any], Awaitable[Any]],
-        limiter: Limiter,
-        request_info: Callable[[Any], RequestInfo],
-        short: str,
-    ) -> Callable[[Any, Any], Awaitable[Any]]:
-        """`inner` behind the in-flight limit: a call over it waits in its flow's queue (the
-        flow being its connection, `context.peer()`); a refused call never reaches `inner`."""
-        admit, acquire, release = limiter.admit, limiter.acquire, limiter.release
-        count = self._counter
 
-        async def limited(
-            request: Any, context: grpc.aio.ServicerContext[Any, Any], *identity: Identity
-        ) -> Any:
-            info = request_info(request)
+def _guarded(
+    inner: Callable[..., Awaitable[Any]],
+    method: str,
+    enforcer: Enforcer | None,
+    limiter: Limiter | None,
+) -> Callable[..., Awaitable[Any]]:
+    """`inner` (a handler: request, context[, identity[, sink]]) behind what every request
+    passes before it runs, once per unary call and once per write-stream message: the caller
+    authenticated (unless `identity` is given: a stream's, authenticated when it opened) and
+    authorized for this request (apiserver/auth/filters.py: AuthenticationError,
+    ForbiddenError), then held to `limiter`'s in-flight limit (after authorization: a refused
+    caller never takes a seat), waiting in its connection's queue if need be and refused with
+    TooManyRequestsError (RESOURCE_EXHAUSTED, retry hint) if it cannot. The identity is passed
+    on to `inner` for the request context (NodeRestriction, the escalation check).
+
+    `deadline` is a write-stream message's (event-loop time; None: the call's own, from
+    `context`); `sink` collects a message's admission warnings. Errors are raised, the caller
+    answers them: the unary call aborts (`abort_with`), the message is answered. Returns
+    `inner` itself when there is nothing to check."""
+    request_info = _request_info(method) if limiter is not None else None
+    if enforcer is None and request_info is None:
+        return inner
+    identify: Any = None
+    check: Any = None
+    if enforcer is not None:
+        identify, check = enforcer.grpc_identity, enforcer.check
+    attributes = attributes_for(method)
+    admit: Any = None
+    acquire: Any = None
+    release: Any = None
+    if limiter is not None and request_info is not None:
+        admit, acquire, release = limiter.admit, limiter.acquire, limiter.release
+    info_of: Any = request_info
+
+    async def guarded(
+        request: Any,
+        context: grpc.aio.ServicerContext[Any, Any],
+        identity: Identity | None = None,
+        deadline: float | None = None,
+        sink: list[str] | None = None,
+    ) -> Any:
+        if check is not None:
+            if identity is None:
+                identity = identify(context)
+            if request.__class__ is not Undecodable:  # the handler answers that one (400)
+                for attrs in attributes(request):
+                    check(identity, attrs)
+        seat = None
+        if admit is not None:
+            info = info_of(request)
             seat = admit(info)
             if seat is None:
-                seat = await acquire(info, context.peer(), context.time_remaining())
-            if seat is None:
-                if deadline_passed(context):
-                    raise asyncio.CancelledError  # counted as DEADLINE_EXCEEDED by `unary`
-                count(short, "RESOURCE_EXHAUSTED")
-                context.set_trailing_metadata(_PUSHBACK)
-                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, TOO_MANY_REQUESTS)
-            try:
-                return await inner(request, context, *identity)
-            finally:
+                if deadline is None:
+                    left = context.time_remaining()
+                else:
+                    left = deadline - asyncio.get_running_loop().time()
+                seat = await acquire(info, context.peer(), left)
+                if seat is None:
+                    if deadline_passed(context):
+                        # The client has DEADLINE_EXCEEDED already (counted so).
+                        raise DeadlineExceededError("the request's deadline passed")
+                    raise TooManyRequestsError(TOO_MANY_REQUESTS, RETRY_AFTER_SECONDS)
+        try:
+            if sink is None:
+                return await inner(request, context, identity)
+            return await inner(request, context, identity, sink)
+        finally:
+            if seat is not None:
                 release(seat)
 
-        return limited
-
-
-def _enforced(
-    inner: Callable[..., Awaitable[Any]], enforcer: Enforcer, method: str
-) -> Callable[[Any, Any], Awaitable[Any]]:
-    """`inner` behind authentication, impersonation and authorization (apiserver/auth/
-    filters.py); raises AuthenticationError (UNAUTHENTICATED) or ForbiddenError
-    (PERMISSION_DENIED) before it runs. The identity is passed on to `inner` (a third argument)
-    for the request context the resource layer's NodeRestriction and escalation check read."""
-    identify, check = enforcer.grpc_identity, enforcer.check
-    attributes = attributes_for(method)
-
-    async def enforced(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        identity = identify(context)
-        if request.__class__ is not Undecodable:  # the handler answers that one (400)
-            for attrs in attributes(request):
-                check(identity, attrs)
-        return await inner(request, context, identity)
-
-    return enforced
+    return guarded
 
 
 def _unary(call: Callable[[Any], Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -639,7 +660,9 @@ def _error_result(exc: TinykubeError, warnings: Sequence[str]) -> bytes:
     return encode_write_result(None, exc.code.value[0], exc.message, warnings, retry_ms)
 
 
-Answer = Callable[[Any], Coroutine[Any, Any, bytes]]
+# answer(request, deadline, admitted): a message's answer; `deadline` is its event-loop time
+# (None: none), `admitted` False when it waited past it for its connection's slot.
+Answer = Callable[[Any, float | None, bool], Coroutine[Any, Any, bytes]]
 
 
 def message_timeout(context: Any) -> float | None:
@@ -680,7 +703,7 @@ class WriteStream:
     async def __call__(self, request_iterator: Any, context: Any) -> None:
         handle = self.handle
 
-        async def answer(request: Any) -> bytes:
+        async def answer(request: Any, deadline: float | None, admitted: bool) -> bytes:
             warnings: list[str] = []
             try:
                 return encode_write_result(await handle(request, context, None, warnings))
@@ -690,9 +713,20 @@ class WriteStream:
         await serve_write_stream(context, answer)
 
 
-async def serve_write_stream(context: Any, answer: Answer) -> None:
-    """Read a write stream's requests, run each as `answer(request)` in its own task (which
-    never raises but CancelledError: a failure is an answer), and write the answers in order."""
+async def serve_write_stream(
+    context: Any,
+    answer: Answer,
+    slots: ConnectionSlots | None = None,
+    message_seconds: float | None = None,
+) -> None:
+    """Read a write stream's requests, run each as `answer(request, deadline, admitted)` in its
+    own task (which never raises but CancelledError: a failure is an answer), and write the
+    answers in order. Each request's deadline is `message_seconds` after it was read (None:
+    none).
+    With `slots` (its connection's), a request read waits for a slot before it is handed to
+    `answer`, and the stream reads no further meanwhile; one that waits past its deadline is
+    handed over not `admitted`, to be answered DEADLINE_EXCEEDED. Its slot is given back when
+    its answer is ready."""
     loop = asyncio.get_running_loop()
     pending: collections.deque[asyncio.Task[bytes]] = collections.deque()
     room = asyncio.Semaphore(MAX_PIPELINED)
@@ -718,6 +752,12 @@ async def serve_write_stream(context: Any, answer: Answer) -> None:
         if not task.cancelled() and task.exception() is not None and me is not None:
             me.cancel()
 
+    if slots is not None:
+        take, wait, release = slots.take, slots.wait, slots.release
+
+        def give_back(task: asyncio.Task[bytes]) -> None:
+            release()
+
     write_task = loop.create_task(writer())
     write_task.add_done_callback(writer_done)
     read = context.read
@@ -727,7 +767,15 @@ async def serve_write_stream(context: Any, answer: Answer) -> None:
             request = await read()
             if request is grpc.aio.EOF:
                 break
-            pending.append(loop.create_task(answer(request)))
+            deadline = None if message_seconds is None else loop.time() + message_seconds
+            if slots is None:
+                task = loop.create_task(answer(request, deadline, True))
+            elif take() or await wait(None if deadline is None else deadline - loop.time()):
+                task = loop.create_task(answer(request, deadline, True))
+                task.add_done_callback(give_back)
+            else:
+                task = loop.create_task(answer(request, deadline, False))
+            pending.append(task)
             more.set()
         reading = False
         more.set()

@@ -67,6 +67,10 @@ class Settings:
     # Node heartbeats and leader election have seats of their own besides (flowcontrol.py).
     max_requests_inflight: int = 400
     max_mutating_requests_inflight: int = 200
+    # Write-stream messages of one connection handed to handlers at once, over all its streams;
+    # more wait unread (HTTP/2 flow control), as kube-apiserver's MAX_CONCURRENT_STREAMS holds a
+    # connection's requests (flowcontrol.py `ConnectionSlots`). 0: no bound.
+    max_stream_messages_per_connection: int = 100
     # Deadline of each etcd request, retries included; a dead etcd shows as UNAVAILABLE after
     # this long.
     etcd_request_timeout_seconds: float = 5.0

@@ -3,8 +3,9 @@ NodeRestriction, as the gRPC and REST front ends run them (apiserver/auth/filter
 
 No cluster: the Enforcer of a real apiserver over bench.authz's chain (bootstrap policy,
 `--bindings` RoleBindings, `--pods` pods on `--nodes` nodes) and a PKI made in a temporary
-directory. gRPC cases call the front end's `_enforced` wrapper around a handler that does
-nothing, with a context whose auth_context() holds the caller's certificate as grpc gives it;
+directory. gRPC cases call the front end's `_guarded` wrapper (without the in-flight limit)
+around a handler that does nothing, with a context whose auth_context() holds the caller's
+certificate as grpc gives it;
 `auth_context()` itself is timed on a real TLS call (an in-process grpc.aio server, loopback).
 Microseconds per call (best of `--repeat` rounds of `--number`), JSON on stdout:
 
@@ -36,7 +37,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from apiserver.auth.authn import Authenticator
 from apiserver.auth.filters import Enforcer, admit_node_write
-from apiserver.grpcapi import _enforced
+from apiserver.grpcapi import _guarded
 from apiserver.requestcontext import RequestContext
 from apiserver.rest.attributes import rest_attributes
 from tinykube.pki import PKI, cluster_specs
@@ -212,7 +213,7 @@ def main() -> None:
         }
         out: dict[str, Any] = {"unit": "microseconds per request", "cases": {}}
         for name, (method, request, cert, inner) in cases.items():
-            wrapped = _enforced(inner, enforcer, method)
+            wrapped = _guarded(inner, method, enforcer, None)
             context = CertContext(pem(cert))
             bare = _drive(lambda i=inner, c=context, q=request: i(q, c), n, r)  # type: ignore[misc]
             full = _drive(lambda w=wrapped, c=context, q=request: w(q, c), n, r)  # type: ignore[misc]

@@ -124,6 +124,8 @@ class Options:
     creators: int = 1
     concurrency: int = 32
     stream_creators: bool = False  # the creators' Creates as write-stream messages, not calls
+    # The hollow kubelets renew Leases and write statuses on write streams (--write-streams).
+    kubelet_write_streams: bool = False
     timeout: float = 0.0  # per waiting op; 0: derived from the pod count
     profile: tuple[str, ...] = ()
     ceilings: bool = True
@@ -265,6 +267,33 @@ async def retry_list(
                 raise
             await asyncio.sleep(1.0)
     raise AssertionError("unreachable")
+
+
+async def watch_leases(client: Client, stop: asyncio.Event, out: dict[str, Any]) -> None:
+    """Until `stop`: every 10 s, how long ago each node Lease was renewed; into `out` the
+    worst age seen and the Leases seen expired (renewed longer than their duration ago: the
+    node lifecycle controller would mark the node NotReady, where it runs)."""
+    worst = 0.0
+    expired: set[str] = set()
+    samples = 0
+    while not stop.is_set():
+        try:
+            items, _ = await client.leases.list_all("kube-node-lease", page_size=5000)
+        except TinykubeError:
+            items = []
+        now = time.time()
+        for lease in items:
+            renewed = lease.spec.renewTime
+            age = now - renewed.seconds - renewed.nanos / 1e9
+            worst = max(worst, age)
+            if age > lease.spec.leaseDurationSeconds:
+                expired.add(lease.metadata.name)
+        samples += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 10.0)
+    out.update(
+        {"samples": samples, "oldest_renewal_seconds": round(worst, 1), "expired": len(expired)}
+    )
 
 
 async def wait_until(pred: Callable[[], bool], limit: float, what: str) -> None:
@@ -473,6 +502,8 @@ class Run:
             args = ["--fake-nodes", str(n), "--node-name-prefix", prefix]
             args += ["--capacity", str(op.get("capacity", DEFAULT_CAPACITY))]
             args += [str(x) for x in resolve(op.get("kubeletArgs", []), self.params)]
+            if self.opts.kubelet_write_streams:
+                args.append("--write-streams")
             labels = label_sets[k % len(label_sets)] if label_sets else {}
             if labels:
                 args += ["--node-labels", ",".join(f"{a}={b}" for a, b in labels.items())]
@@ -707,6 +738,13 @@ class Run:
                 self.churn(self.pending_churn, client, stop_churn)
             )
         self.sampler.recording = True
+        leases: dict[str, Any] = {}
+        stop_leases = asyncio.Event()
+        lease_task = (
+            asyncio.create_task(watch_leases(client, stop_leases, leases))
+            if not self.bare_nodes
+            else None
+        )
         start = time.time()
         t0 = time.monotonic()
         if backlog is not None:
@@ -750,6 +788,9 @@ class Run:
         seconds = time.monotonic() - t0
         self.sampler.recording = False
         stop_churn.set()
+        stop_leases.set()
+        if lease_task is not None:
+            await lease_task
         cpu_after = self.sampler.sample()
         api_after, etcd_after = (
             sysmetrics.scrape(api_url),
@@ -862,6 +903,7 @@ class Run:
                     "final_list_disagrees": disagree,
                     "final_list_pods": len(listed),
                 },
+                "node_leases": leases,
                 "load_average_before": load_before,
                 "load_average_after": sysmetrics.load_average(),
                 "profiles": profiles,
@@ -993,6 +1035,8 @@ class Run:
                     "creators": self.opts.creators,
                     "concurrency": self.opts.concurrency,
                     "ha": self.opts.ha,
+                    "stream_creators": self.opts.stream_creators,
+                    "kubelet_write_streams": self.opts.kubelet_write_streams,
                 },
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }
@@ -1278,6 +1322,10 @@ def print_result(r: dict[str, Any]) -> None:
     )
     print(f"   processes: {json.dumps(r.get('processes'))}", flush=True)
     print(f"   ceilings: {json.dumps(r.get('ratios'))}", flush=True)
+    if r.get("node_leases"):
+        rates = r.get("apiserver_requests_per_second") or {}
+        renewals = {k: v for k, v in rates.items() if k.startswith("Leases/Update")}
+        print(f"   node leases: {json.dumps(r['node_leases'])}; renewals/s {renewals}", flush=True)
     for name, prof in (r.get("profiles") or {}).items():
         print(f"   py-spy {name} ({prof['samples']} samples), top self:", flush=True)
         for fn, pct in prof["self"][:8]:
@@ -1300,6 +1348,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the pod creators send their Creates as messages of one write stream each, not as "
         "unary calls (as a Kubernetes client does)",
     )
+    p.add_argument(
+        "--kubelet-write-streams",
+        action="store_true",
+        help="the hollow kubelets renew their Leases and write node and pod status as messages "
+        "of write streams (the kubelet's --write-streams), not unary calls",
+    )
     p.add_argument("--timeout", type=float, default=0.0, help="seconds per waiting op")
     p.add_argument("--profile", default="", help="py-spy these processes: scheduler,apiserver")
     p.add_argument("--no-ceilings", action="store_true")
@@ -1321,6 +1375,7 @@ def main(argv: list[str] | None = None) -> int:
         creators=a.creators,
         concurrency=a.concurrency,
         stream_creators=a.stream_creators,
+        kubelet_write_streams=a.kubelet_write_streams,
         timeout=a.timeout,
         profile=tuple(x for x in a.profile.split(",") if x),
         ceilings=not a.no_ceilings,

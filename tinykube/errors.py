@@ -246,6 +246,12 @@ async def abort_with(context: grpc.aio.ServicerContext[object, object], exc: Exc
         await context.abort(
             exc.code, exc.message, trailing_metadata=((REASON_METADATA_KEY, exc.reason),)
         )
+    if isinstance(exc, TooManyRequestsError):
+        # The retry hint (the in-flight limit's refusal), as REST's Retry-After.
+        pushback = str(max(1, round(exc.retry_after * 1000)))
+        await context.abort(
+            exc.code, exc.message, trailing_metadata=((RETRY_PUSHBACK_KEY, pushback),)
+        )
     if isinstance(exc, TinykubeError):
         await context.abort(exc.code, exc.message)
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
