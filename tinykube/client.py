@@ -361,19 +361,27 @@ class ResourceClient(Generic[T, L, E]):
             if not token or page_size <= 0:
                 return items, rv
 
-    async def update(self, obj: T, *, dry_run: bool = False) -> T:
+    async def update(self, obj: T, *, dry_run: bool = False, resend_ambiguous: bool = True) -> T:
         """Update `obj`; retried on every transient failure only if it carries
         metadata.resourceVersion (a precondition), else only if it was never sent.
-        `dry_run`: checked and answered as the update would be, nothing stored."""
+        `dry_run`: checked and answered as the update would be, nothing stored.
+        `resend_ambiguous=False`: a failure that leaves it unknown whether the update landed
+        (a deadline, a lost stream) is raised instead of re-sent, for a caller that looks
+        first: a re-sent copy of an update that landed only comes back ABORTED (its
+        resourceVersion is stale now), after which the caller reads and writes again, three
+        requests where one was due (the kubelet's Lease renewals, kubelet/node.py)."""
         request = self._update_request(obj, dry_run)
-        return cast(T, await self._call("Update", request, retry_if=_update_retry(obj, dry_run)))
+        retry_if = _update_retry(obj, dry_run) if resend_ambiguous else is_unsent
+        return cast(T, await self._call("Update", request, retry_if=retry_if))
 
-    async def update_status(self, obj: T, *, dry_run: bool = False) -> T:
+    async def update_status(
+        self, obj: T, *, dry_run: bool = False, resend_ambiguous: bool = True
+    ) -> T:
         """Update `obj`'s status; retried as `update`."""
         if not self.info.has_status:
             raise TypeError(f"{self.info.kind} has no status subresource")
         request = self._update_request(obj, dry_run)
-        retry_if = _update_retry(obj, dry_run)
+        retry_if = _update_retry(obj, dry_run) if resend_ambiguous else is_unsent
         return cast(T, await self._call("UpdateStatus", request, retry_if=retry_if))
 
     def _update_request(self, obj: T, dry_run: bool) -> Message:

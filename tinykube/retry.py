@@ -81,6 +81,17 @@ def is_unsent(exc: BaseException) -> bool:
     return any(marker in details for marker in _UNSENT_MARKERS)
 
 
+def may_have_landed(exc: BaseException) -> bool:
+    """True if `exc` leaves it unknown whether the server applied the request: a deadline, a
+    cancelled call, or a lost stream (UNAVAILABLE after the request left). Another answer is
+    the server's (the request ran, or was refused before it ran); an unsent one never left."""
+    if not isinstance(exc, TinykubeError):
+        return False
+    if exc.code == grpc.StatusCode.CANCELLED:
+        return True
+    return is_retryable(exc) and not is_unsent(exc)
+
+
 # A throttled call waits its hint times 1 to 1 + this.
 THROTTLE_JITTER = 0.5
 
