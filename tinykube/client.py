@@ -738,18 +738,28 @@ class Client:
                         pass  # not applied: the unary call below
                     except TinykubeError as stream_err:
                         failed = await self._stream_failed(index, stream_err)
-                        if attempts is not None:
-                            attempts.failed(failed)
-                        if failed is stream_err:
-                            raise
-                        raise failed from stream_err
+                        try:
+                            if attempts is not None:
+                                attempts.failed(failed)
+                            if failed is stream_err:
+                                raise
+                            raise failed from stream_err
+                        finally:
+                            del failed  # (a reference cycle otherwise: see below)
             try:
                 return await getattr(stubs[index], method)(request, timeout=seconds)
             except grpc.RpcError as exc:
                 err = await self._call_failed(index, exc)
-                if attempts is not None:
-                    attempts.failed(err)
-                raise err from exc
+                try:
+                    if attempts is not None:
+                        attempts.failed(err)
+                    raise err from exc
+                finally:
+                    # The error's traceback holds this frame: a local still naming the error
+                    # would make a cycle (error, traceback, frame, error) that only the cyclic
+                    # GC frees, with the gRPC error and its call, for every failed call (a
+                    # hollow kubelet under an overloaded apiserver fails thousands).
+                    del err
 
         async def attempt() -> Any:
             return await retry_throttled(send, budget=self.timeout, what=what)
