@@ -12,7 +12,7 @@ from kubelet.node import NODE_LEASE_NAMESPACE, NodeAgent, NodeConfig
 from kubelet.pods import PodManager
 from tests.unit.controller.fakes import FakeClient
 from tinykube.clock import FakeClock
-from tinykube.errors import DeadlineExceededError
+from tinykube.errors import ConflictError, DeadlineExceededError
 from tinykube.v1 import node_pb2, pod_pb2
 
 
@@ -318,6 +318,22 @@ async def test_pod_worker_puts_back_a_status_someone_else_overwrote() -> None:
     manager.on_update(marked, client.pods.objects["default/p"])
     await clock.step(0)
     assert len(client.pods.calls) == writes
+    await manager.stop()
+
+
+async def test_a_pod_status_write_found_stored_after_a_conflict_is_not_sent_again() -> None:
+    clock = FakeClock()
+    client = FakeClient(clock)
+    manager = PodManager(client, FakeRuntime(clock), {"n1"}, lambda _n: "10.0.0.5", clock=clock)
+    pod = await client.pods.create(bound_pod("p", "n1"))
+    # Each status write lands and then comes back ABORTED: what the client's re-send of a
+    # write whose answer was lost gets. The worker's read finds its own status stored.
+    client.pods.lose_update_answers = ConflictError("the object has been modified")
+    manager.on_add(pod)
+    await wait_for(lambda: client.pods.objects["default/p"].status.phase == "Running", clock)
+    await clock.step(0)
+    assert client.pods.calls.count(("update_status", "default/p")) == 1
+    client.pods.lose_update_answers = None
     await manager.stop()
 
 
