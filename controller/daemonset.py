@@ -326,7 +326,10 @@ class DaemonSetController:
             error = exc
         await self._update_status(ds, nodes, hash_, observed=True)
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:
+                del error  # (its traceback holds this frame: a name for it here would make a cycle)
 
     # ---- pods by node ----
 
@@ -482,13 +485,22 @@ class DaemonSetController:
                 self.expectations.creation_observed(key)  # failed or never tried
             if error is not None:
                 errors.append(error)
+            del error
         if delete:
             results = await asyncio.gather(
                 *(self._delete_pod(ds, p) for p in delete), return_exceptions=True
             )
             errors += [r for r in results if isinstance(r, BaseException)]
+            del results
         if errors:
-            raise errors[0]
+            # Only `first` names the error when it leaves: its traceback holds this frame, and
+            # another name for it here would make a cycle only the cyclic GC frees.
+            first = errors[0]
+            errors.clear()
+            try:
+                raise first
+            finally:
+                del first
 
     async def _create_pod(self, ds: DaemonSet, node_name: str, hash_: str) -> None:
         pod = pod_for_node(ds, node_name, hash_)

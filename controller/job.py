@@ -939,7 +939,12 @@ class JobController:
         job.status.terminating = ctx.terminating
         await self._track_status(key, ctx, needs_flush, now)
         if manage_error is not None:
-            raise manage_error
+            try:
+                raise manage_error
+            finally:
+                del (
+                    manage_error
+                )  # (its traceback holds this frame: a name for it here would make a cycle)
 
     def _check_failed_indexes(self, ctx: _SyncCtx, now: datetime) -> None:
         """The failed indexes; the Job fails when there are more than maxFailedIndexes, or
@@ -1288,9 +1293,15 @@ class JobController:
         if _count_uncounted_without_finalizer(job.status, with_finalizer):
             needs_flush = True
         if rm_error is not None:
+            del results, result  # (they name the error, whose traceback will hold this frame)
             if needs_flush:
                 await self._write_status(key, job)
-            raise rm_error
+            try:
+                raise rm_error
+            finally:
+                del (
+                    rm_error
+                )  # (its traceback holds this frame: a name for it here would make a cycle)
         job_finished = not reached_max and self._enact_finished(ctx, job)
         if job_finished or needs_flush:
             job = await self._write_status(key, job)

@@ -259,7 +259,12 @@ class ReplicaSetController:
 
         await self._update_status(rs, owned, manage_error)
         if manage_error is not None:
-            raise manage_error
+            try:
+                raise manage_error
+            finally:
+                del (
+                    manage_error
+                )  # (its traceback holds this frame: a name for it here would make a cycle)
         min_ready = rs.spec.minReadySeconds
         if min_ready > 0:
             now = self.clock.now()

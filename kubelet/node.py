@@ -8,7 +8,13 @@ retrying a failed renewal with backoff from 200 ms doubling to 7 s (as the kubel
 never waiting longer than the renew interval: with kube's defaults (40 s lease, 10 s interval)
 that is the kubelet's schedule; with a short lease, a kubelet that backed off through an
 apiserver restart would otherwise stay silent past the node monitor grace period after the
-apiserver was back. `status_loop()`
+apiserver was back. A renewal is an Update from the Lease last stored (kube's node lease
+controller: no read while nothing else writes it); a conflict reads it again and writes from
+that at once. A renewal whose answer was lost (a deadline, a lost stream) may have landed: it
+is not re-sent with its now perhaps stale resourceVersion (which would come back ABORTED and
+cost a read and a third write, on an apiserver that is likely overloaded already); the next
+attempt reads the Lease, and a stored renewTime we sent means that renewal is done. Node status
+writes do the same with the Ready heartbeat they carry. `status_loop()`
 re-posts node status when it differs from what the node should say (Ready=True, capacity,
 addresses, ...) or has not been reported for `report_frequency`; that is how Ready returns to
 True after the node lifecycle controller marked it Unknown. The current Node is read from an
@@ -36,6 +42,7 @@ from tinykube.clock import Clock
 from tinykube.errors import AlreadyExistsError, ConflictError, NotFoundError, TinykubeError
 from tinykube.meta import timestamp
 from tinykube.protocols import pipelined
+from tinykube.retry import may_have_landed
 from tinykube.v1 import lease_pb2, node_pb2
 
 log = logging.getLogger(__name__)
@@ -44,6 +51,9 @@ NODE_LEASE_NAMESPACE = "kube-node-lease"
 KUBELET_VERSION = "tinykube-v0.1.0"
 LEASE_BACKOFF_INITIAL = 0.2
 LEASE_BACKOFF_MAX = 7.0
+# kube's node lease controller (maxUpdateRetries) and node status (nodeStatusUpdateRetry):
+# Updates per renewal or status report, each conflict reading the object again.
+MAX_UPDATE_ATTEMPTS = 5
 
 
 def ts(when: datetime) -> Timestamp:
@@ -151,6 +161,11 @@ class NodeAgent:
         self.hostname = socket.gethostname() if cfg.runtime == "process" else cfg.name
         self._last_report = -1e18
         self._lease: lease_pb2.Lease | None = None
+        # Renewals (renewTime as (seconds, nanos)) and Node status writes (the Ready heartbeat)
+        # whose answers were lost, with the monotonic time each was sent: the next attempt
+        # reads first and, finding one of them stored, takes it as done instead of writing.
+        self._unconfirmed: dict[tuple[int, int], float] = {}
+        self._unconfirmed_status: dict[tuple[int, int], float] = {}
         self.registered = asyncio.Event()
         # Computed once: platform probes are slow and a fake kubelet may host thousands of nodes.
         self.desired = desired_status(cfg, self.hostname)
@@ -256,13 +271,33 @@ class NodeAgent:
 
     async def _post_status(self, node: node_pb2.Node) -> None:
         await self._refresh_images()
-        for _ in range(5):
+        for _ in range(MAX_UPDATE_ATTEMPTS):
+            updated = self._with_status(node)
+            sent = self.clock.monotonic()
             try:
-                await self.client.nodes.update_status(self._with_status(node))
-                self._last_report = self.clock.monotonic()
-                return
+                await self.client.nodes.update_status(updated, resend_ambiguous=False)
             except ConflictError:
                 node = await self.client.nodes.get(self.cfg.name)
+                if self._status_landed(node):
+                    return
+                continue
+            except TinykubeError as exc:
+                if may_have_landed(exc):
+                    _remember(self._unconfirmed_status, _ready_heartbeat(updated), sent)
+                raise
+            self._last_report = sent
+            self._unconfirmed_status.clear()
+            return
+
+    def _status_landed(self, node: node_pb2.Node) -> bool:
+        """Whether `node` holds a status write of ours whose answer was lost (its Ready
+        heartbeat is one we sent): then that write is the last report, and nothing is sent."""
+        sent = self._unconfirmed_status.get(_ready_heartbeat(node))
+        if sent is None:
+            return False
+        self._last_report = max(self._last_report, sent)
+        self._unconfirmed_status.clear()
+        return True
 
     async def sync_status(self) -> None:
         node = self.get_node()
@@ -274,6 +309,8 @@ class NodeAgent:
                 await self._register_once()
                 return
         await self._refresh_images()
+        if self._unconfirmed_status:
+            self._status_landed(node)
         if self.needs_update(node):
             await self._post_status(node)
 
@@ -286,34 +323,65 @@ class NodeAgent:
             except TinykubeError as exc:
                 log.warning("node %s: status update failed: %s", self.cfg.name, exc)
 
-    async def renew_lease(self) -> None:
-        now = timestamp(self.clock.now())
-        if self._lease is None:
+    async def renew_lease(self) -> float:
+        """Renew our Lease (create it if missing), as kube's node lease controller: an Update
+        from the Lease we last stored; after a conflict the Lease is read again and the Update
+        made from it, at most MAX_UPDATE_ATTEMPTS Updates in all. An Update whose answer was
+        lost (may_have_landed) is not re-sent: the next attempt reads the Lease first, and if
+        it holds that renewal (its renewTime is one we sent) the renewal is done.
+
+        Returns how many seconds ago the renewal now stored was sent: 0 when answered now,
+        more when it is a lost-answer renewal found to have landed."""
+        for _ in range(MAX_UPDATE_ATTEMPTS):
+            if self._lease is None:
+                lease, created = await self._read_lease()
+                self._lease = lease
+                sent = self._unconfirmed.get(_renew_key(lease, self.cfg.name))
+                if created or sent is not None:
+                    self._unconfirmed.clear()
+                    return 0.0 if sent is None else max(0.0, self.clock.monotonic() - sent)
+            lease = lease_pb2.Lease()
+            lease.CopyFrom(self._lease)
+            lease.spec.holderIdentity = self.cfg.name
+            lease.spec.leaseDurationSeconds = self.cfg.lease_duration_seconds
+            lease.spec.renewTime.CopyFrom(timestamp(self.clock.now()))
+            sent = self.clock.monotonic()
             try:
-                self._lease = await self.client.leases.get(self.cfg.name, NODE_LEASE_NAMESPACE)
+                self._lease = await self.leases.update(lease, resend_ambiguous=False)
+            except ConflictError:
+                self._lease = None  # kube: read the Lease again at once and write from it
+                continue
             except NotFoundError:
-                lease = lease_pb2.Lease(apiVersion="v1", kind="Lease")
-                lease.metadata.name = self.cfg.name
-                lease.metadata.namespace = NODE_LEASE_NAMESPACE
-                lease.spec.holderIdentity = self.cfg.name
-                lease.spec.leaseDurationSeconds = self.cfg.lease_duration_seconds
-                lease.spec.renewTime.CopyFrom(now)
-                try:
-                    self._lease = await self.client.leases.create(lease)  # once: a call
-                    return
-                except AlreadyExistsError:
-                    self._lease = await self.client.leases.get(self.cfg.name, NODE_LEASE_NAMESPACE)
-        assert self._lease is not None
-        lease = lease_pb2.Lease()
-        lease.CopyFrom(self._lease)
+                self._lease = None  # re-create on the next attempt
+                raise
+            except TinykubeError as exc:
+                if may_have_landed(exc):
+                    # Read before writing again: it may be stored, and our version stale.
+                    _remember(self._unconfirmed, _renew_key(lease, self.cfg.name), sent)
+                    self._lease = None
+                raise
+            self._unconfirmed.clear()
+            return 0.0
+        raise ConflictError(
+            f"node {self.cfg.name}: lease renewal lost {MAX_UPDATE_ATTEMPTS} conflicts in a row"
+        )
+
+    async def _read_lease(self) -> tuple[lease_pb2.Lease, bool]:
+        """Our Lease as stored, created if missing; and whether this call created it."""
+        try:
+            return await self.client.leases.get(self.cfg.name, NODE_LEASE_NAMESPACE), False
+        except NotFoundError:
+            pass
+        lease = lease_pb2.Lease(apiVersion="v1", kind="Lease")
+        lease.metadata.name = self.cfg.name
+        lease.metadata.namespace = NODE_LEASE_NAMESPACE
         lease.spec.holderIdentity = self.cfg.name
         lease.spec.leaseDurationSeconds = self.cfg.lease_duration_seconds
-        lease.spec.renewTime.CopyFrom(now)
+        lease.spec.renewTime.CopyFrom(timestamp(self.clock.now()))
         try:
-            self._lease = await self.leases.update(lease)
-        except (ConflictError, NotFoundError):
-            self._lease = None  # re-read (or re-create) on the next attempt
-            raise
+            return await self.client.leases.create(lease), True  # once: a call
+        except AlreadyExistsError:
+            return await self.client.leases.get(self.cfg.name, NODE_LEASE_NAMESPACE), False
 
     async def lease_loop(self) -> None:
         interval = self.cfg.lease_duration_seconds / 4.0
@@ -324,13 +392,40 @@ class NodeAgent:
         spread = random.uniform(0.5, 1.0)
         while True:
             try:
-                await self.renew_lease()
+                age = await self.renew_lease()
                 self.on_renewal(True)
                 delay = LEASE_BACKOFF_INITIAL
-                await self.clock.sleep(interval * spread)
+                # A renewal that landed while its answer was lost is `age` old already.
+                await self.clock.sleep(max(0.0, interval * spread - age))
                 spread = random.uniform(0.96, 1.04)
             except TinykubeError as exc:
                 self.on_renewal(False)
                 log.warning("node %s: lease renewal failed: %s", self.cfg.name, exc)
                 await self.clock.sleep(min(delay, longest))
                 delay = min(delay * 2, longest)
+
+
+# Heartbeats sent whose answers were lost, remembered to recognise them if they landed: a few
+# (each failed heartbeat adds one until one is answered or found).
+UNCONFIRMED_KEPT = 4
+
+
+def _remember(unconfirmed: dict[tuple[int, int], float], key: tuple[int, int], sent: float) -> None:
+    unconfirmed[key] = sent
+    while len(unconfirmed) > UNCONFIRMED_KEPT:
+        del unconfirmed[next(iter(unconfirmed))]
+
+
+def _renew_key(lease: lease_pb2.Lease, holder: str) -> tuple[int, int]:
+    """A Lease's renewal as (seconds, nanos) of its renewTime, or (-1, -1) if another holds it."""
+    if lease.spec.holderIdentity != holder:
+        return (-1, -1)
+    return (lease.spec.renewTime.seconds, lease.spec.renewTime.nanos)
+
+
+def _ready_heartbeat(node: node_pb2.Node) -> tuple[int, int]:
+    """The Ready condition's lastHeartbeatTime as (seconds, nanos); (-1, -1) without one."""
+    for cond in node.status.conditions:
+        if cond.type == "Ready":
+            return (cond.lastHeartbeatTime.seconds, cond.lastHeartbeatTime.nanos)
+    return (-1, -1)

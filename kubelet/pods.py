@@ -267,6 +267,7 @@ class PodWorker:
 
     async def _post_status(self, pod: pod_pb2.Pod, status: pod_pb2.PodStatus) -> None:
         current = pod
+        sent = 0.0
         for attempt in range(5):
             updated = pod_pb2.Pod()
             updated.CopyFrom(current)
@@ -278,12 +279,7 @@ class PodWorker:
                 writer = self.manager.status_writer(pod.spec.nodeName)
                 sent = self.manager.clock.now().timestamp()
                 updated.metadata.resourceVersion = await writer.write(updated)
-                self.stored = updated
-                self.last_posted = status
-                if status.phase == "Running" and not self.startup.done:
-                    self.startup.running(
-                        sent, self.manager.clock.now().timestamp(), self.manager.on_pod_started
-                    )
+                self._posted(updated, status, sent)
                 return
             except NotFoundError:
                 return  # deleted: the watch will tell the worker
@@ -295,6 +291,20 @@ class PodWorker:
                 )
                 if current.metadata.uid != self.uid:
                     return
+                if with_others_conditions(status, current.status) == current.status:
+                    # It says what we would write: most often our own write, whose answer
+                    # was lost and whose re-sent copy met it (ABORTED). Nothing to send.
+                    self._posted(current, status, sent)
+                    return
+
+    def _posted(self, stored: pod_pb2.Pod, status: pod_pb2.PodStatus, sent: float) -> None:
+        """`stored` (the pod as the apiserver has it) holds `status`, sent at `sent`."""
+        self.stored = stored
+        self.last_posted = status
+        if status.phase == "Running" and not self.startup.done:
+            self.startup.running(
+                sent, self.manager.clock.now().timestamp(), self.manager.on_pod_started
+            )
 
 
 class PodManager:

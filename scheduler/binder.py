@@ -72,3 +72,6 @@ class BindBatcher(MicroBatcher[BindItem, str]):
         except Exception as exc:  # the whole RPC failed: every bind in it failed
             results = [exc] * len(batch)
         self.settle(batch, results)
+        # The errors' tracebacks hold this frame; its names for them (the results, and the
+        # batch's futures now holding them) would make cycles only the cyclic GC frees.
+        del batch, results

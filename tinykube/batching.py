@@ -39,7 +39,12 @@ class MicroBatcher(Generic[T, R]):
         fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self.pending.append((item, fut))
         self._kick()
-        return await fut
+        try:
+            return await fut
+        finally:
+            # A failed future holds its error, whose traceback holds this frame once raised
+            # here: naming the future still would make a cycle only the cyclic GC frees.
+            del fut
 
     def take_batch(self) -> list[tuple[T, asyncio.Future[R]]]:
         """Remove and return the next batch from `pending` (waiters whose future is done, i.e.

@@ -361,19 +361,27 @@ class ResourceClient(Generic[T, L, E]):
             if not token or page_size <= 0:
                 return items, rv
 
-    async def update(self, obj: T, *, dry_run: bool = False) -> T:
+    async def update(self, obj: T, *, dry_run: bool = False, resend_ambiguous: bool = True) -> T:
         """Update `obj`; retried on every transient failure only if it carries
         metadata.resourceVersion (a precondition), else only if it was never sent.
-        `dry_run`: checked and answered as the update would be, nothing stored."""
+        `dry_run`: checked and answered as the update would be, nothing stored.
+        `resend_ambiguous=False`: a failure that leaves it unknown whether the update landed
+        (a deadline, a lost stream) is raised instead of re-sent, for a caller that looks
+        first: a re-sent copy of an update that landed only comes back ABORTED (its
+        resourceVersion is stale now), after which the caller reads and writes again, three
+        requests where one was due (the kubelet's Lease renewals, kubelet/node.py)."""
         request = self._update_request(obj, dry_run)
-        return cast(T, await self._call("Update", request, retry_if=_update_retry(obj, dry_run)))
+        retry_if = _update_retry(obj, dry_run) if resend_ambiguous else is_unsent
+        return cast(T, await self._call("Update", request, retry_if=retry_if))
 
-    async def update_status(self, obj: T, *, dry_run: bool = False) -> T:
+    async def update_status(
+        self, obj: T, *, dry_run: bool = False, resend_ambiguous: bool = True
+    ) -> T:
         """Update `obj`'s status; retried as `update`."""
         if not self.info.has_status:
             raise TypeError(f"{self.info.kind} has no status subresource")
         request = self._update_request(obj, dry_run)
-        retry_if = _update_retry(obj, dry_run)
+        retry_if = _update_retry(obj, dry_run) if resend_ambiguous else is_unsent
         return cast(T, await self._call("UpdateStatus", request, retry_if=retry_if))
 
     def _update_request(self, obj: T, dry_run: bool) -> Message:
@@ -730,18 +738,28 @@ class Client:
                         pass  # not applied: the unary call below
                     except TinykubeError as stream_err:
                         failed = await self._stream_failed(index, stream_err)
-                        if attempts is not None:
-                            attempts.failed(failed)
-                        if failed is stream_err:
-                            raise
-                        raise failed from stream_err
+                        try:
+                            if attempts is not None:
+                                attempts.failed(failed)
+                            if failed is stream_err:
+                                raise
+                            raise failed from stream_err
+                        finally:
+                            del failed  # (a reference cycle otherwise: see below)
             try:
                 return await getattr(stubs[index], method)(request, timeout=seconds)
             except grpc.RpcError as exc:
                 err = await self._call_failed(index, exc)
-                if attempts is not None:
-                    attempts.failed(err)
-                raise err from exc
+                try:
+                    if attempts is not None:
+                        attempts.failed(err)
+                    raise err from exc
+                finally:
+                    # The error's traceback holds this frame: a local still naming the error
+                    # would make a cycle (error, traceback, frame, error) that only the cyclic
+                    # GC frees, with the gRPC error and its call, for every failed call (a
+                    # hollow kubelet under an overloaded apiserver fails thousands).
+                    del err
 
         async def attempt() -> Any:
             return await retry_throttled(send, budget=self.timeout, what=what)

@@ -1,7 +1,9 @@
 """DefaultBinder (Bind): commits the placement through the apiserver's Bind call.
 
-The only asynchronous plugin; a failed bind is an error status, and an AlreadyExists answer is
-kept in the cycle state so the scheduler can tell "someone else bound it" from a failure.
+The only asynchronous plugin; a failed bind is an error status, and the failure's type is
+kept in the cycle state so the scheduler can tell "someone else bound it" (AlreadyExists) from
+a failure. The type, not the error: the error's traceback holds this plugin's frame, which
+holds the cycle state, so keeping the error there would make a reference cycle per failed bind.
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ class DefaultBinder:
         try:
             await self.handle.bind(pod, node)
         except TinykubeError as exc:
-            state.write(self.ERROR_KEY, exc)
+            state.write(self.ERROR_KEY, type(exc))
             return Status.error(str(exc), plugin=self.name)
         return SUCCESS
 
 
 def bind_already_exists(state: CycleState) -> bool:
-    return isinstance(state.read(DefaultBinder.ERROR_KEY), AlreadyExistsError)
+    failure = state.read(DefaultBinder.ERROR_KEY)
+    return isinstance(failure, type) and issubclass(failure, AlreadyExistsError)

@@ -54,6 +54,10 @@ class FakeResource(Generic[M]):
         self.fail_creates: Exception | None = None
         # Creates that are applied and then fail with this error (their answer was lost).
         self.lose_create_answers: Exception | None = None
+        # Updates (and UpdateStatus) applied and then failing with this error, likewise.
+        self.lose_update_answers: Exception | None = None
+        self.fail_updates: Exception | None = None  # Updates that fail unapplied
+        self.reads = 0  # Gets served
         # UpdateStatus also stores the annotations (Kubernetes' deployment status strategy).
         self.status_keeps_annotations = False
         # Update keeps the stored status and raises metadata.generation when the spec changed,
@@ -89,12 +93,15 @@ class FakeResource(Generic[M]):
         return self._copy(stored)
 
     async def get(self, name: str, namespace: str = "") -> M:
+        self.reads += 1
         key = _key(namespace, name)
         if key not in self.objects:
             raise NotFoundError(f'{self.kind.lower()}s "{name}" not found')
         return self._copy(self.objects[key])
 
     async def _write(self, obj: M, verb: str) -> M:
+        if self.fail_updates is not None:
+            raise self.fail_updates
         meta: Any = obj.metadata  # type: ignore[attr-defined]
         key = _key(meta.namespace, meta.name)
         cur = self.objects.get(key)
@@ -128,12 +135,14 @@ class FakeResource(Generic[M]):
         nmeta.resourceVersion = str(next(self._rv))
         self.objects[key] = new
         self.calls.append((verb, key))
+        if self.lose_update_answers is not None:
+            raise self.lose_update_answers
         return self._copy(new)
 
-    async def update(self, obj: M) -> M:
+    async def update(self, obj: M, *, resend_ambiguous: bool = True) -> M:
         return await self._write(obj, "update")
 
-    async def update_status(self, obj: M) -> M:
+    async def update_status(self, obj: M, *, resend_ambiguous: bool = True) -> M:
         return await self._write(obj, "update_status")
 
     async def delete(

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from kubelet.fake import FakeRuntime
 from kubelet.node import NODE_LEASE_NAMESPACE, NodeAgent, NodeConfig
 from kubelet.pods import PodManager
 from tests.unit.controller.fakes import FakeClient
 from tinykube.clock import FakeClock
+from tinykube.errors import ConflictError, DeadlineExceededError
 from tinykube.v1 import node_pb2, pod_pb2
 
 
@@ -135,6 +138,91 @@ async def test_lease_backoff_never_exceeds_the_renew_interval() -> None:
     task.cancel()
 
 
+async def test_a_renewal_whose_answer_was_lost_is_found_stored_not_resent() -> None:
+    clock = FakeClock()
+    client = FakeClient(clock)
+    agent = NodeAgent(client, config(), lambda: None, clock=clock)
+    await agent.renew_lease()  # created
+    await agent.renew_lease()  # renewed: an Update from the Lease last stored, no read
+    key = f"{NODE_LEASE_NAMESPACE}/n1"
+    assert (client.leases.reads, client.leases.calls) == (1, [("create", key), ("update", key)])
+    client.leases.lose_update_answers = DeadlineExceededError("Deadline Exceeded")
+    clock.advance(10)
+    with pytest.raises(DeadlineExceededError):
+        await agent.renew_lease()
+    landed = client.leases.objects[key].spec.renewTime.seconds
+    client.leases.lose_update_answers = None
+    clock.advance(1)
+    # The next attempt reads the Lease, finds that renewal stored, and writes nothing: it was
+    # sent a second ago.
+    assert await agent.renew_lease() == 1.0
+    assert client.leases.reads == 2
+    assert client.leases.calls == [("create", key), ("update", key), ("update", key)]
+    assert client.leases.objects[key].spec.renewTime.seconds == landed
+    # And the renewal after it is an Update from the Lease read.
+    clock.advance(10)
+    assert await agent.renew_lease() == 0.0
+    assert client.leases.reads == 2
+    assert client.leases.calls[-1] == ("update", key)
+
+
+async def test_a_renewal_that_did_not_land_is_written_from_the_lease_read() -> None:
+    clock = FakeClock()
+    client = FakeClient(clock)
+    agent = NodeAgent(client, config(), lambda: None, clock=clock)
+    await agent.renew_lease()
+    key = f"{NODE_LEASE_NAMESPACE}/n1"
+    client.leases.fail_updates = DeadlineExceededError("Deadline Exceeded")
+    clock.advance(10)
+    with pytest.raises(DeadlineExceededError):
+        await agent.renew_lease()
+    client.leases.fail_updates = None
+    clock.advance(1)
+    assert await agent.renew_lease() == 0.0
+    assert client.leases.reads == 2  # the read before the create, the read after the timeout
+    assert client.leases.objects[key].spec.renewTime.seconds == clock.now().timestamp() // 1
+
+
+async def test_a_conflicting_renewal_reads_the_lease_and_writes_at_once() -> None:
+    clock = FakeClock()
+    client = FakeClient(clock)
+    agent = NodeAgent(client, config(), lambda: None, clock=clock)
+    await agent.renew_lease()
+    key = f"{NODE_LEASE_NAMESPACE}/n1"
+    # Someone else's write: our version is stale.
+    client.leases.objects[key].metadata.resourceVersion = "999"
+    clock.advance(10)
+    assert await agent.renew_lease() == 0.0
+    assert client.leases.reads == 2
+    # (the fake records the writes it applied: the conflicting one is not among them)
+    assert [c for c, _ in client.leases.calls] == ["create", "update"]
+    assert client.leases.objects[key].spec.renewTime.seconds == clock.now().timestamp() // 1
+
+
+async def test_a_node_status_write_whose_answer_was_lost_is_not_written_again() -> None:
+    clock = FakeClock()
+    client = FakeClient(clock)
+    agent = NodeAgent(
+        client,
+        config(status_report_frequency=300),
+        lambda: client.nodes.objects.get("n1"),
+        clock=clock,
+    )
+    await agent.register()
+    clock.advance(300)
+    client.nodes.lose_update_answers = DeadlineExceededError("Deadline Exceeded")
+    with pytest.raises(DeadlineExceededError):
+        await agent.sync_status()
+    client.nodes.lose_update_answers = None
+    writes = len(client.nodes.calls)
+    clock.advance(10)
+    await agent.sync_status()  # the informer shows our heartbeat: that was the report
+    assert len(client.nodes.calls) == writes
+    clock.advance(290)
+    await agent.sync_status()
+    assert len(client.nodes.calls) == writes + 1
+
+
 def bound_pod(name: str, node: str) -> pod_pb2.Pod:
     pod = pod_pb2.Pod()
     pod.metadata.name = name
@@ -230,6 +318,22 @@ async def test_pod_worker_puts_back_a_status_someone_else_overwrote() -> None:
     manager.on_update(marked, client.pods.objects["default/p"])
     await clock.step(0)
     assert len(client.pods.calls) == writes
+    await manager.stop()
+
+
+async def test_a_pod_status_write_found_stored_after_a_conflict_is_not_sent_again() -> None:
+    clock = FakeClock()
+    client = FakeClient(clock)
+    manager = PodManager(client, FakeRuntime(clock), {"n1"}, lambda _n: "10.0.0.5", clock=clock)
+    pod = await client.pods.create(bound_pod("p", "n1"))
+    # Each status write lands and then comes back ABORTED: what the client's re-send of a
+    # write whose answer was lost gets. The worker's read finds its own status stored.
+    client.pods.lose_update_answers = ConflictError("the object has been modified")
+    manager.on_add(pod)
+    await wait_for(lambda: client.pods.objects["default/p"].status.phase == "Running", clock)
+    await clock.step(0)
+    assert client.pods.calls.count(("update_status", "default/p")) == 1
+    client.pods.lose_update_answers = None
     await manager.stop()
 
 
