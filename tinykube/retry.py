@@ -1,6 +1,6 @@
 """Retry policy shared by every client call, and a small backoff helper for long-running loops.
 
-`call_with_retries` runs one unary RPC attempt function and retries it: only failures that
+`call_with_retries` runs one unary RPC attempt function under tenacity: only failures that
 `tinykube.errors.is_retryable` accepts (UNAVAILABLE, DEADLINE_EXCEEDED) are retried, with
 jittered exponential backoff, so a conflict or a validation error reaches the caller at once.
 `Backoff` is the same shape of delay for loops that never give up (informer watches, leases);
@@ -27,10 +27,18 @@ import asyncio
 import logging
 import random
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import grpc
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
 
 from tinykube.clock import Clock
 from tinykube.errors import TinykubeError, TooManyRequestsError, is_retryable
@@ -144,30 +152,50 @@ async def call_with_retries(
 ) -> R:
     """Run `attempt` until it succeeds, fails with an error `retry_if` rejects, or retries run
     out. `retry_if` is `is_retryable` for calls safe to repeat, `is_unsent` for the others.
-    The k-th retry waits initial * 2**(k-1) plus up to `initial` of jitter, at most `maximum`
-    (tenacity's wait_exponential_jitter, which this loop replaced).
 
-    The last error is re-raised as is. A plain loop rather than tenacity: tenacity keeps each
-    failure in its retry state, which the frames in the raised error's traceback hold, so every
-    call that failed after a retry left a reference cycle (four exceptions, their tracebacks
-    and the gRPC call) for the cyclic GC; and building its retrier cost more CPU than a call.
+    The last error is re-raised as is (not wrapped in tenacity's RetryError), with the
+    finished frames of its traceback cleared (`traceback.clear_frames`): tenacity's retry
+    state holds every failure, and those frames hold the retry state, so each call that failed
+    after a retry left its exceptions, their tracebacks and the gRPC calls in a reference cycle
+    for the cyclic GC. The traceback's lines stay; only the dead frames' locals go.
     """
-    for failures in range(retries + 1):
-        try:
-            return await attempt()
-        except Exception as exc:
-            if failures >= retries or not retry_if(exc):
-                raise
-            delay = min(maximum, initial * 2**failures + random.uniform(0, initial))
-            log.info(
-                "%s attempt %d failed (%s); retrying in %.2fs",
-                what or "call",
-                failures + 1,
-                exc,
-                delay,
-            )
-        await asyncio.sleep(delay)
-    raise AssertionError("unreachable")
+    # The first attempt runs outside tenacity: nearly every call succeeds at once, and building
+    # an AsyncRetrying per call cost more CPU than the RPC's own Python-side work. A retryable
+    # failure then enters the same policy (same delays, same attempt count) as before.
+    try:
+        return await attempt()
+    except Exception as exc:
+        if retries <= 0 or not retry_if(exc):
+            raise
+        delay = min(maximum, initial + random.uniform(0, initial))
+        log.info("%s attempt 1 failed (%s); retrying in %.2fs", what or "call", exc, delay)
+    await asyncio.sleep(delay)
+
+    def note(state: RetryCallState) -> None:
+        outcome = state.outcome
+        error = outcome.exception() if outcome is not None else None
+        delay = state.next_action.sleep if state.next_action is not None else 0.0
+        log.info(
+            "%s attempt %d failed (%s); retrying in %.2fs",
+            what or "call",
+            state.attempt_number + 1,
+            error,
+            delay,
+        )
+
+    retrying = AsyncRetrying(
+        retry=retry_if_exception(retry_if),
+        stop=stop_after_attempt(retries),
+        # Tenacity counts from its own first attempt, which is our second: start one doubling on.
+        wait=wait_exponential_jitter(multiplier=initial * 2, max=maximum, jitter=initial),
+        before_sleep=note,
+        reraise=True,
+    )
+    try:
+        return await retrying(attempt)
+    except BaseException as exc:
+        traceback.clear_frames(exc.__traceback__)
+        raise
 
 
 class Backoff:
