@@ -1016,7 +1016,10 @@ class ResourceStore:
             await self._validating_admission("UPDATE", subresource, new, old, ctx)
         if errors:
             raise InvalidError.for_object(self.info.qualified_kind, name, errors)
-        if new == old:
+        # A status write (the kubelets') changes the status nearly always: a status that differs
+        # settles it without walking the rest (a pod's spec) as the whole comparison does.
+        unchanged = subresource != "status" or new.status == old.status  # type: ignore[attr-defined]
+        if unchanged and new == old:
             if not cur.authoritative:
                 raise _Reread
             return old  # a no-op write keeps the resourceVersion, as Kubernetes does
