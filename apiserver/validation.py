@@ -174,23 +174,31 @@ def validate_metadata(
             errs.extend(dns1123_label("metadata.namespace", meta.namespace))
     elif meta.namespace:
         errs.append(forbidden("metadata.namespace", "not allowed on this type"))
-    errs.extend(validate_labels("metadata.labels", meta.labels))
-    for key in sorted(meta.annotations):
-        # Annotation keys are checked lowercased (a prefix such as Example.com/ is accepted).
-        for p in validate_label_key(key.lower()):
-            errs.append(invalid("metadata.annotations", key, p))
-    total = sum(_utf8_len(k) + _utf8_len(v) for k, v in meta.annotations.items())
-    if total > TOTAL_ANNOTATION_BYTES:
-        errs.append(too_long("metadata.annotations", "", TOTAL_ANNOTATION_BYTES))
-    seen: set[str] = set()
-    for i, fin in enumerate(each(meta.finalizers)):
-        path = f"metadata.finalizers[{i}]"
-        for p in validate_label_key(fin):
-            errs.append(invalid(path, fin, p))
-        if fin in seen:
-            errs.append(duplicate(path, fin))
-        seen.add(fin)
-    for i, ref in enumerate(each(meta.ownerReferences)):
+    # Each part is looked at only when present: empty ones have nothing to report, and this
+    # runs on every write (a Lease renewal's metadata has none of them).
+    labels = meta.labels
+    if labels:
+        errs.extend(validate_labels("metadata.labels", labels))
+    annotations = meta.annotations
+    if annotations:
+        for key in sorted(annotations):
+            # Annotation keys are checked lowercased (a prefix such as Example.com/ is accepted).
+            for p in validate_label_key(key.lower()):
+                errs.append(invalid("metadata.annotations", key, p))
+        total = sum(_utf8_len(k) + _utf8_len(annotations[k]) for k in annotations)
+        if total > TOTAL_ANNOTATION_BYTES:
+            errs.append(too_long("metadata.annotations", "", TOTAL_ANNOTATION_BYTES))
+    if meta.finalizers:
+        seen: set[str] = set()
+        for i, fin in enumerate(each(meta.finalizers)):
+            path = f"metadata.finalizers[{i}]"
+            for p in validate_label_key(fin):
+                errs.append(invalid(path, fin, p))
+            if fin in seen:
+                errs.append(duplicate(path, fin))
+            seen.add(fin)
+    refs = each(meta.ownerReferences)
+    for i, ref in enumerate(refs):
         path = f"metadata.ownerReferences[{i}]"
         if not ref.kind:
             errs.append(required(f"{path}.kind"))
@@ -198,7 +206,7 @@ def validate_metadata(
             errs.append(required(f"{path}.name"))
         if not ref.uid:
             errs.append(required(f"{path}.uid"))
-    if sum(1 for r in each(meta.ownerReferences) if r.controller) > 1:
+    if refs and sum(1 for r in refs if r.controller) > 1:
         errs.append(
             invalid(
                 "metadata.ownerReferences",
