@@ -149,6 +149,11 @@ class Admission:
             await self._admit_service_account(obj)  # type: ignore[arg-type]
             await self._admit_pod(obj)  # type: ignore[arg-type]
 
+    def validates(self, info: KindInfo) -> bool:
+        """Whether `validate` checks anything of `info`'s objects (only PriorityClasses'), so
+        the store makes no coroutine for it otherwise."""
+        return info.kind == PRIORITY_CLASS.kind
+
     async def validate(self, info: KindInfo, obj: object, old: object | None) -> None:
         """The validating plugins on a create (`old` None) or update, after validation."""
         if info.kind == PRIORITY_CLASS.kind and obj.globalDefault:  # type: ignore[attr-defined]

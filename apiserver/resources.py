@@ -380,7 +380,10 @@ class ResourceStore:
         obj: Message = getattr(request, self.info.request_field)
         meta = obj.metadata  # type: ignore[attr-defined]
         self._check_size(request, meta.name or meta.generateName)
-        return await self._settled(await self._create(obj, ctx), ctx)
+        created = await self._create(obj, ctx)
+        if self.answer_when_cached:  # (`_settled` only when it waits: one coroutine fewer)
+            return await self._settled(created, ctx)
+        return created
 
     async def _settled(self, obj: Message, ctx: RequestContext) -> Message:
         """`obj` once this apiserver's watch cache holds the write, for kinds that ask
@@ -432,8 +435,10 @@ class ResourceStore:
                 errors += self.allocator.validate(obj.spec)  # type: ignore[attr-defined]
             if errors:
                 raise InvalidError.for_object(self.info.qualified_kind, meta.name, errors)
-            await self.admit_validated(obj, None)
-            await self._validating_admission("CREATE", "", obj, None, ctx)
+            if self._validates():
+                await self.admit_validated(obj, None)
+            if self._validation_configured():
+                await self._validating_admission("CREATE", "", obj, None, ctx)
             if ctx.dry_run:
                 return await self._dry_create(obj)
             if self.allocator is not None:
@@ -520,6 +525,21 @@ class ResourceStore:
         """The validating admission of a create (`old` None) or update."""
         if self.admission is not None:
             await self.admission.validate(self.info, obj, old)
+
+    # The hot writes ask these first, so a write with nothing to admit or validate makes no
+    # coroutine for it (each is one more frame on the write's await chain).
+
+    def _validates(self) -> bool:
+        """Whether `admit_validated` has anything to check for this kind."""
+        return self.admission is not None and self.admission.validates(self.info)
+
+    def _validation_configured(self) -> bool:
+        """Whether `_validating_admission` may have anything to do: some admission policy or
+        validating webhook is configured."""
+        policies, hooks = self.policies, self.webhooks
+        return (policies is not None and policies.active()) or (
+            hooks is not None and bool(hooks.hooks(False))
+        )
 
     # ---- admission webhooks ----------------------------------------------------------------
 
@@ -852,24 +872,30 @@ class ResourceStore:
 
     # ---- Update / UpdateStatus / finalize: one GuaranteedUpdate ------------------------------
 
-    async def update(self, request: Message, ctx: RequestContext = INTERNAL) -> Message:
+    # update, update_status, update_subresource and _replace are plain functions returning
+    # `replace_object`'s coroutine: each coroutine level is walked again on every resume of
+    # the write (its etcd round trip), and these levels did nothing but pass the call on.
+
+    def update(self, request: Message, ctx: RequestContext = INTERNAL) -> Awaitable[Message]:
         """Replace the object; `ctx` as for `create`. A request without managedFields keeps
         the stored ones. Its resourceVersion, if any, must be the stored one."""
-        return await self._replace(request, ctx, "")
+        return self._replace(request, ctx, "")
 
-    async def update_status(self, request: Message, ctx: RequestContext = INTERNAL) -> Message:
+    def update_status(self, request: Message, ctx: RequestContext = INTERNAL) -> Awaitable[Message]:
         """Replace the status; `ctx.field_manager` records the change (subresource status)."""
-        return await self._replace(request, ctx, "status")
+        return self._replace(request, ctx, "status")
 
-    async def update_subresource(
+    def update_subresource(
         self, request: Message, subresource: str, ctx: RequestContext = INTERNAL
-    ) -> Message:
+    ) -> Awaitable[Message]:
         """Replace the object through one of its subresources' update rules (e.g. pods'
         ephemeralcontainers; see `_prepare_update`)."""
-        return await self._replace(request, ctx, subresource)
+        return self._replace(request, ctx, subresource)
 
-    async def _replace(self, request: Message, ctx: RequestContext, subresource: str) -> Message:
-        return await self.replace_object(
+    def _replace(
+        self, request: Message, ctx: RequestContext, subresource: str
+    ) -> Awaitable[Message]:
+        return self.replace_object(
             getattr(request, self.info.request_field), ctx, subresource, request
         )
 
@@ -888,16 +914,13 @@ class ResourceStore:
             raise InvalidError.for_object(self.info.qualified_kind, "", [required("metadata.name")])
         self._check_size(obj if request is None else request, meta.name)
         expected = _parse_rv(meta.resourceVersion) if meta.resourceVersion else 0
-
-        async def replace(_old: Message | None) -> Message:
-            return obj
-
-        new, _ = await self.guaranteed_update(
-            meta.namespace, meta.name, replace, ctx, subresource=subresource, expected=expected
+        # `obj` itself is the transform's result at every attempt (no transform coroutine).
+        new, _ = await self._guaranteed(
+            meta.namespace, meta.name, None, ctx, subresource, expected, False, obj
         )
         return new
 
-    async def guaranteed_update(
+    def guaranteed_update(
         self,
         namespace: str,
         name: str,
@@ -907,7 +930,7 @@ class ResourceStore:
         subresource: str = "",
         expected: int = 0,
         create_missing: bool = False,
-    ) -> tuple[Message, bool]:
+    ) -> Awaitable[tuple[Message, bool]]:
         """Every update's one path (kube's GuaranteedUpdate): read the current object (the
         watch cache's copy first, etcd's when that is not proven current), `transform` it
         (old -> the object the client wants: a PUT's body, a patched or applied object, a
@@ -923,13 +946,30 @@ class ResourceStore:
         object from `transform(None)` when it does not exist. A dry run runs everything and
         stops before etcd, answering the object as it would be stored. Returns (object,
         created)."""
+        return self._guaranteed(
+            namespace, name, transform, ctx, subresource, expected, create_missing, None
+        )
+
+    async def _guaranteed(
+        self,
+        namespace: str,
+        name: str,
+        transform: Transform | None,
+        ctx: RequestContext,
+        subresource: str,
+        expected: int,
+        create_missing: bool,
+        replacement: Message | None,
+    ) -> tuple[Message, bool]:
+        """`guaranteed_update`; with no `transform`, `replacement` is its result (a replace:
+        the object as sent, at every attempt)."""
         namespace = self._namespace(namespace)
         key = self.key(namespace, name)
         # A dry run has no compare-and-swap to prove a cached copy: it reads etcd.
         cur = await self._current(key, revision=expected, cached=not ctx.dry_run)
         for _attempt in range(_CAS_ATTEMPTS):
             if cur is None:
-                if not create_missing:
+                if not create_missing or transform is None:
                     raise self._not_found(name)
                 obj = await transform(None)
                 self._check_size(obj, name)
@@ -943,7 +983,7 @@ class ResourceStore:
                     continue
             try:
                 outcome = await self._try_update(
-                    key, namespace, name, cur, transform, ctx, subresource
+                    key, namespace, name, cur, transform, ctx, subresource, replacement
                 )
             except (TinykubeError, _Reread):
                 # Only etcd's answer may justify an error (or a no-op answer).
@@ -955,7 +995,9 @@ class ResourceStore:
                 # The compare-and-swap lost a race: transform the current object again.
                 cur = outcome
                 continue
-            return await self._settled(outcome, ctx), False
+            if self.answer_when_cached:
+                outcome = await self._settled(outcome, ctx)
+            return outcome, False
         raise self._conflict(name)
 
     async def _try_update(
@@ -964,14 +1006,19 @@ class ResourceStore:
         namespace: str,
         name: str,
         cur: _Current,
-        transform: Transform,
+        transform: Transform | None,
         ctx: RequestContext,
         subresource: str,
+        replacement: Message | None = None,
     ) -> Message | _Current | None:
         """One attempt of `guaranteed_update`: the object written (or, dry, that would be), or
         the current object after a lost compare-and-swap (None: it is gone)."""
         old = cur.obj
-        obj = await transform(old)
+        if transform is None:
+            assert replacement is not None
+            obj = replacement
+        else:
+            obj = await transform(old)
         webhooks = self.webhooks is not None and self.webhooks.active()
         if webhooks or subresource != "status":
             # The decoded body's defaults (a patch's result is decoded, so defaulted, too). A
@@ -1010,13 +1057,16 @@ class ResourceStore:
         self._admit_node(ctx, "update", subresource, namespace, name, new, old)
         if self.escalation is not None and not subresource:
             self.escalation.admit(self.info.kind, new, old, ctx.identity)
-        if not errors and not subresource:
+        if not errors and not subresource and self._validates():
             await self.admit_validated(new, old)
-        if not errors:
+        if not errors and self._validation_configured():
             await self._validating_admission("UPDATE", subresource, new, old, ctx)
         if errors:
             raise InvalidError.for_object(self.info.qualified_kind, name, errors)
-        if new == old:
+        # A status write (the kubelets') changes the status nearly always: a status that differs
+        # settles it without walking the rest (a pod's spec) as the whole comparison does.
+        unchanged = subresource != "status" or new.status == old.status  # type: ignore[attr-defined]
+        if unchanged and new == old:
             if not cur.authoritative:
                 raise _Reread
             return old  # a no-op write keeps the resourceVersion, as Kubernetes does

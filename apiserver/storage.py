@@ -91,6 +91,13 @@ RETRY_BACKOFF_MAX = 0.5
 EVENT_PUT = 0
 EVENT_DELETE = 1
 
+# The compares' enum values, read once: each read through a nested enum type
+# (`rpc.Compare.CompareResult.EQUAL`) is a Python call in protobuf's EnumTypeWrapper.
+_EQUAL = rpc.Compare.CompareResult.EQUAL
+_GREATER = rpc.Compare.CompareResult.GREATER
+_BY_CREATE = rpc.Compare.CompareTarget.CREATE
+_BY_MOD = rpc.Compare.CompareTarget.MOD
+
 
 @dataclass(frozen=True, slots=True)
 class KV:
@@ -456,15 +463,18 @@ class Storage:
         `written` is the value put at `key` (None: the txn deletes it) and `base_revision` the
         mod revision its compare expects (0 for a create): how a retried write recognizes
         that an earlier attempt of its own was applied."""
-        claim_keys = tuple(k for k, _ in claims)
-        compares = list(compares)
-        success = list(success)
+        claim_keys: tuple[bytes, ...] = ()
+        if claims or release:
+            # Not into the caller's lists.
+            claim_keys = tuple(k for k, _ in claims)
+            compares = list(compares)
+            success = list(success)
         for ck, cv in claims:
             compares.append(
                 rpc.Compare(
                     key=ck,
-                    result=rpc.Compare.CompareResult.EQUAL,
-                    target=rpc.Compare.CompareTarget.CREATE,
+                    result=_EQUAL,
+                    target=_BY_CREATE,
                     create_revision=0,
                 )
             )
@@ -548,27 +558,29 @@ class Storage:
             lambda: self._kv.Txn(req, timeout=self.write_attempt_timeout, metadata=REQUIRE_LEADER),
         )
 
-    async def create(
+    def create(
         self,
         key: bytes,
         value: bytes,
         *,
         claims: Sequence[tuple[bytes, bytes]] = (),
         ttl: int = 0,
-    ) -> WriteResult:
+    ) -> Awaitable[WriteResult]:
         """Put `key` only if it does not exist. The new revision, or the existing value.
 
         `claims` are created in the same transaction, each only if absent (`taken` on failure).
         `ttl` > 0: the key is written under an etcd lease and vanishes between `ttl` and
         `ttl` + the lease's reuse window seconds later unless written again (`TTLLeases`).
+        A plain function returning the txn's awaitable, as `update`: no coroutine of its own
+        on the write's await chain, which every resume walks.
         """
         compare = rpc.Compare(
             key=key,
-            result=rpc.Compare.CompareResult.EQUAL,
-            target=rpc.Compare.CompareTarget.CREATE,
+            result=_EQUAL,
+            target=_BY_CREATE,
             create_revision=0,
         )
-        return await self._leased_txn(
+        return self._leased_txn(
             ttl,
             lambda lease: self._txn(
                 "create",
@@ -581,7 +593,7 @@ class Storage:
             ),
         )
 
-    async def update(
+    def update(
         self,
         key: bytes,
         value: bytes,
@@ -591,7 +603,7 @@ class Storage:
         claims: Sequence[tuple[bytes, bytes]] = (),
         release: Sequence[bytes] = (),
         ttl: int = 0,
-    ) -> WriteResult:
+    ) -> Awaitable[WriteResult]:
         """Put `key` only if it was last written at `mod_revision` (guaranteed update).
 
         `require`: other keys that must exist in the same transaction (Bind: the node); on
@@ -600,8 +612,8 @@ class Storage:
         compares = [
             rpc.Compare(
                 key=key,
-                result=rpc.Compare.CompareResult.EQUAL,
-                target=rpc.Compare.CompareTarget.MOD,
+                result=_EQUAL,
+                target=_BY_MOD,
                 mod_revision=mod_revision,
             )
         ]
@@ -609,12 +621,12 @@ class Storage:
             compares.append(
                 rpc.Compare(
                     key=other,
-                    result=rpc.Compare.CompareResult.GREATER,
-                    target=rpc.Compare.CompareTarget.CREATE,
+                    result=_GREATER,
+                    target=_BY_CREATE,
                     create_revision=0,
                 )
             )
-        return await self._leased_txn(
+        return self._leased_txn(
             ttl,
             lambda lease: self._txn(
                 "update",
@@ -661,8 +673,8 @@ class Storage:
         """Delete `key` only if it was last written at `mod_revision` (and `release` with it)."""
         compare = rpc.Compare(
             key=key,
-            result=rpc.Compare.CompareResult.EQUAL,
-            target=rpc.Compare.CompareTarget.MOD,
+            result=_EQUAL,
+            target=_BY_MOD,
             mod_revision=mod_revision,
         )
         op = rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))

@@ -85,7 +85,10 @@ class TxnItem:
     key: bytes
     request: Any  # rpc.TxnRequest of this write alone (with its failure reads)
     operation: str  # "create", "update", "delete": the metric label when sent alone
-    size: int
+    # The request's encoded size, measured only when it joins a batch (`take_batch`): upb
+    # measures a message by encoding it, and a write sent alone (every write of a quiet
+    # apiserver) never needs it. -1: not measured yet.
+    size: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +127,14 @@ class TxnBatcher(MicroBatcher[TxnItem, Any]):
         self._sent_at: list[float] = []
         self._slow_timer: asyncio.TimerHandle | None = None
 
-    async def submit(self, key: bytes, request: Any, operation: str) -> Any:
-        """Run `request` (a txn writing `key` only); a TxnResponse or a `BatchedResult`."""
-        return await self.enqueue(TxnItem(key, request, operation, request.ByteSize()))
+    def submit(self, key: bytes, request: Any, operation: str) -> asyncio.Future[Any]:
+        """Run `request` (a txn writing `key` only): the future of a TxnResponse or a
+        `BatchedResult`. `enqueue` without its coroutine: a write's await chain is walked on
+        every resume, and this is the bottom of every write's."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.pending.append((TxnItem(key, request, operation), fut))
+        self._kick()
+        return fut
 
     def may_launch(self) -> bool:
         if self._in_flight == 0:
@@ -165,6 +173,8 @@ class TxnBatcher(MicroBatcher[TxnItem, Any]):
                 continue  # its caller was cancelled
             req = item.request
             n_cmp, n_ops = len(req.compare), len(req.success)
+            if item.size < 0:
+                item.size = req.ByteSize()
             group = exclusive(item.key)
             fits = not batch or (
                 item.key not in keys

@@ -307,7 +307,9 @@ class Codec:
         """The shared `Labels` equal to `labels`."""
         if not labels:
             return self._no_labels
-        items = frozenset(labels.items())
+        # Keys and lookups, not `items()`: a protobuf map's items() is collections.abc's
+        # ItemsView, a Python generator per event (1.6k instructions more for one label).
+        items = frozenset([(k, labels[k]) for k in labels])
         found = self._label_sets.get(items)
         if found is None:
             found = Labels({sys.intern(k): sys.intern(v) for k, v in items})

@@ -515,10 +515,10 @@ def node_restriction(
         return _forbidden(
             shown, name, f"could not determine node from user {go_quote(identity.name)}"
         )
-    quoted = go_quote(node)
     if attrs.api_group == "" and resource == "pods":
         return _admit_pod(node, attrs, name, obj, old)
     if attrs.api_group == "" and resource == "nodes":
+        quoted = go_quote(node)  # (only the nodes' messages: not built per Lease renewal)
         if name != node:
             return _forbidden(
                 "nodes", name, f"node {quoted} is not allowed to modify node {go_quote(name)}"
