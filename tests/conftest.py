@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 from collections.abc import Iterator
@@ -34,3 +35,20 @@ def etcd_server() -> Iterator[EtcdServer]:
         yield server
     finally:
         server.cleanup()
+
+
+@pytest.fixture
+def saved_garbage() -> Iterator[None]:
+    """The cyclic collector off and every object it finds unreachable kept in gc.garbage (for
+    tests that count what a failure leaves in reference cycles); restored after the test."""
+    enabled = gc.isenabled()
+    gc.disable()
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        yield
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if enabled:
+            gc.enable()

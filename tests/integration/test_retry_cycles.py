@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -32,21 +32,6 @@ pytestmark = pytest.mark.integration
 
 CALLS = 5
 APISERVER_DIR = str(Path(apiserver_package.__file__).parent)
-
-
-@pytest.fixture
-def saved_garbage() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    gc.collect()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        yield
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        if enabled:
-            gc.enable()
 
 
 async def exceptions_in_cycles(call: Callable[[], Awaitable[object]]) -> list[str]:

@@ -10,7 +10,7 @@ would raise, the collector off and DEBUG_SAVEALL on, then counts the exceptions 
 from __future__ import annotations
 
 import gc
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -19,22 +19,9 @@ from tests.unit.controller.fakes import FakeResource
 from tinykube.errors import InvalidError
 from tinykube.v1 import pod_pb2
 
+pytestmark = pytest.mark.usefixtures("saved_garbage")
+
 SYNCS = 4
-
-
-@pytest.fixture(autouse=True)
-def saved_garbage() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    gc.collect()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        yield
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        if enabled:
-            gc.enable()
 
 
 async def exceptions_in_cycles(
