@@ -939,12 +939,11 @@ class JobController:
         job.status.terminating = ctx.terminating
         await self._track_status(key, ctx, needs_flush, now)
         if manage_error is not None:
+            # Its traceback holds this frame: a name for it here would make a cycle.
             try:
                 raise manage_error
             finally:
-                del (
-                    manage_error
-                )  # (its traceback holds this frame: a name for it here would make a cycle)
+                del manage_error
 
     def _check_failed_indexes(self, ctx: _SyncCtx, now: datetime) -> None:
         """The failed indexes; the Job fails when there are more than maxFailedIndexes, or
@@ -1296,12 +1295,11 @@ class JobController:
             del results, result  # (they name the error, whose traceback will hold this frame)
             if needs_flush:
                 await self._write_status(key, job)
+            # Its traceback holds this frame: a name for it here would make a cycle.
             try:
                 raise rm_error
             finally:
-                del (
-                    rm_error
-                )  # (its traceback holds this frame: a name for it here would make a cycle)
+                del rm_error
         job_finished = not reached_max and self._enact_finished(ctx, job)
         if job_finished or needs_flush:
             job = await self._write_status(key, job)

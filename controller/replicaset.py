@@ -259,12 +259,11 @@ class ReplicaSetController:
 
         await self._update_status(rs, owned, manage_error)
         if manage_error is not None:
+            # Its traceback holds this frame: a name for it here would make a cycle.
             try:
                 raise manage_error
             finally:
-                del (
-                    manage_error
-                )  # (its traceback holds this frame: a name for it here would make a cycle)
+                del manage_error
         min_ready = rs.spec.minReadySeconds
         if min_ready > 0:
             now = self.clock.now()
