@@ -371,7 +371,7 @@ class ResourceClient(Generic[T, L, E]):
         resourceVersion is stale now), after which the caller reads and writes again, three
         requests where one was due (the kubelet's Lease renewals, kubelet/node.py)."""
         request = self._update_request(obj, dry_run)
-        retry_if = _update_retry(obj, dry_run) if resend_ambiguous else is_unsent
+        retry_if = _update_retry(obj, dry_run, resend_ambiguous)
         return cast(T, await self._call("Update", request, retry_if=retry_if))
 
     async def update_status(
@@ -381,7 +381,7 @@ class ResourceClient(Generic[T, L, E]):
         if not self.info.has_status:
             raise TypeError(f"{self.info.kind} has no status subresource")
         request = self._update_request(obj, dry_run)
-        retry_if = _update_retry(obj, dry_run) if resend_ambiguous else is_unsent
+        retry_if = _update_retry(obj, dry_run, resend_ambiguous)
         return cast(T, await self._call("UpdateStatus", request, retry_if=retry_if))
 
     def _update_request(self, obj: T, dry_run: bool) -> Message:
@@ -1053,9 +1053,14 @@ def _streamable_methods(info: KindInfo) -> dict[str, tuple[type[Message], str]]:
     }
 
 
-def _update_retry(obj: Message, dry_run: bool = False) -> Callable[[BaseException], bool]:
+def _update_retry(
+    obj: Message, dry_run: bool = False, resend_ambiguous: bool = True
+) -> Callable[[BaseException], bool]:
     """The retry rule of an Update: always with a resourceVersion precondition or for a dry
-    run (which changes nothing), else only if unsent."""
+    run (which changes nothing), else only if unsent; only if unsent, too, when the caller
+    asked that an update that may have landed not be re-sent (`resend_ambiguous` False)."""
+    if not resend_ambiguous:
+        return is_unsent
     meta: Any = cast(Any, obj).metadata
     return is_retryable if meta.resourceVersion or dry_run else is_unsent
 
