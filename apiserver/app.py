@@ -78,7 +78,7 @@ from apiserver.podstore import PodStore
 from apiserver.policies import ParamSource, PolicyDispatcher
 from apiserver.registry import INDEX_FIELD, META_FIELDS, fields_of, strategy_for
 from apiserver.resources import ResourceStore
-from apiserver.rest.app import RestServer
+from apiserver.rest.app import SHUTDOWN_CHECK, RestServer
 from apiserver.rest.authapi import AuthAPI
 from apiserver.rest.codec import KindCodec
 from apiserver.serviceaccount import DEFAULT_SERVICE_ACCOUNT
@@ -176,8 +176,6 @@ def service_account_keys(settings: Settings) -> tuple[TokenIssuer | None, tuple[
 
 # kube-apiserver's name for the check of its rbac/bootstrap-roles post-start hook.
 RBAC_BOOTSTRAP_CHECK = "poststarthook/rbac/bootstrap-roles"
-# kube's readyz check that fails once the apiserver has begun to shut down.
-SHUTDOWN_CHECK = "shutdown"
 
 
 class APIServer:

@@ -99,6 +99,8 @@ _IDENTITY = IDENTITY
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Named health checks: name -> "is it passing".
 HealthChecks = Callable[[], Mapping[str, bool]]
+# kube's readyz check that fails once the apiserver has begun to shut down (/readyz only).
+SHUTDOWN_CHECK = "shutdown"
 # Who sent a request. Until authentication exists every request is anonymous.
 Identify = Callable[[web.Request], Identity]
 ANONYMOUS_IDENTITY = Identity(ANONYMOUS, (ALL_UNAUTHENTICATED,))
@@ -571,7 +573,7 @@ class RestServer:
     def _health(self, request: web.Request, endpoint: str, only: str | None) -> web.Response:
         checks = {"ping": True, **self.health()}
         if endpoint == "healthz":
-            checks.pop("shutdown", None)  # kube's readyz alone has it
+            checks.pop(SHUTDOWN_CHECK, None)  # kube's readyz alone has it
         elif endpoint == "livez":
             # Liveness is about this process; a sick etcd must not get the apiserver killed,
             # nor must a bootstrap policy etcd has not taken yet (readiness waits for that).
