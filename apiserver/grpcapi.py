@@ -206,8 +206,11 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         *,
         gate: MessageGate | None = None,
         access_log: bool = False,
+        streams: OpenWriteStreams | None = None,
     ) -> None:
         self.metrics = metrics
+        # The write streams being served, ended at the graceful stop (None: left to the grace).
+        self.streams = streams
         # Write-stream messages of one connection handed to handlers at once (None: no bound).
         self.gate = gate if gate is not None and gate.enabled else None
         # One line per RPC once it ends (`--access-log`), as the REST front end's.
@@ -376,7 +379,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         streams, are handed to handlers at once (`ConnectionSlots`); a message that waits for
         one past its deadline is answered DEADLINE_EXCEEDED without running."""
         method, handle = stream.method, stream.handle
-        enforcer, gate = self.enforcer, self.gate
+        enforcer, gate, streams = self.enforcer, self.gate, self.streams
         guarded = _guarded(handle, method, enforcer, self.limiter)
         if guarded is handle:  # nothing to check: a bare handler's signature
 
@@ -457,7 +460,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
 
             slots = gate.open(peer) if gate is not None else None
             try:
-                await serve_write_stream(context, answer, slots, timeout)
+                await serve_write_stream(context, answer, slots, timeout, streams)
             finally:
                 if gate is not None and slots is not None:
                     gate.close(slots)
@@ -713,11 +716,42 @@ class WriteStream:
         await serve_write_stream(context, answer)
 
 
+# The message of the cancellation with which `OpenWriteStreams.end` stops a stream's read.
+_END_READING = "the apiserver is shutting down: no more messages are read"
+
+
+class OpenWriteStreams:
+    """The write streams a server serves, for its graceful stop (apiserver/app.py `stop`):
+    `end()` makes each one read no further message, answer those it has read, and end OK, as
+    the watches end then. A stream lives as long as its client (a kubelet) keeps it, so without
+    this the server's stop would wait out its whole grace for them, every restart that much
+    longer, and their clients would move to another apiserver only when the grace ran out. A
+    message its client wrote that the stream had not read gets no answer: its client sees the
+    stream end under it (UNAVAILABLE, may have been applied, as a reset unary call).
+
+    Concurrency: the event loop only. `end` cancels a stream only while it waits in its read
+    (`reading`), so no answer being made is cancelled."""
+
+    __slots__ = ("ending", "reading")
+
+    def __init__(self) -> None:
+        self.ending = False
+        # The tasks serving a stream that are waiting for its next message now.
+        self.reading: set[asyncio.Task[Any]] = set()
+
+    def end(self) -> None:
+        """Stop every stream's reading, now and for streams opened from now on."""
+        self.ending = True
+        for task in self.reading:
+            task.cancel(_END_READING)
+
+
 async def serve_write_stream(
     context: Any,
     answer: Answer,
     slots: ConnectionSlots | None = None,
     message_seconds: float | None = None,
+    streams: OpenWriteStreams | None = None,
 ) -> None:
     """Read a write stream's requests, run each as `answer(request, deadline, admitted)` in its
     own task (which never raises but CancelledError: a failure is an answer), and write the
@@ -726,7 +760,8 @@ async def serve_write_stream(
     With `slots` (its connection's), a request read waits for a slot before it is handed to
     `answer`, and the stream reads no further meanwhile; one that waits past its deadline is
     handed over not `admitted`, to be answered DEADLINE_EXCEEDED. Its slot is given back when
-    its answer is ready."""
+    its answer is ready. With `streams` (the server's), `streams.end()` ends the stream as its
+    client's half-close would: nothing more is read, every request read is answered."""
     loop = asyncio.get_running_loop()
     pending: collections.deque[asyncio.Task[bytes]] = collections.deque()
     room = asyncio.Semaphore(MAX_PIPELINED)
@@ -764,7 +799,21 @@ async def serve_write_stream(
     try:
         while True:
             await room.acquire()
-            request = await read()
+            if streams is None or me is None:
+                request = await read()
+            else:
+                if streams.ending:
+                    break
+                streams.reading.add(me)
+                try:
+                    request = await read()
+                except asyncio.CancelledError as exc:
+                    # Ours (the server's graceful stop), and nobody else's: stop reading.
+                    if exc.args == (_END_READING,) and me.uncancel() == 0:
+                        break
+                    raise
+                finally:
+                    streams.reading.discard(me)
             if request is grpc.aio.EOF:
                 break
             deadline = None if message_seconds is None else loop.time() + message_seconds

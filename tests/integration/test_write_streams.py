@@ -2,15 +2,14 @@
 
 Raw streams: each answer carries the code and message the same unary call ends with (created,
 ALREADY_EXISTS, INVALID_ARGUMENT, ABORTED, an undecodable body), in order, a refused message
-does not end the stream, a half-close ends it OK after the last answer and a cancel ends it
-with nothing left running on the server. The client (`Client(pipeline=True)`,
-`ResourceClient.pipelined()`) raises the unary call's error classes, keeps one stream per
-method, and falls back to unary calls where the server answers UNIMPLEMENTED; a process of hollow
-nodes renews each node's Lease and writes its pods' status through streams of that node's own.
-Authorization per
-message (a node writing another node's Lease through its own stream) is in
-tests/integration/test_enforcement.py's matrix, which runs every write of the matrix through
-streams too (`grpc-stream`).
+does not end the stream, a half-close ends it OK after the last answer, as the apiserver's
+graceful stop does, and a cancel ends it with nothing left running on the server. The client
+(`Client(pipeline=True)`, `ResourceClient.pipelined()`) raises the unary call's error classes,
+keeps one stream per method, and falls back to unary calls where the server answers
+UNIMPLEMENTED; a process of hollow nodes renews each node's Lease and writes its pods' status
+through streams of that node's own. Authorization per message (a node writing another node's
+Lease through its own stream) is in tests/integration/test_enforcement.py's matrix, which runs
+every write of the matrix through streams too (`grpc-stream`).
 """
 
 from __future__ import annotations
@@ -30,10 +29,15 @@ from tests.integration.conftest import (
     Stubs,
     expect_error,
     make_pod,
+    make_settings,
+    make_stubs,
+    start_apiserver,
     stop_kubelet,
 )
 from tinykube.client import Client
 from tinykube.errors import AlreadyExistsError, ConflictError, InvalidError, NotFoundError
+from tinykube.localetcd import EtcdServer
+from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import lease_pb2, meta_pb2, pod_pb2
 
 pytestmark = pytest.mark.integration
@@ -124,6 +128,37 @@ async def test_update_stream_conflict_and_not_found_go_on(
     await call.done_writing()
     assert await call.read() is grpc.aio.EOF
     assert await call.code() == grpc.StatusCode.OK
+
+
+async def test_a_graceful_stop_ends_each_write_stream_after_its_answers(
+    etcd_server: EtcdServer,
+) -> None:
+    """A stream lives as long as its client keeps it open (a kubelet's Lease stream, for ever):
+    the apiserver's graceful stop ends it OK once what it read is answered, as it ends the
+    watches, so its client reconnects at once and the drain does not wait out its grace (a
+    minute here) to cancel it."""
+    running = await start_apiserver(
+        make_settings(etcd_server.endpoint, shutdown_grace_seconds=60.0)
+    )
+    channel = grpc.aio.insecure_channel(running.address, options=list(CHANNEL_OPTIONS))
+    stopping: asyncio.Task[None] | None = None
+    try:
+        stubs = make_stubs(channel)
+        created = await stubs.leases.Create(lease_pb2.CreateLeaseRequest(lease=_lease("g1")))
+        call = _stream(channel, "/tinykube.v1.Leases/UpdateStream", lease_pb2.LeaseWriteResult)
+        renewed = lease_pb2.Lease()
+        renewed.CopyFrom(created)
+        renewed.spec.leaseTransitions = 1
+        await call.write(lease_pb2.UpdateLeaseRequest(lease=renewed))
+        assert (await call.read()).code == OK
+        stopping = asyncio.create_task(running.server.stop())
+        assert await call.read() is grpc.aio.EOF
+        assert await call.code() == grpc.StatusCode.OK  # ended, not cancelled by the grace
+        await stopping
+    finally:
+        await channel.close()
+        if stopping is None:
+            await running.server.stop()
 
 
 def _stream_tasks() -> list[asyncio.Task[Any]]:
