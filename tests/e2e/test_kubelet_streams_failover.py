@@ -1,17 +1,18 @@
 """A kubelet on write streams loses the apiserver its streams are on.
 
-Two apiservers over one etcd, the controller manager (its node lifecycle controller marks a
-node whose Lease and status go stale NotReady/Unknown) and a fake kubelet hosting 3 nodes,
-renewing 12 s Leases every 3 s through each node's own Leases/UpdateStream. Twice: the
-apiserver serving the kubelet's Lease streams (its metrics count the messages) is killed with
-SIGKILL (a renewal in flight then is left to chance here; tests/integration/
-test_kubelet_heartbeats.py loses one on purpose); the kubelet must move its
-streams to the other apiserver (which then counts Leases/UpdateStream messages, so they are not
-unary calls), every node's Lease must keep being renewed and never lapse (no two renewals
-further apart than the lease duration), no node may turn anything but Ready, and a pod bound
-to each node after the kill must be reported Running, its status written through the other
-apiserver. The killed apiserver then starts again; the second round kills the one the streams
-moved to, so the kubelet moves back to a restarted apiserver.
+Two apiservers over one etcd, the controller manager (its node lifecycle controller marks a node
+whose Lease and status go stale NotReady/Unknown) and a fake kubelet hosting 3 nodes, renewing
+12 s Leases every 3 s through each node's own Leases/UpdateStream. Twice: the apiserver serving
+the kubelet's Lease streams (its metrics count the messages) is stopped, first by SIGKILL (a
+renewal in flight then is left to chance here; tests/integration/test_kubelet_heartbeats.py
+loses one on purpose), then by SIGTERM (its graceful stop ends the streams after answering what
+they read); the kubelet must move its streams to the other apiserver (which then counts
+Leases/UpdateStream messages, so they are not unary calls), every node's Lease must keep being
+renewed and never lapse (no two renewals further apart than the lease duration), no node may
+turn anything but Ready, and a pod bound to each node after the stop must be reported Running,
+its status written through the other apiserver. The stopped apiserver then starts again; the
+second round stops the one the streams moved to, so the kubelet moves back to a restarted
+apiserver.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import signal
 import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -167,7 +169,8 @@ async def test_a_kubelet_keeps_its_leases_and_pod_statuses_through_losing_its_ap
                 grew = [n for n in ports if after[n] > before[n]]
                 return grew[0] if len(grew) == 1 else ""
 
-            for round_ in (1, 2):
+            # First a crash, then a graceful stop (which ends the streams itself).
+            for round_, sig in ((1, signal.SIGKILL), (2, signal.SIGTERM)):
                 victim = await eventually(
                     serving_streams, limit=60, what="the apiserver of the kubelet's streams"
                 )
@@ -179,7 +182,7 @@ async def test_a_kubelet_keeps_its_leases_and_pod_statuses_through_losing_its_ap
                     stream_messages, ports[other], "Leases/UpdateStream"
                 )
                 renewed_by = {n: len(watched.renewals.get(n, [])) for n in nodes}
-                await asyncio.to_thread(cl.kill, victim)
+                await asyncio.to_thread(cl.kill, victim, sig)
 
                 async def renewed_elsewhere(renewed_by: dict[str, int] = renewed_by) -> bool:
                     counts = {n: len(watched.renewals.get(n, [])) for n in nodes}
