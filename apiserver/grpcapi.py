@@ -25,7 +25,6 @@ Everything runs on the event loop.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -763,29 +762,35 @@ async def serve_write_stream(
     its answer is ready. With `streams` (the server's), `streams.end()` ends the stream as its
     client's half-close would: nothing more is read, every request read is answered."""
     loop = asyncio.get_running_loop()
-    pending: collections.deque[asyncio.Task[bytes]] = collections.deque()
+    # The answers to write, in order. A list, not a deque: at most MAX_PIPELINED, mostly one or
+    # none, and a deque's first block alone is 600 bytes per open stream.
+    pending: list[asyncio.Task[bytes]] = []
     room = asyncio.Semaphore(MAX_PIPELINED)
-    more = asyncio.Event()
-    reading = True
     me = asyncio.current_task()
     write = context.write
+    # The task writing the answers, while there are any: an idle stream (a kubelet's, between
+    # renewals) keeps no writer, only its reading task (memory per open stream).
+    writing: asyncio.Task[None] | None = None
 
     async def writer() -> None:
-        while True:
-            while pending:
-                data = await pending[0]
-                pending.popleft()
-                await write(data)
-                room.release()
-            if not reading:
-                return
-            more.clear()
-            await more.wait()
+        while pending:
+            data = await pending[0]
+            del pending[0]
+            await write(data)
+            room.release()
 
     def writer_done(task: asyncio.Task[None]) -> None:
+        nonlocal writing
+        if writing is task:
+            writing = None
         # The stream broke under a write: stop reading too (gRPC usually cancels us first).
         if not task.cancelled() and task.exception() is not None and me is not None:
             me.cancel()
+
+    def start_writer() -> asyncio.Task[None]:
+        task = loop.create_task(writer())
+        task.add_done_callback(writer_done)
+        return task
 
     if slots is not None:
         take, wait, release = slots.take, slots.wait, slots.release
@@ -793,8 +798,6 @@ async def serve_write_stream(
         def give_back(task: asyncio.Task[bytes]) -> None:
             release()
 
-    write_task = loop.create_task(writer())
-    write_task.add_done_callback(writer_done)
     read = context.read
     try:
         while True:
@@ -825,13 +828,18 @@ async def serve_write_stream(
             else:
                 task = loop.create_task(answer(request, deadline, False))
             pending.append(task)
-            more.set()
-        reading = False
-        more.set()
-        await write_task
+            # (A writer done but for its callback has written everything before this.)
+            if writing is None or writing.done():
+                writing = start_writer()
+            # Nothing of the last message stays with an idle stream.
+            del request, task
+        if pending and (writing is None or writing.done()):
+            writing = start_writer()
+        if writing is not None:
+            await writing
     finally:
-        if not write_task.done():
-            write_task.cancel()
+        if writing is not None and not writing.done():
+            writing.cancel()
         for task in pending:
             task.cancel()
         if pending:

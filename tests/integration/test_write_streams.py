@@ -161,24 +161,28 @@ async def test_a_graceful_stop_ends_each_write_stream_after_its_answers(
             await running.server.stop()
 
 
-def _stream_tasks() -> list[asyncio.Task[Any]]:
-    """The apiserver's (in-process) tasks serving write streams."""
-    return [
+def _stream_tasks(apiserver: RunningAPIServer) -> list[asyncio.Task[Any]]:
+    """The (in-process) apiserver's tasks serving write streams: each open stream's, which waits
+    in its read between messages (`OpenWriteStreams.reading`), and the writers of answers."""
+    writers = [
         t
         for t in asyncio.all_tasks()
         if "serve_write_stream" in getattr(t.get_coro(), "__qualname__", "")
     ]
+    return [*apiserver.server.write_streams.reading, *writers]
 
 
-async def test_cancel_ends_the_stream_on_the_server(channel: grpc.aio.Channel) -> None:
+async def test_cancel_ends_the_stream_on_the_server(
+    apiserver: RunningAPIServer, channel: grpc.aio.Channel
+) -> None:
     call = _stream(channel, "/tinykube.v1.Pods/CreateStream", pod_pb2.PodWriteResult)
     await call.write(pod_pb2.CreatePodRequest(pod=make_pod("c1")))
     assert (await call.read()).code == OK
-    assert _stream_tasks()  # its writer runs while the stream is open
+    assert _stream_tasks(apiserver)  # its task waits for the next message
     call.cancel()
     assert await call.code() == grpc.StatusCode.CANCELLED
     async with asyncio.timeout(10):
-        while _stream_tasks():  # noqa: ASYNC110 (the server's side has no event to wait on)
+        while _stream_tasks(apiserver):  # noqa: ASYNC110 (the server's side has no event)
             await asyncio.sleep(0.02)
     # and the method still serves a new stream
     again = _stream(channel, "/tinykube.v1.Pods/CreateStream", pod_pb2.PodWriteResult)
@@ -323,6 +327,6 @@ async def test_hollow_nodes_renew_and_report_through_streams_of_their_own(
         assert _requests(apiserver, "Leases/Update") == 0  # no renewal went as a call
         # One stream per node for its Lease, one for the pod's node's status writes; none
         # shared between the nodes of the process.
-        assert len(_stream_tasks()) == 3 + 1
+        assert len(apiserver.server.write_streams.reading) == 3 + 1
     finally:
         await stop_kubelet(kubelet)
