@@ -16,7 +16,8 @@ before its handler runs, with the retry hint in trailing metadata (`RETRY_PUSHBA
 does all of that per message of a write stream, each message's outcome its answer, through the
 same per-request guard (`_guarded`). A connection's write-stream messages are handed to
 handlers at most `MessageGate.limit` at a time, the rest waiting unread (flowcontrol.py
-`ConnectionSlots`), as gRPC core holds unary calls until the event loop accepts them.
+`ConnectionSlots`), as gRPC core holds unary calls until the event loop accepts them. The
+server's graceful stop ends every write stream (`OpenWriteStreams.end`) as it ends the watches.
 Request deserializers (`request_decoder`) turn a body that is not the method's message into
 INVALID_ARGUMENT naming the problem, logged at most once a minute.
 Everything runs on the event loop.
