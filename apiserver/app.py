@@ -71,6 +71,7 @@ from apiserver.grpcapi import (
     GrpcCustomResources,
     GrpcResource,
     MetricsInterceptor,
+    OpenWriteStreams,
 )
 from apiserver.metrics import Metrics
 from apiserver.namespacestore import NamespaceStore
@@ -302,6 +303,8 @@ class APIServer:
                 self.services[kind].escalation = guard
         # Write-stream messages of one connection handed to handlers at once (flowcontrol.py).
         self.message_gate = MessageGate(settings.max_stream_messages_per_connection)
+        # The write streams being served: ended at the graceful stop, as the watches are.
+        self.write_streams = OpenWriteStreams()
         self.grpc = GrpcServer(
             settings.bind_address,
             [*(info.service for info in ALL_KINDS), CUSTOM_RESOURCES_SERVICE],
@@ -312,6 +315,7 @@ class APIServer:
                     self.enforcer,
                     gate=self.message_gate,
                     access_log=settings.access_log,
+                    streams=self.write_streams,
                 )
             ],
             tls=self.serving_tls,
@@ -595,7 +599,8 @@ class APIServer:
         await self._update_health()
 
     async def stop(self) -> None:
-        """Graceful: NOT_SERVING, end every watch (clients re-watch elsewhere), drain, close."""
+        """Graceful: NOT_SERVING, end every watch (clients re-watch elsewhere) and write stream
+        (clients reconnect), drain, close."""
         self._stopping = True
         await self._set_serving(False)
         for task in self._tasks:
@@ -608,6 +613,9 @@ class APIServer:
                 await self._remove_master_endpoint()
         for cache in self.caches.values():
             cache.shut_down(UnavailableError("watch closed: the apiserver is shutting down"))
+        # Write streams (a kubelet's Lease and status writes) answer what they have read and
+        # end, so their clients reconnect now and the drain waits for no idle stream.
+        self.write_streams.end()
         await self.grpc.stop(self.settings.shutdown_grace_seconds)
         if self.rest is not None:
             await self.rest.stop()

@@ -16,7 +16,8 @@ before its handler runs, with the retry hint in trailing metadata (`RETRY_PUSHBA
 does all of that per message of a write stream, each message's outcome its answer, through the
 same per-request guard (`_guarded`). A connection's write-stream messages are handed to
 handlers at most `MessageGate.limit` at a time, the rest waiting unread (flowcontrol.py
-`ConnectionSlots`), as gRPC core holds unary calls until the event loop accepts them.
+`ConnectionSlots`), as gRPC core holds unary calls until the event loop accepts them. The
+server's graceful stop ends every write stream (`OpenWriteStreams.end`) as it ends the watches.
 Request deserializers (`request_decoder`) turn a body that is not the method's message into
 INVALID_ARGUMENT naming the problem, logged at most once a minute.
 Everything runs on the event loop.
@@ -25,7 +26,6 @@ Everything runs on the event loop.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -206,8 +206,11 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         *,
         gate: MessageGate | None = None,
         access_log: bool = False,
+        streams: OpenWriteStreams | None = None,
     ) -> None:
         self.metrics = metrics
+        # The write streams being served, ended at the graceful stop (None: left to the grace).
+        self.streams = streams
         # Write-stream messages of one connection handed to handlers at once (None: no bound).
         self.gate = gate if gate is not None and gate.enabled else None
         # One line per RPC once it ends (`--access-log`), as the REST front end's.
@@ -376,7 +379,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         streams, are handed to handlers at once (`ConnectionSlots`); a message that waits for
         one past its deadline is answered DEADLINE_EXCEEDED without running."""
         method, handle = stream.method, stream.handle
-        enforcer, gate = self.enforcer, self.gate
+        enforcer, gate, streams = self.enforcer, self.gate, self.streams
         guarded = _guarded(handle, method, enforcer, self.limiter)
         if guarded is handle:  # nothing to check: a bare handler's signature
 
@@ -457,7 +460,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
 
             slots = gate.open(peer) if gate is not None else None
             try:
-                await serve_write_stream(context, answer, slots, timeout)
+                await serve_write_stream(context, answer, slots, timeout, streams)
             finally:
                 if gate is not None and slots is not None:
                     gate.close(slots)
@@ -713,11 +716,42 @@ class WriteStream:
         await serve_write_stream(context, answer)
 
 
+# The message of the cancellation with which `OpenWriteStreams.end` stops a stream's read.
+_END_READING = "the apiserver is shutting down: no more messages are read"
+
+
+class OpenWriteStreams:
+    """The write streams a server serves, for its graceful stop (apiserver/app.py `stop`):
+    `end()` makes each one read no further message, answer those it has read, and end OK, as
+    the watches end then. A stream lives as long as its client (a kubelet) keeps it, so without
+    this the server's stop would wait out its whole grace for them, every restart that much
+    longer, and their clients would move to another apiserver only when the grace ran out. A
+    message its client wrote that the stream had not read gets no answer: its client sees the
+    stream end under it (UNAVAILABLE, may have been applied, as a reset unary call).
+
+    Concurrency: the event loop only. `end` cancels a stream only while it waits in its read
+    (`reading`), so no answer being made is cancelled."""
+
+    __slots__ = ("ending", "reading")
+
+    def __init__(self) -> None:
+        self.ending = False
+        # The tasks serving a stream that are waiting for its next message now.
+        self.reading: set[asyncio.Task[Any]] = set()
+
+    def end(self) -> None:
+        """Stop every stream's reading, now and for streams opened from now on."""
+        self.ending = True
+        for task in self.reading:
+            task.cancel(_END_READING)
+
+
 async def serve_write_stream(
     context: Any,
     answer: Answer,
     slots: ConnectionSlots | None = None,
     message_seconds: float | None = None,
+    streams: OpenWriteStreams | None = None,
 ) -> None:
     """Read a write stream's requests, run each as `answer(request, deadline, admitted)` in its
     own task (which never raises but CancelledError: a failure is an answer), and write the
@@ -726,31 +760,38 @@ async def serve_write_stream(
     With `slots` (its connection's), a request read waits for a slot before it is handed to
     `answer`, and the stream reads no further meanwhile; one that waits past its deadline is
     handed over not `admitted`, to be answered DEADLINE_EXCEEDED. Its slot is given back when
-    its answer is ready."""
+    its answer is ready. With `streams` (the server's), `streams.end()` ends the stream as its
+    client's half-close would: nothing more is read, every request read is answered."""
     loop = asyncio.get_running_loop()
-    pending: collections.deque[asyncio.Task[bytes]] = collections.deque()
+    # The answers to write, in order. A list, not a deque: at most MAX_PIPELINED, mostly one or
+    # none, and a deque's first block alone is 600 bytes per open stream.
+    pending: list[asyncio.Task[bytes]] = []
     room = asyncio.Semaphore(MAX_PIPELINED)
-    more = asyncio.Event()
-    reading = True
     me = asyncio.current_task()
     write = context.write
+    # The task writing the answers, while there are any: an idle stream (a kubelet's, between
+    # renewals) keeps no writer, only its reading task (memory per open stream).
+    writing: asyncio.Task[None] | None = None
 
     async def writer() -> None:
-        while True:
-            while pending:
-                data = await pending[0]
-                pending.popleft()
-                await write(data)
-                room.release()
-            if not reading:
-                return
-            more.clear()
-            await more.wait()
+        while pending:
+            data = await pending[0]
+            del pending[0]
+            await write(data)
+            room.release()
 
     def writer_done(task: asyncio.Task[None]) -> None:
+        nonlocal writing
+        if writing is task:
+            writing = None
         # The stream broke under a write: stop reading too (gRPC usually cancels us first).
         if not task.cancelled() and task.exception() is not None and me is not None:
             me.cancel()
+
+    def start_writer() -> asyncio.Task[None]:
+        task = loop.create_task(writer())
+        task.add_done_callback(writer_done)
+        return task
 
     if slots is not None:
         take, wait, release = slots.take, slots.wait, slots.release
@@ -758,13 +799,25 @@ async def serve_write_stream(
         def give_back(task: asyncio.Task[bytes]) -> None:
             release()
 
-    write_task = loop.create_task(writer())
-    write_task.add_done_callback(writer_done)
     read = context.read
     try:
         while True:
             await room.acquire()
-            request = await read()
+            if streams is None or me is None:
+                request = await read()
+            else:
+                if streams.ending:
+                    break
+                streams.reading.add(me)
+                try:
+                    request = await read()
+                except asyncio.CancelledError as exc:
+                    # Ours (the server's graceful stop), and nobody else's: stop reading.
+                    if exc.args == (_END_READING,) and me.uncancel() == 0:
+                        break
+                    raise
+                finally:
+                    streams.reading.discard(me)
             if request is grpc.aio.EOF:
                 break
             deadline = None if message_seconds is None else loop.time() + message_seconds
@@ -776,13 +829,18 @@ async def serve_write_stream(
             else:
                 task = loop.create_task(answer(request, deadline, False))
             pending.append(task)
-            more.set()
-        reading = False
-        more.set()
-        await write_task
+            # (A writer done but for its callback has written everything before this.)
+            if writing is None or writing.done():
+                writing = start_writer()
+            # Nothing of the last message stays with an idle stream.
+            del request, task
+        if pending and (writing is None or writing.done()):
+            writing = start_writer()
+        if writing is not None:
+            await writing
     finally:
-        if not write_task.done():
-            write_task.cancel()
+        if writing is not None and not writing.done():
+            writing.cancel()
         for task in pending:
             task.cancel()
         if pending:

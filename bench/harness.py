@@ -124,8 +124,9 @@ class Options:
     creators: int = 1
     concurrency: int = 32
     stream_creators: bool = False  # the creators' Creates as write-stream messages, not calls
-    # The hollow kubelets renew Leases and write statuses on write streams (--write-streams).
-    kubelet_write_streams: bool = False
+    # The hollow kubelets renew Leases and write statuses on write streams (the kubelet's
+    # default since session 14); False: unary calls (--write-streams=false).
+    kubelet_write_streams: bool = True
     timeout: float = 0.0  # per waiting op; 0: derived from the pod count
     profile: tuple[str, ...] = ()
     ceilings: bool = True
@@ -505,8 +506,10 @@ class Run:
             args = ["--fake-nodes", str(n), "--node-name-prefix", prefix]
             args += ["--capacity", str(op.get("capacity", DEFAULT_CAPACITY))]
             args += [str(x) for x in resolve(op.get("kubeletArgs", []), self.params)]
-            if self.opts.kubelet_write_streams:
-                args.append("--write-streams")
+            # Said either way: a tree from before session 14 made calls unless told.
+            args.append(
+                "--write-streams" if self.opts.kubelet_write_streams else "--write-streams=false"
+            )
             labels = label_sets[k % len(label_sets)] if label_sets else {}
             if labels:
                 args += ["--node-labels", ",".join(f"{a}={b}" for a, b in labels.items())]
@@ -1353,9 +1356,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--kubelet-write-streams",
-        action="store_true",
-        help="the hollow kubelets renew their Leases and write node and pod status as messages "
-        "of write streams (the kubelet's --write-streams), not unary calls",
+        nargs="?",
+        const="true",
+        default="true",
+        choices=("true", "false"),
+        help="the hollow kubelets renew their Leases and write pod status as messages of write "
+        "streams (the kubelet's --write-streams, its default); false: unary calls (default true)",
     )
     p.add_argument("--timeout", type=float, default=0.0, help="seconds per waiting op")
     p.add_argument("--profile", default="", help="py-spy these processes: scheduler,apiserver")
@@ -1378,7 +1384,7 @@ def main(argv: list[str] | None = None) -> int:
         creators=a.creators,
         concurrency=a.concurrency,
         stream_creators=a.stream_creators,
-        kubelet_write_streams=a.kubelet_write_streams,
+        kubelet_write_streams=a.kubelet_write_streams == "true",
         timeout=a.timeout,
         profile=tuple(x for x in a.profile.split(",") if x),
         ceilings=not a.no_ceilings,

@@ -2,8 +2,8 @@
 
 `NodeAgent` owns one node. `register()` creates the Node (or, when it exists from an earlier
 run, merges our labels into it and refreshes its status). `lease_loop()` renews
-kube-node-lease/<node> (with --write-streams through the node's own Leases/UpdateStream: each
-renewal is one Update, at a fraction of a call's cost) every quarter of the lease duration,
+kube-node-lease/<node> (through the node's own Leases/UpdateStream unless --write-streams=false:
+each renewal is one Update, at a fraction of a call's cost) every quarter of the lease duration,
 retrying a failed renewal with backoff from 200 ms doubling to 7 s (as the kubelet does), but
 never waiting longer than the renew interval: with kube's defaults (40 s lease, 10 s interval)
 that is the kubelet's schedule; with a short lease, a kubelet that backed off through an
@@ -82,7 +82,8 @@ class NodeConfig:
     # the apiserver as one burst (2,000 Node status writes in 20 s at 2,000 nodes), where real
     # kubelets, started at different times, report at independent phases.
     first_report_spread: float = 0.0
-    # Renewals as messages of the node's own Leases/UpdateStream (--write-streams).
+    # Renewals as messages of the node's own Leases/UpdateStream (the kubelet's default;
+    # --write-streams=false: calls).
     write_streams: bool = False
 
 
@@ -151,7 +152,7 @@ class NodeAgent:
         # A CRI runtime's images (status.images, ImageLocality's input); None: no images.
         self.images = images
         self.client = client
-        # The node's own Leases client: with --write-streams renewals go as messages of a
+        # The node's own Leases client: with write streams renewals go as messages of a
         # Leases/UpdateStream no other node shares (one stream per node, as a real kubelet has
         # its own connection).
         self.leases = pipelined(client.leases) if cfg.write_streams else client.leases

@@ -89,8 +89,9 @@ class Settings:
     # has) instead of one for all of them
     fake_pod_watch_per_node: bool = False
     # Lease renewals and pod status writes as messages of each node's own write streams
-    # (Leases/UpdateStream, Pods/UpdateStatusStream; docs/api.md#write-streams) instead of calls.
-    write_streams: bool = False
+    # (Leases/UpdateStream, Pods/UpdateStatusStream; docs/api.md#write-streams) instead of calls;
+    # --write-streams=false: unary calls.
+    write_streams: bool = True
     # exec, attach and port-forward streams with no traffic for this long are closed.
     streaming_connection_idle_timeout: float = 4 * 3600.0
     node_name_prefix: str = "hollow-"
@@ -227,9 +228,12 @@ class Settings:
         p.add_argument("--fake-nodes", type=int, default=0, help="fake runtime: host N nodes")
         p.add_argument(
             "--write-streams",
-            action="store_true",
+            nargs="?",
+            const="true",
+            default="true",
+            choices=("true", "false"),
             help="renew each node's Lease and write its pods' status through write streams of "
-            "the node's own (one request per message) instead of unary calls",
+            "the node's own (one request per message); false: a unary call each (default true)",
         )
         p.add_argument(
             "--fake-pod-watch-per-node",
@@ -324,7 +328,7 @@ class Settings:
             poll_interval=a.poll_interval,
             fake_nodes=a.fake_nodes,
             fake_pod_watch_per_node=a.fake_pod_watch_per_node,
-            write_streams=a.write_streams,
+            write_streams=a.write_streams == "true",
             streaming_connection_idle_timeout=a.streaming_connection_idle_timeout,
             node_name_prefix=a.node_name_prefix,
             container_runtime_endpoint=a.container_runtime_endpoint,

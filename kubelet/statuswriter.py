@@ -14,12 +14,12 @@ node). The kubelet keeps one writer per node, so a process hosting many (hollow)
 the calls as many real kubelets would, never one call across nodes.
 
 A write made while nothing is out, and a batch of one, go as a plain UpdateStatus: a batch of
-one would cost both ends more than the call it replaces. With `streams` (the kubelet's
---write-streams) those go as messages of the node's own Pods/UpdateStatusStream (`pipelined`:
-one stream per writer, so per node; each message is
+one would cost both ends more than the call it replaces. With `streams` (the kubelet's default;
+--write-streams=false turns it off) those go as messages of the node's own
+Pods/UpdateStatusStream (`pipelined`: one stream per writer, so per node; each message is
 exactly an UpdateStatus call to the apiserver, at a fraction of a call's cost on both ends;
-unary calls where the apiserver does not serve it). The status subresource stores the
-status as sent, so a batch's answer carries only each pod's new resourceVersion.
+unary calls where the apiserver does not serve it). The status subresource stores the status as
+sent, so a batch's answer carries only each pod's new resourceVersion.
 
 Authorization covers a whole request, so a batch refused as a whole (PERMISSION_DENIED: one of
 its pods is no longer the node's to write) is sent again one UpdateStatus per pod, each getting

@@ -5,11 +5,13 @@ came after the client's deadline.
 A TcpProxy between the kubelet's client and the apiserver holds the server's bytes
 (`holding_answers`): the Update is applied by the apiserver and times out at the client. The
 stub wrapper counts every call the node agent makes and releases the held answers when the
-next call starts.
+next call starts. The last test loses a renewal's answer with the link itself, on the write
+stream the kubelet renews through by default (`proxy.cut()`, as when the apiserver dies).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,6 +24,7 @@ from tests.integration.test_client_support import TcpProxy
 from tinykube import errors
 from tinykube.client import Client
 from tinykube.clock import Clock
+from tinykube.retry import may_have_landed
 from tinykube.v1 import node_pb2
 
 pytestmark = pytest.mark.integration
@@ -162,3 +165,58 @@ async def test_a_node_status_report_whose_answer_was_lost_is_not_resent(
         await agent.sync_status()
     await agent.sync_status()
     assert calls == ["UpdateStatus", "UpdateStatus", "Get"]
+
+
+async def test_a_renewal_on_a_stream_cut_after_it_landed_is_read_not_resent(
+    apiserver: RunningAPIServer, direct: Client
+) -> None:
+    """The kubelet's default: renewals as messages of the node's Leases/UpdateStream. The link
+    is cut (as when the apiserver dies) after a renewal was applied and before its answer
+    arrived: the renewal fails UNAVAILABLE, is not re-sent with its stale resourceVersion, the
+    next attempt reads the Lease and takes the renewal as done, and the one after renews through
+    a new stream."""
+    proxy = await TcpProxy(apiserver.address).start()
+    try:
+        async with Client(proxy.address, timeout=10.0, retries=3, backoff_max=0.2) as client:
+            await client.wait_ready(5.0)
+            cfg = NodeConfig(
+                name="hb2",
+                node_ip="10.0.0.9",
+                kubelet_port=10250,
+                capacity={"cpu": "4", "memory": "8Gi", "pods": "110"},
+                runtime="fake",
+                write_streams=True,
+            )
+            agent = NodeAgent(client, cfg, lambda: None, clock=AheadClock())
+            await agent.renew_lease()  # created (a call)
+            await agent.renew_lease()  # renewed: the stream's first message
+            (stream,) = client._write_streams
+            assert stream.what == "tinykube.v1.Leases/UpdateStream" and stream.opened == 1
+            before = await direct.leases.get("hb2", NODE_LEASE_NAMESPACE)
+
+            proxy.holding_answers = True
+            agent.clock.ahead += 10  # type: ignore[attr-defined]
+            renewal = asyncio.create_task(agent.renew_lease())
+            async with asyncio.timeout(8):
+                while (  # noqa: ASYNC110
+                    await direct.leases.get("hb2", NODE_LEASE_NAMESPACE)
+                ).spec.renewTime == before.spec.renewTime:
+                    await asyncio.sleep(0.01)
+            proxy.cut()  # applied; its answer held: the answer is lost with the link
+            proxy.release()
+            with pytest.raises(errors.UnavailableError) as lost:
+                await renewal
+            assert may_have_landed(lost.value)
+            landed = await direct.leases.get("hb2", NODE_LEASE_NAMESPACE)
+
+            assert await agent.renew_lease() > 0.0  # read, found stored: done, nothing sent
+            after = await direct.leases.get("hb2", NODE_LEASE_NAMESPACE)
+            assert after.metadata.resourceVersion == landed.metadata.resourceVersion
+
+            agent.clock.ahead += 10  # type: ignore[attr-defined]
+            await agent.renew_lease()  # from the Lease read, on a new stream
+            renewed = await direct.leases.get("hb2", NODE_LEASE_NAMESPACE)
+            assert renewed.spec.renewTime != landed.spec.renewTime
+            assert stream.opened == 2
+    finally:
+        await proxy.close()

@@ -2,15 +2,14 @@
 
 Raw streams: each answer carries the code and message the same unary call ends with (created,
 ALREADY_EXISTS, INVALID_ARGUMENT, ABORTED, an undecodable body), in order, a refused message
-does not end the stream, a half-close ends it OK after the last answer and a cancel ends it
-with nothing left running on the server. The client (`Client(pipeline=True)`,
-`ResourceClient.pipelined()`) raises the unary call's error classes, keeps one stream per
-method, and falls back to unary calls where the server answers UNIMPLEMENTED; a process of hollow
-nodes renews each node's Lease and writes its pods' status through streams of that node's own.
-Authorization per
-message (a node writing another node's Lease through its own stream) is in
-tests/integration/test_enforcement.py's matrix, which runs every write of the matrix through
-streams too (`grpc-stream`).
+does not end the stream, a half-close ends it OK after the last answer, as the apiserver's
+graceful stop does, and a cancel ends it with nothing left running on the server. The client
+(`Client(pipeline=True)`, `ResourceClient.pipelined()`) raises the unary call's error classes,
+keeps one stream per method, and falls back to unary calls where the server answers
+UNIMPLEMENTED; a process of hollow nodes renews each node's Lease and writes its pods' status
+through streams of that node's own. Authorization per message (a node writing another node's
+Lease through its own stream) is in tests/integration/test_enforcement.py's matrix, which runs
+every write of the matrix through streams too (`grpc-stream`).
 """
 
 from __future__ import annotations
@@ -30,10 +29,15 @@ from tests.integration.conftest import (
     Stubs,
     expect_error,
     make_pod,
+    make_settings,
+    make_stubs,
+    start_apiserver,
     stop_kubelet,
 )
 from tinykube.client import Client
 from tinykube.errors import AlreadyExistsError, ConflictError, InvalidError, NotFoundError
+from tinykube.localetcd import EtcdServer
+from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import lease_pb2, meta_pb2, pod_pb2
 
 pytestmark = pytest.mark.integration
@@ -126,24 +130,59 @@ async def test_update_stream_conflict_and_not_found_go_on(
     assert await call.code() == grpc.StatusCode.OK
 
 
-def _stream_tasks() -> list[asyncio.Task[Any]]:
-    """The apiserver's (in-process) tasks serving write streams."""
-    return [
+async def test_a_graceful_stop_ends_each_write_stream_after_its_answers(
+    etcd_server: EtcdServer,
+) -> None:
+    """A stream lives as long as its client keeps it open (a kubelet's Lease stream, for ever):
+    the apiserver's graceful stop ends it OK once what it read is answered, as it ends the
+    watches, so its client reconnects at once and the drain does not wait out its grace (a
+    minute here) to cancel it."""
+    running = await start_apiserver(
+        make_settings(etcd_server.endpoint, shutdown_grace_seconds=60.0)
+    )
+    channel = grpc.aio.insecure_channel(running.address, options=list(CHANNEL_OPTIONS))
+    stopping: asyncio.Task[None] | None = None
+    try:
+        stubs = make_stubs(channel)
+        created = await stubs.leases.Create(lease_pb2.CreateLeaseRequest(lease=_lease("g1")))
+        call = _stream(channel, "/tinykube.v1.Leases/UpdateStream", lease_pb2.LeaseWriteResult)
+        renewed = lease_pb2.Lease()
+        renewed.CopyFrom(created)
+        renewed.spec.leaseTransitions = 1
+        await call.write(lease_pb2.UpdateLeaseRequest(lease=renewed))
+        assert (await call.read()).code == OK
+        stopping = asyncio.create_task(running.server.stop())
+        assert await call.read() is grpc.aio.EOF
+        assert await call.code() == grpc.StatusCode.OK  # ended, not cancelled by the grace
+        await stopping
+    finally:
+        await channel.close()
+        if stopping is None:
+            await running.server.stop()
+
+
+def _stream_tasks(apiserver: RunningAPIServer) -> list[asyncio.Task[Any]]:
+    """The (in-process) apiserver's tasks serving write streams: each open stream's, which waits
+    in its read between messages (`OpenWriteStreams.reading`), and the writers of answers."""
+    writers = [
         t
         for t in asyncio.all_tasks()
         if "serve_write_stream" in getattr(t.get_coro(), "__qualname__", "")
     ]
+    return [*apiserver.server.write_streams.reading, *writers]
 
 
-async def test_cancel_ends_the_stream_on_the_server(channel: grpc.aio.Channel) -> None:
+async def test_cancel_ends_the_stream_on_the_server(
+    apiserver: RunningAPIServer, channel: grpc.aio.Channel
+) -> None:
     call = _stream(channel, "/tinykube.v1.Pods/CreateStream", pod_pb2.PodWriteResult)
     await call.write(pod_pb2.CreatePodRequest(pod=make_pod("c1")))
     assert (await call.read()).code == OK
-    assert _stream_tasks()  # its writer runs while the stream is open
+    assert _stream_tasks(apiserver)  # its task waits for the next message
     call.cancel()
     assert await call.code() == grpc.StatusCode.CANCELLED
     async with asyncio.timeout(10):
-        while _stream_tasks():  # noqa: ASYNC110 (the server's side has no event to wait on)
+        while _stream_tasks(apiserver):  # noqa: ASYNC110 (the server's side has no event)
             await asyncio.sleep(0.02)
     # and the method still serves a new stream
     again = _stream(channel, "/tinykube.v1.Pods/CreateStream", pod_pb2.PodWriteResult)
@@ -288,6 +327,6 @@ async def test_hollow_nodes_renew_and_report_through_streams_of_their_own(
         assert _requests(apiserver, "Leases/Update") == 0  # no renewal went as a call
         # One stream per node for its Lease, one for the pod's node's status writes; none
         # shared between the nodes of the process.
-        assert len(_stream_tasks()) == 3 + 1
+        assert len(apiserver.server.write_streams.reading) == 3 + 1
     finally:
         await stop_kubelet(kubelet)

@@ -4,7 +4,8 @@
 once, over all its streams; the others wait first come first served, a stream reads nothing
 more while its message waits, and a message that waits past its deadline is answered without
 running. Slots are never leaked (expiry, cancellation, a slot handed over as its waiter left),
-and one connection's full slots hold up no other connection.
+and one connection's full slots hold up no other connection. At the server's graceful stop
+(`OpenWriteStreams.end`) every stream stops reading and ends once what it read is answered.
 
 Time is fake (tests/unit/test_flowcontrol_queues.py's `FakeTime`: timers fired by hand); the
 waiters and streams are real tasks on the test's event loop, run by yielding to it.
@@ -18,7 +19,13 @@ from typing import Any
 import grpc
 
 from apiserver.flowcontrol import ConnectionSlots, Limiter, MessageGate, QueueLimits
-from apiserver.grpcapi import MetricsInterceptor, WriteStream, _guarded, serve_write_stream
+from apiserver.grpcapi import (
+    MetricsInterceptor,
+    OpenWriteStreams,
+    WriteStream,
+    _guarded,
+    serve_write_stream,
+)
 from apiserver.metrics import Metrics
 from tests.unit.test_flowcontrol_queues import FakeTime
 from tinykube.v1 import meta_pb2, pod_pb2
@@ -248,6 +255,48 @@ async def test_a_cancelled_stream_gives_back_every_slot() -> None:
     await settle()
     assert slots.running == 0 and slots.waiting == 0
     assert time.pending() == 0
+
+
+async def test_ending_the_streams_stops_their_reading_and_answers_what_they_read() -> None:
+    handlers = Handlers()
+    streams = OpenWriteStreams()
+    busy, idle = FakeStream(), FakeStream()
+    serving = [
+        asyncio.ensure_future(serve_write_stream(s, handlers.answer, None, 30.0, streams))
+        for s in (busy, idle)
+    ]
+    busy.send("a1")
+    await settle()
+    assert handlers.running == {"a1"}
+    streams.end()
+    busy.send("a2")  # its client wrote it after: never read
+    await settle()
+    assert serving[1].done() and idle.written == []  # the idle stream ended at once
+    assert not serving[0].done()  # a1's answer is still to come
+    handlers.finish("a1")
+    await asyncio.gather(*serving)  # both ended as their clients' half-close would end them
+    assert busy.written == [b"a1:ok"] and busy.reads == 1
+    assert streams.reading == set()
+    # A stream opened afterwards (before the server stops accepting any) reads nothing.
+    late = FakeStream()
+    late.send("b1")
+    await serve_write_stream(late, handlers.answer, None, 30.0, streams)
+    assert late.reads == 0 and late.written == []
+
+
+async def test_a_stream_cancelled_otherwise_is_cancelled_also_with_the_streams_kept() -> None:
+    handlers = Handlers()
+    streams = OpenWriteStreams()
+    stream = FakeStream()
+    serving = asyncio.ensure_future(
+        serve_write_stream(stream, handlers.answer, None, 30.0, streams)
+    )
+    await settle()
+    assert streams.reading == {serving}
+    serving.cancel()  # (gRPC's: the client went away)
+    results = await asyncio.gather(serving, return_exceptions=True)
+    assert isinstance(results[0], asyncio.CancelledError)
+    assert streams.reading == set()
 
 
 class FakeContext(FakeStream):
