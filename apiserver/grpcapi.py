@@ -59,7 +59,7 @@ from tinykube.errors import (
     NotFoundError,
     TinykubeError,
     TooManyRequestsError,
-    abort_with,
+    answer_with,
     deadline_passed,
 )
 from tinykube.kinds import ALL_KINDS, KindInfo
@@ -265,7 +265,8 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                 except TinykubeError as exc:
                     count(short, exc.code.name)
                     duration.observe(time.perf_counter() - start)
-                    await abort_with(context, exc)
+                    answer_with(context, exc)  # (not an abort: see answer_with)
+                    return None
                 except asyncio.CancelledError:
                     # Not an Exception: without this branch a cancelled handler was neither
                     # counted nor logged. gRPC cancels the handler when the client cancels, its
@@ -278,7 +279,8 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                         raise
                     log.exception("%s failed", method)
                     count(short, "INTERNAL")
-                    await abort_with(context, exc)
+                    answer_with(context, exc)
+                    return None
                 count(short, "OK")
                 duration.observe(time.perf_counter() - start)
                 return response
@@ -301,7 +303,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                     await inner_stream(request, context)
                 except TinykubeError as exc:
                     code = exc.code.name
-                    await abort_with(context, exc)
+                    answer_with(context, exc)
                 except asyncio.CancelledError:
                     # How most watches end: the client went away (not an Exception subclass).
                     code = "CANCELLED"
@@ -312,7 +314,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                         raise
                     log.exception("%s failed", method)
                     code = "INTERNAL"
-                    await abort_with(context, exc)
+                    answer_with(context, exc)
                 finally:
                     count(short, code)
 
@@ -332,7 +334,10 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
             start = time.perf_counter()
             code = "OK"
             try:
-                return await inner(request, context)
+                response = await inner(request, context)
+                if context.code() is not None:  # an error answered (`answer_with`)
+                    code = _code_name(context.code())
+                return response
             except grpc.aio.AbortError:
                 code = _code_name(context.code())
                 raise
@@ -397,7 +402,8 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                     identity = enforcer.grpc_identity(context)
                 except TinykubeError as exc:
                     count(short, exc.code.name)
-                    await abort_with(context, exc)
+                    answer_with(context, exc)
+                    return
             peer = context.peer()
             user = identity.name if identity is not None else ""
             timeout = message_timeout(context)
@@ -482,8 +488,8 @@ def _guarded(
 
     `deadline` is a write-stream message's (event-loop time; None: the call's own, from
     `context`); `sink` collects a message's admission warnings. Errors are raised, the caller
-    answers them: the unary call aborts (`abort_with`), the message is answered. Returns
-    `inner` itself when there is nothing to check."""
+    answers them: the unary call with its status (`answer_with`), the message with its result.
+    Returns `inner` itself when there is nothing to check."""
     request_info = _request_info(method) if limiter is not None else None
     if enforcer is None and request_info is None:
         return inner
