@@ -728,24 +728,37 @@ async def serve_write_stream(
     """Read a write stream's requests, run each as `answer(request, deadline, admitted)` in its
     own task (which never raises but CancelledError: a failure is an answer), and write the
     answers in order. Each request's deadline is `message_seconds` after it was read (None:
-    none).
+    none), on the event loop's clock (`slots.monotonic`).
     With `slots` (its connection's), a request read waits for a slot before it is handed to
     `answer`, and the stream reads no further meanwhile; one that waits past its deadline is
     handed over not `admitted`, to be answered DEADLINE_EXCEEDED. Its slot is given back when
-    its answer is ready."""
+    its answer is ready.
+
+    A request read after the stream stopped reading (its previous request waited for a slot,
+    or MAX_PIPELINED answers were due) while an earlier request of the stream was still
+    unanswered was pipelined: it may have waited unread all through the stop, and when it came
+    is unknown. Its deadline is then its predecessor's (which was read no later), so one whose
+    predecessor expired is answered DEADLINE_EXCEEDED unrun as it is read, where counting from
+    its own read ran it up to one deadline after its client had given up. (A client that
+    sends one request at a time has its answers first: its next request is read as it comes.
+    A pipelined request sent during the stop may be given less than its whole deadline.)"""
     loop = asyncio.get_running_loop()
+    now = slots.monotonic if slots is not None else loop.time
     pending: collections.deque[asyncio.Task[bytes]] = collections.deque()
     room = asyncio.Semaphore(MAX_PIPELINED)
     more = asyncio.Event()
     reading = True
     me = asyncio.current_task()
     write = context.write
+    answered = 0  # answers whose write has begun (the client may have them)
 
     async def writer() -> None:
+        nonlocal answered
         while True:
             while pending:
                 data = await pending[0]
                 pending.popleft()
+                answered += 1
                 await write(data)
                 room.release()
             if not reading:
@@ -767,20 +780,36 @@ async def serve_write_stream(
     write_task = loop.create_task(writer())
     write_task.add_done_callback(writer_done)
     read = context.read
+    read_count = 0
+    stopped = False  # the stream stopped reading since its last request was read
+    last: float | None = None  # that request's deadline
     try:
         while True:
+            if room.locked():
+                stopped = True
             await room.acquire()
             request = await read()
             if request is grpc.aio.EOF:
                 break
-            deadline = None if message_seconds is None else loop.time() + message_seconds
+            deadline = None if message_seconds is None else now() + message_seconds
+            if stopped and last is not None and deadline is not None and answered < read_count:
+                deadline = min(deadline, last)  # (pipelined behind a stop: see above)
+            read_count += 1
+            last, stopped = deadline, False
             if slots is None:
                 task = loop.create_task(answer(request, deadline, True))
-            elif take() or await wait(None if deadline is None else deadline - loop.time()):
+            elif deadline is not None and deadline <= now():
+                task = loop.create_task(answer(request, deadline, False))
+            elif take():
                 task = loop.create_task(answer(request, deadline, True))
                 task.add_done_callback(give_back)
             else:
-                task = loop.create_task(answer(request, deadline, False))
+                stopped = True
+                if await wait(None if deadline is None else deadline - now()):
+                    task = loop.create_task(answer(request, deadline, True))
+                    task.add_done_callback(give_back)
+                else:
+                    task = loop.create_task(answer(request, deadline, False))
             pending.append(task)
             more.set()
         reading = False

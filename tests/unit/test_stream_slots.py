@@ -32,7 +32,7 @@ async def settle() -> None:
 
 def _slots(limit: int) -> tuple[ConnectionSlots, FakeTime]:
     time = FakeTime()
-    gate = MessageGate(limit, call_later=time.call_later)
+    gate = MessageGate(limit, call_later=time.call_later, monotonic=time.monotonic)
     return gate.open("ipv4:127.0.0.1:5000"), time
 
 
@@ -227,12 +227,52 @@ async def test_a_message_that_waits_past_its_deadline_is_answered_in_order_unrun
     time.advance(2.0)  # "late" waited its whole deadline for the slot "slow" holds
     await settle()
     assert stream.reads == 3  # the stream reads on
-    handlers.finish("slow", "next")
+    handlers.finish("slow")
+    await settle()
+    stream.send("after")  # read when nothing is unanswered: its own deadline, it runs
+    await settle()
+    handlers.finish("after")
     stream.close()
     await serving
-    assert stream.written == [b"slow:ok", b"late:expired", b"next:ok"]
-    assert "late" not in handlers.done  # never ran
+    # "next" was unread behind "late" all along: its deadline is no later than "late"'s.
+    assert stream.written == [b"slow:ok", b"late:expired", b"next:expired", b"after:ok"]
+    assert "late" not in handlers.done and "next" not in handlers.done  # never ran
     assert slots.running == 0
+    assert time.pending() == 0
+
+
+async def test_a_request_sent_after_its_predecessor_answer_keeps_its_whole_time() -> None:
+    """One request at a time (a kubelet's Lease renewals): the next is sent after the answer,
+    so the wait its predecessor had for a slot is not counted against it."""
+    slots, time = _slots(1)
+    handlers = Handlers()
+    hog, stream = FakeStream(), FakeStream()
+    serving = [
+        asyncio.ensure_future(serve_write_stream(s, handlers.answer, slots, 2.0))
+        for s in (hog, stream)
+    ]
+    hog.send("hog")
+    await settle()
+    stream.send("r1")
+    await settle()
+    assert slots.waiting == 1
+    time.advance(1.5)  # r1 waits 1.5 of its 2 s for the slot
+    handlers.finish("hog")
+    await settle()
+    assert handlers.running == {"r1"}
+    handlers.finish("r1")
+    await settle()
+    assert stream.written == [b"r1:ok"]
+    time.advance(1.0)  # past r1's deadline: r2 is the client's next request, sent now
+    stream.send("r2")
+    await settle()
+    assert handlers.running == {"r2"}
+    handlers.finish("r2")
+    hog.close()
+    stream.close()
+    await asyncio.gather(*serving)
+    assert stream.written == [b"r1:ok", b"r2:ok"]
+    assert slots.running == 0 and time.pending() == 0
 
 
 async def test_a_cancelled_stream_gives_back_every_slot() -> None:
