@@ -210,6 +210,8 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         self.metrics = metrics
         # Write-stream messages of one connection handed to handlers at once (None: no bound).
         self.gate = gate if gate is not None and gate.enabled else None
+        if self.gate is not None:
+            metrics.write_stream_waiting.set_function(self.gate.waiting)
         # One line per RPC once it ends (`--access-log`), as the REST front end's.
         self.access_log = access_log
         self.limiter = limiter if limiter is not None and limiter.enabled else None
@@ -394,6 +396,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         count = self._counter
         duration = self._histogram(short)
         logged = self.access_log
+        expired = self.metrics.write_stream_expired.labels(short)
 
         async def serve(request_iterator: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
             identity: Identity | None = None
@@ -414,6 +417,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                 code = "OK"
                 try:
                     if not admitted:
+                        expired.inc()
                         raise DeadlineExceededError(
                             f"the request's deadline ({timeout:g}s) passed while it waited "
                             "for its turn among its connection's stream messages"

@@ -22,6 +22,9 @@ from apiserver.grpcapi import MetricsInterceptor, WriteStream, _guarded, serve_w
 from apiserver.metrics import Metrics
 from tests.unit.test_flowcontrol_queues import FakeTime
 from tinykube.v1 import meta_pb2, pod_pb2
+from tinykube.writestream import MESSAGE_TIMEOUT_KEY
+
+DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
 
 
 async def settle() -> None:
@@ -346,6 +349,7 @@ async def test_stream_messages_and_unary_calls_take_turns_at_the_in_flight_limit
     # s0 runs (the one mutating seat), s1 and s2 wait for it in their connection's flow, s3
     # waits for its connection's slot (3), unread behind it: s4, s5.
     assert order == ["s0"] and burst.reads == 4
+    assert waiting_gauge(interceptor) == 1.0
     call = asyncio.ensure_future(unary(_create("u0"), FakeContext("ipv4:10.0.0.2:1")))
     await settle()
     for name in ("s0", "s1", "u0", "s2", "s3", "s4"):
@@ -358,3 +362,59 @@ async def test_stream_messages_and_unary_calls_take_turns_at_the_in_flight_limit
     await serving
     assert len(burst.written) == 6
     assert limiter.executing == [0, 0] and gate.connections == {}
+    assert waiting_gauge(interceptor) == 0.0
+
+
+def waiting_gauge(interceptor: MetricsInterceptor) -> float | None:
+    registry = interceptor.metrics.registry
+    return registry.get_sample_value("apiserver_write_stream_messages_waiting")
+
+
+class TimedContext(FakeContext):
+    """A stream whose client waits `seconds` for each answer (MESSAGE_TIMEOUT_KEY)."""
+
+    def __init__(self, peer: str, seconds: float) -> None:
+        super().__init__(peer)
+        self.seconds = seconds
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ((MESSAGE_TIMEOUT_KEY, str(round(self.seconds * 1000))),)
+
+
+async def test_messages_that_expire_waiting_are_counted_and_never_run() -> None:
+    time = FakeTime()
+    # (The deadlines on the loop's clock, as the handlers' asyncio.timeout_at needs: only the
+    # slot waits' timers are fake.)
+    gate = MessageGate(1, call_later=time.call_later)
+    ran: list[str] = []
+    hold = asyncio.Event()
+
+    async def handle(request: Any, context: Any, identity: Any = None, sink: Any = None) -> Any:
+        ran.append(request.pod.metadata.name)
+        await hold.wait()
+        return request.pod
+
+    interceptor = MetricsInterceptor(Metrics(), None, None, gate=gate)
+    serve: Any = interceptor._write_stream(
+        "Pods/CreateStream", WriteStream("/tinykube.v1.Pods/Create", handle)
+    )
+    stream = TimedContext("ipv4:10.0.0.1:1", 2.0)
+    serving = asyncio.ensure_future(serve(None, stream))
+    stream.send(*(_create(name) for name in ("slow", "late", "stale")))
+    await settle()
+    assert ran == ["slow"] and stream.reads == 2 and waiting_gauge(interceptor) == 1.0
+    time.advance(2.0)  # "late" waited its whole deadline for the slot
+    await settle()
+    assert stream.reads == 3 and waiting_gauge(interceptor) == 1.0  # "stale" waits now
+    time.advance(2.0)
+    await settle()
+    hold.set()
+    stream.close()
+    await serving
+    assert ran == ["slow"]
+    codes = [pod_pb2.PodWriteResult.FromString(data).code for data in stream.written]
+    assert codes == [0, DEADLINE_EXCEEDED, DEADLINE_EXCEEDED]
+    registry = interceptor.metrics.registry
+    expired = "apiserver_write_stream_messages_expired_total"
+    assert registry.get_sample_value(expired, {"method": "Pods/CreateStream"}) == 2.0
+    assert waiting_gauge(interceptor) == 0.0
