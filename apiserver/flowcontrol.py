@@ -508,6 +508,14 @@ class ConnectionSlots:
     waiting messages are served first come first served, whatever their stream: as a stream
     has at most one message waiting, the connection's streams take turns. A freed slot is
     handed straight to the oldest waiter, so `take` succeeds only when nobody waits.
+
+    Why not asyncio.Semaphore under asyncio.timeout: CPython 3.11.7's Semaphore hands a freed
+    slot to the oldest waiter without letting a newcomer jump it, and passes on a slot whose
+    waiter was cancelled, as this does; but its deadline would be the event loop's (the
+    tests' fake timers could not drive it: they would wait in real time), `take` would be a
+    coroutine per message where it is a call, the waiting count is private there, and a
+    waiter handed a slot in the same turn as its deadline passes is refused (the slot passed
+    on), where here whichever comes first decides once.
     """
 
     __slots__ = (
