@@ -271,7 +271,7 @@ class APIServer:
         self._bootstrapped = False
         # The bootstrap RBAC policy has been reconciled once (readiness waits for it).
         self._policy_reconciled = False
-        self._policy_error: Exception | None = None
+        self._policy_error = ""  # why the last reconcile failed (not the error: its frames)
         # Set, with `fatal_error` saying why, when the apiserver cannot go on and must exit
         # (its process ends non-zero, as kube-apiserver's klog.Fatalf): the bootstrap RBAC
         # policy failed for bootstrap_policy_timeout_seconds.
@@ -606,9 +606,9 @@ class APIServer:
             await self.reconcile_policy()
         except (PolicyError, TinykubeError) as exc:
             log.warning("bootstrap RBAC policy not reconciled yet: %s", exc)
-            self._policy_error = exc
+            self._policy_error = str(exc)
             return False
-        self._policy_error = None
+        self._policy_error = ""
         self._policy_reconciled = True
         return True
 
