@@ -431,7 +431,13 @@ def _service_account_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-async def run(settings: Settings) -> None:
+# kube-apiserver's exit code when a post-start hook fails (klog.Fatalf exits 255).
+FATAL_EXIT_CODE = 255
+
+
+async def run(settings: Settings) -> int:
+    """Serve until SIGINT or SIGTERM (0), or until the apiserver cannot go on (FATAL_EXIT_CODE,
+    after its error is logged: the bootstrap RBAC policy could not be put in place)."""
     if settings.insecure:
         logging.getLogger("apiserver").warning("%s", INSECURE_WARNING)
     server = APIServer(settings)
@@ -445,7 +451,10 @@ async def run(settings: Settings) -> None:
     print(f"apiserver listening on {server.address}", flush=True)
     if server.rest is not None:
         print(f"apiserver REST API on {server.rest_url}", flush=True)
-    await run_until_signalled(server.stop)
+    await run_until_signalled(server.stop, failed=server.fatal)
+    if server.fatal_error:  # (logged when it happened)
+        return FATAL_EXIT_CODE
+    return 0
 
 
 # glibc's mallopt parameter: allocations at least this big get their own mapping.
@@ -473,8 +482,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings, level = parse_args(argv)
     configure_logging(level)
     give_memory_back()
-    aio.run(run(settings))
-    return 0
+    return aio.run(run(settings))
 
 
 if __name__ == "__main__":

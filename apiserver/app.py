@@ -14,10 +14,11 @@ endpoints report the same etcd and cache checks as the gRPC health service.
 Readiness waits for the bootstrap RBAC policy (apiserver/auth/reconcile.py), as kube-apiserver's
 post-start hook `rbac/bootstrap-roles` holds /readyz and /healthz: the check
 `poststarthook/rbac/bootstrap-roles` fails, and gRPC health stays NOT_SERVING, until one
-reconcile has completed (retried every second while etcd refuses it; it never fails again
-after). So a component waiting for SERVING never starts to be refused for want of its
-ClusterRoleBinding. /livez leaves it out (kube's livez has it too, but behind
---livez-grace-period; tinykube's livez is only about this process).
+reconcile has completed (retried every second while it fails, for up to 30 s: then the
+apiserver sets `fatal` and its process exits 255, as kube's hook ends kube-apiserver; it never
+fails again after one success). So a component waiting for SERVING never starts to be
+refused for want of its ClusterRoleBinding. /livez leaves it out (kube's livez has it too, but
+behind --livez-grace-period; tinykube's livez is only about this process).
 
 TLS (tinykube/tls.py): with `tls_cert_file` both front ends serve the certificate, gRPC
 requiring and REST asking for a client certificate of `client_ca_file`; etcd is dialled with
@@ -48,7 +49,7 @@ from apiserver.auth.escalation import EscalationGuard
 from apiserver.auth.filters import Enforcer
 from apiserver.auth.node import NodeAuthorizer, PodsFromCache
 from apiserver.auth.rbac import RbacAuthorizer
-from apiserver.auth.reconcile import reconcile
+from apiserver.auth.reconcile import PolicyError, reconcile
 from apiserver.auth.tokenrequest import CacheLookup, TokenRequests
 from apiserver.auth.tokens import (
     PublicKey,
@@ -177,6 +178,9 @@ def service_account_keys(settings: Settings) -> tuple[TokenIssuer | None, tuple[
 
 # kube-apiserver's name for the check of its rbac/bootstrap-roles post-start hook.
 RBAC_BOOTSTRAP_CHECK = "poststarthook/rbac/bootstrap-roles"
+# The hook tries the policy again this often (kube's wait.Poll interval), for
+# Settings.bootstrap_policy_timeout_seconds.
+POLICY_RETRY_SECONDS = 1.0
 
 
 class APIServer:
@@ -268,6 +272,12 @@ class APIServer:
         self._bootstrapped = False
         # The bootstrap RBAC policy has been reconciled once (readiness waits for it).
         self._policy_reconciled = False
+        self._policy_error = ""  # why the last reconcile failed (not the error: its frames)
+        # Set, with `fatal_error` saying why, when the apiserver cannot go on and must exit
+        # (its process ends non-zero, as kube-apiserver's klog.Fatalf): the bootstrap RBAC
+        # policy failed for bootstrap_policy_timeout_seconds.
+        self.fatal = asyncio.Event()
+        self.fatal_error = ""
         # Set when stop() begins: from then on nothing reports SERVING again.
         self._stopping = False
         self.storage.set_exclusive(self._plainly_watched_kind)
@@ -437,6 +447,8 @@ class APIServer:
         for cache in self.caches.values():
             self._tasks.append(asyncio.create_task(cache.run(), name=f"watchcache-{cache.kind}"))
         self.port = await self.grpc.start()
+        # The post-start hook's time counts from here, when the server listens, as kube's.
+        hook_started = self.clock.monotonic()
         if self.rest is not None:
             host = self.settings.bind_address.rsplit(":", 1)[0].strip("[]") or "0.0.0.0"
             try:
@@ -467,7 +479,9 @@ class APIServer:
         synced = all(c.synced.is_set() for c in self.caches.values())
         if not (synced and await self._ensure_policy()):
             # etcd is not there yet: keep trying in the background (not ready until then).
-            self._tasks.append(asyncio.create_task(self._policy_loop(), name="bootstrap-policy"))
+            self._tasks.append(
+                asyncio.create_task(self._policy_loop(hook_started), name="bootstrap-policy")
+            )
         await self._update_health()
         self._tasks.append(asyncio.create_task(self._health_loop(), name="health"))
         # The CRD naming and establishing controllers (apiserver/crd/controller.py).
@@ -583,20 +597,47 @@ class APIServer:
         )
 
     async def _ensure_policy(self) -> bool:
-        """`reconcile_policy`; False if it failed (etcd did not answer, a write was refused).
-        The first success passes the readiness check for good."""
+        """`reconcile_policy`; False if it failed (etcd did not answer, a write was refused),
+        the error kept for `_policy_loop`. The first success passes the readiness check for
+        good."""
         try:
+            # As kube's hook, make sure etcd answers before going through every object (each
+            # would log its own UNAVAILABLE).
+            try:
+                await self.storage.current_revision(retry=False)
+            except TinykubeError as exc:
+                raise PolicyError(f"unable to initialize clusterroles: {exc}") from None
             await self.reconcile_policy()
-        except TinykubeError as exc:
+        except (PolicyError, TinykubeError) as exc:
             log.warning("bootstrap RBAC policy not reconciled yet: %s", exc)
+            self._policy_error = str(exc)
             return False
+        self._policy_error = ""
         self._policy_reconciled = True
         return True
 
-    async def _policy_loop(self) -> None:
+    async def _policy_loop(self, started: float) -> None:
+        """kube-apiserver's post-start hook rbac/bootstrap-roles: the policy again every
+        second until a pass succeeds; one that has failed for bootstrap_policy_timeout_seconds
+        since `started` ends the apiserver (`fatal`), as kube's hook fails and klog.Fatalf ends
+        kube-apiserver, where it waited not ready forever: an apiserver that cannot put its
+        policy in place is better restarted (by its supervisor) with the error in its log."""
+        deadline = started + self.settings.bootstrap_policy_timeout_seconds
         while not await self._ensure_policy():
-            await self.clock.sleep(1.0)
+            if self.clock.monotonic() >= deadline:
+                self._fail(
+                    'PostStartHook "rbac/bootstrap-roles" failed: unable to initialize roles: '
+                    f"{self._policy_error}"
+                )
+                return
+            await self.clock.sleep(POLICY_RETRY_SECONDS)
         await self._update_health()
+
+    def _fail(self, error: str) -> None:
+        """The apiserver cannot go on: log why and set `fatal` (its process exits)."""
+        log.error("%s", error)
+        self.fatal_error = error
+        self.fatal.set()
 
     async def stop(self) -> None:
         """Graceful: NOT_SERVING, end every watch (clients re-watch elsewhere) and write stream

@@ -230,6 +230,10 @@ def _loop_call_later(delay: float, callback: Callable[[], None]) -> Timer:
     return asyncio.get_running_loop().call_later(delay, callback)
 
 
+def _loop_time() -> float:
+    return asyncio.get_running_loop().time()
+
+
 class QueueLimits(NamedTuple):
     """How long and how many requests may wait (APF's queuing configuration, scaled)."""
 
@@ -504,11 +508,34 @@ class ConnectionSlots:
     waiting messages are served first come first served, whatever their stream: as a stream
     has at most one message waiting, the connection's streams take turns. A freed slot is
     handed straight to the oldest waiter, so `take` succeeds only when nobody waits.
+
+    Why not asyncio.Semaphore under asyncio.timeout: CPython 3.11.7's Semaphore hands a freed
+    slot to the oldest waiter without letting a newcomer jump it, and passes on a slot whose
+    waiter was cancelled, as this does; but its deadline would be the event loop's (the
+    tests' fake timers could not drive it: they would wait in real time), `take` would be a
+    coroutine per message where it is a call, the waiting count is private there, and a
+    waiter handed a slot in the same turn as its deadline passes is refused (the slot passed
+    on), where here whichever comes first decides once.
     """
 
-    __slots__ = ("_call_later", "limit", "peer", "running", "streams", "waiters", "waiting")
+    __slots__ = (
+        "_call_later",
+        "limit",
+        "monotonic",
+        "peer",
+        "running",
+        "streams",
+        "waiters",
+        "waiting",
+    )
 
-    def __init__(self, peer: str, limit: int, call_later: CallLater) -> None:
+    def __init__(
+        self,
+        peer: str,
+        limit: int,
+        call_later: CallLater,
+        monotonic: Callable[[], float] = _loop_time,
+    ) -> None:
         self.peer = peer
         self.limit = limit
         self.running = 0
@@ -516,6 +543,9 @@ class ConnectionSlots:
         self.waiters: deque[_Slot] = deque()
         self.streams = 0
         self._call_later = call_later
+        # The clock of the streams' message deadlines (the event loop's: handlers run under
+        # asyncio.timeout_at of them), `call_later`'s.
+        self.monotonic = monotonic
 
     def take(self) -> bool:
         """A slot if one is free (nobody waits then)."""
@@ -581,18 +611,27 @@ class MessageGate:
         limit: int = MAX_STREAM_MESSAGES_PER_CONNECTION,
         *,
         call_later: CallLater = _loop_call_later,
+        monotonic: Callable[[], float] = _loop_time,
     ) -> None:
         self.limit = limit
         self.enabled = limit > 0
         self._call_later = call_later
+        self._monotonic = monotonic
         self.connections: dict[str, ConnectionSlots] = {}
 
     def open(self, peer: str) -> ConnectionSlots:
         slots = self.connections.get(peer)
         if slots is None:
-            slots = self.connections[peer] = ConnectionSlots(peer, self.limit, self._call_later)
+            slots = self.connections[peer] = ConnectionSlots(
+                peer, self.limit, self._call_later, self._monotonic
+            )
         slots.streams += 1
         return slots
+
+    def waiting(self) -> int:
+        """Messages waiting for their connection's slot now, over every connection (the
+        gauge apiserver_write_stream_messages_waiting)."""
+        return sum(slots.waiting for slots in self.connections.values())
 
     def close(self, slots: ConnectionSlots) -> None:
         slots.streams -= 1

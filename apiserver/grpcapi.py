@@ -59,7 +59,7 @@ from tinykube.errors import (
     NotFoundError,
     TinykubeError,
     TooManyRequestsError,
-    abort_with,
+    answer_with,
     deadline_passed,
 )
 from tinykube.kinds import ALL_KINDS, KindInfo
@@ -213,6 +213,8 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         self.streams = streams
         # Write-stream messages of one connection handed to handlers at once (None: no bound).
         self.gate = gate if gate is not None and gate.enabled else None
+        if self.gate is not None:
+            metrics.write_stream_waiting.set_function(self.gate.waiting)
         # One line per RPC once it ends (`--access-log`), as the REST front end's.
         self.access_log = access_log
         self.limiter = limiter if limiter is not None and limiter.enabled else None
@@ -268,7 +270,8 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                 except TinykubeError as exc:
                     count(short, exc.code.name)
                     duration.observe(time.perf_counter() - start)
-                    await abort_with(context, exc)
+                    answer_with(context, exc)  # (not an abort: see answer_with)
+                    return None
                 except asyncio.CancelledError:
                     # Not an Exception: without this branch a cancelled handler was neither
                     # counted nor logged. gRPC cancels the handler when the client cancels, its
@@ -281,7 +284,8 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                         raise
                     log.exception("%s failed", method)
                     count(short, "INTERNAL")
-                    await abort_with(context, exc)
+                    answer_with(context, exc)
+                    return None
                 count(short, "OK")
                 duration.observe(time.perf_counter() - start)
                 return response
@@ -304,7 +308,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                     await inner_stream(request, context)
                 except TinykubeError as exc:
                     code = exc.code.name
-                    await abort_with(context, exc)
+                    answer_with(context, exc)
                 except asyncio.CancelledError:
                     # How most watches end: the client went away (not an Exception subclass).
                     code = "CANCELLED"
@@ -315,7 +319,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                         raise
                     log.exception("%s failed", method)
                     code = "INTERNAL"
-                    await abort_with(context, exc)
+                    answer_with(context, exc)
                 finally:
                     count(short, code)
 
@@ -335,7 +339,10 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
             start = time.perf_counter()
             code = "OK"
             try:
-                return await inner(request, context)
+                response = await inner(request, context)
+                if context.code() is not None:  # an error answered (`answer_with`)
+                    code = _code_name(context.code())
+                return response
             except grpc.aio.AbortError:
                 code = _code_name(context.code())
                 raise
@@ -392,6 +399,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         count = self._counter
         duration = self._histogram(short)
         logged = self.access_log
+        expired = self.metrics.write_stream_expired.labels(short)
 
         async def serve(request_iterator: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
             identity: Identity | None = None
@@ -400,7 +408,8 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                     identity = enforcer.grpc_identity(context)
                 except TinykubeError as exc:
                     count(short, exc.code.name)
-                    await abort_with(context, exc)
+                    answer_with(context, exc)
+                    return
             peer = context.peer()
             user = identity.name if identity is not None else ""
             timeout = message_timeout(context)
@@ -411,6 +420,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                 code = "OK"
                 try:
                     if not admitted:
+                        expired.inc()
                         raise DeadlineExceededError(
                             f"the request's deadline ({timeout:g}s) passed while it waited "
                             "for its turn among its connection's stream messages"
@@ -485,8 +495,8 @@ def _guarded(
 
     `deadline` is a write-stream message's (event-loop time; None: the call's own, from
     `context`); `sink` collects a message's admission warnings. Errors are raised, the caller
-    answers them: the unary call aborts (`abort_with`), the message is answered. Returns
-    `inner` itself when there is nothing to check."""
+    answers them: the unary call with its status (`answer_with`), the message with its result.
+    Returns `inner` itself when there is nothing to check."""
     request_info = _request_info(method) if limiter is not None else None
     if enforcer is None and request_info is None:
         return inner
@@ -756,13 +766,23 @@ async def serve_write_stream(
     """Read a write stream's requests, run each as `answer(request, deadline, admitted)` in its
     own task (which never raises but CancelledError: a failure is an answer), and write the
     answers in order. Each request's deadline is `message_seconds` after it was read (None:
-    none).
+    none), on the event loop's clock (`slots.monotonic`).
     With `slots` (its connection's), a request read waits for a slot before it is handed to
     `answer`, and the stream reads no further meanwhile; one that waits past its deadline is
     handed over not `admitted`, to be answered DEADLINE_EXCEEDED. Its slot is given back when
     its answer is ready. With `streams` (the server's), `streams.end()` ends the stream as its
-    client's half-close would: nothing more is read, every request read is answered."""
+    client's half-close would: nothing more is read, every request read is answered.
+
+    A request read after the stream stopped reading (its previous request waited for a slot,
+    or MAX_PIPELINED answers were due) while an earlier request of the stream was still
+    unanswered was pipelined: it may have waited unread all through the stop, and when it came
+    is unknown. Its deadline is then its predecessor's (which was read no later), so one whose
+    predecessor expired is answered DEADLINE_EXCEEDED unrun as it is read, where counting from
+    its own read ran it up to one deadline after its client had given up. (A client that
+    sends one request at a time has its answers first: its next request is read as it comes.
+    A pipelined request sent during the stop may be given less than its whole deadline.)"""
     loop = asyncio.get_running_loop()
+    now = slots.monotonic if slots is not None else loop.time
     # The answers to write, in order. A list, not a deque: at most MAX_PIPELINED, mostly one or
     # none, and a deque's first block alone is 600 bytes per open stream.
     pending: list[asyncio.Task[bytes]] = []
@@ -772,11 +792,14 @@ async def serve_write_stream(
     # The task writing the answers, while there are any: an idle stream (a kubelet's, between
     # renewals) keeps no writer, only its reading task (memory per open stream).
     writing: asyncio.Task[None] | None = None
+    answered = 0  # answers whose write has begun (the client may have them)
 
     async def writer() -> None:
+        nonlocal answered
         while pending:
             data = await pending[0]
             del pending[0]
+            answered += 1
             await write(data)
             room.release()
 
@@ -800,8 +823,13 @@ async def serve_write_stream(
             release()
 
     read = context.read
+    read_count = 0
+    stopped = False  # the stream stopped reading since its last request was read
+    last: float | None = None  # that request's deadline
     try:
         while True:
+            if room.locked():
+                stopped = True
             await room.acquire()
             if streams is None or me is None:
                 request = await read()
@@ -820,14 +848,25 @@ async def serve_write_stream(
                     streams.reading.discard(me)
             if request is grpc.aio.EOF:
                 break
-            deadline = None if message_seconds is None else loop.time() + message_seconds
+            deadline = None if message_seconds is None else now() + message_seconds
+            if stopped and last is not None and deadline is not None and answered < read_count:
+                deadline = min(deadline, last)  # (pipelined behind a stop: see above)
+            read_count += 1
+            last, stopped = deadline, False
             if slots is None:
                 task = loop.create_task(answer(request, deadline, True))
-            elif take() or await wait(None if deadline is None else deadline - loop.time()):
+            elif deadline is not None and deadline <= now():
+                task = loop.create_task(answer(request, deadline, False))
+            elif take():
                 task = loop.create_task(answer(request, deadline, True))
                 task.add_done_callback(give_back)
             else:
-                task = loop.create_task(answer(request, deadline, False))
+                stopped = True
+                if await wait(None if deadline is None else deadline - now()):
+                    task = loop.create_task(answer(request, deadline, True))
+                    task.add_done_callback(give_back)
+                else:
+                    task = loop.create_task(answer(request, deadline, False))
             pending.append(task)
             # (A writer done but for its callback has written everything before this.)
             if writing is None or writing.done():

@@ -240,3 +240,19 @@ class Metrics:
             ["priority_level", "flow_schema", "reason"],
             registry=r,
         )
+        # The bound on a connection's write-stream messages (flowcontrol.py ConnectionSlots,
+        # --max-stream-messages-per-connection); tinykube's own, kube has no write streams.
+        self.write_stream_waiting = Gauge(
+            "apiserver_write_stream_messages_waiting",
+            "Write-stream messages read and waiting for their connection's slot now (their "
+            "streams read nothing more meanwhile).",
+            registry=r,
+        )
+        self.write_stream_expired = Counter(
+            "apiserver_write_stream_messages_expired_total",
+            "Write-stream messages answered DEADLINE_EXCEEDED without running: their deadline "
+            "passed while they waited for their connection's slot or unread behind one that "
+            "did, by method.",
+            ["method"],
+            registry=r,
+        )

@@ -94,6 +94,10 @@ class Settings:
     cache_wait_seconds: float = 3.0
     # Seconds the graceful shutdown lets in-flight RPCs finish.
     shutdown_grace_seconds: float = 5.0
+    # How long the bootstrap RBAC policy may keep failing before the apiserver exits, as
+    # kube-apiserver's post-start hook rbac/bootstrap-roles (polled every second for 30 s, then
+    # fatal). Not a flag (kube has none); tests shorten it.
+    bootstrap_policy_timeout_seconds: float = 30.0
     # Default grace period of pods that do not set terminationGracePeriodSeconds.
     default_termination_grace_seconds: int = 30
     # Services' cluster IPs come from this CIDR (default inside 127.0.0.0/8: local on any Linux

@@ -1,9 +1,10 @@
 """The one error hierarchy of tinykube, and its two mappings to and from gRPC status codes.
 
-Servers raise these and convert them in one place (`abort_with`); clients convert a failed RPC
-back with `from_rpc_error` and raise the result `from` the original error, so the cause chain
-keeps the wire-level detail. Expected outcomes inside a process (a filter rejecting a node) use
-typed statuses, not exceptions; these are for failures that cross an API boundary.
+Servers raise these and convert them in one place (`answer_with`; `abort_with` ends a call at
+once); clients convert a failed RPC back with `from_rpc_error` and raise the result `from` the
+original error, so the cause chain keeps the wire-level detail. Expected outcomes inside a
+process (a filter rejecting a node) use typed statuses, not exceptions; these are for failures
+that cross an API boundary.
 """
 
 from __future__ import annotations
@@ -233,8 +234,32 @@ RETRYABLE_CODES: frozenset[grpc.StatusCode] = frozenset(
 )
 
 
+def answer_with(context: grpc.aio.ServicerContext[Any, Any], exc: Exception) -> None:
+    """Server side: set the status that `exc` stands for on the call, which gRPC sends when the
+    handler returns (a unary handler returns None: no response is sent with a status not OK).
+
+    This, not `abort_with`, is how a server answers an error: `context.abort` raises an
+    AbortError that gRPC keeps in the call's state, and that error's traceback holds the
+    handler's frames, which hold the context and through it the call's state. Every error
+    answered by an abort left that cycle (the AbortError, the error it answered as its context,
+    their tracebacks, frames and the request) for the cyclic GC. Unknown exceptions become
+    INTERNAL with their type and text. A call whose deadline has passed already has its status
+    (gRPC sent DEADLINE_EXCEEDED); it ends as cancelled (`deadline_passed`), as with
+    `abort_with`.
+    """
+    if deadline_passed(context):
+        raise asyncio.CancelledError
+    code, details, trailing = _status(exc)
+    if trailing:
+        context.set_trailing_metadata(trailing)
+    context.set_code(code)
+    context.set_details(details)
+
+
 async def abort_with(context: grpc.aio.ServicerContext[object, object], exc: Exception) -> NoReturn:
-    """Server side: end the RPC with the status that `exc` stands for.
+    """Server side: end the RPC at once with the status that `exc` stands for, raising gRPC's
+    AbortError (see `answer_with`, which leaves no reference cycle, for handlers that can
+    return instead).
 
     Unknown exceptions become INTERNAL with their type and text, never a bare traceback.
     A call whose deadline has passed already has its status (gRPC sent DEADLINE_EXCEEDED);
@@ -242,19 +267,23 @@ async def abort_with(context: grpc.aio.ServicerContext[object, object], exc: Exc
     """
     if deadline_passed(context):
         raise asyncio.CancelledError
+    code, details, trailing = _status(exc)
+    if trailing:
+        await context.abort(code, details, trailing_metadata=trailing)
+    await context.abort(code, details)
+    raise AssertionError("context.abort returned")  # (it always raises)
+
+
+def _status(exc: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
+    """The status (code, details, trailing metadata) that `exc` stands for."""
     if isinstance(exc, DisruptionBudgetError):
-        await context.abort(
-            exc.code, exc.message, trailing_metadata=((REASON_METADATA_KEY, exc.reason),)
-        )
+        return exc.code, exc.message, ((REASON_METADATA_KEY, exc.reason),)
     if isinstance(exc, TooManyRequestsError):
         # The retry hint (the in-flight limit's refusal), as REST's Retry-After.
         pushback = str(max(1, round(exc.retry_after * 1000)))
-        await context.abort(
-            exc.code, exc.message, trailing_metadata=((RETRY_PUSHBACK_KEY, pushback),)
-        )
-    if isinstance(exc, TinykubeError):
-        await context.abort(exc.code, exc.message)
-    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+        return exc.code, exc.message, ((RETRY_PUSHBACK_KEY, pushback),)
+    code, details = to_status(exc)
+    return code, details, ()
 
 
 def deadline_passed(context: grpc.aio.ServicerContext[Any, Any]) -> bool:
@@ -268,7 +297,7 @@ def deadline_passed(context: grpc.aio.ServicerContext[Any, Any]) -> bool:
 
 
 def to_status(exc: Exception) -> tuple[grpc.StatusCode, str]:
-    """The (code, message) pair `abort_with` would send, for code that builds statuses itself."""
+    """The (code, message) pair `answer_with` would send, for code that builds statuses itself."""
     if isinstance(exc, TinykubeError):
         return exc.code, exc.message
     return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"

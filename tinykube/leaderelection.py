@@ -32,7 +32,7 @@ import logging
 import math
 import random
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -56,6 +56,13 @@ class LeaseAPI(Protocol):
 class HasLeases(Protocol):
     @property
     def leases(self) -> LeaseAPI: ...
+
+
+def _failure(task: asyncio.Future[Any]) -> BaseException | None:
+    """The error `task` ended with (None if it succeeded or was cancelled)."""
+    if task.done() and not task.cancelled():
+        return task.exception()
+    return None
 
 
 class LeadershipLost(Exception):
@@ -134,12 +141,15 @@ class LeaderElector:
                 for task in (work, renew):
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
-            if renew.done() and not renew.cancelled():
-                lost = renew.exception()
-                if lost is not None:
-                    raise lost
-            if work.done() and not work.cancelled():
-                work.result()
+            failed = _failure(renew) or _failure(work)
+            # The tasks hold their errors and the error's traceback holds this frame: drop the
+            # names before raising (a reference cycle per lost leadership otherwise).
+            del work, renew, task
+            if failed is not None:
+                try:
+                    raise failed
+                finally:
+                    del failed
         finally:
             was_leading = self._leading
             self._leading = False

@@ -84,11 +84,19 @@ def is_unsent(exc: BaseException) -> bool:
 
 def may_have_landed(exc: BaseException) -> bool:
     """True if `exc` leaves it unknown whether the server applied the request: a deadline, a
-    cancelled call, or a lost stream (UNAVAILABLE after the request left). Another answer is
-    the server's (the request ran, or was refused before it ran); an unsent one never left."""
-    if not isinstance(exc, TinykubeError):
+    call the server cancelled (it stopped, or gave up on the call, after its handler may have
+    written), or a lost stream (UNAVAILABLE after the request left): client-go's view of a write
+    that failed in transport (rest.Request never re-sends one, "as they are not idempotent").
+    Another answer is the server's (the request ran, or was refused before it ran); an unsent
+    one never left. A TinykubeError or a raw grpc.RpcError; anything else (the caller's own
+    error) False. `Attempts.failed` records the same."""
+    if isinstance(exc, TinykubeError):
+        code = exc.code
+    elif isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
+        code = exc.code()
+    else:
         return False
-    if exc.code == grpc.StatusCode.CANCELLED:
+    if code == grpc.StatusCode.CANCELLED:
         return True
     return is_retryable(exc) and not is_unsent(exc)
 
@@ -137,7 +145,7 @@ class Attempts:
         self.ambiguous = False
 
     def failed(self, exc: BaseException) -> None:
-        if is_retryable(exc) and not is_unsent(exc):
+        if may_have_landed(exc):
             self.ambiguous = True
 
 

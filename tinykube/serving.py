@@ -159,13 +159,21 @@ def start_metrics_server(port: int, host: str = "127.0.0.1") -> None:
     start_http_server(port, addr=host)
 
 
-async def run_until_signalled(stop: Callable[[], Any]) -> None:
-    """Wait for SIGINT or SIGTERM, then await `stop()` once."""
+async def run_until_signalled(
+    stop: Callable[[], Any], *, failed: asyncio.Event | None = None
+) -> None:
+    """Wait for SIGINT or SIGTERM (or `failed` to be set: the component cannot go on), then
+    await `stop()` once."""
     loop = asyncio.get_running_loop()
-    done = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    done = failed if failed is not None else asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
         loop.add_signal_handler(sig, done.set)
-    await done.wait()
+    try:
+        await done.wait()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
     result = stop()
     if asyncio.iscoroutine(result):
         await result

@@ -100,6 +100,8 @@ class WriteStream:
         self._field = field
         self.what = what  # "tinykube.v1.Leases/UpdateStream", for messages
         self._call: Any = None
+        # The answers awaited on the current stream, in order (each stream has its own: a
+        # stream given up fails only its own requests, never its successor's).
         self._pending: collections.deque[asyncio.Future[Any]] = collections.deque()
         self._lock = asyncio.Lock()
         self._reader: asyncio.Task[None] | None = None
@@ -109,51 +111,30 @@ class WriteStream:
         self.opened = 0  # streams opened so far (tests, metrics)
 
     async def send(self, request: Message, timeout: float) -> Any:  # noqa: ASYNC109
-        """The object the request wrote; raises its error (module docstring)."""
+        """The object the request wrote; raises its error (module docstring). `timeout` covers
+        the whole request: its turn to write, the write (which waits while HTTP/2 flow control
+        holds the stream: the apiserver reads nothing while its connection's slots are taken)
+        and the answer."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        async with self._lock:
-            while True:
-                if not self.supported:
-                    raise StreamUnsupported(self.what)
-                call = self._call
-                if call is None:
-                    call = self._call = self._open_call()
-                    self.opened += 1
-                    self._served = asyncio.Event()
-                    self._reader = loop.create_task(self._read(call), name=f"read {self.what}")
-                    break
-                if self._served.is_set():
-                    break
-                # A new stream carries one request until its answer shows the apiserver
-                # serves the method: a second write to a call the server ended (UNIMPLEMENTED)
-                # makes grpc.aio end it locally as INTERNAL instead, hiding why.
-                await self._served.wait()
-            # Queued before the write: the answer may be read before write() returns.
-            self._pending.append(future)
-            try:
-                await call.write(request)
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    # Whether the message left is unknown, so which answer is whose is too:
-                    # this stream is done (its other requests fail UNAVAILABLE).
-                    self._fail(call, UnavailableError(f"{self.what}: a write was cancelled"))
-                    raise
-                # The reader closed the stream under the write.
-                if not future.done():
-                    future.set_exception(UnavailableError(f"{self.what}: the stream was closed"))
-            except Exception as exc:  # the stream ended under the write (RpcError, UsageError)
-                # The reader fails it with the stream's own status (the write's error is
-                # often core's "Internal error" for a call that ended, UNIMPLEMENTED among
-                # them), unless it is gone already.
-                reader = self._reader
-                if (reader is None or reader.done()) and not future.done():
-                    future.set_exception(self._stream_error(exc))
+        written = False
         try:
             async with asyncio.timeout(timeout):
+                async with self._lock:
+                    call = await self._writable(loop)
+                    # Queued before the write: the answer may be read before write() returns.
+                    pending = self._pending
+                    pending.append(future)
+                    written = True  # (from here on the request may reach the apiserver)
+                    await self._write(call, pending, request, future)
                 result = await future
         except TimeoutError:
+            if future.done() and not future.cancelled():
+                future.exception()  # (its stream failed as it timed out: nobody else reads it)
+            if not written:
+                raise DeadlineExceededError(
+                    f"{self.what}: not sent within {timeout:g}s (waiting for its turn to write)"
+                ) from None
             raise DeadlineExceededError(
                 f"{self.what}: no answer within {timeout:g}s (the write may have been applied)"
             ) from None
@@ -165,8 +146,59 @@ class WriteStream:
             raise TooManyRequestsError(result.message, result.retryAfterMilliseconds / 1000.0)
         raise from_status(status, result.message)
 
-    async def _read(self, call: Any) -> None:
-        pending = self._pending
+    async def _writable(self, loop: asyncio.AbstractEventLoop) -> Any:
+        """The stream to write on (opened if need be); under the lock."""
+        while True:
+            if not self.supported:
+                raise StreamUnsupported(self.what)
+            call = self._call
+            if call is None:
+                call = self._call = self._open_call()
+                self.opened += 1
+                self._served = asyncio.Event()
+                self._pending = collections.deque()
+                self._reader = loop.create_task(
+                    self._read(call, self._pending), name=f"read {self.what}"
+                )
+                return call
+            if self._served.is_set():
+                return call
+            # A new stream carries one request until its answer shows the apiserver serves
+            # the method: a second write to a call the server ended (UNIMPLEMENTED) makes
+            # grpc.aio end it locally as INTERNAL instead, hiding why.
+            await self._served.wait()
+
+    async def _write(
+        self,
+        call: Any,
+        pending: collections.deque[asyncio.Future[Any]],
+        request: Message,
+        future: asyncio.Future[Any],
+    ) -> None:
+        """Write `request`, whose answer `future` (queued in `call`'s `pending`) waits for;
+        under the lock."""
+        try:
+            await call.write(request)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # Cancelled (or timed out) under the write: whether the message left is
+                # unknown, so which answer is whose is too: this stream is done (its other
+                # requests fail UNAVAILABLE).
+                self._fail(call, pending, UnavailableError(f"{self.what}: a write was cancelled"))
+                raise
+            # The reader closed the stream under the write.
+            if not future.done():
+                future.set_exception(UnavailableError(f"{self.what}: the stream was closed"))
+        except Exception as exc:  # the stream ended under the write (RpcError, UsageError)
+            # The reader fails it with the stream's own status (the write's error is often
+            # core's "Internal error" for a call that ended, UNIMPLEMENTED among them), unless
+            # it is gone already.
+            reader = self._reader
+            if (reader is None or reader.done()) and not future.done():
+                future.set_exception(self._stream_error(exc))
+
+    async def _read(self, call: Any, pending: collections.deque[asyncio.Future[Any]]) -> None:
         served = self._served
         try:
             while True:
@@ -178,12 +210,12 @@ class WriteStream:
                 if not future.done():  # (its sender gave up: timed out or cancelled)
                     future.set_result(result)
         except asyncio.CancelledError:
-            self._fail(call, UnavailableError(f"{self.what}: the stream was closed"))
+            self._fail(call, pending, UnavailableError(f"{self.what}: the stream was closed"))
             raise
         except grpc.RpcError as exc:
-            self._fail(call, exc)
+            self._fail(call, pending, exc)
         except Exception as exc:
-            self._fail(call, exc)
+            self._fail(call, pending, exc)
 
     def _stream_error(self, exc: BaseException) -> BaseException:
         """What a request that got no answer on a failed stream raises."""
@@ -205,8 +237,10 @@ class WriteStream:
         err.__cause__ = exc  # (the client explains a TLS mismatch from it)
         return err
 
-    def _fail(self, call: Any, exc: BaseException) -> None:
-        """The stream `call` is over: fail its unanswered requests, forget it."""
+    def _fail(
+        self, call: Any, pending: collections.deque[asyncio.Future[Any]], exc: BaseException
+    ) -> None:
+        """The stream `call` is over: fail its unanswered requests (`pending`), forget it."""
         unimplemented = grpc.StatusCode.UNIMPLEMENTED
         if isinstance(exc, grpc.RpcError) and getattr(exc, "code", lambda: None)() == unimplemented:
             if self.supported:
@@ -216,8 +250,8 @@ class WriteStream:
             self._call = None
             self._reader = None
             self._served.set()  # senders waiting on this stream look again
-        while self._pending:
-            future = self._pending.popleft()
+        while pending:
+            future = pending.popleft()
             if not future.done():
                 future.set_exception(self._stream_error(exc))
         call.cancel()

@@ -48,6 +48,11 @@ NONE = "none"
 _ATTEMPTS = 4
 
 
+class PolicyError(Exception):
+    """Bootstrap objects that could not be reconciled: the message names the first and its
+    error (the cause) and counts the others."""
+
+
 class PolicyStore(Protocol):
     """The writes reconciliation makes (the apiserver's ResourceStores)."""
 
@@ -185,22 +190,24 @@ async def reconcile(
     """Reconcile every bootstrap object; how many were created, updated, recreated and
     skipped as protected. An object that cannot be written (etcd down, a refused write, endless
     races) is logged and the rest are still reconciled, as kube's post-start hook does; then
-    the first such error is raised, so the caller tries the whole policy again later. (Stopping
-    at the first failure left every later object missing, and the components bound by them
-    Forbidden, for as long as one early object kept failing.)"""
+    `PolicyError` naming the first is raised, so the caller tries the whole policy again later
+    (kube's hook counts such a pass as done: tinykube stays not ready while one is missing).
+    (Stopping at the first failure left every later object missing, and the components bound
+    by them Forbidden, for as long as one early object kept failing.)"""
     counts = {CREATE: 0, UPDATE: 0, RECREATE: 0, "protected": 0}
     work: list[tuple[KindInfo, Any]] = [
         *((CLUSTER_ROLE, r) for r in roles),
         *((CLUSTER_ROLE_BINDING, b) for b in bindings),
     ]
-    failed: list[TinykubeError] = []
+    failed: list[tuple[str, TinykubeError]] = []
     for info, expected in work:
         name = expected.metadata.name
         try:
             result = await _reconcile_one(store, info, expected)
         except TinykubeError as exc:
-            log.warning("unable to reconcile %s %s: %s", info.plural, name, exc)
-            failed.append(exc)
+            what = object_name(info, name)
+            log.warning("unable to reconcile %s: %s", what, exc)
+            failed.append((what, exc))
             continue
         if result.protected:
             if result.operation != NONE:
@@ -217,10 +224,20 @@ async def reconcile(
             counts[result.operation] += 1
             log.info("%s bootstrap %s %s", _PAST[result.operation], info.plural, name)
     if failed:
-        if len(failed) > 1:
-            log.warning("%d bootstrap RBAC objects not reconciled", len(failed))
-        raise failed[0]
+        (what, first), more = failed[0], len(failed) - 1
+        # The errors' tracebacks hold this frame: let go of them before raising.
+        del failed
+        others = f" (and {more} more bootstrap RBAC objects)" if more else ""
+        try:
+            raise PolicyError(f"unable to reconcile {what}: {first}{others}") from first
+        finally:
+            del first
     return counts
+
+
+def object_name(info: KindInfo, name: str) -> str:
+    """An object as kube's messages name it: "clusterrole.rbac.authorization.k8s.io/view"."""
+    return f"{info.kind.lower()}.{info.group}/{name}"
 
 
 _PAST = {CREATE: "created", UPDATE: "updated", RECREATE: "recreated"}

@@ -1,10 +1,11 @@
 """A handler that answers after its call's deadline: gRPC already sent DEADLINE_EXCEEDED.
 
 Under load the event loop learns of a passed deadline late (the handler's cancellation is queued
-behind the work that made it late), so a handler can reach `abort_with` after gRPC core ended the
-call. The abort then failed (ExecuteBatchError, then "Abort already called!" from the error path:
-two tracebacks in the apiserver's log and an INTERNAL in its metrics, 93 of them in a 2,000-node
-load run). A real grpc.aio server in this process, no etcd.
+behind the work that made it late), so a handler can reach `abort_with` (or `answer_with`, which
+sets the status its return sends) after gRPC core ended the call. The abort then failed
+(ExecuteBatchError, then "Abort already called!" from the error path: two tracebacks in the
+apiserver's log and an INTERNAL in its metrics, 93 of them in a 2,000-node load run). A real
+grpc.aio server in this process, no etcd.
 """
 
 from __future__ import annotations
@@ -18,29 +19,35 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tinykube.errors import NotFoundError, abort_with
+from tinykube.errors import NotFoundError, abort_with, answer_with
 
 pytestmark = pytest.mark.integration
 
 
 class LateHealth(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
-    def __init__(self) -> None:
+    def __init__(self, abort: bool) -> None:
+        self.abort = abort
         self.raised: list[str] = []
 
     async def Check(self, request: Any, context: Any) -> Any:
         # A busy event loop (blocked on purpose): the client's 0.1 s deadline passes meanwhile.
         time.sleep(0.4)  # noqa: ASYNC251
+        error = NotFoundError('pods "web" not found')
         try:
-            await abort_with(context, NotFoundError('pods "web" not found'))
+            if self.abort:
+                await abort_with(context, error)
+            answer_with(context, error)
+            return None
         except BaseException as exc:
             self.raised.append(type(exc).__name__)
             raise
 
 
+@pytest.mark.parametrize("abort", [True, False], ids=["abort_with", "answer_with"])
 async def test_abort_after_the_deadline_ends_the_call_quietly(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, abort: bool
 ) -> None:
-    servicer = LateHealth()
+    servicer = LateHealth(abort)
     server = grpc.aio.server()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")

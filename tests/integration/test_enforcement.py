@@ -13,6 +13,7 @@ precondition fails, creates that fail validation, binds of a pod that does not e
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import shutil
 import subprocess
@@ -560,6 +561,55 @@ async def test_a_token_authenticates_over_rest(cluster: Cluster) -> None:
         s.get(cluster.server.rest_url + "/api/v1/pods", headers=creds.headers()) as resp,
     ):
         assert resp.status == 200  # alice is bound to view
+
+
+@pytest.mark.usefixtures("saved_garbage")
+async def test_refusals_leave_no_exception_in_a_cycle(cluster: Cluster) -> None:
+    """A refused request (PERMISSION_DENIED; 403, 401) is answered without an exception left for
+    the cyclic GC (tests/integration/test_apiserver_error_cycles.py has the other answers; gRPC
+    without a client certificate is refused in the TLS handshake, before any handler)."""
+    server = cluster.server
+    refused = pod_pb2.Pod()
+    refused.CopyFrom(make_pod("refused"))
+    refused.metadata.namespace = "team"
+
+    async def count(fail: Callable[[], Awaitable[object]]) -> list[str]:
+        await fail()  # (what is built on first use is not a refusal's garbage)
+        gc.collect()
+        del gc.garbage[:]
+        for _ in range(5):
+            await fail()
+        gc.collect()
+        found = sorted(type(o).__name__ for o in gc.garbage if isinstance(o, BaseException))
+        del gc.garbage[:]
+        return found
+
+    async with (
+        _client(cluster, "viewer", "grpc") as viewer,
+        _session(cluster, "viewer") as viewer_rest,
+        _session(cluster, "wrong token") as stranger_rest,
+    ):
+
+        async def denied() -> None:
+            with pytest.raises(ForbiddenError):
+                await viewer.pods.create(refused)
+
+        async def rest(session: aiohttp.ClientSession, status: int) -> None:
+            async with session.get(server.rest_url + "/api/v1/nodes") as resp:
+                assert resp.status == status
+                await resp.read()
+
+        async def rest_denied() -> None:
+            async with viewer_rest.delete(server.rest_url + "/api/v1/nodes/node-1") as resp:
+                assert resp.status == 403
+                await resp.read()
+
+        found = {
+            "PERMISSION_DENIED": await count(denied),
+            "403": await count(rest_denied),
+            "401": await count(lambda: rest(stranger_rest, 401)),
+        }
+    assert found == {"PERMISSION_DENIED": [], "403": [], "401": []}
 
 
 # ---- kubectl: auth can-i and --as ---------------------------------------------------------------

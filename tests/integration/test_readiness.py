@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -18,6 +20,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from apiserver.__main__ import FATAL_EXIT_CODE, run
+from apiserver.settings import Settings
 from tests.integration.conftest import (
     RunningAPIServer,
     make_pod,
@@ -75,10 +79,9 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
         yield s
 
 
-async def test_not_ready_until_the_bootstrap_policy_is_reconciled(
-    etcd_server: EtcdServer, session: aiohttp.ClientSession
-) -> None:
-    settings = make_settings(etcd_server.endpoint, rest_port=0)
+async def refuse_a_bootstrap_role(settings: Settings, session: aiohttp.ClientSession) -> None:
+    """Leave the store with system:basic-user deleted and a webhook that refuses it: the next
+    apiserver must create the role again, and cannot."""
     first = await start_apiserver(settings)
     try:
         base = f"http://{first.server.rest_address}"
@@ -92,7 +95,12 @@ async def test_not_ready_until_the_bootstrap_policy_is_reconciled(
     finally:
         await first.server.stop()
 
-    # The same store: the next apiserver must create system:basic-user again, and cannot.
+
+async def test_not_ready_until_the_bootstrap_policy_is_reconciled(
+    etcd_server: EtcdServer, session: aiohttp.ClientSession
+) -> None:
+    settings = make_settings(etcd_server.endpoint, rest_port=0)
+    await refuse_a_bootstrap_role(settings, session)
     second = await start_apiserver(settings)
     try:
         base = f"http://{second.server.rest_address}"
@@ -124,6 +132,32 @@ async def test_not_ready_until_the_bootstrap_policy_is_reconciled(
         assert status == 200, text
     finally:
         await second.server.stop()
+
+
+async def test_an_apiserver_whose_policy_keeps_failing_exits(
+    etcd_server: EtcdServer, session: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kube-apiserver's hook tries for 30 s, then fails and the process exits (klog.Fatalf,
+    255), where tinykube's apiserver stayed not ready forever. The time is shortened here."""
+    settings = make_settings(etcd_server.endpoint, rest_port=0)
+    await refuse_a_bootstrap_role(settings, session)
+    with caplog.at_level(logging.ERROR, logger="apiserver.app"):
+        code = await asyncio.wait_for(
+            run(replace(settings, bootstrap_policy_timeout_seconds=1.0)), 60
+        )
+    assert code == FATAL_EXIT_CODE == 255
+    errors = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "apiserver.app" and r.levelno >= logging.ERROR
+    ]
+    assert len(errors) == 1, errors
+    prefix = (
+        'PostStartHook "rbac/bootstrap-roles" failed: unable to initialize roles: unable to '
+        "reconcile clusterrole.rbac.authorization.k8s.io/system:basic-user: "
+    )
+    assert errors[0].startswith(prefix), errors
+    assert "refuse.example.com" in errors[0], errors  # the webhook's own error
 
 
 async def test_a_stopping_apiserver_never_reports_serving_again(etcd_server: EtcdServer) -> None:

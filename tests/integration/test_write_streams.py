@@ -35,10 +35,17 @@ from tests.integration.conftest import (
     stop_kubelet,
 )
 from tinykube.client import Client
-from tinykube.errors import AlreadyExistsError, ConflictError, InvalidError, NotFoundError
+from tinykube.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    DeadlineExceededError,
+    InvalidError,
+    NotFoundError,
+)
 from tinykube.localetcd import EtcdServer
 from tinykube.serving import CHANNEL_OPTIONS
 from tinykube.v1 import lease_pb2, meta_pb2, pod_pb2
+from tinykube.writestream import WriteStream
 
 pytestmark = pytest.mark.integration
 
@@ -330,3 +337,56 @@ async def test_hollow_nodes_renew_and_report_through_streams_of_their_own(
         assert len(apiserver.server.write_streams.reading) == 3 + 1
     finally:
         await stop_kubelet(kubelet)
+
+
+class _StalledLeases:
+    """Leases/UpdateStream that answers its first request and then reads nothing more, as the
+    apiserver's stream does while its connection's slots are taken: HTTP/2 flow control soon
+    holds the client's writes."""
+
+    async def update_stream(self, requests: Any, context: Any) -> None:
+        first = await context.read()
+        await context.write(lease_pb2.LeaseWriteResult(code=OK, lease=first.lease))
+        await asyncio.Event().wait()
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        stream = grpc.stream_stream_rpc_method_handler(
+            self.update_stream,
+            request_deserializer=lease_pb2.UpdateLeaseRequest.FromString,
+            response_serializer=lease_pb2.LeaseWriteResult.SerializeToString,
+        )
+        return grpc.method_handlers_generic_handler("tinykube.v1.Leases", {"UpdateStream": stream})
+
+
+async def test_a_write_held_by_flow_control_ends_at_the_request_deadline() -> None:
+    """WriteStream.send's timeout covers the write too: a write the apiserver does not take
+    (flow control) ends DEADLINE_EXCEEDED, where it waited without a deadline, and the stream
+    is given up (whether the message left is unknown)."""
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((_StalledLeases().handler(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    open_call = channel.stream_stream(
+        "/tinykube.v1.Leases/UpdateStream",
+        request_serializer=lease_pb2.UpdateLeaseRequest.SerializeToString,
+        response_deserializer=lease_pb2.LeaseWriteResult.FromString,
+    )
+    stream = WriteStream(open_call, lease_pb2.LeaseWriteResult, "lease", "Leases/UpdateStream")
+    try:
+        lease = _lease("n1")
+        assert (await stream.send(lease_pb2.UpdateLeaseRequest(lease=lease), 5.0)) == lease
+        # Far more than the stream's HTTP/2 window: the write cannot complete.
+        big = _lease("n1")
+        big.metadata.annotations["padding"] = "x" * (8 << 20)
+        async with asyncio.timeout(30):  # (a hang fails the test; no time is asserted)
+            with pytest.raises(DeadlineExceededError, match="may have been applied"):
+                await stream.send(lease_pb2.UpdateLeaseRequest(lease=big), 0.5)
+            # The stream whose write was cut is given up; the next request opens another and
+            # is answered there (the old stream's reader, ending late, fails only its own).
+            assert (await stream.send(lease_pb2.UpdateLeaseRequest(lease=lease), 5.0)) == lease
+        assert stream.opened == 2
+    finally:
+        await stream.close()
+        await channel.close()
+        await server.stop(0)

@@ -16,7 +16,7 @@ import pytest
 
 from tinykube import errors
 from tinykube.client import BindItem, Client
-from tinykube.retry import is_unsent
+from tinykube.retry import Attempts, is_unsent, may_have_landed
 from tinykube.v1 import pod_pb2
 
 # What grpc.aio reported against a real server (see tinykube/retry.py): never started or
@@ -51,6 +51,31 @@ def test_is_unsent_only_for_a_call_that_found_no_connection(
     raw = rpc_error(code, details)
     assert is_unsent(raw) is unsent
     assert is_unsent(errors.from_rpc_error(raw)) is unsent
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "landed"),
+    [
+        (grpc.StatusCode.UNAVAILABLE, REFUSED, False),  # never left
+        (grpc.StatusCode.UNAVAILABLE, RESET, True),
+        (grpc.StatusCode.UNAVAILABLE, GOAWAY, True),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", True),
+        (grpc.StatusCode.CANCELLED, "the apiserver stopped", True),  # the server's cancel
+        (grpc.StatusCode.ABORTED, "the object has been modified", False),  # its answer
+        (grpc.StatusCode.ALREADY_EXISTS, "exists", False),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, "Too many requests", False),  # refused unrun
+    ],
+)
+def test_may_have_landed_and_an_ambiguous_attempt_are_one_rule(
+    code: grpc.StatusCode, details: str, landed: bool
+) -> None:
+    raw = rpc_error(code, details)
+    for exc in (raw, errors.from_rpc_error(raw)):
+        assert may_have_landed(exc) is landed
+        attempts = Attempts()
+        attempts.failed(exc)
+        assert attempts.ambiguous is landed
+    assert may_have_landed(ValueError("not a call's")) is False
 
 
 def make_pod(name: str = "web", *, generate: str = "", label: str = "web") -> pod_pb2.Pod:

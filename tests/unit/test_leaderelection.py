@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from datetime import UTC, datetime
 
 import pytest
@@ -306,3 +307,36 @@ async def test_a_standby_wakes_when_the_lease_it_saw_expires(
     assert expires <= clock.monotonic() <= expires + 0.1 * jitter + 0.2
     assert a.task is not None and isinstance(a.task.exception(), LeadershipLost)
     await stop(b)
+
+
+@pytest.mark.usefixtures("saved_garbage")
+async def test_lost_leadership_leaves_no_exception_in_a_cycle() -> None:
+    """`run` raising LeadershipLost (and the work's own error) leaves nothing for the cyclic GC:
+    each lost leadership left the error in a cycle through run's frame and the renew task."""
+    store, clock = LeaseStore(), FakeClock()
+    a = Candidate(store, clock, "a")
+    a.start()
+    await advance(clock, 0.5)
+    assert a.working
+    a.client.leases.down = True
+    gc.collect()
+    del gc.garbage[:]
+    await advance(clock, 12.5)
+    assert a.task is not None and a.task.done()
+    with pytest.raises(LeadershipLost):
+        await a.task
+    a.task = None
+    gc.collect()
+    assert [type(o).__name__ for o in gc.garbage if isinstance(o, BaseException)] == []
+
+    elector = LeaderElector(
+        FakeClient(LeaseStore()), namespace=NS, name=NAME, identity="b", clock=clock
+    )
+
+    async def failing() -> None:
+        raise RuntimeError("controller crashed")
+
+    with pytest.raises(RuntimeError, match="controller crashed"):
+        await elector.run(failing)  # (not under wait_for, whose frame keeps its task's error)
+    gc.collect()
+    assert [type(o).__name__ for o in gc.garbage if isinstance(o, BaseException)] == []

@@ -29,6 +29,9 @@ from apiserver.grpcapi import (
 from apiserver.metrics import Metrics
 from tests.unit.test_flowcontrol_queues import FakeTime
 from tinykube.v1 import meta_pb2, pod_pb2
+from tinykube.writestream import MESSAGE_TIMEOUT_KEY
+
+DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
 
 
 async def settle() -> None:
@@ -39,7 +42,7 @@ async def settle() -> None:
 
 def _slots(limit: int) -> tuple[ConnectionSlots, FakeTime]:
     time = FakeTime()
-    gate = MessageGate(limit, call_later=time.call_later)
+    gate = MessageGate(limit, call_later=time.call_later, monotonic=time.monotonic)
     return gate.open("ipv4:127.0.0.1:5000"), time
 
 
@@ -234,12 +237,52 @@ async def test_a_message_that_waits_past_its_deadline_is_answered_in_order_unrun
     time.advance(2.0)  # "late" waited its whole deadline for the slot "slow" holds
     await settle()
     assert stream.reads == 3  # the stream reads on
-    handlers.finish("slow", "next")
+    handlers.finish("slow")
+    await settle()
+    stream.send("after")  # read when nothing is unanswered: its own deadline, it runs
+    await settle()
+    handlers.finish("after")
     stream.close()
     await serving
-    assert stream.written == [b"slow:ok", b"late:expired", b"next:ok"]
-    assert "late" not in handlers.done  # never ran
+    # "next" was unread behind "late" all along: its deadline is no later than "late"'s.
+    assert stream.written == [b"slow:ok", b"late:expired", b"next:expired", b"after:ok"]
+    assert "late" not in handlers.done and "next" not in handlers.done  # never ran
     assert slots.running == 0
+    assert time.pending() == 0
+
+
+async def test_a_request_sent_after_its_predecessor_answer_keeps_its_whole_time() -> None:
+    """One request at a time (a kubelet's Lease renewals): the next is sent after the answer,
+    so the wait its predecessor had for a slot is not counted against it."""
+    slots, time = _slots(1)
+    handlers = Handlers()
+    hog, stream = FakeStream(), FakeStream()
+    serving = [
+        asyncio.ensure_future(serve_write_stream(s, handlers.answer, slots, 2.0))
+        for s in (hog, stream)
+    ]
+    hog.send("hog")
+    await settle()
+    stream.send("r1")
+    await settle()
+    assert slots.waiting == 1
+    time.advance(1.5)  # r1 waits 1.5 of its 2 s for the slot
+    handlers.finish("hog")
+    await settle()
+    assert handlers.running == {"r1"}
+    handlers.finish("r1")
+    await settle()
+    assert stream.written == [b"r1:ok"]
+    time.advance(1.0)  # past r1's deadline: r2 is the client's next request, sent now
+    stream.send("r2")
+    await settle()
+    assert handlers.running == {"r2"}
+    handlers.finish("r2")
+    hog.close()
+    stream.close()
+    await asyncio.gather(*serving)
+    assert stream.written == [b"r1:ok", b"r2:ok"]
+    assert slots.running == 0 and time.pending() == 0
 
 
 async def test_a_cancelled_stream_gives_back_every_slot() -> None:
@@ -355,6 +398,7 @@ async def test_stream_messages_and_unary_calls_take_turns_at_the_in_flight_limit
     # s0 runs (the one mutating seat), s1 and s2 wait for it in their connection's flow, s3
     # waits for its connection's slot (3), unread behind it: s4, s5.
     assert order == ["s0"] and burst.reads == 4
+    assert waiting_gauge(interceptor) == 1.0
     call = asyncio.ensure_future(unary(_create("u0"), FakeContext("ipv4:10.0.0.2:1")))
     await settle()
     for name in ("s0", "s1", "u0", "s2", "s3", "s4"):
@@ -367,3 +411,59 @@ async def test_stream_messages_and_unary_calls_take_turns_at_the_in_flight_limit
     await serving
     assert len(burst.written) == 6
     assert limiter.executing == [0, 0] and gate.connections == {}
+    assert waiting_gauge(interceptor) == 0.0
+
+
+def waiting_gauge(interceptor: MetricsInterceptor) -> float | None:
+    registry = interceptor.metrics.registry
+    return registry.get_sample_value("apiserver_write_stream_messages_waiting")
+
+
+class TimedContext(FakeContext):
+    """A stream whose client waits `seconds` for each answer (MESSAGE_TIMEOUT_KEY)."""
+
+    def __init__(self, peer: str, seconds: float) -> None:
+        super().__init__(peer)
+        self.seconds = seconds
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ((MESSAGE_TIMEOUT_KEY, str(round(self.seconds * 1000))),)
+
+
+async def test_messages_that_expire_waiting_are_counted_and_never_run() -> None:
+    time = FakeTime()
+    # (The deadlines on the loop's clock, as the handlers' asyncio.timeout_at needs: only the
+    # slot waits' timers are fake.)
+    gate = MessageGate(1, call_later=time.call_later)
+    ran: list[str] = []
+    hold = asyncio.Event()
+
+    async def handle(request: Any, context: Any, identity: Any = None, sink: Any = None) -> Any:
+        ran.append(request.pod.metadata.name)
+        await hold.wait()
+        return request.pod
+
+    interceptor = MetricsInterceptor(Metrics(), None, None, gate=gate)
+    serve: Any = interceptor._write_stream(
+        "Pods/CreateStream", WriteStream("/tinykube.v1.Pods/Create", handle)
+    )
+    stream = TimedContext("ipv4:10.0.0.1:1", 2.0)
+    serving = asyncio.ensure_future(serve(None, stream))
+    stream.send(*(_create(name) for name in ("slow", "late", "stale")))
+    await settle()
+    assert ran == ["slow"] and stream.reads == 2 and waiting_gauge(interceptor) == 1.0
+    time.advance(2.0)  # "late" waited its whole deadline for the slot
+    await settle()
+    assert stream.reads == 3 and waiting_gauge(interceptor) == 1.0  # "stale" waits now
+    time.advance(2.0)
+    await settle()
+    hold.set()
+    stream.close()
+    await serving
+    assert ran == ["slow"]
+    codes = [pod_pb2.PodWriteResult.FromString(data).code for data in stream.written]
+    assert codes == [0, DEADLINE_EXCEEDED, DEADLINE_EXCEEDED]
+    registry = interceptor.metrics.registry
+    expired = "apiserver_write_stream_messages_expired_total"
+    assert registry.get_sample_value(expired, {"method": "Pods/CreateStream"}) == 2.0
+    assert waiting_gauge(interceptor) == 0.0

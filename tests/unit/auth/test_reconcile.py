@@ -17,6 +17,7 @@ from apiserver.auth.reconcile import (
     NONE,
     RECREATE,
     UPDATE,
+    PolicyError,
     reconcile,
     reconcile_binding,
     reconcile_role,
@@ -239,8 +240,9 @@ def test_reconcile_gives_up_on_endless_races() -> None:
     async def run() -> None:
         store = FakeStore()
         store.races = [NotFoundError] * 10
-        with pytest.raises(ConflictError, match="exceeded maximum attempts"):
+        with pytest.raises(PolicyError, match="exceeded maximum attempts") as info:
             await reconcile(store, [EXPECTED_ROLE], [])
+        assert isinstance(info.value.__cause__, ConflictError)
 
     asyncio.run(run())
 
@@ -258,8 +260,13 @@ def test_an_object_that_cannot_be_written_does_not_hold_back_the_rest() -> None:
     async def run() -> None:
         store = RefusingStore()
         roles, bindings = bootstrap.cluster_roles(), bootstrap.cluster_role_bindings()
-        with pytest.raises(UnavailableError, match="etcd did not answer"):
+        with pytest.raises(PolicyError) as info:
             await reconcile(store, roles, bindings)
+        # kube's words for the object, and its error.
+        assert str(info.value) == (
+            "unable to reconcile clusterrole.rbac.authorization.k8s.io/view: etcd did not answer"
+        )
+        assert isinstance(info.value.__cause__, UnavailableError)
         created = {name for _, name in store.writes}
         assert created == {r.metadata.name for r in [*roles, *bindings]} - {"view"}  # type: ignore[attr-defined]
         assert (CLUSTER_ROLE_BINDING.kind, "system:kube-controller-manager") in store.objects
