@@ -273,6 +273,7 @@ class APIServer:
         # The bootstrap RBAC policy has been reconciled once (readiness waits for it).
         self._policy_reconciled = False
         self._policy_error = ""  # why the last reconcile failed (not the error: its frames)
+        self._policy_etcd_down = False  # it failed because etcd did not answer
         # Set, with `fatal_error` saying why, when the apiserver cannot go on and must exit
         # (its process ends non-zero, as kube-apiserver's klog.Fatalf): the bootstrap RBAC
         # policy failed for bootstrap_policy_timeout_seconds.
@@ -606,7 +607,9 @@ class APIServer:
             try:
                 await self.storage.current_revision(retry=False)
             except TinykubeError as exc:
+                self._policy_etcd_down = True
                 raise PolicyError(f"unable to initialize clusterroles: {exc}") from None
+            self._policy_etcd_down = False
             await self.reconcile_policy()
         except (PolicyError, TinykubeError) as exc:
             log.warning("bootstrap RBAC policy not reconciled yet: %s", exc)
@@ -618,18 +621,31 @@ class APIServer:
 
     async def _policy_loop(self, started: float) -> None:
         """kube-apiserver's post-start hook rbac/bootstrap-roles: the policy again every
-        second until a pass succeeds; one that has failed for bootstrap_policy_timeout_seconds
-        since `started` ends the apiserver (`fatal`), as kube's hook fails and klog.Fatalf ends
-        kube-apiserver, where it waited not ready forever: an apiserver that cannot put its
-        policy in place is better restarted (by its supervisor) with the error in its log."""
+        second until a pass succeeds, for bootstrap_policy_timeout_seconds since `started`.
+        Then, as kube's hook:
+        - if etcd still does not answer, the apiserver ends (`fatal`), as the hook fails and
+          klog.Fatalf ends kube-apiserver: better restarted (by its supervisor) with the error
+          in its log than not ready forever;
+        - if etcd answers but objects keep failing (a webhook refuses one, say), each failure
+          has been logged and the hook is done: the apiserver becomes ready without them, as
+          kube's hook counts such a pass as done (it does not retry it at all; tinykube retries
+          for the hook's time first, so a passing failure costs nothing)."""
         deadline = started + self.settings.bootstrap_policy_timeout_seconds
         while not await self._ensure_policy():
             if self.clock.monotonic() >= deadline:
-                self._fail(
-                    'PostStartHook "rbac/bootstrap-roles" failed: unable to initialize roles: '
-                    f"{self._policy_error}"
+                if self._policy_etcd_down:
+                    self._fail(
+                        'PostStartHook "rbac/bootstrap-roles" failed: unable to initialize '
+                        f"roles: {self._policy_error}"
+                    )
+                    return
+                log.error(
+                    'PostStartHook "rbac/bootstrap-roles": %s; going on without it after %gs',
+                    self._policy_error,
+                    self.settings.bootstrap_policy_timeout_seconds,
                 )
-                return
+                self._policy_reconciled = True
+                break
             await self.clock.sleep(POLICY_RETRY_SECONDS)
         await self._update_health()
 

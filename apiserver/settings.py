@@ -96,7 +96,8 @@ class Settings:
     shutdown_grace_seconds: float = 5.0
     # How long the bootstrap RBAC policy may keep failing before the apiserver exits, as
     # kube-apiserver's post-start hook rbac/bootstrap-roles (polled every second for 30 s, then
-    # fatal). Not a flag (kube has none); tests shorten it.
+    # fatal if etcd does not answer, done without the objects that failed if it does). Not a
+    # flag (kube has none); tests shorten it.
     bootstrap_policy_timeout_seconds: float = 30.0
     # Default grace period of pods that do not set terminationGracePeriodSeconds.
     default_termination_grace_seconds: int = 30
