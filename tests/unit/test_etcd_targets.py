@@ -6,6 +6,7 @@ import pytest
 
 from apiserver.settings import Settings, etcd_target, etcd_targets
 from apiserver.storage import cluster_target, socket_server_name
+from tinykube.localetcd import SOCKET_PATH_MAX, EtcdServer
 
 
 @pytest.mark.parametrize(
@@ -58,3 +59,14 @@ def test_the_scheme_says_tls(endpoints: str, tls: bool) -> None:
 def test_the_name_a_socket_checks_etcds_certificate_against(target: str, name: str) -> None:
     assert socket_server_name(target) == name
 
+
+def test_a_socket_path_too_long_for_an_address_moves_to_a_private_directory() -> None:
+    short = EtcdServer("/var/lib/tinykube/etcd", client_port=2379, peer_port=2380, socket=True)
+    assert short.socket_url == "unix:///var/lib/tinykube/etcd/localhost:2379"
+    deep = "/home/someone/" + "d" * 90 + "/etcd"
+    far = EtcdServer(deep, client_port=2379, peer_port=2380, socket=True)
+    first = far.socket_path
+    assert not first.startswith(deep)
+    assert len(first) <= SOCKET_PATH_MAX
+    assert first.endswith("/localhost:2379")
+    assert far.socket_path == first  # named once: a restarted etcd is where the apiserver looks
