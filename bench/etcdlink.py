@@ -25,6 +25,10 @@ idle CPU of both processes (their background: bookmarks, etcd's progress notific
 apiserver's Lease) is measured for `--idle-seconds` before the first phase and reported, not
 subtracted. Nothing is asserted; JSON lines (one per run, then the summary) on stdout, and
 `--out FILE` writes them all.
+
+`--rpc-only` leaves the apiserver out: this process sends etcd `--count` Range calls of one
+1.2 KB value (`--inflight` at a time) on the apiserver's channel options and credentials, and
+reports its own CPU (getrusage) and etcd's per call: what the link itself costs each side.
 """
 
 from __future__ import annotations
@@ -214,6 +218,118 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"summary": out, "load1": [r["load1_at_start"] for r in runs]}
 
 
+def rpc_run(link: str, count: int, inflight: int, *, insecure: bool) -> dict[str, Any]:
+    """`--rpc-only`: etcd alone, `count` Range calls of one 1.2 KB value from this process (on
+    the apiserver's channel options and credentials), `inflight` at a time: the link's own
+    cost per call, without the apiserver's work around it. This process's CPU comes from
+    getrusage (microseconds), etcd's from /proc."""
+    import asyncio
+    import resource
+
+    from aetcd import rpc
+
+    from apiserver.settings import etcd_target
+    from apiserver.storage import _CHANNEL_OPTIONS, socket_server_name
+    from tinykube.localetcd import EtcdServer
+    from tinykube.tls import PLAINTEXT, Credentials
+
+    work = Path(tempfile.mkdtemp(prefix="tinykube-etcdlink-"))
+    etcd_tls = None
+    credentials = PLAINTEXT
+    if not insecure:
+        etcd_tls, _, _, _ = opcost._security(work)
+    etcd = EtcdServer(str(work / "etcd"), die_with_parent=True, tls=etcd_tls, socket=True)
+    etcd.start()
+    target = etcd_target(etcd.url if link == "tcp" else etcd.socket_url)
+    if etcd_tls is not None:
+        from tinykube.pki import PKI
+
+        client = PKI(work / "pki").paths("apiserver-etcd-client")
+        credentials = Credentials.from_files(
+            ca_file=etcd_tls.trusted_ca_file,
+            cert_file=str(client.cert),
+            key_file=str(client.key),
+            server_name=socket_server_name(target) if target.startswith("unix:") else None,
+        )
+    assert etcd.process is not None
+    etcd_pid = etcd.process.pid
+
+    async def calls() -> dict[str, Any]:
+        async with credentials.channel(target, _CHANNEL_OPTIONS) as channel:
+            kv = rpc.KVStub(channel)
+            await kv.Put(rpc.PutRequest(key=b"/bench/k", value=os.urandom(1200)))
+            request = rpc.RangeRequest(key=b"/bench/k")
+
+            async def send(n: int) -> None:
+                left = iter(range(n))  # shared by the workers: n calls in all
+
+                async def worker() -> None:
+                    for _ in left:
+                        await kv.Range(request, timeout=30)
+
+                await asyncio.gather(*(worker() for _ in range(inflight)))
+
+            await send(min(count, 500))  # warm-up
+            mine0 = resource.getrusage(resource.RUSAGE_SELF)
+            e0, began = cpu(etcd_pid), time.monotonic()
+            await send(count)
+            seconds = time.monotonic() - began
+            mine1 = resource.getrusage(resource.RUSAGE_SELF)
+            e1 = cpu(etcd_pid)
+        return {
+            "seconds": round(seconds, 2),
+            "client_us": {
+                "user": round((mine1.ru_utime - mine0.ru_utime) / count * 1e6, 1),
+                "system": round((mine1.ru_stime - mine0.ru_stime) / count * 1e6, 1),
+            },
+            "etcd_us": {
+                "user": round((e1[0] - e0[0]) / count * 1e6, 1),
+                "system": round((e1[1] - e0[1]) / count * 1e6, 1),
+            },
+        }
+
+    try:
+        result = asyncio.run(calls())
+    finally:
+        etcd.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+    for part in ("client_us", "etcd_us"):
+        result[part]["total"] = round(result[part]["user"] + result[part]["system"], 1)
+    print(
+        f"{link} range x{inflight}: client {result['client_us']['total']} us, "
+        f"etcd {result['etcd_us']['total']} us per call ({result['seconds']}s)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return {
+        "link": link,
+        "mode": "rpc-only",
+        "security": "insecure" if insecure else "tls",
+        "count": count,
+        "inflight": inflight,
+        "nproc": os.cpu_count(),
+        "load1_at_start": loadavg(),
+        **result,
+    }
+
+
+def rpc_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for link in dict.fromkeys(r["link"] for r in runs):
+        mine = [r for r in runs if r["link"] == link]
+        out[link] = {
+            "runs": len(mine),
+            **{
+                proc: {
+                    part: statistics.median(r[proc][part] for r in mine)
+                    for part in ("user", "system", "total")
+                }
+                for proc in ("client_us", "etcd_us")
+            },
+        }
+    return {"summary": out, "load1": [r["load1_at_start"] for r in runs]}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--links", default="tcp,socket", help=f"comma-separated, of {','.join(LINKS)}")
@@ -222,6 +338,12 @@ def main() -> int:
     p.add_argument("--insecure", action="store_true", help="plaintext everywhere, no authz")
     p.add_argument("--idle-seconds", type=float, default=5.0)
     p.add_argument("--out", type=Path, help="also write the JSON lines here")
+    p.add_argument(
+        "--rpc-only",
+        action="store_true",
+        help="no apiserver: this process sends --count etcd Range calls (see rpc_run)",
+    )
+    p.add_argument("--inflight", type=int, default=1, help="--rpc-only: calls in flight")
     a = p.parse_args()
     links = [x for x in a.links.split(",") if x]
     for link in links:
@@ -229,16 +351,23 @@ def main() -> int:
             p.error(f"unknown link {link!r}; one of {', '.join(LINKS)}")
         if link == "socket-plaintext" and a.insecure:
             p.error("socket-plaintext compares with TLS: drop --insecure")
+        if link == "socket-plaintext" and a.rpc_only:
+            p.error("--rpc-only measures tcp and socket")
     runs: list[dict[str, Any]] = []
     lines: list[str] = []
     for _ in range(a.runs):
         for link in links:
-            runs.append(one_run(link, a.count, insecure=a.insecure, idle_seconds=a.idle_seconds))
+            if a.rpc_only:
+                runs.append(rpc_run(link, a.count, a.inflight, insecure=a.insecure))
+            else:
+                runs.append(
+                    one_run(link, a.count, insecure=a.insecure, idle_seconds=a.idle_seconds)
+                )
             lines.append(json.dumps(runs[-1]))
             print(lines[-1], flush=True)
             if a.out is not None:
                 a.out.write_text("\n".join(lines) + "\n")
-    lines.append(json.dumps(summary(runs)))
+    lines.append(json.dumps(rpc_summary(runs) if a.rpc_only else summary(runs)))
     print(lines[-1], flush=True)
     if a.out is not None:
         a.out.write_text("\n".join(lines) + "\n")
