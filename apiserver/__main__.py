@@ -18,7 +18,7 @@ from apiserver.allocator import parse_ip_range, parse_port_range
 from apiserver.app import APIServer, service_account_keys
 from apiserver.auth.tokens import KeyFileError
 from apiserver.memory import watch_cache_report
-from apiserver.settings import Settings
+from apiserver.settings import Settings, etcd_targets
 from tinykube import aio, memreport
 from tinykube.serving import configure_logging, run_until_signalled
 from tinykube.tls import INSECURE_WARNING
@@ -38,7 +38,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
     p.add_argument(
         "--etcd-servers",
         default=_env("ETCD_SERVERS", _DEFAULTS.etcd_endpoints),
-        help="etcd endpoints, host:port[,host:port] (env TINYKUBE_ETCD_SERVERS)",
+        help="etcd endpoints, host:port[,host:port] or one unix socket, unix:///path "
+        "(unixs:///path: TLS over it) (env TINYKUBE_ETCD_SERVERS)",
     )
     p.add_argument(
         "--etcd-prefix",
@@ -243,6 +244,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Settings, str]:
     try:
         parse_ip_range(args.service_cluster_ip_range)
         parse_port_range(args.service_node_port_range)
+        etcd_targets(args.etcd_servers)
     except ValueError as exc:
         p.error(str(exc))
     if args.advertise_address:

@@ -137,7 +137,7 @@ def etcd_credentials(settings: Settings) -> Credentials:
     if not settings.etcd_tls:
         return PLAINTEXT
     if not settings.etcd_cafile:
-        raise TLSConfigError("--etcd-cafile is required for an https:// etcd")
+        raise TLSConfigError("--etcd-cafile is required for an https:// or unixs:// etcd")
     return Credentials.from_files(
         ca_file=settings.etcd_cafile,
         cert_file=settings.etcd_certfile,

@@ -4,10 +4,40 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# etcd client URL schemes of a unix domain socket (etcd's client and so kube-apiserver's
+# --etcd-servers): `unixs` is TLS over the socket.
+UNIX_SCHEMES = ("unix://", "unixs://")
+
+
+def etcd_target(endpoint: str) -> str:
+    """One --etcd-servers entry as a gRPC address: `host:port` for TCP (an http:// or https://
+    scheme dropped), `unix:PATH` for a socket, in etcd's client's forms: `unix:///abs/path`,
+    `unix://relative/path` (from the working directory), `unixs://` the same with TLS."""
+    for scheme in UNIX_SCHEMES:
+        if endpoint.startswith(scheme):
+            path = endpoint[len(scheme) :]
+            if not path:
+                raise ValueError(f"etcd endpoint {endpoint!r} names no socket path")
+            return "unix:" + path
+    return endpoint.split("://", 1)[-1].rstrip("/")
+
+
+def etcd_targets(endpoints: str) -> list[str]:
+    """The comma-separated --etcd-servers as gRPC addresses. A socket is one etcd member's,
+    on this host: it is the only endpoint (one channel target holds one socket)."""
+    found = [etcd_target(e.strip()) for e in endpoints.split(",") if e.strip()]
+    if len(found) > 1 and any(t.startswith("unix:") for t in found):
+        raise ValueError(
+            f"--etcd-servers {endpoints}: a unix socket endpoint must be the only one "
+            "(list an etcd cluster's members by host:port)"
+        )
+    return found
+
 
 @dataclass(frozen=True)
 class Settings:
-    # "host:port[,host:port]": etcd client endpoints.
+    # "host:port[,host:port]" (http:// or https:// URLs too), or one unix socket
+    # ("unix:///path", "unixs:///path" with TLS): etcd client endpoints.
     etcd_endpoints: str = "127.0.0.1:2379"
     # Every key lives under this prefix; tests give each apiserver its own.
     etcd_prefix: str = "/registry"
@@ -148,14 +178,15 @@ class Settings:
 
     @property
     def endpoints(self) -> list[str]:
-        """etcd's host:port endpoints (an http:// or https:// scheme is dropped)."""
-        found = [e.strip() for e in self.etcd_endpoints.split(",") if e.strip()]
-        return [e.split("://", 1)[-1].rstrip("/") for e in found]
+        """etcd's endpoints as gRPC addresses (`etcd_targets`): host:port, or unix:PATH."""
+        return etcd_targets(self.etcd_endpoints)
 
     @property
     def etcd_tls(self) -> bool:
-        """TLS to etcd: an https:// endpoint or a CA to verify it with."""
-        return bool(self.etcd_cafile) or "https://" in self.etcd_endpoints
+        """TLS to etcd: an https:// or unixs:// endpoint, or a CA to verify it with."""
+        return bool(self.etcd_cafile) or any(
+            scheme in self.etcd_endpoints for scheme in ("https://", "unixs://")
+        )
 
     @property
     def prefix(self) -> str:

@@ -13,6 +13,11 @@ channel: that gives multi-op transactions, per-call deadlines, keepalive, watch 
 and the watch response header revision, which aetcd's convenience layer hides. One instance is
 shared by all request handlers on the event loop; grpc.aio multiplexes the calls.
 
+One member on this host may be reached over its unix domain socket (`unix:PATH`, from
+--etcd-servers unix:///path): the channel's target is the socket, and TLS (unixs://) checks
+etcd's certificate against the socket file's name up to a colon, as etcd's client does
+("localhost" for etcd's convention `localhost:2379`).
+
 Several members (an etcd cluster): the channel's target lists them all (`ipv4:a,b,c`) under
 gRPC's round_robin policy, so calls spread over every member that is connected and a killed
 member drops out of the rotation at once; the channel reconnects by itself, so the apiserver
@@ -276,6 +281,8 @@ def cluster_target(endpoints: Sequence[str]) -> str:
     """
     addresses = []
     for endpoint in endpoints:
+        if endpoint.startswith("unix:"):
+            raise ValueError(f"etcd endpoint {endpoint!r}: a unix socket must be the only one")
         host, _, port = endpoint.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"etcd endpoint {endpoint!r} is not host:port")
@@ -289,6 +296,14 @@ def cluster_target(endpoints: Sequence[str]) -> str:
             ip = str(infos[0][4][0])
         addresses.append(f"{ip}:{port}")
     return "ipv4:" + ",".join(addresses)
+
+
+def socket_server_name(target: str) -> str:
+    """The name etcd's certificate is checked against on a socket (`unix:PATH`), as etcd's
+    client does: the file's name up to a colon ("localhost" for ".../localhost:2379", the
+    name etcd's own convention gives a socket, tinykube.localetcd's too)."""
+    name = target.removeprefix("unix:").rstrip("/").rsplit("/", 1)[-1]
+    return name.rsplit(":", 1)[0] if ":" in name else name
 
 
 class Storage:
@@ -312,6 +327,8 @@ class Storage:
         # gRPC checks a member's certificate against the target's authority, which a list of
         # addresses is not: every member's certificate names the first host.
         self._tls_name = endpoints[0].rsplit(":", 1)[0] if len(endpoints) > 1 else ""
+        if self.target.startswith("unix:"):
+            self._tls_name = socket_server_name(self.target)
         self.write_attempt_timeout = min(timeout, write_attempt_timeout)
         # Attempts that failed and were sent again, by operation (tests and metrics read it).
         self.retries: dict[str, int] = {}

@@ -30,7 +30,8 @@ rates by method (its /metrics) and etcd's (grpc_server_handled_total on etcd's /
 creators' rate. Then, in the same cluster, the ceilings: apiserver Create alone (the other
 components stopped; pods for a scheduler nobody runs, same creators and concurrency) and
 etcd's own write throughput (a create-if-absent Txn, as the apiserver writes a new object, at
-the same total concurrency, from this process through etcd's gRPC API). `--profile
+the same total concurrency, from this process through etcd's gRPC API, over the link the
+apiserver uses: TCP, or etcd's unix socket with `--etcd-socket`). `--profile
 scheduler,apiserver` runs `py-spy record` on those processes during the measured op and
 summarises the collapsed stacks.
 
@@ -138,6 +139,8 @@ class Options:
     # tinykube up --ha: 3 etcd members, 2 apiservers, 2 leader-elected schedulers and
     # controller managers (the pod creators and the harness use the first apiserver)
     ha: bool = False
+    # The apiserver dials etcd's unix socket, not its TCP port (tinykube up --etcd-socket).
+    etcd_socket: bool = False
 
 
 # ---- the workload files ---------------------------------------------------------------------
@@ -444,6 +447,7 @@ class Run:
             start_timeout=120.0,
             insecure=opts.insecure,
             ha=opts.ha,
+            etcd_socket=opts.etcd_socket,
         )
         self.sampler = Sampler()
         self.kubelet_groups = 0
@@ -475,7 +479,17 @@ class Run:
             ca_file=str(pki.ca_cert_path),
             cert_file=str(pki.paths("apiserver-etcd-client").cert),
             key_file=str(pki.paths("apiserver-etcd-client").key),
+            # what etcd's certificate is checked against on its socket, as the apiserver does
+            server_name="localhost" if self.etcd_target.startswith("unix:") else None,
         )
+
+    @property
+    def etcd_target(self) -> str:
+        """Where the apiserver dials etcd (its socket, or TCP): the ceiling's writes go there."""
+        etcd = self.cluster.etcd
+        if etcd is not None and etcd.socket and self.cluster.etcd_cluster is None:
+            return f"unix:{etcd.socket_path}"
+        return self.cluster.etcd_endpoint
 
     def log(self, msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -973,7 +987,7 @@ class Run:
         value = pod.SerializeToString()
         self.log(f"ceiling: etcd create-if-absent Txn, {count} keys at concurrency {concurrency}")
         etcd = await etcd_write_ceiling(
-            self.cluster.etcd_endpoint, value, count, concurrency, self.etcd_credentials()
+            self.etcd_target, value, count, concurrency, self.etcd_credentials()
         )
         self.log(f"  {etcd['per_second']} txns/s")
         return {"apiserver_create_alone": api, "etcd_txn_put": etcd}
@@ -1041,6 +1055,7 @@ class Run:
                     "creators": self.opts.creators,
                     "concurrency": self.opts.concurrency,
                     "ha": self.opts.ha,
+                    "etcd_link": "socket" if self.opts.etcd_socket and not self.opts.ha else "tcp",
                     "stream_creators": self.opts.stream_creators,
                     "kubelet_write_streams": self.opts.kubelet_write_streams,
                 },
@@ -1378,6 +1393,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the HA topology: 3 etcd members, 2 apiservers, 2 schedulers and controller managers",
     )
+    p.add_argument(
+        "--etcd-socket",
+        action="store_true",
+        help="the apiserver dials etcd's unix socket instead of its TCP port (tinykube up "
+        "--etcd-socket), to compare",
+    )
     p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     a = p.parse_args(argv)
     opts = Options(
@@ -1393,6 +1414,7 @@ def main(argv: list[str] | None = None) -> int:
         out_dir=a.out_dir,
         insecure=a.insecure,
         ha=a.ha,
+        etcd_socket=a.etcd_socket,
     )
 
     stopped_by: list[int] = []

@@ -6,6 +6,16 @@ and ports, waits until it answers, and stops it (SIGTERM, then SIGKILL) on `stop
 (`EtcdTLS`: the PKI's etcd-server and etcd-peer certificates and the cluster CA) its client and
 peer URLs are https and it answers only clients with a certificate signed by that CA
 (`--client-cert-auth`, `--peer-client-cert-auth`): in a cluster, the apiserver's.
+
+With `socket=True` etcd also serves its clients on a unix domain socket (`socket_url`, what the
+apiserver's --etcd-servers takes when etcd runs on its host): no TCP/IP stack per message. etcd
+takes only `unix://host:port` client URLs and creates the socket file named `host:port` in its
+working directory, so etcd runs in the socket's directory (its data directory, or a private one
+under the temporary directory when that path is too long for a socket address) and the file is
+`localhost:<client port>`, etcd's own convention. Its TCP client URL stays (health probes,
+/metrics, etcdctl). With `tls` the socket is `unixs://`: TLS and client certificates as on TCP.
+Only its owner may connect to it (etcd runs with umask 077); a stale one is removed before etcd
+starts and after it stops.
 """
 
 from __future__ import annotations
@@ -15,10 +25,12 @@ import functools
 import os
 import random
 import re
+import secrets
 import shutil
 import signal
 import socket
 import ssl
+import stat
 import subprocess
 import tempfile
 import time
@@ -71,6 +83,9 @@ def progress_notify_flag(binary: str) -> str:
         return "--watch-progress-notify-interval"
     return "--experimental-watch-progress-notify-interval"
 
+
+# Longest path a unix socket address holds (sun_path is 108 bytes with the trailing NUL).
+SOCKET_PATH_MAX = 107
 
 # Ports `free_port` picks from: below the kernel's ephemeral range, where the OS never puts an
 # outgoing connection or a bind to port 0, and above the ports tinykube's components default
@@ -133,21 +148,24 @@ class EtcdTLS:
     peer_key_file: str
 
     def flags(self) -> list[str]:
+        # Absolute: etcd serving a socket runs in the socket's directory.
+        cert, key, ca = map(os.path.abspath, (self.cert_file, self.key_file, self.trusted_ca_file))
+        peer_cert, peer_key = map(os.path.abspath, (self.peer_cert_file, self.peer_key_file))
         return [
             "--cert-file",
-            self.cert_file,
+            cert,
             "--key-file",
-            self.key_file,
+            key,
             "--client-cert-auth",
             "--trusted-ca-file",
-            self.trusted_ca_file,
+            ca,
             "--peer-cert-file",
-            self.peer_cert_file,
+            peer_cert,
             "--peer-key-file",
-            self.peer_key_file,
+            peer_key,
             "--peer-client-cert-auth",
             "--peer-trusted-ca-file",
-            self.trusted_ca_file,
+            ca,
         ]
 
     def probe_context(self) -> ssl.SSLContext:
@@ -155,6 +173,19 @@ class EtcdTLS:
         ctx = ssl.create_default_context(cafile=self.trusted_ca_file)
         ctx.load_cert_chain(self.cert_file, self.key_file)
         return ctx
+
+
+def _private_dir(path: str) -> None:
+    """Make `path` a directory only this user may enter, or check that it is one (a name in
+    the shared temporary directory may have been taken by someone else meanwhile)."""
+    try:
+        os.mkdir(path, 0o700)
+        return
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise RuntimeError(f"{path} is not a private directory of this user: no etcd socket there")
 
 
 class EtcdServer:
@@ -176,6 +207,7 @@ class EtcdServer:
         cluster_token: str = "",
         peer_host: str = "",
         command_prefix: Sequence[str] = (),
+        socket: bool = False,
     ) -> None:
         """`die_with_parent`: etcd gets SIGTERM when this process dies (tinykube.pdeathsig).
 
@@ -183,7 +215,10 @@ class EtcdServer:
         statically bootstrapped cluster (`EtcdCluster`); empty: a cluster of one. `peer_host`:
         the address of its peer link when not `host`; `command_prefix` runs etcd under
         another command (`ip netns exec NS`: a member on its own network namespace).
+        `socket`: serve clients on a unix socket too (`socket_url`).
         """
+        self.socket = socket
+        self._own_socket_dir = ""
         self.peer_host = peer_host or host
         self.command_prefix = list(command_prefix)
         self.die_with_parent = die_with_parent
@@ -191,7 +226,8 @@ class EtcdServer:
         self.cluster_token = cluster_token
         self.tls = tls
         self._own_dir = data_dir is None
-        self.data_dir = data_dir or tempfile.mkdtemp(prefix="tinykube-etcd-")
+        # Absolute: etcd runs in the socket's directory.
+        self.data_dir = os.path.abspath(data_dir or tempfile.mkdtemp(prefix="tinykube-etcd-"))
         self.host = host
         self.client_port = client_port or free_port(host)
         self.peer_port = peer_port or free_port(self.peer_host)
@@ -214,6 +250,35 @@ class EtcdServer:
         return f"{self.scheme}://{self.endpoint}"
 
     @property
+    def socket_name(self) -> str:
+        """The socket file's name, the `host:port` of etcd's `unix://` client URL."""
+        return f"localhost:{self.client_port}"
+
+    @property
+    def socket_dir(self) -> str:
+        """Where the socket lives: the data directory, or when the socket's path there is too
+        long for a socket address a private directory under the temporary directory, named
+        once (a restarted etcd's socket is where the apiserver looks)."""
+        if len(os.path.join(self.data_dir, self.socket_name)) <= SOCKET_PATH_MAX:
+            return self.data_dir
+        if not self._own_socket_dir:
+            name = f"tinykube-etcd-{secrets.token_hex(6)}"
+            self._own_socket_dir = os.path.join(tempfile.gettempdir(), name)
+        return self._own_socket_dir
+
+    @property
+    def socket_path(self) -> str:
+        return os.path.join(self.socket_dir, self.socket_name)
+
+    @property
+    def socket_url(self) -> str:
+        """The socket's client URL as etcd's client and kube-apiserver take it (and so the
+        apiserver's --etcd-servers): `unix:///abs/path`, `unixs://` with TLS."""
+        if not self.socket:
+            raise RuntimeError(f"etcd {self.name} serves no unix socket (socket=False)")
+        return f"{'unixs' if self.tls is not None else 'unix'}://{self.socket_path}"
+
+    @property
     def peer_url(self) -> str:
         return f"{self.scheme}://{self.peer_host}:{self.peer_port}"
 
@@ -233,6 +298,11 @@ class EtcdServer:
             else []
         )
         binary = find_etcd()
+        listen = client_url
+        if self.socket:
+            # Relative to etcd's working directory, `socket_dir` (see `spawn`).
+            scheme = "unixs" if self.tls is not None else "unix"
+            listen += f",{scheme}://{self.socket_name}"
         return [
             *self.command_prefix,
             binary,
@@ -241,7 +311,7 @@ class EtcdServer:
             "--data-dir",
             os.path.join(self.data_dir, "member-data"),
             "--listen-client-urls",
-            client_url,
+            listen,
             "--advertise-client-urls",
             client_url,
             "--listen-peer-urls",
@@ -272,14 +342,31 @@ class EtcdServer:
         """Start the process without waiting: a cluster's members must all be up before any
         of them is healthy (it needs a quorum to elect a leader)."""
         os.makedirs(self.data_dir, exist_ok=True)
+        cwd = None
+        if self.socket:
+            cwd = self.socket_dir
+            if cwd != self.data_dir:
+                _private_dir(cwd)
+            self._remove_socket()  # left by a crash (SIGKILL); etcd removes it on SIGTERM
         log = open(self.log_file, "ab")  # noqa: SIM115 - owned by the child process
         cmd = self.command()
         if self.die_with_parent:
             cmd = with_parent_death_signal(cmd)
         self.process = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=cwd,
+            # etcd creates the socket 0777 less its umask: only this user may connect.
+            umask=0o077 if self.socket else -1,
         )
         log.close()
+
+    def _remove_socket(self) -> None:
+        if self.socket:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.socket_path)
 
     def wait_healthy(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -330,6 +417,10 @@ class EtcdServer:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self._remove_socket()
+        if self._own_socket_dir:
+            with contextlib.suppress(OSError):
+                os.rmdir(self._own_socket_dir)  # made again, by the same name, on a restart
 
     def cleanup(self) -> None:
         self.stop()

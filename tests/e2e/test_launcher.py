@@ -77,6 +77,32 @@ def test_kill_restart_and_stop_leave_no_orphans(tmp_path: Path) -> None:
     assert not any(alive(pid) for pid in containers), "stop must kill orphaned containers"
 
 
+async def create_and_list(cluster: LocalCluster, name: str) -> list[str]:
+    pod = pod_pb2.Pod(apiVersion="v1", kind="Pod")
+    pod.metadata.name, pod.metadata.namespace = name, "default"
+    pod.spec.containers.add(name="c", image="busybox")
+    async with Client(cluster.api_address, credentials=cluster.credentials) as client:
+        await client.pods.create(pod)
+        return sorted(p.metadata.name for p in (await client.pods.list("default")).items)
+
+
+def test_the_apiserver_reaches_its_etcd_over_the_socket(tmp_path: Path) -> None:
+    cluster = LocalCluster(
+        tmp_path, scheduler=False, controller=False, kubelets=[], etcd_socket=True
+    )
+    with cluster:
+        assert cluster.etcd is not None
+        path = cluster.etcd.socket_path
+        assert path == str(tmp_path / "etcd" / f"localhost:{cluster.etcd.client_port}")
+        argv = Path(f"/proc/{cluster.processes['apiserver'].pid}/cmdline").read_bytes()
+        # TLS and etcd's client-certificate check on the socket, as on TCP
+        assert f"unixs://{path}".encode() in argv.split(b"\0")
+        assert asyncio.run(create_and_list(cluster, "a")) == ["a"]
+        cluster.restart("etcd")  # a new socket at the same path
+        assert asyncio.run(create_and_list(cluster, "b")) == ["a", "b"]
+    assert not os.path.exists(path)
+
+
 def test_failed_start_reports_the_log_and_stops_everything(tmp_path: Path) -> None:
     cluster = LocalCluster(
         tmp_path,

@@ -11,7 +11,7 @@ import yaml
 
 from tinykube import launcher
 from tinykube.cli import up
-from tinykube.cli.main import build_parser
+from tinykube.cli.main import build_parser, main
 from tinykube.cli.up import build_cluster
 from tinykube.kubeconfig import load, write_kubeconfig
 from tinykube.launcher import Component, LocalCluster, log_tail
@@ -445,3 +445,17 @@ def test_up_ha_plans_three_etcd_members_and_two_apiservers(tmp_path: Path) -> No
     # Without --ha: one etcd, one apiserver, as before.
     single = build_cluster(build_parser().parse_args(["up", "--data-dir", str(tmp_path)]))
     assert single.apiserver_names == ["apiserver"] and single.etcd_member_count == 1
+
+
+def test_the_etcd_socket_is_for_a_single_etcd_the_cluster_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["up", "--data-dir", str(tmp_path), "--etcd-socket"]
+    assert build_cluster(build_parser().parse_args(args)).etcd_socket
+    assert not build_cluster(build_parser().parse_args(args[:-1])).etcd_socket
+    with pytest.raises(ValueError, match="an etcd cluster or an external etcd"):
+        LocalCluster(tmp_path, ha=True, etcd_socket=True)
+    with pytest.raises(ValueError, match="an etcd cluster or an external etcd"):
+        cluster(tmp_path, etcd_socket=True)
+    assert main([*args, "--ha"]) == 2
+    assert "--etcd-socket is for a single etcd" in capsys.readouterr().err

@@ -125,6 +125,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="development only: no certificates, plaintext links, no authentication",
     )
     parser.add_argument(
+        "--etcd-socket",
+        action="store_true",
+        help="the apiserver dials etcd on a unix socket in DATA_DIR/etcd instead of its TCP "
+        "port (not with --ha)",
+    )
+    parser.add_argument(
         "--pki-dir",
         default=None,
         help="the cluster CA and certificates (default DATA_DIR/pki; reused across restarts)",
@@ -173,6 +179,7 @@ def build_cluster(args: argparse.Namespace) -> launcher.LocalCluster:
         insecure=args.insecure,
         pki_dir=args.pki_dir,
         ha=args.ha,
+        etcd_socket=args.etcd_socket,
     )
 
 
@@ -225,6 +232,9 @@ def machine_share(
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
+    if args.etcd_socket and args.ha:
+        ctx.eprint("error: --etcd-socket is for a single etcd; --ha's members are dialled over TCP")
+        return 2
     cluster = build_cluster(args)
     runtimes: NodeRuntimes | None = None
     if args.kubelet_runtime == "containerd":
