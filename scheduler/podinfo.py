@@ -155,7 +155,9 @@ def parse_affinity(pod: pod_pb2.Pod) -> PodAffinityTerms | None:
     return parsed
 
 
-@dataclass(frozen=True)
+# Slots: one per pod in the cluster (the cache's), where a __dict__ of its 19 fields costs
+# about 600 bytes more (bench/informer_memory.py).
+@dataclass(frozen=True, slots=True)
 class PodInfo:
     key: str  # "namespace/name"
     namespace: str
