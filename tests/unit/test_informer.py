@@ -13,6 +13,7 @@ import pytest
 from tinykube.clock import FakeClock
 from tinykube.errors import ResourceExpiredError, UnavailableError
 from tinykube.informer import (
+    SMALL_BUCKET,
     Informer,
     InformerFactory,
     Store,
@@ -609,3 +610,24 @@ def test_nothing_in_the_processes_that_strip_managed_fields_reads_them() -> None
                     if named or quoted:
                         readers.append(f"{path.relative_to(root)}:{tok.start[0]}")
     assert readers == []
+
+
+def test_index_buckets_small_and_large_hold_each_key_once() -> None:
+    # Buckets are lists up to SMALL_BUCKET keys and sets beyond: both answer the same.
+    informer: Informer[pod_pb2.Pod] = Informer(FakeSource().list, FakeSource().watch)
+    informer.add_index("node", lambda p: p.spec.nodeName or None)
+    names = [f"p{i}" for i in range(SMALL_BUCKET + 8)]
+    for rv, name in enumerate(names, 1):
+        informer.apply(pod_pb2.PodWatchEvent(type="ADDED", object=pod(name, "big", rv=rv)))
+        # an update that keeps the value must not add the key twice
+        informer.apply(pod_pb2.PodWatchEvent(type="MODIFIED", object=pod(name, "big", rv=rv)))
+    informer.apply(pod_pb2.PodWatchEvent(type="ADDED", object=pod("lone", "small", rv=99)))
+    assert sorted(informer.store.index_keys("node", "big")) == sorted(f"default/{n}" for n in names)
+    for name in names[:-1]:
+        informer.apply(pod_pb2.PodWatchEvent(type="MODIFIED", object=pod(name, "small", rv=100)))
+    assert informer.store.index_keys("node", "big") == [f"default/{names[-1]}"]
+    assert len(informer.store.by_index("node", "small")) == len(names)
+    informer.apply(pod_pb2.PodWatchEvent(type="DELETED", object=pod(names[-1], "big", rv=101)))
+    informer.apply(pod_pb2.PodWatchEvent(type="MODIFIED", object=pod("lone", rv=102)))
+    assert sorted(informer.store.index_values("node")) == ["small"]
+    assert informer.store.by_index("node", "big") == []
