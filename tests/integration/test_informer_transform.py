@@ -40,7 +40,7 @@ async def test_stripped_cached_pods_written_back_keep_their_managed_fields(
 ) -> None:
     store = apiserver.server.services[POD.kind]
     # A pod as kubectl leaves it: the apiserver records its manager's fields.
-    created = await store.create(
+    created: pod_pb2.Pod = await store.create(  # type: ignore[assignment]
         pod_pb2.CreatePodRequest(pod=make_pod("web", app="web")),
         RequestContext(field_manager="kubectl"),
     )
