@@ -155,8 +155,8 @@ def parse_affinity(pod: pod_pb2.Pod) -> PodAffinityTerms | None:
     return parsed
 
 
-# Slots: one per pod in the cluster (the cache's), where a __dict__ of its 19 fields costs
-# about 600 bytes more (bench/informer_memory.py).
+# Slots: one per pod in the cluster (the cache's); 192 bytes an instance against 248 with
+# Python 3.11's inline attribute values (a materialised __dict__ would cost more).
 @dataclass(frozen=True, slots=True)
 class PodInfo:
     key: str  # "namespace/name"
