@@ -25,10 +25,12 @@ use: upb allocates with malloc, out of tracemalloc's sight), `python` (tracemall
 own objects) and, with `--trace N`, the top N allocation sites.
 
 KINDs: `bytes` (the serialized pods, for scale), `decoded` (each pod decoded alone, one arena
-each), `informer` (tinykube.informer.Informer's store, no handlers), `scheduler` (the
-scheduler's pod informer feeding `Scheduler`'s handlers, nodes known), `controller` (the
-controller manager's informer factory with every controller's handlers and indexes, workers not
-running: their queues are emptied before the measurement).
+each), `listed` (all in one PodList, one arena), `copied` (each decoded pod copied into a new
+message: what the informer's default transform keeps; also the CPU of a copy), `informer`
+(tinykube.informer.Informer's store, no handlers), `scheduler` (the scheduler's pod informer
+feeding `Scheduler`'s handlers, nodes known), `controller` (the controller manager's informer
+factory with every controller's handlers and indexes, workers not running: their queues are
+emptied before the measurement).
 
 Results: JSON on stdout, or `--out FILE`. Every figure carries `nproc` and the load average.
 """
@@ -64,7 +66,7 @@ from tinykube.memreport import malloc_info
 from tinykube.meta import timestamp
 from tinykube.v1 import node_pb2, pod_pb2, replicaset_pb2
 
-KINDS = ("bytes", "decoded", "informer", "scheduler", "controller")
+KINDS = ("bytes", "decoded", "listed", "copied", "informer", "scheduler", "controller")
 PODS_PER_NODE = 30
 T0 = 1_796_500_000  # creation times near the session's
 
@@ -287,6 +289,27 @@ def run_kind(kind: str, n: int, path: Path, trace: int) -> dict[str, Any]:
         probe = Probe(trace)
         kept = [pod_pb2.Pod.FromString(b) for b in serialized]
         result.update(probe.per_pod(n))
+    elif kind == "listed":
+        data = pod_pb2.PodList(items=[pod_pb2.Pod.FromString(b) for b in serialized])
+        encoded = data.SerializeToString()
+        del data
+        probe = Probe(trace)
+        kept = pod_pb2.PodList.FromString(encoded)
+        result.update(probe.per_pod(n))
+    elif kind == "copied":
+        decoded = [pod_pb2.Pod.FromString(b) for b in serialized]
+        probe = Probe(trace)
+        kept = []
+        for p in decoded:
+            copy = pod_pb2.Pod()
+            copy.CopyFrom(p)
+            kept.append(copy)
+        decoded.clear()
+        result.update(probe.per_pod(n))
+        began = time.process_time()
+        for p in kept:
+            pod_pb2.Pod().CopyFrom(p)
+        result["cpu_us_per_copy"] = round((time.process_time() - began) / n * 1e6, 2)
     elif kind == "informer":
         kept = _informer(n, batches, trace, result)
     elif kind == "scheduler":
