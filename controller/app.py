@@ -31,7 +31,7 @@ from controller.settings import Settings
 from tinykube.client import Client
 from tinykube.clock import Clock
 from tinykube.events import WARNING, EventRecorder
-from tinykube.informer import InformerFactory
+from tinykube.informer import InformerFactory, without_managed_fields
 from tinykube.leaderelection import LeaderElector
 from tinykube.serving import GrpcServer
 from tinykube.workqueue import ShutDown, WorkQueue
@@ -139,7 +139,10 @@ class ControllerManager:
     async def _lead(self, client: Client) -> None:
         s = self.settings
         log.info("%s: leading; --controllers=%s", s.identity, ",".join(s.controllers))
-        factory = InformerFactory(client, clock=self.clock)
+        # kube-controller-manager's factory drops managedFields (its `trim`): no controller
+        # reads them, and a write carrying none keeps the stored ones, so the controllers'
+        # Updates of cached objects lose nothing.
+        factory = InformerFactory(client, clock=self.clock, transform=without_managed_fields)
         ctx = ControllerContext(
             client,
             s,

@@ -259,6 +259,7 @@ async def start_garbage_collector(ctx: ControllerContext) -> Running:
             clock=ctx.clock,
             name=api.name,
             on_handler_error=inf.on_handler_error,
+            transform=inf.transform,
         )
         gc.add_kind(
             key, informer.store, api, namespaced=kind.namespaced, has_synced=informer.has_synced

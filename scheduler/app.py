@@ -47,7 +47,7 @@ from tinykube.client import BindItem, Client
 from tinykube.clock import Clock
 from tinykube.errors import ConflictError, NotFoundError, TinykubeError
 from tinykube.events import NORMAL, WARNING, EventRecorder
-from tinykube.informer import Informer
+from tinykube.informer import Informer, without_managed_fields
 from tinykube.leaderelection import LeaderElector
 from tinykube.meta import timestamp
 from tinykube.serving import GrpcServer
@@ -169,19 +169,23 @@ class SchedulerApp:
             ),
         )
         self.metrics.track_queue(sched.queue.lengths)
-        nodes: Informer[node_pb2.Node] = Informer.for_resource(
-            self.client.nodes, clock=self.clock, on_handler_error=self._refused
-        )
-        pods: Informer[pod_pb2.Pod] = Informer.for_resource(
-            self.client.pods, clock=self.clock, on_handler_error=self._refused
-        )
+        # Every informer drops managedFields, as kube-scheduler's pod informer: nothing here
+        # reads them, and the only writes of cached objects (_update_status,
+        # _mark_disruption_target) are UpdateStatus, which keeps the stored metadata.
+        informing: dict[str, Any] = {
+            "clock": self.clock,
+            "on_handler_error": self._refused,
+            "transform": without_managed_fields,
+        }
+        nodes: Informer[node_pb2.Node] = Informer.for_resource(self.client.nodes, **informing)
+        pods: Informer[pod_pb2.Pod] = Informer.for_resource(self.client.pods, **informing)
         # PodTopologySpread's default constraints take their selector from the Services and
         # ReplicaSets that manage a pod, as kube-scheduler's listers
         services: Informer[service_pb2.Service] = Informer.for_resource(
-            self.client.services, clock=self.clock, on_handler_error=self._refused
+            self.client.services, **informing
         )
         replica_sets: Informer[replicaset_pb2.ReplicaSet] = Informer.for_resource(
-            self.client.replica_sets, clock=self.clock, on_handler_error=self._refused
+            self.client.replica_sets, **informing
         )
         nodes.add_handler(sched.on_node_add, sched.on_node_update, sched.on_node_delete)
         pods.add_handler(sched.on_pod_add, sched.on_pod_update, sched.on_pod_delete)
@@ -191,12 +195,12 @@ class SchedulerApp:
         )
         # Preemption prefers victims whose eviction breaks no PodDisruptionBudget.
         pdbs: Informer[pdb_pb2.PodDisruptionBudget] = Informer.for_resource(
-            self.client.pod_disruption_budgets, clock=self.clock, on_handler_error=self._refused
+            self.client.pod_disruption_budgets, **informing
         )
         profile.handle.pdbs = pdbs.store
         # InterPodAffinity's namespaceSelector matches namespaces by their labels.
         namespaces: Informer[namespace_pb2.Namespace] = Informer.for_resource(
-            self.client.namespaces, clock=self.clock, on_handler_error=self._refused
+            self.client.namespaces, **informing
         )
         namespaces.add_handler(
             sched.on_namespace_add, sched.on_namespace_update, sched.on_namespace_delete

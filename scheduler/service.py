@@ -10,6 +10,7 @@ back (SchedulingGates) has no attempt: both answer with that verdict, and no nod
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import grpc
@@ -128,7 +129,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             saved = algo.next_start
             # a key no real pod can have, so the real pod's attempt stays as it was
             sim_key = "\0simulate"
-            sim = PodInfo(**{**info.__dict__, "key": sim_key})
+            sim = dataclasses.replace(info, key=sim_key)
             try:
                 algo.schedule(sim)
                 att = algo.attempts.pop(sim_key)

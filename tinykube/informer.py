@@ -25,8 +25,22 @@ counted in `handler_errors`, passed to `on_handler_error` (for a metric and an E
 handlers still run, and the store is put back as it was before that event, so the store never
 holds what a handler refused; the next event for the object or a relist offers it again
 (level-triggered). The informer carries on. They should be quick (enqueue a key,
-update a cache): the store is read by reference, never deep-copied or re-serialized, so handlers
-and readers must treat objects as immutable.
+update a cache): the store is read by reference, never deep-copied or re-serialized on the way
+out (each object is copied once on its way in: see below), so handlers and readers must treat
+objects as immutable.
+
+Memory (issue 26: the scheduler and the controller manager hold every pod). Every object is
+passed through a transform before the store and the handlers see it (client-go's SetTransform).
+The default, `compact`, copies it into a message of its own: a decoded upb message shares one
+arena with everything decoded with it and keeps all of it alive, so a pod taken from a
+WatchBatch message (several events, most of them other pods' superseded versions) or from a
+List kept that whole message; and the decoder leaves its growth garbage in the arena, which a
+copy does not (a pod of bench/load.py: 10.6 KiB decoded alone, 5.3 KiB copied; bench/
+informer_memory.py). `without_managed_fields` also drops metadata.managedFields, as
+kube-scheduler's and kube-controller-manager's informers do: nothing in those processes reads
+them, and a write carrying none keeps the stored ones (the apiserver's rule for clients that
+do not know them), so an object from such a store may be written back. The informer owns the
+objects it is given (`apply`, `replace`): a transform may change them in place.
 
 Concurrency: one asyncio task runs `run()`; store reads from other tasks are safe because there
 are no threads and the store is only changed between awaits.
@@ -71,6 +85,27 @@ def meta_namespace_key(obj: Any) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
+def compact(obj: T) -> T:
+    """`obj` copied into a message of its own, so the store keeps no other object's arena and
+    no decoder garbage alive (the default transform; see the module docstring). Objects that
+    are not protobuf messages (the garbage collector's custom objects) are returned as they
+    are."""
+    if not isinstance(obj, Message):
+        return obj
+    copy = type(obj)()
+    copy.CopyFrom(obj)
+    return copy
+
+
+def without_managed_fields(obj: T) -> T:
+    """kube-scheduler's and kube-controller-manager's informer transform: metadata.managedFields
+    dropped (from `obj` itself, which the informer owns), then `compact`."""
+    meta = getattr(obj, "metadata", None)
+    if meta is not None and meta.managedFields:
+        del meta.managedFields[:]
+    return compact(obj)
+
+
 def _index_values(result: str | Iterable[str] | None) -> tuple[str, ...]:
     if result is None:
         return ()
@@ -85,8 +120,8 @@ class Store(Generic[T]):
     def __init__(self) -> None:
         self._items: dict[str, T] = {}
         self._index_fns: dict[str, Callable[[T], str | Iterable[str] | None]] = {}
-        # index name -> index value -> keys
-        self._indices: dict[str, dict[str, set[str]]] = {}
+        # index name -> index value -> keys (a bucket: see _add_to)
+        self._indices: dict[str, dict[str, list[str] | set[str]]] = {}
 
     def get(self, key: str) -> T | None:
         return self._items.get(key)
@@ -115,10 +150,10 @@ class Store(Generic[T]):
         if name in self._index_fns:
             raise ValueError(f"index {name!r} already exists")
         self._index_fns[name] = fn
-        index: dict[str, set[str]] = {}
+        index: dict[str, list[str] | set[str]] = {}
         for key, obj in self._items.items():
             for value in _index_values(fn(obj)):
-                index.setdefault(value, set()).add(key)
+                _add_to(index, value, key)
         self._indices[name] = index
 
     def by_index(self, index_name: str, value: str) -> builtins.list[T]:
@@ -159,13 +194,41 @@ class Store(Generic[T]):
                 continue
             index = self._indices[name]
             for value in old_values:
-                bucket = index.get(value)
-                if bucket is not None:
-                    bucket.discard(key)
-                    if not bucket:
-                        del index[value]
+                _remove_from(index, value, key)
             for value in new_values:
-                index.setdefault(value, set()).add(key)
+                _add_to(index, value, key)
+
+
+# An index bucket (the keys under one value) is a list while it is small, a set beyond: most
+# buckets are a ReplicaSet's pods, a node's, a label pair's in a small Deployment (CL2's are of
+# 5 and 30), and a set of 5 keys takes 32 slots (about 730 bytes) where a list takes 100; a
+# list's scan for a removal stays cheap up to SMALL_BUCKET keys.
+SMALL_BUCKET = 32
+
+
+def _add_to(index: dict[str, list[str] | set[str]], value: str, key: str) -> None:
+    bucket = index.get(value)
+    if bucket is None:
+        index[value] = [key]
+    elif isinstance(bucket, set):
+        bucket.add(key)
+    elif key not in bucket:
+        if len(bucket) < SMALL_BUCKET:
+            bucket.append(key)
+        else:
+            index[value] = {*bucket, key}
+
+
+def _remove_from(index: dict[str, list[str] | set[str]], value: str, key: str) -> None:
+    bucket = index.get(value)
+    if bucket is None:
+        return
+    if isinstance(bucket, set):
+        bucket.discard(key)
+    elif key in bucket:
+        bucket.remove(key)
+    if not bucket:
+        del index[value]
 
 
 class _Handler(Generic[T]):
@@ -196,8 +259,12 @@ class Informer(Generic[T]):
         min_backoff: float = 0.2,
         max_backoff: float = 5.0,
         on_handler_error: Callable[[T, Exception], object] | None = None,
+        transform: Callable[[T], T] | None = compact,
     ) -> None:
         self._list_fn = list_fn
+        # Applied to every object before the store and the handlers see it (None: kept as
+        # given); it may change its argument, which the informer owns.
+        self._transform = transform
         self.on_handler_error = on_handler_error
         self._watch_fn = watch_fn
         self._key_fn = key_fn
@@ -328,13 +395,18 @@ class Informer(Generic[T]):
             old = store._remove(key)
             if old is not None and not self._dispatch_delete(old):
                 store._put(key, old)
+        transform = self._transform
         for key, obj in fresh.items():
             old = store.get(key)
             if old is None:
+                if transform is not None:
+                    obj = transform(obj)
                 store._put(key, obj)
                 if not self._dispatch_add(obj):
                     store._remove(key)
             elif old.metadata.resourceVersion != obj.metadata.resourceVersion:  # type: ignore[attr-defined]
+                if transform is not None:
+                    obj = transform(obj)
                 store._put(key, obj)
                 if not self._dispatch_update(old, obj):
                     store._put(key, old)
@@ -369,6 +441,8 @@ class Informer(Generic[T]):
         if kind == BOOKMARK:
             self._rv = rv
             return
+        if self._transform is not None:
+            obj = self._transform(obj)
         key = self._key_fn(obj)
         store = self.store
         if kind == DELETED:
@@ -456,7 +530,8 @@ class InformerFactory:
     `start()` runs every informer made so far that is not running yet (call it again after
     asking for more: it is idempotent); `wait_for_cache_sync()` waits for the started ones;
     `shutdown()` cancels them all. Handlers registered before the first sync see the initial
-    list as adds; one registered later gets adds for what the store holds at once.
+    list as adds; one registered later gets adds for what the store holds at once. `transform`
+    is every informer's (kube-controller-manager's factory drops managedFields).
     """
 
     def __init__(
@@ -465,10 +540,12 @@ class InformerFactory:
         *,
         clock: Clock | None = None,
         on_handler_error: Callable[[Any, Exception], object] | None = None,
+        transform: Callable[[Any], Any] | None = compact,
     ) -> None:
         self._client = client
         self.clock = clock or Clock()
         self.on_handler_error = on_handler_error
+        self.transform = transform  # every informer's (see Informer)
         self._informers: dict[tuple[str, str, str, str], Informer[Any]] = {}
         self._tasks: dict[tuple[str, str, str, str], asyncio.Task[None]] = {}
 
@@ -494,6 +571,7 @@ class InformerFactory:
                 clock=self.clock,
                 name=name,
                 on_handler_error=self.on_handler_error,
+                transform=self.transform,
             )
             self._informers[key] = informer
         return informer

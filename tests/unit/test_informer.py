@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import tokenize
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tinykube.clock import FakeClock
 from tinykube.errors import ResourceExpiredError, UnavailableError
-from tinykube.informer import Informer, InformerFactory, Store, meta_namespace_key
+from tinykube.informer import (
+    SMALL_BUCKET,
+    Informer,
+    InformerFactory,
+    Store,
+    meta_namespace_key,
+    without_managed_fields,
+)
 from tinykube.v1 import meta_pb2, pod_pb2
 
 
@@ -476,3 +485,149 @@ async def test_the_factory_starts_each_informer_once_and_waits_for_the_started_o
     assert nodes.has_synced()
     await factory.shutdown()
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("informer-")]
+
+
+# ---- transforms (client-go's SetTransform) --------------------------------------------------
+
+
+def managed_pod(name: str, rv: int) -> pod_pb2.Pod:
+    """A pod as a REST client's writes leave it: labels, a spec, a status, managedFields."""
+    p = pod(name, "n1", rv=rv)
+    p.metadata.uid = f"uid-{name}"
+    p.metadata.labels["app"] = "web"
+    p.metadata.ownerReferences.add(kind="ReplicaSet", name="web-1", uid="rs-uid", controller=True)
+    p.spec.containers.add(name="app", image="nginx").resources.requests["cpu"] = "10m"
+    p.status.phase = "Running"
+    p.status.conditions.add(type="Ready", status="True")
+    for manager, subresource in (("kubectl", ""), ("kubelet", "status")):
+        entry = p.metadata.managedFields.add(
+            manager=manager, operation="Update", apiVersion="v1", subresource=subresource
+        )
+        entry.fieldsType = "FieldsV1"
+    return p
+
+
+def without_managed(p: pod_pb2.Pod) -> pod_pb2.Pod:
+    out = pod_pb2.Pod()
+    out.CopyFrom(p)
+    del out.metadata.managedFields[:]
+    return out
+
+
+def event_batch(*events: tuple[str, pod_pb2.Pod]) -> pod_pb2.PodWatchEventBatch:
+    """A WatchBatch message decoded as the client gets it: its events share its arena."""
+    batch = pod_pb2.PodWatchEventBatch()
+    for kind, obj in events:
+        batch.events.add(type=kind, object=obj)
+    return pod_pb2.PodWatchEventBatch.FromString(batch.SerializeToString())
+
+
+def test_the_store_keeps_a_copy_of_its_own_not_the_decoded_message() -> None:
+    # A pod taken by reference from a WatchBatch kept the whole message (every other event in
+    # it) alive; the default transform copies it out. Handlers see the stored copy.
+    informer: Informer[pod_pb2.Pod] = Informer(FakeSource().list, FakeSource().watch)
+    seen: list[pod_pb2.Pod] = []
+    informer.add_handler(seen.append, lambda old, new: seen.append(new))
+    batch = event_batch(("ADDED", pod("a", rv=1)), ("ADDED", pod("b", rv=2)))
+    for event in batch.events:
+        informer.apply(event)
+    stored = informer.store.get("default/a")
+    assert stored is not None and stored is not batch.events[0].object
+    assert stored == batch.events[0].object
+    assert [p.metadata.name for p in seen] == ["a", "b"]
+    assert seen[0] is stored
+    listed = pod_pb2.PodList(items=[pod("a", rv=1), pod("c", rv=3)])
+    informer.replace(listed.items, "3")
+    kept = informer.store.get("default/c")
+    assert kept is not None and kept is not listed.items[1] and kept == listed.items[1]
+    # Unchanged objects are not copied again on a relist.
+    assert informer.store.get("default/a") is stored
+
+
+def test_without_managed_fields_drops_only_managed_fields_everywhere() -> None:
+    # kube-scheduler's and kube-controller-manager's transform: the store, the indexes and
+    # every handler see the object without metadata.managedFields and otherwise unchanged.
+    informer: Informer[pod_pb2.Pod] = Informer(
+        FakeSource().list, FakeSource().watch, transform=without_managed_fields
+    )
+    informer.add_index("app", lambda p: p.metadata.labels.get("app"))
+    seen: list[tuple[str, pod_pb2.Pod]] = []
+    informer.add_handler(
+        lambda p: seen.append(("add", p)),
+        lambda old, new: seen.extend([("old", old), ("new", new)]),
+        lambda p: seen.append(("delete", p)),
+    )
+    listed = pod_pb2.PodList(items=[managed_pod("a", 1)])
+    informer.replace(listed.items, "1")
+    informer.apply(pod_pb2.PodWatchEvent(type="MODIFIED", object=managed_pod("a", 2)))
+    informer.apply(pod_pb2.PodWatchEvent(type="ADDED", object=managed_pod("b", 3)))
+    informer.apply(pod_pb2.PodWatchEvent(type="DELETED", object=managed_pod("b", 4)))
+    assert [what for what, _ in seen] == ["add", "old", "new", "add", "delete"]
+    for _, p in seen:
+        assert not p.metadata.managedFields
+    assert informer.store.get("default/a") == without_managed(managed_pod("a", 2))
+    assert [p.metadata.name for p in informer.store.by_index("app", "web")] == ["a"]
+
+
+def test_no_transform_keeps_the_objects_given() -> None:
+    informer: Informer[pod_pb2.Pod] = Informer(
+        FakeSource().list, FakeSource().watch, transform=None
+    )
+    given = managed_pod("a", 1)
+    informer.apply(pod_pb2.PodWatchEvent(type="ADDED", object=given))
+    assert informer.store.get("default/a") == given
+
+
+def test_the_factory_gives_every_informer_its_transform() -> None:
+    class Resources:
+        def resource(self, kind: Any) -> Any:
+            return type("R", (), {"info": kind})()
+
+    class Kind:
+        plural = "pods"
+
+    factory = InformerFactory(Resources(), transform=without_managed_fields)
+    informer = factory.for_kind(Kind())
+    informer.apply(pod_pb2.PodWatchEvent(type="ADDED", object=managed_pod("a", 1)))
+    stored = informer.store.get("default/a")
+    assert stored is not None and not stored.metadata.managedFields
+
+
+def test_nothing_in_the_processes_that_strip_managed_fields_reads_them() -> None:
+    # The scheduler's and the controller manager's informers drop managedFields: code of theirs
+    # that read them (an attribute, or the field named in a string: HasField, ClearField,
+    # getattr) would silently see none. Comments and docstrings may name them.
+    root = Path(__file__).resolve().parents[2]
+    readers = []
+    for package in ("scheduler", "controller"):
+        for path in sorted((root / package).rglob("*.py")):
+            with tokenize.open(path) as f:
+                for tok in tokenize.generate_tokens(f.readline):
+                    named = tok.type == tokenize.NAME and tok.string == "managedFields"
+                    quoted = tok.type == tokenize.STRING and tok.string.strip("\"'") == (
+                        "managedFields"
+                    )
+                    if named or quoted:
+                        readers.append(f"{path.relative_to(root)}:{tok.start[0]}")
+    assert readers == []
+
+
+def test_index_buckets_small_and_large_hold_each_key_once() -> None:
+    # Buckets are lists up to SMALL_BUCKET keys and sets beyond: both answer the same.
+    informer: Informer[pod_pb2.Pod] = Informer(FakeSource().list, FakeSource().watch)
+    informer.add_index("node", lambda p: p.spec.nodeName or None)
+    names = [f"p{i}" for i in range(SMALL_BUCKET + 8)]
+    for rv, name in enumerate(names, 1):
+        informer.apply(pod_pb2.PodWatchEvent(type="ADDED", object=pod(name, "big", rv=rv)))
+        # an update that keeps the value must not add the key twice
+        informer.apply(pod_pb2.PodWatchEvent(type="MODIFIED", object=pod(name, "big", rv=rv)))
+    informer.apply(pod_pb2.PodWatchEvent(type="ADDED", object=pod("lone", "small", rv=99)))
+    assert sorted(informer.store.index_keys("node", "big")) == sorted(f"default/{n}" for n in names)
+    for name in names[:-1]:
+        informer.apply(pod_pb2.PodWatchEvent(type="MODIFIED", object=pod(name, "small", rv=100)))
+    assert informer.store.index_keys("node", "big") == [f"default/{names[-1]}"]
+    assert len(informer.store.by_index("node", "small")) == len(names)
+    informer.apply(pod_pb2.PodWatchEvent(type="DELETED", object=pod(names[-1], "big", rv=101)))
+    informer.apply(pod_pb2.PodWatchEvent(type="MODIFIED", object=pod("lone", rv=102)))
+    assert sorted(informer.store.index_values("node")) == ["small"]
+    assert informer.store.by_index("node", "big") == []
