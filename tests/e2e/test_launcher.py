@@ -129,12 +129,16 @@ def crash_and_recover(cluster: LocalCluster, clock: Clock, name: str) -> Exited:
     clock.offset += exited.restart_in
     wait_for(lambda: cluster.processes[name] is not victim, f"restart of {name}")
     restarted = cluster.processes[name]
-    wait_healthy(
-        cluster.address(name),
-        60,
-        alive=lambda: restarted.poll() is None,
-        credentials=cluster.credentials,
-    )
+    if name == "etcd":
+        assert cluster.etcd is not None
+        cluster.etcd.wait_healthy(60)
+    else:
+        wait_healthy(
+            cluster.address(name),
+            60,
+            alive=lambda: restarted.poll() is None,
+            credentials=cluster.credentials,
+        )
     return exited
 
 
@@ -178,6 +182,11 @@ def test_a_component_that_dies_on_its_own_is_restarted_with_the_kubelets_backoff
         # Started again on purpose: supervised again, its back-off from the start.
         cluster.start_component("scheduler")
         assert crash_and_recover(cluster, clock, "scheduler").restart_in == 10
+
+        # etcd too (the kubelet restarts kube's etcd static pod), from its data dir.
+        assert crash_and_recover(cluster, clock, "etcd").restart_in == 10
+        assert cluster.restarts == {"scheduler": 5, "etcd": 1}
+        wait_healthy(cluster.api_address, 60, credentials=cluster.credentials)
 
 
 def test_failed_start_reports_the_log_and_stops_everything(tmp_path: Path) -> None:
