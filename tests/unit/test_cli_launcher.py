@@ -503,3 +503,10 @@ def test_up_reports_exits_and_restarts(tmp_path: Path) -> None:
         f"warning: scheduler exited with code 1; restarting it in 10s; see {log_file}",
         "scheduler restarted (pid 4242, restart 1)",
     ]
+
+
+def test_up_supervises_unless_told_not_to(tmp_path: Path) -> None:
+    parser = build_parser()
+    base = ["up", "--data-dir", str(tmp_path), "--kubelets", "0"]
+    assert build_cluster(parser.parse_args(base)).supervise
+    assert not build_cluster(parser.parse_args([*base, "--no-restart"])).supervise

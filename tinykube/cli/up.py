@@ -11,9 +11,9 @@ no credentials, a warning). A component that exits on its own (a scheduler or co
 that lost its lease exits 1, as kube's do) is reported with its exit code and log file and
 started again after the kubelet's crash-loop back-off (10 s doubling to 5 min, reset after 10
 minutes running; `launcher.RestartBackoff`), as the kubelet restarts kube's static pods; each
-restart is reported too. Ctrl-C or SIGTERM stops every process (SIGTERM, then SIGKILL after a
-grace) and exits 0. The data directory (etcd's data and the logs) survives
-restarts of `up`. A component that fails to start is reported with its log's tail (exit 1).
+restart is reported too (`--no-restart`: only reported). Ctrl-C or SIGTERM stops every process
+(SIGTERM, then SIGKILL after a grace) and exits 0. The data directory (etcd's data and the logs)
+survives restarts of `up`. A component that fails to start is reported with its log's tail (exit 1).
 
 Each kubelet reports an equal share of this machine (`machine_share`: cores and memory divided
 by the number of kubelets), so the cluster never promises more than the machine has;
@@ -123,6 +123,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="free ports for every port not given by a flag (tests; see endpoints.json)",
     )
     parser.add_argument(
+        "--no-restart",
+        dest="restart",
+        action="store_false",
+        help="report a component that exits on its own but do not start it again",
+    )
+    parser.add_argument(
         "--insecure",
         action="store_true",
         help="development only: no certificates, plaintext links, no authentication",
@@ -174,6 +180,7 @@ def build_cluster(args: argparse.Namespace) -> launcher.LocalCluster:
         # Components must not outlive `up`, however it dies (SIGKILL, a closed terminal).
         die_with_parent=True,
         insecure=args.insecure,
+        supervise=args.restart,
         pki_dir=args.pki_dir,
         ha=args.ha,
     )
