@@ -179,13 +179,22 @@ def test_a_component_that_dies_on_its_own_is_restarted_with_the_kubelets_backoff
         assert not cluster.components["scheduler"].running()
         assert cluster.events[seen:] == []
 
+        # A start that fails (bad flags) is the owner's to see, not the supervisor's to retry.
+        with pytest.raises(ComponentError, match="unrecognized arguments: --no-such-flag"):
+            cluster.start_component("scheduler-2", ["--no-such-flag"])
+        clock.offset += 3600
+        cluster.supervise_once()
+        cluster.supervise_once()
+        assert cluster.processes["scheduler-2"].poll() == 2
+        assert cluster.events[seen:] == []
+
         # Started again on purpose: supervised again, its back-off from the start.
         cluster.start_component("scheduler")
         assert crash_and_recover(cluster, clock, "scheduler").restart_in == 10
 
         # etcd too (the kubelet restarts kube's etcd static pod), from its data dir.
         assert crash_and_recover(cluster, clock, "etcd").restart_in == 10
-        assert cluster.restarts == {"scheduler": 5, "etcd": 1}
+        assert cluster.restarts == {"scheduler": 5, "etcd": 1}  # never scheduler-2
         wait_healthy(cluster.api_address, 60, credentials=cluster.credentials)
 
 
