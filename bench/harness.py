@@ -448,6 +448,9 @@ class Run:
             insecure=opts.insecure,
             ha=opts.ha,
             etcd_socket=opts.etcd_socket,
+            # A component that dies in a run is the run's failure to see, not one for the
+            # launcher to restart under it (the sampler follows the pids it started with).
+            supervise=False,
         )
         self.sampler = Sampler()
         self.kubelet_groups = 0

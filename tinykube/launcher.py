@@ -55,8 +55,24 @@ a tenth but the two processes' CPU per request by no more than the noise. An etc
 port stays open either way (health probes, /metrics, etcdctl).
 
 Concurrency model: plain blocking code (subprocess + a synchronous gRPC health probe), so it can
-be driven from a CLI, from a synchronous test, or from inside a running event loop. Nothing here
-is thread-safe; one owner drives a cluster.
+be driven from a CLI, from a synchronous test, or from inside a running event loop. One owner
+drives a cluster (its methods are not meant to be called from several threads at once); the
+supervisor thread shares its state under one lock, held only for bookkeeping and spawns, never
+across a health wait or a stop's grace period. Processes the supervisor restarts are forked by
+its thread, which lives until `stop`, so `die_with_parent`'s signal still comes when `stop` or
+the owner's death ends them.
+
+Supervision (`supervise=True`, the default), as the kubelet supervises static pods (restartPolicy
+Always, its crash-loop back-off): a thread started by `start` polls every process the cluster
+runs, etcd members included, and starts one that exited on its own again after a back-off of
+10 s, doubling to 300 s, back to 10 s once it ran 10 minutes (`RestartBackoff`). Each exit is
+logged (a warning naming the exit code and the log file, and a line in that log) and recorded in
+`events` (`Exited`, then `Restarted`), which `tinykube up` reports. What the owner does on
+purpose is not undone: `kill` with a signal that ends a process (`HOLDING_SIGNALS`) holds the
+component down until `start_component` or `restart`, a `start_component` that fails leaves it
+down, and `stop` stops supervising first. A restart is a spawn, not a wait: the component
+becomes healthy on its own, or exits again and backs off further. `supervise=False` only records
+exits (restart_in None): for a test that must see a component stay down.
 
 Orphans: `stop` sends SIGTERM to each process group, then SIGKILL after a grace period. Before
 signalling, it records every descendant of each component (kubelet containers may live in their
@@ -77,8 +93,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -127,6 +144,91 @@ COMPONENT_KUBECONFIGS = {
     # (Services, EndpointSlices): it uses the proxies' identity.
     "kubelet.dns": ("proxy.conf", "proxy", "system:kube-proxy"),
 }
+
+
+# How often the supervisor looks at the processes: an exit is noticed within this.
+SUPERVISE_POLL_SECONDS = 0.5
+# `kill` with one of these is the owner taking a component down: it stays down until
+# `start_component` or `restart`. Others (SIGSTOP, SIGCONT, SIGUSR1, ...) do not hold it.
+HOLDING_SIGNALS = frozenset(
+    {
+        signal.SIGKILL,
+        signal.SIGTERM,
+        signal.SIGINT,
+        signal.SIGQUIT,
+        signal.SIGHUP,
+        signal.SIGABRT,
+    }
+)
+
+
+@dataclass(frozen=True)
+class RestartBackoff:
+    """The delay before a component that exited on its own is started again: the kubelet's
+    crash-loop back-off (10 s doubling to 300 s; back to the start once it ran `reset_after`)."""
+
+    initial: float = 10.0
+    maximum: float = 300.0
+    reset_after: float = 600.0
+
+
+@dataclass
+class CrashLoop:
+    """One component's back-off state. Pure: the caller passes the (monotonic) time."""
+
+    backoff: RestartBackoff
+    started_at: float  # when its current process was started
+    next_delay: float = 0.0  # the delay its next exit gets (0: the initial one)
+
+    def exited(self, now: float) -> float:
+        """The delay before starting it again, after an exit at `now`."""
+        if not self.next_delay or now - self.started_at >= self.backoff.reset_after:
+            self.next_delay = self.backoff.initial
+        delay = self.next_delay
+        self.next_delay = min(delay * 2, self.backoff.maximum)
+        return delay
+
+
+@dataclass(frozen=True)
+class Exited:
+    """A component exited on its own; `restart_in` seconds later it is started again (None:
+    not supervised). `code` is Popen's: negative for a signal."""
+
+    name: str
+    code: int
+    log_file: Path
+    restart_in: float | None
+    restarts: int  # how often the supervisor had restarted it before this exit
+
+    def describe(self) -> str:
+        how = f"with code {self.code}"
+        if self.code < 0:
+            with contextlib.suppress(ValueError):
+                how += f" ({signal.Signals(-self.code).name})"
+        then = "" if self.restart_in is None else f"; restarting it in {self.restart_in:g}s"
+        return f"{self.name} exited {how}{then}; see {self.log_file}"
+
+
+@dataclass(frozen=True)
+class Restarted:
+    """The supervisor started a component again (its `restarts`-th restart)."""
+
+    name: str
+    pid: int
+    restarts: int
+    log_file: Path
+
+    def describe(self) -> str:
+        return f"{self.name} restarted (pid {self.pid}, restart {self.restarts})"
+
+
+@dataclass
+class _Watch:
+    """What the supervisor knows about one process name."""
+
+    loop: CrashLoop
+    seen: object = None  # the exited process already handled (Popen identity)
+    due: float | None = None  # when to start it again
 
 
 @dataclass
@@ -264,6 +366,9 @@ class LocalCluster:
         apiservers: int | None = None,
         advertise_address: str = "",
         etcd_socket: bool = False,
+        supervise: bool = True,
+        restart_backoff: RestartBackoff | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Ports 0 pick free ports. `kubelet_port` is the first kubelet's; the i-th gets +i.
 
@@ -280,6 +385,10 @@ class LocalCluster:
         127.0.0.1. `up --runtime containerd` sets it to an address its pods can reach.
         `etcd_socket`: the apiserver reaches the etcd this starts (a single member) over its
         unix socket instead of TCP.
+
+        `supervise`: start components (and etcd members) that exit on their own again after
+        `restart_backoff` (default: the kubelet's); False only records their exits in `events`.
+        `clock` (monotonic seconds) times the back-off.
         """
         self.die_with_parent = die_with_parent
         self._lock: IO[str] | None = None
@@ -316,6 +425,17 @@ class LocalCluster:
         self._orphans: dict[int, str] = {}  # pid -> start time, killed at stop
         self._started = False
         self._atexit_registered = False
+        self.supervise = supervise
+        self.restart_backoff = restart_backoff or RestartBackoff()
+        self._clock = clock
+        # What the supervisor saw, in order (`tinykube up` prints them); restarts by name.
+        self.events: list[Exited | Restarted] = []
+        self.restarts: dict[str, int] = {}
+        self._held: set[str] = set()  # taken down on purpose: not restarted
+        self._watches: dict[str, _Watch] = {}
+        self._mutex = threading.RLock()
+        self._supervisor: threading.Thread | None = None
+        self._supervisor_stop = threading.Event()
 
         api_port = apiserver_port or free_port(HOST)
         self.api_address = f"{HOST}:{api_port}"
@@ -668,6 +788,7 @@ class LocalCluster:
         except BaseException:
             self.stop()
             raise
+        self._start_supervisor()
 
     @property
     def lock_path(self) -> Path:
@@ -894,15 +1015,20 @@ class LocalCluster:
             self._restart_etcd()
             return
         if self.etcd_cluster is not None and name in self.etcd_members:
+            self._hold(name)
             self.etcd_cluster.start_member(name, timeout=self.start_timeout)
+            self._release(name)
             return
-        try:
-            comp = self._component(name)
-        except KeyError:
-            comp = self._new_component(name)
-            self.components[name] = comp
-        if comp.running():
-            raise RuntimeError(f"{comp.name} is already running (pid {comp.process.pid})")  # type: ignore[union-attr]
+        with self._mutex:
+            try:
+                comp = self._component(name)
+            except KeyError:
+                comp = self._new_component(name)
+                self.components[name] = comp
+            if comp.running():
+                raise RuntimeError(f"{comp.name} is already running (pid {comp.process.pid})")  # type: ignore[union-attr]
+            # Not the supervisor's while it starts; left down if it fails to.
+            self._held.add(comp.name)
         if extra_args:
             comp.args = [*comp.args, *extra_args]
         self._node_credentials(comp)
@@ -913,6 +1039,7 @@ class LocalCluster:
         except BaseException:
             self._terminate([comp])
             raise
+        self._release(comp.name)
 
     def _new_component(self, name: str) -> Component:
         if name.startswith("apiserver"):
@@ -933,17 +1060,24 @@ class LocalCluster:
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Send `sig` to a component's process group (as a crash or an operator would).
 
-        For SIGKILL and SIGTERM this waits until the process is gone. Children that outlive it
-        (a kubelet's containers) are remembered and killed by `stop`.
+        With a signal that ends it (HOLDING_SIGNALS) the component stays down, unsupervised,
+        until `start_component` or `restart`. For SIGKILL and SIGTERM this waits until the
+        process is gone. Children that outlive it (a kubelet's containers) are remembered and
+        killed by `stop`.
         """
         resolved = self._resolve(name)
-        if resolved == "etcd" or resolved in self.etcd_members:
-            member = self.etcd_members.get(resolved, self.etcd)
-            if member is None:
-                raise RuntimeError("etcd is external or not started")
-            proc = member.process
-        else:
-            proc = self.components[resolved].process
+        with self._mutex:
+            if sig in HOLDING_SIGNALS:
+                # Taken down on purpose: the supervisor leaves it down, even where it already
+                # died (a test that killed it itself) and a restart was due.
+                self._held.add(resolved)
+            if resolved == "etcd" or resolved in self.etcd_members:
+                member = self.etcd_members.get(resolved, self.etcd)
+                if member is None:
+                    raise RuntimeError("etcd is external or not started")
+                proc = member.process
+            else:
+                proc = self.components[resolved].process
         if proc is None or proc.poll() is not None:
             return
         self._orphans.update(descendants(proc.pid))
@@ -963,10 +1097,12 @@ class LocalCluster:
         if resolved == "etcd":
             self._restart_etcd()
             return
+        self._hold(resolved)
         if self.etcd_cluster is not None and resolved in self.etcd_members:
             member = self.etcd_members[resolved]
             member.stop()
             member.start(timeout=self.start_timeout)
+            self._release(resolved)
             return
         comp = self.components[resolved]
         if comp.running():
@@ -976,8 +1112,111 @@ class LocalCluster:
     def _restart_etcd(self) -> None:
         if self.etcd is None:
             raise RuntimeError("etcd is external or not started")
+        self._hold("etcd")
         self.etcd.stop()
         self.etcd.start(timeout=self.start_timeout)
+        self._release("etcd")
+
+    # ---- supervision --------------------------------------------------------------------
+
+    def _hold(self, name: str) -> None:
+        """The owner takes `name` down or starts it: the supervisor keeps off it."""
+        with self._mutex:
+            self._held.add(name)
+
+    def _release(self, name: str) -> None:
+        """Started on purpose: supervised again, its back-off from the start."""
+        with self._mutex:
+            self._held.discard(name)
+            self._watches.pop(name, None)
+
+    def _start_supervisor(self) -> None:
+        with self._mutex:
+            self._held.clear()
+            self._watches.clear()
+            self._supervisor_stop.clear()
+        self._supervisor = threading.Thread(
+            target=self._supervise_loop, name="tinykube-supervisor", daemon=True
+        )
+        self._supervisor.start()
+
+    def _supervise_loop(self) -> None:
+        while not self._supervisor_stop.wait(SUPERVISE_POLL_SECONDS):
+            try:
+                self.supervise_once()
+            except Exception:  # one bad pass must not end supervision
+                log.exception("supervising the cluster's processes failed")
+
+    def _stop_supervisor(self) -> None:
+        with self._mutex:  # a pass under way finishes first; later ones do nothing
+            self._supervisor_stop.set()
+
+    def supervise_once(self) -> None:
+        """One look at every process: record exits, start again those whose back-off is over.
+
+        The supervisor thread calls this every SUPERVISE_POLL_SECONDS; so may a test.
+        """
+        with self._mutex:
+            if not self._started or self._supervisor_stop.is_set():
+                return
+            now = self._clock()
+            targets: list[tuple[str, subprocess.Popen[bytes] | None, Path]] = [
+                (name, m.process, Path(m.log_file)) for name, m in self.etcd_members.items()
+            ]
+            targets += [
+                (name, c.process, self.logs_dir / f"{name}.log")
+                for name, c in self.components.items()
+            ]
+            for name, proc, log_file in targets:
+                if name in self._held or proc is None:
+                    continue
+                watch = self._watches.get(name)
+                if watch is None:
+                    watch = self._watches[name] = _Watch(CrashLoop(self.restart_backoff, now))
+                code = proc.poll()
+                if code is None:
+                    continue
+                if watch.seen is not proc:
+                    watch.seen = proc
+                    delay = watch.loop.exited(now) if self.supervise else None
+                    watch.due = None if delay is None else now + delay
+                    restarts = self.restarts.get(name, 0)
+                    self._record(Exited(name, code, log_file, delay, restarts))
+                elif watch.due is not None and now >= watch.due:
+                    watch.due = None
+                    self._respawn(name, watch, now, log_file)
+
+    def _respawn(self, name: str, watch: _Watch, now: float, log_file: Path) -> None:
+        try:
+            if name in self.etcd_members:
+                member = self.etcd_members[name]
+                member.spawn()
+                assert member.process is not None
+                pid = member.process.pid
+            else:
+                comp = self.components[name]
+                if not self._spawn(comp):
+                    return
+                assert comp.process is not None
+                pid = comp.process.pid
+        except OSError as exc:
+            delay = watch.loop.exited(now)
+            watch.due = now + delay
+            log.warning("could not restart %s (%s); trying again in %gs", name, exc, delay)
+            return
+        watch.loop.started_at = now
+        self.restarts[name] = self.restarts.get(name, 0) + 1
+        self._record(Restarted(name, pid, self.restarts[name], log_file))
+
+    def _record(self, event: Exited | Restarted) -> None:
+        self.events.append(event)
+        if isinstance(event, Restarted):
+            log.info("%s", event.describe())
+            return
+        log.warning("%s", event.describe())
+        # In its log too, between its last words and the next start's banner.
+        with contextlib.suppress(OSError), open(event.log_file, "ab") as out:
+            out.write(f"--- {time.strftime('%H:%M:%S')} {event.describe()}\n".encode())
 
     def _terminate(self, comps: list[Component]) -> None:
         """SIGTERM each running component's group, SIGKILL whatever outlives the grace."""
@@ -1012,6 +1251,7 @@ class LocalCluster:
         """Stop every component (reverse start order), then etcd; idempotent."""
         if not self._started:
             return
+        self._stop_supervisor()
         comps = list(self.components.values())
         others = [c for c in comps if c.module != "apiserver"]
         # Clients first, so they do not spend their shutdown retrying a vanished apiserver.
@@ -1022,6 +1262,10 @@ class LocalCluster:
             self.etcd_cluster.stop()
         elif self.etcd is not None:
             self.etcd.stop()
+        # Only now: the processes it restarted die with it under die_with_parent.
+        if self._supervisor is not None:
+            self._supervisor.join()
+            self._supervisor = None
         self._release_lock()
         self._started = False
         if self._atexit_registered:

@@ -1,26 +1,41 @@
-"""LocalCluster with real processes: start, health, kill -9 and restart, clean stop, no orphans."""
+"""LocalCluster with real processes: start, health, kill -9 and restart, clean stop, no orphans,
+and the supervisor that starts again what exits on its own."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import yaml
 
-from tests.e2e.conftest import READY_LINE, processes_in, tinykube_command
+from tests.e2e.conftest import READY_LINE, processes_in, pump, tinykube_command
 from tinykube.client import Client
-from tinykube.health import check_sync
-from tinykube.launcher import ComponentError, LocalCluster, descendants, has_main
+from tinykube.health import check_sync, wait_healthy
+from tinykube.launcher import (
+    ComponentError,
+    Exited,
+    LocalCluster,
+    Restarted,
+    descendants,
+    has_main,
+)
 from tinykube.v1 import pod_pb2
 
 pytestmark = pytest.mark.e2e
+
+T = TypeVar("T")
 
 
 def alive(pid: int) -> bool:
@@ -72,6 +87,8 @@ def test_kill_restart_and_stop_leave_no_orphans(tmp_path: Path) -> None:
         cluster.restart("n1")
         assert cluster.processes["kubelet-n1"].pid != kubelet.pid
         assert check_sync(cluster.address("kubelet-n1"))
+        # Killed and restarted on purpose: nothing for the supervisor to see or undo.
+        assert cluster.events == []
 
     assert all(p.poll() is not None for p in cluster.processes.values())
     assert not any(alive(pid) for pid in containers), "stop must kill orphaned containers"
@@ -101,6 +118,110 @@ def test_the_apiserver_reaches_its_etcd_over_the_socket(tmp_path: Path) -> None:
         cluster.restart("etcd")  # a new socket at the same path
         assert asyncio.run(create_and_list(cluster, "b")) == ["a", "b"]
     assert not os.path.exists(path)
+
+
+class Clock:
+    """Monotonic time the test moves forward: back-off delays pass without waiting them out."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+
+def wait_for(probe: Callable[[], T | None], what: str, limit: float = 60.0) -> T:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        found = probe()
+        if found is not None and found is not False:
+            return found
+        time.sleep(0.05)
+    pytest.fail(f"no {what} within {limit}s")
+
+
+def crash_and_recover(cluster: LocalCluster, clock: Clock, name: str) -> Exited:
+    """SIGKILL `name` from outside the launcher (as the OOM killer would); once the supervisor
+    has seen the exit, let its back-off pass and wait until the new process is SERVING."""
+    victim = cluster.processes[name]
+    seen = len(cluster.events)
+    os.killpg(victim.pid, signal.SIGKILL)
+
+    def exit_seen() -> Exited | None:
+        return next((e for e in cluster.events[seen:] if isinstance(e, Exited)), None)
+
+    exited = wait_for(exit_seen, f"exit of {name} seen by the supervisor")
+    assert exited.restart_in is not None
+    clock.offset += exited.restart_in
+    wait_for(lambda: cluster.processes[name] is not victim, f"restart of {name}")
+    restarted = cluster.processes[name]
+    if name == "etcd":
+        assert cluster.etcd is not None
+        cluster.etcd.wait_healthy(60)
+    else:
+        wait_healthy(
+            cluster.address(name),
+            60,
+            alive=lambda: restarted.poll() is None,
+            credentials=cluster.credentials,
+        )
+    return exited
+
+
+def test_a_component_that_dies_on_its_own_is_restarted_with_the_kubelets_backoff(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    cluster = LocalCluster(tmp_path, controller=False, kubelets=[], clock=clock)
+    with cluster:
+        first = cluster.processes["scheduler"]
+        exits = [crash_and_recover(cluster, clock, "scheduler") for _ in range(3)]
+        assert [(e.name, e.code, e.restart_in, e.restarts) for e in exits] == [
+            ("scheduler", -signal.SIGKILL, 10, 0),
+            ("scheduler", -signal.SIGKILL, 20, 1),
+            ("scheduler", -signal.SIGKILL, 40, 2),
+        ]
+        assert cluster.restarts == {"scheduler": 3}
+        restarts = [e for e in cluster.events if isinstance(e, Restarted)]
+        assert [(e.name, e.restarts) for e in restarts] == [("scheduler", n) for n in (1, 2, 3)]
+        assert restarts[-1].pid == cluster.processes["scheduler"].pid != first.pid
+        log_text = cluster.log_path("scheduler").read_text()
+        assert log_text.count(" starting scheduler\n") == 4
+        assert (
+            f" scheduler exited with code -9 (SIGKILL); restarting it in 20s; "
+            f"see {cluster.log_path('scheduler')}\n" in log_text
+        )
+
+        # Ten minutes of running since its last start: the back-off starts over.
+        clock.offset += 600
+        assert crash_and_recover(cluster, clock, "scheduler").restart_in == 10
+
+        # Killed through the launcher, on purpose: it stays down, however long.
+        seen = len(cluster.events)
+        cluster.kill("scheduler", signal.SIGKILL)
+        clock.offset += 3600
+        cluster.supervise_once()
+        cluster.supervise_once()
+        assert not cluster.components["scheduler"].running()
+        assert cluster.events[seen:] == []
+
+        # A start that fails (bad flags) is the owner's to see, not the supervisor's to retry.
+        with pytest.raises(ComponentError, match="unrecognized arguments: --no-such-flag"):
+            cluster.start_component("scheduler-2", ["--no-such-flag"])
+        clock.offset += 3600
+        cluster.supervise_once()
+        cluster.supervise_once()
+        assert cluster.processes["scheduler-2"].poll() == 2
+        assert cluster.events[seen:] == []
+
+        # Started again on purpose: supervised again, its back-off from the start.
+        cluster.start_component("scheduler")
+        assert crash_and_recover(cluster, clock, "scheduler").restart_in == 10
+
+        # etcd too (the kubelet restarts kube's etcd static pod), from its data dir.
+        assert crash_and_recover(cluster, clock, "etcd").restart_in == 10
+        assert cluster.restarts == {"scheduler": 5, "etcd": 1}  # never scheduler-2
+        wait_healthy(cluster.api_address, 60, credentials=cluster.credentials)
 
 
 def test_failed_start_reports_the_log_and_stops_everything(tmp_path: Path) -> None:
@@ -228,3 +349,44 @@ def test_second_up_is_refused_and_components_die_with_up(tmp_path: Path) -> None
         if first.poll() is None:
             first.send_signal(signal.SIGINT)
             first.wait(60)
+
+
+def component_pid(data_dir: Path, module: str) -> int:
+    """The pid of `python -m <module>` among the processes working in `data_dir`."""
+    for pid in processes_in(data_dir):
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if argv[1:3] == [b"-m", module.encode()]:
+                return pid
+    pytest.fail(f"no {module} process in {data_dir}")
+
+
+def test_up_restarts_a_component_that_dies_and_says_so(tmp_path: Path) -> None:
+    process, _ = start_up(tmp_path, "--kubelets", "0")
+    try:
+        lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=pump, args=(process.stdout, lines), daemon=True).start()
+        scheduler = component_pid(tmp_path, "scheduler")
+        os.kill(scheduler, signal.SIGKILL)
+        log_file = tmp_path.resolve() / "logs" / "scheduler.log"
+        expected = [
+            f"warning: scheduler exited with code -9 (SIGKILL); restarting it in 10s; "
+            f"see {log_file}",
+            "scheduler restarted (pid ",
+        ]
+        deadline = time.monotonic() + 60
+        output: list[str] = []
+        while expected and time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            assert line is not None, "tinykube up exited:\n" + "\n".join(output)
+            output.append(line)
+            if line.startswith(expected[0]):
+                expected.pop(0)
+        assert not expected, f"up did not say {expected[0]!r}:\n" + "\n".join(output)
+        assert component_pid(tmp_path, "scheduler") != scheduler
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(60) == 0

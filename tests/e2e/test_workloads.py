@@ -26,7 +26,7 @@ import pytest
 from tests.e2e.waiting import eventually
 from tinykube.client import Client
 from tinykube.errors import NotFoundError, TinykubeError
-from tinykube.launcher import LocalCluster, has_main
+from tinykube.launcher import Exited, LocalCluster, has_main
 from tinykube.v1 import node_pb2, pod_pb2, replicaset_pb2
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -667,9 +667,13 @@ async def test_components_carry_on_after_an_apiserver_restart(
     await client.replica_sets.create(sleeper_rs("resilient", 2, tok))
     await eventually(lambda: running(client, "resilient", 2, argv), what="2 running pods")
     await asyncio.to_thread(cluster.restart, "apiserver")
-    # The controller manager's and kubelets' watches resume against the new apiserver.
+    # The controller manager's and kubelets' watches resume against the new apiserver. A
+    # restart that outlasted a leader's renew deadline (3 s for this module's controller
+    # manager) made it exit; the launcher starts it again after 10 s, as the kubelet would.
     await scale(client, "resilient", 4)
-    await eventually(lambda: running(client, "resilient", 4, argv), what="4 after the restart")
+    await eventually(
+        lambda: running(client, "resilient", 4, argv), limit=120, what="4 after the restart"
+    )
     # Both nodes are (or are again) Ready and untainted: their kubelets' Leases and status
     # resumed too. Not at once: if the restart outlasted the 5 s grace, the node lifecycle
     # controller marked a node Unknown and its kubelet sets it back on its next report, which
@@ -678,4 +682,38 @@ async def test_components_carry_on_after_an_apiserver_restart(
     await client.replica_sets.delete("resilient", NS)
     await eventually(
         lambda: asyncio.sleep(0, not processes_running(argv)), what="resilient cleaned up"
+    )
+
+
+async def test_leaders_that_lost_their_lease_in_an_apiserver_outage_are_restarted(
+    client: Client, cluster: LocalCluster
+) -> None:
+    """kube-scheduler and kube-controller-manager exit when they cannot renew their Lease (an
+    apiserver outage longer than the renew deadline) and the kubelet starts them again; so
+    does the launcher. Without it the cluster was left with neither."""
+    if not has_main("scheduler"):
+        pytest.skip("no scheduler yet")
+    tok = token()
+    argv = ["sleep", tok]
+    await client.replica_sets.create(sleeper_rs("outlived", 1, tok))
+    await eventually(lambda: running(client, "outlived", 1, argv), what="1 running pod")
+    seen = len(cluster.events)
+    await asyncio.to_thread(cluster.kill, "apiserver", signal.SIGTERM)
+    try:
+
+        async def scheduler_gave_up() -> bool:
+            exits = [e for e in cluster.events[seen:] if isinstance(e, Exited)]
+            return any(e.name == "scheduler" and e.code == 1 for e in exits)
+
+        await eventually(scheduler_gave_up, what="the scheduler's exit on its lost Lease")
+    finally:
+        await asyncio.to_thread(cluster.start_component, "apiserver")
+    await scale(client, "outlived", 3)
+    await eventually(
+        lambda: running(client, "outlived", 3, argv), limit=120, what="3 from restarted leaders"
+    )
+    assert cluster.restarts.get("scheduler", 0) >= 1
+    await client.replica_sets.delete("outlived", NS)
+    await eventually(
+        lambda: asyncio.sleep(0, not processes_running(argv)), what="outlived cleaned up"
     )

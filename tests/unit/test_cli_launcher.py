@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import yaml
 
 from tinykube import launcher
 from tinykube.cli import up
+from tinykube.cli.common import Context
 from tinykube.cli.main import build_parser, main
 from tinykube.cli.up import build_cluster
 from tinykube.kubeconfig import load, write_kubeconfig
@@ -459,3 +462,65 @@ def test_the_etcd_socket_is_for_a_single_etcd_the_cluster_starts(
         cluster(tmp_path, etcd_socket=True)
     assert main([*args, "--ha"]) == 2
     assert "--etcd-socket is for a single etcd" in capsys.readouterr().err
+
+
+def test_crash_loop_backoff_is_the_kubelets() -> None:
+    """10 s doubling to 300 s, back to 10 s once the component ran 10 minutes."""
+    loop = launcher.CrashLoop(launcher.RestartBackoff(), started_at=0.0)
+    delays = []
+    now = 0.0
+    for _ in range(7):
+        now += 1.0  # it dies a second after each start
+        delay = loop.exited(now)
+        delays.append(delay)
+        now += delay
+        loop.started_at = now
+    assert delays == [10, 20, 40, 80, 160, 300, 300]
+    # Ten minutes of running since its last start: the back-off starts over.
+    assert loop.exited(now + 600) == 10
+    loop.started_at = now + 610
+    assert loop.exited(now + 611) == 20
+
+
+def test_exits_and_restarts_say_the_code_the_delay_and_the_log(tmp_path: Path) -> None:
+    log_file = tmp_path / "scheduler.log"
+    killed = launcher.Exited("scheduler", -9, log_file, 10.0, 0)
+    assert killed.describe() == (
+        f"scheduler exited with code -9 (SIGKILL); restarting it in 10s; see {log_file}"
+    )
+    unsupervised = launcher.Exited("scheduler", 1, log_file, None, 2)
+    assert unsupervised.describe() == f"scheduler exited with code 1; see {log_file}"
+    again = launcher.Restarted("scheduler", 4242, 1, log_file)
+    assert again.describe() == "scheduler restarted (pid 4242, restart 1)"
+
+
+class OnePass(threading.Event):
+    """A stop event that lets a watch loop run exactly once, without waiting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.passes = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.passes += 1
+        return self.passes > 1
+
+
+def test_up_reports_exits_and_restarts(tmp_path: Path) -> None:
+    c = cluster(tmp_path, kubelets=[])
+    log_file = tmp_path / "logs" / "scheduler.log"
+    c.events.append(launcher.Exited("scheduler", 1, log_file, 10.0, 0))
+    c.events.append(launcher.Restarted("scheduler", 4242, 1, log_file))
+    err = io.StringIO()
+    up.watch_components(c, OnePass(), Context(server="", err=err))
+    assert err.getvalue().splitlines() == [
+        f"warning: scheduler exited with code 1; restarting it in 10s; see {log_file}",
+        "scheduler restarted (pid 4242, restart 1)",
+    ]
+
+
+def test_up_supervises_unless_told_not_to(tmp_path: Path) -> None:
+    parser = build_parser()
+    base = ["up", "--data-dir", str(tmp_path), "--kubelets", "0"]
+    assert build_cluster(parser.parse_args(base)).supervise
+    assert not build_cluster(parser.parse_args([*base, "--no-restart"])).supervise

@@ -7,10 +7,13 @@ ones
 writes them to `DATA_DIR/endpoints.json`, and waits. Every link is TLS: the cluster CA and
 certificates live in `DATA_DIR/pki` (`--pki-dir`; reused across restarts), the admin's
 kubeconfig is `DATA_DIR/kubeconfig` and each component's is beside it (`--insecure`: plaintext,
-no credentials, a warning). A component that dies meanwhile is
-reported with its log file, not restarted. Ctrl-C or SIGTERM stops every process (SIGTERM, then
-SIGKILL after a grace) and exits 0. The data directory (etcd's data and the logs) survives
-restarts of `up`. A component that fails to start is reported with its log's tail (exit 1).
+no credentials, a warning). A component that exits on its own (a scheduler or controller manager
+that lost its lease exits 1, as kube's do) is reported with its exit code and log file and
+started again after the kubelet's crash-loop back-off (10 s doubling to 5 min, reset after 10
+minutes running; `launcher.RestartBackoff`), as the kubelet restarts kube's static pods; each
+restart is reported too (`--no-restart`: only reported). Ctrl-C or SIGTERM stops every process
+(SIGTERM, then SIGKILL after a grace) and exits 0. The data directory (etcd's data and the logs)
+survives restarts of `up`. A component that fails to start is reported with its log's tail (exit 1).
 
 Each kubelet reports an equal share of this machine (`machine_share`: cores and memory divided
 by the number of kubelets), so the cluster never promises more than the machine has;
@@ -120,6 +123,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="free ports for every port not given by a flag (tests; see endpoints.json)",
     )
     parser.add_argument(
+        "--no-restart",
+        dest="restart",
+        action="store_false",
+        help="report a component that exits on its own but do not start it again",
+    )
+    parser.add_argument(
         "--insecure",
         action="store_true",
         help="development only: no certificates, plaintext links, no authentication",
@@ -177,6 +186,7 @@ def build_cluster(args: argparse.Namespace) -> launcher.LocalCluster:
         # Components must not outlive `up`, however it dies (SIGKILL, a closed terminal).
         die_with_parent=True,
         insecure=args.insecure,
+        supervise=args.restart,
         pki_dir=args.pki_dir,
         ha=args.ha,
         etcd_socket=args.etcd_socket,
@@ -389,14 +399,15 @@ def try_commands(
 
 
 def watch_components(cluster: launcher.LocalCluster, stop: threading.Event, ctx: Context) -> None:
-    """Until `stop` is set, report components that exit on their own."""
-    reported: set[str] = set()
+    """Until `stop` is set, report what the cluster's supervisor saw: each component that
+    exited on its own (a warning with its exit code, when it restarts and its log) and each
+    restart."""
+    reported = 0
     while not stop.wait(POLL_SECONDS):
-        for name, proc in cluster.processes.items():
-            code = proc.poll()
-            if code is not None and name not in reported:
-                reported.add(name)
-                ctx.eprint(
-                    f"warning: {name} exited with code {code}; see "
-                    f"{cluster.logs_dir / (name + '.log')}"
-                )
+        events = cluster.events[reported:]
+        reported += len(events)
+        for event in events:
+            if isinstance(event, launcher.Exited):
+                ctx.eprint(f"warning: {event.describe()}")
+            else:
+                ctx.eprint(event.describe())
