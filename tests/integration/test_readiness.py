@@ -73,6 +73,15 @@ async def serving(running: RunningAPIServer) -> bool:
     return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
+def logged_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The apiserver's ERROR lines captured."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "apiserver.app" and r.levelno >= logging.ERROR
+    ]
+
+
 @pytest.fixture
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as s:
@@ -156,11 +165,7 @@ async def test_an_object_that_keeps_failing_is_given_up_after_the_hooks_time(
             assert not running.server.fatal.is_set()
         finally:
             await running.server.stop()
-    errors = [
-        r.getMessage()
-        for r in caplog.records
-        if r.name == "apiserver.app" and r.levelno >= logging.ERROR
-    ]
+    errors = logged_errors(caplog)
     assert len(errors) == 1, errors
     prefix = (
         'PostStartHook "rbac/bootstrap-roles": unable to reconcile '
@@ -190,11 +195,7 @@ async def test_an_apiserver_whose_etcd_does_not_answer_exits(
     finally:
         etcd.cleanup()
     assert code == FATAL_EXIT_CODE == 255
-    errors = [
-        r.getMessage()
-        for r in caplog.records
-        if r.name == "apiserver.app" and r.levelno >= logging.ERROR
-    ]
+    errors = logged_errors(caplog)
     assert len(errors) == 1, errors
     prefix = (
         'PostStartHook "rbac/bootstrap-roles" failed: unable to initialize roles: unable to '
