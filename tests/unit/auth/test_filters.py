@@ -274,9 +274,10 @@ def _der(name: str) -> bytes:
 
     from tinykube.pki import PKI, CertSpec
 
-    pki = PKI(Path(tempfile.mkdtemp()) / "pki")
-    paths = pki.ensure(CertSpec("who", name, ("team",), client=True))
-    return x509.load_pem_x509_certificate(paths.cert.read_bytes()).public_bytes(Encoding.DER)
+    with tempfile.TemporaryDirectory() as tmp:  # (mkdtemp left one behind per run)
+        paths = PKI(Path(tmp) / "pki").ensure(CertSpec("who", name, ("team",), client=True))
+        cert = paths.cert.read_bytes()
+    return x509.load_pem_x509_certificate(cert).public_bytes(Encoding.DER)
 
 
 def test_a_connections_certificate_is_read_once_whatever_its_transport() -> None:
