@@ -1164,8 +1164,7 @@ class LocalCluster:
                 (name, m.process, Path(m.log_file)) for name, m in self.etcd_members.items()
             ]
             targets += [
-                (name, c.process, self.logs_dir / f"{name}.log")
-                for name, c in self.components.items()
+                (name, c.process, self.log_path(name)) for name, c in self.components.items()
             ]
             for name, proc, log_file in targets:
                 if name in self._held or proc is None:
